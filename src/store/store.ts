@@ -1,0 +1,160 @@
+// The one store interface (architecture habit 7). Every adapter (memory for unit tests, LevelDB
+// embedded default, later PostgreSQL) implements exactly this, and `test/store/store.contract.ts`
+// runs the same suite, error codes included, against each.
+//
+// Two families of data:
+//  1. Versioned records grouped by `kind` (runs, snapshots, background tasks, ...). Every write is a
+//     compare-and-swap on `version`, so a stale writer (an owner whose lease was taken over) is
+//     refused instead of overwriting newer state (fencing, decisions.md §6.1).
+//  2. An append-only event log. Each appended event gets a cursor that increases monotonically and
+//     is never reused; secondary indexes serve the telemetry filters without scanning.
+
+export type RecordKind =
+  | 'runs'
+  | 'snapshots'
+  | 'sessions'
+  | 'budget_ledger'
+  | 'outcomes'
+  | 'bg_agents'
+  | 'bg_tasks'
+  | 'bg_schedule'
+  | 'bg_runs'
+  | 'bg_attempts'
+  | 'bg_occurrences'
+  | 'traces'
+  | 'meta';
+
+/** Secondary index values of a record: index name -> value. Null/undefined means "not indexed". */
+export type RecordIndexes = Record<string, string | null | undefined>;
+
+export interface Versioned<T> {
+  id: string;
+  /** 1 on create, +1 on every update. */
+  version: number;
+  /** Creation order, assigned by the store; lists are ordered by it (oldest first). */
+  seq: number;
+  value: T;
+}
+
+export interface ListQuery {
+  /** Only records whose index `name` currently has `value`. */
+  index?: { name: string; value: string };
+  /** Opaque cursor returned as `next_cursor` by the previous page. */
+  cursor?: string | null;
+  /** Page size; adapters cap it at 1000. Default 100. */
+  limit?: number;
+  /** Newest first instead of oldest first. */
+  reverse?: boolean;
+}
+
+export interface Page<T> {
+  items: Versioned<T>[];
+  /** Null when there is nothing after this page. */
+  next_cursor: string | null;
+}
+
+/** One operation of an atomic `commit`. */
+export type WriteOp =
+  | { op: 'create'; kind: RecordKind; id: string; value: unknown; indexes?: RecordIndexes }
+  /** expectedVersion null = create-or-replace without a check (used only for caches, never for fenced state). */
+  | { op: 'update'; kind: RecordKind; id: string; value: unknown; expectedVersion: number | null; indexes?: RecordIndexes }
+  | { op: 'delete'; kind: RecordKind; id: string; expectedVersion?: number };
+
+/** Fields of the event log that have a secondary index. */
+export const EVENT_INDEX_FIELDS = ['trace_id', 'run_id', 'session_id', 'task_id', 'event_type'] as const;
+export type EventIndexField = (typeof EVENT_INDEX_FIELDS)[number];
+
+/** What a caller appends: any JSON object; index values are read from these top-level fields. */
+export interface EventInput {
+  event_id: string;
+  event_type: string;
+  timestamp: string;
+  trace_id?: string | null;
+  run_id?: string | null;
+  session_id?: string | null;
+  task_id?: string | null;
+  [key: string]: unknown;
+}
+
+export interface StoredEvent extends EventInput {
+  /** Store cursor: a fixed-width decimal string, so string order == numeric order. */
+  cursor: string;
+}
+
+export interface EventQuery {
+  /** All filters must match (AND). Adapters walk the most selective index and check the rest. */
+  filters?: Partial<Record<EventIndexField, string | string[]>>;
+  /** Only events strictly after this cursor. */
+  after?: string | null;
+  /** Default 200, capped at 1000. */
+  limit?: number;
+}
+
+export interface EventPage {
+  events: StoredEvent[];
+  /** Cursor of the last returned event when more may follow, else null. */
+  next_cursor: string | null;
+}
+
+export type StoreErrorCode =
+  | 'not_found'
+  | 'conflict' // create of an existing id
+  | 'stale_version' // CAS failed: somebody wrote since you read
+  | 'closed'
+  | 'locked'; // another process holds the data dir
+
+export class StoreError extends Error {
+  constructor(readonly code: StoreErrorCode, message: string) {
+    super(message);
+    this.name = 'StoreError';
+  }
+}
+
+export const isStoreError = (e: unknown, code?: StoreErrorCode): e is StoreError =>
+  e instanceof StoreError && (code === undefined || e.code === code);
+
+export interface Store {
+  readonly adapter: 'memory' | 'level' | 'postgres';
+  open(): Promise<void>;
+  close(): Promise<void>;
+  isOpen(): boolean;
+
+  getRecord<T>(kind: RecordKind, id: string): Promise<Versioned<T> | null>;
+  getRecords<T>(kind: RecordKind, ids: string[]): Promise<Array<Versioned<T> | null>>;
+  /** Throws StoreError('conflict') when the id exists. */
+  createRecord<T>(kind: RecordKind, id: string, value: T, indexes?: RecordIndexes): Promise<Versioned<T>>;
+  /**
+   * Compare-and-swap: succeeds only when the stored version equals `expectedVersion`
+   * (StoreError 'stale_version' otherwise, 'not_found' when missing). Replaces the index values
+   * when `indexes` is given, else keeps the previous ones.
+   */
+  updateRecord<T>(kind: RecordKind, id: string, value: T, expectedVersion: number, indexes?: RecordIndexes): Promise<Versioned<T>>;
+  /** 'not_found' when missing; 'stale_version' when expectedVersion is given and differs. */
+  deleteRecord(kind: RecordKind, id: string, expectedVersion?: number): Promise<void>;
+  listRecords<T>(kind: RecordKind, query?: ListQuery): Promise<Page<T>>;
+  /** Count of a kind, or of one index value. Must not load record bodies. */
+  countRecords(kind: RecordKind, index?: { name: string; value: string }): Promise<number>;
+  /**
+   * Atomic multi-record write: every check passes and every op is written, or nothing is
+   * (the budget ledger reserves on several keys this way). Returns the written records
+   * (deletes return null) in op order.
+   */
+  commit(ops: WriteOp[]): Promise<Array<Versioned<unknown> | null>>;
+
+  /** Appends in order; the returned events carry their cursors. Durable when the promise resolves. */
+  appendEvents(events: EventInput[]): Promise<StoredEvent[]>;
+  readEvents(query?: EventQuery): Promise<EventPage>;
+  getEvent(cursor: string): Promise<StoredEvent | null>;
+  /** Cursor of the newest event, or null on an empty log. Must not scan the log. */
+  lastEventCursor(): Promise<string | null>;
+  /** Retention: deletes events whose timestamp is before `isoTime`, index entries included. Returns how many. */
+  deleteEventsBefore(isoTime: string): Promise<number>;
+}
+
+/** Fixed-width cursor encoding shared by adapters: 16 digits keep lexical == numeric order. */
+export const encodeCursor = (n: number): string => n.toString().padStart(16, '0');
+export const decodeCursor = (c: string): number => {
+  const n = Number(c);
+  if (!/^\d{1,16}$/.test(c) || !Number.isSafeInteger(n)) throw new StoreError('not_found', `bad cursor '${c}'`);
+  return n;
+};
