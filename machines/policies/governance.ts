@@ -1,0 +1,103 @@
+// Tool-call governance (decisions.md §4). Pure: given a tool and the config, which effect applies.
+// Rules are checked in order and the FIRST matching rule wins, as in a firewall table: put narrow
+// exceptions (`deny shell.rm`) above broad rules (`allow shell.*`). No match -> `default_effect`.
+
+export type PolicyEffect = 'allow' | 'ask' | 'deny';
+
+export interface GovernanceRule {
+  /** Globs over the tool name: `*` any run of characters, `?` one character, all else literal. Omitted = every tool. */
+  tools?: string[];
+  /** When set, the rule only matches tools served by this MCP server. */
+  mcp_server?: string | null;
+  effect: PolicyEffect;
+  reason?: string | null;
+}
+
+export interface GovernanceConfig {
+  /** Default true. Disabled governance allows every call. */
+  enabled?: boolean;
+  /** Default `allow`. */
+  default_effect?: PolicyEffect;
+  /** Used by the approval flow, not by `decide`. */
+  approval_expires_seconds?: number;
+  rules?: GovernanceRule[];
+}
+
+export interface ToolRef {
+  /** The name the model calls, e.g. `search` or, for MCP tools, `<server>.<tool>`. */
+  tool_name: string;
+  /** The MCP server serving the tool; null/undefined for local and built-in tools. */
+  mcp_server?: string | null;
+}
+
+export interface PolicyDecision {
+  effect: PolicyEffect;
+  /** Index of the rule that decided, or null when the default (or disabled governance) did. */
+  rule_index: number | null;
+  reason: string;
+}
+
+/** Separators between an MCP server name and its tool's own name in a qualified tool name. */
+const MCP_SEPARATORS = ['.', '__', '/', ':'] as const;
+
+const globCache = new Map<string, RegExp>();
+
+export function globToRegExp(glob: string): RegExp {
+  let re = globCache.get(glob);
+  if (re) return re;
+  let src = '^';
+  for (const ch of glob) {
+    if (ch === '*') src += '.*';
+    else if (ch === '?') src += '.';
+    // Only regex syntax characters are escaped: `u` mode rejects needless escapes such as `\-`.
+    else src += /[.+^${}()|[\]\\/]/.test(ch) ? `\\${ch}` : ch;
+  }
+  // `s` so `*` also spans a newline; `u` so `?` is one code point, not half a surrogate pair.
+  re = new RegExp(`${src}$`, 'su');
+  if (globCache.size < 1000) globCache.set(glob, re);
+  return re;
+}
+
+/** Whole-name, case-sensitive glob match. */
+export function matchGlob(glob: string, name: string): boolean {
+  return globToRegExp(glob).test(name);
+}
+
+/**
+ * The names a tool can be matched by: its full name and, for an MCP tool whose name is qualified
+ * with its server (`github.create_issue`, `github__create_issue`), also the bare tool name, so a
+ * rule `{mcp_server: "github", tools: ["create_*"]}` works whichever way the tool is named.
+ */
+export function candidateNames(tool: ToolRef): string[] {
+  const names = [tool.tool_name];
+  const server = tool.mcp_server;
+  if (server) {
+    for (const sep of MCP_SEPARATORS) {
+      const prefix = server + sep;
+      if (tool.tool_name.startsWith(prefix) && tool.tool_name.length > prefix.length) {
+        names.push(tool.tool_name.slice(prefix.length));
+        break;
+      }
+    }
+  }
+  return names;
+}
+
+export function ruleMatches(rule: GovernanceRule, tool: ToolRef): boolean {
+  if (rule.mcp_server && rule.mcp_server !== tool.mcp_server) return false;
+  const globs = rule.tools ?? ['*'];
+  const names = candidateNames(tool);
+  return globs.some((g) => names.some((n) => matchGlob(g, n)));
+}
+
+export function decide(tool: ToolRef, governance: GovernanceConfig | undefined): PolicyDecision {
+  if (governance?.enabled === false) return { effect: 'allow', rule_index: null, reason: 'governance disabled' };
+  const rules = governance?.rules ?? [];
+  for (let i = 0; i < rules.length; i++) {
+    const rule = rules[i];
+    if (!ruleMatches(rule, tool)) continue;
+    return { effect: rule.effect, rule_index: i, reason: rule.reason ?? `rule ${i}: ${rule.effect}` };
+  }
+  const effect = governance?.default_effect ?? 'allow';
+  return { effect, rule_index: null, reason: `default effect: ${effect}` };
+}

@@ -1,0 +1,390 @@
+// A synchronous (or background) agent run as a pure statechart. It names its effects; the runtime
+// binds them with `runMachine.provide()` (src/runtime/run-effects.ts). Nothing here touches I/O,
+// time or randomness: ids and timestamps arrive inside effect results and events.
+//
+// Every state the actor can rest in is JSON-serialisable context + state value, so the runtime
+// can persist `getPersistedSnapshot()` after each transition and restore it after a crash. A
+// promise effect that was active when the snapshot was saved runs again on restore (xstate
+// fact 3): the effects are written to be safe under that (tool calls are fenced by their saved
+// state, budget holds are keyed by step and attempt).
+import { assign, fromPromise, setup } from 'xstate';
+import type { ChatMessage, ModelCallResult, ToolCallRequest } from '../src/agent/model/types.js';
+
+export const RUN_MACHINE_VERSION = 1;
+
+export type TerminationReason =
+  | 'stop' | 'max_steps' | 'budget_exhausted' | 'guardrail' | 'provider_error' | 'internal_error' | 'cancelled' | 'timeout';
+
+export interface Usage {
+  requests: number;
+  request_tokens: number;
+  response_tokens: number;
+  total_tokens: number;
+  estimated_cost_usd: number;
+}
+
+export interface ApprovalState {
+  approval_id: string;
+  status: 'pending' | 'approved' | 'denied' | 'used' | 'expired';
+  tool_name: string;
+  tool_call_id: string;
+  arguments: Record<string, unknown>;
+  reason: string | null;
+  created_at: string;
+  expires_at: string;
+  approver: string | null;
+  note: string | null;
+  decided_at: string | null;
+  edited_arguments: Record<string, unknown> | null;
+}
+
+export interface PolicyDecision {
+  tool_call_id: string;
+  effect: 'allow' | 'deny' | 'ask';
+  reason: string | null;
+}
+
+export interface BudgetRequest {
+  request_id: string;
+  key: string;
+  scope: string;
+  meter: string;
+  limit: number;
+  used: number;
+  needed: number;
+  shortfall: number;
+  status: 'pending' | 'granted' | 'denied';
+  asked_at: string;
+  phase: 'model' | 'tools';
+  approver?: string | null;
+  note?: string | null;
+  decided_at?: string | null;
+  amount?: number | null;
+}
+
+export interface ToolOutcome {
+  tool_call_id: string;
+  tool_name: string;
+  content: string;
+  outcome: 'success' | 'error' | 'denied' | 'rejected' | 'timeout' | 'cancelled' | 'unknown';
+}
+
+export interface RunInput {
+  run_id: string;
+  session_id: string;
+  agent_name: string;
+  max_steps: number;
+  /** System prompt + prior conversation + this run's user message. */
+  messages: ChatMessage[];
+  query: string;
+}
+
+export interface RunContext extends RunInput {
+  step: number;
+  /** Model call attempts of this run; part of budget hold and idempotency keys. */
+  model_calls: number;
+  pending: ToolCallRequest[];
+  decisions: PolicyDecision[];
+  approvals: ApprovalState[];
+  budget_request: BudgetRequest | null;
+  budget_phase: 'model' | 'tools';
+  usage: Usage;
+  response: string | null;
+  termination_reason: TerminationReason | null;
+  error: { type: string; message: string } | null;
+  guardrail_result: { allowed: boolean; rule?: string; message?: string; matched?: string } | null;
+}
+
+export type ReserveResult =
+  | { ok: true }
+  | { ok: false; on_exhausted: 'pause' | 'terminate'; request: BudgetRequest };
+
+export interface ModelStepResult {
+  result: ModelCallResult;
+  cost_usd: number;
+}
+
+export type RunEvent =
+  | { type: 'CANCEL'; reason?: string }
+  | { type: 'TIMEOUT' }
+  /** Every pending approval now carries a decision (sent by the runtime from the stored record). */
+  | { type: 'APPROVALS_DECIDED'; approvals: ApprovalState[] }
+  | { type: 'BUDGET_GRANTED'; request: BudgetRequest }
+  | { type: 'BUDGET_DENIED'; request: BudgetRequest };
+
+const zeroUsage: Usage = { requests: 0, request_tokens: 0, response_tokens: 0, total_tokens: 0, estimated_cost_usd: 0 };
+
+/** Effects, named here and bound by the runtime. The stand-ins fail loudly if left unbound. */
+const unbound = (name: string) => () => {
+  throw new Error(`run machine effect '${name}' is not provided`);
+};
+
+export const runMachine = setup({
+  types: {
+    context: {} as RunContext,
+    events: {} as RunEvent,
+    input: {} as RunInput,
+  },
+  actors: {
+    checkInput: fromPromise<RunContext['guardrail_result'], { query: string; run_id: string }>(unbound('checkInput')),
+    reserveBudget: fromPromise<ReserveResult, { ctx: RunContext; phase: 'model' | 'tools' }>(unbound('reserveBudget')),
+    callModel: fromPromise<ModelStepResult, { ctx: RunContext }>(unbound('callModel')),
+    governTools: fromPromise<{ decisions: PolicyDecision[]; approvals: ApprovalState[] }, { ctx: RunContext }>(unbound('governTools')),
+    executeTools: fromPromise<ToolOutcome[], { ctx: RunContext }>(unbound('executeTools')),
+  },
+  actions: {
+    /** Named side effect: the runtime records telemetry for state entries (agent_step, final_answer, ...). */
+    notify: (_args, _params: { kind: string }) => {},
+    recordInternalError: assign({
+      termination_reason: 'internal_error' as const,
+      error: ({ event }) => ({ type: 'InternalError', message: errorMessage((event as { error?: unknown }).error) }),
+    }),
+  },
+  guards: {
+    hasToolCalls: ({ event }) => (event as unknown as { output: ModelStepResult }).output.result.tool_calls.length > 0,
+    inputAllowed: ({ event }) => (event as unknown as { output: RunContext['guardrail_result'] }).output?.allowed !== false,
+    stepsLeft: ({ context }) => context.step < context.max_steps,
+    reserveOk: ({ event }) => (event as unknown as { output: ReserveResult }).output.ok,
+    reservePause: ({ event }) => {
+      const out = (event as unknown as { output: ReserveResult }).output;
+      return !out.ok && out.on_exhausted === 'pause';
+    },
+    needsApproval: ({ event }) => (event as unknown as { output: { approvals: ApprovalState[] } }).output.approvals.some((a) => a.status === 'pending'),
+    isModelPhase: ({ context }) => context.budget_phase === 'model',
+  },
+}).createMachine({
+  id: 'run',
+  context: ({ input }) => ({
+    ...input,
+    step: 0,
+    model_calls: 0,
+    pending: [],
+    decisions: [],
+    approvals: [],
+    budget_request: null,
+    budget_phase: 'model',
+    usage: { ...zeroUsage },
+    response: null,
+    termination_reason: null,
+    error: null,
+    guardrail_result: null,
+  }),
+  initial: 'checking',
+  on: {
+    CANCEL: { target: '.cancelled' },
+    TIMEOUT: { target: '.timedOut' },
+  },
+  states: {
+    checking: {
+      invoke: {
+        src: 'checkInput',
+        input: ({ context }) => ({ query: context.query, run_id: context.run_id }),
+        onDone: [
+          { guard: 'inputAllowed', target: 'stepping' },
+          {
+            target: 'blocked',
+            actions: assign({
+              guardrail_result: ({ event }) => event.output,
+              termination_reason: 'guardrail',
+              error: ({ event }) => ({ type: 'GuardrailViolation', message: event.output?.message ?? 'input blocked' }),
+            }),
+          },
+        ],
+        onError: { target: 'failed', actions: 'recordInternalError' },
+      },
+    },
+    stepping: {
+      always: [
+        {
+          guard: 'stepsLeft',
+          target: 'budgeting',
+          actions: [assign({ step: ({ context }) => context.step + 1, budget_phase: 'model' }), { type: 'notify', params: { kind: 'step' } }],
+        },
+        {
+          target: 'failed',
+          actions: assign({
+            termination_reason: 'max_steps',
+            error: ({ context }) => ({ type: 'MaxStepsReached', message: `the run used all ${context.max_steps} steps without a final answer` }),
+          }),
+        },
+      ],
+    },
+    budgeting: {
+      invoke: {
+        src: 'reserveBudget',
+        input: ({ context }) => ({ ctx: context, phase: context.budget_phase }),
+        onDone: [
+          { guard: 'reserveOk', target: 'afterBudget', actions: assign({ budget_request: null }) },
+          {
+            guard: 'reservePause',
+            target: 'awaitingBudget',
+            actions: assign({ budget_request: ({ event }) => (event.output as Extract<ReserveResult, { ok: false }>).request }),
+          },
+          {
+            target: 'failed',
+            actions: assign({
+              budget_request: ({ event }) => (event.output as Extract<ReserveResult, { ok: false }>).request,
+              termination_reason: 'budget_exhausted',
+              error: ({ event }) => {
+                const r = (event.output as Extract<ReserveResult, { ok: false }>).request;
+                return { type: 'BudgetExhausted', message: `budget ${r.key} (${r.meter}) is exhausted: needs ${r.needed}, ${r.limit - r.used} left` };
+              },
+            }),
+          },
+        ],
+        onError: { target: 'failed', actions: 'recordInternalError' },
+      },
+    },
+    afterBudget: {
+      always: [{ guard: 'isModelPhase', target: 'calling' }, { target: 'executing' }],
+    },
+    awaitingBudget: {
+      on: {
+        BUDGET_GRANTED: {
+          target: 'budgeting',
+          actions: [assign({ budget_request: ({ event }) => event.request }), { type: 'notify', params: { kind: 'resumed_budget_grant' } }],
+        },
+        BUDGET_DENIED: {
+          target: 'failed',
+          actions: [
+            assign({
+              budget_request: ({ event }) => event.request,
+              termination_reason: 'budget_exhausted',
+              error: ({ event }) => ({ type: 'BudgetDenied', message: `budget request denied${event.request.approver ? ` by ${event.request.approver}` : ''}${event.request.note ? `: ${event.request.note}` : ''}` }),
+            }),
+            { type: 'notify', params: { kind: 'resumed_budget_denied' } },
+          ],
+        },
+      },
+    },
+    calling: {
+      invoke: {
+        src: 'callModel',
+        input: ({ context }) => ({ ctx: context }),
+        onDone: [
+          {
+            guard: 'hasToolCalls',
+            target: 'governing',
+            actions: assign(({ context, event }) => ({
+              model_calls: context.model_calls + 1,
+              usage: addUsage(context.usage, event.output),
+              pending: event.output.result.tool_calls,
+              messages: [...context.messages, { role: 'assistant' as const, content: event.output.result.text, tool_calls: event.output.result.tool_calls }],
+            })),
+          },
+          {
+            target: 'completed',
+            actions: assign(({ context, event }) => ({
+              model_calls: context.model_calls + 1,
+              usage: addUsage(context.usage, event.output),
+              response: event.output.result.text,
+              termination_reason: 'stop' as const,
+              messages: [...context.messages, { role: 'assistant' as const, content: event.output.result.text }],
+            })),
+          },
+        ],
+        onError: {
+          target: 'failed',
+          actions: assign(({ context, event }) => ({
+            model_calls: context.model_calls + 1,
+            termination_reason: 'provider_error' as const,
+            error: { type: 'ModelError', message: errorMessage(event.error) },
+          })),
+        },
+      },
+    },
+    governing: {
+      invoke: {
+        src: 'governTools',
+        input: ({ context }) => ({ ctx: context }),
+        onDone: [
+          {
+            guard: 'needsApproval',
+            target: 'awaitingApproval',
+            actions: assign({ decisions: ({ event }) => event.output.decisions, approvals: ({ event }) => event.output.approvals }),
+          },
+          {
+            target: 'budgeting',
+            actions: assign({ decisions: ({ event }) => event.output.decisions, approvals: ({ event }) => event.output.approvals, budget_phase: 'tools' }),
+          },
+        ],
+        onError: { target: 'failed', actions: 'recordInternalError' },
+      },
+    },
+    awaitingApproval: {
+      on: {
+        APPROVALS_DECIDED: {
+          target: 'budgeting',
+          actions: [assign({ approvals: ({ event }) => event.approvals, budget_phase: 'tools' }), { type: 'notify', params: { kind: 'resumed_approval' } }],
+        },
+      },
+    },
+    executing: {
+      invoke: {
+        src: 'executeTools',
+        input: ({ context }) => ({ ctx: context }),
+        onDone: {
+          target: 'stepping',
+          actions: assign(({ context, event }) => ({
+            messages: [
+              ...context.messages,
+              ...event.output.map((o) => ({ role: 'tool' as const, tool_call_id: o.tool_call_id, tool_name: o.tool_name, content: o.content })),
+            ],
+            pending: [],
+            decisions: [],
+            approvals: context.approvals.map((a) => (a.status === 'approved' ? { ...a, status: 'used' as const } : a)),
+          })),
+        },
+        onError: { target: 'failed', actions: 'recordInternalError' },
+      },
+    },
+    completed: { type: 'final', entry: { type: 'notify', params: { kind: 'final' } } },
+    failed: { type: 'final', entry: { type: 'notify', params: { kind: 'final' } } },
+    blocked: { type: 'final', entry: { type: 'notify', params: { kind: 'final' } } },
+    cancelled: {
+      type: 'final',
+      entry: [assign({ termination_reason: 'cancelled', error: { type: 'Cancelled', message: 'the run was cancelled' } }), { type: 'notify', params: { kind: 'final' } }],
+    },
+    timedOut: {
+      type: 'final',
+      entry: [assign({ termination_reason: 'timeout', error: { type: 'Timeout', message: 'the run exceeded its time limit' } }), { type: 'notify', params: { kind: 'final' } }],
+    },
+  },
+});
+
+function addUsage(u: Usage, out: ModelStepResult): Usage {
+  const r = out.result.usage;
+  return {
+    requests: u.requests + 1,
+    request_tokens: u.request_tokens + r.input_tokens,
+    response_tokens: u.response_tokens + r.output_tokens,
+    total_tokens: u.total_tokens + r.total_tokens,
+    estimated_cost_usd: u.estimated_cost_usd + out.cost_usd,
+  };
+}
+
+function errorMessage(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+/** Rest states: where an actor waits for a person and can be stopped after saving. */
+export const RUN_WAITING_STATES = ['awaitingApproval', 'awaitingBudget'] as const;
+export const RUN_FINAL_STATES = ['completed', 'failed', 'blocked', 'cancelled', 'timedOut'] as const;
+
+export type RunStateValue =
+  | 'checking' | 'stepping' | 'budgeting' | 'afterBudget' | 'awaitingBudget' | 'calling' | 'governing'
+  | 'awaitingApproval' | 'executing' | (typeof RUN_FINAL_STATES)[number];
+
+/** The stored record status for a machine state (decisions.md §3.1). */
+export function recordStatusOf(state: RunStateValue): 'running' | 'awaiting_approval' | 'awaiting_budget' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout' {
+  switch (state) {
+    case 'awaitingApproval': return 'awaiting_approval';
+    case 'awaitingBudget': return 'awaiting_budget';
+    case 'completed': return 'completed';
+    case 'failed': return 'failed';
+    case 'blocked': return 'blocked';
+    case 'cancelled': return 'cancelled';
+    case 'timedOut': return 'timeout';
+    default: return 'running';
+  }
+}

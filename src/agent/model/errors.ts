@@ -1,0 +1,121 @@
+import { APICallError, LoadAPIKeyError } from 'ai';
+import { ModelCallError, type ModelErrorKind } from './types.js';
+
+// Network error codes seen on Node's fetch (undici) and in the AI SDK's own list. A reset
+// mid-stream surfaces as a TypeError('terminated') whose cause carries one of these.
+const CONNECTION_CODES = new Set([
+  'ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH',
+  'UND_ERR_SOCKET', 'UND_ERR_CLOSED', 'ConnectionRefused', 'ConnectionClosed', 'FailedToOpenSocket',
+]);
+const TIMEOUT_CODES = new Set(['ETIMEDOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
+
+/**
+ * Parses `retry-after-ms` (OpenAI) or `retry-after` (seconds or an HTTP date) into milliseconds.
+ * `now` is only used for the HTTP-date form.
+ */
+export function parseRetryAfterMs(headers: Record<string, string> | undefined, now: number = Date.now()): number | undefined {
+  if (!headers) return undefined;
+  const get = (name: string): string | undefined => {
+    for (const [k, v] of Object.entries(headers)) if (k.toLowerCase() === name) return v;
+    return undefined;
+  };
+  const ms = get('retry-after-ms');
+  if (ms !== undefined && ms.trim() !== '' && Number.isFinite(Number(ms)) && Number(ms) >= 0) return Number(ms);
+  const ra = get('retry-after');
+  if (ra === undefined || ra.trim() === '') return undefined;
+  const secs = Number(ra);
+  if (Number.isFinite(secs)) return secs >= 0 ? Math.round(secs * 1000) : undefined;
+  const at = Date.parse(ra);
+  if (Number.isNaN(at)) return undefined;
+  return Math.max(0, at - now);
+}
+
+function kindForStatus(status: number): ModelErrorKind {
+  if (status === 429) return 'rate_limited';
+  if (status === 408) return 'timeout';
+  if (status === 401 || status === 403) return 'auth';
+  if (status >= 500) return 'server';
+  return 'bad_request';
+}
+
+function findCode(err: unknown): { code: string; kind: ModelErrorKind } | undefined {
+  const seen = new Set<unknown>();
+  let cur: unknown = err;
+  while (cur instanceof Error && !seen.has(cur)) {
+    seen.add(cur);
+    const code = (cur as { code?: unknown }).code;
+    if (typeof code === 'string') {
+      if (TIMEOUT_CODES.has(code)) return { code, kind: 'timeout' };
+      if (CONNECTION_CODES.has(code)) return { code, kind: 'connection' };
+    }
+    cur = cur.cause;
+  }
+  return undefined;
+}
+
+function isAbortLike(err: unknown): boolean {
+  return err instanceof Error && (err.name === 'AbortError' || err.name === 'ResponseAborted');
+}
+
+/** Short, credential-free text from a provider error body, for messages and telemetry. */
+function bodySnippet(body: string | undefined): string {
+  if (!body) return '';
+  return body.length > 300 ? `${body.slice(0, 300)}…` : body;
+}
+
+/**
+ * Maps whatever the AI SDK (or fetch underneath it) threw to a ModelCallError. `signal` tells a
+ * caller's abort apart from a timeout: both surface as AbortError/TimeoutError.
+ */
+export function toModelCallError(err: unknown, signal?: AbortSignal): ModelCallError {
+  if (err instanceof ModelCallError) return err;
+  if (signal?.aborted) {
+    // A caller that combines its signal with AbortSignal.timeout() gets a retryable timeout.
+    const reason: unknown = signal.reason;
+    if (reason instanceof Error && reason.name === 'TimeoutError') {
+      return new ModelCallError('timeout', 'model call timed out', { cause: err });
+    }
+    return new ModelCallError('aborted', 'model call aborted', { cause: err });
+  }
+  if (err instanceof Error && err.name === 'TimeoutError') {
+    return new ModelCallError('timeout', 'model call timed out', { cause: err });
+  }
+  if (isAbortLike(err)) return new ModelCallError('aborted', 'model call aborted', { cause: err });
+
+  if (APICallError.isInstance(err)) {
+    const status = err.statusCode;
+    // A body cut mid-stream arrives as "Failed to process successful response" with status 200
+    // and the socket error in its causes: that is a connection failure, not an HTTP answer.
+    if (status === undefined || status < 400) {
+      const found = findCode(err);
+      if (found) return new ModelCallError(found.kind, `${err.message} (${found.code})`, { cause: err });
+    }
+    if (status !== undefined && status >= 400) {
+      const kind = kindForStatus(status);
+      const retryAfterMs = parseRetryAfterMs(err.responseHeaders);
+      const snippet = bodySnippet(err.responseBody);
+      return new ModelCallError(kind, `model API returned ${status}: ${err.message}${snippet && !err.message.includes(snippet) ? ` (${snippet})` : ''}`, {
+        status,
+        ...(retryAfterMs !== undefined ? { retryAfterMs } : {}),
+        cause: err,
+      });
+    }
+    if (status === undefined && err.isRetryable) return new ModelCallError('connection', err.message, { cause: err });
+    return new ModelCallError('unknown', err.message, { cause: err, retryable: err.isRetryable, ...(status !== undefined ? { status } : {}) });
+  }
+  if (LoadAPIKeyError.isInstance(err)) {
+    return new ModelCallError('auth', err.message, { cause: err });
+  }
+  const found = findCode(err);
+  if (found) {
+    const msg = err instanceof Error ? err.message : String(err);
+    return new ModelCallError(found.kind, `${msg} (${found.code})`, { cause: err });
+  }
+  // Node's fetch reports a body cut mid-stream as TypeError('terminated') (sometimes without a
+  // code on the cause): a connection failure, not a bug on our side.
+  if (err instanceof TypeError && /terminated|fetch failed|other side closed|socket/i.test(err.message)) {
+    return new ModelCallError('connection', err.message, { cause: err });
+  }
+  const msg = err instanceof Error ? err.message : String(err);
+  return new ModelCallError('unknown', msg, { cause: err });
+}

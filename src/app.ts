@@ -1,0 +1,62 @@
+import Fastify, { type FastifyInstance } from 'fastify';
+import { fastifySwagger } from '@fastify/swagger';
+import { fastifySwaggerUi } from '@fastify/swagger-ui';
+import { fastifySSE } from '@fastify/sse';
+import { jsonSchemaTransform, jsonSchemaTransformObject } from '@fastify/type-provider-zod';
+import { newId } from './ids.js';
+import { installErrorHandling } from './http/error-handler.js';
+import { jsonSerializerCompiler, zodValidatorCompiler } from './http/validation.js';
+import { installAuth } from './http/auth.js';
+import type { AppDeps } from './http/deps.js';
+import { healthRoutes } from './http/health.js';
+import { ROUTE_MODULES } from './http/routes.js';
+
+export type { AppDeps } from './http/deps.js';
+
+/**
+ * Builds the HTTP app without listening (tests use `inject()` or listen themselves).
+ * Routes only parse (zod), delegate to a runtime service, and serialise.
+ */
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const { config } = deps;
+  const app = Fastify({
+    logger: deps.logger ?? false,
+    bodyLimit: config.server.max_body_bytes,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && /^[\w.-]{1,128}$/.test(given) ? given : newId('req');
+    },
+    // Fastify's default 'x-request-id' handling plus our own id format above.
+    requestIdHeader: false,
+    return503OnClosing: true,
+    forceCloseConnections: true,
+  });
+  app.setValidatorCompiler(zodValidatorCompiler);
+  app.setSerializerCompiler(jsonSerializerCompiler);
+  app.addHook('onSend', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+  installErrorHandling(app);
+
+  await app.register(fastifySwagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: 'agentd', description: 'Serve one configured LLM agent over HTTP, safely.', version: deps.version },
+      components: deps.authEnabled ? { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } } : undefined,
+    },
+    transform: jsonSchemaTransform,
+    transformObject: jsonSchemaTransformObject,
+  });
+  await app.register(fastifySwaggerUi, { routePrefix: '/docs', staticCSP: true });
+  await app.register(fastifySSE, { heartbeatInterval: 15_000 });
+  installAuth(app, deps);
+
+  await app.register(async (scope) => {
+    healthRoutes(scope, deps);
+    for (const register of ROUTE_MODULES) register(scope, deps);
+  });
+
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  await app.ready();
+  return app;
+}

@@ -1,0 +1,15 @@
+import type { Config } from '../config.js';
+import type { Store } from '../store/store.js';
+import type { Runtime } from '../runtime/runtime.js';
+
+/** What every route module receives. Routes read the store or call a runtime service; nothing else. */
+export interface AppDeps {
+  config: Config;
+  store: Store;
+  runtime: Runtime;
+  version: string;
+  logger?: boolean | Record<string, unknown>;
+  authEnabled?: boolean;
+}
+
+export type RouteModule = (app: import('fastify').FastifyInstance, deps: AppDeps) => void;

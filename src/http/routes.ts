@@ -1,0 +1,6 @@
+import type { RouteModule } from './deps.js';
+import { runRoutes } from './runs.js';
+import { serviceInfoRoutes } from './service-info.js';
+
+/** Every route module, in registration order. Adding a resource = one line here. */
+export const ROUTE_MODULES: RouteModule[] = [runRoutes, serviceInfoRoutes];

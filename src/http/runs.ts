@@ -1,0 +1,141 @@
+import type { FastifyInstance } from 'fastify';
+import { newId } from '../ids.js';
+import { publicRunView, runResponseOf } from '../runtime/run-record.js';
+import { AppError, HttpDetailError } from '../errors.js';
+import {
+  ApprovalDecisionRequest, ApprovalView, BudgetDecisionRequest, BudgetDecisionResponse, OutcomeRequest, OutcomeResponse,
+  RunApprovalParams, RunBudgetResponse, RunCancelResponse, RunIdParams, RunRequest, RunResponse, RunView, RunsListQuery,
+  RunsListResponse, SessionClearedResponse, SessionHistoryResponse, SessionIdParams, ErrorResponse, HTTPValidationError,
+} from '../schemas/index.js';
+import type { AppDeps } from './deps.js';
+import { SseChannel } from './sse.js';
+
+const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
+
+export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
+  const { runtime } = deps;
+  const runs = runtime.runs;
+
+  app.post('/run', {
+    sse: { kind: 'manual', heartbeat: false },
+    schema: { tags: ['runs'], summary: 'Start a run; the answer is an SSE stream (session, telemetry events, delta, complete | error)', body: RunRequest, response: { 422: HTTPValidationError, 503: ErrorResponse } },
+  }, async (request, reply) => {
+    const body = request.body as { query: string; session_id?: string | null };
+    const run_id = newId('run');
+    let channel: SseChannel | null = null;
+    const early: Array<Parameters<SseChannel['push']>[0]> = [];
+    const push = (f: Parameters<SseChannel["push"]>[0]): void => {
+      if (channel) channel.push(f);
+      else early.push(f);
+    };
+    // Subscribe before the run exists, so its first event is not missed.
+    const unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => push({ event: ev.event_type, id: ev.cursor, data: ev }), {
+      onOverflow: () => push({ event: 'error', data: { error: 'StreamOverflow', message: 'the client fell too far behind', run_id } }),
+    });
+    let started;
+    try {
+      started = await runs.start(body.query, body.session_id ?? null, {
+        run_id,
+        onDelta: (text, sequence) => push({ event: 'delta', data: { run_id, text, sequence } }),
+      });
+    } catch (err) {
+      unsubscribe();
+      throw err; // nothing was streamed yet: a plain JSON error (503, ...)
+    }
+    channel = new SseChannel(reply);
+    channel.push({ event: 'session', data: { session_id: started.session_id, run_id, status: 'started' } });
+    for (const f of early) channel.push(f);
+    const ch = channel;
+    ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(() => undefined));
+    void started.settled.then(
+      (record) => {
+        unsubscribe();
+        ch.push({ event: 'complete', data: runResponseOf(record) });
+        ch.close();
+      },
+      (err: unknown) => {
+        unsubscribe();
+        ch.push({ event: 'error', data: { error: 'InternalServerError', message: String((err as Error)?.message ?? err), run_id, session_id: started.session_id } });
+        ch.close();
+      },
+    );
+    await ch.run();
+  });
+
+  app.post('/run/sync', {
+    schema: { tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', body: RunRequest, response: { 200: RunResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
+  }, async (request) => {
+    const body = request.body as { query: string; session_id?: string | null };
+    const started = await runs.start(body.query, body.session_id ?? null);
+    const record = await started.settled;
+    return runResponseOf(record);
+  });
+
+  app.get('/runs', {
+    schema: { tags: ['runs'], summary: 'List runs, oldest first', querystring: RunsListQuery, response: { 200: RunsListResponse, 422: HTTPValidationError } },
+  }, async (request) => {
+    const q = request.query as { status?: string; session_id?: string; limit: number; cursor?: string };
+    const page = await runs.list({ status: q.status as never, session_id: q.session_id, limit: q.limit, cursor: q.cursor });
+    return { runs: page.runs.map(publicRunView), total: page.total, next_cursor: page.next_cursor };
+  });
+
+  app.get('/runs/:run_id', {
+    schema: { tags: ['runs'], summary: 'One run', params: RunIdParams, response: { 200: RunView, ...errors } },
+  }, async (request) => publicRunView(await runs.get((request.params as { run_id: string }).run_id)));
+
+  app.post('/runs/:run_id/cancel', {
+    schema: { tags: ['runs'], summary: 'Cancel a run', params: RunIdParams, response: { 200: RunCancelResponse, ...errors } },
+  }, async (request) => runs.cancel((request.params as { run_id: string }).run_id));
+
+  app.post('/runs/:run_id/resume', {
+    schema: { tags: ['runs'], summary: 'Continue a decided, interrupted or orphaned run and answer with its result', params: RunIdParams, response: { 200: RunResponse, ...errors } },
+  }, async (request) => {
+    const { run_id } = request.params as { run_id: string };
+    const rec = await runs.get(run_id);
+    const cause = rec.status === 'interrupted' ? 'interrupted' : rec.status === 'running' ? 'recovered_after_lapsed_lease' : ((rec.decision ?? 'approval') as 'approval');
+    const started = await runs.resume(run_id, { cause, trigger: 'explicit' });
+    return runResponseOf(await started.settled);
+  });
+
+  app.post('/runs/:run_id/approvals/:approval_id', {
+    schema: { tags: ['decisions'], summary: 'Approve or deny a pending tool call', params: RunApprovalParams, body: ApprovalDecisionRequest, response: { 200: ApprovalView, 403: ErrorResponse, ...errors } },
+  }, async (request) => {
+    const { run_id, approval_id } = request.params as { run_id: string; approval_id: string };
+    const body = request.body as { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null };
+    checkApprover(deps, request.apiKeyName, body.approver);
+    return runs.decideApproval(run_id, approval_id, body);
+  });
+
+  app.get('/runs/:run_id/budget', {
+    schema: { tags: ['decisions'], summary: 'Every budget covering the run', params: RunIdParams, response: { 200: RunBudgetResponse, ...errors } },
+  }, async (request) => runs.budgetView((request.params as { run_id: string }).run_id));
+
+  app.post('/runs/:run_id/budget', {
+    schema: { tags: ['decisions'], summary: 'Grant or deny the budget a run waits for', params: RunIdParams, body: BudgetDecisionRequest, response: { 200: BudgetDecisionResponse, 403: ErrorResponse, ...errors } },
+  }, async (request) => {
+    const body = request.body as { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null };
+    checkApprover(deps, request.apiKeyName, body.approver);
+    return runs.decideBudget((request.params as { run_id: string }).run_id, body);
+  });
+
+  app.post('/runs/:run_id/outcome', {
+    schema: { tags: ['runs'], summary: 'Report what a run turned out to be worth', params: RunIdParams, body: OutcomeRequest, response: { 200: OutcomeResponse, ...errors } },
+  }, async (request) => runs.recordOutcome((request.params as { run_id: string }).run_id, request.body as { source: string }));
+
+  app.get('/sessions/:session_id/history', {
+    schema: { tags: ['sessions'], summary: 'The conversation of a session', params: SessionIdParams, response: { 200: SessionHistoryResponse, ...errors } },
+  }, async (request) => runs.history((request.params as { session_id: string }).session_id));
+
+  app.delete('/sessions/:session_id', {
+    schema: { tags: ['sessions'], summary: 'Forget a session', params: SessionIdParams, response: { 200: SessionClearedResponse, ...errors } },
+  }, async (request) => runs.clearSession((request.params as { session_id: string }).session_id));
+}
+
+/** With `auth.bind_approver`, the approver named in a decision must be the key's name. */
+function checkApprover(deps: AppDeps, keyName: string | undefined, approver: string): void {
+  if (deps.config.auth.bind_approver && keyName && keyName !== approver) {
+    throw new AppError('Forbidden', `approver '${approver}' does not match the API key '${keyName}'`);
+  }
+}
+
+export { HttpDetailError };

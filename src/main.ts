@@ -1,0 +1,59 @@
+// Composition root: config -> store -> runtime -> app -> listen. SIGTERM drains.
+import { mkdirSync } from 'node:fs';
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from './app.js';
+import type { Config } from './config.js';
+import { openStore } from './store/open.js';
+import type { Store } from './store/store.js';
+import { Runtime, type RuntimeOptions } from './runtime/runtime.js';
+import { readVersion } from './version.js';
+
+export interface Server {
+  app: FastifyInstance;
+  runtime: Runtime;
+  store: Store;
+  url: string;
+  close(graceMs?: number): Promise<void>;
+}
+
+export async function startServer(config: Config, opts: RuntimeOptions & { logger?: boolean; listen?: boolean } = {}): Promise<Server> {
+  mkdirSync(config.data_dir, { recursive: true });
+  const store = await openStore(config.store.kind === 'postgres' ? { kind: 'postgres' as never, path: config.store.url } : { kind: 'level', path: config.store.path });
+  const runtime = await Runtime.create(config, store, opts);
+  const app = await buildApp({ config, store, runtime, version: readVersion(), logger: opts.logger ?? false, authEnabled: config.auth.api_keys.length > 0 });
+  let url = '';
+  if (opts.listen !== false) {
+    url = await app.listen({ host: config.server.host, port: config.server.port });
+  }
+  await runtime.start();
+  let closed = false;
+  return {
+    app, runtime, store, url,
+    async close(graceMs = 30_000) {
+      if (closed) return;
+      closed = true;
+      await app.close();
+      await runtime.close(graceMs);
+      await store.close();
+    },
+  };
+}
+
+/** Installs SIGTERM/SIGINT handling: stop accepting, save live runs as interrupted, exit 0. */
+export function handleSignals(server: Server, log: (msg: string) => void = (m) => process.stderr.write(`${m}\n`)): void {
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log(`agentd: ${signal} received, draining live runs`);
+    server.close().then(
+      () => process.exit(0),
+      (err) => {
+        log(`agentd: shutdown failed: ${String(err)}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+}

@@ -1,0 +1,55 @@
+import type { AnyStateMachine } from 'xstate';
+import { toDirectedGraph } from 'xstate/graph';
+import { RUN_MACHINE_VERSION, runMachine } from '../../machines/run.machine.js';
+import { SESSION_MACHINE_VERSION, sessionMachine } from '../../machines/session.machine.js';
+import { SUPERVISOR_MACHINE_VERSION, supervisorMachine } from '../../machines/supervisor.machine.js';
+
+export interface MachineInfo {
+  id: string;
+  version: number;
+  states: string[];
+  transitions: Array<{ source: string; target: string; event: string }>;
+  mermaid: string;
+}
+
+/** Every machine of the actor system; the background machines register here too. */
+const MACHINES: Array<{ machine: AnyStateMachine; version: number }> = [
+  { machine: runMachine as unknown as AnyStateMachine, version: RUN_MACHINE_VERSION },
+  { machine: sessionMachine as unknown as AnyStateMachine, version: SESSION_MACHINE_VERSION },
+  { machine: supervisorMachine as unknown as AnyStateMachine, version: SUPERVISOR_MACHINE_VERSION },
+];
+
+export function registerMachine(machine: AnyStateMachine, version: number): void {
+  if (!MACHINES.some((m) => m.machine.id === machine.id)) MACHINES.push({ machine, version });
+}
+
+/** States and transitions from xstate/graph, drawn as a Mermaid state diagram for offline viewing. */
+export function describeMachine(machine: AnyStateMachine, version: number): MachineInfo {
+  const root = toDirectedGraph(machine);
+  const states: string[] = [];
+  const transitions: MachineInfo['transitions'] = [];
+  const short = (id: string) => id.split('.').slice(1).join('.') || id;
+  const walk = (node: ReturnType<typeof toDirectedGraph>) => {
+    if (node.id !== root.id) states.push(short(node.id));
+    for (const e of node.edges) {
+      const event = e.label.text === '' ? '(always)' : e.label.text;
+      transitions.push({ source: short(e.source.id), target: short(e.target.id), event });
+    }
+    for (const c of node.children) walk(c);
+  };
+  walk(root);
+  const initial = (machine.root.config as { initial?: string }).initial;
+  const safe = (s: string) => s.replace(/[^A-Za-z0-9_]/g, '_');
+  const lines = ['stateDiagram-v2'];
+  if (initial) lines.push(`  [*] --> ${safe(initial)}`);
+  for (const t of transitions) lines.push(`  ${safe(t.source)} --> ${safe(t.target)}: ${t.event.replace(/[:;]/g, ' ')}`);
+  for (const s of states) {
+    const node = machine.root.states[s];
+    if (node && (node.config as { type?: string }).type === 'final') lines.push(`  ${safe(s)} --> [*]`);
+  }
+  return { id: machine.id, version, states, transitions, mermaid: lines.join('\n') };
+}
+
+export function describeMachines(): MachineInfo[] {
+  return MACHINES.map(({ machine, version }) => describeMachine(machine, version));
+}

@@ -1,0 +1,158 @@
+// The stored run record (kind 'runs') and the views built from it. The conversation lives in the
+// actor snapshot (kind 'snapshots'), never here, so listing runs never loads conversations.
+import type { ApprovalState, BudgetRequest, TerminationReason, Usage } from '../../machines/run.machine.js';
+
+export type RunRecordStatus =
+  | 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted'
+  | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
+
+export const RUN_RECORD_STATUSES: RunRecordStatus[] = [
+  'running', 'awaiting_approval', 'awaiting_budget', 'interrupted', 'completed', 'blocked', 'failed', 'cancelled', 'timeout',
+];
+
+export const TERMINAL_RUN_STATUSES: ReadonlySet<RunRecordStatus> = new Set(['completed', 'blocked', 'failed', 'cancelled', 'timeout']);
+export const WAITING_RUN_STATUSES: ReadonlySet<RunRecordStatus> = new Set(['awaiting_approval', 'awaiting_budget']);
+
+export type ToolCallOutcome = 'success' | 'error' | 'denied' | 'rejected' | 'timeout' | 'cancelled' | 'unknown';
+
+export interface ToolCallRecord {
+  tool_call_id: string;
+  tool_name: string;
+  source: 'local' | 'mcp' | 'builtin' | 'subagent' | 'unknown';
+  idempotent: boolean;
+  step: number;
+  state: 'started' | 'completed';
+  outcome: ToolCallOutcome | null;
+  started_at: string;
+  ended_at: string | null;
+  /** What the model was told; kept so a replayed batch returns it instead of running the tool again. */
+  result_content?: string | null;
+}
+
+export interface OutcomeRecord {
+  outcome_id: string;
+  source: string;
+  label: string | null;
+  reward: number | null;
+  detail: Record<string, unknown> | null;
+  recorded_at: string;
+}
+
+export interface SideEffect {
+  tool_call_id: string;
+  tool_name: string;
+  outcome: ToolCallOutcome;
+}
+
+export interface RunRecord {
+  run_id: string;
+  session_id: string;
+  agent_name: string;
+  agent_id: string;
+  kind: 'sync' | 'background';
+  task_id: string | null;
+  query: string;
+  status: RunRecordStatus;
+  step: number;
+  /** Incremented each time an owner (re)starts the actor: fencing generation and idempotency key part. */
+  attempt: number;
+  trace_id: string;
+  trace_ids: string[];
+  tool_calls: ToolCallRecord[];
+  usage: Usage;
+  approvals: ApprovalState[];
+  budget_requests: BudgetRequest[];
+  budget_request: BudgetRequest | null;
+  outcomes: OutcomeRecord[];
+  error: { type: string; message: string } | null;
+  response: string | null;
+  termination_reason: TerminationReason | null;
+  guardrail_result: Record<string, unknown> | null;
+  machine_state: string;
+  created_at: string;
+  updated_at: string;
+  heartbeat_at: string | null;
+  lease_seconds: number;
+  lease_expires_at: string | null;
+  owner: string | null;
+  recoveries: number;
+  /** When a person's decision made the run resumable; the sweep resumes it if nobody did. */
+  decided_at: string | null;
+  decision: string | null;
+  ended_at: string | null;
+}
+
+export function runIndexes(r: RunRecord): Record<string, string | null> {
+  return { status: r.status, session_id: r.session_id, task_id: r.task_id };
+}
+
+/** Non-idempotent calls that ran (or may have): a retry from scratch would repeat them. */
+export function sideEffectsOf(r: Pick<RunRecord, 'tool_calls'>): SideEffect[] {
+  return r.tool_calls
+    .filter((c) => !c.idempotent && (c.outcome === 'success' || c.outcome === 'unknown' || (c.state === 'started' && c.outcome === null)))
+    .map((c) => ({ tool_call_id: c.tool_call_id, tool_name: c.tool_name, outcome: c.outcome ?? 'unknown' }));
+}
+
+/** decisions.md §3.3 public run view. */
+export function publicRunView(r: RunRecord) {
+  return {
+    run_id: r.run_id,
+    session_id: r.session_id,
+    agent_name: r.agent_name,
+    status: r.status,
+    step: r.step,
+    attempt: r.attempt,
+    task_id: r.task_id,
+    trace_id: r.trace_id,
+    trace_ids: r.trace_ids,
+    tool_calls: r.tool_calls.map(({ result_content: _omit, ...c }) => c),
+    usage: r.usage,
+    approvals: r.approvals,
+    budget_requests: r.budget_requests,
+    outcomes: r.outcomes,
+    error: r.error,
+    response: r.response,
+    termination_reason: r.termination_reason,
+    created_at: r.created_at,
+    updated_at: r.updated_at,
+    heartbeat_at: r.heartbeat_at,
+    lease_seconds: r.lease_seconds,
+  };
+}
+
+/** RunResponse status for a record status (decisions.md §3.1). */
+export function responseStatusOf(status: RunRecordStatus): 'success' | 'error' | 'cancelled' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'timeout' {
+  switch (status) {
+    case 'completed': return 'success';
+    case 'awaiting_approval': return 'awaiting_approval';
+    case 'awaiting_budget': return 'awaiting_budget';
+    case 'cancelled': return 'cancelled';
+    case 'timeout': return 'timeout';
+    case 'interrupted':
+    case 'running': return 'interrupted';
+    default: return 'error';
+  }
+}
+
+/** The RunResponse / `complete` frame: every key of the run result. */
+export function runResponseOf(r: RunRecord) {
+  const status = responseStatusOf(r.status);
+  const waiting = WAITING_RUN_STATUSES.has(r.status);
+  return {
+    agent_name: r.agent_name,
+    approvals: r.status === 'awaiting_approval' ? r.approvals.filter((a) => a.status === 'pending') : r.approvals.length ? r.approvals : null,
+    budget_request: r.budget_request,
+    guardrail_result: r.guardrail_result,
+    metric: { usage: r.usage, steps: r.step, tool_calls: r.tool_calls.length },
+    response: waiting ? null : r.response,
+    run_id: r.run_id,
+    session_id: r.session_id,
+    status,
+    trace_id: r.trace_id,
+    termination_reason: r.termination_reason,
+    side_effects: status === 'success' ? null : sideEffectsOf(r),
+    error: r.error,
+  };
+}
+
+export type RunResponse = ReturnType<typeof runResponseOf>;

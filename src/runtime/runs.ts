@@ -1,0 +1,1075 @@
+// Hosts run actors: creates and restores them under the root system, binds the run machine's
+// effects, persists record + snapshot after every transition through one serial writer per run,
+// keeps the lease alive, and turns HTTP decisions into events. Routes call only this class.
+import { fromPromise, type AnyActorRef, type Snapshot } from 'xstate';
+import {
+  RUN_MACHINE_VERSION,
+  recordStatusOf,
+  runMachine,
+  type ApprovalState,
+  type BudgetRequest,
+  type ModelStepResult,
+  type PolicyDecision,
+  type ReserveResult,
+  type RunContext,
+  type RunStateValue,
+  type ToolOutcome,
+} from '../../machines/run.machine.js';
+import { decide as decidePolicy, type GovernanceConfig } from '../../machines/policies/governance.js';
+import type { BudgetsConfig, MeterAmounts } from '../../machines/policies/budget.js';
+import type { Clock } from '../clock.js';
+import { AppError, conflict, notFound } from '../errors.js';
+import { newId } from '../ids.js';
+import type { ChatMessage, ModelProvider, ToolCallRequest, ToolDeclaration } from '../agent/model/types.js';
+import { withRetries } from '../agent/model/retry.js';
+import { ModelCallError } from '../agent/model/types.js';
+import type { BudgetLedger } from '../agent/budget-ledger.js';
+import { modelCallReservation, modelCallUsage, type Pricing } from '../agent/pricing.js';
+import { checkInput, type CompiledGuardrails } from '../agent/guardrails.js';
+import { formatObservation } from '../agent/tools/observation.js';
+import type { RegisteredTool, ToolContext } from '../agent/tools/types.js';
+import { isStoreError, type Store, type Versioned } from '../store/store.js';
+import type { EventRecordInput } from '../telemetry/record.js';
+import type { TelemetryEmitter } from './emitter.js';
+import type { Metrics } from './metrics.js';
+import { FencedError, RecordWriter } from './persistence.js';
+import {
+  TERMINAL_RUN_STATUSES,
+  WAITING_RUN_STATUSES,
+  runIndexes,
+  sideEffectsOf,
+  type OutcomeRecord,
+  type RunRecord,
+  type RunRecordStatus,
+  type ToolCallRecord,
+} from './run-record.js';
+import { SessionGate } from './session-gate.js';
+import { Slots } from './slots.js';
+import type { ActorSystem } from './system.js';
+
+export interface RunSettings {
+  agent_name: string;
+  agent_id: string;
+  system_instruction: string | null;
+  max_steps: number;
+  max_output_tokens: number;
+  governance: GovernanceConfig;
+  approval_expires_seconds: number;
+  budgets: BudgetsConfig;
+  pricing: Pricing;
+  lease_seconds: number;
+  max_concurrent_runs: number;
+  admission_wait_ms: number;
+  request_timeout_seconds: number;
+  tool_timeout_ms: number;
+  sweep: { enabled: boolean; interval_seconds: number; max_concurrent: number; max_recoveries: number; decided_grace_seconds: number };
+}
+
+export interface ToolSource {
+  list(): RegisteredTool[];
+  get(name: string): RegisteredTool | undefined;
+  validate(name: string, args: unknown): { ok: true; args: Record<string, unknown> } | { ok: false; message: string };
+}
+
+export interface RunServiceDeps {
+  store: Store;
+  system: ActorSystem;
+  clock: Clock;
+  telemetry: TelemetryEmitter;
+  metrics: Metrics;
+  model: ModelProvider;
+  tools: ToolSource;
+  ledger: BudgetLedger;
+  guardrails: CompiledGuardrails;
+  settings: RunSettings;
+  workerId: string;
+  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+}
+
+export interface StartOptions {
+  /** Live text deltas (never stored). */
+  onDelta?: (text: string, sequence: number) => void;
+  kind?: 'sync' | 'background';
+  task_id?: string | null;
+  agent_id?: string;
+  workspace_path?: string | null;
+  /** Overrides request_timeout_seconds (background runs use the task's timeout_seconds). */
+  timeout_seconds?: number | null;
+  /** A caller-chosen run id (background runs use their BackgroundRun id). */
+  run_id?: string;
+  /** Skip admission control (background workers have their own concurrency). */
+  admitted?: boolean;
+}
+
+export interface StartedRun {
+  run_id: string;
+  session_id: string;
+  trace_id: string;
+  /** Resolves when the run ends or waits for a person. Never rejects. */
+  settled: Promise<RunRecord>;
+}
+
+interface SnapshotValue {
+  machine: 'run';
+  machine_version: number;
+  snapshot: Snapshot<unknown>;
+  workspace_path: string | null;
+}
+
+interface SessionValue {
+  session_id: string;
+  messages: ChatMessage[];
+  run_ids: string[];
+  created_at: string;
+  updated_at: string;
+}
+
+interface LiveRun {
+  run_id: string;
+  session_id: string;
+  writer: RecordWriter<RunRecord>;
+  ref: AnyActorRef | null;
+  abort: AbortController;
+  rootSpan: string;
+  stepSpan: string | null;
+  emitChain: Promise<unknown>;
+  deltaSeq: number;
+  onDelta?: (text: string, sequence: number) => void;
+  settled: Promise<RunRecord>;
+  resolve: (r: RunRecord) => void;
+  releaseSlot: () => void;
+  heartbeat: NodeJS.Timeout | null;
+  timeout: NodeJS.Timeout | null;
+  startedAtMs: number;
+  workspace_path: string | null;
+  ending: boolean;
+  kind: 'sync' | 'background';
+  task_id: string | null;
+  agent_id: string;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+export class RunService {
+  private readonly live = new Map<string, LiveRun>();
+  private readonly slots: Slots;
+  private readonly sessions: SessionGate;
+  private readonly logic;
+  private readonly model: ModelProvider;
+  private sweepTimer: NodeJS.Timeout | null = null;
+  private closing = false;
+
+  constructor(private readonly deps: RunServiceDeps) {
+    this.slots = new Slots(deps.settings.max_concurrent_runs, deps.settings.admission_wait_ms);
+    this.sessions = new SessionGate(deps.system);
+    this.model = deps.model;
+    this.logic = runMachine.provide({
+      actors: {
+        checkInput: fromPromise(async ({ input }) => this.checkInputEffect(input.query, input.run_id)),
+        reserveBudget: fromPromise(async ({ input }) => this.reserveEffect(input.ctx, input.phase)),
+        callModel: fromPromise(async ({ input, signal }) => this.callModelEffect(input.ctx, signal)),
+        governTools: fromPromise(async ({ input }) => this.governEffect(input.ctx)),
+        executeTools: fromPromise(async ({ input, signal }) => this.executeToolsEffect(input.ctx, signal)),
+      },
+      actions: {
+        notify: ({ context }, params) => {
+          if (params.kind === 'step') this.onStep(context);
+        },
+      },
+    });
+  }
+
+  get liveCount(): number {
+    return this.live.size;
+  }
+
+  // ---------------------------------------------------------------- starting a run
+
+  async start(query: string, sessionId: string | null | undefined, opts: StartOptions = {}): Promise<StartedRun> {
+    if (this.closing) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
+    const releaseSlot = opts.admitted ? () => {} : await this.slots.acquire();
+    try {
+      const { clock, settings } = this.deps;
+      const session_id = sessionId ?? newId('session');
+      const run_id = opts.run_id ?? newId('run');
+      const trace_id = newId('trace');
+      const now = iso(clock.now());
+      const record: RunRecord = {
+        run_id, session_id, agent_name: settings.agent_name, agent_id: opts.agent_id ?? settings.agent_id,
+        kind: opts.kind ?? 'sync', task_id: opts.task_id ?? null, query,
+        status: 'running', step: 0, attempt: 1, trace_id, trace_ids: [trace_id], tool_calls: [],
+        usage: { requests: 0, request_tokens: 0, response_tokens: 0, total_tokens: 0, estimated_cost_usd: 0 },
+        approvals: [], budget_requests: [], budget_request: null, outcomes: [], error: null, response: null,
+        termination_reason: null, guardrail_result: null, machine_state: 'checking', created_at: now, updated_at: now,
+        heartbeat_at: now, lease_seconds: settings.lease_seconds, lease_expires_at: iso(clock.now() + settings.lease_seconds * 1000),
+        owner: this.deps.workerId, recoveries: 0, decided_at: null, decision: null, ended_at: null,
+      };
+      const created = await this.deps.store.createRecord<RunRecord>('runs', run_id, record, runIndexes(record));
+      this.deps.metrics.runStarted();
+      this.deps.metrics.liveRuns.inc();
+      const live = this.makeLive(created, releaseSlot, opts);
+      await this.deps.store.commit([
+        { op: 'create', kind: 'traces', id: trace_id, value: this.traceValue(record, null, 'running'), indexes: { run_id, session_id, task_id: record.task_id } },
+      ]);
+      await this.emit(live, {
+        event_type: 'user_message', actor: { type: 'user', id: session_id }, input: { query }, span_id: live.rootSpan,
+      });
+      // Queue behind earlier runs of this session, then load the conversation they left.
+      await this.sessions.acquire(session_id, run_id);
+      const history = await this.deps.store.getRecord<SessionValue>('sessions', session_id);
+      const messages: ChatMessage[] = [
+        ...(settings.system_instruction ? [{ role: 'system' as const, content: settings.system_instruction }] : []),
+        ...(history?.value.messages ?? []),
+        { role: 'user', content: query },
+      ];
+      this.spawnActor(live, { input: { run_id, session_id, agent_name: settings.agent_name, max_steps: settings.max_steps, messages, query } });
+      return { run_id, session_id, trace_id, settled: live.settled };
+    } catch (err) {
+      releaseSlot();
+      throw err;
+    }
+  }
+
+  private makeLive(rec: Versioned<RunRecord>, releaseSlot: () => void, opts: StartOptions): LiveRun {
+    let resolve!: (r: RunRecord) => void;
+    const settled = new Promise<RunRecord>((r) => (resolve = r));
+    const live: LiveRun = {
+      run_id: rec.value.run_id,
+      session_id: rec.value.session_id,
+      writer: new RecordWriter<RunRecord>(this.deps.store, 'runs', rec.id, rec, runIndexes, (err) => this.onFenced(live, err)),
+      ref: null,
+      abort: new AbortController(),
+      rootSpan: newId('span'),
+      stepSpan: null,
+      emitChain: Promise.resolve(),
+      deltaSeq: 0,
+      onDelta: opts.onDelta,
+      settled,
+      resolve,
+      releaseSlot,
+      heartbeat: null,
+      timeout: null,
+      startedAtMs: this.deps.clock.now(),
+      workspace_path: opts.workspace_path ?? null,
+      ending: false,
+      kind: rec.value.kind,
+      task_id: rec.value.task_id,
+      agent_id: rec.value.agent_id,
+    };
+    this.live.set(live.run_id, live);
+    const leaseMs = this.deps.settings.lease_seconds * 1000;
+    live.heartbeat = setInterval(() => this.beat(live), Math.max(50, Math.floor(leaseMs / 3)));
+    live.heartbeat.unref();
+    const timeoutSeconds = opts.timeout_seconds ?? (live.kind === 'sync' ? this.deps.settings.request_timeout_seconds : null);
+    if (timeoutSeconds && timeoutSeconds > 0) {
+      live.timeout = setTimeout(() => live.ref?.send({ type: 'TIMEOUT' }), timeoutSeconds * 1000);
+      live.timeout.unref();
+    }
+    return live;
+  }
+
+  private spawnActor(live: LiveRun, opts: { input?: unknown; snapshot?: Snapshot<unknown> }): void {
+    const ref = this.deps.system.spawn(`run:${live.run_id}`, this.logic, opts);
+    live.ref = ref;
+    ref.subscribe({
+      next: (snap) => this.onSnapshot(live, snap as unknown as { value: RunStateValue; context: RunContext; status: string }),
+      error: (err) => void this.failLive(live, err),
+    });
+    // The subscription only sees later transitions: persist the state we start in too.
+    this.onSnapshot(live, ref.getSnapshot() as { value: RunStateValue; context: RunContext; status: string });
+  }
+
+  // ---------------------------------------------------------------- persistence after each transition
+
+  private onSnapshot(live: LiveRun, snap: { value: RunStateValue; context: RunContext; status: string }): void {
+    if (live.ending || !live.ref) return;
+    const state = snap.value;
+    const ctx = snap.context;
+    const status = recordStatusOf(state);
+    const persisted = live.ref.getPersistedSnapshot();
+    const now = iso(this.deps.clock.now());
+    const terminal = TERMINAL_RUN_STATUSES.has(status);
+    const waiting = WAITING_RUN_STATUSES.has(status);
+    if (terminal || waiting) live.ending = true;
+    const write = live.writer.update(
+      (r) => ({
+        ...r,
+        status,
+        machine_state: state,
+        step: ctx.step,
+        usage: ctx.usage,
+        approvals: mergeById(r.approvals, ctx.approvals, 'approval_id'),
+        budget_request: ctx.budget_request,
+        budget_requests: ctx.budget_request ? mergeById(r.budget_requests, [ctx.budget_request], 'request_id') : r.budget_requests,
+        response: ctx.response,
+        termination_reason: ctx.termination_reason,
+        error: ctx.error,
+        guardrail_result: ctx.guardrail_result as Record<string, unknown> | null,
+        updated_at: now,
+        owner: terminal || waiting ? null : r.owner,
+        lease_expires_at: terminal || waiting ? null : r.lease_expires_at,
+        ended_at: terminal ? now : r.ended_at,
+        decided_at: waiting ? null : r.decided_at,
+      }),
+      () => [{
+        op: 'update', kind: 'snapshots', id: live.run_id, expectedVersion: null,
+        value: { machine: 'run', machine_version: RUN_MACHINE_VERSION, snapshot: persisted, workspace_path: live.workspace_path } satisfies SnapshotValue,
+      }],
+    );
+    if (terminal) void write.then((r) => this.finish(live, r.value), (err) => this.failLive(live, err));
+    else if (waiting) void write.then((r) => this.park(live, r.value), (err) => this.failLive(live, err));
+    else write.catch(() => {}); // a fenced write is handled by onFenced
+  }
+
+  /** A run waiting for a person: saved, actor stopped, slot released: it costs storage, not memory. */
+  private async park(live: LiveRun, record: RunRecord): Promise<void> {
+    await live.emitChain;
+    await this.setTraceStatus(record.trace_id, 'suspended');
+    this.retire(live);
+    live.resolve(record);
+  }
+
+  private async finish(live: LiveRun, record: RunRecord): Promise<void> {
+    await live.emitChain;
+    if (record.status === 'completed') {
+      await this.emit(live, { event_type: 'final_answer', actor: { type: 'agent', id: record.agent_name }, output: { response: record.response }, span_id: live.rootSpan, token_usage: usageOf(record) });
+      await this.appendHistory(record);
+    } else if (record.status !== 'blocked') {
+      await this.emit(live, {
+        event_type: 'runtime_error', actor: { type: 'system', id: this.deps.workerId },
+        error: record.error ?? { type: record.status, message: record.status }, span_id: live.rootSpan,
+        metadata: { termination_reason: record.termination_reason, status: record.status },
+      });
+    }
+    await this.setTraceStatus(record.trace_id, traceStatusOf(record.status));
+    await this.deps.ledger.releaseRun(record.run_id).catch(() => 0);
+    this.deps.metrics.runFinished(record.status, (this.deps.clock.now() - live.startedAtMs) / 1000);
+    this.retire(live);
+    live.resolve(record);
+  }
+
+  private retire(live: LiveRun): void {
+    if (live.heartbeat) clearInterval(live.heartbeat);
+    if (live.timeout) clearTimeout(live.timeout);
+    live.heartbeat = null;
+    live.timeout = null;
+    this.deps.system.stop(`run:${live.run_id}`);
+    this.live.delete(live.run_id);
+    this.sessions.release(live.session_id, live.run_id);
+    this.deps.metrics.liveRuns.dec();
+    live.releaseSlot();
+  }
+
+  /** Something outside the machine failed (a write, an unexpected throw): record it, never crash. */
+  private async failLive(live: LiveRun, err: unknown): Promise<void> {
+    if (err instanceof FencedError) return; // onFenced handles it
+    this.deps.log?.('error', 'run failed outside its machine', { run_id: live.run_id, err: String(err) });
+    live.ending = true;
+    const message = err instanceof Error ? err.message : String(err);
+    try {
+      const rec = await live.writer.update((r) => ({
+        ...r, status: 'failed', termination_reason: 'internal_error', error: { type: 'InternalError', message },
+        owner: null, lease_expires_at: null, ended_at: iso(this.deps.clock.now()), updated_at: iso(this.deps.clock.now()),
+      }));
+      await this.finish(live, rec.value);
+    } catch {
+      this.retire(live);
+      live.resolve({ ...live.writer.value, status: 'failed' });
+    }
+  }
+
+  /** Another owner took this run over: stop here without writing anything more. */
+  private onFenced(live: LiveRun, _err: FencedError): void {
+    this.deps.log?.('warn', 'run lease lost to another owner; stopping this copy', { run_id: live.run_id });
+    live.ending = true;
+    live.abort.abort();
+    this.retire(live);
+    live.resolve(live.writer.value);
+  }
+
+  private beat(live: LiveRun): void {
+    const now = this.deps.clock.now();
+    live.writer
+      .update((r) => ({ ...r, heartbeat_at: iso(now), lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000) }))
+      .catch(() => {});
+  }
+
+  // ---------------------------------------------------------------- effects bound into the machine
+
+  private async checkInputEffect(query: string, runId: string): Promise<RunContext['guardrail_result']> {
+    const result = checkInput(query, this.deps.guardrails);
+    if (result.allowed) return { allowed: true };
+    const live = this.live.get(runId);
+    if (live) {
+      await this.emit(live, {
+        event_type: 'guardrail_violation', actor: { type: 'guardrail', id: result.rule },
+        input: { query }, error: { type: 'GuardrailViolation', message: result.message }, span_id: live.rootSpan,
+        metadata: { rule: result.rule, matched: result.matched ?? null },
+      });
+    }
+    return { allowed: false, rule: result.rule, message: result.message, matched: result.matched };
+  }
+
+  private async reserveEffect(ctx: RunContext, phase: 'model' | 'tools'): Promise<ReserveResult> {
+    const live = this.mustLive(ctx.run_id);
+    const amounts: MeterAmounts = phase === 'model' ? this.modelWorstCase(ctx) : { tool_calls: ctx.pending.filter((c) => this.willExecute(ctx, c)).length };
+    const res = await this.deps.ledger.reserve({
+      reservation_id: `${ctx.run_id}:${phase}:${ctx.step}`,
+      run_id: ctx.run_id, session_id: ctx.session_id, agent_id: live.agent_id, amounts,
+    });
+    if (res.ok) {
+      for (const w of res.warnings) {
+        await this.emit(live, { event_type: 'budget_warning', actor: { type: 'system', id: 'budget' }, span_id: live.stepSpan ?? live.rootSpan, output: w, metadata: { key: w.key, meter: w.meter } });
+      }
+      return { ok: true };
+    }
+    const s = res.shortfall;
+    const request: BudgetRequest = {
+      request_id: newId('budgetreq'), key: s.key, scope: s.scope, meter: s.meter, limit: s.limit, used: s.used,
+      needed: s.needed, shortfall: s.shortfall, status: 'pending', asked_at: iso(this.deps.clock.now()), phase,
+    };
+    await this.emit(live, {
+      event_type: 'budget_exhausted', actor: { type: 'system', id: 'budget' }, span_id: live.stepSpan ?? live.rootSpan,
+      output: { ...request, on_exhausted: res.on_exhausted }, metadata: { key: s.key, meter: s.meter, on_exhausted: res.on_exhausted },
+    });
+    return { ok: false, on_exhausted: res.on_exhausted, request };
+  }
+
+  private modelWorstCase(ctx: RunContext): MeterAmounts {
+    const input = this.model.estimateInputTokens(ctx.messages, this.toolDeclarations());
+    return modelCallReservation(this.deps.settings.pricing, this.model.model, { input_tokens: input, max_output_tokens: this.deps.settings.max_output_tokens }).amounts;
+  }
+
+  private async callModelEffect(ctx: RunContext, signal: AbortSignal): Promise<ModelStepResult> {
+    const live = this.mustLive(ctx.run_id);
+    const span = newId('span');
+    const started = this.deps.clock.now();
+    const tools = this.toolDeclarations();
+    await this.emit(live, {
+      event_type: 'model_call', actor: { type: 'model', id: this.model.model, name: this.model.provider }, span_id: span,
+      parent_span_id: live.stepSpan, input: { messages: ctx.messages.length, tools: tools.map((t) => t.name), last: ctx.messages.at(-1) },
+      metadata: { model: this.model.model, provider: this.model.provider, step: ctx.step },
+    });
+    const combined = AbortSignal.any([signal, live.abort.signal]);
+    let result;
+    try {
+      // A retry wrapper per call, so each failed attempt's model_error lands in this run's trace.
+      const model = withRetries(this.model, {
+        onError: (err, attempt, willRetry, delayMs) => void this.emit(live, this.modelErrorEvent(live, span, err, attempt, willRetry, delayMs)),
+      });
+      result = await model.call({
+        messages: ctx.messages, tools, max_output_tokens: this.deps.settings.max_output_tokens, signal: combined,
+        onDelta: (text) => live.onDelta?.(text, ++live.deltaSeq),
+      });
+    } catch (err) {
+      // Retries already emitted one model_error per failed attempt; this is the final one.
+      if (!(err instanceof ModelCallError)) {
+        await this.emit(live, { event_type: 'model_error', actor: { type: 'model', id: this.model.model }, span_id: span, parent_span_id: live.stepSpan, error: { type: 'ModelError', message: String((err as Error)?.message ?? err) }, duration_ms: this.deps.clock.now() - started });
+      }
+      throw err;
+    }
+    const usage = modelCallUsage(this.deps.settings.pricing, this.model.model, result.usage);
+    await this.deps.ledger.settle(`${ctx.run_id}:model:${ctx.step}`, usage.amounts).catch(() => undefined);
+    this.deps.metrics.tokensUsed(result.usage.input_tokens, result.usage.output_tokens);
+    await this.emit(live, {
+      event_type: 'model_response', actor: { type: 'model', id: this.model.model, name: this.model.provider }, span_id: span,
+      parent_span_id: live.stepSpan, output: { text: result.text, tool_calls: result.tool_calls, finish_reason: result.finish_reason },
+      token_usage: result.usage, estimated_cost_usd: usage.amounts.cost_usd, duration_ms: this.deps.clock.now() - started,
+      metadata: { model: result.model, provider: this.model.provider, step: ctx.step },
+    });
+    return { result, cost_usd: usage.amounts.cost_usd };
+  }
+
+  private modelErrorEvent(live: LiveRun, span: string, err: ModelCallError, attempt: number, willRetry: boolean, delayMs: number): Omit<EventRecordInput, 'trace_id' | 'metadata'> & { metadata: Record<string, unknown> } {
+    return {
+      event_type: 'model_error', actor: { type: 'model', id: this.model.model, name: this.model.provider }, span_id: span,
+      parent_span_id: live.stepSpan, error: { type: err.kind, message: err.message },
+      metadata: { attempt, will_retry: willRetry, retry_delay_ms: willRetry ? delayMs : null, status: err.status ?? null },
+    };
+  }
+
+  private async governEffect(ctx: RunContext): Promise<{ decisions: PolicyDecision[]; approvals: ApprovalState[] }> {
+    const live = this.mustLive(ctx.run_id);
+    const { governance, approval_expires_seconds } = this.deps.settings;
+    const decisions: PolicyDecision[] = [];
+    const approvals: ApprovalState[] = [];
+    const now = this.deps.clock.now();
+    for (const call of ctx.pending) {
+      const tool = this.deps.tools.get(call.name);
+      const span = newId('span');
+      await this.emit(live, {
+        event_type: 'policy_request_created', actor: { type: 'agent', id: live.agent_id }, span_id: span, parent_span_id: live.stepSpan,
+        input: { tool_name: call.name, arguments: call.arguments }, metadata: { tool_call_id: call.id, tool_name: call.name, mcp_server: tool?.mcp_server ?? null },
+      });
+      const d = decidePolicy({ tool_name: call.name, mcp_server: tool?.mcp_server }, governance);
+      decisions.push({ tool_call_id: call.id, effect: d.effect, reason: d.reason ?? null });
+      await this.emit(live, {
+        event_type: `policy_decision_${d.effect}`, actor: { type: 'system', id: 'governance' }, span_id: span, parent_span_id: live.stepSpan,
+        output: { effect: d.effect, rule_index: d.rule_index, reason: d.reason ?? null }, metadata: { tool_call_id: call.id, tool_name: call.name },
+      });
+      if (d.effect === 'ask') {
+        approvals.push({
+          approval_id: newId('approval'), status: 'pending', tool_name: call.name, tool_call_id: call.id, arguments: call.arguments,
+          reason: d.reason ?? null, created_at: iso(now), expires_at: iso(now + approval_expires_seconds * 1000),
+          approver: null, note: null, decided_at: null, edited_arguments: null,
+        });
+      }
+    }
+    return { decisions, approvals };
+  }
+
+  /** Whether a pending call will actually run (not denied, not refused). */
+  private willExecute(ctx: RunContext, call: ToolCallRequest): boolean {
+    const d = ctx.decisions.find((x) => x.tool_call_id === call.id);
+    if (d?.effect === 'deny') return false;
+    const a = ctx.approvals.find((x) => x.tool_call_id === call.id);
+    return !(a && a.status !== 'approved');
+  }
+
+  private async executeToolsEffect(ctx: RunContext, signal: AbortSignal): Promise<ToolOutcome[]> {
+    const live = this.mustLive(ctx.run_id);
+    const batchSpan = newId('span');
+    const started = this.deps.clock.now();
+    await this.emit(live, {
+      event_type: 'tool_batch_start', actor: { type: 'agent', id: live.agent_id }, span_id: batchSpan, parent_span_id: live.stepSpan,
+      input: { tool_calls: ctx.pending.map((c) => ({ id: c.id, name: c.name })) }, metadata: { size: ctx.pending.length, step: ctx.step },
+    });
+    const combined = AbortSignal.any([signal, live.abort.signal]);
+    const outcomes = await Promise.all(ctx.pending.map((call) => this.runOneTool(live, ctx, call, batchSpan, combined)));
+    const executed = outcomes.filter((o) => o.outcome !== 'denied' && o.outcome !== 'rejected').length;
+    await this.deps.ledger.settle(`${ctx.run_id}:tools:${ctx.step}`, { tool_calls: executed }).catch(() => undefined);
+    await this.emit(live, {
+      event_type: 'observation_pipeline_end', actor: { type: 'agent', id: live.agent_id }, span_id: newId('span'), parent_span_id: batchSpan,
+      output: { observations: outcomes.map((o) => ({ tool_call_id: o.tool_call_id, outcome: o.outcome, chars: o.content.length })) },
+      duration_ms: this.deps.clock.now() - started,
+    });
+    return outcomes;
+  }
+
+  private async runOneTool(live: LiveRun, ctx: RunContext, call: ToolCallRequest, batchSpan: string, signal: AbortSignal): Promise<ToolOutcome> {
+    const base = { tool_call_id: call.id, tool_name: call.name };
+    const saved = live.writer.value.tool_calls.find((c) => c.tool_call_id === call.id);
+    // A call saved completed never runs again (decisions.md §6.3).
+    if (saved?.state === 'completed') return { ...base, content: saved.result_content ?? '', outcome: saved.outcome ?? 'unknown' };
+
+    const decision = ctx.decisions.find((d) => d.tool_call_id === call.id);
+    const approval = ctx.approvals.find((a) => a.tool_call_id === call.id);
+    const tool = this.deps.tools.get(call.name);
+    if (decision?.effect === 'deny') {
+      return this.recordSkipped(live, ctx, call, tool, 'denied', `Denied by policy${decision.reason ? `: ${decision.reason}` : ''}. The tool was not run.`);
+    }
+    if (approval && approval.status !== 'approved') {
+      const who = approval.approver ?? 'policy';
+      const content = approval.status === 'expired'
+        ? 'The approval for this call expired before anyone decided. The tool was not run.'
+        : `Denied by ${who}${approval.note ? `: ${approval.note}` : ''}. The tool was not run.`;
+      return this.recordSkipped(live, ctx, call, tool, 'denied', content);
+    }
+    if (!tool) return this.recordSkipped(live, ctx, call, tool, 'rejected', `Unknown tool '${call.name}'. Available tools: ${this.deps.tools.list().map((t) => t.name).join(', ') || 'none'}.`);
+    const args = approval?.edited_arguments ?? call.arguments;
+    const valid = this.deps.tools.validate(call.name, args);
+    if (!valid.ok) return this.recordSkipped(live, ctx, call, tool, 'rejected', `Invalid arguments for ${call.name}: ${valid.message}`);
+
+    if (saved?.state === 'started' && !tool.idempotent) {
+      // It may or may not have run before the crash. Never run a non-idempotent call twice.
+      const content = `The outcome of this ${call.name} call is unknown: the service stopped while it was running, and the tool is not idempotent, so it was not run again. Check its effect before retrying.`;
+      await this.saveToolCall(live, { ...saved, state: 'completed', outcome: 'unknown', ended_at: iso(this.deps.clock.now()), result_content: content });
+      return { ...base, content, outcome: 'unknown' };
+    }
+
+    const span = newId('span');
+    const startedMs = this.deps.clock.now();
+    await this.saveToolCall(live, {
+      tool_call_id: call.id, tool_name: call.name, source: tool.source, idempotent: tool.idempotent, step: ctx.step,
+      state: 'started', outcome: null, started_at: iso(startedMs), ended_at: null, result_content: null,
+    });
+    await this.emit(live, {
+      event_type: 'tool_call', actor: { type: tool.source === 'mcp' ? 'mcp_server' : 'tool', id: call.name, name: tool.mcp_server ?? null },
+      span_id: span, parent_span_id: batchSpan, input: { arguments: valid.args, edited: approval?.edited_arguments ? true : false },
+      metadata: { tool_call_id: call.id, tool_name: call.name, idempotent: tool.idempotent, source: tool.source },
+    });
+    const record = live.writer.value;
+    const controller = new AbortController();
+    const onAbort = () => controller.abort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    const timer = setTimeout(() => controller.abort(new Error('tool timeout')), this.deps.settings.tool_timeout_ms);
+    const context: ToolContext = {
+      run_id: ctx.run_id, session_id: ctx.session_id, attempt: record.attempt, lease_token: `${this.deps.workerId}:${record.attempt}`,
+      idempotency_key: `${ctx.run_id}:${call.id}`, workspace_path: live.workspace_path, signal: controller.signal,
+    };
+    let outcome: ToolOutcome['outcome'];
+    let content: string;
+    try {
+      const value = await raceAbort(tool.execute(valid.args, context), controller.signal);
+      const obs = formatObservation(value);
+      content = obs.content;
+      outcome = 'success';
+      await this.emit(live, {
+        event_type: 'tool_result', actor: { type: 'tool', id: call.name }, span_id: span, parent_span_id: batchSpan,
+        output: value, duration_ms: this.deps.clock.now() - startedMs, metadata: { tool_call_id: call.id, tool_name: call.name, truncated: obs.truncated },
+      });
+    } catch (err) {
+      const timedOut = controller.signal.aborted && !signal.aborted;
+      outcome = timedOut ? 'timeout' : signal.aborted ? 'cancelled' : 'error';
+      const message = timedOut ? `timed out after ${this.deps.settings.tool_timeout_ms} ms` : err instanceof Error ? err.message : String(err);
+      content = `Tool ${call.name} failed (${outcome}): ${message}`;
+      await this.emit(live, {
+        event_type: 'tool_error', actor: { type: 'tool', id: call.name }, span_id: span, parent_span_id: batchSpan,
+        error: { type: outcome, message }, duration_ms: this.deps.clock.now() - startedMs, metadata: { tool_call_id: call.id, tool_name: call.name },
+      });
+      if (signal.aborted) throw err; // the run is being cancelled or stopped: do not save a completion
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+    }
+    const current = live.writer.value.tool_calls.find((c) => c.tool_call_id === call.id)!;
+    await this.saveToolCall(live, { ...current, state: 'completed', outcome, ended_at: iso(this.deps.clock.now()), result_content: content });
+    return { ...base, content, outcome };
+  }
+
+  private async recordSkipped(live: LiveRun, ctx: RunContext, call: ToolCallRequest, tool: RegisteredTool | undefined, outcome: 'denied' | 'rejected', content: string): Promise<ToolOutcome> {
+    const now = iso(this.deps.clock.now());
+    await this.saveToolCall(live, {
+      tool_call_id: call.id, tool_name: call.name, source: tool?.source ?? 'unknown', idempotent: tool?.idempotent ?? false, step: ctx.step,
+      state: 'completed', outcome, started_at: now, ended_at: now, result_content: content,
+    });
+    await this.emit(live, {
+      event_type: 'tool_error', actor: { type: 'tool', id: call.name }, span_id: newId('span'), parent_span_id: live.stepSpan,
+      error: { type: outcome, message: content }, metadata: { tool_call_id: call.id, tool_name: call.name },
+    });
+    return { tool_call_id: call.id, tool_name: call.name, content, outcome };
+  }
+
+  private async saveToolCall(live: LiveRun, call: ToolCallRecord): Promise<void> {
+    await live.writer.update((r) => {
+      const i = r.tool_calls.findIndex((c) => c.tool_call_id === call.tool_call_id);
+      const tool_calls = i >= 0 ? r.tool_calls.map((c, j) => (j === i ? call : c)) : [...r.tool_calls, call];
+      return { ...r, tool_calls, updated_at: iso(this.deps.clock.now()) };
+    });
+  }
+
+  private onStep(ctx: RunContext): void {
+    const live = this.live.get(ctx.run_id);
+    if (!live) return;
+    live.stepSpan = newId('span');
+    void this.emit(live, {
+      event_type: 'agent_step', actor: { type: 'agent', id: live.agent_id }, span_id: live.stepSpan, parent_span_id: live.rootSpan,
+      metadata: { step: ctx.step },
+    });
+  }
+
+  private toolDeclarations(): ToolDeclaration[] {
+    return this.deps.tools.list().map((t) => ({ name: t.name, description: t.description, input_schema: t.input_schema }));
+  }
+
+  // ---------------------------------------------------------------- telemetry helpers
+
+  /** Events of one run are stored in order: each waits for the previous one. */
+  private emit(live: LiveRun, input: Omit<EventRecordInput, 'trace_id' | 'metadata'> & { metadata?: Record<string, unknown> }): Promise<unknown> {
+    const record = live.writer.value;
+    const full: EventRecordInput = {
+      ...input,
+      trace_id: record.trace_id,
+      parent_span_id: input.parent_span_id ?? (input.span_id === live.rootSpan ? null : live.rootSpan),
+      metadata: { run_id: live.run_id, session_id: live.session_id, agent_id: live.agent_id, task_id: live.task_id, ...(input.metadata ?? {}) },
+    };
+    const next = live.emitChain.then(() => this.deps.telemetry.emitSafe(full));
+    live.emitChain = next;
+    return next;
+  }
+
+  private traceValue(r: RunRecord, parent: string | null, status: string) {
+    return {
+      trace_id: r.trace_id, parent_trace_id: parent, run_id: r.run_id, session_id: r.session_id, task_id: r.task_id,
+      agent_id: r.agent_id, status, started_at: iso(this.deps.clock.now()), ended_at: null as string | null,
+    };
+  }
+
+  private async setTraceStatus(traceId: string, status: string): Promise<void> {
+    for (let i = 0; i < 5; i++) {
+      const cur = await this.deps.store.getRecord<ReturnType<RunService['traceValue']>>('traces', traceId);
+      if (!cur) return;
+      const ended = status === 'running' ? null : iso(this.deps.clock.now());
+      try {
+        await this.deps.store.updateRecord('traces', traceId, { ...cur.value, status, ended_at: ended }, cur.version);
+        return;
+      } catch (err) {
+        if (!isStoreError(err, 'stale_version')) return;
+      }
+    }
+  }
+
+  private async appendHistory(record: RunRecord): Promise<void> {
+    const { store, clock } = this.deps;
+    const now = iso(clock.now());
+    for (let i = 0; i < 10; i++) {
+      const cur = await store.getRecord<SessionValue>('sessions', record.session_id);
+      const add: ChatMessage[] = [{ role: 'user', content: record.query }, { role: 'assistant', content: record.response ?? '' }];
+      try {
+        if (!cur) {
+          await store.createRecord<SessionValue>('sessions', record.session_id, { session_id: record.session_id, messages: add, run_ids: [record.run_id], created_at: now, updated_at: now });
+        } else {
+          if (cur.value.run_ids.includes(record.run_id)) return;
+          await store.updateRecord<SessionValue>('sessions', record.session_id, { ...cur.value, messages: [...cur.value.messages, ...add], run_ids: [...cur.value.run_ids, record.run_id], updated_at: now }, cur.version);
+        }
+        return;
+      } catch (err) {
+        if (!isStoreError(err, 'stale_version') && !isStoreError(err, 'conflict')) throw err;
+      }
+    }
+  }
+
+  private mustLive(runId: string): LiveRun {
+    const live = this.live.get(runId);
+    if (!live) throw new Error(`run ${runId} is not live in this process`);
+    return live;
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  async get(runId: string): Promise<RunRecord> {
+    const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
+    if (!rec) throw notFound('run', runId);
+    return rec.value;
+  }
+
+  async list(q: { status?: RunRecordStatus; session_id?: string; limit: number; cursor?: string | null }) {
+    const index = q.status ? { name: 'status', value: q.status } : q.session_id ? { name: 'session_id', value: q.session_id } : undefined;
+    const page = await this.deps.store.listRecords<RunRecord>('runs', { index, cursor: q.cursor, limit: q.limit });
+    let runs = page.items.map((i) => i.value);
+    if (q.status && q.session_id) runs = runs.filter((r) => r.session_id === q.session_id);
+    const total = await this.deps.store.countRecords('runs', index);
+    return { runs, total, next_cursor: page.next_cursor };
+  }
+
+  async history(sessionId: string) {
+    const rec = await this.deps.store.getRecord<SessionValue>('sessions', sessionId);
+    if (!rec) throw notFound('session', sessionId);
+    return { session_id: sessionId, messages: rec.value.messages, count: rec.value.messages.length };
+  }
+
+  async clearSession(sessionId: string) {
+    const rec = await this.deps.store.getRecord<SessionValue>('sessions', sessionId);
+    if (!rec) throw notFound('session', sessionId);
+    await this.deps.store.deleteRecord('sessions', sessionId);
+    return { status: 'cleared' as const, session_id: sessionId };
+  }
+
+  // ---------------------------------------------------------------- cancellation
+
+  /** Cancel a run. `onlyIfLive` is the stream-closed case: a run paused for a person stays paused. */
+  async cancel(runId: string, opts: { onlyIfLive?: boolean } = {}): Promise<{ status: 'cancel_requested'; run_id: string }> {
+    const live = this.live.get(runId);
+    if (live?.ref) {
+      live.ref.send({ type: 'CANCEL' });
+      return { status: 'cancel_requested', run_id: runId };
+    }
+    if (opts.onlyIfLive) return { status: 'cancel_requested', run_id: runId };
+    const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
+    if (!rec) throw notFound('run', runId);
+    if (TERMINAL_RUN_STATUSES.has(rec.value.status)) throw conflict(`run ${runId} already ended (${rec.value.status})`);
+    if (rec.value.status === 'running' && rec.value.owner && rec.value.owner !== this.deps.workerId && !this.leaseLapsed(rec.value)) {
+      throw conflict(`run ${runId} is running in another process (${rec.value.owner}); cancel it there`);
+    }
+    const now = iso(this.deps.clock.now());
+    const done = await this.deps.store.updateRecord<RunRecord>('runs', runId, {
+      ...rec.value, status: 'cancelled', termination_reason: 'cancelled', error: { type: 'Cancelled', message: 'the run was cancelled' },
+      approvals: rec.value.approvals.map((a) => (a.status === 'pending' ? { ...a, status: 'expired' as const } : a)),
+      owner: null, lease_expires_at: null, ended_at: now, updated_at: now,
+    }, rec.version, runIndexes({ ...rec.value, status: 'cancelled' }));
+    await this.deps.ledger.releaseRun(runId).catch(() => 0);
+    await this.setTraceStatus(done.value.trace_id, 'cancelled');
+    return { status: 'cancel_requested', run_id: runId };
+  }
+
+  // ---------------------------------------------------------------- decisions
+
+  async decideApproval(runId: string, approvalId: string, body: { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null }): Promise<ApprovalState> {
+    if (body.decision === 'deny' && body.arguments) throw conflict('arguments can only be given with an approval', 'decision=deny with arguments');
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
+      if (!rec) throw notFound('run', runId);
+      const approval = rec.value.approvals.find((a) => a.approval_id === approvalId);
+      if (!approval) throw notFound('approval', approvalId);
+      const now = this.deps.clock.now();
+      if (approval.status === 'pending' && Date.parse(approval.expires_at) <= now) {
+        await this.deps.store.updateRecord<RunRecord>('runs', runId, {
+          ...rec.value, approvals: rec.value.approvals.map((a) => (a.approval_id === approvalId ? { ...a, status: 'expired' as const } : a)),
+        }, rec.version).catch(() => undefined);
+        throw conflict(`approval ${approvalId} expired at ${approval.expires_at}`, 'expired');
+      }
+      if (approval.status !== 'pending') throw conflict(`approval ${approvalId} was already decided (${approval.status})`, approval.status);
+      if (rec.value.status !== 'awaiting_approval') throw conflict(`run ${runId} is not awaiting approval (${rec.value.status})`);
+      const decided: ApprovalState = {
+        ...approval, status: body.decision === 'approve' ? 'approved' : 'denied', approver: body.approver, note: body.note ?? null,
+        decided_at: iso(now), edited_arguments: body.decision === 'approve' && body.arguments ? body.arguments : null,
+      };
+      const approvals = rec.value.approvals.map((a) => (a.approval_id === approvalId ? decided : a));
+      const allDecided = !approvals.some((a) => a.status === 'pending');
+      const next: RunRecord = { ...rec.value, approvals, updated_at: iso(now), decided_at: allDecided ? iso(now) : null, decision: allDecided ? 'approval' : null };
+      try {
+        await this.deps.store.updateRecord('runs', runId, next, rec.version);
+      } catch (err) {
+        if (isStoreError(err, 'stale_version')) continue;
+        throw err;
+      }
+      if (allDecided) void this.resume(runId, { cause: 'approval', trigger: 'explicit' }).catch((err) => this.deps.log?.('warn', 'resume after approval failed; the sweep will retry', { run_id: runId, err: String(err) }));
+      return decided;
+    }
+    throw conflict('the run changed too often while deciding; retry');
+  }
+
+  async budgetView(runId: string) {
+    const run = await this.get(runId);
+    const budgets = await this.deps.ledger.entriesForRun({ run_id: run.run_id, session_id: run.session_id, agent_id: run.agent_id });
+    return { run_id: runId, budgets, requests: run.budget_requests };
+  }
+
+  async decideBudget(runId: string, body: { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null }) {
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
+      if (!rec) throw notFound('run', runId);
+      const req = rec.value.budget_request;
+      if (rec.value.status !== 'awaiting_budget' || !req || req.status !== 'pending') throw conflict(`run ${runId} is not waiting for a budget (${rec.value.status})`);
+      if (body.request_id && body.request_id !== req.request_id) throw conflict(`budget request ${body.request_id} is not the pending one (${req.request_id})`);
+      const amount = body.decision === 'grant' ? body.amount ?? req.shortfall : null;
+      const now = iso(this.deps.clock.now());
+      const decided: BudgetRequest = { ...req, status: body.decision === 'grant' ? 'granted' : 'denied', approver: body.approver, note: body.note ?? null, decided_at: now, amount };
+      try {
+        await this.deps.store.updateRecord<RunRecord>('runs', runId, {
+          ...rec.value, budget_request: decided, budget_requests: mergeById(rec.value.budget_requests, [decided], 'request_id'),
+          decided_at: now, decision: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', updated_at: now,
+        }, rec.version);
+      } catch (err) {
+        if (isStoreError(err, 'stale_version')) continue;
+        throw err;
+      }
+      if (amount !== null) await this.deps.ledger.grant(req.key, req.meter as never, amount, { grant_id: req.request_id });
+      void this.resume(runId, { cause: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', trigger: 'explicit' }).catch((err) => this.deps.log?.('warn', 'resume after budget decision failed; the sweep will retry', { run_id: runId, err: String(err) }));
+      return { run_id: runId, request_id: req.request_id, status: decided.status, scope: req.scope, meter: req.meter, amount, approver: body.approver, note: body.note ?? null };
+    }
+    throw conflict('the run changed too often while deciding; retry');
+  }
+
+  async recordOutcome(runId: string, body: { source: string; label?: string | null; reward?: number | null; detail?: Record<string, unknown> | null }): Promise<OutcomeRecord> {
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
+      if (!rec) throw notFound('run', runId);
+      const outcome: OutcomeRecord = { outcome_id: newId('outcome'), source: body.source, label: body.label ?? null, reward: body.reward ?? null, detail: body.detail ?? null, recorded_at: iso(this.deps.clock.now()) };
+      try {
+        await this.deps.store.updateRecord<RunRecord>('runs', runId, { ...rec.value, outcomes: [...rec.value.outcomes, outcome] }, rec.version);
+      } catch (err) {
+        if (isStoreError(err, 'stale_version')) continue;
+        throw err;
+      }
+      await this.deps.telemetry.emitSafe({
+        event_type: 'run_outcome', trace_id: rec.value.trace_id, span_id: newId('span'), actor: { type: 'user', id: body.source },
+        output: outcome, metadata: { run_id: runId, session_id: rec.value.session_id, agent_id: rec.value.agent_id, task_id: rec.value.task_id },
+      });
+      return outcome;
+    }
+    throw conflict('the run changed too often; retry');
+  }
+
+  // ---------------------------------------------------------------- resuming (decision, recovery, interruption)
+
+  /**
+   * Takes ownership of a run that no live actor holds and continues it from its snapshot.
+   * Ownership is a CAS on the record: of two processes racing, exactly one wins.
+   */
+  async resume(runId: string, how: { cause: 'approval' | 'budget_grant' | 'budget_denied' | 'interrupted' | 'recovered_after_lapsed_lease'; trigger: 'explicit' | 'orphan_sweep'; extra?: Record<string, unknown> }): Promise<StartedRun> {
+    if (this.live.has(runId)) throw conflict(`run ${runId} is already live in this process`);
+    const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
+    if (!rec) throw notFound('run', runId);
+    const r = rec.value;
+    if (TERMINAL_RUN_STATUSES.has(r.status)) throw conflict(`run ${runId} already ended (${r.status})`);
+    if (WAITING_RUN_STATUSES.has(r.status) && !r.decided_at) throw conflict(`run ${runId} is still waiting for a person (${r.status})`);
+    if (r.status === 'running' && r.owner && !this.leaseLapsed(r) && r.owner !== this.deps.workerId) throw conflict(`run ${runId} is live in ${r.owner}`);
+    const snapRec = await this.deps.store.getRecord<SnapshotValue>('snapshots', runId);
+    if (!snapRec) throw conflict(`run ${runId} has no saved snapshot to resume from`);
+    const recovering = how.cause === 'recovered_after_lapsed_lease' || how.cause === 'interrupted';
+    if (recovering && r.recoveries >= this.deps.settings.sweep.max_recoveries) {
+      await this.deps.store.updateRecord<RunRecord>('runs', runId, {
+        ...r, status: 'failed', termination_reason: 'internal_error', owner: null, lease_expires_at: null,
+        error: { type: 'TooManyRecoveries', message: `the run was recovered ${r.recoveries} times and kept dying; giving up` },
+        ended_at: iso(this.deps.clock.now()), updated_at: iso(this.deps.clock.now()),
+      }, rec.version, runIndexes({ ...r, status: 'failed' }));
+      await this.deps.ledger.releaseRun(runId).catch(() => 0);
+      throw conflict(`run ${runId} was recovered too many times and is now failed`);
+    }
+    const releaseSlot = r.kind === 'background' ? () => {} : await this.slots.acquire();
+    try {
+      const now = this.deps.clock.now();
+      const trace_id = newId('trace');
+      const claimed: RunRecord = {
+        ...r, status: 'running', owner: this.deps.workerId, attempt: r.attempt + 1, trace_id, trace_ids: [...r.trace_ids, trace_id],
+        heartbeat_at: iso(now), lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000),
+        recoveries: recovering ? r.recoveries + 1 : r.recoveries, updated_at: iso(now),
+      };
+      const written = await this.deps.store.updateRecord<RunRecord>('runs', runId, claimed, rec.version, runIndexes(claimed));
+      const snapshot = snapRec.value.snapshot as Snapshot<unknown> & { value?: string };
+      const state = String(snapshot.value ?? '');
+      // Holds of the dead attempt are released, except those guarding the very call that is about to be replayed.
+      if (state !== 'calling' && state !== 'executing') await this.deps.ledger.releaseRun(runId).catch(() => 0);
+      this.deps.metrics.liveRuns.inc();
+      const live = this.makeLive(written, releaseSlot, { workspace_path: snapRec.value.workspace_path, kind: r.kind, task_id: r.task_id, agent_id: r.agent_id });
+      await this.deps.store.createRecord('traces', trace_id, { ...this.traceValue(claimed, r.trace_id, 'running') }, { run_id: runId, session_id: r.session_id, task_id: r.task_id });
+      await this.setTraceStatus(r.trace_id, r.status === 'running' || r.status === 'interrupted' ? 'failed' : 'suspended');
+      const lastBeat = r.heartbeat_at ? Date.parse(r.heartbeat_at) : now;
+      await this.emit(live, {
+        event_type: 'run_resumed', actor: { type: 'system', id: this.deps.workerId }, span_id: live.rootSpan,
+        metadata: {
+          cause: how.cause, trigger: how.trigger, previous_trace_id: r.trace_id,
+          ...(how.cause === 'recovered_after_lapsed_lease' || how.cause === 'interrupted'
+            ? { previous_owner: r.owner, lease_expired_at: r.lease_expires_at, orphaned_seconds: Math.max(0, (now - lastBeat) / 1000) }
+            : {}),
+          ...(r.decided_at ? { decision: r.decision, decided_at: r.decided_at } : {}),
+          ...(how.extra ?? {}),
+        },
+      });
+      this.spawnActor(live, { snapshot });
+      if (r.status === 'awaiting_approval') live.ref?.send({ type: 'APPROVALS_DECIDED', approvals: this.currentBatch(r) });
+      else if (r.status === 'awaiting_budget' && r.budget_request) {
+        live.ref?.send({ type: r.budget_request.status === 'granted' ? 'BUDGET_GRANTED' : 'BUDGET_DENIED', request: r.budget_request });
+      }
+      return { run_id: runId, session_id: r.session_id, trace_id, settled: live.settled };
+    } catch (err) {
+      releaseSlot();
+      if (isStoreError(err, 'stale_version')) throw conflict(`run ${runId} was taken by another process`);
+      throw err;
+    }
+  }
+
+  /** The approvals of the batch the run paused on (older batches are already used/denied). */
+  private currentBatch(r: RunRecord): ApprovalState[] {
+    const snapApprovals = r.approvals.filter((a) => a.status !== 'used');
+    return snapApprovals.map((a) => (a.status === 'pending' && Date.parse(a.expires_at) <= this.deps.clock.now() ? { ...a, status: 'expired' as const } : a));
+  }
+
+  private leaseLapsed(r: RunRecord): boolean {
+    return !r.lease_expires_at || Date.parse(r.lease_expires_at) <= this.deps.clock.now();
+  }
+
+  /**
+   * One orphan sweep (decisions.md §6.2): runs whose lease lapsed, runs interrupted by a graceful
+   * shutdown, and decided runs nobody resumed. At most `max_concurrent` at a time.
+   * With `startup`, every `running` run is dead (only one process can open the embedded store).
+   */
+  async sweep(opts: { startup?: boolean } = {}): Promise<string[]> {
+    const { store, settings, clock } = this.deps;
+    const now = clock.now();
+    const candidates: Array<{ id: string; cause: 'recovered_after_lapsed_lease' | 'interrupted' | 'approval' | 'budget_grant' | 'budget_denied' }> = [];
+    for (const status of ['running', 'interrupted', 'awaiting_approval', 'awaiting_budget'] as const) {
+      let cursor: string | null = null;
+      do {
+        const page: { items: Versioned<RunRecord>[]; next_cursor: string | null } = await store.listRecords<RunRecord>('runs', { index: { name: 'status', value: status }, cursor, limit: 500 });
+        for (const { value: r } of page.items) {
+          if (r.kind === 'background' && !opts.startup && status !== 'running' && status !== 'interrupted') continue;
+          if (this.live.has(r.run_id)) continue;
+          if (status === 'running') {
+            if (opts.startup || this.leaseLapsed(r)) candidates.push({ id: r.run_id, cause: 'recovered_after_lapsed_lease' });
+          } else if (status === 'interrupted') {
+            candidates.push({ id: r.run_id, cause: 'interrupted' });
+          } else if (r.decided_at && now - Date.parse(r.decided_at) >= settings.sweep.decided_grace_seconds * 1000) {
+            candidates.push({ id: r.run_id, cause: (r.decision as 'approval' | 'budget_grant' | 'budget_denied') ?? 'approval' });
+          }
+        }
+        cursor = page.next_cursor;
+      } while (cursor);
+    }
+    const resumed: string[] = [];
+    const limit = opts.startup ? Math.max(settings.sweep.max_concurrent, 16) : settings.sweep.max_concurrent;
+    for (let i = 0; i < candidates.length; i += limit) {
+      await Promise.all(candidates.slice(i, i + limit).map(async (c) => {
+        try {
+          const started = await this.resume(c.id, { cause: c.cause, trigger: 'orphan_sweep' });
+          resumed.push(c.id);
+          if (!opts.startup) await started.settled;
+        } catch (err) {
+          this.deps.log?.('warn', 'sweep could not resume run', { run_id: c.id, err: String(err) });
+        }
+      }));
+    }
+    return resumed;
+  }
+
+  startSweeper(): void {
+    if (!this.deps.settings.sweep.enabled || this.sweepTimer) return;
+    const schedule = () => {
+      const base = this.deps.settings.sweep.interval_seconds * 1000;
+      // ±25 % jitter so several processes do not sweep in lockstep.
+      const delay = base * (0.75 + Math.random() * 0.5);
+      this.sweepTimer = setTimeout(async () => {
+        await this.sweep().catch((err) => this.deps.log?.('error', 'orphan sweep failed', { err: String(err) }));
+        if (!this.closing) schedule();
+      }, delay);
+      this.sweepTimer.unref();
+    };
+    schedule();
+  }
+
+  /**
+   * Graceful shutdown: refuse new runs, give live runs `graceMs` to end on their own, then save
+   * the rest as `interrupted` with their leases released; the next start resumes them.
+   */
+  async shutdown(graceMs: number): Promise<void> {
+    this.closing = true;
+    if (this.sweepTimer) clearTimeout(this.sweepTimer);
+    const pending = [...this.live.values()];
+    if (pending.length > 0) {
+      await Promise.race([Promise.all(pending.map((l) => l.settled)), new Promise((r) => setTimeout(r, graceMs).unref())]);
+    }
+    for (const live of [...this.live.values()]) {
+      live.ending = true;
+      await live.writer.drain();
+      live.abort.abort();
+      try {
+        await live.writer.update((r) => ({ ...r, status: 'interrupted', owner: null, lease_expires_at: null, updated_at: iso(this.deps.clock.now()) }));
+      } catch {
+        // fenced: someone else owns it already
+      }
+      await live.emitChain;
+      this.retire(live);
+      live.resolve(live.writer.value);
+    }
+  }
+}
+
+function mergeById<T, K extends keyof T>(existing: T[], updates: T[], key: K): T[] {
+  if (updates.length === 0) return existing;
+  const byId = new Map(updates.map((u) => [u[key], u]));
+  const merged = existing.map((e) => byId.get(e[key]) ?? e);
+  for (const u of updates) if (!existing.some((e) => e[key] === u[key])) merged.push(u);
+  return merged;
+}
+
+function usageOf(r: RunRecord) {
+  return { input_tokens: r.usage.request_tokens, output_tokens: r.usage.response_tokens, total_tokens: r.usage.total_tokens };
+}
+
+function traceStatusOf(status: RunRecordStatus): string {
+  switch (status) {
+    case 'completed': return 'completed';
+    case 'cancelled': return 'cancelled';
+    case 'timeout': return 'timeout';
+    case 'awaiting_approval':
+    case 'awaiting_budget':
+    case 'interrupted': return 'suspended';
+    default: return 'failed';
+  }
+}
+
+/** Tools that ignore their AbortSignal still must not hold a cancelled run forever. */
+function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason ?? new Error('aborted'));
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason ?? new Error('aborted'));
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => { signal.removeEventListener('abort', onAbort); resolve(v); },
+      (e) => { signal.removeEventListener('abort', onAbort); reject(e); },
+    );
+  });
+}
+
+export { sideEffectsOf };

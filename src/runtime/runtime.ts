@@ -1,0 +1,140 @@
+import type { Config } from '../config.js';
+import { systemClock, type Clock } from '../clock.js';
+import { newId } from '../ids.js';
+import { createModelProvider } from '../agent/model/index.js';
+import type { ModelProvider } from '../agent/model/types.js';
+import { ToolRegistry } from '../agent/tools/index.js';
+import { BudgetLedger } from '../agent/budget-ledger.js';
+import { compileGuardrails } from '../agent/guardrails.js';
+import type { Store } from '../store/store.js';
+import { EventBus } from '../telemetry/bus.js';
+import { TelemetryEmitter } from './emitter.js';
+import { Metrics } from './metrics.js';
+import { RunService, type RunSettings } from './runs.js';
+import { ActorSystem, type SystemHooks } from './system.js';
+
+export interface RuntimeOptions {
+  clock?: Clock;
+  /** Tests and benchmarks inject a model; otherwise the configured provider is built. */
+  model?: ModelProvider;
+  inspect?: SystemHooks['inspect'];
+  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+}
+
+export interface Readiness {
+  ready: boolean;
+  agent_name: string;
+  initialized: boolean;
+  mcp_connected: boolean;
+  mcp_servers?: Record<string, { status: string; last_error: string | null }>;
+}
+
+/**
+ * Everything the HTTP layer talks to, wired once per process (composition root helpers). Routes
+ * receive this object; they never build services themselves.
+ */
+export class Runtime {
+  readonly metrics = new Metrics();
+  readonly bus = new EventBus();
+  readonly workerId = newId('worker');
+  readonly telemetry: TelemetryEmitter;
+  readonly system: ActorSystem;
+  readonly runs: RunService;
+  readonly agentName: string;
+  private readonly startedAt: number;
+  private initialized = false;
+
+  private constructor(
+    readonly config: Config,
+    readonly store: Store,
+    readonly clock: Clock,
+    readonly tools: ToolRegistry,
+    readonly model: ModelProvider,
+    readonly ledger: BudgetLedger,
+    opts: RuntimeOptions,
+  ) {
+    this.startedAt = clock.now();
+    this.agentName = config.agent.name;
+    this.telemetry = new TelemetryEmitter(store, this.bus, { capture: config.telemetry.capture }, clock);
+    this.system = new ActorSystem({
+      inspect: opts.inspect,
+      onChildFailed: (systemId, error) => opts.log?.('error', 'actor failed', { systemId, err: String(error) }),
+    });
+    this.runs = new RunService({
+      store, system: this.system, clock, telemetry: this.telemetry, metrics: this.metrics, model, tools, ledger,
+      guardrails: compileGuardrails({ max_input_chars: config.agent.guardrails.max_input_chars, deny_patterns: [...config.agent.guardrails.deny_patterns] }),
+      settings: runSettingsOf(config), workerId: this.workerId, log: opts.log,
+    });
+  }
+
+  static async create(config: Config, store: Store, opts: RuntimeOptions = {}): Promise<Runtime> {
+    const clock = opts.clock ?? systemClock;
+    const tools = await ToolRegistry.create(
+      { local: config.agent.tools.local, mcp: config.agent.tools.mcp.map((m) => ({ ...m }) as never), builtin: [...config.agent.tools.builtin] },
+      { clock, logger: (msg, extra) => opts.log?.('info', msg, extra as Record<string, unknown>) },
+    );
+    const m = config.agent.model;
+    const model = opts.model ?? createModelProvider({
+      provider: m.provider, base_url: m.base_url, model: m.model, api_key: m.api_key ?? undefined,
+      max_output_tokens: m.max_output_tokens, temperature: m.temperature,
+    });
+    const ledger = new BudgetLedger(store, config.budgets as never, clock);
+    const runtime = new Runtime(config, store, clock, tools, model, ledger, opts);
+    return runtime;
+  }
+
+  /** Start-up recovery and the periodic orphan sweep (decisions.md §6.2). */
+  async start(): Promise<void> {
+    this.initialized = true;
+    // The embedded store is single-process: every run it holds as `running` has a dead owner.
+    await this.runs.sweep({ startup: this.store.adapter !== 'postgres' });
+    this.runs.startSweeper();
+  }
+
+  isHealthy(): boolean {
+    return this.store.isOpen();
+  }
+
+  uptimeSeconds(): number {
+    return (this.clock.now() - this.startedAt) / 1000;
+  }
+
+  readiness(): Readiness {
+    const servers = this.tools.mcpStatus();
+    const mcp_connected = this.tools.mcpConnected();
+    const initialized = this.initialized;
+    return {
+      ready: this.store.isOpen() && initialized && mcp_connected,
+      agent_name: this.agentName,
+      initialized,
+      mcp_connected,
+      ...(Object.keys(servers).length > 0 ? { mcp_servers: servers } : {}),
+    };
+  }
+
+  async close(graceMs = 30_000): Promise<void> {
+    await this.runs.shutdown(graceMs);
+    this.system.shutdown();
+    await this.tools.close();
+  }
+}
+
+export function runSettingsOf(config: Config): RunSettings {
+  return {
+    agent_name: config.agent.name,
+    agent_id: config.background.agent_id,
+    system_instruction: config.agent.system_instruction || null,
+    max_steps: config.agent.max_steps,
+    max_output_tokens: config.agent.model.max_output_tokens,
+    governance: config.governance as never,
+    approval_expires_seconds: config.governance.approval_expires_seconds,
+    budgets: config.budgets as never,
+    pricing: config.pricing as never,
+    lease_seconds: config.runs.lease_seconds,
+    max_concurrent_runs: config.server.max_concurrent_runs,
+    admission_wait_ms: 5000,
+    request_timeout_seconds: config.server.request_timeout_seconds,
+    tool_timeout_ms: 120_000,
+    sweep: { ...config.runs.orphan_sweep },
+  };
+}

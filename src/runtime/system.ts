@@ -1,0 +1,79 @@
+import { createActor, type AnyActorLogic, type AnyActorRef, type Snapshot } from 'xstate';
+import { supervisorMachine } from '../../machines/supervisor.machine.js';
+
+export interface SystemHooks {
+  /** A child actor errored: the owner writes a failed record. Never throws. */
+  onChildFailed?: (systemId: string, error: unknown) => void;
+  /** Forwarded to createActor for `--inspect`. */
+  inspect?: Parameters<typeof createActor>[1] extends infer O ? (O extends { inspect?: infer I } ? I : never) : never;
+}
+
+/**
+ * The root supervisor actor and a small API over it. Children are spawned, looked up by systemId
+ * and stopped only through here.
+ */
+export class ActorSystem {
+  readonly root;
+
+  constructor(private readonly hooks: SystemHooks = {}) {
+    this.root = createActor(
+      supervisorMachine.provide({
+        actions: {
+          childFailed: (_a, p) => {
+            if (p.systemId) this.safe(() => hooks.onChildFailed?.(p.systemId, p.error));
+          },
+          childDone: () => {},
+        },
+      }),
+      { inspect: hooks.inspect },
+    );
+    // The root itself must never take the process down.
+    this.root.subscribe({ error: (err) => this.safe(() => hooks.onChildFailed?.('supervisor', err)) });
+    this.root.start();
+  }
+
+  /**
+   * Spawns `logic` under `systemId`. With `snapshot`, the child resumes from it: xstate's spawn
+   * has no snapshot option, so the logic is wrapped to start from the restored snapshot. Invoked
+   * promise actors that were active in the snapshot run again (effects are idempotent for that).
+   */
+  spawn<TLogic extends AnyActorLogic>(systemId: string, logic: TLogic, opts: { input?: unknown; snapshot?: Snapshot<unknown> } = {}): AnyActorRef {
+    if (this.get(systemId)) throw new Error(`actor ${systemId} already exists`);
+    let toSpawn: AnyActorLogic = logic;
+    if (opts.snapshot) {
+      const restoring = Object.create(logic) as AnyActorLogic;
+      const snapshot = opts.snapshot;
+      restoring.getInitialSnapshot = (scope) => (logic as AnyActorLogic).restoreSnapshot!(snapshot, scope);
+      toSpawn = restoring;
+    }
+    this.root.send({ type: 'SPAWN', systemId, logic: toSpawn, input: opts.input });
+    const ref = this.get(systemId);
+    if (!ref) throw new Error(`actor ${systemId} did not start`);
+    return ref;
+  }
+
+  get(systemId: string): AnyActorRef | undefined {
+    return this.root.system.get(systemId);
+  }
+
+  stop(systemId: string): void {
+    if (this.get(systemId)) this.root.send({ type: 'STOP', systemId });
+  }
+
+  /** Number of live children: paused runs are stopped, so they do not count. */
+  size(): number {
+    return Object.keys(this.root.getSnapshot().children).length;
+  }
+
+  shutdown(): void {
+    this.root.stop();
+  }
+
+  private safe(fn: () => void): void {
+    try {
+      fn();
+    } catch {
+      // A hook that throws must not break the supervisor.
+    }
+  }
+}
