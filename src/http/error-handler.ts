@@ -18,7 +18,7 @@ function validationReply(reply: FastifyReply, detail: ValidationItem[]) {
 export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError | Error, request: FastifyRequest, reply: FastifyReply) => {
     if (err instanceof RequestValidationError) {
-      return validationReply(reply, zodIssuesToDetail(err.issues, err.part));
+      return validationReply(reply, zodIssuesToDetail(err.issues, err.part, err.data));
     }
     if (err instanceof AppError) {
       for (const [k, v] of Object.entries(err.headers)) reply.header(k, v);

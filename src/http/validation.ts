@@ -12,7 +12,7 @@ const LOC_PREFIX: Record<string, 'body' | 'query' | 'path'> = {
 /** Carries zod's issues to the error handler, which renders them as HTTPValidationError. */
 export class RequestValidationError extends Error {
   readonly statusCode = 422;
-  constructor(readonly part: 'body' | 'query' | 'path', readonly issues: core.$ZodIssue[]) {
+  constructor(readonly part: 'body' | 'query' | 'path', readonly issues: core.$ZodIssue[], readonly data: unknown) {
     super(`request ${part} is invalid`);
     this.name = 'RequestValidationError';
   }
@@ -28,7 +28,7 @@ export const zodValidatorCompiler: FastifySchemaCompiler<ZodType> = ({ schema, h
   return (data: unknown) => {
     const result = schema.safeParse(data);
     if (result.success) return { value: result.data };
-    return { error: new RequestValidationError(part, result.error.issues) };
+    return { error: new RequestValidationError(part, result.error.issues, data) };
   };
 };
 

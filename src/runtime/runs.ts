@@ -12,6 +12,7 @@ import {
   type PolicyDecision,
   type ReserveResult,
   type RunContext,
+  type RunEvent,
   type RunStateValue,
   type ToolOutcome,
 } from '../../machines/run.machine.js';
@@ -133,6 +134,8 @@ interface LiveRun {
   rootSpan: string;
   stepSpan: string | null;
   emitChain: Promise<unknown>;
+  /** Event order within this trace segment, 1..n. */
+  eventSeq: number;
   deltaSeq: number;
   onDelta?: (text: string, sequence: number) => void;
   settled: Promise<RunRecord>;
@@ -158,6 +161,7 @@ export class RunService {
   private readonly model: ModelProvider;
   private sweepTimer: NodeJS.Timeout | null = null;
   private closing = false;
+  private readonly settledListeners = new Set<(record: RunRecord) => void>();
 
   constructor(private readonly deps: RunServiceDeps) {
     this.slots = new Slots(deps.settings.max_concurrent_runs, deps.settings.admission_wait_ms);
@@ -181,6 +185,30 @@ export class RunService {
 
   get liveCount(): number {
     return this.live.size;
+  }
+
+  /**
+   * Called whenever a run ends or parks for a person, whoever started or resumed it (the
+   * background manager follows its agent runs this way). Listeners must not throw.
+   */
+  onSettled(listener: (record: RunRecord) => void): () => void {
+    this.settledListeners.add(listener);
+    return () => this.settledListeners.delete(listener);
+  }
+
+  private notifySettled(record: RunRecord): void {
+    for (const l of this.settledListeners) {
+      try {
+        l(record);
+      } catch (err) {
+        this.deps.log?.('error', 'run settled listener failed', { run_id: record.run_id, err: String(err) });
+      }
+    }
+  }
+
+  /** True when this process hosts a live actor for the run. */
+  isLive(runId: string): boolean {
+    return this.live.has(runId);
   }
 
   // ---------------------------------------------------------------- starting a run
@@ -242,6 +270,7 @@ export class RunService {
       rootSpan: newId('span'),
       stepSpan: null,
       emitChain: Promise.resolve(),
+      eventSeq: 0,
       deltaSeq: 0,
       onDelta: opts.onDelta,
       settled,
@@ -268,15 +297,21 @@ export class RunService {
     return live;
   }
 
-  private spawnActor(live: LiveRun, opts: { input?: unknown; snapshot?: Snapshot<unknown> }): void {
+  /**
+   * Spawns (or restores) the run's actor. `resumeEvent` is the person's decision a restored
+   * waiting run continues with: it is sent before anything is persisted, because persisting the
+   * restored `awaiting*` state first would park the run again.
+   */
+  private spawnActor(live: LiveRun, opts: { input?: unknown; snapshot?: Snapshot<unknown> }, resumeEvent?: RunEvent): void {
     const ref = this.deps.system.spawn(`run:${live.run_id}`, this.logic, opts);
     live.ref = ref;
     ref.subscribe({
       next: (snap) => this.onSnapshot(live, snap as unknown as { value: RunStateValue; context: RunContext; status: string }),
       error: (err) => void this.failLive(live, err),
     });
+    if (resumeEvent) ref.send(resumeEvent);
     // The subscription only sees later transitions: persist the state we start in too.
-    this.onSnapshot(live, ref.getSnapshot() as { value: RunStateValue; context: RunContext; status: string });
+    else this.onSnapshot(live, ref.getSnapshot() as { value: RunStateValue; context: RunContext; status: string });
   }
 
   // ---------------------------------------------------------------- persistence after each transition
@@ -327,6 +362,7 @@ export class RunService {
     await this.setTraceStatus(record.trace_id, 'suspended');
     this.retire(live);
     live.resolve(record);
+    this.notifySettled(record);
   }
 
   private async finish(live: LiveRun, record: RunRecord): Promise<void> {
@@ -346,6 +382,7 @@ export class RunService {
     this.deps.metrics.runFinished(record.status, (this.deps.clock.now() - live.startedAtMs) / 1000);
     this.retire(live);
     live.resolve(record);
+    this.notifySettled(record);
   }
 
   private retire(live: LiveRun): void {
@@ -669,6 +706,7 @@ export class RunService {
     const record = live.writer.value;
     const full: EventRecordInput = {
       ...input,
+      sequence: ++live.eventSeq,
       trace_id: record.trace_id,
       parent_span_id: input.parent_span_id ?? (input.span_id === live.rootSpan ? null : live.rootSpan),
       metadata: { run_id: live.run_id, session_id: live.session_id, agent_id: live.agent_id, task_id: live.task_id, ...(input.metadata ?? {}) },
@@ -779,6 +817,7 @@ export class RunService {
     }, rec.version, runIndexes({ ...rec.value, status: 'cancelled' }));
     await this.deps.ledger.releaseRun(runId).catch(() => 0);
     await this.setTraceStatus(done.value.trace_id, 'cancelled');
+    this.notifySettled(done.value);
     return { status: 'cancel_requested', run_id: runId };
   }
 
@@ -927,11 +966,12 @@ export class RunService {
           ...(how.extra ?? {}),
         },
       });
-      this.spawnActor(live, { snapshot });
-      if (r.status === 'awaiting_approval') live.ref?.send({ type: 'APPROVALS_DECIDED', approvals: this.currentBatch(r) });
+      let resumeEvent: RunEvent | undefined;
+      if (r.status === 'awaiting_approval') resumeEvent = { type: 'APPROVALS_DECIDED', approvals: this.currentBatch(r) };
       else if (r.status === 'awaiting_budget' && r.budget_request) {
-        live.ref?.send({ type: r.budget_request.status === 'granted' ? 'BUDGET_GRANTED' : 'BUDGET_DENIED', request: r.budget_request });
+        resumeEvent = { type: r.budget_request.status === 'granted' ? 'BUDGET_GRANTED' : 'BUDGET_DENIED', request: r.budget_request };
       }
+      this.spawnActor(live, { snapshot }, resumeEvent);
       return { run_id: runId, session_id: r.session_id, trace_id, settled: live.settled };
     } catch (err) {
       releaseSlot();
@@ -964,7 +1004,8 @@ export class RunService {
       do {
         const page: { items: Versioned<RunRecord>[]; next_cursor: string | null } = await store.listRecords<RunRecord>('runs', { index: { name: 'status', value: status }, cursor, limit: 500 });
         for (const { value: r } of page.items) {
-          if (r.kind === 'background' && !opts.startup && status !== 'running' && status !== 'interrupted') continue;
+          // Background runs are recovered by the background manager, which owns their attempts.
+          if (r.kind === 'background') continue;
           if (this.live.has(r.run_id)) continue;
           if (status === 'running') {
             if (opts.startup || this.leaseLapsed(r)) candidates.push({ id: r.run_id, cause: 'recovered_after_lapsed_lease' });

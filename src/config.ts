@@ -1,0 +1,540 @@
+// Configuration (decisions.md §10). The only module that reads process.env: everything else
+// receives the frozen Config. Precedence, lowest first: defaults < JSON file < env < CLI flags.
+import { readFileSync } from 'node:fs';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { z } from 'zod';
+
+// --- field builders with one operator-readable message each ------------------------------------
+// Messages are set per check because a ConfigError prints `<path>: <message>` and zod's defaults
+// ("Too small: expected number to be >0") read poorly at start-up.
+
+const posInt = (what = 'a positive integer') =>
+  z.number({ error: `expected ${what}` }).int({ error: `expected ${what}` }).min(1, { error: `expected ${what}` });
+const nonNegInt = (what = 'an integer >= 0') =>
+  z.number({ error: `expected ${what}` }).int({ error: `expected ${what}` }).min(0, { error: `expected ${what}` });
+const posNumber = (what = 'a number greater than 0') =>
+  z.number({ error: `expected ${what}` }).positive({ error: `expected ${what}` });
+const nonNegNumber = (what = 'a number >= 0') =>
+  z.number({ error: `expected ${what}` }).min(0, { error: `expected ${what}` });
+const str = () => z.string({ error: 'expected a string' });
+const nonEmpty = () => z.string({ error: 'expected a non-empty string' }).min(1, { error: 'expected a non-empty string' });
+const bool = () => z.boolean({ error: 'expected true or false' });
+const oneOf = <const T extends readonly [string, ...string[]]>(values: T) =>
+  z.enum(values, { error: `expected one of ${values.map((v) => `"${v}"`).join(', ')}` });
+const url = () => z.url({ error: 'expected an absolute URL such as http://localhost:11434/v1' });
+const obj = <S extends z.core.$ZodLooseShape>(shape: S) => z.strictObject(shape, { error: 'expected an object' });
+const arr = <T extends z.ZodType>(item: T) => z.array(item, { error: 'expected an array' });
+const strMap = () => z.record(z.string(), str(), { error: 'expected an object of strings' });
+
+// --- sections ----------------------------------------------------------------------------------
+
+const ServerConfig = obj({
+  host: nonEmpty().default('127.0.0.1').describe('Interface to listen on.'),
+  port: z
+    .number({ error: 'expected an integer port between 0 and 65535' })
+    .int({ error: 'expected an integer port between 0 and 65535' })
+    .min(0, { error: 'expected an integer port between 0 and 65535' })
+    .max(65535, { error: 'expected an integer port between 0 and 65535' })
+    .default(8000)
+    .describe('TCP port; 0 picks a free one.'),
+  max_body_bytes: posInt().default(1024 * 1024).describe('Largest accepted request body (413 beyond).'),
+  request_timeout_seconds: posNumber().default(300).describe('Outer timeout of a request, and the default wait budget of a `wait` run.'),
+  max_concurrent_runs: posInt().default(64).describe('Live runs per process; more wait up to 5 s, then 503.'),
+});
+
+const StoreConfig = obj({
+  kind: oneOf(['level', 'postgres']).default('level'),
+  path: nonEmpty().optional().describe('Directory of the embedded store; default: the data dir.'),
+  url: nonEmpty().optional().describe('PostgreSQL connection string; required when kind is postgres.'),
+});
+
+export const MODEL_PROVIDERS = ['demo', 'openai-compatible', 'openai', 'anthropic'] as const;
+
+const ModelConfig = obj({
+  provider: oneOf(MODEL_PROVIDERS).default('demo').describe('demo is built in, offline and deterministic.'),
+  base_url: url().optional().describe('API base URL (openai-compatible: required).'),
+  model: nonEmpty().optional().describe('Model name; "demo" for the demo provider.'),
+  api_key_env: nonEmpty().optional().describe('Name of an environment variable holding the API key.'),
+  max_output_tokens: posInt().default(1024),
+  temperature: z.number({ error: 'expected a number between 0 and 2' })
+    .min(0, { error: 'expected a number between 0 and 2' })
+    .max(2, { error: 'expected a number between 0 and 2' })
+    .optional(),
+});
+
+const McpStdioServer = obj({
+  name: nonEmpty(),
+  command: nonEmpty(),
+  args: arr(str()).default([]),
+  env: strMap().default({}),
+});
+const McpHttpServer = obj({
+  name: nonEmpty(),
+  url: url(),
+  headers: strMap().default({}),
+});
+// Either a stdio server {name, command} or an HTTP one {name, url}; issueLines() reports the
+// branch that came closest instead of both branches' complaints.
+const McpServer = z.union([McpStdioServer, McpHttpServer], { error: 'expected {name, command, args, env} or {name, url, headers}' });
+
+const BUILTIN_TOOLS = ['workspace', 'clock'] as const;
+
+const ToolsConfig = obj({
+  local: nonEmpty().optional().describe('Path of an ES module whose default export is an array of tools.'),
+  mcp: arr(McpServer).default([]),
+  builtin: arr(oneOf(BUILTIN_TOOLS)).default([...BUILTIN_TOOLS]),
+});
+
+const SubagentConfig = obj({
+  name: nonEmpty(),
+  description: nonEmpty(),
+  system_instruction: str().optional(),
+  tools: arr(str()).default([]).describe('Tool names the sub-agent may use.'),
+});
+
+const GuardrailsConfig = obj({
+  max_input_chars: posInt().default(100_000),
+  deny_patterns: arr(str().refine(isValidRegex, { error: 'expected a valid regular expression' })).default([]),
+});
+
+const AgentConfig = obj({
+  name: nonEmpty().default('assistant'),
+  system_instruction: str().default('You are a helpful assistant.'),
+  max_steps: posInt().default(10).describe('Model calls per run before it ends with max_steps.'),
+  model: ModelConfig.prefault({}),
+  tools: ToolsConfig.prefault({}),
+  subagents: arr(SubagentConfig).default([]),
+  guardrails: GuardrailsConfig.prefault({}),
+});
+
+const GovernanceRule = obj({
+  tools: arr(nonEmpty()).min(1, { error: 'expected at least one tool glob' }),
+  mcp_server: nonEmpty().optional(),
+  effect: oneOf(['allow', 'ask', 'deny']),
+  reason: str().optional(),
+});
+
+const GovernanceConfig = obj({
+  enabled: bool().default(true),
+  default_effect: oneOf(['allow', 'ask', 'deny']).default('allow'),
+  approval_expires_seconds: posInt().default(86_400),
+  rules: arr(GovernanceRule).default([]).describe('First matching rule wins.'),
+});
+
+const BudgetRule = obj({
+  meter: oneOf(['cost_usd', 'tokens', 'model_calls', 'tool_calls']),
+  limit: posNumber(),
+  window: oneOf(['total', 'day', 'month']).default('total'),
+  on_exhausted: oneOf(['pause', 'terminate']).default('pause'),
+  warn_at: z.number({ error: 'expected a fraction between 0 and 1' })
+    .gt(0, { error: 'expected a fraction between 0 and 1' })
+    .max(1, { error: 'expected a fraction between 0 and 1' })
+    .default(0.8),
+});
+
+const BudgetsConfig = obj({
+  run: arr(BudgetRule).default([]),
+  session: arr(BudgetRule).default([]),
+  agent: arr(BudgetRule).default([]),
+  application: arr(BudgetRule).default([]),
+  application_id: nonEmpty().default('default').describe('Identity of the application ledger keys.'),
+});
+
+const PriceConfig = obj({
+  input_per_million_usd: nonNegNumber(),
+  output_per_million_usd: nonNegNumber(),
+});
+
+const OrphanSweepConfig = obj({
+  enabled: bool().default(true),
+  interval_seconds: posNumber().default(30),
+  max_concurrent: posInt().default(2),
+  max_recoveries: posInt().default(3),
+  decided_grace_seconds: nonNegNumber().default(30),
+});
+
+const RunsConfig = obj({
+  lease_seconds: posNumber().default(60),
+  orphan_sweep: OrphanSweepConfig.prefault({}),
+});
+
+const BackgroundConfig = obj({
+  enabled: bool().default(true),
+  agent_id: z
+    .string({ error: 'expected an id matching ^[A-Za-z0-9_.-]{1,128}$' })
+    .regex(/^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,128}$/, { error: 'expected an id matching ^[A-Za-z0-9_.-]{1,128}$ (not "." or "..")' })
+    .default('default'),
+  lease_seconds: posNumber().default(30),
+  concurrency: posInt().default(4),
+  workspace_root: nonEmpty().optional().describe('Default: <data dir>/workspaces.'),
+  poll_interval_ms: posInt().default(250),
+});
+
+const TelemetryConfig = obj({
+  capture: oneOf(['full', 'metadata_only']).default('full'),
+  retention_days: posNumber().default(30),
+  otlp: obj({
+    endpoint: url().optional().describe('OTLP/HTTP traces endpoint; default OTEL_EXPORTER_OTLP_ENDPOINT; off when unset.'),
+    headers: strMap().default({}),
+    protocol: oneOf(['http/json', 'http/protobuf']).default('http/json'),
+  }).prefault({}),
+});
+
+const ApiKeyConfig = obj({
+  name: nonEmpty(),
+  key_sha256: z
+    .string({ error: 'expected 64 hex characters (SHA-256 of the key)' })
+    .regex(/^[0-9a-fA-F]{64}$/, { error: 'expected 64 hex characters (SHA-256 of the key)' })
+    .transform((s) => s.toLowerCase()),
+  role: oneOf(['reader', 'operator', 'approver', 'admin']),
+});
+
+const AuthConfig = obj({
+  api_keys: arr(ApiKeyConfig).default([]).describe('Auth is off when empty.'),
+  bind_approver: bool().default(false).describe("Require a decision's approver to equal the key's name."),
+});
+
+export const ConfigSchema = obj({
+  $schema: str().optional().describe('Ignored; lets editors find the JSON Schema.'),
+  server: ServerConfig.prefault({}),
+  store: StoreConfig.prefault({}),
+  agent: AgentConfig.prefault({}),
+  governance: GovernanceConfig.prefault({}),
+  budgets: BudgetsConfig.prefault({}),
+  pricing: z.record(z.string(), PriceConfig, { error: 'expected an object of model prices' }).default({}),
+  runs: RunsConfig.prefault({}),
+  background: BackgroundConfig.prefault({}),
+  telemetry: TelemetryConfig.prefault({}),
+  auth: AuthConfig.prefault({}),
+}).superRefine((c, ctx) => {
+  if (c.store.kind === 'postgres' && !c.store.url) {
+    ctx.addIssue({ code: 'custom', path: ['store', 'url'], message: 'required when store.kind is "postgres"' });
+  }
+  const seen = new Set<string>();
+  c.agent.tools.mcp.forEach((s, i) => {
+    if (seen.has(s.name)) {
+      ctx.addIssue({ code: 'custom', path: ['agent', 'tools', 'mcp', i, 'name'], message: `duplicate MCP server name "${s.name}"` });
+    }
+    seen.add(s.name);
+  });
+  const keyNames = new Set<string>();
+  c.auth.api_keys.forEach((k, i) => {
+    if (keyNames.has(k.name)) {
+      ctx.addIssue({ code: 'custom', path: ['auth', 'api_keys', i, 'name'], message: `duplicate API key name "${k.name}"` });
+    }
+    keyNames.add(k.name);
+  });
+});
+
+export type ConfigFile = z.input<typeof ConfigSchema>;
+type ParsedConfig = z.output<typeof ConfigSchema>;
+
+type DeepReadonly<T> = T extends (infer U)[]
+  ? ReadonlyArray<DeepReadonly<U>>
+  : T extends object
+    ? { readonly [K in keyof T]: DeepReadonly<T[K]> }
+    : T;
+
+type ResolvedModel = Omit<ParsedConfig['agent']['model'], 'model'> & {
+  model: string;
+  /** Resolved API key. Non-enumerable, so JSON.stringify and console.log never show it. */
+  api_key: string | null;
+};
+
+type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background'> & {
+  /** Absolute data directory (AGENTD_DATA_DIR / --data-dir, default ./.agentd). */
+  data_dir: string;
+  /** Absolute path of the config file read, or null. */
+  config_path: string | null;
+  store: Omit<ParsedConfig['store'], 'path'> & { path: string };
+  agent: Omit<ParsedConfig['agent'], 'model'> & { model: ResolvedModel };
+  background: Omit<ParsedConfig['background'], 'workspace_root'> & { workspace_root: string };
+};
+
+export type Config = DeepReadonly<Resolved>;
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[], source: string | null = null) {
+    super(`Invalid configuration${source ? ` (${source})` : ''}:\n${problems.map((p) => `  ${p}`).join('\n')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+export const DEFAULT_DATA_DIR = './.agentd';
+
+export interface LoadConfigOptions {
+  /**
+   * Command-line arguments after the subcommand (`serve --port 9000`); unknown ones are ignored.
+   * Default none: the CLI passes its own, and a test runner's argv (which may hold `--config`) is
+   * never read by accident.
+   */
+  argv?: string[];
+  /** Default process.env. */
+  env?: NodeJS.ProcessEnv;
+  /** Config file path; wins over --config and AGENTD_CONFIG. */
+  configPath?: string;
+  /** Base of relative paths when there is no config file. Default process.cwd(). */
+  cwd?: string;
+}
+
+interface CliFlags {
+  config?: string;
+  host?: string;
+  port?: string;
+  'data-dir'?: string;
+}
+
+const FLAG_NAMES = ['config', 'host', 'port', 'data-dir'] as const;
+
+function parseFlags(argv: string[]): CliFlags {
+  const flags: CliFlags = {};
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (!arg.startsWith('--')) continue;
+    const eq = arg.indexOf('=');
+    const name = (eq >= 0 ? arg.slice(2, eq) : arg.slice(2)) as (typeof FLAG_NAMES)[number];
+    if (!FLAG_NAMES.includes(name)) continue;
+    let value: string | undefined;
+    if (eq >= 0) value = arg.slice(eq + 1);
+    else if (i + 1 < argv.length && !argv[i + 1].startsWith('--')) value = argv[++i];
+    if (value === undefined || value === '') throw new ConfigError([`--${name}: expected a value`]);
+    flags[name] = value;
+  }
+  return flags;
+}
+
+function nonEmptyEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const v = env[name];
+  return v === undefined || v === '' ? undefined : v;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+function isValidRegex(s: string): boolean {
+  try {
+    new RegExp(s);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Sets `path` in `raw`, creating missing objects. A non-object in the way is left alone: the
+ * schema then reports that value, which is the real mistake.
+ */
+function setPath(raw: Record<string, unknown>, path: string[], value: unknown): void {
+  let cur = raw;
+  for (const key of path.slice(0, -1)) {
+    if (cur[key] === undefined) cur[key] = {};
+    const next = cur[key];
+    if (!isRecord(next)) return;
+    cur = next;
+  }
+  cur[path[path.length - 1]] = value;
+}
+
+function getPath(raw: unknown, path: string[]): unknown {
+  let cur = raw;
+  for (const key of path) {
+    if (!isRecord(cur)) return undefined;
+    cur = cur[key];
+  }
+  return cur;
+}
+
+/** A numeric env/flag value as a number when it is one, else the text (so zod names the mistake). */
+function numeric(text: string): number | string {
+  return /^-?\d+(\.\d+)?$/.test(text.trim()) ? Number(text) : text;
+}
+
+function formatPath(path: readonly PropertyKey[]): string {
+  let out = '';
+  for (const key of path) {
+    if (typeof key === 'number') out += `[${key}]`;
+    else out += out === '' ? String(key) : `.${String(key)}`;
+  }
+  return out;
+}
+
+function issueLines(issues: readonly z.core.$ZodIssue[], sources: Map<string, string>): string[] {
+  const lines: string[] = [];
+  const label = (p: string) => (sources.has(p) ? `${p} (from ${sources.get(p)})` : p);
+  for (const issue of issues) {
+    const path = formatPath(issue.path);
+    if (issue.code === 'unrecognized_keys') {
+      for (const key of issue.keys) lines.push(`unknown key: ${path === '' ? key : `${path}.${key}`}`);
+      continue;
+    }
+    if (issue.code === 'invalid_union') {
+      // MCP servers: the shape is either {name, command} or {name, url}; name the closest branch.
+      const best = issue.errors.reduce((a, b) => (b.length < a.length ? b : a), issue.errors[0] ?? []);
+      lines.push(...issueLines(best.map((sub) => ({ ...sub, path: [...issue.path, ...sub.path] })), sources));
+      continue;
+    }
+    lines.push(`${label(path === '' ? '(root)' : path)}: ${issue.message}`);
+  }
+  return [...new Set(lines)];
+}
+
+function readConfigFile(path: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    throw new ConfigError([code === 'ENOENT' ? 'file not found' : `cannot read: ${(e as Error).message}`], path);
+  }
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new ConfigError([`not valid JSON: ${(e as Error).message}`], path);
+  }
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const key of Object.getOwnPropertyNames(value)) deepFreeze((value as Record<string, unknown>)[key]);
+  }
+  return value;
+}
+
+export interface ConfigFromObjectOptions {
+  env?: NodeJS.ProcessEnv;
+  /** Data dir; default AGENTD_DATA_DIR of `env`, else ./.agentd. */
+  dataDir?: string;
+  /** Base of relative paths inside the object. Default process.cwd(). */
+  baseDir?: string;
+  /** Shown in error messages and kept as `config_path`. */
+  configPath?: string | null;
+  /** Flag values that win over env (already parsed). */
+  flags?: { host?: string; port?: string };
+  cwd?: string;
+}
+
+/**
+ * Validates a config object (as a JSON file would hold it), applies env overrides and flags, and
+ * resolves paths and the model key. loadConfig() is this plus reading argv and the file; tests of
+ * other modules can call it directly: `configFromObject({ agent: { max_steps: 3 } }, { env: {}, dataDir })`.
+ */
+export function configFromObject(input: unknown, opts: ConfigFromObjectOptions = {}): Config {
+  const env = opts.env ?? process.env;
+  const cwd = opts.cwd ?? process.cwd();
+  const source = opts.configPath ?? null;
+  if (!isRecord(input)) throw new ConfigError(['(root): expected a JSON object'], source);
+  const raw = structuredClone(input);
+  const sources = new Map<string, string>();
+  const override = (path: string[], value: unknown, label: string) => {
+    setPath(raw, path, value);
+    sources.set(path.join('.'), label);
+  };
+
+  const envHost = nonEmptyEnv(env, 'AGENTD_HOST');
+  if (envHost !== undefined) override(['server', 'host'], envHost, 'AGENTD_HOST');
+  const envPort = nonEmptyEnv(env, 'AGENTD_PORT');
+  if (envPort !== undefined) override(['server', 'port'], numeric(envPort), 'AGENTD_PORT');
+  const envBaseUrl = nonEmptyEnv(env, 'AGENTD_MODEL_BASE_URL');
+  if (envBaseUrl !== undefined) {
+    // A base URL with no provider chosen in the file can only mean an OpenAI-style endpoint.
+    if (getPath(raw, ['agent', 'model', 'provider']) === undefined) {
+      override(['agent', 'model', 'provider'], 'openai-compatible', 'AGENTD_MODEL_BASE_URL');
+    }
+    override(['agent', 'model', 'base_url'], envBaseUrl, 'AGENTD_MODEL_BASE_URL');
+  }
+  const envModel = nonEmptyEnv(env, 'AGENTD_MODEL');
+  if (envModel !== undefined) override(['agent', 'model', 'model'], envModel, 'AGENTD_MODEL');
+  // OTEL_EXPORTER_OTLP_ENDPOINT is the standard fallback, so the file wins over it (decisions.md §8.2).
+  const otel = nonEmptyEnv(env, 'OTEL_EXPORTER_OTLP_ENDPOINT');
+  if (otel !== undefined && getPath(raw, ['telemetry', 'otlp', 'endpoint']) === undefined) {
+    override(['telemetry', 'otlp', 'endpoint'], otel, 'OTEL_EXPORTER_OTLP_ENDPOINT');
+  }
+  if (opts.flags?.host !== undefined) override(['server', 'host'], opts.flags.host, '--host');
+  if (opts.flags?.port !== undefined) override(['server', 'port'], numeric(opts.flags.port), '--port');
+
+  const parsed = ConfigSchema.safeParse(raw);
+  if (!parsed.success) throw new ConfigError(issueLines(parsed.error.issues, sources), source);
+  const c = parsed.data;
+
+  const problems: string[] = [];
+  const m = c.agent.model;
+  const modelName = m.model ?? (m.provider === 'demo' ? 'demo' : undefined);
+  if (modelName === undefined) problems.push(`agent.model.model: required for provider "${m.provider}" (or set AGENTD_MODEL)`);
+  if (m.provider === 'openai-compatible' && m.base_url === undefined) {
+    problems.push('agent.model.base_url: required for provider "openai-compatible" (or set AGENTD_MODEL_BASE_URL)');
+  }
+  const fallbackKeyEnv = m.provider === 'anthropic' ? 'ANTHROPIC_API_KEY' : 'OPENAI_API_KEY';
+  const apiKey =
+    nonEmptyEnv(env, 'AGENTD_MODEL_API_KEY') ??
+    (m.api_key_env !== undefined ? nonEmptyEnv(env, m.api_key_env) : undefined) ??
+    (m.provider === 'demo' ? undefined : nonEmptyEnv(env, fallbackKeyEnv)) ??
+    null;
+  if ((m.provider === 'openai' || m.provider === 'anthropic') && apiKey === null) {
+    problems.push(
+      `agent.model.api_key: provider "${m.provider}" needs an API key: set AGENTD_MODEL_API_KEY` +
+        (m.api_key_env ? `, ${m.api_key_env}` : '') + ` or ${fallbackKeyEnv}`,
+    );
+  }
+  const usesCost = (['run', 'session', 'agent', 'application'] as const).some((scope) =>
+    c.budgets[scope].some((b) => b.meter === 'cost_usd'),
+  );
+  if (usesCost && modelName !== undefined && c.pricing[modelName] === undefined) {
+    problems.push(`pricing: a cost_usd budget needs a price for model "${modelName}" (pricing.${modelName})`);
+  }
+  if (problems.length > 0) throw new ConfigError(problems, source);
+
+  const dataDir = resolve(cwd, opts.dataDir ?? nonEmptyEnv(env, 'AGENTD_DATA_DIR') ?? DEFAULT_DATA_DIR);
+  const base = opts.baseDir ?? cwd;
+  const under = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
+
+  const model = { ...m, model: modelName as string } as ResolvedModel;
+  Object.defineProperty(model, 'api_key', { value: apiKey, enumerable: false });
+
+  const { $schema: _ignored, ...rest } = c;
+  void _ignored;
+  const resolved: Resolved = {
+    ...rest,
+    data_dir: dataDir,
+    config_path: source,
+    store: { ...c.store, path: c.store.path !== undefined ? under(c.store.path) : dataDir },
+    agent: {
+      ...c.agent,
+      model,
+      tools: { ...c.agent.tools, ...(c.agent.tools.local !== undefined ? { local: under(c.agent.tools.local) } : {}) },
+    },
+    background: {
+      ...c.background,
+      workspace_root: c.background.workspace_root !== undefined ? under(c.background.workspace_root) : join(dataDir, 'workspaces'),
+    },
+  };
+  return deepFreeze(resolved) as Config;
+}
+
+/**
+ * Resolves the configuration of a process: reads the JSON file named by `configPath`, --config
+ * or AGENTD_CONFIG (none: every default), applies env overrides and CLI flags, validates and
+ * returns a deeply frozen object. Throws ConfigError with one line per bad field.
+ */
+export function loadConfig(opts: LoadConfigOptions = {}): Config {
+  const env = opts.env ?? process.env;
+  const cwd = opts.cwd ?? process.cwd();
+  const flags = parseFlags(opts.argv ?? []);
+  const file = opts.configPath ?? flags.config ?? nonEmptyEnv(env, 'AGENTD_CONFIG');
+  const configPath = file !== undefined ? resolve(cwd, file) : null;
+  const raw = configPath !== null ? readConfigFile(configPath) : {};
+  return configFromObject(raw, {
+    env,
+    cwd,
+    configPath,
+    dataDir: flags['data-dir'],
+    baseDir: configPath !== null ? dirname(configPath) : cwd,
+    flags: { host: flags.host, port: flags.port },
+  });
+}
+
+/** JSON Schema (draft 2020-12) of the config file, printed by `agentd config schema`. */
+export function configJsonSchema(): Record<string, unknown> {
+  return z.toJSONSchema(ConfigSchema, { target: 'draft-2020-12', io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
+}

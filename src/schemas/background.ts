@@ -1,0 +1,558 @@
+// Background tasks, their schedules and policies, runs, attempts, agents and every background
+// answer (service-spec.md "Background*", decisions.md §1 and §7).
+import { CronExpressionParser } from 'cron-parser';
+import { z } from 'zod';
+import {
+  BackgroundId,
+  Cursor,
+  IsoDateTime,
+  JsonObject,
+  QueryBool,
+  SafeId,
+  queryInt,
+} from './common.js';
+
+// --- enums -------------------------------------------------------------------------------------
+
+export const ScheduleType = z.enum(['manual', 'once', 'interval', 'cron']).meta({ id: 'ScheduleType' });
+export type ScheduleType = z.infer<typeof ScheduleType>;
+
+export const MisfirePolicy = z.enum(['skip_missed', 'run_once', 'queue_all']).meta({ id: 'MisfirePolicy' });
+export type MisfirePolicy = z.infer<typeof MisfirePolicy>;
+
+export const OverlapPolicy = z
+  .enum(['skip_if_running', 'queue_next', 'cancel_previous', 'allow_parallel'])
+  .meta({ id: 'OverlapPolicy' });
+export type OverlapPolicy = z.infer<typeof OverlapPolicy>;
+
+export const BackgroundRunStatus = z
+  .enum([
+    'queued', 'claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget',
+    'completed', 'failed', 'timeout', 'cancelled', 'skipped',
+  ])
+  .meta({ id: 'RunStatus' });
+export type BackgroundRunStatus = z.infer<typeof BackgroundRunStatus>;
+
+/** Statuses a background run never leaves (decisions.md §7). */
+export const TERMINAL_BACKGROUND_RUN_STATUSES: readonly BackgroundRunStatus[] = [
+  'completed', 'failed', 'timeout', 'cancelled', 'skipped',
+];
+
+export const TriggerType = z
+  .enum(['manual', 'once', 'interval', 'cron', 'retry', 'recovery'])
+  .meta({ id: 'TriggerType' });
+export type TriggerType = z.infer<typeof TriggerType>;
+
+export const AttemptStatus = z
+  .enum(['running', 'completed', 'failed', 'timeout', 'cancelled', 'interrupted'])
+  .meta({ id: 'AttemptStatus' });
+export type AttemptStatus = z.infer<typeof AttemptStatus>;
+
+export const AttemptReason = z.enum(['initial', 'retry', 'recovery', 'lease_expired']).meta({ id: 'AttemptReason' });
+export type AttemptReason = z.infer<typeof AttemptReason>;
+
+export const RetryOn = z.enum(['exception', 'timeout']).meta({ id: 'RetryOn' });
+export type RetryOn = z.infer<typeof RetryOn>;
+
+// --- schedule ----------------------------------------------------------------------------------
+
+/** True when `tz` is an IANA zone this runtime knows (cron-parser would fail only at next()). */
+export function isValidTimeZone(tz: string): boolean {
+  if (tz.length === 0) return false;
+  try {
+    new Intl.DateTimeFormat(undefined, { timeZone: tz });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Why a cron expression is refused, or null when it is a valid 5-field expression. cron-parser 5
+ * also takes 6 fields (seconds), 4 fields and @macros; the contract is standard 5-field cron.
+ * `H` is refused too: its value is random per process, so instances would disagree on occurrences.
+ */
+export function cronExpressionProblem(expression: string, timezone = 'UTC'): string | null {
+  const fields = expression.trim().split(/\s+/).filter((f) => f.length > 0);
+  if (fields.length !== 5) {
+    return `must have exactly 5 fields (minute hour day-of-month month day-of-week), got ${fields.length}`;
+  }
+  // A lone H (not a letter of a name such as THU) is the randomised value.
+  if (fields.some((f) => /(^|[^A-Za-z])H([^A-Za-z]|$)/i.test(f))) {
+    return 'the randomised "H" value is not supported';
+  }
+  try {
+    CronExpressionParser.parse(fields.join(' '), { tz: isValidTimeZone(timezone) ? timezone : 'UTC' });
+    return null;
+  } catch (e) {
+    return `is not a valid cron expression: ${(e as Error).message}`;
+  }
+}
+
+const ScheduleFields = z.strictObject({
+  type: ScheduleType,
+  run_at: IsoDateTime.nullish().describe('once: when to run.'),
+  seconds: z.number().int().nullish().describe('interval: period in seconds (> 0).'),
+  expression: z.string().nullish().describe('cron: a 5-field expression.'),
+  start_at: IsoDateTime.nullish().describe('No occurrence before this instant.'),
+  end_at: IsoDateTime.nullish().describe('No occurrence after this instant; must be after start_at.'),
+  jitter_seconds: z.number().int().min(0).default(0).describe('Deterministic delay per occurrence, 0..jitter_seconds.'),
+  misfire_policy: MisfirePolicy.default('run_once'),
+  timezone: z.string().default('UTC').describe('IANA time zone the cron expression is read in.'),
+});
+
+/**
+ * Rules of decisions.md §7, each reported at the field it concerns so a 422 points at
+ * `["body","schedule","seconds"]` rather than at the schedule as a whole.
+ */
+export const ScheduleSpec = ScheduleFields.superRefine((s, ctx) => {
+  const required = (field: string, why: string) =>
+    ctx.addIssue({ code: 'custom', path: [field], message: `Field required for a ${why} schedule`, params: { type: 'missing' } });
+  const forbid = (field: 'seconds' | 'expression' | 'run_at') => {
+    if (s[field] !== undefined && s[field] !== null) {
+      ctx.addIssue({
+        code: 'custom',
+        path: [field],
+        message: `${field} is not allowed on a manual schedule`,
+        input: s[field],
+        params: { type: 'extra_forbidden' },
+      });
+    }
+  };
+  const tzOk = isValidTimeZone(s.timezone);
+  if (!tzOk) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['timezone'],
+      message: `'${s.timezone}' is not a known IANA time zone`,
+      input: s.timezone,
+      params: { type: 'value_error' },
+    });
+  }
+  switch (s.type) {
+    case 'manual':
+      forbid('seconds');
+      forbid('expression');
+      forbid('run_at');
+      break;
+    case 'once':
+      if (s.run_at == null) required('run_at', 'once');
+      break;
+    case 'interval':
+      if (s.seconds == null) required('seconds', 'interval');
+      else if (s.seconds <= 0) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['seconds'],
+          message: 'Input should be greater than 0',
+          input: s.seconds,
+          params: { type: 'greater_than', ctx: { gt: 0 } },
+        });
+      }
+      break;
+    case 'cron': {
+      if (s.expression == null) {
+        required('expression', 'cron');
+        break;
+      }
+      const problem = cronExpressionProblem(s.expression, tzOk ? s.timezone : 'UTC');
+      if (problem) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['expression'],
+          message: `Cron expression ${problem}`,
+          input: s.expression,
+          params: { type: 'value_error' },
+        });
+      }
+      break;
+    }
+  }
+  if (s.start_at != null && s.end_at != null && Date.parse(s.end_at) <= Date.parse(s.start_at)) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['end_at'],
+      message: 'end_at must be after start_at',
+      input: s.end_at,
+      params: { type: 'value_error' },
+    });
+  }
+}).meta({ id: 'ScheduleSpec' });
+export type ScheduleSpec = z.infer<typeof ScheduleSpec>;
+export type ScheduleSpecInput = z.input<typeof ScheduleSpec>;
+
+// --- policies ----------------------------------------------------------------------------------
+
+export const RetryPolicy = z
+  .strictObject({
+    backoff: z.enum(['fixed', 'exponential']).default('fixed'),
+    initial_delay_seconds: z.number().int().min(0).default(30),
+    max_delay_seconds: z.number().int().min(0).default(300),
+    max_retries: z.number().int().min(0).default(0),
+    retry_on: z.array(RetryOn).default(['exception', 'timeout']),
+  })
+  .meta({ id: 'RetryPolicy', description: 'max_attempts of a run = max_retries + 1.' });
+export type RetryPolicy = z.infer<typeof RetryPolicy>;
+
+export const SessionPolicy = z
+  .strictObject({
+    mode: z.enum(['task', 'run', 'fixed']).default('task')
+      .describe('task: session `background:<agent_id>:<task_id>`; run: a fresh session per run; fixed: `session_id`.'),
+    session_id: SafeId.nullish().describe('Required when mode is fixed.'),
+  })
+  .superRefine((p, ctx) => {
+    if (p.mode === 'fixed' && (p.session_id === undefined || p.session_id === null)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['session_id'],
+        message: 'Field required when mode is fixed',
+        params: { type: 'missing' },
+      });
+    }
+  })
+  .meta({ id: 'SessionPolicy' });
+export type SessionPolicy = z.infer<typeof SessionPolicy>;
+
+export const DEFAULT_NAMESPACE_TEMPLATE = 'background/{agent_id}/{task_id}/{run_id}';
+
+export const WorkspacePolicy = z
+  .strictObject({
+    namespace_template: z
+      .string()
+      .min(1)
+      .default(DEFAULT_NAMESPACE_TEMPLATE)
+      .refine((t) => !t.startsWith('/') && !t.startsWith('\\') && !t.split(/[/\\]/).includes('..'), {
+        error: 'must be a relative path without ".." segments',
+      })
+      .describe('Path under the workspace root; placeholders {agent_id}, {task_id}, {run_id}.'),
+    write_events_jsonl: z.boolean().default(true),
+    write_run_json: z.boolean().default(true),
+  })
+  .meta({ id: 'WorkspacePolicy' });
+export type WorkspacePolicy = z.infer<typeof WorkspacePolicy>;
+
+const TimeoutSeconds = z.number().int().positive().describe('Per-run timeout in seconds.');
+
+// --- tasks -------------------------------------------------------------------------------------
+
+export const BackgroundTaskSpec = z
+  .strictObject({
+    task_id: BackgroundId,
+    agent_id: BackgroundId,
+    query: z.string().min(1),
+    schedule: ScheduleSpec,
+    enabled: z.boolean().default(true),
+    metadata: JsonObject.default({}),
+    overlap_policy: OverlapPolicy.default('skip_if_running'),
+    retry_policy: RetryPolicy.prefault({}),
+    session_policy: SessionPolicy.prefault({}),
+    timeout_seconds: TimeoutSeconds.nullish(),
+    workspace_policy: WorkspacePolicy.prefault({}),
+    created_at: IsoDateTime.optional(),
+    updated_at: IsoDateTime.optional(),
+  })
+  .meta({ id: 'BackgroundTaskSpec' });
+export type BackgroundTaskSpec = z.infer<typeof BackgroundTaskSpec>;
+
+export const BackgroundTaskCreateRequest = z
+  .strictObject({
+    task_id: BackgroundId.describe('Stable identifier.'),
+    query: z.string().min(1).describe('Instruction executed for each run.'),
+    schedule: ScheduleSpec,
+    agent_id: BackgroundId.nullish().describe('Defaults to the configured background agent id.'),
+    enabled: z.boolean().default(true).describe('Whether the scheduler may run it.'),
+    metadata: JsonObject.default({}),
+    overlap_policy: OverlapPolicy.default('skip_if_running'),
+    replace: z.boolean().default(false).describe('Replace an existing task.'),
+    retry_policy: RetryPolicy.prefault({}),
+    session_policy: SessionPolicy.prefault({}),
+    timeout_seconds: TimeoutSeconds.nullish(),
+    workspace_policy: WorkspacePolicy.prefault({}),
+  })
+  .meta({ id: 'BackgroundTaskCreateRequest' });
+export type BackgroundTaskCreateRequest = z.infer<typeof BackgroundTaskCreateRequest>;
+
+/** Every field optional; absent or null leaves the stored value unchanged. A given policy replaces the stored one. */
+export const BackgroundTaskPatchRequest = z
+  .strictObject({
+    enabled: z.boolean().nullish(),
+    metadata: JsonObject.nullish(),
+    overlap_policy: OverlapPolicy.nullish(),
+    query: z.string().min(1).nullish(),
+    retry_policy: RetryPolicy.nullish(),
+    schedule: ScheduleSpec.nullish(),
+    session_policy: SessionPolicy.nullish(),
+    timeout_seconds: TimeoutSeconds.nullish(),
+    workspace_policy: WorkspacePolicy.nullish(),
+  })
+  .meta({ id: 'BackgroundTaskPatchRequest' });
+export type BackgroundTaskPatchRequest = z.infer<typeof BackgroundTaskPatchRequest>;
+
+export const BackgroundTaskRunRequest = z
+  .strictObject({
+    query: z.string().min(1).nullish().describe('One-off query override for this run.'),
+    wait: z.boolean().default(false).describe('Wait for a terminal status (or a pause for a person) before answering.'),
+  })
+  .meta({ id: 'BackgroundTaskRunRequest' });
+export type BackgroundTaskRunRequest = z.infer<typeof BackgroundTaskRunRequest>;
+
+// --- runs and attempts -------------------------------------------------------------------------
+
+export const BackgroundRun = z
+  .strictObject({
+    run_id: z.string(),
+    task_id: BackgroundId,
+    agent_id: BackgroundId,
+    query_snapshot: z.string(),
+    trigger_type: TriggerType,
+    session_id: z.string(),
+    workspace_path: z.string(),
+    status: BackgroundRunStatus.default('queued'),
+    attempt: z.number().int().min(0).default(0),
+    max_attempts: z.number().int().min(1).default(1),
+    lease_generation: z.number().int().min(0).default(0),
+    lease_owner: z.string().nullable().default(null),
+    lease_token: z.string().nullable().default(null),
+    occurrence_id: z.string().nullable().default(null),
+    error: z.string().nullable().default(null),
+    result_preview: z.string().nullable().default(null),
+    triggered_at: IsoDateTime,
+    queued_at: IsoDateTime.nullable().default(null),
+    claimed_at: IsoDateTime.nullable().default(null),
+    started_at: IsoDateTime.nullable().default(null),
+    heartbeat_at: IsoDateTime.nullable().default(null),
+    lease_expires_at: IsoDateTime.nullable().default(null),
+    finished_at: IsoDateTime.nullable().default(null),
+    cancel_requested_at: IsoDateTime.nullable().default(null),
+    due_at: IsoDateTime.nullable().default(null),
+    metadata: JsonObject.default({}),
+    trigger_metadata: JsonObject.default({}),
+  })
+  .meta({ id: 'BackgroundRun' });
+export type BackgroundRun = z.infer<typeof BackgroundRun>;
+
+export const BackgroundAttempt = z
+  .object({
+    attempt_id: z.string(),
+    run_id: z.string(),
+    attempt_number: z.number().int().min(1),
+    worker_id: z.string(),
+    lease_token: z.string(),
+    status: AttemptStatus.default('running'),
+    reason: AttemptReason.default('initial'),
+    started_at: IsoDateTime,
+    finished_at: IsoDateTime.nullable().default(null),
+    error: z.string().nullable().default(null),
+    retry_delay_seconds: z.number().int().min(0).nullable().default(null),
+  })
+  .meta({ id: 'BackgroundAttempt' });
+export type BackgroundAttempt = z.infer<typeof BackgroundAttempt>;
+
+export const BackgroundScheduleState = z
+  .object({
+    task_id: BackgroundId,
+    paused: z.boolean().default(false),
+    paused_reason: z.string().nullable().default(null),
+    schedule_revision: z.number().int().min(1).default(1),
+    last_due_at: IsoDateTime.nullable().default(null),
+    last_dispatched_at: IsoDateTime.nullable().default(null),
+    next_due_at: IsoDateTime.nullable().default(null),
+    misfire_cursor: z.string().nullable().default(null),
+    updated_at: IsoDateTime,
+  })
+  .meta({ id: 'BackgroundScheduleState' });
+export type BackgroundScheduleState = z.infer<typeof BackgroundScheduleState>;
+
+// --- agents ------------------------------------------------------------------------------------
+
+export const BackgroundAgentSpec = z
+  .strictObject({
+    agent_id: BackgroundId,
+    name: z.string().nullish(),
+    system_instruction: z.string().nullish(),
+    agent_config: JsonObject.default({}),
+    model_config: JsonObject.nullish(),
+    workspace_config: JsonObject.nullish(),
+    local_tools_ref: z.string().nullish(),
+    mcp_tools: z.array(JsonObject).default([]),
+    metadata: JsonObject.default({}),
+    created_at: IsoDateTime.optional(),
+    updated_at: IsoDateTime.optional(),
+  })
+  .meta({ id: 'BackgroundAgentSpec' });
+export type BackgroundAgentSpec = z.infer<typeof BackgroundAgentSpec>;
+
+export const BackgroundAgentRegistrationRequest = z
+  .strictObject({
+    agent_id: BackgroundId.nullish().describe('Defaults to the configured background agent id.'),
+    replace: z.boolean().default(false).describe('Replace an existing spec.'),
+    spec: BackgroundAgentSpec.nullish().describe('Omit to register the served agent.'),
+  })
+  .superRefine((r, ctx) => {
+    if (r.agent_id != null && r.spec != null && r.spec.agent_id !== r.agent_id) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['spec', 'agent_id'],
+        message: `spec.agent_id '${r.spec.agent_id}' does not match agent_id '${r.agent_id}'`,
+        input: r.spec.agent_id,
+        params: { type: 'value_error' },
+      });
+    }
+  })
+  .meta({ id: 'BackgroundAgentRegistrationRequest' });
+export type BackgroundAgentRegistrationRequest = z.infer<typeof BackgroundAgentRegistrationRequest>;
+
+// --- listing and status answers ----------------------------------------------------------------
+
+const Count = z.number().int().min(0);
+
+export const BackgroundTasksResponse = z
+  .object({ tasks: z.array(BackgroundTaskSpec), total: Count })
+  .meta({ id: 'BackgroundTasksResponse' });
+export type BackgroundTasksResponse = z.infer<typeof BackgroundTasksResponse>;
+
+export const BackgroundRunsResponse = z
+  .object({ runs: z.array(BackgroundRun), total: Count, next_cursor: z.string().nullable() })
+  .meta({ id: 'BackgroundRunsResponse' });
+export type BackgroundRunsResponse = z.infer<typeof BackgroundRunsResponse>;
+
+export const BackgroundAgentsResponse = z
+  .object({ agents: z.array(BackgroundAgentSpec), total: Count })
+  .meta({ id: 'BackgroundAgentsResponse' });
+export type BackgroundAgentsResponse = z.infer<typeof BackgroundAgentsResponse>;
+
+/** A run-local lifecycle event (also a line of events.jsonl); free-form beyond these keys. */
+export const BackgroundRunEvent = z
+  .looseObject({
+    event: z.string().optional(),
+    timestamp: IsoDateTime.optional(),
+    sequence: z.number().int().min(1).describe('1..n without gaps per run.'),
+    run_id: z.string().optional(),
+    task_id: z.string().optional(),
+    agent_id: z.string().optional(),
+    status: z.string().optional(),
+    attempt: z.number().int().optional(),
+    worker_id: z.string().nullish(),
+    lease_generation: z.number().int().optional(),
+  })
+  .meta({ id: 'BackgroundRunEvent' });
+export type BackgroundRunEvent = z.infer<typeof BackgroundRunEvent>;
+
+export const BackgroundRunEventsResponse = z
+  .object({ run_id: z.string(), events: z.array(BackgroundRunEvent), count: Count })
+  .meta({ id: 'BackgroundRunEventsResponse' });
+export type BackgroundRunEventsResponse = z.infer<typeof BackgroundRunEventsResponse>;
+
+export const WorkspaceFileEntry = z
+  .object({
+    path: z.string().describe('Relative to the run workspace, "/"-separated.'),
+    name: z.string(),
+    size: z.number().int().min(0),
+    modified_at: IsoDateTime,
+    is_dir: z.boolean(),
+  })
+  .meta({ id: 'WorkspaceFileEntry' });
+export type WorkspaceFileEntry = z.infer<typeof WorkspaceFileEntry>;
+
+export const BackgroundRunWorkspaceResponse = z
+  .object({
+    run_id: z.string(),
+    task_id: z.string(),
+    agent_id: z.string(),
+    workspace_path: z.string(),
+    files: z.array(WorkspaceFileEntry),
+  })
+  .meta({ id: 'BackgroundRunWorkspaceResponse' });
+export type BackgroundRunWorkspaceResponse = z.infer<typeof BackgroundRunWorkspaceResponse>;
+
+export const BackgroundRunAttemptsResponse = z
+  .object({ run_id: z.string(), attempts: z.array(BackgroundAttempt), count: Count })
+  .meta({ id: 'BackgroundRunAttemptsResponse' });
+export type BackgroundRunAttemptsResponse = z.infer<typeof BackgroundRunAttemptsResponse>;
+
+/** `{status}` answers: deleted, paused, resumed, cancel_requested. */
+export const BackgroundStatusResponse = z
+  .object({ status: z.string().describe('Operation status.') })
+  .meta({ id: 'BackgroundStatusResponse' });
+export type BackgroundStatusResponse = z.infer<typeof BackgroundStatusResponse>;
+
+const StatusCounts = z.record(z.string(), Count);
+
+export const BackgroundManagerStatusResponse = z
+  .object({
+    running: z.boolean(),
+    initialized: z.boolean(),
+    worker_id: z.string(),
+    lease_seconds: z.number(),
+    agents: Count,
+    tasks: Count,
+    runs: Count,
+    active_runs: Count,
+    status_counts: StatusCounts,
+  })
+  .meta({ id: 'BackgroundManagerStatusResponse' });
+export type BackgroundManagerStatusResponse = z.infer<typeof BackgroundManagerStatusResponse>;
+
+export const BackgroundTaskStatusResponse = z
+  .object({
+    task_id: z.string(),
+    agent_id: z.string(),
+    enabled: z.boolean(),
+    schedule: ScheduleSpec,
+    schedule_state: BackgroundScheduleState.nullable(),
+    runs: Count,
+    active_runs: Count,
+    status_counts: StatusCounts,
+    latest_run: BackgroundRun.nullable(),
+  })
+  .meta({ id: 'BackgroundTaskStatusResponse' });
+export type BackgroundTaskStatusResponse = z.infer<typeof BackgroundTaskStatusResponse>;
+
+export const ScheduleOccurrence = z
+  .object({
+    due_at: IsoDateTime.describe('UTC instant of the occurrence.'),
+    local_time: z.string().describe('The same instant as wall-clock time in the task time zone, with its offset.'),
+    note: z.string().nullable().describe('Set where DST moved or dropped the nominal local time.'),
+  })
+  .meta({ id: 'ScheduleOccurrence' });
+export type ScheduleOccurrence = z.infer<typeof ScheduleOccurrence>;
+
+export const SchedulePreviewResponse = z
+  .object({ task_id: z.string(), timezone: z.string(), upcoming: z.array(ScheduleOccurrence) })
+  .meta({ id: 'SchedulePreviewResponse' });
+export type SchedulePreviewResponse = z.infer<typeof SchedulePreviewResponse>;
+
+// --- query strings and path parameters (inline: swagger lists them as parameters) --------------
+
+export const BackgroundTasksListQuery = z.object({ agent_id: BackgroundId.optional() });
+export type BackgroundTasksListQuery = z.infer<typeof BackgroundTasksListQuery>;
+
+export const BackgroundRunsListQuery = z.object({
+  task_id: BackgroundId.optional(),
+  status: BackgroundRunStatus.optional(),
+  limit: queryInt(1, 500, 100),
+  cursor: Cursor.optional(),
+});
+export type BackgroundRunsListQuery = z.infer<typeof BackgroundRunsListQuery>;
+
+export const SchedulePreviewQuery = z.object({ count: queryInt(1, 100, 5) });
+export type SchedulePreviewQuery = z.infer<typeof SchedulePreviewQuery>;
+
+export const BackgroundAgentDeleteQuery = z.object({ force: QueryBool.default(false) });
+export type BackgroundAgentDeleteQuery = z.infer<typeof BackgroundAgentDeleteQuery>;
+
+export const BackgroundTaskDeleteQuery = z.object({ delete_runs: QueryBool.default(false) });
+export type BackgroundTaskDeleteQuery = z.infer<typeof BackgroundTaskDeleteQuery>;
+
+export const TaskIdParams = z.object({ task_id: BackgroundId });
+export type TaskIdParams = z.infer<typeof TaskIdParams>;
+
+export const AgentIdParams = z.object({ agent_id: BackgroundId });
+export type AgentIdParams = z.infer<typeof AgentIdParams>;
+
+export const BackgroundRunIdParams = z.object({ run_id: SafeId });
+export type BackgroundRunIdParams = z.infer<typeof BackgroundRunIdParams>;
+
+/** GET /background/runs/{run_id}/workspace/files/*: the rest of the path is checked against the workspace by the route. */
+export const WorkspaceFileParams = z.object({ run_id: SafeId, '*': z.string().min(1) });
+export type WorkspaceFileParams = z.infer<typeof WorkspaceFileParams>;

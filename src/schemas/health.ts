@@ -1,0 +1,75 @@
+// Service-level answers: health, readiness, metrics, the machine catalogue and the tool list
+// (service-spec.md "Health, readiness, metrics", decisions.md §1 and §9).
+import { z } from 'zod';
+import { JsonObject } from './common.js';
+import { ToolSource } from './runs.js';
+
+export const HealthResponse = z
+  .object({
+    status: z.enum(['healthy', 'unhealthy']),
+    agent_name: z.string(),
+    uptime: z.number().min(0).describe('Seconds since the process started.'),
+    version: z.string().default('0+unknown'),
+  })
+  .meta({ id: 'HealthResponse' });
+export type HealthResponse = z.infer<typeof HealthResponse>;
+
+export const McpServerState = z
+  .object({
+    status: z.enum(['connected', 'disconnected', 'failed', 'not_connected']),
+    error: z.string().nullable().describe('Last error, if any.'),
+  })
+  .meta({ id: 'McpServerState' });
+export type McpServerState = z.infer<typeof McpServerState>;
+
+export const ReadinessResponse = z
+  .object({
+    ready: z.boolean(),
+    agent_name: z.string(),
+    initialized: z.boolean(),
+    mcp_connected: z.boolean().describe('True when no tool servers are configured or every configured one is connected.'),
+    mcp_servers: z.record(z.string(), McpServerState).optional(),
+  })
+  .meta({ id: 'ReadinessResponse' });
+export type ReadinessResponse = z.infer<typeof ReadinessResponse>;
+
+export const MetricsResponse = z
+  .object({
+    total_requests: z.number().int().min(0).default(0),
+    total_tokens: z.number().int().min(0).default(0),
+    total_request_tokens: z.number().int().min(0).default(0),
+    total_response_tokens: z.number().int().min(0).default(0),
+    total_time: z.number().min(0).default(0).describe('Seconds.'),
+    average_time: z.number().min(0).default(0).describe('Seconds per request.'),
+  })
+  .meta({ id: 'MetricsResponse' });
+export type MetricsResponse = z.infer<typeof MetricsResponse>;
+
+export const MachineInfo = z
+  .object({
+    id: z.string(),
+    version: z.union([z.string(), z.number()]),
+    states: z.array(z.string()).describe('State ids, dotted for nested states.'),
+    mermaid: z.string().describe('The statechart as a Mermaid stateDiagram-v2.'),
+  })
+  .meta({ id: 'MachineInfo' });
+export type MachineInfo = z.infer<typeof MachineInfo>;
+
+export const MachinesResponse = z.object({ machines: z.array(MachineInfo) }).meta({ id: 'MachinesResponse' });
+export type MachinesResponse = z.infer<typeof MachinesResponse>;
+
+export const ToolInfo = z
+  .object({
+    name: z.string(),
+    description: z.string(),
+    input_schema: JsonObject.describe('JSON Schema of the arguments.'),
+    source: ToolSource,
+    requires_approval: z.boolean(),
+  })
+  .meta({ id: 'ToolInfo' });
+export type ToolInfo = z.infer<typeof ToolInfo>;
+
+export const ToolsResponse = z
+  .object({ tools: z.array(ToolInfo), total: z.number().int().min(0) })
+  .meta({ id: 'ToolsResponse' });
+export type ToolsResponse = z.infer<typeof ToolsResponse>;

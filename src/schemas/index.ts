@@ -1,0 +1,8 @@
+// One import point for every API schema: `import { RunRequest } from '../schemas/index.js'`.
+export * from './common.js';
+export * from './errors.js';
+export * from './decisions.js';
+export * from './runs.js';
+export * from './background.js';
+export * from './telemetry.js';
+export * from './health.js';

@@ -1,0 +1,187 @@
+// Synchronous runs: request, result, stream frames, the public run view and the session routes
+// (service-spec.md "Run request and response", decisions.md §1, §3).
+import { z } from 'zod';
+import { Cursor, ErrorInfo, IsoDateTime, JsonObject, QueryId, SafeId, queryInt } from './common.js';
+import { ApprovalView, BudgetRequestView, OutcomeResponse } from './decisions.js';
+
+export const RunRequest = z
+  .strictObject({
+    query: z.string().min(1).describe('Prompt for the agent.'),
+    session_id: SafeId.nullish().describe('For conversation continuity; a new session is created when absent.'),
+  })
+  .meta({ id: 'RunRequest' });
+export type RunRequest = z.infer<typeof RunRequest>;
+
+/** Outcome of a run as answered to its caller (decisions.md §3.1). */
+export const RunResponseStatus = z
+  .enum(['success', 'error', 'cancelled', 'awaiting_approval', 'awaiting_budget', 'interrupted', 'timeout'])
+  .meta({ id: 'RunResponseStatus' });
+export type RunResponseStatus = z.infer<typeof RunResponseStatus>;
+
+export const TerminationReason = z
+  .enum(['stop', 'max_steps', 'budget_exhausted', 'guardrail', 'provider_error', 'internal_error', 'cancelled', 'timeout'])
+  .meta({ id: 'TerminationReason' });
+export type TerminationReason = z.infer<typeof TerminationReason>;
+
+/** Status of the stored run record (decisions.md §3.1); the `status` filter of GET /runs. */
+export const RunRecordStatus = z
+  .enum(['running', 'awaiting_approval', 'awaiting_budget', 'interrupted', 'completed', 'blocked', 'failed', 'cancelled', 'timeout'])
+  .meta({ id: 'RunRecordStatus' });
+export type RunRecordStatus = z.infer<typeof RunRecordStatus>;
+
+export const ToolSource = z.enum(['local', 'mcp', 'builtin', 'subagent']).meta({ id: 'ToolSource' });
+export type ToolSource = z.infer<typeof ToolSource>;
+
+export const ToolCallOutcome = z
+  .enum(['success', 'error', 'denied', 'rejected', 'timeout', 'cancelled', 'unknown'])
+  .meta({ id: 'ToolCallOutcome' });
+export type ToolCallOutcome = z.infer<typeof ToolCallOutcome>;
+
+/** A non-idempotent call that succeeded or may have (decisions.md §6.3). */
+export const SideEffect = z
+  .object({
+    tool_call_id: z.string(),
+    tool_name: z.string(),
+    outcome: z.enum(['success', 'unknown']),
+    step: z.number().int().nonnegative().optional(),
+  })
+  .meta({ id: 'SideEffect' });
+export type SideEffect = z.infer<typeof SideEffect>;
+
+/** The run result: body of POST /run/sync and the data of the stream's `complete` frame. */
+export const RunResponse = z
+  .object({
+    agent_name: z.string(),
+    approvals: z.array(ApprovalView).nullable().default(null).describe('Approvals a paused run waits for.'),
+    budget_request: BudgetRequestView.nullable().default(null).describe('The budget a waiting run ran out of and what it needs.'),
+    guardrail_result: JsonObject.nullable().default(null),
+    metric: JsonObject.nullable().default(null),
+    response: z.string().nullable().describe('Agent answer; null while the run awaits a person.'),
+    run_id: z.string().nullable(),
+    session_id: z.string(),
+    status: RunResponseStatus.default('success'),
+    trace_id: z.string().nullable(),
+    termination_reason: TerminationReason.nullable().default(null),
+    side_effects: z.array(SideEffect).nullable().default(null).describe('Set when the run did not succeed.'),
+  })
+  .meta({ id: 'RunResponse' });
+export type RunResponse = z.infer<typeof RunResponse>;
+
+// --- stream frames (decisions.md §3.2) ---------------------------------------------------------
+
+export const RunStreamSessionFrame = z
+  .object({ session_id: z.string(), run_id: z.string().nullable(), status: z.enum(['started', 'streaming']) })
+  .meta({ id: 'RunStreamSessionFrame' });
+export type RunStreamSessionFrame = z.infer<typeof RunStreamSessionFrame>;
+
+export const RunStreamDeltaFrame = z
+  .object({ run_id: z.string(), text: z.string(), sequence: z.number().int().nonnegative() })
+  .meta({ id: 'RunStreamDeltaFrame' });
+export type RunStreamDeltaFrame = z.infer<typeof RunStreamDeltaFrame>;
+
+export const RunStreamErrorFrame = z
+  .object({ error: z.string(), message: z.string(), run_id: z.string().nullable(), session_id: z.string().nullable() })
+  .meta({ id: 'RunStreamErrorFrame' });
+export type RunStreamErrorFrame = z.infer<typeof RunStreamErrorFrame>;
+
+// --- public run view (decisions.md §3.3) -------------------------------------------------------
+
+export const ToolCallView = z
+  .object({
+    tool_call_id: z.string(),
+    tool_name: z.string(),
+    source: ToolSource,
+    idempotent: z.boolean(),
+    step: z.number().int().nonnegative(),
+    state: z.enum(['started', 'completed']),
+    outcome: ToolCallOutcome.nullable().describe('Null while the call is started and not completed.'),
+    started_at: IsoDateTime,
+    ended_at: IsoDateTime.nullable(),
+  })
+  .meta({ id: 'ToolCall' });
+export type ToolCallView = z.infer<typeof ToolCallView>;
+
+export const RunUsage = z
+  .object({
+    requests: z.number().int().nonnegative(),
+    request_tokens: z.number().int().nonnegative(),
+    response_tokens: z.number().int().nonnegative(),
+    total_tokens: z.number().int().nonnegative(),
+    estimated_cost_usd: z.number().nonnegative(),
+  })
+  .meta({ id: 'RunUsage' });
+export type RunUsage = z.infer<typeof RunUsage>;
+
+/**
+ * GET /runs/{run_id}. The saved conversation is never part of it. `response` and
+ * `termination_reason` are extras beyond §3.3 so a finished run can be read back in one call.
+ */
+export const RunView = z
+  .object({
+    run_id: z.string(),
+    session_id: z.string(),
+    agent_name: z.string(),
+    status: RunRecordStatus,
+    step: z.number().int().nonnegative(),
+    attempt: z.number().int().nonnegative(),
+    trace_ids: z.array(z.string()),
+    tool_calls: z.array(ToolCallView),
+    usage: RunUsage,
+    approvals: z.array(ApprovalView),
+    budget_requests: z.array(BudgetRequestView),
+    outcomes: z.array(OutcomeResponse),
+    error: ErrorInfo.nullable(),
+    created_at: IsoDateTime,
+    updated_at: IsoDateTime,
+    heartbeat_at: IsoDateTime.nullable(),
+    lease_seconds: z.number().positive(),
+    response: z.string().nullish(),
+    termination_reason: TerminationReason.nullish(),
+  })
+  .meta({ id: 'RunView' });
+export type RunView = z.infer<typeof RunView>;
+
+export const RunsListQuery = z.object({
+  status: RunRecordStatus.optional(),
+  session_id: QueryId.optional(),
+  limit: queryInt(1, 500, 100),
+  cursor: Cursor.optional(),
+});
+export type RunsListQuery = z.infer<typeof RunsListQuery>;
+
+export const RunsListResponse = z
+  .object({
+    runs: z.array(RunView),
+    total: z.number().int().nonnegative(),
+    next_cursor: z.string().nullable(),
+  })
+  .meta({ id: 'RunsListResponse' });
+export type RunsListResponse = z.infer<typeof RunsListResponse>;
+
+export const RunCancelResponse = z
+  .object({ status: z.literal('cancel_requested'), run_id: z.string() })
+  .meta({ id: 'RunCancelResponse' });
+export type RunCancelResponse = z.infer<typeof RunCancelResponse>;
+
+// --- sessions ----------------------------------------------------------------------------------
+
+export const SessionHistoryResponse = z
+  .object({ session_id: z.string(), messages: z.array(JsonObject), count: z.number().int().nonnegative() })
+  .meta({ id: 'SessionHistoryResponse' });
+export type SessionHistoryResponse = z.infer<typeof SessionHistoryResponse>;
+
+export const SessionClearedResponse = z
+  .object({ status: z.literal('cleared'), session_id: z.string() })
+  .meta({ id: 'SessionClearedResponse' });
+export type SessionClearedResponse = z.infer<typeof SessionClearedResponse>;
+
+// --- path parameters (no OpenAPI id: swagger needs them inline to list the parameters) ---------
+
+export const RunIdParams = z.object({ run_id: SafeId });
+export type RunIdParams = z.infer<typeof RunIdParams>;
+
+export const RunApprovalParams = z.object({ run_id: SafeId, approval_id: SafeId });
+export type RunApprovalParams = z.infer<typeof RunApprovalParams>;
+
+export const SessionIdParams = z.object({ session_id: SafeId });
+export type SessionIdParams = z.infer<typeof SessionIdParams>;

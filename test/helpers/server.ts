@@ -1,0 +1,74 @@
+// Starts a real agentd server for HTTP tests: LevelDB in a fresh temp dir, a loopback port, and
+// (usually) the model behind the scripted OpenAI-compatible server.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { configFromObject } from '../../src/config.js';
+import { startServer, type Server } from '../../src/main.js';
+import type { ModelProvider } from '../../src/agent/model/types.js';
+
+export interface TestServer extends Server {
+  dataDir: string;
+  /** Closes the server; keeps the data dir so a restart can reopen it. */
+  stop(graceMs?: number): Promise<void>;
+  /** Removes the data dir. */
+  cleanup(): void;
+}
+
+export function tempDir(prefix = 'agentd-test-'): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+export async function startTestServer(config: Record<string, unknown> = {}, opts: { dataDir?: string; model?: ModelProvider; modelUrl?: string } = {}): Promise<TestServer> {
+  const dataDir = opts.dataDir ?? tempDir();
+  const cfg = structuredClone(config) as Record<string, any>;
+  cfg.server = { port: 0, ...(cfg.server ?? {}) };
+  if (opts.modelUrl) {
+    cfg.agent = { ...(cfg.agent ?? {}), model: { provider: 'openai-compatible', base_url: opts.modelUrl, model: 'scripted', ...(cfg.agent?.model ?? {}) } };
+  }
+  cfg.runs = { ...(cfg.runs ?? {}), orphan_sweep: { interval_seconds: 3600, ...(cfg.runs?.orphan_sweep ?? {}) } };
+  const config2 = configFromObject(cfg, { dataDir, env: {} });
+  const server = await startServer(config2, { model: opts.model });
+  return {
+    ...server,
+    dataDir,
+    stop: (graceMs = 0) => server.close(graceMs),
+    cleanup: () => rmSync(dataDir, { recursive: true, force: true }),
+  };
+}
+
+export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers }> {
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, body: text ? safeJson(text) : null, headers: res.headers };
+}
+
+export async function getJson(url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers }> {
+  const res = await fetch(url, { headers });
+  const text = await res.text();
+  return { status: res.status, body: text ? safeJson(text) : null, headers: res.headers };
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+/** Polls until `fn` returns a truthy value (for state reached asynchronously, e.g. a resumed run). */
+export async function eventually<T>(fn: () => Promise<T | null | undefined | false>, timeoutMs = 10_000, stepMs = 25): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`condition not reached in ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, stepMs));
+  }
+}
