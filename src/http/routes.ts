@@ -1,6 +1,7 @@
 import type { RouteModule } from './deps.js';
 import { runRoutes } from './runs.js';
 import { serviceInfoRoutes } from './service-info.js';
+import { telemetryRoutes } from './telemetry.js';
 
 /** Every route module, in registration order. Adding a resource = one line here. */
-export const ROUTE_MODULES: RouteModule[] = [runRoutes, serviceInfoRoutes];
+export const ROUTE_MODULES: RouteModule[] = [runRoutes, serviceInfoRoutes, telemetryRoutes];

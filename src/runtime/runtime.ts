@@ -10,6 +10,7 @@ import type { Store } from '../store/store.js';
 import { EventBus } from '../telemetry/bus.js';
 import { TelemetryEmitter } from './emitter.js';
 import { Metrics } from './metrics.js';
+import { TelemetryQueries } from './telemetry-queries.js';
 import { RunService, type RunSettings } from './runs.js';
 import { ActorSystem, type SystemHooks } from './system.js';
 
@@ -38,6 +39,7 @@ export class Runtime {
   readonly bus = new EventBus();
   readonly workerId = newId('worker');
   readonly telemetry: TelemetryEmitter;
+  readonly telemetryQueries: TelemetryQueries;
   readonly system: ActorSystem;
   readonly runs: RunService;
   readonly agentName: string;
@@ -56,6 +58,7 @@ export class Runtime {
     this.startedAt = clock.now();
     this.agentName = config.agent.name;
     this.telemetry = new TelemetryEmitter(store, this.bus, { capture: config.telemetry.capture }, clock);
+    this.telemetryQueries = new TelemetryQueries(store);
     this.system = new ActorSystem({
       inspect: opts.inspect,
       onChildFailed: (systemId, error) => opts.log?.('error', 'actor failed', { systemId, err: String(error) }),

@@ -96,7 +96,8 @@ describe('POST /run (SSE)', () => {
     const res = await postJson(`${server.url}/run/sync`, { query: 'flaky model' });
     expect(res.body).toMatchObject({ status: 'success', response: 'after retries' });
     const events = (await getJson(`${server.url}/telemetry/events?run_id=${res.body.run_id}&event_type=model_error`)).body;
-    if (events?.events) expect(events.events.length).toBe(2);
+    expect(events.events.length).toBe(2);
+    expect(events.events.every((e: { error: { type: string } }) => ["rate_limited", "server"].includes(e.error.type))).toBe(true);
   });
 
   it('ends with status error / provider_error when the model keeps failing', async () => {

@@ -1,0 +1,111 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { EventIndexField } from '../store/store.js';
+import { replayThenFollow, StreamOverflowError } from '../telemetry/bus.js';
+import {
+  ErrorResponse, EventStreamQuery, EventsQuery, EventsResponse, HTTPValidationError, RunIdParams, SessionEventsQuery, SessionIdParams,
+  TraceIdParams, TraceResponse, TracesListQuery, TracesListResponse,
+} from '../schemas/index.js';
+import type { AppDeps } from './deps.js';
+import { SseChannel } from './sse.js';
+
+const notFoundOr422 = { 404: ErrorResponse, 422: HTTPValidationError };
+
+export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
+  const q = deps.runtime.telemetryQueries;
+
+  app.get('/telemetry/events', {
+    schema: { tags: ['telemetry'], summary: 'Stored telemetry events (filters AND-ed; event_type repeatable)', querystring: EventsQuery, response: { 200: EventsResponse, 422: HTTPValidationError } },
+  }, async (request) => {
+    const query = request.query as { trace_id?: string; run_id?: string; session_id?: string; task_id?: string; event_type?: string | string[]; cursor?: string; limit: number };
+    const filters: Partial<Record<EventIndexField, string | string[]>> = {};
+    for (const k of ['trace_id', 'run_id', 'session_id', 'task_id', 'event_type'] as const) if (query[k] !== undefined) filters[k] = query[k]!;
+    const page = await q.events({ filters, cursor: query.cursor, limit: query.limit });
+    return { session_id: query.session_id ?? null, events: page.events, count: page.events.length, next_cursor: page.next_cursor };
+  });
+
+  app.get('/telemetry/events/stream', {
+    sse: { kind: 'manual', heartbeat: false },
+    schema: { tags: ['telemetry'], summary: 'Replay stored events of a session after a cursor, then follow new ones (SSE)', querystring: EventStreamQuery, response: { 422: HTTPValidationError } },
+  }, async (request, reply) => {
+    const query = request.query as { session_id: string; run_id?: string; cursor?: string };
+    await streamEvents(deps, request, reply, query.session_id, query.run_id, query.cursor);
+  });
+
+  app.get('/telemetry/traces', {
+    schema: { tags: ['telemetry'], summary: 'Trace summaries, newest first', querystring: TracesListQuery, response: { 200: TracesListResponse, 422: HTTPValidationError } },
+  }, async (request) => q.list(request.query as { limit: number }));
+
+  app.get('/telemetry/traces/:trace_id', {
+    schema: { tags: ['telemetry'], summary: 'One exact trace', params: TraceIdParams, response: { 200: TraceResponse, ...notFoundOr422 } },
+  }, async (request) => q.trace((request.params as { trace_id: string }).trace_id));
+
+  app.get('/telemetry/runs/:run_id/trace', {
+    schema: { tags: ['telemetry'], summary: 'Latest trace of a run (one per run segment)', params: RunIdParams, response: { 200: TraceResponse, ...notFoundOr422 } },
+  }, async (request) => q.latest({ run_id: (request.params as { run_id: string }).run_id }));
+
+  app.get('/telemetry/sessions/:session_id/trace', {
+    schema: { tags: ['telemetry'], summary: 'Latest trace of a session', params: SessionIdParams, response: { 200: TraceResponse, ...notFoundOr422 } },
+  }, async (request) => q.latest({ session_id: (request.params as { session_id: string }).session_id }));
+
+  app.get('/events/:session_id', {
+    sse: { kind: 'manual', heartbeat: false },
+    schema: { tags: ['telemetry'], summary: 'Compact alias of /telemetry/events/stream', params: SessionIdParams, querystring: SessionEventsQuery, response: { 422: HTTPValidationError } },
+  }, async (request, reply) => {
+    const { session_id } = request.params as { session_id: string };
+    const query = request.query as { run_id?: string; cursor?: string };
+    await streamEvents(deps, request, reply, session_id, query.run_id, query.cursor);
+  });
+
+  app.get('/events/:session_id/list', {
+    schema: { tags: ['telemetry'], summary: 'Compact alias: stored events of a session', params: SessionIdParams, querystring: SessionEventsQuery, response: { 200: EventsResponse, 422: HTTPValidationError } },
+  }, async (request) => {
+    const { session_id } = request.params as { session_id: string };
+    const query = request.query as { run_id?: string; cursor?: string };
+    const filters: Partial<Record<EventIndexField, string>> = { session_id, ...(query.run_id ? { run_id: query.run_id } : {}) };
+    const page = await q.events({ filters, cursor: query.cursor, limit: 1000 });
+    return { session_id, events: page.events, count: page.events.length, next_cursor: page.next_cursor };
+  });
+
+  app.get('/events/:session_id/trace', {
+    schema: { tags: ['telemetry'], summary: 'Compact alias: latest trace of the session (or of run_id)', params: SessionIdParams, querystring: SessionEventsQuery, response: { 200: TraceResponse, ...notFoundOr422 } },
+  }, async (request) => {
+    const { session_id } = request.params as { session_id: string };
+    const { run_id } = request.query as { run_id?: string };
+    return q.latest(run_id ? { run_id } : { session_id });
+  });
+}
+
+/**
+ * SSE replay-then-follow (decisions.md §8.3): `session` first, stored events after the cursor
+ * (`Last-Event-ID` wins over `cursor`), then live ones, each with `id:` = store cursor. A consumer
+ * more than 1000 events behind gets `error` and is closed, to reconnect from its cursor.
+ */
+async function streamEvents(deps: AppDeps, request: FastifyRequest, reply: FastifyReply, sessionId: string, runId: string | undefined, cursor: string | undefined): Promise<void> {
+  const lastEventId = request.headers['last-event-id'];
+  const after = (typeof lastEventId === 'string' && /^\d{1,16}$/.test(lastEventId) ? lastEventId : cursor) ?? null;
+  const filters: Partial<Record<EventIndexField, string>> = { session_id: sessionId, ...(runId ? { run_id: runId } : {}) };
+  const channel = new SseChannel(reply);
+  const abort = new AbortController();
+  channel.onClientClose(() => abort.abort());
+  channel.push({ event: 'session', data: { session_id: sessionId, run_id: runId ?? null, status: 'streaming' } });
+  const iterator = replayThenFollow({
+    after,
+    signal: abort.signal,
+    readPage: (from) => deps.store.readEvents({ filters, after: from, limit: 500 }),
+    subscribe: (onEvent, opts) => deps.runtime.bus.subscribe(runId ? { run_id: runId, session_id: sessionId } : { session_id: sessionId }, onEvent, opts),
+  });
+  void (async () => {
+    try {
+      for await (const ev of iterator) channel.push({ event: ev.event_type, id: ev.cursor, data: ev });
+    } catch (err) {
+      if (err instanceof StreamOverflowError) {
+        channel.push({ event: 'error', data: { error: 'StreamOverflow', message: 'this consumer fell more than 1000 events behind; reconnect from the last id', last_cursor: err.info.last_cursor } });
+      } else if (!abort.signal.aborted) {
+        channel.push({ event: 'error', data: { error: 'InternalServerError', message: 'the event stream failed' } });
+      }
+    } finally {
+      channel.close();
+    }
+  })();
+  await channel.run();
+}

@@ -1,0 +1,85 @@
+import { notFound } from '../errors.js';
+import type { EventIndexField, Store, StoredEvent } from '../store/store.js';
+import { buildTrace, resolveTraceLookup, summarizeTrace, type Trace, type TraceRecord, type TraceStatus } from '../telemetry/traces.js';
+
+/** Reads of the telemetry log: events from store indexes, traces derived from a record + its events. */
+export class TelemetryQueries {
+  constructor(private readonly store: Store) {}
+
+  async events(q: { filters: Partial<Record<EventIndexField, string | string[]>>; cursor?: string | null; limit: number }) {
+    return this.store.readEvents({ filters: q.filters, after: q.cursor ?? null, limit: q.limit });
+  }
+
+  /** Every stored event of a trace, in order. */
+  private async traceEvents(traceId: string): Promise<StoredEvent[]> {
+    const all: StoredEvent[] = [];
+    let after: string | null = null;
+    for (;;) {
+      const page = await this.store.readEvents({ filters: { trace_id: traceId }, after, limit: 1000 });
+      all.push(...page.events);
+      if (!page.next_cursor) return all;
+      after = page.next_cursor;
+    }
+  }
+
+  /**
+   * One exact trace. A trace with events but no stored record (a background run's lifecycle
+   * trace) is described from its events.
+   */
+  async trace(traceId: string): Promise<{ summary: ReturnType<typeof summarizeTrace>; trace: Trace }> {
+    const rec = await this.store.getRecord<TraceRecord>('traces', traceId);
+    const events = await this.traceEvents(traceId);
+    if (!rec && events.length === 0) throw notFound('trace', traceId);
+    const record: TraceRecord = rec?.value ?? synthesize(traceId, events);
+    const trace = buildTrace(record, events);
+    return { summary: summarizeTrace(trace), trace };
+  }
+
+  /** The latest trace of a run or session (spec: one key exactly). */
+  async latest(key: { trace_id?: string; run_id?: string; session_id?: string }) {
+    const lookup = resolveTraceLookup(key);
+    if (lookup.key === 'trace_id') return this.trace(lookup.value);
+    const page = await this.store.listRecords<TraceRecord>('traces', { index: { name: lookup.key, value: lookup.value }, reverse: true, limit: 1 });
+    if (page.items[0]) return this.trace(page.items[0].id);
+    // Background lifecycle traces have no record: fall back to the newest event of the key.
+    const events = await this.store.readEvents({ filters: { [lookup.key]: lookup.value }, limit: 1000 });
+    const last = events.events.at(-1);
+    if (!last?.trace_id) throw notFound(lookup.key === 'run_id' ? 'trace of run' : 'trace of session', lookup.value);
+    return this.trace(last.trace_id);
+  }
+
+  async list(q: { run_id?: string; session_id?: string; task_id?: string; status?: TraceStatus; limit: number }) {
+    const index = q.run_id ? { name: 'run_id', value: q.run_id } : q.session_id ? { name: 'session_id', value: q.session_id } : q.task_id ? { name: 'task_id', value: q.task_id } : undefined;
+    const summaries = [];
+    let cursor: string | null = null;
+    // Newest first; filters other than the index are applied here, so read pages until full.
+    while (summaries.length < q.limit) {
+      const page: Awaited<ReturnType<Store['listRecords']>> = await this.store.listRecords<TraceRecord>('traces', { index, reverse: true, limit: Math.min(1000, q.limit * 2), cursor });
+      for (const item of page.items) {
+        const r = item.value as TraceRecord;
+        if (q.status && r.status !== q.status) continue;
+        if (q.session_id && r.session_id !== q.session_id) continue;
+        if (q.task_id && r.task_id !== q.task_id) continue;
+        const events = await this.traceEvents(r.trace_id);
+        summaries.push(summarizeTrace(buildTrace(r, events)));
+        if (summaries.length >= q.limit) break;
+      }
+      if (!page.next_cursor) break;
+      cursor = page.next_cursor;
+    }
+    return { traces: summaries, count: summaries.length };
+  }
+}
+
+function synthesize(traceId: string, events: StoredEvent[]): TraceRecord {
+  const first = events[0];
+  const last = events.at(-1)!;
+  const terminal = /_(completed|failed|timeout|cancelled|skipped)$/.exec(last.event_type)?.[1];
+  const status: TraceStatus = terminal === 'completed' || terminal === 'skipped' ? 'completed' : terminal === 'failed' ? 'failed' : terminal === 'timeout' ? 'timeout' : terminal === 'cancelled' ? 'cancelled' : 'running';
+  const meta = (first.metadata ?? {}) as Record<string, string | null>;
+  return {
+    trace_id: traceId, parent_trace_id: null, run_id: first.run_id ?? meta.run_id ?? null, session_id: first.session_id ?? meta.session_id ?? null,
+    task_id: first.task_id ?? meta.task_id ?? null, agent_id: meta.agent_id ?? null, status, started_at: first.timestamp,
+    ended_at: status === 'running' ? null : last.timestamp,
+  };
+}

@@ -1,0 +1,255 @@
+// In-memory Store for unit tests. Same semantics as the LevelDB adapter, error codes included
+// (test/store/store.contract.ts runs against both). Values are copied through JSON on the way in
+// and out, exactly like a persistent adapter, so a test cannot pass by mutating an object it
+// still holds a reference to.
+import {
+  EVENT_INDEX_FIELDS,
+  StoreError,
+  decodeCursor,
+  encodeCursor,
+  type EventIndexField,
+  type EventInput,
+  type EventPage,
+  type EventQuery,
+  type ListQuery,
+  type Page,
+  type RecordIndexes,
+  type RecordKind,
+  type Store,
+  type StoredEvent,
+  type Versioned,
+  type WriteOp,
+} from './store.js';
+
+interface Row {
+  id: string;
+  /** JSON text: a stored copy nobody can mutate. */
+  json: string;
+  version: number;
+  seq: number;
+  ix: Record<string, string>;
+}
+
+const jsonCopy = <T>(v: T): T => (v === undefined ? v : (JSON.parse(JSON.stringify(v)) as T));
+
+const clampLimit = (limit: number | undefined, dflt: number): number =>
+  limit === undefined || !Number.isFinite(limit) ? dflt : Math.min(1000, Math.max(1, Math.floor(limit)));
+
+const cleanIndexes = (ix: RecordIndexes | undefined): Record<string, string> => {
+  const out: Record<string, string> = {};
+  if (ix) for (const [k, v] of Object.entries(ix)) if (typeof v === 'string') out[k] = v;
+  return out;
+};
+
+/**
+ * Normalised event filters: field -> accepted values. A string is one value; an array is an OR of
+ * its values; an empty array (or undefined) puts no constraint on that field.
+ */
+const normaliseFilters = (q: EventQuery | undefined): Array<[EventIndexField, Set<string>]> => {
+  const out: Array<[EventIndexField, Set<string>]> = [];
+  const f = q?.filters ?? {};
+  for (const field of EVENT_INDEX_FIELDS) {
+    const v = f[field];
+    const values = typeof v === 'string' ? [v] : Array.isArray(v) ? v.filter((x) => typeof x === 'string') : [];
+    if (values.length > 0) out.push([field, new Set(values)]);
+  }
+  return out;
+};
+
+/** Events whose timestamp cannot be parsed count as expired, so they can never pin retention. */
+const isBefore = (timestamp: unknown, cutoffMs: number): boolean => {
+  const t = typeof timestamp === 'string' ? Date.parse(timestamp) : NaN;
+  return Number.isNaN(t) || t < cutoffMs;
+};
+
+export class MemoryStore implements Store {
+  readonly adapter = 'memory' as const;
+  private state: 'new' | 'open' | 'closed' = 'new';
+  private readonly records = new Map<RecordKind, Map<string, Row>>();
+  private readonly events: StoredEvent[] = []; // ascending cursor
+  private lastSeq = 0;
+  private lastCursor = 0;
+
+  async open(): Promise<void> {
+    this.state = 'open';
+  }
+
+  async close(): Promise<void> {
+    this.state = 'closed';
+  }
+
+  isOpen(): boolean {
+    return this.state === 'open';
+  }
+
+  private check(): void {
+    if (this.state !== 'open') throw new StoreError('closed', 'store is not open');
+  }
+
+  private kindMap(kind: RecordKind): Map<string, Row> {
+    let m = this.records.get(kind);
+    if (!m) this.records.set(kind, (m = new Map()));
+    return m;
+  }
+
+  private view<T>(r: Row): Versioned<T> {
+    return { id: r.id, version: r.version, seq: r.seq, value: JSON.parse(r.json) as T };
+  }
+
+  async getRecord<T>(kind: RecordKind, id: string): Promise<Versioned<T> | null> {
+    this.check();
+    const r = this.records.get(kind)?.get(id);
+    return r ? this.view<T>(r) : null;
+  }
+
+  async getRecords<T>(kind: RecordKind, ids: string[]): Promise<Array<Versioned<T> | null>> {
+    this.check();
+    const m = this.records.get(kind);
+    return ids.map((id) => {
+      const r = m?.get(id);
+      return r ? this.view<T>(r) : null;
+    });
+  }
+
+  async createRecord<T>(kind: RecordKind, id: string, value: T, indexes?: RecordIndexes): Promise<Versioned<T>> {
+    const [r] = await this.commit([{ op: 'create', kind, id, value, indexes }]);
+    return r as Versioned<T>;
+  }
+
+  async updateRecord<T>(kind: RecordKind, id: string, value: T, expectedVersion: number, indexes?: RecordIndexes): Promise<Versioned<T>> {
+    const [r] = await this.commit([{ op: 'update', kind, id, value, expectedVersion, indexes }]);
+    return r as Versioned<T>;
+  }
+
+  async deleteRecord(kind: RecordKind, id: string, expectedVersion?: number): Promise<void> {
+    await this.commit([{ op: 'delete', kind, id, expectedVersion }]);
+  }
+
+  async commit(ops: WriteOp[]): Promise<Array<Versioned<unknown> | null>> {
+    this.check();
+    // Stage every op against an overlay first; the real maps change only when all checks passed.
+    const staged = new Map<string, { kind: RecordKind; id: string; row: Row | null }>();
+    const lookup = (kind: RecordKind, id: string): Row | null => {
+      const s = staged.get(`${kind}\u0000${id}`);
+      return s ? s.row : this.records.get(kind)?.get(id) ?? null;
+    };
+    let seq = this.lastSeq;
+    const results: Array<Versioned<unknown> | null> = [];
+    for (const op of ops) {
+      const cur = lookup(op.kind, op.id);
+      let next: Row | null;
+      if (op.op === 'create') {
+        if (cur) throw new StoreError('conflict', `${op.kind} '${op.id}' already exists`);
+        next = { id: op.id, json: JSON.stringify(op.value ?? null), version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
+      } else if (op.op === 'update') {
+        if (op.expectedVersion !== null) {
+          if (!cur) throw new StoreError('not_found', `${op.kind} '${op.id}' was not found`);
+          if (cur.version !== op.expectedVersion) {
+            throw new StoreError('stale_version', `${op.kind} '${op.id}' is at version ${cur.version}, expected ${op.expectedVersion}`);
+          }
+        }
+        next = cur
+          ? { ...cur, json: JSON.stringify(op.value ?? null), version: cur.version + 1, ix: op.indexes ? cleanIndexes(op.indexes) : cur.ix }
+          : { id: op.id, json: JSON.stringify(op.value ?? null), version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
+      } else {
+        if (!cur) throw new StoreError('not_found', `${op.kind} '${op.id}' was not found`);
+        if (op.expectedVersion !== undefined && cur.version !== op.expectedVersion) {
+          throw new StoreError('stale_version', `${op.kind} '${op.id}' is at version ${cur.version}, expected ${op.expectedVersion}`);
+        }
+        next = null;
+      }
+      staged.set(`${op.kind}\u0000${op.id}`, { kind: op.kind, id: op.id, row: next });
+      results.push(next ? this.view(next) : null);
+    }
+    for (const { kind, id, row } of staged.values()) {
+      if (row) this.kindMap(kind).set(id, row);
+      else this.records.get(kind)?.delete(id);
+    }
+    this.lastSeq = seq;
+    return results;
+  }
+
+  private matching(kind: RecordKind, index: ListQuery['index']): Row[] {
+    const rows = [...(this.records.get(kind)?.values() ?? [])].filter((r) => !index || r.ix[index.name] === index.value);
+    return rows.sort((a, b) => a.seq - b.seq);
+  }
+
+  async listRecords<T>(kind: RecordKind, query: ListQuery = {}): Promise<Page<T>> {
+    this.check();
+    const limit = clampLimit(query.limit, 100);
+    const after = query.cursor ? decodeCursor(query.cursor) : null;
+    let rows = this.matching(kind, query.index);
+    if (query.reverse) rows.reverse();
+    if (after !== null) rows = rows.filter((r) => (query.reverse ? r.seq < after : r.seq > after));
+    const page = rows.slice(0, limit);
+    return {
+      items: page.map((r) => this.view<T>(r)),
+      next_cursor: rows.length > limit ? encodeCursor(page[page.length - 1].seq) : null,
+    };
+  }
+
+  async countRecords(kind: RecordKind, index?: { name: string; value: string }): Promise<number> {
+    this.check();
+    return this.matching(kind, index).length;
+  }
+
+  async appendEvents(events: EventInput[]): Promise<StoredEvent[]> {
+    this.check();
+    const stored = events.map((e) => ({ ...jsonCopy(e), cursor: encodeCursor(++this.lastCursor) }) as StoredEvent);
+    this.events.push(...stored);
+    return stored.map(jsonCopy);
+  }
+
+  /** Index of the first event with a cursor greater than `cursor`. */
+  private firstAfter(cursor: string): number {
+    let lo = 0;
+    let hi = this.events.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.events[mid].cursor <= cursor) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  async readEvents(query: EventQuery = {}): Promise<EventPage> {
+    this.check();
+    const limit = clampLimit(query.limit, 200);
+    const filters = normaliseFilters(query);
+    const start = query.after ? this.firstAfter(encodeCursor(decodeCursor(query.after))) : 0;
+    const out: StoredEvent[] = [];
+    for (let i = start; i < this.events.length && out.length < limit; i++) {
+      const e = this.events[i];
+      if (filters.every(([field, values]) => typeof e[field] === 'string' && values.has(e[field] as string))) out.push(jsonCopy(e));
+    }
+    return { events: out, next_cursor: out.length === limit ? out[out.length - 1].cursor : null };
+  }
+
+  async getEvent(cursor: string): Promise<StoredEvent | null> {
+    this.check();
+    let c: string;
+    try {
+      c = encodeCursor(decodeCursor(cursor));
+    } catch {
+      return null;
+    }
+    const i = this.firstAfter(c) - 1;
+    return i >= 0 && this.events[i].cursor === c ? jsonCopy(this.events[i]) : null;
+  }
+
+  async lastEventCursor(): Promise<string | null> {
+    this.check();
+    return this.events.length ? this.events[this.events.length - 1].cursor : null;
+  }
+
+  /** Walks from the oldest event and stops at the first one that is not expired (see LevelStore). */
+  async deleteEventsBefore(isoTime: string): Promise<number> {
+    this.check();
+    const cutoff = Date.parse(isoTime);
+    if (Number.isNaN(cutoff)) throw new TypeError(`deleteEventsBefore: bad time '${isoTime}'`);
+    let n = 0;
+    while (n < this.events.length && isBefore(this.events[n].timestamp, cutoff)) n++;
+    this.events.splice(0, n);
+    return n;
+  }
+}

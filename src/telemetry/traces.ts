@@ -1,0 +1,480 @@
+// Traces are derived, not stored span by span (decisions.md §8.2): the runtime stores one trace
+// record per run segment and the events; a trace view groups the events by span_id. Keeping spans
+// derived means a crash can never leave a stored span that disagrees with the event log.
+import type { EventInput } from '../store/store.js';
+
+export type TraceStatus = 'running' | 'completed' | 'failed' | 'cancelled' | 'timeout' | 'suspended';
+
+/** What the runtime stores (kind `traces`) for one run segment. */
+export interface TraceRecord {
+  trace_id: string;
+  /** The previous segment of the same run (a resumed run starts a new trace). */
+  parent_trace_id: string | null;
+  run_id: string | null;
+  session_id: string | null;
+  task_id: string | null;
+  agent_id: string | null;
+  status: TraceStatus;
+  started_at: string;
+  ended_at: string | null;
+}
+
+export type SpanName =
+  | 'agent.run'
+  | 'agent.step'
+  | 'model.call'
+  | 'tool.batch'
+  | 'tool.call'
+  | 'observation.pipeline'
+  | 'subagent.run'
+  | 'background.run';
+
+export type SpanStatus = 'ok' | 'error' | 'unset';
+/** OpenTelemetry attribute values: primitives or arrays of strings. */
+export type SpanAttributeValue = string | number | boolean | string[];
+export type SpanAttributes = Record<string, SpanAttributeValue>;
+
+export interface TraceSpan {
+  span_id: string;
+  parent_span_id: string | null;
+  /** One of SpanName; an event type nobody mapped yet names its own span. */
+  name: SpanName | (string & {});
+  status: SpanStatus;
+  started_at: string;
+  ended_at: string | null;
+  duration_ms: number | null;
+  attributes: SpanAttributes;
+}
+
+export type Trace<R extends TraceRecord = TraceRecord, E extends EventInput = EventInput> = R & {
+  spans: TraceSpan[];
+  events: E[];
+};
+
+export interface TraceSummary {
+  trace_id: string;
+  run_id: string | null;
+  session_id: string | null;
+  status: TraceStatus;
+  event_count: number;
+  span_count: number;
+  started_at: string;
+  ended_at: string | null;
+}
+
+const RUN_LEVEL_TYPES = new Set([
+  'user_message',
+  'run_resumed',
+  'final_answer',
+  'runtime_error',
+  'guardrail_violation',
+]);
+
+const SPAN_NAME_BY_TYPE: Record<string, SpanName> = {
+  agent_step: 'agent.step',
+  model_call: 'model.call',
+  model_response: 'model.call',
+  model_error: 'model.call',
+  tool_batch_start: 'tool.batch',
+  tool_call: 'tool.call',
+  tool_result: 'tool.call',
+  tool_error: 'tool.call',
+  policy_request_created: 'tool.call',
+  policy_decision_allow: 'tool.call',
+  policy_decision_ask: 'tool.call',
+  policy_decision_deny: 'tool.call',
+  observation_pipeline_end: 'observation.pipeline',
+  subagent_spawn: 'subagent.run',
+  subagent_result: 'subagent.run',
+  subagent_error: 'subagent.run',
+};
+
+/** Event types after which their span is over. */
+export const ENDING_EVENT_TYPES: ReadonlySet<string> = new Set([
+  'model_response',
+  'model_error',
+  'tool_result',
+  'tool_error',
+  'observation_pipeline_end',
+  'subagent_result',
+  'subagent_error',
+  'final_answer',
+  'runtime_error',
+  'background_run_completed',
+  'background_run_failed',
+  'background_run_timeout',
+  'background_run_cancelled',
+  'background_run_skipped',
+]);
+
+const ERROR_EVENT_TYPES: ReadonlySet<string> = new Set([
+  'model_error',
+  'tool_error',
+  'subagent_error',
+  'runtime_error',
+  'policy_decision_deny',
+  'background_run_failed',
+  'background_run_timeout',
+]);
+
+/** Span name for an event type, ignoring the root rule. Null for run-level and unknown types. */
+export function spanNameForEventType(eventType: string): SpanName | null {
+  if (eventType.startsWith('background_')) return 'background.run';
+  return SPAN_NAME_BY_TYPE[eventType] ?? null;
+}
+
+// Events come typed as the store's open EventInput; read the §8.1 fields defensively so a
+// malformed or foreign event degrades the view instead of throwing in a GET handler.
+const str = (v: unknown): string | null => (typeof v === 'string' && v.length > 0 ? v : null);
+const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
+const obj = (v: unknown): Record<string, unknown> | null =>
+  v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
+const meta = (e: EventInput): Record<string, unknown> => obj(e.metadata) ?? {};
+const metaStr = (e: EventInput, ...keys: string[]): string | null => {
+  const m = meta(e);
+  for (const k of keys) {
+    const v = str(m[k]);
+    if (v !== null) return v;
+  }
+  return null;
+};
+const ctxField = (e: EventInput, field: 'run_id' | 'session_id' | 'task_id' | 'agent_id'): string | null =>
+  str(e[field]) ?? metaStr(e, field);
+const ms = (iso: string | null): number | null => {
+  if (iso === null) return null;
+  const t = Date.parse(iso);
+  return Number.isNaN(t) ? null : t;
+};
+const maxIso = (a: string | null, b: string | null): string | null => {
+  if (a === null) return b;
+  if (b === null) return a;
+  return (ms(a) ?? 0) >= (ms(b) ?? 0) ? a : b;
+};
+
+interface SpanGroup<E extends EventInput> {
+  span_id: string;
+  events: E[];
+  span: TraceSpan;
+  endedByEvent: boolean;
+  hasError: boolean;
+  errorEvent: E | null;
+}
+
+function compareEvents(a: EventInput, b: EventInput): number {
+  const ca = str(a.cursor);
+  const cb = str(b.cursor);
+  if (ca !== null && cb !== null && ca !== cb) {
+    if (ca.length !== cb.length) return ca.length - cb.length;
+    return ca < cb ? -1 : 1;
+  }
+  const sa = num(a.sequence);
+  const sb = num(b.sequence);
+  if (sa !== null && sb !== null && sa !== sb) return sa - sb;
+  return 0;
+}
+
+/**
+ * Builds the trace view: the record, its spans (grouped by the events' span_id) and its events in
+ * log order. Pure: no clock, so a running trace shows open spans with `ended_at: null`.
+ */
+export function buildTrace<R extends TraceRecord, E extends EventInput>(record: R, events: readonly E[]): Trace<R, E> {
+  // Array.prototype.sort is stable, so events without cursor/sequence keep the given order.
+  const ordered = [...events].sort(compareEvents);
+  const rootSpanId = ordered.length > 0 ? str(ordered[0].span_id) : null;
+  const groups = new Map<string, SpanGroup<E>>();
+
+  for (const event of ordered) {
+    // An event without a span belongs to the run itself.
+    const spanId = str(event.span_id) ?? rootSpanId ?? `${record.trace_id}:root`;
+    let group = groups.get(spanId);
+    if (!group) {
+      group = {
+        span_id: spanId,
+        events: [],
+        span: {
+          span_id: spanId,
+          parent_span_id: null,
+          name: 'agent.run',
+          status: 'unset',
+          started_at: event.timestamp,
+          ended_at: null,
+          duration_ms: null,
+          attributes: {},
+        },
+        endedByEvent: false,
+        hasError: false,
+        errorEvent: null,
+      };
+      groups.set(spanId, group);
+    }
+    group.events.push(event);
+  }
+
+  const context = {
+    run_id: record.run_id ?? firstOf(ordered, (e) => ctxField(e, 'run_id')),
+    session_id: record.session_id ?? firstOf(ordered, (e) => ctxField(e, 'session_id')),
+    task_id: record.task_id ?? firstOf(ordered, (e) => ctxField(e, 'task_id')),
+    agent_id: record.agent_id ?? firstOf(ordered, (e) => ctxField(e, 'agent_id')),
+  };
+  const traceEnded = record.status !== 'running' && record.ended_at ? record.ended_at : null;
+
+  // Pass 1: what each span's own events say.
+  for (const group of groups.values()) {
+    const { span, events: evs } = group;
+    const isRoot = group.span_id === (rootSpanId ?? `${record.trace_id}:root`);
+    span.name = nameSpan(evs, isRoot);
+    span.parent_span_id = firstOf(evs, (e) => str(e.parent_span_id));
+    for (const e of evs) {
+      if (ERROR_EVENT_TYPES.has(e.event_type)) {
+        group.hasError = true;
+        group.errorEvent ??= e;
+      }
+      if (ENDING_EVENT_TYPES.has(e.event_type)) group.endedByEvent = true;
+    }
+    if (group.endedByEvent) span.ended_at = evs[evs.length - 1].timestamp;
+    span.attributes = spanAttributes(span.name, evs, context, isRoot ? ordered : null);
+    if (isRoot) {
+      if (record.parent_trace_id) span.attributes['agentd.parent_trace_id'] = record.parent_trace_id;
+      span.attributes['agentd.trace.status'] = record.status;
+      span.ended_at = traceEnded ?? span.ended_at;
+    }
+    if (group.errorEvent) {
+      const err = obj(group.errorEvent.error);
+      span.attributes['error.type'] = str(err?.type) ?? group.errorEvent.event_type;
+      const message = str(err?.message);
+      if (message !== null) span.attributes['agentd.error.message'] = message;
+    }
+  }
+
+  const rootGroup = rootSpanId !== null ? groups.get(rootSpanId) : groups.get(`${record.trace_id}:root`);
+  const runEnd = rootGroup?.span.ended_at ?? traceEnded;
+
+  // Pass 2: a step has no ending event; it lasts until the next step under the same parent
+  // starts, or until the run ends.
+  const stepsByParent = new Map<string, SpanGroup<E>[]>();
+  for (const group of groups.values()) {
+    if (group.span.name !== 'agent.step') continue;
+    const key = group.span.parent_span_id ?? '';
+    const list = stepsByParent.get(key) ?? [];
+    list.push(group);
+    stepsByParent.set(key, list);
+  }
+  for (const steps of stepsByParent.values()) {
+    for (let i = 0; i < steps.length; i++) {
+      const next = steps[i + 1];
+      steps[i].span.ended_at = maxIso(steps[i].span.ended_at, next ? next.span.started_at : runEnd);
+    }
+  }
+
+  // Pass 3: a span with no end of its own (a tool batch) ends with its last child, once all have.
+  const children = new Map<string, SpanGroup<E>[]>();
+  for (const group of groups.values()) {
+    const parent = group.span.parent_span_id;
+    if (parent === null || !groups.has(parent)) continue;
+    const list = children.get(parent) ?? [];
+    list.push(group);
+    children.set(parent, list);
+  }
+  for (const group of groups.values()) {
+    if (group.span.ended_at !== null) continue;
+    const kids = children.get(group.span_id);
+    if (!kids || kids.length === 0 || kids.some((k) => k.span.ended_at === null)) continue;
+    let end: string | null = null;
+    for (const k of kids) end = maxIso(end, k.span.ended_at);
+    group.span.ended_at = maxIso(end, group.events[group.events.length - 1].timestamp);
+    if (kids.some((k) => k.hasError)) group.hasError = true;
+  }
+
+  // Pass 4: a segment that is over (finished, suspended for a person, cancelled) closes what is
+  // still open at its end, so exported spans always have an end time.
+  const spans: TraceSpan[] = [];
+  for (const group of groups.values()) {
+    const { span } = group;
+    if (span.ended_at === null && traceEnded !== null) span.ended_at = maxIso(traceEnded, span.started_at);
+    const start = ms(span.started_at);
+    const end = ms(span.ended_at);
+    span.duration_ms = start !== null && end !== null ? Math.max(0, end - start) : null;
+    span.status = spanStatus(group, group === rootGroup ? record.status : null);
+    spans.push(span);
+  }
+
+  return { ...record, spans, events: ordered };
+}
+
+function firstOf<T, V>(items: readonly T[], pick: (item: T) => V | null): V | null {
+  for (const item of items) {
+    const v = pick(item);
+    if (v !== null) return v;
+  }
+  return null;
+}
+
+function nameSpan(events: readonly EventInput[], isRoot: boolean): TraceSpan['name'] {
+  if (isRoot) return events[0].event_type.startsWith('background_') ? 'background.run' : 'agent.run';
+  for (const e of events) {
+    const name = spanNameForEventType(e.event_type);
+    if (name !== null) return name;
+  }
+  const first = events[0].event_type;
+  return RUN_LEVEL_TYPES.has(first) ? 'agent.run' : first;
+}
+
+function spanStatus(group: SpanGroup<EventInput>, traceStatus: TraceStatus | null): SpanStatus {
+  if (traceStatus !== null) {
+    if (group.hasError || traceStatus === 'failed' || traceStatus === 'timeout') return 'error';
+    return traceStatus === 'completed' ? 'ok' : 'unset';
+  }
+  if (group.hasError) return 'error';
+  // Closed only by the segment ending (e.g. a tool call still waiting for approval) is not "ok".
+  if (group.endedByEvent) return 'ok';
+  if (group.span.name === 'agent.step' || group.span.name === 'tool.batch') {
+    return group.span.ended_at !== null ? 'ok' : 'unset';
+  }
+  return 'unset';
+}
+
+function addNumber(attrs: SpanAttributes, key: string, value: number | null): void {
+  if (value === null) return;
+  const prev = attrs[key];
+  attrs[key] = (typeof prev === 'number' ? prev : 0) + value;
+}
+
+function spanAttributes(
+  name: TraceSpan['name'],
+  events: readonly EventInput[],
+  context: { run_id: string | null; session_id: string | null; task_id: string | null; agent_id: string | null },
+  /** For the root span: every event of the trace, to total the usage. */
+  allEvents: readonly EventInput[] | null,
+): SpanAttributes {
+  const attrs: SpanAttributes = {};
+  const set = (key: string, value: string | null): void => {
+    if (value !== null) attrs[key] = value;
+  };
+
+  switch (name) {
+    case 'model.call': {
+      attrs['gen_ai.operation.name'] = 'chat';
+      set(
+        'gen_ai.request.model',
+        firstOf(events, (e) => {
+          const fromMeta = metaStr(e, 'gen_ai.request.model', 'request_model', 'model');
+          if (fromMeta !== null) return fromMeta;
+          const actor = obj(e.actor);
+          return actor?.type === 'model' ? str(actor.name) ?? str(actor.id) : null;
+        }),
+      );
+      set('gen_ai.response.model', firstOf(events, (e) => metaStr(e, 'gen_ai.response.model', 'response_model')));
+      set('gen_ai.provider.name', firstOf(events, (e) => metaStr(e, 'gen_ai.provider.name', 'provider')));
+      const finish = firstOf(events, (e) => metaStr(e, 'finish_reason'));
+      if (finish !== null) attrs['gen_ai.response.finish_reasons'] = [finish];
+      break;
+    }
+    case 'tool.call': {
+      attrs['gen_ai.operation.name'] = 'execute_tool';
+      set(
+        'gen_ai.tool.name',
+        firstOf(events, (e) => {
+          const fromMeta = metaStr(e, 'gen_ai.tool.name', 'tool_name', 'tool');
+          if (fromMeta !== null) return fromMeta;
+          const actor = obj(e.actor);
+          return actor?.type === 'tool' || actor?.type === 'mcp_server' ? str(actor.name) ?? str(actor.id) : null;
+        }),
+      );
+      set('gen_ai.tool.call.id', firstOf(events, (e) => metaStr(e, 'gen_ai.tool.call.id', 'tool_call_id', 'call_id')));
+      set(
+        'agentd.mcp_server',
+        firstOf(events, (e) => {
+          const fromMeta = metaStr(e, 'mcp_server');
+          if (fromMeta !== null) return fromMeta;
+          const actor = obj(e.actor);
+          return actor?.type === 'mcp_server' ? str(actor.id) : null;
+        }),
+      );
+      for (const e of events) {
+        if (e.event_type.startsWith('policy_decision_')) {
+          attrs['agentd.policy.decision'] = e.event_type.slice('policy_decision_'.length);
+        }
+      }
+      break;
+    }
+    case 'agent.run':
+    case 'subagent.run': {
+      attrs['gen_ai.operation.name'] = 'invoke_agent';
+      if (name === 'agent.run') set('gen_ai.agent.id', context.agent_id);
+      set(
+        'gen_ai.agent.name',
+        firstOf(events, (e) => {
+          const fromMeta = name === 'subagent.run' ? metaStr(e, 'subagent', 'subagent_name', 'agent_name') : metaStr(e, 'agent_name');
+          if (fromMeta !== null) return fromMeta;
+          const actor = obj(e.actor);
+          return actor?.type === 'agent' ? str(actor.name) : null;
+        }),
+      );
+      break;
+    }
+    case 'agent.step': {
+      const step = firstOf(events, (e) => num(meta(e).step));
+      if (step !== null) attrs['agentd.step'] = step;
+      break;
+    }
+    case 'background.run': {
+      const attempt = firstOf(events, (e) => num(meta(e).attempt));
+      if (attempt !== null) attrs['agentd.attempt'] = attempt;
+      break;
+    }
+  }
+
+  // Usage and cost: a model span counts its own events; the root totals the whole segment.
+  for (const e of allEvents ?? events) {
+    const usage = obj(e.token_usage);
+    if (usage && (allEvents === null || e.event_type === 'model_response')) {
+      addNumber(attrs, 'gen_ai.usage.input_tokens', num(usage.input_tokens));
+      addNumber(attrs, 'gen_ai.usage.output_tokens', num(usage.output_tokens));
+    }
+    if (allEvents === null || e.event_type === 'model_response') {
+      addNumber(attrs, 'agentd.estimated_cost_usd', num(e.estimated_cost_usd));
+    }
+  }
+
+  set('agentd.run_id', context.run_id);
+  set('agentd.session_id', context.session_id);
+  set('agentd.task_id', context.task_id);
+  set('agentd.agent_id', context.agent_id);
+  return attrs;
+}
+
+export function summarizeTrace(trace: Trace<TraceRecord, EventInput>): TraceSummary {
+  return {
+    trace_id: trace.trace_id,
+    run_id: trace.run_id,
+    session_id: trace.session_id,
+    status: trace.status,
+    event_count: trace.events.length,
+    span_count: trace.spans.length,
+    started_at: trace.started_at,
+    ended_at: trace.ended_at,
+  };
+}
+
+export type TraceLookupKey = 'trace_id' | 'run_id' | 'session_id';
+export interface TraceLookup {
+  key: TraceLookupKey;
+  value: string;
+}
+
+/**
+ * Spec Errors rule 5: a trace lookup takes exactly one of trace id, run id, session id.
+ * Undefined and null count as absent; an empty string is a given but invalid key.
+ */
+export function resolveTraceLookup(key: { trace_id?: string | null; run_id?: string | null; session_id?: string | null }): TraceLookup {
+  const given = (['trace_id', 'run_id', 'session_id'] as const).filter((k) => key[k] !== undefined && key[k] !== null);
+  if (given.length !== 1) {
+    throw new TypeError(
+      `a trace lookup takes exactly one of trace_id, run_id, session_id (got ${given.length === 0 ? 'none' : given.join(', ')})`,
+    );
+  }
+  const k = given[0];
+  const value = key[k];
+  if (typeof value !== 'string' || value.length === 0) throw new TypeError(`${k} must be a non-empty string`);
+  return { key: k, value };
+}
