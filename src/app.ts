@@ -13,6 +13,12 @@ import { ROUTE_MODULES } from './http/routes.js';
 
 export type { AppDeps } from './http/deps.js';
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    routeList: Array<{ method: string; url: string; hidden: boolean }>;
+  }
+}
+
 /**
  * Builds the HTTP app without listening (tests use `inject()` or listen themselves).
  * Routes only parse (zod), delegate to a runtime service, and serialise.
@@ -31,6 +37,16 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     return503OnClosing: true,
     forceCloseConnections: true,
   });
+  // Every route, so a test can check that the OpenAPI document lists all of them.
+  const routes: Array<{ method: string; url: string; hidden: boolean }> = [];
+  app.decorate('routeList', routes);
+  app.addHook('onRoute', (r) => {
+    const methods = Array.isArray(r.method) ? r.method : [r.method];
+    const hidden = Boolean((r.schema as { hide?: boolean } | undefined)?.hide) || r.url.startsWith('/docs');
+    for (const m of methods) if (m !== 'HEAD') routes.push({ method: m, url: r.url, hidden });
+  });
+  // A JSON API: any other body type is a 415, not a string that fails validation.
+  app.removeContentTypeParser('text/plain');
   app.setValidatorCompiler(zodValidatorCompiler);
   app.setSerializerCompiler(jsonSerializerCompiler);
   app.addHook('onSend', async (request, reply) => {
