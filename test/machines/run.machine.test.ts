@@ -1,0 +1,128 @@
+// The run machine alone, with its effects stubbed: the loop, pauses and terminations are pure logic.
+import { describe, expect, it } from 'vitest';
+import { createActor, fromPromise, waitFor } from 'xstate';
+import { runMachine, recordStatusOf, type ApprovalState, type ReserveResult, type RunContext, type ToolOutcome } from '../../machines/run.machine.js';
+import type { ModelCallResult } from '../../src/agent/model/types.js';
+
+const input = { run_id: 'run_1', session_id: 's', agent_name: 'a', max_steps: 5, messages: [{ role: 'user' as const, content: 'hi' }], query: 'hi' };
+const usage = { input_tokens: 10, output_tokens: 5, total_tokens: 15 };
+const reply = (r: Partial<ModelCallResult>): { result: ModelCallResult; cost_usd: number } => ({ result: { text: '', tool_calls: [], usage, finish_reason: 'stop', model: 'm', ...r }, cost_usd: 0.01 });
+
+function machineWith(opts: {
+  replies: Array<ReturnType<typeof reply>>;
+  reserve?: (phase: string, ctx: RunContext) => ReserveResult;
+  approvals?: ApprovalState[];
+  allowed?: boolean;
+  execute?: (ctx: RunContext) => ToolOutcome[];
+}) {
+  const replies = [...opts.replies];
+  const steps: string[] = [];
+  const logic = runMachine.provide({
+    actors: {
+      checkInput: fromPromise(async () => (opts.allowed === false ? { allowed: false, rule: 'deny_pattern', message: 'no' } : { allowed: true })),
+      reserveBudget: fromPromise(async ({ input: i }) => opts.reserve?.(i.phase, i.ctx) ?? { ok: true as const }),
+      callModel: fromPromise(async () => {
+        const next = replies.shift();
+        if (!next) throw new Error('no more replies');
+        return next;
+      }),
+      governTools: fromPromise(async ({ input: i }) => ({ decisions: i.ctx.pending.map((c) => ({ tool_call_id: c.id, effect: 'allow' as const, reason: null })), approvals: opts.approvals ?? [] })),
+      executeTools: fromPromise(async ({ input: i }) => opts.execute?.(i.ctx) ?? i.ctx.pending.map((c) => ({ tool_call_id: c.id, tool_name: c.name, content: `ran ${c.name}`, outcome: 'success' as const }))),
+    },
+    actions: { notify: (_a, p) => void steps.push(p.kind) },
+  });
+  return { logic, steps };
+}
+
+describe('run machine', () => {
+  it('loops model -> tools -> model until a final answer, adding usage', async () => {
+    const { logic, steps } = machineWith({ replies: [reply({ tool_calls: [{ id: 'c1', name: 'clock', arguments: {} }] }), reply({ text: 'done' })] });
+    const actor = createActor(logic, { input }).start();
+    const snap = await waitFor(actor, (s) => s.status === 'done');
+    expect(snap.value).toBe('completed');
+    expect(snap.context).toMatchObject({ response: 'done', step: 2, termination_reason: 'stop', usage: { requests: 2, total_tokens: 30, estimated_cost_usd: 0.02 } });
+    expect(snap.context.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'tool', 'assistant']);
+    expect(steps).toEqual(['step', 'step', 'final']);
+  });
+
+  it('ends with max_steps when the model never answers', async () => {
+    const call = () => reply({ tool_calls: [{ id: `c${Math.random()}`, name: 'x', arguments: {} }] });
+    const { logic } = machineWith({ replies: [call(), call(), call()] });
+    const actor = createActor(logic, { input: { ...input, max_steps: 2 } }).start();
+    const snap = await waitFor(actor, (s) => s.status === 'done');
+    expect(snap.value).toBe('failed');
+    expect(snap.context.termination_reason).toBe('max_steps');
+  });
+
+  it('blocks guarded input without calling the model', async () => {
+    const { logic } = machineWith({ replies: [], allowed: false });
+    const snap = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
+    expect(snap.value).toBe('blocked');
+    expect(snap.context.termination_reason).toBe('guardrail');
+    expect(recordStatusOf('blocked')).toBe('blocked');
+  });
+
+  it('waits for approval, then executes after APPROVALS_DECIDED; the persisted snapshot restores the wait', async () => {
+    const pending: ApprovalState = { approval_id: 'ap1', status: 'pending', tool_name: 'pay', tool_call_id: 'c1', arguments: {}, reason: null, created_at: '', expires_at: '', approver: null, note: null, decided_at: null, edited_arguments: null };
+    const { logic } = machineWith({ replies: [reply({ tool_calls: [{ id: 'c1', name: 'pay', arguments: {} }] }), reply({ text: 'paid' })], approvals: [pending] });
+    const actor = createActor(logic, { input }).start();
+    await waitFor(actor, (s) => s.value === 'awaitingApproval');
+    const saved = JSON.parse(JSON.stringify(actor.getPersistedSnapshot()));
+    actor.stop();
+    const restored = createActor(logic, { snapshot: saved }).start();
+    expect(restored.getSnapshot().value).toBe('awaitingApproval');
+    restored.send({ type: 'APPROVALS_DECIDED', approvals: [{ ...pending, status: 'approved', approver: 'x' }] });
+    const done = await waitFor(restored, (s) => s.status === 'done');
+    expect(done.value).toBe('completed');
+    expect(done.context.approvals[0].status).toBe('used');
+  });
+
+  it('pauses for budget; a grant retries the reservation, a denial fails the run', async () => {
+    let grants = 0;
+    const reserve = (): ReserveResult => (grants > 0 ? { ok: true } : { ok: false, on_exhausted: 'pause', request: { request_id: 'b1', key: 'run:r:total', scope: 'run', meter: 'tokens', limit: 1, used: 1, needed: 5, shortfall: 5, status: 'pending', asked_at: '', phase: 'model' } });
+    const granted = machineWith({ replies: [reply({ text: 'ok' })], reserve });
+    const a = createActor(granted.logic, { input }).start();
+    const waiting = await waitFor(a, (s) => s.value === 'awaitingBudget');
+    expect(waiting.context.budget_request?.shortfall).toBe(5);
+    grants = 1;
+    a.send({ type: 'BUDGET_GRANTED', request: { ...waiting.context.budget_request!, status: 'granted' } });
+    expect((await waitFor(a, (s) => s.status === 'done')).value).toBe('completed');
+
+    grants = 0;
+    const denied = machineWith({ replies: [], reserve });
+    const b = createActor(denied.logic, { input }).start();
+    await waitFor(b, (s) => s.value === 'awaitingBudget');
+    b.send({ type: 'BUDGET_DENIED', request: { ...b.getSnapshot().context.budget_request!, status: 'denied', approver: 'x' } });
+    const end = await waitFor(b, (s) => s.status === 'done');
+    expect(end.value).toBe('failed');
+    expect(end.context.termination_reason).toBe('budget_exhausted');
+  });
+
+  it('terminates at once when the budget says terminate', async () => {
+    const { logic } = machineWith({ replies: [], reserve: () => ({ ok: false, on_exhausted: 'terminate', request: { request_id: 'b', key: 'k', scope: 'run', meter: 'tokens', limit: 1, used: 1, needed: 2, shortfall: 2, status: 'pending', asked_at: '', phase: 'model' } }) });
+    const end = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
+    expect(end.value).toBe('failed');
+    expect(end.context.termination_reason).toBe('budget_exhausted');
+  });
+
+  it('CANCEL and TIMEOUT end the run from any state', async () => {
+    const { logic } = machineWith({ replies: [] });
+    const hang = logic.provide({ actors: { callModel: fromPromise(() => new Promise<never>(() => {})) } });
+    const a = createActor(hang, { input }).start();
+    await waitFor(a, (s) => s.value === 'calling');
+    a.send({ type: 'CANCEL' });
+    expect(a.getSnapshot().value).toBe('cancelled');
+    expect(a.getSnapshot().context.termination_reason).toBe('cancelled');
+    const b = createActor(hang, { input }).start();
+    await waitFor(b, (s) => s.value === 'calling');
+    b.send({ type: 'TIMEOUT' });
+    expect(b.getSnapshot().value).toBe('timedOut');
+  });
+
+  it('a model failure ends the run with provider_error', async () => {
+    const { logic } = machineWith({ replies: [] });
+    const end = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
+    expect(end.value).toBe('failed');
+    expect(end.context.termination_reason).toBe('provider_error');
+  });
+});

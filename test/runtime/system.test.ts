@@ -1,0 +1,121 @@
+// The root supervisor and the serial writer: save, reopen, restore, stale-version conflict, and a
+// child error that must never crash the process.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { assign, fromPromise, setup, waitFor } from 'xstate';
+import { ActorSystem } from '../../src/runtime/system.js';
+import { FencedError, RecordWriter } from '../../src/runtime/persistence.js';
+import { LevelStore } from '../../src/store/level.js';
+import { MemoryStore } from '../../src/store/memory.js';
+
+const counter = setup({
+  types: { context: {} as { n: number }, events: {} as { type: 'INC' } | { type: 'BOOM' } },
+  actors: { work: fromPromise(async () => 42) },
+}).createMachine({
+  context: { n: 0 },
+  initial: 'idle',
+  states: {
+    idle: { on: { INC: { actions: assign({ n: ({ context }) => context.n + 1 }) }, BOOM: 'exploding' } },
+    exploding: { entry: () => { throw new Error('child blew up'); } },
+  },
+});
+
+describe('ActorSystem', () => {
+  it('spawns under a systemId, and restores a child from a persisted snapshot', () => {
+    const system = new ActorSystem();
+    const a = system.spawn('task:one', counter);
+    a.send({ type: 'INC' });
+    a.send({ type: 'INC' });
+    const saved = JSON.parse(JSON.stringify(a.getPersistedSnapshot()));
+    system.stop('task:one');
+    expect(system.get('task:one')).toBeUndefined();
+    const b = system.spawn('task:one', counter, { snapshot: saved });
+    expect(b.getSnapshot().context.n).toBe(2);
+    b.send({ type: 'INC' });
+    expect(b.getSnapshot().context.n).toBe(3);
+    system.shutdown();
+  });
+
+  it('turns an unobserved child error into a hook call, never a crash', async () => {
+    const failures: string[] = [];
+    const system = new ActorSystem({ onChildFailed: (id) => failures.push(id) });
+    const crashes: unknown[] = [];
+    const onCrash = (e: unknown) => crashes.push(e);
+    process.on('uncaughtException', onCrash);
+    try {
+      const child = system.spawn('bgrun:bad', counter);
+      child.send({ type: 'BOOM' });
+      await new Promise((r) => setTimeout(r, 20));
+      expect(failures).toEqual(['bgrun:bad']);
+      expect(crashes).toEqual([]);
+      // The supervisor keeps working for other children.
+      const ok = system.spawn('bgrun:good', counter);
+      ok.send({ type: 'INC' });
+      expect(ok.getSnapshot().context.n).toBe(1);
+    } finally {
+      process.off('uncaughtException', onCrash);
+      system.shutdown();
+    }
+  });
+
+  it('re-runs a promise effect that was active when the snapshot was saved (fact 3)', async () => {
+    let calls = 0;
+    const m = setup({ actors: { work: fromPromise(async () => ++calls) } }).createMachine({
+      context: { v: 0 }, initial: 'a',
+      states: { a: { on: { GO: 'b' } }, b: { invoke: { src: 'work', onDone: { target: 'c', actions: assign({ v: ({ event }) => event.output }) } } }, c: { type: 'final' } },
+    });
+    const system = new ActorSystem();
+    const a = system.spawn('run:x', m);
+    a.send({ type: 'GO' });
+    const saved = JSON.parse(JSON.stringify(a.getPersistedSnapshot()));
+    system.stop('run:x');
+    const b = system.spawn('run:x', m, { snapshot: saved });
+    const done = await waitFor(b, (s) => s.status === 'done');
+    expect(done.context.v).toBe(2);
+    system.shutdown();
+  });
+});
+
+describe('RecordWriter', () => {
+  it('saves record + snapshot in one commit, survives a reopen, and fences a stale writer', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'agentd-writer-'));
+    const store = new LevelStore({ path: dir });
+    await store.open();
+    const created = await store.createRecord('runs', 'r1', { n: 0 }, { status: 'running' });
+    const fenced: FencedError[] = [];
+    const writer = new RecordWriter<{ n: number }>(store, 'runs', 'r1', created, (v) => ({ status: v.n > 1 ? 'done' : 'running' }), (e) => fenced.push(e));
+    // Queued writes apply in order and resolve when durable.
+    const results = await Promise.all([1, 2, 3].map((n) => writer.update((v) => ({ n: v.n + 1 }), () => [{ op: 'update', kind: 'snapshots', id: 'r1', value: { snap: n }, expectedVersion: null }])));
+    expect(results.at(-1)!.value.n).toBe(3);
+    await store.close();
+
+    const reopened = new LevelStore({ path: dir });
+    await reopened.open();
+    expect((await reopened.getRecord<{ n: number }>('runs', 'r1'))!.value.n).toBe(3);
+    expect((await reopened.getRecord<{ snap: number }>('snapshots', 'r1'))!.value.snap).toBe(3);
+    expect(await reopened.countRecords('runs', { name: 'status', value: 'done' })).toBe(1);
+
+    // Another owner takes the record over; our writer's next write is refused.
+    const current = (await reopened.getRecord<{ n: number }>('runs', 'r1'))!;
+    const mine = new RecordWriter<{ n: number }>(reopened, 'runs', 'r1', current, () => ({}), (e) => fenced.push(e));
+    await reopened.updateRecord('runs', 'r1', { n: 100 }, current.version);
+    await expect(mine.update((v) => ({ n: v.n + 1 }))).rejects.toBeInstanceOf(FencedError);
+    expect(mine.isFenced).toBe(true);
+    expect(fenced).toHaveLength(1);
+    expect((await reopened.getRecord<{ n: number }>('runs', 'r1'))!.value.n).toBe(100);
+    await expect(mine.update((v) => v)).rejects.toBeInstanceOf(FencedError);
+    await reopened.close();
+  });
+
+  it('works on the memory store too', async () => {
+    const store = new MemoryStore();
+    await store.open();
+    const created = await store.createRecord('runs', 'm', { n: 0 });
+    const writer = new RecordWriter<{ n: number }>(store, 'runs', 'm', created, () => ({}));
+    await writer.update((v) => ({ n: v.n + 5 }));
+    expect(writer.version).toBe(2);
+    expect((await store.getRecord<{ n: number }>('runs', 'm'))!.value.n).toBe(5);
+  });
+});
