@@ -11,6 +11,8 @@ import { EventBus } from '../telemetry/bus.js';
 import { TelemetryEmitter } from './emitter.js';
 import { Metrics } from './metrics.js';
 import { TelemetryQueries } from './telemetry-queries.js';
+import { createOtlpExporter, type OtlpTraceExporter } from '../telemetry/otlp.js';
+import { readVersion } from '../version.js';
 import { RunService, type RunSettings } from './runs.js';
 import { ActorSystem, type SystemHooks } from './system.js';
 
@@ -45,6 +47,8 @@ export class Runtime {
   readonly agentName: string;
   private readonly startedAt: number;
   private initialized = false;
+  /** OTLP/HTTP export of finished trace segments; null when no endpoint is configured. */
+  readonly otlp: OtlpTraceExporter | null;
 
   private constructor(
     readonly config: Config,
@@ -68,6 +72,21 @@ export class Runtime {
       guardrails: compileGuardrails({ max_input_chars: config.agent.guardrails.max_input_chars, deny_patterns: [...config.agent.guardrails.deny_patterns] }),
       settings: runSettingsOf(config), workerId: this.workerId, log: opts.log,
     });
+    const otlp = config.telemetry.otlp;
+    this.otlp = otlp.endpoint
+      ? createOtlpExporter({
+          endpoint: otlp.endpoint, headers: { ...otlp.headers }, protocol: otlp.protocol, serviceVersion: readVersion(),
+          onEvent: (e) => (e.type === 'failed' || e.type === 'dropped' ? opts.log?.('warn', `otlp export ${e.type}`, { ...e }) : undefined),
+        })
+      : null;
+    // A run segment ends when the run finishes or parks for a person: export that trace. The
+    // exporter queues and retries in the background, so a slow collector never slows a run.
+    if (this.otlp) {
+      const exporter = this.otlp;
+      this.runs.onSettled((record) => {
+        void this.telemetryQueries.trace(record.trace_id).then((t) => exporter.exportTrace(t.trace), () => undefined);
+      });
+    }
   }
 
   static async create(config: Config, store: Store, opts: RuntimeOptions = {}): Promise<Runtime> {
@@ -119,6 +138,7 @@ export class Runtime {
     await this.runs.shutdown(graceMs);
     this.system.shutdown();
     await this.tools.close();
+    await this.otlp?.shutdown(2000);
   }
 }
 
