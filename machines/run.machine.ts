@@ -67,6 +67,8 @@ export interface ToolOutcome {
   tool_name: string;
   content: string;
   outcome: 'success' | 'error' | 'denied' | 'rejected' | 'timeout' | 'cancelled' | 'unknown';
+  /** Model usage spent inside the call (a sub-agent's); it counts toward this run. */
+  usage?: Usage;
 }
 
 export interface RunInput {
@@ -333,6 +335,7 @@ export const runMachine = setup({
             pending: [],
             decisions: [],
             approvals: context.approvals.map((a) => (a.status === 'approved' ? { ...a, status: 'used' as const } : a)),
+            usage: event.output.reduce((u, o) => (o.usage ? sumUsage(u, o.usage) : u), context.usage),
           })),
         },
         onError: { target: 'failed', actions: 'recordInternalError' },
@@ -360,6 +363,16 @@ function addUsage(u: Usage, out: ModelStepResult): Usage {
     response_tokens: u.response_tokens + r.output_tokens,
     total_tokens: u.total_tokens + r.total_tokens,
     estimated_cost_usd: u.estimated_cost_usd + out.cost_usd,
+  };
+}
+
+function sumUsage(a: Usage, b: Usage): Usage {
+  return {
+    requests: a.requests + b.requests,
+    request_tokens: a.request_tokens + b.request_tokens,
+    response_tokens: a.response_tokens + b.response_tokens,
+    total_tokens: a.total_tokens + b.total_tokens,
+    estimated_cost_usd: a.estimated_cost_usd + b.estimated_cost_usd,
   };
 }
 

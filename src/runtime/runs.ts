@@ -45,6 +45,7 @@ import {
   type ToolCallRecord,
 } from './run-record.js';
 import { SessionGate } from './session-gate.js';
+import type { Subagents, SubagentSpec } from './subagents.js';
 import { Slots } from './slots.js';
 import type { ActorSystem } from './system.js';
 
@@ -84,6 +85,8 @@ export interface RunServiceDeps {
   guardrails: CompiledGuardrails;
   settings: RunSettings;
   workerId: string;
+  /** Sub-agents the model may delegate to (config `agent.subagents`). */
+  subagents?: Subagents;
   log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -602,6 +605,8 @@ export class RunService {
         : `Denied by ${who}${approval.note ? `: ${approval.note}` : ''}. The tool was not run.`;
       return this.recordSkipped(live, ctx, call, tool, 'denied', content);
     }
+    const sub = this.deps.subagents?.find(call.name);
+    if (sub) return this.runDelegation(live, ctx, call, sub, batchSpan, signal, saved);
     if (!tool) return this.recordSkipped(live, ctx, call, tool, 'rejected', `Unknown tool '${call.name}'. Available tools: ${this.deps.tools.list().map((t) => t.name).join(', ') || 'none'}.`);
     const args = approval?.edited_arguments ?? call.arguments;
     const valid = this.deps.tools.validate(call.name, args);
@@ -664,6 +669,31 @@ export class RunService {
     return { ...base, content, outcome };
   }
 
+  /** A delegation to a sub-agent, recorded like a tool call so a replay obeys the same rules (§6.3). */
+  private async runDelegation(live: LiveRun, ctx: RunContext, call: ToolCallRequest, sub: SubagentSpec, batchSpan: string, signal: AbortSignal, saved: ToolCallRecord | undefined): Promise<ToolOutcome> {
+    const subagents = this.deps.subagents!;
+    const idempotent = subagents.isIdempotent(sub);
+    if (saved?.state === 'started' && !idempotent) {
+      const content = `The outcome of this delegation to ${sub.name} is unknown: the service stopped while it ran, and it may call tools that are not idempotent, so it was not run again.`;
+      await this.saveToolCall(live, { ...saved, state: 'completed', outcome: 'unknown', ended_at: iso(this.deps.clock.now()), result_content: content });
+      return { tool_call_id: call.id, tool_name: call.name, content, outcome: 'unknown' };
+    }
+    await this.saveToolCall(live, {
+      tool_call_id: call.id, tool_name: call.name, source: 'subagent', idempotent, step: ctx.step, state: 'started', outcome: null,
+      started_at: iso(this.deps.clock.now()), ended_at: null, result_content: null,
+    });
+    const record = live.writer.value;
+    const result = await subagents.delegate(
+      sub,
+      { run_id: ctx.run_id, session_id: ctx.session_id, agent_id: live.agent_id, attempt: record.attempt, lease_token: `${this.deps.workerId}:${record.attempt}`, workspace_path: live.workspace_path },
+      call, (input) => this.emit(live, input), batchSpan, signal,
+    );
+    const outcome = result.ok ? 'success' : 'error';
+    const current = live.writer.value.tool_calls.find((c) => c.tool_call_id === call.id)!;
+    await this.saveToolCall(live, { ...current, state: 'completed', outcome, ended_at: iso(this.deps.clock.now()), result_content: result.content });
+    return { tool_call_id: call.id, tool_name: call.name, content: result.content, outcome, usage: result.usage };
+  }
+
   private async recordSkipped(live: LiveRun, ctx: RunContext, call: ToolCallRequest, tool: RegisteredTool | undefined, outcome: 'denied' | 'rejected', content: string): Promise<ToolOutcome> {
     const now = iso(this.deps.clock.now());
     await this.saveToolCall(live, {
@@ -696,7 +726,8 @@ export class RunService {
   }
 
   private toolDeclarations(): ToolDeclaration[] {
-    return this.deps.tools.list().map((t) => ({ name: t.name, description: t.description, input_schema: t.input_schema }));
+    const own = this.deps.tools.list().map((t) => ({ name: t.name, description: t.description, input_schema: t.input_schema }));
+    return this.deps.subagents ? [...own, ...this.deps.subagents.declarations()] : own;
   }
 
   // ---------------------------------------------------------------- telemetry helpers

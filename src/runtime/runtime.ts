@@ -15,6 +15,7 @@ import { createOtlpExporter, type OtlpTraceExporter } from '../telemetry/otlp.js
 import { readVersion } from '../version.js';
 import { RunService, type RunSettings } from './runs.js';
 import { ActorSystem, type SystemHooks } from './system.js';
+import { Subagents } from './subagents.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
@@ -67,10 +68,17 @@ export class Runtime {
       inspect: opts.inspect,
       onChildFailed: (systemId, error) => opts.log?.('error', 'actor failed', { systemId, err: String(error) }),
     });
+    const settings = runSettingsOf(config);
+    const subagents = config.agent.subagents.length > 0
+      ? new Subagents(config.agent.subagents, {
+          system: this.system, model, tools, governance: settings.governance, ledger, pricing: settings.pricing, clock,
+          max_steps: settings.max_steps, max_output_tokens: settings.max_output_tokens,
+        })
+      : undefined;
     this.runs = new RunService({
-      store, system: this.system, clock, telemetry: this.telemetry, metrics: this.metrics, model, tools, ledger,
+      store, system: this.system, clock, telemetry: this.telemetry, metrics: this.metrics, model, tools, ledger, subagents,
       guardrails: compileGuardrails({ max_input_chars: config.agent.guardrails.max_input_chars, deny_patterns: [...config.agent.guardrails.deny_patterns] }),
-      settings: runSettingsOf(config), workerId: this.workerId, log: opts.log,
+      settings, workerId: this.workerId, log: opts.log,
     });
     const otlp = config.telemetry.otlp;
     this.otlp = otlp.endpoint

@@ -191,3 +191,41 @@ describe('POST /run (SSE)', () => {
     expect((await getJson(`${server.url}/runs?limit=0`)).status).toBe(422);
   });
 });
+
+describe('sub-agents', () => {
+  it('delegates to a sub-agent as a supervised child; its usage counts toward the run', async () => {
+    const s = await startTestServer(
+      { agent: { tools: { local: TOOLS, builtin: [] }, subagents: [{ name: 'researcher', description: 'looks things up', tools: ['echo'] }] } },
+      { modelUrl: model.url },
+    );
+    try {
+      model.enqueue(
+        { tool_calls: [{ name: 'delegate_to_researcher', arguments: { task: 'find x' } }] }, // parent
+        { tool_calls: [{ name: 'echo', arguments: { text: 'x found' } }] }, // sub-agent step 1
+        { text: 'sub answer' }, // sub-agent step 2
+      );
+      const res = await postJson(`${s.url}/run/sync`, { query: 'research x' });
+      expect(res.body).toMatchObject({ status: 'success', response: 'saw: sub answer' });
+      expect(res.body.metric.usage.requests).toBe(4);
+      const subRequest = model.requests[1];
+      expect(subRequest.messages.at(-1)).toMatchObject({ role: 'user', content: 'find x' });
+      expect(subRequest.tools?.map((t) => t.function.name)).toEqual(['echo']);
+      const events = (await getJson(`${s.url}/telemetry/events?run_id=${res.body.run_id}&event_type=subagent_spawn&event_type=subagent_result&event_type=tool_result`)).body.events;
+      expect(events.map((e: { event_type: string }) => e.event_type)).toEqual(['subagent_spawn', 'tool_result', 'subagent_result']);
+      expect(events[1].metadata).toMatchObject({ subagent: 'researcher' });
+      const view = (await getJson(`${s.url}/runs/${res.body.run_id}`)).body;
+      expect(view.tool_calls[0]).toMatchObject({ tool_name: 'delegate_to_researcher', source: 'subagent', outcome: 'success', idempotent: true });
+
+      // A failing sub-agent is reported to the parent model, not fatal.
+      model.enqueue({ tool_calls: [{ name: 'delegate_to_researcher', arguments: { task: 'fail' } }] }, { status: 400, message: 'nope' });
+      const failed = await postJson(`${s.url}/run/sync`, { query: 'research y' });
+      expect(failed.body.status).toBe('success');
+      expect(failed.body.response).toMatch(/^saw: The researcher sub-agent failed/);
+      const err = (await getJson(`${s.url}/telemetry/events?run_id=${failed.body.run_id}&event_type=subagent_error`)).body;
+      expect(err.count).toBe(1);
+    } finally {
+      await s.stop();
+      s.cleanup();
+    }
+  });
+});
