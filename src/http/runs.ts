@@ -18,7 +18,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post('/run', {
     sse: { kind: 'manual', heartbeat: false },
-    schema: { tags: ['runs'], summary: 'Start a run; the answer is an SSE stream (session, telemetry events, delta, complete | error)', body: RunRequest, response: { 422: HTTPValidationError, 503: ErrorResponse } },
+    schema: { tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', body: RunRequest, response: { 422: HTTPValidationError, 503: ErrorResponse } },
   }, async (request, reply) => {
     const body = request.body as { query: string; session_id?: string | null };
     const run_id = newId('run');

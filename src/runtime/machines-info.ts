@@ -28,12 +28,23 @@ export function describeMachine(machine: AnyStateMachine, version: number): Mach
   const root = toDirectedGraph(machine);
   const states: string[] = [];
   const transitions: MachineInfo['transitions'] = [];
-  const short = (id: string) => id.split('.').slice(1).join('.') || id;
+  // Root-level transitions (CANCEL, TIMEOUT) apply in every state: draw them from "any".
+  const short = (id: string) => (id === root.id ? 'any' : id.split('.').slice(1).join('.') || id);
+  // `xstate.done.actor.0.run.calling` -> `done`; `xstate.error.actor...` -> `error`.
+  const label = (text: string) => (/^xstate\.done\.actor/.test(text) ? 'done' : /^xstate\.error\.actor/.test(text) ? 'error' : text || '(always)');
   const walk = (node: ReturnType<typeof toDirectedGraph>) => {
     if (node.id !== root.id) states.push(short(node.id));
     for (const e of node.edges) {
-      const event = e.label.text === '' ? '(always)' : e.label.text;
-      transitions.push({ source: short(e.source.id), target: short(e.target.id), event });
+      const g = (e.transition as { guard?: unknown }).guard;
+      const guardName = typeof g === 'string' ? g : (g as { type?: string } | undefined)?.type;
+      transitions.push({ source: short(e.source.id), target: short(e.target.id), event: `${label(e.label.text)}${guardName ? ` [${guardName}]` : ''}` });
+    }
+    // Eventless transitions are not edges in the directed graph; read them from the config.
+    const always = (node.stateNode.config as { always?: unknown }).always;
+    for (const t of (Array.isArray(always) ? always : always ? [always] : []) as Array<{ target?: string; guard?: unknown }>) {
+      if (!t.target) continue;
+      const guard = typeof t.guard === 'string' ? ` [${t.guard}]` : '';
+      transitions.push({ source: short(node.id), target: t.target.replace(/^\./, ''), event: `(always)${guard}` });
     }
     for (const c of node.children) walk(c);
   };
