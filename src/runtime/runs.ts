@@ -29,7 +29,7 @@ import { modelCallReservation, modelCallUsage, type Pricing } from '../agent/pri
 import { checkInput, type CompiledGuardrails } from '../agent/guardrails.js';
 import { formatObservation } from '../agent/tools/observation.js';
 import type { RegisteredTool, ToolContext } from '../agent/tools/types.js';
-import { isStoreError, type Store, type Versioned } from '../store/store.js';
+import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
 import type { EventRecordInput } from '../telemetry/record.js';
 import type { TelemetryEmitter } from './emitter.js';
 import type { Metrics } from './metrics.js';
@@ -152,7 +152,11 @@ interface LiveRun {
   kind: 'sync' | 'background';
   task_id: string | null;
   agent_id: string;
+  /** This segment's trace record, rewritten in the commit that ends or parks the run. */
+  trace: TraceValue;
 }
+
+type TraceValue = ReturnType<RunService['traceValue']>;
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
@@ -238,9 +242,9 @@ export class RunService {
       const created = await this.deps.store.createRecord<RunRecord>('runs', run_id, record, runIndexes(record));
       this.deps.metrics.runStarted();
       this.deps.metrics.liveRuns.inc();
-      const live = this.makeLive(created, releaseSlot, opts);
+      const live = this.makeLive(created, releaseSlot, opts, this.traceValue(record, null, 'running'));
       await this.deps.store.commit([
-        { op: 'create', kind: 'traces', id: trace_id, value: this.traceValue(record, null, 'running'), indexes: { run_id, session_id, task_id: record.task_id } },
+        { op: 'create', kind: 'traces', id: trace_id, value: live.trace, indexes: { run_id, session_id, task_id: record.task_id } },
       ]);
       await this.emit(live, {
         event_type: 'user_message', actor: { type: 'user', id: session_id }, input: { query }, span_id: live.rootSpan,
@@ -261,7 +265,7 @@ export class RunService {
     }
   }
 
-  private makeLive(rec: Versioned<RunRecord>, releaseSlot: () => void, opts: StartOptions): LiveRun {
+  private makeLive(rec: Versioned<RunRecord>, releaseSlot: () => void, opts: StartOptions, trace: TraceValue): LiveRun {
     let resolve!: (r: RunRecord) => void;
     const settled = new Promise<RunRecord>((r) => (resolve = r));
     const live: LiveRun = {
@@ -287,6 +291,7 @@ export class RunService {
       kind: rec.value.kind,
       task_id: rec.value.task_id,
       agent_id: rec.value.agent_id,
+      trace,
     };
     this.live.set(live.run_id, live);
     const leaseMs = this.deps.settings.lease_seconds * 1000;
@@ -328,11 +333,34 @@ export class RunService {
     const now = iso(this.deps.clock.now());
     const terminal = TERMINAL_RUN_STATUSES.has(status);
     const waiting = WAITING_RUN_STATUSES.has(status);
-    if (terminal || waiting) live.ending = true;
-    const write = live.writer.update(
+    // Graceful shutdown (decisions.md §9): a run reaching a step boundary (about to reserve for
+    // its next model call or tool batch) stops there, saved `interrupted`, instead of starting
+    // work the grace period may not cover. Before this, shutdown waited for whole runs to end, so
+    // a SIGTERM during a long run spent the full 30 s grace and then cut a step in the middle
+    // (test/http/recovery.test.ts, scenario c). Restoring a `budgeting` snapshot only repeats the
+    // budget reservation, which is idempotent.
+    const interrupt = this.closing && state === 'budgeting' && !terminal && !waiting;
+    if (terminal || waiting || interrupt) live.ending = true;
+    const extra = (): WriteOp[] => {
+      const ops: WriteOp[] = [{
+        op: 'update', kind: 'snapshots', id: live.run_id, expectedVersion: null,
+        value: { machine: 'run', machine_version: RUN_MACHINE_VERSION, snapshot: persisted, workspace_path: live.workspace_path } satisfies SnapshotValue,
+      }];
+      // The trace's status changes in the same commit as the run's, so nobody sees an ended or
+      // parked run whose trace still reads `running`.
+      if (terminal || waiting || interrupt) {
+        live.trace = { ...live.trace, status: terminal ? traceStatusOf(status) : 'suspended', ended_at: now };
+        ops.push({ op: 'update', kind: 'traces', id: live.trace.trace_id, value: live.trace, expectedVersion: null, indexes: { run_id: live.run_id, session_id: live.session_id, task_id: live.task_id } });
+      }
+      return ops;
+    };
+    // A run's last event is stored before the run reads as ended, so a client that sees the
+    // terminal status also finds final_answer / runtime_error.
+    const before = terminal ? this.emitFinal(live, status, ctx) : Promise.resolve();
+    const write = before.then(() => live.writer.update(
       (r) => ({
         ...r,
-        status,
+        status: interrupt ? 'interrupted' : status,
         machine_state: state,
         step: ctx.step,
         usage: ctx.usage,
@@ -344,43 +372,52 @@ export class RunService {
         error: ctx.error,
         guardrail_result: ctx.guardrail_result as Record<string, unknown> | null,
         updated_at: now,
-        owner: terminal || waiting ? null : r.owner,
-        lease_expires_at: terminal || waiting ? null : r.lease_expires_at,
+        owner: terminal || waiting || interrupt ? null : r.owner,
+        lease_expires_at: terminal || waiting || interrupt ? null : r.lease_expires_at,
         ended_at: terminal ? now : r.ended_at,
         decided_at: waiting ? null : r.decided_at,
       }),
-      () => [{
-        op: 'update', kind: 'snapshots', id: live.run_id, expectedVersion: null,
-        value: { machine: 'run', machine_version: RUN_MACHINE_VERSION, snapshot: persisted, workspace_path: live.workspace_path } satisfies SnapshotValue,
-      }],
-    );
+      extra,
+    ));
     if (terminal) void write.then((r) => this.finish(live, r.value), (err) => this.failLive(live, err));
     else if (waiting) void write.then((r) => this.park(live, r.value), (err) => this.failLive(live, err));
+    else if (interrupt) void write.then((r) => this.stopAtBoundary(live, r.value), (err) => this.failLive(live, err));
     else write.catch(() => {}); // a fenced write is handled by onFenced
+  }
+
+  /** Shutdown reached this run at a step boundary: its `interrupted` record is saved; let go of it. */
+  private async stopAtBoundary(live: LiveRun, record: RunRecord): Promise<void> {
+    live.abort.abort();
+    await live.emitChain;
+    this.retire(live);
+    live.resolve(record);
   }
 
   /** A run waiting for a person: saved, actor stopped, slot released: it costs storage, not memory. */
   private async park(live: LiveRun, record: RunRecord): Promise<void> {
     await live.emitChain;
-    await this.setTraceStatus(record.trace_id, 'suspended');
     this.retire(live);
     live.resolve(record);
     this.notifySettled(record);
   }
 
+  /** final_answer for a completed run, runtime_error for one that failed, was cancelled or timed out. */
+  private emitFinal(live: LiveRun, status: RunRecordStatus, ctx: RunContext): Promise<unknown> {
+    if (status === 'completed') {
+      const usage = { input_tokens: ctx.usage.request_tokens, output_tokens: ctx.usage.response_tokens, total_tokens: ctx.usage.total_tokens };
+      return this.emit(live, { event_type: 'final_answer', actor: { type: 'agent', id: live.writer.value.agent_name }, output: { response: ctx.response }, span_id: live.rootSpan, token_usage: usage });
+    }
+    if (status === 'blocked') return live.emitChain; // guardrail_violation was the last word
+    return this.emit(live, {
+      event_type: 'runtime_error', actor: { type: 'system', id: this.deps.workerId },
+      error: ctx.error ?? { type: status, message: status }, span_id: live.rootSpan,
+      metadata: { termination_reason: ctx.termination_reason, status },
+    });
+  }
+
   private async finish(live: LiveRun, record: RunRecord): Promise<void> {
     await live.emitChain;
-    if (record.status === 'completed') {
-      await this.emit(live, { event_type: 'final_answer', actor: { type: 'agent', id: record.agent_name }, output: { response: record.response }, span_id: live.rootSpan, token_usage: usageOf(record) });
-      await this.appendHistory(record);
-    } else if (record.status !== 'blocked') {
-      await this.emit(live, {
-        event_type: 'runtime_error', actor: { type: 'system', id: this.deps.workerId },
-        error: record.error ?? { type: record.status, message: record.status }, span_id: live.rootSpan,
-        metadata: { termination_reason: record.termination_reason, status: record.status },
-      });
-    }
-    await this.setTraceStatus(record.trace_id, traceStatusOf(record.status));
+    if (record.status === 'completed') await this.appendHistory(record);
     await this.deps.ledger.releaseRun(record.run_id).catch(() => 0);
     this.deps.metrics.runFinished(record.status, (this.deps.clock.now() - live.startedAtMs) / 1000);
     this.retire(live);
@@ -947,14 +984,18 @@ export class RunService {
    * Takes ownership of a run that no live actor holds and continues it from its snapshot.
    * Ownership is a CAS on the record: of two processes racing, exactly one wins.
    */
-  async resume(runId: string, how: { cause: 'approval' | 'budget_grant' | 'budget_denied' | 'interrupted' | 'recovered_after_lapsed_lease'; trigger: 'explicit' | 'orphan_sweep'; extra?: Record<string, unknown> }): Promise<StartedRun> {
+  async resume(runId: string, how: { cause: 'approval' | 'budget_grant' | 'budget_denied' | 'interrupted' | 'recovered_after_lapsed_lease'; trigger: 'explicit' | 'orphan_sweep'; extra?: Record<string, unknown>; ownerDead?: boolean }): Promise<StartedRun> {
     if (this.live.has(runId)) throw conflict(`run ${runId} is already live in this process`);
     const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
     if (!rec) throw notFound('run', runId);
     const r = rec.value;
     if (TERMINAL_RUN_STATUSES.has(r.status)) throw conflict(`run ${runId} already ended (${r.status})`);
     if (WAITING_RUN_STATUSES.has(r.status) && !r.decided_at) throw conflict(`run ${runId} is still waiting for a person (${r.status})`);
-    if (r.status === 'running' && r.owner && !this.leaseLapsed(r) && r.owner !== this.deps.workerId) throw conflict(`run ${runId} is live in ${r.owner}`);
+    // `ownerDead` (start-up sweep on the single-process embedded store): the owner's lease may not
+    // have lapsed yet, but its process is gone. Without it, a SIGKILLed run waited out its whole
+    // lease (60 s) and was then left `running` until the next periodic sweep (found by
+    // test/http/recovery.test.ts, scenario a).
+    if (r.status === 'running' && r.owner && !how.ownerDead && !this.leaseLapsed(r) && r.owner !== this.deps.workerId) throw conflict(`run ${runId} is live in ${r.owner}`);
     const snapRec = await this.deps.store.getRecord<SnapshotValue>('snapshots', runId);
     if (!snapRec) throw conflict(`run ${runId} has no saved snapshot to resume from`);
     const recovering = how.cause === 'recovered_after_lapsed_lease' || how.cause === 'interrupted';
@@ -982,8 +1023,8 @@ export class RunService {
       // Holds of the dead attempt are released, except those guarding the very call that is about to be replayed.
       if (state !== 'calling' && state !== 'executing') await this.deps.ledger.releaseRun(runId).catch(() => 0);
       this.deps.metrics.liveRuns.inc();
-      const live = this.makeLive(written, releaseSlot, { workspace_path: snapRec.value.workspace_path, kind: r.kind, task_id: r.task_id, agent_id: r.agent_id });
-      await this.deps.store.createRecord('traces', trace_id, { ...this.traceValue(claimed, r.trace_id, 'running') }, { run_id: runId, session_id: r.session_id, task_id: r.task_id });
+      const live = this.makeLive(written, releaseSlot, { workspace_path: snapRec.value.workspace_path, kind: r.kind, task_id: r.task_id, agent_id: r.agent_id }, this.traceValue(claimed, r.trace_id, 'running'));
+      await this.deps.store.createRecord('traces', trace_id, live.trace, { run_id: runId, session_id: r.session_id, task_id: r.task_id });
       await this.setTraceStatus(r.trace_id, r.status === 'running' || r.status === 'interrupted' ? 'failed' : 'suspended');
       const lastBeat = r.heartbeat_at ? Date.parse(r.heartbeat_at) : now;
       await this.emit(live, {
@@ -1028,6 +1069,10 @@ export class RunService {
    */
   async sweep(opts: { startup?: boolean } = {}): Promise<string[]> {
     const { store, settings, clock } = this.deps;
+    // `orphan_sweep.enabled: false` means no automatic recovery at all, start-up included: runs
+    // stay where they are until POST /runs/{id}/resume (docs/configuration.md). Before this check
+    // the start-up sweep resumed them anyway (test/http/recovery.test.ts, explicit resume).
+    if (!settings.sweep.enabled) return [];
     const now = clock.now();
     const candidates: Array<{ id: string; cause: 'recovered_after_lapsed_lease' | 'interrupted' | 'approval' | 'budget_grant' | 'budget_denied' }> = [];
     for (const status of ['running', 'interrupted', 'awaiting_approval', 'awaiting_budget'] as const) {
@@ -1042,7 +1087,10 @@ export class RunService {
             if (opts.startup || this.leaseLapsed(r)) candidates.push({ id: r.run_id, cause: 'recovered_after_lapsed_lease' });
           } else if (status === 'interrupted') {
             candidates.push({ id: r.run_id, cause: 'interrupted' });
-          } else if (r.decided_at && now - Date.parse(r.decided_at) >= settings.sweep.decided_grace_seconds * 1000) {
+          } else if (r.decided_at && (opts.startup || now - Date.parse(r.decided_at) >= settings.sweep.decided_grace_seconds * 1000)) {
+            // At start-up nobody else can be resuming a decided run (the embedded store is
+            // single-process): a decision whose resume died with the last process goes on now,
+            // not a grace period plus a sweep interval later.
             candidates.push({ id: r.run_id, cause: (r.decision as 'approval' | 'budget_grant' | 'budget_denied') ?? 'approval' });
           }
         }
@@ -1054,7 +1102,7 @@ export class RunService {
     for (let i = 0; i < candidates.length; i += limit) {
       await Promise.all(candidates.slice(i, i + limit).map(async (c) => {
         try {
-          const started = await this.resume(c.id, { cause: c.cause, trigger: 'orphan_sweep' });
+          const started = await this.resume(c.id, { cause: c.cause, trigger: 'orphan_sweep', ownerDead: opts.startup });
           resumed.push(c.id);
           if (!opts.startup) await started.settled;
         } catch (err) {
@@ -1113,10 +1161,6 @@ function mergeById<T, K extends keyof T>(existing: T[], updates: T[], key: K): T
   const merged = existing.map((e) => byId.get(e[key]) ?? e);
   for (const u of updates) if (!existing.some((e) => e[key] === u[key])) merged.push(u);
   return merged;
-}
-
-function usageOf(r: RunRecord) {
-  return { input_tokens: r.usage.request_tokens, output_tokens: r.usage.response_tokens, total_tokens: r.usage.total_tokens };
 }
 
 function traceStatusOf(status: RunRecordStatus): string {

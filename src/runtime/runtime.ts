@@ -16,6 +16,7 @@ import { readVersion } from '../version.js';
 import { RunService, type RunSettings } from './runs.js';
 import { ActorSystem, type SystemHooks } from './system.js';
 import { Subagents } from './subagents.js';
+import { BackgroundManager } from '../background/manager.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
@@ -45,9 +46,11 @@ export class Runtime {
   readonly telemetryQueries: TelemetryQueries;
   readonly system: ActorSystem;
   readonly runs: RunService;
+  readonly background: BackgroundManager;
   readonly agentName: string;
   private readonly startedAt: number;
   private initialized = false;
+  private retentionTimer: NodeJS.Timeout | null = null;
   /** OTLP/HTTP export of finished trace segments; null when no endpoint is configured. */
   readonly otlp: OtlpTraceExporter | null;
 
@@ -79,6 +82,9 @@ export class Runtime {
       store, system: this.system, clock, telemetry: this.telemetry, metrics: this.metrics, model, tools, ledger, subagents,
       guardrails: compileGuardrails({ max_input_chars: config.agent.guardrails.max_input_chars, deny_patterns: [...config.agent.guardrails.deny_patterns] }),
       settings, workerId: this.workerId, log: opts.log,
+    });
+    this.background = new BackgroundManager({
+      store, clock, telemetry: this.telemetry, metrics: this.metrics, config, system: this.system, workerId: this.workerId, runs: this.runs, log: opts.log,
     });
     const otlp = config.telemetry.otlp;
     this.otlp = otlp.endpoint
@@ -119,6 +125,22 @@ export class Runtime {
     // The embedded store is single-process: every run it holds as `running` has a dead owner.
     await this.runs.sweep({ startup: this.store.adapter !== 'postgres' });
     this.runs.startSweeper();
+    await this.background.start();
+    this.startRetention();
+  }
+
+  /**
+   * Telemetry retention (`telemetry.retention_days`): delete older events now and then hourly.
+   * The store walks from the oldest event and stops at the first newer one, so this is cheap.
+   */
+  private startRetention(): void {
+    const sweep = () => {
+      const cutoff = new Date(this.clock.now() - this.config.telemetry.retention_days * 86_400_000).toISOString();
+      this.store.deleteEventsBefore(cutoff).catch(() => 0);
+    };
+    sweep();
+    this.retentionTimer = setInterval(sweep, 3_600_000);
+    this.retentionTimer.unref();
   }
 
   isHealthy(): boolean {
@@ -143,7 +165,10 @@ export class Runtime {
   }
 
   async close(graceMs = 30_000): Promise<void> {
+    if (this.retentionTimer) clearInterval(this.retentionTimer);
+    await this.background.stop();
     await this.runs.shutdown(graceMs);
+    await this.background.close();
     this.system.shutdown();
     await this.tools.close();
     await this.otlp?.shutdown(2000);

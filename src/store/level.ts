@@ -3,7 +3,7 @@
 // Key layout (every key is a string; `\0` separates components; components are escaped so they
 // never contain `\0`, which keeps every `prefix\0` range exact):
 //
-//   r\0<kind>\0<id>                            -> { value, version, seq, ix }  the record and its
+//   r\0<kind>\0<id>                            -> {value, version, seq, ix} (JSON) the record and its
 //                                                 current index values, kept together so an update
 //                                                 knows which index keys to move
 //   s\0<kind>\0<seq16>                         -> id    creation order of a kind
@@ -23,10 +23,11 @@
 // by a write. Every write therefore goes through one in-process queue (the data dir lock guarantees
 // this process is the only writer). The queue group-commits: all jobs waiting while a batch is
 // being written are validated together, in order, against an overlay of the round's earlier jobs,
-// and land in ONE `db.batch()`. A job (a whole `commit`, or a whole `appendEvents` call) is
-// all-or-nothing: if any of its checks fails none of its operations enter the batch, and the batch
-// itself is atomic in LevelDB. Concurrent single-event appends thus cost one batch per round, not
-// one per call.
+// and land in ONE LevelDB write batch (atomic). A job (a whole `commit`, a whole `appendEvents`
+// call) is all-or-nothing: if any of its checks fails none of its operations enter the batch.
+// Nobody hears back before the batch is written, so an acknowledged write is on disk (fsynced
+// unless `sync: false`). Concurrent single-event appends cost one batch per round, not one each.
+// Reads are not queued: they go straight to LevelDB, on a snapshot where a page needs several reads.
 import { Level } from 'level';
 import {
   EVENT_INDEX_FIELDS,
@@ -171,7 +172,16 @@ interface EventJob {
   resolve(v: StoredEvent[]): void;
   reject(e: unknown): void;
 }
-type Job = RecordJob | EventJob;
+/**
+ * Resolves, once every job queued before it is written, with the last cursor handed out to those
+ * jobs: retention covers exactly the events appended by calls made before it.
+ */
+interface BarrierJob {
+  type: 'barrier';
+  resolve(lastCursor: number): void;
+  reject(e: unknown): void;
+}
+type Job = RecordJob | EventJob | BarrierJob;
 
 /** Soft cap on batch operations per group-commit round (a single job is never split). */
 const ROUND_OPS = 20_000;
@@ -197,10 +207,22 @@ export class LevelStore implements Store {
     this.sync = opts.sync ?? true;
   }
 
-  async open(): Promise<void> {
-    if (this.state === 'open') return;
-    if (this.state === 'opening' || this.state === 'closing') throw new StoreError('closed', `store is ${this.state}`);
+  private transition: Promise<void> | null = null;
+
+  /** Opens the data dir; StoreError 'locked' when another process (or store) holds it. */
+  open(): Promise<void> {
+    if (this.state === 'open') return Promise.resolve();
+    if (this.state === 'opening') return this.transition!;
+    if (this.state === 'closing') return this.transition!.then(() => this.open());
     this.state = 'opening';
+    const t: Promise<void> = this.doOpen().finally(() => {
+      if (this.transition === t) this.transition = null;
+    });
+    this.transition = t;
+    return t;
+  }
+
+  private async doOpen(): Promise<void> {
     const db: Db = new Level<string, string>(this.path, { keyEncoding: 'utf8', valueEncoding: 'utf8' });
     try {
       await db.open();
@@ -222,13 +244,24 @@ export class LevelStore implements Store {
       throw e;
     }
     this.db = db;
+    this.retainedFrom = null;
     this.state = 'open';
   }
 
   /** Refuses new operations, waits for the ones under way (writes included), then closes. */
-  async close(): Promise<void> {
-    if (this.state !== 'open') return;
+  close(): Promise<void> {
+    if (this.state === 'closing') return this.transition!;
+    if (this.state === 'opening') return this.transition!.then(() => this.close(), () => undefined);
+    if (this.state !== 'open') return Promise.resolve();
     this.state = 'closing';
+    const t: Promise<void> = this.doClose().finally(() => {
+      if (this.transition === t) this.transition = null;
+    });
+    this.transition = t;
+    return t;
+  }
+
+  private async doClose(): Promise<void> {
     if (this.inflight > 0) await new Promise<void>((resolve) => (this.drained = resolve));
     const db = this.db;
     this.db = null;
@@ -440,13 +473,17 @@ export class LevelStore implements Store {
     return this.run(async (db) => {
       const cutoff = Date.parse(isoTime);
       if (Number.isNaN(cutoff)) throw new TypeError(`deleteEventsBefore: bad time '${isoTime}'`);
+      // Call order, like the memory model: events appended by earlier calls are covered (even if
+      // still queued), events appended by later calls are not.
+      const bound = await new Promise<number>((resolve, reject) => this.enqueue({ type: 'barrier', resolve, reject }));
+      const upTo = EVENT_PREFIX + encodeCursor(bound);
       const task = this.retention.then(async () => {
         let deleted = 0;
         for (;;) {
           // Resume after the last deleted cursor: seeking from the start of the log again would
           // step over every tombstone left so far (quadratic until compaction removes them).
           const from = this.retainedFrom ? EVENT_PREFIX + this.retainedFrom : EVENT_PREFIX;
-          const events = (await db.values({ gt: from, lt: end(EVENT_PREFIX), limit: 500 }).all()).map((t) => JSON.parse(t) as StoredEvent);
+          const events = (await db.values({ gt: from, lte: upTo, limit: 500 }).all()).map((t) => JSON.parse(t) as StoredEvent);
           const ops: BatchOp[] = [];
           let last: string | null = null;
           let stop = events.length < 500;
@@ -490,7 +527,7 @@ export class LevelStore implements Store {
         let n = 0;
         while (n < this.queue.length && (n === 0 || ops < ROUND_OPS)) {
           const j = this.queue[n++];
-          ops += j.type === 'events' ? j.events.length * 6 : j.ops.length * 8;
+          ops += j.type === 'events' ? j.events.length * 6 : j.type === 'records' ? j.ops.length * 8 : 0;
         }
         await this.round(this.queue.splice(0, n));
       }
@@ -535,6 +572,11 @@ export class LevelStore implements Store {
       const seqBefore = this.lastSeq;
       const cursorBefore = this.lastCursor;
       for (const job of jobs) {
+        if (job.type === 'barrier') {
+          const last = this.lastCursor;
+          settle.push(() => job.resolve(last));
+          continue;
+        }
         if (job.type === 'events') {
           try {
             const first = this.lastCursor + 1;

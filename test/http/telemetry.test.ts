@@ -154,3 +154,30 @@ describe('traces', () => {
     }
   });
 });
+
+describe('retention', () => {
+  it('deletes events older than telemetry.retention_days at start-up, index entries included', async () => {
+    const { tempDir: mk } = await import('../helpers/server.js');
+    const dataDir = mk();
+    const first = await startTestServer({}, { dataDir });
+    // Backdate: an event from 40 days ago and one from now, written straight to the store.
+    const old = new Date(Date.now() - 40 * 86_400_000).toISOString();
+    await first.store.appendEvents([
+      { event_id: 'event_old', event_type: 'user_message', timestamp: old, trace_id: 'trace_old', run_id: 'run_old', session_id: 'retained' },
+      { event_id: 'event_new', event_type: 'user_message', timestamp: new Date().toISOString(), trace_id: 'trace_new', run_id: 'run_new', session_id: 'retained' },
+    ]);
+    await first.stop();
+    const second = await startTestServer({ telemetry: { retention_days: 30 } }, { dataDir });
+    try {
+      const left = await eventually(async () => {
+        const r = (await getJson(`${second.url}/telemetry/events?session_id=retained`)).body;
+        return r.count === 1 ? r : null;
+      });
+      expect(left.events[0].event_id).toBe('event_new');
+      expect((await getJson(`${second.url}/telemetry/events?run_id=run_old`)).body.count).toBe(0);
+    } finally {
+      await second.stop();
+      second.cleanup();
+    }
+  });
+});

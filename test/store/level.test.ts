@@ -1,0 +1,149 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { LevelStore } from '../../src/store/level.js';
+import { openStore } from '../../src/store/open.js';
+import { runStoreContract, storeErrorCode } from './store.contract.js';
+
+const tempDir = () => mkdtemp(join(tmpdir(), 'agentd-store-level-'));
+
+runStoreContract('level', async () => {
+  const dir = await tempDir();
+  const store = new LevelStore({ path: dir });
+  await store.open();
+  return {
+    store,
+    cleanup: async () => {
+      await store.close();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+});
+
+describe('LevelStore on disk', () => {
+  const dirs: string[] = [];
+  const stores: LevelStore[] = [];
+  const fresh = async () => {
+    const dir = await tempDir();
+    dirs.push(dir);
+    return dir;
+  };
+  const opened = async (path: string) => {
+    const s = new LevelStore({ path });
+    stores.push(s);
+    await s.open();
+    return s;
+  };
+  afterEach(async () => {
+    for (const s of stores.splice(0)) await s.close();
+    for (const d of dirs.splice(0)) await rm(d, { recursive: true, force: true });
+  });
+
+  it('keeps data across close and reopen; seq and cursor continue', async () => {
+    const dir = await fresh();
+    const a = await opened(dir);
+    await a.createRecord('runs', 'r1', { n: 1 }, { status: 'running' });
+    const r2 = await a.createRecord('runs', 'r2', { n: 2 }, { status: 'running' });
+    await a.updateRecord('runs', 'r1', { n: 11 }, 1, { status: 'completed' });
+    const evs = await a.appendEvents([
+      { event_id: 'e1', event_type: 'x', timestamp: '2026-01-01T00:00:00Z', run_id: 'r1' },
+      { event_id: 'e2', event_type: 'x', timestamp: '2026-01-01T00:00:01Z', run_id: 'r2' },
+    ]);
+    // remove the newest record and every event: numbers must still not be reused
+    await a.deleteRecord('runs', 'r2');
+    await a.close();
+
+    const b = await opened(dir);
+    expect(await b.getRecord('runs', 'r1')).toMatchObject({ version: 2, value: { n: 11 } });
+    expect(await b.countRecords('runs')).toBe(1);
+    expect(await b.countRecords('runs', { name: 'status', value: 'completed' })).toBe(1);
+    expect(await b.countRecords('runs', { name: 'status', value: 'running' })).toBe(0);
+    expect((await b.readEvents({ filters: { run_id: 'r2' } })).events.map((e) => e.event_id)).toEqual(['e2']);
+    expect(await b.lastEventCursor()).toBe(evs[1].cursor);
+    expect(await b.deleteEventsBefore('2030-01-01T00:00:00Z')).toBe(2);
+    await b.close();
+
+    const c = await opened(dir);
+    const r3 = await c.createRecord('runs', 'r3', {});
+    expect(r3.seq).toBeGreaterThan(r2.seq);
+    const [e3] = await c.appendEvents([{ event_id: 'e3', event_type: 'x', timestamp: '2026-01-02T00:00:00Z' }]);
+    expect(e3.cursor > evs[1].cursor).toBe(true);
+  });
+
+  it('refuses a second store on the same directory with locked', async () => {
+    const dir = await fresh();
+    const a = await opened(dir);
+    const b = new LevelStore({ path: dir });
+    expect(await storeErrorCode(b.open())).toBe('locked');
+    expect(b.isOpen()).toBe(false);
+    await a.close();
+    await b.open(); // free again once the holder closed
+    stores.push(b);
+    expect(b.isOpen()).toBe(true);
+  });
+
+  it('reopens the same instance after close', async () => {
+    const dir = await fresh();
+    const a = await opened(dir);
+    await a.createRecord('meta', 'k', 1);
+    await a.close();
+    await a.open();
+    expect((await a.getRecord('meta', 'k'))?.value).toBe(1);
+  });
+
+  it('shares one open and one close between concurrent callers', async () => {
+    const dir = await fresh();
+    const a = new LevelStore({ path: dir });
+    stores.push(a);
+    await Promise.all([a.open(), a.open()]);
+    expect(a.isOpen()).toBe(true);
+    const write = a.createRecord('meta', 'k', 1);
+    await Promise.all([a.close(), a.close()]);
+    await write;
+    expect(a.isOpen()).toBe(false);
+    await Promise.all([a.open(), a.close()]); // close waits for the open, then closes
+    expect(a.isOpen()).toBe(false);
+    await a.open();
+    expect((await a.getRecord('meta', 'k'))?.value).toBe(1);
+  });
+
+  it('durably writes everything that was pending when close was called', async () => {
+    const dir = await fresh();
+    const a = await opened(dir);
+    const pending = Array.from({ length: 200 }, (_, i) =>
+      i % 2 ? a.appendEvents([{ event_id: `e${i}`, event_type: 'x', timestamp: '2026-01-01T00:00:00Z', run_id: 'r' }]) : a.createRecord('runs', `r${i}`, i),
+    );
+    await a.close();
+    await Promise.all(pending);
+    const b = await opened(dir);
+    expect(await b.countRecords('runs')).toBe(100);
+    expect((await b.readEvents({ filters: { run_id: 'r' }, limit: 1000 })).events).toHaveLength(100);
+  });
+});
+
+describe('openStore', () => {
+  it('opens a memory store', async () => {
+    const s = await openStore({ kind: 'memory' });
+    expect(s.adapter).toBe('memory');
+    expect(s.isOpen()).toBe(true);
+    await s.close();
+  });
+
+  it('opens a level store and needs a path for it', async () => {
+    const dir = await tempDir();
+    try {
+      const s = await openStore({ kind: 'level', path: dir });
+      expect(s.adapter).toBe('level');
+      expect(s.isOpen()).toBe(true);
+      await s.close();
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    await expect(openStore({ kind: 'level' })).rejects.toThrow(/path/);
+  });
+
+  it('says clearly that postgres is not there yet', async () => {
+    await expect(openStore({ kind: 'postgres' } as unknown as Parameters<typeof openStore>[0])).rejects.toThrow(/postgres.*not implemented/);
+  });
+});
