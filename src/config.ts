@@ -62,14 +62,18 @@ const ModelConfig = obj({
     .optional(),
 });
 
+// MCP tool names become `<server>__<tool>`, and model APIs accept only [a-zA-Z0-9_-] in names.
+const mcpServerName = () =>
+  z.string({ error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' }).regex(/^[a-zA-Z0-9_-]{1,48}$/, { error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' });
+
 const McpStdioServer = obj({
-  name: nonEmpty(),
+  name: mcpServerName(),
   command: nonEmpty(),
   args: arr(str()).default([]),
   env: strMap().default({}),
 });
 const McpHttpServer = obj({
-  name: nonEmpty(),
+  name: mcpServerName(),
   url: url(),
   headers: strMap().default({}),
 });
@@ -95,6 +99,7 @@ const SubagentConfig = obj({
 const GuardrailsConfig = obj({
   max_input_chars: posInt().default(100_000),
   deny_patterns: arr(str().refine(isValidRegex, { error: 'expected a valid regular expression' })).default([]),
+  injection_check: bool().default(true).describe('Built-in prompt-injection heuristics (docs/budgets.md, guardrails).'),
 });
 
 const AgentConfig = obj({

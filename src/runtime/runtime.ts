@@ -80,7 +80,7 @@ export class Runtime {
       : undefined;
     this.runs = new RunService({
       store, system: this.system, clock, telemetry: this.telemetry, metrics: this.metrics, model, tools, ledger, subagents,
-      guardrails: compileGuardrails({ max_input_chars: config.agent.guardrails.max_input_chars, deny_patterns: [...config.agent.guardrails.deny_patterns] }),
+      guardrails: compileGuardrails({ max_input_chars: config.agent.guardrails.max_input_chars, deny_patterns: [...config.agent.guardrails.deny_patterns], injection_check: config.agent.guardrails.injection_check }),
       settings, workerId: this.workerId, log: opts.log,
     });
     this.background = new BackgroundManager({
