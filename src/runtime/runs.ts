@@ -1,6 +1,8 @@
 // Hosts run actors: creates and restores them under the root system, binds the run machine's
 // effects, persists record + snapshot after every transition through one serial writer per run,
 // keeps the lease alive, and turns HTTP decisions into events. Routes call only this class.
+import { createHash } from 'node:crypto';
+import { join } from 'node:path';
 import { fromPromise, type AnyActorRef, type Snapshot } from 'xstate';
 import {
   RUN_MACHINE_VERSION,
@@ -64,6 +66,8 @@ export interface RunSettings {
   admission_wait_ms: number;
   request_timeout_seconds: number;
   tool_timeout_ms: number;
+  /** Synchronous runs get `<this>/<session id>` as their workspace (background runs get their own). */
+  session_workspace_root: string | null;
   sweep: { enabled: boolean; interval_seconds: number; max_concurrent: number; max_recoveries: number; decided_grace_seconds: number };
 }
 
@@ -242,7 +246,8 @@ export class RunService {
       const created = await this.deps.store.createRecord<RunRecord>('runs', run_id, record, runIndexes(record));
       this.deps.metrics.runStarted();
       this.deps.metrics.liveRuns.inc();
-      const live = this.makeLive(created, releaseSlot, opts, this.traceValue(record, null, 'running'));
+      const workspace_path = opts.workspace_path ?? this.sessionWorkspace(session_id);
+      const live = this.makeLive(created, releaseSlot, { ...opts, workspace_path }, this.traceValue(record, null, 'running'));
       await this.deps.store.commit([
         { op: 'create', kind: 'traces', id: trace_id, value: live.trace, indexes: { run_id, session_id, task_id: record.task_id } },
       ]);
@@ -263,6 +268,14 @@ export class RunService {
       releaseSlot();
       throw err;
     }
+  }
+
+  /** A session's folder for the workspace tools; ids that are not path-safe are hashed. */
+  private sessionWorkspace(sessionId: string): string | null {
+    const root = this.deps.settings.session_workspace_root;
+    if (!root) return null;
+    const safe = /^[A-Za-z0-9_.-]{1,128}$/.test(sessionId) && !/^\.{1,2}$/.test(sessionId) ? sessionId : `h_${createHash('sha256').update(sessionId).digest('hex').slice(0, 32)}`;
+    return join(root, safe);
   }
 
   private makeLive(rec: Versioned<RunRecord>, releaseSlot: () => void, opts: StartOptions, trace: TraceValue): LiveRun {
@@ -381,7 +394,12 @@ export class RunService {
     ));
     if (terminal) void write.then((r) => this.finish(live, r.value), (err) => this.failLive(live, err));
     else if (waiting) void write.then((r) => this.park(live, r.value), (err) => this.failLive(live, err));
-    else if (interrupt) void write.then((r) => this.stopAtBoundary(live, r.value), (err) => this.failLive(live, err));
+    else if (interrupt) {
+      // Stop the actor now, synchronously: the budgeting effect may resolve within microtasks
+      // and would otherwise start the next model call or tool batch after we saved the boundary.
+      this.deps.system.stop(`run:${live.run_id}`);
+      void write.then((r) => this.stopAtBoundary(live, r.value), (err) => this.failLive(live, err));
+    }
     else write.catch(() => {}); // a fenced write is handled by onFenced
   }
 
@@ -866,6 +884,11 @@ export class RunService {
   /** Cancel a run. `onlyIfLive` is the stream-closed case: a run paused for a person stays paused. */
   async cancel(runId: string, opts: { onlyIfLive?: boolean } = {}): Promise<{ status: 'cancel_requested'; run_id: string }> {
     const live = this.live.get(runId);
+    // A stream closed by the service's own shutdown (Fastify destroys every connection) is not
+    // the client giving up: the run is saved `interrupted` and resumed on the next start. Before
+    // this, SIGTERM turned every run streamed over POST /run into `cancelled`. Needs
+    // beginShutdown() to be called before the HTTP server closes.
+    if (opts.onlyIfLive && this.closing) return { status: 'cancel_requested', run_id: runId };
     if (live?.ref) {
       live.ref.send({ type: 'CANCEL' });
       return { status: 'cancel_requested', run_id: runId };
@@ -1129,12 +1152,20 @@ export class RunService {
   }
 
   /**
+   * First step of a graceful shutdown, to call BEFORE the HTTP server closes its connections:
+   * refuse new runs, stop sweeping, and let live runs stop at their next step boundary. Idempotent.
+   */
+  beginShutdown(): void {
+    this.closing = true;
+    if (this.sweepTimer) clearTimeout(this.sweepTimer);
+  }
+
+  /**
    * Graceful shutdown: refuse new runs, give live runs `graceMs` to end on their own, then save
    * the rest as `interrupted` with their leases released; the next start resumes them.
    */
   async shutdown(graceMs: number): Promise<void> {
-    this.closing = true;
-    if (this.sweepTimer) clearTimeout(this.sweepTimer);
+    this.beginShutdown();
     const pending = [...this.live.values()];
     if (pending.length > 0) {
       await Promise.race([Promise.all(pending.map((l) => l.settled)), new Promise((r) => setTimeout(r, graceMs).unref())]);

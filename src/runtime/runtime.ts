@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import type { Config } from '../config.js';
 import { systemClock, type Clock } from '../clock.js';
 import { newId } from '../ids.js';
@@ -191,6 +192,7 @@ export function runSettingsOf(config: Config): RunSettings {
     admission_wait_ms: 5000,
     request_timeout_seconds: config.server.request_timeout_seconds,
     tool_timeout_ms: 120_000,
+    session_workspace_root: join(config.background.workspace_root, 'sessions'),
     sweep: { ...config.runs.orphan_sweep },
   };
 }

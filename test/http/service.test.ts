@@ -162,3 +162,11 @@ describe('docs/errors.md', () => {
     }
   });
 });
+
+describe('session workspaces', () => {
+  it("gives a synchronous run its session's folder for the workspace tools", async () => {
+    const run = (await postJson(`${server.url}/run/sync`, { query: 'workspace_list please', session_id: 'ws-tour' })).body;
+    expect(run.status).toBe('success');
+    expect(run.response).toMatch(/^The workspace_list tool says: .*"entries":\[\]/);
+  });
+});
