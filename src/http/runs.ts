@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { newId } from '../ids.js';
 import { publicRunView, runResponseOf } from '../runtime/run-record.js';
-import { AppError, HttpDetailError } from '../errors.js';
+import { AppError } from '../errors.js';
 import {
   ApprovalDecisionRequest, ApprovalView, BudgetDecisionRequest, BudgetDecisionResponse, OutcomeRequest, OutcomeResponse,
   RunApprovalParams, RunBudgetResponse, RunCancelResponse, RunIdParams, RunRequest, RunResponse, RunView, RunsListQuery,
@@ -138,4 +138,3 @@ function checkApprover(deps: AppDeps, keyName: string | undefined, approver: str
   }
 }
 
-export { HttpDetailError };

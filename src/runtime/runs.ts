@@ -1219,4 +1219,3 @@ function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
   });
 }
 
-export { sideEffectsOf };
