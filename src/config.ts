@@ -10,8 +10,6 @@ import { z } from 'zod';
 
 const posInt = (what = 'a positive integer') =>
   z.number({ error: `expected ${what}` }).int({ error: `expected ${what}` }).min(1, { error: `expected ${what}` });
-const nonNegInt = (what = 'an integer >= 0') =>
-  z.number({ error: `expected ${what}` }).int({ error: `expected ${what}` }).min(0, { error: `expected ${what}` });
 const posNumber = (what = 'a number greater than 0') =>
   z.number({ error: `expected ${what}` }).positive({ error: `expected ${what}` });
 const nonNegNumber = (what = 'a number >= 0') =>

@@ -40,7 +40,6 @@ import {
   TERMINAL_RUN_STATUSES,
   WAITING_RUN_STATUSES,
   runIndexes,
-  sideEffectsOf,
   type OutcomeRecord,
   type RunRecord,
   type RunRecordStatus,

@@ -16,7 +16,6 @@ import { jitterSeconds } from '../../machines/policies/jitter.js';
 const ms = (s: string): number => Date.parse(s);
 const iso = (t: number): string => new Date(t).toISOString();
 const MIN = 60_000;
-const HOUR = 60 * MIN;
 const dues = (r: DueOccurrencesResult): string[] => r.dispatch.map((d) => d.due_at);
 
 describe('nextDueAt', () => {
