@@ -67,7 +67,7 @@ describe('approvals', () => {
     const decided = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${approval.approval_id}`, { decision: 'approve', approver: 'alice', arguments: { entry: 'pay 5' } });
     expect(decided.status).toBe(200);
     expect(ApprovalView.parse(decided.body)).toMatchObject({ status: 'approved', approver: 'alice', edited_arguments: { entry: 'pay 5' } });
-    const done = await waitForStatus(server.url, paused.run_id, 'completed');
+    const done = await waitForStatus(server.url, paused.run_id!, 'completed');
     expect(done.response).toBe('saw: {"appended":"pay 5"}');
     const lines = ledgerLines();
     expect(lines).toHaveLength(1);
