@@ -33,7 +33,7 @@ beforeEach(() => {
 });
 
 const ledgerLines = () => readFileSync(ledger, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
-const waitForStatus = (url: string, runId: string, status: string) =>
+const waitForStatus = (url: string, runId: string | null, status: string) =>
   eventually(async () => {
     const v = (await getJson(`${url}/runs/${runId}`)).body;
     return v.status === status ? v : null;
