@@ -71,7 +71,7 @@ describe('approvals', () => {
     expect(done.response).toBe('saw: {"appended":"pay 5"}');
     const lines = ledgerLines();
     expect(lines).toHaveLength(1);
-    expect(lines[0]).toMatchObject({ entry: 'pay 5', run_id: paused.run_id, idempotency_key: expect.stringContaining(paused.run_id) });
+    expect(lines[0]).toMatchObject({ entry: 'pay 5', run_id: paused.run_id, idempotency_key: expect.stringContaining(String(paused.run_id)) });
     expect(done.trace_ids).toHaveLength(2); // one trace per segment
 
     // A second decision on the same approval is refused.

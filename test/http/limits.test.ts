@@ -71,7 +71,7 @@ describe('request timeout and admission', () => {
       expect(stream.headers.get('content-type')).toContain('application/json');
       const running = (await getJson(`${s.url}/runs?status=running`)).body.runs[0];
       await postJson(`${s.url}/runs/${running.run_id}/cancel`, {});
-      expect((await (await first).json()).status).toBe('cancelled');
+      expect(((await (await first).json()) as { status: string }).status).toBe('cancelled');
     } finally {
       await s.stop();
       s.cleanup();
