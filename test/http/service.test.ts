@@ -96,7 +96,7 @@ describe('bad input is a clear 4xx in the documented shape, never a 500', () => 
     it(c.name, async () => {
       const res = await fetch(`${server.url}${c.path}`, { method: c.method, headers: c.body !== undefined ? { 'content-type': 'application/json' } : {}, body: c.body });
       expect(res.status).toBe(c.status);
-      const body = await res.json();
+      const body = (await res.json()) as any;
       if (c.status === 422) {
         HTTPValidationError.parse(body);
         if (c.loc) expect(body.detail.map((d: { loc: Array<string | number> }) => d.loc.join('.'))).toContain(c.loc);
@@ -116,7 +116,7 @@ describe('bad input is a clear 4xx in the documented shape, never a 500', () => 
   it('refuses a non-JSON body with 415', async () => {
     const res = await fetch(`${server.url}/run/sync`, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'hello' });
     expect(res.status).toBe(415);
-    expect((await res.json()).error).toBe('UnsupportedMediaType');
+    expect(((await res.json()) as { error: string }).error).toBe('UnsupportedMediaType');
   });
 });
 

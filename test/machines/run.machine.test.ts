@@ -1,7 +1,7 @@
 // The run machine alone, with its effects stubbed: the loop, pauses and terminations are pure logic.
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, waitFor } from 'xstate';
-import { runMachine, recordStatusOf, type ApprovalState, type ReserveResult, type RunContext, type ToolOutcome } from '../../machines/run.machine.js';
+import { runMachine, recordStatusOf, type ApprovalState, type ModelStepResult, type ReserveResult, type RunContext, type ToolOutcome } from '../../machines/run.machine.js';
 import type { ModelCallResult } from '../../src/agent/model/types.js';
 
 const input = { run_id: 'run_1', session_id: 's', agent_name: 'a', max_steps: 5, messages: [{ role: 'user' as const, content: 'hi' }], query: 'hi' };
@@ -19,7 +19,7 @@ function machineWith(opts: {
   const steps: string[] = [];
   const logic = runMachine.provide({
     actors: {
-      checkInput: fromPromise(async () => (opts.allowed === false ? { allowed: false, rule: 'deny_pattern', message: 'no' } : { allowed: true })),
+      checkInput: fromPromise<RunContext['guardrail_result'], { query: string; run_id: string }>(async () => (opts.allowed === false ? { allowed: false, rule: 'deny_pattern', message: 'no' } : { allowed: true })),
       reserveBudget: fromPromise(async ({ input: i }) => opts.reserve?.(i.phase, i.ctx) ?? { ok: true as const }),
       callModel: fromPromise(async () => {
         const next = replies.shift();
@@ -69,7 +69,7 @@ describe('run machine', () => {
     await waitFor(actor, (s) => s.value === 'awaitingApproval');
     const saved = JSON.parse(JSON.stringify(actor.getPersistedSnapshot()));
     actor.stop();
-    const restored = createActor(logic, { snapshot: saved }).start();
+    const restored = createActor(logic, { snapshot: saved, input }).start();
     expect(restored.getSnapshot().value).toBe('awaitingApproval');
     restored.send({ type: 'APPROVALS_DECIDED', approvals: [{ ...pending, status: 'approved', approver: 'x' }] });
     const done = await waitFor(restored, (s) => s.status === 'done');
@@ -107,7 +107,7 @@ describe('run machine', () => {
 
   it('CANCEL and TIMEOUT end the run from any state', async () => {
     const { logic } = machineWith({ replies: [] });
-    const hang = logic.provide({ actors: { callModel: fromPromise(() => new Promise<never>(() => {})) } });
+    const hang = logic.provide({ actors: { callModel: fromPromise<ModelStepResult, { ctx: RunContext }>(() => new Promise<never>(() => {})) } });
     const a = createActor(hang, { input }).start();
     await waitFor(a, (s) => s.value === 'calling');
     a.send({ type: 'CANCEL' });
