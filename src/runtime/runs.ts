@@ -1064,6 +1064,14 @@ export class RunService {
       if (r.status === 'awaiting_approval') resumeEvent = { type: 'APPROVALS_DECIDED', approvals: this.currentBatch(r) };
       else if (r.status === 'awaiting_budget' && r.budget_request) {
         resumeEvent = { type: r.budget_request.status === 'granted' ? 'BUDGET_GRANTED' : 'BUDGET_DENIED', request: r.budget_request };
+      } else if (state === 'awaitingApproval' && !this.currentBatch(r).some((a) => a.status === 'pending')) {
+        // A resume claimed this decided run (record `running`) and its process died before the
+        // actor saved again, so the snapshot still waits. Restored without the decision, the
+        // actor parked again and its stale context reverted the approvals to `pending`: the
+        // person's decision was lost (found by the crash harness, test/crash/harness.ts).
+        resumeEvent = { type: 'APPROVALS_DECIDED', approvals: this.currentBatch(r) };
+      } else if (state === 'awaitingBudget' && r.budget_request && r.budget_request.status !== 'pending') {
+        resumeEvent = { type: r.budget_request.status === 'granted' ? 'BUDGET_GRANTED' : 'BUDGET_DENIED', request: r.budget_request };
       }
       this.spawnActor(live, { snapshot }, resumeEvent);
       return { run_id: runId, session_id: r.session_id, trace_id, settled: live.settled };

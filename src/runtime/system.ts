@@ -56,8 +56,13 @@ export class ActorSystem {
     return this.root.system.get(systemId);
   }
 
+  /**
+   * Stops and forgets a child. Sent unconditionally: a child that reached a final state is no
+   * longer in the system registry but still sits among the supervisor's children, and skipping it
+   * leaked every finished run's actor. Stopping an unknown id is a no-op.
+   */
   stop(systemId: string): void {
-    if (this.get(systemId)) this.root.send({ type: 'STOP', systemId });
+    this.root.send({ type: 'STOP', systemId });
   }
 
   /** Number of live children: paused runs are stopped, so they do not count. */

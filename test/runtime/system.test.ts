@@ -119,3 +119,17 @@ describe('RecordWriter', () => {
     expect((await store.getRecord<{ n: number }>('runs', 'm'))!.value.n).toBe(5);
   });
 });
+
+describe('ActorSystem.stop', () => {
+  it('forgets children that already reached a final state (no leak)', async () => {
+    const done = setup({}).createMachine({ initial: 'a', states: { a: { on: { GO: 'b' } }, b: { type: 'final' } } });
+    const system = new ActorSystem();
+    for (let i = 0; i < 50; i++) {
+      const ref = system.spawn(`run:${i}`, done);
+      ref.send({ type: 'GO' });
+      system.stop(`run:${i}`);
+    }
+    expect(system.size()).toBe(0);
+    system.shutdown();
+  });
+});

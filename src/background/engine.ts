@@ -1,0 +1,1151 @@
+// Background runs end to end: creation, claims under a fenced lease, heartbeats, the agent run of
+// each attempt, retries, timeouts, cancellation, recovery of lapsed leases, lifecycle events and
+// the run workspace files. Every status change goes through the background-run machine
+// (machines/background-run.machine.ts); this class binds its effects and owns the timers.
+//
+// An actor `bgrun:<id>` lives while this process holds the run (claimed, running) or while an
+// event is being applied to it; a resting run (queued, retrying, awaiting a person, terminal) is
+// only a row, so 10,000 queued runs cost storage, not actors. Every effect of a run goes through
+// one serial chain, and every row write is a compare-and-swap on the version this process last
+// wrote: a process whose lease was taken over is refused (fenced) and drops its copy.
+import { randomUUID } from 'node:crypto';
+import { transition, type Actor, type AnyActorRef } from 'xstate';
+import {
+  BACKGROUND_RUN_MACHINE_VERSION,
+  backgroundRunIdOf,
+  backgroundRunMachine,
+  persistedSnapshotOf,
+  type AgentOutcome,
+  type BackgroundRunContext,
+  type BackgroundRunEvent,
+  type LifecycleEvent,
+  type RecordParams,
+  type SideEffectInfo,
+  type StartAgentParams,
+} from '../../machines/background-run.machine.js';
+import { canClaim, type TaskRunsInFlight } from '../../machines/policies/overlap.js';
+import { maxAttempts } from '../../machines/policies/retry.js';
+import type { TaskOccurrence } from '../../machines/task.machine.js';
+import type { Clock } from '../clock.js';
+import type { Config } from '../config.js';
+import { AppError, notFound } from '../errors.js';
+import { newId } from '../ids.js';
+import type { TelemetryEmitter } from '../runtime/emitter.js';
+import type { Metrics } from '../runtime/metrics.js';
+import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
+import type { RunService } from '../runtime/runs.js';
+import type { ActorSystem } from '../runtime/system.js';
+import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
+import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import { BACKGROUND_EVENT_TYPES, type EventRecordInput } from '../telemetry/record.js';
+import {
+  ACTIVE,
+  HELD,
+  TERMINAL,
+  WAITING,
+  attemptRecordId,
+  occurrenceRecordId,
+  runRowIndexes,
+  taskStatusKey,
+  type BgRunRow,
+  type LifecycleRecord,
+  type TaskRow,
+} from './types.js';
+import { appendEventLines, resolveWorkspacePath, writeRunJson } from './workspace.js';
+
+export type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+
+export interface BackgroundDeps {
+  store: Store;
+  clock: Clock;
+  telemetry: TelemetryEmitter;
+  metrics: Metrics;
+  config: Config;
+  system: ActorSystem;
+  workerId: string;
+  runs: RunService;
+  log?: Log;
+}
+
+type RunActor = Actor<typeof backgroundRunMachine>;
+
+interface Handle {
+  id: string;
+  actor: RunActor | null;
+  row: Versioned<BgRunRow>;
+  chain: Promise<void>;
+  pending: number;
+  sends: number;
+  dead: boolean;
+  heartbeat: NodeJS.Timeout | null;
+  timeout: NodeJS.Timeout | null;
+  timeoutAttempt: number;
+  /** This process stopped the attempt for its timeout: the agent run's cancellation means timeout. */
+  timedOut: string | null;
+}
+
+export interface CreateRunInput {
+  task: TaskRow;
+  trigger_type: TriggerType;
+  occurrence: TaskOccurrence | null;
+  query: string | null;
+  /** Store the run `skipped` with this reason (the overlap policy said so). */
+  skip: string | null;
+}
+
+export interface SendResult {
+  accepted: boolean;
+  status: BackgroundRunStatus | null;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+const PREVIEW_CHARS = 500;
+
+export class RunEngine {
+  private readonly handles = new Map<string, Handle>();
+  private readonly loading = new Map<string, Promise<Handle | Versioned<BgRunRow> | null>>();
+  /** Runs whose creation events are still being appended: a load waits, or it would re-emit them. */
+  private readonly creating = new Map<string, Promise<void>>();
+  /** Highest sequence this process appended per non-terminal run: a load with a match skips the outbox check. */
+  private readonly emitted = new Map<string, number>();
+  private readonly retryTimers = new Map<string, NodeJS.Timeout>();
+  private readonly resumeWatches = new Map<string, () => void>();
+  private readonly waiters = new Map<string, Set<(run: BackgroundRun) => void>>();
+  private readonly logic;
+  private claimingNow = 0;
+  private claimPassRunning = false;
+  private claimAgain = false;
+  private kickPending = false;
+  private wakeTimer: NodeJS.Timeout | null = null;
+  private wakeAt = Infinity;
+  private accepting = false;
+  private closed = false;
+  private unsubscribeSettled: (() => void) | null = null;
+
+  constructor(private readonly deps: BackgroundDeps) {
+    this.logic = backgroundRunMachine.provide({
+      actions: {
+        record: ({ context }, params) => this.onRecord(context, params),
+        startAgent: ({ context }, params) => this.onStartAgent(context.run.run_id, params),
+        cancelAgent: ({ context }, params) => this.onCancelAgent(context.run.run_id, params.agent_run_id),
+      },
+    });
+  }
+
+  private get leaseMs(): number {
+    return this.deps.config.background.lease_seconds * 1000;
+  }
+
+  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
+    this.deps.log?.(level, msg, extra);
+  }
+
+  // ---------------------------------------------------------------- lifecycle of the engine
+
+  /** Follows agent runs; with `claim`, this process also claims and recovers runs. */
+  async start(opts: { claim: boolean }): Promise<void> {
+    this.unsubscribeSettled = this.deps.runs.onSettled((rec) => this.onAgentSettled(rec));
+    if (!opts.claim) return;
+    this.accepting = true;
+    // With the embedded store only this process can open the data dir: every held run has a dead owner.
+    await this.maintenance({ ownersDead: this.deps.store.adapter !== 'postgres', parked: true });
+    this.kick();
+  }
+
+  /** Stop claiming; runs in hand go on (a graceful shutdown lets them finish within its grace). */
+  stopClaiming(): void {
+    this.accepting = false;
+    if (this.wakeTimer) clearTimeout(this.wakeTimer);
+    this.wakeTimer = null;
+    this.wakeAt = Infinity;
+  }
+
+  async close(): Promise<void> {
+    this.stopClaiming();
+    this.closed = true;
+    this.unsubscribeSettled?.();
+    for (const t of this.retryTimers.values()) clearTimeout(t);
+    this.retryTimers.clear();
+    for (const u of this.resumeWatches.values()) u();
+    this.resumeWatches.clear();
+    const handles = [...this.handles.values()];
+    await Promise.all(handles.map((h) => h.chain.catch(() => undefined)));
+    for (const h of handles) this.release(h, true);
+  }
+
+  get heldCount(): number {
+    let n = this.claimingNow;
+    for (const h of this.handles.values()) if (!h.dead && HELD.has(this.statusOf(h))) n++;
+    return n;
+  }
+
+  // ---------------------------------------------------------------- creating runs
+
+  /**
+   * Creates a run (queued, or skipped when `skip` is given). A scheduled one is written in the same
+   * atomic commit as its occurrence record: null means that occurrence was already dispatched.
+   */
+  async createRun(input: CreateRunInput): Promise<BackgroundRun | null> {
+    const { task } = input;
+    const now = this.deps.clock.now();
+    const at = iso(now);
+    const run_id = newId('bgrun');
+    const sp = task.session_policy;
+    const session_id = sp.mode === 'fixed' && sp.session_id
+      ? sp.session_id
+      : sp.mode === 'run' ? `background:${task.agent_id}:${task.task_id}:${run_id}` : `background:${task.agent_id}:${task.task_id}`;
+    const workspace_path = resolveWorkspacePath(this.deps.config.background.workspace_root, task.workspace_policy.namespace_template, {
+      agent_id: task.agent_id, task_id: task.task_id, run_id,
+    });
+    const occ = input.occurrence;
+    const run: BackgroundRun = {
+      run_id, task_id: task.task_id, agent_id: task.agent_id, query_snapshot: input.query ?? task.query,
+      trigger_type: input.trigger_type, session_id, workspace_path, status: 'queued', attempt: 0,
+      max_attempts: maxAttempts(task.retry_policy), lease_generation: 0, lease_owner: null, lease_token: null,
+      occurrence_id: occ?.occurrence_id ?? null, error: null, result_preview: null, triggered_at: at, queued_at: at,
+      claimed_at: null, started_at: null, heartbeat_at: null, lease_expires_at: null, finished_at: null,
+      cancel_requested_at: null, due_at: occ?.due_at ?? null, metadata: { ...task.metadata },
+      trigger_metadata: occ
+        ? { occurrence_id: occ.occurrence_id, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed }
+        : { query_override: input.query !== null },
+    };
+    let ctx: BackgroundRunContext = {
+      run,
+      internal: {
+        trace_id: newId('trace'), span_id: newId('span'), agent_run_id: null, continue_agent: false, next_reason: null,
+        retry_at: null, not_before: occ && occ.run_at > occ.due_at ? occ.run_at : null, retry_policy: task.retry_policy,
+        timeout_seconds: task.timeout_seconds ?? null, overlap_policy: task.overlap_policy,
+        write_events_jsonl: task.workspace_policy.write_events_jsonl, write_run_json: task.workspace_policy.write_run_json,
+        current_attempt: null, last_closed_attempt: null,
+      },
+    };
+    const lifecycle: LifecycleRecord[] = [];
+    if (occ) {
+      lifecycle.push(this.lifecycleOf(ctx, { type: 'background_task_scheduled', data: { occurrence_id: occ.occurrence_id, trigger_type: occ.trigger_type, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed } }, 1, at));
+    }
+    if (input.skip !== null) {
+      // queued -> skipped, computed by the machine without running its effects.
+      const snap = backgroundRunMachine.resolveState({ value: 'queued', context: ctx });
+      const [next, actions] = transition(backgroundRunMachine, snap, { type: 'SKIP', at, reason: input.skip });
+      ctx = next.context;
+      for (const a of actions) {
+        if (a.type !== 'record') continue;
+        for (const e of (a.params as RecordParams).events) lifecycle.push(this.lifecycleOf(ctx, e, lifecycle.length + 1, at));
+      }
+    } else {
+      lifecycle.push(this.lifecycleOf(ctx, { type: 'background_run_queued', data: { trigger_type: input.trigger_type } }, lifecycle.length + 1, at));
+    }
+    const row: BgRunRow = { ...ctx, machine_version: BACKGROUND_RUN_MACHINE_VERSION, event_seq: lifecycle.length, outbox: lifecycle };
+    const ops: WriteOp[] = [];
+    if (occ) {
+      ops.push({
+        op: 'create', kind: 'bg_occurrences', id: occurrenceRecordId(task.task_id, occ.occurrence_id),
+        value: { task_id: task.task_id, occurrence_id: occ.occurrence_id, run_id, dispatched_at: at }, indexes: { task_id: task.task_id },
+      });
+    }
+    ops.push({ op: 'create', kind: 'bg_runs', id: run_id, value: row, indexes: runRowIndexes(row) });
+    ops.push({
+      op: 'create', kind: 'traces', id: ctx.internal.trace_id,
+      value: this.traceValue(ctx, TERMINAL.has(ctx.run.status) ? ctx.run.status : 'running'),
+      indexes: { run_id, session_id, task_id: task.task_id },
+    });
+    let done!: () => void;
+    this.creating.set(run_id, new Promise<void>((r) => (done = r)));
+    try {
+      try {
+        await this.deps.store.commit(ops);
+      } catch (err) {
+        if (isStoreError(err, 'conflict')) return null;
+        throw err;
+      }
+      try {
+        await this.emitLifecycle(ctx, lifecycle);
+        this.emitted.set(run_id, row.event_seq);
+      } catch (err) {
+        // The run exists; its first load re-appends these from the outbox.
+        this.log('warn', 'could not append the creation events of a background run', { run_id, err: String(err) });
+      }
+    } finally {
+      this.creating.delete(run_id);
+      done();
+    }
+    if (TERMINAL.has(ctx.run.status)) {
+      this.emitted.delete(run_id);
+      this.deps.metrics.backgroundRuns.inc({ status: ctx.run.status });
+      this.resolveWaiters(ctx.run);
+    } else {
+      this.kick(ctx.internal.not_before ? Date.parse(ctx.internal.not_before) : undefined);
+    }
+    return ctx.run;
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  async getRow(runId: string): Promise<Versioned<BgRunRow> | null> {
+    return this.deps.store.getRecord<BgRunRow>('bg_runs', runId);
+  }
+
+  async get(runId: string): Promise<BackgroundRun> {
+    const row = await this.getRow(runId);
+    if (!row) throw notFound('background run', runId);
+    return row.value.run;
+  }
+
+  /** In-flight runs of a task for the overlap decision; `all` pages through every one (cancel_previous). */
+  async inFlight(taskId: string, all: boolean): Promise<TaskRunsInFlight> {
+    const activeRunIds: string[] = [];
+    const queuedRunIds: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'inflight_task', value: taskId }, cursor, limit: 500 });
+      for (const r of page.items) (r.value.run.status === 'queued' ? queuedRunIds : activeRunIds).push(r.id);
+      cursor = all ? page.next_cursor : null;
+    } while (cursor);
+    return { activeRunIds, queuedRunIds };
+  }
+
+  async countActive(taskId?: string): Promise<number> {
+    const counts = await Promise.all(ACTIVE.map((s) => this.deps.store.countRecords('bg_runs', taskId
+      ? { name: 'task_status', value: taskStatusKey(taskId, s) }
+      : { name: 'status', value: s })));
+    return counts.reduce((a, b) => a + b, 0);
+  }
+
+  // ---------------------------------------------------------------- sending events to a run
+
+  /**
+   * Applies one event to a run through its actor (spawned from the row when none is live).
+   * `accepted` is false when the run's state does not take the event (e.g. cancel of an ended run).
+   * With `durable`, resolves only after the effects of the event were written.
+   */
+  async send(runId: string, event: BackgroundRunEvent, opts: { durable?: boolean } = {}): Promise<SendResult> {
+    const loaded = await this.handle(runId);
+    if (loaded === null) return { accepted: false, status: null };
+    if (!('actor' in loaded)) return { accepted: false, status: loaded.value.run.status };
+    const h = loaded;
+    h.sends++;
+    try {
+      const snap = h.actor!.getSnapshot();
+      if (snap.status !== 'active' || !snap.can(event)) return { accepted: false, status: snap.context.run.status };
+      h.actor!.send(event);
+      if (opts.durable) await h.chain;
+      return { accepted: !h.dead, status: h.dead ? null : this.statusOf(h) };
+    } finally {
+      h.sends--;
+      this.maybeRelease(h);
+    }
+  }
+
+  private statusOf(h: Handle): BackgroundRunStatus {
+    return h.actor ? h.actor.getSnapshot().context.run.status : h.row.value.run.status;
+  }
+
+  private contextOf(h: Handle): BackgroundRunContext {
+    return h.actor ? h.actor.getSnapshot().context : h.row.value;
+  }
+
+  /** The live handle, or a fresh one restored from the row; a terminal row comes back as the row. */
+  private async handle(runId: string): Promise<Handle | Versioned<BgRunRow> | null> {
+    const live = this.handles.get(runId);
+    if (live && !live.dead) return live;
+    let p = this.loading.get(runId);
+    if (!p) {
+      p = this.load(runId).finally(() => this.loading.delete(runId));
+      this.loading.set(runId, p);
+    }
+    return p;
+  }
+
+  private async load(runId: string): Promise<Handle | Versioned<BgRunRow> | null> {
+    await this.creating.get(runId);
+    const row = await this.getRow(runId);
+    if (!row) return null;
+    await this.repairOutbox(row.value);
+    if (TERMINAL.has(row.value.run.status)) return row;
+    const h: Handle = {
+      id: runId, actor: null, row, chain: Promise.resolve(), pending: 0, sends: 0, dead: false,
+      heartbeat: null, timeout: null, timeoutAttempt: 0, timedOut: null,
+    };
+    this.handles.set(runId, h);
+    const { machine_version: _v, event_seq: _s, outbox: _o, ...ctx } = row.value;
+    const ref = this.deps.system.spawn(`bgrun:${runId}`, this.logic, { snapshot: persistedSnapshotOf(ctx) as never }) as AnyActorRef;
+    h.actor = ref as unknown as RunActor;
+    return h;
+  }
+
+  private maybeRelease(h: Handle): void {
+    if (h.dead || h.sends > 0 || h.pending > 0) return;
+    if (HELD.has(this.statusOf(h)) && !this.closed) return;
+    this.release(h, false);
+  }
+
+  private release(h: Handle, dead: boolean): void {
+    if (dead) h.dead = true;
+    this.clearHandleTimers(h);
+    // Straight to the root: ActorSystem.stop skips a child that already reached a final state,
+    // which would then stay in the supervisor's children for ever (one per finished run).
+    this.deps.system.root.send({ type: 'STOP', systemId: `bgrun:${h.id}` });
+    if (this.handles.get(h.id) === h) this.handles.delete(h.id);
+  }
+
+  private enqueue(h: Handle, job: () => Promise<void>, onError: (err: unknown) => void): void {
+    h.pending++;
+    h.chain = h.chain
+      .then(async () => {
+        if (!h.dead) await job();
+      })
+      .catch((err) => {
+        try {
+          onError(err);
+        } catch {
+          // never let a handler break the chain
+        }
+      })
+      .finally(() => {
+        h.pending--;
+        this.maybeRelease(h);
+      });
+  }
+
+  // ---------------------------------------------------------------- the `record` effect
+
+  private onRecord(ctx: BackgroundRunContext, params: RecordParams): void {
+    const h = this.handles.get(ctx.run.run_id);
+    if (!h) {
+      this.log('error', 'background run effect without a live handle', { run_id: ctx.run.run_id });
+      return;
+    }
+    this.enqueue(h, () => this.writeRecord(h, ctx, params), (err) => {
+      // Fenced or the store failed: this copy no longer knows the truth; drop it (the row is reloaded on next use).
+      this.log(isStoreError(err, 'stale_version') ? 'warn' : 'error', 'background run write refused; dropping this copy', { run_id: h.id, err: String(err) });
+      this.release(h, true);
+      this.kick();
+    });
+  }
+
+  private async writeRecord(h: Handle, ctx: BackgroundRunContext, params: RecordParams): Promise<void> {
+    const prev = h.row.value;
+    const at = iso(this.deps.clock.now());
+    const lifecycle = params.events.map((e, i) => this.lifecycleOf(ctx, e, prev.event_seq + i + 1, at));
+    const next: BgRunRow = {
+      ...ctx,
+      machine_version: BACKGROUND_RUN_MACHINE_VERSION,
+      event_seq: prev.event_seq + lifecycle.length,
+      outbox: lifecycle.length > 0 ? lifecycle : prev.outbox,
+    };
+    const ops: WriteOp[] = [
+      { op: 'update', kind: 'bg_runs', id: h.id, value: next, expectedVersion: h.row.version, indexes: runRowIndexes(next) },
+      // Attempts ride in the same atomic write: the run row's CAS fences them too.
+      ...params.attempts.map((a): WriteOp => ({
+        op: 'update', kind: 'bg_attempts', id: attemptRecordId(h.id, a.attempt_number), value: a, expectedVersion: null, indexes: { run_id: h.id },
+      })),
+    ];
+    const status = ctx.run.status;
+    if (TERMINAL.has(status) && !TERMINAL.has(prev.run.status)) {
+      ops.push({ op: 'update', kind: 'traces', id: ctx.internal.trace_id, value: this.traceValue(ctx, status), expectedVersion: null, indexes: { run_id: h.id, session_id: ctx.run.session_id, task_id: ctx.run.task_id } });
+    }
+    const [written] = await this.deps.store.commit(ops);
+    h.row = written as Versioned<BgRunRow>;
+    await this.emitLifecycle(ctx, lifecycle, params.events.length === 0 || params.events.some((e) => e.type !== 'background_run_heartbeat'));
+    if (TERMINAL.has(status)) this.emitted.delete(h.id);
+    else this.emitted.set(h.id, next.event_seq);
+    this.afterRecord(h, ctx, prev.run.status);
+  }
+
+  private afterRecord(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus): void {
+    const status = ctx.run.status;
+    const runId = h.id;
+    if (HELD.has(status)) this.ensureHeartbeat(h);
+    else this.clearHeartbeat(h);
+    if (status === 'running') this.ensureAttemptTimeout(h, ctx);
+    else this.clearAttemptTimeout(h);
+    if (status === 'retrying' && ctx.internal.retry_at) this.armRetry(runId, Date.parse(ctx.internal.retry_at));
+    if (WAITING.has(status)) this.watchResume(runId, ctx.internal.agent_run_id);
+    else this.unwatchResume(runId);
+    if (TERMINAL.has(status) && !TERMINAL.has(prevStatus)) this.deps.metrics.backgroundRuns.inc({ status });
+    if (TERMINAL.has(status) || WAITING.has(status)) this.resolveWaiters(ctx.run);
+    if (!HELD.has(status) || status === 'queued') this.kick();
+  }
+
+  private lifecycleOf(ctx: BackgroundRunContext, e: LifecycleEvent, sequence: number, at: string): LifecycleRecord {
+    return {
+      sequence, event: e.type, timestamp: at, run_id: ctx.run.run_id, task_id: ctx.run.task_id, agent_id: ctx.run.agent_id,
+      status: ctx.run.status, attempt: ctx.run.attempt, worker_id: ctx.run.lease_owner ?? this.deps.workerId,
+      lease_generation: ctx.run.lease_generation, data: stripUndefined(e.data ?? {}),
+    };
+  }
+
+  /**
+   * Appends lifecycle events to telemetry (the run's own trace), then mirrors them to the
+   * workspace. Throws when an append fails: the caller drops its copy of the run, and the next
+   * load re-appends the missing events from the row's outbox.
+   */
+  private async emitLifecycle(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson = true): Promise<void> {
+    for (const l of lifecycle) await this.deps.telemetry.emit(this.telemetryOf(ctx, l));
+    await this.mirror(ctx, lifecycle, rewriteRunJson);
+  }
+
+  private async mirror(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson: boolean): Promise<void> {
+    const dir = ctx.run.workspace_path;
+    try {
+      if (ctx.internal.write_events_jsonl && lifecycle.length > 0) {
+        await appendEventLines(dir, lifecycle.map(({ data: _d, ...line }) => line));
+      }
+      if (ctx.internal.write_run_json && rewriteRunJson) await writeRunJson(dir, ctx.run);
+    } catch (err) {
+      // The workspace is a mirror: a full disk must not stop the run.
+      this.log('warn', 'could not write the run workspace files', { run_id: ctx.run.run_id, err: String(err) });
+    }
+  }
+
+  private telemetryOf(ctx: BackgroundRunContext, l: LifecycleRecord): EventRecordInput {
+    const isError = l.event === 'background_run_failed' || l.event === 'background_run_timeout' || l.event === 'background_run_retrying';
+    return {
+      event_type: l.event,
+      trace_id: ctx.internal.trace_id,
+      span_id: ctx.internal.span_id,
+      parent_span_id: null,
+      actor: { type: 'background', id: l.worker_id, name: ctx.run.task_id },
+      sequence: l.sequence,
+      error: isError && ctx.run.error ? { type: l.event, message: ctx.run.error } : null,
+      metadata: {
+        run_id: l.run_id, session_id: ctx.run.session_id, agent_id: l.agent_id, task_id: l.task_id,
+        status: l.status, attempt: l.attempt, worker_id: l.worker_id, lease_generation: l.lease_generation,
+        lifecycle_timestamp: l.timestamp, detail: l.data,
+      },
+    };
+  }
+
+  private traceValue(ctx: BackgroundRunContext, status: string) {
+    const traceStatus = status === 'skipped' ? 'cancelled' : status;
+    return {
+      trace_id: ctx.internal.trace_id, parent_trace_id: null, run_id: ctx.run.run_id, session_id: ctx.run.session_id,
+      task_id: ctx.run.task_id, agent_id: ctx.run.agent_id, kind: 'background', status: traceStatus,
+      started_at: ctx.run.triggered_at, ended_at: status === 'running' ? null : ctx.run.finished_at ?? iso(this.deps.clock.now()),
+    };
+  }
+
+  /** Lifecycle events of a run as stored in telemetry, oldest first. */
+  async storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>> {
+    const out: Array<{ sequence: number; event: Record<string, unknown> }> = [];
+    let after: string | null = null;
+    do {
+      const page = await this.deps.store.readEvents({ filters: { run_id: runId, event_type: [...BACKGROUND_EVENT_TYPES] }, after, limit: 1000 });
+      for (const e of page.events) {
+        if (typeof e.sequence === 'number') out.push({ sequence: e.sequence, event: e });
+      }
+      after = page.next_cursor;
+    } while (after);
+    return out;
+  }
+
+  /**
+   * The row is written before its events are appended; a crash in between leaves events the row
+   * counted but the log lacks. Re-append those (from the outbox) so the replay stays 1..n.
+   */
+  private async repairOutbox(row: BgRunRow): Promise<void> {
+    const runId = row.run.run_id;
+    if (row.outbox.length === 0 || this.emitted.get(runId) === row.event_seq) return;
+    const have = new Set((await this.storedLifecycle(runId)).map((e) => e.sequence));
+    const missing = row.outbox.filter((l) => !have.has(l.sequence));
+    if (missing.length > 0) {
+      this.log('warn', 're-appending lifecycle events lost by a crash', { run_id: runId, sequences: missing.map((m) => m.sequence) });
+      await this.emitLifecycle(row, missing);
+    }
+    if (!TERMINAL.has(row.run.status)) this.emitted.set(runId, row.event_seq);
+  }
+
+  /** GET /background/runs/{id}/events: the replay, repaired first if a crash cut it short. */
+  async events(runId: string): Promise<Array<Record<string, unknown>>> {
+    const row = await this.getRow(runId);
+    if (!row) throw notFound('background run', runId);
+    await this.creating.get(runId);
+    if (!this.handles.has(runId)) await this.repairOutbox(row.value);
+    const stored = await this.storedLifecycle(runId);
+    stored.sort((a, b) => a.sequence - b.sequence);
+    const seen = new Set<number>();
+    const out: Array<Record<string, unknown>> = [];
+    for (const { sequence, event } of stored) {
+      if (seen.has(sequence)) continue; // a re-append raced a late original: keep the first
+      seen.add(sequence);
+      const m = (event.metadata ?? {}) as Record<string, unknown>;
+      out.push({
+        sequence, event: event.event_type, event_type: event.event_type, event_id: event.event_id, trace_id: event.trace_id,
+        span_id: event.span_id, timestamp: m.lifecycle_timestamp ?? event.timestamp, run_id: m.run_id, task_id: m.task_id,
+        agent_id: m.agent_id, session_id: m.session_id, status: m.status, attempt: m.attempt, worker_id: m.worker_id,
+        lease_generation: m.lease_generation, data: m.detail ?? {}, error: event.error ?? null,
+      });
+    }
+    return out;
+  }
+
+  // ---------------------------------------------------------------- timers: heartbeat, attempt timeout, retry
+
+  private ensureHeartbeat(h: Handle): void {
+    if (h.heartbeat || this.closed) return;
+    const every = Math.max(50, Math.floor(this.leaseMs / 4));
+    h.heartbeat = setInterval(() => {
+      if (h.dead || h.pending > 8) return; // a backed-up chain will not be helped by more writes
+      const now = this.deps.clock.now();
+      void this.send(h.id, { type: 'HEARTBEAT', at: iso(now), lease_expires_at: iso(now + this.leaseMs) }).catch(() => undefined);
+    }, every);
+    h.heartbeat.unref();
+  }
+
+  private clearHeartbeat(h: Handle): void {
+    if (h.heartbeat) clearInterval(h.heartbeat);
+    h.heartbeat = null;
+  }
+
+  private ensureAttemptTimeout(h: Handle, ctx: BackgroundRunContext): void {
+    const seconds = ctx.internal.timeout_seconds;
+    if (!seconds || h.timeoutAttempt === ctx.run.attempt || this.closed) return;
+    this.clearAttemptTimeout(h);
+    h.timeoutAttempt = ctx.run.attempt;
+    const agentRunId = ctx.internal.agent_run_id;
+    h.timeout = setTimeout(() => {
+      h.timeout = null;
+      if (agentRunId) void this.timeoutAgent(h, agentRunId);
+    }, seconds * 1000);
+    h.timeout.unref();
+  }
+
+  private clearAttemptTimeout(h: Handle): void {
+    if (h.timeout) clearTimeout(h.timeout);
+    h.timeout = null;
+    h.timeoutAttempt = 0;
+  }
+
+  private clearHandleTimers(h: Handle): void {
+    this.clearHeartbeat(h);
+    this.clearAttemptTimeout(h);
+  }
+
+  /**
+   * timeout_seconds reached: the agent run's actor gets TIMEOUT (status `timeout`). When it has no
+   * actor here (still queued behind its session), it is cancelled and that cancellation reads as
+   * the timeout.
+   */
+  private async timeoutAgent(h: Handle, agentRunId: string): Promise<void> {
+    const ctx = this.contextOf(h);
+    if (ctx.run.status !== 'running' || ctx.internal.agent_run_id !== agentRunId) return;
+    h.timedOut = agentRunId;
+    const ref = this.deps.system.get(`run:${agentRunId}`);
+    if (ref) {
+      ref.send({ type: 'TIMEOUT' });
+      return;
+    }
+    try {
+      await this.deps.runs.cancel(agentRunId);
+    } catch {
+      this.deliver(h.id, { type: 'AGENT_DONE', at: iso(this.deps.clock.now()), agent_run_id: agentRunId, outcome: 'timeout', error: `timed out after ${ctx.internal.timeout_seconds} s`, result_preview: null, retryable: true, side_effects: [] });
+    }
+  }
+
+  private armRetry(runId: string, atMs: number): void {
+    if (this.retryTimers.has(runId) || this.closed) return;
+    const t = setTimeout(() => {
+      this.retryTimers.delete(runId);
+      void this.send(runId, { type: 'RETRY_DUE', at: iso(this.deps.clock.now()) }).catch(() => undefined);
+    }, Math.max(0, atMs - this.deps.clock.now()));
+    t.unref();
+    this.retryTimers.set(runId, t);
+  }
+
+  // ---------------------------------------------------------------- the agent run of an attempt
+
+  private onStartAgent(runId: string, params: StartAgentParams): void {
+    const h = this.handles.get(runId);
+    if (!h) return;
+    this.enqueue(h, () => this.startAgent(h, params), (err) => this.log('error', 'could not start the agent run', { run_id: runId, err: String(err) }));
+  }
+
+  private async startAgent(h: Handle, params: StartAgentParams): Promise<void> {
+    const ctx = this.contextOf(h);
+    if (ctx.run.status !== 'running' || ctx.internal.agent_run_id !== params.agent_run_id) return;
+    const id = params.agent_run_id;
+    if (ctx.run.cancel_requested_at) {
+      this.deliver(h.id, this.doneEvent(id, 'cancelled', 'cancelled before the agent started'));
+      return;
+    }
+    if (params.mode === 'fresh') {
+      // Not awaited: start() waits for the session's earlier runs, and this chain must stay free for heartbeats.
+      void this.deps.runs
+        .start(ctx.run.query_snapshot, ctx.run.session_id, {
+          kind: 'background', run_id: id, task_id: ctx.run.task_id, agent_id: ctx.run.agent_id,
+          workspace_path: ctx.run.workspace_path, admitted: true,
+        })
+        .catch((err: unknown) => {
+          if (err instanceof AppError && err.code === 'Conflict') return this.continueAgent(h, id);
+          if (isStoreError(err, 'conflict')) return this.continueAgent(h, id);
+          this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not start: ${String((err as Error)?.message ?? err)}`));
+          return undefined;
+        });
+      return;
+    }
+    await this.continueAgent(h, id);
+  }
+
+  /** Continue the agent run after a pause, a lapsed lease or a restart: completed tool calls do not repeat. */
+  private async continueAgent(h: Handle, id: string): Promise<void> {
+    const { runs } = this.deps;
+    if (runs.isLive(id)) return; // its end comes through onSettled
+    const ctx = this.contextOf(h);
+    let rec: RunRecord;
+    try {
+      rec = await runs.get(id);
+    } catch {
+      // Nothing was stored for this agent run: nothing ran, so a fresh start with the same id is exact.
+      await this.startAgent(h, { mode: 'fresh', agent_run_id: id, attempt: ctx.run.attempt });
+      return;
+    }
+    const settled = this.agentDoneOf(rec, h);
+    if (settled && TERMINAL_RUN_STATUSES.has(rec.status)) {
+      this.deliver(h.id, settled);
+      return;
+    }
+    let how: Parameters<RunService['resume']>[1];
+    if (rec.status === 'awaiting_approval' || rec.status === 'awaiting_budget') {
+      if (!rec.decided_at) {
+        this.deliver(h.id, settled!);
+        return;
+      }
+      how = { cause: (rec.decision as 'approval' | 'budget_grant' | 'budget_denied') ?? 'approval', trigger: 'explicit' };
+    } else if (rec.status === 'interrupted') {
+      how = { cause: 'interrupted', trigger: 'orphan_sweep' };
+    } else {
+      // status running, no live actor here.
+      if (rec.owner === this.deps.workerId) return; // being resumed by this process right now; its end arrives via onSettled
+      await this.lapseAgentLease(rec);
+      how = { cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep' };
+    }
+    void runs.resume(id, how).catch((err: unknown) => {
+      if (runs.isLive(id)) return;
+      void runs.get(id).then(
+        (r) => {
+          const done = this.agentDoneOf(r, h);
+          this.deliver(h.id, done && TERMINAL_RUN_STATUSES.has(r.status) ? done : this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`, sideEffectsOf(r)));
+        },
+        () => this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`)),
+      );
+    });
+  }
+
+  /**
+   * RunService.resume refuses a run whose lease has not lapsed. The background lease already
+   * proved its owner dead (or, with the embedded store, the owner is a previous process), so the
+   * agent run's lease is marked lapsed first. Workaround: see docs/background.md.
+   */
+  private async lapseAgentLease(rec: RunRecord): Promise<void> {
+    const now = this.deps.clock.now();
+    if (!rec.lease_expires_at || Date.parse(rec.lease_expires_at) <= now) return;
+    const stored = await this.deps.store.getRecord<RunRecord>('runs', rec.run_id);
+    if (!stored || stored.value.status !== 'running') return;
+    try {
+      await this.deps.store.updateRecord<RunRecord>('runs', rec.run_id, { ...stored.value, lease_expires_at: iso(now - 1) }, stored.version);
+    } catch (err) {
+      if (!isStoreError(err, 'stale_version')) throw err;
+    }
+  }
+
+  private onCancelAgent(runId: string, agentRunId: string | null): void {
+    const h = this.handles.get(runId);
+    if (!h || !agentRunId) return;
+    this.enqueue(h, () => this.cancelAgent(h, agentRunId), () => undefined);
+  }
+
+  private async cancelAgent(h: Handle, agentRunId: string): Promise<void> {
+    const { runs } = this.deps;
+    // The agent run may be a moment from existing (start() is not awaited): give it a short while.
+    for (let i = 0; i < 20; i++) {
+      try {
+        await runs.cancel(agentRunId);
+        return;
+      } catch (err) {
+        if (!(err instanceof AppError) || err.code !== 'NotFound') break; // already ended: its settle came or comes
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    try {
+      const rec = await runs.get(agentRunId);
+      const done = this.agentDoneOf(rec, h);
+      if (done && TERMINAL_RUN_STATUSES.has(rec.status)) this.deliver(h.id, done);
+    } catch {
+      this.deliver(h.id, this.doneEvent(agentRunId, 'cancelled', 'cancelled'));
+    }
+  }
+
+  private onAgentSettled(rec: RunRecord): void {
+    if (rec.kind !== 'background' || this.closed) return;
+    // RunService stops a finished run's actor through ActorSystem.stop, which skips a child that
+    // already reached a final state, so it would stay in the supervisor for ever. Remove it.
+    if (TERMINAL_RUN_STATUSES.has(rec.status)) this.deps.system.root.send({ type: 'STOP', systemId: `run:${rec.run_id}` });
+    const bgId = backgroundRunIdOf(rec.run_id);
+    const h = this.handles.get(bgId);
+    const done = this.agentDoneOf(rec, h);
+    if (!done) return;
+    void (async () => {
+      const r = await this.send(bgId, done);
+      // A run parked for a person whose agent run was resumed and ended without us: move it on.
+      if (!r.accepted && r.status && WAITING.has(r.status) && TERMINAL_RUN_STATUSES.has(rec.status)) {
+        await this.send(bgId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
+      }
+    })().catch((err) => this.log('warn', 'could not apply an agent run result', { run_id: bgId, err: String(err) }));
+  }
+
+  private agentDoneOf(rec: RunRecord, h?: Handle): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> | null {
+    let outcome: AgentOutcome;
+    switch (rec.status) {
+      case 'completed': outcome = 'completed'; break;
+      case 'awaiting_approval': outcome = 'awaiting_approval'; break;
+      case 'awaiting_budget': outcome = 'awaiting_budget'; break;
+      case 'timeout': outcome = 'timeout'; break;
+      case 'cancelled': outcome = h?.timedOut === rec.run_id ? 'timeout' : 'cancelled'; break;
+      case 'failed':
+      case 'blocked': outcome = 'failed'; break;
+      default: return null; // running / interrupted: not an end
+    }
+    const error = outcome === 'completed' || outcome === 'awaiting_approval' || outcome === 'awaiting_budget'
+      ? null
+      : outcome === 'timeout'
+        ? `the attempt exceeded timeout_seconds${h ? ` (${this.contextOf(h).internal.timeout_seconds} s)` : ''}`
+        : rec.error ? `${rec.error.type}: ${rec.error.message}` : `the agent run ended ${rec.status}`;
+    const done = this.doneEvent(rec.run_id, outcome, error, outcome === 'completed' ? [] : sideEffectsOf(rec));
+    done.result_preview = rec.response ? rec.response.slice(0, PREVIEW_CHARS) : null;
+    done.retryable = rec.status !== 'blocked';
+    return done;
+  }
+
+  private doneEvent(agentRunId: string, outcome: AgentOutcome, error: string | null, sideEffects: SideEffectInfo[] = []): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> {
+    return { type: 'AGENT_DONE', at: iso(this.deps.clock.now()), agent_run_id: agentRunId, outcome, error, result_preview: null, retryable: true, side_effects: sideEffects };
+  }
+
+  private deliver(runId: string, event: BackgroundRunEvent): void {
+    void this.send(runId, event).catch((err) => this.log('warn', 'could not deliver an event to a background run', { run_id: runId, type: event.type, err: String(err) }));
+  }
+
+  /** A parked run moves on (awaiting -> queued) as soon as its agent run is resumed by a decision. */
+  private watchResume(runId: string, agentRunId: string | null): void {
+    if (!agentRunId || this.resumeWatches.has(runId) || this.closed) return;
+    const unsubscribe = this.deps.telemetry.bus.subscribe({ run_id: agentRunId }, (ev) => {
+      if (ev.event_type !== 'run_resumed') return;
+      this.unwatchResume(runId);
+      this.deliver(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
+    });
+    this.resumeWatches.set(runId, unsubscribe);
+  }
+
+  private unwatchResume(runId: string): void {
+    this.resumeWatches.get(runId)?.();
+    this.resumeWatches.delete(runId);
+  }
+
+  // ---------------------------------------------------------------- operator actions
+
+  async cancel(runId: string, reason: string | null = null): Promise<{ status: 'cancel_requested' }> {
+    const row = await this.getRow(runId);
+    if (!row) throw notFound('background run', runId);
+    if (TERMINAL.has(row.value.run.status)) throw new AppError('Conflict', `background run ${runId} already ended (${row.value.run.status})`);
+    const r = await this.send(runId, { type: 'CANCEL', at: iso(this.deps.clock.now()), reason }, { durable: true });
+    if (!r.accepted && r.status && TERMINAL.has(r.status)) throw new AppError('Conflict', `background run ${runId} already ended (${r.status})`);
+    return { status: 'cancel_requested' };
+  }
+
+  /** POST /background/runs/{id}/resume: a run paused for a person continues once its decision is in. */
+  async resume(runId: string): Promise<{ status: 'resumed' }> {
+    const row = await this.getRow(runId);
+    if (!row) throw notFound('background run', runId);
+    const run = row.value.run;
+    if (!WAITING.has(run.status)) throw new AppError('Conflict', `background run ${runId} is not waiting for a person (${run.status})`);
+    const agentId = row.value.internal.agent_run_id;
+    if (agentId && !this.deps.runs.isLive(agentId)) {
+      const rec = await this.deps.runs.get(agentId).catch(() => null);
+      if (rec && (rec.status === 'awaiting_approval' || rec.status === 'awaiting_budget') && !rec.decided_at) {
+        throw new AppError('Conflict', `background run ${runId} still waits for a decision on its agent run ${agentId} (${rec.status})`, 'decide it through POST /runs/{run_id}/approvals/{approval_id} or /runs/{run_id}/budget');
+      }
+    }
+    const r = await this.send(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
+    if (!r.accepted && r.status && !(r.status === 'queued' || HELD.has(r.status))) {
+      throw new AppError('Conflict', `background run ${runId} is not waiting for a person (${r.status})`);
+    }
+    return { status: 'resumed' };
+  }
+
+  /** Resolves with the run once it ends or waits for a person, or with null after `ms`. */
+  async waitSettled(runId: string, ms: number): Promise<BackgroundRun | null> {
+    return new Promise<BackgroundRun | null>((resolve) => {
+      let done = false;
+      const finish = (run: BackgroundRun | null) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        set.delete(onRun);
+        if (set.size === 0 && this.waiters.get(runId) === set) this.waiters.delete(runId);
+        resolve(run);
+      };
+      const onRun = (run: BackgroundRun) => finish(run);
+      const set = this.waiters.get(runId) ?? new Set<(run: BackgroundRun) => void>();
+      this.waiters.set(runId, set);
+      set.add(onRun);
+      const timer = setTimeout(() => finish(null), ms);
+      // It may have settled before the waiter was registered.
+      void this.getRow(runId).then((row) => {
+        const s = row?.value.run.status;
+        if (row && s && (TERMINAL.has(s) || WAITING.has(s))) finish(row.value.run);
+      });
+    });
+  }
+
+  private resolveWaiters(run: BackgroundRun): void {
+    const set = this.waiters.get(run.run_id);
+    if (!set) return;
+    this.waiters.delete(run.run_id);
+    for (const w of set) w(run);
+  }
+
+  /** Deletes a task's runs (DELETE /background/tasks/{id}?delete_runs=true), cancelling live ones first. */
+  async deleteRunsOfTask(taskId: string): Promise<number> {
+    let deleted = 0;
+    for (;;) {
+      const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, limit: 200 });
+      if (page.items.length === 0) return deleted;
+      for (const item of page.items) {
+        const h = this.handles.get(item.id);
+        if (h) {
+          await h.chain.catch(() => undefined);
+          this.release(h, true);
+        }
+        const { run, internal } = item.value;
+        // The run row goes away with its events; its agent run must not go on working unseen.
+        if ((run.status === 'running' || WAITING.has(run.status)) && internal.agent_run_id) {
+          await this.deps.runs.cancel(internal.agent_run_id).catch(() => undefined);
+        }
+        this.clearRunTimers(item.id);
+        const attempts = await this.deps.store.listRecords('bg_attempts', { index: { name: 'run_id', value: item.id }, limit: 1000 });
+        const ops: WriteOp[] = [
+          ...attempts.items.map((a): WriteOp => ({ op: 'delete', kind: 'bg_attempts', id: a.id })),
+          { op: 'delete', kind: 'bg_runs', id: item.id },
+        ];
+        try {
+          await this.deps.store.commit(ops);
+          deleted++;
+        } catch (err) {
+          if (!isStoreError(err, 'not_found')) throw err;
+        }
+      }
+    }
+  }
+
+  private clearRunTimers(runId: string): void {
+    const t = this.retryTimers.get(runId);
+    if (t) clearTimeout(t);
+    this.retryTimers.delete(runId);
+    this.unwatchResume(runId);
+    this.emitted.delete(runId);
+  }
+
+  // ---------------------------------------------------------------- claiming
+
+  /** Asks for a claim pass soon (coalesced); with `atMs`, also at that instant (jitter, retry). */
+  kick(atMs?: number): void {
+    if (!this.accepting) return;
+    if (atMs !== undefined && atMs > this.deps.clock.now()) {
+      this.wakeAtLatest(atMs);
+      return;
+    }
+    if (this.kickPending) return;
+    this.kickPending = true;
+    setImmediate(() => {
+      this.kickPending = false;
+      void this.claimPass();
+    });
+  }
+
+  private wakeAtLatest(atMs: number): void {
+    if (atMs >= this.wakeAt && this.wakeTimer) return;
+    if (this.wakeTimer) clearTimeout(this.wakeTimer);
+    this.wakeAt = atMs;
+    this.wakeTimer = setTimeout(() => {
+      this.wakeTimer = null;
+      this.wakeAt = Infinity;
+      this.kick();
+    }, Math.max(0, atMs - this.deps.clock.now()));
+    this.wakeTimer.unref();
+  }
+
+  /**
+   * Claims queued runs, oldest first, while this process has free workers
+   * (background.concurrency). queue_next and cancel_previous runs wait for their task per canClaim.
+   */
+  async claimPass(): Promise<void> {
+    if (!this.accepting) return;
+    if (this.claimPassRunning) {
+      this.claimAgain = true;
+      return;
+    }
+    this.claimPassRunning = true;
+    try {
+      do {
+        this.claimAgain = false;
+        await this.claimOnce();
+      } while (this.claimAgain && this.accepting);
+    } catch (err) {
+      this.log('error', 'claim pass failed', { err: String(err) });
+    } finally {
+      this.claimPassRunning = false;
+    }
+  }
+
+  private async claimOnce(): Promise<void> {
+    const concurrency = this.deps.config.background.concurrency;
+    if (this.heldCount >= concurrency) return;
+    const now = this.deps.clock.now();
+    let cursor: string | null = null;
+    let scanned = 0;
+    let earliest = Infinity;
+    const blockedTasks = new Set<string>();
+    do {
+      // Rows are parsed whole, so a pass with few free workers reads a small page first.
+      const free = concurrency - this.heldCount;
+      const limit = Math.min(100, Math.max(16, free * 4));
+      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'status', value: 'queued' }, cursor, limit });
+      for (const item of page.items) {
+        scanned++;
+        const { run, internal } = item.value;
+        if (this.handles.has(run.run_id)) continue;
+        if (internal.not_before && Date.parse(internal.not_before) > now) {
+          earliest = Math.min(earliest, Date.parse(internal.not_before));
+          continue;
+        }
+        const policy = internal.overlap_policy;
+        if (policy === 'queue_next' || policy === 'cancel_previous') {
+          if (blockedTasks.has(run.task_id)) continue;
+          const active = await this.countActive(run.task_id);
+          let oldest = true;
+          if (policy === 'queue_next') {
+            const first = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_status', value: taskStatusKey(run.task_id, 'queued') }, limit: 1 });
+            oldest = first.items[0]?.id === run.run_id;
+          }
+          // One claim per such task per pass: after it the task is busy anyway.
+          blockedTasks.add(run.task_id);
+          if (!canClaim(policy, active, oldest)) continue;
+        }
+        if (await this.claim(run.run_id)) {
+          if (this.heldCount >= concurrency || !this.accepting) return;
+        }
+      }
+      cursor = page.next_cursor;
+    } while (cursor && scanned < 2000);
+    if (earliest < Infinity) this.wakeAtLatest(earliest);
+  }
+
+  /** CLAIM (a CAS on the row: of two workers exactly one wins), then START the attempt. */
+  async claim(runId: string): Promise<boolean> {
+    this.claimingNow++;
+    try {
+      const now = this.deps.clock.now();
+      const claimed = await this.send(runId, {
+        type: 'CLAIM', at: iso(now), worker_id: this.deps.workerId, lease_token: `lease_${randomUUID()}`, lease_expires_at: iso(now + this.leaseMs),
+      }, { durable: true });
+      if (!claimed.accepted || claimed.status !== 'claimed') return false;
+      const started = await this.send(runId, { type: 'START', at: iso(this.deps.clock.now()), attempt_id: newId('attempt') });
+      return started.accepted;
+    } finally {
+      this.claimingNow--;
+    }
+  }
+
+  // ---------------------------------------------------------------- recovery and due retries
+
+  /**
+   * Finds runs whose lease lapsed (or, with `ownersDead`, every held run not in this process) and
+   * recovers them (claimed -> queued; running -> the next attempt continues the same agent run),
+   * and requeues retries whose time came. With `parked`, also moves on runs waiting for a person
+   * whose agent run was decided or ended without this process noticing (RunService's own sweep
+   * leaves background runs to this manager). Cheap: only claimed/running/retrying rows are read
+   * on every pass.
+   */
+  async maintenance(opts: { ownersDead?: boolean; parked?: boolean } = {}): Promise<void> {
+    const now = this.deps.clock.now();
+    for (const status of ['claimed', 'running'] as const) {
+      await this.forEachRow(status, async (row) => {
+        const { run } = row.value;
+        const h = this.handles.get(run.run_id);
+        if (h && !h.dead) return; // held by this process and alive
+        const lapsed = !run.lease_expires_at || Date.parse(run.lease_expires_at) <= now;
+        if (!lapsed && !opts.ownersDead) return;
+        if (!this.accepting) return;
+        // The agent run may have ended (or parked) before the owner could record it: no recovery needed.
+        if (status === 'running' && (await this.settleFromAgent(row.value))) return;
+        const t = this.deps.clock.now();
+        this.claimingNow++;
+        try {
+          await this.send(run.run_id, {
+            type: 'RECOVER', at: iso(t), worker_id: this.deps.workerId, lease_token: `lease_${randomUUID()}`,
+            lease_expires_at: iso(t + this.leaseMs), attempt_id: newId('attempt'), previous_owner: run.lease_owner,
+          }, { durable: true });
+        } finally {
+          this.claimingNow--;
+        }
+      });
+    }
+    await this.forEachRow('retrying', async (row) => {
+      const at = row.value.internal.retry_at ? Date.parse(row.value.internal.retry_at) : now;
+      if (!this.retryTimers.has(row.id)) this.armRetry(row.id, at);
+    });
+    if (opts.parked) {
+      for (const status of ['awaiting_approval', 'awaiting_budget'] as const) {
+        await this.forEachRow(status, (row) => this.checkParked(row.value));
+      }
+    }
+  }
+
+  /** A held row whose agent run already ended or parked takes that result; true when it did. */
+  private async settleFromAgent(row: BgRunRow): Promise<boolean> {
+    const agentId = row.internal.agent_run_id;
+    if (!agentId || this.deps.runs.isLive(agentId)) return false;
+    const rec = await this.deps.runs.get(agentId).catch(() => null);
+    if (!rec) return false;
+    const parked = WAITING.has(rec.status as BackgroundRunStatus);
+    if (!TERMINAL_RUN_STATUSES.has(rec.status) && !parked) return false;
+    const done = this.agentDoneOf(rec);
+    if (!done) return false;
+    const r = await this.send(row.run.run_id, done, { durable: true });
+    if (r.accepted && parked && rec.decided_at) await this.send(row.run.run_id, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
+    return r.accepted;
+  }
+
+  private async checkParked(row: BgRunRow): Promise<void> {
+    const runId = row.run.run_id;
+    const agentId = row.internal.agent_run_id;
+    this.watchResume(runId, agentId);
+    if (!agentId) return;
+    let moveOn = this.deps.runs.isLive(agentId);
+    if (!moveOn) {
+      const rec = await this.deps.runs.get(agentId).catch(() => null);
+      moveOn = rec !== null && (TERMINAL_RUN_STATUSES.has(rec.status) || (WAITING.has(rec.status as BackgroundRunStatus) && rec.decided_at !== null));
+    }
+    if (moveOn) await this.send(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
+  }
+
+  private async forEachRow(status: BackgroundRunStatus, fn: (row: Versioned<BgRunRow>) => Promise<void>): Promise<void> {
+    let cursor: string | null = null;
+    do {
+      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'status', value: status }, cursor, limit: 200 });
+      for (const row of page.items) {
+        try {
+          await fn(row);
+        } catch (err) {
+          this.log('warn', 'background maintenance step failed', { run_id: row.id, err: String(err) });
+        }
+      }
+      cursor = page.next_cursor;
+    } while (cursor);
+  }
+}
+
+function stripUndefined(o: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(o)) if (v !== undefined) out[k] = v;
+  return out;
+}

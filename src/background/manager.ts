@@ -1,0 +1,432 @@
+// The background manager (decisions.md §1 background rows, §7): agents, tasks, schedules, runs
+// and the ticker. Routes call only this class; it composes the task scheduler (schedules, task
+// actors, dispatch) and the run engine (run actors, claims, leases, attempts, events, workspaces).
+import { registerMachine } from '../runtime/machines-info.js';
+import type { AnyStateMachine } from 'xstate';
+import { BACKGROUND_RUN_MACHINE_VERSION, backgroundRunMachine } from '../../machines/background-run.machine.js';
+import { TASK_MACHINE_VERSION, taskMachine } from '../../machines/task.machine.js';
+import { AppError, conflict, notFound } from '../errors.js';
+import type {
+  BackgroundAgentRegistrationRequest,
+  BackgroundAgentSpec,
+  BackgroundRun,
+  BackgroundRunStatus,
+  BackgroundScheduleState,
+  BackgroundTaskCreateRequest,
+  BackgroundTaskPatchRequest,
+  BackgroundTaskRunRequest,
+} from '../schemas/background.js';
+import { isStoreError, type Versioned } from '../store/store.js';
+import { RunEngine, type BackgroundDeps } from './engine.js';
+import { TaskScheduler } from './scheduler.js';
+import {
+  ACTIVE,
+  ALL_STATUSES,
+  TERMINAL,
+  taskStatusKey,
+  type AgentRow,
+  type BgRunRow,
+  type ScheduleRow,
+  type TaskRow,
+} from './types.js';
+import { listWorkspace, openWorkspaceFile } from './workspace.js';
+import { HttpDetailError } from '../errors.js';
+import type { AttemptRecord } from '../../machines/background-run.machine.js';
+
+export type { BackgroundDeps } from './engine.js';
+
+registerMachine(backgroundRunMachine as unknown as AnyStateMachine, BACKGROUND_RUN_MACHINE_VERSION);
+registerMachine(taskMachine as unknown as AnyStateMachine, TASK_MACHINE_VERSION);
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+export class BackgroundManager {
+  readonly engine: RunEngine;
+  readonly scheduler: TaskScheduler;
+  private ticker: NodeJS.Timeout | null = null;
+  private tickCount = 0;
+  private maintaining = false;
+  private initialized = false;
+  private running = false;
+
+  constructor(private readonly deps: BackgroundDeps) {
+    this.engine = new RunEngine(deps);
+    this.scheduler = new TaskScheduler(deps, this.engine);
+  }
+
+  private get cfg() {
+    return this.deps.config.background;
+  }
+
+  private now(): number {
+    return this.deps.clock.now();
+  }
+
+  // ---------------------------------------------------------------- lifecycle
+
+  /**
+   * Registers the default agent (config background.agent_id) when missing, loads every task,
+   * recovers runs a previous process left held, and starts the ticker.
+   */
+  async start(): Promise<void> {
+    await this.ensureDefaultAgent();
+    await this.scheduler.load();
+    const claim = this.cfg.enabled;
+    await this.engine.start({ claim });
+    this.initialized = true;
+    if (!claim) return;
+    this.running = true;
+    this.scheduler.startTicking();
+    const poll = this.cfg.poll_interval_ms;
+    // Lease checks need not run every tick: every lease/4 (at least 1 s) finds a lapsed lease in time.
+    const maintainEvery = Math.max(1, Math.round(Math.max(1000, (this.cfg.lease_seconds * 1000) / 4) / poll));
+    this.ticker = setInterval(() => {
+      this.scheduler.dispatchDue();
+      void this.engine.claimPass();
+      if (++this.tickCount % maintainEvery === 0 && !this.maintaining) {
+        this.maintaining = true;
+        // Parked runs are checked more rarely: there may be many, and the usual path (the decision's own resume) does not need it.
+        const parked = this.tickCount % (maintainEvery * 30) === 0;
+        void this.engine.maintenance({ parked }).catch(() => undefined).finally(() => (this.maintaining = false));
+      }
+    }, poll);
+    this.ticker.unref();
+  }
+
+  /** Stops dispatching and claiming; runs in hand go on until close() (graceful shutdown). */
+  async stop(): Promise<void> {
+    this.running = false;
+    if (this.ticker) clearInterval(this.ticker);
+    this.ticker = null;
+    this.scheduler.stop();
+    this.engine.stopClaiming();
+  }
+
+  async close(): Promise<void> {
+    await this.stop();
+    await this.scheduler.close();
+    await this.engine.close();
+  }
+
+  private requireRunning(): void {
+    if (!this.running) {
+      throw new AppError('ServerBusy', this.cfg.enabled ? 'the background manager is not running (starting or shutting down)' : 'background tasks are disabled (config background.enabled)', null, { 'retry-after': '5' });
+    }
+  }
+
+  // ---------------------------------------------------------------- agents
+
+  private servedAgentSpec(agentId: string): BackgroundAgentSpec {
+    const a = this.deps.config.agent;
+    return {
+      agent_id: agentId, name: a.name, system_instruction: a.system_instruction || null, agent_config: { max_steps: a.max_steps },
+      model_config: { provider: a.model.provider, model: a.model.model }, workspace_config: { root: this.cfg.workspace_root },
+      local_tools_ref: a.tools.local ?? null, mcp_tools: a.tools.mcp.map((m) => ({ name: m.name })), metadata: { served_agent: true },
+    };
+  }
+
+  private async ensureDefaultAgent(): Promise<void> {
+    const id = this.cfg.agent_id;
+    if (await this.deps.store.getRecord('bg_agents', id)) return;
+    const at = iso(this.now());
+    try {
+      await this.deps.store.createRecord<AgentRow>('bg_agents', id, { ...this.servedAgentSpec(id), created_at: at, updated_at: at });
+    } catch (err) {
+      if (!isStoreError(err, 'conflict')) throw err;
+    }
+  }
+
+  async registerAgent(body: BackgroundAgentRegistrationRequest): Promise<AgentRow> {
+    const agentId = body.agent_id ?? body.spec?.agent_id ?? this.cfg.agent_id;
+    const spec: BackgroundAgentSpec = body.spec ? { ...body.spec, agent_id: agentId } : this.servedAgentSpec(agentId);
+    const at = iso(this.now());
+    const existing = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
+    if (existing && !body.replace) throw conflict(`background agent '${agentId}' is already registered`, 'pass replace: true to replace it');
+    const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at };
+    if (existing) await this.deps.store.updateRecord<AgentRow>('bg_agents', agentId, row, existing.version);
+    else await this.deps.store.createRecord<AgentRow>('bg_agents', agentId, row);
+    return row;
+  }
+
+  async listAgents(): Promise<{ agents: AgentRow[]; total: number }> {
+    const agents = await this.listAll<AgentRow>('bg_agents');
+    return { agents, total: agents.length };
+  }
+
+  async getAgent(agentId: string): Promise<AgentRow> {
+    const rec = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
+    if (!rec) throw notFound('background agent', agentId);
+    return rec.value;
+  }
+
+  async deleteAgent(agentId: string, force: boolean): Promise<{ status: 'deleted' }> {
+    const rec = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
+    if (!rec) throw notFound('background agent', agentId);
+    const active = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'agent_active', value: agentId }, limit: 1000 });
+    if (active.items.length > 0 && !force) {
+      throw conflict(`background agent '${agentId}' has ${active.items.length} run(s) in flight`, 'pass force=true to delete it anyway (its runs in flight are cancelled)');
+    }
+    for (const r of active.items) await this.engine.cancel(r.id, 'agent deleted').catch(() => undefined);
+    await this.deps.store.deleteRecord('bg_agents', agentId);
+    return { status: 'deleted' };
+  }
+
+  // ---------------------------------------------------------------- tasks
+
+  async createTask(body: BackgroundTaskCreateRequest): Promise<TaskRow> {
+    const agentId = body.agent_id ?? this.cfg.agent_id;
+    if (!(await this.deps.store.getRecord('bg_agents', agentId))) {
+      throw notFound('background agent', agentId);
+    }
+    const { replace, agent_id: _a, ...fields } = body;
+    return this.scheduler.taskJob(body.task_id, async () => {
+      const { store } = this.deps;
+      const existing = await store.getRecord<TaskRow>('bg_tasks', body.task_id);
+      if (existing && !replace) throw conflict(`background task '${body.task_id}' already exists`, 'pass replace: true to replace it');
+      const now = this.now();
+      const task: TaskRow = { ...fields, agent_id: agentId, created_at: existing?.value.created_at ?? iso(now), updated_at: iso(now) };
+      const prevSched = await store.getRecord<ScheduleRow>('bg_schedule', body.task_id);
+      // A new revision for every create/replace: occurrence ids of the old schedule can never collide.
+      const sched = this.scheduler.newScheduleRow(task, (prevSched?.value.schedule_revision ?? 0) + 1, now, prevSched?.value ?? null);
+      await store.commit([
+        existing
+          ? { op: 'update', kind: 'bg_tasks', id: task.task_id, value: task, expectedVersion: existing.version, indexes: { agent_id: agentId } }
+          : { op: 'create', kind: 'bg_tasks', id: task.task_id, value: task, indexes: { agent_id: agentId } },
+        prevSched
+          ? { op: 'update', kind: 'bg_schedule', id: task.task_id, value: sched, expectedVersion: prevSched.version }
+          : { op: 'create', kind: 'bg_schedule', id: task.task_id, value: sched },
+      ]);
+      this.scheduler.applyTask(task, sched);
+      return task;
+    });
+  }
+
+  async listTasks(agentId?: string): Promise<{ tasks: TaskRow[]; total: number }> {
+    const tasks = await this.listAll<TaskRow>('bg_tasks', agentId ? { name: 'agent_id', value: agentId } : undefined);
+    return { tasks, total: tasks.length };
+  }
+
+  async getTask(taskId: string): Promise<TaskRow> {
+    const rec = await this.deps.store.getRecord<TaskRow>('bg_tasks', taskId);
+    if (!rec) throw notFound('background task', taskId);
+    return rec.value;
+  }
+
+  async patchTask(taskId: string, patch: BackgroundTaskPatchRequest): Promise<TaskRow> {
+    return this.scheduler.taskJob(taskId, async () => {
+      const { store } = this.deps;
+      const rec = await store.getRecord<TaskRow>('bg_tasks', taskId);
+      if (!rec) throw notFound('background task', taskId);
+      const schedRec = await store.getRecord<ScheduleRow>('bg_schedule', taskId);
+      const now = this.now();
+      const prev = rec.value;
+      const next: TaskRow = { ...prev, updated_at: iso(now) };
+      for (const [k, v] of Object.entries(patch)) {
+        if (v !== undefined && v !== null) (next as Record<string, unknown>)[k] = v;
+      }
+      let sched = schedRec?.value ?? null;
+      if (patch.schedule && JSON.stringify(patch.schedule) !== JSON.stringify(prev.schedule)) {
+        sched = this.scheduler.newScheduleRow(next, (sched?.schedule_revision ?? 0) + 1, now, sched);
+      } else if (sched && next.enabled && !prev.enabled && !sched.paused) {
+        sched = this.scheduler.resumedScheduleRow(next, sched, now);
+      }
+      await store.commit([
+        { op: 'update', kind: 'bg_tasks', id: taskId, value: next, expectedVersion: rec.version, indexes: { agent_id: next.agent_id } },
+        ...(sched && sched !== schedRec?.value
+          ? [schedRec
+            ? { op: 'update' as const, kind: 'bg_schedule' as const, id: taskId, value: sched, expectedVersion: schedRec.version }
+            : { op: 'create' as const, kind: 'bg_schedule' as const, id: taskId, value: sched }]
+          : []),
+      ]);
+      this.scheduler.applyTask(next, sched);
+      return next;
+    });
+  }
+
+  /** Removes the task; its schedule row stays as a tombstone so a re-created task gets a new revision. */
+  async deleteTask(taskId: string, deleteRuns: boolean): Promise<{ status: 'deleted' }> {
+    await this.scheduler.taskJob(taskId, async () => {
+      const { store } = this.deps;
+      const rec = await store.getRecord<TaskRow>('bg_tasks', taskId);
+      if (!rec) throw notFound('background task', taskId);
+      const schedRec = await store.getRecord<ScheduleRow>('bg_schedule', taskId);
+      await store.commit([
+        { op: 'delete', kind: 'bg_tasks', id: taskId },
+        ...(schedRec
+          ? [{ op: 'update' as const, kind: 'bg_schedule' as const, id: taskId, value: { ...schedRec.value, deleted: true, next_due_at: null, updated_at: iso(this.now()) }, expectedVersion: schedRec.version }]
+          : []),
+      ]);
+      this.scheduler.removeTask(taskId);
+    });
+    if (deleteRuns) await this.engine.deleteRunsOfTask(taskId);
+    return { status: 'deleted' };
+  }
+
+  async pauseTask(taskId: string): Promise<{ status: 'paused' }> {
+    await this.editSchedule(taskId, (task, s, now) => ({ ...s, paused: true, paused_reason: 'paused through the API', updated_at: iso(now) }));
+    return { status: 'paused' };
+  }
+
+  async resumeTask(taskId: string): Promise<{ status: 'resumed' }> {
+    await this.editSchedule(taskId, (task, s, now) => (s.paused ? this.scheduler.resumedScheduleRow(task, s, now) : s));
+    return { status: 'resumed' };
+  }
+
+  private async editSchedule(taskId: string, edit: (task: TaskRow, s: ScheduleRow, now: number) => ScheduleRow): Promise<void> {
+    await this.scheduler.taskJob(taskId, async () => {
+      const { store } = this.deps;
+      const rec = await store.getRecord<TaskRow>('bg_tasks', taskId);
+      if (!rec) throw notFound('background task', taskId);
+      const now = this.now();
+      const schedRec = await store.getRecord<ScheduleRow>('bg_schedule', taskId);
+      const current = schedRec?.value ?? this.scheduler.newScheduleRow(rec.value, 1, now, null);
+      const next = edit(rec.value, current, now);
+      if (schedRec) {
+        if (next !== current) await store.updateRecord<ScheduleRow>('bg_schedule', taskId, next, schedRec.version);
+      } else {
+        await store.createRecord<ScheduleRow>('bg_schedule', taskId, next);
+      }
+      this.scheduler.applyTask(rec.value, next);
+    });
+  }
+
+  async taskStatus(taskId: string) {
+    const task = await this.getTask(taskId);
+    const { store } = this.deps;
+    const sched = await store.getRecord<ScheduleRow>('bg_schedule', taskId);
+    const status_counts: Record<string, number> = {};
+    const counts = await Promise.all(ALL_STATUSES.map((s) => store.countRecords('bg_runs', { name: 'task_status', value: taskStatusKey(taskId, s) })));
+    ALL_STATUSES.forEach((s, i) => (status_counts[s] = counts[i]));
+    const latest = await store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, limit: 1, reverse: true });
+    return {
+      task_id: task.task_id,
+      agent_id: task.agent_id,
+      enabled: task.enabled,
+      schedule: task.schedule,
+      schedule_state: sched ? publicSchedule(sched.value) : null,
+      runs: await store.countRecords('bg_runs', { name: 'task_id', value: taskId }),
+      active_runs: ACTIVE.reduce((n, s) => n + status_counts[s], 0),
+      status_counts,
+      latest_run: latest.items[0]?.value.run ?? null,
+    };
+  }
+
+  async schedulePreview(taskId: string, count: number) {
+    const task = await this.getTask(taskId);
+    const sched = await this.deps.store.getRecord<ScheduleRow>('bg_schedule', taskId);
+    return { task_id: taskId, timezone: task.schedule.timezone ?? 'UTC', upcoming: this.scheduler.preview(task, sched?.value ?? null, count) };
+  }
+
+  /**
+   * POST /background/tasks/{id}/run: a manual run through the task actor (so the overlap policy
+   * applies). With `wait`, answers when the run ends or pauses for a person, or throws the 504
+   * run-wait-timeout body after server.request_timeout_seconds (the run goes on).
+   */
+  async runTask(taskId: string, body: BackgroundTaskRunRequest): Promise<BackgroundRun> {
+    this.requireRunning();
+    const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
+    if (!task.enabled) throw notFound('enabled background task', taskId);
+    const run = await this.scheduler.taskJob(taskId, async () => {
+      const current = this.scheduler.tasks.get(taskId);
+      if (!current || !current.enabled) throw notFound('enabled background task', taskId);
+      return this.scheduler.dispatch(current, { manual: true, query: body.query ?? null });
+    });
+    if (!run) throw notFound('enabled background task', taskId);
+    if (!body.wait || TERMINAL.has(run.status)) return run;
+    const budget = this.deps.config.server.request_timeout_seconds;
+    const settled = await this.engine.waitSettled(run.run_id, budget * 1000);
+    if (settled) return settled;
+    const current = await this.engine.get(run.run_id).catch(() => run);
+    throw new HttpDetailError(504, {
+      message: `background run ${run.run_id} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${run.run_id}`,
+      run_id: run.run_id,
+      task_id: taskId,
+      status: current.status,
+      request_timeout_seconds: budget,
+      wait_timeout_seconds: budget,
+    });
+  }
+
+  // ---------------------------------------------------------------- runs
+
+  async listRuns(q: { task_id?: string; status?: BackgroundRunStatus; limit: number; cursor?: string }) {
+    const index = q.task_id && q.status
+      ? { name: 'task_status', value: taskStatusKey(q.task_id, q.status) }
+      : q.task_id ? { name: 'task_id', value: q.task_id } : q.status ? { name: 'status', value: q.status } : undefined;
+    const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index, cursor: q.cursor ?? null, limit: q.limit });
+    const total = await this.deps.store.countRecords('bg_runs', index);
+    return { runs: page.items.map((i) => i.value.run), total, next_cursor: page.next_cursor };
+  }
+
+  getRun(runId: string): Promise<BackgroundRun> {
+    return this.engine.get(runId);
+  }
+
+  async attempts(runId: string): Promise<{ run_id: string; attempts: AttemptRecord[]; count: number }> {
+    await this.engine.get(runId);
+    const page = await this.deps.store.listRecords<AttemptRecord>('bg_attempts', { index: { name: 'run_id', value: runId }, limit: 1000 });
+    const attempts = page.items.map((i) => i.value).sort((a, b) => a.attempt_number - b.attempt_number);
+    return { run_id: runId, attempts, count: attempts.length };
+  }
+
+  async events(runId: string) {
+    const events = await this.engine.events(runId);
+    return { run_id: runId, events, count: events.length };
+  }
+
+  async workspace(runId: string) {
+    const run = await this.engine.get(runId);
+    return { run_id: run.run_id, task_id: run.task_id, agent_id: run.agent_id, workspace_path: run.workspace_path, files: await listWorkspace(run.workspace_path) };
+  }
+
+  async openWorkspaceFile(runId: string, rel: string) {
+    const row = await this.engine.getRow(runId);
+    if (!row) throw new HttpDetailError(404, `background run '${runId}' was not found`);
+    return openWorkspaceFile(row.value.run.workspace_path, rel);
+  }
+
+  cancelRun(runId: string) {
+    return this.engine.cancel(runId);
+  }
+
+  resumeRun(runId: string) {
+    return this.engine.resume(runId);
+  }
+
+  // ---------------------------------------------------------------- status
+
+  async status() {
+    const { store } = this.deps;
+    const status_counts: Record<string, number> = {};
+    const counts = await Promise.all(ALL_STATUSES.map((s) => store.countRecords('bg_runs', { name: 'status', value: s })));
+    ALL_STATUSES.forEach((s, i) => (status_counts[s] = counts[i]));
+    return {
+      running: this.running,
+      initialized: this.initialized,
+      worker_id: this.deps.workerId,
+      lease_seconds: this.cfg.lease_seconds,
+      agents: await store.countRecords('bg_agents'),
+      tasks: await store.countRecords('bg_tasks'),
+      runs: await store.countRecords('bg_runs'),
+      active_runs: ACTIVE.reduce((n, s) => n + status_counts[s], 0),
+      status_counts,
+    };
+  }
+
+  private async listAll<T>(kind: 'bg_agents' | 'bg_tasks', index?: { name: string; value: string }): Promise<T[]> {
+    const out: T[] = [];
+    let cursor: string | null = null;
+    do {
+      const page: { items: Versioned<T>[]; next_cursor: string | null } = await this.deps.store.listRecords<T>(kind, { index, cursor, limit: 1000 });
+      out.push(...page.items.map((i) => i.value));
+      cursor = page.next_cursor;
+    } while (cursor);
+    return out;
+  }
+}
+
+/** The stored schedule row without its internal fields. */
+export function publicSchedule(s: ScheduleRow): BackgroundScheduleState {
+  const { anchor_at: _a, deleted: _d, ...pub } = s;
+  return pub;
+}

@@ -1,0 +1,107 @@
+// Stored shapes of the background subsystem (record kinds bg_*), and their secondary indexes.
+import type {
+  BackgroundLifecycleEventType,
+  BackgroundRunContext,
+} from '../../machines/background-run.machine.js';
+import type {
+  BackgroundAgentSpec,
+  BackgroundRunStatus,
+  BackgroundScheduleState,
+  BackgroundTaskSpec,
+} from '../schemas/background.js';
+import type { RecordIndexes } from '../store/store.js';
+
+/** One lifecycle event as kept in the row's outbox, events.jsonl and the replay. */
+export interface LifecycleRecord {
+  sequence: number;
+  event: BackgroundLifecycleEventType;
+  timestamp: string;
+  run_id: string;
+  task_id: string;
+  agent_id: string;
+  status: BackgroundRunStatus;
+  attempt: number;
+  worker_id: string;
+  lease_generation: number;
+  data: Record<string, unknown>;
+}
+
+/**
+ * kind `bg_runs`, id = run id. `context` is the background-run machine's whole context (the public
+ * BackgroundRun plus bookkeeping); its `run.status` is the machine state, so the row alone restores
+ * the actor. `event_seq` is the last lifecycle sequence given out: it lives in the row so it is
+ * contiguous across restarts. `outbox` holds the events of the latest write: the row is written
+ * first, then the events are appended; if a crash falls in between, the next load re-appends the
+ * missing ones (found by sequence), so the replay never has a gap.
+ */
+export interface BgRunRow extends BackgroundRunContext {
+  machine_version: number;
+  event_seq: number;
+  outbox: LifecycleRecord[];
+}
+
+/**
+ * kind `bg_schedule`, id = task id: the durable schedule state a ticker turns into due events.
+ * `anchor_at` is when the current schedule revision began (interval phase without start_at, and
+ * the "nothing before this" bound of a new task). A deleted task leaves a tombstone so its
+ * revision keeps counting up and a re-created task never reuses an old occurrence id.
+ */
+export interface ScheduleRow extends BackgroundScheduleState {
+  anchor_at: string;
+  deleted?: boolean;
+}
+
+/** kind `bg_tasks`, id = task id. */
+export type TaskRow = BackgroundTaskSpec & { created_at: string; updated_at: string };
+
+/** kind `bg_agents`, id = agent id. */
+export type AgentRow = BackgroundAgentSpec & { created_at: string; updated_at: string };
+
+/** kind `bg_occurrences`, id = `<task_id>/<occurrence_id>`: created in the same commit as its run. */
+export interface OccurrenceRow {
+  task_id: string;
+  occurrence_id: string;
+  run_id: string;
+  dispatched_at: string;
+}
+
+export const IN_FLIGHT: ReadonlySet<BackgroundRunStatus> = new Set([
+  'queued', 'claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget',
+]);
+export const ACTIVE: readonly BackgroundRunStatus[] = ['claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget'];
+export const TERMINAL: ReadonlySet<BackgroundRunStatus> = new Set(['completed', 'failed', 'timeout', 'cancelled', 'skipped']);
+export const HELD: ReadonlySet<BackgroundRunStatus> = new Set(['claimed', 'running']);
+export const WAITING: ReadonlySet<BackgroundRunStatus> = new Set(['awaiting_approval', 'awaiting_budget']);
+export const ALL_STATUSES: readonly BackgroundRunStatus[] = [
+  'queued', 'claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget',
+  'completed', 'failed', 'timeout', 'cancelled', 'skipped',
+];
+
+/**
+ * Indexes of a run row: by task, by status, by both (task status counts without scans), and
+ * `inflight_task` (the task id while the run is not terminal) for the overlap decision.
+ */
+export function runRowIndexes(row: BgRunRow): RecordIndexes {
+  const { task_id, status, agent_id } = row.run;
+  return {
+    task_id,
+    status,
+    agent_id,
+    task_status: taskStatusKey(task_id, status),
+    inflight_task: IN_FLIGHT.has(status) ? task_id : null,
+    agent_active: IN_FLIGHT.has(status) ? agent_id : null,
+  };
+}
+
+/** Task ids cannot contain '|' (BackgroundId), so this key is unambiguous. */
+export function taskStatusKey(taskId: string, status: string): string {
+  return `${taskId}|${status}`;
+}
+
+export function attemptRecordId(runId: string, attemptNumber: number): string {
+  return `${runId}#${String(attemptNumber).padStart(4, '0')}`;
+}
+
+export function occurrenceRecordId(taskId: string, occurrenceId: string): string {
+  return `${taskId}/${occurrenceId}`;
+}

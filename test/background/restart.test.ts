@@ -1,0 +1,146 @@
+// A restart in the middle of a running background run: the server runs in a child process that
+// is killed with SIGKILL while a slow tool runs; a new server on the same data dir recovers the
+// run (attempt reason `recovery`) and finishes it without repeating the tool call that completed.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
+import { eventually, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { api, directModel, eventNames, TOOLS, waitRun } from './helpers.js';
+
+let model: ScriptedOpenAI;
+let child: ChildProcess | null = null;
+let second: TestServer | null = null;
+const dataDir = tempDir('agentd-bg-restart-');
+const ledger = join(tempDir('agentd-bg-ledger-'), 'ledger.txt');
+
+beforeAll(async () => {
+  model = await startScriptedOpenAI();
+  directModel(model);
+  writeFileSync(ledger, '');
+});
+
+afterAll(async () => {
+  child?.kill('SIGKILL');
+  await second?.stop();
+  second?.cleanup();
+  await model.close();
+  delete process.env.BG_LEDGER;
+  delete process.env.BG_SLOW_MS;
+});
+
+function configFor(modelUrl: string) {
+  return {
+    server: { port: 0 },
+    agent: { model: { provider: 'openai-compatible', base_url: modelUrl, model: 'scripted' }, tools: { local: TOOLS, builtin: [] } },
+    background: { poll_interval_ms: 50, lease_seconds: 2 },
+    runs: { orphan_sweep: { interval_seconds: 3600 } },
+  };
+}
+
+async function startChild(config: object): Promise<string> {
+  const file = join(import.meta.dirname, 'fixtures/child-server.ts');
+  child = spawn(process.execPath, ['--import', 'tsx', file, dataDir, JSON.stringify(config)], {
+    env: { ...process.env, BG_LEDGER: ledger, BG_SLOW_MS: '30000' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let err = '';
+  child.stderr!.on('data', (d) => (err += String(d)));
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child!.stdout!.on('data', (d) => {
+      out += String(d);
+      const m = /URL (\S+)/.exec(out);
+      if (m) resolve(m[1]);
+    });
+    child!.on('exit', (code) => reject(new Error(`child exited ${code}: ${err}`)));
+  });
+}
+
+const ledgerLines = () => readFileSync(ledger, 'utf8').split('\n').filter(Boolean);
+
+describe('restart in the middle of a running background run', () => {
+  it('recovers the run in a new process and finishes it without repeating a completed tool call', async () => {
+    const config = configFor(model.url);
+    const url = await startChild(config);
+    const a = api(url);
+    const created = await a.post('/background/tasks', {
+      task_id: 'crashy', query: 'CALL bg_mark {"tag": "m"}; CALL bg_slow {"tag": "s"}', schedule: { type: 'manual' },
+      retry_policy: { max_retries: 1, initial_delay_seconds: 0 },
+    });
+    expect(created.status).toBe(200);
+    const r = await a.post('/background/tasks/crashy/run', {});
+    expect(r.status).toBe(200);
+    const runId = r.body.run_id as string;
+    // The non-idempotent call completed and the slow one is under way: now the process dies.
+    await eventually(async () => ledgerLines().some((l) => l.startsWith('slow:start')) && ledgerLines().some((l) => l.startsWith('mark:')), 15_000);
+    await eventually(async () => {
+      const ag = await a.get(`/runs/${runId}`);
+      return ag.body.tool_calls?.some((c: any) => c.tool_name === 'bg_mark' && c.state === 'completed');
+    });
+    const exited = new Promise((res) => child!.once('exit', res));
+    child!.kill('SIGKILL');
+    await exited;
+    child = null;
+
+    process.env.BG_LEDGER = ledger;
+    process.env.BG_SLOW_MS = '10';
+    second = await startTestServer(config, { dataDir });
+    const b = api(second.url);
+    const done = await waitRun(b, runId, undefined, 15_000);
+    expect(done).toMatchObject({ status: 'completed', attempt: 2 });
+    expect(done.result_preview).toContain('done:');
+
+    const attempts = (await b.get(`/background/runs/${runId}/attempts`)).body.attempts;
+    expect(attempts).toEqual([
+      expect.objectContaining({ attempt_number: 1, status: 'interrupted', reason: 'initial', agent_run_id: runId }),
+      expect.objectContaining({ attempt_number: 2, status: 'completed', reason: 'recovery', agent_run_id: runId }),
+    ]);
+    const names = eventNames((await b.get(`/background/runs/${runId}/events`)).body.events);
+    expect(names).toEqual([
+      'background_run_queued', 'background_run_claimed', 'background_run_started',
+      ...names.slice(3, names.indexOf('background_run_recovered')).map(() => 'background_run_heartbeat'),
+      'background_run_recovered', 'background_run_started', 'background_run_completed',
+    ]);
+    // The completed non-idempotent call ran once, ever; the idempotent slow one ran again.
+    expect(ledgerLines().filter((l) => l.startsWith('mark:'))).toHaveLength(1);
+    expect(ledgerLines().filter((l) => l.startsWith('slow:start'))).toHaveLength(2);
+    const agentRun = (await b.get(`/runs/${runId}`)).body;
+    expect(agentRun.status).toBe('completed');
+    expect(agentRun.tool_calls.map((c: any) => [c.tool_name, c.outcome])).toEqual(expect.arrayContaining([['bg_mark', 'success'], ['bg_slow', 'success']]));
+  });
+
+  it('after a graceful shutdown mid-run, the next start continues the interrupted agent run', async () => {
+    const dir = tempDir('agentd-bg-graceful-');
+    writeFileSync(ledger, '');
+    process.env.BG_LEDGER = ledger;
+    process.env.BG_SLOW_MS = '30000';
+    const config = configFor(model.url);
+    const first = await startTestServer(config, { dataDir: dir });
+    const a = api(first.url);
+    await a.post('/background/tasks', {
+      task_id: 'graceful', query: 'CALL bg_mark {"tag": "g"}; CALL bg_slow {"tag": "g"}', schedule: { type: 'manual' },
+      retry_policy: { max_retries: 1, initial_delay_seconds: 0 },
+    });
+    const runId = (await a.post('/background/tasks/graceful/run', {})).body.run_id as string;
+    await eventually(async () => ledgerLines().some((l) => l.startsWith('slow:start')) && ledgerLines().some((l) => l.startsWith('mark:')), 10_000);
+    await first.stop(0); // no grace: the live agent run is saved `interrupted`
+    process.env.BG_SLOW_MS = '10';
+    const next = await startTestServer(config, { dataDir: dir });
+    try {
+      const b = api(next.url);
+      const done = await waitRun(b, runId, undefined, 15_000);
+      expect(done).toMatchObject({ status: 'completed', attempt: 2 });
+      const attempts = (await b.get(`/background/runs/${runId}/attempts`)).body.attempts;
+      expect(attempts.map((x: any) => [x.status, x.reason])).toEqual([['interrupted', 'initial'], ['completed', 'recovery']]);
+      eventNames((await b.get(`/background/runs/${runId}/events`)).body.events);
+      expect(ledgerLines().filter((l) => l.startsWith('mark:'))).toHaveLength(1);
+      const agentRun = (await b.get(`/runs/${runId}`)).body;
+      expect(agentRun.status).toBe('completed');
+    } finally {
+      await next.stop();
+      next.cleanup();
+    }
+  });
+});
