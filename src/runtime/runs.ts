@@ -242,15 +242,17 @@ export class RunService {
         heartbeat_at: now, lease_seconds: settings.lease_seconds, lease_expires_at: iso(clock.now() + settings.lease_seconds * 1000),
         owner: this.deps.workerId, recoveries: 0, decided_at: null, decision: null, ended_at: null,
       };
-      const created = await this.deps.store.createRecord<RunRecord>('runs', run_id, record, runIndexes(record));
+      // The run and its first trace segment appear together, in one commit.
+      const trace = this.traceValue(record, null, 'running');
+      const [created] = await this.deps.store.commit([
+        { op: 'create', kind: 'runs', id: run_id, value: record, indexes: runIndexes(record) },
+        { op: 'create', kind: 'traces', id: trace_id, value: trace, indexes: { run_id, session_id, task_id: record.task_id } },
+      ]);
       this.deps.metrics.runStarted();
       this.deps.metrics.liveRuns.inc();
       const workspace_path = opts.workspace_path ?? this.sessionWorkspace(session_id);
-      const live = this.makeLive(created, releaseSlot, { ...opts, workspace_path }, this.traceValue(record, null, 'running'));
-      await this.deps.store.commit([
-        { op: 'create', kind: 'traces', id: trace_id, value: live.trace, indexes: { run_id, session_id, task_id: record.task_id } },
-      ]);
-      await this.emit(live, {
+      const live = this.makeLive(created as Versioned<RunRecord>, releaseSlot, { ...opts, workspace_path }, trace);
+      void this.emit(live, {
         event_type: 'user_message', actor: { type: 'user', id: session_id }, input: { query }, span_id: live.rootSpan,
       });
       // Queue behind earlier runs of this session, then load the conversation they left.
@@ -366,9 +368,9 @@ export class RunService {
       }
       return ops;
     };
-    // A run's last event is stored before the run reads as ended, so a client that sees the
-    // terminal status also finds final_answer / runtime_error.
-    const before = terminal ? this.emitFinal(live, status, ctx) : Promise.resolve();
+    // A run's events are stored before it reads as ended or waiting, so a client that sees that
+    // status also finds final_answer / runtime_error / policy_decision_ask.
+    const before = terminal ? this.emitFinal(live, status, ctx) : waiting ? live.emitChain : Promise.resolve();
     const write = before.then(() => live.writer.update(
       (r) => ({
         ...r,
@@ -495,7 +497,7 @@ export class RunService {
     if (result.allowed) return { allowed: true };
     const live = this.live.get(runId);
     if (live) {
-      await this.emit(live, {
+      void this.emit(live, {
         event_type: 'guardrail_violation', actor: { type: 'guardrail', id: result.rule },
         input: { query }, error: { type: 'GuardrailViolation', message: result.message }, span_id: live.rootSpan,
         metadata: { rule: result.rule, matched: result.matched ?? null },
@@ -513,7 +515,7 @@ export class RunService {
     });
     if (res.ok) {
       for (const w of res.warnings) {
-        await this.emit(live, { event_type: 'budget_warning', actor: { type: 'system', id: 'budget' }, span_id: live.stepSpan ?? live.rootSpan, output: w, metadata: { key: w.key, meter: w.meter } });
+        void this.emit(live, { event_type: 'budget_warning', actor: { type: 'system', id: 'budget' }, span_id: live.stepSpan ?? live.rootSpan, output: w, metadata: { key: w.key, meter: w.meter } });
       }
       return { ok: true };
     }
@@ -522,7 +524,7 @@ export class RunService {
       request_id: newId('budgetreq'), key: s.key, scope: s.scope, meter: s.meter, limit: s.limit, used: s.used,
       needed: s.needed, shortfall: s.shortfall, status: 'pending', asked_at: iso(this.deps.clock.now()), phase,
     };
-    await this.emit(live, {
+    void this.emit(live, {
       event_type: 'budget_exhausted', actor: { type: 'system', id: 'budget' }, span_id: live.stepSpan ?? live.rootSpan,
       output: { ...request, on_exhausted: res.on_exhausted }, metadata: { key: s.key, meter: s.meter, on_exhausted: res.on_exhausted },
     });
@@ -539,7 +541,7 @@ export class RunService {
     const span = newId('span');
     const started = this.deps.clock.now();
     const tools = this.toolDeclarations();
-    await this.emit(live, {
+    void this.emit(live, {
       event_type: 'model_call', actor: { type: 'model', id: this.model.model, name: this.model.provider }, span_id: span,
       parent_span_id: live.stepSpan, input: { messages: ctx.messages.length, tools: tools.map((t) => t.name), last: ctx.messages.at(-1) },
       metadata: { model: this.model.model, provider: this.model.provider, step: ctx.step },
@@ -558,14 +560,14 @@ export class RunService {
     } catch (err) {
       // Retries already emitted one model_error per failed attempt; this is the final one.
       if (!(err instanceof ModelCallError)) {
-        await this.emit(live, { event_type: 'model_error', actor: { type: 'model', id: this.model.model }, span_id: span, parent_span_id: live.stepSpan, error: { type: 'ModelError', message: String((err as Error)?.message ?? err) }, duration_ms: this.deps.clock.now() - started });
+        void this.emit(live, { event_type: 'model_error', actor: { type: 'model', id: this.model.model }, span_id: span, parent_span_id: live.stepSpan, error: { type: 'ModelError', message: String((err as Error)?.message ?? err) }, duration_ms: this.deps.clock.now() - started });
       }
       throw err;
     }
     const usage = modelCallUsage(this.deps.settings.pricing, this.model.model, result.usage);
     await this.deps.ledger.settle(`${ctx.run_id}:model:${ctx.step}`, usage.amounts).catch(() => undefined);
     this.deps.metrics.tokensUsed(result.usage.input_tokens, result.usage.output_tokens);
-    await this.emit(live, {
+    void this.emit(live, {
       event_type: 'model_response', actor: { type: 'model', id: this.model.model, name: this.model.provider }, span_id: span,
       parent_span_id: live.stepSpan, output: { text: result.text, tool_calls: result.tool_calls, finish_reason: result.finish_reason },
       token_usage: result.usage, estimated_cost_usd: usage.amounts.cost_usd, duration_ms: this.deps.clock.now() - started,
@@ -591,13 +593,13 @@ export class RunService {
     for (const call of ctx.pending) {
       const tool = this.deps.tools.get(call.name);
       const span = newId('span');
-      await this.emit(live, {
+      void this.emit(live, {
         event_type: 'policy_request_created', actor: { type: 'agent', id: live.agent_id }, span_id: span, parent_span_id: live.stepSpan,
         input: { tool_name: call.name, arguments: call.arguments }, metadata: { tool_call_id: call.id, tool_name: call.name, mcp_server: tool?.mcp_server ?? null },
       });
       const d = decidePolicy({ tool_name: call.name, mcp_server: tool?.mcp_server }, governance);
       decisions.push({ tool_call_id: call.id, effect: d.effect, reason: d.reason ?? null });
-      await this.emit(live, {
+      void this.emit(live, {
         event_type: `policy_decision_${d.effect}`, actor: { type: 'system', id: 'governance' }, span_id: span, parent_span_id: live.stepSpan,
         output: { effect: d.effect, rule_index: d.rule_index, reason: d.reason ?? null }, metadata: { tool_call_id: call.id, tool_name: call.name },
       });
@@ -624,7 +626,7 @@ export class RunService {
     const live = this.mustLive(ctx.run_id);
     const batchSpan = newId('span');
     const started = this.deps.clock.now();
-    await this.emit(live, {
+    void this.emit(live, {
       event_type: 'tool_batch_start', actor: { type: 'agent', id: live.agent_id }, span_id: batchSpan, parent_span_id: live.stepSpan,
       input: { tool_calls: ctx.pending.map((c) => ({ id: c.id, name: c.name })) }, metadata: { size: ctx.pending.length, step: ctx.step },
     });
@@ -632,7 +634,7 @@ export class RunService {
     const outcomes = await Promise.all(ctx.pending.map((call) => this.runOneTool(live, ctx, call, batchSpan, combined)));
     const executed = outcomes.filter((o) => o.outcome !== 'denied' && o.outcome !== 'rejected').length;
     await this.deps.ledger.settle(`${ctx.run_id}:tools:${ctx.step}`, { tool_calls: executed }).catch(() => undefined);
-    await this.emit(live, {
+    void this.emit(live, {
       event_type: 'observation_pipeline_end', actor: { type: 'agent', id: live.agent_id }, span_id: newId('span'), parent_span_id: batchSpan,
       output: { observations: outcomes.map((o) => ({ tool_call_id: o.tool_call_id, outcome: o.outcome, chars: o.content.length })) },
       duration_ms: this.deps.clock.now() - started,
@@ -679,7 +681,7 @@ export class RunService {
       tool_call_id: call.id, tool_name: call.name, source: tool.source, idempotent: tool.idempotent, step: ctx.step,
       state: 'started', outcome: null, started_at: iso(startedMs), ended_at: null, result_content: null,
     });
-    await this.emit(live, {
+    void this.emit(live, {
       event_type: 'tool_call', actor: { type: tool.source === 'mcp' ? 'mcp_server' : 'tool', id: call.name, name: tool.mcp_server ?? null },
       span_id: span, parent_span_id: batchSpan, input: { arguments: valid.args, edited: approval?.edited_arguments ? true : false },
       metadata: { tool_call_id: call.id, tool_name: call.name, idempotent: tool.idempotent, source: tool.source },
@@ -700,7 +702,7 @@ export class RunService {
       const obs = formatObservation(value);
       content = obs.content;
       outcome = 'success';
-      await this.emit(live, {
+      void this.emit(live, {
         event_type: 'tool_result', actor: { type: 'tool', id: call.name }, span_id: span, parent_span_id: batchSpan,
         output: value, duration_ms: this.deps.clock.now() - startedMs, metadata: { tool_call_id: call.id, tool_name: call.name, truncated: obs.truncated },
       });
@@ -709,7 +711,7 @@ export class RunService {
       outcome = timedOut ? 'timeout' : signal.aborted ? 'cancelled' : 'error';
       const message = timedOut ? `timed out after ${this.deps.settings.tool_timeout_ms} ms` : err instanceof Error ? err.message : String(err);
       content = `Tool ${call.name} failed (${outcome}): ${message}`;
-      await this.emit(live, {
+      void this.emit(live, {
         event_type: 'tool_error', actor: { type: 'tool', id: call.name }, span_id: span, parent_span_id: batchSpan,
         error: { type: outcome, message }, duration_ms: this.deps.clock.now() - startedMs, metadata: { tool_call_id: call.id, tool_name: call.name },
       });
@@ -754,7 +756,7 @@ export class RunService {
       tool_call_id: call.id, tool_name: call.name, source: tool?.source ?? 'unknown', idempotent: tool?.idempotent ?? false, step: ctx.step,
       state: 'completed', outcome, started_at: now, ended_at: now, result_content: content,
     });
-    await this.emit(live, {
+    void this.emit(live, {
       event_type: 'tool_error', actor: { type: 'tool', id: call.name }, span_id: newId('span'), parent_span_id: live.stepSpan,
       error: { type: outcome, message: content }, metadata: { tool_call_id: call.id, tool_name: call.name },
     });
@@ -786,7 +788,11 @@ export class RunService {
 
   // ---------------------------------------------------------------- telemetry helpers
 
-  /** Events of one run are stored in order: each waits for the previous one. */
+  /**
+   * Events of one run are stored in order through a per-run chain, then published. Effects do not
+   * wait for them (telemetry must not add a durable write to every step's latency); the run only
+   * reads as ended, and only settles, after its chain has drained (see onSnapshot and finish).
+   */
   private emit(live: LiveRun, input: Omit<EventRecordInput, 'trace_id' | 'metadata'> & { metadata?: Record<string, unknown> }): Promise<unknown> {
     const record = live.writer.value;
     const full: EventRecordInput = {
@@ -885,8 +891,9 @@ export class RunService {
     const live = this.live.get(runId);
     // A stream closed by the service's own shutdown (Fastify destroys every connection) is not
     // the client giving up: the run is saved `interrupted` and resumed on the next start. Before
-    // this, SIGTERM turned every run streamed over POST /run into `cancelled`. Needs
-    // beginShutdown() to be called before the HTTP server closes.
+    // this, SIGTERM turned every run streamed over POST /run into `cancelled` (test/http/
+    // recovery.test.ts, "SIGTERM while a client streams the run"). The streams' close events
+    // arrive after shutdown() began today; calling beginShutdown() before app.close() makes it certain.
     if (opts.onlyIfLive && this.closing) return { status: 'cancel_requested', run_id: runId };
     if (live?.ref) {
       live.ref.send({ type: 'CANCEL' });
@@ -1044,12 +1051,21 @@ export class RunService {
       const state = String(snapshot.value ?? '');
       // Holds of the dead attempt are released, except those guarding the very call that is about to be replayed.
       if (state !== 'calling' && state !== 'executing') await this.deps.ledger.releaseRun(runId).catch(() => 0);
+      // decideBudget saves the grant on the run, then adds it to the ledger: a death in between
+      // lost the grant, and the resumed run asked for the same budget again (test/http/
+      // recovery.test.ts, "decisions survive ..."). Applying it again is a no-op when it landed
+      // (the ledger remembers grant ids).
+      const req = r.budget_request;
+      if (req?.status === 'granted' && req.amount) {
+        // A budget removed from the config since: nothing to add to; the run simply asks again.
+        await this.deps.ledger.grant(req.key, req.meter as never, req.amount, { grant_id: req.request_id }).catch(() => undefined);
+      }
       this.deps.metrics.liveRuns.inc();
       const live = this.makeLive(written, releaseSlot, { workspace_path: snapRec.value.workspace_path, kind: r.kind, task_id: r.task_id, agent_id: r.agent_id }, this.traceValue(claimed, r.trace_id, 'running'));
       await this.deps.store.createRecord('traces', trace_id, live.trace, { run_id: runId, session_id: r.session_id, task_id: r.task_id });
       await this.setTraceStatus(r.trace_id, r.status === 'running' || r.status === 'interrupted' ? 'failed' : 'suspended');
       const lastBeat = r.heartbeat_at ? Date.parse(r.heartbeat_at) : now;
-      await this.emit(live, {
+      void this.emit(live, {
         event_type: 'run_resumed', actor: { type: 'system', id: this.deps.workerId }, span_id: live.rootSpan,
         metadata: {
           cause: how.cause, trigger: how.trigger, previous_trace_id: r.trace_id,

@@ -83,7 +83,7 @@ export class Subagents {
     const span = newId('span');
     const task = typeof call.arguments.task === 'string' ? call.arguments.task : JSON.stringify(call.arguments);
     const started = this.deps.clock.now();
-    await emit({ event_type: 'subagent_spawn', actor: { type: 'agent', id: spec.name }, span_id: span, parent_span_id: parentSpan, input: { task }, metadata: { subagent: spec.name, tool_call_id: call.id } });
+    void emit({ event_type: 'subagent_spawn', actor: { type: 'agent', id: spec.name }, span_id: span, parent_span_id: parentSpan, input: { task }, metadata: { subagent: spec.name, tool_call_id: call.id } });
     const systemId = `subagent:${parent.run_id}:${call.id}`;
     const logic = fromPromise<{ text: string; usage: Usage }, { task: string }>(({ input, signal: own }) =>
       this.loop(spec, parent, call, input.task, emit, span, AbortSignal.any([own, signal])),
@@ -94,11 +94,11 @@ export class Subagents {
     signal.addEventListener('abort', onAbort, { once: true });
     try {
       const out = await toPromise(ref);
-      await emit({ event_type: 'subagent_result', actor: { type: 'agent', id: spec.name }, span_id: span, parent_span_id: parentSpan, output: { text: out.text }, token_usage: { input_tokens: out.usage.request_tokens, output_tokens: out.usage.response_tokens, total_tokens: out.usage.total_tokens }, duration_ms: this.deps.clock.now() - started, metadata: { subagent: spec.name, tool_call_id: call.id } });
+      void emit({ event_type: 'subagent_result', actor: { type: 'agent', id: spec.name }, span_id: span, parent_span_id: parentSpan, output: { text: out.text }, token_usage: { input_tokens: out.usage.request_tokens, output_tokens: out.usage.response_tokens, total_tokens: out.usage.total_tokens }, duration_ms: this.deps.clock.now() - started, metadata: { subagent: spec.name, tool_call_id: call.id } });
       return { content: out.text, usage: out.usage, ok: true };
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      await emit({ event_type: 'subagent_error', actor: { type: 'agent', id: spec.name }, span_id: span, parent_span_id: parentSpan, error: { type: 'SubagentError', message }, duration_ms: this.deps.clock.now() - started, metadata: { subagent: spec.name, tool_call_id: call.id } });
+      void emit({ event_type: 'subagent_error', actor: { type: 'agent', id: spec.name }, span_id: span, parent_span_id: parentSpan, error: { type: 'SubagentError', message }, duration_ms: this.deps.clock.now() - started, metadata: { subagent: spec.name, tool_call_id: call.id } });
       if (signal.aborted) throw err;
       return { content: `The ${spec.name} sub-agent failed: ${message}`, usage: zero(), ok: false };
     } finally {
@@ -123,7 +123,7 @@ export class Subagents {
       const held = await ledger.reserve({ reservation_id, run_id: parent.run_id, session_id: parent.session_id, agent_id: parent.agent_id, amounts: worst.amounts });
       if (!held.ok) throw new Error(`budget ${held.shortfall.key} (${held.shortfall.meter}) is exhausted`);
       const mspan = newId('span');
-      await emit({ event_type: 'model_call', actor: { type: 'model', id: model.model, name: model.provider }, span_id: mspan, parent_span_id: span, metadata: { subagent: spec.name, step } });
+      void emit({ event_type: 'model_call', actor: { type: 'model', id: model.model, name: model.provider }, span_id: mspan, parent_span_id: span, metadata: { subagent: spec.name, step } });
       const res = await retrying.call({ messages, tools: declarations, max_output_tokens, signal });
       const actual = modelCallUsage(pricing, model.model, res.usage);
       await ledger.settle(reservation_id, actual.amounts).catch(() => undefined);
@@ -132,7 +132,7 @@ export class Subagents {
       usage.response_tokens += res.usage.output_tokens;
       usage.total_tokens += res.usage.total_tokens;
       usage.estimated_cost_usd += actual.amounts.cost_usd;
-      await emit({ event_type: 'model_response', actor: { type: 'model', id: model.model, name: model.provider }, span_id: mspan, parent_span_id: span, output: { text: res.text, tool_calls: res.tool_calls }, token_usage: res.usage, metadata: { subagent: spec.name, step } });
+      void emit({ event_type: 'model_response', actor: { type: 'model', id: model.model, name: model.provider }, span_id: mspan, parent_span_id: span, output: { text: res.text, tool_calls: res.tool_calls }, token_usage: res.usage, metadata: { subagent: spec.name, step } });
       if (res.tool_calls.length === 0) return { text: res.text, usage };
       messages.push({ role: 'assistant', content: res.text, tool_calls: res.tool_calls });
       const results = await Promise.all(res.tool_calls.map((c) => this.runTool(spec, allowed, parent, call, c, emit, span, signal)));
@@ -151,18 +151,18 @@ export class Subagents {
     const valid = this.deps.tools.validate(c.name, c.arguments);
     if (!valid.ok) return reply(`Invalid arguments for ${c.name}: ${valid.message}`);
     const tspan = newId('span');
-    await emit({ event_type: 'tool_call', actor: { type: 'tool', id: c.name }, span_id: tspan, parent_span_id: span, input: { arguments: valid.args }, metadata: { subagent: spec.name, tool_call_id: c.id } });
+    void emit({ event_type: 'tool_call', actor: { type: 'tool', id: c.name }, span_id: tspan, parent_span_id: span, input: { arguments: valid.args }, metadata: { subagent: spec.name, tool_call_id: c.id } });
     const ctx: ToolContext = {
       run_id: parent.run_id, session_id: parent.session_id, attempt: parent.attempt, lease_token: parent.lease_token,
       idempotency_key: `${parent.run_id}:${delegation.id}:${c.id}`, workspace_path: parent.workspace_path, signal,
     };
     try {
       const value = await tool.execute(valid.args, ctx);
-      await emit({ event_type: 'tool_result', actor: { type: 'tool', id: c.name }, span_id: tspan, parent_span_id: span, output: value, metadata: { subagent: spec.name, tool_call_id: c.id } });
+      void emit({ event_type: 'tool_result', actor: { type: 'tool', id: c.name }, span_id: tspan, parent_span_id: span, output: value, metadata: { subagent: spec.name, tool_call_id: c.id } });
       return reply(formatObservation(value).content);
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      await emit({ event_type: 'tool_error', actor: { type: 'tool', id: c.name }, span_id: tspan, parent_span_id: span, error: { type: 'error', message }, metadata: { subagent: spec.name, tool_call_id: c.id } });
+      void emit({ event_type: 'tool_error', actor: { type: 'tool', id: c.name }, span_id: tspan, parent_span_id: span, error: { type: 'error', message }, metadata: { subagent: spec.name, tool_call_id: c.id } });
       if (signal.aborted) throw err;
       return reply(`Tool ${c.name} failed: ${message}`);
     }
