@@ -44,6 +44,7 @@ const StoreConfig = obj({
   kind: oneOf(['level', 'postgres']).default('level'),
   path: nonEmpty().optional().describe('Directory of the embedded store; default: the data dir.'),
   url: nonEmpty().optional().describe('PostgreSQL connection string; required when kind is postgres.'),
+  sync: bool().default(true).describe('fsync every write batch of the embedded store. false: writes survive a killed process but not a power loss, for more throughput.'),
 });
 
 export const MODEL_PROVIDERS = ['demo', 'openai-compatible', 'openai', 'anthropic'] as const;

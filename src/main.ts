@@ -18,7 +18,8 @@ export interface Server {
 
 export async function startServer(config: Config, opts: RuntimeOptions & { logger?: boolean; listen?: boolean } = {}): Promise<Server> {
   mkdirSync(config.data_dir, { recursive: true });
-  const store = await openStore(config.store.kind === 'postgres' ? { kind: 'postgres' as never, path: config.store.url } : { kind: 'level', path: config.store.path });
+  if (config.store.kind === 'postgres') throw new Error('store.kind "postgres" is not available yet; use the embedded "level" store');
+  const store = await openStore({ kind: 'level', path: config.store.path, sync: config.store.sync });
   const runtime = await Runtime.create(config, store, opts);
   const app = await buildApp({ config, store, runtime, version: readVersion(), logger: opts.logger ?? false, authEnabled: config.auth.api_keys.length > 0 });
   let url = '';
