@@ -32,7 +32,7 @@ describe('loadConfig defaults', () => {
     expect(c.server).toEqual({ host: '127.0.0.1', port: 8000, max_body_bytes: 1048576, request_timeout_seconds: 300, max_concurrent_runs: 64 });
     expect(c.data_dir).toBe(join(dir, '.agentd'));
     expect(c.config_path).toBeNull();
-    expect(c.store).toEqual({ kind: 'level', path: join(dir, '.agentd') });
+    expect(c.store).toEqual({ kind: 'level', path: join(dir, '.agentd'), sync: true });
     expect(c.agent.name).toBe('assistant');
     expect(c.agent.max_steps).toBe(10);
     expect(c.agent.model.provider).toBe('demo');
