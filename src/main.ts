@@ -33,8 +33,12 @@ export async function startServer(config: Config, opts: RuntimeOptions & { logge
     async close(graceMs = 30_000) {
       if (closed) return;
       closed = true;
-      await app.close();
+      // Runs first: each stops at its next step boundary and is saved `interrupted`, and its open
+      // stream still gets a `complete` frame saying so. Closing HTTP first would close those
+      // streams, and a closed stream means "cancel" to a live run.
+      runtime.runs.beginShutdown();
       await runtime.close(graceMs);
+      await app.close();
       await store.close();
     },
   };
