@@ -2,9 +2,9 @@ import { join } from 'node:path';
 import type { Config } from '../config.js';
 import { systemClock, type Clock } from '../clock.js';
 import { newId } from '../ids.js';
-import { createModelProvider } from '../agent/model/index.js';
+import { loadModelProvider } from '../agent/model/load.js';
 import type { ModelProvider } from '../agent/model/types.js';
-import { ToolRegistry } from '../agent/tools/index.js';
+import { ToolRegistry } from '../agent/tools/registry.js';
 import { BudgetLedger } from '../agent/budget-ledger.js';
 import { compileGuardrails } from '../agent/guardrails.js';
 import type { Store } from '../store/store.js';
@@ -12,7 +12,7 @@ import { EventBus } from '../telemetry/bus.js';
 import { TelemetryEmitter } from './emitter.js';
 import { Metrics } from './metrics.js';
 import { TelemetryQueries } from './telemetry-queries.js';
-import { createOtlpExporter, type OtlpTraceExporter } from '../telemetry/otlp.js';
+import type { OtlpTraceExporter } from '../telemetry/otlp.js';
 import { readVersion } from '../version.js';
 import { RunService, type RunSettings } from './runs.js';
 import { ActorSystem, type SystemHooks } from './system.js';
@@ -63,6 +63,7 @@ export class Runtime {
     readonly model: ModelProvider,
     readonly ledger: BudgetLedger,
     opts: RuntimeOptions,
+    otlp: OtlpTraceExporter | null,
   ) {
     this.startedAt = clock.now();
     this.agentName = config.agent.name;
@@ -87,13 +88,7 @@ export class Runtime {
     this.background = new BackgroundManager({
       store, clock, telemetry: this.telemetry, metrics: this.metrics, config, system: this.system, workerId: this.workerId, runs: this.runs, log: opts.log,
     });
-    const otlp = config.telemetry.otlp;
-    this.otlp = otlp.endpoint
-      ? createOtlpExporter({
-          endpoint: otlp.endpoint, headers: { ...otlp.headers }, protocol: otlp.protocol, serviceVersion: readVersion(),
-          onEvent: (e) => (e.type === 'failed' || e.type === 'dropped' ? opts.log?.('warn', `otlp export ${e.type}`, { ...e }) : undefined),
-        })
-      : null;
+    this.otlp = otlp;
     // A run segment ends when the run finishes or parks for a person: export that trace. The
     // exporter queues and retries in the background, so a slow collector never slows a run.
     if (this.otlp) {
@@ -111,12 +106,20 @@ export class Runtime {
       { clock, logger: (msg, extra) => opts.log?.('info', msg, extra as Record<string, unknown>) },
     );
     const m = config.agent.model;
-    const model = opts.model ?? createModelProvider({
+    const model = opts.model ?? await loadModelProvider({
       provider: m.provider, base_url: m.base_url, model: m.model, api_key: m.api_key ?? undefined,
       max_output_tokens: m.max_output_tokens, temperature: m.temperature,
     });
     const ledger = new BudgetLedger(store, config.budgets as never, clock);
-    const runtime = new Runtime(config, store, clock, tools, model, ledger, opts);
+    // The OTLP exporter (~120 ms to load) is imported only when an endpoint is configured.
+    const o = config.telemetry.otlp;
+    const otlp = o.endpoint
+      ? (await import('../telemetry/otlp.js')).createOtlpExporter({
+          endpoint: o.endpoint, headers: { ...o.headers }, protocol: o.protocol, serviceVersion: readVersion(),
+          onEvent: (e) => (e.type === 'failed' || e.type === 'dropped' ? opts.log?.('warn', `otlp export ${e.type}`, { ...e }) : undefined),
+        })
+      : null;
+    const runtime = new Runtime(config, store, clock, tools, model, ledger, opts, otlp);
     return runtime;
   }
 

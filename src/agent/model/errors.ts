@@ -1,4 +1,15 @@
-import { APICallError, LoadAPIKeyError } from 'ai';
+import type { APICallError } from 'ai';
+
+// The AI SDK tags its errors with Symbol.for('vercel.ai.error.<name>') (@ai-sdk/provider's
+// hasMarker). Checking the tag here instead of importing the SDK's classes keeps the SDK (~150 ms
+// to load) out of processes that never make a real model call; the retry wrapper every run uses
+// imports this file.
+const hasAiSdkMarker = (err: unknown, name: string): boolean => {
+  const key = Symbol.for(`vercel.ai.error.${name}`);
+  return err != null && typeof err === 'object' && key in err && (err as Record<symbol, unknown>)[key] === true;
+};
+const isApiCallError = (err: unknown): err is APICallError => hasAiSdkMarker(err, 'AI_APICallError');
+const isLoadApiKeyError = (err: unknown): err is Error => hasAiSdkMarker(err, 'AI_LoadAPIKeyError');
 import { ModelCallError, type ModelErrorKind } from './types.js';
 
 // Network error codes seen on Node's fetch (undici) and in the AI SDK's own list. A reset
@@ -82,7 +93,7 @@ export function toModelCallError(err: unknown, signal?: AbortSignal): ModelCallE
   }
   if (isAbortLike(err)) return new ModelCallError('aborted', 'model call aborted', { cause: err });
 
-  if (APICallError.isInstance(err)) {
+  if (isApiCallError(err)) {
     const status = err.statusCode;
     // A body cut mid-stream arrives as "Failed to process successful response" with status 200
     // and the socket error in its causes: that is a connection failure, not an HTTP answer.
@@ -103,7 +114,7 @@ export function toModelCallError(err: unknown, signal?: AbortSignal): ModelCallE
     if (status === undefined && err.isRetryable) return new ModelCallError('connection', err.message, { cause: err });
     return new ModelCallError('unknown', err.message, { cause: err, retryable: err.isRetryable, ...(status !== undefined ? { status } : {}) });
   }
-  if (LoadAPIKeyError.isInstance(err)) {
+  if (isLoadApiKeyError(err)) {
     return new ModelCallError('auth', err.message, { cause: err });
   }
   const found = findCode(err);

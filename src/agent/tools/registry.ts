@@ -1,7 +1,7 @@
 import { systemClock, type Clock } from '../../clock.js';
 import { clockTool, workspaceTools } from './builtin.js';
 import { loadLocalTools, type LoadedTool } from './local.js';
-import { McpConnection } from './mcp.js';
+import type { McpConnection } from './mcp.js';
 import { compileInputSchema, schemaHint } from './schema.js';
 import type { McpServerStatus, RegisteredTool, ToolLogger, ToolsConfig } from './types.js';
 
@@ -56,6 +56,8 @@ export class ToolRegistry {
       names.add(server.name);
     }
     let registry: ToolRegistry | null = null;
+    // The MCP SDK costs ~150 ms to load: only pay it when a server is configured.
+    const { McpConnection } = cfg.mcp?.length ? await import('./mcp.js') : ({} as typeof import('./mcp.js'));
     const connections = (cfg.mcp ?? []).map(
       (server) =>
         new McpConnection(server, {
