@@ -22,6 +22,20 @@ export class TelemetryEmitter {
     return stored;
   }
 
+  /**
+   * Several events of one emitter in one store append (one durable write), then published in
+   * order. A failure never reaches the caller: telemetry must not fail a run.
+   */
+  async emitManySafe(inputs: EventRecordInput[]): Promise<void> {
+    try {
+      const records = inputs.map((i) => createEventRecord(i, this.settings, this.clock));
+      const stored = await this.store.appendEvents(records);
+      for (const e of stored) this.bus.publish(e);
+    } catch {
+      // dropped: the run goes on
+    }
+  }
+
   /** Like emit, but a telemetry failure never fails the caller (used on paths that must finish). */
   async emitSafe(input: EventRecordInput): Promise<StoredEvent | null> {
     try {

@@ -139,7 +139,11 @@ interface LiveRun {
   abort: AbortController;
   rootSpan: string;
   stepSpan: string | null;
+  /** Resolves when every event emitted so far is stored and published. */
   emitChain: Promise<unknown>;
+  /** Events waiting for the next batched append. */
+  pendingEvents: EventRecordInput[];
+  flushingEvents: boolean;
   /** Event order within this trace segment, 1..n. */
   eventSeq: number;
   deltaSeq: number;
@@ -291,6 +295,8 @@ export class RunService {
       rootSpan: newId('span'),
       stepSpan: null,
       emitChain: Promise.resolve(),
+      pendingEvents: [],
+      flushingEvents: false,
       eventSeq: 0,
       deltaSeq: 0,
       onDelta: opts.onDelta,
@@ -437,11 +443,13 @@ export class RunService {
   private async finish(live: LiveRun, record: RunRecord): Promise<void> {
     await live.emitChain;
     if (record.status === 'completed') await this.appendHistory(record);
-    await this.deps.ledger.releaseRun(record.run_id).catch(() => 0);
     this.deps.metrics.runFinished(record.status, (this.deps.clock.now() - live.startedAtMs) / 1000);
     this.retire(live);
     live.resolve(record);
     this.notifySettled(record);
+    // Holds are normally settled call by call; this only sweeps up what a failed call left, so it
+    // need not delay the answer.
+    await this.deps.ledger.releaseRun(record.run_id).catch(() => 0);
   }
 
   private retire(live: LiveRun): void {
@@ -802,9 +810,26 @@ export class RunService {
       parent_span_id: input.parent_span_id ?? (input.span_id === live.rootSpan ? null : live.rootSpan),
       metadata: { run_id: live.run_id, session_id: live.session_id, agent_id: live.agent_id, task_id: live.task_id, ...(input.metadata ?? {}) },
     };
-    const next = live.emitChain.then(() => this.deps.telemetry.emitSafe(full));
-    live.emitChain = next;
-    return next;
+    live.pendingEvents.push(full);
+    if (!live.flushingEvents) live.emitChain = this.flushEvents(live);
+    return live.emitChain;
+  }
+
+  /**
+   * One flush loop per run: events emitted while an append is in flight go out together in the
+   * next append, so a step's events cost one durable write instead of one each. Order is kept
+   * (sequence numbers are assigned at emit time, batches are appended one after another).
+   */
+  private async flushEvents(live: LiveRun): Promise<void> {
+    live.flushingEvents = true;
+    try {
+      while (live.pendingEvents.length > 0) {
+        const batch = live.pendingEvents.splice(0);
+        await this.deps.telemetry.emitManySafe(batch);
+      }
+    } finally {
+      live.flushingEvents = false;
+    }
   }
 
   private traceValue(r: RunRecord, parent: string | null, status: string) {

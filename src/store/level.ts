@@ -105,6 +105,10 @@ const indexPrefix = (kind: string, name: string, value: string) => `i${SEP}${esc
 const kindCountKey = (kind: string) => `n${SEP}${esc(kind)}`;
 const indexCountKey = (kind: string, name: string, value: string) => `n${SEP}${esc(kind)}${SEP}${esc(name)}${SEP}${esc(value)}`;
 const EVENT_PREFIX = `e${SEP}`;
+const RECORD_KEY_START = `r${SEP}`;
+const COUNT_KEY_START = `n${SEP}`;
+/** Rows kept by the write queue's cache (a live run's record, snapshot and trace are rewritten often). */
+const ROW_CACHE_SIZE = 2000;
 const eventIndexPrefix = (field: string, value: string) => `x${SEP}${field}${SEP}${esc(value)}${SEP}`;
 const META_SEQ = `m${SEP}seq`;
 const META_CURSOR = `m${SEP}cursor`;
@@ -201,6 +205,15 @@ export class LevelStore implements Store {
   private retention: Promise<unknown> = Promise.resolve();
   /** Cursor of the newest event retention deleted (this process): the next pass starts after it. */
   private retainedFrom: string | null = null;
+  /**
+   * Committed state the write queue reads on every round, kept in memory so a commit is one
+   * LevelDB round-trip (the write) instead of three (load rows, load counters, write). Safe
+   * because this process is the only one that can open the directory and every write goes
+   * through the queue; both caches are filled only from what is already on disk. Rows are kept
+   * as their stored JSON text (so no caller can mutate a cached object), newest last, bounded.
+   */
+  private readonly rowCache = new Map<string, string | null>();
+  private readonly counterCache = new Map<string, number>();
 
   constructor(opts: LevelStoreOptions) {
     this.path = opts.path;
@@ -223,6 +236,9 @@ export class LevelStore implements Store {
   }
 
   private async doOpen(): Promise<void> {
+    // Another process may have written the directory since we last had it open.
+    this.rowCache.clear();
+    this.counterCache.clear();
     const db: Db = new Level<string, string>(this.path, { keyEncoding: 'utf8', valueEncoding: 'utf8' });
     try {
       await db.open();
@@ -511,6 +527,12 @@ export class LevelStore implements Store {
 
   // ---------------------------------------------------------------- write queue
 
+  private cacheRow(key: string, text: string | null): void {
+    this.rowCache.delete(key); // re-insert as newest
+    this.rowCache.set(key, text);
+    if (this.rowCache.size > ROW_CACHE_SIZE) this.rowCache.delete(this.rowCache.keys().next().value!);
+  }
+
   private enqueue(job: Job): void {
     this.queue.push(job);
     if (!this.flushing) {
@@ -548,8 +570,15 @@ export class LevelStore implements Store {
       const counters = new Map<string, number>();
       if (recKeys.size) {
         const keys = [...recKeys];
-        const loaded = (await db.getMany(keys)).map((t) => parse<Row>(t));
-        keys.forEach((k, i) => rows.set(k, loaded[i] ?? null));
+        const missing = keys.filter((k) => !this.rowCache.has(k));
+        if (missing.length) {
+          const loaded = await db.getMany(missing);
+          missing.forEach((k, i) => this.cacheRow(k, loaded[i] ?? null));
+        }
+        for (const k of keys) {
+          const text = this.rowCache.get(k);
+          rows.set(k, text == null ? null : (JSON.parse(text) as Row));
+        }
         const ckeys = new Set<string>();
         for (const j of jobs) {
           if (j.type !== 'records') continue;
@@ -560,9 +589,12 @@ export class LevelStore implements Store {
             if (op.op !== 'delete') for (const [name, v] of Object.entries(cleanIndexes(op.indexes))) ckeys.add(indexCountKey(op.kind, name, v));
           }
         }
-        const ck = [...ckeys];
-        const cv = (await db.getMany(ck)).map((t) => parse<number>(t));
-        ck.forEach((k, i) => counters.set(k, cv[i] ?? 0));
+        const ck = [...ckeys].filter((k) => !this.counterCache.has(k));
+        if (ck.length) {
+          const cv = (await db.getMany(ck)).map((t) => parse<number>(t));
+          ck.forEach((k, i) => this.counterCache.set(k, cv[i] ?? 0));
+        }
+        for (const k of ckeys) counters.set(k, this.counterCache.get(k)!);
       }
 
       // 2. Apply the jobs in order. Each stages its changes; they join the round only if all of
@@ -616,6 +648,12 @@ export class LevelStore implements Store {
 
       // 3. One atomic batch; only then does anybody hear back.
       if (batch.length) await writeBatch(db, batch, this.sync);
+      // On disk now: the caches may learn it.
+      for (const op of batch) {
+        if (op.key.startsWith(RECORD_KEY_START)) this.cacheRow(op.key, op.type === 'put' ? op.value : null);
+        else if (op.key.startsWith(COUNT_KEY_START)) this.counterCache.set(op.key, op.type === 'put' ? Number(op.value) : 0);
+      }
+      if (this.counterCache.size > 200_000) this.counterCache.clear();
     } catch (e) {
       // Nothing of this round was written. Numbers handed out are simply skipped (never reused).
       for (const j of jobs) j.reject(e);
