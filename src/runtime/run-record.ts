@@ -83,7 +83,14 @@ export interface RunRecord {
 }
 
 export function runIndexes(r: RunRecord): Record<string, string | null> {
-  return { status: r.status, session_id: r.session_id, task_id: r.task_id };
+  return {
+    status: r.status,
+    session_id: r.session_id,
+    task_id: r.task_id,
+    // Only the few decided-but-not-resumed runs carry this, so the sweep finds them without
+    // reading every run that waits for a person (there may be 100,000 of those).
+    resumable: WAITING_RUN_STATUSES.has(r.status) && r.decided_at ? 'decided' : null,
+  };
 }
 
 /** Non-idempotent calls that ran (or may have): a retry from scratch would repeat them. */

@@ -969,7 +969,7 @@ export class RunService {
       const allDecided = !approvals.some((a) => a.status === 'pending');
       const next: RunRecord = { ...rec.value, approvals, updated_at: iso(now), decided_at: allDecided ? iso(now) : null, decision: allDecided ? 'approval' : null };
       try {
-        await this.deps.store.updateRecord('runs', runId, next, rec.version);
+        await this.deps.store.updateRecord('runs', runId, next, rec.version, runIndexes(next));
       } catch (err) {
         if (isStoreError(err, 'stale_version')) continue;
         throw err;
@@ -997,10 +997,11 @@ export class RunService {
       const now = iso(this.deps.clock.now());
       const decided: BudgetRequest = { ...req, status: body.decision === 'grant' ? 'granted' : 'denied', approver: body.approver, note: body.note ?? null, decided_at: now, amount };
       try {
-        await this.deps.store.updateRecord<RunRecord>('runs', runId, {
+        const next: RunRecord = {
           ...rec.value, budget_request: decided, budget_requests: mergeById(rec.value.budget_requests, [decided], 'request_id'),
           decided_at: now, decision: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', updated_at: now,
-        }, rec.version);
+        };
+        await this.deps.store.updateRecord<RunRecord>('runs', runId, next, rec.version, runIndexes(next));
       } catch (err) {
         if (isStoreError(err, 'stale_version')) continue;
         throw err;
@@ -1146,10 +1147,17 @@ export class RunService {
     if (!settings.sweep.enabled) return [];
     const now = clock.now();
     const candidates: Array<{ id: string; cause: 'recovered_after_lapsed_lease' | 'interrupted' | 'approval' | 'budget_grant' | 'budget_denied' }> = [];
-    for (const status of ['running', 'interrupted', 'awaiting_approval', 'awaiting_budget'] as const) {
+    // Live and interrupted runs by status; decided waiting runs by their own small index.
+    const scans = [
+      { name: 'status', value: 'running' },
+      { name: 'status', value: 'interrupted' },
+      { name: 'resumable', value: 'decided' },
+    ];
+    for (const index of scans) {
+      const status = index.name === 'status' ? index.value : 'decided';
       let cursor: string | null = null;
       do {
-        const page: { items: Versioned<RunRecord>[]; next_cursor: string | null } = await store.listRecords<RunRecord>('runs', { index: { name: 'status', value: status }, cursor, limit: 500 });
+        const page: { items: Versioned<RunRecord>[]; next_cursor: string | null } = await store.listRecords<RunRecord>('runs', { index, cursor, limit: 500 });
         for (const { value: r } of page.items) {
           // Background runs are recovered by the background manager, which owns their attempts.
           if (r.kind === 'background') continue;
