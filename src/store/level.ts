@@ -57,6 +57,8 @@ export interface LevelStoreOptions {
    * OS before answering) but the last writes may be lost when the machine itself goes down.
    */
   sync?: boolean;
+  /** Rows the write queue keeps in memory (default 2000). Tests make it tiny. */
+  rowCacheSize?: number;
 }
 
 interface Row {
@@ -194,6 +196,7 @@ export class LevelStore implements Store {
   readonly adapter = 'level' as const;
   private readonly path: string;
   private readonly sync: boolean;
+  private readonly rowCacheSize: number;
   private db: Db | null = null;
   private state: 'new' | 'opening' | 'open' | 'closing' | 'closed' = 'new';
   private lastSeq = 0;
@@ -218,6 +221,7 @@ export class LevelStore implements Store {
   constructor(opts: LevelStoreOptions) {
     this.path = opts.path;
     this.sync = opts.sync ?? true;
+    this.rowCacheSize = opts.rowCacheSize ?? ROW_CACHE_SIZE;
   }
 
   private transition: Promise<void> | null = null;
@@ -530,7 +534,7 @@ export class LevelStore implements Store {
   private cacheRow(key: string, text: string | null): void {
     this.rowCache.delete(key); // re-insert as newest
     this.rowCache.set(key, text);
-    if (this.rowCache.size > ROW_CACHE_SIZE) this.rowCache.delete(this.rowCache.keys().next().value!);
+    if (this.rowCache.size > this.rowCacheSize) this.rowCache.delete(this.rowCache.keys().next().value!);
   }
 
   private enqueue(job: Job): void {
@@ -569,15 +573,21 @@ export class LevelStore implements Store {
       const rows = new Map<string, Row | null>();
       const counters = new Map<string, number>();
       if (recKeys.size) {
-        const keys = [...recKeys];
-        const missing = keys.filter((k) => !this.rowCache.has(k));
+        // Take the round's rows from the cache and the disk directly. Never read them back from the
+        // cache after filling it: caching the misses may evict this very round's hits.
+        const missing: string[] = [];
+        for (const k of recKeys) {
+          const text = this.rowCache.get(k);
+          if (text === undefined) missing.push(k);
+          else rows.set(k, text === null ? null : (JSON.parse(text) as Row));
+        }
         if (missing.length) {
           const loaded = await db.getMany(missing);
-          missing.forEach((k, i) => this.cacheRow(k, loaded[i] ?? null));
-        }
-        for (const k of keys) {
-          const text = this.rowCache.get(k);
-          rows.set(k, text == null ? null : (JSON.parse(text) as Row));
+          missing.forEach((k, i) => {
+            const text = loaded[i] ?? null;
+            rows.set(k, text === null ? null : (JSON.parse(text) as Row));
+            this.cacheRow(k, text);
+          });
         }
         const ckeys = new Set<string>();
         for (const j of jobs) {
@@ -589,12 +599,19 @@ export class LevelStore implements Store {
             if (op.op !== 'delete') for (const [name, v] of Object.entries(cleanIndexes(op.indexes))) ckeys.add(indexCountKey(op.kind, name, v));
           }
         }
-        const ck = [...ckeys].filter((k) => !this.counterCache.has(k));
+        const ck: string[] = [];
+        for (const k of ckeys) {
+          const n = this.counterCache.get(k);
+          if (n === undefined) ck.push(k);
+          else counters.set(k, n);
+        }
         if (ck.length) {
           const cv = (await db.getMany(ck)).map((t) => parse<number>(t));
-          ck.forEach((k, i) => this.counterCache.set(k, cv[i] ?? 0));
+          ck.forEach((k, i) => {
+            counters.set(k, cv[i] ?? 0);
+            this.counterCache.set(k, cv[i] ?? 0);
+          });
         }
-        for (const k of ckeys) counters.set(k, this.counterCache.get(k)!);
       }
 
       // 2. Apply the jobs in order. Each stages its changes; they join the round only if all of

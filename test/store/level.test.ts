@@ -147,3 +147,25 @@ describe('openStore', () => {
     await expect(openStore({ kind: 'postgres' } as unknown as Parameters<typeof openStore>[0])).rejects.toThrow(/postgres.*not implemented/);
   });
 });
+
+describe('LevelStore write-queue cache', () => {
+  it('keeps a round correct when it touches more records than the cache holds', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'agentd-store-cache-'));
+    const store = new LevelStore({ path: dir, rowCacheSize: 4 });
+    await store.open();
+    try {
+      const ids = Array.from({ length: 10 }, (_, i) => `r${i}`);
+      for (const id of ids) await store.createRecord('runs', id, { n: 0 }, { status: 'a' });
+      // The cache now holds the newest 4; this round reads 4 hits and 6 misses.
+      const written = await store.commit(ids.map((id) => ({ op: 'update' as const, kind: 'runs' as const, id, value: { n: 1 }, expectedVersion: 1, indexes: { status: 'b' } })));
+      expect(written.map((w) => w!.version)).toEqual(ids.map(() => 2));
+      expect(await store.countRecords('runs', { name: 'status', value: 'b' })).toBe(10);
+      expect(await store.countRecords('runs', { name: 'status', value: 'a' })).toBe(0);
+      // A stale writer is still refused when its row comes from the cache.
+      await expect(store.updateRecord('runs', 'r9', { n: 2 }, 1)).rejects.toMatchObject({ code: 'stale_version' });
+    } finally {
+      await store.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
