@@ -1,0 +1,98 @@
+// `npm run bench [-- name ...]`: runs the benchmarks (all, or the named ones) one after the other,
+// saves each result into test/bench/results.json as soon as it is measured and regenerates
+// docs/benchmarks.md from that file.
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { BUILD_DIR, CLI, ROOT, SCALE, loadAverage, machine, nowMs, saveResult, type Benchmark } from './lib.js';
+import { healthBench } from './benchmarks/health.js';
+import { startupBench } from './benchmarks/startup.js';
+import { runBench } from './benchmarks/run-throughput.js';
+import { streamsBench } from './benchmarks/streams.js';
+import { telemetryBench } from './benchmarks/telemetry.js';
+import { approvalsBench } from './benchmarks/approvals.js';
+import { backgroundBench } from './benchmarks/background.js';
+
+const BENCHMARKS: Record<string, Benchmark> = {
+  health: healthBench,
+  startup: startupBench,
+  run: runBench,
+  streams: streamsBench,
+  telemetry: telemetryBench,
+  approvals: approvalsBench,
+  background: backgroundBench,
+};
+const ORDER = Object.keys(BENCHMARKS);
+
+function newest(dir: string): number {
+  let t = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    t = Math.max(t, e.isDirectory() ? newest(p) : statSync(p).mtimeMs);
+  }
+  return t;
+}
+
+/**
+ * Child servers and the CLI run from test/bench/dist/: built with the project's tsconfig.build.json
+ * whenever src/ or machines/ is newer. A package.json copy there makes the output ESM and gives
+ * readVersion() the real version.
+ */
+function ensureBuild(): void {
+  const sources = Math.max(newest(join(ROOT, 'src')), newest(join(ROOT, 'machines')), statSync(join(ROOT, 'package.json')).mtimeMs);
+  if (existsSync(CLI) && statSync(CLI).mtimeMs >= sources) return;
+  process.stderr.write('bench: building test/bench/dist (tsc -p tsconfig.build.json)...\n');
+  const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+  const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', BUILD_DIR], { cwd: ROOT, stdio: 'inherit' });
+  writeFileSync(join(BUILD_DIR, 'package.json'), readFileSync(join(ROOT, 'package.json')));
+  if (r.status !== 0) {
+    if (!existsSync(CLI)) throw new Error('the build failed and produced no CLI');
+    process.stderr.write('bench: tsc reported type errors (work in progress elsewhere?); measuring the JavaScript it emitted\n');
+  }
+}
+
+async function main(): Promise<void> {
+  const args = process.argv.slice(2).filter((a) => !a.startsWith('-'));
+  const unknown = args.filter((a) => !BENCHMARKS[a]);
+  if (unknown.length) {
+    process.stderr.write(`bench: unknown benchmark(s) ${unknown.join(', ')}; choose from ${ORDER.join(', ')}\n`);
+    process.exitCode = 2;
+    return;
+  }
+  const selected = args.length ? ORDER.filter((n) => args.includes(n)) : ORDER;
+  ensureBuild();
+  let failed = 0;
+  for (const name of selected) {
+    const load = loadAverage();
+    process.stderr.write(`bench: ${name} (load average ${load})...\n`);
+    const started = nowMs();
+    const m = machine();
+    try {
+      const out = await BENCHMARKS[name]();
+      if (SCALE !== 1) out.notes.unshift(`Smoke run with BENCH_SCALE=${SCALE}: durations and data sets scaled down; not a measurement.`);
+      const result = {
+        name,
+        ...out,
+        ran_at: new Date().toISOString(),
+        duration_s: (nowMs() - started) / 1000,
+        command: `npm run bench -- ${name}`,
+        machine: m,
+      };
+      saveResult(result, ORDER);
+      for (const r of out.rows) {
+        const verdict = r.pass === undefined || r.pass === null ? '' : r.pass ? ' PASS' : ' FAIL';
+        process.stderr.write(`  ${r.metric}: ${r.value} ${r.unit}${r.baseline !== undefined && r.baseline !== null ? ` (baseline ${r.baseline})` : ''}${r.ratio ? ` ratio ${r.ratio.toFixed(3)}` : ''}${verdict}\n`);
+      }
+      for (const n of out.notes) process.stderr.write(`  note: ${n}\n`);
+      process.stderr.write(`bench: ${name} done in ${((nowMs() - started) / 1000).toFixed(1)} s\n`);
+    } catch (err) {
+      failed++;
+      process.stderr.write(`bench: ${name} failed: ${(err as Error)?.stack ?? String(err)}\n`);
+    }
+  }
+  if (failed) process.exitCode = 1;
+}
+
+await main();
+// Exit explicitly: a client library (Redis, keep-alive sockets) must not keep the runner alive.
+process.exit(process.exitCode ?? 0);
