@@ -143,21 +143,9 @@ export async function postJson(url: string, body: unknown, timeoutMs = 15_000): 
   return asJson(await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) }));
 }
 
-/** Polls until `fn` returns a truthy value (state another process reaches asynchronously). */
-export async function eventually<T>(fn: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 10_000, what = 'condition'): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) throw new Error(`${what} not reached in ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+// Polls until a condition holds: the same helper the HTTP tests use.
+export { eventually } from '../helpers/server.js';
+import { eventually } from '../helpers/server.js';
 
 /**
  * Starts a run with POST /run/sync without waiting for its answer (the child may die first) and

@@ -58,7 +58,7 @@ function safeJson(text: string): unknown {
 }
 
 /** Polls until `fn` returns a truthy value (for state reached asynchronously, e.g. a resumed run). */
-export async function eventually<T>(fn: () => Promise<T | null | undefined | false>, timeoutMs = 10_000, stepMs = 25): Promise<T> {
+export async function eventually<T>(fn: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 10_000, what = 'condition'): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -68,7 +68,7 @@ export async function eventually<T>(fn: () => Promise<T | null | undefined | fal
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`condition not reached in ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
-    await new Promise((r) => setTimeout(r, stepMs));
+    if (Date.now() > deadline) throw new Error(`${what} not reached in ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, 25));
   }
 }
