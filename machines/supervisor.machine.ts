@@ -6,42 +6,49 @@ import { assign, setup, stopChild, type AnyActorLogic } from 'xstate';
 
 export const SUPERVISOR_MACHINE_VERSION = 1;
 
+/**
+ * `id` is the child's slot id, recycled after the child stops; `systemId` is its unique name.
+ * Recycling matters: the parent receives `xstate.done.actor.<id>` from every child, and xstate
+ * memoises transition candidates per event type for the machine's lifetime, so unique ids would
+ * grow that memo by one entry per run for ever.
+ */
 export type SupervisorEvent =
-  | { type: 'SPAWN'; systemId: string; logic: AnyActorLogic; input?: unknown }
-  | { type: 'STOP'; systemId: string };
+  | { type: 'SPAWN'; id: string; systemId: string; logic: AnyActorLogic; input?: unknown }
+  | { type: 'STOP'; id: string };
 
 const CHILD_EVENT = /^xstate\.(error|done)\.actor\.(.+)$/;
 
 export const supervisorMachine = setup({
   types: { events: {} as SupervisorEvent },
   actions: {
-    childFailed: (_args, _params: { systemId: string; error: unknown }) => {},
-    childDone: (_args, _params: { systemId: string; output: unknown }) => {},
+    /** `id` is the child's slot id; the runtime maps it back to the systemId. */
+    childFailed: (_args, _params: { id: string; error: unknown }) => {},
+    childDone: (_args, _params: { id: string; output: unknown }) => {},
   },
 }).createMachine({
   id: 'supervisor',
   on: {
     SPAWN: {
       actions: assign(({ spawn, event }) => {
-        spawn(event.logic, { id: event.systemId, systemId: event.systemId, input: event.input } as never);
+        spawn(event.logic, { id: event.id, systemId: event.systemId, input: event.input } as never);
         return {};
       }),
     },
-    STOP: { actions: stopChild(({ event }) => event.systemId) },
+    STOP: { actions: stopChild(({ event }) => event.id) },
     '*': {
       actions: [
         {
           type: 'childFailed',
           params: ({ event }) => {
             const m = CHILD_EVENT.exec((event as { type: string }).type);
-            return { systemId: m?.[1] === 'error' ? m[2] : '', error: (event as { error?: unknown }).error };
+            return { id: m?.[1] === 'error' ? m[2] : '', error: (event as { error?: unknown }).error };
           },
         },
         {
           type: 'childDone',
           params: ({ event }) => {
             const m = CHILD_EVENT.exec((event as { type: string }).type);
-            return { systemId: m?.[1] === 'done' ? m[2] : '', output: (event as { output?: unknown }).output };
+            return { id: m?.[1] === 'done' ? m[2] : '', output: (event as { output?: unknown }).output };
           },
         },
       ],

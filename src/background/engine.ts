@@ -382,9 +382,7 @@ export class RunEngine {
   private release(h: Handle, dead: boolean): void {
     if (dead) h.dead = true;
     this.clearHandleTimers(h);
-    // Straight to the root: ActorSystem.stop skips a child that already reached a final state,
-    // which would then stay in the supervisor's children for ever (one per finished run).
-    this.deps.system.root.send({ type: 'STOP', systemId: `bgrun:${h.id}` });
+    this.deps.system.stop(`bgrun:${h.id}`);
     if (this.handles.get(h.id) === h) this.handles.delete(h.id);
   }
 
@@ -777,9 +775,7 @@ export class RunEngine {
 
   private onAgentSettled(rec: RunRecord): void {
     if (rec.kind !== 'background' || this.closed) return;
-    // RunService stops a finished run's actor through ActorSystem.stop, which skips a child that
-    // already reached a final state, so it would stay in the supervisor for ever. Remove it.
-    if (TERMINAL_RUN_STATUSES.has(rec.status)) this.deps.system.root.send({ type: 'STOP', systemId: `run:${rec.run_id}` });
+    if (TERMINAL_RUN_STATUSES.has(rec.status)) this.deps.system.stop(`run:${rec.run_id}`);
     const bgId = backgroundRunIdOf(rec.run_id);
     const h = this.handles.get(bgId);
     const done = this.agentDoneOf(rec, h);

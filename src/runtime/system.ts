@@ -14,13 +14,19 @@ export interface SystemHooks {
  */
 export class ActorSystem {
   readonly root;
+  // Children get recycled slot ids (see SupervisorEvent): systemId <-> slot, and free slots.
+  private readonly slotOf = new Map<string, string>();
+  private readonly systemIdOf = new Map<string, string>();
+  private readonly freeSlots: string[] = [];
+  private nextSlot = 0;
 
   constructor(private readonly hooks: SystemHooks = {}) {
     this.root = createActor(
       supervisorMachine.provide({
         actions: {
           childFailed: (_a, p) => {
-            if (p.systemId) this.safe(() => hooks.onChildFailed?.(p.systemId, p.error));
+            const systemId = this.systemIdOf.get(p.id);
+            if (systemId) this.safe(() => hooks.onChildFailed?.(systemId, p.error));
           },
           childDone: () => {},
         },
@@ -39,6 +45,11 @@ export class ActorSystem {
    */
   spawn<TLogic extends AnyActorLogic>(systemId: string, logic: TLogic, opts: { input?: unknown; snapshot?: Snapshot<unknown> } = {}): AnyActorRef {
     if (this.get(systemId)) throw new Error(`actor ${systemId} already exists`);
+    // A finished child that nobody stopped yet still holds its slot: free it first.
+    if (this.slotOf.has(systemId)) this.stop(systemId);
+    const slot = this.freeSlots.pop() ?? `c${this.nextSlot++}`;
+    this.slotOf.set(systemId, slot);
+    this.systemIdOf.set(slot, systemId);
     let toSpawn: AnyActorLogic = logic;
     if (opts.snapshot) {
       const restoring = Object.create(logic) as AnyActorLogic;
@@ -46,7 +57,7 @@ export class ActorSystem {
       restoring.getInitialSnapshot = (scope) => (logic as AnyActorLogic).restoreSnapshot!(snapshot, scope);
       toSpawn = restoring;
     }
-    this.root.send({ type: 'SPAWN', systemId, logic: toSpawn, input: opts.input });
+    this.root.send({ type: 'SPAWN', id: slot, systemId, logic: toSpawn, input: opts.input });
     const ref = this.get(systemId);
     if (!ref) throw new Error(`actor ${systemId} did not start`);
     return ref;
@@ -57,12 +68,17 @@ export class ActorSystem {
   }
 
   /**
-   * Stops and forgets a child. Sent unconditionally: a child that reached a final state is no
-   * longer in the system registry but still sits among the supervisor's children, and skipping it
-   * leaked every finished run's actor. Stopping an unknown id is a no-op.
+   * Stops and forgets a child, finished or not (a finished child is no longer in the system
+   * registry but still sits among the supervisor's children), and frees its slot id. Stopping an
+   * unknown systemId is a no-op.
    */
   stop(systemId: string): void {
-    this.root.send({ type: 'STOP', systemId });
+    const slot = this.slotOf.get(systemId);
+    if (!slot) return;
+    this.root.send({ type: 'STOP', id: slot });
+    this.slotOf.delete(systemId);
+    this.systemIdOf.delete(slot);
+    this.freeSlots.push(slot);
   }
 
   /** Number of live children: paused runs are stopped, so they do not count. */

@@ -133,3 +133,25 @@ describe('ActorSystem.stop', () => {
     system.shutdown();
   });
 });
+
+describe('supervisor slot ids', () => {
+  it('recycles child ids, so the event types the supervisor sees stay bounded by live children', () => {
+    const done = setup({}).createMachine({ initial: 'a', states: { a: { on: { GO: 'b' } }, b: { type: 'final' } } });
+    const system = new ActorSystem();
+    const ids = new Set<string>();
+    for (let i = 0; i < 200; i++) {
+      const ref = system.spawn(`run:${i}`, done);
+      ids.add(ref.id);
+      ref.send({ type: 'GO' });
+      system.stop(`run:${i}`);
+    }
+    expect(ids.size).toBe(1); // one live child at a time -> one slot id for all 200 runs
+    // systemIds stay unique and addressable while live.
+    const a = system.spawn('run:a', done);
+    const b = system.spawn('run:b', done);
+    expect(a.id).not.toBe(b.id);
+    expect(system.get('run:a')).toBe(a);
+    expect(system.get('run:b')).toBe(b);
+    system.shutdown();
+  });
+});
