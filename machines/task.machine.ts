@@ -4,7 +4,7 @@
 //
 // Due times are NOT timers here: next_due_at lives in the task's schedule row, which a ticker
 // turns into DUE events (architecture fact 2: `after` timers do not survive a restore).
-import { assign, setup } from 'xstate';
+import { assign, enqueueActions, setup } from 'xstate';
 import { decideOverlap, type OverlapDecision, type OverlapPolicy, type TaskRunsInFlight } from './policies/overlap.js';
 
 export const TASK_MACHINE_VERSION = 1;
@@ -57,6 +57,14 @@ export const taskMachine = setup({
   actions: {
     /** Named effect: create the run the decision asks for (queued or skipped; cancel first when told). */
     dispatch: (_args, _params: DispatchParams) => {},
+    /** A run by hand, in any state that allows it (active and paused): the same decision both ways. */
+    dispatchManual: enqueueActions(({ context, event, enqueue }) => {
+      const e = event as Extract<typeof event, { type: 'MANUAL' }>;
+      enqueue({
+        type: 'dispatch',
+        params: { task_id: context.task_id, trigger: 'manual', occurrence: null, query: e.query, decision: decideOverlap(context.overlap_policy, e.inFlight) },
+      } as never);
+    }),
     /** Named effect: an occurrence arrived that this state does not run (it is consumed, not queued). */
     drop: (_args, _params: DropParams) => {},
   },
@@ -90,15 +98,7 @@ export const taskMachine = setup({
             }),
           },
         },
-        MANUAL: {
-          actions: {
-            type: 'dispatch',
-            params: ({ context, event }) => ({
-              task_id: context.task_id, trigger: 'manual' as const, occurrence: null, query: event.query,
-              decision: decideOverlap(context.overlap_policy, event.inFlight),
-            }),
-          },
-        },
+        MANUAL: { actions: 'dispatchManual' },
         PAUSE: { target: 'paused', actions: assign({ paused: true, paused_reason: ({ event }) => event.reason }) },
         DISABLE: { target: 'disabled', actions: assign({ enabled: false }) },
       },
@@ -107,15 +107,7 @@ export const taskMachine = setup({
     paused: {
       on: {
         DUE: { actions: { type: 'drop', params: ({ context, event }) => ({ task_id: context.task_id, occurrence: event.occurrence, reason: 'paused' as const }) } },
-        MANUAL: {
-          actions: {
-            type: 'dispatch',
-            params: ({ context, event }) => ({
-              task_id: context.task_id, trigger: 'manual' as const, occurrence: null, query: event.query,
-              decision: decideOverlap(context.overlap_policy, event.inFlight),
-            }),
-          },
-        },
+        MANUAL: { actions: 'dispatchManual' },
         RESUME: { target: 'scheduling', actions: assign({ paused: false, paused_reason: null }) },
         DISABLE: { target: 'disabled', actions: assign({ enabled: false }) },
       },
