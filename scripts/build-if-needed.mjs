@@ -1,10 +1,10 @@
 // `npm start` builds first when any source is newer than the last build, so a fresh clone needs
-// only `npm install && npm start`.
+// only `npm install && npm start`. The build is scripts/build.mjs (the esbuild bundle, ~2 s).
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
-const marker = 'dist/src/cli.js';
+const marker = 'dist/agentd.js';
 function newest(dir) {
   let t = 0;
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
@@ -13,8 +13,8 @@ function newest(dir) {
   }
   return t;
 }
-const stale = !existsSync(marker) || Math.max(newest('src'), newest('machines'), statSync('package.json').mtimeMs) > statSync(marker).mtimeMs;
-if (stale) {
-  process.stderr.write('agentd: building (tsc)...\n');
-  execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' });
+const inputs = Math.max(newest('src'), newest('machines'), statSync('package.json').mtimeMs, statSync('scripts/build.mjs').mtimeMs);
+if (!existsSync(marker) || inputs > statSync(marker).mtimeMs) {
+  process.stderr.write('agentd: building (esbuild bundle)...\n');
+  execFileSync(process.execPath, ['scripts/build.mjs'], { stdio: 'inherit' });
 }

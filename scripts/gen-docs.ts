@@ -9,7 +9,8 @@ import { describeMachines } from '../src/runtime/machines-info.js';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'agentd-docs-'));
 const server = await startServer(configFromObject({ server: { port: 0 } }, { dataDir, env: {} }), { listen: false });
-const doc = server.app.swagger() as { paths: Record<string, Record<string, { summary?: string; tags?: string[]; responses?: Record<string, unknown>; requestBody?: { content?: Record<string, { schema?: { $ref?: string } }> } }>> };
+// The OpenAPI document is built on first request (src/http/docs.ts), so ask for it like a client.
+const doc = (await server.app.inject({ method: 'GET', url: '/openapi.json' })).json() as { paths: Record<string, Record<string, { summary?: string; tags?: string[]; responses?: Record<string, unknown>; requestBody?: { content?: Record<string, { schema?: { $ref?: string } }> } }>> };
 
 const groups = new Map<string, string[]>();
 for (const [path, methods] of Object.entries(doc.paths)) {

@@ -1,13 +1,11 @@
 import Fastify, { type FastifyInstance } from 'fastify';
-import { fastifySwagger } from '@fastify/swagger';
-import { fastifySwaggerUi } from '@fastify/swagger-ui';
 import { fastifySSE } from '@fastify/sse';
-import { jsonSchemaTransform, jsonSchemaTransformObject } from '@fastify/type-provider-zod';
 import { newId } from './ids.js';
 import { installErrorHandling } from './http/error-handler.js';
 import { jsonSerializerCompiler, zodValidatorCompiler } from './http/validation.js';
 import { installAuth } from './http/auth.js';
 import type { AppDeps } from './http/deps.js';
+import { installLazyDocs } from './http/docs.js';
 import { healthRoutes } from './http/health.js';
 import { ROUTE_MODULES } from './http/routes.js';
 
@@ -54,25 +52,19 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   installErrorHandling(app);
 
-  await app.register(fastifySwagger, {
-    openapi: {
-      openapi: '3.1.0',
-      info: { title: 'agentd', description: 'Serve one configured LLM agent over HTTP, safely.', version: deps.version },
-      components: deps.authEnabled ? { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } } : undefined,
-    },
-    transform: jsonSchemaTransform,
-    transformObject: jsonSchemaTransformObject,
-  });
-  await app.register(fastifySwaggerUi, { routePrefix: '/docs', staticCSP: true });
   await app.register(fastifySSE, { heartbeatInterval: 15_000 });
   installAuth(app, deps);
 
-  await app.register(async (scope) => {
-    healthRoutes(scope, deps);
-    for (const register of ROUTE_MODULES) register(scope, deps);
-  });
+  await app.register(async (scope) => registerApiRoutes(scope, deps));
 
-  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  // GET /openapi.json and /docs: built on first request (src/http/docs.ts), not at start-up.
+  installLazyDocs(app, deps);
   await app.ready();
   return app;
+}
+
+/** Every API route; the documentation instance (src/http/docs-app.ts) registers the same ones. */
+export function registerApiRoutes(scope: FastifyInstance, deps: AppDeps): void {
+  healthRoutes(scope, deps);
+  for (const register of ROUTE_MODULES) register(scope, deps);
 }

@@ -34,20 +34,29 @@ function newest(dir: string): number {
 }
 
 /**
- * Child servers and the CLI run from test/bench/dist/: built with the project's tsconfig.build.json
- * whenever src/ or machines/ is newer. A package.json copy there makes the output ESM and gives
- * readVersion() the real version.
+ * Everything runs from test/bench/dist/, rebuilt whenever src/, machines/, package.json or the
+ * build script is newer: child servers import tsc's per-module output (tsconfig.build.json), and the
+ * CLI is the same esbuild bundle `npm run build` makes for `npm start` (scripts/build.mjs). A
+ * package.json copy there makes tsc's output ESM and gives its readVersion() the real version.
  */
 function ensureBuild(): void {
-  const sources = Math.max(newest(join(ROOT, 'src')), newest(join(ROOT, 'machines')), statSync(join(ROOT, 'package.json')).mtimeMs);
-  if (existsSync(CLI) && statSync(CLI).mtimeMs >= sources) return;
-  process.stderr.write('bench: building test/bench/dist (tsc -p tsconfig.build.json)...\n');
-  const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
-  const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', BUILD_DIR], { cwd: ROOT, stdio: 'inherit' });
-  writeFileSync(join(BUILD_DIR, 'package.json'), readFileSync(join(ROOT, 'package.json')));
-  if (r.status !== 0) {
-    if (!existsSync(CLI)) throw new Error('the build failed and produced no CLI');
-    process.stderr.write('bench: tsc reported type errors (work in progress elsewhere?); measuring the JavaScript it emitted\n');
+  const sources = Math.max(newest(join(ROOT, 'src')), newest(join(ROOT, 'machines')), statSync(join(ROOT, 'package.json')).mtimeMs, statSync(join(ROOT, 'scripts', 'build.mjs')).mtimeMs);
+  const TSC_MARKER = join(BUILD_DIR, 'src', 'main.js');
+  const fresh = (f: string) => existsSync(f) && statSync(f).mtimeMs >= sources;
+  if (!fresh(TSC_MARKER)) {
+    process.stderr.write('bench: building test/bench/dist (tsc -p tsconfig.build.json)...\n');
+    const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+    const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', BUILD_DIR], { cwd: ROOT, stdio: 'inherit' });
+    writeFileSync(join(BUILD_DIR, 'package.json'), readFileSync(join(ROOT, 'package.json')));
+    if (r.status !== 0) {
+      if (!existsSync(TSC_MARKER)) throw new Error('the build failed and produced no JavaScript');
+      process.stderr.write('bench: tsc reported type errors (work in progress elsewhere?); measuring the JavaScript it emitted\n');
+    }
+  }
+  if (!fresh(CLI)) {
+    process.stderr.write('bench: bundling the CLI into test/bench/dist (node scripts/build.mjs)...\n');
+    const r = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--outdir', BUILD_DIR], { cwd: ROOT, stdio: 'inherit' });
+    if (r.status !== 0 || !existsSync(CLI)) throw new Error('the bundle build (scripts/build.mjs) failed');
   }
 }
 

@@ -2,7 +2,7 @@ import { systemClock, type Clock } from '../../clock.js';
 import { clockTool, workspaceTools } from './builtin.js';
 import { loadLocalTools, type LoadedTool } from './local.js';
 import type { McpConnection } from './mcp.js';
-import { compileInputSchema, schemaHint } from './schema.js';
+import { lazyInputSchema, schemaHint } from './schema.js';
 import type { McpServerStatus, RegisteredTool, ToolLogger, ToolsConfig } from './types.js';
 
 export interface ToolRegistryOptions {
@@ -43,7 +43,7 @@ export class ToolRegistry {
     for (const set of cfg.builtin ?? []) {
       const tools = set === 'clock' ? [clockTool(opts.clock ?? systemClock)] : set === 'workspace' ? workspaceTools() : null;
       if (tools === null) throw new Error(`unknown built-in tool set '${String(set)}' (known: workspace, clock)`);
-      for (const tool of tools) if (!builtin.some((b) => b.tool.name === tool.name)) builtin.push({ tool, validator: compileInputSchema(tool.input_schema) });
+      for (const tool of tools) if (!builtin.some((b) => b.tool.name === tool.name)) builtin.push({ tool, validator: lazyInputSchema(tool.input_schema) });
     }
     const local = cfg.local ? await loadLocalTools(cfg.local) : [];
     for (const l of local) {

@@ -1,8 +1,19 @@
 import { describe, expect, it } from 'vitest';
 import { exposedToolName, TOOL_NAME_RE } from '../../../src/agent/tools/index.js';
-import { compileInputSchema } from '../../../src/agent/tools/schema.js';
+import { compileInputSchema, lazyInputSchema } from '../../../src/agent/tools/schema.js';
+import { clockTool, workspaceTools } from '../../../src/agent/tools/builtin.js';
+import { systemClock } from '../../../src/clock.js';
 
 describe('compileInputSchema', () => {
+  it('every built-in tool schema compiles (the registry compiles them lazily, on first call)', () => {
+    for (const tool of [clockTool(systemClock), ...workspaceTools()]) {
+      expect(() => compileInputSchema(tool.input_schema), tool.name).not.toThrow();
+    }
+    const lazy = lazyInputSchema({ type: 'object', required: ['a'] });
+    expect(lazy({})).toEqual({ ok: false, errors: ["missing required property 'a'"] });
+    expect(lazy({ a: 1 }).ok).toBe(true);
+  });
+
   it('follows the declared draft: 2020-12 prefixItems', () => {
     const v = compileInputSchema({
       $schema: 'https://json-schema.org/draft/2020-12/schema',

@@ -140,7 +140,7 @@ export async function approvalsBench(): Promise<BenchOutput> {
       title: `${WAITING.toLocaleString('en-US')} runs awaiting approval: idle RSS, start-up, approval to completion`,
       method: [
         `Data: one real run per data dir (demo model, \`builtin: ['clock']\`, governance rule clock -> ask) paused awaiting approval, then its run record, snapshot and trace cloned with fresh run/session/trace/approval ids through LevelStore.commit (${WAITING.toLocaleString('en-US')} runs: ${big.genS.toFixed(0)} s).`,
-        'Servers: `node test/bench/dist/src/cli.js serve --config <that config>` (default sweep settings), started one at a time; RSS is VmRSS 3 s after start-up finished.',
+        'Servers: `node test/bench/dist/agentd.js serve --config <that config>` (default sweep settings), started one at a time; RSS is VmRSS 3 s after start-up finished.',
         `Approval delay: for ${SAMPLES} runs spread over the set, one at a time: open GET /telemetry/events/stream?session_id=&run_id=, POST the approval, stop the clock when the stream delivers the resumed run's final_answer (resume: claim, trace, tool call, second model call, answer; the demo model answers at once). Baseline: the same on a server holding ${SMALL} waiting runs.`,
       ],
       rows,

@@ -1,5 +1,6 @@
-// Start-up to ready: `node test/bench/dist/src/cli.js serve` on an empty data dir and on one holding 100,000
-// run records, against a bare Fastify process started the same way.
+// Start-up to ready: `node test/bench/dist/agentd.js serve` (the bundle `npm start` runs, built into the
+// bench's private dist) on an empty data dir and on one holding 100,000 run records, against a bare
+// Fastify process started the same way.
 import { spawn } from 'node:child_process';
 import { CLI, ROOT, freePort, log, scaled, median, nowMs, pollUntil, ratio, removeDir, round, tempDir, type BenchOutput } from '../lib.js';
 import { populateCompletedRuns } from '../datagen.js';
@@ -117,9 +118,9 @@ export async function startupBench(): Promise<BenchOutput> {
   const emptyMed = median(empty);
   const fullMed = median(fullReady);
   return {
-    title: 'Start-up: spawning `node test/bench/dist/src/cli.js serve` to GET /ready answering ready:true',
+    title: 'Start-up: spawning `node test/bench/dist/agentd.js serve` to GET /ready answering ready:true',
     method: [
-      `Each start spawns \`node test/bench/dist/src/cli.js serve --host 127.0.0.1 --port <free> --data-dir <dir>\` (default config: demo model, built-in tools) and polls GET /ready every 5 ms; figures are medians (empty: ${EMPTY_REPEATS} starts, each on a fresh dir; 100k: ${FULL_REPEATS} starts on one dir).`,
+      `Each start spawns \`node test/bench/dist/agentd.js serve --host 127.0.0.1 --port <free> --data-dir <dir>\` (the esbuild bundle of src/cli.ts that \`npm start\` runs as dist/agentd.js; default config: demo model, built-in tools) and polls GET /ready every 5 ms; figures are medians (empty: ${EMPTY_REPEATS} starts, each on a fresh dir; 100k: ${FULL_REPEATS} starts on one dir).`,
       `100k data dir: ${RECORDS.toLocaleString('en-US')} completed run records (about 1.2 KB of JSON each, with their status/session indexes) written through LevelStore.commit in batches of 1,000, then closed (took ${genS.toFixed(1)} s).`,
       'Baseline: `node --input-type=module -e` with a bare Fastify app serving GET /ready, spawned and polled the same way.',
     ],

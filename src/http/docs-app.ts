@@ -1,0 +1,32 @@
+// The instance behind GET /openapi.json and /docs, built on first request (see docs.ts for why).
+// It is never listened on: the main app forwards /docs requests to it with inject().
+import Fastify, { type FastifyInstance } from 'fastify';
+import { fastifySwagger } from '@fastify/swagger';
+import { fastifySwaggerUi } from '@fastify/swagger-ui';
+import { fastifySSE } from '@fastify/sse';
+import { jsonSchemaTransform, jsonSchemaTransformObject } from '@fastify/type-provider-zod';
+import { registerApiRoutes } from '../app.js';
+import type { AppDeps } from './deps.js';
+import { jsonSerializerCompiler, zodValidatorCompiler } from './validation.js';
+
+export async function buildDocsApp(deps: AppDeps): Promise<FastifyInstance> {
+  const app = Fastify({ logger: false });
+  // The routes' schemas are zod: the same compilers as the main app (their handlers never run here).
+  app.setValidatorCompiler(zodValidatorCompiler);
+  app.setSerializerCompiler(jsonSerializerCompiler);
+  await app.register(fastifySwagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: 'agentd', description: 'Serve one configured LLM agent over HTTP, safely.', version: deps.version },
+      components: deps.authEnabled ? { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } } : undefined,
+    },
+    transform: jsonSchemaTransform,
+    transformObject: jsonSchemaTransformObject,
+  });
+  await app.register(fastifySwaggerUi, { routePrefix: '/docs', staticCSP: true });
+  // POST /run declares the `sse` route option, which this plugin understands.
+  await app.register(fastifySSE, { heartbeatInterval: 15_000 });
+  await app.register(async (scope) => registerApiRoutes(scope, deps));
+  await app.ready();
+  return app;
+}
