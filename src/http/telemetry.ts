@@ -15,12 +15,16 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.get('/telemetry/events', {
     schema: { tags: ['telemetry'], summary: 'Stored telemetry events (filters AND-ed; event_type repeatable)', querystring: EventsQuery, response: { 200: EventsResponse, 422: HTTPValidationError } },
-  }, async (request) => {
+  }, async (request, reply) => {
     const query = request.query as { trace_id?: string; run_id?: string; session_id?: string; task_id?: string; event_type?: string | string[]; cursor?: string; limit: number };
     const filters: Partial<Record<EventIndexField, string | string[]>> = {};
     for (const k of ['trace_id', 'run_id', 'session_id', 'task_id', 'event_type'] as const) if (query[k] !== undefined) filters[k] = query[k]!;
-    const page = await q.events({ filters, cursor: query.cursor, limit: query.limit });
-    return { session_id: query.session_id ?? null, events: page.events, count: page.events.length, next_cursor: page.next_cursor };
+    const page = await q.eventsJson({ filters, cursor: query.cursor, limit: query.limit });
+    // The events are the store's own JSON text (what JSON.stringify of the parsed events gives),
+    // spliced into the envelope: up to 1000 events are not parsed only to be serialised again.
+    // A string with a JSON content type is sent by Fastify as it is.
+    reply.type('application/json; charset=utf-8');
+    return eventsEnvelope(query.session_id ?? null, page.events, page.next_cursor);
   });
 
   app.get('/telemetry/events/stream', {
@@ -58,12 +62,13 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.get('/events/:session_id/list', {
     schema: { tags: ['telemetry'], summary: 'Compact alias: stored events of a session', params: SessionIdParams, querystring: SessionEventsQuery, response: { 200: EventsResponse, 422: HTTPValidationError } },
-  }, async (request) => {
+  }, async (request, reply) => {
     const { session_id } = request.params as { session_id: string };
     const query = request.query as { run_id?: string; cursor?: string };
     const filters: Partial<Record<EventIndexField, string>> = { session_id, ...(query.run_id ? { run_id: query.run_id } : {}) };
-    const page = await q.events({ filters, cursor: query.cursor, limit: 1000 });
-    return { session_id, events: page.events, count: page.events.length, next_cursor: page.next_cursor };
+    const page = await q.eventsJson({ filters, cursor: query.cursor, limit: 1000 });
+    reply.type('application/json; charset=utf-8');
+    return eventsEnvelope(session_id, page.events, page.next_cursor);
   });
 
   app.get('/events/:session_id/trace', {
@@ -73,6 +78,11 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
     const { run_id } = request.query as { run_id?: string };
     return q.latest(run_id ? { run_id } : { session_id });
   });
+}
+
+/** `{session_id, events, count, next_cursor}` (EventsResponse) around events already in JSON. */
+function eventsEnvelope(sessionId: string | null, events: string[], nextCursor: string | null): string {
+  return `{"session_id":${JSON.stringify(sessionId)},"events":[${events.join(',')}],"count":${events.length},"next_cursor":${JSON.stringify(nextCursor)}}`;
 }
 
 /**

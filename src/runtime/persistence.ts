@@ -8,26 +8,40 @@ export class FencedError extends Error {
   }
 }
 
-interface Pending<T> {
-  mutate: (value: T) => T;
-  extra: (value: T) => WriteOp[];
+interface Waiter<T> {
   resolve: (v: Versioned<T>) => void;
   reject: (e: unknown) => void;
 }
 
+/** A write handed to the store and not yet taken by it: later updates fold into it. */
+interface OpenWrite<T> {
+  value: T;
+  extra: Map<string, WriteOp>;
+  waiters: Waiter<T>[];
+}
+
 /**
  * One serial writer per actor (xstate examples/mongodb-persisted-state TaskQueue, never
- * fire-and-forget). Every write is a compare-and-swap on the version this writer last wrote, so
- * once another process has taken the record over (orphan sweep), our next write is refused and
- * the writer goes `fenced`: the owner stops its actor instead of clobbering newer state.
+ * fire-and-forget). Every write is a compare-and-swap on the version the record has once the
+ * writer's earlier writes are in, so once another process has taken the record over (orphan
+ * sweep), our next write is refused and the writer goes `fenced`: the owner stops its actor
+ * instead of clobbering newer state.
  *
- * Writes queued while one is in flight are merged into one store commit: mutations apply in
- * order to the latest value, and only the newest snapshot op of each kind/id is kept. Each
- * caller's promise still resolves only when its mutation is durable.
+ * Mutations apply at once, in call order, to the newest value (`value`). Each write is handed to
+ * the store at once, as a commit whose ops are a function (Store.commit): until the store takes
+ * it, later updates fold into it (the newest value, only the newest extra op of each kind/id), so
+ * an actor's burst of transitions is one commit. Writes are pipelined: a new write does not wait
+ * for the one in flight (the store takes commits in order and names the version it will have),
+ * so a run's last transition joins the very next store round. Each caller's promise resolves
+ * only when its mutation is durable.
  */
 export class RecordWriter<T> {
-  private queue: Pending<T>[] = [];
-  private flushing = false;
+  private head: T;
+  /** The version the record has once every write the store has taken is in. */
+  private takenVersion: number;
+  private open: OpenWrite<T> | null = null;
+  /** Writes handed to the store and not settled (drain waits for them). */
+  private inflight: Array<Promise<unknown>> = [];
   private fenced = false;
 
   constructor(
@@ -37,12 +51,17 @@ export class RecordWriter<T> {
     private current: Versioned<T>,
     private readonly indexesOf: (value: T) => RecordIndexes,
     private readonly onFenced: (err: FencedError) => void = () => {},
-  ) {}
-
-  get value(): T {
-    return this.current.value;
+  ) {
+    this.head = current.value;
+    this.takenVersion = current.version;
   }
 
+  /** The newest value: every mutation so far applied, durable or on its way. */
+  get value(): T {
+    return this.head;
+  }
+
+  /** The version of the last durable write. */
   get version(): number {
     return this.current.version;
   }
@@ -51,60 +70,77 @@ export class RecordWriter<T> {
     return this.fenced;
   }
 
-  /** Queues a mutation (and extra ops computed from the new value, e.g. the snapshot). */
-  update(mutate: (value: T) => T, extra: (value: T) => WriteOp[] = () => []): Promise<Versioned<T>> {
+  /**
+   * Queues a mutation (and extra ops computed from the new value, e.g. the snapshot).
+   * `beforeCommit` runs with the new value right after the mutation is folded into a write the
+   * store has queued: a write it issues there lands in the same store round or the next, as its
+   * own job (it may fail without failing, or fencing, this one).
+   */
+  update(mutate: (value: T) => T, extra: (value: T) => WriteOp[] = () => [], beforeCommit?: (value: T) => void): Promise<Versioned<T>> {
     if (this.fenced) return Promise.reject(new FencedError(this.kind, this.id));
-    return new Promise<Versioned<T>>((resolve, reject) => {
-      this.queue.push({ mutate, extra, resolve, reject });
-      if (!this.flushing) void this.flush();
-    });
-  }
-
-  /** Resolves when everything queued so far is durable. */
-  async drain(): Promise<void> {
-    if (this.queue.length === 0 && !this.flushing) return;
-    await this.update((v) => v).catch(() => {});
-  }
-
-  private async flush(): Promise<void> {
-    this.flushing = true;
+    let value: T;
+    let ops: WriteOp[];
     try {
-      while (this.queue.length > 0) {
-        const batch = this.queue;
-        this.queue = [];
-        let value = this.current.value;
-        const extraByKey = new Map<string, WriteOp>();
-        try {
-          for (const p of batch) {
-            value = p.mutate(value);
-            for (const op of p.extra(value)) extraByKey.set(`${op.kind}/${op.id}`, op);
-          }
-        } catch (err) {
-          for (const p of batch) p.reject(err);
-          continue;
-        }
-        const ops: WriteOp[] = [
-          { op: 'update', kind: this.kind, id: this.id, value, expectedVersion: this.current.version, indexes: this.indexesOf(value) },
-          ...extraByKey.values(),
-        ];
-        try {
-          const [written] = await this.store.commit(ops);
-          this.current = written as Versioned<T>;
-          for (const p of batch) p.resolve(this.current);
-        } catch (err) {
-          if (isStoreError(err, 'stale_version')) {
-            this.fenced = true;
-            const fencedErr = new FencedError(this.kind, this.id);
-            for (const p of [...batch, ...this.queue]) p.reject(fencedErr);
-            this.queue = [];
-            this.onFenced(fencedErr);
-            return;
-          }
-          for (const p of batch) p.reject(err);
-        }
-      }
-    } finally {
-      this.flushing = false;
+      value = mutate(this.head);
+      ops = extra(value);
+    } catch (err) {
+      return Promise.reject(err);
     }
+    this.head = value;
+    const open = this.open ?? this.openWrite();
+    open.value = value;
+    for (const op of ops) open.extra.set(`${op.kind}/${op.id}`, op);
+    const done = new Promise<Versioned<T>>((resolve, reject) => open.waiters.push({ resolve, reject }));
+    beforeCommit?.(value);
+    return done;
+  }
+
+  /** Resolves when everything queued so far is durable (or failed). */
+  async drain(): Promise<void> {
+    while (this.inflight.length > 0) await Promise.allSettled(this.inflight);
+  }
+
+  private openWrite(): OpenWrite<T> {
+    const open: OpenWrite<T> = { value: this.head, extra: new Map(), waiters: [] };
+    this.open = open;
+    const expected = { version: 0 };
+    const written = this.store.commit(() => {
+      // The store takes this write now: later updates start a new one.
+      if (this.open === open) this.open = null;
+      if (this.fenced) throw new FencedError(this.kind, this.id);
+      expected.version = this.takenVersion;
+      this.takenVersion++;
+      return [
+        { op: 'update', kind: this.kind, id: this.id, value: open.value, expectedVersion: expected.version, indexes: this.indexesOf(open.value) },
+        ...open.extra.values(),
+      ];
+    });
+    const settled = written.then(
+      ([rec]) => {
+        const w = rec as Versioned<T>;
+        if (w.version > this.current.version) this.current = w;
+        for (const p of open.waiters) p.resolve(w);
+      },
+      (err) => {
+        if (err instanceof FencedError || isStoreError(err, 'stale_version')) {
+          const fencedErr = err instanceof FencedError ? err : new FencedError(this.kind, this.id);
+          const first = !this.fenced;
+          this.fenced = true;
+          for (const p of open.waiters) p.reject(fencedErr);
+          if (first) this.onFenced(fencedErr);
+          return;
+        }
+        // Not written (e.g. the store failed the round): the next write names the same version
+        // again, and carries this one's value with it (each write holds the whole record).
+        if (expected.version > 0 && this.takenVersion === expected.version + 1) this.takenVersion = expected.version;
+        else if (expected.version > 0) this.takenVersion = this.current.version;
+        for (const p of open.waiters) p.reject(err);
+      },
+    );
+    this.inflight.push(settled);
+    void settled.then(() => {
+      this.inflight.splice(this.inflight.indexOf(settled), 1);
+    });
+    return open;
   }
 }

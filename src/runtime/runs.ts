@@ -141,9 +141,14 @@ interface LiveRun {
   stepSpan: string | null;
   /** Resolves when every event emitted so far is stored and published. */
   emitChain: Promise<unknown>;
-  /** Events waiting for the next batched append. */
-  pendingEvents: EventRecordInput[];
-  flushingEvents: boolean;
+  /**
+   * The session record as this run found it once its turn came (null: a new session), so the
+   * completed run's history is written in the same store round as its final record. Undefined
+   * for a resumed run, which did not queue in its session: it appends with a fresh read instead.
+   */
+  session: Versioned<SessionValue> | null | undefined;
+  /** The history write issued with the final record: true once written, false if it must be redone. */
+  historyWrite: Promise<boolean> | null;
   /** Event order within this trace segment, 1..n. */
   eventSeq: number;
   deltaSeq: number;
@@ -246,22 +251,34 @@ export class RunService {
         heartbeat_at: now, lease_seconds: settings.lease_seconds, lease_expires_at: iso(clock.now() + settings.lease_seconds * 1000),
         owner: this.deps.workerId, recoveries: 0, decided_at: null, decision: null, ended_at: null,
       };
-      // The run and its first trace segment appear together, in one commit.
+      // The run and its first trace segment appear together, in one commit. The run joins its
+      // session's queue while that write is under way (neither waits for the other).
       const trace = this.traceValue(record, null, 'running');
-      const [created] = await this.deps.store.commit([
+      const creating = this.deps.store.commit([
         { op: 'create', kind: 'runs', id: run_id, value: record, indexes: runIndexes(record) },
         { op: 'create', kind: 'traces', id: trace_id, value: trace, indexes: { run_id, session_id, task_id: record.task_id } },
       ]);
+      const turn = this.sessions.acquire(session_id, run_id);
+      let created: Versioned<unknown> | null;
+      let history: Versioned<SessionValue> | null;
+      try {
+        [created] = await creating;
+        // Our turn in the session, then the conversation the runs before us left (a session id
+        // we just made up has none: no read).
+        await turn;
+        history = sessionId ? await this.deps.store.getRecord<SessionValue>('sessions', session_id) : null;
+      } catch (err) {
+        this.sessions.release(session_id, run_id);
+        throw err;
+      }
       this.deps.metrics.runStarted();
       this.deps.metrics.liveRuns.inc();
       const workspace_path = opts.workspace_path ?? this.sessionWorkspace(session_id);
       const live = this.makeLive(created as Versioned<RunRecord>, releaseSlot, { ...opts, workspace_path }, trace);
+      live.session = history;
       void this.emit(live, {
         event_type: 'user_message', actor: { type: 'user', id: session_id }, input: { query }, span_id: live.rootSpan,
       });
-      // Queue behind earlier runs of this session, then load the conversation they left.
-      await this.sessions.acquire(session_id, run_id);
-      const history = await this.deps.store.getRecord<SessionValue>('sessions', session_id);
       const messages: ChatMessage[] = [
         ...(settings.system_instruction ? [{ role: 'system' as const, content: settings.system_instruction }] : []),
         ...(history?.value.messages ?? []),
@@ -295,8 +312,8 @@ export class RunService {
       rootSpan: newId('span'),
       stepSpan: null,
       emitChain: Promise.resolve(),
-      pendingEvents: [],
-      flushingEvents: false,
+      session: undefined,
+      historyWrite: null,
       eventSeq: 0,
       deltaSeq: 0,
       onDelta: opts.onDelta,
@@ -375,9 +392,16 @@ export class RunService {
       return ops;
     };
     // A run's events are stored before it reads as ended or waiting, so a client that sees that
-    // status also finds final_answer / runtime_error / policy_decision_ask.
-    const before = terminal ? this.emitFinal(live, status, ctx) : waiting ? live.emitChain : Promise.resolve();
-    const write = before.then(() => live.writer.update(
+    // status also finds final_answer / runtime_error / policy_decision_ask: every event was handed
+    // to the store before this record update, and the store's write queue is first in, first out
+    // (same atomic batch or an earlier one). No waiting for the events here, so the run's end
+    // costs one store round, not two.
+    if (terminal) void this.emitFinal(live, status, ctx);
+    // The conversation grows in the same round as the completed run's record: issued right
+    // before it (see RecordWriter.update's beforeCommit), as its own job, so a session changed
+    // meanwhile (409-free CAS miss) only sends finish() to append the slow way.
+    const beforeCommit = status === 'completed' && live.session !== undefined ? (r: RunRecord) => (live.historyWrite = this.writeHistory(live, r)) : undefined;
+    const write = live.writer.update(
       (r) => ({
         ...r,
         status: interrupt ? 'interrupted' : status,
@@ -398,7 +422,8 @@ export class RunService {
         decided_at: waiting ? null : r.decided_at,
       }),
       extra,
-    ));
+      beforeCommit,
+    );
     if (terminal) void write.then((r) => this.finish(live, r.value), (err) => this.failLive(live, err));
     else if (waiting) void write.then((r) => this.park(live, r.value), (err) => this.failLive(live, err));
     else if (interrupt) {
@@ -442,7 +467,7 @@ export class RunService {
 
   private async finish(live: LiveRun, record: RunRecord): Promise<void> {
     await live.emitChain;
-    if (record.status === 'completed') await this.appendHistory(record);
+    if (record.status === 'completed' && !(live.historyWrite && (await live.historyWrite))) await this.appendHistory(record);
     this.deps.metrics.runFinished(record.status, (this.deps.clock.now() - live.startedAtMs) / 1000);
     this.retire(live);
     live.resolve(record);
@@ -729,7 +754,7 @@ export class RunService {
       signal.removeEventListener('abort', onAbort);
     }
     const current = live.writer.value.tool_calls.find((c) => c.tool_call_id === call.id)!;
-    await this.saveToolCall(live, { ...current, state: 'completed', outcome, ended_at: iso(this.deps.clock.now()), result_content: content });
+    this.recordCompletion(live, { ...current, state: 'completed', outcome, ended_at: iso(this.deps.clock.now()), result_content: content });
     return { ...base, content, outcome };
   }
 
@@ -754,13 +779,13 @@ export class RunService {
     );
     const outcome = result.ok ? 'success' : 'error';
     const current = live.writer.value.tool_calls.find((c) => c.tool_call_id === call.id)!;
-    await this.saveToolCall(live, { ...current, state: 'completed', outcome, ended_at: iso(this.deps.clock.now()), result_content: result.content });
+    this.recordCompletion(live, { ...current, state: 'completed', outcome, ended_at: iso(this.deps.clock.now()), result_content: result.content });
     return { tool_call_id: call.id, tool_name: call.name, content: result.content, outcome, usage: result.usage };
   }
 
   private async recordSkipped(live: LiveRun, ctx: RunContext, call: ToolCallRequest, tool: RegisteredTool | undefined, outcome: 'denied' | 'rejected', content: string): Promise<ToolOutcome> {
     const now = iso(this.deps.clock.now());
-    await this.saveToolCall(live, {
+    this.recordCompletion(live, {
       tool_call_id: call.id, tool_name: call.name, source: tool?.source ?? 'unknown', idempotent: tool?.idempotent ?? false, step: ctx.step,
       state: 'completed', outcome, started_at: now, ended_at: now, result_content: content,
     });
@@ -769,6 +794,17 @@ export class RunService {
       error: { type: outcome, message: content }, metadata: { tool_call_id: call.id, tool_name: call.name },
     });
     return { tool_call_id: call.id, tool_name: call.name, content, outcome };
+  }
+
+  /**
+   * A call's completion is saved without waiting for it. Only `started` must be durable before
+   * anything happens (it is what keeps a non-idempotent call from running twice); the completion
+   * goes out with the run's next write (the writer keeps order and carries the newest record), so
+   * the run goes on to its next model call instead of spending a store round here. Lost in a
+   * crash, the call reads `started` and a non-idempotent one gets outcome `unknown`, never a rerun.
+   */
+  private recordCompletion(live: LiveRun, call: ToolCallRecord): void {
+    this.saveToolCall(live, call).catch(() => {}); // a fenced writer stops the run (onFenced)
   }
 
   private async saveToolCall(live: LiveRun, call: ToolCallRecord): Promise<void> {
@@ -810,26 +846,11 @@ export class RunService {
       parent_span_id: input.parent_span_id ?? (input.span_id === live.rootSpan ? null : live.rootSpan),
       metadata: { run_id: live.run_id, session_id: live.session_id, agent_id: live.agent_id, task_id: live.task_id, ...(input.metadata ?? {}) },
     };
-    live.pendingEvents.push(full);
-    if (!live.flushingEvents) live.emitChain = this.flushEvents(live);
+    // Handed to the store now, not after the previous event landed: the store's write queue is
+    // first in, first out and group-commits, so the events of a step share one durable write and
+    // keep their order (sequence numbers and cursors alike) without waiting on each other.
+    live.emitChain = Promise.all([live.emitChain, this.deps.telemetry.emitManySafe([full])]);
     return live.emitChain;
-  }
-
-  /**
-   * One flush loop per run: events emitted while an append is in flight go out together in the
-   * next append, so a step's events cost one durable write instead of one each. Order is kept
-   * (sequence numbers are assigned at emit time, batches are appended one after another).
-   */
-  private async flushEvents(live: LiveRun): Promise<void> {
-    live.flushingEvents = true;
-    try {
-      while (live.pendingEvents.length > 0) {
-        const batch = live.pendingEvents.splice(0);
-        await this.deps.telemetry.emitManySafe(batch);
-      }
-    } finally {
-      live.flushingEvents = false;
-    }
   }
 
   private traceValue(r: RunRecord, parent: string | null, status: string) {
@@ -851,6 +872,18 @@ export class RunService {
         if (!isStoreError(err, 'stale_version')) return;
       }
     }
+  }
+
+  /** The completed run's turn added to the session it read at its start, in one conditional write. */
+  private writeHistory(live: LiveRun, record: RunRecord): Promise<boolean> {
+    const cur = live.session;
+    if (cur?.value.run_ids.includes(record.run_id)) return Promise.resolve(true);
+    const add: ChatMessage[] = [{ role: 'user', content: record.query }, { role: 'assistant', content: record.response ?? '' }];
+    const now = record.updated_at;
+    const op: WriteOp = cur
+      ? { op: 'update', kind: 'sessions', id: record.session_id, expectedVersion: cur.version, value: { ...cur.value, messages: [...cur.value.messages, ...add], run_ids: [...cur.value.run_ids, record.run_id], updated_at: now } satisfies SessionValue }
+      : { op: 'create', kind: 'sessions', id: record.session_id, value: { session_id: record.session_id, messages: add, run_ids: [record.run_id], created_at: now, updated_at: now } satisfies SessionValue };
+    return this.deps.store.commit([op]).then(() => true, () => false);
   }
 
   private async appendHistory(record: RunRecord): Promise<void> {
@@ -968,13 +1001,20 @@ export class RunService {
       const approvals = rec.value.approvals.map((a) => (a.approval_id === approvalId ? decided : a));
       const allDecided = !approvals.some((a) => a.status === 'pending');
       const next: RunRecord = { ...rec.value, approvals, updated_at: iso(now), decided_at: allDecided ? iso(now) : null, decision: allDecided ? 'approval' : null };
+      const writing = this.deps.store.updateRecord('runs', runId, next, rec.version, runIndexes(next));
+      // The resume does not wait for the decision to land: it is told the record the decision
+      // writes (the version after it), reads what it needs meanwhile, and its claim (a CAS on
+      // that version) joins the same store round or the next. Should the decision fail, the
+      // claim fails with it; a decision that landed and a resume that failed are the sweep's.
+      const resuming = allDecided ? this.resume(runId, { cause: 'approval', trigger: 'explicit' }, { id: runId, seq: rec.seq, version: rec.version + 1, value: next }) : null;
       try {
-        await this.deps.store.updateRecord('runs', runId, next, rec.version, runIndexes(next));
+        await writing;
       } catch (err) {
+        resuming?.catch(() => undefined);
         if (isStoreError(err, 'stale_version')) continue;
         throw err;
       }
-      if (allDecided) void this.resume(runId, { cause: 'approval', trigger: 'explicit' }).catch((err) => this.deps.log?.('warn', 'resume after approval failed; the sweep will retry', { run_id: runId, err: String(err) }));
+      resuming?.catch((err) => this.deps.log?.('warn', 'resume after approval failed; the sweep will retry', { run_id: runId, err: String(err) }));
       return decided;
     }
     throw conflict('the run changed too often while deciding; retry');
@@ -1039,9 +1079,17 @@ export class RunService {
    * Takes ownership of a run that no live actor holds and continues it from its snapshot.
    * Ownership is a CAS on the record: of two processes racing, exactly one wins.
    */
-  async resume(runId: string, how: { cause: 'approval' | 'budget_grant' | 'budget_denied' | 'interrupted' | 'recovered_after_lapsed_lease'; trigger: 'explicit' | 'orphan_sweep'; extra?: Record<string, unknown>; ownerDead?: boolean }): Promise<StartedRun> {
+  async resume(
+    runId: string,
+    how: { cause: 'approval' | 'budget_grant' | 'budget_denied' | 'interrupted' | 'recovered_after_lapsed_lease'; trigger: 'explicit' | 'orphan_sweep'; extra?: Record<string, unknown>; ownerDead?: boolean },
+    /** The record as a write already handed to the store leaves it (decideApproval): not read again. */
+    known?: Versioned<RunRecord>,
+  ): Promise<StartedRun> {
     if (this.live.has(runId)) throw conflict(`run ${runId} is already live in this process`);
-    const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
+    const [rec, snapRec] = await Promise.all([
+      known ?? this.deps.store.getRecord<RunRecord>('runs', runId),
+      this.deps.store.getRecord<SnapshotValue>('snapshots', runId),
+    ]);
     if (!rec) throw notFound('run', runId);
     const r = rec.value;
     if (TERMINAL_RUN_STATUSES.has(r.status)) throw conflict(`run ${runId} already ended (${r.status})`);
@@ -1051,7 +1099,6 @@ export class RunService {
     // lease (60 s) and was then left `running` until the next periodic sweep (found by
     // test/http/recovery.test.ts, scenario a).
     if (r.status === 'running' && r.owner && !how.ownerDead && !this.leaseLapsed(r) && r.owner !== this.deps.workerId) throw conflict(`run ${runId} is live in ${r.owner}`);
-    const snapRec = await this.deps.store.getRecord<SnapshotValue>('snapshots', runId);
     if (!snapRec) throw conflict(`run ${runId} has no saved snapshot to resume from`);
     const recovering = how.cause === 'recovered_after_lapsed_lease' || how.cause === 'interrupted';
     if (recovering && r.recoveries >= this.deps.settings.sweep.max_recoveries) {
@@ -1072,7 +1119,20 @@ export class RunService {
         heartbeat_at: iso(now), lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000),
         recoveries: recovering ? r.recoveries + 1 : r.recoveries, updated_at: iso(now),
       };
-      const written = await this.deps.store.updateRecord<RunRecord>('runs', runId, claimed, rec.version, runIndexes(claimed));
+      // The claim, the new trace segment and the end of the previous one: one commit. The claim's
+      // CAS is what makes this process the only owner, so the old segment needs no check of its own.
+      const trace = this.traceValue(claimed, r.trace_id, 'running');
+      const prevTrace = await this.deps.store.getRecord<TraceValue>('traces', r.trace_id);
+      const [written] = await this.deps.store.commit([
+        { op: 'update', kind: 'runs', id: runId, value: claimed, expectedVersion: rec.version, indexes: runIndexes(claimed) },
+        { op: 'create', kind: 'traces', id: trace_id, value: trace, indexes: { run_id: runId, session_id: r.session_id, task_id: r.task_id } },
+        ...(prevTrace
+          ? [{
+            op: 'update' as const, kind: 'traces' as const, id: r.trace_id, expectedVersion: null,
+            value: { ...prevTrace.value, status: r.status === 'running' || r.status === 'interrupted' ? 'failed' : 'suspended', ended_at: iso(now) },
+          }]
+          : []),
+      ]);
       const snapshot = snapRec.value.snapshot as Snapshot<unknown> & { value?: string };
       const state = String(snapshot.value ?? '');
       // Holds of the dead attempt are released, except those guarding the very call that is about to be replayed.
@@ -1087,9 +1147,7 @@ export class RunService {
         await this.deps.ledger.grant(req.key, req.meter as never, req.amount, { grant_id: req.request_id }).catch(() => undefined);
       }
       this.deps.metrics.liveRuns.inc();
-      const live = this.makeLive(written, releaseSlot, { workspace_path: snapRec.value.workspace_path, kind: r.kind, task_id: r.task_id, agent_id: r.agent_id }, this.traceValue(claimed, r.trace_id, 'running'));
-      await this.deps.store.createRecord('traces', trace_id, live.trace, { run_id: runId, session_id: r.session_id, task_id: r.task_id });
-      await this.setTraceStatus(r.trace_id, r.status === 'running' || r.status === 'interrupted' ? 'failed' : 'suspended');
+      const live = this.makeLive(written as Versioned<RunRecord>, releaseSlot, { workspace_path: snapRec.value.workspace_path, kind: r.kind, task_id: r.task_id, agent_id: r.agent_id }, trace);
       const lastBeat = r.heartbeat_at ? Date.parse(r.heartbeat_at) : now;
       void this.emit(live, {
         event_type: 'run_resumed', actor: { type: 'system', id: this.deps.workerId }, span_id: live.rootSpan,

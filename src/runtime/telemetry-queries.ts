@@ -10,6 +10,11 @@ export class TelemetryQueries {
     return this.store.readEvents({ filters: q.filters, after: q.cursor ?? null, limit: q.limit });
   }
 
+  /** `events`, each as its stored JSON text: the HTTP layer splices them into the answer unparsed. */
+  async eventsJson(q: { filters: Partial<Record<EventIndexField, string | string[]>>; cursor?: string | null; limit: number }) {
+    return this.store.readEventsJson({ filters: q.filters, after: q.cursor ?? null, limit: q.limit });
+  }
+
   /** Every stored event of a trace, in order. */
   private async traceEvents(traceId: string): Promise<StoredEvent[]> {
     const all: StoredEvent[] = [];

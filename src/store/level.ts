@@ -10,8 +10,13 @@
 //   i\0<kind>\0<index>\0<value>\0<seq16>        -> id    secondary index, in creation order
 //   n\0<kind>  /  n\0<kind>\0<index>\0<value>    -> count maintained in the same batch as the data,
 //                                                 so countRecords is one get, never a scan
-//   e\0<cursor16>                              -> StoredEvent
-//   x\0<field>\0<value>\0<cursor16>             -> ''    event index (trace_id, run_id, ...)
+//   e\0<cursor16>                              -> StoredEvent (JSON text, `cursor` last)
+//   x\0<field>\0<value>\0<cursor16>             -> posting: the cursors of ONE group-commit round's
+//                                                 events with that value, the key's cursor being the
+//                                                 last of them; '' when that is the only one, else
+//                                                 all of them as concatenated cursor16s. Event index
+//                                                 for trace_id, run_id, session_id, task_id,
+//                                                 event_type; only fields that are set get one
 //   m\0seq, m\0cursor                          -> last record seq / event cursor ever assigned;
 //                                                 written in every batch so start-up reads two
 //                                                 keys instead of scanning, and numbers are never
@@ -38,6 +43,7 @@ import {
   type EventInput,
   type EventPage,
   type EventQuery,
+  type EventTextPage,
   type ListQuery,
   type Page,
   type RecordIndexes,
@@ -46,6 +52,7 @@ import {
   type StoredEvent,
   type Versioned,
   type WriteOp,
+  type CommitOps,
 } from './store.js';
 
 export interface LevelStoreOptions {
@@ -75,6 +82,11 @@ type Db = Level<string, string>;
 type BatchOp = { type: 'put'; key: string; value: string } | { type: 'del'; key: string };
 
 const parse = <T>(text: string | undefined): T | undefined => (text === undefined ? undefined : (JSON.parse(text) as T));
+const toVersioned = <T>(id: string, text: string | null | undefined): Versioned<T> | null => {
+  if (text === null || text === undefined) return null;
+  const row = JSON.parse(text) as Row;
+  return { id, version: row.version, seq: row.seq, value: row.value as T };
+};
 
 /**
  * Writes `ops` as one atomic LevelDB batch. A chained batch, because `db.batch(array, options)`
@@ -147,13 +159,17 @@ const isBefore = (timestamp: unknown, cutoffMs: number): boolean => {
   return Number.isNaN(t) || t < cutoffMs;
 };
 
-const eventIndexKeys = (e: StoredEvent): string[] => {
-  const keys: string[] = [];
-  for (const field of EVENT_INDEX_FIELDS) {
-    const v = e[field];
-    if (typeof v === 'string') keys.push(eventIndexPrefix(field, v) + e.cursor);
+/**
+ * The stored JSON text of an event: the caller's object serialised once, with `"cursor"` spliced in
+ * as the last key, which is exactly JSON.stringify({...e, cursor}) without copying the object
+ * first. Objects with their own `cursor` or `toJSON` take the slow, obviously equal path.
+ */
+const eventText = (e: EventInput, cursor: string): string => {
+  if (!Object.prototype.hasOwnProperty.call(e, 'cursor') && typeof (e as { toJSON?: unknown }).toJSON !== 'function') {
+    const t = JSON.stringify(e);
+    if (t.length > 2 && t.charCodeAt(0) === 123 && t.charCodeAt(t.length - 1) === 125) return `${t.slice(0, -1)},"cursor":"${cursor}"}`;
   }
-  return keys;
+  return JSON.stringify({ ...e, cursor });
 };
 
 const isLockError = (e: unknown): boolean => {
@@ -168,7 +184,8 @@ const isLockError = (e: unknown): boolean => {
 
 interface RecordJob {
   type: 'records';
-  ops: WriteOp[];
+  /** A function is called when the round takes the job (Store.commit). */
+  ops: CommitOps;
   resolve(v: Array<Versioned<unknown> | null>): void;
   reject(e: unknown): void;
 }
@@ -312,18 +329,32 @@ export class LevelStore implements Store {
 
   // ---------------------------------------------------------------- records
 
+  // Reads consult the write queue's row cache first: it holds exactly what is on disk for the rows
+  // it knows (filled only after a batch is written, or from a disk read), so a hit answers the
+  // same as LevelDB would, without a trip to the I/O thread pool. A live run rereads its session,
+  // trace and ledger rows this way on every step.
   getRecord<T>(kind: RecordKind, id: string): Promise<Versioned<T> | null> {
     return this.run(async (db) => {
-      const row = parse<Row>(await db.get(recordKey(kind, id)));
-      return row ? { id, version: row.version, seq: row.seq, value: row.value as T } : null;
+      const key = recordKey(kind, id);
+      const cached = this.rowCache.get(key);
+      return toVersioned<T>(id, cached !== undefined ? cached : await db.get(key));
     });
   }
 
   getRecords<T>(kind: RecordKind, ids: string[]): Promise<Array<Versioned<T> | null>> {
     return this.run(async (db) => {
       if (ids.length === 0) return [];
-      const rows = (await db.getMany(ids.map((id) => recordKey(kind, id)))).map((t) => parse<Row>(t));
-      return rows.map((row, i) => (row ? { id: ids[i], version: row.version, seq: row.seq, value: row.value as T } : null));
+      const keys = ids.map((id) => recordKey(kind, id));
+      const texts: Array<string | null | undefined> = keys.map((k) => this.rowCache.get(k));
+      const missing = keys.filter((_, i) => texts[i] === undefined);
+      if (missing.length) {
+        const loaded = await db.getMany(missing);
+        let m = 0;
+        texts.forEach((t, i) => {
+          if (t === undefined) texts[i] = loaded[m++];
+        });
+      }
+      return texts.map((t, i) => toVersioned<T>(ids[i], t));
     });
   }
 
@@ -341,9 +372,9 @@ export class LevelStore implements Store {
     await this.commit([{ op: 'delete', kind, id, expectedVersion }]);
   }
 
-  commit(ops: WriteOp[]): Promise<Array<Versioned<unknown> | null>> {
+  commit(ops: CommitOps): Promise<Array<Versioned<unknown> | null>> {
     return this.run(async () => {
-      if (ops.length === 0) return [];
+      if (Array.isArray(ops) && ops.length === 0) return [];
       return new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => this.enqueue({ type: 'records', ops, resolve, reject }));
     });
   }
@@ -392,30 +423,36 @@ export class LevelStore implements Store {
     });
   }
 
-  readEvents(query: EventQuery = {}): Promise<EventPage> {
+  async readEvents(query: EventQuery = {}): Promise<EventPage> {
+    const page = await this.readEventsJson(query);
+    return { events: page.events.map((t) => JSON.parse(t) as StoredEvent), next_cursor: page.next_cursor };
+  }
+
+  readEventsJson(query: EventQuery = {}): Promise<EventTextPage> {
     return this.run(async (db) => {
       const limit = clampLimit(query.limit, 200);
       const after = query.after ? encodeCursor(decodeCursor(query.after)) : null;
       const filters = normaliseFilters(query);
       const snapshot = db.snapshot();
       try {
-        const events = filters.length === 0 ? await this.scanLog(db, snapshot, after, limit) : await this.walkIndex(db, snapshot, filters, after, limit);
-        return { events, next_cursor: events.length === limit ? events[events.length - 1].cursor : null };
+        const page = filters.length === 0 ? await this.scanLog(db, snapshot, after, limit) : await this.walkIndex(db, snapshot, filters, after, limit);
+        return { events: page.texts, next_cursor: page.texts.length === limit ? page.last : null };
       } finally {
         await snapshot.close();
       }
     });
   }
 
-  private async scanLog(db: Db, snapshot: ReturnType<Db['snapshot']>, after: string | null, limit: number): Promise<StoredEvent[]> {
-    const texts = await db.values({ gt: after ? EVENT_PREFIX + after : EVENT_PREFIX, lt: end(EVENT_PREFIX), limit, snapshot }).all();
-    return texts.map((t) => JSON.parse(t) as StoredEvent);
+  private async scanLog(db: Db, snapshot: ReturnType<Db['snapshot']>, after: string | null, limit: number): Promise<{ texts: string[]; last: string | null }> {
+    const entries = (await db.iterator({ gt: after ? EVENT_PREFIX + after : EVENT_PREFIX, lt: end(EVENT_PREFIX), limit, snapshot }).all()) as Array<[string, string]>;
+    return { texts: entries.map(([, t]) => t), last: entries.length ? tailNumber(entries[entries.length - 1][0]) : null };
   }
 
   /**
    * Walks the index of the most selective filtered field (several values: the walks are merged in
    * cursor order), loads the bodies with getMany and checks the other filters on them. Only the
-   * keys of matching index entries are read, never the whole log.
+   * postings of the filtered values are read, never the whole log. Bodies are returned as stored
+   * text; they are parsed only when another filter has to be checked on them.
    */
   private async walkIndex(
     db: Db,
@@ -423,45 +460,63 @@ export class LevelStore implements Store {
     filters: Array<[EventIndexField, string[]]>,
     after: string | null,
     limit: number,
-  ): Promise<StoredEvent[]> {
+  ): Promise<{ texts: string[]; last: string | null }> {
     const walked = WALK_PREFERENCE.find((f) => filters.some(([field]) => field === f))!;
     const prefixes = filters.find(([f]) => f === walked)![1].map((v) => eventIndexPrefix(walked, v));
     const rest = filters.filter(([f]) => f !== walked).map(([f, vs]) => [f, new Set(vs)] as const);
-    const out: StoredEvent[] = [];
+    const texts: string[] = [];
+    let last: string | null = null;
     let pos = after;
     // Without other filters every index hit is a result, so fetch exactly what is missing;
     // otherwise read bigger chunks, growing while hits are sparse.
     let chunk = rest.length ? Math.max(limit, 128) : limit;
-    while (out.length < limit) {
-      const want = rest.length ? chunk : limit - out.length;
+    while (texts.length < limit) {
+      const want = rest.length ? chunk : limit - texts.length;
+      // Each list: the next `want` cursors after `pos` under one value. Reading `want` postings
+      // yields at least that many cursors unless the value has no more (a posting holds >= 1).
       const lists = await Promise.all(
-        prefixes.map(async (p) => (await db.keys({ gt: pos ? p + pos : p, lt: end(p), limit: want, snapshot }).all()).map(tailNumber)),
+        prefixes.map(async (p) => {
+          const entries = (await db.iterator({ gt: pos ? p + pos : p, lt: end(p), limit: want, snapshot }).all()) as Array<[string, string]>;
+          const out: string[] = [];
+          for (const [key, value] of entries) {
+            if (value === '') out.push(tailNumber(key));
+            else for (let i = 0; i < value.length; i += 16) out.push(value.slice(i, i + 16));
+          }
+          // A posting may start at or before `pos` (it was cut short by the previous page).
+          const fresh = pos === null ? out : out.filter((c) => c > pos!);
+          return { cursors: fresh.length > want ? fresh.slice(0, want) : fresh, done: entries.length < want && fresh.length <= want };
+        }),
       );
       let cursors: string[];
       let exhausted: boolean;
       if (lists.length === 1) {
-        cursors = lists[0];
-        exhausted = cursors.length < want;
+        cursors = lists[0].cursors;
+        exhausted = lists[0].done;
       } else {
         // Each list holds its own next `want` cursors, so the first `want` of their union are
         // exactly the next `want` cursors overall; the rest are read again next round.
-        const all = [...new Set(lists.flat())].sort();
+        const all = [...new Set(lists.flatMap((l) => l.cursors))].sort();
         cursors = all.slice(0, want);
-        exhausted = lists.every((l) => l.length < want) && all.length <= want;
+        exhausted = lists.every((l) => l.done) && all.length <= want;
       }
       if (cursors.length === 0) break;
-      const bodies = (await db.getMany(cursors.map((c) => EVENT_PREFIX + c), { snapshot })).map((t) => parse<StoredEvent>(t));
-      for (const e of bodies) {
-        if (e && rest.every(([f, vs]) => typeof e[f] === 'string' && vs.has(e[f] as string))) {
-          out.push(e);
-          if (out.length === limit) break;
+      const bodies = await db.getMany(cursors.map((c) => EVENT_PREFIX + c), { snapshot });
+      for (let i = 0; i < bodies.length; i++) {
+        const t = bodies[i];
+        if (t === undefined) continue; // deleted by retention after the posting was read
+        if (rest.length) {
+          const e = JSON.parse(t) as StoredEvent;
+          if (!rest.every(([f, vs]) => typeof e[f] === 'string' && vs.has(e[f] as string))) continue;
         }
+        texts.push(t);
+        last = cursors[i];
+        if (texts.length === limit) break;
       }
       pos = cursors[cursors.length - 1];
       if (exhausted) break;
       chunk = Math.min(chunk * 2, 1000);
     }
-    return out;
+    return { texts, last };
   }
 
   getEvent(cursor: string): Promise<StoredEvent | null> {
@@ -486,8 +541,12 @@ export class LevelStore implements Store {
   /**
    * Retention. Events are stored in cursor order and their timestamps mostly increase, so this
    * walks from the oldest event and stops at the first one that is not before `isoTime`; an older
-   * event stored after a newer one waits for a later pass. Deletes go in batches of 500 events
-   * with their index entries. Calls are serialised with each other; appends are not blocked.
+   * event stored after a newer one waits for a later pass. Deletes go in batches of up to 500
+   * events with their index postings. A posting can hold several events of one round, so it is
+   * deleted with the batch that deletes its last event (the key's cursor): per value the batch
+   * met, every posting whose key cursor is at most the last deleted cursor. Until then a posting
+   * may name events already deleted; readers skip those. Calls are serialised with each other;
+   * appends are not blocked.
    */
   deleteEventsBefore(isoTime: string): Promise<number> {
     return this.run(async (db) => {
@@ -502,9 +561,11 @@ export class LevelStore implements Store {
         for (;;) {
           // Resume after the last deleted cursor: seeking from the start of the log again would
           // step over every tombstone left so far (quadratic until compaction removes them).
-          const from = this.retainedFrom ? EVENT_PREFIX + this.retainedFrom : EVENT_PREFIX;
+          const floor = this.retainedFrom;
+          const from = floor ? EVENT_PREFIX + floor : EVENT_PREFIX;
           const events = (await db.values({ gt: from, lte: upTo, limit: 500 }).all()).map((t) => JSON.parse(t) as StoredEvent);
           const ops: BatchOp[] = [];
+          const prefixes = new Set<string>();
           let last: string | null = null;
           let stop = events.length < 500;
           for (const e of events) {
@@ -513,11 +574,18 @@ export class LevelStore implements Store {
               break;
             }
             ops.push({ type: 'del', key: EVENT_PREFIX + e.cursor });
-            for (const k of eventIndexKeys(e)) ops.push({ type: 'del', key: k });
+            for (const field of EVENT_INDEX_FIELDS) {
+              const v = e[field];
+              if (typeof v === 'string') prefixes.add(eventIndexPrefix(field, v));
+            }
             last = e.cursor;
             deleted++;
           }
           if (last) {
+            // Postings ending after `floor` and at or before `last`: all of their events are gone
+            // now (those up to `floor` went in earlier batches, which also took their postings).
+            const lists = await Promise.all([...prefixes].map((p) => db.keys({ gt: floor ? p + floor : p, lte: p + last }).all()));
+            for (const keys of lists) for (const key of keys) ops.push({ type: 'del', key });
             await writeBatch(db, ops, false); // losing a deletion only means redoing it
             this.retainedFrom = last;
           }
@@ -541,19 +609,28 @@ export class LevelStore implements Store {
     this.queue.push(job);
     if (!this.flushing) {
       this.flushing = true;
-      // A microtask, not now: every write issued in the same tick joins the first round.
-      queueMicrotask(() => void this.flush());
+      void this.flush();
     }
   }
 
+  /**
+   * Each round starts on a setImmediate, not at once nor on a microtask: everything the process
+   * does in the current turn of the event loop (a run's machine taking several transitions whose
+   * promise actors resolve within microtasks, the continuations of the jobs the previous round
+   * just acknowledged) joins the round. A short run's final record, snapshot, events and session
+   * history then go in one batch instead of one round each; the cost is one event-loop turn
+   * (tens of microseconds) before a write starts.
+   */
   private async flush(): Promise<void> {
     try {
-      while (this.queue.length > 0) {
+      for (;;) {
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        if (this.queue.length === 0) break;
         let ops = 0;
         let n = 0;
         while (n < this.queue.length && (n === 0 || ops < ROUND_OPS)) {
           const j = this.queue[n++];
-          ops += j.type === 'events' ? j.events.length * 6 : j.type === 'records' ? j.ops.length * 8 : 0;
+          ops += j.type === 'events' ? j.events.length * 6 : j.type === 'records' ? (Array.isArray(j.ops) ? j.ops.length : 2) * 8 : 0;
         }
         await this.round(this.queue.splice(0, n));
       }
@@ -565,11 +642,23 @@ export class LevelStore implements Store {
   private async round(jobs: Job[]): Promise<void> {
     const db = this.db!; // open: close() waits for in-flight callers, which include these jobs
     const settle: Array<() => void> = [];
+    // 0. Jobs that gave a function get their ops now, in queue order (Store.commit).
+    const opsOf = new Map<RecordJob, WriteOp[]>();
+    const failed = new Map<RecordJob, unknown>();
+    for (const j of jobs) {
+      if (j.type !== 'records') continue;
+      try {
+        opsOf.set(j, typeof j.ops === 'function' ? j.ops() : j.ops);
+      } catch (e) {
+        failed.set(j, e);
+        opsOf.set(j, []);
+      }
+    }
     try {
       // 1. Load every record the round touches, then every counter those records and the new
       //    index values touch (both sets are known before any job runs).
       const recKeys = new Set<string>();
-      for (const j of jobs) if (j.type === 'records') for (const op of j.ops) recKeys.add(recordKey(op.kind, op.id));
+      for (const j of jobs) if (j.type === 'records') for (const op of opsOf.get(j)!) recKeys.add(recordKey(op.kind, op.id));
       const rows = new Map<string, Row | null>();
       const counters = new Map<string, number>();
       if (recKeys.size) {
@@ -592,7 +681,7 @@ export class LevelStore implements Store {
         const ckeys = new Set<string>();
         for (const j of jobs) {
           if (j.type !== 'records') continue;
-          for (const op of j.ops) {
+          for (const op of opsOf.get(j)!) {
             ckeys.add(kindCountKey(op.kind));
             const row = rows.get(recordKey(op.kind, op.id));
             if (row) for (const [name, v] of Object.entries(row.ix)) ckeys.add(indexCountKey(op.kind, name, v));
@@ -620,6 +709,7 @@ export class LevelStore implements Store {
       const dirtyCounters = new Set<string>();
       const seqBefore = this.lastSeq;
       const cursorBefore = this.lastCursor;
+      const postings = new Map<string, string[]>(); // event index prefix -> this round's cursors
       for (const job of jobs) {
         if (job.type === 'barrier') {
           const last = this.lastCursor;
@@ -628,23 +718,43 @@ export class LevelStore implements Store {
         }
         if (job.type === 'events') {
           try {
+            // Serialise every event first (the only step that can fail), then stage. Index
+            // entries are collected per value over the whole round: one posting per value.
             const first = this.lastCursor + 1;
-            const stored = job.events.map((e, i) => ({ ...e, cursor: encodeCursor(first + i) }) as StoredEvent);
-            const ops: BatchOp[] = [];
-            for (const e of stored) {
-              ops.push({ type: 'put', key: EVENT_PREFIX + e.cursor, value: JSON.stringify(e) });
-              for (const k of eventIndexKeys(e)) ops.push({ type: 'put', key: k, value: '' });
+            const n = job.events.length;
+            const cursors: string[] = new Array(n);
+            const texts: string[] = new Array(n);
+            for (let i = 0; i < n; i++) texts[i] = eventText(job.events[i], (cursors[i] = encodeCursor(first + i)));
+            const stored: StoredEvent[] = new Array(n);
+            for (let i = 0; i < n; i++) {
+              const e = job.events[i];
+              const c = cursors[i];
+              batch.push({ type: 'put', key: EVENT_PREFIX + c, value: texts[i] });
+              const s = Object.assign({}, e) as StoredEvent;
+              s.cursor = c;
+              stored[i] = s;
+              for (const field of EVENT_INDEX_FIELDS) {
+                const v = e[field];
+                if (typeof v !== 'string') continue;
+                const prefix = eventIndexPrefix(field, v);
+                const list = postings.get(prefix);
+                if (list) list.push(c);
+                else postings.set(prefix, [c]);
+              }
             }
-            this.lastCursor += stored.length;
-            for (const op of ops) batch.push(op);
+            this.lastCursor += n;
             settle.push(() => job.resolve(stored));
           } catch (e) {
             settle.push(() => job.reject(e)); // e.g. a value JSON cannot encode
           }
           continue;
         }
+        if (failed.has(job)) {
+          settle.push(() => job.reject(failed.get(job)));
+          continue;
+        }
         try {
-          const staged = this.applyRecordOps(job.ops, rows, counters);
+          const staged = this.applyRecordOps(opsOf.get(job)!, rows, counters);
           for (const op of staged.batch) batch.push(op); // no spread: rounds can hold 20k ops
           for (const [k, v] of staged.rows) rows.set(k, v);
           for (const [k, v] of staged.counters) {
@@ -661,6 +771,9 @@ export class LevelStore implements Store {
         batch.push(v > 0 ? { type: 'put', key: k, value: String(v) } : { type: 'del', key: k });
       }
       if (this.lastSeq !== seqBefore) batch.push({ type: 'put', key: META_SEQ, value: String(this.lastSeq) });
+      for (const [prefix, cs] of postings) {
+        batch.push({ type: 'put', key: prefix + cs[cs.length - 1], value: cs.length === 1 ? '' : cs.join('') });
+      }
       if (this.lastCursor !== cursorBefore) batch.push({ type: 'put', key: META_CURSOR, value: String(this.lastCursor) });
 
       // 3. One atomic batch; only then does anybody hear back.

@@ -7,9 +7,11 @@ import {
   StoreError,
   decodeCursor,
   encodeCursor,
+  type CommitOps,
   type EventIndexField,
   type EventInput,
   type EventPage,
+  type EventTextPage,
   type EventQuery,
   type ListQuery,
   type Page,
@@ -125,8 +127,9 @@ export class MemoryStore implements Store {
     await this.commit([{ op: 'delete', kind, id, expectedVersion }]);
   }
 
-  async commit(ops: WriteOp[]): Promise<Array<Versioned<unknown> | null>> {
+  async commit(input: CommitOps): Promise<Array<Versioned<unknown> | null>> {
     this.check();
+    const ops = typeof input === 'function' ? input() : input;
     // Stage every op against an overlay first; the real maps change only when all checks passed.
     const staged = new Map<string, { kind: RecordKind; id: string; row: Row | null }>();
     const lookup = (kind: RecordKind, id: string): Row | null => {
@@ -223,6 +226,11 @@ export class MemoryStore implements Store {
       if (filters.every(([field, values]) => typeof e[field] === 'string' && values.has(e[field] as string))) out.push(jsonCopy(e));
     }
     return { events: out, next_cursor: out.length === limit ? out[out.length - 1].cursor : null };
+  }
+
+  async readEventsJson(query: EventQuery = {}): Promise<EventTextPage> {
+    const page = await this.readEvents(query);
+    return { events: page.events.map((e) => JSON.stringify(e)), next_cursor: page.next_cursor };
   }
 
   async getEvent(cursor: string): Promise<StoredEvent | null> {

@@ -53,6 +53,9 @@ export interface Page<T> {
   next_cursor: string | null;
 }
 
+/** What `commit` takes: the ops, or a function giving them when the store takes the write. */
+export type CommitOps = WriteOp[] | (() => WriteOp[]);
+
 /** One operation of an atomic `commit`. */
 export type WriteOp =
   | { op: 'create'; kind: RecordKind; id: string; value: unknown; indexes?: RecordIndexes }
@@ -93,6 +96,12 @@ export interface EventQuery {
 export interface EventPage {
   events: StoredEvent[];
   /** Cursor of the last returned event when more may follow, else null. */
+  next_cursor: string | null;
+}
+
+/** An EventPage whose events are their stored JSON text (what readEvents would return, serialised). */
+export interface EventTextPage {
+  events: string[];
   next_cursor: string | null;
 }
 
@@ -138,12 +147,20 @@ export interface Store {
    * Atomic multi-record write: every check passes and every op is written, or nothing is
    * (the budget ledger reserves on several keys this way). Returns the written records
    * (deletes return null) in op order.
+   *
+   * `ops` may be a function: the store calls it once, when it takes the write (the LevelDB
+   * adapter: when the group-commit round that holds it starts; the memory adapter: at once),
+   * and writes what it returns; if it throws, this commit fails with that error. Commits are
+   * taken in call order. A caller can so keep folding later changes into a write that has not
+   * started yet (RecordWriter merges an actor's transitions this way).
    */
-  commit(ops: WriteOp[]): Promise<Array<Versioned<unknown> | null>>;
+  commit(ops: CommitOps): Promise<Array<Versioned<unknown> | null>>;
 
   /** Appends in order; the returned events carry their cursors. Durable when the promise resolves. */
   appendEvents(events: EventInput[]): Promise<StoredEvent[]>;
   readEvents(query?: EventQuery): Promise<EventPage>;
+  /** readEvents, each event as its JSON text (`cursor` included): lets GET /telemetry/events skip parse + stringify. */
+  readEventsJson(query?: EventQuery): Promise<EventTextPage>;
   getEvent(cursor: string): Promise<StoredEvent | null>;
   /** Cursor of the newest event, or null on an empty log. Must not scan the log. */
   lastEventCursor(): Promise<string | null>;

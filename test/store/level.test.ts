@@ -1,6 +1,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Level } from 'level';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LevelStore } from '../../src/store/level.js';
 import { openStore } from '../../src/store/open.js';
@@ -69,6 +70,33 @@ describe('LevelStore on disk', () => {
     expect(r3.seq).toBeGreaterThan(r2.seq);
     const [e3] = await c.appendEvents([{ event_id: 'e3', event_type: 'x', timestamp: '2026-01-02T00:00:00Z' }]);
     expect(e3.cursor > evs[1].cursor).toBe(true);
+  });
+
+  it('writes one index posting per value and round, and retention removes every one', async () => {
+    const dir = await fresh();
+    const a = await opened(dir);
+    const t0 = Date.UTC(2026, 0, 1);
+    // One append: 6 events over 2 runs, one type; task_id null gets no index entry.
+    await a.appendEvents(Array.from({ length: 6 }, (_, i) => ({ event_id: `e${i}`, event_type: 't', timestamp: new Date(t0 + i).toISOString(), run_id: `r${i % 2}`, task_id: null })));
+    await a.close();
+    const raw = new Level<string, string>(dir, { keyEncoding: 'utf8', valueEncoding: 'utf8' });
+    const indexKeys = async () => (await raw.iterator({ gte: 'x\u0000', lt: 'x\u0001' }).all()).map(([k, v]) => [k.split('\u0000').slice(1).join('/'), v]);
+    await raw.open();
+    expect(await indexKeys()).toEqual([
+      ['event_type/t/0000000000000006', ['1', '2', '3', '4', '5', '6'].map((n) => n.padStart(16, '0')).join('')],
+      ['run_id/r0/0000000000000005', ['1', '3', '5'].map((n) => n.padStart(16, '0')).join('')],
+      ['run_id/r1/0000000000000006', ['2', '4', '6'].map((n) => n.padStart(16, '0')).join('')],
+    ]);
+    await raw.close();
+    const b = await opened(dir);
+    await b.appendEvents([{ event_id: 'single', event_type: 't', timestamp: new Date(t0 + 10).toISOString() }]);
+    expect(await b.deleteEventsBefore(new Date(t0 + 3).toISOString())).toBe(3); // stops inside the posting
+    expect((await b.readEvents({ filters: { event_type: 't' } })).events.map((e) => e.event_id)).toEqual(['e3', 'e4', 'e5', 'single']);
+    expect(await b.deleteEventsBefore(new Date(t0 + 100).toISOString())).toBe(4);
+    await b.close();
+    await raw.open();
+    expect(await indexKeys()).toEqual([]);
+    await raw.close();
   });
 
   it('refuses a second store on the same directory with locked', async () => {

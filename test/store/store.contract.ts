@@ -555,6 +555,38 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
         const byRun = await Promise.all(['r0', 'r1', 'r2'].map((r) => store.readEvents({ filters: { run_id: r } })));
         expect(byRun.reduce((s, p) => s + p.events.length, 0)).toBe(100);
       });
+
+      it('pages and retains exactly inside one append of many events (one index posting per value)', async () => {
+        const t0 = Date.UTC(2026, 0, 1);
+        const stored = await store.appendEvents(
+          Array.from({ length: 10 }, (_, i) => ev({ timestamp: new Date(t0 + i * 1000).toISOString(), run_id: i % 2 ? 'b' : 'a', event_type: 'x', session_id: 's' })),
+        );
+        const runA = stored.filter((e) => e.run_id === 'a').map((e) => e.cursor);
+        const got: string[] = [];
+        let after: string | null = null;
+        for (;;) {
+          const page: Awaited<ReturnType<Store['readEvents']>> = await store.readEvents({ filters: { run_id: 'a' }, limit: 2, after });
+          got.push(...cursors(page.events));
+          if (!page.next_cursor) break;
+          after = page.next_cursor;
+        }
+        expect(got).toEqual(runA);
+        // `after` in the middle of the append, and on a cursor of the other run
+        expect(cursors((await store.readEvents({ filters: { run_id: 'a' }, after: stored[3].cursor })).events)).toEqual(runA.slice(2));
+        expect(cursors((await store.readEvents({ filters: { run_id: ['a', 'b'] }, after: stored[6].cursor, limit: 2 })).events)).toEqual(cursors(stored.slice(7, 9)));
+        expect((await store.readEventsJson({ filters: { session_id: 's' }, limit: 3 })).events.map((t) => JSON.parse(t) as StoredEvent)).toEqual(
+          (await store.readEvents({ filters: { session_id: 's' }, limit: 3 })).events,
+        );
+        // Retention stops inside the append: the rest stays findable through every index.
+        expect(await store.deleteEventsBefore(new Date(t0 + 5000).toISOString())).toBe(5);
+        expect(cursors((await store.readEvents({ filters: { run_id: 'a' } })).events)).toEqual(runA.slice(3));
+        expect(cursors((await store.readEvents({ filters: { event_type: 'x' } })).events)).toEqual(cursors(stored.slice(5)));
+        expect(cursors((await store.readEvents({ filters: { session_id: 's', run_id: 'b' } })).events)).toEqual(cursors(stored.slice(5).filter((e) => e.run_id === 'b')));
+        expect(await store.deleteEventsBefore(new Date(t0 + 60_000).toISOString())).toBe(5);
+        for (const filters of [{ run_id: 'a' }, { run_id: 'b' }, { event_type: 'x' }, { session_id: 's' }]) {
+          expect((await store.readEvents({ filters })).events).toEqual([]);
+        }
+      });
     });
 
     describe('lifecycle', () => {
