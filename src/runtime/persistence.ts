@@ -36,10 +36,19 @@ interface OpenWrite<T> {
  * only when its mutation is durable.
  */
 export class RecordWriter<T> {
+  /**
+   * Set when the writer was made with `create`: its first write creates the record (with the
+   * create's extra ops, all-or-nothing), and resolves once that is durable. Updates made before
+   * the store takes that write fold into it, so a run that gets far within one turn of the event
+   * loop is created already in its later state.
+   */
+  readonly created: Promise<Versioned<T>> | null = null;
+  private creating: { extra: WriteOp[] } | null = null;
   private head: T;
   /** The version the record has once every write the store has taken is in. */
   private takenVersion: number;
   private open: OpenWrite<T> | null = null;
+  private createFailed: unknown = null;
   /** Writes handed to the store and not settled (drain waits for them). */
   private inflight: Array<Promise<unknown>> = [];
   private fenced = false;
@@ -51,9 +60,18 @@ export class RecordWriter<T> {
     private current: Versioned<T>,
     private readonly indexesOf: (value: T) => RecordIndexes,
     private readonly onFenced: (err: FencedError) => void = () => {},
+    /** Create the record (`current.value`, version unused) instead of updating an existing one. */
+    create?: { extra: WriteOp[] },
   ) {
     this.head = current.value;
     this.takenVersion = current.version;
+    if (create) {
+      this.creating = create;
+      const open = this.openWrite();
+      this.created = new Promise<Versioned<T>>((resolve, reject) => open.waiters.push({ resolve, reject }));
+      // Nobody may await `created` (a caller that fails early); its failure reaches them through update().
+      this.created.catch(() => undefined);
+    }
   }
 
   /** The newest value: every mutation so far applied, durable or on its way. */
@@ -103,11 +121,20 @@ export class RecordWriter<T> {
   private openWrite(): OpenWrite<T> {
     const open: OpenWrite<T> = { value: this.head, extra: new Map(), waiters: [] };
     this.open = open;
-    const expected = { version: 0 };
+    const expected = { version: 0, create: false };
     const written = this.store.commit(() => {
       // The store takes this write now: later updates start a new one.
       if (this.open === open) this.open = null;
       if (this.fenced) throw new FencedError(this.kind, this.id);
+      if (this.createFailed) throw this.createFailed;
+      const creating = this.creating;
+      if (creating) {
+        // A created record has version 1 (Store contract); later writes build on that.
+        this.creating = null;
+        this.takenVersion = 1;
+        expected.create = true;
+        return [{ op: 'create', kind: this.kind, id: this.id, value: open.value, indexes: this.indexesOf(open.value) }, ...creating.extra, ...open.extra.values()];
+      }
       expected.version = this.takenVersion;
       this.takenVersion++;
       return [
@@ -130,6 +157,8 @@ export class RecordWriter<T> {
           if (first) this.onFenced(fencedErr);
           return;
         }
+        // The record was never created: nothing later can be written.
+        if (expected.create) this.createFailed ??= err;
         // Not written (e.g. the store failed the round): the next write names the same version
         // again, and carries this one's value with it (each write holds the whole record).
         if (expected.version > 0 && this.takenVersion === expected.version + 1) this.takenVersion = expected.version;

@@ -235,6 +235,7 @@ export class RunService {
   async start(query: string, sessionId: string | null | undefined, opts: StartOptions = {}): Promise<StartedRun> {
     if (this.closing) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
     const releaseSlot = opts.admitted ? () => {} : await this.slots.acquire();
+    let live: LiveRun | null = null;
     try {
       const { clock, settings } = this.deps;
       const session_id = sessionId ?? newId('session');
@@ -251,43 +252,42 @@ export class RunService {
         heartbeat_at: now, lease_seconds: settings.lease_seconds, lease_expires_at: iso(clock.now() + settings.lease_seconds * 1000),
         owner: this.deps.workerId, recoveries: 0, decided_at: null, decision: null, ended_at: null,
       };
-      // The run and its first trace segment appear together, in one commit. The run joins its
-      // session's queue while that write is under way (neither waits for the other).
+      // The run's writer creates the run and its first trace segment in one commit, handed to the
+      // store now. The actor starts without waiting for it: whatever the run does before the store
+      // takes that commit is folded into it (a zero-latency model's whole run can be one batch),
+      // and later writes queue behind it. start() returns only once the run exists, so a client
+      // that is told the run id can always read the run.
       const trace = this.traceValue(record, null, 'running');
-      const creating = this.deps.store.commit([
-        { op: 'create', kind: 'runs', id: run_id, value: record, indexes: runIndexes(record) },
+      const workspace_path = opts.workspace_path ?? this.sessionWorkspace(session_id);
+      this.deps.metrics.liveRuns.inc();
+      live = this.makeLive({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, { ...opts, workspace_path }, trace, [
         { op: 'create', kind: 'traces', id: trace_id, value: trace, indexes: { run_id, session_id, task_id: record.task_id } },
       ]);
-      const turn = this.sessions.acquire(session_id, run_id);
-      let created: Versioned<unknown> | null;
-      let history: Versioned<SessionValue> | null;
-      try {
-        [created] = await creating;
-        // Our turn in the session, then the conversation the runs before us left (a session id
-        // we just made up has none: no read).
-        await turn;
-        history = sessionId ? await this.deps.store.getRecord<SessionValue>('sessions', session_id) : null;
-      } catch (err) {
-        this.sessions.release(session_id, run_id);
-        throw err;
-      }
-      this.deps.metrics.runStarted();
-      this.deps.metrics.liveRuns.inc();
-      const workspace_path = opts.workspace_path ?? this.sessionWorkspace(session_id);
-      const live = this.makeLive(created as Versioned<RunRecord>, releaseSlot, { ...opts, workspace_path }, trace);
-      live.session = history;
       void this.emit(live, {
         event_type: 'user_message', actor: { type: 'user', id: session_id }, input: { query }, span_id: live.rootSpan,
       });
+      // Our turn in the session, then the conversation the runs before us left (a session id we
+      // just made up has none: no read).
+      await this.sessions.acquire(session_id, run_id);
+      const history = sessionId ? await this.deps.store.getRecord<SessionValue>('sessions', session_id) : null;
+      live.session = history;
       const messages: ChatMessage[] = [
         ...(settings.system_instruction ? [{ role: 'system' as const, content: settings.system_instruction }] : []),
         ...(history?.value.messages ?? []),
         { role: 'user', content: query },
       ];
       this.spawnActor(live, { input: { run_id, session_id, agent_name: settings.agent_name, max_steps: settings.max_steps, messages, query } });
+      await live.writer.created;
+      this.deps.metrics.runStarted();
       return { run_id, session_id, trace_id, settled: live.settled };
     } catch (err) {
-      releaseSlot();
+      if (live) {
+        // Never created (or its session could not be read): stop whatever started, let go of
+        // the slot and the session.
+        live.ending = true;
+        live.abort.abort();
+        this.retire(live);
+      } else releaseSlot();
       throw err;
     }
   }
@@ -300,13 +300,14 @@ export class RunService {
     return join(root, safe);
   }
 
-  private makeLive(rec: Versioned<RunRecord>, releaseSlot: () => void, opts: StartOptions, trace: TraceValue): LiveRun {
+  /** `create`: the run does not exist yet; its writer's first commit creates it, with these ops. */
+  private makeLive(rec: Versioned<RunRecord>, releaseSlot: () => void, opts: StartOptions, trace: TraceValue, create?: WriteOp[]): LiveRun {
     let resolve!: (r: RunRecord) => void;
     const settled = new Promise<RunRecord>((r) => (resolve = r));
     const live: LiveRun = {
       run_id: rec.value.run_id,
       session_id: rec.value.session_id,
-      writer: new RecordWriter<RunRecord>(this.deps.store, 'runs', rec.id, rec, runIndexes, (err) => this.onFenced(live, err)),
+      writer: new RecordWriter<RunRecord>(this.deps.store, 'runs', rec.id, rec, runIndexes, (err) => this.onFenced(live, err), create ? { extra: create } : undefined),
       ref: null,
       abort: new AbortController(),
       rootSpan: newId('span'),

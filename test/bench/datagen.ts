@@ -1,5 +1,6 @@
 // Data sets for the benchmarks, written straight through the store (no server): run records, cloned
 // waiting runs, telemetry events.
+import { ClassicLevel } from 'classic-level';
 import { LevelStore } from '../../src/store/level.js';
 import type { EventInput, RecordKind, Store, WriteOp } from '../../src/store/store.js';
 import { newId, type IdPrefix } from '../../src/ids.js';
@@ -148,6 +149,16 @@ export async function populateEvents(dir: string, total: number, runs: number): 
     await Promise.all(pending);
   } finally {
     await store.close();
+  }
+  // A server that holds a million events gathered them over days, and LevelDB compacted them as
+  // they came. Loaded in seconds, they sit in fresh level-0 files that the server's first minutes
+  // would spend compacting, which is a measurement of the bulk load, not of the queries.
+  const db = new ClassicLevel<string, string>(dir);
+  await db.open();
+  try {
+    await db.compactRange('\u0000', '\uffff');
+  } finally {
+    await db.close();
   }
   return runIds;
 }
