@@ -8,8 +8,14 @@
 // only a row, so 10,000 queued runs cost storage, not actors. Every effect of a run goes through
 // one serial chain, and every row write is a compare-and-swap on the version this process last
 // wrote: a process whose lease was taken over is refused (fenced) and drops its copy.
+//
+// Per run, what costs is counted in store commits and file creations, so: transitions taken
+// before the previous write started share its commit (a claim and its start are one write); the
+// lifecycle events of a write are appended behind it on a per-run chain that does not hold up the
+// next write (the row's outbox covers the gap); and the workspace mirror is a low-priority lane
+// that merges the steps of a fast run (docs/background.md).
 import { randomUUID } from 'node:crypto';
-import { transition, type Actor, type AnyActorRef } from 'xstate';
+import { type Actor, type AnyActorRef } from 'xstate';
 import {
   BACKGROUND_RUN_MACHINE_VERSION,
   backgroundRunIdOf,
@@ -51,7 +57,8 @@ import {
   type LifecycleRecord,
   type TaskRow,
 } from './types.js';
-import { appendEventLines, resolveWorkspacePath, writeRunJson } from './workspace.js';
+import { pureStepper } from './transition.js';
+import { MirrorQueue, resolveWorkspacePath } from './workspace.js';
 
 export type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 
@@ -82,6 +89,36 @@ interface Handle {
   timeoutAttempt: number;
   /** This process stopped the attempt for its timeout: the agent run's cancellation means timeout. */
   timedOut: string | null;
+  /** The chain's last job when it is a row write that has not started: later transitions join it. */
+  tailWrite: WriteJob | null;
+}
+
+/** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
+interface WriteJob {
+  steps: Array<{ ctx: BackgroundRunContext; params: RecordParams }>;
+}
+
+/**
+ * Lifecycle events of one run on their way to the event log and the workspace, in order. The row
+ * is committed first and the append follows without holding up the run's next transition; events
+ * not yet acknowledged stay in `unacked` and ride in the outbox of every row write until they
+ * are, so a crash at any point leaves them recoverable from the row (repairOutbox).
+ */
+interface AppendState {
+  /** The appends (a load waits for these, or it would re-emit them). */
+  chain: Promise<void>;
+  /** The appends and the workspace files (a caller told "ended" waits for these). */
+  flushed: Promise<void>;
+  unacked: LifecycleRecord[];
+  pending: number;
+}
+
+/** A run built and validated in memory, not yet written: its ops go into some commit. */
+export interface PreparedRun {
+  ctx: BackgroundRunContext;
+  row: BgRunRow;
+  lifecycle: LifecycleRecord[];
+  ops: WriteOp[];
 }
 
 export interface CreateRunInput {
@@ -100,12 +137,37 @@ export interface SendResult {
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const PREVIEW_CHARS = 500;
+const stepRun = pureStepper(backgroundRunMachine);
+/** How long run.json / events.jsonl may trail a run that goes on (one that ends or pauses is written at once). */
+const MIRROR_DELAY_MS = 200;
 
 export class RunEngine {
   private readonly handles = new Map<string, Handle>();
   private readonly loading = new Map<string, Promise<Handle | Versioned<BgRunRow> | null>>();
-  /** Runs whose creation events are still being appended: a load waits, or it would re-emit them. */
-  private readonly creating = new Map<string, Promise<void>>();
+  /** Runs whose lifecycle events are on their way to the log: a load waits, or it would re-emit them. */
+  private readonly appends = new Map<string, AppendState>();
+  /** Workspace folders this process created (mkdir once per run, not once per transition). */
+  private readonly madeDirs = new Set<string>();
+  /**
+   * Workspace files are written in a low-priority lane (2 folders at a time, never ahead of the
+   * store); a step of a run that goes on waits up to MIRROR_DELAY_MS for the next ones to join it.
+   */
+  private readonly mirrors = new MirrorQueue(2, MIRROR_DELAY_MS, (dir, err) => {
+    this.madeDirs.delete(dir);
+    // The workspace is a mirror: a full disk must not stop the run.
+    this.log('warn', 'could not write the run workspace files', { workspace_path: dir, err: String(err) });
+  });
+  /**
+   * In-flight runs per task (run id -> queued or active), for overlap decisions without a store
+   * read per occurrence. Seeded per task from the inflight_task index on first use, then kept by
+   * every bg_runs write of this engine, which is the only writer of that kind (the embedded store's
+   * data-dir lock allows one process). Any doubt (a fenced write, deletes) drops a task's entry,
+   * and the next use reads the index again.
+   */
+  private readonly inflight = new Map<string, Map<string, 'queued' | 'active'>>();
+  /** Tasks whose entry is being read: writes meanwhile are logged here and applied over the read. */
+  private readonly seeding = new Map<string, Map<string, 'queued' | 'active' | null>>();
+  private readonly seeds = new Map<string, Promise<void>>();
   /** Highest sequence this process appended per non-terminal run: a load with a match skips the outbox check. */
   private readonly emitted = new Map<string, number>();
   private readonly retryTimers = new Map<string, NodeJS.Timeout>();
@@ -171,6 +233,8 @@ export class RunEngine {
     const handles = [...this.handles.values()];
     await Promise.all(handles.map((h) => h.chain.catch(() => undefined)));
     for (const h of handles) this.release(h, true);
+    // Events and workspace files still on their way (the store closes after this).
+    await Promise.all([...this.appends.values()].map((a) => a.flushed));
   }
 
   get heldCount(): number {
@@ -184,11 +248,29 @@ export class RunEngine {
   /**
    * Creates a run (queued, or skipped when `skip` is given). A scheduled one is written in the same
    * atomic commit as its occurrence record: null means that occurrence was already dispatched.
+   * Resolves once the row is durable; its lifecycle events follow (see AppendState).
    */
   async createRun(input: CreateRunInput): Promise<BackgroundRun | null> {
+    const p = this.prepareRun(input);
+    this.track(p);
+    try {
+      await this.deps.store.commit(p.ops);
+    } catch (err) {
+      this.untrack(p);
+      if (isStoreError(err, 'conflict')) return null;
+      throw err;
+    }
+    this.created(p);
+    return p.ctx.run;
+  }
+
+  /**
+   * Builds a run, its creation events and its write ops, without writing anything: the scheduler
+   * puts the ops of every occurrence of a tick, with the schedule row, into one commit per task.
+   */
+  prepareRun(input: CreateRunInput, nowMs = this.deps.clock.now()): PreparedRun {
     const { task } = input;
-    const now = this.deps.clock.now();
-    const at = iso(now);
+    const at = iso(nowMs);
     const run_id = newId('bgrun');
     const sp = task.session_policy;
     const session_id = sp.mode === 'fixed' && sp.session_id
@@ -226,7 +308,7 @@ export class RunEngine {
     if (input.skip !== null) {
       // queued -> skipped, computed by the machine without running its effects.
       const snap = backgroundRunMachine.resolveState({ value: 'queued', context: ctx });
-      const [next, actions] = transition(backgroundRunMachine, snap, { type: 'SKIP', at, reason: input.skip });
+      const [next, actions] = stepRun(snap, { type: 'SKIP', at, reason: input.skip });
       ctx = next.context;
       for (const a of actions) {
         if (a.type !== 'record') continue;
@@ -240,7 +322,7 @@ export class RunEngine {
     if (occ) {
       ops.push({
         op: 'create', kind: 'bg_occurrences', id: occurrenceRecordId(task.task_id, occ.occurrence_id),
-        value: { task_id: task.task_id, occurrence_id: occ.occurrence_id, run_id, dispatched_at: at }, indexes: { task_id: task.task_id },
+        value: { task_id: task.task_id, occurrence_id: occ.occurrence_id, run_id, dispatched_at: at },
       });
     }
     ops.push({ op: 'create', kind: 'bg_runs', id: run_id, value: row, indexes: runRowIndexes(row) });
@@ -249,34 +331,42 @@ export class RunEngine {
       value: this.traceValue(ctx, TERMINAL.has(ctx.run.status) ? ctx.run.status : 'running'),
       indexes: { run_id, session_id, task_id: task.task_id },
     });
-    let done!: () => void;
-    this.creating.set(run_id, new Promise<void>((r) => (done = r)));
-    try {
-      try {
-        await this.deps.store.commit(ops);
-      } catch (err) {
-        if (isStoreError(err, 'conflict')) return null;
-        throw err;
-      }
-      try {
-        await this.emitLifecycle(ctx, lifecycle);
-        this.emitted.set(run_id, row.event_seq);
-      } catch (err) {
-        // The run exists; its first load re-appends these from the outbox.
-        this.log('warn', 'could not append the creation events of a background run', { run_id, err: String(err) });
-      }
-    } finally {
-      this.creating.delete(run_id);
-      done();
-    }
-    if (TERMINAL.has(ctx.run.status)) {
-      this.emitted.delete(run_id);
+    return { ctx, row, lifecycle, ops };
+  }
+
+  /**
+   * A prepared run whose commit is under way: it counts as in flight for its task from now on, so
+   * the next overlap decision sees it before the write is acknowledged. untrack() if it failed.
+   */
+  track(p: PreparedRun): void {
+    this.noteRun(p.ctx.run.task_id, p.ctx.run.run_id, p.ctx.run.status);
+  }
+
+  untrack(p: PreparedRun): void {
+    this.noteRun(p.ctx.run.task_id, p.ctx.run.run_id, null);
+  }
+
+  /** After the commit of a prepared run: its events go out, and a queued run is offered to the workers. */
+  created(p: PreparedRun): void {
+    const { ctx } = p;
+    // Again on the acknowledgement: a first read of the task's in-flight runs that began after
+    // track() but before this write was visible would otherwise miss it.
+    this.track(p);
+    const terminal = TERMINAL.has(ctx.run.status);
+    // A run created skipped never ran: no workspace folder for it (1,000 one-second tasks would
+    // otherwise make 1,000 folders a second holding only these two bookkeeping events).
+    const flushed = this.queueEmit(ctx, p.lifecycle, { runJson: true, mirror: !terminal });
+    if (terminal) {
       this.deps.metrics.backgroundRuns.inc({ status: ctx.run.status });
-      this.resolveWaiters(ctx.run);
+      if (this.waiters.has(ctx.run.run_id)) void flushed.then(() => this.resolveWaiters(ctx.run));
     } else {
       this.kick(ctx.internal.not_before ? Date.parse(ctx.internal.not_before) : undefined);
     }
-    return ctx.run;
+  }
+
+  /** Resolves once every lifecycle event this process has queued for the run is stored. */
+  async appended(runId: string): Promise<void> {
+    await this.appends.get(runId)?.chain;
   }
 
   // ---------------------------------------------------------------- reads
@@ -291,17 +381,66 @@ export class RunEngine {
     return row.value.run;
   }
 
-  /** In-flight runs of a task for the overlap decision; `all` pages through every one (cancel_previous). */
-  async inFlight(taskId: string, all: boolean): Promise<TaskRunsInFlight> {
+  /** In-flight runs of a task for the overlap decision, oldest first (see `inflight`). */
+  async inFlight(taskId: string): Promise<TaskRunsInFlight> {
+    for (;;) {
+      const now = this.inFlightNow(taskId);
+      if (now) return now;
+      await this.seedInFlight(taskId);
+    }
+  }
+
+  /** The task's in-flight runs when its entry is loaded (no I/O), else null. */
+  inFlightNow(taskId: string): TaskRunsInFlight | null {
+    const m = this.inflight.get(taskId);
+    if (!m) return null;
     const activeRunIds: string[] = [];
     const queuedRunIds: string[] = [];
-    let cursor: string | null = null;
-    do {
-      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'inflight_task', value: taskId }, cursor, limit: 500 });
-      for (const r of page.items) (r.value.run.status === 'queued' ? queuedRunIds : activeRunIds).push(r.id);
-      cursor = all ? page.next_cursor : null;
-    } while (cursor);
+    for (const [id, k] of m) (k === 'queued' ? queuedRunIds : activeRunIds).push(id);
     return { activeRunIds, queuedRunIds };
+  }
+
+  private seedInFlight(taskId: string): Promise<void> {
+    let p = this.seeds.get(taskId);
+    if (p) return p;
+    const log = new Map<string, 'queued' | 'active' | null>();
+    this.seeding.set(taskId, log);
+    p = (async () => {
+      const m = new Map<string, 'queued' | 'active'>();
+      let cursor: string | null = null;
+      do {
+        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'inflight_task', value: taskId }, cursor, limit: 500 });
+        for (const r of page.items) m.set(r.id, r.value.run.status === 'queued' ? 'queued' : 'active');
+        cursor = page.next_cursor;
+      } while (cursor);
+      // Writes this engine made while the pages were read are at least as new as what was read.
+      for (const [id, k] of log) {
+        if (k) m.set(id, k);
+        else m.delete(id);
+      }
+      if (this.seeding.get(taskId) === log) this.inflight.set(taskId, m);
+    })().finally(() => {
+      if (this.seeding.get(taskId) === log) this.seeding.delete(taskId);
+      this.seeds.delete(taskId);
+    });
+    this.seeds.set(taskId, p);
+    return p;
+  }
+
+  /** Every bg_runs write of this engine reports the run's status here (null: the row is gone or unwritten). */
+  private noteRun(taskId: string, runId: string, status: BackgroundRunStatus | null): void {
+    const k = status === null || TERMINAL.has(status) ? null : status === 'queued' ? 'queued' : 'active';
+    this.seeding.get(taskId)?.set(runId, k);
+    const m = this.inflight.get(taskId);
+    if (!m) return;
+    if (k) m.set(runId, k);
+    else m.delete(runId);
+  }
+
+  /** This engine no longer knows a run's true status (a refused write): the task's entry is read again on next use. */
+  private forgetTask(taskId: string): void {
+    this.inflight.delete(taskId);
+    this.seeding.delete(taskId);
   }
 
   async countActive(taskId?: string): Promise<number> {
@@ -318,8 +457,8 @@ export class RunEngine {
    * `accepted` is false when the run's state does not take the event (e.g. cancel of an ended run).
    * With `durable`, resolves only after the effects of the event were written.
    */
-  async send(runId: string, event: BackgroundRunEvent, opts: { durable?: boolean } = {}): Promise<SendResult> {
-    const loaded = await this.handle(runId);
+  async send(runId: string, event: BackgroundRunEvent, opts: { durable?: boolean; known?: Versioned<BgRunRow> } = {}): Promise<SendResult> {
+    const loaded = await this.handle(runId, opts.known);
     if (loaded === null) return { accepted: false, status: null };
     if (!('actor' in loaded)) return { accepted: false, status: loaded.value.run.status };
     const h = loaded;
@@ -345,26 +484,28 @@ export class RunEngine {
   }
 
   /** The live handle, or a fresh one restored from the row; a terminal row comes back as the row. */
-  private async handle(runId: string): Promise<Handle | Versioned<BgRunRow> | null> {
+  private async handle(runId: string, known?: Versioned<BgRunRow>): Promise<Handle | Versioned<BgRunRow> | null> {
     const live = this.handles.get(runId);
     if (live && !live.dead) return live;
     let p = this.loading.get(runId);
     if (!p) {
-      p = this.load(runId).finally(() => this.loading.delete(runId));
+      p = this.load(runId, known).finally(() => this.loading.delete(runId));
       this.loading.set(runId, p);
     }
     return p;
   }
 
-  private async load(runId: string): Promise<Handle | Versioned<BgRunRow> | null> {
-    await this.creating.get(runId);
-    const row = await this.getRow(runId);
+  private async load(runId: string, known?: Versioned<BgRunRow>): Promise<Handle | Versioned<BgRunRow> | null> {
+    const appending = this.appends.get(runId);
+    if (appending) await appending.chain;
+    // A row the caller just read (a claim pass) saves a read; a stale one fails its first write (CAS).
+    const row = known ?? (await this.getRow(runId));
     if (!row) return null;
     await this.repairOutbox(row.value);
     if (TERMINAL.has(row.value.run.status)) return row;
     const h: Handle = {
       id: runId, actor: null, row, chain: Promise.resolve(), pending: 0, sends: 0, dead: false,
-      heartbeat: null, timeout: null, timeoutAttempt: 0, timedOut: null,
+      heartbeat: null, timeout: null, timeoutAttempt: 0, timedOut: null, tailWrite: null,
     };
     this.handles.set(runId, h);
     const { machine_version: _v, event_seq: _s, outbox: _o, ...ctx } = row.value;
@@ -387,6 +528,7 @@ export class RunEngine {
   }
 
   private enqueue(h: Handle, job: () => Promise<void>, onError: (err: unknown) => void): void {
+    h.tailWrite = null; // a later transition must not be written before this job runs
     h.pending++;
     h.chain = h.chain
       .then(async () => {
@@ -413,28 +555,51 @@ export class RunEngine {
       this.log('error', 'background run effect without a live handle', { run_id: ctx.run.run_id });
       return;
     }
-    this.enqueue(h, () => this.writeRecord(h, ctx, params), (err) => {
+    // Transitions taken before the previous one's write started are written together with it:
+    // a claim and the start of its attempt are one commit, the same CAS on the queued version.
+    if (h.tailWrite) {
+      h.tailWrite.steps.push({ ctx, params });
+      return;
+    }
+    const job: WriteJob = { steps: [{ ctx, params }] };
+    this.enqueue(h, () => {
+      if (h.tailWrite === job) h.tailWrite = null;
+      return this.writeRecord(h, job.steps);
+    }, (err) => {
       // Fenced or the store failed: this copy no longer knows the truth; drop it (the row is reloaded on next use).
       this.log(isStoreError(err, 'stale_version') ? 'warn' : 'error', 'background run write refused; dropping this copy', { run_id: h.id, err: String(err) });
+      this.forgetTask(h.row.value.run.task_id);
       this.release(h, true);
       this.kick();
     });
+    h.tailWrite = job;
   }
 
-  private async writeRecord(h: Handle, ctx: BackgroundRunContext, params: RecordParams): Promise<void> {
+  private async writeRecord(h: Handle, steps: WriteJob['steps']): Promise<void> {
     const prev = h.row.value;
     const at = iso(this.deps.clock.now());
-    const lifecycle = params.events.map((e, i) => this.lifecycleOf(ctx, e, prev.event_seq + i + 1, at));
+    const lifecycle: LifecycleRecord[] = [];
+    const attempts = new Map<number, RecordParams['attempts'][number]>();
+    let seq = prev.event_seq;
+    let runJson = false;
+    for (const { ctx: c, params } of steps) {
+      for (const e of params.events) lifecycle.push(this.lifecycleOf(c, e, ++seq, at));
+      for (const a of params.attempts) attempts.set(a.attempt_number, a);
+      // run.json follows every lifecycle event except heartbeats (and a change with no event).
+      if (params.events.length === 0 || params.events.some((e) => e.type !== 'background_run_heartbeat')) runJson = true;
+    }
+    const ctx = steps[steps.length - 1].ctx;
+    const unacked = this.appends.get(h.id)?.unacked ?? [];
     const next: BgRunRow = {
       ...ctx,
       machine_version: BACKGROUND_RUN_MACHINE_VERSION,
-      event_seq: prev.event_seq + lifecycle.length,
-      outbox: lifecycle.length > 0 ? lifecycle : prev.outbox,
+      event_seq: seq,
+      outbox: unacked.length > 0 ? [...unacked, ...lifecycle] : lifecycle,
     };
     const ops: WriteOp[] = [
       { op: 'update', kind: 'bg_runs', id: h.id, value: next, expectedVersion: h.row.version, indexes: runRowIndexes(next) },
       // Attempts ride in the same atomic write: the run row's CAS fences them too.
-      ...params.attempts.map((a): WriteOp => ({
+      ...[...attempts.values()].map((a): WriteOp => ({
         op: 'update', kind: 'bg_attempts', id: attemptRecordId(h.id, a.attempt_number), value: a, expectedVersion: null, indexes: { run_id: h.id },
       })),
     ];
@@ -444,13 +609,12 @@ export class RunEngine {
     }
     const [written] = await this.deps.store.commit(ops);
     h.row = written as Versioned<BgRunRow>;
-    await this.emitLifecycle(ctx, lifecycle, params.events.length === 0 || params.events.some((e) => e.type !== 'background_run_heartbeat'));
-    if (TERMINAL.has(status)) this.emitted.delete(h.id);
-    else this.emitted.set(h.id, next.event_seq);
-    this.afterRecord(h, ctx, prev.run.status);
+    this.noteRun(ctx.run.task_id, h.id, status);
+    const flushed = this.queueEmit(ctx, lifecycle, { runJson, mirror: true });
+    this.afterRecord(h, ctx, prev.run.status, flushed);
   }
 
-  private afterRecord(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus): void {
+  private afterRecord(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus, flushed: Promise<void>): void {
     const status = ctx.run.status;
     const runId = h.id;
     if (HELD.has(status)) this.ensureHeartbeat(h);
@@ -461,7 +625,8 @@ export class RunEngine {
     if (WAITING.has(status)) this.watchResume(runId, ctx.internal.agent_run_id);
     else this.unwatchResume(runId);
     if (TERMINAL.has(status) && !TERMINAL.has(prevStatus)) this.deps.metrics.backgroundRuns.inc({ status });
-    if (TERMINAL.has(status) || WAITING.has(status)) this.resolveWaiters(ctx.run);
+    // A caller told "ended" (wait) must find every event of the run stored, and its files written.
+    if ((TERMINAL.has(status) || WAITING.has(status)) && this.waiters.has(runId)) void flushed.then(() => this.resolveWaiters(ctx.run));
     if (!HELD.has(status) || status === 'queued') this.kick();
   }
 
@@ -474,26 +639,70 @@ export class RunEngine {
   }
 
   /**
-   * Appends lifecycle events to telemetry (the run's own trace), then mirrors them to the
-   * workspace. Throws when an append fails: the caller drops its copy of the run, and the next
-   * load re-appends the missing events from the row's outbox.
+   * Queues the append of a write's lifecycle events to telemetry (the run's own trace), then their
+   * workspace mirror, behind the run's earlier ones. Resolves when this batch is through (never
+   * rejects). A failed append drops this process's copy of the run: the row's outbox still holds
+   * the events, and the next load re-appends them.
    */
-  private async emitLifecycle(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson = true): Promise<void> {
-    for (const l of lifecycle) await this.deps.telemetry.emit(this.telemetryOf(ctx, l));
-    await this.mirror(ctx, lifecycle, rewriteRunJson);
+  private queueEmit(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], opts: { runJson: boolean; mirror: boolean }): Promise<void> {
+    const runId = ctx.run.run_id;
+    let st = this.appends.get(runId);
+    if (!st) {
+      st = { chain: Promise.resolve(), flushed: Promise.resolve(), unacked: [], pending: 0 };
+      this.appends.set(runId, st);
+    }
+    const state = st;
+    for (const l of lifecycle) state.unacked.push(l);
+    state.pending++;
+    const terminal = TERMINAL.has(ctx.run.status);
+    let mirrored: Promise<void> | null = null;
+    const step = state.chain.then(async () => {
+      if (lifecycle.length > 0) {
+        try {
+          await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
+        } catch (err) {
+          this.log('warn', 'could not append the lifecycle events of a background run; its next load re-appends them', { run_id: runId, err: String(err) });
+          this.emitted.delete(runId);
+          const h = this.handles.get(runId);
+          if (h) {
+            this.forgetTask(ctx.run.task_id);
+            this.release(h, true);
+          }
+          return;
+        }
+        const last = lifecycle[lifecycle.length - 1].sequence;
+        state.unacked = state.unacked.filter((l) => l.sequence > last);
+        if (terminal) this.emitted.delete(runId);
+        else this.emitted.set(runId, last);
+      }
+      // Issued in append order; the mirror lane keeps each folder's writes in that order.
+      if (opts.mirror) mirrored = this.mirror(ctx, lifecycle, opts.runJson, terminal);
+    });
+    state.chain = step.catch(() => undefined);
+    const flushed = state.chain.then(() => mirrored ?? undefined);
+    state.flushed = flushed;
+    void flushed.finally(() => {
+      if (--state.pending === 0 && this.appends.get(runId) === state) this.appends.delete(runId);
+    });
+    return flushed;
   }
 
-  private async mirror(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson: boolean): Promise<void> {
+  /** Appends now and waits (the outbox repair path). Throws when the append fails. */
+  private async emitLifecycle(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[]): Promise<void> {
+    await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
+    await this.mirror(ctx, lifecycle, true, TERMINAL.has(ctx.run.status));
+  }
+
+  private async mirror(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson: boolean, last: boolean): Promise<void> {
     const dir = ctx.run.workspace_path;
-    try {
-      if (ctx.internal.write_events_jsonl && lifecycle.length > 0) {
-        await appendEventLines(dir, lifecycle.map(({ data: _d, ...line }) => line));
-      }
-      if (ctx.internal.write_run_json && rewriteRunJson) await writeRunJson(dir, ctx.run);
-    } catch (err) {
-      // The workspace is a mirror: a full disk must not stop the run.
-      this.log('warn', 'could not write the run workspace files', { run_id: ctx.run.run_id, err: String(err) });
-    }
+    const lines = ctx.internal.write_events_jsonl ? lifecycle.map(({ data: _d, ...line }) => line) : [];
+    const run = ctx.internal.write_run_json && rewriteRunJson ? ctx.run : null;
+    if (lines.length === 0 && !run) return;
+    const makeDir = !this.madeDirs.has(dir);
+    if (last) this.madeDirs.delete(dir);
+    else this.madeDirs.add(dir);
+    const status = ctx.run.status;
+    await this.mirrors.write(dir, lines, run, makeDir, TERMINAL.has(status) || WAITING.has(status));
   }
 
   private telemetryOf(ctx: BackgroundRunContext, l: LifecycleRecord): EventRecordInput {
@@ -555,10 +764,10 @@ export class RunEngine {
 
   /** GET /background/runs/{id}/events: the replay, repaired first if a crash cut it short. */
   async events(runId: string): Promise<Array<Record<string, unknown>>> {
+    await this.appends.get(runId)?.chain;
     const row = await this.getRow(runId);
     if (!row) throw notFound('background run', runId);
-    await this.creating.get(runId);
-    if (!this.handles.has(runId)) await this.repairOutbox(row.value);
+    if (!this.handles.has(runId) && !this.appends.has(runId)) await this.repairOutbox(row.value);
     const stored = await this.storedLifecycle(runId);
     stored.sort((a, b) => a.sequence - b.sequence);
     const seen = new Set<number>();
@@ -675,6 +884,12 @@ export class RunEngine {
         })
         .catch((err: unknown) => {
           if (err instanceof AppError && err.code === 'Conflict') return this.continueAgent(h, id);
+          // The process is shutting down (a claim whose write was under way when it began): nothing
+          // ran, and failing the run would be wrong. It stays running; the next start recovers it.
+          if (err instanceof AppError && err.code === 'ServerBusy') {
+            this.log('info', 'background run left for recovery: the service is shutting down', { run_id: h.id });
+            return undefined;
+          }
           if (isStoreError(err, 'conflict')) return this.continueAgent(h, id);
           this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not start: ${String((err as Error)?.message ?? err)}`));
           return undefined;
@@ -885,9 +1100,11 @@ export class RunEngine {
       set.add(onRun);
       const timer = setTimeout(() => finish(null), ms);
       // It may have settled before the waiter was registered.
-      void this.getRow(runId).then((row) => {
+      void this.getRow(runId).then(async (row) => {
         const s = row?.value.run.status;
-        if (row && s && (TERMINAL.has(s) || WAITING.has(s))) finish(row.value.run);
+        if (!row || !s || !(TERMINAL.has(s) || WAITING.has(s))) return;
+        await this.appends.get(runId)?.flushed; // its events and files are written before the caller hears of the end
+        finish(row.value.run);
       });
     });
   }
@@ -902,6 +1119,7 @@ export class RunEngine {
   /** Deletes a task's runs (DELETE /background/tasks/{id}?delete_runs=true), cancelling live ones first. */
   async deleteRunsOfTask(taskId: string): Promise<number> {
     let deleted = 0;
+    this.forgetTask(taskId);
     for (;;) {
       const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, limit: 200 });
       if (page.items.length === 0) return deleted;
@@ -928,6 +1146,7 @@ export class RunEngine {
         } catch (err) {
           if (!isStoreError(err, 'not_found')) throw err;
         }
+        this.forgetTask(taskId);
       }
     }
   }
@@ -1000,7 +1219,10 @@ export class RunEngine {
     let scanned = 0;
     let earliest = Infinity;
     const blockedTasks = new Set<string>();
-    do {
+    // Claims of one pass are written concurrently (they share a store round), not one round each:
+    // claim() counts itself in heldCount at once, so the pass stops at the free worker count.
+    const claims: Array<Promise<boolean>> = [];
+    scan: do {
       // Rows are parsed whole, so a pass with few free workers reads a small page first.
       const free = concurrency - this.heldCount;
       const limit = Math.min(100, Math.max(16, free * 4));
@@ -1026,26 +1248,45 @@ export class RunEngine {
           blockedTasks.add(run.task_id);
           if (!canClaim(policy, active, oldest)) continue;
         }
-        if (await this.claim(run.run_id)) {
-          if (this.heldCount >= concurrency || !this.accepting) return;
-        }
+        claims.push(this.claim(run.run_id, item).catch((err: unknown) => {
+          this.log('warn', 'could not claim a background run', { run_id: run.run_id, err: String(err) });
+          return false;
+        }));
+        if (this.heldCount >= concurrency || !this.accepting) break scan;
       }
       cursor = page.next_cursor;
     } while (cursor && scanned < 2000);
+    await Promise.all(claims);
     if (earliest < Infinity) this.wakeAtLatest(earliest);
   }
 
-  /** CLAIM (a CAS on the row: of two workers exactly one wins), then START the attempt. */
-  async claim(runId: string): Promise<boolean> {
+  /**
+   * CLAIM then START, written as ONE row write: a CAS on the queued version, so of two workers
+   * exactly one wins, and the agent run starts only after the write (startAgent is queued behind
+   * it). `known` is the row the claim pass just read (saves a read; a stale one loses the CAS).
+   */
+  async claim(runId: string, known?: Versioned<BgRunRow>): Promise<boolean> {
     this.claimingNow++;
     try {
-      const now = this.deps.clock.now();
-      const claimed = await this.send(runId, {
-        type: 'CLAIM', at: iso(now), worker_id: this.deps.workerId, lease_token: `lease_${randomUUID()}`, lease_expires_at: iso(now + this.leaseMs),
-      }, { durable: true });
-      if (!claimed.accepted || claimed.status !== 'claimed') return false;
-      const started = await this.send(runId, { type: 'START', at: iso(this.deps.clock.now()), attempt_id: newId('attempt') });
-      return started.accepted;
+      const loaded = await this.handle(runId, known);
+      if (loaded === null || !('actor' in loaded)) return false;
+      const h = loaded;
+      h.sends++;
+      try {
+        const actor = h.actor!;
+        const now = this.deps.clock.now();
+        const claimEv: BackgroundRunEvent = {
+          type: 'CLAIM', at: iso(now), worker_id: this.deps.workerId, lease_token: `lease_${randomUUID()}`, lease_expires_at: iso(now + this.leaseMs),
+        };
+        if (!this.accepting || actor.getSnapshot().status !== 'active' || !actor.getSnapshot().can(claimEv)) return false;
+        actor.send(claimEv);
+        actor.send({ type: 'START', at: iso(now), attempt_id: newId('attempt') });
+        await h.chain;
+        return !h.dead && this.statusOf(h) === 'running';
+      } finally {
+        h.sends--;
+        this.maybeRelease(h);
+      }
     } finally {
       this.claimingNow--;
     }

@@ -188,7 +188,7 @@ export class BackgroundManager {
       const prevSched = await store.getRecord<ScheduleRow>('bg_schedule', body.task_id);
       // A new revision for every create/replace: occurrence ids of the old schedule can never collide.
       const sched = this.scheduler.newScheduleRow(task, (prevSched?.value.schedule_revision ?? 0) + 1, now, prevSched?.value ?? null);
-      await store.commit([
+      const written = await store.commit([
         existing
           ? { op: 'update', kind: 'bg_tasks', id: task.task_id, value: task, expectedVersion: existing.version, indexes: { agent_id: agentId } }
           : { op: 'create', kind: 'bg_tasks', id: task.task_id, value: task, indexes: { agent_id: agentId } },
@@ -196,7 +196,7 @@ export class BackgroundManager {
           ? { op: 'update', kind: 'bg_schedule', id: task.task_id, value: sched, expectedVersion: prevSched.version }
           : { op: 'create', kind: 'bg_schedule', id: task.task_id, value: sched },
       ]);
-      this.scheduler.applyTask(task, sched);
+      this.scheduler.applyTask(task, written[1] as Versioned<ScheduleRow>);
       return task;
     });
   }
@@ -230,7 +230,7 @@ export class BackgroundManager {
       } else if (sched && next.enabled && !prev.enabled && !sched.paused) {
         sched = this.scheduler.resumedScheduleRow(next, sched, now);
       }
-      await store.commit([
+      const written = await store.commit([
         { op: 'update', kind: 'bg_tasks', id: taskId, value: next, expectedVersion: rec.version, indexes: { agent_id: next.agent_id } },
         ...(sched && sched !== schedRec?.value
           ? [schedRec
@@ -238,7 +238,7 @@ export class BackgroundManager {
             : { op: 'create' as const, kind: 'bg_schedule' as const, id: taskId, value: sched }]
           : []),
       ]);
-      this.scheduler.applyTask(next, sched);
+      this.scheduler.applyTask(next, (written[1] as Versioned<ScheduleRow> | undefined) ?? schedRec);
       return next;
     });
   }
@@ -281,12 +281,13 @@ export class BackgroundManager {
       const schedRec = await store.getRecord<ScheduleRow>('bg_schedule', taskId);
       const current = schedRec?.value ?? this.scheduler.newScheduleRow(rec.value, 1, now, null);
       const next = edit(rec.value, current, now);
+      let written: Versioned<ScheduleRow>;
       if (schedRec) {
-        if (next !== current) await store.updateRecord<ScheduleRow>('bg_schedule', taskId, next, schedRec.version);
+        written = next !== current ? await store.updateRecord<ScheduleRow>('bg_schedule', taskId, next, schedRec.version) : schedRec;
       } else {
-        await store.createRecord<ScheduleRow>('bg_schedule', taskId, next);
+        written = await store.createRecord<ScheduleRow>('bg_schedule', taskId, next);
       }
-      this.scheduler.applyTask(rec.value, next);
+      this.scheduler.applyTask(rec.value, written);
     });
   }
 
@@ -326,12 +327,16 @@ export class BackgroundManager {
     this.requireRunning();
     const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
     if (!task.enabled) throw notFound('enabled background task', taskId);
-    const run = await this.scheduler.taskJob(taskId, async () => {
+    // The job decides and issues the write; the write itself is awaited outside the task's job.
+    const dispatched = await this.scheduler.taskJob(taskId, async () => {
       const current = this.scheduler.tasks.get(taskId);
       if (!current || !current.enabled) throw notFound('enabled background task', taskId);
-      return this.scheduler.dispatch(current, { manual: true, query: body.query ?? null });
+      return this.scheduler.dispatchManual(current, body.query ?? null);
     });
+    const run = await dispatched.done;
     if (!run) throw notFound('enabled background task', taskId);
+    // Answer once the run's creation events are stored too, as before the append was pipelined.
+    await this.engine.appended(run.run_id);
     if (!body.wait || TERMINAL.has(run.status)) return run;
     const budget = this.deps.config.server.request_timeout_seconds;
     const settled = await this.engine.waitSettled(run.run_id, budget * 1000);

@@ -1,48 +1,54 @@
-// Task schedules (decisions.md §7): one `task:<id>` actor per enabled task, schedule state rows
+// Task schedules (decisions.md §7): the task machine's state per enabled task, schedule state rows
 // (kind bg_schedule) that a ticker turns into due occurrences, and an in-memory min-heap of
 // next_due_at so a tick looks at one entry, not at every task. Dispatch is idempotent across
 // restarts and instances: each occurrence's record is created in the same commit as its run.
-import { type AnyActorRef } from 'xstate';
-import { taskMachine, type DispatchParams, type TaskOccurrence } from '../../machines/task.machine.js';
+//
+// The task machine runs as pure transitions (xstate `transition`), not as a live actor per task:
+// it holds no timers or children, and a live child of the root supervisor made every other
+// spawn and stop cost O(number of tasks) (xstate copies the children map on each), which 10,000
+// cron tasks turned into the main cost of every background run.
+import { type SnapshotFrom } from 'xstate';
+import { taskMachine, type DispatchParams, type DropParams, type TaskEvent, type TaskOccurrence } from '../../machines/task.machine.js';
+import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import { dueOccurrences, nextDueAt, prevDueAt, upcoming, type ScheduleSpec as SchedSpec } from '../scheduler/schedule.js';
 import type { BackgroundRun } from '../schemas/background.js';
-import type { BackgroundDeps, RunEngine } from './engine.js';
+import type { BackgroundDeps, PreparedRun, RunEngine } from './engine.js';
 import { DueHeap } from './heap.js';
+import { pureStepper } from './transition.js';
 import { occurrenceRecordId, type ScheduleRow, type TaskRow } from './types.js';
-import { isStoreError, type Versioned } from '../store/store.js';
+import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 /** Longest single wait of the due timer; the poll ticker covers anything beyond. */
 const MAX_TIMER_MS = 60_000;
+const NOTHING_IN_FLIGHT: TaskRunsInFlight = { activeRunIds: [], queuedRunIds: [] };
+
+type TaskSnapshot = SnapshotFrom<typeof taskMachine>;
+const step = pureStepper(taskMachine);
+
+/** A manual dispatch: decided and issued inside the task's job; `done` resolves once it is written. */
+export interface Dispatched {
+  done: Promise<BackgroundRun | null>;
+}
 
 export class TaskScheduler {
   /** Every task (enabled or not): dispatch reads its spec from here, not from the store. */
   readonly tasks = new Map<string, TaskRow>();
+  /** Each task's schedule row and version as last read or written here: a fire needs no read. */
+  private readonly schedules = new Map<string, Versioned<ScheduleRow>>();
+  /** Task machine state of every enabled task. */
+  private readonly states = new Map<string, TaskSnapshot>();
   private readonly heap = new DueHeap();
   private readonly chains = new Map<string, Promise<void>>();
-  private inbox: DispatchParams[] = [];
-  private readonly logic;
   private dueTimer: NodeJS.Timeout | null = null;
   private dueTimerAt = Infinity;
   private ticking = false;
 
-  constructor(private readonly deps: BackgroundDeps, private readonly engine: RunEngine) {
-    this.logic = taskMachine.provide({
-      actions: {
-        // Sends to a task actor are synchronous: the caller reads the inbox right after send().
-        dispatch: (_args, params) => {
-          this.inbox.push(params);
-        },
-        drop: (_args, params) => {
-          this.deps.log?.('info', 'background occurrence dropped', { task_id: params.task_id, occurrence_id: params.occurrence?.occurrence_id ?? null, reason: params.reason });
-        },
-      },
-    });
-  }
+  constructor(private readonly deps: BackgroundDeps, private readonly engine: RunEngine) {}
 
   // ---------------------------------------------------------------- start-up and ticking
 
-  /** Loads every task and its schedule row: actors for the enabled ones, heap entries for the due ones. */
+  /** Loads every task and its schedule row: machine states for the enabled ones, heap entries for the due ones. */
   async load(): Promise<void> {
     const { store } = this.deps;
     let cursor: string | null = null;
@@ -51,9 +57,10 @@ export class TaskScheduler {
       const rows = await store.getRecords<ScheduleRow>('bg_schedule', page.items.map((t) => t.id));
       page.items.forEach((t, i) => {
         this.tasks.set(t.id, t.value);
-        const sched = rows[i]?.value ?? null;
-        if (t.value.enabled) this.spawnActor(t.value, sched);
-        this.setDue(t.value, sched);
+        const sched = rows[i] ?? null;
+        if (sched) this.schedules.set(t.id, sched);
+        if (t.value.enabled) this.initState(t.value, sched?.value ?? null);
+        this.setDue(t.value, sched?.value ?? null);
       });
       cursor = page.next_cursor;
     } while (cursor);
@@ -74,7 +81,7 @@ export class TaskScheduler {
   async close(): Promise<void> {
     this.stop();
     await Promise.all([...this.chains.values()]);
-    for (const id of this.tasks.keys()) this.deps.system.stop(`task:${id}`);
+    this.states.clear();
   }
 
   /** Pops every due task and fires it (in parallel across tasks, serially per task). */
@@ -82,8 +89,15 @@ export class TaskScheduler {
     if (!this.ticking) return;
     const now = this.deps.clock.now();
     for (const { task_id } of this.heap.popDue(now)) {
-      void this.taskJob(task_id, () => this.fire(task_id)).catch((err) =>
-        this.deps.log?.('error', 'background dispatch failed', { task_id, err: String(err) }));
+      void this.taskJob(task_id, () => this.fire(task_id)).catch((err) => {
+        this.deps.log?.('error', 'background dispatch failed', { task_id, err: String(err) });
+        // Popped but not advanced: try again after a poll interval instead of never.
+        const task = this.tasks.get(task_id);
+        if (task?.enabled && this.heap.get(task_id) === null) {
+          this.heap.set(task_id, this.deps.clock.now() + this.deps.config.background.poll_interval_ms);
+          this.armDueTimer();
+        }
+      });
     }
     this.armDueTimer();
   }
@@ -107,8 +121,9 @@ export class TaskScheduler {
 
   /** Runs `fn` after every earlier job of the task: dispatch and task edits never interleave. */
   taskJob<T>(taskId: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.chains.get(taskId) ?? Promise.resolve();
-    const p = prev.then(fn);
+    const prev = this.chains.get(taskId);
+    // No earlier job: start now, not a microtask later (a tick fires many tasks in one go).
+    const p = prev ? prev.then(fn) : new Promise<T>((resolve) => resolve(fn()));
     const tail = p.then(() => undefined, () => undefined);
     this.chains.set(taskId, tail);
     void tail.then(() => {
@@ -117,15 +132,94 @@ export class TaskScheduler {
     return p;
   }
 
+  // ---------------------------------------------------------------- the task machine
+
+  private initState(task: TaskRow, sched: ScheduleRow | null): void {
+    this.states.set(task.task_id, step.initial({
+      task_id: task.task_id, overlap_policy: task.overlap_policy, enabled: true, paused: sched?.paused ?? false, paused_reason: sched?.paused_reason ?? null,
+    }));
+  }
+
+  /** One event through the task machine; returns the dispatches it decided (drops are logged). */
+  private decide(taskId: string, event: TaskEvent): DispatchParams[] {
+    const snap = this.states.get(taskId);
+    if (!snap) return [];
+    const [next, actions] = step(snap, event);
+    this.states.set(taskId, next);
+    const out: DispatchParams[] = [];
+    for (const a of actions) {
+      if (a.type === 'dispatch') out.push(a.params as DispatchParams);
+      else if (a.type === 'drop') {
+        const d = a.params as DropParams;
+        this.deps.log?.('info', 'background occurrence dropped', { task_id: d.task_id, occurrence_id: d.occurrence?.occurrence_id ?? null, reason: d.reason });
+      }
+    }
+    return out;
+  }
+
+  private async schedule(taskId: string): Promise<Versioned<ScheduleRow> | null> {
+    const cached = this.schedules.get(taskId);
+    if (cached) return cached;
+    const rec = await this.deps.store.getRecord<ScheduleRow>('bg_schedule', taskId);
+    if (rec) this.schedules.set(taskId, rec);
+    return rec;
+  }
+
   // ---------------------------------------------------------------- occurrences
 
+  /**
+   * Dispatches what is due for one task. Every occurrence's records (occurrence, run, trace) and
+   * the advanced schedule row go into ONE commit, the schedule row's CAS included; the commits of
+   * all tasks due in the same tick are issued together and land in one store round. Overlap
+   * decisions read the engine's in-memory in-flight view, so the common path reads nothing.
+   */
   private async fire(taskId: string): Promise<void> {
     const task = this.tasks.get(taskId);
-    if (!task || !task.enabled) return;
-    const rec = await this.deps.store.getRecord<ScheduleRow>('bg_schedule', taskId);
+    if (!task || !task.enabled || !this.states.has(taskId)) return;
+    const rec = await this.schedule(taskId);
     if (!rec || rec.value.deleted || rec.value.paused) return;
+    // cancel_previous must cancel before it queues: the occurrence-at-a-time path.
+    if (task.overlap_policy === 'cancel_previous') return this.fireOneByOne(task, rec);
+    const tracked = task.overlap_policy !== 'allow_parallel';
+    if (tracked && !this.engine.inFlightNow(taskId)) await this.engine.inFlight(taskId);
     const s = rec.value;
     const now = this.deps.clock.now();
+    const res = this.occurrences(task, s, now);
+    const prepared: PreparedRun[] = [];
+    for (const occ of res.dispatch) {
+      const inFlight = tracked ? this.engine.inFlightNow(taskId) ?? NOTHING_IN_FLIGHT : NOTHING_IN_FLIGHT;
+      for (const d of this.decide(taskId, { type: 'DUE', occurrence: occ as TaskOccurrence, inFlight })) {
+        const p = this.engine.prepareRun({
+          task, trigger_type: occ.trigger_type, occurrence: occ as TaskOccurrence, query: null,
+          skip: d.decision.action === 'skip' ? skipReason(task) : null,
+        }, now);
+        this.engine.track(p); // the next occurrence's decision sees this run
+        prepared.push(p);
+      }
+    }
+    const next = this.advanced(s, res, prepared.length, now);
+    const ops: WriteOp[] = [];
+    for (const p of prepared) for (const op of p.ops) ops.push(op);
+    ops.push({ op: 'update', kind: 'bg_schedule', id: taskId, value: next, expectedVersion: rec.version });
+    let written: Array<Versioned<unknown> | null>;
+    try {
+      written = await this.deps.store.commit(ops);
+    } catch (err) {
+      for (const p of prepared) this.engine.untrack(p);
+      if (!isStoreError(err, 'conflict') && !isStoreError(err, 'stale_version')) throw err;
+      // An occurrence was already dispatched, or another writer moved the schedule: start over from the stored row.
+      this.schedules.delete(taskId);
+      const fresh = await this.schedule(taskId);
+      if (isStoreError(err, 'conflict') && fresh && !fresh.value.deleted && !fresh.value.paused) return this.fireOneByOne(task, fresh);
+      this.setDue(task, fresh?.value ?? null);
+      return;
+    }
+    this.schedules.set(taskId, written[written.length - 1] as Versioned<ScheduleRow>);
+    for (const p of prepared) this.engine.created(p);
+    this.setDue(task, next);
+  }
+
+  private occurrences(task: TaskRow, s: ScheduleRow, now: number) {
     const res = dueOccurrences(task.schedule as SchedSpec, {
       lastDueMs: s.last_due_at ? Date.parse(s.last_due_at) : null,
       nowMs: now,
@@ -134,100 +228,115 @@ export class TaskScheduler {
       misfireCursor: s.misfire_cursor,
     });
     if (res.missed) {
-      this.deps.log?.('info', 'background occurrences missed', { task_id: taskId, ...res.missed, policy: task.schedule.misfire_policy, truncated: res.truncated });
+      this.deps.log?.('info', 'background occurrences missed', { task_id: task.task_id, ...res.missed, policy: task.schedule.misfire_policy, truncated: res.truncated });
     }
-    let dispatched = 0;
-    for (const occ of res.dispatch) {
-      const run = await this.dispatch(task, { occurrence: occ as TaskOccurrence });
-      if (run) dispatched++;
-    }
-    const next: ScheduleRow = {
+    return res;
+  }
+
+  private advanced(s: ScheduleRow, res: ReturnType<typeof dueOccurrences>, dispatched: number, now: number): ScheduleRow {
+    return {
       ...s,
       last_due_at: res.last_due_at,
       next_due_at: res.next_due_at,
       misfire_cursor: res.misfire_cursor,
       last_dispatched_at: dispatched > 0 ? iso(now) : s.last_dispatched_at,
-      updated_at: iso(this.deps.clock.now()),
+      updated_at: iso(now),
     };
+  }
+
+  /** One occurrence at a time, each its own commit, checked for a replay before anything is cancelled. */
+  private async fireOneByOne(task: TaskRow, rec: Versioned<ScheduleRow>): Promise<void> {
+    const taskId = task.task_id;
+    const s = rec.value;
+    const now = this.deps.clock.now();
+    const res = this.occurrences(task, s, now);
+    let dispatched = 0;
+    for (const occ of res.dispatch) {
+      const run = await this.dispatchOccurrence(task, occ as TaskOccurrence);
+      if (run) dispatched++;
+    }
+    const next = this.advanced(s, res, dispatched, now);
     try {
-      await this.deps.store.updateRecord<ScheduleRow>('bg_schedule', taskId, next, rec.version);
+      this.schedules.set(taskId, await this.deps.store.updateRecord<ScheduleRow>('bg_schedule', taskId, next, rec.version));
       this.setDue(task, next);
     } catch (err) {
       if (!isStoreError(err, 'stale_version')) throw err;
       // Another writer (an edit, another instance) moved the schedule: follow the stored row.
-      const fresh = await this.deps.store.getRecord<ScheduleRow>('bg_schedule', taskId);
+      this.schedules.delete(taskId);
+      const fresh = await this.schedule(taskId);
       this.setDue(task, fresh?.value ?? null);
     }
   }
 
-  /**
-   * One trigger through the task actor: the machine decides the overlap action, the inbox carries
-   * the decision out, and the run is created (or skipped) accordingly. Null when nothing was
-   * created: the task is disabled, or the occurrence was already dispatched.
-   */
-  async dispatch(task: TaskRow, trigger: { occurrence: TaskOccurrence } | { manual: true; query: string | null }): Promise<BackgroundRun | null> {
-    const actor = this.deps.system.get(`task:${task.task_id}`);
-    if (!actor) return null;
-    const occurrence = 'occurrence' in trigger ? trigger.occurrence : null;
+  private async dispatchOccurrence(task: TaskRow, occurrence: TaskOccurrence): Promise<BackgroundRun | null> {
+    if (!this.states.has(task.task_id)) return null;
     // A replayed occurrence must not cancel anything (cancel_previous) before finding out it already ran.
-    if (occurrence && (await this.deps.store.getRecord('bg_occurrences', occurrenceRecordId(task.task_id, occurrence.occurrence_id)))) return null;
-    const policy = task.overlap_policy;
-    const inFlight = policy === 'allow_parallel'
-      ? { activeRunIds: [], queuedRunIds: [] }
-      : await this.engine.inFlight(task.task_id, policy === 'cancel_previous');
-    this.inbox = [];
-    actor.send(occurrence ? { type: 'DUE', occurrence, inFlight } : { type: 'MANUAL', query: 'manual' in trigger ? trigger.query : null, inFlight });
-    const decisions = this.inbox.splice(0);
+    if (await this.deps.store.getRecord('bg_occurrences', occurrenceRecordId(task.task_id, occurrence.occurrence_id))) return null;
+    const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
     let created: BackgroundRun | null = null;
-    for (const p of decisions) created = await this.execute(task, p);
+    for (const p of this.decide(task.task_id, { type: 'DUE', occurrence, inFlight })) created = await (await this.execute(task, p)).done;
     return created;
   }
 
-  private async execute(task: TaskRow, p: DispatchParams): Promise<BackgroundRun | null> {
+  /**
+   * A manual trigger through the task machine (so the overlap policy applies). Called inside the
+   * task's job: the decision and the issue of the write happen there, in order with the task's
+   * other dispatches; the caller awaits `done` outside it, so many manual runs of one task share
+   * store rounds instead of taking one each. Null `done` value: the task is disabled.
+   */
+  async dispatchManual(task: TaskRow, query: string | null): Promise<Dispatched> {
+    if (!this.states.has(task.task_id)) return { done: Promise.resolve(null) };
+    const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
+    let out: Dispatched = { done: Promise.resolve(null) };
+    for (const p of this.decide(task.task_id, { type: 'MANUAL', query, inFlight })) out = await this.execute(task, p);
+    return out;
+  }
+
+  /** Carries out one decision; the returned `done` is the run's write. */
+  private async execute(task: TaskRow, p: DispatchParams): Promise<Dispatched> {
     const base = { task, trigger_type: p.occurrence ? p.occurrence.trigger_type : 'manual' as const, occurrence: p.occurrence, query: p.query };
     switch (p.decision.action) {
       case 'skip':
-        return this.engine.createRun({ ...base, skip: `skipped by the overlap policy ${task.overlap_policy}: the task has runs in flight` });
+        return { done: this.engine.createRun({ ...base, skip: skipReason(task) }) };
       case 'cancel_then_queue':
         for (const id of p.decision.cancel) {
           await this.engine.cancel(id, 'superseded by a newer run (overlap policy cancel_previous)').catch(() => undefined);
         }
-        return this.engine.createRun({ ...base, skip: null });
+        return { done: this.engine.createRun({ ...base, skip: null }) };
       case 'start':
       case 'queue':
-        return this.engine.createRun({ ...base, skip: null });
+        return { done: this.engine.createRun({ ...base, skip: null }) };
     }
   }
 
   // ---------------------------------------------------------------- task edits (called inside taskJob)
 
-  /** Applies a stored task + schedule row to the actor and the heap. */
-  applyTask(task: TaskRow, sched: ScheduleRow | null): void {
-    this.tasks.set(task.task_id, task);
-    const ref = this.deps.system.get(`task:${task.task_id}`);
+  /** Applies a stored task + schedule row (with the version just written or read) to the machine state and the heap. */
+  applyTask(task: TaskRow, sched: Versioned<ScheduleRow> | null): void {
+    const id = task.task_id;
+    this.tasks.set(id, task);
+    if (sched) this.schedules.set(id, sched);
+    else this.schedules.delete(id);
+    const s = sched?.value ?? null;
+    const snap = this.states.get(id);
     if (!task.enabled) {
-      if (ref) this.deps.system.stop(`task:${task.task_id}`);
-    } else if (!ref) {
-      this.spawnActor(task, sched);
+      this.states.delete(id);
+    } else if (!snap) {
+      this.initState(task, s);
     } else {
-      ref.send({ type: 'UPDATE', overlap_policy: task.overlap_policy });
-      const paused = (ref.getSnapshot() as { context: { paused: boolean } }).context.paused;
-      if (sched?.paused && !paused) ref.send({ type: 'PAUSE', reason: sched.paused_reason });
-      if (!sched?.paused && paused) ref.send({ type: 'RESUME' });
+      this.decide(id, { type: 'UPDATE', overlap_policy: task.overlap_policy });
+      const paused = this.states.get(id)!.context.paused;
+      if (s?.paused && !paused) this.decide(id, { type: 'PAUSE', reason: s.paused_reason });
+      if (!s?.paused && paused) this.decide(id, { type: 'RESUME' });
     }
-    this.setDue(task, sched);
+    this.setDue(task, s);
   }
 
   removeTask(taskId: string): void {
     this.tasks.delete(taskId);
+    this.schedules.delete(taskId);
     this.heap.set(taskId, null);
-    this.deps.system.stop(`task:${taskId}`);
-  }
-
-  private spawnActor(task: TaskRow, sched: ScheduleRow | null): AnyActorRef {
-    return this.deps.system.spawn(`task:${task.task_id}`, this.logic, {
-      input: { task_id: task.task_id, overlap_policy: task.overlap_policy, enabled: true, paused: sched?.paused ?? false, paused_reason: sched?.paused_reason ?? null },
-    });
+    this.states.delete(taskId);
   }
 
   private setDue(task: TaskRow, sched: ScheduleRow | null): void {
@@ -281,6 +390,10 @@ export class TaskScheduler {
     const now = this.deps.clock.now();
     return upcoming(spec, now, count, { anchorMs });
   }
+}
+
+function skipReason(task: TaskRow): string {
+  return `skipped by the overlap policy ${task.overlap_policy}: the task has runs in flight`;
 }
 
 /** The first due time of a new schedule revision anchored at nowMs (a past `once` is due at once). */

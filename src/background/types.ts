@@ -57,7 +57,7 @@ export type TaskRow = BackgroundTaskSpec & { created_at: string; updated_at: str
 /** kind `bg_agents`, id = agent id. */
 export type AgentRow = BackgroundAgentSpec & { created_at: string; updated_at: string };
 
-/** kind `bg_occurrences`, id = `<task_id>/<occurrence_id>`: created in the same commit as its run. */
+/** kind `bg_occurrences`, id = `<task_id>/<occurrence_id>`: created in the same commit as its run (no index: only its existence is ever read). */
 export interface OccurrenceRow {
   task_id: string;
   occurrence_id: string;
@@ -78,15 +78,16 @@ export const ALL_STATUSES: readonly BackgroundRunStatus[] = [
 ];
 
 /**
- * Indexes of a run row: by task, by status, by both (task status counts without scans), and
- * `inflight_task` (the task id while the run is not terminal) for the overlap decision.
+ * Indexes of a run row: by task, by status, by both (task status counts without scans),
+ * `inflight_task` (the task id while the run is not terminal) to seed the overlap decision, and
+ * `agent_active` (the agent while in flight) for agent deletion. Every index costs a key and a
+ * counter per row write, 1,000 a second with one-second tasks: none is kept that nothing reads.
  */
 export function runRowIndexes(row: BgRunRow): RecordIndexes {
   const { task_id, status, agent_id } = row.run;
   return {
     task_id,
     status,
-    agent_id,
     task_status: taskStatusKey(task_id, status),
     inflight_task: IN_FLIGHT.has(status) ? task_id : null,
     agent_active: IN_FLIGHT.has(status) ? agent_id : null,

@@ -22,6 +22,14 @@ export class TelemetryEmitter {
     return stored;
   }
 
+  /** Several events in one store append (one durable write), then published in order; throws like emit. */
+  async emitMany(inputs: EventRecordInput[]): Promise<StoredEvent[]> {
+    if (inputs.length === 0) return [];
+    const stored = await this.store.appendEvents(inputs.map((i) => createEventRecord(i, this.settings, this.clock)));
+    for (const e of stored) this.bus.publish(e);
+    return stored;
+  }
+
   /**
    * Several events of one emitter in one store append (one durable write), then published in
    * order. A failure never reaches the caller: telemetry must not fail a run.
