@@ -1,5 +1,6 @@
-// The root of the actor system. Every run, background task and background run is spawned here
-// under a systemId (`run:<id>`, `task:<id>`, `bgrun:<id>`), so one place sees every child's end:
+// The root of the actor system, and of supervisor groups under it (`group:tasks`). Every run,
+// background task and background run is spawned under one of them with a systemId (`run:<id>`,
+// `task:<id>`, `bgrun:<id>`), so a supervisor sees every child's end:
 // a child that errors becomes a `childFailed` effect (the runtime writes a failed record) instead
 // of an unhandled error that would crash the process (xstate fact 4).
 import { assign, setup, stopChild, type AnyActorLogic } from 'xstate';

@@ -1,7 +1,8 @@
 // A background task's schedule as a pure statechart (decisions.md §7): enabled or not, paused or
 // not; a due occurrence (or a manual trigger) plus what the task has in flight becomes one overlap
-// decision and one named `dispatch` effect. The scheduler steps it as pure transitions (no live
-// actor: src/background/transition.ts) and carries out the `dispatch` / `drop` effects it returns.
+// decision and one named `dispatch` effect. Each enabled task is an actor of this machine
+// (`task:<id>`, in the supervisor group `group:tasks`); the scheduler carries out the `dispatch` /
+// `drop` effects it names.
 //
 // Due times are NOT timers here: next_due_at lives in the task's schedule row, which a ticker
 // turns into DUE events (architecture fact 2: `after` timers do not survive a restore).

@@ -3,18 +3,18 @@
 // next_due_at so a tick looks at one entry, not at every task. Dispatch is idempotent across
 // restarts and instances: each occurrence's record is created in the same commit as its run.
 //
-// The task machine runs as pure transitions (xstate `transition`), not as a live actor per task:
-// it holds no timers or children, and a live child of the root supervisor made every other
-// spawn and stop cost O(number of tasks) (xstate copies the children map on each), which 10,000
-// cron tasks turned into the main cost of every background run.
-import { type SnapshotFrom } from 'xstate';
+// Each enabled task is a task-machine actor (`task:<id>`) under its own supervisor group
+// (`group:tasks`, a child of the root). Not directly under the root: xstate copies a parent's
+// children map on every spawn and stop, so 10,000 cron tasks there made every run's spawn and
+// stop cost O(tasks), the main cost of every background run. The actor decides; its `dispatch`
+// and `drop` effects are collected as data while an event is sent and carried out here.
 import { taskMachine, type DispatchParams, type DropParams, type TaskEvent, type TaskOccurrence } from '../../machines/task.machine.js';
 import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import { dueOccurrences, nextDueAt, prevDueAt, upcoming, type ScheduleSpec as SchedSpec } from '../scheduler/schedule.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import type { BackgroundDeps, PreparedRun, RunEngine } from './engine.js';
 import { DueHeap } from './heap.js';
-import { pureStepper } from './transition.js';
+import type { SupervisorGroup } from '../runtime/system.js';
 import { occurrenceRecordId, type ScheduleRow, type TaskRow } from './types.js';
 import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
 
@@ -23,8 +23,8 @@ const iso = (ms: number) => new Date(ms).toISOString();
 const MAX_TIMER_MS = 60_000;
 const NOTHING_IN_FLIGHT: TaskRunsInFlight = { activeRunIds: [], queuedRunIds: [] };
 
-type TaskSnapshot = SnapshotFrom<typeof taskMachine>;
-const step = pureStepper(taskMachine);
+const actorId = (taskId: string) => `task:${taskId}`;
+type TaskEffect = { type: 'dispatch'; params: DispatchParams } | { type: 'drop'; params: DropParams };
 
 /** A manual dispatch: decided and issued inside the task's job; `done` resolves once it is written. */
 export interface Dispatched {
@@ -36,15 +36,29 @@ export class TaskScheduler {
   readonly tasks = new Map<string, TaskRow>();
   /** Each task's schedule row and version as last read or written here: a fire needs no read. */
   private readonly schedules = new Map<string, Versioned<ScheduleRow>>();
-  /** Task machine state of every enabled task. */
-  private readonly states = new Map<string, TaskSnapshot>();
+  /** The task actors: one per enabled task. */
+  private readonly actors: SupervisorGroup;
+  /** Effects of the event being sent to a task actor (see decide). */
+  private effects: TaskEffect[] = [];
+  private readonly logic = taskMachine.provide({
+    actions: {
+      dispatch: (_args, params) => void this.effects.push({ type: 'dispatch', params }),
+      drop: (_args, params) => void this.effects.push({ type: 'drop', params }),
+    },
+  });
   private readonly heap = new DueHeap();
   private readonly chains = new Map<string, Promise<void>>();
   private dueTimer: NodeJS.Timeout | null = null;
   private dueTimerAt = Infinity;
   private ticking = false;
 
-  constructor(private readonly deps: BackgroundDeps, private readonly engine: RunEngine) {}
+  constructor(private readonly deps: BackgroundDeps, private readonly engine: RunEngine) {
+    this.actors = deps.system.group('tasks');
+  }
+
+  private hasMachine(taskId: string): boolean {
+    return this.actors.get(actorId(taskId)) !== undefined;
+  }
 
   // ---------------------------------------------------------------- start-up and ticking
 
@@ -81,7 +95,7 @@ export class TaskScheduler {
   async close(): Promise<void> {
     this.stop();
     await Promise.all([...this.chains.values()]);
-    this.states.clear();
+    for (const id of this.tasks.keys()) this.actors.stop(actorId(id));
   }
 
   /** Pops every due task and fires it (in parallel across tasks, serially per task). */
@@ -135,17 +149,22 @@ export class TaskScheduler {
   // ---------------------------------------------------------------- the task machine
 
   private initState(task: TaskRow, sched: ScheduleRow | null): void {
-    this.states.set(task.task_id, step.initial({
-      task_id: task.task_id, overlap_policy: task.overlap_policy, enabled: true, paused: sched?.paused ?? false, paused_reason: sched?.paused_reason ?? null,
-    }));
+    this.actors.stop(actorId(task.task_id));
+    this.actors.spawn(actorId(task.task_id), this.logic, {
+      input: { task_id: task.task_id, overlap_policy: task.overlap_policy, enabled: true, paused: sched?.paused ?? false, paused_reason: sched?.paused_reason ?? null },
+    });
   }
 
-  /** One event through the task machine; returns the dispatches it decided (drops are logged). */
+  /** One event to the task's actor; returns the dispatches it decided (drops are logged). */
   private decide(taskId: string, event: TaskEvent): DispatchParams[] {
-    const snap = this.states.get(taskId);
-    if (!snap) return [];
-    const [next, actions] = step(snap, event);
-    this.states.set(taskId, next);
+    const ref = this.actors.get(actorId(taskId));
+    if (!ref) return [];
+    // The actor processes the event synchronously (nothing else is sending to it), so its
+    // effects are exactly what it pushes while send() runs.
+    this.effects = [];
+    ref.send(event);
+    const actions = this.effects;
+    this.effects = [];
     const out: DispatchParams[] = [];
     for (const a of actions) {
       if (a.type === 'dispatch') out.push(a.params as DispatchParams);
@@ -175,7 +194,7 @@ export class TaskScheduler {
    */
   private async fire(taskId: string): Promise<void> {
     const task = this.tasks.get(taskId);
-    if (!task || !task.enabled || !this.states.has(taskId)) return;
+    if (!task || !task.enabled || !this.hasMachine(taskId)) return;
     const rec = await this.schedule(taskId);
     if (!rec || rec.value.deleted || rec.value.paused) return;
     // cancel_previous must cancel before it queues: the occurrence-at-a-time path.
@@ -269,7 +288,7 @@ export class TaskScheduler {
   }
 
   private async dispatchOccurrence(task: TaskRow, occurrence: TaskOccurrence): Promise<BackgroundRun | null> {
-    if (!this.states.has(task.task_id)) return null;
+    if (!this.hasMachine(task.task_id)) return null;
     // A replayed occurrence must not cancel anything (cancel_previous) before finding out it already ran.
     if (await this.deps.store.getRecord('bg_occurrences', occurrenceRecordId(task.task_id, occurrence.occurrence_id))) return null;
     const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
@@ -285,7 +304,7 @@ export class TaskScheduler {
    * store rounds instead of taking one each. Null `done` value: the task is disabled.
    */
   async dispatchManual(task: TaskRow, query: string | null): Promise<Dispatched> {
-    if (!this.states.has(task.task_id)) return { done: Promise.resolve(null) };
+    if (!this.hasMachine(task.task_id)) return { done: Promise.resolve(null) };
     const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
     let out: Dispatched = { done: Promise.resolve(null) };
     for (const p of this.decide(task.task_id, { type: 'MANUAL', query, inFlight })) out = await this.execute(task, p);
@@ -318,14 +337,14 @@ export class TaskScheduler {
     if (sched) this.schedules.set(id, sched);
     else this.schedules.delete(id);
     const s = sched?.value ?? null;
-    const snap = this.states.get(id);
+    const ref = this.actors.get(actorId(id));
     if (!task.enabled) {
-      this.states.delete(id);
-    } else if (!snap) {
+      this.actors.stop(actorId(id));
+    } else if (!ref) {
       this.initState(task, s);
     } else {
       this.decide(id, { type: 'UPDATE', overlap_policy: task.overlap_policy });
-      const paused = this.states.get(id)!.context.paused;
+      const paused = (ref.getSnapshot() as { context: { paused: boolean } }).context.paused;
       if (s?.paused && !paused) this.decide(id, { type: 'PAUSE', reason: s.paused_reason });
       if (!s?.paused && paused) this.decide(id, { type: 'RESUME' });
     }
@@ -336,7 +355,7 @@ export class TaskScheduler {
     this.tasks.delete(taskId);
     this.schedules.delete(taskId);
     this.heap.set(taskId, null);
-    this.states.delete(taskId);
+    this.actors.stop(actorId(taskId));
   }
 
   private setDue(task: TaskRow, sched: ScheduleRow | null): void {

@@ -9,33 +9,30 @@ export interface SystemHooks {
 }
 
 /**
- * The root supervisor actor and a small API over it. Children are spawned, looked up by systemId
- * and stopped only through here.
+ * A supervisor actor and a small API over it: children are spawned, looked up by systemId and
+ * stopped only through here. systemIds are unique across the whole tree (one xstate system).
  */
-export class ActorSystem {
-  readonly root;
+export class Supervisor {
   // Children get recycled slot ids (see SupervisorEvent): systemId <-> slot, and free slots.
   private readonly slotOf = new Map<string, string>();
   private readonly systemIdOf = new Map<string, string>();
   private readonly freeSlots: string[] = [];
   private nextSlot = 0;
 
-  constructor(private readonly hooks: SystemHooks = {}) {
-    this.root = createActor(
-      supervisorMachine.provide({
-        actions: {
-          childFailed: (_a, p) => {
-            const systemId = this.systemIdOf.get(p.id);
-            if (systemId) this.safe(() => hooks.onChildFailed?.(systemId, p.error));
-          },
-          childDone: () => {},
+  /** `ref` is a running supervisor machine made with `supervisorLogic(this)`. */
+  protected constructor(readonly ref: AnyActorRef, protected readonly hooks: SystemHooks) {}
+
+  /** The supervisor machine reporting its children's failures through `owner`'s hooks. */
+  protected static supervisorLogic(owner: () => Supervisor, hooks: SystemHooks) {
+    return supervisorMachine.provide({
+      actions: {
+        childFailed: (_a, p) => {
+          const systemId = owner().systemIdOf.get(p.id);
+          if (systemId) safe(() => hooks.onChildFailed?.(systemId, p.error));
         },
-      }),
-      { inspect: hooks.inspect },
-    );
-    // The root itself must never take the process down.
-    this.root.subscribe({ error: (err) => this.safe(() => hooks.onChildFailed?.('supervisor', err)) });
-    this.root.start();
+        childDone: () => {},
+      },
+    });
   }
 
   /**
@@ -57,14 +54,14 @@ export class ActorSystem {
       restoring.getInitialSnapshot = (scope) => (logic as AnyActorLogic).restoreSnapshot!(snapshot, scope);
       toSpawn = restoring;
     }
-    this.root.send({ type: 'SPAWN', id: slot, systemId, logic: toSpawn, input: opts.input });
+    this.ref.send({ type: 'SPAWN', id: slot, systemId, logic: toSpawn, input: opts.input });
     const ref = this.get(systemId);
     if (!ref) throw new Error(`actor ${systemId} did not start`);
     return ref;
   }
 
   get(systemId: string): AnyActorRef | undefined {
-    return this.root.system.get(systemId);
+    return this.ref.system.get(systemId);
   }
 
   /**
@@ -75,7 +72,7 @@ export class ActorSystem {
   stop(systemId: string): void {
     const slot = this.slotOf.get(systemId);
     if (!slot) return;
-    this.root.send({ type: 'STOP', id: slot });
+    this.ref.send({ type: 'STOP', id: slot });
     this.slotOf.delete(systemId);
     this.systemIdOf.delete(slot);
     this.freeSlots.push(slot);
@@ -83,18 +80,62 @@ export class ActorSystem {
 
   /** Number of live children: paused runs are stopped, so they do not count. */
   size(): number {
-    return Object.keys(this.root.getSnapshot().children).length;
+    return Object.keys(this.ref.getSnapshot().children).length;
+  }
+}
+
+/**
+ * A supervisor spawned as a child of another (`group:<name>`), holding a large, slowly changing
+ * set of children. xstate copies a parent's children map on every spawn and stop, so 10,000 task
+ * actors directly under the root made every run's spawn and stop cost O(tasks); under their own
+ * supervisor they cost that only when a task is created or deleted.
+ */
+export class SupervisorGroup extends Supervisor {
+  static create(parent: Supervisor, name: string, hooks: SystemHooks): SupervisorGroup {
+    let group!: SupervisorGroup;
+    const ref = parent.spawn(`group:${name}`, Supervisor.supervisorLogic(() => group, hooks));
+    group = new SupervisorGroup(ref, hooks);
+    return group;
+  }
+}
+
+/** The root supervisor of the process; every actor descends from it. */
+export class ActorSystem extends Supervisor {
+  private readonly groups = new Map<string, SupervisorGroup>();
+
+  constructor(hooks: SystemHooks = {}) {
+    let self!: ActorSystem;
+    const root = createActor(Supervisor.supervisorLogic(() => self, hooks), { inspect: hooks.inspect });
+    super(root, hooks);
+    self = this;
+    // The root itself must never take the process down.
+    root.subscribe({ error: (err) => safe(() => hooks.onChildFailed?.('supervisor', err)) });
+    root.start();
+  }
+
+  get root(): AnyActorRef {
+    return this.ref;
+  }
+
+  /** The child supervisor `group:<name>`, made on first use. */
+  group(name: string): SupervisorGroup {
+    let g = this.groups.get(name);
+    if (!g) {
+      g = SupervisorGroup.create(this, name, this.hooks);
+      this.groups.set(name, g);
+    }
+    return g;
   }
 
   shutdown(): void {
-    this.root.stop();
+    this.ref.stop();
   }
+}
 
-  private safe(fn: () => void): void {
-    try {
-      fn();
-    } catch {
-      // A hook that throws must not break the supervisor.
-    }
+function safe(fn: () => void): void {
+  try {
+    fn();
+  } catch {
+    // A hook that throws must not break the supervisor.
   }
 }

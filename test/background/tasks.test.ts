@@ -80,8 +80,12 @@ describe('background tasks: CRUD', () => {
     const patched = await a.patch('/background/tasks/crud-1', { query: 'changed', overlap_policy: 'queue_next', metadata: null });
     expect(patched.status).toBe(200);
     expect(patched.body).toMatchObject({ query: 'changed', overlap_policy: 'queue_next', metadata: { team: 'x' } });
+    // An enabled task is an actor of the task machine (in the `group:tasks` supervisor), and sees the patch.
+    const actor = server.runtime.system.get('task:crud-1');
+    expect((actor?.getSnapshot() as { context: { overlap_policy: string } } | undefined)?.context.overlap_policy).toBe('queue_next');
 
     expect((await a.del('/background/tasks/crud-1')).body).toEqual({ status: 'deleted' });
+    expect(server.runtime.system.get('task:crud-1')).toBeUndefined();
     expect((await a.get('/background/tasks/crud-1')).status).toBe(404);
     expect((await a.del('/background/tasks/crud-1')).status).toBe(404);
     expect((await a.patch('/background/tasks/crud-1', { query: 'x' })).status).toBe(404);

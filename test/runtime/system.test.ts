@@ -60,6 +60,27 @@ describe('ActorSystem', () => {
     }
   });
 
+  it('keeps a supervisor group\'s children off the root, reachable by systemId, failures reported', async () => {
+    const failures: string[] = [];
+    const system = new ActorSystem({ onChildFailed: (id) => failures.push(id) });
+    const tasks = system.group('tasks');
+    expect(system.group('tasks')).toBe(tasks);
+    for (let i = 0; i < 50; i++) tasks.spawn(`task:${i}`, counter);
+    system.spawn('run:r1', counter);
+    // The root holds the group and the run, not the 50 tasks.
+    expect(Object.keys(system.root.getSnapshot().children)).toHaveLength(2);
+    expect(tasks.size()).toBe(50);
+    system.get('task:7')!.send({ type: 'INC' });
+    expect(tasks.get('task:7')!.getSnapshot().context.n).toBe(1);
+    tasks.get('task:9')!.send({ type: 'BOOM' });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(failures).toEqual(['task:9']);
+    tasks.stop('task:3');
+    expect(system.get('task:3')).toBeUndefined();
+    expect(tasks.size()).toBe(49);
+    system.shutdown();
+  });
+
   it('re-runs a promise effect that was active when the snapshot was saved (fact 3)', async () => {
     let calls = 0;
     const m = setup({ actors: { work: fromPromise(async () => ++calls) } }).createMachine({
