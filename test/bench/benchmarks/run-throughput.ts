@@ -53,7 +53,12 @@ export async function runBench(): Promise<BenchOutput> {
     const per = (k: keyof Stats) => (s1[k] - s0[k]) / 20;
 
     const c1 = await compare(agentd, bare, 1);
+    // Server CPU per run: the child's CPU time over the concurrency-32 rounds (warm-up included,
+    // so slightly high), divided by the runs it served in them.
+    type Cpu = { user: number; system: number };
+    const cpu0 = await agentd.call<Cpu>({ cmd: 'cpu' });
     const c32 = await compare(agentd, bare, 32);
+    const cpu1 = await agentd.call<Cpu>({ cmd: 'cpu' });
 
     // Diagnostic: the same server with a store that does not fsync each batch.
     noSync = await startChild({ mode: 'agentd', dataDir: dirNoSync, config: benchConfig(), model, syncWrites: false });
@@ -62,6 +67,7 @@ export async function runBench(): Promise<BenchOutput> {
     const n32 = await loop(noSync, 32, ROUND_MS, okRun);
 
     const p50 = (r: LoopResult) => median(r.latencies);
+    const cpuPerRunMs = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / 1000 / (c32.a.count + c32.a.errors);
     const added = p50(c1.a) - p50(c1.b);
     const addedNoSync = p50(n1) - p50(c1.b);
     const r1 = ratio(c1.a.perSecond, c1.b.perSecond);
@@ -77,6 +83,7 @@ export async function runBench(): Promise<BenchOutput> {
       { metric: 'Latency p99, concurrency 32', value: round(percentile(c32.a.latencies, 99), 1), unit: 'ms', baseline: round(percentile(c32.b.latencies, 99), 2) },
       { metric: 'Failed runs (non-200 or no successful `complete` frame)', value: errors, unit: '', target: '0', pass: errors === 0 },
       { metric: 'Diagnostic: store write rounds per run at concurrency 1 (one LevelDB batch and fsync each, one after another)', value: per('rounds'), unit: '' },
+      { metric: 'Diagnostic: server CPU per run at concurrency 32 (process CPU time / runs)', value: round(cpuPerRunMs, 2), unit: 'ms' },
       { metric: 'Diagnostic: store calls per run (commit / appendEvents / reads)', value: `${per('commits')} / ${per('appends')} / ${per('reads')}`, unit: '' },
       { metric: 'Diagnostic, store without fsync: runs/s, concurrency 1', value: round(n1.perSecond, 1), unit: 'runs/s', baseline: round(c1.b.perSecond, 0), ratio: ratio(n1.perSecond, c1.b.perSecond) },
       { metric: 'Diagnostic, store without fsync: runs/s, concurrency 32', value: round(n32.perSecond, 1), unit: 'runs/s', baseline: round(c32.b.perSecond, 0), ratio: ratio(n32.perSecond, c32.b.perSecond) },
