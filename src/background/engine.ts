@@ -58,7 +58,7 @@ import {
   type TaskRow,
 } from './types.js';
 import { pureStepper } from './transition.js';
-import { MirrorQueue, resolveWorkspacePath } from './workspace.js';
+import { MirrorQueue, lastMirroredSequence, mirrorRun, resolveWorkspacePath } from './workspace.js';
 
 export type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 
@@ -152,6 +152,8 @@ export class RunEngine {
    * Workspace files are written in a low-priority lane (2 folders at a time, never ahead of the
    * store); a step of a run that goes on waits up to MIRROR_DELAY_MS for the next ones to join it.
    */
+  /** Runs whose workspace this process has checked after picking them up (repairWorkspace). */
+  private readonly workspacesChecked = new Set<string>();
   private readonly mirrors = new MirrorQueue(2, MIRROR_DELAY_MS, (dir, err) => {
     this.madeDirs.delete(dir);
     // The workspace is a mirror: a full disk must not stop the run.
@@ -759,7 +761,41 @@ export class RunEngine {
       this.log('warn', 're-appending lifecycle events lost by a crash', { run_id: runId, sequences: missing.map((m) => m.sequence) });
       await this.emitLifecycle(row, missing);
     }
+    await this.repairWorkspace(row);
     if (!TERMINAL.has(row.run.status)) this.emitted.set(runId, row.event_seq);
+  }
+
+  /**
+   * The workspace mirror trails a live run (up to MIRROR_DELAY_MS), so a crash can leave
+   * events.jsonl short of lines the store holds; the run's next lines would then leave a gap in
+   * `sequence`. A run this process did not write last (start-up, a lapsed lease) gets the missing
+   * lines appended from its stored lifecycle, in order, and run.json rewritten, before it goes on.
+   * Never while this process still has a mirror step of the folder pending (it would double lines).
+   */
+  private async repairWorkspace(row: BgRunRow): Promise<void> {
+    const { run, internal } = row;
+    if (run.status === 'skipped' || (!internal.write_events_jsonl && !internal.write_run_json)) return;
+    const dir = run.workspace_path;
+    if (this.workspacesChecked.has(run.run_id) || !this.mirrors.idle(dir)) return;
+    this.workspacesChecked.add(run.run_id);
+    if (this.workspacesChecked.size > 10_000) this.workspacesChecked.clear(); // a bound, not a cache: checking again is harmless
+    let lines: object[] = [];
+    if (internal.write_events_jsonl) {
+      const have = await lastMirroredSequence(dir);
+      if (have >= row.event_seq) return; // complete; run.json was written with the last lines
+      const stored = (await this.storedLifecycle(run.run_id)).filter((e) => e.sequence > have).sort((a, b) => a.sequence - b.sequence);
+      const seen = new Set<number>();
+      lines = stored.filter((e) => !seen.has(e.sequence) && seen.add(e.sequence)).map(({ sequence, event: e }) => {
+        const m = (e.metadata ?? {}) as Record<string, unknown>;
+        // The fields (and order) of a mirrored LifecycleRecord line: lifecycleOf without `data`.
+        return {
+          sequence, event: e.event_type, timestamp: m.lifecycle_timestamp ?? e.timestamp, run_id: m.run_id, task_id: m.task_id,
+          agent_id: m.agent_id, status: m.status, attempt: m.attempt, worker_id: m.worker_id, lease_generation: m.lease_generation,
+        };
+      });
+      if (lines.length > 0) this.log('warn', 'appending workspace lines lost by a crash', { run_id: run.run_id, from: have + 1, to: row.event_seq });
+    }
+    await mirrorRun(dir, lines, internal.write_run_json ? run : null, true).catch((err) => this.log('warn', 'workspace repair failed', { run_id: run.run_id, err: String(err) }));
   }
 
   /** GET /background/runs/{id}/events: the replay, repaired first if a crash cut it short. */

@@ -4,7 +4,7 @@
 // inside its root; ids are validated by schema too, but the check here does not rely on that.
 import { createReadStream, type ReadStream } from 'node:fs';
 import { appendFile, mkdir, rename, writeFile } from 'node:fs';
-import { lstat, readdir, realpath, stat } from 'node:fs/promises';
+import { lstat, readFile as readFileP, readdir, realpath, stat } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import path from 'node:path';
 import { HttpDetailError } from '../errors.js';
@@ -122,6 +122,31 @@ export async function mirrorRun(dir: string, lines: object[], run: object | null
   }
 }
 
+/**
+ * The highest `sequence` in a run's events.jsonl (0 when the file is missing or empty). Each
+ * mirror step appends its lines in one write, so a crash leaves whole lines; a line that does not
+ * parse is skipped all the same.
+ */
+export async function lastMirroredSequence(dir: string): Promise<number> {
+  let text: string;
+  try {
+    text = await readFileP(path.join(dir, 'events.jsonl'), 'utf8');
+  } catch {
+    return 0;
+  }
+  let last = 0;
+  for (const line of text.split('\n')) {
+    if (!line) continue;
+    try {
+      const seq = (JSON.parse(line) as { sequence?: unknown }).sequence;
+      if (typeof seq === 'number' && seq > last) last = seq;
+    } catch {
+      // not a whole line: ignore
+    }
+  }
+  return last;
+}
+
 interface MirrorJob {
   lines: object[];
   run: object | null;
@@ -186,6 +211,11 @@ export class MirrorQueue {
     private readonly delayMs: number,
     private readonly onError: (dir: string, err: unknown) => void,
   ) {}
+
+  /** True when nothing is pending or being written for `dir`. */
+  idle(dir: string): boolean {
+    return !this.pending.has(dir) && !this.busy.has(dir);
+  }
 
   /** Resolves true once written, false when the write failed (reported through onError). */
   write(dir: string, lines: object[], run: object | null, makeDir: boolean, urgent: boolean): Promise<boolean> {

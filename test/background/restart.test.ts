@@ -144,3 +144,39 @@ describe('restart in the middle of a running background run', () => {
     }
   });
 });
+
+describe('workspace mirror after a crash', () => {
+  it('a run picked up by a new process gets the events.jsonl lines a crash lost, in order', async () => {
+    const dir = tempDir('agentd-bg-mirror-');
+    const config = { ...configFor(model.url), agent: { model: { provider: 'openai-compatible', base_url: model.url, model: 'scripted' }, tools: { builtin: [] } } };
+    const first = await startTestServer(config, { dataDir: dir });
+    let runId: string;
+    let path: string;
+    let full: string[];
+    try {
+      const a = api(first.url);
+      await a.post('/background/tasks', { task_id: 'mirror', query: 'just answer', schedule: { type: 'manual' } });
+      runId = (await a.post('/background/tasks/mirror/run', {})).body.run_id as string;
+      const done = await waitRun(a, runId, undefined, 15_000);
+      expect(done.status).toBe('completed');
+      path = join(done.workspace_path, 'events.jsonl');
+      await eventually(() => readFileSync(path, 'utf8').trim().split('\n').length >= 4, 5_000, 'events.jsonl written');
+      full = readFileSync(path, 'utf8').trim().split('\n');
+    } finally {
+      await first.stop();
+    }
+    // What a SIGKILL inside the mirror's delay leaves: the folder's last steps never written.
+    writeFileSync(path, `${full.slice(0, 2).join('\n')}\n`);
+    const next = await startTestServer(config, { dataDir: dir });
+    try {
+      const b = api(next.url);
+      expect((await b.get(`/background/runs/${runId}/events`)).status).toBe(200);
+      const lines = readFileSync(path, 'utf8').trim().split('\n');
+      expect(lines.map((l) => JSON.parse(l).sequence)).toEqual(full.map((_, i) => i + 1));
+      expect(lines).toEqual(full);
+    } finally {
+      await next.stop();
+      next.cleanup();
+    }
+  });
+});
