@@ -156,7 +156,22 @@ async function startBare() {
   if (spec.mode === 'bare-health') {
     app.get('/health', async () => ({ status: 'healthy', agent_name: 'assistant', uptime: process.uptime(), version: '0.1.0' }));
   } else if (spec.mode === 'bare-sse') {
-    app.post('/run', (req, reply) => {
+    // With `durable`, each request first writes one fsynced LevelDB batch of about the keys and
+    // bytes of agentd's one store round per run: the baseline with the same durability.
+    let db = null;
+    let n = 0;
+    if (spec.durable) {
+      const { Level } = await import('level');
+      db = new Level(spec.durable.dir, { keyEncoding: 'utf8', valueEncoding: 'utf8' });
+      await db.open();
+    }
+    app.post('/run', async (req, reply) => {
+      if (db) {
+        const id = String(++n).padStart(16, '0');
+        const b = db.batch();
+        for (const [k, v] of spec.durable.ops) b.put(`${k}${id}`, v);
+        await b.write({ sync: true });
+      }
       reply.hijack();
       const res = reply.raw;
       res.writeHead(200, sseHead);

@@ -102,7 +102,7 @@ export type ModelSpec =
 export type ChildSpec =
   | { mode: 'agentd'; dataDir: string; config: Record<string, unknown>; model: ModelSpec; syncWrites?: boolean }
   | { mode: 'bare-health' }
-  | { mode: 'bare-sse'; frames: string[] }
+  | { mode: 'bare-sse'; frames: string[]; durable?: { dir: string; ops: Array<[string, string]> } }
   | { mode: 'bare-slow-sse'; head: string[]; delta: string; count: number; delayMs: number; tail: string[] }
   | { mode: 'bare-json'; body: string }
   | { mode: 'bare-stream' };

@@ -37,6 +37,8 @@ export async function runBench(): Promise<BenchOutput> {
   const agentd = await startChild({ mode: 'agentd', dataDir: dir, config: benchConfig(), model });
   let bare: Child | null = null;
   let noSync: Child | null = null;
+  let durable: Child | null = null;
+  const dirDurable = tempDir('run-durable');
   try {
     // One real response gives the frames the baseline replays.
     const sample = await request(`${agentd.url}/run`, { method: 'POST', body: BODY });
@@ -51,6 +53,25 @@ export async function runBench(): Promise<BenchOutput> {
     for (let i = 0; i < 20; i++) await request(`${agentd.url}/run`, { method: 'POST', body: BODY });
     const s1 = await agentd.call<Stats>({ cmd: 'storeStats' });
     const per = (k: keyof Stats) => (s1[k] - s0[k]) / 20;
+
+    // Diagnostic baseline with agentd's durability: before streaming, each request writes one
+    // fsynced LevelDB batch shaped like agentd's one store round per run: the stored events
+    // (taken from the frames), the run record (as GET /runs/{id} shows it), a snapshot-sized blob
+    // (twice the record), a trace and a session row, and a posting per indexed event field.
+    const runId = /"run_id":"([^"]+)"/.exec(sample.body)?.[1] ?? '';
+    const runJson = (await request(`${agentd.url}/runs/${runId}`)).body;
+    const eventData = frames.filter((f) => /^id: /m.test(f)).map((f) => /^data: (.*)$/m.exec(f)?.[1] ?? '');
+    const ops: Array<[string, string]> = [
+      ...eventData.map((d, i): [string, string] => [`e${i}:`, d]),
+      ...eventData.flatMap((_, i): Array<[string, string]> => [[`x:run:${i}:`, ''], [`x:session:${i}:`, ''], [`x:trace:${i}:`, '']]),
+      ['r:run:', runJson], ['r:snapshot:', runJson + runJson], ['r:trace:', 'x'.repeat(300)], ['r:session:', 'x'.repeat(300)], ['m:cursor:', '1'],
+    ];
+    durable = await startChild({ mode: 'bare-sse', frames, durable: { dir: dirDurable, ops } });
+    await loop(durable, 1, 500, okBare);
+    const d1 = await loop(durable, 1, ROUND_MS, okBare);
+    const d32 = await loop(durable, 32, ROUND_MS, okBare);
+    await durable.stop();
+    durable = null;
 
     const c1 = await compare(agentd, bare, 1);
     // Server CPU per run: the child's CPU time over the concurrency-32 rounds (warm-up included,
@@ -88,6 +109,9 @@ export async function runBench(): Promise<BenchOutput> {
       { metric: 'Diagnostic, store without fsync: runs/s, concurrency 1', value: round(n1.perSecond, 1), unit: 'runs/s', baseline: round(c1.b.perSecond, 0), ratio: ratio(n1.perSecond, c1.b.perSecond) },
       { metric: 'Diagnostic, store without fsync: runs/s, concurrency 32', value: round(n32.perSecond, 1), unit: 'runs/s', baseline: round(c32.b.perSecond, 0), ratio: ratio(n32.perSecond, c32.b.perSecond) },
       { metric: 'Diagnostic, store without fsync: added p50 latency, concurrency 1', value: round(addedNoSync, 2), unit: 'ms' },
+      { metric: 'Diagnostic, against a bare route that also writes one fsynced LevelDB batch of the same shape per request: runs/s, concurrency 1', value: round(c1.a.perSecond, 1), unit: 'runs/s', baseline: round(d1.perSecond, 0), ratio: ratio(c1.a.perSecond, d1.perSecond) },
+      { metric: 'Diagnostic, same durable baseline: runs/s, concurrency 32', value: round(c32.a.perSecond, 1), unit: 'runs/s', baseline: round(d32.perSecond, 0), ratio: ratio(c32.a.perSecond, d32.perSecond) },
+      { metric: 'Diagnostic, same durable baseline: added p50 latency, concurrency 1', value: round(p50(c1.a) - p50(d1), 2), unit: 'ms', baseline: round(p50(d1), 2) },
     ];
     return {
       title: 'POST /run (SSE) with a zero-latency model, concurrency 1 and 32',
@@ -96,6 +120,7 @@ export async function runBench(): Promise<BenchOutput> {
         `Each run streams ${frames.length} SSE frames, ${sample.body.length.toLocaleString('en-US')} bytes: ${eventTypes.join(', ')}.`,
         'Baseline: a bare Fastify POST /run route (JSON body parsed) that writes the same frames captured from one agentd response, one write per frame, then ends.',
         `Client: keep-alive HTTP workers in the parent process, each reading the full response before the next request; ${ROUNDS} alternating rounds of ${ROUND_MS / 1000} s per side after a 0.5 s warm-up. A run counts only if its \`complete\` frame says success.`,
+        `Durable baseline (diagnostic rows): the bare route, but each request first writes one fsynced LevelDB batch of ${ops.length} keys shaped like agentd's single store round per run (the ${eventData.length} stored events, a posting per indexed field, the run record, a snapshot-sized value, trace and session rows), measured once per concurrency before the main rounds.`,
         'Diagnostic rows: the same server with `store.sync: false` (no fsync per write batch; writes still survive a killed process), to isolate the fsync cost.',
       ],
       rows,
@@ -105,7 +130,9 @@ export async function runBench(): Promise<BenchOutput> {
     await agentd.stop();
     await bare?.stop();
     await noSync?.stop();
+    await durable?.stop();
     removeDir(dir);
+    removeDir(dirDurable);
     removeDir(dirNoSync);
   }
 }
