@@ -62,7 +62,16 @@ export class SseChannel {
         if (self.queue.length > 0) {
           const batch = self.queue;
           self.queue = [];
-          for (const f of batch) yield { event: f.event, id: f.id, data: f.data };
+          // Frames that arrived together leave in one socket write (a run's stored events come
+          // in bursts: a whole store round at a time), not one syscall each.
+          const raw = self.reply.raw;
+          const cork = batch.length > 1 && !raw.writableEnded;
+          if (cork) raw.cork();
+          try {
+            for (const f of batch) yield { event: f.event, id: f.id, data: f.data };
+          } finally {
+            if (cork) raw.uncork();
+          }
           continue;
         }
         if (self.done) return;
