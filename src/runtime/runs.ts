@@ -258,10 +258,16 @@ export class RunService {
       // and later writes queue behind it. start() returns only once the run exists, so a client
       // that is told the run id can always read the run.
       const trace = this.traceValue(record, null, 'running');
+      const traceIndexes = { run_id, session_id, task_id: record.task_id };
+      // What the run's first store round will read (all new, so in no cache): read it meanwhile.
+      this.deps.store.prefetch?.([
+        { kind: 'runs', id: run_id, indexes: runIndexes(record) }, { kind: 'traces', id: trace_id, indexes: traceIndexes },
+        { kind: 'snapshots', id: run_id }, { kind: 'sessions', id: session_id },
+      ]);
       const workspace_path = opts.workspace_path ?? this.sessionWorkspace(session_id);
       this.deps.metrics.liveRuns.inc();
       live = this.makeLive({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, { ...opts, workspace_path }, trace, [
-        { op: 'create', kind: 'traces', id: trace_id, value: trace, indexes: { run_id, session_id, task_id: record.task_id } },
+        { op: 'create', kind: 'traces', id: trace_id, value: trace, indexes: traceIndexes },
       ]);
       void this.emit(live, {
         event_type: 'user_message', actor: { type: 'user', id: session_id }, input: { query }, span_id: live.rootSpan,

@@ -233,6 +233,9 @@ export class LevelStore implements Store {
    * as their stored JSON text (so no caller can mutate a cached object), newest last, bounded.
    */
   private readonly rowCache = new Map<string, string | null>();
+  /** Rounds whose batch was written: a prefetch is valid only while this has not moved. */
+  private writesDone = 0;
+  private readonly prefetched = new Map<string, { at: number; text: Promise<{ value: string | undefined } | null> }>();
   private readonly counterCache = new Map<string, number>();
 
   constructor(opts: LevelStoreOptions) {
@@ -260,6 +263,7 @@ export class LevelStore implements Store {
     // Another process may have written the directory since we last had it open.
     this.rowCache.clear();
     this.counterCache.clear();
+    this.prefetched.clear();
     const db: Db = new Level<string, string>(this.path, { keyEncoding: 'utf8', valueEncoding: 'utf8' });
     try {
       await db.open();
@@ -597,6 +601,64 @@ export class LevelStore implements Store {
     });
   }
 
+  // ---------------------------------------------------------------- prefetch
+
+  /**
+   * A hint that these records are about to be written (created, mostly) with these index values:
+   * their rows and the counters of those index values are read now, while the caller is still
+   * busy, so the round that writes them need not wait for a disk read first (a new run's round
+   * otherwise starts with one: its rows and its session's counters are in no cache). A read is
+   * used only if no write landed after it was issued (`writesDone` unchanged), so it is exactly
+   * what the disk holds; otherwise the round reads again.
+   */
+  prefetch(records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes }>): void {
+    if (this.state !== 'open' || !this.db) return;
+    const keys: string[] = [];
+    const want = (k: string) => {
+      if (!this.prefetched.has(k) && !keys.includes(k)) keys.push(k);
+    };
+    for (const r of records) {
+      const rk = recordKey(r.kind, r.id);
+      if (!this.rowCache.has(rk)) want(rk);
+      const ck = kindCountKey(r.kind);
+      if (!this.counterCache.has(ck)) want(ck);
+      for (const [name, v] of Object.entries(cleanIndexes(r.indexes))) {
+        const ik = indexCountKey(r.kind, name, v);
+        if (!this.counterCache.has(ik)) want(ik);
+      }
+    }
+    if (keys.length === 0) return;
+    const at = this.writesDone;
+    const texts = this.run((db) => db.getMany(keys)).catch(() => null);
+    keys.forEach((k, i) => this.prefetched.set(k, { at, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
+  }
+
+  /** `keys` from valid prefetches where there are some, the rest from the disk, in order. */
+  private async readKeys(db: Db, keys: string[]): Promise<Array<string | undefined>> {
+    const out: Array<string | undefined> = new Array(keys.length);
+    const rest: number[] = [];
+    const early: Array<Promise<void>> = [];
+    keys.forEach((k, i) => {
+      const p = this.prefetched.get(k);
+      this.prefetched.delete(k);
+      if (!p || p.at !== this.writesDone) return void rest.push(i);
+      early.push(p.text.then((t) => {
+        if (t && p.at === this.writesDone) out[i] = t.value;
+        else rest.push(i); // the read failed, or a write landed while we waited
+      }));
+    });
+    await Promise.all(early);
+    if (rest.length) {
+      const loaded = await db.getMany(rest.map((i) => keys[i]));
+      rest.forEach((i, j) => (out[i] = loaded[j]));
+    }
+    return out;
+  }
+
+  private dropStalePrefetches(): void {
+    for (const [k, p] of this.prefetched) if (p.at !== this.writesDone) this.prefetched.delete(k);
+  }
+
   // ---------------------------------------------------------------- write queue
 
   private cacheRow(key: string, text: string | null): void {
@@ -655,8 +717,11 @@ export class LevelStore implements Store {
       }
     }
     try {
-      // 1. Load every record the round touches, then every counter those records and the new
-      //    index values touch (both sets are known before any job runs).
+      // 1. Load every record the round touches and every counter those records and the new index
+      //    values touch (all known before any job runs). Rows and counters missing from the caches
+      //    come in ONE disk read where possible: the counters of the kinds and of the new index
+      //    values are known up front; only those of a loaded row's old index values need a
+      //    second read, after the rows (an update that moves an index value not seen lately).
       const recKeys = new Set<string>();
       for (const j of jobs) if (j.type === 'records') for (const op of opsOf.get(j)!) recKeys.add(recordKey(op.kind, op.id));
       const rows = new Map<string, Row | null>();
@@ -670,36 +735,49 @@ export class LevelStore implements Store {
           if (text === undefined) missing.push(k);
           else rows.set(k, text === null ? null : (JSON.parse(text) as Row));
         }
-        if (missing.length) {
-          const loaded = await db.getMany(missing);
+        // The old index values of the rows known so far (a row not loaded yet adds none).
+        const counterKeys = (): Set<string> => {
+          const ckeys = new Set<string>();
+          for (const j of jobs) {
+            if (j.type !== 'records') continue;
+            for (const op of opsOf.get(j)!) {
+              ckeys.add(kindCountKey(op.kind));
+              const row = rows.get(recordKey(op.kind, op.id));
+              if (row) for (const [name, v] of Object.entries(row.ix)) ckeys.add(indexCountKey(op.kind, name, v));
+              if (op.op !== 'delete') for (const [name, v] of Object.entries(cleanIndexes(op.indexes))) ckeys.add(indexCountKey(op.kind, name, v));
+            }
+          }
+          return ckeys;
+        };
+        const uncachedCounters = (ckeys: Set<string>): string[] => {
+          const ck: string[] = [];
+          for (const k of ckeys) {
+            if (counters.has(k)) continue;
+            const n = this.counterCache.get(k);
+            if (n === undefined) ck.push(k);
+            else counters.set(k, n);
+          }
+          return ck;
+        };
+        const setCounters = (ck: string[], texts: Array<string | undefined>) =>
+          ck.forEach((k, i) => {
+            const n = parse<number>(texts[i]) ?? 0;
+            counters.set(k, n);
+            this.counterCache.set(k, n);
+          });
+        let ck = uncachedCounters(counterKeys());
+        if (missing.length || ck.length) {
+          const loaded = await this.readKeys(db, [...missing, ...ck]);
           missing.forEach((k, i) => {
             const text = loaded[i] ?? null;
             rows.set(k, text === null ? null : (JSON.parse(text) as Row));
             this.cacheRow(k, text);
           });
+          setCounters(ck, loaded.slice(missing.length));
         }
-        const ckeys = new Set<string>();
-        for (const j of jobs) {
-          if (j.type !== 'records') continue;
-          for (const op of opsOf.get(j)!) {
-            ckeys.add(kindCountKey(op.kind));
-            const row = rows.get(recordKey(op.kind, op.id));
-            if (row) for (const [name, v] of Object.entries(row.ix)) ckeys.add(indexCountKey(op.kind, name, v));
-            if (op.op !== 'delete') for (const [name, v] of Object.entries(cleanIndexes(op.indexes))) ckeys.add(indexCountKey(op.kind, name, v));
-          }
-        }
-        const ck: string[] = [];
-        for (const k of ckeys) {
-          const n = this.counterCache.get(k);
-          if (n === undefined) ck.push(k);
-          else counters.set(k, n);
-        }
-        if (ck.length) {
-          const cv = (await db.getMany(ck)).map((t) => parse<number>(t));
-          ck.forEach((k, i) => {
-            counters.set(k, cv[i] ?? 0);
-            this.counterCache.set(k, cv[i] ?? 0);
-          });
+        if (missing.length) {
+          ck = uncachedCounters(counterKeys());
+          if (ck.length) setCounters(ck, await this.readKeys(db, ck));
         }
       }
 
@@ -777,7 +855,11 @@ export class LevelStore implements Store {
       if (this.lastCursor !== cursorBefore) batch.push({ type: 'put', key: META_CURSOR, value: String(this.lastCursor) });
 
       // 3. One atomic batch; only then does anybody hear back.
-      if (batch.length) await writeBatch(db, batch, this.sync);
+      if (batch.length) {
+        await writeBatch(db, batch, this.sync);
+        this.writesDone++;
+      }
+      this.dropStalePrefetches();
       // On disk now: the caches may learn it.
       for (const op of batch) {
         if (op.key.startsWith(RECORD_KEY_START)) this.cacheRow(op.key, op.type === 'put' ? op.value : null);

@@ -155,6 +155,12 @@ export interface Store {
    * started yet (RecordWriter merges an actor's transitions this way).
    */
   commit(ops: CommitOps): Promise<Array<Versioned<unknown> | null>>;
+  /**
+   * Optional hint: these records are about to be written, with these index values. An adapter
+   * may read what that write will need now, off the caller's path (LevelStore does). Never
+   * changes what any operation returns.
+   */
+  prefetch?(records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes }>): void;
 
   /** Appends in order; the returned events carry their cursors. Durable when the promise resolves. */
   appendEvents(events: EventInput[]): Promise<StoredEvent[]>;

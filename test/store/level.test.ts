@@ -99,6 +99,23 @@ describe('LevelStore on disk', () => {
     await raw.close();
   });
 
+  it('uses a prefetch only while no write landed after it: counts and conflicts stay exact', async () => {
+    const s = await opened(await fresh());
+    // A valid prefetch: the create finds the row absent and the counter at 0 without a disk read.
+    s.prefetch([{ kind: 'runs', id: 'p1', indexes: { session_id: 'S' } }]);
+    await s.createRecord('runs', 'p1', { n: 1 }, { session_id: 'S' });
+    // Stale prefetches: written over by another round before they are used.
+    s.prefetch([{ kind: 'runs', id: 'p2', indexes: { session_id: 'S' } }, { kind: 'runs', id: 'p3', indexes: { session_id: 'S' } }]);
+    await s.createRecord('runs', 'p2', { n: 2 }, { session_id: 'S' }); // consumes p2's, makes p3's stale
+    await s.createRecord('runs', 'p3', { n: 3 }, { session_id: 'S' });
+    expect(await s.countRecords('runs', { name: 'session_id', value: 'S' })).toBe(3);
+    expect(await s.countRecords('runs')).toBe(3);
+    s.prefetch([{ kind: 'runs', id: 'p4' }]);
+    await s.commit([{ op: 'create', kind: 'runs', id: 'p4', value: { n: 4 } }]);
+    await expect(s.createRecord('runs', 'p4', { n: 5 })).rejects.toMatchObject({ code: 'conflict' });
+    expect((await s.getRecord('runs', 'p4'))?.value).toEqual({ n: 4 });
+  });
+
   it('refuses a second store on the same directory with locked', async () => {
     const dir = await fresh();
     const a = await opened(dir);
