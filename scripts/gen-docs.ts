@@ -40,7 +40,7 @@ Errors: 422 HTTPValidationError for bad input, ErrorResponse \`{error, message, 
 |---|---|---|
 | \`session\` | – | \`{session_id, run_id, status: "started"}\` |
 | each telemetry event type (\`user_message\`, \`model_call\`, \`tool_call\`, …) | store cursor | the stored event record |
-| \`delta\` | – | \`{run_id, text, sequence}\`: live text, never stored or replayed |
+| \`delta\` | – | \`{run_id, text, sequence}\`: live text, never stored or replayed; sent after every event the run emitted before it (a stored event goes out when stored, so a delta may wait that long) |
 | \`complete\` | – | every key of the run result (RunResponse + \`trace_id\`, \`termination_reason\`, \`side_effects\`, \`error\`) |
 | \`error\` | – | \`{error, message, run_id, session_id}\` instead of \`complete\` when the service itself failed |
 

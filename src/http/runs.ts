@@ -28,15 +28,31 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       if (channel) channel.push(f);
       else early.push(f);
     };
+    // Deltas go out in the order things happened: one waits until the events the run emitted
+    // before it have been stored and sent (events are published when stored, a store round
+    // later; a delta of the next model call must not overtake the tool_result before it).
+    let lastEventSeq = 0;
+    const held: Array<{ after: number; frame: Parameters<SseChannel['push']>[0] }> = [];
+    const releaseDeltas = (all = false): void => {
+      while (held.length > 0 && (all || held[0].after <= lastEventSeq)) push(held.shift()!.frame);
+    };
     // Subscribe before the run exists, so its first event is not missed.
-    const unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => push({ event: ev.event_type, id: ev.cursor, data: ev }), {
+    const unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => {
+      push({ event: ev.event_type, id: ev.cursor, data: ev });
+      if (typeof ev.sequence === 'number' && ev.sequence > lastEventSeq) lastEventSeq = ev.sequence;
+      releaseDeltas();
+    }, {
       onOverflow: () => push({ event: 'error', data: { error: 'StreamOverflow', message: 'the client fell too far behind', run_id } }),
     });
     let started;
     try {
       started = await runs.start(body.query, body.session_id ?? null, {
         run_id,
-        onDelta: (text, sequence) => push({ event: 'delta', data: { run_id, text, sequence } }),
+        onDelta: (text, sequence, afterEvent) => {
+          const frame = { event: 'delta', data: { run_id, text, sequence } };
+          if (held.length === 0 && afterEvent <= lastEventSeq) push(frame);
+          else held.push({ after: afterEvent, frame });
+        },
       });
     } catch (err) {
       unsubscribe();
@@ -50,6 +66,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     void started.settled.then(
       (record) => {
         unsubscribe();
+        releaseDeltas(true); // an event that could not be stored must not keep its deltas back
         ch.push({ event: 'complete', data: runResponseOf(record) });
         ch.close();
       },

@@ -94,8 +94,12 @@ export interface RunServiceDeps {
 }
 
 export interface StartOptions {
-  /** Live text deltas (never stored). */
-  onDelta?: (text: string, sequence: number) => void;
+  /**
+   * A live text delta (never stored). `afterEvent` is the `sequence` of the last telemetry event
+   * the run emitted before it: events are published when stored, deltas at once, so a stream
+   * that wants them in the order they happened holds a delta until that event has gone out.
+   */
+  onDelta?: (text: string, sequence: number, afterEvent: number) => void;
   kind?: 'sync' | 'background';
   task_id?: string | null;
   agent_id?: string;
@@ -152,7 +156,12 @@ interface LiveRun {
   /** Event order within this trace segment, 1..n. */
   eventSeq: number;
   deltaSeq: number;
-  onDelta?: (text: string, sequence: number) => void;
+  /**
+   * A text delta of the model's answer. `afterEvent` is the `sequence` of the last telemetry event
+   * the run emitted before it: events are published when stored, deltas at once, so a stream
+   * that wants them in the order they happened holds a delta until that event has gone out.
+   */
+  onDelta?: (text: string, sequence: number, afterEvent: number) => void;
   settled: Promise<RunRecord>;
   resolve: (r: RunRecord) => void;
   releaseSlot: () => void;
@@ -595,7 +604,7 @@ export class RunService {
       });
       result = await model.call({
         messages: ctx.messages, tools, max_output_tokens: this.deps.settings.max_output_tokens, signal: combined,
-        onDelta: (text) => live.onDelta?.(text, ++live.deltaSeq),
+        onDelta: (text) => live.onDelta?.(text, ++live.deltaSeq, live.eventSeq),
       });
     } catch (err) {
       // Retries already emitted one model_error per failed attempt; this is the final one.

@@ -65,6 +65,14 @@ describe('POST /run (SSE)', () => {
       'user_message', 'agent_step', 'model_call', 'model_response', 'policy_request_created', 'policy_decision_allow',
       'tool_batch_start', 'tool_call', 'tool_result', 'observation_pipeline_end', 'agent_step', 'model_call', 'model_response', 'final_answer',
     ]);
+    // Frames keep the order things happened in: the answer's deltas come after the events of the
+    // tool step before it and of their own model_call, and before that call's model_response.
+    const order = frames.map((f) => f.event);
+    const firstDelta = order.indexOf('delta');
+    const lastDelta = order.lastIndexOf('delta');
+    expect(firstDelta).toBeGreaterThan(order.lastIndexOf('model_call'));
+    expect(firstDelta).toBeGreaterThan(order.indexOf('tool_result'));
+    expect(lastDelta).toBeLessThan(order.lastIndexOf('model_response'));
     // Stored events carry their store cursor as the SSE id, strictly increasing.
     const ids = stored.map((f) => f.id!);
     expect([...ids].sort()).toEqual(ids);
