@@ -156,11 +156,7 @@ interface LiveRun {
   /** Event order within this trace segment, 1..n. */
   eventSeq: number;
   deltaSeq: number;
-  /**
-   * A text delta of the model's answer. `afterEvent` is the `sequence` of the last telemetry event
-   * the run emitted before it: events are published when stored, deltas at once, so a stream
-   * that wants them in the order they happened holds a delta until that event has gone out.
-   */
+  /** StartOptions.onDelta. */
   onDelta?: (text: string, sequence: number, afterEvent: number) => void;
   settled: Promise<RunRecord>;
   resolve: (r: RunRecord) => void;
@@ -415,7 +411,7 @@ export class RunService {
     if (terminal) void this.emitFinal(live, status, ctx);
     // The conversation grows in the same round as the completed run's record: issued right
     // before it (see RecordWriter.update's beforeCommit), as its own job, so a session changed
-    // meanwhile (409-free CAS miss) only sends finish() to append the slow way.
+    // meanwhile (its CAS misses) only makes finish() append the slow way.
     const beforeCommit = status === 'completed' && live.session !== undefined ? (r: RunRecord) => (live.historyWrite = this.writeHistory(live, r)) : undefined;
     const write = live.writer.update(
       (r) => ({
