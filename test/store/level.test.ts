@@ -99,12 +99,12 @@ describe('LevelStore on disk', () => {
     await raw.close();
   });
 
-  it('uses a prefetch only while no write landed after it: counts and conflicts stay exact', async () => {
+  it('gives the same counts and conflicts with prefetches in play (used, consumed by another write, or outdated)', async () => {
     const s = await opened(await fresh());
     // A valid prefetch: the create finds the row absent and the counter at 0 without a disk read.
     s.prefetch([{ kind: 'runs', id: 'p1', indexes: { session_id: 'S' } }]);
     await s.createRecord('runs', 'p1', { n: 1 }, { session_id: 'S' });
-    // Stale prefetches: written over by another round before they are used.
+    // Prefetches made outdated by another round's write before their own round: read again.
     s.prefetch([{ kind: 'runs', id: 'p2', indexes: { session_id: 'S' } }, { kind: 'runs', id: 'p3', indexes: { session_id: 'S' } }]);
     await s.createRecord('runs', 'p2', { n: 2 }, { session_id: 'S' }); // consumes p2's, makes p3's stale
     await s.createRecord('runs', 'p3', { n: 3 }, { session_id: 'S' });
