@@ -1,7 +1,8 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { fastifySSE } from '@fastify/sse';
 import { newId } from './ids.js';
-import { installErrorHandling } from './http/error-handler.js';
+import { clientErrorHandler, frameworkErrorReply, installErrorHandling, type ServerErrorLog } from './http/error-handler.js';
+import { installJsonBodyParser } from './http/json-body.js';
 import { jsonSerializerCompiler, zodValidatorCompiler } from './http/validation.js';
 import { installAuth } from './http/auth.js';
 import type { AppDeps } from './http/deps.js';
@@ -21,11 +22,31 @@ declare module 'fastify' {
  * Builds the HTTP app without listening (tests use `inject()` or listen themselves).
  * Routes only parse (zod), delegate to a runtime service, and serialise.
  */
-export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+/**
+ * Longest path parameter the router accepts. Ids are at most 256 characters (SafeId), so an id the
+ * API accepts can always be routed; 257..MAX_PARAM_LENGTH gets a 422 naming the parameter, and
+ * only longer segments a 414.
+ */
+export const MAX_PARAM_LENGTH = 1024;
+
+export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog }): Promise<FastifyInstance> {
   const { config } = deps;
+  const s = config.server;
+  const headersMs = s.headers_timeout_seconds * 1000;
   const app = Fastify({
     logger: deps.logger ?? false,
-    bodyLimit: config.server.max_body_bytes,
+    bodyLimit: s.max_body_bytes,
+    // Time limits on what a client sends (not on responses: SSE streams and long synchronous runs
+    // stay open, bounded by request_timeout_seconds and kept alive by pings). Fastify's default
+    // requestTimeout of 0 also switched off Node's header timeout, so half-sent requests held
+    // sockets forever. Node checks both every connectionsCheckingInterval.
+    requestTimeout: Math.max(s.body_timeout_seconds * 1000, headersMs),
+    keepAliveTimeout: s.keep_alive_timeout_seconds * 1000,
+    http: { headersTimeout: headersMs, connectionsCheckingInterval: Math.min(1000, headersMs) },
+    clientErrorHandler,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    // Router errors (bad percent-encoding, an over-long segment) go through the error handler.
+    frameworkErrors: frameworkErrorReply,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && /^[\w.-]{1,128}$/.test(given) ? given : newId('req');
@@ -45,12 +66,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   // A JSON API: any other body type is a 415, not a string that fails validation.
   app.removeContentTypeParser('text/plain');
+  installJsonBodyParser(app, s.max_json_depth);
   app.setValidatorCompiler(zodValidatorCompiler);
   app.setSerializerCompiler(jsonSerializerCompiler);
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
-  installErrorHandling(app);
+  installErrorHandling(app, deps.logServerError);
 
   await app.register(fastifySSE, { heartbeatInterval: 15_000 });
   installAuth(app, deps);
@@ -60,6 +82,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // GET /openapi.json and /docs: built on first request (src/http/docs.ts), not at start-up.
   installLazyDocs(app, deps);
   await app.ready();
+  // More sockets than this are closed on accept, before they cost a file descriptor for long.
+  app.server.maxConnections = s.max_connections;
   return app;
 }
 

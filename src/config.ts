@@ -38,6 +38,11 @@ const ServerConfig = obj({
   max_body_bytes: posInt().default(1024 * 1024).describe('Largest accepted request body (413 beyond).'),
   request_timeout_seconds: posNumber().default(300).describe('Outer timeout of a request, and the default wait budget of a `wait` run.'),
   max_concurrent_runs: posInt().default(64).describe('Live runs per process; more wait up to 5 s, then 503.'),
+  headers_timeout_seconds: posNumber().default(10).describe('A client must send its request headers within this time, or the connection is closed (408).'),
+  body_timeout_seconds: posNumber().default(30).describe('A client must send its whole request (headers and body) within this time, or the connection is closed (408). At least headers_timeout_seconds.'),
+  keep_alive_timeout_seconds: posNumber().default(5).describe('An idle keep-alive connection is closed after this time without a new request.'),
+  max_connections: posInt().default(4096).describe('Open TCP connections at most; more are closed at once. Keep it under the process file-descriptor limit.'),
+  max_json_depth: posInt().default(64).describe('Deepest nesting of arrays and objects accepted in a JSON body (422 beyond).'),
 });
 
 const StoreConfig = obj({

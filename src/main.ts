@@ -2,6 +2,7 @@
 import { mkdirSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
+import type { ServerErrorLog } from './http/error-handler.js';
 import type { Config } from './config.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
@@ -16,12 +17,12 @@ export interface Server {
   close(graceMs?: number): Promise<void>;
 }
 
-export async function startServer(config: Config, opts: RuntimeOptions & { logger?: boolean; listen?: boolean } = {}): Promise<Server> {
+export async function startServer(config: Config, opts: RuntimeOptions & { logger?: boolean; listen?: boolean; logServerError?: ServerErrorLog } = {}): Promise<Server> {
   mkdirSync(config.data_dir, { recursive: true });
   if (config.store.kind === 'postgres') throw new Error('store.kind "postgres" is not available yet; use the embedded "level" store');
   const store = await openStore({ kind: 'level', path: config.store.path, sync: config.store.sync });
   const runtime = await Runtime.create(config, store, opts);
-  const app = await buildApp({ config, store, runtime, version: readVersion(), logger: opts.logger ?? false, authEnabled: config.auth.api_keys.length > 0 });
+  const app = await buildApp({ config, store, runtime, version: readVersion(), logger: opts.logger ?? false, authEnabled: config.auth.api_keys.length > 0, logServerError: opts.logServerError });
   let url = '';
   if (opts.listen !== false) {
     url = await app.listen({ host: config.server.host, port: config.server.port });

@@ -29,7 +29,8 @@ describe('loadConfig defaults', () => {
   const c = loadConfig({ argv: [], env: {}, cwd: dir });
 
   it('has every documented default', () => {
-    expect(c.server).toEqual({ host: '127.0.0.1', port: 8000, max_body_bytes: 1048576, request_timeout_seconds: 300, max_concurrent_runs: 64 });
+    expect(c.server).toEqual({ host: '127.0.0.1', port: 8000, max_body_bytes: 1048576, request_timeout_seconds: 300, max_concurrent_runs: 64,
+      headers_timeout_seconds: 10, body_timeout_seconds: 30, keep_alive_timeout_seconds: 5, max_connections: 4096, max_json_depth: 64 });
     expect(c.data_dir).toBe(join(dir, '.agentd'));
     expect(c.config_path).toBeNull();
     expect(c.store).toEqual({ kind: 'level', path: join(dir, '.agentd'), sync: true });
@@ -46,6 +47,8 @@ describe('loadConfig defaults', () => {
     expect(c.background).toEqual({
       enabled: true, agent_id: 'default', lease_seconds: 30, concurrency: 4,
       workspace_root: join(dir, '.agentd', 'workspaces'), poll_interval_ms: 250,
+      run_retention: { max_age_days: 30, max_runs_per_task: 1000, sweep_interval_seconds: 60 },
+      workspace: { allow_shared_namespaces: false },
     });
     expect(c.telemetry.capture).toBe('full');
     expect(c.telemetry.retention_days).toBe(30);

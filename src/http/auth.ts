@@ -5,17 +5,42 @@ import type { AppDeps } from './deps.js';
 
 export type Role = 'reader' | 'operator' | 'approver' | 'admin';
 
-const PUBLIC_PREFIXES = ['/health', '/ready', '/openapi.json', '/docs'];
+/** What a route lets a caller do, and so which roles may call it (decisions.md §9). */
+export type Access = 'public' | 'read' | 'operate' | 'decide';
 
-/** Decision routes: only approvers (and admins) may decide for a person. */
-const isDecisionRoute = (method: string, url: string) =>
-  method === 'POST' && (/^\/runs\/[^/]+\/approvals\/[^/]+/.test(url) || /^\/runs\/[^/]+\/budget\/?$/.test(url));
+const ROLES: Record<Exclude<Access, 'public'>, Role[]> = {
+  read: ['reader', 'operator', 'approver', 'admin'],
+  operate: ['operator', 'admin'],
+  decide: ['approver', 'admin'],
+};
 
-/** Which roles may make this request (decisions.md §9). */
-export function rolesFor(method: string, url: string): Role[] {
-  if (method === 'GET' || method === 'HEAD') return ['reader', 'operator', 'approver', 'admin'];
-  if (isDecisionRoute(method, url)) return ['approver', 'admin'];
-  return ['operator', 'admin'];
+/**
+ * Routes whose access is not the default of their method, keyed by `METHOD pattern` exactly as the
+ * route was registered. Authorization looks up the route the router MATCHED, never the URL text:
+ * `/runs/R/%61pprovals/A`, `//runs/R/approvals/A/` and `http://x/runs/R/approvals/A` all match the
+ * pattern below, while a regex over the raw URL (the old check) missed them. A test fails when a
+ * pattern here names no registered route, so renaming a route cannot silently drop its rule.
+ */
+export const ROUTE_ACCESS: Readonly<Record<string, Access>> = {
+  'GET /health': 'public',
+  'GET /ready': 'public',
+  'GET /openapi.json': 'public',
+  'GET /docs': 'public',
+  'GET /docs/*': 'public',
+  'POST /runs/:run_id/approvals/:approval_id': 'decide',
+  'POST /runs/:run_id/budget': 'decide',
+};
+
+/** Access of a matched route: its entry in ROUTE_ACCESS, else reads for GET and operations for the rest. */
+export function accessOf(method: string, routePattern: string): Access {
+  const m = method === 'HEAD' ? 'GET' : method;
+  return ROUTE_ACCESS[`${m} ${routePattern}`] ?? (m === 'GET' ? 'read' : 'operate');
+}
+
+/** Which roles may call a matched route. */
+export function rolesFor(method: string, routePattern: string): Role[] {
+  const access = accessOf(method, routePattern);
+  return access === 'public' ? ['reader', 'operator', 'approver', 'admin'] : ROLES[access];
 }
 
 declare module 'fastify' {
@@ -27,6 +52,9 @@ declare module 'fastify' {
 /**
  * Bearer API keys, stored as SHA-256 hashes so the config never holds a usable secret.
  * Off when `auth.api_keys` is empty.
+ *
+ * Runs in onRequest, after routing: `request.routeOptions` is the matched route. A request that
+ * matched no route still needs a valid key (any role) before it learns that the route is missing.
  */
 export function installAuth(app: FastifyInstance, deps: AppDeps): void {
   const keys = deps.config.auth?.api_keys ?? [];
@@ -34,16 +62,17 @@ export function installAuth(app: FastifyInstance, deps: AppDeps): void {
   const table = keys.map((k) => ({ name: k.name, role: k.role as Role, hash: Buffer.from(k.key_sha256.toLowerCase(), 'hex') }));
 
   app.addHook('onRequest', async (request: FastifyRequest) => {
-    const path = request.url.split('?')[0];
-    if (PUBLIC_PREFIXES.some((p) => path === p || path.startsWith(`${p}/`))) return;
+    const pattern = request.is404 ? undefined : request.routeOptions.url;
+    const access = pattern === undefined ? 'read' : accessOf(request.method, pattern);
+    if (access === 'public') return;
     const header = request.headers.authorization;
     const match = typeof header === 'string' ? /^Bearer\s+(.+)$/i.exec(header.trim()) : null;
     if (!match) throw new AppError('Unauthorized', 'send Authorization: Bearer <api key>', null, { 'www-authenticate': 'Bearer' });
     const digest = createHash('sha256').update(match[1]).digest();
     const key = table.find((k) => k.hash.length === digest.length && timingSafeEqual(k.hash, digest));
     if (!key) throw new AppError('Unauthorized', 'the API key is not valid', null, { 'www-authenticate': 'Bearer' });
-    if (!rolesFor(request.method, path).includes(key.role)) {
-      throw new AppError('Forbidden', `the '${key.role}' role may not ${request.method} ${path}`);
+    if (pattern !== undefined && !ROLES[access].includes(key.role)) {
+      throw new AppError('Forbidden', `the '${key.role}' role may not ${request.method} ${pattern}`);
     }
     request.apiKeyName = key.name;
   });

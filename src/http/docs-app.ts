@@ -26,7 +26,18 @@ export async function buildDocsApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(fastifySwaggerUi, { routePrefix: '/docs', staticCSP: true });
   // POST /run declares the `sse` route option, which this plugin understands.
   await app.register(fastifySSE, { heartbeatInterval: 15_000 });
-  await app.register(async (scope) => registerApiRoutes(scope, deps));
+  // The API routes are registered only so the document describes them. Their handlers are
+  // replaced: this instance must never serve API data (it has no authentication of its own), so a
+  // request that reaches one of them, however spelled, gets a 404.
+  await app.register(async (scope) => {
+    scope.addHook('onRoute', (route) => {
+      route.handler = async (_request, reply) => reply.code(404).send();
+      route.preHandler = undefined;
+      route.onRequest = undefined;
+      delete (route as { sse?: unknown }).sse;
+    });
+    registerApiRoutes(scope, deps);
+  });
   await app.ready();
   return app;
 }

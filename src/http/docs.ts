@@ -8,6 +8,18 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppDeps } from './deps.js';
 
+// Swagger UI's own paths: '', 'json', 'yaml', 'static/<file>', '<file>'. Dot segments are refused.
+const DOCS_ASSET = /^(?:(?:static\/)?(?!\.)[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127})?$/;
+
+function pickHeaders(request: FastifyRequest): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of ['accept', 'accept-encoding', 'if-none-match', 'if-modified-since']) {
+    const v = request.headers[name];
+    if (typeof v === 'string') out[name] = v;
+  }
+  return out;
+}
+
 // Hop-by-hop and length headers belong to the inner response, not the one we send.
 const SKIP_HEADERS = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'date']);
 
@@ -27,9 +39,16 @@ export function installLazyDocs(app: FastifyInstance, deps: AppDeps): void {
   app.get('/openapi.json', { schema: { hide: true } }, async () => (await docsApp()).swagger());
 
   // Everything under /docs is answered by the docs instance (Swagger UI's page, assets, /docs/json).
+  // The inner path is rebuilt from the MATCHED wildcard, never from request.url: forwarding the raw
+  // URL let `/docs/%2e%2e/runs` reach API routes of the inner app past authentication. Only plain
+  // asset names pass (no dot segments, no encoded bytes), and the inner app has no API handlers.
   const forward = async (request: FastifyRequest, reply: FastifyReply) => {
+    const rest = (request.params as { '*'?: string })['*'];
+    if (rest !== undefined && !DOCS_ASSET.test(rest)) return reply.callNotFound();
+    const url = rest === undefined ? '/docs' : `/docs/${rest}`;
     // Always GET: for a HEAD request Fastify's HEAD route runs this handler and drops the body.
-    const inner = await (await docsApp()).inject({ method: 'GET', url: request.url, headers: request.headers });
+    // Only the headers a static page needs go in; never the caller's credentials.
+    const inner = await (await docsApp()).inject({ method: 'GET', url, headers: pickHeaders(request) });
     // An unknown path gets the service's own 404 body (ErrorResponse), like every other route.
     if (inner.statusCode === 404) return reply.callNotFound();
     reply.code(inner.statusCode);

@@ -18,6 +18,15 @@ export class RequestValidationError extends Error {
   }
 }
 
+/** Validation errors found outside zod (the JSON body parser), already in HTTPValidationError items. */
+export class HttpValidationFailure extends Error {
+  readonly statusCode = 422;
+  constructor(readonly detail: Array<{ loc: Array<string | number>; msg: string; type: string; ctx?: Record<string, unknown> }>) {
+    super('request body is invalid');
+    this.name = 'HttpValidationFailure';
+  }
+}
+
 /**
  * Our own validator compiler instead of the type provider's: it keeps zod's issues intact so the
  * error handler can give every failure a precise `loc`, and it parses with `safeParse` so defaults

@@ -21,13 +21,15 @@ export type BackgroundId = z.infer<typeof BackgroundId>;
  * supplied session ids end up in URLs and workspace names, so separators, control characters and
  * ".." are refused up front rather than escaped everywhere they are used.
  */
+// With the `u` flag a lone surrogate is a code point of its own, excluded below: it is not valid
+// UTF-8, so such an id could never be sent back in a URL. Length counts code points.
 // eslint-disable-next-line no-control-regex
-export const SAFE_ID_PATTERN = /^(?!\.$)(?!.*\.\.)[^/\\\u0000-\u001f\u007f]{1,256}$/;
+export const SAFE_ID_PATTERN = /^(?!\.$)(?!.*\.\.)[^/\\\u0000-\u001f\u007f\ud800-\udfff]{1,256}$/u;
 
 export const SafeId = z
   .string()
   .regex(SAFE_ID_PATTERN, {
-    error: 'must be 1-256 characters without "/", "\\", ".." or control characters',
+    error: 'must be 1-256 characters without "/", "\\", "..", control characters or unpaired surrogates',
   })
   .meta({ id: 'SafeId', description: 'An id safe in a path: 1-256 characters, no "/", "\\", ".." or control characters.' });
 export type SafeId = z.infer<typeof SafeId>;
