@@ -157,7 +157,7 @@ const PriceConfig = obj({
 const OrphanSweepConfig = obj({
   enabled: bool().default(true),
   interval_seconds: posNumber().default(30),
-  max_concurrent: posInt().default(2),
+  max_concurrent: posInt().optional().describe('Recovered runs (resumed by the orphan sweep, at start-up or later) live at once. Default: a quarter of server.max_concurrent_runs, at least 1; never more than max_concurrent_runs - 1, so new runs always have a slot.'),
   max_recoveries: posInt().default(3),
   decided_grace_seconds: nonNegNumber().default(30),
 });
@@ -177,6 +177,17 @@ const BackgroundConfig = obj({
   concurrency: posInt().default(4),
   workspace_root: nonEmpty().optional().describe('Default: <data dir>/workspaces.'),
   poll_interval_ms: posInt().default(250),
+  // Ended background runs are deleted (row, attempts, occurrence record, workspace folder) by a
+  // periodic sweep: by age and by count per task (docs/background.md "Retention").
+  run_retention: obj({
+    max_age_days: posNumber().default(30).describe('Ended runs older than this (by finished_at) are deleted; fractions allowed.'),
+    max_runs_per_task: posInt().default(1000).describe('Only the newest N ended runs of a task are kept.'),
+    sweep_interval_seconds: posNumber().default(60),
+  }).prefault({}),
+  workspace: obj({
+    allow_shared_namespaces: bool().default(false)
+      .describe('Let namespace_template resolve anywhere under workspace_root (e.g. a session folder); default: only under background/<agent_id>/<task_id>/.'),
+  }).prefault({}),
 });
 
 const TelemetryConfig = obj({

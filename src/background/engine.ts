@@ -58,7 +58,8 @@ import {
   type TaskRow,
 } from './types.js';
 import { pureStepper } from './transition.js';
-import { MirrorQueue, lastMirroredSequence, mirrorRun, resolveWorkspacePath } from './workspace.js';
+import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
+import { MirrorQueue, absoluteWorkspace, isInside, lastMirroredSequence, mirrorRun, relativeWorkspace, removeTree, taskNamespace, workspaceOf } from './workspace.js';
 
 export type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 
@@ -154,6 +155,8 @@ export class RunEngine {
    */
   /** Runs whose workspace this process has checked after picking them up (repairWorkspace). */
   private readonly workspacesChecked = new Set<string>();
+  /** Tasks whose refused workspace template was reported (once per task per process). */
+  private readonly warnedTemplates = new Set<string>();
   private readonly mirrors = new MirrorQueue(2, MIRROR_DELAY_MS, (dir, err) => {
     this.madeDirs.delete(dir);
     // The workspace is a mirror: a full disk must not stop the run.
@@ -278,9 +281,7 @@ export class RunEngine {
     const session_id = sp.mode === 'fixed' && sp.session_id
       ? sp.session_id
       : sp.mode === 'run' ? `background:${task.agent_id}:${task.task_id}:${run_id}` : `background:${task.agent_id}:${task.task_id}`;
-    const workspace_path = resolveWorkspacePath(this.deps.config.background.workspace_root, task.workspace_policy.namespace_template, {
-      agent_id: task.agent_id, task_id: task.task_id, run_id,
-    });
+    const workspace_path = this.workspaceFor(task, run_id);
     const occ = input.occurrence;
     const run: BackgroundRun = {
       run_id, task_id: task.task_id, agent_id: task.agent_id, query_snapshot: input.query ?? task.query,
@@ -334,6 +335,30 @@ export class RunEngine {
       indexes: { run_id, session_id, task_id: task.task_id },
     });
     return { ctx, row, lifecycle, ops };
+  }
+
+  /**
+   * The run's workspace, relative to the workspace root (answers never show server paths). A task
+   * stored before templates were confined may hold one that now resolves outside its namespace:
+   * its runs get the default template instead (and a warning), never the folder it named.
+   */
+  private workspaceFor(task: TaskRow, run_id: string): string {
+    const ids = { agent_id: task.agent_id, task_id: task.task_id, run_id };
+    const allowShared = this.deps.config.background.workspace.allow_shared_namespaces;
+    const r = workspaceOf(task.workspace_policy.namespace_template, ids, allowShared);
+    if ('rel' in r) return r.rel;
+    if (!this.warnedTemplates.has(task.task_id)) {
+      this.warnedTemplates.add(task.task_id);
+      this.log('warn', 'the task\'s workspace template is refused; its runs use the default template', { task_id: task.task_id, problem: r.problem });
+    }
+    const fallback = workspaceOf(DEFAULT_NAMESPACE_TEMPLATE, ids, false);
+    if ('rel' in fallback) return fallback.rel;
+    throw new AppError('Conflict', `background task '${task.task_id}' cannot have a workspace: ${fallback.problem}`);
+  }
+
+  /** The absolute folder of a run's workspace (throws when a stored path would leave the root). */
+  dirOf(run: BackgroundRun): string {
+    return absoluteWorkspace(this.deps.config.background.workspace_root, run.workspace_path);
   }
 
   /**
@@ -696,7 +721,13 @@ export class RunEngine {
   }
 
   private async mirror(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson: boolean, last: boolean): Promise<void> {
-    const dir = ctx.run.workspace_path;
+    let dir: string;
+    try {
+      dir = this.dirOf(ctx.run);
+    } catch (err) {
+      this.log('warn', 'the run workspace is outside the workspace root; not written', { run_id: ctx.run.run_id, err: String(err) });
+      return;
+    }
     const lines = ctx.internal.write_events_jsonl ? lifecycle.map(({ data: _d, ...line }) => line) : [];
     const run = ctx.internal.write_run_json && rewriteRunJson ? ctx.run : null;
     if (lines.length === 0 && !run) return;
@@ -775,7 +806,12 @@ export class RunEngine {
   private async repairWorkspace(row: BgRunRow): Promise<void> {
     const { run, internal } = row;
     if (run.status === 'skipped' || (!internal.write_events_jsonl && !internal.write_run_json)) return;
-    const dir = run.workspace_path;
+    let dir: string;
+    try {
+      dir = this.dirOf(run);
+    } catch {
+      return;
+    }
     if (this.workspacesChecked.has(run.run_id) || !this.mirrors.idle(dir)) return;
     this.workspacesChecked.add(run.run_id);
     if (this.workspacesChecked.size > 10_000) this.workspacesChecked.clear(); // a bound, not a cache: checking again is harmless
@@ -916,7 +952,7 @@ export class RunEngine {
       void this.deps.runs
         .start(ctx.run.query_snapshot, ctx.run.session_id, {
           kind: 'background', run_id: id, task_id: ctx.run.task_id, agent_id: ctx.run.agent_id,
-          workspace_path: ctx.run.workspace_path, admitted: true,
+          workspace_path: this.dirOf(ctx.run), admitted: true,
         })
         .catch((err: unknown) => {
           if (err instanceof AppError && err.code === 'Conflict') return this.continueAgent(h, id);
@@ -1152,14 +1188,20 @@ export class RunEngine {
     for (const w of set) w(run);
   }
 
-  /** Deletes a task's runs (DELETE /background/tasks/{id}?delete_runs=true), cancelling live ones first. */
-  async deleteRunsOfTask(taskId: string): Promise<number> {
+  /**
+   * Deletes a task's runs (DELETE /background/tasks/{id}?delete_runs=true), cancelling live ones
+   * first, then its workspace folders: the task's namespace background/<agent_id>/<task_id> in one
+   * `rm -r`, plus the run folders of runs a shared template put elsewhere. Runs go in batches (one
+   * commit per page of rows, their attempts and occurrence records included), not a commit each.
+   */
+  async deleteRunsOfTask(taskId: string, agentId: string | null): Promise<number> {
     let deleted = 0;
+    const dirs = new Set<string>();
     this.forgetTask(taskId);
     for (;;) {
-      const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, limit: 200 });
-      if (page.items.length === 0) return deleted;
-      for (const item of page.items) {
+      const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, limit: 500 });
+      if (page.items.length === 0) break;
+      await Promise.all(page.items.map(async (item) => {
         const h = this.handles.get(item.id);
         if (h) {
           await h.chain.catch(() => undefined);
@@ -1171,20 +1213,172 @@ export class RunEngine {
           await this.deps.runs.cancel(internal.agent_run_id).catch(() => undefined);
         }
         this.clearRunTimers(item.id);
-        const attempts = await this.deps.store.listRecords('bg_attempts', { index: { name: 'run_id', value: item.id }, limit: 1000 });
-        const ops: WriteOp[] = [
-          ...attempts.items.map((a): WriteOp => ({ op: 'delete', kind: 'bg_attempts', id: a.id })),
-          { op: 'delete', kind: 'bg_runs', id: item.id },
-        ];
-        try {
-          await this.deps.store.commit(ops);
-          deleted++;
-        } catch (err) {
-          if (!isStoreError(err, 'not_found')) throw err;
-        }
-        this.forgetTask(taskId);
+      }));
+      // The task is gone (its schedule row a tombstone): its occurrence records can never be replayed.
+      const removed = await this.deleteRows(page.items, () => true);
+      if (removed.length === 0) break; // nothing could be deleted: do not spin
+      deleted += removed.length;
+      for (const r of removed) {
+        const own = this.ownFolderOf(r);
+        if (own) dirs.add(own);
+      }
+      this.forgetTask(taskId);
+    }
+    const root = this.deps.config.background.workspace_root;
+    const ns = agentId ? absoluteWorkspace(root, taskNamespace({ agent_id: agentId, task_id: taskId })) : null;
+    if (ns) await this.removeFolder(ns);
+    for (const d of dirs) if (!ns || !isInside(ns, d)) await this.removeFolder(d);
+    return deleted;
+  }
+
+  /**
+   * Deletes ended runs in batches: rows (CAS on the version read), their attempts and, when
+   * `occurrenceDone` says the schedule consumed it, their occurrence record. Returns the rows
+   * deleted. A batch refused because one row changed or vanished meanwhile is retried row by row.
+   */
+  private async deleteRows(rows: Versioned<BgRunRow>[], occurrenceDone: (run: BackgroundRun) => boolean): Promise<BackgroundRun[]> {
+    const { store } = this.deps;
+    const attemptIds: string[] = [];
+    const occIds: string[] = [];
+    for (const r of rows) {
+      const { run } = r.value;
+      for (let n = 1; n <= run.attempt; n++) attemptIds.push(attemptRecordId(run.run_id, n));
+      if (run.occurrence_id && occurrenceDone(run)) occIds.push(occurrenceRecordId(run.task_id, run.occurrence_id));
+    }
+    const [attempts, occs] = await Promise.all([
+      attemptIds.length ? store.getRecords('bg_attempts', attemptIds) : Promise.resolve([]),
+      occIds.length ? store.getRecords('bg_occurrences', occIds) : Promise.resolve([]),
+    ]);
+    const existingAttempts = new Set(attemptIds.filter((_, i) => attempts[i]));
+    const existingOccs = new Set(occIds.filter((_, i) => occs[i]));
+    const opsOf = (r: Versioned<BgRunRow>): WriteOp[] => {
+      const { run } = r.value;
+      const ops: WriteOp[] = [{ op: 'delete', kind: 'bg_runs', id: r.id, expectedVersion: r.version }];
+      for (let n = 1; n <= run.attempt; n++) {
+        const id = attemptRecordId(run.run_id, n);
+        if (existingAttempts.has(id)) ops.push({ op: 'delete', kind: 'bg_attempts', id });
+      }
+      const occ = run.occurrence_id ? occurrenceRecordId(run.task_id, run.occurrence_id) : null;
+      if (occ && existingOccs.has(occ)) ops.push({ op: 'delete', kind: 'bg_occurrences', id: occ });
+      return ops;
+    };
+    const gone = (r: Versioned<BgRunRow>) => {
+      this.emitted.delete(r.id);
+      this.workspacesChecked.delete(r.id);
+    };
+    try {
+      await store.commit(rows.flatMap(opsOf));
+      rows.forEach(gone);
+      return rows.map((r) => r.value.run);
+    } catch (err) {
+      if (!isStoreError(err, 'not_found') && !isStoreError(err, 'stale_version')) throw err;
+    }
+    const out: BackgroundRun[] = [];
+    for (const r of rows) {
+      try {
+        await store.commit(opsOf(r));
+        gone(r);
+        out.push(r.value.run);
+      } catch (err) {
+        if (!isStoreError(err, 'not_found') && !isStoreError(err, 'stale_version')) throw err;
       }
     }
+    return out;
+  }
+
+  /**
+   * The folder that belongs to this run alone (absolute), or null: the run id is a segment of its
+   * workspace path (the default template), so the folder up to that segment is its own. A template
+   * without {run_id} shares one folder among runs: that is never removed for one run.
+   */
+  private ownFolderOf(run: BackgroundRun): string | null {
+    const rel = relativeWorkspace(this.deps.config.background.workspace_root, run.workspace_path);
+    const segs = rel.split('/');
+    const i = segs.indexOf(run.run_id);
+    if (i < 0) return null;
+    try {
+      return absoluteWorkspace(this.deps.config.background.workspace_root, segs.slice(0, i + 1).join('/'));
+    } catch {
+      return null;
+    }
+  }
+
+  private async removeFolder(dir: string): Promise<void> {
+    try {
+      await removeTree(this.deps.config.background.workspace_root, dir);
+    } catch (err) {
+      this.log('warn', 'could not remove a background workspace folder', { err: String(err) });
+    }
+    for (const d of this.madeDirs) if (isInside(dir, d)) this.madeDirs.delete(d);
+  }
+
+  /**
+   * background.run_retention: deletes ended runs finished before `maxAgeMs` ago, and the oldest
+   * ended runs of each task beyond `maxPerTask`, with their attempts, occurrence records (once the
+   * schedule consumed them) and own workspace folders. Cheap enough to run every minute: the age
+   * pass walks each ended status oldest first and stops at the first run created after the
+   * cutoff; the count pass reads each task's per-status counters (one get each) and lists runs
+   * only for a task over its limit. At most `budget` runs per sweep; the next one goes on.
+   */
+  async sweepRetention(opts: {
+    maxAgeMs: number;
+    maxPerTask: number;
+    tasks: Iterable<string>;
+    occurrenceDone: (run: BackgroundRun) => boolean;
+    budget?: number;
+  }): Promise<number> {
+    const { store } = this.deps;
+    let budget = opts.budget ?? 5000;
+    let deleted = 0;
+    const cutoff = this.deps.clock.now() - opts.maxAgeMs;
+    const drop = async (rows: Versioned<BgRunRow>[]) => {
+      if (rows.length === 0) return;
+      const removed = await this.deleteRows(rows, opts.occurrenceDone);
+      deleted += removed.length;
+      budget -= rows.length;
+      for (const r of removed) {
+        const own = this.ownFolderOf(r);
+        if (own) await this.removeFolder(own);
+      }
+    };
+    const endedAt = (run: BackgroundRun) => Date.parse(run.finished_at ?? run.triggered_at);
+    for (const status of TERMINAL) {
+      let cursor: string | null = null;
+      scan: do {
+        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await store.listRecords<BgRunRow>('bg_runs', { index: { name: 'status', value: status }, cursor, limit: 200 });
+        const old: Versioned<BgRunRow>[] = [];
+        let stop = false;
+        for (const item of page.items) {
+          const { run } = item.value;
+          // Creation order: a run created after the cutoff ended after it, and so did every later one.
+          if (Date.parse(run.triggered_at) >= cutoff) {
+            stop = true;
+            break;
+          }
+          if (endedAt(run) < cutoff) old.push(item);
+          if (old.length >= budget) break;
+        }
+        await drop(old);
+        if (stop || budget <= 0) break scan;
+        cursor = page.next_cursor;
+      } while (cursor);
+      if (budget <= 0) return deleted;
+    }
+    for (const taskId of opts.tasks) {
+      if (budget <= 0) break;
+      const counts = await Promise.all([...TERMINAL].map((st) => store.countRecords('bg_runs', { name: 'task_status', value: taskStatusKey(taskId, st) })));
+      let excess = counts.reduce((a, b) => a + b, 0) - opts.maxPerTask;
+      let cursor: string | null = null;
+      while (excess > 0 && budget > 0) {
+        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, cursor, limit: Math.min(500, Math.max(50, excess)) });
+        const old = page.items.filter((i) => TERMINAL.has(i.value.run.status) && !this.handles.has(i.id)).slice(0, Math.min(excess, budget));
+        await drop(old);
+        excess -= old.length;
+        if (!page.next_cursor) break;
+        cursor = page.next_cursor;
+      }
+    }
+    return deleted;
   }
 
   private clearRunTimers(runId: string): void {

@@ -3,6 +3,7 @@
 // actors, dispatch) and the run engine (run actors, claims, leases, attempts, events, workspaces).
 import { registerMachine } from '../runtime/machines-info.js';
 import type { AnyStateMachine } from 'xstate';
+import { isAbsolute } from 'node:path';
 import { BACKGROUND_RUN_MACHINE_VERSION, backgroundRunMachine } from '../../machines/background-run.machine.js';
 import { TASK_MACHINE_VERSION, taskMachine } from '../../machines/task.machine.js';
 import { AppError, conflict, notFound } from '../errors.js';
@@ -29,8 +30,10 @@ import {
   type ScheduleRow,
   type TaskRow,
 } from './types.js';
-import { listWorkspace, openWorkspaceFile } from './workspace.js';
+import { checkNamespaceTemplate, listWorkspace, openWorkspaceFile, relativeWorkspace } from './workspace.js';
 import { HttpDetailError } from '../errors.js';
+import { RequestValidationError } from '../http/validation.js';
+import type { core } from 'zod';
 import type { AttemptRecord } from '../../machines/background-run.machine.js';
 
 export type { BackgroundDeps } from './engine.js';
@@ -44,6 +47,8 @@ export class BackgroundManager {
   readonly engine: RunEngine;
   readonly scheduler: TaskScheduler;
   private ticker: NodeJS.Timeout | null = null;
+  private retentionTimer: NodeJS.Timeout | null = null;
+  private sweeping: Promise<number> | null = null;
   private tickCount = 0;
   private maintaining = false;
   private initialized = false;
@@ -91,6 +96,39 @@ export class BackgroundManager {
       }
     }, poll);
     this.ticker.unref();
+    this.retentionTimer = setInterval(() => void this.sweepRetention(), this.cfg.run_retention.sweep_interval_seconds * 1000);
+    this.retentionTimer.unref();
+  }
+
+  /**
+   * One pass of background.run_retention (also what the timer runs); resolves with the number of
+   * runs deleted. A pass already under way is joined, not doubled.
+   */
+  sweepRetention(): Promise<number> {
+    if (this.sweeping) return this.sweeping;
+    const r = this.cfg.run_retention;
+    const { scheduler } = this;
+    this.sweeping = this.engine.sweepRetention({
+      maxAgeMs: r.max_age_days * 86_400_000,
+      maxPerTask: r.max_runs_per_task,
+      tasks: [...scheduler.tasks.keys()],
+      // An occurrence record is what stops a replay; it may go once the schedule moved past it
+      // (or the task is gone: a re-created task starts a new revision, so new occurrence ids).
+      occurrenceDone: (run) => {
+        if (!scheduler.tasks.has(run.task_id)) return true;
+        const consumed = scheduler.consumedUpTo(run.task_id);
+        return consumed !== null && run.due_at !== null && Date.parse(run.due_at) <= consumed;
+      },
+    }).then((n) => {
+      if (n > 0) this.deps.log?.('info', 'background run retention deleted ended runs', { runs: n });
+      return n;
+    }, (err: unknown) => {
+      this.deps.log?.('warn', 'background run retention failed', { err: String(err) });
+      return 0;
+    }).finally(() => {
+      this.sweeping = null;
+    });
+    return this.sweeping;
   }
 
   /** Stops dispatching and claiming; runs in hand go on until close() (graceful shutdown). */
@@ -98,12 +136,15 @@ export class BackgroundManager {
     this.running = false;
     if (this.ticker) clearInterval(this.ticker);
     this.ticker = null;
+    if (this.retentionTimer) clearInterval(this.retentionTimer);
+    this.retentionTimer = null;
     this.scheduler.stop();
     this.engine.stopClaiming();
   }
 
   async close(): Promise<void> {
     await this.stop();
+    await this.sweeping; // the store closes after this
     await this.scheduler.close();
     await this.engine.close();
   }
@@ -120,7 +161,7 @@ export class BackgroundManager {
     const a = this.deps.config.agent;
     return {
       agent_id: agentId, name: a.name, system_instruction: a.system_instruction || null, agent_config: { max_steps: a.max_steps },
-      model_config: { provider: a.model.provider, model: a.model.model }, workspace_config: { root: this.cfg.workspace_root },
+      model_config: { provider: a.model.provider, model: a.model.model }, workspace_config: { root: '.' },
       local_tools_ref: a.tools.local ?? null, mcp_tools: a.tools.mcp.map((m) => ({ name: m.name })), metadata: { served_agent: true },
     };
   }
@@ -145,18 +186,18 @@ export class BackgroundManager {
     const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at };
     if (existing) await this.deps.store.updateRecord<AgentRow>('bg_agents', agentId, row, existing.version);
     else await this.deps.store.createRecord<AgentRow>('bg_agents', agentId, row);
-    return row;
+    return this.publicAgent(row);
   }
 
   async listAgents(): Promise<{ agents: AgentRow[]; total: number }> {
-    const agents = await this.listAll<AgentRow>('bg_agents');
+    const agents = (await this.listAll<AgentRow>('bg_agents')).map((a) => this.publicAgent(a));
     return { agents, total: agents.length };
   }
 
   async getAgent(agentId: string): Promise<AgentRow> {
     const rec = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
     if (!rec) throw notFound('background agent', agentId);
-    return rec.value;
+    return this.publicAgent(rec.value);
   }
 
   async deleteAgent(agentId: string, force: boolean): Promise<{ status: 'deleted' }> {
@@ -179,6 +220,7 @@ export class BackgroundManager {
       throw notFound('background agent', agentId);
     }
     const { replace, agent_id: _a, ...fields } = body;
+    this.checkWorkspacePolicy(body.workspace_policy.namespace_template, agentId, body.task_id, body);
     return this.scheduler.taskJob(body.task_id, async () => {
       const { store } = this.deps;
       const existing = await store.getRecord<TaskRow>('bg_tasks', body.task_id);
@@ -201,6 +243,19 @@ export class BackgroundManager {
     });
   }
 
+  /**
+   * A task's workspaces stay in its own namespace (background/<agent_id>/<task_id>/) unless the
+   * config allows shared namespaces: 422 with `loc` at the template otherwise. The schema already
+   * refused malformed templates; this checks where the rendered path lands.
+   */
+  private checkWorkspacePolicy(template: string, agentId: string, taskId: string, body: unknown): void {
+    const problem = checkNamespaceTemplate(template, { agent_id: agentId, task_id: taskId }, this.cfg.workspace.allow_shared_namespaces);
+    if (!problem) return;
+    throw new RequestValidationError('body', [{
+      code: 'custom', path: ['workspace_policy', 'namespace_template'], message: `namespace_template ${problem}`, input: template,
+    } as core.$ZodIssue], body);
+  }
+
   async listTasks(agentId?: string): Promise<{ tasks: TaskRow[]; total: number }> {
     const tasks = await this.listAll<TaskRow>('bg_tasks', agentId ? { name: 'agent_id', value: agentId } : undefined);
     return { tasks, total: tasks.length };
@@ -220,6 +275,7 @@ export class BackgroundManager {
       const schedRec = await store.getRecord<ScheduleRow>('bg_schedule', taskId);
       const now = this.now();
       const prev = rec.value;
+      if (patch.workspace_policy) this.checkWorkspacePolicy(patch.workspace_policy.namespace_template, prev.agent_id, taskId, patch);
       const next: TaskRow = { ...prev, updated_at: iso(now) };
       for (const [k, v] of Object.entries(patch)) {
         if (v !== undefined && v !== null) (next as Record<string, unknown>)[k] = v;
@@ -245,10 +301,12 @@ export class BackgroundManager {
 
   /** Removes the task; its schedule row stays as a tombstone so a re-created task gets a new revision. */
   async deleteTask(taskId: string, deleteRuns: boolean): Promise<{ status: 'deleted' }> {
+    let agentId: string | null = null;
     await this.scheduler.taskJob(taskId, async () => {
       const { store } = this.deps;
       const rec = await store.getRecord<TaskRow>('bg_tasks', taskId);
       if (!rec) throw notFound('background task', taskId);
+      agentId = rec.value.agent_id;
       const schedRec = await store.getRecord<ScheduleRow>('bg_schedule', taskId);
       await store.commit([
         { op: 'delete', kind: 'bg_tasks', id: taskId },
@@ -258,7 +316,7 @@ export class BackgroundManager {
       ]);
       this.scheduler.removeTask(taskId);
     });
-    if (deleteRuns) await this.engine.deleteRunsOfTask(taskId);
+    if (deleteRuns) await this.engine.deleteRunsOfTask(taskId, agentId);
     return { status: 'deleted' };
   }
 
@@ -308,7 +366,7 @@ export class BackgroundManager {
       runs: await store.countRecords('bg_runs', { name: 'task_id', value: taskId }),
       active_runs: ACTIVE.reduce((n, s) => n + status_counts[s], 0),
       status_counts,
-      latest_run: latest.items[0]?.value.run ?? null,
+      latest_run: latest.items[0] ? this.publicRun(latest.items[0].value.run) : null,
     };
   }
 
@@ -337,10 +395,10 @@ export class BackgroundManager {
     if (!run) throw notFound('enabled background task', taskId);
     // Answer once the run's creation events are stored too, as before the append was pipelined.
     await this.engine.appended(run.run_id);
-    if (!body.wait || TERMINAL.has(run.status)) return run;
+    if (!body.wait || TERMINAL.has(run.status)) return this.publicRun(run);
     const budget = this.deps.config.server.request_timeout_seconds;
     const settled = await this.engine.waitSettled(run.run_id, budget * 1000);
-    if (settled) return settled;
+    if (settled) return this.publicRun(settled);
     const current = await this.engine.get(run.run_id).catch(() => run);
     throw new HttpDetailError(504, {
       message: `background run ${run.run_id} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${run.run_id}`,
@@ -360,11 +418,24 @@ export class BackgroundManager {
       : q.task_id ? { name: 'task_id', value: q.task_id } : q.status ? { name: 'status', value: q.status } : undefined;
     const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index, cursor: q.cursor ?? null, limit: q.limit });
     const total = await this.deps.store.countRecords('bg_runs', index);
-    return { runs: page.items.map((i) => i.value.run), total, next_cursor: page.next_cursor };
+    return { runs: page.items.map((i) => this.publicRun(i.value.run)), total, next_cursor: page.next_cursor };
   }
 
-  getRun(runId: string): Promise<BackgroundRun> {
-    return this.engine.get(runId);
+  async getRun(runId: string): Promise<BackgroundRun> {
+    return this.publicRun(await this.engine.get(runId));
+  }
+
+  /** A run as answers show it: new rows store the workspace relative to the root; older rows held it absolute. */
+  private publicRun(run: BackgroundRun): BackgroundRun {
+    if (!isAbsolute(run.workspace_path)) return run;
+    return { ...run, workspace_path: relativeWorkspace(this.cfg.workspace_root, run.workspace_path) };
+  }
+
+  /** The default agent's row once held the absolute workspace root: answers show it relative. */
+  private publicAgent(a: AgentRow): AgentRow {
+    const root = (a.workspace_config as { root?: unknown } | null | undefined)?.root;
+    if (typeof root !== 'string' || !isAbsolute(root)) return a;
+    return { ...a, workspace_config: { ...a.workspace_config, root: relativeWorkspace(this.cfg.workspace_root, root) || '.' } };
   }
 
   async attempts(runId: string): Promise<{ run_id: string; attempts: AttemptRecord[]; count: number }> {
@@ -381,13 +452,26 @@ export class BackgroundManager {
 
   async workspace(runId: string) {
     const run = await this.engine.get(runId);
-    return { run_id: run.run_id, task_id: run.task_id, agent_id: run.agent_id, workspace_path: run.workspace_path, files: await listWorkspace(run.workspace_path) };
+    let dir: string;
+    try {
+      dir = this.engine.dirOf(run);
+    } catch {
+      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`);
+    }
+    // workspace_path as stored: relative to the workspace root (answers never show server paths).
+    return { run_id: run.run_id, task_id: run.task_id, agent_id: run.agent_id, workspace_path: relativeWorkspace(this.cfg.workspace_root, run.workspace_path), files: await listWorkspace(dir) };
   }
 
   async openWorkspaceFile(runId: string, rel: string) {
     const row = await this.engine.getRow(runId);
     if (!row) throw new HttpDetailError(404, `background run '${runId}' was not found`);
-    return openWorkspaceFile(row.value.run.workspace_path, rel);
+    let dir: string;
+    try {
+      dir = this.engine.dirOf(row.value.run);
+    } catch {
+      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`);
+    }
+    return openWorkspaceFile(dir, rel);
   }
 
   cancelRun(runId: string) {
@@ -415,6 +499,7 @@ export class BackgroundManager {
       runs: await store.countRecords('bg_runs'),
       active_runs: ACTIVE.reduce((n, s) => n + status_counts[s], 0),
       status_counts,
+      skipped_occurrences: this.scheduler.skippedOccurrences(),
     };
   }
 
@@ -433,5 +518,5 @@ export class BackgroundManager {
 /** The stored schedule row without its internal fields. */
 export function publicSchedule(s: ScheduleRow): BackgroundScheduleState {
   const { anchor_at: _a, deleted: _d, ...pub } = s;
-  return pub;
+  return { ...pub, skipped_occurrences: s.skipped_occurrences ?? 0, last_skipped: s.last_skipped ?? null };
 }

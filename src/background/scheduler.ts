@@ -15,7 +15,7 @@ import type { BackgroundRun } from '../schemas/background.js';
 import type { BackgroundDeps, PreparedRun, RunEngine } from './engine.js';
 import { DueHeap } from './heap.js';
 import type { SupervisorGroup } from '../runtime/system.js';
-import { occurrenceRecordId, type ScheduleRow, type TaskRow } from './types.js';
+import { occurrenceRecordId, type ScheduleRow, type SkippedOccurrence, type TaskRow } from './types.js';
 import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -205,18 +205,20 @@ export class TaskScheduler {
     const now = this.deps.clock.now();
     const res = this.occurrences(task, s, now);
     const prepared: PreparedRun[] = [];
+    const skips: SkippedOccurrence[] = [];
     for (const occ of res.dispatch) {
       const inFlight = tracked ? this.engine.inFlightNow(taskId) ?? NOTHING_IN_FLIGHT : NOTHING_IN_FLIGHT;
       for (const d of this.decide(taskId, { type: 'DUE', occurrence: occ as TaskOccurrence, inFlight })) {
-        const p = this.engine.prepareRun({
-          task, trigger_type: occ.trigger_type, occurrence: occ as TaskOccurrence, query: null,
-          skip: d.decision.action === 'skip' ? skipReason(task) : null,
-        }, now);
+        if (d.decision.action === 'skip') {
+          skips.push(skipOf(task, occ as TaskOccurrence, now));
+          continue;
+        }
+        const p = this.engine.prepareRun({ task, trigger_type: occ.trigger_type, occurrence: occ as TaskOccurrence, query: null, skip: null }, now);
         this.engine.track(p); // the next occurrence's decision sees this run
         prepared.push(p);
       }
     }
-    const next = this.advanced(s, res, prepared.length, now);
+    const next = this.advanced(s, res, prepared.length, now, skips);
     const ops: WriteOp[] = [];
     for (const p of prepared) for (const op of p.ops) ops.push(op);
     ops.push({ op: 'update', kind: 'bg_schedule', id: taskId, value: next, expectedVersion: rec.version });
@@ -235,6 +237,7 @@ export class TaskScheduler {
     }
     this.schedules.set(taskId, written[written.length - 1] as Versioned<ScheduleRow>);
     for (const p of prepared) this.engine.created(p);
+    if (skips.length > 0) this.deps.metrics.backgroundRuns.inc({ status: 'skipped' }, skips.length);
     this.setDue(task, next);
   }
 
@@ -252,9 +255,10 @@ export class TaskScheduler {
     return res;
   }
 
-  private advanced(s: ScheduleRow, res: ReturnType<typeof dueOccurrences>, dispatched: number, now: number): ScheduleRow {
+  private advanced(s: ScheduleRow, res: ReturnType<typeof dueOccurrences>, dispatched: number, now: number, skips: SkippedOccurrence[]): ScheduleRow {
     return {
       ...s,
+      ...(skips.length > 0 ? { skipped_occurrences: (s.skipped_occurrences ?? 0) + skips.length, last_skipped: skips[skips.length - 1] } : {}),
       last_due_at: res.last_due_at,
       next_due_at: res.next_due_at,
       misfire_cursor: res.misfire_cursor,
@@ -270,11 +274,15 @@ export class TaskScheduler {
     const now = this.deps.clock.now();
     const res = this.occurrences(task, s, now);
     let dispatched = 0;
+    const skips: SkippedOccurrence[] = [];
     for (const occ of res.dispatch) {
-      const run = await this.dispatchOccurrence(task, occ as TaskOccurrence);
-      if (run) dispatched++;
+      const out = await this.dispatchOccurrence(task, occ as TaskOccurrence, now);
+      if (out === null) continue;
+      if ('run_id' in out) dispatched++;
+      else skips.push(out);
     }
-    const next = this.advanced(s, res, dispatched, now);
+    const next = this.advanced(s, res, dispatched, now, skips);
+    if (skips.length > 0) this.deps.metrics.backgroundRuns.inc({ status: 'skipped' }, skips.length);
     try {
       this.schedules.set(taskId, await this.deps.store.updateRecord<ScheduleRow>('bg_schedule', taskId, next, rec.version));
       this.setDue(task, next);
@@ -287,14 +295,17 @@ export class TaskScheduler {
     }
   }
 
-  private async dispatchOccurrence(task: TaskRow, occurrence: TaskOccurrence): Promise<BackgroundRun | null> {
+  /** The run created for the occurrence, the skip (counted on the schedule row), or null (a replay, or dropped). */
+  private async dispatchOccurrence(task: TaskRow, occurrence: TaskOccurrence, now: number): Promise<BackgroundRun | SkippedOccurrence | null> {
     if (!this.hasMachine(task.task_id)) return null;
     // A replayed occurrence must not cancel anything (cancel_previous) before finding out it already ran.
     if (await this.deps.store.getRecord('bg_occurrences', occurrenceRecordId(task.task_id, occurrence.occurrence_id))) return null;
     const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
-    let created: BackgroundRun | null = null;
-    for (const p of this.decide(task.task_id, { type: 'DUE', occurrence, inFlight })) created = await (await this.execute(task, p)).done;
-    return created;
+    let out: BackgroundRun | SkippedOccurrence | null = null;
+    for (const p of this.decide(task.task_id, { type: 'DUE', occurrence, inFlight })) {
+      out = p.decision.action === 'skip' ? skipOf(task, occurrence, now) : await (await this.execute(task, p)).done;
+    }
+    return out;
   }
 
   /**
@@ -351,6 +362,19 @@ export class TaskScheduler {
     this.setDue(task, s);
   }
 
+  /** Scheduled occurrences skipped by the overlap policy, summed over the tasks that exist (from the cached schedule rows). */
+  skippedOccurrences(): number {
+    let n = 0;
+    for (const id of this.tasks.keys()) n += this.schedules.get(id)?.value.skipped_occurrences ?? 0;
+    return n;
+  }
+
+  /** The last due time this task's schedule consumed (cached row), or null. */
+  consumedUpTo(taskId: string): number | null {
+    const at = this.schedules.get(taskId)?.value.last_due_at;
+    return at ? Date.parse(at) : null;
+  }
+
   removeTask(taskId: string): void {
     this.tasks.delete(taskId);
     this.schedules.delete(taskId);
@@ -387,6 +411,8 @@ export class TaskScheduler {
       misfire_cursor: null,
       updated_at: iso(nowMs),
       anchor_at: iso(nowMs),
+      skipped_occurrences: prev?.deleted ? 0 : prev?.skipped_occurrences ?? 0,
+      last_skipped: prev?.deleted ? null : prev?.last_skipped ?? null,
     };
   }
 
@@ -413,6 +439,15 @@ export class TaskScheduler {
 
 function skipReason(task: TaskRow): string {
   return `skipped by the overlap policy ${task.overlap_policy}: the task has runs in flight`;
+}
+
+/**
+ * A scheduled occurrence the overlap policy skipped: no run row, trace, events, occurrence record
+ * or workspace, only this on the schedule row (its counter and latest skip). Its schedule step is
+ * durable in the same write, which is what keeps it from being dispatched again.
+ */
+function skipOf(task: TaskRow, occ: TaskOccurrence, now: number): SkippedOccurrence {
+  return { occurrence_id: occ.occurrence_id, due_at: occ.due_at, skipped_at: iso(now), reason: skipReason(task) };
 }
 
 /** The first due time of a new schedule revision anchored at nowMs (a past `once` is due at once). */

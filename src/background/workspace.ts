@@ -4,10 +4,12 @@
 // inside its root; ids are validated by schema too, but the check here does not rely on that.
 import { createReadStream, type ReadStream } from 'node:fs';
 import { appendFile, mkdir, rename, writeFile } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { lstat, readFile as readFileP, readdir, realpath, stat } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import path from 'node:path';
 import { HttpDetailError } from '../errors.js';
+import { namespaceTemplateProblem } from '../schemas/background.js';
 
 const mkdirP = promisify(mkdir);
 const appendFileP = promisify(appendFile);
@@ -25,20 +27,62 @@ export function isInside(root: string, target: string): boolean {
   return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
 }
 
-/**
- * The absolute workspace of a run: the template's placeholders filled in, resolved under root.
- * Throws when the result is the root itself or escapes it (a template or id that tries `..`).
- */
-export function resolveWorkspacePath(root: string, template: string, ids: WorkspaceIds): string {
-  const rendered = template
+/** The folder a task's workspaces live in (relative to the workspace root) unless shared namespaces are allowed. */
+export function taskNamespace(ids: { agent_id: string; task_id: string }): string {
+  return `background/${ids.agent_id}/${ids.task_id}`;
+}
+
+function render(template: string, ids: WorkspaceIds): string {
+  return template
     .replaceAll('{agent_id}', ids.agent_id)
     .replaceAll('{task_id}', ids.task_id)
     .replaceAll('{run_id}', ids.run_id);
-  if (rendered.includes('\0') || path.isAbsolute(rendered)) throw new Error(`workspace template resolves to an invalid path: '${rendered}'`);
+}
+
+/**
+ * Where a run's workspace goes, relative to the workspace root ("/"-separated), or why it cannot.
+ * The rendered path is checked again (an id such as ".." must not move it), then resolved and
+ * checked to stay strictly inside the root and, unless `allowShared`, inside the task's own
+ * namespace `background/<agent_id>/<task_id>` (its own folder included): a task must not read or
+ * overwrite another task's or a session's files (sessions live in `sessions/<id>`).
+ */
+export function workspaceOf(template: string, ids: WorkspaceIds, allowShared: boolean): { rel: string } | { problem: string } {
+  const rendered = render(template, ids);
+  const formProblem = namespaceTemplateProblem(rendered) ?? namespaceTemplateProblem(taskNamespace(ids));
+  if (formProblem) return { problem: `resolves to '${rendered}', which ${formProblem}` };
+  // Lexical resolution against a fixed fake root: what the path means, whatever the real root is.
+  const root = path.posix.resolve('/root');
+  const full = path.posix.resolve(root, rendered);
+  if (full === root || !full.startsWith(`${root}/`)) return { problem: `resolves to '${rendered}', which is not a folder inside the workspace root` };
+  const ns = path.posix.resolve(root, taskNamespace(ids));
+  if (!allowShared && full !== ns && !full.startsWith(`${ns}/`)) {
+    return { problem: `resolves to '${rendered}', outside the task's own namespace '${taskNamespace(ids)}/' (set background.workspace.allow_shared_namespaces to allow it)` };
+  }
+  return { rel: path.posix.relative(root, full) };
+}
+
+/** A template's problem for a task (checked at creation with a placeholder run id), or null. */
+export function checkNamespaceTemplate(template: string, ids: { agent_id: string; task_id: string }, allowShared: boolean): string | null {
+  const r = workspaceOf(template, { ...ids, run_id: 'bgrun_check' }, allowShared);
+  return 'problem' in r ? r.problem : null;
+}
+
+/**
+ * The absolute folder of a workspace path as runs store it (relative to the root). Rows written
+ * before paths were stored relative hold an absolute path: accepted when it is inside the root.
+ * Throws when the result would leave the root (a hand-edited row).
+ */
+export function absoluteWorkspace(root: string, stored: string): string {
   const absRoot = path.resolve(root);
-  const full = path.resolve(absRoot, rendered);
-  if (full === absRoot || !isInside(absRoot, full)) throw new Error(`workspace '${rendered}' is outside the workspace root`);
+  const full = path.isAbsolute(stored) ? path.resolve(stored) : path.resolve(absRoot, stored);
+  if (full === absRoot || !isInside(absRoot, full)) throw new Error('the run workspace is outside the workspace root');
   return full;
+}
+
+/** A workspace path as answers show it: relative to the workspace root, "/"-separated. */
+export function relativeWorkspace(root: string, stored: string): string {
+  if (!path.isAbsolute(stored)) return stored;
+  return path.relative(path.resolve(root), stored).split(path.sep).join('/');
 }
 
 export interface WorkspaceEntry {
@@ -286,4 +330,15 @@ export class MirrorQueue {
       });
     }
   }
+}
+
+/**
+ * Removes a folder tree (one `rm -r`, no per-file bookkeeping). Missing is fine. The target must be
+ * strictly inside `root`: never the root, never outside it.
+ */
+export async function removeTree(root: string, target: string): Promise<void> {
+  const absRoot = path.resolve(root);
+  const full = path.resolve(target);
+  if (full === absRoot || !isInside(absRoot, full)) throw new Error('refusing to remove a folder outside the workspace root');
+  await rm(full, { recursive: true, force: true, maxRetries: 2 });
 }

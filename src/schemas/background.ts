@@ -220,16 +220,34 @@ export type SessionPolicy = z.infer<typeof SessionPolicy>;
 
 export const DEFAULT_NAMESPACE_TEMPLATE = 'background/{agent_id}/{task_id}/{run_id}';
 
+/**
+ * Why a namespace template (or the path it renders to) cannot name a workspace, or null. The form
+ * only: a relative, "/"-separated path with no "." or ".." segment, no backslash, no control
+ * character, no drive letter or "~", and no percent-encoded ".", "/", "\\" or NUL (something
+ * downstream might decode them). Where it may point is checked against the task's own namespace
+ * by the background manager (src/background/workspace.ts checkNamespaceTemplate).
+ */
+export function namespaceTemplateProblem(t: string): string | null {
+  if (/[\u0000-\u001f\u007f]/.test(t)) return 'must not contain control characters';
+  if (t.includes('\\')) return 'must use "/" as the separator (no backslash)';
+  if (t.startsWith('/') || /^[A-Za-z]:/.test(t) || t.startsWith('~')) return 'must be a relative path (no leading "/", drive letter or "~")';
+  if (/%(2e|2f|5c|00)/i.test(t)) return 'must not contain percent-encoded ".", "/", "\\" or NUL';
+  if (t.split('/').some((seg) => seg === '.' || seg === '..')) return 'must not contain "." or ".." segments';
+  return null;
+}
+
 export const WorkspacePolicy = z
   .strictObject({
     namespace_template: z
       .string()
       .min(1)
+      .max(1024)
       .default(DEFAULT_NAMESPACE_TEMPLATE)
-      .refine((t) => !t.startsWith('/') && !t.startsWith('\\') && !t.split(/[/\\]/).includes('..'), {
-        error: 'must be a relative path without ".." segments',
+      .superRefine((t, ctx) => {
+        const problem = namespaceTemplateProblem(t);
+        if (problem) ctx.addIssue({ code: 'custom', message: problem, input: t });
       })
-      .describe('Path under the workspace root; placeholders {agent_id}, {task_id}, {run_id}.'),
+      .describe('Path under the workspace root; placeholders {agent_id}, {task_id}, {run_id}. Must resolve inside background/{agent_id}/{task_id}/ unless background.workspace.allow_shared_namespaces is true.'),
     write_events_jsonl: z.boolean().default(true),
     write_run_json: z.boolean().default(true),
   })
@@ -364,6 +382,13 @@ export const BackgroundScheduleState = z
     next_due_at: IsoDateTime.nullable().default(null),
     misfire_cursor: z.string().nullable().default(null),
     updated_at: IsoDateTime,
+    skipped_occurrences: z.number().int().min(0).default(0)
+      .describe('Scheduled occurrences the overlap policy skipped (counted here, not stored as runs; docs/background.md).'),
+    last_skipped: z
+      .object({ occurrence_id: z.string(), due_at: IsoDateTime, skipped_at: IsoDateTime, reason: z.string() })
+      .nullable()
+      .default(null)
+      .describe('The most recent scheduled occurrence the overlap policy skipped.'),
   })
   .meta({ id: 'BackgroundScheduleState' });
 export type BackgroundScheduleState = z.infer<typeof BackgroundScheduleState>;
@@ -494,6 +519,7 @@ export const BackgroundManagerStatusResponse = z
     runs: Count,
     active_runs: Count,
     status_counts: StatusCounts,
+    skipped_occurrences: Count.optional().describe('Scheduled occurrences the overlap policy skipped, over the existing tasks (not runs: see schedule_state.skipped_occurrences).'),
   })
   .meta({ id: 'BackgroundManagerStatusResponse' });
 export type BackgroundManagerStatusResponse = z.infer<typeof BackgroundManagerStatusResponse>;

@@ -119,7 +119,7 @@ describe('dispatch through a server', () => {
     expect(ev[1].lease_generation).toBe(1);
     const at = (await a.get(`/background/runs/${r.run_id}/attempts`)).body.attempts;
     expect(at).toEqual([expect.objectContaining({ attempt_number: 1, status: 'completed', reason: 'initial' })]);
-    expect(JSON.parse(readFileSync(join(r.workspace_path, 'run.json'), 'utf8'))).toMatchObject({ status: 'completed' });
+    expect(JSON.parse(readFileSync(join(server!.dataDir, 'workspaces', r.workspace_path, 'run.json'), 'utf8'))).toMatchObject({ status: 'completed' });
   });
 
   it('many manual runs of one task issued at once: one run each, overlap decided in order', async () => {

@@ -159,7 +159,7 @@ describe('workspace mirror after a crash', () => {
       runId = (await a.post('/background/tasks/mirror/run', {})).body.run_id as string;
       const done = await waitRun(a, runId, undefined, 15_000);
       expect(done.status).toBe('completed');
-      path = join(done.workspace_path, 'events.jsonl');
+      path = join(first.dataDir, 'workspaces', done.workspace_path, 'events.jsonl');
       await eventually(() => readFileSync(path, 'utf8').trim().split('\n').length >= 4, 5_000, 'events.jsonl written');
       full = readFileSync(path, 'utf8').trim().split('\n');
     } finally {

@@ -124,7 +124,7 @@ describe('a manual run, end to end', () => {
     const t = await task({ query: 'CALL workspace_write {"path": "notes/a.txt", "content": "hello file"}' });
     const r = await run(t, { wait: true });
     expect(r.status).toBe('completed');
-    expect(r.workspace_path).toContain(join('background', 'default', t, r.run_id));
+    expect(r.workspace_path).toBe(`background/default/${t}/${r.run_id}`); // relative to the workspace root
 
     const ws = await a.get(`/background/runs/${r.run_id}/workspace`);
     expect(ws.status).toBe(200);
@@ -134,9 +134,9 @@ describe('a manual run, end to end', () => {
     expect(listing.files.find((f) => f.path === 'notes')).toMatchObject({ is_dir: true });
     expect(listing.files.find((f) => f.path === 'notes/a.txt')).toMatchObject({ name: 'a.txt', size: 10, is_dir: false });
 
-    const runJson = JSON.parse(readFileSync(join(r.workspace_path, 'run.json'), 'utf8'));
+    const runJson = JSON.parse(readFileSync(join(server.dataDir, 'workspaces', r.workspace_path, 'run.json'), 'utf8'));
     expect(runJson).toMatchObject({ run_id: r.run_id, status: 'completed' });
-    const lines = readFileSync(join(r.workspace_path, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const lines = readFileSync(join(server.dataDir, 'workspaces', r.workspace_path, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
     expect(lines.map((l) => l.sequence)).toEqual([1, 2, 3, 4]);
     expect(Object.keys(lines[0]).sort()).toEqual(['agent_id', 'attempt', 'event', 'lease_generation', 'run_id', 'sequence', 'status', 'task_id', 'timestamp', 'worker_id'].sort());
 

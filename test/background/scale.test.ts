@@ -1,0 +1,217 @@
+// Background at scale and workspace confinement, through HTTP against real servers:
+// - a namespace template that names another session's folder, or tries to leave the task's own
+//   namespace (.., absolute, encoded, backslash, an id of ".."), is refused with 422 at the field;
+// - no answer shows a server path (the data dir never appears in any background answer);
+// - a scheduled occurrence skipped by the overlap policy costs a counter, not a run row or folder;
+// - background.run_retention deletes ended runs (by count per task and by age) and their folders;
+// - DELETE /background/tasks/{id}?delete_runs=true removes the runs and the task's workspace tree.
+import { existsSync, mkdirSync, readdirSync, realpathSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HTTPValidationError } from '../../src/schemas/index.js';
+import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
+import { eventually, startTestServer, type TestServer } from '../helpers/server.js';
+import { api, directModel, TOOLS, waitRun, type Api } from './helpers.js';
+
+const base = {
+  agent: { tools: { local: TOOLS, builtin: ['workspace'] } },
+  governance: { rules: [{ tools: ['bg_ask'], effect: 'ask' }] },
+  background: { poll_interval_ms: 50, lease_seconds: 2, concurrency: 4 },
+};
+
+let model: ScriptedOpenAI;
+
+beforeAll(async () => {
+  model = await startScriptedOpenAI();
+  directModel(model);
+});
+
+afterAll(async () => {
+  await model.close();
+});
+
+const locs = (body: unknown): string[] => HTTPValidationError.parse(body).detail.map((d) => d.loc.join('.'));
+const wsRoot = (s: TestServer) => join(s.dataDir, 'workspaces');
+
+async function withServer(config: Record<string, any>, fn: (s: TestServer, a: Api) => Promise<void>): Promise<void> {
+  const s = await startTestServer(config, { modelUrl: model.url });
+  try {
+    await fn(s, api(s.url));
+  } finally {
+    await s.stop();
+    s.cleanup();
+  }
+}
+
+describe('workspace confinement', () => {
+  let server: TestServer;
+  let a: Api;
+
+  beforeAll(async () => {
+    server = await startTestServer(base, { modelUrl: model.url });
+    a = api(server.url);
+    // Another session's folder, with a file a task must not reach.
+    mkdirSync(join(wsRoot(server), 'sessions', 'victim'), { recursive: true });
+    writeFileSync(join(wsRoot(server), 'sessions', 'victim', 'secret.txt'), 'session data');
+  });
+
+  afterAll(async () => {
+    await server.stop();
+    server.cleanup();
+  });
+
+  const create = (task_id: string, namespace_template: string) =>
+    a.post('/background/tasks', { task_id, query: 'hello', schedule: { type: 'manual' }, workspace_policy: { namespace_template } });
+
+  it("refuses a template that names another session's folder or another task's namespace", async () => {
+    for (const t of ['sessions/victim', 'sessions/{run_id}', 'background/{agent_id}/other-task/{run_id}', 'background/{agent_id}', '{run_id}', 'shared']) {
+      const r = await create('thief', t);
+      expect(r.status, t).toBe(422);
+      expect(locs(r.body), t).toEqual(['body.workspace_policy.namespace_template']);
+    }
+    expect((await a.get('/background/tasks/thief')).status).toBe(404);
+  });
+
+  it('refuses traversal: .., absolute, encoded, backslash, and an id that renders to ..', async () => {
+    for (const t of [
+      'background/{agent_id}/{task_id}/../../../sessions/victim',
+      'background/{agent_id}/{task_id}/..',
+      '/etc/agentd',
+      '~/x',
+      'C:/x',
+      'background/{agent_id}/{task_id}/%2e%2e/%2E%2E/sessions/victim',
+      'background/{agent_id}/{task_id}/%2fetc',
+      'background\\{agent_id}\\{task_id}\\..\\..\\sessions\\victim',
+      'background/{agent_id}/{task_id}/./x',
+      'background/{agent_id}/{task_id}/\u0000',
+    ]) {
+      const r = await create('trav', t);
+      expect(r.status, t).toBe(422);
+      expect(locs(r.body), t).toEqual(['body.workspace_policy.namespace_template']);
+    }
+    // The default template with a task id of "..": the rendered path would leave the namespace.
+    const dots = await a.post('/background/tasks', { task_id: '..', query: 'hello', schedule: { type: 'manual' } });
+    expect(dots.status).toBe(422); // refused by the id rule or, failing that, by the rendered path
+  });
+
+  it('PATCH is checked the same way', async () => {
+    expect((await create('patched', 'background/{agent_id}/{task_id}/{run_id}')).status).toBe(200);
+    const r = await a.patch('/background/tasks/patched', { workspace_policy: { namespace_template: 'sessions/victim' } });
+    expect(r.status).toBe(422);
+    expect(locs(r.body)).toEqual(['body.workspace_policy.namespace_template']);
+    expect((await a.get('/background/tasks/patched')).body.workspace_policy.namespace_template).toBe('background/{agent_id}/{task_id}/{run_id}');
+  });
+
+  it('accepts templates inside the task namespace, a shared per-task folder included', async () => {
+    expect((await create('inside', 'background/{agent_id}/{task_id}/runs/{run_id}')).status).toBe(200);
+    expect((await create('onefolder', 'background/{agent_id}/{task_id}')).status).toBe(200);
+    expect((await create('literal', 'background/default/literal/x/{run_id}')).status).toBe(200);
+  });
+
+  it('no background answer shows a server path: the data dir never appears', async () => {
+    const t = 'paths';
+    const answers: string[] = [];
+    const keep = (r: { status: number; text: string }) => {
+      expect(r.status, r.text).toBe(200);
+      answers.push(r.text);
+      return r;
+    };
+    keep(await a.post('/background/tasks', { task_id: t, query: 'CALL workspace_write {"path": "out.txt", "content": "x"}', schedule: { type: 'manual' } }));
+    const run = JSON.parse(keep(await a.post(`/background/tasks/${t}/run`, { wait: true })).text);
+    expect(run.status).toBe('completed');
+    expect(run.workspace_path).toBe(`background/default/${t}/${run.run_id}`);
+    const ws = keep(await a.get(`/background/runs/${run.run_id}/workspace`));
+    expect(JSON.parse(ws.text).workspace_path).toBe(run.workspace_path);
+    expect(JSON.parse(ws.text).files.map((f: { path: string }) => f.path)).toEqual(expect.arrayContaining(['out.txt', 'run.json', 'events.jsonl']));
+    for (const p of [
+      `/background/tasks/${t}`, '/background/tasks', `/background/tasks/${t}/status`, `/background/runs/${run.run_id}`,
+      `/background/runs?task_id=${t}`, '/background/runs', `/background/runs/${run.run_id}/events`, `/background/runs/${run.run_id}/attempts`,
+      '/background/status', '/background/agents', '/background/agents/default', `/background/runs/${run.run_id}/workspace/files/run.json`,
+    ]) keep(await a.get(p));
+    // A refused template's message names the rendered template, not the server path.
+    answers.push((await create('thief2', 'sessions/victim')).text);
+    const dirs = [server.dataDir, realpathSync(server.dataDir)];
+    for (const text of answers) for (const d of dirs) expect(text).not.toContain(d);
+  });
+});
+
+describe('shared namespaces, when the config allows them', () => {
+  it('background.workspace.allow_shared_namespaces lets a template leave the task namespace (still not the root)', async () => {
+    await withServer({ ...base, background: { ...base.background, workspace: { allow_shared_namespaces: true } } }, async (_s, a) => {
+      const ok = await a.post('/background/tasks', { task_id: 'sh', query: 'hello', schedule: { type: 'manual' }, workspace_policy: { namespace_template: 'shared/{run_id}' } });
+      expect(ok.status).toBe(200);
+      const run = (await a.post('/background/tasks/sh/run', { wait: true })).body;
+      expect(run.workspace_path).toBe(`shared/${run.run_id}`);
+      const up = await a.post('/background/tasks', { task_id: 'up', query: 'hello', schedule: { type: 'manual' }, workspace_policy: { namespace_template: 'shared/../..' } });
+      expect(up.status).toBe(422);
+    });
+  });
+});
+
+describe('skipped occurrences, retention and deletion', () => {
+  it('a scheduled occurrence skipped by the overlap policy leaves no run row and no folder, only a counter', async () => {
+    await withServer(base, async (s, a) => {
+      // The first run parks for an approval, so every later occurrence finds it in flight.
+      expect((await a.post('/background/tasks', { task_id: 'tick', query: 'CALL bg_ask {}', schedule: { type: 'interval', seconds: 1 } })).status).toBe(200);
+      const st = await eventually(async () => {
+        const r = (await a.get('/background/tasks/tick/status')).body;
+        return r.schedule_state?.skipped_occurrences >= 2 ? r : null;
+      }, 8_000, 'two skipped occurrences');
+      expect(st.schedule_state.last_skipped).toMatchObject({ occurrence_id: expect.stringMatching(/^interval:/), reason: expect.stringContaining('skip_if_running') });
+      const runs = (await a.get('/background/runs?task_id=tick')).body;
+      expect(runs.total).toBe(1);
+      expect(runs.runs[0].status).toBe('awaiting_approval');
+      expect(st.status_counts.skipped).toBe(0);
+      expect((await a.get('/background/status')).body.skipped_occurrences).toBeGreaterThanOrEqual(2);
+      // One folder: the parked run's. None for the skipped occurrences.
+      expect(readdirSync(join(wsRoot(s), 'background', 'default', 'tick'))).toEqual([runs.runs[0].run_id]);
+      expect((await a.del('/background/tasks/tick?delete_runs=true')).status).toBe(200);
+    });
+  });
+
+  it('DELETE with delete_runs removes the runs and the task workspace tree', async () => {
+    await withServer(base, async (s, a) => {
+      expect((await a.post('/background/tasks', { task_id: 'gone', query: 'CALL workspace_write {"path": "a/b.txt", "content": "x"}', schedule: { type: 'manual' }, overlap_policy: 'allow_parallel' })).status).toBe(200);
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) ids.push((await a.post('/background/tasks/gone/run', { wait: true })).body.run_id);
+      const tree = join(wsRoot(s), 'background', 'default', 'gone');
+      expect(readdirSync(tree).sort()).toEqual([...ids].sort());
+      expect((await a.del('/background/tasks/gone?delete_runs=true')).status).toBe(200);
+      expect(existsSync(tree)).toBe(false);
+      for (const id of ids) expect((await a.get(`/background/runs/${id}`)).status).toBe(404);
+      expect((await a.get('/background/runs?task_id=gone')).body.total).toBe(0);
+      for (const id of ids) expect((await a.get(`/background/runs/${id}/attempts`)).status).toBe(404);
+    });
+  });
+
+  it('retention keeps only the newest max_runs_per_task ended runs of a task, folders included', async () => {
+    const config = { ...base, background: { ...base.background, run_retention: { max_runs_per_task: 2, sweep_interval_seconds: 0.2 } } };
+    await withServer(config, async (s, a) => {
+      expect((await a.post('/background/tasks', { task_id: 'keep2', query: 'hello', schedule: { type: 'manual' } })).status).toBe(200);
+      const ids: string[] = [];
+      for (let i = 0; i < 4; i++) ids.push((await a.post('/background/tasks/keep2/run', { wait: true })).body.run_id);
+      await eventually(async () => (await a.get('/background/runs?task_id=keep2')).body.total === 2, 5_000, 'retention by count');
+      const left = (await a.get('/background/runs?task_id=keep2')).body.runs.map((r: { run_id: string }) => r.run_id);
+      expect(left).toEqual(ids.slice(2));
+      for (const id of ids.slice(0, 2)) expect((await a.get(`/background/runs/${id}`)).status).toBe(404);
+      expect(readdirSync(join(wsRoot(s), 'background', 'default', 'keep2')).sort()).toEqual(ids.slice(2).sort());
+    });
+  });
+
+  it('retention deletes ended runs older than max_age_days, and leaves runs in flight', async () => {
+    const config = { ...base, background: { ...base.background, run_retention: { max_age_days: 1 / 86_400, sweep_interval_seconds: 0.2 } } };
+    await withServer(config, async (s, a) => {
+      expect((await a.post('/background/tasks', { task_id: 'old', query: 'hello', schedule: { type: 'manual' } })).status).toBe(200);
+      expect((await a.post('/background/tasks', { task_id: 'parked', query: 'CALL bg_ask {}', schedule: { type: 'manual' } })).status).toBe(200);
+      const done = (await a.post('/background/tasks/old/run', { wait: true })).body;
+      expect(done.status).toBe('completed');
+      const parked = (await a.post('/background/tasks/parked/run', { wait: true })).body;
+      expect(parked.status).toBe('awaiting_approval');
+      await eventually(async () => (await a.get(`/background/runs/${done.run_id}`)).status === 404, 6_000, 'retention by age');
+      // The folder goes right after the row's commit.
+      await eventually(() => !existsSync(join(wsRoot(s), done.workspace_path)), 2_000, 'its folder removed');
+      await new Promise((r) => setTimeout(r, 1500));
+      expect((await waitRun(a, parked.run_id, (r) => r.status === 'awaiting_approval')).run_id).toBe(parked.run_id);
+    });
+  });
+});
