@@ -42,7 +42,7 @@ describe('loadConfig defaults', () => {
     expect(c.governance).toEqual({ enabled: true, default_effect: 'allow', approval_expires_seconds: 86400, rules: [] });
     expect(c.runs).toEqual({
       lease_seconds: 60,
-      orphan_sweep: { enabled: true, interval_seconds: 30, max_concurrent: 2, max_recoveries: 3, decided_grace_seconds: 30 },
+      orphan_sweep: { enabled: true, interval_seconds: 30, max_recoveries: 3, decided_grace_seconds: 30 },
     });
     expect(c.background).toEqual({
       enabled: true, agent_id: 'default', lease_seconds: 30, concurrency: 4,

@@ -175,6 +175,14 @@ interface LiveRun {
 
 type TraceValue = ReturnType<RunService['traceValue']>;
 
+type RecoveryCause = 'approval' | 'budget_grant' | 'budget_denied' | 'interrupted' | 'recovered_after_lapsed_lease';
+
+/** A run the orphan sweep found; `ownerDead`: found at start-up on the single-process store. */
+interface RecoveryCandidate { id: string; cause: RecoveryCause; ownerDead: boolean }
+
+/** Most runs waiting for a recovery slot; more are left in the store for the next sweep. */
+const MAX_RECOVERY_QUEUE = 10_000;
+
 const iso = (ms: number) => new Date(ms).toISOString();
 
 export class RunService {
@@ -185,10 +193,15 @@ export class RunService {
   private readonly model: ModelProvider;
   private sweepTimer: NodeJS.Timeout | null = null;
   private closing = false;
+  /** Runs the sweep found and that wait for a recovery slot (see recoverQueued), oldest first. */
+  private readonly recoveryQueue: RecoveryCandidate[] = [];
+  /** Ids queued or being resumed by recoverQueued, so a later sweep does not queue them twice. */
+  private readonly recovering = new Set<string>();
+  private recoveryPump: Promise<void> | null = null;
   private readonly settledListeners = new Set<(record: RunRecord) => void>();
 
   constructor(private readonly deps: RunServiceDeps) {
-    this.slots = new Slots(deps.settings.max_concurrent_runs, deps.settings.admission_wait_ms);
+    this.slots = new Slots(deps.settings.max_concurrent_runs, deps.settings.admission_wait_ms, deps.settings.sweep.max_concurrent);
     this.sessions = new SessionGate(deps.system);
     this.model = deps.model;
     this.logic = runMachine.provide({
@@ -209,6 +222,11 @@ export class RunService {
 
   get liveCount(): number {
     return this.live.size;
+  }
+
+  /** True once a graceful shutdown began: no new runs, /ready answers `ready: false`. */
+  get shuttingDown(): boolean {
+    return this.closing;
   }
 
   /**
@@ -1093,7 +1111,11 @@ export class RunService {
    */
   async resume(
     runId: string,
-    how: { cause: 'approval' | 'budget_grant' | 'budget_denied' | 'interrupted' | 'recovered_after_lapsed_lease'; trigger: 'explicit' | 'orphan_sweep'; extra?: Record<string, unknown>; ownerDead?: boolean },
+    how: {
+      cause: RecoveryCause; trigger: 'explicit' | 'orphan_sweep'; extra?: Record<string, unknown>; ownerDead?: boolean;
+      /** A slot the caller already holds (the recovery lane): the run keeps it; released if the resume fails. */
+      slot?: () => void;
+    },
     /** The record as a write already handed to the store leaves it (decideApproval): not read again. */
     known?: Versioned<RunRecord>,
   ): Promise<StartedRun> {
@@ -1122,7 +1144,7 @@ export class RunService {
       await this.deps.ledger.releaseRun(runId).catch(() => 0);
       throw conflict(`run ${runId} was recovered too many times and is now failed`);
     }
-    const releaseSlot = r.kind === 'background' ? () => {} : await this.slots.acquire();
+    const releaseSlot = how.slot ?? (r.kind === 'background' ? () => {} : await this.slots.acquire());
     try {
       const now = this.deps.clock.now();
       const trace_id = newId('trace');
@@ -1206,7 +1228,10 @@ export class RunService {
 
   /**
    * One orphan sweep (decisions.md §6.2): runs whose lease lapsed, runs interrupted by a graceful
-   * shutdown, and decided runs nobody resumed. At most `max_concurrent` at a time.
+   * shutdown, and decided runs nobody resumed. It only finds them and queues them; recoverQueued
+   * admits them through the recovery lane of the slots, at most `orphan_sweep.max_concurrent` live
+   * at once, so new runs keep the rest of `max_concurrent_runs` (docs/operations.md, "Shutdown and
+   * restarts"). Returns the ids it queued.
    * With `startup`, every `running` run is dead (only one process can open the embedded store).
    */
   async sweep(opts: { startup?: boolean } = {}): Promise<string[]> {
@@ -1214,16 +1239,25 @@ export class RunService {
     // `orphan_sweep.enabled: false` means no automatic recovery at all, start-up included: runs
     // stay where they are until POST /runs/{id}/resume (docs/configuration.md). Before this check
     // the start-up sweep resumed them anyway (test/http/recovery.test.ts, explicit resume).
-    if (!settings.sweep.enabled) return [];
+    if (!settings.sweep.enabled || this.closing) return [];
     const now = clock.now();
-    const candidates: Array<{ id: string; cause: 'recovered_after_lapsed_lease' | 'interrupted' | 'approval' | 'budget_grant' | 'budget_denied' }> = [];
+    const queued: string[] = [];
+    const add = (c: RecoveryCandidate): boolean => {
+      if (this.recovering.has(c.id)) return true;
+      // Bounded: what does not fit is still stored as it was, and the next sweep finds it.
+      if (this.recoveryQueue.length >= MAX_RECOVERY_QUEUE) return false;
+      this.recovering.add(c.id);
+      this.recoveryQueue.push(c);
+      queued.push(c.id);
+      return true;
+    };
     // Live and interrupted runs by status; decided waiting runs by their own small index.
     const scans = [
       { name: 'status', value: 'running' },
       { name: 'status', value: 'interrupted' },
       { name: 'resumable', value: 'decided' },
     ];
-    for (const index of scans) {
+    scan: for (const index of scans) {
       const status = index.name === 'status' ? index.value : 'decided';
       let cursor: string | null = null;
       do {
@@ -1232,34 +1266,57 @@ export class RunService {
           // Background runs are recovered by the background manager, which owns their attempts.
           if (r.kind === 'background') continue;
           if (this.live.has(r.run_id)) continue;
+          let cause: RecoveryCause | null = null;
           if (status === 'running') {
-            if (opts.startup || this.leaseLapsed(r)) candidates.push({ id: r.run_id, cause: 'recovered_after_lapsed_lease' });
+            if (opts.startup || this.leaseLapsed(r)) cause = 'recovered_after_lapsed_lease';
           } else if (status === 'interrupted') {
-            candidates.push({ id: r.run_id, cause: 'interrupted' });
+            cause = 'interrupted';
           } else if (r.decided_at && (opts.startup || now - Date.parse(r.decided_at) >= settings.sweep.decided_grace_seconds * 1000)) {
             // At start-up nobody else can be resuming a decided run (the embedded store is
             // single-process): a decision whose resume died with the last process goes on now,
             // not a grace period plus a sweep interval later.
-            candidates.push({ id: r.run_id, cause: (r.decision as 'approval' | 'budget_grant' | 'budget_denied') ?? 'approval' });
+            cause = (r.decision as 'approval' | 'budget_grant' | 'budget_denied') ?? 'approval';
           }
+          if (cause && !add({ id: r.run_id, cause, ownerDead: opts.startup === true })) break scan;
         }
         cursor = page.next_cursor;
       } while (cursor);
     }
-    const resumed: string[] = [];
-    const limit = opts.startup ? Math.max(settings.sweep.max_concurrent, 16) : settings.sweep.max_concurrent;
-    for (let i = 0; i < candidates.length; i += limit) {
-      await Promise.all(candidates.slice(i, i + limit).map(async (c) => {
-        try {
-          const started = await this.resume(c.id, { cause: c.cause, trigger: 'orphan_sweep', ownerDead: opts.startup });
-          resumed.push(c.id);
-          if (!opts.startup) await started.settled;
-        } catch (err) {
-          this.deps.log?.('warn', 'sweep could not resume run', { run_id: c.id, err: String(err) });
-        }
-      }));
+    if (this.recoveryQueue.length > 0 && !this.recoveryPump) {
+      this.recoveryPump = this.recoverQueued().finally(() => (this.recoveryPump = null));
     }
-    return resumed;
+    return queued;
+  }
+
+  /**
+   * Resumes queued runs one recovery slot at a time. Before, the start-up sweep resumed 16 at once
+   * through the same slots as new runs: after a crash with many live runs, recovered runs held all
+   * of them and every new run waited 5 s for a 503 (issue 10, finding 12; test/http/shutdown.test.ts).
+   * A resume is not awaited: the slot is what limits how many recovered runs are live.
+   */
+  private async recoverQueued(): Promise<void> {
+    while (this.recoveryQueue.length > 0 && !this.closing) {
+      let slot: () => void;
+      try {
+        slot = await this.slots.acquireRecovery();
+      } catch {
+        return; // shutdown cancelled the wait
+      }
+      const c = this.recoveryQueue.shift();
+      if (!c || this.closing) {
+        slot();
+        if (c) this.recovering.delete(c.id);
+        return;
+      }
+      void this.resume(c.id, { cause: c.cause, trigger: 'orphan_sweep', ownerDead: c.ownerDead, slot }).then(
+        () => this.recovering.delete(c.id),
+        (err) => {
+          slot();
+          this.recovering.delete(c.id);
+          this.deps.log?.('warn', 'sweep could not resume run', { run_id: c.id, err: String(err) });
+        },
+      );
+    }
   }
 
   startSweeper(): void {
@@ -1284,6 +1341,9 @@ export class RunService {
   beginShutdown(): void {
     this.closing = true;
     if (this.sweepTimer) clearTimeout(this.sweepTimer);
+    // Runs still queued for recovery stay stored as they are; the next start finds them again.
+    this.slots.cancelRecovery(new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' }));
+    for (const c of this.recoveryQueue.splice(0)) this.recovering.delete(c.id);
   }
 
   /**

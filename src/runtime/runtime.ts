@@ -52,6 +52,9 @@ export class Runtime {
   private readonly startedAt: number;
   private initialized = false;
   private retentionTimer: NodeJS.Timeout | null = null;
+  /** How each open replay/follow stream ends itself when the service shuts down (see endStreams). */
+  private readonly openStreams = new Set<() => void>();
+  private streamsEnded = false;
   /** OTLP/HTTP export of finished trace segments; null when no endpoint is configured. */
   readonly otlp: OtlpTraceExporter | null;
 
@@ -160,7 +163,10 @@ export class Runtime {
     const mcp_connected = this.tools.mcpConnected();
     const initialized = this.initialized;
     return {
-      ready: this.store.isOpen() && initialized && mcp_connected,
+      // False from the first moment of a graceful shutdown: the process still answers (runs are
+      // draining) but refuses new runs, so a load balancer must stop sending them (it used to
+      // say ready until the store closed; issue 10, finding 13).
+      ready: this.store.isOpen() && initialized && mcp_connected && !this.runs.shuttingDown,
       agent_name: this.agentName,
       initialized,
       mcp_connected,
@@ -168,11 +174,39 @@ export class Runtime {
     };
   }
 
+  /**
+   * Registers an open replay/follow stream (GET /telemetry/events/stream, GET /events/{id}).
+   * `end` is called once, when a shutdown has drained the live runs (so followers saw their last
+   * events): it sends the stream's final frame and closes it, before the HTTP server closes
+   * connections, instead of the socket being cut. Returns the function that unregisters it.
+   */
+  trackStream(end: () => void): () => void {
+    if (this.streamsEnded) {
+      queueMicrotask(end);
+      return () => {};
+    }
+    this.openStreams.add(end);
+    return () => this.openStreams.delete(end);
+  }
+
+  private endStreams(): void {
+    this.streamsEnded = true;
+    for (const end of [...this.openStreams]) {
+      try {
+        end();
+      } catch {
+        // one stream's failure must not keep the others open
+      }
+    }
+    this.openStreams.clear();
+  }
+
   async close(graceMs = 30_000): Promise<void> {
     if (this.retentionTimer) clearInterval(this.retentionTimer);
     await this.background.stop();
     await this.runs.shutdown(graceMs);
     await this.background.close();
+    this.endStreams();
     this.system.shutdown();
     await this.tools.close();
     await this.otlp?.shutdown(2000);
@@ -196,6 +230,16 @@ export function runSettingsOf(config: Config): RunSettings {
     request_timeout_seconds: config.server.request_timeout_seconds,
     tool_timeout_ms: 120_000,
     session_workspace_root: join(config.background.workspace_root, 'sessions'),
-    sweep: { ...config.runs.orphan_sweep },
+    sweep: { ...config.runs.orphan_sweep, max_concurrent: recoveryConcurrency(config.server.max_concurrent_runs, config.runs.orphan_sweep.max_concurrent) },
   };
+}
+
+/**
+ * Live recovered runs at most (`runs.orphan_sweep.max_concurrent`): by default a quarter of the
+ * run slots, at least 1, and never all of them, so new runs always have one (with a single slot,
+ * recovery and new runs share it).
+ */
+export function recoveryConcurrency(maxConcurrentRuns: number, configured: number | undefined): number {
+  const wanted = configured ?? Math.max(1, Math.floor(maxConcurrentRuns / 4));
+  return Math.max(1, Math.min(wanted, maxConcurrentRuns - 1));
 }
