@@ -97,6 +97,13 @@ async function streamEvents(deps: AppDeps, request: FastifyRequest, reply: Fasti
   const channel = new SseChannel(reply);
   const abort = new AbortController();
   channel.onClientClose(() => abort.abort());
+  // Shutdown ends the stream with a final frame (after the loop below stops), not a cut socket.
+  let shuttingDown = false;
+  let lastCursor: string | null = after;
+  const untrack = deps.runtime.trackStream(() => {
+    shuttingDown = true;
+    abort.abort();
+  });
   channel.push({ event: 'session', data: { session_id: sessionId, run_id: runId ?? null, status: 'streaming' } });
   const iterator = replayThenFollow({
     after,
@@ -106,7 +113,10 @@ async function streamEvents(deps: AppDeps, request: FastifyRequest, reply: Fasti
   });
   void (async () => {
     try {
-      for await (const ev of iterator) channel.push({ event: ev.event_type, id: ev.cursor, data: ev });
+      for await (const ev of iterator) {
+        lastCursor = ev.cursor;
+        channel.push({ event: ev.event_type, id: ev.cursor, data: ev });
+      }
     } catch (err) {
       if (err instanceof StreamOverflowError) {
         channel.push({ event: 'error', data: { error: 'StreamOverflow', message: 'this consumer fell more than 1000 events behind; reconnect from the last id', last_cursor: err.info.last_cursor } });
@@ -114,6 +124,10 @@ async function streamEvents(deps: AppDeps, request: FastifyRequest, reply: Fasti
         channel.push({ event: 'error', data: { error: 'InternalServerError', message: 'the event stream failed' } });
       }
     } finally {
+      untrack();
+      if (shuttingDown) {
+        channel.push({ event: 'error', data: { error: 'ServiceShuttingDown', message: 'the service is shutting down; reconnect with Last-Event-ID (or cursor) set to last_cursor to continue', last_cursor: lastCursor } });
+      }
       channel.close();
     }
   })();

@@ -1356,11 +1356,17 @@ export class RunService {
     if (pending.length > 0) {
       await Promise.race([Promise.all(pending.map((l) => l.settled)), new Promise((r) => setTimeout(r, graceMs).unref())]);
     }
-    for (const live of [...this.live.values()]) {
-      live.ending = true;
-      await live.writer.drain();
-      live.abort.abort();
+    // The grace period is over: every run still inside a step has its tool calls and model call
+    // aborted now, all at once, and only then are the runs saved (in parallel). Aborting run by
+    // run between their writes gave the last run's tools their signal only after every other
+    // run was written (test/http/shutdown.test.ts). `ending` first: whatever the aborted step
+    // does next is not persisted over the `interrupted` record.
+    const rest = [...this.live.values()];
+    for (const live of rest) live.ending = true;
+    for (const live of rest) live.abort.abort();
+    await Promise.all(rest.map(async (live) => {
       try {
+        await live.writer.drain();
         await live.writer.update((r) => ({ ...r, status: 'interrupted', owner: null, lease_expires_at: null, updated_at: iso(this.deps.clock.now()) }));
       } catch {
         // fenced: someone else owns it already
@@ -1368,7 +1374,7 @@ export class RunService {
       await live.emitChain;
       this.retire(live);
       live.resolve(live.writer.value);
-    }
+    }));
   }
 }
 
