@@ -43,6 +43,8 @@ const ServerConfig = obj({
   keep_alive_timeout_seconds: posNumber().default(5).describe('An idle keep-alive connection is closed after this time without a new request.'),
   max_connections: posInt().default(4096).describe('Open TCP connections at most; more are closed at once. Keep it under the process file-descriptor limit.'),
   max_json_depth: posInt().default(64).describe('Deepest nesting of arrays and objects accepted in a JSON body (422 beyond).'),
+  stream_max_queued_events: posInt().default(1000).describe('SSE frames one stream may hold for a slow reader; past it the stream gets an error frame (StreamOverflow) and is closed, to resume with Last-Event-ID.'),
+  stream_max_queued_bytes: posInt().default(8 * 1024 * 1024).describe('Bytes of SSE frames one stream may hold for a slow reader (same rule).'),
 });
 
 const StoreConfig = obj({

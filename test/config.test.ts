@@ -30,7 +30,8 @@ describe('loadConfig defaults', () => {
 
   it('has every documented default', () => {
     expect(c.server).toEqual({ host: '127.0.0.1', port: 8000, max_body_bytes: 1048576, request_timeout_seconds: 300, max_concurrent_runs: 64,
-      headers_timeout_seconds: 10, body_timeout_seconds: 30, keep_alive_timeout_seconds: 5, max_connections: 4096, max_json_depth: 64 });
+      headers_timeout_seconds: 10, body_timeout_seconds: 30, keep_alive_timeout_seconds: 5, max_connections: 4096, max_json_depth: 64,
+      stream_max_queued_events: 1000, stream_max_queued_bytes: 8388608 });
     expect(c.data_dir).toBe(join(dir, '.agentd'));
     expect(c.config_path).toBeNull();
     expect(c.store).toEqual({ kind: 'level', path: join(dir, '.agentd'), sync: true });

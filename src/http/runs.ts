@@ -8,7 +8,7 @@ import {
   RunsListResponse, SessionClearedResponse, SessionHistoryResponse, SessionIdParams, ErrorResponse, HTTPValidationError,
 } from '../schemas/index.js';
 import type { AppDeps } from './deps.js';
-import { SseChannel } from './sse.js';
+import { SseChannel, streamOptions } from './sse.js';
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 
@@ -36,13 +36,12 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     const releaseDeltas = (all = false): void => {
       while (held.length > 0 && (all || held[0].after <= lastEventSeq)) push(held.shift()!.frame);
     };
-    // Subscribe before the run exists, so its first event is not missed.
+    // Subscribe before the run exists, so its first event is not missed. The handler never
+    // waits: the channel's bound (server.stream_max_queued_*) is what drops a slow reader.
     const unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => {
       push({ event: ev.event_type, id: ev.cursor, data: ev });
       if (typeof ev.sequence === 'number' && ev.sequence > lastEventSeq) lastEventSeq = ev.sequence;
       releaseDeltas();
-    }, {
-      onOverflow: () => push({ event: 'error', data: { error: 'StreamOverflow', message: 'the client fell too far behind', run_id } }),
     });
     let started;
     try {
@@ -58,11 +57,18 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       unsubscribe();
       throw err; // nothing was streamed yet: a plain JSON error (503, ...)
     }
-    channel = new SseChannel(reply);
+    channel = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id, session_id: started.session_id } }));
     channel.push({ event: 'session', data: { session_id: started.session_id, run_id, status: 'started' } });
     for (const f of early) channel.push(f);
     const ch = channel;
+    // The client closing the stream cancels the run; the server dropping a reader that fell too
+    // far behind does not: the run goes on, its events stay readable (GET /events/{session_id}
+    // with run_id and Last-Event-ID) and its result at GET /runs/{run_id}.
     ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(() => undefined));
+    ch.onDropped(() => {
+      unsubscribe();
+      held.length = 0;
+    });
     void started.settled.then(
       (record) => {
         unsubscribe();

@@ -1,4 +1,5 @@
 import type { FastifyReply } from 'fastify';
+import type { AppDeps } from './deps.js';
 
 export interface SseFrame {
   event: string;
@@ -6,31 +7,129 @@ export interface SseFrame {
   id?: string;
 }
 
+/** How far one stream may fall behind before it is dropped (config `server.stream_max_queued_*`). */
+export interface SseLimits {
+  /** Frames waiting for the socket; one more drops the stream. */
+  maxQueuedEvents: number;
+  /** Serialized bytes waiting for the socket (UTF-8); going past it drops the stream. */
+  maxQueuedBytes: number;
+}
+
+export const DEFAULT_SSE_LIMITS: SseLimits = { maxQueuedEvents: 1000, maxQueuedBytes: 8 * 1024 * 1024 };
+
+/** Where open streams report what they hold (runtime/metrics.ts exports it). */
+export interface SseMetrics {
+  readonly sseStreams: Set<{ readonly bufferedBytes: number }>;
+  sseDropped(): void;
+}
+
+export interface SseChannelOptions extends Partial<SseLimits> {
+  /** Comment ping interval (decisions.md §3.2). Default 15 s. */
+  pingMs?: number;
+  /** A dropped stream's socket is destroyed if its last bytes are not read within this. Default 5 s. */
+  dropGraceMs?: number;
+  /** The cursor the client already had (its `Last-Event-ID`): the resume point if nothing was sent. */
+  resumeFrom?: string | null;
+  /** Bytes the producer holds for this stream outside the channel (a follow buffer), for metrics. */
+  heldElsewhere?: () => number;
+  /** Extra fields of the StreamOverflow error frame (e.g. run_id, session_id). */
+  overflowContext?: Record<string, unknown>;
+  metrics?: SseMetrics;
+}
+
+// One socket write carries at most this much: frames that arrived together leave in one syscall
+// (a run's stored events come a whole store round at a time), without building huge strings.
+const MAX_BATCH_BYTES = 64 * 1024;
+
+// A stored event fans out to every stream that follows its session: serialize it once.
+const serializedData = new WeakMap<object, { json: string; bytes: number }>();
+
+function serialize(data: unknown, cache: boolean): { json: string; bytes: number } {
+  if (cache && typeof data === 'object' && data !== null) {
+    let s = serializedData.get(data);
+    if (s === undefined) {
+      const json = JSON.stringify(data);
+      s = { json, bytes: Buffer.byteLength(json) };
+      serializedData.set(data, s);
+    }
+    return s;
+  }
+  const json = JSON.stringify(data) ?? 'null';
+  return { json, bytes: Buffer.byteLength(json) };
+}
+
+/** UTF-8 size of a stored event's JSON (cached: the stream that sends it reuses the text). */
+export function serializedSize(event: object): number {
+  return serialize(event, true).bytes;
+}
+
 /**
- * A FIFO of frames for one SSE response, written in order with backpressure. `close()` ends the
- * stream after what is queued. A comment ping every 15 s keeps proxies from closing idle streams
- * (decisions.md §3.2).
+ * The wire text of a frame. JSON has no raw line breaks, so `data:` is always one line; ids and
+ * event names are ASCII (store cursors and event types).
+ */
+export function formatFrame(frame: SseFrame): { text: string; bytes: number } {
+  const { json, bytes } = serialize(frame.data, frame.id !== undefined);
+  const head = `${frame.id ? `id: ${frame.id}\n` : ''}event: ${frame.event}\ndata: `;
+  return { text: `${head}${json}\n\n`, bytes: head.length + bytes + 2 };
+}
+
+interface Queued {
+  text: string;
+  bytes: number;
+  id: string | undefined;
+}
+
+/**
+ * A FIFO of frames for one SSE response, written to the socket in batches with backpressure:
+ * a batch is one `write()`, and when the socket says it is full the next waits for `drain`
+ * (or for the socket to close, or for the stream to be dropped: the wait cannot outlive them).
+ *
+ * The queue is bounded (events and bytes). A producer that cannot wait (a bus subscriber) uses
+ * `push()`: past the bound the stream is dropped. A producer that can wait (a replay reading the
+ * store) uses `send()` and awaits the promise it returns while the stream is half full. A dropped
+ * stream gets one `error` frame `StreamOverflow` with `last_cursor`, the id of the last frame
+ * handed to the socket (every frame before the error frame), ends, and its socket is destroyed if
+ * the client does not read that far within `dropGraceMs`. `close()` ends the stream after what
+ * is queued. A comment ping every 15 s keeps proxies from closing idle streams (§3.2).
  */
 export class SseChannel {
-  private queue: SseFrame[] = [];
-  private wake: (() => void) | null = null;
+  private queue: Queued[] = [];
+  private head = 0;
+  private queuedBytes = 0;
+  /** No frame is accepted any more (closed, dropped, or the client left). */
   private done = false;
   private closedByClient = false;
+  private socketClosed = false;
+  private dropped = false;
+  private waitingDrain = false;
+  private wakeScheduled = false;
+  private lastCursor: string | null;
+  private wake: (() => void) | null = null;
+  private roomWaiters: Array<() => void> = [];
+  private dropTimer: NodeJS.Timeout | null = null;
   private readonly ping: NodeJS.Timeout;
-  private readonly closeHandlers: Array<() => void> = [];
+  private readonly clientCloseHandlers: Array<() => void> = [];
+  private readonly dropHandlers: Array<() => void> = [];
+  private readonly limits: SseLimits;
 
-  constructor(private readonly reply: FastifyReply, pingMs = 15_000) {
+  constructor(private readonly reply: FastifyReply, private readonly opts: SseChannelOptions = {}) {
+    this.limits = {
+      maxQueuedEvents: opts.maxQueuedEvents ?? DEFAULT_SSE_LIMITS.maxQueuedEvents,
+      maxQueuedBytes: opts.maxQueuedBytes ?? DEFAULT_SSE_LIMITS.maxQueuedBytes,
+    };
+    this.lastCursor = opts.resumeFrom ?? null;
+    const raw = reply.raw;
     this.ping = setInterval(() => {
-      if (!this.closedByClient) reply.raw.write(': ping\n\n');
-    }, pingMs);
+      // A ping is for an idle connection: none while bytes wait, none into a full socket.
+      if (!this.socketClosed && raw.headersSent && !this.waitingDrain && raw.writableLength === 0 && !raw.writableEnded) raw.write(': ping\n\n');
+    }, opts.pingMs ?? 15_000);
     this.ping.unref();
-    reply.raw.on('close', () => {
-      if (!this.done) this.closedByClient = true;
-      this.done = true;
-      clearInterval(this.ping);
-      this.wake?.();
-      for (const h of this.closeHandlers) h();
+    raw.on('drain', () => {
+      this.waitingDrain = false;
+      this.wakeNow();
     });
+    raw.on('close', () => this.onSocketClose());
+    opts.metrics?.sseStreams.add(this);
   }
 
   /** True when the client went away before we finished. */
@@ -38,47 +137,203 @@ export class SseChannel {
     return this.closedByClient;
   }
 
+  /** True when the stream was dropped for falling too far behind. */
+  get overflowed(): boolean {
+    return this.dropped;
+  }
+
+  /** Bytes this stream holds: frames not yet handed to the socket, what the socket has not sent, and the producer's backlog. */
+  get bufferedBytes(): number {
+    if (this.socketClosed) return 0;
+    return this.queuedBytes + this.reply.raw.writableLength + (this.opts.heldElsewhere?.() ?? 0);
+  }
+
+  /** The client closed the connection before the stream ended. */
   onClientClose(fn: () => void): void {
-    this.closeHandlers.push(fn);
+    this.clientCloseHandlers.push(fn);
   }
 
-  push(frame: SseFrame): void {
-    if (this.done) return;
-    this.queue.push(frame);
-    this.wake?.();
+  /** The server dropped the stream (the reader fell too far behind): stop producing for it. */
+  onDropped(fn: () => void): void {
+    this.dropHandlers.push(fn);
   }
 
+  /** Queues a frame; past the bound the stream is dropped instead. False when not queued. */
+  push(frame: SseFrame): boolean {
+    if (this.done) return false;
+    const { text, bytes } = formatFrame(frame);
+    const pending = this.queue.length - this.head;
+    // One frame alone is always accepted, however large: a stream must be able to carry any event.
+    if (pending >= this.limits.maxQueuedEvents || (pending > 0 && this.queuedBytes + bytes > this.limits.maxQueuedBytes)) {
+      this.drop();
+      return false;
+    }
+    this.enqueue(text, bytes, frame.id);
+    return true;
+  }
+
+  /**
+   * Queues a frame for a producer that can wait: returns a promise to await before the next
+   * frame while the stream is half full (it resolves once there is room, or the stream ended).
+   */
+  send(frame: SseFrame): Promise<void> | undefined {
+    if (this.done) return undefined;
+    const { text, bytes } = formatFrame(frame);
+    this.enqueue(text, bytes, frame.id);
+    if (this.hasRoom()) return undefined;
+    return new Promise<void>((resolve) => this.roomWaiters.push(resolve));
+  }
+
+  /** Ends the stream after what is queued. */
   close(): void {
     this.done = true;
     clearInterval(this.ping);
+    this.wakeNow();
+    this.releaseRoomWaiters();
+  }
+
+  /**
+   * Drops the stream: what is queued is discarded, an `error` frame `StreamOverflow` follows what
+   * the socket already has, and the stream ends. The run or session it followed is not touched.
+   */
+  drop(message?: string): void {
+    if (this.dropped || this.socketClosed) return;
+    this.dropped = true;
+    this.done = true;
+    clearInterval(this.ping);
+    this.queue = [];
+    this.head = 0;
+    this.queuedBytes = 0;
+    const { maxQueuedEvents, maxQueuedBytes } = this.limits;
+    const error = {
+      error: 'StreamOverflow',
+      message: message ?? `the reader fell more than ${maxQueuedEvents} events or ${maxQueuedBytes} bytes behind; reconnect with Last-Event-ID: last_cursor`,
+      last_cursor: this.lastCursor,
+      ...this.opts.overflowContext,
+    };
+    const { text, bytes } = formatFrame({ event: 'error', data: error });
+    this.queue.push({ text, bytes, id: undefined });
+    this.queuedBytes = bytes;
+    this.opts.metrics?.sseDropped();
+    const raw = this.reply.raw;
+    // After the error frame the connection closes; a reader that does not get that far within
+    // the grace period loses the connection at once (it resumes from the last id it did get).
+    raw.once('finish', () => raw.socket?.end());
+    this.dropTimer = setTimeout(() => raw.destroy(), this.opts.dropGraceMs ?? 5_000);
+    this.dropTimer.unref();
+    this.wakeNow();
+    this.releaseRoomWaiters();
+    for (const h of this.dropHandlers) safely(h);
+  }
+
+  /** Writes every frame until the stream is closed, dropped, or the client leaves. */
+  async run(): Promise<void> {
+    const raw = this.reply.raw;
+    for (;;) {
+      if (this.socketClosed || raw.destroyed) return;
+      const hasFrames = this.head < this.queue.length;
+      // A dropped stream writes its error frame even into a full socket: it is one small frame.
+      if (hasFrames && (!this.waitingDrain || this.dropped)) {
+        this.writeBatch();
+        continue;
+      }
+      if (!hasFrames && this.done) return;
+      await new Promise<void>((resolve) => (this.wake = resolve));
+      this.wake = null;
+    }
+  }
+
+  private enqueue(text: string, bytes: number, id: string | undefined): void {
+    this.queue.push({ text, bytes, id });
+    this.queuedBytes += bytes;
+    // Wake the writer once per turn of the event loop, so that frames queued together (a store
+    // round's events, a page of a replay) leave in one write.
+    if (!this.wakeScheduled && !this.waitingDrain) {
+      this.wakeScheduled = true;
+      setImmediate(() => {
+        this.wakeScheduled = false;
+        this.wakeNow();
+      });
+    }
+  }
+
+  private writeBatch(): void {
+    const q = this.queue;
+    let i = this.head;
+    let text = '';
+    let bytes = 0;
+    let last = this.lastCursor;
+    do {
+      const f = q[i++];
+      text += f.text;
+      bytes += f.bytes;
+      if (f.id !== undefined) last = f.id;
+    } while (i < q.length && bytes + q[i].bytes <= MAX_BATCH_BYTES);
+    if (i === q.length) {
+      this.queue = [];
+      this.head = 0;
+    } else {
+      this.head = i;
+      if (i > 1024 && i * 2 > q.length) {
+        this.queue = q.slice(i);
+        this.head = 0;
+      }
+    }
+    this.queuedBytes -= bytes;
+    this.lastCursor = last;
+    (this.reply as FastifyReply & { sse: { sendHeaders(): void } }).sse.sendHeaders();
+    if (!this.reply.raw.write(text)) this.waitingDrain = true;
+    if (this.roomWaiters.length > 0 && this.hasRoom()) this.releaseRoomWaiters();
+  }
+
+  private hasRoom(): boolean {
+    if (this.done) return true;
+    const pending = this.queue.length - this.head;
+    return !this.waitingDrain && pending * 2 < this.limits.maxQueuedEvents && this.queuedBytes * 2 < this.limits.maxQueuedBytes;
+  }
+
+  private wakeNow(): void {
+    if (this.roomWaiters.length > 0 && this.hasRoom()) this.releaseRoomWaiters();
     this.wake?.();
   }
 
-  /** Streams every frame through @fastify/sse until closed. */
-  async run(): Promise<void> {
-    const self = this;
-    async function* frames() {
-      for (;;) {
-        if (self.queue.length > 0) {
-          const batch = self.queue;
-          self.queue = [];
-          // Frames that arrived together leave in one socket write (a run's stored events come
-          // in bursts: a whole store round at a time), not one syscall each.
-          const raw = self.reply.raw;
-          const cork = batch.length > 1 && !raw.writableEnded;
-          if (cork) raw.cork();
-          try {
-            for (const f of batch) yield { event: f.event, id: f.id, data: f.data };
-          } finally {
-            if (cork) raw.uncork();
-          }
-          continue;
-        }
-        if (self.done) return;
-        await new Promise<void>((r) => (self.wake = r));
-        self.wake = null;
-      }
-    }
-    await this.reply.sse.send(frames());
+  private releaseRoomWaiters(): void {
+    const waiters = this.roomWaiters;
+    this.roomWaiters = [];
+    for (const w of waiters) w();
   }
+
+  private onSocketClose(): void {
+    this.socketClosed = true;
+    const byClient = !this.done;
+    this.closedByClient = byClient;
+    this.done = true;
+    this.queue = [];
+    this.head = 0;
+    this.queuedBytes = 0;
+    clearInterval(this.ping);
+    if (this.dropTimer) clearTimeout(this.dropTimer);
+    this.opts.metrics?.sseStreams.delete(this);
+    this.wake?.();
+    this.releaseRoomWaiters();
+    if (byClient) for (const h of this.clientCloseHandlers) safely(h);
+  }
+}
+
+function safely(fn: () => void): void {
+  try {
+    fn();
+  } catch {
+    // A faulty handler must not break the stream's own bookkeeping.
+  }
+}
+
+/** Channel options from the config (`server.stream_max_queued_*`) and the process's metrics. */
+export function streamOptions(deps: AppDeps, extra: SseChannelOptions = {}): SseChannelOptions & SseLimits {
+  return {
+    maxQueuedEvents: deps.config.server.stream_max_queued_events,
+    maxQueuedBytes: deps.config.server.stream_max_queued_bytes,
+    metrics: deps.runtime.metrics,
+    ...extra,
+  };
 }

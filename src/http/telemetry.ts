@@ -6,7 +6,7 @@ import {
   TraceIdParams, TraceResponse, TracesListQuery, TracesListResponse,
 } from '../schemas/index.js';
 import type { AppDeps } from './deps.js';
-import { SseChannel } from './sse.js';
+import { SseChannel, serializedSize, streamOptions } from './sse.js';
 
 const notFoundOr422 = { 404: ErrorResponse, 422: HTTPValidationError };
 
@@ -87,16 +87,19 @@ function eventsEnvelope(sessionId: string | null, events: string[], nextCursor: 
 
 /**
  * SSE replay-then-follow (decisions.md §8.3): `session` first, stored events after the cursor
- * (`Last-Event-ID` wins over `cursor`), then live ones, each with `id:` = store cursor. A consumer
- * more than 1000 events behind gets `error` and is closed, to reconnect from its cursor.
+ * (`Last-Event-ID` wins over `cursor`), then live ones, each with `id:` = store cursor. The replay
+ * waits for the socket; a consumer more than `server.stream_max_queued_events` live events (or
+ * `_bytes`) behind gets `error` StreamOverflow with `last_cursor` and is closed, to resume from it.
  */
 async function streamEvents(deps: AppDeps, request: FastifyRequest, reply: FastifyReply, sessionId: string, runId: string | undefined, cursor: string | undefined): Promise<void> {
   const lastEventId = request.headers['last-event-id'];
   const after = (typeof lastEventId === 'string' && /^\d{1,16}$/.test(lastEventId) ? lastEventId : cursor) ?? null;
   const filters: Partial<Record<EventIndexField, string>> = { session_id: sessionId, ...(runId ? { run_id: runId } : {}) };
-  const channel = new SseChannel(reply);
+  const options = streamOptions(deps, { resumeFrom: after, heldElsewhere: () => iterator.heldBytes });
+  const channel = new SseChannel(reply, options);
   const abort = new AbortController();
   channel.onClientClose(() => abort.abort());
+  channel.onDropped(() => abort.abort());
   // Shutdown ends the stream with a final frame (after the loop below stops), not a cut socket.
   let shuttingDown = false;
   let lastCursor: string | null = after;
@@ -110,16 +113,25 @@ async function streamEvents(deps: AppDeps, request: FastifyRequest, reply: Fasti
     signal: abort.signal,
     readPage: (from) => deps.store.readEvents({ filters, after: from, limit: 500 }),
     subscribe: (onEvent, opts) => deps.runtime.bus.subscribe(runId ? { run_id: runId, session_id: sessionId } : { session_id: sessionId }, onEvent, opts),
+    // While the loop below waits for the socket, live events wait here: the stream's bound.
+    maxLag: options.maxQueuedEvents,
+    maxLagBytes: options.maxQueuedBytes,
+    sizeOf: serializedSize,
+    onOverflow: () => channel.drop(),
   });
+  // A wait for room in the socket also ends when the stream is aborted (client gone, shutdown).
+  const aborted = new Promise<void>((resolve) => abort.signal.addEventListener('abort', () => resolve(), { once: true }));
   void (async () => {
     try {
       for await (const ev of iterator) {
         lastCursor = ev.cursor;
-        channel.push({ event: ev.event_type, id: ev.cursor, data: ev });
+        // The replay reads the store no faster than the client reads the stream.
+        const room = channel.send({ event: ev.event_type, id: ev.cursor, data: ev });
+        if (room) await Promise.race([room, aborted]);
       }
     } catch (err) {
       if (err instanceof StreamOverflowError) {
-        channel.push({ event: 'error', data: { error: 'StreamOverflow', message: 'this consumer fell more than 1000 events behind; reconnect from the last id', last_cursor: err.info.last_cursor } });
+        channel.drop(); // already dropped by onOverflow; the error frame carries the last cursor sent
       } else if (!abort.signal.aborted) {
         channel.push({ event: 'error', data: { error: 'InternalServerError', message: 'the event stream failed' } });
       }

@@ -12,9 +12,28 @@ export class Metrics {
   private readonly runSeconds = new Histogram({ name: 'agentd_run_duration_seconds', help: 'Run duration', buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300], registers: [this.registry] });
   readonly liveRuns = new Gauge({ name: 'agentd_live_runs', help: 'Runs holding a slot in this process', registers: [this.registry] });
   readonly backgroundRuns = new Counter({ name: 'agentd_background_runs_total', help: 'Background runs finished, by status', labelNames: ['status'], registers: [this.registry] });
+  /** Open SSE streams (src/http/sse.ts adds and removes itself): counted and summed on scrape. */
+  readonly sseStreams = new Set<{ readonly bufferedBytes: number }>();
+  private readonly sseOpen: Gauge = new Gauge({
+    name: 'agentd_sse_streams', help: 'Open SSE streams', registers: [this.registry],
+    collect: (): void => this.sseOpen.set(this.sseStreams.size),
+  });
+  private readonly sseBuffered: Gauge = new Gauge({
+    name: 'agentd_sse_buffered_bytes', help: 'Bytes held for SSE readers: frames not yet written and socket buffers', registers: [this.registry],
+    collect: (): void => {
+      let sum = 0;
+      for (const s of this.sseStreams) sum += s.bufferedBytes;
+      this.sseBuffered.set(sum);
+    },
+  });
+  private readonly sseDroppedTotal = new Counter({ name: 'agentd_sse_streams_dropped_total', help: 'SSE streams dropped because the reader fell too far behind', registers: [this.registry] });
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'agentd_' });
+  }
+
+  sseDropped(): void {
+    this.sseDroppedTotal.inc();
   }
 
   runStarted(): void {

@@ -80,7 +80,13 @@ export const RunStreamDeltaFrame = z
 export type RunStreamDeltaFrame = z.infer<typeof RunStreamDeltaFrame>;
 
 export const RunStreamErrorFrame = z
-  .object({ error: z.string(), message: z.string(), run_id: z.string().nullable(), session_id: z.string().nullable() })
+  .object({
+    error: z.string(),
+    message: z.string(),
+    run_id: z.string().nullable(),
+    session_id: z.string().nullable(),
+    last_cursor: z.string().nullable().optional().describe('StreamOverflow: id of the last frame sent; resume with Last-Event-ID set to it (GET /events/{session_id}?run_id=...).'),
+  })
   .meta({ id: 'RunStreamErrorFrame' });
 export type RunStreamErrorFrame = z.infer<typeof RunStreamErrorFrame>;
 

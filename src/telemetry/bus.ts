@@ -256,6 +256,15 @@ export interface ReplayThenFollowOptions {
   after: string | null;
   /** Most live events held while the consumer is behind (replaying or slow). Default 1000. */
   maxLag?: number;
+  /** Most bytes of live events held while the consumer is behind (measured by `sizeOf`). Default: no limit. */
+  maxLagBytes?: number;
+  /** Size of an event for `maxLagBytes` (e.g. its serialized length). */
+  sizeOf?: (event: StoredEvent) => number;
+  /**
+   * Called once, at once, when the consumer falls too far behind: a consumer blocked elsewhere
+   * (waiting for a socket) learns it without calling next(), which then throws StreamOverflowError.
+   */
+  onOverflow?: (info: OverflowInfo) => void;
   /** Ends the iteration (the HTTP connection closed). */
   signal?: AbortSignal;
 }
@@ -271,16 +280,25 @@ export interface ReplayThenFollowOptions {
  * (stored before the replay read it) deduplicated by cursor.
  *
  * Iteration ends on `return()` or `signal`; it throws StreamOverflowError when more than maxLag
- * live events are waiting for the consumer. Use it from one consumer (e.g. `for await`).
+ * live events (or maxLagBytes of them) are waiting for the consumer. Use it from one consumer
+ * (e.g. `for await`).
  */
-export function replayThenFollow(options: ReplayThenFollowOptions): AsyncIterableIterator<StoredEvent> {
+export function replayThenFollow(options: ReplayThenFollowOptions): ReplayFollow {
   return new ReplayFollowIterator(options);
 }
 
-class ReplayFollowIterator implements AsyncIterableIterator<StoredEvent> {
+export interface ReplayFollow extends AsyncIterableIterator<StoredEvent> {
+  /** Cursor of the last event handed to the consumer (what the SSE `id:` carried). */
+  readonly cursor: string | null;
+  /** Size (by `sizeOf`) of the live events waiting for the consumer. */
+  readonly heldBytes: number;
+}
+
+class ReplayFollowIterator implements ReplayFollow {
   private phase: 'init' | 'replay' | 'follow' | 'done' = 'init';
   private live: StoredEvent[] = [];
   private liveHead = 0;
+  private liveBytes = 0;
   private page: StoredEvent[] = [];
   private pageIndex = 0;
   private pageNext: string | null = null;
@@ -290,11 +308,13 @@ class ReplayFollowIterator implements AsyncIterableIterator<StoredEvent> {
   private unsubscribe: (() => void) | null = null;
   private wake: (() => void) | null = null;
   private readonly maxLag: number;
+  private readonly maxLagBytes: number;
   private readonly onAbort = (): void => void this.finish();
 
   constructor(private readonly opts: ReplayThenFollowOptions) {
     this.lastReplayed = opts.after;
     this.maxLag = opts.maxLag ?? DEFAULT_MAX_LAG;
+    this.maxLagBytes = opts.maxLagBytes ?? Infinity;
   }
 
   [Symbol.asyncIterator](): AsyncIterableIterator<StoredEvent> {
@@ -339,9 +359,11 @@ class ReplayFollowIterator implements AsyncIterableIterator<StoredEvent> {
       // follow
       if (this.liveHead < this.live.length) {
         const event = this.live[this.liveHead++];
+        if (this.opts.sizeOf) this.liveBytes -= this.opts.sizeOf(event);
         if (this.liveHead === this.live.length) {
           this.live = [];
           this.liveHead = 0;
+          this.liveBytes = 0;
         }
         if (this.lastReplayed !== null && compareCursors(event.cursor, this.lastReplayed) <= 0) continue;
         return this.yield(event);
@@ -363,6 +385,10 @@ class ReplayFollowIterator implements AsyncIterableIterator<StoredEvent> {
     return this.lastYielded ?? this.opts.after;
   }
 
+  get heldBytes(): number {
+    return this.liveBytes;
+  }
+
   private yield(event: StoredEvent): IteratorResult<StoredEvent, undefined> {
     this.lastYielded = event.cursor;
     return { done: false, value: event };
@@ -379,12 +405,14 @@ class ReplayFollowIterator implements AsyncIterableIterator<StoredEvent> {
     this.unsubscribe = this.opts.subscribe(
       (event) => {
         if (this.phase === 'done') return;
-        if (this.live.length - this.liveHead >= this.maxLag) this.pruneReplayed();
-        if (this.live.length - this.liveHead >= this.maxLag) {
+        const size = this.opts.sizeOf ? this.opts.sizeOf(event) : 0;
+        if (this.isFull(size)) this.pruneReplayed();
+        if (this.isFull(size)) {
           this.markOverflow(this.live.length - this.liveHead + 1);
           return;
         }
         this.live.push(event);
+        this.liveBytes += size;
         this.wake?.();
       },
       {
@@ -394,17 +422,28 @@ class ReplayFollowIterator implements AsyncIterableIterator<StoredEvent> {
     );
   }
 
+  // One more event of `size` would be too many; a lone event is always taken, however large.
+  private isFull(size: number): boolean {
+    const held = this.live.length - this.liveHead;
+    return held >= this.maxLag || (held > 0 && this.liveBytes + size > this.maxLagBytes);
+  }
+
   // While a long replay runs, the live buffer fills with events the replay has already sent;
   // dropping those first keeps a busy session from overflowing a consumer that is keeping up.
   private pruneReplayed(): void {
     const floor = this.lastReplayed;
     if (floor === null) return;
     const kept: StoredEvent[] = [];
+    let bytes = 0;
     for (let i = this.liveHead; i < this.live.length; i++) {
-      if (compareCursors(this.live[i].cursor, floor) > 0) kept.push(this.live[i]);
+      if (compareCursors(this.live[i].cursor, floor) > 0) {
+        kept.push(this.live[i]);
+        if (this.opts.sizeOf) bytes += this.opts.sizeOf(this.live[i]);
+      }
     }
     this.live = kept;
     this.liveHead = 0;
+    this.liveBytes = bytes;
   }
 
   private markOverflow(lag: number): void {
@@ -412,9 +451,11 @@ class ReplayFollowIterator implements AsyncIterableIterator<StoredEvent> {
     this.overflowInfo = { lag, last_cursor: this.lastYielded ?? this.opts.after };
     this.live = [];
     this.liveHead = 0;
+    this.liveBytes = 0;
     this.unsubscribe?.();
     this.unsubscribe = null;
     this.wake?.();
+    safeCall(this.opts.onOverflow, this.overflowInfo);
   }
 
   private finish(): void {
@@ -422,6 +463,7 @@ class ReplayFollowIterator implements AsyncIterableIterator<StoredEvent> {
     this.phase = 'done';
     this.live = [];
     this.liveHead = 0;
+    this.liveBytes = 0;
     this.page = [];
     this.unsubscribe?.();
     this.unsubscribe = null;

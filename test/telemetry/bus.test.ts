@@ -369,4 +369,33 @@ describe('replayThenFollow', () => {
     await expect(it.next()).rejects.toThrow('store closed');
     expect(log.bus.size).toBe(0);
   });
+
+  it('bounds the live backlog by bytes too (a lone event of any size is kept), reports the overflow at once, and counts heldBytes', async () => {
+    const log = new FakeLog(new EventBus());
+    const a = log.append();
+    const overflows: OverflowInfo[] = [];
+    const it = replayThenFollow({
+      readPage: (x) => log.readPage(x),
+      subscribe: (onEvent, opts) => log.bus.subscribe({ session_id: 's' }, onEvent, opts),
+      after: null,
+      maxLag: 100,
+      maxLagBytes: 250,
+      sizeOf: (e) => (typeof e.output === 'string' ? e.output.length : 0),
+      onOverflow: (info) => overflows.push(info),
+    });
+    expect(await take(it, 1)).toEqual([a.cursor]);
+    log.append({ output: 'x'.repeat(1000) }); // alone: kept, whatever its size
+    expect(it.heldBytes).toBe(1000);
+    expect(await take(it, 1)).toHaveLength(1);
+    expect(it.heldBytes).toBe(0);
+    log.append({ output: 'y'.repeat(200) });
+    expect(overflows).toEqual([]);
+    log.append({ output: 'z'.repeat(100) }); // 300 bytes waiting: over 250
+    // The consumer is told without calling next() (it may be waiting on a socket), once.
+    expect(overflows).toHaveLength(1);
+    expect(overflows[0].last_cursor).toBe(log.events[1].cursor);
+    expect(log.bus.size).toBe(0);
+    expect(it.heldBytes).toBe(0);
+    await expect(it.next()).rejects.toBeInstanceOf(StreamOverflowError);
+  });
 });
