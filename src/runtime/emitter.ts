@@ -2,6 +2,7 @@ import type { Clock } from '../clock.js';
 import type { Store, StoredEvent } from '../store/store.js';
 import type { EventBus } from '../telemetry/bus.js';
 import { createEventRecord, type CaptureSettings, type EventRecordInput } from '../telemetry/record.js';
+import { defaultRedactor, redact, type Redactor } from '../telemetry/redact.js';
 
 /**
  * Telemetry goes to the store first (which gives each event its cursor), then to live
@@ -14,6 +15,21 @@ export class TelemetryEmitter {
     private readonly settings: CaptureSettings,
     private readonly clock: Clock,
   ) {}
+
+  /** The process's redactor (value patterns and configured secrets): also used for run records. */
+  get redactor(): Redactor {
+    return this.settings.redactor ?? defaultRedactor;
+  }
+
+  /** Text as it may be stored or served: secrets inside it replaced by `[REDACTED]`. */
+  redactText<T extends string | null | undefined>(text: T): T {
+    return (typeof text === 'string' ? this.redactor.text(text) : text) as T;
+  }
+
+  /** A JSON value as it may be stored or served: secret-named fields and secrets inside strings redacted. */
+  redactValue<T>(value: T): T {
+    return (value === null || value === undefined ? value : redact(value, this.redactor)) as T;
+  }
 
   async emit(input: EventRecordInput): Promise<StoredEvent> {
     const record = createEventRecord(input, this.settings, this.clock);

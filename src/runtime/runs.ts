@@ -441,10 +441,12 @@ export class RunService {
         approvals: mergeById(r.approvals, ctx.approvals, 'approval_id'),
         budget_request: ctx.budget_request,
         budget_requests: ctx.budget_request ? mergeById(r.budget_requests, [ctx.budget_request], 'request_id') : r.budget_requests,
-        response: ctx.response,
+        // The run as stored and served (GET /runs*, the complete frame, the history) is redacted
+        // like its events; the conversation in the snapshot stays as the model saw it.
+        response: this.deps.telemetry.redactText(ctx.response),
         termination_reason: ctx.termination_reason,
-        error: ctx.error,
-        guardrail_result: ctx.guardrail_result as Record<string, unknown> | null,
+        error: this.deps.telemetry.redactValue(ctx.error),
+        guardrail_result: this.deps.telemetry.redactValue(ctx.guardrail_result as Record<string, unknown> | null),
         updated_at: now,
         owner: terminal || waiting || interrupt ? null : r.owner,
         lease_expires_at: terminal || waiting || interrupt ? null : r.lease_expires_at,
@@ -524,7 +526,7 @@ export class RunService {
     if (err instanceof FencedError) return; // onFenced handles it
     this.deps.log?.('error', 'run failed outside its machine', { run_id: live.run_id, err: String(err) });
     live.ending = true;
-    const message = err instanceof Error ? err.message : String(err);
+    const message = this.deps.telemetry.redactText(err instanceof Error ? err.message : String(err));
     try {
       const rec = await live.writer.update((r) => ({
         ...r, status: 'failed', termination_reason: 'internal_error', error: { type: 'InternalError', message },
@@ -908,7 +910,7 @@ export class RunService {
   private writeHistory(live: LiveRun, record: RunRecord): Promise<boolean> {
     const cur = live.session;
     if (cur?.value.run_ids.includes(record.run_id)) return Promise.resolve(true);
-    const add: ChatMessage[] = [{ role: 'user', content: record.query }, { role: 'assistant', content: record.response ?? '' }];
+    const add: ChatMessage[] = [{ role: 'user', content: this.deps.telemetry.redactText(record.query) }, { role: 'assistant', content: record.response ?? '' }];
     const now = record.updated_at;
     const op: WriteOp = cur
       ? { op: 'update', kind: 'sessions', id: record.session_id, expectedVersion: cur.version, value: { ...cur.value, messages: [...cur.value.messages, ...add], run_ids: [...cur.value.run_ids, record.run_id], updated_at: now } satisfies SessionValue }
@@ -921,7 +923,7 @@ export class RunService {
     const now = iso(clock.now());
     for (let i = 0; i < 10; i++) {
       const cur = await store.getRecord<SessionValue>('sessions', record.session_id);
-      const add: ChatMessage[] = [{ role: 'user', content: record.query }, { role: 'assistant', content: record.response ?? '' }];
+      const add: ChatMessage[] = [{ role: 'user', content: this.deps.telemetry.redactText(record.query) }, { role: 'assistant', content: record.response ?? '' }];
       try {
         if (!cur) {
           await store.createRecord<SessionValue>('sessions', record.session_id, { session_id: record.session_id, messages: add, run_ids: [record.run_id], created_at: now, updated_at: now });

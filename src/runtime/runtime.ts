@@ -13,6 +13,7 @@ import { TelemetryEmitter } from './emitter.js';
 import { Metrics } from './metrics.js';
 import { TelemetryQueries } from './telemetry-queries.js';
 import type { OtlpTraceExporter } from '../telemetry/otlp.js';
+import { redactorForConfig } from '../telemetry/secrets.js';
 import { readVersion } from '../version.js';
 import { RunService, type RunSettings } from './runs.js';
 import { ActorSystem, type SystemHooks } from './system.js';
@@ -70,7 +71,8 @@ export class Runtime {
   ) {
     this.startedAt = clock.now();
     this.agentName = config.agent.name;
-    this.telemetry = new TelemetryEmitter(store, this.bus, { capture: config.telemetry.capture }, clock);
+    // One redactor (value patterns + the config's secret values) for everything a run stores or exports.
+    this.telemetry = new TelemetryEmitter(store, this.bus, { capture: config.telemetry.capture, redactor: redactorForConfig(config) }, clock);
     this.telemetryQueries = new TelemetryQueries(store);
     this.system = new ActorSystem({
       inspect: opts.inspect,
@@ -118,7 +120,7 @@ export class Runtime {
     const o = config.telemetry.otlp;
     const otlp = o.endpoint
       ? (await import('../telemetry/otlp.js')).createOtlpExporter({
-          endpoint: o.endpoint, headers: { ...o.headers }, protocol: o.protocol, serviceVersion: readVersion(),
+          endpoint: o.endpoint, headers: { ...o.headers }, protocol: o.protocol, serviceVersion: readVersion(), redactor: redactorForConfig(config),
           onEvent: (e) => (e.type === 'failed' || e.type === 'dropped' ? opts.log?.('warn', `otlp export ${e.type}`, { ...e }) : undefined),
         })
       : null;

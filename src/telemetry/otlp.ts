@@ -11,6 +11,7 @@ import { resourceFromAttributes, type Resource } from '@opentelemetry/resources'
 import type { ReadableSpan, SpanExporter, TimedEvent } from '@opentelemetry/sdk-trace-base';
 import type { EventInput } from '../store/store.js';
 import type { Trace, TraceRecord, TraceSpan } from './traces.js';
+import { Redactor, defaultRedactor } from './redact.js';
 
 export type OtlpProtocol = 'http/json' | 'http/protobuf';
 
@@ -47,6 +48,11 @@ export interface OtlpExporterOptions {
   onEvent?: (event: OtlpExportEvent) => void;
   /** Replaces the OTLP exporter (tests, vendor presets with their own exporter). */
   exporter?: SpanExporter;
+  /**
+   * Applied to every string attribute and status message before export (the process's redactor:
+   * value patterns and configured secrets). The exporter's own header values are always added.
+   */
+  redactor?: Redactor;
 }
 
 export interface OtlpExporterStats {
@@ -121,15 +127,28 @@ function spanKind(span: TraceSpan): SpanKind {
   return SpanKind.INTERNAL;
 }
 
-function eventAttributes(event: EventInput): Attributes {
+function eventAttributes(event: EventInput, redactor: Redactor): Attributes {
   const attrs: Attributes = { 'agentd.event_id': event.event_id };
   const actor = event.actor as { type?: unknown; id?: unknown } | undefined;
   if (actor && typeof actor.type === 'string') attrs['agentd.actor.type'] = actor.type;
-  if (actor && typeof actor.id === 'string') attrs['agentd.actor.id'] = actor.id;
+  if (actor && typeof actor.id === 'string') attrs['agentd.actor.id'] = redactor.text(actor.id);
   if (typeof event.cursor === 'string') attrs['agentd.cursor'] = event.cursor;
   const error = event.error as { type?: unknown; message?: unknown } | null | undefined;
-  if (error && typeof error.type === 'string') attrs['error.type'] = error.type;
+  if (error && typeof error.type === 'string') attrs['error.type'] = redactor.text(error.type);
   return attrs;
+}
+
+/**
+ * Span attributes with secrets inside strings redacted. Stored events are redacted when they are
+ * recorded; this second pass covers events stored before that (or by an older version) and
+ * values that only the exporter knows are secret, at the cost of one scan per attribute string.
+ */
+function redactAttributes(attrs: Attributes, redactor: Redactor): Attributes {
+  const out: Attributes = {};
+  for (const [k, v] of Object.entries(attrs)) {
+    out[k] = typeof v === 'string' ? redactor.text(v) : Array.isArray(v) ? (v.map((x) => (typeof x === 'string' ? redactor.text(x) : x)) as typeof v) : v;
+  }
+  return out;
 }
 
 /**
@@ -140,6 +159,7 @@ export function traceToReadableSpans(
   trace: Trace<TraceRecord, EventInput>,
   resource: Resource,
   scope: InstrumentationScope,
+  redactor: Redactor = defaultRedactor,
 ): ReadableSpan[] {
   const traceId = toOtelTraceId(trace.trace_id);
   const eventsBySpan = new Map<string, EventInput[]>();
@@ -165,7 +185,7 @@ export function traceToReadableSpans(
     const incomplete = span.ended_at === null;
     const endTime = toHrTime(span.ended_at ?? lastEventAt.get(span.span_id) ?? span.started_at);
     const attributes: Attributes = {
-      ...span.attributes,
+      ...redactAttributes(span.attributes, redactor),
       'agentd.trace_id': trace.trace_id,
       'agentd.span_id': span.span_id,
     };
@@ -176,7 +196,7 @@ export function traceToReadableSpans(
     const events: TimedEvent[] = (eventsBySpan.get(span.span_id) ?? []).map((e) => ({
       name: e.event_type,
       time: toHrTime(e.timestamp),
-      attributes: eventAttributes(e),
+      attributes: eventAttributes(e, redactor),
     }));
     return {
       name: span.name,
@@ -187,7 +207,7 @@ export function traceToReadableSpans(
       endTime,
       status:
         span.status === 'error'
-          ? { code: SpanStatusCode.ERROR, message: typeof message === 'string' ? message : undefined }
+          ? { code: SpanStatusCode.ERROR, message: typeof message === 'string' ? redactor.text(message) : undefined }
           : { code: span.status === 'ok' ? SpanStatusCode.OK : SpanStatusCode.UNSET },
       attributes,
       links: [],
@@ -231,6 +251,9 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
     ...(options.serviceVersion ? { 'service.version': options.serviceVersion } : {}),
   });
   const scope: InstrumentationScope = { name: 'agentd', version: options.serviceVersion };
+  // The collector's own credentials (header values) must never appear in what it receives.
+  const headerSecrets = Object.values(options.headers ?? {}).flatMap((v) => [v, v.replace(/^\s*[A-Za-z][\w-]*\s+/, '')]);
+  const redactor = new Redactor([...(options.redactor?.secrets ?? []), ...headerSecrets]);
 
   const queue: Pending[] = [];
   let inFlight = 0;
@@ -287,7 +310,7 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
         const spans: ReadableSpan[] = [];
         for (const p of batch) {
           try {
-            spans.push(...traceToReadableSpans(p.trace, resource, scope));
+            spans.push(...traceToReadableSpans(p.trace, resource, scope, redactor));
           } catch (err) {
             stats.dropped_traces++;
             emit({ type: 'dropped', trace_id: p.trace.trace_id, reason: 'invalid_trace', error: errorText(err) });

@@ -3,7 +3,7 @@
 import type { Clock } from '../clock.js';
 import { newId } from '../ids.js';
 import type { EventInput } from '../store/store.js';
-import { capturePayload, redact, type CaptureMode } from './redact.js';
+import { capturePayload, defaultRedactor, redact, type CaptureMode, type Redactor } from './redact.js';
 
 export type { CaptureMode } from './redact.js';
 
@@ -79,6 +79,11 @@ export interface EventMetadata {
 
 export interface CaptureSettings {
   capture: CaptureMode;
+  /**
+   * Finds secrets inside strings (value patterns and the configured secret values). Default: the
+   * value patterns only. The runtime passes one built from the config (secrets.ts).
+   */
+  redactor?: Redactor;
 }
 
 export interface EventRecordInput {
@@ -127,9 +132,12 @@ const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFi
 
 /** Builds a full §8.1 record. Pure apart from the id and the clock reading. */
 export function createEventRecord(input: EventRecordInput, settings: CaptureSettings, clock: Clock): EventRecord {
-  const metadata = (redact(input.metadata ?? {}) ?? {}) as EventMetadata;
+  const redactor = settings.redactor ?? defaultRedactor;
+  const metadata = (redact(input.metadata ?? {}, redactor) ?? {}) as EventMetadata;
+  // An error message quotes whatever failed: a provider's 401 body may echo the Authorization
+  // header, a tool's error its connection string.
   const error = input.error
-    ? { type: String(input.error.type), message: String(input.error.message) }
+    ? { type: redactor.text(String(input.error.type)), message: redactor.text(String(input.error.message)) }
     : null;
   const usage = input.token_usage
     ? {
@@ -149,8 +157,8 @@ export function createEventRecord(input: EventRecordInput, settings: CaptureSett
     sequence: num(input.sequence),
     timestamp: new Date(clock.now()).toISOString(),
     actor: { type: input.actor.type, id: input.actor.id, name: input.actor.name ?? null },
-    input: capturePayload(input.input, settings.capture),
-    output: capturePayload(input.output, settings.capture),
+    input: capturePayload(input.input, settings.capture, redactor),
+    output: capturePayload(input.output, settings.capture, redactor),
     error,
     token_usage: usage,
     estimated_cost_usd: num(input.estimated_cost_usd),

@@ -2,6 +2,13 @@
 // of every run step, so each payload is walked once: the walk copies (the caller may mutate its
 // objects after the event is published), redacts secrets and keeps an upper bound of the JSON
 // size; only when that bound crosses the limit is the payload stringified to measure it exactly.
+//
+// Secrets are found two ways (issue 10, findings 8 and 9): by field name (`password`, `api_key`,
+// ... anywhere in an object) and by value, inside any string: well-known credential shapes
+// (`Bearer …`, `password=…`, AWS/GitHub/OpenAI/Anthropic/Slack/Google keys, PEM private keys,
+// JWTs, `Authorization:` lines, URL passwords) and the exact secret values the configuration
+// holds (see secrets.ts). Both value kinds are one precompiled regular expression, so a string
+// costs one scan; strings too short to hold any of them are not scanned at all.
 
 export type CaptureMode = 'full' | 'metadata_only';
 
@@ -45,6 +52,107 @@ export function isSecretKey(key: string): boolean {
   return secret;
 }
 
+// ---------------------------------------------------------------- secrets inside strings
+
+// Each alternative below is one credential shape. The ones that keep a prefix (the key name, the
+// `Bearer ` scheme, the URL up to the password) capture it in their own group, so the replacement
+// says what was removed; the others are replaced whole. Flags `gi`: key names and schemes are
+// matched in any case; the fixed prefixes of the token shapes (AKIA, ghp_, sk-, xox…) then also
+// match in the other case, which costs a rare false positive, never a leak.
+//
+// A value after `key=` / `key: ` is a quoted string (plain, JSON-escaped `\"…\"` as in JSON text
+// inside a string, or single-quoted; the closing quote may be missing when the text was cut) or a
+// run of characters up to a delimiter. Separators allow spaces and tabs, not newlines, so
+// `password:` at the end of a line never swallows the next line.
+const QUOTED_VALUE = String.raw`"(?:[^"\\\r\n]|\\.)*"?|\\"(?:[^"\\\r\n]|\\[^"\r\n])*(?:\\")?|'(?:[^'\\\r\n]|\\.)*'?`;
+const BARE_VALUE = String.raw`[^\s"'\\,;&<>{}\[\]()]+`;
+const KEY_TAIL = String.raw`(?![a-z0-9])(?:\\?["'])?[ \t]*[:=]>?[ \t]*`;
+const VALUE_PATTERNS: string[] = [
+  // 1: an Authorization / Cookie header, up to the end of the line (or of the quoted value).
+  String.raw`((?<![a-z0-9])(?:(?:proxy-)?authorization|(?:set-)?cookie)(?![a-z0-9])(?:\\?["'])?[ \t]*[:=][ \t]*(?:\\?["'])?)[^"'\\\r\n]+`,
+  // 2: a credential-named key and its value (db_password=…, "api_key": "…", clientSecret: …).
+  String.raw`((?:api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key|password|passwd|passphrase|secret|credentials?)${KEY_TAIL})(?:${QUOTED_VALUE}|${BARE_VALUE})`,
+  // 3: a token-named key (access_token=…, githubToken: …); a bare value must hold a letter, so
+  // `token: 512` (a count) is left alone. `max_tokens` does not match: `token` must end the key.
+  String.raw`(token${KEY_TAIL})(?:${QUOTED_VALUE}|(?=[^\s"'\\,;&<>{}\[\]()]*[a-z])${BARE_VALUE})`,
+  // 4: a bearer token: 8+ characters with a digit, or 20+ ("the bearer of this letter" stays).
+  String.raw`(\bbearer[ \t]+)(?:(?=[a-z_.~+/-]*[0-9])[\w.~+/-]{8,}|[\w.~+/-]{20,})=*`,
+  // 5: the password of a URL's user info (postgres://user:password@host).
+  String.raw`(://[^\s/:@"'<>]+:)[^\s/@"'<>]+(?=@)`,
+  // Replaced whole: PEM private keys (to the END line, or to the end of a cut text), AWS access
+  // key ids, GitHub tokens, OpenAI/Anthropic keys (with a digit: `sk-learn-…` is a library),
+  // Slack tokens, Google API keys, JWTs.
+  String.raw`-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z ]{0,40}PRIVATE KEY-----|$)`,
+  String.raw`\b(?:AKIA|ASIA)[A-Z0-9]{16}\b`,
+  String.raw`\bgh[pousr]_[A-Za-z0-9]{36,}`,
+  String.raw`\bgithub_pat_[A-Za-z0-9_]{22,}`,
+  String.raw`\bsk-(?=[a-z_-]*[0-9])[A-Za-z0-9_-]{20,}`,
+  String.raw`\bxox[abposr]-[0-9]+-[A-Za-z0-9-]{8,}`,
+  String.raw`\bAIza[0-9A-Za-z_-]{35}`,
+  String.raw`\beyJ[\w-]{5,}\.eyJ[\w-]{5,}\.[\w-]{5,}`,
+];
+/** The shortest text any value pattern can match (`token=a`): shorter strings are not scanned. */
+const MIN_PATTERN_CHARS = 7;
+/** Configured secret values shorter than this are ignored: `true`, `1` or `json` must never be scrubbed. */
+export const MIN_SECRET_CHARS = 8;
+
+const escapeRegExp = (s: string): string => s.replace(/[.*+?^${}()|[\]\\/-]/g, '\\$&');
+
+/** Keeps the quotes of a quoted value, so redacted JSON text stays JSON. */
+function redactedValue(value: string): string {
+  const open = value.startsWith('\\"') ? '\\"' : value[0] === '"' || value[0] === "'" ? value[0] : '';
+  if (open === '') return REDACTED;
+  const closed = value.length >= 2 * open.length && value.endsWith(open);
+  return `${open}${REDACTED}${closed ? open : ''}`;
+}
+
+function replaceMatch(match: string, header?: string, key?: string, tokenKey?: string, bearer?: string, url?: string): string {
+  if (header !== undefined) return header + REDACTED;
+  if (key !== undefined) return key + redactedValue(match.slice(key.length));
+  if (tokenKey !== undefined) return tokenKey + redactedValue(match.slice(tokenKey.length));
+  if (bearer !== undefined) return bearer + REDACTED;
+  if (url !== undefined) return url + REDACTED;
+  return REDACTED;
+}
+
+/**
+ * Finds secrets inside strings: the value patterns above plus the exact secret values it was
+ * built with (the configured model key, OTLP and MCP headers, ...: see secrets.ts). Build one per
+ * process (the regular expression is compiled once) and pass it wherever telemetry leaves a run.
+ */
+export class Redactor {
+  private readonly re: RegExp;
+  private readonly minChars: number;
+  /** The configured secret values it scrubs (longest first), for tests and `config check`. */
+  readonly secrets: readonly string[];
+
+  constructor(secrets: Iterable<string> = []) {
+    const known = [...new Set([...secrets].filter((s) => typeof s === 'string' && s.length >= MIN_SECRET_CHARS))];
+    known.sort((a, b) => b.length - a.length);
+    this.secrets = known;
+    // Known values first: at a given position the exact secret wins over a pattern that would
+    // keep a prefix of it. They carry no group, so replaceMatch replaces them whole.
+    const alternatives = [...known.map(escapeRegExp), ...VALUE_PATTERNS];
+    this.re = new RegExp(alternatives.join('|'), 'gi');
+    this.minChars = Math.min(MIN_PATTERN_CHARS, ...known.map((s) => s.length));
+  }
+
+  /** The text with every secret replaced by `[REDACTED]`; the same string when there is none. */
+  text(s: string): string {
+    if (s.length < this.minChars) return s;
+    // A global replace with no match returns the original string without copying it.
+    return s.replace(this.re, replaceMatch as (m: string, ...groups: string[]) => string);
+  }
+}
+
+/** Value patterns only (no configured secrets): the default of every function below. */
+export const defaultRedactor = new Redactor();
+
+/** Secrets inside one string replaced by `[REDACTED]` (value patterns and the redactor's known values). */
+export function redactText(s: string, redactor: Redactor = defaultRedactor): string {
+  return redactor.text(s);
+}
+
 interface Sanitized {
   value: unknown;
   /** Upper bound of the UTF-8 size of JSON.stringify(value). */
@@ -56,16 +164,18 @@ interface Sanitized {
  * functions and over-deep nesting become strings or are dropped (as JSON.stringify would) instead
  * of throwing: an event must never fail the run that emits it.
  */
-export function redact(value: unknown): unknown {
-  return sanitize(value, 0, new Set()).value;
+export function redact(value: unknown, redactor: Redactor = defaultRedactor): unknown {
+  return sanitize(value, 0, new Set(), redactor).value;
 }
 
-function sanitize(value: unknown, depth: number, ancestors: Set<object>): Sanitized {
+function sanitize(value: unknown, depth: number, ancestors: Set<object>, redactor: Redactor): Sanitized {
   switch (typeof value) {
-    case 'string':
+    case 'string': {
+      const text = redactor.text(value);
       // 6 bytes per unit covers `\u00XX` escapes; real text is far smaller, which only means an
       // occasional exact measurement.
-      return { value, bound: 2 + 6 * value.length };
+      return { value: text, bound: 2 + 6 * text.length };
+    }
     case 'number':
       return Number.isFinite(value) ? { value, bound: 24 } : { value: null, bound: 4 };
     case 'boolean':
@@ -87,7 +197,7 @@ function sanitize(value: unknown, depth: number, ancestors: Set<object>): Saniti
   }
   if (obj instanceof Error) {
     // JSON.stringify(error) is `{}`; keep what a reader needs.
-    const msg = obj.message;
+    const msg = redactor.text(String(obj.message));
     return { value: { type: obj.name, message: msg }, bound: 32 + obj.name.length * 6 + msg.length * 6 };
   }
   if (ArrayBuffer.isView(obj)) return { value: `[Binary ${obj.byteLength} bytes]`, bound: 40 };
@@ -99,7 +209,7 @@ function sanitize(value: unknown, depth: number, ancestors: Set<object>): Saniti
     } catch {
       return { value: '[Unserializable]', bound: 18 };
     }
-    if (converted !== obj) return sanitize(converted, depth + 1, ancestors);
+    if (converted !== obj) return sanitize(converted, depth + 1, ancestors, redactor);
   }
   ancestors.add(obj);
   try {
@@ -107,7 +217,7 @@ function sanitize(value: unknown, depth: number, ancestors: Set<object>): Saniti
       const out = new Array<unknown>(obj.length);
       let bound = 2;
       for (let i = 0; i < obj.length; i++) {
-        const s = sanitize(obj[i], depth + 1, ancestors);
+        const s = sanitize(obj[i], depth + 1, ancestors, redactor);
         // JSON turns undefined array items into null.
         out[i] = s.value === undefined ? null : s.value;
         bound += (s.value === undefined ? 4 : s.bound) + 1;
@@ -128,7 +238,7 @@ function sanitize(value: unknown, depth: number, ancestors: Set<object>): Saniti
       } catch {
         raw = '[Unreadable]';
       }
-      const s = sanitize(raw, depth + 1, ancestors);
+      const s = sanitize(raw, depth + 1, ancestors, redactor);
       if (s.value === undefined) continue;
       out[k] = s.value;
       bound += 6 * k.length + 3 + s.bound + 1;
@@ -159,7 +269,7 @@ function cutPreview(json: string): string {
 }
 
 /** Applies capture, redaction and truncation to one input/output payload. */
-export function capturePayload(value: unknown, capture: CaptureMode): unknown {
+export function capturePayload(value: unknown, capture: CaptureMode, redactor: Redactor = defaultRedactor): unknown {
   if (value === undefined || value === null) return null;
   if (capture === 'metadata_only') {
     // The content is dropped, so redaction is moot; only its size and type are kept.
@@ -168,12 +278,12 @@ export function capturePayload(value: unknown, capture: CaptureMode): unknown {
       bytes = jsonBytes(value);
     } catch {
       // Cycles or BigInts: measure the sanitized copy instead.
-      bytes = jsonBytes(sanitize(value, 0, new Set()).value);
+      bytes = jsonBytes(sanitize(value, 0, new Set(), redactor).value);
     }
     const omitted: OmittedPayload = { omitted: true, type: payloadType(value), bytes };
     return omitted;
   }
-  const s = sanitize(value, 0, new Set());
+  const s = sanitize(value, 0, new Set(), redactor);
   if (s.value === undefined) return null;
   if (s.bound <= MAX_PAYLOAD_BYTES) return s.value;
   const json = JSON.stringify(s.value);

@@ -19,7 +19,8 @@ export function tempDir(prefix = 'agentd-test-'): string {
   return mkdtempSync(join(tmpdir(), prefix));
 }
 
-export async function startTestServer(config: Record<string, unknown> = {}, opts: { dataDir?: string; model?: ModelProvider; modelUrl?: string } = {}): Promise<TestServer> {
+/** `env`: the environment the config resolves against (default empty), e.g. AGENTD_MODEL_API_KEY. */
+export async function startTestServer(config: Record<string, unknown> = {}, opts: { dataDir?: string; model?: ModelProvider; modelUrl?: string; env?: NodeJS.ProcessEnv } = {}): Promise<TestServer> {
   const dataDir = opts.dataDir ?? tempDir();
   const cfg = structuredClone(config) as Record<string, any>;
   cfg.server = { port: 0, ...(cfg.server ?? {}) };
@@ -27,7 +28,7 @@ export async function startTestServer(config: Record<string, unknown> = {}, opts
     cfg.agent = { ...(cfg.agent ?? {}), model: { provider: 'openai-compatible', base_url: opts.modelUrl, model: 'scripted', ...(cfg.agent?.model ?? {}) } };
   }
   cfg.runs = { ...(cfg.runs ?? {}), orphan_sweep: { interval_seconds: 3600, ...(cfg.runs?.orphan_sweep ?? {}) } };
-  const config2 = configFromObject(cfg, { dataDir, env: {} });
+  const config2 = configFromObject(cfg, { dataDir, env: opts.env ?? {} });
   const server = await startServer(config2, { model: opts.model });
   return {
     ...server,

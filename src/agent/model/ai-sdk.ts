@@ -14,6 +14,7 @@ import {
   type ToolSet,
 } from 'ai';
 import { toModelCallError } from './errors.js';
+import type { Redactor } from '../../telemetry/redact.js';
 import { estimateInputTokens, estimateOutputTokens } from './tokens.js';
 import {
   ModelCallError,
@@ -38,6 +39,12 @@ export interface AiSdkProviderOptions {
    * When false, a system message after the first non-system one is sent as a user message.
    */
   inlineSystemMessages: boolean;
+  /**
+   * Applied to every error message before it leaves the provider: a provider may echo the API key
+   * (a 401 quoting the Authorization header) or the request, and the message is kept in the run's
+   * snapshot, record and events. createModelProvider passes one that knows the configured key.
+   */
+  redactor?: Redactor;
 }
 
 /** Our JSON messages → the SDK's ModelMessage list (leading system messages go to `system`). */
@@ -187,7 +194,7 @@ export class AiSdkProvider implements ModelProvider {
           model: r.response?.modelId || this.model,
         };
       } catch (err) {
-        throw toModelCallError(err, req.signal);
+        throw this.scrubbed(toModelCallError(err, req.signal));
       }
     }
 
@@ -232,7 +239,7 @@ export class AiSdkProvider implements ModelProvider {
         }
       }
     } catch (err) {
-      const e = toModelCallError(err, req.signal);
+      const e = this.scrubbed(toModelCallError(err, req.signal));
       if (text.length > 0) e.partialOutput = true;
       throw e;
     }
@@ -243,6 +250,11 @@ export class AiSdkProvider implements ModelProvider {
       finish_reason: mapFinishReason(finish, calls.length > 0),
       model: modelId || this.model,
     };
+  }
+
+  private scrubbed(e: ModelCallError): ModelCallError {
+    if (this.opts.redactor) e.message = this.opts.redactor.text(e.message);
+    return e;
   }
 
   private toCall(c: SdkToolCall): ToolCallRequest {

@@ -4,6 +4,7 @@ import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { AiSdkProvider } from './ai-sdk.js';
 import { DemoModel, type DemoModelOptions } from './demo.js';
 import type { ModelProvider } from './types.js';
+import { Redactor } from '../../telemetry/redact.js';
 
 export * from './types.js';
 export { AiSdkProvider, toModelMessages, toToolSet, mapFinishReason } from './ai-sdk.js';
@@ -43,6 +44,8 @@ export function createModelProvider(cfg: ModelProviderConfig): ModelProvider {
     ...(cfg.max_output_tokens !== undefined ? { max_output_tokens: cfg.max_output_tokens } : {}),
     ...(cfg.temperature !== undefined ? { temperature: cfg.temperature } : {}),
   };
+  // Error messages leave the provider without the key (or any credential-shaped text) in them.
+  const redactor = new Redactor(cfg.api_key ? [cfg.api_key] : []);
   switch (cfg.provider) {
     case 'demo':
       return new DemoModel({ model: cfg.model ?? 'demo', ...settings, ...(cfg.demo ?? {}) });
@@ -56,7 +59,7 @@ export function createModelProvider(cfg: ModelProviderConfig): ModelProvider {
         // Without it the stream carries no usage chunk and budgets would only see estimates.
         includeUsage: true,
       });
-      return new AiSdkProvider({ provider: cfg.provider, model: cfg.model, languageModel: p.chatModel(cfg.model), inlineSystemMessages: true, ...settings });
+      return new AiSdkProvider({ provider: cfg.provider, model: cfg.model, languageModel: p.chatModel(cfg.model), inlineSystemMessages: true, redactor, ...settings });
     }
     case 'openai': {
       const model = cfg.model ?? (DEFAULT_MODELS.openai as string);
@@ -66,7 +69,7 @@ export function createModelProvider(cfg: ModelProviderConfig): ModelProvider {
       });
       // Chat Completions rather than the SDK's default Responses API: our history is stateless
       // JSON with no provider item ids, which is exactly what Chat Completions takes.
-      return new AiSdkProvider({ provider: cfg.provider, model, languageModel: p.chat(model), inlineSystemMessages: true, ...settings });
+      return new AiSdkProvider({ provider: cfg.provider, model, languageModel: p.chat(model), inlineSystemMessages: true, redactor, ...settings });
     }
     case 'anthropic': {
       const model = cfg.model ?? (DEFAULT_MODELS.anthropic as string);
@@ -74,7 +77,7 @@ export function createModelProvider(cfg: ModelProviderConfig): ModelProvider {
         ...(cfg.base_url ? { baseURL: cfg.base_url } : {}),
         ...(cfg.api_key ? { apiKey: cfg.api_key } : {}),
       });
-      return new AiSdkProvider({ provider: cfg.provider, model, languageModel: p(model), inlineSystemMessages: false, ...settings });
+      return new AiSdkProvider({ provider: cfg.provider, model, languageModel: p(model), inlineSystemMessages: false, redactor, ...settings });
     }
     default: {
       const never: never = cfg.provider;
