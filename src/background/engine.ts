@@ -15,6 +15,7 @@
 // next write (the row's outbox covers the gap); and the workspace mirror is a low-priority lane
 // that merges the steps of a fast run (docs/background.md).
 import { randomUUID } from 'node:crypto';
+import { sep } from 'node:path';
 import { type Actor, type AnyActorRef } from 'xstate';
 import {
   BACKGROUND_RUN_MACHINE_VERSION,
@@ -59,7 +60,7 @@ import {
 } from './types.js';
 import { pureStepper } from './transition.js';
 import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
-import { MirrorQueue, absoluteWorkspace, isInside, lastMirroredSequence, mirrorRun, relativeWorkspace, removeTree, taskNamespace, workspaceOf } from './workspace.js';
+import { MirrorQueue, absoluteWorkspace, isInside, lastMirroredSequence, mirrorRun, relativeWorkspace, FolderRemover, taskNamespace, workspaceOf } from './workspace.js';
 
 export type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 
@@ -149,6 +150,8 @@ export class RunEngine {
   private readonly appends = new Map<string, AppendState>();
   /** Workspace folders this process created (mkdir once per run, not once per transition). */
   private readonly madeDirs = new Set<string>();
+  /** Removed workspace trees: renamed into the trash at once, `rm -r` in the background. */
+  private readonly remover: FolderRemover;
   /**
    * Workspace files are written in a low-priority lane (2 folders at a time, never ahead of the
    * store); a step of a run that goes on waits up to MIRROR_DELAY_MS for the next ones to join it.
@@ -190,6 +193,7 @@ export class RunEngine {
   private unsubscribeSettled: (() => void) | null = null;
 
   constructor(private readonly deps: BackgroundDeps) {
+    this.remover = new FolderRemover(deps.config.background.workspace_root, (err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
     this.logic = backgroundRunMachine.provide({
       actions: {
         record: ({ context }, params) => this.onRecord(context, params),
@@ -212,6 +216,7 @@ export class RunEngine {
   /** Follows agent runs; with `claim`, this process also claims and recovers runs. */
   async start(opts: { claim: boolean }): Promise<void> {
     this.unsubscribeSettled = this.deps.runs.onSettled((rec) => this.onAgentSettled(rec));
+    this.remover.sweepTrash();
     if (!opts.claim) return;
     this.accepting = true;
     // With the embedded store only this process can open the data dir: every held run has a dead owner.
@@ -240,6 +245,7 @@ export class RunEngine {
     for (const h of handles) this.release(h, true);
     // Events and workspace files still on their way (the store closes after this).
     await Promise.all([...this.appends.values()].map((a) => a.flushed));
+    await this.remover.drain();
   }
 
   get heldCount(): number {
@@ -1194,13 +1200,26 @@ export class RunEngine {
    * `rm -r`, plus the run folders of runs a shared template put elsewhere. Runs go in batches (one
    * commit per page of rows, their attempts and occurrence records included), not a commit each.
    */
-  async deleteRunsOfTask(taskId: string, agentId: string | null): Promise<number> {
+  async deleteRunsOfTask(taskId: string, agentId: string | null, first?: { ops: WriteOp[]; then: () => void }): Promise<number> {
     let deleted = 0;
+    // The caller's ops (the task's own delete) go into the first commit; on their own when there are no runs.
+    let pending = first ?? null;
+    const firstDone = () => {
+      pending?.then();
+      pending = null;
+    };
+    let idle = 0;
     const dirs = new Set<string>();
     this.forgetTask(taskId);
     for (;;) {
       const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, limit: 500 });
-      if (page.items.length === 0) break;
+      if (page.items.length === 0) {
+        if (pending) {
+          await this.deps.store.commit(pending.ops);
+          firstDone();
+        }
+        break;
+      }
       await Promise.all(page.items.map(async (item) => {
         const h = this.handles.get(item.id);
         if (h) {
@@ -1214,15 +1233,24 @@ export class RunEngine {
         }
         this.clearRunTimers(item.id);
       }));
-      // The task is gone (its schedule row a tombstone): its occurrence records can never be replayed.
-      const removed = await this.deleteRows(page.items, () => true);
-      if (removed.length === 0) break; // nothing could be deleted: do not spin
+      // The task is gone (its schedule row a tombstone): its occurrence records can never be
+      // replayed. No CAS: a heartbeat or a claim that wrote since the page was read must not
+      // keep its run alive (the handles were released above; a later write finds no row).
+      const removed = await this.deleteRows(page.items, () => true, { fenced: false, extra: pending?.ops ?? [] });
+      firstDone();
       deleted += removed.length;
       for (const r of removed) {
         const own = this.ownFolderOf(r);
         if (own) dirs.add(own);
       }
       this.forgetTask(taskId);
+      // The caller holds the task's job (dispatch and manual runs go through it) and the task is
+      // deleted with the first page: no run of it can appear behind this page.
+      if (page.items.length < 500 && removed.length === page.items.length) break;
+      if (removed.length === 0 && ++idle >= 5) {
+        this.log('warn', 'could not delete every run of a deleted task', { task_id: taskId });
+        break;
+      }
     }
     const root = this.deps.config.background.workspace_root;
     const ns = agentId ? absoluteWorkspace(root, taskNamespace({ agent_id: agentId, task_id: taskId })) : null;
@@ -1232,11 +1260,15 @@ export class RunEngine {
   }
 
   /**
-   * Deletes ended runs in batches: rows (CAS on the version read), their attempts and, when
+   * Deletes runs in batches: rows (with `fenced`, a CAS on the version read), their attempts and, when
    * `occurrenceDone` says the schedule consumed it, their occurrence record. Returns the rows
    * deleted. A batch refused because one row changed or vanished meanwhile is retried row by row.
    */
-  private async deleteRows(rows: Versioned<BgRunRow>[], occurrenceDone: (run: BackgroundRun) => boolean): Promise<BackgroundRun[]> {
+  private async deleteRows(
+    rows: Versioned<BgRunRow>[],
+    occurrenceDone: (run: BackgroundRun) => boolean,
+    opts: { fenced: boolean; extra?: WriteOp[] } = { fenced: true },
+  ): Promise<BackgroundRun[]> {
     const { store } = this.deps;
     const attemptIds: string[] = [];
     const occIds: string[] = [];
@@ -1253,7 +1285,7 @@ export class RunEngine {
     const existingOccs = new Set(occIds.filter((_, i) => occs[i]));
     const opsOf = (r: Versioned<BgRunRow>): WriteOp[] => {
       const { run } = r.value;
-      const ops: WriteOp[] = [{ op: 'delete', kind: 'bg_runs', id: r.id, expectedVersion: r.version }];
+      const ops: WriteOp[] = [opts.fenced ? { op: 'delete', kind: 'bg_runs', id: r.id, expectedVersion: r.version } : { op: 'delete', kind: 'bg_runs', id: r.id }];
       for (let n = 1; n <= run.attempt; n++) {
         const id = attemptRecordId(run.run_id, n);
         if (existingAttempts.has(id)) ops.push({ op: 'delete', kind: 'bg_attempts', id });
@@ -1266,13 +1298,16 @@ export class RunEngine {
       this.emitted.delete(r.id);
       this.workspacesChecked.delete(r.id);
     };
+    const extra = opts.extra ?? [];
     try {
-      await store.commit(rows.flatMap(opsOf));
+      await store.commit([...extra, ...rows.flatMap(opsOf)]);
       rows.forEach(gone);
       return rows.map((r) => r.value.run);
     } catch (err) {
       if (!isStoreError(err, 'not_found') && !isStoreError(err, 'stale_version')) throw err;
     }
+    // `extra` must not be lost with a refused batch (nor mistaken for the reason): on its own first.
+    if (extra.length > 0) await store.commit(extra);
     const out: BackgroundRun[] = [];
     for (const r of rows) {
       try {
@@ -1305,11 +1340,12 @@ export class RunEngine {
 
   private async removeFolder(dir: string): Promise<void> {
     try {
-      await removeTree(this.deps.config.background.workspace_root, dir);
+      await this.remover.remove(dir);
     } catch (err) {
       this.log('warn', 'could not remove a background workspace folder', { err: String(err) });
     }
-    for (const d of this.madeDirs) if (isInside(dir, d)) this.madeDirs.delete(d);
+    const prefix = dir.endsWith(sep) ? dir : dir + sep;
+    for (const d of this.madeDirs) if (d === dir || d.startsWith(prefix)) this.madeDirs.delete(d);
   }
 
   /**

@@ -17,7 +17,7 @@ import type {
   BackgroundTaskPatchRequest,
   BackgroundTaskRunRequest,
 } from '../schemas/background.js';
-import { isStoreError, type Versioned } from '../store/store.js';
+import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
 import { RunEngine, type BackgroundDeps } from './engine.js';
 import { TaskScheduler } from './scheduler.js';
 import {
@@ -301,22 +301,26 @@ export class BackgroundManager {
 
   /** Removes the task; its schedule row stays as a tombstone so a re-created task gets a new revision. */
   async deleteTask(taskId: string, deleteRuns: boolean): Promise<{ status: 'deleted' }> {
-    let agentId: string | null = null;
     await this.scheduler.taskJob(taskId, async () => {
       const { store } = this.deps;
-      const rec = await store.getRecord<TaskRow>('bg_tasks', taskId);
+      const [rec, schedRec] = await Promise.all([store.getRecord<TaskRow>('bg_tasks', taskId), store.getRecord<ScheduleRow>('bg_schedule', taskId)]);
       if (!rec) throw notFound('background task', taskId);
-      agentId = rec.value.agent_id;
-      const schedRec = await store.getRecord<ScheduleRow>('bg_schedule', taskId);
-      await store.commit([
+      const ops: WriteOp[] = [
         { op: 'delete', kind: 'bg_tasks', id: taskId },
         ...(schedRec
           ? [{ op: 'update' as const, kind: 'bg_schedule' as const, id: taskId, value: { ...schedRec.value, deleted: true, next_due_at: null, updated_at: iso(this.now()) }, expectedVersion: schedRec.version }]
           : []),
-      ]);
-      this.scheduler.removeTask(taskId);
+      ];
+      if (!deleteRuns) {
+        await store.commit(ops);
+        this.scheduler.removeTask(taskId);
+        return;
+      }
+      // Inside the task's job nothing creates a run of it (dispatch and manual runs go through
+      // this job too), and the task's own delete rides in the commit of its first page of runs:
+      // one store round for a task with up to 500 runs.
+      await this.engine.deleteRunsOfTask(taskId, rec.value.agent_id, { ops, then: () => this.scheduler.removeTask(taskId) });
     });
-    if (deleteRuns) await this.engine.deleteRunsOfTask(taskId, agentId);
     return { status: 'deleted' };
   }
 

@@ -11,7 +11,7 @@ import { runBench } from './benchmarks/run-throughput.js';
 import { streamsBench } from './benchmarks/streams.js';
 import { telemetryBench } from './benchmarks/telemetry.js';
 import { approvalsBench } from './benchmarks/approvals.js';
-import { backgroundBench } from './benchmarks/background.js';
+import { backgroundBench, backgroundScaleBench } from './benchmarks/background.js';
 
 const BENCHMARKS: Record<string, Benchmark> = {
   health: healthBench,
@@ -21,6 +21,7 @@ const BENCHMARKS: Record<string, Benchmark> = {
   telemetry: telemetryBench,
   approvals: approvalsBench,
   background: backgroundBench,
+  'background-scale': backgroundScaleBench,
 };
 const ORDER = Object.keys(BENCHMARKS);
 

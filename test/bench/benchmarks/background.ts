@@ -1,6 +1,6 @@
 // Background work: manual runs drained through the full lifecycle against BullMQ no-op jobs, the idle
 // cost of 10,000 enabled cron tasks, and the dispatch lateness of 1,000 one-second interval tasks.
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 import { Queue, Worker } from 'bullmq';
@@ -225,6 +225,114 @@ export async function backgroundBench(): Promise<BenchOutput> {
       `Baseline: BullMQ (Redis at 127.0.0.1:6379) with a Worker of concurrency ${CONCURRENCY} running a no-op processor, ${RUNS.toLocaleString('en-US')} jobs added with addBulk (1,000 per call) in the same process; first add to last completion.`,
       `Idle cron: ${CRON_TASKS.toLocaleString('en-US')} tasks with yearly cron expressions, created over HTTP (${CREATE_CONCURRENCY} requests in flight); CPU is /proc/<pid>/stat utime+stime over ${CPU_WINDOW_S} s, 2 s after the last creation.`,
       `Interval: ${INTERVAL_TASKS.toLocaleString('en-US')} tasks with interval 1 s (default overlap skip_if_running, background.concurrency 4), observed for ${INTERVAL_WINDOW_S} s after creation; lateness = queued_at (else triggered_at) - due_at of each interval BackgroundRun due in the steady window (from 2 s after the last task was created to 1 s before the end), read from the store after the server stopped. An occurrence not dispatched by then is missing from the count.`,
+    ],
+    rows,
+    notes,
+  };
+}
+
+// ---------------------------------------------------------------- at scale: skipped occurrences, deletion
+
+const SCALE_TASKS = scaled(1000, 50);
+const SCALE_WARMUP_S = 15;
+const SCALE_WINDOW_S = Number(process.env.BENCH_BG_WINDOW_S ?? scaled(60, 10));
+/** Each run takes this long (zero-work model that streams slowly), so nearly every occurrence finds its task busy. */
+const SCALE_RUN_S = 10;
+
+/** Bytes and files under a folder (apparent sizes, every file counted). */
+function treeSize(dir: string): { bytes: number; files: number } {
+  let bytes = 0;
+  let files = 0;
+  const walk = (d: string) => {
+    let entries;
+    try {
+      entries = readdirSync(d, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      const p = join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else {
+        files++;
+        try {
+          bytes += statSync(p).size;
+        } catch {
+          // removed meanwhile (a LevelDB log rotated)
+        }
+      }
+    }
+  };
+  walk(dir);
+  return { bytes, files };
+}
+
+/**
+ * Issue 10 finding 10: 1,000 interval tasks every 1 s with overlap skip_if_running and runs long
+ * enough that almost every occurrence is skipped; the data dir's growth and the server's CPU over
+ * a window, then DELETE of every task with delete_runs=true (timed) and what is left on disk.
+ */
+export async function backgroundScaleBench(): Promise<BenchOutput> {
+  const rows: Row[] = [];
+  const notes: string[] = [];
+  const dir = tempDir('bg-scale');
+  const config = benchConfig({ background: { enabled: true, concurrency: 4 } });
+  const child = await startChild({ mode: 'agentd', dataDir: dir, config, model: { kind: 'slow', chunks: SCALE_RUN_S * 10, delayMs: 100 } });
+  try {
+    const t0 = nowMs();
+    await fanOut(SCALE_TASKS, CREATE_CONCURRENCY, (i, agent) =>
+      postJson(`${child.url}/background/tasks`, { task_id: `tick-${i}`, query: 'tick', schedule: { type: 'interval', seconds: 1 } }, agent));
+    log(`created ${SCALE_TASKS} interval tasks in ${((nowMs() - t0) / 1000).toFixed(1)} s; warming up ${SCALE_WARMUP_S} s`);
+    await sleep(SCALE_WARMUP_S * 1000);
+    const status = async () => JSON.parse((await request(`${child.url}/background/status`)).body) as { runs: number; skipped_occurrences?: number; status_counts: Record<string, number> };
+    const s0 = await status();
+    const d0 = treeSize(dir);
+    const c0 = cpuSeconds(child.pid);
+    const w0 = nowMs();
+    await sleep(SCALE_WINDOW_S * 1000);
+    const windowS = (nowMs() - w0) / 1000;
+    const cpuPct = ((cpuSeconds(child.pid) - c0) / windowS) * 100;
+    const d1 = treeSize(dir);
+    const s1 = await status();
+    const growthMbMin = ((d1.bytes - d0.bytes) / 1e6) * (60 / windowS);
+    const skippedPerS = ((s1.skipped_occurrences ?? 0) - (s0.skipped_occurrences ?? 0)) / windowS;
+    const runsPerS = (s1.runs - s0.runs) / windowS;
+    log(`window ${windowS.toFixed(0)} s: data ${(d0.bytes / 1e6).toFixed(1)} -> ${(d1.bytes / 1e6).toFixed(1)} MB, CPU ${cpuPct.toFixed(1)} %, ${skippedPerS.toFixed(0)} skipped/s, ${runsPerS.toFixed(2)} runs/s`);
+    rows.push(
+      { metric: `Data dir growth, ${SCALE_TASKS.toLocaleString('en-US')} interval tasks every 1 s (skip_if_running, runs of ${SCALE_RUN_S} s), ${SCALE_WINDOW_S} s window`, value: round(growthMbMin, 2), unit: 'MB/min', target: '<= 5 MB/min', pass: growthMbMin <= 5 },
+      { metric: 'agentd CPU over the same window', value: round(cpuPct, 1), unit: '% of a core', target: '<= 30 %', pass: cpuPct <= 30 },
+      { metric: 'Occurrences skipped by the overlap policy (counted on the schedule rows)', value: round(skippedPerS, 0), unit: 'per s' },
+      { metric: 'Run rows created (runs that were really queued)', value: round(runsPerS, 2), unit: 'per s' },
+      { metric: 'Data dir size at the end of the window', value: round(d1.bytes / 1e6, 1), unit: 'MB' },
+    );
+
+    const ws = join(dir, 'workspaces', 'background');
+    const before = treeSize(ws);
+    const tDel = nowMs();
+    await fanOut(SCALE_TASKS, CREATE_CONCURRENCY, async (i, agent) => {
+      const r = await request(`${child.url}/background/tasks/tick-${i}?delete_runs=true`, { method: 'DELETE', agent });
+      if (r.status !== 200) throw new Error(`DELETE tick-${i} answered ${r.status}: ${r.body.slice(0, 200)}`);
+    });
+    const delS = (nowMs() - tDel) / 1000;
+    const after = treeSize(ws);
+    const left = await status();
+    log(`deleted ${SCALE_TASKS} tasks with their runs in ${delS.toFixed(1)} s; workspace files ${before.files} -> ${after.files}; runs left ${left.runs}`);
+    rows.push(
+      { metric: `Deleting ${SCALE_TASKS.toLocaleString('en-US')} tasks with delete_runs=true (${CREATE_CONCURRENCY} concurrent DELETEs)`, value: round(delS, 2), unit: 's', target: '<= 10 s', pass: delS <= 10 },
+      { metric: 'Workspace files before / after the deletion', value: `${before.files.toLocaleString('en-US')} / ${after.files.toLocaleString('en-US')}`, unit: '', pass: after.files === 0 },
+      { metric: 'Run rows left after the deletion', value: left.runs, unit: '', pass: left.runs === 0 },
+    );
+    notes.push(`Run statuses at the end of the window: ${JSON.stringify(Object.fromEntries(Object.entries(s1.status_counts).filter(([, n]) => n > 0)))}.`);
+  } finally {
+    await child.stop();
+    removeDir(dir);
+  }
+  return {
+    title: 'Background tasks at scale: skipped occurrences and task deletion',
+    method: [
+      `${SCALE_TASKS.toLocaleString('en-US')} tasks with schedule interval 1 s, default overlap skip_if_running, background.concurrency 4, created over HTTP (${CREATE_CONCURRENCY} in flight); the model streams for ${SCALE_RUN_S} s per run, so a task's run stays queued or running for many occurrences and almost every occurrence is skipped.`,
+      `After ${SCALE_WARMUP_S} s of warm-up: data growth = change of the apparent size of every file under the data dir (LevelDB and workspaces) over a ${SCALE_WINDOW_S} s window, scaled to a minute; CPU = /proc/<pid>/stat utime+stime over the same window. Skipped occurrences per second from GET /background/status skipped_occurrences.`,
+      `Then every task is deleted with DELETE /background/tasks/{id}?delete_runs=true (${CREATE_CONCURRENCY} concurrent), timed from the first request to the last answer; files left under workspaces/background/ and run rows left are counted after.`,
     ],
     rows,
     notes,
