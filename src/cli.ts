@@ -4,6 +4,7 @@ import { ConfigError, configJsonSchema, loadConfig } from './config.js';
 import { handleSignals, startServer } from './main.js';
 import { describeMachines } from './runtime/machines-info.js';
 import { readVersion } from './version.js';
+import { configCheckJson, redactLogFields } from './telemetry/secrets.js';
 
 const HELP = `agentd: serve one configured LLM agent over HTTP, safely.
 
@@ -37,7 +38,8 @@ async function main(argv: string[]): Promise<number> {
   }
   if (cmd === 'config' && sub === 'check') {
     const config = loadConfig({ argv: argv.slice(2) });
-    process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
+    // Header values, credential-named MCP env values, URL passwords: masked (issue 10, finding 9).
+    process.stdout.write(`${configCheckJson(config)}\n`);
     return 0;
   }
   if (cmd === 'machines') {
@@ -53,8 +55,9 @@ async function main(argv: string[]): Promise<number> {
       const { createWebSocketInspector } = await import('@statelyai/inspect');
       inspect = createWebSocketInspector().inspect;
     }
+    // Log lines quote errors (a provider's answer, an OTLP failure): redacted like telemetry.
     const log = (level: string, msg: string, extra?: Record<string, unknown>) =>
-      process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...(extra ?? {}) })}\n`);
+      process.stderr.write(`${JSON.stringify(redactLogFields({ time: new Date().toISOString(), level, msg, ...(extra ?? {}) }, config))}\n`);
     const server = await startServer(config, { logger: process.env.AGENTD_LOG_REQUESTS === '1', inspect, log });
     handleSignals(server);
     process.stderr.write(`agentd ${readVersion()} listening on ${server.url} (agent '${config.agent.name}', model ${server.runtime.model.provider}/${server.runtime.model.model}, store ${config.store.kind} at ${config.store.kind === 'level' ? config.store.path : 'postgres'})\n`);

@@ -2,7 +2,7 @@
 // Redactor every event, run record, OTLP span and log line goes through, so a provider that echoes
 // the model key in a 401 body (or a tool that prints an MCP token) never gets it stored or exported.
 import type { Config } from '../config.js';
-import { MIN_SECRET_CHARS, Redactor } from './redact.js';
+import { MIN_SECRET_CHARS, Redactor, redact } from './redact.js';
 
 // An MCP stdio server's env also carries plain settings (NODE_ENV=production, LOG_LEVEL=debug)
 // that must not be scrubbed from every text; a variable counts as a credential by its name.
@@ -70,4 +70,20 @@ export function redactorForConfig(config: Config): Redactor {
   let redactor = byConfig.get(config);
   if (!redactor) byConfig.set(config, (redactor = new Redactor(configuredSecrets(config))));
   return redactor;
+}
+
+/**
+ * The resolved config as `agentd config check` prints it: every configured secret value and any
+ * credential-shaped text masked. Only string values are scanned (field names are kept: the check
+ * must still show `api_key_env` or the names and roles of `auth.api_keys`). The model key is a
+ * non-enumerable property of the config and is never printed at all.
+ */
+export function configCheckJson(config: Config): string {
+  const redactor = redactorForConfig(config);
+  return JSON.stringify(config, (_key, value: unknown) => (typeof value === 'string' ? redactor.text(value) : value), 2);
+}
+
+/** One JSON log line's fields as they may be written: secret-named fields and secrets inside strings redacted. */
+export function redactLogFields(fields: Record<string, unknown>, config: Config): Record<string, unknown> {
+  return redact(fields, redactorForConfig(config)) as Record<string, unknown>;
 }

@@ -11,6 +11,7 @@ import {
   type OtlpTraceExporter,
 } from '../../src/telemetry/otlp.js';
 import { buildTrace } from '../../src/telemetry/traces.js';
+import { REDACTED, Redactor } from '../../src/telemetry/redact.js';
 import { IDS, runEvents, traceRecord } from './fixtures.js';
 
 interface Received {
@@ -245,6 +246,37 @@ describe('OTLP export', () => {
     exporter.exportTrace(trace());
     expect(await failed).toMatchObject({ error: 'serializer exploded', attempts: 1 });
     await exporter.shutdown(100);
+  });
+});
+
+describe('OTLP export carries no secret (issue 10, findings 8 and 9)', () => {
+  it('redacts span attributes and status messages: value patterns, configured secrets and the collector header values', async () => {
+    const rx = await receiver();
+    const collectorToken = 'hdr-' + 'Kk2Jj3Hh4Gg5';
+    const modelKey = 'cfg-' + 'Mm7Nn8Bb9Vv0';
+    const bearer = 'sk-' + 'proj-Ab12Cd34Ef56Gh78Ij90Kl';
+    const w = eventWaiter();
+    const exporter = createOtlpExporter({
+      endpoint: rx.url, protocol: 'http/json', headers: { authorization: `Bearer ${collectorToken}` },
+      redactor: new Redactor([modelKey]), onEvent: w.onEvent,
+    });
+    exporters.push(exporter);
+    // A tool_error stored raw, as a version before redaction by value would have stored it.
+    const events = runEvents();
+    const i = events.findIndex((e) => e.span_id === IDS.tool2 && e.event_type === 'tool_result');
+    events[i] = {
+      ...events[i], event_type: 'tool_error', output: null,
+      error: { type: 'error', message: `upstream said 401 for Authorization: Bearer ${bearer}; key ${modelKey}; collector ${collectorToken}` },
+    };
+    const exported = w.waitFor('exported');
+    exporter.exportTrace(buildTrace(traceRecord(), events));
+    await exporter.flush();
+    await exported;
+    const body = rx.requests[0].body.toString('utf8');
+    expect(rx.requests[0].headers.authorization).toBe(`Bearer ${collectorToken}`);
+    expect(body).toContain('agentd.error.message');
+    expect(body).toContain(REDACTED);
+    for (const secret of [bearer, modelKey, collectorToken]) expect(body).not.toContain(secret);
   });
 });
 
