@@ -150,6 +150,8 @@ export class RunEngine {
   private readonly appends = new Map<string, AppendState>();
   /** Workspace folders this process created (mkdir once per run, not once per transition). */
   private readonly madeDirs = new Set<string>();
+  /** Runs this process deleted: a lifecycle step still on its way must not make their folder again (bounded). */
+  private readonly deletedRuns = new Set<string>();
   /** Removed workspace trees: renamed into the trash at once, `rm -r` in the background. */
   private readonly remover: FolderRemover;
   /**
@@ -727,6 +729,7 @@ export class RunEngine {
   }
 
   private async mirror(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson: boolean, last: boolean): Promise<void> {
+    if (this.deletedRuns.has(ctx.run.run_id)) return;
     let dir: string;
     try {
       dir = this.dirOf(ctx.run);
@@ -1242,6 +1245,13 @@ export class RunEngine {
       for (const r of removed) {
         const own = this.ownFolderOf(r);
         if (own) dirs.add(own);
+        // Claimed between the page read and the delete: its row is gone, its agent run must stop too.
+        const late = this.handles.get(r.run_id);
+        if (late) {
+          const agentRunId = this.contextOf(late).internal.agent_run_id;
+          this.release(late, true);
+          if (agentRunId) void this.deps.runs.cancel(agentRunId).catch(() => undefined);
+        }
       }
       this.forgetTask(taskId);
       // The caller holds the task's job (dispatch and manual runs go through it) and the task is
@@ -1297,6 +1307,8 @@ export class RunEngine {
     const gone = (r: Versioned<BgRunRow>) => {
       this.emitted.delete(r.id);
       this.workspacesChecked.delete(r.id);
+      if (this.deletedRuns.size >= 50_000) this.deletedRuns.clear(); // a bound: a late step after that only remakes a folder
+      this.deletedRuns.add(r.id);
     };
     const extra = opts.extra ?? [];
     try {
@@ -1339,6 +1351,7 @@ export class RunEngine {
   }
 
   private async removeFolder(dir: string): Promise<void> {
+    this.mirrors.drop(dir);
     try {
       await this.remover.remove(dir);
     } catch (err) {

@@ -257,6 +257,19 @@ export class MirrorQueue {
     private readonly onError: (dir: string, err: unknown) => void,
   ) {}
 
+  /**
+   * Forgets the steps still waiting for `dir` and every folder under it (their runs were deleted):
+   * written later, they would make the folder again after its removal. A write under way finishes.
+   */
+  drop(dir: string): void {
+    const prefix = dir.endsWith(path.sep) ? dir : dir + path.sep;
+    for (const [d, job] of this.pending) {
+      if (d !== dir && !d.startsWith(prefix)) continue;
+      this.pending.delete(d);
+      job.done.forEach((done) => done(false));
+    }
+  }
+
   /** True when nothing is pending or being written for `dir`. */
   idle(dir: string): boolean {
     return !this.pending.has(dir) && !this.busy.has(dir);
