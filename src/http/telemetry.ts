@@ -29,6 +29,9 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.get('/telemetry/events/stream', {
     sse: { kind: 'manual', heartbeat: false },
+    // No HEAD twin (Fastify adds one to every GET): a HEAD answer carries no body, so the stream's
+    // headers, flushed by its first write, never left and the client hung. HEAD is a 404 here.
+    exposeHeadRoute: false,
     schema: { tags: ['telemetry'], summary: 'Replay stored events of a session after a cursor, then follow new ones (SSE)', querystring: EventStreamQuery, response: { 422: HTTPValidationError } },
   }, async (request, reply) => {
     const query = request.query as { session_id: string; run_id?: string; cursor?: string };
@@ -53,6 +56,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.get('/events/:session_id', {
     sse: { kind: 'manual', heartbeat: false },
+    exposeHeadRoute: false, // as /telemetry/events/stream
     schema: { tags: ['telemetry'], summary: 'Compact alias of /telemetry/events/stream', params: SessionIdParams, querystring: SessionEventsQuery, response: { 422: HTTPValidationError } },
   }, async (request, reply) => {
     const { session_id } = request.params as { session_id: string };

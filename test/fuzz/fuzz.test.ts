@@ -8,7 +8,8 @@ import {
   type Answer, type FuzzReport, type OpenApiDoc, type Operation, type WireRequest,
 } from './openapi-fuzz.js';
 import { fetchDoc, startTarget, subscriptionsExpected, type RunningTarget } from './target.js';
-import { eventually } from '../helpers/server.js';
+import { eventually, startTestServer, type TestServer } from '../helpers/server.js';
+import { rawRequest, requestText } from '../helpers/raw-http.js';
 
 const SEED = 20_260_110;
 const REQUESTS = 2_000;
@@ -106,5 +107,34 @@ describe(`fuzzing every route of the OpenAPI document (seed ${SEED}, ${REQUESTS}
       const expected = await subscriptionsExpected(t);
       await eventually(() => t.server.runtime.bus.size <= expected, 10_000, `${t.name}: stream subscriptions released (${t.server.runtime.bus.size} left, ${expected} expected)`);
     }
+  });
+});
+
+// What the fuzzer found, each kept as a focused test.
+describe('HEAD on an SSE route (found by npm run fuzz, seed 1)', () => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startTestServer();
+  });
+  afterAll(async () => {
+    await s.stop();
+    s.cleanup();
+  });
+
+  // Fastify adds a HEAD route to every GET; on a stream route it opened the stream, whose headers
+  // never left (a HEAD answer has no body, so the writes that flush them were dropped): the
+  // client waited for ever and the stream stayed subscribed until it gave up.
+  it('answers at once, in the error shape, and opens no stream', async () => {
+    const port = Number(new URL(s.url).port);
+    for (const target of ['/events/fz', '/events/fz?cursor=0000000000000001', '/telemetry/events/stream?session_id=fz']) {
+      const a = await rawRequest(port, requestText('HEAD', target), { timeoutMs: 3000 });
+      expect(a.status, target).toBe(404);
+      expect(a.headers['content-type'], target).toContain('application/json');
+    }
+    expect(s.runtime.bus.size).toBe(0);
+    // GET still streams.
+    const get = await rawRequest(port, requestText('GET', '/events/fz'), { headersOnly: true, timeoutMs: 3000 });
+    expect(get.status).toBe(200);
+    expect(get.headers['content-type']).toContain('text/event-stream');
   });
 });
