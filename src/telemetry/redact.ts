@@ -54,42 +54,62 @@ export function isSecretKey(key: string): boolean {
 
 // ---------------------------------------------------------------- secrets inside strings
 
-// Each alternative below is one credential shape. The ones that keep a prefix (the key name, the
-// `Bearer ` scheme, the URL up to the password) capture it in their own group, so the replacement
-// says what was removed; the others are replaced whole. Flags `gi`: key names and schemes are
-// matched in any case; the fixed prefixes of the token shapes (AKIA, ghp_, sk-, xox…) then also
-// match in the other case, which costs a rare false positive, never a leak.
+// Each alternative below is one credential shape. The ones that keep a prefix (the separator
+// after a key name, the `Bearer ` scheme, the URL up to the password) capture it in their own
+// group, so the replacement says what was removed; the others are replaced whole.
+//
+// Built for speed, measured in test/bench/benchmarks/redaction.ts: V8 tries every alternative at
+// every position whose character could start one, so each alternative starts with a literal
+// character that is rare in text, and any boundary check comes after it (a lookbehind placed
+// first runs at every position). Key-named values (`password=…`, `"api_key": "…"`,
+// `Authorization: …`) are found at their separator `:` / `=`, with the key name checked by a
+// lookbehind; key names are matched in any case by explicit classes (no `i` flag: the token
+// prefixes AKIA, ghp_, sk-, xox, eyJ have one case). The known secret values come first.
 //
 // A value after `key=` / `key: ` is a quoted string (plain, JSON-escaped `\"…\"` as in JSON text
 // inside a string, or single-quoted; the closing quote may be missing when the text was cut) or a
 // run of characters up to a delimiter. Separators allow spaces and tabs, not newlines, so
 // `password:` at the end of a line never swallows the next line.
+const anyCase = (word: string): string =>
+  word.replace(/[a-z]/g, (c) => `[${c.toUpperCase()}${c}]`);
 const QUOTED_VALUE = String.raw`"(?:[^"\\\r\n]|\\.)*"?|\\"(?:[^"\\\r\n]|\\[^"\r\n])*(?:\\")?|'(?:[^'\\\r\n]|\\.)*'?`;
 const BARE_VALUE = String.raw`[^\s"'\\,;&<>{}\[\]()]+`;
-const KEY_TAIL = String.raw`(?![a-z0-9])(?:\\?["'])?[ \t]*[:=]>?[ \t]*`;
-const VALUE_PATTERNS: string[] = [
-  // 1: an Authorization / Cookie header, up to the end of the line (or of the quoted value).
-  String.raw`((?<![a-z0-9])(?:(?:proxy-)?authorization|(?:set-)?cookie)(?![a-z0-9])(?:\\?["'])?[ \t]*[:=][ \t]*(?:\\?["'])?)[^"'\\\r\n]+`,
+/** A separator whose key (read backwards by a lookbehind) is one of `keys`. */
+const separatorAfter = (keys: string): string => String.raw`[:=](?<=(?:${keys})(?:\\?["'])?[ \t]*[:=])`;
+const HEADER_KEYS = String.raw`(?<![A-Za-z0-9])(?:${anyCase('authorization')}|${anyCase('cookie')})`;
+const CREDENTIAL_KEYS = [
+  `${anyCase('api')}[_-]?${anyCase('key')}`, `${anyCase('access')}[_-]?${anyCase('key')}`, `${anyCase('secret')}[_-]?${anyCase('key')}`,
+  `${anyCase('private')}[_-]?${anyCase('key')}`, anyCase('password'), anyCase('passwd'), anyCase('passphrase'), anyCase('secret'),
+  `${anyCase('credential')}[sS]?`,
+].join('|');
+/** Not a letter or digit before the token's first character (checked after it, see above). */
+const startsWord = (c: string): string => String.raw`${c}(?<![A-Za-z0-9]${c})`;
+/** Patterns found at a key name's separator; the three groups of replaceMatch. */
+const KEYED_PATTERNS: string[] = [
+  // 1: an Authorization / Cookie header (Proxy-Authorization, Set-Cookie too), up to the end of
+  // the line or of the quoted value.
+  String.raw`(${separatorAfter(HEADER_KEYS)}[ \t]*(?:\\?["'])?)[^"'\\\r\n]+`,
   // 2: a credential-named key and its value (db_password=…, "api_key": "…", clientSecret: …).
-  String.raw`((?:api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key|password|passwd|passphrase|secret|credentials?)${KEY_TAIL})(?:${QUOTED_VALUE}|${BARE_VALUE})`,
+  String.raw`(${separatorAfter(CREDENTIAL_KEYS)}>?[ \t]*)(?:${QUOTED_VALUE}|${BARE_VALUE})`,
   // 3: a token-named key (access_token=…, githubToken: …); a bare value must hold a letter, so
-  // `token: 512` (a count) is left alone. `max_tokens` does not match: `token` must end the key.
-  String.raw`(token${KEY_TAIL})(?:${QUOTED_VALUE}|(?=[^\s"'\\,;&<>{}\[\]()]*[a-z])${BARE_VALUE})`,
-  // 4: a bearer token: 8+ characters with a digit, or 20+ ("the bearer of this letter" stays).
-  String.raw`(\bbearer[ \t]+)(?:(?=[a-z_.~+/-]*[0-9])[\w.~+/-]{8,}|[\w.~+/-]{20,})=*`,
-  // 5: the password of a URL's user info (postgres://user:password@host).
-  String.raw`(://[^\s/:@"'<>]+:)[^\s/@"'<>]+(?=@)`,
+  // `token: 512` (a count) is left alone. `max_tokens: 5` does not match: `token` must end the key.
+  String.raw`(${separatorAfter(anyCase('token'))}>?[ \t]*)(?:${QUOTED_VALUE}|(?=[^\s"'\\,;&<>{}\[\]()]*[A-Za-z])${BARE_VALUE})`,
+];
+/** Patterns of the secret itself; their two groups follow KEYED_PATTERNS' three. */
+const SHAPE_PATTERNS: string[] = [
+  // 4: the password of a URL's user info (postgres://user:password@host).
+  String.raw`(:\/\/[^\s/:@"'<>]+:)[^\s/@"'<>]+(?=@)`,
+  // 5: a bearer token: 8+ characters with a digit, or 20+ ("the bearer of this letter" stays).
+  String.raw`(${startsWord('[Bb]')}earer[ \t]+)(?:(?=[A-Za-z_.~+/-]*[0-9])[\w.~+/-]{8,}|[\w.~+/-]{20,})=*`,
   // Replaced whole: PEM private keys (to the END line, or to the end of a cut text), AWS access
-  // key ids, GitHub tokens, OpenAI/Anthropic keys (with a digit: `sk-learn-…` is a library),
-  // Slack tokens, Google API keys, JWTs.
+  // key ids and Google API keys, GitHub tokens, OpenAI/Anthropic keys (with a digit: `sk-learn-…`
+  // is a library), Slack tokens, JWTs.
   String.raw`-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z ]{0,40}PRIVATE KEY-----|$)`,
-  String.raw`\b(?:AKIA|ASIA)[A-Z0-9]{16}\b`,
-  String.raw`\bgh[pousr]_[A-Za-z0-9]{36,}`,
-  String.raw`\bgithub_pat_[A-Za-z0-9_]{22,}`,
-  String.raw`\bsk-(?=[a-z_-]*[0-9])[A-Za-z0-9_-]{20,}`,
-  String.raw`\bxox[abposr]-[0-9]+-[A-Za-z0-9-]{8,}`,
-  String.raw`\bAIza[0-9A-Za-z_-]{35}`,
-  String.raw`\beyJ[\w-]{5,}\.eyJ[\w-]{5,}\.[\w-]{5,}`,
+  String.raw`${startsWord('A')}(?:(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])|Iza[0-9A-Za-z_-]{35})`,
+  String.raw`${startsWord('g')}(?:h[pousr]_[A-Za-z0-9]{36,}|ithub_pat_[A-Za-z0-9_]{22,})`,
+  String.raw`${startsWord('s')}k-(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}`,
+  String.raw`${startsWord('x')}ox[abposr]-[0-9]+-[A-Za-z0-9-]{8,}`,
+  String.raw`${startsWord('e')}yJ[\w-]{5,}\.eyJ[\w-]{5,}\.[\w-]{5,}`,
 ];
 /** The shortest text any value pattern can match (`token=a`): shorter strings are not scanned. */
 const MIN_PATTERN_CHARS = 7;
@@ -106,12 +126,12 @@ function redactedValue(value: string): string {
   return `${open}${REDACTED}${closed ? open : ''}`;
 }
 
-function replaceMatch(match: string, header?: string, key?: string, tokenKey?: string, bearer?: string, url?: string): string {
+function replaceMatch(match: string, header?: string, key?: string, tokenKey?: string, url?: string, bearer?: string): string {
   if (header !== undefined) return header + REDACTED;
   if (key !== undefined) return key + redactedValue(match.slice(key.length));
   if (tokenKey !== undefined) return tokenKey + redactedValue(match.slice(tokenKey.length));
-  if (bearer !== undefined) return bearer + REDACTED;
   if (url !== undefined) return url + REDACTED;
+  if (bearer !== undefined) return bearer + REDACTED;
   return REDACTED;
 }
 
@@ -121,6 +141,7 @@ function replaceMatch(match: string, header?: string, key?: string, tokenKey?: s
  * process (the regular expression is compiled once) and pass it wherever telemetry leaves a run.
  */
 export class Redactor {
+  /** Known values, then KEYED_PATTERNS, then SHAPE_PATTERNS, as one alternation. */
   private readonly re: RegExp;
   private readonly minChars: number;
   /** The configured secret values it scrubs (longest first), for tests and `config check`. */
@@ -132,8 +153,7 @@ export class Redactor {
     this.secrets = known;
     // Known values first: at a given position the exact secret wins over a pattern that would
     // keep a prefix of it. They carry no group, so replaceMatch replaces them whole.
-    const alternatives = [...known.map(escapeRegExp), ...VALUE_PATTERNS];
-    this.re = new RegExp(alternatives.join('|'), 'gi');
+    this.re = new RegExp([...known.map(escapeRegExp), ...KEYED_PATTERNS, ...SHAPE_PATTERNS].join('|'), 'g');
     this.minChars = Math.min(MIN_PATTERN_CHARS, ...known.map((s) => s.length));
   }
 

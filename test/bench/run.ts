@@ -12,6 +12,7 @@ import { streamsBench } from './benchmarks/streams.js';
 import { telemetryBench } from './benchmarks/telemetry.js';
 import { approvalsBench } from './benchmarks/approvals.js';
 import { backgroundBench, backgroundScaleBench } from './benchmarks/background.js';
+import { redactionBench } from './benchmarks/redaction.js';
 
 const BENCHMARKS: Record<string, Benchmark> = {
   health: healthBench,
@@ -22,6 +23,7 @@ const BENCHMARKS: Record<string, Benchmark> = {
   approvals: approvalsBench,
   background: backgroundBench,
   'background-scale': backgroundScaleBench,
+  redaction: redactionBench,
 };
 const ORDER = Object.keys(BENCHMARKS);
 
