@@ -166,6 +166,9 @@ export class RunEngine {
     this.madeDirs.delete(dir);
     // The workspace is a mirror: a full disk must not stop the run.
     this.log('warn', 'could not write the run workspace files', { workspace_path: dir, err: String(err) });
+  }, (dir) => {
+    // A write that was under way when its runs were deleted may have made the folder again.
+    void this.remover.remove(dir).catch((err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
   });
   /**
    * In-flight runs per task (run id -> queued or active), for overlap decisions without a store
@@ -533,7 +536,9 @@ export class RunEngine {
   private async load(runId: string, known?: Versioned<BgRunRow>): Promise<Handle | Versioned<BgRunRow> | null> {
     const appending = this.appends.get(runId);
     if (appending) await appending.chain;
-    // A row the caller just read (a claim pass) saves a read; a stale one fails its first write (CAS).
+    // A row the caller just read (a claim pass) saves a read; a stale one fails its first write
+    // (CAS). One deleted meanwhile must not be repaired (that would make its folder again).
+    if (this.deletedRuns.has(runId)) return null;
     const row = known ?? (await this.getRow(runId));
     if (!row) return null;
     await this.repairOutbox(row.value);
@@ -814,7 +819,7 @@ export class RunEngine {
    */
   private async repairWorkspace(row: BgRunRow): Promise<void> {
     const { run, internal } = row;
-    if (run.status === 'skipped' || (!internal.write_events_jsonl && !internal.write_run_json)) return;
+    if (run.status === 'skipped' || (!internal.write_events_jsonl && !internal.write_run_json) || this.deletedRuns.has(run.run_id)) return;
     let dir: string;
     try {
       dir = this.dirOf(run);

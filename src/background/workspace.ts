@@ -246,6 +246,8 @@ class DirQueue<T> {
 export class MirrorQueue {
   private readonly pending = new Map<string, MirrorJob>();
   private readonly busy = new Set<string>();
+  /** Busy folders whose steps were dropped -> the folder to remove again once the write is through. */
+  private readonly doomed = new Map<string, string>();
   private readonly ready = new DirQueue<string>();
   private readonly delayed = new DirQueue<{ dir: string; at: number }>();
   private timer: NodeJS.Timeout | null = null;
@@ -255,6 +257,7 @@ export class MirrorQueue {
     private readonly limit: number,
     private readonly delayMs: number,
     private readonly onError: (dir: string, err: unknown) => void,
+    private readonly onDroppedWritten: (dir: string) => void = () => undefined,
   ) {}
 
   /**
@@ -268,6 +271,9 @@ export class MirrorQueue {
       this.pending.delete(d);
       job.done.forEach((done) => done(false));
     }
+    // A write under way may make the folder again (its mkdir after the removal): once it is
+    // through, `onDroppedWritten` is told to remove the dropped folder once more.
+    for (const d of this.busy) if (d === dir || d.startsWith(prefix)) this.doomed.set(d, dir);
   }
 
   /** True when nothing is pending or being written for `dir`. */
@@ -335,6 +341,11 @@ export class MirrorQueue {
       ).finally(() => {
         this.busy.delete(dir);
         this.active--;
+        const again = this.doomed.get(dir);
+        if (again !== undefined) {
+          this.doomed.delete(dir);
+          this.onDroppedWritten(again);
+        }
         // Steps that arrived meanwhile: ready ones go now, a delayed one when its time comes.
         const next = this.pending.get(dir);
         if (next?.ready) this.ready.push(dir);
