@@ -1,7 +1,8 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { fastifySSE } from '@fastify/sse';
 import { newId } from './ids.js';
-import { clientErrorHandler, frameworkErrorReply, installErrorHandling, type ServerErrorLog } from './http/error-handler.js';
+import { clientErrorHandler, frameworkErrorReply, installErrorHandling, stderrErrorLog, type ServerErrorEntry, type ServerErrorLog } from './http/error-handler.js';
+import { redactLogFields } from './telemetry/secrets.js';
 import { installJsonBodyParser } from './http/json-body.js';
 import { jsonSerializerCompiler, zodValidatorCompiler } from './http/validation.js';
 import { installAuth } from './http/auth.js';
@@ -72,7 +73,9 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
-  installErrorHandling(app, deps.logServerError);
+  // A 5xx line carries an error message, which may quote a credential (a provider echoing the key).
+  const logServerError = deps.logServerError ?? stderrErrorLog;
+  installErrorHandling(app, (entry) => logServerError(redactLogFields({ ...entry }, config) as unknown as ServerErrorEntry));
 
   await app.register(fastifySSE, { heartbeatInterval: 15_000 });
   installAuth(app, deps);

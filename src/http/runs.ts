@@ -114,6 +114,9 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     schema: { tags: ['runs'], summary: 'Continue a decided, interrupted or orphaned run and answer with its result', params: RunIdParams, response: { 200: RunResponse, ...errors } },
   }, async (request) => {
     const { run_id } = request.params as { run_id: string };
+    // A draining process starts nothing new; the run stays stored as it is and the next start
+    // (or another instance) resumes it.
+    if (runs.shuttingDown) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
     const rec = await runs.get(run_id);
     const cause = rec.status === 'interrupted' ? 'interrupted' : rec.status === 'running' ? 'recovered_after_lapsed_lease' : ((rec.decision ?? 'approval') as 'approval');
     const started = await runs.resume(run_id, { cause, trigger: 'explicit' });

@@ -101,7 +101,8 @@ describe('a manual run, end to end', () => {
     expect(r.session_id).toBe(`background:default:${t}`);
 
     const ev = await events(r.run_id);
-    expect(eventNames(ev)).toEqual(['background_run_queued', 'background_run_claimed', 'background_run_started', 'background_run_completed']);
+    // Heartbeats come every lease/4 (500 ms here) while the run works: how many depends on the machine's load.
+    expect(eventNames(ev).filter((n) => n !== 'background_run_heartbeat')).toEqual(['background_run_queued', 'background_run_claimed', 'background_run_started', 'background_run_completed']);
     for (const e of ev) expect(e).toMatchObject({ run_id: r.run_id, task_id: t, agent_id: 'default', trace_id: expect.stringMatching(/^trace_/) });
     expect(new Set(ev.map((e) => e.trace_id)).size).toBe(1);
     expect(ev.at(-1)).toMatchObject({ status: 'completed', attempt: 1, lease_generation: 1 });

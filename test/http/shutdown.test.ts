@@ -128,6 +128,11 @@ describe('graceful shutdown (finding 13)', () => {
     expect(health.body.status).toBe('healthy');
     // Still draining: the run is inside its tool call.
     expect((await getJson(`${s.url}/ready`)).body.ready).toBe(false);
+    // Nothing new starts while draining: neither a run nor an explicit resume (the run stays stored).
+    expect((await postJson(`${s.url}/run/sync`, { query: 'late' })).status).toBe(503);
+    const resume = await postJson(`${s.url}/runs/run_whatever/resume`, {});
+    expect(resume.status).toBe(503);
+    expect(resume.body.error).toBe('ServerBusy');
     openGate();
     await closing;
   }, 30_000);
