@@ -1,5 +1,6 @@
 import type { FastifyReply } from 'fastify';
 import type { AppDeps } from './deps.js';
+import type { StoredEvent } from '../store/store.js';
 
 export interface SseFrame {
   event: string;
@@ -37,51 +38,53 @@ export interface SseChannelOptions extends Partial<SseLimits> {
   metrics?: SseMetrics;
 }
 
-// One socket write carries at most this much: frames that arrived together leave in one syscall
-// (a run's stored events come a whole store round at a time), without building huge strings.
+// One batch is at most this much: frames that arrived together (a run's stored events come a
+// whole store round at a time) are written in the same tick, which Node sends as one writev.
 const MAX_BATCH_BYTES = 64 * 1024;
-
-// A stored event fans out to every stream that follows its session: serialize it once.
-const serializedData = new WeakMap<object, { json: string; bytes: number }>();
-
-function serialize(data: unknown, cache: boolean): { json: string; bytes: number } {
-  if (cache && typeof data === 'object' && data !== null) {
-    let s = serializedData.get(data);
-    if (s === undefined) {
-      const json = JSON.stringify(data);
-      s = { json, bytes: Buffer.byteLength(json) };
-      serializedData.set(data, s);
-    }
-    return s;
-  }
-  const json = JSON.stringify(data) ?? 'null';
-  return { json, bytes: Buffer.byteLength(json) };
-}
-
-/** UTF-8 size of a stored event's JSON (cached: the stream that sends it reuses the text). */
-export function serializedSize(event: object): number {
-  return serialize(event, true).bytes;
-}
 
 /**
  * The wire text of a frame. JSON has no raw line breaks, so `data:` is always one line; ids and
  * event names are ASCII (store cursors and event types).
  */
 export function formatFrame(frame: SseFrame): { text: string; bytes: number } {
-  const { json, bytes } = serialize(frame.data, frame.id !== undefined);
-  const head = `${frame.id ? `id: ${frame.id}\n` : ''}event: ${frame.event}\ndata: `;
-  return { text: `${head}${json}\n\n`, bytes: head.length + bytes + 2 };
+  const json = JSON.stringify(frame.data) ?? 'null';
+  const text = `${frame.id ? `id: ${frame.id}\n` : ''}event: ${frame.event}\ndata: ${json}\n\n`;
+  return { text, bytes: Buffer.byteLength(text) };
+}
+
+// A stored event fans out to every stream that follows its session: its frame is encoded once,
+// into a Buffer that all their sockets write from (no per-socket copy of the text, which at a
+// few hundred readers was most of the garbage the process made).
+const encodedEvents = new WeakMap<object, { id: string; event: string; chunk: Buffer }>();
+
+/** A frame as written: a stored event's (it has an id) from the shared cache, others as text. */
+export function encodeFrame(frame: SseFrame): { chunk: Buffer | string; bytes: number } {
+  const data = frame.data;
+  if (frame.id !== undefined && typeof data === 'object' && data !== null) {
+    const hit = encodedEvents.get(data);
+    if (hit && hit.id === frame.id && hit.event === frame.event) return { chunk: hit.chunk, bytes: hit.chunk.length };
+    const chunk = Buffer.from(formatFrame(frame).text);
+    encodedEvents.set(data, { id: frame.id, event: frame.event, chunk });
+    return { chunk, bytes: chunk.length };
+  }
+  const { text, bytes } = formatFrame(frame);
+  return { chunk: text, bytes };
+}
+
+/** Size of a stored event's frame (encoded once: the stream that sends it reuses the bytes). */
+export function serializedSize(event: StoredEvent): number {
+  return encodeFrame({ event: event.event_type, id: event.cursor, data: event }).bytes;
 }
 
 interface Queued {
-  text: string;
+  chunk: Buffer | string;
   bytes: number;
   id: string | undefined;
 }
 
 /**
  * A FIFO of frames for one SSE response, written to the socket in batches with backpressure:
- * a batch is one `write()`, and when the socket says it is full the next waits for `drain`
+ * a batch leaves in one syscall, and when the socket says it is full the next waits for `drain`
  * (or for the socket to close, or for the stream to be dropped: the wait cannot outlive them).
  *
  * The queue is bounded (events and bytes). A producer that cannot wait (a bus subscriber) uses
@@ -161,14 +164,14 @@ export class SseChannel {
   /** Queues a frame; past the bound the stream is dropped instead. False when not queued. */
   push(frame: SseFrame): boolean {
     if (this.done) return false;
-    const { text, bytes } = formatFrame(frame);
+    const { chunk, bytes } = encodeFrame(frame);
     const pending = this.queue.length - this.head;
     // One frame alone is always accepted, however large: a stream must be able to carry any event.
     if (pending >= this.limits.maxQueuedEvents || (pending > 0 && this.queuedBytes + bytes > this.limits.maxQueuedBytes)) {
       this.drop();
       return false;
     }
-    this.enqueue(text, bytes, frame.id);
+    this.enqueue(chunk, bytes, frame.id);
     return true;
   }
 
@@ -178,8 +181,8 @@ export class SseChannel {
    */
   send(frame: SseFrame): Promise<void> | undefined {
     if (this.done) return undefined;
-    const { text, bytes } = formatFrame(frame);
-    this.enqueue(text, bytes, frame.id);
+    const { chunk, bytes } = encodeFrame(frame);
+    this.enqueue(chunk, bytes, frame.id);
     if (this.hasRoom()) return undefined;
     return new Promise<void>((resolve) => this.roomWaiters.push(resolve));
   }
@@ -212,7 +215,7 @@ export class SseChannel {
       ...this.opts.overflowContext,
     };
     const { text, bytes } = formatFrame({ event: 'error', data: error });
-    this.queue.push({ text, bytes, id: undefined });
+    this.queue.push({ chunk: text, bytes, id: undefined });
     this.queuedBytes = bytes;
     this.opts.metrics?.sseDropped();
     const raw = this.reply.raw;
@@ -243,8 +246,8 @@ export class SseChannel {
     }
   }
 
-  private enqueue(text: string, bytes: number, id: string | undefined): void {
-    this.queue.push({ text, bytes, id });
+  private enqueue(chunk: Buffer | string, bytes: number, id: string | undefined): void {
+    this.queue.push({ chunk, bytes, id });
     this.queuedBytes += bytes;
     // Wake the writer once per turn of the event loop, so that frames queued together (a store
     // round's events, a page of a replay) leave in one write.
@@ -259,16 +262,22 @@ export class SseChannel {
 
   private writeBatch(): void {
     const q = this.queue;
-    let i = this.head;
-    let text = '';
+    const start = this.head;
+    let i = start;
     let bytes = 0;
     let last = this.lastCursor;
     do {
-      const f = q[i++];
-      text += f.text;
-      bytes += f.bytes;
-      if (f.id !== undefined) last = f.id;
+      bytes += q[i].bytes;
+      if (q[i].id !== undefined) last = q[i].id!;
+      i++;
     } while (i < q.length && bytes + q[i].bytes <= MAX_BATCH_BYTES);
+    (this.reply as FastifyReply & { sse: { sendHeaders(): void } }).sse.sendHeaders();
+    // Written in one tick: Node corks the socket for a response write and uncorks on the next
+    // tick, so these leave in one writev. Never cork here: a socket corked across an await never
+    // emits 'drain' (the freeze this replaced).
+    const raw = this.reply.raw;
+    let ok = true;
+    for (let k = start; k < i; k++) ok = raw.write(q[k].chunk);
     if (i === q.length) {
       this.queue = [];
       this.head = 0;
@@ -281,8 +290,7 @@ export class SseChannel {
     }
     this.queuedBytes -= bytes;
     this.lastCursor = last;
-    (this.reply as FastifyReply & { sse: { sendHeaders(): void } }).sse.sendHeaders();
-    if (!this.reply.raw.write(text)) this.waitingDrain = true;
+    if (!ok) this.waitingDrain = true;
     if (this.roomWaiters.length > 0 && this.hasRoom()) this.releaseRoomWaiters();
   }
 

@@ -115,7 +115,9 @@ async function streamEvents(deps: AppDeps, request: FastifyRequest, reply: Fasti
   const iterator = replayThenFollow({
     after,
     signal: abort.signal,
-    readPage: (from) => deps.store.readEvents({ filters, after: from, limit: 500 }),
+    // Small pages: a replay waiting for a slow socket holds the rest of its page (its own copy of
+    // those events, unlike live ones, which all streams share).
+    readPage: (from) => deps.store.readEvents({ filters, after: from, limit: 100 }),
     subscribe: (onEvent, opts) => deps.runtime.bus.subscribe(runId ? { run_id: runId, session_id: sessionId } : { session_id: sessionId }, onEvent, opts),
     // While the loop below waits for the socket, live events wait here: the stream's bound.
     maxLag: options.maxQueuedEvents,

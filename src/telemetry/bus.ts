@@ -299,7 +299,8 @@ class ReplayFollowIterator implements ReplayFollow {
   private live: StoredEvent[] = [];
   private liveHead = 0;
   private liveBytes = 0;
-  private page: StoredEvent[] = [];
+  /** The replay page being sent; entries are cleared as they go (a slow consumer holds only what it has not had). */
+  private page: Array<StoredEvent | undefined> = [];
   private pageIndex = 0;
   private pageNext: string | null = null;
   private lastReplayed: string | null;
@@ -332,7 +333,8 @@ class ReplayFollowIterator implements ReplayFollow {
       }
       if (this.phase === 'replay') {
         if (this.pageIndex < this.page.length) {
-          const event = this.page[this.pageIndex++];
+          const event = this.page[this.pageIndex]!;
+          this.page[this.pageIndex++] = undefined;
           // A page may repeat the cursor it started after if an adapter is inclusive; skip it.
           if (this.lastReplayed !== null && compareCursors(event.cursor, this.lastReplayed) <= 0) continue;
           this.lastReplayed = event.cursor;

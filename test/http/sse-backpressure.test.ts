@@ -8,7 +8,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { readSse, type Frame } from '../helpers/sse.js';
-import { formatFrame, serializedSize } from '../../src/http/sse.js';
+import { encodeFrame, formatFrame, serializedSize } from '../../src/http/sse.js';
 
 const TOOLS = join(import.meta.dirname, '../fixtures/run-tools.mjs');
 
@@ -309,7 +309,7 @@ describe('a reader that stops reading is dropped, and resumes with Last-Event-ID
   }, 120_000);
 });
 
-describe('formatFrame', () => {
+describe('formatFrame and encodeFrame', () => {
   it('writes id, event and one data line, and counts UTF-8 bytes', () => {
     const data = { text: 'line one\nline two\r\u2028 é 漢', n: 1 };
     const { text, bytes } = formatFrame({ event: 'tool_result', id: '0000000000000042', data });
@@ -319,12 +319,19 @@ describe('formatFrame', () => {
     expect(formatFrame({ event: 'delta', data: { text: 'hi' } }).text).toBe('event: delta\ndata: {"text":"hi"}\n\n');
   });
 
-  it('serializes a stored event once for every stream that sends it', () => {
-    const event = { cursor: '1', payload: 'x' };
-    const first = formatFrame({ event: 'e', id: '1', data: event });
-    const size = serializedSize(event);
-    event.payload = 'changed after it was stored (never happens; shows the cache)';
-    expect(formatFrame({ event: 'e', id: '1', data: event }).text).toBe(first.text);
-    expect(size).toBe(Buffer.byteLength(JSON.stringify({ cursor: '1', payload: 'x' })));
+  it('encodes a stored event once, into one Buffer every stream writes from', () => {
+    const event = { event_id: 'event_1', event_type: 'tool_result', timestamp: '2026-01-01T00:00:00.000Z', cursor: '0000000000000007', output: 'é' };
+    const frame = { event: event.event_type, id: event.cursor, data: event };
+    const a = encodeFrame(frame);
+    const b = encodeFrame(frame);
+    expect(a.chunk).toBeInstanceOf(Buffer);
+    expect(b.chunk).toBe(a.chunk);
+    expect(a.chunk.toString()).toBe(formatFrame(frame).text);
+    expect(serializedSize(event)).toBe(a.bytes);
+    expect(a.bytes).toBe(Buffer.byteLength(formatFrame(frame).text));
+    // The same object under another id or name is not served from the cache.
+    expect(encodeFrame({ ...frame, event: 'other' }).chunk.toString()).toContain('event: other\n');
+    // Frames without an id (deltas, complete) are written as text, not cached.
+    expect(typeof encodeFrame({ event: 'delta', data: { text: 'x' } }).chunk).toBe('string');
   });
 });
