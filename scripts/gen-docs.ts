@@ -42,7 +42,7 @@ Errors: 422 HTTPValidationError for bad input, ErrorResponse \`{error, message, 
 | each telemetry event type (\`user_message\`, \`model_call\`, \`tool_call\`, …) | store cursor | the stored event record |
 | \`delta\` | – | \`{run_id, text, sequence}\`: live text, never stored or replayed; sent after every event the run emitted before it (a stored event goes out when stored, so a delta may wait that long) |
 | \`complete\` | – | every key of the run result (RunResponse + \`trace_id\`, \`termination_reason\`, \`side_effects\`, \`error\`) |
-| \`error\` | – | \`{error, message, run_id, session_id}\` instead of \`complete\` when the service itself failed |
+| \`error\` | – | \`{error, message, run_id, session_id}\` instead of \`complete\` when the service itself failed; or \`StreamOverflow\` with \`last_cursor\` when the reader fell too far behind (the run goes on; see below) |
 
 A \`: ping\` comment every 15 s keeps proxies open. Closing the stream before \`complete\` cancels the
 run, except a run already waiting for a person, which stays waiting. Validation errors (422) and
@@ -51,7 +51,16 @@ a full house (503 \`ServerBusy\`, \`Retry-After\`) are answered as JSON before t
 \`GET /telemetry/events/stream?session_id=…[&run_id=…][&cursor=…]\` and \`GET /events/{session_id}\`
 open with \`session\` \`{session_id, run_id, status: "streaming"}\`, replay stored events after the cursor
 (\`Last-Event-ID\` wins over \`cursor\`), then follow new ones; \`id:\` is the store cursor, so a client
-that reconnects loses nothing. A consumer more than 1000 events behind gets \`error\` and is closed.
+that reconnects loses nothing.
+
+Every stream honours backpressure (a replay reads the store as fast as the client reads) and holds
+at most \`server.stream_max_queued_events\` (1000) frames and \`server.stream_max_queued_bytes\`
+(8 MiB) for a reader that does not keep up. Past that the reader gets \`error\`
+\`{error: "StreamOverflow", message, last_cursor}\` after the frames its socket already holds, and
+the stream is closed. Reconnect with \`Last-Event-ID: <last_cursor>\` (for a \`POST /run\` stream:
+\`GET /events/{session_id}?run_id=…\`) and nothing is missed. A \`POST /run\` stream dropped this way
+does not cancel the run; its result is at \`GET /runs/{run_id}\`. See operations.md, "Streams:
+backpressure and slow readers".
 
 ## Endpoints
 `;
