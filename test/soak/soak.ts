@@ -12,8 +12,9 @@
 //   - --stalled (100) sockets that open the same streams (from the newest id a reader saw, so
 //     they follow rather than replay) and never read a byte. The server drops each once it is
 //     stream_max_queued_* behind (after the ~4 MB the kernel's socket buffers absorb); a paused
-//     socket never learns that, so each is replaced after ~--stalled-seconds (90).
-// A session is replaced by a fresh one after --rotate (300) runs (its history goes to the model on
+//     socket never learns that, so each is replaced after ~--stalled-seconds (90). They start
+//     staggered over that time, so they do not fill up and get dropped all at once.
+// A session is replaced by a fresh one after about --rotate (300) runs (its history goes to the model on
 // every run, so one endless session would make every run slower); its readers and never-reading
 // sockets move with it. Every 5 s it samples the server's RSS (/proc) and /metrics, and at the end
 // reports RSS after warm-up vs at the end (means over a window of up to 60 s; must be flat within
@@ -161,6 +162,9 @@ async function reader(slot: number): Promise<void> {
 
 /** A socket that opens a slot's stream and never reads; replaced when the session rotates. */
 async function stalled(slot: number): Promise<void> {
+  // Staggered: sockets opened together fill up and are dropped together, and the server's memory
+  // would follow that wave instead of showing its steady state.
+  await sleep(Math.random() * STALLED_LIFETIME_MS);
   while (!stopping) {
     const gen = generation[slot];
     const socket = net.connect(port, '127.0.0.1', () => {
@@ -196,7 +200,8 @@ async function runClient(id: number): Promise<void> {
       counts.failed++;
       if (counts.failures.length < 10) counts.failures.push(String((err as Error).message ?? err));
     }
-    if (++runsInSession[slot] >= ROTATE) {
+    // Slots rotate at different counts, so their readers do not all reconnect at once.
+    if (++runsInSession[slot] >= Math.round(ROTATE * (0.7 + (0.6 * slot) / Math.max(1, SESSIONS - 1)))) {
       runsInSession[slot] = 0;
       latestId[slot] = null;
       generation[slot]++;
