@@ -33,6 +33,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     // later; a delta of the next model call must not overtake the tool_result before it).
     let lastEventSeq = 0;
     const held: Array<{ after: number; frame: Parameters<SseChannel['push']>[0] }> = [];
+    let dropped = false;
     const releaseDeltas = (all = false): void => {
       while (held.length > 0 && (all || held[0].after <= lastEventSeq)) push(held.shift()!.frame);
     };
@@ -48,6 +49,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       started = await runs.start(body.query, body.session_id ?? null, {
         run_id,
         onDelta: (text, sequence, afterEvent) => {
+          if (dropped) return; // nothing is sent any more, and waiting deltas would pile up
           const frame = { event: 'delta', data: { run_id, text, sequence } };
           if (held.length === 0 && afterEvent <= lastEventSeq) push(frame);
           else held.push({ after: afterEvent, frame });
@@ -66,6 +68,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     // with run_id and Last-Event-ID) and its result at GET /runs/{run_id}.
     ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(() => undefined));
     ch.onDropped(() => {
+      dropped = true;
       unsubscribe();
       held.length = 0;
     });
