@@ -4,9 +4,9 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { fastifySwagger } from '@fastify/swagger';
 import { fastifySwaggerUi } from '@fastify/swagger-ui';
 import { fastifySSE } from '@fastify/sse';
-import { jsonSchemaTransform, jsonSchemaTransformObject } from '@fastify/type-provider-zod';
 import { registerApiRoutes } from '../app.js';
 import type { AppDeps } from './deps.js';
+import { openApiObjectTransform, openApiRouteTransform } from './openapi.js';
 import { jsonSerializerCompiler, zodValidatorCompiler } from './validation.js';
 
 export async function buildDocsApp(deps: AppDeps): Promise<FastifyInstance> {
@@ -18,10 +18,16 @@ export async function buildDocsApp(deps: AppDeps): Promise<FastifyInstance> {
     openapi: {
       openapi: '3.1.0',
       info: { title: 'agentd', description: 'Serve one configured LLM agent over HTTP, safely.', version: deps.version },
-      components: deps.authEnabled ? { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } } : undefined,
+      // Declared whether or not this service has keys: the document is the same everywhere (see
+      // openapi.ts); the description says when the key is really required.
+      components: {
+        securitySchemes: {
+          bearer: { type: 'http', scheme: 'bearer', description: 'An API key from auth.api_keys, as `Authorization: Bearer <key>`. Required only when the service has keys configured; without keys every route is open.' },
+        },
+      },
     },
-    transform: jsonSchemaTransform,
-    transformObject: jsonSchemaTransformObject,
+    transform: openApiRouteTransform,
+    transformObject: openApiObjectTransform,
   });
   await app.register(fastifySwaggerUi, { routePrefix: '/docs', staticCSP: true });
   // POST /run declares the `sse` route option, which this plugin understands.

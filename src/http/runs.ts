@@ -6,11 +6,22 @@ import {
   ApprovalDecisionRequest, ApprovalView, BudgetDecisionRequest, BudgetDecisionResponse, OutcomeRequest, OutcomeResponse,
   RunApprovalParams, RunBudgetResponse, RunCancelResponse, RunIdParams, RunRequest, RunResponse, RunView, RunsListQuery,
   RunsListResponse, SessionClearedResponse, SessionHistoryResponse, SessionIdParams, ErrorResponse, HTTPValidationError,
+  RunStreamDeltaFrame, RunStreamErrorFrame, RunStreamSessionFrame, TelemetryEvent,
 } from '../schemas/index.js';
+import { sseResponse } from './openapi.js';
 import type { AppDeps } from './deps.js';
 import { SseChannel, streamOptions } from './sse.js';
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
+
+/** The frames of POST /run (docs/http-api.md "Streams"). */
+const RUN_STREAM = sseResponse('The run as an SSE stream: `session`, its telemetry events (with `id:`), `delta`s, then `complete` or `error`.', [
+  { event: 'session', data: RunStreamSessionFrame, description: 'First frame: the session and run ids.' },
+  { data: TelemetryEvent, id: true, description: 'A stored telemetry event of the run; `event:` is its event_type.' },
+  { event: 'delta', data: RunStreamDeltaFrame, description: 'Live answer text (never stored or replayed).' },
+  { event: 'complete', data: RunResponse, description: 'Last frame: the run result.' },
+  { event: 'error', data: RunStreamErrorFrame, description: 'Last frame instead of complete: the service failed, or StreamOverflow (the reader fell behind; the run goes on).' },
+]);
 
 export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   const { runtime } = deps;
@@ -18,7 +29,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post('/run', {
     sse: { kind: 'manual', heartbeat: false },
-    schema: { tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', body: RunRequest, response: { 422: HTTPValidationError, 503: ErrorResponse } },
+    schema: { operationId: 'startRun', tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', body: RunRequest, response: { 200: RUN_STREAM, 422: HTTPValidationError, 503: ErrorResponse } },
   }, async (request, reply) => {
     const body = request.body as { query: string; session_id?: string | null };
     const run_id = newId('run');
@@ -89,7 +100,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.post('/run/sync', {
-    schema: { tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', body: RunRequest, response: { 200: RunResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
+    schema: { operationId: 'runSync', tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', body: RunRequest, response: { 200: RunResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
   }, async (request) => {
     const body = request.body as { query: string; session_id?: string | null };
     const started = await runs.start(body.query, body.session_id ?? null);
@@ -98,7 +109,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.get('/runs', {
-    schema: { tags: ['runs'], summary: 'List runs, oldest first', querystring: RunsListQuery, response: { 200: RunsListResponse, 422: HTTPValidationError } },
+    schema: { operationId: 'listRuns', tags: ['runs'], summary: 'List runs, oldest first', querystring: RunsListQuery, response: { 200: RunsListResponse, 422: HTTPValidationError } },
   }, async (request) => {
     const q = request.query as { status?: string; session_id?: string; limit: number; cursor?: string };
     const page = await runs.list({ status: q.status as never, session_id: q.session_id, limit: q.limit, cursor: q.cursor });
@@ -106,15 +117,15 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.get('/runs/:run_id', {
-    schema: { tags: ['runs'], summary: 'One run', params: RunIdParams, response: { 200: RunView, ...errors } },
+    schema: { operationId: 'getRun', tags: ['runs'], summary: 'One run', params: RunIdParams, response: { 200: RunView, ...errors } },
   }, async (request) => publicRunView(await runs.get((request.params as { run_id: string }).run_id)));
 
   app.post('/runs/:run_id/cancel', {
-    schema: { tags: ['runs'], summary: 'Cancel a run', params: RunIdParams, response: { 200: RunCancelResponse, ...errors } },
+    schema: { operationId: 'cancelRun', tags: ['runs'], summary: 'Cancel a run', params: RunIdParams, response: { 200: RunCancelResponse, ...errors } },
   }, async (request) => runs.cancel((request.params as { run_id: string }).run_id));
 
   app.post('/runs/:run_id/resume', {
-    schema: { tags: ['runs'], summary: 'Continue a decided, interrupted or orphaned run and answer with its result', params: RunIdParams, response: { 200: RunResponse, ...errors } },
+    schema: { operationId: 'resumeRun', tags: ['runs'], summary: 'Continue a decided, interrupted or orphaned run and answer with its result', params: RunIdParams, response: { 200: RunResponse, ...errors } },
   }, async (request) => {
     const { run_id } = request.params as { run_id: string };
     // A draining process starts nothing new; the run stays stored as it is and the next start
@@ -127,7 +138,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.post('/runs/:run_id/approvals/:approval_id', {
-    schema: { tags: ['decisions'], summary: 'Approve or deny a pending tool call', params: RunApprovalParams, body: ApprovalDecisionRequest, response: { 200: ApprovalView, 403: ErrorResponse, ...errors } },
+    schema: { operationId: 'decideApproval', tags: ['decisions'], summary: 'Approve or deny a pending tool call', params: RunApprovalParams, body: ApprovalDecisionRequest, response: { 200: ApprovalView, 403: ErrorResponse, ...errors } },
   }, async (request) => {
     const { run_id, approval_id } = request.params as { run_id: string; approval_id: string };
     const body = request.body as { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null };
@@ -136,11 +147,11 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.get('/runs/:run_id/budget', {
-    schema: { tags: ['decisions'], summary: 'Every budget covering the run', params: RunIdParams, response: { 200: RunBudgetResponse, ...errors } },
+    schema: { operationId: 'getRunBudget', tags: ['decisions'], summary: 'Every budget covering the run', params: RunIdParams, response: { 200: RunBudgetResponse, ...errors } },
   }, async (request) => runs.budgetView((request.params as { run_id: string }).run_id));
 
   app.post('/runs/:run_id/budget', {
-    schema: { tags: ['decisions'], summary: 'Grant or deny the budget a run waits for', params: RunIdParams, body: BudgetDecisionRequest, response: { 200: BudgetDecisionResponse, 403: ErrorResponse, ...errors } },
+    schema: { operationId: 'decideBudget', tags: ['decisions'], summary: 'Grant or deny the budget a run waits for', params: RunIdParams, body: BudgetDecisionRequest, response: { 200: BudgetDecisionResponse, 403: ErrorResponse, ...errors } },
   }, async (request) => {
     const body = request.body as { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null };
     checkApprover(deps, request.apiKeyName, body.approver);
@@ -148,15 +159,15 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.post('/runs/:run_id/outcome', {
-    schema: { tags: ['runs'], summary: 'Report what a run turned out to be worth', params: RunIdParams, body: OutcomeRequest, response: { 200: OutcomeResponse, ...errors } },
+    schema: { operationId: 'recordOutcome', tags: ['runs'], summary: 'Report what a run turned out to be worth', params: RunIdParams, body: OutcomeRequest, response: { 200: OutcomeResponse, ...errors } },
   }, async (request) => runs.recordOutcome((request.params as { run_id: string }).run_id, request.body as { source: string }));
 
   app.get('/sessions/:session_id/history', {
-    schema: { tags: ['sessions'], summary: 'The conversation of a session', params: SessionIdParams, response: { 200: SessionHistoryResponse, ...errors } },
+    schema: { operationId: 'getSessionHistory', tags: ['sessions'], summary: 'The conversation of a session', params: SessionIdParams, response: { 200: SessionHistoryResponse, ...errors } },
   }, async (request) => runs.history((request.params as { session_id: string }).session_id));
 
   app.delete('/sessions/:session_id', {
-    schema: { tags: ['sessions'], summary: 'Forget a session', params: SessionIdParams, response: { 200: SessionClearedResponse, ...errors } },
+    schema: { operationId: 'clearSession', tags: ['sessions'], summary: 'Forget a session', params: SessionIdParams, response: { 200: SessionClearedResponse, ...errors } },
   }, async (request) => runs.clearSession((request.params as { session_id: string }).session_id));
 }
 

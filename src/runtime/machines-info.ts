@@ -10,6 +10,8 @@ export interface MachineInfo {
   states: string[];
   transitions: Array<{ source: string; target: string; event: string }>;
   mermaid: string;
+  /** machine.toJSON() as plain JSON (implementations are functions: JSON drops them). */
+  definition: Record<string, unknown>;
 }
 
 /** Every machine of the actor system; the background machines register here too. */
@@ -58,7 +60,18 @@ export function describeMachine(machine: AnyStateMachine, version: number): Mach
     const node = machine.root.states[s];
     if (node && (node.config as { type?: string }).type === 'final') lines.push(`  ${safe(s)} --> [*]`);
   }
-  return { id: machine.id, version, states, transitions, mermaid: lines.join('\n') };
+  return { id: machine.id, version, states, transitions, mermaid: lines.join('\n'), definition: definitionOf(machine) };
+}
+
+// Machines never change while the process runs: each definition is serialised once.
+const definitions = new WeakMap<AnyStateMachine, Record<string, unknown>>();
+function definitionOf(machine: AnyStateMachine): Record<string, unknown> {
+  let d = definitions.get(machine);
+  if (!d) {
+    d = JSON.parse(JSON.stringify(machine.toJSON())) as Record<string, unknown>;
+    definitions.set(machine, d);
+  }
+  return d;
 }
 
 export function describeMachines(): MachineInfo[] {

@@ -50,7 +50,9 @@ export const MachineInfo = z
     id: z.string(),
     version: z.union([z.string(), z.number()]),
     states: z.array(z.string()).describe('State ids, dotted for nested states.'),
+    transitions: z.array(z.object({ source: z.string(), target: z.string(), event: z.string() })).describe('Edges: `event` is the event name, `done` / `error` for an invoked effect, `(always)` for eventless, with `[guard]` when guarded.'),
     mermaid: z.string().describe('The statechart as a Mermaid stateDiagram-v2.'),
+    definition: JsonObject.describe("The XState JSON definition (machine.toJSON(), functions dropped): what Stately's visualiser and the dashboard draw."),
   })
   .meta({ id: 'MachineInfo' });
 export type MachineInfo = z.infer<typeof MachineInfo>;

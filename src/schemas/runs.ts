@@ -63,6 +63,7 @@ export const RunResponse = z
     trace_id: z.string().nullable(),
     termination_reason: TerminationReason.nullable().default(null),
     side_effects: z.array(SideEffect).nullable().default(null).describe('Set when the run did not succeed.'),
+    error: ErrorInfo.nullable().optional().describe('What failed, for a run that ended in error (null otherwise).'),
   })
   .meta({ id: 'RunResponse' });
 export type RunResponse = z.infer<typeof RunResponse>;

@@ -32,7 +32,7 @@ export interface Operation {
   path: string;
   params: Param[];
   body: JsonSchema | null;
-  /** The route answers an SSE stream (no 200 JSON answer in the document). */
+  /** The route answers an SSE stream (its 200 answer is `text/event-stream`). */
   sse: boolean;
 }
 
@@ -55,7 +55,7 @@ export function operationsOf(doc: OpenApiDoc): Operation[] {
         path,
         params,
         body,
-        sse: !ok,
+        sse: Boolean(ok?.content?.['text/event-stream']),
       });
     }
   }
@@ -219,7 +219,10 @@ export const WEIRD_SEGMENTS: string[] = [
   '?', 'a;b', ';', 'a,b', '%3Cscript%3E', '*', 'null', 'undefined', '__proto__', 'constructor', '-1', '0', 'NaN',
 ];
 
-/** What a workspace file path can be instead of a file name (the `{*}` wildcard). */
+/** The workspace file path parameter (Fastify's `*` wildcard, documented as `{path}`). */
+const isFilePath = (op: Operation, name: string): boolean => name === '*' || (name === 'path' && op.path.includes('/workspace/files/{path}'));
+
+/** What a workspace file path can be instead of a file name (the `{path}` wildcard). */
 const WEIRD_FILE_PATHS: string[] = [
   'events.jsonl', 'run.json', 'a/b/c.txt', '../../etc/passwd', '..%2f..%2fetc%2fpasswd', '%2e%2e/%2e%2e/x', '..%5c..%5cx',
   '/etc/passwd', '%2Fetc%2Fpasswd', 'C:%5Cwindows', '%00', 'a%00.txt', './run.json', 'x/../../../y', '~', '.', '..',
@@ -407,7 +410,7 @@ export function requestArb(op: Operation, doc: OpenApiDoc): fc.Arbitrary<Request
   const bodySchema = op.body ? resolve(op.body) : null;
 
   const segArb = (p: Param): fc.Arbitrary<string | PoolRef> => {
-    if (p.name === '*') return fc.constantFrom(...WEIRD_FILE_PATHS.slice(0, 3));
+    if (isFilePath(op, p.name)) return fc.constantFrom(...WEIRD_FILE_PATHS.slice(0, 3));
     const kind = p.name === 'run_id' && op.path.startsWith('/background/runs/') ? 'bg_run_id' : ID_NAMES[p.name] ?? 'run_id';
     return fc.oneof({ weight: 3, arbitrary: fc.nat(1000).map((i) => new PoolRef(kind, i)) }, { weight: 1, arbitrary: randomId });
   };
@@ -471,7 +474,7 @@ export function requestArb(op: Operation, doc: OpenApiDoc): fc.Arbitrary<Request
     const pick = (r: RequestSpec, f: fc.Arbitrary<string>) => fc.tuple(fc.constantFrom(...pathParams.map((p) => p.name)), f).map(([name, seg]) => ({ ...r, segments: { ...r.segments, [name]: seg } }));
     add(8, 'path:weird-id', (r) => pick(r, fc.oneof(
       fc.constantFrom(...WEIRD_SEGMENTS),
-      fc.constantFrom(...(op.path.includes('{*}') ? WEIRD_FILE_PATHS : EDGE_STRINGS.filter((s) => s !== '').map(percentEncode))),
+      fc.constantFrom(...(op.path.includes('/workspace/files/{') ? WEIRD_FILE_PATHS : EDGE_STRINGS.filter((s) => s !== '').map(percentEncode))),
       fc.string({ unit: 'binary', minLength: 1, maxLength: 20 }).map(percentEncode),
     )));
     add(4, 'path:long-id', (r) => pick(r, fc.oneof(
