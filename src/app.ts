@@ -73,6 +73,10 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
+  // By route pattern, never the raw URL (ids in paths, scanners' paths): bounded label values.
+  app.addHook('onResponse', async (request, reply) => {
+    deps.runtime.metrics.httpRequest(request.method, request.is404 ? null : (request.routeOptions.url ?? null), reply.statusCode, reply.elapsedTime / 1000);
+  });
   // A 5xx line carries an error message, which may quote a credential (a provider echoing the key).
   const logServerError = deps.logServerError ?? stderrErrorLog;
   installErrorHandling(app, (entry) => logServerError(redactLogFields({ ...entry }, config) as unknown as ServerErrorEntry));

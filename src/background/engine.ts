@@ -608,6 +608,7 @@ export class RunEngine {
     }, (err) => {
       // Fenced or the store failed: this copy no longer knows the truth; drop it (the row is reloaded on next use).
       this.log(isStoreError(err, 'stale_version') ? 'warn' : 'error', 'background run write refused; dropping this copy', { run_id: h.id, err: String(err) });
+      if (isStoreError(err, 'stale_version')) this.deps.metrics.leaseLost('background');
       this.forgetTask(h.row.value.run.task_id);
       this.release(h, true);
       this.kick();
@@ -1601,10 +1602,11 @@ export class RunEngine {
         const t = this.deps.clock.now();
         this.claimingNow++;
         try {
-          await this.send(run.run_id, {
+          const recovered = await this.send(run.run_id, {
             type: 'RECOVER', at: iso(t), worker_id: this.deps.workerId, lease_token: `lease_${randomUUID()}`,
             lease_expires_at: iso(t + this.leaseMs), attempt_id: newId('attempt'), previous_owner: run.lease_owner,
           }, { durable: true });
+          if (recovered.accepted) this.deps.metrics.recovered('background', lapsed ? 'lapsed_lease' : 'owner_dead');
         } finally {
           this.claimingNow--;
         }

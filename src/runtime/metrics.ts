@@ -1,17 +1,95 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
+/** Route label of a request that matched no route: a fixed value, so scanners cannot add series. */
+export const UNMATCHED_ROUTE = 'unmatched';
+/** Tool label of a call to a tool the registry does not have (a model can name anything). */
+export const UNKNOWN_TOOL = '_unknown';
+
+/** What a scrape reads from the store (cluster-wide truth, not this process's view). */
+export interface MetricsSources {
+  runsWithStatus(status: 'awaiting_approval' | 'awaiting_budget'): Promise<number>;
+  backgroundQueued(): Promise<number>;
+}
+
+const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
 /**
- * Run metrics: the spec's MetricsResponse (JSON) and the same counters in Prometheus text.
+ * Run metrics: the spec's MetricsResponse (JSON) and the Prometheus text of /metrics/prometheus.
  * `total_requests` counts run requests (synchronous runs started), not every HTTP request.
+ *
+ * Names follow Prometheus conventions so `promtool check metrics` passes: agentd's own families
+ * are `agentd_*` with the unit in the name (`_seconds`, `_bytes`) and counters end in `_total`;
+ * Node's default metrics keep their standard unprefixed names (`process_*`, `nodejs_*`), which
+ * is what dashboards and alerts written for Node services expect. Every label has a bounded set
+ * of values (route patterns, configured providers and tools, enum outcomes), never raw input.
  */
 export class Metrics {
   private totals = { total_requests: 0, total_tokens: 0, total_request_tokens: 0, total_response_tokens: 0, total_time: 0 };
   readonly registry = new Registry();
+  private sources: MetricsSources | null = null;
   private readonly runs = new Counter({ name: 'agentd_runs_total', help: 'Runs finished, by status', labelNames: ['status'], registers: [this.registry] });
   private readonly tokens = new Counter({ name: 'agentd_tokens_total', help: 'Model tokens, by direction', labelNames: ['direction'], registers: [this.registry] });
   private readonly runSeconds = new Histogram({ name: 'agentd_run_duration_seconds', help: 'Run duration', buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300], registers: [this.registry] });
   readonly liveRuns = new Gauge({ name: 'agentd_live_runs', help: 'Runs holding a slot in this process', registers: [this.registry] });
   readonly backgroundRuns = new Counter({ name: 'agentd_background_runs_total', help: 'Background runs finished, by status', labelNames: ['status'], registers: [this.registry] });
+
+  private readonly httpRequests = new Counter({
+    name: 'agentd_http_requests_total', help: 'HTTP requests answered, by method, route pattern and status',
+    labelNames: ['method', 'route', 'status'], registers: [this.registry],
+  });
+  private readonly httpSeconds = new Histogram({
+    name: 'agentd_http_request_duration_seconds', help: 'HTTP request duration until the response ended (a stream: its whole life), by method, route pattern and status',
+    labelNames: ['method', 'route', 'status'], buckets: LATENCY_BUCKETS, registers: [this.registry],
+  });
+  private readonly modelSeconds = new Histogram({
+    name: 'agentd_model_call_duration_seconds', help: 'Model call attempts (each retry is one), by provider, model and outcome',
+    labelNames: ['provider', 'model', 'outcome'], buckets: LATENCY_BUCKETS, registers: [this.registry],
+  });
+  private readonly modelErrors = new Counter({
+    name: 'agentd_model_call_errors_total', help: 'Failed model call attempts, by provider, model and error kind',
+    labelNames: ['provider', 'model', 'kind'], registers: [this.registry],
+  });
+  private readonly toolCalls = new Counter({
+    name: 'agentd_tool_calls_total', help: 'Tool calls completed, by tool and outcome (success, error, timeout, cancelled, denied, rejected, unknown)',
+    labelNames: ['tool', 'outcome'], registers: [this.registry],
+  });
+  private readonly toolSeconds = new Histogram({
+    name: 'agentd_tool_call_duration_seconds', help: 'Duration of tool calls that ran, by tool',
+    labelNames: ['tool'], buckets: LATENCY_BUCKETS, registers: [this.registry],
+  });
+  private readonly awaiting: Gauge = new Gauge({
+    name: 'agentd_runs_awaiting', help: 'Runs parked for a person, by reason (approval, budget), from the store',
+    labelNames: ['reason'], registers: [this.registry],
+    collect: async (): Promise<void> => {
+      if (!this.sources) return;
+      const [approval, budget] = await Promise.all([
+        this.sources.runsWithStatus('awaiting_approval').catch(() => null),
+        this.sources.runsWithStatus('awaiting_budget').catch(() => null),
+      ]);
+      if (approval !== null) this.awaiting.set({ reason: 'approval' }, approval);
+      if (budget !== null) this.awaiting.set({ reason: 'budget' }, budget);
+    },
+  });
+  private readonly bgQueue: Gauge = new Gauge({
+    name: 'agentd_background_queue_depth', help: 'Background runs queued and not yet claimed, from the store',
+    registers: [this.registry],
+    collect: async (): Promise<void> => {
+      const n = this.sources ? await this.sources.backgroundQueued().catch(() => null) : null;
+      if (n !== null) this.bgQueue.set(n);
+    },
+  });
+  private readonly leaseLosses = new Counter({
+    name: 'agentd_lease_losses_total', help: 'Leases this process lost to another owner (its copy of the run stopped), by kind (run, background)',
+    labelNames: ['kind'], registers: [this.registry],
+  });
+  private readonly recoveries = new Counter({
+    name: 'agentd_recoveries_total', help: 'Runs this process recovered (resumed after a lapsed lease, an interruption or a decision), by kind and cause',
+    labelNames: ['kind', 'cause'], registers: [this.registry],
+  });
+  private readonly otlpSpans = new Counter({ name: 'agentd_otlp_spans_exported_total', help: 'Spans the OTLP collector accepted', registers: [this.registry] });
+  private readonly otlpFailed = new Counter({ name: 'agentd_otlp_traces_failed_total', help: 'Traces whose OTLP export failed after its retries', registers: [this.registry] });
+  private readonly otlpDropped = new Counter({ name: 'agentd_otlp_traces_dropped_total', help: 'Traces not exported, by reason (queue_full, shut_down, invalid_trace)', labelNames: ['reason'], registers: [this.registry] });
+
   /** Open SSE streams (src/http/sse.ts adds and removes itself): counted and summed on scrape. */
   readonly sseStreams = new Set<{ readonly bufferedBytes: number }>();
   private readonly sseOpen: Gauge = new Gauge({
@@ -29,7 +107,20 @@ export class Metrics {
   private readonly sseDroppedTotal = new Counter({ name: 'agentd_sse_streams_dropped_total', help: 'SSE streams dropped because the reader fell too far behind', registers: [this.registry] });
 
   constructor() {
-    collectDefaultMetrics({ register: this.registry, prefix: 'agentd_' });
+    // Unprefixed on purpose (see the class comment): `agentd_process_cpu_seconds_total` failed
+    // promtool and matched no standard Node dashboard.
+    collectDefaultMetrics({ register: this.registry });
+    // prom-client's three `*_total` gauges fail promtool's lint (only counters may end in
+    // `_total`); the same counts stay available, by type, as nodejs_active_{handles,requests,resources}.
+    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) this.registry.removeSingleMetric(name);
+    // Zero series for the fixed label values, so rate() and alerts see 0 before the first event.
+    for (const reason of ['queue_full', 'shut_down', 'invalid_trace']) this.otlpDropped.inc({ reason }, 0);
+    for (const kind of ['run', 'background']) this.leaseLosses.inc({ kind }, 0);
+  }
+
+  /** The store the scrape-time gauges read (set once the runtime is wired). */
+  setSources(sources: MetricsSources): void {
+    this.sources = sources;
   }
 
   sseDropped(): void {
@@ -52,6 +143,40 @@ export class Metrics {
     this.totals.total_tokens += requestTokens + responseTokens;
     this.tokens.inc({ direction: 'request' }, requestTokens);
     this.tokens.inc({ direction: 'response' }, responseTokens);
+  }
+
+  /** `route`: the matched route pattern (`/runs/:run_id`), or null when nothing matched. */
+  httpRequest(method: string, route: string | null, status: number, seconds: number): void {
+    const labels = { method, route: route ?? UNMATCHED_ROUTE, status: String(status) };
+    this.httpRequests.inc(labels);
+    this.httpSeconds.observe(labels, seconds);
+  }
+
+  /** One model call attempt: `errorKind` is the ModelCallError kind when it failed. */
+  modelCall(provider: string, model: string, seconds: number, errorKind: string | null): void {
+    this.modelSeconds.observe({ provider, model, outcome: errorKind === null ? 'ok' : 'error' }, seconds);
+    if (errorKind !== null) this.modelErrors.inc({ provider, model, kind: errorKind });
+  }
+
+  /** A completed tool call; `seconds` is null for calls that never ran (denied, rejected). */
+  toolCall(tool: string, outcome: string, seconds: number | null): void {
+    this.toolCalls.inc({ tool, outcome });
+    if (seconds !== null) this.toolSeconds.observe({ tool }, seconds);
+  }
+
+  leaseLost(kind: 'run' | 'background'): void {
+    this.leaseLosses.inc({ kind });
+  }
+
+  recovered(kind: 'run' | 'background', cause: string): void {
+    this.recoveries.inc({ kind, cause });
+  }
+
+  /** The OTLP exporter's events (src/telemetry/otlp.ts onEvent). */
+  otlpEvent(e: { type: string; span_count?: number; trace_ids?: string[]; reason?: string }): void {
+    if (e.type === 'exported') this.otlpSpans.inc(e.span_count ?? 0);
+    else if (e.type === 'failed') this.otlpFailed.inc(e.trace_ids?.length ?? 1);
+    else if (e.type === 'dropped') this.otlpDropped.inc({ reason: e.reason ?? 'unknown' });
   }
 
   snapshot() {

@@ -34,7 +34,7 @@ import type { RegisteredTool, ToolContext } from '../agent/tools/types.js';
 import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
 import type { EventRecordInput } from '../telemetry/record.js';
 import type { TelemetryEmitter } from './emitter.js';
-import type { Metrics } from './metrics.js';
+import { UNKNOWN_TOOL, type Metrics } from './metrics.js';
 import { FencedError, RecordWriter } from './persistence.js';
 import {
   TERMINAL_RUN_STATUSES,
@@ -542,6 +542,7 @@ export class RunService {
   /** Another owner took this run over: stop here without writing anything more. */
   private onFenced(live: LiveRun, _err: FencedError): void {
     this.deps.log?.('warn', 'run lease lost to another owner; stopping this copy', { run_id: live.run_id });
+    this.deps.metrics.leaseLost('run');
     live.ending = true;
     live.abort.abort();
     this.retire(live);
@@ -836,6 +837,10 @@ export class RunService {
    * crash, the call reads `started` and a non-idempotent one gets outcome `unknown`, never a rerun.
    */
   private recordCompletion(live: LiveRun, call: ToolCallRecord): void {
+    const ran = call.outcome !== 'denied' && call.outcome !== 'rejected';
+    const seconds = ran && call.ended_at ? Math.max(0, Date.parse(call.ended_at) - Date.parse(call.started_at)) / 1000 : null;
+    // A call to a tool the registry lacks is labelled as such: the model may name anything.
+    this.deps.metrics.toolCall(call.source === 'unknown' ? UNKNOWN_TOOL : call.tool_name, call.outcome ?? 'unknown', seconds);
     this.saveToolCall(live, call).catch(() => {}); // a fenced writer stops the run (onFenced)
   }
 
@@ -1311,7 +1316,10 @@ export class RunService {
         return;
       }
       void this.resume(c.id, { cause: c.cause, trigger: 'orphan_sweep', ownerDead: c.ownerDead, slot }).then(
-        () => this.recovering.delete(c.id),
+        () => {
+          this.recovering.delete(c.id);
+          this.deps.metrics.recovered('run', c.cause);
+        },
         (err) => {
           slot();
           this.recovering.delete(c.id);

@@ -11,6 +11,7 @@ import type { Store } from '../store/store.js';
 import { EventBus } from '../telemetry/bus.js';
 import { TelemetryEmitter } from './emitter.js';
 import { Metrics } from './metrics.js';
+import { withCallMetrics } from '../agent/model/metered.js';
 import { TelemetryQueries } from './telemetry-queries.js';
 import type { OtlpTraceExporter } from '../telemetry/otlp.js';
 import { redactorForConfig } from '../telemetry/secrets.js';
@@ -41,7 +42,6 @@ export interface Readiness {
  * receive this object; they never build services themselves.
  */
 export class Runtime {
-  readonly metrics = new Metrics();
   readonly bus = new EventBus();
   readonly workerId = newId('worker');
   readonly telemetry: TelemetryEmitter;
@@ -68,6 +68,7 @@ export class Runtime {
     readonly ledger: BudgetLedger,
     opts: RuntimeOptions,
     otlp: OtlpTraceExporter | null,
+    readonly metrics: Metrics,
   ) {
     this.startedAt = clock.now();
     this.agentName = config.agent.name;
@@ -110,21 +111,31 @@ export class Runtime {
       { local: config.agent.tools.local, mcp: config.agent.tools.mcp.map((m) => ({ ...m }) as never), builtin: [...config.agent.tools.builtin] },
       { clock, logger: (msg, extra) => opts.log?.('info', msg, extra as Record<string, unknown>) },
     );
+    const metrics = new Metrics();
     const m = config.agent.model;
-    const model = opts.model ?? await loadModelProvider({
+    const unmetered = opts.model ?? await loadModelProvider({
       provider: m.provider, base_url: m.base_url, model: m.model, api_key: m.api_key ?? undefined,
       max_output_tokens: m.max_output_tokens, temperature: m.temperature,
     });
+    const model = withCallMetrics(unmetered, (provider, name, seconds, errorKind) => metrics.modelCall(provider, name, seconds, errorKind));
     const ledger = new BudgetLedger(store, config.budgets as never, clock);
     // The OTLP exporter (~120 ms to load) is imported only when an endpoint is configured.
     const o = config.telemetry.otlp;
     const otlp = o.endpoint
       ? (await import('../telemetry/otlp.js')).createOtlpExporter({
           endpoint: o.endpoint, headers: { ...o.headers }, protocol: o.protocol, serviceVersion: readVersion(), redactor: redactorForConfig(config),
-          onEvent: (e) => (e.type === 'failed' || e.type === 'dropped' ? opts.log?.('warn', `otlp export ${e.type}`, { ...e }) : undefined),
+          onEvent: (e) => {
+            metrics.otlpEvent(e);
+            if (e.type === 'failed' || e.type === 'dropped') opts.log?.('warn', `otlp export ${e.type}`, { ...e });
+          },
         })
       : null;
-    const runtime = new Runtime(config, store, clock, tools, model, ledger, opts, otlp);
+    const runtime = new Runtime(config, store, clock, tools, model, ledger, opts, otlp, metrics);
+    // Gauges read at scrape time from the store: with a shared store, the whole deployment's count.
+    metrics.setSources({
+      runsWithStatus: (status) => store.countRecords('runs', { name: 'status', value: status }),
+      backgroundQueued: () => store.countRecords('bg_runs', { name: 'status', value: 'queued' }),
+    });
     return runtime;
   }
 
