@@ -81,3 +81,6 @@ if (result.metafile) {
   const { writeFileSync } = await import('node:fs');
   writeFileSync(join(outdir, 'meta.json'), JSON.stringify(result.metafile));
 }
+// The typed client (`agentd/client` in package.json exports): its own bundle and declarations.
+const { buildClient } = await import('./build-client.mjs');
+await buildClient({ outdir });
