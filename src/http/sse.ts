@@ -166,8 +166,11 @@ export class SseChannel {
     if (this.done) return false;
     const { chunk, bytes } = encodeFrame(frame);
     const pending = this.queue.length - this.head;
-    // One frame alone is always accepted, however large: a stream must be able to carry any event.
-    if (pending >= this.limits.maxQueuedEvents || (pending > 0 && this.queuedBytes + bytes > this.limits.maxQueuedBytes)) {
+    // Only a reader whose socket is full is behind: a burst queued in one tick (a fast model's
+    // deltas, a store round's events) goes out at once to a socket that takes it. One frame alone
+    // is always accepted, however large: a stream must be able to carry any event.
+    const over = pending >= this.limits.maxQueuedEvents || (pending > 0 && this.queuedBytes + bytes > this.limits.maxQueuedBytes);
+    if (over && this.waitingDrain) {
       this.drop();
       return false;
     }

@@ -275,13 +275,23 @@ describe('a reader that stops reading is dropped, and resumes with Last-Event-ID
     expect(all).toEqual(stored);
   }, 120_000);
 
+  it('a reader that keeps up is not dropped by a burst far past the bound (3,000 deltas queued at once)', async () => {
+    const droppedBefore = await promMetric(server.url, 'agentd_sse_streams_dropped_total');
+    const text = Array.from({ length: 3000 }, (_, i) => `w${i}-${'y'.repeat(200)}`).join(' ');
+    model.enqueue({ text });
+    const frames = await runStream(server.url, { query: 'a burst' });
+    expect(frames.at(-1)!.event).toBe('complete');
+    expect(frames.filter((f) => f.event === 'delta').map((f) => f.data.text).join('')).toBe(text);
+    expect(await promMetric(server.url, 'agentd_sse_streams_dropped_total')).toBe(droppedBefore);
+  });
+
   it('POST /run: a stalled reader is dropped without cancelling the run; the run succeeds and its events resume from last_cursor', async () => {
     const session = `slow-run-${Date.now()}`;
     const port = Number(new URL(server.url).port);
     const droppedBefore = await promMetric(server.url, 'agentd_sse_streams_dropped_total');
-    // One answer of 3,000 words of 1 KB: 3,000 delta frames, then model_response, final_answer and
-    // complete of 3 MB each, far past the bound and the ~4 MB a stalled loopback socket absorbs.
-    model.enqueue({ text: Array.from({ length: 3000 }, (_, i) => `w${i}-${'y'.repeat(1000)}`).join(' ') });
+    // One answer of 10,000 words of 1 KB: 10,000 delta frames (10 MB), far past the ~4 MB a stalled
+    // loopback socket absorbs and then the bound (stored events carry a truncated copy of the text).
+    model.enqueue({ text: Array.from({ length: 10_000 }, (_, i) => `w${i}-${'y'.repeat(1000)}`).join(' ') });
     const body = JSON.stringify({ query: 'a long run', session_id: session });
     const slow = new StalledReader(port, `POST /run HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
     await eventually(async () => (await promMetric(server.url, 'agentd_sse_streams_dropped_total')) === droppedBefore + 1, 60_000, 'the stalled POST /run stream dropped');
