@@ -77,6 +77,9 @@ const result = await esbuild.build({
   plugins: [zodEnglishOnly],
   metafile: process.argv.includes('--metafile'),
 });
+// The dashboard (GET /ui): its own browser bundle in <outdir>/ui/, served by src/http/ui.ts.
+const { buildUi } = await import('./build-ui.mjs');
+await buildUi({ outdir: join(outdir, 'ui') });
 if (result.metafile) {
   const { writeFileSync } = await import('node:fs');
   writeFileSync(join(outdir, 'meta.json'), JSON.stringify(result.metafile));

@@ -8,6 +8,7 @@ import { jsonSerializerCompiler, zodValidatorCompiler } from './http/validation.
 import { installAuth } from './http/auth.js';
 import type { AppDeps } from './http/deps.js';
 import { installLazyDocs } from './http/docs.js';
+import { installUi } from './http/ui.js';
 import { healthRoutes } from './http/health.js';
 import { ROUTE_MODULES } from './http/routes.js';
 
@@ -88,6 +89,8 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
 
   // GET /openapi.json and /docs: built on first request (src/http/docs.ts), not at start-up.
   installLazyDocs(app, deps);
+  // GET /ui: the dashboard's static files (src/http/ui.ts).
+  installUi(app);
   await app.ready();
   // More sockets than this are closed on accept, before they cost a file descriptor for long.
   app.server.maxConnections = s.max_connections;

@@ -27,6 +27,9 @@ export const ROUTE_ACCESS: Readonly<Record<string, Access>> = {
   'GET /openapi.json': 'public',
   'GET /docs': 'public',
   'GET /docs/*': 'public',
+  // The dashboard's page and assets: no data, which it fetches with the user's own key.
+  'GET /ui': 'public',
+  'GET /ui/*': 'public',
   'POST /runs/:run_id/approvals/:approval_id': 'decide',
   'POST /runs/:run_id/budget': 'decide',
 };

@@ -74,7 +74,7 @@ describe('the docs app serves documentation only (finding 1)', () => {
  * GETs: every role. Everything else: operators.
  */
 function expectedRoles(method: string, path: string): Role[] | 'public' {
-  if (method === 'GET' && ['/health', '/ready', '/openapi.json', '/docs'].includes(path)) return 'public';
+  if (method === 'GET' && ['/health', '/ready', '/openapi.json', '/docs', '/ui'].includes(path)) return 'public';
   if (method === 'POST' && (path === '/runs/{run_id}/approvals/{approval_id}' || path === '/runs/{run_id}/budget')) return ['approver', 'admin'];
   if (method === 'GET') return [...ROLES];
   return ['operator', 'admin'];
@@ -106,7 +106,7 @@ describe('authorization is decided on the matched route (finding 2)', () => {
     s = await startTestServer({ auth: AUTH });
     const doc = (await getJson(`${s.url}/openapi.json`)).body as { paths: Record<string, Record<string, unknown>> };
     for (const [path, ops] of Object.entries(doc.paths)) for (const m of Object.keys(ops)) operations.push({ method: m.toUpperCase(), path });
-    operations = [...operations, { method: 'GET', path: '/openapi.json' }, { method: 'GET', path: '/docs' }];
+    operations = [...operations, { method: 'GET', path: '/openapi.json' }, { method: 'GET', path: '/docs' }, { method: 'GET', path: '/ui' }];
   });
   afterAll(async () => {
     await s.stop();

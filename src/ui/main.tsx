@@ -1,0 +1,82 @@
+// The agentd dashboard: a Preact single-page app on the public HTTP API (src/ui/api.ts).
+import { render } from 'preact';
+import { useEffect, useState } from 'preact/hooks';
+import { probeAccess, session, type Access } from './api.js';
+import { link, navigate, useRoute } from './router.js';
+import { RunsPage } from './runs.js';
+import { RunPage } from './run.js';
+import { ApprovalsPage } from './approvals.js';
+import { BackgroundPage } from './background.js';
+import { MachinesPage } from './machines.js';
+import './styles.css';
+
+function SignIn({ onDone, error }: { onDone: () => void; error: string | null }) {
+  const [key, setKey] = useState('');
+  return (
+    <form
+      class="card signin"
+      onSubmit={(e) => {
+        e.preventDefault();
+        session.setKey(key.trim());
+        onDone();
+      }}
+    >
+      <h2>Sign in</h2>
+      <p>This agentd needs an API key. It is kept in this tab only (sessionStorage).</p>
+      <input name="api-key" type="password" placeholder="API key" value={key} onInput={(e) => setKey((e.target as HTMLInputElement).value)} autofocus />
+      <button type="submit">Sign in</button>
+      {error && <p class="error">{error}</p>}
+    </form>
+  );
+}
+
+function App() {
+  const route = useRoute();
+  const [access, setAccess] = useState<Access | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const check = () => {
+    probeAccess().then(
+      (a) => {
+        if (a.needsKey && session.key()) {
+          setError('That key was refused.');
+          session.setKey('');
+        }
+        setAccess(a);
+      },
+      (e) => setError(String(e)),
+    );
+  };
+  useEffect(check, []);
+  if (!access) return <p class="muted">{error ?? 'Connecting…'}</p>;
+  if (access.needsKey) return <SignIn onDone={() => { setError(null); setAccess(null); check(); }} error={error} />;
+  const page = route.parts[0] ?? 'runs';
+  let body;
+  if (page === 'runs' && route.parts[1]) body = <RunPage runId={route.parts[1]} access={access} />;
+  else if (page === 'approvals') body = <ApprovalsPage access={access} />;
+  else if (page === 'background') body = <BackgroundPage access={access} />;
+  else if (page === 'machines') body = <MachinesPage query={route.query} />;
+  else body = <RunsPage access={access} />;
+  const tab = (name: string, label: string) => (
+    <a href={`/ui/${name}`} class={page === name ? 'active' : ''} onClick={link}>{label}</a>
+  );
+  return (
+    <>
+      <header>
+        <strong>agentd</strong>
+        <nav>
+          {tab('runs', 'Runs')}
+          {tab('approvals', 'Approvals')}
+          {tab('background', 'Background')}
+          {tab('machines', 'Machines')}
+        </nav>
+        <span class="role" data-role={access.role}>role: {access.role}</span>
+        {session.key() && (
+          <button class="link" onClick={() => { session.setKey(''); setAccess(null); check(); navigate('/ui/runs'); }}>sign out</button>
+        )}
+      </header>
+      <main>{body}</main>
+    </>
+  );
+}
+
+render(<App />, document.getElementById('app')!);

@@ -1,0 +1,159 @@
+// The dashboard end to end in headless Chromium (Debian's package, driven by playwright-core; no
+// browser download) against a real server: the demo model, builtin workspace + clock tools, and a
+// governance `ask` rule on clock. A screenshot of each page goes to test/ui/screenshots/ (gitignored).
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+
+const CHROMIUM = ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((p) => existsSync(p));
+if (!CHROMIUM) {
+  // Loud on purpose: .ci/run installs Debian's chromium; a machine without it skips these tests.
+  console.warn('\n!!! test/ui/dashboard.test.ts SKIPPED: no Chromium binary (apt-get install -y chromium) !!!\n');
+}
+
+const SHOTS = join(import.meta.dirname, 'screenshots');
+const sha = (k: string) => createHash('sha256').update(k).digest('hex');
+const KEYS = { admin: 'ui-admin-key', reader: 'ui-reader-key' };
+const ADMIN = { authorization: `Bearer ${KEYS.admin}` };
+
+describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
+  let s: TestServer;
+  let browser: Browser;
+  let page: Page;
+  const shot = (name: string) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+  const open = async (path: string) => {
+    await page.goto(`${s.url}${path}`);
+  };
+
+  beforeAll(async () => {
+    mkdirSync(SHOTS, { recursive: true });
+    s = await startTestServer({
+      agent: { tools: { builtin: ['workspace', 'clock'] } },
+      governance: { rules: [{ tools: ['clock'], effect: 'ask', reason: 'reading the clock needs a person' }] },
+      auth: { api_keys: [{ name: 'admin', role: 'admin', key_sha256: sha(KEYS.admin) }, { name: 'reader', role: 'reader', key_sha256: sha(KEYS.reader) }] },
+    });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
+    page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+  }, 60_000);
+  afterAll(async () => {
+    await browser?.close();
+    await s?.stop();
+    s?.cleanup();
+  });
+
+  it('asks for a key, signs in, starts a run and shows its answer and trace', async () => {
+    await open('/ui');
+    await page.locator('input[name=api-key]').waitFor();
+    await shot('sign-in');
+    await page.fill('input[name=api-key]', KEYS.admin);
+    await page.click('button[type=submit]');
+    await expect.poll(() => page.locator('.role').textContent()).toBe('role: admin');
+
+    await page.fill('#start-run input[name=query]', 'hello dashboard');
+    await page.click('#start-run button[type=submit]');
+    await expect.poll(() => page.locator('#start-run .answer').textContent(), { timeout: 10_000 }).toContain('You said: "hello dashboard"');
+    await expect.poll(() => page.locator('table.runs tbody tr').count(), { timeout: 5000 }).toBeGreaterThan(0);
+    await shot('runs');
+
+    await page.click('#start-run .run-link');
+    await expect.poll(() => page.locator('#run-answer').textContent()).toContain('You said: "hello dashboard"');
+    await expect.poll(() => page.locator('.waterfall tr.span').count()).toBeGreaterThan(1);
+    expect(await page.locator('.waterfall').textContent()).toContain('model.call');
+    await expect.poll(() => page.locator('.events tr').count()).toBeGreaterThan(1);
+    await shot('run');
+  });
+
+  it('shows a pending approval in the inbox, checks edited arguments against the schema, approves, and the run completes', async () => {
+    const started = await postJson(`${s.url}/run/sync`, { query: 'what time is it?' }, ADMIN);
+    expect(started.body.status).toBe('awaiting_approval');
+    const runId = started.body.run_id as string;
+
+    // The machine view highlights where the run waits.
+    await open(`/ui/machines?run=${runId}`);
+    await page.locator('svg[data-machine=run] g.state.current[data-state=awaitingApproval]').waitFor();
+    expect(await page.locator('svg.machine').count()).toBeGreaterThanOrEqual(4);
+    await shot('machines');
+
+    await open('/ui/approvals');
+    const card = page.locator(`.approval`).filter({ hasText: runId });
+    await card.waitFor();
+    expect(await card.locator('.tool').textContent()).toBe('clock');
+    expect(await card.locator('.reason').textContent()).toBe('reading the clock needs a person');
+    await shot('approvals');
+
+    await card.locator('textarea[name=arguments]').fill('{"timezone": 5}');
+    await card.locator('button.approve').click();
+    await expect.poll(() => card.locator('.error').textContent()).toContain('$.timezone must be string');
+    expect((await getJson(`${s.url}/runs/${runId}`, ADMIN)).body.status).toBe('awaiting_approval');
+
+    await card.locator('textarea[name=arguments]').fill('{"timezone": "Europe/Paris"}');
+    await card.locator('button.approve').click();
+    const done = await eventually(async () => {
+      const r = (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body;
+      return r.status === 'completed' ? r : null;
+    }, 10_000, 'run completed');
+    expect(done.approvals[0].edited_arguments).toEqual({ timezone: 'Europe/Paris' });
+    await page.locator('#inbox-empty').waitFor();
+
+    // And the machine view follows it to its end.
+    await open(`/ui/machines?run=${runId}`);
+    await page.locator('svg[data-machine=run] g.state.current[data-state=completed]').waitFor();
+  });
+
+  it('creates a task, runs it now and downloads a file of its workspace', async () => {
+    await open('/ui/background');
+    await page.fill('.task-form input[name=task_id]', 'notes-task');
+    await page.fill('.task-form input[name=task_query]', 'workspace_write path=notes.txt content=hello-from-the-dashboard');
+    await page.click('.task-form button[type=submit]');
+    const task = page.locator('.task[data-task=notes-task]');
+    await task.waitFor();
+    await task.locator('button.run-now').click();
+    const row = page.locator('tr.bg-run').filter({ hasText: 'notes-task' }).first();
+    await expect.poll(() => row.locator('.status').textContent(), { timeout: 15_000 }).toBe('completed');
+    await row.click();
+    const file = page.locator('a.file', { hasText: 'notes.txt' });
+    await file.waitFor();
+    const [download] = await Promise.all([page.waitForEvent('download'), file.click()]);
+    const path = await download.path();
+    expect(readFileSync(path, 'utf8')).toBe('hello-from-the-dashboard');
+
+    // A cron task shows its next due times.
+    await postJson(`${s.url}/background/tasks`, { task_id: 'nightly', query: 'hello', schedule: { type: 'cron', expression: '30 2 * * *', timezone: 'Europe/Paris' } }, ADMIN);
+    await expect.poll(() => page.locator('.task[data-task=nightly] .preview li').count(), { timeout: 10_000 }).toBe(3);
+    await shot('background');
+  });
+
+  it('a reader sees no start, approve, deny or cancel controls', async () => {
+    const waiting = await postJson(`${s.url}/run/sync`, { query: 'what time is it?' }, ADMIN);
+    expect(waiting.body.status).toBe('awaiting_approval');
+    const runId = waiting.body.run_id as string;
+
+    const reader = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+    await reader.goto(`${s.url}/ui`);
+    await reader.fill('input[name=api-key]', KEYS.reader);
+    await reader.click('button[type=submit]');
+    await expect.poll(() => reader.locator('.role').textContent()).toBe('role: reader');
+    await reader.locator('table.runs tbody tr').first().waitFor();
+    expect(await reader.locator('#start-run').count()).toBe(0);
+
+    await reader.goto(`${s.url}/ui/approvals`);
+    const card = reader.locator('.approval').filter({ hasText: runId });
+    await card.waitFor();
+    expect(await card.locator('button').count()).toBe(0);
+
+    await reader.goto(`${s.url}/ui/runs/${runId}`);
+    await reader.locator('#run-answer').waitFor();
+    expect(await reader.locator('#cancel-run').count()).toBe(0);
+    expect(await reader.locator('button.approve, button.deny').count()).toBe(0);
+    await reader.screenshot({ path: join(SHOTS, 'run-as-reader.png'), fullPage: true });
+    await reader.context().close();
+
+    // The admin does see them, and cancels the run from its page.
+    await open(`/ui/runs/${runId}`);
+    await page.locator('#cancel-run').click();
+    await eventually(async () => (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body.status === 'cancelled', 10_000, 'run cancelled');
+  });
+});
