@@ -259,6 +259,12 @@ export function createClient(options: ClientOptions) {
    * POST /run as an async iterator: `session`, the run's telemetry events, `delta`s, then
    * `complete` (or `error`). Leaving the loop early closes the stream, which cancels the run
    * (unless it already waits for a person). A 422 or 503 is thrown as AgentdError.
+   *
+   * It does not reconnect: a POST cannot be resumed, and a connection the client loses cancels
+   * the run. The one `error` after which the run goes on is StreamOverflow (the reader fell too
+   * far behind); it carries `last_cursor`, `run_id` and `session_id`: continue with
+   * `events.follow(session_id, { run_id, after: last_cursor })` and read the result with
+   * `runs.get(run_id)`.
    */
   async function* stream(query: string, opts: { session_id?: string | null; signal?: AbortSignal } = {}): AsyncGenerator<RunFrame> {
     const res = await send('startRun', { body: { query, session_id: opts.session_id ?? undefined }, signal: opts.signal }, 'text/event-stream');
