@@ -37,7 +37,12 @@ function TaskForm({ task, onSaved }: { task?: any; onSaved: () => void }) {
     try {
       const schedule = scheduleOf(type, value, tz);
       if (task) await api(`/background/tasks/${enc(task.task_id)}`, { method: 'PATCH', body: { query, schedule } });
-      else await api('/background/tasks', { method: 'POST', body: { task_id: taskId, query, schedule } });
+      else {
+        await api('/background/tasks', { method: 'POST', body: { task_id: taskId, query, schedule } });
+        setTaskId('');
+        setQuery('');
+        setValue('');
+      }
       onSaved();
     } catch (err) {
       setError(String(err));
@@ -64,7 +69,7 @@ function TaskForm({ task, onSaved }: { task?: any; onSaved: () => void }) {
   );
 }
 
-function Task({ task, access, refresh }: { task: any; access: Access; refresh: () => void }) {
+function Task({ task, access, refresh, tick }: { task: any; access: Access; refresh: () => void; tick: number }) {
   const [preview, setPreview] = useState<any[] | null>(null);
   const [state, setState] = useState<any>(null);
   const [editing, setEditing] = useState(false);
@@ -76,7 +81,7 @@ function Task({ task, access, refresh }: { task: any; access: Access; refresh: (
       const p = await api(`/background/tasks/${enc(task.task_id)}/schedule?count=3`).catch(() => null);
       setPreview(p?.upcoming ?? null);
     }
-  }, 5000, [task.task_id, task.updated_at]);
+  }, 5000, [task.task_id, task.updated_at, tick]);
   const act = (path: string, label: string) => async () => {
     try {
       await api(`/background/tasks/${enc(task.task_id)}/${path}`, { method: 'POST', body: {} });
@@ -100,10 +105,11 @@ function Task({ task, access, refresh }: { task: any; access: Access; refresh: (
       {access.canOperate && (
         <div class="row">
           <button class="run-now" onClick={act('run', 'queued a run')}>Run now</button>
-          {paused ? <button onClick={act('resume', 'resumed')}>Resume</button> : <button onClick={act('pause', 'paused')}>Pause</button>}
-          <button onClick={() => setEditing(!editing)}>{editing ? 'Close' : 'Edit'}</button>
+          {paused ? <button class="resume" onClick={act('resume', 'resumed')}>Resume</button> : <button class="pause" onClick={act('pause', 'paused')}>Pause</button>}
+          <button class="edit" onClick={() => setEditing(!editing)}>{editing ? 'Close' : 'Edit'}</button>
         </div>
       )}
+      <a href={`/ui/machines?task=${enc(task.task_id)}`} onClick={link}>machine</a>
       {editing && <TaskForm task={task} onSaved={() => { setEditing(false); refresh(); }} />}
       {msg && <p class="muted">{msg}</p>}
     </div>
@@ -137,7 +143,7 @@ function BgRun({ run }: { run: any }) {
         <tr><td colSpan={7}>
           {error && <p class="error">{error}</p>}
           <b>Attempts</b>
-          <ul>{attempts.map((a) => <li>#{a.attempt} <Status s={a.status} /> {fmtTime(a.started_at)} → {fmtTime(a.finished_at)} {a.error ? JSON.stringify(a.error).slice(0, 120) : ''}</li>)}</ul>
+          <ul>{attempts.map((a) => <li>#{a.attempt_number} <Status s={a.status} /> {fmtTime(a.started_at)} → {fmtTime(a.finished_at)} {a.reason ? ` · ${a.reason}` : ''} {a.error ? JSON.stringify(a.error).slice(0, 120) : ''}</li>)}</ul>
           <b>Workspace</b>
           {files && files.length === 0 && <p class="muted">empty</p>}
           <ul class="files">
@@ -178,7 +184,7 @@ export function BackgroundPage({ access }: { access: Access }) {
         <div class="card"><h3>New task</h3><TaskForm onSaved={refresh} /></div>
       )}
       {error && <p class="error">{error}</p>}
-      {tasks.map((t) => <Task key={t.task_id} task={t} access={access} refresh={refresh} />)}
+      {tasks.map((t) => <Task key={t.task_id} task={t} access={access} refresh={refresh} tick={tick} />)}
       {tasks.length === 0 && <p class="muted">No tasks.</p>}
       <div class="card">
         <h3>Background runs</h3>

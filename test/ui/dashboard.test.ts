@@ -33,6 +33,8 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     s = await startTestServer({
       agent: { tools: { builtin: ['workspace', 'clock'] } },
       governance: { rules: [{ tools: ['clock'], effect: 'ask', reason: 'reading the clock needs a person' }] },
+      // One tool call per run: a run that calls two tools at once waits for a budget decision.
+      budgets: { run: [{ meter: 'tool_calls', limit: 1 }] },
       auth: { api_keys: [{ name: 'admin', role: 'admin', key_sha256: sha(KEYS.admin) }, { name: 'reader', role: 'reader', key_sha256: sha(KEYS.reader) }] },
     });
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
@@ -103,6 +105,24 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await page.locator('svg[data-machine=run] g.state.current[data-state=completed]').waitFor();
   });
 
+  it('grants a budget request from the inbox and the run completes', async () => {
+    const started = await postJson(`${s.url}/run/sync`, { query: 'workspace_list and workspace_read path=a.txt' }, ADMIN);
+    expect(started.body.status).toBe('awaiting_budget');
+    const runId = started.body.run_id as string;
+    await open('/ui/approvals');
+    const card = page.locator('.budget').filter({ hasText: runId });
+    await card.waitFor();
+    expect(await card.textContent()).toContain('run tool_calls');
+    expect(await card.locator('input[name=amount]').inputValue()).toBe('1');
+    await shot('budget');
+    await card.locator('button.approve').click();
+    const done = await eventually(async () => {
+      const r = (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body;
+      return r.status === 'completed' ? r : null;
+    }, 10_000, 'run completed after the grant');
+    expect(done.budget_requests[0]).toMatchObject({ status: 'granted', amount: 1, approver: 'dashboard' });
+  });
+
   it('creates a task, runs it now and downloads a file of its workspace', async () => {
     await open('/ui/background');
     await page.fill('.task-form input[name=task_id]', 'notes-task');
@@ -122,8 +142,29 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
 
     // A cron task shows its next due times.
     await postJson(`${s.url}/background/tasks`, { task_id: 'nightly', query: 'hello', schedule: { type: 'cron', expression: '30 2 * * *', timezone: 'Europe/Paris' } }, ADMIN);
-    await expect.poll(() => page.locator('.task[data-task=nightly] .preview li').count(), { timeout: 10_000 }).toBe(3);
+    const nightly = page.locator('.task[data-task=nightly]');
+    await expect.poll(() => nightly.locator('.preview li').count(), { timeout: 10_000 }).toBe(3);
     await shot('background');
+
+    // Pause (the machine view shows it), resume, edit.
+    await nightly.locator('button.pause').click();
+    await nightly.locator('.s-paused').waitFor();
+    expect((await getJson(`${s.url}/background/tasks/nightly/status`, ADMIN)).body.schedule_state.paused).toBe(true);
+    await open('/ui/machines?task=nightly');
+    await page.locator('svg[data-machine=task] g.state.current[data-state=paused]').waitFor();
+    await open('/ui/background');
+    await nightly.locator('button.resume').click();
+    await nightly.locator('button.pause').waitFor();
+    expect((await getJson(`${s.url}/background/tasks/nightly/status`, ADMIN)).body.schedule_state.paused).toBe(false);
+    await nightly.locator('button.edit').click();
+    await nightly.locator('input[name=task_query]').fill('good evening');
+    await nightly.locator('input[name=schedule_value]').fill('0 21 * * *');
+    await nightly.locator('button[type=submit]').click();
+    await eventually(async () => {
+      const t = (await getJson(`${s.url}/background/tasks/nightly`, ADMIN)).body;
+      return t.query === 'good evening' && t.schedule.expression === '0 21 * * *';
+    }, 5000, 'task edited');
+    await expect.poll(() => nightly.locator('.preview li').first().textContent(), { timeout: 10_000 }).toContain('T21:00:00');
   });
 
   it('a reader sees no start, approve, deny or cancel controls', async () => {
