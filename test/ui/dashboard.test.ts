@@ -105,6 +105,21 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await page.locator('svg[data-machine=run] g.state.current[data-state=completed]').waitFor();
   });
 
+  it('denies an approval with a note from the inbox', async () => {
+    const started = await postJson(`${s.url}/run/sync`, { query: 'what time is it now?' }, ADMIN);
+    const runId = started.body.run_id as string;
+    await open('/ui/approvals');
+    const card = page.locator('.approval').filter({ hasText: runId });
+    await card.locator('input[name=note]').fill('not during the freeze');
+    await card.locator('button.deny').click();
+    await card.locator('.ok').waitFor();
+    const r = await eventually(async () => {
+      const run = (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body;
+      return run.status !== 'awaiting_approval' && run.status !== 'running' ? run : null;
+    }, 10_000, 'run went on after the denial');
+    expect(r.approvals[0]).toMatchObject({ status: 'denied', note: 'not during the freeze', approver: 'dashboard' });
+  });
+
   it('grants a budget request from the inbox and the run completes', async () => {
     const started = await postJson(`${s.url}/run/sync`, { query: 'workspace_list and workspace_read path=a.txt' }, ADMIN);
     expect(started.body.status).toBe('awaiting_budget');
