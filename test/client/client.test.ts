@@ -202,6 +202,55 @@ describe('events.follow', () => {
   });
 });
 
+describe('events.follow across a restart', () => {
+  it('resumes after the server ends the stream with ServiceShuttingDown and comes back on the same port', async () => {
+    const port = await freePort();
+    const dataDir = tempDir();
+    let a: TestServer | null = await startTestServer({ ...GOVERNED, server: { port } }, { modelUrl: model.url, dataDir });
+    let b: TestServer | null = null;
+    try {
+      const c = createClient({ url: `http://127.0.0.1:${port}` });
+      const first = await c.runs.sync('before');
+      const abort = new AbortController();
+      const seen: EventFrame[] = [];
+      const reconnects: Array<string | null> = [];
+      const reading = (async () => {
+        for await (const f of c.events.follow(first.session_id, { signal: abort.signal, retryDelayMs: 100, maxReconnects: 100, onReconnect: (_n, last) => reconnects.push(last) })) seen.push(f);
+      })();
+      const before = (await c.events.list({ session_id: first.session_id })).count;
+      await eventually(() => seen.filter((f) => f.kind === 'event').length === before);
+      await a.stop(1000);
+      a = null;
+      b = await startTestServer({ ...GOVERNED, server: { port } }, { modelUrl: model.url, dataDir });
+      await c.runs.sync('after', { session_id: first.session_id });
+      const all = await c.events.list({ session_id: first.session_id });
+      await eventually(() => seen.filter((f) => f.kind === 'event').length >= all.count, 10_000, 'the events after the restart');
+      abort.abort();
+      await reading;
+      expect(reconnects.length).toBeGreaterThanOrEqual(1);
+      expect(reconnects[0]).toBe(all.events[before - 1].cursor);
+      expect(seen.filter((f) => f.kind === 'event').map((f) => f.id)).toEqual(all.events.map((e) => e.cursor));
+      // The shutdown frame is handled, not handed to the caller.
+      expect(seen.some((f) => f.kind === 'error')).toBe(false);
+    } finally {
+      await a?.stop();
+      await b?.stop();
+      b?.cleanup();
+    }
+  });
+});
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
 describe('the built package entry agentd/client', () => {
   it('is what package.json exports: an ES module and its declarations, working against the server', async () => {
     const pkg = JSON.parse(readFileSync(join(import.meta.dirname, '../../package.json'), 'utf8'));
