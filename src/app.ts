@@ -1,8 +1,9 @@
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { fastifySSE } from '@fastify/sse';
 import { newId } from './ids.js';
-import { clientErrorHandler, frameworkErrorReply, installErrorHandling, stderrErrorLog, type ServerErrorEntry, type ServerErrorLog } from './http/error-handler.js';
-import { redactLogFields } from './telemetry/secrets.js';
+import { clientErrorHandler, frameworkErrorReply, installErrorHandling, logServerErrorToRequestLog, type ServerErrorEntry, type ServerErrorLog } from './http/error-handler.js';
+import { redactLogFields, redactorForConfig } from './telemetry/secrets.js';
+import { createLogger, logSettingsFromEnv } from './telemetry/logger.js';
 import { installJsonBodyParser } from './http/json-body.js';
 import { jsonSerializerCompiler, zodValidatorCompiler } from './http/validation.js';
 import { installAuth } from './http/auth.js';
@@ -36,7 +37,10 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
   const s = config.server;
   const headersMs = s.headers_timeout_seconds * 1000;
   const app = Fastify({
-    logger: deps.logger ?? false,
+    // One logger for the process (src/telemetry/logger.ts); each request gets a child with its
+    // `reqId`. Request lines only with AGENTD_LOG_REQUESTS=1; 5xx lines always (error handler).
+    loggerInstance: (deps.logger ?? createLogger({ ...logSettingsFromEnv(), redactor: redactorForConfig(config) })) as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: !deps.logRequests }),
     bodyLimit: s.max_body_bytes,
     // Time limits on what a client sends (not on responses: SSE streams and long synchronous runs
     // stay open, bounded by request_timeout_seconds and kept alive by pings). Fastify's default
@@ -79,8 +83,8 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
     deps.runtime.metrics.httpRequest(request.method, request.is404 ? null : (request.routeOptions.url ?? null), reply.statusCode, reply.elapsedTime / 1000);
   });
   // A 5xx line carries an error message, which may quote a credential (a provider echoing the key).
-  const logServerError = deps.logServerError ?? stderrErrorLog;
-  installErrorHandling(app, (entry) => logServerError(redactLogFields({ ...entry }, config) as unknown as ServerErrorEntry));
+  const logServerError = deps.logServerError ?? logServerErrorToRequestLog;
+  installErrorHandling(app, (entry, request) => logServerError(redactLogFields({ ...entry }, config) as unknown as ServerErrorEntry, request));
 
   await app.register(fastifySSE, { heartbeatInterval: 15_000 });
   installAuth(app, deps);

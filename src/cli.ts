@@ -4,7 +4,7 @@ import { ConfigError, configJsonSchema, loadConfig } from './config.js';
 import { handleSignals, startServer } from './main.js';
 import { describeMachines } from './runtime/machines-info.js';
 import { readVersion } from './version.js';
-import { configCheckJson, redactLogFields } from './telemetry/secrets.js';
+import { configCheckJson } from './telemetry/secrets.js';
 
 const HELP = `agentd: serve one configured LLM agent over HTTP, safely.
 
@@ -55,12 +55,11 @@ async function main(argv: string[]): Promise<number> {
       const { createWebSocketInspector } = await import('@statelyai/inspect');
       inspect = createWebSocketInspector().inspect;
     }
-    // Log lines quote errors (a provider's answer, an OTLP failure): redacted like telemetry.
-    const log = (level: string, msg: string, extra?: Record<string, unknown>) =>
-      process.stderr.write(`${JSON.stringify(redactLogFields({ time: new Date().toISOString(), level, msg, ...(extra ?? {}) }, config))}\n`);
-    const server = await startServer(config, { logger: process.env.AGENTD_LOG_REQUESTS === '1', inspect, log });
+    // Every line, this one included, goes through the process's logger (src/telemetry/logger.ts):
+    // JSON on stderr, or the pretty format on a terminal; redacted like telemetry.
+    const server = await startServer(config, { inspect });
     handleSignals(server);
-    process.stderr.write(`agentd ${readVersion()} listening on ${server.url} (agent '${config.agent.name}', model ${server.runtime.model.provider}/${server.runtime.model.model}, store ${config.store.kind} at ${config.store.kind === 'level' ? config.store.path : 'postgres'})\n`);
+    server.logger.info(`agentd ${readVersion()} listening on ${server.url} (agent '${config.agent.name}', model ${server.runtime.model.provider}/${server.runtime.model.model}, store ${config.store.kind} at ${config.store.kind === 'level' ? config.store.path : 'postgres'})`);
     return -1; // keep running
   }
   process.stderr.write(`agentd: unknown command '${argv.join(' ')}'\n\n${HELP}\n`);

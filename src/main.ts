@@ -8,21 +8,34 @@ import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
 import { Runtime, type RuntimeOptions } from './runtime/runtime.js';
 import { readVersion } from './version.js';
+import { createLogger, logFnOf, logSettingsFromEnv, type Logger } from './telemetry/logger.js';
+import { redactorForConfig } from './telemetry/secrets.js';
 
 export interface Server {
   app: FastifyInstance;
   runtime: Runtime;
   store: Store;
   url: string;
+  /** The process's one logger: HTTP, runtime and CLI lines all go through it. */
+  logger: Logger;
   close(graceMs?: number): Promise<void>;
 }
 
-export async function startServer(config: Config, opts: RuntimeOptions & { logger?: boolean; listen?: boolean; logServerError?: ServerErrorLog } = {}): Promise<Server> {
+/**
+ * `logger`: default, one built from AGENTD_LOG_LEVEL / AGENTD_LOG_FORMAT writing to stderr.
+ * `logRequests`: a line per request (default AGENTD_LOG_REQUESTS=1). `log`: the runtime's
+ * callback, default the logger.
+ */
+export async function startServer(config: Config, opts: RuntimeOptions & { logger?: Logger; logRequests?: boolean; listen?: boolean; logServerError?: ServerErrorLog } = {}): Promise<Server> {
+  const logger = opts.logger ?? createLogger({ ...logSettingsFromEnv(), redactor: redactorForConfig(config) });
   mkdirSync(config.data_dir, { recursive: true });
   if (config.store.kind === 'postgres') throw new Error('store.kind "postgres" is not available yet; use the embedded "level" store');
   const store = await openStore({ kind: 'level', path: config.store.path, sync: config.store.sync });
-  const runtime = await Runtime.create(config, store, opts);
-  const app = await buildApp({ config, store, runtime, version: readVersion(), logger: opts.logger ?? false, authEnabled: config.auth.api_keys.length > 0, logServerError: opts.logServerError });
+  const runtime = await Runtime.create(config, store, { ...opts, log: opts.log ?? logFnOf(logger) });
+  const app = await buildApp({
+    config, store, runtime, version: readVersion(), logger, logRequests: opts.logRequests ?? process.env.AGENTD_LOG_REQUESTS === '1',
+    authEnabled: config.auth.api_keys.length > 0, logServerError: opts.logServerError,
+  });
   let url = '';
   if (opts.listen !== false) {
     url = await app.listen({ host: config.server.host, port: config.server.port });
@@ -30,7 +43,7 @@ export async function startServer(config: Config, opts: RuntimeOptions & { logge
   await runtime.start();
   let closed = false;
   return {
-    app, runtime, store, url,
+    app, runtime, store, url, logger,
     async close(graceMs = 30_000) {
       if (closed) return;
       closed = true;
@@ -46,7 +59,7 @@ export async function startServer(config: Config, opts: RuntimeOptions & { logge
 }
 
 /** Installs SIGTERM/SIGINT handling: stop accepting, save live runs as interrupted, exit 0. */
-export function handleSignals(server: Server, log: (msg: string) => void = (m) => process.stderr.write(`${m}\n`)): void {
+export function handleSignals(server: Server, log: (msg: string) => void = (m) => server.logger.info(m)): void {
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;

@@ -8,7 +8,10 @@ export interface AppDeps {
   store: Store;
   runtime: Runtime;
   version: string;
-  logger?: boolean | Record<string, unknown>;
+  /** The process's logger (src/telemetry/logger.ts); built from the environment when absent. */
+  logger?: import('../telemetry/logger.js').Logger;
+  /** A line per request received and answered (AGENTD_LOG_REQUESTS=1). */
+  logRequests?: boolean;
   authEnabled?: boolean;
 }
 

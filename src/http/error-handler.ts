@@ -16,10 +16,16 @@ export interface ServerErrorEntry {
   status: number;
   error: { name: string; message: string; code?: string; stack?: string };
 }
-export type ServerErrorLog = (entry: ServerErrorEntry) => void;
+/** `request`: the request that failed, whose logger carries its id (`reqId`). */
+export type ServerErrorLog = (entry: ServerErrorEntry, request: FastifyRequest) => void;
 
-export const stderrErrorLog: ServerErrorLog = (entry) => {
-  process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), ...entry })}\n`);
+/**
+ * The default sink: the process's logger, through the request's child logger (so the line has
+ * `reqId`), at `error`, which every allowed AGENTD_LOG_LEVEL writes. Not tied to request logging.
+ */
+export const logServerErrorToRequestLog: ServerErrorLog = (entry, request) => {
+  const { level: _level, msg, request_id: _id, ...fields } = entry;
+  request.log.error(fields, msg);
 };
 
 /** The registered code for a 4xx status that Fastify or Node produced, so the body names it. */
@@ -39,7 +45,7 @@ function validationReply(reply: FastifyReply, detail: ValidationItem[]) {
  * input, `{detail}` for the routes whose spec answer is HttpErrorResponse, ErrorResponse for the
  * rest. Nothing else: no stack trace, no internal message of an unexpected error.
  */
-export function installErrorHandling(app: FastifyInstance, logServerError: ServerErrorLog = stderrErrorLog): void {
+export function installErrorHandling(app: FastifyInstance, logServerError: ServerErrorLog = logServerErrorToRequestLog): void {
   app.setErrorHandler((err: FastifyError | Error, request: FastifyRequest, reply: FastifyReply) => {
     if (err instanceof RequestValidationError) {
       return validationReply(reply, zodIssuesToDetail(err.issues, err.part, err.data));
@@ -87,8 +93,7 @@ export function installErrorHandling(app: FastifyInstance, logServerError: Serve
       route: request.is404 ? null : (request.routeOptions.url ?? null),
       status: 500,
       error: { name: e?.name ?? 'Error', message: String(e?.message ?? e), code: typeof e?.code === 'string' ? e.code : undefined, stack: e?.stack },
-    });
-    request.log.error({ err }, 'unhandled error');
+    }, request);
     return reply.status(500).send({ error: 'InternalServerError', message: 'an internal error occurred; it has been logged', detail: null });
   });
 

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { configFromObject } from '../../src/config.js';
 import { startServer, type Server } from '../../src/main.js';
 import type { ModelProvider } from '../../src/agent/model/types.js';
+import { createLogger, type LogLevel } from '../../src/telemetry/logger.js';
 
 export interface TestServer extends Server {
   dataDir: string;
@@ -29,7 +30,9 @@ export async function startTestServer(config: Record<string, unknown> = {}, opts
   }
   cfg.runs = { ...(cfg.runs ?? {}), orphan_sweep: { interval_seconds: 3600, ...(cfg.runs?.orphan_sweep ?? {}) } };
   const config2 = configFromObject(cfg, { dataDir, env: opts.env ?? {} });
-  const server = await startServer(config2, { model: opts.model });
+  // Quiet unless asked (AGENTD_LOG_LEVEL=info): warnings and every 5xx line still reach stderr.
+  const logger = createLogger({ level: (process.env.AGENTD_LOG_LEVEL as LogLevel | undefined) ?? 'warn' });
+  const server = await startServer(config2, { model: opts.model, logger });
   return {
     ...server,
     dataDir,

@@ -1,0 +1,154 @@
+// One structured logger: every line JSON with a level, request lines and 5xx lines with the
+// request's id, secrets redacted, the `serve` command's own lines included.
+import { spawn } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { configFromObject } from '../../src/config.js';
+import { startServer } from '../../src/main.js';
+import { logServerErrorToRequestLog } from '../../src/http/error-handler.js';
+import { createLogger, logSettingsFromEnv, prettyLine } from '../../src/telemetry/logger.js';
+import { Redactor } from '../../src/telemetry/redact.js';
+import { redactorForConfig } from '../../src/telemetry/secrets.js';
+import { getJson, tempDir } from '../helpers/server.js';
+
+const ROOT = join(import.meta.dirname, '../..');
+const SECRET = 'sk-proj-abcdefghijklmnop1234567890';
+
+function capture() {
+  const lines: string[] = [];
+  return { lines, destination: { write: (s: string) => void lines.push(...s.split('\n').filter(Boolean)) } };
+}
+const parsed = (lines: string[]) => lines.map((l) => JSON.parse(l) as Record<string, any>);
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+describe('the logger of a server', () => {
+  it('writes JSON lines with a level, the request id inside a request, and a redacted 5xx line', async () => {
+    const dataDir = tempDir();
+    dirs.push(dataDir);
+    const config = configFromObject({ server: { port: 0 }, runs: { orphan_sweep: { interval_seconds: 3600 } } }, { dataDir, env: { AGENTD_MODEL_API_KEY: SECRET } });
+    const { lines, destination } = capture();
+    const logger = createLogger({ destination, format: 'json', redactor: redactorForConfig(config) });
+    const server = await startServer(config, { logger, logRequests: true });
+    try {
+      const ok = await fetch(`${server.url}/health?api_key=${SECRET}`, { headers: { 'x-request-id': 'req-logging-1' } });
+      expect(ok.status).toBe(200);
+      // A real internal failure: the store closed under the server.
+      await server.store.close();
+      const failed = await getJson(`${server.url}/runs`);
+      expect(failed.status).toBe(500);
+      const failedId = failed.headers.get('x-request-id');
+      await new Promise((r) => setTimeout(r, 50)); // the completed-request line follows the response
+
+      const entries = parsed(lines);
+      for (const e of entries) {
+        expect(['trace', 'debug', 'info', 'warn', 'error']).toContain(e.level);
+        expect(typeof e.time).toBe('string');
+        expect(typeof e.msg).toBe('string');
+      }
+      const ofFirst = entries.filter((e) => e.reqId === 'req-logging-1');
+      expect(ofFirst.map((e) => e.msg)).toEqual(expect.arrayContaining(['incoming request', 'request completed']));
+      const serverError = entries.find((e) => e.level === 'error' && e.status === 500);
+      expect(serverError).toMatchObject({ reqId: failedId, method: 'GET', route: '/runs', msg: 'unhandled error' });
+      expect(serverError!.error.message.length).toBeGreaterThan(0);
+      // Each request line has its id; nothing anywhere holds the configured key.
+      for (const e of entries) if (e.req || e.res) expect(e.reqId).toBeTruthy();
+      expect(lines.join('\n')).not.toContain(SECRET);
+    } finally {
+      await server.close(0).catch(() => undefined);
+    }
+  });
+
+  it('redacts a 5xx line: configured secrets and credential patterns in the message and stack', () => {
+    const { lines, destination } = capture();
+    const logger = createLogger({ destination, format: 'json', redactor: new Redactor([SECRET]) });
+    logServerErrorToRequestLog({
+      level: 'error', msg: 'unhandled error', request_id: 'r1', method: 'POST', route: '/run', status: 500,
+      error: { name: 'Error', message: `provider said: invalid key ${SECRET}`, stack: `Error: Authorization: Bearer ghp_abcdefghijklmnopqrstuvwxyz0123456789\n    at x (y.js:1:1)` },
+    }, { log: logger.child({ reqId: 'r1' }) } as never);
+    expect(lines).toHaveLength(1);
+    const e = JSON.parse(lines[0]);
+    expect(e).toMatchObject({ level: 'error', reqId: 'r1', route: '/run', status: 500, msg: 'unhandled error' });
+    expect(lines[0]).not.toContain(SECRET);
+    expect(lines[0]).not.toContain('ghp_abcdefghijklmnopqrstuvwxyz0123456789');
+    expect(e.error.message).toContain('[REDACTED]');
+  });
+
+  it('redacts secrets passed in the message text and in error fields', () => {
+    const { lines, destination } = capture();
+    const logger = createLogger({ destination, format: 'json', redactor: new Redactor([SECRET]) });
+    logger.warn({ err: new Error(`boom ${SECRET}`), password: 'hunter2-hunter2' }, `otlp export failed: ${SECRET}`);
+    const e = JSON.parse(lines[0]);
+    expect(lines[0]).not.toContain(SECRET);
+    expect(lines[0]).not.toContain('hunter2-hunter2');
+    expect(e.err.type).toBe('Error');
+    expect(typeof e.err.stack).toBe('string');
+  });
+});
+
+describe('formats and settings', () => {
+  it('formats a line for people in pretty mode', () => {
+    const line = prettyLine(JSON.stringify({ level: 'warn', time: '2026-11-24T10:11:12.345Z', pid: 1, hostname: 'h', reqId: 'req_1', msg: 'slow reader', run_id: 'run_1', n: 3 }));
+    expect(line).toBe('10:11:12.345 WARN  [req_1] slow reader  run_id=run_1 n=3\n');
+    const { lines, destination } = capture();
+    createLogger({ destination, format: 'pretty' }).info({ a: 'b c' }, 'hello');
+    expect(lines[0]).toMatch(/^\d\d:\d\d:\d\d\.\d{3} INFO  hello {2}a="b c"$/);
+  });
+
+  it('reads AGENTD_LOG_LEVEL and AGENTD_LOG_FORMAT and refuses unknown values', () => {
+    expect(logSettingsFromEnv({})).toEqual({ level: 'info' });
+    expect(logSettingsFromEnv({ AGENTD_LOG_LEVEL: 'DEBUG', AGENTD_LOG_FORMAT: 'pretty' })).toEqual({ level: 'debug', format: 'pretty' });
+    expect(() => logSettingsFromEnv({ AGENTD_LOG_LEVEL: 'loud' })).toThrow(/AGENTD_LOG_LEVEL/);
+    // `silent` would hide the line every 5xx writes.
+    expect(() => logSettingsFromEnv({ AGENTD_LOG_LEVEL: 'silent' })).toThrow(/AGENTD_LOG_LEVEL/);
+    expect(() => logSettingsFromEnv({ AGENTD_LOG_FORMAT: 'xml' })).toThrow(/AGENTD_LOG_FORMAT/);
+    const { lines, destination } = capture();
+    const quiet = createLogger({ destination, level: 'warn' });
+    quiet.info('not written');
+    quiet.error('written');
+    expect(parsed(lines).map((e) => e.msg)).toEqual(['written']);
+  });
+});
+
+describe('agentd serve', () => {
+  it('writes only JSON lines on stderr (not a terminal): its own lines, request lines, the shutdown line', async () => {
+    const dataDir = tempDir();
+    dirs.push(dataDir);
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'serve', '--data-dir', dataDir, '--port', '0', '--host', '127.0.0.1'], {
+      cwd: ROOT, env: { ...process.env, AGENTD_LOG_REQUESTS: '1', AGENTD_LOG_LEVEL: 'info', AGENTD_LOG_FORMAT: '' }, stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let err = '';
+    child.stderr!.setEncoding('utf8');
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    const url = await new Promise<string>((res, rej) => {
+      const timer = setTimeout(() => rej(new Error(`no listening line in 30 s:\n${err}`)), 30_000);
+      child.stderr!.on('data', (c: string) => {
+        err += c;
+        const m = /listening on (http:\/\/\S+)/.exec(err);
+        if (m) {
+          clearTimeout(timer);
+          res(m[1]);
+        }
+      });
+    });
+    const r = await fetch(`${url}/no/such/route`, { headers: { 'x-request-id': 'req-serve-1' } });
+    expect(r.status).toBe(404);
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    const entries = err.split('\n').filter(Boolean).map((l) => {
+      try {
+        return JSON.parse(l) as Record<string, any>;
+      } catch {
+        throw new Error(`not a JSON line: ${l}`);
+      }
+    });
+    for (const e of entries) expect(typeof e.level).toBe('string');
+    expect(entries.some((e) => e.level === 'info' && /listening on http/.test(e.msg))).toBe(true);
+    expect(entries.filter((e) => e.reqId === 'req-serve-1').map((e) => e.msg)).toEqual(expect.arrayContaining(['incoming request', 'request completed']));
+    expect(entries.some((e) => /SIGTERM received/.test(e.msg))).toBe(true);
+  }, 60_000);
+});
