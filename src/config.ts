@@ -3,6 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { z } from 'zod';
+import { otlpEnvValues } from './telemetry/otlp-env.js';
 
 // --- field builders with one operator-readable message each ------------------------------------
 // Messages are set per check because a ConfigError prints `<path>: <message>` and zod's defaults
@@ -196,9 +197,13 @@ const TelemetryConfig = obj({
   capture: oneOf(['full', 'metadata_only']).default('full'),
   retention_days: posNumber().default(30),
   otlp: obj({
-    endpoint: url().optional().describe('OTLP/HTTP traces endpoint; default OTEL_EXPORTER_OTLP_ENDPOINT; off when unset.'),
-    headers: strMap().default({}),
-    protocol: oneOf(['http/json', 'http/protobuf']).default('http/json'),
+    endpoint: url().optional().describe('OTLP/HTTP base endpoint, `/v1/traces` appended; default OTEL_EXPORTER_OTLP_ENDPOINT; export is off when neither endpoint is set.'),
+    traces_endpoint: url().optional().describe('Full OTLP/HTTP traces URL, used as is; wins over endpoint; default OTEL_EXPORTER_OTLP_TRACES_ENDPOINT.'),
+    headers: strMap().default({}).describe('Sent with every export; also OTEL_EXPORTER_OTLP_HEADERS / _TRACES_HEADERS (a header the file names wins). Secret: redacted everywhere.'),
+    protocol: oneOf(['http/protobuf', 'http/json']).default('http/protobuf').describe('Default OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf.'),
+    timeout_ms: posInt('a whole number of milliseconds from 1 to 300000').max(300_000, { error: 'expected a whole number of milliseconds from 1 to 300000' }).default(10_000)
+      .describe('Per-request timeout; default OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT, else 10000.'),
+    service_name: nonEmpty().default('agentd').describe('Resource service.name; default OTEL_SERVICE_NAME, else agentd.'),
   }).prefault({}),
 });
 
@@ -468,19 +473,23 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
   }
   const envModel = nonEmptyEnv(env, 'AGENTD_MODEL');
   if (envModel !== undefined) override(['agent', 'model', 'model'], envModel, 'AGENTD_MODEL');
-  // OTEL_EXPORTER_OTLP_ENDPOINT is the standard fallback, so the file wins over it (decisions.md §8.2).
-  const otel = nonEmptyEnv(env, 'OTEL_EXPORTER_OTLP_ENDPOINT');
-  if (otel !== undefined && getPath(raw, ['telemetry', 'otlp', 'endpoint']) === undefined) {
-    override(['telemetry', 'otlp', 'endpoint'], otel, 'OTEL_EXPORTER_OTLP_ENDPOINT');
-  }
+  // The OTEL_* variables are standard fallbacks, so the file wins over them (decisions.md §8.2).
+  const otlpEnv = otlpEnvValues(env, (path) => {
+    if (path.length === 4 && path[2] === 'headers') {
+      const fileHeaders = getPath(raw, path.slice(0, 3));
+      return isRecord(fileHeaders) && Object.keys(fileHeaders).some((k) => k.toLowerCase() === path[3]);
+    }
+    return getPath(raw, path) !== undefined;
+  });
+  for (const v of otlpEnv.values) override(v.path, v.value, v.label);
   if (opts.flags?.host !== undefined) override(['server', 'host'], opts.flags.host, '--host');
   if (opts.flags?.port !== undefined) override(['server', 'port'], numeric(opts.flags.port), '--port');
 
   const parsed = ConfigSchema.safeParse(raw);
-  if (!parsed.success) throw new ConfigError(issueLines(parsed.error.issues, sources), source);
+  if (!parsed.success) throw new ConfigError([...otlpEnv.problems, ...issueLines(parsed.error.issues, sources)], source);
   const c = parsed.data;
 
-  const problems: string[] = [];
+  const problems: string[] = [...otlpEnv.problems];
   const m = c.agent.model;
   const modelName = m.model ?? (m.provider === 'demo' ? 'demo' : undefined);
   if (modelName === undefined) problems.push(`agent.model.model: required for provider "${m.provider}" (or set AGENTD_MODEL)`);

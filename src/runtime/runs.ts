@@ -294,6 +294,7 @@ export class RunService {
       ]);
       void this.emit(live, {
         event_type: 'user_message', actor: { type: 'user', id: session_id }, input: { query }, span_id: live.rootSpan,
+        metadata: { agent_name: record.agent_name }, // the trace's gen_ai.agent.name
       });
       // Our turn in the session, then the conversation the runs before us left (a session id we
       // just made up has none: no read).
@@ -637,7 +638,7 @@ export class RunService {
       event_type: 'model_response', actor: { type: 'model', id: this.model.model, name: this.model.provider }, span_id: span,
       parent_span_id: live.stepSpan, output: { text: result.text, tool_calls: result.tool_calls, finish_reason: result.finish_reason },
       token_usage: result.usage, estimated_cost_usd: usage.amounts.cost_usd, duration_ms: this.deps.clock.now() - started,
-      metadata: { model: result.model, provider: this.model.provider, step: ctx.step },
+      metadata: { model: result.model, provider: this.model.provider, step: ctx.step, finish_reason: result.finish_reason },
     });
     return { result, cost_usd: usage.amounts.cost_usd };
   }
@@ -1193,7 +1194,7 @@ export class RunService {
       void this.emit(live, {
         event_type: 'run_resumed', actor: { type: 'system', id: this.deps.workerId }, span_id: live.rootSpan,
         metadata: {
-          cause: how.cause, trigger: how.trigger, previous_trace_id: r.trace_id,
+          cause: how.cause, trigger: how.trigger, previous_trace_id: r.trace_id, agent_name: r.agent_name,
           ...(how.cause === 'recovered_after_lapsed_lease' || how.cause === 'interrupted'
             ? { previous_owner: r.owner, lease_expired_at: r.lease_expires_at, orphaned_seconds: Math.max(0, (now - lastBeat) / 1000) }
             : {}),

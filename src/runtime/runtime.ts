@@ -121,9 +121,10 @@ export class Runtime {
     const ledger = new BudgetLedger(store, config.budgets as never, clock);
     // The OTLP exporter (~120 ms to load) is imported only when an endpoint is configured.
     const o = config.telemetry.otlp;
-    const otlp = o.endpoint
+    const otlp = o.endpoint || o.traces_endpoint
       ? (await import('../telemetry/otlp.js')).createOtlpExporter({
-          endpoint: o.endpoint, headers: { ...o.headers }, protocol: o.protocol, serviceVersion: readVersion(), redactor: redactorForConfig(config),
+          endpoint: o.endpoint, tracesEndpoint: o.traces_endpoint, headers: { ...o.headers }, protocol: o.protocol, timeoutMillis: o.timeout_ms,
+          serviceName: o.service_name, serviceVersion: readVersion(), redactor: redactorForConfig(config),
           onEvent: (e) => {
             metrics.otlpEvent(e);
             if (e.type === 'failed' || e.type === 'dropped') opts.log?.('warn', `otlp export ${e.type}`, { ...e });

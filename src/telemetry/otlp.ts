@@ -26,7 +26,9 @@ export type OtlpExportEvent =
 
 export interface OtlpExporterOptions {
   /** Base endpoint (`/v1/traces` is appended) or a full traces URL ending in `/v1/traces`. */
-  endpoint: string;
+  endpoint?: string;
+  /** Full traces URL, used as is (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT); wins over `endpoint`. */
+  tracesEndpoint?: string;
   headers?: Record<string, string>;
   /** Default `http/protobuf`, the OTLP default. */
   protocol?: OtlpProtocol;
@@ -120,11 +122,36 @@ function hrDuration(start: HrTime, end: HrTime): HrTime {
   return [seconds, nanos];
 }
 
-function spanKind(span: TraceSpan): SpanKind {
-  // Model calls and MCP tools leave the process; everything else happens inside it.
-  if (span.name === 'model.call') return SpanKind.CLIENT;
-  if (span.name === 'tool.call' && typeof span.attributes['agentd.mcp_server'] === 'string') return SpanKind.CLIENT;
-  return SpanKind.INTERNAL;
+/**
+ * GenAI semantic-convention kinds: a model call (`chat`) leaves the process, so CLIENT; the agent
+ * runs in-process (`invoke_agent` INTERNAL) and `execute_tool` SHOULD be INTERNAL, MCP tools
+ * included (their transport would be the MCP instrumentation's own CLIENT span).
+ */
+export function otlpSpanKind(span: Pick<TraceSpan, 'name'>): SpanKind {
+  return span.name === 'model.call' ? SpanKind.CLIENT : SpanKind.INTERNAL;
+}
+
+/**
+ * GenAI semantic-convention span names: `{gen_ai.operation.name} {target}`, the target being the
+ * model for `chat`, the tool for `execute_tool`, the agent for `invoke_agent` (the operation alone
+ * when the target is unknown). Spans that are no GenAI operation keep agentd's name.
+ */
+export function otlpSpanName(span: Pick<TraceSpan, 'name' | 'attributes'>): string {
+  const target = (key: string): string => {
+    const v = span.attributes[key];
+    return typeof v === 'string' && v.length > 0 ? ` ${v}` : '';
+  };
+  switch (span.name) {
+    case 'model.call':
+      return `chat${target('gen_ai.request.model')}`;
+    case 'tool.call':
+      return `execute_tool${target('gen_ai.tool.name')}`;
+    case 'agent.run':
+    case 'subagent.run':
+      return `invoke_agent${target('gen_ai.agent.name')}`;
+    default:
+      return span.name;
+  }
 }
 
 function eventAttributes(event: EventInput, redactor: Redactor): Attributes {
@@ -173,6 +200,16 @@ export function traceToReadableSpans(
     eventsBySpan.set(sid, list);
     lastEventAt.set(sid, e.timestamp);
   }
+  // A tool call's policy events sit on a span of their own in the log; the trace view folds that
+  // span into the call's execution span (traces.ts), so its events land there too.
+  for (const span of trace.spans) {
+    const folded = span.attributes['agentd.policy.span_id'];
+    if (typeof folded !== 'string') continue;
+    const moved = eventsBySpan.get(folded);
+    if (!moved) continue;
+    eventsBySpan.set(span.span_id, [...moved, ...(eventsBySpan.get(span.span_id) ?? [])]);
+    eventsBySpan.delete(folded);
+  }
   const known = new Set(trace.spans.map((s) => s.span_id));
 
   return trace.spans.map((span): ReadableSpan => {
@@ -186,6 +223,7 @@ export function traceToReadableSpans(
     const endTime = toHrTime(span.ended_at ?? lastEventAt.get(span.span_id) ?? span.started_at);
     const attributes: Attributes = {
       ...redactAttributes(span.attributes, redactor),
+      'agentd.span.name': span.name,
       'agentd.trace_id': trace.trace_id,
       'agentd.span_id': span.span_id,
     };
@@ -199,8 +237,8 @@ export function traceToReadableSpans(
       attributes: eventAttributes(e, redactor),
     }));
     return {
-      name: span.name,
-      kind: spanKind(span),
+      name: redactor.text(otlpSpanName(span)),
+      kind: otlpSpanKind(span),
       spanContext: () => context,
       parentSpanContext,
       startTime,
@@ -234,7 +272,8 @@ function errorText(err: unknown): string {
 
 export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExporter {
   const protocol: OtlpProtocol = options.protocol ?? 'http/protobuf';
-  const url = resolveOtlpTracesUrl(options.endpoint);
+  if (!options.tracesEndpoint && !options.endpoint) throw new TypeError('an OTLP exporter needs endpoint or tracesEndpoint');
+  const url = options.tracesEndpoint ? new URL(options.tracesEndpoint).toString() : resolveOtlpTracesUrl(options.endpoint!);
   const maxQueue = options.maxQueue ?? 1000;
   const maxBatch = Math.max(1, options.maxBatch ?? 32);
   const maxAttempts = Math.max(1, options.maxAttempts ?? 5);

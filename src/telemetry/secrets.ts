@@ -47,6 +47,7 @@ export function configuredSecrets(config: Config): string[] {
   addUrl(config.store.url);
   const otlp = config.telemetry.otlp;
   addUrl(otlp.endpoint);
+  addUrl(otlp.traces_endpoint);
   for (const v of Object.values(otlp.headers ?? {})) headerValues(v).forEach(add);
   for (const server of config.agent.tools.mcp) {
     if ('url' in server) {

@@ -246,6 +246,8 @@ export function buildTrace<R extends TraceRecord, E extends EventInput>(record: 
     }
   }
 
+  foldPolicySpans(groups);
+
   const rootGroup = rootSpanId !== null ? groups.get(rootSpanId) : groups.get(`${record.trace_id}:root`);
   const runEnd = rootGroup?.span.ended_at ?? traceEnded;
 
@@ -299,6 +301,48 @@ export function buildTrace<R extends TraceRecord, E extends EventInput>(record: 
   }
 
   return { ...record, spans, events: ordered };
+}
+
+const POLICY_EVENT_TYPES: ReadonlySet<string> = new Set([
+  'policy_request_created',
+  'policy_decision_allow',
+  'policy_decision_ask',
+  'policy_decision_deny',
+]);
+
+/**
+ * One `tool.call` span per tool call. The runtime records a call's policy check (created, decided)
+ * on a span of its own, before the tool batch starts, and its execution (`tool_call` …
+ * `tool_result`/`tool_error`, or the `tool_error` of a denied or rejected call) on another: two
+ * `tool.call` spans, so every tool call was exported twice. When both are in this trace, the
+ * check folds into the execution span, which keeps its place under the batch and its timing, and
+ * gains the decision, the error of a denial, and `agentd.policy.span_id` (where the check's
+ * events point). A check whose execution is not in this trace (a call waiting for approval when
+ * its segment was suspended) stays the call's span in this trace.
+ */
+function foldPolicySpans<E extends EventInput>(groups: Map<string, SpanGroup<E>>): void {
+  const callId = (g: SpanGroup<E>): string | null => firstOf(g.events, (e) => metaStr(e, 'gen_ai.tool.call.id', 'tool_call_id', 'call_id'));
+  const executions = new Map<string, SpanGroup<E>>();
+  const checks: Array<[string, SpanGroup<E>]> = [];
+  for (const group of groups.values()) {
+    if (group.span.name !== 'tool.call') continue;
+    const id = callId(group);
+    if (id === null) continue;
+    if (group.events.every((e) => POLICY_EVENT_TYPES.has(e.event_type))) checks.push([id, group]);
+    else if (!executions.has(id)) executions.set(id, group);
+  }
+  for (const [id, check] of checks) {
+    const exec = executions.get(id);
+    if (!exec) continue;
+    const attrs = exec.span.attributes;
+    for (const [k, v] of Object.entries(check.span.attributes)) if (attrs[k] === undefined) attrs[k] = v;
+    attrs['agentd.policy.span_id'] = check.span_id;
+    if (check.hasError && !exec.hasError) {
+      exec.hasError = true;
+      exec.errorEvent = check.errorEvent;
+    }
+    groups.delete(check.span_id);
+  }
 }
 
 function firstOf<T, V>(items: readonly T[], pick: (item: T) => V | null): V | null {
@@ -363,9 +407,11 @@ function spanAttributes(
           return actor?.type === 'model' ? str(actor.name) ?? str(actor.id) : null;
         }),
       );
-      set('gen_ai.response.model', firstOf(events, (e) => metaStr(e, 'gen_ai.response.model', 'response_model')));
+      // A model_response's `model` is the one the provider says answered.
+      set('gen_ai.response.model', firstOf(events, (e) => metaStr(e, 'gen_ai.response.model', 'response_model') ?? (e.event_type === 'model_response' ? metaStr(e, 'model') : null)));
       set('gen_ai.provider.name', firstOf(events, (e) => metaStr(e, 'gen_ai.provider.name', 'provider')));
-      const finish = firstOf(events, (e) => metaStr(e, 'finish_reason'));
+      // metadata survives `capture: metadata_only`; the output is where events before it had it.
+      const finish = firstOf(events, (e) => metaStr(e, 'finish_reason') ?? (e.event_type === 'model_response' ? str(obj(e.output)?.finish_reason) : null));
       if (finish !== null) attrs['gen_ai.response.finish_reasons'] = [finish];
       break;
     }
@@ -376,18 +422,22 @@ function spanAttributes(
         firstOf(events, (e) => {
           const fromMeta = metaStr(e, 'gen_ai.tool.name', 'tool_name', 'tool');
           if (fromMeta !== null) return fromMeta;
+          // The runtime's tool actors are {type: 'tool', id: tool} and {type: 'mcp_server', id: tool, name: server}.
           const actor = obj(e.actor);
-          return actor?.type === 'tool' || actor?.type === 'mcp_server' ? str(actor.name) ?? str(actor.id) : null;
+          if (actor?.type === 'mcp_server') return str(actor.id);
+          return actor?.type === 'tool' ? str(actor.name) ?? str(actor.id) : null;
         }),
       );
       set('gen_ai.tool.call.id', firstOf(events, (e) => metaStr(e, 'gen_ai.tool.call.id', 'tool_call_id', 'call_id')));
+      // Every agentd tool is declared to the model as a function and run by agentd on its behalf.
+      attrs['gen_ai.tool.type'] = 'function';
       set(
         'agentd.mcp_server',
         firstOf(events, (e) => {
           const fromMeta = metaStr(e, 'mcp_server');
           if (fromMeta !== null) return fromMeta;
           const actor = obj(e.actor);
-          return actor?.type === 'mcp_server' ? str(actor.id) : null;
+          return actor?.type === 'mcp_server' ? str(actor.name) : null;
         }),
       );
       for (const e of events) {
@@ -407,9 +457,18 @@ function spanAttributes(
           const fromMeta = name === 'subagent.run' ? metaStr(e, 'subagent', 'subagent_name', 'agent_name') : metaStr(e, 'agent_name');
           if (fromMeta !== null) return fromMeta;
           const actor = obj(e.actor);
-          return actor?.type === 'agent' ? str(actor.name) : null;
+          if (actor?.type !== 'agent') return null;
+          // A run's final answer is signed with the agent's name (events stored before
+          // user_message carried `agent_name`); a subagent's events with the subagent's.
+          return str(actor.name) ?? (e.event_type === 'final_answer' || name === 'subagent.run' ? str(actor.id) : null);
         }),
       );
+      if (allEvents !== null) {
+        // The agent's model, as the semantic conventions ask of invoke_agent when known.
+        const model = allEvents.filter((e) => e.event_type === 'model_call' || e.event_type === 'model_response');
+        set('gen_ai.provider.name', firstOf(model, (e) => metaStr(e, 'gen_ai.provider.name', 'provider')));
+        set('gen_ai.request.model', firstOf(model, (e) => (e.event_type === 'model_call' ? metaStr(e, 'gen_ai.request.model', 'request_model', 'model') : null)));
+      }
       break;
     }
     case 'agent.step': {
@@ -436,6 +495,8 @@ function spanAttributes(
     }
   }
 
+  // The session is the conversation every GenAI operation of the run belongs to.
+  if (attrs['gen_ai.operation.name'] !== undefined) set('gen_ai.conversation.id', context.session_id);
   set('agentd.run_id', context.run_id);
   set('agentd.session_id', context.session_id);
   set('agentd.task_id', context.task_id);

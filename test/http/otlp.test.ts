@@ -1,54 +1,246 @@
-// OTLP/HTTP export: a receiver on loopback gets the run's spans, and their ids form the run's tree.
-import { createServer, type IncomingMessage } from 'node:http';
-import type { AddressInfo } from 'node:net';
+// OTLP/HTTP export end to end: a real server, configured only by the standard OTEL_* variables,
+// with the scripted model, exports to a local collector that decodes protobuf (the default
+// protocol) and JSON itself (test/helpers/otlp-receiver.ts). Checked: GenAI semantic-convention
+// names and kinds, parent/child links, one span per tool execution, service.name from
+// OTEL_SERVICE_NAME, the OTEL_EXPORTER_OTLP_* headers (and that their values never reach a body),
+// and docs/telemetry.md's attribute table against what is really sent, both ways.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventually, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
+import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
+import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 
-interface OtlpSpan { traceId: string; spanId: string; parentSpanId?: string; name: string; attributes: Array<{ key: string; value: Record<string, unknown> }> }
+const MCP_FIXTURE = join(import.meta.dirname, '../fixtures/mcp-stdio-server.ts');
+const HEADER_SECRET = 'c0llector-key=1234';
+const CONFIG = {
+  agent: {
+    name: 'otlp-agent',
+    tools: { builtin: ['clock', 'workspace'], mcp: [{ name: 'fx', command: process.execPath, args: ['--import', 'tsx', MCP_FIXTURE] }] },
+  },
+  governance: { rules: [{ tools: ['workspace_write'], effect: 'ask', reason: 'writes files' }] },
+  pricing: { scripted: { input_per_million_usd: 1, output_per_million_usd: 2 } },
+};
 
-const received: Array<{ contentType: string; body: any }> = [];
-const receiver = createServer((req: IncomingMessage, res) => {
-  const chunks: Buffer[] = [];
-  req.on('data', (c) => chunks.push(c));
-  req.on('end', () => {
-    const text = Buffer.concat(chunks).toString('utf8');
-    received.push({ contentType: String(req.headers['content-type']), body: req.headers['content-type']?.includes('json') ? JSON.parse(text) : text });
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end('{}');
-  });
-});
+let model: ScriptedOpenAI;
+let rx: OtlpReceiver;
 let server: TestServer;
 
+const str = (s: ReceivedSpan, key: string): unknown => s.attributes[key];
+const ofRun = (runId: string) => rx.spans().filter((s) => s.attributes['agentd.run_id'] === runId);
+const byName = (spans: ReceivedSpan[], name: string) => spans.filter((s) => s.attributes['agentd.span.name'] === name);
+/** Waits until the trace of a run segment (its root span) has arrived; returns that trace's spans. */
+const exportedTrace = (runId: string, status: string) =>
+  eventually(() => {
+    const root = ofRun(runId).find((s) => s.parentSpanId === '' && s.attributes['agentd.trace.status'] === status);
+    return root ? rx.spans().filter((s) => s.traceId === root.traceId) : null;
+  }, 15_000, `exported ${status} trace of ${runId}`);
+
 beforeAll(async () => {
-  await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', () => r()));
-  const port = (receiver.address() as AddressInfo).port;
-  server = await startTestServer({ telemetry: { otlp: { endpoint: `http://127.0.0.1:${port}`, protocol: 'http/json' } } });
-});
+  [model, rx] = await Promise.all([startScriptedOpenAI(), startOtlpReceiver()]);
+  model.setDefault({ text: 'done' });
+  server = await startTestServer(CONFIG, {
+    modelUrl: model.url,
+    env: {
+      OTEL_SERVICE_NAME: 'agentd-otlp-test',
+      OTEL_EXPORTER_OTLP_ENDPOINT: rx.url,
+      // Percent-encoded `=` in a value, spaces around pairs: both decoded/trimmed.
+      OTEL_EXPORTER_OTLP_HEADERS: `x-collector-key=${encodeURIComponent(HEADER_SECRET)} , x-tenant=acme`,
+    },
+  });
+}, 30_000);
 afterAll(async () => {
-  await server.stop();
-  server.cleanup();
-  receiver.close();
+  await server?.stop();
+  server?.cleanup();
+  await Promise.all([model?.close(), rx?.close()]);
 });
 
-describe('OTLP export', () => {
-  it("exports a finished run's trace with GenAI attributes and a consistent span tree", async () => {
-    const run = (await postJson(`${server.url}/run/sync`, { query: 'what time is it?' })).body;
-    expect(run.status).toBe('success');
-    const spans = await eventually(async () => {
-      const all: OtlpSpan[] = received.flatMap((r) => r.body.resourceSpans.flatMap((rs: any) => rs.scopeSpans.flatMap((ss: any) => ss.spans)));
-      const mine = all.filter((s) => s.attributes.some((a) => a.key === 'agentd.run_id' && a.value.stringValue === run.run_id));
-      return mine.some((s) => s.name === 'agent.run') ? mine : null;
-    });
-    expect(received[0].contentType).toContain('application/json');
-    expect(new Set(spans.map((s) => s.traceId)).size).toBe(1);
-    expect(spans[0].traceId).toMatch(/^[0-9a-f]{32}$/);
-    const ids = new Set(spans.map((s) => s.spanId));
-    const roots = spans.filter((s) => !s.parentSpanId);
-    expect(roots.map((s) => s.name)).toEqual(['agent.run']);
-    expect(spans.filter((s) => s.parentSpanId && !ids.has(s.parentSpanId))).toEqual([]);
-    const names = spans.map((s) => s.name);
-    for (const n of ['agent.step', 'model.call', 'tool.batch', 'tool.call']) expect(names).toContain(n);
-    const model = spans.find((s) => s.name === 'model.call')!;
-    expect(model.attributes.map((a) => a.key)).toEqual(expect.arrayContaining(['gen_ai.request.model', 'gen_ai.usage.input_tokens']));
+describe('OTLP export (protobuf, configured by OTEL_* variables)', () => {
+  let toolRun: string;
+  let spans: ReceivedSpan[];
+
+  beforeAll(async () => {
+    model.enqueue(
+      {
+        tool_calls: [
+          { id: 'call_clock', name: 'clock', arguments: {} },
+          { id: 'call_nope', name: 'no_such_tool', arguments: {} },
+        ],
+        usage: { prompt_tokens: 120, completion_tokens: 30 },
+        finish_reason: 'tool_calls',
+      },
+      { text: 'It is noon.', usage: { prompt_tokens: 200, completion_tokens: 10 }, finish_reason: 'stop' },
+    );
+    const run = await postJson(`${server.url}/run/sync`, { query: 'what time is it?' });
+    expect(run.body.status).toBe('success');
+    toolRun = run.body.run_id;
+    spans = await exportedTrace(toolRun, 'completed');
+  }, 30_000);
+
+  it('sends protobuf to /v1/traces with the OTEL_EXPORTER_OTLP_HEADERS, never their values in the body', () => {
+    const req = rx.requests.find((r) => r.spans.some((s) => s.attributes['agentd.run_id'] === toolRun))!;
+    expect(req.path).toBe('/v1/traces');
+    expect(req.contentType).toBe('application/x-protobuf');
+    expect(req.headers['x-collector-key']).toBe(HEADER_SECRET);
+    expect(req.headers['x-tenant']).toBe('acme');
+    for (const r of rx.requests) expect(r.body.includes(Buffer.from(HEADER_SECRET))).toBe(false);
   });
+
+  it('names the resource from OTEL_SERVICE_NAME', () => {
+    for (const s of spans) {
+      expect(s.resource['service.name']).toBe('agentd-otlp-test');
+      expect(s.scope).toBe('agentd');
+    }
+  });
+
+  it('uses GenAI semantic-convention names and kinds, with one tree per segment', () => {
+    expect(new Set(spans.map((s) => s.traceId)).size).toBe(1);
+    const ids = new Set(spans.map((s) => s.spanId));
+    expect(spans.filter((s) => s.parentSpanId !== '' && !ids.has(s.parentSpanId))).toEqual([]);
+    const roots = spans.filter((s) => s.parentSpanId === '');
+    expect(roots.map((s) => [s.name, s.kind])).toEqual([['invoke_agent otlp-agent', 1]]);
+    const root = roots[0];
+
+    const steps = byName(spans, 'agent.step');
+    expect(steps).toHaveLength(2);
+    for (const s of steps) expect([s.name, s.kind, s.parentSpanId]).toEqual(['agent.step', 1, root.spanId]);
+
+    const chats = byName(spans, 'model.call');
+    expect(chats.map((s) => [s.name, s.kind])).toEqual([['chat scripted', 3], ['chat scripted', 3]]);
+    for (const c of chats) expect(steps.map((s) => s.spanId)).toContain(c.parentSpanId);
+    const first = chats.find((c) => c.attributes['gen_ai.usage.input_tokens'] === 120)!;
+    expect(first.attributes).toMatchObject({
+      'gen_ai.operation.name': 'chat',
+      'gen_ai.provider.name': 'openai-compatible',
+      'gen_ai.request.model': 'scripted',
+      'gen_ai.usage.output_tokens': 30,
+      'gen_ai.response.finish_reasons': ['tool_calls'],
+      'gen_ai.conversation.id': root.attributes['agentd.session_id'],
+    });
+    expect(typeof first.attributes['gen_ai.response.model']).toBe('string');
+    expect(root.attributes).toMatchObject({
+      'gen_ai.operation.name': 'invoke_agent',
+      'gen_ai.agent.name': 'otlp-agent',
+      'gen_ai.usage.input_tokens': 320,
+      'gen_ai.usage.output_tokens': 40,
+    });
+  });
+
+  it('exports exactly one execute_tool span per tool call, under its batch, with the policy check folded in', () => {
+    const batch = byName(spans, 'tool.batch');
+    expect(batch).toHaveLength(1);
+    const tools = spans.filter((s) => s.name.startsWith('execute_tool'));
+    expect(tools.map((s) => s.attributes['gen_ai.tool.call.id']).sort()).toEqual(['call_clock', 'call_nope']);
+    expect(byName(spans, 'tool.call')).toHaveLength(2);
+
+    const clock = tools.find((s) => str(s, 'gen_ai.tool.call.id') === 'call_clock')!;
+    expect([clock.name, clock.kind, clock.parentSpanId, clock.status.code]).toEqual(['execute_tool clock', 1, batch[0].spanId, 1]);
+    expect(clock.attributes).toMatchObject({ 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': 'clock', 'gen_ai.tool.type': 'function', 'agentd.policy.decision': 'allow' });
+    expect(clock.events.map((e) => e.name)).toEqual(['policy_request_created', 'policy_decision_allow', 'tool_call', 'tool_result']);
+
+    const nope = tools.find((s) => str(s, 'gen_ai.tool.call.id') === 'call_nope')!;
+    expect([nope.name, nope.status.code, str(nope, 'error.type')]).toEqual(['execute_tool no_such_tool', 2, 'rejected']);
+    expect(String(str(nope, 'agentd.error.message'))).toContain("Unknown tool 'no_such_tool'");
+  });
+
+  it('the trace view agrees: one tool.call span per call', async () => {
+    const view = (await getJson(`${server.url}/telemetry/runs/${toolRun}/trace`)).body;
+    const calls = view.trace.spans.filter((s: { name: string }) => s.name === 'tool.call');
+    expect(calls.map((s: { attributes: Record<string, unknown> }) => s.attributes['gen_ai.tool.call.id']).sort()).toEqual(['call_clock', 'call_nope']);
+  });
+});
+
+describe("docs/telemetry.md's span attributes are what is sent", () => {
+  it('every documented attribute is on an exported span, and every exported attribute is documented', async () => {
+    // An approval across two segments (policy "ask", agentd.parent_trace_id) ...
+    model.enqueue({ tool_calls: [{ id: 'call_write', name: 'workspace_write', arguments: { path: 'a.txt', content: 'x' } }] }, { text: 'written' });
+    const paused = (await postJson(`${server.url}/run/sync`, { query: 'write a file' })).body;
+    expect(paused.status).toBe('awaiting_approval');
+    const first = await exportedTrace(paused.run_id, 'suspended');
+    const waiting = first.filter((s) => s.name.startsWith('execute_tool'));
+    expect(waiting.map((s) => [s.name, str(s, 'agentd.policy.decision'), s.status.code])).toEqual([['execute_tool workspace_write', 'ask', 0]]);
+    const approvalId = paused.approvals[0].approval_id;
+    expect((await postJson(`${server.url}/runs/${paused.run_id}/approvals/${approvalId}`, { decision: 'approve', approver: 'alice' })).status).toBe(200);
+    const second = await exportedTrace(paused.run_id, 'completed');
+    const resumedRoot = second.find((s) => s.parentSpanId === '')!;
+    expect(resumedRoot.attributes['agentd.parent_trace_id']).toBe(first.find((s) => s.parentSpanId === '')!.attributes['agentd.trace_id']);
+    expect(second.filter((s) => s.name.startsWith('execute_tool')).map((s) => s.name)).toEqual(['execute_tool workspace_write']);
+
+    // ... an MCP tool (agentd.mcp_server) ...
+    model.enqueue({ tool_calls: [{ id: 'call_mcp', name: 'fx__echo', arguments: { text: 'hi' } }] }, { text: 'echoed' });
+    const mcpRun = (await postJson(`${server.url}/run/sync`, { query: 'echo' })).body;
+    const mcp = (await exportedTrace(mcpRun.run_id, 'completed')).filter((s) => s.name.startsWith('execute_tool'));
+    expect(mcp.map((s) => [s.name, s.kind, str(s, 'agentd.mcp_server')])).toEqual([['execute_tool fx__echo', 1, 'fx']]);
+
+    // ... and a background task's run (agentd.task_id).
+    expect((await postJson(`${server.url}/background/tasks`, { task_id: 'otlp-task', query: 'hello', schedule: { type: 'manual' } })).status).toBe(200);
+    const bg = (await postJson(`${server.url}/background/tasks/otlp-task/run`, { wait: true })).body;
+    await eventually(() => rx.spans().some((s) => s.attributes['agentd.task_id'] === 'otlp-task'), 15_000, 'background run trace');
+
+    const sent = new Set(rx.spans().flatMap((s) => Object.keys(s.attributes)));
+    const doc = documentedAttributes();
+    expect(doc.size).toBeGreaterThan(20);
+    const missing = [...doc].filter(([name, viewOnly]) => !viewOnly && !sent.has(name)).map(([name]) => name);
+    expect(missing, `documented in docs/telemetry.md but never sent (${JSON.stringify(bg).slice(0, 80)})`).toEqual([]);
+    const undocumented = [...sent].filter((name) => !doc.has(name));
+    expect(undocumented, 'sent but not in docs/telemetry.md').toEqual([]);
+    const viewOnlySent = [...doc].filter(([name, viewOnly]) => viewOnly && sent.has(name)).map(([name]) => name);
+    expect(viewOnlySent, 'marked view only but sent').toEqual([]);
+  }, 60_000);
+});
+
+/** Attribute name -> marked *view only*, from the "Span attributes" table of docs/telemetry.md. */
+function documentedAttributes(): Map<string, boolean> {
+  const text = readFileSync(join(import.meta.dirname, '../../docs/telemetry.md'), 'utf8');
+  const start = text.indexOf('### Span attributes');
+  expect(start).toBeGreaterThan(0);
+  const rest = text.slice(start + 1);
+  const section = rest.slice(0, rest.search(/\n#{2,3} /));
+  const out = new Map<string, boolean>();
+  for (const line of section.split('\n')) {
+    const m = /^\| `([a-z_.]+)` \|([^|]*)\|/.exec(line);
+    if (m) out.set(m[1], m[2].includes('*view only*'));
+  }
+  return out;
+}
+
+describe('OTLP export (JSON, to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given)', () => {
+  it('uses the traces-specific variables over the general ones and the default service.name', async () => {
+    const rx2 = await startOtlpReceiver();
+    const s2 = await startTestServer({ agent: { name: 'json-agent', tools: { builtin: ['clock'] } } }, {
+      modelUrl: model.url,
+      env: {
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9/never-used',
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${rx2.url}/custom/traces`,
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json',
+        OTEL_EXPORTER_OTLP_HEADERS: 'x-tenant=general,x-region=eu',
+        OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'x-tenant=traces',
+        OTEL_EXPORTER_OTLP_TIMEOUT: '5000',
+      },
+    });
+    try {
+      model.enqueue({ tool_calls: [{ id: 'call_j', name: 'clock', arguments: {} }], usage: { prompt_tokens: 7, completion_tokens: 3 } }, { text: 'noon' });
+      const run = (await postJson(`${s2.url}/run/sync`, { query: 'time?' })).body;
+      const spans = await eventually(() => {
+        const mine = rx2.spans().filter((s) => s.attributes['agentd.run_id'] === run.run_id);
+        return mine.some((s) => s.parentSpanId === '') ? mine : null;
+      }, 15_000, 'JSON export');
+      const req = rx2.requests[0];
+      expect([req.path, req.contentType, req.headers['x-tenant'], req.headers['x-region']]).toEqual(['/custom/traces', 'application/json', 'traces', 'eu']);
+      expect(spans[0].resource['service.name']).toBe('agentd');
+      const ids = new Set(spans.map((s) => s.spanId));
+      expect(spans.filter((s) => s.parentSpanId !== '' && !ids.has(s.parentSpanId))).toEqual([]);
+      expect(spans.map((s) => [s.name, s.kind]).sort()).toEqual([
+        ['agent.step', 1], ['agent.step', 1], ['chat scripted', 3], ['chat scripted', 3], ['execute_tool clock', 1],
+        ['invoke_agent json-agent', 1], ['observation.pipeline', 1], ['tool.batch', 1],
+      ]);
+      const chat = spans.find((s) => s.attributes['gen_ai.usage.input_tokens'] === 7)!;
+      expect(chat.attributes['gen_ai.response.finish_reasons']).toEqual(['tool_calls']);
+    } finally {
+      await s2.stop();
+      s2.cleanup();
+      await rx2.close();
+    }
+  }, 30_000);
 });

@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
 import {
   createOtlpExporter,
+  otlpSpanName,
   resolveOtlpTracesUrl,
   toOtelSpanId,
   toOtelTraceId,
@@ -132,14 +133,17 @@ describe('OTLP export', () => {
       expect(s.spanId).toMatch(/^[0-9a-f]{16}$/);
       expect(attr(s, 'agentd.trace_id')).toEqual({ stringValue: IDS.trace });
       const ours = t.spans.find((x) => x.span_id === attr(s, 'agentd.span_id')?.stringValue)!;
-      expect(s.name).toBe(ours.name);
+      expect(s.name).toBe(otlpSpanName(ours));
+      expect(attr(s, 'agentd.span.name')).toEqual({ stringValue: ours.name });
       if (ours.parent_span_id === null) {
         expect(s.parentSpanId ?? '').toBe('');
       } else {
         expect(s.parentSpanId).toBe(otelIdOf.get(ours.parent_span_id));
       }
     }
-    const root = spans.find((s) => s.name === 'agent.run')!;
+    const root = spans.find((s) => attr(s, 'agentd.span.name')?.stringValue === 'agent.run')!;
+    expect(root.name).toBe('invoke_agent helper');
+    expect(root.kind).toBe(1); // INTERNAL (API kind + 1)
     expect(root.spanId).toBe(toOtelSpanId(IDS.root));
     expect(attr(root, 'agentd.parent_trace_id')).toEqual({ stringValue: 'trace_prev' });
     expect(root.events.map((e) => e.name)).toEqual(['user_message', 'final_answer']);
@@ -147,9 +151,12 @@ describe('OTLP export', () => {
     expect(BigInt(root.endTimeUnixNano) - BigInt(root.startTimeUnixNano)).toBe(320_000_000n);
     const model = spans.find((s) => s.spanId === toOtelSpanId(IDS.model1))!;
     expect(model.kind).toBe(3); // CLIENT (API kind + 1)
+    expect(model.name).toBe('chat demo-model');
     expect(attr(model, 'gen_ai.request.model')).toEqual({ stringValue: 'demo-model' });
     expect(Number(attr(model, 'gen_ai.usage.input_tokens')?.intValue)).toBe(100);
-    expect(attr(spans.find((s) => s.spanId === toOtelSpanId(IDS.tool1))!, 'gen_ai.tool.name')).toEqual({ stringValue: 'calculator' });
+    const tool = spans.find((s) => s.spanId === toOtelSpanId(IDS.tool1))!;
+    expect(attr(tool, 'gen_ai.tool.name')).toEqual({ stringValue: 'calculator' });
+    expect([tool.name, tool.kind]).toEqual(['execute_tool calculator', 1]);
   });
 
   it('exports OTLP/protobuf', async () => {

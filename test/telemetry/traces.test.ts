@@ -45,6 +45,7 @@ describe('buildTrace', () => {
     expect(s[IDS.model1].attributes).toEqual({
       ...ctx,
       'gen_ai.operation.name': 'chat',
+      'gen_ai.conversation.id': IDS.session,
       'gen_ai.request.model': 'demo-model',
       'gen_ai.provider.name': 'demo',
       'gen_ai.response.finish_reasons': ['tool-calls'],
@@ -55,8 +56,10 @@ describe('buildTrace', () => {
     expect(s[IDS.tool2].attributes).toEqual({
       ...ctx,
       'gen_ai.operation.name': 'execute_tool',
+      'gen_ai.conversation.id': IDS.session,
       'gen_ai.tool.name': 'clock',
       'gen_ai.tool.call.id': 'call_2',
+      'gen_ai.tool.type': 'function',
     });
     expect(s[IDS.root].attributes).toMatchObject({
       ...ctx,
@@ -152,6 +155,37 @@ describe('buildTrace', () => {
     expect(bgTrace.spans).toHaveLength(1);
     expect(bgTrace.spans[0]).toMatchObject({ name: 'background.run', status: 'ok' });
     expect(bgTrace.spans[0].attributes['agentd.task_id']).toBe('task_1');
+  });
+
+  it("folds a call's policy check into its execution span: one tool.call span per call", () => {
+    const base = runEvents()[0];
+    const e = (i: number, event_type: string, span_id: string, parent_span_id: string | null, metadata: Record<string, unknown> = {}, error: unknown = null) => ({
+      ...base, event_id: `event_${i}`, event_type, span_id, parent_span_id, cursor: String(100 + i).padStart(16, '0'),
+      timestamp: at(i * 10), metadata: { ...(base.metadata as object), ...metadata }, error,
+    });
+    const trace = buildTrace(traceRecord(), [
+      e(0, 'user_message', 'r', null),
+      e(1, 'agent_step', 'st', 'r'),
+      e(2, 'policy_request_created', 'p1', 'st', { tool_call_id: 'c1', tool_name: 'clock' }),
+      e(3, 'policy_decision_allow', 'p1', 'st', { tool_call_id: 'c1', tool_name: 'clock' }),
+      e(4, 'policy_request_created', 'p2', 'st', { tool_call_id: 'c2', tool_name: 'rm' }),
+      e(5, 'policy_decision_deny', 'p2', 'st', { tool_call_id: 'c2', tool_name: 'rm' }),
+      e(6, 'tool_batch_start', 'b', 'st'),
+      e(7, 'tool_call', 'x1', 'b', { tool_call_id: 'c1', tool_name: 'clock' }),
+      e(8, 'tool_error', 'x2', 'st', { tool_call_id: 'c2', tool_name: 'rm' }, { type: 'denied', message: 'Denied by policy.' }),
+      e(9, 'tool_result', 'x1', 'b', { tool_call_id: 'c1', tool_name: 'clock' }),
+      e(10, 'policy_request_created', 'p3', 'st', { tool_call_id: 'c3', tool_name: 'pay' }),
+      e(11, 'policy_decision_ask', 'p3', 'st', { tool_call_id: 'c3', tool_name: 'pay' }),
+    ]);
+    const calls = trace.spans.filter((x) => x.name === 'tool.call').sort((a, b) => a.span_id.localeCompare(b.span_id));
+    expect(calls.map((x) => [x.span_id, x.parent_span_id, x.status, x.attributes['gen_ai.tool.call.id'], x.attributes['agentd.policy.decision'], x.attributes['agentd.policy.span_id']])).toEqual([
+      ['p3', 'st', 'unset', 'c3', 'ask', undefined], // its execution is in a later segment
+      ['x1', 'b', 'ok', 'c1', 'allow', 'p1'],
+      ['x2', 'st', 'error', 'c2', 'deny', 'p2'],
+    ]);
+    const x1 = calls.find((x) => x.span_id === 'x1')!;
+    expect([x1.started_at, x1.ended_at]).toEqual([at(70), at(90)]);
+    expect(calls.find((x) => x.span_id === 'x2')!.attributes['error.type']).toBe('denied');
   });
 
   it('an empty trace has no spans', () => {
