@@ -97,10 +97,11 @@ describe('restart in the middle of a running background run', () => {
       expect.objectContaining({ attempt_number: 1, status: 'interrupted', reason: 'initial', agent_run_id: runId }),
       expect.objectContaining({ attempt_number: 2, status: 'completed', reason: 'recovery', agent_run_id: runId }),
     ]);
-    const names = eventNames((await b.get(`/background/runs/${runId}/events`)).body.events);
+    // Heartbeats (every lease/4) may come between any two lifecycle events, as many as the
+    // machine's load allows: the lifecycle order is what is checked.
+    const names = eventNames((await b.get(`/background/runs/${runId}/events`)).body.events).filter((n) => n !== 'background_run_heartbeat');
     expect(names).toEqual([
       'background_run_queued', 'background_run_claimed', 'background_run_started',
-      ...names.slice(3, names.indexOf('background_run_recovered')).map(() => 'background_run_heartbeat'),
       'background_run_recovered', 'background_run_started', 'background_run_completed',
     ]);
     // The completed non-idempotent call ran once, ever; the idempotent slow one ran again.
