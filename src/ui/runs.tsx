@@ -1,9 +1,12 @@
 // Runs: the live list (polled) with filters, and starting a run (POST /run, streamed).
-import { useState } from 'preact/hooks';
+import { useRef, useState } from 'preact/hooks';
 import { api, stream, type Access } from './api.js';
 import { link, navigate, usePoll } from './router.js';
 
 export const STATUSES = ['running', 'awaiting_approval', 'awaiting_budget', 'interrupted', 'completed', 'blocked', 'failed', 'cancelled', 'timeout'];
+const MAX_PAGES = 20;
+const KEEP_RUNS = 1000;
+
 export const TERMINAL = new Set(['completed', 'blocked', 'failed', 'cancelled', 'timeout']);
 
 /** Live answers of runs started from this tab: run id -> text so far (deltas are never stored). */
@@ -82,13 +85,33 @@ export function RunsPage({ access }: { access: Access }) {
   const [error, setError] = useState<string | null>(null);
   // A run started here refreshes the list at once instead of at the next poll.
   const [tick, setTick] = useState(0);
+  // GET /runs is oldest first with a cursor. The first poll walks to the end (at most MAX_PAGES
+  // pages of 500 per poll) and remembers where the last page starts; later polls read from there,
+  // so a poll is one or two requests however many runs the store holds, and the newest runs stay
+  // fresh. (A run older than that last page keeps the status it had when it was last seen.)
+  const tail = useRef<{ key: string; cursor: string | null; runs: Map<string, any> }>({ key: '', cursor: null, runs: new Map() });
   usePoll(async () => {
     const q = new URLSearchParams({ limit: '500' });
     if (status) q.set('status', status);
     if (sessionId.trim()) q.set('session_id', sessionId.trim());
+    const key = q.toString();
+    // With a status filter a run leaves the set when its status changes, so the set (usually
+    // small: what is running or waiting) is read from the start every time.
+    if (tail.current.key !== key || status) tail.current = { key, cursor: null, runs: new Map() };
+    const t = tail.current;
     try {
-      const page = await api(`/runs?${q}`);
-      setRuns([...page.runs].reverse());
+      let cursor = t.cursor;
+      for (let i = 0; i < MAX_PAGES; i++) {
+        const page = await api(`/runs?${q}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+        for (const r of page.runs) t.runs.set(r.run_id, r);
+        // This page's start: the next poll reads it again (fresh statuses) and what follows it.
+        t.cursor = cursor;
+        if (!page.next_cursor || page.runs.length === 0) break;
+        cursor = page.next_cursor;
+      }
+      // Keep the newest KEEP_RUNS (a Map keeps insertion order: oldest first).
+      while (t.runs.size > KEEP_RUNS) t.runs.delete(t.runs.keys().next().value as string);
+      if (tail.current === t) setRuns([...t.runs.values()].reverse());
       setError(null);
     } catch (e) {
       setError(String(e));

@@ -182,6 +182,19 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await expect.poll(() => nightly.locator('.preview li').first().textContent(), { timeout: 10_000 }).toContain('T21:00:00');
   });
 
+  it('lists the newest runs first past the first page of GET /runs (500)', async () => {
+    const have = (await getJson(`${s.url}/runs?limit=1`, ADMIN)).body.total as number;
+    let last = '';
+    for (let i = have; i < 510; i += 10) {
+      const batch = await Promise.all(Array.from({ length: 10 }, (_, j) => postJson(`${s.url}/run/sync`, { query: `bulk ${i + j}`, session_id: 'bulk' }, ADMIN)));
+      last = batch[9].body.run_id;
+    }
+    await postJson(`${s.url}/run/sync`, { query: 'the newest' }, ADMIN).then((r) => (last = r.body.run_id));
+    expect((await getJson(`${s.url}/runs?limit=1`, ADMIN)).body.total).toBeGreaterThan(500);
+    await open('/ui/runs');
+    await expect.poll(() => page.locator('table.runs tbody tr').first().locator('td').first().textContent(), { timeout: 10_000 }).toBe(last);
+  }, 60_000);
+
   it('a reader sees no start, approve, deny or cancel controls', async () => {
     const waiting = await postJson(`${s.url}/run/sync`, { query: 'what time is it?' }, ADMIN);
     expect(waiting.body.status).toBe('awaiting_approval');
