@@ -75,6 +75,10 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
   installJsonBodyParser(app, s.max_json_depth);
   app.setValidatorCompiler(zodValidatorCompiler);
   app.setSerializerCompiler(jsonSerializerCompiler);
+  // Set on arrival too: an SSE stream writes its headers itself (no onSend), and must carry it.
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });

@@ -38,6 +38,12 @@ export interface SseChannelOptions extends Partial<SseLimits> {
   metrics?: SseMetrics;
 }
 
+/**
+ * The reconnection delay a client should use (`retry:`, sent first on every stream): long enough
+ * that a restarting service is not hammered, short enough that a reader resumes quickly.
+ */
+export const SSE_RETRY_MS = 2000;
+
 // One batch is at most this much: frames that arrived together (a run's stored events come a
 // whole store round at a time) are written in the same tick, which Node sends as one writev.
 const MAX_BATCH_BYTES = 64 * 1024;
@@ -106,6 +112,7 @@ export class SseChannel {
   private dropped = false;
   private waitingDrain = false;
   private wakeScheduled = false;
+  private retrySent = false;
   private lastCursor: string | null;
   private wake: (() => void) | null = null;
   private roomWaiters: Array<() => void> = [];
@@ -280,6 +287,11 @@ export class SseChannel {
     // emits 'drain' (the freeze this replaced).
     const raw = this.reply.raw;
     let ok = true;
+    if (!this.retrySent) {
+      // The stream's first bytes: how long a client (EventSource, agentd/client) waits to reconnect.
+      this.retrySent = true;
+      raw.write(`retry: ${SSE_RETRY_MS}\n\n`);
+    }
     for (let k = start; k < i; k++) ok = raw.write(q[k].chunk);
     if (i === q.length) {
       this.queue = [];

@@ -10,7 +10,7 @@ import { logServerErrorToRequestLog } from '../../src/http/error-handler.js';
 import { createLogger, logSettingsFromEnv, prettyLine } from '../../src/telemetry/logger.js';
 import { Redactor } from '../../src/telemetry/redact.js';
 import { redactorForConfig } from '../../src/telemetry/secrets.js';
-import { getJson, tempDir } from '../helpers/server.js';
+import { getJson, startTestServer, tempDir } from '../helpers/server.js';
 
 const ROOT = join(import.meta.dirname, '../..');
 const SECRET = 'sk-proj-abcdefghijklmnop1234567890';
@@ -151,4 +151,37 @@ describe('agentd serve', () => {
     expect(entries.filter((e) => e.reqId === 'req-serve-1').map((e) => e.msg)).toEqual(expect.arrayContaining(['incoming request', 'request completed']));
     expect(entries.some((e) => /SIGTERM received/.test(e.msg))).toBe(true);
   }, 60_000);
+});
+
+describe('SSE answers', () => {
+  it('carry x-request-id and start with a retry hint, on POST /run and on a replay stream', async () => {
+    const server = await startTestServer();
+    try {
+      const run = await fetch(`${server.url}/run`, {
+        method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': 'req-sse-1' }, body: JSON.stringify({ query: 'hello', session_id: 'sse-hdr' }),
+      });
+      expect(run.status).toBe(200);
+      expect(run.headers.get('content-type')).toContain('text/event-stream');
+      expect(run.headers.get('x-request-id')).toBe('req-sse-1');
+      const text = await run.text();
+      expect(text.startsWith('retry: 2000\n\n')).toBe(true);
+      expect(text).toContain('event: complete');
+
+      const ac = new AbortController();
+      const replay = await fetch(`${server.url}/events/sse-hdr`, { signal: ac.signal, headers: { 'x-request-id': 'req-sse-2' } });
+      expect(replay.headers.get('x-request-id')).toBe('req-sse-2');
+      const reader = replay.body!.getReader();
+      let first = '';
+      while (!first.includes('\n\n')) first += new TextDecoder().decode((await reader.read()).value);
+      ac.abort();
+      expect(first.startsWith('retry: 2000\n\n')).toBe(true);
+      // Without a header of its own, the stream gets the id agentd made.
+      const made = await fetch(`${server.url}/events/sse-hdr`, { signal: AbortSignal.timeout(5000) }).catch(() => null);
+      expect(made?.headers.get('x-request-id')).toMatch(/^req_/);
+      await made?.body?.cancel().catch(() => undefined);
+    } finally {
+      await server.stop();
+      server.cleanup();
+    }
+  });
 });
