@@ -1,69 +1,89 @@
 #!/usr/bin/env node
-// The `agentd` command. Thin: parses the sub-command and delegates.
-import { ConfigError, configJsonSchema, loadConfig } from './config.js';
-import { handleSignals, startServer } from './main.js';
-import { describeMachines } from './runtime/machines-info.js';
+// The `agentd` command. Thin: finds the command in the table (src/cli/commands.ts), parses its
+// flags strictly (src/cli/args.ts) and loads only that command's code. Exit codes: 0 ok, 1 error,
+// 2 usage (unknown command or flag, missing argument), 3 a run waits for a person.
+import { commandHelp, EXIT, normaliseInspectFlag, parseCommand, UsageError } from './cli/args.js';
+import { COMMANDS, GROUPS, type Command } from './cli/commands.js';
+import { reportError } from './cli/errors.js';
 import { readVersion } from './version.js';
-import { configCheckJson } from './telemetry/secrets.js';
 
-const HELP = `agentd: serve one configured LLM agent over HTTP, safely.
+function topHelp(): string {
+  const lines = COMMANDS.map((c) => {
+    const args = (c.args ?? []).map((a) => (a.endsWith('?') ? `[${a.slice(0, -1)}]` : a)).join(' ');
+    return `  ${`${c.path.join(' ')}${args ? ` ${args}` : ''}`.padEnd(34)} ${c.summary.split(/(?<=\.) /)[0]}`;
+  });
+  return `agentd: serve one configured LLM agent over HTTP, safely, and operate it.
 
-Usage:
-  agentd serve [--config FILE] [--host H] [--port N] [--data-dir DIR] [--inspect]
-      Start the service. With no config it runs on the embedded store with the built-in demo
-      model (offline). Env: AGENTD_CONFIG, AGENTD_HOST, AGENTD_PORT, AGENTD_DATA_DIR,
-      AGENTD_MODEL_BASE_URL, AGENTD_MODEL, AGENTD_MODEL_API_KEY (else OPENAI_API_KEY).
-      --inspect connects the actor system to the Stately inspector (WebSocket).
-  agentd config schema      Print the JSON Schema of the config file.
-  agentd config check [--config FILE]   Validate a config file and print the resolved config.
-  agentd machines           Print every state machine as a Mermaid diagram.
-  agentd version            Print the version.
-  agentd --help             This text.
+Usage: agentd <command> [flags]     agentd <command> --help for its flags
 
-Docs: README.md and docs/ (configuration.md, http-api.md, operations.md).`;
+Commands:
+${lines.join('\n')}
+  version                            Print the version (also -V, --version).
+
+Commands that talk to a running agentd take --url URL (env AGENTD_URL, default
+http://127.0.0.1:8000), --key KEY (env AGENTD_API_KEY) and --json (machine-readable output).
+Exit codes: 0 ok, 1 error, 2 usage, 3 a run waits for an approval or budget.
+
+Docs: README.md and docs/ (cli.md, configuration.md, http-api.md, operations.md).`;
+}
+
+function groupHelp(group: string): string {
+  const cmds = COMMANDS.filter((c) => c.path[0] === group);
+  return `Usage: agentd ${group} <${cmds.map((c) => c.path[1]).join('|')}> [flags]\n\n${GROUPS[group] ?? ''}\n\n${cmds
+    .map((c) => `  ${c.path.join(' ').padEnd(20)} ${c.summary}`)
+    .join('\n')}\n\nagentd ${group} <command> --help for its flags.`;
+}
+
+/** Flags that may come before the command (`agentd --url U runs ls`): moved after its words. */
+const LEADING_FLAGS_WITH_VALUE = new Set(['--url', '--key']);
+const LEADING_FLAGS = new Set(['--json']);
 
 async function main(argv: string[]): Promise<number> {
-  const [cmd, sub] = argv;
-  if (!cmd || cmd === '--help' || cmd === '-h' || cmd === 'help') {
-    process.stdout.write(`${HELP}\n`);
-    return cmd ? 0 : 1;
+  const leading: string[] = [];
+  let i = 0;
+  for (; i < argv.length; i++) {
+    const a = argv[i];
+    if (LEADING_FLAGS.has(a)) leading.push(a);
+    else if (LEADING_FLAGS_WITH_VALUE.has(a) && i + 1 < argv.length) leading.push(a, argv[++i]);
+    else if (/^--(url|key)=/.test(a)) leading.push(a);
+    else break;
   }
-  if (cmd === 'version' || cmd === '--version') {
+  const rest = argv.slice(i);
+  const [cmd, sub] = rest;
+  if (cmd === undefined) {
+    process.stderr.write(`${topHelp()}\n`);
+    return EXIT.usage;
+  }
+  if (cmd === '-h' || cmd === '--help' || cmd === 'help') {
+    process.stdout.write(`${topHelp()}\n`);
+    return EXIT.ok;
+  }
+  if (cmd === '-V' || cmd === '--version' || cmd === 'version') {
     process.stdout.write(`${readVersion()}\n`);
-    return 0;
+    return EXIT.ok;
   }
-  if (cmd === 'config' && sub === 'schema') {
-    process.stdout.write(`${JSON.stringify(configJsonSchema(), null, 2)}\n`);
-    return 0;
-  }
-  if (cmd === 'config' && sub === 'check') {
-    const config = loadConfig({ argv: argv.slice(2) });
-    // Header values, credential-named MCP env values, URL passwords: masked (issue 10, finding 9).
-    process.stdout.write(`${configCheckJson(config)}\n`);
-    return 0;
-  }
-  if (cmd === 'machines') {
-    for (const m of describeMachines()) process.stdout.write(`## ${m.id} (version ${m.version})\n\n\`\`\`mermaid\n${m.mermaid}\n\`\`\`\n\n`);
-    return 0;
-  }
-  if (cmd === 'serve') {
-    const args = argv.slice(1);
-    const inspectFlag = args.includes('--inspect');
-    const config = loadConfig({ argv: args.filter((a) => a !== '--inspect') });
-    let inspect;
-    if (inspectFlag) {
-      const { createWebSocketInspector } = await import('@statelyai/inspect');
-      inspect = createWebSocketInspector().inspect;
+  let command: Command | undefined;
+  let words = 1;
+  if (GROUPS[cmd]) {
+    if (sub === undefined || sub === '-h' || sub === '--help') {
+      (sub ? process.stdout : process.stderr).write(`${groupHelp(cmd)}\n`);
+      return sub ? EXIT.ok : EXIT.usage;
     }
-    // Every line, this one included, goes through the process's logger (src/telemetry/logger.ts):
-    // JSON on stderr, or the pretty format on a terminal; redacted like telemetry.
-    const server = await startServer(config, { inspect });
-    handleSignals(server);
-    server.logger.info(`agentd ${readVersion()} listening on ${server.url} (agent '${config.agent.name}', model ${server.runtime.model.provider}/${server.runtime.model.model}, store ${config.store.kind} at ${config.store.kind === 'level' ? config.store.path : 'postgres'})`);
-    return -1; // keep running
+    command = COMMANDS.find((c) => c.path[0] === cmd && c.path[1] === sub);
+    words = 2;
+    if (!command) throw new UsageError(`unknown command 'agentd ${cmd} ${sub}'`, `agentd ${cmd}`);
+  } else {
+    command = COMMANDS.find((c) => c.path.length === 1 && c.path[0] === cmd);
+    if (!command) throw new UsageError(cmd.startsWith('-') ? `unknown flag '${cmd}'` : `unknown command '${cmd}'`);
   }
-  process.stderr.write(`agentd: unknown command '${argv.join(' ')}'\n\n${HELP}\n`);
-  return 2;
+  const args = [...rest.slice(words), ...leading];
+  const parsed = parseCommand(command, command.path[0] === 'serve' ? normaliseInspectFlag(args) : args);
+  if (parsed.help) {
+    process.stdout.write(`${commandHelp(command)}\n`);
+    return EXIT.ok;
+  }
+  const handler = await command.load();
+  return handler(parsed, command);
 }
 
 main(process.argv.slice(2)).then(
@@ -71,9 +91,6 @@ main(process.argv.slice(2)).then(
     if (code >= 0) process.exitCode = code;
   },
   (err) => {
-    if (err instanceof ConfigError) process.stderr.write(`agentd: ${err.message}\n`);
-    else if ((err as { code?: string })?.code === 'locked' || /LOCK/.test(String((err as Error)?.message))) process.stderr.write(`agentd: the data dir is in use by another agentd process (${String((err as Error).message)})\n`);
-    else process.stderr.write(`agentd: ${err instanceof Error ? err.message : String(err)}\n`);
-    process.exitCode = 1;
+    process.exitCode = reportError(err);
   },
 );

@@ -1,0 +1,135 @@
+// Every command of `agentd`: its words, arguments, flags and help, and where its code lives. The
+// code of each group is imported only when that command runs: `agentd runs ls` never loads the
+// server (config, store, models), and `agentd serve` never loads the HTTP client, so neither pays
+// for the other at start-up.
+import type { CommandSpec, Parsed } from './args.js';
+
+export type Handler = (p: Parsed, spec: CommandSpec) => Promise<number>;
+export interface Command extends CommandSpec {
+  load: () => Promise<Handler>;
+}
+
+const local = (name: 'serve' | 'configCheck' | 'configSchema' | 'machines') => async () => (await import('./serve.js'))[name];
+const runs = (name: 'run' | 'runsLs' | 'runsShow' | 'runsCancel' | 'runsResume' | 'approvalsLs' | 'approvalsApprove' | 'approvalsDeny' | 'budgetGrant' | 'budgetDeny') => async () => (await import('./runs.js'))[name];
+const tasks = (name: 'tasksLs' | 'tasksCreate' | 'tasksRun' | 'tasksPause' | 'tasksResume' | 'tasksPreview' | 'eventsTail') => async () => (await import('./tasks.js'))[name];
+
+const note = { type: 'string', value: 'TEXT', help: 'A note stored with the decision (a denial\'s note reaches the model).' } as const;
+
+export const COMMANDS: Command[] = [
+  {
+    path: ['serve'],
+    summary: 'Start the service. With no config it runs on the embedded store with the built-in demo model (offline).',
+    options: {
+      config: { type: 'string', value: 'FILE', help: 'Config file (JSON; env AGENTD_CONFIG).' },
+      host: { type: 'string', value: 'H', help: 'Listen address (env AGENTD_HOST; default 127.0.0.1).' },
+      port: { type: 'string', value: 'N', help: 'Listen port (env AGENTD_PORT; default 8000; 0 picks a free one).' },
+      'data-dir': { type: 'string', value: 'DIR', help: 'Data directory (env AGENTD_DATA_DIR; default ./.agentd).' },
+      inspect: { type: 'string', value: '[URL]', help: 'Send XState inspection events to a WebSocket endpoint (default ws://localhost:8080).' },
+    },
+    details: [
+      'Model env: AGENTD_MODEL_BASE_URL, AGENTD_MODEL, AGENTD_MODEL_API_KEY (else OPENAI_API_KEY).',
+      'Logs: AGENTD_LOG_LEVEL, AGENTD_LOG_FORMAT, AGENTD_LOG_REQUESTS (docs/operations.md).',
+      '--inspect: see docs/machines.md ("Watching the machines").',
+    ].join('\n'),
+    load: local('serve'),
+  },
+  { path: ['config', 'check'], summary: 'Validate a config file and print the resolved config (secrets masked).', options: { config: { type: 'string', value: 'FILE', help: 'Config file (env AGENTD_CONFIG).' } }, load: local('configCheck') },
+  { path: ['config', 'schema'], summary: 'Print the JSON Schema of the config file.', load: local('configSchema') },
+  { path: ['machines'], summary: 'Print every state machine as a Mermaid diagram.', load: local('machines') },
+  {
+    path: ['run'], args: ['QUERY'], remote: true,
+    summary: 'Run the agent: the answer streams to stdout, a status line (tool calls, approvals) to stderr.',
+    options: {
+      session: { type: 'string', value: 'S', help: 'Continue this session (default: a new one).' },
+      sync: { type: 'boolean', help: 'Wait for the whole answer (POST /run/sync) instead of streaming it.' },
+    },
+    details: 'Exit: 0 success, 1 error/cancelled/timeout, 3 waiting for an approval or budget (the ids and the\ncommands to decide are printed). Ctrl-C closes the stream, which cancels the run.',
+    load: runs('run'),
+  },
+  {
+    path: ['runs', 'ls'], remote: true, summary: 'List runs, oldest first.',
+    options: {
+      status: { type: 'string', value: 'S', help: 'Only runs in this status (running, awaiting_approval, awaiting_budget, completed, failed, ...).' },
+      session: { type: 'string', value: 'S', help: 'Only runs of this session.' },
+      limit: { type: 'string', value: 'N', help: 'At most N runs (server default 50).' },
+      cursor: { type: 'string', value: 'C', help: 'Continue after a previous page (its next_cursor).' },
+    },
+    load: runs('runsLs'),
+  },
+  { path: ['runs', 'show'], args: ['RUN'], remote: true, summary: 'Show one run: status, usage, tool calls, approvals, answer.', load: runs('runsShow') },
+  { path: ['runs', 'cancel'], args: ['RUN'], remote: true, summary: 'Cancel a run.', load: runs('runsCancel') },
+  { path: ['runs', 'resume'], args: ['RUN'], remote: true, summary: 'Continue a decided, interrupted or orphaned run and print its result (exit codes as `run`).', load: runs('runsResume') },
+  { path: ['approvals', 'ls'], remote: true, summary: 'Pending approvals across runs (runs awaiting approval).', load: runs('approvalsLs') },
+  {
+    path: ['approvals', 'approve'], args: ['RUN', 'APPROVAL'], remote: true, summary: 'Approve a pending tool call; the run resumes once all of its approvals are decided.',
+    options: {
+      args: { type: 'string', value: 'JSON', help: 'Approve this edited call instead (a JSON object of arguments).' },
+      note: { ...note },
+      approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER; with auth.bind_approver it must be the API key\'s name).' },
+    },
+    load: runs('approvalsApprove'),
+  },
+  {
+    path: ['approvals', 'deny'], args: ['RUN', 'APPROVAL'], remote: true, summary: 'Deny a pending tool call: it does not run, and the model is told "Denied by <approver>: <note>".',
+    options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' } },
+    load: runs('approvalsDeny'),
+  },
+  {
+    path: ['budget', 'grant'], args: ['RUN'], remote: true, summary: 'Grant the budget a run waits for; it resumes.',
+    options: { amount: { type: 'string', value: 'X', help: 'Amount to add (default: the shortfall).' }, note: { ...note }, approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' } },
+    load: runs('budgetGrant'),
+  },
+  {
+    path: ['budget', 'deny'], args: ['RUN'], remote: true, summary: 'Deny the budget a run waits for; it ends budget_exhausted.',
+    options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' } },
+    load: runs('budgetDeny'),
+  },
+  { path: ['tasks', 'ls'], remote: true, summary: 'List background tasks.', load: tasks('tasksLs') },
+  {
+    path: ['tasks', 'create'], remote: true, summary: 'Create a background task with one schedule.',
+    options: {
+      id: { type: 'string', value: 'ID', help: 'Task id (required).' },
+      query: { type: 'string', value: 'Q', help: 'What the agent is asked at each run (required).' },
+      cron: { type: 'string', value: 'EXPR', help: 'A 5-field cron expression.' },
+      tz: { type: 'string', value: 'TZ', help: 'IANA time zone of --cron (default UTC).' },
+      every: { type: 'string', value: 'SECONDS', help: 'Run every SECONDS.' },
+      at: { type: 'string', value: 'ISO', help: 'Run once at this instant (ISO 8601).' },
+      manual: { type: 'boolean', help: 'No schedule: runs only with `tasks run`.' },
+      replace: { type: 'boolean', help: 'Replace an existing task of that id.' },
+    },
+    details: 'Exactly one of --cron, --every, --at, --manual.',
+    load: tasks('tasksCreate'),
+  },
+  {
+    path: ['tasks', 'run'], args: ['ID'], remote: true, summary: 'Run a task now.',
+    options: { wait: { type: 'boolean', help: 'Wait until the run ends (or waits for a person); exit codes as `run`.' } },
+    load: tasks('tasksRun'),
+  },
+  { path: ['tasks', 'pause'], args: ['ID'], remote: true, summary: 'Pause the schedule of a task (manual runs still work).', load: tasks('tasksPause') },
+  { path: ['tasks', 'resume'], args: ['ID'], remote: true, summary: 'Resume the schedule of a task (occurrences of the pause are skipped).', load: tasks('tasksResume') },
+  {
+    path: ['tasks', 'preview'], args: ['ID'], remote: true, summary: 'The next due times of a task, in UTC and its time zone, with DST notes.',
+    options: { count: { type: 'string', value: 'N', help: 'How many occurrences (server default).' } },
+    load: tasks('tasksPreview'),
+  },
+  {
+    path: ['events', 'tail'], remote: true, summary: 'Follow the telemetry events of a session (or of one run): stored ones after --from, then new ones.',
+    options: {
+      session: { type: 'string', value: 'S', help: 'The session to follow.' },
+      run: { type: 'string', value: 'R', help: 'Only this run\'s events (its session is looked up when --session is absent).' },
+      from: { type: 'string', value: 'CURSOR', help: 'Start after this cursor (default: from the beginning).' },
+      limit: { type: 'string', value: 'N', help: 'Stop after N events (default: follow until Ctrl-C).' },
+    },
+    details: 'Reconnects with Last-Event-ID when the connection drops, so no event is missed.',
+    load: tasks('eventsTail'),
+  },
+];
+
+export const GROUPS: Record<string, string> = {
+  config: 'Check or describe the config file.',
+  runs: 'List, show, cancel and resume runs.',
+  approvals: 'Pending approvals: list, approve, deny.',
+  budget: 'Grant or deny the budget a run waits for.',
+  tasks: 'Background tasks: list, create, run, pause, resume, preview.',
+  events: 'Follow telemetry events.',
+};

@@ -1,0 +1,308 @@
+// The `agentd` CLI, spawned as a child process against real servers (in this process, LevelDB in
+// a temp dir, the built-in demo model: it calls a tool named in the query, else answers plainly).
+// One governed server for runs, approvals, tasks and events; one with a run budget; one with keys.
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually, getJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { buildCli, cliEnv, collect, freePort, listening, removeCli, runCli, spawnCli, waitForOutput } from './helpers.js';
+
+const GOVERNED = { governance: { rules: [{ tools: ['workspace_write'], effect: 'ask', reason: 'writes files' }] } };
+const VERSION = (JSON.parse(readFileSync(join(import.meta.dirname, '../../package.json'), 'utf8')) as { version: string }).version;
+
+let server: TestServer;
+let env: NodeJS.ProcessEnv;
+const cli = (...args: string[]) => runCli(args, env);
+const parseLines = (s: string) => s.trim().split('\n').map((l) => JSON.parse(l) as Record<string, any>);
+
+beforeAll(async () => {
+  [server] = await Promise.all([startTestServer(GOVERNED), buildCli()]);
+  env = cliEnv({ AGENTD_URL: server.url });
+});
+
+afterAll(async () => {
+  await server?.stop();
+  server?.cleanup();
+  removeCli();
+});
+
+describe('the command line itself', () => {
+  it('-V and --version print the version', async () => {
+    const [a, b] = await Promise.all([cli('-V'), cli('--version')]);
+    expect(a).toMatchObject({ code: 0, stdout: `${VERSION}\n` });
+    expect(b).toMatchObject({ code: 0, stdout: `${VERSION}\n` });
+  });
+
+  it('unknown commands and flags are usage errors (exit 2), also for serve, which then never listens', async () => {
+    const port = await freePort();
+    const results = await Promise.all([
+      cli('--bogus'),
+      cli('bogus'),
+      cli('runs', 'ls', '--bogus'),
+      cli('runs', 'frobnicate'),
+      cli('serve', '--bogus', '--port', String(port)),
+      cli('serve', '--prot', String(port)),
+      cli('runs', 'show'),
+      cli('approvals', 'approve', 'run_1', 'approval_1', '--args', '[1]'),
+    ]);
+    for (const r of results) {
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toMatch(/^agentd: .+\nRun 'agentd[a-z ]*--help' for usage\.\n$/);
+      expect(r.stdout).toBe('');
+    }
+    expect(results[2].stderr).toContain("Unknown option '--bogus'");
+    expect(results[5].stderr).toContain("Unknown option '--prot'");
+    expect(results[6].stderr).toContain('missing RUN');
+    expect(await listening(port)).toBe(false);
+  });
+
+  it('serve --help prints the help with its flags, exits 0 and starts nothing', async () => {
+    const port = await freePort();
+    const r = await cli('serve', '--help', '--port', String(port));
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('Usage: agentd serve [flags]');
+    for (const flag of ['--config FILE', '--host H', '--port N', '--data-dir DIR', '--inspect [URL]']) expect(r.stdout).toContain(flag);
+    expect(r.stderr).toBe('');
+    expect(await listening(port)).toBe(false);
+  });
+
+  it('every command has its own --help, and each group lists its commands', async () => {
+    const [run, approve, tasks, top] = await Promise.all([cli('run', '--help'), cli('approvals', 'approve', '-h'), cli('tasks', '--help'), cli('--help')]);
+    expect(run.stdout).toContain('Usage: agentd run QUERY [flags]');
+    expect(run.stdout).toContain('--session S');
+    expect(run.stdout).toContain('--url URL');
+    expect(approve.stdout).toContain('--args JSON');
+    expect(approve.stdout).toContain('--approver NAME');
+    expect(tasks.stdout).toMatch(/tasks preview/);
+    expect(top.stdout).toContain('events tail');
+    for (const r of [run, approve, tasks, top]) expect(r.code).toBe(0);
+  });
+
+  it('says which URL it cannot reach (exit 1)', async () => {
+    const port = await freePort();
+    const r = await runCli(['runs', 'ls', '--url', `http://127.0.0.1:${port}`], cliEnv());
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`cannot reach agentd at http://127.0.0.1:${port} (ECONNREFUSED)`);
+  });
+
+  it('prints API errors as error: <message>, and 422 details as loc: msg lines (exit 1)', async () => {
+    const [missing, invalid] = await Promise.all([cli('runs', 'show', 'run_nope'), cli('runs', 'ls', '--status', 'bogus')]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toBe("error: run 'run_nope' was not found\n");
+    expect(invalid.code).toBe(1);
+    expect(invalid.stderr).toMatch(/^error: the request is invalid \(HTTP 422\)\n {2}query\.status: /);
+  });
+});
+
+describe('agentd run', () => {
+  it('streams the answer to stdout with a status line on stderr, and exits 0', async () => {
+    const r = await cli('run', 'What time is it?', '--session', 'cli-run');
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/^The clock tool says: /);
+    expect(r.stderr).toMatch(/^run run_\S+ · session cli-run\n/);
+    expect(r.stderr).toContain('· calling clock');
+    expect(r.stderr).toMatch(/\[success\] run run_\S+ · session cli-run/);
+    const runs = (await getJson(`${server.url}/runs?session_id=cli-run`)).body;
+    expect(runs.runs).toHaveLength(1);
+    expect(runs.runs[0].status).toBe('completed');
+  });
+
+  it('--json prints every frame as NDJSON, ending with complete', async () => {
+    const r = await cli('run', 'hello there', '--json');
+    expect(r.code).toBe(0);
+    const frames = parseLines(r.stdout);
+    expect(frames[0]).toMatchObject({ event: 'session', data: { status: 'started' } });
+    expect(frames.at(-1)).toMatchObject({ event: 'complete', data: { status: 'success' } });
+    expect(frames.filter((f) => f.event === 'delta').map((f) => f.data.text).join('')).toBe(frames.at(-1)!.data.response);
+    expect(r.stderr).toBe('');
+  });
+
+  it('--sync prints the whole answer', async () => {
+    const r = await cli('run', 'hello sync', '--sync');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('hello sync');
+  });
+});
+
+describe('approvals', () => {
+  it('a run that waits for approval exits 3; approvals ls lists it; approvals approve resumes it', async () => {
+    const r = await cli('run', 'use workspace_write', '--session', 'cli-approve');
+    expect(r.code, r.stderr).toBe(3);
+    const runId = /\[awaiting_approval\] run (run_\S+)/.exec(r.stderr)![1];
+    const approvalId = /(approval_\S+)\s+workspace_write/.exec(r.stderr)![1];
+    expect(r.stderr).toContain(`agentd approvals approve ${runId} ${approvalId}`);
+    expect(r.stderr).toContain(`agentd approvals deny ${runId} ${approvalId}`);
+
+    const [ls, lsJson] = await Promise.all([cli('approvals', 'ls'), cli('approvals', 'ls', '--json')]);
+    expect(ls.code).toBe(0);
+    expect(ls.stdout).toMatch(new RegExp(`${runId}\\s+${approvalId}\\s+workspace_write\\s+\\{"path":"notes.txt"`));
+    const listed = JSON.parse(lsJson.stdout) as { approvals: { run_id: string; approval_id: string; status: string }[] };
+    expect(listed.approvals).toContainEqual(expect.objectContaining({ run_id: runId, approval_id: approvalId, status: 'pending' }));
+
+    const approve = await cli('approvals', 'approve', runId, approvalId, '--args', '{"path":"edited.txt","content":"x"}', '--note', 'fine');
+    expect(approve.code, approve.stderr).toBe(0);
+    expect(approve.stdout).toContain(`${approvalId} of run ${runId}: approved by cli-tester`);
+    const run = await eventually(async () => {
+      const v = (await getJson(`${server.url}/runs/${runId}`)).body;
+      return v.status === 'completed' ? v : null;
+    });
+    expect(run.approvals[0]).toMatchObject({ approver: 'cli-tester', note: 'fine', edited_arguments: { path: 'edited.txt', content: 'x' } });
+    const show = await cli('runs', 'show', runId);
+    expect(show.stdout).toMatch(/status\s+completed/);
+    expect(show.stdout).toContain('edited.txt');
+  });
+
+  it('approvals deny --approver NAME --note: the model is told who denied it', async () => {
+    const r = await cli('run', 'use workspace_write', '--json');
+    expect(r.code).toBe(3);
+    const complete = parseLines(r.stdout).at(-1)!;
+    expect(complete).toMatchObject({ event: 'complete', data: { status: 'awaiting_approval' } });
+    const { run_id: runId, approvals } = complete.data as { run_id: string; approvals: { approval_id: string }[] };
+    const deny = await cli('approvals', 'deny', runId, approvals[0].approval_id, '--approver', 'alice', '--note', 'not today', '--json');
+    expect(deny.code).toBe(0);
+    expect(JSON.parse(deny.stdout)).toMatchObject({ status: 'denied', approver: 'alice', note: 'not today' });
+    await eventually(async () => (await getJson(`${server.url}/runs/${runId}`)).body.status === 'completed');
+  });
+});
+
+describe('runs', () => {
+  it('ls (filtered, --json), show, cancel of a waiting run, and a cancel that conflicts', async () => {
+    const waiting = await cli('run', 'use workspace_write', '--session', 'cli-runs');
+    const runId = /\[awaiting_approval\] run (run_\S+)/.exec(waiting.stderr)![1];
+    const [ls, lsJson, show, showJson] = await Promise.all([
+      cli('runs', 'ls', '--session', 'cli-runs'),
+      cli('runs', 'ls', '--status', 'awaiting_approval', '--limit', '100', '--json'),
+      cli('runs', 'show', runId),
+      cli('runs', 'show', runId, '--json'),
+    ]);
+    expect(ls.stdout.split('\n')[0]).toMatch(/^RUN\s+STATUS\s+SESSION/);
+    expect(ls.stdout).toMatch(new RegExp(`${runId}\\s+awaiting_approval\\s+cli-runs`));
+    expect((JSON.parse(lsJson.stdout) as { runs: { run_id: string }[] }).runs.map((r) => r.run_id)).toContain(runId);
+    expect(show.stdout).toMatch(/status\s+awaiting_approval/);
+    expect(show.stderr).toContain(`agentd approvals approve ${runId}`);
+    expect(JSON.parse(showJson.stdout)).toMatchObject({ run_id: runId, status: 'awaiting_approval' });
+
+    const cancel = await cli('runs', 'cancel', runId);
+    expect(cancel.code, cancel.stderr).toBe(0);
+    expect(cancel.stdout).toBe(`run ${runId}: cancel requested\n`);
+    await eventually(async () => (await getJson(`${server.url}/runs/${runId}`)).body.status === 'cancelled');
+    const again = await cli('runs', 'resume', runId);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(/^error: /);
+  });
+});
+
+describe('tasks', () => {
+  it('create, ls, preview, run --wait, pause, resume', async () => {
+    const create = await cli('tasks', 'create', '--id', 'cli-hourly', '--query', 'hello task', '--cron', '0 * * * *', '--tz', 'America/New_York');
+    expect(create.code, create.stderr).toBe(0);
+    expect(create.stdout).toContain('task cli-hourly created: cron 0 * * * * America/New_York');
+    const [preview, previewJson, bad] = await Promise.all([
+      cli('tasks', 'preview', 'cli-hourly', '--count', '3'),
+      cli('tasks', 'preview', 'cli-hourly', '--json'),
+      cli('tasks', 'create', '--id', 'x', '--query', 'q', '--cron', '* * * * *', '--every', '60'),
+    ]);
+    expect(preview.stdout.trim().split('\n')).toHaveLength(5); // title, header, 3 occurrences
+    expect(preview.stdout).toMatch(/:00:00\.000Z\s+\S+-0[45]:00/);
+    expect(JSON.parse(previewJson.stdout)).toMatchObject({ task_id: 'cli-hourly', timezone: 'America/New_York' });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('one schedule only');
+
+    const run = await cli('tasks', 'run', 'cli-hourly', '--wait');
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/^background run bgrun_\S+ of task cli-hourly: completed\n/);
+    expect(run.stdout).toContain('hello task');
+
+    expect((await cli('tasks', 'pause', 'cli-hourly')).stdout).toBe('task cli-hourly: paused\n');
+    expect((await cli('tasks', 'ls')).stdout).toMatch(/cli-hourly\s+cron 0 \* \* \* \* America\/New_York\s+paused/);
+    expect((await cli('tasks', 'resume', 'cli-hourly')).code).toBe(0);
+    const ls = await cli('tasks', 'ls', '--json');
+    expect((JSON.parse(ls.stdout) as { tasks: { task_id: string }[] }).tasks.map((t) => t.task_id)).toContain('cli-hourly');
+    expect((await cli('tasks', 'ls')).stdout).toMatch(/cli-hourly\s+cron 0 \* \* \* \* America\/New_York\s+active\s+\d{4}-/);
+  });
+});
+
+describe('events tail', () => {
+  it('prints the events of a session, stops after --limit, and --json prints NDJSON', async () => {
+    await cli('run', 'What time is it?', '--session', 'cli-events');
+    const [lines, json] = await Promise.all([cli('events', 'tail', '--session', 'cli-events', '--limit', '3'), cli('events', 'tail', '--session', 'cli-events', '--limit', '4', '--json')]);
+    expect(lines.code).toBe(0);
+    const out = lines.stdout.trim().split('\n');
+    expect(out).toHaveLength(3);
+    expect(out[0]).toMatch(/^\d+\s+\S+Z\s+user_message\s+run_/);
+    const frames = parseLines(json.stdout);
+    expect(frames).toHaveLength(4);
+    expect(frames[0]).toMatchObject({ event: 'user_message', data: { event_type: 'user_message', session_id: 'cli-events' } });
+    // --from continues after a cursor.
+    const next = await cli('events', 'tail', '--session', 'cli-events', '--from', frames[1].id, '--limit', '1', '--json');
+    expect(parseLines(next.stdout)[0].id).toBe(frames[2].id);
+  });
+
+  it('follows new events until SIGINT, then exits 0', async () => {
+    const child = spawnCli(['events', 'tail', '--session', 'cli-follow'], env);
+    const done = collect(child);
+    await waitForOutput(child, /following session cli-follow/);
+    const answered = waitForOutput(child, /final_answer/);
+    await cli('run', 'hello follow', '--session', 'cli-follow');
+    await answered;
+    child.kill('SIGINT');
+    const r = await done;
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/user_message\s+run_/);
+  });
+
+  it('--run alone finds the run\'s session', async () => {
+    const r = await cli('run', 'hello run filter', '--json');
+    const runId = parseLines(r.stdout)[0].data.run_id as string;
+    const tail = await cli('events', 'tail', '--run', runId, '--limit', '2', '--json');
+    expect(tail.code).toBe(0);
+    for (const f of parseLines(tail.stdout)) expect(f.data.run_id).toBe(runId);
+  });
+});
+
+describe('budget and keys', () => {
+  let budgeted: TestServer;
+  let keyed: TestServer;
+  const KEY = 'k-operator-0123456789';
+  const sha = (s: string) => createHash('sha256').update(s).digest('hex');
+
+  beforeAll(async () => {
+    [budgeted, keyed] = await Promise.all([
+      startTestServer({ budgets: { run: [{ meter: 'model_calls', limit: 1, on_exhausted: 'pause' }] } }),
+      startTestServer({ auth: { api_keys: [{ name: 'ops', role: 'admin', key_sha256: sha(KEY) }] } }),
+    ]);
+  });
+
+  afterAll(async () => {
+    for (const s of [budgeted, keyed]) {
+      await s?.stop();
+      s?.cleanup();
+    }
+  });
+
+  it('a run out of budget exits 3 with the commands; budget grant lets it finish', async () => {
+    const e = cliEnv({ AGENTD_URL: budgeted.url });
+    const r = await runCli(['run', 'What time is it?'], e);
+    expect(r.code, r.stderr).toBe(3);
+    const runId = /\[awaiting_budget\] run (run_\S+)/.exec(r.stderr)![1];
+    expect(r.stderr).toContain(`agentd budget grant ${runId}`);
+    const grant = await runCli(['budget', 'grant', runId, '--amount', '5', '--note', 'ok'], e);
+    expect(grant.code, grant.stderr).toBe(0);
+    expect(grant.stdout).toMatch(/: granted 5 model_calls by cli-tester\n$/);
+    await eventually(async () => (await getJson(`${budgeted.url}/runs/${runId}`)).body.status === 'completed');
+  });
+
+  it('sends --key (or AGENTD_API_KEY) as a Bearer token; without it the 401 is explained', async () => {
+    const [none, flag, fromEnv] = await Promise.all([
+      runCli(['runs', 'ls'], cliEnv({ AGENTD_URL: keyed.url })),
+      runCli(['runs', 'ls', '--key', KEY, '--json'], cliEnv({ AGENTD_URL: keyed.url })),
+      runCli(['--url', keyed.url, 'runs', 'ls'], cliEnv({ AGENTD_API_KEY: KEY })),
+    ]);
+    expect(none.code).toBe(1);
+    expect(none.stderr).toMatch(/^error: .+ \(--key or AGENTD_API_KEY\)\n$/);
+    expect(flag.code, flag.stderr).toBe(0);
+    expect(JSON.parse(flag.stdout)).toMatchObject({ runs: [], total: 0 });
+    expect(fromEnv.code, fromEnv.stderr).toBe(0);
+  });
+});
