@@ -40,6 +40,7 @@ export const OPERATIONS = {
   clearSession: ['DELETE', '/sessions/{session_id}'],
   listTools: ['GET', '/tools'],
   listMachines: ['GET', '/machines'],
+  watchMachine: ['GET', '/machines/live'],
   listEvents: ['GET', '/telemetry/events'],
   streamEvents: ['GET', '/telemetry/events/stream'],
   listTraces: ['GET', '/telemetry/traces'],

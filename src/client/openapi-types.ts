@@ -398,6 +398,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/machines/live": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Follow one actor's machine state live (SSE, from the actor system's inspection events) */
+        get: operations["watchMachine"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -760,6 +777,8 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description An actor of the actor system: `run:<run_id>`, `bgrun:<id>`, `task:<task_id>` or `session:<session_id>`. */
+        ActorId: string;
         /** @enum {string} */
         ActorType: "user" | "agent" | "model" | "tool" | "mcp_server" | "guardrail" | "background" | "system";
         Approval: {
@@ -1229,6 +1248,20 @@ export interface components {
         };
         HTTPValidationError: {
             detail: components["schemas"]["ValidationError"][];
+        };
+        LiveStateFrame: {
+            actor: string;
+            /** @description The event that led to this state; null for the first frame. */
+            event: string | null;
+            /** @description XState actor status: active, done, error, stopped. */
+            status: string;
+            /** @description XState state value: a state name, or an object for nested states. */
+            value: unknown;
+        };
+        LiveWatchFrame: {
+            actor: string;
+            /** @description True when the actor runs in this process now; a paused or ended run has no actor (read its record instead). */
+            live: boolean;
         };
         MachineInfo: {
             /** @description The XState JSON definition (machine.toJSON(), functions dropped): what Stately's visualiser and the dashboard draw. */
@@ -3467,6 +3500,72 @@ export interface operations {
             };
             /** @description The API key's role may not call this operation. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    watchMachine: {
+        parameters: {
+            query: {
+                actor: components["schemas"]["ActorId"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description SSE: `watch` (is the actor live here?), then a `state` frame for its current state and each new one; the stream ends when the actor stops. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": {
+                        data: components["schemas"]["LiveWatchFrame"];
+                        /** @enum {string} */
+                        event: "watch";
+                    } | {
+                        data: components["schemas"]["LiveStateFrame"];
+                        /** @enum {string} */
+                        event: "state";
+                    };
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -18,6 +18,7 @@ import { redactorForConfig } from '../telemetry/secrets.js';
 import { readVersion } from '../version.js';
 import { RunService, type RunSettings } from './runs.js';
 import { ActorSystem, type SystemHooks } from './system.js';
+import { LiveStates } from './live-states.js';
 import { Subagents } from './subagents.js';
 import { BackgroundManager } from '../background/manager.js';
 
@@ -47,6 +48,8 @@ export class Runtime {
   readonly telemetry: TelemetryEmitter;
   readonly telemetryQueries: TelemetryQueries;
   readonly system: ActorSystem;
+  /** Live machine states for GET /machines/live (inspection only while someone watches). */
+  readonly liveStates: LiveStates;
   readonly runs: RunService;
   readonly background: BackgroundManager;
   readonly agentName: string;
@@ -79,6 +82,7 @@ export class Runtime {
       inspect: opts.inspect,
       onChildFailed: (systemId, error) => opts.log?.('error', 'actor failed', { systemId, err: String(error) }),
     });
+    this.liveStates = new LiveStates(this.system);
     const settings = runSettingsOf(config);
     const subagents = config.agent.subagents.length > 0
       ? new Subagents(config.agent.subagents, {

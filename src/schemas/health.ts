@@ -60,6 +60,34 @@ export type MachineInfo = z.infer<typeof MachineInfo>;
 export const MachinesResponse = z.object({ machines: z.array(MachineInfo) }).meta({ id: 'MachinesResponse' });
 export type MachinesResponse = z.infer<typeof MachinesResponse>;
 
+/** An actor's systemId: what `GET /machines/live` follows. */
+export const ActorId = z
+  .string()
+  .regex(/^(run|bgrun|task|session):(?!\.$)(?!.*\.\.)[^/\\\u0000-\u001f\u007f\ud800-\udfff]{1,256}$/u, {
+    error: 'must be run:<run_id>, bgrun:<background run id>, task:<task_id> or session:<session_id>',
+  })
+  .meta({ id: 'ActorId', description: 'An actor of the actor system: `run:<run_id>`, `bgrun:<id>`, `task:<task_id>` or `session:<session_id>`.' });
+
+export const MachineLiveQuery = z.strictObject({ actor: ActorId });
+
+/** A frame of GET /machines/live: one state of the watched actor. */
+export const LiveStateFrame = z
+  .object({
+    actor: z.string(),
+    value: z.unknown().describe('XState state value: a state name, or an object for nested states.'),
+    status: z.string().describe('XState actor status: active, done, error, stopped.'),
+    event: z.string().nullable().describe('The event that led to this state; null for the first frame.'),
+  })
+  .meta({ id: 'LiveStateFrame' });
+
+/** First frame of GET /machines/live. */
+export const LiveWatchFrame = z
+  .object({
+    actor: z.string(),
+    live: z.boolean().describe('True when the actor runs in this process now; a paused or ended run has no actor (read its record instead).'),
+  })
+  .meta({ id: 'LiveWatchFrame' });
+
 export const ToolInfo = z
   .object({
     name: z.string(),

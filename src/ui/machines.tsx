@@ -1,8 +1,10 @@
 // Machines: each state machine of GET /machines drawn as an SVG graph; a followed run, background
-// run or task has its current state highlighted, from its record polled every second (the record's
-// status is the machine state the service persists; see docs/dashboard.md).
+// run or task has its current state highlighted. While its actor is live in the server, every
+// state comes from GET /machines/live (the actor system's inspection events); between actors (a run
+// paused for a person, an ended one) the record's status, polled every second, stands in for it
+// (docs/dashboard.md).
 import { useEffect, useState } from 'preact/hooks';
-import { api } from './api.js';
+import { api, stream } from './api.js';
 import { navigate, usePoll } from './router.js';
 
 const W = 128;
@@ -46,6 +48,39 @@ export function stateOf(machine: string, status: string | undefined, extra: { pa
   if (machine === 'backgroundRun') return status.startsWith('awaiting_') ? 'awaiting' : status;
   if (machine === 'task') return extra.enabled === false ? 'disabled' : extra.paused ? 'paused' : 'scheduling';
   return null;
+}
+
+/** The top-level state of an XState state value (`'calling'`, or `{running: 'x'}` → `'running'`). */
+export function topState(value: unknown): string | null {
+  if (typeof value === 'string') return value;
+  if (value && typeof value === 'object') return Object.keys(value)[0] ?? null;
+  return null;
+}
+
+/**
+ * Follows `actor` on GET /machines/live while the page shows it; `onState` gets each state of a
+ * live actor (null when it stops). Reconnects after a pause, since a resumed run is a new actor
+ * under the same id.
+ */
+function useLiveState(actor: string | null, onState: (state: { value: string | null; status: string; event: string | null } | null) => void): void {
+  useEffect(() => {
+    if (!actor) return;
+    const ac = new AbortController();
+    void (async () => {
+      while (!ac.signal.aborted) {
+        try {
+          await stream(`/machines/live?actor=${encodeURIComponent(actor)}`, { signal: ac.signal }, (f) => {
+            if (f.event === 'state') onState({ value: topState(f.data.value), status: f.data.status, event: f.data.event });
+          });
+        } catch {
+          /* the record poll still shows where it stands */
+        }
+        onState(null);
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    })();
+    return () => ac.abort();
+  }, [actor]);
 }
 
 function Graph({ m, current }: { m: any; current: string | null }) {
@@ -105,6 +140,9 @@ export function MachinesPage({ query }: { query: URLSearchParams }) {
   const bgRunId = query.get('bgrun');
   const taskId = query.get('task');
   const [input, setInput] = useState(runId ?? bgRunId ?? taskId ?? '');
+  const [live, setLive] = useState<{ value: string | null; status: string; event: string | null } | null>(null);
+  const actor = runId ? `run:${runId}` : bgRunId ? `bgrun:${bgRunId}` : taskId ? `task:${taskId}` : null;
+  useLiveState(actor, setLive);
   useEffect(() => {
     api('/machines').then((m) => setMachines(m.machines), (e) => setError(String(e)));
   }, []);
@@ -133,13 +171,13 @@ export function MachinesPage({ query }: { query: URLSearchParams }) {
         <h3>State machines</h3>
         <input name="follow" placeholder="follow a run id, background run id or task id" value={input} onInput={(e) => setInput((e.target as HTMLInputElement).value)} />
         <button type="submit">Follow</button>
-        {follow && <span class="following">{follow.label}{follow?.state === null ? ' (between steps: several states)' : ''}</span>}
+        {follow && <span class="following">{follow.label}{live?.value ? ` · live: ${live.value}${live.event ? ` (after ${live.event})` : ''}` : follow.state === null ? ' (between steps: several states)' : ''}</span>}
       </form>
       {error && <p class="error">{error}</p>}
       {machines.map((m) => (
         <div class="card" key={m.id}>
           <h3>{m.id} <span class="muted">v{m.version}</span></h3>
-          <div class="scroll"><Graph m={m} current={follow && follow.machine === m.id ? follow.state : null} /></div>
+          <div class="scroll"><Graph m={m} current={follow && follow.machine === m.id ? (live?.value ?? follow.state) : null} /></div>
         </div>
       ))}
     </>
