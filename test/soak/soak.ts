@@ -230,7 +230,7 @@ const sampler = (async () => {
     try {
       const [streams, buffered, dropped, heap, external] = await Promise.all([
         metric(base, 'agentd_sse_streams'), metric(base, 'agentd_sse_buffered_bytes'), metric(base, 'agentd_sse_streams_dropped_total'),
-        metric(base, 'agentd_nodejs_heap_size_used_bytes'), metric(base, 'agentd_nodejs_external_memory_bytes'),
+        metric(base, 'nodejs_heap_size_used_bytes'), metric(base, 'nodejs_external_memory_bytes'),
       ]);
       const s = { t: Date.now() - started, rss: rssBytes(child.pid!), heap, external, streams, buffered, dropped, runs: counts.runs };
       samples.push(s);
