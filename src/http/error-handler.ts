@@ -25,7 +25,9 @@ export type ServerErrorLog = (entry: ServerErrorEntry, request: FastifyRequest) 
  */
 export const logServerErrorToRequestLog: ServerErrorLog = (entry, request) => {
   const { level: _level, msg, request_id: _id, ...fields } = entry;
-  request.log.error(fields, msg);
+  // The process logger with the request's id bound here: without request logging, requests get
+  // no child logger of their own (see childLoggerFactory in src/app.ts).
+  request.server.log.child({ reqId: request.id }).error(fields, msg);
 };
 
 /** The registered code for a 4xx status that Fastify or Node produced, so the body names it. */

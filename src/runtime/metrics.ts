@@ -41,6 +41,7 @@ export class Metrics {
     name: 'agentd_http_request_duration_seconds', help: 'HTTP request duration until the response ended (a stream: its whole life), by method, route pattern and status',
     labelNames: ['method', 'route', 'status'], buckets: LATENCY_BUCKETS, registers: [this.registry],
   });
+  private readonly httpChildren = new Map<string, { count: { inc(): void }; seconds: { observe(v: number): void } }>();
   private readonly modelSeconds = new Histogram({
     name: 'agentd_model_call_duration_seconds', help: 'Model call attempts (each retry is one), by provider, model and outcome',
     labelNames: ['provider', 'model', 'outcome'], buckets: LATENCY_BUCKETS, registers: [this.registry],
@@ -147,9 +148,17 @@ export class Metrics {
 
   /** `route`: the matched route pattern (`/runs/:run_id`), or null when nothing matched. */
   httpRequest(method: string, route: string | null, status: number, seconds: number): void {
-    const labels = { method, route: route ?? UNMATCHED_ROUTE, status: String(status) };
-    this.httpRequests.inc(labels);
-    this.httpSeconds.observe(labels, seconds);
+    // On every request's path: the labelled children are looked up once per label set (bounded:
+    // route patterns, not URLs), not hashed from a labels object each time.
+    const key = `${method} ${route ?? UNMATCHED_ROUTE} ${status}`;
+    let child = this.httpChildren.get(key);
+    if (!child) {
+      const labels = { method, route: route ?? UNMATCHED_ROUTE, status: String(status) };
+      child = { count: this.httpRequests.labels(labels), seconds: this.httpSeconds.labels(labels) };
+      this.httpChildren.set(key, child);
+    }
+    child.count.inc();
+    child.seconds.observe(seconds);
   }
 
   /** One model call attempt: `errorKind` is the ModelCallError kind when it failed. */

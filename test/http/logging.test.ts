@@ -69,7 +69,7 @@ describe('the logger of a server', () => {
     logServerErrorToRequestLog({
       level: 'error', msg: 'unhandled error', request_id: 'r1', method: 'POST', route: '/run', status: 500,
       error: { name: 'Error', message: `provider said: invalid key ${SECRET}`, stack: `Error: Authorization: Bearer ghp_abcdefghijklmnopqrstuvwxyz0123456789\n    at x (y.js:1:1)` },
-    }, { log: logger.child({ reqId: 'r1' }) } as never);
+    }, { id: 'r1', server: { log: logger } } as never);
     expect(lines).toHaveLength(1);
     const e = JSON.parse(lines[0]);
     expect(e).toMatchObject({ level: 'error', reqId: 'r1', route: '/run', status: 500, msg: 'unhandled error' });
