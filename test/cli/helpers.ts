@@ -4,7 +4,7 @@
 // asynchronous on purpose: the server under test runs in the test's own process, so a blocking
 // spawnSync would stop it from answering.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 
@@ -15,6 +15,8 @@ let outdir: string | null = null;
 /** Bundles src/cli.ts into <repo>/tmp (inside the repo, so its imports resolve to node_modules). */
 export async function buildCli(): Promise<void> {
   const esbuild = await import('esbuild');
+  // tmp/ is gitignored, so a fresh clone has none: make it.
+  mkdirSync(join(ROOT, 'tmp'), { recursive: true });
   outdir = mkdtempSync(join(ROOT, 'tmp', 'cli-test-'));
   const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
   await esbuild.build({
