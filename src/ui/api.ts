@@ -1,4 +1,5 @@
 // The dashboard's only door to agentd: the public HTTP API with the user's key.
+import { readSseFrames } from '../client/sse.js';
 const KEY = 'agentd.key';
 const APPROVER = 'agentd.approver';
 
@@ -83,37 +84,16 @@ export async function stream(path: string, init: { method?: string; body?: unkno
     }
     throw new ApiError(res.status, body);
   }
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buf = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += value;
-    let i: number;
-    while ((i = buf.indexOf('\n\n')) >= 0) {
-      const block = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      let event = 'message';
-      let id: string | null = null;
-      const data: string[] = [];
-      for (const line of block.split('\n')) {
-        if (line.startsWith(':')) continue;
-        const c = line.indexOf(':');
-        const field = c < 0 ? line : line.slice(0, c);
-        const v = c < 0 ? '' : line.slice(c + 1).replace(/^ /, '');
-        if (field === 'event') event = v;
-        else if (field === 'id') id = v;
-        else if (field === 'data') data.push(v);
-      }
-      if (data.length === 0) continue;
-      let parsed: unknown = data.join('\n');
-      try {
-        parsed = JSON.parse(parsed as string);
-      } catch {
-        /* plain text */
-      }
-      onFrame({ event, id, data: parsed });
+  // The typed client's reader (one SSE parser in the project, with its bound on a frame's size).
+  for await (const raw of readSseFrames(res.body)) {
+    if (raw.data === '' && raw.event === 'retry') continue;
+    let parsed: unknown = raw.data;
+    try {
+      parsed = JSON.parse(raw.data);
+    } catch {
+      /* plain text */
     }
+    onFrame({ event: raw.event, id: raw.id ?? null, data: parsed });
   }
 }
 
