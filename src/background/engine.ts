@@ -44,6 +44,7 @@ import type { RunService } from '../runtime/runs.js';
 import type { ActorSystem } from '../runtime/system.js';
 import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
 import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import { isSharedStore } from '../store/changes.js';
 import { BACKGROUND_EVENT_TYPES, type EventRecordInput } from '../telemetry/record.js';
 import {
   ACTIVE,
@@ -224,8 +225,9 @@ export class RunEngine {
     this.remover.sweepTrash();
     if (!opts.claim) return;
     this.accepting = true;
-    // With the embedded store only this process can open the data dir: every held run has a dead owner.
-    await this.maintenance({ ownersDead: this.deps.store.adapter !== 'postgres', parked: true });
+    // With the embedded store only this process can open the data dir: every held run has a dead
+    // owner. A shared store's other instances are alive until their leases lapse.
+    await this.maintenance({ ownersDead: !isSharedStore(this.deps.store), parked: true });
     this.kick();
   }
 

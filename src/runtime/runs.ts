@@ -248,6 +248,20 @@ export class RunService {
     }
   }
 
+  /**
+   * Set by the cluster link on a store several instances share: asks the owner of a run live in
+   * another instance to cancel it (src/runtime/cluster.ts). Unset: such a cancel is a 409.
+   */
+  remoteCancel: ((runId: string) => Promise<void>) | null = null;
+
+  /** A cancel another instance relayed here: only a run live in this process is touched. */
+  cancelIfLive(runId: string): boolean {
+    const live = this.live.get(runId);
+    if (!live?.ref || live.ending) return false;
+    live.ref.send({ type: 'CANCEL' });
+    return true;
+  }
+
   /** True when this process hosts a live actor for the run. */
   isLive(runId: string): boolean {
     return this.live.has(runId);
@@ -1000,6 +1014,13 @@ export class RunService {
     if (!rec) throw notFound('run', runId);
     if (TERMINAL_RUN_STATUSES.has(rec.value.status)) throw conflict(`run ${runId} already ended (${rec.value.status})`);
     if (rec.value.status === 'running' && rec.value.owner && rec.value.owner !== this.deps.workerId && !this.leaseLapsed(rec.value)) {
+      // Live in another instance of a shared store: its owner is told (the change feed), cancels
+      // it there at its next step, and writes the end itself. Writing the record from here would
+      // only fence the owner off, leaving the run `running` until its lease lapsed.
+      if (this.remoteCancel) {
+        await this.remoteCancel(runId);
+        return { status: 'cancel_requested', run_id: runId };
+      }
       throw conflict(`run ${runId} is running in another process (${rec.value.owner}); cancel it there`);
     }
     const now = iso(this.deps.clock.now());

@@ -21,6 +21,8 @@ import { ActorSystem, type SystemHooks } from './system.js';
 import { LiveStates } from './live-states.js';
 import { Subagents } from './subagents.js';
 import { BackgroundManager } from '../background/manager.js';
+import { isSharedStore } from '../store/changes.js';
+import { ClusterLink } from './cluster.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
@@ -61,6 +63,8 @@ export class Runtime {
   private streamsEnded = false;
   /** OTLP/HTTP export of finished trace segments; null when no endpoint is configured. */
   readonly otlp: OtlpTraceExporter | null;
+  /** The link to the other instances of a shared store (its change feed); null on the embedded store. */
+  readonly cluster: ClusterLink | null;
 
   private constructor(
     readonly config: Config,
@@ -99,6 +103,7 @@ export class Runtime {
       store, clock, telemetry: this.telemetry, metrics: this.metrics, config, system: this.system, workerId: this.workerId, runs: this.runs, log: opts.log,
     });
     this.otlp = otlp;
+    this.cluster = store.changes ? this.linkCluster(store, opts.log) : null;
     // A run segment ends when the run finishes or parks for a person: export that trace. The
     // exporter queues and retries in the background, so a slow collector never slows a run.
     if (this.otlp) {
@@ -107,6 +112,35 @@ export class Runtime {
         void this.telemetryQueries.trace(record.trace_id).then((t) => exporter.exportTrace(t.trace), () => undefined);
       });
     }
+  }
+
+  /** Streams, cancels and task edits across the instances of a shared store (src/runtime/cluster.ts). */
+  private linkCluster(store: Store, log: RuntimeOptions['log']): ClusterLink {
+    const link = new ClusterLink(store, store.changes!, this.bus, this.workerId, log);
+    this.telemetry.onAppending = (events) => link.appending(events);
+    this.telemetry.onAppended = (events) => link.appended(events);
+    link.onControlMessage((msg) => {
+      if (msg.type === 'cancel') this.runs.cancelIfLive(msg.run_id);
+    });
+    this.runs.remoteCancel = async (runId) => {
+      await link.sendControl({ type: 'cancel', run_id: runId });
+      // A notification is a hint: while the run is still live elsewhere, ask again (its owner may
+      // have been reconnecting its feed). Bounded: 4 more asks over ~3 s, not awaited.
+      void (async () => {
+        for (const wait of [250, 500, 1000, 1500]) {
+          await new Promise((r) => setTimeout(r, wait).unref());
+          const rec = await store.getRecord<{ status: string; owner: string | null }>('runs', runId).catch(() => null);
+          if (!rec || rec.value.status !== 'running' || !rec.value.owner || rec.value.owner === this.workerId) return;
+          await link.sendControl({ type: 'cancel', run_id: runId });
+        }
+      })().catch(() => undefined);
+    };
+    this.background.onTaskEdited = (taskId) => link.taskChanged(taskId);
+    link.onTaskChanged(
+      (taskId) => void this.background.scheduler.resync(taskId).catch((err) => log?.('warn', 'task resync failed', { task_id: taskId, err: String(err) })),
+      () => void this.background.scheduler.resyncAll().catch((err) => log?.('warn', 'task resync failed', { err: String(err) })),
+    );
+    return link;
   }
 
   static async create(config: Config, store: Store, opts: RuntimeOptions = {}): Promise<Runtime> {
@@ -147,8 +181,9 @@ export class Runtime {
   /** Start-up recovery and the periodic orphan sweep (decisions.md §6.2). */
   async start(): Promise<void> {
     this.initialized = true;
-    // The embedded store is single-process: every run it holds as `running` has a dead owner.
-    await this.runs.sweep({ startup: this.store.adapter !== 'postgres' });
+    // The embedded store is single-process: every run it holds as `running` has a dead owner. On
+    // a shared store the other instances' runs are theirs until their leases lapse.
+    await this.runs.sweep({ startup: !isSharedStore(this.store) });
     this.runs.startSweeper();
     await this.background.start();
     this.startRetention();
@@ -225,6 +260,7 @@ export class Runtime {
     await this.runs.shutdown(graceMs);
     await this.background.close();
     this.endStreams();
+    this.cluster?.close();
     this.system.shutdown();
     await this.tools.close();
     await this.otlp?.shutdown(2000);
