@@ -1,0 +1,756 @@
+// PostgreSQL Store (issue 11): the same contract as the memory and LevelDB adapters
+// (test/store/store.contract.ts runs against all three), on node-postgres with a Pool.
+//
+// Schema: src/store/migrations/*.sql, applied at open() under an advisory lock (pg-migrate.ts).
+//   agentd.records    (kind, id) -> version, seq, value (JSON text), ix (the index values)
+//   agentd.record_ix  (kind, name, value, seq) -> id: lists and counts by index, no bodies read
+//   agentd.events     cursor -> body (JSON text without the cursor) + the index columns
+//   agentd.counters   'event_cursor': the last cursor ever assigned (never reused)
+//
+// Writes:
+// - `commit` is a group commit like LevelStore's: commits queue in call order; one round takes
+//   every queued commit (bounded), calls the function forms, and sends them all in ONE statement,
+//   agentd.commit_batch(...), which runs each commit in its own subtransaction: a failed check
+//   (conflict, stale_version, not_found) undoes that commit alone. CAS is `SELECT ... FOR UPDATE`
+//   then a version compare inside that statement, so a concurrent writer in another process
+//   waits on the row lock and then sees the new version (READ COMMITTED re-reads locked rows).
+//   One round at a time per process keeps commits in call order.
+// - `appendEvents` is grouped the same way: one INSERT ... SELECT FROM unnest(...) per round.
+//
+// Event cursors across concurrent writers (several processes on one database): a reader that
+// follows "events after cursor X" must never miss an event committed LATER with a SMALLER cursor.
+// A plain sequence allows exactly that (T1 takes 5, T2 takes 6, T2 commits, a reader sees 6 and
+// moves past 5, then T1 commits 5). So cursors do not come from a sequence: the appending
+// statement increments the single row agentd.counters['event_cursor'] and uses the range it got.
+// That UPDATE row-locks the counter until the appending transaction commits, so the next
+// appender (any process) can only take its range after the previous one is committed and
+// visible: cursors become visible in increasing order, and "after X" never skips. The price is
+// that appends are serialised across processes for the length of one tiny autocommit statement;
+// group commit amortises it (one lock hold per round, whatever the number of events).
+//
+// Failures: transient PostgreSQL errors (connection loss class 08, serialization_failure 40001,
+// deadlock 40P01, admin/crash shutdown 57P01-57P03, too_many_connections 53300, a failover's
+// refused connections) are retried with backoff for up to RETRY_WINDOW_MS: reads always; writes
+// only when the transaction certainly did not commit (the connection could not be taken, or the
+// server answered the statement with an error). A connection lost while a write was in flight
+// is not retried (it may have committed): the caller gets the error. Pool 'error' events (an
+// idle connection dropped by the server) are handled and only mark the store unhealthy, which
+// `/ready` reports; they never crash the process.
+import pg from 'pg';
+import { migrate } from './pg-migrate.js';
+import {
+  EVENT_INDEX_FIELDS,
+  StoreError,
+  decodeCursor,
+  encodeCursor,
+  type CommitOps,
+  type EventIndexField,
+  type EventInput,
+  type EventPage,
+  type EventQuery,
+  type EventTextPage,
+  type ListQuery,
+  type Page,
+  type RecordIndexes,
+  type RecordKind,
+  type Store,
+  type StoredEvent,
+  type Versioned,
+  type WriteOp,
+} from './store.js';
+
+export interface PostgresStoreOptions {
+  /** Connection string (postgres://user:password@host:port/db). Never logged. */
+  url: string;
+  /** Connections in the pool (default 10). */
+  poolSize?: number;
+  /** Server-side statement_timeout of every connection, ms (default 30000; 0 = none). */
+  statementTimeoutMs?: number;
+  /** How long taking a new connection may last, ms (default 5000). */
+  connectTimeoutMs?: number;
+  /** Apply the migrations at open() (default true). False: refuse a schema that is not current. */
+  migrate?: boolean;
+  /** One line per notable event (migration applied, database lost / back). Never gets the URL. */
+  log?: (msg: string) => void;
+  /** application_name of the connections (default 'agentd'). */
+  applicationName?: string;
+}
+
+export interface StoreHealth {
+  ok: boolean;
+  /** Why the last check failed (no credentials in it). */
+  error?: string;
+}
+
+const MAX_LIMIT = 1000;
+/** A round of the group commit takes at most this many commits / ops (bounds one statement). */
+const ROUND_MAX_COMMITS = 500;
+const ROUND_MAX_OPS = 5000;
+/** A round of appends takes at most this many events. */
+const ROUND_MAX_EVENTS = 5000;
+/** Retention deletes in chunks of this many events, one statement each. */
+const DELETE_CHUNK = 5000;
+/** Transient errors are retried with backoff (50 ms doubling to 1 s) for at most this long. */
+const RETRY_WINDOW_MS = 5000;
+/** The background health probe runs this often (timer unref'd). */
+const PROBE_INTERVAL_MS = 2000;
+const MAX_BIGINT = '9223372036854775807';
+
+const clampLimit = (limit: number | undefined, dflt: number): number =>
+  limit === undefined || !Number.isFinite(limit) ? dflt : Math.min(MAX_LIMIT, Math.max(1, Math.floor(limit)));
+
+// PostgreSQL text cannot hold NUL: ids and index values are stored with `\` and NUL escaped
+// (`\\`, `\0`), a bijection, so distinct strings stay distinct and ids read back exactly.
+const NEEDS_ESC = /[\\\u0000]/;
+export const escText = (s: string): string => (NEEDS_ESC.test(s) ? s.replace(/[\\\u0000]/g, (c) => (c === '\\' ? '\\\\' : '\\0')) : s);
+export const unescText = (s: string): string => (s.includes('\\') ? s.replace(/\\([\\0])/g, (_m, c: string) => (c === '0' ? '\u0000' : '\\')) : s);
+
+/** Index values as the JSON object text the commit function takes: strings only, escaped. */
+const indexJson = (ix: RecordIndexes | undefined): string | null => {
+  if (!ix) return null;
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(ix)) if (typeof v === 'string') out[escText(k)] = escText(v);
+  return JSON.stringify(out);
+};
+
+const ERROR_CODES: Record<string, 'conflict' | 'stale_version' | 'not_found'> = { AG409: 'conflict', AG412: 'stale_version', AG404: 'not_found' };
+
+/** SQLSTATEs after which the same statement may succeed when sent again. */
+const isTransientCode = (code: string | undefined): boolean =>
+  !!code && (code.startsWith('08') || ['40001', '40P01', '57P01', '57P02', '57P03', '53300', '53400'].includes(code));
+
+/** Errors of the connection itself (no SQLSTATE): refused, reset, timed out, terminated. */
+const isConnectionError = (e: unknown): boolean => {
+  if (e instanceof pg.DatabaseError) return isTransientCode(e.code);
+  const err = e as { code?: string; message?: string };
+  return (
+    (typeof err?.code === 'string' && /^(ECONN|EPIPE|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH)/.test(err.code)) ||
+    /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Connection ended/i.test(String(err?.message ?? ''))
+  );
+};
+
+/** A message about a failure that carries no credentials (pg messages never hold the URL; be sure). */
+const describe = (e: unknown): string => {
+  const err = e as { code?: string; message?: string };
+  const msg = String(err?.message ?? e).replace(/postgres(ql)?:\/\/\S*/gi, 'postgres://…');
+  return err?.code ? `${msg} (${err.code})` : msg;
+};
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+interface EncodedOp {
+  op: WriteOp;
+  id: string;
+  json: string | null;
+  expected: number | null;
+  ix: string | null;
+}
+
+interface PendingCommit {
+  input: CommitOps;
+  resolve: (r: Array<Versioned<unknown> | null>) => void;
+  reject: (e: unknown) => void;
+}
+
+interface TakenCommit {
+  p: PendingCommit;
+  ops: EncodedOp[];
+}
+
+interface EncodedEvent {
+  tsMs: number | null;
+  fields: Array<string | null>; // EVENT_INDEX_FIELDS order, escaped
+  body: string;
+}
+
+interface PendingAppend {
+  events: EncodedEvent[];
+  resolve: (cursors: number) => void; // base: cursors are base+1..base+n
+  reject: (e: unknown) => void;
+}
+
+type QueryConfig = pg.QueryConfig<unknown[]>;
+
+/** JSON text of an event body with its cursor added last (the stored body has none). */
+const withCursor = (body: string, cursor: string): string =>
+  body.length <= 2 ? `{"cursor":"${cursor}"}` : `${body.slice(0, -1)},"cursor":"${cursor}"}`;
+
+const cursorText = (c: string | number): string => String(c).padStart(16, '0');
+
+export class PostgresStore implements Store {
+  readonly adapter = 'postgres' as const;
+  private state: 'new' | 'opening' | 'open' | 'closing' | 'closed' = 'new';
+  private poolRef: pg.Pool | null = null;
+  private readonly inflight = new Set<Promise<unknown>>();
+  private readonly commits: PendingCommit[] = [];
+  private committing: Promise<void> | null = null;
+  private readonly appends: PendingAppend[] = [];
+  private appending: Promise<void> | null = null;
+  private health: StoreHealth = { ok: false, error: 'not open' };
+  private probeTimer: NodeJS.Timeout | null = null;
+  private opening: Promise<void> | null = null;
+
+  constructor(private readonly opts: PostgresStoreOptions) {}
+
+  /** The pool (for LISTEN/NOTIFY and the like); throws 'closed' when the store is not open. */
+  get pool(): pg.Pool {
+    if (!this.poolRef || (this.state !== 'open' && this.state !== 'opening')) throw new StoreError('closed', 'store is not open');
+    return this.poolRef;
+  }
+
+  async open(): Promise<void> {
+    if (this.state === 'open') return;
+    if (this.opening) return this.opening;
+    if (this.state !== 'new') throw new StoreError('closed', 'store was closed');
+    this.state = 'opening';
+    this.opening = (async () => {
+      const pool = new pg.Pool({
+        connectionString: this.opts.url,
+        max: this.opts.poolSize ?? 10,
+        connectionTimeoutMillis: this.opts.connectTimeoutMs ?? 5000,
+        idleTimeoutMillis: 30_000,
+        application_name: this.opts.applicationName ?? 'agentd',
+        ...(this.opts.statementTimeoutMs !== 0 ? { statement_timeout: this.opts.statementTimeoutMs ?? 30_000 } : {}),
+        // Without it a transaction left open by a bug would hold row locks forever.
+        idle_in_transaction_session_timeout: 60_000,
+      });
+      // An idle connection the server closed (restart, failover, pg_terminate_backend) is an
+      // 'error' event on the pool: unhandled it would crash the process. The pool drops that
+      // client by itself; here the store only notes it for /ready.
+      pool.on('error', (e) => this.markFailure(e));
+      this.poolRef = pool;
+      try {
+        if (this.opts.migrate === false) {
+          const { latestSchemaVersion, schemaVersion, SchemaTooNewError } = await import('./pg-migrate.js');
+          const client = await pool.connect();
+          try {
+            const v = await schemaVersion(client);
+            if (v > latestSchemaVersion()) throw new SchemaTooNewError(v, latestSchemaVersion());
+            if (v < latestSchemaVersion()) throw new Error(`agentd: the PostgreSQL schema is at version ${v}, this agentd needs ${latestSchemaVersion()}: run \`agentd migrate\``);
+          } finally {
+            client.release();
+          }
+        } else {
+          await migrate(pool, this.opts.log);
+        }
+      } catch (e) {
+        this.poolRef = null;
+        this.state = 'closed';
+        await pool.end().catch(() => {});
+        throw e;
+      }
+      this.health = { ok: true };
+      this.state = 'open';
+      this.probeTimer = setInterval(() => void this.probe(), PROBE_INTERVAL_MS);
+      this.probeTimer.unref();
+    })();
+    try {
+      await this.opening;
+    } finally {
+      this.opening = null;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.state === 'closed' || this.state === 'new') {
+      this.state = 'closed';
+      return;
+    }
+    if (this.state === 'closing') {
+      while (this.state === 'closing') await sleep(5);
+      return;
+    }
+    if (this.opening) await this.opening.catch(() => {});
+    if (this.state !== 'open') return;
+    this.state = 'closing';
+    if (this.probeTimer) clearInterval(this.probeTimer);
+    this.probeTimer = null;
+    // Everything accepted before close finishes (queued commits and appends included).
+    while (this.inflight.size > 0 || this.committing || this.appending) {
+      await Promise.allSettled([...this.inflight, this.committing, this.appending]);
+    }
+    const pool = this.poolRef;
+    this.poolRef = null;
+    this.state = 'closed';
+    this.health = { ok: false, error: 'closed' };
+    await pool?.end().catch(() => {});
+  }
+
+  isOpen(): boolean {
+    return this.state === 'open';
+  }
+
+  /** Whether the database answered the last query / probe. Synchronous: /ready reads it. */
+  healthStatus(): StoreHealth {
+    return this.health;
+  }
+
+  /** Asks the database now (SELECT 1, bounded by `timeoutMs`) and updates healthStatus(). */
+  async ping(timeoutMs = 2000): Promise<StoreHealth> {
+    const pool = this.poolRef;
+    if (!pool || this.state !== 'open') return { ok: false, error: 'store is not open' };
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        pool.query('SELECT 1'),
+        new Promise((_r, reject) => {
+          timer = setTimeout(() => reject(new Error(`no answer from PostgreSQL within ${timeoutMs} ms`)), timeoutMs);
+        }),
+      ]);
+      this.markSuccess();
+    } catch (e) {
+      this.markFailure(e);
+    } finally {
+      clearTimeout(timer);
+    }
+    return this.health;
+  }
+
+  private async probe(): Promise<void> {
+    await this.ping(Math.min(PROBE_INTERVAL_MS, 1500)).catch(() => {});
+  }
+
+  private markSuccess(): void {
+    if (!this.health.ok && this.state === 'open') {
+      this.opts.log?.('agentd: PostgreSQL is reachable again');
+      this.health = { ok: true };
+    }
+  }
+
+  private markFailure(e: unknown): void {
+    const error = describe(e);
+    if (this.health.ok) this.opts.log?.(`agentd: PostgreSQL is unreachable: ${error}`);
+    this.health = { ok: false, error };
+  }
+
+  /** Runs an operation while the store is open; close() waits for it. */
+  private run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.state !== 'open') return Promise.reject(new StoreError('closed', 'store is not open'));
+    const p = fn();
+    this.inflight.add(p);
+    const done = () => this.inflight.delete(p);
+    p.then(done, done);
+    return p;
+  }
+
+  /**
+   * One statement on a pooled connection, retried on transient errors within RETRY_WINDOW_MS.
+   * `idempotent`: also retried when the connection broke while the statement was in flight
+   * (reads, idempotent deletes); otherwise only when it certainly did not take effect.
+   */
+  async query<R extends pg.QueryResultRow = pg.QueryResultRow>(q: QueryConfig, idempotent: boolean): Promise<pg.QueryResult<R>> {
+    const started = Date.now();
+    for (let attempt = 0; ; attempt++) {
+      const pool = this.poolRef;
+      if (!pool) throw new StoreError('closed', 'store is not open');
+      let client: pg.PoolClient;
+      try {
+        client = await pool.connect();
+      } catch (e) {
+        this.markFailure(e);
+        if (isConnectionError(e) && (await this.backoff(started, attempt))) continue;
+        throw e;
+      }
+      // A connection that breaks while we hold it emits 'error'; unheard, that would crash us.
+      const onError = (e: Error) => this.markFailure(e);
+      client.on('error', onError);
+      try {
+        const r = await client.query<R>(q);
+        client.off('error', onError);
+        client.release();
+        this.markSuccess();
+        return r;
+      } catch (e) {
+        client.off('error', onError);
+        const answered = e instanceof pg.DatabaseError; // the server reported an error: nothing committed
+        const broken = !answered || isTransientCode(e.code) || e.code?.startsWith('57');
+        client.release(broken ? (e as Error) : undefined);
+        if (isConnectionError(e)) this.markFailure(e);
+        const retry = answered ? isTransientCode(e.code) : idempotent && isConnectionError(e);
+        if (retry && (await this.backoff(started, attempt))) continue;
+        throw e;
+      }
+    }
+  }
+
+  private isUsable(): boolean {
+    return (this.state as string) !== 'closed' && !!this.poolRef;
+  }
+
+  /** Waits before the next attempt; false when the retry window is spent or the store closed. */
+  private async backoff(started: number, attempt: number): Promise<boolean> {
+    const delay = Math.min(1000, 50 * 2 ** attempt) * (0.75 + Math.random() * 0.5);
+    if (Date.now() + delay - started > RETRY_WINDOW_MS || this.state === 'closed' || !this.poolRef) return false;
+    await sleep(delay);
+    return this.isUsable();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Records
+
+  private view<T>(id: string, version: number, seq: string | number, json: string): Versioned<T> {
+    return { id, version, seq: Number(seq), value: JSON.parse(json) as T };
+  }
+
+  getRecord<T>(kind: RecordKind, id: string): Promise<Versioned<T> | null> {
+    return this.run(async () => {
+      const r = await this.query<{ version: number; seq: string; value: string }>(
+        { name: 'agentd_get', text: 'SELECT version, seq, value FROM agentd.records WHERE kind = $1 AND id = $2', values: [kind, escText(id)] },
+        true,
+      );
+      const row = r.rows[0];
+      return row ? this.view<T>(id, row.version, row.seq, row.value) : null;
+    });
+  }
+
+  getRecords<T>(kind: RecordKind, ids: string[]): Promise<Array<Versioned<T> | null>> {
+    return this.run(async () => {
+      if (ids.length === 0) return [];
+      const r = await this.query<{ id: string; version: number; seq: string; value: string }>(
+        {
+          name: 'agentd_get_many',
+          text: 'SELECT id, version, seq, value FROM agentd.records WHERE kind = $1 AND id = ANY($2::text[])',
+          values: [kind, ids.map(escText)],
+        },
+        true,
+      );
+      const byId = new Map(r.rows.map((row) => [row.id, row]));
+      return ids.map((id) => {
+        const row = byId.get(escText(id));
+        return row ? this.view<T>(id, row.version, row.seq, row.value) : null;
+      });
+    });
+  }
+
+  async createRecord<T>(kind: RecordKind, id: string, value: T, indexes?: RecordIndexes): Promise<Versioned<T>> {
+    const [r] = await this.commit([{ op: 'create', kind, id, value, indexes }]);
+    return r as Versioned<T>;
+  }
+
+  async updateRecord<T>(kind: RecordKind, id: string, value: T, expectedVersion: number, indexes?: RecordIndexes): Promise<Versioned<T>> {
+    const [r] = await this.commit([{ op: 'update', kind, id, value, expectedVersion, indexes }]);
+    return r as Versioned<T>;
+  }
+
+  async deleteRecord(kind: RecordKind, id: string, expectedVersion?: number): Promise<void> {
+    await this.commit([{ op: 'delete', kind, id, expectedVersion }]);
+  }
+
+  listRecords<T>(kind: RecordKind, query: ListQuery = {}): Promise<Page<T>> {
+    return this.run(async () => {
+      const limit = clampLimit(query.limit, 100);
+      const after = query.cursor ? String(decodeCursor(query.cursor)) : query.reverse ? MAX_BIGINT : '0';
+      const rev = !!query.reverse;
+      const cmp = rev ? '<' : '>';
+      const order = rev ? 'DESC' : 'ASC';
+      let q: QueryConfig;
+      if (query.index) {
+        q = {
+          name: `agentd_list_ix_${rev ? 'r' : 'f'}`,
+          text:
+            `SELECT r.id, r.version, r.seq, r.value FROM agentd.record_ix x JOIN agentd.records r ON r.kind = x.kind AND r.id = x.id ` +
+            `WHERE x.kind = $1 AND x.name = $2 AND x.value = $3 AND x.seq ${cmp} $4 ORDER BY x.seq ${order} LIMIT $5`,
+          values: [kind, escText(query.index.name), escText(query.index.value), after, limit + 1],
+        };
+      } else {
+        q = {
+          name: `agentd_list_${rev ? 'r' : 'f'}`,
+          text: `SELECT id, version, seq, value FROM agentd.records WHERE kind = $1 AND seq ${cmp} $2 ORDER BY seq ${order} LIMIT $3`,
+          values: [kind, after, limit + 1],
+        };
+      }
+      const r = await this.query<{ id: string; version: number; seq: string; value: string }>(q, true);
+      const rows = r.rows.slice(0, limit);
+      return {
+        items: rows.map((row) => this.view<T>(unescText(row.id), row.version, row.seq, row.value)),
+        next_cursor: r.rows.length > limit ? encodeCursor(Number(rows[rows.length - 1].seq)) : null,
+      };
+    });
+  }
+
+  countRecords(kind: RecordKind, index?: { name: string; value: string }): Promise<number> {
+    return this.run(async () => {
+      const r = await this.query<{ n: number }>(
+        index
+          ? {
+              name: 'agentd_count_ix',
+              text: 'SELECT count(*)::int AS n FROM agentd.record_ix WHERE kind = $1 AND name = $2 AND value = $3',
+              values: [kind, escText(index.name), escText(index.value)],
+            }
+          : { name: 'agentd_count', text: 'SELECT count(*)::int AS n FROM agentd.records WHERE kind = $1', values: [kind] },
+        true,
+      );
+      return r.rows[0].n;
+    });
+  }
+
+  commit(input: CommitOps): Promise<Array<Versioned<unknown> | null>> {
+    return this.run(
+      () =>
+        new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => {
+          this.commits.push({ input, resolve, reject });
+          if (!this.committing) {
+            this.committing = (async () => {
+              try {
+                while (this.commits.length > 0) {
+                  await null; // lets commits issued in the same tick join this round
+                  await this.commitRound();
+                }
+              } finally {
+                this.committing = null;
+              }
+            })();
+          }
+        }),
+    );
+  }
+
+  private encodeOps(ops: WriteOp[]): EncodedOp[] {
+    return ops.map((op) => {
+      if (op.op === 'delete') return { op, id: escText(op.id), json: null, expected: op.expectedVersion ?? null, ix: null };
+      const json = JSON.stringify(op.value ?? null); // throws on a BigInt: fails this commit only
+      return { op, id: escText(op.id), json, expected: op.op === 'update' ? op.expectedVersion : null, ix: indexJson(op.indexes) };
+    });
+  }
+
+  /** Takes the queued commits (in call order, bounded), and writes them in one statement. */
+  private async commitRound(): Promise<void> {
+    const taken: TakenCommit[] = [];
+    let nOps = 0;
+    while (this.commits.length > 0 && taken.length < ROUND_MAX_COMMITS && nOps < ROUND_MAX_OPS) {
+      const p = this.commits.shift()!;
+      let ops: EncodedOp[];
+      try {
+        ops = this.encodeOps(typeof p.input === 'function' ? p.input() : p.input);
+      } catch (e) {
+        p.reject(e);
+        continue;
+      }
+      if (ops.length === 0) {
+        p.resolve([]);
+        continue;
+      }
+      taken.push({ p, ops });
+      nOps += ops.length;
+    }
+    if (taken.length === 0) return;
+    try {
+      await this.writeCommits(taken);
+    } catch (e) {
+      if (taken.length > 1 && e instanceof pg.DatabaseError) {
+        // The statement failed as a whole (and so wrote nothing): one commit's problem (a value
+        // too large for an index, say) must not fail the others, so each is tried alone, in order.
+        for (const t of taken) await this.writeCommits([t]).catch((err: unknown) => t.p.reject(err));
+      } else {
+        for (const t of taken) t.p.reject(e);
+      }
+    }
+  }
+
+  private async writeCommits(taken: TakenCommit[]): Promise<void> {
+    const commitNo: number[] = [];
+    const opName: string[] = [];
+    const kinds: string[] = [];
+    const ids: string[] = [];
+    const values: Array<string | null> = [];
+    const expected: Array<number | null> = [];
+    const ix: Array<string | null> = [];
+    taken.forEach((t, c) => {
+      for (const e of t.ops) {
+        commitNo.push(c);
+        opName.push(e.op.op);
+        kinds.push(e.op.kind);
+        ids.push(e.id);
+        values.push(e.json);
+        expected.push(e.expected);
+        ix.push(e.ix);
+      }
+    });
+    const r = await this.query<{ r_version: number | null; r_seq: string | null; r_err: string | null; r_msg: string | null }>(
+      {
+        name: 'agentd_commit',
+        text: 'SELECT r_version, r_seq, r_err, r_msg FROM agentd.commit_batch($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::jsonb[])',
+        values: [commitNo, opName, kinds, ids, values, expected, ix],
+      },
+      false,
+    );
+    let k = 0;
+    for (const t of taken) {
+      const rows = r.rows.slice(k, k + t.ops.length);
+      k += t.ops.length;
+      const failed = rows.find((row) => row.r_err);
+      if (failed) {
+        t.p.reject(new StoreError(ERROR_CODES[failed.r_err!] ?? 'conflict', failed.r_msg ?? failed.r_err!));
+        continue;
+      }
+      t.p.resolve(
+        t.ops.map((e, i) => (e.op.op === 'delete' ? null : this.view(e.op.id, rows[i].r_version!, rows[i].r_seq!, e.json!))),
+      );
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Events
+
+  /** Appends in call order; see the header for why cursors come from a locked counter row. */
+  appendEvents(events: EventInput[]): Promise<StoredEvent[]> {
+    return this.run(async () => {
+      if (events.length === 0) return [];
+      const encoded: EncodedEvent[] = events.map((e) => {
+        const body = JSON.stringify(e); // throws on a BigInt: fails this append only
+        const t = typeof e.timestamp === 'string' ? Date.parse(e.timestamp) : NaN;
+        return {
+          tsMs: Number.isNaN(t) ? null : t,
+          fields: EVENT_INDEX_FIELDS.map((f) => (typeof e[f] === 'string' ? escText(e[f] as string) : null)),
+          body,
+        };
+      });
+      const base = await new Promise<number>((resolve, reject) => {
+        this.appends.push({ events: encoded, resolve, reject });
+        if (!this.appending) {
+          this.appending = (async () => {
+            try {
+              while (this.appends.length > 0) {
+                await null;
+                await this.appendRound();
+              }
+            } finally {
+              this.appending = null;
+            }
+          })();
+        }
+      });
+      return encoded.map((e, i) => ({ ...(JSON.parse(e.body) as EventInput), cursor: encodeCursor(base + i + 1) }));
+    });
+  }
+
+  private async appendRound(): Promise<void> {
+    const taken: PendingAppend[] = [];
+    let n = 0;
+    while (this.appends.length > 0 && (taken.length === 0 || n + this.appends[0].events.length <= ROUND_MAX_EVENTS)) {
+      const p = this.appends.shift()!;
+      taken.push(p);
+      n += p.events.length;
+    }
+    const all = taken.flatMap((p) => p.events);
+    const col = (i: number) => all.map((e) => e.fields[i]);
+    try {
+      const r = await this.query<{ base: string }>(
+        {
+          name: 'agentd_append',
+          text:
+            `WITH c AS (UPDATE agentd.counters SET value = value + $1 WHERE name = 'event_cursor' RETURNING value - $1 AS base), ` +
+            `ins AS (INSERT INTO agentd.events (cursor, ts_ms, trace_id, run_id, session_id, task_id, event_type, body) ` +
+            `SELECT c.base + x.ord, x.ts, x.f1, x.f2, x.f3, x.f4, x.f5, x.body FROM c, ` +
+            `unnest($2::float8[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) WITH ORDINALITY AS x(ts, f1, f2, f3, f4, f5, body, ord)) ` +
+            `SELECT base FROM c`,
+          values: [all.length, all.map((e) => e.tsMs), col(0), col(1), col(2), col(3), col(4), all.map((e) => e.body)],
+        },
+        false,
+      );
+      let base = Number(r.rows[0].base);
+      for (const p of taken) {
+        p.resolve(base);
+        base += p.events.length;
+      }
+    } catch (e) {
+      for (const p of taken) p.reject(e);
+    }
+  }
+
+  async readEvents(query: EventQuery = {}): Promise<EventPage> {
+    const page = await this.readEventsJson(query);
+    return { events: page.events.map((t) => JSON.parse(t) as StoredEvent), next_cursor: page.next_cursor };
+  }
+
+  readEventsJson(query: EventQuery = {}): Promise<EventTextPage> {
+    return this.run(async () => {
+      const limit = clampLimit(query.limit, 200);
+      const after = query.after ? String(decodeCursor(query.after)) : '0';
+      const values: unknown[] = [after];
+      const where: string[] = ['cursor > $1'];
+      let shape = '';
+      const f = query.filters ?? {};
+      EVENT_INDEX_FIELDS.forEach((field: EventIndexField, i) => {
+        const v = f[field];
+        const list = typeof v === 'string' ? [v] : Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : [];
+        if (list.length === 0) {
+          shape += '_';
+        } else if (list.length === 1) {
+          values.push(escText(list[0]));
+          where.push(`${field} = $${values.length}`);
+          shape += String(i);
+        } else {
+          values.push(list.map(escText));
+          where.push(`${field} = ANY($${values.length}::text[])`);
+          shape += 'a';
+        }
+      });
+      values.push(limit);
+      const r = await this.query<{ cursor: string; body: string }>(
+        {
+          name: `agentd_ev_${shape}`,
+          text: `SELECT cursor, body FROM agentd.events WHERE ${where.join(' AND ')} ORDER BY cursor LIMIT $${values.length}`,
+          values,
+        },
+        true,
+      );
+      const texts = r.rows.map((row) => withCursor(row.body, cursorText(row.cursor)));
+      return { events: texts, next_cursor: texts.length === limit ? cursorText(r.rows[r.rows.length - 1].cursor) : null };
+    });
+  }
+
+  getEvent(cursor: string): Promise<StoredEvent | null> {
+    return this.run(async () => {
+      let n: number;
+      try {
+        n = decodeCursor(cursor);
+      } catch {
+        return null;
+      }
+      const r = await this.query<{ body: string }>({ name: 'agentd_event', text: 'SELECT body FROM agentd.events WHERE cursor = $1', values: [n] }, true);
+      return r.rows[0] ? (JSON.parse(withCursor(r.rows[0].body, encodeCursor(n))) as StoredEvent) : null;
+    });
+  }
+
+  lastEventCursor(): Promise<string | null> {
+    return this.run(async () => {
+      const r = await this.query<{ c: string | null }>({ name: 'agentd_last_cursor', text: 'SELECT max(cursor) AS c FROM agentd.events' }, true);
+      return r.rows[0].c === null ? null : cursorText(r.rows[0].c);
+    });
+  }
+
+  /**
+   * Retention, as the other adapters: walks from the oldest event and stops at the first one that
+   * is not expired (an unparseable timestamp counts as expired). Deletes in chunks, so no one
+   * statement runs long; each chunk is idempotent, so it is retried like a read.
+   */
+  deleteEventsBefore(isoTime: string): Promise<number> {
+    return this.run(async () => {
+      const cutoff = Date.parse(isoTime);
+      if (Number.isNaN(cutoff)) throw new TypeError(`deleteEventsBefore: bad time '${isoTime}'`);
+      const stop = await this.query<{ c: string | null }>(
+        {
+          name: 'agentd_retention_stop',
+          text: 'SELECT min(cursor) AS c FROM (SELECT cursor FROM agentd.events WHERE ts_ms >= $1 ORDER BY cursor LIMIT 1) s',
+          values: [cutoff],
+        },
+        true,
+      );
+      const before = stop.rows[0].c ?? MAX_BIGINT;
+      let total = 0;
+      for (;;) {
+        const r = await this.query(
+          {
+            name: 'agentd_retention_delete',
+            text: 'DELETE FROM agentd.events WHERE cursor IN (SELECT cursor FROM agentd.events WHERE cursor < $1 ORDER BY cursor LIMIT $2)',
+            values: [before, DELETE_CHUNK],
+          },
+          true,
+        );
+        total += r.rowCount ?? 0;
+        if ((r.rowCount ?? 0) < DELETE_CHUNK) return total;
+      }
+    });
+  }
+}
