@@ -131,9 +131,14 @@ export class PgChanges implements StoreChanges {
     this.maxQueued = opts.maxQueued ?? 1000;
   }
 
-  /** Connects and LISTENs; resolves once the feed is up (rejects only on the first failure). */
+  /** Connects and LISTENs; resolves once the feed is up, or (it could not connect) once a retry is scheduled. */
   async start(): Promise<void> {
-    await this.connect();
+    try {
+      await this.connect();
+    } catch (err) {
+      this.opts.log?.('warn', 'change feed: could not connect; retrying', { err: String(err) });
+      this.retry();
+    }
   }
 
   subscribe(channel: ChangeChannel, fn: (payload: string) => void): () => void {
@@ -207,8 +212,15 @@ export class PgChanges implements StoreChanges {
         if (!set || msg.payload === undefined) return;
         for (const fn of [...set]) safe(() => fn(msg.payload!));
       });
-      await client.connect();
-      for (const ch of Object.values(CHANGE_CHANNELS)) await client.query(`LISTEN ${ch}`);
+      try {
+        await client.connect();
+        for (const ch of Object.values(CHANGE_CHANNELS)) await client.query(`LISTEN ${ch}`);
+      } catch (err) {
+        client.removeAllListeners();
+        client.on('error', () => undefined);
+        await client.end().catch(() => undefined);
+        throw err;
+      }
       if (this.closed) {
         await client.end().catch(() => undefined);
         return;

@@ -3,7 +3,9 @@ import { MemoryStore } from './memory.js';
 import type { Store } from './store.js';
 
 export interface OpenStoreOptions {
-  kind: 'memory' | 'level';
+  kind: 'memory' | 'level' | 'postgres';
+  /** PostgreSQL connection string; required for 'postgres'. */
+  url?: string;
   /** Data directory; required for 'level'. */
   path?: string;
   /** LevelDB only: fsync every batch (default true), see LevelStoreOptions.sync. */
@@ -21,9 +23,14 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
       if (!opts.path) throw new Error("openStore: store kind 'level' needs a path");
       store = new LevelStore({ path: opts.path, sync: opts.sync });
       break;
+    case 'postgres': {
+      if (!opts.url) throw new Error("openStore: store kind 'postgres' needs a url");
+      const { PostgresStore } = await import('./postgres.js');
+      store = new PostgresStore({ url: opts.url });
+      break;
+    }
     default: {
       const kind: string = (opts as { kind: string }).kind;
-      if (kind === 'postgres') throw new Error("openStore: the 'postgres' store is not implemented yet; use 'level' or 'memory'");
       throw new Error(`openStore: unknown store kind '${kind}'`);
     }
   }

@@ -38,6 +38,7 @@
 // `/ready` reports; they never crash the process.
 import pg from 'pg';
 import { migrate } from './pg-migrate.js';
+import { PgChanges, type StoreChanges } from './changes.js';
 import {
   EVENT_INDEX_FIELDS,
   StoreError,
@@ -74,6 +75,8 @@ export interface PostgresStoreOptions {
   log?: (msg: string) => void;
   /** application_name of the connections (default 'agentd'). */
   applicationName?: string;
+  /** LISTEN/NOTIFY change feed on one more connection (default true): see src/store/changes.ts. */
+  changes?: boolean;
 }
 
 export interface StoreHealth {
@@ -189,6 +192,8 @@ export class PostgresStore implements Store {
   private health: StoreHealth = { ok: false, error: 'not open' };
   private probeTimer: NodeJS.Timeout | null = null;
   private opening: Promise<void> | null = null;
+  /** The change feed several instances share (LISTEN/NOTIFY, src/store/changes.ts); set by open(). */
+  changes?: StoreChanges;
 
   constructor(private readonly opts: PostgresStoreOptions) {}
 
@@ -239,6 +244,11 @@ export class PostgresStore implements Store {
         await pool.end().catch(() => {});
         throw e;
       }
+      if (this.opts.changes !== false) {
+        const feed = new PgChanges({ url: this.opts.url, log: (_level, msg, extra) => this.opts.log?.(`${msg}${extra?.err ? `: ${String(extra.err)}` : ''}`) });
+        await feed.start();
+        this.changes = feed;
+      }
       this.health = { ok: true };
       this.state = 'open';
       this.probeTimer = setInterval(() => void this.probe(), PROBE_INTERVAL_MS);
@@ -269,6 +279,7 @@ export class PostgresStore implements Store {
     while (this.inflight.size > 0 || this.committing || this.appending) {
       await Promise.allSettled([...this.inflight, this.committing, this.appending]);
     }
+    await this.changes?.close();
     const pool = this.poolRef;
     this.poolRef = null;
     this.state = 'closed';
