@@ -55,6 +55,7 @@ import {
   type RecordKind,
   type Store,
   type StoredEvent,
+  type StoreHealth,
   type Versioned,
   type WriteOp,
 } from './store.js';
@@ -71,15 +72,9 @@ export interface PostgresStoreOptions {
   /** Apply the migrations at open() (default true). False: refuse a schema that is not current. */
   migrate?: boolean;
   /** One line per notable event (migration applied, database lost / back). Never gets the URL. */
-  log?: (msg: string) => void;
+  log?: (level: 'info' | 'warn', msg: string) => void;
   /** application_name of the connections (default 'agentd'). */
   applicationName?: string;
-}
-
-export interface StoreHealth {
-  ok: boolean;
-  /** Why the last check failed (no credentials in it). */
-  error?: string;
 }
 
 const MAX_LIMIT = 1000;
@@ -231,7 +226,7 @@ export class PostgresStore implements Store {
             client.release();
           }
         } else {
-          await migrate(pool, this.opts.log);
+          await migrate(pool, (msg) => this.opts.log?.('info', msg));
         }
       } catch (e) {
         this.poolRef = null;
@@ -312,14 +307,14 @@ export class PostgresStore implements Store {
 
   private markSuccess(): void {
     if (!this.health.ok && this.state === 'open') {
-      this.opts.log?.('agentd: PostgreSQL is reachable again');
+      this.opts.log?.('info', 'agentd: PostgreSQL is reachable again');
       this.health = { ok: true };
     }
   }
 
   private markFailure(e: unknown): void {
     const error = describe(e);
-    if (this.health.ok) this.opts.log?.(`agentd: PostgreSQL is unreachable: ${error}`);
+    if (this.health.ok) this.opts.log?.('warn', `agentd: PostgreSQL is unreachable: ${error}`);
     this.health = { ok: false, error };
   }
 
