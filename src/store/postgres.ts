@@ -131,6 +131,28 @@ const describe = (e: unknown): string => {
   return err?.code ? `${msg} (${err.code})` : msg;
 };
 
+/** SQLSTATEs saying the database itself cannot be used: gone, login refused, shutting down, full. */
+const isUnavailableCode = (code: string | undefined): boolean =>
+  !!code && (isTransientCode(code) || code === '3D000' || code.startsWith('28') || code.startsWith('57P') || code.startsWith('53'));
+
+/**
+ * The error a caller sees once retrying is over: StoreError 'unavailable' (HTTP 503) when the
+ * database cannot be used, with the original as `cause`; any other error unchanged.
+ * `inFlightWrite`: the connection broke while a write was in flight, so it may have committed.
+ */
+const unavailable = (e: unknown, inFlightWrite: boolean): unknown => {
+  const code = e instanceof pg.DatabaseError ? e.code : undefined;
+  if (!(code ? isUnavailableCode(code) : isConnectionError(e))) return e;
+  const err = new StoreError(
+    'unavailable',
+    inFlightWrite
+      ? `the connection to PostgreSQL was lost while a write was in flight; it may or may not have been applied: ${describe(e)}`
+      : `PostgreSQL is unreachable: ${describe(e)}`,
+  );
+  (err as Error & { cause?: unknown }).cause = e;
+  return err;
+};
+
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 interface EncodedOp {
@@ -344,7 +366,7 @@ export class PostgresStore implements Store {
       } catch (e) {
         this.markFailure(e);
         if (isConnectionError(e) && (await this.backoff(started, attempt))) continue;
-        throw e;
+        throw unavailable(e, false);
       }
       // A connection that breaks while we hold it emits 'error'; unheard, that would crash us.
       const onError = (e: Error) => this.markFailure(e);
@@ -363,7 +385,7 @@ export class PostgresStore implements Store {
         if (isConnectionError(e)) this.markFailure(e);
         const retry = answered ? isTransientCode(e.code) : idempotent && isConnectionError(e);
         if (retry && (await this.backoff(started, attempt))) continue;
-        throw e;
+        throw unavailable(e, !answered && !idempotent);
       }
     }
   }

@@ -110,7 +110,8 @@ export type StoreErrorCode =
   | 'conflict' // create of an existing id
   | 'stale_version' // CAS failed: somebody wrote since you read
   | 'closed'
-  | 'locked'; // another process holds the data dir
+  | 'locked' // another process holds the data dir
+  | 'unavailable'; // the database does not answer (PostgreSQL: connection lost, database gone); transient
 
 export interface StoreHealth {
   ok: boolean;

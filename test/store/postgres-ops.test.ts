@@ -8,6 +8,7 @@ import { PostgresStore } from '../../src/store/postgres.js';
 import { latestSchemaVersion } from '../../src/store/pg-migrate.js';
 import type { StoredEvent } from '../../src/store/store.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
+import { storeErrorCode } from './store.contract.js';
 
 const dbs: TestDatabase[] = [];
 const stores: PostgresStore[] = [];
@@ -137,7 +138,7 @@ describe('PostgreSQL failures', () => {
     expect(h.error).toMatch(/does not exist|terminat/);
     expect(h.error).not.toContain('postgres://');
     const started = Date.now();
-    await expect(s.getRecord('runs', 'r')).rejects.toThrow();
+    expect(await storeErrorCode(s.getRecord('runs', 'r'))).toBe('unavailable');
     expect(Date.now() - started).toBeLessThan(6000); // bounded by the retry window
     expect(s.healthStatus().ok).toBe(false);
     // The database comes back (recreated empty here): the probe notices.
