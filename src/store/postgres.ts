@@ -510,7 +510,9 @@ export class PostgresStore implements Store {
             this.committing = (async () => {
               try {
                 while (this.commits.length > 0) {
-                  await null; // lets commits issued in the same tick join this round
+                  // As LevelStore: the round starts on a setImmediate, so everything issued in
+                  // this turn of the event loop joins it (one round trip for all of them).
+                  await new Promise<void>((r) => setImmediate(r));
                   await this.commitRound();
                 }
               } finally {
@@ -628,7 +630,7 @@ export class PostgresStore implements Store {
           this.appending = (async () => {
             try {
               while (this.appends.length > 0) {
-                await null;
+                await new Promise<void>((r) => setImmediate(r));
                 await this.appendRound();
               }
             } finally {
