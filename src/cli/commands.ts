@@ -34,6 +34,16 @@ export const COMMANDS: Command[] = [
     load: local('serve'),
   },
   { path: ['config', 'check'], summary: 'Validate a config file and print the resolved config (secrets masked).', options: { config: { type: 'string', value: 'FILE', help: 'Config file (env AGENTD_CONFIG).' } }, load: local('configCheck') },
+  {
+    path: ['migrate'],
+    summary: 'Apply the PostgreSQL store\'s pending schema migrations and exit (serve also applies them at start-up).',
+    options: {
+      'store-url': { type: 'string', value: 'URL', help: 'PostgreSQL connection string (default: env AGENTD_STORE_URL, else store.url of the config; prefer the env: a flag is visible in `ps`).' },
+      config: { type: 'string', value: 'FILE', help: 'Config file (env AGENTD_CONFIG).' },
+    },
+    details: 'Safe to run while instances are starting or serving: everyone migrates under one advisory lock.\nRefuses (exit 1) a database migrated by a newer agentd.',
+    load: async () => (await import('./migrate.js')).migrateCommand,
+  },
   { path: ['config', 'schema'], summary: 'Print the JSON Schema of the config file.', load: local('configSchema') },
   { path: ['machines'], summary: 'Print every state machine as a Mermaid diagram.', load: local('machines') },
   {

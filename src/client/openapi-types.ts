@@ -1344,6 +1344,15 @@ export interface components {
                 [key: string]: components["schemas"]["McpServerState"];
             };
             ready: boolean;
+            /** @description The store and, on PostgreSQL, whether its database answers; `ready` is false while it does not. */
+            store?: {
+                /** @enum {string} */
+                adapter: "memory" | "level" | "postgres";
+                /** @description Why the database is not reachable (never holds credentials). */
+                error?: string;
+                /** @description The store is open and (PostgreSQL) its database answered the last query or probe (every 2 s). */
+                ok: boolean;
+            };
         };
         /** @enum {string} */
         RetryOn: "exception" | "timeout";

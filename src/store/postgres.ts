@@ -56,6 +56,7 @@ import {
   type RecordKind,
   type Store,
   type StoredEvent,
+  type StoreHealth,
   type Versioned,
   type WriteOp,
 } from './store.js';
@@ -72,17 +73,11 @@ export interface PostgresStoreOptions {
   /** Apply the migrations at open() (default true). False: refuse a schema that is not current. */
   migrate?: boolean;
   /** One line per notable event (migration applied, database lost / back). Never gets the URL. */
-  log?: (msg: string) => void;
+  log?: (level: 'info' | 'warn', msg: string) => void;
   /** application_name of the connections (default 'agentd'). */
   applicationName?: string;
   /** LISTEN/NOTIFY change feed on one more connection (default true): see src/store/changes.ts. */
   changes?: boolean;
-}
-
-export interface StoreHealth {
-  ok: boolean;
-  /** Why the last check failed (no credentials in it). */
-  error?: string;
 }
 
 const MAX_LIMIT = 1000;
@@ -137,6 +132,28 @@ const describe = (e: unknown): string => {
   const err = e as { code?: string; message?: string };
   const msg = String(err?.message ?? e).replace(/postgres(ql)?:\/\/\S*/gi, 'postgres://…');
   return err?.code ? `${msg} (${err.code})` : msg;
+};
+
+/** SQLSTATEs saying the database itself cannot be used: gone, login refused, shutting down, full. */
+const isUnavailableCode = (code: string | undefined): boolean =>
+  !!code && (isTransientCode(code) || code === '3D000' || code.startsWith('28') || code.startsWith('57P') || code.startsWith('53'));
+
+/**
+ * The error a caller sees once retrying is over: StoreError 'unavailable' (HTTP 503) when the
+ * database cannot be used, with the original as `cause`; any other error unchanged.
+ * `inFlightWrite`: the connection broke while a write was in flight, so it may have committed.
+ */
+const unavailable = (e: unknown, inFlightWrite: boolean): unknown => {
+  const code = e instanceof pg.DatabaseError ? e.code : undefined;
+  if (!(code ? isUnavailableCode(code) : isConnectionError(e))) return e;
+  const err = new StoreError(
+    'unavailable',
+    inFlightWrite
+      ? `the connection to PostgreSQL was lost while a write was in flight; it may or may not have been applied: ${describe(e)}`
+      : `PostgreSQL is unreachable: ${describe(e)}`,
+  );
+  (err as Error & { cause?: unknown }).cause = e;
+  return err;
 };
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -236,7 +253,7 @@ export class PostgresStore implements Store {
             client.release();
           }
         } else {
-          await migrate(pool, this.opts.log);
+          await migrate(pool, (msg) => this.opts.log?.('info', msg));
         }
       } catch (e) {
         this.poolRef = null;
@@ -245,7 +262,7 @@ export class PostgresStore implements Store {
         throw e;
       }
       if (this.opts.changes !== false) {
-        const feed = new PgChanges({ url: this.opts.url, log: (_level, msg, extra) => this.opts.log?.(`${msg}${extra?.err ? `: ${String(extra.err)}` : ''}`) });
+        const feed = new PgChanges({ url: this.opts.url, log: (level, msg, extra) => this.opts.log?.(level === 'info' ? 'info' : 'warn', `${msg}${extra?.err ? `: ${String(extra.err)}` : ''}`) });
         await feed.start();
         this.changes = feed;
       }
@@ -323,14 +340,14 @@ export class PostgresStore implements Store {
 
   private markSuccess(): void {
     if (!this.health.ok && this.state === 'open') {
-      this.opts.log?.('agentd: PostgreSQL is reachable again');
+      this.opts.log?.('info', 'agentd: PostgreSQL is reachable again');
       this.health = { ok: true };
     }
   }
 
   private markFailure(e: unknown): void {
     const error = describe(e);
-    if (this.health.ok) this.opts.log?.(`agentd: PostgreSQL is unreachable: ${error}`);
+    if (this.health.ok) this.opts.log?.('warn', `agentd: PostgreSQL is unreachable: ${error}`);
     this.health = { ok: false, error };
   }
 
@@ -360,7 +377,7 @@ export class PostgresStore implements Store {
       } catch (e) {
         this.markFailure(e);
         if (isConnectionError(e) && (await this.backoff(started, attempt))) continue;
-        throw e;
+        throw unavailable(e, false);
       }
       // A connection that breaks while we hold it emits 'error'; unheard, that would crash us.
       const onError = (e: Error) => this.markFailure(e);
@@ -379,7 +396,7 @@ export class PostgresStore implements Store {
         if (isConnectionError(e)) this.markFailure(e);
         const retry = answered ? isTransientCode(e.code) : idempotent && isConnectionError(e);
         if (retry && (await this.backoff(started, attempt))) continue;
-        throw e;
+        throw unavailable(e, !answered && !idempotent);
       }
     }
   }
@@ -504,7 +521,9 @@ export class PostgresStore implements Store {
             this.committing = (async () => {
               try {
                 while (this.commits.length > 0) {
-                  await null; // lets commits issued in the same tick join this round
+                  // As LevelStore: the round starts on a setImmediate, so everything issued in
+                  // this turn of the event loop joins it (one round trip for all of them).
+                  await new Promise<void>((r) => setImmediate(r));
                   await this.commitRound();
                 }
               } finally {
@@ -622,7 +641,7 @@ export class PostgresStore implements Store {
           this.appending = (async () => {
             try {
               while (this.appends.length > 0) {
-                await null;
+                await new Promise<void>((r) => setImmediate(r));
                 await this.appendRound();
               }
             } finally {

@@ -112,7 +112,14 @@ export type StoreErrorCode =
   | 'conflict' // create of an existing id
   | 'stale_version' // CAS failed: somebody wrote since you read
   | 'closed'
-  | 'locked'; // another process holds the data dir
+  | 'locked' // another process holds the data dir
+  | 'unavailable'; // the database does not answer (PostgreSQL: connection lost, database gone); transient
+
+export interface StoreHealth {
+  ok: boolean;
+  /** Why the last check failed (never holds credentials). */
+  error?: string;
+}
 
 export class StoreError extends Error {
   constructor(readonly code: StoreErrorCode, message: string) {
@@ -168,6 +175,12 @@ export interface Store {
    * changes what any operation returns.
    */
   prefetch?(records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes }>): void;
+
+  /**
+   * Optional: whether the backing database answers (PostgreSQL: the last query or background
+   * probe succeeded). Synchronous, for /ready. An adapter without it is healthy while open.
+   */
+  healthStatus?(): StoreHealth;
 
   /** Appends in order; the returned events carry their cursors. Durable when the promise resolves. */
   appendEvents(events: EventInput[]): Promise<StoredEvent[]>;
