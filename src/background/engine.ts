@@ -43,7 +43,7 @@ import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime
 import type { RunService } from '../runtime/runs.js';
 import type { ActorSystem } from '../runtime/system.js';
 import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
-import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import { isStoreError, StoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
 import { BACKGROUND_EVENT_TYPES, type EventRecordInput } from '../telemetry/record.js';
 import {
@@ -94,6 +94,11 @@ interface Handle {
   timedOut: string | null;
   /** The chain's last job when it is a row write that has not started: later transitions join it. */
   tailWrite: WriteJob | null;
+  /**
+   * Shared store only: the task's gate record as read before the claim's active-run count. The
+   * claim's write CASes it, so two instances cannot both claim a run of a one-at-a-time task.
+   */
+  gate: { id: string; version: number | null } | null;
 }
 
 /** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
@@ -176,12 +181,15 @@ export class RunEngine {
    * read per occurrence. Seeded per task from the inflight_task index on first use, then kept by
    * every bg_runs write of this engine, which is the only writer of that kind (the embedded store's
    * data-dir lock allows one process). Any doubt (a fenced write, deletes) drops a task's entry,
-   * and the next use reads the index again.
+   * and the next use reads the index again. On a shared store (several instances) an entry
+   * expires after a poll interval.
    */
   private readonly inflight = new Map<string, Map<string, 'queued' | 'active'>>();
   /** Tasks whose entry is being read: writes meanwhile are logged here and applied over the read. */
   private readonly seeding = new Map<string, Map<string, 'queued' | 'active' | null>>();
   private readonly seeds = new Map<string, Promise<void>>();
+  /** When each task's in-flight entry was read from the store (shared store: it expires). */
+  private readonly seededAt = new Map<string, number>();
   /** Highest sequence this process appended per non-terminal run: a load with a match skips the outbox check. */
   private readonly emitted = new Map<string, number>();
   private readonly retryTimers = new Map<string, NodeJS.Timeout>();
@@ -434,6 +442,12 @@ export class RunEngine {
   inFlightNow(taskId: string): TaskRunsInFlight | null {
     const m = this.inflight.get(taskId);
     if (!m) return null;
+    // On a shared store other instances write runs of this task too: the view is read again once
+    // it is older than a poll interval (the schedule row's CAS still decides who dispatches).
+    if (isSharedStore(this.deps.store) && this.deps.clock.now() - (this.seededAt.get(taskId) ?? 0) > this.deps.config.background.poll_interval_ms) {
+      this.inflight.delete(taskId);
+      return null;
+    }
     const activeRunIds: string[] = [];
     const queuedRunIds: string[] = [];
     for (const [id, k] of m) (k === 'queued' ? queuedRunIds : activeRunIds).push(id);
@@ -458,7 +472,11 @@ export class RunEngine {
         if (k) m.set(id, k);
         else m.delete(id);
       }
-      if (this.seeding.get(taskId) === log) this.inflight.set(taskId, m);
+      if (this.seeding.get(taskId) === log) {
+        this.inflight.set(taskId, m);
+        this.seededAt.set(taskId, this.deps.clock.now());
+        if (this.seededAt.size > 10_000) this.seededAt.clear(); // a bound: an entry without its time is simply read again
+      }
     })().finally(() => {
       if (this.seeding.get(taskId) === log) this.seeding.delete(taskId);
       this.seeds.delete(taskId);
@@ -547,7 +565,7 @@ export class RunEngine {
     if (TERMINAL.has(row.value.run.status)) return row;
     const h: Handle = {
       id: runId, actor: null, row, chain: Promise.resolve(), pending: 0, sends: 0, dead: false,
-      heartbeat: null, timeout: null, timeoutAttempt: 0, timedOut: null, tailWrite: null,
+      heartbeat: null, timeout: null, timeoutAttempt: 0, timedOut: null, tailWrite: null, gate: null,
     };
     this.handles.set(runId, h);
     const { machine_version: _v, event_seq: _s, outbox: _o, ...ctx } = row.value;
@@ -647,10 +665,26 @@ export class RunEngine {
       })),
     ];
     const status = ctx.run.status;
+    const gate = h.gate;
+    h.gate = null;
+    if (gate && prev.run.status === 'queued' && HELD.has(status)) {
+      const value = { task_id: ctx.run.task_id, claimed_run: h.id, at };
+      ops.push(gate.version === null
+        ? { op: 'create', kind: 'meta', id: gate.id, value }
+        : { op: 'update', kind: 'meta', id: gate.id, value, expectedVersion: gate.version });
+    }
     if (TERMINAL.has(status) && !TERMINAL.has(prev.run.status)) {
       ops.push({ op: 'update', kind: 'traces', id: ctx.internal.trace_id, value: this.traceValue(ctx, status), expectedVersion: null, indexes: { run_id: h.id, session_id: ctx.run.session_id, task_id: ctx.run.task_id } });
     }
-    const [written] = await this.deps.store.commit(ops);
+    let written: Versioned<unknown> | null;
+    try {
+      [written] = await this.deps.store.commit(ops);
+    } catch (err) {
+      // Another instance claimed a run of this one-at-a-time task first (the gate moved): this
+      // claim is refused like a fenced write, and the run stays queued for a later pass.
+      if (gate && isStoreError(err, 'conflict')) throw new StoreError('stale_version', `task ${ctx.run.task_id}: another instance claimed first`);
+      throw err;
+    }
     h.row = written as Versioned<BgRunRow>;
     this.noteRun(ctx.run.task_id, h.id, status);
     const flushed = this.queueEmit(ctx, lifecycle, { runJson, mirror: true });
@@ -1523,8 +1557,17 @@ export class RunEngine {
           continue;
         }
         const policy = internal.overlap_policy;
+        let gate: Handle['gate'] = null;
         if (policy === 'queue_next' || policy === 'cancel_previous') {
           if (blockedTasks.has(run.task_id)) continue;
+          // Shared store: the gate is read BEFORE the count, and the claim CASes it; a claim that
+          // committed after this read moves the gate (and this claim fails), one that committed
+          // before it is in the count.
+          if (isSharedStore(this.deps.store)) {
+            const id = taskGateId(run.task_id);
+            const g = await this.deps.store.getRecord('meta', id);
+            gate = { id, version: g ? g.version : null };
+          }
           const active = await this.countActive(run.task_id);
           let oldest = true;
           if (policy === 'queue_next') {
@@ -1535,7 +1578,7 @@ export class RunEngine {
           blockedTasks.add(run.task_id);
           if (!canClaim(policy, active, oldest)) continue;
         }
-        claims.push(this.claim(run.run_id, item).catch((err: unknown) => {
+        claims.push(this.claim(run.run_id, item, gate).catch((err: unknown) => {
           this.log('warn', 'could not claim a background run', { run_id: run.run_id, err: String(err) });
           return false;
         }));
@@ -1552,12 +1595,13 @@ export class RunEngine {
    * exactly one wins, and the agent run starts only after the write (startAgent is queued behind
    * it). `known` is the row the claim pass just read (saves a read; a stale one loses the CAS).
    */
-  async claim(runId: string, known?: Versioned<BgRunRow>): Promise<boolean> {
+  async claim(runId: string, known?: Versioned<BgRunRow>, gate: Handle['gate'] = null): Promise<boolean> {
     this.claimingNow++;
     try {
       const loaded = await this.handle(runId, known);
       if (loaded === null || !('actor' in loaded)) return false;
       const h = loaded;
+      h.gate = gate;
       h.sends++;
       try {
         const actor = h.actor!;
@@ -1673,4 +1717,9 @@ function stripUndefined(o: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(o)) if (v !== undefined) out[k] = v;
   return out;
+}
+
+/** The record a one-at-a-time task's claims CAS on a shared store (kind `meta`). */
+function taskGateId(taskId: string): string {
+  return `bg_task_gate|${taskId}`;
 }

@@ -104,6 +104,25 @@ describe('two instances, one database', () => {
     expect(ended.status).toBe('cancelled');
   });
 
+  it('a one-at-a-time task (cancel_previous) triggered on both instances never has two runs active at once', async () => {
+    scripts.set('one', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'one', ms: 400 } }] } : { text: 'one done' }));
+    const created = await postJson(`${A()}/background/tasks`, { task_id: 'one-at-a-time', query: '[one] go', schedule: { type: 'manual' }, overlap_policy: 'cancel_previous' });
+    expect(created.status, JSON.stringify(created.body)).toBe(200);
+    await eventually(async () => (await getJson(`${B()}/background/tasks/one-at-a-time`)).status === 200, 5_000, 'task on B');
+    const triggered = await Promise.all(Array.from({ length: 8 }, (_, i) => postJson(`${i % 2 === 0 ? A() : B()}/background/tasks/one-at-a-time/run`, {})));
+    for (const t of triggered) expect(t.status, JSON.stringify(t.body)).toBe(200);
+    const ids = triggered.map((t) => t.body.run_id as string);
+    const TERMINAL_BG = ['completed', 'failed', 'cancelled', 'timeout', 'skipped'];
+    await eventually(async () => {
+      const rs = await Promise.all(ids.map(async (id) => (await getJson(`${B()}/background/runs/${id}`)).body.status));
+      return rs.every((st) => TERMINAL_BG.includes(st));
+    }, 20_000, 'every run of the task at rest');
+    const attempts = (await Promise.all(ids.map(async (id) => (await getJson(`${A()}/background/runs/${id}/attempts`)).body.attempts as Array<{ started_at: string; finished_at: string | null; worker_id: string }>))).flat();
+    expect(attempts.length).toBeGreaterThan(0);
+    const spans = attempts.map((a) => [Date.parse(a.started_at), Date.parse(a.finished_at!)] as const).sort((x, y) => x[0] - y[0]);
+    for (let i = 1; i < spans.length; i++) expect(spans[i][0], 'an attempt started before the previous one ended').toBeGreaterThanOrEqual(spans[i - 1][1]);
+  });
+
   it('20 concurrent runs over both instances never overspend the shared agent budget', async () => {
     scripts.set('budget', (turn) => (turn === 0 ? { tool_calls: [{ name: 'ledger_write', arguments: { entry: 'spend', ms: 50 } }] } : { text: 'spent' }));
     const before = readLedger(cluster.ledger).filter((l) => l.tool === 'ledger_write' && l.phase === 'started').length;
