@@ -1180,9 +1180,29 @@ export class RunEngine {
     const row = await this.getRow(runId);
     if (!row) throw notFound('background run', runId);
     if (TERMINAL.has(row.value.run.status)) throw new AppError('Conflict', `background run ${runId} already ended (${row.value.run.status})`);
+    const run = row.value.run;
+    const h = this.handles.get(runId);
+    // Held by another live instance of a shared store: its owner cancels it (through its own
+    // chain of writes). Writing the row from here would only fence the owner off, and its agent
+    // run would go on until its lease lapsed.
+    if (this.remoteCancel && (!h || h.dead) && HELD.has(run.status) && run.lease_owner && run.lease_owner !== this.deps.workerId
+      && run.lease_expires_at && Date.parse(run.lease_expires_at) > this.deps.clock.now()) {
+      await this.remoteCancel(runId, reason);
+      return { status: 'cancel_requested' };
+    }
     const r = await this.send(runId, { type: 'CANCEL', at: iso(this.deps.clock.now()), reason }, { durable: true });
     if (!r.accepted && r.status && TERMINAL.has(r.status)) throw new AppError('Conflict', `background run ${runId} already ended (${r.status})`);
     return { status: 'cancel_requested' };
+  }
+
+  /** Set by the cluster link on a shared store: asks the instance holding a run to cancel it. */
+  remoteCancel: ((runId: string, reason: string | null) => Promise<void>) | null = null;
+
+  /** A cancel another instance relayed here: only a run this process holds is touched. */
+  cancelIfHeld(runId: string, reason: string | null): void {
+    const h = this.handles.get(runId);
+    if (!h || h.dead) return;
+    void this.cancel(runId, reason).catch((err) => this.log('warn', 'relayed cancel failed', { run_id: runId, err: String(err) }));
   }
 
   /** POST /background/runs/{id}/resume: a run paused for a person continues once its decision is in. */

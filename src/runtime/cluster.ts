@@ -18,10 +18,11 @@ const NOTIFY_DELAY_MS = 5;
 
 type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 
-export interface ControlMessage {
-  type: 'cancel';
-  run_id: string;
-}
+export type ControlMessage =
+  /** Cancel a run (POST /runs/{id}/cancel) live in the instance that owns it. */
+  | { type: 'cancel'; run_id: string }
+  /** Cancel a background run (POST /background/runs/{id}/cancel) held by the instance that owns it. */
+  | { type: 'bg_cancel'; run_id: string; reason: string | null };
 
 export class ClusterLink {
   private readonly seen = new Set<string>();
@@ -162,8 +163,9 @@ export class ClusterLink {
 
   private onControl(payload: string): void {
     const msg = parse(payload) as (ControlMessage & { o?: string }) | null;
-    if (!msg || msg.o === this.instanceId || msg.type !== 'cancel' || typeof msg.run_id !== 'string') return;
-    this.controlHandler?.({ type: 'cancel', run_id: msg.run_id });
+    if (!msg || msg.o === this.instanceId || typeof msg.run_id !== 'string') return;
+    if (msg.type === 'cancel') this.controlHandler?.({ type: 'cancel', run_id: msg.run_id });
+    else if (msg.type === 'bg_cancel') this.controlHandler?.({ type: 'bg_cancel', run_id: msg.run_id, reason: typeof msg.reason === 'string' ? msg.reason.slice(0, 1000) : null });
   }
 
   // ---------------------------------------------------------------- tasks

@@ -123,6 +123,32 @@ describe('two instances, one database', () => {
     for (let i = 1; i < spans.length; i++) expect(spans[i][0], 'an attempt started before the previous one ended').toBeGreaterThanOrEqual(spans[i - 1][1]);
   });
 
+  it('a background run on A: its workspace files are served by B (shared workspace_root), and a cancel posted to B stops it', async () => {
+    scripts.set('bgdone', () => ({ text: 'bg done' }));
+    scripts.set('bgslow', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'bg', ms: 30_000 } }] } : { text: 'bg slow done' }));
+    expect((await postJson(`${A()}/background/tasks`, { task_id: 'bg-done', query: '[bgdone] go', schedule: { type: 'manual' } })).status).toBe(200);
+    const done = await postJson(`${A()}/background/tasks/bg-done/run`, { wait: true }, 20_000);
+    expect(done.status, JSON.stringify(done.body)).toBe(200);
+    expect(done.body.status).toBe('completed');
+    const ws = await getJson(`${B()}/background/runs/${done.body.run_id}/workspace`);
+    expect(ws.status, JSON.stringify(ws.body)).toBe(200);
+    const file = await fetch(`${B()}/background/runs/${done.body.run_id}/workspace/files/run.json`);
+    expect(file.status).toBe(200);
+    expect(JSON.parse(await file.text())).toMatchObject({ run_id: done.body.run_id, status: 'completed' });
+
+    expect((await postJson(`${A()}/background/tasks`, { task_id: 'bg-slow', query: '[bgslow] go', schedule: { type: 'manual' } })).status).toBe(200);
+    const started = await postJson(`${A()}/background/tasks/bg-slow/run`, {});
+    expect(started.status).toBe(200);
+    const bgId = started.body.run_id as string;
+    await eventually(async () => (await getJson(`${B()}/background/runs/${bgId}`)).body.status === 'running', 10_000, 'bg run running');
+    await eventually(() => readLedger(cluster.ledger).some((l) => l.tool === 'counted_echo' && l.entry === 'bg' && l.phase === 'started'), 10_000, 'bg tool started');
+    const c = await postJson(`${B()}/background/runs/${bgId}/cancel`, {});
+    expect(c.status, JSON.stringify(c.body)).toBe(200);
+    const t0 = Date.now();
+    await eventually(async () => (await getJson(`${A()}/background/runs/${bgId}`)).body.status === 'cancelled', 10_000, 'bg run cancelled');
+    expect(Date.now() - t0).toBeLessThan(3_000);
+  });
+
   it('20 concurrent runs over both instances never overspend the shared agent budget', async () => {
     scripts.set('budget', (turn) => (turn === 0 ? { tool_calls: [{ name: 'ledger_write', arguments: { entry: 'spend', ms: 50 } }] } : { text: 'spent' }));
     const before = readLedger(cluster.ledger).filter((l) => l.tool === 'ledger_write' && l.phase === 'started').length;
