@@ -65,6 +65,40 @@ describe('three instances, one database', () => {
     await cluster.start(2); // back to three for the next test
   });
 
+  it('a stale owner (SIGSTOPped past its lease, then continued) is fenced: its writes are refused and the run completes once', async () => {
+    scripts.set('stop', (turn) => {
+      if (turn === 0) return { tool_calls: [{ name: 'ledger_write', arguments: { entry: 'stop-pay', ms: 50 } }] };
+      if (turn === 1) return { tool_calls: [{ name: 'counted_echo', arguments: { text: 'stop-echo', ms: 3_000 } }] };
+      return { text: 'stop done' };
+    });
+    const stale = cluster.instances[1];
+    const other = cluster.instances[0].url;
+    const runId = await launchRun(stale.url, '[stop] go', 'sess-stop');
+    await eventually(() => readLedger(cluster.ledger).some((l) => l.run_id === runId && l.tool === 'counted_echo' && l.phase === 'started'), 10_000, 'the slow step started');
+    process.kill(stale.pid, 'SIGSTOP');
+    let resumed: { metadata: { cause: string; previous_owner: string }; actor: { id: string } } | undefined;
+    try {
+      const done = await eventually(async () => {
+        const r = (await getJson(`${other}/runs/${runId}`)).body;
+        return r.status === 'completed' ? r : null;
+      }, 20_000, 'completed by another instance while the owner is stopped');
+      expect(done.response).toBe('stop done');
+      resumed = (await getJson(`${other}/telemetry/events?run_id=${runId}&event_type=run_resumed`)).body.events[0];
+      expect(resumed?.metadata.cause).toBe('recovered_after_lapsed_lease');
+    } finally {
+      process.kill(stale.pid, 'SIGCONT');
+    }
+    // The stopped owner wakes up, its tool call ends, and its next write is refused.
+    await eventually(() => stale.stderr().includes('run lease lost to another owner'), 10_000, 'the stale owner fenced');
+    const final = (await getJson(`${other}/runs/${runId}`)).body;
+    expect(final.status).toBe('completed');
+    expect(final.response).toBe('stop done');
+    expect(final.owner ?? null).toBeNull();
+    expect(resumed!.metadata.previous_owner).not.toBe(resumed!.actor.id);
+    const writes = readLedger(cluster.ledger).filter((l) => l.run_id === runId && l.tool === 'ledger_write' && l.phase === 'started');
+    expect(writes).toHaveLength(1);
+  }, 45_000);
+
   it('an interval task on three instances (one killed on the way) dispatches each occurrence exactly once', async () => {
     scripts.set('tick', () => ({ text: 'tock' }));
     const a = cluster.instances[0].url;
