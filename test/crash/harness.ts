@@ -471,7 +471,7 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
   if (opts.tasks) {
     for (let t = 0; t < opts.tasks; t++) {
       const id = `crash-task-${t}`;
-      const r = await postJson(`${children[0]!.url}/background/tasks`, { task_id: id, query: `[tick] task ${t}`, schedule: { type: 'interval', seconds: 2 }, overlap_policy: 'allow_parallel' });
+      const r = await postJson(`${children[0]!.url}/background/tasks`, { task_id: id, query: `[tick] task ${t}`, schedule: { type: 'interval', seconds: 2 }, overlap_policy: 'allow_parallel', session_policy: { mode: 'run' } });
       if (r.status !== 200) violations.push(`task ${id}: create answered ${r.status} ${JSON.stringify(r.body)}`);
       taskIds.push(id);
     }
