@@ -7,15 +7,15 @@
 //   agentd.events     cursor -> body (JSON text without the cursor) + the index columns
 //   agentd.counters   'event_cursor': the last cursor ever assigned (never reused)
 //
-// Writes:
-// - `commit` is a group commit like LevelStore's: commits queue in call order; one round takes
-//   every queued commit (bounded), calls the function forms, and sends them all in ONE statement,
-//   agentd.commit_batch(...), which runs each commit in its own subtransaction: a failed check
-//   (conflict, stale_version, not_found) undoes that commit alone. CAS is `SELECT ... FOR UPDATE`
-//   then a version compare inside that statement, so a concurrent writer in another process
-//   waits on the row lock and then sees the new version (READ COMMITTED re-reads locked rows).
-//   One round at a time per process keeps commits in call order.
-// - `appendEvents` is grouped the same way: one INSERT ... SELECT FROM unnest(...) per round.
+// Writes: a group commit like LevelStore's. `commit` and `appendEvents` calls queue in call order;
+// a round (one at a time per process, started on a setImmediate) takes every queued job (bounded),
+// calls the commits' function forms, and sends them all in ONE statement, agentd.write_round(...):
+// one round trip, one transaction, one WAL flush for everything a turn of the event loop wrote
+// (a run's commit and its events typically share one). Inside, agentd.commit_batch runs each
+// commit in its own subtransaction: a failed check (conflict, stale_version, not_found) undoes
+// that commit alone. CAS is `SELECT ... FOR UPDATE` then a version compare inside that statement,
+// so a concurrent writer in another process waits on the row lock and then sees the new version
+// (READ COMMITTED re-reads locked rows). The events are one INSERT ... SELECT FROM unnest(...).
 //
 // Event cursors across concurrent writers (several processes on one database): a reader that
 // follows "events after cursor X" must never miss an event committed LATER with a SMALLER cursor.
@@ -169,10 +169,6 @@ interface PendingCommit {
   reject: (e: unknown) => void;
 }
 
-interface TakenCommit {
-  p: PendingCommit;
-  ops: EncodedOp[];
-}
 
 interface EncodedEvent {
   tsMs: number | null;
@@ -185,6 +181,9 @@ interface PendingAppend {
   resolve: (cursors: number) => void; // base: cursors are base+1..base+n
   reject: (e: unknown) => void;
 }
+
+type Job = { kind: 'commit'; p: PendingCommit } | { kind: 'append'; p: PendingAppend };
+type Taken = { kind: 'commit'; p: PendingCommit; ops: EncodedOp[] } | { kind: 'append'; p: PendingAppend };
 
 type QueryConfig = pg.QueryConfig<unknown[]>;
 
@@ -199,10 +198,8 @@ export class PostgresStore implements Store {
   private state: 'new' | 'opening' | 'open' | 'closing' | 'closed' = 'new';
   private poolRef: pg.Pool | null = null;
   private readonly inflight = new Set<Promise<unknown>>();
-  private readonly commits: PendingCommit[] = [];
-  private committing: Promise<void> | null = null;
-  private readonly appends: PendingAppend[] = [];
-  private appending: Promise<void> | null = null;
+  private readonly jobs: Job[] = [];
+  private writing: Promise<void> | null = null;
   private health: StoreHealth = { ok: false, error: 'not open' };
   private probeTimer: NodeJS.Timeout | null = null;
   private opening: Promise<void> | null = null;
@@ -233,8 +230,10 @@ export class PostgresStore implements Store {
       });
       // An idle connection the server closed (restart, failover, pg_terminate_backend) is an
       // 'error' event on the pool: unhandled it would crash the process. The pool drops that
-      // client by itself; here the store only notes it for /ready.
-      pool.on('error', (e) => this.markFailure(e));
+      // client by itself.
+      // A single dropped idle connection says little (the pool reconnects): ask the database now
+      // instead of flipping /ready on it.
+      pool.on('error', () => void this.probe());
       this.poolRef = pool;
       try {
         if (this.opts.migrate === false) {
@@ -283,8 +282,8 @@ export class PostgresStore implements Store {
     if (this.probeTimer) clearInterval(this.probeTimer);
     this.probeTimer = null;
     // Everything accepted before close finishes (queued commits and appends included).
-    while (this.inflight.size > 0 || this.committing || this.appending) {
-      await Promise.allSettled([...this.inflight, this.committing, this.appending]);
+    while (this.inflight.size > 0 || this.writing) {
+      await Promise.allSettled([...this.inflight, this.writing]);
     }
     const pool = this.poolRef;
     this.poolRef = null;
@@ -505,111 +504,10 @@ export class PostgresStore implements Store {
     return this.run(
       () =>
         new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => {
-          this.commits.push({ input, resolve, reject });
-          if (!this.committing) {
-            this.committing = (async () => {
-              try {
-                while (this.commits.length > 0) {
-                  // As LevelStore: the round starts on a setImmediate, so everything issued in
-                  // this turn of the event loop joins it (one round trip for all of them).
-                  await new Promise<void>((r) => setImmediate(r));
-                  await this.commitRound();
-                }
-              } finally {
-                this.committing = null;
-              }
-            })();
-          }
+          this.enqueue({ kind: 'commit', p: { input, resolve, reject } });
         }),
     );
   }
-
-  private encodeOps(ops: WriteOp[]): EncodedOp[] {
-    return ops.map((op) => {
-      if (op.op === 'delete') return { op, id: escText(op.id), json: null, expected: op.expectedVersion ?? null, ix: null };
-      const json = JSON.stringify(op.value ?? null); // throws on a BigInt: fails this commit only
-      return { op, id: escText(op.id), json, expected: op.op === 'update' ? op.expectedVersion : null, ix: indexJson(op.indexes) };
-    });
-  }
-
-  /** Takes the queued commits (in call order, bounded), and writes them in one statement. */
-  private async commitRound(): Promise<void> {
-    const taken: TakenCommit[] = [];
-    let nOps = 0;
-    while (this.commits.length > 0 && taken.length < ROUND_MAX_COMMITS && nOps < ROUND_MAX_OPS) {
-      const p = this.commits.shift()!;
-      let ops: EncodedOp[];
-      try {
-        ops = this.encodeOps(typeof p.input === 'function' ? p.input() : p.input);
-      } catch (e) {
-        p.reject(e);
-        continue;
-      }
-      if (ops.length === 0) {
-        p.resolve([]);
-        continue;
-      }
-      taken.push({ p, ops });
-      nOps += ops.length;
-    }
-    if (taken.length === 0) return;
-    try {
-      await this.writeCommits(taken);
-    } catch (e) {
-      if (taken.length > 1 && e instanceof pg.DatabaseError) {
-        // The statement failed as a whole (and so wrote nothing): one commit's problem (a value
-        // too large for an index, say) must not fail the others, so each is tried alone, in order.
-        for (const t of taken) await this.writeCommits([t]).catch((err: unknown) => t.p.reject(err));
-      } else {
-        for (const t of taken) t.p.reject(e);
-      }
-    }
-  }
-
-  private async writeCommits(taken: TakenCommit[]): Promise<void> {
-    const commitNo: number[] = [];
-    const opName: string[] = [];
-    const kinds: string[] = [];
-    const ids: string[] = [];
-    const values: Array<string | null> = [];
-    const expected: Array<number | null> = [];
-    const ix: Array<string | null> = [];
-    taken.forEach((t, c) => {
-      for (const e of t.ops) {
-        commitNo.push(c);
-        opName.push(e.op.op);
-        kinds.push(e.op.kind);
-        ids.push(e.id);
-        values.push(e.json);
-        expected.push(e.expected);
-        ix.push(e.ix);
-      }
-    });
-    const r = await this.query<{ r_version: number | null; r_seq: string | null; r_err: string | null; r_msg: string | null }>(
-      {
-        name: 'agentd_commit',
-        text: 'SELECT r_version, r_seq, r_err, r_msg FROM agentd.commit_batch($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::jsonb[])',
-        values: [commitNo, opName, kinds, ids, values, expected, ix],
-      },
-      false,
-    );
-    let k = 0;
-    for (const t of taken) {
-      const rows = r.rows.slice(k, k + t.ops.length);
-      k += t.ops.length;
-      const failed = rows.find((row) => row.r_err);
-      if (failed) {
-        t.p.reject(new StoreError(ERROR_CODES[failed.r_err!] ?? 'conflict', failed.r_msg ?? failed.r_err!));
-        continue;
-      }
-      t.p.resolve(
-        t.ops.map((e, i) => (e.op.op === 'delete' ? null : this.view(e.op.id, rows[i].r_version!, rows[i].r_seq!, e.json!))),
-      );
-    }
-  }
-
-  // ---------------------------------------------------------------------------------------------
-  // Events
 
   /** Appends in call order; see the header for why cursors come from a locked counter row. */
   appendEvents(events: EventInput[]): Promise<StoredEvent[]> {
@@ -625,57 +523,148 @@ export class PostgresStore implements Store {
         };
       });
       const base = await new Promise<number>((resolve, reject) => {
-        this.appends.push({ events: encoded, resolve, reject });
-        if (!this.appending) {
-          this.appending = (async () => {
-            try {
-              while (this.appends.length > 0) {
-                await new Promise<void>((r) => setImmediate(r));
-                await this.appendRound();
-              }
-            } finally {
-              this.appending = null;
-            }
-          })();
-        }
+        this.enqueue({ kind: 'append', p: { events: encoded, resolve, reject } });
       });
       return encoded.map((e, i) => ({ ...(JSON.parse(e.body) as EventInput), cursor: encodeCursor(base + i + 1) }));
     });
   }
 
-  private async appendRound(): Promise<void> {
-    const taken: PendingAppend[] = [];
-    let n = 0;
-    while (this.appends.length > 0 && (taken.length === 0 || n + this.appends[0].events.length <= ROUND_MAX_EVENTS)) {
-      const p = this.appends.shift()!;
-      taken.push(p);
-      n += p.events.length;
-    }
-    const all = taken.flatMap((p) => p.events);
-    const col = (i: number) => all.map((e) => e.fields[i]);
-    try {
-      const r = await this.query<{ base: string }>(
-        {
-          name: 'agentd_append',
-          text:
-            `WITH c AS (UPDATE agentd.counters SET value = value + $1 WHERE name = 'event_cursor' RETURNING value - $1 AS base), ` +
-            `ins AS (INSERT INTO agentd.events (cursor, ts_ms, trace_id, run_id, session_id, task_id, event_type, body) ` +
-            `SELECT c.base + x.ord, x.ts, x.f1, x.f2, x.f3, x.f4, x.f5, x.body FROM c, ` +
-            `unnest($2::float8[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) WITH ORDINALITY AS x(ts, f1, f2, f3, f4, f5, body, ord)) ` +
-            `SELECT base FROM c`,
-          values: [all.length, all.map((e) => e.tsMs), col(0), col(1), col(2), col(3), col(4), all.map((e) => e.body)],
-        },
-        false,
-      );
-      let base = Number(r.rows[0].base);
-      for (const p of taken) {
-        p.resolve(base);
-        base += p.events.length;
+  /**
+   * Group commit of commits AND appends: jobs queue in call order; a round starts on a
+   * setImmediate (as LevelStore's: everything issued in this turn of the event loop joins it),
+   * takes the queued jobs (bounded) and writes them in ONE statement, agentd.write_round: one
+   * round trip and one transaction (one WAL flush) for all of them. One round at a time per
+   * process keeps commits and appends in call order.
+   */
+  private enqueue(job: Job): void {
+    this.jobs.push(job);
+    if (this.writing) return;
+    this.writing = (async () => {
+      try {
+        while (this.jobs.length > 0) {
+          await new Promise<void>((r) => setImmediate(r));
+          await this.writeRound();
+        }
+      } finally {
+        this.writing = null;
       }
+    })();
+  }
+
+  private encodeOps(ops: WriteOp[]): EncodedOp[] {
+    return ops.map((op) => {
+      if (op.op === 'delete') return { op, id: escText(op.id), json: null, expected: op.expectedVersion ?? null, ix: null };
+      const json = JSON.stringify(op.value ?? null); // throws on a BigInt: fails this commit only
+      return { op, id: escText(op.id), json, expected: op.op === 'update' ? op.expectedVersion : null, ix: indexJson(op.indexes) };
+    });
+  }
+
+  /** Takes the queued jobs (in call order, bounded) and writes them in one statement. */
+  private async writeRound(): Promise<void> {
+    const taken: Taken[] = [];
+    let nCommits = 0;
+    let nOps = 0;
+    let nEvents = 0;
+    while (this.jobs.length > 0 && nCommits < ROUND_MAX_COMMITS && nOps < ROUND_MAX_OPS) {
+      const job = this.jobs[0];
+      if (job.kind === 'append') {
+        if (nEvents > 0 && nEvents + job.p.events.length > ROUND_MAX_EVENTS) break;
+        this.jobs.shift();
+        taken.push(job);
+        nEvents += job.p.events.length;
+        continue;
+      }
+      this.jobs.shift();
+      let ops: EncodedOp[];
+      try {
+        // The function form is called now, when the store takes the write (Store.commit).
+        ops = this.encodeOps(typeof job.p.input === 'function' ? job.p.input() : job.p.input);
+      } catch (e) {
+        job.p.reject(e);
+        continue;
+      }
+      if (ops.length === 0) {
+        job.p.resolve([]);
+        continue;
+      }
+      taken.push({ kind: 'commit', p: job.p, ops });
+      nCommits++;
+      nOps += ops.length;
+    }
+    if (taken.length === 0) return;
+    try {
+      await this.write(taken);
     } catch (e) {
-      for (const p of taken) p.reject(e);
+      if (taken.length > 1 && e instanceof pg.DatabaseError && !isTransientCode(e.code)) {
+        // The statement failed as a whole (so it wrote nothing): one job's problem (a value too
+        // large for an index, say) must not fail the others, so each is tried alone, in order.
+        for (const t of taken) await this.write([t]).catch((err: unknown) => t.p.reject(err));
+      } else {
+        for (const t of taken) t.p.reject(e);
+      }
     }
   }
+
+  private async write(taken: Taken[]): Promise<void> {
+    const commitNo: number[] = [];
+    const opName: string[] = [];
+    const kinds: string[] = [];
+    const ids: string[] = [];
+    const values: Array<string | null> = [];
+    const expected: Array<number | null> = [];
+    const ix: Array<string | null> = [];
+    const events: EncodedEvent[] = [];
+    taken.forEach((t, c) => {
+      if (t.kind === 'append') {
+        events.push(...t.p.events);
+        return;
+      }
+      for (const e of t.ops) {
+        commitNo.push(c);
+        opName.push(e.op.op);
+        kinds.push(e.op.kind);
+        ids.push(e.id);
+        values.push(e.json);
+        expected.push(e.expected);
+        ix.push(e.ix);
+      }
+    });
+    const col = (i: number) => events.map((e) => e.fields[i]);
+    const r = await this.query<{ r_version: number | null; r_seq: string | null; r_err: string | null; r_msg: string | null }>(
+      {
+        name: 'agentd_write_round',
+        text:
+          'SELECT r_version, r_seq, r_err, r_msg FROM agentd.write_round($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::jsonb[], ' +
+          '$8::float8[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[])',
+        values: [
+          commitNo, opName, kinds, ids, values, expected, ix,
+          events.map((e) => e.tsMs), col(0), col(1), col(2), col(3), col(4), events.map((e) => e.body),
+        ],
+      },
+      false,
+    );
+    // Rows: one per op in order, then (when events were appended) one whose r_seq is the base.
+    let base = events.length > 0 ? Number(r.rows[r.rows.length - 1].r_seq) : 0;
+    let k = 0;
+    for (const t of taken) {
+      if (t.kind === 'append') {
+        t.p.resolve(base);
+        base += t.p.events.length;
+        continue;
+      }
+      const rows = r.rows.slice(k, k + t.ops.length);
+      k += t.ops.length;
+      const failed = rows.find((row) => row.r_err);
+      if (failed) {
+        t.p.reject(new StoreError(ERROR_CODES[failed.r_err!] ?? 'conflict', failed.r_msg ?? failed.r_err!));
+        continue;
+      }
+      t.p.resolve(t.ops.map((e, i) => (e.op.op === 'delete' ? null : this.view(e.op.id, rows[i].r_version!, rows[i].r_seq!, e.json!))));
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Events
 
   async readEvents(query: EventQuery = {}): Promise<EventPage> {
     const page = await this.readEventsJson(query);

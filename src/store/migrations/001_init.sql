@@ -165,3 +165,44 @@ BEGIN
   RETURN QUERY SELECT * FROM unnest(vers, seqs, errs, msgs);
 END
 $fn$;
+
+-- One round of the adapter's group commit: the commits (as agentd.commit_batch) and the event
+-- appends queued in one turn, in one statement and one transaction. Events get the cursors after
+-- agentd.counters['event_cursor'], which this UPDATE row-locks until the transaction commits: the
+-- next appender (any process) takes its range only after this one is visible, so cursors become
+-- visible in increasing order. The counter is taken last, to hold its lock as briefly as possible.
+-- Returns the rows of commit_batch, then, when events were given, one row whose r_seq is the
+-- cursor before the first event (they get r_seq + 1, + 2, ... in order).
+CREATE FUNCTION agentd.write_round(
+  p_commit   integer[],
+  p_op       text[],
+  p_kind     text[],
+  p_id       text[],
+  p_value    text[],
+  p_expected integer[],
+  p_ix       jsonb[],
+  p_ts       double precision[],
+  p_trace    text[],
+  p_run      text[],
+  p_session  text[],
+  p_task     text[],
+  p_type     text[],
+  p_body     text[]
+) RETURNS TABLE (r_version integer, r_seq bigint, r_err text, r_msg text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  n_events integer := coalesce(array_length(p_body, 1), 0);
+  base     bigint;
+BEGIN
+  IF coalesce(array_length(p_op, 1), 0) > 0 THEN
+    RETURN QUERY SELECT * FROM agentd.commit_batch(p_commit, p_op, p_kind, p_id, p_value, p_expected, p_ix);
+  END IF;
+  IF n_events > 0 THEN
+    UPDATE agentd.counters SET value = value + n_events WHERE name = 'event_cursor' RETURNING value - n_events INTO base;
+    INSERT INTO agentd.events (cursor, ts_ms, trace_id, run_id, session_id, task_id, event_type, body)
+      SELECT base + x.ord, x.ts, x.f1, x.f2, x.f3, x.f4, x.f5, x.body
+        FROM unnest(p_ts, p_trace, p_run, p_session, p_task, p_type, p_body) WITH ORDINALITY AS x(ts, f1, f2, f3, f4, f5, body, ord);
+    RETURN QUERY SELECT NULL::integer, base, NULL::text, NULL::text;
+  END IF;
+END
+$fn$;
