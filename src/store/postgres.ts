@@ -671,38 +671,49 @@ export class PostgresStore implements Store {
     return { events: page.events.map((t) => JSON.parse(t) as StoredEvent), next_cursor: page.next_cursor };
   }
 
+  /**
+   * One statement per filter shape (a prepared statement each). A field with one value is an
+   * equality the planner serves from that field's (value, cursor) index. When every filtered
+   * field has several values, a generic plan of `= ANY(...) ORDER BY cursor LIMIT n` would walk
+   * the whole log in cursor order; instead the first such field is walked per value (LATERAL, each
+   * an index range of at most n) and the walks are merged by cursor.
+   */
   readEventsJson(query: EventQuery = {}): Promise<EventTextPage> {
     return this.run(async () => {
       const limit = clampLimit(query.limit, 200);
       const after = query.after ? String(decodeCursor(query.after)) : '0';
-      const values: unknown[] = [after];
-      const where: string[] = ['cursor > $1'];
+      const values: unknown[] = [after, limit];
+      const where: string[] = ['e.cursor > $1'];
       let shape = '';
+      let walk: string | null = null;
       const f = query.filters ?? {};
-      EVENT_INDEX_FIELDS.forEach((field: EventIndexField, i) => {
+      const lists = EVENT_INDEX_FIELDS.map((field: EventIndexField) => {
         const v = f[field];
         const list = typeof v === 'string' ? [v] : Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : [];
+        return [field, [...new Set(list)].map(escText)] as const;
+      });
+      const anySingle = lists.some(([, list]) => list.length === 1);
+      for (const [field, list] of lists) {
         if (list.length === 0) {
           shape += '_';
         } else if (list.length === 1) {
-          values.push(escText(list[0]));
-          where.push(`${field} = $${values.length}`);
-          shape += String(i);
+          values.push(list[0]);
+          where.push(`e.${field} = $${values.length}`);
+          shape += '1';
+        } else if (!anySingle && walk === null) {
+          values.push(list);
+          walk = `unnest($${values.length}::text[]) AS w(v) CROSS JOIN LATERAL (SELECT e.cursor, e.body FROM agentd.events e WHERE e.${field} = w.v AND `;
+          shape += 'w';
         } else {
-          values.push(list.map(escText));
-          where.push(`${field} = ANY($${values.length}::text[])`);
+          values.push(list);
+          where.push(`e.${field} = ANY($${values.length}::text[])`);
           shape += 'a';
         }
-      });
-      values.push(limit);
-      const r = await this.query<{ cursor: string; body: string }>(
-        {
-          name: `agentd_ev_${shape}`,
-          text: `SELECT cursor, body FROM agentd.events WHERE ${where.join(' AND ')} ORDER BY cursor LIMIT $${values.length}`,
-          values,
-        },
-        true,
-      );
+      }
+      const text = walk
+        ? `SELECT m.cursor, m.body FROM ${walk}${where.join(' AND ')} ORDER BY e.cursor LIMIT $2) m ORDER BY m.cursor LIMIT $2`
+        : `SELECT e.cursor, e.body FROM agentd.events e WHERE ${where.join(' AND ')} ORDER BY e.cursor LIMIT $2`;
+      const r = await this.query<{ cursor: string; body: string }>({ name: `agentd_ev_${shape}`, text, values }, true);
       const texts = r.rows.map((row) => withCursor(row.body, cursorText(row.cursor)));
       return { events: texts, next_cursor: texts.length === limit ? cursorText(r.rows[r.rows.length - 1].cursor) : null };
     });
