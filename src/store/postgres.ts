@@ -202,6 +202,7 @@ export class PostgresStore implements Store {
   private writing: Promise<void> | null = null;
   private health: StoreHealth = { ok: false, error: 'not open' };
   private probeTimer: NodeJS.Timeout | null = null;
+  private lastOkAt = 0;
   private opening: Promise<void> | null = null;
 
   constructor(private readonly opts: PostgresStoreOptions) {}
@@ -233,7 +234,7 @@ export class PostgresStore implements Store {
       // client by itself.
       // A single dropped idle connection says little (the pool reconnects): ask the database now
       // instead of flipping /ready on it.
-      pool.on('error', () => void this.probe());
+      pool.on('error', () => void this.probe(true));
       this.poolRef = pool;
       try {
         if (this.opts.migrate === false) {
@@ -322,11 +323,14 @@ export class PostgresStore implements Store {
     return this.health;
   }
 
-  private async probe(): Promise<void> {
+  /** The background probe: skipped while queries keep succeeding (they prove the same, for free). */
+  private async probe(force = false): Promise<void> {
+    if (!force && this.health.ok && Date.now() - this.lastOkAt < PROBE_INTERVAL_MS) return;
     await this.ping(Math.min(PROBE_INTERVAL_MS, 1500)).catch(() => {});
   }
 
   private markSuccess(): void {
+    this.lastOkAt = Date.now();
     if (!this.health.ok && this.state === 'open') {
       this.opts.log?.('info', 'agentd: PostgreSQL is reachable again');
       this.health = { ok: true };
