@@ -32,8 +32,9 @@
 // deadlock 40P01, admin/crash shutdown 57P01-57P03, too_many_connections 53300, a failover's
 // refused connections) are retried with backoff for up to RETRY_WINDOW_MS: reads always; writes
 // only when the transaction certainly did not commit (the connection could not be taken, or the
-// server answered the statement with an error). A connection lost while a write was in flight
-// is not retried (it may have committed): the caller gets the error. Pool 'error' events (an
+// statement failed with a serialization failure or deadlock). A write whose connection broke or
+// whose backend was terminated while it was in flight is not retried (it may have committed just
+// before): the caller gets StoreError 'unavailable' saying so. Pool 'error' events (an
 // idle connection dropped by the server) are handled and only mark the store unhealthy, which
 // `/ready` reports; they never crash the process.
 import pg from 'pg';
@@ -81,6 +82,8 @@ const MAX_LIMIT = 1000;
 /** A round of the group commit takes at most this many commits / ops (bounds one statement). */
 const ROUND_MAX_COMMITS = 500;
 const ROUND_MAX_OPS = 5000;
+/** Writes (commits + appends) waiting for a round at most; more are refused ('unavailable'). */
+const MAX_QUEUED_JOBS = 20_000;
 /** A round of appends takes at most this many events. */
 const ROUND_MAX_EVENTS = 5000;
 /** Retention deletes in chunks of this many events, one statement each. */
@@ -382,13 +385,17 @@ export class PostgresStore implements Store {
         return r;
       } catch (e) {
         client.off('error', onError);
-        const answered = e instanceof pg.DatabaseError; // the server reported an error: nothing committed
-        const broken = !answered || isTransientCode(e.code) || e.code?.startsWith('57');
+        const code = e instanceof pg.DatabaseError ? e.code : undefined;
+        const broken = !code || isTransientCode(code) || code.startsWith('57');
         client.release(broken ? (e as Error) : undefined);
         if (isConnectionError(e)) this.markFailure(e);
-        const retry = answered ? isTransientCode(e.code) : idempotent && isConnectionError(e);
+        // A write is sent again only when it certainly rolled back: a serialization failure or a
+        // deadlock aborts the statement before its commit. A terminated backend (57P01) or a
+        // broken connection may strike after the commit, before the answer arrives: not retried.
+        const certainlyRolledBack = code === '40001' || code === '40P01';
+        const retry = idempotent ? isConnectionError(e) : certainlyRolledBack;
         if (retry && (await this.backoff(started, attempt))) continue;
-        throw unavailable(e, !answered && !idempotent);
+        throw unavailable(e, !idempotent && !certainlyRolledBack);
       }
     }
   }
@@ -541,6 +548,11 @@ export class PostgresStore implements Store {
    * process keeps commits and appends in call order.
    */
   private enqueue(job: Job): void {
+    if (this.jobs.length >= MAX_QUEUED_JOBS) {
+      // The database is not keeping up (or not answering): refuse instead of queueing without bound.
+      job.p.reject(new StoreError('unavailable', `the PostgreSQL write queue is full (${MAX_QUEUED_JOBS} writes waiting)`));
+      return;
+    }
     this.jobs.push(job);
     if (this.writing) return;
     this.writing = (async () => {
