@@ -79,8 +79,12 @@ export interface PostgresStoreOptions {
 }
 
 const MAX_LIMIT = 1000;
-/** A round of the group commit takes at most this many commits / ops (bounds one statement). */
-const ROUND_MAX_COMMITS = 500;
+/**
+ * A round of the group commit takes at most this many commits / ops (bounds one statement). Each
+ * commit is a subtransaction with its own xid; past 64 in one transaction PostgreSQL's subxid
+ * cache overflows and every snapshot gets slower, so a round stays under it.
+ */
+const ROUND_MAX_COMMITS = 60;
 const ROUND_MAX_OPS = 5000;
 /** Writes (commits + appends) waiting for a round at most; more are refused ('unavailable'). */
 const MAX_QUEUED_JOBS = 20_000;

@@ -100,6 +100,49 @@ BEGIN
     END LOOP;
     BEGIN
       FOR j IN i..e LOOP
+        -- Fast paths, one statement each (the common writes): a create; a CAS update and a
+        -- create-or-replace that leave the index values as they are.
+        IF p_op[j] = 'create' THEN
+          n_ix := coalesce(p_ix[j], '{}'::jsonb);
+          INSERT INTO agentd.records (kind, id, version, seq, value, ix)
+            VALUES (p_kind[j], p_id[j], 1, nextval('agentd.record_seq'), p_value[j], n_ix)
+            ON CONFLICT DO NOTHING
+            RETURNING seq INTO n_seq;
+          IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'AG409', MESSAGE = format('%s ''%s'' already exists', p_kind[j], p_id[j]);
+          END IF;
+          IF n_ix <> '{}'::jsonb THEN
+            INSERT INTO agentd.record_ix (kind, name, value, seq, id)
+              SELECT p_kind[j], x.key, x.value, n_seq, p_id[j] FROM jsonb_each_text(n_ix) AS x;
+          END IF;
+          vers[j] := 1;
+          seqs[j] := n_seq;
+          CONTINUE;
+        END IF;
+        IF p_op[j] = 'update' AND p_ix[j] IS NULL THEN
+          IF p_expected[j] IS NULL THEN
+            INSERT INTO agentd.records AS r (kind, id, version, seq, value, ix)
+              VALUES (p_kind[j], p_id[j], 1, nextval('agentd.record_seq'), p_value[j], '{}'::jsonb)
+              ON CONFLICT (kind, id) DO UPDATE SET value = EXCLUDED.value, version = r.version + 1
+              RETURNING r.version, r.seq INTO c_ver, c_seq;
+          ELSE
+            -- A concurrent writer holds the row: we wait, then the WHERE sees its new version.
+            UPDATE agentd.records SET value = p_value[j], version = version + 1
+              WHERE kind = p_kind[j] AND id = p_id[j] AND version = p_expected[j]
+              RETURNING version, seq INTO c_ver, c_seq;
+            IF NOT FOUND THEN
+              SELECT r.version INTO c_ver FROM agentd.records r WHERE r.kind = p_kind[j] AND r.id = p_id[j];
+              IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'AG404', MESSAGE = format('%s ''%s'' was not found', p_kind[j], p_id[j]);
+              END IF;
+              RAISE EXCEPTION USING ERRCODE = 'AG412', MESSAGE = format('%s ''%s'' is at version %s, expected %s', p_kind[j], p_id[j], c_ver, p_expected[j]);
+            END IF;
+          END IF;
+          vers[j] := c_ver;
+          seqs[j] := c_seq;
+          CONTINUE;
+        END IF;
+        -- The general path: lock the row, check, write, and keep agentd.record_ix in step.
         SELECT r.version, r.seq, r.ix INTO c_ver, c_seq, c_ix
           FROM agentd.records r WHERE r.kind = p_kind[j] AND r.id = p_id[j] FOR UPDATE;
         found_ := FOUND;
