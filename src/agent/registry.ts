@@ -17,6 +17,13 @@ import { ToolRegistry, type McpLease, type McpPool } from './tools/registry.js';
 import type { McpConnection } from './tools/mcp.js';
 import type { BuiltinToolSet, McpServerConfig, ToolLogger } from './tools/types.js';
 
+/** 409: the agent is registered but its stored spec does not build any more; no run started. */
+export class AgentUnavailableError extends AppError {
+  constructor(message: string) {
+    super('Conflict', message, 'fix the environment or replace the agent spec');
+  }
+}
+
 export interface AgentRegistryOptions {
   store: Store;
   clock: Clock;
@@ -189,7 +196,10 @@ export class AgentRegistry implements AgentSource {
   async acquire(agentId: string): Promise<AgentLease> {
     if (this.closed) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
     const rec = await this.opts.store.getRecord<AgentRow>('bg_agents', agentId);
-    if (!rec) throw notFound('agent', agentId);
+    if (!rec) {
+      this.evict(agentId); // deleted, maybe by another instance
+      throw notFound('agent', agentId);
+    }
     const row = rec.value;
     if (isServedAgentSpec(row)) {
       this.evict(agentId);
@@ -226,7 +236,7 @@ export class AgentRegistry implements AgentSource {
   /** A stored spec that no longer builds (an env var unset since, a module removed): the run cannot start. */
   private cannotRun(agentId: string, err: unknown): AppError {
     const why = err instanceof Error ? err.message : String(err);
-    return new AppError('Conflict', `agent '${agentId}' cannot be built: ${why}`, 'fix the environment or replace the agent spec');
+    return new AgentUnavailableError(`agent '${agentId}' cannot be built: ${why}`);
   }
 
   private keyOf(agentId: string, updatedAt: string | undefined): string {
