@@ -239,3 +239,52 @@ describe('registered agents: shared MCP connections', () => {
     expect(pool.size).toBe(0);
   }, 30_000);
 });
+
+describe('registered agents: after a restart', () => {
+  let alt: ScriptedOpenAI;
+  let server: TestServer | null = null;
+  const config = { agents: { tools_dirs: [FIXTURES] }, background: { poll_interval_ms: 50 } };
+
+  beforeAll(async () => {
+    alt = await startScriptedOpenAI();
+  });
+
+  afterAll(async () => {
+    await server?.stop();
+    server?.cleanup();
+    await alt?.close();
+    delete process.env.AGENTD_TEST_ALT_KEY;
+  });
+
+  it('builds the stored spec at its first run; a spec whose key variable is gone fails the run with 409, the task run as failed', async () => {
+    process.env.AGENTD_TEST_ALT_KEY = 'sk-alt-test-key';
+    server = await startTestServer(config);
+    const spec = altSpec(alt, { model_config: { provider: 'openai-compatible', base_url: alt.url, model: 'alt-model', api_key_env: 'AGENTD_TEST_ALT_KEY' } });
+    expect((await postJson(`${server.url}/background/agents`, { spec })).status).toBe(200);
+    expect((await postJson(`${server.url}/background/tasks`, { task_id: 't', agent_id: 'alt', query: 'hi', schedule: { type: 'manual' } })).status).toBe(200);
+    const dataDir = server.dataDir;
+    await server.stop();
+
+    // Same store, new process state: the first run builds alt from its row.
+    server = await startTestServer(config, { dataDir });
+    alt.enqueue({ text: 'rebuilt' });
+    const ok = await postJson(`${server.url}/run/sync`, { query: 'hi', agent_id: 'alt' });
+    expect(ok.body).toMatchObject({ status: 'success', response: 'rebuilt' });
+    expect(systemOf(alt.requests[0])).toBe('You are ALT, terse.');
+    expect(alt.headers[0].authorization).toBe('Bearer sk-alt-test-key');
+    await server.stop();
+
+    delete process.env.AGENTD_TEST_ALT_KEY;
+    server = await startTestServer(config, { dataDir });
+    const refused = await postJson(`${server.url}/run/sync`, { query: 'hi', agent_id: 'alt' });
+    expect(refused.status).toBe(409);
+    expect(refused.body.message).toMatch(/AGENTD_TEST_ALT_KEY is not set/);
+    const run = await postJson(`${server.url}/background/tasks/t/run`, { wait: true });
+    expect(run.body).toMatchObject({ status: 'failed' });
+    expect(JSON.stringify(run.body)).toMatch(/cannot be built/);
+    expect(alt.requests).toHaveLength(1);
+    // Nothing stored holds the key.
+    const stored = await getJson(`${server.url}/background/agents/alt`);
+    expect(JSON.stringify(stored.body)).not.toContain('sk-alt-test-key');
+  });
+});
