@@ -1,6 +1,7 @@
 // Registered agents that really run (issue 14, item 1; docs/agents.md), over real HTTP: the served
 // agent talks to one scripted model server, agent `alt` (registered with POST /background/agents)
 // to another; each server sees only its own agent's instruction and tool declarations.
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { HTTPValidationError } from '../../src/schemas/index.js';
@@ -100,6 +101,19 @@ describe('registered agents', () => {
     expect(toolNames(served.requests[0])).toEqual(expect.arrayContaining(['clock', 'workspace_read']));
     expect(toolNames(served.requests[0])).not.toContain('alt_echo');
     expect(alt.requests).toHaveLength(4);
+  });
+
+  it("alt's max_steps ends its runs; the served agent keeps its own", async () => {
+    const spec = { ...altSpec(alt), agent_id: 'short', agent_config: { max_steps: 1, builtin_tools: [] } };
+    expect((await postJson(`${url}/background/agents`, { spec })).status).toBe(200);
+    alt.setDefault({ tool_calls: [{ name: 'alt_echo', arguments: { text: 'again' } }] });
+    try {
+      const r = await postJson(`${url}/run/sync`, { query: 'loop', agent_id: 'short' });
+      expect(r.body).toMatchObject({ termination_reason: 'max_steps' });
+      expect(alt.requests).toHaveLength(1);
+    } finally {
+      alt.setDefault({ text: 'Hello from the scripted model.' });
+    }
   });
 
   it('an unknown agent_id is 404 before any run starts (JSON, not a stream)', async () => {
@@ -221,6 +235,15 @@ describe('registered agents: shared MCP connections', () => {
   afterAll(async () => {
     await server?.stop();
     server?.cleanup();
+  });
+
+  it("a synchronous run of a registered agent works in the agent's own workspace folder", async () => {
+    const spec = { agent_id: 'writer', agent_config: { builtin_tools: ['workspace'] }, workspace_config: { root: 'teams/writer' } };
+    expect((await postJson(`${server.url}/background/agents`, { spec })).status).toBe(200);
+    const r = await postJson(`${server.url}/run/sync`, { query: 'use workspace_write path=note.txt content=hello', agent_id: 'writer', session_id: 'ws1' });
+    expect(r.body.status).toBe('success');
+    const file = path.join(server.runtime.config.background.workspace_root, 'teams/writer/sessions/ws1/note.txt');
+    expect(readFileSync(file, 'utf8')).toBe('hello');
   });
 
   it('two agents naming one server share its connection, closed when neither uses it', async () => {
