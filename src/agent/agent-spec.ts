@@ -1,7 +1,7 @@
 // What a registered agent spec (BackgroundAgentSpec, POST /background/agents) means as an agent:
 // pure checks that turn the stored JSON into a build plan, or into a list of problems with their
 // place in the spec (answered as 422). Building the plan (modules, providers, MCP connections) is
-// src/agent/registry.ts. docs/agents.md describes every field.
+// src/runtime/agent-registry.ts. docs/agents.md describes every field.
 import { isAbsolute, normalize, relative, resolve, sep } from 'node:path';
 import { z } from 'zod';
 import type { ModelProviderConfig, ModelProviderKind } from './model/index.js';

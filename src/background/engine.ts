@@ -40,7 +40,7 @@ import { newId } from '../ids.js';
 import type { TelemetryEmitter } from '../runtime/emitter.js';
 import type { Metrics } from '../runtime/metrics.js';
 import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
-import { AgentUnavailableError, type AgentRegistry } from '../agent/registry.js';
+import { AgentUnavailableError, type AgentRegistry } from '../runtime/agent-registry.js';
 import type { RunService } from '../runtime/runs.js';
 import type { ActorSystem } from '../runtime/system.js';
 import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
@@ -74,7 +74,7 @@ export interface BackgroundDeps {
   system: ActorSystem;
   workerId: string;
   runs: RunService;
-  /** Registered agents (src/agent/registry.ts): a spec is built at registration, refused when it cannot be. */
+  /** Registered agents (src/runtime/agent-registry.ts): a spec is built at registration, refused when it cannot be. */
   agents?: AgentRegistry;
   log?: Log;
 }

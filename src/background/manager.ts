@@ -36,7 +36,7 @@ import { RequestValidationError } from '../http/validation.js';
 import type { core } from 'zod';
 import type { AttemptRecord } from '../../machines/background-run.machine.js';
 import { AgentSpecError } from '../agent/agent-spec.js';
-import type { PreparedAgent } from '../agent/registry.js';
+import type { PreparedAgent } from '../runtime/agent-registry.js';
 
 export type { BackgroundDeps } from './engine.js';
 

@@ -27,7 +27,7 @@ import type { ChatMessage, ModelProvider, ToolCallRequest, ToolDeclaration } fro
 import { withRetries } from '../agent/model/retry.js';
 import { ModelCallError } from '../agent/model/types.js';
 import type { BudgetLedger } from '../agent/budget-ledger.js';
-import type { AgentLease, AgentProfile, AgentSource } from '../agent/agent-profile.js';
+import type { AgentLease, AgentProfile, AgentSource } from './agent-profile.js';
 import { modelCallReservation, modelCallUsage, type Pricing } from '../agent/pricing.js';
 import { checkInput, type CompiledGuardrails } from '../agent/guardrails.js';
 import { formatObservation } from '../agent/tools/observation.js';
@@ -91,7 +91,7 @@ export interface RunServiceDeps {
   workerId: string;
   /** Sub-agents the model may delegate to (config `agent.subagents`). */
   subagents?: Subagents;
-  /** Registered agents by id (src/agent/registry.ts); without it every run is the served agent's. */
+  /** Registered agents by id (src/runtime/agent-registry.ts); without it every run is the served agent's. */
   agents?: AgentSource;
   log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 }

@@ -21,7 +21,7 @@ import { ActorSystem, type SystemHooks } from './system.js';
 import { LiveStates } from './live-states.js';
 import { Subagents } from './subagents.js';
 import { BackgroundManager } from '../background/manager.js';
-import { AgentRegistry } from '../agent/registry.js';
+import { AgentRegistry } from './agent-registry.js';
 import { agentEnvValue } from '../config.js';
 
 export interface RuntimeOptions {

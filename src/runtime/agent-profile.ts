@@ -1,8 +1,8 @@
 // What a run needs to know about the agent it runs as: the served agent (config `agent`) or a
-// registered one (src/agent/registry.ts). Types only, so the run service does not load the registry.
-import type { ModelProvider } from './model/types.js';
-import type { RegisteredTool } from './tools/types.js';
-import type { Subagents } from '../runtime/subagents.js';
+// registered one (src/runtime/agent-registry.ts). Types only, so the run service does not load the registry.
+import type { ModelProvider } from '../agent/model/types.js';
+import type { RegisteredTool } from '../agent/tools/types.js';
+import type { Subagents } from './subagents.js';
 
 export interface AgentToolSource {
   list(): RegisteredTool[];
