@@ -67,8 +67,9 @@ class Build {
     void this.tools?.close().catch(() => undefined);
   }
 
-  get holders(): number {
-    return this.refs;
+  /** Let go of by everyone (replaced, evicted) before a run took it. */
+  get isClosed(): boolean {
+    return this.closed;
   }
 }
 
@@ -194,6 +195,16 @@ export class AgentRegistry implements AgentSource {
    * cached build is older. 404 when the agent is not registered.
    */
   async acquire(agentId: string): Promise<AgentLease> {
+    // A build finished and was pushed out of the cache (replaced, or the cache bound) before this
+    // run could take it: look again (bounded; the next look finds the newer build).
+    for (let i = 0; i < 3; i++) {
+      const lease = await this.acquireOnce(agentId);
+      if (lease) return lease;
+    }
+    throw new AppError('ServerBusy', `agent '${agentId}' is being rebuilt; try again`, null, { 'retry-after': '1' });
+  }
+
+  private async acquireOnce(agentId: string): Promise<AgentLease | null> {
     if (this.closed) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
     const rec = await this.opts.store.getRecord<AgentRow>('bg_agents', agentId);
     if (!rec) {
@@ -230,7 +241,7 @@ export class AgentRegistry implements AgentSource {
       this.building.set(key, pending);
     }
     const b = await pending;
-    return b.hold();
+    return b.isClosed ? null : b.hold();
   }
 
   /** A stored spec that no longer builds (an env var unset since, a module removed): the run cannot start. */
