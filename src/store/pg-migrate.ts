@@ -40,7 +40,7 @@ function migrationsDir(): string {
     const dir = fileURLToPath(new URL(rel, import.meta.url));
     if (existsSync(`${dir}001_init.sql`)) return dir;
   }
-  throw new Error('agentd: the PostgreSQL migrations (migrations/001_init.sql) are missing from this installation');
+  throw new Error('the PostgreSQL migrations (migrations/001_init.sql) are missing from this installation');
 }
 
 let cached: Migration[] | null = null;
@@ -56,7 +56,7 @@ export function loadMigrations(): Migration[] {
     out.push({ version: Number(m[1]), name: m[2], sql: readFileSync(`${dir}${file}`, 'utf8') });
   }
   out.forEach((mig, i) => {
-    if (mig.version !== i + 1) throw new Error(`agentd: PostgreSQL migrations must be numbered 1, 2, 3, ...: found ${mig.version} at position ${i + 1}`);
+    if (mig.version !== i + 1) throw new Error(`PostgreSQL migrations must be numbered 1, 2, 3, ...: found ${mig.version} at position ${i + 1}`);
   });
   return (cached = out);
 }
@@ -98,7 +98,7 @@ export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => 
           await client.query('COMMIT');
         } catch (e) {
           await client.query('ROLLBACK').catch(() => {});
-          throw new Error(`agentd: PostgreSQL migration ${m.version} (${m.name}) failed: ${(e as Error).message}`, { cause: e });
+          throw new Error(`PostgreSQL migration ${m.version} (${m.name}) failed: ${(e as Error).message}`, { cause: e });
         }
         applied.push(m.version);
         log(`agentd: applied PostgreSQL migration ${m.version} (${m.name})`);

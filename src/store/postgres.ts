@@ -39,6 +39,7 @@
 // `/ready` reports; they never crash the process.
 import pg from 'pg';
 import { migrate } from './pg-migrate.js';
+import { describeStoreUrl } from './pg-url.js';
 import {
   EVENT_INDEX_FIELDS,
   StoreError,
@@ -250,7 +251,7 @@ export class PostgresStore implements Store {
           try {
             const v = await schemaVersion(client);
             if (v > latestSchemaVersion()) throw new SchemaTooNewError(v, latestSchemaVersion());
-            if (v < latestSchemaVersion()) throw new Error(`agentd: the PostgreSQL schema is at version ${v}, this agentd needs ${latestSchemaVersion()}: run \`agentd migrate\``);
+            if (v < latestSchemaVersion()) throw new Error(`the PostgreSQL schema is at version ${v}, this agentd needs ${latestSchemaVersion()}: run \`agentd migrate\``);
           } finally {
             client.release();
           }
@@ -261,7 +262,8 @@ export class PostgresStore implements Store {
         this.poolRef = null;
         this.state = 'closed';
         await pool.end().catch(() => {});
-        throw e;
+        if (!(e instanceof pg.DatabaseError) && !isConnectionError(e)) throw e;
+        throw new Error(`cannot open the PostgreSQL store at ${describeStoreUrl(this.opts.url)}: ${describe(e)}`, { cause: e });
       }
       this.health = { ok: true };
       this.state = 'open';
