@@ -126,6 +126,16 @@ describe('PostgreSQL failures', () => {
     expect(s.healthStatus()).toEqual({ ok: true });
   });
 
+  it('applies statement_timeout (store.statement_timeout_ms) and the idle-in-transaction bound to every connection', async () => {
+    const db = await freshDb();
+    const s = store(db.url, { statementTimeoutMs: 200 });
+    await s.open();
+    const settings = await s.query<{ st: string; it: string }>({ text: "SELECT current_setting('statement_timeout') AS st, current_setting('idle_in_transaction_session_timeout') AS it" }, true);
+    expect(settings.rows[0]).toEqual({ st: '200ms', it: '1min' });
+    await expect(s.query({ text: 'SELECT pg_sleep(2)' }, true)).rejects.toMatchObject({ code: '57014' });
+    expect((await s.ping()).ok).toBe(true);
+  });
+
   it('a statement whose backend is terminated mid-flight: a read is sent again, a write is not (it may have committed)', async () => {
     const db = await freshDb();
     const s = store(db.url, { applicationName: 'agentd-midflight' });
