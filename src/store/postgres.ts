@@ -239,9 +239,8 @@ export class PostgresStore implements Store {
       });
       // An idle connection the server closed (restart, failover, pg_terminate_backend) is an
       // 'error' event on the pool: unhandled it would crash the process. The pool drops that
-      // client by itself.
-      // A single dropped idle connection says little (the pool reconnects): ask the database now
-      // instead of flipping /ready on it.
+      // client by itself; one dropped connection says little (the next one may work), so the
+      // database is asked now instead of /ready flipping on it.
       pool.on('error', () => void this.probe(true));
       this.poolRef = pool;
       try {
