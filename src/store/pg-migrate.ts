@@ -11,6 +11,9 @@ import type pg from 'pg';
 /** pg_advisory_lock key of the migration lock (any fixed bigint; "agentd:m" in ASCII). */
 export const MIGRATION_LOCK_KEY = '7018141953221749101';
 
+/** How long an instance waits for another one's migration before giving up. */
+const LOCK_WAIT_MS = 10 * 60_000;
+
 export interface Migration {
   version: number;
   name: string;
@@ -81,7 +84,17 @@ export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => 
   const client = await pool.connect();
   let broken = false;
   try {
-    await client.query('SELECT pg_advisory_lock($1::bigint)', [MIGRATION_LOCK_KEY]);
+    // A migration may run longer than the service's statement_timeout; the wait for another
+    // instance's migration is bounded here instead (polling, so no statement waits unbounded).
+    await client.query('SET statement_timeout = 0');
+    const deadline = Date.now() + LOCK_WAIT_MS;
+    let told = false;
+    while (!(await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1::bigint) AS ok', [MIGRATION_LOCK_KEY])).rows[0].ok) {
+      if (Date.now() > deadline) throw new Error(`another agentd has held the PostgreSQL migration lock for over ${LOCK_WAIT_MS / 1000} s; is a migration stuck?`);
+      if (!told) log('agentd: waiting for another instance to finish migrating the PostgreSQL schema');
+      told = true;
+      await new Promise((r) => setTimeout(r, 200));
+    }
     try {
       await client.query('CREATE SCHEMA IF NOT EXISTS agentd');
       await client.query(
@@ -105,6 +118,7 @@ export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => 
       }
       return { applied, version: Math.max(current, migrations.length) };
     } finally {
+      await client.query('RESET statement_timeout').catch(() => {});
       await client.query('SELECT pg_advisory_unlock($1::bigint)', [MIGRATION_LOCK_KEY]).catch(() => {
         broken = true; // a session that cannot unlock is dropped below: closing it releases the lock
       });
