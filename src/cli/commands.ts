@@ -28,6 +28,7 @@ export const COMMANDS: Command[] = [
     },
     details: [
       'Model env: AGENTD_MODEL_BASE_URL, AGENTD_MODEL, AGENTD_MODEL_API_KEY (else OPENAI_API_KEY).',
+      'Store env: AGENTD_STORE_URL (a postgres:// URL: the PostgreSQL store, migrated at start-up; docs/operations.md).',
       'Logs: AGENTD_LOG_LEVEL, AGENTD_LOG_FORMAT, AGENTD_LOG_REQUESTS (docs/operations.md).',
       '--inspect: see docs/machines.md ("Watching the machines").',
     ].join('\n'),
