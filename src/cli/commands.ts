@@ -28,6 +28,7 @@ export const COMMANDS: Command[] = [
     },
     details: [
       'Model env: AGENTD_MODEL_BASE_URL, AGENTD_MODEL, AGENTD_MODEL_API_KEY (else OPENAI_API_KEY).',
+      'Store env: AGENTD_STORE_URL (a postgres:// URL: the PostgreSQL store, migrated at start-up; docs/operations.md).',
       'Logs: AGENTD_LOG_LEVEL, AGENTD_LOG_FORMAT, AGENTD_LOG_REQUESTS (docs/operations.md).',
       '--inspect: see docs/machines.md ("Watching the machines").',
     ].join('\n'),
@@ -51,6 +52,7 @@ export const COMMANDS: Command[] = [
     summary: 'Run the agent: the answer streams to stdout, a status line (tool calls, approvals) to stderr.',
     options: {
       session: { type: 'string', value: 'S', help: 'Continue this session (default: a new one).' },
+      agent: { type: 'string', value: 'ID', help: 'Run as this registered agent (POST /background/agents; default: the served agent).' },
       sync: { type: 'boolean', help: 'Wait for the whole answer (POST /run/sync) instead of streaming it.' },
     },
     details: 'Exit: 0 success, 1 error/cancelled/timeout, 3 waiting for an approval or budget (the ids and the\ncommands to decide are printed). Ctrl-C closes the stream, which cancels the run.',

@@ -4,16 +4,8 @@
 // AGENTD_STORE_URL, else store.url of the config file; it is never printed.
 import { ConfigError, loadConfig } from '../config.js';
 import { EXIT, type Parsed } from './args.js';
+import { describeStoreUrl } from '../store/pg-url.js';
 
-/** host:port/database of a connection string: what may be shown (no user, no password). */
-export function describeStoreUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    return `${u.hostname}:${u.port || '5432'}${u.pathname}`;
-  } catch {
-    return '(unparseable URL)';
-  }
-}
 
 export async function migrateCommand(p: Parsed, _spec?: unknown, write: (s: string) => void = (s) => process.stdout.write(s)): Promise<number> {
   const flag = p.values['store-url'];

@@ -8,7 +8,7 @@ import { readVersion } from '../version.js';
 import { configCheckJson, redactorForConfig } from '../telemetry/secrets.js';
 import { createLogger, logSettingsFromEnv } from '../telemetry/logger.js';
 import { checkInspectUrl, EXIT, type Parsed } from './args.js';
-import { describeStoreUrl } from './migrate.js';
+import { describeStoreUrl } from '../store/pg-url.js';
 
 /** The flags the config loader reads, back in its argv form. */
 function configArgv(values: Parsed['values']): string[] {

@@ -267,8 +267,8 @@ export function createClient(options: ClientOptions) {
    * `events.follow(session_id, { run_id, after: last_cursor })` and read the result with
    * `runs.get(run_id)`.
    */
-  async function* stream(query: string, opts: { session_id?: string | null; signal?: AbortSignal } = {}): AsyncGenerator<RunFrame> {
-    const res = await send('startRun', { body: { query, session_id: opts.session_id ?? undefined }, signal: opts.signal }, 'text/event-stream');
+  async function* stream(query: string, opts: { session_id?: string | null; agent_id?: string | null; signal?: AbortSignal } = {}): AsyncGenerator<RunFrame> {
+    const res = await send('startRun', { body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined }, signal: opts.signal }, 'text/event-stream');
     for await (const { frame } of framesOf(res)) {
       if (!frame) continue;
       yield frame;
@@ -352,7 +352,7 @@ export function createClient(options: ClientOptions) {
     runs: {
       stream,
       /** POST /run/sync: the RunResponse of any outcome (awaiting_approval included). */
-      sync: (query: string, opts: { session_id?: string | null; signal?: AbortSignal } = {}) => call('runSync', { body: { query, session_id: opts.session_id ?? undefined }, signal: opts.signal }),
+      sync: (query: string, opts: { session_id?: string | null; agent_id?: string | null; signal?: AbortSignal } = {}) => call('runSync', { body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined }, signal: opts.signal }),
       list: (query: QueryParams<'listRuns'> = {}) => call('listRuns', { query }),
       get: (run_id: string) => call('getRun', { path: { run_id } }),
       cancel: (run_id: string) => call('cancelRun', { path: { run_id } }),

@@ -11,6 +11,9 @@ import type pg from 'pg';
 /** pg_advisory_lock key of the migration lock (any fixed bigint; "agentd:m" in ASCII). */
 export const MIGRATION_LOCK_KEY = '7018141953221749101';
 
+/** How long an instance waits for another one's migration before giving up. */
+const LOCK_WAIT_MS = 10 * 60_000;
+
 export interface Migration {
   version: number;
   name: string;
@@ -40,7 +43,7 @@ function migrationsDir(): string {
     const dir = fileURLToPath(new URL(rel, import.meta.url));
     if (existsSync(`${dir}001_init.sql`)) return dir;
   }
-  throw new Error('agentd: the PostgreSQL migrations (migrations/001_init.sql) are missing from this installation');
+  throw new Error('the PostgreSQL migrations (migrations/001_init.sql) are missing from this installation');
 }
 
 let cached: Migration[] | null = null;
@@ -56,7 +59,7 @@ export function loadMigrations(): Migration[] {
     out.push({ version: Number(m[1]), name: m[2], sql: readFileSync(`${dir}${file}`, 'utf8') });
   }
   out.forEach((mig, i) => {
-    if (mig.version !== i + 1) throw new Error(`agentd: PostgreSQL migrations must be numbered 1, 2, 3, ...: found ${mig.version} at position ${i + 1}`);
+    if (mig.version !== i + 1) throw new Error(`PostgreSQL migrations must be numbered 1, 2, 3, ...: found ${mig.version} at position ${i + 1}`);
   });
   return (cached = out);
 }
@@ -81,7 +84,17 @@ export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => 
   const client = await pool.connect();
   let broken = false;
   try {
-    await client.query('SELECT pg_advisory_lock($1::bigint)', [MIGRATION_LOCK_KEY]);
+    // A migration may run longer than the service's statement_timeout; the wait for another
+    // instance's migration is bounded here instead (polling, so no statement waits unbounded).
+    await client.query('SET statement_timeout = 0');
+    const deadline = Date.now() + LOCK_WAIT_MS;
+    let told = false;
+    while (!(await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1::bigint) AS ok', [MIGRATION_LOCK_KEY])).rows[0].ok) {
+      if (Date.now() > deadline) throw new Error(`another agentd has held the PostgreSQL migration lock for over ${LOCK_WAIT_MS / 1000} s; is a migration stuck?`);
+      if (!told) log('agentd: waiting for another instance to finish migrating the PostgreSQL schema');
+      told = true;
+      await new Promise((r) => setTimeout(r, 200));
+    }
     try {
       await client.query('CREATE SCHEMA IF NOT EXISTS agentd');
       await client.query(
@@ -98,13 +111,14 @@ export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => 
           await client.query('COMMIT');
         } catch (e) {
           await client.query('ROLLBACK').catch(() => {});
-          throw new Error(`agentd: PostgreSQL migration ${m.version} (${m.name}) failed: ${(e as Error).message}`, { cause: e });
+          throw new Error(`PostgreSQL migration ${m.version} (${m.name}) failed: ${(e as Error).message}`, { cause: e });
         }
         applied.push(m.version);
         log(`agentd: applied PostgreSQL migration ${m.version} (${m.name})`);
       }
       return { applied, version: Math.max(current, migrations.length) };
     } finally {
+      await client.query('RESET statement_timeout').catch(() => {});
       await client.query('SELECT pg_advisory_unlock($1::bigint)', [MIGRATION_LOCK_KEY]).catch(() => {
         broken = true; // a session that cannot unlock is dropped below: closing it releases the lock
       });

@@ -7,15 +7,15 @@
 //   agentd.events     cursor -> body (JSON text without the cursor) + the index columns
 //   agentd.counters   'event_cursor': the last cursor ever assigned (never reused)
 //
-// Writes:
-// - `commit` is a group commit like LevelStore's: commits queue in call order; one round takes
-//   every queued commit (bounded), calls the function forms, and sends them all in ONE statement,
-//   agentd.commit_batch(...), which runs each commit in its own subtransaction: a failed check
-//   (conflict, stale_version, not_found) undoes that commit alone. CAS is `SELECT ... FOR UPDATE`
-//   then a version compare inside that statement, so a concurrent writer in another process
-//   waits on the row lock and then sees the new version (READ COMMITTED re-reads locked rows).
-//   One round at a time per process keeps commits in call order.
-// - `appendEvents` is grouped the same way: one INSERT ... SELECT FROM unnest(...) per round.
+// Writes: a group commit like LevelStore's. `commit` and `appendEvents` calls queue in call order;
+// a round (one at a time per process, started on a setImmediate) takes every queued job (bounded),
+// calls the commits' function forms, and sends them all in ONE statement, agentd.write_round(...):
+// one round trip, one transaction, one WAL flush for everything a turn of the event loop wrote
+// (a run's commit and its events typically share one). Inside, agentd.commit_batch runs each
+// commit in its own subtransaction: a failed check (conflict, stale_version, not_found) undoes
+// that commit alone. CAS is `SELECT ... FOR UPDATE` then a version compare inside that statement,
+// so a concurrent writer in another process waits on the row lock and then sees the new version
+// (READ COMMITTED re-reads locked rows). The events are one INSERT ... SELECT FROM unnest(...).
 //
 // Event cursors across concurrent writers (several processes on one database): a reader that
 // follows "events after cursor X" must never miss an event committed LATER with a SMALLER cursor.
@@ -32,13 +32,15 @@
 // deadlock 40P01, admin/crash shutdown 57P01-57P03, too_many_connections 53300, a failover's
 // refused connections) are retried with backoff for up to RETRY_WINDOW_MS: reads always; writes
 // only when the transaction certainly did not commit (the connection could not be taken, or the
-// server answered the statement with an error). A connection lost while a write was in flight
-// is not retried (it may have committed): the caller gets the error. Pool 'error' events (an
+// statement failed with a serialization failure or deadlock). A write whose connection broke or
+// whose backend was terminated while it was in flight is not retried (it may have committed just
+// before): the caller gets StoreError 'unavailable' saying so. Pool 'error' events (an
 // idle connection dropped by the server) are handled and only mark the store unhealthy, which
 // `/ready` reports; they never crash the process.
 import pg from 'pg';
 import { migrate } from './pg-migrate.js';
 import { PgChanges, type StoreChanges } from './changes.js';
+import { describeStoreUrl } from './pg-url.js';
 import {
   EVENT_INDEX_FIELDS,
   StoreError,
@@ -81,9 +83,15 @@ export interface PostgresStoreOptions {
 }
 
 const MAX_LIMIT = 1000;
-/** A round of the group commit takes at most this many commits / ops (bounds one statement). */
-const ROUND_MAX_COMMITS = 500;
+/**
+ * A round of the group commit takes at most this many commits / ops (bounds one statement). Each
+ * commit is a subtransaction with its own xid; past 64 in one transaction PostgreSQL's subxid
+ * cache overflows and every snapshot gets slower, so a round stays under it.
+ */
+const ROUND_MAX_COMMITS = 60;
 const ROUND_MAX_OPS = 5000;
+/** Writes (commits + appends) waiting for a round at most; more are refused ('unavailable'). */
+const MAX_QUEUED_JOBS = 20_000;
 /** A round of appends takes at most this many events. */
 const ROUND_MAX_EVENTS = 5000;
 /** Retention deletes in chunks of this many events, one statement each. */
@@ -172,10 +180,6 @@ interface PendingCommit {
   reject: (e: unknown) => void;
 }
 
-interface TakenCommit {
-  p: PendingCommit;
-  ops: EncodedOp[];
-}
 
 interface EncodedEvent {
   tsMs: number | null;
@@ -188,6 +192,9 @@ interface PendingAppend {
   resolve: (cursors: number) => void; // base: cursors are base+1..base+n
   reject: (e: unknown) => void;
 }
+
+type Job = { kind: 'commit'; p: PendingCommit } | { kind: 'append'; p: PendingAppend };
+type Taken = { kind: 'commit'; p: PendingCommit; ops: EncodedOp[] } | { kind: 'append'; p: PendingAppend };
 
 type QueryConfig = pg.QueryConfig<unknown[]>;
 
@@ -202,12 +209,11 @@ export class PostgresStore implements Store {
   private state: 'new' | 'opening' | 'open' | 'closing' | 'closed' = 'new';
   private poolRef: pg.Pool | null = null;
   private readonly inflight = new Set<Promise<unknown>>();
-  private readonly commits: PendingCommit[] = [];
-  private committing: Promise<void> | null = null;
-  private readonly appends: PendingAppend[] = [];
-  private appending: Promise<void> | null = null;
+  private readonly jobs: Job[] = [];
+  private writing: Promise<void> | null = null;
   private health: StoreHealth = { ok: false, error: 'not open' };
   private probeTimer: NodeJS.Timeout | null = null;
+  private lastOkAt = 0;
   private opening: Promise<void> | null = null;
   /** The change feed several instances share (LISTEN/NOTIFY, src/store/changes.ts); set by open(). */
   changes?: StoreChanges;
@@ -238,8 +244,9 @@ export class PostgresStore implements Store {
       });
       // An idle connection the server closed (restart, failover, pg_terminate_backend) is an
       // 'error' event on the pool: unhandled it would crash the process. The pool drops that
-      // client by itself; here the store only notes it for /ready.
-      pool.on('error', (e) => this.markFailure(e));
+      // client by itself; one dropped connection says little (the next one may work), so the
+      // database is asked now instead of /ready flipping on it.
+      pool.on('error', () => void this.probe(true));
       this.poolRef = pool;
       try {
         if (this.opts.migrate === false) {
@@ -248,7 +255,7 @@ export class PostgresStore implements Store {
           try {
             const v = await schemaVersion(client);
             if (v > latestSchemaVersion()) throw new SchemaTooNewError(v, latestSchemaVersion());
-            if (v < latestSchemaVersion()) throw new Error(`agentd: the PostgreSQL schema is at version ${v}, this agentd needs ${latestSchemaVersion()}: run \`agentd migrate\``);
+            if (v < latestSchemaVersion()) throw new Error(`the PostgreSQL schema is at version ${v}, this agentd needs ${latestSchemaVersion()}: run \`agentd migrate\``);
           } finally {
             client.release();
           }
@@ -259,7 +266,8 @@ export class PostgresStore implements Store {
         this.poolRef = null;
         this.state = 'closed';
         await pool.end().catch(() => {});
-        throw e;
+        if (!(e instanceof pg.DatabaseError) && !isConnectionError(e)) throw e;
+        throw new Error(`cannot open the PostgreSQL store at ${describeStoreUrl(this.opts.url)}: ${describe(e)}`, { cause: e });
       }
       if (this.opts.changes !== false) {
         const feed = new PgChanges({ url: this.opts.url, log: (level, msg, extra) => this.opts.log?.(level === 'info' ? 'info' : 'warn', `${msg}${extra?.err ? `: ${String(extra.err)}` : ''}`) });
@@ -293,8 +301,8 @@ export class PostgresStore implements Store {
     if (this.probeTimer) clearInterval(this.probeTimer);
     this.probeTimer = null;
     // Everything accepted before close finishes (queued commits and appends included).
-    while (this.inflight.size > 0 || this.committing || this.appending) {
-      await Promise.allSettled([...this.inflight, this.committing, this.appending]);
+    while (this.inflight.size > 0 || this.writing) {
+      await Promise.allSettled([...this.inflight, this.writing]);
     }
     await this.changes?.close();
     const pool = this.poolRef;
@@ -334,11 +342,14 @@ export class PostgresStore implements Store {
     return this.health;
   }
 
-  private async probe(): Promise<void> {
+  /** The background probe: skipped while queries keep succeeding (they prove the same, for free). */
+  private async probe(force = false): Promise<void> {
+    if (!force && this.health.ok && Date.now() - this.lastOkAt < PROBE_INTERVAL_MS) return;
     await this.ping(Math.min(PROBE_INTERVAL_MS, 1500)).catch(() => {});
   }
 
   private markSuccess(): void {
+    this.lastOkAt = Date.now();
     if (!this.health.ok && this.state === 'open') {
       this.opts.log?.('info', 'agentd: PostgreSQL is reachable again');
       this.health = { ok: true };
@@ -390,13 +401,17 @@ export class PostgresStore implements Store {
         return r;
       } catch (e) {
         client.off('error', onError);
-        const answered = e instanceof pg.DatabaseError; // the server reported an error: nothing committed
-        const broken = !answered || isTransientCode(e.code) || e.code?.startsWith('57');
+        const code = e instanceof pg.DatabaseError ? e.code : undefined;
+        const broken = !code || isTransientCode(code) || code.startsWith('57');
         client.release(broken ? (e as Error) : undefined);
         if (isConnectionError(e)) this.markFailure(e);
-        const retry = answered ? isTransientCode(e.code) : idempotent && isConnectionError(e);
+        // A write is sent again only when it certainly rolled back: a serialization failure or a
+        // deadlock aborts the statement before its commit. A terminated backend (57P01) or a
+        // broken connection may strike after the commit, before the answer arrives: not retried.
+        const certainlyRolledBack = code === '40001' || code === '40P01';
+        const retry = idempotent ? isConnectionError(e) : certainlyRolledBack;
         if (retry && (await this.backoff(started, attempt))) continue;
-        throw unavailable(e, !answered && !idempotent);
+        throw unavailable(e, !idempotent && !certainlyRolledBack);
       }
     }
   }
@@ -516,111 +531,10 @@ export class PostgresStore implements Store {
     return this.run(
       () =>
         new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => {
-          this.commits.push({ input, resolve, reject });
-          if (!this.committing) {
-            this.committing = (async () => {
-              try {
-                while (this.commits.length > 0) {
-                  // As LevelStore: the round starts on a setImmediate, so everything issued in
-                  // this turn of the event loop joins it (one round trip for all of them).
-                  await new Promise<void>((r) => setImmediate(r));
-                  await this.commitRound();
-                }
-              } finally {
-                this.committing = null;
-              }
-            })();
-          }
+          this.enqueue({ kind: 'commit', p: { input, resolve, reject } });
         }),
     );
   }
-
-  private encodeOps(ops: WriteOp[]): EncodedOp[] {
-    return ops.map((op) => {
-      if (op.op === 'delete') return { op, id: escText(op.id), json: null, expected: op.expectedVersion ?? null, ix: null };
-      const json = JSON.stringify(op.value ?? null); // throws on a BigInt: fails this commit only
-      return { op, id: escText(op.id), json, expected: op.op === 'update' ? op.expectedVersion : null, ix: indexJson(op.indexes) };
-    });
-  }
-
-  /** Takes the queued commits (in call order, bounded), and writes them in one statement. */
-  private async commitRound(): Promise<void> {
-    const taken: TakenCommit[] = [];
-    let nOps = 0;
-    while (this.commits.length > 0 && taken.length < ROUND_MAX_COMMITS && nOps < ROUND_MAX_OPS) {
-      const p = this.commits.shift()!;
-      let ops: EncodedOp[];
-      try {
-        ops = this.encodeOps(typeof p.input === 'function' ? p.input() : p.input);
-      } catch (e) {
-        p.reject(e);
-        continue;
-      }
-      if (ops.length === 0) {
-        p.resolve([]);
-        continue;
-      }
-      taken.push({ p, ops });
-      nOps += ops.length;
-    }
-    if (taken.length === 0) return;
-    try {
-      await this.writeCommits(taken);
-    } catch (e) {
-      if (taken.length > 1 && e instanceof pg.DatabaseError) {
-        // The statement failed as a whole (and so wrote nothing): one commit's problem (a value
-        // too large for an index, say) must not fail the others, so each is tried alone, in order.
-        for (const t of taken) await this.writeCommits([t]).catch((err: unknown) => t.p.reject(err));
-      } else {
-        for (const t of taken) t.p.reject(e);
-      }
-    }
-  }
-
-  private async writeCommits(taken: TakenCommit[]): Promise<void> {
-    const commitNo: number[] = [];
-    const opName: string[] = [];
-    const kinds: string[] = [];
-    const ids: string[] = [];
-    const values: Array<string | null> = [];
-    const expected: Array<number | null> = [];
-    const ix: Array<string | null> = [];
-    taken.forEach((t, c) => {
-      for (const e of t.ops) {
-        commitNo.push(c);
-        opName.push(e.op.op);
-        kinds.push(e.op.kind);
-        ids.push(e.id);
-        values.push(e.json);
-        expected.push(e.expected);
-        ix.push(e.ix);
-      }
-    });
-    const r = await this.query<{ r_version: number | null; r_seq: string | null; r_err: string | null; r_msg: string | null }>(
-      {
-        name: 'agentd_commit',
-        text: 'SELECT r_version, r_seq, r_err, r_msg FROM agentd.commit_batch($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::jsonb[])',
-        values: [commitNo, opName, kinds, ids, values, expected, ix],
-      },
-      false,
-    );
-    let k = 0;
-    for (const t of taken) {
-      const rows = r.rows.slice(k, k + t.ops.length);
-      k += t.ops.length;
-      const failed = rows.find((row) => row.r_err);
-      if (failed) {
-        t.p.reject(new StoreError(ERROR_CODES[failed.r_err!] ?? 'conflict', failed.r_msg ?? failed.r_err!));
-        continue;
-      }
-      t.p.resolve(
-        t.ops.map((e, i) => (e.op.op === 'delete' ? null : this.view(e.op.id, rows[i].r_version!, rows[i].r_seq!, e.json!))),
-      );
-    }
-  }
-
-  // ---------------------------------------------------------------------------------------------
-  // Events
 
   /** Appends in call order; see the header for why cursors come from a locked counter row. */
   appendEvents(events: EventInput[]): Promise<StoredEvent[]> {
@@ -636,95 +550,202 @@ export class PostgresStore implements Store {
         };
       });
       const base = await new Promise<number>((resolve, reject) => {
-        this.appends.push({ events: encoded, resolve, reject });
-        if (!this.appending) {
-          this.appending = (async () => {
-            try {
-              while (this.appends.length > 0) {
-                await new Promise<void>((r) => setImmediate(r));
-                await this.appendRound();
-              }
-            } finally {
-              this.appending = null;
-            }
-          })();
-        }
+        this.enqueue({ kind: 'append', p: { events: encoded, resolve, reject } });
       });
       return encoded.map((e, i) => ({ ...(JSON.parse(e.body) as EventInput), cursor: encodeCursor(base + i + 1) }));
     });
   }
 
-  private async appendRound(): Promise<void> {
-    const taken: PendingAppend[] = [];
-    let n = 0;
-    while (this.appends.length > 0 && (taken.length === 0 || n + this.appends[0].events.length <= ROUND_MAX_EVENTS)) {
-      const p = this.appends.shift()!;
-      taken.push(p);
-      n += p.events.length;
+  /**
+   * Group commit of commits AND appends: jobs queue in call order; a round starts on a
+   * setImmediate (as LevelStore's: everything issued in this turn of the event loop joins it),
+   * takes the queued jobs (bounded) and writes them in ONE statement, agentd.write_round: one
+   * round trip and one transaction (one WAL flush) for all of them. One round at a time per
+   * process keeps commits and appends in call order.
+   */
+  private enqueue(job: Job): void {
+    if (this.jobs.length >= MAX_QUEUED_JOBS) {
+      // The database is not keeping up (or not answering): refuse instead of queueing without bound.
+      job.p.reject(new StoreError('unavailable', `the PostgreSQL write queue is full (${MAX_QUEUED_JOBS} writes waiting)`));
+      return;
     }
-    const all = taken.flatMap((p) => p.events);
-    const col = (i: number) => all.map((e) => e.fields[i]);
-    try {
-      const r = await this.query<{ base: string }>(
-        {
-          name: 'agentd_append',
-          text:
-            `WITH c AS (UPDATE agentd.counters SET value = value + $1 WHERE name = 'event_cursor' RETURNING value - $1 AS base), ` +
-            `ins AS (INSERT INTO agentd.events (cursor, ts_ms, trace_id, run_id, session_id, task_id, event_type, body) ` +
-            `SELECT c.base + x.ord, x.ts, x.f1, x.f2, x.f3, x.f4, x.f5, x.body FROM c, ` +
-            `unnest($2::float8[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) WITH ORDINALITY AS x(ts, f1, f2, f3, f4, f5, body, ord)) ` +
-            `SELECT base FROM c`,
-          values: [all.length, all.map((e) => e.tsMs), col(0), col(1), col(2), col(3), col(4), all.map((e) => e.body)],
-        },
-        false,
-      );
-      let base = Number(r.rows[0].base);
-      for (const p of taken) {
-        p.resolve(base);
-        base += p.events.length;
+    this.jobs.push(job);
+    if (this.writing) return;
+    this.writing = (async () => {
+      try {
+        while (this.jobs.length > 0) {
+          await new Promise<void>((r) => setImmediate(r));
+          await this.writeRound();
+        }
+      } finally {
+        this.writing = null;
       }
+    })();
+  }
+
+  private encodeOps(ops: WriteOp[]): EncodedOp[] {
+    return ops.map((op) => {
+      if (op.op === 'delete') return { op, id: escText(op.id), json: null, expected: op.expectedVersion ?? null, ix: null };
+      const json = JSON.stringify(op.value ?? null); // throws on a BigInt: fails this commit only
+      return { op, id: escText(op.id), json, expected: op.op === 'update' ? op.expectedVersion : null, ix: indexJson(op.indexes) };
+    });
+  }
+
+  /** Takes the queued jobs (in call order, bounded) and writes them in one statement. */
+  private async writeRound(): Promise<void> {
+    const taken: Taken[] = [];
+    let nCommits = 0;
+    let nOps = 0;
+    let nEvents = 0;
+    while (this.jobs.length > 0 && nCommits < ROUND_MAX_COMMITS && nOps < ROUND_MAX_OPS) {
+      const job = this.jobs[0];
+      if (job.kind === 'append') {
+        if (nEvents > 0 && nEvents + job.p.events.length > ROUND_MAX_EVENTS) break;
+        this.jobs.shift();
+        taken.push(job);
+        nEvents += job.p.events.length;
+        continue;
+      }
+      this.jobs.shift();
+      let ops: EncodedOp[];
+      try {
+        // The function form is called now, when the store takes the write (Store.commit).
+        ops = this.encodeOps(typeof job.p.input === 'function' ? job.p.input() : job.p.input);
+      } catch (e) {
+        job.p.reject(e);
+        continue;
+      }
+      if (ops.length === 0) {
+        job.p.resolve([]);
+        continue;
+      }
+      taken.push({ kind: 'commit', p: job.p, ops });
+      nCommits++;
+      nOps += ops.length;
+    }
+    if (taken.length === 0) return;
+    try {
+      await this.write(taken);
     } catch (e) {
-      for (const p of taken) p.reject(e);
+      if (taken.length > 1 && e instanceof pg.DatabaseError && !isTransientCode(e.code)) {
+        // The statement failed as a whole (so it wrote nothing): one job's problem (a value too
+        // large for an index, say) must not fail the others, so each is tried alone, in order.
+        for (const t of taken) await this.write([t]).catch((err: unknown) => t.p.reject(err));
+      } else {
+        for (const t of taken) t.p.reject(e);
+      }
     }
   }
+
+  private async write(taken: Taken[]): Promise<void> {
+    const commitNo: number[] = [];
+    const opName: string[] = [];
+    const kinds: string[] = [];
+    const ids: string[] = [];
+    const values: Array<string | null> = [];
+    const expected: Array<number | null> = [];
+    const ix: Array<string | null> = [];
+    const events: EncodedEvent[] = [];
+    taken.forEach((t, c) => {
+      if (t.kind === 'append') {
+        events.push(...t.p.events);
+        return;
+      }
+      for (const e of t.ops) {
+        commitNo.push(c);
+        opName.push(e.op.op);
+        kinds.push(e.op.kind);
+        ids.push(e.id);
+        values.push(e.json);
+        expected.push(e.expected);
+        ix.push(e.ix);
+      }
+    });
+    const col = (i: number) => events.map((e) => e.fields[i]);
+    const r = await this.query<{ r_version: number | null; r_seq: string | null; r_err: string | null; r_msg: string | null }>(
+      {
+        name: 'agentd_write_round',
+        text:
+          'SELECT r_version, r_seq, r_err, r_msg FROM agentd.write_round($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::jsonb[], ' +
+          '$8::float8[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[])',
+        values: [
+          commitNo, opName, kinds, ids, values, expected, ix,
+          events.map((e) => e.tsMs), col(0), col(1), col(2), col(3), col(4), events.map((e) => e.body),
+        ],
+      },
+      false,
+    );
+    // Rows: one per op in order, then (when events were appended) one whose r_seq is the base.
+    let base = events.length > 0 ? Number(r.rows[r.rows.length - 1].r_seq) : 0;
+    let k = 0;
+    for (const t of taken) {
+      if (t.kind === 'append') {
+        t.p.resolve(base);
+        base += t.p.events.length;
+        continue;
+      }
+      const rows = r.rows.slice(k, k + t.ops.length);
+      k += t.ops.length;
+      const failed = rows.find((row) => row.r_err);
+      if (failed) {
+        t.p.reject(new StoreError(ERROR_CODES[failed.r_err!] ?? 'conflict', failed.r_msg ?? failed.r_err!));
+        continue;
+      }
+      t.p.resolve(t.ops.map((e, i) => (e.op.op === 'delete' ? null : this.view(e.op.id, rows[i].r_version!, rows[i].r_seq!, e.json!))));
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Events
 
   async readEvents(query: EventQuery = {}): Promise<EventPage> {
     const page = await this.readEventsJson(query);
     return { events: page.events.map((t) => JSON.parse(t) as StoredEvent), next_cursor: page.next_cursor };
   }
 
+  /**
+   * One statement per filter shape (a prepared statement each). A field with one value is an
+   * equality the planner serves from that field's (value, cursor) index. When every filtered
+   * field has several values, a generic plan of `= ANY(...) ORDER BY cursor LIMIT n` would walk
+   * the whole log in cursor order; instead the first such field is walked per value (LATERAL, each
+   * an index range of at most n) and the walks are merged by cursor.
+   */
   readEventsJson(query: EventQuery = {}): Promise<EventTextPage> {
     return this.run(async () => {
       const limit = clampLimit(query.limit, 200);
       const after = query.after ? String(decodeCursor(query.after)) : '0';
-      const values: unknown[] = [after];
-      const where: string[] = ['cursor > $1'];
+      const values: unknown[] = [after, limit];
+      const where: string[] = ['e.cursor > $1'];
       let shape = '';
+      let walk: string | null = null;
       const f = query.filters ?? {};
-      EVENT_INDEX_FIELDS.forEach((field: EventIndexField, i) => {
+      const lists = EVENT_INDEX_FIELDS.map((field: EventIndexField) => {
         const v = f[field];
         const list = typeof v === 'string' ? [v] : Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : [];
+        return [field, [...new Set(list)].map(escText)] as const;
+      });
+      const anySingle = lists.some(([, list]) => list.length === 1);
+      for (const [field, list] of lists) {
         if (list.length === 0) {
           shape += '_';
         } else if (list.length === 1) {
-          values.push(escText(list[0]));
-          where.push(`${field} = $${values.length}`);
-          shape += String(i);
+          values.push(list[0]);
+          where.push(`e.${field} = $${values.length}`);
+          shape += '1';
+        } else if (!anySingle && walk === null) {
+          values.push(list);
+          walk = `unnest($${values.length}::text[]) AS w(v) CROSS JOIN LATERAL (SELECT e.cursor, e.body FROM agentd.events e WHERE e.${field} = w.v AND `;
+          shape += 'w';
         } else {
-          values.push(list.map(escText));
-          where.push(`${field} = ANY($${values.length}::text[])`);
+          values.push(list);
+          where.push(`e.${field} = ANY($${values.length}::text[])`);
           shape += 'a';
         }
-      });
-      values.push(limit);
-      const r = await this.query<{ cursor: string; body: string }>(
-        {
-          name: `agentd_ev_${shape}`,
-          text: `SELECT cursor, body FROM agentd.events WHERE ${where.join(' AND ')} ORDER BY cursor LIMIT $${values.length}`,
-          values,
-        },
-        true,
-      );
+      }
+      const text = walk
+        ? `SELECT m.cursor, m.body FROM ${walk}${where.join(' AND ')} ORDER BY e.cursor LIMIT $2) m ORDER BY m.cursor LIMIT $2`
+        : `SELECT e.cursor, e.body FROM agentd.events e WHERE ${where.join(' AND ')} ORDER BY e.cursor LIMIT $2`;
+      const r = await this.query<{ cursor: string; body: string }>({ name: `agentd_ev_${shape}`, text, values }, true);
       const texts = r.rows.map((row) => withCursor(row.body, cursorText(row.cursor)));
       return { events: texts, next_cursor: texts.length === limit ? cursorText(r.rows[r.rows.length - 1].cursor) : null };
     });

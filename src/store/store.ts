@@ -1,6 +1,6 @@
 // The one store interface (architecture habit 7). Every adapter (memory for unit tests, LevelDB
-// embedded default, later PostgreSQL) implements exactly this, and `test/store/store.contract.ts`
-// runs the same suite, error codes included, against each.
+// embedded default, PostgreSQL for several instances on one database) implements exactly this,
+// and `test/store/store.contract.ts` runs the same suite, error codes included, against each.
 //
 // Two families of data:
 //  1. Versioned records grouped by `kind` (runs, snapshots, background tasks, ...). Every write is a

@@ -65,7 +65,7 @@ describe('agentd on PostgreSQL', () => {
   });
 
   it('/ready turns false with the reason while the database is gone; the process keeps answering', async () => {
-    const c = servers.at(-1)!;
+    const c = servers.at(-1) ?? (await start());
     expect((await getJson(`${c.url}/ready`)).body.ready).toBe(true);
     await db.drop(); // WITH (FORCE): every connection of the pool is terminated
     const ready = await eventually(async () => {

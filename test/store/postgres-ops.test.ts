@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { PostgresStore } from '../../src/store/postgres.js';
 import { latestSchemaVersion } from '../../src/store/pg-migrate.js';
-import type { StoredEvent } from '../../src/store/store.js';
+import { StoreError, type StoredEvent } from '../../src/store/store.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { storeErrorCode } from './store.contract.js';
 
@@ -124,6 +124,38 @@ describe('PostgreSQL failures', () => {
     expect((await s.appendEvents([{ event_id: 'e', event_type: 'x', timestamp: '2026-01-01T00:00:00Z' }]))[0].cursor).toBe('0000000000000001');
     expect((await s.ping()).ok).toBe(true);
     expect(s.healthStatus()).toEqual({ ok: true });
+  });
+
+  it('applies statement_timeout (store.statement_timeout_ms) and the idle-in-transaction bound to every connection', async () => {
+    const db = await freshDb();
+    const s = store(db.url, { statementTimeoutMs: 200 });
+    await s.open();
+    const settings = await s.query<{ st: string; it: string }>({ text: "SELECT current_setting('statement_timeout') AS st, current_setting('idle_in_transaction_session_timeout') AS it" }, true);
+    expect(settings.rows[0]).toEqual({ st: '200ms', it: '1min' });
+    await expect(s.query({ text: 'SELECT pg_sleep(2)' }, true)).rejects.toMatchObject({ code: '57014' });
+    expect((await s.ping()).ok).toBe(true);
+  });
+
+  it('a statement whose backend is terminated mid-flight: a read is sent again, a write is not (it may have committed)', async () => {
+    const db = await freshDb();
+    const s = store(db.url, { applicationName: 'agentd-midflight' });
+    await s.open();
+    const killSoon = async () => {
+      for (let i = 0; i < 100; i++) {
+        const r = await sql(db.url, "SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = 'agentd-midflight' AND query LIKE '%pg_sleep(0.5)%' AND state = 'active'");
+        if (r.rows[0].n > 0) return;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      throw new Error('the statement never showed up');
+    };
+    const read = s.query<{ ok: number }>({ text: 'SELECT 1 AS ok, pg_sleep(0.5)' }, true);
+    await killSoon();
+    expect((await read).rows[0].ok).toBe(1); // sent again on a new connection
+    const write = s.query({ text: "SELECT pg_sleep(0.5), 'write'" }, false);
+    const [, err] = await Promise.all([killSoon(), write.then(() => null, (e: unknown) => e)]);
+    expect(err).toBeInstanceOf(StoreError);
+    expect((err as StoreError).code).toBe('unavailable');
+    expect((err as StoreError).message).toMatch(/may or may not have been applied/);
   });
 
   it('with its database gone: health turns false with the reason, operations fail fast, nothing crashes; back when it returns', async () => {

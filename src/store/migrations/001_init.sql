@@ -100,6 +100,49 @@ BEGIN
     END LOOP;
     BEGIN
       FOR j IN i..e LOOP
+        -- Fast paths, one statement each (the common writes): a create; a CAS update and a
+        -- create-or-replace that leave the index values as they are.
+        IF p_op[j] = 'create' THEN
+          n_ix := coalesce(p_ix[j], '{}'::jsonb);
+          INSERT INTO agentd.records (kind, id, version, seq, value, ix)
+            VALUES (p_kind[j], p_id[j], 1, nextval('agentd.record_seq'), p_value[j], n_ix)
+            ON CONFLICT DO NOTHING
+            RETURNING seq INTO n_seq;
+          IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'AG409', MESSAGE = format('%s ''%s'' already exists', p_kind[j], p_id[j]);
+          END IF;
+          IF n_ix <> '{}'::jsonb THEN
+            INSERT INTO agentd.record_ix (kind, name, value, seq, id)
+              SELECT p_kind[j], x.key, x.value, n_seq, p_id[j] FROM jsonb_each_text(n_ix) AS x;
+          END IF;
+          vers[j] := 1;
+          seqs[j] := n_seq;
+          CONTINUE;
+        END IF;
+        IF p_op[j] = 'update' AND p_ix[j] IS NULL THEN
+          IF p_expected[j] IS NULL THEN
+            INSERT INTO agentd.records AS r (kind, id, version, seq, value, ix)
+              VALUES (p_kind[j], p_id[j], 1, nextval('agentd.record_seq'), p_value[j], '{}'::jsonb)
+              ON CONFLICT (kind, id) DO UPDATE SET value = EXCLUDED.value, version = r.version + 1
+              RETURNING r.version, r.seq INTO c_ver, c_seq;
+          ELSE
+            -- A concurrent writer holds the row: we wait, then the WHERE sees its new version.
+            UPDATE agentd.records SET value = p_value[j], version = version + 1
+              WHERE kind = p_kind[j] AND id = p_id[j] AND version = p_expected[j]
+              RETURNING version, seq INTO c_ver, c_seq;
+            IF NOT FOUND THEN
+              SELECT r.version INTO c_ver FROM agentd.records r WHERE r.kind = p_kind[j] AND r.id = p_id[j];
+              IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'AG404', MESSAGE = format('%s ''%s'' was not found', p_kind[j], p_id[j]);
+              END IF;
+              RAISE EXCEPTION USING ERRCODE = 'AG412', MESSAGE = format('%s ''%s'' is at version %s, expected %s', p_kind[j], p_id[j], c_ver, p_expected[j]);
+            END IF;
+          END IF;
+          vers[j] := c_ver;
+          seqs[j] := c_seq;
+          CONTINUE;
+        END IF;
+        -- The general path: lock the row, check, write, and keep agentd.record_ix in step.
         SELECT r.version, r.seq, r.ix INTO c_ver, c_seq, c_ix
           FROM agentd.records r WHERE r.kind = p_kind[j] AND r.id = p_id[j] FOR UPDATE;
         found_ := FOUND;
@@ -163,5 +206,46 @@ BEGIN
     i := e + 1;
   END LOOP;
   RETURN QUERY SELECT * FROM unnest(vers, seqs, errs, msgs);
+END
+$fn$;
+
+-- One round of the adapter's group commit: the commits (as agentd.commit_batch) and the event
+-- appends queued in one turn, in one statement and one transaction. Events get the cursors after
+-- agentd.counters['event_cursor'], which this UPDATE row-locks until the transaction commits: the
+-- next appender (any process) takes its range only after this one is visible, so cursors become
+-- visible in increasing order. The counter is taken last, to hold its lock as briefly as possible.
+-- Returns the rows of commit_batch, then, when events were given, one row whose r_seq is the
+-- cursor before the first event (they get r_seq + 1, + 2, ... in order).
+CREATE FUNCTION agentd.write_round(
+  p_commit   integer[],
+  p_op       text[],
+  p_kind     text[],
+  p_id       text[],
+  p_value    text[],
+  p_expected integer[],
+  p_ix       jsonb[],
+  p_ts       double precision[],
+  p_trace    text[],
+  p_run      text[],
+  p_session  text[],
+  p_task     text[],
+  p_type     text[],
+  p_body     text[]
+) RETURNS TABLE (r_version integer, r_seq bigint, r_err text, r_msg text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  n_events integer := coalesce(array_length(p_body, 1), 0);
+  base     bigint;
+BEGIN
+  IF coalesce(array_length(p_op, 1), 0) > 0 THEN
+    RETURN QUERY SELECT * FROM agentd.commit_batch(p_commit, p_op, p_kind, p_id, p_value, p_expected, p_ix);
+  END IF;
+  IF n_events > 0 THEN
+    UPDATE agentd.counters SET value = value + n_events WHERE name = 'event_cursor' RETURNING value - n_events INTO base;
+    INSERT INTO agentd.events (cursor, ts_ms, trace_id, run_id, session_id, task_id, event_type, body)
+      SELECT base + x.ord, x.ts, x.f1, x.f2, x.f3, x.f4, x.f5, x.body
+        FROM unnest(p_ts, p_trace, p_run, p_session, p_task, p_type, p_body) WITH ORDINALITY AS x(ts, f1, f2, f3, f4, f5, body, ord);
+    RETURN QUERY SELECT NULL::integer, base, NULL::text, NULL::text;
+  END IF;
 END
 $fn$;
