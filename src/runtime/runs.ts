@@ -1052,10 +1052,12 @@ export class RunService {
       // that version) joins the same store round or the next. Should the decision fail, the
       // claim fails with it; a decision that landed and a resume that failed are the sweep's.
       const resuming = allDecided ? this.resume(runId, { cause: 'approval', trigger: 'explicit' }, { id: runId, seq: rec.seq, version: rec.version + 1, value: next }) : null;
+      // Marked handled at once: a resume refused before the decision lands (a snapshot from a
+      // newer machine, found by test/runtime/snapshot-fixtures.test.ts) was an unhandled rejection.
+      resuming?.catch(() => undefined);
       try {
         await writing;
       } catch (err) {
-        resuming?.catch(() => undefined);
         if (isStoreError(err, 'stale_version')) continue;
         throw err;
       }
@@ -1149,6 +1151,13 @@ export class RunService {
     // test/http/recovery.test.ts, scenario a).
     if (r.status === 'running' && r.owner && !how.ownerDead && !this.leaseLapsed(r) && r.owner !== this.deps.workerId) throw conflict(`run ${runId} is live in ${r.owner}`);
     if (!snapRec) throw conflict(`run ${runId} has no saved snapshot to resume from`);
+    // A snapshot from a newer run machine (a rolling upgrade's other half, or a downgrade) is left
+    // as it is for a server that knows it: restored here it would be misread. Older versions
+    // restore (test/runtime/snapshot-fixtures.test.ts keeps one of each paused state).
+    const snapVersion = snapRec.value.machine_version ?? 1;
+    if (snapVersion > RUN_MACHINE_VERSION) {
+      throw conflict(`run ${runId} was saved by a newer agentd (run machine v${snapVersion}; this server knows up to v${RUN_MACHINE_VERSION}); resume it on an upgraded server`);
+    }
     const recovering = how.cause === 'recovered_after_lapsed_lease' || how.cause === 'interrupted';
     if (recovering && r.recoveries >= this.deps.settings.sweep.max_recoveries) {
       await this.deps.store.updateRecord<RunRecord>('runs', runId, {
