@@ -22,7 +22,7 @@ import type { Config } from '../config.js';
 import { WEBHOOK_EVENTS } from '../config.js';
 import type { Clock } from '../clock.js';
 import { HttpValidationFailure } from '../http/validation.js';
-import { isStoreError, type Store, type StoredEvent, type Versioned, type WriteOp } from '../store/store.js';
+import { isStoreError, type Page, type Store, type StoredEvent, type Versioned, type WriteOp } from '../store/store.js';
 import type { EventBus } from '../telemetry/bus.js';
 
 export type WebhookEventType = (typeof WEBHOOK_EVENTS)[number];
@@ -35,6 +35,8 @@ export const TRIGGER_EVENT_TYPES = [
 const TRIGGERS: ReadonlySet<string> = new Set(TRIGGER_EVENT_TYPES);
 
 const CURSOR_ID = 'webhooks_cursor';
+/** Pending deliveries looked at per send round at most. */
+const SCAN_MAX = 2000;
 /** Attempts kept per delivery (the newest). */
 const MAX_HISTORY = 10;
 
@@ -184,6 +186,10 @@ export class Webhooks {
   private pumping: Promise<void> | null = null;
   private again = false;
   private lastRetention = 0;
+  /** Something changed in the outbox since the last scan (new deliveries, an attempt ended). */
+  private dirty = true;
+  /** Earliest next_attempt_at seen by the last scan. */
+  private earliestDue = 0;
   private readonly delivered: Counter;
   private readonly attemptsTotal: Counter;
   private readonly seconds: Histogram;
@@ -328,6 +334,7 @@ export class Webhooks {
       ops.push({ op: 'update', kind: 'meta', id: CURSOR_ID, value: { cursor: last }, expectedVersion: cur.version });
       try {
         await this.o.store.commit(ops);
+        if (ops.length > 1) this.dirty = true;
       } catch (err) {
         if (isStoreError(err, 'stale_version') || isStoreError(err, 'conflict')) continue; // another instance moved it: read again
         throw err;
@@ -361,12 +368,33 @@ export class Webhooks {
     const room = this.w.max_concurrent - this.inflight.size;
     if (room <= 0) return;
     const now = this.o.clock.now();
-    const page = await this.o.store.listRecords<DeliveryValue>('webhook_deliveries', { index: { name: 'status', value: 'pending' }, limit: 200 });
-    const due = page.items.filter((r) => !this.inflight.has(r.id) && Date.parse(r.value.next_attempt_at) <= now).slice(0, room);
+    // Nothing new and nothing due yet: no scan (a receiver that is down can leave thousands of
+    // deliveries backing off; they are not re-read on every event).
+    if (!this.dirty && now < this.earliestDue) return;
+    this.dirty = false;
+    let earliest = Number.POSITIVE_INFINITY;
+    const due: Array<Versioned<DeliveryValue>> = [];
+    let cursor: string | null = null;
+    // Oldest first, at most SCAN_MAX records a round: a bounded walk, the rest next round.
+    for (let scanned = 0; scanned < SCAN_MAX && due.length < room;) {
+      const page: Page<DeliveryValue> = await this.o.store.listRecords<DeliveryValue>('webhook_deliveries', { index: { name: 'status', value: 'pending' }, cursor, limit: 200 });
+      for (const r of page.items) {
+        if (this.inflight.has(r.id)) continue;
+        const at = Date.parse(r.value.next_attempt_at);
+        if (at <= now && due.length < room) due.push(r);
+        else earliest = Math.min(earliest, at);
+      }
+      scanned += page.items.length;
+      if (!page.next_cursor) break;
+      if (scanned >= SCAN_MAX) this.dirty = true; // more to look at next round
+      cursor = page.next_cursor;
+    }
+    this.earliestDue = earliest;
     for (const r of due) {
       this.inflight.add(r.id);
-      void this.attempt(r).finally(() => {
+      void this.attempt(r).catch((err: unknown) => this.o.log?.('warn', 'webhook attempt failed', { err: String(err) })).finally(() => {
         this.inflight.delete(r.id);
+        this.dirty = true;
         this.kick();
       });
     }

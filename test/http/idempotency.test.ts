@@ -1,12 +1,15 @@
 // Idempotency-Key over real HTTP (issue 14, item 4): a retried request never does the work twice,
 // also after a restart and after a crash between storing the key and starting the run.
 import { createHash } from 'node:crypto';
+import { rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, getJson, postJson, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
 import { readSse, streamRun, type Frame } from '../helpers/sse.js';
 import { openStore } from '../../src/store/open.js';
 import { recordIdOf, requestHashOf, type IdempotencyValue } from '../../src/integrations/idempotency.js';
+import { crashConfig, killAllChildren, readLedger, requestsOf, routeByTag, startAgentd, tempDir as crashTempDir, writeConfig } from '../crash/harness.js';
 
 let model: ScriptedOpenAI;
 let s: TestServer;
@@ -198,4 +201,54 @@ describe('keys are scoped per caller', () => {
     expect(a2.body.run_id).toBe(a.body.run_id);
     expect(model.requests).toHaveLength(2);
   });
+});
+
+describe('POST /run with a key through a SIGKILL (child process)', () => {
+  const dirs: string[] = [];
+  afterAll(async () => {
+    await killAllChildren();
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+
+  it('the retry after the restart gets the same run, recovered and finished, with its tool call run once', async () => {
+    const dir = crashTempDir();
+    dirs.push(dir);
+    const ledger = join(dir, 'ledger.jsonl');
+    writeFileSync(ledger, '');
+    let release = false;
+    routeByTag(model, (tag) => (tag === 'k' ? (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'once' } }] } : release ? { text: 'done after the crash' } : { hang: true }) : undefined));
+    const cfg = writeConfig(dir, crashConfig(model.url));
+    const env = { AGENTD_TEST_LEDGER: ledger };
+    let child = await startAgentd({ configFile: cfg, dataDir: dir, env });
+    const key = { 'idempotency-key': 'kill-key' };
+    const body = { query: '[k] echo, then think', session_id: 'idem-kill' };
+    const res = await fetch(`${child.url}/run`, { method: 'POST', headers: { 'content-type': 'application/json', ...key }, body: JSON.stringify(body) });
+    let runId = '';
+    const firstIds: string[] = [];
+    const reader = readSse(res);
+    for await (const f of reader) {
+      if (f.event === 'session') runId = f.data.run_id;
+      if (f.id) firstIds.push(f.id);
+      if (f.event === 'tool_result') break;
+    }
+    await eventually(() => requestsOf(model, 'k').some((r) => r.turn === 1), 10_000, 'second model call sent');
+    expect((await child.kill('SIGKILL')).signal).toBe('SIGKILL');
+    await reader.return(undefined).catch(() => undefined);
+    release = true;
+    child = await startAgentd({ configFile: cfg, dataDir: dir, env });
+    const frames: Frame[] = [];
+    const again = await fetch(`${child.url}/run`, { method: 'POST', headers: { 'content-type': 'application/json', ...key }, body: JSON.stringify(body) });
+    for await (const f of readSse(again)) frames.push(f);
+    expect(frames[0].data.run_id).toBe(runId);
+    // The replay starts with the events the first stream had, in the same order, with the same ids.
+    expect(frames.filter((f) => f.id).slice(0, firstIds.length).map((f) => f.id)).toEqual(firstIds);
+    expect(frames.at(-1)).toMatchObject({ event: 'complete', data: { run_id: runId, status: 'success', response: 'done after the crash' } });
+    expect(toolCallsOf(frames)).toHaveLength(1);
+    const echoes = readLedger(ledger).filter((l) => l.tool === 'counted_echo' && l.phase === 'done');
+    expect(echoes).toHaveLength(1);
+    expect(requestsOf(model, 'k').filter((r) => r.turn === 0)).toHaveLength(1);
+    const runs = await getJson(`${child.url}/runs?session_id=idem-kill`);
+    expect(runs.body.total).toBe(1);
+    await child.kill('SIGKILL');
+  }, 60_000);
 });
