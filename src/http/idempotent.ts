@@ -9,7 +9,7 @@ import { runResponseOf, type RunRecord } from '../runtime/run-record.js';
 import type { AppDeps } from './deps.js';
 import type { BackgroundManager } from '../background/manager.js';
 import { TERMINAL, WAITING } from '../background/types.js';
-import { HttpDetailError } from '../errors.js';
+import { HttpDetailError, notFound } from '../errors.js';
 import type { BackgroundRun, BackgroundTaskRunRequest } from '../schemas/index.js';
 import { SseChannel, streamOptions } from './sse.js';
 
@@ -59,7 +59,9 @@ export async function waitRunSettled(deps: AppDeps, runId: string, signal?: Abor
   try {
     for (;;) {
       const rec = await deps.store.getRecord<RunRecord>('runs', runId);
-      if (rec && settledStatus(rec.value.status)) return rec.value;
+      // The key outlived its run (deleted since): nothing to answer with.
+      if (!rec) throw notFound('run of this Idempotency-Key', runId);
+      if (settledStatus(rec.value.status)) return rec.value;
       if (Date.now() > deadline || signal?.aborted) return null;
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, 1000);
@@ -84,7 +86,8 @@ export async function waitRunSettled(deps: AppDeps, runId: string, signal?: Abor
  */
 export async function replayRunStream(deps: AppDeps, reply: FastifyReply, runId: string): Promise<void> {
   const first = await deps.store.getRecord<RunRecord>('runs', runId);
-  const sessionId = first?.value.session_id ?? null;
+  if (!first) throw notFound('run of this Idempotency-Key', runId); // deleted since: before the stream opens
+  const sessionId = first.value.session_id;
   const channel = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id: runId, session_id: sessionId } }));
   const abort = new AbortController();
   channel.onClientClose(() => abort.abort());

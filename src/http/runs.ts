@@ -30,7 +30,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post('/run', {
     sse: { kind: 'manual', heartbeat: false },
-    schema: { operationId: 'startRun', tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', headers: IdempotencyHeaders, body: RunRequest, response: { 200: RUN_STREAM, 422: HTTPValidationError, 503: ErrorResponse } },
+    schema: { operationId: 'startRun', tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', headers: IdempotencyHeaders, body: RunRequest, response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse } },
   }, async (request, reply) => {
     const body = request.body as { query: string; session_id?: string | null; webhook?: string | null };
     if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
@@ -116,7 +116,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.post('/run/sync', {
-    schema: { operationId: 'runSync', tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', headers: IdempotencyHeaders, body: RunRequest, response: { 200: RunResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
+    schema: { operationId: 'runSync', tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', headers: IdempotencyHeaders, body: RunRequest, response: { 200: RunResponse, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
   }, async (request) => {
     const body = request.body as { query: string; session_id?: string | null; webhook?: string | null };
     if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);

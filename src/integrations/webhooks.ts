@@ -183,6 +183,8 @@ export class Webhooks {
   private unsubscribe: (() => void) | null = null;
   private running = false;
   private stopped = false;
+  /** Aborts the attempts in flight when the service stops (their claims are released at the next start). */
+  private readonly stopping = new AbortController();
   private pumping: Promise<void> | null = null;
   private again = false;
   private lastRetention = 0;
@@ -256,6 +258,7 @@ export class Webhooks {
   async stop(): Promise<void> {
     this.stopped = true;
     this.running = false;
+    this.stopping.abort();
     if (this.timer) clearTimeout(this.timer);
     this.unsubscribe?.();
     await this.pumping?.catch(() => undefined);
@@ -427,7 +430,7 @@ export class Webhooks {
         const res = await fetch(target.url, {
           method: 'POST',
           redirect: 'manual', // a redirect could lead anywhere (SSRF): it is a failure
-          signal: AbortSignal.timeout(timeoutMs),
+          signal: AbortSignal.any([AbortSignal.timeout(timeoutMs), this.stopping.signal]),
           headers: {
             'content-type': 'application/json',
             'user-agent': 'agentd-webhooks',
