@@ -18,14 +18,9 @@ export class RequestValidationError extends Error {
   }
 }
 
-/** Validation errors found outside zod (the JSON body parser), already in HTTPValidationError items. */
-export class HttpValidationFailure extends Error {
-  readonly statusCode = 422;
-  constructor(readonly detail: Array<{ loc: Array<string | number>; msg: string; type: string; ctx?: Record<string, unknown> }>) {
-    super('request body is invalid');
-    this.name = 'HttpValidationFailure';
-  }
-}
+// Validation errors found outside zod (the JSON body parser, services): defined in src/errors.ts
+// so that services below the HTTP layer can raise them too.
+export { HttpValidationFailure } from '../errors.js';
 
 /**
  * Our own validator compiler instead of the type provider's: it keeps zod's issues intact so the

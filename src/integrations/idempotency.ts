@@ -17,9 +17,8 @@
 // reach another's record: the caller is part of the record id.
 import { createHash } from 'node:crypto';
 import type { Clock } from '../clock.js';
-import { AppError } from '../errors.js';
+import { AppError, HttpValidationFailure } from '../errors.js';
 import { isStoreError, type Page, type Store, type Versioned } from '../store/store.js';
-import { HttpValidationFailure } from '../http/validation.js';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 /** Longest key accepted (Stripe's limit); printable ASCII only. */

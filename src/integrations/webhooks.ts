@@ -21,7 +21,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { Config } from '../config.js';
 import { WEBHOOK_EVENTS } from '../config.js';
 import type { Clock } from '../clock.js';
-import { HttpValidationFailure } from '../http/validation.js';
+import { HttpValidationFailure } from '../errors.js';
 import { isStoreError, type Page, type Store, type StoredEvent, type Versioned, type WriteOp } from '../store/store.js';
 import type { EventBus } from '../telemetry/bus.js';
 
