@@ -75,7 +75,8 @@ the README, "Typed client"). Its types (src/client/openapi-types.ts) are regener
 | \`error\` | – | \`{error, message, run_id, session_id}\` instead of \`complete\` when the service itself failed; or \`StreamOverflow\` with \`last_cursor\` when the reader fell too far behind (the run goes on; see below) |
 
 A \`: ping\` comment every 15 s keeps proxies open. Closing the stream before \`complete\` cancels the
-run, except a run already waiting for a person, which stays waiting. Validation errors (422) and
+run, except a run already waiting for a person, which stays waiting, and a run started with an
+\`Idempotency-Key\`, which goes on (retry with the same key to get its stream again; see below). Validation errors (422) and
 a full house (503 \`ServerBusy\`, \`Retry-After\`) are answered as JSON before the stream opens.
 
 \`GET /telemetry/events/stream?session_id=…[&run_id=…][&cursor=…]\` and \`GET /events/{session_id}\`
