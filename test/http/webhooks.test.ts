@@ -92,6 +92,11 @@ describe('completion webhooks', () => {
     expect(list.body.deliveries[0].history.map((h: { status_code: number }) => h.status_code)).toEqual([500, 503, 200]);
     const failed = await getJson(`${s.url}/webhooks/deliveries?status=failed`);
     expect(failed.body.deliveries).toEqual([]);
+    const metrics = await (await fetch(`${s.url}/metrics/prometheus`)).text();
+    const value = (line: string) => Number(new RegExp(`^${line.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(metrics)?.[1] ?? NaN);
+    expect(value('agentd_webhook_attempts_total{result="http_error"}')).toBeGreaterThanOrEqual(2);
+    expect(value('agentd_webhook_deliveries_total{outcome="delivered"}')).toBeGreaterThanOrEqual(1);
+    expect(metrics).toMatch(/^agentd_webhook_deliveries_pending \d+$/m);
   });
 
   it('a run that waits for approval is announced once; the per-request URL gets it too, signed with its own secret', async () => {
