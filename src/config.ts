@@ -599,12 +599,16 @@ function resolveWebhooks(w: ParsedConfig['webhooks'], env: NodeJS.ProcessEnv, pr
     return secret;
   };
   const endpoints = w.endpoints.map((e, i) => {
-    const out = { ...e } as ResolvedWebhooks['endpoints'][number];
+    // The value itself only as the non-enumerable signing_secret: a printed config never shows it.
+    const { secret: _s, ...visible } = e;
+    void _s;
+    const out = { ...visible } as ResolvedWebhooks['endpoints'][number];
     Object.defineProperty(out, 'signing_secret', { value: secretOf(e.secret, e.secret_env, `webhooks.endpoints[${i}].secret`, true) ?? '', enumerable: false });
     return out;
   });
-  const { endpoints: _e, ...rest } = w;
+  const { endpoints: _e, request_secret: _r, ...rest } = w;
   void _e;
+  void _r;
   const out = { ...rest, endpoints } as ResolvedWebhooks;
   const requestSecret = secretOf(w.request_secret, w.request_secret_env, 'webhooks.request_secret', w.allow_request_hosts.length > 0);
   Object.defineProperty(out, 'request_signing_secret', { value: requestSecret, enumerable: false });

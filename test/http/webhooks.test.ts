@@ -118,6 +118,22 @@ describe('completion webhooks', () => {
     expect(cancelled.json.data.status).toBe('cancelled');
   });
 
+  it('a manual background run announces background_run.completed, to its own URL too', async () => {
+    model.setDefault({ text: 'background done' });
+    const task = await postJson(`${s.url}/background/tasks`, { task_id: 'hook-task', query: 'work', schedule: { type: 'manual' } });
+    expect(task.status, JSON.stringify(task.body)).toBe(200);
+    const run = await postJson(`${s.url}/background/tasks/hook-task/run`, { wait: true, webhook: `http://127.0.0.1:${own.port}/bg` });
+    expect(run.body.status).toBe('completed');
+    const mine = await eventually(() => forRun(own, run.body.run_id).find((x) => x.json.type === 'background_run.completed'), 10_000, 'background_run.completed (request URL)');
+    expect(mine.json.data).toMatchObject({ run_id: run.body.run_id, task_id: 'hook-task', status: 'completed' });
+    expect(validSignature(mine, REQUEST_SECRET)).toBe(true);
+    const cfg = await eventually(() => forRun(hooks, run.body.run_id).find((x) => x.json.type === 'background_run.completed'), 10_000, 'background_run.completed (configured)');
+    expect(validSignature(cfg, SECRET)).toBe(true);
+    const refused = await postJson(`${s.url}/background/tasks/hook-task/run`, { webhook: 'http://169.254.169.254/latest' });
+    expect(refused.status).toBe(422);
+    model.setDefault({ text: 'Hello from the scripted model.' });
+  });
+
   it('GET /webhooks/deliveries pages like the other lists', async () => {
     const first = await getJson(`${s.url}/webhooks/deliveries?limit=1`);
     expect(first.status).toBe(200);

@@ -97,3 +97,21 @@ describe('idempotency keys', () => {
     await store.close();
   });
 });
+
+describe('webhooks config', () => {
+  it('resolves signing secrets by env-var name or value, never printable; refuses a missing one', async () => {
+    const { configFromObject, ConfigError } = await import('../../src/config.js');
+    const { configCheckJson } = await import('../../src/telemetry/secrets.js');
+    const value = 'inline-secret-value-0123456789';
+    const c = configFromObject({
+      webhooks: { endpoints: [{ url: 'https://a.example/h', secret_env: 'HOOK' }, { url: 'https://b.example/h', secret: value }], allow_request_hosts: ['x.example'], request_secret_env: 'REQ' },
+    }, { env: { HOOK: 'env-secret-value-0123456789', REQ: 'req-secret-value-0123456789' }, dataDir: '/tmp/x' });
+    expect(c.webhooks.endpoints.map((e) => e.signing_secret)).toEqual(['env-secret-value-0123456789', value]);
+    expect(c.webhooks.request_signing_secret).toBe('req-secret-value-0123456789');
+    const printed = JSON.stringify(c) + configCheckJson(c);
+    for (const secret of ['env-secret-value-0123456789', 'req-secret-value-0123456789', value]) expect(printed).not.toContain(secret);
+    expect(() => configFromObject({ webhooks: { endpoints: [{ url: 'https://a.example/h', secret_env: 'NOPE' }] } }, { env: {}, dataDir: '/tmp/x' })).toThrow(ConfigError);
+    expect(() => configFromObject({ webhooks: { endpoints: [{ url: 'https://a.example/h' }] } }, { env: {}, dataDir: '/tmp/x' })).toThrow(/signing secret is required/);
+    expect(() => configFromObject({ webhooks: { allow_request_hosts: ['x.example'] } }, { env: {}, dataDir: '/tmp/x' })).toThrow(/request_secret/);
+  });
+});
