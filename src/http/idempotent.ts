@@ -92,7 +92,11 @@ export async function replayRunStream(deps: AppDeps, reply: FastifyReply, runId:
   const abort = new AbortController();
   channel.onClientClose(() => abort.abort());
   channel.onDropped(() => abort.abort());
-  const untrack = deps.runtime.trackStream(() => abort.abort());
+  let shuttingDown = false;
+  const untrack = deps.runtime.trackStream(() => {
+    shuttingDown = true;
+    abort.abort();
+  });
   channel.push({ event: 'session', data: { session_id: sessionId, run_id: runId, status: 'started' } });
   const deadline = Date.now() + deps.config.server.request_timeout_seconds * 1000;
   let wake: (() => void) | null = null;
@@ -145,6 +149,8 @@ export async function replayRunStream(deps: AppDeps, reply: FastifyReply, runId:
       unsubscribe();
       offSettled();
       untrack();
+      // As the follow streams do: a last frame, then retry with the same key (or follow the run).
+      if (shuttingDown) channel.push({ event: 'error', data: { error: 'ServiceShuttingDown', message: 'the service is shutting down; retry with the same Idempotency-Key to get this run again', run_id: runId, session_id: sessionId, last_cursor: after } });
       channel.close();
     }
   })();
