@@ -193,6 +193,17 @@ const BackgroundConfig = obj({
   }).prefault({}),
 });
 
+// Registered agents (POST /background/agents; docs/agents.md). A spec names code to load and
+// commands to start, so both are opt-in: a local tools module must lie in one of `tools_dirs`, an
+// MCP stdio server's command must be listed in `mcp_commands`.
+const AgentsConfig = obj({
+  tools_dirs: arr(nonEmpty()).default([])
+    .describe("Directories a registered agent's local_tools_ref may load a module from (relative: against the config file). Empty: no registered agent may load a tools module."),
+  mcp_commands: arr(nonEmpty()).default([])
+    .describe('Commands a registered agent\'s MCP stdio server may run (exact match). Empty: only MCP servers over HTTP.'),
+  max_cached: posInt().default(32).describe('Built agents kept in memory at most (least recently used ones are let go; a run keeps its own until it ends).'),
+});
+
 const TelemetryConfig = obj({
   capture: oneOf(['full', 'metadata_only']).default('full'),
   retention_days: posNumber().default(30),
@@ -264,6 +275,7 @@ export const ConfigSchema = obj({
   pricing: z.record(z.string(), PriceConfig, { error: 'expected an object of model prices' }).default({}),
   runs: RunsConfig.prefault({}),
   background: BackgroundConfig.prefault({}),
+  agents: AgentsConfig.prefault({}),
   telemetry: TelemetryConfig.prefault({}),
   auth: AuthConfig.prefault({}),
   idempotency: IdempotencyConfig.prefault({}),
@@ -310,7 +322,7 @@ type ResolvedWebhooks = Omit<ParsedConfig['webhooks'], 'endpoints'> & {
   request_signing_secret: string | null;
 };
 
-type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background' | 'webhooks'> & {
+type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background' | 'agents' | 'webhooks'> & {
   /** Absolute data directory (AGENTD_DATA_DIR / --data-dir, default ./.agentd). */
   data_dir: string;
   /** Absolute path of the config file read, or null. */
@@ -318,6 +330,8 @@ type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background' 
   store: Omit<ParsedConfig['store'], 'path'> & { path: string };
   agent: Omit<ParsedConfig['agent'], 'model'> & { model: ResolvedModel };
   background: Omit<ParsedConfig['background'], 'workspace_root'> & { workspace_root: string };
+  /** `tools_dirs` absolute. */
+  agents: ParsedConfig['agents'];
   webhooks: ResolvedWebhooks;
 };
 
@@ -371,6 +385,14 @@ function parseFlags(argv: string[]): CliFlags {
     flags[name] = value;
   }
   return flags;
+}
+
+/**
+ * An environment variable a registered agent names (`model_config.api_key_env`, `${VAR}` in an MCP
+ * server's env or headers): read when the agent is built, never stored. Empty counts as unset.
+ */
+export function agentEnvValue(name: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return nonEmptyEnv(env, name);
 }
 
 function nonEmptyEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -583,6 +605,7 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
       ...c.background,
       workspace_root: c.background.workspace_root !== undefined ? under(c.background.workspace_root) : join(dataDir, 'workspaces'),
     },
+    agents: { ...c.agents, tools_dirs: c.agents.tools_dirs.map(under) },
     webhooks,
   };
   return deepFreeze(resolved) as Config;

@@ -268,8 +268,8 @@ export function createClient(options: ClientOptions) {
    * `events.follow(session_id, { run_id, after: last_cursor })` and read the result with
    * `runs.get(run_id)`.
    */
-  async function* stream(query: string, opts: { session_id?: string | null; signal?: AbortSignal } = {}): AsyncGenerator<RunFrame> {
-    const res = await send('startRun', { body: { query, session_id: opts.session_id ?? undefined }, signal: opts.signal }, 'text/event-stream');
+  async function* stream(query: string, opts: { session_id?: string | null; agent_id?: string | null; signal?: AbortSignal } = {}): AsyncGenerator<RunFrame> {
+    const res = await send('startRun', { body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined }, signal: opts.signal }, 'text/event-stream');
     for await (const { frame } of framesOf(res)) {
       if (!frame) continue;
       yield frame;
@@ -353,8 +353,8 @@ export function createClient(options: ClientOptions) {
     runs: {
       stream,
       /** POST /run/sync: the RunResponse of any outcome (awaiting_approval included). */
-      sync: (query: string, opts: { session_id?: string | null; signal?: AbortSignal; idempotency_key?: string } = {}) => call('runSync', {
-        body: { query, session_id: opts.session_id ?? undefined }, signal: opts.signal,
+      sync: (query: string, opts: { session_id?: string | null; agent_id?: string | null; signal?: AbortSignal; idempotency_key?: string } = {}) => call('runSync', {
+        body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined }, signal: opts.signal,
         ...(opts.idempotency_key ? { headers: { 'idempotency-key': opts.idempotency_key } } : {}),
       }),
       list: (query: QueryParams<'listRuns'> = {}) => call('listRuns', { query }),

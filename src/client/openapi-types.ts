@@ -1420,6 +1420,8 @@ export interface components {
         /** @enum {string} */
         RunRecordStatus: "running" | "awaiting_approval" | "awaiting_budget" | "interrupted" | "completed" | "blocked" | "failed" | "cancelled" | "timeout";
         RunRequest: {
+            /** @description A registered agent (POST /background/agents) to run as; default: the served agent. 404 when not registered (docs/agents.md). */
+            agent_id?: components["schemas"]["BackgroundId"] | null;
             /** @description Prompt for the agent. */
             query: string;
             /** @description For conversation continuity; a new session is created when absent. */
