@@ -411,8 +411,6 @@ export class BackgroundManager {
    * POST /background/tasks/{id}/run: a manual run through the task actor (so the overlap policy
    * applies). With `wait`, answers when the run ends or pauses for a person, or throws the 504
    * run-wait-timeout body after server.request_timeout_seconds (the run goes on).
-   */
-  /**
    * `opts.run_id`: the id the run gets (an Idempotency-Key reserved it); `opts.onQueued` is called
    * once the run exists, before a `wait` (the route then marks the key done).
    */
