@@ -268,8 +268,12 @@ export function createClient(options: ClientOptions) {
    * `events.follow(session_id, { run_id, after: last_cursor })` and read the result with
    * `runs.get(run_id)`.
    */
-  async function* stream(query: string, opts: { session_id?: string | null; agent_id?: string | null; signal?: AbortSignal } = {}): AsyncGenerator<RunFrame> {
-    const res = await send('startRun', { body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined }, signal: opts.signal }, 'text/event-stream');
+  /** POST /run. With `idempotency_key`, calling it again with the same key and query replays the same run (docs/http-api.md). */
+  async function* stream(query: string, opts: { session_id?: string | null; agent_id?: string | null; signal?: AbortSignal; idempotency_key?: string } = {}): AsyncGenerator<RunFrame> {
+    const res = await send('startRun', {
+      body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined }, signal: opts.signal,
+      ...(opts.idempotency_key ? { headers: { 'idempotency-key': opts.idempotency_key } } : {}),
+    }, 'text/event-stream');
     for await (const { frame } of framesOf(res)) {
       if (!frame) continue;
       yield frame;
