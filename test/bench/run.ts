@@ -13,6 +13,7 @@ import { telemetryBench } from './benchmarks/telemetry.js';
 import { approvalsBench } from './benchmarks/approvals.js';
 import { backgroundBench, backgroundScaleBench } from './benchmarks/background.js';
 import { redactionBench } from './benchmarks/redaction.js';
+import { postgresBench } from './benchmarks/postgres.js';
 
 const BENCHMARKS: Record<string, Benchmark> = {
   health: healthBench,
@@ -24,6 +25,7 @@ const BENCHMARKS: Record<string, Benchmark> = {
   background: backgroundBench,
   'background-scale': backgroundScaleBench,
   redaction: redactionBench,
+  postgres: postgresBench,
 };
 const ORDER = Object.keys(BENCHMARKS);
 
