@@ -13,12 +13,10 @@ import type { Store } from './store.js';
 export const CHANGE_CHANNELS = {
   /** Events were appended: `{ o: instance, f: first cursor, l: last cursor }`. */
   events: 'agentd_events',
-  /** A request for the owner of a live run: `{ o: instance, type: 'cancel', run_id }`. */
+  /** A request for the owner of a live run: `{ o: instance, type: 'cancel' | 'bg_cancel', run_id }`. */
   control: 'agentd_control',
   /** A task or its schedule row changed: `{ o: instance, task_id }`. */
   tasks: 'agentd_tasks',
-  /** A run settled or parked (its followers on other instances re-read it): `{ o: instance, run_id }`. */
-  runs: 'agentd_runs',
 } as const;
 export type ChangeChannel = (typeof CHANGE_CHANNELS)[keyof typeof CHANGE_CHANNELS];
 
