@@ -509,6 +509,12 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
     if (slots > 1 && cycle + 1 < opts.cycles) await start(victim);
   }
 
+  // The tasks stop dispatching with the last kill (a long settle would otherwise keep queueing
+  // runs faster than a CPU-starved machine can drain them); what they dispatched must come to rest.
+  if (taskIds.length > 0) {
+    const live = children.find((c) => c) ?? (await start(0));
+    for (const id of taskIds) await postJson(`${live.url}/background/tasks/${id}/pause`, {}).catch(() => undefined);
+  }
   // The last process (with several instances: all of them) is left alone: it must bring every run to rest.
   for (let i = 0; i < slots; i++) if (!children[i]) await start(i);
   const child = children[0]!;
@@ -556,7 +562,7 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
     for (const id of taskIds) await postJson(`${url}/background/tasks/${id}/pause`, {});
     const TERMINAL_BG = new Set(['completed', 'failed', 'cancelled', 'timeout', 'skipped']);
     const all: Array<{ task_id: string; occurrence_id: string | null; status: string }> = [];
-    const until = Date.now() + 60_000;
+    const until = Date.now() + (opts.settleTimeoutMs ?? 60_000);
     for (;;) {
       all.length = 0;
       let cursor: string | null = null;
