@@ -6,13 +6,15 @@
 //  - control: a cancel posted to an instance that does not hold the run is sent to its owner;
 //  - tasks: a task edited on one instance is re-read by the others' schedulers.
 import type { Store, StoredEvent } from '../store/store.js';
-import { CHANGE_CHANNELS, type StoreChanges } from '../store/changes.js';
-import type { EventBus } from '../telemetry/bus.js';
+import { CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD, type StoreChanges } from '../store/changes.js';
+import { eventField, FILTER_FIELDS, type EventBus, type FilterField } from '../telemetry/bus.js';
 
 /** Event ids this process published or is storing (its own and other instances'), so none is published twice. */
 const SEEN_MAX = 50_000;
 /** Ranges waiting to be read from the store; more are dropped (a follower catches up with Last-Event-ID). */
 const MAX_PENDING_RANGES = 10_000;
+/** Most ids one notification lists (about 40 bytes each, under the 8000-byte payload). */
+const MAX_IDS = 120;
 /** How long appends are gathered into one notification. */
 const NOTIFY_DELAY_MS = 5;
 
@@ -28,6 +30,12 @@ export class ClusterLink {
   private readonly seen = new Set<string>();
   /** Own appends not yet notified: [first, last] cursor pairs. */
   private outgoing: Array<[string, string]> = [];
+  /**
+   * The ids (run, trace, task, session) of those events, so an instance reads a range only when
+   * one of its followers may want it; null when there were too many to list (read it anyway).
+   */
+  private outgoingIds: Map<FilterField, Set<string>> | null = new Map();
+  private outgoingIdCount = 0;
   private notifyTimer: NodeJS.Timeout | null = null;
   private readonly incoming: Array<[string, string]> = [];
   private pumping = false;
@@ -68,6 +76,24 @@ export class ClusterLink {
     if (this.closed || events.length === 0) return;
     const first = events[0].cursor;
     const last = events[events.length - 1].cursor;
+    if (this.outgoingIds) {
+      for (const e of events) {
+        for (const f of FILTER_FIELDS) {
+          const v = eventField(e, f);
+          if (v === null) continue;
+          let set = this.outgoingIds.get(f);
+          if (!set) this.outgoingIds.set(f, (set = new Set()));
+          if (!set.has(v)) {
+            set.add(v);
+            if (++this.outgoingIdCount > MAX_IDS) {
+              this.outgoingIds = null;
+              break;
+            }
+          }
+        }
+        if (!this.outgoingIds) break;
+      }
+    }
     const prev = this.outgoing[this.outgoing.length - 1];
     // Adjacent batches (the common case: one process appending alone) merge into one range.
     if (prev && isNext(prev[1], first)) prev[1] = last;
@@ -81,19 +107,28 @@ export class ClusterLink {
   private flush(): void {
     this.notifyTimer = null;
     const ranges = this.outgoing;
+    const ids = this.outgoingIds;
     this.outgoing = [];
-    // One notification carries up to ~150 ranges (PostgreSQL's payload limit is 8000 bytes).
-    for (let i = 0; i < ranges.length; i += 150) {
-      void this.changes.notify(CHANGE_CHANNELS.events, JSON.stringify({ o: this.instanceId, r: ranges.slice(i, i + 150) }));
+    this.outgoingIds = new Map();
+    this.outgoingIdCount = 0;
+    if (ranges.length === 0) return;
+    const k = ids ? Object.fromEntries([...ids].map(([f, set]) => [f, [...set]])) : undefined;
+    // One notification carries up to ~100 ranges and MAX_IDS ids (PostgreSQL's payload limit is 8000 bytes).
+    for (let i = 0; i < ranges.length; i += 100) {
+      let payload = JSON.stringify({ o: this.instanceId, r: ranges.slice(i, i + 100), k });
+      if (payload.length > MAX_CHANGE_PAYLOAD) payload = JSON.stringify({ o: this.instanceId, r: ranges.slice(i, i + 100) });
+      void this.changes.notify(CHANGE_CHANNELS.events, payload);
     }
   }
 
   private onEvents(payload: string): void {
     if (this.closed) return;
-    const msg = parse(payload) as { o?: string; r?: Array<[string, string]> } | null;
+    const msg = parse(payload) as { o?: string; r?: Array<[string, string]>; k?: Partial<Record<FilterField, string[]>> } | null;
     if (!msg || msg.o === this.instanceId || !Array.isArray(msg.r)) return;
-    // Nobody follows anything here: nothing to read (a later follower replays from the store).
+    // Nobody here follows anything these events belong to: nothing to read (a later follower
+    // replays from the store). Without the ids (too many to list), any follower reads.
     if (this.bus.size === 0) return;
+    if (msg.k && typeof msg.k === 'object' && !this.bus.mayWant(msg.k)) return;
     for (const r of msg.r) {
       if (!Array.isArray(r) || typeof r[0] !== 'string' || typeof r[1] !== 'string') continue;
       if (this.incoming.length >= MAX_PENDING_RANGES) {
