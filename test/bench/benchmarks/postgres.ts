@@ -132,8 +132,8 @@ export async function postgresBench(): Promise<BenchOutput> {
       });
     }
     for (const [i, r] of results.entries()) {
-      rows.push({ metric: `p50 / p99 latency, PostgreSQL, ${i + 1} instance(s)`, value: `${round(percentile(r.loop.latencies, 50), 1)} / ${round(percentile(r.loop.latencies, 99), 1)}`, unit: 'ms' });
-      rows.push({ metric: `CPU per run, ${i + 1} instance(s): agentd / PostgreSQL`, value: `${round(r.agentdCpuPerRun, 2)} / ${round(r.pgCpuPerRun ?? 0, 2)}`, unit: 'ms' });
+      rows.push({ metric: `p50 / p99 latency (ms), PostgreSQL, ${i + 1} instance(s)`, value: `${round(percentile(r.loop.latencies, 50), 1)} / ${round(percentile(r.loop.latencies, 99), 1)}`, unit: 'ms' });
+      rows.push({ metric: `CPU per run (ms), ${i + 1} instance(s): agentd / PostgreSQL`, value: `${round(r.agentdCpuPerRun, 2)} / ${round(r.pgCpuPerRun ?? 0, 2)}`, unit: 'ms' });
       if (r.loop.errors) notes.push(`${i + 1} instance(s): ${r.loop.errors} failed requests (first: ${r.loop.firstError})`);
     }
     rows.push({ metric: 'CPU per run, LevelDB: agentd', value: round(onLevel.agentdCpuPerRun, 2), unit: 'ms' });
