@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { newId } from '../ids.js';
 import { publicRunView, runResponseOf } from '../runtime/run-record.js';
 import { AppError } from '../errors.js';
+import type { SessionPolicy } from '../runtime/runs.js';
 import {
   ApprovalDecisionRequest, ApprovalView, BudgetDecisionRequest, BudgetDecisionResponse, OutcomeRequest, OutcomeResponse,
   RunApprovalParams, RunBudgetResponse, RunCancelResponse, RunIdParams, RunRequest, RunResponse, RunView, RunsListQuery,
@@ -29,9 +30,9 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post('/run', {
     sse: { kind: 'manual', heartbeat: false },
-    schema: { operationId: 'startRun', tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', body: RunRequest, response: { 200: RUN_STREAM, 422: HTTPValidationError, 503: ErrorResponse } },
+    schema: { operationId: 'startRun', tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', body: RunRequest, response: { 200: RUN_STREAM, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse } },
   }, async (request, reply) => {
-    const body = request.body as { query: string; session_id?: string | null };
+    const body = request.body as { query: string; session_id?: string | null; session_policy?: SessionPolicy | null };
     const run_id = newId('run');
     let channel: SseChannel | null = null;
     const early: Array<Parameters<SseChannel['push']>[0]> = [];
@@ -59,6 +60,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     try {
       started = await runs.start(body.query, body.session_id ?? null, {
         run_id,
+        session_policy: body.session_policy ?? undefined,
         onDelta: (text, sequence, afterEvent) => {
           if (dropped) return; // nothing is sent any more, and waiting deltas would pile up
           const frame = { event: 'delta', data: { run_id, text, sequence } };
@@ -100,10 +102,10 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.post('/run/sync', {
-    schema: { operationId: 'runSync', tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', body: RunRequest, response: { 200: RunResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
+    schema: { operationId: 'runSync', tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', body: RunRequest, response: { 200: RunResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
   }, async (request) => {
-    const body = request.body as { query: string; session_id?: string | null };
-    const started = await runs.start(body.query, body.session_id ?? null);
+    const body = request.body as { query: string; session_id?: string | null; session_policy?: SessionPolicy | null };
+    const started = await runs.start(body.query, body.session_id ?? null, { session_policy: body.session_policy ?? undefined });
     const record = await started.settled;
     return runResponseOf(record);
   });

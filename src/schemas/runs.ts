@@ -3,11 +3,13 @@
 import { z } from 'zod';
 import { Cursor, ErrorInfo, IsoDateTime, JsonObject, QueryId, SafeId, queryInt } from './common.js';
 import { ApprovalView, BudgetRequestView, OutcomeResponse } from './decisions.js';
+import { RunSessionPolicy } from './steer.js';
 
 export const RunRequest = z
   .strictObject({
     query: z.string().min(1).describe('Prompt for the agent.'),
     session_id: SafeId.nullish().describe('For conversation continuity; a new session is created when absent.'),
+    session_policy: RunSessionPolicy.nullish(),
   })
   .meta({ id: 'RunRequest' });
 export type RunRequest = z.infer<typeof RunRequest>;
