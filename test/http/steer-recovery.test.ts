@@ -15,7 +15,7 @@ let dataDir: string;
 let ledger: string;
 let release = false;
 
-const text = (m: { content?: unknown }) => String(m.content ?? '');
+const text = (m: Record<string, unknown>) => String(m.content ?? '');
 /** How often each model request that contains `needle` contains it. */
 const sightings = (needle: string) => model.requests.map((r) => r.messages.filter((m) => text(m).includes(needle)).length).filter((n) => n > 0);
 
