@@ -1066,6 +1066,7 @@ export class RunService {
       owner: null, lease_expires_at: null, ended_at: now, updated_at: now,
     }, rec.version, runIndexes({ ...rec.value, status: 'cancelled' }));
     await this.deps.ledger.releaseRun(runId).catch(() => 0);
+    this.inbox.forget(runId);
     await this.setTraceStatus(done.value.trace_id, 'cancelled');
     this.notifySettled(done.value);
     return { status: 'cancel_requested', run_id: runId };
@@ -1088,7 +1089,7 @@ export class RunService {
     const verdict = checkInput(body.message, this.deps.guardrails);
     if (!verdict.allowed) {
       await this.deps.telemetry.emitSafe({
-        event_type: 'guardrail_violation', trace_id: r.trace_id, span_id: newId('span'), actor: { type: 'guardrail', id: verdict.rule },
+        event_type: 'guardrail_violation', trace_id: r.trace_id, span_id: await this.rootSpanOf(r), actor: { type: 'guardrail', id: verdict.rule },
         input: { message: body.message, sender: body.sender }, error: { type: 'GuardrailViolation', message: verdict.message },
         metadata: { ...meta, rule: verdict.rule, matched: verdict.matched ?? null, source: 'steer', sender: body.sender },
       });
@@ -1103,10 +1104,22 @@ export class RunService {
       throw conflict(`run ${runId} ended (${after.status}) before the message could be delivered`, after.status);
     }
     await this.deps.telemetry.emitSafe({
-      event_type: 'run_steered', trace_id: after.trace_id, span_id: newId('span'), actor: { type: 'user', id: body.sender },
+      event_type: 'run_steered', trace_id: after.trace_id, span_id: await this.rootSpanOf(after), actor: { type: 'user', id: body.sender },
       input: { message: body.message }, metadata: { ...meta, message_id: entry.message_id, sender: body.sender, status: after.status },
     });
     return { status: 'queued', message_id: entry.message_id, run_id: runId };
+  }
+
+  /**
+   * The root span of the run's current trace segment, where events about the run itself go (as
+   * run_resumed does): the live segment's, else the span of the segment's first event.
+   */
+  private async rootSpanOf(r: RunRecord): Promise<string> {
+    const live = this.live.get(r.run_id);
+    if (live && live.writer.value.trace_id === r.trace_id) return live.rootSpan;
+    const first = await this.deps.store.readEvents({ filters: { trace_id: r.trace_id }, limit: 1 }).catch(() => null);
+    const span = first?.events[0]?.span_id;
+    return typeof span === 'string' && span ? span : newId('span');
   }
 
   /** Whether the run's saved context already holds the steer message. */
@@ -1122,9 +1135,11 @@ export class RunService {
    */
   async interrupt(runId: string, opts: { by?: string | null } = {}): Promise<{ status: 'interrupt_requested' | 'interrupted'; run_id: string; interrupt_id: string | null }> {
     const r = await this.get(runId);
-    if (r.status === 'interrupted') return { status: 'interrupted', run_id: runId, interrupt_id: null };
+    if (r.status === 'interrupted' && r.machine_state === 'interrupted') return { status: 'interrupted', run_id: runId, interrupt_id: null };
     if (r.kind === 'background') throw conflict(`run ${runId} is a background run; stop it with POST /background/runs/{run_id}/cancel`, 'background');
-    if (r.status !== 'running') throw conflict(`run ${runId} cannot be interrupted while ${r.status}; only running runs can`, r.status);
+    // A run a graceful shutdown interrupted is resumed at the next start: the request makes it
+    // stop again at its first boundary there, and stay stopped.
+    if (r.status !== 'running' && r.status !== 'interrupted') throw conflict(`run ${runId} cannot be interrupted while ${r.status}; only running runs can`, r.status);
     const interrupt_id = await this.inbox.requestInterrupt(runId, opts.by ?? null);
     return { status: 'interrupt_requested', run_id: runId, interrupt_id };
   }

@@ -98,6 +98,11 @@ describe('POST /runs/{run_id}/steer', () => {
     const steered = await events(runId, 'run_steered');
     expect(steered).toHaveLength(1);
     expect(steered[0].metadata).toMatchObject({ message_id: body.message_id, sender: 'alice', run_id: runId });
+    // On the run's root span, like run_resumed: the span of its user_message.
+    const [userMessage] = await events(runId, 'user_message');
+    expect(steered[0].span_id).toBe(userMessage.span_id);
+    const trace = await getJson(`${server.url}/telemetry/runs/${runId}/trace`);
+    expect(trace.status).toBe(200);
     const inbox = await getJson(`${server.url}/runs/${runId}/inbox`);
     expect(inbox.status).toBe(200);
     expect(RunInboxView.parse(inbox.body).messages.map((m) => m.message_id)).toEqual([body.message_id]);
