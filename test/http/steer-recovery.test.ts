@@ -29,9 +29,11 @@ beforeAll(async () => {
     const first = req.messages.find((m) => m.role === 'user' && /^\[[a-z]\]/.test(text(m)));
     const tag = /^\[([a-z])\]/.exec(first ? text(first) : '')?.[1];
     if (text(last).includes('STEER-KILL')) return { text: 'heard the steer' };
+    if (text(last).includes('STEER-M')) return release ? { text: 'm heard' } : { hang: true };
     if (last.role === 'tool') return { text: `${tag} done` };
     if (tag === 'k') return release ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'k' } }] } : { hang: true };
     if (tag === 'i') return { tool_calls: [{ name: 'counted_echo', arguments: { text: 'i', ms: 600 } }] };
+    if (tag === 'm') return { tool_calls: [{ name: 'counted_echo', arguments: { text: 'm', ms: 600 } }] };
     return { text: 'no script' };
   });
 });
@@ -47,7 +49,7 @@ describe('steer and interrupt through a SIGKILL', () => {
   let child: AgentdChild;
   const ids: Record<string, string> = {};
 
-  it('before the kill: a steer is queued while the model call hangs; another run is interrupted', async () => {
+  it('before the kill: a steer is queued while the model call hangs; one is delivered; another run is interrupted', async () => {
     cfg = writeConfig(dataDir, crashConfig(model.url, { runs: { orphan_sweep: { interval_seconds: 3600 } } }));
     child = await startAgentd({ configFile: cfg, dataDir, env: { AGENTD_TEST_LEDGER: ledger } });
     ids.k = await launchRun(child.url, '[k] work on it', 'sess-k');
@@ -60,6 +62,12 @@ describe('steer and interrupt through a SIGKILL', () => {
     await eventually(() => readLedger(ledger).some((l) => l.run_id === ids.i && l.phase === 'started'), 10_000, 'i: tool started');
     expect((await postJson(`${child.url}/runs/${ids.i}/interrupt`, {})).body.status).toBe('interrupt_requested');
     await waitForRunStatus(child.url, ids.i, ['interrupted']);
+
+    // m: a steer delivered (its model call sent) before the kill.
+    ids.m = await launchRun(child.url, '[m] echo then listen', 'sess-m');
+    await eventually(() => readLedger(ledger).some((l) => l.run_id === ids.m && l.phase === 'started'), 10_000, 'm: tool started');
+    expect((await postJson(`${child.url}/runs/${ids.m}/steer`, { message: 'STEER-M: one more thing' })).status).toBe(200);
+    await eventually(() => sightings('STEER-M').length === 1, 10_000, 'm: the steered model call');
 
     expect(sightings('STEER-KILL')).toEqual([]); // not delivered yet
     expect((await child.kill('SIGKILL')).signal).toBe('SIGKILL');
@@ -74,6 +82,12 @@ describe('steer and interrupt through a SIGKILL', () => {
     const delivered = model.requests.find((r) => r.messages.some((m) => text(m).includes('STEER-KILL')))!;
     expect(delivered.messages.at(-1)).toMatchObject({ role: 'user' });
     expect(text(delivered.messages.at(-1)!)).toMatch(/^\[Message from carol/);
+
+    // m: its steered model call is sent again after the recovery (the reply was never saved),
+    // with the message in it once: the saved context already held it, the inbox is not re-read into it.
+    const m = await waitForRunStatus(child.url, ids.m, ['completed', 'failed']);
+    expect(m).toMatchObject({ status: 'completed', response: 'm heard' });
+    expect(sightings('STEER-M')).toEqual([1, 1]);
 
     // The start-up sweep resumed k (orphaned), not i (interrupted on request).
     await new Promise((r) => setTimeout(r, 300));

@@ -219,6 +219,10 @@ describe('session_policy on POST /run/sync', () => {
     expect(r.status).toBe(409);
     expect(r.body).toMatchObject({ error: 'Conflict', detail: 'session_busy' });
     expect(r.body.message).toContain(runId);
+    // POST /run answers the same 409 as JSON, before any stream opens.
+    const streamed = await postJson(`${server.url}/run`, { query: 'SECOND', session_id: session, session_policy: 'reject' });
+    expect(streamed.status).toBe(409);
+    expect(streamed.headers.get('content-type')).toMatch(/^application\/json/);
     expect((await first).body.status).toBe('success');
     expect(sightings('SECOND')).toEqual([]);
     // Not busy any more: accepted.
@@ -261,6 +265,23 @@ describe('session_policy on POST /run/sync', () => {
     const req = model.requests.find((q) => lastUser(q) === 'SECOND-RB')!;
     expect(req.messages.some((m) => String(m.content ?? '').includes('FIRST-rollback'))).toBe(false);
     expect(await history(session)).toEqual(['user:EARLIER-rollback', 'assistant:answer to: EARLIER-rollback', 'user:SECOND-RB', 'assistant:answer to: SECOND-RB']);
+  });
+
+  it('the configured default (runs.session_policy) applies when the request names none; the request wins', async () => {
+    const strict = await startTestServer({ agent: { tools: { local: TOOLS, builtin: [] } }, runs: { session_policy: 'reject' } }, { modelUrl: model.url });
+    try {
+      const first = postJson(`${strict.url}/run/sync`, { query: 'slow:600', session_id: 'cfg' });
+      await eventually(async () => (await getJson(`${strict.url}/runs?session_id=cfg`)).body.runs?.[0]?.tool_calls?.length > 0);
+      const refused = await postJson(`${strict.url}/run/sync`, { query: 'DEFAULT-REJECTED', session_id: 'cfg' });
+      expect(refused.status).toBe(409);
+      const queued = await postJson(`${strict.url}/run/sync`, { query: 'QUEUED-ANYWAY', session_id: 'cfg', session_policy: 'enqueue' });
+      expect(queued.body.status).toBe('success');
+      expect((await first).body.status).toBe('success');
+      expect(sightings('DEFAULT-REJECTED')).toEqual([]);
+    } finally {
+      await strict.stop();
+      strict.cleanup();
+    }
   });
 
   it('an unknown policy is 422', async () => {
