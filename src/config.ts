@@ -196,6 +196,17 @@ const BackgroundConfig = obj({
   }).prefault({}),
 });
 
+// Registered agents (POST /background/agents; docs/agents.md). A spec names code to load and
+// commands to start, so both are opt-in: a local tools module must lie in one of `tools_dirs`, an
+// MCP stdio server's command must be listed in `mcp_commands`.
+const AgentsConfig = obj({
+  tools_dirs: arr(nonEmpty()).default([])
+    .describe("Directories a registered agent's local_tools_ref may load a module from (relative: against the config file). Empty: no registered agent may load a tools module."),
+  mcp_commands: arr(nonEmpty()).default([])
+    .describe('Commands a registered agent\'s MCP stdio server may run (exact match). Empty: only MCP servers over HTTP.'),
+  max_cached: posInt().default(32).describe('Built agents kept in memory at most (least recently used ones are let go; a run keeps its own until it ends).'),
+});
+
 const TelemetryConfig = obj({
   capture: oneOf(['full', 'metadata_only']).default('full'),
   retention_days: posNumber().default(30),
@@ -234,6 +245,7 @@ export const ConfigSchema = obj({
   pricing: z.record(z.string(), PriceConfig, { error: 'expected an object of model prices' }).default({}),
   runs: RunsConfig.prefault({}),
   background: BackgroundConfig.prefault({}),
+  agents: AgentsConfig.prefault({}),
   telemetry: TelemetryConfig.prefault({}),
   auth: AuthConfig.prefault({}),
 }).superRefine((c, ctx) => {
@@ -271,7 +283,7 @@ type ResolvedModel = Omit<ParsedConfig['agent']['model'], 'model'> & {
   api_key: string | null;
 };
 
-type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background'> & {
+type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background' | 'agents'> & {
   /** Absolute data directory (AGENTD_DATA_DIR / --data-dir, default ./.agentd). */
   data_dir: string;
   /** Absolute path of the config file read, or null. */
@@ -279,6 +291,8 @@ type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background'>
   store: Omit<ParsedConfig['store'], 'path'> & { path: string };
   agent: Omit<ParsedConfig['agent'], 'model'> & { model: ResolvedModel };
   background: Omit<ParsedConfig['background'], 'workspace_root'> & { workspace_root: string };
+  /** `tools_dirs` absolute. */
+  agents: ParsedConfig['agents'];
 };
 
 export type Config = DeepReadonly<Resolved>;
@@ -331,6 +345,14 @@ function parseFlags(argv: string[]): CliFlags {
     flags[name] = value;
   }
   return flags;
+}
+
+/**
+ * An environment variable a registered agent names (`model_config.api_key_env`, `${VAR}` in an MCP
+ * server's env or headers): read when the agent is built, never stored. Empty counts as unset.
+ */
+export function agentEnvValue(name: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return nonEmptyEnv(env, name);
 }
 
 function nonEmptyEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -542,6 +564,7 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
       ...c.background,
       workspace_root: c.background.workspace_root !== undefined ? under(c.background.workspace_root) : join(dataDir, 'workspaces'),
     },
+    agents: { ...c.agents, tools_dirs: c.agents.tools_dirs.map(under) },
   };
   return deepFreeze(resolved) as Config;
 }

@@ -35,6 +35,8 @@ import { HttpDetailError } from '../errors.js';
 import { RequestValidationError } from '../http/validation.js';
 import type { core } from 'zod';
 import type { AttemptRecord } from '../../machines/background-run.machine.js';
+import { AgentSpecError } from '../agent/agent-spec.js';
+import type { PreparedAgent } from '../runtime/agent-registry.js';
 
 export type { BackgroundDeps } from './engine.js';
 
@@ -183,10 +185,34 @@ export class BackgroundManager {
     const at = iso(this.now());
     const existing = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
     if (existing && !body.replace) throw conflict(`background agent '${agentId}' is already registered`, 'pass replace: true to replace it');
+    // Built now, so a spec that cannot run is refused here (422 naming the field), not at its first run.
+    const prepared = await this.prepareAgent(spec, body);
     const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at };
-    if (existing) await this.deps.store.updateRecord<AgentRow>('bg_agents', agentId, row, existing.version);
-    else await this.deps.store.createRecord<AgentRow>('bg_agents', agentId, row);
+    try {
+      if (existing) await this.deps.store.updateRecord<AgentRow>('bg_agents', agentId, row, existing.version);
+      else await this.deps.store.createRecord<AgentRow>('bg_agents', agentId, row);
+    } catch (err) {
+      if (prepared) this.deps.agents?.discard(prepared);
+      if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version')) throw conflict(`background agent '${agentId}' was registered or replaced meanwhile`, 'read it and try again');
+      throw err;
+    }
+    if (prepared) this.deps.agents?.install(agentId, at, prepared);
     return this.publicAgent(row);
+  }
+
+  private async prepareAgent(spec: BackgroundAgentSpec, body: unknown): Promise<PreparedAgent | null> {
+    if (!this.deps.agents) return null;
+    try {
+      return await this.deps.agents.prepare(spec);
+    } catch (err) {
+      if (!(err instanceof AgentSpecError)) throw err;
+      // The answer quotes the value at each path: a key sent in model_config.api_key is not echoed.
+      const shown = structuredClone(body) as { spec?: { model_config?: Record<string, unknown> | null } };
+      if (shown.spec?.model_config && 'api_key' in shown.spec.model_config) shown.spec.model_config.api_key = '[REDACTED]';
+      throw new RequestValidationError('body', err.problems.map((p) => ({
+        code: 'custom', path: ['spec', ...p.path], message: p.message, input: undefined,
+      }) as unknown as core.$ZodIssue), shown);
+    }
   }
 
   async listAgents(): Promise<{ agents: AgentRow[]; total: number }> {
@@ -209,6 +235,7 @@ export class BackgroundManager {
     }
     for (const r of active.items) await this.engine.cancel(r.id, 'agent deleted').catch(() => undefined);
     await this.deps.store.deleteRecord('bg_agents', agentId);
+    this.deps.agents?.evict(agentId);
     return { status: 'deleted' };
   }
 

@@ -41,6 +41,7 @@ export const COMMANDS: Command[] = [
     summary: 'Run the agent: the answer streams to stdout, a status line (tool calls, approvals) to stderr.',
     options: {
       session: { type: 'string', value: 'S', help: 'Continue this session (default: a new one).' },
+      agent: { type: 'string', value: 'ID', help: 'Run as this registered agent (POST /background/agents; default: the served agent).' },
       sync: { type: 'boolean', help: 'Wait for the whole answer (POST /run/sync) instead of streaming it.' },
       policy: { type: 'string', value: 'P', help: 'When the session has a run in flight: enqueue (default), reject, interrupt or rollback.' },
     },

@@ -48,16 +48,17 @@ export async function run(p: Parsed): Promise<number> {
   const remote = remoteOf(p);
   const [query] = p.positionals;
   const session_id = str(p.values.session);
+  const agent_id = str(p.values.agent);
   const session_policy = str(p.values.policy) as 'enqueue' | 'reject' | 'interrupt' | 'rollback' | undefined;
   if (p.values.sync) {
-    const r = await remote.client.runs.sync(query, { session_id, session_policy });
+    const r = await remote.client.runs.sync(query, { session_id, agent_id, session_policy });
     if (remote.json) printJson(r);
     else if (r.response !== null) out(r.response);
     return finish(r, remote.json);
   }
   let result: RunResponse | null = null;
   let endedWithNewline = true;
-  for await (const f of remote.client.runs.stream(query, { session_id, session_policy })) {
+  for await (const f of remote.client.runs.stream(query, { session_id, agent_id, session_policy })) {
     if (remote.json) printJson({ event: f.event, ...(f.id !== undefined ? { id: f.id } : {}), data: f.data });
     if (f.kind === 'complete') result = f.data;
     if (remote.json) continue;

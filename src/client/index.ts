@@ -270,8 +270,8 @@ export function createClient(options: ClientOptions) {
    * `events.follow(session_id, { run_id, after: last_cursor })` and read the result with
    * `runs.get(run_id)`.
    */
-  async function* stream(query: string, opts: { session_id?: string | null; session_policy?: RequestBody<'startRun'>['session_policy']; signal?: AbortSignal } = {}): AsyncGenerator<RunFrame> {
-    const res = await send('startRun', { body: { query, session_id: opts.session_id ?? undefined, ...(opts.session_policy ? { session_policy: opts.session_policy } : {}) }, signal: opts.signal }, 'text/event-stream');
+  async function* stream(query: string, opts: { session_id?: string | null; agent_id?: string | null; session_policy?: RequestBody<'startRun'>['session_policy']; signal?: AbortSignal } = {}): AsyncGenerator<RunFrame> {
+    const res = await send('startRun', { body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined, ...(opts.session_policy ? { session_policy: opts.session_policy } : {}) }, signal: opts.signal }, 'text/event-stream');
     for await (const { frame } of framesOf(res)) {
       if (!frame) continue;
       yield frame;
@@ -355,8 +355,8 @@ export function createClient(options: ClientOptions) {
     runs: {
       stream,
       /** POST /run/sync: the RunResponse of any outcome (awaiting_approval included). */
-      sync: (query: string, opts: { session_id?: string | null; session_policy?: RequestBody<'runSync'>['session_policy']; signal?: AbortSignal } = {}) =>
-        call('runSync', { body: { query, session_id: opts.session_id ?? undefined, ...(opts.session_policy ? { session_policy: opts.session_policy } : {}) }, signal: opts.signal }),
+      sync: (query: string, opts: { session_id?: string | null; agent_id?: string | null; session_policy?: RequestBody<'runSync'>['session_policy']; signal?: AbortSignal } = {}) =>
+        call('runSync', { body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined, ...(opts.session_policy ? { session_policy: opts.session_policy } : {}) }, signal: opts.signal }),
       list: (query: QueryParams<'listRuns'> = {}) => call('listRuns', { query }),
       get: (run_id: string) => call('getRun', { path: { run_id } }),
       cancel: (run_id: string) => call('cancelRun', { path: { run_id } }),

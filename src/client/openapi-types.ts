@@ -1480,6 +1480,8 @@ export interface components {
         /** @enum {string} */
         RunRecordStatus: "running" | "awaiting_approval" | "awaiting_budget" | "interrupted" | "completed" | "blocked" | "failed" | "cancelled" | "timeout";
         RunRequest: {
+            /** @description A registered agent (POST /background/agents) to run as; default: the served agent. 404 when not registered (docs/agents.md). */
+            agent_id?: components["schemas"]["BackgroundId"] | null;
             /** @description Prompt for the agent. */
             query: string;
             /** @description For conversation continuity; a new session is created when absent. */
@@ -3828,6 +3830,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             /** @description Conflict */
             409: {
                 headers: {
@@ -3890,6 +3901,15 @@ export interface operations {
             };
             /** @description The API key's role may not call this operation. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -30,9 +30,9 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post('/run', {
     sse: { kind: 'manual', heartbeat: false },
-    schema: { operationId: 'startRun', tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', body: RunRequest, response: { 200: RUN_STREAM, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse } },
+    schema: { operationId: 'startRun', tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', body: RunRequest, response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse } },
   }, async (request, reply) => {
-    const body = request.body as { query: string; session_id?: string | null; session_policy?: SessionPolicy | null };
+    const body = request.body as { query: string; session_id?: string | null; agent_id?: string | null; session_policy?: SessionPolicy | null };
     const run_id = newId('run');
     let channel: SseChannel | null = null;
     const early: Array<Parameters<SseChannel['push']>[0]> = [];
@@ -60,6 +60,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     try {
       started = await runs.start(body.query, body.session_id ?? null, {
         run_id,
+        ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
         session_policy: body.session_policy ?? undefined,
         onDelta: (text, sequence, afterEvent) => {
           if (dropped) return; // nothing is sent any more, and waiting deltas would pile up
@@ -102,10 +103,10 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.post('/run/sync', {
-    schema: { operationId: 'runSync', tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', body: RunRequest, response: { 200: RunResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
+    schema: { operationId: 'runSync', tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', body: RunRequest, response: { 200: RunResponse, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
   }, async (request) => {
-    const body = request.body as { query: string; session_id?: string | null; session_policy?: SessionPolicy | null };
-    const started = await runs.start(body.query, body.session_id ?? null, { session_policy: body.session_policy ?? undefined });
+    const body = request.body as { query: string; session_id?: string | null; agent_id?: string | null; session_policy?: SessionPolicy | null };
+    const started = await runs.start(body.query, body.session_id ?? null, { ...(body.agent_id != null ? { agent_id: body.agent_id } : {}), session_policy: body.session_policy ?? undefined });
     const record = await started.settled;
     return runResponseOf(record);
   });

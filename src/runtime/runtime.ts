@@ -21,6 +21,8 @@ import { ActorSystem, type SystemHooks } from './system.js';
 import { LiveStates } from './live-states.js';
 import { Subagents } from './subagents.js';
 import { BackgroundManager } from '../background/manager.js';
+import { AgentRegistry } from './agent-registry.js';
+import { agentEnvValue } from '../config.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
@@ -52,6 +54,8 @@ export class Runtime {
   readonly liveStates: LiveStates;
   readonly runs: RunService;
   readonly background: BackgroundManager;
+  /** Registered agents, built and cached by id (docs/agents.md). */
+  readonly agents: AgentRegistry;
   readonly agentName: string;
   private readonly startedAt: number;
   private initialized = false;
@@ -90,13 +94,26 @@ export class Runtime {
           max_steps: settings.max_steps, max_output_tokens: settings.max_output_tokens,
         })
       : undefined;
+    this.agents = new AgentRegistry({
+      store, clock,
+      served: {
+        agent_id: settings.agent_id, agent_name: settings.agent_name, system_instruction: settings.system_instruction, model, tools, subagents,
+        max_steps: settings.max_steps, max_output_tokens: settings.max_output_tokens, session_workspace_root: settings.session_workspace_root,
+      },
+      servedBuiltin: config.agent.tools.builtin,
+      workspace_root: config.background.workspace_root,
+      plan: { tools_dirs: config.agents.tools_dirs, mcp_commands: config.agents.mcp_commands, env: (name) => agentEnvValue(name) },
+      max_cached: config.agents.max_cached,
+      wrapModel: (m) => withCallMetrics(m, (provider, name, seconds, errorKind) => metrics.modelCall(provider, name, seconds, errorKind)),
+      logger: (msg, extra) => opts.log?.('info', msg, extra as Record<string, unknown>),
+    });
     this.runs = new RunService({
-      store, system: this.system, clock, telemetry: this.telemetry, metrics: this.metrics, model, tools, ledger, subagents,
+      store, system: this.system, clock, telemetry: this.telemetry, metrics: this.metrics, model, tools, ledger, subagents, agents: this.agents,
       guardrails: compileGuardrails({ max_input_chars: config.agent.guardrails.max_input_chars, deny_patterns: [...config.agent.guardrails.deny_patterns], injection_check: config.agent.guardrails.injection_check }),
       settings, workerId: this.workerId, log: opts.log,
     });
     this.background = new BackgroundManager({
-      store, clock, telemetry: this.telemetry, metrics: this.metrics, config, system: this.system, workerId: this.workerId, runs: this.runs, log: opts.log,
+      store, clock, telemetry: this.telemetry, metrics: this.metrics, config, system: this.system, workerId: this.workerId, runs: this.runs, agents: this.agents, log: opts.log,
     });
     this.otlp = otlp;
     // A run segment ends when the run finishes or parks for a person: export that trace. The
@@ -226,6 +243,7 @@ export class Runtime {
     await this.background.close();
     this.endStreams();
     this.system.shutdown();
+    await this.agents.close();
     await this.tools.close();
     await this.otlp?.shutdown(2000);
   }
