@@ -32,8 +32,8 @@ beforeAll(async () => {
     if (text(last).includes('STEER-M')) return release ? { text: 'm heard' } : { hang: true };
     if (last.role === 'tool') return { text: `${tag} done` };
     if (tag === 'k') return release ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'k' } }] } : { hang: true };
-    if (tag === 'i') return { tool_calls: [{ name: 'counted_echo', arguments: { text: 'i', ms: 600 } }] };
-    if (tag === 'm') return { tool_calls: [{ name: 'counted_echo', arguments: { text: 'm', ms: 600 } }] };
+    if (tag === 'i') return { tool_calls: [{ name: 'counted_echo', arguments: { text: 'i', ms: 1500 } }] };
+    if (tag === 'm') return { tool_calls: [{ name: 'counted_echo', arguments: { text: 'm', ms: 1500 } }] };
     return { text: 'no script' };
   });
 });

@@ -72,7 +72,7 @@ async function events(runId: string, type: string) {
 describe('POST /runs/{run_id}/steer', () => {
   it('delivers the message once, as a user message from its sender, before the next model call', async () => {
     const session = `steer-${Date.now()}`;
-    const sync = postJson(`${server.url}/run/sync`, { query: 'slow:600 then answer', session_id: session });
+    const sync = postJson(`${server.url}/run/sync`, { query: 'slow:1500 then answer', session_id: session });
     const runId = await runOf(session);
     await toolStarted(runId);
 
@@ -110,7 +110,7 @@ describe('POST /runs/{run_id}/steer', () => {
 
   it('a message the input guardrails block is refused with 422 and recorded; bad bodies are 422; 404; 409 once ended', async () => {
     const session = `steer-guard-${Date.now()}`;
-    const sync = postJson(`${server.url}/run/sync`, { query: 'slow:500', session_id: session });
+    const sync = postJson(`${server.url}/run/sync`, { query: 'slow:1500', session_id: session });
     const runId = await runOf(session);
     await toolStarted(runId);
 
@@ -158,7 +158,7 @@ describe('POST /runs/{run_id}/steer', () => {
 describe('POST /runs/{run_id}/interrupt and /resume', () => {
   it('stops the run at its next step boundary after the tool in flight finished; resume goes on with what was steered meanwhile', async () => {
     const session = `interrupt-${Date.now()}`;
-    const sync = postJson(`${server.url}/run/sync`, { query: 'slow:500 then stop', session_id: session });
+    const sync = postJson(`${server.url}/run/sync`, { query: 'slow:1500 then stop', session_id: session });
     const runId = await runOf(session);
     await toolStarted(runId);
 
@@ -201,7 +201,7 @@ describe('POST /runs/{run_id}/interrupt and /resume', () => {
 });
 
 describe('session_policy on POST /run/sync', () => {
-  async function busySession(tag: string, ms = 800): Promise<{ session: string; first: Promise<{ status: number; body: any }>; runId: string }> {
+  async function busySession(tag: string, ms = 1500): Promise<{ session: string; first: Promise<{ status: number; body: any }>; runId: string }> {
     const session = `policy-${tag}-${Date.now()}`;
     // A finished turn first, so the history has something a rollback must keep.
     expect((await postJson(`${server.url}/run/sync`, { query: `EARLIER-${tag}`, session_id: session })).body.status).toBe('success');
@@ -230,7 +230,7 @@ describe('session_policy on POST /run/sync', () => {
   });
 
   it('enqueue (the default): the second run waits and sees the first one\'s turn', async () => {
-    const { first, session } = await busySession('enqueue', 300);
+    const { first, session } = await busySession('enqueue', 1000);
     const second = await postJson(`${server.url}/run/sync`, { query: 'SECOND-ENQ', session_id: session });
     expect(second.body.status).toBe('success');
     expect((await first).body.status).toBe('success');
@@ -253,7 +253,7 @@ describe('session_policy on POST /run/sync', () => {
     expect(model.requests.filter((q) => lastUser(q).startsWith('FIRST-interrupt'))).toHaveLength(1); // the interrupted run made no second call
     expect(await history(session)).toEqual([
       'user:EARLIER-interrupt', 'assistant:answer to: EARLIER-interrupt',
-      'user:FIRST-interrupt slow:800', 'user:SECOND-INT', 'assistant:answer to: SECOND-INT',
+      'user:FIRST-interrupt slow:1500', 'user:SECOND-INT', 'assistant:answer to: SECOND-INT',
     ]);
   });
 
@@ -270,7 +270,7 @@ describe('session_policy on POST /run/sync', () => {
   it('the configured default (runs.session_policy) applies when the request names none; the request wins', async () => {
     const strict = await startTestServer({ agent: { tools: { local: TOOLS, builtin: [] } }, runs: { session_policy: 'reject' } }, { modelUrl: model.url });
     try {
-      const first = postJson(`${strict.url}/run/sync`, { query: 'slow:600', session_id: 'cfg' });
+      const first = postJson(`${strict.url}/run/sync`, { query: 'slow:1500', session_id: 'cfg' });
       await eventually(async () => (await getJson(`${strict.url}/runs?session_id=cfg`)).body.runs?.[0]?.tool_calls?.length > 0);
       const refused = await postJson(`${strict.url}/run/sync`, { query: 'DEFAULT-REJECTED', session_id: 'cfg' });
       expect(refused.status).toBe(409);
