@@ -337,7 +337,11 @@ export class RunService {
       });
       // `interrupt`: the run in flight stops at its next step boundary; `rollback`: it is cancelled.
       // Either way it then lets go of the session, and this run (queued behind it) goes next.
-      if (busyWith && policy === 'interrupt') await this.interrupt(busyWith, { by: `run:${run_id}` }).catch(() => undefined);
+      if (busyWith && policy === 'interrupt') {
+        // A run that just started may not be stored yet: its record is what the request checks.
+        await this.live.get(busyWith)?.writer.created?.catch(() => undefined);
+        await this.interrupt(busyWith, { by: `run:${run_id}` }).catch(() => undefined);
+      }
       if (busyWith && policy === 'rollback') await this.cancel(busyWith).catch(() => undefined);
       // Our turn in the session, then the conversation the runs before us left (a session id we
       // just made up has none: no read).
