@@ -133,6 +133,8 @@ export interface CreateRunInput {
   query: string | null;
   /** Store the run `skipped` with this reason (the overlap policy said so). */
   skip: string | null;
+  /** A caller-chosen id (a manual run with an Idempotency-Key reserved it); default a new one. */
+  run_id?: string;
 }
 
 export interface SendResult {
@@ -290,7 +292,7 @@ export class RunEngine {
   prepareRun(input: CreateRunInput, nowMs = this.deps.clock.now()): PreparedRun {
     const { task } = input;
     const at = iso(nowMs);
-    const run_id = newId('bgrun');
+    const run_id = input.run_id ?? newId('bgrun');
     const sp = task.session_policy;
     const session_id = sp.mode === 'fixed' && sp.session_id
       ? sp.session_id

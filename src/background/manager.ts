@@ -411,8 +411,10 @@ export class BackgroundManager {
    * POST /background/tasks/{id}/run: a manual run through the task actor (so the overlap policy
    * applies). With `wait`, answers when the run ends or pauses for a person, or throws the 504
    * run-wait-timeout body after server.request_timeout_seconds (the run goes on).
+   * `opts.run_id`: the id the run gets (an Idempotency-Key reserved it); `opts.onQueued` is called
+   * once the run exists, before a `wait` (the route then marks the key done).
    */
-  async runTask(taskId: string, body: BackgroundTaskRunRequest): Promise<BackgroundRun> {
+  async runTask(taskId: string, body: BackgroundTaskRunRequest, opts: { run_id?: string; onQueued?: (run: BackgroundRun) => Promise<void> } = {}): Promise<BackgroundRun> {
     this.requireRunning();
     const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
     if (!task.enabled) throw notFound('enabled background task', taskId);
@@ -420,12 +422,13 @@ export class BackgroundManager {
     const dispatched = await this.scheduler.taskJob(taskId, async () => {
       const current = this.scheduler.tasks.get(taskId);
       if (!current || !current.enabled) throw notFound('enabled background task', taskId);
-      return this.scheduler.dispatchManual(current, body.query ?? null);
+      return this.scheduler.dispatchManual(current, body.query ?? null, opts.run_id);
     });
     const run = await dispatched.done;
     if (!run) throw notFound('enabled background task', taskId);
     // Answer once the run's creation events are stored too, as before the append was pipelined.
     await this.engine.appended(run.run_id);
+    await opts.onQueued?.(this.publicRun(run));
     if (!body.wait || TERMINAL.has(run.status)) return this.publicRun(run);
     const budget = this.deps.config.server.request_timeout_seconds;
     const settled = await this.engine.waitSettled(run.run_id, budget * 1000);

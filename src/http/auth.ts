@@ -36,6 +36,8 @@ export const ROUTE_ACCESS: Readonly<Record<string, Access>> = {
   'POST /runs/:run_id/steer': 'operate',
   'POST /runs/:run_id/interrupt': 'operate',
   'GET /runs/:run_id/inbox': 'read',
+  // Delivery attempts and failures: no secret in them (signing keys never leave the config).
+  'GET /webhooks/deliveries': 'read',
 };
 
 /** Access of a matched route: its entry in ROUTE_ACCESS, else reads for GET and operations for the rest. */

@@ -1108,6 +1108,13 @@ export class RunService {
     await this.deps.ledger.releaseRun(runId).catch(() => 0);
     this.inbox.forget(runId);
     await this.setTraceStatus(done.value.trace_id, 'cancelled');
+    // The same last word a live run's cancel leaves (emitFinal), so the trace ends and the
+    // webhook dispatcher (src/integrations/webhooks.ts) sees run.cancelled.
+    await this.deps.telemetry.emitSafe({
+      event_type: 'runtime_error', trace_id: done.value.trace_id, span_id: newId('span'), actor: { type: 'system', id: this.deps.workerId },
+      error: { type: 'Cancelled', message: 'the run was cancelled' },
+      metadata: { run_id: runId, session_id: done.value.session_id, agent_id: done.value.agent_id, task_id: done.value.task_id, termination_reason: 'cancelled', status: 'cancelled' },
+    });
     this.notifySettled(done.value);
     return { status: 'cancel_requested', run_id: runId };
   }

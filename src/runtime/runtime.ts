@@ -23,6 +23,8 @@ import { Subagents } from './subagents.js';
 import { BackgroundManager } from '../background/manager.js';
 import { AgentRegistry } from './agent-registry.js';
 import { agentEnvValue } from '../config.js';
+import { Idempotency } from '../integrations/idempotency.js';
+import { Webhooks } from '../integrations/webhooks.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
@@ -56,6 +58,10 @@ export class Runtime {
   readonly background: BackgroundManager;
   /** Registered agents, built and cached by id (docs/agents.md). */
   readonly agents: AgentRegistry;
+  /** Idempotency-Key records (issue 14, item 4). */
+  readonly idempotency: Idempotency;
+  /** Completion webhooks: outbox dispatcher and sender (issue 14, item 5). */
+  readonly webhooks: Webhooks;
   readonly agentName: string;
   private readonly startedAt: number;
   private initialized = false;
@@ -116,6 +122,10 @@ export class Runtime {
       store, clock, telemetry: this.telemetry, metrics: this.metrics, config, system: this.system, workerId: this.workerId, runs: this.runs, agents: this.agents, log: opts.log,
     });
     this.otlp = otlp;
+    this.idempotency = new Idempotency({
+      store, clock, workerId: this.workerId, ttlSeconds: config.idempotency.ttl_seconds, sharedStore: store.adapter === 'postgres', log: opts.log,
+    });
+    this.webhooks = new Webhooks({ config, store, clock, bus: this.bus, registry: metrics.registry, workerId: this.workerId, log: opts.log });
     // A run segment ends when the run finishes or parks for a person: export that trace. The
     // exporter queues and retries in the background, so a slow collector never slows a run.
     if (this.otlp) {
@@ -169,6 +179,8 @@ export class Runtime {
     this.runs.startSweeper();
     await this.background.start();
     this.startRetention();
+    this.idempotency.startSweeper(this.config.idempotency.sweep_interval_seconds);
+    await this.webhooks.start();
   }
 
   /**
@@ -238,10 +250,13 @@ export class Runtime {
 
   async close(graceMs = 30_000): Promise<void> {
     if (this.retentionTimer) clearInterval(this.retentionTimer);
+    this.idempotency.stop();
     await this.background.stop();
     await this.runs.shutdown(graceMs);
     await this.background.close();
     this.endStreams();
+    // What it did not dispatch stays in the event log, after its stored cursor, for the next start.
+    await this.webhooks.stop();
     this.system.shutdown();
     await this.agents.close();
     await this.tools.close();

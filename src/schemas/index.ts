@@ -7,3 +7,4 @@ export * from './steer.js';
 export * from './background.js';
 export * from './telemetry.js';
 export * from './health.js';
+export * from './webhooks.js';
