@@ -18,6 +18,17 @@ export interface TestServer extends Server {
 }
 
 const pgByDataDir = new Map<string, TestDatabase>();
+if (process.env.AGENTD_TEST_STORE === 'postgres' && process.env.VITEST) {
+  // Registered per test file (this module loads with each file): drops the databases a file's
+  // servers used, including those of tests that failed before their cleanup(). (vitest is
+  // imported only here: the crash and fuzz harnesses load this module outside it.)
+  const { afterAll } = await import('vitest');
+  afterAll(async () => {
+    const dbs = [...pgByDataDir.values()];
+    pgByDataDir.clear();
+    await Promise.allSettled(dbs.map((db) => db.drop()));
+  });
+}
 
 export function tempDir(prefix = 'agentd-test-'): string {
   return mkdtempSync(join(tmpdir(), prefix));
