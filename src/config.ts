@@ -178,6 +178,9 @@ const OrphanSweepConfig = obj({
 const RunsConfig = obj({
   lease_seconds: posNumber().default(60),
   orphan_sweep: OrphanSweepConfig.prefault({}),
+  session_policy: oneOf(['enqueue', 'reject', 'interrupt', 'rollback'] as const)
+    .default('enqueue')
+    .describe('What a run does when its session already has a run in flight: enqueue (wait its turn), reject (409), interrupt (the running one stops at its next step boundary; the new one continues its conversation), rollback (the running one is cancelled and its turn removed). A request overrides it with `session_policy`.'),
 });
 
 const BackgroundConfig = obj({

@@ -44,6 +44,7 @@ describe('loadConfig defaults', () => {
     expect(c.runs).toEqual({
       lease_seconds: 60,
       orphan_sweep: { enabled: true, interval_seconds: 30, max_recoveries: 3, decided_grace_seconds: 30 },
+      session_policy: 'enqueue',
     });
     expect(c.background).toEqual({
       enabled: true, agent_id: 'default', lease_seconds: 30, concurrency: 4,

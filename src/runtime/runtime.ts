@@ -325,6 +325,7 @@ export function runSettingsOf(config: Config): RunSettings {
     tool_timeout_ms: 120_000,
     session_workspace_root: join(config.background.workspace_root, 'sessions'),
     sweep: { ...config.runs.orphan_sweep, max_concurrent: recoveryConcurrency(config.server.max_concurrent_runs, config.runs.orphan_sweep.max_concurrent) },
+    session_policy: config.runs.session_policy,
   };
 }
 

@@ -76,6 +76,8 @@ export interface PostgresStoreOptions {
   migrate?: boolean;
   /** One line per notable event (migration applied, database lost / back). Never gets the URL. */
   log?: (level: 'info' | 'warn', msg: string) => void;
+  /** How long open() waits for a database that does not accept connections yet, ms (default 30000). */
+  openWaitMs?: number;
   /** application_name of the connections (default 'agentd'). */
   applicationName?: string;
   /** LISTEN/NOTIFY change feed on one more connection (default true): see src/store/changes.ts. */
@@ -98,6 +100,8 @@ const ROUND_MAX_EVENTS = 5000;
 const DELETE_CHUNK = 5000;
 /** Transient errors are retried with backoff (50 ms doubling to 1 s) for at most this long. */
 const RETRY_WINDOW_MS = 5000;
+/** open() waits at most this long for a database that refuses connections (starting, failing over). */
+const OPEN_WAIT_MS = 30_000;
 /** The background health probe runs this often (timer unref'd). */
 const PROBE_INTERVAL_MS = 2000;
 const MAX_BIGINT = '9223372036854775807';
@@ -260,7 +264,20 @@ export class PostgresStore implements Store {
             client.release();
           }
         } else {
-          await migrate(pool, (msg) => this.opts.log?.('info', msg));
+          // A database that is not up yet (a host starting together with it, a failover in
+          // progress) is waited for, within OPEN_WAIT_MS; anything else fails start-up at once.
+          const started = Date.now();
+          for (let attempt = 0; ; attempt++) {
+            try {
+              await migrate(pool, (msg) => this.opts.log?.('info', msg));
+              break;
+            } catch (e) {
+              const delay = Math.min(2000, 100 * 2 ** attempt);
+              if (!isConnectionError(e) || Date.now() - started + delay > (this.opts.openWaitMs ?? OPEN_WAIT_MS)) throw e;
+              if (attempt === 0) this.opts.log?.('warn', `agentd: waiting for PostgreSQL at ${describeStoreUrl(this.opts.url)}: ${describe(e)}`);
+              await sleep(delay);
+            }
+          }
         }
       } catch (e) {
         this.poolRef = null;

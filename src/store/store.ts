@@ -24,6 +24,8 @@ export type RecordKind =
   | 'bg_attempts'
   | 'bg_occurrences'
   | 'traces'
+  /** Steer messages and interrupt requests of a run (src/runtime/run-inbox.ts). */
+  | 'run_inbox'
   | 'meta'
   /** Idempotency-Key records (src/integrations/idempotency.ts). */
   | 'idempotency'

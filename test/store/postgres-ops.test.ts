@@ -2,6 +2,7 @@
 // once; a newer schema is refused and left alone), event cursors under concurrent writers in
 // separate pools (what separate processes look like to the database), transient failures
 // (terminated backends are retried), and a database that is gone (health false, no crash).
+import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { PostgresStore } from '../../src/store/postgres.js';
@@ -110,6 +111,47 @@ describe('PostgreSQL event cursors across processes', () => {
 });
 
 describe('PostgreSQL failures', () => {
+  it('open() waits for a database that does not accept connections yet, then migrates', async () => {
+    const db = await freshDb();
+    // A port where nothing listens yet; a proxy to the real server appears there after 700 ms.
+    const probe = net.createServer();
+    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', () => r()));
+    const port = (probe.address() as net.AddressInfo).port;
+    await new Promise<void>((r) => probe.close(() => r()));
+    const target = new URL(db.url);
+    const sockets = new Set<net.Socket>();
+    const proxy = net.createServer((client) => {
+      const upstream = net.connect(Number(target.port || 5432), target.hostname);
+      for (const s of [client, upstream]) {
+        sockets.add(s);
+        s.on('error', () => {});
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    const logs: string[] = [];
+    const url = new URL(db.url);
+    url.port = String(port);
+    const s = store(url.toString(), { log: (_l, m) => logs.push(m), openWaitMs: 10_000 });
+    const timer = setTimeout(() => proxy.listen(port, '127.0.0.1'), 700);
+    try {
+      const t0 = Date.now();
+      await s.open();
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(600);
+      expect(logs[0]).toMatch(/waiting for PostgreSQL at 127\.0\.0\.1:\d+\/agentd_test_\w+: .*ECONNREFUSED/);
+      expect(logs.some((l) => l.includes('applied PostgreSQL migration 1'))).toBe(true);
+      await s.createRecord('runs', 'r', 1);
+      await s.close();
+    } finally {
+      clearTimeout(timer);
+      for (const sock of sockets) sock.destroy();
+      await new Promise<void>((r) => proxy.close(() => r()));
+    }
+    // Without the wait, a refused connection fails open() with where and why.
+    const t1 = Date.now();
+    await expect(store(url.toString(), { openWaitMs: 0 }).open()).rejects.toThrow(/cannot open the PostgreSQL store at 127\.0\.0\.1:\d+\/agentd_test_\w+: .*ECONNREFUSED/);
+    expect(Date.now() - t1).toBeLessThan(2000);
+  });
+
   it('retries reads and writes after its connections are terminated (admin shutdown, failover) and stays healthy', async () => {
     const db = await freshDb();
     const s = store(db.url, { applicationName: 'agentd-kill-test' });
