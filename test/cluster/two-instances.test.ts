@@ -10,7 +10,7 @@ import { startCluster, type Cluster } from './helpers.js';
 let model: ScriptedOpenAI;
 let cluster: Cluster;
 const scripts = new Map<string, TurnScript>();
-const AGENT_TOOL_LIMIT = 16;
+const AGENT_TOOL_LIMIT = 24;
 const A = () => cluster.instances[0].url;
 const B = () => cluster.instances[1].url;
 
@@ -147,6 +147,19 @@ describe('two instances, one database', () => {
     const t0 = Date.now();
     await eventually(async () => (await getJson(`${A()}/background/runs/${bgId}`)).body.status === 'cancelled', 10_000, 'bg run cancelled');
     expect(Date.now() - t0).toBeLessThan(3_000);
+  });
+
+  it('a SIGTERMed instance saves its live run interrupted, exits 0, and the other instance resumes and completes it', async () => {
+    scripts.set('term', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'term', ms: 1_500 } }] } : { text: 'term done' }));
+    const runId = await launchRun(B(), '[term] go', 'sess-term');
+    await eventually(() => readLedger(cluster.ledger).some((l) => l.run_id === runId && l.tool === 'counted_echo' && l.phase === 'started'), 10_000, 'the tool started on B');
+    const exit = await cluster.instances[1].kill('SIGTERM');
+    expect(exit.code).toBe(0);
+    const done = await waitForRunStatus(A(), runId, ['completed'], 15_000);
+    expect(done.response).toBe('term done');
+    const resumed = (await getJson(`${A()}/telemetry/events?run_id=${runId}&event_type=run_resumed`)).body.events;
+    expect(resumed.map((e: { metadata: { cause: string } }) => e.metadata.cause)).toContain('interrupted');
+    await cluster.start(1); // B again, for the next test
   });
 
   it('20 concurrent runs over both instances never overspend the shared agent budget', async () => {
