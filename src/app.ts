@@ -10,8 +10,7 @@ import { installAuth } from './http/auth.js';
 import type { AppDeps } from './http/deps.js';
 import { installLazyDocs } from './http/docs.js';
 import { installUi } from './http/ui.js';
-import { healthRoutes } from './http/health.js';
-import { ROUTE_MODULES } from './http/routes.js';
+import { registerApiRoutes } from './http/routes.js';
 
 export type { AppDeps } from './http/deps.js';
 
@@ -110,10 +109,4 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
   // More sockets than this are closed on accept, before they cost a file descriptor for long.
   app.server.maxConnections = s.max_connections;
   return app;
-}
-
-/** Every API route; the documentation instance (src/http/docs-app.ts) registers the same ones. */
-export function registerApiRoutes(scope: FastifyInstance, deps: AppDeps): void {
-  healthRoutes(scope, deps);
-  for (const register of ROUTE_MODULES) register(scope, deps);
 }

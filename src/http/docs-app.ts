@@ -4,8 +4,8 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { fastifySwagger } from '@fastify/swagger';
 import { fastifySwaggerUi } from '@fastify/swagger-ui';
 import { fastifySSE } from '@fastify/sse';
-import { registerApiRoutes } from '../app.js';
 import type { AppDeps } from './deps.js';
+import { registerApiRoutes } from './routes.js';
 import { openApiObjectTransform, openApiRouteTransform } from './openapi.js';
 import { jsonSerializerCompiler, zodValidatorCompiler } from './validation.js';
 

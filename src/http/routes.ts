@@ -1,4 +1,6 @@
-import type { RouteModule } from './deps.js';
+import type { FastifyInstance } from 'fastify';
+import type { AppDeps, RouteModule } from './deps.js';
+import { healthRoutes } from './health.js';
 import { backgroundRoutes } from './background.js';
 import { runRoutes } from './runs.js';
 import { serviceInfoRoutes } from './service-info.js';
@@ -8,3 +10,13 @@ import { webhookRoutes } from './webhooks.js';
 
 /** Every route module, in registration order. Adding a resource = one line here. */
 export const ROUTE_MODULES: RouteModule[] = [runRoutes, steerRoutes, serviceInfoRoutes, telemetryRoutes, backgroundRoutes, webhookRoutes];
+
+/**
+ * Every API route, for the main app (src/app.ts) and the documentation instance
+ * (src/http/docs-app.ts), which registers the same ones. Here rather than in app.ts, so that
+ * docs-app.ts does not import app.ts (app.ts → http/docs.ts → http/docs-app.ts was an import circle).
+ */
+export function registerApiRoutes(scope: FastifyInstance, deps: AppDeps): void {
+  healthRoutes(scope, deps);
+  for (const register of ROUTE_MODULES) register(scope, deps);
+}
