@@ -1,6 +1,8 @@
 // One registry of error codes (architecture habit 5). Every non-validation error that leaves the
 // service is an AppError with one of these codes; `docs/errors.md` is kept in step by a test.
 
+import type { core } from 'zod';
+
 export const ERROR_CODES = {
   BadRequest: { status: 400, retryable: false, description: 'The request could not be read (for example malformed JSON).' },
   Unauthorized: { status: 401, retryable: false, description: 'No valid API key was presented.' },
@@ -61,5 +63,14 @@ export class HttpValidationFailure extends Error {
   constructor(readonly detail: Array<{ loc: Array<string | number>; msg: string; type: string; ctx?: Record<string, unknown> }>) {
     super('request body is invalid');
     this.name = 'HttpValidationFailure';
+  }
+}
+
+/** Carries zod's issues to the error handler, which renders them as HTTPValidationError. */
+export class RequestValidationError extends Error {
+  readonly statusCode = 422;
+  constructor(readonly part: 'body' | 'query' | 'path' | 'header', readonly issues: core.$ZodIssue[], readonly data: unknown) {
+    super(`request ${part} is invalid`);
+    this.name = 'RequestValidationError';
   }
 }

@@ -32,8 +32,7 @@ import {
   type TaskRow,
 } from './types.js';
 import { checkNamespaceTemplate, listWorkspace, openWorkspaceFile, relativeWorkspace } from './workspace.js';
-import { HttpDetailError } from '../errors.js';
-import { RequestValidationError } from '../http/validation.js';
+import { HttpDetailError, RequestValidationError } from '../errors.js';
 import type { core } from 'zod';
 import type { AttemptRecord } from '../../machines/background-run.machine.js';
 import { AgentSpecError } from '../agent/agent-spec.js';

@@ -1,5 +1,6 @@
 import type { FastifySchemaCompiler } from 'fastify';
-import type { ZodType, core } from 'zod';
+import type { ZodType } from 'zod';
+import { RequestValidationError } from '../errors.js';
 
 // Where a validation error came from, in the words of HTTPValidationError `loc[0]`.
 const LOC_PREFIX: Record<string, 'body' | 'query' | 'path' | 'header'> = {
@@ -9,18 +10,9 @@ const LOC_PREFIX: Record<string, 'body' | 'query' | 'path' | 'header'> = {
   headers: 'header', // Idempotency-Key (src/http/idempotent.ts)
 };
 
-/** Carries zod's issues to the error handler, which renders them as HTTPValidationError. */
-export class RequestValidationError extends Error {
-  readonly statusCode = 422;
-  constructor(readonly part: 'body' | 'query' | 'path' | 'header', readonly issues: core.$ZodIssue[], readonly data: unknown) {
-    super(`request ${part} is invalid`);
-    this.name = 'RequestValidationError';
-  }
-}
-
-// Validation errors found outside zod (the JSON body parser, services): defined in src/errors.ts
-// so that services below the HTTP layer can raise them too.
-export { HttpValidationFailure } from '../errors.js';
+// Validation errors: defined in src/errors.ts so that services below the HTTP layer (the
+// background manager, the JSON body parser) can raise them too.
+export { HttpValidationFailure, RequestValidationError } from '../errors.js';
 
 /**
  * Our own validator compiler instead of the type provider's: it keeps zod's issues intact so the
