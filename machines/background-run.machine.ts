@@ -18,7 +18,7 @@ import type {
   BackgroundRun,
   BackgroundRunStatus,
   OverlapPolicy,
-} from '../src/schemas/background.js';
+} from './background-types.js';
 import { retryDecision, type RetryPolicy } from './policies/retry.js';
 
 export const BACKGROUND_RUN_MACHINE_VERSION = 1;
@@ -119,13 +119,6 @@ export interface StartAgentParams {
   attempt: number;
 }
 
-/** Statuses a worker holds a lease for. */
-export const HELD_STATUSES: readonly BackgroundRunStatus[] = ['claimed', 'running'];
-/** In flight for the overlap policy: everything not terminal (decisions.md §7 "active" plus queued). */
-export const IN_FLIGHT_STATUSES: readonly BackgroundRunStatus[] = [
-  'queued', 'claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget',
-];
-export const ACTIVE_STATUSES: readonly BackgroundRunStatus[] = ['claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget'];
 export const FINAL_STATUSES: readonly BackgroundRunStatus[] = ['completed', 'failed', 'timeout', 'cancelled', 'skipped'];
 
 type Ctx = BackgroundRunContext;

@@ -8,7 +8,7 @@
 // fact 3): the effects are written to be safe under that (tool calls are fenced by their saved
 // state, budget holds are keyed by step and attempt).
 import { assign, fromPromise, setup } from 'xstate';
-import type { ChatMessage, ModelCallResult, ToolCallRequest } from '../src/agent/model/types.js';
+import type { ChatMessage, ModelCallResult, ToolCallRequest } from './model-types.js';
 
 // v2 (issue 14): states `boundary`, `concluding` and `interrupted`, event RESUME, context
 // `steered` / `interrupt_handled`. v1 snapshots restore (their states all still exist; the new
@@ -464,10 +464,6 @@ function errorMessage(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-/** Rest states: where an actor waits for a person and can be stopped after saving. */
-export const RUN_WAITING_STATES = ['awaitingApproval', 'awaitingBudget'] as const;
-/** Rest state of a run stopped on request (POST /runs/{id}/interrupt); resumed by RESUME. */
-export const RUN_INTERRUPTED_STATE = 'interrupted' as const;
 export const RUN_FINAL_STATES = ['completed', 'failed', 'blocked', 'cancelled', 'timedOut'] as const;
 
 export type RunStateValue =

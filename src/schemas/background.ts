@@ -3,6 +3,8 @@
 import { CronExpressionParser } from 'cron-parser';
 import { z } from 'zod';
 import { WebhookUrl } from './webhooks.js';
+import { ATTEMPT_REASONS, ATTEMPT_STATUSES, BACKGROUND_RUN_STATUSES, TRIGGER_TYPES } from '../../machines/background-types.js';
+import type * as MachineTypes from '../../machines/background-types.js';
 import {
   BackgroundId,
   Cursor,
@@ -22,16 +24,11 @@ export const MisfirePolicy = z.enum(['skip_missed', 'run_once', 'queue_all']).me
 export type MisfirePolicy = z.infer<typeof MisfirePolicy>;
 
 export const OverlapPolicy = z
-  .enum(['skip_if_running', 'queue_next', 'cancel_previous', 'allow_parallel'])
+  .enum(['skip_if_running', 'queue_next', 'cancel_previous', 'allow_parallel'] satisfies readonly MachineTypes.OverlapPolicy[])
   .meta({ id: 'OverlapPolicy' });
 export type OverlapPolicy = z.infer<typeof OverlapPolicy>;
 
-export const BackgroundRunStatus = z
-  .enum([
-    'queued', 'claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget',
-    'completed', 'failed', 'timeout', 'cancelled', 'skipped',
-  ])
-  .meta({ id: 'RunStatus' });
+export const BackgroundRunStatus = z.enum(BACKGROUND_RUN_STATUSES).meta({ id: 'RunStatus' });
 export type BackgroundRunStatus = z.infer<typeof BackgroundRunStatus>;
 
 /** Statuses a background run never leaves (decisions.md §7). */
@@ -39,17 +36,13 @@ export const TERMINAL_BACKGROUND_RUN_STATUSES: readonly BackgroundRunStatus[] = 
   'completed', 'failed', 'timeout', 'cancelled', 'skipped',
 ];
 
-export const TriggerType = z
-  .enum(['manual', 'once', 'interval', 'cron', 'retry', 'recovery'])
-  .meta({ id: 'TriggerType' });
+export const TriggerType = z.enum(TRIGGER_TYPES).meta({ id: 'TriggerType' });
 export type TriggerType = z.infer<typeof TriggerType>;
 
-export const AttemptStatus = z
-  .enum(['running', 'completed', 'failed', 'timeout', 'cancelled', 'interrupted'])
-  .meta({ id: 'AttemptStatus' });
+export const AttemptStatus = z.enum(ATTEMPT_STATUSES).meta({ id: 'AttemptStatus' });
 export type AttemptStatus = z.infer<typeof AttemptStatus>;
 
-export const AttemptReason = z.enum(['initial', 'retry', 'recovery', 'lease_expired']).meta({ id: 'AttemptReason' });
+export const AttemptReason = z.enum(ATTEMPT_REASONS).meta({ id: 'AttemptReason' });
 export type AttemptReason = z.infer<typeof AttemptReason>;
 
 export const RetryOn = z.enum(['exception', 'timeout']).meta({ id: 'RetryOn' });
@@ -372,6 +365,20 @@ export const BackgroundAttempt = z
   })
   .meta({ id: 'BackgroundAttempt' });
 export type BackgroundAttempt = z.infer<typeof BackgroundAttempt>;
+
+// The background-run machine works on its own copies of these types (machines/background-types.ts,
+// as machines/ import nothing from src/): what these schemas parse must be exactly those types.
+type Same<A, B> = (<T>() => T extends A ? 1 : 2) extends (<T>() => T extends B ? 1 : 2) ? true : false;
+const sameTypes: [
+  Same<OverlapPolicy, MachineTypes.OverlapPolicy>,
+  Same<BackgroundRunStatus, MachineTypes.BackgroundRunStatus>,
+  Same<TriggerType, MachineTypes.TriggerType>,
+  Same<AttemptStatus, MachineTypes.AttemptStatus>,
+  Same<AttemptReason, MachineTypes.AttemptReason>,
+  Same<BackgroundRun, MachineTypes.BackgroundRun>,
+  Same<BackgroundAttempt, MachineTypes.BackgroundAttempt>,
+] = [true, true, true, true, true, true, true];
+void sameTypes;
 
 export const BackgroundScheduleState = z
   .object({

@@ -1,31 +1,15 @@
-// Provider-neutral model types. They are plain JSON on purpose: messages and results are saved in
-// run snapshots and must restore with any provider (or SDK version), so nothing SDK-shaped
-// (provider metadata, class instances) may leak in here.
+// Provider-neutral model types: the provider interface and its errors. The plain-JSON types a run
+// keeps in its snapshot (messages, tool calls, results) live beside the run machine, in
+// machines/model-types.ts (machines/ import nothing from src/), and are re-exported here.
+import type { ChatMessage, ModelCallResult } from '../../../machines/model-types.js';
 
-export type ChatMessage =
-  | { role: 'system'; content: string }
-  | { role: 'user'; content: string }
-  | { role: 'assistant'; content: string; tool_calls?: ToolCallRequest[] }
-  | { role: 'tool'; tool_call_id: string; tool_name: string; content: string };
-
-export interface ToolCallRequest {
-  id: string;
-  name: string;
-  /** Parsed arguments. A model that emitted unparsable JSON yields `{}` (validation then tells it why). */
-  arguments: Record<string, unknown>;
-}
+export type { ChatMessage, ModelCallResult, ModelFinishReason, ModelUsage, ToolCallRequest } from '../../../machines/model-types.js';
 
 export interface ToolDeclaration {
   name: string;
   description: string;
   /** JSON Schema object. */
   input_schema: Record<string, unknown>;
-}
-
-export interface ModelUsage {
-  input_tokens: number;
-  output_tokens: number;
-  total_tokens: number;
 }
 
 export interface ModelCallRequest {
@@ -36,16 +20,6 @@ export interface ModelCallRequest {
   signal?: AbortSignal;
   /** Text deltas, in order; their concatenation equals the result's `text`. */
   onDelta?: (text: string) => void;
-}
-
-export type ModelFinishReason = 'stop' | 'tool_calls' | 'length' | 'error' | 'other';
-
-export interface ModelCallResult {
-  text: string;
-  tool_calls: ToolCallRequest[];
-  usage: ModelUsage;
-  finish_reason: ModelFinishReason;
-  model: string;
 }
 
 export interface ModelProvider {
@@ -106,8 +80,4 @@ export class ModelCallError extends Error {
       ...(this.retryAfterMs !== undefined ? { retry_after_ms: this.retryAfterMs } : {}),
     };
   }
-}
-
-export function isModelCallError(err: unknown): err is ModelCallError {
-  return err instanceof ModelCallError;
 }
