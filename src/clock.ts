@@ -14,7 +14,3 @@ export class ManualClock implements Clock {
   set(ms: number | string): void { this.ms = typeof ms === 'string' ? Date.parse(ms) : ms; }
   advance(ms: number): void { this.ms += ms; }
 }
-
-export function isoNow(clock: Clock = systemClock): string {
-  return new Date(clock.now()).toISOString();
-}

@@ -313,7 +313,6 @@ export const ConfigSchema = obj({
   });
 });
 
-export type ConfigFile = z.input<typeof ConfigSchema>;
 type ParsedConfig = z.output<typeof ConfigSchema>;
 
 type DeepReadonly<T> = T extends (infer U)[]

@@ -43,13 +43,6 @@ export function estimateCostUsd(pricing: Pricing | undefined, model: string, usa
   return { cost_usd: round12(cost), priced: true };
 }
 
-/**
- * Rough token count of a text before the provider has told us (about 4 characters a token for
- * English). Only used to size a worst-case reservation; the settle uses the provider's real count.
- */
-export function approxTokens(text: string): number {
-  return Math.ceil(text.length / 4);
-}
 
 /**
  * What to reserve before one model call: its worst case (all input plus the full output

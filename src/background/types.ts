@@ -72,7 +72,7 @@ export type TaskRow = BackgroundTaskSpec & { created_at: string; updated_at: str
 export type AgentRow = BackgroundAgentSpec & { created_at: string; updated_at: string };
 
 /** kind `bg_occurrences`, id = `<task_id>/<occurrence_id>`: created in the same commit as its run (no index: only its existence is ever read). */
-export interface OccurrenceRow {
+interface OccurrenceRow {
   task_id: string;
   occurrence_id: string;
   run_id: string;

@@ -13,8 +13,6 @@ import { isStoreError, type Store } from '../store/store.js';
 
 /** Most steer messages one run accepts over its life (the record stays small and bounded). */
 export const MAX_STEERS_PER_RUN = 100;
-/** Longest steer message, in UTF-16 code units (the request schema enforces it too). */
-export const MAX_STEER_CHARS = 32_768;
 
 export interface SteerEntry {
   message_id: string;

@@ -6,10 +6,6 @@ export type RunRecordStatus =
   | 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted'
   | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
 
-export const RUN_RECORD_STATUSES: RunRecordStatus[] = [
-  'running', 'awaiting_approval', 'awaiting_budget', 'interrupted', 'completed', 'blocked', 'failed', 'cancelled', 'timeout',
-];
-
 export const TERMINAL_RUN_STATUSES: ReadonlySet<RunRecordStatus> = new Set(['completed', 'blocked', 'failed', 'cancelled', 'timeout']);
 export const WAITING_RUN_STATUSES: ReadonlySet<RunRecordStatus> = new Set(['awaiting_approval', 'awaiting_budget']);
 
@@ -161,5 +157,3 @@ export function runResponseOf(r: RunRecord) {
     error: r.error,
   };
 }
-
-export type RunResponse = ReturnType<typeof runResponseOf>;

@@ -168,11 +168,6 @@ export class Redactor {
 /** Value patterns only (no configured secrets): the default of every function below. */
 export const defaultRedactor = new Redactor();
 
-/** Secrets inside one string replaced by `[REDACTED]` (value patterns and the redactor's known values). */
-export function redactText(s: string, redactor: Redactor = defaultRedactor): string {
-  return redactor.text(s);
-}
-
 interface Sanitized {
   value: unknown;
   /** Upper bound of the UTF-8 size of JSON.stringify(value). */

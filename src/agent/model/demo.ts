@@ -296,7 +296,3 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     signal?.addEventListener('abort', done, { once: true });
   });
 }
-
-export function createDemoModel(opts: DemoModelOptions = {}): DemoModel {
-  return new DemoModel(opts);
-}

@@ -7,11 +7,9 @@ import type { ModelProvider } from './types.js';
 import { Redactor } from '../../telemetry/redact.js';
 
 export * from './types.js';
-export { AiSdkProvider, toModelMessages, toToolSet, mapFinishReason } from './ai-sdk.js';
-export { DemoModel, createDemoModel, type DemoModelOptions } from './demo.js';
-export { withRetries, retryDelayMs, abortableSleep, type RetryOptions } from './retry.js';
+export { DemoModel, type DemoModelOptions } from './demo.js';
+export { withRetries, retryDelayMs } from './retry.js';
 export { toModelCallError, parseRetryAfterMs } from './errors.js';
-export { estimateInputTokens, estimateOutputTokens, tokensForText } from './tokens.js';
 
 export type ModelProviderKind = 'demo' | 'openai-compatible' | 'openai' | 'anthropic';
 
