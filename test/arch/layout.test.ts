@@ -1,0 +1,110 @@
+// Guard rails for the layout (docs/architecture.md "Guard rails"): the dependency rules as ESLint
+// `no-restricted-imports` (eslint.config.js), no import circle (scripts/check-cycles.mjs), and no
+// unused file, export or dependency (knip.jsonc). Each also runs alone: `npx eslint src machines`,
+// `node scripts/check-cycles.mjs`, `npx knip`.
+import { execFile } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { ESLint } from 'eslint';
+import { describe, expect, it } from 'vitest';
+// @ts-expect-error: a plain .mjs script without type declarations
+import { findCycles, importGraph, valueImports } from '../../scripts/check-cycles.mjs';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
+const run = promisify(execFile);
+
+/** Rule ids and messages ESLint reports for `code` as if it were the file `path`. */
+async function lint(path: string, code: string): Promise<string[]> {
+  const eslint = new ESLint({ cwd: ROOT });
+  const [result] = await eslint.lintText(code, { filePath: join(ROOT, path) });
+  return result!.messages.map((m) => `${m.ruleId}: ${m.message}`);
+}
+
+describe('dependency rules (ESLint)', () => {
+  it('src/ and machines/ break none of them', async () => {
+    const eslint = new ESLint({ cwd: ROOT });
+    const results = await eslint.lintFiles(['src', 'machines']);
+    const problems = results.flatMap((r) => r.messages.map((m) => `${r.filePath.slice(ROOT.length + 1)}:${m.line} ${m.ruleId}: ${m.message}`));
+    expect(results.length).toBeGreaterThan(100);
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it('machines/ import nothing from src/, no Node built-in, no clock, no timer', async () => {
+    expect(await lint('machines/x.machine.ts', "import type { ChatMessage } from '../src/agent/model/types.js';")).toEqual([
+      expect.stringMatching(/^no-restricted-imports: .*machines\/ import nothing from src\//),
+    ]);
+    expect(await lint('machines/policies/x.ts', "import { readFileSync } from 'node:fs';")).toHaveLength(1);
+    expect(await lint('machines/x.ts', "import { z } from 'zod';")).toHaveLength(1);
+    expect(await lint('machines/x.ts', 'export const t = Date.now() + Math.random(); setTimeout(() => {}, 1);')).toHaveLength(3);
+    expect(await lint('machines/x.ts', "import { setup } from 'xstate';\nimport { decideOverlap } from './policies/overlap.js';")).toEqual([]);
+  });
+
+  it('src/http imports the Store interface but no store adapter or storage library', async () => {
+    expect(await lint('src/http/x.ts', "import type { Store } from '../store/store.js';")).toEqual([]);
+    for (const adapter of ['level', 'memory', 'postgres', 'pg-migrate', 'changes']) {
+      expect(await lint('src/http/x.ts', `import { x } from '../store/${adapter}.js';`)).toEqual([
+        expect.stringMatching(/^no-restricted-imports: .*src\/http imports no store adapter/),
+      ]);
+    }
+    expect(await lint('src/http/x.ts', "import pg from 'pg';")).toHaveLength(1);
+  });
+
+  it('agent/, telemetry/, scheduler/ import neither the runtime nor the background manager nor HTTP', async () => {
+    for (const from of ['src/agent/x.ts', 'src/agent/tools/x.ts', 'src/telemetry/x.ts', 'src/scheduler/x.ts']) {
+      const up = from.split('/').length === 4 ? '../../' : '../';
+      for (const layer of ['runtime/runs', 'background/engine', 'http/validation']) {
+        expect(await lint(from, `import { x } from '${up}${layer}.js';`), `${from} → ${layer}`).toHaveLength(1);
+      }
+    }
+    expect(await lint('src/agent/x.ts', "import type { Store } from '../store/store.js';\nimport { retryDecision } from '../../machines/policies/retry.js';")).toEqual([]);
+  });
+
+  it('runtime/ and background/ do not import HTTP; store/ imports nothing above it', async () => {
+    expect(await lint('src/background/x.ts', "import { RequestValidationError } from '../http/validation.js';")).toHaveLength(1);
+    expect(await lint('src/runtime/x.ts', "import { buildApp } from '../app.js';")).toHaveLength(1);
+    expect(await lint('src/background/x.ts', "import { RequestValidationError } from '../errors.js';")).toEqual([]);
+    expect(await lint('src/store/x.ts', "import { AppError } from '../errors.js';")).toHaveLength(1);
+  });
+
+  it('src/client and src/ui stay on the public API', async () => {
+    expect(await lint('src/client/x.ts', "import { x } from '../runtime/runs.js';")).toHaveLength(1);
+    expect(await lint('src/ui/x.tsx', "import { readSseFrames } from '../client/sse.js';\nimport { h } from 'preact';")).toEqual([]);
+    expect(await lint('src/ui/x.tsx', "import { x } from '../schemas/index.js';")).toHaveLength(1);
+    expect(await lint('src/ui/x.tsx', "import { z } from 'zod';")).toHaveLength(1);
+  });
+});
+
+describe('import circles', () => {
+  it('finds strongly connected components, ignoring type-only imports', () => {
+    expect(findCycles({ a: ['b'], b: ['c'], c: ['a'], d: ['a'] })).toEqual([['a', 'b', 'c']]);
+    expect(findCycles({ a: ['a'] })).toEqual([['a']]);
+    expect(findCycles({ a: ['b'], b: [] })).toEqual([]);
+    const specs = valueImports([
+      "import { a } from './a.js';",
+      "import type { B } from './b.js';",
+      "import { type C } from './c.js';",
+      "export { d } from './d.js';",
+      "export type { E } from './e.js';",
+      "const f = () => import('./f.js');",
+    ].join('\n'));
+    expect(specs).toEqual(['./a.js', './d.js', './f.js']);
+  });
+
+  it('src/ and machines/ have none (app.ts → http/docs.ts → http/docs-app.ts was one)', () => {
+    const graph = importGraph();
+    expect(Object.keys(graph).length).toBeGreaterThan(100);
+    // The graph follows dynamic imports: docs.ts loads docs-app.ts lazily.
+    expect(graph['src/http/docs.ts']).toContain('src/http/docs-app.ts');
+    expect(findCycles(graph)).toEqual([]);
+  });
+});
+
+describe('knip', () => {
+  it('finds no unused file, export, type or dependency', async () => {
+    const bin = join(ROOT, 'node_modules', 'knip', 'bin', 'knip.js');
+    const out = await run(process.execPath, [bin, '--no-progress', '--reporter', 'compact'], { cwd: ROOT, timeout: 120_000, maxBuffer: 8 << 20 })
+      .then(({ stdout }) => stdout, (err: { stdout?: string; stderr?: string }) => `${err.stdout ?? ''}${err.stderr ?? ''}` || String(err));
+    expect(out.trim()).toBe('');
+  }, 150_000);
+});
