@@ -67,6 +67,12 @@ describe('dependency rules (ESLint)', () => {
     expect(await lint('src/store/x.ts', "import { AppError } from '../errors.js';")).toHaveLength(1);
   });
 
+  it('only config.ts (and the composition root) reads process.env', async () => {
+    expect(await lint('src/runtime/x.ts', 'export const a = process.env.A;')).toEqual([expect.stringMatching(/^no-restricted-properties: .*only reader of process.env/)]);
+    expect(await lint('src/config.ts', 'export const a = process.env.A;')).toEqual([]);
+    expect(await lint('src/cli/x.ts', 'export const a = process.env.A;')).toEqual([]);
+  });
+
   it('src/client and src/ui stay on the public API', async () => {
     expect(await lint('src/client/x.ts', "import { x } from '../runtime/runs.js';")).toHaveLength(1);
     expect(await lint('src/ui/x.tsx', "import { readSseFrames } from '../client/sse.js';\nimport { h } from 'preact';")).toEqual([]);
