@@ -153,8 +153,9 @@ export async function runBench(): Promise<BenchOutput> {
     rows.push({ metric: 'Model calls (HTTP requests to the model server) per tool-workload run', value: toolModelCalls, unit: '' });
 
     // The old benchmark, model object injected into the process (free model call): diagnostics only.
+    // (Skipped by --quick, which is for iterating on the real path.)
     log('diagnostic: in-process model against a bare route replaying its frames');
-    const inProc = await inProcessRunBench();
+    const inProc = QUICK ? { rows: [], method: [] } : await inProcessRunBench();
     for (const r of inProc.rows) rows.push({ ...r, metric: `Diagnostic, in-process model: ${r.metric.replace(/^Diagnostic,? ?:? ?/, '')}`, target: null, pass: null });
 
     const firstErr = [results['trivial/1'], results['trivial/32'], results['tool/1'], results['tool/32']].map((x) => x.agentd.loop.firstError ?? x.hand.loop.firstError).find(Boolean) ?? cold.agentd.loop.firstError;
