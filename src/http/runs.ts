@@ -55,10 +55,26 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       if (typeof ev.sequence === 'number' && ev.sequence > lastEventSeq) lastEventSeq = ev.sequence;
       releaseDeltas();
     });
+    // The stream opens (and its `session` frame goes out) as soon as the run is accepted, without
+    // waiting for the run's first store round (RunService.start onAccepted).
+    let writing: Promise<void> | null = null;
+    let acceptedSession: string | null = null;
+    const open = (session_id: string): SseChannel => {
+      const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id, session_id } }));
+      acceptedSession = session_id;
+      ch.push({ event: 'session', data: { session_id, run_id, status: 'started' } });
+      for (const f of early) ch.push(f);
+      early.length = 0;
+      writing = ch.run();
+      return ch;
+    };
     let started;
     try {
       started = await runs.start(body.query, body.session_id ?? null, {
         run_id,
+        onAccepted: ({ session_id }) => {
+          channel = open(session_id);
+        },
         onDelta: (text, sequence, afterEvent) => {
           if (dropped) return; // nothing is sent any more, and waiting deltas would pile up
           const frame = { event: 'delta', data: { run_id, text, sequence } };
@@ -68,11 +84,15 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       });
     } catch (err) {
       unsubscribe();
-      throw err; // nothing was streamed yet: a plain JSON error (503, ...)
+      if (!channel) throw err; // nothing was streamed yet: a plain JSON error (503, ...)
+      // Accepted, then not created (the store failed): the stream says so and ends.
+      const ch: SseChannel = channel;
+      ch.push({ event: 'error', data: { error: 'InternalServerError', message: String((err as Error)?.message ?? err), run_id, session_id: acceptedSession } });
+      ch.close();
+      await writing;
+      return;
     }
-    channel = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id, session_id: started.session_id } }));
-    channel.push({ event: 'session', data: { session_id: started.session_id, run_id, status: 'started' } });
-    for (const f of early) channel.push(f);
+    channel ??= open(started.session_id);
     const ch = channel;
     // The client closing the stream cancels the run; the server dropping a reader that fell too
     // far behind does not: the run goes on, its events stay readable (GET /events/{session_id}
@@ -96,7 +116,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         ch.close();
       },
     );
-    await ch.run();
+    await writing;
   });
 
   app.post('/run/sync', {

@@ -110,6 +110,13 @@ export interface StartOptions {
   run_id?: string;
   /** Skip admission control (background workers have their own concurrency). */
   admitted?: boolean;
+  /**
+   * Called once the run is admitted and has its ids, before its first store round is durable and
+   * before it waits for its turn in the session (POST /run sends its `session` frame here, so the
+   * first frame does not wait for an fsync). If start() then fails, it still rejects; get() of the
+   * run waits for that first round meanwhile, so an id handed out here always reads.
+   */
+  onAccepted?: (ids: { run_id: string; session_id: string }) => void;
 }
 
 export interface StartedRun {
@@ -296,6 +303,7 @@ export class RunService {
         event_type: 'user_message', actor: { type: 'user', id: session_id }, input: { query }, span_id: live.rootSpan,
         metadata: { agent_name: record.agent_name }, // the trace's gen_ai.agent.name
       });
+      opts.onAccepted?.({ run_id, session_id });
       // Our turn in the session, then the conversation the runs before us left (a session id we
       // just made up has none: no read).
       await this.sessions.acquire(session_id, run_id);
@@ -953,6 +961,9 @@ export class RunService {
   // ---------------------------------------------------------------- reads
 
   async get(runId: string): Promise<RunRecord> {
+    // A run this process just accepted may not be durable yet (StartOptions.onAccepted).
+    const creating = this.live.get(runId)?.writer.created;
+    if (creating) await creating.catch(() => undefined);
     const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
     if (!rec) throw notFound('run', runId);
     return rec.value;
