@@ -72,6 +72,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     try {
       started = await runs.start(body.query, body.session_id ?? null, {
         run_id,
+        run_id_is_new: true,
         onAccepted: ({ session_id }) => {
           channel = open(session_id);
         },

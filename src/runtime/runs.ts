@@ -108,6 +108,8 @@ export interface StartOptions {
   timeout_seconds?: number | null;
   /** A caller-chosen run id (background runs use their BackgroundRun id). */
   run_id?: string;
+  /** `run_id` was made with newId() just now for this run, never handed to start() before (the store need not look it up). */
+  run_id_is_new?: boolean;
   /** Skip admission control (background workers have their own concurrency). */
   admitted?: boolean;
   /**
@@ -290,9 +292,16 @@ export class RunService {
       const trace = this.traceValue(record, null, 'running');
       const traceIndexes = { run_id, session_id, task_id: record.task_id };
       // What the run's first store round will read (all new, so in no cache): read it meanwhile.
+      // Ids made up just now are new (no read at all): the trace's always, the session's when the
+      // caller named none, the run's when made here or so marked (a background run reuses its id
+      // and relies on the create's conflict to find an agent run that already started).
+      const newRun = opts.run_id === undefined || opts.run_id_is_new === true;
+      const newSession = !sessionId;
       this.deps.store.prefetch?.([
-        { kind: 'runs', id: run_id, indexes: runIndexes(record) }, { kind: 'traces', id: trace_id, indexes: traceIndexes },
-        { kind: 'snapshots', id: run_id }, { kind: 'sessions', id: session_id },
+        { kind: 'runs', id: run_id, indexes: runIndexes(record), ...(newRun ? { fresh: newSession ? ['session_id'] : [] } : {}) },
+        { kind: 'traces', id: trace_id, indexes: traceIndexes, fresh: newRun ? (newSession ? ['run_id', 'session_id'] : ['run_id']) : [] },
+        { kind: 'snapshots', id: run_id, ...(newRun ? { fresh: [] } : {}) },
+        { kind: 'sessions', id: session_id, ...(newSession ? { fresh: [] } : {}) },
       ]);
       const workspace_path = opts.workspace_path ?? this.sessionWorkspace(session_id);
       this.deps.metrics.liveRuns.inc();
@@ -752,10 +761,15 @@ export class RunService {
 
     const span = newId('span');
     const startedMs = this.deps.clock.now();
-    await this.saveToolCall(live, {
+    const startedSave = this.saveToolCall(live, {
       tool_call_id: call.id, tool_name: call.name, source: tool.source, idempotent: tool.idempotent, step: ctx.step,
       state: 'started', outcome: null, started_at: iso(startedMs), ended_at: null, result_content: null,
     });
+    // A non-idempotent call is durable as `started` before it runs, so a crash cannot make it run
+    // twice (decisions.md §6.3). An idempotent one may simply run again after a crash: it does not
+    // wait for that store round (its `started` state folds into the run's next write).
+    if (!tool.idempotent) await startedSave;
+    else startedSave.catch(() => {}); // a fenced writer stops the run (onFenced)
     void this.emit(live, {
       event_type: 'tool_call', actor: { type: tool.source === 'mcp' ? 'mcp_server' : 'tool', id: call.name, name: tool.mcp_server ?? null },
       span_id: span, parent_span_id: batchSpan, input: { arguments: valid.args, edited: approval?.edited_arguments ? true : false },

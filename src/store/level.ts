@@ -611,7 +611,7 @@ export class LevelStore implements Store {
    * used only if no write landed after it was issued (`writesDone` unchanged), so it is exactly
    * what the disk holds; otherwise the round reads again.
    */
-  prefetch(records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes }>): void {
+  prefetch(records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes; fresh?: string[] }>): void {
     if (this.state !== 'open' || !this.db) return;
     const keys: string[] = [];
     const want = (k: string) => {
@@ -619,6 +619,17 @@ export class LevelStore implements Store {
     };
     for (const r of records) {
       const rk = recordKey(r.kind, r.id);
+      if (r.fresh) {
+        // A just-generated id: known absent, and so are the postings of its own index values.
+        // Both caches then hold exactly what the disk holds, as when filled from a read.
+        if (!this.rowCache.has(rk) && !this.prefetched.has(rk)) this.cacheRow(rk, null);
+        const ix = cleanIndexes(r.indexes);
+        for (const name of r.fresh) {
+          if (ix[name] === undefined) continue;
+          const ik = indexCountKey(r.kind, name, ix[name]);
+          if (!this.counterCache.has(ik) && !this.prefetched.has(ik)) this.counterCache.set(ik, 0);
+        }
+      }
       if (!this.rowCache.has(rk)) want(rk);
       const ck = kindCountKey(r.kind);
       if (!this.counterCache.has(ck)) want(ck);

@@ -6,12 +6,14 @@ import { execSync } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  QUICK, ROOT, closedLoop, log, realPathConfig, removeDir, request, startChild, tempDir, type ProfileResult,
+  QUICK, ROOT, closedLoop, log, nowMs, realPathConfig, removeDir, request, startChild, tempDir, type ProfileResult,
 } from './lib.js';
 import { WORKLOADS } from './benchmarks/run-real.js';
 
 interface CpuProfile {
   nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }>;
+  /** Microseconds on the monotonic clock (the one nowMs() reads). */
+  startTime: number;
   samples: number[];
   timeDeltas: number[];
 }
@@ -34,10 +36,16 @@ function origin(url: string, fn: string): string {
   return url ? 'other' : 'V8 builtins / native';
 }
 
-export function summarise(profile: CpuProfile, runs: number): Pick<ProfileResult, 'groups' | 'top'> {
+/** Self time per function over the samples taken within [fromMs, toMs] (nowMs() clock). */
+export function summarise(profile: CpuProfile, runs: number, fromMs = -Infinity, toMs = Infinity): Pick<ProfileResult, 'groups' | 'top'> {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const selfUs = new Map<number, number>();
-  for (let i = 0; i < profile.samples.length; i++) selfUs.set(profile.samples[i], (selfUs.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i] ?? 0));
+  let t = profile.startTime;
+  for (let i = 0; i < profile.samples.length; i++) {
+    t += profile.timeDeltas[i] ?? 0;
+    if (t / 1000 < fromMs || t / 1000 > toMs) continue;
+    selfUs.set(profile.samples[i], (selfUs.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i] ?? 0));
+  }
   let total = 0;
   const groups = new Map<string, number>();
   const fns = new Map<string, { fn: string; where: string; us: number }>();
@@ -64,16 +72,23 @@ export function summarise(profile: CpuProfile, runs: number): Pick<ProfileResult
 export async function profileRealPath(label: string, order: string[], save: (p: ProfileResult, order: string[]) => void): Promise<void> {
   const dir = tempDir('profile');
   const profDir = tempDir('cpuprof');
-  const runsPerWorkload = QUICK ? 500 : 2500;
+  const runsPerWorkload = QUICK ? 400 : 1000;
   const fake = await startChild({ mode: 'fake-openai' });
   const prev = process.env.BENCH_NODE_FLAGS;
   process.env.BENCH_NODE_FLAGS = `${prev ?? ''} --cpu-prof --cpu-prof-dir=${profDir}`;
   let served = 0;
   let cpuMs = 0;
+  let fromMs = 0;
+  let toMs = 0;
+  const WARMUP = QUICK ? 300 : 1500;
   try {
     const agentd = await startChild({ mode: 'agentd', dataDir: dir, config: realPathConfig(fake.url), model: { kind: 'config' } });
     process.env.BENCH_NODE_FLAGS = prev ?? '';
     try {
+      const loop = (w: 'trivial' | 'tool', c: number, n: number) => closedLoop({ concurrency: c, durationMs: 300_000, maxCount: n, send: (agent) => request(`${agentd.url}/run`, { method: 'POST', body: JSON.stringify({ query: WORKLOADS[w].query }), agent }), ok: (x) => x.status === 200 && x.body.includes('"status":"success"') });
+      log(`profiling: warm-up, ${WARMUP} runs of each workload at concurrency 32 (not counted)`);
+      for (const w of ['trivial', 'tool'] as const) await loop(w, 32, WARMUP);
+      fromMs = nowMs();
       const c0 = await agentd.call<{ user: number; system: number }>({ cmd: 'cpu' });
       for (const w of ['trivial', 'tool'] as const) {
         for (const c of [1, 32]) {
@@ -85,6 +100,7 @@ export async function profileRealPath(label: string, order: string[], save: (p: 
         }
       }
       const c1 = await agentd.call<{ user: number; system: number }>({ cmd: 'cpu' });
+      toMs = nowMs();
       cpuMs = (c1.user + c1.system - c0.user - c0.system) / 1000;
     } finally {
       await agentd.stop();
@@ -98,10 +114,10 @@ export async function profileRealPath(label: string, order: string[], save: (p: 
     } catch {
       // not a git checkout
     }
-    const summary = summarise(profile, served);
+    const summary = summarise(profile, served, fromMs, toMs);
     save({
       label, ran_at: new Date().toISOString(), commit, command: `npm run bench -- profile ${label}`,
-      description: `agentd child under \`node --cpu-prof\` on the real path (openai-compatible provider over HTTP to the fake server, local \`add\` tool, LevelDB with fsync); ${runsPerWorkload / 2} runs each of trivial/tool at concurrency 1 and 32, start-up and warm-up included; self time divided by all runs served.`,
+      description: `agentd child under \`node --cpu-prof\` on the real path (openai-compatible provider over HTTP to the fake server, local \`add\` tool, LevelDB with fsync); after ${WARMUP} warm-up runs of each workload (not counted), ${runsPerWorkload / 2} runs each of trivial/tool at concurrency 1 and 32; self time of the samples taken during those, divided by the runs served.`,
       runs: served, cpu_per_run_ms: cpuMs / served, ...summary,
     }, order);
     process.stderr.write(`profile ${label}: ${served} runs, ${(cpuMs / served).toFixed(2)} ms CPU per run\n`);

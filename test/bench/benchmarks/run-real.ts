@@ -108,6 +108,17 @@ export async function runBench(): Promise<BenchOutput> {
       return s1.requests - s0.requests;
     };
     const toolModelCalls = await requestsPerRun();
+    // Store work per run, counted in the server process: write rounds (one LevelDB batch and fsync
+    // each) and calls, 20 runs one after another.
+    type Stats = Record<'commits' | 'appends' | 'rounds' | 'reads', number>;
+    const storePer = async (w: Workload) => {
+      const s0 = await agentd!.call<Stats>({ cmd: 'storeStats' });
+      for (let i = 0; i < 20; i++) await request(`${agentd!.url}/run`, { method: 'POST', body: JSON.stringify({ query: WORKLOADS[w].query }) });
+      const s1 = await agentd!.call<Stats>({ cmd: 'storeStats' });
+      return (k: keyof Stats) => round((s1[k] - s0[k]) / 20, 2);
+    };
+    const storeTrivial = await storePer('trivial');
+    const storeTool = await storePer('tool');
 
     const rows: Row[] = [];
     let errors = 0;
@@ -151,6 +162,8 @@ export async function runBench(): Promise<BenchOutput> {
     errors += cold.agentd.loop.errors;
     rows.push({ metric: 'Failed runs (non-200, no successful `complete` frame, or tool workload without the tool result)', value: errors, unit: '', target: '0', pass: errors === 0 });
     rows.push({ metric: 'Model calls (HTTP requests to the model server) per tool-workload run', value: toolModelCalls, unit: '' });
+    rows.push({ metric: 'Store write rounds per run, concurrency 1 (one LevelDB batch and fsync each), trivial / tool', value: `${storeTrivial('rounds')} / ${storeTool('rounds')}`, unit: '' });
+    rows.push({ metric: 'Store calls per run (commit / appendEvents / reads), trivial; tool', value: `${storeTrivial('commits')} / ${storeTrivial('appends')} / ${storeTrivial('reads')}; ${storeTool('commits')} / ${storeTool('appends')} / ${storeTool('reads')}`, unit: '' });
 
     // The old benchmark, model object injected into the process (free model call): diagnostics only.
     // (Skipped by --quick, which is for iterating on the real path.)
