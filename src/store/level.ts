@@ -33,6 +33,7 @@
 // Nobody hears back before the batch is written, so an acknowledged write is on disk (fsynced
 // unless `sync: false`). Concurrent single-event appends cost one batch per round, not one each.
 // Reads are not queued: they go straight to LevelDB, on a snapshot where a page needs several reads.
+import { storedEventText } from './event-text.js';
 import { Level } from 'level';
 import {
   EVENT_INDEX_FIELDS,
@@ -822,6 +823,7 @@ export class LevelStore implements Store {
               const s = Object.assign({}, e) as StoredEvent;
               s.cursor = c;
               stored[i] = s;
+              storedEventText.set(s, texts[i]);
               for (const field of EVENT_INDEX_FIELDS) {
                 const v = e[field];
                 if (typeof v !== 'string') continue;
