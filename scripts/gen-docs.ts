@@ -10,11 +10,14 @@ import { describeMachines } from '../src/runtime/machines-info.js';
 const dataDir = mkdtempSync(join(tmpdir(), 'agentd-docs-'));
 const server = await startServer(configFromObject({ server: { port: 0 } }, { dataDir, env: {} }), { listen: false });
 // The OpenAPI document is built on first request (src/http/docs.ts), so ask for it like a client.
-const doc = (await server.app.inject({ method: 'GET', url: '/openapi.json' })).json() as { paths: Record<string, Record<string, { summary?: string; operationId?: string; tags?: string[]; responses?: Record<string, unknown>; requestBody?: { content?: Record<string, { schema?: { $ref?: string } }> } }>> };
+const doc = (await server.app.inject({ method: 'GET', url: '/openapi.json' })).json() as { paths: Record<string, Record<string, { summary?: string; operationId?: string; tags?: string[]; responses?: Record<string, unknown>; parameters?: Array<{ in?: string; name?: string }>; requestBody?: { content?: Record<string, { schema?: { $ref?: string } }> } }>> };
 
 const groups = new Map<string, string[]>();
+/** Operations that take an Idempotency-Key header (from the document). */
+const idempotent: string[] = [];
 for (const [path, methods] of Object.entries(doc.paths)) {
   for (const [method, op] of Object.entries(methods)) {
+    if (op.parameters?.some((p) => p.in === 'header' && p.name?.toLowerCase() === 'idempotency-key')) idempotent.push(`\`${method.toUpperCase()} ${path}\` (\`${op.operationId}\`)`);
     const tag = op.tags?.[0] ?? 'other';
     const body = op.requestBody?.content?.['application/json']?.schema?.$ref?.split('/').pop()?.replace(/Input$/, '');
     const codes = Object.keys(op.responses ?? {}).join(', ');
@@ -72,7 +75,8 @@ the README, "Typed client"). Its types (src/client/openapi-types.ts) are regener
 | \`error\` | – | \`{error, message, run_id, session_id}\` instead of \`complete\` when the service itself failed; or \`StreamOverflow\` with \`last_cursor\` when the reader fell too far behind (the run goes on; see below) |
 
 A \`: ping\` comment every 15 s keeps proxies open. Closing the stream before \`complete\` cancels the
-run, except a run already waiting for a person, which stays waiting. Validation errors (422) and
+run, except a run already waiting for a person, which stays waiting, and a run started with an
+\`Idempotency-Key\`, which goes on (retry with the same key to get its stream again; see below). Validation errors (422) and
 a full house (503 \`ServerBusy\`, \`Retry-After\`) are answered as JSON before the stream opens.
 
 \`GET /telemetry/events/stream?session_id=…[&run_id=…][&cursor=…]\` and \`GET /events/{session_id}\`
@@ -92,6 +96,25 @@ When the service shuts down, these streams first get what the draining runs stor
 \`error\` frame \`{error: "ServiceShuttingDown", message, last_cursor}\` and a clean end of the
 response: reconnect with \`Last-Event-ID\` (or \`cursor\`) = \`last_cursor\`. The typed client's
 \`events.follow()\` does this by itself, and also when the connection drops.
+
+## Idempotent requests
+
+These operations take an optional \`Idempotency-Key\` header (1 to 255 printable ASCII characters):
+${idempotent.sort().map((o) => `- ${o}`).join('\n')}
+
+The same key with the same request (method, path and body) within \`idempotency.ttl_seconds\` (24 h)
+answers with the original result and never does the work twice: a retried \`POST /run\` gets the
+SAME run's stream again, from its first stored event (same \`id:\` cursors) and live while it goes
+on, then \`complete\` (deltas are not stored, so none are replayed); \`/run/sync\` and a task run
+answer with the original run (waiting for it with \`wait\` / until it settles); a decision or cancel
+answers with the stored first answer instead of 409. The same key with another request is 422
+(\`loc: ["header", "idempotency-key"]\`, \`type: "idempotency_key_reused"\`); a malformed key is 422
+too. Keys are scoped to the caller (the API key's name; \`anonymous\` without auth), so one caller
+never sees another's result. With a key, closing a \`POST /run\` stream does NOT cancel the run (the
+client means to come back); cancel with \`POST /runs/{run_id}/cancel\`. The key is stored durably
+(record kind \`idempotency\`, only its SHA-256) before the run starts, with the run id reserved, so a
+retry after a restart, or after a crash between storing the key and starting the run, still gets
+exactly one run. A request that fails before its run exists (503, 404) forgets the key.
 
 ## Endpoints
 `;

@@ -193,6 +193,17 @@ const BackgroundConfig = obj({
   }).prefault({}),
 });
 
+// Registered agents (POST /background/agents; docs/agents.md). A spec names code to load and
+// commands to start, so both are opt-in: a local tools module must lie in one of `tools_dirs`, an
+// MCP stdio server's command must be listed in `mcp_commands`.
+const AgentsConfig = obj({
+  tools_dirs: arr(nonEmpty()).default([])
+    .describe("Directories a registered agent's local_tools_ref may load a module from (relative: against the config file). Empty: no registered agent may load a tools module."),
+  mcp_commands: arr(nonEmpty()).default([])
+    .describe('Commands a registered agent\'s MCP stdio server may run (exact match). Empty: only MCP servers over HTTP.'),
+  max_cached: posInt().default(32).describe('Built agents kept in memory at most (least recently used ones are let go; a run keeps its own until it ends).'),
+});
+
 const TelemetryConfig = obj({
   capture: oneOf(['full', 'metadata_only']).default('full'),
   retention_days: posNumber().default(30),
@@ -221,6 +232,39 @@ const AuthConfig = obj({
   bind_approver: bool().default(false).describe("Require a decision's approver to equal the key's name."),
 });
 
+// Idempotency-Key (docs/http-api.md "Idempotent requests").
+const IdempotencyConfig = obj({
+  ttl_seconds: posInt().default(86_400).describe('How long an Idempotency-Key is remembered: a retry within it gets the original result.'),
+  sweep_interval_seconds: posNumber().default(3600).describe('How often expired keys are deleted.'),
+});
+
+export const WEBHOOK_EVENTS = [
+  'run.completed', 'run.failed', 'run.cancelled', 'run.awaiting_approval', 'run.awaiting_budget',
+  'background_run.completed', 'background_run.failed', 'background_run.cancelled', 'background_run.timeout', 'background_run.skipped',
+] as const;
+
+const WebhookEndpoint = obj({
+  url: url(),
+  events: arr(oneOf(WEBHOOK_EVENTS)).min(1, { error: 'expected at least one event' }).default([...WEBHOOK_EVENTS]),
+  secret: nonEmpty().optional().describe('Signing secret as a value (`whsec_<base64>` or any text); prefer secret_env. Never stored, logged or exported.'),
+  secret_env: nonEmpty().optional().describe('Name of an environment variable holding the signing secret.'),
+});
+
+// Completion webhooks (docs/webhooks.md).
+const WebhooksConfig = obj({
+  endpoints: arr(WebhookEndpoint).default([]).describe('Receivers of every matching event.'),
+  allow_request_hosts: arr(nonEmpty()).default([])
+    .describe('Hosts a per-request `webhook` URL may name (`example.com`, `*.example.com`, `host:port`); empty: per-request webhooks are refused (SSRF).'),
+  request_secret: nonEmpty().optional().describe('Signing secret of per-request webhooks, as a value.'),
+  request_secret_env: nonEmpty().optional().describe('Name of an environment variable holding the signing secret of per-request webhooks.'),
+  max_concurrent: posInt().default(8).describe('Deliveries in flight at once.'),
+  timeout_seconds: posNumber().default(10).describe('Per-attempt timeout.'),
+  retry_hours: posNumber().default(24).describe('A delivery is retried with exponential backoff for this long, then marked failed.'),
+  initial_backoff_seconds: posNumber().default(5).describe('Wait before the first retry; doubled after each failed attempt.'),
+  max_backoff_seconds: posNumber().default(3600).describe('Longest wait between two attempts.'),
+  retention_days: posNumber().default(7).describe('Ended deliveries older than this are deleted.'),
+});
+
 export const ConfigSchema = obj({
   $schema: str().optional().describe('Ignored; lets editors find the JSON Schema.'),
   server: ServerConfig.prefault({}),
@@ -231,8 +275,11 @@ export const ConfigSchema = obj({
   pricing: z.record(z.string(), PriceConfig, { error: 'expected an object of model prices' }).default({}),
   runs: RunsConfig.prefault({}),
   background: BackgroundConfig.prefault({}),
+  agents: AgentsConfig.prefault({}),
   telemetry: TelemetryConfig.prefault({}),
   auth: AuthConfig.prefault({}),
+  idempotency: IdempotencyConfig.prefault({}),
+  webhooks: WebhooksConfig.prefault({}),
 }).superRefine((c, ctx) => {
   if (c.store.kind === 'postgres' && !c.store.url) {
     ctx.addIssue({ code: 'custom', path: ['store', 'url'], message: 'required when store.kind is "postgres"' });
@@ -268,7 +315,14 @@ type ResolvedModel = Omit<ParsedConfig['agent']['model'], 'model'> & {
   api_key: string | null;
 };
 
-type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background'> & {
+type ResolvedWebhooks = Omit<ParsedConfig['webhooks'], 'endpoints'> & {
+  /** `signing_secret`: the resolved secret (value or env var). Non-enumerable: JSON.stringify never shows it. */
+  endpoints: Array<ParsedConfig['webhooks']['endpoints'][number] & { signing_secret: string }>;
+  /** Resolved secret of per-request webhooks (non-enumerable), or null. */
+  request_signing_secret: string | null;
+};
+
+type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background' | 'agents' | 'webhooks'> & {
   /** Absolute data directory (AGENTD_DATA_DIR / --data-dir, default ./.agentd). */
   data_dir: string;
   /** Absolute path of the config file read, or null. */
@@ -276,6 +330,9 @@ type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background'>
   store: Omit<ParsedConfig['store'], 'path'> & { path: string };
   agent: Omit<ParsedConfig['agent'], 'model'> & { model: ResolvedModel };
   background: Omit<ParsedConfig['background'], 'workspace_root'> & { workspace_root: string };
+  /** `tools_dirs` absolute. */
+  agents: ParsedConfig['agents'];
+  webhooks: ResolvedWebhooks;
 };
 
 export type Config = DeepReadonly<Resolved>;
@@ -328,6 +385,14 @@ function parseFlags(argv: string[]): CliFlags {
     flags[name] = value;
   }
   return flags;
+}
+
+/**
+ * An environment variable a registered agent names (`model_config.api_key_env`, `${VAR}` in an MCP
+ * server's env or headers): read when the agent is built, never stored. Empty counts as unset.
+ */
+export function agentEnvValue(name: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return nonEmptyEnv(env, name);
 }
 
 function nonEmptyEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -514,6 +579,7 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
   if (usesCost && modelName !== undefined && c.pricing[modelName] === undefined) {
     problems.push(`pricing: a cost_usd budget needs a price for model "${modelName}" (pricing.${modelName})`);
   }
+  const webhooks = resolveWebhooks(c.webhooks, env, problems);
   if (problems.length > 0) throw new ConfigError(problems, source);
 
   const dataDir = resolve(cwd, opts.dataDir ?? nonEmptyEnv(env, 'AGENTD_DATA_DIR') ?? DEFAULT_DATA_DIR);
@@ -539,8 +605,37 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
       ...c.background,
       workspace_root: c.background.workspace_root !== undefined ? under(c.background.workspace_root) : join(dataDir, 'workspaces'),
     },
+    agents: { ...c.agents, tools_dirs: c.agents.tools_dirs.map(under) },
+    webhooks,
   };
   return deepFreeze(resolved) as Config;
+}
+
+/** Webhook signing secrets, by value or env-var name, as non-enumerable properties (never printed or stored). */
+function resolveWebhooks(w: ParsedConfig['webhooks'], env: NodeJS.ProcessEnv, problems: string[]): ResolvedWebhooks {
+  const secretOf = (value: string | undefined, envName: string | undefined, path: string, required: boolean): string | null => {
+    if (value !== undefined && envName !== undefined) problems.push(`${path}: set secret or secret_env, not both`);
+    const fromEnv = envName !== undefined ? nonEmptyEnv(env, envName) : undefined;
+    if (envName !== undefined && fromEnv === undefined) problems.push(`${path}_env: environment variable ${envName} is not set`);
+    const secret = value ?? fromEnv ?? null;
+    if (secret === null && required && envName === undefined) problems.push(`${path}: a signing secret is required (secret or secret_env)`);
+    return secret;
+  };
+  const endpoints = w.endpoints.map((e, i) => {
+    // The value itself only as the non-enumerable signing_secret: a printed config never shows it.
+    const { secret: _s, ...visible } = e;
+    void _s;
+    const out = { ...visible } as ResolvedWebhooks['endpoints'][number];
+    Object.defineProperty(out, 'signing_secret', { value: secretOf(e.secret, e.secret_env, `webhooks.endpoints[${i}].secret`, true) ?? '', enumerable: false });
+    return out;
+  });
+  const { endpoints: _e, request_secret: _r, ...rest } = w;
+  void _e;
+  void _r;
+  const out = { ...rest, endpoints } as ResolvedWebhooks;
+  const requestSecret = secretOf(w.request_secret, w.request_secret_env, 'webhooks.request_secret', w.allow_request_hosts.length > 0);
+  Object.defineProperty(out, 'request_signing_secret', { value: requestSecret, enumerable: false });
+  return out;
 }
 
 /**

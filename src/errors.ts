@@ -51,3 +51,15 @@ export class HttpDetailError extends Error {
     this.name = 'HttpDetailError';
   }
 }
+
+/**
+ * Validation errors found outside zod (the JSON body parser, a service checking an input against
+ * the configuration), already in HTTPValidationError items: answered 422 `{detail}`.
+ */
+export class HttpValidationFailure extends Error {
+  readonly statusCode = 422;
+  constructor(readonly detail: Array<{ loc: Array<string | number>; msg: string; type: string; ctx?: Record<string, unknown> }>) {
+    super('request body is invalid');
+    this.name = 'HttpValidationFailure';
+  }
+}

@@ -40,6 +40,7 @@ import { newId } from '../ids.js';
 import type { TelemetryEmitter } from '../runtime/emitter.js';
 import type { Metrics } from '../runtime/metrics.js';
 import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
+import { AgentUnavailableError, type AgentRegistry } from '../runtime/agent-registry.js';
 import type { RunService } from '../runtime/runs.js';
 import type { ActorSystem } from '../runtime/system.js';
 import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
@@ -73,6 +74,8 @@ export interface BackgroundDeps {
   system: ActorSystem;
   workerId: string;
   runs: RunService;
+  /** Registered agents (src/runtime/agent-registry.ts): a spec is built at registration, refused when it cannot be. */
+  agents?: AgentRegistry;
   log?: Log;
 }
 
@@ -130,6 +133,8 @@ export interface CreateRunInput {
   query: string | null;
   /** Store the run `skipped` with this reason (the overlap policy said so). */
   skip: string | null;
+  /** A caller-chosen id (a manual run with an Idempotency-Key reserved it); default a new one. */
+  run_id?: string;
 }
 
 export interface SendResult {
@@ -287,7 +292,7 @@ export class RunEngine {
   prepareRun(input: CreateRunInput, nowMs = this.deps.clock.now()): PreparedRun {
     const { task } = input;
     const at = iso(nowMs);
-    const run_id = newId('bgrun');
+    const run_id = input.run_id ?? newId('bgrun');
     const sp = task.session_policy;
     const session_id = sp.mode === 'fixed' && sp.session_id
       ? sp.session_id
@@ -970,6 +975,11 @@ export class RunEngine {
           workspace_path: this.dirOf(ctx.run), admitted: true,
         })
         .catch((err: unknown) => {
+          // Its agent's spec no longer builds (an env var unset since registration): nothing ran.
+          if (err instanceof AgentUnavailableError) {
+            this.deliver(h.id, this.doneEvent(id, 'failed', err.message));
+            return undefined;
+          }
           if (err instanceof AppError && err.code === 'Conflict') return this.continueAgent(h, id);
           // The process is shutting down (a claim whose write was under way when it began): nothing
           // ran, and failing the run would be wrong. It stays running; the next start recovers it.

@@ -35,6 +35,8 @@ import { HttpDetailError } from '../errors.js';
 import { RequestValidationError } from '../http/validation.js';
 import type { core } from 'zod';
 import type { AttemptRecord } from '../../machines/background-run.machine.js';
+import { AgentSpecError } from '../agent/agent-spec.js';
+import type { PreparedAgent } from '../runtime/agent-registry.js';
 
 export type { BackgroundDeps } from './engine.js';
 
@@ -183,10 +185,34 @@ export class BackgroundManager {
     const at = iso(this.now());
     const existing = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
     if (existing && !body.replace) throw conflict(`background agent '${agentId}' is already registered`, 'pass replace: true to replace it');
+    // Built now, so a spec that cannot run is refused here (422 naming the field), not at its first run.
+    const prepared = await this.prepareAgent(spec, body);
     const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at };
-    if (existing) await this.deps.store.updateRecord<AgentRow>('bg_agents', agentId, row, existing.version);
-    else await this.deps.store.createRecord<AgentRow>('bg_agents', agentId, row);
+    try {
+      if (existing) await this.deps.store.updateRecord<AgentRow>('bg_agents', agentId, row, existing.version);
+      else await this.deps.store.createRecord<AgentRow>('bg_agents', agentId, row);
+    } catch (err) {
+      if (prepared) this.deps.agents?.discard(prepared);
+      if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version')) throw conflict(`background agent '${agentId}' was registered or replaced meanwhile`, 'read it and try again');
+      throw err;
+    }
+    if (prepared) this.deps.agents?.install(agentId, at, prepared);
     return this.publicAgent(row);
+  }
+
+  private async prepareAgent(spec: BackgroundAgentSpec, body: unknown): Promise<PreparedAgent | null> {
+    if (!this.deps.agents) return null;
+    try {
+      return await this.deps.agents.prepare(spec);
+    } catch (err) {
+      if (!(err instanceof AgentSpecError)) throw err;
+      // The answer quotes the value at each path: a key sent in model_config.api_key is not echoed.
+      const shown = structuredClone(body) as { spec?: { model_config?: Record<string, unknown> | null } };
+      if (shown.spec?.model_config && 'api_key' in shown.spec.model_config) shown.spec.model_config.api_key = '[REDACTED]';
+      throw new RequestValidationError('body', err.problems.map((p) => ({
+        code: 'custom', path: ['spec', ...p.path], message: p.message, input: undefined,
+      }) as unknown as core.$ZodIssue), shown);
+    }
   }
 
   async listAgents(): Promise<{ agents: AgentRow[]; total: number }> {
@@ -209,6 +235,7 @@ export class BackgroundManager {
     }
     for (const r of active.items) await this.engine.cancel(r.id, 'agent deleted').catch(() => undefined);
     await this.deps.store.deleteRecord('bg_agents', agentId);
+    this.deps.agents?.evict(agentId);
     return { status: 'deleted' };
   }
 
@@ -384,8 +411,10 @@ export class BackgroundManager {
    * POST /background/tasks/{id}/run: a manual run through the task actor (so the overlap policy
    * applies). With `wait`, answers when the run ends or pauses for a person, or throws the 504
    * run-wait-timeout body after server.request_timeout_seconds (the run goes on).
+   * `opts.run_id`: the id the run gets (an Idempotency-Key reserved it); `opts.onQueued` is called
+   * once the run exists, before a `wait` (the route then marks the key done).
    */
-  async runTask(taskId: string, body: BackgroundTaskRunRequest): Promise<BackgroundRun> {
+  async runTask(taskId: string, body: BackgroundTaskRunRequest, opts: { run_id?: string; onQueued?: (run: BackgroundRun) => Promise<void> } = {}): Promise<BackgroundRun> {
     this.requireRunning();
     const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
     if (!task.enabled) throw notFound('enabled background task', taskId);
@@ -393,12 +422,13 @@ export class BackgroundManager {
     const dispatched = await this.scheduler.taskJob(taskId, async () => {
       const current = this.scheduler.tasks.get(taskId);
       if (!current || !current.enabled) throw notFound('enabled background task', taskId);
-      return this.scheduler.dispatchManual(current, body.query ?? null);
+      return this.scheduler.dispatchManual(current, body.query ?? null, opts.run_id);
     });
     const run = await dispatched.done;
     if (!run) throw notFound('enabled background task', taskId);
     // Answer once the run's creation events are stored too, as before the append was pipelined.
     await this.engine.appended(run.run_id);
+    await opts.onQueued?.(this.publicRun(run));
     if (!body.wait || TERMINAL.has(run.status)) return this.publicRun(run);
     const budget = this.deps.config.server.request_timeout_seconds;
     const settled = await this.engine.waitSettled(run.run_id, budget * 1000);

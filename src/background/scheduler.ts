@@ -314,17 +314,17 @@ export class TaskScheduler {
    * other dispatches; the caller awaits `done` outside it, so many manual runs of one task share
    * store rounds instead of taking one each. Null `done` value: the task is disabled.
    */
-  async dispatchManual(task: TaskRow, query: string | null): Promise<Dispatched> {
+  async dispatchManual(task: TaskRow, query: string | null, runId?: string): Promise<Dispatched> {
     if (!this.hasMachine(task.task_id)) return { done: Promise.resolve(null) };
     const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
     let out: Dispatched = { done: Promise.resolve(null) };
-    for (const p of this.decide(task.task_id, { type: 'MANUAL', query, inFlight })) out = await this.execute(task, p);
+    for (const p of this.decide(task.task_id, { type: 'MANUAL', query, inFlight })) out = await this.execute(task, p, runId);
     return out;
   }
 
   /** Carries out one decision; the returned `done` is the run's write. */
-  private async execute(task: TaskRow, p: DispatchParams): Promise<Dispatched> {
-    const base = { task, trigger_type: p.occurrence ? p.occurrence.trigger_type : 'manual' as const, occurrence: p.occurrence, query: p.query };
+  private async execute(task: TaskRow, p: DispatchParams, runId?: string): Promise<Dispatched> {
+    const base = { task, trigger_type: p.occurrence ? p.occurrence.trigger_type : 'manual' as const, occurrence: p.occurrence, query: p.query, run_id: runId };
     switch (p.decision.action) {
       case 'skip':
         return { done: this.engine.createRun({ ...base, skip: skipReason(task) }) };

@@ -41,6 +41,7 @@ export const COMMANDS: Command[] = [
     summary: 'Run the agent: the answer streams to stdout, a status line (tool calls, approvals) to stderr.',
     options: {
       session: { type: 'string', value: 'S', help: 'Continue this session (default: a new one).' },
+      agent: { type: 'string', value: 'ID', help: 'Run as this registered agent (POST /background/agents; default: the served agent).' },
       sync: { type: 'boolean', help: 'Wait for the whole answer (POST /run/sync) instead of streaming it.' },
     },
     details: 'Exit: 0 success, 1 error/cancelled/timeout, 3 waiting for an approval or budget (the ids and the\ncommands to decide are printed). Ctrl-C closes the stream, which cancels the run.',

@@ -46,15 +46,16 @@ export async function run(p: Parsed): Promise<number> {
   const remote = remoteOf(p);
   const [query] = p.positionals;
   const session_id = str(p.values.session);
+  const agent_id = str(p.values.agent);
   if (p.values.sync) {
-    const r = await remote.client.runs.sync(query, { session_id });
+    const r = await remote.client.runs.sync(query, { session_id, agent_id });
     if (remote.json) printJson(r);
     else if (r.response !== null) out(r.response);
     return finish(r, remote.json);
   }
   let result: RunResponse | null = null;
   let endedWithNewline = true;
-  for await (const f of remote.client.runs.stream(query, { session_id })) {
+  for await (const f of remote.client.runs.stream(query, { session_id, agent_id })) {
     if (remote.json) printJson({ event: f.event, ...(f.id !== undefined ? { id: f.id } : {}), data: f.data });
     if (f.kind === 'complete') result = f.data;
     if (remote.json) continue;

@@ -68,6 +68,7 @@ export const OPERATIONS = {
   getBackgroundRun: ['GET', '/background/runs/{run_id}'],
   listBackgroundRunAttempts: ['GET', '/background/runs/{run_id}/attempts'],
   listBackgroundRunEvents: ['GET', '/background/runs/{run_id}/events'],
+  listWebhookDeliveries: ['GET', '/webhooks/deliveries'],
   listBackgroundRunWorkspace: ['GET', '/background/runs/{run_id}/workspace'],
   downloadBackgroundRunFile: ['GET', '/background/runs/{run_id}/workspace/files/{path}'],
   cancelBackgroundRun: ['POST', '/background/runs/{run_id}/cancel'],
@@ -267,8 +268,12 @@ export function createClient(options: ClientOptions) {
    * `events.follow(session_id, { run_id, after: last_cursor })` and read the result with
    * `runs.get(run_id)`.
    */
-  async function* stream(query: string, opts: { session_id?: string | null; signal?: AbortSignal } = {}): AsyncGenerator<RunFrame> {
-    const res = await send('startRun', { body: { query, session_id: opts.session_id ?? undefined }, signal: opts.signal }, 'text/event-stream');
+  /** POST /run. With `idempotency_key`, calling it again with the same key and query replays the same run (docs/http-api.md). */
+  async function* stream(query: string, opts: { session_id?: string | null; agent_id?: string | null; signal?: AbortSignal; idempotency_key?: string } = {}): AsyncGenerator<RunFrame> {
+    const res = await send('startRun', {
+      body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined }, signal: opts.signal,
+      ...(opts.idempotency_key ? { headers: { 'idempotency-key': opts.idempotency_key } } : {}),
+    }, 'text/event-stream');
     for await (const { frame } of framesOf(res)) {
       if (!frame) continue;
       yield frame;
@@ -352,7 +357,10 @@ export function createClient(options: ClientOptions) {
     runs: {
       stream,
       /** POST /run/sync: the RunResponse of any outcome (awaiting_approval included). */
-      sync: (query: string, opts: { session_id?: string | null; signal?: AbortSignal } = {}) => call('runSync', { body: { query, session_id: opts.session_id ?? undefined }, signal: opts.signal }),
+      sync: (query: string, opts: { session_id?: string | null; agent_id?: string | null; signal?: AbortSignal; idempotency_key?: string } = {}) => call('runSync', {
+        body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined }, signal: opts.signal,
+        ...(opts.idempotency_key ? { headers: { 'idempotency-key': opts.idempotency_key } } : {}),
+      }),
       list: (query: QueryParams<'listRuns'> = {}) => call('listRuns', { query }),
       get: (run_id: string) => call('getRun', { path: { run_id } }),
       cancel: (run_id: string) => call('cancelRun', { path: { run_id } }),
@@ -378,6 +386,10 @@ export function createClient(options: ClientOptions) {
     traces: {
       list: (query: QueryParams<'listTraces'> = {}) => call('listTraces', { query }),
       get: (trace_id: string) => call('getTrace', { path: { trace_id } }),
+    },
+    webhooks: {
+      /** GET /webhooks/deliveries: attempts and failures, oldest first. */
+      deliveries: (query: QueryParams<'listWebhookDeliveries'> = {}) => call('listWebhookDeliveries', { query }),
     },
     background: {
       status: () => call('getBackgroundStatus'),

@@ -773,6 +773,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/webhooks/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Webhook deliveries, oldest first: attempts, failures and what is still pending */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1110,6 +1127,7 @@ export interface components {
              * @default false
              */
             wait: boolean;
+            webhook?: components["schemas"]["WebhookUrl"] | null;
         };
         BackgroundTaskSpec: {
             agent_id: components["schemas"]["BackgroundId"];
@@ -1402,10 +1420,13 @@ export interface components {
         /** @enum {string} */
         RunRecordStatus: "running" | "awaiting_approval" | "awaiting_budget" | "interrupted" | "completed" | "blocked" | "failed" | "cancelled" | "timeout";
         RunRequest: {
+            /** @description A registered agent (POST /background/agents) to run as; default: the served agent. 404 when not registered (docs/agents.md). */
+            agent_id?: components["schemas"]["BackgroundId"] | null;
             /** @description Prompt for the agent. */
             query: string;
             /** @description For conversation continuity; a new session is created when absent. */
             session_id?: components["schemas"]["SafeId"] | null;
+            webhook?: components["schemas"]["WebhookUrl"] | null;
         };
         RunResponse: {
             agent_name: string;
@@ -1753,6 +1774,47 @@ export interface components {
             msg: string;
             type: string;
         };
+        WebhookAttempt: {
+            /** Format: date-time */
+            at: string;
+            duration_ms: number;
+            error: string | null;
+            status_code: number | null;
+        };
+        WebhookDeliveriesResponse: {
+            deliveries: components["schemas"]["WebhookDelivery"][];
+            next_cursor: string | null;
+            total: number;
+        };
+        WebhookDelivery: {
+            attempts: number;
+            /** Format: date-time */
+            created_at: string;
+            delivered_at: string | null;
+            /** @description Stable across retries: the webhook-id header, for deduplication. */
+            delivery_id: string;
+            /** @description `config:<id>` (a configured receiver) or `request` (the run's own URL). */
+            endpoint: string;
+            event_type: components["schemas"]["WebhookEventType"];
+            /** @description The newest attempts (at most 10). */
+            history: components["schemas"]["WebhookAttempt"][];
+            last_attempt_at: string | null;
+            last_error: string | null;
+            last_status_code: number | null;
+            /** Format: date-time */
+            next_attempt_at: string;
+            run_id: string | null;
+            session_id: string | null;
+            status: components["schemas"]["WebhookDeliveryStatus"];
+            task_id: string | null;
+            url: string;
+        };
+        /** @enum {string} */
+        WebhookDeliveryStatus: "pending" | "delivered" | "failed";
+        /** @enum {string} */
+        WebhookEventType: "run.completed" | "run.failed" | "run.cancelled" | "run.awaiting_approval" | "run.awaiting_budget" | "background_run.completed" | "background_run.failed" | "background_run.cancelled" | "background_run.timeout" | "background_run.skipped";
+        /** @description Receiver of this run's webhooks (run.* and background_run.* events), signed with webhooks.request_secret. The host must be listed in webhooks.allow_request_hosts (else 422). */
+        WebhookUrl: string;
         WorkspaceFileEntry: {
             is_dir: boolean;
             /** Format: date-time */
@@ -2225,7 +2287,10 @@ export interface operations {
     cancelBackgroundRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..255 printable ASCII characters. */
+                "idempotency-key"?: string;
+            };
             path: {
                 run_id: components["schemas"]["SafeId"];
             };
@@ -3050,7 +3115,10 @@ export interface operations {
     runBackgroundTask: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..255 printable ASCII characters. */
+                "idempotency-key"?: string;
+            };
             path: {
                 task_id: components["schemas"]["BackgroundId"];
             };
@@ -3674,7 +3742,10 @@ export interface operations {
     startRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..255 printable ASCII characters. */
+                "idempotency-key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3733,6 +3804,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -3756,7 +3845,10 @@ export interface operations {
     runSync: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..255 printable ASCII characters. */
+                "idempotency-key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3786,6 +3878,24 @@ export interface operations {
             };
             /** @description The API key's role may not call this operation. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3944,7 +4054,10 @@ export interface operations {
     decideApproval: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..255 printable ASCII characters. */
+                "idempotency-key"?: string;
+            };
             path: {
                 approval_id: components["schemas"]["SafeId"];
                 run_id: components["schemas"]["SafeId"];
@@ -4083,7 +4196,10 @@ export interface operations {
     decideBudget: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..255 printable ASCII characters. */
+                "idempotency-key"?: string;
+            };
             path: {
                 run_id: components["schemas"]["SafeId"];
             };
@@ -4154,7 +4270,10 @@ export interface operations {
     cancelRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..255 printable ASCII characters. */
+                "idempotency-key"?: string;
+            };
             path: {
                 run_id: components["schemas"]["SafeId"];
             };
@@ -4871,6 +4990,58 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                cursor?: string;
+                limit?: number;
+                run_id?: string;
+                status?: components["schemas"]["WebhookDeliveryStatus"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveriesResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };

@@ -32,6 +32,8 @@ export const ROUTE_ACCESS: Readonly<Record<string, Access>> = {
   'GET /ui/*': 'public',
   'POST /runs/:run_id/approvals/:approval_id': 'decide',
   'POST /runs/:run_id/budget': 'decide',
+  // Delivery attempts and failures: no secret in them (signing keys never leave the config).
+  'GET /webhooks/deliveries': 'read',
 };
 
 /** Access of a matched route: its entry in ROUTE_ACCESS, else reads for GET and operations for the rest. */

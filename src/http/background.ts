@@ -35,6 +35,8 @@ import {
 } from '../schemas/index.js';
 import type { AppDeps } from './deps.js';
 import { binaryResponse } from './openapi.js';
+import { IdempotencyHeaders, idempotencyRequestOf, once, startTaskRun, waitBackgroundRun } from './idempotent.js';
+import { newId } from '../ids.js';
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 const tags = ['background'];
@@ -92,10 +94,23 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post('/background/tasks/:task_id/run', {
     schema: {
-      tags, operationId: 'runBackgroundTask', summary: 'Queue a manual run (with wait: answer when it ends or pauses for a person)', params: TaskIdParams, body: BackgroundTaskRunRequest.nullish(),
+      tags, operationId: 'runBackgroundTask', summary: 'Queue a manual run (with wait: answer when it ends or pauses for a person)', params: TaskIdParams, headers: IdempotencyHeaders, body: BackgroundTaskRunRequest.nullish(),
       response: { 200: BackgroundRun, 503: ErrorResponse, 504: RunWaitTimeoutResponse, ...errors },
     },
-  }, async (request) => bg.runTask((request.params as TaskIdParams).task_id, (request.body as BackgroundTaskRunRequest | null | undefined) ?? { wait: false }));
+  }, async (request) => {
+    const taskId = (request.params as TaskIdParams).task_id;
+    const body = (request.body as BackgroundTaskRunRequest | null | undefined) ?? { wait: false };
+    if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
+    const begin = async (run_id: string) => {
+      if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
+      return startTaskRun(bg, taskId, body, run_id);
+    };
+    const idem = idempotencyRequestOf(request, 'runBackgroundTask');
+    if (!idem) return body.webhook ? (await begin(newId('bgrun'))).all : bg.runTask(taskId, body);
+    const once = await deps.runtime.idempotency.startOnce(idem, () => newId('bgrun'), async (id) => (await deps.store.getRecord('bg_runs', id)) !== null, begin);
+    if (once.fresh) return once.started.all;
+    return waitBackgroundRun(deps, once.target_id, body.wait);
+  });
 
   app.post('/background/tasks/:task_id/pause', {
     schema: { tags, operationId: 'pauseBackgroundTask', summary: 'Pause the schedule of a task (manual runs still work)', params: TaskIdParams, response: { 200: BackgroundStatusResponse, ...errors } },
@@ -143,8 +158,8 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.post('/background/runs/:run_id/cancel', {
-    schema: { tags, operationId: 'cancelBackgroundRun', summary: 'Cancel a queued, running or waiting background run', params: BackgroundRunIdParams, response: { 200: BackgroundStatusResponse, ...errors } },
-  }, async (request) => bg.cancelRun((request.params as BackgroundRunIdParams).run_id));
+    schema: { tags, operationId: 'cancelBackgroundRun', summary: 'Cancel a queued, running or waiting background run', params: BackgroundRunIdParams, headers: IdempotencyHeaders, response: { 200: BackgroundStatusResponse, ...errors } },
+  }, async (request) => once(deps, request, 'cancelBackgroundRun', () => bg.cancelRun((request.params as BackgroundRunIdParams).run_id)));
 
   app.post('/background/runs/:run_id/resume', {
     schema: { tags, operationId: 'resumeBackgroundRun', summary: 'Continue a background run whose pause for a person was decided', params: BackgroundRunIdParams, response: { 200: BackgroundStatusResponse, ...errors } },

@@ -3,6 +3,7 @@ import { backgroundRoutes } from './background.js';
 import { runRoutes } from './runs.js';
 import { serviceInfoRoutes } from './service-info.js';
 import { telemetryRoutes } from './telemetry.js';
+import { webhookRoutes } from './webhooks.js';
 
 /** Every route module, in registration order. Adding a resource = one line here. */
-export const ROUTE_MODULES: RouteModule[] = [runRoutes, serviceInfoRoutes, telemetryRoutes, backgroundRoutes];
+export const ROUTE_MODULES: RouteModule[] = [runRoutes, serviceInfoRoutes, telemetryRoutes, backgroundRoutes, webhookRoutes];

@@ -11,6 +11,7 @@ import {
 import { sseResponse } from './openapi.js';
 import type { AppDeps } from './deps.js';
 import { SseChannel, streamOptions } from './sse.js';
+import { IdempotencyHeaders, idempotencyRequestOf, once, replayRunStream, runExists, waitRunSettled } from './idempotent.js';
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 
@@ -29,10 +30,12 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post('/run', {
     sse: { kind: 'manual', heartbeat: false },
-    schema: { operationId: 'startRun', tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', body: RunRequest, response: { 200: RUN_STREAM, 422: HTTPValidationError, 503: ErrorResponse } },
+    schema: { operationId: 'startRun', tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', headers: IdempotencyHeaders, body: RunRequest, response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse } },
   }, async (request, reply) => {
-    const body = request.body as { query: string; session_id?: string | null };
-    const run_id = newId('run');
+    const body = request.body as { query: string; session_id?: string | null; webhook?: string | null; agent_id?: string | null };
+    if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
+    const idem = idempotencyRequestOf(request, 'startRun');
+    let run_id = '';
     let channel: SseChannel | null = null;
     const early: Array<Parameters<SseChannel['push']>[0]> = [];
     const push = (f: Parameters<SseChannel["push"]>[0]): void => {
@@ -48,13 +51,6 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     const releaseDeltas = (all = false): void => {
       while (held.length > 0 && (all || held[0].after <= lastEventSeq)) push(held.shift()!.frame);
     };
-    // Subscribe before the run exists, so its first event is not missed. The handler never
-    // waits: the channel's bound (server.stream_max_queued_*) is what drops a slow reader.
-    const unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => {
-      push({ event: ev.event_type, id: ev.cursor, data: ev });
-      if (typeof ev.sequence === 'number' && ev.sequence > lastEventSeq) lastEventSeq = ev.sequence;
-      releaseDeltas();
-    });
     // The stream opens (and its `session` frame goes out) as soon as the run is accepted, without
     // waiting for the run's first store round (RunService.start onAccepted).
     let writing: Promise<void> | null = null;
@@ -68,11 +64,22 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       writing = ch.run();
       return ch;
     };
-    let started;
-    try {
-      started = await runs.start(body.query, body.session_id ?? null, {
+    let unsubscribe = (): void => {};
+    /** `isNew`: the id was made just now for this request (not a keyed retry's). */
+    const begin = async (id: string, isNew = false) => {
+      run_id = id;
+      // Subscribe before the run exists, so its first event is not missed. The handler never
+      // waits: the channel's bound (server.stream_max_queued_*) is what drops a slow reader.
+      unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => {
+        push({ event: ev.event_type, id: ev.cursor, data: ev });
+        if (typeof ev.sequence === 'number' && ev.sequence > lastEventSeq) lastEventSeq = ev.sequence;
+        releaseDeltas();
+      });
+      if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
+      return runs.start(body.query, body.session_id ?? null, {
         run_id,
-        run_id_is_new: true,
+        run_id_is_new: isNew,
+        ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
         onAccepted: ({ session_id }) => {
           channel = open(session_id);
         },
@@ -83,6 +90,15 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
           else held.push({ after: afterEvent, frame });
         },
       });
+    };
+    let started;
+    try {
+      if (idem) {
+        // A retry (same key, same body) gets the first request's run, replayed from its first event.
+        const once = await deps.runtime.idempotency.startOnce(idem, () => newId('run'), (id) => runExists(deps, id), begin);
+        if (!once.fresh) return replayRunStream(deps, reply, once.target_id);
+        started = once.started;
+      } else started = await begin(newId('run'), true);
     } catch (err) {
       unsubscribe();
       if (!channel) throw err; // nothing was streamed yet: a plain JSON error (503, ...)
@@ -98,7 +114,9 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     // The client closing the stream cancels the run; the server dropping a reader that fell too
     // far behind does not: the run goes on, its events stay readable (GET /events/{session_id}
     // with run_id and Last-Event-ID) and its result at GET /runs/{run_id}.
-    ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(() => undefined));
+    // With an Idempotency-Key the client means to come back (a retry replays the run), so
+    // leaving does not cancel: POST /runs/{run_id}/cancel does.
+    if (!idem) ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(() => undefined));
     ch.onDropped(() => {
       dropped = true;
       unsubscribe();
@@ -121,11 +139,20 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.post('/run/sync', {
-    schema: { operationId: 'runSync', tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', body: RunRequest, response: { 200: RunResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
+    schema: { operationId: 'runSync', tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', headers: IdempotencyHeaders, body: RunRequest, response: { 200: RunResponse, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
   }, async (request) => {
-    const body = request.body as { query: string; session_id?: string | null };
-    const started = await runs.start(body.query, body.session_id ?? null);
-    const record = await started.settled;
+    const body = request.body as { query: string; session_id?: string | null; webhook?: string | null; agent_id?: string | null };
+    if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
+    const begin = async (run_id: string) => {
+      if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
+      return runs.start(body.query, body.session_id ?? null, { run_id, ...(body.agent_id != null ? { agent_id: body.agent_id } : {}) });
+    };
+    const idem = idempotencyRequestOf(request, 'runSync');
+    if (!idem) return runResponseOf(await (await begin(newId('run'))).settled);
+    const once = await deps.runtime.idempotency.startOnce(idem, () => newId('run'), (id) => runExists(deps, id), begin);
+    if (once.fresh) return runResponseOf(await once.started.settled);
+    const record = await waitRunSettled(deps, once.target_id);
+    if (!record) throw new AppError('GatewayTimeout', `run ${once.target_id} did not settle within the request timeout; it goes on and can be read at GET /runs/${once.target_id}`);
     return runResponseOf(record);
   });
 
@@ -142,8 +169,8 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   }, async (request) => publicRunView(await runs.get((request.params as { run_id: string }).run_id)));
 
   app.post('/runs/:run_id/cancel', {
-    schema: { operationId: 'cancelRun', tags: ['runs'], summary: 'Cancel a run', params: RunIdParams, response: { 200: RunCancelResponse, ...errors } },
-  }, async (request) => runs.cancel((request.params as { run_id: string }).run_id));
+    schema: { operationId: 'cancelRun', tags: ['runs'], summary: 'Cancel a run', params: RunIdParams, headers: IdempotencyHeaders, response: { 200: RunCancelResponse, ...errors } },
+  }, async (request) => once(deps, request, 'cancelRun', () => runs.cancel((request.params as { run_id: string }).run_id)));
 
   app.post('/runs/:run_id/resume', {
     schema: { operationId: 'resumeRun', tags: ['runs'], summary: 'Continue a decided, interrupted or orphaned run and answer with its result', params: RunIdParams, response: { 200: RunResponse, ...errors } },
@@ -159,12 +186,12 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 
   app.post('/runs/:run_id/approvals/:approval_id', {
-    schema: { operationId: 'decideApproval', tags: ['decisions'], summary: 'Approve or deny a pending tool call', params: RunApprovalParams, body: ApprovalDecisionRequest, response: { 200: ApprovalView, 403: ErrorResponse, ...errors } },
+    schema: { operationId: 'decideApproval', tags: ['decisions'], summary: 'Approve or deny a pending tool call', params: RunApprovalParams, headers: IdempotencyHeaders, body: ApprovalDecisionRequest, response: { 200: ApprovalView, 403: ErrorResponse, ...errors } },
   }, async (request) => {
     const { run_id, approval_id } = request.params as { run_id: string; approval_id: string };
     const body = request.body as { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null };
     checkApprover(deps, request.apiKeyName, body.approver);
-    return runs.decideApproval(run_id, approval_id, body);
+    return once(deps, request, 'decideApproval', () => runs.decideApproval(run_id, approval_id, body));
   });
 
   app.get('/runs/:run_id/budget', {
@@ -172,11 +199,11 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   }, async (request) => runs.budgetView((request.params as { run_id: string }).run_id));
 
   app.post('/runs/:run_id/budget', {
-    schema: { operationId: 'decideBudget', tags: ['decisions'], summary: 'Grant or deny the budget a run waits for', params: RunIdParams, body: BudgetDecisionRequest, response: { 200: BudgetDecisionResponse, 403: ErrorResponse, ...errors } },
+    schema: { operationId: 'decideBudget', tags: ['decisions'], summary: 'Grant or deny the budget a run waits for', params: RunIdParams, headers: IdempotencyHeaders, body: BudgetDecisionRequest, response: { 200: BudgetDecisionResponse, 403: ErrorResponse, ...errors } },
   }, async (request) => {
     const body = request.body as { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null };
     checkApprover(deps, request.apiKeyName, body.approver);
-    return runs.decideBudget((request.params as { run_id: string }).run_id, body);
+    return once(deps, request, 'decideBudget', () => runs.decideBudget((request.params as { run_id: string }).run_id, body));
   });
 
   app.post('/runs/:run_id/outcome', {

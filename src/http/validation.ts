@@ -2,30 +2,25 @@ import type { FastifySchemaCompiler } from 'fastify';
 import type { ZodType, core } from 'zod';
 
 // Where a validation error came from, in the words of HTTPValidationError `loc[0]`.
-const LOC_PREFIX: Record<string, 'body' | 'query' | 'path'> = {
+const LOC_PREFIX: Record<string, 'body' | 'query' | 'path' | 'header'> = {
   body: 'body',
   querystring: 'query',
   params: 'path',
-  headers: 'query', // no route validates headers; kept total for safety
+  headers: 'header', // Idempotency-Key (src/http/idempotent.ts)
 };
 
 /** Carries zod's issues to the error handler, which renders them as HTTPValidationError. */
 export class RequestValidationError extends Error {
   readonly statusCode = 422;
-  constructor(readonly part: 'body' | 'query' | 'path', readonly issues: core.$ZodIssue[], readonly data: unknown) {
+  constructor(readonly part: 'body' | 'query' | 'path' | 'header', readonly issues: core.$ZodIssue[], readonly data: unknown) {
     super(`request ${part} is invalid`);
     this.name = 'RequestValidationError';
   }
 }
 
-/** Validation errors found outside zod (the JSON body parser), already in HTTPValidationError items. */
-export class HttpValidationFailure extends Error {
-  readonly statusCode = 422;
-  constructor(readonly detail: Array<{ loc: Array<string | number>; msg: string; type: string; ctx?: Record<string, unknown> }>) {
-    super('request body is invalid');
-    this.name = 'HttpValidationFailure';
-  }
-}
+// Validation errors found outside zod (the JSON body parser, services): defined in src/errors.ts
+// so that services below the HTTP layer can raise them too.
+export { HttpValidationFailure } from '../errors.js';
 
 /**
  * Our own validator compiler instead of the type provider's: it keeps zod's issues intact so the

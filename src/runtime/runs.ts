@@ -27,6 +27,7 @@ import type { ChatMessage, ModelProvider, ToolCallRequest, ToolDeclaration } fro
 import { withRetries } from '../agent/model/retry.js';
 import { ModelCallError } from '../agent/model/types.js';
 import type { BudgetLedger } from '../agent/budget-ledger.js';
+import type { AgentLease, AgentProfile, AgentSource } from './agent-profile.js';
 import { modelCallReservation, modelCallUsage, type Pricing } from '../agent/pricing.js';
 import { checkInput, type CompiledGuardrails } from '../agent/guardrails.js';
 import { formatObservation } from '../agent/tools/observation.js';
@@ -90,6 +91,8 @@ export interface RunServiceDeps {
   workerId: string;
   /** Sub-agents the model may delegate to (config `agent.subagents`). */
   subagents?: Subagents;
+  /** Registered agents by id (src/runtime/agent-registry.ts); without it every run is the served agent's. */
+  agents?: AgentSource;
   log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -178,6 +181,9 @@ interface LiveRun {
   kind: 'sync' | 'background';
   task_id: string | null;
   agent_id: string;
+  /** The agent this run runs as (model, tools, instruction), held until the run retires. */
+  agent: AgentProfile;
+  releaseAgent: () => void;
   /** This segment's trace record, rewritten in the commit that ends or parks the run. */
   trace: TraceValue;
 }
@@ -199,7 +205,8 @@ export class RunService {
   private readonly slots: Slots;
   private readonly sessions: SessionGate;
   private readonly logic;
-  private readonly model: ModelProvider;
+  /** The served agent (config `agent`): runs without an agent id, and agents registered as it. */
+  private readonly served: AgentProfile;
   private sweepTimer: NodeJS.Timeout | null = null;
   private closing = false;
   /** Runs the sweep found and that wait for a recovery slot (see recoverQueued), oldest first. */
@@ -212,7 +219,11 @@ export class RunService {
   constructor(private readonly deps: RunServiceDeps) {
     this.slots = new Slots(deps.settings.max_concurrent_runs, deps.settings.admission_wait_ms, deps.settings.sweep.max_concurrent);
     this.sessions = new SessionGate(deps.system);
-    this.model = deps.model;
+    const st = deps.settings;
+    this.served = {
+      agent_id: st.agent_id, agent_name: st.agent_name, system_instruction: st.system_instruction, model: deps.model, tools: deps.tools,
+      subagents: deps.subagents, max_steps: st.max_steps, max_output_tokens: st.max_output_tokens, session_workspace_root: st.session_workspace_root,
+    };
     this.logic = runMachine.provide({
       actors: {
         checkInput: fromPromise(async ({ input }) => this.checkInputEffect(input.query, input.run_id)),
@@ -268,14 +279,17 @@ export class RunService {
     if (this.closing) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
     const releaseSlot = opts.admitted ? () => {} : await this.slots.acquire();
     let live: LiveRun | null = null;
+    let agent: AgentLease | null = null;
     try {
+      agent = await this.acquireAgent(opts.agent_id);
+      const profile = agent.profile;
       const { clock, settings } = this.deps;
       const session_id = sessionId ?? newId('session');
       const run_id = opts.run_id ?? newId('run');
       const trace_id = newId('trace');
       const now = iso(clock.now());
       const record: RunRecord = {
-        run_id, session_id, agent_name: settings.agent_name, agent_id: opts.agent_id ?? settings.agent_id,
+        run_id, session_id, agent_name: profile.agent_name, agent_id: opts.agent_id ?? settings.agent_id,
         kind: opts.kind ?? 'sync', task_id: opts.task_id ?? null, query,
         status: 'running', step: 0, attempt: 1, trace_id, trace_ids: [trace_id], tool_calls: [],
         usage: { requests: 0, request_tokens: 0, response_tokens: 0, total_tokens: 0, estimated_cost_usd: 0 },
@@ -303,9 +317,9 @@ export class RunService {
         { kind: 'snapshots', id: run_id, ...(newRun ? { fresh: [] } : {}) },
         { kind: 'sessions', id: session_id, ...(newSession ? { fresh: [] } : {}) },
       ]);
-      const workspace_path = opts.workspace_path ?? this.sessionWorkspace(session_id);
+      const workspace_path = opts.workspace_path ?? this.sessionWorkspace(session_id, profile.session_workspace_root);
       this.deps.metrics.liveRuns.inc();
-      live = this.makeLive({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, { ...opts, workspace_path }, trace, [
+      live = this.makeLive({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, agent, { ...opts, workspace_path }, trace, [
         { op: 'create', kind: 'traces', id: trace_id, value: trace, indexes: traceIndexes },
       ]);
       void this.emit(live, {
@@ -319,11 +333,11 @@ export class RunService {
       const history = sessionId ? await this.deps.store.getRecord<SessionValue>('sessions', session_id) : null;
       live.session = history;
       const messages: ChatMessage[] = [
-        ...(settings.system_instruction ? [{ role: 'system' as const, content: settings.system_instruction }] : []),
+        ...(profile.system_instruction ? [{ role: 'system' as const, content: profile.system_instruction }] : []),
         ...(history?.value.messages ?? []),
         { role: 'user', content: query },
       ];
-      this.spawnActor(live, { input: { run_id, session_id, agent_name: settings.agent_name, max_steps: settings.max_steps, messages, query } });
+      this.spawnActor(live, { input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query } });
       await live.writer.created;
       this.deps.metrics.runStarted();
       return { run_id, session_id, trace_id, settled: live.settled };
@@ -334,21 +348,37 @@ export class RunService {
         live.ending = true;
         live.abort.abort();
         this.retire(live);
-      } else releaseSlot();
+      } else {
+        releaseSlot();
+        agent?.release();
+      }
+      throw err;
+    }
+  }
+
+  /** The served agent, or the registered agent `agentId` (404 when it is not registered). */
+  private async acquireAgent(agentId: string | undefined, opts: { resuming?: boolean } = {}): Promise<AgentLease> {
+    const served = (id: string) => ({ profile: id === this.served.agent_id ? this.served : { ...this.served, agent_id: id }, release: () => {} });
+    if (agentId === undefined || !this.deps.agents) return served(agentId ?? this.served.agent_id);
+    try {
+      return await this.deps.agents.acquire(agentId);
+    } catch (err) {
+      // A run started with no agent id carries the served agent's id, whose row may be gone: it
+      // goes on as the served agent.
+      if (opts.resuming && agentId === this.served.agent_id && err instanceof AppError && err.code === 'NotFound') return served(agentId);
       throw err;
     }
   }
 
   /** A session's folder for the workspace tools; ids that are not path-safe are hashed. */
-  private sessionWorkspace(sessionId: string): string | null {
-    const root = this.deps.settings.session_workspace_root;
+  private sessionWorkspace(sessionId: string, root: string | null): string | null {
     if (!root) return null;
     const safe = /^[A-Za-z0-9_.-]{1,128}$/.test(sessionId) && !/^\.{1,2}$/.test(sessionId) ? sessionId : `h_${createHash('sha256').update(sessionId).digest('hex').slice(0, 32)}`;
     return join(root, safe);
   }
 
   /** `create`: the run does not exist yet; its writer's first commit creates it, with these ops. */
-  private makeLive(rec: Versioned<RunRecord>, releaseSlot: () => void, opts: StartOptions, trace: TraceValue, create?: WriteOp[]): LiveRun {
+  private makeLive(rec: Versioned<RunRecord>, releaseSlot: () => void, agent: AgentLease, opts: StartOptions, trace: TraceValue, create?: WriteOp[]): LiveRun {
     let resolve!: (r: RunRecord) => void;
     const settled = new Promise<RunRecord>((r) => (resolve = r));
     const live: LiveRun = {
@@ -376,6 +406,8 @@ export class RunService {
       kind: rec.value.kind,
       task_id: rec.value.task_id,
       agent_id: rec.value.agent_id,
+      agent: agent.profile,
+      releaseAgent: agent.release,
       trace,
     };
     this.live.set(live.run_id, live);
@@ -537,6 +569,7 @@ export class RunService {
     this.sessions.release(live.session_id, live.run_id);
     this.deps.metrics.liveRuns.dec();
     live.releaseSlot();
+    live.releaseAgent();
   }
 
   /** Something outside the machine failed (a write, an unexpected throw): record it, never crash. */
@@ -592,7 +625,7 @@ export class RunService {
 
   private async reserveEffect(ctx: RunContext, phase: 'model' | 'tools'): Promise<ReserveResult> {
     const live = this.mustLive(ctx.run_id);
-    const amounts: MeterAmounts = phase === 'model' ? this.modelWorstCase(ctx) : { tool_calls: ctx.pending.filter((c) => this.willExecute(ctx, c)).length };
+    const amounts: MeterAmounts = phase === 'model' ? this.modelWorstCase(live, ctx) : { tool_calls: ctx.pending.filter((c) => this.willExecute(ctx, c)).length };
     const res = await this.deps.ledger.reserve({
       reservation_id: `${ctx.run_id}:${phase}:${ctx.step}`,
       run_id: ctx.run_id, session_id: ctx.session_id, agent_id: live.agent_id, amounts,
@@ -615,54 +648,56 @@ export class RunService {
     return { ok: false, on_exhausted: res.on_exhausted, request };
   }
 
-  private modelWorstCase(ctx: RunContext): MeterAmounts {
-    const input = this.model.estimateInputTokens(ctx.messages, this.toolDeclarations());
-    return modelCallReservation(this.deps.settings.pricing, this.model.model, { input_tokens: input, max_output_tokens: this.deps.settings.max_output_tokens }).amounts;
+  private modelWorstCase(live: LiveRun, ctx: RunContext): MeterAmounts {
+    const model = live.agent.model;
+    const input = model.estimateInputTokens(ctx.messages, this.toolDeclarations(live));
+    return modelCallReservation(this.deps.settings.pricing, model.model, { input_tokens: input, max_output_tokens: live.agent.max_output_tokens }).amounts;
   }
 
   private async callModelEffect(ctx: RunContext, signal: AbortSignal): Promise<ModelStepResult> {
     const live = this.mustLive(ctx.run_id);
+    const agentModel = live.agent.model;
     const span = newId('span');
     const started = this.deps.clock.now();
-    const tools = this.toolDeclarations();
+    const tools = this.toolDeclarations(live);
     void this.emit(live, {
-      event_type: 'model_call', actor: { type: 'model', id: this.model.model, name: this.model.provider }, span_id: span,
+      event_type: 'model_call', actor: { type: 'model', id: agentModel.model, name: agentModel.provider }, span_id: span,
       parent_span_id: live.stepSpan, input: { messages: ctx.messages.length, tools: tools.map((t) => t.name), last: ctx.messages.at(-1) },
-      metadata: { model: this.model.model, provider: this.model.provider, step: ctx.step },
+      metadata: { model: agentModel.model, provider: agentModel.provider, step: ctx.step },
     });
     const combined = AbortSignal.any([signal, live.abort.signal]);
     let result;
     try {
       // A retry wrapper per call, so each failed attempt's model_error lands in this run's trace.
-      const model = withRetries(this.model, {
+      const model = withRetries(agentModel, {
         onError: (err, attempt, willRetry, delayMs) => void this.emit(live, this.modelErrorEvent(live, span, err, attempt, willRetry, delayMs)),
       });
       result = await model.call({
-        messages: ctx.messages, tools, max_output_tokens: this.deps.settings.max_output_tokens, signal: combined,
+        messages: ctx.messages, tools, max_output_tokens: live.agent.max_output_tokens, signal: combined,
         onDelta: (text) => live.onDelta?.(text, ++live.deltaSeq, live.eventSeq),
       });
     } catch (err) {
       // Retries already emitted one model_error per failed attempt; this is the final one.
       if (!(err instanceof ModelCallError)) {
-        void this.emit(live, { event_type: 'model_error', actor: { type: 'model', id: this.model.model }, span_id: span, parent_span_id: live.stepSpan, error: { type: 'ModelError', message: String((err as Error)?.message ?? err) }, duration_ms: this.deps.clock.now() - started });
+        void this.emit(live, { event_type: 'model_error', actor: { type: 'model', id: agentModel.model }, span_id: span, parent_span_id: live.stepSpan, error: { type: 'ModelError', message: String((err as Error)?.message ?? err) }, duration_ms: this.deps.clock.now() - started });
       }
       throw err;
     }
-    const usage = modelCallUsage(this.deps.settings.pricing, this.model.model, result.usage);
+    const usage = modelCallUsage(this.deps.settings.pricing, agentModel.model, result.usage);
     await this.deps.ledger.settle(`${ctx.run_id}:model:${ctx.step}`, usage.amounts).catch(() => undefined);
     this.deps.metrics.tokensUsed(result.usage.input_tokens, result.usage.output_tokens);
     void this.emit(live, {
-      event_type: 'model_response', actor: { type: 'model', id: this.model.model, name: this.model.provider }, span_id: span,
+      event_type: 'model_response', actor: { type: 'model', id: agentModel.model, name: agentModel.provider }, span_id: span,
       parent_span_id: live.stepSpan, output: { text: result.text, tool_calls: result.tool_calls, finish_reason: result.finish_reason },
       token_usage: result.usage, estimated_cost_usd: usage.amounts.cost_usd, duration_ms: this.deps.clock.now() - started,
-      metadata: { model: result.model, provider: this.model.provider, step: ctx.step, finish_reason: result.finish_reason },
+      metadata: { model: result.model, provider: agentModel.provider, step: ctx.step, finish_reason: result.finish_reason },
     });
     return { result, cost_usd: usage.amounts.cost_usd };
   }
 
   private modelErrorEvent(live: LiveRun, span: string, err: ModelCallError, attempt: number, willRetry: boolean, delayMs: number): Omit<EventRecordInput, 'trace_id' | 'metadata'> & { metadata: Record<string, unknown> } {
     return {
-      event_type: 'model_error', actor: { type: 'model', id: this.model.model, name: this.model.provider }, span_id: span,
+      event_type: 'model_error', actor: { type: 'model', id: live.agent.model.model, name: live.agent.model.provider }, span_id: span,
       parent_span_id: live.stepSpan, error: { type: err.kind, message: err.message },
       metadata: { attempt, will_retry: willRetry, retry_delay_ms: willRetry ? delayMs : null, status: err.status ?? null },
     };
@@ -675,7 +710,7 @@ export class RunService {
     const approvals: ApprovalState[] = [];
     const now = this.deps.clock.now();
     for (const call of ctx.pending) {
-      const tool = this.deps.tools.get(call.name);
+      const tool = live.agent.tools.get(call.name);
       const span = newId('span');
       void this.emit(live, {
         event_type: 'policy_request_created', actor: { type: 'agent', id: live.agent_id }, span_id: span, parent_span_id: live.stepSpan,
@@ -734,7 +769,7 @@ export class RunService {
 
     const decision = ctx.decisions.find((d) => d.tool_call_id === call.id);
     const approval = ctx.approvals.find((a) => a.tool_call_id === call.id);
-    const tool = this.deps.tools.get(call.name);
+    const tool = live.agent.tools.get(call.name);
     if (decision?.effect === 'deny') {
       return this.recordSkipped(live, ctx, call, tool, 'denied', `Denied by policy${decision.reason ? `: ${decision.reason}` : ''}. The tool was not run.`);
     }
@@ -745,11 +780,11 @@ export class RunService {
         : `Denied by ${who}${approval.note ? `: ${approval.note}` : ''}. The tool was not run.`;
       return this.recordSkipped(live, ctx, call, tool, 'denied', content);
     }
-    const sub = this.deps.subagents?.find(call.name);
+    const sub = live.agent.subagents?.find(call.name);
     if (sub) return this.runDelegation(live, ctx, call, sub, batchSpan, signal, saved);
-    if (!tool) return this.recordSkipped(live, ctx, call, tool, 'rejected', `Unknown tool '${call.name}'. Available tools: ${this.deps.tools.list().map((t) => t.name).join(', ') || 'none'}.`);
+    if (!tool) return this.recordSkipped(live, ctx, call, tool, 'rejected', `Unknown tool '${call.name}'. Available tools: ${live.agent.tools.list().map((t) => t.name).join(', ') || 'none'}.`);
     const args = approval?.edited_arguments ?? call.arguments;
-    const valid = this.deps.tools.validate(call.name, args);
+    const valid = live.agent.tools.validate(call.name, args);
     if (!valid.ok) return this.recordSkipped(live, ctx, call, tool, 'rejected', `Invalid arguments for ${call.name}: ${valid.message}`);
 
     if (saved?.state === 'started' && !tool.idempotent) {
@@ -816,7 +851,7 @@ export class RunService {
 
   /** A delegation to a sub-agent, recorded like a tool call so a replay obeys the same rules (§6.3). */
   private async runDelegation(live: LiveRun, ctx: RunContext, call: ToolCallRequest, sub: SubagentSpec, batchSpan: string, signal: AbortSignal, saved: ToolCallRecord | undefined): Promise<ToolOutcome> {
-    const subagents = this.deps.subagents!;
+    const subagents = live.agent.subagents!;
     const idempotent = subagents.isIdempotent(sub);
     if (saved?.state === 'started' && !idempotent) {
       const content = `The outcome of this delegation to ${sub.name} is unknown: the service stopped while it ran, and it may call tools that are not idempotent, so it was not run again.`;
@@ -885,9 +920,10 @@ export class RunService {
     });
   }
 
-  private toolDeclarations(): ToolDeclaration[] {
-    const own = this.deps.tools.list().map((t) => ({ name: t.name, description: t.description, input_schema: t.input_schema }));
-    return this.deps.subagents ? [...own, ...this.deps.subagents.declarations()] : own;
+  private toolDeclarations(live: LiveRun): ToolDeclaration[] {
+    const { tools, subagents } = live.agent;
+    const own = tools.list().map((t) => ({ name: t.name, description: t.description, input_schema: t.input_schema }));
+    return subagents ? [...own, ...subagents.declarations()] : own;
   }
 
   // ---------------------------------------------------------------- telemetry helpers
@@ -1035,6 +1071,13 @@ export class RunService {
     }, rec.version, runIndexes({ ...rec.value, status: 'cancelled' }));
     await this.deps.ledger.releaseRun(runId).catch(() => 0);
     await this.setTraceStatus(done.value.trace_id, 'cancelled');
+    // The same last word a live run's cancel leaves (emitFinal), so the trace ends and the
+    // webhook dispatcher (src/integrations/webhooks.ts) sees run.cancelled.
+    await this.deps.telemetry.emitSafe({
+      event_type: 'runtime_error', trace_id: done.value.trace_id, span_id: newId('span'), actor: { type: 'system', id: this.deps.workerId },
+      error: { type: 'Cancelled', message: 'the run was cancelled' },
+      metadata: { run_id: runId, session_id: done.value.session_id, agent_id: done.value.agent_id, task_id: done.value.task_id, termination_reason: 'cancelled', status: 'cancelled' },
+    });
     this.notifySettled(done.value);
     return { status: 'cancel_requested', run_id: runId };
   }
@@ -1070,10 +1113,12 @@ export class RunService {
       // that version) joins the same store round or the next. Should the decision fail, the
       // claim fails with it; a decision that landed and a resume that failed are the sweep's.
       const resuming = allDecided ? this.resume(runId, { cause: 'approval', trigger: 'explicit' }, { id: runId, seq: rec.seq, version: rec.version + 1, value: next }) : null;
+      // Marked handled at once: a resume refused before the decision lands (a snapshot from a
+      // newer machine, found by test/runtime/snapshot-fixtures.test.ts) was an unhandled rejection.
+      resuming?.catch(() => undefined);
       try {
         await writing;
       } catch (err) {
-        resuming?.catch(() => undefined);
         if (isStoreError(err, 'stale_version')) continue;
         throw err;
       }
@@ -1167,6 +1212,13 @@ export class RunService {
     // test/http/recovery.test.ts, scenario a).
     if (r.status === 'running' && r.owner && !how.ownerDead && !this.leaseLapsed(r) && r.owner !== this.deps.workerId) throw conflict(`run ${runId} is live in ${r.owner}`);
     if (!snapRec) throw conflict(`run ${runId} has no saved snapshot to resume from`);
+    // A snapshot from a newer run machine (a rolling upgrade's other half, or a downgrade) is left
+    // as it is for a server that knows it: restored here it would be misread. Older versions
+    // restore (test/runtime/snapshot-fixtures.test.ts keeps one of each paused state).
+    const snapVersion = snapRec.value.machine_version ?? 1;
+    if (snapVersion > RUN_MACHINE_VERSION) {
+      throw conflict(`run ${runId} was saved by a newer agentd (run machine v${snapVersion}; this server knows up to v${RUN_MACHINE_VERSION}); resume it on an upgraded server`);
+    }
     const recovering = how.cause === 'recovered_after_lapsed_lease' || how.cause === 'interrupted';
     if (recovering && r.recoveries >= this.deps.settings.sweep.max_recoveries) {
       await this.deps.store.updateRecord<RunRecord>('runs', runId, {
@@ -1178,7 +1230,9 @@ export class RunService {
       throw conflict(`run ${runId} was recovered too many times and is now failed`);
     }
     const releaseSlot = how.slot ?? (r.kind === 'background' ? () => {} : await this.slots.acquire());
+    let agent: AgentLease | null = null;
     try {
+      agent = await this.acquireAgent(r.agent_id, { resuming: true });
       const now = this.deps.clock.now();
       const trace_id = newId('trace');
       const claimed: RunRecord = {
@@ -1214,7 +1268,9 @@ export class RunService {
         await this.deps.ledger.grant(req.key, req.meter as never, req.amount, { grant_id: req.request_id }).catch(() => undefined);
       }
       this.deps.metrics.liveRuns.inc();
-      const live = this.makeLive(written as Versioned<RunRecord>, releaseSlot, { workspace_path: snapRec.value.workspace_path, kind: r.kind, task_id: r.task_id, agent_id: r.agent_id }, trace);
+      const held = agent;
+      agent = null; // the live run lets go of it when it retires
+      const live = this.makeLive(written as Versioned<RunRecord>, releaseSlot, held, { workspace_path: snapRec.value.workspace_path, kind: r.kind, task_id: r.task_id, agent_id: r.agent_id }, trace);
       const lastBeat = r.heartbeat_at ? Date.parse(r.heartbeat_at) : now;
       void this.emit(live, {
         event_type: 'run_resumed', actor: { type: 'system', id: this.deps.workerId }, span_id: live.rootSpan,
@@ -1244,6 +1300,7 @@ export class RunService {
       return { run_id: runId, session_id: r.session_id, trace_id, settled: live.settled };
     } catch (err) {
       releaseSlot();
+      agent?.release();
       if (isStoreError(err, 'stale_version')) throw conflict(`run ${runId} was taken by another process`);
       throw err;
     }

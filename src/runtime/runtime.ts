@@ -21,6 +21,10 @@ import { ActorSystem, type SystemHooks } from './system.js';
 import { LiveStates } from './live-states.js';
 import { Subagents } from './subagents.js';
 import { BackgroundManager } from '../background/manager.js';
+import { AgentRegistry } from './agent-registry.js';
+import { agentEnvValue } from '../config.js';
+import { Idempotency } from '../integrations/idempotency.js';
+import { Webhooks } from '../integrations/webhooks.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
@@ -52,6 +56,12 @@ export class Runtime {
   readonly liveStates: LiveStates;
   readonly runs: RunService;
   readonly background: BackgroundManager;
+  /** Registered agents, built and cached by id (docs/agents.md). */
+  readonly agents: AgentRegistry;
+  /** Idempotency-Key records (issue 14, item 4). */
+  readonly idempotency: Idempotency;
+  /** Completion webhooks: outbox dispatcher and sender (issue 14, item 5). */
+  readonly webhooks: Webhooks;
   readonly agentName: string;
   private readonly startedAt: number;
   private initialized = false;
@@ -90,15 +100,32 @@ export class Runtime {
           max_steps: settings.max_steps, max_output_tokens: settings.max_output_tokens,
         })
       : undefined;
+    this.agents = new AgentRegistry({
+      store, clock,
+      served: {
+        agent_id: settings.agent_id, agent_name: settings.agent_name, system_instruction: settings.system_instruction, model, tools, subagents,
+        max_steps: settings.max_steps, max_output_tokens: settings.max_output_tokens, session_workspace_root: settings.session_workspace_root,
+      },
+      servedBuiltin: config.agent.tools.builtin,
+      workspace_root: config.background.workspace_root,
+      plan: { tools_dirs: config.agents.tools_dirs, mcp_commands: config.agents.mcp_commands, env: (name) => agentEnvValue(name) },
+      max_cached: config.agents.max_cached,
+      wrapModel: (m) => withCallMetrics(m, (provider, name, seconds, errorKind) => metrics.modelCall(provider, name, seconds, errorKind)),
+      logger: (msg, extra) => opts.log?.('info', msg, extra as Record<string, unknown>),
+    });
     this.runs = new RunService({
-      store, system: this.system, clock, telemetry: this.telemetry, metrics: this.metrics, model, tools, ledger, subagents,
+      store, system: this.system, clock, telemetry: this.telemetry, metrics: this.metrics, model, tools, ledger, subagents, agents: this.agents,
       guardrails: compileGuardrails({ max_input_chars: config.agent.guardrails.max_input_chars, deny_patterns: [...config.agent.guardrails.deny_patterns], injection_check: config.agent.guardrails.injection_check }),
       settings, workerId: this.workerId, log: opts.log,
     });
     this.background = new BackgroundManager({
-      store, clock, telemetry: this.telemetry, metrics: this.metrics, config, system: this.system, workerId: this.workerId, runs: this.runs, log: opts.log,
+      store, clock, telemetry: this.telemetry, metrics: this.metrics, config, system: this.system, workerId: this.workerId, runs: this.runs, agents: this.agents, log: opts.log,
     });
     this.otlp = otlp;
+    this.idempotency = new Idempotency({
+      store, clock, workerId: this.workerId, ttlSeconds: config.idempotency.ttl_seconds, sharedStore: store.adapter === 'postgres', log: opts.log,
+    });
+    this.webhooks = new Webhooks({ config, store, clock, bus: this.bus, registry: metrics.registry, workerId: this.workerId, log: opts.log });
     // A run segment ends when the run finishes or parks for a person: export that trace. The
     // exporter queues and retries in the background, so a slow collector never slows a run.
     if (this.otlp) {
@@ -152,6 +179,8 @@ export class Runtime {
     this.runs.startSweeper();
     await this.background.start();
     this.startRetention();
+    this.idempotency.startSweeper(this.config.idempotency.sweep_interval_seconds);
+    await this.webhooks.start();
   }
 
   /**
@@ -221,11 +250,15 @@ export class Runtime {
 
   async close(graceMs = 30_000): Promise<void> {
     if (this.retentionTimer) clearInterval(this.retentionTimer);
+    this.idempotency.stop();
     await this.background.stop();
     await this.runs.shutdown(graceMs);
     await this.background.close();
     this.endStreams();
+    // What it did not dispatch stays in the event log, after its stored cursor, for the next start.
+    await this.webhooks.stop();
     this.system.shutdown();
+    await this.agents.close();
     await this.tools.close();
     await this.otlp?.shutdown(2000);
   }

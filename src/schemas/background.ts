@@ -2,6 +2,7 @@
 // answer (service-spec.md "Background*", decisions.md §1 and §7).
 import { CronExpressionParser } from 'cron-parser';
 import { z } from 'zod';
+import { WebhookUrl } from './webhooks.js';
 import {
   BackgroundId,
   Cursor,
@@ -315,6 +316,7 @@ export const BackgroundTaskRunRequest = z
   .strictObject({
     query: z.string().min(1).nullish().describe('One-off query override for this run.'),
     wait: z.boolean().default(false).describe('Wait for a terminal status (or a pause for a person) before answering.'),
+    webhook: WebhookUrl.nullish(),
   })
   .meta({ id: 'BackgroundTaskRunRequest' });
 export type BackgroundTaskRunRequest = z.infer<typeof BackgroundTaskRunRequest>;

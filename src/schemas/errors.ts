@@ -80,7 +80,7 @@ export type RunWaitTimeoutResponse = z.infer<typeof RunWaitTimeoutResponse>;
 //                                       `params.ctx` becomes ctx
 // ---------------------------------------------------------------------------------------------
 
-export type LocPrefix = 'body' | 'query' | 'path';
+export type LocPrefix = 'body' | 'query' | 'path' | 'header';
 type Issue = z.core.$ZodIssue;
 type PathKey = string | number;
 

@@ -6,3 +6,4 @@ export * from './runs.js';
 export * from './background.js';
 export * from './telemetry.js';
 export * from './health.js';
+export * from './webhooks.js';

@@ -1,13 +1,16 @@
 // Synchronous runs: request, result, stream frames, the public run view and the session routes
 // (service-spec.md "Run request and response", decisions.md §1, §3).
 import { z } from 'zod';
-import { Cursor, ErrorInfo, IsoDateTime, JsonObject, QueryId, SafeId, queryInt } from './common.js';
+import { BackgroundId, Cursor, ErrorInfo, IsoDateTime, JsonObject, QueryId, SafeId, queryInt } from './common.js';
 import { ApprovalView, BudgetRequestView, OutcomeResponse } from './decisions.js';
+import { WebhookUrl } from './webhooks.js';
 
 export const RunRequest = z
   .strictObject({
     query: z.string().min(1).describe('Prompt for the agent.'),
     session_id: SafeId.nullish().describe('For conversation continuity; a new session is created when absent.'),
+    agent_id: BackgroundId.nullish().describe('A registered agent (POST /background/agents) to run as; default: the served agent. 404 when not registered (docs/agents.md).'),
+    webhook: WebhookUrl.nullish(),
   })
   .meta({ id: 'RunRequest' });
 export type RunRequest = z.infer<typeof RunRequest>;

@@ -22,7 +22,13 @@ export type RecordKind =
   | 'bg_attempts'
   | 'bg_occurrences'
   | 'traces'
-  | 'meta';
+  | 'meta'
+  /** Idempotency-Key records (src/integrations/idempotency.ts). */
+  | 'idempotency'
+  /** Webhook outbox: one record per delivery (src/integrations/webhooks.ts). */
+  | 'webhook_deliveries'
+  /** Per-request webhook URLs, by run id. */
+  | 'webhook_subs';
 
 /** Secondary index values of a record: index name -> value. Null/undefined means "not indexed". */
 export type RecordIndexes = Record<string, string | null | undefined>;

@@ -43,6 +43,11 @@ export function configuredSecrets(config: Config): string[] {
   };
 
   add(config.agent.model.api_key);
+  for (const e of config.webhooks?.endpoints ?? []) {
+    add(e.signing_secret);
+    addUrl(e.url);
+  }
+  add(config.webhooks?.request_signing_secret);
   addUrl(config.agent.model.base_url);
   addUrl(config.store.url);
   const otlp = config.telemetry.otlp;

@@ -123,6 +123,27 @@ describe('agentd run', () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('hello sync');
   });
+
+  it('--agent runs as a registered agent; an unknown one is an error (exit 1)', async () => {
+    const reg = await fetch(`${server.url}/background/agents`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ spec: { agent_id: 'cli-alt', name: 'CLI Alt', agent_config: { builtin_tools: [] } } }),
+    });
+    expect(reg.status).toBe(200);
+    const [sync, streamed, unknown] = await Promise.all([
+      cli('run', 'hello alt', '--sync', '--json', '--agent', 'cli-alt'),
+      cli('run', 'What time is it?', '--agent', 'cli-alt', '--json'),
+      cli('run', 'hello', '--agent', 'nobody'),
+    ]);
+    expect(sync.code, sync.stderr).toBe(0);
+    expect(JSON.parse(sync.stdout)).toMatchObject({ status: 'success', agent_name: 'CLI Alt' });
+    // cli-alt has no clock tool: the demo model answers without calling one.
+    const frames = parseLines(streamed.stdout);
+    expect(frames.find((f) => f.event === 'complete')?.data).toMatchObject({ status: 'success', agent_name: 'CLI Alt' });
+    expect(frames.some((f) => f.event === 'tool_call')).toBe(false);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/agent 'nobody' was not found/);
+  });
 });
 
 describe('approvals', () => {

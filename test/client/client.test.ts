@@ -76,6 +76,20 @@ describe('the client', () => {
     expect(listed.total).toBe(1);
   });
 
+  it('sends an Idempotency-Key: the same key gives the same run, streamed or synchronous', async () => {
+    const a = await client().runs.sync('once only', { session_id: 'client-idem', idempotency_key: 'client-key-1' });
+    const b = await client().runs.sync('once only', { session_id: 'client-idem', idempotency_key: 'client-key-1' });
+    expect(b.run_id).toBe(a.run_id);
+    const frames: RunFrame[] = [];
+    for await (const f of client().runs.stream('streamed once', { idempotency_key: 'client-key-2' })) frames.push(f);
+    const again: RunFrame[] = [];
+    for await (const f of client().runs.stream('streamed once', { idempotency_key: 'client-key-2' })) again.push(f);
+    const runOf = (fs: RunFrame[]) => (fs[0].kind === 'session' ? fs[0].data.run_id : null);
+    expect(runOf(again)).toBe(runOf(frames));
+    expect(again.at(-1)?.kind).toBe('complete');
+    expect((await client().webhooks.deliveries()).deliveries).toEqual([]);
+  });
+
   it('decides an approval', async () => {
     model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 10' } }] });
     const c = client();

@@ -13,11 +13,14 @@ function isPlainObject(v: unknown): v is Record<string, unknown> {
  * Loads an operator's tools module (decisions §10). Every problem is reported at start-up with the
  * file and the tool named, because a bad tool found mid-run would only confuse the model.
  */
-export async function loadLocalTools(modulePath: string, cwd: string = process.cwd()): Promise<LoadedTool[]> {
+export async function loadLocalTools(modulePath: string, cwd: string = process.cwd(), version?: string): Promise<LoadedTool[]> {
   const file = path.resolve(cwd, modulePath);
   let mod: { default?: unknown };
   try {
-    mod = (await import(pathToFileURL(file).href)) as { default?: unknown };
+    // A version in the URL is a new module for the loader (import caches by URL): a registered
+    // agent rebuilt after its module was edited gets the new code.
+    const url = pathToFileURL(file).href + (version ? `?v=${encodeURIComponent(version)}` : '');
+    mod = (await import(url)) as { default?: unknown };
   } catch (err) {
     throw new Error(`local tools module ${file} could not be loaded: ${err instanceof Error ? err.message : String(err)}`);
   }

@@ -3,7 +3,7 @@ import { clockTool, workspaceTools } from './builtin.js';
 import { loadLocalTools, type LoadedTool } from './local.js';
 import type { McpConnection } from './mcp.js';
 import { lazyInputSchema, schemaHint } from './schema.js';
-import type { McpServerStatus, RegisteredTool, ToolLogger, ToolsConfig } from './types.js';
+import type { McpServerConfig, McpServerStatus, RegisteredTool, ToolLogger, ToolsConfig } from './types.js';
 
 export interface ToolRegistryOptions {
   clock?: Clock;
@@ -17,6 +17,24 @@ export interface ToolRegistryOptions {
   healthCheckMs?: number;
   /** Per-call timeout for MCP tools (default 10 min); the run's own signal usually ends a call first. */
   callTimeoutMs?: number;
+  /**
+   * Shares MCP connections between registries (registered agents, src/agent/registry.ts): hands out
+   * a connection that is started or starting, and takes it back on close(). Default: own ones.
+   */
+  mcpPool?: McpPool;
+  /** Loads the local tools module afresh when this changes (a module edited since it was imported). */
+  localVersion?: string;
+}
+
+export interface McpLease {
+  connection: McpConnection;
+  /** Resolves after the connection's first attempt (never rejects). */
+  ready: Promise<void>;
+  release(): Promise<void>;
+}
+
+export interface McpPool {
+  acquire(server: McpServerConfig, onChange: (server: string) => void): Promise<McpLease>;
 }
 
 const MCP_SERVER_NAME_RE = /^[a-zA-Z0-9_-]{1,48}$/;
@@ -35,6 +53,8 @@ export class ToolRegistry {
     private readonly local: LoadedTool[],
     private readonly connections: McpConnection[],
     private readonly logger: ToolLogger,
+    /** How each connection is let go: closed, or handed back to its pool. */
+    private readonly closers: Array<() => Promise<void>> = [],
   ) {}
 
   static async create(cfg: ToolsConfig, opts: ToolRegistryOptions = {}): Promise<ToolRegistry> {
@@ -45,7 +65,7 @@ export class ToolRegistry {
       if (tools === null) throw new Error(`unknown built-in tool set '${String(set)}' (known: workspace, clock)`);
       for (const tool of tools) if (!builtin.some((b) => b.tool.name === tool.name)) builtin.push({ tool, validator: lazyInputSchema(tool.input_schema) });
     }
-    const local = cfg.local ? await loadLocalTools(cfg.local) : [];
+    const local = cfg.local ? await loadLocalTools(cfg.local, process.cwd(), opts.localVersion) : [];
     for (const l of local) {
       if (builtin.some((b) => b.tool.name === l.tool.name)) throw new Error(`local tools module ${cfg.local}: tool '${l.tool.name}' has the name of a built-in tool`);
     }
@@ -56,6 +76,21 @@ export class ToolRegistry {
       names.add(server.name);
     }
     let registry: ToolRegistry | null = null;
+    const onChange = (name: string): void => registry?.changed(name);
+    if (opts.mcpPool) {
+      const leases: McpLease[] = [];
+      try {
+        for (const server of cfg.mcp ?? []) leases.push(await opts.mcpPool.acquire(server, onChange));
+      } catch (err) {
+        await Promise.all(leases.map((l) => l.release()));
+        throw err;
+      }
+      registry = new ToolRegistry(builtin, local, leases.map((l) => l.connection), logger, leases.map((l) => () => l.release()));
+      registry.rebuild();
+      await Promise.all(leases.map((l) => l.ready));
+      registry.rebuild();
+      return registry;
+    }
     // The MCP SDK costs ~150 ms to load: only pay it when a server is configured.
     const { McpConnection } = cfg.mcp?.length ? await import('./mcp.js') : ({} as typeof import('./mcp.js'));
     const connections = (cfg.mcp ?? []).map(
@@ -67,10 +102,10 @@ export class ToolRegistry {
           healthCheckMs: opts.healthCheckMs ?? 15_000,
           callTimeoutMs: opts.callTimeoutMs ?? 600_000,
           logger,
-          onChange: (name) => registry?.changed(name),
+          onChange,
         }),
     );
-    registry = new ToolRegistry(builtin, local, connections, logger);
+    registry = new ToolRegistry(builtin, local, connections, logger, connections.map((c) => () => c.close()));
     registry.rebuild();
     await Promise.all(connections.map((c) => c.start()));
     registry.rebuild();
@@ -157,6 +192,7 @@ export class ToolRegistry {
 
   async close(): Promise<void> {
     this.statusListeners.clear();
-    await Promise.all(this.connections.map((c) => c.close()));
+    const closers = this.closers.splice(0);
+    await Promise.all(closers.map((c) => c()));
   }
 }

@@ -1,0 +1,36 @@
+// What a run needs to know about the agent it runs as: the served agent (config `agent`) or a
+// registered one (src/runtime/agent-registry.ts). Types only, so the run service does not load the registry.
+import type { ModelProvider } from '../agent/model/types.js';
+import type { RegisteredTool } from '../agent/tools/types.js';
+import type { Subagents } from './subagents.js';
+
+export interface AgentToolSource {
+  list(): RegisteredTool[];
+  get(name: string): RegisteredTool | undefined;
+  validate(name: string, args: unknown): { ok: true; args: Record<string, unknown> } | { ok: false; message: string };
+}
+
+export interface AgentProfile {
+  /** The budgets' `agent` identity and the telemetry `agent_id`. */
+  agent_id: string;
+  agent_name: string;
+  system_instruction: string | null;
+  model: ModelProvider;
+  tools: AgentToolSource;
+  subagents?: Subagents;
+  max_steps: number;
+  max_output_tokens: number;
+  /** Synchronous runs get `<this>/<session id>` as their workspace (null: none). */
+  session_workspace_root: string | null;
+}
+
+/** An agent held for one run: `release` once the run is done with it (the agent may then be closed). */
+export interface AgentLease {
+  profile: AgentProfile;
+  release(): void;
+}
+
+/** Where the run service gets a registered agent by id (null id: the served agent). */
+export interface AgentSource {
+  acquire(agentId: string): Promise<AgentLease>;
+}
