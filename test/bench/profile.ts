@@ -3,7 +3,7 @@
 // summarised by self time per run and saved under `profiles` in results.json (one per label), which
 // docs/benchmarks.md shows.
 import { execSync } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { copyFileSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   QUICK, ROOT, closedLoop, log, nowMs, realPathConfig, removeDir, request, startChild, tempDir, type ProfileResult,
@@ -108,6 +108,8 @@ export async function profileRealPath(label: string, order: string[], save: (p: 
     const file = readdirSync(profDir).find((f) => f.endsWith('.cpuprofile'));
     if (!file) throw new Error(`no .cpuprofile written in ${profDir}`);
     const profile = JSON.parse(readFileSync(join(profDir, file), 'utf8')) as CpuProfile;
+    // BENCH_KEEP_PROFILE=<file>: keep the raw profile (for Chrome DevTools or a closer look).
+    if (process.env.BENCH_KEEP_PROFILE) copyFileSync(join(profDir, file), process.env.BENCH_KEEP_PROFILE);
     let commit = 'unknown';
     try {
       commit = execSync('git rev-parse --short HEAD', { cwd: ROOT }).toString().trim();
