@@ -106,7 +106,11 @@ async function recoveryAfterKill(): Promise<{ ms: number[]; notResumed: number; 
     const streams = Array.from({ length: KILLED_RUNS }, () => {
       let got!: (id: string) => void;
       const id = new Promise<string>((r) => (got = r));
-      const s = openSse(`${child.url}/run`, { method: 'POST', body: JSON.stringify({ query: 'keep talking' }), agent: false, onFrame: (f) => { if (f.event === 'session') got((JSON.parse(f.data) as { run_id: string }).run_id); } });
+      const s = openSse(`${child.url}/run`, { method: 'POST', body: JSON.stringify({ query: 'keep talking' }), agent: false, onFrame: (f) => {
+        // The session frame comes before the run's first store round; its stored user_message
+        // event comes after it (same round or a later one): from then on the run is durable.
+        if (f.event === 'user_message') got((JSON.parse(f.data) as { run_id: string }).run_id);
+      } });
       s.done.catch(() => undefined); // the server is killed under it
       return { id, s };
     });
