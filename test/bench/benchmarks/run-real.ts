@@ -13,7 +13,7 @@ import { inProcessRunBench } from './run-inprocess.js';
 const WARMUP_RUNS = QUICK ? 300 : Math.max(2000, Math.round(2000 * SCALE));
 /** The cold rows: the first runs after start-up, concurrency 1. */
 const COLD_RUNS = QUICK ? 200 : 1000;
-const ROUND_MS = QUICK ? 1000 : Math.max(500, Math.round(3000 * SCALE));
+const ROUND_MS = QUICK ? 1000 : Math.max(500, Math.round(2000 * SCALE));
 const ROUNDS = QUICK ? 1 : 2;
 
 export const WORKLOADS = {
