@@ -157,6 +157,8 @@ interface LiveRun {
   stepSpan: string | null;
   /** Resolves when every event emitted so far is stored and published. */
   emitChain: Promise<unknown>;
+  /** Events held back with the delayed creating write (CREATE_FOLD_MS), in order; null once it went. */
+  heldEvents: { events: EventRecordInput[]; release: () => void } | null;
   /**
    * The session record as this run found it once its turn came (null: a new session), so the
    * completed run's history is written in the same store round as its final record. Undefined
@@ -194,6 +196,15 @@ type RecoveryCause = 'approval' | 'budget_grant' | 'budget_denied' | 'interrupte
 
 /** A run the orphan sweep found; `ownerDead`: found at start-up on the single-process store. */
 interface RecoveryCandidate { id: string; cause: RecoveryCause; ownerDead: boolean }
+
+/**
+ * A new run's creating write (and its first events) wait this long for the run to go on before
+ * they are handed to the store: a run that ends or parks meanwhile (a short answer, a tool and an
+ * answer) is created already ended, in one store round instead of two. Bounded, so a long run is
+ * durable after this long; anything that must be durable sooner (an end, a pause, a non-idempotent
+ * tool) hands it over at once.
+ */
+const CREATE_FOLD_MS = 10;
 
 /** Most runs waiting for a recovery slot; more are left in the store for the next sweep. */
 const MAX_RECOVERY_QUEUE = 10_000;
@@ -384,12 +395,13 @@ export class RunService {
     const live: LiveRun = {
       run_id: rec.value.run_id,
       session_id: rec.value.session_id,
-      writer: new RecordWriter<RunRecord>(this.deps.store, 'runs', rec.id, rec, runIndexes, (err) => this.onFenced(live, err), create ? { extra: create } : undefined),
+      writer: new RecordWriter<RunRecord>(this.deps.store, 'runs', rec.id, rec, runIndexes, (err) => this.onFenced(live, err), create ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.releaseHeldEvents(live) } : undefined),
       ref: null,
       abort: new AbortController(),
       rootSpan: newId('span'),
       stepSpan: null,
       emitChain: Promise.resolve(),
+      heldEvents: null,
       session: undefined,
       historyWrite: null,
       eventSeq: 0,
@@ -410,6 +422,12 @@ export class RunService {
       releaseAgent: agent.release,
       trace,
     };
+    if (create) {
+      let release!: () => void;
+      const released = new Promise<void>((r) => (release = r));
+      live.heldEvents = { events: [], release };
+      live.emitChain = released;
+    }
     this.live.set(live.run_id, live);
     const leaseMs = this.deps.settings.lease_seconds * 1000;
     live.heartbeat = setInterval(() => this.beat(live), Math.max(50, Math.floor(leaseMs / 3)));
@@ -506,6 +524,8 @@ export class RunService {
       extra,
       beforeCommit,
     );
+    // An end, a pause or a stop must be durable at once (a delayed creation goes now).
+    if (terminal || waiting || interrupt) live.writer.flush();
     if (terminal) void write.then((r) => this.finish(live, r.value), (err) => this.failLive(live, err));
     else if (waiting) void write.then((r) => this.park(live, r.value), (err) => this.failLive(live, err));
     else if (interrupt) {
@@ -803,7 +823,10 @@ export class RunService {
     // A non-idempotent call is durable as `started` before it runs, so a crash cannot make it run
     // twice (decisions.md §6.3). An idempotent one may simply run again after a crash: it does not
     // wait for that store round (its `started` state folds into the run's next write).
-    if (!tool.idempotent) await startedSave;
+    if (!tool.idempotent) {
+      live.writer.flush();
+      await startedSave;
+    }
     else startedSave.catch(() => {}); // a fenced writer stops the run (onFenced)
     void this.emit(live, {
       event_type: 'tool_call', actor: { type: tool.source === 'mcp' ? 'mcp_server' : 'tool', id: call.name, name: tool.mcp_server ?? null },
@@ -942,11 +965,27 @@ export class RunService {
       parent_span_id: input.parent_span_id ?? (input.span_id === live.rootSpan ? null : live.rootSpan),
       metadata: { run_id: live.run_id, session_id: live.session_id, agent_id: live.agent_id, task_id: live.task_id, ...(input.metadata ?? {}) },
     };
+    // A new run's first events wait with its creating write (CREATE_FOLD_MS) and go to the store
+    // right before it: same round, same order, and no event of a run that was never stored.
+    if (live.heldEvents) {
+      live.heldEvents.events.push(full);
+      return live.emitChain;
+    }
     // Handed to the store now, not after the previous event landed: the store's write queue is
     // first in, first out and group-commits, so the events of a step share one durable write and
     // keep their order (sequence numbers and cursors alike) without waiting on each other.
     live.emitChain = Promise.all([live.emitChain, this.deps.telemetry.emitManySafe([full])]);
     return live.emitChain;
+  }
+
+  /** The delayed creating write goes to the store now: the events held with it go first. */
+  private releaseHeldEvents(live: LiveRun): void {
+    const held = live.heldEvents;
+    if (!held) return;
+    live.heldEvents = null;
+    const stored = held.events.length ? this.deps.telemetry.emitManySafe(held.events) : Promise.resolve();
+    live.emitChain = Promise.all([live.emitChain, stored]);
+    held.release();
   }
 
   private traceValue(r: RunRecord, parent: string | null, status: string) {
