@@ -10,7 +10,10 @@
 import { assign, fromPromise, setup } from 'xstate';
 import type { ChatMessage, ModelCallResult, ToolCallRequest } from '../src/agent/model/types.js';
 
-export const RUN_MACHINE_VERSION = 1;
+// v2 (issue 14): states `boundary`, `concluding` and `interrupted`, event RESUME, context
+// `steered` / `interrupt_handled`. v1 snapshots restore (their states all still exist; the new
+// context fields default when absent); a v1 server refuses v2 snapshots.
+export const RUN_MACHINE_VERSION = 2;
 
 export type TerminationReason =
   | 'stop' | 'max_steps' | 'budget_exhausted' | 'guardrail' | 'provider_error' | 'internal_error' | 'cancelled' | 'timeout';
@@ -79,6 +82,8 @@ export interface RunInput {
   /** System prompt + prior conversation + this run's user message. */
   messages: ChatMessage[];
   query: string;
+  /** How many of `messages` came before this run's own turn (system prompt + history); absent in v1 snapshots. */
+  history_length?: number;
 }
 
 export interface RunContext extends RunInput {
@@ -95,6 +100,27 @@ export interface RunContext extends RunInput {
   termination_reason: TerminationReason | null;
   error: { type: string; message: string } | null;
   guardrail_result: { allowed: boolean; rule?: string; message?: string; matched?: string } | null;
+  /**
+   * Ids of the steer messages already added to `messages` (absent in v1 snapshots). Delivery is
+   * exactly once because this list and the messages are saved in the same snapshot: an inbox
+   * read replayed after a crash skips what the saved context already holds.
+   */
+  steered?: string[];
+  /** The interrupt request this run already stopped for (absent in v1 snapshots). */
+  interrupt_handled?: string | null;
+}
+
+/** A steer message as the run's inbox hands it over, already framed as a user message. */
+export interface InboxMessage {
+  message_id: string;
+  content: string;
+}
+
+/** What the run finds in its inbox at a step boundary (only what it has not taken yet). */
+export interface InboxRead {
+  messages: InboxMessage[];
+  /** An interrupt request this run has not stopped for yet, else null. */
+  interrupt_id: string | null;
 }
 
 export type ReserveResult =
@@ -109,6 +135,8 @@ export interface ModelStepResult {
 export type RunEvent =
   | { type: 'CANCEL'; reason?: string }
   | { type: 'TIMEOUT' }
+  /** An `interrupted` run continues (POST /runs/{id}/resume). */
+  | { type: 'RESUME' }
   /** Every pending approval now carries a decision (sent by the runtime from the stored record). */
   | { type: 'APPROVALS_DECIDED'; approvals: ApprovalState[] }
   | { type: 'BUDGET_GRANTED'; request: BudgetRequest }
@@ -133,10 +161,21 @@ export const runMachine = setup({
     callModel: fromPromise<ModelStepResult, { ctx: RunContext }>(unbound('callModel')),
     governTools: fromPromise<{ decisions: PolicyDecision[]; approvals: ApprovalState[] }, { ctx: RunContext }>(unbound('governTools')),
     executeTools: fromPromise<ToolOutcome[], { ctx: RunContext }>(unbound('executeTools')),
+    readInbox: fromPromise<InboxRead, { ctx: RunContext }>(unbound('readInbox')),
   },
   actions: {
     /** Named side effect: the runtime records telemetry for state entries (agent_step, final_answer, ...). */
     notify: (_args, _params: { kind: string }) => {},
+    /** Steer messages join the conversation as user messages, never as system messages. */
+    takeSteers: assign(({ context, event }) => {
+      const out = (event as unknown as { output: InboxRead }).output;
+      const fresh = out.messages.filter((m) => !(context.steered ?? []).includes(m.message_id));
+      if (fresh.length === 0) return {};
+      return {
+        messages: [...context.messages, ...fresh.map((m) => ({ role: 'user' as const, content: m.content }))],
+        steered: [...(context.steered ?? []), ...fresh.map((m) => m.message_id)],
+      };
+    }),
     recordInternalError: assign({
       termination_reason: 'internal_error' as const,
       error: ({ event }) => ({ type: 'InternalError', message: errorMessage((event as { error?: unknown }).error) }),
@@ -153,6 +192,14 @@ export const runMachine = setup({
     },
     needsApproval: ({ event }) => (event as unknown as { output: { approvals: ApprovalState[] } }).output.approvals.some((a) => a.status === 'pending'),
     isModelPhase: ({ context }) => context.budget_phase === 'model',
+    interruptRequested: ({ context, event }) => {
+      const id = (event as unknown as { output: InboxRead }).output.interrupt_id;
+      return id !== null && id !== (context.interrupt_handled ?? null);
+    },
+    /** New steer messages after a final answer, and a step left to answer them in. */
+    steeredAfterAnswer: ({ context, event }) =>
+      context.step < context.max_steps &&
+      (event as unknown as { output: InboxRead }).output.messages.some((m) => !(context.steered ?? []).includes(m.message_id)),
   },
 }).createMachine({
   id: 'run',
@@ -170,6 +217,8 @@ export const runMachine = setup({
     termination_reason: null,
     error: null,
     guardrail_result: null,
+    steered: [],
+    interrupt_handled: null,
   }),
   initial: 'checking',
   on: {
@@ -197,11 +246,7 @@ export const runMachine = setup({
     },
     stepping: {
       always: [
-        {
-          guard: 'stepsLeft',
-          target: 'budgeting',
-          actions: [assign({ step: ({ context }) => context.step + 1, budget_phase: 'model' }), { type: 'notify', params: { kind: 'step' } }],
-        },
+        { guard: 'stepsLeft', target: 'boundary' },
         {
           target: 'failed',
           actions: assign({
@@ -210,6 +255,32 @@ export const runMachine = setup({
           }),
         },
       ],
+    },
+    // The step boundary: before each model call the run reads its inbox. Steer messages join the
+    // conversation; an interrupt request parks the run here, with no call or tool in flight.
+    boundary: {
+      invoke: {
+        src: 'readInbox',
+        input: ({ context }) => ({ ctx: context }),
+        onDone: [
+          {
+            guard: 'interruptRequested',
+            target: 'interrupted',
+            actions: ['takeSteers', assign({ interrupt_handled: ({ event }) => event.output.interrupt_id })],
+          },
+          {
+            target: 'budgeting',
+            actions: ['takeSteers', assign({ step: ({ context }) => context.step + 1, budget_phase: 'model' }), { type: 'notify', params: { kind: 'step' } }],
+          },
+        ],
+        onError: { target: 'failed', actions: 'recordInternalError' },
+      },
+    },
+    /** Stopped at a step boundary on request; RESUME goes on from the same boundary. */
+    interrupted: {
+      on: {
+        RESUME: { target: 'boundary', actions: { type: 'notify', params: { kind: 'resumed_interrupt' } } },
+      },
     },
     budgeting: {
       invoke: {
@@ -275,7 +346,7 @@ export const runMachine = setup({
             })),
           },
           {
-            target: 'completed',
+            target: 'concluding',
             actions: assign(({ context, event }) => ({
               model_calls: context.model_calls + 1,
               usage: addUsage(context.usage, event.output),
@@ -293,6 +364,19 @@ export const runMachine = setup({
             error: { type: 'ModelError', message: errorMessage(event.error) },
           })),
         },
+      },
+    },
+    // A final answer: a steer message that arrived during the last model call still gets its
+    // step (it was accepted while the run was running), if a step is left.
+    concluding: {
+      invoke: {
+        src: 'readInbox',
+        input: ({ context }) => ({ ctx: context }),
+        onDone: [
+          { guard: 'steeredAfterAnswer', target: 'stepping', actions: ['takeSteers', assign({ response: null, termination_reason: null })] },
+          { target: 'completed' },
+        ],
+        onError: { target: 'completed' },
       },
     },
     governing: {
@@ -382,17 +466,20 @@ function errorMessage(e: unknown): string {
 
 /** Rest states: where an actor waits for a person and can be stopped after saving. */
 export const RUN_WAITING_STATES = ['awaitingApproval', 'awaitingBudget'] as const;
+/** Rest state of a run stopped on request (POST /runs/{id}/interrupt); resumed by RESUME. */
+export const RUN_INTERRUPTED_STATE = 'interrupted' as const;
 export const RUN_FINAL_STATES = ['completed', 'failed', 'blocked', 'cancelled', 'timedOut'] as const;
 
 export type RunStateValue =
-  | 'checking' | 'stepping' | 'budgeting' | 'afterBudget' | 'awaitingBudget' | 'calling' | 'governing'
-  | 'awaitingApproval' | 'executing' | (typeof RUN_FINAL_STATES)[number];
+  | 'checking' | 'stepping' | 'boundary' | 'interrupted' | 'budgeting' | 'afterBudget' | 'awaitingBudget' | 'calling'
+  | 'concluding' | 'governing' | 'awaitingApproval' | 'executing' | (typeof RUN_FINAL_STATES)[number];
 
 /** The stored record status for a machine state (decisions.md §3.1). */
-export function recordStatusOf(state: RunStateValue): 'running' | 'awaiting_approval' | 'awaiting_budget' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout' {
+export function recordStatusOf(state: RunStateValue): 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout' {
   switch (state) {
     case 'awaitingApproval': return 'awaiting_approval';
     case 'awaitingBudget': return 'awaiting_budget';
+    case 'interrupted': return 'interrupted';
     case 'completed': return 'completed';
     case 'failed': return 'failed';
     case 'blocked': return 'blocked';

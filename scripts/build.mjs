@@ -7,7 +7,7 @@
 // once. Type checking is `npm run typecheck`; the tests run src/ through vitest, not this output.
 //
 // Usage: node scripts/build.mjs [--outdir DIR]   (the benchmark builds its private copy this way)
-import { readFileSync, rmSync } from 'node:fs';
+import { cpSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -67,7 +67,8 @@ const result = await esbuild.build({
   // Packages that read files next to their own sources (__dirname) or load a native addon stay
   // in node_modules and are imported at run time: classic-level (LevelDB's prebuilt binary),
   // @fastify/swagger (reads its package.json) and @fastify/swagger-ui (serves its static assets).
-  external: ['classic-level', '@fastify/swagger', '@fastify/swagger-ui'],
+  // pg-native: node-postgres's optional libpq binding, required only when asked for (agentd never is).
+  external: ['classic-level', '@fastify/swagger', '@fastify/swagger-ui', 'pg-native'],
   // Bundled CommonJS dependencies call require() for Node built-ins; an ES module has no require,
   // so every output file gets one.
   banner: { js: "import { createRequire as __agentdCreateRequire } from 'node:module'; const require = __agentdCreateRequire(import.meta.url);" },
@@ -77,6 +78,10 @@ const result = await esbuild.build({
   plugins: [zodEnglishOnly],
   metafile: process.argv.includes('--metafile'),
 });
+// The PostgreSQL store's SQL migrations (read at run time by src/store/pg-migrate.ts, which looks
+// in dist/migrations/ when bundled).
+rmSync(join(outdir, 'migrations'), { recursive: true, force: true });
+cpSync(join(ROOT, 'src/store/migrations'), join(outdir, 'migrations'), { recursive: true });
 // The dashboard (GET /ui): its own browser bundle in <outdir>/ui/, served by src/http/ui.ts.
 const { buildUi } = await import('./build-ui.mjs');
 await buildUi({ outdir: join(outdir, 'ui') });

@@ -97,6 +97,16 @@ When the service shuts down, these streams first get what the draining runs stor
 response: reconnect with \`Last-Event-ID\` (or \`cursor\`) = \`last_cursor\`. The typed client's
 \`events.follow()\` does this by itself, and also when the connection drops.
 
+## Talking to a run in flight
+
+\`POST /runs/{run_id}/steer\` \`{message, sender?}\` queues a message the run reads once, as a user message
+from \`sender\`, before its next model call (running, awaiting_approval or interrupted runs; 409
+otherwise; 422 when the input guardrails block it, recorded as a \`guardrail_violation\` event).
+\`POST /runs/{run_id}/interrupt\` stops a running run at its next step boundary (\`interrupted\`),
+\`POST /runs/{run_id}/resume\` continues it; \`GET /runs/{run_id}/inbox\` shows what it was sent.
+\`session_policy\` on \`POST /run\` and \`/run/sync\` (\`enqueue\`, \`reject\` → 409, \`interrupt\`, \`rollback\`)
+says what happens when the session has a run in flight. Details: [runs.md](runs.md).
+
 ## Idempotent requests
 
 These operations take an optional \`Idempotency-Key\` header (1 to 255 printable ASCII characters):

@@ -51,8 +51,18 @@ const ServerConfig = obj({
 const StoreConfig = obj({
   kind: oneOf(['level', 'postgres']).default('level'),
   path: nonEmpty().optional().describe('Directory of the embedded store; default: the data dir.'),
-  url: nonEmpty().optional().describe('PostgreSQL connection string; required when kind is postgres.'),
+  url: nonEmpty()
+    .refine((u) => /^postgres(ql)?:\/\//i.test(u), { error: 'expected a postgres:// or postgresql:// connection string' })
+    .optional()
+    .describe('PostgreSQL connection string (postgres://user:password@host:5432/db); required when kind is postgres. Env: AGENTD_STORE_URL. The password is never logged.'),
   sync: bool().default(true).describe('fsync every write batch of the embedded store. false: writes survive a killed process but not a power loss, for more throughput.'),
+  pool_size: posInt().default(10).describe('PostgreSQL: connections in the pool of this process.'),
+  statement_timeout_ms: z
+    .number({ error: 'expected an integer >= 0' })
+    .int({ error: 'expected an integer >= 0' })
+    .min(0, { error: 'expected an integer >= 0' })
+    .default(30_000)
+    .describe('PostgreSQL: server-side statement_timeout of every connection, in ms; 0 = none.'),
 });
 
 export const MODEL_PROVIDERS = ['demo', 'openai-compatible', 'openai', 'anthropic'] as const;
@@ -168,6 +178,9 @@ const OrphanSweepConfig = obj({
 const RunsConfig = obj({
   lease_seconds: posNumber().default(60),
   orphan_sweep: OrphanSweepConfig.prefault({}),
+  session_policy: oneOf(['enqueue', 'reject', 'interrupt', 'rollback'] as const)
+    .default('enqueue')
+    .describe('What a run does when its session already has a run in flight: enqueue (wait its turn), reject (409), interrupt (the running one stops at its next step boundary; the new one continues its conversation), rollback (the running one is cancelled and its turn removed). A request overrides it with `session_policy`.'),
 });
 
 const BackgroundConfig = obj({
@@ -535,6 +548,12 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
       override(['agent', 'model', 'provider'], 'openai-compatible', 'AGENTD_MODEL_BASE_URL');
     }
     override(['agent', 'model', 'base_url'], envBaseUrl, 'AGENTD_MODEL_BASE_URL');
+  }
+  const envStoreUrl = nonEmptyEnv(env, 'AGENTD_STORE_URL');
+  if (envStoreUrl !== undefined) {
+    // A store URL with no store kind chosen in the file can only mean PostgreSQL.
+    if (getPath(raw, ['store', 'kind']) === undefined) override(['store', 'kind'], 'postgres', 'AGENTD_STORE_URL');
+    override(['store', 'url'], envStoreUrl, 'AGENTD_STORE_URL');
   }
   const envModel = nonEmptyEnv(env, 'AGENTD_MODEL');
   if (envModel !== undefined) override(['agent', 'model', 'model'], envModel, 'AGENTD_MODEL');

@@ -14,7 +14,7 @@ export const ERROR_CODES = {
   RequestHeaderFieldsTooLarge: { status: 431, retryable: false, description: "The request headers are larger than Node's limit (16 KiB); the connection is closed." },
   TooManyRequests: { status: 429, retryable: true, description: 'Rate limited; retry after `Retry-After` seconds.' },
   InternalServerError: { status: 500, retryable: true, description: 'A bug. Never carries a stack trace or a credential.' },
-  ServerBusy: { status: 503, retryable: true, description: 'No run slot became free in time, or the service is shutting down; retry after `Retry-After` seconds.' },
+  ServerBusy: { status: 503, retryable: true, description: 'No run slot became free in time, the service is shutting down, or the database of its store does not answer (PostgreSQL); retry after `Retry-After` seconds.' },
   GatewayTimeout: { status: 504, retryable: true, description: 'The run did not finish within the request timeout; it goes on and can be inspected later.' },
 } as const;
 

@@ -6,7 +6,7 @@ const nano = customAlphabet('0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNO
 
 export type IdPrefix =
   | 'run' | 'approval' | 'budgetreq' | 'trace' | 'span' | 'event' | 'attempt' | 'outcome'
-  | 'worker' | 'session' | 'req' | 'bgrun' | 'call';
+  | 'worker' | 'session' | 'req' | 'bgrun' | 'call' | 'steer' | 'interrupt';
 
 export function newId(prefix: IdPrefix): string {
   return `${prefix}_${nano()}`;

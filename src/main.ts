@@ -29,8 +29,13 @@ export interface Server {
 export async function startServer(config: Config, opts: RuntimeOptions & { logger?: Logger; logRequests?: boolean; listen?: boolean; logServerError?: ServerErrorLog } = {}): Promise<Server> {
   const logger = opts.logger ?? createLogger({ ...logSettingsFromEnv(), redactor: redactorForConfig(config) });
   mkdirSync(config.data_dir, { recursive: true });
-  if (config.store.kind === 'postgres') throw new Error('store.kind "postgres" is not available yet; use the embedded "level" store');
-  const store = await openStore({ kind: 'level', path: config.store.path, sync: config.store.sync });
+  const store =
+    config.store.kind === 'postgres'
+      ? await openStore({
+          kind: 'postgres', url: config.store.url, poolSize: config.store.pool_size, statementTimeoutMs: config.store.statement_timeout_ms,
+          log: (level, msg) => logger[level](msg),
+        })
+      : await openStore({ kind: 'level', path: config.store.path, sync: config.store.sync });
   const runtime = await Runtime.create(config, store, { ...opts, log: opts.log ?? logFnOf(logger) });
   const app = await buildApp({
     config, store, runtime, version: readVersion(), logger, logRequests: opts.logRequests ?? process.env.AGENTD_LOG_REQUESTS === '1',

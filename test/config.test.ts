@@ -34,7 +34,7 @@ describe('loadConfig defaults', () => {
       stream_max_queued_events: 1000, stream_max_queued_bytes: 8388608 });
     expect(c.data_dir).toBe(join(dir, '.agentd'));
     expect(c.config_path).toBeNull();
-    expect(c.store).toEqual({ kind: 'level', path: join(dir, '.agentd'), sync: true });
+    expect(c.store).toEqual({ kind: 'level', path: join(dir, '.agentd'), sync: true, pool_size: 10, statement_timeout_ms: 30000 });
     expect(c.agent.name).toBe('assistant');
     expect(c.agent.max_steps).toBe(10);
     expect(c.agent.model.provider).toBe('demo');
@@ -44,6 +44,7 @@ describe('loadConfig defaults', () => {
     expect(c.runs).toEqual({
       lease_seconds: 60,
       orphan_sweep: { enabled: true, interval_seconds: 30, max_recoveries: 3, decided_grace_seconds: 30 },
+      session_policy: 'enqueue',
     });
     expect(c.background).toEqual({
       enabled: true, agent_id: 'default', lease_seconds: 30, concurrency: 4,
@@ -168,6 +169,18 @@ describe('errors', () => {
       .toEqual(['agent.guardrails.deny_patterns[0]: expected a valid regular expression']);
     expect(configError(() => configFromObject({ budgets: { session: [{ meter: 'tokens', limit: 0 }] } }, { env: {} })).problems)
       .toEqual(['budgets.session[0].limit: expected a number greater than 0']);
+  });
+
+  it('store: AGENTD_STORE_URL picks PostgreSQL unless the file names a kind; pool and timeout keys; a non-postgres URL is refused without echoing it', () => {
+    const url = 'postgres://agentd:s3cret-pass@db.internal:5432/agentd';
+    const fromEnv = configFromObject({}, { env: { AGENTD_STORE_URL: url } });
+    expect(fromEnv.store).toMatchObject({ kind: 'postgres', url, pool_size: 10, statement_timeout_ms: 30000 });
+    expect(configFromObject({ store: { kind: 'level' } }, { env: { AGENTD_STORE_URL: url } }).store.kind).toBe('level');
+    expect(configFromObject({ store: { kind: 'postgres', url: 'postgres://x/y', pool_size: 3, statement_timeout_ms: 0 } }, { env: {} }).store)
+      .toMatchObject({ pool_size: 3, statement_timeout_ms: 0, url: 'postgres://x/y' });
+    const problems = configError(() => configFromObject({ store: { kind: 'postgres', url: 'mysql://u:hunter2-secret@h/db' } }, { env: {} })).problems;
+    expect(problems).toEqual(['store.url: expected a postgres:// or postgresql:// connection string']);
+    expect(configError(() => configFromObject({ store: { pool_size: 0 } }, { env: {} })).problems).toEqual(['store.pool_size: expected a positive integer']);
   });
 
   it('a missing or malformed file is a ConfigError', () => {

@@ -10,7 +10,7 @@ export interface Command extends CommandSpec {
 }
 
 const local = (name: 'serve' | 'configCheck' | 'configSchema' | 'machines') => async () => (await import('./serve.js'))[name];
-const runs = (name: 'run' | 'runsLs' | 'runsShow' | 'runsCancel' | 'runsResume' | 'approvalsLs' | 'approvalsApprove' | 'approvalsDeny' | 'budgetGrant' | 'budgetDeny') => async () => (await import('./runs.js'))[name];
+const runs = (name: 'run' | 'runsLs' | 'runsShow' | 'runsCancel' | 'runsResume' | 'runsSteer' | 'runsInterrupt' | 'approvalsLs' | 'approvalsApprove' | 'approvalsDeny' | 'budgetGrant' | 'budgetDeny') => async () => (await import('./runs.js'))[name];
 const tasks = (name: 'tasksLs' | 'tasksCreate' | 'tasksRun' | 'tasksPause' | 'tasksResume' | 'tasksPreview' | 'eventsTail') => async () => (await import('./tasks.js'))[name];
 
 const note = { type: 'string', value: 'TEXT', help: 'A note stored with the decision (a denial\'s note reaches the model).' } as const;
@@ -28,12 +28,23 @@ export const COMMANDS: Command[] = [
     },
     details: [
       'Model env: AGENTD_MODEL_BASE_URL, AGENTD_MODEL, AGENTD_MODEL_API_KEY (else OPENAI_API_KEY).',
+      'Store env: AGENTD_STORE_URL (a postgres:// URL: the PostgreSQL store, migrated at start-up; docs/operations.md).',
       'Logs: AGENTD_LOG_LEVEL, AGENTD_LOG_FORMAT, AGENTD_LOG_REQUESTS (docs/operations.md).',
       '--inspect: see docs/machines.md ("Watching the machines").',
     ].join('\n'),
     load: local('serve'),
   },
   { path: ['config', 'check'], summary: 'Validate a config file and print the resolved config (secrets masked).', options: { config: { type: 'string', value: 'FILE', help: 'Config file (env AGENTD_CONFIG).' } }, load: local('configCheck') },
+  {
+    path: ['migrate'],
+    summary: 'Apply the PostgreSQL store\'s pending schema migrations and exit (serve also applies them at start-up).',
+    options: {
+      'store-url': { type: 'string', value: 'URL', help: 'PostgreSQL connection string (default: env AGENTD_STORE_URL, else store.url of the config; prefer the env: a flag is visible in `ps`).' },
+      config: { type: 'string', value: 'FILE', help: 'Config file (env AGENTD_CONFIG).' },
+    },
+    details: 'Safe to run while instances are starting or serving: everyone migrates under one advisory lock.\nRefuses (exit 1) a database migrated by a newer agentd.',
+    load: async () => (await import('./migrate.js')).migrateCommand,
+  },
   { path: ['config', 'schema'], summary: 'Print the JSON Schema of the config file.', load: local('configSchema') },
   { path: ['machines'], summary: 'Print every state machine as a Mermaid diagram.', load: local('machines') },
   {
@@ -43,8 +54,9 @@ export const COMMANDS: Command[] = [
       session: { type: 'string', value: 'S', help: 'Continue this session (default: a new one).' },
       agent: { type: 'string', value: 'ID', help: 'Run as this registered agent (POST /background/agents; default: the served agent).' },
       sync: { type: 'boolean', help: 'Wait for the whole answer (POST /run/sync) instead of streaming it.' },
+      policy: { type: 'string', value: 'P', help: 'When the session has a run in flight: enqueue (default), reject, interrupt or rollback.' },
     },
-    details: 'Exit: 0 success, 1 error/cancelled/timeout, 3 waiting for an approval or budget (the ids and the\ncommands to decide are printed). Ctrl-C closes the stream, which cancels the run.',
+    details: 'Exit: 0 success, 1 error/cancelled/timeout, 3 waiting for an approval or budget (the ids and the\ncommands to decide are printed) or interrupted (`runs resume` continues it). Ctrl-C closes the stream, which cancels the run.',
     load: runs('run'),
   },
   {
@@ -59,6 +71,12 @@ export const COMMANDS: Command[] = [
   },
   { path: ['runs', 'show'], args: ['RUN'], remote: true, summary: 'Show one run: status, usage, tool calls, approvals, answer.', load: runs('runsShow') },
   { path: ['runs', 'cancel'], args: ['RUN'], remote: true, summary: 'Cancel a run.', load: runs('runsCancel') },
+  {
+    path: ['runs', 'steer'], args: ['RUN', 'MESSAGE'], remote: true, summary: 'Send a run in flight a message it reads once, as a user message, before its next model call.',
+    options: { sender: { type: 'string', value: 'NAME', help: 'Who sends it (default: the API key name, else "user").' } },
+    load: runs('runsSteer'),
+  },
+  { path: ['runs', 'interrupt'], args: ['RUN'], remote: true, summary: 'Stop a running run at its next step boundary (continue it with `runs resume`).', load: runs('runsInterrupt') },
   { path: ['runs', 'resume'], args: ['RUN'], remote: true, summary: 'Continue a decided, interrupted or orphaned run and print its result (exit codes as `run`).', load: runs('runsResume') },
   { path: ['approvals', 'ls'], remote: true, summary: 'Pending approvals across runs (runs awaiting approval).', load: runs('approvalsLs') },
   {

@@ -38,8 +38,10 @@ function finish(r: RunResponse, json: boolean): number {
     const why = r.error ? `: ${r.error.type}: ${r.error.message}` : r.termination_reason && r.termination_reason !== 'stop' ? ` (${r.termination_reason})` : '';
     status(`[${r.status}] run ${runId} · session ${r.session_id}${why}`);
     if (waiting) printWaiting(runId, r.approvals, r.budget_request);
+    if (r.status === 'interrupted') status(`continue it with: agentd runs resume ${shellArg(runId)}`);
   }
-  return r.status === 'success' ? EXIT.ok : waiting ? EXIT.waiting : EXIT.error;
+  // Interrupted is a pause too: nothing failed, and the run goes on when someone resumes it.
+  return r.status === 'success' ? EXIT.ok : waiting || r.status === 'interrupted' ? EXIT.waiting : EXIT.error;
 }
 
 export async function run(p: Parsed): Promise<number> {
@@ -47,15 +49,16 @@ export async function run(p: Parsed): Promise<number> {
   const [query] = p.positionals;
   const session_id = str(p.values.session);
   const agent_id = str(p.values.agent);
+  const session_policy = str(p.values.policy) as 'enqueue' | 'reject' | 'interrupt' | 'rollback' | undefined;
   if (p.values.sync) {
-    const r = await remote.client.runs.sync(query, { session_id, agent_id });
+    const r = await remote.client.runs.sync(query, { session_id, agent_id, session_policy });
     if (remote.json) printJson(r);
     else if (r.response !== null) out(r.response);
     return finish(r, remote.json);
   }
   let result: RunResponse | null = null;
   let endedWithNewline = true;
-  for await (const f of remote.client.runs.stream(query, { session_id, agent_id })) {
+  for await (const f of remote.client.runs.stream(query, { session_id, agent_id, session_policy })) {
     if (remote.json) printJson({ event: f.event, ...(f.id !== undefined ? { id: f.id } : {}), data: f.data });
     if (f.kind === 'complete') result = f.data;
     if (remote.json) continue;
@@ -171,6 +174,23 @@ export async function runsCancel(p: Parsed): Promise<number> {
   const r = await remote.client.runs.cancel(p.positionals[0]);
   if (remote.json) printJson(r);
   else out(`run ${r.run_id}: ${r.status.replace('_', ' ')}`);
+  return EXIT.ok;
+}
+
+export async function runsSteer(p: Parsed): Promise<number> {
+  const remote = remoteOf(p);
+  const [runId, message] = p.positionals;
+  const r = await remote.client.runs.steer(runId, message, { sender: str(p.values.sender) });
+  if (remote.json) printJson(r);
+  else out(`run ${r.run_id}: message ${r.message_id} queued (read before its next model call)`);
+  return EXIT.ok;
+}
+
+export async function runsInterrupt(p: Parsed): Promise<number> {
+  const remote = remoteOf(p);
+  const r = await remote.client.runs.interrupt(p.positionals[0]);
+  if (remote.json) printJson(r);
+  else out(r.status === 'interrupted' ? `run ${r.run_id}: already interrupted (continue it: agentd runs resume ${shellArg(r.run_id)})` : `run ${r.run_id}: stops at its next step boundary (continue it later: agentd runs resume ${shellArg(r.run_id)})`);
   return EXIT.ok;
 }
 

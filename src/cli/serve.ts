@@ -8,6 +8,7 @@ import { readVersion } from '../version.js';
 import { configCheckJson, redactorForConfig } from '../telemetry/secrets.js';
 import { createLogger, logSettingsFromEnv } from '../telemetry/logger.js';
 import { checkInspectUrl, EXIT, type Parsed } from './args.js';
+import { describeStoreUrl } from '../store/pg-url.js';
 
 /** The flags the config loader reads, back in its argv form. */
 function configArgv(values: Parsed['values']): string[] {
@@ -36,7 +37,7 @@ export async function serve(p: Parsed): Promise<number> {
   }
   const server = await startServer(config, { inspect, logger });
   handleSignals(server);
-  server.logger.info(`agentd ${readVersion()} listening on ${server.url} (agent '${config.agent.name}', model ${server.runtime.model.provider}/${server.runtime.model.model}, store ${config.store.kind} at ${config.store.kind === 'level' ? config.store.path : 'postgres'})`);
+  server.logger.info(`agentd ${readVersion()} listening on ${server.url} (agent '${config.agent.name}', model ${server.runtime.model.provider}/${server.runtime.model.model}, store ${config.store.kind} at ${config.store.kind === 'level' ? config.store.path : describeStoreUrl(config.store.url ?? '')})`);
   return -1; // keep running
 }
 

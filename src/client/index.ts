@@ -32,6 +32,9 @@ export const OPERATIONS = {
   getRun: ['GET', '/runs/{run_id}'],
   cancelRun: ['POST', '/runs/{run_id}/cancel'],
   resumeRun: ['POST', '/runs/{run_id}/resume'],
+  steerRun: ['POST', '/runs/{run_id}/steer'],
+  interruptRun: ['POST', '/runs/{run_id}/interrupt'],
+  getRunInbox: ['GET', '/runs/{run_id}/inbox'],
   decideApproval: ['POST', '/runs/{run_id}/approvals/{approval_id}'],
   getRunBudget: ['GET', '/runs/{run_id}/budget'],
   decideBudget: ['POST', '/runs/{run_id}/budget'],
@@ -269,9 +272,9 @@ export function createClient(options: ClientOptions) {
    * `runs.get(run_id)`.
    */
   /** POST /run. With `idempotency_key`, calling it again with the same key and query replays the same run (docs/http-api.md). */
-  async function* stream(query: string, opts: { session_id?: string | null; agent_id?: string | null; signal?: AbortSignal; idempotency_key?: string } = {}): AsyncGenerator<RunFrame> {
+  async function* stream(query: string, opts: { session_id?: string | null; agent_id?: string | null; session_policy?: RequestBody<'startRun'>['session_policy']; signal?: AbortSignal; idempotency_key?: string } = {}): AsyncGenerator<RunFrame> {
     const res = await send('startRun', {
-      body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined }, signal: opts.signal,
+      body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined, ...(opts.session_policy ? { session_policy: opts.session_policy } : {}) }, signal: opts.signal,
       ...(opts.idempotency_key ? { headers: { 'idempotency-key': opts.idempotency_key } } : {}),
     }, 'text/event-stream');
     for await (const { frame } of framesOf(res)) {
@@ -357,14 +360,19 @@ export function createClient(options: ClientOptions) {
     runs: {
       stream,
       /** POST /run/sync: the RunResponse of any outcome (awaiting_approval included). */
-      sync: (query: string, opts: { session_id?: string | null; agent_id?: string | null; signal?: AbortSignal; idempotency_key?: string } = {}) => call('runSync', {
-        body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined }, signal: opts.signal,
+      sync: (query: string, opts: { session_id?: string | null; agent_id?: string | null; session_policy?: RequestBody<'runSync'>['session_policy']; signal?: AbortSignal; idempotency_key?: string } = {}) => call('runSync', {
+        body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined, ...(opts.session_policy ? { session_policy: opts.session_policy } : {}) }, signal: opts.signal,
         ...(opts.idempotency_key ? { headers: { 'idempotency-key': opts.idempotency_key } } : {}),
       }),
       list: (query: QueryParams<'listRuns'> = {}) => call('listRuns', { query }),
       get: (run_id: string) => call('getRun', { path: { run_id } }),
       cancel: (run_id: string) => call('cancelRun', { path: { run_id } }),
       resume: (run_id: string) => call('resumeRun', { path: { run_id } }),
+      /** POST /runs/{run_id}/steer: a message the run reads once, before its next model call. */
+      steer: (run_id: string, message: string, opts: { sender?: string } = {}) => call('steerRun', { path: { run_id }, body: { message, ...(opts.sender ? { sender: opts.sender } : {}) } }),
+      /** POST /runs/{run_id}/interrupt: the run stops at its next step boundary (resume continues it). */
+      interrupt: (run_id: string) => call('interruptRun', { path: { run_id } }),
+      inbox: (run_id: string) => call('getRunInbox', { path: { run_id } }),
       budget: (run_id: string) => call('getRunBudget', { path: { run_id } }),
       outcome: (run_id: string, body: RequestBody<'recordOutcome'>) => call('recordOutcome', { path: { run_id }, body }),
       trace: (run_id: string) => call('getRunTrace', { path: { run_id } }),

@@ -586,6 +586,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runs/{run_id}/inbox": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Steer messages a run was sent and its last interrupt request */
+        get: operations["getRunInbox"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/interrupt": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Stop a running run at its next step boundary (saved `interrupted`; continue it with POST /runs/{run_id}/resume) */
+        post: operations["interruptRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/runs/{run_id}/outcome": {
         parameters: {
             query?: never;
@@ -614,6 +648,23 @@ export interface paths {
         put?: never;
         /** Continue a decided, interrupted or orphaned run and answer with its result */
         post: operations["resumeRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/steer": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Send a running, approval-waiting or interrupted run a message it reads once, as a user message, before its next model call */
+        post: operations["steerRun"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1267,6 +1318,15 @@ export interface components {
         HTTPValidationError: {
             detail: components["schemas"]["ValidationError"][];
         };
+        InterruptResponse: {
+            interrupt_id: string | null;
+            run_id: string;
+            /**
+             * @description `interrupted`: it already was; `interrupt_requested`: it stops at its next step boundary.
+             * @enum {string}
+             */
+            status: "interrupt_requested" | "interrupted";
+        };
         LiveStateFrame: {
             actor: string;
             /** @description The event that led to this state; null for the first frame. */
@@ -1362,6 +1422,15 @@ export interface components {
                 [key: string]: components["schemas"]["McpServerState"];
             };
             ready: boolean;
+            /** @description The store and, on PostgreSQL, whether its database answers; `ready` is false while it does not. */
+            store?: {
+                /** @enum {string} */
+                adapter: "memory" | "level" | "postgres";
+                /** @description Why the database is not reachable (never holds credentials). */
+                error?: string;
+                /** @description The store is open and (PostgreSQL) its database answered the last query or probe (every 2 s). */
+                ok: boolean;
+            };
         };
         /** @enum {string} */
         RetryOn: "exception" | "timeout";
@@ -1417,6 +1486,24 @@ export interface components {
             /** @constant */
             status: "cancel_requested";
         };
+        RunInbox: {
+            interrupt: {
+                interrupt_id: string;
+                /** Format: date-time */
+                requested_at: string;
+                requested_by: string | null;
+            } | null;
+            messages: {
+                message: string;
+                message_id: string;
+                /** Format: date-time */
+                queued_at: string;
+                sender: string;
+            }[];
+            run_id: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
         /** @enum {string} */
         RunRecordStatus: "running" | "awaiting_approval" | "awaiting_budget" | "interrupted" | "completed" | "blocked" | "failed" | "cancelled" | "timeout";
         RunRequest: {
@@ -1426,6 +1513,7 @@ export interface components {
             query: string;
             /** @description For conversation continuity; a new session is created when absent. */
             session_id?: components["schemas"]["SafeId"] | null;
+            session_policy?: components["schemas"]["RunSessionPolicy"] | null;
             webhook?: components["schemas"]["WebhookUrl"] | null;
         };
         RunResponse: {
@@ -1467,6 +1555,11 @@ export interface components {
         };
         /** @enum {string} */
         RunResponseStatus: "success" | "error" | "cancelled" | "awaiting_approval" | "awaiting_budget" | "interrupted" | "timeout";
+        /**
+         * @description When the session has a run in flight: `enqueue` waits its turn; `reject` answers 409; `interrupt` stops the running one at its next step boundary (saved `interrupted`) and continues its conversation; `rollback` cancels the running one and removes its turn from the session. Default: config `runs.session_policy` (`enqueue`).
+         * @enum {string}
+         */
+        RunSessionPolicy: "enqueue" | "reject" | "interrupt" | "rollback";
         RunsListResponse: {
             next_cursor: string | null;
             runs: components["schemas"]["RunView"][];
@@ -1646,6 +1739,17 @@ export interface components {
         };
         /** @enum {string} */
         SpanName: "agent.run" | "agent.step" | "model.call" | "tool.batch" | "tool.call" | "observation.pipeline" | "subagent.run" | "background.run";
+        SteerRequest: {
+            /** @description Delivered once, as a user message, before the run's next model call. */
+            message: string;
+            sender?: string | null;
+        };
+        SteerResponse: {
+            message_id: string;
+            run_id: string;
+            /** @constant */
+            status: "queued";
+        };
         TelemetryEvent: {
             actor?: components["schemas"]["EventActor"] | null;
             /** @description Store cursor; pass it back as `cursor` / Last-Event-ID. */
@@ -4337,6 +4441,131 @@ export interface operations {
             };
         };
     };
+    getRunInbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunInbox"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    interruptRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InterruptResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     recordOutcome: {
         parameters: {
             query?: never;
@@ -4426,6 +4655,77 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    steerRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SteerRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SteerResponse"];
                 };
             };
             /** @description No valid API key (only when the service has auth.api_keys configured). */

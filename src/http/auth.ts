@@ -32,6 +32,10 @@ export const ROUTE_ACCESS: Readonly<Record<string, Access>> = {
   'GET /ui/*': 'public',
   'POST /runs/:run_id/approvals/:approval_id': 'decide',
   'POST /runs/:run_id/budget': 'decide',
+  // Talking to a run in flight (issue 14): operators steer and interrupt; readers see the inbox.
+  'POST /runs/:run_id/steer': 'operate',
+  'POST /runs/:run_id/interrupt': 'operate',
+  'GET /runs/:run_id/inbox': 'read',
   // Delivery attempts and failures: no secret in them (signing keys never leave the config).
   'GET /webhooks/deliveries': 'read',
 };

@@ -68,6 +68,11 @@ export function installErrorHandling(app: FastifyInstance, logServerError: Serve
     if (isStoreError(err, 'stale_version') || isStoreError(err, 'conflict')) {
       return reply.status(409).send({ error: 'Conflict', message: 'the resource changed while this request was handled; retry', detail: null });
     }
+    if (isStoreError(err, 'unavailable')) {
+      // The database does not answer (PostgreSQL); /ready says so too. Transient: retry.
+      reply.header('retry-after', '1');
+      return reply.status(503).send({ error: 'ServerBusy', message: 'the store is unavailable (its database does not answer); retry', detail: null });
+    }
     const code = (err as FastifyError).code;
     const status = (err as FastifyError).statusCode;
     // Fastify's own client errors: map each to our shapes.

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { newId } from '../ids.js';
 import { publicRunView, runResponseOf } from '../runtime/run-record.js';
 import { AppError } from '../errors.js';
+import type { SessionPolicy } from '../runtime/runs.js';
 import {
   ApprovalDecisionRequest, ApprovalView, BudgetDecisionRequest, BudgetDecisionResponse, OutcomeRequest, OutcomeResponse,
   RunApprovalParams, RunBudgetResponse, RunCancelResponse, RunIdParams, RunRequest, RunResponse, RunView, RunsListQuery,
@@ -32,7 +33,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     sse: { kind: 'manual', heartbeat: false },
     schema: { operationId: 'startRun', tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', headers: IdempotencyHeaders, body: RunRequest, response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse } },
   }, async (request, reply) => {
-    const body = request.body as { query: string; session_id?: string | null; webhook?: string | null; agent_id?: string | null };
+    const body = request.body as { query: string; session_id?: string | null; webhook?: string | null; agent_id?: string | null; session_policy?: SessionPolicy | null };
     if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
     const idem = idempotencyRequestOf(request, 'startRun');
     let run_id = '';
@@ -83,6 +84,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         onAccepted: ({ session_id }) => {
           channel = open(session_id);
         },
+        session_policy: body.session_policy ?? undefined,
         onDelta: (text, sequence, afterEvent) => {
           if (dropped) return; // nothing is sent any more, and waiting deltas would pile up
           const frame = { event: 'delta', data: { run_id, text, sequence } };
@@ -141,11 +143,11 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   app.post('/run/sync', {
     schema: { operationId: 'runSync', tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', headers: IdempotencyHeaders, body: RunRequest, response: { 200: RunResponse, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
   }, async (request) => {
-    const body = request.body as { query: string; session_id?: string | null; webhook?: string | null; agent_id?: string | null };
+    const body = request.body as { query: string; session_id?: string | null; webhook?: string | null; agent_id?: string | null; session_policy?: SessionPolicy | null };
     if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
     const begin = async (run_id: string) => {
       if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
-      return runs.start(body.query, body.session_id ?? null, { run_id, ...(body.agent_id != null ? { agent_id: body.agent_id } : {}) });
+      return runs.start(body.query, body.session_id ?? null, { run_id, ...(body.agent_id != null ? { agent_id: body.agent_id } : {}), session_policy: body.session_policy ?? undefined });
     };
     const idem = idempotencyRequestOf(request, 'runSync');
     if (!idem) return runResponseOf(await (await begin(newId('run'))).settled);

@@ -145,6 +145,8 @@ export function deriveWebhook(ev: StoredEvent): Derived | null {
       };
     }
     case 'guardrail_violation':
+      // A refused steer message (POST /runs/{id}/steer, 422) is recorded on the run, which goes on.
+      if (meta.source === 'steer') return null;
       return { type: 'run.failed', dedupe: ev.event_id, data: { ...base, status: 'blocked', termination_reason: 'guardrail', error: ev.error ?? null } };
     case 'policy_decision_ask':
       // One webhook per paused tool batch, however many of its calls ask (they share the step span).

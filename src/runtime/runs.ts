@@ -13,6 +13,7 @@ import {
   type ModelStepResult,
   type PolicyDecision,
   type ReserveResult,
+  type InboxRead,
   type RunContext,
   type RunEvent,
   type RunStateValue,
@@ -47,6 +48,7 @@ import {
   type ToolCallRecord,
 } from './run-record.js';
 import { SessionGate } from './session-gate.js';
+import { RunInbox, type InboxValue } from './run-inbox.js';
 import type { Subagents, SubagentSpec } from './subagents.js';
 import { Slots } from './slots.js';
 import type { ActorSystem } from './system.js';
@@ -69,7 +71,12 @@ export interface RunSettings {
   /** Synchronous runs get `<this>/<session id>` as their workspace (background runs get their own). */
   session_workspace_root: string | null;
   sweep: { enabled: boolean; interval_seconds: number; max_concurrent: number; max_recoveries: number; decided_grace_seconds: number };
+  /** What a run does when its session already has one in flight (config `runs.session_policy`). */
+  session_policy?: SessionPolicy;
 }
+
+/** Session concurrency policy (issue 14 item 3; docs/runs.md "Busy sessions"). */
+export type SessionPolicy = 'enqueue' | 'reject' | 'interrupt' | 'rollback';
 
 export interface ToolSource {
   list(): RegisteredTool[];
@@ -122,6 +129,8 @@ export interface StartOptions {
    * run waits for that first round meanwhile, so an id handed out here always reads.
    */
   onAccepted?: (ids: { run_id: string; session_id: string }) => void;
+  /** When the session has a run in flight in this process; default `settings.session_policy`. */
+  session_policy?: SessionPolicy;
 }
 
 export interface StartedRun {
@@ -143,6 +152,8 @@ interface SessionValue {
   session_id: string;
   messages: ChatMessage[];
   run_ids: string[];
+  /** Messages each run of `run_ids` added (absent: 2 each), so a rollback can take a turn back out. */
+  counts?: number[];
   created_at: string;
   updated_at: string;
 }
@@ -188,6 +199,8 @@ interface LiveRun {
   releaseAgent: () => void;
   /** This segment's trace record, rewritten in the commit that ends or parks the run. */
   trace: TraceValue;
+  /** Messages the run's turn adds to the session before its own (an interrupted run's query it took over). */
+  prelude: ChatMessage[];
 }
 
 type TraceValue = ReturnType<RunService['traceValue']>;
@@ -211,6 +224,9 @@ const MAX_RECOVERY_QUEUE = 10_000;
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
+/** Statuses a steer message is accepted in (decisions.md §11). */
+const STEERABLE: ReadonlySet<RunRecordStatus> = new Set(['running', 'awaiting_approval', 'interrupted']);
+
 export class RunService {
   private readonly live = new Map<string, LiveRun>();
   private readonly slots: Slots;
@@ -226,6 +242,8 @@ export class RunService {
   private readonly recovering = new Set<string>();
   private recoveryPump: Promise<void> | null = null;
   private readonly settledListeners = new Set<(record: RunRecord) => void>();
+  /** Steer messages and interrupt requests (src/runtime/run-inbox.ts). */
+  readonly inbox: RunInbox;
 
   constructor(private readonly deps: RunServiceDeps) {
     this.slots = new Slots(deps.settings.max_concurrent_runs, deps.settings.admission_wait_ms, deps.settings.sweep.max_concurrent);
@@ -235,6 +253,7 @@ export class RunService {
       agent_id: st.agent_id, agent_name: st.agent_name, system_instruction: st.system_instruction, model: deps.model, tools: deps.tools,
       subagents: deps.subagents, max_steps: st.max_steps, max_output_tokens: st.max_output_tokens, session_workspace_root: st.session_workspace_root,
     };
+    this.inbox = new RunInbox(deps.store, () => iso(deps.clock.now()));
     this.logic = runMachine.provide({
       actors: {
         checkInput: fromPromise(async ({ input }) => this.checkInputEffect(input.query, input.run_id)),
@@ -242,6 +261,7 @@ export class RunService {
         callModel: fromPromise(async ({ input, signal }) => this.callModelEffect(input.ctx, signal)),
         governTools: fromPromise(async ({ input }) => this.governEffect(input.ctx)),
         executeTools: fromPromise(async ({ input, signal }) => this.executeToolsEffect(input.ctx, signal)),
+        readInbox: fromPromise(async ({ input }) => this.readInboxEffect(input.ctx)),
       },
       actions: {
         notify: ({ context }, params) => {
@@ -288,6 +308,11 @@ export class RunService {
 
   async start(query: string, sessionId: string | null | undefined, opts: StartOptions = {}): Promise<StartedRun> {
     if (this.closing) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
+    // A session with a run in flight in this process: the session policy decides (docs/runs.md,
+    // "Busy sessions"). `enqueue` waits in the session's queue, as every run did before.
+    const policy = opts.session_policy ?? this.deps.settings.session_policy ?? 'enqueue';
+    const busyWith = sessionId && policy !== 'enqueue' ? this.sessions.holder(sessionId) : null;
+    if (busyWith && policy === 'reject') throw conflict(`session '${sessionId}' has a run in flight (${busyWith})`, 'session_busy');
     const releaseSlot = opts.admitted ? () => {} : await this.slots.acquire();
     let live: LiveRun | null = null;
     let agent: AgentLease | null = null;
@@ -338,17 +363,35 @@ export class RunService {
         metadata: { agent_name: record.agent_name }, // the trace's gen_ai.agent.name
       });
       opts.onAccepted?.({ run_id, session_id });
+      // `interrupt`: the run in flight stops at its next step boundary; `rollback`: it is cancelled.
+      // Either way it then lets go of the session, and this run (queued behind it) goes next.
+      if (busyWith && policy === 'interrupt') {
+        // A run that just started may not be stored yet: its record is what the request checks.
+        const busyLive = this.live.get(busyWith);
+        busyLive?.writer.flush();
+        await busyLive?.writer.created?.catch(() => undefined);
+        await this.interrupt(busyWith, { by: `run:${run_id}` }).catch(() => undefined);
+      }
+      if (busyWith && policy === 'rollback') await this.cancel(busyWith).catch(() => undefined);
       // Our turn in the session, then the conversation the runs before us left (a session id we
       // just made up has none: no read).
       await this.sessions.acquire(session_id, run_id);
-      const history = sessionId ? await this.deps.store.getRecord<SessionValue>('sessions', session_id) : null;
+      let history = sessionId ? await this.deps.store.getRecord<SessionValue>('sessions', session_id) : null;
+      let carried: ChatMessage[] = [];
+      if (busyWith && policy === 'rollback') history = await this.rollbackTurn(session_id, busyWith, history);
+      if (busyWith && policy === 'interrupt') {
+        const c = await this.carryOver(busyWith);
+        carried = c.messages;
+        live.prelude = c.prelude;
+      }
       live.session = history;
       const messages: ChatMessage[] = [
         ...(profile.system_instruction ? [{ role: 'system' as const, content: profile.system_instruction }] : []),
         ...(history?.value.messages ?? []),
+        ...carried,
         { role: 'user', content: query },
       ];
-      this.spawnActor(live, { input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query } });
+      this.spawnActor(live, { input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query, history_length: messages.length - 1 } });
       await live.writer.created;
       this.deps.metrics.runStarted();
       return { run_id, session_id, trace_id, settled: live.settled };
@@ -421,6 +464,7 @@ export class RunService {
       agent: agent.profile,
       releaseAgent: agent.release,
       trace,
+      prelude: [],
     };
     if (create) {
       let release!: () => void;
@@ -467,7 +511,9 @@ export class RunService {
     const persisted = live.ref.getPersistedSnapshot();
     const now = iso(this.deps.clock.now());
     const terminal = TERMINAL_RUN_STATUSES.has(status);
-    const waiting = WAITING_RUN_STATUSES.has(status);
+    // Parked: waiting for a person, or stopped at a step boundary on request (POST /runs/{id}/interrupt).
+    const stopped = state === 'interrupted';
+    const waiting = WAITING_RUN_STATUSES.has(status) || stopped;
     // Graceful shutdown (decisions.md §9): a run reaching a step boundary (about to reserve for
     // its next model call or tool batch) stops there, saved `interrupted`, instead of starting
     // work the grace period may not cover. Before this, shutdown waited for whole runs to end, so
@@ -495,6 +541,12 @@ export class RunService {
     // (same atomic batch or an earlier one). No waiting for the events here, so the run's end
     // costs one store round, not two.
     if (terminal) void this.emitFinal(live, status, ctx);
+    if (stopped) {
+      void this.emit(live, {
+        event_type: 'run_interrupted', actor: { type: 'system', id: this.deps.workerId }, span_id: live.rootSpan,
+        metadata: { interrupt_id: ctx.interrupt_handled ?? null, step: ctx.step, steered: (ctx.steered ?? []).length },
+      });
+    }
     // The conversation grows in the same round as the completed run's record: issued right
     // before it (see RecordWriter.update's beforeCommit), as its own job, so a session changed
     // meanwhile (its CAS misses) only makes finish() append the slow way.
@@ -519,7 +571,7 @@ export class RunService {
         owner: terminal || waiting || interrupt ? null : r.owner,
         lease_expires_at: terminal || waiting || interrupt ? null : r.lease_expires_at,
         ended_at: terminal ? now : r.ended_at,
-        decided_at: waiting ? null : r.decided_at,
+        decided_at: WAITING_RUN_STATUSES.has(status) ? null : r.decided_at,
       }),
       extra,
       beforeCommit,
@@ -569,7 +621,8 @@ export class RunService {
 
   private async finish(live: LiveRun, record: RunRecord): Promise<void> {
     await live.emitChain;
-    if (record.status === 'completed' && !(live.historyWrite && (await live.historyWrite))) await this.appendHistory(record);
+    if (record.status === 'completed' && !(live.historyWrite && (await live.historyWrite))) await this.appendHistory(record, live.prelude);
+    if (TERMINAL_RUN_STATUSES.has(record.status)) this.inbox.forget(record.run_id);
     this.deps.metrics.runFinished(record.status, (this.deps.clock.now() - live.startedAtMs) / 1000);
     this.retire(live);
     live.resolve(record);
@@ -641,6 +694,16 @@ export class RunService {
       });
     }
     return { allowed: false, rule: result.rule, message: result.message, matched: result.matched };
+  }
+
+  /** The step boundary's inbox read. A store failure delivers nothing this time (the next boundary reads again). */
+  private async readInboxEffect(ctx: RunContext): Promise<InboxRead> {
+    try {
+      return await this.inbox.read(ctx.run_id, ctx.steered ?? [], ctx.interrupt_handled ?? null);
+    } catch (err) {
+      this.deps.log?.('warn', 'run inbox could not be read; trying again at the next step boundary', { run_id: ctx.run_id, err: String(err) });
+      return { messages: [], interrupt_id: null };
+    }
   }
 
   private async reserveEffect(ctx: RunContext, phase: 'model' | 'tools'): Promise<ReserveResult> {
@@ -1013,26 +1076,26 @@ export class RunService {
   private writeHistory(live: LiveRun, record: RunRecord): Promise<boolean> {
     const cur = live.session;
     if (cur?.value.run_ids.includes(record.run_id)) return Promise.resolve(true);
-    const add: ChatMessage[] = [{ role: 'user', content: this.deps.telemetry.redactText(record.query) }, { role: 'assistant', content: record.response ?? '' }];
+    const add: ChatMessage[] = [...live.prelude, { role: 'user', content: this.deps.telemetry.redactText(record.query) }, { role: 'assistant', content: record.response ?? '' }];
     const now = record.updated_at;
     const op: WriteOp = cur
-      ? { op: 'update', kind: 'sessions', id: record.session_id, expectedVersion: cur.version, value: { ...cur.value, messages: [...cur.value.messages, ...add], run_ids: [...cur.value.run_ids, record.run_id], updated_at: now } satisfies SessionValue }
-      : { op: 'create', kind: 'sessions', id: record.session_id, value: { session_id: record.session_id, messages: add, run_ids: [record.run_id], created_at: now, updated_at: now } satisfies SessionValue };
+      ? { op: 'update', kind: 'sessions', id: record.session_id, expectedVersion: cur.version, value: { ...cur.value, messages: [...cur.value.messages, ...add], run_ids: [...cur.value.run_ids, record.run_id], counts: [...countsOf(cur.value), add.length], updated_at: now } satisfies SessionValue }
+      : { op: 'create', kind: 'sessions', id: record.session_id, value: { session_id: record.session_id, messages: add, run_ids: [record.run_id], counts: [add.length], created_at: now, updated_at: now } satisfies SessionValue };
     return this.deps.store.commit([op]).then(() => true, () => false);
   }
 
-  private async appendHistory(record: RunRecord): Promise<void> {
+  private async appendHistory(record: RunRecord, prelude: ChatMessage[] = []): Promise<void> {
     const { store, clock } = this.deps;
     const now = iso(clock.now());
     for (let i = 0; i < 10; i++) {
       const cur = await store.getRecord<SessionValue>('sessions', record.session_id);
-      const add: ChatMessage[] = [{ role: 'user', content: this.deps.telemetry.redactText(record.query) }, { role: 'assistant', content: record.response ?? '' }];
+      const add: ChatMessage[] = [...prelude, { role: 'user', content: this.deps.telemetry.redactText(record.query) }, { role: 'assistant', content: record.response ?? '' }];
       try {
         if (!cur) {
-          await store.createRecord<SessionValue>('sessions', record.session_id, { session_id: record.session_id, messages: add, run_ids: [record.run_id], created_at: now, updated_at: now });
+          await store.createRecord<SessionValue>('sessions', record.session_id, { session_id: record.session_id, messages: add, run_ids: [record.run_id], counts: [add.length], created_at: now, updated_at: now });
         } else {
           if (cur.value.run_ids.includes(record.run_id)) return;
-          await store.updateRecord<SessionValue>('sessions', record.session_id, { ...cur.value, messages: [...cur.value.messages, ...add], run_ids: [...cur.value.run_ids, record.run_id], updated_at: now }, cur.version);
+          await store.updateRecord<SessionValue>('sessions', record.session_id, { ...cur.value, messages: [...cur.value.messages, ...add], run_ids: [...cur.value.run_ids, record.run_id], counts: [...countsOf(cur.value), add.length], updated_at: now }, cur.version);
         }
         return;
       } catch (err) {
@@ -1109,6 +1172,7 @@ export class RunService {
       owner: null, lease_expires_at: null, ended_at: now, updated_at: now,
     }, rec.version, runIndexes({ ...rec.value, status: 'cancelled' }));
     await this.deps.ledger.releaseRun(runId).catch(() => 0);
+    this.inbox.forget(runId);
     await this.setTraceStatus(done.value.trace_id, 'cancelled');
     // The same last word a live run's cancel leaves (emitFinal), so the trace ends and the
     // webhook dispatcher (src/integrations/webhooks.ts) sees run.cancelled.
@@ -1119,6 +1183,131 @@ export class RunService {
     });
     this.notifySettled(done.value);
     return { status: 'cancel_requested', run_id: runId };
+  }
+
+  // ---------------------------------------------------------------- steer and interrupt (issue 14 item 2)
+
+  /**
+   * Queues a message for the run's next step boundary. Refused (409) unless the run is running,
+   * awaiting approval or interrupted; a message the input guardrails block is refused too, and
+   * recorded as a `guardrail_violation` event of the run (`blocked` in the answer).
+   */
+  async steer(runId: string, body: { message: string; sender: string }): Promise<
+    | { status: 'queued'; message_id: string; run_id: string }
+    | { blocked: { rule: string; message: string } }
+  > {
+    const r = await this.get(runId);
+    if (!STEERABLE.has(r.status)) throw conflict(`run ${runId} cannot be steered while ${r.status}; only running, awaiting_approval or interrupted runs can`, r.status);
+    const meta = { run_id: runId, session_id: r.session_id, agent_id: r.agent_id, task_id: r.task_id };
+    const verdict = checkInput(body.message, this.deps.guardrails);
+    if (!verdict.allowed) {
+      await this.deps.telemetry.emitSafe({
+        event_type: 'guardrail_violation', trace_id: r.trace_id, span_id: await this.rootSpanOf(r), actor: { type: 'guardrail', id: verdict.rule },
+        input: { message: body.message, sender: body.sender }, error: { type: 'GuardrailViolation', message: verdict.message },
+        metadata: { ...meta, rule: verdict.rule, matched: verdict.matched ?? null, source: 'steer', sender: body.sender },
+      });
+      return { blocked: { rule: verdict.rule, message: verdict.message } };
+    }
+    const entry = await this.inbox.queueSteer(runId, body.sender, body.message);
+    // The run may have ended between the status check and the append (its last boundary read
+    // nothing): then nobody will take the message. Say so instead of answering `queued`.
+    const after = await this.get(runId);
+    if (TERMINAL_RUN_STATUSES.has(after.status) && !(await this.steeredInto(runId, entry.message_id))) {
+      await this.inbox.withdrawSteer(runId, entry.message_id);
+      throw conflict(`run ${runId} ended (${after.status}) before the message could be delivered`, after.status);
+    }
+    await this.deps.telemetry.emitSafe({
+      event_type: 'run_steered', trace_id: after.trace_id, span_id: await this.rootSpanOf(after), actor: { type: 'user', id: body.sender },
+      input: { message: body.message }, metadata: { ...meta, message_id: entry.message_id, sender: body.sender, status: after.status },
+    });
+    return { status: 'queued', message_id: entry.message_id, run_id: runId };
+  }
+
+  /**
+   * The root span of the run's current trace segment, where events about the run itself go (as
+   * run_resumed does): the live segment's, else the span of the segment's first event.
+   */
+  private async rootSpanOf(r: RunRecord): Promise<string> {
+    const live = this.live.get(r.run_id);
+    if (live && live.writer.value.trace_id === r.trace_id) return live.rootSpan;
+    const first = await this.deps.store.readEvents({ filters: { trace_id: r.trace_id }, limit: 1 }).catch(() => null);
+    const span = first?.events[0]?.span_id;
+    return typeof span === 'string' && span ? span : newId('span');
+  }
+
+  /** Whether the run's saved context already holds the steer message. */
+  private async steeredInto(runId: string, messageId: string): Promise<boolean> {
+    const snap = await this.deps.store.getRecord<SnapshotValue>('snapshots', runId);
+    const ctx = (snap?.value.snapshot as { context?: RunContext } | undefined)?.context;
+    return (ctx?.steered ?? []).includes(messageId);
+  }
+
+  /**
+   * Asks a running run to stop at its next step boundary (saved `interrupted`, resumable with
+   * POST /runs/{id}/resume). A tool call or model call in flight finishes and is saved first.
+   */
+  async interrupt(runId: string, opts: { by?: string | null } = {}): Promise<{ status: 'interrupt_requested' | 'interrupted'; run_id: string; interrupt_id: string | null }> {
+    const r = await this.get(runId);
+    if (r.status === 'interrupted' && r.machine_state === 'interrupted') return { status: 'interrupted', run_id: runId, interrupt_id: null };
+    if (r.kind === 'background') throw conflict(`run ${runId} is a background run; stop it with POST /background/runs/{run_id}/cancel`, 'background');
+    // A run a graceful shutdown interrupted is resumed at the next start: the request makes it
+    // stop again at its first boundary there, and stay stopped.
+    if (r.status !== 'running' && r.status !== 'interrupted') throw conflict(`run ${runId} cannot be interrupted while ${r.status}; only running runs can`, r.status);
+    const interrupt_id = await this.inbox.requestInterrupt(runId, opts.by ?? null);
+    return { status: 'interrupt_requested', run_id: runId, interrupt_id };
+  }
+
+  /** The inbox of a run (steer messages queued so far, the last interrupt request). */
+  async inboxOf(runId: string): Promise<InboxValue> {
+    const r = await this.get(runId);
+    return (await this.inbox.get(runId)) ?? { run_id: r.run_id, messages: [], interrupt: null, updated_at: r.updated_at };
+  }
+
+  /**
+   * Session policy `interrupt`: the conversation the interrupted run had reached (its query, its
+   * tool calls and results, steer messages it took), which the new run continues from.
+   */
+  private async carryOver(runId: string): Promise<{ messages: ChatMessage[]; prelude: ChatMessage[] }> {
+    const none = { messages: [], prelude: [] };
+    const [rec, snap] = await Promise.all([this.deps.store.getRecord<RunRecord>('runs', runId), this.deps.store.getRecord<SnapshotValue>('snapshots', runId)]);
+    if (!rec || rec.value.status !== 'interrupted' || !snap) return none;
+    const ctx = (snap.value.snapshot as { context?: RunContext }).context;
+    if (!ctx) return none;
+    let from = ctx.history_length;
+    if (from === undefined) {
+      // v1 snapshot: the run's own turn starts at its query.
+      from = ctx.messages.findLastIndex((m) => m.role === 'user' && m.content === ctx.query);
+      if (from < 0) return none;
+    }
+    const messages = ctx.messages.slice(from).filter((m) => m.role !== 'system');
+    return { messages, prelude: [{ role: 'user', content: this.deps.telemetry.redactText(rec.value.query) }] };
+  }
+
+  /**
+   * Session policy `rollback`: the cancelled run's turn leaves the session. A run cancelled in
+   * time never added one; one that completed first (the race is short) is taken back out.
+   */
+  private async rollbackTurn(sessionId: string, runId: string, cur: Versioned<SessionValue> | null): Promise<Versioned<SessionValue> | null> {
+    for (let attempt = 0; attempt < 10 && cur; attempt++) {
+      const i = cur.value.run_ids.indexOf(runId);
+      if (i < 0) return cur;
+      const counts = countsOf(cur.value);
+      const start = counts.slice(0, i).reduce((a, b) => a + b, 0);
+      const value: SessionValue = {
+        ...cur.value,
+        messages: [...cur.value.messages.slice(0, start), ...cur.value.messages.slice(start + counts[i])],
+        run_ids: cur.value.run_ids.filter((_, j) => j !== i),
+        counts: counts.filter((_, j) => j !== i),
+        updated_at: iso(this.deps.clock.now()),
+      };
+      try {
+        return await this.deps.store.updateRecord<SessionValue>('sessions', sessionId, value, cur.version);
+      } catch (err) {
+        if (!isStoreError(err, 'stale_version')) throw err;
+        cur = await this.deps.store.getRecord<SessionValue>('sessions', sessionId);
+      }
+    }
+    return cur;
   }
 
   // ---------------------------------------------------------------- decisions
@@ -1258,7 +1447,9 @@ export class RunService {
     if (snapVersion > RUN_MACHINE_VERSION) {
       throw conflict(`run ${runId} was saved by a newer agentd (run machine v${snapVersion}; this server knows up to v${RUN_MACHINE_VERSION}); resume it on an upgraded server`);
     }
-    const recovering = how.cause === 'recovered_after_lapsed_lease' || how.cause === 'interrupted';
+    // Stopped on request (POST /runs/{id}/interrupt), not by a shutdown: resuming it is no recovery.
+    const requested = r.status === 'interrupted' && r.machine_state === 'interrupted';
+    const recovering = !requested && (how.cause === 'recovered_after_lapsed_lease' || how.cause === 'interrupted');
     if (recovering && r.recoveries >= this.deps.settings.sweep.max_recoveries) {
       await this.deps.store.updateRecord<RunRecord>('runs', runId, {
         ...r, status: 'failed', termination_reason: 'internal_error', owner: null, lease_expires_at: null,
@@ -1315,15 +1506,19 @@ export class RunService {
         event_type: 'run_resumed', actor: { type: 'system', id: this.deps.workerId }, span_id: live.rootSpan,
         metadata: {
           cause: how.cause, trigger: how.trigger, previous_trace_id: r.trace_id, agent_name: r.agent_name,
-          ...(how.cause === 'recovered_after_lapsed_lease' || how.cause === 'interrupted'
+          ...(requested ? { interrupted_by: 'request' } : {}),
+          ...(recovering
             ? { previous_owner: r.owner, lease_expired_at: r.lease_expires_at, orphaned_seconds: Math.max(0, (now - lastBeat) / 1000) }
             : {}),
           ...(r.decided_at ? { decision: r.decision, decided_at: r.decided_at } : {}),
           ...(how.extra ?? {}),
         },
       });
+      // Steer messages an earlier process accepted wait in the inbox: the boundary must read it.
+      this.inbox.mark(runId);
       let resumeEvent: RunEvent | undefined;
-      if (r.status === 'awaiting_approval') resumeEvent = { type: 'APPROVALS_DECIDED', approvals: this.currentBatch(r) };
+      if (state === 'interrupted') resumeEvent = { type: 'RESUME' };
+      else if (r.status === 'awaiting_approval') resumeEvent = { type: 'APPROVALS_DECIDED', approvals: this.currentBatch(r) };
       else if (r.status === 'awaiting_budget' && r.budget_request) {
         resumeEvent = { type: r.budget_request.status === 'granted' ? 'BUDGET_GRANTED' : 'BUDGET_DENIED', request: r.budget_request };
       } else if (state === 'awaitingApproval' && !this.currentBatch(r).some((a) => a.status === 'pending')) {
@@ -1399,7 +1594,8 @@ export class RunService {
           if (status === 'running') {
             if (opts.startup || this.leaseLapsed(r)) cause = 'recovered_after_lapsed_lease';
           } else if (status === 'interrupted') {
-            cause = 'interrupted';
+            // Stopped on request: it waits for POST /runs/{id}/resume, like a run waiting for a person.
+            if (r.machine_state !== 'interrupted') cause = 'interrupted';
           } else if (r.decided_at && (opts.startup || now - Date.parse(r.decided_at) >= settings.sweep.decided_grace_seconds * 1000)) {
             // At start-up nobody else can be resuming a decided run (the embedded store is
             // single-process): a decision whose resume died with the last process goes on now,
@@ -1508,6 +1704,11 @@ export class RunService {
       live.resolve(live.writer.value);
     }));
   }
+}
+
+/** Messages each run of a session added (sessions written before `counts` existed: 2 per run). */
+function countsOf(v: SessionValue): number[] {
+  return v.counts && v.counts.length === v.run_ids.length ? v.counts : v.run_ids.map(() => 2);
 }
 
 function mergeById<T, K extends keyof T>(existing: T[], updates: T[], key: K): T[] {

@@ -40,6 +40,7 @@ export interface Readiness {
   initialized: boolean;
   mcp_connected: boolean;
   mcp_servers?: Record<string, { status: string; last_error: string | null }>;
+  store?: { adapter: 'memory' | 'level' | 'postgres'; ok: boolean; error?: string };
 }
 
 /**
@@ -209,14 +210,18 @@ export class Runtime {
     const servers = this.tools.mcpStatus();
     const mcp_connected = this.tools.mcpConnected();
     const initialized = this.initialized;
+    // PostgreSQL: false while the database does not answer (the process keeps running and
+    // serves again once it is back); the embedded store is healthy while open.
+    const health = this.store.healthStatus?.() ?? { ok: this.store.isOpen() };
     return {
       // False from the first moment of a graceful shutdown: the process still answers (runs are
       // draining) but refuses new runs, so a load balancer must stop sending them (it used to
       // say ready until the store closed; issue 10, finding 13).
-      ready: this.store.isOpen() && initialized && mcp_connected && !this.runs.shuttingDown,
+      ready: this.store.isOpen() && health.ok && initialized && mcp_connected && !this.runs.shuttingDown,
       agent_name: this.agentName,
       initialized,
       mcp_connected,
+      store: { adapter: this.store.adapter, ok: this.store.isOpen() && health.ok, ...(health.error && !health.ok ? { error: health.error } : {}) },
       ...(Object.keys(servers).length > 0 ? { mcp_servers: servers } : {}),
     };
   }
@@ -282,6 +287,7 @@ export function runSettingsOf(config: Config): RunSettings {
     tool_timeout_ms: 120_000,
     session_workspace_root: join(config.background.workspace_root, 'sessions'),
     sweep: { ...config.runs.orphan_sweep, max_concurrent: recoveryConcurrency(config.server.max_concurrent_runs, config.runs.orphan_sweep.max_concurrent) },
+    session_policy: config.runs.session_policy,
   };
 }
 

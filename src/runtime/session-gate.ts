@@ -47,6 +47,14 @@ export class SessionGate {
     });
   }
 
+  /** The run holding the session in this process (the one running its turn), or null. */
+  holder(sessionId: string): string | null {
+    const solo = this.solo.get(sessionId);
+    if (solo !== undefined) return solo;
+    const ref = this.system.get(`session:${sessionId}`);
+    return ref ? ((ref.getSnapshot() as { context: { active: string | null } }).context.active ?? null) : null;
+  }
+
   release(sessionId: string, runId: string): void {
     if (this.solo.get(sessionId) === runId) {
       this.solo.delete(sessionId);

@@ -29,6 +29,14 @@ export const ReadinessResponse = z
     initialized: z.boolean(),
     mcp_connected: z.boolean().describe('True when no tool servers are configured or every configured one is connected.'),
     mcp_servers: z.record(z.string(), McpServerState).optional(),
+    store: z
+      .object({
+        adapter: z.enum(['memory', 'level', 'postgres']),
+        ok: z.boolean().describe('The store is open and (PostgreSQL) its database answered the last query or probe (every 2 s).'),
+        error: z.string().optional().describe('Why the database is not reachable (never holds credentials).'),
+      })
+      .optional()
+      .describe('The store and, on PostgreSQL, whether its database answers; `ready` is false while it does not.'),
   })
   .meta({ id: 'ReadinessResponse' });
 export type ReadinessResponse = z.infer<typeof ReadinessResponse>;

@@ -3,6 +3,7 @@ export * from './common.js';
 export * from './errors.js';
 export * from './decisions.js';
 export * from './runs.js';
+export * from './steer.js';
 export * from './background.js';
 export * from './telemetry.js';
 export * from './health.js';

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { BackgroundId, Cursor, ErrorInfo, IsoDateTime, JsonObject, QueryId, SafeId, queryInt } from './common.js';
 import { ApprovalView, BudgetRequestView, OutcomeResponse } from './decisions.js';
 import { WebhookUrl } from './webhooks.js';
+import { RunSessionPolicy } from './steer.js';
 
 export const RunRequest = z
   .strictObject({
@@ -11,6 +12,7 @@ export const RunRequest = z
     session_id: SafeId.nullish().describe('For conversation continuity; a new session is created when absent.'),
     agent_id: BackgroundId.nullish().describe('A registered agent (POST /background/agents) to run as; default: the served agent. 404 when not registered (docs/agents.md).'),
     webhook: WebhookUrl.nullish(),
+    session_policy: RunSessionPolicy.nullish(),
   })
   .meta({ id: 'RunRequest' });
 export type RunRequest = z.infer<typeof RunRequest>;

@@ -1,6 +1,6 @@
 // The one store interface (architecture habit 7). Every adapter (memory for unit tests, LevelDB
-// embedded default, later PostgreSQL) implements exactly this, and `test/store/store.contract.ts`
-// runs the same suite, error codes included, against each.
+// embedded default, PostgreSQL for several instances on one database) implements exactly this,
+// and `test/store/store.contract.ts` runs the same suite, error codes included, against each.
 //
 // Two families of data:
 //  1. Versioned records grouped by `kind` (runs, snapshots, background tasks, ...). Every write is a
@@ -22,6 +22,8 @@ export type RecordKind =
   | 'bg_attempts'
   | 'bg_occurrences'
   | 'traces'
+  /** Steer messages and interrupt requests of a run (src/runtime/run-inbox.ts). */
+  | 'run_inbox'
   | 'meta'
   /** Idempotency-Key records (src/integrations/idempotency.ts). */
   | 'idempotency'
@@ -116,7 +118,14 @@ export type StoreErrorCode =
   | 'conflict' // create of an existing id
   | 'stale_version' // CAS failed: somebody wrote since you read
   | 'closed'
-  | 'locked'; // another process holds the data dir
+  | 'locked' // another process holds the data dir
+  | 'unavailable'; // the database does not answer (PostgreSQL: connection lost, database gone); transient
+
+export interface StoreHealth {
+  ok: boolean;
+  /** Why the last check failed (never holds credentials). */
+  error?: string;
+}
 
 export class StoreError extends Error {
   constructor(readonly code: StoreErrorCode, message: string) {
@@ -171,6 +180,12 @@ export interface Store {
    * session id). An adapter may take that as read instead of reading it.
    */
   prefetch?(records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes; fresh?: string[] }>): void;
+
+  /**
+   * Optional: whether the backing database answers (PostgreSQL: the last query or background
+   * probe succeeded). Synchronous, for /ready. An adapter without it is healthy while open.
+   */
+  healthStatus?(): StoreHealth;
 
   /** Appends in order; the returned events carry their cursors. Durable when the promise resolves. */
   appendEvents(events: EventInput[]): Promise<StoredEvent[]>;

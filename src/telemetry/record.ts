@@ -29,6 +29,8 @@ export const RUN_EVENT_TYPES = [
   'policy_decision_ask',
   'policy_decision_deny',
   'run_resumed',
+  'run_steered',
+  'run_interrupted',
 ] as const;
 
 export const BACKGROUND_EVENT_TYPES = [

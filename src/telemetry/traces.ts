@@ -65,6 +65,8 @@ export interface TraceSummary {
 const RUN_LEVEL_TYPES = new Set([
   'user_message',
   'run_resumed',
+  'run_steered',
+  'run_interrupted',
   'final_answer',
   'runtime_error',
   'guardrail_violation',

@@ -56,6 +56,33 @@ function summary(e: any): string {
   return (typeof v === 'string' ? v : JSON.stringify(v)).slice(0, 160);
 }
 
+/** Statuses a run accepts a steer message in (docs/runs.md). */
+const STEERABLE = new Set(['running', 'awaiting_approval', 'interrupted']);
+
+/** A message the run reads once, as a user message, before its next model call. */
+function SteerForm({ runId, onError }: { runId: string; onError: (e: string | null) => void }) {
+  const [text, setText] = useState('');
+  const [sent, setSent] = useState<string | null>(null);
+  const send = () => {
+    if (!text.trim()) return;
+    api(`/runs/${encodeURIComponent(runId)}/steer`, { method: 'POST', body: { message: text } }).then(
+      (r) => {
+        setSent(r.message_id);
+        setText('');
+        onError(null);
+      },
+      (e) => onError(String(e)),
+    );
+  };
+  return (
+    <p class="steer">
+      <input id="steer-message" value={text} placeholder="Tell the run something (read before its next model call)" maxLength={32768} onInput={(e) => setText((e.target as HTMLInputElement).value)} />
+      <button id="steer-send" onClick={send}>Steer</button>
+      {sent && <span class="muted"> queued {sent}</span>}
+    </p>
+  );
+}
+
 export function RunPage({ runId, access }: { runId: string; access: Access }) {
   const [run, setRun] = useState<any>(null);
   const [trace, setTrace] = useState<any>(null);
@@ -114,6 +141,13 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
         {access.canOperate && live && (
           <button class="danger" id="cancel-run" onClick={() => api(`/runs/${runId}/cancel`, { method: 'POST', body: {} }).then(() => undefined, (e) => setError(String(e)))}>Cancel run</button>
         )}
+        {access.canOperate && run.status === 'running' && (
+          <button id="interrupt-run" onClick={() => api(`/runs/${runId}/interrupt`, { method: 'POST', body: {} }).then(() => undefined, (e) => setError(String(e)))}>Interrupt at next step</button>
+        )}
+        {access.canOperate && run.status === 'interrupted' && (
+          <button id="resume-run" onClick={() => void api(`/runs/${runId}/resume`, { method: 'POST', body: {} }).then(() => undefined, (e) => setError(String(e)))}>Resume</button>
+        )}
+        {access.canOperate && STEERABLE.has(run.status) && <SteerForm runId={runId} onError={setError} />}
         {error && <p class="error">{error}</p>}
         <h3>Answer</h3>
         <pre class="answer" id="run-answer">{answer || (run.error ? JSON.stringify(run.error) : '…')}</pre>

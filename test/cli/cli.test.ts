@@ -204,6 +204,14 @@ describe('runs', () => {
     expect(show.stderr).toContain(`agentd approvals approve ${runId}`);
     expect(JSON.parse(showJson.stdout)).toMatchObject({ run_id: runId, status: 'awaiting_approval' });
 
+    // Steering a waiting run queues the message; interrupting it conflicts (it is not running).
+    const steer = await cli('runs', 'steer', runId, 'keep it short', '--sender', 'cli-user');
+    expect(steer.code, steer.stderr).toBe(0);
+    expect(steer.stdout).toMatch(new RegExp(`^run ${runId}: message steer_\\S+ queued`));
+    const interrupt = await cli('runs', 'interrupt', runId);
+    expect(interrupt.code).toBe(1);
+    expect(interrupt.stderr).toMatch(/^error: .*cannot be interrupted while awaiting_approval/);
+
     const cancel = await cli('runs', 'cancel', runId);
     expect(cancel.code, cancel.stderr).toBe(0);
     expect(cancel.stdout).toBe(`run ${runId}: cancel requested\n`);

@@ -7,6 +7,7 @@ import { configFromObject } from '../../src/config.js';
 import { startServer, type Server } from '../../src/main.js';
 import type { ModelProvider } from '../../src/agent/model/types.js';
 import { createLogger, type LogLevel } from '../../src/telemetry/logger.js';
+import { createTestDatabase, type TestDatabase } from './postgres.js';
 
 export interface TestServer extends Server {
   dataDir: string;
@@ -14,6 +15,19 @@ export interface TestServer extends Server {
   stop(graceMs?: number): Promise<void>;
   /** Removes the data dir. */
   cleanup(): void;
+}
+
+const pgByDataDir = new Map<string, TestDatabase>();
+if (process.env.AGENTD_TEST_STORE === 'postgres' && process.env.VITEST) {
+  // Registered per test file (this module loads with each file): drops the databases a file's
+  // servers used, including those of tests that failed before their cleanup(). (vitest is
+  // imported only here: the crash and fuzz harnesses load this module outside it.)
+  const { afterAll } = await import('vitest');
+  afterAll(async () => {
+    const dbs = [...pgByDataDir.values()];
+    pgByDataDir.clear();
+    await Promise.allSettled(dbs.map((db) => db.drop()));
+  });
 }
 
 export function tempDir(prefix = 'agentd-test-'): string {
@@ -29,6 +43,13 @@ export async function startTestServer(config: Record<string, unknown> = {}, opts
     cfg.agent = { ...(cfg.agent ?? {}), model: { provider: 'openai-compatible', base_url: opts.modelUrl, model: 'scripted', ...(cfg.agent?.model ?? {}) } };
   }
   cfg.runs = { ...(cfg.runs ?? {}), orphan_sweep: { interval_seconds: 3600, ...(cfg.runs?.orphan_sweep ?? {}) } };
+  // AGENTD_TEST_STORE=postgres: a test that names no store runs on PostgreSQL, one database per
+  // data dir (a restart on the same data dir finds its data again), dropped by cleanup().
+  if (process.env.AGENTD_TEST_STORE === 'postgres' && cfg.store === undefined) {
+    let db = pgByDataDir.get(dataDir);
+    if (!db) pgByDataDir.set(dataDir, (db = await createTestDatabase()));
+    cfg.store = { kind: 'postgres', url: db.url };
+  }
   const config2 = configFromObject(cfg, { dataDir, env: opts.env ?? {} });
   // Quiet unless asked (AGENTD_LOG_LEVEL=info): warnings and every 5xx line still reach stderr.
   const logger = createLogger({ level: (process.env.AGENTD_LOG_LEVEL as LogLevel | undefined) ?? 'warn' });
@@ -37,7 +58,12 @@ export async function startTestServer(config: Record<string, unknown> = {}, opts
     ...server,
     dataDir,
     stop: (graceMs = 0) => server.close(graceMs),
-    cleanup: () => rmSync(dataDir, { recursive: true, force: true }),
+    cleanup: () => {
+      rmSync(dataDir, { recursive: true, force: true });
+      const db = pgByDataDir.get(dataDir);
+      pgByDataDir.delete(dataDir);
+      void db?.drop().catch(() => {});
+    },
   };
 }
 

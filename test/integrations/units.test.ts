@@ -42,6 +42,10 @@ describe('deriveWebhook', () => {
     expect(deriveWebhook(ev({ event_type: 'background_run_completed', metadata: { status: 'completed', run_id: 'bgrun_1' }, run_id: null }))).toMatchObject({ type: 'background_run.completed', data: { run_id: 'bgrun_1' } });
     expect(deriveWebhook(ev({ event_type: 'tool_call' }))).toBeNull();
   });
+  it('a blocked query ends the run (run.failed); a refused steer message does not (the run goes on)', () => {
+    expect(deriveWebhook(ev({ event_type: 'guardrail_violation' }))?.type).toBe('run.failed');
+    expect(deriveWebhook(ev({ event_type: 'guardrail_violation', metadata: { source: 'steer', run_id: 'run_1' } }))).toBeNull();
+  });
   it('one approval webhook per paused batch', () => {
     const a = deriveWebhook(ev({ event_type: 'policy_decision_ask', event_id: 'e1', parent_span_id: 'span_step' }));
     const b = deriveWebhook(ev({ event_type: 'policy_decision_ask', event_id: 'e2', parent_span_id: 'span_step' }));

@@ -1,7 +1,7 @@
 // The run machine alone, with its effects stubbed: the loop, pauses and terminations are pure logic.
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, waitFor } from 'xstate';
-import { runMachine, recordStatusOf, type ApprovalState, type ModelStepResult, type ReserveResult, type RunContext, type ToolOutcome } from '../../machines/run.machine.js';
+import { runMachine, recordStatusOf, type ApprovalState, type InboxRead, type ModelStepResult, type ReserveResult, type RunContext, type ToolOutcome } from '../../machines/run.machine.js';
 import type { ModelCallResult } from '../../src/agent/model/types.js';
 
 const input = { run_id: 'run_1', session_id: 's', agent_name: 'a', max_steps: 5, messages: [{ role: 'user' as const, content: 'hi' }], query: 'hi' };
@@ -14,6 +14,8 @@ function machineWith(opts: {
   approvals?: ApprovalState[];
   allowed?: boolean;
   execute?: (ctx: RunContext) => ToolOutcome[];
+  /** The inbox as the runtime would hand it over (default: empty); called at every boundary. */
+  inbox?: (ctx: RunContext) => InboxRead;
 }) {
   const replies = [...opts.replies];
   const steps: string[] = [];
@@ -28,6 +30,7 @@ function machineWith(opts: {
       }),
       governTools: fromPromise(async ({ input: i }) => ({ decisions: i.ctx.pending.map((c) => ({ tool_call_id: c.id, effect: 'allow' as const, reason: null })), approvals: opts.approvals ?? [] })),
       executeTools: fromPromise(async ({ input: i }) => opts.execute?.(i.ctx) ?? i.ctx.pending.map((c) => ({ tool_call_id: c.id, tool_name: c.name, content: `ran ${c.name}`, outcome: 'success' as const }))),
+      readInbox: fromPromise(async ({ input: i }) => opts.inbox?.(i.ctx) ?? { messages: [], interrupt_id: null }),
     },
     actions: { notify: (_a, p) => void steps.push(p.kind) },
   });
@@ -124,5 +127,116 @@ describe('run machine', () => {
     const end = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
     expect(end.value).toBe('failed');
     expect(end.context.termination_reason).toBe('provider_error');
+  });
+
+  describe('steer and interrupt (issue 14)', () => {
+    const steer = (id: string, content = `msg ${id}`) => ({ message_id: id, content });
+
+    it('a steer message joins the conversation once, as a user message, before the next model call', async () => {
+      // The inbox keeps handing over the same message: the saved context decides what is new.
+      const seen: string[][] = [];
+      const { logic } = machineWith({
+        replies: [reply({ tool_calls: [{ id: 'c1', name: 'clock', arguments: {} }] }), reply({ text: 'done' })],
+        inbox: (ctx) => {
+          seen.push([...(ctx.steered ?? [])]);
+          return { messages: ctx.step >= 1 ? [steer('s1', 'use UTC')] : [], interrupt_id: null };
+        },
+      });
+      const snap = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
+      expect(snap.value).toBe('completed');
+      expect(snap.context.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'tool', 'user', 'assistant']);
+      expect(snap.context.messages[3]).toEqual({ role: 'user', content: 'use UTC' });
+      expect(snap.context.steered).toEqual(['s1']);
+      // Read at both step boundaries and once more after the final answer.
+      expect(seen).toEqual([[], [], ['s1']]);
+      expect(snap.context.messages.filter((m) => m.role === 'system')).toEqual([]);
+    });
+
+    it('a steer that arrives during the final model call gets one more step', async () => {
+      let calls = 0;
+      const { logic } = machineWith({
+        replies: [reply({ text: 'first answer' }), reply({ text: 'answer to the steer' })],
+        inbox: () => ({ messages: calls++ >= 1 ? [steer('s1')] : [], interrupt_id: null }),
+      });
+      const snap = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
+      expect(snap.value).toBe('completed');
+      expect(snap.context.response).toBe('answer to the steer');
+      expect(snap.context.step).toBe(2);
+      expect(snap.context.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'user', 'assistant']);
+    });
+
+    it('no extra step for a late steer when no step is left', async () => {
+      let calls = 0;
+      const { logic } = machineWith({
+        replies: [reply({ text: 'only answer' })],
+        inbox: () => ({ messages: calls++ >= 1 ? [steer('s1')] : [], interrupt_id: null }),
+      });
+      const snap = await waitFor(createActor(logic, { input: { ...input, max_steps: 1 } }).start(), (s) => s.status === 'done');
+      expect(snap.value).toBe('completed');
+      expect(snap.context.response).toBe('only answer');
+    });
+
+    it('an interrupt request stops the run at the boundary after the tool batch; RESUME goes on from there, once', async () => {
+      let interrupt: string | null = null;
+      const ran: string[] = [];
+      const { logic, steps } = machineWith({
+        replies: [reply({ tool_calls: [{ id: 'c1', name: 'pay', arguments: {} }] }), reply({ text: 'done' })],
+        execute: (ctx) => {
+          interrupt = 'int_1'; // requested while the tool runs: the tool still finishes
+          ran.push(...ctx.pending.map((c) => c.id));
+          return ctx.pending.map((c) => ({ tool_call_id: c.id, tool_name: c.name, content: 'paid', outcome: 'success' as const }));
+        },
+        inbox: () => ({ messages: interrupt ? [steer('s1', 'then stop')] : [], interrupt_id: interrupt }),
+      });
+      const actor = createActor(logic, { input }).start();
+      const stopped = await waitFor(actor, (s) => s.value === 'interrupted');
+      expect(recordStatusOf('interrupted')).toBe('interrupted');
+      expect(ran).toEqual(['c1']);
+      expect(stopped.context).toMatchObject({ step: 1, interrupt_handled: 'int_1', steered: ['s1'] });
+      expect(stopped.context.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'tool', 'user']);
+      // Saved and restored, as the runtime parks and resumes it.
+      const saved = JSON.parse(JSON.stringify(actor.getPersistedSnapshot()));
+      actor.stop();
+      const restored = createActor(logic, { snapshot: saved, input }).start();
+      expect(restored.getSnapshot().value).toBe('interrupted');
+      restored.send({ type: 'RESUME' });
+      const done = await waitFor(restored, (s) => s.status === 'done');
+      expect(done.value).toBe('completed');
+      expect(done.context.steered).toEqual(['s1']); // not delivered twice
+      expect(done.context.messages.filter((m) => m.role === 'user')).toHaveLength(2);
+      expect(steps).toContain('resumed_interrupt');
+      expect(ran).toEqual(['c1']);
+    });
+
+    it('a v1 snapshot (no steered / interrupt_handled) restores and still takes steer messages', async () => {
+      const pending: ApprovalState = { approval_id: 'ap1', status: 'pending', tool_name: 'pay', tool_call_id: 'c1', arguments: {}, reason: null, created_at: '', expires_at: '', approver: null, note: null, decided_at: null, edited_arguments: null };
+      let open = false;
+      const { logic } = machineWith({
+        replies: [reply({ tool_calls: [{ id: 'c1', name: 'pay', arguments: {} }] }), reply({ text: 'paid' })],
+        approvals: [pending],
+        inbox: () => ({ messages: open ? [steer('s1', 'pay in EUR')] : [], interrupt_id: null }),
+      });
+      const a = createActor(logic, { input }).start();
+      await waitFor(a, (s) => s.value === 'awaitingApproval');
+      const v1 = JSON.parse(JSON.stringify(a.getPersistedSnapshot()));
+      a.stop();
+      delete v1.context.steered;
+      delete v1.context.interrupt_handled;
+      open = true;
+      const restored = createActor(logic, { snapshot: v1, input }).start();
+      restored.send({ type: 'APPROVALS_DECIDED', approvals: [{ ...pending, status: 'approved', approver: 'x' }] });
+      const done = await waitFor(restored, (s) => s.status === 'done');
+      expect(done.value).toBe('completed');
+      expect(done.context.steered).toEqual(['s1']);
+      expect(done.context.messages.filter((m) => m.role === 'user' && m.content === 'pay in EUR')).toHaveLength(1);
+    });
+
+    it('CANCEL ends an interrupted run', async () => {
+      const { logic } = machineWith({ replies: [], inbox: () => ({ messages: [], interrupt_id: 'i1' }) });
+      const a = createActor(logic, { input }).start();
+      await waitFor(a, (s) => s.value === 'interrupted');
+      a.send({ type: 'CANCEL' });
+      expect(a.getSnapshot().value).toBe('cancelled');
+    });
   });
 });

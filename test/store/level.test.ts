@@ -188,8 +188,9 @@ describe('openStore', () => {
     await expect(openStore({ kind: 'level' })).rejects.toThrow(/path/);
   });
 
-  it('says clearly that postgres is not there yet', async () => {
-    await expect(openStore({ kind: 'postgres' } as unknown as Parameters<typeof openStore>[0])).rejects.toThrow(/postgres.*not implemented/);
+  it('needs a url for postgres, and refuses an unknown kind', async () => {
+    await expect(openStore({ kind: 'postgres' })).rejects.toThrow(/'postgres' needs a url/);
+    await expect(openStore({ kind: 'nope' } as unknown as Parameters<typeof openStore>[0])).rejects.toThrow(/unknown store kind 'nope'/);
   });
 });
 

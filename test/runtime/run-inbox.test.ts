@@ -1,0 +1,85 @@
+// The run inbox (src/runtime/run-inbox.ts) and the session gate's holder, on the memory store:
+// what a boundary read hands over, the bounds, and concurrent senders.
+import { describe, expect, it } from 'vitest';
+import { MemoryStore } from '../../src/store/memory.js';
+import { MAX_STEERS_PER_RUN, RunInbox, frameSteer } from '../../src/runtime/run-inbox.js';
+import { SessionGate } from '../../src/runtime/session-gate.js';
+import { ActorSystem } from '../../src/runtime/system.js';
+
+async function inbox() {
+  const store = new MemoryStore();
+  await store.open();
+  return new RunInbox(store, () => '2026-01-01T00:00:00.000Z');
+}
+
+describe('RunInbox', () => {
+  it('hands over what the run has not taken, framed as from the sender', async () => {
+    const box = await inbox();
+    expect(await box.read('r1', [], null)).toEqual({ messages: [], interrupt_id: null });
+    const a = await box.queueSteer('r1', 'alice', 'use metric');
+    const b = await box.queueSteer('r1', 'bob', 'and be brief');
+    const all = await box.read('r1', [], null);
+    expect(all.messages).toEqual([
+      { message_id: a.message_id, content: frameSteer('alice', 'use metric') },
+      { message_id: b.message_id, content: frameSteer('bob', 'and be brief') },
+    ]);
+    expect(all.messages[0].content).toMatch(/^\[Message from alice, .*\]\nuse metric$/);
+    expect((await box.read('r1', [a.message_id], null)).messages.map((m) => m.message_id)).toEqual([b.message_id]);
+    expect((await box.read('other', [], null)).messages).toEqual([]);
+  });
+
+  it('an interrupt request is handed over until the run has stopped for it; a new one replaces it', async () => {
+    const box = await inbox();
+    const id = await box.requestInterrupt('r1', 'ops');
+    expect((await box.read('r1', [], null)).interrupt_id).toBe(id);
+    expect((await box.read('r1', [], id)).interrupt_id).toBeNull();
+    const again = await box.requestInterrupt('r1', null);
+    expect(again).not.toBe(id);
+    expect((await box.read('r1', [], id)).interrupt_id).toBe(again);
+    expect((await box.get('r1'))?.interrupt).toMatchObject({ interrupt_id: again, requested_by: null });
+  });
+
+  it('concurrent senders all land (compare-and-swap retries); the per-run bound answers 409', async () => {
+    const box = await inbox();
+    const sent = await Promise.all(Array.from({ length: 8 }, (_, i) => box.queueSteer('r1', 'u', `m${i}`)));
+    expect((await box.get('r1'))!.messages.map((m) => m.message_id).sort()).toEqual(sent.map((s) => s.message_id).sort());
+    for (let i = 8; i < MAX_STEERS_PER_RUN; i++) await box.queueSteer('r1', 'u', `m${i}`);
+    await expect(box.queueSteer('r1', 'u', 'one too many')).rejects.toMatchObject({ code: 'Conflict' });
+    await box.withdrawSteer('r1', sent[0].message_id);
+    expect((await box.get('r1'))!.messages).toHaveLength(MAX_STEERS_PER_RUN - 1);
+  });
+
+  it('on a single-process store a run never written to is not read at all', async () => {
+    const store = new MemoryStore();
+    await store.open();
+    let reads = 0;
+    const get = store.getRecord.bind(store);
+    store.getRecord = ((kind, id) => {
+      if (kind === 'run_inbox') reads++;
+      return get(kind, id);
+    }) as typeof store.getRecord;
+    const box = new RunInbox(store, () => '2026-01-01T00:00:00.000Z');
+    await box.read('quiet', [], null);
+    expect(reads).toBe(0);
+    box.mark('resumed');
+    await box.read('resumed', [], null);
+    expect(reads).toBe(1);
+  });
+});
+
+describe('SessionGate.holder', () => {
+  it('names the run holding the session, solo or queued behind by an actor, and nobody once released', async () => {
+    const system = new ActorSystem();
+    const gate = new SessionGate(system);
+    expect(gate.holder('s')).toBeNull();
+    await gate.acquire('s', 'a');
+    expect(gate.holder('s')).toBe('a');
+    const b = gate.acquire('s', 'b');
+    expect(gate.holder('s')).toBe('a');
+    gate.release('s', 'a');
+    await b;
+    expect(gate.holder('s')).toBe('b');
+    gate.release('s', 'b');
+    expect(gate.holder('s')).toBeNull();
+  });
+});
