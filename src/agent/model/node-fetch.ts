@@ -10,7 +10,7 @@ import http from 'node:http';
 import https from 'node:https';
 
 export interface NodeFetchOptions {
-  /** Sockets per model host (a bound: more requests wait for one). Default 256. */
+  /** Sockets per model host (a bound: more requests wait for one). Default 256: model streams past it wait for a socket (each open one holds ~0.3 MB). */
   maxSockets?: number;
   /** Idle keep-alive sockets kept per host. Default 64. */
   maxFreeSockets?: number;
