@@ -502,7 +502,7 @@ export function renderReport(all: ResultsFile, order: string[]): string {
   }
   if (all.profiles?.length) {
     out.push('## Profiles', '');
-    out.push('CPU profiles of the agentd server process on the real path (`node --cpu-prof` on the child; `npx tsx test/bench/profile.ts <label>` writes them here), summarised by self time. The profiler adds its own cost, so its CPU per run is above the run benchmark\'s.', '');
+    out.push('CPU profiles of the agentd server process on the real path (`node --cpu-prof` on the child; `npm run bench -- profile <label>` writes them here, test/bench/profile.ts), summarised by self time. The profiler adds its own cost, so its CPU per run is above the run benchmark\'s. `writev` is mostly the loopback peer being woken inside the syscall (wall time the profiler charges to it), not this process\'s CPU. "before" is the tree this work started from (89256c6), built into a copy and run by the same harness (`BENCH_CHILD_SCRIPT=<copy>/test/bench/child-server.mjs npm run bench -- profile before`).', '');
     for (const p of all.profiles) {
       out.push(`### ${p.label}`, '');
       out.push(`- Command: \`${p.command}\` at commit ${p.commit}, ${p.ran_at}`);
