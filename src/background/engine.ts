@@ -44,7 +44,8 @@ import { AgentUnavailableError, type AgentRegistry } from '../runtime/agent-regi
 import type { RunService } from '../runtime/runs.js';
 import type { ActorSystem } from '../runtime/system.js';
 import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
-import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import { isStoreError, StoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import { isSharedStore } from '../store/changes.js';
 import { BACKGROUND_EVENT_TYPES, type EventRecordInput } from '../telemetry/record.js';
 import {
   ACTIVE,
@@ -96,6 +97,11 @@ interface Handle {
   timedOut: string | null;
   /** The chain's last job when it is a row write that has not started: later transitions join it. */
   tailWrite: WriteJob | null;
+  /**
+   * Shared store only: the task's gate record as read before the claim's active-run count. The
+   * claim's write CASes it, so two instances cannot both claim a run of a one-at-a-time task.
+   */
+  gate: { id: string; version: number | null } | null;
 }
 
 /** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
@@ -180,12 +186,15 @@ export class RunEngine {
    * read per occurrence. Seeded per task from the inflight_task index on first use, then kept by
    * every bg_runs write of this engine, which is the only writer of that kind (the embedded store's
    * data-dir lock allows one process). Any doubt (a fenced write, deletes) drops a task's entry,
-   * and the next use reads the index again.
+   * and the next use reads the index again. On a shared store (several instances) an entry
+   * expires after a poll interval.
    */
   private readonly inflight = new Map<string, Map<string, 'queued' | 'active'>>();
   /** Tasks whose entry is being read: writes meanwhile are logged here and applied over the read. */
   private readonly seeding = new Map<string, Map<string, 'queued' | 'active' | null>>();
   private readonly seeds = new Map<string, Promise<void>>();
+  /** When each task's in-flight entry was read from the store (shared store: it expires). */
+  private readonly seededAt = new Map<string, number>();
   /** Highest sequence this process appended per non-terminal run: a load with a match skips the outbox check. */
   private readonly emitted = new Map<string, number>();
   private readonly retryTimers = new Map<string, NodeJS.Timeout>();
@@ -229,8 +238,9 @@ export class RunEngine {
     this.remover.sweepTrash();
     if (!opts.claim) return;
     this.accepting = true;
-    // With the embedded store only this process can open the data dir: every held run has a dead owner.
-    await this.maintenance({ ownersDead: this.deps.store.adapter !== 'postgres', parked: true });
+    // With the embedded store only this process can open the data dir: every held run has a dead
+    // owner. A shared store's other instances are alive until their leases lapse.
+    await this.maintenance({ ownersDead: !isSharedStore(this.deps.store), parked: true });
     this.kick();
   }
 
@@ -437,6 +447,12 @@ export class RunEngine {
   inFlightNow(taskId: string): TaskRunsInFlight | null {
     const m = this.inflight.get(taskId);
     if (!m) return null;
+    // On a shared store other instances write runs of this task too: the view is read again once
+    // it is older than a poll interval (the schedule row's CAS still decides who dispatches).
+    if (isSharedStore(this.deps.store) && this.deps.clock.now() - (this.seededAt.get(taskId) ?? 0) > this.deps.config.background.poll_interval_ms) {
+      this.inflight.delete(taskId);
+      return null;
+    }
     const activeRunIds: string[] = [];
     const queuedRunIds: string[] = [];
     for (const [id, k] of m) (k === 'queued' ? queuedRunIds : activeRunIds).push(id);
@@ -461,7 +477,11 @@ export class RunEngine {
         if (k) m.set(id, k);
         else m.delete(id);
       }
-      if (this.seeding.get(taskId) === log) this.inflight.set(taskId, m);
+      if (this.seeding.get(taskId) === log) {
+        this.inflight.set(taskId, m);
+        this.seededAt.set(taskId, this.deps.clock.now());
+        if (this.seededAt.size > 10_000) this.seededAt.clear(); // a bound: an entry without its time is simply read again
+      }
     })().finally(() => {
       if (this.seeding.get(taskId) === log) this.seeding.delete(taskId);
       this.seeds.delete(taskId);
@@ -550,7 +570,7 @@ export class RunEngine {
     if (TERMINAL.has(row.value.run.status)) return row;
     const h: Handle = {
       id: runId, actor: null, row, chain: Promise.resolve(), pending: 0, sends: 0, dead: false,
-      heartbeat: null, timeout: null, timeoutAttempt: 0, timedOut: null, tailWrite: null,
+      heartbeat: null, timeout: null, timeoutAttempt: 0, timedOut: null, tailWrite: null, gate: null,
     };
     this.handles.set(runId, h);
     const { machine_version: _v, event_seq: _s, outbox: _o, ...ctx } = row.value;
@@ -650,10 +670,26 @@ export class RunEngine {
       })),
     ];
     const status = ctx.run.status;
+    const gate = h.gate;
+    h.gate = null;
+    if (gate && prev.run.status === 'queued' && HELD.has(status)) {
+      const value = { task_id: ctx.run.task_id, claimed_run: h.id, at };
+      ops.push(gate.version === null
+        ? { op: 'create', kind: 'meta', id: gate.id, value }
+        : { op: 'update', kind: 'meta', id: gate.id, value, expectedVersion: gate.version });
+    }
     if (TERMINAL.has(status) && !TERMINAL.has(prev.run.status)) {
       ops.push({ op: 'update', kind: 'traces', id: ctx.internal.trace_id, value: this.traceValue(ctx, status), expectedVersion: null, indexes: { run_id: h.id, session_id: ctx.run.session_id, task_id: ctx.run.task_id } });
     }
-    const [written] = await this.deps.store.commit(ops);
+    let written: Versioned<unknown> | null;
+    try {
+      [written] = await this.deps.store.commit(ops);
+    } catch (err) {
+      // Another instance claimed a run of this one-at-a-time task first (the gate moved): this
+      // claim is refused like a fenced write, and the run stays queued for a later pass.
+      if (gate && isStoreError(err, 'conflict')) throw new StoreError('stale_version', `task ${ctx.run.task_id}: another instance claimed first`);
+      throw err;
+    }
     h.row = written as Versioned<BgRunRow>;
     this.noteRun(ctx.run.task_id, h.id, status);
     const flushed = this.queueEmit(ctx, lifecycle, { runJson, mirror: true });
@@ -1154,9 +1190,29 @@ export class RunEngine {
     const row = await this.getRow(runId);
     if (!row) throw notFound('background run', runId);
     if (TERMINAL.has(row.value.run.status)) throw new AppError('Conflict', `background run ${runId} already ended (${row.value.run.status})`);
+    const run = row.value.run;
+    const h = this.handles.get(runId);
+    // Held by another live instance of a shared store: its owner cancels it (through its own
+    // chain of writes). Writing the row from here would only fence the owner off, and its agent
+    // run would go on until its lease lapsed.
+    if (this.remoteCancel && (!h || h.dead) && HELD.has(run.status) && run.lease_owner && run.lease_owner !== this.deps.workerId
+      && run.lease_expires_at && Date.parse(run.lease_expires_at) > this.deps.clock.now()) {
+      await this.remoteCancel(runId, reason);
+      return { status: 'cancel_requested' };
+    }
     const r = await this.send(runId, { type: 'CANCEL', at: iso(this.deps.clock.now()), reason }, { durable: true });
     if (!r.accepted && r.status && TERMINAL.has(r.status)) throw new AppError('Conflict', `background run ${runId} already ended (${r.status})`);
     return { status: 'cancel_requested' };
+  }
+
+  /** Set by the cluster link on a shared store: asks the instance holding a run to cancel it. */
+  remoteCancel: ((runId: string, reason: string | null) => Promise<void>) | null = null;
+
+  /** A cancel another instance relayed here: only a run this process holds is touched. */
+  cancelIfHeld(runId: string, reason: string | null): void {
+    const h = this.handles.get(runId);
+    if (!h || h.dead) return;
+    void this.cancel(runId, reason).catch((err) => this.log('warn', 'relayed cancel failed', { run_id: runId, err: String(err) }));
   }
 
   /** POST /background/runs/{id}/resume: a run paused for a person continues once its decision is in. */
@@ -1531,8 +1587,17 @@ export class RunEngine {
           continue;
         }
         const policy = internal.overlap_policy;
+        let gate: Handle['gate'] = null;
         if (policy === 'queue_next' || policy === 'cancel_previous') {
           if (blockedTasks.has(run.task_id)) continue;
+          // Shared store: the gate is read BEFORE the count, and the claim CASes it; a claim that
+          // committed after this read moves the gate (and this claim fails), one that committed
+          // before it is in the count.
+          if (isSharedStore(this.deps.store)) {
+            const id = taskGateId(run.task_id);
+            const g = await this.deps.store.getRecord('meta', id);
+            gate = { id, version: g ? g.version : null };
+          }
           const active = await this.countActive(run.task_id);
           let oldest = true;
           if (policy === 'queue_next') {
@@ -1543,7 +1608,7 @@ export class RunEngine {
           blockedTasks.add(run.task_id);
           if (!canClaim(policy, active, oldest)) continue;
         }
-        claims.push(this.claim(run.run_id, item).catch((err: unknown) => {
+        claims.push(this.claim(run.run_id, item, gate).catch((err: unknown) => {
           this.log('warn', 'could not claim a background run', { run_id: run.run_id, err: String(err) });
           return false;
         }));
@@ -1560,12 +1625,13 @@ export class RunEngine {
    * exactly one wins, and the agent run starts only after the write (startAgent is queued behind
    * it). `known` is the row the claim pass just read (saves a read; a stale one loses the CAS).
    */
-  async claim(runId: string, known?: Versioned<BgRunRow>): Promise<boolean> {
+  async claim(runId: string, known?: Versioned<BgRunRow>, gate: Handle['gate'] = null): Promise<boolean> {
     this.claimingNow++;
     try {
       const loaded = await this.handle(runId, known);
       if (loaded === null || !('actor' in loaded)) return false;
       const h = loaded;
+      h.gate = gate;
       h.sends++;
       try {
         const actor = h.actor!;
@@ -1681,4 +1747,9 @@ function stripUndefined(o: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(o)) if (v !== undefined) out[k] = v;
   return out;
+}
+
+/** The record a one-at-a-time task's claims CAS on a shared store (kind `meta`). */
+function taskGateId(taskId: string): string {
+  return `bg_task_gate|${taskId}`;
 }

@@ -20,6 +20,7 @@ import type {
 import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
 import { RunEngine, type BackgroundDeps } from './engine.js';
 import { TaskScheduler } from './scheduler.js';
+import { isSharedStore } from '../store/changes.js';
 import {
   ACTIVE,
   ALL_STATUSES,
@@ -45,6 +46,9 @@ registerMachine(taskMachine as unknown as AnyStateMachine, TASK_MACHINE_VERSION)
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
+/** How often an instance of a shared store compares every task with the store (lost notifications). */
+const TASK_RESYNC_MS = 15_000;
+
 export class BackgroundManager {
   readonly engine: RunEngine;
   readonly scheduler: TaskScheduler;
@@ -55,6 +59,12 @@ export class BackgroundManager {
   private maintaining = false;
   private initialized = false;
   private running = false;
+  private resyncTimer: NodeJS.Timeout | null = null;
+  /**
+   * Told after every task edit this process wrote (create, patch, delete, pause, resume): on a
+   * shared store the cluster link tells the other instances' schedulers (src/runtime/cluster.ts).
+   */
+  onTaskEdited: ((taskId: string) => void) | null = null;
 
   constructor(private readonly deps: BackgroundDeps) {
     this.engine = new RunEngine(deps);
@@ -100,6 +110,11 @@ export class BackgroundManager {
     this.ticker.unref();
     this.retentionTimer = setInterval(() => void this.sweepRetention(), this.cfg.run_retention.sweep_interval_seconds * 1000);
     this.retentionTimer.unref();
+    if (isSharedStore(this.deps.store)) {
+      // Task edits of other instances arrive as notifications; this catches any that were lost.
+      this.resyncTimer = setInterval(() => void this.scheduler.resyncAll().catch((err) => this.deps.log?.('warn', 'task resync failed', { err: String(err) })), TASK_RESYNC_MS);
+      this.resyncTimer.unref();
+    }
   }
 
   /**
@@ -140,6 +155,8 @@ export class BackgroundManager {
     this.ticker = null;
     if (this.retentionTimer) clearInterval(this.retentionTimer);
     this.retentionTimer = null;
+    if (this.resyncTimer) clearInterval(this.resyncTimer);
+    this.resyncTimer = null;
     this.scheduler.stop();
     this.engine.stopClaiming();
   }
@@ -266,6 +283,7 @@ export class BackgroundManager {
           : { op: 'create', kind: 'bg_schedule', id: task.task_id, value: sched },
       ]);
       this.scheduler.applyTask(task, written[1] as Versioned<ScheduleRow>);
+      this.onTaskEdited?.(task.task_id);
       return task;
     });
   }
@@ -322,6 +340,7 @@ export class BackgroundManager {
           : []),
       ]);
       this.scheduler.applyTask(next, (written[1] as Versioned<ScheduleRow> | undefined) ?? schedRec);
+      this.onTaskEdited?.(taskId);
       return next;
     });
   }
@@ -348,6 +367,7 @@ export class BackgroundManager {
       // one store round for a task with up to 500 runs.
       await this.engine.deleteRunsOfTask(taskId, rec.value.agent_id, { ops, then: () => this.scheduler.removeTask(taskId) });
     });
+    this.onTaskEdited?.(taskId);
     return { status: 'deleted' };
   }
 
@@ -378,6 +398,7 @@ export class BackgroundManager {
       }
       this.scheduler.applyTask(rec.value, written);
     });
+    this.onTaskEdited?.(taskId);
   }
 
   async taskStatus(taskId: string) {

@@ -375,6 +375,47 @@ export class TaskScheduler {
     return at ? Date.parse(at) : null;
   }
 
+  /**
+   * Another instance of a shared store edited (or deleted) this task: apply the stored task and
+   * schedule row, in order with this task's other jobs. The schedule row's CAS already keeps two
+   * instances from dispatching one occurrence; this keeps a disabled, edited or new task from
+   * being served from a stale copy.
+   */
+  resync(taskId: string): Promise<void> {
+    return this.taskJob(taskId, async () => {
+      const { store } = this.deps;
+      const [t, s] = await Promise.all([store.getRecord<TaskRow>('bg_tasks', taskId), store.getRecord<ScheduleRow>('bg_schedule', taskId)]);
+      if (!t) {
+        if (this.tasks.has(taskId)) this.removeTask(taskId);
+        return;
+      }
+      const known = this.tasks.get(taskId);
+      const cached = this.schedules.get(taskId);
+      if (known && known.updated_at === t.value.updated_at && cached && s && cached.version === s.version) return;
+      this.applyTask(t.value, s);
+    });
+  }
+
+  /** Every task against the store (a change-feed reconnect, and now and then): new, edited and deleted ones. */
+  async resyncAll(): Promise<void> {
+    const seen = new Set<string>();
+    let cursor: string | null = null;
+    do {
+      const page: { items: Versioned<TaskRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<TaskRow>('bg_tasks', { cursor, limit: 1000 });
+      const rows = await this.deps.store.getRecords<ScheduleRow>('bg_schedule', page.items.map((t) => t.id));
+      page.items.forEach((t, i) => {
+        seen.add(t.id);
+        const known = this.tasks.get(t.id);
+        const cached = this.schedules.get(t.id);
+        const s = rows[i];
+        if (known && known.updated_at === t.value.updated_at && (cached?.version ?? 0) === (s?.version ?? 0)) return;
+        void this.taskJob(t.id, async () => this.applyTask(t.value, s)).catch(() => undefined);
+      });
+      cursor = page.next_cursor;
+    } while (cursor);
+    for (const id of [...this.tasks.keys()]) if (!seen.has(id)) void this.resync(id).catch(() => undefined);
+  }
+
   removeTask(taskId: string): void {
     this.tasks.delete(taskId);
     this.schedules.delete(taskId);

@@ -9,6 +9,14 @@ import { defaultRedactor, redact, type Redactor } from '../telemetry/redact.js';
  * subscribers (decisions.md §8.3): a subscriber never sees an event a reconnect could not replay.
  */
 export class TelemetryEmitter {
+  /**
+   * Told of every stored and published batch (the cluster link notifies other instances of the
+   * cursors, src/runtime/cluster.ts). Null with a store only this process uses.
+   */
+  onAppended: ((events: StoredEvent[]) => void) | null = null;
+  /** Told of every batch before it is stored (its event ids), with onAppended. */
+  onAppending: ((events: Array<{ event_id: string }>) => void) | null = null;
+
   constructor(
     private readonly store: Store,
     readonly bus: EventBus,
@@ -33,16 +41,21 @@ export class TelemetryEmitter {
 
   async emit(input: EventRecordInput): Promise<StoredEvent> {
     const record = createEventRecord(input, this.settings, this.clock);
+    this.onAppending?.([record]);
     const [stored] = await this.store.appendEvents([record]);
     this.bus.publish(stored);
+    this.onAppended?.([stored]);
     return stored;
   }
 
   /** Several events in one store append (one durable write), then published in order; throws like emit. */
   async emitMany(inputs: EventRecordInput[]): Promise<StoredEvent[]> {
     if (inputs.length === 0) return [];
-    const stored = await this.store.appendEvents(inputs.map((i) => createEventRecord(i, this.settings, this.clock)));
+    const records = inputs.map((i) => createEventRecord(i, this.settings, this.clock));
+    this.onAppending?.(records);
+    const stored = await this.store.appendEvents(records);
     for (const e of stored) this.bus.publish(e);
+    this.onAppended?.(stored);
     return stored;
   }
 
@@ -53,8 +66,10 @@ export class TelemetryEmitter {
   async emitManySafe(inputs: EventRecordInput[]): Promise<void> {
     try {
       const records = inputs.map((i) => createEventRecord(i, this.settings, this.clock));
+      this.onAppending?.(records);
       const stored = await this.store.appendEvents(records);
       for (const e of stored) this.bus.publish(e);
+      this.onAppended?.(stored);
     } catch {
       // dropped: the run goes on
     }

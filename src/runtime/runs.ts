@@ -48,6 +48,7 @@ import {
   type ToolCallRecord,
 } from './run-record.js';
 import { SessionGate } from './session-gate.js';
+import { isSharedStore } from '../store/changes.js';
 import { RunInbox, type InboxValue } from './run-inbox.js';
 import type { Subagents, SubagentSpec } from './subagents.js';
 import { Slots } from './slots.js';
@@ -299,6 +300,20 @@ export class RunService {
     }
   }
 
+  /**
+   * Set by the cluster link on a store several instances share: asks the owner of a run live in
+   * another instance to cancel it (src/runtime/cluster.ts). Unset: such a cancel is a 409.
+   */
+  remoteCancel: ((runId: string) => Promise<void>) | null = null;
+
+  /** A cancel another instance relayed here: only a run live in this process is touched. */
+  cancelIfLive(runId: string): boolean {
+    const live = this.live.get(runId);
+    if (!live?.ref || live.ending) return false;
+    live.ref.send({ type: 'CANCEL' });
+    return true;
+  }
+
   /** True when this process hosts a live actor for the run. */
   isLive(runId: string): boolean {
     return this.live.has(runId);
@@ -362,7 +377,10 @@ export class RunService {
         event_type: 'user_message', actor: { type: 'user', id: session_id }, input: { query }, span_id: live.rootSpan,
         metadata: { agent_name: record.agent_name }, // the trace's gen_ai.agent.name
       });
-      opts.onAccepted?.({ run_id, session_id });
+      // On a store other processes share, another instance may be asked for the run: the id goes
+      // out only once the run is stored (below), as a client could read it anywhere.
+      const shared = isSharedStore(this.deps.store);
+      if (!shared) opts.onAccepted?.({ run_id, session_id });
       // `interrupt`: the run in flight stops at its next step boundary; `rollback`: it is cancelled.
       // Either way it then lets go of the session, and this run (queued behind it) goes next.
       if (busyWith && policy === 'interrupt') {
@@ -393,6 +411,7 @@ export class RunService {
       ];
       this.spawnActor(live, { input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query, history_length: messages.length - 1 } });
       await live.writer.created;
+      if (shared) opts.onAccepted?.({ run_id, session_id });
       this.deps.metrics.runStarted();
       return { run_id, session_id, trace_id, settled: live.settled };
     } catch (err) {
@@ -435,10 +454,13 @@ export class RunService {
   private makeLive(rec: Versioned<RunRecord>, releaseSlot: () => void, agent: AgentLease, opts: StartOptions, trace: TraceValue, create?: WriteOp[]): LiveRun {
     let resolve!: (r: RunRecord) => void;
     const settled = new Promise<RunRecord>((r) => (resolve = r));
+    // A new run's first round waits to fold with what follows (CREATE_FOLD_MS), unless other
+    // processes share the store (they must be able to read the run as soon as its id is out).
+    const fold = create !== undefined && !isSharedStore(this.deps.store);
     const live: LiveRun = {
       run_id: rec.value.run_id,
       session_id: rec.value.session_id,
-      writer: new RecordWriter<RunRecord>(this.deps.store, 'runs', rec.id, rec, runIndexes, (err) => this.onFenced(live, err), create ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.releaseHeldEvents(live) } : undefined),
+      writer: new RecordWriter<RunRecord>(this.deps.store, 'runs', rec.id, rec, runIndexes, (err) => this.onFenced(live, err), create ? (fold ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.releaseHeldEvents(live) } : { extra: create }) : undefined),
       ref: null,
       abort: new AbortController(),
       rootSpan: newId('span'),
@@ -466,7 +488,7 @@ export class RunService {
       trace,
       prelude: [],
     };
-    if (create) {
+    if (fold) {
       let release!: () => void;
       const released = new Promise<void>((r) => (release = r));
       live.heldEvents = { events: [], release };
@@ -1163,6 +1185,13 @@ export class RunService {
     if (!rec) throw notFound('run', runId);
     if (TERMINAL_RUN_STATUSES.has(rec.value.status)) throw conflict(`run ${runId} already ended (${rec.value.status})`);
     if (rec.value.status === 'running' && rec.value.owner && rec.value.owner !== this.deps.workerId && !this.leaseLapsed(rec.value)) {
+      // Live in another instance of a shared store: its owner is told (the change feed), cancels
+      // it there at its next step, and writes the end itself. Writing the record from here would
+      // only fence the owner off, leaving the run `running` until its lease lapsed.
+      if (this.remoteCancel) {
+        await this.remoteCancel(runId);
+        return { status: 'cancel_requested', run_id: runId };
+      }
       throw conflict(`run ${runId} is running in another process (${rec.value.owner}); cancel it there`);
     }
     const now = iso(this.deps.clock.now());

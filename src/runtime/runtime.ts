@@ -21,6 +21,8 @@ import { ActorSystem, type SystemHooks } from './system.js';
 import { LiveStates } from './live-states.js';
 import { Subagents } from './subagents.js';
 import { BackgroundManager } from '../background/manager.js';
+import { isSharedStore } from '../store/changes.js';
+import { ClusterLink } from './cluster.js';
 import { AgentRegistry } from './agent-registry.js';
 import { agentEnvValue } from '../config.js';
 import { Idempotency } from '../integrations/idempotency.js';
@@ -72,6 +74,8 @@ export class Runtime {
   private streamsEnded = false;
   /** OTLP/HTTP export of finished trace segments; null when no endpoint is configured. */
   readonly otlp: OtlpTraceExporter | null;
+  /** The link to the other instances of a shared store (its change feed); null on the embedded store. */
+  readonly cluster: ClusterLink | null;
 
   private constructor(
     readonly config: Config,
@@ -124,9 +128,10 @@ export class Runtime {
     });
     this.otlp = otlp;
     this.idempotency = new Idempotency({
-      store, clock, workerId: this.workerId, ttlSeconds: config.idempotency.ttl_seconds, sharedStore: store.adapter === 'postgres', log: opts.log,
+      store, clock, workerId: this.workerId, ttlSeconds: config.idempotency.ttl_seconds, sharedStore: isSharedStore(store), log: opts.log,
     });
     this.webhooks = new Webhooks({ config, store, clock, bus: this.bus, registry: metrics.registry, workerId: this.workerId, log: opts.log });
+    this.cluster = store.changes ? this.linkCluster(store, opts.log) : null;
     // A run segment ends when the run finishes or parks for a person: export that trace. The
     // exporter queues and retries in the background, so a slow collector never slows a run.
     if (this.otlp) {
@@ -135,6 +140,37 @@ export class Runtime {
         void this.telemetryQueries.trace(record.trace_id).then((t) => exporter.exportTrace(t.trace), () => undefined);
       });
     }
+  }
+
+  /** Streams, cancels and task edits across the instances of a shared store (src/runtime/cluster.ts). */
+  private linkCluster(store: Store, log: RuntimeOptions['log']): ClusterLink {
+    const link = new ClusterLink(store, store.changes!, this.bus, this.workerId, log);
+    this.telemetry.onAppending = (events) => link.appending(events);
+    this.telemetry.onAppended = (events) => link.appended(events);
+    link.onControlMessage((msg) => {
+      if (msg.type === 'cancel') this.runs.cancelIfLive(msg.run_id);
+      else this.background.engine.cancelIfHeld(msg.run_id, msg.reason);
+    });
+    this.background.engine.remoteCancel = (runId, reason) => link.sendControl({ type: 'bg_cancel', run_id: runId, reason: reason?.slice(0, 1000) ?? null });
+    this.runs.remoteCancel = async (runId) => {
+      await link.sendControl({ type: 'cancel', run_id: runId });
+      // A notification is a hint: while the run is still live elsewhere, ask again (its owner may
+      // have been reconnecting its feed). Bounded: 4 more asks over ~3 s, not awaited.
+      void (async () => {
+        for (const wait of [250, 500, 1000, 1500]) {
+          await new Promise((r) => setTimeout(r, wait).unref());
+          const rec = await store.getRecord<{ status: string; owner: string | null }>('runs', runId).catch(() => null);
+          if (!rec || rec.value.status !== 'running' || !rec.value.owner || rec.value.owner === this.workerId) return;
+          await link.sendControl({ type: 'cancel', run_id: runId });
+        }
+      })().catch(() => undefined);
+    };
+    this.background.onTaskEdited = (taskId) => link.taskChanged(taskId);
+    link.onTaskChanged(
+      (taskId) => void this.background.scheduler.resync(taskId).catch((err) => log?.('warn', 'task resync failed', { task_id: taskId, err: String(err) })),
+      () => void this.background.scheduler.resyncAll().catch((err) => log?.('warn', 'task resync failed', { err: String(err) })),
+    );
+    return link;
   }
 
   static async create(config: Config, store: Store, opts: RuntimeOptions = {}): Promise<Runtime> {
@@ -175,8 +211,9 @@ export class Runtime {
   /** Start-up recovery and the periodic orphan sweep (decisions.md §6.2). */
   async start(): Promise<void> {
     this.initialized = true;
-    // The embedded store is single-process: every run it holds as `running` has a dead owner.
-    await this.runs.sweep({ startup: this.store.adapter !== 'postgres' });
+    // The embedded store is single-process: every run it holds as `running` has a dead owner. On
+    // a shared store the other instances' runs are theirs until their leases lapse.
+    await this.runs.sweep({ startup: !isSharedStore(this.store) });
     this.runs.startSweeper();
     await this.background.start();
     this.startRetention();
@@ -262,6 +299,7 @@ export class Runtime {
     this.endStreams();
     // What it did not dispatch stays in the event log, after its stored cursor, for the next start.
     await this.webhooks.stop();
+    this.cluster?.close();
     this.system.shutdown();
     await this.agents.close();
     await this.tools.close();

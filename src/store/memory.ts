@@ -22,6 +22,7 @@ import {
   type Versioned,
   type WriteOp,
 } from './store.js';
+import type { StoreChanges } from './changes.js';
 
 interface Row {
   id: string;
@@ -66,6 +67,8 @@ const isBefore = (timestamp: unknown, cutoffMs: number): boolean => {
 
 export class MemoryStore implements Store {
   readonly adapter = 'memory' as const;
+  /** None by default; tests of the multi-instance logic attach an in-process feed (LocalChanges). */
+  changes?: StoreChanges;
   private state: 'new' | 'open' | 'closed' = 'new';
   private readonly records = new Map<RecordKind, Map<string, Row>>();
   private readonly events: StoredEvent[] = []; // ascending cursor

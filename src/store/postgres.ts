@@ -39,6 +39,7 @@
 // `/ready` reports; they never crash the process.
 import pg from 'pg';
 import { migrate } from './pg-migrate.js';
+import { PgChanges, type StoreChanges } from './changes.js';
 import { describeStoreUrl } from './pg-url.js';
 import {
   EVENT_INDEX_FIELDS,
@@ -79,6 +80,8 @@ export interface PostgresStoreOptions {
   openWaitMs?: number;
   /** application_name of the connections (default 'agentd'). */
   applicationName?: string;
+  /** LISTEN/NOTIFY change feed on one more connection (default true): see src/store/changes.ts. */
+  changes?: boolean;
 }
 
 const MAX_LIMIT = 1000;
@@ -216,6 +219,8 @@ export class PostgresStore implements Store {
   private probeTimer: NodeJS.Timeout | null = null;
   private lastOkAt = 0;
   private opening: Promise<void> | null = null;
+  /** The change feed several instances share (LISTEN/NOTIFY, src/store/changes.ts); set by open(). */
+  changes?: StoreChanges;
 
   constructor(private readonly opts: PostgresStoreOptions) {}
 
@@ -281,6 +286,11 @@ export class PostgresStore implements Store {
         if (!(e instanceof pg.DatabaseError) && !isConnectionError(e)) throw e;
         throw new Error(`cannot open the PostgreSQL store at ${describeStoreUrl(this.opts.url)}: ${describe(e)}`, { cause: e });
       }
+      if (this.opts.changes !== false) {
+        const feed = new PgChanges({ url: this.opts.url, log: (level, msg, extra) => this.opts.log?.(level === 'info' ? 'info' : 'warn', `${msg}${extra?.err ? `: ${String(extra.err)}` : ''}`) });
+        await feed.start();
+        this.changes = feed;
+      }
       this.health = { ok: true };
       this.state = 'open';
       this.probeTimer = setInterval(() => void this.probe(), PROBE_INTERVAL_MS);
@@ -311,6 +321,7 @@ export class PostgresStore implements Store {
     while (this.inflight.size > 0 || this.writing) {
       await Promise.allSettled([...this.inflight, this.writing]);
     }
+    await this.changes?.close();
     const pool = this.poolRef;
     this.poolRef = null;
     this.state = 'closed';

@@ -9,6 +9,8 @@
 //  2. An append-only event log. Each appended event gets a cursor that increases monotonically and
 //     is never reused; secondary indexes serve the telemetry filters without scanning.
 
+import type { StoreChanges } from './changes.js';
+
 export type RecordKind =
   | 'runs'
   | 'snapshots'
@@ -139,6 +141,11 @@ export const isStoreError = (e: unknown, code?: StoreErrorCode): e is StoreError
 
 export interface Store {
   readonly adapter: 'memory' | 'level' | 'postgres';
+  /**
+   * Optional change feed of a store several processes share (src/store/changes.ts): the
+   * PostgreSQL adapter's LISTEN/NOTIFY. Absent on the embedded stores (one process each).
+   */
+  changes?: StoreChanges;
   open(): Promise<void>;
   close(): Promise<void>;
   isOpen(): boolean;

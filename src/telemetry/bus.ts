@@ -11,8 +11,8 @@ export interface EventFilter {
   task_id?: string;
 }
 
-const FILTER_FIELDS = ['run_id', 'trace_id', 'task_id', 'session_id'] as const;
-type FilterField = (typeof FILTER_FIELDS)[number];
+export const FILTER_FIELDS = ['run_id', 'trace_id', 'task_id', 'session_id'] as const;
+export type FilterField = (typeof FILTER_FIELDS)[number];
 
 export interface OverflowInfo {
   /** Events that were queued and not delivered when the subscriber was dropped. */
@@ -82,6 +82,20 @@ export class EventBus {
   };
   private readonly unfiltered = new Set<Subscriber>();
   private count = 0;
+
+  /**
+   * Whether a published event with these ids could reach a subscriber: an unfiltered one, or one
+   * indexed under one of the values. `ids` maps a filter field to values (`run_id` -> [...]).
+   */
+  mayWant(ids: Partial<Record<FilterField, string[]>>): boolean {
+    if (this.unfiltered.size > 0) return true;
+    for (const f of FILTER_FIELDS) {
+      const index = this.indexes[f];
+      if (index.size === 0) continue;
+      for (const v of ids[f] ?? []) if (index.has(v)) return true;
+    }
+    return false;
+  }
 
   /** Number of live subscribers. */
   get size(): number {

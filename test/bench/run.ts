@@ -2,7 +2,7 @@
 // saves each result into test/bench/results.json as soon as it is measured and regenerates
 // docs/benchmarks.md from that file.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUILD_DIR, CLI, ROOT, SCALE, loadAverage, machine, nowMs, saveProfile, saveResult, type Benchmark } from './lib.js';
 import { profileRealPath } from './profile.js';
@@ -14,6 +14,7 @@ import { telemetryBench } from './benchmarks/telemetry.js';
 import { approvalsBench } from './benchmarks/approvals.js';
 import { backgroundBench, backgroundScaleBench } from './benchmarks/background.js';
 import { redactionBench } from './benchmarks/redaction.js';
+import { postgresBench } from './benchmarks/postgres.js';
 
 const BENCHMARKS: Record<string, Benchmark> = {
   health: healthBench,
@@ -25,6 +26,7 @@ const BENCHMARKS: Record<string, Benchmark> = {
   background: backgroundBench,
   'background-scale': backgroundScaleBench,
   redaction: redactionBench,
+  postgres: postgresBench,
 };
 const ORDER = Object.keys(BENCHMARKS);
 
@@ -52,6 +54,8 @@ function ensureBuild(): void {
     const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
     const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', BUILD_DIR], { cwd: ROOT, stdio: 'inherit' });
     writeFileSync(join(BUILD_DIR, 'package.json'), readFileSync(join(ROOT, 'package.json')));
+    // tsc copies no SQL: the PostgreSQL store finds its migrations next to its module.
+    cpSync(join(ROOT, 'src', 'store', 'migrations'), join(BUILD_DIR, 'src', 'store', 'migrations'), { recursive: true });
     if (r.status !== 0) {
       if (!existsSync(TSC_MARKER)) throw new Error('the build failed and produced no JavaScript');
       process.stderr.write('bench: tsc reported type errors (work in progress elsewhere?); measuring the JavaScript it emitted\n');

@@ -280,6 +280,14 @@ export interface CrashOptions {
   sigtermEvery?: number;
   /** After the last kill: how long one clean process may take to bring every run to rest. */
   settleTimeoutMs?: number;
+  /**
+   * PostgreSQL instead of one LevelDB data dir: `instances` agentd processes share the database
+   * (given by url; the caller creates and drops it), one of them is killed (and restarted) per
+   * cycle while the others serve on. Default: the embedded store, one process.
+   */
+  postgres?: { url: string; instances: number };
+  /** Interval background tasks (every 2 s) served by every instance; each occurrence must be dispatched once. */
+  tasks?: number;
   log?: (msg: string) => void;
 }
 
@@ -298,6 +306,8 @@ export interface CrashReport {
   failures: Record<string, number>;
   /** run_resumed events by cause. */
   resumed: Record<string, number>;
+  /** Background tasks (opts.tasks): their runs, and occurrences dispatched more than once (must be 0). */
+  background?: { tasks: number; runs: number; not_at_rest: number; double_dispatches: number };
   tool_calls: { non_idempotent_executed: number; non_idempotent_unknown: number; idempotent_executions: number };
   approvals: { approved: number; denied: number; approved_executed_once: number; approved_unknown: number; approved_abandoned_by_failed_run: number };
   budgets: { requests: number; granted: number; denied: number };
@@ -352,17 +362,27 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
   // Tool calls: about 3 per run; the agent budget covers ~40 % of them, so many runs pause
   // on it and need a grant, with several runs contending for one ledger key.
   const agentToolLimit = Math.max(2, Math.ceil(opts.runs * 1.2));
+  const pgOpts = opts.postgres ?? null;
+  const slots = pgOpts ? Math.max(1, pgOpts.instances) : 1;
   const configFile = writeConfig(dir, crashConfig(model.url, {
+    ...(pgOpts
+      ? {
+        store: { kind: 'postgres', url: pgOpts.url },
+        // Nobody takes a running run for dead at start-up on a shared store: leases must lapse.
+        background: { lease_seconds: 2, poll_interval_ms: 200, workspace_root: join(dir, 'workspaces') },
+      }
+      : {}),
     agent: { max_steps: 12 },
     governance: { rules: [{ tools: ['ask_*'], effect: 'ask', reason: 'a person approves writes' }] },
     budgets: {
       session: [{ meter: 'model_calls', limit: 3 }],
       agent: [{ meter: 'tool_calls', limit: agentToolLimit }],
     },
-    runs: { orphan_sweep: { interval_seconds: 1, decided_grace_seconds: 1 } },
+    runs: { ...(pgOpts ? { lease_seconds: 2 } : {}), orphan_sweep: { interval_seconds: 1, decided_grace_seconds: 1 } },
   }));
   const byTag = new Map<string, number>(plans.map((_, j) => [`job${j}`, j]));
   routeByTag(model, (tag) => {
+    if (tag === 'tick') return () => ({ text: 'tock' });
     const j = byTag.get(tag);
     if (j === undefined) return undefined;
     return (turn) => (turn < plans[j].length
@@ -371,19 +391,22 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
   });
 
   const runOf = new Map<number, string>(); // job -> run id, once seen in the store
-  const sentTo = new Map<number, number>(); // job -> generation of the child its POST went to, until seen
+  const sentTo = new Map<number, [number, number]>(); // job -> [slot, generation] of the child its POST went to, until seen
   const submitted = (j: number) => runOf.has(j) || sentTo.has(j);
   const decided = new Set<string>(); // approval ids / budget request ids this harness decided
   let kills = 0;
   let stops = 0;
   let starts = 0;
-  let generation = 0;
+  const gens = new Array<number>(slots).fill(0);
+  const children = new Array<AgentdChild | null>(slots).fill(null);
   const errorsLogged: string[] = [];
   const violations: string[] = [];
-  const start = async () => {
+  const start = async (slot = 0) => {
     starts++;
-    generation++;
-    return startAgentd({ configFile, dataDir, env: { AGENTD_TEST_LEDGER: ledger } });
+    gens[slot]++;
+    const child = await startAgentd({ configFile, dataDir: slots > 1 ? join(dir, `data-${slot}`) : dataDir, env: { AGENTD_TEST_LEDGER: ledger } });
+    children[slot] = child;
+    return child;
   };
   const collectErrors = (child: AgentdChild) => {
     for (const line of child.stderr().split('\n')) if (line.includes('"level":"error"')) errorsLogged.push(line);
@@ -391,22 +414,27 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
 
   /** Learns the run ids of submitted jobs; a job sent to a dead child that never reached the store is sent again. */
   const confirm = async (url: string) => {
-    for (const [j, gen] of [...sentTo]) {
+    for (const [j, [slot, gen]] of [...sentTo]) {
       const list = await getJson(`${url}/runs?session_id=job${j}`);
       const runs = list.body?.runs ?? [];
       if (runs.length > 1) violations.push(`job${j}: ${runs.length} runs for one submission`);
       if (runs.length > 0) {
         runOf.set(j, runs[0].run_id);
         sentTo.delete(j);
-      } else if (gen !== generation) {
+      } else if (gen !== gens[slot]) {
         sentTo.delete(j); // its process died before storing it
       }
     }
   };
-  const submit = (url: string, jobs: number[]) => {
+  /** Sends each job to a live child, round-robin over the slots. */
+  const submit = (jobs: number[]) => {
+    let k = 0;
     for (const j of jobs) {
-      sentTo.set(j, generation);
-      void postJson(`${url}/run/sync`, { query: `[job${j}] do the plan`, session_id: `job${j}` }, 600_000).catch(() => undefined);
+      const slot = (k++) % slots;
+      const child = children[slot];
+      if (!child) continue;
+      sentTo.set(j, [slot, gens[slot]]);
+      void postJson(`${child.url}/run/sync`, { query: `[job${j}] do the plan`, session_id: `job${j}` }, 600_000).catch(() => undefined);
     }
   };
   /**
@@ -437,8 +465,20 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
   const perCycle = Math.ceil(opts.runs / Math.max(1, opts.cycles));
   let next = 0;
   const [lifeMin, lifeMax] = opts.lifeMs ?? [300, 2500];
+  // With several instances all of them serve throughout; one (in turn) is killed per cycle and restarted.
+  if (slots > 1) for (let i = 0; i < slots; i++) await start(i);
+  const taskIds: string[] = [];
+  if (opts.tasks) {
+    for (let t = 0; t < opts.tasks; t++) {
+      const id = `crash-task-${t}`;
+      const r = await postJson(`${children[0]!.url}/background/tasks`, { task_id: id, query: `[tick] task ${t}`, schedule: { type: 'interval', seconds: 2 }, overlap_policy: 'allow_parallel', session_policy: { mode: 'run' } });
+      if (r.status !== 200) violations.push(`task ${id}: create answered ${r.status} ${JSON.stringify(r.body)}`);
+      taskIds.push(id);
+    }
+  }
   for (let cycle = 0; cycle < opts.cycles; cycle++) {
-    const child = await start();
+    const victim = cycle % slots;
+    const child = slots > 1 ? children[victim]! : await start();
     const life = lifeMin + rand() * (lifeMax - lifeMin);
     const deadline = Date.now() + life;
     try {
@@ -446,7 +486,7 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
       const fresh: number[] = [];
       for (const j of plans.keys()) if (!submitted(j) && (j < next || fresh.length < perCycle)) fresh.push(j);
       next = Math.max(next, ...fresh.map((j) => j + 1));
-      submit(child.url, fresh);
+      submit(fresh);
       while (Date.now() < deadline) {
         await decide(child.url);
         await new Promise((r) => setTimeout(r, Math.min(100, Math.max(0, deadline - Date.now()))));
@@ -456,6 +496,7 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
     }
     const graceful = !!opts.sigtermEvery && (cycle + 1) % opts.sigtermEvery === 0;
     const exit = await child.kill(graceful ? 'SIGTERM' : 'SIGKILL');
+    children[victim] = null;
     collectErrors(child);
     if (graceful) {
       stops++;
@@ -464,11 +505,19 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
       kills++;
       if (exit.signal !== 'SIGKILL') violations.push(`cycle ${cycle}: child exited by itself (${exit.code ?? exit.signal}) before its kill:\n${child.stderr().slice(-2000)}`);
     }
-    log(`cycle ${cycle + 1}/${opts.cycles}: ${graceful ? 'SIGTERM' : 'SIGKILL'} after ${Math.round(life)} ms; ${runOf.size}/${opts.runs} runs known`);
+    log(`cycle ${cycle + 1}/${opts.cycles}: ${graceful ? 'SIGTERM' : 'SIGKILL'}${slots > 1 ? ` of instance ${victim}` : ''} after ${Math.round(life)} ms; ${runOf.size}/${opts.runs} runs known`);
+    if (slots > 1 && cycle + 1 < opts.cycles) await start(victim);
   }
 
-  // The last process is left alone: it must bring every run to rest.
-  const child = await start();
+  // The tasks stop dispatching with the last kill (a long settle would otherwise keep queueing
+  // runs faster than a CPU-starved machine can drain them); what they dispatched must come to rest.
+  if (taskIds.length > 0) {
+    const live = children.find((c) => c) ?? (await start(0));
+    for (const id of taskIds) await postJson(`${live.url}/background/tasks/${id}/pause`, {}).catch(() => undefined);
+  }
+  // The last process (with several instances: all of them) is left alone: it must bring every run to rest.
+  for (let i = 0; i < slots; i++) if (!children[i]) await start(i);
+  const child = children[0]!;
   const url = child.url;
   const isRest = (r: { status: string }) => ['completed', 'failed', 'blocked', 'cancelled', 'timeout'].includes(r.status);
   try {
@@ -476,7 +525,7 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
     for (;;) {
       await confirm(url);
       const missing = [...plans.keys()].filter((j) => !submitted(j));
-      submit(url, missing);
+      submit(missing);
       await decide(url);
       const views = await Promise.all([...runOf.values()].map((id) => getRun(url, id)));
       if (runOf.size === opts.runs && views.every(isRest)) break;
@@ -491,15 +540,47 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
       }
       await new Promise((r) => setTimeout(r, 100));
     }
-    return await check();
+    const report = await check();
+    if (opts.tasks) report.background = await checkTasks(url);
+    report.duration_ms = Date.now() - t0;
+    return report;
   } finally {
-    const exit = await child.kill('SIGTERM');
-    collectErrors(child);
-    if (exit.code !== 0) violations.push(`final SIGTERM: exit ${exit.code ?? exit.signal}`);
+    for (const c of children) {
+      if (!c) continue;
+      const exit = await c.kill('SIGTERM');
+      collectErrors(c);
+      if (exit.code !== 0) violations.push(`final SIGTERM: exit ${exit.code ?? exit.signal}`);
+    }
     for (const line of errorsLogged.slice(0, 10)) log(`agentd logged: ${line}`);
     // Kept for a post-mortem when something is wrong.
     if (violations.length === 0) rmSync(dir, { recursive: true, force: true });
     else log(`data dir and ledger kept in ${dir}`);
+  }
+
+  /** Pauses every task, lets their runs come to rest, and checks that no occurrence ran twice. */
+  async function checkTasks(url: string): Promise<NonNullable<CrashReport['background']>> {
+    for (const id of taskIds) await postJson(`${url}/background/tasks/${id}/pause`, {});
+    const TERMINAL_BG = new Set(['completed', 'failed', 'cancelled', 'timeout', 'skipped']);
+    const all: Array<{ task_id: string; occurrence_id: string | null; status: string }> = [];
+    const until = Date.now() + (opts.settleTimeoutMs ?? 60_000);
+    for (;;) {
+      all.length = 0;
+      let cursor: string | null = null;
+      do {
+        const page: JsonReply = await getJson(`${url}/background/runs?limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+        all.push(...(page.body?.runs ?? []));
+        cursor = page.body?.next_cursor ?? null;
+      } while (cursor);
+      if (all.every((r) => TERMINAL_BG.has(r.status)) || Date.now() > until) break;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    const seen = new Map<string, number>();
+    for (const r of all) if (r.occurrence_id) seen.set(`${r.task_id}|${r.occurrence_id}`, (seen.get(`${r.task_id}|${r.occurrence_id}`) ?? 0) + 1);
+    const doubles = [...seen].filter(([, n]) => n > 1);
+    for (const [occ, n] of doubles.slice(0, 20)) violations.push(`occurrence ${occ} dispatched ${n} times`);
+    const notAtRest = all.filter((r) => !TERMINAL_BG.has(r.status));
+    if (notAtRest.length > 0) violations.push(`${notAtRest.length} background runs not at rest: ${JSON.stringify(notAtRest.slice(0, 5))}`);
+    return { tasks: taskIds.length, runs: all.length, not_at_rest: notAtRest.length, double_dispatches: doubles.length };
   }
 
   async function check(): Promise<CrashReport> {
