@@ -109,14 +109,14 @@ export default tseslint.config(
     },
   },
 
-  // src/http/: routes over runtime services. The Store interface (src/store/store.ts) yes, an
-  // adapter or a storage library no.
+  // src/http/: routes over runtime services. The Store interface (src/store/store.ts) and the
+  // adapters' shared helpers yes; an adapter, the code that opens one, or a storage library no.
   {
     files: ['src/http/**/*.ts'],
     rules: {
       'no-restricted-imports': rule(
         [
-          forbid('^(\\.\\./)+store/(?!store\\.js$)', 'src/http imports no store adapter: only the Store interface (src/store/store.ts)'),
+          forbid('^(\\.\\./)+store/(level|memory|postgres|pg-[\\w-]+|changes|open|migrations)([./]|$)', 'src/http imports no store adapter: the Store interface (src/store/store.ts) instead'),
           forbid(layer('cli', 'ui'), 'src/http does not import the CLI or the dashboard sources'),
           forbid(rootFile('main', 'cli'), 'the composition root imports HTTP, not the other way round'),
         ],

@@ -42,7 +42,7 @@ describe('dependency rules (ESLint)', () => {
 
   it('src/http imports the Store interface but no store adapter or storage library', async () => {
     expect(await lint('src/http/x.ts', "import type { Store } from '../store/store.js';")).toEqual([]);
-    for (const adapter of ['level', 'memory', 'postgres', 'pg-migrate', 'changes']) {
+    for (const adapter of ['level', 'memory', 'postgres', 'pg-migrate', 'pg-url', 'changes', 'open']) {
       expect(await lint('src/http/x.ts', `import { x } from '../store/${adapter}.js';`)).toEqual([
         expect.stringMatching(/^no-restricted-imports: .*src\/http imports no store adapter/),
       ]);

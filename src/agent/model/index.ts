@@ -8,6 +8,7 @@ import { Redactor } from '../../telemetry/redact.js';
 import { createNodeFetch } from './node-fetch.js';
 
 export * from './types.js';
+export { AiSdkProvider, toModelMessages, toToolSet } from './ai-sdk.js';
 export { DemoModel, type DemoModelOptions } from './demo.js';
 export { withRetries, retryDelayMs } from './retry.js';
 export { toModelCallError, parseRetryAfterMs } from './errors.js';
