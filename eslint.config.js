@@ -125,6 +125,17 @@ export default tseslint.config(
     },
   },
 
+  // src/app.ts builds the HTTP app: the same rule as src/http/ (it sits beside it, one level up).
+  {
+    files: ['src/app.ts'],
+    rules: {
+      'no-restricted-imports': rule(
+        [forbid('^\\./store/(level|memory|postgres|pg-[\\w-]+|changes|open|migrations)([./]|$)', 'src/app.ts imports no store adapter: the Store interface (src/store/store.ts) instead')],
+        ['level', 'classic-level', 'pg'].map((name) => ({ name, message: 'src/app.ts imports no storage library' })),
+      ),
+    },
+  },
+
   // src/client/ (agentd/client) runs in other processes and browsers: its own files only.
   {
     files: ['src/client/**/*.ts'],

@@ -48,6 +48,7 @@ describe('dependency rules (ESLint)', () => {
       ]);
     }
     expect(await lint('src/http/x.ts', "import pg from 'pg';")).toHaveLength(1);
+    expect(await lint('src/app.ts', "import { LevelStore } from './store/level.js';")).toHaveLength(1);
   });
 
   it('agent/, telemetry/, scheduler/ import neither the runtime nor the background manager nor HTTP', async () => {
