@@ -61,6 +61,10 @@ import {
   type TaskRow,
 } from './types.js';
 import { pureStepper } from './transition.js';
+import { InFlightCache } from './inflight.js';
+import { AgentBridge } from './agent-bridge.js';
+import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
+import type { Handle, RunActor, WriteJob } from './run-host.js';
 import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
 import { MirrorQueue, absoluteWorkspace, isInside, lastMirroredSequence, mirrorRun, relativeWorkspace, FolderRemover, taskNamespace, workspaceOf } from './workspace.js';
 
@@ -78,35 +82,8 @@ export interface BackgroundDeps {
   /** Registered agents (src/runtime/agent-registry.ts): a spec is built at registration, refused when it cannot be. */
   agents?: AgentRegistry;
   log?: Log;
-}
-
-type RunActor = Actor<typeof backgroundRunMachine>;
-
-interface Handle {
-  id: string;
-  actor: RunActor | null;
-  row: Versioned<BgRunRow>;
-  chain: Promise<void>;
-  pending: number;
-  sends: number;
-  dead: boolean;
-  heartbeat: NodeJS.Timeout | null;
-  timeout: NodeJS.Timeout | null;
-  timeoutAttempt: number;
-  /** This process stopped the attempt for its timeout: the agent run's cancellation means timeout. */
-  timedOut: string | null;
-  /** The chain's last job when it is a row write that has not started: later transitions join it. */
-  tailWrite: WriteJob | null;
-  /**
-   * Shared store only: the task's gate record as read before the claim's active-run count. The
-   * claim's write CASes it, so two instances cannot both claim a run of a one-at-a-time task.
-   */
-  gate: { id: string; version: number | null } | null;
-}
-
-/** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
-interface WriteJob {
-  steps: Array<{ ctx: BackgroundRunContext; params: RecordParams }>;
+  /** Timers of heartbeats, attempt timeouts and retries (default: Node's, unref'd). */
+  timers?: Timers;
 }
 
 /**
@@ -149,7 +126,6 @@ export interface SendResult {
 }
 
 const iso = (ms: number) => new Date(ms).toISOString();
-const PREVIEW_CHARS = 500;
 const stepRun = pureStepper(backgroundRunMachine);
 /** How long run.json / events.jsonl may trail a run that goes on (one that ends or pauses is written at once). */
 const MIRROR_DELAY_MS = 200;
@@ -181,24 +157,14 @@ export class RunEngine {
     // A write that was under way when its runs were deleted may have made the folder again.
     void this.remover.remove(dir).catch((err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
   });
-  /**
-   * In-flight runs per task (run id -> queued or active), for overlap decisions without a store
-   * read per occurrence. Seeded per task from the inflight_task index on first use, then kept by
-   * every bg_runs write of this engine, which is the only writer of that kind (the embedded store's
-   * data-dir lock allows one process). Any doubt (a fenced write, deletes) drops a task's entry,
-   * and the next use reads the index again. On a shared store (several instances) an entry
-   * expires after a poll interval.
-   */
-  private readonly inflight = new Map<string, Map<string, 'queued' | 'active'>>();
-  /** Tasks whose entry is being read: writes meanwhile are logged here and applied over the read. */
-  private readonly seeding = new Map<string, Map<string, 'queued' | 'active' | null>>();
-  private readonly seeds = new Map<string, Promise<void>>();
-  /** When each task's in-flight entry was read from the store (shared store: it expires). */
-  private readonly seededAt = new Map<string, number>();
+  /** In-flight runs per task for overlap decisions (inflight.ts). */
+  private readonly inflight: InFlightCache;
   /** Highest sequence this process appended per non-terminal run: a load with a match skips the outbox check. */
   private readonly emitted = new Map<string, number>();
-  private readonly retryTimers = new Map<string, NodeJS.Timeout>();
-  private readonly resumeWatches = new Map<string, () => void>();
+  /** Heartbeat, attempt timeout and retry timers (attempt-timers.ts). */
+  private readonly timers: AttemptTimers;
+  /** The agent run of each attempt (agent-bridge.ts). */
+  private readonly agent: AgentBridge;
   private readonly waiters = new Map<string, Set<(run: BackgroundRun) => void>>();
   private readonly logic;
   private claimingNow = 0;
@@ -212,12 +178,32 @@ export class RunEngine {
   private unsubscribeSettled: (() => void) | null = null;
 
   constructor(private readonly deps: BackgroundDeps) {
+    this.inflight = new InFlightCache({ store: deps.store, clock: deps.clock, pollIntervalMs: deps.config.background.poll_interval_ms });
     this.remover = new FolderRemover(deps.config.background.workspace_root, (err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
+    this.agent = new AgentBridge(deps, {
+      handleOf: (runId) => this.handles.get(runId),
+      contextOf: (h) => this.contextOf(h),
+      enqueue: (h, job, onError) => this.enqueue(h, job, onError),
+      send: (runId, event, opts) => this.send(runId, event, opts),
+      dirOf: (run) => this.dirOf(run),
+      closed: () => this.closed,
+    });
+    const leaseMs = () => this.leaseMs;
+    this.timers = new AttemptTimers({
+      clock: deps.clock,
+      timers: deps.timers ?? nodeTimers,
+      get leaseMs() {
+        return leaseMs();
+      },
+      send: (runId, event) => this.send(runId, event),
+      onTimeout: (h, agentRunId) => void this.agent.timeoutAgent(h, agentRunId),
+      closed: () => this.closed,
+    });
     this.logic = backgroundRunMachine.provide({
       actions: {
         record: ({ context }, params) => this.onRecord(context, params),
-        startAgent: ({ context }, params) => this.onStartAgent(context.run.run_id, params),
-        cancelAgent: ({ context }, params) => this.onCancelAgent(context.run.run_id, params.agent_run_id),
+        startAgent: ({ context }, params) => this.agent.onStartAgent(context.run.run_id, params),
+        cancelAgent: ({ context }, params) => this.agent.onCancelAgent(context.run.run_id, params.agent_run_id),
       },
     });
   }
@@ -234,7 +220,7 @@ export class RunEngine {
 
   /** Follows agent runs; with `claim`, this process also claims and recovers runs. */
   async start(opts: { claim: boolean }): Promise<void> {
-    this.unsubscribeSettled = this.deps.runs.onSettled((rec) => this.onAgentSettled(rec));
+    this.unsubscribeSettled = this.deps.runs.onSettled((rec) => this.agent.onAgentSettled(rec));
     this.remover.sweepTrash();
     if (!opts.claim) return;
     this.accepting = true;
@@ -256,10 +242,8 @@ export class RunEngine {
     this.stopClaiming();
     this.closed = true;
     this.unsubscribeSettled?.();
-    for (const t of this.retryTimers.values()) clearTimeout(t);
-    this.retryTimers.clear();
-    for (const u of this.resumeWatches.values()) u();
-    this.resumeWatches.clear();
+    this.timers.close();
+    this.agent.close();
     const handles = [...this.handles.values()];
     await Promise.all(handles.map((h) => h.chain.catch(() => undefined)));
     for (const h of handles) this.release(h, true);
@@ -434,76 +418,22 @@ export class RunEngine {
     return row.value.run;
   }
 
-  /** In-flight runs of a task for the overlap decision, oldest first (see `inflight`). */
-  async inFlight(taskId: string): Promise<TaskRunsInFlight> {
-    for (;;) {
-      const now = this.inFlightNow(taskId);
-      if (now) return now;
-      await this.seedInFlight(taskId);
-    }
+  /** In-flight runs of a task for the overlap decision, oldest first (see InFlightCache). */
+  inFlight(taskId: string): Promise<TaskRunsInFlight> {
+    return this.inflight.inFlight(taskId);
   }
 
   /** The task's in-flight runs when its entry is loaded (no I/O), else null. */
   inFlightNow(taskId: string): TaskRunsInFlight | null {
-    const m = this.inflight.get(taskId);
-    if (!m) return null;
-    // On a shared store other instances write runs of this task too: the view is read again once
-    // it is older than a poll interval (the schedule row's CAS still decides who dispatches).
-    if (isSharedStore(this.deps.store) && this.deps.clock.now() - (this.seededAt.get(taskId) ?? 0) > this.deps.config.background.poll_interval_ms) {
-      this.inflight.delete(taskId);
-      return null;
-    }
-    const activeRunIds: string[] = [];
-    const queuedRunIds: string[] = [];
-    for (const [id, k] of m) (k === 'queued' ? queuedRunIds : activeRunIds).push(id);
-    return { activeRunIds, queuedRunIds };
+    return this.inflight.inFlightNow(taskId);
   }
 
-  private seedInFlight(taskId: string): Promise<void> {
-    let p = this.seeds.get(taskId);
-    if (p) return p;
-    const log = new Map<string, 'queued' | 'active' | null>();
-    this.seeding.set(taskId, log);
-    p = (async () => {
-      const m = new Map<string, 'queued' | 'active'>();
-      let cursor: string | null = null;
-      do {
-        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'inflight_task', value: taskId }, cursor, limit: 500 });
-        for (const r of page.items) m.set(r.id, r.value.run.status === 'queued' ? 'queued' : 'active');
-        cursor = page.next_cursor;
-      } while (cursor);
-      // Writes this engine made while the pages were read are at least as new as what was read.
-      for (const [id, k] of log) {
-        if (k) m.set(id, k);
-        else m.delete(id);
-      }
-      if (this.seeding.get(taskId) === log) {
-        this.inflight.set(taskId, m);
-        this.seededAt.set(taskId, this.deps.clock.now());
-        if (this.seededAt.size > 10_000) this.seededAt.clear(); // a bound: an entry without its time is simply read again
-      }
-    })().finally(() => {
-      if (this.seeding.get(taskId) === log) this.seeding.delete(taskId);
-      this.seeds.delete(taskId);
-    });
-    this.seeds.set(taskId, p);
-    return p;
-  }
-
-  /** Every bg_runs write of this engine reports the run's status here (null: the row is gone or unwritten). */
   private noteRun(taskId: string, runId: string, status: BackgroundRunStatus | null): void {
-    const k = status === null || TERMINAL.has(status) ? null : status === 'queued' ? 'queued' : 'active';
-    this.seeding.get(taskId)?.set(runId, k);
-    const m = this.inflight.get(taskId);
-    if (!m) return;
-    if (k) m.set(runId, k);
-    else m.delete(runId);
+    this.inflight.noteRun(taskId, runId, status);
   }
 
-  /** This engine no longer knows a run's true status (a refused write): the task's entry is read again on next use. */
   private forgetTask(taskId: string): void {
-    this.inflight.delete(taskId);
-    this.seeding.delete(taskId);
+    this.inflight.forgetTask(taskId);
   }
 
   async countActive(taskId?: string): Promise<number> {
@@ -587,7 +517,7 @@ export class RunEngine {
 
   private release(h: Handle, dead: boolean): void {
     if (dead) h.dead = true;
-    this.clearHandleTimers(h);
+    this.timers.clearHandle(h);
     this.deps.system.stop(`bgrun:${h.id}`);
     if (this.handles.get(h.id) === h) this.handles.delete(h.id);
   }
@@ -699,13 +629,9 @@ export class RunEngine {
   private afterRecord(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus, flushed: Promise<void>): void {
     const status = ctx.run.status;
     const runId = h.id;
-    if (HELD.has(status)) this.ensureHeartbeat(h);
-    else this.clearHeartbeat(h);
-    if (status === 'running') this.ensureAttemptTimeout(h, ctx);
-    else this.clearAttemptTimeout(h);
-    if (status === 'retrying' && ctx.internal.retry_at) this.armRetry(runId, Date.parse(ctx.internal.retry_at));
-    if (WAITING.has(status)) this.watchResume(runId, ctx.internal.agent_run_id);
-    else this.unwatchResume(runId);
+    this.timers.afterWrite(h, ctx, HELD.has(status));
+    if (WAITING.has(status)) this.agent.watchResume(runId, ctx.internal.agent_run_id);
+    else this.agent.unwatchResume(runId);
     if (TERMINAL.has(status) && !TERMINAL.has(prevStatus)) this.deps.metrics.backgroundRuns.inc({ status });
     // A caller told "ended" (wait) must find every event of the run stored, and its files written.
     if ((TERMINAL.has(status) || WAITING.has(status)) && this.waiters.has(runId)) void flushed.then(() => this.resolveWaiters(ctx.run));
@@ -912,276 +838,6 @@ export class RunEngine {
       });
     }
     return out;
-  }
-
-  // ---------------------------------------------------------------- timers: heartbeat, attempt timeout, retry
-
-  private ensureHeartbeat(h: Handle): void {
-    if (h.heartbeat || this.closed) return;
-    const every = Math.max(50, Math.floor(this.leaseMs / 4));
-    h.heartbeat = setInterval(() => {
-      if (h.dead || h.pending > 8) return; // a backed-up chain will not be helped by more writes
-      const now = this.deps.clock.now();
-      void this.send(h.id, { type: 'HEARTBEAT', at: iso(now), lease_expires_at: iso(now + this.leaseMs) }).catch(() => undefined);
-    }, every);
-    h.heartbeat.unref();
-  }
-
-  private clearHeartbeat(h: Handle): void {
-    if (h.heartbeat) clearInterval(h.heartbeat);
-    h.heartbeat = null;
-  }
-
-  private ensureAttemptTimeout(h: Handle, ctx: BackgroundRunContext): void {
-    const seconds = ctx.internal.timeout_seconds;
-    if (!seconds || h.timeoutAttempt === ctx.run.attempt || this.closed) return;
-    this.clearAttemptTimeout(h);
-    h.timeoutAttempt = ctx.run.attempt;
-    const agentRunId = ctx.internal.agent_run_id;
-    h.timeout = setTimeout(() => {
-      h.timeout = null;
-      if (agentRunId) void this.timeoutAgent(h, agentRunId);
-    }, seconds * 1000);
-    h.timeout.unref();
-  }
-
-  private clearAttemptTimeout(h: Handle): void {
-    if (h.timeout) clearTimeout(h.timeout);
-    h.timeout = null;
-    h.timeoutAttempt = 0;
-  }
-
-  private clearHandleTimers(h: Handle): void {
-    this.clearHeartbeat(h);
-    this.clearAttemptTimeout(h);
-  }
-
-  /**
-   * timeout_seconds reached: the agent run's actor gets TIMEOUT (status `timeout`). When it has no
-   * actor here (still queued behind its session), it is cancelled and that cancellation reads as
-   * the timeout.
-   */
-  private async timeoutAgent(h: Handle, agentRunId: string): Promise<void> {
-    const ctx = this.contextOf(h);
-    if (ctx.run.status !== 'running' || ctx.internal.agent_run_id !== agentRunId) return;
-    h.timedOut = agentRunId;
-    const ref = this.deps.system.get(`run:${agentRunId}`);
-    if (ref) {
-      ref.send({ type: 'TIMEOUT' });
-      return;
-    }
-    try {
-      await this.deps.runs.cancel(agentRunId);
-    } catch {
-      this.deliver(h.id, { type: 'AGENT_DONE', at: iso(this.deps.clock.now()), agent_run_id: agentRunId, outcome: 'timeout', error: `timed out after ${ctx.internal.timeout_seconds} s`, result_preview: null, retryable: true, side_effects: [] });
-    }
-  }
-
-  private armRetry(runId: string, atMs: number): void {
-    if (this.retryTimers.has(runId) || this.closed) return;
-    const t = setTimeout(() => {
-      this.retryTimers.delete(runId);
-      void this.send(runId, { type: 'RETRY_DUE', at: iso(this.deps.clock.now()) }).catch(() => undefined);
-    }, Math.max(0, atMs - this.deps.clock.now()));
-    t.unref();
-    this.retryTimers.set(runId, t);
-  }
-
-  // ---------------------------------------------------------------- the agent run of an attempt
-
-  private onStartAgent(runId: string, params: StartAgentParams): void {
-    const h = this.handles.get(runId);
-    if (!h) return;
-    this.enqueue(h, () => this.startAgent(h, params), (err) => this.log('error', 'could not start the agent run', { run_id: runId, err: String(err) }));
-  }
-
-  private async startAgent(h: Handle, params: StartAgentParams): Promise<void> {
-    const ctx = this.contextOf(h);
-    if (ctx.run.status !== 'running' || ctx.internal.agent_run_id !== params.agent_run_id) return;
-    const id = params.agent_run_id;
-    if (ctx.run.cancel_requested_at) {
-      this.deliver(h.id, this.doneEvent(id, 'cancelled', 'cancelled before the agent started'));
-      return;
-    }
-    if (params.mode === 'fresh') {
-      // Not awaited: start() waits for the session's earlier runs, and this chain must stay free for heartbeats.
-      void this.deps.runs
-        .start(ctx.run.query_snapshot, ctx.run.session_id, {
-          kind: 'background', run_id: id, task_id: ctx.run.task_id, agent_id: ctx.run.agent_id,
-          workspace_path: this.dirOf(ctx.run), admitted: true,
-        })
-        .catch((err: unknown) => {
-          // Its agent's spec no longer builds (an env var unset since registration): nothing ran.
-          if (err instanceof AgentUnavailableError) {
-            this.deliver(h.id, this.doneEvent(id, 'failed', err.message));
-            return undefined;
-          }
-          if (err instanceof AppError && err.code === 'Conflict') return this.continueAgent(h, id);
-          // The process is shutting down (a claim whose write was under way when it began): nothing
-          // ran, and failing the run would be wrong. It stays running; the next start recovers it.
-          if (err instanceof AppError && err.code === 'ServerBusy') {
-            this.log('info', 'background run left for recovery: the service is shutting down', { run_id: h.id });
-            return undefined;
-          }
-          if (isStoreError(err, 'conflict')) return this.continueAgent(h, id);
-          this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not start: ${String((err as Error)?.message ?? err)}`));
-          return undefined;
-        });
-      return;
-    }
-    await this.continueAgent(h, id);
-  }
-
-  /** Continue the agent run after a pause, a lapsed lease or a restart: completed tool calls do not repeat. */
-  private async continueAgent(h: Handle, id: string): Promise<void> {
-    const { runs } = this.deps;
-    if (runs.isLive(id)) return; // its end comes through onSettled
-    const ctx = this.contextOf(h);
-    let rec: RunRecord;
-    try {
-      rec = await runs.get(id);
-    } catch {
-      // Nothing was stored for this agent run: nothing ran, so a fresh start with the same id is exact.
-      await this.startAgent(h, { mode: 'fresh', agent_run_id: id, attempt: ctx.run.attempt });
-      return;
-    }
-    const settled = this.agentDoneOf(rec, h);
-    if (settled && TERMINAL_RUN_STATUSES.has(rec.status)) {
-      this.deliver(h.id, settled);
-      return;
-    }
-    let how: Parameters<RunService['resume']>[1];
-    if (rec.status === 'awaiting_approval' || rec.status === 'awaiting_budget') {
-      if (!rec.decided_at) {
-        this.deliver(h.id, settled!);
-        return;
-      }
-      how = { cause: (rec.decision as 'approval' | 'budget_grant' | 'budget_denied') ?? 'approval', trigger: 'explicit' };
-    } else if (rec.status === 'interrupted') {
-      how = { cause: 'interrupted', trigger: 'orphan_sweep' };
-    } else {
-      // status running, no live actor here.
-      if (rec.owner === this.deps.workerId) return; // being resumed by this process right now; its end arrives via onSettled
-      await this.lapseAgentLease(rec);
-      how = { cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep' };
-    }
-    void runs.resume(id, how).catch((err: unknown) => {
-      if (runs.isLive(id)) return;
-      void runs.get(id).then(
-        (r) => {
-          const done = this.agentDoneOf(r, h);
-          this.deliver(h.id, done && TERMINAL_RUN_STATUSES.has(r.status) ? done : this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`, sideEffectsOf(r)));
-        },
-        () => this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`)),
-      );
-    });
-  }
-
-  /**
-   * RunService.resume refuses a run whose lease has not lapsed. The background lease already
-   * proved its owner dead (or, with the embedded store, the owner is a previous process), so the
-   * agent run's lease is marked lapsed first. Workaround: see docs/background.md.
-   */
-  private async lapseAgentLease(rec: RunRecord): Promise<void> {
-    const now = this.deps.clock.now();
-    if (!rec.lease_expires_at || Date.parse(rec.lease_expires_at) <= now) return;
-    const stored = await this.deps.store.getRecord<RunRecord>('runs', rec.run_id);
-    if (!stored || stored.value.status !== 'running') return;
-    try {
-      await this.deps.store.updateRecord<RunRecord>('runs', rec.run_id, { ...stored.value, lease_expires_at: iso(now - 1) }, stored.version);
-    } catch (err) {
-      if (!isStoreError(err, 'stale_version')) throw err;
-    }
-  }
-
-  private onCancelAgent(runId: string, agentRunId: string | null): void {
-    const h = this.handles.get(runId);
-    if (!h || !agentRunId) return;
-    this.enqueue(h, () => this.cancelAgent(h, agentRunId), () => undefined);
-  }
-
-  private async cancelAgent(h: Handle, agentRunId: string): Promise<void> {
-    const { runs } = this.deps;
-    // The agent run may be a moment from existing (start() is not awaited): give it a short while.
-    for (let i = 0; i < 20; i++) {
-      try {
-        await runs.cancel(agentRunId);
-        return;
-      } catch (err) {
-        if (!(err instanceof AppError) || err.code !== 'NotFound') break; // already ended: its settle came or comes
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    try {
-      const rec = await runs.get(agentRunId);
-      const done = this.agentDoneOf(rec, h);
-      if (done && TERMINAL_RUN_STATUSES.has(rec.status)) this.deliver(h.id, done);
-    } catch {
-      this.deliver(h.id, this.doneEvent(agentRunId, 'cancelled', 'cancelled'));
-    }
-  }
-
-  private onAgentSettled(rec: RunRecord): void {
-    if (rec.kind !== 'background' || this.closed) return;
-    if (TERMINAL_RUN_STATUSES.has(rec.status)) this.deps.system.stop(`run:${rec.run_id}`);
-    const bgId = backgroundRunIdOf(rec.run_id);
-    const h = this.handles.get(bgId);
-    const done = this.agentDoneOf(rec, h);
-    if (!done) return;
-    void (async () => {
-      const r = await this.send(bgId, done);
-      // A run parked for a person whose agent run was resumed and ended without us: move it on.
-      if (!r.accepted && r.status && WAITING.has(r.status) && TERMINAL_RUN_STATUSES.has(rec.status)) {
-        await this.send(bgId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
-      }
-    })().catch((err) => this.log('warn', 'could not apply an agent run result', { run_id: bgId, err: String(err) }));
-  }
-
-  private agentDoneOf(rec: RunRecord, h?: Handle): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> | null {
-    let outcome: AgentOutcome;
-    switch (rec.status) {
-      case 'completed': outcome = 'completed'; break;
-      case 'awaiting_approval': outcome = 'awaiting_approval'; break;
-      case 'awaiting_budget': outcome = 'awaiting_budget'; break;
-      case 'timeout': outcome = 'timeout'; break;
-      case 'cancelled': outcome = h?.timedOut === rec.run_id ? 'timeout' : 'cancelled'; break;
-      case 'failed':
-      case 'blocked': outcome = 'failed'; break;
-      default: return null; // running / interrupted: not an end
-    }
-    const error = outcome === 'completed' || outcome === 'awaiting_approval' || outcome === 'awaiting_budget'
-      ? null
-      : outcome === 'timeout'
-        ? `the attempt exceeded timeout_seconds${h ? ` (${this.contextOf(h).internal.timeout_seconds} s)` : ''}`
-        : rec.error ? `${rec.error.type}: ${rec.error.message}` : `the agent run ended ${rec.status}`;
-    const done = this.doneEvent(rec.run_id, outcome, error, outcome === 'completed' ? [] : sideEffectsOf(rec));
-    done.result_preview = rec.response ? rec.response.slice(0, PREVIEW_CHARS) : null;
-    done.retryable = rec.status !== 'blocked';
-    return done;
-  }
-
-  private doneEvent(agentRunId: string, outcome: AgentOutcome, error: string | null, sideEffects: SideEffectInfo[] = []): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> {
-    return { type: 'AGENT_DONE', at: iso(this.deps.clock.now()), agent_run_id: agentRunId, outcome, error, result_preview: null, retryable: true, side_effects: sideEffects };
-  }
-
-  private deliver(runId: string, event: BackgroundRunEvent): void {
-    void this.send(runId, event).catch((err) => this.log('warn', 'could not deliver an event to a background run', { run_id: runId, type: event.type, err: String(err) }));
-  }
-
-  /** A parked run moves on (awaiting -> queued) as soon as its agent run is resumed by a decision. */
-  private watchResume(runId: string, agentRunId: string | null): void {
-    if (!agentRunId || this.resumeWatches.has(runId) || this.closed) return;
-    const unsubscribe = this.deps.telemetry.bus.subscribe({ run_id: agentRunId }, (ev) => {
-      if (ev.event_type !== 'run_resumed') return;
-      this.unwatchResume(runId);
-      this.deliver(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
-    });
-    this.resumeWatches.set(runId, unsubscribe);
-  }
-
-  private unwatchResume(runId: string): void {
-    this.resumeWatches.get(runId)?.();
-    this.resumeWatches.delete(runId);
   }
 
   // ---------------------------------------------------------------- operator actions
@@ -1503,10 +1159,8 @@ export class RunEngine {
   }
 
   private clearRunTimers(runId: string): void {
-    const t = this.retryTimers.get(runId);
-    if (t) clearTimeout(t);
-    this.retryTimers.delete(runId);
-    this.unwatchResume(runId);
+    this.timers.clearRetry(runId);
+    this.agent.unwatchResume(runId);
     this.emitted.delete(runId);
   }
 
@@ -1674,7 +1328,7 @@ export class RunEngine {
         if (!lapsed && !opts.ownersDead) return;
         if (!this.accepting) return;
         // The agent run may have ended (or parked) before the owner could record it: no recovery needed.
-        if (status === 'running' && (await this.settleFromAgent(row.value))) return;
+        if (status === 'running' && (await this.agent.settleFromAgent(row.value))) return;
         const t = this.deps.clock.now();
         this.claimingNow++;
         try {
@@ -1690,41 +1344,13 @@ export class RunEngine {
     }
     await this.forEachRow('retrying', async (row) => {
       const at = row.value.internal.retry_at ? Date.parse(row.value.internal.retry_at) : now;
-      if (!this.retryTimers.has(row.id)) this.armRetry(row.id, at);
+      if (!this.timers.hasRetry(row.id)) this.timers.armRetry(row.id, at);
     });
     if (opts.parked) {
       for (const status of ['awaiting_approval', 'awaiting_budget'] as const) {
-        await this.forEachRow(status, (row) => this.checkParked(row.value));
+        await this.forEachRow(status, (row) => this.agent.checkParked(row.value));
       }
     }
-  }
-
-  /** A held row whose agent run already ended or parked takes that result; true when it did. */
-  private async settleFromAgent(row: BgRunRow): Promise<boolean> {
-    const agentId = row.internal.agent_run_id;
-    if (!agentId || this.deps.runs.isLive(agentId)) return false;
-    const rec = await this.deps.runs.get(agentId).catch(() => null);
-    if (!rec) return false;
-    const parked = WAITING.has(rec.status as BackgroundRunStatus);
-    if (!TERMINAL_RUN_STATUSES.has(rec.status) && !parked) return false;
-    const done = this.agentDoneOf(rec);
-    if (!done) return false;
-    const r = await this.send(row.run.run_id, done, { durable: true });
-    if (r.accepted && parked && rec.decided_at) await this.send(row.run.run_id, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
-    return r.accepted;
-  }
-
-  private async checkParked(row: BgRunRow): Promise<void> {
-    const runId = row.run.run_id;
-    const agentId = row.internal.agent_run_id;
-    this.watchResume(runId, agentId);
-    if (!agentId) return;
-    let moveOn = this.deps.runs.isLive(agentId);
-    if (!moveOn) {
-      const rec = await this.deps.runs.get(agentId).catch(() => null);
-      moveOn = rec !== null && (TERMINAL_RUN_STATUSES.has(rec.status) || (WAITING.has(rec.status as BackgroundRunStatus) && rec.decided_at !== null));
-    }
-    if (moveOn) await this.send(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
   }
 
   private async forEachRow(status: BackgroundRunStatus, fn: (row: Versioned<BgRunRow>) => Promise<void>): Promise<void> {
