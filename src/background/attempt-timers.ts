@@ -112,6 +112,15 @@ export class AttemptTimers {
     this.retryTimers.delete(runId);
   }
 
+  /** A one-off timer on the same injected timers (the claimer's wake-up). */
+  setTimer(fn: () => void, ms: number): TimerRef {
+    return this.deps.timers.setTimeout(fn, ms);
+  }
+
+  clearTimer(t: TimerRef): void {
+    this.deps.timers.clearTimeout(t);
+  }
+
   close(): void {
     for (const t of this.retryTimers.values()) this.deps.timers.clearTimeout(t);
     this.retryTimers.clear();

@@ -63,6 +63,8 @@ import {
 import { pureStepper } from './transition.js';
 import { InFlightCache } from './inflight.js';
 import { AgentBridge } from './agent-bridge.js';
+import { RunWorkspaces } from './run-workspace.js';
+import { EventOutbox } from './outbox.js';
 import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
 import type { Handle, RunActor, WriteJob } from './run-host.js';
 import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
@@ -84,21 +86,6 @@ export interface BackgroundDeps {
   log?: Log;
   /** Timers of heartbeats, attempt timeouts and retries (default: Node's, unref'd). */
   timers?: Timers;
-}
-
-/**
- * Lifecycle events of one run on their way to the event log and the workspace, in order. The row
- * is committed first and the append follows without holding up the run's next transition; events
- * not yet acknowledged stay in `unacked` and ride in the outbox of every row write until they
- * are, so a crash at any point leaves them recoverable from the row (repairOutbox).
- */
-interface AppendState {
-  /** The appends (a load waits for these, or it would re-emit them). */
-  chain: Promise<void>;
-  /** The appends and the workspace files (a caller told "ended" waits for these). */
-  flushed: Promise<void>;
-  unacked: LifecycleRecord[];
-  pending: number;
 }
 
 /** A run built and validated in memory, not yet written: its ops go into some commit. */
@@ -133,34 +120,12 @@ const MIRROR_DELAY_MS = 200;
 export class RunEngine {
   private readonly handles = new Map<string, Handle>();
   private readonly loading = new Map<string, Promise<Handle | Versioned<BgRunRow> | null>>();
-  /** Runs whose lifecycle events are on their way to the log: a load waits, or it would re-emit them. */
-  private readonly appends = new Map<string, AppendState>();
-  /** Workspace folders this process created (mkdir once per run, not once per transition). */
-  private readonly madeDirs = new Set<string>();
-  /** Runs this process deleted: a lifecycle step still on its way must not make their folder again (bounded). */
-  private readonly deletedRuns = new Set<string>();
-  /** Removed workspace trees: renamed into the trash at once, `rm -r` in the background. */
-  private readonly remover: FolderRemover;
-  /**
-   * Workspace files are written in a low-priority lane (2 folders at a time, never ahead of the
-   * store); a step of a run that goes on waits up to MIRROR_DELAY_MS for the next ones to join it.
-   */
-  /** Runs whose workspace this process has checked after picking them up (repairWorkspace). */
-  private readonly workspacesChecked = new Set<string>();
-  /** Tasks whose refused workspace template was reported (once per task per process). */
-  private readonly warnedTemplates = new Set<string>();
-  private readonly mirrors = new MirrorQueue(2, MIRROR_DELAY_MS, (dir, err) => {
-    this.madeDirs.delete(dir);
-    // The workspace is a mirror: a full disk must not stop the run.
-    this.log('warn', 'could not write the run workspace files', { workspace_path: dir, err: String(err) });
-  }, (dir) => {
-    // A write that was under way when its runs were deleted may have made the folder again.
-    void this.remover.remove(dir).catch((err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
-  });
+  /** Lifecycle events on their way to the event log and the workspace (outbox.ts). */
+  private readonly outbox: EventOutbox;
+  /** The run workspace files: mirror, repair, removal (run-workspace.ts). */
+  private readonly workspaces: RunWorkspaces;
   /** In-flight runs per task for overlap decisions (inflight.ts). */
   private readonly inflight: InFlightCache;
-  /** Highest sequence this process appended per non-terminal run: a load with a match skips the outbox check. */
-  private readonly emitted = new Map<string, number>();
   /** Heartbeat, attempt timeout and retry timers (attempt-timers.ts). */
   private readonly timers: AttemptTimers;
   /** The agent run of each attempt (agent-bridge.ts). */
@@ -179,7 +144,21 @@ export class RunEngine {
 
   constructor(private readonly deps: BackgroundDeps) {
     this.inflight = new InFlightCache({ store: deps.store, clock: deps.clock, pollIntervalMs: deps.config.background.poll_interval_ms });
-    this.remover = new FolderRemover(deps.config.background.workspace_root, (err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
+    this.outbox = new EventOutbox({
+      store: deps.store,
+      telemetry: deps.telemetry,
+      workerId: deps.workerId,
+      workspaces: () => this.workspaces,
+      log: (level, msg, extra) => this.log(level, msg, extra),
+      onAppendFailed: (ctx) => {
+        const h = this.handles.get(ctx.run.run_id);
+        if (h) {
+          this.forgetTask(ctx.run.task_id);
+          this.release(h, true);
+        }
+      },
+    });
+    this.workspaces = new RunWorkspaces({ config: deps.config, log: (level, msg, extra) => this.log(level, msg, extra), storedLifecycle: (runId) => this.storedLifecycle(runId) });
     this.agent = new AgentBridge(deps, {
       handleOf: (runId) => this.handles.get(runId),
       contextOf: (h) => this.contextOf(h),
@@ -221,7 +200,7 @@ export class RunEngine {
   /** Follows agent runs; with `claim`, this process also claims and recovers runs. */
   async start(opts: { claim: boolean }): Promise<void> {
     this.unsubscribeSettled = this.deps.runs.onSettled((rec) => this.agent.onAgentSettled(rec));
-    this.remover.sweepTrash();
+    this.workspaces.sweepTrash();
     if (!opts.claim) return;
     this.accepting = true;
     // With the embedded store only this process can open the data dir: every held run has a dead
@@ -248,8 +227,8 @@ export class RunEngine {
     await Promise.all(handles.map((h) => h.chain.catch(() => undefined)));
     for (const h of handles) this.release(h, true);
     // Events and workspace files still on their way (the store closes after this).
-    await Promise.all([...this.appends.values()].map((a) => a.flushed));
-    await this.remover.drain();
+    await this.outbox.flushAll();
+    await this.workspaces.drain();
   }
 
   get heldCount(): number {
@@ -291,7 +270,7 @@ export class RunEngine {
     const session_id = sp.mode === 'fixed' && sp.session_id
       ? sp.session_id
       : sp.mode === 'run' ? `background:${task.agent_id}:${task.task_id}:${run_id}` : `background:${task.agent_id}:${task.task_id}`;
-    const workspace_path = this.workspaceFor(task, run_id);
+    const workspace_path = this.workspaces.workspaceFor(task, run_id);
     const occ = input.occurrence;
     const run: BackgroundRun = {
       run_id, task_id: task.task_id, agent_id: task.agent_id, query_snapshot: input.query ?? task.query,
@@ -316,7 +295,7 @@ export class RunEngine {
     };
     const lifecycle: LifecycleRecord[] = [];
     if (occ) {
-      lifecycle.push(this.lifecycleOf(ctx, { type: 'background_task_scheduled', data: { occurrence_id: occ.occurrence_id, trigger_type: occ.trigger_type, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed } }, 1, at));
+      lifecycle.push(this.outbox.lifecycleOf(ctx, { type: 'background_task_scheduled', data: { occurrence_id: occ.occurrence_id, trigger_type: occ.trigger_type, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed } }, 1, at));
     }
     if (input.skip !== null) {
       // queued -> skipped, computed by the machine without running its effects.
@@ -325,10 +304,10 @@ export class RunEngine {
       ctx = next.context;
       for (const a of actions) {
         if (a.type !== 'record') continue;
-        for (const e of (a.params as RecordParams).events) lifecycle.push(this.lifecycleOf(ctx, e, lifecycle.length + 1, at));
+        for (const e of (a.params as RecordParams).events) lifecycle.push(this.outbox.lifecycleOf(ctx, e, lifecycle.length + 1, at));
       }
     } else {
-      lifecycle.push(this.lifecycleOf(ctx, { type: 'background_run_queued', data: { trigger_type: input.trigger_type } }, lifecycle.length + 1, at));
+      lifecycle.push(this.outbox.lifecycleOf(ctx, { type: 'background_run_queued', data: { trigger_type: input.trigger_type } }, lifecycle.length + 1, at));
     }
     const row: BgRunRow = { ...ctx, machine_version: BACKGROUND_RUN_MACHINE_VERSION, event_seq: lifecycle.length, outbox: lifecycle };
     const ops: WriteOp[] = [];
@@ -347,28 +326,9 @@ export class RunEngine {
     return { ctx, row, lifecycle, ops };
   }
 
-  /**
-   * The run's workspace, relative to the workspace root (answers never show server paths). A task
-   * stored before templates were confined may hold one that now resolves outside its namespace:
-   * its runs get the default template instead (and a warning), never the folder it named.
-   */
-  private workspaceFor(task: TaskRow, run_id: string): string {
-    const ids = { agent_id: task.agent_id, task_id: task.task_id, run_id };
-    const allowShared = this.deps.config.background.workspace.allow_shared_namespaces;
-    const r = workspaceOf(task.workspace_policy.namespace_template, ids, allowShared);
-    if ('rel' in r) return r.rel;
-    if (!this.warnedTemplates.has(task.task_id)) {
-      this.warnedTemplates.add(task.task_id);
-      this.log('warn', 'the task\'s workspace template is refused; its runs use the default template', { task_id: task.task_id, problem: r.problem });
-    }
-    const fallback = workspaceOf(DEFAULT_NAMESPACE_TEMPLATE, ids, false);
-    if ('rel' in fallback) return fallback.rel;
-    throw new AppError('Conflict', `background task '${task.task_id}' cannot have a workspace: ${fallback.problem}`);
-  }
-
   /** The absolute folder of a run's workspace (throws when a stored path would leave the root). */
   dirOf(run: BackgroundRun): string {
-    return absoluteWorkspace(this.deps.config.background.workspace_root, run.workspace_path);
+    return this.workspaces.dirOf(run);
   }
 
   /**
@@ -392,7 +352,7 @@ export class RunEngine {
     const terminal = TERMINAL.has(ctx.run.status);
     // A run created skipped never ran: no workspace folder for it (1,000 one-second tasks would
     // otherwise make 1,000 folders a second holding only these two bookkeeping events).
-    const flushed = this.queueEmit(ctx, p.lifecycle, { runJson: true, mirror: !terminal });
+    const flushed = this.outbox.queueEmit(ctx, p.lifecycle, { runJson: true, mirror: !terminal });
     if (terminal) {
       this.deps.metrics.backgroundRuns.inc({ status: ctx.run.status });
       if (this.waiters.has(ctx.run.run_id)) void flushed.then(() => this.resolveWaiters(ctx.run));
@@ -403,7 +363,7 @@ export class RunEngine {
 
   /** Resolves once every lifecycle event this process has queued for the run is stored. */
   async appended(runId: string): Promise<void> {
-    await this.appends.get(runId)?.chain;
+    await this.outbox.appended(runId);
   }
 
   // ---------------------------------------------------------------- reads
@@ -489,14 +449,14 @@ export class RunEngine {
   }
 
   private async load(runId: string, known?: Versioned<BgRunRow>): Promise<Handle | Versioned<BgRunRow> | null> {
-    const appending = this.appends.get(runId);
-    if (appending) await appending.chain;
+    const appending = this.outbox.appending(runId);
+    if (appending) await appending;
     // A row the caller just read (a claim pass) saves a read; a stale one fails its first write
     // (CAS). One deleted meanwhile must not be repaired (that would make its folder again).
-    if (this.deletedRuns.has(runId)) return null;
+    if (this.workspaces.isDeleted(runId)) return null;
     const row = known ?? (await this.getRow(runId));
     if (!row) return null;
-    await this.repairOutbox(row.value);
+    await this.outbox.repairOutbox(row.value);
     if (TERMINAL.has(row.value.run.status)) return row;
     const h: Handle = {
       id: runId, actor: null, row, chain: Promise.resolve(), pending: 0, sends: 0, dead: false,
@@ -579,13 +539,13 @@ export class RunEngine {
     let seq = prev.event_seq;
     let runJson = false;
     for (const { ctx: c, params } of steps) {
-      for (const e of params.events) lifecycle.push(this.lifecycleOf(c, e, ++seq, at));
+      for (const e of params.events) lifecycle.push(this.outbox.lifecycleOf(c, e, ++seq, at));
       for (const a of params.attempts) attempts.set(a.attempt_number, a);
       // run.json follows every lifecycle event except heartbeats (and a change with no event).
       if (params.events.length === 0 || params.events.some((e) => e.type !== 'background_run_heartbeat')) runJson = true;
     }
     const ctx = steps[steps.length - 1].ctx;
-    const unacked = this.appends.get(h.id)?.unacked ?? [];
+    const unacked = this.outbox.unacked(h.id);
     const next: BgRunRow = {
       ...ctx,
       machine_version: BACKGROUND_RUN_MACHINE_VERSION,
@@ -622,7 +582,7 @@ export class RunEngine {
     }
     h.row = written as Versioned<BgRunRow>;
     this.noteRun(ctx.run.task_id, h.id, status);
-    const flushed = this.queueEmit(ctx, lifecycle, { runJson, mirror: true });
+    const flushed = this.outbox.queueEmit(ctx, lifecycle, { runJson, mirror: true });
     this.afterRecord(h, ctx, prev.run.status, flushed);
   }
 
@@ -638,104 +598,13 @@ export class RunEngine {
     if (!HELD.has(status) || status === 'queued') this.kick();
   }
 
-  private lifecycleOf(ctx: BackgroundRunContext, e: LifecycleEvent, sequence: number, at: string): LifecycleRecord {
-    return {
-      sequence, event: e.type, timestamp: at, run_id: ctx.run.run_id, task_id: ctx.run.task_id, agent_id: ctx.run.agent_id,
-      status: ctx.run.status, attempt: ctx.run.attempt, worker_id: ctx.run.lease_owner ?? this.deps.workerId,
-      lease_generation: ctx.run.lease_generation, data: stripUndefined(e.data ?? {}),
-    };
-  }
-
-  /**
-   * Queues the append of a write's lifecycle events to telemetry (the run's own trace), then their
-   * workspace mirror, behind the run's earlier ones. Resolves when this batch is through (never
-   * rejects). A failed append drops this process's copy of the run: the row's outbox still holds
-   * the events, and the next load re-appends them.
-   */
-  private queueEmit(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], opts: { runJson: boolean; mirror: boolean }): Promise<void> {
-    const runId = ctx.run.run_id;
-    let st = this.appends.get(runId);
-    if (!st) {
-      st = { chain: Promise.resolve(), flushed: Promise.resolve(), unacked: [], pending: 0 };
-      this.appends.set(runId, st);
-    }
-    const state = st;
-    for (const l of lifecycle) state.unacked.push(l);
-    state.pending++;
-    const terminal = TERMINAL.has(ctx.run.status);
-    let mirrored: Promise<void> | null = null;
-    const step = state.chain.then(async () => {
-      if (lifecycle.length > 0) {
-        try {
-          await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
-        } catch (err) {
-          this.log('warn', 'could not append the lifecycle events of a background run; its next load re-appends them', { run_id: runId, err: String(err) });
-          this.emitted.delete(runId);
-          const h = this.handles.get(runId);
-          if (h) {
-            this.forgetTask(ctx.run.task_id);
-            this.release(h, true);
-          }
-          return;
-        }
-        const last = lifecycle[lifecycle.length - 1].sequence;
-        state.unacked = state.unacked.filter((l) => l.sequence > last);
-        if (terminal) this.emitted.delete(runId);
-        else this.emitted.set(runId, last);
-      }
-      // Issued in append order; the mirror lane keeps each folder's writes in that order.
-      if (opts.mirror) mirrored = this.mirror(ctx, lifecycle, opts.runJson, terminal);
-    });
-    state.chain = step.catch(() => undefined);
-    const flushed = state.chain.then(() => mirrored ?? undefined);
-    state.flushed = flushed;
-    void flushed.finally(() => {
-      if (--state.pending === 0 && this.appends.get(runId) === state) this.appends.delete(runId);
-    });
-    return flushed;
-  }
-
-  /** Appends now and waits (the outbox repair path). Throws when the append fails. */
-  private async emitLifecycle(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[]): Promise<void> {
-    await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
-    await this.mirror(ctx, lifecycle, true, TERMINAL.has(ctx.run.status));
-  }
-
-  private async mirror(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson: boolean, last: boolean): Promise<void> {
-    if (this.deletedRuns.has(ctx.run.run_id)) return;
-    let dir: string;
-    try {
-      dir = this.dirOf(ctx.run);
-    } catch (err) {
-      this.log('warn', 'the run workspace is outside the workspace root; not written', { run_id: ctx.run.run_id, err: String(err) });
-      return;
-    }
-    const lines = ctx.internal.write_events_jsonl ? lifecycle.map(({ data: _d, ...line }) => line) : [];
-    const run = ctx.internal.write_run_json && rewriteRunJson ? ctx.run : null;
-    if (lines.length === 0 && !run) return;
-    const makeDir = !this.madeDirs.has(dir);
-    if (last) this.madeDirs.delete(dir);
-    else this.madeDirs.add(dir);
-    const status = ctx.run.status;
-    await this.mirrors.write(dir, lines, run, makeDir, TERMINAL.has(status) || WAITING.has(status));
-  }
-
-  private telemetryOf(ctx: BackgroundRunContext, l: LifecycleRecord): EventRecordInput {
-    const isError = l.event === 'background_run_failed' || l.event === 'background_run_timeout' || l.event === 'background_run_retrying';
-    return {
-      event_type: l.event,
-      trace_id: ctx.internal.trace_id,
-      span_id: ctx.internal.span_id,
-      parent_span_id: null,
-      actor: { type: 'background', id: l.worker_id, name: ctx.run.task_id },
-      sequence: l.sequence,
-      error: isError && ctx.run.error ? { type: l.event, message: ctx.run.error } : null,
-      metadata: {
-        run_id: l.run_id, session_id: ctx.run.session_id, agent_id: l.agent_id, task_id: l.task_id,
-        status: l.status, attempt: l.attempt, worker_id: l.worker_id, lease_generation: l.lease_generation,
-        lifecycle_timestamp: l.timestamp, detail: l.data,
-      },
-    };
+  /** GET /background/runs/{id}/events: the replay, repaired first if a crash cut it short. */
+  async events(runId: string): Promise<Array<Record<string, unknown>>> {
+    await this.outbox.appended(runId);
+    const row = await this.getRow(runId);
+    if (!row) throw notFound('background run', runId);
+    if (!this.handles.has(runId) && !this.outbox.has(runId)) await this.outbox.repairOutbox(row.value);
+    return this.outbox.replay(runId);
   }
 
   private traceValue(ctx: BackgroundRunContext, status: string) {
@@ -748,96 +617,8 @@ export class RunEngine {
   }
 
   /** Lifecycle events of a run as stored in telemetry, oldest first. */
-  async storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>> {
-    const out: Array<{ sequence: number; event: Record<string, unknown> }> = [];
-    let after: string | null = null;
-    do {
-      const page = await this.deps.store.readEvents({ filters: { run_id: runId, event_type: [...BACKGROUND_EVENT_TYPES] }, after, limit: 1000 });
-      for (const e of page.events) {
-        if (typeof e.sequence === 'number') out.push({ sequence: e.sequence, event: e });
-      }
-      after = page.next_cursor;
-    } while (after);
-    return out;
-  }
-
-  /**
-   * The row is written before its events are appended; a crash in between leaves events the row
-   * counted but the log lacks. Re-append those (from the outbox) so the replay stays 1..n.
-   */
-  private async repairOutbox(row: BgRunRow): Promise<void> {
-    const runId = row.run.run_id;
-    if (row.outbox.length === 0 || this.emitted.get(runId) === row.event_seq) return;
-    const have = new Set((await this.storedLifecycle(runId)).map((e) => e.sequence));
-    const missing = row.outbox.filter((l) => !have.has(l.sequence));
-    if (missing.length > 0) {
-      this.log('warn', 're-appending lifecycle events lost by a crash', { run_id: runId, sequences: missing.map((m) => m.sequence) });
-      await this.emitLifecycle(row, missing);
-    }
-    await this.repairWorkspace(row);
-    if (!TERMINAL.has(row.run.status)) this.emitted.set(runId, row.event_seq);
-  }
-
-  /**
-   * The workspace mirror trails a live run (up to MIRROR_DELAY_MS), so a crash can leave
-   * events.jsonl short of lines the store holds; the run's next lines would then leave a gap in
-   * `sequence`. A run this process did not write last (start-up, a lapsed lease) gets the missing
-   * lines appended from its stored lifecycle, in order, and run.json rewritten, before it goes on.
-   * Never while this process still has a mirror step of the folder pending (it would double lines).
-   */
-  private async repairWorkspace(row: BgRunRow): Promise<void> {
-    const { run, internal } = row;
-    if (run.status === 'skipped' || (!internal.write_events_jsonl && !internal.write_run_json) || this.deletedRuns.has(run.run_id)) return;
-    let dir: string;
-    try {
-      dir = this.dirOf(run);
-    } catch {
-      return;
-    }
-    if (this.workspacesChecked.has(run.run_id) || !this.mirrors.idle(dir)) return;
-    this.workspacesChecked.add(run.run_id);
-    if (this.workspacesChecked.size > 10_000) this.workspacesChecked.clear(); // a bound, not a cache: checking again is harmless
-    let lines: object[] = [];
-    if (internal.write_events_jsonl) {
-      const have = await lastMirroredSequence(dir);
-      if (have >= row.event_seq) return; // complete; run.json was written with the last lines
-      const stored = (await this.storedLifecycle(run.run_id)).filter((e) => e.sequence > have).sort((a, b) => a.sequence - b.sequence);
-      const seen = new Set<number>();
-      lines = stored.filter((e) => !seen.has(e.sequence) && seen.add(e.sequence)).map(({ sequence, event: e }) => {
-        const m = (e.metadata ?? {}) as Record<string, unknown>;
-        // The fields (and order) of a mirrored LifecycleRecord line: lifecycleOf without `data`.
-        return {
-          sequence, event: e.event_type, timestamp: m.lifecycle_timestamp ?? e.timestamp, run_id: m.run_id, task_id: m.task_id,
-          agent_id: m.agent_id, status: m.status, attempt: m.attempt, worker_id: m.worker_id, lease_generation: m.lease_generation,
-        };
-      });
-      if (lines.length > 0) this.log('warn', 'appending workspace lines lost by a crash', { run_id: run.run_id, from: have + 1, to: row.event_seq });
-    }
-    await mirrorRun(dir, lines, internal.write_run_json ? run : null, true).catch((err) => this.log('warn', 'workspace repair failed', { run_id: run.run_id, err: String(err) }));
-  }
-
-  /** GET /background/runs/{id}/events: the replay, repaired first if a crash cut it short. */
-  async events(runId: string): Promise<Array<Record<string, unknown>>> {
-    await this.appends.get(runId)?.chain;
-    const row = await this.getRow(runId);
-    if (!row) throw notFound('background run', runId);
-    if (!this.handles.has(runId) && !this.appends.has(runId)) await this.repairOutbox(row.value);
-    const stored = await this.storedLifecycle(runId);
-    stored.sort((a, b) => a.sequence - b.sequence);
-    const seen = new Set<number>();
-    const out: Array<Record<string, unknown>> = [];
-    for (const { sequence, event } of stored) {
-      if (seen.has(sequence)) continue; // a re-append raced a late original: keep the first
-      seen.add(sequence);
-      const m = (event.metadata ?? {}) as Record<string, unknown>;
-      out.push({
-        sequence, event: event.event_type, event_type: event.event_type, event_id: event.event_id, trace_id: event.trace_id,
-        span_id: event.span_id, timestamp: m.lifecycle_timestamp ?? event.timestamp, run_id: m.run_id, task_id: m.task_id,
-        agent_id: m.agent_id, session_id: m.session_id, status: m.status, attempt: m.attempt, worker_id: m.worker_id,
-        lease_generation: m.lease_generation, data: m.detail ?? {}, error: event.error ?? null,
-      });
-    }
-    return out;
+  storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>> {
+    return this.outbox.storedLifecycle(runId);
   }
 
   // ---------------------------------------------------------------- operator actions
@@ -912,7 +693,7 @@ export class RunEngine {
       void this.getRow(runId).then(async (row) => {
         const s = row?.value.run.status;
         if (!row || !s || !(TERMINAL.has(s) || WAITING.has(s))) return;
-        await this.appends.get(runId)?.flushed; // its events and files are written before the caller hears of the end
+        await this.outbox.flushed(runId); // its events and files are written before the caller hears of the end
         finish(row.value.run);
       });
     });
@@ -971,7 +752,7 @@ export class RunEngine {
       firstDone();
       deleted += removed.length;
       for (const r of removed) {
-        const own = this.ownFolderOf(r);
+        const own = this.workspaces.ownFolderOf(r);
         if (own) dirs.add(own);
         // Claimed between the page read and the delete: its row is gone, its agent run must stop too.
         const late = this.handles.get(r.run_id);
@@ -992,8 +773,8 @@ export class RunEngine {
     }
     const root = this.deps.config.background.workspace_root;
     const ns = agentId ? absoluteWorkspace(root, taskNamespace({ agent_id: agentId, task_id: taskId })) : null;
-    if (ns) await this.removeFolder(ns);
-    for (const d of dirs) if (!ns || !isInside(ns, d)) await this.removeFolder(d);
+    if (ns) await this.workspaces.removeFolder(ns);
+    for (const d of dirs) if (!ns || !isInside(ns, d)) await this.workspaces.removeFolder(d);
     return deleted;
   }
 
@@ -1033,10 +814,8 @@ export class RunEngine {
       return ops;
     };
     const gone = (r: Versioned<BgRunRow>) => {
-      this.emitted.delete(r.id);
-      this.workspacesChecked.delete(r.id);
-      if (this.deletedRuns.size >= 50_000) this.deletedRuns.clear(); // a bound: a late step after that only remakes a folder
-      this.deletedRuns.add(r.id);
+      this.outbox.forget(r.id);
+      this.workspaces.deleted(r.id);
     };
     const extra = opts.extra ?? [];
     try {
@@ -1059,34 +838,6 @@ export class RunEngine {
       }
     }
     return out;
-  }
-
-  /**
-   * The folder that belongs to this run alone (absolute), or null: the run id is a segment of its
-   * workspace path (the default template), so the folder up to that segment is its own. A template
-   * without {run_id} shares one folder among runs: that is never removed for one run.
-   */
-  private ownFolderOf(run: BackgroundRun): string | null {
-    const rel = relativeWorkspace(this.deps.config.background.workspace_root, run.workspace_path);
-    const segs = rel.split('/');
-    const i = segs.indexOf(run.run_id);
-    if (i < 0) return null;
-    try {
-      return absoluteWorkspace(this.deps.config.background.workspace_root, segs.slice(0, i + 1).join('/'));
-    } catch {
-      return null;
-    }
-  }
-
-  private async removeFolder(dir: string): Promise<void> {
-    this.mirrors.drop(dir);
-    try {
-      await this.remover.remove(dir);
-    } catch (err) {
-      this.log('warn', 'could not remove a background workspace folder', { err: String(err) });
-    }
-    const prefix = dir.endsWith(sep) ? dir : dir + sep;
-    for (const d of this.madeDirs) if (d === dir || d.startsWith(prefix)) this.madeDirs.delete(d);
   }
 
   /**
@@ -1114,8 +865,8 @@ export class RunEngine {
       deleted += removed.length;
       budget -= rows.length;
       for (const r of removed) {
-        const own = this.ownFolderOf(r);
-        if (own) await this.removeFolder(own);
+        const own = this.workspaces.ownFolderOf(r);
+        if (own) await this.workspaces.removeFolder(own);
       }
     };
     const endedAt = (run: BackgroundRun) => Date.parse(run.finished_at ?? run.triggered_at);
@@ -1161,7 +912,7 @@ export class RunEngine {
   private clearRunTimers(runId: string): void {
     this.timers.clearRetry(runId);
     this.agent.unwatchResume(runId);
-    this.emitted.delete(runId);
+    this.outbox.forget(runId);
   }
 
   // ---------------------------------------------------------------- claiming
@@ -1367,12 +1118,6 @@ export class RunEngine {
       cursor = page.next_cursor;
     } while (cursor);
   }
-}
-
-function stripUndefined(o: Record<string, unknown>): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(o)) if (v !== undefined) out[k] = v;
-  return out;
 }
 
 /** The record a one-at-a-time task's claims CAS on a shared store (kind `meta`). */
