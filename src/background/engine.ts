@@ -1,7 +1,11 @@
 // Background runs end to end: creation, claims under a fenced lease, heartbeats, the agent run of
 // each attempt, retries, timeouts, cancellation, recovery of lapsed leases, lifecycle events and
 // the run workspace files. Every status change goes through the background-run machine
-// (machines/background-run.machine.ts); this class binds its effects and owns the timers.
+// (machines/background-run.machine.ts). RunEngine is the public face and the wiring; the parts:
+// run-host.ts (live runs: actor, row, write chain, the `record` effect), outbox.ts (lifecycle
+// events), run-workspace.ts (workspace files), claimer.ts (claims, recovery), attempt-timers.ts
+// (heartbeat, timeout, retry), agent-bridge.ts (the agent run of an attempt), inflight.ts
+// (overlap cache), retention.ts (deleting runs), prepare-run.ts (a new run's row and events).
 //
 // An actor `bgrun:<id>` lives while this process holds the run (claimed, running) or while an
 // event is being applied to it; a resting run (queued, retrying, awaiting a person, terminal) is
@@ -14,64 +18,30 @@
 // lifecycle events of a write are appended behind it on a per-run chain that does not hold up the
 // next write (the row's outbox covers the gap); and the workspace mirror is a low-priority lane
 // that merges the steps of a fast run (docs/background.md).
-import { randomUUID } from 'node:crypto';
-import { sep } from 'node:path';
-import { type Actor, type AnyActorRef } from 'xstate';
-import {
-  BACKGROUND_RUN_MACHINE_VERSION,
-  backgroundRunIdOf,
-  backgroundRunMachine,
-  persistedSnapshotOf,
-  type AgentOutcome,
-  type BackgroundRunContext,
-  type BackgroundRunEvent,
-  type LifecycleEvent,
-  type RecordParams,
-  type SideEffectInfo,
-  type StartAgentParams,
-} from '../../machines/background-run.machine.js';
-import { canClaim, type TaskRunsInFlight } from '../../machines/policies/overlap.js';
-import { maxAttempts } from '../../machines/policies/retry.js';
+import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
+import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import type { TaskOccurrence } from '../../machines/task.machine.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { AppError, notFound } from '../errors.js';
-import { newId } from '../ids.js';
 import type { TelemetryEmitter } from '../runtime/emitter.js';
 import type { Metrics } from '../runtime/metrics.js';
-import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
-import { AgentUnavailableError, type AgentRegistry } from '../runtime/agent-registry.js';
+import type { AgentRegistry } from '../runtime/agent-registry.js';
 import type { RunService } from '../runtime/runs.js';
 import type { ActorSystem } from '../runtime/system.js';
 import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
-import { isStoreError, StoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
-import { BACKGROUND_EVENT_TYPES, type EventRecordInput } from '../telemetry/record.js';
-import {
-  ACTIVE,
-  HELD,
-  TERMINAL,
-  WAITING,
-  attemptRecordId,
-  occurrenceRecordId,
-  runRowIndexes,
-  taskStatusKey,
-  type BgRunRow,
-  type LifecycleRecord,
-  type TaskRow,
-} from './types.js';
-import { pureStepper } from './transition.js';
+import { ACTIVE, HELD, TERMINAL, WAITING, taskStatusKey, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
 import { InFlightCache } from './inflight.js';
 import { AgentBridge } from './agent-bridge.js';
 import { RunWorkspaces } from './run-workspace.js';
 import { EventOutbox } from './outbox.js';
 import { Claimer } from './claimer.js';
 import { RunRetention } from './retention.js';
-import { RunHosts } from './run-host.js';
+import { RunHosts, type Handle } from './run-host.js';
 import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
-import type { Handle, RunActor, WriteJob } from './run-host.js';
-import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
-import { MirrorQueue, absoluteWorkspace, isInside, lastMirroredSequence, mirrorRun, relativeWorkspace, FolderRemover, taskNamespace, workspaceOf } from './workspace.js';
+import { prepareRun } from './prepare-run.js';
 
 export type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 
@@ -116,9 +86,6 @@ export interface SendResult {
 }
 
 const iso = (ms: number) => new Date(ms).toISOString();
-const stepRun = pureStepper(backgroundRunMachine);
-/** How long run.json / events.jsonl may trail a run that goes on (one that ends or pauses is written at once). */
-const MIRROR_DELAY_MS = 200;
 
 export class RunEngine {
   private readonly handles = new Map<string, Handle>();
@@ -310,67 +277,11 @@ export class RunEngine {
    * puts the ops of every occurrence of a tick, with the schedule row, into one commit per task.
    */
   prepareRun(input: CreateRunInput, nowMs = this.deps.clock.now()): PreparedRun {
-    const { task } = input;
-    const at = iso(nowMs);
-    const run_id = input.run_id ?? newId('bgrun');
-    const sp = task.session_policy;
-    const session_id = sp.mode === 'fixed' && sp.session_id
-      ? sp.session_id
-      : sp.mode === 'run' ? `background:${task.agent_id}:${task.task_id}:${run_id}` : `background:${task.agent_id}:${task.task_id}`;
-    const workspace_path = this.workspaces.workspaceFor(task, run_id);
-    const occ = input.occurrence;
-    const run: BackgroundRun = {
-      run_id, task_id: task.task_id, agent_id: task.agent_id, query_snapshot: input.query ?? task.query,
-      trigger_type: input.trigger_type, session_id, workspace_path, status: 'queued', attempt: 0,
-      max_attempts: maxAttempts(task.retry_policy), lease_generation: 0, lease_owner: null, lease_token: null,
-      occurrence_id: occ?.occurrence_id ?? null, error: null, result_preview: null, triggered_at: at, queued_at: at,
-      claimed_at: null, started_at: null, heartbeat_at: null, lease_expires_at: null, finished_at: null,
-      cancel_requested_at: null, due_at: occ?.due_at ?? null, metadata: { ...task.metadata },
-      trigger_metadata: occ
-        ? { occurrence_id: occ.occurrence_id, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed }
-        : { query_override: input.query !== null },
-    };
-    let ctx: BackgroundRunContext = {
-      run,
-      internal: {
-        trace_id: newId('trace'), span_id: newId('span'), agent_run_id: null, continue_agent: false, next_reason: null,
-        retry_at: null, not_before: occ && occ.run_at > occ.due_at ? occ.run_at : null, retry_policy: task.retry_policy,
-        timeout_seconds: task.timeout_seconds ?? null, overlap_policy: task.overlap_policy,
-        write_events_jsonl: task.workspace_policy.write_events_jsonl, write_run_json: task.workspace_policy.write_run_json,
-        current_attempt: null, last_closed_attempt: null,
-      },
-    };
-    const lifecycle: LifecycleRecord[] = [];
-    if (occ) {
-      lifecycle.push(this.outbox.lifecycleOf(ctx, { type: 'background_task_scheduled', data: { occurrence_id: occ.occurrence_id, trigger_type: occ.trigger_type, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed } }, 1, at));
-    }
-    if (input.skip !== null) {
-      // queued -> skipped, computed by the machine without running its effects.
-      const snap = backgroundRunMachine.resolveState({ value: 'queued', context: ctx });
-      const [next, actions] = stepRun(snap, { type: 'SKIP', at, reason: input.skip });
-      ctx = next.context;
-      for (const a of actions) {
-        if (a.type !== 'record') continue;
-        for (const e of (a.params as RecordParams).events) lifecycle.push(this.outbox.lifecycleOf(ctx, e, lifecycle.length + 1, at));
-      }
-    } else {
-      lifecycle.push(this.outbox.lifecycleOf(ctx, { type: 'background_run_queued', data: { trigger_type: input.trigger_type } }, lifecycle.length + 1, at));
-    }
-    const row: BgRunRow = { ...ctx, machine_version: BACKGROUND_RUN_MACHINE_VERSION, event_seq: lifecycle.length, outbox: lifecycle };
-    const ops: WriteOp[] = [];
-    if (occ) {
-      ops.push({
-        op: 'create', kind: 'bg_occurrences', id: occurrenceRecordId(task.task_id, occ.occurrence_id),
-        value: { task_id: task.task_id, occurrence_id: occ.occurrence_id, run_id, dispatched_at: at },
-      });
-    }
-    ops.push({ op: 'create', kind: 'bg_runs', id: run_id, value: row, indexes: runRowIndexes(row) });
-    ops.push({
-      op: 'create', kind: 'traces', id: ctx.internal.trace_id,
-      value: this.hosts.traceValue(ctx, TERMINAL.has(ctx.run.status) ? ctx.run.status : 'running'),
-      indexes: { run_id, session_id, task_id: task.task_id },
+    return prepareRun(input, nowMs, {
+      workspaceFor: (task, runId) => this.workspaces.workspaceFor(task, runId),
+      lifecycleOf: (ctx, e, sequence, at) => this.outbox.lifecycleOf(ctx, e, sequence, at),
+      traceValue: (ctx, status) => this.hosts.traceValue(ctx, status),
     });
-    return { ctx, row, lifecycle, ops };
   }
 
   /** The absolute folder of a run's workspace (throws when a stored path would leave the root). */
