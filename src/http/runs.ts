@@ -52,8 +52,22 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     const releaseDeltas = (all = false): void => {
       while (held.length > 0 && (all || held[0].after <= lastEventSeq)) push(held.shift()!.frame);
     };
+    // The stream opens (and its `session` frame goes out) as soon as the run is accepted, without
+    // waiting for the run's first store round (RunService.start onAccepted).
+    let writing: Promise<void> | null = null;
+    let acceptedSession: string | null = null;
+    const open = (session_id: string): SseChannel => {
+      const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id, session_id } }));
+      acceptedSession = session_id;
+      ch.push({ event: 'session', data: { session_id, run_id, status: 'started' } });
+      for (const f of early) ch.push(f);
+      early.length = 0;
+      writing = ch.run();
+      return ch;
+    };
     let unsubscribe = (): void => {};
-    const begin = async (id: string) => {
+    /** `isNew`: the id was made just now for this request (not a keyed retry's). */
+    const begin = async (id: string, isNew = false) => {
       run_id = id;
       // Subscribe before the run exists, so its first event is not missed. The handler never
       // waits: the channel's bound (server.stream_max_queued_*) is what drops a slow reader.
@@ -65,7 +79,11 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
       return runs.start(body.query, body.session_id ?? null, {
         run_id,
+        run_id_is_new: isNew,
         ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
+        onAccepted: ({ session_id }) => {
+          channel = open(session_id);
+        },
         session_policy: body.session_policy ?? undefined,
         onDelta: (text, sequence, afterEvent) => {
           if (dropped) return; // nothing is sent any more, and waiting deltas would pile up
@@ -82,14 +100,18 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         const once = await deps.runtime.idempotency.startOnce(idem, () => newId('run'), (id) => runExists(deps, id), begin);
         if (!once.fresh) return replayRunStream(deps, reply, once.target_id);
         started = once.started;
-      } else started = await begin(newId('run'));
+      } else started = await begin(newId('run'), true);
     } catch (err) {
       unsubscribe();
-      throw err; // nothing was streamed yet: a plain JSON error (503, ...)
+      if (!channel) throw err; // nothing was streamed yet: a plain JSON error (503, ...)
+      // Accepted, then not created (the store failed): the stream says so and ends.
+      const ch: SseChannel = channel;
+      ch.push({ event: 'error', data: { error: 'InternalServerError', message: String((err as Error)?.message ?? err), run_id, session_id: acceptedSession } });
+      ch.close();
+      await writing;
+      return;
     }
-    channel = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id, session_id: started.session_id } }));
-    channel.push({ event: 'session', data: { session_id: started.session_id, run_id, status: 'started' } });
-    for (const f of early) channel.push(f);
+    channel ??= open(started.session_id);
     const ch = channel;
     // The client closing the stream cancels the run; the server dropping a reader that fell too
     // far behind does not: the run goes on, its events stay readable (GET /events/{session_id}
@@ -115,7 +137,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         ch.close();
       },
     );
-    await ch.run();
+    await writing;
   });
 
   app.post('/run/sync', {

@@ -1,6 +1,7 @@
 import type { FastifyReply } from 'fastify';
 import type { AppDeps } from './deps.js';
 import type { StoredEvent } from '../store/store.js';
+import { storedEventText } from '../store/event-text.js';
 
 export interface SseFrame {
   event: string;
@@ -69,7 +70,9 @@ export function encodeFrame(frame: SseFrame): { chunk: Buffer | string; bytes: n
   if (frame.id !== undefined && typeof data === 'object' && data !== null) {
     const hit = encodedEvents.get(data);
     if (hit && hit.id === frame.id && hit.event === frame.event) return { chunk: hit.chunk, bytes: hit.chunk.length };
-    const chunk = Buffer.from(formatFrame(frame).text);
+    // The store's own text of the event when it has it (serialised once, in the store round).
+    const json = storedEventText.get(data);
+    const chunk = Buffer.from(json !== undefined ? `id: ${frame.id}\nevent: ${frame.event}\ndata: ${json}\n\n` : formatFrame(frame).text);
     encodedEvents.set(data, { id: frame.id, event: frame.event, chunk });
     return { chunk, bytes: chunk.length };
   }

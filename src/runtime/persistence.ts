@@ -43,7 +43,7 @@ export class RecordWriter<T> {
    * loop is created already in its later state.
    */
   readonly created: Promise<Versioned<T>> | null = null;
-  private creating: { extra: WriteOp[] } | null = null;
+  private creating: { extra: WriteOp[]; beforeIssue?: () => void } | null = null;
   private head: T;
   /** The version the record has once every write the store has taken is in. */
   private takenVersion: number;
@@ -52,6 +52,8 @@ export class RecordWriter<T> {
   /** Writes handed to the store and not settled (drain waits for them). */
   private inflight: Array<Promise<unknown>> = [];
   private fenced = false;
+  /** A creating write not handed to the store yet (create.delayMs). */
+  private deferred: { timer: NodeJS.Timeout; issue: () => void } | null = null;
 
   constructor(
     private readonly store: Store,
@@ -60,14 +62,19 @@ export class RecordWriter<T> {
     private current: Versioned<T>,
     private readonly indexesOf: (value: T) => RecordIndexes,
     private readonly onFenced: (err: FencedError) => void = () => {},
-    /** Create the record (`current.value`, version unused) instead of updating an existing one. */
-    create?: { extra: WriteOp[] },
+    /**
+     * Create the record (`current.value`, version unused) instead of updating an existing one.
+     * `delayMs`: hand the creating write to the store only after this long (or at flush(), or
+     * drain()), so a record that reaches its end meanwhile is created already ended, in one store
+     * round instead of two. Until then nothing of it is durable.
+     */
+    create?: { extra: WriteOp[]; delayMs?: number; beforeIssue?: () => void },
   ) {
     this.head = current.value;
     this.takenVersion = current.version;
     if (create) {
       this.creating = create;
-      const open = this.openWrite();
+      const open = this.openWrite(create.delayMs ?? 0);
       this.created = new Promise<Versioned<T>>((resolve, reject) => open.waiters.push({ resolve, reject }));
       // Nobody may await `created` (a caller that fails early); its failure reaches them through update().
       this.created.catch(() => undefined);
@@ -113,14 +120,39 @@ export class RecordWriter<T> {
     return done;
   }
 
+  /** Hands a delayed creating write (see the constructor) to the store now. */
+  flush(): void {
+    const d = this.deferred;
+    if (!d) return;
+    this.deferred = null;
+    clearTimeout(d.timer);
+    d.issue();
+  }
+
   /** Resolves when everything queued so far is durable (or failed). */
   async drain(): Promise<void> {
+    this.flush();
     while (this.inflight.length > 0) await Promise.allSettled(this.inflight);
   }
 
-  private openWrite(): OpenWrite<T> {
+  private openWrite(delayMs = 0): OpenWrite<T> {
     const open: OpenWrite<T> = { value: this.head, extra: new Map(), waiters: [] };
     this.open = open;
+    if (delayMs > 0) {
+      // Updates fold into `open` meanwhile (it stays this.open until the store takes it).
+      const before = this.creating?.beforeIssue;
+      this.deferred = {
+        timer: setTimeout(() => this.flush(), delayMs),
+        issue: () => {
+          before?.();
+          this.issue(open);
+        },
+      };
+    } else this.issue(open);
+    return open;
+  }
+
+  private issue(open: OpenWrite<T>): void {
     const expected = { version: 0, create: false };
     const written = this.store.commit(() => {
       // The store takes this write now: later updates start a new one.
@@ -170,6 +202,5 @@ export class RecordWriter<T> {
     void settled.then(() => {
       this.inflight.splice(this.inflight.indexOf(settled), 1);
     });
-    return open;
   }
 }

@@ -48,6 +48,7 @@ import {
   type ToolCallRecord,
 } from './run-record.js';
 import { SessionGate } from './session-gate.js';
+import { isSharedStore } from '../store/changes.js';
 import { RunInbox, type InboxValue } from './run-inbox.js';
 import type { Subagents, SubagentSpec } from './subagents.js';
 import { Slots } from './slots.js';
@@ -118,8 +119,17 @@ export interface StartOptions {
   timeout_seconds?: number | null;
   /** A caller-chosen run id (background runs use their BackgroundRun id). */
   run_id?: string;
+  /** `run_id` was made with newId() just now for this run, never handed to start() before (the store need not look it up). */
+  run_id_is_new?: boolean;
   /** Skip admission control (background workers have their own concurrency). */
   admitted?: boolean;
+  /**
+   * Called once the run is admitted and has its ids, before its first store round is durable and
+   * before it waits for its turn in the session (POST /run sends its `session` frame here, so the
+   * first frame does not wait for an fsync). If start() then fails, it still rejects; get() of the
+   * run waits for that first round meanwhile, so an id handed out here always reads.
+   */
+  onAccepted?: (ids: { run_id: string; session_id: string }) => void;
   /** When the session has a run in flight in this process; default `settings.session_policy`. */
   session_policy?: SessionPolicy;
 }
@@ -159,6 +169,8 @@ interface LiveRun {
   stepSpan: string | null;
   /** Resolves when every event emitted so far is stored and published. */
   emitChain: Promise<unknown>;
+  /** Events held back with the delayed creating write (CREATE_FOLD_MS), in order; null once it went. */
+  heldEvents: { events: EventRecordInput[]; release: () => void } | null;
   /**
    * The session record as this run found it once its turn came (null: a new session), so the
    * completed run's history is written in the same store round as its final record. Undefined
@@ -198,6 +210,15 @@ type RecoveryCause = 'approval' | 'budget_grant' | 'budget_denied' | 'interrupte
 
 /** A run the orphan sweep found; `ownerDead`: found at start-up on the single-process store. */
 interface RecoveryCandidate { id: string; cause: RecoveryCause; ownerDead: boolean }
+
+/**
+ * A new run's creating write (and its first events) wait this long for the run to go on before
+ * they are handed to the store: a run that ends or parks meanwhile (a short answer, a tool and an
+ * answer) is created already ended, in one store round instead of two. Bounded, so a long run is
+ * durable after this long; anything that must be durable sooner (an end, a pause, a non-idempotent
+ * tool) hands it over at once.
+ */
+const CREATE_FOLD_MS = 10;
 
 /** Most runs waiting for a recovery slot; more are left in the store for the next sweep. */
 const MAX_RECOVERY_QUEUE = 10_000;
@@ -336,9 +357,16 @@ export class RunService {
       const trace = this.traceValue(record, null, 'running');
       const traceIndexes = { run_id, session_id, task_id: record.task_id };
       // What the run's first store round will read (all new, so in no cache): read it meanwhile.
+      // Ids made up just now are new (no read at all): the trace's always, the session's when the
+      // caller named none, the run's when made here or so marked (a background run reuses its id
+      // and relies on the create's conflict to find an agent run that already started).
+      const newRun = opts.run_id === undefined || opts.run_id_is_new === true;
+      const newSession = !sessionId;
       this.deps.store.prefetch?.([
-        { kind: 'runs', id: run_id, indexes: runIndexes(record) }, { kind: 'traces', id: trace_id, indexes: traceIndexes },
-        { kind: 'snapshots', id: run_id }, { kind: 'sessions', id: session_id },
+        { kind: 'runs', id: run_id, indexes: runIndexes(record), ...(newRun ? { fresh: newSession ? ['session_id'] : [] } : {}) },
+        { kind: 'traces', id: trace_id, indexes: traceIndexes, fresh: newRun ? (newSession ? ['run_id', 'session_id'] : ['run_id']) : [] },
+        { kind: 'snapshots', id: run_id, ...(newRun ? { fresh: [] } : {}) },
+        { kind: 'sessions', id: session_id, ...(newSession ? { fresh: [] } : {}) },
       ]);
       const workspace_path = opts.workspace_path ?? this.sessionWorkspace(session_id, profile.session_workspace_root);
       this.deps.metrics.liveRuns.inc();
@@ -349,11 +377,17 @@ export class RunService {
         event_type: 'user_message', actor: { type: 'user', id: session_id }, input: { query }, span_id: live.rootSpan,
         metadata: { agent_name: record.agent_name }, // the trace's gen_ai.agent.name
       });
+      // On a store other processes share, another instance may be asked for the run: the id goes
+      // out only once the run is stored (below), as a client could read it anywhere.
+      const shared = isSharedStore(this.deps.store);
+      if (!shared) opts.onAccepted?.({ run_id, session_id });
       // `interrupt`: the run in flight stops at its next step boundary; `rollback`: it is cancelled.
       // Either way it then lets go of the session, and this run (queued behind it) goes next.
       if (busyWith && policy === 'interrupt') {
         // A run that just started may not be stored yet: its record is what the request checks.
-        await this.live.get(busyWith)?.writer.created?.catch(() => undefined);
+        const busyLive = this.live.get(busyWith);
+        busyLive?.writer.flush();
+        await busyLive?.writer.created?.catch(() => undefined);
         await this.interrupt(busyWith, { by: `run:${run_id}` }).catch(() => undefined);
       }
       if (busyWith && policy === 'rollback') await this.cancel(busyWith).catch(() => undefined);
@@ -377,6 +411,7 @@ export class RunService {
       ];
       this.spawnActor(live, { input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query, history_length: messages.length - 1 } });
       await live.writer.created;
+      if (shared) opts.onAccepted?.({ run_id, session_id });
       this.deps.metrics.runStarted();
       return { run_id, session_id, trace_id, settled: live.settled };
     } catch (err) {
@@ -419,15 +454,19 @@ export class RunService {
   private makeLive(rec: Versioned<RunRecord>, releaseSlot: () => void, agent: AgentLease, opts: StartOptions, trace: TraceValue, create?: WriteOp[]): LiveRun {
     let resolve!: (r: RunRecord) => void;
     const settled = new Promise<RunRecord>((r) => (resolve = r));
+    // A new run's first round waits to fold with what follows (CREATE_FOLD_MS), unless other
+    // processes share the store (they must be able to read the run as soon as its id is out).
+    const fold = create !== undefined && !isSharedStore(this.deps.store);
     const live: LiveRun = {
       run_id: rec.value.run_id,
       session_id: rec.value.session_id,
-      writer: new RecordWriter<RunRecord>(this.deps.store, 'runs', rec.id, rec, runIndexes, (err) => this.onFenced(live, err), create ? { extra: create } : undefined),
+      writer: new RecordWriter<RunRecord>(this.deps.store, 'runs', rec.id, rec, runIndexes, (err) => this.onFenced(live, err), create ? (fold ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.releaseHeldEvents(live) } : { extra: create }) : undefined),
       ref: null,
       abort: new AbortController(),
       rootSpan: newId('span'),
       stepSpan: null,
       emitChain: Promise.resolve(),
+      heldEvents: null,
       session: undefined,
       historyWrite: null,
       eventSeq: 0,
@@ -449,6 +488,12 @@ export class RunService {
       trace,
       prelude: [],
     };
+    if (fold) {
+      let release!: () => void;
+      const released = new Promise<void>((r) => (release = r));
+      live.heldEvents = { events: [], release };
+      live.emitChain = released;
+    }
     this.live.set(live.run_id, live);
     const leaseMs = this.deps.settings.lease_seconds * 1000;
     live.heartbeat = setInterval(() => this.beat(live), Math.max(50, Math.floor(leaseMs / 3)));
@@ -553,6 +598,8 @@ export class RunService {
       extra,
       beforeCommit,
     );
+    // An end, a pause or a stop must be durable at once (a delayed creation goes now).
+    if (terminal || waiting || interrupt) live.writer.flush();
     if (terminal) void write.then((r) => this.finish(live, r.value), (err) => this.failLive(live, err));
     else if (waiting) void write.then((r) => this.park(live, r.value), (err) => this.failLive(live, err));
     else if (interrupt) {
@@ -854,10 +901,18 @@ export class RunService {
 
     const span = newId('span');
     const startedMs = this.deps.clock.now();
-    await this.saveToolCall(live, {
+    const startedSave = this.saveToolCall(live, {
       tool_call_id: call.id, tool_name: call.name, source: tool.source, idempotent: tool.idempotent, step: ctx.step,
       state: 'started', outcome: null, started_at: iso(startedMs), ended_at: null, result_content: null,
     });
+    // A non-idempotent call is durable as `started` before it runs, so a crash cannot make it run
+    // twice (decisions.md §6.3). An idempotent one may simply run again after a crash: it does not
+    // wait for that store round (its `started` state folds into the run's next write).
+    if (!tool.idempotent) {
+      live.writer.flush();
+      await startedSave;
+    }
+    else startedSave.catch(() => {}); // a fenced writer stops the run (onFenced)
     void this.emit(live, {
       event_type: 'tool_call', actor: { type: tool.source === 'mcp' ? 'mcp_server' : 'tool', id: call.name, name: tool.mcp_server ?? null },
       span_id: span, parent_span_id: batchSpan, input: { arguments: valid.args, edited: approval?.edited_arguments ? true : false },
@@ -995,11 +1050,27 @@ export class RunService {
       parent_span_id: input.parent_span_id ?? (input.span_id === live.rootSpan ? null : live.rootSpan),
       metadata: { run_id: live.run_id, session_id: live.session_id, agent_id: live.agent_id, task_id: live.task_id, ...(input.metadata ?? {}) },
     };
+    // A new run's first events wait with its creating write (CREATE_FOLD_MS) and go to the store
+    // right before it: same round, same order, and no event of a run that was never stored.
+    if (live.heldEvents) {
+      live.heldEvents.events.push(full);
+      return live.emitChain;
+    }
     // Handed to the store now, not after the previous event landed: the store's write queue is
     // first in, first out and group-commits, so the events of a step share one durable write and
     // keep their order (sequence numbers and cursors alike) without waiting on each other.
     live.emitChain = Promise.all([live.emitChain, this.deps.telemetry.emitManySafe([full])]);
     return live.emitChain;
+  }
+
+  /** The delayed creating write goes to the store now: the events held with it go first. */
+  private releaseHeldEvents(live: LiveRun): void {
+    const held = live.heldEvents;
+    if (!held) return;
+    live.heldEvents = null;
+    const stored = held.events.length ? this.deps.telemetry.emitManySafe(held.events) : Promise.resolve();
+    live.emitChain = Promise.all([live.emitChain, stored]);
+    held.release();
   }
 
   private traceValue(r: RunRecord, parent: string | null, status: string) {
@@ -1064,6 +1135,9 @@ export class RunService {
   // ---------------------------------------------------------------- reads
 
   async get(runId: string): Promise<RunRecord> {
+    // A run this process just accepted may not be durable yet (StartOptions.onAccepted).
+    const creating = this.live.get(runId)?.writer.created;
+    if (creating) await creating.catch(() => undefined);
     const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
     if (!rec) throw notFound('run', runId);
     return rec.value;

@@ -33,6 +33,7 @@
 // Nobody hears back before the batch is written, so an acknowledged write is on disk (fsynced
 // unless `sync: false`). Concurrent single-event appends cost one batch per round, not one each.
 // Reads are not queued: they go straight to LevelDB, on a snapshot where a page needs several reads.
+import { storedEventText } from './event-text.js';
 import { Level } from 'level';
 import {
   EVENT_INDEX_FIELDS,
@@ -611,7 +612,7 @@ export class LevelStore implements Store {
    * used only if no write landed after it was issued (`writesDone` unchanged), so it is exactly
    * what the disk holds; otherwise the round reads again.
    */
-  prefetch(records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes }>): void {
+  prefetch(records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes; fresh?: string[] }>): void {
     if (this.state !== 'open' || !this.db) return;
     const keys: string[] = [];
     const want = (k: string) => {
@@ -619,6 +620,17 @@ export class LevelStore implements Store {
     };
     for (const r of records) {
       const rk = recordKey(r.kind, r.id);
+      if (r.fresh) {
+        // A just-generated id: known absent, and so are the postings of its own index values.
+        // Both caches then hold exactly what the disk holds, as when filled from a read.
+        if (!this.rowCache.has(rk) && !this.prefetched.has(rk)) this.cacheRow(rk, null);
+        const ix = cleanIndexes(r.indexes);
+        for (const name of r.fresh) {
+          if (ix[name] === undefined) continue;
+          const ik = indexCountKey(r.kind, name, ix[name]);
+          if (!this.counterCache.has(ik) && !this.prefetched.has(ik)) this.counterCache.set(ik, 0);
+        }
+      }
       if (!this.rowCache.has(rk)) want(rk);
       const ck = kindCountKey(r.kind);
       if (!this.counterCache.has(ck)) want(ck);
@@ -811,6 +823,7 @@ export class LevelStore implements Store {
               const s = Object.assign({}, e) as StoredEvent;
               s.cursor = c;
               stored[i] = s;
+              storedEventText.set(s, texts[i]);
               for (const field of EVENT_INDEX_FIELDS) {
                 const v = e[field];
                 if (typeof v !== 'string') continue;

@@ -181,8 +181,12 @@ export interface Store {
    * Optional hint: these records are about to be written, with these index values. An adapter
    * may read what that write will need now, off the caller's path (LevelStore does). Never
    * changes what any operation returns.
+   *
+   * `fresh`: the caller generated this id just now (newId: 126 random bits), so no row exists, and
+   * no record holds the values of the index names listed (they are as new as the id: a run's new
+   * session id). An adapter may take that as read instead of reading it.
    */
-  prefetch?(records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes }>): void;
+  prefetch?(records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes; fresh?: string[] }>): void;
 
   /**
    * Optional: whether the backing database answers (PostgreSQL: the last query or background

@@ -228,5 +228,145 @@ async function startBare() {
   return url;
 }
 
-const url = spec.mode === 'agentd' ? await startAgentd() : await startBare();
+
+// ---------------------------------------------------------------- fake OpenAI-compatible server
+
+// A fast OpenAI-compatible Chat Completions server (the real-path model of the run benchmarks), in
+// its own process so its CPU is not counted as the measured server's. Replies, by request:
+// - a conversation with a tool result in it: the final answer after the tool;
+// - the last user message mentions "add tool": one `add` tool call {a: 2, b: 3};
+// - otherwise a short text answer.
+// Model name `slow-<chunks>-<ms>`: that many text chunks, <ms> apart (the streams benchmark).
+// Streams like the scripted test server (role chunk, one chunk per word, tool call split in two,
+// finish chunk, usage chunk when asked, [DONE]); everything but slow replies in one write.
+async function startFakeOpenAI() {
+  const http = await import('node:http');
+  const CREATED = 1767225600;
+  const ANSWER = 'Hello from the benchmark model.';
+  const AFTER_TOOL = 'The sum is 5.';
+  const words = (t) => t.match(/\s*\S+\s*/g) ?? [];
+  const usage = { prompt_tokens: 20, completion_tokens: 8, total_tokens: 28 };
+  let stats = { requests: 0 };
+  function streamBody(model, text, call, withUsage) {
+    const base = { id: 'chatcmpl-bench', object: 'chat.completion.chunk', created: CREATED, model };
+    const out = [];
+    out.push({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] });
+    for (const w of words(text)) out.push({ ...base, choices: [{ index: 0, delta: { content: w }, finish_reason: null }] });
+    if (call) {
+      const args = JSON.stringify(call.arguments);
+      const half = Math.floor(args.length / 2);
+      out.push({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: 'call_bench_1', type: 'function', function: { name: call.name, arguments: args.slice(0, half) } }] }, finish_reason: null }] });
+      out.push({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: args.slice(half) } }] }, finish_reason: null }] });
+    }
+    out.push({ ...base, choices: [{ index: 0, delta: {}, finish_reason: call ? 'tool_calls' : 'stop' }] });
+    if (withUsage) out.push({ ...base, choices: [], usage });
+    return out.map((c) => `data: ${JSON.stringify(c)}\n\n`).join('') + 'data: [DONE]\n\n';
+  }
+  function jsonBody(model, text, call) {
+    return JSON.stringify({
+      id: 'chatcmpl-bench', object: 'chat.completion', created: CREATED, model,
+      choices: [{ index: 0, message: { role: 'assistant', content: text || null, ...(call ? { tool_calls: [{ id: 'call_bench_1', type: 'function', function: { name: call.name, arguments: JSON.stringify(call.arguments) } }] } : {}) }, finish_reason: call ? 'tool_calls' : 'stop' }],
+      usage,
+    });
+  }
+  const cache = new Map();
+  const sseHeadFake = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' };
+  const server = http.createServer((req, res) => {
+    const parts = [];
+    req.on('data', (c) => parts.push(c));
+    req.on('end', async () => {
+      stats.requests++;
+      let body;
+      try {
+        body = JSON.parse(Buffer.concat(parts).toString('utf8'));
+      } catch {
+        res.writeHead(400, { 'content-type': 'application/json' });
+        res.end('{"error":{"message":"invalid JSON"}}');
+        return;
+      }
+      const model = String(body.model ?? 'bench');
+      const msgs = Array.isArray(body.messages) ? body.messages : [];
+      const afterTool = msgs.some((m) => m.role === 'tool');
+      let lastUser = '';
+      for (const m of msgs) if (m.role === 'user') lastUser = typeof m.content === 'string' ? m.content : JSON.stringify(m.content);
+      const kind = afterTool ? 'after' : lastUser.includes('add tool') ? 'call' : 'answer';
+      const text = kind === 'after' ? AFTER_TOOL : kind === 'answer' ? ANSWER : '';
+      const call = kind === 'call' ? { name: 'add', arguments: { a: 2, b: 3 } } : null;
+      const slow = /^slow-(\d+)-(\d+)$/.exec(model);
+      if (body.stream && slow && kind !== 'call') {
+        res.writeHead(200, sseHeadFake);
+        let closed = false;
+        res.on('close', () => { closed = true; });
+        const base = { id: 'chatcmpl-bench', object: 'chat.completion.chunk', created: CREATED, model };
+        res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] })}\n\n`);
+        for (let i = 0; i < Number(slow[1]); i++) {
+          await sleep(Number(slow[2]));
+          if (closed) return;
+          res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: { content: `chunk ${i} ` }, finish_reason: null }] })}\n\n`);
+        }
+        res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })}\n\n`);
+        if (body.stream_options?.include_usage) res.write(`data: ${JSON.stringify({ ...base, choices: [], usage })}\n\n`);
+        res.end('data: [DONE]\n\n');
+        return;
+      }
+      const key = `${kind}|${model}|${body.stream ? 1 : 0}|${body.stream_options?.include_usage ? 1 : 0}`;
+      let payload = cache.get(key);
+      if (!payload) {
+        payload = Buffer.from(body.stream ? streamBody(model, text, call, !!body.stream_options?.include_usage) : jsonBody(model, text, call));
+        cache.set(key, payload);
+      }
+      res.writeHead(200, { ...(body.stream ? sseHeadFake : { 'content-type': 'application/json' }), 'content-length': payload.length });
+      res.end(payload);
+    });
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  commands.set('fakeStats', () => ({ ...stats }));
+  process.on('SIGTERM', () => {
+    server.closeAllConnections();
+    server.close(() => process.exit(0));
+  });
+  return `http://127.0.0.1:${server.address().port}/v1`;
+}
+
+// ---------------------------------------------------------------- hand-rolled AI SDK route
+
+// What a user writes instead of adopting agentd: a Fastify route calling the AI SDK's streamText
+// against the same server with the same tool (executed by the SDK), up to 5 steps, each stream
+// part sent as one SSE frame, nothing stored.
+async function startHandRolled() {
+  const { streamText, tool, jsonSchema, stepCountIs } = await import('ai');
+  const { createOpenAICompatible } = await import('@ai-sdk/openai-compatible');
+  const { ADD } = await import('./bench-tools.mjs');
+  const provider = createOpenAICompatible({ name: 'openai-compatible', baseURL: spec.baseUrl, includeUsage: true });
+  const model = provider.chatModel(spec.model);
+  const tools = {
+    add: tool({ description: ADD.description, inputSchema: jsonSchema(ADD.input_schema), execute: async ({ a, b }) => ({ sum: Number(a) + Number(b) }) }),
+  };
+  const app = Fastify({ logger: false, forceCloseConnections: true });
+  app.post('/run', async (req, reply) => {
+    const query = req.body?.query;
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, sseHead);
+    const ac = new AbortController();
+    res.on('close', () => ac.abort());
+    try {
+      const result = streamText({ model, system: 'You are a helpful assistant.', prompt: query, tools, stopWhen: stepCountIs(5), abortSignal: ac.signal, onError: () => {} });
+      for await (const part of result.fullStream) res.write(`event: ${part.type}\ndata: ${JSON.stringify(part)}\n\n`);
+      res.write('event: complete\ndata: {"status":"success"}\n\n');
+    } catch (err) {
+      res.write(`event: error\ndata: ${JSON.stringify({ message: String(err) })}\n\n`);
+    }
+    res.end();
+  });
+  const url = await app.listen({ host: '127.0.0.1', port: 0 });
+  process.on('SIGTERM', async () => {
+    await app.close();
+    process.exit(0);
+  });
+  return url;
+}
+
+const url = spec.mode === 'agentd' ? await startAgentd() : spec.mode === 'fake-openai' ? await startFakeOpenAI() : spec.mode === 'hand-rolled' ? await startHandRolled() : await startBare();
 process.send({ type: 'ready', url });

@@ -105,7 +105,11 @@ export type ChildSpec =
   | { mode: 'bare-sse'; frames: string[]; durable?: { dir: string; ops: Array<[string, string]> } }
   | { mode: 'bare-slow-sse'; head: string[]; delta: string; count: number; delayMs: number; tail: string[] }
   | { mode: 'bare-json'; body: string }
-  | { mode: 'bare-stream' };
+  | { mode: 'bare-stream' }
+  /** The real-path model: a fast OpenAI-compatible server (child-server.mjs startFakeOpenAI). */
+  | { mode: 'fake-openai' }
+  /** The baseline of the real path: Fastify + the AI SDK's streamText against `baseUrl`. */
+  | { mode: 'hand-rolled'; baseUrl: string; model: string };
 
 export interface Child {
   pid: number;
@@ -181,6 +185,8 @@ export interface HttpResult {
   status: number;
   body: string;
   ms: number;
+  /** Milliseconds to the first byte of the body (an SSE response: its first frame). */
+  firstMs?: number;
 }
 
 /** One request with a full read of the body; latency is to the last byte. */
@@ -193,8 +199,12 @@ export function request(url: string, opts: { method?: string; body?: string; age
       headers: { ...(opts.body !== undefined ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(opts.body)) } : {}), ...(opts.headers ?? {}) },
     }, (res) => {
       const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), ms: nowMs() - started }));
+      let firstMs: number | undefined;
+      res.on('data', (c: Buffer) => {
+        firstMs ??= nowMs() - started;
+        chunks.push(c);
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), ms: nowMs() - started, firstMs }));
       res.on('error', reject);
     });
     req.on('error', reject);
@@ -209,6 +219,8 @@ export interface LoopResult {
   seconds: number;
   perSecond: number;
   latencies: number[];
+  /** Time to the first body byte of each counted response (SSE: the first frame). */
+  firstFrames: number[];
   firstError: string | null;
 }
 
@@ -221,18 +233,25 @@ export async function closedLoop(opts: {
   durationMs: number;
   send: (agent: http.Agent) => Promise<HttpResult>;
   ok: (r: HttpResult) => boolean;
+  /** Stop once this many responses were counted (durationMs still bounds the loop). */
+  maxCount?: number;
 }): Promise<LoopResult> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: opts.concurrency });
   const latencies: number[] = [];
+  const firstFrames: number[] = [];
+  const maxCount = opts.maxCount ?? Infinity;
   let errors = 0;
   let firstError: string | null = null;
   const started = nowMs();
   const deadline = started + opts.durationMs;
   const worker = async () => {
-    while (nowMs() < deadline) {
+    while (nowMs() < deadline && latencies.length < maxCount) {
       try {
         const r = await opts.send(agent);
-        if (opts.ok(r)) latencies.push(r.ms);
+        if (opts.ok(r)) {
+          latencies.push(r.ms);
+          if (r.firstMs !== undefined) firstFrames.push(r.firstMs);
+        }
         else {
           errors++;
           firstError ??= `HTTP ${r.status}: ${r.body.slice(0, 300)}`;
@@ -246,7 +265,7 @@ export async function closedLoop(opts: {
   await Promise.all(Array.from({ length: opts.concurrency }, worker));
   const seconds = (nowMs() - started) / 1000;
   agent.destroy();
-  return { count: latencies.length, errors, seconds, perSecond: latencies.length / seconds, latencies, firstError };
+  return { count: latencies.length, errors, seconds, perSecond: latencies.length / seconds, latencies, firstFrames, firstError };
 }
 
 /** Merges loop rounds (alternating A/B rounds share out background noise between both sides). */
@@ -259,6 +278,7 @@ export function mergeLoops(rounds: LoopResult[]): LoopResult {
     seconds,
     perSecond: count / seconds,
     latencies: rounds.flatMap((r) => r.latencies),
+    firstFrames: rounds.flatMap((r) => r.firstFrames),
     firstError: rounds.find((r) => r.firstError)?.firstError ?? null,
   };
 }
@@ -385,13 +405,38 @@ export function machine(): Machine {
   };
 }
 
+/** A CPU profile of the agentd child on the real path, summarised (test/bench/profile.ts). */
+export interface ProfileResult {
+  /** e.g. "before" / "after": one entry per label is kept. */
+  label: string;
+  ran_at: string;
+  commit: string;
+  command: string;
+  description: string;
+  runs: number;
+  /** Server CPU per run while profiled (the profiler adds its own cost). */
+  cpu_per_run_ms: number;
+  /** Self time by origin, ms per run. */
+  groups: Array<{ name: string; ms_per_run: number; share: number }>;
+  /** Top functions by self time. */
+  top: Array<{ fn: string; where: string; ms_per_run: number; share: number }>;
+}
+
 interface ResultsFile {
   benchmarks: Record<string, BenchResult>;
+  profiles?: ProfileResult[];
 }
 
 export function loadResults(): ResultsFile {
   if (!existsSync(RESULTS_FILE)) return { benchmarks: {} };
   return JSON.parse(readFileSync(RESULTS_FILE, 'utf8')) as ResultsFile;
+}
+
+export function saveProfile(p: ProfileResult, order: string[]): void {
+  const all = loadResults();
+  all.profiles = [...(all.profiles ?? []).filter((x) => x.label !== p.label), p];
+  writeFileSync(RESULTS_FILE, `${JSON.stringify(all, null, 2)}\n`);
+  writeFileSync(REPORT_FILE, renderReport(all, order));
 }
 
 export function saveResult(result: BenchResult, order: string[]): void {
@@ -455,6 +500,21 @@ export function renderReport(all: ResultsFile, order: string[]): string {
       out.push('');
     }
   }
+  if (all.profiles?.length) {
+    out.push('## Profiles', '');
+    out.push('CPU profiles of the agentd server process on the real path (`node --cpu-prof` on the child; `npm run bench -- profile <label>` writes them here, test/bench/profile.ts), summarised by self time. The profiler adds its own cost, so its CPU per run is above the run benchmark\'s. `writev` is mostly the loopback peer being woken inside the syscall (wall time the profiler charges to it), not this process\'s CPU. "before" is the tree this work started from (89256c6), built into a copy and run by the same harness (`BENCH_CHILD_SCRIPT=<copy>/test/bench/child-server.mjs npm run bench -- profile before`).', '');
+    for (const p of all.profiles) {
+      out.push(`### ${p.label}`, '');
+      out.push(`- Command: \`${p.command}\` at commit ${p.commit}, ${p.ran_at}`);
+      out.push(`- ${p.description}`);
+      out.push(`- ${p.runs.toLocaleString('en-US')} runs; server CPU ${p.cpu_per_run_ms.toFixed(2)} ms per run while profiled`, '');
+      out.push('| Self time by origin | ms per run | share |', '|---|---|---|');
+      for (const g of p.groups) out.push(`| ${g.name} | ${g.ms_per_run.toFixed(3)} | ${(g.share * 100).toFixed(1)} % |`);
+      out.push('', '| Function (top self time) | where | ms per run | share |', '|---|---|---|---|');
+      for (const t of p.top) out.push(`| \`${t.fn}\` | ${t.where} | ${t.ms_per_run.toFixed(3)} | ${(t.share * 100).toFixed(1)} % |`);
+      out.push('');
+    }
+  }
   return out.join('\n');
 }
 
@@ -494,6 +554,24 @@ export function benchConfig(extra: Record<string, unknown> = {}): Record<string,
   }
   return base;
 }
+
+/** The local tool module of the real-path benchmarks (one `add` tool). */
+export const BENCH_TOOLS = join(BENCH_DIR, 'bench-tools.mjs');
+
+/**
+ * agentd as its docs configure it for a real model: `agent.model.provider: "openai-compatible"`
+ * pointed at `baseUrl` (the fake OpenAI-compatible server), the local `add` tool, no built-ins.
+ */
+export function realPathConfig(baseUrl: string, model = 'bench', extra: Record<string, unknown> = {}): Record<string, unknown> {
+  const { agent: extraAgent, ...rest } = extra as { agent?: Record<string, unknown> };
+  return benchConfig({
+    agent: { model: { provider: 'openai-compatible', base_url: baseUrl, model }, tools: { builtin: [], local: BENCH_TOOLS }, ...(extraAgent ?? {}) },
+    ...rest,
+  });
+}
+
+/** `npm run bench -- <name> --quick`: short rounds and warm-ups, for iterating (not a measurement). */
+export const QUICK = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1';
 
 /**
  * BENCH_SCALE (default 1) shrinks durations and data sets for a quick smoke run of the harness

@@ -4,10 +4,11 @@
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BUILD_DIR, CLI, ROOT, SCALE, loadAverage, machine, nowMs, saveResult, type Benchmark } from './lib.js';
+import { BUILD_DIR, CLI, ROOT, SCALE, loadAverage, machine, nowMs, saveProfile, saveResult, type Benchmark } from './lib.js';
+import { profileRealPath } from './profile.js';
 import { healthBench } from './benchmarks/health.js';
 import { startupBench } from './benchmarks/startup.js';
-import { runBench } from './benchmarks/run-throughput.js';
+import { runBench } from './benchmarks/run-real.js';
 import { streamsBench } from './benchmarks/streams.js';
 import { telemetryBench } from './benchmarks/telemetry.js';
 import { approvalsBench } from './benchmarks/approvals.js';
@@ -69,6 +70,12 @@ function ensureBuild(): void {
 
 async function main(): Promise<void> {
   const args = process.argv.slice(2).filter((a) => !a.startsWith('-'));
+  if (args[0] === 'profile') {
+    // `npm run bench -- profile <label> [--quick]`: see test/bench/profile.ts.
+    ensureBuild();
+    await profileRealPath(args[1] ?? 'after', ORDER, saveProfile);
+    return;
+  }
   const unknown = args.filter((a) => !BENCHMARKS[a]);
   if (unknown.length) {
     process.stderr.write(`bench: unknown benchmark(s) ${unknown.join(', ')}; choose from ${ORDER.join(', ')}\n`);

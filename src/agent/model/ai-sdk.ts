@@ -14,6 +14,7 @@ import {
   type ToolSet,
 } from 'ai';
 import { toModelCallError } from './errors.js';
+import { directStream, isV3, toV3Prompt } from './direct-stream.js';
 import type { Redactor } from '../../telemetry/redact.js';
 import { estimateInputTokens, estimateOutputTokens } from './tokens.js';
 import {
@@ -162,6 +163,9 @@ export class AiSdkProvider implements ModelProvider {
 
   async call(req: ModelCallRequest): Promise<ModelCallResult> {
     if (req.signal?.aborted) throw new ModelCallError('aborted', 'model call aborted before it started');
+    // Streaming (every run step): straight to the provider's doStream, without streamText's
+    // pipeline (src/agent/model/direct-stream.ts).
+    if (req.onDelta && isV3(this.opts.languageModel)) return this.callDirect(req, this.opts.languageModel, req.onDelta);
     const { system, messages } = toModelMessages(req.messages, this.opts.inlineSystemMessages);
     const tools = toToolSet(req.tools);
     const maxOutputTokens = req.max_output_tokens ?? this.opts.max_output_tokens;
@@ -250,6 +254,33 @@ export class AiSdkProvider implements ModelProvider {
       finish_reason: mapFinishReason(finish, calls.length > 0),
       model: modelId || this.model,
     };
+  }
+
+  private async callDirect(req: ModelCallRequest, model: Parameters<typeof directStream>[0], onDelta: (text: string) => void): Promise<ModelCallResult> {
+    let streamed = false;
+    try {
+      const maxOutputTokens = req.max_output_tokens ?? this.opts.max_output_tokens;
+      const temperature = req.temperature ?? this.opts.temperature;
+      const r = await directStream(model, {
+        prompt: toV3Prompt(req.messages, this.opts.inlineSystemMessages),
+        tools: req.tools,
+        ...(maxOutputTokens !== undefined ? { maxOutputTokens } : {}),
+        ...(temperature !== undefined ? { temperature } : {}),
+        ...(req.signal ? { abortSignal: req.signal } : {}),
+      }, (t) => {
+        streamed = true;
+        onDelta(t);
+      }, toArguments);
+      // As mapUsage: a server that reports no usage must not make the call look free.
+      const input = r.inputTokens ?? estimateInputTokens(req.messages, req.tools);
+      const output = r.outputTokens ?? estimateOutputTokens(r.text, r.tool_calls);
+      const usage: ModelUsage = { input_tokens: input, output_tokens: output, total_tokens: input + output };
+      return { text: r.text, tool_calls: r.tool_calls, usage, finish_reason: mapFinishReason(r.finishReason as FinishReason | undefined, r.tool_calls.length > 0), model: r.modelId || this.model };
+    } catch (err) {
+      const e = this.scrubbed(toModelCallError(err, req.signal));
+      if (streamed) e.partialOutput = true;
+      throw e;
+    }
   }
 
   private scrubbed(e: ModelCallError): ModelCallError {

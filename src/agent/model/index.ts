@@ -5,6 +5,7 @@ import { AiSdkProvider } from './ai-sdk.js';
 import { DemoModel, type DemoModelOptions } from './demo.js';
 import type { ModelProvider } from './types.js';
 import { Redactor } from '../../telemetry/redact.js';
+import { createNodeFetch } from './node-fetch.js';
 
 export * from './types.js';
 export { AiSdkProvider, toModelMessages, toToolSet, mapFinishReason } from './ai-sdk.js';
@@ -46,6 +47,8 @@ export function createModelProvider(cfg: ModelProviderConfig): ModelProvider {
   };
   // Error messages leave the provider without the key (or any credential-shaped text) in them.
   const redactor = new Redactor(cfg.api_key ? [cfg.api_key] : []);
+  // The providers' HTTP client: node:http with keep-alive instead of the built-in fetch (node-fetch.ts).
+  const fetch = createNodeFetch();
   switch (cfg.provider) {
     case 'demo':
       return new DemoModel({ model: cfg.model ?? 'demo', ...settings, ...(cfg.demo ?? {}) });
@@ -56,6 +59,7 @@ export function createModelProvider(cfg: ModelProviderConfig): ModelProvider {
         name: 'openai-compatible',
         baseURL: cfg.base_url,
         ...(cfg.api_key ? { apiKey: cfg.api_key } : {}),
+        fetch,
         // Without it the stream carries no usage chunk and budgets would only see estimates.
         includeUsage: true,
       });
@@ -66,6 +70,7 @@ export function createModelProvider(cfg: ModelProviderConfig): ModelProvider {
       const p = createOpenAI({
         ...(cfg.base_url ? { baseURL: cfg.base_url } : {}),
         ...(cfg.api_key ? { apiKey: cfg.api_key } : {}),
+        fetch,
       });
       // Chat Completions rather than the SDK's default Responses API: our history is stateless
       // JSON with no provider item ids, which is exactly what Chat Completions takes.
@@ -76,6 +81,7 @@ export function createModelProvider(cfg: ModelProviderConfig): ModelProvider {
       const p = createAnthropic({
         ...(cfg.base_url ? { baseURL: cfg.base_url } : {}),
         ...(cfg.api_key ? { apiKey: cfg.api_key } : {}),
+        fetch,
       });
       return new AiSdkProvider({ provider: cfg.provider, model, languageModel: p(model), inlineSystemMessages: false, redactor, ...settings });
     }

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { LevelStore } from '../../../src/store/level.js';
 import { cloneRuns, readRunTemplate } from '../datagen.js';
 import {
-  median, nowMs, openSse, percentile, ratio, removeDir, request, round, rssMb, scaled, sleep, startChild, tempDir,
+  realPathConfig, median, nowMs, openSse, percentile, ratio, removeDir, request, round, rssMb, scaled, sleep, startChild, tempDir,
   type BenchOutput, type Row,
 } from '../lib.js';
 import { startCli } from './startup.js';
@@ -14,19 +14,20 @@ const WAITING = scaled(100_000, 1000);
 const SMALL = 200;
 const SAMPLES = scaled(60, 20);
 
-const CONFIG = {
-  agent: { tools: { builtin: ['clock'] } },
-  governance: { rules: [{ tools: ['clock'], effect: 'ask', reason: 'benchmark' }] },
-};
+// Real model path: the openai-compatible provider over HTTP to the fake server (started by
+// approvalsBench), which answers QUERY with an `add` tool call; governance asks before `add`.
+const QUERY = 'What is 2 + 3? Use the add tool.';
+let CONFIG: Record<string, unknown> = {};
+let FAKE_URL = '';
 
 /** A data dir holding `n` runs awaiting approval: one real run (demo model asks for the clock), cloned. */
 async function waitingRunsDir(n: number): Promise<{ dir: string; runs: Array<{ run_id: string; session_id: string; approval_ids: string[] }>; genS: number }> {
   const dir = tempDir('approvals');
   const t = nowMs();
-  const child = await startChild({ mode: 'agentd', dataDir: dir, config: CONFIG, model: { kind: 'demo', chunkDelayMs: 0 } });
+  const child = await startChild({ mode: 'agentd', dataDir: dir, config: CONFIG, model: { kind: 'config' } });
   let runId: string;
   try {
-    const r = await request(`${child.url}/run/sync`, { method: 'POST', body: JSON.stringify({ query: 'What time is it?' }) });
+    const r = await request(`${child.url}/run/sync`, { method: 'POST', body: JSON.stringify({ query: QUERY }) });
     const body = JSON.parse(r.body) as { status: string; run_id: string };
     if (body.status !== 'awaiting_approval') throw new Error(`template run did not wait for approval: ${r.body.slice(0, 300)}`);
     runId = body.run_id;
@@ -96,8 +97,8 @@ const RECOVERY_BOUND_MS = (60 + 30 + 1) * 1000;
  */
 async function recoveryAfterKill(): Promise<{ ms: number[]; notResumed: number; firstError: string | null }> {
   const dir = tempDir('recovery');
-  const config = { agent: { tools: { builtin: [] } }, background: { enabled: false } };
-  let child = await startChild({ mode: 'agentd', dataDir: dir, config, model: { kind: 'slow', chunks: 1000, delayMs: 100 } });
+  const config = realPathConfig(FAKE_URL, 'slow-1000-100');
+  let child = await startChild({ mode: 'agentd', dataDir: dir, config, model: { kind: 'config' } });
   const ms: number[] = [];
   let firstError: string | null = null;
   try {
@@ -105,7 +106,11 @@ async function recoveryAfterKill(): Promise<{ ms: number[]; notResumed: number; 
     const streams = Array.from({ length: KILLED_RUNS }, () => {
       let got!: (id: string) => void;
       const id = new Promise<string>((r) => (got = r));
-      const s = openSse(`${child.url}/run`, { method: 'POST', body: JSON.stringify({ query: 'keep talking' }), agent: false, onFrame: (f) => { if (f.event === 'session') got((JSON.parse(f.data) as { run_id: string }).run_id); } });
+      const s = openSse(`${child.url}/run`, { method: 'POST', body: JSON.stringify({ query: 'keep talking' }), agent: false, onFrame: (f) => {
+        // The session frame comes before the run's first store round; its stored user_message
+        // event comes after it (same round or a later one): from then on the run is durable.
+        if (f.event === 'user_message') got((JSON.parse(f.data) as { run_id: string }).run_id);
+      } });
       s.done.catch(() => undefined); // the server is killed under it
       return { id, s };
     });
@@ -115,7 +120,7 @@ async function recoveryAfterKill(): Promise<{ ms: number[]; notResumed: number; 
     await new Promise<void>((r) => (child.proc.exitCode !== null || child.proc.signalCode !== null ? r() : child.proc.once('exit', () => r())));
     for (const x of streams) x.s.close();
     const spawnedAt = nowMs();
-    child = await startChild({ mode: 'agentd', dataDir: dir, config, model: { kind: 'instant', chunks: ['ok'] } });
+    child = await startChild({ mode: 'agentd', dataDir: dir, config: realPathConfig(FAKE_URL), model: { kind: 'config' } });
     const pending = new Set(ids);
     while (pending.size > 0 && nowMs() - spawnedAt < RECOVERY_BOUND_MS) {
       await Promise.all([...pending].map(async (id) => {
@@ -139,6 +144,17 @@ async function recoveryAfterKill(): Promise<{ ms: number[]; notResumed: number; 
 }
 
 export async function approvalsBench(): Promise<BenchOutput> {
+  const fake = await startChild({ mode: 'fake-openai' });
+  FAKE_URL = fake.url;
+  CONFIG = realPathConfig(fake.url, 'bench', { governance: { rules: [{ tools: ['add'], effect: 'ask', reason: 'benchmark' }] } });
+  try {
+    return await approvalsWithModel();
+  } finally {
+    await fake.stop();
+  }
+}
+
+async function approvalsWithModel(): Promise<BenchOutput> {
   const emptyDir = tempDir('approvals-empty');
   writeFileSync(join(emptyDir, 'agentd.json'), JSON.stringify(CONFIG));
   const small = await waitingRunsDir(SMALL);
@@ -198,10 +214,11 @@ export async function approvalsBench(): Promise<BenchOutput> {
     return {
       title: `${WAITING.toLocaleString('en-US')} runs awaiting approval: idle RSS, start-up, approval to completion`,
       method: [
-        `Data: one real run per data dir (demo model, \`builtin: ['clock']\`, governance rule clock -> ask) paused awaiting approval, then its run record, snapshot and trace cloned with fresh run/session/trace/approval ids through LevelStore.commit (${WAITING.toLocaleString('en-US')} runs: ${big.genS.toFixed(0)} s).`,
+        'Model path: agentd\'s configured `openai-compatible` provider over HTTP to the fake OpenAI-compatible server (its own process), local `add` tool (test/bench/bench-tools.mjs); the model calls `add`, governance asks, and after the approval agentd runs it and makes the second model call over HTTP.',
+        `Data: one real run per data dir (query "${QUERY}", governance rule add -> ask) paused awaiting approval, then its run record, snapshot and trace cloned with fresh run/session/trace/approval ids through LevelStore.commit (${WAITING.toLocaleString('en-US')} runs: ${big.genS.toFixed(0)} s).`,
         'Servers: `node test/bench/dist/agentd.js serve --config <that config>` (default sweep settings), started one at a time; RSS is VmRSS 3 s after start-up finished.',
-        `Recovery: ${KILLED_RUNS} runs (POST /run) live on a model streaming a chunk every 100 ms, the server SIGKILLed, a new one spawned on the same data dir (instant model); each run counts as resumed when GET /runs/{id} shows attempt 2 (claimed by the new process). The embedded store is single-process, so start-up recovery resumes them at once rather than after the lease lapses; the bound is the issue's lease_seconds (60) + sweep interval (30) + 1 s.`,
-        `Approval delay: for ${SAMPLES} runs spread over the set, one at a time: open GET /telemetry/events/stream?session_id=&run_id=, POST the approval, stop the clock when the stream delivers the resumed run's final_answer (resume: claim, trace, tool call, second model call, answer; the demo model answers at once). Baseline: the same on a server holding ${SMALL} waiting runs.`,
+        `Recovery: ${KILLED_RUNS} runs (POST /run) live on the fake server streaming a chunk every 100 ms (model \`slow-1000-100\`), the server SIGKILLed, a new one spawned on the same data dir (model answering at once); each run counts as resumed when GET /runs/{id} shows attempt 2 (claimed by the new process). The embedded store is single-process, so start-up recovery resumes them at once rather than after the lease lapses; the bound is the issue's lease_seconds (60) + sweep interval (30) + 1 s.`,
+        `Approval delay: for ${SAMPLES} runs spread over the set, one at a time: open GET /telemetry/events/stream?session_id=&run_id=, POST the approval, stop the clock when the stream delivers the resumed run's final_answer (resume: claim, trace, tool call, second model call over HTTP, answer). Baseline: the same on a server holding ${SMALL} waiting runs.`,
       ],
       rows,
       notes,

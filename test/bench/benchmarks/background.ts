@@ -1,18 +1,26 @@
-// Background work: manual runs drained through the full lifecycle against BullMQ no-op jobs, the idle
-// cost of 10,000 enabled cron tasks, and the dispatch lateness of 1,000 one-second interval tasks.
+// Background work on the real model path (the openai-compatible provider over HTTP to the fake
+// server): manual runs drained through the full lifecycle against BullMQ jobs whose worker calls the
+// AI SDK's generateText against the same server (concurrency 1 and 32), the idle cost of 10,000
+// enabled cron tasks, and the dispatch lateness of 1,000 one-second interval tasks.
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 import { Queue, Worker } from 'bullmq';
+import { generateText, jsonSchema, stepCountIs, tool } from 'ai';
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+// @ts-expect-error plain JS module shared with the child servers (no declaration file)
+import { ADD } from '../bench-tools.mjs';
 import { LevelStore } from '../../../src/store/level.js';
 import type { Page } from '../../../src/store/store.js';
 import {
-  ROOT, benchConfig, cpuSeconds, log, nowMs, percentile, ratio, removeDir, request, round, rssMb, scaled, sleep, startChild, tempDir,
+  QUICK, ROOT, realPathConfig, cpuSeconds, log, nowMs, percentile, ratio, removeDir, request, round, rssMb, scaled, sleep, startChild, tempDir,
   type BenchOutput, type Child, type Row,
 } from '../lib.js';
 
-const RUNS = scaled(10_000, 200);
-const CONCURRENCY = 16;
+/** Runs drained per concurrency (each side), bounded so the benchmark stays short. */
+const DRAIN_RUNS: Record<number, number> = QUICK ? { 1: 200, 32: 400 } : { 1: scaled(1500, 100), 32: scaled(5000, 200) };
+const DRAIN_CONCURRENCY = [1, 32];
+const DRAIN_QUERY = 'Say hello to the benchmark.';
 const CRON_TASKS = scaled(10_000, 200);
 const INTERVAL_TASKS = scaled(1000, 50);
 const INTERVAL_WINDOW_S = 12;
@@ -50,15 +58,17 @@ const statusCounts = async (url: string, taskId: string): Promise<Record<string,
 
 // ---------------------------------------------------------------- throughput
 
-async function agentdDrain(child: Child): Promise<{ seconds: number; postS: number; requested: number; completed: number; other: Record<string, number> }> {
-  const taskId = 'bench-manual';
+let drains = 0;
+async function agentdDrain(child: Child, runs: number): Promise<{ seconds: number; postS: number; requested: number; completed: number; other: Record<string, number>; cpuMs: number }> {
+  const taskId = `bench-manual-${++drains}`;
   await postJson(`${child.url}/background/tasks`, {
-    task_id: taskId, query: 'Say hello to the benchmark.', schedule: { type: 'manual' }, overlap_policy: 'allow_parallel',
+    task_id: taskId, query: DRAIN_QUERY, schedule: { type: 'manual' }, overlap_policy: 'allow_parallel',
     session_policy: { mode: 'run' },
   });
+  const cpu0 = await child.call<{ user: number; system: number }>({ cmd: 'cpu' });
   const t0 = nowMs();
   let requested = 0;
-  await fanOut(RUNS, 32, async (i, agent) => {
+  await fanOut(runs, 32, async (i, agent) => {
     if (nowMs() - t0 > POST_BUDGET_MS) return;
     await postJson(`${child.url}/background/tasks/${taskId}/run`, {}, agent);
     requested++;
@@ -70,32 +80,50 @@ async function agentdDrain(child: Child): Promise<{ seconds: number; postS: numb
     const terminal = ['completed', 'failed', 'timeout', 'cancelled', 'skipped'].reduce((s, k) => s + (counts[k] ?? 0), 0);
     if (terminal >= requested) {
       const seconds = (nowMs() - t0) / 1000;
+      const cpu1 = await child.call<{ user: number; system: number }>({ cmd: 'cpu' });
       const { completed = 0, ...other } = counts;
-      return { seconds, postS, requested, completed, other };
+      return { seconds, postS, requested, completed, other, cpuMs: (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / 1000 };
     }
     if (nowMs() - t0 > DRAIN_TIMEOUT_MS) throw new Error(`background runs not drained in ${DRAIN_TIMEOUT_MS / 1000} s: ${JSON.stringify(counts)}`);
     await sleep(100);
   }
 }
 
-async function bullmqDrain(): Promise<{ seconds: number; completed: number }> {
-  const name = `agentd-bench-${process.pid}-${Date.now()}`;
+/**
+ * The baseline: BullMQ on the local Redis, a Worker (in this process) of the same concurrency whose
+ * processor calls the AI SDK's generateText against the same model server with the same tool, up
+ * to 5 steps, per job; first add to last completion. CPU is this process's (the worker's) over the
+ * drain, which includes addBulk.
+ */
+async function bullmqDrain(modelUrl: string, concurrency: number, runs: number): Promise<{ seconds: number; completed: number; failed: number; cpuMs: number }> {
+  const name = `agentd-bench-${process.pid}-${Date.now()}-${concurrency}`;
   const queue = new Queue(name, { connection: REDIS });
+  const model = createOpenAICompatible({ name: 'openai-compatible', baseURL: modelUrl, includeUsage: true }).chatModel('bench');
+  const tools = { add: tool({ description: ADD.description, inputSchema: jsonSchema<{ a: number; b: number }>(ADD.input_schema), execute: async ({ a, b }) => ({ sum: Number(a) + Number(b) }) }) };
   let completed = 0;
+  let failed = 0;
   let done!: () => void;
   const finished = new Promise<void>((r) => (done = r));
-  const worker = new Worker(name, async () => undefined, { connection: REDIS, concurrency: CONCURRENCY, autorun: true });
+  const worker = new Worker(name, async (job) => {
+    const r = await generateText({ model, system: 'You are a helpful assistant.', prompt: String(job.data.query), tools, stopWhen: stepCountIs(5) });
+    return r.text;
+  }, { connection: REDIS, concurrency, autorun: true });
   worker.on('completed', () => {
-    if (++completed === RUNS) done();
+    if (++completed + failed === runs) done();
+  });
+  worker.on('failed', () => {
+    if (completed + ++failed === runs) done();
   });
   try {
     await worker.waitUntilReady();
+    const cpu0 = process.cpuUsage();
     const t0 = nowMs();
-    for (let i = 0; i < RUNS; i += 1000) {
-      await queue.addBulk(Array.from({ length: Math.min(1000, RUNS - i) }, (_, j) => ({ name: 'noop', data: { i: i + j }, opts: { removeOnComplete: true } })));
+    for (let i = 0; i < runs; i += 1000) {
+      await queue.addBulk(Array.from({ length: Math.min(1000, runs - i) }, (_, j) => ({ name: 'agent', data: { i: i + j, query: DRAIN_QUERY }, opts: { removeOnComplete: true, removeOnFail: true } })));
     }
     await Promise.race([finished, sleep(DRAIN_TIMEOUT_MS).then(() => Promise.reject(new Error('BullMQ did not drain')))]);
-    return { seconds: (nowMs() - t0) / 1000, completed };
+    const cpu = process.cpuUsage(cpu0);
+    return { seconds: (nowMs() - t0) / 1000, completed, failed, cpuMs: (cpu.user + cpu.system) / 1000 };
   } finally {
     await worker.close();
     await queue.obliterate({ force: true }).catch(() => undefined);
@@ -161,36 +189,50 @@ async function intervalLateness(child: Child, dir: string): Promise<{ lateness: 
 
 export async function backgroundBench(): Promise<BenchOutput> {
   if (!existsSync(join(ROOT, 'src', 'background', 'manager.ts'))) throw new Error('src/background/ does not exist yet');
-  const model = { kind: 'instant' as const, chunks: ['Hello', ' from', ' the', ' benchmark', ' model.'] };
+  const fake = await startChild({ mode: 'fake-openai' });
+  try {
+    return await backgroundWithModel(fake.url);
+  } finally {
+    await fake.stop();
+  }
+}
+
+async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
+  const model = { kind: 'config' as const };
   const rows: Row[] = [];
   const notes: string[] = [];
-
-  // 1. Throughput against BullMQ.
-  const dir1 = tempDir('bg-drain');
-  let a: Awaited<ReturnType<typeof agentdDrain>>;
-  const c1 = await startChild({ mode: 'agentd', dataDir: dir1, config: benchConfig({ background: { enabled: true, concurrency: CONCURRENCY } }), model });
-  try {
-    a = await agentdDrain(c1);
-  } finally {
-    await c1.stop();
-    removeDir(dir1);
+  // 1. Throughput against BullMQ + generateText, at each concurrency. A short warm-up drain on
+  // each side first (the AI SDK and agentd's JIT both need a few hundred calls).
+  for (const concurrency of DRAIN_CONCURRENCY) {
+    const runs = DRAIN_RUNS[concurrency];
+    const dir1 = tempDir('bg-drain');
+    let a: Awaited<ReturnType<typeof agentdDrain>>;
+    const c1 = await startChild({ mode: 'agentd', dataDir: dir1, config: realPathConfig(modelUrl, 'bench', { background: { enabled: true, concurrency } }), model });
+    try {
+      await agentdDrain(c1, Math.min(runs, 500));
+      a = await agentdDrain(c1, runs);
+    } finally {
+      await c1.stop();
+      removeDir(dir1);
+    }
+    log(`agentd drained ${a.completed} runs in ${a.seconds.toFixed(1)} s at concurrency ${concurrency}`);
+    await bullmqDrain(modelUrl, concurrency, Math.min(runs, 500));
+    const b = await bullmqDrain(modelUrl, concurrency, runs);
+    log(`BullMQ + generateText drained ${b.completed} jobs in ${b.seconds.toFixed(1)} s at concurrency ${concurrency}`);
+    const rate = a.completed / a.seconds;
+    const bRate = b.completed / b.seconds;
+    const r = ratio(rate, bRate);
+    rows.push(
+      { metric: `Manual agent runs drained, concurrency ${concurrency} (${a.requested.toLocaleString('en-US')} runs)`, value: round(rate, 1), unit: 'runs/s', baseline: round(bRate, 1), baseline_label: 'BullMQ + generateText', ratio: r, target: '>= 1.0x BullMQ + generateText', pass: r !== null && r >= 1.0 },
+      { metric: `CPU per drained run, concurrency ${concurrency} (agentd: server process; BullMQ: its worker process)`, value: round(a.cpuMs / Math.max(1, a.requested), 2), unit: 'ms', baseline: round(b.cpuMs / Math.max(1, runs), 2), ratio: ratio(a.cpuMs / Math.max(1, a.requested), b.cpuMs / Math.max(1, runs)) },
+      { metric: `Runs not completed, concurrency ${concurrency}`, value: a.requested - a.completed, unit: '', baseline: b.failed, target: '0', pass: a.completed === a.requested },
+      { metric: `Enqueue rate, concurrency ${concurrency} (POST /background/tasks/{id}/run, 32 concurrent, runs executing meanwhile)`, value: round(a.requested / a.postS, 1), unit: 'requests/s' },
+    );
+    if (a.completed !== a.requested) notes.push(`Run statuses other than completed (concurrency ${concurrency}): ${JSON.stringify(a.other)}`);
   }
-  log(`agentd drained ${a.completed} runs in ${a.seconds.toFixed(1)} s`);
-  const b = await bullmqDrain();
-  log(`BullMQ drained ${RUNS} jobs in ${b.seconds.toFixed(1)} s`);
-  const rate = a.completed / a.seconds;
-  const bRate = RUNS / b.seconds;
-  const r = ratio(rate, bRate);
-  rows.push(
-    { metric: `Manual runs drained, ${a.requested.toLocaleString('en-US')} runs${a.requested < RUNS ? ` (request budget of ${POST_BUDGET_MS / 1000} s reached before ${RUNS.toLocaleString('en-US')})` : ''}, concurrency ${CONCURRENCY}`, value: round(rate, 1), unit: 'runs/s', baseline: round(bRate, 0), baseline_label: 'BullMQ no-op jobs', ratio: r, target: '>= 0.5x BullMQ', pass: r !== null && r >= 0.5 },
-    { metric: `Enqueue rate (POST /background/tasks/{id}/run, 32 concurrent, runs executing meanwhile)`, value: round(a.requested / a.postS, 1), unit: 'requests/s' },
-    { metric: 'Runs not completed', value: a.requested - a.completed, unit: '', baseline: RUNS - b.completed, target: '0', pass: a.completed === a.requested },
-  );
-  if (a.completed !== a.requested) notes.push(`Run statuses other than completed: ${JSON.stringify(a.other)}`);
-
   // 2 and 3. Idle cron tasks, then interval dispatch, each on a fresh server.
   const dir2 = tempDir('bg-cron');
-  const c2 = await startChild({ mode: 'agentd', dataDir: dir2, config: benchConfig({ background: { enabled: true } }), model });
+  const c2 = await startChild({ mode: 'agentd', dataDir: dir2, config: realPathConfig(modelUrl, 'bench', { background: { enabled: true } }), model });
   try {
     const idle = await cronIdle(c2);
     log(`cron: created ${CRON_TASKS} tasks in ${idle.createS.toFixed(1)} s, idle CPU ${idle.cpuPct.toFixed(2)} %`);
@@ -203,7 +245,7 @@ export async function backgroundBench(): Promise<BenchOutput> {
   }
 
   const dir3 = tempDir('bg-interval');
-  const c3 = await startChild({ mode: 'agentd', dataDir: dir3, config: benchConfig({ background: { enabled: true } }), model });
+  const c3 = await startChild({ mode: 'agentd', dataDir: dir3, config: realPathConfig(modelUrl, 'bench', { background: { enabled: true } }), model });
   try {
     const iv = await intervalLateness(c3, dir3);
     const p99 = percentile(iv.lateness, 99);
@@ -221,8 +263,9 @@ export async function backgroundBench(): Promise<BenchOutput> {
   return {
     title: 'Background tasks: manual runs against BullMQ, idle cron tasks, interval dispatch lateness',
     method: [
-      `Throughput: one manual task (overlap allow_parallel, session mode run, default workspace policy) and background.concurrency ${CONCURRENCY}; the client POSTs /background/tasks/{id}/run ${RUNS.toLocaleString('en-US')} times (32 concurrent requests; it stops asking after ${POST_BUDGET_MS / 1000} s so the benchmark stays bounded) and polls the task status until every requested run is terminal; the figure is completed runs / (first POST to last completion). Model: zero-latency, as in the run benchmark.`,
-      `Baseline: BullMQ (Redis at 127.0.0.1:6379) with a Worker of concurrency ${CONCURRENCY} running a no-op processor, ${RUNS.toLocaleString('en-US')} jobs added with addBulk (1,000 per call) in the same process; first add to last completion.`,
+      'Model path of every row: agentd configured with `agent.model.provider: "openai-compatible"` over HTTP to the fake OpenAI-compatible server (its own process; the run benchmark\'s), local `add` tool declared; the drained runs are the trivial workload (one model call).',
+      `Throughput: one manual task (query "${DRAIN_QUERY}", overlap allow_parallel, session mode run, default workspace policy) and background.concurrency 1, then 32, each on a fresh server; the client POSTs /background/tasks/{id}/run (${Object.entries(DRAIN_RUNS).map(([c, n]) => `${n.toLocaleString('en-US')} times at concurrency ${c}`).join(', ')}; 32 concurrent requests; it stops asking after ${POST_BUDGET_MS / 1000} s so the benchmark stays bounded) and polls the task status until every requested run is terminal; the figure is completed runs / (first POST to last completion). A drain of up to 500 runs warms each side up first.`,
+      'Baseline: BullMQ (Redis at 127.0.0.1:6379), a Worker of the same concurrency in the benchmark process whose processor calls the AI SDK\'s `generateText` (same server, same `add` tool, `stopWhen: stepCountIs(5)`) per job; the same number of jobs added with addBulk (1,000 per call); first add to last completion, after the same warm-up.',
       `Idle cron: ${CRON_TASKS.toLocaleString('en-US')} tasks with yearly cron expressions, created over HTTP (${CREATE_CONCURRENCY} requests in flight); CPU is /proc/<pid>/stat utime+stime over ${CPU_WINDOW_S} s, 2 s after the last creation.`,
       `Interval: ${INTERVAL_TASKS.toLocaleString('en-US')} tasks with interval 1 s (default overlap skip_if_running, background.concurrency 4), observed for ${INTERVAL_WINDOW_S} s after creation; lateness = queued_at (else triggered_at) - due_at of each interval BackgroundRun due in the steady window (from 2 s after the last task was created to 1 s before the end), read from the store after the server stopped. An occurrence not dispatched by then is missing from the count.`,
     ],
@@ -276,8 +319,9 @@ export async function backgroundScaleBench(): Promise<BenchOutput> {
   const rows: Row[] = [];
   const notes: string[] = [];
   const dir = tempDir('bg-scale');
-  const config = benchConfig({ background: { enabled: true, concurrency: 4 } });
-  const child = await startChild({ mode: 'agentd', dataDir: dir, config, model: { kind: 'slow', chunks: SCALE_RUN_S * 10, delayMs: 100 } });
+  const fake = await startChild({ mode: 'fake-openai' });
+  const config = realPathConfig(fake.url, `slow-${SCALE_RUN_S * 10}-100`, { background: { enabled: true, concurrency: 4 } });
+  const child = await startChild({ mode: 'agentd', dataDir: dir, config, model: { kind: 'config' } });
   try {
     const t0 = nowMs();
     await fanOut(SCALE_TASKS, CREATE_CONCURRENCY, (i, agent) =>
@@ -336,12 +380,13 @@ export async function backgroundScaleBench(): Promise<BenchOutput> {
     notes.push(`Run statuses at the end of the window: ${JSON.stringify(Object.fromEntries(Object.entries(s1.status_counts).filter(([, n]) => n > 0)))}.`);
   } finally {
     await child.stop();
+    await fake.stop();
     removeDir(dir);
   }
   return {
     title: 'Background tasks at scale: skipped occurrences and task deletion',
     method: [
-      `${SCALE_TASKS.toLocaleString('en-US')} tasks with schedule interval 1 s, default overlap skip_if_running, background.concurrency 4, created over HTTP (${CREATE_CONCURRENCY} in flight); the model streams for ${SCALE_RUN_S} s per run, so a task's run stays queued or running for many occurrences and almost every occurrence is skipped.`,
+      `${SCALE_TASKS.toLocaleString('en-US')} tasks with schedule interval 1 s, default overlap skip_if_running, background.concurrency 4, created over HTTP (${CREATE_CONCURRENCY} in flight); the model (the fake OpenAI-compatible server over HTTP through agentd's openai-compatible provider, model \`slow-${SCALE_RUN_S * 10}-100\`) streams for ${SCALE_RUN_S} s per run, so a task's run stays queued or running for many occurrences and almost every occurrence is skipped.`,
       `After ${SCALE_WARMUP_S} s of warm-up: data growth = least-squares slope of the apparent size of every file under the data dir (LevelDB and workspaces), sampled every 2 s over a ${SCALE_WINDOW_S} s window, per minute (LevelDB's log grows and is compacted away, so the end points alone are noisy; they are shown too); CPU = /proc/<pid>/stat utime+stime over the same window. Skipped occurrences per second from GET /background/status skipped_occurrences.`,
       `Then every task is deleted with DELETE /background/tasks/{id}?delete_runs=true (${CREATE_CONCURRENCY} concurrent), timed from the first request to the last answer; files left under workspaces/background/ and run rows left are counted after.`,
     ],

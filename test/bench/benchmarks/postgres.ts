@@ -1,12 +1,14 @@
 // `npm run bench -- postgres` (issue 11): POST /run on PostgreSQL with 1, 2 and 3 agentd instances
 // on one database behind a round-robin client, against one instance on LevelDB; CPU per run of
 // agentd and of PostgreSQL (its backends serving the benchmark database) separately; and the
-// recovery time of a SIGKILLed instance's runs by the others.
+// recovery time of a SIGKILLed instance's runs by the others. Every instance runs the path users
+// run: the `openai-compatible` provider over HTTP to the fake model server (its own process, as in
+// the `run` benchmark), with the local `add` tool declared.
 import { readFileSync, readdirSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import {
-  benchConfig, closedLoop, cpuSeconds, log, mergeLoops, nowMs, percentile, removeDir, request, round, scaled, sleep, startChild, tempDir,
+  QUICK, SCALE, closedLoop, cpuSeconds, log, mergeLoops, nowMs, percentile, realPathConfig, removeDir, request, round, scaled, sleep, startChild, tempDir,
   type BenchOutput, type Child, type LoopResult, type Row,
 } from '../lib.js';
 
@@ -14,7 +16,8 @@ const ROUND_MS = scaled(4000, 300);
 const ROUNDS = 2;
 const CONCURRENCY = 32;
 const BODY = JSON.stringify({ query: 'Say hello to the benchmark.' });
-const CHUNKS = ['Hello', ' from', ' the', ' benchmark', ' model.'];
+/** Runs each instance serves before it is measured (the AI SDK provider needs ~2,000 to be warm, see `run`). */
+const WARMUP_RUNS = QUICK ? 300 : Math.max(500, Math.round(2000 * SCALE));
 const ADMIN_URL = process.env.AGENTD_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const LEASE_S = 2;
 const SWEEP_S = 1;
@@ -92,8 +95,15 @@ async function measure(children: Child[], db: string | null): Promise<Measured> 
   return { loop, agentdCpuPerRun: (agentdCpu / Math.max(1, loop.count)) * 1000, pgCpuPerRun: pgCpu === null ? null : (pgCpu / Math.max(1, loop.count)) * 1000 };
 }
 
+/** Serves WARMUP_RUNS runs on one instance, c=32, unmeasured. */
+async function warm(child: Child): Promise<void> {
+  const send = (agent: import('node:http').Agent) => request(`${child.url}/run`, { method: 'POST', body: BODY, agent });
+  await closedLoop({ concurrency: CONCURRENCY, durationMs: 120_000, maxCount: WARMUP_RUNS, send, ok: okRun });
+}
+
 export async function postgresBench(): Promise<BenchOutput> {
-  const model = { kind: 'instant' as const, chunks: CHUNKS };
+  const fake = await startChild({ mode: 'fake-openai' });
+  const model = { kind: 'config' as const };
   const dirs: string[] = [];
   const dir = (p: string) => {
     const d = tempDir(p);
@@ -103,18 +113,23 @@ export async function postgresBench(): Promise<BenchOutput> {
   const children: Child[] = [];
   const db = `agentd_bench_${randomBytes(5).toString('hex')}`;
   await admin(`CREATE DATABASE ${db}`);
-  const pgConfig = benchConfig({ store: { kind: 'postgres', url: dbUrl(db) }, runs: { lease_seconds: LEASE_S, orphan_sweep: { interval_seconds: SWEEP_S } } });
+  const pgConfig = realPathConfig(fake.url, 'bench', { store: { kind: 'postgres', url: dbUrl(db) }, runs: { lease_seconds: LEASE_S, orphan_sweep: { interval_seconds: SWEEP_S } } });
   const rows: Row[] = [];
   const notes: string[] = [];
   try {
     log('LevelDB, one instance');
-    const level = await startChild({ mode: 'agentd', dataDir: dir('pg-level'), config: benchConfig(), model });
+    const level = await startChild({ mode: 'agentd', dataDir: dir('pg-level'), config: realPathConfig(fake.url), model });
+    await warm(level);
     const onLevel = await measure([level], null);
     await level.stop();
 
     const results: Measured[] = [];
     for (let n = 1; n <= 3; n++) {
-      while (children.length < n) children.push(await startChild({ mode: 'agentd', dataDir: dir(`pg-${children.length}`), config: pgConfig, model }));
+      while (children.length < n) {
+        const c = await startChild({ mode: 'agentd', dataDir: dir(`pg-${children.length}`), config: pgConfig, model });
+        await warm(c);
+        children.push(c);
+      }
       log(`PostgreSQL, ${n} instance(s)`);
       results.push(await measure(children.slice(0, n), db));
     }
@@ -178,19 +193,21 @@ export async function postgresBench(): Promise<BenchOutput> {
       metric: `Recovery of a SIGKILLed instance's 8 live runs by the others (lease ${LEASE_S} s, sweep ${SWEEP_S} s)`, value: recovered.size === ids.length ? round(worst / 1000, 2) : `${recovered.size}/${ids.length} recovered`,
       unit: 's', target: `≤ lease + sweep + 1 s = ${bound / 1000} s`, pass: recovered.size === ids.length && worst <= bound,
     });
-    notes.push('Driver, model (an instant in-process model, as in the `run` benchmark), PostgreSQL and every agentd instance share this 2-core machine: more instances here add CPU contention, not cores. CPU per run is reported for agentd (all instances) and for the PostgreSQL backends serving the benchmark database separately, so scaling on a larger machine can be projected: runs/s ≈ cores available to agentd / agentd CPU per run, while the database needs its own CPU per run times that rate.');
+    notes.push('Driver, the fake model server, PostgreSQL and every agentd instance share this 2-core machine: more instances here add CPU contention, not cores. CPU per run is reported for agentd (all instances) and for the PostgreSQL backends serving the benchmark database separately, so scaling on a larger machine can be projected: runs/s ≈ cores available to agentd / agentd CPU per run, while the database needs its own CPU per run times that rate.');
     notes.push('The PostgreSQL figure excludes the server\'s shared processes (WAL writer, checkpointer): only the backends connected to the benchmark database are counted.');
   } finally {
     await Promise.all(children.map((c) => c.stop().catch(() => undefined)));
+    await fake.stop().catch(() => undefined);
     await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
     for (const d of dirs) removeDir(d);
   }
   return {
     title: 'Several instances on PostgreSQL (POST /run, c=32, round-robin)',
     method: [
-      `Closed loop of ${CONCURRENCY} concurrent POST /run streams (the run benchmark's zero-latency model), ${ROUNDS} rounds of ${ROUND_MS / 1000} s after a 0.5 s warm-up, spread round-robin over the instances.`,
+      `Model path: the configured \`openai-compatible\` provider over HTTP to the fake model server (its own process), trivial answer (one model call), the local \`add\` tool declared; every instance first serves ${WARMUP_RUNS} unmeasured runs.`,
+      `Closed loop of ${CONCURRENCY} concurrent POST /run streams, ${ROUNDS} rounds of ${ROUND_MS / 1000} s after a 0.5 s warm-up, spread round-robin over the instances.`,
       'LevelDB: one agentd on a fresh data dir (fsync per batch). PostgreSQL: 1, 2, then 3 agentd processes on one fresh database (the same processes, one more each step).',
-      'Recovery: 8 runs of a slow model (4 s) live on one more instance, which is SIGKILLed; measured from the kill to each run\'s `run_resumed` event, as the survivors see it.',
+      'Recovery: 8 runs of a slow in-process model (4 s) live on one more instance, which is SIGKILLed; measured from the kill to each run\'s `run_resumed` event, as the survivors see it (they go on with the configured provider).',
     ],
     rows,
     notes,

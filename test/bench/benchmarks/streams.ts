@@ -1,7 +1,8 @@
-// 1,000 concurrent POST /run streams with a slowly streaming model: server RSS and errors, against a
-// bare Fastify route streaming the same frames at the same pace.
+// 1,000 concurrent POST /run streams with a slowly streaming model on the real path (the
+// openai-compatible provider over HTTP to the fake server, which streams slowly): server RSS and
+// errors, against a bare Fastify route streaming the same frames at the same pace.
 import {
-  benchConfig, nowMs, openSse, peakRssMb, ratio, removeDir, round, rssMb, scaled, sleep, startChild, tempDir,
+  realPathConfig, nowMs, openSse, peakRssMb, ratio, removeDir, round, rssMb, scaled, sleep, startChild, tempDir,
   type BenchOutput, type Child, type SseFrame,
 } from '../lib.js';
 
@@ -83,8 +84,11 @@ const fullRun = (frames: SseFrame[]) => {
 
 export async function streamsBench(): Promise<BenchOutput> {
   const dir = tempDir('streams');
-  const config = benchConfig({ server: { max_concurrent_runs: Math.max(1000, STREAMS + 50) } });
-  const agentd = await startChild({ mode: 'agentd', dataDir: dir, config, model: { kind: 'slow', chunks: CHUNKS, delayMs: DELAY_MS } });
+  const fake = await startChild({ mode: 'fake-openai' });
+  const server = { server: { max_concurrent_runs: Math.max(1000, STREAMS + 50) } };
+  // The fake server reads the pace from the model name: slow-<chunks>-<ms between chunks>.
+  const config = realPathConfig(fake.url, `slow-${CHUNKS}-${DELAY_MS}`, server);
+  const agentd = await startChild({ mode: 'agentd', dataDir: dir, config, model: { kind: 'config' } });
   let bare: Child | null = null;
   let hold: Child | null = null;
   const holdDir = tempDir('streams-hold');
@@ -104,11 +108,12 @@ export async function streamsBench(): Promise<BenchOutput> {
     await agentd.stop();
     await bare.stop();
     // Second wave: streams that last long enough (20 chunks 1 s apart) for all of them to be live at once.
-    hold = await startChild({ mode: 'agentd', dataDir: holdDir, config, model: { kind: 'slow', chunks: CHUNKS, delayMs: HOLD_DELAY_MS } });
+    hold = await startChild({ mode: 'agentd', dataDir: holdDir, config: realPathConfig(fake.url, `slow-${CHUNKS}-${HOLD_DELAY_MS}`, server), model: { kind: 'config' } });
     const h = await wave(hold, fullRun, true);
     return {
       title: `${STREAMS.toLocaleString('en-US')} concurrent POST /run streams, model streaming ${CHUNKS} chunks every ${DELAY_MS} ms`,
       method: [
+        `Model path: agentd's configured \`openai-compatible\` provider over HTTP to the fake OpenAI-compatible server (its own process), which streams ${CHUNKS} chunks ${DELAY_MS} ms apart (model name \`slow-${CHUNKS}-${DELAY_MS}\`); local \`add\` tool declared, not called.`,
         `The server (max_concurrent_runs ${config.server && (config.server as { max_concurrent_runs: number }).max_concurrent_runs}) runs in a child process; its RSS is sampled from /proc/<pid>/status every 50 ms (VmRSS, and VmHWM at the end). The client opens the ${STREAMS} streams in bursts of 100 every 10 ms, each on its own connection, and reads every frame.`,
         `A stream counts as successful when it carries ${CHUNKS} delta frames and a \`complete\` frame with status success. Every run stores its events and snapshots as in production.`,
         `Baseline: a bare Fastify POST /run that writes the frames of one captured agentd stream at the same pace (head frames, ${CHUNKS} delta frames ${DELAY_MS} ms apart, tail frames).`,
@@ -131,6 +136,7 @@ export async function streamsBench(): Promise<BenchOutput> {
     await agentd.stop();
     await bare?.stop();
     await hold?.stop();
+    await fake.stop();
     removeDir(dir);
     removeDir(holdDir);
   }

@@ -1,0 +1,134 @@
+// `npm run bench -- profile <label>`: a CPU profile (node --cpu-prof) of the agentd server process on
+// the real model path (openai-compatible over HTTP against the fake server, local `add` tool),
+// summarised by self time per run and saved under `profiles` in results.json (one per label), which
+// docs/benchmarks.md shows.
+import { execSync } from 'node:child_process';
+import { copyFileSync, readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  QUICK, ROOT, closedLoop, log, nowMs, realPathConfig, removeDir, request, startChild, tempDir, type ProfileResult,
+} from './lib.js';
+import { WORKLOADS } from './benchmarks/run-real.js';
+
+interface CpuProfile {
+  nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }>;
+  /** Microseconds on the monotonic clock (the one nowMs() reads). */
+  startTime: number;
+  samples: number[];
+  timeDeltas: number[];
+}
+
+function origin(url: string, fn: string): string {
+  if (fn === '(garbage collector)') return 'garbage collector';
+  if (fn === '(program)' || fn === '(idle)' || fn === '(root)') return 'V8 / native (program)';
+  if (url.includes('/test/bench/dist/src/') || url.includes('/test/bench/dist/machines/')) return 'agentd (src/, machines/)';
+  if (url.includes('node_modules/ai/')) return "AI SDK core ('ai')";
+  if (url.includes('node_modules/@ai-sdk/')) return 'AI SDK providers (@ai-sdk/*)';
+  if (url.includes('node_modules/xstate')) return 'XState';
+  if (url.includes('node_modules/fastify') || url.includes('node_modules/@fastify') || url.includes('node_modules/find-my-way') || url.includes('node_modules/avvio') || url.includes('node_modules/light-my-request')) return 'Fastify';
+  if (url.includes('node_modules/level') || url.includes('node_modules/classic-level') || url.includes('node_modules/abstract-level') || url.includes('node_modules/module-error')) return 'LevelDB bindings';
+  if (url.includes('node_modules/zod')) return 'zod';
+  if (url.includes('node_modules/pino') || url.includes('node_modules/prom-client') || url.includes('@opentelemetry')) return 'pino / prom-client / OpenTelemetry';
+  if (url.includes('node_modules/undici') || url.includes('internal/deps/undici')) return 'fetch (undici)';
+  if (url.includes('internal/webstreams')) return 'Node web streams';
+  if (url.startsWith('node:') || url.includes('internal/')) return 'Node core (other)';
+  if (url.includes('node_modules/')) return 'other dependencies';
+  return url ? 'other' : 'V8 builtins / native';
+}
+
+/** Self time per function over the samples taken within [fromMs, toMs] (nowMs() clock). */
+export function summarise(profile: CpuProfile, runs: number, fromMs = -Infinity, toMs = Infinity): Pick<ProfileResult, 'groups' | 'top'> {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const selfUs = new Map<number, number>();
+  let t = profile.startTime;
+  for (let i = 0; i < profile.samples.length; i++) {
+    t += profile.timeDeltas[i] ?? 0;
+    if (t / 1000 < fromMs || t / 1000 > toMs) continue;
+    selfUs.set(profile.samples[i], (selfUs.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i] ?? 0));
+  }
+  let total = 0;
+  const groups = new Map<string, number>();
+  const fns = new Map<string, { fn: string; where: string; us: number }>();
+  for (const [id, us] of selfUs) {
+    const n = byId.get(id)!;
+    const { functionName, url, lineNumber } = n.callFrame;
+    if (functionName === '(idle)') continue;
+    total += us;
+    const g = origin(url, functionName);
+    groups.set(g, (groups.get(g) ?? 0) + us);
+    const file = url.replace(/^.*\/(node_modules\/|test\/bench\/dist\/)/, '').replace(/^file:\/\//, '');
+    const key = `${functionName}|${file}|${lineNumber}`;
+    const e = fns.get(key) ?? { fn: functionName || '(anonymous)', where: file ? `${file}:${lineNumber + 1}` : '', us: 0 };
+    e.us += us;
+    fns.set(key, e);
+  }
+  const per = (us: number) => us / 1000 / runs;
+  return {
+    groups: [...groups].sort((a, b) => b[1] - a[1]).map(([name, us]) => ({ name, ms_per_run: per(us), share: us / total })),
+    top: [...fns.values()].sort((a, b) => b.us - a.us).slice(0, 25).map((e) => ({ fn: e.fn, where: e.where, ms_per_run: per(e.us), share: e.us / total })),
+  };
+}
+
+export async function profileRealPath(label: string, order: string[], save: (p: ProfileResult, order: string[]) => void): Promise<void> {
+  const dir = tempDir('profile');
+  const profDir = tempDir('cpuprof');
+  const runsPerWorkload = QUICK ? 400 : 1000;
+  const fake = await startChild({ mode: 'fake-openai' });
+  const prev = process.env.BENCH_NODE_FLAGS;
+  process.env.BENCH_NODE_FLAGS = `${prev ?? ''} --cpu-prof --cpu-prof-dir=${profDir}`;
+  let served = 0;
+  let cpuMs = 0;
+  let fromMs = 0;
+  let toMs = 0;
+  const WARMUP = QUICK ? 300 : 1500;
+  try {
+    const agentd = await startChild({ mode: 'agentd', dataDir: dir, config: realPathConfig(fake.url), model: { kind: 'config' } });
+    process.env.BENCH_NODE_FLAGS = prev ?? '';
+    try {
+      const loop = (w: 'trivial' | 'tool', c: number, n: number) => closedLoop({ concurrency: c, durationMs: 300_000, maxCount: n, send: (agent) => request(`${agentd.url}/run`, { method: 'POST', body: JSON.stringify({ query: WORKLOADS[w].query }), agent }), ok: (x) => x.status === 200 && x.body.includes('"status":"success"') });
+      log(`profiling: warm-up, ${WARMUP} runs of each workload at concurrency 32 (not counted)`);
+      for (const w of ['trivial', 'tool'] as const) await loop(w, 32, WARMUP);
+      fromMs = nowMs();
+      const c0 = await agentd.call<{ user: number; system: number }>({ cmd: 'cpu' });
+      for (const w of ['trivial', 'tool'] as const) {
+        for (const c of [1, 32]) {
+          log(`profiling: ${runsPerWorkload / 2} ${w} runs at concurrency ${c}`);
+          const body = JSON.stringify({ query: WORKLOADS[w].query });
+          const r = await closedLoop({ concurrency: c, durationMs: 300_000, maxCount: runsPerWorkload / 2, send: (agent) => request(`${agentd.url}/run`, { method: 'POST', body, agent }), ok: (x) => x.status === 200 && x.body.includes('"status":"success"') });
+          served += r.count + r.errors;
+          if (r.errors) log(`  ${r.errors} failed: ${r.firstError}`);
+        }
+      }
+      const c1 = await agentd.call<{ user: number; system: number }>({ cmd: 'cpu' });
+      toMs = nowMs();
+      cpuMs = (c1.user + c1.system - c0.user - c0.system) / 1000;
+    } finally {
+      await agentd.stop();
+    }
+    const file = readdirSync(profDir).find((f) => f.endsWith('.cpuprofile'));
+    if (!file) throw new Error(`no .cpuprofile written in ${profDir}`);
+    const profile = JSON.parse(readFileSync(join(profDir, file), 'utf8')) as CpuProfile;
+    // BENCH_KEEP_PROFILE=<file>: keep the raw profile (for Chrome DevTools or a closer look).
+    if (process.env.BENCH_KEEP_PROFILE) copyFileSync(join(profDir, file), process.env.BENCH_KEEP_PROFILE);
+    let commit = 'unknown';
+    try {
+      commit = execSync('git rev-parse --short HEAD', { cwd: ROOT }).toString().trim();
+    } catch {
+      // not a git checkout
+    }
+    const summary = summarise(profile, served, fromMs, toMs);
+    save({
+      label, ran_at: new Date().toISOString(), commit, command: `npm run bench -- profile ${label}`,
+      description: `agentd child under \`node --cpu-prof\` on the real path (openai-compatible provider over HTTP to the fake server, local \`add\` tool, LevelDB with fsync); after ${WARMUP} warm-up runs of each workload (not counted), ${runsPerWorkload / 2} runs each of trivial/tool at concurrency 1 and 32; self time of the samples taken during those, divided by the runs served.`,
+      runs: served, cpu_per_run_ms: cpuMs / served, ...summary,
+    }, order);
+    process.stderr.write(`profile ${label}: ${served} runs, ${(cpuMs / served).toFixed(2)} ms CPU per run\n`);
+    for (const g of summary.groups) process.stderr.write(`  ${g.name}: ${g.ms_per_run.toFixed(3)} ms/run (${(g.share * 100).toFixed(1)} %)\n`);
+    for (const t of summary.top) process.stderr.write(`  ${t.fn} ${t.where}: ${t.ms_per_run.toFixed(3)} ms/run (${(t.share * 100).toFixed(1)} %)\n`);
+  } finally {
+    process.env.BENCH_NODE_FLAGS = prev ?? '';
+    await fake.stop();
+    removeDir(dir);
+    removeDir(profDir);
+  }
+}
