@@ -5,7 +5,8 @@
 // run-host.ts (live runs: actor, row, write chain, the `record` effect), outbox.ts (lifecycle
 // events), run-workspace.ts (workspace files), claimer.ts (claims, recovery), attempt-timers.ts
 // (heartbeat, timeout, retry), agent-bridge.ts (the agent run of an attempt), inflight.ts
-// (overlap cache), retention.ts (deleting runs), prepare-run.ts (a new run's row and events).
+// (overlap cache), retention.ts (deleting runs), prepare-run.ts (a new run's row and events),
+// waiters.ts (callers waiting for a run to settle).
 //
 // An actor `bgrun:<id>` lives while this process holds the run (claimed, running) or while an
 // event is being applied to it; a resting run (queued, retrying, awaiting a person, terminal) is
@@ -42,6 +43,7 @@ import { RunRetention } from './retention.js';
 import { RunHosts, type Handle } from './run-host.js';
 import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
 import { prepareRun } from './prepare-run.js';
+import { SettleWaiters } from './waiters.js';
 
 export type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 
@@ -103,13 +105,15 @@ export class RunEngine {
   private readonly timers: AttemptTimers;
   /** The agent run of each attempt (agent-bridge.ts). */
   private readonly agent: AgentBridge;
-  private readonly waiters = new Map<string, Set<(run: BackgroundRun) => void>>();
+  /** Callers waiting for a run to end or wait for a person (waiters.ts). */
+  private readonly waiters: SettleWaiters;
   /** The live runs of this process: actor, row, write chain (run-host.ts). */
   private readonly hosts: RunHosts;
   private closed = false;
   private unsubscribeSettled: (() => void) | null = null;
 
   constructor(private readonly deps: BackgroundDeps) {
+    this.waiters = new SettleWaiters({ getRow: (runId) => this.getRow(runId), flushed: (runId) => this.outbox.flushed(runId) });
     this.inflight = new InFlightCache({ store: deps.store, clock: deps.clock, pollIntervalMs: deps.config.background.poll_interval_ms });
     this.outbox = new EventOutbox({
       store: deps.store,
@@ -313,7 +317,7 @@ export class RunEngine {
     const flushed = this.outbox.queueEmit(ctx, p.lifecycle, { runJson: true, mirror: !terminal });
     if (terminal) {
       this.deps.metrics.backgroundRuns.inc({ status: ctx.run.status });
-      if (this.waiters.has(ctx.run.run_id)) void flushed.then(() => this.resolveWaiters(ctx.run));
+      if (this.waiters.has(ctx.run.run_id)) void flushed.then(() => this.waiters.resolve(ctx.run));
     } else {
       this.claimer.kick(ctx.internal.not_before ? Date.parse(ctx.internal.not_before) : undefined);
     }
@@ -393,7 +397,7 @@ export class RunEngine {
     else this.agent.unwatchResume(runId);
     if (TERMINAL.has(status) && !TERMINAL.has(prevStatus)) this.deps.metrics.backgroundRuns.inc({ status });
     // A caller told "ended" (wait) must find every event of the run stored, and its files written.
-    if ((TERMINAL.has(status) || WAITING.has(status)) && this.waiters.has(runId)) void flushed.then(() => this.resolveWaiters(ctx.run));
+    if ((TERMINAL.has(status) || WAITING.has(status)) && this.waiters.has(runId)) void flushed.then(() => this.waiters.resolve(ctx.run));
     if (!HELD.has(status) || status === 'queued') this.claimer.kick();
   }
 
@@ -451,38 +455,10 @@ export class RunEngine {
   }
 
   /** Resolves with the run once it ends or waits for a person, or with null after `ms`. */
-  async waitSettled(runId: string, ms: number): Promise<BackgroundRun | null> {
-    return new Promise<BackgroundRun | null>((resolve) => {
-      let done = false;
-      const finish = (run: BackgroundRun | null) => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        set.delete(onRun);
-        if (set.size === 0 && this.waiters.get(runId) === set) this.waiters.delete(runId);
-        resolve(run);
-      };
-      const onRun = (run: BackgroundRun) => finish(run);
-      const set = this.waiters.get(runId) ?? new Set<(run: BackgroundRun) => void>();
-      this.waiters.set(runId, set);
-      set.add(onRun);
-      const timer = setTimeout(() => finish(null), ms);
-      // It may have settled before the waiter was registered.
-      void this.getRow(runId).then(async (row) => {
-        const s = row?.value.run.status;
-        if (!row || !s || !(TERMINAL.has(s) || WAITING.has(s))) return;
-        await this.outbox.flushed(runId); // its events and files are written before the caller hears of the end
-        finish(row.value.run);
-      });
-    });
+  waitSettled(runId: string, ms: number): Promise<BackgroundRun | null> {
+    return this.waiters.waitSettled(runId, ms);
   }
 
-  private resolveWaiters(run: BackgroundRun): void {
-    const set = this.waiters.get(run.run_id);
-    if (!set) return;
-    this.waiters.delete(run.run_id);
-    for (const w of set) w(run);
-  }
 
   /**
    * Deletes a task's runs (DELETE /background/tasks/{id}?delete_runs=true), cancelling live ones
