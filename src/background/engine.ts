@@ -1,7 +1,12 @@
 // Background runs end to end: creation, claims under a fenced lease, heartbeats, the agent run of
 // each attempt, retries, timeouts, cancellation, recovery of lapsed leases, lifecycle events and
 // the run workspace files. Every status change goes through the background-run machine
-// (machines/background-run.machine.ts); this class binds its effects and owns the timers.
+// (machines/background-run.machine.ts). RunEngine is the public face and the wiring; the parts:
+// run-host.ts (live runs: actor, row, write chain, the `record` effect), outbox.ts (lifecycle
+// events), run-workspace.ts (workspace files), claimer.ts (claims, recovery), attempt-timers.ts
+// (heartbeat, timeout, retry), agent-bridge.ts (the agent run of an attempt), inflight.ts
+// (overlap cache), retention.ts (deleting runs), prepare-run.ts (a new run's row and events),
+// waiters.ts (callers waiting for a run to settle).
 //
 // An actor `bgrun:<id>` lives while this process holds the run (claimed, running) or while an
 // event is being applied to it; a resting run (queued, retrying, awaiting a person, terminal) is
@@ -14,55 +19,31 @@
 // lifecycle events of a write are appended behind it on a per-run chain that does not hold up the
 // next write (the row's outbox covers the gap); and the workspace mirror is a low-priority lane
 // that merges the steps of a fast run (docs/background.md).
-import { randomUUID } from 'node:crypto';
-import { sep } from 'node:path';
-import { type Actor, type AnyActorRef } from 'xstate';
-import {
-  BACKGROUND_RUN_MACHINE_VERSION,
-  backgroundRunIdOf,
-  backgroundRunMachine,
-  persistedSnapshotOf,
-  type AgentOutcome,
-  type BackgroundRunContext,
-  type BackgroundRunEvent,
-  type LifecycleEvent,
-  type RecordParams,
-  type SideEffectInfo,
-  type StartAgentParams,
-} from '../../machines/background-run.machine.js';
-import { canClaim, type TaskRunsInFlight } from '../../machines/policies/overlap.js';
-import { maxAttempts } from '../../machines/policies/retry.js';
+import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
+import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import type { TaskOccurrence } from '../../machines/task.machine.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { AppError, notFound } from '../errors.js';
-import { newId } from '../ids.js';
 import type { TelemetryEmitter } from '../runtime/emitter.js';
 import type { Metrics } from '../runtime/metrics.js';
-import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
-import { AgentUnavailableError, type AgentRegistry } from '../runtime/agent-registry.js';
+import type { AgentRegistry } from '../runtime/agent-registry.js';
 import type { RunService } from '../runtime/runs.js';
 import type { ActorSystem } from '../runtime/system.js';
 import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
-import { isStoreError, StoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
-import { BACKGROUND_EVENT_TYPES, type EventRecordInput } from '../telemetry/record.js';
-import {
-  ACTIVE,
-  HELD,
-  TERMINAL,
-  WAITING,
-  attemptRecordId,
-  occurrenceRecordId,
-  runRowIndexes,
-  taskStatusKey,
-  type BgRunRow,
-  type LifecycleRecord,
-  type TaskRow,
-} from './types.js';
-import { pureStepper } from './transition.js';
-import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
-import { MirrorQueue, absoluteWorkspace, isInside, lastMirroredSequence, mirrorRun, relativeWorkspace, FolderRemover, taskNamespace, workspaceOf } from './workspace.js';
+import { ACTIVE, HELD, TERMINAL, WAITING, taskStatusKey, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
+import { InFlightCache } from './inflight.js';
+import { AgentBridge } from './agent-bridge.js';
+import { RunWorkspaces } from './run-workspace.js';
+import { EventOutbox } from './outbox.js';
+import { Claimer } from './claimer.js';
+import { RunRetention } from './retention.js';
+import { RunHosts, type Handle } from './run-host.js';
+import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
+import { prepareRun } from './prepare-run.js';
+import { SettleWaiters } from './waiters.js';
 
 export type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 
@@ -78,50 +59,8 @@ export interface BackgroundDeps {
   /** Registered agents (src/runtime/agent-registry.ts): a spec is built at registration, refused when it cannot be. */
   agents?: AgentRegistry;
   log?: Log;
-}
-
-type RunActor = Actor<typeof backgroundRunMachine>;
-
-interface Handle {
-  id: string;
-  actor: RunActor | null;
-  row: Versioned<BgRunRow>;
-  chain: Promise<void>;
-  pending: number;
-  sends: number;
-  dead: boolean;
-  heartbeat: NodeJS.Timeout | null;
-  timeout: NodeJS.Timeout | null;
-  timeoutAttempt: number;
-  /** This process stopped the attempt for its timeout: the agent run's cancellation means timeout. */
-  timedOut: string | null;
-  /** The chain's last job when it is a row write that has not started: later transitions join it. */
-  tailWrite: WriteJob | null;
-  /**
-   * Shared store only: the task's gate record as read before the claim's active-run count. The
-   * claim's write CASes it, so two instances cannot both claim a run of a one-at-a-time task.
-   */
-  gate: { id: string; version: number | null } | null;
-}
-
-/** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
-interface WriteJob {
-  steps: Array<{ ctx: BackgroundRunContext; params: RecordParams }>;
-}
-
-/**
- * Lifecycle events of one run on their way to the event log and the workspace, in order. The row
- * is committed first and the append follows without holding up the run's next transition; events
- * not yet acknowledged stay in `unacked` and ride in the outbox of every row write until they
- * are, so a crash at any point leaves them recoverable from the row (repairOutbox).
- */
-interface AppendState {
-  /** The appends (a load waits for these, or it would re-emit them). */
-  chain: Promise<void>;
-  /** The appends and the workspace files (a caller told "ended" waits for these). */
-  flushed: Promise<void>;
-  unacked: LifecycleRecord[];
-  pending: number;
+  /** Timers of heartbeats, attempt timeouts and retries (default: Node's, unref'd). */
+  timers?: Timers;
 }
 
 /** A run built and validated in memory, not yet written: its ops go into some commit. */
@@ -149,76 +88,101 @@ export interface SendResult {
 }
 
 const iso = (ms: number) => new Date(ms).toISOString();
-const PREVIEW_CHARS = 500;
-const stepRun = pureStepper(backgroundRunMachine);
-/** How long run.json / events.jsonl may trail a run that goes on (one that ends or pauses is written at once). */
-const MIRROR_DELAY_MS = 200;
 
 export class RunEngine {
   private readonly handles = new Map<string, Handle>();
-  private readonly loading = new Map<string, Promise<Handle | Versioned<BgRunRow> | null>>();
-  /** Runs whose lifecycle events are on their way to the log: a load waits, or it would re-emit them. */
-  private readonly appends = new Map<string, AppendState>();
-  /** Workspace folders this process created (mkdir once per run, not once per transition). */
-  private readonly madeDirs = new Set<string>();
-  /** Runs this process deleted: a lifecycle step still on its way must not make their folder again (bounded). */
-  private readonly deletedRuns = new Set<string>();
-  /** Removed workspace trees: renamed into the trash at once, `rm -r` in the background. */
-  private readonly remover: FolderRemover;
-  /**
-   * Workspace files are written in a low-priority lane (2 folders at a time, never ahead of the
-   * store); a step of a run that goes on waits up to MIRROR_DELAY_MS for the next ones to join it.
-   */
-  /** Runs whose workspace this process has checked after picking them up (repairWorkspace). */
-  private readonly workspacesChecked = new Set<string>();
-  /** Tasks whose refused workspace template was reported (once per task per process). */
-  private readonly warnedTemplates = new Set<string>();
-  private readonly mirrors = new MirrorQueue(2, MIRROR_DELAY_MS, (dir, err) => {
-    this.madeDirs.delete(dir);
-    // The workspace is a mirror: a full disk must not stop the run.
-    this.log('warn', 'could not write the run workspace files', { workspace_path: dir, err: String(err) });
-  }, (dir) => {
-    // A write that was under way when its runs were deleted may have made the folder again.
-    void this.remover.remove(dir).catch((err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
-  });
-  /**
-   * In-flight runs per task (run id -> queued or active), for overlap decisions without a store
-   * read per occurrence. Seeded per task from the inflight_task index on first use, then kept by
-   * every bg_runs write of this engine, which is the only writer of that kind (the embedded store's
-   * data-dir lock allows one process). Any doubt (a fenced write, deletes) drops a task's entry,
-   * and the next use reads the index again. On a shared store (several instances) an entry
-   * expires after a poll interval.
-   */
-  private readonly inflight = new Map<string, Map<string, 'queued' | 'active'>>();
-  /** Tasks whose entry is being read: writes meanwhile are logged here and applied over the read. */
-  private readonly seeding = new Map<string, Map<string, 'queued' | 'active' | null>>();
-  private readonly seeds = new Map<string, Promise<void>>();
-  /** When each task's in-flight entry was read from the store (shared store: it expires). */
-  private readonly seededAt = new Map<string, number>();
-  /** Highest sequence this process appended per non-terminal run: a load with a match skips the outbox check. */
-  private readonly emitted = new Map<string, number>();
-  private readonly retryTimers = new Map<string, NodeJS.Timeout>();
-  private readonly resumeWatches = new Map<string, () => void>();
-  private readonly waiters = new Map<string, Set<(run: BackgroundRun) => void>>();
-  private readonly logic;
-  private claimingNow = 0;
-  private claimPassRunning = false;
-  private claimAgain = false;
-  private kickPending = false;
-  private wakeTimer: NodeJS.Timeout | null = null;
-  private wakeAt = Infinity;
-  private accepting = false;
+  /** Lifecycle events on their way to the event log and the workspace (outbox.ts). */
+  private readonly outbox: EventOutbox;
+  /** The run workspace files: mirror, repair, removal (run-workspace.ts). */
+  private readonly workspaces: RunWorkspaces;
+  /** In-flight runs per task for overlap decisions (inflight.ts). */
+  private readonly inflight: InFlightCache;
+  /** The claim loop and recovery (claimer.ts). */
+  private readonly claimer: Claimer;
+  /** Deleting runs: a deleted task's, and by retention (retention.ts). */
+  private readonly retention: RunRetention;
+  /** Heartbeat, attempt timeout and retry timers (attempt-timers.ts). */
+  private readonly timers: AttemptTimers;
+  /** The agent run of each attempt (agent-bridge.ts). */
+  private readonly agent: AgentBridge;
+  /** Callers waiting for a run to end or wait for a person (waiters.ts). */
+  private readonly waiters: SettleWaiters;
+  /** The live runs of this process: actor, row, write chain (run-host.ts). */
+  private readonly hosts: RunHosts;
   private closed = false;
   private unsubscribeSettled: (() => void) | null = null;
 
   constructor(private readonly deps: BackgroundDeps) {
-    this.remover = new FolderRemover(deps.config.background.workspace_root, (err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
-    this.logic = backgroundRunMachine.provide({
-      actions: {
-        record: ({ context }, params) => this.onRecord(context, params),
-        startAgent: ({ context }, params) => this.onStartAgent(context.run.run_id, params),
-        cancelAgent: ({ context }, params) => this.onCancelAgent(context.run.run_id, params.agent_run_id),
+    this.waiters = new SettleWaiters({ getRow: (runId) => this.getRow(runId), flushed: (runId) => this.outbox.flushed(runId) });
+    this.inflight = new InFlightCache({ store: deps.store, clock: deps.clock, pollIntervalMs: deps.config.background.poll_interval_ms });
+    this.outbox = new EventOutbox({
+      store: deps.store,
+      telemetry: deps.telemetry,
+      workerId: deps.workerId,
+      workspaces: () => this.workspaces,
+      log: (level, msg, extra) => this.log(level, msg, extra),
+      onAppendFailed: (ctx) => {
+        const h = this.handles.get(ctx.run.run_id);
+        if (h) {
+          this.forgetTask(ctx.run.task_id);
+          this.hosts.release(h, true);
+        }
       },
+    });
+    this.workspaces = new RunWorkspaces({ config: deps.config, log: (level, msg, extra) => this.log(level, msg, extra), storedLifecycle: (runId) => this.storedLifecycle(runId) });
+    this.agent = new AgentBridge(deps, {
+      handleOf: (runId) => this.handles.get(runId),
+      contextOf: (h) => this.hosts.contextOf(h),
+      enqueue: (h, job, onError) => this.hosts.enqueue(h, job, onError),
+      send: (runId, event, opts) => this.send(runId, event, opts),
+      dirOf: (run) => this.dirOf(run),
+      closed: () => this.closed,
+    });
+    const leaseMs = () => this.leaseMs;
+    this.timers = new AttemptTimers({
+      clock: deps.clock,
+      timers: deps.timers ?? nodeTimers,
+      get leaseMs() {
+        return leaseMs();
+      },
+      send: (runId, event) => this.send(runId, event),
+      onTimeout: (h, agentRunId) => void this.agent.timeoutAgent(h, agentRunId),
+      closed: () => this.closed,
+    });
+    this.claimer = new Claimer(deps, {
+      handles: this.handles,
+      handle: (runId, known) => this.hosts.handle(runId, known),
+      maybeRelease: (h) => this.hosts.maybeRelease(h),
+      statusOf: (h) => this.hosts.statusOf(h),
+      send: (runId, event, opts) => this.send(runId, event, opts),
+      heldCount: () => this.heldCount,
+      countActive: (taskId) => this.countActive(taskId),
+      settleFromAgent: (row) => this.agent.settleFromAgent(row),
+      checkParked: (row) => this.agent.checkParked(row),
+      timers: this.timers,
+      leaseMs: () => this.leaseMs,
+    });
+    this.hosts = new RunHosts(deps, {
+      handles: this.handles,
+      outbox: this.outbox,
+      isDeleted: (runId) => this.workspaces.isDeleted(runId),
+      noteRun: (taskId, runId, status) => this.noteRun(taskId, runId, status),
+      forgetTask: (taskId) => this.forgetTask(taskId),
+      kick: () => this.claimer.kick(),
+      afterWrite: (h, ctx, prevStatus, flushed) => this.afterWrite(h, ctx, prevStatus, flushed),
+      clearTimers: (h) => this.timers.clearHandle(h),
+      startAgent: (runId, params) => this.agent.onStartAgent(runId, params),
+      cancelAgent: (runId, agentRunId) => this.agent.onCancelAgent(runId, agentRunId),
+      closed: () => this.closed,
+    });
+    this.retention = new RunRetention(deps, {
+      handles: this.handles,
+      release: (h, dead) => this.hosts.release(h, dead),
+      contextOf: (h) => this.hosts.contextOf(h),
+      forgetTask: (taskId) => this.forgetTask(taskId),
+      clearRunTimers: (runId) => this.clearRunTimers(runId),
+      forgetRun: (runId) => this.outbox.forget(runId),
+      workspaces: this.workspaces,
     });
   }
 
@@ -234,43 +198,60 @@ export class RunEngine {
 
   /** Follows agent runs; with `claim`, this process also claims and recovers runs. */
   async start(opts: { claim: boolean }): Promise<void> {
-    this.unsubscribeSettled = this.deps.runs.onSettled((rec) => this.onAgentSettled(rec));
-    this.remover.sweepTrash();
+    this.unsubscribeSettled = this.deps.runs.onSettled((rec) => this.agent.onAgentSettled(rec));
+    this.workspaces.sweepTrash();
     if (!opts.claim) return;
-    this.accepting = true;
+    this.claimer.accepting = true;
     // With the embedded store only this process can open the data dir: every held run has a dead
     // owner. A shared store's other instances are alive until their leases lapse.
-    await this.maintenance({ ownersDead: !isSharedStore(this.deps.store), parked: true });
-    this.kick();
+    await this.claimer.maintenance({ ownersDead: !isSharedStore(this.deps.store), parked: true });
+    this.claimer.kick();
   }
 
   /** Stop claiming; runs in hand go on (a graceful shutdown lets them finish within its grace). */
   stopClaiming(): void {
-    this.accepting = false;
-    if (this.wakeTimer) clearTimeout(this.wakeTimer);
-    this.wakeTimer = null;
-    this.wakeAt = Infinity;
+    this.claimer.stop();
+  }
+
+  // ---------------------------------------------------------------- claiming and recovery (claimer.ts)
+
+  /** Asks for a claim pass soon (coalesced); with `atMs`, also at that instant (jitter, retry). */
+  kick(atMs?: number): void {
+    this.claimer.kick(atMs);
+  }
+
+  /** Claims queued runs, oldest first, while this process has free workers. */
+  claimPass(): Promise<void> {
+    return this.claimer.claimPass();
+  }
+
+  /** Claims one run (CLAIM then START, one row write); true when this process now runs it. */
+  claim(runId: string, known?: Versioned<BgRunRow>, gate: Handle['gate'] = null): Promise<boolean> {
+    return this.claimer.claim(runId, known, gate);
+  }
+
+  /** Recovers runs whose lease lapsed (or whose owners are dead), requeues due retries, moves on decided parked runs. */
+  maintenance(opts: { ownersDead?: boolean; parked?: boolean } = {}): Promise<void> {
+    return this.claimer.maintenance(opts);
   }
 
   async close(): Promise<void> {
     this.stopClaiming();
     this.closed = true;
     this.unsubscribeSettled?.();
-    for (const t of this.retryTimers.values()) clearTimeout(t);
-    this.retryTimers.clear();
-    for (const u of this.resumeWatches.values()) u();
-    this.resumeWatches.clear();
+    this.timers.close();
+    this.agent.close();
     const handles = [...this.handles.values()];
     await Promise.all(handles.map((h) => h.chain.catch(() => undefined)));
-    for (const h of handles) this.release(h, true);
+    for (const h of handles) this.hosts.release(h, true);
     // Events and workspace files still on their way (the store closes after this).
-    await Promise.all([...this.appends.values()].map((a) => a.flushed));
-    await this.remover.drain();
+    await this.outbox.flushAll();
+    await this.workspaces.drain();
   }
 
   get heldCount(): number {
-    let n = this.claimingNow;
-    for (const h of this.handles.values()) if (!h.dead && HELD.has(this.statusOf(h))) n++;
+    let n = this.claimer.claimingNow;
+    for (const h of this.handles.values()) if (!h.dead && HELD.has(this.hosts.statusOf(h))) n++;
     return n;
   }
 
@@ -300,91 +281,16 @@ export class RunEngine {
    * puts the ops of every occurrence of a tick, with the schedule row, into one commit per task.
    */
   prepareRun(input: CreateRunInput, nowMs = this.deps.clock.now()): PreparedRun {
-    const { task } = input;
-    const at = iso(nowMs);
-    const run_id = input.run_id ?? newId('bgrun');
-    const sp = task.session_policy;
-    const session_id = sp.mode === 'fixed' && sp.session_id
-      ? sp.session_id
-      : sp.mode === 'run' ? `background:${task.agent_id}:${task.task_id}:${run_id}` : `background:${task.agent_id}:${task.task_id}`;
-    const workspace_path = this.workspaceFor(task, run_id);
-    const occ = input.occurrence;
-    const run: BackgroundRun = {
-      run_id, task_id: task.task_id, agent_id: task.agent_id, query_snapshot: input.query ?? task.query,
-      trigger_type: input.trigger_type, session_id, workspace_path, status: 'queued', attempt: 0,
-      max_attempts: maxAttempts(task.retry_policy), lease_generation: 0, lease_owner: null, lease_token: null,
-      occurrence_id: occ?.occurrence_id ?? null, error: null, result_preview: null, triggered_at: at, queued_at: at,
-      claimed_at: null, started_at: null, heartbeat_at: null, lease_expires_at: null, finished_at: null,
-      cancel_requested_at: null, due_at: occ?.due_at ?? null, metadata: { ...task.metadata },
-      trigger_metadata: occ
-        ? { occurrence_id: occ.occurrence_id, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed }
-        : { query_override: input.query !== null },
-    };
-    let ctx: BackgroundRunContext = {
-      run,
-      internal: {
-        trace_id: newId('trace'), span_id: newId('span'), agent_run_id: null, continue_agent: false, next_reason: null,
-        retry_at: null, not_before: occ && occ.run_at > occ.due_at ? occ.run_at : null, retry_policy: task.retry_policy,
-        timeout_seconds: task.timeout_seconds ?? null, overlap_policy: task.overlap_policy,
-        write_events_jsonl: task.workspace_policy.write_events_jsonl, write_run_json: task.workspace_policy.write_run_json,
-        current_attempt: null, last_closed_attempt: null,
-      },
-    };
-    const lifecycle: LifecycleRecord[] = [];
-    if (occ) {
-      lifecycle.push(this.lifecycleOf(ctx, { type: 'background_task_scheduled', data: { occurrence_id: occ.occurrence_id, trigger_type: occ.trigger_type, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed } }, 1, at));
-    }
-    if (input.skip !== null) {
-      // queued -> skipped, computed by the machine without running its effects.
-      const snap = backgroundRunMachine.resolveState({ value: 'queued', context: ctx });
-      const [next, actions] = stepRun(snap, { type: 'SKIP', at, reason: input.skip });
-      ctx = next.context;
-      for (const a of actions) {
-        if (a.type !== 'record') continue;
-        for (const e of (a.params as RecordParams).events) lifecycle.push(this.lifecycleOf(ctx, e, lifecycle.length + 1, at));
-      }
-    } else {
-      lifecycle.push(this.lifecycleOf(ctx, { type: 'background_run_queued', data: { trigger_type: input.trigger_type } }, lifecycle.length + 1, at));
-    }
-    const row: BgRunRow = { ...ctx, machine_version: BACKGROUND_RUN_MACHINE_VERSION, event_seq: lifecycle.length, outbox: lifecycle };
-    const ops: WriteOp[] = [];
-    if (occ) {
-      ops.push({
-        op: 'create', kind: 'bg_occurrences', id: occurrenceRecordId(task.task_id, occ.occurrence_id),
-        value: { task_id: task.task_id, occurrence_id: occ.occurrence_id, run_id, dispatched_at: at },
-      });
-    }
-    ops.push({ op: 'create', kind: 'bg_runs', id: run_id, value: row, indexes: runRowIndexes(row) });
-    ops.push({
-      op: 'create', kind: 'traces', id: ctx.internal.trace_id,
-      value: this.traceValue(ctx, TERMINAL.has(ctx.run.status) ? ctx.run.status : 'running'),
-      indexes: { run_id, session_id, task_id: task.task_id },
+    return prepareRun(input, nowMs, {
+      workspaceFor: (task, runId) => this.workspaces.workspaceFor(task, runId),
+      lifecycleOf: (ctx, e, sequence, at) => this.outbox.lifecycleOf(ctx, e, sequence, at),
+      traceValue: (ctx, status) => this.hosts.traceValue(ctx, status),
     });
-    return { ctx, row, lifecycle, ops };
-  }
-
-  /**
-   * The run's workspace, relative to the workspace root (answers never show server paths). A task
-   * stored before templates were confined may hold one that now resolves outside its namespace:
-   * its runs get the default template instead (and a warning), never the folder it named.
-   */
-  private workspaceFor(task: TaskRow, run_id: string): string {
-    const ids = { agent_id: task.agent_id, task_id: task.task_id, run_id };
-    const allowShared = this.deps.config.background.workspace.allow_shared_namespaces;
-    const r = workspaceOf(task.workspace_policy.namespace_template, ids, allowShared);
-    if ('rel' in r) return r.rel;
-    if (!this.warnedTemplates.has(task.task_id)) {
-      this.warnedTemplates.add(task.task_id);
-      this.log('warn', 'the task\'s workspace template is refused; its runs use the default template', { task_id: task.task_id, problem: r.problem });
-    }
-    const fallback = workspaceOf(DEFAULT_NAMESPACE_TEMPLATE, ids, false);
-    if ('rel' in fallback) return fallback.rel;
-    throw new AppError('Conflict', `background task '${task.task_id}' cannot have a workspace: ${fallback.problem}`);
   }
 
   /** The absolute folder of a run's workspace (throws when a stored path would leave the root). */
   dirOf(run: BackgroundRun): string {
-    return absoluteWorkspace(this.deps.config.background.workspace_root, run.workspace_path);
+    return this.workspaces.dirOf(run);
   }
 
   /**
@@ -408,18 +314,18 @@ export class RunEngine {
     const terminal = TERMINAL.has(ctx.run.status);
     // A run created skipped never ran: no workspace folder for it (1,000 one-second tasks would
     // otherwise make 1,000 folders a second holding only these two bookkeeping events).
-    const flushed = this.queueEmit(ctx, p.lifecycle, { runJson: true, mirror: !terminal });
+    const flushed = this.outbox.queueEmit(ctx, p.lifecycle, { runJson: true, mirror: !terminal });
     if (terminal) {
       this.deps.metrics.backgroundRuns.inc({ status: ctx.run.status });
-      if (this.waiters.has(ctx.run.run_id)) void flushed.then(() => this.resolveWaiters(ctx.run));
+      if (this.waiters.has(ctx.run.run_id)) void flushed.then(() => this.waiters.resolve(ctx.run));
     } else {
-      this.kick(ctx.internal.not_before ? Date.parse(ctx.internal.not_before) : undefined);
+      this.claimer.kick(ctx.internal.not_before ? Date.parse(ctx.internal.not_before) : undefined);
     }
   }
 
   /** Resolves once every lifecycle event this process has queued for the run is stored. */
   async appended(runId: string): Promise<void> {
-    await this.appends.get(runId)?.chain;
+    await this.outbox.appended(runId);
   }
 
   // ---------------------------------------------------------------- reads
@@ -434,76 +340,22 @@ export class RunEngine {
     return row.value.run;
   }
 
-  /** In-flight runs of a task for the overlap decision, oldest first (see `inflight`). */
-  async inFlight(taskId: string): Promise<TaskRunsInFlight> {
-    for (;;) {
-      const now = this.inFlightNow(taskId);
-      if (now) return now;
-      await this.seedInFlight(taskId);
-    }
+  /** In-flight runs of a task for the overlap decision, oldest first (see InFlightCache). */
+  inFlight(taskId: string): Promise<TaskRunsInFlight> {
+    return this.inflight.inFlight(taskId);
   }
 
   /** The task's in-flight runs when its entry is loaded (no I/O), else null. */
   inFlightNow(taskId: string): TaskRunsInFlight | null {
-    const m = this.inflight.get(taskId);
-    if (!m) return null;
-    // On a shared store other instances write runs of this task too: the view is read again once
-    // it is older than a poll interval (the schedule row's CAS still decides who dispatches).
-    if (isSharedStore(this.deps.store) && this.deps.clock.now() - (this.seededAt.get(taskId) ?? 0) > this.deps.config.background.poll_interval_ms) {
-      this.inflight.delete(taskId);
-      return null;
-    }
-    const activeRunIds: string[] = [];
-    const queuedRunIds: string[] = [];
-    for (const [id, k] of m) (k === 'queued' ? queuedRunIds : activeRunIds).push(id);
-    return { activeRunIds, queuedRunIds };
+    return this.inflight.inFlightNow(taskId);
   }
 
-  private seedInFlight(taskId: string): Promise<void> {
-    let p = this.seeds.get(taskId);
-    if (p) return p;
-    const log = new Map<string, 'queued' | 'active' | null>();
-    this.seeding.set(taskId, log);
-    p = (async () => {
-      const m = new Map<string, 'queued' | 'active'>();
-      let cursor: string | null = null;
-      do {
-        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'inflight_task', value: taskId }, cursor, limit: 500 });
-        for (const r of page.items) m.set(r.id, r.value.run.status === 'queued' ? 'queued' : 'active');
-        cursor = page.next_cursor;
-      } while (cursor);
-      // Writes this engine made while the pages were read are at least as new as what was read.
-      for (const [id, k] of log) {
-        if (k) m.set(id, k);
-        else m.delete(id);
-      }
-      if (this.seeding.get(taskId) === log) {
-        this.inflight.set(taskId, m);
-        this.seededAt.set(taskId, this.deps.clock.now());
-        if (this.seededAt.size > 10_000) this.seededAt.clear(); // a bound: an entry without its time is simply read again
-      }
-    })().finally(() => {
-      if (this.seeding.get(taskId) === log) this.seeding.delete(taskId);
-      this.seeds.delete(taskId);
-    });
-    this.seeds.set(taskId, p);
-    return p;
-  }
-
-  /** Every bg_runs write of this engine reports the run's status here (null: the row is gone or unwritten). */
   private noteRun(taskId: string, runId: string, status: BackgroundRunStatus | null): void {
-    const k = status === null || TERMINAL.has(status) ? null : status === 'queued' ? 'queued' : 'active';
-    this.seeding.get(taskId)?.set(runId, k);
-    const m = this.inflight.get(taskId);
-    if (!m) return;
-    if (k) m.set(runId, k);
-    else m.delete(runId);
+    this.inflight.noteRun(taskId, runId, status);
   }
 
-  /** This engine no longer knows a run's true status (a refused write): the task's entry is read again on next use. */
   private forgetTask(taskId: string): void {
-    this.inflight.delete(taskId);
-    this.seeding.delete(taskId);
+    this.inflight.forgetTask(taskId);
   }
 
   async countActive(taskId?: string): Promise<number> {
@@ -513,676 +365,43 @@ export class RunEngine {
     return counts.reduce((a, b) => a + b, 0);
   }
 
-  // ---------------------------------------------------------------- sending events to a run
+  async events(runId: string): Promise<Array<Record<string, unknown>>> {
+    await this.outbox.appended(runId);
+    const row = await this.getRow(runId);
+    if (!row) throw notFound('background run', runId);
+    if (!this.handles.has(runId) && !this.outbox.has(runId)) await this.outbox.repairOutbox(row.value);
+    return this.outbox.replay(runId);
+  }
+
+  /** Lifecycle events of a run as stored in telemetry, oldest first. */
+  storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>> {
+    return this.outbox.storedLifecycle(runId);
+  }
+
+  // ---------------------------------------------------------------- sending events to a run (run-host.ts)
 
   /**
    * Applies one event to a run through its actor (spawned from the row when none is live).
    * `accepted` is false when the run's state does not take the event (e.g. cancel of an ended run).
    * With `durable`, resolves only after the effects of the event were written.
    */
-  async send(runId: string, event: BackgroundRunEvent, opts: { durable?: boolean; known?: Versioned<BgRunRow> } = {}): Promise<SendResult> {
-    const loaded = await this.handle(runId, opts.known);
-    if (loaded === null) return { accepted: false, status: null };
-    if (!('actor' in loaded)) return { accepted: false, status: loaded.value.run.status };
-    const h = loaded;
-    h.sends++;
-    try {
-      const snap = h.actor!.getSnapshot();
-      if (snap.status !== 'active' || !snap.can(event)) return { accepted: false, status: snap.context.run.status };
-      h.actor!.send(event);
-      if (opts.durable) await h.chain;
-      return { accepted: !h.dead, status: h.dead ? null : this.statusOf(h) };
-    } finally {
-      h.sends--;
-      this.maybeRelease(h);
-    }
+  send(runId: string, event: BackgroundRunEvent, opts: { durable?: boolean; known?: Versioned<BgRunRow> } = {}): Promise<SendResult> {
+    return this.hosts.send(runId, event, opts);
   }
 
-  private statusOf(h: Handle): BackgroundRunStatus {
-    return h.actor ? h.actor.getSnapshot().context.run.status : h.row.value.run.status;
-  }
-
-  private contextOf(h: Handle): BackgroundRunContext {
-    return h.actor ? h.actor.getSnapshot().context : h.row.value;
-  }
-
-  /** The live handle, or a fresh one restored from the row; a terminal row comes back as the row. */
-  private async handle(runId: string, known?: Versioned<BgRunRow>): Promise<Handle | Versioned<BgRunRow> | null> {
-    const live = this.handles.get(runId);
-    if (live && !live.dead) return live;
-    let p = this.loading.get(runId);
-    if (!p) {
-      p = this.load(runId, known).finally(() => this.loading.delete(runId));
-      this.loading.set(runId, p);
-    }
-    return p;
-  }
-
-  private async load(runId: string, known?: Versioned<BgRunRow>): Promise<Handle | Versioned<BgRunRow> | null> {
-    const appending = this.appends.get(runId);
-    if (appending) await appending.chain;
-    // A row the caller just read (a claim pass) saves a read; a stale one fails its first write
-    // (CAS). One deleted meanwhile must not be repaired (that would make its folder again).
-    if (this.deletedRuns.has(runId)) return null;
-    const row = known ?? (await this.getRow(runId));
-    if (!row) return null;
-    await this.repairOutbox(row.value);
-    if (TERMINAL.has(row.value.run.status)) return row;
-    const h: Handle = {
-      id: runId, actor: null, row, chain: Promise.resolve(), pending: 0, sends: 0, dead: false,
-      heartbeat: null, timeout: null, timeoutAttempt: 0, timedOut: null, tailWrite: null, gate: null,
-    };
-    this.handles.set(runId, h);
-    const { machine_version: _v, event_seq: _s, outbox: _o, ...ctx } = row.value;
-    const ref = this.deps.system.spawn(`bgrun:${runId}`, this.logic, { snapshot: persistedSnapshotOf(ctx) as never }) as AnyActorRef;
-    h.actor = ref as unknown as RunActor;
-    return h;
-  }
-
-  private maybeRelease(h: Handle): void {
-    if (h.dead || h.sends > 0 || h.pending > 0) return;
-    if (HELD.has(this.statusOf(h)) && !this.closed) return;
-    this.release(h, false);
-  }
-
-  private release(h: Handle, dead: boolean): void {
-    if (dead) h.dead = true;
-    this.clearHandleTimers(h);
-    this.deps.system.stop(`bgrun:${h.id}`);
-    if (this.handles.get(h.id) === h) this.handles.delete(h.id);
-  }
-
-  private enqueue(h: Handle, job: () => Promise<void>, onError: (err: unknown) => void): void {
-    h.tailWrite = null; // a later transition must not be written before this job runs
-    h.pending++;
-    h.chain = h.chain
-      .then(async () => {
-        if (!h.dead) await job();
-      })
-      .catch((err) => {
-        try {
-          onError(err);
-        } catch {
-          // never let a handler break the chain
-        }
-      })
-      .finally(() => {
-        h.pending--;
-        this.maybeRelease(h);
-      });
-  }
-
-  // ---------------------------------------------------------------- the `record` effect
-
-  private onRecord(ctx: BackgroundRunContext, params: RecordParams): void {
-    const h = this.handles.get(ctx.run.run_id);
-    if (!h) {
-      this.log('error', 'background run effect without a live handle', { run_id: ctx.run.run_id });
-      return;
-    }
-    // Transitions taken before the previous one's write started are written together with it:
-    // a claim and the start of its attempt are one commit, the same CAS on the queued version.
-    if (h.tailWrite) {
-      h.tailWrite.steps.push({ ctx, params });
-      return;
-    }
-    const job: WriteJob = { steps: [{ ctx, params }] };
-    this.enqueue(h, () => {
-      if (h.tailWrite === job) h.tailWrite = null;
-      return this.writeRecord(h, job.steps);
-    }, (err) => {
-      // Fenced or the store failed: this copy no longer knows the truth; drop it (the row is reloaded on next use).
-      this.log(isStoreError(err, 'stale_version') ? 'warn' : 'error', 'background run write refused; dropping this copy', { run_id: h.id, err: String(err) });
-      if (isStoreError(err, 'stale_version')) this.deps.metrics.leaseLost('background');
-      this.forgetTask(h.row.value.run.task_id);
-      this.release(h, true);
-      this.kick();
-    });
-    h.tailWrite = job;
-  }
-
-  private async writeRecord(h: Handle, steps: WriteJob['steps']): Promise<void> {
-    const prev = h.row.value;
-    const at = iso(this.deps.clock.now());
-    const lifecycle: LifecycleRecord[] = [];
-    const attempts = new Map<number, RecordParams['attempts'][number]>();
-    let seq = prev.event_seq;
-    let runJson = false;
-    for (const { ctx: c, params } of steps) {
-      for (const e of params.events) lifecycle.push(this.lifecycleOf(c, e, ++seq, at));
-      for (const a of params.attempts) attempts.set(a.attempt_number, a);
-      // run.json follows every lifecycle event except heartbeats (and a change with no event).
-      if (params.events.length === 0 || params.events.some((e) => e.type !== 'background_run_heartbeat')) runJson = true;
-    }
-    const ctx = steps[steps.length - 1].ctx;
-    const unacked = this.appends.get(h.id)?.unacked ?? [];
-    const next: BgRunRow = {
-      ...ctx,
-      machine_version: BACKGROUND_RUN_MACHINE_VERSION,
-      event_seq: seq,
-      outbox: unacked.length > 0 ? [...unacked, ...lifecycle] : lifecycle,
-    };
-    const ops: WriteOp[] = [
-      { op: 'update', kind: 'bg_runs', id: h.id, value: next, expectedVersion: h.row.version, indexes: runRowIndexes(next) },
-      // Attempts ride in the same atomic write: the run row's CAS fences them too.
-      ...[...attempts.values()].map((a): WriteOp => ({
-        op: 'update', kind: 'bg_attempts', id: attemptRecordId(h.id, a.attempt_number), value: a, expectedVersion: null, indexes: { run_id: h.id },
-      })),
-    ];
-    const status = ctx.run.status;
-    const gate = h.gate;
-    h.gate = null;
-    if (gate && prev.run.status === 'queued' && HELD.has(status)) {
-      const value = { task_id: ctx.run.task_id, claimed_run: h.id, at };
-      ops.push(gate.version === null
-        ? { op: 'create', kind: 'meta', id: gate.id, value }
-        : { op: 'update', kind: 'meta', id: gate.id, value, expectedVersion: gate.version });
-    }
-    if (TERMINAL.has(status) && !TERMINAL.has(prev.run.status)) {
-      ops.push({ op: 'update', kind: 'traces', id: ctx.internal.trace_id, value: this.traceValue(ctx, status), expectedVersion: null, indexes: { run_id: h.id, session_id: ctx.run.session_id, task_id: ctx.run.task_id } });
-    }
-    let written: Versioned<unknown> | null;
-    try {
-      [written] = await this.deps.store.commit(ops);
-    } catch (err) {
-      // Another instance claimed a run of this one-at-a-time task first (the gate moved): this
-      // claim is refused like a fenced write, and the run stays queued for a later pass.
-      if (gate && isStoreError(err, 'conflict')) throw new StoreError('stale_version', `task ${ctx.run.task_id}: another instance claimed first`);
-      throw err;
-    }
-    h.row = written as Versioned<BgRunRow>;
-    this.noteRun(ctx.run.task_id, h.id, status);
-    const flushed = this.queueEmit(ctx, lifecycle, { runJson, mirror: true });
-    this.afterRecord(h, ctx, prev.run.status, flushed);
-  }
-
-  private afterRecord(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus, flushed: Promise<void>): void {
+  private afterWrite(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus, flushed: Promise<void>): void {
     const status = ctx.run.status;
     const runId = h.id;
-    if (HELD.has(status)) this.ensureHeartbeat(h);
-    else this.clearHeartbeat(h);
-    if (status === 'running') this.ensureAttemptTimeout(h, ctx);
-    else this.clearAttemptTimeout(h);
-    if (status === 'retrying' && ctx.internal.retry_at) this.armRetry(runId, Date.parse(ctx.internal.retry_at));
-    if (WAITING.has(status)) this.watchResume(runId, ctx.internal.agent_run_id);
-    else this.unwatchResume(runId);
+    this.timers.afterWrite(h, ctx, HELD.has(status));
+    if (WAITING.has(status)) this.agent.watchResume(runId, ctx.internal.agent_run_id);
+    else this.agent.unwatchResume(runId);
     if (TERMINAL.has(status) && !TERMINAL.has(prevStatus)) this.deps.metrics.backgroundRuns.inc({ status });
     // A caller told "ended" (wait) must find every event of the run stored, and its files written.
-    if ((TERMINAL.has(status) || WAITING.has(status)) && this.waiters.has(runId)) void flushed.then(() => this.resolveWaiters(ctx.run));
-    if (!HELD.has(status) || status === 'queued') this.kick();
-  }
-
-  private lifecycleOf(ctx: BackgroundRunContext, e: LifecycleEvent, sequence: number, at: string): LifecycleRecord {
-    return {
-      sequence, event: e.type, timestamp: at, run_id: ctx.run.run_id, task_id: ctx.run.task_id, agent_id: ctx.run.agent_id,
-      status: ctx.run.status, attempt: ctx.run.attempt, worker_id: ctx.run.lease_owner ?? this.deps.workerId,
-      lease_generation: ctx.run.lease_generation, data: stripUndefined(e.data ?? {}),
-    };
-  }
-
-  /**
-   * Queues the append of a write's lifecycle events to telemetry (the run's own trace), then their
-   * workspace mirror, behind the run's earlier ones. Resolves when this batch is through (never
-   * rejects). A failed append drops this process's copy of the run: the row's outbox still holds
-   * the events, and the next load re-appends them.
-   */
-  private queueEmit(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], opts: { runJson: boolean; mirror: boolean }): Promise<void> {
-    const runId = ctx.run.run_id;
-    let st = this.appends.get(runId);
-    if (!st) {
-      st = { chain: Promise.resolve(), flushed: Promise.resolve(), unacked: [], pending: 0 };
-      this.appends.set(runId, st);
-    }
-    const state = st;
-    for (const l of lifecycle) state.unacked.push(l);
-    state.pending++;
-    const terminal = TERMINAL.has(ctx.run.status);
-    let mirrored: Promise<void> | null = null;
-    const step = state.chain.then(async () => {
-      if (lifecycle.length > 0) {
-        try {
-          await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
-        } catch (err) {
-          this.log('warn', 'could not append the lifecycle events of a background run; its next load re-appends them', { run_id: runId, err: String(err) });
-          this.emitted.delete(runId);
-          const h = this.handles.get(runId);
-          if (h) {
-            this.forgetTask(ctx.run.task_id);
-            this.release(h, true);
-          }
-          return;
-        }
-        const last = lifecycle[lifecycle.length - 1].sequence;
-        state.unacked = state.unacked.filter((l) => l.sequence > last);
-        if (terminal) this.emitted.delete(runId);
-        else this.emitted.set(runId, last);
-      }
-      // Issued in append order; the mirror lane keeps each folder's writes in that order.
-      if (opts.mirror) mirrored = this.mirror(ctx, lifecycle, opts.runJson, terminal);
-    });
-    state.chain = step.catch(() => undefined);
-    const flushed = state.chain.then(() => mirrored ?? undefined);
-    state.flushed = flushed;
-    void flushed.finally(() => {
-      if (--state.pending === 0 && this.appends.get(runId) === state) this.appends.delete(runId);
-    });
-    return flushed;
-  }
-
-  /** Appends now and waits (the outbox repair path). Throws when the append fails. */
-  private async emitLifecycle(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[]): Promise<void> {
-    await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
-    await this.mirror(ctx, lifecycle, true, TERMINAL.has(ctx.run.status));
-  }
-
-  private async mirror(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson: boolean, last: boolean): Promise<void> {
-    if (this.deletedRuns.has(ctx.run.run_id)) return;
-    let dir: string;
-    try {
-      dir = this.dirOf(ctx.run);
-    } catch (err) {
-      this.log('warn', 'the run workspace is outside the workspace root; not written', { run_id: ctx.run.run_id, err: String(err) });
-      return;
-    }
-    const lines = ctx.internal.write_events_jsonl ? lifecycle.map(({ data: _d, ...line }) => line) : [];
-    const run = ctx.internal.write_run_json && rewriteRunJson ? ctx.run : null;
-    if (lines.length === 0 && !run) return;
-    const makeDir = !this.madeDirs.has(dir);
-    if (last) this.madeDirs.delete(dir);
-    else this.madeDirs.add(dir);
-    const status = ctx.run.status;
-    await this.mirrors.write(dir, lines, run, makeDir, TERMINAL.has(status) || WAITING.has(status));
-  }
-
-  private telemetryOf(ctx: BackgroundRunContext, l: LifecycleRecord): EventRecordInput {
-    const isError = l.event === 'background_run_failed' || l.event === 'background_run_timeout' || l.event === 'background_run_retrying';
-    return {
-      event_type: l.event,
-      trace_id: ctx.internal.trace_id,
-      span_id: ctx.internal.span_id,
-      parent_span_id: null,
-      actor: { type: 'background', id: l.worker_id, name: ctx.run.task_id },
-      sequence: l.sequence,
-      error: isError && ctx.run.error ? { type: l.event, message: ctx.run.error } : null,
-      metadata: {
-        run_id: l.run_id, session_id: ctx.run.session_id, agent_id: l.agent_id, task_id: l.task_id,
-        status: l.status, attempt: l.attempt, worker_id: l.worker_id, lease_generation: l.lease_generation,
-        lifecycle_timestamp: l.timestamp, detail: l.data,
-      },
-    };
-  }
-
-  private traceValue(ctx: BackgroundRunContext, status: string) {
-    const traceStatus = status === 'skipped' ? 'cancelled' : status;
-    return {
-      trace_id: ctx.internal.trace_id, parent_trace_id: null, run_id: ctx.run.run_id, session_id: ctx.run.session_id,
-      task_id: ctx.run.task_id, agent_id: ctx.run.agent_id, kind: 'background', status: traceStatus,
-      started_at: ctx.run.triggered_at, ended_at: status === 'running' ? null : ctx.run.finished_at ?? iso(this.deps.clock.now()),
-    };
-  }
-
-  /** Lifecycle events of a run as stored in telemetry, oldest first. */
-  async storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>> {
-    const out: Array<{ sequence: number; event: Record<string, unknown> }> = [];
-    let after: string | null = null;
-    do {
-      const page = await this.deps.store.readEvents({ filters: { run_id: runId, event_type: [...BACKGROUND_EVENT_TYPES] }, after, limit: 1000 });
-      for (const e of page.events) {
-        if (typeof e.sequence === 'number') out.push({ sequence: e.sequence, event: e });
-      }
-      after = page.next_cursor;
-    } while (after);
-    return out;
-  }
-
-  /**
-   * The row is written before its events are appended; a crash in between leaves events the row
-   * counted but the log lacks. Re-append those (from the outbox) so the replay stays 1..n.
-   */
-  private async repairOutbox(row: BgRunRow): Promise<void> {
-    const runId = row.run.run_id;
-    if (row.outbox.length === 0 || this.emitted.get(runId) === row.event_seq) return;
-    const have = new Set((await this.storedLifecycle(runId)).map((e) => e.sequence));
-    const missing = row.outbox.filter((l) => !have.has(l.sequence));
-    if (missing.length > 0) {
-      this.log('warn', 're-appending lifecycle events lost by a crash', { run_id: runId, sequences: missing.map((m) => m.sequence) });
-      await this.emitLifecycle(row, missing);
-    }
-    await this.repairWorkspace(row);
-    if (!TERMINAL.has(row.run.status)) this.emitted.set(runId, row.event_seq);
-  }
-
-  /**
-   * The workspace mirror trails a live run (up to MIRROR_DELAY_MS), so a crash can leave
-   * events.jsonl short of lines the store holds; the run's next lines would then leave a gap in
-   * `sequence`. A run this process did not write last (start-up, a lapsed lease) gets the missing
-   * lines appended from its stored lifecycle, in order, and run.json rewritten, before it goes on.
-   * Never while this process still has a mirror step of the folder pending (it would double lines).
-   */
-  private async repairWorkspace(row: BgRunRow): Promise<void> {
-    const { run, internal } = row;
-    if (run.status === 'skipped' || (!internal.write_events_jsonl && !internal.write_run_json) || this.deletedRuns.has(run.run_id)) return;
-    let dir: string;
-    try {
-      dir = this.dirOf(run);
-    } catch {
-      return;
-    }
-    if (this.workspacesChecked.has(run.run_id) || !this.mirrors.idle(dir)) return;
-    this.workspacesChecked.add(run.run_id);
-    if (this.workspacesChecked.size > 10_000) this.workspacesChecked.clear(); // a bound, not a cache: checking again is harmless
-    let lines: object[] = [];
-    if (internal.write_events_jsonl) {
-      const have = await lastMirroredSequence(dir);
-      if (have >= row.event_seq) return; // complete; run.json was written with the last lines
-      const stored = (await this.storedLifecycle(run.run_id)).filter((e) => e.sequence > have).sort((a, b) => a.sequence - b.sequence);
-      const seen = new Set<number>();
-      lines = stored.filter((e) => !seen.has(e.sequence) && seen.add(e.sequence)).map(({ sequence, event: e }) => {
-        const m = (e.metadata ?? {}) as Record<string, unknown>;
-        // The fields (and order) of a mirrored LifecycleRecord line: lifecycleOf without `data`.
-        return {
-          sequence, event: e.event_type, timestamp: m.lifecycle_timestamp ?? e.timestamp, run_id: m.run_id, task_id: m.task_id,
-          agent_id: m.agent_id, status: m.status, attempt: m.attempt, worker_id: m.worker_id, lease_generation: m.lease_generation,
-        };
-      });
-      if (lines.length > 0) this.log('warn', 'appending workspace lines lost by a crash', { run_id: run.run_id, from: have + 1, to: row.event_seq });
-    }
-    await mirrorRun(dir, lines, internal.write_run_json ? run : null, true).catch((err) => this.log('warn', 'workspace repair failed', { run_id: run.run_id, err: String(err) }));
+    if ((TERMINAL.has(status) || WAITING.has(status)) && this.waiters.has(runId)) void flushed.then(() => this.waiters.resolve(ctx.run));
+    if (!HELD.has(status) || status === 'queued') this.claimer.kick();
   }
 
   /** GET /background/runs/{id}/events: the replay, repaired first if a crash cut it short. */
-  async events(runId: string): Promise<Array<Record<string, unknown>>> {
-    await this.appends.get(runId)?.chain;
-    const row = await this.getRow(runId);
-    if (!row) throw notFound('background run', runId);
-    if (!this.handles.has(runId) && !this.appends.has(runId)) await this.repairOutbox(row.value);
-    const stored = await this.storedLifecycle(runId);
-    stored.sort((a, b) => a.sequence - b.sequence);
-    const seen = new Set<number>();
-    const out: Array<Record<string, unknown>> = [];
-    for (const { sequence, event } of stored) {
-      if (seen.has(sequence)) continue; // a re-append raced a late original: keep the first
-      seen.add(sequence);
-      const m = (event.metadata ?? {}) as Record<string, unknown>;
-      out.push({
-        sequence, event: event.event_type, event_type: event.event_type, event_id: event.event_id, trace_id: event.trace_id,
-        span_id: event.span_id, timestamp: m.lifecycle_timestamp ?? event.timestamp, run_id: m.run_id, task_id: m.task_id,
-        agent_id: m.agent_id, session_id: m.session_id, status: m.status, attempt: m.attempt, worker_id: m.worker_id,
-        lease_generation: m.lease_generation, data: m.detail ?? {}, error: event.error ?? null,
-      });
-    }
-    return out;
-  }
-
-  // ---------------------------------------------------------------- timers: heartbeat, attempt timeout, retry
-
-  private ensureHeartbeat(h: Handle): void {
-    if (h.heartbeat || this.closed) return;
-    const every = Math.max(50, Math.floor(this.leaseMs / 4));
-    h.heartbeat = setInterval(() => {
-      if (h.dead || h.pending > 8) return; // a backed-up chain will not be helped by more writes
-      const now = this.deps.clock.now();
-      void this.send(h.id, { type: 'HEARTBEAT', at: iso(now), lease_expires_at: iso(now + this.leaseMs) }).catch(() => undefined);
-    }, every);
-    h.heartbeat.unref();
-  }
-
-  private clearHeartbeat(h: Handle): void {
-    if (h.heartbeat) clearInterval(h.heartbeat);
-    h.heartbeat = null;
-  }
-
-  private ensureAttemptTimeout(h: Handle, ctx: BackgroundRunContext): void {
-    const seconds = ctx.internal.timeout_seconds;
-    if (!seconds || h.timeoutAttempt === ctx.run.attempt || this.closed) return;
-    this.clearAttemptTimeout(h);
-    h.timeoutAttempt = ctx.run.attempt;
-    const agentRunId = ctx.internal.agent_run_id;
-    h.timeout = setTimeout(() => {
-      h.timeout = null;
-      if (agentRunId) void this.timeoutAgent(h, agentRunId);
-    }, seconds * 1000);
-    h.timeout.unref();
-  }
-
-  private clearAttemptTimeout(h: Handle): void {
-    if (h.timeout) clearTimeout(h.timeout);
-    h.timeout = null;
-    h.timeoutAttempt = 0;
-  }
-
-  private clearHandleTimers(h: Handle): void {
-    this.clearHeartbeat(h);
-    this.clearAttemptTimeout(h);
-  }
-
-  /**
-   * timeout_seconds reached: the agent run's actor gets TIMEOUT (status `timeout`). When it has no
-   * actor here (still queued behind its session), it is cancelled and that cancellation reads as
-   * the timeout.
-   */
-  private async timeoutAgent(h: Handle, agentRunId: string): Promise<void> {
-    const ctx = this.contextOf(h);
-    if (ctx.run.status !== 'running' || ctx.internal.agent_run_id !== agentRunId) return;
-    h.timedOut = agentRunId;
-    const ref = this.deps.system.get(`run:${agentRunId}`);
-    if (ref) {
-      ref.send({ type: 'TIMEOUT' });
-      return;
-    }
-    try {
-      await this.deps.runs.cancel(agentRunId);
-    } catch {
-      this.deliver(h.id, { type: 'AGENT_DONE', at: iso(this.deps.clock.now()), agent_run_id: agentRunId, outcome: 'timeout', error: `timed out after ${ctx.internal.timeout_seconds} s`, result_preview: null, retryable: true, side_effects: [] });
-    }
-  }
-
-  private armRetry(runId: string, atMs: number): void {
-    if (this.retryTimers.has(runId) || this.closed) return;
-    const t = setTimeout(() => {
-      this.retryTimers.delete(runId);
-      void this.send(runId, { type: 'RETRY_DUE', at: iso(this.deps.clock.now()) }).catch(() => undefined);
-    }, Math.max(0, atMs - this.deps.clock.now()));
-    t.unref();
-    this.retryTimers.set(runId, t);
-  }
-
-  // ---------------------------------------------------------------- the agent run of an attempt
-
-  private onStartAgent(runId: string, params: StartAgentParams): void {
-    const h = this.handles.get(runId);
-    if (!h) return;
-    this.enqueue(h, () => this.startAgent(h, params), (err) => this.log('error', 'could not start the agent run', { run_id: runId, err: String(err) }));
-  }
-
-  private async startAgent(h: Handle, params: StartAgentParams): Promise<void> {
-    const ctx = this.contextOf(h);
-    if (ctx.run.status !== 'running' || ctx.internal.agent_run_id !== params.agent_run_id) return;
-    const id = params.agent_run_id;
-    if (ctx.run.cancel_requested_at) {
-      this.deliver(h.id, this.doneEvent(id, 'cancelled', 'cancelled before the agent started'));
-      return;
-    }
-    if (params.mode === 'fresh') {
-      // Not awaited: start() waits for the session's earlier runs, and this chain must stay free for heartbeats.
-      void this.deps.runs
-        .start(ctx.run.query_snapshot, ctx.run.session_id, {
-          kind: 'background', run_id: id, task_id: ctx.run.task_id, agent_id: ctx.run.agent_id,
-          workspace_path: this.dirOf(ctx.run), admitted: true,
-        })
-        .catch((err: unknown) => {
-          // Its agent's spec no longer builds (an env var unset since registration): nothing ran.
-          if (err instanceof AgentUnavailableError) {
-            this.deliver(h.id, this.doneEvent(id, 'failed', err.message));
-            return undefined;
-          }
-          if (err instanceof AppError && err.code === 'Conflict') return this.continueAgent(h, id);
-          // The process is shutting down (a claim whose write was under way when it began): nothing
-          // ran, and failing the run would be wrong. It stays running; the next start recovers it.
-          if (err instanceof AppError && err.code === 'ServerBusy') {
-            this.log('info', 'background run left for recovery: the service is shutting down', { run_id: h.id });
-            return undefined;
-          }
-          if (isStoreError(err, 'conflict')) return this.continueAgent(h, id);
-          this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not start: ${String((err as Error)?.message ?? err)}`));
-          return undefined;
-        });
-      return;
-    }
-    await this.continueAgent(h, id);
-  }
-
-  /** Continue the agent run after a pause, a lapsed lease or a restart: completed tool calls do not repeat. */
-  private async continueAgent(h: Handle, id: string): Promise<void> {
-    const { runs } = this.deps;
-    if (runs.isLive(id)) return; // its end comes through onSettled
-    const ctx = this.contextOf(h);
-    let rec: RunRecord;
-    try {
-      rec = await runs.get(id);
-    } catch {
-      // Nothing was stored for this agent run: nothing ran, so a fresh start with the same id is exact.
-      await this.startAgent(h, { mode: 'fresh', agent_run_id: id, attempt: ctx.run.attempt });
-      return;
-    }
-    const settled = this.agentDoneOf(rec, h);
-    if (settled && TERMINAL_RUN_STATUSES.has(rec.status)) {
-      this.deliver(h.id, settled);
-      return;
-    }
-    let how: Parameters<RunService['resume']>[1];
-    if (rec.status === 'awaiting_approval' || rec.status === 'awaiting_budget') {
-      if (!rec.decided_at) {
-        this.deliver(h.id, settled!);
-        return;
-      }
-      how = { cause: (rec.decision as 'approval' | 'budget_grant' | 'budget_denied') ?? 'approval', trigger: 'explicit' };
-    } else if (rec.status === 'interrupted') {
-      how = { cause: 'interrupted', trigger: 'orphan_sweep' };
-    } else {
-      // status running, no live actor here.
-      if (rec.owner === this.deps.workerId) return; // being resumed by this process right now; its end arrives via onSettled
-      await this.lapseAgentLease(rec);
-      how = { cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep' };
-    }
-    void runs.resume(id, how).catch((err: unknown) => {
-      if (runs.isLive(id)) return;
-      void runs.get(id).then(
-        (r) => {
-          const done = this.agentDoneOf(r, h);
-          this.deliver(h.id, done && TERMINAL_RUN_STATUSES.has(r.status) ? done : this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`, sideEffectsOf(r)));
-        },
-        () => this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`)),
-      );
-    });
-  }
-
-  /**
-   * RunService.resume refuses a run whose lease has not lapsed. The background lease already
-   * proved its owner dead (or, with the embedded store, the owner is a previous process), so the
-   * agent run's lease is marked lapsed first. Workaround: see docs/background.md.
-   */
-  private async lapseAgentLease(rec: RunRecord): Promise<void> {
-    const now = this.deps.clock.now();
-    if (!rec.lease_expires_at || Date.parse(rec.lease_expires_at) <= now) return;
-    const stored = await this.deps.store.getRecord<RunRecord>('runs', rec.run_id);
-    if (!stored || stored.value.status !== 'running') return;
-    try {
-      await this.deps.store.updateRecord<RunRecord>('runs', rec.run_id, { ...stored.value, lease_expires_at: iso(now - 1) }, stored.version);
-    } catch (err) {
-      if (!isStoreError(err, 'stale_version')) throw err;
-    }
-  }
-
-  private onCancelAgent(runId: string, agentRunId: string | null): void {
-    const h = this.handles.get(runId);
-    if (!h || !agentRunId) return;
-    this.enqueue(h, () => this.cancelAgent(h, agentRunId), () => undefined);
-  }
-
-  private async cancelAgent(h: Handle, agentRunId: string): Promise<void> {
-    const { runs } = this.deps;
-    // The agent run may be a moment from existing (start() is not awaited): give it a short while.
-    for (let i = 0; i < 20; i++) {
-      try {
-        await runs.cancel(agentRunId);
-        return;
-      } catch (err) {
-        if (!(err instanceof AppError) || err.code !== 'NotFound') break; // already ended: its settle came or comes
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    try {
-      const rec = await runs.get(agentRunId);
-      const done = this.agentDoneOf(rec, h);
-      if (done && TERMINAL_RUN_STATUSES.has(rec.status)) this.deliver(h.id, done);
-    } catch {
-      this.deliver(h.id, this.doneEvent(agentRunId, 'cancelled', 'cancelled'));
-    }
-  }
-
-  private onAgentSettled(rec: RunRecord): void {
-    if (rec.kind !== 'background' || this.closed) return;
-    if (TERMINAL_RUN_STATUSES.has(rec.status)) this.deps.system.stop(`run:${rec.run_id}`);
-    const bgId = backgroundRunIdOf(rec.run_id);
-    const h = this.handles.get(bgId);
-    const done = this.agentDoneOf(rec, h);
-    if (!done) return;
-    void (async () => {
-      const r = await this.send(bgId, done);
-      // A run parked for a person whose agent run was resumed and ended without us: move it on.
-      if (!r.accepted && r.status && WAITING.has(r.status) && TERMINAL_RUN_STATUSES.has(rec.status)) {
-        await this.send(bgId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
-      }
-    })().catch((err) => this.log('warn', 'could not apply an agent run result', { run_id: bgId, err: String(err) }));
-  }
-
-  private agentDoneOf(rec: RunRecord, h?: Handle): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> | null {
-    let outcome: AgentOutcome;
-    switch (rec.status) {
-      case 'completed': outcome = 'completed'; break;
-      case 'awaiting_approval': outcome = 'awaiting_approval'; break;
-      case 'awaiting_budget': outcome = 'awaiting_budget'; break;
-      case 'timeout': outcome = 'timeout'; break;
-      case 'cancelled': outcome = h?.timedOut === rec.run_id ? 'timeout' : 'cancelled'; break;
-      case 'failed':
-      case 'blocked': outcome = 'failed'; break;
-      default: return null; // running / interrupted: not an end
-    }
-    const error = outcome === 'completed' || outcome === 'awaiting_approval' || outcome === 'awaiting_budget'
-      ? null
-      : outcome === 'timeout'
-        ? `the attempt exceeded timeout_seconds${h ? ` (${this.contextOf(h).internal.timeout_seconds} s)` : ''}`
-        : rec.error ? `${rec.error.type}: ${rec.error.message}` : `the agent run ended ${rec.status}`;
-    const done = this.doneEvent(rec.run_id, outcome, error, outcome === 'completed' ? [] : sideEffectsOf(rec));
-    done.result_preview = rec.response ? rec.response.slice(0, PREVIEW_CHARS) : null;
-    done.retryable = rec.status !== 'blocked';
-    return done;
-  }
-
-  private doneEvent(agentRunId: string, outcome: AgentOutcome, error: string | null, sideEffects: SideEffectInfo[] = []): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> {
-    return { type: 'AGENT_DONE', at: iso(this.deps.clock.now()), agent_run_id: agentRunId, outcome, error, result_preview: null, retryable: true, side_effects: sideEffects };
-  }
-
-  private deliver(runId: string, event: BackgroundRunEvent): void {
-    void this.send(runId, event).catch((err) => this.log('warn', 'could not deliver an event to a background run', { run_id: runId, type: event.type, err: String(err) }));
-  }
-
-  /** A parked run moves on (awaiting -> queued) as soon as its agent run is resumed by a decision. */
-  private watchResume(runId: string, agentRunId: string | null): void {
-    if (!agentRunId || this.resumeWatches.has(runId) || this.closed) return;
-    const unsubscribe = this.deps.telemetry.bus.subscribe({ run_id: agentRunId }, (ev) => {
-      if (ev.event_type !== 'run_resumed') return;
-      this.unwatchResume(runId);
-      this.deliver(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
-    });
-    this.resumeWatches.set(runId, unsubscribe);
-  }
-
-  private unwatchResume(runId: string): void {
-    this.resumeWatches.get(runId)?.();
-    this.resumeWatches.delete(runId);
-  }
 
   // ---------------------------------------------------------------- operator actions
 
@@ -1236,520 +455,30 @@ export class RunEngine {
   }
 
   /** Resolves with the run once it ends or waits for a person, or with null after `ms`. */
-  async waitSettled(runId: string, ms: number): Promise<BackgroundRun | null> {
-    return new Promise<BackgroundRun | null>((resolve) => {
-      let done = false;
-      const finish = (run: BackgroundRun | null) => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        set.delete(onRun);
-        if (set.size === 0 && this.waiters.get(runId) === set) this.waiters.delete(runId);
-        resolve(run);
-      };
-      const onRun = (run: BackgroundRun) => finish(run);
-      const set = this.waiters.get(runId) ?? new Set<(run: BackgroundRun) => void>();
-      this.waiters.set(runId, set);
-      set.add(onRun);
-      const timer = setTimeout(() => finish(null), ms);
-      // It may have settled before the waiter was registered.
-      void this.getRow(runId).then(async (row) => {
-        const s = row?.value.run.status;
-        if (!row || !s || !(TERMINAL.has(s) || WAITING.has(s))) return;
-        await this.appends.get(runId)?.flushed; // its events and files are written before the caller hears of the end
-        finish(row.value.run);
-      });
-    });
+  waitSettled(runId: string, ms: number): Promise<BackgroundRun | null> {
+    return this.waiters.waitSettled(runId, ms);
   }
 
-  private resolveWaiters(run: BackgroundRun): void {
-    const set = this.waiters.get(run.run_id);
-    if (!set) return;
-    this.waiters.delete(run.run_id);
-    for (const w of set) w(run);
-  }
 
   /**
    * Deletes a task's runs (DELETE /background/tasks/{id}?delete_runs=true), cancelling live ones
-   * first, then its workspace folders: the task's namespace background/<agent_id>/<task_id> in one
-   * `rm -r`, plus the run folders of runs a shared template put elsewhere. Runs go in batches (one
-   * commit per page of rows, their attempts and occurrence records included), not a commit each.
+   * first, then its workspace folders (retention.ts).
    */
-  async deleteRunsOfTask(taskId: string, agentId: string | null, first?: { ops: WriteOp[]; then: () => void }): Promise<number> {
-    let deleted = 0;
-    // The caller's ops (the task's own delete) go into the first commit; on their own when there are no runs.
-    let pending = first ?? null;
-    const firstDone = () => {
-      pending?.then();
-      pending = null;
-    };
-    let idle = 0;
-    const dirs = new Set<string>();
-    this.forgetTask(taskId);
-    for (;;) {
-      const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, limit: 500 });
-      if (page.items.length === 0) {
-        if (pending) {
-          await this.deps.store.commit(pending.ops);
-          firstDone();
-        }
-        break;
-      }
-      await Promise.all(page.items.map(async (item) => {
-        const h = this.handles.get(item.id);
-        if (h) {
-          await h.chain.catch(() => undefined);
-          this.release(h, true);
-        }
-        const { run, internal } = item.value;
-        // The run row goes away with its events; its agent run must not go on working unseen.
-        if ((run.status === 'running' || WAITING.has(run.status)) && internal.agent_run_id) {
-          await this.deps.runs.cancel(internal.agent_run_id).catch(() => undefined);
-        }
-        this.clearRunTimers(item.id);
-      }));
-      // The task is gone (its schedule row a tombstone): its occurrence records can never be
-      // replayed. No CAS: a heartbeat or a claim that wrote since the page was read must not
-      // keep its run alive (the handles were released above; a later write finds no row).
-      const removed = await this.deleteRows(page.items, () => true, { fenced: false, extra: pending?.ops ?? [] });
-      firstDone();
-      deleted += removed.length;
-      for (const r of removed) {
-        const own = this.ownFolderOf(r);
-        if (own) dirs.add(own);
-        // Claimed between the page read and the delete: its row is gone, its agent run must stop too.
-        const late = this.handles.get(r.run_id);
-        if (late) {
-          const agentRunId = this.contextOf(late).internal.agent_run_id;
-          this.release(late, true);
-          if (agentRunId) void this.deps.runs.cancel(agentRunId).catch(() => undefined);
-        }
-      }
-      this.forgetTask(taskId);
-      // The caller holds the task's job (dispatch and manual runs go through it) and the task is
-      // deleted with the first page: no run of it can appear behind this page.
-      if (page.items.length < 500 && removed.length === page.items.length) break;
-      if (removed.length === 0 && ++idle >= 5) {
-        this.log('warn', 'could not delete every run of a deleted task', { task_id: taskId });
-        break;
-      }
-    }
-    const root = this.deps.config.background.workspace_root;
-    const ns = agentId ? absoluteWorkspace(root, taskNamespace({ agent_id: agentId, task_id: taskId })) : null;
-    if (ns) await this.removeFolder(ns);
-    for (const d of dirs) if (!ns || !isInside(ns, d)) await this.removeFolder(d);
-    return deleted;
+  deleteRunsOfTask(taskId: string, agentId: string | null, first?: { ops: WriteOp[]; then: () => void }): Promise<number> {
+    return this.retention.deleteRunsOfTask(taskId, agentId, first);
   }
 
-  /**
-   * Deletes runs in batches: rows (with `fenced`, a CAS on the version read), their attempts and, when
-   * `occurrenceDone` says the schedule consumed it, their occurrence record. Returns the rows
-   * deleted. A batch refused because one row changed or vanished meanwhile is retried row by row.
-   */
-  private async deleteRows(
-    rows: Versioned<BgRunRow>[],
-    occurrenceDone: (run: BackgroundRun) => boolean,
-    opts: { fenced: boolean; extra?: WriteOp[] } = { fenced: true },
-  ): Promise<BackgroundRun[]> {
-    const { store } = this.deps;
-    const attemptIds: string[] = [];
-    const occIds: string[] = [];
-    for (const r of rows) {
-      const { run } = r.value;
-      for (let n = 1; n <= run.attempt; n++) attemptIds.push(attemptRecordId(run.run_id, n));
-      if (run.occurrence_id && occurrenceDone(run)) occIds.push(occurrenceRecordId(run.task_id, run.occurrence_id));
-    }
-    const [attempts, occs] = await Promise.all([
-      attemptIds.length ? store.getRecords('bg_attempts', attemptIds) : Promise.resolve([]),
-      occIds.length ? store.getRecords('bg_occurrences', occIds) : Promise.resolve([]),
-    ]);
-    const existingAttempts = new Set(attemptIds.filter((_, i) => attempts[i]));
-    const existingOccs = new Set(occIds.filter((_, i) => occs[i]));
-    const opsOf = (r: Versioned<BgRunRow>): WriteOp[] => {
-      const { run } = r.value;
-      const ops: WriteOp[] = [opts.fenced ? { op: 'delete', kind: 'bg_runs', id: r.id, expectedVersion: r.version } : { op: 'delete', kind: 'bg_runs', id: r.id }];
-      for (let n = 1; n <= run.attempt; n++) {
-        const id = attemptRecordId(run.run_id, n);
-        if (existingAttempts.has(id)) ops.push({ op: 'delete', kind: 'bg_attempts', id });
-      }
-      const occ = run.occurrence_id ? occurrenceRecordId(run.task_id, run.occurrence_id) : null;
-      if (occ && existingOccs.has(occ)) ops.push({ op: 'delete', kind: 'bg_occurrences', id: occ });
-      return ops;
-    };
-    const gone = (r: Versioned<BgRunRow>) => {
-      this.emitted.delete(r.id);
-      this.workspacesChecked.delete(r.id);
-      if (this.deletedRuns.size >= 50_000) this.deletedRuns.clear(); // a bound: a late step after that only remakes a folder
-      this.deletedRuns.add(r.id);
-    };
-    const extra = opts.extra ?? [];
-    try {
-      await store.commit([...extra, ...rows.flatMap(opsOf)]);
-      rows.forEach(gone);
-      return rows.map((r) => r.value.run);
-    } catch (err) {
-      if (!isStoreError(err, 'not_found') && !isStoreError(err, 'stale_version')) throw err;
-    }
-    // `extra` must not be lost with a refused batch (nor mistaken for the reason): on its own first.
-    if (extra.length > 0) await store.commit(extra);
-    const out: BackgroundRun[] = [];
-    for (const r of rows) {
-      try {
-        await store.commit(opsOf(r));
-        gone(r);
-        out.push(r.value.run);
-      } catch (err) {
-        if (!isStoreError(err, 'not_found') && !isStoreError(err, 'stale_version')) throw err;
-      }
-    }
-    return out;
-  }
-
-  /**
-   * The folder that belongs to this run alone (absolute), or null: the run id is a segment of its
-   * workspace path (the default template), so the folder up to that segment is its own. A template
-   * without {run_id} shares one folder among runs: that is never removed for one run.
-   */
-  private ownFolderOf(run: BackgroundRun): string | null {
-    const rel = relativeWorkspace(this.deps.config.background.workspace_root, run.workspace_path);
-    const segs = rel.split('/');
-    const i = segs.indexOf(run.run_id);
-    if (i < 0) return null;
-    try {
-      return absoluteWorkspace(this.deps.config.background.workspace_root, segs.slice(0, i + 1).join('/'));
-    } catch {
-      return null;
-    }
-  }
-
-  private async removeFolder(dir: string): Promise<void> {
-    this.mirrors.drop(dir);
-    try {
-      await this.remover.remove(dir);
-    } catch (err) {
-      this.log('warn', 'could not remove a background workspace folder', { err: String(err) });
-    }
-    const prefix = dir.endsWith(sep) ? dir : dir + sep;
-    for (const d of this.madeDirs) if (d === dir || d.startsWith(prefix)) this.madeDirs.delete(d);
-  }
-
-  /**
-   * background.run_retention: deletes ended runs finished before `maxAgeMs` ago, and the oldest
-   * ended runs of each task beyond `maxPerTask`, with their attempts, occurrence records (once the
-   * schedule consumed them) and own workspace folders. Cheap enough to run every minute: the age
-   * pass walks each ended status oldest first and stops at the first run created after the
-   * cutoff; the count pass reads each task's per-status counters (one get each) and lists runs
-   * only for a task over its limit. At most `budget` runs per sweep; the next one goes on.
-   */
-  async sweepRetention(opts: {
-    maxAgeMs: number;
-    maxPerTask: number;
-    tasks: Iterable<string>;
-    occurrenceDone: (run: BackgroundRun) => boolean;
-    budget?: number;
-  }): Promise<number> {
-    const { store } = this.deps;
-    let budget = opts.budget ?? 5000;
-    let deleted = 0;
-    const cutoff = this.deps.clock.now() - opts.maxAgeMs;
-    const drop = async (rows: Versioned<BgRunRow>[]) => {
-      if (rows.length === 0) return;
-      const removed = await this.deleteRows(rows, opts.occurrenceDone);
-      deleted += removed.length;
-      budget -= rows.length;
-      for (const r of removed) {
-        const own = this.ownFolderOf(r);
-        if (own) await this.removeFolder(own);
-      }
-    };
-    const endedAt = (run: BackgroundRun) => Date.parse(run.finished_at ?? run.triggered_at);
-    for (const status of TERMINAL) {
-      let cursor: string | null = null;
-      scan: do {
-        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await store.listRecords<BgRunRow>('bg_runs', { index: { name: 'status', value: status }, cursor, limit: 200 });
-        const old: Versioned<BgRunRow>[] = [];
-        let stop = false;
-        for (const item of page.items) {
-          const { run } = item.value;
-          // Creation order: a run created after the cutoff ended after it, and so did every later one.
-          if (Date.parse(run.triggered_at) >= cutoff) {
-            stop = true;
-            break;
-          }
-          if (endedAt(run) < cutoff) old.push(item);
-          if (old.length >= budget) break;
-        }
-        await drop(old);
-        if (stop || budget <= 0) break scan;
-        cursor = page.next_cursor;
-      } while (cursor);
-      if (budget <= 0) return deleted;
-    }
-    for (const taskId of opts.tasks) {
-      if (budget <= 0) break;
-      const counts = await Promise.all([...TERMINAL].map((st) => store.countRecords('bg_runs', { name: 'task_status', value: taskStatusKey(taskId, st) })));
-      let excess = counts.reduce((a, b) => a + b, 0) - opts.maxPerTask;
-      let cursor: string | null = null;
-      while (excess > 0 && budget > 0) {
-        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, cursor, limit: Math.min(500, Math.max(50, excess)) });
-        const old = page.items.filter((i) => TERMINAL.has(i.value.run.status) && !this.handles.has(i.id)).slice(0, Math.min(excess, budget));
-        await drop(old);
-        excess -= old.length;
-        if (!page.next_cursor) break;
-        cursor = page.next_cursor;
-      }
-    }
-    return deleted;
+  /** background.run_retention: deletes old ended runs and those beyond a task's limit (retention.ts). */
+  sweepRetention(opts: { maxAgeMs: number; maxPerTask: number; tasks: Iterable<string>; occurrenceDone: (run: BackgroundRun) => boolean; budget?: number }): Promise<number> {
+    return this.retention.sweepRetention(opts);
   }
 
   private clearRunTimers(runId: string): void {
-    const t = this.retryTimers.get(runId);
-    if (t) clearTimeout(t);
-    this.retryTimers.delete(runId);
-    this.unwatchResume(runId);
-    this.emitted.delete(runId);
+    this.timers.clearRetry(runId);
+    this.agent.unwatchResume(runId);
+    this.outbox.forget(runId);
   }
 
-  // ---------------------------------------------------------------- claiming
 
-  /** Asks for a claim pass soon (coalesced); with `atMs`, also at that instant (jitter, retry). */
-  kick(atMs?: number): void {
-    if (!this.accepting) return;
-    if (atMs !== undefined && atMs > this.deps.clock.now()) {
-      this.wakeAtLatest(atMs);
-      return;
-    }
-    if (this.kickPending) return;
-    this.kickPending = true;
-    setImmediate(() => {
-      this.kickPending = false;
-      void this.claimPass();
-    });
-  }
-
-  private wakeAtLatest(atMs: number): void {
-    if (atMs >= this.wakeAt && this.wakeTimer) return;
-    if (this.wakeTimer) clearTimeout(this.wakeTimer);
-    this.wakeAt = atMs;
-    this.wakeTimer = setTimeout(() => {
-      this.wakeTimer = null;
-      this.wakeAt = Infinity;
-      this.kick();
-    }, Math.max(0, atMs - this.deps.clock.now()));
-    this.wakeTimer.unref();
-  }
-
-  /**
-   * Claims queued runs, oldest first, while this process has free workers
-   * (background.concurrency). queue_next and cancel_previous runs wait for their task per canClaim.
-   */
-  async claimPass(): Promise<void> {
-    if (!this.accepting) return;
-    if (this.claimPassRunning) {
-      this.claimAgain = true;
-      return;
-    }
-    this.claimPassRunning = true;
-    try {
-      do {
-        this.claimAgain = false;
-        await this.claimOnce();
-      } while (this.claimAgain && this.accepting);
-    } catch (err) {
-      this.log('error', 'claim pass failed', { err: String(err) });
-    } finally {
-      this.claimPassRunning = false;
-    }
-  }
-
-  private async claimOnce(): Promise<void> {
-    const concurrency = this.deps.config.background.concurrency;
-    if (this.heldCount >= concurrency) return;
-    const now = this.deps.clock.now();
-    let cursor: string | null = null;
-    let scanned = 0;
-    let earliest = Infinity;
-    const blockedTasks = new Set<string>();
-    // Claims of one pass are written concurrently (they share a store round), not one round each:
-    // claim() counts itself in heldCount at once, so the pass stops at the free worker count.
-    const claims: Array<Promise<boolean>> = [];
-    scan: do {
-      // Rows are parsed whole, so a pass with few free workers reads a small page first.
-      const free = concurrency - this.heldCount;
-      const limit = Math.min(100, Math.max(16, free * 4));
-      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'status', value: 'queued' }, cursor, limit });
-      for (const item of page.items) {
-        scanned++;
-        const { run, internal } = item.value;
-        if (this.handles.has(run.run_id)) continue;
-        if (internal.not_before && Date.parse(internal.not_before) > now) {
-          earliest = Math.min(earliest, Date.parse(internal.not_before));
-          continue;
-        }
-        const policy = internal.overlap_policy;
-        let gate: Handle['gate'] = null;
-        if (policy === 'queue_next' || policy === 'cancel_previous') {
-          if (blockedTasks.has(run.task_id)) continue;
-          // Shared store: the gate is read BEFORE the count, and the claim CASes it; a claim that
-          // committed after this read moves the gate (and this claim fails), one that committed
-          // before it is in the count.
-          if (isSharedStore(this.deps.store)) {
-            const id = taskGateId(run.task_id);
-            const g = await this.deps.store.getRecord('meta', id);
-            gate = { id, version: g ? g.version : null };
-          }
-          const active = await this.countActive(run.task_id);
-          let oldest = true;
-          if (policy === 'queue_next') {
-            const first = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_status', value: taskStatusKey(run.task_id, 'queued') }, limit: 1 });
-            oldest = first.items[0]?.id === run.run_id;
-          }
-          // One claim per such task per pass: after it the task is busy anyway.
-          blockedTasks.add(run.task_id);
-          if (!canClaim(policy, active, oldest)) continue;
-        }
-        claims.push(this.claim(run.run_id, item, gate).catch((err: unknown) => {
-          this.log('warn', 'could not claim a background run', { run_id: run.run_id, err: String(err) });
-          return false;
-        }));
-        if (this.heldCount >= concurrency || !this.accepting) break scan;
-      }
-      cursor = page.next_cursor;
-    } while (cursor && scanned < 2000);
-    await Promise.all(claims);
-    if (earliest < Infinity) this.wakeAtLatest(earliest);
-  }
-
-  /**
-   * CLAIM then START, written as ONE row write: a CAS on the queued version, so of two workers
-   * exactly one wins, and the agent run starts only after the write (startAgent is queued behind
-   * it). `known` is the row the claim pass just read (saves a read; a stale one loses the CAS).
-   */
-  async claim(runId: string, known?: Versioned<BgRunRow>, gate: Handle['gate'] = null): Promise<boolean> {
-    this.claimingNow++;
-    try {
-      const loaded = await this.handle(runId, known);
-      if (loaded === null || !('actor' in loaded)) return false;
-      const h = loaded;
-      h.gate = gate;
-      h.sends++;
-      try {
-        const actor = h.actor!;
-        const now = this.deps.clock.now();
-        const claimEv: BackgroundRunEvent = {
-          type: 'CLAIM', at: iso(now), worker_id: this.deps.workerId, lease_token: `lease_${randomUUID()}`, lease_expires_at: iso(now + this.leaseMs),
-        };
-        if (!this.accepting || actor.getSnapshot().status !== 'active' || !actor.getSnapshot().can(claimEv)) return false;
-        actor.send(claimEv);
-        actor.send({ type: 'START', at: iso(now), attempt_id: newId('attempt') });
-        await h.chain;
-        return !h.dead && this.statusOf(h) === 'running';
-      } finally {
-        h.sends--;
-        this.maybeRelease(h);
-      }
-    } finally {
-      this.claimingNow--;
-    }
-  }
-
-  // ---------------------------------------------------------------- recovery and due retries
-
-  /**
-   * Finds runs whose lease lapsed (or, with `ownersDead`, every held run not in this process) and
-   * recovers them (claimed -> queued; running -> the next attempt continues the same agent run),
-   * and requeues retries whose time came. With `parked`, also moves on runs waiting for a person
-   * whose agent run was decided or ended without this process noticing (RunService's own sweep
-   * leaves background runs to this manager). Cheap: only claimed/running/retrying rows are read
-   * on every pass.
-   */
-  async maintenance(opts: { ownersDead?: boolean; parked?: boolean } = {}): Promise<void> {
-    const now = this.deps.clock.now();
-    for (const status of ['claimed', 'running'] as const) {
-      await this.forEachRow(status, async (row) => {
-        const { run } = row.value;
-        const h = this.handles.get(run.run_id);
-        if (h && !h.dead) return; // held by this process and alive
-        const lapsed = !run.lease_expires_at || Date.parse(run.lease_expires_at) <= now;
-        if (!lapsed && !opts.ownersDead) return;
-        if (!this.accepting) return;
-        // The agent run may have ended (or parked) before the owner could record it: no recovery needed.
-        if (status === 'running' && (await this.settleFromAgent(row.value))) return;
-        const t = this.deps.clock.now();
-        this.claimingNow++;
-        try {
-          const recovered = await this.send(run.run_id, {
-            type: 'RECOVER', at: iso(t), worker_id: this.deps.workerId, lease_token: `lease_${randomUUID()}`,
-            lease_expires_at: iso(t + this.leaseMs), attempt_id: newId('attempt'), previous_owner: run.lease_owner,
-          }, { durable: true });
-          if (recovered.accepted) this.deps.metrics.recovered('background', lapsed ? 'lapsed_lease' : 'owner_dead');
-        } finally {
-          this.claimingNow--;
-        }
-      });
-    }
-    await this.forEachRow('retrying', async (row) => {
-      const at = row.value.internal.retry_at ? Date.parse(row.value.internal.retry_at) : now;
-      if (!this.retryTimers.has(row.id)) this.armRetry(row.id, at);
-    });
-    if (opts.parked) {
-      for (const status of ['awaiting_approval', 'awaiting_budget'] as const) {
-        await this.forEachRow(status, (row) => this.checkParked(row.value));
-      }
-    }
-  }
-
-  /** A held row whose agent run already ended or parked takes that result; true when it did. */
-  private async settleFromAgent(row: BgRunRow): Promise<boolean> {
-    const agentId = row.internal.agent_run_id;
-    if (!agentId || this.deps.runs.isLive(agentId)) return false;
-    const rec = await this.deps.runs.get(agentId).catch(() => null);
-    if (!rec) return false;
-    const parked = WAITING.has(rec.status as BackgroundRunStatus);
-    if (!TERMINAL_RUN_STATUSES.has(rec.status) && !parked) return false;
-    const done = this.agentDoneOf(rec);
-    if (!done) return false;
-    const r = await this.send(row.run.run_id, done, { durable: true });
-    if (r.accepted && parked && rec.decided_at) await this.send(row.run.run_id, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
-    return r.accepted;
-  }
-
-  private async checkParked(row: BgRunRow): Promise<void> {
-    const runId = row.run.run_id;
-    const agentId = row.internal.agent_run_id;
-    this.watchResume(runId, agentId);
-    if (!agentId) return;
-    let moveOn = this.deps.runs.isLive(agentId);
-    if (!moveOn) {
-      const rec = await this.deps.runs.get(agentId).catch(() => null);
-      moveOn = rec !== null && (TERMINAL_RUN_STATUSES.has(rec.status) || (WAITING.has(rec.status as BackgroundRunStatus) && rec.decided_at !== null));
-    }
-    if (moveOn) await this.send(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
-  }
-
-  private async forEachRow(status: BackgroundRunStatus, fn: (row: Versioned<BgRunRow>) => Promise<void>): Promise<void> {
-    let cursor: string | null = null;
-    do {
-      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'status', value: status }, cursor, limit: 200 });
-      for (const row of page.items) {
-        try {
-          await fn(row);
-        } catch (err) {
-          this.log('warn', 'background maintenance step failed', { run_id: row.id, err: String(err) });
-        }
-      }
-      cursor = page.next_cursor;
-    } while (cursor);
-  }
 }
 
-function stripUndefined(o: Record<string, unknown>): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(o)) if (v !== undefined) out[k] = v;
-  return out;
-}
-
-/** The record a one-at-a-time task's claims CAS on a shared store (kind `meta`). */
-function taskGateId(taskId: string): string {
-  return `bg_task_gate|${taskId}`;
-}

@@ -228,6 +228,20 @@ const iso = (ms: number) => new Date(ms).toISOString();
 /** Statuses a steer message is accepted in (decisions.md §11). */
 const STEERABLE: ReadonlySet<RunRecordStatus> = new Set(['running', 'awaiting_approval', 'interrupted']);
 
+/**
+ * Reads and the agent lease decideApproval starts for the resume it is about to make, before it
+ * hands its decision to the store: with them in hand, the resume's claim is issued within the
+ * same event-loop turn as the decision and joins its store round (one fsynced batch instead of
+ * two in a row; docs/benchmarks.md, approvals).
+ */
+interface ResumePrefetch {
+  snapshot: Promise<Versioned<SnapshotValue> | null>;
+  prevTrace: Promise<Versioned<TraceValue> | null>;
+  agent: Promise<AgentLease>;
+  /** Set by resume once the lease is its own to release. */
+  taken?: boolean;
+}
+
 export class RunService {
   private readonly live = new Map<string, LiveRun>();
   private readonly slots: Slots;
@@ -1344,6 +1358,9 @@ export class RunService {
   async decideApproval(runId: string, approvalId: string, body: { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null }): Promise<ApprovalState> {
     if (body.decision === 'deny' && body.arguments) throw conflict('arguments can only be given with an approval', 'decision=deny with arguments');
     for (let attempt = 0; attempt < 10; attempt++) {
+      // The snapshot a resume needs is read in the same round as the run (unused if this fails).
+      const snapshotRead = this.deps.store.getRecord<SnapshotValue>('snapshots', runId);
+      snapshotRead.catch(() => undefined);
       const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
       if (!rec) throw notFound('run', runId);
       const approval = rec.value.approvals.find((a) => a.approval_id === approvalId);
@@ -1364,12 +1381,26 @@ export class RunService {
       const approvals = rec.value.approvals.map((a) => (a.approval_id === approvalId ? decided : a));
       const allDecided = !approvals.some((a) => a.status === 'pending');
       const next: RunRecord = { ...rec.value, approvals, updated_at: iso(now), decided_at: allDecided ? iso(now) : null, decision: allDecided ? 'approval' : null };
+      // Everything the resume reads (snapshot, previous trace, agent) is in hand before the
+      // decision goes to the store, so the claim is issued in the same turn and lands in the same
+      // fsynced batch (ResumePrefetch). Reads only: the decision waits for no write.
+      let pre: ResumePrefetch | undefined;
+      if (allDecided && !this.live.has(runId)) {
+        pre = {
+          snapshot: snapshotRead,
+          prevTrace: this.deps.store.getRecord<TraceValue>('traces', rec.value.trace_id),
+          agent: this.acquireAgent(rec.value.agent_id, { resuming: true }),
+        };
+        pre.prevTrace.catch(() => undefined);
+        pre.agent.catch(() => undefined);
+        await Promise.allSettled([pre.snapshot, pre.prevTrace, pre.agent]);
+      }
       const writing = this.deps.store.updateRecord('runs', runId, next, rec.version, runIndexes(next));
       // The resume does not wait for the decision to land: it is told the record the decision
       // writes (the version after it), reads what it needs meanwhile, and its claim (a CAS on
       // that version) joins the same store round or the next. Should the decision fail, the
       // claim fails with it; a decision that landed and a resume that failed are the sweep's.
-      const resuming = allDecided ? this.resume(runId, { cause: 'approval', trigger: 'explicit' }, { id: runId, seq: rec.seq, version: rec.version + 1, value: next }) : null;
+      const resuming = allDecided ? this.resume(runId, { cause: 'approval', trigger: 'explicit' }, { id: runId, seq: rec.seq, version: rec.version + 1, value: next }, pre) : null;
       // Marked handled at once: a resume refused before the decision lands (a snapshot from a
       // newer machine, found by test/runtime/snapshot-fixtures.test.ts) was an unhandled rejection.
       resuming?.catch(() => undefined);
@@ -1393,6 +1424,9 @@ export class RunService {
 
   async decideBudget(runId: string, body: { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null }) {
     for (let attempt = 0; attempt < 10; attempt++) {
+      // The snapshot a resume needs is read in the same round as the run (unused if this fails).
+      const snapshotRead = this.deps.store.getRecord<SnapshotValue>('snapshots', runId);
+      snapshotRead.catch(() => undefined);
       const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
       if (!rec) throw notFound('run', runId);
       const req = rec.value.budget_request;
@@ -1420,6 +1454,9 @@ export class RunService {
 
   async recordOutcome(runId: string, body: { source: string; label?: string | null; reward?: number | null; detail?: Record<string, unknown> | null }): Promise<OutcomeRecord> {
     for (let attempt = 0; attempt < 10; attempt++) {
+      // The snapshot a resume needs is read in the same round as the run (unused if this fails).
+      const snapshotRead = this.deps.store.getRecord<SnapshotValue>('snapshots', runId);
+      snapshotRead.catch(() => undefined);
       const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
       if (!rec) throw notFound('run', runId);
       const outcome: OutcomeRecord = { outcome_id: newId('outcome'), source: body.source, label: body.label ?? null, reward: body.reward ?? null, detail: body.detail ?? null, recorded_at: iso(this.deps.clock.now()) };
@@ -1453,12 +1490,44 @@ export class RunService {
     },
     /** The record as a write already handed to the store leaves it (decideApproval): not read again. */
     known?: Versioned<RunRecord>,
+    /**
+     * What decideApproval already read or started for this resume (see ResumePrefetch). The
+     * agent lease is this call's from here on: released on every failure.
+     */
+    pre?: ResumePrefetch,
   ): Promise<StartedRun> {
-    if (this.live.has(runId)) throw conflict(`run ${runId} is already live in this process`);
-    const [rec, snapRec] = await Promise.all([
-      known ?? this.deps.store.getRecord<RunRecord>('runs', runId),
-      this.deps.store.getRecord<SnapshotValue>('snapshots', runId),
-    ]);
+    const dropAgent = (): void => void pre?.agent.then((a) => a.release(), () => undefined);
+    if (this.live.has(runId)) {
+      dropAgent();
+      throw conflict(`run ${runId} is already live in this process`);
+    }
+    let rec: Versioned<RunRecord> | null;
+    let snapRec: Versioned<SnapshotValue> | null;
+    try {
+      [rec, snapRec] = await Promise.all([
+        known ?? this.deps.store.getRecord<RunRecord>('runs', runId),
+        pre?.snapshot ?? this.deps.store.getRecord<SnapshotValue>('snapshots', runId),
+      ]);
+    } catch (err) {
+      dropAgent();
+      throw err;
+    }
+    try {
+      return await this.resumeRead(runId, how, rec, snapRec, pre);
+    } catch (err) {
+      // resumeRead releases a lease it took; one it never reached is let go here.
+      if (!pre?.taken) dropAgent();
+      throw err;
+    }
+  }
+
+  private async resumeRead(
+    runId: string,
+    how: Parameters<RunService['resume']>[1],
+    rec: Versioned<RunRecord> | null,
+    snapRec: Versioned<SnapshotValue> | null,
+    pre: ResumePrefetch | undefined,
+  ): Promise<StartedRun> {
     if (!rec) throw notFound('run', runId);
     const r = rec.value;
     if (TERMINAL_RUN_STATUSES.has(r.status)) throw conflict(`run ${runId} already ended (${r.status})`);
@@ -1491,7 +1560,8 @@ export class RunService {
     const releaseSlot = how.slot ?? (r.kind === 'background' ? () => {} : await this.slots.acquire());
     let agent: AgentLease | null = null;
     try {
-      agent = await this.acquireAgent(r.agent_id, { resuming: true });
+      if (pre) pre.taken = true; // from here, the catch below releases the lease
+      agent = await (pre?.agent ?? this.acquireAgent(r.agent_id, { resuming: true }));
       const now = this.deps.clock.now();
       const trace_id = newId('trace');
       const claimed: RunRecord = {
@@ -1502,7 +1572,7 @@ export class RunService {
       // The claim, the new trace segment and the end of the previous one: one commit. The claim's
       // CAS is what makes this process the only owner, so the old segment needs no check of its own.
       const trace = this.traceValue(claimed, r.trace_id, 'running');
-      const prevTrace = await this.deps.store.getRecord<TraceValue>('traces', r.trace_id);
+      const prevTrace = await (pre?.prevTrace ?? this.deps.store.getRecord<TraceValue>('traces', r.trace_id));
       const [written] = await this.deps.store.commit([
         { op: 'update', kind: 'runs', id: runId, value: claimed, expectedVersion: rec.version, indexes: runIndexes(claimed) },
         { op: 'create', kind: 'traces', id: trace_id, value: trace, indexes: { run_id: runId, session_id: r.session_id, task_id: r.task_id } },

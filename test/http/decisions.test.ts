@@ -156,6 +156,49 @@ describe('a restart while a run awaits approval', () => {
   });
 });
 
+describe('approval latency', () => {
+  it.skipIf(process.env.AGENTD_TEST_STORE === 'postgres')('the decision and the resume\'s claim land in one store round (one fsynced batch), rows read from disk', async () => {
+    const dataDir = tempDir();
+    const first = await startTestServer(GOVERNED, { modelUrl: model.url, dataDir });
+    model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 1' } }] });
+    const paused = (await postJson(`${first.url}/run/sync`, { query: 'pay one' })).body;
+    expect(paused.status).toBe('awaiting_approval');
+    await first.stop();
+    // A fresh process: the run's rows are not in the store's row cache, as with a run paused
+    // long ago among many (the approvals benchmark's 100,000).
+    const server = await startTestServer(GOVERNED, { modelUrl: model.url, dataDir });
+    // Watch the embedded store's write rounds (LevelStore.round: one LevelDB batch and fsync
+    // each): the statuses this run's record is written with, round by round.
+    const store = server.store as unknown as { round(jobs: Array<{ type: string; ops?: unknown }>): Promise<void> };
+    const rounds: string[][] = [];
+    const original = store.round;
+    store.round = function (this: unknown, jobs) {
+      const statuses: string[] = [];
+      for (const j of jobs) {
+        if (j.type !== 'records' || !Array.isArray(j.ops)) continue;
+        for (const op of j.ops as Array<{ kind: string; id: string; value?: { status?: string; decision?: string | null } }>) {
+          if (op.kind === 'runs' && op.id === paused.run_id) statuses.push(`${op.value?.status}${op.value?.decision ? `:${op.value.decision}` : ''}`);
+        }
+      }
+      if (statuses.length) rounds.push(statuses);
+      return original.call(this, jobs);
+    };
+    try {
+      const decided = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${paused.approvals[0].approval_id}`, { decision: 'approve', approver: 'dana' });
+      expect(decided.status).toBe(200);
+      await waitForStatus(server.url, paused.run_id, 'completed');
+      // Before: the decision was one round and the claim (status running) the next, two fsyncs
+      // in a row before the resumed run could start.
+      expect(rounds[0]).toEqual(['awaiting_approval:approval', 'running:approval']);
+      expect(ledgerLines()).toHaveLength(1);
+    } finally {
+      store.round = original;
+      await server.stop();
+      server.cleanup();
+    }
+  });
+});
+
 describe('budgets', () => {
   it('pauses a run that cannot afford its next call; a grant of the shortfall resumes it', async () => {
     const server = await startTestServer({ ...GOVERNED, budgets: { session: [{ meter: 'model_calls', limit: 1 }] } }, { modelUrl: model.url });

@@ -1,0 +1,294 @@
+// The agent bridge: the agent run (RunService) of each attempt of a background run. Starts it,
+// continues it after a pause, a lapsed lease or a restart, cancels it, stops it for its timeout,
+// and turns its end (onSettled) or its resumption (telemetry `run_resumed`) into events of the
+// background run (AGENT_DONE, RESUME).
+import {
+  backgroundRunIdOf,
+  type AgentOutcome,
+  type BackgroundRunContext,
+  type BackgroundRunEvent,
+  type SideEffectInfo,
+  type StartAgentParams,
+} from '../../machines/background-run.machine.js';
+import { AppError } from '../errors.js';
+import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
+import { AgentUnavailableError } from '../runtime/agent-registry.js';
+import type { RunService } from '../runtime/runs.js';
+import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
+import { isStoreError, type Versioned } from '../store/store.js';
+import { WAITING, type BgRunRow } from './types.js';
+import type { BackgroundDeps, SendResult } from './engine.js';
+import type { Handle } from './run-host.js';
+
+const iso = (ms: number) => new Date(ms).toISOString();
+const PREVIEW_CHARS = 500;
+
+/** What the bridge needs of the engine that hosts the runs. */
+export interface BridgeHost {
+  handleOf(runId: string): Handle | undefined;
+  contextOf(h: Handle): BackgroundRunContext;
+  enqueue(h: Handle, job: () => Promise<void>, onError: (err: unknown) => void): void;
+  send(runId: string, event: BackgroundRunEvent, opts?: { durable?: boolean; known?: Versioned<BgRunRow> }): Promise<SendResult>;
+  dirOf(run: BackgroundRun): string;
+  closed(): boolean;
+}
+
+export class AgentBridge {
+  private readonly resumeWatches = new Map<string, () => void>();
+
+  constructor(private readonly deps: BackgroundDeps, private readonly host: BridgeHost) {}
+
+  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
+    this.deps.log?.(level, msg, extra);
+  }
+
+  /** Stops following parked runs (engine close). */
+  close(): void {
+    for (const u of this.resumeWatches.values()) u();
+    this.resumeWatches.clear();
+  }
+
+  /**
+   * timeout_seconds reached: the agent run's actor gets TIMEOUT (status `timeout`). When it has no
+   * actor here (still queued behind its session), it is cancelled and that cancellation reads as
+   * the timeout.
+   */
+  async timeoutAgent(h: Handle, agentRunId: string): Promise<void> {
+    const ctx = this.host.contextOf(h);
+    if (ctx.run.status !== 'running' || ctx.internal.agent_run_id !== agentRunId) return;
+    h.timedOut = agentRunId;
+    const ref = this.deps.system.get(`run:${agentRunId}`);
+    if (ref) {
+      ref.send({ type: 'TIMEOUT' });
+      return;
+    }
+    try {
+      await this.deps.runs.cancel(agentRunId);
+    } catch {
+      this.deliver(h.id, { type: 'AGENT_DONE', at: iso(this.deps.clock.now()), agent_run_id: agentRunId, outcome: 'timeout', error: `timed out after ${ctx.internal.timeout_seconds} s`, result_preview: null, retryable: true, side_effects: [] });
+    }
+  }
+
+  onStartAgent(runId: string, params: StartAgentParams): void {
+    const h = this.host.handleOf(runId);
+    if (!h) return;
+    this.host.enqueue(h, () => this.startAgent(h, params), (err) => this.log('error', 'could not start the agent run', { run_id: runId, err: String(err) }));
+  }
+
+  private async startAgent(h: Handle, params: StartAgentParams): Promise<void> {
+    const ctx = this.host.contextOf(h);
+    if (ctx.run.status !== 'running' || ctx.internal.agent_run_id !== params.agent_run_id) return;
+    const id = params.agent_run_id;
+    if (ctx.run.cancel_requested_at) {
+      this.deliver(h.id, this.doneEvent(id, 'cancelled', 'cancelled before the agent started'));
+      return;
+    }
+    if (params.mode === 'fresh') {
+      // Not awaited: start() waits for the session's earlier runs, and this chain must stay free for heartbeats.
+      void this.deps.runs
+        .start(ctx.run.query_snapshot, ctx.run.session_id, {
+          kind: 'background', run_id: id, task_id: ctx.run.task_id, agent_id: ctx.run.agent_id,
+          workspace_path: this.host.dirOf(ctx.run), admitted: true,
+        })
+        .catch((err: unknown) => {
+          // Its agent's spec no longer builds (an env var unset since registration): nothing ran.
+          if (err instanceof AgentUnavailableError) {
+            this.deliver(h.id, this.doneEvent(id, 'failed', err.message));
+            return undefined;
+          }
+          if (err instanceof AppError && err.code === 'Conflict') return this.continueAgent(h, id);
+          // The process is shutting down (a claim whose write was under way when it began): nothing
+          // ran, and failing the run would be wrong. It stays running; the next start recovers it.
+          if (err instanceof AppError && err.code === 'ServerBusy') {
+            this.log('info', 'background run left for recovery: the service is shutting down', { run_id: h.id });
+            return undefined;
+          }
+          if (isStoreError(err, 'conflict')) return this.continueAgent(h, id);
+          this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not start: ${String((err as Error)?.message ?? err)}`));
+          return undefined;
+        });
+      return;
+    }
+    await this.continueAgent(h, id);
+  }
+
+  /** Continue the agent run after a pause, a lapsed lease or a restart: completed tool calls do not repeat. */
+  private async continueAgent(h: Handle, id: string): Promise<void> {
+    const { runs } = this.deps;
+    if (runs.isLive(id)) return; // its end comes through onSettled
+    const ctx = this.host.contextOf(h);
+    let rec: RunRecord;
+    try {
+      rec = await runs.get(id);
+    } catch {
+      // Nothing was stored for this agent run: nothing ran, so a fresh start with the same id is exact.
+      await this.startAgent(h, { mode: 'fresh', agent_run_id: id, attempt: ctx.run.attempt });
+      return;
+    }
+    const settled = this.agentDoneOf(rec, h);
+    if (settled && TERMINAL_RUN_STATUSES.has(rec.status)) {
+      this.deliver(h.id, settled);
+      return;
+    }
+    let how: Parameters<RunService['resume']>[1];
+    if (rec.status === 'awaiting_approval' || rec.status === 'awaiting_budget') {
+      if (!rec.decided_at) {
+        this.deliver(h.id, settled!);
+        return;
+      }
+      how = { cause: (rec.decision as 'approval' | 'budget_grant' | 'budget_denied') ?? 'approval', trigger: 'explicit' };
+    } else if (rec.status === 'interrupted') {
+      how = { cause: 'interrupted', trigger: 'orphan_sweep' };
+    } else {
+      // status running, no live actor here.
+      if (rec.owner === this.deps.workerId) return; // being resumed by this process right now; its end arrives via onSettled
+      await this.lapseAgentLease(rec);
+      how = { cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep' };
+    }
+    void runs.resume(id, how).catch((err: unknown) => {
+      if (runs.isLive(id)) return;
+      void runs.get(id).then(
+        (r) => {
+          const done = this.agentDoneOf(r, h);
+          this.deliver(h.id, done && TERMINAL_RUN_STATUSES.has(r.status) ? done : this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`, sideEffectsOf(r)));
+        },
+        () => this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`)),
+      );
+    });
+  }
+
+  /**
+   * RunService.resume refuses a run whose lease has not lapsed. The background lease already
+   * proved its owner dead (or, with the embedded store, the owner is a previous process), so the
+   * agent run's lease is marked lapsed first. Workaround: see docs/background.md.
+   */
+  private async lapseAgentLease(rec: RunRecord): Promise<void> {
+    const now = this.deps.clock.now();
+    if (!rec.lease_expires_at || Date.parse(rec.lease_expires_at) <= now) return;
+    const stored = await this.deps.store.getRecord<RunRecord>('runs', rec.run_id);
+    if (!stored || stored.value.status !== 'running') return;
+    try {
+      await this.deps.store.updateRecord<RunRecord>('runs', rec.run_id, { ...stored.value, lease_expires_at: iso(now - 1) }, stored.version);
+    } catch (err) {
+      if (!isStoreError(err, 'stale_version')) throw err;
+    }
+  }
+
+  onCancelAgent(runId: string, agentRunId: string | null): void {
+    const h = this.host.handleOf(runId);
+    if (!h || !agentRunId) return;
+    this.host.enqueue(h, () => this.cancelAgent(h, agentRunId), () => undefined);
+  }
+
+  private async cancelAgent(h: Handle, agentRunId: string): Promise<void> {
+    const { runs } = this.deps;
+    // The agent run may be a moment from existing (start() is not awaited): give it a short while.
+    for (let i = 0; i < 20; i++) {
+      try {
+        await runs.cancel(agentRunId);
+        return;
+      } catch (err) {
+        if (!(err instanceof AppError) || err.code !== 'NotFound') break; // already ended: its settle came or comes
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    try {
+      const rec = await runs.get(agentRunId);
+      const done = this.agentDoneOf(rec, h);
+      if (done && TERMINAL_RUN_STATUSES.has(rec.status)) this.deliver(h.id, done);
+    } catch {
+      this.deliver(h.id, this.doneEvent(agentRunId, 'cancelled', 'cancelled'));
+    }
+  }
+
+  onAgentSettled(rec: RunRecord): void {
+    if (rec.kind !== 'background' || this.host.closed()) return;
+    if (TERMINAL_RUN_STATUSES.has(rec.status)) this.deps.system.stop(`run:${rec.run_id}`);
+    const bgId = backgroundRunIdOf(rec.run_id);
+    const h = this.host.handleOf(bgId);
+    const done = this.agentDoneOf(rec, h);
+    if (!done) return;
+    void (async () => {
+      const r = await this.host.send(bgId, done);
+      // A run parked for a person whose agent run was resumed and ended without us: move it on.
+      if (!r.accepted && r.status && WAITING.has(r.status) && TERMINAL_RUN_STATUSES.has(rec.status)) {
+        await this.host.send(bgId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
+      }
+    })().catch((err) => this.log('warn', 'could not apply an agent run result', { run_id: bgId, err: String(err) }));
+  }
+
+  agentDoneOf(rec: RunRecord, h?: Handle): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> | null {
+    let outcome: AgentOutcome;
+    switch (rec.status) {
+      case 'completed': outcome = 'completed'; break;
+      case 'awaiting_approval': outcome = 'awaiting_approval'; break;
+      case 'awaiting_budget': outcome = 'awaiting_budget'; break;
+      case 'timeout': outcome = 'timeout'; break;
+      case 'cancelled': outcome = h?.timedOut === rec.run_id ? 'timeout' : 'cancelled'; break;
+      case 'failed':
+      case 'blocked': outcome = 'failed'; break;
+      default: return null; // running / interrupted: not an end
+    }
+    const error = outcome === 'completed' || outcome === 'awaiting_approval' || outcome === 'awaiting_budget'
+      ? null
+      : outcome === 'timeout'
+        ? `the attempt exceeded timeout_seconds${h ? ` (${this.host.contextOf(h).internal.timeout_seconds} s)` : ''}`
+        : rec.error ? `${rec.error.type}: ${rec.error.message}` : `the agent run ended ${rec.status}`;
+    const done = this.doneEvent(rec.run_id, outcome, error, outcome === 'completed' ? [] : sideEffectsOf(rec));
+    done.result_preview = rec.response ? rec.response.slice(0, PREVIEW_CHARS) : null;
+    done.retryable = rec.status !== 'blocked';
+    return done;
+  }
+
+  private doneEvent(agentRunId: string, outcome: AgentOutcome, error: string | null, sideEffects: SideEffectInfo[] = []): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> {
+    return { type: 'AGENT_DONE', at: iso(this.deps.clock.now()), agent_run_id: agentRunId, outcome, error, result_preview: null, retryable: true, side_effects: sideEffects };
+  }
+
+  deliver(runId: string, event: BackgroundRunEvent): void {
+    void this.host.send(runId, event).catch((err) => this.log('warn', 'could not deliver an event to a background run', { run_id: runId, type: event.type, err: String(err) }));
+  }
+
+  /** A parked run moves on (awaiting -> queued) as soon as its agent run is resumed by a decision. */
+  watchResume(runId: string, agentRunId: string | null): void {
+    if (!agentRunId || this.resumeWatches.has(runId) || this.host.closed()) return;
+    const unsubscribe = this.deps.telemetry.bus.subscribe({ run_id: agentRunId }, (ev) => {
+      if (ev.event_type !== 'run_resumed') return;
+      this.unwatchResume(runId);
+      this.deliver(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
+    });
+    this.resumeWatches.set(runId, unsubscribe);
+  }
+
+  unwatchResume(runId: string): void {
+    this.resumeWatches.get(runId)?.();
+    this.resumeWatches.delete(runId);
+  }
+
+  /** A held row whose agent run already ended or parked takes that result; true when it did. */
+  async settleFromAgent(row: BgRunRow): Promise<boolean> {
+    const agentId = row.internal.agent_run_id;
+    if (!agentId || this.deps.runs.isLive(agentId)) return false;
+    const rec = await this.deps.runs.get(agentId).catch(() => null);
+    if (!rec) return false;
+    const parked = WAITING.has(rec.status as BackgroundRunStatus);
+    if (!TERMINAL_RUN_STATUSES.has(rec.status) && !parked) return false;
+    const done = this.agentDoneOf(rec);
+    if (!done) return false;
+    const r = await this.host.send(row.run.run_id, done, { durable: true });
+    if (r.accepted && parked && rec.decided_at) await this.host.send(row.run.run_id, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
+    return r.accepted;
+  }
+
+  async checkParked(row: BgRunRow): Promise<void> {
+    const runId = row.run.run_id;
+    const agentId = row.internal.agent_run_id;
+    this.watchResume(runId, agentId);
+    if (!agentId) return;
+    let moveOn = this.deps.runs.isLive(agentId);
+    if (!moveOn) {
+      const rec = await this.deps.runs.get(agentId).catch(() => null);
+      moveOn = rec !== null && (TERMINAL_RUN_STATUSES.has(rec.status) || (WAITING.has(rec.status as BackgroundRunStatus) && rec.decided_at !== null));
+    }
+    if (moveOn) await this.host.send(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
+  }
+}

@@ -1,0 +1,263 @@
+// The claimer: the claim loop (queued runs, oldest first, while this process has free workers,
+// under the overlap policy of their task) and recovery (lapsed leases, dead owners, due retries,
+// parked runs whose decision came). What it claims is hosted by the engine (engine.ts).
+import { randomUUID } from 'node:crypto';
+import type { BackgroundRunEvent } from '../../machines/background-run.machine.js';
+import { canClaim } from '../../machines/policies/overlap.js';
+import { newId } from '../ids.js';
+import type { BackgroundRunStatus } from '../schemas/background.js';
+import type { Versioned } from '../store/store.js';
+import { isSharedStore } from '../store/changes.js';
+import { taskStatusKey, type BgRunRow } from './types.js';
+import type { AttemptTimers, TimerRef } from './attempt-timers.js';
+import type { BackgroundDeps, SendResult } from './engine.js';
+import type { Handle } from './run-host.js';
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/** What the claimer needs of the engine that hosts the runs. */
+export interface ClaimerHost {
+  handles: ReadonlyMap<string, Handle>;
+  handle(runId: string, known?: Versioned<BgRunRow>): Promise<Handle | Versioned<BgRunRow> | null>;
+  maybeRelease(h: Handle): void;
+  statusOf(h: Handle): BackgroundRunStatus;
+  send(runId: string, event: BackgroundRunEvent, opts?: { durable?: boolean; known?: Versioned<BgRunRow> }): Promise<SendResult>;
+  heldCount(): number;
+  countActive(taskId: string): Promise<number>;
+  settleFromAgent(row: BgRunRow): Promise<boolean>;
+  checkParked(row: BgRunRow): Promise<void>;
+  timers: AttemptTimers;
+  leaseMs(): number;
+}
+
+export class Claimer {
+  /** Claims and recoveries under way: they count as held runs (heldCount). */
+  claimingNow = 0;
+  private claimPassRunning = false;
+  private claimAgain = false;
+  private kickPending = false;
+  private wakeTimer: TimerRef | null = null;
+  private wakeAt = Infinity;
+  /** This process claims and recovers runs (false before start and after stopClaiming). */
+  accepting = false;
+
+  constructor(private readonly deps: BackgroundDeps, private readonly host: ClaimerHost) {}
+
+  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
+    this.deps.log?.(level, msg, extra);
+  }
+
+  /** Stop claiming (the wake-up timer too). */
+  stop(): void {
+    this.accepting = false;
+    if (this.wakeTimer) this.host.timers.clearTimer(this.wakeTimer);
+    this.wakeTimer = null;
+    this.wakeAt = Infinity;
+  }
+
+  /** Asks for a claim pass soon (coalesced); with `atMs`, also at that instant (jitter, retry). */
+  kick(atMs?: number): void {
+    if (!this.accepting) return;
+    if (atMs !== undefined && atMs > this.deps.clock.now()) {
+      this.wakeAtLatest(atMs);
+      return;
+    }
+    if (this.kickPending) return;
+    this.kickPending = true;
+    setImmediate(() => {
+      this.kickPending = false;
+      void this.claimPass();
+    });
+  }
+
+  private wakeAtLatest(atMs: number): void {
+    if (atMs >= this.wakeAt && this.wakeTimer) return;
+    if (this.wakeTimer) this.host.timers.clearTimer(this.wakeTimer);
+    this.wakeAt = atMs;
+    this.wakeTimer = this.host.timers.setTimer(() => {
+      this.wakeTimer = null;
+      this.wakeAt = Infinity;
+      this.kick();
+    }, Math.max(0, atMs - this.deps.clock.now()));
+  }
+
+  /**
+   * Claims queued runs, oldest first, while this process has free workers
+   * (background.concurrency). queue_next and cancel_previous runs wait for their task per canClaim.
+   */
+  async claimPass(): Promise<void> {
+    if (!this.accepting) return;
+    if (this.claimPassRunning) {
+      this.claimAgain = true;
+      return;
+    }
+    this.claimPassRunning = true;
+    try {
+      do {
+        this.claimAgain = false;
+        await this.claimOnce();
+      } while (this.claimAgain && this.accepting);
+    } catch (err) {
+      this.log('error', 'claim pass failed', { err: String(err) });
+    } finally {
+      this.claimPassRunning = false;
+    }
+  }
+
+  private async claimOnce(): Promise<void> {
+    const concurrency = this.deps.config.background.concurrency;
+    if (this.host.heldCount() >= concurrency) return;
+    const now = this.deps.clock.now();
+    let cursor: string | null = null;
+    let scanned = 0;
+    let earliest = Infinity;
+    const blockedTasks = new Set<string>();
+    // Claims of one pass are written concurrently (they share a store round), not one round each:
+    // claim() counts itself in heldCount at once, so the pass stops at the free worker count.
+    const claims: Array<Promise<boolean>> = [];
+    scan: do {
+      // Rows are parsed whole, so a pass with few free workers reads a small page first.
+      const free = concurrency - this.host.heldCount();
+      const limit = Math.min(100, Math.max(16, free * 4));
+      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'status', value: 'queued' }, cursor, limit });
+      for (const item of page.items) {
+        scanned++;
+        const { run, internal } = item.value;
+        if (this.host.handles.has(run.run_id)) continue;
+        if (internal.not_before && Date.parse(internal.not_before) > now) {
+          earliest = Math.min(earliest, Date.parse(internal.not_before));
+          continue;
+        }
+        const policy = internal.overlap_policy;
+        let gate: Handle['gate'] = null;
+        if (policy === 'queue_next' || policy === 'cancel_previous') {
+          if (blockedTasks.has(run.task_id)) continue;
+          // Shared store: the gate is read BEFORE the count, and the claim CASes it; a claim that
+          // committed after this read moves the gate (and this claim fails), one that committed
+          // before it is in the count.
+          if (isSharedStore(this.deps.store)) {
+            const id = taskGateId(run.task_id);
+            const g = await this.deps.store.getRecord('meta', id);
+            gate = { id, version: g ? g.version : null };
+          }
+          const active = await this.host.countActive(run.task_id);
+          let oldest = true;
+          if (policy === 'queue_next') {
+            const first = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_status', value: taskStatusKey(run.task_id, 'queued') }, limit: 1 });
+            oldest = first.items[0]?.id === run.run_id;
+          }
+          // One claim per such task per pass: after it the task is busy anyway.
+          blockedTasks.add(run.task_id);
+          if (!canClaim(policy, active, oldest)) continue;
+        }
+        claims.push(this.claim(run.run_id, item, gate).catch((err: unknown) => {
+          this.log('warn', 'could not claim a background run', { run_id: run.run_id, err: String(err) });
+          return false;
+        }));
+        if (this.host.heldCount() >= concurrency || !this.accepting) break scan;
+      }
+      cursor = page.next_cursor;
+    } while (cursor && scanned < 2000);
+    await Promise.all(claims);
+    if (earliest < Infinity) this.wakeAtLatest(earliest);
+  }
+
+  /**
+   * CLAIM then START, written as ONE row write: a CAS on the queued version, so of two workers
+   * exactly one wins, and the agent run starts only after the write (startAgent is queued behind
+   * it). `known` is the row the claim pass just read (saves a read; a stale one loses the CAS).
+   */
+  async claim(runId: string, known?: Versioned<BgRunRow>, gate: Handle['gate'] = null): Promise<boolean> {
+    this.claimingNow++;
+    try {
+      const loaded = await this.host.handle(runId, known);
+      if (loaded === null || !('actor' in loaded)) return false;
+      const h = loaded;
+      h.gate = gate;
+      h.sends++;
+      try {
+        const actor = h.actor!;
+        const now = this.deps.clock.now();
+        const claimEv: BackgroundRunEvent = {
+          type: 'CLAIM', at: iso(now), worker_id: this.deps.workerId, lease_token: `lease_${randomUUID()}`, lease_expires_at: iso(now + this.host.leaseMs()),
+        };
+        if (!this.accepting || actor.getSnapshot().status !== 'active' || !actor.getSnapshot().can(claimEv)) return false;
+        actor.send(claimEv);
+        actor.send({ type: 'START', at: iso(now), attempt_id: newId('attempt') });
+        await h.chain;
+        return !h.dead && this.host.statusOf(h) === 'running';
+      } finally {
+        h.sends--;
+        this.host.maybeRelease(h);
+      }
+    } finally {
+      this.claimingNow--;
+    }
+  }
+
+  // ---------------------------------------------------------------- recovery and due retries
+
+  /**
+   * Finds runs whose lease lapsed (or, with `ownersDead`, every held run not in this process) and
+   * recovers them (claimed -> queued; running -> the next attempt continues the same agent run),
+   * and requeues retries whose time came. With `parked`, also moves on runs waiting for a person
+   * whose agent run was decided or ended without this process noticing (RunService's own sweep
+   * leaves background runs to this manager). Cheap: only claimed/running/retrying rows are read
+   * on every pass.
+   */
+  async maintenance(opts: { ownersDead?: boolean; parked?: boolean } = {}): Promise<void> {
+    const now = this.deps.clock.now();
+    for (const status of ['claimed', 'running'] as const) {
+      await this.forEachRow(status, async (row) => {
+        const { run } = row.value;
+        const h = this.host.handles.get(run.run_id);
+        if (h && !h.dead) return; // held by this process and alive
+        const lapsed = !run.lease_expires_at || Date.parse(run.lease_expires_at) <= now;
+        if (!lapsed && !opts.ownersDead) return;
+        if (!this.accepting) return;
+        // The agent run may have ended (or parked) before the owner could record it: no recovery needed.
+        if (status === 'running' && (await this.host.settleFromAgent(row.value))) return;
+        const t = this.deps.clock.now();
+        this.claimingNow++;
+        try {
+          const recovered = await this.host.send(run.run_id, {
+            type: 'RECOVER', at: iso(t), worker_id: this.deps.workerId, lease_token: `lease_${randomUUID()}`,
+            lease_expires_at: iso(t + this.host.leaseMs()), attempt_id: newId('attempt'), previous_owner: run.lease_owner,
+          }, { durable: true });
+          if (recovered.accepted) this.deps.metrics.recovered('background', lapsed ? 'lapsed_lease' : 'owner_dead');
+        } finally {
+          this.claimingNow--;
+        }
+      });
+    }
+    await this.forEachRow('retrying', async (row) => {
+      const at = row.value.internal.retry_at ? Date.parse(row.value.internal.retry_at) : now;
+      if (!this.host.timers.hasRetry(row.id)) this.host.timers.armRetry(row.id, at);
+    });
+    if (opts.parked) {
+      for (const status of ['awaiting_approval', 'awaiting_budget'] as const) {
+        await this.forEachRow(status, (row) => this.host.checkParked(row.value));
+      }
+    }
+  }
+
+  private async forEachRow(status: BackgroundRunStatus, fn: (row: Versioned<BgRunRow>) => Promise<void>): Promise<void> {
+    let cursor: string | null = null;
+    do {
+      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'status', value: status }, cursor, limit: 200 });
+      for (const row of page.items) {
+        try {
+          await fn(row);
+        } catch (err) {
+          this.log('warn', 'background maintenance step failed', { run_id: row.id, err: String(err) });
+        }
+      }
+      cursor = page.next_cursor;
+    } while (cursor);
+  }
+}
+
+/** The record a one-at-a-time task's claims CAS on a shared store (kind `meta`). */
+function taskGateId(taskId: string): string {
+  return `bg_task_gate|${taskId}`;
+}

@@ -1,0 +1,96 @@
+// A new background run, built and validated in memory without writing anything: its row, its
+// creation events (queued, or scheduled then skipped when the overlap policy said so) and the ops
+// of its commit (the scheduler puts the ops of every occurrence of a tick into one commit per task).
+import {
+  BACKGROUND_RUN_MACHINE_VERSION,
+  backgroundRunMachine,
+  type BackgroundRunContext,
+  type LifecycleEvent,
+  type RecordParams,
+} from '../../machines/background-run.machine.js';
+import { maxAttempts } from '../../machines/policies/retry.js';
+import { newId } from '../ids.js';
+import type { BackgroundRun } from '../schemas/background.js';
+import type { WriteOp } from '../store/store.js';
+import { TERMINAL, occurrenceRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
+import { pureStepper } from './transition.js';
+import type { CreateRunInput, PreparedRun } from './engine.js';
+
+const iso = (ms: number) => new Date(ms).toISOString();
+const stepRun = pureStepper(backgroundRunMachine);
+
+/** What building a run needs of the engine's parts. */
+export interface PrepareParts {
+  /** The run's workspace, relative to the workspace root (run-workspace.ts). */
+  workspaceFor(task: TaskRow, runId: string): string;
+  lifecycleOf(ctx: BackgroundRunContext, e: LifecycleEvent, sequence: number, at: string): LifecycleRecord;
+  traceValue(ctx: BackgroundRunContext, status: string): unknown;
+}
+
+/**
+ * Builds a run, its creation events and its write ops, without writing anything: the scheduler
+ * puts the ops of every occurrence of a tick, with the schedule row, into one commit per task.
+ */
+export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareParts): PreparedRun {
+  const { task } = input;
+  const at = iso(nowMs);
+  const run_id = input.run_id ?? newId('bgrun');
+  const sp = task.session_policy;
+  const session_id = sp.mode === 'fixed' && sp.session_id
+    ? sp.session_id
+    : sp.mode === 'run' ? `background:${task.agent_id}:${task.task_id}:${run_id}` : `background:${task.agent_id}:${task.task_id}`;
+  const workspace_path = parts.workspaceFor(task, run_id);
+  const occ = input.occurrence;
+  const run: BackgroundRun = {
+    run_id, task_id: task.task_id, agent_id: task.agent_id, query_snapshot: input.query ?? task.query,
+    trigger_type: input.trigger_type, session_id, workspace_path, status: 'queued', attempt: 0,
+    max_attempts: maxAttempts(task.retry_policy), lease_generation: 0, lease_owner: null, lease_token: null,
+    occurrence_id: occ?.occurrence_id ?? null, error: null, result_preview: null, triggered_at: at, queued_at: at,
+    claimed_at: null, started_at: null, heartbeat_at: null, lease_expires_at: null, finished_at: null,
+    cancel_requested_at: null, due_at: occ?.due_at ?? null, metadata: { ...task.metadata },
+    trigger_metadata: occ
+      ? { occurrence_id: occ.occurrence_id, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed }
+      : { query_override: input.query !== null },
+  };
+  let ctx: BackgroundRunContext = {
+    run,
+    internal: {
+      trace_id: newId('trace'), span_id: newId('span'), agent_run_id: null, continue_agent: false, next_reason: null,
+      retry_at: null, not_before: occ && occ.run_at > occ.due_at ? occ.run_at : null, retry_policy: task.retry_policy,
+      timeout_seconds: task.timeout_seconds ?? null, overlap_policy: task.overlap_policy,
+      write_events_jsonl: task.workspace_policy.write_events_jsonl, write_run_json: task.workspace_policy.write_run_json,
+      current_attempt: null, last_closed_attempt: null,
+    },
+  };
+  const lifecycle: LifecycleRecord[] = [];
+  if (occ) {
+    lifecycle.push(parts.lifecycleOf(ctx, { type: 'background_task_scheduled', data: { occurrence_id: occ.occurrence_id, trigger_type: occ.trigger_type, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed } }, 1, at));
+  }
+  if (input.skip !== null) {
+    // queued -> skipped, computed by the machine without running its effects.
+    const snap = backgroundRunMachine.resolveState({ value: 'queued', context: ctx });
+    const [next, actions] = stepRun(snap, { type: 'SKIP', at, reason: input.skip });
+    ctx = next.context;
+    for (const a of actions) {
+      if (a.type !== 'record') continue;
+      for (const e of (a.params as RecordParams).events) lifecycle.push(parts.lifecycleOf(ctx, e, lifecycle.length + 1, at));
+    }
+  } else {
+    lifecycle.push(parts.lifecycleOf(ctx, { type: 'background_run_queued', data: { trigger_type: input.trigger_type } }, lifecycle.length + 1, at));
+  }
+  const row: BgRunRow = { ...ctx, machine_version: BACKGROUND_RUN_MACHINE_VERSION, event_seq: lifecycle.length, outbox: lifecycle };
+  const ops: WriteOp[] = [];
+  if (occ) {
+    ops.push({
+      op: 'create', kind: 'bg_occurrences', id: occurrenceRecordId(task.task_id, occ.occurrence_id),
+      value: { task_id: task.task_id, occurrence_id: occ.occurrence_id, run_id, dispatched_at: at },
+    });
+  }
+  ops.push({ op: 'create', kind: 'bg_runs', id: run_id, value: row, indexes: runRowIndexes(row) });
+  ops.push({
+    op: 'create', kind: 'traces', id: ctx.internal.trace_id,
+    value: parts.traceValue(ctx, TERMINAL.has(ctx.run.status) ? ctx.run.status : 'running'),
+    indexes: { run_id, session_id, task_id: task.task_id },
+  });
+  return { ctx, row, lifecycle, ops };
+}

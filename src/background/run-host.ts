@@ -1,0 +1,287 @@
+// The per-run host: what this process holds for one live background run (its actor, the row as
+// last written, the serial chain of its effects, its attempt timers), and RunHosts, which spawns
+// them from rows, applies events, and binds the machine's `record` effect: every row write is a
+// compare-and-swap on the version this process last wrote, and transitions taken before the
+// previous write started share its commit.
+import type { Actor, AnyActorRef } from 'xstate';
+import {
+  BACKGROUND_RUN_MACHINE_VERSION,
+  backgroundRunMachine,
+  persistedSnapshotOf,
+  type BackgroundRunContext,
+  type BackgroundRunEvent,
+  type RecordParams,
+  type StartAgentParams,
+} from '../../machines/background-run.machine.js';
+import type { BackgroundRunStatus } from '../schemas/background.js';
+import { isStoreError, StoreError, type Versioned, type WriteOp } from '../store/store.js';
+import { HELD, TERMINAL, attemptRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord } from './types.js';
+import type { BackgroundDeps, SendResult } from './engine.js';
+import type { EventOutbox } from './outbox.js';
+import type { TimerRef } from './attempt-timers.js';
+
+export type RunActor = Actor<typeof backgroundRunMachine>;
+
+export interface Handle {
+  id: string;
+  actor: RunActor | null;
+  row: Versioned<BgRunRow>;
+  chain: Promise<void>;
+  pending: number;
+  sends: number;
+  dead: boolean;
+  heartbeat: TimerRef | null;
+  timeout: TimerRef | null;
+  timeoutAttempt: number;
+  /** This process stopped the attempt for its timeout: the agent run's cancellation means timeout. */
+  timedOut: string | null;
+  /** The chain's last job when it is a row write that has not started: later transitions join it. */
+  tailWrite: WriteJob | null;
+  /**
+   * Shared store only: the task's gate record as read before the claim's active-run count. The
+   * claim's write CASes it, so two instances cannot both claim a run of a one-at-a-time task.
+   */
+  gate: { id: string; version: number | null } | null;
+}
+
+/** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
+export interface WriteJob {
+  steps: Array<{ ctx: BackgroundRunContext; params: RecordParams }>;
+}
+
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/** What the live runs need of the engine around them. */
+export interface RunHostHooks {
+  /** The live runs by id (shared with the engine). */
+  handles: Map<string, Handle>;
+  outbox: EventOutbox;
+  /** Deleted by this process: not loaded again. */
+  isDeleted(runId: string): boolean;
+  /** Every bg_runs write reports the run's status (the overlap cache). */
+  noteRun(taskId: string, runId: string, status: BackgroundRunStatus | null): void;
+  /** This process no longer knows the task's runs' true status. */
+  forgetTask(taskId: string): void;
+  /** Asks for a claim pass. */
+  kick(): void;
+  /** After a row write and the queueing of its events: timers, watches, metrics, waiters, claims. */
+  afterWrite(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus, flushed: Promise<void>): void;
+  /** A released run's heartbeat and attempt timeout stop. */
+  clearTimers(h: Handle): void;
+  /** The machine's startAgent / cancelAgent effects (the agent bridge). */
+  startAgent(runId: string, params: StartAgentParams): void;
+  cancelAgent(runId: string, agentRunId: string | null): void;
+  closed(): boolean;
+}
+
+export class RunHosts {
+  private readonly handles: Map<string, Handle>;
+  private readonly loading = new Map<string, Promise<Handle | Versioned<BgRunRow> | null>>();
+  private readonly logic;
+
+  constructor(private readonly deps: BackgroundDeps, private readonly hooks: RunHostHooks) {
+    this.handles = hooks.handles;
+    this.logic = backgroundRunMachine.provide({
+      actions: {
+        record: ({ context }, params) => this.onRecord(context, params),
+        startAgent: ({ context }, params) => this.hooks.startAgent(context.run.run_id, params),
+        cancelAgent: ({ context }, params) => this.hooks.cancelAgent(context.run.run_id, params.agent_run_id),
+      },
+    });
+  }
+
+  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
+    this.deps.log?.(level, msg, extra);
+  }
+
+  /**
+   * Applies one event to a run through its actor (spawned from the row when none is live).
+   * `accepted` is false when the run's state does not take the event (e.g. cancel of an ended run).
+   * With `durable`, resolves only after the effects of the event were written.
+   */
+  async send(runId: string, event: BackgroundRunEvent, opts: { durable?: boolean; known?: Versioned<BgRunRow> } = {}): Promise<SendResult> {
+    const loaded = await this.handle(runId, opts.known);
+    if (loaded === null) return { accepted: false, status: null };
+    if (!('actor' in loaded)) return { accepted: false, status: loaded.value.run.status };
+    const h = loaded;
+    h.sends++;
+    try {
+      const snap = h.actor!.getSnapshot();
+      if (snap.status !== 'active' || !snap.can(event)) return { accepted: false, status: snap.context.run.status };
+      h.actor!.send(event);
+      if (opts.durable) await h.chain;
+      return { accepted: !h.dead, status: h.dead ? null : this.statusOf(h) };
+    } finally {
+      h.sends--;
+      this.maybeRelease(h);
+    }
+  }
+
+  statusOf(h: Handle): BackgroundRunStatus {
+    return h.actor ? h.actor.getSnapshot().context.run.status : h.row.value.run.status;
+  }
+
+  contextOf(h: Handle): BackgroundRunContext {
+    return h.actor ? h.actor.getSnapshot().context : h.row.value;
+  }
+
+  /** The live handle, or a fresh one restored from the row; a terminal row comes back as the row. */
+  async handle(runId: string, known?: Versioned<BgRunRow>): Promise<Handle | Versioned<BgRunRow> | null> {
+    const live = this.handles.get(runId);
+    if (live && !live.dead) return live;
+    let p = this.loading.get(runId);
+    if (!p) {
+      p = this.load(runId, known).finally(() => this.loading.delete(runId));
+      this.loading.set(runId, p);
+    }
+    return p;
+  }
+
+  private async load(runId: string, known?: Versioned<BgRunRow>): Promise<Handle | Versioned<BgRunRow> | null> {
+    const appending = this.hooks.outbox.appending(runId);
+    if (appending) await appending;
+    // A row the caller just read (a claim pass) saves a read; a stale one fails its first write
+    // (CAS). One deleted meanwhile must not be repaired (that would make its folder again).
+    if (this.hooks.isDeleted(runId)) return null;
+    const row = known ?? (await this.deps.store.getRecord<BgRunRow>('bg_runs', runId));
+    if (!row) return null;
+    await this.hooks.outbox.repairOutbox(row.value);
+    if (TERMINAL.has(row.value.run.status)) return row;
+    const h: Handle = {
+      id: runId, actor: null, row, chain: Promise.resolve(), pending: 0, sends: 0, dead: false,
+      heartbeat: null, timeout: null, timeoutAttempt: 0, timedOut: null, tailWrite: null, gate: null,
+    };
+    this.handles.set(runId, h);
+    const { machine_version: _v, event_seq: _s, outbox: _o, ...ctx } = row.value;
+    const ref = this.deps.system.spawn(`bgrun:${runId}`, this.logic, { snapshot: persistedSnapshotOf(ctx) as never }) as AnyActorRef;
+    h.actor = ref as unknown as RunActor;
+    return h;
+  }
+
+  maybeRelease(h: Handle): void {
+    if (h.dead || h.sends > 0 || h.pending > 0) return;
+    if (HELD.has(this.statusOf(h)) && !this.hooks.closed()) return;
+    this.release(h, false);
+  }
+
+  release(h: Handle, dead: boolean): void {
+    if (dead) h.dead = true;
+    this.hooks.clearTimers(h);
+    this.deps.system.stop(`bgrun:${h.id}`);
+    if (this.handles.get(h.id) === h) this.handles.delete(h.id);
+  }
+
+  enqueue(h: Handle, job: () => Promise<void>, onError: (err: unknown) => void): void {
+    h.tailWrite = null; // a later transition must not be written before this job runs
+    h.pending++;
+    h.chain = h.chain
+      .then(async () => {
+        if (!h.dead) await job();
+      })
+      .catch((err) => {
+        try {
+          onError(err);
+        } catch {
+          // never let a handler break the chain
+        }
+      })
+      .finally(() => {
+        h.pending--;
+        this.maybeRelease(h);
+      });
+  }
+
+  // ---------------------------------------------------------------- the `record` effect
+
+  private onRecord(ctx: BackgroundRunContext, params: RecordParams): void {
+    const h = this.handles.get(ctx.run.run_id);
+    if (!h) {
+      this.log('error', 'background run effect without a live handle', { run_id: ctx.run.run_id });
+      return;
+    }
+    // Transitions taken before the previous one's write started are written together with it:
+    // a claim and the start of its attempt are one commit, the same CAS on the queued version.
+    if (h.tailWrite) {
+      h.tailWrite.steps.push({ ctx, params });
+      return;
+    }
+    const job: WriteJob = { steps: [{ ctx, params }] };
+    this.enqueue(h, () => {
+      if (h.tailWrite === job) h.tailWrite = null;
+      return this.writeRecord(h, job.steps);
+    }, (err) => {
+      // Fenced or the store failed: this copy no longer knows the truth; drop it (the row is reloaded on next use).
+      this.log(isStoreError(err, 'stale_version') ? 'warn' : 'error', 'background run write refused; dropping this copy', { run_id: h.id, err: String(err) });
+      if (isStoreError(err, 'stale_version')) this.deps.metrics.leaseLost('background');
+      this.hooks.forgetTask(h.row.value.run.task_id);
+      this.release(h, true);
+      this.hooks.kick();
+    });
+    h.tailWrite = job;
+  }
+
+  private async writeRecord(h: Handle, steps: WriteJob['steps']): Promise<void> {
+    const prev = h.row.value;
+    const at = iso(this.deps.clock.now());
+    const lifecycle: LifecycleRecord[] = [];
+    const attempts = new Map<number, RecordParams['attempts'][number]>();
+    let seq = prev.event_seq;
+    let runJson = false;
+    for (const { ctx: c, params } of steps) {
+      for (const e of params.events) lifecycle.push(this.hooks.outbox.lifecycleOf(c, e, ++seq, at));
+      for (const a of params.attempts) attempts.set(a.attempt_number, a);
+      // run.json follows every lifecycle event except heartbeats (and a change with no event).
+      if (params.events.length === 0 || params.events.some((e) => e.type !== 'background_run_heartbeat')) runJson = true;
+    }
+    const ctx = steps[steps.length - 1].ctx;
+    const unacked = this.hooks.outbox.unacked(h.id);
+    const next: BgRunRow = {
+      ...ctx,
+      machine_version: BACKGROUND_RUN_MACHINE_VERSION,
+      event_seq: seq,
+      outbox: unacked.length > 0 ? [...unacked, ...lifecycle] : lifecycle,
+    };
+    const ops: WriteOp[] = [
+      { op: 'update', kind: 'bg_runs', id: h.id, value: next, expectedVersion: h.row.version, indexes: runRowIndexes(next) },
+      // Attempts ride in the same atomic write: the run row's CAS fences them too.
+      ...[...attempts.values()].map((a): WriteOp => ({
+        op: 'update', kind: 'bg_attempts', id: attemptRecordId(h.id, a.attempt_number), value: a, expectedVersion: null, indexes: { run_id: h.id },
+      })),
+    ];
+    const status = ctx.run.status;
+    const gate = h.gate;
+    h.gate = null;
+    if (gate && prev.run.status === 'queued' && HELD.has(status)) {
+      const value = { task_id: ctx.run.task_id, claimed_run: h.id, at };
+      ops.push(gate.version === null
+        ? { op: 'create', kind: 'meta', id: gate.id, value }
+        : { op: 'update', kind: 'meta', id: gate.id, value, expectedVersion: gate.version });
+    }
+    if (TERMINAL.has(status) && !TERMINAL.has(prev.run.status)) {
+      ops.push({ op: 'update', kind: 'traces', id: ctx.internal.trace_id, value: this.traceValue(ctx, status), expectedVersion: null, indexes: { run_id: h.id, session_id: ctx.run.session_id, task_id: ctx.run.task_id } });
+    }
+    let written: Versioned<unknown> | null;
+    try {
+      [written] = await this.deps.store.commit(ops);
+    } catch (err) {
+      // Another instance claimed a run of this one-at-a-time task first (the gate moved): this
+      // claim is refused like a fenced write, and the run stays queued for a later pass.
+      if (gate && isStoreError(err, 'conflict')) throw new StoreError('stale_version', `task ${ctx.run.task_id}: another instance claimed first`);
+      throw err;
+    }
+    h.row = written as Versioned<BgRunRow>;
+    this.hooks.noteRun(ctx.run.task_id, h.id, status);
+    const flushed = this.hooks.outbox.queueEmit(ctx, lifecycle, { runJson, mirror: true });
+    this.hooks.afterWrite(h, ctx, prev.run.status, flushed);
+  }
+
+  traceValue(ctx: BackgroundRunContext, status: string) {
+    const traceStatus = status === 'skipped' ? 'cancelled' : status;
+    return {
+      trace_id: ctx.internal.trace_id, parent_trace_id: null, run_id: ctx.run.run_id, session_id: ctx.run.session_id,
+      task_id: ctx.run.task_id, agent_id: ctx.run.agent_id, kind: 'background', status: traceStatus,
+      started_at: ctx.run.triggered_at, ended_at: status === 'running' ? null : ctx.run.finished_at ?? iso(this.deps.clock.now()),
+    };
+  }
+}

@@ -1,0 +1,186 @@
+// The run workspace files of background runs (run.json, events.jsonl): the low-priority mirror
+// of each run's lifecycle, its repair after a crash, and the removal of deleted runs' folders.
+// The workspace is a mirror: the store is the truth, and a failure here never stops a run.
+import { sep } from 'node:path';
+import type { BackgroundRunContext } from '../../machines/background-run.machine.js';
+import type { Config } from '../config.js';
+import { AppError } from '../errors.js';
+import type { BackgroundRun } from '../schemas/background.js';
+import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
+import { TERMINAL, WAITING, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
+import { MirrorQueue, absoluteWorkspace, lastMirroredSequence, mirrorRun, relativeWorkspace, FolderRemover, workspaceOf } from './workspace.js';
+import type { Log } from './engine.js';
+
+/** How long run.json / events.jsonl may trail a run that goes on (one that ends or pauses is written at once). */
+const MIRROR_DELAY_MS = 200;
+
+export interface RunWorkspacesDeps {
+  config: Config;
+  log: Log;
+  /** Lifecycle events of a run as stored in telemetry (the repair reads the lines it lacks). */
+  storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>>;
+}
+
+export class RunWorkspaces {
+  /** Workspace folders this process created (mkdir once per run, not once per transition). */
+  private readonly madeDirs = new Set<string>();
+  /** Runs this process deleted: a lifecycle step still on its way must not make their folder again (bounded). */
+  private readonly deletedRuns = new Set<string>();
+  /** Removed workspace trees: renamed into the trash at once, `rm -r` in the background. */
+  private readonly remover: FolderRemover;
+  /**
+   * Workspace files are written in a low-priority lane (2 folders at a time, never ahead of the
+   * store); a step of a run that goes on waits up to MIRROR_DELAY_MS for the next ones to join it.
+   */
+  /** Runs whose workspace this process has checked after picking them up (repairWorkspace). */
+  private readonly workspacesChecked = new Set<string>();
+  /** Tasks whose refused workspace template was reported (once per task per process). */
+  private readonly warnedTemplates = new Set<string>();
+  private readonly mirrors = new MirrorQueue(2, MIRROR_DELAY_MS, (dir, err) => {
+    this.madeDirs.delete(dir);
+    // The workspace is a mirror: a full disk must not stop the run.
+    this.log('warn', 'could not write the run workspace files', { workspace_path: dir, err: String(err) });
+  }, (dir) => {
+    // A write that was under way when its runs were deleted may have made the folder again.
+    void this.remover.remove(dir).catch((err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
+  });
+
+  constructor(private readonly deps: RunWorkspacesDeps) {
+    this.remover = new FolderRemover(deps.config.background.workspace_root, (err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
+  }
+
+  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
+    this.deps.log(level, msg, extra);
+  }
+
+  /** Start-up: folders left in the trash by a previous process are removed. */
+  sweepTrash(): void {
+    this.remover.sweepTrash();
+  }
+
+  /** Waits for the background removals (engine close). */
+  drain(): Promise<void> {
+    return this.remover.drain();
+  }
+
+  /** Deleted by this process: a lifecycle step still on its way must not make its folder again. */
+  isDeleted(runId: string): boolean {
+    return this.deletedRuns.has(runId);
+  }
+
+  /** A run's row was deleted by this process. */
+  deleted(runId: string): void {
+    this.workspacesChecked.delete(runId);
+    if (this.deletedRuns.size >= 50_000) this.deletedRuns.clear(); // a bound: a late step after that only remakes a folder
+    this.deletedRuns.add(runId);
+  }
+
+  /**
+   * The run's workspace, relative to the workspace root (answers never show server paths). A task
+   * stored before templates were confined may hold one that now resolves outside its namespace:
+   * its runs get the default template instead (and a warning), never the folder it named.
+   */
+  workspaceFor(task: TaskRow, run_id: string): string {
+    const ids = { agent_id: task.agent_id, task_id: task.task_id, run_id };
+    const allowShared = this.deps.config.background.workspace.allow_shared_namespaces;
+    const r = workspaceOf(task.workspace_policy.namespace_template, ids, allowShared);
+    if ('rel' in r) return r.rel;
+    if (!this.warnedTemplates.has(task.task_id)) {
+      this.warnedTemplates.add(task.task_id);
+      this.log('warn', 'the task\'s workspace template is refused; its runs use the default template', { task_id: task.task_id, problem: r.problem });
+    }
+    const fallback = workspaceOf(DEFAULT_NAMESPACE_TEMPLATE, ids, false);
+    if ('rel' in fallback) return fallback.rel;
+    throw new AppError('Conflict', `background task '${task.task_id}' cannot have a workspace: ${fallback.problem}`);
+  }
+
+  /** The absolute folder of a run's workspace (throws when a stored path would leave the root). */
+  dirOf(run: BackgroundRun): string {
+    return absoluteWorkspace(this.deps.config.background.workspace_root, run.workspace_path);
+  }
+
+  async mirror(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson: boolean, last: boolean): Promise<void> {
+    if (this.deletedRuns.has(ctx.run.run_id)) return;
+    let dir: string;
+    try {
+      dir = this.dirOf(ctx.run);
+    } catch (err) {
+      this.log('warn', 'the run workspace is outside the workspace root; not written', { run_id: ctx.run.run_id, err: String(err) });
+      return;
+    }
+    const lines = ctx.internal.write_events_jsonl ? lifecycle.map(({ data: _d, ...line }) => line) : [];
+    const run = ctx.internal.write_run_json && rewriteRunJson ? ctx.run : null;
+    if (lines.length === 0 && !run) return;
+    const makeDir = !this.madeDirs.has(dir);
+    if (last) this.madeDirs.delete(dir);
+    else this.madeDirs.add(dir);
+    const status = ctx.run.status;
+    await this.mirrors.write(dir, lines, run, makeDir, TERMINAL.has(status) || WAITING.has(status));
+  }
+
+  /**
+   * The workspace mirror trails a live run (up to MIRROR_DELAY_MS), so a crash can leave
+   * events.jsonl short of lines the store holds; the run's next lines would then leave a gap in
+   * `sequence`. A run this process did not write last (start-up, a lapsed lease) gets the missing
+   * lines appended from its stored lifecycle, in order, and run.json rewritten, before it goes on.
+   * Never while this process still has a mirror step of the folder pending (it would double lines).
+   */
+  async repairWorkspace(row: BgRunRow): Promise<void> {
+    const { run, internal } = row;
+    if (run.status === 'skipped' || (!internal.write_events_jsonl && !internal.write_run_json) || this.deletedRuns.has(run.run_id)) return;
+    let dir: string;
+    try {
+      dir = this.dirOf(run);
+    } catch {
+      return;
+    }
+    if (this.workspacesChecked.has(run.run_id) || !this.mirrors.idle(dir)) return;
+    this.workspacesChecked.add(run.run_id);
+    if (this.workspacesChecked.size > 10_000) this.workspacesChecked.clear(); // a bound, not a cache: checking again is harmless
+    let lines: object[] = [];
+    if (internal.write_events_jsonl) {
+      const have = await lastMirroredSequence(dir);
+      if (have >= row.event_seq) return; // complete; run.json was written with the last lines
+      const stored = (await this.deps.storedLifecycle(run.run_id)).filter((e) => e.sequence > have).sort((a, b) => a.sequence - b.sequence);
+      const seen = new Set<number>();
+      lines = stored.filter((e) => !seen.has(e.sequence) && seen.add(e.sequence)).map(({ sequence, event: e }) => {
+        const m = (e.metadata ?? {}) as Record<string, unknown>;
+        // The fields (and order) of a mirrored LifecycleRecord line: lifecycleOf without `data`.
+        return {
+          sequence, event: e.event_type, timestamp: m.lifecycle_timestamp ?? e.timestamp, run_id: m.run_id, task_id: m.task_id,
+          agent_id: m.agent_id, status: m.status, attempt: m.attempt, worker_id: m.worker_id, lease_generation: m.lease_generation,
+        };
+      });
+      if (lines.length > 0) this.log('warn', 'appending workspace lines lost by a crash', { run_id: run.run_id, from: have + 1, to: row.event_seq });
+    }
+    await mirrorRun(dir, lines, internal.write_run_json ? run : null, true).catch((err) => this.log('warn', 'workspace repair failed', { run_id: run.run_id, err: String(err) }));
+  }
+
+  /**
+   * The folder that belongs to this run alone (absolute), or null: the run id is a segment of its
+   * workspace path (the default template), so the folder up to that segment is its own. A template
+   * without {run_id} shares one folder among runs: that is never removed for one run.
+   */
+  ownFolderOf(run: BackgroundRun): string | null {
+    const rel = relativeWorkspace(this.deps.config.background.workspace_root, run.workspace_path);
+    const segs = rel.split('/');
+    const i = segs.indexOf(run.run_id);
+    if (i < 0) return null;
+    try {
+      return absoluteWorkspace(this.deps.config.background.workspace_root, segs.slice(0, i + 1).join('/'));
+    } catch {
+      return null;
+    }
+  }
+
+  async removeFolder(dir: string): Promise<void> {
+    this.mirrors.drop(dir);
+    try {
+      await this.remover.remove(dir);
+    } catch (err) {
+      this.log('warn', 'could not remove a background workspace folder', { err: String(err) });
+    }
+    const prefix = dir.endsWith(sep) ? dir : dir + sep;
+    for (const d of this.madeDirs) if (d === dir || d.startsWith(prefix)) this.madeDirs.delete(d);
+  }
+}
