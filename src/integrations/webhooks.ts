@@ -96,10 +96,17 @@ export function signWebhook(secret: string, id: string, timestampSeconds: number
   return `v1,${createHmac('sha256', secretBytes(secret)).update(`${id}.${timestampSeconds}.${body}`).digest('base64')}`;
 }
 
-/** The URL as shown: user info removed. */
-function displayUrl(u: string): string {
+/**
+ * The URL as stored and listed. A per-request URL is the caller's own (credentials are refused
+ * for it) and is where its deliveries go, so it is kept whole. A configured receiver's URL often
+ * carries its token in the path or query (Slack-style hooks) and is sent from the config, never
+ * from the row: only its origin is stored, so `GET /webhooks/deliveries` (read role) and the log
+ * line of a failed delivery cannot show the token; `endpoint` tells configured receivers apart.
+ */
+function displayUrl(u: string, configured: boolean): string {
   try {
     const url = new URL(u);
+    if (configured) return `${url.origin}/…`;
     url.username = '';
     url.password = '';
     return url.toString();
@@ -316,7 +323,7 @@ export class Webhooks {
         const body = JSON.stringify({ type: d.type, timestamp: ev.timestamp, data: d.data });
         const make = (endpoint: string, url: string): DeliveryValue => ({
           delivery_id: `msg_${createHash('sha256').update(`${endpoint}|${d.dedupe}|${d.type}`).digest('hex').slice(0, 32)}`,
-          event_type: d.type, endpoint, url: displayUrl(url), run_id: (d.data.run_id as string | null) ?? null,
+          event_type: d.type, endpoint, url: displayUrl(url, endpoint !== 'request'), run_id: (d.data.run_id as string | null) ?? null,
           session_id: (d.data.session_id as string | null) ?? null, task_id: (d.data.task_id as string | null) ?? null,
           body, status: 'pending', attempts: 0, next_attempt_at: new Date(nowMs).toISOString(), last_attempt_at: null,
           last_status_code: null, last_error: null, history: [], created_at: new Date(nowMs).toISOString(), delivered_at: null, source_cursor: ev.cursor,

@@ -23,6 +23,8 @@ let model: ScriptedOpenAI;
 let hooks: WebhookReceiver;
 let own: WebhookReceiver;
 let s: TestServer;
+const PATH_TOKEN = 'T0001-path-token-b1e9';
+const QUERY_TOKEN = 'query-token-7c2d';
 
 beforeAll(async () => {
   model = await startScriptedOpenAI();
@@ -31,7 +33,8 @@ beforeAll(async () => {
   s = await startTestServer({
     governance: { rules: [{ tools: ['workspace_write'], effect: 'ask' }] },
     webhooks: {
-      endpoints: [{ url: hooks.url, secret_env: 'HOOK_SECRET' }],
+      // A Slack-style receiver: its URL carries a token in the path and in the query.
+      endpoints: [{ url: `${hooks.url}/${PATH_TOKEN}?token=${QUERY_TOKEN}`, secret_env: 'HOOK_SECRET' }],
       allow_request_hosts: [`127.0.0.1:${own.port}`],
       request_secret_env: 'REQUEST_SECRET',
       initial_backoff_seconds: 0.2,
@@ -67,11 +70,17 @@ describe('completion webhooks', () => {
       return l.body.deliveries?.[0]?.status === 'delivered' && l;
     }, 5000, 'delivery marked delivered');
     expect(list.body.deliveries[0]).toMatchObject({ delivery_id: hook.id, event_type: 'run.completed', status: 'delivered', attempts: 1, last_status_code: 200 });
+    // The receiver was called at its full URL, token and all...
+    expect(hook.path).toBe(`/hooks/${PATH_TOKEN}?token=${QUERY_TOKEN}`);
+    // ...but the listing shows only its origin: a read-role caller learns no receiver token.
+    expect(list.body.deliveries[0].url).toBe(`http://127.0.0.1:${hooks.port}/…`);
     // The signing key is in no answer and no stored event.
     const events = await getJson(`${s.url}/telemetry/events?run_id=${run.body.run_id}`);
     for (const text of [JSON.stringify(list.body), JSON.stringify(events.body)]) {
       expect(text).not.toContain(SECRET.slice(6));
       expect(text).not.toContain(REQUEST_SECRET);
+      expect(text).not.toContain(PATH_TOKEN);
+      expect(text).not.toContain(QUERY_TOKEN);
     }
   });
 
