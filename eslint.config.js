@@ -36,12 +36,17 @@ export default tseslint.config(
         forbid('^node:', 'machines/ are pure: no Node built-ins'),
         forbid('^(?!\\.|xstate$|node:)', 'machines/ import only xstate and other machines/ files'),
       ]),
-      'no-restricted-properties': ['error',
+      'no-restricted-properties': [
+        'error',
         { object: 'Date', property: 'now', message: 'machines/ are pure: times arrive inside events' },
         { object: 'Math', property: 'random', message: 'machines/ are pure: ids and jitter seeds arrive inside events' },
       ],
-      'no-restricted-globals': ['error',
-        ...['setTimeout', 'setInterval', 'setImmediate', 'process', 'fetch'].map((name) => ({ name, message: 'machines/ are pure: durable time lives in rows, effects are bound with .provide()' })),
+      'no-restricted-globals': [
+        'error',
+        ...['setTimeout', 'setInterval', 'setImmediate', 'process', 'fetch'].map((name) => ({
+          name,
+          message: 'machines/ are pure: durable time lives in rows, effects are bound with .provide()',
+        })),
       ],
     },
   },
@@ -53,7 +58,10 @@ export default tseslint.config(
     files: ['src/**/*.{ts,tsx}'],
     ignores: ['src/config.ts', 'src/main.ts', 'src/cli.ts', 'src/cli/**', 'src/telemetry/logger.ts'],
     rules: {
-      'no-restricted-properties': ['error', { object: 'process', property: 'env', message: 'src/config.ts is the only reader of process.env: take the value from the config' }],
+      'no-restricted-properties': [
+        'error',
+        { object: 'process', property: 'env', message: 'src/config.ts is the only reader of process.env: take the value from the config' },
+      ],
     },
   },
 
@@ -70,7 +78,10 @@ export default tseslint.config(
     files: ['src/agent/**/*.ts', 'src/telemetry/**/*.ts', 'src/scheduler/**/*.ts'],
     rules: {
       'no-restricted-imports': rule([
-        forbid(layer('http', 'runtime', 'background', 'integrations', 'cli', 'ui'), 'agent/, telemetry/ and scheduler/ sit below the runtime, the background manager and HTTP'),
+        forbid(
+          layer('http', 'runtime', 'background', 'integrations', 'cli', 'ui'),
+          'agent/, telemetry/ and scheduler/ sit below the runtime, the background manager and HTTP',
+        ),
         forbid(rootFile('app', 'main', 'cli'), 'the composition root imports these layers, not the other way round'),
       ]),
     },
@@ -116,7 +127,10 @@ export default tseslint.config(
     rules: {
       'no-restricted-imports': rule(
         [
-          forbid('^(\\.\\./)+store/(level|memory|postgres|pg-[\\w-]+|changes|open|migrations)([./]|$)', 'src/http imports no store adapter: the Store interface (src/store/store.ts) instead'),
+          forbid(
+            '^(\\.\\./)+store/(level|memory|postgres|pg-[\\w-]+|changes|open|migrations)([./]|$)',
+            'src/http imports no store adapter: the Store interface (src/store/store.ts) instead',
+          ),
           forbid(layer('cli', 'ui'), 'src/http does not import the CLI or the dashboard sources'),
           forbid(rootFile('main', 'cli'), 'the composition root imports HTTP, not the other way round'),
         ],
@@ -130,7 +144,12 @@ export default tseslint.config(
     files: ['src/app.ts'],
     rules: {
       'no-restricted-imports': rule(
-        [forbid('^\\./store/(level|memory|postgres|pg-[\\w-]+|changes|open|migrations)([./]|$)', 'src/app.ts imports no store adapter: the Store interface (src/store/store.ts) instead')],
+        [
+          forbid(
+            '^\\./store/(level|memory|postgres|pg-[\\w-]+|changes|open|migrations)([./]|$)',
+            'src/app.ts imports no store adapter: the Store interface (src/store/store.ts) instead',
+          ),
+        ],
         ['level', 'classic-level', 'pg'].map((name) => ({ name, message: 'src/app.ts imports no storage library' })),
       ),
     },

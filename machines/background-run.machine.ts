@@ -11,14 +11,7 @@
 // Lease expiry and retry-at are fields of the row that a ticker turns into RECOVER / RETRY_DUE
 // events (architecture fact 2): nothing here uses `after`.
 import { assign, setup } from 'xstate';
-import type {
-  AttemptReason,
-  AttemptStatus,
-  BackgroundAttempt,
-  BackgroundRun,
-  BackgroundRunStatus,
-  OverlapPolicy,
-} from './background-types.js';
+import type { AttemptReason, AttemptStatus, BackgroundAttempt, BackgroundRun, BackgroundRunStatus, OverlapPolicy } from './background-types.js';
 import { retryDecision, type RetryPolicy } from './policies/retry.js';
 
 export const BACKGROUND_RUN_MACHINE_VERSION = 1;
@@ -139,10 +132,29 @@ function closeAttempt(ctx: Ctx, status: AttemptStatus, at: string, error: string
   return { ...a, status, finished_at: at, error, retry_delay_seconds: retryDelay };
 }
 
-function openAttempt(ctx: Ctx, n: number, attemptId: string, reason: AttemptReason, at: string, workerId: string, leaseToken: string, agentRunId: string): AttemptRecord {
+function openAttempt(
+  ctx: Ctx,
+  n: number,
+  attemptId: string,
+  reason: AttemptReason,
+  at: string,
+  workerId: string,
+  leaseToken: string,
+  agentRunId: string,
+): AttemptRecord {
   return {
-    attempt_id: attemptId, run_id: ctx.run.run_id, attempt_number: n, worker_id: workerId, lease_token: leaseToken,
-    status: 'running', reason, started_at: at, finished_at: null, error: null, retry_delay_seconds: null, agent_run_id: agentRunId,
+    attempt_id: attemptId,
+    run_id: ctx.run.run_id,
+    attempt_number: n,
+    worker_id: workerId,
+    lease_token: leaseToken,
+    status: 'running',
+    reason,
+    started_at: at,
+    finished_at: null,
+    error: null,
+    retry_delay_seconds: null,
+    agent_run_id: agentRunId,
   };
 }
 
@@ -164,10 +176,19 @@ export function backgroundRunIdOf(agentRunId: string): string {
 }
 
 function claimed(ctx: Ctx, e: Ev<'CLAIM'>): Ctx {
-  return withRun(ctx, {
-    status: 'claimed', lease_owner: e.worker_id, lease_token: e.lease_token, lease_generation: ctx.run.lease_generation + 1,
-    claimed_at: e.at, heartbeat_at: e.at, lease_expires_at: e.lease_expires_at,
-  }, { not_before: null });
+  return withRun(
+    ctx,
+    {
+      status: 'claimed',
+      lease_owner: e.worker_id,
+      lease_token: e.lease_token,
+      lease_generation: ctx.run.lease_generation + 1,
+      claimed_at: e.at,
+      heartbeat_at: e.at,
+      lease_expires_at: e.lease_expires_at,
+    },
+    { not_before: null },
+  );
 }
 
 function startedFresh(ctx: Ctx, e: Ev<'START'>): Ctx {
@@ -175,26 +196,44 @@ function startedFresh(ctx: Ctx, e: Ev<'START'>): Ctx {
   const agentRunId = agentRunIdFor(ctx.run.run_id, n);
   const reason: AttemptReason = ctx.internal.next_reason ?? (n === 1 ? 'initial' : 'retry');
   const attempt = openAttempt(ctx, n, e.attempt_id, reason, e.at, ctx.run.lease_owner ?? '', ctx.run.lease_token ?? '', agentRunId);
-  return withRun(ctx, {
-    status: 'running', attempt: n, started_at: ctx.run.started_at ?? e.at, heartbeat_at: e.at, error: null,
-    metadata: { ...ctx.run.metadata, agent_run_id: agentRunId },
-  }, { agent_run_id: agentRunId, continue_agent: false, next_reason: null, current_attempt: attempt });
+  return withRun(
+    ctx,
+    {
+      status: 'running',
+      attempt: n,
+      started_at: ctx.run.started_at ?? e.at,
+      heartbeat_at: e.at,
+      error: null,
+      metadata: { ...ctx.run.metadata, agent_run_id: agentRunId },
+    },
+    { agent_run_id: agentRunId, continue_agent: false, next_reason: null, current_attempt: attempt },
+  );
 }
 
 function startedContinue(ctx: Ctx, e: Ev<'START'>): Ctx {
   // The same attempt goes on (a person decided): it was never closed, only its lease changes.
   const a = ctx.internal.current_attempt;
-  return withRun(ctx, { status: 'running', heartbeat_at: e.at }, {
-    continue_agent: false,
-    current_attempt: a ? { ...a, worker_id: ctx.run.lease_owner ?? a.worker_id, lease_token: ctx.run.lease_token ?? a.lease_token } : a,
-  });
+  return withRun(
+    ctx,
+    { status: 'running', heartbeat_at: e.at },
+    {
+      continue_agent: false,
+      current_attempt: a ? { ...a, worker_id: ctx.run.lease_owner ?? a.worker_id, lease_token: ctx.run.lease_token ?? a.lease_token } : a,
+    },
+  );
 }
 
 function heartbeat(ctx: Ctx, e: Ev<'HEARTBEAT'>): Ctx {
   return withRun(ctx, { heartbeat_at: e.at, lease_expires_at: e.lease_expires_at });
 }
 
-function finished(ctx: Ctx, status: 'completed' | 'failed' | 'timeout' | 'cancelled', at: string, error: string | null, extra: Partial<BackgroundRun> = {}): Ctx {
+function finished(
+  ctx: Ctx,
+  status: 'completed' | 'failed' | 'timeout' | 'cancelled',
+  at: string,
+  error: string | null,
+  extra: Partial<BackgroundRun> = {},
+): Ctx {
   return withRun(ctx, { status, finished_at: at, error, ...noLease, ...extra }, { retry_at: null, not_before: null });
 }
 
@@ -260,10 +299,7 @@ export const backgroundRunMachine = setup({
       on: {
         CLAIM: {
           target: 'claimed',
-          actions: [
-            assign(({ context, event }) => claimed(context, event)),
-            { type: 'record', params: () => rec([{ type: 'background_run_claimed' }]) },
-          ],
+          actions: [assign(({ context, event }) => claimed(context, event)), { type: 'record', params: () => rec([{ type: 'background_run_claimed' }]) }],
         },
         SKIP: {
           target: 'skipped',
@@ -291,12 +327,16 @@ export const backgroundRunMachine = setup({
               assign(({ context, event }) => startedContinue(context, event)),
               {
                 type: 'record',
-                params: ({ context }) => rec(
-                  [{ type: 'background_run_started', data: { continued: true, agent_run_id: context.internal.agent_run_id } }],
-                  context.internal.current_attempt ? [context.internal.current_attempt] : [],
-                ),
+                params: ({ context }) =>
+                  rec(
+                    [{ type: 'background_run_started', data: { continued: true, agent_run_id: context.internal.agent_run_id } }],
+                    context.internal.current_attempt ? [context.internal.current_attempt] : [],
+                  ),
               },
-              { type: 'startAgent', params: ({ context }) => ({ mode: 'continue' as const, agent_run_id: context.internal.agent_run_id!, attempt: context.run.attempt }) },
+              {
+                type: 'startAgent',
+                params: ({ context }) => ({ mode: 'continue' as const, agent_run_id: context.internal.agent_run_id!, attempt: context.run.attempt }),
+              },
             ],
           },
           {
@@ -305,29 +345,45 @@ export const backgroundRunMachine = setup({
               assign(({ context, event }) => startedFresh(context, event)),
               {
                 type: 'record',
-                params: ({ context }) => rec(
-                  [{ type: 'background_run_started', data: { agent_run_id: context.internal.agent_run_id, reason: context.internal.current_attempt?.reason ?? null } }],
-                  context.internal.current_attempt ? [context.internal.current_attempt] : [],
-                ),
+                params: ({ context }) =>
+                  rec(
+                    [
+                      {
+                        type: 'background_run_started',
+                        data: { agent_run_id: context.internal.agent_run_id, reason: context.internal.current_attempt?.reason ?? null },
+                      },
+                    ],
+                    context.internal.current_attempt ? [context.internal.current_attempt] : [],
+                  ),
               },
-              { type: 'startAgent', params: ({ context }) => ({ mode: 'fresh' as const, agent_run_id: context.internal.agent_run_id!, attempt: context.run.attempt }) },
+              {
+                type: 'startAgent',
+                params: ({ context }) => ({ mode: 'fresh' as const, agent_run_id: context.internal.agent_run_id!, attempt: context.run.attempt }),
+              },
             ],
           },
         ],
         HEARTBEAT: {
-          actions: [
-            assign(({ context, event }) => heartbeat(context, event)),
-            { type: 'record', params: () => rec([{ type: 'background_run_heartbeat' }]) },
-          ],
+          actions: [assign(({ context, event }) => heartbeat(context, event)), { type: 'record', params: () => rec([{ type: 'background_run_heartbeat' }]) }],
         },
         // The claim lapsed before the agent started: back in the queue; nothing ran.
         RECOVER: {
           target: 'queued',
           actions: [
-            assign(({ context, event }) => withRun(context, { status: 'queued', queued_at: event.at, ...noLease }, {
-              next_reason: context.internal.continue_agent ? context.internal.next_reason : 'lease_expired',
-            })),
-            { type: 'record', params: ({ event }) => rec([{ type: 'background_run_recovered', data: { from: 'claimed', requeued: true, previous_owner: event.previous_owner ?? null } }]) },
+            assign(({ context, event }) =>
+              withRun(
+                context,
+                { status: 'queued', queued_at: event.at, ...noLease },
+                {
+                  next_reason: context.internal.continue_agent ? context.internal.next_reason : 'lease_expired',
+                },
+              ),
+            ),
+            {
+              type: 'record',
+              params: ({ event }) =>
+                rec([{ type: 'background_run_recovered', data: { from: 'claimed', requeued: true, previous_owner: event.previous_owner ?? null } }]),
+            },
           ],
         },
         CANCEL: {
@@ -342,10 +398,7 @@ export const backgroundRunMachine = setup({
     running: {
       on: {
         HEARTBEAT: {
-          actions: [
-            assign(({ context, event }) => heartbeat(context, event)),
-            { type: 'record', params: () => rec([{ type: 'background_run_heartbeat' }]) },
-          ],
+          actions: [assign(({ context, event }) => heartbeat(context, event)), { type: 'record', params: () => rec([{ type: 'background_run_heartbeat' }]) }],
         },
         AGENT_DONE: [
           // A late answer of an earlier attempt's agent run changes nothing.
@@ -354,11 +407,17 @@ export const backgroundRunMachine = setup({
             guard: { type: 'outcomeIs', params: 'completed' },
             target: 'completed',
             actions: [
-              assign(({ context, event }) => withRun(
-                finished(context, 'completed', event.at, null, { result_preview: event.result_preview, metadata: sideEffectsMeta(context, event) }),
-                {}, closing(context, 'completed', event.at, null),
-              )),
-              { type: 'record', params: ({ context }) => rec([{ type: 'background_run_completed', data: { result_preview: context.run.result_preview } }], closedOnly(context)) },
+              assign(({ context, event }) =>
+                withRun(
+                  finished(context, 'completed', event.at, null, { result_preview: event.result_preview, metadata: sideEffectsMeta(context, event) }),
+                  {},
+                  closing(context, 'completed', event.at, null),
+                ),
+              ),
+              {
+                type: 'record',
+                params: ({ context }) => rec([{ type: 'background_run_completed', data: { result_preview: context.run.result_preview } }], closedOnly(context)),
+              },
             ],
           },
           {
@@ -374,10 +433,16 @@ export const backgroundRunMachine = setup({
             guard: { type: 'outcomeIs', params: 'cancelled' },
             target: 'cancelled',
             actions: [
-              assign(({ context, event }) => withRun(
-                finished(context, 'cancelled', event.at, event.error ?? 'cancelled', { cancel_requested_at: context.run.cancel_requested_at ?? event.at, metadata: sideEffectsMeta(context, event) }),
-                {}, closing(context, 'cancelled', event.at, event.error ?? 'cancelled'),
-              )),
+              assign(({ context, event }) =>
+                withRun(
+                  finished(context, 'cancelled', event.at, event.error ?? 'cancelled', {
+                    cancel_requested_at: context.run.cancel_requested_at ?? event.at,
+                    metadata: sideEffectsMeta(context, event),
+                  }),
+                  {},
+                  closing(context, 'cancelled', event.at, event.error ?? 'cancelled'),
+                ),
+              ),
               { type: 'record', params: ({ context }) => rec([{ type: 'background_run_cancelled', data: { from: 'running' } }], closedOnly(context)) },
             ],
           },
@@ -389,28 +454,38 @@ export const backgroundRunMachine = setup({
                 const d = retryOf(context, event);
                 const delay = d.retry ? d.delaySeconds : 0;
                 const status: AttemptStatus = event.outcome === 'timeout' ? 'timeout' : 'failed';
-                return withRun(context, { status: 'retrying', error: event.error, ...noLease }, {
-                  retry_at: addSeconds(event.at, delay), continue_agent: false, next_reason: 'retry',
-                  ...closing(context, status, event.at, event.error, delay),
-                });
+                return withRun(
+                  context,
+                  { status: 'retrying', error: event.error, ...noLease },
+                  {
+                    retry_at: addSeconds(event.at, delay),
+                    continue_agent: false,
+                    next_reason: 'retry',
+                    ...closing(context, status, event.at, event.error, delay),
+                  },
+                );
               }),
               {
                 type: 'record',
-                params: ({ context, event }) => rec(
-                  [
-                    // timeout_seconds stopped the attempt: background_run_timeout says so even when a retry follows.
-                    ...(event.outcome === 'timeout' ? [{ type: 'background_run_timeout' as const, data: { will_retry: true, error: event.error } }] : []),
-                    {
-                      type: 'background_run_retrying' as const,
-                      data: {
-                        error: event.error, error_kind: event.outcome === 'timeout' ? 'timeout' : 'exception',
-                        failed_attempt: context.run.attempt, next_attempt: context.run.attempt + 1,
-                        retry_delay_seconds: context.internal.last_closed_attempt?.retry_delay_seconds ?? 0, retry_at: context.internal.retry_at,
+                params: ({ context, event }) =>
+                  rec(
+                    [
+                      // timeout_seconds stopped the attempt: background_run_timeout says so even when a retry follows.
+                      ...(event.outcome === 'timeout' ? [{ type: 'background_run_timeout' as const, data: { will_retry: true, error: event.error } }] : []),
+                      {
+                        type: 'background_run_retrying' as const,
+                        data: {
+                          error: event.error,
+                          error_kind: event.outcome === 'timeout' ? 'timeout' : 'exception',
+                          failed_attempt: context.run.attempt,
+                          next_attempt: context.run.attempt + 1,
+                          retry_delay_seconds: context.internal.last_closed_attempt?.retry_delay_seconds ?? 0,
+                          retry_at: context.internal.retry_at,
+                        },
                       },
-                    },
-                  ],
-                  closedOnly(context),
-                ),
+                    ],
+                    closedOnly(context),
+                  ),
               },
             ],
           },
@@ -418,26 +493,49 @@ export const backgroundRunMachine = setup({
             guard: { type: 'outcomeIs', params: 'timeout' },
             target: 'timeout',
             actions: [
-              assign(({ context, event }) => withRun(
-                finished(context, 'timeout', event.at, event.error, { metadata: sideEffectsMeta(context, event) }),
-                {}, closing(context, 'timeout', event.at, event.error),
-              )),
-              { type: 'record', params: ({ context, event }) => rec([{ type: 'background_run_timeout', data: { will_retry: false, error: event.error, side_effects: event.side_effects } }], closedOnly(context)) },
+              assign(({ context, event }) =>
+                withRun(
+                  finished(context, 'timeout', event.at, event.error, { metadata: sideEffectsMeta(context, event) }),
+                  {},
+                  closing(context, 'timeout', event.at, event.error),
+                ),
+              ),
+              {
+                type: 'record',
+                params: ({ context, event }) =>
+                  rec(
+                    [{ type: 'background_run_timeout', data: { will_retry: false, error: event.error, side_effects: event.side_effects } }],
+                    closedOnly(context),
+                  ),
+              },
             ],
           },
           {
             target: 'failed',
             actions: [
-              assign(({ context, event }) => withRun(
-                finished(context, 'failed', event.at, event.error ?? 'the agent run failed', { metadata: sideEffectsMeta(context, event) }),
-                {}, closing(context, 'failed', event.at, event.error),
-              )),
+              assign(({ context, event }) =>
+                withRun(
+                  finished(context, 'failed', event.at, event.error ?? 'the agent run failed', { metadata: sideEffectsMeta(context, event) }),
+                  {},
+                  closing(context, 'failed', event.at, event.error),
+                ),
+              ),
               {
                 type: 'record',
-                params: ({ context, event }) => rec(
-                  [{ type: 'background_run_failed', data: { error: context.run.error, side_effects: event.side_effects, not_retried_because_of_side_effects: event.side_effects.length > 0 } }],
-                  closedOnly(context),
-                ),
+                params: ({ context, event }) =>
+                  rec(
+                    [
+                      {
+                        type: 'background_run_failed',
+                        data: {
+                          error: context.run.error,
+                          side_effects: event.side_effects,
+                          not_retried_because_of_side_effects: event.side_effects.length > 0,
+                        },
+                      },
+                    ],
+                    closedOnly(context),
+                  ),
               },
             ],
           },
@@ -457,44 +555,69 @@ export const backgroundRunMachine = setup({
               assign(({ context, event }) => {
                 const n = context.run.attempt + 1;
                 const agentRunId = context.internal.agent_run_id ?? agentRunIdFor(context.run.run_id, n);
-                return withRun(context, {
-                  attempt: n, lease_owner: event.worker_id, lease_token: event.lease_token,
-                  lease_generation: context.run.lease_generation + 1, lease_expires_at: event.lease_expires_at, heartbeat_at: event.at,
-                }, {
-                  agent_run_id: agentRunId, continue_agent: false,
-                  last_closed_attempt: closeAttempt(context, 'interrupted', event.at, 'the lease lapsed: its worker stopped'),
-                  current_attempt: openAttempt(context, n, event.attempt_id, 'recovery', event.at, event.worker_id, event.lease_token, agentRunId),
-                });
+                return withRun(
+                  context,
+                  {
+                    attempt: n,
+                    lease_owner: event.worker_id,
+                    lease_token: event.lease_token,
+                    lease_generation: context.run.lease_generation + 1,
+                    lease_expires_at: event.lease_expires_at,
+                    heartbeat_at: event.at,
+                  },
+                  {
+                    agent_run_id: agentRunId,
+                    continue_agent: false,
+                    last_closed_attempt: closeAttempt(context, 'interrupted', event.at, 'the lease lapsed: its worker stopped'),
+                    current_attempt: openAttempt(context, n, event.attempt_id, 'recovery', event.at, event.worker_id, event.lease_token, agentRunId),
+                  },
+                );
               }),
               {
                 type: 'record',
-                params: ({ context, event }) => rec(
-                  [
-                    { type: 'background_run_recovered', data: { from: 'running', previous_owner: event.previous_owner ?? null, interrupted_attempt: context.run.attempt - 1, continues_agent_run: context.internal.agent_run_id } },
-                    { type: 'background_run_started', data: { agent_run_id: context.internal.agent_run_id, reason: 'recovery' } },
-                  ],
-                  [...closedOnly(context), context.internal.current_attempt!],
-                ),
+                params: ({ context, event }) =>
+                  rec(
+                    [
+                      {
+                        type: 'background_run_recovered',
+                        data: {
+                          from: 'running',
+                          previous_owner: event.previous_owner ?? null,
+                          interrupted_attempt: context.run.attempt - 1,
+                          continues_agent_run: context.internal.agent_run_id,
+                        },
+                      },
+                      { type: 'background_run_started', data: { agent_run_id: context.internal.agent_run_id, reason: 'recovery' } },
+                    ],
+                    [...closedOnly(context), context.internal.current_attempt!],
+                  ),
               },
-              { type: 'startAgent', params: ({ context }) => ({ mode: 'continue' as const, agent_run_id: context.internal.agent_run_id!, attempt: context.run.attempt }) },
+              {
+                type: 'startAgent',
+                params: ({ context }) => ({ mode: 'continue' as const, agent_run_id: context.internal.agent_run_id!, attempt: context.run.attempt }),
+              },
             ],
           },
           {
             target: 'failed',
             actions: [
-              assign(({ context, event }) => withRun(
-                finished(context, 'failed', event.at, 'the lease lapsed and no attempts remain'),
-                {}, closing(context, 'interrupted', event.at, 'the lease lapsed: its worker stopped'),
-              )),
+              assign(({ context, event }) =>
+                withRun(
+                  finished(context, 'failed', event.at, 'the lease lapsed and no attempts remain'),
+                  {},
+                  closing(context, 'interrupted', event.at, 'the lease lapsed: its worker stopped'),
+                ),
+              ),
               {
                 type: 'record',
-                params: ({ context, event }) => rec(
-                  [
-                    { type: 'background_run_recovered', data: { from: 'running', previous_owner: event.previous_owner ?? null, attempts_exhausted: true } },
-                    { type: 'background_run_failed', data: { error: context.run.error } },
-                  ],
-                  closedOnly(context),
-                ),
+                params: ({ context, event }) =>
+                  rec(
+                    [
+                      { type: 'background_run_recovered', data: { from: 'running', previous_owner: event.previous_owner ?? null, attempts_exhausted: true } },
+                      { type: 'background_run_failed', data: { error: context.run.error } },
+                    ],
+                    closedOnly(context),
+                  ),
               },
             ],
           },
@@ -507,7 +630,10 @@ export const backgroundRunMachine = setup({
           target: 'queued',
           actions: [
             assign(({ context, event }) => withRun(context, { status: 'queued', queued_at: event.at }, { retry_at: null })),
-            { type: 'record', params: ({ context }) => rec([{ type: 'background_run_queued', data: { reason: 'retry', next_attempt: context.run.attempt + 1 } }]) },
+            {
+              type: 'record',
+              params: ({ context }) => rec([{ type: 'background_run_queued', data: { reason: 'retry', next_attempt: context.run.attempt + 1 } }]),
+            },
           ],
         },
         CANCEL: {
@@ -526,17 +652,27 @@ export const backgroundRunMachine = setup({
           target: 'queued',
           actions: [
             assign(({ context, event }) => withRun(context, { status: 'queued', queued_at: event.at })),
-            { type: 'record', params: ({ context }) => rec([{ type: 'background_run_queued', data: { reason: 'resumed', agent_run_id: context.internal.agent_run_id } }]) },
+            {
+              type: 'record',
+              params: ({ context }) => rec([{ type: 'background_run_queued', data: { reason: 'resumed', agent_run_id: context.internal.agent_run_id } }]),
+            },
           ],
         },
         CANCEL: {
           target: 'cancelled',
           actions: [
-            assign(({ context, event }) => withRun(
-              finished(context, 'cancelled', event.at, 'cancelled while waiting for a person', { cancel_requested_at: event.at }),
-              {}, closing(context, 'cancelled', event.at, 'cancelled while waiting for a person'),
-            )),
-            { type: 'record', params: ({ context, event }) => rec([{ type: 'background_run_cancelled', data: { reason: event.reason ?? null, from: 'awaiting' } }], closedOnly(context)) },
+            assign(({ context, event }) =>
+              withRun(
+                finished(context, 'cancelled', event.at, 'cancelled while waiting for a person', { cancel_requested_at: event.at }),
+                {},
+                closing(context, 'cancelled', event.at, 'cancelled while waiting for a person'),
+              ),
+            ),
+            {
+              type: 'record',
+              params: ({ context, event }) =>
+                rec([{ type: 'background_run_cancelled', data: { reason: event.reason ?? null, from: 'awaiting' } }], closedOnly(context)),
+            },
             { type: 'cancelAgent', params: ({ context }) => ({ agent_run_id: context.internal.agent_run_id }) },
           ],
         },

@@ -7,8 +7,17 @@ import type { OverlapPolicy } from './policies/overlap.js';
 export type { OverlapPolicy };
 
 export const BACKGROUND_RUN_STATUSES = [
-  'queued', 'claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget',
-  'completed', 'failed', 'timeout', 'cancelled', 'skipped',
+  'queued',
+  'claimed',
+  'running',
+  'retrying',
+  'awaiting_approval',
+  'awaiting_budget',
+  'completed',
+  'failed',
+  'timeout',
+  'cancelled',
+  'skipped',
 ] as const;
 export type BackgroundRunStatus = (typeof BACKGROUND_RUN_STATUSES)[number];
 

@@ -15,8 +15,7 @@ import type { ChatMessage, ModelCallResult, ToolCallRequest } from './model-type
 // context fields default when absent); a v1 server refuses v2 snapshots.
 export const RUN_MACHINE_VERSION = 2;
 
-export type TerminationReason =
-  | 'stop' | 'max_steps' | 'budget_exhausted' | 'guardrail' | 'provider_error' | 'internal_error' | 'cancelled' | 'timeout';
+export type TerminationReason = 'stop' | 'max_steps' | 'budget_exhausted' | 'guardrail' | 'provider_error' | 'internal_error' | 'cancelled' | 'timeout';
 
 export interface Usage {
   requests: number;
@@ -123,9 +122,7 @@ export interface InboxRead {
   interrupt_id: string | null;
 }
 
-export type ReserveResult =
-  | { ok: true }
-  | { ok: false; on_exhausted: 'pause' | 'terminate'; request: BudgetRequest };
+export type ReserveResult = { ok: true } | { ok: false; on_exhausted: 'pause' | 'terminate'; request: BudgetRequest };
 
 export interface ModelStepResult {
   result: ModelCallResult;
@@ -323,7 +320,10 @@ export const runMachine = setup({
             assign({
               budget_request: ({ event }) => event.request,
               termination_reason: 'budget_exhausted',
-              error: ({ event }) => ({ type: 'BudgetDenied', message: `budget request denied${event.request.approver ? ` by ${event.request.approver}` : ''}${event.request.note ? `: ${event.request.note}` : ''}` }),
+              error: ({ event }) => ({
+                type: 'BudgetDenied',
+                message: `budget request denied${event.request.approver ? ` by ${event.request.approver}` : ''}${event.request.note ? `: ${event.request.note}` : ''}`,
+              }),
             }),
             { type: 'notify', params: { kind: 'resumed_budget_denied' } },
           ],
@@ -430,11 +430,17 @@ export const runMachine = setup({
     blocked: { type: 'final', entry: { type: 'notify', params: { kind: 'final' } } },
     cancelled: {
       type: 'final',
-      entry: [assign({ termination_reason: 'cancelled', error: { type: 'Cancelled', message: 'the run was cancelled' } }), { type: 'notify', params: { kind: 'final' } }],
+      entry: [
+        assign({ termination_reason: 'cancelled', error: { type: 'Cancelled', message: 'the run was cancelled' } }),
+        { type: 'notify', params: { kind: 'final' } },
+      ],
     },
     timedOut: {
       type: 'final',
-      entry: [assign({ termination_reason: 'timeout', error: { type: 'Timeout', message: 'the run exceeded its time limit' } }), { type: 'notify', params: { kind: 'final' } }],
+      entry: [
+        assign({ termination_reason: 'timeout', error: { type: 'Timeout', message: 'the run exceeded its time limit' } }),
+        { type: 'notify', params: { kind: 'final' } },
+      ],
     },
   },
 });
@@ -467,20 +473,42 @@ function errorMessage(e: unknown): string {
 export const RUN_FINAL_STATES = ['completed', 'failed', 'blocked', 'cancelled', 'timedOut'] as const;
 
 export type RunStateValue =
-  | 'checking' | 'stepping' | 'boundary' | 'interrupted' | 'budgeting' | 'afterBudget' | 'awaitingBudget' | 'calling'
-  | 'concluding' | 'governing' | 'awaitingApproval' | 'executing' | (typeof RUN_FINAL_STATES)[number];
+  | 'checking'
+  | 'stepping'
+  | 'boundary'
+  | 'interrupted'
+  | 'budgeting'
+  | 'afterBudget'
+  | 'awaitingBudget'
+  | 'calling'
+  | 'concluding'
+  | 'governing'
+  | 'awaitingApproval'
+  | 'executing'
+  | (typeof RUN_FINAL_STATES)[number];
 
 /** The stored record status for a machine state (decisions.md §3.1). */
-export function recordStatusOf(state: RunStateValue): 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout' {
+export function recordStatusOf(
+  state: RunStateValue,
+): 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout' {
   switch (state) {
-    case 'awaitingApproval': return 'awaiting_approval';
-    case 'awaitingBudget': return 'awaiting_budget';
-    case 'interrupted': return 'interrupted';
-    case 'completed': return 'completed';
-    case 'failed': return 'failed';
-    case 'blocked': return 'blocked';
-    case 'cancelled': return 'cancelled';
-    case 'timedOut': return 'timeout';
-    default: return 'running';
+    case 'awaitingApproval':
+      return 'awaiting_approval';
+    case 'awaitingBudget':
+      return 'awaiting_budget';
+    case 'interrupted':
+      return 'interrupted';
+    case 'completed':
+      return 'completed';
+    case 'failed':
+      return 'failed';
+    case 'blocked':
+      return 'blocked';
+    case 'cancelled':
+      return 'cancelled';
+    case 'timedOut':
+      return 'timeout';
+    default:
+      return 'running';
   }
 }

@@ -53,7 +53,10 @@ export const sessionMachine = setup({
       },
     },
     releasing: {
-      always: [{ guard: 'hasQueued', target: 'busy', actions: 'admitNext' }, { target: 'idle', actions: assign({ active: null }) }],
+      always: [
+        { guard: 'hasQueued', target: 'busy', actions: 'admitNext' },
+        { target: 'idle', actions: assign({ active: null }) },
+      ],
     },
   },
 });

@@ -13,9 +13,7 @@ export const SUPERVISOR_MACHINE_VERSION = 1;
  * memoises transition candidates per event type for the machine's lifetime, so unique ids would
  * grow that memo by one entry per run for ever.
  */
-export type SupervisorEvent =
-  | { type: 'SPAWN'; id: string; systemId: string; logic: AnyActorLogic; input?: unknown }
-  | { type: 'STOP'; id: string };
+export type SupervisorEvent = { type: 'SPAWN'; id: string; systemId: string; logic: AnyActorLogic; input?: unknown } | { type: 'STOP'; id: string };
 
 const CHILD_EVENT = /^xstate\.(error|done)\.actor\.(.+)$/;
 

@@ -83,11 +83,7 @@ export const taskMachine = setup({
   },
   states: {
     init: {
-      always: [
-        { guard: ({ context }) => !context.enabled, target: 'disabled' },
-        { guard: 'isPaused', target: 'paused' },
-        { target: 'scheduling' },
-      ],
+      always: [{ guard: ({ context }) => !context.enabled, target: 'disabled' }, { guard: 'isPaused', target: 'paused' }, { target: 'scheduling' }],
     },
     scheduling: {
       on: {
@@ -95,7 +91,10 @@ export const taskMachine = setup({
           actions: {
             type: 'dispatch',
             params: ({ context, event }) => ({
-              task_id: context.task_id, trigger: 'schedule' as const, occurrence: event.occurrence, query: null,
+              task_id: context.task_id,
+              trigger: 'schedule' as const,
+              occurrence: event.occurrence,
+              query: null,
               decision: decideOverlap(context.overlap_policy, event.inFlight),
             }),
           },
@@ -108,7 +107,9 @@ export const taskMachine = setup({
     // Paused stops the schedule only: an operator may still run the task by hand.
     paused: {
       on: {
-        DUE: { actions: { type: 'drop', params: ({ context, event }) => ({ task_id: context.task_id, occurrence: event.occurrence, reason: 'paused' as const }) } },
+        DUE: {
+          actions: { type: 'drop', params: ({ context, event }) => ({ task_id: context.task_id, occurrence: event.occurrence, reason: 'paused' as const }) },
+        },
         MANUAL: { actions: 'dispatchManual' },
         RESUME: { target: 'scheduling', actions: assign({ paused: false, paused_reason: null }) },
         DISABLE: { target: 'disabled', actions: assign({ enabled: false }) },
@@ -116,7 +117,9 @@ export const taskMachine = setup({
     },
     disabled: {
       on: {
-        DUE: { actions: { type: 'drop', params: ({ context, event }) => ({ task_id: context.task_id, occurrence: event.occurrence, reason: 'disabled' as const }) } },
+        DUE: {
+          actions: { type: 'drop', params: ({ context, event }) => ({ task_id: context.task_id, occurrence: event.occurrence, reason: 'disabled' as const }) },
+        },
         MANUAL: { actions: { type: 'drop', params: ({ context }) => ({ task_id: context.task_id, occurrence: null, reason: 'disabled' as const }) } },
         PAUSE: { actions: assign({ paused: true, paused_reason: ({ event }) => event.reason }) },
         RESUME: { actions: assign({ paused: false, paused_reason: null }) },

@@ -42,6 +42,8 @@ export async function buildClient({ outdir }) {
   // Type errors are `npm run typecheck`'s business; only a failed emit stops the build.
   const problems = [...result.diagnostics].filter((d) => d.category === ts.DiagnosticCategory.Error);
   if (problems.length > 0) {
-    throw new Error(`client declarations: ${ts.formatDiagnostics(problems, { getCanonicalFileName: (f) => f, getCurrentDirectory: () => ROOT, getNewLine: () => '\n' })}`);
+    throw new Error(
+      `client declarations: ${ts.formatDiagnostics(problems, { getCanonicalFileName: (f) => f, getCurrentDirectory: () => ROOT, getNewLine: () => '\n' })}`,
+    );
   }
 }

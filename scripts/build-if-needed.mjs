@@ -13,7 +13,13 @@ function newest(dir) {
   }
   return t;
 }
-const inputs = Math.max(newest('src'), newest('machines'), statSync('package.json').mtimeMs, statSync('scripts/build.mjs').mtimeMs, statSync('scripts/build-ui.mjs').mtimeMs);
+const inputs = Math.max(
+  newest('src'),
+  newest('machines'),
+  statSync('package.json').mtimeMs,
+  statSync('scripts/build.mjs').mtimeMs,
+  statSync('scripts/build-ui.mjs').mtimeMs,
+);
 // The dashboard (dist/ui/) is part of the build: a build without it is rebuilt too.
 if (!existsSync(marker) || !existsSync('dist/ui/index.html') || inputs > statSync(marker).mtimeMs) {
   process.stderr.write('agentd: building (esbuild bundle)...\n');

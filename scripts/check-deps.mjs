@@ -31,16 +31,34 @@ function expand(token) {
   const bump = (k) => filled(p.map((x, i) => (i < k - 1 ? x : i === k - 1 ? x + 1 : 0)));
   const low = filled(p);
   switch (op) {
-    case '>=': return [['>=', low]];
-    case '<': return [['<', low]];
-    case '>': return n === 3 ? [['>', low]] : [['>=', bump(n)]];
-    case '<=': return n === 3 ? [['<=', low]] : [['<', bump(n)]];
+    case '>=':
+      return [['>=', low]];
+    case '<':
+      return [['<', low]];
+    case '>':
+      return n === 3 ? [['>', low]] : [['>=', bump(n)]];
+    case '<=':
+      return n === 3 ? [['<=', low]] : [['<', bump(n)]];
     case '^': {
       const k = low[0] > 0 || n === 1 ? 1 : low[1] > 0 || n === 2 ? 2 : 3;
-      return [['>=', low], ['<', bump(k)]];
+      return [
+        ['>=', low],
+        ['<', bump(k)],
+      ];
     }
-    case '~': case '~>': return [['>=', low], ['<', bump(n === 1 ? 1 : 2)]];
-    default: return n === 3 ? [['=', low]] : [['>=', low], ['<', bump(n)]];
+    case '~':
+    case '~>':
+      return [
+        ['>=', low],
+        ['<', bump(n === 1 ? 1 : 2)],
+      ];
+    default:
+      return n === 3
+        ? [['=', low]]
+        : [
+            ['>=', low],
+            ['<', bump(n)],
+          ];
   }
 }
 
@@ -52,13 +70,18 @@ function test(op, v, c) {
 /** Whether `version` satisfies an npm semver range (the subset `engines` fields use). */
 export function satisfies(version, range) {
   const v = filled(parts(version));
-  return String(range).split('||').some((alt) => {
-    let a = alt.trim().replace(/([<>=~^]+)\s+/g, '$1');
-    const hyphen = /^(\S+)\s+-\s+(\S+)$/.exec(a);
-    if (hyphen) a = `>=${hyphen[1]} <=${hyphen[2]}`;
-    if (a === '' || a === '*' || a === 'x') return true;
-    return a.split(/\s+/).flatMap(expand).every(([op, c]) => test(op, v, c));
-  });
+  return String(range)
+    .split('||')
+    .some((alt) => {
+      let a = alt.trim().replace(/([<>=~^]+)\s+/g, '$1');
+      const hyphen = /^(\S+)\s+-\s+(\S+)$/.exec(a);
+      if (hyphen) a = `>=${hyphen[1]} <=${hyphen[2]}`;
+      if (a === '' || a === '*' || a === 'x') return true;
+      return a
+        .split(/\s+/)
+        .flatMap(expand)
+        .every(([op, c]) => test(op, v, c));
+    });
 }
 
 /** The oldest Node the project declares: `>=20.20` gives 20.20.0. */
@@ -100,7 +123,10 @@ function sourceFiles(dir, out = []) {
 /** Listed dependencies that no file in src/, scripts/ or bin/ imports. */
 export function unusedDependencies(root = ROOT) {
   const deps = Object.keys(JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).dependencies ?? {});
-  const text = ['src', 'scripts', 'bin'].flatMap((d) => sourceFiles(join(root, d))).map((f) => readFileSync(f, 'utf8')).join('\n');
+  const text = ['src', 'scripts', 'bin']
+    .flatMap((d) => sourceFiles(join(root, d)))
+    .map((f) => readFileSync(f, 'utf8'))
+    .join('\n');
   const escape = (s) => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
   return deps.filter((name) => !new RegExp(`(?:from\\s*|import\\s*\\(\\s*|require\\s*\\(\\s*)['"]${escape(name)}(?:/[^'"]*)?['"]`).test(text));
 }

@@ -10,16 +10,35 @@ import { describeMachines } from '../src/runtime/machines-info.js';
 const dataDir = mkdtempSync(join(tmpdir(), 'agentd-docs-'));
 const server = await startServer(configFromObject({ server: { port: 0 } }, { dataDir, env: {} }), { listen: false });
 // The OpenAPI document is built on first request (src/http/docs.ts), so ask for it like a client.
-const doc = (await server.app.inject({ method: 'GET', url: '/openapi.json' })).json() as { paths: Record<string, Record<string, { summary?: string; operationId?: string; tags?: string[]; responses?: Record<string, unknown>; parameters?: Array<{ in?: string; name?: string }>; requestBody?: { content?: Record<string, { schema?: { $ref?: string } }> } }>> };
+const doc = (await server.app.inject({ method: 'GET', url: '/openapi.json' })).json() as {
+  paths: Record<
+    string,
+    Record<
+      string,
+      {
+        summary?: string;
+        operationId?: string;
+        tags?: string[];
+        responses?: Record<string, unknown>;
+        parameters?: Array<{ in?: string; name?: string }>;
+        requestBody?: { content?: Record<string, { schema?: { $ref?: string } }> };
+      }
+    >
+  >;
+};
 
 const groups = new Map<string, string[]>();
 /** Operations that take an Idempotency-Key header (from the document). */
 const idempotent: string[] = [];
 for (const [path, methods] of Object.entries(doc.paths)) {
   for (const [method, op] of Object.entries(methods)) {
-    if (op.parameters?.some((p) => p.in === 'header' && p.name?.toLowerCase() === 'idempotency-key')) idempotent.push(`\`${method.toUpperCase()} ${path}\` (\`${op.operationId}\`)`);
+    if (op.parameters?.some((p) => p.in === 'header' && p.name?.toLowerCase() === 'idempotency-key'))
+      idempotent.push(`\`${method.toUpperCase()} ${path}\` (\`${op.operationId}\`)`);
     const tag = op.tags?.[0] ?? 'other';
-    const body = op.requestBody?.content?.['application/json']?.schema?.$ref?.split('/').pop()?.replace(/Input$/, '');
+    const body = op.requestBody?.content?.['application/json']?.schema?.$ref
+      ?.split('/')
+      .pop()
+      ?.replace(/Input$/, '');
     const codes = Object.keys(op.responses ?? {}).join(', ');
     const row = `| ${method.toUpperCase()} | \`${path}\` | ${op.summary ?? ''} | ${op.operationId ? `\`${op.operationId}\`` : ''} | ${body ? `\`${body}\`` : ''} | ${codes} |`;
     groups.set(tag, [...(groups.get(tag) ?? []), row]);
@@ -110,7 +129,10 @@ says what happens when the session has a run in flight. Details: [runs.md](runs.
 ## Idempotent requests
 
 These operations take an optional \`Idempotency-Key\` header (1 to 255 printable ASCII characters):
-${idempotent.sort().map((o) => `- ${o}`).join('\n')}
+${idempotent
+  .sort()
+  .map((o) => `- ${o}`)
+  .join('\n')}
 
 The same key with the same request (method, path and body) within \`idempotency.ttl_seconds\` (24 h)
 answers with the original result and never does the work twice: a retried \`POST /run\` gets the

@@ -1,7 +1,14 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { fastifySSE } from '@fastify/sse';
 import { newId } from './ids.js';
-import { clientErrorHandler, frameworkErrorReply, installErrorHandling, logServerErrorToRequestLog, type ServerErrorEntry, type ServerErrorLog } from './http/error-handler.js';
+import {
+  clientErrorHandler,
+  frameworkErrorReply,
+  installErrorHandling,
+  logServerErrorToRequestLog,
+  type ServerErrorEntry,
+  type ServerErrorLog,
+} from './http/error-handler.js';
 import { redactLogFields, redactorForConfig } from './telemetry/secrets.js';
 import { createLogger, logSettingsFromEnv } from './telemetry/logger.js';
 import { installJsonBodyParser } from './http/json-body.js';

@@ -10,7 +10,13 @@ export const systemClock: Clock = { now: () => Date.now() };
 /** A clock tests move by hand. */
 export class ManualClock implements Clock {
   constructor(private ms: number = Date.parse('2026-01-01T00:00:00Z')) {}
-  now(): number { return this.ms; }
-  set(ms: number | string): void { this.ms = typeof ms === 'string' ? Date.parse(ms) : ms; }
-  advance(ms: number): void { this.ms += ms; }
+  now(): number {
+    return this.ms;
+  }
+  set(ms: number | string): void {
+    this.ms = typeof ms === 'string' ? Date.parse(ms) : ms;
+  }
+  advance(ms: number): void {
+    this.ms += ms;
+  }
 }

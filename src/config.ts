@@ -10,11 +10,12 @@ import { otlpEnvValues } from './telemetry/otlp-env.js';
 // ("Too small: expected number to be >0") read poorly at start-up.
 
 const posInt = (what = 'a positive integer') =>
-  z.number({ error: `expected ${what}` }).int({ error: `expected ${what}` }).min(1, { error: `expected ${what}` });
-const posNumber = (what = 'a number greater than 0') =>
-  z.number({ error: `expected ${what}` }).positive({ error: `expected ${what}` });
-const nonNegNumber = (what = 'a number >= 0') =>
-  z.number({ error: `expected ${what}` }).min(0, { error: `expected ${what}` });
+  z
+    .number({ error: `expected ${what}` })
+    .int({ error: `expected ${what}` })
+    .min(1, { error: `expected ${what}` });
+const posNumber = (what = 'a number greater than 0') => z.number({ error: `expected ${what}` }).positive({ error: `expected ${what}` });
+const nonNegNumber = (what = 'a number >= 0') => z.number({ error: `expected ${what}` }).min(0, { error: `expected ${what}` });
 const str = () => z.string({ error: 'expected a string' });
 const nonEmpty = () => z.string({ error: 'expected a non-empty string' }).min(1, { error: 'expected a non-empty string' });
 const bool = () => z.boolean({ error: 'expected true or false' });
@@ -36,16 +37,26 @@ const ServerConfig = obj({
     .max(65535, { error: 'expected an integer port between 0 and 65535' })
     .default(8000)
     .describe('TCP port; 0 picks a free one.'),
-  max_body_bytes: posInt().default(1024 * 1024).describe('Largest accepted request body (413 beyond).'),
+  max_body_bytes: posInt()
+    .default(1024 * 1024)
+    .describe('Largest accepted request body (413 beyond).'),
   request_timeout_seconds: posNumber().default(300).describe('Outer timeout of a request, and the default wait budget of a `wait` run.'),
   max_concurrent_runs: posInt().default(64).describe('Live runs per process; more wait up to 5 s, then 503.'),
   headers_timeout_seconds: posNumber().default(10).describe('A client must send its request headers within this time, or the connection is closed (408).'),
-  body_timeout_seconds: posNumber().default(30).describe('A client must send its whole request (headers and body) within this time, or the connection is closed (408). At least headers_timeout_seconds.'),
+  body_timeout_seconds: posNumber()
+    .default(30)
+    .describe('A client must send its whole request (headers and body) within this time, or the connection is closed (408). At least headers_timeout_seconds.'),
   keep_alive_timeout_seconds: posNumber().default(5).describe('An idle keep-alive connection is closed after this time without a new request.'),
   max_connections: posInt().default(4096).describe('Open TCP connections at most; more are closed at once. Keep it under the process file-descriptor limit.'),
   max_json_depth: posInt().default(64).describe('Deepest nesting of arrays and objects accepted in a JSON body (422 beyond).'),
-  stream_max_queued_events: posInt().default(1000).describe('SSE frames one stream may hold for a slow reader; past it the stream gets an error frame (StreamOverflow) and is closed, to resume with Last-Event-ID.'),
-  stream_max_queued_bytes: posInt().default(8 * 1024 * 1024).describe('Bytes of SSE frames one stream may hold for a slow reader (same rule).'),
+  stream_max_queued_events: posInt()
+    .default(1000)
+    .describe(
+      'SSE frames one stream may hold for a slow reader; past it the stream gets an error frame (StreamOverflow) and is closed, to resume with Last-Event-ID.',
+    ),
+  stream_max_queued_bytes: posInt()
+    .default(8 * 1024 * 1024)
+    .describe('Bytes of SSE frames one stream may hold for a slow reader (same rule).'),
 });
 
 const StoreConfig = obj({
@@ -54,8 +65,12 @@ const StoreConfig = obj({
   url: nonEmpty()
     .refine((u) => /^postgres(ql)?:\/\//i.test(u), { error: 'expected a postgres:// or postgresql:// connection string' })
     .optional()
-    .describe('PostgreSQL connection string (postgres://user:password@host:5432/db); required when kind is postgres. Env: AGENTD_STORE_URL. The password is never logged.'),
-  sync: bool().default(true).describe('fsync every write batch of the embedded store. false: writes survive a killed process but not a power loss, for more throughput.'),
+    .describe(
+      'PostgreSQL connection string (postgres://user:password@host:5432/db); required when kind is postgres. Env: AGENTD_STORE_URL. The password is never logged.',
+    ),
+  sync: bool()
+    .default(true)
+    .describe('fsync every write batch of the embedded store. false: writes survive a killed process but not a power loss, for more throughput.'),
   pool_size: posInt().default(10).describe('PostgreSQL: connections in the pool of this process.'),
   statement_timeout_ms: z
     .number({ error: 'expected an integer >= 0' })
@@ -73,7 +88,8 @@ const ModelConfig = obj({
   model: nonEmpty().optional().describe('Model name; "demo" for the demo provider.'),
   api_key_env: nonEmpty().optional().describe('Name of an environment variable holding the API key.'),
   max_output_tokens: posInt().default(1024),
-  temperature: z.number({ error: 'expected a number between 0 and 2' })
+  temperature: z
+    .number({ error: 'expected a number between 0 and 2' })
     .min(0, { error: 'expected a number between 0 and 2' })
     .max(2, { error: 'expected a number between 0 and 2' })
     .optional(),
@@ -81,7 +97,9 @@ const ModelConfig = obj({
 
 // MCP tool names become `<server>__<tool>`, and model APIs accept only [a-zA-Z0-9_-] in names.
 const mcpServerName = () =>
-  z.string({ error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' }).regex(/^[a-zA-Z0-9_-]{1,48}$/, { error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' });
+  z
+    .string({ error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' })
+    .regex(/^[a-zA-Z0-9_-]{1,48}$/, { error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' });
 
 const McpStdioServer = obj({
   name: mcpServerName(),
@@ -148,7 +166,8 @@ const BudgetRule = obj({
   limit: posNumber(),
   window: oneOf(['total', 'day', 'month']).default('total'),
   on_exhausted: oneOf(['pause', 'terminate']).default('pause'),
-  warn_at: z.number({ error: 'expected a fraction between 0 and 1' })
+  warn_at: z
+    .number({ error: 'expected a fraction between 0 and 1' })
     .gt(0, { error: 'expected a fraction between 0 and 1' })
     .max(1, { error: 'expected a fraction between 0 and 1' })
     .default(0.8),
@@ -170,7 +189,11 @@ const PriceConfig = obj({
 const OrphanSweepConfig = obj({
   enabled: bool().default(true),
   interval_seconds: posNumber().default(30),
-  max_concurrent: posInt().optional().describe('Recovered runs (resumed by the orphan sweep, at start-up or later) live at once. Default: a quarter of server.max_concurrent_runs, at least 1; never more than max_concurrent_runs - 1, so new runs always have a slot.'),
+  max_concurrent: posInt()
+    .optional()
+    .describe(
+      'Recovered runs (resumed by the orphan sweep, at start-up or later) live at once. Default: a quarter of server.max_concurrent_runs, at least 1; never more than max_concurrent_runs - 1, so new runs always have a slot.',
+    ),
   max_recoveries: posInt().default(3),
   decided_grace_seconds: nonNegNumber().default(30),
 });
@@ -180,7 +203,9 @@ const RunsConfig = obj({
   orphan_sweep: OrphanSweepConfig.prefault({}),
   session_policy: oneOf(['enqueue', 'reject', 'interrupt', 'rollback'] as const)
     .default('enqueue')
-    .describe('What a run does when its session already has a run in flight: enqueue (wait its turn), reject (409), interrupt (the running one stops at its next step boundary; the new one continues its conversation), rollback (the running one is cancelled and its turn removed). A request overrides it with `session_policy`.'),
+    .describe(
+      'What a run does when its session already has a run in flight: enqueue (wait its turn), reject (409), interrupt (the running one stops at its next step boundary; the new one continues its conversation), rollback (the running one is cancelled and its turn removed). A request overrides it with `session_policy`.',
+    ),
 });
 
 const BackgroundConfig = obj({
@@ -201,7 +226,8 @@ const BackgroundConfig = obj({
     sweep_interval_seconds: posNumber().default(60),
   }).prefault({}),
   workspace: obj({
-    allow_shared_namespaces: bool().default(false)
+    allow_shared_namespaces: bool()
+      .default(false)
       .describe('Let namespace_template resolve anywhere under workspace_root (e.g. a session folder); default: only under background/<agent_id>/<task_id>/.'),
   }).prefault({}),
 });
@@ -210,10 +236,14 @@ const BackgroundConfig = obj({
 // commands to start, so both are opt-in: a local tools module must lie in one of `tools_dirs`, an
 // MCP stdio server's command must be listed in `mcp_commands`.
 const AgentsConfig = obj({
-  tools_dirs: arr(nonEmpty()).default([])
-    .describe("Directories a registered agent's local_tools_ref may load a module from (relative: against the config file). Empty: no registered agent may load a tools module."),
-  mcp_commands: arr(nonEmpty()).default([])
-    .describe('Commands a registered agent\'s MCP stdio server may run (exact match). Empty: only MCP servers over HTTP.'),
+  tools_dirs: arr(nonEmpty())
+    .default([])
+    .describe(
+      "Directories a registered agent's local_tools_ref may load a module from (relative: against the config file). Empty: no registered agent may load a tools module.",
+    ),
+  mcp_commands: arr(nonEmpty())
+    .default([])
+    .describe("Commands a registered agent's MCP stdio server may run (exact match). Empty: only MCP servers over HTTP."),
   max_cached: posInt().default(32).describe('Built agents kept in memory at most (least recently used ones are let go; a run keeps its own until it ends).'),
 });
 
@@ -221,11 +251,19 @@ const TelemetryConfig = obj({
   capture: oneOf(['full', 'metadata_only']).default('full'),
   retention_days: posNumber().default(30),
   otlp: obj({
-    endpoint: url().optional().describe('OTLP/HTTP base endpoint, `/v1/traces` appended; default OTEL_EXPORTER_OTLP_ENDPOINT; export is off when neither endpoint is set.'),
+    endpoint: url()
+      .optional()
+      .describe('OTLP/HTTP base endpoint, `/v1/traces` appended; default OTEL_EXPORTER_OTLP_ENDPOINT; export is off when neither endpoint is set.'),
     traces_endpoint: url().optional().describe('Full OTLP/HTTP traces URL, used as is; wins over endpoint; default OTEL_EXPORTER_OTLP_TRACES_ENDPOINT.'),
-    headers: strMap().default({}).describe('Sent with every export; also OTEL_EXPORTER_OTLP_HEADERS / _TRACES_HEADERS (a header the file names wins). Secret: redacted everywhere.'),
-    protocol: oneOf(['http/protobuf', 'http/json']).default('http/protobuf').describe('Default OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf.'),
-    timeout_ms: posInt('a whole number of milliseconds from 1 to 300000').max(300_000, { error: 'expected a whole number of milliseconds from 1 to 300000' }).default(10_000)
+    headers: strMap()
+      .default({})
+      .describe('Sent with every export; also OTEL_EXPORTER_OTLP_HEADERS / _TRACES_HEADERS (a header the file names wins). Secret: redacted everywhere.'),
+    protocol: oneOf(['http/protobuf', 'http/json'])
+      .default('http/protobuf')
+      .describe('Default OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf.'),
+    timeout_ms: posInt('a whole number of milliseconds from 1 to 300000')
+      .max(300_000, { error: 'expected a whole number of milliseconds from 1 to 300000' })
+      .default(10_000)
       .describe('Per-request timeout; default OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT, else 10000.'),
     service_name: nonEmpty().default('agentd').describe('Resource service.name; default OTEL_SERVICE_NAME, else agentd.'),
   }).prefault({}),
@@ -252,13 +290,23 @@ const IdempotencyConfig = obj({
 });
 
 export const WEBHOOK_EVENTS = [
-  'run.completed', 'run.failed', 'run.cancelled', 'run.awaiting_approval', 'run.awaiting_budget',
-  'background_run.completed', 'background_run.failed', 'background_run.cancelled', 'background_run.timeout', 'background_run.skipped',
+  'run.completed',
+  'run.failed',
+  'run.cancelled',
+  'run.awaiting_approval',
+  'run.awaiting_budget',
+  'background_run.completed',
+  'background_run.failed',
+  'background_run.cancelled',
+  'background_run.timeout',
+  'background_run.skipped',
 ] as const;
 
 const WebhookEndpoint = obj({
   url: url(),
-  events: arr(oneOf(WEBHOOK_EVENTS)).min(1, { error: 'expected at least one event' }).default([...WEBHOOK_EVENTS]),
+  events: arr(oneOf(WEBHOOK_EVENTS))
+    .min(1, { error: 'expected at least one event' })
+    .default([...WEBHOOK_EVENTS]),
   secret: nonEmpty().optional().describe('Signing secret as a value (`whsec_<base64>` or any text); prefer secret_env. Never stored, logged or exported.'),
   secret_env: nonEmpty().optional().describe('Name of an environment variable holding the signing secret.'),
 });
@@ -266,7 +314,8 @@ const WebhookEndpoint = obj({
 // Completion webhooks (docs/webhooks.md).
 const WebhooksConfig = obj({
   endpoints: arr(WebhookEndpoint).default([]).describe('Receivers of every matching event.'),
-  allow_request_hosts: arr(nonEmpty()).default([])
+  allow_request_hosts: arr(nonEmpty())
+    .default([])
     .describe('Hosts a per-request `webhook` URL may name (`example.com`, `*.example.com`, `host:port`); empty: per-request webhooks are refused (SSRF).'),
   request_secret: nonEmpty().optional().describe('Signing secret of per-request webhooks, as a value.'),
   request_secret_env: nonEmpty().optional().describe('Name of an environment variable holding the signing secret of per-request webhooks.'),
@@ -315,11 +364,7 @@ export const ConfigSchema = obj({
 
 type ParsedConfig = z.output<typeof ConfigSchema>;
 
-type DeepReadonly<T> = T extends (infer U)[]
-  ? ReadonlyArray<DeepReadonly<U>>
-  : T extends object
-    ? { readonly [K in keyof T]: DeepReadonly<T[K]> }
-    : T;
+type DeepReadonly<T> = T extends (infer U)[] ? ReadonlyArray<DeepReadonly<U>> : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> } : T;
 
 type ResolvedModel = Omit<ParsedConfig['agent']['model'], 'model'> & {
   model: string;
@@ -350,7 +395,10 @@ type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background' 
 export type Config = DeepReadonly<Resolved>;
 
 export class ConfigError extends Error {
-  constructor(readonly problems: string[], source: string | null = null) {
+  constructor(
+    readonly problems: string[],
+    source: string | null = null,
+  ) {
     super(`Invalid configuration${source ? ` (${source})` : ''}:\n${problems.map((p) => `  ${p}`).join('\n')}`);
     this.name = 'ConfigError';
   }
@@ -475,7 +523,12 @@ function issueLines(issues: readonly z.core.$ZodIssue[], sources: Map<string, st
     if (issue.code === 'invalid_union') {
       // MCP servers: the shape is either {name, command} or {name, url}; name the closest branch.
       const best = issue.errors.reduce((a, b) => (b.length < a.length ? b : a), issue.errors[0] ?? []);
-      lines.push(...issueLines(best.map((sub) => ({ ...sub, path: [...issue.path, ...sub.path] })), sources));
+      lines.push(
+        ...issueLines(
+          best.map((sub) => ({ ...sub, path: [...issue.path, ...sub.path] })),
+          sources,
+        ),
+      );
       continue;
     }
     lines.push(`${label(path === '' ? '(root)' : path)}: ${issue.message}`);
@@ -588,12 +641,11 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
   if ((m.provider === 'openai' || m.provider === 'anthropic') && apiKey === null) {
     problems.push(
       `agent.model.api_key: provider "${m.provider}" needs an API key: set AGENTD_MODEL_API_KEY` +
-        (m.api_key_env ? `, ${m.api_key_env}` : '') + ` or ${fallbackKeyEnv}`,
+        (m.api_key_env ? `, ${m.api_key_env}` : '') +
+        ` or ${fallbackKeyEnv}`,
     );
   }
-  const usesCost = (['run', 'session', 'agent', 'application'] as const).some((scope) =>
-    c.budgets[scope].some((b) => b.meter === 'cost_usd'),
-  );
+  const usesCost = (['run', 'session', 'agent', 'application'] as const).some((scope) => c.budgets[scope].some((b) => b.meter === 'cost_usd'));
   if (usesCost && modelName !== undefined && c.pricing[modelName] === undefined) {
     problems.push(`pricing: a cost_usd budget needs a price for model "${modelName}" (pricing.${modelName})`);
   }

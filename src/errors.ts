@@ -8,15 +8,29 @@ export const ERROR_CODES = {
   Unauthorized: { status: 401, retryable: false, description: 'No valid API key was presented.' },
   Forbidden: { status: 403, retryable: false, description: "The API key's role does not allow this request." },
   NotFound: { status: 404, retryable: false, description: 'The named resource does not exist.' },
-  RequestTimeout: { status: 408, retryable: true, description: 'The request headers or body did not arrive within `server.headers_timeout_seconds` / `server.body_timeout_seconds`; the connection is closed.' },
+  RequestTimeout: {
+    status: 408,
+    retryable: true,
+    description:
+      'The request headers or body did not arrive within `server.headers_timeout_seconds` / `server.body_timeout_seconds`; the connection is closed.',
+  },
   Conflict: { status: 409, retryable: false, description: 'The resource is not in a state that allows this request (already decided, exists, ended, ...).' },
   PayloadTooLarge: { status: 413, retryable: false, description: 'The body is larger than `server.max_body_bytes`.' },
   URITooLong: { status: 414, retryable: false, description: 'A path segment is longer than any id the API accepts (1,024 characters).' },
   UnsupportedMediaType: { status: 415, retryable: false, description: 'The body is not JSON.' },
-  RequestHeaderFieldsTooLarge: { status: 431, retryable: false, description: "The request headers are larger than Node's limit (16 KiB); the connection is closed." },
+  RequestHeaderFieldsTooLarge: {
+    status: 431,
+    retryable: false,
+    description: "The request headers are larger than Node's limit (16 KiB); the connection is closed.",
+  },
   TooManyRequests: { status: 429, retryable: true, description: 'Rate limited; retry after `Retry-After` seconds.' },
   InternalServerError: { status: 500, retryable: true, description: 'A bug. Never carries a stack trace or a credential.' },
-  ServerBusy: { status: 503, retryable: true, description: 'No run slot became free in time, the service is shutting down, or the database of its store does not answer (PostgreSQL); retry after `Retry-After` seconds.' },
+  ServerBusy: {
+    status: 503,
+    retryable: true,
+    description:
+      'No run slot became free in time, the service is shutting down, or the database of its store does not answer (PostgreSQL); retry after `Retry-After` seconds.',
+  },
   GatewayTimeout: { status: 504, retryable: true, description: 'The run did not finish within the request timeout; it goes on and can be inspected later.' },
 } as const;
 
@@ -48,7 +62,10 @@ export const conflict = (message: string, detail: string | null = null) => new A
  * timeout) rather than ErrorResponse.
  */
 export class HttpDetailError extends Error {
-  constructor(readonly status: number, readonly detail: unknown) {
+  constructor(
+    readonly status: number,
+    readonly detail: unknown,
+  ) {
     super(typeof detail === 'string' ? detail : `HTTP ${status}`);
     this.name = 'HttpDetailError';
   }
@@ -69,7 +86,11 @@ export class HttpValidationFailure extends Error {
 /** Carries zod's issues to the error handler, which renders them as HTTPValidationError. */
 export class RequestValidationError extends Error {
   readonly statusCode = 422;
-  constructor(readonly part: 'body' | 'query' | 'path' | 'header', readonly issues: core.$ZodIssue[], readonly data: unknown) {
+  constructor(
+    readonly part: 'body' | 'query' | 'path' | 'header',
+    readonly issues: core.$ZodIssue[],
+    readonly data: unknown,
+  ) {
     super(`request ${part} is invalid`);
     this.name = 'RequestValidationError';
   }

@@ -5,8 +5,21 @@ import { customAlphabet } from 'nanoid';
 const nano = customAlphabet('0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ', 21);
 
 export type IdPrefix =
-  | 'run' | 'approval' | 'budgetreq' | 'trace' | 'span' | 'event' | 'attempt' | 'outcome'
-  | 'worker' | 'session' | 'req' | 'bgrun' | 'call' | 'steer' | 'interrupt';
+  | 'run'
+  | 'approval'
+  | 'budgetreq'
+  | 'trace'
+  | 'span'
+  | 'event'
+  | 'attempt'
+  | 'outcome'
+  | 'worker'
+  | 'session'
+  | 'req'
+  | 'bgrun'
+  | 'call'
+  | 'steer'
+  | 'interrupt';
 
 export function newId(prefix: IdPrefix): string {
   return `${prefix}_${nano()}`;

@@ -26,20 +26,32 @@ export interface Server {
  * `logRequests`: a line per request (default AGENTD_LOG_REQUESTS=1). `log`: the runtime's
  * callback, default the logger.
  */
-export async function startServer(config: Config, opts: RuntimeOptions & { logger?: Logger; logRequests?: boolean; listen?: boolean; logServerError?: ServerErrorLog } = {}): Promise<Server> {
+export async function startServer(
+  config: Config,
+  opts: RuntimeOptions & { logger?: Logger; logRequests?: boolean; listen?: boolean; logServerError?: ServerErrorLog } = {},
+): Promise<Server> {
   const logger = opts.logger ?? createLogger({ ...logSettingsFromEnv(), redactor: redactorForConfig(config) });
   mkdirSync(config.data_dir, { recursive: true });
   const store =
     config.store.kind === 'postgres'
       ? await openStore({
-          kind: 'postgres', url: config.store.url, poolSize: config.store.pool_size, statementTimeoutMs: config.store.statement_timeout_ms,
+          kind: 'postgres',
+          url: config.store.url,
+          poolSize: config.store.pool_size,
+          statementTimeoutMs: config.store.statement_timeout_ms,
           log: (level, msg) => logger[level](msg),
         })
       : await openStore({ kind: 'level', path: config.store.path, sync: config.store.sync });
   const runtime = await Runtime.create(config, store, { ...opts, log: opts.log ?? logFnOf(logger) });
   const app = await buildApp({
-    config, store, runtime, version: readVersion(), logger, logRequests: opts.logRequests ?? process.env.AGENTD_LOG_REQUESTS === '1',
-    authEnabled: config.auth.api_keys.length > 0, logServerError: opts.logServerError,
+    config,
+    store,
+    runtime,
+    version: readVersion(),
+    logger,
+    logRequests: opts.logRequests ?? process.env.AGENTD_LOG_REQUESTS === '1',
+    authEnabled: config.auth.api_keys.length > 0,
+    logServerError: opts.logServerError,
   });
   let url = '';
   if (opts.listen !== false) {
@@ -48,7 +60,11 @@ export async function startServer(config: Config, opts: RuntimeOptions & { logge
   await runtime.start();
   let closed = false;
   return {
-    app, runtime, store, url, logger,
+    app,
+    runtime,
+    store,
+    url,
+    logger,
     async close(graceMs = 30_000) {
       if (closed) return;
       closed = true;

@@ -29,9 +29,20 @@ describe('loadConfig defaults', () => {
   const c = loadConfig({ argv: [], env: {}, cwd: dir });
 
   it('has every documented default', () => {
-    expect(c.server).toEqual({ host: '127.0.0.1', port: 8000, max_body_bytes: 1048576, request_timeout_seconds: 300, max_concurrent_runs: 64,
-      headers_timeout_seconds: 10, body_timeout_seconds: 30, keep_alive_timeout_seconds: 5, max_connections: 4096, max_json_depth: 64,
-      stream_max_queued_events: 1000, stream_max_queued_bytes: 8388608 });
+    expect(c.server).toEqual({
+      host: '127.0.0.1',
+      port: 8000,
+      max_body_bytes: 1048576,
+      request_timeout_seconds: 300,
+      max_concurrent_runs: 64,
+      headers_timeout_seconds: 10,
+      body_timeout_seconds: 30,
+      keep_alive_timeout_seconds: 5,
+      max_connections: 4096,
+      max_json_depth: 64,
+      stream_max_queued_events: 1000,
+      stream_max_queued_bytes: 8388608,
+    });
     expect(c.data_dir).toBe(join(dir, '.agentd'));
     expect(c.config_path).toBeNull();
     expect(c.store).toEqual({ kind: 'level', path: join(dir, '.agentd'), sync: true, pool_size: 10, statement_timeout_ms: 30000 });
@@ -47,8 +58,12 @@ describe('loadConfig defaults', () => {
       session_policy: 'enqueue',
     });
     expect(c.background).toEqual({
-      enabled: true, agent_id: 'default', lease_seconds: 30, concurrency: 4,
-      workspace_root: join(dir, '.agentd', 'workspaces'), poll_interval_ms: 250,
+      enabled: true,
+      agent_id: 'default',
+      lease_seconds: 30,
+      concurrency: 4,
+      workspace_root: join(dir, '.agentd', 'workspaces'),
+      poll_interval_ms: 250,
       run_retention: { max_age_days: 30, max_runs_per_task: 1000, sweep_interval_seconds: 60 },
       workspace: { allow_shared_namespaces: false },
     });
@@ -138,37 +153,47 @@ describe('errors', () => {
     const path = writeConfig({ server: { prot: 8000 }, agent: { max_steps: 0 }, telemetry: { capture: 'some' } });
     const e = configError(() => loadConfig({ configPath: path, env: {} }));
     expect(e.message).toContain(path);
-    expect(e.problems).toEqual(expect.arrayContaining([
-      'unknown key: server.prot',
-      'agent.max_steps: expected a positive integer',
-      'telemetry.capture: expected one of "full", "metadata_only"',
-    ]));
+    expect(e.problems).toEqual(
+      expect.arrayContaining([
+        'unknown key: server.prot',
+        'agent.max_steps: expected a positive integer',
+        'telemetry.capture: expected one of "full", "metadata_only"',
+      ]),
+    );
     expect(e.problems).toHaveLength(3);
     for (const p of e.problems) expect(e.message).toContain(p);
   });
 
   it('names the env var or flag that supplied a bad value', () => {
-    expect(configError(() => loadConfig({ env: { AGENTD_PORT: 'eighty' } })).problems)
-      .toEqual(['server.port (from AGENTD_PORT): expected an integer port between 0 and 65535']);
-    expect(configError(() => loadConfig({ argv: ['--port', '70000'], env: {} })).problems)
-      .toEqual(['server.port (from --port): expected an integer port between 0 and 65535']);
+    expect(configError(() => loadConfig({ env: { AGENTD_PORT: 'eighty' } })).problems).toEqual([
+      'server.port (from AGENTD_PORT): expected an integer port between 0 and 65535',
+    ]);
+    expect(configError(() => loadConfig({ argv: ['--port', '70000'], env: {} })).problems).toEqual([
+      'server.port (from --port): expected an integer port between 0 and 65535',
+    ]);
     expect(configError(() => loadConfig({ argv: ['--port'], env: {} })).problems).toEqual(['--port: expected a value']);
   });
 
   it('unknown top-level keys, nested array paths and cross-field rules', () => {
     expect(configError(() => configFromObject({ servr: {} }, { env: {} })).problems).toEqual(['unknown key: servr']);
-    expect(configError(() => configFromObject({ agent: { tools: { mcp: [{ name: 'fs', command: 7 }] } } }, { env: {} })).problems)
-      .toEqual(['agent.tools.mcp[0].command: expected a non-empty string']);
-    expect(configError(() => configFromObject({ store: { kind: 'postgres' } }, { env: {} })).problems)
-      .toEqual(['store.url: required when store.kind is "postgres"']);
-    expect(configError(() => configFromObject({ budgets: { run: [{ meter: 'cost_usd', limit: 1 }] } }, { env: {} })).problems[0])
-      .toMatch(/^pricing: a cost_usd budget needs a price for model "demo"/);
-    expect(configError(() => configFromObject({ agent: { model: { provider: 'openai', model: 'gpt-x' } } }, { env: {} })).problems[0])
-      .toMatch(/^agent\.model\.api_key: provider "openai" needs an API key/);
-    expect(configError(() => configFromObject({ agent: { guardrails: { deny_patterns: ['('] } } }, { env: {} })).problems)
-      .toEqual(['agent.guardrails.deny_patterns[0]: expected a valid regular expression']);
-    expect(configError(() => configFromObject({ budgets: { session: [{ meter: 'tokens', limit: 0 }] } }, { env: {} })).problems)
-      .toEqual(['budgets.session[0].limit: expected a number greater than 0']);
+    expect(configError(() => configFromObject({ agent: { tools: { mcp: [{ name: 'fs', command: 7 }] } } }, { env: {} })).problems).toEqual([
+      'agent.tools.mcp[0].command: expected a non-empty string',
+    ]);
+    expect(configError(() => configFromObject({ store: { kind: 'postgres' } }, { env: {} })).problems).toEqual([
+      'store.url: required when store.kind is "postgres"',
+    ]);
+    expect(configError(() => configFromObject({ budgets: { run: [{ meter: 'cost_usd', limit: 1 }] } }, { env: {} })).problems[0]).toMatch(
+      /^pricing: a cost_usd budget needs a price for model "demo"/,
+    );
+    expect(configError(() => configFromObject({ agent: { model: { provider: 'openai', model: 'gpt-x' } } }, { env: {} })).problems[0]).toMatch(
+      /^agent\.model\.api_key: provider "openai" needs an API key/,
+    );
+    expect(configError(() => configFromObject({ agent: { guardrails: { deny_patterns: ['('] } } }, { env: {} })).problems).toEqual([
+      'agent.guardrails.deny_patterns[0]: expected a valid regular expression',
+    ]);
+    expect(configError(() => configFromObject({ budgets: { session: [{ meter: 'tokens', limit: 0 }] } }, { env: {} })).problems).toEqual([
+      'budgets.session[0].limit: expected a number greater than 0',
+    ]);
   });
 
   it('store: AGENTD_STORE_URL picks PostgreSQL unless the file names a kind; pool and timeout keys; a non-postgres URL is refused without echoing it', () => {
@@ -176,8 +201,11 @@ describe('errors', () => {
     const fromEnv = configFromObject({}, { env: { AGENTD_STORE_URL: url } });
     expect(fromEnv.store).toMatchObject({ kind: 'postgres', url, pool_size: 10, statement_timeout_ms: 30000 });
     expect(configFromObject({ store: { kind: 'level' } }, { env: { AGENTD_STORE_URL: url } }).store.kind).toBe('level');
-    expect(configFromObject({ store: { kind: 'postgres', url: 'postgres://x/y', pool_size: 3, statement_timeout_ms: 0 } }, { env: {} }).store)
-      .toMatchObject({ pool_size: 3, statement_timeout_ms: 0, url: 'postgres://x/y' });
+    expect(configFromObject({ store: { kind: 'postgres', url: 'postgres://x/y', pool_size: 3, statement_timeout_ms: 0 } }, { env: {} }).store).toMatchObject({
+      pool_size: 3,
+      statement_timeout_ms: 0,
+      url: 'postgres://x/y',
+    });
     const problems = configError(() => configFromObject({ store: { kind: 'postgres', url: 'mysql://u:hunter2-secret@h/db' } }, { env: {} })).problems;
     expect(problems).toEqual(['store.url: expected a postgres:// or postgresql:// connection string']);
     expect(configError(() => configFromObject({ store: { pool_size: 0 } }, { env: {} })).problems).toEqual(['store.pool_size: expected a positive integer']);
@@ -192,29 +220,41 @@ describe('errors', () => {
 
 describe('a full file', () => {
   it('accepts every section of decisions.md §10', () => {
-    const c = configFromObject({
-      $schema: './agentd.schema.json',
-      server: { host: '0.0.0.0', port: 0, max_body_bytes: 2048, request_timeout_seconds: 10, max_concurrent_runs: 2 },
-      store: { kind: 'postgres', url: 'postgres://localhost/agentd' },
-      agent: {
-        name: 'helper', system_instruction: 'Be brief.', max_steps: 5,
-        model: { provider: 'anthropic', model: 'claude-x', api_key_env: 'MY_KEY', max_output_tokens: 512, temperature: 0.2 },
-        tools: {
-          local: './tools.mjs',
-          mcp: [{ name: 'fs', command: 'npx', args: ['-y', 'server-fs'] }, { name: 'web', url: 'http://localhost:3001/mcp', headers: { a: 'b' } }],
-          builtin: ['clock'],
+    const c = configFromObject(
+      {
+        $schema: './agentd.schema.json',
+        server: { host: '0.0.0.0', port: 0, max_body_bytes: 2048, request_timeout_seconds: 10, max_concurrent_runs: 2 },
+        store: { kind: 'postgres', url: 'postgres://localhost/agentd' },
+        agent: {
+          name: 'helper',
+          system_instruction: 'Be brief.',
+          max_steps: 5,
+          model: { provider: 'anthropic', model: 'claude-x', api_key_env: 'MY_KEY', max_output_tokens: 512, temperature: 0.2 },
+          tools: {
+            local: './tools.mjs',
+            mcp: [
+              { name: 'fs', command: 'npx', args: ['-y', 'server-fs'] },
+              { name: 'web', url: 'http://localhost:3001/mcp', headers: { a: 'b' } },
+            ],
+            builtin: ['clock'],
+          },
+          subagents: [{ name: 'researcher', description: 'looks things up', tools: ['clock'] }],
+          guardrails: { max_input_chars: 1000, deny_patterns: ['pass(word)?'] },
         },
-        subagents: [{ name: 'researcher', description: 'looks things up', tools: ['clock'] }],
-        guardrails: { max_input_chars: 1000, deny_patterns: ['pass(word)?'] },
+        governance: { enabled: true, default_effect: 'ask', approval_expires_seconds: 60, rules: [{ tools: ['send_*'], effect: 'ask', reason: 'emails' }] },
+        budgets: {
+          run: [{ meter: 'cost_usd', limit: 0.5 }],
+          session: [{ meter: 'tokens', limit: 10000, window: 'day', on_exhausted: 'terminate', warn_at: 0.9 }],
+          application_id: 'prod',
+        },
+        pricing: { 'claude-x': { input_per_million_usd: 3, output_per_million_usd: 15 } },
+        runs: { lease_seconds: 20, orphan_sweep: { enabled: false } },
+        background: { enabled: false, agent_id: 'bg', concurrency: 1 },
+        telemetry: { capture: 'metadata_only', retention_days: 7, otlp: { endpoint: 'http://otel:4318', protocol: 'http/protobuf' } },
+        auth: { api_keys: [{ name: 'ops', key_sha256: 'A'.repeat(64), role: 'admin' }], bind_approver: true },
       },
-      governance: { enabled: true, default_effect: 'ask', approval_expires_seconds: 60, rules: [{ tools: ['send_*'], effect: 'ask', reason: 'emails' }] },
-      budgets: { run: [{ meter: 'cost_usd', limit: 0.5 }], session: [{ meter: 'tokens', limit: 10000, window: 'day', on_exhausted: 'terminate', warn_at: 0.9 }], application_id: 'prod' },
-      pricing: { 'claude-x': { input_per_million_usd: 3, output_per_million_usd: 15 } },
-      runs: { lease_seconds: 20, orphan_sweep: { enabled: false } },
-      background: { enabled: false, agent_id: 'bg', concurrency: 1 },
-      telemetry: { capture: 'metadata_only', retention_days: 7, otlp: { endpoint: 'http://otel:4318', protocol: 'http/protobuf' } },
-      auth: { api_keys: [{ name: 'ops', key_sha256: 'A'.repeat(64), role: 'admin' }], bind_approver: true },
-    }, { env: { MY_KEY: 'sk-ant' }, baseDir: dir, dataDir: join(dir, 'data') });
+      { env: { MY_KEY: 'sk-ant' }, baseDir: dir, dataDir: join(dir, 'data') },
+    );
     expect(c.agent.model.api_key).toBe('sk-ant');
     expect(c.agent.tools.local).toBe(join(dir, 'tools.mjs'));
     expect(c.agent.tools.mcp[0]).toEqual({ name: 'fs', command: 'npx', args: ['-y', 'server-fs'], env: {} });
@@ -233,9 +273,9 @@ describe('configJsonSchema', () => {
       additionalProperties: boolean;
     };
     expect(s.$schema).toBe('https://json-schema.org/draft/2020-12/schema');
-    expect(Object.keys(s.properties)).toEqual(expect.arrayContaining([
-      'server', 'store', 'agent', 'governance', 'budgets', 'pricing', 'runs', 'background', 'telemetry', 'auth',
-    ]));
+    expect(Object.keys(s.properties)).toEqual(
+      expect.arrayContaining(['server', 'store', 'agent', 'governance', 'budgets', 'pricing', 'runs', 'background', 'telemetry', 'auth']),
+    );
     expect(s.additionalProperties).toBe(false);
     expect(s.properties.server.properties?.port.default).toBe(8000);
   });

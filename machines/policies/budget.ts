@@ -99,9 +99,7 @@ export type CheckEntry = LedgerAmounts & {
   on_exhausted?: OnExhausted;
 };
 
-export type CheckResult =
-  | { ok: true }
-  | { ok: false; shortfall: BudgetShortfall; index: number };
+export type CheckResult = { ok: true } | { ok: false; shortfall: BudgetShortfall; index: number };
 
 /** `total`, `YYYY-MM-DD` or `YYYY-MM` of the UTC instant `nowMs`. */
 export function windowPeriod(window: BudgetWindow, nowMs: number): string {
@@ -126,9 +124,7 @@ const MONTH_RE = /^\d{4}-\d{2}$/;
  * Splits a ledger key. The scope never contains `:` and the period never does, so the identity is
  * everything between the first and the last `:` (session ids like `background:a:t` stay whole).
  */
-export function parseLedgerKey(
-  key: string,
-): { scope: BudgetScope; identity: string; period: string; window: BudgetWindow } | null {
+export function parseLedgerKey(key: string): { scope: BudgetScope; identity: string; period: string; window: BudgetWindow } | null {
   const first = key.indexOf(':');
   const last = key.lastIndexOf(':');
   if (first <= 0 || last <= first) return null;
@@ -136,18 +132,21 @@ export function parseLedgerKey(
   const identity = key.slice(first + 1, last);
   const period = key.slice(last + 1);
   if (!(BUDGET_SCOPES as readonly string[]).includes(scope) || identity === '') return null;
-  const window: BudgetWindow | null =
-    period === 'total' ? 'total' : DAY_RE.test(period) ? 'day' : MONTH_RE.test(period) ? 'month' : null;
+  const window: BudgetWindow | null = period === 'total' ? 'total' : DAY_RE.test(period) ? 'day' : MONTH_RE.test(period) ? 'month' : null;
   if (window === null) return null;
   return { scope: scope as BudgetScope, identity, period, window };
 }
 
 function identityOf(scope: BudgetScope, config: BudgetsConfig, s: Omit<BudgetSubject, 'nowMs'>): string {
   switch (scope) {
-    case 'run': return s.run_id;
-    case 'session': return s.session_id;
-    case 'agent': return s.agent_id;
-    case 'application': return config.application_id ?? DEFAULT_APPLICATION_ID;
+    case 'run':
+      return s.run_id;
+    case 'session':
+      return s.session_id;
+    case 'agent':
+      return s.agent_id;
+    case 'application':
+      return config.application_id ?? DEFAULT_APPLICATION_ID;
   }
 }
 
@@ -168,7 +167,14 @@ export function coveringBudgets(config: BudgetsConfig | undefined, subject: Budg
       const key = ledgerKey(scope, identity, period);
       const id = ledgerRecordId(key, l.meter);
       const entry: CoveringBudget = {
-        key, id, scope, identity, meter: l.meter, window, period, limit: l.limit,
+        key,
+        id,
+        scope,
+        identity,
+        meter: l.meter,
+        window,
+        period,
+        limit: l.limit,
         on_exhausted: l.on_exhausted ?? 'pause',
         warn_at: l.warn_at ?? DEFAULT_WARN_AT,
       };
@@ -185,12 +191,7 @@ export function coveringBudgets(config: BudgetsConfig | undefined, subject: Budg
 }
 
 /** The configured limit line for a parsed key and meter (used when a grant must create an entry). */
-export function findLimit(
-  config: BudgetsConfig | undefined,
-  scope: BudgetScope,
-  window: BudgetWindow,
-  meter: BudgetMeter,
-): BudgetLimit | null {
+export function findLimit(config: BudgetsConfig | undefined, scope: BudgetScope, window: BudgetWindow, meter: BudgetMeter): BudgetLimit | null {
   let best: BudgetLimit | null = null;
   for (const l of config?.[scope] ?? []) {
     if (l.meter === meter && (l.window ?? 'total') === window && (best === null || l.limit < best.limit)) best = l;
@@ -207,8 +208,10 @@ export function budgetConfigProblems(config: BudgetsConfig | undefined): string[
       const at = `budgets.${scope}[${i}]`;
       if (!(BUDGET_METERS as readonly string[]).includes(l.meter)) problems.push(`${at}.meter: unknown meter '${String(l.meter)}'`);
       if (!Number.isFinite(l.limit) || l.limit < 0) problems.push(`${at}.limit: must be a finite number >= 0`);
-      if (l.window !== undefined && !(BUDGET_WINDOWS as readonly string[]).includes(l.window)) problems.push(`${at}.window: unknown window '${String(l.window)}'`);
-      if (l.on_exhausted !== undefined && l.on_exhausted !== 'pause' && l.on_exhausted !== 'terminate') problems.push(`${at}.on_exhausted: must be pause or terminate`);
+      if (l.window !== undefined && !(BUDGET_WINDOWS as readonly string[]).includes(l.window))
+        problems.push(`${at}.window: unknown window '${String(l.window)}'`);
+      if (l.on_exhausted !== undefined && l.on_exhausted !== 'pause' && l.on_exhausted !== 'terminate')
+        problems.push(`${at}.on_exhausted: must be pause or terminate`);
       if (l.warn_at !== undefined && !(l.warn_at > 0 && l.warn_at <= 1)) problems.push(`${at}.warn_at: must be in (0, 1]`);
     });
     const seen = new Set<string>();

@@ -38,9 +38,7 @@ export function resolveRetryPolicy(policy?: RetryPolicy | null): ResolvedRetryPo
     max_delay_seconds: Math.max(0, p.max_delay_seconds ?? RETRY_DEFAULTS.max_delay_seconds),
     max_retries: Math.max(0, Math.floor(p.max_retries ?? RETRY_DEFAULTS.max_retries)),
     // An explicit empty list means "retry on nothing"; unknown words are ignored.
-    retry_on: p.retry_on == null
-      ? RETRY_DEFAULTS.retry_on
-      : p.retry_on.filter((v): v is RetryOn => v === 'exception' || v === 'timeout'),
+    retry_on: p.retry_on == null ? RETRY_DEFAULTS.retry_on : p.retry_on.filter((v): v is RetryOn => v === 'exception' || v === 'timeout'),
   };
 }
 

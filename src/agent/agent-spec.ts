@@ -67,15 +67,25 @@ export interface PlanOptions {
 }
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
-const posInt = z.number({ error: 'expected a positive integer' }).int({ error: 'expected a positive integer' }).min(1, { error: 'expected a positive integer' });
+const posInt = z
+  .number({ error: 'expected a positive integer' })
+  .int({ error: 'expected a positive integer' })
+  .min(1, { error: 'expected a positive integer' });
 
 const ModelConfigSpec = z.strictObject({
   provider: z.enum(AGENT_MODEL_PROVIDERS, { error: `expected one of ${AGENT_MODEL_PROVIDERS.map((p) => `"${p}"`).join(', ')}` }).default('demo'),
   base_url: z.url({ error: 'expected an absolute URL such as http://localhost:11434/v1' }).optional(),
   model: z.string({ error: 'expected a non-empty string' }).min(1, { error: 'expected a non-empty string' }).optional(),
-  api_key_env: z.string({ error: 'expected the name of an environment variable' }).regex(ENV_NAME, { error: 'expected the name of an environment variable' }).optional(),
+  api_key_env: z
+    .string({ error: 'expected the name of an environment variable' })
+    .regex(ENV_NAME, { error: 'expected the name of an environment variable' })
+    .optional(),
   max_output_tokens: posInt.max(1_000_000, { error: 'expected a positive integer up to 1000000' }).optional(),
-  temperature: z.number({ error: 'expected a number between 0 and 2' }).min(0, { error: 'expected a number between 0 and 2' }).max(2, { error: 'expected a number between 0 and 2' }).optional(),
+  temperature: z
+    .number({ error: 'expected a number between 0 and 2' })
+    .min(0, { error: 'expected a number between 0 and 2' })
+    .max(2, { error: 'expected a number between 0 and 2' })
+    .optional(),
 });
 
 const AgentConfigSpec = z.strictObject({
@@ -84,10 +94,16 @@ const AgentConfigSpec = z.strictObject({
 });
 
 const WorkspaceConfigSpec = z.strictObject({
-  root: z.string({ error: 'expected a relative folder' }).min(1, { error: 'expected a relative folder' }).max(512, { error: 'expected at most 512 characters' }).optional(),
+  root: z
+    .string({ error: 'expected a relative folder' })
+    .min(1, { error: 'expected a relative folder' })
+    .max(512, { error: 'expected at most 512 characters' })
+    .optional(),
 });
 
-const McpName = z.string({ error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' }).regex(/^[a-zA-Z0-9_-]{1,48}$/, { error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' });
+const McpName = z
+  .string({ error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' })
+  .regex(/^[a-zA-Z0-9_-]{1,48}$/, { error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' });
 const StrMap = z.record(z.string(), z.string({ error: 'expected a string' }), { error: 'expected an object of strings' });
 const McpStdioSpec = z.strictObject({ name: McpName, command: z.string().min(1), args: z.array(z.string()).max(64).default([]), env: StrMap.default({}) });
 const McpHttpSpec = z.strictObject({ name: McpName, url: z.url({ error: 'expected an absolute http(s) URL' }), headers: StrMap.default({}) });
@@ -163,7 +179,11 @@ export function planAgent(spec: AgentSpecInput, opts: PlanOptions): AgentPlan {
       } else if (provider === 'openai' || provider === 'anthropic') {
         const fallback = provider === 'anthropic' ? 'ANTHROPIC_API_KEY' : 'OPENAI_API_KEY';
         apiKey = opts.env(fallback);
-        if (apiKey === undefined) problems.push({ path: ['model_config', 'api_key_env'], message: `provider "${provider}" needs an API key: set api_key_env to the name of an environment variable holding it (or set ${fallback})` });
+        if (apiKey === undefined)
+          problems.push({
+            path: ['model_config', 'api_key_env'],
+            message: `provider "${provider}" needs an API key: set api_key_env to the name of an environment variable holding it (or set ${fallback})`,
+          });
       }
       model = {
         provider,
@@ -192,7 +212,8 @@ export function planAgent(spec: AgentSpecInput, opts: PlanOptions): AgentPlan {
   const wc = WorkspaceConfigSpec.safeParse(spec.workspace_config ?? {});
   if (!wc.success) problems.push(...issuesOf(wc.error, ['workspace_config']));
   else if (wc.data.root !== undefined) {
-    if (!safeRelativeFolder(wc.data.root)) problems.push({ path: ['workspace_config', 'root'], message: 'expected a folder relative to the workspace root that stays inside it' });
+    if (!safeRelativeFolder(wc.data.root))
+      problems.push({ path: ['workspace_config', 'root'], message: 'expected a folder relative to the workspace root that stays inside it' });
     else workspace_root = normalize(wc.data.root);
   }
 
@@ -200,7 +221,10 @@ export function planAgent(spec: AgentSpecInput, opts: PlanOptions): AgentPlan {
   if (spec.local_tools_ref != null) {
     const file = resolve(opts.cwd, spec.local_tools_ref);
     if (opts.tools_dirs.length === 0) {
-      problems.push({ path: ['local_tools_ref'], message: 'registered agents may not load tools modules: list the folder in the config key agents.tools_dirs' });
+      problems.push({
+        path: ['local_tools_ref'],
+        message: 'registered agents may not load tools modules: list the folder in the config key agents.tools_dirs',
+      });
     } else if (!insideAny(file, opts.tools_dirs)) {
       problems.push({ path: ['local_tools_ref'], message: `the module must lie inside one of agents.tools_dirs (${opts.tools_dirs.join(', ')})` });
     } else local_tools = file;
@@ -228,7 +252,13 @@ export function planAgent(spec: AgentSpecInput, opts: PlanOptions): AgentPlan {
       mcp.push({ name: s.name, url: s.url, headers });
     } else {
       if (!opts.mcp_commands.includes(s.command)) {
-        problems.push({ path: [...at, 'command'], message: opts.mcp_commands.length === 0 ? 'registered agents may not start MCP commands: list the command in the config key agents.mcp_commands' : `command '${s.command}' is not in agents.mcp_commands` });
+        problems.push({
+          path: [...at, 'command'],
+          message:
+            opts.mcp_commands.length === 0
+              ? 'registered agents may not start MCP commands: list the command in the config key agents.mcp_commands'
+              : `command '${s.command}' is not in agents.mcp_commands`,
+        });
       }
       const env: Record<string, string> = {};
       for (const [k, v] of Object.entries(s.env)) env[k] = interpolate(v, opts.env, [...at, 'env', k], problems);

@@ -114,8 +114,7 @@ export interface BudgetWarning {
 }
 
 export type ReserveResult =
-  | { ok: true; reservation: Reservation; warnings: BudgetWarning[]; replayed: boolean }
-  | { ok: false; shortfall: BudgetShortfall; on_exhausted: OnExhausted };
+  { ok: true; reservation: Reservation; warnings: BudgetWarning[]; replayed: boolean } | { ok: false; shortfall: BudgetShortfall; on_exhausted: OnExhausted };
 
 export interface SettleResult {
   /** False when there was no such reservation (already settled or released): nothing changed. */
@@ -140,7 +139,10 @@ export interface BudgetEntryView {
 export type BudgetLedgerErrorCode = 'contention' | 'unknown_budget' | 'invalid_amount';
 
 export class BudgetLedgerError extends Error {
-  constructor(readonly code: BudgetLedgerErrorCode, message: string) {
+  constructor(
+    readonly code: BudgetLedgerErrorCode,
+    message: string,
+  ) {
     super(message);
     this.name = 'BudgetLedgerError';
   }
@@ -173,7 +175,9 @@ class OrderedLocks {
   private async acquire(id: string): Promise<() => void> {
     const prev = this.tails.get(id) ?? Promise.resolve();
     let release!: () => void;
-    const mine = new Promise<void>((resolve) => { release = resolve; });
+    const mine = new Promise<void>((resolve) => {
+      release = resolve;
+    });
     const tail = prev.then(() => mine);
     this.tails.set(id, tail);
     await prev;
@@ -188,8 +192,19 @@ const reservationRecordId = (reservationId: string): string => `${RESERVATION_PR
 
 function freshEntry(c: CoveringBudget): LedgerEntryValue {
   return {
-    scope: c.scope, meter: c.meter, window: c.window, period: c.period, identity: c.identity, key: c.key,
-    limit: c.limit, granted: 0, spent: 0, reserved: 0, holds: {}, warned: false, grant_ids: [],
+    scope: c.scope,
+    meter: c.meter,
+    window: c.window,
+    period: c.period,
+    identity: c.identity,
+    key: c.key,
+    limit: c.limit,
+    granted: 0,
+    spent: 0,
+    reserved: 0,
+    holds: {},
+    warned: false,
+    grant_ids: [],
   };
 }
 
@@ -243,8 +258,12 @@ export class BudgetLedger {
     const covering = coveringBudgets(this.config, { ...req, nowMs }).filter((c) => req.amounts[c.meter] !== undefined);
     const resId = reservationRecordId(req.reservation_id);
     const base: Reservation = {
-      reservation_id: req.reservation_id, run_id: req.run_id, session_id: req.session_id, agent_id: req.agent_id,
-      now_ms: nowMs, holds: [],
+      reservation_id: req.reservation_id,
+      run_id: req.run_id,
+      session_id: req.session_id,
+      agent_id: req.agent_id,
+      now_ms: nowMs,
+      holds: [],
     };
     // Nothing budgeted for these meters: nothing to hold, nothing to settle, no write at all.
     if (covering.length === 0) return { ok: true, reservation: base, warnings: [], replayed: false };
@@ -327,8 +346,16 @@ export class BudgetLedger {
     if (!parsed || !line) throw new BudgetLedgerError('unknown_budget', `no configured ${meter} budget for key '${key}'`);
     const id = ledgerRecordId(key, meter);
     const covering: CoveringBudget = {
-      key, id, scope: parsed.scope, identity: parsed.identity, meter, window: parsed.window, period: parsed.period,
-      limit: line.limit, on_exhausted: line.on_exhausted ?? 'pause', warn_at: line.warn_at ?? 0.8,
+      key,
+      id,
+      scope: parsed.scope,
+      identity: parsed.identity,
+      meter,
+      window: parsed.window,
+      period: parsed.period,
+      limit: line.limit,
+      on_exhausted: line.on_exhausted ?? 'pause',
+      warn_at: line.warn_at ?? 0.8,
     };
     return this.locks.run([id], () =>
       this.withRetries('grant', async () => {
@@ -348,7 +375,10 @@ export class BudgetLedger {
   async entriesForRun(subject: Omit<BudgetSubject, 'nowMs'> & { nowMs?: number }): Promise<BudgetEntryView[]> {
     const covering = this.covering(subject);
     if (covering.length === 0) return [];
-    const recs = await this.store.getRecords<LedgerEntryValue>(KIND, covering.map((c) => c.id));
+    const recs = await this.store.getRecords<LedgerEntryValue>(
+      KIND,
+      covering.map((c) => c.id),
+    );
     return covering.map((c, i) => {
       const v = recs[i] ? cloneEntry(recs[i]!.value) : freshEntry(c);
       v.limit = c.limit;
@@ -362,11 +392,7 @@ export class BudgetLedger {
     return rec ? { ...cloneEntry(rec.value), version: rec.version } : null;
   }
 
-  private async finish(
-    target: Reservation | string,
-    spend: (meter: BudgetMeter, hold: number) => number,
-    what: string,
-  ): Promise<SettleResult> {
+  private async finish(target: Reservation | string, spend: (meter: BudgetMeter, hold: number) => number, what: string): Promise<SettleResult> {
     if (!this.budgeted || (typeof target !== 'string' && target.holds.length === 0)) return { applied: false, warnings: [] };
     const reservationId = typeof target === 'string' ? target : target.reservation_id;
     const resId = reservationRecordId(reservationId);
@@ -406,15 +432,21 @@ export class BudgetLedger {
     if (next.warned || !crossesWarn(prev, next, warnAt)) return;
     next.warned = true;
     out.push({
-      key: next.key, scope: next.scope, meter: next.meter, window: next.window, limit: next.limit,
-      granted: next.granted, spent: next.spent, reserved: next.reserved, ratio: usageRatio(next), warn_at: warnAt,
+      key: next.key,
+      scope: next.scope,
+      meter: next.meter,
+      window: next.window,
+      limit: next.limit,
+      granted: next.granted,
+      spent: next.spent,
+      reserved: next.reserved,
+      ratio: usageRatio(next),
+      warn_at: warnAt,
     });
   }
 
   private writeOp(id: string, value: LedgerEntryValue, rec: Versioned<unknown> | null): WriteOp {
-    return rec
-      ? { op: 'update', kind: KIND, id, value, expectedVersion: rec.version }
-      : { op: 'create', kind: KIND, id, value };
+    return rec ? { op: 'update', kind: KIND, id, value, expectedVersion: rec.version } : { op: 'create', kind: KIND, id, value };
   }
 
   private async withRetries<T>(what: string, attempt: () => Promise<T>): Promise<T> {
@@ -436,7 +468,14 @@ export class BudgetLedger {
 
 function view(v: LedgerEntryValue): BudgetEntryView {
   return {
-    scope: v.scope, meter: v.meter, window: v.window, key: v.key, limit: v.limit,
-    granted: v.granted, spent: v.spent, reserved: v.reserved, remaining: remainingOf(v),
+    scope: v.scope,
+    meter: v.meter,
+    window: v.window,
+    key: v.key,
+    limit: v.limit,
+    granted: v.granted,
+    spent: v.spent,
+    reserved: v.reserved,
+    remaining: remainingOf(v),
   };
 }

@@ -18,9 +18,7 @@ export interface GuardrailsConfig {
 
 export type GuardrailRule = 'max_input_chars' | 'deny_pattern' | 'prompt_injection';
 
-export type GuardrailResult =
-  | { allowed: true }
-  | { allowed: false; rule: GuardrailRule; message: string; matched?: string };
+export type GuardrailResult = { allowed: true } | { allowed: false; rule: GuardrailRule; message: string; matched?: string };
 
 export interface CompiledGuardrails {
   readonly max_input_chars: number | null;
@@ -69,7 +67,10 @@ export const PROMPT_INJECTION_PATTERNS: ReadonlyArray<InjectionPattern> = [
 ];
 
 export class GuardrailConfigError extends Error {
-  constructor(readonly field: string, message: string) {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
     super(message);
     this.name = 'GuardrailConfigError';
   }

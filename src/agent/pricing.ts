@@ -36,13 +36,9 @@ export function priceOf(pricing: Pricing | undefined, model: string): ModelPrice
 export function estimateCostUsd(pricing: Pricing | undefined, model: string, usage: TokenCounts): CostEstimate {
   const price = priceOf(pricing, model);
   if (!price) return { cost_usd: 0, priced: false };
-  const cost =
-    (nonNegative(usage.input_tokens) * price.input_per_million_usd +
-      nonNegative(usage.output_tokens) * price.output_per_million_usd) /
-    1_000_000;
+  const cost = (nonNegative(usage.input_tokens) * price.input_per_million_usd + nonNegative(usage.output_tokens) * price.output_per_million_usd) / 1_000_000;
   return { cost_usd: round12(cost), priced: true };
 }
-
 
 /**
  * What to reserve before one model call: its worst case (all input plus the full output

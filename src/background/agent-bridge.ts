@@ -36,7 +36,10 @@ export interface BridgeHost {
 export class AgentBridge {
   private readonly resumeWatches = new Map<string, () => void>();
 
-  constructor(private readonly deps: BackgroundDeps, private readonly host: BridgeHost) {}
+  constructor(
+    private readonly deps: BackgroundDeps,
+    private readonly host: BridgeHost,
+  ) {}
 
   private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
     this.deps.log?.(level, msg, extra);
@@ -65,14 +68,27 @@ export class AgentBridge {
     try {
       await this.deps.runs.cancel(agentRunId);
     } catch {
-      this.deliver(h.id, { type: 'AGENT_DONE', at: iso(this.deps.clock.now()), agent_run_id: agentRunId, outcome: 'timeout', error: `timed out after ${ctx.internal.timeout_seconds} s`, result_preview: null, retryable: true, side_effects: [] });
+      this.deliver(h.id, {
+        type: 'AGENT_DONE',
+        at: iso(this.deps.clock.now()),
+        agent_run_id: agentRunId,
+        outcome: 'timeout',
+        error: `timed out after ${ctx.internal.timeout_seconds} s`,
+        result_preview: null,
+        retryable: true,
+        side_effects: [],
+      });
     }
   }
 
   onStartAgent(runId: string, params: StartAgentParams): void {
     const h = this.host.handleOf(runId);
     if (!h) return;
-    this.host.enqueue(h, () => this.startAgent(h, params), (err) => this.log('error', 'could not start the agent run', { run_id: runId, err: String(err) }));
+    this.host.enqueue(
+      h,
+      () => this.startAgent(h, params),
+      (err) => this.log('error', 'could not start the agent run', { run_id: runId, err: String(err) }),
+    );
   }
 
   private async startAgent(h: Handle, params: StartAgentParams): Promise<void> {
@@ -87,8 +103,12 @@ export class AgentBridge {
       // Not awaited: start() waits for the session's earlier runs, and this chain must stay free for heartbeats.
       void this.deps.runs
         .start(ctx.run.query_snapshot, ctx.run.session_id, {
-          kind: 'background', run_id: id, task_id: ctx.run.task_id, agent_id: ctx.run.agent_id,
-          workspace_path: this.host.dirOf(ctx.run), admitted: true,
+          kind: 'background',
+          run_id: id,
+          task_id: ctx.run.task_id,
+          agent_id: ctx.run.agent_id,
+          workspace_path: this.host.dirOf(ctx.run),
+          admitted: true,
         })
         .catch((err: unknown) => {
           // Its agent's spec no longer builds (an env var unset since registration): nothing ran.
@@ -150,7 +170,12 @@ export class AgentBridge {
       void runs.get(id).then(
         (r) => {
           const done = this.agentDoneOf(r, h);
-          this.deliver(h.id, done && TERMINAL_RUN_STATUSES.has(r.status) ? done : this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`, sideEffectsOf(r)));
+          this.deliver(
+            h.id,
+            done && TERMINAL_RUN_STATUSES.has(r.status)
+              ? done
+              : this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`, sideEffectsOf(r)),
+          );
         },
         () => this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`)),
       );
@@ -177,7 +202,11 @@ export class AgentBridge {
   onCancelAgent(runId: string, agentRunId: string | null): void {
     const h = this.host.handleOf(runId);
     if (!h || !agentRunId) return;
-    this.host.enqueue(h, () => this.cancelAgent(h, agentRunId), () => undefined);
+    this.host.enqueue(
+      h,
+      () => this.cancelAgent(h, agentRunId),
+      () => undefined,
+    );
   }
 
   private async cancelAgent(h: Handle, agentRunId: string): Promise<void> {
@@ -220,32 +249,64 @@ export class AgentBridge {
   agentDoneOf(rec: RunRecord, h?: Handle): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> | null {
     let outcome: AgentOutcome;
     switch (rec.status) {
-      case 'completed': outcome = 'completed'; break;
-      case 'awaiting_approval': outcome = 'awaiting_approval'; break;
-      case 'awaiting_budget': outcome = 'awaiting_budget'; break;
-      case 'timeout': outcome = 'timeout'; break;
-      case 'cancelled': outcome = h?.timedOut === rec.run_id ? 'timeout' : 'cancelled'; break;
+      case 'completed':
+        outcome = 'completed';
+        break;
+      case 'awaiting_approval':
+        outcome = 'awaiting_approval';
+        break;
+      case 'awaiting_budget':
+        outcome = 'awaiting_budget';
+        break;
+      case 'timeout':
+        outcome = 'timeout';
+        break;
+      case 'cancelled':
+        outcome = h?.timedOut === rec.run_id ? 'timeout' : 'cancelled';
+        break;
       case 'failed':
-      case 'blocked': outcome = 'failed'; break;
-      default: return null; // running / interrupted: not an end
+      case 'blocked':
+        outcome = 'failed';
+        break;
+      default:
+        return null; // running / interrupted: not an end
     }
-    const error = outcome === 'completed' || outcome === 'awaiting_approval' || outcome === 'awaiting_budget'
-      ? null
-      : outcome === 'timeout'
-        ? `the attempt exceeded timeout_seconds${h ? ` (${this.host.contextOf(h).internal.timeout_seconds} s)` : ''}`
-        : rec.error ? `${rec.error.type}: ${rec.error.message}` : `the agent run ended ${rec.status}`;
+    const error =
+      outcome === 'completed' || outcome === 'awaiting_approval' || outcome === 'awaiting_budget'
+        ? null
+        : outcome === 'timeout'
+          ? `the attempt exceeded timeout_seconds${h ? ` (${this.host.contextOf(h).internal.timeout_seconds} s)` : ''}`
+          : rec.error
+            ? `${rec.error.type}: ${rec.error.message}`
+            : `the agent run ended ${rec.status}`;
     const done = this.doneEvent(rec.run_id, outcome, error, outcome === 'completed' ? [] : sideEffectsOf(rec));
     done.result_preview = rec.response ? rec.response.slice(0, PREVIEW_CHARS) : null;
     done.retryable = rec.status !== 'blocked';
     return done;
   }
 
-  private doneEvent(agentRunId: string, outcome: AgentOutcome, error: string | null, sideEffects: SideEffectInfo[] = []): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> {
-    return { type: 'AGENT_DONE', at: iso(this.deps.clock.now()), agent_run_id: agentRunId, outcome, error, result_preview: null, retryable: true, side_effects: sideEffects };
+  private doneEvent(
+    agentRunId: string,
+    outcome: AgentOutcome,
+    error: string | null,
+    sideEffects: SideEffectInfo[] = [],
+  ): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> {
+    return {
+      type: 'AGENT_DONE',
+      at: iso(this.deps.clock.now()),
+      agent_run_id: agentRunId,
+      outcome,
+      error,
+      result_preview: null,
+      retryable: true,
+      side_effects: sideEffects,
+    };
   }
 
   deliver(runId: string, event: BackgroundRunEvent): void {
-    void this.host.send(runId, event).catch((err) => this.log('warn', 'could not deliver an event to a background run', { run_id: runId, type: event.type, err: String(err) }));
+    void this.host
+      .send(runId, event)
+      .catch((err) => this.log('warn', 'could not deliver an event to a background run', { run_id: runId, type: event.type, err: String(err) }));
   }
 
   /** A parked run moves on (awaiting -> queued) as soon as its agent run is resumed by a decision. */

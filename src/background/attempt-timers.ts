@@ -95,10 +95,13 @@ export class AttemptTimers {
   /** RETRY_DUE at `atMs` (once per run; the row's retry_at is the durable copy). */
   armRetry(runId: string, atMs: number): void {
     if (this.retryTimers.has(runId) || this.deps.closed()) return;
-    const t = this.deps.timers.setTimeout(() => {
-      this.retryTimers.delete(runId);
-      void this.deps.send(runId, { type: 'RETRY_DUE', at: iso(this.deps.clock.now()) }).catch(() => undefined);
-    }, Math.max(0, atMs - this.deps.clock.now()));
+    const t = this.deps.timers.setTimeout(
+      () => {
+        this.retryTimers.delete(runId);
+        void this.deps.send(runId, { type: 'RETRY_DUE', at: iso(this.deps.clock.now()) }).catch(() => undefined);
+      },
+      Math.max(0, atMs - this.deps.clock.now()),
+    );
     this.retryTimers.set(runId, t);
   }
 

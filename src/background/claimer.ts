@@ -41,7 +41,10 @@ export class Claimer {
   /** This process claims and recovers runs (false before start and after stopClaiming). */
   accepting = false;
 
-  constructor(private readonly deps: BackgroundDeps, private readonly host: ClaimerHost) {}
+  constructor(
+    private readonly deps: BackgroundDeps,
+    private readonly host: ClaimerHost,
+  ) {}
 
   private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
     this.deps.log?.(level, msg, extra);
@@ -74,11 +77,14 @@ export class Claimer {
     if (atMs >= this.wakeAt && this.wakeTimer) return;
     if (this.wakeTimer) this.host.timers.clearTimer(this.wakeTimer);
     this.wakeAt = atMs;
-    this.wakeTimer = this.host.timers.setTimer(() => {
-      this.wakeTimer = null;
-      this.wakeAt = Infinity;
-      this.kick();
-    }, Math.max(0, atMs - this.deps.clock.now()));
+    this.wakeTimer = this.host.timers.setTimer(
+      () => {
+        this.wakeTimer = null;
+        this.wakeAt = Infinity;
+        this.kick();
+      },
+      Math.max(0, atMs - this.deps.clock.now()),
+    );
   }
 
   /**
@@ -119,7 +125,11 @@ export class Claimer {
       // Rows are parsed whole, so a pass with few free workers reads a small page first.
       const free = concurrency - this.host.heldCount();
       const limit = Math.min(100, Math.max(16, free * 4));
-      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'status', value: 'queued' }, cursor, limit });
+      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', {
+        index: { name: 'status', value: 'queued' },
+        cursor,
+        limit,
+      });
       for (const item of page.items) {
         scanned++;
         const { run, internal } = item.value;
@@ -143,17 +153,22 @@ export class Claimer {
           const active = await this.host.countActive(run.task_id);
           let oldest = true;
           if (policy === 'queue_next') {
-            const first = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_status', value: taskStatusKey(run.task_id, 'queued') }, limit: 1 });
+            const first = await this.deps.store.listRecords<BgRunRow>('bg_runs', {
+              index: { name: 'task_status', value: taskStatusKey(run.task_id, 'queued') },
+              limit: 1,
+            });
             oldest = first.items[0]?.id === run.run_id;
           }
           // One claim per such task per pass: after it the task is busy anyway.
           blockedTasks.add(run.task_id);
           if (!canClaim(policy, active, oldest)) continue;
         }
-        claims.push(this.claim(run.run_id, item, gate).catch((err: unknown) => {
-          this.log('warn', 'could not claim a background run', { run_id: run.run_id, err: String(err) });
-          return false;
-        }));
+        claims.push(
+          this.claim(run.run_id, item, gate).catch((err: unknown) => {
+            this.log('warn', 'could not claim a background run', { run_id: run.run_id, err: String(err) });
+            return false;
+          }),
+        );
         if (this.host.heldCount() >= concurrency || !this.accepting) break scan;
       }
       cursor = page.next_cursor;
@@ -179,7 +194,11 @@ export class Claimer {
         const actor = h.actor!;
         const now = this.deps.clock.now();
         const claimEv: BackgroundRunEvent = {
-          type: 'CLAIM', at: iso(now), worker_id: this.deps.workerId, lease_token: `lease_${randomUUID()}`, lease_expires_at: iso(now + this.host.leaseMs()),
+          type: 'CLAIM',
+          at: iso(now),
+          worker_id: this.deps.workerId,
+          lease_token: `lease_${randomUUID()}`,
+          lease_expires_at: iso(now + this.host.leaseMs()),
         };
         if (!this.accepting || actor.getSnapshot().status !== 'active' || !actor.getSnapshot().can(claimEv)) return false;
         actor.send(claimEv);
@@ -220,10 +239,19 @@ export class Claimer {
         const t = this.deps.clock.now();
         this.claimingNow++;
         try {
-          const recovered = await this.host.send(run.run_id, {
-            type: 'RECOVER', at: iso(t), worker_id: this.deps.workerId, lease_token: `lease_${randomUUID()}`,
-            lease_expires_at: iso(t + this.host.leaseMs()), attempt_id: newId('attempt'), previous_owner: run.lease_owner,
-          }, { durable: true });
+          const recovered = await this.host.send(
+            run.run_id,
+            {
+              type: 'RECOVER',
+              at: iso(t),
+              worker_id: this.deps.workerId,
+              lease_token: `lease_${randomUUID()}`,
+              lease_expires_at: iso(t + this.host.leaseMs()),
+              attempt_id: newId('attempt'),
+              previous_owner: run.lease_owner,
+            },
+            { durable: true },
+          );
           if (recovered.accepted) this.deps.metrics.recovered('background', lapsed ? 'lapsed_lease' : 'owner_dead');
         } finally {
           this.claimingNow--;
@@ -244,7 +272,11 @@ export class Claimer {
   private async forEachRow(status: BackgroundRunStatus, fn: (row: Versioned<BgRunRow>) => Promise<void>): Promise<void> {
     let cursor: string | null = null;
     do {
-      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'status', value: status }, cursor, limit: 200 });
+      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', {
+        index: { name: 'status', value: status },
+        cursor,
+        limit: 200,
+      });
       for (const row of page.items) {
         try {
           await fn(row);

@@ -129,7 +129,11 @@ export class RunEngine {
         }
       },
     });
-    this.workspaces = new RunWorkspaces({ config: deps.config, log: (level, msg, extra) => this.log(level, msg, extra), storedLifecycle: (runId) => this.storedLifecycle(runId) });
+    this.workspaces = new RunWorkspaces({
+      config: deps.config,
+      log: (level, msg, extra) => this.log(level, msg, extra),
+      storedLifecycle: (runId) => this.storedLifecycle(runId),
+    });
     this.agent = new AgentBridge(deps, {
       handleOf: (runId) => this.handles.get(runId),
       contextOf: (h) => this.hosts.contextOf(h),
@@ -359,9 +363,11 @@ export class RunEngine {
   }
 
   async countActive(taskId?: string): Promise<number> {
-    const counts = await Promise.all(ACTIVE.map((s) => this.deps.store.countRecords('bg_runs', taskId
-      ? { name: 'task_status', value: taskStatusKey(taskId, s) }
-      : { name: 'status', value: s })));
+    const counts = await Promise.all(
+      ACTIVE.map((s) =>
+        this.deps.store.countRecords('bg_runs', taskId ? { name: 'task_status', value: taskStatusKey(taskId, s) } : { name: 'status', value: s }),
+      ),
+    );
     return counts.reduce((a, b) => a + b, 0);
   }
 
@@ -414,8 +420,15 @@ export class RunEngine {
     // Held by another live instance of a shared store: its owner cancels it (through its own
     // chain of writes). Writing the row from here would only fence the owner off, and its agent
     // run would go on until its lease lapsed.
-    if (this.remoteCancel && (!h || h.dead) && HELD.has(run.status) && run.lease_owner && run.lease_owner !== this.deps.workerId
-      && run.lease_expires_at && Date.parse(run.lease_expires_at) > this.deps.clock.now()) {
+    if (
+      this.remoteCancel &&
+      (!h || h.dead) &&
+      HELD.has(run.status) &&
+      run.lease_owner &&
+      run.lease_owner !== this.deps.workerId &&
+      run.lease_expires_at &&
+      Date.parse(run.lease_expires_at) > this.deps.clock.now()
+    ) {
       await this.remoteCancel(runId, reason);
       return { status: 'cancel_requested' };
     }
@@ -444,7 +457,11 @@ export class RunEngine {
     if (agentId && !this.deps.runs.isLive(agentId)) {
       const rec = await this.deps.runs.get(agentId).catch(() => null);
       if (rec && (rec.status === 'awaiting_approval' || rec.status === 'awaiting_budget') && !rec.decided_at) {
-        throw new AppError('Conflict', `background run ${runId} still waits for a decision on its agent run ${agentId} (${rec.status})`, 'decide it through POST /runs/{run_id}/approvals/{approval_id} or /runs/{run_id}/budget');
+        throw new AppError(
+          'Conflict',
+          `background run ${runId} still waits for a decision on its agent run ${agentId} (${rec.status})`,
+          'decide it through POST /runs/{run_id}/approvals/{approval_id} or /runs/{run_id}/budget',
+        );
       }
     }
     const r = await this.send(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
@@ -459,7 +476,6 @@ export class RunEngine {
     return this.waiters.waitSettled(runId, ms);
   }
 
-
   /**
    * Deletes a task's runs (DELETE /background/tasks/{id}?delete_runs=true), cancelling live ones
    * first, then its workspace folders (retention.ts).
@@ -469,7 +485,13 @@ export class RunEngine {
   }
 
   /** background.run_retention: deletes old ended runs and those beyond a task's limit (retention.ts). */
-  sweepRetention(opts: { maxAgeMs: number; maxPerTask: number; tasks: Iterable<string>; occurrenceDone: (run: BackgroundRun) => boolean; budget?: number }): Promise<number> {
+  sweepRetention(opts: {
+    maxAgeMs: number;
+    maxPerTask: number;
+    tasks: Iterable<string>;
+    occurrenceDone: (run: BackgroundRun) => boolean;
+    budget?: number;
+  }): Promise<number> {
     return this.retention.sweepRetention(opts);
   }
 
@@ -478,7 +500,4 @@ export class RunEngine {
     this.agent.unwatchResume(runId);
     this.outbox.forget(runId);
   }
-
-
 }
-

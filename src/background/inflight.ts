@@ -61,7 +61,11 @@ export class InFlightCache {
       const m = new Map<string, Kind>();
       let cursor: string | null = null;
       do {
-        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'inflight_task', value: taskId }, cursor, limit: 500 });
+        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', {
+          index: { name: 'inflight_task', value: taskId },
+          cursor,
+          limit: 500,
+        });
         for (const r of page.items) m.set(r.id, r.value.run.status === 'queued' ? 'queued' : 'active');
         cursor = page.next_cursor;
       } while (cursor);

@@ -21,16 +21,7 @@ import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
 import { RunEngine, type BackgroundDeps } from './engine.js';
 import { TaskScheduler } from './scheduler.js';
 import { isSharedStore } from '../store/changes.js';
-import {
-  ACTIVE,
-  ALL_STATUSES,
-  TERMINAL,
-  taskStatusKey,
-  type AgentRow,
-  type BgRunRow,
-  type ScheduleRow,
-  type TaskRow,
-} from './types.js';
+import { ACTIVE, ALL_STATUSES, TERMINAL, taskStatusKey, type AgentRow, type BgRunRow, type ScheduleRow, type TaskRow } from './types.js';
 import { checkNamespaceTemplate, listWorkspace, openWorkspaceFile, relativeWorkspace } from './workspace.js';
 import { HttpDetailError, RequestValidationError } from '../errors.js';
 import type { core } from 'zod';
@@ -103,7 +94,10 @@ export class BackgroundManager {
         this.maintaining = true;
         // Parked runs are checked more rarely: there may be many, and the usual path (the decision's own resume) does not need it.
         const parked = this.tickCount % (maintainEvery * 30) === 0;
-        void this.engine.maintenance({ parked }).catch(() => undefined).finally(() => (this.maintaining = false));
+        void this.engine
+          .maintenance({ parked })
+          .catch(() => undefined)
+          .finally(() => (this.maintaining = false));
       }
     }, poll);
     this.ticker.unref();
@@ -111,7 +105,10 @@ export class BackgroundManager {
     this.retentionTimer.unref();
     if (isSharedStore(this.deps.store)) {
       // Task edits of other instances arrive as notifications; this catches any that were lost.
-      this.resyncTimer = setInterval(() => void this.scheduler.resyncAll().catch((err) => this.deps.log?.('warn', 'task resync failed', { err: String(err) })), TASK_RESYNC_MS);
+      this.resyncTimer = setInterval(
+        () => void this.scheduler.resyncAll().catch((err) => this.deps.log?.('warn', 'task resync failed', { err: String(err) })),
+        TASK_RESYNC_MS,
+      );
       this.resyncTimer.unref();
     }
   }
@@ -124,26 +121,32 @@ export class BackgroundManager {
     if (this.sweeping) return this.sweeping;
     const r = this.cfg.run_retention;
     const { scheduler } = this;
-    this.sweeping = this.engine.sweepRetention({
-      maxAgeMs: r.max_age_days * 86_400_000,
-      maxPerTask: r.max_runs_per_task,
-      tasks: [...scheduler.tasks.keys()],
-      // An occurrence record is what stops a replay; it may go once the schedule moved past it
-      // (or the task is gone: a re-created task starts a new revision, so new occurrence ids).
-      occurrenceDone: (run) => {
-        if (!scheduler.tasks.has(run.task_id)) return true;
-        const consumed = scheduler.consumedUpTo(run.task_id);
-        return consumed !== null && run.due_at !== null && Date.parse(run.due_at) <= consumed;
-      },
-    }).then((n) => {
-      if (n > 0) this.deps.log?.('info', 'background run retention deleted ended runs', { runs: n });
-      return n;
-    }, (err: unknown) => {
-      this.deps.log?.('warn', 'background run retention failed', { err: String(err) });
-      return 0;
-    }).finally(() => {
-      this.sweeping = null;
-    });
+    this.sweeping = this.engine
+      .sweepRetention({
+        maxAgeMs: r.max_age_days * 86_400_000,
+        maxPerTask: r.max_runs_per_task,
+        tasks: [...scheduler.tasks.keys()],
+        // An occurrence record is what stops a replay; it may go once the schedule moved past it
+        // (or the task is gone: a re-created task starts a new revision, so new occurrence ids).
+        occurrenceDone: (run) => {
+          if (!scheduler.tasks.has(run.task_id)) return true;
+          const consumed = scheduler.consumedUpTo(run.task_id);
+          return consumed !== null && run.due_at !== null && Date.parse(run.due_at) <= consumed;
+        },
+      })
+      .then(
+        (n) => {
+          if (n > 0) this.deps.log?.('info', 'background run retention deleted ended runs', { runs: n });
+          return n;
+        },
+        (err: unknown) => {
+          this.deps.log?.('warn', 'background run retention failed', { err: String(err) });
+          return 0;
+        },
+      )
+      .finally(() => {
+        this.sweeping = null;
+      });
     return this.sweeping;
   }
 
@@ -169,7 +172,12 @@ export class BackgroundManager {
 
   private requireRunning(): void {
     if (!this.running) {
-      throw new AppError('ServerBusy', this.cfg.enabled ? 'the background manager is not running (starting or shutting down)' : 'background tasks are disabled (config background.enabled)', null, { 'retry-after': '5' });
+      throw new AppError(
+        'ServerBusy',
+        this.cfg.enabled ? 'the background manager is not running (starting or shutting down)' : 'background tasks are disabled (config background.enabled)',
+        null,
+        { 'retry-after': '5' },
+      );
     }
   }
 
@@ -178,9 +186,15 @@ export class BackgroundManager {
   private servedAgentSpec(agentId: string): BackgroundAgentSpec {
     const a = this.deps.config.agent;
     return {
-      agent_id: agentId, name: a.name, system_instruction: a.system_instruction || null, agent_config: { max_steps: a.max_steps },
-      model_config: { provider: a.model.provider, model: a.model.model }, workspace_config: { root: '.' },
-      local_tools_ref: a.tools.local ?? null, mcp_tools: a.tools.mcp.map((m) => ({ name: m.name })), metadata: { served_agent: true },
+      agent_id: agentId,
+      name: a.name,
+      system_instruction: a.system_instruction || null,
+      agent_config: { max_steps: a.max_steps },
+      model_config: { provider: a.model.provider, model: a.model.model },
+      workspace_config: { root: '.' },
+      local_tools_ref: a.tools.local ?? null,
+      mcp_tools: a.tools.mcp.map((m) => ({ name: m.name })),
+      metadata: { served_agent: true },
     };
   }
 
@@ -209,7 +223,8 @@ export class BackgroundManager {
       else await this.deps.store.createRecord<AgentRow>('bg_agents', agentId, row);
     } catch (err) {
       if (prepared) this.deps.agents?.discard(prepared);
-      if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version')) throw conflict(`background agent '${agentId}' was registered or replaced meanwhile`, 'read it and try again');
+      if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version'))
+        throw conflict(`background agent '${agentId}' was registered or replaced meanwhile`, 'read it and try again');
       throw err;
     }
     if (prepared) this.deps.agents?.install(agentId, at, prepared);
@@ -225,9 +240,19 @@ export class BackgroundManager {
       // The answer quotes the value at each path: a key sent in model_config.api_key is not echoed.
       const shown = structuredClone(body) as { spec?: { model_config?: Record<string, unknown> | null } };
       if (shown.spec?.model_config && 'api_key' in shown.spec.model_config) shown.spec.model_config.api_key = '[REDACTED]';
-      throw new RequestValidationError('body', err.problems.map((p) => ({
-        code: 'custom', path: ['spec', ...p.path], message: p.message, input: undefined,
-      }) as unknown as core.$ZodIssue), shown);
+      throw new RequestValidationError(
+        'body',
+        err.problems.map(
+          (p) =>
+            ({
+              code: 'custom',
+              path: ['spec', ...p.path],
+              message: p.message,
+              input: undefined,
+            }) as unknown as core.$ZodIssue,
+        ),
+        shown,
+      );
     }
   }
 
@@ -247,7 +272,10 @@ export class BackgroundManager {
     if (!rec) throw notFound('background agent', agentId);
     const active = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'agent_active', value: agentId }, limit: 1000 });
     if (active.items.length > 0 && !force) {
-      throw conflict(`background agent '${agentId}' has ${active.items.length} run(s) in flight`, 'pass force=true to delete it anyway (its runs in flight are cancelled)');
+      throw conflict(
+        `background agent '${agentId}' has ${active.items.length} run(s) in flight`,
+        'pass force=true to delete it anyway (its runs in flight are cancelled)',
+      );
     }
     for (const r of active.items) await this.engine.cancel(r.id, 'agent deleted').catch(() => undefined);
     await this.deps.store.deleteRecord('bg_agents', agentId);
@@ -295,9 +323,18 @@ export class BackgroundManager {
   private checkWorkspacePolicy(template: string, agentId: string, taskId: string, body: unknown): void {
     const problem = checkNamespaceTemplate(template, { agent_id: agentId, task_id: taskId }, this.cfg.workspace.allow_shared_namespaces);
     if (!problem) return;
-    throw new RequestValidationError('body', [{
-      code: 'custom', path: ['workspace_policy', 'namespace_template'], message: `namespace_template ${problem}`, input: template,
-    } as core.$ZodIssue], body);
+    throw new RequestValidationError(
+      'body',
+      [
+        {
+          code: 'custom',
+          path: ['workspace_policy', 'namespace_template'],
+          message: `namespace_template ${problem}`,
+          input: template,
+        } as core.$ZodIssue,
+      ],
+      body,
+    );
   }
 
   async listTasks(agentId?: string): Promise<{ tasks: TaskRow[]; total: number }> {
@@ -333,9 +370,11 @@ export class BackgroundManager {
       const written = await store.commit([
         { op: 'update', kind: 'bg_tasks', id: taskId, value: next, expectedVersion: rec.version, indexes: { agent_id: next.agent_id } },
         ...(sched && sched !== schedRec?.value
-          ? [schedRec
-            ? { op: 'update' as const, kind: 'bg_schedule' as const, id: taskId, value: sched, expectedVersion: schedRec.version }
-            : { op: 'create' as const, kind: 'bg_schedule' as const, id: taskId, value: sched }]
+          ? [
+              schedRec
+                ? { op: 'update' as const, kind: 'bg_schedule' as const, id: taskId, value: sched, expectedVersion: schedRec.version }
+                : { op: 'create' as const, kind: 'bg_schedule' as const, id: taskId, value: sched },
+            ]
           : []),
       ]);
       this.scheduler.applyTask(next, (written[1] as Versioned<ScheduleRow> | undefined) ?? schedRec);
@@ -353,7 +392,15 @@ export class BackgroundManager {
       const ops: WriteOp[] = [
         { op: 'delete', kind: 'bg_tasks', id: taskId },
         ...(schedRec
-          ? [{ op: 'update' as const, kind: 'bg_schedule' as const, id: taskId, value: { ...schedRec.value, deleted: true, next_due_at: null, updated_at: iso(this.now()) }, expectedVersion: schedRec.version }]
+          ? [
+              {
+                op: 'update' as const,
+                kind: 'bg_schedule' as const,
+                id: taskId,
+                value: { ...schedRec.value, deleted: true, next_due_at: null, updated_at: iso(this.now()) },
+                expectedVersion: schedRec.version,
+              },
+            ]
           : []),
       ];
       if (!deleteRuns) {
@@ -434,7 +481,11 @@ export class BackgroundManager {
    * `opts.run_id`: the id the run gets (an Idempotency-Key reserved it); `opts.onQueued` is called
    * once the run exists, before a `wait` (the route then marks the key done).
    */
-  async runTask(taskId: string, body: BackgroundTaskRunRequest, opts: { run_id?: string; onQueued?: (run: BackgroundRun) => Promise<void> } = {}): Promise<BackgroundRun> {
+  async runTask(
+    taskId: string,
+    body: BackgroundTaskRunRequest,
+    opts: { run_id?: string; onQueued?: (run: BackgroundRun) => Promise<void> } = {},
+  ): Promise<BackgroundRun> {
     this.requireRunning();
     const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
     if (!task.enabled) throw notFound('enabled background task', taskId);
@@ -467,9 +518,14 @@ export class BackgroundManager {
   // ---------------------------------------------------------------- runs
 
   async listRuns(q: { task_id?: string; status?: BackgroundRunStatus; limit: number; cursor?: string }) {
-    const index = q.task_id && q.status
-      ? { name: 'task_status', value: taskStatusKey(q.task_id, q.status) }
-      : q.task_id ? { name: 'task_id', value: q.task_id } : q.status ? { name: 'status', value: q.status } : undefined;
+    const index =
+      q.task_id && q.status
+        ? { name: 'task_status', value: taskStatusKey(q.task_id, q.status) }
+        : q.task_id
+          ? { name: 'task_id', value: q.task_id }
+          : q.status
+            ? { name: 'status', value: q.status }
+            : undefined;
     const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index, cursor: q.cursor ?? null, limit: q.limit });
     const total = await this.deps.store.countRecords('bg_runs', index);
     return { runs: page.items.map((i) => this.publicRun(i.value.run)), total, next_cursor: page.next_cursor };
@@ -513,7 +569,13 @@ export class BackgroundManager {
       throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`);
     }
     // workspace_path as stored: relative to the workspace root (answers never show server paths).
-    return { run_id: run.run_id, task_id: run.task_id, agent_id: run.agent_id, workspace_path: relativeWorkspace(this.cfg.workspace_root, run.workspace_path), files: await listWorkspace(dir) };
+    return {
+      run_id: run.run_id,
+      task_id: run.task_id,
+      agent_id: run.agent_id,
+      workspace_path: relativeWorkspace(this.cfg.workspace_root, run.workspace_path),
+      files: await listWorkspace(dir),
+    };
   }
 
   async openWorkspaceFile(runId: string, rel: string) {

@@ -83,9 +83,17 @@ export class EventOutbox {
 
   lifecycleOf(ctx: BackgroundRunContext, e: LifecycleEvent, sequence: number, at: string): LifecycleRecord {
     return {
-      sequence, event: e.type, timestamp: at, run_id: ctx.run.run_id, task_id: ctx.run.task_id, agent_id: ctx.run.agent_id,
-      status: ctx.run.status, attempt: ctx.run.attempt, worker_id: ctx.run.lease_owner ?? this.deps.workerId,
-      lease_generation: ctx.run.lease_generation, data: stripUndefined(e.data ?? {}),
+      sequence,
+      event: e.type,
+      timestamp: at,
+      run_id: ctx.run.run_id,
+      task_id: ctx.run.task_id,
+      agent_id: ctx.run.agent_id,
+      status: ctx.run.status,
+      attempt: ctx.run.attempt,
+      worker_id: ctx.run.lease_owner ?? this.deps.workerId,
+      lease_generation: ctx.run.lease_generation,
+      data: stripUndefined(e.data ?? {}),
     };
   }
 
@@ -151,9 +159,16 @@ export class EventOutbox {
       sequence: l.sequence,
       error: isError && ctx.run.error ? { type: l.event, message: ctx.run.error } : null,
       metadata: {
-        run_id: l.run_id, session_id: ctx.run.session_id, agent_id: l.agent_id, task_id: l.task_id,
-        status: l.status, attempt: l.attempt, worker_id: l.worker_id, lease_generation: l.lease_generation,
-        lifecycle_timestamp: l.timestamp, detail: l.data,
+        run_id: l.run_id,
+        session_id: ctx.run.session_id,
+        agent_id: l.agent_id,
+        task_id: l.task_id,
+        status: l.status,
+        attempt: l.attempt,
+        worker_id: l.worker_id,
+        lease_generation: l.lease_generation,
+        lifecycle_timestamp: l.timestamp,
+        detail: l.data,
       },
     };
   }
@@ -200,10 +215,23 @@ export class EventOutbox {
       seen.add(sequence);
       const m = (event.metadata ?? {}) as Record<string, unknown>;
       out.push({
-        sequence, event: event.event_type, event_type: event.event_type, event_id: event.event_id, trace_id: event.trace_id,
-        span_id: event.span_id, timestamp: m.lifecycle_timestamp ?? event.timestamp, run_id: m.run_id, task_id: m.task_id,
-        agent_id: m.agent_id, session_id: m.session_id, status: m.status, attempt: m.attempt, worker_id: m.worker_id,
-        lease_generation: m.lease_generation, data: m.detail ?? {}, error: event.error ?? null,
+        sequence,
+        event: event.event_type,
+        event_type: event.event_type,
+        event_id: event.event_id,
+        trace_id: event.trace_id,
+        span_id: event.span_id,
+        timestamp: m.lifecycle_timestamp ?? event.timestamp,
+        run_id: m.run_id,
+        task_id: m.task_id,
+        agent_id: m.agent_id,
+        session_id: m.session_id,
+        status: m.status,
+        attempt: m.attempt,
+        worker_id: m.worker_id,
+        lease_generation: m.lease_generation,
+        data: m.detail ?? {},
+        error: event.error ?? null,
       });
     }
     return out;

@@ -36,18 +36,41 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
   const at = iso(nowMs);
   const run_id = input.run_id ?? newId('bgrun');
   const sp = task.session_policy;
-  const session_id = sp.mode === 'fixed' && sp.session_id
-    ? sp.session_id
-    : sp.mode === 'run' ? `background:${task.agent_id}:${task.task_id}:${run_id}` : `background:${task.agent_id}:${task.task_id}`;
+  const session_id =
+    sp.mode === 'fixed' && sp.session_id
+      ? sp.session_id
+      : sp.mode === 'run'
+        ? `background:${task.agent_id}:${task.task_id}:${run_id}`
+        : `background:${task.agent_id}:${task.task_id}`;
   const workspace_path = parts.workspaceFor(task, run_id);
   const occ = input.occurrence;
   const run: BackgroundRun = {
-    run_id, task_id: task.task_id, agent_id: task.agent_id, query_snapshot: input.query ?? task.query,
-    trigger_type: input.trigger_type, session_id, workspace_path, status: 'queued', attempt: 0,
-    max_attempts: maxAttempts(task.retry_policy), lease_generation: 0, lease_owner: null, lease_token: null,
-    occurrence_id: occ?.occurrence_id ?? null, error: null, result_preview: null, triggered_at: at, queued_at: at,
-    claimed_at: null, started_at: null, heartbeat_at: null, lease_expires_at: null, finished_at: null,
-    cancel_requested_at: null, due_at: occ?.due_at ?? null, metadata: { ...task.metadata },
+    run_id,
+    task_id: task.task_id,
+    agent_id: task.agent_id,
+    query_snapshot: input.query ?? task.query,
+    trigger_type: input.trigger_type,
+    session_id,
+    workspace_path,
+    status: 'queued',
+    attempt: 0,
+    max_attempts: maxAttempts(task.retry_policy),
+    lease_generation: 0,
+    lease_owner: null,
+    lease_token: null,
+    occurrence_id: occ?.occurrence_id ?? null,
+    error: null,
+    result_preview: null,
+    triggered_at: at,
+    queued_at: at,
+    claimed_at: null,
+    started_at: null,
+    heartbeat_at: null,
+    lease_expires_at: null,
+    finished_at: null,
+    cancel_requested_at: null,
+    due_at: occ?.due_at ?? null,
+    metadata: { ...task.metadata },
     trigger_metadata: occ
       ? { occurrence_id: occ.occurrence_id, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed }
       : { query_override: input.query !== null },
@@ -55,16 +78,35 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
   let ctx: BackgroundRunContext = {
     run,
     internal: {
-      trace_id: newId('trace'), span_id: newId('span'), agent_run_id: null, continue_agent: false, next_reason: null,
-      retry_at: null, not_before: occ && occ.run_at > occ.due_at ? occ.run_at : null, retry_policy: task.retry_policy,
-      timeout_seconds: task.timeout_seconds ?? null, overlap_policy: task.overlap_policy,
-      write_events_jsonl: task.workspace_policy.write_events_jsonl, write_run_json: task.workspace_policy.write_run_json,
-      current_attempt: null, last_closed_attempt: null,
+      trace_id: newId('trace'),
+      span_id: newId('span'),
+      agent_run_id: null,
+      continue_agent: false,
+      next_reason: null,
+      retry_at: null,
+      not_before: occ && occ.run_at > occ.due_at ? occ.run_at : null,
+      retry_policy: task.retry_policy,
+      timeout_seconds: task.timeout_seconds ?? null,
+      overlap_policy: task.overlap_policy,
+      write_events_jsonl: task.workspace_policy.write_events_jsonl,
+      write_run_json: task.workspace_policy.write_run_json,
+      current_attempt: null,
+      last_closed_attempt: null,
     },
   };
   const lifecycle: LifecycleRecord[] = [];
   if (occ) {
-    lifecycle.push(parts.lifecycleOf(ctx, { type: 'background_task_scheduled', data: { occurrence_id: occ.occurrence_id, trigger_type: occ.trigger_type, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed } }, 1, at));
+    lifecycle.push(
+      parts.lifecycleOf(
+        ctx,
+        {
+          type: 'background_task_scheduled',
+          data: { occurrence_id: occ.occurrence_id, trigger_type: occ.trigger_type, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed },
+        },
+        1,
+        at,
+      ),
+    );
   }
   if (input.skip !== null) {
     // queued -> skipped, computed by the machine without running its effects.
@@ -82,13 +124,17 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
   const ops: WriteOp[] = [];
   if (occ) {
     ops.push({
-      op: 'create', kind: 'bg_occurrences', id: occurrenceRecordId(task.task_id, occ.occurrence_id),
+      op: 'create',
+      kind: 'bg_occurrences',
+      id: occurrenceRecordId(task.task_id, occ.occurrence_id),
       value: { task_id: task.task_id, occurrence_id: occ.occurrence_id, run_id, dispatched_at: at },
     });
   }
   ops.push({ op: 'create', kind: 'bg_runs', id: run_id, value: row, indexes: runRowIndexes(row) });
   ops.push({
-    op: 'create', kind: 'traces', id: ctx.internal.trace_id,
+    op: 'create',
+    kind: 'traces',
+    id: ctx.internal.trace_id,
     value: parts.traceValue(ctx, TERMINAL.has(ctx.run.status) ? ctx.run.status : 'running'),
     indexes: { run_id, session_id, task_id: task.task_id },
   });

@@ -25,7 +25,10 @@ export interface RetentionHost {
 }
 
 export class RunRetention {
-  constructor(private readonly deps: BackgroundDeps, private readonly host: RetentionHost) {}
+  constructor(
+    private readonly deps: BackgroundDeps,
+    private readonly host: RetentionHost,
+  ) {}
 
   private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
     this.deps.log?.(level, msg, extra);
@@ -57,19 +60,21 @@ export class RunRetention {
         }
         break;
       }
-      await Promise.all(page.items.map(async (item) => {
-        const h = this.host.handles.get(item.id);
-        if (h) {
-          await h.chain.catch(() => undefined);
-          this.host.release(h, true);
-        }
-        const { run, internal } = item.value;
-        // The run row goes away with its events; its agent run must not go on working unseen.
-        if ((run.status === 'running' || WAITING.has(run.status)) && internal.agent_run_id) {
-          await this.deps.runs.cancel(internal.agent_run_id).catch(() => undefined);
-        }
-        this.host.clearRunTimers(item.id);
-      }));
+      await Promise.all(
+        page.items.map(async (item) => {
+          const h = this.host.handles.get(item.id);
+          if (h) {
+            await h.chain.catch(() => undefined);
+            this.host.release(h, true);
+          }
+          const { run, internal } = item.value;
+          // The run row goes away with its events; its agent run must not go on working unseen.
+          if ((run.status === 'running' || WAITING.has(run.status)) && internal.agent_run_id) {
+            await this.deps.runs.cancel(internal.agent_run_id).catch(() => undefined);
+          }
+          this.host.clearRunTimers(item.id);
+        }),
+      );
       // The task is gone (its schedule row a tombstone): its occurrence records can never be
       // replayed. No CAS: a heartbeat or a claim that wrote since the page was read must not
       // keep its run alive (the handles were released above; a later write finds no row).
@@ -129,7 +134,9 @@ export class RunRetention {
     const existingOccs = new Set(occIds.filter((_, i) => occs[i]));
     const opsOf = (r: Versioned<BgRunRow>): WriteOp[] => {
       const { run } = r.value;
-      const ops: WriteOp[] = [opts.fenced ? { op: 'delete', kind: 'bg_runs', id: r.id, expectedVersion: r.version } : { op: 'delete', kind: 'bg_runs', id: r.id }];
+      const ops: WriteOp[] = [
+        opts.fenced ? { op: 'delete', kind: 'bg_runs', id: r.id, expectedVersion: r.version } : { op: 'delete', kind: 'bg_runs', id: r.id },
+      ];
       for (let n = 1; n <= run.attempt; n++) {
         const id = attemptRecordId(run.run_id, n);
         if (existingAttempts.has(id)) ops.push({ op: 'delete', kind: 'bg_attempts', id });
@@ -198,7 +205,11 @@ export class RunRetention {
     for (const status of TERMINAL) {
       let cursor: string | null = null;
       scan: do {
-        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await store.listRecords<BgRunRow>('bg_runs', { index: { name: 'status', value: status }, cursor, limit: 200 });
+        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await store.listRecords<BgRunRow>('bg_runs', {
+          index: { name: 'status', value: status },
+          cursor,
+          limit: 200,
+        });
         const old: Versioned<BgRunRow>[] = [];
         let stop = false;
         for (const item of page.items) {
@@ -223,7 +234,11 @@ export class RunRetention {
       let excess = counts.reduce((a, b) => a + b, 0) - opts.maxPerTask;
       let cursor: string | null = null;
       while (excess > 0 && budget > 0) {
-        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, cursor, limit: Math.min(500, Math.max(50, excess)) });
+        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await store.listRecords<BgRunRow>('bg_runs', {
+          index: { name: 'task_id', value: taskId },
+          cursor,
+          limit: Math.min(500, Math.max(50, excess)),
+        });
         const old = page.items.filter((i) => TERMINAL.has(i.value.run.status) && !this.host.handles.has(i.id)).slice(0, Math.min(excess, budget));
         await drop(old);
         excess -= old.length;

@@ -49,7 +49,6 @@ export interface WriteJob {
   steps: Array<{ ctx: BackgroundRunContext; params: RecordParams }>;
 }
 
-
 const iso = (ms: number) => new Date(ms).toISOString();
 
 /** What the live runs need of the engine around them. */
@@ -80,7 +79,10 @@ export class RunHosts {
   private readonly loading = new Map<string, Promise<Handle | Versioned<BgRunRow> | null>>();
   private readonly logic;
 
-  constructor(private readonly deps: BackgroundDeps, private readonly hooks: RunHostHooks) {
+  constructor(
+    private readonly deps: BackgroundDeps,
+    private readonly hooks: RunHostHooks,
+  ) {
     this.handles = hooks.handles;
     this.logic = backgroundRunMachine.provide({
       actions: {
@@ -149,8 +151,19 @@ export class RunHosts {
     await this.hooks.outbox.repairOutbox(row.value);
     if (TERMINAL.has(row.value.run.status)) return row;
     const h: Handle = {
-      id: runId, actor: null, row, chain: Promise.resolve(), pending: 0, sends: 0, dead: false,
-      heartbeat: null, timeout: null, timeoutAttempt: 0, timedOut: null, tailWrite: null, gate: null,
+      id: runId,
+      actor: null,
+      row,
+      chain: Promise.resolve(),
+      pending: 0,
+      sends: 0,
+      dead: false,
+      heartbeat: null,
+      timeout: null,
+      timeoutAttempt: 0,
+      timedOut: null,
+      tailWrite: null,
+      gate: null,
     };
     this.handles.set(runId, h);
     const { machine_version: _v, event_seq: _s, outbox: _o, ...ctx } = row.value;
@@ -207,17 +220,21 @@ export class RunHosts {
       return;
     }
     const job: WriteJob = { steps: [{ ctx, params }] };
-    this.enqueue(h, () => {
-      if (h.tailWrite === job) h.tailWrite = null;
-      return this.writeRecord(h, job.steps);
-    }, (err) => {
-      // Fenced or the store failed: this copy no longer knows the truth; drop it (the row is reloaded on next use).
-      this.log(isStoreError(err, 'stale_version') ? 'warn' : 'error', 'background run write refused; dropping this copy', { run_id: h.id, err: String(err) });
-      if (isStoreError(err, 'stale_version')) this.deps.metrics.leaseLost('background');
-      this.hooks.forgetTask(h.row.value.run.task_id);
-      this.release(h, true);
-      this.hooks.kick();
-    });
+    this.enqueue(
+      h,
+      () => {
+        if (h.tailWrite === job) h.tailWrite = null;
+        return this.writeRecord(h, job.steps);
+      },
+      (err) => {
+        // Fenced or the store failed: this copy no longer knows the truth; drop it (the row is reloaded on next use).
+        this.log(isStoreError(err, 'stale_version') ? 'warn' : 'error', 'background run write refused; dropping this copy', { run_id: h.id, err: String(err) });
+        if (isStoreError(err, 'stale_version')) this.deps.metrics.leaseLost('background');
+        this.hooks.forgetTask(h.row.value.run.task_id);
+        this.release(h, true);
+        this.hooks.kick();
+      },
+    );
     h.tailWrite = job;
   }
 
@@ -246,7 +263,12 @@ export class RunHosts {
       { op: 'update', kind: 'bg_runs', id: h.id, value: next, expectedVersion: h.row.version, indexes: runRowIndexes(next) },
       // Attempts ride in the same atomic write: the run row's CAS fences them too.
       ...[...attempts.values()].map((a): WriteOp => ({
-        op: 'update', kind: 'bg_attempts', id: attemptRecordId(h.id, a.attempt_number), value: a, expectedVersion: null, indexes: { run_id: h.id },
+        op: 'update',
+        kind: 'bg_attempts',
+        id: attemptRecordId(h.id, a.attempt_number),
+        value: a,
+        expectedVersion: null,
+        indexes: { run_id: h.id },
       })),
     ];
     const status = ctx.run.status;
@@ -254,12 +276,21 @@ export class RunHosts {
     h.gate = null;
     if (gate && prev.run.status === 'queued' && HELD.has(status)) {
       const value = { task_id: ctx.run.task_id, claimed_run: h.id, at };
-      ops.push(gate.version === null
-        ? { op: 'create', kind: 'meta', id: gate.id, value }
-        : { op: 'update', kind: 'meta', id: gate.id, value, expectedVersion: gate.version });
+      ops.push(
+        gate.version === null
+          ? { op: 'create', kind: 'meta', id: gate.id, value }
+          : { op: 'update', kind: 'meta', id: gate.id, value, expectedVersion: gate.version },
+      );
     }
     if (TERMINAL.has(status) && !TERMINAL.has(prev.run.status)) {
-      ops.push({ op: 'update', kind: 'traces', id: ctx.internal.trace_id, value: this.traceValue(ctx, status), expectedVersion: null, indexes: { run_id: h.id, session_id: ctx.run.session_id, task_id: ctx.run.task_id } });
+      ops.push({
+        op: 'update',
+        kind: 'traces',
+        id: ctx.internal.trace_id,
+        value: this.traceValue(ctx, status),
+        expectedVersion: null,
+        indexes: { run_id: h.id, session_id: ctx.run.session_id, task_id: ctx.run.task_id },
+      });
     }
     let written: Versioned<unknown> | null;
     try {
@@ -279,9 +310,16 @@ export class RunHosts {
   traceValue(ctx: BackgroundRunContext, status: string) {
     const traceStatus = status === 'skipped' ? 'cancelled' : status;
     return {
-      trace_id: ctx.internal.trace_id, parent_trace_id: null, run_id: ctx.run.run_id, session_id: ctx.run.session_id,
-      task_id: ctx.run.task_id, agent_id: ctx.run.agent_id, kind: 'background', status: traceStatus,
-      started_at: ctx.run.triggered_at, ended_at: status === 'running' ? null : ctx.run.finished_at ?? iso(this.deps.clock.now()),
+      trace_id: ctx.internal.trace_id,
+      parent_trace_id: null,
+      run_id: ctx.run.run_id,
+      session_id: ctx.run.session_id,
+      task_id: ctx.run.task_id,
+      agent_id: ctx.run.agent_id,
+      kind: 'background',
+      status: traceStatus,
+      started_at: ctx.run.triggered_at,
+      ended_at: status === 'running' ? null : (ctx.run.finished_at ?? iso(this.deps.clock.now())),
     };
   }
 }

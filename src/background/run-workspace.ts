@@ -36,17 +36,24 @@ export class RunWorkspaces {
   private readonly workspacesChecked = new Set<string>();
   /** Tasks whose refused workspace template was reported (once per task per process). */
   private readonly warnedTemplates = new Set<string>();
-  private readonly mirrors = new MirrorQueue(2, MIRROR_DELAY_MS, (dir, err) => {
-    this.madeDirs.delete(dir);
-    // The workspace is a mirror: a full disk must not stop the run.
-    this.log('warn', 'could not write the run workspace files', { workspace_path: dir, err: String(err) });
-  }, (dir) => {
-    // A write that was under way when its runs were deleted may have made the folder again.
-    void this.remover.remove(dir).catch((err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
-  });
+  private readonly mirrors = new MirrorQueue(
+    2,
+    MIRROR_DELAY_MS,
+    (dir, err) => {
+      this.madeDirs.delete(dir);
+      // The workspace is a mirror: a full disk must not stop the run.
+      this.log('warn', 'could not write the run workspace files', { workspace_path: dir, err: String(err) });
+    },
+    (dir) => {
+      // A write that was under way when its runs were deleted may have made the folder again.
+      void this.remover.remove(dir).catch((err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
+    },
+  );
 
   constructor(private readonly deps: RunWorkspacesDeps) {
-    this.remover = new FolderRemover(deps.config.background.workspace_root, (err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
+    this.remover = new FolderRemover(deps.config.background.workspace_root, (err) =>
+      this.log('warn', 'could not remove a background workspace folder', { err: String(err) }),
+    );
   }
 
   private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
@@ -87,7 +94,7 @@ export class RunWorkspaces {
     if ('rel' in r) return r.rel;
     if (!this.warnedTemplates.has(task.task_id)) {
       this.warnedTemplates.add(task.task_id);
-      this.log('warn', 'the task\'s workspace template is refused; its runs use the default template', { task_id: task.task_id, problem: r.problem });
+      this.log('warn', "the task's workspace template is refused; its runs use the default template", { task_id: task.task_id, problem: r.problem });
     }
     const fallback = workspaceOf(DEFAULT_NAMESPACE_TEMPLATE, ids, false);
     if ('rel' in fallback) return fallback.rel;
@@ -143,17 +150,29 @@ export class RunWorkspaces {
       if (have >= row.event_seq) return; // complete; run.json was written with the last lines
       const stored = (await this.deps.storedLifecycle(run.run_id)).filter((e) => e.sequence > have).sort((a, b) => a.sequence - b.sequence);
       const seen = new Set<number>();
-      lines = stored.filter((e) => !seen.has(e.sequence) && seen.add(e.sequence)).map(({ sequence, event: e }) => {
-        const m = (e.metadata ?? {}) as Record<string, unknown>;
-        // The fields (and order) of a mirrored LifecycleRecord line: lifecycleOf without `data`.
-        return {
-          sequence, event: e.event_type, timestamp: m.lifecycle_timestamp ?? e.timestamp, run_id: m.run_id, task_id: m.task_id,
-          agent_id: m.agent_id, status: m.status, attempt: m.attempt, worker_id: m.worker_id, lease_generation: m.lease_generation,
-        };
-      });
+      lines = stored
+        .filter((e) => !seen.has(e.sequence) && seen.add(e.sequence))
+        .map(({ sequence, event: e }) => {
+          const m = (e.metadata ?? {}) as Record<string, unknown>;
+          // The fields (and order) of a mirrored LifecycleRecord line: lifecycleOf without `data`.
+          return {
+            sequence,
+            event: e.event_type,
+            timestamp: m.lifecycle_timestamp ?? e.timestamp,
+            run_id: m.run_id,
+            task_id: m.task_id,
+            agent_id: m.agent_id,
+            status: m.status,
+            attempt: m.attempt,
+            worker_id: m.worker_id,
+            lease_generation: m.lease_generation,
+          };
+        });
       if (lines.length > 0) this.log('warn', 'appending workspace lines lost by a crash', { run_id: run.run_id, from: have + 1, to: row.event_seq });
     }
-    await mirrorRun(dir, lines, internal.write_run_json ? run : null, true).catch((err) => this.log('warn', 'workspace repair failed', { run_id: run.run_id, err: String(err) }));
+    await mirrorRun(dir, lines, internal.write_run_json ? run : null, true).catch((err) =>
+      this.log('warn', 'workspace repair failed', { run_id: run.run_id, err: String(err) }),
+    );
   }
 
   /**

@@ -52,7 +52,10 @@ export class TaskScheduler {
   private dueTimerAt = Infinity;
   private ticking = false;
 
-  constructor(private readonly deps: BackgroundDeps, private readonly engine: RunEngine) {
+  constructor(
+    private readonly deps: BackgroundDeps,
+    private readonly engine: RunEngine,
+  ) {
     this.actors = deps.system.group('tasks');
   }
 
@@ -68,7 +71,10 @@ export class TaskScheduler {
     let cursor: string | null = null;
     do {
       const page: { items: Versioned<TaskRow>[]; next_cursor: string | null } = await store.listRecords<TaskRow>('bg_tasks', { cursor, limit: 1000 });
-      const rows = await store.getRecords<ScheduleRow>('bg_schedule', page.items.map((t) => t.id));
+      const rows = await store.getRecords<ScheduleRow>(
+        'bg_schedule',
+        page.items.map((t) => t.id),
+      );
       page.items.forEach((t, i) => {
         this.tasks.set(t.id, t.value);
         const sched = rows[i] ?? null;
@@ -138,7 +144,10 @@ export class TaskScheduler {
     const prev = this.chains.get(taskId);
     // No earlier job: start now, not a microtask later (a tick fires many tasks in one go).
     const p = prev ? prev.then(fn) : new Promise<T>((resolve) => resolve(fn()));
-    const tail = p.then(() => undefined, () => undefined);
+    const tail = p.then(
+      () => undefined,
+      () => undefined,
+    );
     this.chains.set(taskId, tail);
     void tail.then(() => {
       if (this.chains.get(taskId) === tail) this.chains.delete(taskId);
@@ -151,7 +160,13 @@ export class TaskScheduler {
   private initState(task: TaskRow, sched: ScheduleRow | null): void {
     this.actors.stop(actorId(task.task_id));
     this.actors.spawn(actorId(task.task_id), this.logic, {
-      input: { task_id: task.task_id, overlap_policy: task.overlap_policy, enabled: true, paused: sched?.paused ?? false, paused_reason: sched?.paused_reason ?? null },
+      input: {
+        task_id: task.task_id,
+        overlap_policy: task.overlap_policy,
+        enabled: true,
+        paused: sched?.paused ?? false,
+        paused_reason: sched?.paused_reason ?? null,
+      },
     });
   }
 
@@ -207,7 +222,7 @@ export class TaskScheduler {
     const prepared: PreparedRun[] = [];
     const skips: SkippedOccurrence[] = [];
     for (const occ of res.dispatch) {
-      const inFlight = tracked ? this.engine.inFlightNow(taskId) ?? NOTHING_IN_FLIGHT : NOTHING_IN_FLIGHT;
+      const inFlight = tracked ? (this.engine.inFlightNow(taskId) ?? NOTHING_IN_FLIGHT) : NOTHING_IN_FLIGHT;
       for (const d of this.decide(taskId, { type: 'DUE', occurrence: occ as TaskOccurrence, inFlight })) {
         if (d.decision.action === 'skip') {
           skips.push(skipOf(task, occ as TaskOccurrence, now));
@@ -250,7 +265,12 @@ export class TaskScheduler {
       misfireCursor: s.misfire_cursor,
     });
     if (res.missed) {
-      this.deps.log?.('info', 'background occurrences missed', { task_id: task.task_id, ...res.missed, policy: task.schedule.misfire_policy, truncated: res.truncated });
+      this.deps.log?.('info', 'background occurrences missed', {
+        task_id: task.task_id,
+        ...res.missed,
+        policy: task.schedule.misfire_policy,
+        truncated: res.truncated,
+      });
     }
     return res;
   }
@@ -324,7 +344,13 @@ export class TaskScheduler {
 
   /** Carries out one decision; the returned `done` is the run's write. */
   private async execute(task: TaskRow, p: DispatchParams, runId?: string): Promise<Dispatched> {
-    const base = { task, trigger_type: p.occurrence ? p.occurrence.trigger_type : 'manual' as const, occurrence: p.occurrence, query: p.query, run_id: runId };
+    const base = {
+      task,
+      trigger_type: p.occurrence ? p.occurrence.trigger_type : ('manual' as const),
+      occurrence: p.occurrence,
+      query: p.query,
+      run_id: runId,
+    };
     switch (p.decision.action) {
       case 'skip':
         return { done: this.engine.createRun({ ...base, skip: skipReason(task) }) };
@@ -402,7 +428,10 @@ export class TaskScheduler {
     let cursor: string | null = null;
     do {
       const page: { items: Versioned<TaskRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<TaskRow>('bg_tasks', { cursor, limit: 1000 });
-      const rows = await this.deps.store.getRecords<ScheduleRow>('bg_schedule', page.items.map((t) => t.id));
+      const rows = await this.deps.store.getRecords<ScheduleRow>(
+        'bg_schedule',
+        page.items.map((t) => t.id),
+      );
       page.items.forEach((t, i) => {
         seen.add(t.id);
         const known = this.tasks.get(t.id);
@@ -443,17 +472,17 @@ export class TaskScheduler {
     const spec = task.schedule as SchedSpec;
     return {
       task_id: task.task_id,
-      paused: prev?.deleted ? false : prev?.paused ?? false,
-      paused_reason: prev?.deleted ? null : prev?.paused_reason ?? null,
+      paused: prev?.deleted ? false : (prev?.paused ?? false),
+      paused_reason: prev?.deleted ? null : (prev?.paused_reason ?? null),
       schedule_revision: revision,
       last_due_at: null,
-      last_dispatched_at: prev?.deleted ? null : prev?.last_dispatched_at ?? null,
+      last_dispatched_at: prev?.deleted ? null : (prev?.last_dispatched_at ?? null),
       next_due_at: firstDue(spec, nowMs),
       misfire_cursor: null,
       updated_at: iso(nowMs),
       anchor_at: iso(nowMs),
-      skipped_occurrences: prev?.deleted ? 0 : prev?.skipped_occurrences ?? 0,
-      last_skipped: prev?.deleted ? null : prev?.last_skipped ?? null,
+      skipped_occurrences: prev?.deleted ? 0 : (prev?.skipped_occurrences ?? 0),
+      last_skipped: prev?.deleted ? null : (prev?.last_skipped ?? null),
     };
   }
 

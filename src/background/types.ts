@@ -1,14 +1,6 @@
 // Stored shapes of the background subsystem (record kinds bg_*), and their secondary indexes.
-import type {
-  BackgroundLifecycleEventType,
-  BackgroundRunContext,
-} from '../../machines/background-run.machine.js';
-import type {
-  BackgroundAgentSpec,
-  BackgroundRunStatus,
-  BackgroundScheduleState,
-  BackgroundTaskSpec,
-} from '../schemas/background.js';
+import type { BackgroundLifecycleEventType, BackgroundRunContext } from '../../machines/background-run.machine.js';
+import type { BackgroundAgentSpec, BackgroundRunStatus, BackgroundScheduleState, BackgroundTaskSpec } from '../schemas/background.js';
 import type { RecordIndexes } from '../store/store.js';
 
 /** One lifecycle event as kept in the row's outbox, events.jsonl and the replay. */
@@ -79,16 +71,23 @@ interface OccurrenceRow {
   dispatched_at: string;
 }
 
-export const IN_FLIGHT: ReadonlySet<BackgroundRunStatus> = new Set([
-  'queued', 'claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget',
-]);
+export const IN_FLIGHT: ReadonlySet<BackgroundRunStatus> = new Set(['queued', 'claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget']);
 export const ACTIVE: readonly BackgroundRunStatus[] = ['claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget'];
 export const TERMINAL: ReadonlySet<BackgroundRunStatus> = new Set(['completed', 'failed', 'timeout', 'cancelled', 'skipped']);
 export const HELD: ReadonlySet<BackgroundRunStatus> = new Set(['claimed', 'running']);
 export const WAITING: ReadonlySet<BackgroundRunStatus> = new Set(['awaiting_approval', 'awaiting_budget']);
 export const ALL_STATUSES: readonly BackgroundRunStatus[] = [
-  'queued', 'claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget',
-  'completed', 'failed', 'timeout', 'cancelled', 'skipped',
+  'queued',
+  'claimed',
+  'running',
+  'retrying',
+  'awaiting_approval',
+  'awaiting_budget',
+  'completed',
+  'failed',
+  'timeout',
+  'cancelled',
+  'skipped',
 ];
 
 /**

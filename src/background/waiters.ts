@@ -8,11 +8,13 @@ import { TERMINAL, WAITING, type BgRunRow } from './types.js';
 export class SettleWaiters {
   private readonly waiting = new Map<string, Set<(run: BackgroundRun) => void>>();
 
-  constructor(private readonly deps: {
-    getRow(runId: string): Promise<Versioned<BgRunRow> | null>;
-    /** The run's events and workspace files still on their way, if any. */
-    flushed(runId: string): Promise<void> | undefined;
-  }) {}
+  constructor(
+    private readonly deps: {
+      getRow(runId: string): Promise<Versioned<BgRunRow> | null>;
+      /** The run's events and workspace files still on their way, if any. */
+      flushed(runId: string): Promise<void> | undefined;
+    },
+  ) {}
 
   /** Someone waits for this run. */
   has(runId: string): boolean {

@@ -33,10 +33,7 @@ export function taskNamespace(ids: { agent_id: string; task_id: string }): strin
 }
 
 function render(template: string, ids: WorkspaceIds): string {
-  return template
-    .replaceAll('{agent_id}', ids.agent_id)
-    .replaceAll('{task_id}', ids.task_id)
-    .replaceAll('{run_id}', ids.run_id);
+  return template.replaceAll('{agent_id}', ids.agent_id).replaceAll('{task_id}', ids.task_id).replaceAll('{run_id}', ids.run_id);
 }
 
 /**
@@ -57,7 +54,9 @@ export function workspaceOf(template: string, ids: WorkspaceIds, allowShared: bo
   if (full === root || !full.startsWith(`${root}/`)) return { problem: `resolves to '${rendered}', which is not a folder inside the workspace root` };
   const ns = path.posix.resolve(root, taskNamespace(ids));
   if (!allowShared && full !== ns && !full.startsWith(`${ns}/`)) {
-    return { problem: `resolves to '${rendered}', outside the task's own namespace '${taskNamespace(ids)}/' (set background.workspace.allow_shared_namespaces to allow it)` };
+    return {
+      problem: `resolves to '${rendered}', outside the task's own namespace '${taskNamespace(ids)}/' (set background.workspace.allow_shared_namespaces to allow it)`,
+    };
   }
   return { rel: path.posix.relative(root, full) };
 }
@@ -310,17 +309,20 @@ export class MirrorQueue {
   private armTimer(): void {
     const head = this.delayed.peek();
     if (!head || this.timer) return;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      const now = Date.now();
-      for (let d = this.delayed.peek(); d && d.at <= now; d = this.delayed.peek()) {
-        this.delayed.shift();
-        const job = this.pending.get(d.dir);
-        if (job) this.makeReady(d.dir, job);
-      }
-      this.pump();
-      this.armTimer();
-    }, Math.max(0, head.at - Date.now()));
+    this.timer = setTimeout(
+      () => {
+        this.timer = null;
+        const now = Date.now();
+        for (let d = this.delayed.peek(); d && d.at <= now; d = this.delayed.peek()) {
+          this.delayed.shift();
+          const job = this.pending.get(d.dir);
+          if (job) this.makeReady(d.dir, job);
+        }
+        this.pump();
+        this.armTimer();
+      },
+      Math.max(0, head.at - Date.now()),
+    );
     this.timer.unref();
   }
 
@@ -332,27 +334,29 @@ export class MirrorQueue {
       this.pending.delete(dir);
       this.busy.add(dir);
       this.active++;
-      mirrorRun(dir, job.lines, job.run, job.makeDir).then(
-        () => job.done.forEach((d) => d(true)),
-        (err: unknown) => {
-          this.onError(dir, err);
-          job.done.forEach((d) => d(false));
-        },
-      ).finally(() => {
-        this.busy.delete(dir);
-        this.active--;
-        const again = this.doomed.get(dir);
-        if (again !== undefined) {
-          this.doomed.delete(dir);
-          this.onDroppedWritten(again);
-        }
-        // Steps that arrived meanwhile: ready ones go now, a delayed one when its time comes.
-        const next = this.pending.get(dir);
-        if (next?.ready) this.ready.push(dir);
-        else if (next) this.delayed.push({ dir, at: Date.now() + this.delayMs });
-        this.armTimer();
-        this.pump();
-      });
+      mirrorRun(dir, job.lines, job.run, job.makeDir)
+        .then(
+          () => job.done.forEach((d) => d(true)),
+          (err: unknown) => {
+            this.onError(dir, err);
+            job.done.forEach((d) => d(false));
+          },
+        )
+        .finally(() => {
+          this.busy.delete(dir);
+          this.active--;
+          const again = this.doomed.get(dir);
+          if (again !== undefined) {
+            this.doomed.delete(dir);
+            this.onDroppedWritten(again);
+          }
+          // Steps that arrived meanwhile: ready ones go now, a delayed one when its time comes.
+          const next = this.pending.get(dir);
+          if (next?.ready) this.ready.push(dir);
+          else if (next) this.delayed.push({ dir, at: Date.now() + this.delayMs });
+          this.armTimer();
+          this.pump();
+        });
     }
   }
 }
@@ -373,7 +377,10 @@ export class FolderRemover {
   private running: Promise<void> | null = null;
   private seq = 0;
 
-  constructor(private readonly root: string, private readonly onError: (err: unknown) => void) {}
+  constructor(
+    private readonly root: string,
+    private readonly onError: (err: unknown) => void,
+  ) {}
 
   private get trash(): string {
     return path.join(path.resolve(this.root), TRASH_DIR);
@@ -415,10 +422,13 @@ export class FolderRemover {
 
   /** Removes whatever an earlier process left in the trash. */
   sweepTrash(): void {
-    void readdir(this.trash).then((names) => {
-      for (const n of names) this.queue.push(path.join(this.trash, n));
-      this.pump();
-    }, () => undefined);
+    void readdir(this.trash).then(
+      (names) => {
+        for (const n of names) this.queue.push(path.join(this.trash, n));
+        this.pump();
+      },
+      () => undefined,
+    );
   }
 
   /** Resolves once every queued tree is removed. */

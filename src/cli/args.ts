@@ -8,7 +8,10 @@ export const EXIT = { ok: 0, error: 1, usage: 2, waiting: 3 } as const;
 
 /** A mistake in the command line: printed with a pointer to the help, exit 2. */
 export class UsageError extends Error {
-  constructor(message: string, readonly helpOf: string = 'agentd') {
+  constructor(
+    message: string,
+    readonly helpOf: string = 'agentd',
+  ) {
     super(message);
   }
 }
@@ -81,7 +84,14 @@ export function parseCommand(spec: CommandSpec, argv: string[]): Parsed {
   }
   const args = spec.args ?? [];
   const required = args.filter((a) => !a.endsWith('?')).length;
-  if (parsed.positionals.length < required) throw new UsageError(`missing ${args.slice(parsed.positionals.length).filter((a) => !a.endsWith('?')).join(' ')}`, name);
+  if (parsed.positionals.length < required)
+    throw new UsageError(
+      `missing ${args
+        .slice(parsed.positionals.length)
+        .filter((a) => !a.endsWith('?'))
+        .join(' ')}`,
+      name,
+    );
   if (parsed.positionals.length > args.length) throw new UsageError(`unexpected argument '${parsed.positionals[args.length]}'`, name);
   return { values: parsed.values as Parsed['values'], positionals: parsed.positionals, help: false };
 }

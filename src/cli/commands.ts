@@ -10,10 +10,28 @@ export interface Command extends CommandSpec {
 }
 
 const local = (name: 'serve' | 'configCheck' | 'configSchema' | 'machines') => async () => (await import('./serve.js'))[name];
-const runs = (name: 'run' | 'runsLs' | 'runsShow' | 'runsCancel' | 'runsResume' | 'runsSteer' | 'runsInterrupt' | 'approvalsLs' | 'approvalsApprove' | 'approvalsDeny' | 'budgetGrant' | 'budgetDeny') => async () => (await import('./runs.js'))[name];
-const tasks = (name: 'tasksLs' | 'tasksCreate' | 'tasksRun' | 'tasksPause' | 'tasksResume' | 'tasksPreview' | 'eventsTail') => async () => (await import('./tasks.js'))[name];
+const runs =
+  (
+    name:
+      | 'run'
+      | 'runsLs'
+      | 'runsShow'
+      | 'runsCancel'
+      | 'runsResume'
+      | 'runsSteer'
+      | 'runsInterrupt'
+      | 'approvalsLs'
+      | 'approvalsApprove'
+      | 'approvalsDeny'
+      | 'budgetGrant'
+      | 'budgetDeny',
+  ) =>
+  async () =>
+    (await import('./runs.js'))[name];
+const tasks = (name: 'tasksLs' | 'tasksCreate' | 'tasksRun' | 'tasksPause' | 'tasksResume' | 'tasksPreview' | 'eventsTail') => async () =>
+  (await import('./tasks.js'))[name];
 
-const note = { type: 'string', value: 'TEXT', help: 'A note stored with the decision (a denial\'s note reaches the model).' } as const;
+const note = { type: 'string', value: 'TEXT', help: "A note stored with the decision (a denial's note reaches the model)." } as const;
 
 export const COMMANDS: Command[] = [
   {
@@ -34,21 +52,33 @@ export const COMMANDS: Command[] = [
     ].join('\n'),
     load: local('serve'),
   },
-  { path: ['config', 'check'], summary: 'Validate a config file and print the resolved config (secrets masked).', options: { config: { type: 'string', value: 'FILE', help: 'Config file (env AGENTD_CONFIG).' } }, load: local('configCheck') },
+  {
+    path: ['config', 'check'],
+    summary: 'Validate a config file and print the resolved config (secrets masked).',
+    options: { config: { type: 'string', value: 'FILE', help: 'Config file (env AGENTD_CONFIG).' } },
+    load: local('configCheck'),
+  },
   {
     path: ['migrate'],
-    summary: 'Apply the PostgreSQL store\'s pending schema migrations and exit (serve also applies them at start-up).',
+    summary: "Apply the PostgreSQL store's pending schema migrations and exit (serve also applies them at start-up).",
     options: {
-      'store-url': { type: 'string', value: 'URL', help: 'PostgreSQL connection string (default: env AGENTD_STORE_URL, else store.url of the config; prefer the env: a flag is visible in `ps`).' },
+      'store-url': {
+        type: 'string',
+        value: 'URL',
+        help: 'PostgreSQL connection string (default: env AGENTD_STORE_URL, else store.url of the config; prefer the env: a flag is visible in `ps`).',
+      },
       config: { type: 'string', value: 'FILE', help: 'Config file (env AGENTD_CONFIG).' },
     },
-    details: 'Safe to run while instances are starting or serving: everyone migrates under one advisory lock.\nRefuses (exit 1) a database migrated by a newer agentd.',
+    details:
+      'Safe to run while instances are starting or serving: everyone migrates under one advisory lock.\nRefuses (exit 1) a database migrated by a newer agentd.',
     load: async () => (await import('./migrate.js')).migrateCommand,
   },
   { path: ['config', 'schema'], summary: 'Print the JSON Schema of the config file.', load: local('configSchema') },
   { path: ['machines'], summary: 'Print every state machine as a Mermaid diagram.', load: local('machines') },
   {
-    path: ['run'], args: ['QUERY'], remote: true,
+    path: ['run'],
+    args: ['QUERY'],
+    remote: true,
     summary: 'Run the agent: the answer streams to stdout, a status line (tool calls, approvals) to stderr.',
     options: {
       session: { type: 'string', value: 'S', help: 'Continue this session (default: a new one).' },
@@ -56,11 +86,14 @@ export const COMMANDS: Command[] = [
       sync: { type: 'boolean', help: 'Wait for the whole answer (POST /run/sync) instead of streaming it.' },
       policy: { type: 'string', value: 'P', help: 'When the session has a run in flight: enqueue (default), reject, interrupt or rollback.' },
     },
-    details: 'Exit: 0 success, 1 error/cancelled/timeout, 3 waiting for an approval or budget (the ids and the\ncommands to decide are printed) or interrupted (`runs resume` continues it). Ctrl-C closes the stream, which cancels the run.',
+    details:
+      'Exit: 0 success, 1 error/cancelled/timeout, 3 waiting for an approval or budget (the ids and the\ncommands to decide are printed) or interrupted (`runs resume` continues it). Ctrl-C closes the stream, which cancels the run.',
     load: runs('run'),
   },
   {
-    path: ['runs', 'ls'], remote: true, summary: 'List runs, oldest first.',
+    path: ['runs', 'ls'],
+    remote: true,
+    summary: 'List runs, oldest first.',
     options: {
       status: { type: 'string', value: 'S', help: 'Only runs in this status (running, awaiting_approval, awaiting_budget, completed, failed, ...).' },
       session: { type: 'string', value: 'S', help: 'Only runs of this session.' },
@@ -72,40 +105,73 @@ export const COMMANDS: Command[] = [
   { path: ['runs', 'show'], args: ['RUN'], remote: true, summary: 'Show one run: status, usage, tool calls, approvals, answer.', load: runs('runsShow') },
   { path: ['runs', 'cancel'], args: ['RUN'], remote: true, summary: 'Cancel a run.', load: runs('runsCancel') },
   {
-    path: ['runs', 'steer'], args: ['RUN', 'MESSAGE'], remote: true, summary: 'Send a run in flight a message it reads once, as a user message, before its next model call.',
+    path: ['runs', 'steer'],
+    args: ['RUN', 'MESSAGE'],
+    remote: true,
+    summary: 'Send a run in flight a message it reads once, as a user message, before its next model call.',
     options: { sender: { type: 'string', value: 'NAME', help: 'Who sends it (default: the API key name, else "user").' } },
     load: runs('runsSteer'),
   },
-  { path: ['runs', 'interrupt'], args: ['RUN'], remote: true, summary: 'Stop a running run at its next step boundary (continue it with `runs resume`).', load: runs('runsInterrupt') },
-  { path: ['runs', 'resume'], args: ['RUN'], remote: true, summary: 'Continue a decided, interrupted or orphaned run and print its result (exit codes as `run`).', load: runs('runsResume') },
+  {
+    path: ['runs', 'interrupt'],
+    args: ['RUN'],
+    remote: true,
+    summary: 'Stop a running run at its next step boundary (continue it with `runs resume`).',
+    load: runs('runsInterrupt'),
+  },
+  {
+    path: ['runs', 'resume'],
+    args: ['RUN'],
+    remote: true,
+    summary: 'Continue a decided, interrupted or orphaned run and print its result (exit codes as `run`).',
+    load: runs('runsResume'),
+  },
   { path: ['approvals', 'ls'], remote: true, summary: 'Pending approvals across runs (runs awaiting approval).', load: runs('approvalsLs') },
   {
-    path: ['approvals', 'approve'], args: ['RUN', 'APPROVAL'], remote: true, summary: 'Approve a pending tool call; the run resumes once all of its approvals are decided.',
+    path: ['approvals', 'approve'],
+    args: ['RUN', 'APPROVAL'],
+    remote: true,
+    summary: 'Approve a pending tool call; the run resumes once all of its approvals are decided.',
     options: {
       args: { type: 'string', value: 'JSON', help: 'Approve this edited call instead (a JSON object of arguments).' },
       note: { ...note },
-      approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER; with auth.bind_approver it must be the API key\'s name).' },
+      approver: { type: 'string', value: 'NAME', help: "Who decides (default $USER; with auth.bind_approver it must be the API key's name)." },
     },
     load: runs('approvalsApprove'),
   },
   {
-    path: ['approvals', 'deny'], args: ['RUN', 'APPROVAL'], remote: true, summary: 'Deny a pending tool call: it does not run, and the model is told "Denied by <approver>: <note>".',
+    path: ['approvals', 'deny'],
+    args: ['RUN', 'APPROVAL'],
+    remote: true,
+    summary: 'Deny a pending tool call: it does not run, and the model is told "Denied by <approver>: <note>".',
     options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' } },
     load: runs('approvalsDeny'),
   },
   {
-    path: ['budget', 'grant'], args: ['RUN'], remote: true, summary: 'Grant the budget a run waits for; it resumes.',
-    options: { amount: { type: 'string', value: 'X', help: 'Amount to add (default: the shortfall).' }, note: { ...note }, approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' } },
+    path: ['budget', 'grant'],
+    args: ['RUN'],
+    remote: true,
+    summary: 'Grant the budget a run waits for; it resumes.',
+    options: {
+      amount: { type: 'string', value: 'X', help: 'Amount to add (default: the shortfall).' },
+      note: { ...note },
+      approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' },
+    },
     load: runs('budgetGrant'),
   },
   {
-    path: ['budget', 'deny'], args: ['RUN'], remote: true, summary: 'Deny the budget a run waits for; it ends budget_exhausted.',
+    path: ['budget', 'deny'],
+    args: ['RUN'],
+    remote: true,
+    summary: 'Deny the budget a run waits for; it ends budget_exhausted.',
     options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' } },
     load: runs('budgetDeny'),
   },
   { path: ['tasks', 'ls'], remote: true, summary: 'List background tasks.', load: tasks('tasksLs') },
   {
-    path: ['tasks', 'create'], remote: true, summary: 'Create a background task with one schedule.',
+    path: ['tasks', 'create'],
+    remote: true,
+    summary: 'Create a background task with one schedule.',
     options: {
       id: { type: 'string', value: 'ID', help: 'Task id (required).' },
       query: { type: 'string', value: 'Q', help: 'What the agent is asked at each run (required).' },
@@ -120,22 +186,36 @@ export const COMMANDS: Command[] = [
     load: tasks('tasksCreate'),
   },
   {
-    path: ['tasks', 'run'], args: ['ID'], remote: true, summary: 'Run a task now.',
+    path: ['tasks', 'run'],
+    args: ['ID'],
+    remote: true,
+    summary: 'Run a task now.',
     options: { wait: { type: 'boolean', help: 'Wait until the run ends (or waits for a person); exit codes as `run`.' } },
     load: tasks('tasksRun'),
   },
   { path: ['tasks', 'pause'], args: ['ID'], remote: true, summary: 'Pause the schedule of a task (manual runs still work).', load: tasks('tasksPause') },
-  { path: ['tasks', 'resume'], args: ['ID'], remote: true, summary: 'Resume the schedule of a task (occurrences of the pause are skipped).', load: tasks('tasksResume') },
   {
-    path: ['tasks', 'preview'], args: ['ID'], remote: true, summary: 'The next due times of a task, in UTC and its time zone, with DST notes.',
+    path: ['tasks', 'resume'],
+    args: ['ID'],
+    remote: true,
+    summary: 'Resume the schedule of a task (occurrences of the pause are skipped).',
+    load: tasks('tasksResume'),
+  },
+  {
+    path: ['tasks', 'preview'],
+    args: ['ID'],
+    remote: true,
+    summary: 'The next due times of a task, in UTC and its time zone, with DST notes.',
     options: { count: { type: 'string', value: 'N', help: 'How many occurrences (server default).' } },
     load: tasks('tasksPreview'),
   },
   {
-    path: ['events', 'tail'], remote: true, summary: 'Follow the telemetry events of a session (or of one run): stored ones after --from, then new ones.',
+    path: ['events', 'tail'],
+    remote: true,
+    summary: 'Follow the telemetry events of a session (or of one run): stored ones after --from, then new ones.',
     options: {
       session: { type: 'string', value: 'S', help: 'The session to follow.' },
-      run: { type: 'string', value: 'R', help: 'Only this run\'s events (its session is looked up when --session is absent).' },
+      run: { type: 'string', value: 'R', help: "Only this run's events (its session is looked up when --session is absent)." },
       from: { type: 'string', value: 'CURSOR', help: 'Start after this cursor (default: from the beginning).' },
       limit: { type: 'string', value: 'N', help: 'Stop after N events (default: follow until Ctrl-C).' },
     },

@@ -55,7 +55,10 @@ export async function startInspector(url: string, redactor: Redactor, log: Log):
     ws.addEventListener('error', (ev) => {
       if (state === 'failing') return;
       const why = ev.error?.code ?? ev.error?.message ?? ev.message ?? 'connection failed';
-      log('warn', `agentd: cannot reach the XState inspector at ${url} (${why}); the service runs on, inspection events are kept (the last ${MAX_DEFERRED_INSPECTION_EVENTS}) and the connection is retried every 5 s`);
+      log(
+        'warn',
+        `agentd: cannot reach the XState inspector at ${url} (${why}); the service runs on, inspection events are kept (the last ${MAX_DEFERRED_INSPECTION_EVENTS}) and the connection is retried every 5 s`,
+      );
       state = 'failing';
     });
     ws.addEventListener('close', () => {

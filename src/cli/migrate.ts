@@ -6,7 +6,6 @@ import { ConfigError, loadConfig } from '../config.js';
 import { EXIT, type Parsed } from './args.js';
 import { describeStoreUrl } from '../store/pg-url.js';
 
-
 export async function migrateCommand(p: Parsed, _spec?: unknown, write: (s: string) => void = (s) => process.stdout.write(s)): Promise<number> {
   const flag = p.values['store-url'];
   let url: string | undefined;
@@ -16,7 +15,9 @@ export async function migrateCommand(p: Parsed, _spec?: unknown, write: (s: stri
   } else {
     const config = loadConfig({ argv: typeof p.values.config === 'string' ? [`--config=${p.values.config}`] : [] });
     if (config.store.kind !== 'postgres' || !config.store.url) {
-      throw new ConfigError(['store.url: agentd migrate needs a PostgreSQL store: --store-url URL, AGENTD_STORE_URL, or store.kind "postgres" with store.url in the config']);
+      throw new ConfigError([
+        'store.url: agentd migrate needs a PostgreSQL store: --store-url URL, AGENTD_STORE_URL, or store.kind "postgres" with store.url in the config',
+      ]);
     }
     url = config.store.url;
   }

@@ -62,12 +62,19 @@ export function printJson(v: unknown): void {
 export function table(header: string[], rows: (string | number | null | undefined)[][]): string {
   const cells = [header, ...rows.map((r) => r.map((c) => (c === null || c === undefined ? '-' : String(c))))];
   const widths = header.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? '').length)));
-  return cells.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('  ').trimEnd()).join('\n');
+  return cells
+    .map((r) =>
+      r
+        .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i])))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 /** A value shortened to one line of at most `max` characters. */
 export function brief(v: unknown, max = 60): string {
-  const s = (typeof v === 'string' ? v : JSON.stringify(v) ?? '').replace(/\s+/g, ' ');
+  const s = (typeof v === 'string' ? v : (JSON.stringify(v) ?? '')).replace(/\s+/g, ' ');
   return s.length > max ? `${s.slice(0, max - 1)}…` : s;
 }
 

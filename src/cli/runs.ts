@@ -15,7 +15,12 @@ function printWaiting(runId: string, approvals: Approval[] | null | undefined, b
   const pending = (approvals ?? []).filter((a) => a.status === 'pending');
   if (pending.length > 0) {
     status(`waiting for approval: run ${runId}`);
-    status(table(['APPROVAL', 'TOOL', 'ARGUMENTS', 'REASON'], pending.map((a) => [a.approval_id, a.tool_name, brief(a.arguments), a.reason])).replace(/^/gm, '  '));
+    status(
+      table(
+        ['APPROVAL', 'TOOL', 'ARGUMENTS', 'REASON'],
+        pending.map((a) => [a.approval_id, a.tool_name, brief(a.arguments), a.reason]),
+      ).replace(/^/gm, '  '),
+    );
     status('decide with:');
     for (const a of pending) {
       status(`  agentd approvals approve ${shellArg(runId)} ${shellArg(a.approval_id)} [--args JSON] [--note TEXT]`);
@@ -23,7 +28,9 @@ function printWaiting(runId: string, approvals: Approval[] | null | undefined, b
     }
   }
   if (budget && budget.status === 'pending') {
-    status(`waiting for budget: run ${runId}: ${budget.key} ${budget.meter} needs ${budget.needed}, shortfall ${budget.shortfall} (limit ${budget.limit}, used ${budget.used})`);
+    status(
+      `waiting for budget: run ${runId}: ${budget.key} ${budget.meter} needs ${budget.needed}, shortfall ${budget.shortfall} (limit ${budget.limit}, used ${budget.used})`,
+    );
     status('decide with:');
     status(`  agentd budget grant ${shellArg(runId)} [--amount X]`);
     status(`  agentd budget deny ${shellArg(runId)} [--note TEXT]`);
@@ -126,7 +133,12 @@ export async function runsLs(p: Parsed, spec: CommandSpec): Promise<number> {
     printJson(page);
     return EXIT.ok;
   }
-  out(table(['RUN', 'STATUS', 'SESSION', 'CREATED', 'STEPS', 'TOKENS'], page.runs.map((r) => [r.run_id, r.status, r.session_id, r.created_at, r.step, r.usage.request_tokens + r.usage.response_tokens])));
+  out(
+    table(
+      ['RUN', 'STATUS', 'SESSION', 'CREATED', 'STEPS', 'TOKENS'],
+      page.runs.map((r) => [r.run_id, r.status, r.session_id, r.created_at, r.step, r.usage.request_tokens + r.usage.response_tokens]),
+    ),
+  );
   if (page.next_cursor) status(`more: agentd runs ls --cursor ${shellArg(page.next_cursor)}`);
   return EXIT.ok;
 }
@@ -159,14 +171,29 @@ function printRun(r: RunView): void {
   for (const [k, v] of rows) out(`${k.padEnd(9)} ${String(v)}`);
   if (r.tool_calls.length > 0) {
     out('\ntool calls:');
-    out(table(['TOOL', 'OUTCOME', 'STEP', 'STARTED'], r.tool_calls.map((t) => [t.tool_name, t.outcome ?? t.state, t.step, t.started_at])).replace(/^/gm, '  '));
+    out(
+      table(
+        ['TOOL', 'OUTCOME', 'STEP', 'STARTED'],
+        r.tool_calls.map((t) => [t.tool_name, t.outcome ?? t.state, t.step, t.started_at]),
+      ).replace(/^/gm, '  '),
+    );
   }
   if (r.approvals.length > 0) {
     out('\napprovals:');
-    out(table(['APPROVAL', 'STATUS', 'TOOL', 'APPROVER', 'NOTE'], r.approvals.map((a) => [a.approval_id, a.status, a.tool_name, a.approver, a.note])).replace(/^/gm, '  '));
+    out(
+      table(
+        ['APPROVAL', 'STATUS', 'TOOL', 'APPROVER', 'NOTE'],
+        r.approvals.map((a) => [a.approval_id, a.status, a.tool_name, a.approver, a.note]),
+      ).replace(/^/gm, '  '),
+    );
   }
   if (r.response) out(`\n${r.response}`);
-  if (r.status === 'awaiting_approval' || r.status === 'awaiting_budget') printWaiting(r.run_id, r.approvals, r.budget_requests.find((b) => b.status === 'pending'));
+  if (r.status === 'awaiting_approval' || r.status === 'awaiting_budget')
+    printWaiting(
+      r.run_id,
+      r.approvals,
+      r.budget_requests.find((b) => b.status === 'pending'),
+    );
 }
 
 export async function runsCancel(p: Parsed): Promise<number> {
@@ -190,7 +217,12 @@ export async function runsInterrupt(p: Parsed): Promise<number> {
   const remote = remoteOf(p);
   const r = await remote.client.runs.interrupt(p.positionals[0]);
   if (remote.json) printJson(r);
-  else out(r.status === 'interrupted' ? `run ${r.run_id}: already interrupted (continue it: agentd runs resume ${shellArg(r.run_id)})` : `run ${r.run_id}: stops at its next step boundary (continue it later: agentd runs resume ${shellArg(r.run_id)})`);
+  else
+    out(
+      r.status === 'interrupted'
+        ? `run ${r.run_id}: already interrupted (continue it: agentd runs resume ${shellArg(r.run_id)})`
+        : `run ${r.run_id}: stops at its next step boundary (continue it later: agentd runs resume ${shellArg(r.run_id)})`,
+    );
   return EXIT.ok;
 }
 
@@ -223,7 +255,12 @@ export async function approvalsLs(p: Parsed): Promise<number> {
     status('no pending approvals');
     return EXIT.ok;
   }
-  out(table(['RUN', 'APPROVAL', 'TOOL', 'ARGUMENTS', 'EXPIRES', 'REASON'], pending.map((a) => [a.run_id, a.approval_id, a.tool_name, brief(a.arguments, 50), a.expires_at, a.reason])));
+  out(
+    table(
+      ['RUN', 'APPROVAL', 'TOOL', 'ARGUMENTS', 'EXPIRES', 'REASON'],
+      pending.map((a) => [a.run_id, a.approval_id, a.tool_name, brief(a.arguments, 50), a.expires_at, a.reason]),
+    ),
+  );
   if (cursor) status(`(the first ${MAX_PAGES * 100} waiting runs only)`);
   status('decide with: agentd approvals approve|deny RUN APPROVAL');
   return EXIT.ok;
@@ -240,7 +277,10 @@ async function decideApproval(p: Parsed, spec: CommandSpec, decision: 'approve' 
     ...(typeof p.values.note === 'string' ? { note: p.values.note } : {}),
   });
   if (remote.json) printJson(a);
-  else out(`${a.approval_id} of run ${runId}: ${a.status} by ${a.approver ?? '?'}${a.edited_arguments ? ` with ${brief(a.edited_arguments)}` : ''} (the run resumes once all of its approvals are decided: agentd runs show ${shellArg(runId)})`);
+  else
+    out(
+      `${a.approval_id} of run ${runId}: ${a.status} by ${a.approver ?? '?'}${a.edited_arguments ? ` with ${brief(a.edited_arguments)}` : ''} (the run resumes once all of its approvals are decided: agentd runs show ${shellArg(runId)})`,
+    );
   return EXIT.ok;
 }
 

@@ -37,7 +37,9 @@ export async function serve(p: Parsed): Promise<number> {
   }
   const server = await startServer(config, { inspect, logger });
   handleSignals(server);
-  server.logger.info(`agentd ${readVersion()} listening on ${server.url} (agent '${config.agent.name}', model ${server.runtime.model.provider}/${server.runtime.model.model}, store ${config.store.kind} at ${config.store.kind === 'level' ? config.store.path : describeStoreUrl(config.store.url ?? '')})`);
+  server.logger.info(
+    `agentd ${readVersion()} listening on ${server.url} (agent '${config.agent.name}', model ${server.runtime.model.provider}/${server.runtime.model.model}, store ${config.store.kind} at ${config.store.kind === 'level' ? config.store.path : describeStoreUrl(config.store.url ?? '')})`,
+  );
   return -1; // keep running
 }
 

@@ -45,21 +45,35 @@ export async function tasksLs(p: Parsed): Promise<number> {
     const st = states.get(t.task_id);
     return st === undefined ? '-' : st?.paused ? 'paused' : 'active';
   };
-  out(table(['TASK', 'SCHEDULE', 'STATE', 'NEXT DUE', 'QUERY'], r.tasks.map((t) => [t.task_id, scheduleText(t.schedule), stateOf(t), states.get(t.task_id)?.next_due_at, brief(t.query, 50)])));
+  out(
+    table(
+      ['TASK', 'SCHEDULE', 'STATE', 'NEXT DUE', 'QUERY'],
+      r.tasks.map((t) => [t.task_id, scheduleText(t.schedule), stateOf(t), states.get(t.task_id)?.next_due_at, brief(t.query, 50)]),
+    ),
+  );
   return EXIT.ok;
 }
 
 /** The schedule of `tasks create` from exactly one of --cron, --every, --at, --manual. */
 export function scheduleOf(values: Parsed['values'], helpOf: string): Schemas['ScheduleSpecInput'] {
   const given = (['cron', 'every', 'at', 'manual'] as const).filter((k) => values[k] !== undefined);
-  if (given.length !== 1) throw new UsageError(given.length === 0 ? 'a schedule is required: one of --cron, --every, --at, --manual' : `one schedule only (got --${given.join(', --')})`, helpOf);
+  if (given.length !== 1)
+    throw new UsageError(
+      given.length === 0 ? 'a schedule is required: one of --cron, --every, --at, --manual' : `one schedule only (got --${given.join(', --')})`,
+      helpOf,
+    );
   if (values.tz !== undefined && given[0] !== 'cron') throw new UsageError('--tz goes with --cron', helpOf);
   switch (given[0]) {
     case 'cron':
-      return { type: 'cron', expression: String(values.cron), ...(typeof values.tz === 'string' ? { timezone: values.tz } : {}) } as Schemas['ScheduleSpecInput'];
+      return {
+        type: 'cron',
+        expression: String(values.cron),
+        ...(typeof values.tz === 'string' ? { timezone: values.tz } : {}),
+      } as Schemas['ScheduleSpecInput'];
     case 'every': {
       const seconds = Number(values.every);
-      if (!(typeof values.every === 'string' && /^\d+(\.\d+)?$/.test(values.every) && seconds > 0)) throw new UsageError(`--every: expected a number of seconds > 0, got '${String(values.every)}'`, helpOf);
+      if (!(typeof values.every === 'string' && /^\d+(\.\d+)?$/.test(values.every) && seconds > 0))
+        throw new UsageError(`--every: expected a number of seconds > 0, got '${String(values.every)}'`, helpOf);
       return { type: 'interval', seconds } as Schemas['ScheduleSpecInput'];
     }
     case 'at':
@@ -77,7 +91,9 @@ export async function tasksCreate(p: Parsed, spec: CommandSpec): Promise<number>
   if (!query) throw new UsageError('--query is required', h);
   const schedule = scheduleOf(p.values, h);
   const remote = remoteOf(p);
-  const t = await remote.client.background.tasks.create({ body: { task_id: id, query, schedule, ...(p.values.replace ? { replace: true } : {}) } as Schemas['BackgroundTaskCreateRequest'] });
+  const t = await remote.client.background.tasks.create({
+    body: { task_id: id, query, schedule, ...(p.values.replace ? { replace: true } : {}) } as Schemas['BackgroundTaskCreateRequest'],
+  });
   if (remote.json) printJson(t);
   else out(`task ${t.task_id} created: ${scheduleText(t.schedule)} (next due times: agentd tasks preview ${t.task_id})`);
   return EXIT.ok;
@@ -99,7 +115,8 @@ export async function tasksRun(p: Parsed): Promise<number> {
     out(`background run ${r.run_id} of task ${p.positionals[0]}: ${r.status}${r.error ? `: ${r.error}` : ''}`);
     if (wait && r.result_preview) out(r.result_preview);
     if (r.status === 'awaiting_approval') status(`pending approvals: agentd approvals ls`);
-    if (r.status === 'awaiting_budget') status(`decide: agentd budget grant|deny RUN (the agent run of session ${r.session_id}: agentd runs ls --session ${r.session_id})`);
+    if (r.status === 'awaiting_budget')
+      status(`decide: agentd budget grant|deny RUN (the agent run of session ${r.session_id}: agentd runs ls --session ${r.session_id})`);
   }
   return wait ? backgroundExit(r.status) : EXIT.ok;
 }
@@ -123,7 +140,12 @@ export async function tasksPreview(p: Parsed, spec: CommandSpec): Promise<number
   if (remote.json) printJson(r);
   else {
     out(`task ${r.task_id} (${r.timezone}):`);
-    out(table(['DUE (UTC)', 'LOCAL', 'NOTE'], r.upcoming.map((o) => [o.due_at, o.local_time, o.note ?? ''])));
+    out(
+      table(
+        ['DUE (UTC)', 'LOCAL', 'NOTE'],
+        r.upcoming.map((o) => [o.due_at, o.local_time, o.note ?? '']),
+      ),
+    );
   }
   return EXIT.ok;
 }
@@ -173,6 +195,12 @@ export async function eventsTail(p: Parsed, spec: CommandSpec): Promise<number> 
 /** One event as a line: cursor, time, type, run, actor, and the gist of its payload. */
 export function eventLine(e: Schemas['TelemetryEvent']): string {
   const actor = e.actor ? `${e.actor.type}${e.actor.id ? `:${e.actor.id}` : ''}` : '';
-  const extra = e.error ? `error: ${e.error.message}` : e.output !== undefined && e.output !== null ? brief(e.output, 60) : e.input !== undefined && e.input !== null ? brief(e.input, 60) : '';
+  const extra = e.error
+    ? `error: ${e.error.message}`
+    : e.output !== undefined && e.output !== null
+      ? brief(e.output, 60)
+      : e.input !== undefined && e.input !== null
+        ? brief(e.input, 60)
+        : '';
   return [e.cursor ?? '-', e.timestamp, e.event_type, e.metadata?.run_id ?? '-', actor, extra].filter((x) => x !== '').join('  ');
 }

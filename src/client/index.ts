@@ -93,7 +93,9 @@ export type RequestBody<K extends OperationId> = operations[K] extends { request
 export type Answer<K extends OperationId> = operations[K]['responses'] extends { 200: { content: { 'application/json': infer T } } } ? T : unknown;
 
 type OptionalIfNever<Name extends string, T> = [T] extends [never] ? { [P in Name]?: never } : undefined extends T ? { [P in Name]?: T } : { [P in Name]: T };
-export type CallArgs<K extends OperationId> = OptionalIfNever<'path', PathParams<K>> & OptionalIfNever<'query', QueryParams<K>> & OptionalIfNever<'body', RequestBody<K>> & { signal?: AbortSignal; headers?: Record<string, string> };
+export type CallArgs<K extends OperationId> = OptionalIfNever<'path', PathParams<K>> &
+  OptionalIfNever<'query', QueryParams<K>> &
+  OptionalIfNever<'body', RequestBody<K>> & { signal?: AbortSignal; headers?: Record<string, string> };
 
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -146,7 +148,12 @@ export class AgentdError extends Error {
     }
     if (o && 'detail' in o) {
       const d = o.detail;
-      const msg = typeof d === 'string' ? d : d && typeof d === 'object' && typeof (d as { message?: unknown }).message === 'string' ? (d as { message: string }).message : `HTTP ${res.status}`;
+      const msg =
+        typeof d === 'string'
+          ? d
+          : d && typeof d === 'object' && typeof (d as { message?: unknown }).message === 'string'
+            ? (d as { message: string }).message
+            : `HTTP ${res.status}`;
       return new AgentdError(res.status, 'HttpError', msg, d, null, body, requestId, retryAfter);
     }
     return new AgentdError(res.status, 'HttpError', `HTTP ${res.status}${text ? `: ${text.slice(0, 200)}` : ''}`, null, null, body, requestId, retryAfter);
@@ -235,7 +242,13 @@ export function createClient(options: ClientOptions) {
   /** Sends an operation and answers the raw Response once it is a success (else AgentdError). */
   async function send<K extends OperationId>(op: K, args: CallArgs<K> = {} as CallArgs<K>, accept = 'application/json'): Promise<Response> {
     const [method, template] = OPERATIONS[op];
-    const a = args as { path?: Record<string, unknown>; query?: Record<string, unknown>; body?: unknown; signal?: AbortSignal; headers?: Record<string, string> };
+    const a = args as {
+      path?: Record<string, unknown>;
+      query?: Record<string, unknown>;
+      body?: unknown;
+      signal?: AbortSignal;
+      headers?: Record<string, string>;
+    };
     const headers: Record<string, string> = { accept, ...baseHeaders, ...(a.headers ?? {}) };
     let body: string | undefined;
     if (a.body !== undefined) {
@@ -272,11 +285,30 @@ export function createClient(options: ClientOptions) {
    * `runs.get(run_id)`.
    */
   /** POST /run. With `idempotency_key`, calling it again with the same key and query replays the same run (docs/http-api.md). */
-  async function* stream(query: string, opts: { session_id?: string | null; agent_id?: string | null; session_policy?: RequestBody<'startRun'>['session_policy']; signal?: AbortSignal; idempotency_key?: string } = {}): AsyncGenerator<RunFrame> {
-    const res = await send('startRun', {
-      body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined, ...(opts.session_policy ? { session_policy: opts.session_policy } : {}) }, signal: opts.signal,
-      ...(opts.idempotency_key ? { headers: { 'idempotency-key': opts.idempotency_key } } : {}),
-    }, 'text/event-stream');
+  async function* stream(
+    query: string,
+    opts: {
+      session_id?: string | null;
+      agent_id?: string | null;
+      session_policy?: RequestBody<'startRun'>['session_policy'];
+      signal?: AbortSignal;
+      idempotency_key?: string;
+    } = {},
+  ): AsyncGenerator<RunFrame> {
+    const res = await send(
+      'startRun',
+      {
+        body: {
+          query,
+          session_id: opts.session_id ?? undefined,
+          agent_id: opts.agent_id ?? undefined,
+          ...(opts.session_policy ? { session_policy: opts.session_policy } : {}),
+        },
+        signal: opts.signal,
+        ...(opts.idempotency_key ? { headers: { 'idempotency-key': opts.idempotency_key } } : {}),
+      },
+      'text/event-stream',
+    );
     for await (const { frame } of framesOf(res)) {
       if (!frame) continue;
       yield frame;
@@ -304,7 +336,11 @@ export function createClient(options: ClientOptions) {
       let resumable = false;
       try {
         const headers: Record<string, string> = lastId ? { 'last-event-id': lastId } : {};
-        const res = await send('followSessionEvents', { path: { session_id: sessionId }, query: { run_id: opts.run_id }, headers, signal: opts.signal }, 'text/event-stream');
+        const res = await send(
+          'followSessionEvents',
+          { path: { session_id: sessionId }, query: { run_id: opts.run_id }, headers, signal: opts.signal },
+          'text/event-stream',
+        );
         for await (const { frame, raw } of framesOf(res)) {
           if (raw.retry !== undefined) delay = Math.min(raw.retry, MAX_RETRY_DELAY_MS);
           if (!frame) continue;
@@ -346,7 +382,10 @@ export function createClient(options: ClientOptions) {
     }
   }
 
-  const p = <K extends OperationId>(op: K) => (args: CallArgs<K>) => (call as (op: K, args: CallArgs<K>) => Promise<Answer<K>>)(op, args);
+  const p =
+    <K extends OperationId>(op: K) =>
+    (args: CallArgs<K>) =>
+      (call as (op: K, args: CallArgs<K>) => Promise<Answer<K>>)(op, args);
 
   return {
     call,
@@ -360,16 +399,33 @@ export function createClient(options: ClientOptions) {
     runs: {
       stream,
       /** POST /run/sync: the RunResponse of any outcome (awaiting_approval included). */
-      sync: (query: string, opts: { session_id?: string | null; agent_id?: string | null; session_policy?: RequestBody<'runSync'>['session_policy']; signal?: AbortSignal; idempotency_key?: string } = {}) => call('runSync', {
-        body: { query, session_id: opts.session_id ?? undefined, agent_id: opts.agent_id ?? undefined, ...(opts.session_policy ? { session_policy: opts.session_policy } : {}) }, signal: opts.signal,
-        ...(opts.idempotency_key ? { headers: { 'idempotency-key': opts.idempotency_key } } : {}),
-      }),
+      sync: (
+        query: string,
+        opts: {
+          session_id?: string | null;
+          agent_id?: string | null;
+          session_policy?: RequestBody<'runSync'>['session_policy'];
+          signal?: AbortSignal;
+          idempotency_key?: string;
+        } = {},
+      ) =>
+        call('runSync', {
+          body: {
+            query,
+            session_id: opts.session_id ?? undefined,
+            agent_id: opts.agent_id ?? undefined,
+            ...(opts.session_policy ? { session_policy: opts.session_policy } : {}),
+          },
+          signal: opts.signal,
+          ...(opts.idempotency_key ? { headers: { 'idempotency-key': opts.idempotency_key } } : {}),
+        }),
       list: (query: QueryParams<'listRuns'> = {}) => call('listRuns', { query }),
       get: (run_id: string) => call('getRun', { path: { run_id } }),
       cancel: (run_id: string) => call('cancelRun', { path: { run_id } }),
       resume: (run_id: string) => call('resumeRun', { path: { run_id } }),
       /** POST /runs/{run_id}/steer: a message the run reads once, before its next model call. */
-      steer: (run_id: string, message: string, opts: { sender?: string } = {}) => call('steerRun', { path: { run_id }, body: { message, ...(opts.sender ? { sender: opts.sender } : {}) } }),
+      steer: (run_id: string, message: string, opts: { sender?: string } = {}) =>
+        call('steerRun', { path: { run_id }, body: { message, ...(opts.sender ? { sender: opts.sender } : {}) } }),
       /** POST /runs/{run_id}/interrupt: the run stops at its next step boundary (resume continues it). */
       interrupt: (run_id: string) => call('interruptRun', { path: { run_id } }),
       inbox: (run_id: string) => call('getRunInbox', { path: { run_id } }),
@@ -408,7 +464,8 @@ export function createClient(options: ClientOptions) {
         update: (task_id: string, body: RequestBody<'updateBackgroundTask'>) => call('updateBackgroundTask', { path: { task_id }, body }),
         delete: (task_id: string, query: QueryParams<'deleteBackgroundTask'> = {}) => call('deleteBackgroundTask', { path: { task_id }, query }),
         status: (task_id: string) => call('getBackgroundTaskStatus', { path: { task_id } }),
-        preview: (task_id: string, query: QueryParams<'previewBackgroundTaskSchedule'> = {}) => call('previewBackgroundTaskSchedule', { path: { task_id }, query }),
+        preview: (task_id: string, query: QueryParams<'previewBackgroundTaskSchedule'> = {}) =>
+          call('previewBackgroundTaskSchedule', { path: { task_id }, query }),
         run: (task_id: string, body: RequestBody<'runBackgroundTask'> = { wait: false }) => call('runBackgroundTask', { path: { task_id }, body }),
         pause: (task_id: string) => call('pauseBackgroundTask', { path: { task_id } }),
         resume: (task_id: string) => call('resumeBackgroundTask', { path: { task_id } }),
@@ -420,7 +477,8 @@ export function createClient(options: ClientOptions) {
         events: (run_id: string) => call('listBackgroundRunEvents', { path: { run_id } }),
         workspace: (run_id: string) => call('listBackgroundRunWorkspace', { path: { run_id } }),
         /** The file's bytes. */
-        download: async (run_id: string, path: string): Promise<Uint8Array> => new Uint8Array(await (await send('downloadBackgroundRunFile', { path: { run_id, path } }, 'application/octet-stream')).arrayBuffer()),
+        download: async (run_id: string, path: string): Promise<Uint8Array> =>
+          new Uint8Array(await (await send('downloadBackgroundRunFile', { path: { run_id, path } }, 'application/octet-stream')).arrayBuffer()),
         cancel: (run_id: string) => call('cancelBackgroundRun', { path: { run_id } }),
         resume: (run_id: string) => call('resumeBackgroundRun', { path: { run_id } }),
       },

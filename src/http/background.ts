@@ -46,126 +46,355 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   // ---------------------------------------------------------------- agents
 
-  app.post('/background/agents', {
-    schema: { tags, operationId: 'registerBackgroundAgent', summary: 'Register the served agent (spec omitted) or an agent spec', body: BackgroundAgentRegistrationRequest, response: { 200: BackgroundAgentSpec, ...errors } },
-  }, async (request) => bg.registerAgent(request.body as BackgroundAgentRegistrationRequest));
+  app.post(
+    '/background/agents',
+    {
+      schema: {
+        tags,
+        operationId: 'registerBackgroundAgent',
+        summary: 'Register the served agent (spec omitted) or an agent spec',
+        body: BackgroundAgentRegistrationRequest,
+        response: { 200: BackgroundAgentSpec, ...errors },
+      },
+    },
+    async (request) => bg.registerAgent(request.body as BackgroundAgentRegistrationRequest),
+  );
 
-  app.get('/background/agents', {
-    schema: { tags, operationId: 'listBackgroundAgents', summary: 'List registered background agents', response: { 200: BackgroundAgentsResponse } },
-  }, async () => bg.listAgents());
+  app.get(
+    '/background/agents',
+    {
+      schema: { tags, operationId: 'listBackgroundAgents', summary: 'List registered background agents', response: { 200: BackgroundAgentsResponse } },
+    },
+    async () => bg.listAgents(),
+  );
 
-  app.get('/background/agents/:agent_id', {
-    schema: { tags, operationId: 'getBackgroundAgent', summary: 'One background agent', params: AgentIdParams, response: { 200: BackgroundAgentSpec, ...errors } },
-  }, async (request) => bg.getAgent((request.params as AgentIdParams).agent_id));
+  app.get(
+    '/background/agents/:agent_id',
+    {
+      schema: {
+        tags,
+        operationId: 'getBackgroundAgent',
+        summary: 'One background agent',
+        params: AgentIdParams,
+        response: { 200: BackgroundAgentSpec, ...errors },
+      },
+    },
+    async (request) => bg.getAgent((request.params as AgentIdParams).agent_id),
+  );
 
-  app.delete('/background/agents/:agent_id', {
-    schema: { tags, operationId: 'deleteBackgroundAgent', summary: 'Delete a background agent (409 with runs in flight unless force)', params: AgentIdParams, querystring: BackgroundAgentDeleteQuery, response: { 200: BackgroundStatusResponse, ...errors } },
-  }, async (request) => bg.deleteAgent((request.params as AgentIdParams).agent_id, (request.query as BackgroundAgentDeleteQuery).force));
+  app.delete(
+    '/background/agents/:agent_id',
+    {
+      schema: {
+        tags,
+        operationId: 'deleteBackgroundAgent',
+        summary: 'Delete a background agent (409 with runs in flight unless force)',
+        params: AgentIdParams,
+        querystring: BackgroundAgentDeleteQuery,
+        response: { 200: BackgroundStatusResponse, ...errors },
+      },
+    },
+    async (request) => bg.deleteAgent((request.params as AgentIdParams).agent_id, (request.query as BackgroundAgentDeleteQuery).force),
+  );
 
   // ---------------------------------------------------------------- tasks
 
-  app.post('/background/tasks', {
-    schema: { tags, operationId: 'createBackgroundTask', summary: 'Create (or with replace, replace) a background task', body: BackgroundTaskCreateRequest, response: { 200: BackgroundTaskSpec, ...errors } },
-  }, async (request) => bg.createTask(request.body as BackgroundTaskCreateRequest));
-
-  app.get('/background/tasks', {
-    schema: { tags, operationId: 'listBackgroundTasks', summary: 'List background tasks', querystring: BackgroundTasksListQuery, response: { 200: BackgroundTasksResponse, 422: HTTPValidationError } },
-  }, async (request) => bg.listTasks((request.query as BackgroundTasksListQuery).agent_id));
-
-  app.get('/background/tasks/:task_id', {
-    schema: { tags, operationId: 'getBackgroundTask', summary: 'One background task', params: TaskIdParams, response: { 200: BackgroundTaskSpec, ...errors } },
-  }, async (request) => bg.getTask((request.params as TaskIdParams).task_id));
-
-  app.patch('/background/tasks/:task_id', {
-    schema: { tags, operationId: 'updateBackgroundTask', summary: 'Change a background task (a new schedule starts a new schedule revision)', params: TaskIdParams, body: BackgroundTaskPatchRequest, response: { 200: BackgroundTaskSpec, ...errors } },
-  }, async (request) => bg.patchTask((request.params as TaskIdParams).task_id, request.body as BackgroundTaskPatchRequest));
-
-  app.delete('/background/tasks/:task_id', {
-    schema: { tags, operationId: 'deleteBackgroundTask', summary: 'Delete a background task (and with delete_runs, its runs)', params: TaskIdParams, querystring: BackgroundTaskDeleteQuery, response: { 200: BackgroundStatusResponse, ...errors } },
-  }, async (request) => bg.deleteTask((request.params as TaskIdParams).task_id, (request.query as BackgroundTaskDeleteQuery).delete_runs));
-
-  app.get('/background/tasks/:task_id/status', {
-    schema: { tags, operationId: 'getBackgroundTaskStatus', summary: 'Schedule state and run counts of a task', params: TaskIdParams, response: { 200: BackgroundTaskStatusResponse, ...errors } },
-  }, async (request) => bg.taskStatus((request.params as TaskIdParams).task_id));
-
-  app.get('/background/tasks/:task_id/schedule', {
-    schema: { tags, operationId: 'previewBackgroundTaskSchedule', summary: 'The next due times of a task, with DST notes', params: TaskIdParams, querystring: SchedulePreviewQuery, response: { 200: SchedulePreviewResponse, ...errors } },
-  }, async (request) => bg.schedulePreview((request.params as TaskIdParams).task_id, (request.query as SchedulePreviewQuery).count));
-
-  app.post('/background/tasks/:task_id/run', {
-    schema: {
-      tags, operationId: 'runBackgroundTask', summary: 'Queue a manual run (with wait: answer when it ends or pauses for a person)', params: TaskIdParams, headers: IdempotencyHeaders, body: BackgroundTaskRunRequest.nullish(),
-      response: { 200: BackgroundRun, 503: ErrorResponse, 504: RunWaitTimeoutResponse, ...errors },
+  app.post(
+    '/background/tasks',
+    {
+      schema: {
+        tags,
+        operationId: 'createBackgroundTask',
+        summary: 'Create (or with replace, replace) a background task',
+        body: BackgroundTaskCreateRequest,
+        response: { 200: BackgroundTaskSpec, ...errors },
+      },
     },
-  }, async (request) => {
-    const taskId = (request.params as TaskIdParams).task_id;
-    const body = (request.body as BackgroundTaskRunRequest | null | undefined) ?? { wait: false };
-    if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
-    const begin = async (run_id: string) => {
-      if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
-      return startTaskRun(bg, taskId, body, run_id);
-    };
-    const idem = idempotencyRequestOf(request, 'runBackgroundTask');
-    if (!idem) return body.webhook ? (await begin(newId('bgrun'))).all : bg.runTask(taskId, body);
-    const once = await deps.runtime.idempotency.startOnce(idem, () => newId('bgrun'), async (id) => (await deps.store.getRecord('bg_runs', id)) !== null, begin);
-    if (once.fresh) return once.started.all;
-    return waitBackgroundRun(deps, once.target_id, body.wait);
-  });
+    async (request) => bg.createTask(request.body as BackgroundTaskCreateRequest),
+  );
 
-  app.post('/background/tasks/:task_id/pause', {
-    schema: { tags, operationId: 'pauseBackgroundTask', summary: 'Pause the schedule of a task (manual runs still work)', params: TaskIdParams, response: { 200: BackgroundStatusResponse, ...errors } },
-  }, async (request) => bg.pauseTask((request.params as TaskIdParams).task_id));
+  app.get(
+    '/background/tasks',
+    {
+      schema: {
+        tags,
+        operationId: 'listBackgroundTasks',
+        summary: 'List background tasks',
+        querystring: BackgroundTasksListQuery,
+        response: { 200: BackgroundTasksResponse, 422: HTTPValidationError },
+      },
+    },
+    async (request) => bg.listTasks((request.query as BackgroundTasksListQuery).agent_id),
+  );
 
-  app.post('/background/tasks/:task_id/resume', {
-    schema: { tags, operationId: 'resumeBackgroundTask', summary: 'Resume the schedule of a task (occurrences of the pause are skipped)', params: TaskIdParams, response: { 200: BackgroundStatusResponse, ...errors } },
-  }, async (request) => bg.resumeTask((request.params as TaskIdParams).task_id));
+  app.get(
+    '/background/tasks/:task_id',
+    {
+      schema: {
+        tags,
+        operationId: 'getBackgroundTask',
+        summary: 'One background task',
+        params: TaskIdParams,
+        response: { 200: BackgroundTaskSpec, ...errors },
+      },
+    },
+    async (request) => bg.getTask((request.params as TaskIdParams).task_id),
+  );
+
+  app.patch(
+    '/background/tasks/:task_id',
+    {
+      schema: {
+        tags,
+        operationId: 'updateBackgroundTask',
+        summary: 'Change a background task (a new schedule starts a new schedule revision)',
+        params: TaskIdParams,
+        body: BackgroundTaskPatchRequest,
+        response: { 200: BackgroundTaskSpec, ...errors },
+      },
+    },
+    async (request) => bg.patchTask((request.params as TaskIdParams).task_id, request.body as BackgroundTaskPatchRequest),
+  );
+
+  app.delete(
+    '/background/tasks/:task_id',
+    {
+      schema: {
+        tags,
+        operationId: 'deleteBackgroundTask',
+        summary: 'Delete a background task (and with delete_runs, its runs)',
+        params: TaskIdParams,
+        querystring: BackgroundTaskDeleteQuery,
+        response: { 200: BackgroundStatusResponse, ...errors },
+      },
+    },
+    async (request) => bg.deleteTask((request.params as TaskIdParams).task_id, (request.query as BackgroundTaskDeleteQuery).delete_runs),
+  );
+
+  app.get(
+    '/background/tasks/:task_id/status',
+    {
+      schema: {
+        tags,
+        operationId: 'getBackgroundTaskStatus',
+        summary: 'Schedule state and run counts of a task',
+        params: TaskIdParams,
+        response: { 200: BackgroundTaskStatusResponse, ...errors },
+      },
+    },
+    async (request) => bg.taskStatus((request.params as TaskIdParams).task_id),
+  );
+
+  app.get(
+    '/background/tasks/:task_id/schedule',
+    {
+      schema: {
+        tags,
+        operationId: 'previewBackgroundTaskSchedule',
+        summary: 'The next due times of a task, with DST notes',
+        params: TaskIdParams,
+        querystring: SchedulePreviewQuery,
+        response: { 200: SchedulePreviewResponse, ...errors },
+      },
+    },
+    async (request) => bg.schedulePreview((request.params as TaskIdParams).task_id, (request.query as SchedulePreviewQuery).count),
+  );
+
+  app.post(
+    '/background/tasks/:task_id/run',
+    {
+      schema: {
+        tags,
+        operationId: 'runBackgroundTask',
+        summary: 'Queue a manual run (with wait: answer when it ends or pauses for a person)',
+        params: TaskIdParams,
+        headers: IdempotencyHeaders,
+        body: BackgroundTaskRunRequest.nullish(),
+        response: { 200: BackgroundRun, 503: ErrorResponse, 504: RunWaitTimeoutResponse, ...errors },
+      },
+    },
+    async (request) => {
+      const taskId = (request.params as TaskIdParams).task_id;
+      const body = (request.body as BackgroundTaskRunRequest | null | undefined) ?? { wait: false };
+      if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
+      const begin = async (run_id: string) => {
+        if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
+        return startTaskRun(bg, taskId, body, run_id);
+      };
+      const idem = idempotencyRequestOf(request, 'runBackgroundTask');
+      if (!idem) return body.webhook ? (await begin(newId('bgrun'))).all : bg.runTask(taskId, body);
+      const once = await deps.runtime.idempotency.startOnce(
+        idem,
+        () => newId('bgrun'),
+        async (id) => (await deps.store.getRecord('bg_runs', id)) !== null,
+        begin,
+      );
+      if (once.fresh) return once.started.all;
+      return waitBackgroundRun(deps, once.target_id, body.wait);
+    },
+  );
+
+  app.post(
+    '/background/tasks/:task_id/pause',
+    {
+      schema: {
+        tags,
+        operationId: 'pauseBackgroundTask',
+        summary: 'Pause the schedule of a task (manual runs still work)',
+        params: TaskIdParams,
+        response: { 200: BackgroundStatusResponse, ...errors },
+      },
+    },
+    async (request) => bg.pauseTask((request.params as TaskIdParams).task_id),
+  );
+
+  app.post(
+    '/background/tasks/:task_id/resume',
+    {
+      schema: {
+        tags,
+        operationId: 'resumeBackgroundTask',
+        summary: 'Resume the schedule of a task (occurrences of the pause are skipped)',
+        params: TaskIdParams,
+        response: { 200: BackgroundStatusResponse, ...errors },
+      },
+    },
+    async (request) => bg.resumeTask((request.params as TaskIdParams).task_id),
+  );
 
   // ---------------------------------------------------------------- runs
 
-  app.get('/background/runs', {
-    schema: { tags, operationId: 'listBackgroundRuns', summary: 'List background runs, oldest first', querystring: BackgroundRunsListQuery, response: { 200: BackgroundRunsResponse, 422: HTTPValidationError } },
-  }, async (request) => bg.listRuns(request.query as BackgroundRunsListQuery));
-
-  app.get('/background/runs/:run_id', {
-    schema: { tags, operationId: 'getBackgroundRun', summary: 'One background run', params: BackgroundRunIdParams, response: { 200: BackgroundRun, ...errors } },
-  }, async (request) => bg.getRun((request.params as BackgroundRunIdParams).run_id));
-
-  app.get('/background/runs/:run_id/attempts', {
-    schema: { tags, operationId: 'listBackgroundRunAttempts', summary: 'Attempts of a background run', params: BackgroundRunIdParams, response: { 200: BackgroundRunAttemptsResponse, ...errors } },
-  }, async (request) => bg.attempts((request.params as BackgroundRunIdParams).run_id));
-
-  app.get('/background/runs/:run_id/events', {
-    schema: { tags, operationId: 'listBackgroundRunEvents', summary: 'Replay of the run lifecycle events (sequence 1..n)', params: BackgroundRunIdParams, response: { 200: BackgroundRunEventsResponse, ...errors } },
-  }, async (request) => bg.events((request.params as BackgroundRunIdParams).run_id));
-
-  app.get('/background/runs/:run_id/workspace', {
-    schema: { tags, operationId: 'listBackgroundRunWorkspace', summary: 'Files of the run workspace', params: BackgroundRunIdParams, response: { 200: BackgroundRunWorkspaceResponse, 404: ErrorResponse, 422: HTTPValidationError } },
-  }, async (request) => bg.workspace((request.params as BackgroundRunIdParams).run_id));
-
-  app.get('/background/runs/:run_id/workspace/files/*', {
-    schema: {
-      tags, operationId: 'downloadBackgroundRunFile', summary: 'Download one file of the run workspace (read-only)', params: WorkspaceFileParams,
-      response: { 200: binaryResponse('The file bytes, as an attachment.'), 400: HttpErrorResponse, 404: HttpErrorResponse, 422: HTTPValidationError },
+  app.get(
+    '/background/runs',
+    {
+      schema: {
+        tags,
+        operationId: 'listBackgroundRuns',
+        summary: 'List background runs, oldest first',
+        querystring: BackgroundRunsListQuery,
+        response: { 200: BackgroundRunsResponse, 422: HTTPValidationError },
+      },
     },
-  }, async (request, reply) => {
-    const params = request.params as WorkspaceFileParams;
-    const file = await bg.openWorkspaceFile(params.run_id, params['*']);
-    reply.header('content-type', 'application/octet-stream');
-    reply.header('content-length', String(file.size));
-    reply.header('content-disposition', `attachment; filename="${file.name.replace(/["\\\r\n]/g, '_')}"`);
-    // Bytes pass straight through: the JSON serializer never sees a stream.
-    return reply.serializer((x: unknown) => x as string).send(file.stream);
-  });
+    async (request) => bg.listRuns(request.query as BackgroundRunsListQuery),
+  );
 
-  app.post('/background/runs/:run_id/cancel', {
-    schema: { tags, operationId: 'cancelBackgroundRun', summary: 'Cancel a queued, running or waiting background run', params: BackgroundRunIdParams, headers: IdempotencyHeaders, response: { 200: BackgroundStatusResponse, ...errors } },
-  }, async (request) => once(deps, request, 'cancelBackgroundRun', () => bg.cancelRun((request.params as BackgroundRunIdParams).run_id)));
+  app.get(
+    '/background/runs/:run_id',
+    {
+      schema: {
+        tags,
+        operationId: 'getBackgroundRun',
+        summary: 'One background run',
+        params: BackgroundRunIdParams,
+        response: { 200: BackgroundRun, ...errors },
+      },
+    },
+    async (request) => bg.getRun((request.params as BackgroundRunIdParams).run_id),
+  );
 
-  app.post('/background/runs/:run_id/resume', {
-    schema: { tags, operationId: 'resumeBackgroundRun', summary: 'Continue a background run whose pause for a person was decided', params: BackgroundRunIdParams, response: { 200: BackgroundStatusResponse, ...errors } },
-  }, async (request) => bg.resumeRun((request.params as BackgroundRunIdParams).run_id));
+  app.get(
+    '/background/runs/:run_id/attempts',
+    {
+      schema: {
+        tags,
+        operationId: 'listBackgroundRunAttempts',
+        summary: 'Attempts of a background run',
+        params: BackgroundRunIdParams,
+        response: { 200: BackgroundRunAttemptsResponse, ...errors },
+      },
+    },
+    async (request) => bg.attempts((request.params as BackgroundRunIdParams).run_id),
+  );
 
-  app.get('/background/status', {
-    schema: { tags, operationId: 'getBackgroundStatus', summary: 'Background manager status and run counts', response: { 200: BackgroundManagerStatusResponse } },
-  }, async () => bg.status());
+  app.get(
+    '/background/runs/:run_id/events',
+    {
+      schema: {
+        tags,
+        operationId: 'listBackgroundRunEvents',
+        summary: 'Replay of the run lifecycle events (sequence 1..n)',
+        params: BackgroundRunIdParams,
+        response: { 200: BackgroundRunEventsResponse, ...errors },
+      },
+    },
+    async (request) => bg.events((request.params as BackgroundRunIdParams).run_id),
+  );
+
+  app.get(
+    '/background/runs/:run_id/workspace',
+    {
+      schema: {
+        tags,
+        operationId: 'listBackgroundRunWorkspace',
+        summary: 'Files of the run workspace',
+        params: BackgroundRunIdParams,
+        response: { 200: BackgroundRunWorkspaceResponse, 404: ErrorResponse, 422: HTTPValidationError },
+      },
+    },
+    async (request) => bg.workspace((request.params as BackgroundRunIdParams).run_id),
+  );
+
+  app.get(
+    '/background/runs/:run_id/workspace/files/*',
+    {
+      schema: {
+        tags,
+        operationId: 'downloadBackgroundRunFile',
+        summary: 'Download one file of the run workspace (read-only)',
+        params: WorkspaceFileParams,
+        response: { 200: binaryResponse('The file bytes, as an attachment.'), 400: HttpErrorResponse, 404: HttpErrorResponse, 422: HTTPValidationError },
+      },
+    },
+    async (request, reply) => {
+      const params = request.params as WorkspaceFileParams;
+      const file = await bg.openWorkspaceFile(params.run_id, params['*']);
+      reply.header('content-type', 'application/octet-stream');
+      reply.header('content-length', String(file.size));
+      reply.header('content-disposition', `attachment; filename="${file.name.replace(/["\\\r\n]/g, '_')}"`);
+      // Bytes pass straight through: the JSON serializer never sees a stream.
+      return reply.serializer((x: unknown) => x as string).send(file.stream);
+    },
+  );
+
+  app.post(
+    '/background/runs/:run_id/cancel',
+    {
+      schema: {
+        tags,
+        operationId: 'cancelBackgroundRun',
+        summary: 'Cancel a queued, running or waiting background run',
+        params: BackgroundRunIdParams,
+        headers: IdempotencyHeaders,
+        response: { 200: BackgroundStatusResponse, ...errors },
+      },
+    },
+    async (request) => once(deps, request, 'cancelBackgroundRun', () => bg.cancelRun((request.params as BackgroundRunIdParams).run_id)),
+  );
+
+  app.post(
+    '/background/runs/:run_id/resume',
+    {
+      schema: {
+        tags,
+        operationId: 'resumeBackgroundRun',
+        summary: 'Continue a background run whose pause for a person was decided',
+        params: BackgroundRunIdParams,
+        response: { 200: BackgroundStatusResponse, ...errors },
+      },
+    },
+    async (request) => bg.resumeRun((request.params as BackgroundRunIdParams).run_id),
+  );
+
+  app.get(
+    '/background/status',
+    {
+      schema: {
+        tags,
+        operationId: 'getBackgroundStatus',
+        summary: 'Background manager status and run counts',
+        response: { 200: BackgroundManagerStatusResponse },
+      },
+    },
+    async () => bg.status(),
+  );
 }

@@ -22,7 +22,12 @@ export async function buildDocsApp(deps: AppDeps): Promise<FastifyInstance> {
       // openapi.ts); the description says when the key is really required.
       components: {
         securitySchemes: {
-          bearer: { type: 'http', scheme: 'bearer', description: 'An API key from auth.api_keys, as `Authorization: Bearer <key>`. Required only when the service has keys configured; without keys every route is open.' },
+          bearer: {
+            type: 'http',
+            scheme: 'bearer',
+            description:
+              'An API key from auth.api_keys, as `Authorization: Bearer <key>`. Required only when the service has keys configured; without keys every route is open.',
+          },
         },
       },
     },

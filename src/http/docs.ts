@@ -62,6 +62,10 @@ export function installLazyDocs(app: FastifyInstance, deps: AppDeps): void {
 
   app.addHook('onClose', async () => {
     const pending = docs;
-    if (pending) await pending.then((d) => d.close(), () => undefined);
+    if (pending)
+      await pending.then(
+        (d) => d.close(),
+        () => undefined,
+      );
   });
 }

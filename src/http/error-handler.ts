@@ -77,7 +77,13 @@ export function installErrorHandling(app: FastifyInstance, logServerError: Serve
     const status = (err as FastifyError).statusCode;
     // Fastify's own client errors: map each to our shapes.
     if (code === 'FST_ERR_CTP_INVALID_JSON_BODY' || code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || (err instanceof SyntaxError && status === 400)) {
-      return validationReply(reply, [{ loc: ['body'], msg: `JSON decode error: ${code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'the body is empty' : 'the body is not valid JSON'}`, type: 'json_invalid' }]);
+      return validationReply(reply, [
+        {
+          loc: ['body'],
+          msg: `JSON decode error: ${code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'the body is empty' : 'the body is not valid JSON'}`,
+          type: 'json_invalid',
+        },
+      ]);
     }
     if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
       return reply.status(413).send({ error: 'PayloadTooLarge', message: 'the request body is larger than the configured limit', detail: null });
@@ -92,15 +98,18 @@ export function installErrorHandling(app: FastifyInstance, logServerError: Serve
       return reply.status(status).send({ error: codeForStatus(status), message: err.message, detail: null });
     }
     const e = err as Error & { code?: string };
-    logServerError({
-      level: 'error',
-      msg: 'unhandled error',
-      request_id: String(request.id),
-      method: request.method,
-      route: request.is404 ? null : (request.routeOptions.url ?? null),
-      status: 500,
-      error: { name: e?.name ?? 'Error', message: String(e?.message ?? e), code: typeof e?.code === 'string' ? e.code : undefined, stack: e?.stack },
-    }, request);
+    logServerError(
+      {
+        level: 'error',
+        msg: 'unhandled error',
+        request_id: String(request.id),
+        method: request.method,
+        route: request.is404 ? null : (request.routeOptions.url ?? null),
+        status: 500,
+        error: { name: e?.name ?? 'Error', message: String(e?.message ?? e), code: typeof e?.code === 'string' ? e.code : undefined, stack: e?.stack },
+      },
+      request,
+    );
     return reply.status(500).send({ error: 'InternalServerError', message: 'an internal error occurred; it has been logged', detail: null });
   });
 
@@ -133,10 +142,13 @@ export function clientErrorHandler(err: Error & { code?: string }, socket: Socke
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const status = err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : err.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
   const code: ErrorCode = status === 408 ? 'RequestTimeout' : status === 431 ? 'RequestHeaderFieldsTooLarge' : 'BadRequest';
-  const message = status === 408 ? 'the request did not arrive in time' : status === 431 ? 'the request headers are too large' : 'the request could not be read as HTTP/1.1';
+  const message =
+    status === 408 ? 'the request did not arrive in time' : status === 431 ? 'the request headers are too large' : 'the request could not be read as HTTP/1.1';
   const body = JSON.stringify({ error: code, message, detail: null });
   if (socket.writable) {
-    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
   }
   socket.destroy();
 }

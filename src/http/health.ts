@@ -12,10 +12,20 @@ export function healthRoutes(app: FastifyInstance, deps: AppDeps): void {
     uptime: runtime.uptimeSeconds(),
     version: deps.version,
   }));
-  app.get('/ready', { schema: { operationId: 'getReadiness', tags: ['service'], summary: 'Readiness (always HTTP 200)', response: { 200: ReadinessResponse } } }, async () => runtime.readiness());
-  app.get('/metrics', { schema: { operationId: 'getMetrics', tags: ['service'], summary: 'Run metrics', response: { 200: MetricsResponse } } }, async () => runtime.metrics.snapshot());
-  app.get('/metrics/prometheus', { schema: { operationId: 'getPrometheusMetrics', tags: ['service'], summary: 'Prometheus text exposition', response: { 200: PROMETHEUS_TEXT } } }, async (_req, reply) => {
-    reply.header('content-type', runtime.metrics.prometheusContentType);
-    return runtime.metrics.prometheusText();
-  });
+  app.get(
+    '/ready',
+    { schema: { operationId: 'getReadiness', tags: ['service'], summary: 'Readiness (always HTTP 200)', response: { 200: ReadinessResponse } } },
+    async () => runtime.readiness(),
+  );
+  app.get('/metrics', { schema: { operationId: 'getMetrics', tags: ['service'], summary: 'Run metrics', response: { 200: MetricsResponse } } }, async () =>
+    runtime.metrics.snapshot(),
+  );
+  app.get(
+    '/metrics/prometheus',
+    { schema: { operationId: 'getPrometheusMetrics', tags: ['service'], summary: 'Prometheus text exposition', response: { 200: PROMETHEUS_TEXT } } },
+    async (_req, reply) => {
+      reply.header('content-type', runtime.metrics.prometheusContentType);
+      return runtime.metrics.prometheusText();
+    },
+  );
 }

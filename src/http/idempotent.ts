@@ -15,8 +15,14 @@ import { SseChannel, streamOptions } from './sse.js';
 
 /** The optional header of the idempotent routes (OpenAPI header parameter). */
 export const IdempotencyHeaders = z.looseObject({
-  [IDEMPOTENCY_HEADER]: z.string().max(MAX_IDEMPOTENCY_KEY_LENGTH).regex(IDEMPOTENCY_KEY_PATTERN, { message: `1 to ${MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters` }).optional()
-    .describe(`Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..${MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters.`),
+  [IDEMPOTENCY_HEADER]: z
+    .string()
+    .max(MAX_IDEMPOTENCY_KEY_LENGTH)
+    .regex(IDEMPOTENCY_KEY_PATTERN, { message: `1 to ${MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters` })
+    .optional()
+    .describe(
+      `Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..${MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters.`,
+    ),
 });
 
 /** The idempotency scope of a request, or null when it carries no key. */
@@ -131,7 +137,15 @@ export async function replayRunStream(deps: AppDeps, reply: FastifyReply, runId:
           return;
         }
         if (Date.now() > deadline) {
-          channel.push({ event: 'error', data: { error: 'GatewayTimeout', message: `run ${runId} is still running; follow it at GET /events/{session_id}?run_id=${runId}`, run_id: runId, session_id: sessionId } });
+          channel.push({
+            event: 'error',
+            data: {
+              error: 'GatewayTimeout',
+              message: `run ${runId} is still running; follow it at GET /events/{session_id}?run_id=${runId}`,
+              run_id: runId,
+              session_id: sessionId,
+            },
+          });
           return;
         }
         await new Promise<void>((resolve) => {
@@ -144,13 +158,24 @@ export async function replayRunStream(deps: AppDeps, reply: FastifyReply, runId:
         wake = null;
       }
     } catch {
-      if (!abort.signal.aborted) channel.push({ event: 'error', data: { error: 'InternalServerError', message: 'the run stream failed', run_id: runId, session_id: sessionId } });
+      if (!abort.signal.aborted)
+        channel.push({ event: 'error', data: { error: 'InternalServerError', message: 'the run stream failed', run_id: runId, session_id: sessionId } });
     } finally {
       unsubscribe();
       offSettled();
       untrack();
       // As the follow streams do: a last frame, then retry with the same key (or follow the run).
-      if (shuttingDown) channel.push({ event: 'error', data: { error: 'ServiceShuttingDown', message: 'the service is shutting down; retry with the same Idempotency-Key to get this run again', run_id: runId, session_id: sessionId, last_cursor: after } });
+      if (shuttingDown)
+        channel.push({
+          event: 'error',
+          data: {
+            error: 'ServiceShuttingDown',
+            message: 'the service is shutting down; retry with the same Idempotency-Key to get this run again',
+            run_id: runId,
+            session_id: sessionId,
+            last_cursor: after,
+          },
+        });
       channel.close();
     }
   })();
@@ -179,7 +204,11 @@ export async function waitBackgroundRun(deps: AppDeps, runId: string, wait: bool
     if (Date.now() > deadline) {
       throw new HttpDetailError(504, {
         message: `background run ${runId} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${runId}`,
-        run_id: runId, task_id: run.task_id, status: run.status, request_timeout_seconds: budget, wait_timeout_seconds: budget,
+        run_id: runId,
+        task_id: run.task_id,
+        status: run.status,
+        request_timeout_seconds: budget,
+        wait_timeout_seconds: budget,
       });
     }
     await new Promise((r) => setTimeout(r, 250));

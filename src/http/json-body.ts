@@ -73,7 +73,12 @@ export function installJsonBodyParser(app: FastifyInstance, maxDepth: number): v
     const text = body as string;
     const deep = findTooDeep(text, maxDepth);
     if (deep) {
-      done(new HttpValidationFailure([{ loc: ['body', ...deep.path], msg: `JSON nesting deeper than ${maxDepth} levels`, type: 'json_too_deep', ctx: { max_depth: maxDepth } }]), undefined);
+      done(
+        new HttpValidationFailure([
+          { loc: ['body', ...deep.path], msg: `JSON nesting deeper than ${maxDepth} levels`, type: 'json_too_deep', ctx: { max_depth: maxDepth } },
+        ]),
+        undefined,
+      );
       return;
     }
     parse(request, text, done);

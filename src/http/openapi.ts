@@ -53,7 +53,9 @@ export function sseResponse(description: string, frames: SseFrame[]): Json {
     type: 'object',
     description: f.description,
     properties: {
-      event: f.event ? { type: 'string', const: f.event } : { type: 'string', not: { enum: named }, description: 'The telemetry event type (`event_type` of the data).' },
+      event: f.event
+        ? { type: 'string', const: f.event }
+        : { type: 'string', not: { enum: named }, description: 'The telemetry event type (`event_type` of the data).' },
       ...(f.id ? { id: { type: 'string', description: 'Store cursor: send it back as Last-Event-ID to resume after this frame.' } } : {}),
       data: refTo(f.data),
     },
@@ -85,7 +87,10 @@ export const openApiRouteTransform: SwaggerTransform = (input) => {
     zodAnswers['401'] ??= ErrorResponse;
     zodAnswers['403'] ??= ErrorResponse;
   }
-  const out = jsonSchemaTransform({ ...input, schema: { ...schema, response: zodAnswers } } as never) as { schema: Json & { response?: Record<string, unknown>; params?: Json }; url: string };
+  const out = jsonSchemaTransform({ ...input, schema: { ...schema, response: zodAnswers } } as never) as {
+    schema: Json & { response?: Record<string, unknown>; params?: Json };
+    url: string;
+  };
   const answers = { ...plainAnswers, ...(out.schema.response ?? {}) };
   out.schema.response = Object.fromEntries(Object.entries(answers).sort(([a], [b]) => a.localeCompare(b)));
   out.schema.security = access === 'public' ? [] : [{ bearer: [] }];
@@ -145,9 +150,12 @@ export function finishDocument(doc: OpenApiDoc): OpenApiDoc {
     for (const op of Object.values(methods)) {
       for (const [code, answer] of Object.entries((op.responses ?? {}) as Record<string, Json>)) {
         if (answer.description !== 'Default Response') continue;
-        answer.description = code === '401' ? 'No valid API key (only when the service has auth.api_keys configured).'
-          : code === '403' ? 'The API key\'s role may not call this operation.'
-            : STATUS_CODES[Number(code)] ?? 'Answer';
+        answer.description =
+          code === '401'
+            ? 'No valid API key (only when the service has auth.api_keys configured).'
+            : code === '403'
+              ? "The API key's role may not call this operation."
+              : (STATUS_CODES[Number(code)] ?? 'Answer');
       }
     }
   }

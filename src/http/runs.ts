@@ -4,10 +4,30 @@ import { publicRunView, runResponseOf } from '../runtime/run-record.js';
 import { AppError } from '../errors.js';
 import type { SessionPolicy } from '../runtime/runs.js';
 import {
-  ApprovalDecisionRequest, ApprovalView, BudgetDecisionRequest, BudgetDecisionResponse, OutcomeRequest, OutcomeResponse,
-  RunApprovalParams, RunBudgetResponse, RunCancelResponse, RunIdParams, RunRequest, RunResponse, RunView, RunsListQuery,
-  RunsListResponse, SessionClearedResponse, SessionHistoryResponse, SessionIdParams, ErrorResponse, HTTPValidationError,
-  RunStreamDeltaFrame, RunStreamErrorFrame, RunStreamSessionFrame, TelemetryEvent,
+  ApprovalDecisionRequest,
+  ApprovalView,
+  BudgetDecisionRequest,
+  BudgetDecisionResponse,
+  OutcomeRequest,
+  OutcomeResponse,
+  RunApprovalParams,
+  RunBudgetResponse,
+  RunCancelResponse,
+  RunIdParams,
+  RunRequest,
+  RunResponse,
+  RunView,
+  RunsListQuery,
+  RunsListResponse,
+  SessionClearedResponse,
+  SessionHistoryResponse,
+  SessionIdParams,
+  ErrorResponse,
+  HTTPValidationError,
+  RunStreamDeltaFrame,
+  RunStreamErrorFrame,
+  RunStreamSessionFrame,
+  TelemetryEvent,
 } from '../schemas/index.js';
 import { sseResponse } from './openapi.js';
 import type { AppDeps } from './deps.js';
@@ -22,203 +42,366 @@ const RUN_STREAM = sseResponse('The run as an SSE stream: `session`, its telemet
   { data: TelemetryEvent, id: true, description: 'A stored telemetry event of the run; `event:` is its event_type.' },
   { event: 'delta', data: RunStreamDeltaFrame, description: 'Live answer text (never stored or replayed).' },
   { event: 'complete', data: RunResponse, description: 'Last frame: the run result.' },
-  { event: 'error', data: RunStreamErrorFrame, description: 'Last frame instead of complete: the service failed, or StreamOverflow (the reader fell behind; the run goes on).' },
+  {
+    event: 'error',
+    data: RunStreamErrorFrame,
+    description: 'Last frame instead of complete: the service failed, or StreamOverflow (the reader fell behind; the run goes on).',
+  },
 ]);
 
 export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   const { runtime } = deps;
   const runs = runtime.runs;
 
-  app.post('/run', {
-    sse: { kind: 'manual', heartbeat: false },
-    schema: { operationId: 'startRun', tags: ['runs'], summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error', headers: IdempotencyHeaders, body: RunRequest, response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse } },
-  }, async (request, reply) => {
-    const body = request.body as { query: string; session_id?: string | null; webhook?: string | null; agent_id?: string | null; session_policy?: SessionPolicy | null };
-    if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
-    const idem = idempotencyRequestOf(request, 'startRun');
-    let run_id = '';
-    let channel: SseChannel | null = null;
-    const early: Array<Parameters<SseChannel['push']>[0]> = [];
-    const push = (f: Parameters<SseChannel["push"]>[0]): void => {
-      if (channel) channel.push(f);
-      else early.push(f);
-    };
-    // Deltas go out in the order things happened: one waits until the events the run emitted
-    // before it have been stored and sent (events are published when stored, a store round
-    // later; a delta of the next model call must not overtake the tool_result before it).
-    let lastEventSeq = 0;
-    const held: Array<{ after: number; frame: Parameters<SseChannel['push']>[0] }> = [];
-    let dropped = false;
-    const releaseDeltas = (all = false): void => {
-      while (held.length > 0 && (all || held[0].after <= lastEventSeq)) push(held.shift()!.frame);
-    };
-    // The stream opens (and its `session` frame goes out) as soon as the run is accepted, without
-    // waiting for the run's first store round (RunService.start onAccepted).
-    let writing: Promise<void> | null = null;
-    let acceptedSession: string | null = null;
-    const open = (session_id: string): SseChannel => {
-      const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id, session_id } }));
-      acceptedSession = session_id;
-      ch.push({ event: 'session', data: { session_id, run_id, status: 'started' } });
-      for (const f of early) ch.push(f);
-      early.length = 0;
-      writing = ch.run();
-      return ch;
-    };
-    let unsubscribe = (): void => {};
-    /** `isNew`: the id was made just now for this request (not a keyed retry's). */
-    const begin = async (id: string, isNew = false) => {
-      run_id = id;
-      // Subscribe before the run exists, so its first event is not missed. The handler never
-      // waits: the channel's bound (server.stream_max_queued_*) is what drops a slow reader.
-      unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => {
-        push({ event: ev.event_type, id: ev.cursor, data: ev });
-        if (typeof ev.sequence === 'number' && ev.sequence > lastEventSeq) lastEventSeq = ev.sequence;
-        releaseDeltas();
+  app.post(
+    '/run',
+    {
+      sse: { kind: 'manual', heartbeat: false },
+      schema: {
+        operationId: 'startRun',
+        tags: ['runs'],
+        summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error',
+        headers: IdempotencyHeaders,
+        body: RunRequest,
+        response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse },
+      },
+    },
+    async (request, reply) => {
+      const body = request.body as {
+        query: string;
+        session_id?: string | null;
+        webhook?: string | null;
+        agent_id?: string | null;
+        session_policy?: SessionPolicy | null;
+      };
+      if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
+      const idem = idempotencyRequestOf(request, 'startRun');
+      let run_id = '';
+      let channel: SseChannel | null = null;
+      const early: Array<Parameters<SseChannel['push']>[0]> = [];
+      const push = (f: Parameters<SseChannel['push']>[0]): void => {
+        if (channel) channel.push(f);
+        else early.push(f);
+      };
+      // Deltas go out in the order things happened: one waits until the events the run emitted
+      // before it have been stored and sent (events are published when stored, a store round
+      // later; a delta of the next model call must not overtake the tool_result before it).
+      let lastEventSeq = 0;
+      const held: Array<{ after: number; frame: Parameters<SseChannel['push']>[0] }> = [];
+      let dropped = false;
+      const releaseDeltas = (all = false): void => {
+        while (held.length > 0 && (all || held[0].after <= lastEventSeq)) push(held.shift()!.frame);
+      };
+      // The stream opens (and its `session` frame goes out) as soon as the run is accepted, without
+      // waiting for the run's first store round (RunService.start onAccepted).
+      let writing: Promise<void> | null = null;
+      let acceptedSession: string | null = null;
+      const open = (session_id: string): SseChannel => {
+        const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id, session_id } }));
+        acceptedSession = session_id;
+        ch.push({ event: 'session', data: { session_id, run_id, status: 'started' } });
+        for (const f of early) ch.push(f);
+        early.length = 0;
+        writing = ch.run();
+        return ch;
+      };
+      let unsubscribe = (): void => {};
+      /** `isNew`: the id was made just now for this request (not a keyed retry's). */
+      const begin = async (id: string, isNew = false) => {
+        run_id = id;
+        // Subscribe before the run exists, so its first event is not missed. The handler never
+        // waits: the channel's bound (server.stream_max_queued_*) is what drops a slow reader.
+        unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => {
+          push({ event: ev.event_type, id: ev.cursor, data: ev });
+          if (typeof ev.sequence === 'number' && ev.sequence > lastEventSeq) lastEventSeq = ev.sequence;
+          releaseDeltas();
+        });
+        if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
+        return runs.start(body.query, body.session_id ?? null, {
+          run_id,
+          run_id_is_new: isNew,
+          ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
+          onAccepted: ({ session_id }) => {
+            channel = open(session_id);
+          },
+          session_policy: body.session_policy ?? undefined,
+          onDelta: (text, sequence, afterEvent) => {
+            if (dropped) return; // nothing is sent any more, and waiting deltas would pile up
+            const frame = { event: 'delta', data: { run_id, text, sequence } };
+            if (held.length === 0 && afterEvent <= lastEventSeq) push(frame);
+            else held.push({ after: afterEvent, frame });
+          },
+        });
+      };
+      let started;
+      try {
+        if (idem) {
+          // A retry (same key, same body) gets the first request's run, replayed from its first event.
+          const once = await deps.runtime.idempotency.startOnce(
+            idem,
+            () => newId('run'),
+            (id) => runExists(deps, id),
+            begin,
+          );
+          if (!once.fresh) return replayRunStream(deps, reply, once.target_id);
+          started = once.started;
+        } else started = await begin(newId('run'), true);
+      } catch (err) {
+        unsubscribe();
+        if (!channel) throw err; // nothing was streamed yet: a plain JSON error (503, ...)
+        // Accepted, then not created (the store failed): the stream says so and ends.
+        const ch: SseChannel = channel;
+        ch.push({
+          event: 'error',
+          data: { error: 'InternalServerError', message: String((err as Error)?.message ?? err), run_id, session_id: acceptedSession },
+        });
+        ch.close();
+        await writing;
+        return;
+      }
+      channel ??= open(started.session_id);
+      const ch = channel;
+      // The client closing the stream cancels the run; the server dropping a reader that fell too
+      // far behind does not: the run goes on, its events stay readable (GET /events/{session_id}
+      // with run_id and Last-Event-ID) and its result at GET /runs/{run_id}.
+      // With an Idempotency-Key the client means to come back (a retry replays the run), so
+      // leaving does not cancel: POST /runs/{run_id}/cancel does.
+      if (!idem) ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(() => undefined));
+      ch.onDropped(() => {
+        dropped = true;
+        unsubscribe();
+        held.length = 0;
       });
-      if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
-      return runs.start(body.query, body.session_id ?? null, {
-        run_id,
-        run_id_is_new: isNew,
-        ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
-        onAccepted: ({ session_id }) => {
-          channel = open(session_id);
+      void started.settled.then(
+        (record) => {
+          unsubscribe();
+          releaseDeltas(true); // an event that could not be stored must not keep its deltas back
+          ch.push({ event: 'complete', data: runResponseOf(record) });
+          ch.close();
         },
-        session_policy: body.session_policy ?? undefined,
-        onDelta: (text, sequence, afterEvent) => {
-          if (dropped) return; // nothing is sent any more, and waiting deltas would pile up
-          const frame = { event: 'delta', data: { run_id, text, sequence } };
-          if (held.length === 0 && afterEvent <= lastEventSeq) push(frame);
-          else held.push({ after: afterEvent, frame });
+        (err: unknown) => {
+          unsubscribe();
+          ch.push({
+            event: 'error',
+            data: { error: 'InternalServerError', message: String((err as Error)?.message ?? err), run_id, session_id: started.session_id },
+          });
+          ch.close();
         },
-      });
-    };
-    let started;
-    try {
-      if (idem) {
-        // A retry (same key, same body) gets the first request's run, replayed from its first event.
-        const once = await deps.runtime.idempotency.startOnce(idem, () => newId('run'), (id) => runExists(deps, id), begin);
-        if (!once.fresh) return replayRunStream(deps, reply, once.target_id);
-        started = once.started;
-      } else started = await begin(newId('run'), true);
-    } catch (err) {
-      unsubscribe();
-      if (!channel) throw err; // nothing was streamed yet: a plain JSON error (503, ...)
-      // Accepted, then not created (the store failed): the stream says so and ends.
-      const ch: SseChannel = channel;
-      ch.push({ event: 'error', data: { error: 'InternalServerError', message: String((err as Error)?.message ?? err), run_id, session_id: acceptedSession } });
-      ch.close();
+      );
       await writing;
-      return;
-    }
-    channel ??= open(started.session_id);
-    const ch = channel;
-    // The client closing the stream cancels the run; the server dropping a reader that fell too
-    // far behind does not: the run goes on, its events stay readable (GET /events/{session_id}
-    // with run_id and Last-Event-ID) and its result at GET /runs/{run_id}.
-    // With an Idempotency-Key the client means to come back (a retry replays the run), so
-    // leaving does not cancel: POST /runs/{run_id}/cancel does.
-    if (!idem) ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(() => undefined));
-    ch.onDropped(() => {
-      dropped = true;
-      unsubscribe();
-      held.length = 0;
-    });
-    void started.settled.then(
-      (record) => {
-        unsubscribe();
-        releaseDeltas(true); // an event that could not be stored must not keep its deltas back
-        ch.push({ event: 'complete', data: runResponseOf(record) });
-        ch.close();
+    },
+  );
+
+  app.post(
+    '/run/sync',
+    {
+      schema: {
+        operationId: 'runSync',
+        tags: ['runs'],
+        summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)',
+        headers: IdempotencyHeaders,
+        body: RunRequest,
+        response: { 200: RunResponse, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse },
       },
-      (err: unknown) => {
-        unsubscribe();
-        ch.push({ event: 'error', data: { error: 'InternalServerError', message: String((err as Error)?.message ?? err), run_id, session_id: started.session_id } });
-        ch.close();
+    },
+    async (request) => {
+      const body = request.body as {
+        query: string;
+        session_id?: string | null;
+        webhook?: string | null;
+        agent_id?: string | null;
+        session_policy?: SessionPolicy | null;
+      };
+      if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
+      const begin = async (run_id: string) => {
+        if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
+        return runs.start(body.query, body.session_id ?? null, {
+          run_id,
+          ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
+          session_policy: body.session_policy ?? undefined,
+        });
+      };
+      const idem = idempotencyRequestOf(request, 'runSync');
+      if (!idem) return runResponseOf(await (await begin(newId('run'))).settled);
+      const once = await deps.runtime.idempotency.startOnce(
+        idem,
+        () => newId('run'),
+        (id) => runExists(deps, id),
+        begin,
+      );
+      if (once.fresh) return runResponseOf(await once.started.settled);
+      const record = await waitRunSettled(deps, once.target_id);
+      if (!record)
+        throw new AppError(
+          'GatewayTimeout',
+          `run ${once.target_id} did not settle within the request timeout; it goes on and can be read at GET /runs/${once.target_id}`,
+        );
+      return runResponseOf(record);
+    },
+  );
+
+  app.get(
+    '/runs',
+    {
+      schema: {
+        operationId: 'listRuns',
+        tags: ['runs'],
+        summary: 'List runs, oldest first',
+        querystring: RunsListQuery,
+        response: { 200: RunsListResponse, 422: HTTPValidationError },
       },
-    );
-    await writing;
-  });
+    },
+    async (request) => {
+      const q = request.query as { status?: string; session_id?: string; limit: number; cursor?: string };
+      const page = await runs.list({ status: q.status as never, session_id: q.session_id, limit: q.limit, cursor: q.cursor });
+      return { runs: page.runs.map(publicRunView), total: page.total, next_cursor: page.next_cursor };
+    },
+  );
 
-  app.post('/run/sync', {
-    schema: { operationId: 'runSync', tags: ['runs'], summary: 'Run and answer with the RunResponse (any outcome, incl. awaiting_*)', headers: IdempotencyHeaders, body: RunRequest, response: { 200: RunResponse, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse, 504: ErrorResponse } },
-  }, async (request) => {
-    const body = request.body as { query: string; session_id?: string | null; webhook?: string | null; agent_id?: string | null; session_policy?: SessionPolicy | null };
-    if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
-    const begin = async (run_id: string) => {
-      if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
-      return runs.start(body.query, body.session_id ?? null, { run_id, ...(body.agent_id != null ? { agent_id: body.agent_id } : {}), session_policy: body.session_policy ?? undefined });
-    };
-    const idem = idempotencyRequestOf(request, 'runSync');
-    if (!idem) return runResponseOf(await (await begin(newId('run'))).settled);
-    const once = await deps.runtime.idempotency.startOnce(idem, () => newId('run'), (id) => runExists(deps, id), begin);
-    if (once.fresh) return runResponseOf(await once.started.settled);
-    const record = await waitRunSettled(deps, once.target_id);
-    if (!record) throw new AppError('GatewayTimeout', `run ${once.target_id} did not settle within the request timeout; it goes on and can be read at GET /runs/${once.target_id}`);
-    return runResponseOf(record);
-  });
+  app.get(
+    '/runs/:run_id',
+    {
+      schema: { operationId: 'getRun', tags: ['runs'], summary: 'One run', params: RunIdParams, response: { 200: RunView, ...errors } },
+    },
+    async (request) => publicRunView(await runs.get((request.params as { run_id: string }).run_id)),
+  );
 
-  app.get('/runs', {
-    schema: { operationId: 'listRuns', tags: ['runs'], summary: 'List runs, oldest first', querystring: RunsListQuery, response: { 200: RunsListResponse, 422: HTTPValidationError } },
-  }, async (request) => {
-    const q = request.query as { status?: string; session_id?: string; limit: number; cursor?: string };
-    const page = await runs.list({ status: q.status as never, session_id: q.session_id, limit: q.limit, cursor: q.cursor });
-    return { runs: page.runs.map(publicRunView), total: page.total, next_cursor: page.next_cursor };
-  });
+  app.post(
+    '/runs/:run_id/cancel',
+    {
+      schema: {
+        operationId: 'cancelRun',
+        tags: ['runs'],
+        summary: 'Cancel a run',
+        params: RunIdParams,
+        headers: IdempotencyHeaders,
+        response: { 200: RunCancelResponse, ...errors },
+      },
+    },
+    async (request) => once(deps, request, 'cancelRun', () => runs.cancel((request.params as { run_id: string }).run_id)),
+  );
 
-  app.get('/runs/:run_id', {
-    schema: { operationId: 'getRun', tags: ['runs'], summary: 'One run', params: RunIdParams, response: { 200: RunView, ...errors } },
-  }, async (request) => publicRunView(await runs.get((request.params as { run_id: string }).run_id)));
+  app.post(
+    '/runs/:run_id/resume',
+    {
+      schema: {
+        operationId: 'resumeRun',
+        tags: ['runs'],
+        summary: 'Continue a decided, interrupted or orphaned run and answer with its result',
+        params: RunIdParams,
+        response: { 200: RunResponse, ...errors },
+      },
+    },
+    async (request) => {
+      const { run_id } = request.params as { run_id: string };
+      // A draining process starts nothing new; the run stays stored as it is and the next start
+      // (or another instance) resumes it.
+      if (runs.shuttingDown) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
+      const rec = await runs.get(run_id);
+      const cause =
+        rec.status === 'interrupted' ? 'interrupted' : rec.status === 'running' ? 'recovered_after_lapsed_lease' : ((rec.decision ?? 'approval') as 'approval');
+      const started = await runs.resume(run_id, { cause, trigger: 'explicit' });
+      return runResponseOf(await started.settled);
+    },
+  );
 
-  app.post('/runs/:run_id/cancel', {
-    schema: { operationId: 'cancelRun', tags: ['runs'], summary: 'Cancel a run', params: RunIdParams, headers: IdempotencyHeaders, response: { 200: RunCancelResponse, ...errors } },
-  }, async (request) => once(deps, request, 'cancelRun', () => runs.cancel((request.params as { run_id: string }).run_id)));
+  app.post(
+    '/runs/:run_id/approvals/:approval_id',
+    {
+      schema: {
+        operationId: 'decideApproval',
+        tags: ['decisions'],
+        summary: 'Approve or deny a pending tool call',
+        params: RunApprovalParams,
+        headers: IdempotencyHeaders,
+        body: ApprovalDecisionRequest,
+        response: { 200: ApprovalView, 403: ErrorResponse, ...errors },
+      },
+    },
+    async (request) => {
+      const { run_id, approval_id } = request.params as { run_id: string; approval_id: string };
+      const body = request.body as { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null };
+      checkApprover(deps, request.apiKeyName, body.approver);
+      return once(deps, request, 'decideApproval', () => runs.decideApproval(run_id, approval_id, body));
+    },
+  );
 
-  app.post('/runs/:run_id/resume', {
-    schema: { operationId: 'resumeRun', tags: ['runs'], summary: 'Continue a decided, interrupted or orphaned run and answer with its result', params: RunIdParams, response: { 200: RunResponse, ...errors } },
-  }, async (request) => {
-    const { run_id } = request.params as { run_id: string };
-    // A draining process starts nothing new; the run stays stored as it is and the next start
-    // (or another instance) resumes it.
-    if (runs.shuttingDown) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
-    const rec = await runs.get(run_id);
-    const cause = rec.status === 'interrupted' ? 'interrupted' : rec.status === 'running' ? 'recovered_after_lapsed_lease' : ((rec.decision ?? 'approval') as 'approval');
-    const started = await runs.resume(run_id, { cause, trigger: 'explicit' });
-    return runResponseOf(await started.settled);
-  });
+  app.get(
+    '/runs/:run_id/budget',
+    {
+      schema: {
+        operationId: 'getRunBudget',
+        tags: ['decisions'],
+        summary: 'Every budget covering the run',
+        params: RunIdParams,
+        response: { 200: RunBudgetResponse, ...errors },
+      },
+    },
+    async (request) => runs.budgetView((request.params as { run_id: string }).run_id),
+  );
 
-  app.post('/runs/:run_id/approvals/:approval_id', {
-    schema: { operationId: 'decideApproval', tags: ['decisions'], summary: 'Approve or deny a pending tool call', params: RunApprovalParams, headers: IdempotencyHeaders, body: ApprovalDecisionRequest, response: { 200: ApprovalView, 403: ErrorResponse, ...errors } },
-  }, async (request) => {
-    const { run_id, approval_id } = request.params as { run_id: string; approval_id: string };
-    const body = request.body as { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null };
-    checkApprover(deps, request.apiKeyName, body.approver);
-    return once(deps, request, 'decideApproval', () => runs.decideApproval(run_id, approval_id, body));
-  });
+  app.post(
+    '/runs/:run_id/budget',
+    {
+      schema: {
+        operationId: 'decideBudget',
+        tags: ['decisions'],
+        summary: 'Grant or deny the budget a run waits for',
+        params: RunIdParams,
+        headers: IdempotencyHeaders,
+        body: BudgetDecisionRequest,
+        response: { 200: BudgetDecisionResponse, 403: ErrorResponse, ...errors },
+      },
+    },
+    async (request) => {
+      const body = request.body as { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null };
+      checkApprover(deps, request.apiKeyName, body.approver);
+      return once(deps, request, 'decideBudget', () => runs.decideBudget((request.params as { run_id: string }).run_id, body));
+    },
+  );
 
-  app.get('/runs/:run_id/budget', {
-    schema: { operationId: 'getRunBudget', tags: ['decisions'], summary: 'Every budget covering the run', params: RunIdParams, response: { 200: RunBudgetResponse, ...errors } },
-  }, async (request) => runs.budgetView((request.params as { run_id: string }).run_id));
+  app.post(
+    '/runs/:run_id/outcome',
+    {
+      schema: {
+        operationId: 'recordOutcome',
+        tags: ['runs'],
+        summary: 'Report what a run turned out to be worth',
+        params: RunIdParams,
+        body: OutcomeRequest,
+        response: { 200: OutcomeResponse, ...errors },
+      },
+    },
+    async (request) => runs.recordOutcome((request.params as { run_id: string }).run_id, request.body as { source: string }),
+  );
 
-  app.post('/runs/:run_id/budget', {
-    schema: { operationId: 'decideBudget', tags: ['decisions'], summary: 'Grant or deny the budget a run waits for', params: RunIdParams, headers: IdempotencyHeaders, body: BudgetDecisionRequest, response: { 200: BudgetDecisionResponse, 403: ErrorResponse, ...errors } },
-  }, async (request) => {
-    const body = request.body as { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null };
-    checkApprover(deps, request.apiKeyName, body.approver);
-    return once(deps, request, 'decideBudget', () => runs.decideBudget((request.params as { run_id: string }).run_id, body));
-  });
+  app.get(
+    '/sessions/:session_id/history',
+    {
+      schema: {
+        operationId: 'getSessionHistory',
+        tags: ['sessions'],
+        summary: 'The conversation of a session',
+        params: SessionIdParams,
+        response: { 200: SessionHistoryResponse, ...errors },
+      },
+    },
+    async (request) => runs.history((request.params as { session_id: string }).session_id),
+  );
 
-  app.post('/runs/:run_id/outcome', {
-    schema: { operationId: 'recordOutcome', tags: ['runs'], summary: 'Report what a run turned out to be worth', params: RunIdParams, body: OutcomeRequest, response: { 200: OutcomeResponse, ...errors } },
-  }, async (request) => runs.recordOutcome((request.params as { run_id: string }).run_id, request.body as { source: string }));
-
-  app.get('/sessions/:session_id/history', {
-    schema: { operationId: 'getSessionHistory', tags: ['sessions'], summary: 'The conversation of a session', params: SessionIdParams, response: { 200: SessionHistoryResponse, ...errors } },
-  }, async (request) => runs.history((request.params as { session_id: string }).session_id));
-
-  app.delete('/sessions/:session_id', {
-    schema: { operationId: 'clearSession', tags: ['sessions'], summary: 'Forget a session', params: SessionIdParams, response: { 200: SessionClearedResponse, ...errors } },
-  }, async (request) => runs.clearSession((request.params as { session_id: string }).session_id));
+  app.delete(
+    '/sessions/:session_id',
+    {
+      schema: {
+        operationId: 'clearSession',
+        tags: ['sessions'],
+        summary: 'Forget a session',
+        params: SessionIdParams,
+        response: { 200: SessionClearedResponse, ...errors },
+      },
+    },
+    async (request) => runs.clearSession((request.params as { session_id: string }).session_id),
+  );
 }
 
 /** With `auth.bind_approver`, the approver named in a decision must be the key's name. */
@@ -227,4 +410,3 @@ function checkApprover(deps: AppDeps, keyName: string | undefined, approver: str
     throw new AppError('Forbidden', `approver '${approver}' does not match the API key '${keyName}'`);
   }
 }
-

@@ -125,7 +125,10 @@ export class SseChannel {
   private readonly dropHandlers: Array<() => void> = [];
   private readonly limits: SseLimits;
 
-  constructor(private readonly reply: FastifyReply, private readonly opts: SseChannelOptions = {}) {
+  constructor(
+    private readonly reply: FastifyReply,
+    private readonly opts: SseChannelOptions = {},
+  ) {
     this.limits = {
       maxQueuedEvents: opts.maxQueuedEvents ?? DEFAULT_SSE_LIMITS.maxQueuedEvents,
       maxQueuedBytes: opts.maxQueuedBytes ?? DEFAULT_SSE_LIMITS.maxQueuedBytes,

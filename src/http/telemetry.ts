@@ -2,8 +2,21 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { EventIndexField } from '../store/store.js';
 import { replayThenFollow, StreamOverflowError } from '../telemetry/bus.js';
 import {
-  ErrorResponse, EventStreamQuery, EventsQuery, EventsResponse, HTTPValidationError, RunIdParams, SessionEventsQuery, SessionIdParams,
-  TraceIdParams, TraceResponse, TracesListQuery, TracesListResponse, RunStreamErrorFrame, RunStreamSessionFrame, TelemetryEvent,
+  ErrorResponse,
+  EventStreamQuery,
+  EventsQuery,
+  EventsResponse,
+  HTTPValidationError,
+  RunIdParams,
+  SessionEventsQuery,
+  SessionIdParams,
+  TraceIdParams,
+  TraceResponse,
+  TracesListQuery,
+  TracesListResponse,
+  RunStreamErrorFrame,
+  RunStreamSessionFrame,
+  TelemetryEvent,
 } from '../schemas/index.js';
 import { sseResponse } from './openapi.js';
 import type { AppDeps } from './deps.js';
@@ -12,84 +25,188 @@ import { SseChannel, serializedSize, streamOptions } from './sse.js';
 const notFoundOr422 = { 404: ErrorResponse, 422: HTTPValidationError };
 
 /** The frames of the follow streams (docs/http-api.md "Streams"). */
-const EVENT_STREAM = sseResponse('SSE: `session`, the stored events after the cursor (Last-Event-ID wins), then new ones as they are stored; `error` ends it (StreamOverflow, ServiceShuttingDown: reconnect with Last-Event-ID = last_cursor).', [
-  { event: 'session', data: RunStreamSessionFrame, description: 'First frame: the session (and run filter), status `streaming`.' },
-  { data: TelemetryEvent, id: true, description: 'A stored telemetry event; `event:` is its event_type, `id:` its store cursor.' },
-  { event: 'error', data: RunStreamErrorFrame, description: 'Last frame: StreamOverflow or ServiceShuttingDown with last_cursor, or InternalServerError.' },
-]);
+const EVENT_STREAM = sseResponse(
+  'SSE: `session`, the stored events after the cursor (Last-Event-ID wins), then new ones as they are stored; `error` ends it (StreamOverflow, ServiceShuttingDown: reconnect with Last-Event-ID = last_cursor).',
+  [
+    { event: 'session', data: RunStreamSessionFrame, description: 'First frame: the session (and run filter), status `streaming`.' },
+    { data: TelemetryEvent, id: true, description: 'A stored telemetry event; `event:` is its event_type, `id:` its store cursor.' },
+    { event: 'error', data: RunStreamErrorFrame, description: 'Last frame: StreamOverflow or ServiceShuttingDown with last_cursor, or InternalServerError.' },
+  ],
+);
 
 export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
   const q = deps.runtime.telemetryQueries;
 
-  app.get('/telemetry/events', {
-    schema: { operationId: 'listEvents', tags: ['telemetry'], summary: 'Stored telemetry events (filters AND-ed; event_type repeatable)', querystring: EventsQuery, response: { 200: EventsResponse, 422: HTTPValidationError } },
-  }, async (request, reply) => {
-    const query = request.query as { trace_id?: string; run_id?: string; session_id?: string; task_id?: string; event_type?: string | string[]; cursor?: string; limit: number };
-    const filters: Partial<Record<EventIndexField, string | string[]>> = {};
-    for (const k of ['trace_id', 'run_id', 'session_id', 'task_id', 'event_type'] as const) if (query[k] !== undefined) filters[k] = query[k]!;
-    const page = await q.eventsJson({ filters, cursor: query.cursor, limit: query.limit });
-    // The events are the store's own JSON text (what JSON.stringify of the parsed events gives),
-    // spliced into the envelope: up to 1000 events are not parsed only to be serialised again.
-    // A string with a JSON content type is sent by Fastify as it is.
-    reply.type('application/json; charset=utf-8');
-    return eventsEnvelope(query.session_id ?? null, page.events, page.next_cursor);
-  });
+  app.get(
+    '/telemetry/events',
+    {
+      schema: {
+        operationId: 'listEvents',
+        tags: ['telemetry'],
+        summary: 'Stored telemetry events (filters AND-ed; event_type repeatable)',
+        querystring: EventsQuery,
+        response: { 200: EventsResponse, 422: HTTPValidationError },
+      },
+    },
+    async (request, reply) => {
+      const query = request.query as {
+        trace_id?: string;
+        run_id?: string;
+        session_id?: string;
+        task_id?: string;
+        event_type?: string | string[];
+        cursor?: string;
+        limit: number;
+      };
+      const filters: Partial<Record<EventIndexField, string | string[]>> = {};
+      for (const k of ['trace_id', 'run_id', 'session_id', 'task_id', 'event_type'] as const) if (query[k] !== undefined) filters[k] = query[k]!;
+      const page = await q.eventsJson({ filters, cursor: query.cursor, limit: query.limit });
+      // The events are the store's own JSON text (what JSON.stringify of the parsed events gives),
+      // spliced into the envelope: up to 1000 events are not parsed only to be serialised again.
+      // A string with a JSON content type is sent by Fastify as it is.
+      reply.type('application/json; charset=utf-8');
+      return eventsEnvelope(query.session_id ?? null, page.events, page.next_cursor);
+    },
+  );
 
-  app.get('/telemetry/events/stream', {
-    sse: { kind: 'manual', heartbeat: false },
-    // No HEAD twin (Fastify adds one to every GET): a HEAD answer carries no body, so the stream's
-    // headers, flushed by its first write, never left and the client hung. HEAD is a 404 here.
-    exposeHeadRoute: false,
-    schema: { operationId: 'streamEvents', tags: ['telemetry'], summary: 'Replay stored events of a session after a cursor, then follow new ones (SSE)', querystring: EventStreamQuery, response: { 200: EVENT_STREAM, 422: HTTPValidationError } },
-  }, async (request, reply) => {
-    const query = request.query as { session_id: string; run_id?: string; cursor?: string };
-    await streamEvents(deps, request, reply, query.session_id, query.run_id, query.cursor);
-  });
+  app.get(
+    '/telemetry/events/stream',
+    {
+      sse: { kind: 'manual', heartbeat: false },
+      // No HEAD twin (Fastify adds one to every GET): a HEAD answer carries no body, so the stream's
+      // headers, flushed by its first write, never left and the client hung. HEAD is a 404 here.
+      exposeHeadRoute: false,
+      schema: {
+        operationId: 'streamEvents',
+        tags: ['telemetry'],
+        summary: 'Replay stored events of a session after a cursor, then follow new ones (SSE)',
+        querystring: EventStreamQuery,
+        response: { 200: EVENT_STREAM, 422: HTTPValidationError },
+      },
+    },
+    async (request, reply) => {
+      const query = request.query as { session_id: string; run_id?: string; cursor?: string };
+      await streamEvents(deps, request, reply, query.session_id, query.run_id, query.cursor);
+    },
+  );
 
-  app.get('/telemetry/traces', {
-    schema: { operationId: 'listTraces', tags: ['telemetry'], summary: 'Trace summaries, newest first', querystring: TracesListQuery, response: { 200: TracesListResponse, 422: HTTPValidationError } },
-  }, async (request) => q.list(request.query as { limit: number }));
+  app.get(
+    '/telemetry/traces',
+    {
+      schema: {
+        operationId: 'listTraces',
+        tags: ['telemetry'],
+        summary: 'Trace summaries, newest first',
+        querystring: TracesListQuery,
+        response: { 200: TracesListResponse, 422: HTTPValidationError },
+      },
+    },
+    async (request) => q.list(request.query as { limit: number }),
+  );
 
-  app.get('/telemetry/traces/:trace_id', {
-    schema: { operationId: 'getTrace', tags: ['telemetry'], summary: 'One exact trace', params: TraceIdParams, response: { 200: TraceResponse, ...notFoundOr422 } },
-  }, async (request) => q.trace((request.params as { trace_id: string }).trace_id));
+  app.get(
+    '/telemetry/traces/:trace_id',
+    {
+      schema: {
+        operationId: 'getTrace',
+        tags: ['telemetry'],
+        summary: 'One exact trace',
+        params: TraceIdParams,
+        response: { 200: TraceResponse, ...notFoundOr422 },
+      },
+    },
+    async (request) => q.trace((request.params as { trace_id: string }).trace_id),
+  );
 
-  app.get('/telemetry/runs/:run_id/trace', {
-    schema: { operationId: 'getRunTrace', tags: ['telemetry'], summary: 'Latest trace of a run (one per run segment)', params: RunIdParams, response: { 200: TraceResponse, ...notFoundOr422 } },
-  }, async (request) => q.latest({ run_id: (request.params as { run_id: string }).run_id }));
+  app.get(
+    '/telemetry/runs/:run_id/trace',
+    {
+      schema: {
+        operationId: 'getRunTrace',
+        tags: ['telemetry'],
+        summary: 'Latest trace of a run (one per run segment)',
+        params: RunIdParams,
+        response: { 200: TraceResponse, ...notFoundOr422 },
+      },
+    },
+    async (request) => q.latest({ run_id: (request.params as { run_id: string }).run_id }),
+  );
 
-  app.get('/telemetry/sessions/:session_id/trace', {
-    schema: { operationId: 'getSessionTrace', tags: ['telemetry'], summary: 'Latest trace of a session', params: SessionIdParams, response: { 200: TraceResponse, ...notFoundOr422 } },
-  }, async (request) => q.latest({ session_id: (request.params as { session_id: string }).session_id }));
+  app.get(
+    '/telemetry/sessions/:session_id/trace',
+    {
+      schema: {
+        operationId: 'getSessionTrace',
+        tags: ['telemetry'],
+        summary: 'Latest trace of a session',
+        params: SessionIdParams,
+        response: { 200: TraceResponse, ...notFoundOr422 },
+      },
+    },
+    async (request) => q.latest({ session_id: (request.params as { session_id: string }).session_id }),
+  );
 
-  app.get('/events/:session_id', {
-    sse: { kind: 'manual', heartbeat: false },
-    exposeHeadRoute: false, // as /telemetry/events/stream
-    schema: { operationId: 'followSessionEvents', tags: ['telemetry'], summary: 'Compact alias of /telemetry/events/stream', params: SessionIdParams, querystring: SessionEventsQuery, response: { 200: EVENT_STREAM, 422: HTTPValidationError } },
-  }, async (request, reply) => {
-    const { session_id } = request.params as { session_id: string };
-    const query = request.query as { run_id?: string; cursor?: string };
-    await streamEvents(deps, request, reply, session_id, query.run_id, query.cursor);
-  });
+  app.get(
+    '/events/:session_id',
+    {
+      sse: { kind: 'manual', heartbeat: false },
+      exposeHeadRoute: false, // as /telemetry/events/stream
+      schema: {
+        operationId: 'followSessionEvents',
+        tags: ['telemetry'],
+        summary: 'Compact alias of /telemetry/events/stream',
+        params: SessionIdParams,
+        querystring: SessionEventsQuery,
+        response: { 200: EVENT_STREAM, 422: HTTPValidationError },
+      },
+    },
+    async (request, reply) => {
+      const { session_id } = request.params as { session_id: string };
+      const query = request.query as { run_id?: string; cursor?: string };
+      await streamEvents(deps, request, reply, session_id, query.run_id, query.cursor);
+    },
+  );
 
-  app.get('/events/:session_id/list', {
-    schema: { operationId: 'listSessionEvents', tags: ['telemetry'], summary: 'Compact alias: stored events of a session', params: SessionIdParams, querystring: SessionEventsQuery, response: { 200: EventsResponse, 422: HTTPValidationError } },
-  }, async (request, reply) => {
-    const { session_id } = request.params as { session_id: string };
-    const query = request.query as { run_id?: string; cursor?: string };
-    const filters: Partial<Record<EventIndexField, string>> = { session_id, ...(query.run_id ? { run_id: query.run_id } : {}) };
-    const page = await q.eventsJson({ filters, cursor: query.cursor, limit: 1000 });
-    reply.type('application/json; charset=utf-8');
-    return eventsEnvelope(session_id, page.events, page.next_cursor);
-  });
+  app.get(
+    '/events/:session_id/list',
+    {
+      schema: {
+        operationId: 'listSessionEvents',
+        tags: ['telemetry'],
+        summary: 'Compact alias: stored events of a session',
+        params: SessionIdParams,
+        querystring: SessionEventsQuery,
+        response: { 200: EventsResponse, 422: HTTPValidationError },
+      },
+    },
+    async (request, reply) => {
+      const { session_id } = request.params as { session_id: string };
+      const query = request.query as { run_id?: string; cursor?: string };
+      const filters: Partial<Record<EventIndexField, string>> = { session_id, ...(query.run_id ? { run_id: query.run_id } : {}) };
+      const page = await q.eventsJson({ filters, cursor: query.cursor, limit: 1000 });
+      reply.type('application/json; charset=utf-8');
+      return eventsEnvelope(session_id, page.events, page.next_cursor);
+    },
+  );
 
-  app.get('/events/:session_id/trace', {
-    schema: { operationId: 'getSessionLatestTrace', tags: ['telemetry'], summary: 'Compact alias: latest trace of the session (or of run_id)', params: SessionIdParams, querystring: SessionEventsQuery, response: { 200: TraceResponse, ...notFoundOr422 } },
-  }, async (request) => {
-    const { session_id } = request.params as { session_id: string };
-    const { run_id } = request.query as { run_id?: string };
-    return q.latest(run_id ? { run_id } : { session_id });
-  });
+  app.get(
+    '/events/:session_id/trace',
+    {
+      schema: {
+        operationId: 'getSessionLatestTrace',
+        tags: ['telemetry'],
+        summary: 'Compact alias: latest trace of the session (or of run_id)',
+        params: SessionIdParams,
+        querystring: SessionEventsQuery,
+        response: { 200: TraceResponse, ...notFoundOr422 },
+      },
+    },
+    async (request) => {
+      const { session_id } = request.params as { session_id: string };
+      const { run_id } = request.query as { run_id?: string };
+      return q.latest(run_id ? { run_id } : { session_id });
+    },
+  );
 }
 
 /** `{session_id, events, count, next_cursor}` (EventsResponse) around events already in JSON. */
@@ -103,7 +220,14 @@ function eventsEnvelope(sessionId: string | null, events: string[], nextCursor: 
  * waits for the socket; a consumer more than `server.stream_max_queued_events` live events (or
  * `_bytes`) behind gets `error` StreamOverflow with `last_cursor` and is closed, to resume from it.
  */
-async function streamEvents(deps: AppDeps, request: FastifyRequest, reply: FastifyReply, sessionId: string, runId: string | undefined, cursor: string | undefined): Promise<void> {
+async function streamEvents(
+  deps: AppDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  sessionId: string,
+  runId: string | undefined,
+  cursor: string | undefined,
+): Promise<void> {
   const lastEventId = request.headers['last-event-id'];
   const after = (typeof lastEventId === 'string' && /^\d{1,16}$/.test(lastEventId) ? lastEventId : cursor) ?? null;
   const filters: Partial<Record<EventIndexField, string>> = { session_id: sessionId, ...(runId ? { run_id: runId } : {}) };
@@ -152,7 +276,14 @@ async function streamEvents(deps: AppDeps, request: FastifyRequest, reply: Fasti
     } finally {
       untrack();
       if (shuttingDown) {
-        channel.push({ event: 'error', data: { error: 'ServiceShuttingDown', message: 'the service is shutting down; reconnect with Last-Event-ID (or cursor) set to last_cursor to continue', last_cursor: lastCursor } });
+        channel.push({
+          event: 'error',
+          data: {
+            error: 'ServiceShuttingDown',
+            message: 'the service is shutting down; reconnect with Last-Event-ID (or cursor) set to last_cursor to continue',
+            last_cursor: lastCursor,
+          },
+        });
       }
       channel.close();
     }

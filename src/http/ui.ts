@@ -33,7 +33,8 @@ const UI_PATH = /^(?:(?!\.)[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}\/){0,8}(?:(?!\.)[A
 // Hashed asset names change with their content: cache them for good. The page is revalidated.
 const IMMUTABLE = 'public, max-age=31536000, immutable';
 // The app loads only its own script and style and talks only to this origin.
-const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+const CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /** What to answer for the path under /ui/ ('' for /ui): an asset name, the page, or nothing. Pure. */
 export function resolveUiPath(rest: string, files: UiFiles): string | null {

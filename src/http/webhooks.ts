@@ -3,13 +3,20 @@ import { HTTPValidationError, WebhookDeliveriesQuery, WebhookDeliveriesResponse 
 import type { AppDeps } from './deps.js';
 
 export function webhookRoutes(app: FastifyInstance, deps: AppDeps): void {
-  app.get('/webhooks/deliveries', {
-    schema: {
-      operationId: 'listWebhookDeliveries', tags: ['webhooks'], summary: 'Webhook deliveries, oldest first: attempts, failures and what is still pending',
-      querystring: WebhookDeliveriesQuery, response: { 200: WebhookDeliveriesResponse, 422: HTTPValidationError },
+  app.get(
+    '/webhooks/deliveries',
+    {
+      schema: {
+        operationId: 'listWebhookDeliveries',
+        tags: ['webhooks'],
+        summary: 'Webhook deliveries, oldest first: attempts, failures and what is still pending',
+        querystring: WebhookDeliveriesQuery,
+        response: { 200: WebhookDeliveriesResponse, 422: HTTPValidationError },
+      },
     },
-  }, async (request) => {
-    const q = request.query as WebhookDeliveriesQuery;
-    return deps.runtime.webhooks.list({ status: q.status, run_id: q.run_id, limit: q.limit, cursor: q.cursor });
-  });
+    async (request) => {
+      const q = request.query as WebhookDeliveriesQuery;
+      return deps.runtime.webhooks.list({ status: q.status, run_id: q.run_id, limit: q.limit, cursor: q.cursor });
+    },
+  );
 }

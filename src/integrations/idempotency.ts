@@ -66,7 +66,9 @@ export function canonicalJson(v: unknown): string {
   if (v === undefined) return 'null';
   if (v === null || typeof v !== 'object') return JSON.stringify(v);
   if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
-  const keys = Object.keys(v as Record<string, unknown>).filter((k) => (v as Record<string, unknown>)[k] !== undefined).sort();
+  const keys = Object.keys(v as Record<string, unknown>)
+    .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
+    .sort();
   return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson((v as Record<string, unknown>)[k])}`).join(',')}}`;
 }
 
@@ -86,21 +88,25 @@ export function keyOfHeaders(headers: Record<string, unknown>): string | null {
   if (raw === undefined) return null;
   const key = Array.isArray(raw) ? raw[0] : raw;
   if (typeof key !== 'string' || !IDEMPOTENCY_KEY_PATTERN.test(key)) {
-    throw new HttpValidationFailure([{
-      loc: ['header', IDEMPOTENCY_HEADER],
-      msg: `Idempotency-Key must be 1 to ${MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters`,
-      type: 'idempotency_key_invalid',
-    }]);
+    throw new HttpValidationFailure([
+      {
+        loc: ['header', IDEMPOTENCY_HEADER],
+        msg: `Idempotency-Key must be 1 to ${MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters`,
+        type: 'idempotency_key_invalid',
+      },
+    ]);
   }
   return key;
 }
 
 function reused(operation: string): HttpValidationFailure {
-  return new HttpValidationFailure([{
-    loc: ['header', IDEMPOTENCY_HEADER],
-    msg: `this Idempotency-Key was already used with a different request (${operation} or another body); use a new key for a new request`,
-    type: 'idempotency_key_reused',
-  }]);
+  return new HttpValidationFailure([
+    {
+      loc: ['header', IDEMPOTENCY_HEADER],
+      msg: `this Idempotency-Key was already used with a different request (${operation} or another body); use a new key for a new request`,
+      type: 'idempotency_key_reused',
+    },
+  ]);
 }
 
 export interface IdempotencyOptions {
@@ -153,9 +159,16 @@ export class Idempotency {
       }
       const nowMs = this.now();
       const value: IdempotencyValue = {
-        principal: req.principal, key_sha256: sha256(req.key), operation: req.operation, request_sha256,
-        target_id: targetId(), state: 'pending', claim: { worker: this.o.workerId, at: new Date(nowMs).toISOString() }, response: null,
-        created_at: new Date(nowMs).toISOString(), expires_at: new Date(nowMs + this.o.ttlSeconds * 1000).toISOString(),
+        principal: req.principal,
+        key_sha256: sha256(req.key),
+        operation: req.operation,
+        request_sha256,
+        target_id: targetId(),
+        state: 'pending',
+        claim: { worker: this.o.workerId, at: new Date(nowMs).toISOString() },
+        response: null,
+        created_at: new Date(nowMs).toISOString(),
+        expires_at: new Date(nowMs + this.o.ttlSeconds * 1000).toISOString(),
       };
       try {
         // An expired record is replaced; its creation order moves to now (the sweep walks by it).
@@ -183,9 +196,15 @@ export class Idempotency {
       throw new AppError('Conflict', 'a request with this Idempotency-Key is still being processed; retry shortly', null, { 'retry-after': '1' });
     }
     try {
-      return await this.o.store.updateRecord('idempotency', rec.id, { ...rec.value, claim: { worker: this.o.workerId, at: new Date(this.now()).toISOString() } }, rec.version);
+      return await this.o.store.updateRecord(
+        'idempotency',
+        rec.id,
+        { ...rec.value, claim: { worker: this.o.workerId, at: new Date(this.now()).toISOString() } },
+        rec.version,
+      );
     } catch (err) {
-      if (isStoreError(err, 'stale_version')) throw new AppError('Conflict', 'a request with this Idempotency-Key is still being processed; retry shortly', null, { 'retry-after': '1' });
+      if (isStoreError(err, 'stale_version'))
+        throw new AppError('Conflict', 'a request with this Idempotency-Key is still being processed; retry shortly', null, { 'retry-after': '1' });
       throw err;
     }
   }
@@ -196,7 +215,12 @@ export class Idempotency {
    * `start` throws (busy, shutting down, bad input found late), the record is deleted so that a
    * retry starts afresh.
    */
-  async startOnce<S>(req: IdempotencyRequest, newTargetId: () => string, exists: (id: string) => Promise<boolean>, start: (id: string) => Promise<S>): Promise<StartOnce<S>> {
+  async startOnce<S>(
+    req: IdempotencyRequest,
+    newTargetId: () => string,
+    exists: (id: string) => Promise<boolean>,
+    start: (id: string) => Promise<S>,
+  ): Promise<StartOnce<S>> {
     return this.locked(recordIdOf(req.principal, req.key), async () => {
       let { rec, created } = await this.acquire(req, newTargetId);
       const target = rec.value.target_id;
@@ -239,7 +263,8 @@ export class Idempotency {
       }
       // Stored as JSON (what the client got), so a replay answers the same bytes.
       const stored = JSON.parse(JSON.stringify(body ?? null)) as unknown;
-      await this.o.store.updateRecord('idempotency', rec.id, { ...rec.value, state: 'done', claim: null, response: { status_code: 200, body: stored } }, rec.version)
+      await this.o.store
+        .updateRecord('idempotency', rec.id, { ...rec.value, state: 'done', claim: null, response: { status_code: 200, body: stored } }, rec.version)
         .catch((e: unknown) => this.o.log?.('warn', 'idempotency answer not stored', { err: String(e) }));
       return body;
     });
@@ -257,7 +282,10 @@ export class Idempotency {
       const page: Page<IdempotencyValue> = await this.o.store.listRecords<IdempotencyValue>('idempotency', { cursor, limit: 500 });
       for (const r of page.items) {
         if (Date.parse(r.value.expires_at) > now) return deleted;
-        await this.o.store.deleteRecord('idempotency', r.id, r.version).then(() => deleted++, () => undefined);
+        await this.o.store.deleteRecord('idempotency', r.id, r.version).then(
+          () => deleted++,
+          () => undefined,
+        );
       }
       if (!page.next_cursor) break;
       cursor = page.next_cursor;

@@ -29,8 +29,16 @@ export type WebhookEventType = (typeof WEBHOOK_EVENTS)[number];
 
 /** Event log types the dispatcher reads (an index walk; everything else is skipped by the store). */
 export const TRIGGER_EVENT_TYPES = [
-  'final_answer', 'runtime_error', 'guardrail_violation', 'policy_decision_ask', 'budget_exhausted',
-  'background_run_completed', 'background_run_failed', 'background_run_cancelled', 'background_run_timeout', 'background_run_skipped',
+  'final_answer',
+  'runtime_error',
+  'guardrail_violation',
+  'policy_decision_ask',
+  'budget_exhausted',
+  'background_run_completed',
+  'background_run_failed',
+  'background_run_cancelled',
+  'background_run_timeout',
+  'background_run_skipped',
 ] as const;
 const TRIGGERS: ReadonlySet<string> = new Set(TRIGGER_EVENT_TYPES);
 
@@ -147,7 +155,8 @@ export function deriveWebhook(ev: StoredEvent): Derived | null {
     case 'runtime_error': {
       const status = typeof meta.status === 'string' ? meta.status : 'failed';
       return {
-        type: status === 'cancelled' ? 'run.cancelled' : 'run.failed', dedupe: ev.event_id,
+        type: status === 'cancelled' ? 'run.cancelled' : 'run.failed',
+        dedupe: ev.event_id,
         data: { ...base, status, termination_reason: meta.termination_reason ?? null, error: ev.error ?? null },
       };
     }
@@ -157,17 +166,32 @@ export function deriveWebhook(ev: StoredEvent): Derived | null {
       return { type: 'run.failed', dedupe: ev.event_id, data: { ...base, status: 'blocked', termination_reason: 'guardrail', error: ev.error ?? null } };
     case 'policy_decision_ask':
       // One webhook per paused tool batch, however many of its calls ask (they share the step span).
-      return { type: 'run.awaiting_approval', dedupe: `${runId}|approval|${(ev.parent_span_id as string | null | undefined) ?? ev.event_id}`, data: { ...base, status: 'awaiting_approval' } };
+      return {
+        type: 'run.awaiting_approval',
+        dedupe: `${runId}|approval|${(ev.parent_span_id as string | null | undefined) ?? ev.event_id}`,
+        data: { ...base, status: 'awaiting_approval' },
+      };
     case 'budget_exhausted':
       if (meta.on_exhausted !== 'pause') return null;
       return {
-        type: 'run.awaiting_budget', dedupe: ev.event_id,
-        data: { ...base, status: 'awaiting_budget', budget_request: out ? { request_id: out.request_id ?? null, scope: out.scope ?? null, meter: out.meter ?? null, shortfall: out.shortfall ?? null } : null },
+        type: 'run.awaiting_budget',
+        dedupe: ev.event_id,
+        data: {
+          ...base,
+          status: 'awaiting_budget',
+          budget_request: out
+            ? { request_id: out.request_id ?? null, scope: out.scope ?? null, meter: out.meter ?? null, shortfall: out.shortfall ?? null }
+            : null,
+        },
       };
     default:
       if (ev.event_type.startsWith('background_run_') && TRIGGERS.has(ev.event_type)) {
         const what = ev.event_type.slice('background_run_'.length);
-        return { type: `background_run.${what}` as WebhookEventType, dedupe: ev.event_id, data: { ...base, status: (meta.status as string | undefined) ?? what, error: ev.error ?? null } };
+        return {
+          type: `background_run.${what}` as WebhookEventType,
+          dedupe: ev.event_id,
+          data: { ...base, status: (meta.status as string | undefined) ?? what, error: ev.error ?? null },
+        };
       }
       return null;
   }
@@ -207,11 +231,28 @@ export class Webhooks {
 
   constructor(private readonly o: WebhooksOptions) {
     this.w = o.config.webhooks;
-    this.delivered = new Counter({ name: 'agentd_webhook_deliveries_total', help: 'Webhook deliveries ended, by outcome (delivered, failed)', labelNames: ['outcome'], registers: [o.registry] });
-    this.attemptsTotal = new Counter({ name: 'agentd_webhook_attempts_total', help: 'Webhook delivery attempts, by result (success, http_error, network_error, timeout)', labelNames: ['result'], registers: [o.registry] });
-    this.seconds = new Histogram({ name: 'agentd_webhook_attempt_duration_seconds', help: 'Webhook delivery attempt duration', buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], registers: [o.registry] });
+    this.delivered = new Counter({
+      name: 'agentd_webhook_deliveries_total',
+      help: 'Webhook deliveries ended, by outcome (delivered, failed)',
+      labelNames: ['outcome'],
+      registers: [o.registry],
+    });
+    this.attemptsTotal = new Counter({
+      name: 'agentd_webhook_attempts_total',
+      help: 'Webhook delivery attempts, by result (success, http_error, network_error, timeout)',
+      labelNames: ['result'],
+      registers: [o.registry],
+    });
+    this.seconds = new Histogram({
+      name: 'agentd_webhook_attempt_duration_seconds',
+      help: 'Webhook delivery attempt duration',
+      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [o.registry],
+    });
     const pending: Gauge = new Gauge({
-      name: 'agentd_webhook_deliveries_pending', help: 'Webhook deliveries waiting to be sent or retried, from the store', registers: [o.registry],
+      name: 'agentd_webhook_deliveries_pending',
+      help: 'Webhook deliveries waiting to be sent or retried, from the store',
+      registers: [o.registry],
       collect: async () => {
         const n = await o.store.countRecords('webhook_deliveries', { name: 'status', value: 'pending' }).catch(() => null);
         if (n !== null) pending.set(n);
@@ -227,7 +268,8 @@ export class Webhooks {
   /** 422 unless per-request webhooks are allowed and the URL's host is on the allowlist. */
   checkRequestUrl(raw: string, loc: Array<string | number> = ['body', 'webhook']): void {
     const fail = (msg: string) => new HttpValidationFailure([{ loc, msg, type: 'webhook_url_not_allowed' }]);
-    if (this.w.allow_request_hosts.length === 0) throw fail('per-request webhooks are off: the operator must list allowed hosts in webhooks.allow_request_hosts');
+    if (this.w.allow_request_hosts.length === 0)
+      throw fail('per-request webhooks are off: the operator must list allowed hosts in webhooks.allow_request_hosts');
     let url: URL;
     try {
       url = new URL(raw);
@@ -323,10 +365,23 @@ export class Webhooks {
         const body = JSON.stringify({ type: d.type, timestamp: ev.timestamp, data: d.data });
         const make = (endpoint: string, url: string): DeliveryValue => ({
           delivery_id: `msg_${createHash('sha256').update(`${endpoint}|${d.dedupe}|${d.type}`).digest('hex').slice(0, 32)}`,
-          event_type: d.type, endpoint, url: displayUrl(url, endpoint !== 'request'), run_id: (d.data.run_id as string | null) ?? null,
-          session_id: (d.data.session_id as string | null) ?? null, task_id: (d.data.task_id as string | null) ?? null,
-          body, status: 'pending', attempts: 0, next_attempt_at: new Date(nowMs).toISOString(), last_attempt_at: null,
-          last_status_code: null, last_error: null, history: [], created_at: new Date(nowMs).toISOString(), delivered_at: null, source_cursor: ev.cursor,
+          event_type: d.type,
+          endpoint,
+          url: displayUrl(url, endpoint !== 'request'),
+          run_id: (d.data.run_id as string | null) ?? null,
+          session_id: (d.data.session_id as string | null) ?? null,
+          task_id: (d.data.task_id as string | null) ?? null,
+          body,
+          status: 'pending',
+          attempts: 0,
+          next_attempt_at: new Date(nowMs).toISOString(),
+          last_attempt_at: null,
+          last_status_code: null,
+          last_error: null,
+          history: [],
+          created_at: new Date(nowMs).toISOString(),
+          delivered_at: null,
+          source_cursor: ev.cursor,
         });
         for (const e of this.w.endpoints) if (e.events.includes(d.type)) drafts.push(make(endpointIdOf(e.url), e.url));
         const runId = d.data.run_id as string | null;
@@ -338,10 +393,21 @@ export class Webhooks {
       }
       // Derived ids are stable: a round redone after a crash finds its deliveries already there.
       const unique = [...new Map(drafts.map((d) => [d.delivery_id, d])).values()];
-      const existing = unique.length ? await this.o.store.getRecords('webhook_deliveries', unique.map((d) => d.delivery_id)) : [];
-      const ops: WriteOp[] = unique.filter((_, i) => !existing[i]).map((d) => ({
-        op: 'create', kind: 'webhook_deliveries', id: d.delivery_id, value: d, indexes: { status: d.status, run_id: d.run_id },
-      }));
+      const existing = unique.length
+        ? await this.o.store.getRecords(
+            'webhook_deliveries',
+            unique.map((d) => d.delivery_id),
+          )
+        : [];
+      const ops: WriteOp[] = unique
+        .filter((_, i) => !existing[i])
+        .map((d) => ({
+          op: 'create',
+          kind: 'webhook_deliveries',
+          id: d.delivery_id,
+          value: d,
+          indexes: { status: d.status, run_id: d.run_id },
+        }));
       const last = page.events[page.events.length - 1].cursor;
       ops.push({ op: 'update', kind: 'meta', id: CURSOR_ID, value: { cursor: last }, expectedVersion: cur.version });
       try {
@@ -361,7 +427,11 @@ export class Webhooks {
     let cursor: string | null = null;
     const now = new Date(this.o.clock.now()).toISOString();
     do {
-      const page: Awaited<ReturnType<Store['listRecords']>> = await this.o.store.listRecords<DeliveryValue>('webhook_deliveries', { index: { name: 'status', value: 'pending' }, cursor, limit: 500 });
+      const page: Awaited<ReturnType<Store['listRecords']>> = await this.o.store.listRecords<DeliveryValue>('webhook_deliveries', {
+        index: { name: 'status', value: 'pending' },
+        cursor,
+        limit: 500,
+      });
       for (const r of page.items as Versioned<DeliveryValue>[]) {
         if (r.value.next_attempt_at > now && r.value.attempts > 0 && r.value.last_attempt_at === null) {
           await this.o.store.updateRecord('webhook_deliveries', r.id, { ...r.value, next_attempt_at: now }, r.version).catch(() => undefined);
@@ -389,7 +459,11 @@ export class Webhooks {
     let cursor: string | null = null;
     // Oldest first, at most SCAN_MAX records a round: a bounded walk, the rest next round.
     for (let scanned = 0; scanned < SCAN_MAX && due.length < room;) {
-      const page: Page<DeliveryValue> = await this.o.store.listRecords<DeliveryValue>('webhook_deliveries', { index: { name: 'status', value: 'pending' }, cursor, limit: 200 });
+      const page: Page<DeliveryValue> = await this.o.store.listRecords<DeliveryValue>('webhook_deliveries', {
+        index: { name: 'status', value: 'pending' },
+        cursor,
+        limit: 200,
+      });
       for (const r of page.items) {
         if (this.inflight.has(r.id)) continue;
         const at = Date.parse(r.value.next_attempt_at);
@@ -404,11 +478,13 @@ export class Webhooks {
     this.earliestDue = earliest;
     for (const r of due) {
       this.inflight.add(r.id);
-      void this.attempt(r).catch((err: unknown) => this.o.log?.('warn', 'webhook attempt failed', { err: String(err) })).finally(() => {
-        this.inflight.delete(r.id);
-        this.dirty = true;
-        this.kick();
-      });
+      void this.attempt(r)
+        .catch((err: unknown) => this.o.log?.('warn', 'webhook attempt failed', { err: String(err) }))
+        .finally(() => {
+          this.inflight.delete(r.id);
+          this.dirty = true;
+          this.kick();
+        });
     }
   }
 
@@ -420,9 +496,17 @@ export class Webhooks {
     // marks a claim whose result was never written (a crash): released at the next start.
     let claimed: Versioned<DeliveryValue>;
     try {
-      claimed = await this.o.store.updateRecord('webhook_deliveries', rec.id, {
-        ...rec.value, attempts: rec.value.attempts + 1, next_attempt_at: new Date(startedMs + timeoutMs + 5_000).toISOString(), last_attempt_at: null,
-      }, rec.version);
+      claimed = await this.o.store.updateRecord(
+        'webhook_deliveries',
+        rec.id,
+        {
+          ...rec.value,
+          attempts: rec.value.attempts + 1,
+          next_attempt_at: new Date(startedMs + timeoutMs + 5_000).toISOString(),
+          last_attempt_at: null,
+        },
+        rec.version,
+      );
     } catch (err) {
       if (isStoreError(err, 'stale_version') || isStoreError(err, 'not_found')) return;
       throw err;
@@ -459,18 +543,28 @@ export class Webhooks {
       } catch (err) {
         const e = err as Error;
         result = e.name === 'TimeoutError' || e.name === 'AbortError' ? 'timeout' : 'network_error';
-        error = result === 'timeout' ? `no answer within ${this.w.timeout_seconds} s` : String((e as { cause?: { code?: string } }).cause?.code ?? e.message).slice(0, 200);
+        error =
+          result === 'timeout'
+            ? `no answer within ${this.w.timeout_seconds} s`
+            : String((e as { cause?: { code?: string } }).cause?.code ?? e.message).slice(0, 200);
       }
     }
     const endedMs = this.o.clock.now();
     this.attemptsTotal.inc({ result });
     this.seconds.observe((endedMs - startedMs) / 1000);
     const v = claimed.value;
-    const history = [...v.history, { at: new Date(startedMs).toISOString(), status_code: statusCode, error, duration_ms: endedMs - startedMs }].slice(-MAX_HISTORY);
+    const history = [...v.history, { at: new Date(startedMs).toISOString(), status_code: statusCode, error, duration_ms: endedMs - startedMs }].slice(
+      -MAX_HISTORY,
+    );
     const expired = endedMs - Date.parse(v.created_at) >= this.w.retry_hours * 3_600_000 || !target;
     const status: DeliveryValue['status'] = result === 'success' ? 'delivered' : expired ? 'failed' : 'pending';
     const next: DeliveryValue = {
-      ...v, status, history, last_attempt_at: new Date(startedMs).toISOString(), last_status_code: statusCode, last_error: error,
+      ...v,
+      status,
+      history,
+      last_attempt_at: new Date(startedMs).toISOString(),
+      last_status_code: statusCode,
+      last_error: error,
       next_attempt_at: new Date(status === 'pending' ? endedMs + this.backoffMs(v.attempts) : endedMs).toISOString(),
       delivered_at: result === 'success' ? new Date(endedMs).toISOString() : null,
     };
@@ -481,7 +575,8 @@ export class Webhooks {
       return;
     }
     if (status !== 'pending') this.delivered.inc({ outcome: status });
-    if (status === 'failed') this.o.log?.('warn', 'webhook delivery failed for good', { delivery_id: v.delivery_id, url: v.url, attempts: v.attempts, last_error: error });
+    if (status === 'failed')
+      this.o.log?.('warn', 'webhook delivery failed for good', { delivery_id: v.delivery_id, url: v.url, attempts: v.attempts, last_error: error });
   }
 
   private targetOf(v: DeliveryValue): { url: string; secret: string } | null {
@@ -504,7 +599,10 @@ export class Webhooks {
       const page = await this.o.store.listRecords<DeliveryValue>('webhook_deliveries', { index: { name: 'status', value: status }, limit: 1000 });
       for (const r of page.items) {
         if (r.value.created_at >= cutoff) break;
-        await this.o.store.deleteRecord('webhook_deliveries', r.id, r.version).then(() => deleted++, () => undefined);
+        await this.o.store.deleteRecord('webhook_deliveries', r.id, r.version).then(
+          () => deleted++,
+          () => undefined,
+        );
         if (r.value.endpoint === 'request' && r.value.run_id) await this.o.store.deleteRecord('webhook_subs', r.value.run_id).catch(() => undefined);
       }
       void deleted;

@@ -46,7 +46,11 @@ export interface AgentRegistryOptions {
 class Build {
   private refs = 1; // the cache's
   private closed = false;
-  constructor(readonly key: string, readonly profile: AgentProfile, private readonly tools: ToolRegistry | null) {}
+  constructor(
+    readonly key: string,
+    readonly profile: AgentProfile,
+    private readonly tools: ToolRegistry | null,
+  ) {}
 
   hold(): AgentLease {
     this.refs++;
@@ -233,7 +237,9 @@ export class AgentRegistry implements AgentSource {
         } catch (err) {
           throw this.cannotRun(agentId, err);
         }
-        const built = await this.build(plan).catch((err: unknown) => { throw this.cannotRun(agentId, err); });
+        const built = await this.build(plan).catch((err: unknown) => {
+          throw this.cannotRun(agentId, err);
+        });
         const b = new Build(key, built.profile, built.tools);
         this.put(agentId, b);
         return b;
@@ -282,7 +288,10 @@ export class AgentRegistry implements AgentSource {
       tools = await ToolRegistry.create(
         { ...(plan.local_tools ? { local: plan.local_tools } : {}), mcp: plan.mcp, builtin: [...(plan.builtin ?? this.opts.servedBuiltin)] },
         {
-          clock: this.opts.clock, logger: this.opts.logger, mcpPool: this.mcpPool, ...(this.opts.mcp ?? {}),
+          clock: this.opts.clock,
+          logger: this.opts.logger,
+          mcpPool: this.mcpPool,
+          ...(this.opts.mcp ?? {}),
           ...(plan.local_tools ? { localVersion: moduleVersion(plan.local_tools) } : {}),
         },
       );

@@ -200,7 +200,8 @@ export class ClusterLink {
     const msg = parse(payload) as (ControlMessage & { o?: string }) | null;
     if (!msg || msg.o === this.instanceId || typeof msg.run_id !== 'string') return;
     if (msg.type === 'cancel') this.controlHandler?.({ type: 'cancel', run_id: msg.run_id });
-    else if (msg.type === 'bg_cancel') this.controlHandler?.({ type: 'bg_cancel', run_id: msg.run_id, reason: typeof msg.reason === 'string' ? msg.reason.slice(0, 1000) : null });
+    else if (msg.type === 'bg_cancel')
+      this.controlHandler?.({ type: 'bg_cancel', run_id: msg.run_id, reason: typeof msg.reason === 'string' ? msg.reason.slice(0, 1000) : null });
   }
 
   // ---------------------------------------------------------------- tasks

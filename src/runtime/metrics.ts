@@ -28,39 +28,71 @@ export class Metrics {
   readonly registry = new Registry();
   private sources: MetricsSources | null = null;
   private readonly runs = new Counter({ name: 'agentd_runs_total', help: 'Runs finished, by status', labelNames: ['status'], registers: [this.registry] });
-  private readonly tokens = new Counter({ name: 'agentd_tokens_total', help: 'Model tokens, by direction', labelNames: ['direction'], registers: [this.registry] });
-  private readonly runSeconds = new Histogram({ name: 'agentd_run_duration_seconds', help: 'Run duration', buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300], registers: [this.registry] });
+  private readonly tokens = new Counter({
+    name: 'agentd_tokens_total',
+    help: 'Model tokens, by direction',
+    labelNames: ['direction'],
+    registers: [this.registry],
+  });
+  private readonly runSeconds = new Histogram({
+    name: 'agentd_run_duration_seconds',
+    help: 'Run duration',
+    buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300],
+    registers: [this.registry],
+  });
   readonly liveRuns = new Gauge({ name: 'agentd_live_runs', help: 'Runs holding a slot in this process', registers: [this.registry] });
-  readonly backgroundRuns = new Counter({ name: 'agentd_background_runs_total', help: 'Background runs finished, by status', labelNames: ['status'], registers: [this.registry] });
+  readonly backgroundRuns = new Counter({
+    name: 'agentd_background_runs_total',
+    help: 'Background runs finished, by status',
+    labelNames: ['status'],
+    registers: [this.registry],
+  });
 
   private readonly httpRequests = new Counter({
-    name: 'agentd_http_requests_total', help: 'HTTP requests answered, by method, route pattern and status',
-    labelNames: ['method', 'route', 'status'], registers: [this.registry],
+    name: 'agentd_http_requests_total',
+    help: 'HTTP requests answered, by method, route pattern and status',
+    labelNames: ['method', 'route', 'status'],
+    registers: [this.registry],
   });
   private readonly httpSeconds = new Histogram({
-    name: 'agentd_http_request_duration_seconds', help: 'HTTP request duration until the response ended (a stream: its whole life), by method, route pattern and status',
-    labelNames: ['method', 'route', 'status'], buckets: LATENCY_BUCKETS, registers: [this.registry],
+    name: 'agentd_http_request_duration_seconds',
+    help: 'HTTP request duration until the response ended (a stream: its whole life), by method, route pattern and status',
+    labelNames: ['method', 'route', 'status'],
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
   });
   private readonly httpChildren = new Map<string, { count: { inc(): void }; seconds: { observe(v: number): void } }>();
   private readonly modelSeconds = new Histogram({
-    name: 'agentd_model_call_duration_seconds', help: 'Model call attempts (each retry is one), by provider, model and outcome',
-    labelNames: ['provider', 'model', 'outcome'], buckets: LATENCY_BUCKETS, registers: [this.registry],
+    name: 'agentd_model_call_duration_seconds',
+    help: 'Model call attempts (each retry is one), by provider, model and outcome',
+    labelNames: ['provider', 'model', 'outcome'],
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
   });
   private readonly modelErrors = new Counter({
-    name: 'agentd_model_call_errors_total', help: 'Failed model call attempts, by provider, model and error kind',
-    labelNames: ['provider', 'model', 'kind'], registers: [this.registry],
+    name: 'agentd_model_call_errors_total',
+    help: 'Failed model call attempts, by provider, model and error kind',
+    labelNames: ['provider', 'model', 'kind'],
+    registers: [this.registry],
   });
   private readonly toolCalls = new Counter({
-    name: 'agentd_tool_calls_total', help: 'Tool calls completed, by tool and outcome (success, error, timeout, cancelled, denied, rejected, unknown)',
-    labelNames: ['tool', 'outcome'], registers: [this.registry],
+    name: 'agentd_tool_calls_total',
+    help: 'Tool calls completed, by tool and outcome (success, error, timeout, cancelled, denied, rejected, unknown)',
+    labelNames: ['tool', 'outcome'],
+    registers: [this.registry],
   });
   private readonly toolSeconds = new Histogram({
-    name: 'agentd_tool_call_duration_seconds', help: 'Duration of tool calls that ran, by tool',
-    labelNames: ['tool'], buckets: LATENCY_BUCKETS, registers: [this.registry],
+    name: 'agentd_tool_call_duration_seconds',
+    help: 'Duration of tool calls that ran, by tool',
+    labelNames: ['tool'],
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
   });
   private readonly awaiting: Gauge = new Gauge({
-    name: 'agentd_runs_awaiting', help: 'Runs parked for a person, by reason (approval, budget), from the store',
-    labelNames: ['reason'], registers: [this.registry],
+    name: 'agentd_runs_awaiting',
+    help: 'Runs parked for a person, by reason (approval, budget), from the store',
+    labelNames: ['reason'],
+    registers: [this.registry],
     collect: async (): Promise<void> => {
       if (!this.sources) return;
       const [approval, budget] = await Promise.all([
@@ -72,7 +104,8 @@ export class Metrics {
     },
   });
   private readonly bgQueue: Gauge = new Gauge({
-    name: 'agentd_background_queue_depth', help: 'Background runs queued and not yet claimed, from the store',
+    name: 'agentd_background_queue_depth',
+    help: 'Background runs queued and not yet claimed, from the store',
     registers: [this.registry],
     collect: async (): Promise<void> => {
       const n = this.sources ? await this.sources.backgroundQueued().catch(() => null) : null;
@@ -80,32 +113,53 @@ export class Metrics {
     },
   });
   private readonly leaseLosses = new Counter({
-    name: 'agentd_lease_losses_total', help: 'Leases this process lost to another owner (its copy of the run stopped), by kind (run, background)',
-    labelNames: ['kind'], registers: [this.registry],
+    name: 'agentd_lease_losses_total',
+    help: 'Leases this process lost to another owner (its copy of the run stopped), by kind (run, background)',
+    labelNames: ['kind'],
+    registers: [this.registry],
   });
   private readonly recoveries = new Counter({
-    name: 'agentd_recoveries_total', help: 'Runs this process recovered (resumed after a lapsed lease, an interruption or a decision), by kind and cause',
-    labelNames: ['kind', 'cause'], registers: [this.registry],
+    name: 'agentd_recoveries_total',
+    help: 'Runs this process recovered (resumed after a lapsed lease, an interruption or a decision), by kind and cause',
+    labelNames: ['kind', 'cause'],
+    registers: [this.registry],
   });
   private readonly otlpSpans = new Counter({ name: 'agentd_otlp_spans_exported_total', help: 'Spans the OTLP collector accepted', registers: [this.registry] });
-  private readonly otlpFailed = new Counter({ name: 'agentd_otlp_traces_failed_total', help: 'Traces whose OTLP export failed after its retries', registers: [this.registry] });
-  private readonly otlpDropped = new Counter({ name: 'agentd_otlp_traces_dropped_total', help: 'Traces not exported, by reason (queue_full, shut_down, invalid_trace)', labelNames: ['reason'], registers: [this.registry] });
+  private readonly otlpFailed = new Counter({
+    name: 'agentd_otlp_traces_failed_total',
+    help: 'Traces whose OTLP export failed after its retries',
+    registers: [this.registry],
+  });
+  private readonly otlpDropped = new Counter({
+    name: 'agentd_otlp_traces_dropped_total',
+    help: 'Traces not exported, by reason (queue_full, shut_down, invalid_trace)',
+    labelNames: ['reason'],
+    registers: [this.registry],
+  });
 
   /** Open SSE streams (src/http/sse.ts adds and removes itself): counted and summed on scrape. */
   readonly sseStreams = new Set<{ readonly bufferedBytes: number }>();
   private readonly sseOpen: Gauge = new Gauge({
-    name: 'agentd_sse_streams', help: 'Open SSE streams', registers: [this.registry],
+    name: 'agentd_sse_streams',
+    help: 'Open SSE streams',
+    registers: [this.registry],
     collect: (): void => this.sseOpen.set(this.sseStreams.size),
   });
   private readonly sseBuffered: Gauge = new Gauge({
-    name: 'agentd_sse_buffered_bytes', help: 'Bytes held for SSE readers: frames not yet written and socket buffers', registers: [this.registry],
+    name: 'agentd_sse_buffered_bytes',
+    help: 'Bytes held for SSE readers: frames not yet written and socket buffers',
+    registers: [this.registry],
     collect: (): void => {
       let sum = 0;
       for (const s of this.sseStreams) sum += s.bufferedBytes;
       this.sseBuffered.set(sum);
     },
   });
-  private readonly sseDroppedTotal = new Counter({ name: 'agentd_sse_streams_dropped_total', help: 'SSE streams dropped because the reader fell too far behind', registers: [this.registry] });
+  private readonly sseDroppedTotal = new Counter({
+    name: 'agentd_sse_streams_dropped_total',
+    help: 'SSE streams dropped because the reader fell too far behind',
+    registers: [this.registry],
+  });
 
   constructor() {
     // Unprefixed on purpose (see the class comment): `agentd_process_cpu_seconds_total` failed

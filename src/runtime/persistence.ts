@@ -2,7 +2,10 @@ import { isStoreError, type RecordIndexes, type RecordKind, type Store, type Ver
 
 /** Raised to the owner when a write names a version that is no longer current: someone else owns the record now. */
 export class FencedError extends Error {
-  constructor(readonly kind: RecordKind, readonly id: string) {
+  constructor(
+    readonly kind: RecordKind,
+    readonly id: string,
+  ) {
     super(`${kind}/${id} was written by another owner; this owner is fenced off`);
     this.name = 'FencedError';
   }
@@ -165,7 +168,11 @@ export class RecordWriter<T> {
         this.creating = null;
         this.takenVersion = 1;
         expected.create = true;
-        return [{ op: 'create', kind: this.kind, id: this.id, value: open.value, indexes: this.indexesOf(open.value) }, ...creating.extra, ...open.extra.values()];
+        return [
+          { op: 'create', kind: this.kind, id: this.id, value: open.value, indexes: this.indexesOf(open.value) },
+          ...creating.extra,
+          ...open.extra.values(),
+        ];
       }
       expected.version = this.takenVersion;
       this.takenVersion++;

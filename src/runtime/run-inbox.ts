@@ -48,7 +48,10 @@ export class RunInbox {
   private readonly maybe = new Set<string>();
   private readonly shared: boolean;
 
-  constructor(private readonly store: Store, private readonly now: () => string) {
+  constructor(
+    private readonly store: Store,
+    private readonly now: () => string,
+  ) {
     this.shared = store.adapter === 'postgres';
   }
 

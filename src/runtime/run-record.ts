@@ -3,8 +3,7 @@
 import type { ApprovalState, BudgetRequest, TerminationReason, Usage } from '../../machines/run.machine.js';
 
 export type RunRecordStatus =
-  | 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted'
-  | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
+  'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
 
 export const TERMINAL_RUN_STATUSES: ReadonlySet<RunRecordStatus> = new Set(['completed', 'blocked', 'failed', 'cancelled', 'timeout']);
 export const WAITING_RUN_STATUSES: ReadonlySet<RunRecordStatus> = new Set(['awaiting_approval', 'awaiting_budget']);
@@ -124,16 +123,25 @@ export function publicRunView(r: RunRecord) {
 }
 
 /** RunResponse status for a record status (decisions.md §3.1). */
-export function responseStatusOf(status: RunRecordStatus): 'success' | 'error' | 'cancelled' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'timeout' {
+export function responseStatusOf(
+  status: RunRecordStatus,
+): 'success' | 'error' | 'cancelled' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'timeout' {
   switch (status) {
-    case 'completed': return 'success';
-    case 'awaiting_approval': return 'awaiting_approval';
-    case 'awaiting_budget': return 'awaiting_budget';
-    case 'cancelled': return 'cancelled';
-    case 'timeout': return 'timeout';
+    case 'completed':
+      return 'success';
+    case 'awaiting_approval':
+      return 'awaiting_approval';
+    case 'awaiting_budget':
+      return 'awaiting_budget';
+    case 'cancelled':
+      return 'cancelled';
+    case 'timeout':
+      return 'timeout';
     case 'interrupted':
-    case 'running': return 'interrupted';
-    default: return 'error';
+    case 'running':
+      return 'interrupted';
+    default:
+      return 'error';
   }
 }
 

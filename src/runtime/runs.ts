@@ -209,7 +209,11 @@ type TraceValue = ReturnType<RunService['traceValue']>;
 type RecoveryCause = 'approval' | 'budget_grant' | 'budget_denied' | 'interrupted' | 'recovered_after_lapsed_lease';
 
 /** A run the orphan sweep found; `ownerDead`: found at start-up on the single-process store. */
-interface RecoveryCandidate { id: string; cause: RecoveryCause; ownerDead: boolean }
+interface RecoveryCandidate {
+  id: string;
+  cause: RecoveryCause;
+  ownerDead: boolean;
+}
 
 /**
  * A new run's creating write (and its first events) wait this long for the run to go on before
@@ -265,8 +269,15 @@ export class RunService {
     this.sessions = new SessionGate(deps.system);
     const st = deps.settings;
     this.served = {
-      agent_id: st.agent_id, agent_name: st.agent_name, system_instruction: st.system_instruction, model: deps.model, tools: deps.tools,
-      subagents: deps.subagents, max_steps: st.max_steps, max_output_tokens: st.max_output_tokens, session_workspace_root: st.session_workspace_root,
+      agent_id: st.agent_id,
+      agent_name: st.agent_name,
+      system_instruction: st.system_instruction,
+      model: deps.model,
+      tools: deps.tools,
+      subagents: deps.subagents,
+      max_steps: st.max_steps,
+      max_output_tokens: st.max_output_tokens,
+      session_workspace_root: st.session_workspace_root,
     };
     this.inbox = new RunInbox(deps.store, () => iso(deps.clock.now()));
     this.logic = runMachine.provide({
@@ -354,14 +365,39 @@ export class RunService {
       const trace_id = newId('trace');
       const now = iso(clock.now());
       const record: RunRecord = {
-        run_id, session_id, agent_name: profile.agent_name, agent_id: opts.agent_id ?? settings.agent_id,
-        kind: opts.kind ?? 'sync', task_id: opts.task_id ?? null, query,
-        status: 'running', step: 0, attempt: 1, trace_id, trace_ids: [trace_id], tool_calls: [],
+        run_id,
+        session_id,
+        agent_name: profile.agent_name,
+        agent_id: opts.agent_id ?? settings.agent_id,
+        kind: opts.kind ?? 'sync',
+        task_id: opts.task_id ?? null,
+        query,
+        status: 'running',
+        step: 0,
+        attempt: 1,
+        trace_id,
+        trace_ids: [trace_id],
+        tool_calls: [],
         usage: { requests: 0, request_tokens: 0, response_tokens: 0, total_tokens: 0, estimated_cost_usd: 0 },
-        approvals: [], budget_requests: [], budget_request: null, outcomes: [], error: null, response: null,
-        termination_reason: null, guardrail_result: null, machine_state: 'checking', created_at: now, updated_at: now,
-        heartbeat_at: now, lease_seconds: settings.lease_seconds, lease_expires_at: iso(clock.now() + settings.lease_seconds * 1000),
-        owner: this.deps.workerId, recoveries: 0, decided_at: null, decision: null, ended_at: null,
+        approvals: [],
+        budget_requests: [],
+        budget_request: null,
+        outcomes: [],
+        error: null,
+        response: null,
+        termination_reason: null,
+        guardrail_result: null,
+        machine_state: 'checking',
+        created_at: now,
+        updated_at: now,
+        heartbeat_at: now,
+        lease_seconds: settings.lease_seconds,
+        lease_expires_at: iso(clock.now() + settings.lease_seconds * 1000),
+        owner: this.deps.workerId,
+        recoveries: 0,
+        decided_at: null,
+        decision: null,
+        ended_at: null,
       };
       // The run's writer creates the run and its first trace segment in one commit, handed to the
       // store now. The actor starts without waiting for it: whatever the run does before the store
@@ -388,7 +424,10 @@ export class RunService {
         { op: 'create', kind: 'traces', id: trace_id, value: trace, indexes: traceIndexes },
       ]);
       void this.emit(live, {
-        event_type: 'user_message', actor: { type: 'user', id: session_id }, input: { query }, span_id: live.rootSpan,
+        event_type: 'user_message',
+        actor: { type: 'user', id: session_id },
+        input: { query },
+        span_id: live.rootSpan,
         metadata: { agent_name: record.agent_name }, // the trace's gen_ai.agent.name
       });
       // On a store other processes share, another instance may be asked for the run: the id goes
@@ -423,7 +462,9 @@ export class RunService {
         ...carried,
         { role: 'user', content: query },
       ];
-      this.spawnActor(live, { input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query, history_length: messages.length - 1 } });
+      this.spawnActor(live, {
+        input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query, history_length: messages.length - 1 },
+      });
       await live.writer.created;
       if (shared) opts.onAccepted?.({ run_id, session_id });
       this.deps.metrics.runStarted();
@@ -460,7 +501,10 @@ export class RunService {
   /** A session's folder for the workspace tools; ids that are not path-safe are hashed. */
   private sessionWorkspace(sessionId: string, root: string | null): string | null {
     if (!root) return null;
-    const safe = /^[A-Za-z0-9_.-]{1,128}$/.test(sessionId) && !/^\.{1,2}$/.test(sessionId) ? sessionId : `h_${createHash('sha256').update(sessionId).digest('hex').slice(0, 32)}`;
+    const safe =
+      /^[A-Za-z0-9_.-]{1,128}$/.test(sessionId) && !/^\.{1,2}$/.test(sessionId)
+        ? sessionId
+        : `h_${createHash('sha256').update(sessionId).digest('hex').slice(0, 32)}`;
     return join(root, safe);
   }
 
@@ -474,7 +518,15 @@ export class RunService {
     const live: LiveRun = {
       run_id: rec.value.run_id,
       session_id: rec.value.session_id,
-      writer: new RecordWriter<RunRecord>(this.deps.store, 'runs', rec.id, rec, runIndexes, (err) => this.onFenced(live, err), create ? (fold ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.releaseHeldEvents(live) } : { extra: create }) : undefined),
+      writer: new RecordWriter<RunRecord>(
+        this.deps.store,
+        'runs',
+        rec.id,
+        rec,
+        runIndexes,
+        (err) => this.onFenced(live, err),
+        create ? (fold ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.releaseHeldEvents(live) } : { extra: create }) : undefined,
+      ),
       ref: null,
       abort: new AbortController(),
       rootSpan: newId('span'),
@@ -559,15 +611,27 @@ export class RunService {
     const interrupt = this.closing && state === 'budgeting' && !terminal && !waiting;
     if (terminal || waiting || interrupt) live.ending = true;
     const extra = (): WriteOp[] => {
-      const ops: WriteOp[] = [{
-        op: 'update', kind: 'snapshots', id: live.run_id, expectedVersion: null,
-        value: { machine: 'run', machine_version: RUN_MACHINE_VERSION, snapshot: persisted, workspace_path: live.workspace_path } satisfies SnapshotValue,
-      }];
+      const ops: WriteOp[] = [
+        {
+          op: 'update',
+          kind: 'snapshots',
+          id: live.run_id,
+          expectedVersion: null,
+          value: { machine: 'run', machine_version: RUN_MACHINE_VERSION, snapshot: persisted, workspace_path: live.workspace_path } satisfies SnapshotValue,
+        },
+      ];
       // The trace's status changes in the same commit as the run's, so nobody sees an ended or
       // parked run whose trace still reads `running`.
       if (terminal || waiting || interrupt) {
         live.trace = { ...live.trace, status: terminal ? traceStatusOf(status) : 'suspended', ended_at: now };
-        ops.push({ op: 'update', kind: 'traces', id: live.trace.trace_id, value: live.trace, expectedVersion: null, indexes: { run_id: live.run_id, session_id: live.session_id, task_id: live.task_id } });
+        ops.push({
+          op: 'update',
+          kind: 'traces',
+          id: live.trace.trace_id,
+          value: live.trace,
+          expectedVersion: null,
+          indexes: { run_id: live.run_id, session_id: live.session_id, task_id: live.task_id },
+        });
       }
       return ops;
     };
@@ -579,7 +643,9 @@ export class RunService {
     if (terminal) void this.emitFinal(live, status, ctx);
     if (stopped) {
       void this.emit(live, {
-        event_type: 'run_interrupted', actor: { type: 'system', id: this.deps.workerId }, span_id: live.rootSpan,
+        event_type: 'run_interrupted',
+        actor: { type: 'system', id: this.deps.workerId },
+        span_id: live.rootSpan,
         metadata: { interrupt_id: ctx.interrupt_handled ?? null, step: ctx.step, steered: (ctx.steered ?? []).length },
       });
     }
@@ -614,15 +680,25 @@ export class RunService {
     );
     // An end, a pause or a stop must be durable at once (a delayed creation goes now).
     if (terminal || waiting || interrupt) live.writer.flush();
-    if (terminal) void write.then((r) => this.finish(live, r.value), (err) => this.failLive(live, err));
-    else if (waiting) void write.then((r) => this.park(live, r.value), (err) => this.failLive(live, err));
+    if (terminal)
+      void write.then(
+        (r) => this.finish(live, r.value),
+        (err) => this.failLive(live, err),
+      );
+    else if (waiting)
+      void write.then(
+        (r) => this.park(live, r.value),
+        (err) => this.failLive(live, err),
+      );
     else if (interrupt) {
       // Stop the actor now, synchronously: the budgeting effect may resolve within microtasks
       // and would otherwise start the next model call or tool batch after we saved the boundary.
       this.deps.system.stop(`run:${live.run_id}`);
-      void write.then((r) => this.stopAtBoundary(live, r.value), (err) => this.failLive(live, err));
-    }
-    else write.catch(() => {}); // a fenced write is handled by onFenced
+      void write.then(
+        (r) => this.stopAtBoundary(live, r.value),
+        (err) => this.failLive(live, err),
+      );
+    } else write.catch(() => {}); // a fenced write is handled by onFenced
   }
 
   /** Shutdown reached this run at a step boundary: its `interrupted` record is saved; let go of it. */
@@ -645,12 +721,20 @@ export class RunService {
   private emitFinal(live: LiveRun, status: RunRecordStatus, ctx: RunContext): Promise<unknown> {
     if (status === 'completed') {
       const usage = { input_tokens: ctx.usage.request_tokens, output_tokens: ctx.usage.response_tokens, total_tokens: ctx.usage.total_tokens };
-      return this.emit(live, { event_type: 'final_answer', actor: { type: 'agent', id: live.writer.value.agent_name }, output: { response: ctx.response }, span_id: live.rootSpan, token_usage: usage });
+      return this.emit(live, {
+        event_type: 'final_answer',
+        actor: { type: 'agent', id: live.writer.value.agent_name },
+        output: { response: ctx.response },
+        span_id: live.rootSpan,
+        token_usage: usage,
+      });
     }
     if (status === 'blocked') return live.emitChain; // guardrail_violation was the last word
     return this.emit(live, {
-      event_type: 'runtime_error', actor: { type: 'system', id: this.deps.workerId },
-      error: ctx.error ?? { type: status, message: status }, span_id: live.rootSpan,
+      event_type: 'runtime_error',
+      actor: { type: 'system', id: this.deps.workerId },
+      error: ctx.error ?? { type: status, message: status },
+      span_id: live.rootSpan,
       metadata: { termination_reason: ctx.termination_reason, status },
     });
   }
@@ -689,8 +773,14 @@ export class RunService {
     const message = this.deps.telemetry.redactText(err instanceof Error ? err.message : String(err));
     try {
       const rec = await live.writer.update((r) => ({
-        ...r, status: 'failed', termination_reason: 'internal_error', error: { type: 'InternalError', message },
-        owner: null, lease_expires_at: null, ended_at: iso(this.deps.clock.now()), updated_at: iso(this.deps.clock.now()),
+        ...r,
+        status: 'failed',
+        termination_reason: 'internal_error',
+        error: { type: 'InternalError', message },
+        owner: null,
+        lease_expires_at: null,
+        ended_at: iso(this.deps.clock.now()),
+        updated_at: iso(this.deps.clock.now()),
       }));
       await this.finish(live, rec.value);
     } catch {
@@ -711,9 +801,7 @@ export class RunService {
 
   private beat(live: LiveRun): void {
     const now = this.deps.clock.now();
-    live.writer
-      .update((r) => ({ ...r, heartbeat_at: iso(now), lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000) }))
-      .catch(() => {});
+    live.writer.update((r) => ({ ...r, heartbeat_at: iso(now), lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000) })).catch(() => {});
   }
 
   // ---------------------------------------------------------------- effects bound into the machine
@@ -724,8 +812,11 @@ export class RunService {
     const live = this.live.get(runId);
     if (live) {
       void this.emit(live, {
-        event_type: 'guardrail_violation', actor: { type: 'guardrail', id: result.rule },
-        input: { query }, error: { type: 'GuardrailViolation', message: result.message }, span_id: live.rootSpan,
+        event_type: 'guardrail_violation',
+        actor: { type: 'guardrail', id: result.rule },
+        input: { query },
+        error: { type: 'GuardrailViolation', message: result.message },
+        span_id: live.rootSpan,
         metadata: { rule: result.rule, matched: result.matched ?? null },
       });
     }
@@ -744,25 +835,47 @@ export class RunService {
 
   private async reserveEffect(ctx: RunContext, phase: 'model' | 'tools'): Promise<ReserveResult> {
     const live = this.mustLive(ctx.run_id);
-    const amounts: MeterAmounts = phase === 'model' ? this.modelWorstCase(live, ctx) : { tool_calls: ctx.pending.filter((c) => this.willExecute(ctx, c)).length };
+    const amounts: MeterAmounts =
+      phase === 'model' ? this.modelWorstCase(live, ctx) : { tool_calls: ctx.pending.filter((c) => this.willExecute(ctx, c)).length };
     const res = await this.deps.ledger.reserve({
       reservation_id: `${ctx.run_id}:${phase}:${ctx.step}`,
-      run_id: ctx.run_id, session_id: ctx.session_id, agent_id: live.agent_id, amounts,
+      run_id: ctx.run_id,
+      session_id: ctx.session_id,
+      agent_id: live.agent_id,
+      amounts,
     });
     if (res.ok) {
       for (const w of res.warnings) {
-        void this.emit(live, { event_type: 'budget_warning', actor: { type: 'system', id: 'budget' }, span_id: live.stepSpan ?? live.rootSpan, output: w, metadata: { key: w.key, meter: w.meter } });
+        void this.emit(live, {
+          event_type: 'budget_warning',
+          actor: { type: 'system', id: 'budget' },
+          span_id: live.stepSpan ?? live.rootSpan,
+          output: w,
+          metadata: { key: w.key, meter: w.meter },
+        });
       }
       return { ok: true };
     }
     const s = res.shortfall;
     const request: BudgetRequest = {
-      request_id: newId('budgetreq'), key: s.key, scope: s.scope, meter: s.meter, limit: s.limit, used: s.used,
-      needed: s.needed, shortfall: s.shortfall, status: 'pending', asked_at: iso(this.deps.clock.now()), phase,
+      request_id: newId('budgetreq'),
+      key: s.key,
+      scope: s.scope,
+      meter: s.meter,
+      limit: s.limit,
+      used: s.used,
+      needed: s.needed,
+      shortfall: s.shortfall,
+      status: 'pending',
+      asked_at: iso(this.deps.clock.now()),
+      phase,
     };
     void this.emit(live, {
-      event_type: 'budget_exhausted', actor: { type: 'system', id: 'budget' }, span_id: live.stepSpan ?? live.rootSpan,
-      output: { ...request, on_exhausted: res.on_exhausted }, metadata: { key: s.key, meter: s.meter, on_exhausted: res.on_exhausted },
+      event_type: 'budget_exhausted',
+      actor: { type: 'system', id: 'budget' },
+      span_id: live.stepSpan ?? live.rootSpan,
+      output: { ...request, on_exhausted: res.on_exhausted },
+      metadata: { key: s.key, meter: s.meter, on_exhausted: res.on_exhausted },
     });
     return { ok: false, on_exhausted: res.on_exhausted, request };
   }
@@ -780,8 +893,11 @@ export class RunService {
     const started = this.deps.clock.now();
     const tools = this.toolDeclarations(live);
     void this.emit(live, {
-      event_type: 'model_call', actor: { type: 'model', id: agentModel.model, name: agentModel.provider }, span_id: span,
-      parent_span_id: live.stepSpan, input: { messages: ctx.messages.length, tools: tools.map((t) => t.name), last: ctx.messages.at(-1) },
+      event_type: 'model_call',
+      actor: { type: 'model', id: agentModel.model, name: agentModel.provider },
+      span_id: span,
+      parent_span_id: live.stepSpan,
+      input: { messages: ctx.messages.length, tools: tools.map((t) => t.name), last: ctx.messages.at(-1) },
       metadata: { model: agentModel.model, provider: agentModel.provider, step: ctx.step },
     });
     const combined = AbortSignal.any([signal, live.abort.signal]);
@@ -792,13 +908,23 @@ export class RunService {
         onError: (err, attempt, willRetry, delayMs) => void this.emit(live, this.modelErrorEvent(live, span, err, attempt, willRetry, delayMs)),
       });
       result = await model.call({
-        messages: ctx.messages, tools, max_output_tokens: live.agent.max_output_tokens, signal: combined,
+        messages: ctx.messages,
+        tools,
+        max_output_tokens: live.agent.max_output_tokens,
+        signal: combined,
         onDelta: (text) => live.onDelta?.(text, ++live.deltaSeq, live.eventSeq),
       });
     } catch (err) {
       // Retries already emitted one model_error per failed attempt; this is the final one.
       if (!(err instanceof ModelCallError)) {
-        void this.emit(live, { event_type: 'model_error', actor: { type: 'model', id: agentModel.model }, span_id: span, parent_span_id: live.stepSpan, error: { type: 'ModelError', message: String((err as Error)?.message ?? err) }, duration_ms: this.deps.clock.now() - started });
+        void this.emit(live, {
+          event_type: 'model_error',
+          actor: { type: 'model', id: agentModel.model },
+          span_id: span,
+          parent_span_id: live.stepSpan,
+          error: { type: 'ModelError', message: String((err as Error)?.message ?? err) },
+          duration_ms: this.deps.clock.now() - started,
+        });
       }
       throw err;
     }
@@ -806,18 +932,33 @@ export class RunService {
     await this.deps.ledger.settle(`${ctx.run_id}:model:${ctx.step}`, usage.amounts).catch(() => undefined);
     this.deps.metrics.tokensUsed(result.usage.input_tokens, result.usage.output_tokens);
     void this.emit(live, {
-      event_type: 'model_response', actor: { type: 'model', id: agentModel.model, name: agentModel.provider }, span_id: span,
-      parent_span_id: live.stepSpan, output: { text: result.text, tool_calls: result.tool_calls, finish_reason: result.finish_reason },
-      token_usage: result.usage, estimated_cost_usd: usage.amounts.cost_usd, duration_ms: this.deps.clock.now() - started,
+      event_type: 'model_response',
+      actor: { type: 'model', id: agentModel.model, name: agentModel.provider },
+      span_id: span,
+      parent_span_id: live.stepSpan,
+      output: { text: result.text, tool_calls: result.tool_calls, finish_reason: result.finish_reason },
+      token_usage: result.usage,
+      estimated_cost_usd: usage.amounts.cost_usd,
+      duration_ms: this.deps.clock.now() - started,
       metadata: { model: result.model, provider: agentModel.provider, step: ctx.step, finish_reason: result.finish_reason },
     });
     return { result, cost_usd: usage.amounts.cost_usd };
   }
 
-  private modelErrorEvent(live: LiveRun, span: string, err: ModelCallError, attempt: number, willRetry: boolean, delayMs: number): Omit<EventRecordInput, 'trace_id' | 'metadata'> & { metadata: Record<string, unknown> } {
+  private modelErrorEvent(
+    live: LiveRun,
+    span: string,
+    err: ModelCallError,
+    attempt: number,
+    willRetry: boolean,
+    delayMs: number,
+  ): Omit<EventRecordInput, 'trace_id' | 'metadata'> & { metadata: Record<string, unknown> } {
     return {
-      event_type: 'model_error', actor: { type: 'model', id: live.agent.model.model, name: live.agent.model.provider }, span_id: span,
-      parent_span_id: live.stepSpan, error: { type: err.kind, message: err.message },
+      event_type: 'model_error',
+      actor: { type: 'model', id: live.agent.model.model, name: live.agent.model.provider },
+      span_id: span,
+      parent_span_id: live.stepSpan,
+      error: { type: err.kind, message: err.message },
       metadata: { attempt, will_retry: willRetry, retry_delay_ms: willRetry ? delayMs : null, status: err.status ?? null },
     };
   }
@@ -832,20 +973,37 @@ export class RunService {
       const tool = live.agent.tools.get(call.name);
       const span = newId('span');
       void this.emit(live, {
-        event_type: 'policy_request_created', actor: { type: 'agent', id: live.agent_id }, span_id: span, parent_span_id: live.stepSpan,
-        input: { tool_name: call.name, arguments: call.arguments }, metadata: { tool_call_id: call.id, tool_name: call.name, mcp_server: tool?.mcp_server ?? null },
+        event_type: 'policy_request_created',
+        actor: { type: 'agent', id: live.agent_id },
+        span_id: span,
+        parent_span_id: live.stepSpan,
+        input: { tool_name: call.name, arguments: call.arguments },
+        metadata: { tool_call_id: call.id, tool_name: call.name, mcp_server: tool?.mcp_server ?? null },
       });
       const d = decidePolicy({ tool_name: call.name, mcp_server: tool?.mcp_server }, governance);
       decisions.push({ tool_call_id: call.id, effect: d.effect, reason: d.reason ?? null });
       void this.emit(live, {
-        event_type: `policy_decision_${d.effect}`, actor: { type: 'system', id: 'governance' }, span_id: span, parent_span_id: live.stepSpan,
-        output: { effect: d.effect, rule_index: d.rule_index, reason: d.reason ?? null }, metadata: { tool_call_id: call.id, tool_name: call.name },
+        event_type: `policy_decision_${d.effect}`,
+        actor: { type: 'system', id: 'governance' },
+        span_id: span,
+        parent_span_id: live.stepSpan,
+        output: { effect: d.effect, rule_index: d.rule_index, reason: d.reason ?? null },
+        metadata: { tool_call_id: call.id, tool_name: call.name },
       });
       if (d.effect === 'ask') {
         approvals.push({
-          approval_id: newId('approval'), status: 'pending', tool_name: call.name, tool_call_id: call.id, arguments: call.arguments,
-          reason: d.reason ?? null, created_at: iso(now), expires_at: iso(now + approval_expires_seconds * 1000),
-          approver: null, note: null, decided_at: null, edited_arguments: null,
+          approval_id: newId('approval'),
+          status: 'pending',
+          tool_name: call.name,
+          tool_call_id: call.id,
+          arguments: call.arguments,
+          reason: d.reason ?? null,
+          created_at: iso(now),
+          expires_at: iso(now + approval_expires_seconds * 1000),
+          approver: null,
+          note: null,
+          decided_at: null,
+          edited_arguments: null,
         });
       }
     }
@@ -865,15 +1023,22 @@ export class RunService {
     const batchSpan = newId('span');
     const started = this.deps.clock.now();
     void this.emit(live, {
-      event_type: 'tool_batch_start', actor: { type: 'agent', id: live.agent_id }, span_id: batchSpan, parent_span_id: live.stepSpan,
-      input: { tool_calls: ctx.pending.map((c) => ({ id: c.id, name: c.name })) }, metadata: { size: ctx.pending.length, step: ctx.step },
+      event_type: 'tool_batch_start',
+      actor: { type: 'agent', id: live.agent_id },
+      span_id: batchSpan,
+      parent_span_id: live.stepSpan,
+      input: { tool_calls: ctx.pending.map((c) => ({ id: c.id, name: c.name })) },
+      metadata: { size: ctx.pending.length, step: ctx.step },
     });
     const combined = AbortSignal.any([signal, live.abort.signal]);
     const outcomes = await Promise.all(ctx.pending.map((call) => this.runOneTool(live, ctx, call, batchSpan, combined)));
     const executed = outcomes.filter((o) => o.outcome !== 'denied' && o.outcome !== 'rejected').length;
     await this.deps.ledger.settle(`${ctx.run_id}:tools:${ctx.step}`, { tool_calls: executed }).catch(() => undefined);
     void this.emit(live, {
-      event_type: 'observation_pipeline_end', actor: { type: 'agent', id: live.agent_id }, span_id: newId('span'), parent_span_id: batchSpan,
+      event_type: 'observation_pipeline_end',
+      actor: { type: 'agent', id: live.agent_id },
+      span_id: newId('span'),
+      parent_span_id: batchSpan,
       output: { observations: outcomes.map((o) => ({ tool_call_id: o.tool_call_id, outcome: o.outcome, chars: o.content.length })) },
       duration_ms: this.deps.clock.now() - started,
     });
@@ -894,14 +1059,28 @@ export class RunService {
     }
     if (approval && approval.status !== 'approved') {
       const who = approval.approver ?? 'policy';
-      const content = approval.status === 'expired'
-        ? 'The approval for this call expired before anyone decided. The tool was not run.'
-        : `Denied by ${who}${approval.note ? `: ${approval.note}` : ''}. The tool was not run.`;
+      const content =
+        approval.status === 'expired'
+          ? 'The approval for this call expired before anyone decided. The tool was not run.'
+          : `Denied by ${who}${approval.note ? `: ${approval.note}` : ''}. The tool was not run.`;
       return this.recordSkipped(live, ctx, call, tool, 'denied', content);
     }
     const sub = live.agent.subagents?.find(call.name);
     if (sub) return this.runDelegation(live, ctx, call, sub, batchSpan, signal, saved);
-    if (!tool) return this.recordSkipped(live, ctx, call, tool, 'rejected', `Unknown tool '${call.name}'. Available tools: ${live.agent.tools.list().map((t) => t.name).join(', ') || 'none'}.`);
+    if (!tool)
+      return this.recordSkipped(
+        live,
+        ctx,
+        call,
+        tool,
+        'rejected',
+        `Unknown tool '${call.name}'. Available tools: ${
+          live.agent.tools
+            .list()
+            .map((t) => t.name)
+            .join(', ') || 'none'
+        }.`,
+      );
     const args = approval?.edited_arguments ?? call.arguments;
     const valid = live.agent.tools.validate(call.name, args);
     if (!valid.ok) return this.recordSkipped(live, ctx, call, tool, 'rejected', `Invalid arguments for ${call.name}: ${valid.message}`);
@@ -916,8 +1095,16 @@ export class RunService {
     const span = newId('span');
     const startedMs = this.deps.clock.now();
     const startedSave = this.saveToolCall(live, {
-      tool_call_id: call.id, tool_name: call.name, source: tool.source, idempotent: tool.idempotent, step: ctx.step,
-      state: 'started', outcome: null, started_at: iso(startedMs), ended_at: null, result_content: null,
+      tool_call_id: call.id,
+      tool_name: call.name,
+      source: tool.source,
+      idempotent: tool.idempotent,
+      step: ctx.step,
+      state: 'started',
+      outcome: null,
+      started_at: iso(startedMs),
+      ended_at: null,
+      result_content: null,
     });
     // A non-idempotent call is durable as `started` before it runs, so a crash cannot make it run
     // twice (decisions.md §6.3). An idempotent one may simply run again after a crash: it does not
@@ -925,11 +1112,13 @@ export class RunService {
     if (!tool.idempotent) {
       live.writer.flush();
       await startedSave;
-    }
-    else startedSave.catch(() => {}); // a fenced writer stops the run (onFenced)
+    } else startedSave.catch(() => {}); // a fenced writer stops the run (onFenced)
     void this.emit(live, {
-      event_type: 'tool_call', actor: { type: tool.source === 'mcp' ? 'mcp_server' : 'tool', id: call.name, name: tool.mcp_server ?? null },
-      span_id: span, parent_span_id: batchSpan, input: { arguments: valid.args, edited: approval?.edited_arguments ? true : false },
+      event_type: 'tool_call',
+      actor: { type: tool.source === 'mcp' ? 'mcp_server' : 'tool', id: call.name, name: tool.mcp_server ?? null },
+      span_id: span,
+      parent_span_id: batchSpan,
+      input: { arguments: valid.args, edited: approval?.edited_arguments ? true : false },
       metadata: { tool_call_id: call.id, tool_name: call.name, idempotent: tool.idempotent, source: tool.source },
     });
     const record = live.writer.value;
@@ -938,8 +1127,13 @@ export class RunService {
     signal.addEventListener('abort', onAbort, { once: true });
     const timer = setTimeout(() => controller.abort(new Error('tool timeout')), this.deps.settings.tool_timeout_ms);
     const context: ToolContext = {
-      run_id: ctx.run_id, session_id: ctx.session_id, attempt: record.attempt, lease_token: `${this.deps.workerId}:${record.attempt}`,
-      idempotency_key: `${ctx.run_id}:${call.id}`, workspace_path: live.workspace_path, signal: controller.signal,
+      run_id: ctx.run_id,
+      session_id: ctx.session_id,
+      attempt: record.attempt,
+      lease_token: `${this.deps.workerId}:${record.attempt}`,
+      idempotency_key: `${ctx.run_id}:${call.id}`,
+      workspace_path: live.workspace_path,
+      signal: controller.signal,
     };
     let outcome: ToolOutcome['outcome'];
     let content: string;
@@ -949,8 +1143,13 @@ export class RunService {
       content = obs.content;
       outcome = 'success';
       void this.emit(live, {
-        event_type: 'tool_result', actor: { type: 'tool', id: call.name }, span_id: span, parent_span_id: batchSpan,
-        output: value, duration_ms: this.deps.clock.now() - startedMs, metadata: { tool_call_id: call.id, tool_name: call.name, truncated: obs.truncated },
+        event_type: 'tool_result',
+        actor: { type: 'tool', id: call.name },
+        span_id: span,
+        parent_span_id: batchSpan,
+        output: value,
+        duration_ms: this.deps.clock.now() - startedMs,
+        metadata: { tool_call_id: call.id, tool_name: call.name, truncated: obs.truncated },
       });
     } catch (err) {
       const timedOut = controller.signal.aborted && !signal.aborted;
@@ -958,8 +1157,13 @@ export class RunService {
       const message = timedOut ? `timed out after ${this.deps.settings.tool_timeout_ms} ms` : err instanceof Error ? err.message : String(err);
       content = `Tool ${call.name} failed (${outcome}): ${message}`;
       void this.emit(live, {
-        event_type: 'tool_error', actor: { type: 'tool', id: call.name }, span_id: span, parent_span_id: batchSpan,
-        error: { type: outcome, message }, duration_ms: this.deps.clock.now() - startedMs, metadata: { tool_call_id: call.id, tool_name: call.name },
+        event_type: 'tool_error',
+        actor: { type: 'tool', id: call.name },
+        span_id: span,
+        parent_span_id: batchSpan,
+        error: { type: outcome, message },
+        duration_ms: this.deps.clock.now() - startedMs,
+        metadata: { tool_call_id: call.id, tool_name: call.name },
       });
       if (signal.aborted) throw err; // the run is being cancelled or stopped: do not save a completion
     } finally {
@@ -972,7 +1176,15 @@ export class RunService {
   }
 
   /** A delegation to a sub-agent, recorded like a tool call so a replay obeys the same rules (§6.3). */
-  private async runDelegation(live: LiveRun, ctx: RunContext, call: ToolCallRequest, sub: SubagentSpec, batchSpan: string, signal: AbortSignal, saved: ToolCallRecord | undefined): Promise<ToolOutcome> {
+  private async runDelegation(
+    live: LiveRun,
+    ctx: RunContext,
+    call: ToolCallRequest,
+    sub: SubagentSpec,
+    batchSpan: string,
+    signal: AbortSignal,
+    saved: ToolCallRecord | undefined,
+  ): Promise<ToolOutcome> {
     const subagents = live.agent.subagents!;
     const idempotent = subagents.isIdempotent(sub);
     if (saved?.state === 'started' && !idempotent) {
@@ -981,14 +1193,32 @@ export class RunService {
       return { tool_call_id: call.id, tool_name: call.name, content, outcome: 'unknown' };
     }
     await this.saveToolCall(live, {
-      tool_call_id: call.id, tool_name: call.name, source: 'subagent', idempotent, step: ctx.step, state: 'started', outcome: null,
-      started_at: iso(this.deps.clock.now()), ended_at: null, result_content: null,
+      tool_call_id: call.id,
+      tool_name: call.name,
+      source: 'subagent',
+      idempotent,
+      step: ctx.step,
+      state: 'started',
+      outcome: null,
+      started_at: iso(this.deps.clock.now()),
+      ended_at: null,
+      result_content: null,
     });
     const record = live.writer.value;
     const result = await subagents.delegate(
       sub,
-      { run_id: ctx.run_id, session_id: ctx.session_id, agent_id: live.agent_id, attempt: record.attempt, lease_token: `${this.deps.workerId}:${record.attempt}`, workspace_path: live.workspace_path },
-      call, (input) => this.emit(live, input), batchSpan, signal,
+      {
+        run_id: ctx.run_id,
+        session_id: ctx.session_id,
+        agent_id: live.agent_id,
+        attempt: record.attempt,
+        lease_token: `${this.deps.workerId}:${record.attempt}`,
+        workspace_path: live.workspace_path,
+      },
+      call,
+      (input) => this.emit(live, input),
+      batchSpan,
+      signal,
     );
     const outcome = result.ok ? 'success' : 'error';
     const current = live.writer.value.tool_calls.find((c) => c.tool_call_id === call.id)!;
@@ -996,15 +1226,34 @@ export class RunService {
     return { tool_call_id: call.id, tool_name: call.name, content: result.content, outcome, usage: result.usage };
   }
 
-  private async recordSkipped(live: LiveRun, ctx: RunContext, call: ToolCallRequest, tool: RegisteredTool | undefined, outcome: 'denied' | 'rejected', content: string): Promise<ToolOutcome> {
+  private async recordSkipped(
+    live: LiveRun,
+    ctx: RunContext,
+    call: ToolCallRequest,
+    tool: RegisteredTool | undefined,
+    outcome: 'denied' | 'rejected',
+    content: string,
+  ): Promise<ToolOutcome> {
     const now = iso(this.deps.clock.now());
     this.recordCompletion(live, {
-      tool_call_id: call.id, tool_name: call.name, source: tool?.source ?? 'unknown', idempotent: tool?.idempotent ?? false, step: ctx.step,
-      state: 'completed', outcome, started_at: now, ended_at: now, result_content: content,
+      tool_call_id: call.id,
+      tool_name: call.name,
+      source: tool?.source ?? 'unknown',
+      idempotent: tool?.idempotent ?? false,
+      step: ctx.step,
+      state: 'completed',
+      outcome,
+      started_at: now,
+      ended_at: now,
+      result_content: content,
     });
     void this.emit(live, {
-      event_type: 'tool_error', actor: { type: 'tool', id: call.name }, span_id: newId('span'), parent_span_id: live.stepSpan,
-      error: { type: outcome, message: content }, metadata: { tool_call_id: call.id, tool_name: call.name },
+      event_type: 'tool_error',
+      actor: { type: 'tool', id: call.name },
+      span_id: newId('span'),
+      parent_span_id: live.stepSpan,
+      error: { type: outcome, message: content },
+      metadata: { tool_call_id: call.id, tool_name: call.name },
     });
     return { tool_call_id: call.id, tool_name: call.name, content, outcome };
   }
@@ -1037,7 +1286,10 @@ export class RunService {
     if (!live) return;
     live.stepSpan = newId('span');
     void this.emit(live, {
-      event_type: 'agent_step', actor: { type: 'agent', id: live.agent_id }, span_id: live.stepSpan, parent_span_id: live.rootSpan,
+      event_type: 'agent_step',
+      actor: { type: 'agent', id: live.agent_id },
+      span_id: live.stepSpan,
+      parent_span_id: live.rootSpan,
       metadata: { step: ctx.step },
     });
   }
@@ -1089,8 +1341,15 @@ export class RunService {
 
   private traceValue(r: RunRecord, parent: string | null, status: string) {
     return {
-      trace_id: r.trace_id, parent_trace_id: parent, run_id: r.run_id, session_id: r.session_id, task_id: r.task_id,
-      agent_id: r.agent_id, status, started_at: iso(this.deps.clock.now()), ended_at: null as string | null,
+      trace_id: r.trace_id,
+      parent_trace_id: parent,
+      run_id: r.run_id,
+      session_id: r.session_id,
+      task_id: r.task_id,
+      agent_id: r.agent_id,
+      status,
+      started_at: iso(this.deps.clock.now()),
+      ended_at: null as string | null,
     };
   }
 
@@ -1112,12 +1371,43 @@ export class RunService {
   private writeHistory(live: LiveRun, record: RunRecord): Promise<boolean> {
     const cur = live.session;
     if (cur?.value.run_ids.includes(record.run_id)) return Promise.resolve(true);
-    const add: ChatMessage[] = [...live.prelude, { role: 'user', content: this.deps.telemetry.redactText(record.query) }, { role: 'assistant', content: record.response ?? '' }];
+    const add: ChatMessage[] = [
+      ...live.prelude,
+      { role: 'user', content: this.deps.telemetry.redactText(record.query) },
+      { role: 'assistant', content: record.response ?? '' },
+    ];
     const now = record.updated_at;
     const op: WriteOp = cur
-      ? { op: 'update', kind: 'sessions', id: record.session_id, expectedVersion: cur.version, value: { ...cur.value, messages: [...cur.value.messages, ...add], run_ids: [...cur.value.run_ids, record.run_id], counts: [...countsOf(cur.value), add.length], updated_at: now } satisfies SessionValue }
-      : { op: 'create', kind: 'sessions', id: record.session_id, value: { session_id: record.session_id, messages: add, run_ids: [record.run_id], counts: [add.length], created_at: now, updated_at: now } satisfies SessionValue };
-    return this.deps.store.commit([op]).then(() => true, () => false);
+      ? {
+          op: 'update',
+          kind: 'sessions',
+          id: record.session_id,
+          expectedVersion: cur.version,
+          value: {
+            ...cur.value,
+            messages: [...cur.value.messages, ...add],
+            run_ids: [...cur.value.run_ids, record.run_id],
+            counts: [...countsOf(cur.value), add.length],
+            updated_at: now,
+          } satisfies SessionValue,
+        }
+      : {
+          op: 'create',
+          kind: 'sessions',
+          id: record.session_id,
+          value: {
+            session_id: record.session_id,
+            messages: add,
+            run_ids: [record.run_id],
+            counts: [add.length],
+            created_at: now,
+            updated_at: now,
+          } satisfies SessionValue,
+        };
+    return this.deps.store.commit([op]).then(
+      () => true,
+      () => false,
+    );
   }
 
   private async appendHistory(record: RunRecord, prelude: ChatMessage[] = []): Promise<void> {
@@ -1125,13 +1415,35 @@ export class RunService {
     const now = iso(clock.now());
     for (let i = 0; i < 10; i++) {
       const cur = await store.getRecord<SessionValue>('sessions', record.session_id);
-      const add: ChatMessage[] = [...prelude, { role: 'user', content: this.deps.telemetry.redactText(record.query) }, { role: 'assistant', content: record.response ?? '' }];
+      const add: ChatMessage[] = [
+        ...prelude,
+        { role: 'user', content: this.deps.telemetry.redactText(record.query) },
+        { role: 'assistant', content: record.response ?? '' },
+      ];
       try {
         if (!cur) {
-          await store.createRecord<SessionValue>('sessions', record.session_id, { session_id: record.session_id, messages: add, run_ids: [record.run_id], counts: [add.length], created_at: now, updated_at: now });
+          await store.createRecord<SessionValue>('sessions', record.session_id, {
+            session_id: record.session_id,
+            messages: add,
+            run_ids: [record.run_id],
+            counts: [add.length],
+            created_at: now,
+            updated_at: now,
+          });
         } else {
           if (cur.value.run_ids.includes(record.run_id)) return;
-          await store.updateRecord<SessionValue>('sessions', record.session_id, { ...cur.value, messages: [...cur.value.messages, ...add], run_ids: [...cur.value.run_ids, record.run_id], counts: [...countsOf(cur.value), add.length], updated_at: now }, cur.version);
+          await store.updateRecord<SessionValue>(
+            'sessions',
+            record.session_id,
+            {
+              ...cur.value,
+              messages: [...cur.value.messages, ...add],
+              run_ids: [...cur.value.run_ids, record.run_id],
+              counts: [...countsOf(cur.value), add.length],
+              updated_at: now,
+            },
+            cur.version,
+          );
         }
         return;
       } catch (err) {
@@ -1209,20 +1521,42 @@ export class RunService {
       throw conflict(`run ${runId} is running in another process (${rec.value.owner}); cancel it there`);
     }
     const now = iso(this.deps.clock.now());
-    const done = await this.deps.store.updateRecord<RunRecord>('runs', runId, {
-      ...rec.value, status: 'cancelled', termination_reason: 'cancelled', error: { type: 'Cancelled', message: 'the run was cancelled' },
-      approvals: rec.value.approvals.map((a) => (a.status === 'pending' ? { ...a, status: 'expired' as const } : a)),
-      owner: null, lease_expires_at: null, ended_at: now, updated_at: now,
-    }, rec.version, runIndexes({ ...rec.value, status: 'cancelled' }));
+    const done = await this.deps.store.updateRecord<RunRecord>(
+      'runs',
+      runId,
+      {
+        ...rec.value,
+        status: 'cancelled',
+        termination_reason: 'cancelled',
+        error: { type: 'Cancelled', message: 'the run was cancelled' },
+        approvals: rec.value.approvals.map((a) => (a.status === 'pending' ? { ...a, status: 'expired' as const } : a)),
+        owner: null,
+        lease_expires_at: null,
+        ended_at: now,
+        updated_at: now,
+      },
+      rec.version,
+      runIndexes({ ...rec.value, status: 'cancelled' }),
+    );
     await this.deps.ledger.releaseRun(runId).catch(() => 0);
     this.inbox.forget(runId);
     await this.setTraceStatus(done.value.trace_id, 'cancelled');
     // The same last word a live run's cancel leaves (emitFinal), so the trace ends and the
     // webhook dispatcher (src/integrations/webhooks.ts) sees run.cancelled.
     await this.deps.telemetry.emitSafe({
-      event_type: 'runtime_error', trace_id: done.value.trace_id, span_id: newId('span'), actor: { type: 'system', id: this.deps.workerId },
+      event_type: 'runtime_error',
+      trace_id: done.value.trace_id,
+      span_id: newId('span'),
+      actor: { type: 'system', id: this.deps.workerId },
       error: { type: 'Cancelled', message: 'the run was cancelled' },
-      metadata: { run_id: runId, session_id: done.value.session_id, agent_id: done.value.agent_id, task_id: done.value.task_id, termination_reason: 'cancelled', status: 'cancelled' },
+      metadata: {
+        run_id: runId,
+        session_id: done.value.session_id,
+        agent_id: done.value.agent_id,
+        task_id: done.value.task_id,
+        termination_reason: 'cancelled',
+        status: 'cancelled',
+      },
     });
     this.notifySettled(done.value);
     return { status: 'cancel_requested', run_id: runId };
@@ -1235,18 +1569,23 @@ export class RunService {
    * awaiting approval or interrupted; a message the input guardrails block is refused too, and
    * recorded as a `guardrail_violation` event of the run (`blocked` in the answer).
    */
-  async steer(runId: string, body: { message: string; sender: string }): Promise<
-    | { status: 'queued'; message_id: string; run_id: string }
-    | { blocked: { rule: string; message: string } }
-  > {
+  async steer(
+    runId: string,
+    body: { message: string; sender: string },
+  ): Promise<{ status: 'queued'; message_id: string; run_id: string } | { blocked: { rule: string; message: string } }> {
     const r = await this.get(runId);
-    if (!STEERABLE.has(r.status)) throw conflict(`run ${runId} cannot be steered while ${r.status}; only running, awaiting_approval or interrupted runs can`, r.status);
+    if (!STEERABLE.has(r.status))
+      throw conflict(`run ${runId} cannot be steered while ${r.status}; only running, awaiting_approval or interrupted runs can`, r.status);
     const meta = { run_id: runId, session_id: r.session_id, agent_id: r.agent_id, task_id: r.task_id };
     const verdict = checkInput(body.message, this.deps.guardrails);
     if (!verdict.allowed) {
       await this.deps.telemetry.emitSafe({
-        event_type: 'guardrail_violation', trace_id: r.trace_id, span_id: await this.rootSpanOf(r), actor: { type: 'guardrail', id: verdict.rule },
-        input: { message: body.message, sender: body.sender }, error: { type: 'GuardrailViolation', message: verdict.message },
+        event_type: 'guardrail_violation',
+        trace_id: r.trace_id,
+        span_id: await this.rootSpanOf(r),
+        actor: { type: 'guardrail', id: verdict.rule },
+        input: { message: body.message, sender: body.sender },
+        error: { type: 'GuardrailViolation', message: verdict.message },
         metadata: { ...meta, rule: verdict.rule, matched: verdict.matched ?? null, source: 'steer', sender: body.sender },
       });
       return { blocked: { rule: verdict.rule, message: verdict.message } };
@@ -1260,8 +1599,12 @@ export class RunService {
       throw conflict(`run ${runId} ended (${after.status}) before the message could be delivered`, after.status);
     }
     await this.deps.telemetry.emitSafe({
-      event_type: 'run_steered', trace_id: after.trace_id, span_id: await this.rootSpanOf(after), actor: { type: 'user', id: body.sender },
-      input: { message: body.message }, metadata: { ...meta, message_id: entry.message_id, sender: body.sender, status: after.status },
+      event_type: 'run_steered',
+      trace_id: after.trace_id,
+      span_id: await this.rootSpanOf(after),
+      actor: { type: 'user', id: body.sender },
+      input: { message: body.message },
+      metadata: { ...meta, message_id: entry.message_id, sender: body.sender, status: after.status },
     });
     return { status: 'queued', message_id: entry.message_id, run_id: runId };
   }
@@ -1289,13 +1632,17 @@ export class RunService {
    * Asks a running run to stop at its next step boundary (saved `interrupted`, resumable with
    * POST /runs/{id}/resume). A tool call or model call in flight finishes and is saved first.
    */
-  async interrupt(runId: string, opts: { by?: string | null } = {}): Promise<{ status: 'interrupt_requested' | 'interrupted'; run_id: string; interrupt_id: string | null }> {
+  async interrupt(
+    runId: string,
+    opts: { by?: string | null } = {},
+  ): Promise<{ status: 'interrupt_requested' | 'interrupted'; run_id: string; interrupt_id: string | null }> {
     const r = await this.get(runId);
     if (r.status === 'interrupted' && r.machine_state === 'interrupted') return { status: 'interrupted', run_id: runId, interrupt_id: null };
     if (r.kind === 'background') throw conflict(`run ${runId} is a background run; stop it with POST /background/runs/{run_id}/cancel`, 'background');
     // A run a graceful shutdown interrupted is resumed at the next start: the request makes it
     // stop again at its first boundary there, and stay stopped.
-    if (r.status !== 'running' && r.status !== 'interrupted') throw conflict(`run ${runId} cannot be interrupted while ${r.status}; only running runs can`, r.status);
+    if (r.status !== 'running' && r.status !== 'interrupted')
+      throw conflict(`run ${runId} cannot be interrupted while ${r.status}; only running runs can`, r.status);
     const interrupt_id = await this.inbox.requestInterrupt(runId, opts.by ?? null);
     return { status: 'interrupt_requested', run_id: runId, interrupt_id };
   }
@@ -1355,7 +1702,11 @@ export class RunService {
 
   // ---------------------------------------------------------------- decisions
 
-  async decideApproval(runId: string, approvalId: string, body: { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null }): Promise<ApprovalState> {
+  async decideApproval(
+    runId: string,
+    approvalId: string,
+    body: { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null },
+  ): Promise<ApprovalState> {
     if (body.decision === 'deny' && body.arguments) throw conflict('arguments can only be given with an approval', 'decision=deny with arguments');
     for (let attempt = 0; attempt < 10; attempt++) {
       // The snapshot a resume needs is read in the same round as the run (unused if this fails).
@@ -1367,20 +1718,38 @@ export class RunService {
       if (!approval) throw notFound('approval', approvalId);
       const now = this.deps.clock.now();
       if (approval.status === 'pending' && Date.parse(approval.expires_at) <= now) {
-        await this.deps.store.updateRecord<RunRecord>('runs', runId, {
-          ...rec.value, approvals: rec.value.approvals.map((a) => (a.approval_id === approvalId ? { ...a, status: 'expired' as const } : a)),
-        }, rec.version).catch(() => undefined);
+        await this.deps.store
+          .updateRecord<RunRecord>(
+            'runs',
+            runId,
+            {
+              ...rec.value,
+              approvals: rec.value.approvals.map((a) => (a.approval_id === approvalId ? { ...a, status: 'expired' as const } : a)),
+            },
+            rec.version,
+          )
+          .catch(() => undefined);
         throw conflict(`approval ${approvalId} expired at ${approval.expires_at}`, 'expired');
       }
       if (approval.status !== 'pending') throw conflict(`approval ${approvalId} was already decided (${approval.status})`, approval.status);
       if (rec.value.status !== 'awaiting_approval') throw conflict(`run ${runId} is not awaiting approval (${rec.value.status})`);
       const decided: ApprovalState = {
-        ...approval, status: body.decision === 'approve' ? 'approved' : 'denied', approver: body.approver, note: body.note ?? null,
-        decided_at: iso(now), edited_arguments: body.decision === 'approve' && body.arguments ? body.arguments : null,
+        ...approval,
+        status: body.decision === 'approve' ? 'approved' : 'denied',
+        approver: body.approver,
+        note: body.note ?? null,
+        decided_at: iso(now),
+        edited_arguments: body.decision === 'approve' && body.arguments ? body.arguments : null,
       };
       const approvals = rec.value.approvals.map((a) => (a.approval_id === approvalId ? decided : a));
       const allDecided = !approvals.some((a) => a.status === 'pending');
-      const next: RunRecord = { ...rec.value, approvals, updated_at: iso(now), decided_at: allDecided ? iso(now) : null, decision: allDecided ? 'approval' : null };
+      const next: RunRecord = {
+        ...rec.value,
+        approvals,
+        updated_at: iso(now),
+        decided_at: allDecided ? iso(now) : null,
+        decision: allDecided ? 'approval' : null,
+      };
       // Everything the resume reads (snapshot, previous trace, agent) is in hand before the
       // decision goes to the store, so the claim is issued in the same turn and lands in the same
       // fsynced batch (ResumePrefetch). Reads only: the decision waits for no write.
@@ -1400,7 +1769,9 @@ export class RunService {
       // writes (the version after it), reads what it needs meanwhile, and its claim (a CAS on
       // that version) joins the same store round or the next. Should the decision fail, the
       // claim fails with it; a decision that landed and a resume that failed are the sweep's.
-      const resuming = allDecided ? this.resume(runId, { cause: 'approval', trigger: 'explicit' }, { id: runId, seq: rec.seq, version: rec.version + 1, value: next }, pre) : null;
+      const resuming = allDecided
+        ? this.resume(runId, { cause: 'approval', trigger: 'explicit' }, { id: runId, seq: rec.seq, version: rec.version + 1, value: next }, pre)
+        : null;
       // Marked handled at once: a resume refused before the decision lands (a snapshot from a
       // newer machine, found by test/runtime/snapshot-fixtures.test.ts) was an unhandled rejection.
       resuming?.catch(() => undefined);
@@ -1422,7 +1793,10 @@ export class RunService {
     return { run_id: runId, budgets, requests: run.budget_requests };
   }
 
-  async decideBudget(runId: string, body: { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null }) {
+  async decideBudget(
+    runId: string,
+    body: { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null },
+  ) {
     for (let attempt = 0; attempt < 10; attempt++) {
       // The snapshot a resume needs is read in the same round as the run (unused if this fails).
       const snapshotRead = this.deps.store.getRecord<SnapshotValue>('snapshots', runId);
@@ -1430,15 +1804,27 @@ export class RunService {
       const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
       if (!rec) throw notFound('run', runId);
       const req = rec.value.budget_request;
-      if (rec.value.status !== 'awaiting_budget' || !req || req.status !== 'pending') throw conflict(`run ${runId} is not waiting for a budget (${rec.value.status})`);
+      if (rec.value.status !== 'awaiting_budget' || !req || req.status !== 'pending')
+        throw conflict(`run ${runId} is not waiting for a budget (${rec.value.status})`);
       if (body.request_id && body.request_id !== req.request_id) throw conflict(`budget request ${body.request_id} is not the pending one (${req.request_id})`);
-      const amount = body.decision === 'grant' ? body.amount ?? req.shortfall : null;
+      const amount = body.decision === 'grant' ? (body.amount ?? req.shortfall) : null;
       const now = iso(this.deps.clock.now());
-      const decided: BudgetRequest = { ...req, status: body.decision === 'grant' ? 'granted' : 'denied', approver: body.approver, note: body.note ?? null, decided_at: now, amount };
+      const decided: BudgetRequest = {
+        ...req,
+        status: body.decision === 'grant' ? 'granted' : 'denied',
+        approver: body.approver,
+        note: body.note ?? null,
+        decided_at: now,
+        amount,
+      };
       try {
         const next: RunRecord = {
-          ...rec.value, budget_request: decided, budget_requests: mergeById(rec.value.budget_requests, [decided], 'request_id'),
-          decided_at: now, decision: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', updated_at: now,
+          ...rec.value,
+          budget_request: decided,
+          budget_requests: mergeById(rec.value.budget_requests, [decided], 'request_id'),
+          decided_at: now,
+          decision: body.decision === 'grant' ? 'budget_grant' : 'budget_denied',
+          updated_at: now,
         };
         await this.deps.store.updateRecord<RunRecord>('runs', runId, next, rec.version, runIndexes(next));
       } catch (err) {
@@ -1446,20 +1832,41 @@ export class RunService {
         throw err;
       }
       if (amount !== null) await this.deps.ledger.grant(req.key, req.meter as never, amount, { grant_id: req.request_id });
-      void this.resume(runId, { cause: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', trigger: 'explicit' }).catch((err) => this.deps.log?.('warn', 'resume after budget decision failed; the sweep will retry', { run_id: runId, err: String(err) }));
-      return { run_id: runId, request_id: req.request_id, status: decided.status, scope: req.scope, meter: req.meter, amount, approver: body.approver, note: body.note ?? null };
+      void this.resume(runId, { cause: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', trigger: 'explicit' }).catch((err) =>
+        this.deps.log?.('warn', 'resume after budget decision failed; the sweep will retry', { run_id: runId, err: String(err) }),
+      );
+      return {
+        run_id: runId,
+        request_id: req.request_id,
+        status: decided.status,
+        scope: req.scope,
+        meter: req.meter,
+        amount,
+        approver: body.approver,
+        note: body.note ?? null,
+      };
     }
     throw conflict('the run changed too often while deciding; retry');
   }
 
-  async recordOutcome(runId: string, body: { source: string; label?: string | null; reward?: number | null; detail?: Record<string, unknown> | null }): Promise<OutcomeRecord> {
+  async recordOutcome(
+    runId: string,
+    body: { source: string; label?: string | null; reward?: number | null; detail?: Record<string, unknown> | null },
+  ): Promise<OutcomeRecord> {
     for (let attempt = 0; attempt < 10; attempt++) {
       // The snapshot a resume needs is read in the same round as the run (unused if this fails).
       const snapshotRead = this.deps.store.getRecord<SnapshotValue>('snapshots', runId);
       snapshotRead.catch(() => undefined);
       const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
       if (!rec) throw notFound('run', runId);
-      const outcome: OutcomeRecord = { outcome_id: newId('outcome'), source: body.source, label: body.label ?? null, reward: body.reward ?? null, detail: body.detail ?? null, recorded_at: iso(this.deps.clock.now()) };
+      const outcome: OutcomeRecord = {
+        outcome_id: newId('outcome'),
+        source: body.source,
+        label: body.label ?? null,
+        reward: body.reward ?? null,
+        detail: body.detail ?? null,
+        recorded_at: iso(this.deps.clock.now()),
+      };
       try {
         await this.deps.store.updateRecord<RunRecord>('runs', runId, { ...rec.value, outcomes: [...rec.value.outcomes, outcome] }, rec.version);
       } catch (err) {
@@ -1467,8 +1874,12 @@ export class RunService {
         throw err;
       }
       await this.deps.telemetry.emitSafe({
-        event_type: 'run_outcome', trace_id: rec.value.trace_id, span_id: newId('span'), actor: { type: 'user', id: body.source },
-        output: outcome, metadata: { run_id: runId, session_id: rec.value.session_id, agent_id: rec.value.agent_id, task_id: rec.value.task_id },
+        event_type: 'run_outcome',
+        trace_id: rec.value.trace_id,
+        span_id: newId('span'),
+        actor: { type: 'user', id: body.source },
+        output: outcome,
+        metadata: { run_id: runId, session_id: rec.value.session_id, agent_id: rec.value.agent_id, task_id: rec.value.task_id },
       });
       return outcome;
     }
@@ -1484,7 +1895,10 @@ export class RunService {
   async resume(
     runId: string,
     how: {
-      cause: RecoveryCause; trigger: 'explicit' | 'orphan_sweep'; extra?: Record<string, unknown>; ownerDead?: boolean;
+      cause: RecoveryCause;
+      trigger: 'explicit' | 'orphan_sweep';
+      extra?: Record<string, unknown>;
+      ownerDead?: boolean;
       /** A slot the caller already holds (the recovery lane): the run keeps it; released if the resume fails. */
       slot?: () => void;
     },
@@ -1496,7 +1910,11 @@ export class RunService {
      */
     pre?: ResumePrefetch,
   ): Promise<StartedRun> {
-    const dropAgent = (): void => void pre?.agent.then((a) => a.release(), () => undefined);
+    const dropAgent = (): void =>
+      void pre?.agent.then(
+        (a) => a.release(),
+        () => undefined,
+      );
     if (this.live.has(runId)) {
       dropAgent();
       throw conflict(`run ${runId} is already live in this process`);
@@ -1536,24 +1954,38 @@ export class RunService {
     // have lapsed yet, but its process is gone. Without it, a SIGKILLed run waited out its whole
     // lease (60 s) and was then left `running` until the next periodic sweep (found by
     // test/http/recovery.test.ts, scenario a).
-    if (r.status === 'running' && r.owner && !how.ownerDead && !this.leaseLapsed(r) && r.owner !== this.deps.workerId) throw conflict(`run ${runId} is live in ${r.owner}`);
+    if (r.status === 'running' && r.owner && !how.ownerDead && !this.leaseLapsed(r) && r.owner !== this.deps.workerId)
+      throw conflict(`run ${runId} is live in ${r.owner}`);
     if (!snapRec) throw conflict(`run ${runId} has no saved snapshot to resume from`);
     // A snapshot from a newer run machine (a rolling upgrade's other half, or a downgrade) is left
     // as it is for a server that knows it: restored here it would be misread. Older versions
     // restore (test/runtime/snapshot-fixtures.test.ts keeps one of each paused state).
     const snapVersion = snapRec.value.machine_version ?? 1;
     if (snapVersion > RUN_MACHINE_VERSION) {
-      throw conflict(`run ${runId} was saved by a newer agentd (run machine v${snapVersion}; this server knows up to v${RUN_MACHINE_VERSION}); resume it on an upgraded server`);
+      throw conflict(
+        `run ${runId} was saved by a newer agentd (run machine v${snapVersion}; this server knows up to v${RUN_MACHINE_VERSION}); resume it on an upgraded server`,
+      );
     }
     // Stopped on request (POST /runs/{id}/interrupt), not by a shutdown: resuming it is no recovery.
     const requested = r.status === 'interrupted' && r.machine_state === 'interrupted';
     const recovering = !requested && (how.cause === 'recovered_after_lapsed_lease' || how.cause === 'interrupted');
     if (recovering && r.recoveries >= this.deps.settings.sweep.max_recoveries) {
-      await this.deps.store.updateRecord<RunRecord>('runs', runId, {
-        ...r, status: 'failed', termination_reason: 'internal_error', owner: null, lease_expires_at: null,
-        error: { type: 'TooManyRecoveries', message: `the run was recovered ${r.recoveries} times and kept dying; giving up` },
-        ended_at: iso(this.deps.clock.now()), updated_at: iso(this.deps.clock.now()),
-      }, rec.version, runIndexes({ ...r, status: 'failed' }));
+      await this.deps.store.updateRecord<RunRecord>(
+        'runs',
+        runId,
+        {
+          ...r,
+          status: 'failed',
+          termination_reason: 'internal_error',
+          owner: null,
+          lease_expires_at: null,
+          error: { type: 'TooManyRecoveries', message: `the run was recovered ${r.recoveries} times and kept dying; giving up` },
+          ended_at: iso(this.deps.clock.now()),
+          updated_at: iso(this.deps.clock.now()),
+        },
+        rec.version,
+        runIndexes({ ...r, status: 'failed' }),
+      );
       await this.deps.ledger.releaseRun(runId).catch(() => 0);
       throw conflict(`run ${runId} was recovered too many times and is now failed`);
     }
@@ -1565,9 +1997,16 @@ export class RunService {
       const now = this.deps.clock.now();
       const trace_id = newId('trace');
       const claimed: RunRecord = {
-        ...r, status: 'running', owner: this.deps.workerId, attempt: r.attempt + 1, trace_id, trace_ids: [...r.trace_ids, trace_id],
-        heartbeat_at: iso(now), lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000),
-        recoveries: recovering ? r.recoveries + 1 : r.recoveries, updated_at: iso(now),
+        ...r,
+        status: 'running',
+        owner: this.deps.workerId,
+        attempt: r.attempt + 1,
+        trace_id,
+        trace_ids: [...r.trace_ids, trace_id],
+        heartbeat_at: iso(now),
+        lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000),
+        recoveries: recovering ? r.recoveries + 1 : r.recoveries,
+        updated_at: iso(now),
       };
       // The claim, the new trace segment and the end of the previous one: one commit. The claim's
       // CAS is what makes this process the only owner, so the old segment needs no check of its own.
@@ -1577,10 +2016,15 @@ export class RunService {
         { op: 'update', kind: 'runs', id: runId, value: claimed, expectedVersion: rec.version, indexes: runIndexes(claimed) },
         { op: 'create', kind: 'traces', id: trace_id, value: trace, indexes: { run_id: runId, session_id: r.session_id, task_id: r.task_id } },
         ...(prevTrace
-          ? [{
-            op: 'update' as const, kind: 'traces' as const, id: r.trace_id, expectedVersion: null,
-            value: { ...prevTrace.value, status: r.status === 'running' || r.status === 'interrupted' ? 'failed' : 'suspended', ended_at: iso(now) },
-          }]
+          ? [
+              {
+                op: 'update' as const,
+                kind: 'traces' as const,
+                id: r.trace_id,
+                expectedVersion: null,
+                value: { ...prevTrace.value, status: r.status === 'running' || r.status === 'interrupted' ? 'failed' : 'suspended', ended_at: iso(now) },
+              },
+            ]
           : []),
       ]);
       const snapshot = snapRec.value.snapshot as Snapshot<unknown> & { value?: string };
@@ -1599,16 +2043,25 @@ export class RunService {
       this.deps.metrics.liveRuns.inc();
       const held = agent;
       agent = null; // the live run lets go of it when it retires
-      const live = this.makeLive(written as Versioned<RunRecord>, releaseSlot, held, { workspace_path: snapRec.value.workspace_path, kind: r.kind, task_id: r.task_id, agent_id: r.agent_id }, trace);
+      const live = this.makeLive(
+        written as Versioned<RunRecord>,
+        releaseSlot,
+        held,
+        { workspace_path: snapRec.value.workspace_path, kind: r.kind, task_id: r.task_id, agent_id: r.agent_id },
+        trace,
+      );
       const lastBeat = r.heartbeat_at ? Date.parse(r.heartbeat_at) : now;
       void this.emit(live, {
-        event_type: 'run_resumed', actor: { type: 'system', id: this.deps.workerId }, span_id: live.rootSpan,
+        event_type: 'run_resumed',
+        actor: { type: 'system', id: this.deps.workerId },
+        span_id: live.rootSpan,
         metadata: {
-          cause: how.cause, trigger: how.trigger, previous_trace_id: r.trace_id, agent_name: r.agent_name,
+          cause: how.cause,
+          trigger: how.trigger,
+          previous_trace_id: r.trace_id,
+          agent_name: r.agent_name,
           ...(requested ? { interrupted_by: 'request' } : {}),
-          ...(recovering
-            ? { previous_owner: r.owner, lease_expired_at: r.lease_expires_at, orphaned_seconds: Math.max(0, (now - lastBeat) / 1000) }
-            : {}),
+          ...(recovering ? { previous_owner: r.owner, lease_expired_at: r.lease_expires_at, orphaned_seconds: Math.max(0, (now - lastBeat) / 1000) } : {}),
           ...(r.decided_at ? { decision: r.decision, decided_at: r.decided_at } : {}),
           ...(how.extra ?? {}),
         },
@@ -1791,17 +2244,19 @@ export class RunService {
     const rest = [...this.live.values()];
     for (const live of rest) live.ending = true;
     for (const live of rest) live.abort.abort();
-    await Promise.all(rest.map(async (live) => {
-      try {
-        await live.writer.drain();
-        await live.writer.update((r) => ({ ...r, status: 'interrupted', owner: null, lease_expires_at: null, updated_at: iso(this.deps.clock.now()) }));
-      } catch {
-        // fenced: someone else owns it already
-      }
-      await live.emitChain;
-      this.retire(live);
-      live.resolve(live.writer.value);
-    }));
+    await Promise.all(
+      rest.map(async (live) => {
+        try {
+          await live.writer.drain();
+          await live.writer.update((r) => ({ ...r, status: 'interrupted', owner: null, lease_expires_at: null, updated_at: iso(this.deps.clock.now()) }));
+        } catch {
+          // fenced: someone else owns it already
+        }
+        await live.emitChain;
+        this.retire(live);
+        live.resolve(live.writer.value);
+      }),
+    );
   }
 }
 
@@ -1820,13 +2275,18 @@ function mergeById<T, K extends keyof T>(existing: T[], updates: T[], key: K): T
 
 function traceStatusOf(status: RunRecordStatus): string {
   switch (status) {
-    case 'completed': return 'completed';
-    case 'cancelled': return 'cancelled';
-    case 'timeout': return 'timeout';
+    case 'completed':
+      return 'completed';
+    case 'cancelled':
+      return 'cancelled';
+    case 'timeout':
+      return 'timeout';
     case 'awaiting_approval':
     case 'awaiting_budget':
-    case 'interrupted': return 'suspended';
-    default: return 'failed';
+    case 'interrupted':
+      return 'suspended';
+    default:
+      return 'failed';
   }
 }
 
@@ -1837,9 +2297,14 @@ function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
     const onAbort = () => reject(signal.reason ?? new Error('aborted'));
     signal.addEventListener('abort', onAbort, { once: true });
     p.then(
-      (v) => { signal.removeEventListener('abort', onAbort); resolve(v); },
-      (e) => { signal.removeEventListener('abort', onAbort); reject(e); },
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
     );
   });
 }
-

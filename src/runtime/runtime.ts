@@ -99,17 +99,33 @@ export class Runtime {
     });
     this.liveStates = new LiveStates(this.system);
     const settings = runSettingsOf(config);
-    const subagents = config.agent.subagents.length > 0
-      ? new Subagents(config.agent.subagents, {
-          system: this.system, model, tools, governance: settings.governance, ledger, pricing: settings.pricing, clock,
-          max_steps: settings.max_steps, max_output_tokens: settings.max_output_tokens,
-        })
-      : undefined;
+    const subagents =
+      config.agent.subagents.length > 0
+        ? new Subagents(config.agent.subagents, {
+            system: this.system,
+            model,
+            tools,
+            governance: settings.governance,
+            ledger,
+            pricing: settings.pricing,
+            clock,
+            max_steps: settings.max_steps,
+            max_output_tokens: settings.max_output_tokens,
+          })
+        : undefined;
     this.agents = new AgentRegistry({
-      store, clock,
+      store,
+      clock,
       served: {
-        agent_id: settings.agent_id, agent_name: settings.agent_name, system_instruction: settings.system_instruction, model, tools, subagents,
-        max_steps: settings.max_steps, max_output_tokens: settings.max_output_tokens, session_workspace_root: settings.session_workspace_root,
+        agent_id: settings.agent_id,
+        agent_name: settings.agent_name,
+        system_instruction: settings.system_instruction,
+        model,
+        tools,
+        subagents,
+        max_steps: settings.max_steps,
+        max_output_tokens: settings.max_output_tokens,
+        session_workspace_root: settings.session_workspace_root,
       },
       servedBuiltin: config.agent.tools.builtin,
       workspace_root: config.background.workspace_root,
@@ -119,16 +135,45 @@ export class Runtime {
       logger: (msg, extra) => opts.log?.('info', msg, extra as Record<string, unknown>),
     });
     this.runs = new RunService({
-      store, system: this.system, clock, telemetry: this.telemetry, metrics: this.metrics, model, tools, ledger, subagents, agents: this.agents,
-      guardrails: compileGuardrails({ max_input_chars: config.agent.guardrails.max_input_chars, deny_patterns: [...config.agent.guardrails.deny_patterns], injection_check: config.agent.guardrails.injection_check }),
-      settings, workerId: this.workerId, log: opts.log,
+      store,
+      system: this.system,
+      clock,
+      telemetry: this.telemetry,
+      metrics: this.metrics,
+      model,
+      tools,
+      ledger,
+      subagents,
+      agents: this.agents,
+      guardrails: compileGuardrails({
+        max_input_chars: config.agent.guardrails.max_input_chars,
+        deny_patterns: [...config.agent.guardrails.deny_patterns],
+        injection_check: config.agent.guardrails.injection_check,
+      }),
+      settings,
+      workerId: this.workerId,
+      log: opts.log,
     });
     this.background = new BackgroundManager({
-      store, clock, telemetry: this.telemetry, metrics: this.metrics, config, system: this.system, workerId: this.workerId, runs: this.runs, agents: this.agents, log: opts.log,
+      store,
+      clock,
+      telemetry: this.telemetry,
+      metrics: this.metrics,
+      config,
+      system: this.system,
+      workerId: this.workerId,
+      runs: this.runs,
+      agents: this.agents,
+      log: opts.log,
     });
     this.otlp = otlp;
     this.idempotency = new Idempotency({
-      store, clock, workerId: this.workerId, ttlSeconds: config.idempotency.ttl_seconds, sharedStore: isSharedStore(store), log: opts.log,
+      store,
+      clock,
+      workerId: this.workerId,
+      ttlSeconds: config.idempotency.ttl_seconds,
+      sharedStore: isSharedStore(store),
+      log: opts.log,
     });
     this.webhooks = new Webhooks({ config, store, clock, bus: this.bus, registry: metrics.registry, workerId: this.workerId, log: opts.log });
     this.cluster = store.changes ? this.linkCluster(store, opts.log) : null;
@@ -137,7 +182,10 @@ export class Runtime {
     if (this.otlp) {
       const exporter = this.otlp;
       this.runs.onSettled((record) => {
-        void this.telemetryQueries.trace(record.trace_id).then((t) => exporter.exportTrace(t.trace), () => undefined);
+        void this.telemetryQueries.trace(record.trace_id).then(
+          (t) => exporter.exportTrace(t.trace),
+          () => undefined,
+        );
       });
     }
   }
@@ -181,24 +229,37 @@ export class Runtime {
     );
     const metrics = new Metrics();
     const m = config.agent.model;
-    const unmetered = opts.model ?? await loadModelProvider({
-      provider: m.provider, base_url: m.base_url, model: m.model, api_key: m.api_key ?? undefined,
-      max_output_tokens: m.max_output_tokens, temperature: m.temperature,
-    });
+    const unmetered =
+      opts.model ??
+      (await loadModelProvider({
+        provider: m.provider,
+        base_url: m.base_url,
+        model: m.model,
+        api_key: m.api_key ?? undefined,
+        max_output_tokens: m.max_output_tokens,
+        temperature: m.temperature,
+      }));
     const model = withCallMetrics(unmetered, (provider, name, seconds, errorKind) => metrics.modelCall(provider, name, seconds, errorKind));
     const ledger = new BudgetLedger(store, config.budgets as never, clock);
     // The OTLP exporter (~120 ms to load) is imported only when an endpoint is configured.
     const o = config.telemetry.otlp;
-    const otlp = o.endpoint || o.traces_endpoint
-      ? (await import('../telemetry/otlp.js')).createOtlpExporter({
-          endpoint: o.endpoint, tracesEndpoint: o.traces_endpoint, headers: { ...o.headers }, protocol: o.protocol, timeoutMillis: o.timeout_ms,
-          serviceName: o.service_name, serviceVersion: readVersion(), redactor: redactorForConfig(config),
-          onEvent: (e) => {
-            metrics.otlpEvent(e);
-            if (e.type === 'failed' || e.type === 'dropped') opts.log?.('warn', `otlp export ${e.type}`, { ...e });
-          },
-        })
-      : null;
+    const otlp =
+      o.endpoint || o.traces_endpoint
+        ? (await import('../telemetry/otlp.js')).createOtlpExporter({
+            endpoint: o.endpoint,
+            tracesEndpoint: o.traces_endpoint,
+            headers: { ...o.headers },
+            protocol: o.protocol,
+            timeoutMillis: o.timeout_ms,
+            serviceName: o.service_name,
+            serviceVersion: readVersion(),
+            redactor: redactorForConfig(config),
+            onEvent: (e) => {
+              metrics.otlpEvent(e);
+              if (e.type === 'failed' || e.type === 'dropped') opts.log?.('warn', `otlp export ${e.type}`, { ...e });
+            },
+          })
+        : null;
     const runtime = new Runtime(config, store, clock, tools, model, ledger, opts, otlp, metrics);
     // Gauges read at scrape time from the store: with a shared store, the whole deployment's count.
     metrics.setSources({

@@ -67,5 +67,4 @@ export class SessionGate {
     const snap = ref.getSnapshot();
     if (snap.value === 'idle') this.system.stop(`session:${sessionId}`);
   }
-
 }

@@ -20,7 +20,11 @@ export class Slots {
   private readonly waiters: Array<{ grant: () => void; timer: NodeJS.Timeout }> = [];
   private readonly recoveryWaiters: Array<{ grant: () => void; reject: (err: Error) => void }> = [];
 
-  constructor(readonly capacity: number, private readonly waitMs = 5000, readonly recoveryCap = capacity) {}
+  constructor(
+    readonly capacity: number,
+    private readonly waitMs = 5000,
+    readonly recoveryCap = capacity,
+  ) {}
 
   get inUse(): number {
     return this.used;

@@ -58,7 +58,10 @@ export const subagentToolName = (name: string): string => `delegate_to_${name.re
 export class Subagents {
   private readonly byTool = new Map<string, SubagentSpec>();
 
-  constructor(specs: readonly SubagentSpec[], private readonly deps: SubagentDeps) {
+  constructor(
+    specs: readonly SubagentSpec[],
+    private readonly deps: SubagentDeps,
+  ) {
     for (const s of specs) this.byTool.set(subagentToolName(s.name), s);
   }
 
@@ -79,11 +82,25 @@ export class Subagents {
     return spec.tools.every((t) => this.deps.tools.get(t)?.idempotent === true);
   }
 
-  async delegate(spec: SubagentSpec, parent: DelegationParent, call: ToolCallRequest, emit: Emit, parentSpan: string, signal: AbortSignal): Promise<{ content: string; usage: Usage; ok: boolean }> {
+  async delegate(
+    spec: SubagentSpec,
+    parent: DelegationParent,
+    call: ToolCallRequest,
+    emit: Emit,
+    parentSpan: string,
+    signal: AbortSignal,
+  ): Promise<{ content: string; usage: Usage; ok: boolean }> {
     const span = newId('span');
     const task = typeof call.arguments.task === 'string' ? call.arguments.task : JSON.stringify(call.arguments);
     const started = this.deps.clock.now();
-    void emit({ event_type: 'subagent_spawn', actor: { type: 'agent', id: spec.name }, span_id: span, parent_span_id: parentSpan, input: { task }, metadata: { subagent: spec.name, tool_call_id: call.id } });
+    void emit({
+      event_type: 'subagent_spawn',
+      actor: { type: 'agent', id: spec.name },
+      span_id: span,
+      parent_span_id: parentSpan,
+      input: { task },
+      metadata: { subagent: spec.name, tool_call_id: call.id },
+    });
     const systemId = `subagent:${parent.run_id}:${call.id}`;
     const logic = fromPromise<{ text: string; usage: Usage }, { task: string }>(({ input, signal: own }) =>
       this.loop(spec, parent, call, input.task, emit, span, AbortSignal.any([own, signal])),
@@ -94,11 +111,28 @@ export class Subagents {
     signal.addEventListener('abort', onAbort, { once: true });
     try {
       const out = await toPromise(ref);
-      void emit({ event_type: 'subagent_result', actor: { type: 'agent', id: spec.name }, span_id: span, parent_span_id: parentSpan, output: { text: out.text }, token_usage: { input_tokens: out.usage.request_tokens, output_tokens: out.usage.response_tokens, total_tokens: out.usage.total_tokens }, duration_ms: this.deps.clock.now() - started, metadata: { subagent: spec.name, tool_call_id: call.id } });
+      void emit({
+        event_type: 'subagent_result',
+        actor: { type: 'agent', id: spec.name },
+        span_id: span,
+        parent_span_id: parentSpan,
+        output: { text: out.text },
+        token_usage: { input_tokens: out.usage.request_tokens, output_tokens: out.usage.response_tokens, total_tokens: out.usage.total_tokens },
+        duration_ms: this.deps.clock.now() - started,
+        metadata: { subagent: spec.name, tool_call_id: call.id },
+      });
       return { content: out.text, usage: out.usage, ok: true };
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      void emit({ event_type: 'subagent_error', actor: { type: 'agent', id: spec.name }, span_id: span, parent_span_id: parentSpan, error: { type: 'SubagentError', message }, duration_ms: this.deps.clock.now() - started, metadata: { subagent: spec.name, tool_call_id: call.id } });
+      void emit({
+        event_type: 'subagent_error',
+        actor: { type: 'agent', id: spec.name },
+        span_id: span,
+        parent_span_id: parentSpan,
+        error: { type: 'SubagentError', message },
+        duration_ms: this.deps.clock.now() - started,
+        metadata: { subagent: spec.name, tool_call_id: call.id },
+      });
       if (signal.aborted) throw err;
       return { content: `The ${spec.name} sub-agent failed: ${message}`, usage: zero(), ok: false };
     } finally {
@@ -107,7 +141,15 @@ export class Subagents {
     }
   }
 
-  private async loop(spec: SubagentSpec, parent: DelegationParent, call: ToolCallRequest, task: string, emit: Emit, span: string, signal: AbortSignal): Promise<{ text: string; usage: Usage }> {
+  private async loop(
+    spec: SubagentSpec,
+    parent: DelegationParent,
+    call: ToolCallRequest,
+    task: string,
+    emit: Emit,
+    span: string,
+    signal: AbortSignal,
+  ): Promise<{ text: string; usage: Usage }> {
     const { model, ledger, pricing, max_output_tokens } = this.deps;
     const allowed = spec.tools.map((t) => this.deps.tools.get(t)).filter((t): t is RegisteredTool => Boolean(t));
     const declarations = allowed.map((t) => ({ name: t.name, description: t.description, input_schema: t.input_schema }));
@@ -120,10 +162,22 @@ export class Subagents {
     for (let step = 1; step <= this.deps.max_steps; step++) {
       const reservation_id = `${parent.run_id}:sub:${call.id}:${step}`;
       const worst = modelCallReservation(pricing, model.model, { input_tokens: model.estimateInputTokens(messages, declarations), max_output_tokens });
-      const held = await ledger.reserve({ reservation_id, run_id: parent.run_id, session_id: parent.session_id, agent_id: parent.agent_id, amounts: worst.amounts });
+      const held = await ledger.reserve({
+        reservation_id,
+        run_id: parent.run_id,
+        session_id: parent.session_id,
+        agent_id: parent.agent_id,
+        amounts: worst.amounts,
+      });
       if (!held.ok) throw new Error(`budget ${held.shortfall.key} (${held.shortfall.meter}) is exhausted`);
       const mspan = newId('span');
-      void emit({ event_type: 'model_call', actor: { type: 'model', id: model.model, name: model.provider }, span_id: mspan, parent_span_id: span, metadata: { subagent: spec.name, step } });
+      void emit({
+        event_type: 'model_call',
+        actor: { type: 'model', id: model.model, name: model.provider },
+        span_id: mspan,
+        parent_span_id: span,
+        metadata: { subagent: spec.name, step },
+      });
       const res = await retrying.call({ messages, tools: declarations, max_output_tokens, signal });
       const actual = modelCallUsage(pricing, model.model, res.usage);
       await ledger.settle(reservation_id, actual.amounts).catch(() => undefined);
@@ -132,7 +186,15 @@ export class Subagents {
       usage.response_tokens += res.usage.output_tokens;
       usage.total_tokens += res.usage.total_tokens;
       usage.estimated_cost_usd += actual.amounts.cost_usd;
-      void emit({ event_type: 'model_response', actor: { type: 'model', id: model.model, name: model.provider }, span_id: mspan, parent_span_id: span, output: { text: res.text, tool_calls: res.tool_calls }, token_usage: res.usage, metadata: { subagent: spec.name, step } });
+      void emit({
+        event_type: 'model_response',
+        actor: { type: 'model', id: model.model, name: model.provider },
+        span_id: mspan,
+        parent_span_id: span,
+        output: { text: res.text, tool_calls: res.tool_calls },
+        token_usage: res.usage,
+        metadata: { subagent: spec.name, step },
+      });
       if (res.tool_calls.length === 0) return { text: res.text, usage };
       messages.push({ role: 'assistant', content: res.text, tool_calls: res.tool_calls });
       const results = await Promise.all(res.tool_calls.map((c) => this.runTool(spec, allowed, parent, call, c, emit, span, signal)));
@@ -141,28 +203,64 @@ export class Subagents {
     throw new Error(`the sub-agent used all ${this.deps.max_steps} steps without an answer`);
   }
 
-  private async runTool(spec: SubagentSpec, allowed: RegisteredTool[], parent: DelegationParent, delegation: ToolCallRequest, c: ToolCallRequest, emit: Emit, span: string, signal: AbortSignal): Promise<ChatMessage> {
+  private async runTool(
+    spec: SubagentSpec,
+    allowed: RegisteredTool[],
+    parent: DelegationParent,
+    delegation: ToolCallRequest,
+    c: ToolCallRequest,
+    emit: Emit,
+    span: string,
+    signal: AbortSignal,
+  ): Promise<ChatMessage> {
     const reply = (content: string): ChatMessage => ({ role: 'tool', tool_call_id: c.id, tool_name: c.name, content });
     const tool = allowed.find((t) => t.name === c.name);
     if (!tool) return reply(`Tool '${c.name}' is not available to the ${spec.name} sub-agent.`);
     // A sub-agent cannot stop to ask a person: only calls the policy allows outright run here.
     const policy = decide({ tool_name: tool.name, mcp_server: tool.mcp_server }, this.deps.governance);
-    if (policy.effect !== 'allow') return reply(`Tool '${c.name}' needs ${policy.effect === 'ask' ? 'a person\'s approval' : 'a policy exception'}; sub-agents may not call it.`);
+    if (policy.effect !== 'allow')
+      return reply(`Tool '${c.name}' needs ${policy.effect === 'ask' ? "a person's approval" : 'a policy exception'}; sub-agents may not call it.`);
     const valid = this.deps.tools.validate(c.name, c.arguments);
     if (!valid.ok) return reply(`Invalid arguments for ${c.name}: ${valid.message}`);
     const tspan = newId('span');
-    void emit({ event_type: 'tool_call', actor: { type: 'tool', id: c.name }, span_id: tspan, parent_span_id: span, input: { arguments: valid.args }, metadata: { subagent: spec.name, tool_call_id: c.id } });
+    void emit({
+      event_type: 'tool_call',
+      actor: { type: 'tool', id: c.name },
+      span_id: tspan,
+      parent_span_id: span,
+      input: { arguments: valid.args },
+      metadata: { subagent: spec.name, tool_call_id: c.id },
+    });
     const ctx: ToolContext = {
-      run_id: parent.run_id, session_id: parent.session_id, attempt: parent.attempt, lease_token: parent.lease_token,
-      idempotency_key: `${parent.run_id}:${delegation.id}:${c.id}`, workspace_path: parent.workspace_path, signal,
+      run_id: parent.run_id,
+      session_id: parent.session_id,
+      attempt: parent.attempt,
+      lease_token: parent.lease_token,
+      idempotency_key: `${parent.run_id}:${delegation.id}:${c.id}`,
+      workspace_path: parent.workspace_path,
+      signal,
     };
     try {
       const value = await tool.execute(valid.args, ctx);
-      void emit({ event_type: 'tool_result', actor: { type: 'tool', id: c.name }, span_id: tspan, parent_span_id: span, output: value, metadata: { subagent: spec.name, tool_call_id: c.id } });
+      void emit({
+        event_type: 'tool_result',
+        actor: { type: 'tool', id: c.name },
+        span_id: tspan,
+        parent_span_id: span,
+        output: value,
+        metadata: { subagent: spec.name, tool_call_id: c.id },
+      });
       return reply(formatObservation(value).content);
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      void emit({ event_type: 'tool_error', actor: { type: 'tool', id: c.name }, span_id: tspan, parent_span_id: span, error: { type: 'error', message }, metadata: { subagent: spec.name, tool_call_id: c.id } });
+      void emit({
+        event_type: 'tool_error',
+        actor: { type: 'tool', id: c.name },
+        span_id: tspan,
+        parent_span_id: span,
+        error: { type: 'error', message },
+        metadata: { subagent: spec.name, tool_call_id: c.id },
+      });
       if (signal.aborted) throw err;
       return reply(`Tool ${c.name} failed: ${message}`);
     }

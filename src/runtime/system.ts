@@ -20,7 +20,10 @@ export class Supervisor {
   private nextSlot = 0;
 
   /** `ref` is a running supervisor machine made with `supervisorLogic(this)`. */
-  protected constructor(readonly ref: AnyActorRef, protected readonly hooks: SystemHooks) {}
+  protected constructor(
+    readonly ref: AnyActorRef,
+    protected readonly hooks: SystemHooks,
+  ) {}
 
   /** The supervisor machine reporting its children's failures through `owner`'s hooks. */
   protected static supervisorLogic(owner: () => Supervisor, hooks: SystemHooks) {
@@ -93,7 +96,10 @@ export class Supervisor {
 export class SupervisorGroup extends Supervisor {
   static create(parent: Supervisor, name: string, hooks: SystemHooks): SupervisorGroup {
     let group!: SupervisorGroup;
-    const ref = parent.spawn(`group:${name}`, Supervisor.supervisorLogic(() => group, hooks));
+    const ref = parent.spawn(
+      `group:${name}`,
+      Supervisor.supervisorLogic(() => group, hooks),
+    );
     group = new SupervisorGroup(ref, hooks);
     return group;
   }
@@ -105,7 +111,10 @@ export class ActorSystem extends Supervisor {
 
   constructor(hooks: SystemHooks = {}) {
     let self!: ActorSystem;
-    const root = createActor(Supervisor.supervisorLogic(() => self, hooks), { inspect: hooks.inspect });
+    const root = createActor(
+      Supervisor.supervisorLogic(() => self, hooks),
+      { inspect: hooks.inspect },
+    );
     super(root, hooks);
     self = this;
     // The root itself must never take the process down.

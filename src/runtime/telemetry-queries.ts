@@ -54,12 +54,23 @@ export class TelemetryQueries {
   }
 
   async list(q: { run_id?: string; session_id?: string; task_id?: string; status?: TraceStatus; limit: number }) {
-    const index = q.run_id ? { name: 'run_id', value: q.run_id } : q.session_id ? { name: 'session_id', value: q.session_id } : q.task_id ? { name: 'task_id', value: q.task_id } : undefined;
+    const index = q.run_id
+      ? { name: 'run_id', value: q.run_id }
+      : q.session_id
+        ? { name: 'session_id', value: q.session_id }
+        : q.task_id
+          ? { name: 'task_id', value: q.task_id }
+          : undefined;
     const summaries = [];
     let cursor: string | null = null;
     // Newest first; filters other than the index are applied here, so read pages until full.
     while (summaries.length < q.limit) {
-      const page: Awaited<ReturnType<Store['listRecords']>> = await this.store.listRecords<TraceRecord>('traces', { index, reverse: true, limit: Math.min(1000, q.limit * 2), cursor });
+      const page: Awaited<ReturnType<Store['listRecords']>> = await this.store.listRecords<TraceRecord>('traces', {
+        index,
+        reverse: true,
+        limit: Math.min(1000, q.limit * 2),
+        cursor,
+      });
       for (const item of page.items) {
         const r = item.value as TraceRecord;
         if (q.status && r.status !== q.status) continue;
@@ -80,11 +91,26 @@ function synthesize(traceId: string, events: StoredEvent[]): TraceRecord {
   const first = events[0];
   const last = events.at(-1)!;
   const terminal = /_(completed|failed|timeout|cancelled|skipped)$/.exec(last.event_type)?.[1];
-  const status: TraceStatus = terminal === 'completed' || terminal === 'skipped' ? 'completed' : terminal === 'failed' ? 'failed' : terminal === 'timeout' ? 'timeout' : terminal === 'cancelled' ? 'cancelled' : 'running';
+  const status: TraceStatus =
+    terminal === 'completed' || terminal === 'skipped'
+      ? 'completed'
+      : terminal === 'failed'
+        ? 'failed'
+        : terminal === 'timeout'
+          ? 'timeout'
+          : terminal === 'cancelled'
+            ? 'cancelled'
+            : 'running';
   const meta = (first.metadata ?? {}) as Record<string, string | null>;
   return {
-    trace_id: traceId, parent_trace_id: null, run_id: first.run_id ?? meta.run_id ?? null, session_id: first.session_id ?? meta.session_id ?? null,
-    task_id: first.task_id ?? meta.task_id ?? null, agent_id: meta.agent_id ?? null, status, started_at: first.timestamp,
+    trace_id: traceId,
+    parent_trace_id: null,
+    run_id: first.run_id ?? meta.run_id ?? null,
+    session_id: first.session_id ?? meta.session_id ?? null,
+    task_id: first.task_id ?? meta.task_id ?? null,
+    agent_id: meta.agent_id ?? null,
+    status,
+    started_at: first.timestamp,
     ended_at: status === 'running' ? null : last.timestamp,
   };
 }

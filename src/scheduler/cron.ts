@@ -102,11 +102,12 @@ function dayMatches(c: CompiledCron, dom: number, dow: number): boolean {
 export function compileCron(expression: string): CompiledCron {
   const cached = compiledCache.get(expression);
   if (cached) return cached;
-  const parts = expression.trim().split(/\s+/).filter((p) => p !== '');
+  const parts = expression
+    .trim()
+    .split(/\s+/)
+    .filter((p) => p !== '');
   if (parts.length !== 5) {
-    throw new CronSyntaxError(
-      `expected 5 fields (minute hour day-of-month month day-of-week), got ${parts.length}`,
-    );
+    throw new CronSyntaxError(`expected 5 fields (minute hour day-of-month month day-of-week), got ${parts.length}`);
   }
   const sets = parts.map((text, index) => {
     checkFieldText(index, text);

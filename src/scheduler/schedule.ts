@@ -242,8 +242,7 @@ export function dueOccurrences(spec: ScheduleSpec, input: DueOccurrencesInput): 
   if (spec.type === 'manual') return unchanged();
 
   const w = windowOf(spec);
-  const cursor = input.lastDueMs
-    ?? (spec.type === 'once' ? -Infinity : input.anchorMs ?? (w.start !== null ? w.start - 1 : now - tolerance - 1));
+  const cursor = input.lastDueMs ?? (spec.type === 'once' ? -Infinity : (input.anchorMs ?? (w.start !== null ? w.start - 1 : now - tolerance - 1)));
   const cutoff = now - tolerance;
 
   let latestMissed = prevDueAt(spec, cutoff, opts);
@@ -290,7 +289,7 @@ export function dueOccurrences(spec: ScheduleSpec, input: DueOccurrencesInput): 
     dispatch,
     last_due_at: newLast === null ? null : iso(newLast),
     next_due_at: next === null ? null : iso(next),
-    misfire_cursor: latestMissed !== null ? iso(latestMissed) : input.misfireCursor ?? null,
+    misfire_cursor: latestMissed !== null ? iso(latestMissed) : (input.misfireCursor ?? null),
     missed: latestMissed !== null ? { first_due_at: iso(missedList[0]), last_due_at: iso(latestMissed) } : null,
     truncated: decision.truncated,
   };

@@ -5,15 +5,7 @@ import { z } from 'zod';
 import { WebhookUrl } from './webhooks.js';
 import { ATTEMPT_REASONS, ATTEMPT_STATUSES, BACKGROUND_RUN_STATUSES, TRIGGER_TYPES } from '../../machines/background-types.js';
 import type * as MachineTypes from '../../machines/background-types.js';
-import {
-  BackgroundId,
-  Cursor,
-  IsoDateTime,
-  JsonObject,
-  QueryBool,
-  SafeId,
-  queryInt,
-} from './common.js';
+import { BackgroundId, Cursor, IsoDateTime, JsonObject, QueryBool, SafeId, queryInt } from './common.js';
 
 // --- enums -------------------------------------------------------------------------------------
 
@@ -32,9 +24,7 @@ export const BackgroundRunStatus = z.enum(BACKGROUND_RUN_STATUSES).meta({ id: 'R
 export type BackgroundRunStatus = z.infer<typeof BackgroundRunStatus>;
 
 /** Statuses a background run never leaves (decisions.md §7). */
-export const TERMINAL_BACKGROUND_RUN_STATUSES: readonly BackgroundRunStatus[] = [
-  'completed', 'failed', 'timeout', 'cancelled', 'skipped',
-];
+export const TERMINAL_BACKGROUND_RUN_STATUSES: readonly BackgroundRunStatus[] = ['completed', 'failed', 'timeout', 'cancelled', 'skipped'];
 
 export const TriggerType = z.enum(TRIGGER_TYPES).meta({ id: 'TriggerType' });
 export type TriggerType = z.infer<typeof TriggerType>;
@@ -72,7 +62,10 @@ export function isValidTimeZone(tz: string): boolean {
  * `H` is refused too: its value is random per process, so instances would disagree on occurrences.
  */
 export function cronExpressionProblem(expression: string, timezone = 'UTC'): string | null {
-  const fields = expression.trim().split(/\s+/).filter((f) => f.length > 0);
+  const fields = expression
+    .trim()
+    .split(/\s+/)
+    .filter((f) => f.length > 0);
   if (fields.length !== 5) {
     return `must have exactly 5 fields (minute hour day-of-month month day-of-week), got ${fields.length}`;
   }
@@ -195,7 +188,9 @@ export type RetryPolicy = z.infer<typeof RetryPolicy>;
 
 export const SessionPolicy = z
   .strictObject({
-    mode: z.enum(['task', 'run', 'fixed']).default('task')
+    mode: z
+      .enum(['task', 'run', 'fixed'])
+      .default('task')
       .describe('task: session `background:<agent_id>:<task_id>`; run: a fresh session per run; fixed: `session_id`.'),
     session_id: SafeId.nullish().describe('Required when mode is fixed.'),
   })
@@ -241,7 +236,9 @@ export const WorkspacePolicy = z
         const problem = namespaceTemplateProblem(t);
         if (problem) ctx.addIssue({ code: 'custom', message: problem, input: t });
       })
-      .describe('Path under the workspace root; placeholders {agent_id}, {task_id}, {run_id}. Must resolve inside background/{agent_id}/{task_id}/ unless background.workspace.allow_shared_namespaces is true.'),
+      .describe(
+        'Path under the workspace root; placeholders {agent_id}, {task_id}, {run_id}. Must resolve inside background/{agent_id}/{task_id}/ unless background.workspace.allow_shared_namespaces is true.',
+      ),
     write_events_jsonl: z.boolean().default(true),
     write_run_json: z.boolean().default(true),
   })
@@ -368,7 +365,7 @@ export type BackgroundAttempt = z.infer<typeof BackgroundAttempt>;
 
 // The background-run machine works on its own copies of these types (machines/background-types.ts,
 // as machines/ import nothing from src/): what these schemas parse must be exactly those types.
-type Same<A, B> = (<T>() => T extends A ? 1 : 2) extends (<T>() => T extends B ? 1 : 2) ? true : false;
+type Same<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
 const sameTypes: [
   Same<OverlapPolicy, MachineTypes.OverlapPolicy>,
   Same<BackgroundRunStatus, MachineTypes.BackgroundRunStatus>,
@@ -391,7 +388,11 @@ export const BackgroundScheduleState = z
     next_due_at: IsoDateTime.nullable().default(null),
     misfire_cursor: z.string().nullable().default(null),
     updated_at: IsoDateTime,
-    skipped_occurrences: z.number().int().min(0).default(0)
+    skipped_occurrences: z
+      .number()
+      .int()
+      .min(0)
+      .default(0)
       .describe('Scheduled occurrences the overlap policy skipped (counted here, not stored as runs; docs/background.md).'),
     last_skipped: z
       .object({ occurrence_id: z.string(), due_at: IsoDateTime, skipped_at: IsoDateTime, reason: z.string() })
@@ -445,9 +446,7 @@ export type BackgroundAgentRegistrationRequest = z.infer<typeof BackgroundAgentR
 
 const Count = z.number().int().min(0);
 
-export const BackgroundTasksResponse = z
-  .object({ tasks: z.array(BackgroundTaskSpec), total: Count })
-  .meta({ id: 'BackgroundTasksResponse' });
+export const BackgroundTasksResponse = z.object({ tasks: z.array(BackgroundTaskSpec), total: Count }).meta({ id: 'BackgroundTasksResponse' });
 export type BackgroundTasksResponse = z.infer<typeof BackgroundTasksResponse>;
 
 export const BackgroundRunsResponse = z
@@ -455,9 +454,7 @@ export const BackgroundRunsResponse = z
   .meta({ id: 'BackgroundRunsResponse' });
 export type BackgroundRunsResponse = z.infer<typeof BackgroundRunsResponse>;
 
-export const BackgroundAgentsResponse = z
-  .object({ agents: z.array(BackgroundAgentSpec), total: Count })
-  .meta({ id: 'BackgroundAgentsResponse' });
+export const BackgroundAgentsResponse = z.object({ agents: z.array(BackgroundAgentSpec), total: Count }).meta({ id: 'BackgroundAgentsResponse' });
 export type BackgroundAgentsResponse = z.infer<typeof BackgroundAgentsResponse>;
 
 /** A run-local lifecycle event (also a line of events.jsonl); free-form beyond these keys. */
@@ -510,9 +507,7 @@ export const BackgroundRunAttemptsResponse = z
 export type BackgroundRunAttemptsResponse = z.infer<typeof BackgroundRunAttemptsResponse>;
 
 /** `{status}` answers: deleted, paused, resumed, cancel_requested. */
-export const BackgroundStatusResponse = z
-  .object({ status: z.string().describe('Operation status.') })
-  .meta({ id: 'BackgroundStatusResponse' });
+export const BackgroundStatusResponse = z.object({ status: z.string().describe('Operation status.') }).meta({ id: 'BackgroundStatusResponse' });
 export type BackgroundStatusResponse = z.infer<typeof BackgroundStatusResponse>;
 
 const StatusCounts = z.record(z.string(), Count);
@@ -528,7 +523,9 @@ export const BackgroundManagerStatusResponse = z
     runs: Count,
     active_runs: Count,
     status_counts: StatusCounts,
-    skipped_occurrences: Count.optional().describe('Scheduled occurrences the overlap policy skipped, over the existing tasks (not runs: see schedule_state.skipped_occurrences).'),
+    skipped_occurrences: Count.optional().describe(
+      'Scheduled occurrences the overlap policy skipped, over the existing tasks (not runs: see schedule_state.skipped_occurrences).',
+    ),
   })
   .meta({ id: 'BackgroundManagerStatusResponse' });
 export type BackgroundManagerStatusResponse = z.infer<typeof BackgroundManagerStatusResponse>;

@@ -46,9 +46,7 @@ export const JsonObject = z.record(z.string(), z.unknown());
 export type JsonObject = z.infer<typeof JsonObject>;
 
 /** `{type, message}` of an error carried inside a resource (run error, event error). */
-export const ErrorInfo = z
-  .object({ type: z.string(), message: z.string() })
-  .meta({ id: 'ErrorInfo' });
+export const ErrorInfo = z.object({ type: z.string(), message: z.string() }).meta({ id: 'ErrorInfo' });
 export type ErrorInfo = z.infer<typeof ErrorInfo>;
 
 /** Opaque store cursor passed back as `cursor` to get the next page. */

@@ -5,9 +5,7 @@ import { IsoDateTime, JsonObject } from './common.js';
 
 // --- approvals ---------------------------------------------------------------------------------
 
-export const ApprovalStatus = z
-  .enum(['pending', 'approved', 'denied', 'used', 'expired'])
-  .meta({ id: 'ApprovalStatus' });
+export const ApprovalStatus = z.enum(['pending', 'approved', 'denied', 'used', 'expired']).meta({ id: 'ApprovalStatus' });
 export type ApprovalStatus = z.infer<typeof ApprovalStatus>;
 
 /** Public view of one approval (decisions.md §4); also the 200 answer of a decision. */

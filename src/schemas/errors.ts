@@ -30,9 +30,7 @@ export const ValidationErrorItem = z
   .meta({ id: 'ValidationError' });
 export type ValidationErrorItem = z.infer<typeof ValidationErrorItem>;
 
-export const HTTPValidationError = z
-  .object({ detail: z.array(ValidationErrorItem) })
-  .meta({ id: 'HTTPValidationError' });
+export const HTTPValidationError = z.object({ detail: z.array(ValidationErrorItem) }).meta({ id: 'HTTPValidationError' });
 export type HTTPValidationError = z.infer<typeof HTTPValidationError>;
 
 export const RunWaitTimeoutDetail = z
@@ -95,7 +93,7 @@ const TYPE_NAMES: Record<string, [type: string, msg: string]> = {
   null: ['none_required', 'Input should be null'],
 };
 
-const quote = (v: unknown): string => (typeof v === 'string' ? `'${v}'` : JSON.stringify(v) ?? String(v));
+const quote = (v: unknown): string => (typeof v === 'string' ? `'${v}'` : (JSON.stringify(v) ?? String(v)));
 
 function humanList(values: readonly unknown[]): string {
   const q = values.map(quote);
@@ -224,7 +222,9 @@ function convert(issue: Issue, base: PathKey[], ctx: Ctx, out: ValidationErrorIt
       if (issue.format === 'datetime') {
         out.push(item(ctx, absPath, 'datetime_parsing', custom ?? 'Input should be a valid ISO-8601 date-time with a timezone', { input }));
       } else if (issue.format === 'regex') {
-        out.push(item(ctx, absPath, 'string_pattern_mismatch', custom ?? `String should match pattern '${issue.pattern}'`, { ctx: { pattern: issue.pattern }, input }));
+        out.push(
+          item(ctx, absPath, 'string_pattern_mismatch', custom ?? `String should match pattern '${issue.pattern}'`, { ctx: { pattern: issue.pattern }, input }),
+        );
       } else if (issue.format === 'url') {
         out.push(item(ctx, absPath, 'url_parsing', custom ?? 'Input should be a valid URL', { input }));
       } else {
@@ -237,9 +237,7 @@ function convert(issue: Issue, base: PathKey[], ctx: Ctx, out: ValidationErrorIt
       return;
     case 'invalid_union': {
       const branches = issue.errors;
-      const typeOnly = branches.length > 0 && branches.every(
-        (b) => b.length === 1 && b[0].code === 'invalid_type' && b[0].path.length === 0,
-      );
+      const typeOnly = branches.length > 0 && branches.every((b) => b.length === 1 && b[0].code === 'invalid_type' && b[0].path.length === 0);
       if (typeOnly) {
         const expected = branches.map((b) => (b[0] as Extract<Issue, { code: 'invalid_type' }>).expected);
         if (isMissing(branches[0][0], absPath, ctx)) {
@@ -286,27 +284,17 @@ function convert(issue: Issue, base: PathKey[], ctx: Ctx, out: ValidationErrorIt
  * was validated) to get `input` on every item and an exact "missing" test; without it, `input` is
  * taken from the issue when zod reported it (`reportInput: true`).
  */
-export function zodIssuesToDetail(
-  issues: readonly z.core.$ZodIssue[],
-  locPrefix: LocPrefix,
-  data?: unknown,
-): ValidationErrorItem[] {
+export function zodIssuesToDetail(issues: readonly z.core.$ZodIssue[], locPrefix: LocPrefix, data?: unknown): ValidationErrorItem[] {
   const ctx: Ctx = { prefix: locPrefix, data, hasData: arguments.length >= 3 };
   const out: ValidationErrorItem[] = [];
   for (const issue of issues) convert(issue, [], ctx, out);
   return out;
 }
 
-export type RequestParseResult<T> =
-  | { success: true; data: T }
-  | { success: false; detail: ValidationErrorItem[] };
+export type RequestParseResult<T> = { success: true; data: T } | { success: false; detail: ValidationErrorItem[] };
 
 /** Validates one part of a request and returns either the parsed value or the 422 `detail`. */
-export function safeParseRequest<S extends z.ZodType>(
-  schema: S,
-  data: unknown,
-  locPrefix: LocPrefix,
-): RequestParseResult<z.output<S>> {
+export function safeParseRequest<S extends z.ZodType>(schema: S, data: unknown, locPrefix: LocPrefix): RequestParseResult<z.output<S>> {
   const r = schema.safeParse(data, { reportInput: true });
   if (r.success) return { success: true, data: r.data };
   return { success: false, detail: zodIssuesToDetail(r.error.issues, locPrefix, data) };

@@ -58,7 +58,9 @@ export const MachineInfo = z
     id: z.string(),
     version: z.union([z.string(), z.number()]),
     states: z.array(z.string()).describe('State ids, dotted for nested states.'),
-    transitions: z.array(z.object({ source: z.string(), target: z.string(), event: z.string() })).describe('Edges: `event` is the event name, `done` / `error` for an invoked effect, `(always)` for eventless, with `[guard]` when guarded.'),
+    transitions: z
+      .array(z.object({ source: z.string(), target: z.string(), event: z.string() }))
+      .describe('Edges: `event` is the event name, `done` / `error` for an invoked effect, `(always)` for eventless, with `[guard]` when guarded.'),
     mermaid: z.string().describe('The statechart as a Mermaid stateDiagram-v2.'),
     definition: JsonObject.describe("The XState JSON definition (machine.toJSON(), functions dropped): what Stately's visualiser and the dashboard draw."),
   })
@@ -107,7 +109,5 @@ export const ToolInfo = z
   .meta({ id: 'ToolInfo' });
 export type ToolInfo = z.infer<typeof ToolInfo>;
 
-export const ToolsResponse = z
-  .object({ tools: z.array(ToolInfo), total: z.number().int().min(0) })
-  .meta({ id: 'ToolsResponse' });
+export const ToolsResponse = z.object({ tools: z.array(ToolInfo), total: z.number().int().min(0) }).meta({ id: 'ToolsResponse' });
 export type ToolsResponse = z.infer<typeof ToolsResponse>;

@@ -10,7 +10,9 @@ export const RunRequest = z
   .strictObject({
     query: z.string().min(1).describe('Prompt for the agent.'),
     session_id: SafeId.nullish().describe('For conversation continuity; a new session is created when absent.'),
-    agent_id: BackgroundId.nullish().describe('A registered agent (POST /background/agents) to run as; default: the served agent. 404 when not registered (docs/agents.md).'),
+    agent_id: BackgroundId.nullish().describe(
+      'A registered agent (POST /background/agents) to run as; default: the served agent. 404 when not registered (docs/agents.md).',
+    ),
     webhook: WebhookUrl.nullish(),
     session_policy: RunSessionPolicy.nullish(),
   })
@@ -37,9 +39,7 @@ export type RunRecordStatus = z.infer<typeof RunRecordStatus>;
 export const ToolSource = z.enum(['local', 'mcp', 'builtin', 'subagent']).meta({ id: 'ToolSource' });
 export type ToolSource = z.infer<typeof ToolSource>;
 
-export const ToolCallOutcome = z
-  .enum(['success', 'error', 'denied', 'rejected', 'timeout', 'cancelled', 'unknown'])
-  .meta({ id: 'ToolCallOutcome' });
+export const ToolCallOutcome = z.enum(['success', 'error', 'denied', 'rejected', 'timeout', 'cancelled', 'unknown']).meta({ id: 'ToolCallOutcome' });
 export type ToolCallOutcome = z.infer<typeof ToolCallOutcome>;
 
 /** A non-idempotent call that succeeded or may have (decisions.md §6.3). */
@@ -91,7 +91,11 @@ export const RunStreamErrorFrame = z
     message: z.string(),
     run_id: z.string().nullable(),
     session_id: z.string().nullable(),
-    last_cursor: z.string().nullable().optional().describe('StreamOverflow: id of the last frame sent; resume with Last-Event-ID set to it (GET /events/{session_id}?run_id=...).'),
+    last_cursor: z
+      .string()
+      .nullable()
+      .optional()
+      .describe('StreamOverflow: id of the last frame sent; resume with Last-Event-ID set to it (GET /events/{session_id}?run_id=...).'),
   })
   .meta({ id: 'RunStreamErrorFrame' });
 export type RunStreamErrorFrame = z.infer<typeof RunStreamErrorFrame>;
@@ -170,9 +174,7 @@ export const RunsListResponse = z
   .meta({ id: 'RunsListResponse' });
 export type RunsListResponse = z.infer<typeof RunsListResponse>;
 
-export const RunCancelResponse = z
-  .object({ status: z.literal('cancel_requested'), run_id: z.string() })
-  .meta({ id: 'RunCancelResponse' });
+export const RunCancelResponse = z.object({ status: z.literal('cancel_requested'), run_id: z.string() }).meta({ id: 'RunCancelResponse' });
 export type RunCancelResponse = z.infer<typeof RunCancelResponse>;
 
 // --- sessions ----------------------------------------------------------------------------------
@@ -182,9 +184,7 @@ export const SessionHistoryResponse = z
   .meta({ id: 'SessionHistoryResponse' });
 export type SessionHistoryResponse = z.infer<typeof SessionHistoryResponse>;
 
-export const SessionClearedResponse = z
-  .object({ status: z.literal('cleared'), session_id: z.string() })
-  .meta({ id: 'SessionClearedResponse' });
+export const SessionClearedResponse = z.object({ status: z.literal('cleared'), session_id: z.string() }).meta({ id: 'SessionClearedResponse' });
 export type SessionClearedResponse = z.infer<typeof SessionClearedResponse>;
 
 // --- path parameters (no OpenAPI id: swagger needs them inline to list the parameters) ---------

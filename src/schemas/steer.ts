@@ -4,12 +4,11 @@ import { z } from 'zod';
 import { IsoDateTime } from './common.js';
 
 /** What a run does when its session already has a run in flight (config `runs.session_policy`). */
-export const RunSessionPolicy = z
-  .enum(['enqueue', 'reject', 'interrupt', 'rollback'])
-  .meta({
-    id: 'RunSessionPolicy',
-    description: 'When the session has a run in flight: `enqueue` waits its turn; `reject` answers 409; `interrupt` stops the running one at its next step boundary (saved `interrupted`) and continues its conversation; `rollback` cancels the running one and removes its turn from the session. Default: config `runs.session_policy` (`enqueue`).',
-  });
+export const RunSessionPolicy = z.enum(['enqueue', 'reject', 'interrupt', 'rollback']).meta({
+  id: 'RunSessionPolicy',
+  description:
+    'When the session has a run in flight: `enqueue` waits its turn; `reject` answers 409; `interrupt` stops the running one at its next step boundary (saved `interrupted`) and continues its conversation; `rollback` cancels the running one and removes its turn from the session. Default: config `runs.session_policy` (`enqueue`).',
+});
 export type RunSessionPolicy = z.infer<typeof RunSessionPolicy>;
 
 /** A name, not an instruction: it is quoted into the message the model reads. */
@@ -20,7 +19,7 @@ export const SteerSender = z
 
 export const SteerRequest = z
   .strictObject({
-    message: z.string().min(1).max(32_768).describe('Delivered once, as a user message, before the run\'s next model call.'),
+    message: z.string().min(1).max(32_768).describe("Delivered once, as a user message, before the run's next model call."),
     sender: SteerSender.nullish(),
   })
   .meta({ id: 'SteerRequest' });
@@ -37,7 +36,9 @@ export type SteerResponse = z.infer<typeof SteerResponse>;
 
 export const InterruptResponse = z
   .object({
-    status: z.enum(['interrupt_requested', 'interrupted']).describe('`interrupted`: it already was; `interrupt_requested`: it stops at its next step boundary.'),
+    status: z
+      .enum(['interrupt_requested', 'interrupted'])
+      .describe('`interrupted`: it already was; `interrupt_requested`: it stops at its next step boundary.'),
     run_id: z.string(),
     interrupt_id: z.string().nullable(),
   })

@@ -1,24 +1,11 @@
 // Telemetry event records, traces and their query strings (service-spec.md "Events", decisions.md §8).
 import { z } from 'zod';
-import {
-  Cursor,
-  ErrorInfo,
-  IsoDateTime,
-  JsonObject,
-  QueryId,
-  RepeatableQueryString,
-  SafeId,
-  queryInt,
-} from './common.js';
+import { Cursor, ErrorInfo, IsoDateTime, JsonObject, QueryId, RepeatableQueryString, SafeId, queryInt } from './common.js';
 
-export const ActorType = z
-  .enum(['user', 'agent', 'model', 'tool', 'mcp_server', 'guardrail', 'background', 'system'])
-  .meta({ id: 'ActorType' });
+export const ActorType = z.enum(['user', 'agent', 'model', 'tool', 'mcp_server', 'guardrail', 'background', 'system']).meta({ id: 'ActorType' });
 export type ActorType = z.infer<typeof ActorType>;
 
-export const EventActor = z
-  .object({ type: ActorType, id: z.string().nullish(), name: z.string().nullish() })
-  .meta({ id: 'EventActor' });
+export const EventActor = z.object({ type: ActorType, id: z.string().nullish(), name: z.string().nullish() }).meta({ id: 'EventActor' });
 export type EventActor = z.infer<typeof EventActor>;
 
 export const TokenUsage = z
@@ -76,9 +63,7 @@ export type EventsResponse = z.infer<typeof EventsResponse>;
 
 // --- traces (decisions.md §8.2) ----------------------------------------------------------------
 
-export const TraceStatus = z
-  .enum(['running', 'completed', 'failed', 'cancelled', 'timeout', 'suspended'])
-  .meta({ id: 'TraceStatus' });
+export const TraceStatus = z.enum(['running', 'completed', 'failed', 'cancelled', 'timeout', 'suspended']).meta({ id: 'TraceStatus' });
 export type TraceStatus = z.infer<typeof TraceStatus>;
 
 export const SpanName = z
@@ -135,9 +120,7 @@ export type TraceSummary = z.infer<typeof TraceSummary>;
 export const TraceResponse = z.object({ summary: TraceSummary, trace: Trace }).meta({ id: 'TraceResponse' });
 export type TraceResponse = z.infer<typeof TraceResponse>;
 
-export const TracesListResponse = z
-  .object({ traces: z.array(TraceSummary), count: z.number().int().min(0) })
-  .meta({ id: 'TracesListResponse' });
+export const TracesListResponse = z.object({ traces: z.array(TraceSummary), count: z.number().int().min(0) }).meta({ id: 'TracesListResponse' });
 export type TracesListResponse = z.infer<typeof TracesListResponse>;
 
 // --- query strings and path parameters ---------------------------------------------------------

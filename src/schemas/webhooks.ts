@@ -8,7 +8,11 @@ export const WebhookUrl = z
   .string()
   .max(2048)
   .regex(/^https?:\/\/[^\s]+$/i, { error: 'must be an absolute http(s) URL' })
-  .meta({ id: 'WebhookUrl', description: 'Receiver of this run\'s webhooks (run.* and background_run.* events), signed with webhooks.request_secret. The host must be listed in webhooks.allow_request_hosts (else 422).' });
+  .meta({
+    id: 'WebhookUrl',
+    description:
+      "Receiver of this run's webhooks (run.* and background_run.* events), signed with webhooks.request_secret. The host must be listed in webhooks.allow_request_hosts (else 422).",
+  });
 
 export const WebhookEventType = z.enum(WEBHOOK_EVENTS).meta({ id: 'WebhookEventType' });
 export const WebhookDeliveryStatus = z.enum(['pending', 'delivered', 'failed']).meta({ id: 'WebhookDeliveryStatus' });
@@ -26,7 +30,7 @@ export const WebhookDelivery = z
   .object({
     delivery_id: z.string().describe('Stable across retries: the webhook-id header, for deduplication.'),
     event_type: WebhookEventType,
-    endpoint: z.string().describe('`config:<id>` (a configured receiver) or `request` (the run\'s own URL).'),
+    endpoint: z.string().describe("`config:<id>` (a configured receiver) or `request` (the run's own URL)."),
     url: z.string(),
     run_id: z.string().nullable(),
     session_id: z.string().nullable(),

@@ -293,7 +293,11 @@ export class LevelStore implements Store {
   /** Refuses new operations, waits for the ones under way (writes included), then closes. */
   close(): Promise<void> {
     if (this.state === 'closing') return this.transition!;
-    if (this.state === 'opening') return this.transition!.then(() => this.close(), () => undefined);
+    if (this.state === 'opening')
+      return this.transition!.then(
+        () => this.close(),
+        () => undefined,
+      );
     if (this.state !== 'open') return Promise.resolve();
     this.state = 'closing';
     const t: Promise<void> = this.doClose().finally(() => {
@@ -389,9 +393,7 @@ export class LevelStore implements Store {
       const limit = clampLimit(query.limit, 100);
       const prefix = query.index ? indexPrefix(kind, query.index.name, query.index.value) : seqPrefix(kind);
       const after = query.cursor ? encodeCursor(decodeCursor(query.cursor)) : null;
-      const range = query.reverse
-        ? { gte: prefix, lt: after ? prefix + after : end(prefix) }
-        : { gt: after ? prefix + after : prefix, lt: end(prefix) };
+      const range = query.reverse ? { gte: prefix, lt: after ? prefix + after : end(prefix) } : { gt: after ? prefix + after : prefix, lt: end(prefix) };
       // One snapshot for the index walk and the body fetch, so a concurrent update cannot make
       // the page disagree with itself.
       const snapshot = db.snapshot();
@@ -399,7 +401,12 @@ export class LevelStore implements Store {
         const entries = (await db.iterator({ ...range, reverse: query.reverse === true, limit: limit + 1, snapshot }).all()) as Array<[string, string]>;
         const page = entries.slice(0, limit);
         const rows = page.length
-          ? (await db.getMany(page.map(([, id]) => recordKey(kind, id)), { snapshot })).map((t) => parse<Row>(t))
+          ? (
+              await db.getMany(
+                page.map(([, id]) => recordKey(kind, id)),
+                { snapshot },
+              )
+            ).map((t) => parse<Row>(t))
           : [];
         const items: Versioned<T>[] = [];
         rows.forEach((row, i) => {
@@ -449,7 +456,9 @@ export class LevelStore implements Store {
   }
 
   private async scanLog(db: Db, snapshot: ReturnType<Db['snapshot']>, after: string | null, limit: number): Promise<{ texts: string[]; last: string | null }> {
-    const entries = (await db.iterator({ gt: after ? EVENT_PREFIX + after : EVENT_PREFIX, lt: end(EVENT_PREFIX), limit, snapshot }).all()) as Array<[string, string]>;
+    const entries = (await db.iterator({ gt: after ? EVENT_PREFIX + after : EVENT_PREFIX, lt: end(EVENT_PREFIX), limit, snapshot }).all()) as Array<
+      [string, string]
+    >;
     return { texts: entries.map(([, t]) => t), last: entries.length ? tailNumber(entries[entries.length - 1][0]) : null };
   }
 
@@ -505,7 +514,10 @@ export class LevelStore implements Store {
         exhausted = lists.every((l) => l.done) && all.length <= want;
       }
       if (cursors.length === 0) break;
-      const bodies = await db.getMany(cursors.map((c) => EVENT_PREFIX + c), { snapshot });
+      const bodies = await db.getMany(
+        cursors.map((c) => EVENT_PREFIX + c),
+        { snapshot },
+      );
       for (let i = 0; i < bodies.length; i++) {
         const t = bodies[i];
         if (t === undefined) continue; // deleted by retention after the posting was read
@@ -654,10 +666,12 @@ export class LevelStore implements Store {
       const p = this.prefetched.get(k);
       this.prefetched.delete(k);
       if (!p || p.at !== this.writesDone) return void rest.push(i);
-      early.push(p.text.then((t) => {
-        if (t && p.at === this.writesDone) out[i] = t.value;
-        else rest.push(i); // the read failed, or a write landed while we waited
-      }));
+      early.push(
+        p.text.then((t) => {
+          if (t && p.at === this.writesDone) out[i] = t.value;
+          else rest.push(i); // the read failed, or a write landed while we waited
+        }),
+      );
     });
     await Promise.all(early);
     if (rest.length) {
@@ -907,7 +921,7 @@ export class LevelStore implements Store {
 
     for (const op of ops) {
       const key = recordKey(op.kind, op.id);
-      const cur = sRows.has(key) ? sRows.get(key)! : rows.get(key) ?? null;
+      const cur = sRows.has(key) ? sRows.get(key)! : (rows.get(key) ?? null);
       let next: Row | null;
       if (op.op === 'create') {
         if (cur) throw new StoreError('conflict', `${op.kind} '${op.id}' already exists`);

@@ -137,7 +137,7 @@ export class MemoryStore implements Store {
     const staged = new Map<string, { kind: RecordKind; id: string; row: Row | null }>();
     const lookup = (kind: RecordKind, id: string): Row | null => {
       const s = staged.get(`${kind}\u0000${id}`);
-      return s ? s.row : this.records.get(kind)?.get(id) ?? null;
+      return s ? s.row : (this.records.get(kind)?.get(id) ?? null);
     };
     let seq = this.lastSeq;
     const results: Array<Versioned<unknown> | null> = [];

@@ -28,7 +28,10 @@ export interface MigrationResult {
 }
 
 export class SchemaTooNewError extends Error {
-  constructor(readonly databaseVersion: number, readonly knownVersion: number) {
+  constructor(
+    readonly databaseVersion: number,
+    readonly knownVersion: number,
+  ) {
     super(
       `the PostgreSQL database has agentd schema version ${databaseVersion}, newer than this agentd knows (${knownVersion}): ` +
         'it was migrated by a newer agentd. Run that version (or newer), or restore a backup taken before the upgrade; this process will not touch it.',
@@ -90,7 +93,8 @@ export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => 
     const deadline = Date.now() + LOCK_WAIT_MS;
     let told = false;
     while (!(await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1::bigint) AS ok', [MIGRATION_LOCK_KEY])).rows[0].ok) {
-      if (Date.now() > deadline) throw new Error(`another agentd has held the PostgreSQL migration lock for over ${LOCK_WAIT_MS / 1000} s; is a migration stuck?`);
+      if (Date.now() > deadline)
+        throw new Error(`another agentd has held the PostgreSQL migration lock for over ${LOCK_WAIT_MS / 1000} s; is a migration stuck?`);
       if (!told) log('agentd: waiting for another instance to finish migrating the PostgreSQL schema');
       told = true;
       await new Promise((r) => setTimeout(r, 200));

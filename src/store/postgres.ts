@@ -135,7 +135,9 @@ const isConnectionError = (e: unknown): boolean => {
   const err = e as { code?: string; message?: string };
   return (
     (typeof err?.code === 'string' && /^(ECONN|EPIPE|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH)/.test(err.code)) ||
-    /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Connection ended/i.test(String(err?.message ?? ''))
+    /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Connection ended/i.test(
+      String(err?.message ?? ''),
+    )
   );
 };
 
@@ -184,7 +186,6 @@ interface PendingCommit {
   reject: (e: unknown) => void;
 }
 
-
 interface EncodedEvent {
   tsMs: number | null;
   fields: Array<string | null>; // EVENT_INDEX_FIELDS order, escaped
@@ -203,8 +204,7 @@ type Taken = { kind: 'commit'; p: PendingCommit; ops: EncodedOp[] } | { kind: 'a
 type QueryConfig = pg.QueryConfig<unknown[]>;
 
 /** JSON text of an event body with its cursor added last (the stored body has none). */
-const withCursor = (body: string, cursor: string): string =>
-  body.length <= 2 ? `{"cursor":"${cursor}"}` : `${body.slice(0, -1)},"cursor":"${cursor}"}`;
+const withCursor = (body: string, cursor: string): string => (body.length <= 2 ? `{"cursor":"${cursor}"}` : `${body.slice(0, -1)},"cursor":"${cursor}"}`);
 
 const cursorText = (c: string | number): string => String(c).padStart(16, '0');
 
@@ -259,7 +259,8 @@ export class PostgresStore implements Store {
           try {
             const v = await schemaVersion(client);
             if (v > latestSchemaVersion()) throw new SchemaTooNewError(v, latestSchemaVersion());
-            if (v < latestSchemaVersion()) throw new Error(`the PostgreSQL schema is at version ${v}, this agentd needs ${latestSchemaVersion()}: run \`agentd migrate\``);
+            if (v < latestSchemaVersion())
+              throw new Error(`the PostgreSQL schema is at version ${v}, this agentd needs ${latestSchemaVersion()}: run \`agentd migrate\``);
           } finally {
             client.release();
           }
@@ -287,7 +288,10 @@ export class PostgresStore implements Store {
         throw new Error(`cannot open the PostgreSQL store at ${describeStoreUrl(this.opts.url)}: ${describe(e)}`, { cause: e });
       }
       if (this.opts.changes !== false) {
-        const feed = new PgChanges({ url: this.opts.url, log: (level, msg, extra) => this.opts.log?.(level === 'info' ? 'info' : 'warn', `${msg}${extra?.err ? `: ${String(extra.err)}` : ''}`) });
+        const feed = new PgChanges({
+          url: this.opts.url,
+          log: (level, msg, extra) => this.opts.log?.(level === 'info' ? 'info' : 'warn', `${msg}${extra?.err ? `: ${String(extra.err)}` : ''}`),
+        });
         await feed.start();
         this.changes = feed;
       }
@@ -686,8 +690,20 @@ export class PostgresStore implements Store {
           'SELECT r_version, r_seq, r_err, r_msg FROM agentd.write_round($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::jsonb[], ' +
           '$8::float8[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[])',
         values: [
-          commitNo, opName, kinds, ids, values, expected, ix,
-          events.map((e) => e.tsMs), col(0), col(1), col(2), col(3), col(4), events.map((e) => e.body),
+          commitNo,
+          opName,
+          kinds,
+          ids,
+          values,
+          expected,
+          ix,
+          events.map((e) => e.tsMs),
+          col(0),
+          col(1),
+          col(2),
+          col(3),
+          col(4),
+          events.map((e) => e.body),
         ],
       },
       false,

@@ -130,14 +130,16 @@ export interface StoreHealth {
 }
 
 export class StoreError extends Error {
-  constructor(readonly code: StoreErrorCode, message: string) {
+  constructor(
+    readonly code: StoreErrorCode,
+    message: string,
+  ) {
     super(message);
     this.name = 'StoreError';
   }
 }
 
-export const isStoreError = (e: unknown, code?: StoreErrorCode): e is StoreError =>
-  e instanceof StoreError && (code === undefined || e.code === code);
+export const isStoreError = (e: unknown, code?: StoreErrorCode): e is StoreError => e instanceof StoreError && (code === undefined || e.code === code);
 
 export interface Store {
   readonly adapter: 'memory' | 'level' | 'postgres';

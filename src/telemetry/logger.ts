@@ -36,9 +36,11 @@ export type LogFn = (level: 'info' | 'warn' | 'error', msg: string, extra?: Reco
 /** AGENTD_LOG_LEVEL and AGENTD_LOG_FORMAT; a value outside the lists is an error, not ignored. */
 export function logSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): { level: LogLevel; format?: LogFormat } {
   const level = (env.AGENTD_LOG_LEVEL ?? 'info').trim().toLowerCase();
-  if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new Error(`AGENTD_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')} (got '${env.AGENTD_LOG_LEVEL}')`);
+  if (!(LOG_LEVELS as readonly string[]).includes(level))
+    throw new Error(`AGENTD_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')} (got '${env.AGENTD_LOG_LEVEL}')`);
   const format = env.AGENTD_LOG_FORMAT?.trim().toLowerCase();
-  if (format !== undefined && format !== '' && format !== 'json' && format !== 'pretty') throw new Error(`AGENTD_LOG_FORMAT must be json or pretty (got '${env.AGENTD_LOG_FORMAT}')`);
+  if (format !== undefined && format !== '' && format !== 'json' && format !== 'pretty')
+    throw new Error(`AGENTD_LOG_FORMAT must be json or pretty (got '${env.AGENTD_LOG_FORMAT}')`);
   return { level: level as LogLevel, ...(format ? { format: format as LogFormat } : {}) };
 }
 
@@ -92,7 +94,11 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
       },
       serializers: {
         // The URL may carry a credential in its query (`?api_key=`): value patterns scrub it.
-        req: (req: { method?: string; url?: string; ip?: string }) => ({ method: req.method, url: redactor.text(String(req.url ?? '')), remoteAddress: req.ip }),
+        req: (req: { method?: string; url?: string; ip?: string }) => ({
+          method: req.method,
+          url: redactor.text(String(req.url ?? '')),
+          remoteAddress: req.ip,
+        }),
         res: (reply: { statusCode?: number }) => ({ statusCode: reply.statusCode }),
         // Errors were made plain (and redacted) by formatters.log, which runs first.
         err: (e: unknown) => e,
@@ -122,7 +128,9 @@ export function prettyLine(line: string, colour = false): string {
   }
   const { time, level, msg, pid: _pid, hostname: _host, reqId, ...rest } = o;
   const t = typeof time === 'string' ? time.slice(11, 23) : '';
-  const name = String(level ?? '').toUpperCase().padEnd(5);
+  const name = String(level ?? '')
+    .toUpperCase()
+    .padEnd(5);
   const lvl = colour ? `\u001b[${LEVEL_COLOURS[String(level)] ?? '0'}m${name}\u001b[0m` : name;
   const fields = Object.entries(rest)
     .map(([k, v]) => `${k}=${typeof v === 'string' && /^[^\s"=]+$/.test(v) ? v : JSON.stringify(v)}`)

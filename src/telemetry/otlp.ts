@@ -282,8 +282,7 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
   const timeoutMillis = options.timeoutMillis ?? 10_000;
   const exporterConfig = { url, headers: { ...(options.headers ?? {}) }, timeoutMillis };
   const exporter: SpanExporter =
-    options.exporter ??
-    (protocol === 'http/json' ? new OTLPHttpJsonTraceExporter(exporterConfig) : new OTLPHttpProtoTraceExporter(exporterConfig));
+    options.exporter ?? (protocol === 'http/json' ? new OTLPHttpJsonTraceExporter(exporterConfig) : new OTLPHttpProtoTraceExporter(exporterConfig));
   // One resource object for every span: the OTLP transformer groups spans by resource identity.
   const resource = resourceFromAttributes({
     'service.name': options.serviceName ?? 'agentd',

@@ -138,16 +138,12 @@ export function createEventRecord(input: EventRecordInput, settings: CaptureSett
   const metadata = (redact(input.metadata ?? {}, redactor) ?? {}) as EventMetadata;
   // An error message quotes whatever failed: a provider's 401 body may echo the Authorization
   // header, a tool's error its connection string.
-  const error = input.error
-    ? { type: redactor.text(String(input.error.type)), message: redactor.text(String(input.error.message)) }
-    : null;
+  const error = input.error ? { type: redactor.text(String(input.error.type)), message: redactor.text(String(input.error.message)) } : null;
   const usage = input.token_usage
     ? {
         input_tokens: num(input.token_usage.input_tokens) ?? 0,
         output_tokens: num(input.token_usage.output_tokens) ?? 0,
-        total_tokens:
-          num(input.token_usage.total_tokens) ??
-          (num(input.token_usage.input_tokens) ?? 0) + (num(input.token_usage.output_tokens) ?? 0),
+        total_tokens: num(input.token_usage.total_tokens) ?? (num(input.token_usage.input_tokens) ?? 0) + (num(input.token_usage.output_tokens) ?? 0),
       }
     : null;
   return {

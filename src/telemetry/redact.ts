@@ -45,8 +45,7 @@ export function isSecretKey(key: string): boolean {
   const cached = secretKeyCache.get(key);
   if (cached !== undefined) return cached;
   const compact = key.toLowerCase().replace(/[^a-z0-9]/g, '');
-  const secret =
-    SECRET_FRAGMENTS.some((f) => compact.includes(f)) || SECRET_SUFFIXES.some((s) => compact.endsWith(s));
+  const secret = SECRET_FRAGMENTS.some((f) => compact.includes(f)) || SECRET_SUFFIXES.some((s) => compact.endsWith(s));
   // Keys are a small, repetitive vocabulary; the bound only stops a hostile payload growing it.
   if (secretKeyCache.size < 10_000) secretKeyCache.set(key, secret);
   return secret;
@@ -70,16 +69,21 @@ export function isSecretKey(key: string): boolean {
 // inside a string, or single-quoted; the closing quote may be missing when the text was cut) or a
 // run of characters up to a delimiter. Separators allow spaces and tabs, not newlines, so
 // `password:` at the end of a line never swallows the next line.
-const anyCase = (word: string): string =>
-  word.replace(/[a-z]/g, (c) => `[${c.toUpperCase()}${c}]`);
+const anyCase = (word: string): string => word.replace(/[a-z]/g, (c) => `[${c.toUpperCase()}${c}]`);
 const QUOTED_VALUE = String.raw`"(?:[^"\\\r\n]|\\.)*"?|\\"(?:[^"\\\r\n]|\\[^"\r\n])*(?:\\")?|'(?:[^'\\\r\n]|\\.)*'?`;
 const BARE_VALUE = String.raw`[^\s"'\\,;&<>{}\[\]()]+`;
 /** A separator whose key (read backwards by a lookbehind) is one of `keys`. */
 const separatorAfter = (keys: string): string => String.raw`[:=](?<=(?:${keys})(?:\\?["'])?[ \t]*[:=])`;
 const HEADER_KEYS = String.raw`(?<![A-Za-z0-9])(?:${anyCase('authorization')}|${anyCase('cookie')})`;
 const CREDENTIAL_KEYS = [
-  `${anyCase('api')}[_-]?${anyCase('key')}`, `${anyCase('access')}[_-]?${anyCase('key')}`, `${anyCase('secret')}[_-]?${anyCase('key')}`,
-  `${anyCase('private')}[_-]?${anyCase('key')}`, anyCase('password'), anyCase('passwd'), anyCase('passphrase'), anyCase('secret'),
+  `${anyCase('api')}[_-]?${anyCase('key')}`,
+  `${anyCase('access')}[_-]?${anyCase('key')}`,
+  `${anyCase('secret')}[_-]?${anyCase('key')}`,
+  `${anyCase('private')}[_-]?${anyCase('key')}`,
+  anyCase('password'),
+  anyCase('passwd'),
+  anyCase('passphrase'),
+  anyCase('secret'),
   `${anyCase('credential')}[sS]?`,
 ].join('|');
 /** Not a letter or digit before the token's first character (checked after it, see above). */

@@ -19,15 +19,7 @@ export interface TraceRecord {
   ended_at: string | null;
 }
 
-export type SpanName =
-  | 'agent.run'
-  | 'agent.step'
-  | 'model.call'
-  | 'tool.batch'
-  | 'tool.call'
-  | 'observation.pipeline'
-  | 'subagent.run'
-  | 'background.run';
+export type SpanName = 'agent.run' | 'agent.step' | 'model.call' | 'tool.batch' | 'tool.call' | 'observation.pipeline' | 'subagent.run' | 'background.run';
 
 export type SpanStatus = 'ok' | 'error' | 'unset';
 /** OpenTelemetry attribute values: primitives or arrays of strings. */
@@ -62,15 +54,7 @@ export interface TraceSummary {
   ended_at: string | null;
 }
 
-const RUN_LEVEL_TYPES = new Set([
-  'user_message',
-  'run_resumed',
-  'run_steered',
-  'run_interrupted',
-  'final_answer',
-  'runtime_error',
-  'guardrail_violation',
-]);
+const RUN_LEVEL_TYPES = new Set(['user_message', 'run_resumed', 'run_steered', 'run_interrupted', 'final_answer', 'runtime_error', 'guardrail_violation']);
 
 const SPAN_NAME_BY_TYPE: Record<string, SpanName> = {
   agent_step: 'agent.step',
@@ -129,8 +113,7 @@ export function spanNameForEventType(eventType: string): SpanName | null {
 // malformed or foreign event degrades the view instead of throwing in a GET handler.
 const str = (v: unknown): string | null => (typeof v === 'string' && v.length > 0 ? v : null);
 const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
-const obj = (v: unknown): Record<string, unknown> | null =>
-  v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
+const obj = (v: unknown): Record<string, unknown> | null => (v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : null);
 const meta = (e: EventInput): Record<string, unknown> => obj(e.metadata) ?? {};
 const metaStr = (e: EventInput, ...keys: string[]): string | null => {
   const m = meta(e);
@@ -140,8 +123,7 @@ const metaStr = (e: EventInput, ...keys: string[]): string | null => {
   }
   return null;
 };
-const ctxField = (e: EventInput, field: 'run_id' | 'session_id' | 'task_id' | 'agent_id'): string | null =>
-  str(e[field]) ?? metaStr(e, field);
+const ctxField = (e: EventInput, field: 'run_id' | 'session_id' | 'task_id' | 'agent_id'): string | null => str(e[field]) ?? metaStr(e, field);
 const ms = (iso: string | null): number | null => {
   if (iso === null) return null;
   const t = Date.parse(iso);
@@ -305,12 +287,7 @@ export function buildTrace<R extends TraceRecord, E extends EventInput>(record: 
   return { ...record, spans, events: ordered };
 }
 
-const POLICY_EVENT_TYPES: ReadonlySet<string> = new Set([
-  'policy_request_created',
-  'policy_decision_allow',
-  'policy_decision_ask',
-  'policy_decision_deny',
-]);
+const POLICY_EVENT_TYPES: ReadonlySet<string> = new Set(['policy_request_created', 'policy_decision_allow', 'policy_decision_ask', 'policy_decision_deny']);
 
 /**
  * One `tool.call` span per tool call. The runtime records a call's policy check (created, decided)
@@ -406,12 +383,18 @@ function spanAttributes(
           const fromMeta = metaStr(e, 'gen_ai.request.model', 'request_model', 'model');
           if (fromMeta !== null) return fromMeta;
           const actor = obj(e.actor);
-          return actor?.type === 'model' ? str(actor.name) ?? str(actor.id) : null;
+          return actor?.type === 'model' ? (str(actor.name) ?? str(actor.id)) : null;
         }),
       );
       // A model_response's `model` is the one the provider says answered.
-      set('gen_ai.response.model', firstOf(events, (e) => metaStr(e, 'gen_ai.response.model', 'response_model') ?? (e.event_type === 'model_response' ? metaStr(e, 'model') : null)));
-      set('gen_ai.provider.name', firstOf(events, (e) => metaStr(e, 'gen_ai.provider.name', 'provider')));
+      set(
+        'gen_ai.response.model',
+        firstOf(events, (e) => metaStr(e, 'gen_ai.response.model', 'response_model') ?? (e.event_type === 'model_response' ? metaStr(e, 'model') : null)),
+      );
+      set(
+        'gen_ai.provider.name',
+        firstOf(events, (e) => metaStr(e, 'gen_ai.provider.name', 'provider')),
+      );
       // metadata survives `capture: metadata_only`; the output is where events before it had it.
       const finish = firstOf(events, (e) => metaStr(e, 'finish_reason') ?? (e.event_type === 'model_response' ? str(obj(e.output)?.finish_reason) : null));
       if (finish !== null) attrs['gen_ai.response.finish_reasons'] = [finish];
@@ -427,10 +410,13 @@ function spanAttributes(
           // The runtime's tool actors are {type: 'tool', id: tool} and {type: 'mcp_server', id: tool, name: server}.
           const actor = obj(e.actor);
           if (actor?.type === 'mcp_server') return str(actor.id);
-          return actor?.type === 'tool' ? str(actor.name) ?? str(actor.id) : null;
+          return actor?.type === 'tool' ? (str(actor.name) ?? str(actor.id)) : null;
         }),
       );
-      set('gen_ai.tool.call.id', firstOf(events, (e) => metaStr(e, 'gen_ai.tool.call.id', 'tool_call_id', 'call_id')));
+      set(
+        'gen_ai.tool.call.id',
+        firstOf(events, (e) => metaStr(e, 'gen_ai.tool.call.id', 'tool_call_id', 'call_id')),
+      );
       // Every agentd tool is declared to the model as a function and run by agentd on its behalf.
       attrs['gen_ai.tool.type'] = 'function';
       set(
@@ -468,8 +454,14 @@ function spanAttributes(
       if (allEvents !== null) {
         // The agent's model, as the semantic conventions ask of invoke_agent when known.
         const model = allEvents.filter((e) => e.event_type === 'model_call' || e.event_type === 'model_response');
-        set('gen_ai.provider.name', firstOf(model, (e) => metaStr(e, 'gen_ai.provider.name', 'provider')));
-        set('gen_ai.request.model', firstOf(model, (e) => (e.event_type === 'model_call' ? metaStr(e, 'gen_ai.request.model', 'request_model', 'model') : null)));
+        set(
+          'gen_ai.provider.name',
+          firstOf(model, (e) => metaStr(e, 'gen_ai.provider.name', 'provider')),
+        );
+        set(
+          'gen_ai.request.model',
+          firstOf(model, (e) => (e.event_type === 'model_call' ? metaStr(e, 'gen_ai.request.model', 'request_model', 'model') : null)),
+        );
       }
       break;
     }
@@ -532,9 +524,7 @@ export interface TraceLookup {
 export function resolveTraceLookup(key: { trace_id?: string | null; run_id?: string | null; session_id?: string | null }): TraceLookup {
   const given = (['trace_id', 'run_id', 'session_id'] as const).filter((k) => key[k] !== undefined && key[k] !== null);
   if (given.length !== 1) {
-    throw new TypeError(
-      `a trace lookup takes exactly one of trace_id, run_id, session_id (got ${given.length === 0 ? 'none' : given.join(', ')})`,
-    );
+    throw new TypeError(`a trace lookup takes exactly one of trace_id, run_id, session_id (got ${given.length === 0 ? 'none' : given.join(', ')})`);
   }
   const k = given[0];
   const value = key[k];

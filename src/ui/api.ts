@@ -11,7 +11,10 @@ export const session = {
 };
 
 export class ApiError extends Error {
-  constructor(readonly status: number, readonly body: unknown) {
+  constructor(
+    readonly status: number,
+    readonly body: unknown,
+  ) {
     super(describe(status, body));
   }
 }
@@ -70,10 +73,19 @@ export interface Frame {
  * An SSE stream read with fetch (EventSource cannot send Authorization). Calls onFrame per frame;
  * resolves when the stream ends. Reconnecting is the caller's (with the last id as Last-Event-ID).
  */
-export async function stream(path: string, init: { method?: string; body?: unknown; lastEventId?: string | null; signal?: AbortSignal }, onFrame: (f: Frame) => void): Promise<void> {
+export async function stream(
+  path: string,
+  init: { method?: string; body?: unknown; lastEventId?: string | null; signal?: AbortSignal },
+  onFrame: (f: Frame) => void,
+): Promise<void> {
   const h = headers({ accept: 'text/event-stream', ...(init.body !== undefined ? { 'content-type': 'application/json' } : {}) });
   if (init.lastEventId) h['last-event-id'] = init.lastEventId;
-  const res = await fetch(path, { method: init.method ?? 'GET', headers: h, body: init.body !== undefined ? JSON.stringify(init.body) : undefined, signal: init.signal });
+  const res = await fetch(path, {
+    method: init.method ?? 'GET',
+    headers: h,
+    body: init.body !== undefined ? JSON.stringify(init.body) : undefined,
+    signal: init.signal,
+  });
   if (!res.ok || !res.body) {
     const text = await res.text().catch(() => '');
     let body: unknown = text;
@@ -112,7 +124,11 @@ export interface Access {
  * operating. Nothing exists under these ids, so nothing changes.
  */
 export async function probeAccess(): Promise<Access> {
-  const status = (p: Promise<unknown>) => p.then(() => 200, (e) => (e instanceof ApiError ? e.status : 0));
+  const status = (p: Promise<unknown>) =>
+    p.then(
+      () => 200,
+      (e) => (e instanceof ApiError ? e.status : 0),
+    );
   const read = await status(api('/runs?limit=1'));
   if (read === 401) return { needsKey: true, canOperate: false, canDecide: false, role: 'none' };
   const probe = 'run_dashboard_probe';
@@ -136,7 +152,8 @@ export function schemaProblems(value: unknown, schema: any, path = '$'): string[
   if (types.length && !types.some((x: string) => x === actual || (x === 'number' && actual === 'integer'))) {
     return [`${path} must be ${types.join(' or ')}`];
   }
-  if (Array.isArray(schema.enum) && !schema.enum.some((e: unknown) => JSON.stringify(e) === JSON.stringify(value))) out.push(`${path} must be one of ${JSON.stringify(schema.enum)}`);
+  if (Array.isArray(schema.enum) && !schema.enum.some((e: unknown) => JSON.stringify(e) === JSON.stringify(value)))
+    out.push(`${path} must be one of ${JSON.stringify(schema.enum)}`);
   if (actual === 'object') {
     const obj = value as Record<string, unknown>;
     for (const r of schema.required ?? []) if (!(r in obj)) out.push(`${path}.${r} is required`);

@@ -36,17 +36,34 @@ export function ApprovalCard({ run, approval, tools, access, onDone }: { run: an
     <div class="card approval" data-approval={approval.approval_id}>
       <h3>
         Approval: <span class="mono tool">{approval.tool_name}</span>{' '}
-        <span class="muted">run <a href={`/ui/runs/${run.run_id}`} onClick={link} class="mono">{run.run_id}</a></span>
+        <span class="muted">
+          run{' '}
+          <a href={`/ui/runs/${run.run_id}`} onClick={link} class="mono">
+            {run.run_id}
+          </a>
+        </span>
       </h3>
-      <p>Reason: <span class="reason">{approval.reason ?? '–'}</span> · asked {new Date(approval.created_at).toLocaleString()}{approval.expires_at ? ` · expires ${new Date(approval.expires_at).toLocaleString()}` : ''}</p>
+      <p>
+        Reason: <span class="reason">{approval.reason ?? '–'}</span> · asked {new Date(approval.created_at).toLocaleString()}
+        {approval.expires_at ? ` · expires ${new Date(approval.expires_at).toLocaleString()}` : ''}
+      </p>
       {access.canDecide && !done ? (
         <>
           <label>Arguments (JSON; edit to approve a changed call)</label>
-          <textarea name="arguments" rows={Math.min(12, args.split('\n').length + 1)} value={args} onInput={(e) => setArgs((e.target as HTMLTextAreaElement).value)} />
+          <textarea
+            name="arguments"
+            rows={Math.min(12, args.split('\n').length + 1)}
+            value={args}
+            onInput={(e) => setArgs((e.target as HTMLTextAreaElement).value)}
+          />
           <div class="row">
             <input name="note" placeholder="note (reaches the model on deny)" value={note} onInput={(e) => setNote((e.target as HTMLInputElement).value)} />
-            <button class="approve" onClick={() => decide('approve')}>Approve</button>
-            <button class="danger deny" onClick={() => decide('deny')}>Deny</button>
+            <button class="approve" onClick={() => decide('approve')}>
+              Approve
+            </button>
+            <button class="danger deny" onClick={() => decide('deny')}>
+              Deny
+            </button>
           </div>
         </>
       ) : (
@@ -81,14 +98,28 @@ export function BudgetCard({ run, request, access, onDone }: { run: any; request
   };
   return (
     <div class="card budget">
-      <h3>Budget: {request.scope} {request.meter} <span class="muted">run <a href={`/ui/runs/${run.run_id}`} onClick={link} class="mono">{run.run_id}</a></span></h3>
-      <p>used {request.used} of {request.limit}, needs {request.needed} (short {request.shortfall})</p>
+      <h3>
+        Budget: {request.scope} {request.meter}{' '}
+        <span class="muted">
+          run{' '}
+          <a href={`/ui/runs/${run.run_id}`} onClick={link} class="mono">
+            {run.run_id}
+          </a>
+        </span>
+      </h3>
+      <p>
+        used {request.used} of {request.limit}, needs {request.needed} (short {request.shortfall})
+      </p>
       {access.canDecide && !done && (
         <div class="row">
           <input name="amount" value={amount} onInput={(e) => setAmount((e.target as HTMLInputElement).value)} />
           <input name="note" placeholder="note" value={note} onInput={(e) => setNote((e.target as HTMLInputElement).value)} />
-          <button class="approve" onClick={() => decide('grant')}>Grant</button>
-          <button class="danger" onClick={() => decide('deny')}>Deny</button>
+          <button class="approve" onClick={() => decide('grant')}>
+            Grant
+          </button>
+          <button class="danger" onClick={() => decide('deny')}>
+            Deny
+          </button>
         </div>
       )}
       {done && <p class="ok">{done}</p>}
@@ -103,7 +134,10 @@ export function ApprovalsPage({ access }: { access: Access }) {
   const [error, setError] = useState<string | null>(null);
   const [approver, setApprover] = useState(session.approver());
   useEffect(() => {
-    api('/tools').then((t) => setTools(t.tools), () => undefined);
+    api('/tools').then(
+      (t) => setTools(t.tools),
+      () => undefined,
+    );
   }, []);
   // The list answers each run's approvals and budget requests already: one request per status.
   usePoll(async () => {
@@ -117,7 +151,8 @@ export function ApprovalsPage({ access }: { access: Access }) {
   }, 2000);
   const items: any[] = [];
   for (const r of runs ?? []) {
-    for (const a of r.approvals ?? []) if (a.status === 'pending') items.push(<ApprovalCard key={a.approval_id} run={r} approval={a} tools={tools} access={access} />);
+    for (const a of r.approvals ?? [])
+      if (a.status === 'pending') items.push(<ApprovalCard key={a.approval_id} run={r} approval={a} tools={tools} access={access} />);
     for (const b of r.budget_requests ?? []) if (b.status === 'pending') items.push(<BudgetCard key={b.request_id} run={r} request={b} access={access} />);
   }
   return (
@@ -125,11 +160,26 @@ export function ApprovalsPage({ access }: { access: Access }) {
       <div class="card row">
         <h3>Pending decisions ({items.length})</h3>
         {access.canDecide && (
-          <label>deciding as <input name="approver" value={approver} onInput={(e) => { const v = (e.target as HTMLInputElement).value; setApprover(v); session.setApprover(v || 'dashboard'); }} /></label>
+          <label>
+            deciding as{' '}
+            <input
+              name="approver"
+              value={approver}
+              onInput={(e) => {
+                const v = (e.target as HTMLInputElement).value;
+                setApprover(v);
+                session.setApprover(v || 'dashboard');
+              }}
+            />
+          </label>
         )}
       </div>
       {error && <p class="error">{error}</p>}
-      {runs && items.length === 0 && <p class="muted" id="inbox-empty">Nothing waits for a decision.</p>}
+      {runs && items.length === 0 && (
+        <p class="muted" id="inbox-empty">
+          Nothing waits for a decision.
+        </p>
+      )}
       {items}
     </>
   );

@@ -28,7 +28,7 @@ function TaskForm({ task, onSaved }: { task?: any; onSaved: () => void }) {
   const [taskId, setTaskId] = useState(task?.task_id ?? '');
   const [query, setQuery] = useState(task?.query ?? '');
   const [type, setType] = useState<string>(s.type);
-  const [value, setValue] = useState<string>(s.expression ?? (s.seconds != null ? String(s.seconds) : s.run_at ?? ''));
+  const [value, setValue] = useState<string>(s.expression ?? (s.seconds != null ? String(s.seconds) : (s.run_at ?? '')));
   const [tz, setTz] = useState<string>(s.timezone ?? 'UTC');
   const [error, setError] = useState<string | null>(null);
   const save = async (e: Event) => {
@@ -56,10 +56,17 @@ function TaskForm({ task, onSaved }: { task?: any; onSaved: () => void }) {
       </div>
       <div class="row">
         <select name="schedule_type" value={type} onChange={(e) => setType((e.target as HTMLSelectElement).value)}>
-          {['manual', 'cron', 'interval', 'once'].map((t) => <option value={t}>{t}</option>)}
+          {['manual', 'cron', 'interval', 'once'].map((t) => (
+            <option value={t}>{t}</option>
+          ))}
         </select>
         {type !== 'manual' && (
-          <input name="schedule_value" placeholder={type === 'cron' ? '0 9 * * *' : type === 'interval' ? 'seconds' : '2026-12-01T09:00:00Z'} value={value} onInput={(e) => setValue((e.target as HTMLInputElement).value)} />
+          <input
+            name="schedule_value"
+            placeholder={type === 'cron' ? '0 9 * * *' : type === 'interval' ? 'seconds' : '2026-12-01T09:00:00Z'}
+            value={value}
+            onInput={(e) => setValue((e.target as HTMLInputElement).value)}
+          />
         )}
         {type === 'cron' && <input name="timezone" placeholder="time zone" value={tz} onInput={(e) => setTz((e.target as HTMLInputElement).value)} />}
         <button type="submit">{task ? 'Save' : 'Create task'}</button>
@@ -74,14 +81,18 @@ function Task({ task, access, refresh, tick }: { task: any; access: Access; refr
   const [state, setState] = useState<any>(null);
   const [editing, setEditing] = useState(false);
   const [msg, setMsg] = useState<string | null>(null);
-  usePoll(async () => {
-    const st = await api(`/background/tasks/${enc(task.task_id)}/status`).catch(() => null);
-    setState(st);
-    if (task.schedule?.type !== 'manual') {
-      const p = await api(`/background/tasks/${enc(task.task_id)}/schedule?count=3`).catch(() => null);
-      setPreview(p?.upcoming ?? null);
-    }
-  }, 5000, [task.task_id, task.updated_at, tick]);
+  usePoll(
+    async () => {
+      const st = await api(`/background/tasks/${enc(task.task_id)}/status`).catch(() => null);
+      setState(st);
+      if (task.schedule?.type !== 'manual') {
+        const p = await api(`/background/tasks/${enc(task.task_id)}/schedule?count=3`).catch(() => null);
+        setPreview(p?.upcoming ?? null);
+      }
+    },
+    5000,
+    [task.task_id, task.updated_at, tick],
+  );
   const act = (path: string, label: string) => async () => {
     try {
       await api(`/background/tasks/${enc(task.task_id)}/${path}`, { method: 'POST', body: {} });
@@ -94,23 +105,54 @@ function Task({ task, access, refresh, tick }: { task: any; access: Access; refr
   const paused = state?.schedule_state?.paused;
   return (
     <div class="card task" data-task={task.task_id}>
-      <h3 class="mono">{task.task_id} {paused && <span class="status s-paused">paused</span>} {!task.enabled && <span class="status s-disabled">disabled</span>}</h3>
+      <h3 class="mono">
+        {task.task_id} {paused && <span class="status s-paused">paused</span>} {!task.enabled && <span class="status s-disabled">disabled</span>}
+      </h3>
       <p>{task.query}</p>
-      <p class="muted">{scheduleText(task.schedule)} · runs {state?.runs ?? '…'} · active {state?.active_runs ?? '…'}</p>
+      <p class="muted">
+        {scheduleText(task.schedule)} · runs {state?.runs ?? '…'} · active {state?.active_runs ?? '…'}
+      </p>
       {preview && (
         <ul class="preview">
-          {preview.map((o) => <li>{o.local_time} <span class="muted">({o.due_at})</span>{o.note && <span class="note"> ⚠ {o.note}</span>}</li>)}
+          {preview.map((o) => (
+            <li>
+              {o.local_time} <span class="muted">({o.due_at})</span>
+              {o.note && <span class="note"> ⚠ {o.note}</span>}
+            </li>
+          ))}
         </ul>
       )}
       {access.canOperate && (
         <div class="row">
-          <button class="run-now" onClick={act('run', 'queued a run')}>Run now</button>
-          {paused ? <button class="resume" onClick={act('resume', 'resumed')}>Resume</button> : <button class="pause" onClick={act('pause', 'paused')}>Pause</button>}
-          <button class="edit" onClick={() => setEditing(!editing)}>{editing ? 'Close' : 'Edit'}</button>
+          <button class="run-now" onClick={act('run', 'queued a run')}>
+            Run now
+          </button>
+          {paused ? (
+            <button class="resume" onClick={act('resume', 'resumed')}>
+              Resume
+            </button>
+          ) : (
+            <button class="pause" onClick={act('pause', 'paused')}>
+              Pause
+            </button>
+          )}
+          <button class="edit" onClick={() => setEditing(!editing)}>
+            {editing ? 'Close' : 'Edit'}
+          </button>
         </div>
       )}
-      <a href={`/ui/machines?task=${enc(task.task_id)}`} onClick={link}>machine</a>
-      {editing && <TaskForm task={task} onSaved={() => { setEditing(false); refresh(); }} />}
+      <a href={`/ui/machines?task=${enc(task.task_id)}`} onClick={link}>
+        machine
+      </a>
+      {editing && (
+        <TaskForm
+          task={task}
+          onSaved={() => {
+            setEditing(false);
+            refresh();
+          }}
+        />
+      )}
       {msg && <p class="muted">{msg}</p>}
     </div>
   );
@@ -135,28 +177,61 @@ function BgRun({ run }: { run: any }) {
   return (
     <>
       <tr class="bg-run" onClick={toggle}>
-        <td class="mono">{run.run_id}</td><td>{run.task_id}</td><td><Status s={run.status} /></td>
-        <td>{run.attempt}/{run.max_attempts}</td><td>{run.trigger_type}</td><td>{fmtTime(run.queued_at)}</td>
+        <td class="mono">{run.run_id}</td>
+        <td>{run.task_id}</td>
+        <td>
+          <Status s={run.status} />
+        </td>
+        <td>
+          {run.attempt}/{run.max_attempts}
+        </td>
+        <td>{run.trigger_type}</td>
+        <td>{fmtTime(run.queued_at)}</td>
         <td class="snippet">{(run.result_preview ?? '').slice(0, 60)}</td>
       </tr>
       {open && (
-        <tr><td colSpan={7}>
-          {error && <p class="error">{error}</p>}
-          <b>Attempts</b>
-          <ul>{attempts.map((a) => <li>#{a.attempt_number} <Status s={a.status} /> {fmtTime(a.started_at)} → {fmtTime(a.finished_at)} {a.reason ? ` · ${a.reason}` : ''} {a.error ? JSON.stringify(a.error).slice(0, 120) : ''}</li>)}</ul>
-          <b>Workspace</b>
-          {files && files.length === 0 && <p class="muted">empty</p>}
-          <ul class="files">
-            {(files ?? []).map((f) => (
-              <li>
-                {f.is_dir ? `${f.path}/` : (
-                  <a href="#" class="file" onClick={(e) => { e.preventDefault(); download(`/background/runs/${enc(run.run_id)}/workspace/files/${f.path.split('/').map(enc).join('/')}`, f.name).catch((err) => setError(String(err))); }}>{f.path}</a>
-                )} <span class="muted">{f.is_dir ? '' : `${f.size} B`}</span>
-              </li>
-            ))}
-          </ul>
-          <a href={`/ui/machines?bgrun=${run.run_id}`} onClick={link}>machine</a>
-        </td></tr>
+        <tr>
+          <td colSpan={7}>
+            {error && <p class="error">{error}</p>}
+            <b>Attempts</b>
+            <ul>
+              {attempts.map((a) => (
+                <li>
+                  #{a.attempt_number} <Status s={a.status} /> {fmtTime(a.started_at)} → {fmtTime(a.finished_at)} {a.reason ? ` · ${a.reason}` : ''}{' '}
+                  {a.error ? JSON.stringify(a.error).slice(0, 120) : ''}
+                </li>
+              ))}
+            </ul>
+            <b>Workspace</b>
+            {files && files.length === 0 && <p class="muted">empty</p>}
+            <ul class="files">
+              {(files ?? []).map((f) => (
+                <li>
+                  {f.is_dir ? (
+                    `${f.path}/`
+                  ) : (
+                    <a
+                      href="#"
+                      class="file"
+                      onClick={(e) => {
+                        e.preventDefault();
+                        download(`/background/runs/${enc(run.run_id)}/workspace/files/${f.path.split('/').map(enc).join('/')}`, f.name).catch((err) =>
+                          setError(String(err)),
+                        );
+                      }}
+                    >
+                      {f.path}
+                    </a>
+                  )}{' '}
+                  <span class="muted">{f.is_dir ? '' : `${f.size} B`}</span>
+                </li>
+              ))}
+            </ul>
+            <a href={`/ui/machines?bgrun=${run.run_id}`} onClick={link}>
+              machine
+            </a>
+          </td>
+        </tr>
       )}
     </>
   );
@@ -167,30 +242,53 @@ export function BackgroundPage({ access }: { access: Access }) {
   const [runs, setRuns] = useState<any[]>([]);
   const [error, setError] = useState<string | null>(null);
   const [tick, setTick] = useState(0);
-  usePoll(async () => {
-    try {
-      const [t, r] = await Promise.all([api('/background/tasks'), api('/background/runs?limit=500')]);
-      setTasks(t.tasks);
-      setRuns([...r.runs].reverse().slice(0, 100));
-      setError(null);
-    } catch (e) {
-      setError(String(e));
-    }
-  }, 2000, [tick]);
+  usePoll(
+    async () => {
+      try {
+        const [t, r] = await Promise.all([api('/background/tasks'), api('/background/runs?limit=500')]);
+        setTasks(t.tasks);
+        setRuns([...r.runs].reverse().slice(0, 100));
+        setError(null);
+      } catch (e) {
+        setError(String(e));
+      }
+    },
+    2000,
+    [tick],
+  );
   const refresh = () => setTick((n) => n + 1);
   return (
     <>
       {access.canOperate && (
-        <div class="card"><h3>New task</h3><TaskForm onSaved={refresh} /></div>
+        <div class="card">
+          <h3>New task</h3>
+          <TaskForm onSaved={refresh} />
+        </div>
       )}
       {error && <p class="error">{error}</p>}
-      {tasks.map((t) => <Task key={t.task_id} task={t} access={access} refresh={refresh} tick={tick} />)}
+      {tasks.map((t) => (
+        <Task key={t.task_id} task={t} access={access} refresh={refresh} tick={tick} />
+      ))}
       {tasks.length === 0 && <p class="muted">No tasks.</p>}
       <div class="card">
         <h3>Background runs</h3>
         <table class="runs">
-          <thead><tr><th>run</th><th>task</th><th>status</th><th>attempt</th><th>trigger</th><th>queued</th><th>result</th></tr></thead>
-          <tbody>{runs.map((r) => <BgRun key={r.run_id} run={r} />)}</tbody>
+          <thead>
+            <tr>
+              <th>run</th>
+              <th>task</th>
+              <th>status</th>
+              <th>attempt</th>
+              <th>trigger</th>
+              <th>queued</th>
+              <th>result</th>
+            </tr>
+          </thead>
+          <tbody>
+            {runs.map((r) => (
+              <BgRun key={r.run_id} run={r} />
+            ))}
+          </tbody>
         </table>
       </div>
     </>

@@ -42,7 +42,15 @@ export function layout(states: string[], transitions: Array<{ source: string; ta
 export function stateOf(machine: string, status: string | undefined, extra: { paused?: boolean; enabled?: boolean } = {}): string | null {
   if (!status) return null;
   if (machine === 'run') {
-    const m: Record<string, string> = { awaiting_approval: 'awaitingApproval', awaiting_budget: 'awaitingBudget', timeout: 'timedOut', completed: 'completed', failed: 'failed', blocked: 'blocked', cancelled: 'cancelled' };
+    const m: Record<string, string> = {
+      awaiting_approval: 'awaitingApproval',
+      awaiting_budget: 'awaitingBudget',
+      timeout: 'timedOut',
+      completed: 'completed',
+      failed: 'failed',
+      blocked: 'blocked',
+      cancelled: 'cancelled',
+    };
     return m[status] ?? null;
   }
   if (machine === 'backgroundRun') return status.startsWith('awaiting_') ? 'awaiting' : status;
@@ -110,7 +118,9 @@ function Graph({ m, current }: { m: any; current: string | null }) {
           const x2 = back ? b.x + W / 2 : b.x;
           const y2 = back ? b.y + (b.y > a.y ? 0 : H) : b.y + H / 2;
           const mx = (x1 + x2) / 2;
-          const d = back ? `M ${a.x + W / 2} ${a.y + (b.y > a.y ? H : 0)} C ${a.x + W / 2 - 40} ${(a.y + b.y) / 2}, ${x2 - 40} ${(a.y + b.y) / 2}, ${x2} ${y2}` : `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`;
+          const d = back
+            ? `M ${a.x + W / 2} ${a.y + (b.y > a.y ? H : 0)} C ${a.x + W / 2 - 40} ${(a.y + b.y) / 2}, ${x2 - 40} ${(a.y + b.y) / 2}, ${x2} ${y2}`
+            : `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`;
           return (
             <path class="edge" d={d} marker-end={`url(#arrow-${m.id})`}>
               <title>{`${t.source} → ${t.target}: ${t.event}`}</title>
@@ -122,7 +132,9 @@ function Graph({ m, current }: { m: any; current: string | null }) {
           return (
             <g class={`state${s === current ? ' current' : ''}${s === initial ? ' initial' : ''}`} data-state={s}>
               <rect x={p.x} y={p.y} width={W} height={H} rx="6" />
-              <text x={p.x + W / 2} y={p.y + H / 2 + 4} text-anchor="middle">{s}</text>
+              <text x={p.x + W / 2} y={p.y + H / 2 + 4} text-anchor="middle">
+                {s}
+              </text>
             </g>
           );
         })}
@@ -144,21 +156,31 @@ export function MachinesPage({ query }: { query: URLSearchParams }) {
   const actor = runId ? `run:${runId}` : bgRunId ? `bgrun:${bgRunId}` : taskId ? `task:${taskId}` : null;
   useLiveState(actor, setLive);
   useEffect(() => {
-    api('/machines').then((m) => setMachines(m.machines), (e) => setError(String(e)));
+    api('/machines').then(
+      (m) => setMachines(m.machines),
+      (e) => setError(String(e)),
+    );
   }, []);
-  usePoll(async () => {
-    if (runId) {
-      const r = await api(`/runs/${encodeURIComponent(runId)}`);
-      setFollow({ machine: 'run', state: stateOf('run', r.status), label: `run ${runId}: ${r.status}` });
-    } else if (bgRunId) {
-      const r = await api(`/background/runs/${encodeURIComponent(bgRunId)}`);
-      setFollow({ machine: 'backgroundRun', state: stateOf('backgroundRun', r.status), label: `background run ${bgRunId}: ${r.status}` });
-    } else if (taskId) {
-      const [t, st] = await Promise.all([api(`/background/tasks/${encodeURIComponent(taskId)}`), api(`/background/tasks/${encodeURIComponent(taskId)}/status`)]);
-      const state = stateOf('task', 'x', { enabled: t.enabled, paused: st.schedule_state?.paused });
-      setFollow({ machine: 'task', state, label: `task ${taskId}: ${state}` });
-    } else setFollow(null);
-  }, 1000, [runId, bgRunId, taskId]);
+  usePoll(
+    async () => {
+      if (runId) {
+        const r = await api(`/runs/${encodeURIComponent(runId)}`);
+        setFollow({ machine: 'run', state: stateOf('run', r.status), label: `run ${runId}: ${r.status}` });
+      } else if (bgRunId) {
+        const r = await api(`/background/runs/${encodeURIComponent(bgRunId)}`);
+        setFollow({ machine: 'backgroundRun', state: stateOf('backgroundRun', r.status), label: `background run ${bgRunId}: ${r.status}` });
+      } else if (taskId) {
+        const [t, st] = await Promise.all([
+          api(`/background/tasks/${encodeURIComponent(taskId)}`),
+          api(`/background/tasks/${encodeURIComponent(taskId)}/status`),
+        ]);
+        const state = stateOf('task', 'x', { enabled: t.enabled, paused: st.schedule_state?.paused });
+        setFollow({ machine: 'task', state, label: `task ${taskId}: ${state}` });
+      } else setFollow(null);
+    },
+    1000,
+    [runId, bgRunId, taskId],
+  );
   const go = (e: Event) => {
     e.preventDefault();
     const v = input.trim();
@@ -169,15 +191,33 @@ export function MachinesPage({ query }: { query: URLSearchParams }) {
     <>
       <form class="card row" onSubmit={go}>
         <h3>State machines</h3>
-        <input name="follow" placeholder="follow a run id, background run id or task id" value={input} onInput={(e) => setInput((e.target as HTMLInputElement).value)} />
+        <input
+          name="follow"
+          placeholder="follow a run id, background run id or task id"
+          value={input}
+          onInput={(e) => setInput((e.target as HTMLInputElement).value)}
+        />
         <button type="submit">Follow</button>
-        {follow && <span class="following">{follow.label}{live?.value ? ` · live: ${live.value}${live.event ? ` (after ${live.event})` : ''}` : follow.state === null ? ' (between steps: several states)' : ''}</span>}
+        {follow && (
+          <span class="following">
+            {follow.label}
+            {live?.value
+              ? ` · live: ${live.value}${live.event ? ` (after ${live.event})` : ''}`
+              : follow.state === null
+                ? ' (between steps: several states)'
+                : ''}
+          </span>
+        )}
       </form>
       {error && <p class="error">{error}</p>}
       {machines.map((m) => (
         <div class="card" key={m.id}>
-          <h3>{m.id} <span class="muted">v{m.version}</span></h3>
-          <div class="scroll"><Graph m={m} current={follow && follow.machine === m.id ? (live?.value ?? follow.state) : null} /></div>
+          <h3>
+            {m.id} <span class="muted">v{m.version}</span>
+          </h3>
+          <div class="scroll">
+            <Graph m={m} current={follow && follow.machine === m.id ? (live?.value ?? follow.state) : null} />
+          </div>
         </div>
       ))}
     </>

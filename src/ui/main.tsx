@@ -48,7 +48,17 @@ function App() {
   };
   useEffect(check, []);
   if (!access) return <p class="muted">{error ?? 'Connecting…'}</p>;
-  if (access.needsKey) return <SignIn onDone={() => { setError(null); setAccess(null); check(); }} error={error} />;
+  if (access.needsKey)
+    return (
+      <SignIn
+        onDone={() => {
+          setError(null);
+          setAccess(null);
+          check();
+        }}
+        error={error}
+      />
+    );
   const page = route.parts[0] ?? 'runs';
   let body;
   if (page === 'runs' && route.parts[1]) body = <RunPage runId={route.parts[1]} access={access} />;
@@ -57,7 +67,9 @@ function App() {
   else if (page === 'machines') body = <MachinesPage query={route.query} />;
   else body = <RunsPage access={access} />;
   const tab = (name: string, label: string) => (
-    <a href={`/ui/${name}`} class={page === name ? 'active' : ''} onClick={link}>{label}</a>
+    <a href={`/ui/${name}`} class={page === name ? 'active' : ''} onClick={link}>
+      {label}
+    </a>
   );
   return (
     <>
@@ -69,9 +81,21 @@ function App() {
           {tab('background', 'Background')}
           {tab('machines', 'Machines')}
         </nav>
-        <span class="role" data-role={access.role}>role: {access.role}</span>
+        <span class="role" data-role={access.role}>
+          role: {access.role}
+        </span>
         {session.key() && (
-          <button class="link" onClick={() => { session.setKey(''); setAccess(null); check(); navigate('/ui/runs'); }}>sign out</button>
+          <button
+            class="link"
+            onClick={() => {
+              session.setKey('');
+              setAccess(null);
+              check();
+              navigate('/ui/runs');
+            }}
+          >
+            sign out
+          </button>
         )}
       </header>
       <main>{body}</main>

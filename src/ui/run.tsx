@@ -25,22 +25,37 @@ function Waterfall({ trace }: { trace: any }) {
   const sorted = [...spans].sort((a, b) => Date.parse(a.started_at) - Date.parse(b.started_at));
   return (
     <table class="waterfall">
-      <thead><tr><th>span</th><th>ms</th><th>tokens</th><th>cost</th><th class="bar-col">timeline ({t1 - t0} ms)</th></tr></thead>
+      <thead>
+        <tr>
+          <th>span</th>
+          <th>ms</th>
+          <th>tokens</th>
+          <th>cost</th>
+          <th class="bar-col">timeline ({t1 - t0} ms)</th>
+        </tr>
+      </thead>
       <tbody>
         {sorted.map((s) => {
           const a = s.attributes ?? {};
-          const tokens = a['gen_ai.usage.input_tokens'] !== undefined ? `${a['gen_ai.usage.input_tokens']}/${a['gen_ai.usage.output_tokens'] ?? 0}` : a.total_tokens ?? a.tokens ?? '';
+          const tokens =
+            a['gen_ai.usage.input_tokens'] !== undefined
+              ? `${a['gen_ai.usage.input_tokens']}/${a['gen_ai.usage.output_tokens'] ?? 0}`
+              : (a.total_tokens ?? a.tokens ?? '');
           const cost = a['agentd.estimated_cost_usd'] ?? a.estimated_cost_usd;
           const left = ((Date.parse(s.started_at) - t0) / (t1 - t0)) * 100;
           const width = Math.max(((end(s) - Date.parse(s.started_at)) / (t1 - t0)) * 100, 0.5);
           const label = a['gen_ai.tool.name'] ?? a['gen_ai.request.model'] ?? '';
           return (
             <tr class="span" key={s.span_id}>
-              <td style={{ paddingLeft: `${depthOf(s) * 14 + 4}px` }}>{s.name} <span class="muted">{String(label)}</span></td>
+              <td style={{ paddingLeft: `${depthOf(s) * 14 + 4}px` }}>
+                {s.name} <span class="muted">{String(label)}</span>
+              </td>
               <td>{s.duration_ms ?? '…'}</td>
               <td>{String(tokens)}</td>
               <td>{typeof cost === 'number' ? `$${cost.toFixed(6)}` : ''}</td>
-              <td class="bar-col"><div class={`bar b-${s.status}`} style={{ marginLeft: `${left}%`, width: `${width}%` }} title={`${s.status} ${s.duration_ms ?? ''} ms`} /></td>
+              <td class="bar-col">
+                <div class={`bar b-${s.status}`} style={{ marginLeft: `${left}%`, width: `${width}%` }} title={`${s.status} ${s.duration_ms ?? ''} ms`} />
+              </td>
             </tr>
           );
         })}
@@ -76,8 +91,16 @@ function SteerForm({ runId, onError }: { runId: string; onError: (e: string | nu
   };
   return (
     <p class="steer">
-      <input id="steer-message" value={text} placeholder="Tell the run something (read before its next model call)" maxLength={32768} onInput={(e) => setText((e.target as HTMLInputElement).value)} />
-      <button id="steer-send" onClick={send}>Steer</button>
+      <input
+        id="steer-message"
+        value={text}
+        placeholder="Tell the run something (read before its next model call)"
+        maxLength={32768}
+        onInput={(e) => setText((e.target as HTMLInputElement).value)}
+      />
+      <button id="steer-send" onClick={send}>
+        Steer
+      </button>
       {sent && <span class="muted"> queued {sent}</span>}
     </p>
   );
@@ -90,18 +113,28 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
   const [error, setError] = useState<string | null>(null);
   const [tools, setTools] = useState<any[]>([]);
   const live = run && !TERMINAL.has(run.status);
-  usePoll(async () => {
-    try {
-      const r = await api(`/runs/${encodeURIComponent(runId)}`);
-      setRun(r);
-      setError(null);
-      api(`/telemetry/runs/${encodeURIComponent(runId)}/trace`).then((t) => setTrace(t.trace ?? t), () => undefined);
-    } catch (e) {
-      setError(String(e));
-    }
-  }, live === false ? 10_000 : 1500, [runId, live]);
+  usePoll(
+    async () => {
+      try {
+        const r = await api(`/runs/${encodeURIComponent(runId)}`);
+        setRun(r);
+        setError(null);
+        api(`/telemetry/runs/${encodeURIComponent(runId)}/trace`).then(
+          (t) => setTrace(t.trace ?? t),
+          () => undefined,
+        );
+      } catch (e) {
+        setError(String(e));
+      }
+    },
+    live === false ? 10_000 : 1500,
+    [runId, live],
+  );
   useEffect(() => {
-    api('/tools').then((t) => setTools(t.tools), () => undefined);
+    api('/tools').then(
+      (t) => setTools(t.tools),
+      () => undefined,
+    );
   }, []);
   // Live events of this run; reconnects with Last-Event-ID so nothing is missed.
   const sessionId = run?.session_id as string | undefined;
@@ -133,37 +166,85 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
   return (
     <>
       <div class="card">
-        <h2 class="mono">{run.run_id} <Status s={run.status} /></h2>
+        <h2 class="mono">
+          {run.run_id} <Status s={run.status} />
+        </h2>
         <p>
           session <span class="mono">{run.session_id}</span> · started {fmtTime(run.created_at)} · step {run.step} · tokens {run.usage?.total_tokens ?? 0}
-          {' · '}<a href={`/ui/machines?run=${run.run_id}`} onClick={link}>machine</a>
+          {' · '}
+          <a href={`/ui/machines?run=${run.run_id}`} onClick={link}>
+            machine
+          </a>
         </p>
         {access.canOperate && live && (
-          <button class="danger" id="cancel-run" onClick={() => api(`/runs/${runId}/cancel`, { method: 'POST', body: {} }).then(() => undefined, (e) => setError(String(e)))}>Cancel run</button>
+          <button
+            class="danger"
+            id="cancel-run"
+            onClick={() =>
+              api(`/runs/${runId}/cancel`, { method: 'POST', body: {} }).then(
+                () => undefined,
+                (e) => setError(String(e)),
+              )
+            }
+          >
+            Cancel run
+          </button>
         )}
         {access.canOperate && run.status === 'running' && (
-          <button id="interrupt-run" onClick={() => api(`/runs/${runId}/interrupt`, { method: 'POST', body: {} }).then(() => undefined, (e) => setError(String(e)))}>Interrupt at next step</button>
+          <button
+            id="interrupt-run"
+            onClick={() =>
+              api(`/runs/${runId}/interrupt`, { method: 'POST', body: {} }).then(
+                () => undefined,
+                (e) => setError(String(e)),
+              )
+            }
+          >
+            Interrupt at next step
+          </button>
         )}
         {access.canOperate && run.status === 'interrupted' && (
-          <button id="resume-run" onClick={() => void api(`/runs/${runId}/resume`, { method: 'POST', body: {} }).then(() => undefined, (e) => setError(String(e)))}>Resume</button>
+          <button
+            id="resume-run"
+            onClick={() =>
+              void api(`/runs/${runId}/resume`, { method: 'POST', body: {} }).then(
+                () => undefined,
+                (e) => setError(String(e)),
+              )
+            }
+          >
+            Resume
+          </button>
         )}
         {access.canOperate && STEERABLE.has(run.status) && <SteerForm runId={runId} onError={setError} />}
         {error && <p class="error">{error}</p>}
         <h3>Answer</h3>
-        <pre class="answer" id="run-answer">{answer || (run.error ? JSON.stringify(run.error) : '…')}</pre>
+        <pre class="answer" id="run-answer">
+          {answer || (run.error ? JSON.stringify(run.error) : '…')}
+        </pre>
       </div>
-      {pending.map((a: any) => <ApprovalCard run={run} approval={a} tools={tools} access={access} key={a.approval_id} />)}
-      {budget.map((b: any) => <BudgetCard run={run} request={b} access={access} key={b.request_id ?? 'budget'} />)}
+      {pending.map((a: any) => (
+        <ApprovalCard run={run} approval={a} tools={tools} access={access} key={a.approval_id} />
+      ))}
+      {budget.map((b: any) => (
+        <BudgetCard run={run} request={b} access={access} key={b.request_id ?? 'budget'} />
+      ))}
       <div class="card">
         <h3>Trace</h3>
         {trace ? <Waterfall trace={trace} /> : <p class="muted">No trace yet.</p>}
       </div>
       <div class="card">
-        <h3>Events <span class="muted">(live)</span></h3>
+        <h3>
+          Events <span class="muted">(live)</span>
+        </h3>
         <table class="events">
           <tbody>
             {events.map((e, i) => (
-              <tr key={i}><td class="mono">{e.type}</td><td>{fmtTime(e.timestamp ?? e.created_at)}</td><td>{summary(e)}</td></tr>
+              <tr key={i}>
+                <td class="mono">{e.type}</td>
+                <td>{fmtTime(e.timestamp ?? e.created_at)}</td>
+                <td>{summary(e)}</td>
+              </tr>
             ))}
           </tbody>
         </table>

@@ -65,12 +65,18 @@ function StartRun({ onChange }: { onChange: () => void }) {
       <div class="row">
         <input name="query" placeholder="Ask the agent…" value={query} onInput={(e) => setQuery((e.target as HTMLInputElement).value)} required />
         <input name="session" placeholder="session id (optional)" value={sessionId} onInput={(e) => setSessionId((e.target as HTMLInputElement).value)} />
-        <button type="submit" disabled={busy || !query.trim()}>Run</button>
+        <button type="submit" disabled={busy || !query.trim()}>
+          Run
+        </button>
       </div>
       {state && (
         <div class="live">
           <span class="muted">{state}</span>{' '}
-          {runId && <a href={`/ui/runs/${runId}`} onClick={link} class="run-link">{runId}</a>}
+          {runId && (
+            <a href={`/ui/runs/${runId}`} onClick={link} class="run-link">
+              {runId}
+            </a>
+          )}
           {answer && <pre class="answer">{answer}</pre>}
         </div>
       )}
@@ -90,33 +96,37 @@ export function RunsPage({ access }: { access: Access }) {
   // so a poll is one or two requests however many runs the store holds, and the newest runs stay
   // fresh. (A run older than that last page keeps the status it had when it was last seen.)
   const tail = useRef<{ key: string; cursor: string | null; runs: Map<string, any> }>({ key: '', cursor: null, runs: new Map() });
-  usePoll(async () => {
-    const q = new URLSearchParams({ limit: '500' });
-    if (status) q.set('status', status);
-    if (sessionId.trim()) q.set('session_id', sessionId.trim());
-    const key = q.toString();
-    // With a status filter a run leaves the set when its status changes, so the set (usually
-    // small: what is running or waiting) is read from the start every time.
-    if (tail.current.key !== key || status) tail.current = { key, cursor: null, runs: new Map() };
-    const t = tail.current;
-    try {
-      let cursor = t.cursor;
-      for (let i = 0; i < MAX_PAGES; i++) {
-        const page = await api(`/runs?${q}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
-        for (const r of page.runs) t.runs.set(r.run_id, r);
-        // This page's start: the next poll reads it again (fresh statuses) and what follows it.
-        t.cursor = cursor;
-        if (!page.next_cursor || page.runs.length === 0) break;
-        cursor = page.next_cursor;
+  usePoll(
+    async () => {
+      const q = new URLSearchParams({ limit: '500' });
+      if (status) q.set('status', status);
+      if (sessionId.trim()) q.set('session_id', sessionId.trim());
+      const key = q.toString();
+      // With a status filter a run leaves the set when its status changes, so the set (usually
+      // small: what is running or waiting) is read from the start every time.
+      if (tail.current.key !== key || status) tail.current = { key, cursor: null, runs: new Map() };
+      const t = tail.current;
+      try {
+        let cursor = t.cursor;
+        for (let i = 0; i < MAX_PAGES; i++) {
+          const page = await api(`/runs?${q}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+          for (const r of page.runs) t.runs.set(r.run_id, r);
+          // This page's start: the next poll reads it again (fresh statuses) and what follows it.
+          t.cursor = cursor;
+          if (!page.next_cursor || page.runs.length === 0) break;
+          cursor = page.next_cursor;
+        }
+        // Keep the newest KEEP_RUNS (a Map keeps insertion order: oldest first).
+        while (t.runs.size > KEEP_RUNS) t.runs.delete(t.runs.keys().next().value as string);
+        if (tail.current === t) setRuns([...t.runs.values()].reverse());
+        setError(null);
+      } catch (e) {
+        setError(String(e));
       }
-      // Keep the newest KEEP_RUNS (a Map keeps insertion order: oldest first).
-      while (t.runs.size > KEEP_RUNS) t.runs.delete(t.runs.keys().next().value as string);
-      if (tail.current === t) setRuns([...t.runs.values()].reverse());
-      setError(null);
-    } catch (e) {
-      setError(String(e));
-    }
-  }, 2000, [status, sessionId, tick]);
+    },
+    2000,
+    [status, sessionId, tick],
+  );
   return (
     <>
       {access.canOperate && <StartRun onChange={() => setTick((n) => n + 1)} />}
@@ -125,18 +135,35 @@ export function RunsPage({ access }: { access: Access }) {
         <div class="row">
           <select name="status" value={status} onChange={(e) => setStatus((e.target as HTMLSelectElement).value)}>
             <option value="">any status</option>
-            {STATUSES.map((s) => <option value={s}>{s}</option>)}
+            {STATUSES.map((s) => (
+              <option value={s}>{s}</option>
+            ))}
           </select>
           <input name="session-filter" placeholder="session id" value={sessionId} onInput={(e) => setSessionId((e.target as HTMLInputElement).value)} />
         </div>
         {error && <p class="error">{error}</p>}
         <table class="runs">
-          <thead><tr><th>run</th><th>status</th><th>session</th><th>started</th><th>tokens</th><th>answer</th></tr></thead>
+          <thead>
+            <tr>
+              <th>run</th>
+              <th>status</th>
+              <th>session</th>
+              <th>started</th>
+              <th>tokens</th>
+              <th>answer</th>
+            </tr>
+          </thead>
           <tbody>
             {runs.slice(0, 200).map((r) => (
               <tr key={r.run_id} onClick={() => navigate(`/ui/runs/${r.run_id}`)}>
-                <td><a href={`/ui/runs/${r.run_id}`} onClick={link}>{r.run_id}</a></td>
-                <td><Status s={r.status} /></td>
+                <td>
+                  <a href={`/ui/runs/${r.run_id}`} onClick={link}>
+                    {r.run_id}
+                  </a>
+                </td>
+                <td>
+                  <Status s={r.status} />
+                </td>
                 <td class="mono">{r.session_id}</td>
                 <td>{fmtTime(r.created_at)}</td>
                 <td>{r.usage?.total_tokens ?? 0}</td>

@@ -57,21 +57,36 @@ function watched(inner: Store): { store: Store; conflicts: () => number; violati
 
 const T0 = '2026-11-05T12:00:00Z';
 const who = (i: number | string, over: Partial<{ session_id: string; agent_id: string }> = {}) => ({
-  run_id: `run_${i}`, session_id: 's_1', agent_id: 'assistant', ...over,
+  run_id: `run_${i}`,
+  session_id: 's_1',
+  agent_id: 'assistant',
+  ...over,
 });
 
 const adapters: Array<[string, () => Promise<{ store: Store; cleanup: () => Promise<void> }>]> = [
-  ['MemoryStore', async () => {
-    const store = new MemoryStore();
-    await store.open();
-    return { store, cleanup: () => store.close() };
-  }],
-  ['LevelStore', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'agentd-ledger-'));
-    const store = new LevelStore({ path: dir, sync: false });
-    await store.open();
-    return { store, cleanup: async () => { await store.close(); await rm(dir, { recursive: true, force: true }); } };
-  }],
+  [
+    'MemoryStore',
+    async () => {
+      const store = new MemoryStore();
+      await store.open();
+      return { store, cleanup: () => store.close() };
+    },
+  ],
+  [
+    'LevelStore',
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'agentd-ledger-'));
+      const store = new LevelStore({ path: dir, sync: false });
+      await store.open();
+      return {
+        store,
+        cleanup: async () => {
+          await store.close();
+          await rm(dir, { recursive: true, force: true });
+        },
+      };
+    },
+  ],
 ];
 
 describe.each(adapters)('BudgetLedger on %s', (_name, make) => {
@@ -82,7 +97,9 @@ describe.each(adapters)('BudgetLedger on %s', (_name, make) => {
     ({ store, cleanup } = await make());
     clock = new ManualClock(Date.parse(T0));
   });
-  afterEach(async () => { await cleanup(); });
+  afterEach(async () => {
+    await cleanup();
+  });
 
   it('200 concurrent runs on one session budget never overspend', async () => {
     const LIMIT = 10_000;
@@ -97,15 +114,17 @@ describe.each(adapters)('BudgetLedger on %s', (_name, make) => {
       return { worst, actual: Math.floor(worst * (0.3 + 0.7 * rand())) };
     });
 
-    const results = await Promise.all(plans.map(async (p, i) => {
-      const ledger = ledgers[i % ledgers.length];
-      const r = await ledger.reserve({ reservation_id: `res_${i}`, ...who(i), amounts: { tokens: p.worst } });
-      if (!r.ok) return { i, r };
-      await new Promise((resolve) => setImmediate(resolve)); // the "model call": let others interleave
-      const s = await ledger.settle(r.reservation, { tokens: p.actual });
-      expect(s.applied).toBe(true);
-      return { i, r };
-    }));
+    const results = await Promise.all(
+      plans.map(async (p, i) => {
+        const ledger = ledgers[i % ledgers.length];
+        const r = await ledger.reserve({ reservation_id: `res_${i}`, ...who(i), amounts: { tokens: p.worst } });
+        if (!r.ok) return { i, r };
+        await new Promise((resolve) => setImmediate(resolve)); // the "model call": let others interleave
+        const s = await ledger.settle(r.reservation, { tokens: p.actual });
+        expect(s.applied).toBe(true);
+        return { i, r };
+      }),
+    );
 
     const entry = (await ledgers[0].getEntry('session:s_1:total', 'tokens'))!;
     const succeeded = results.filter((x) => x.r.ok);
@@ -136,7 +155,10 @@ describe.each(adapters)('BudgetLedger on %s', (_name, make) => {
       run: [{ meter: 'tokens', limit: 400 }],
       session: [{ meter: 'tokens', limit: 1_500 }],
       agent: [{ meter: 'tokens', limit: 2_500 }],
-      application: [{ meter: 'tokens', limit: 4_000 }, { meter: 'model_calls', limit: 40 }],
+      application: [
+        { meter: 'tokens', limit: 4_000 },
+        { meter: 'model_calls', limit: 40 },
+      ],
     };
     const w = watched(store);
     const ledgers = [0, 1].map(() => new BudgetLedger(w.store, config, clock, { maxAttempts: 1000, maxBackoffMs: 2 }));
@@ -147,22 +169,27 @@ describe.each(adapters)('BudgetLedger on %s', (_name, make) => {
       id: who(i, { session_id: sessions[i % 5], agent_id: agents[i % 2] }),
       steps: Array.from({ length: 3 }, () => 50 + Math.floor(rand() * 150)),
     }));
-    await Promise.all(runs.map(async (run, i) => {
-      const ledger = ledgers[i % 2];
-      for (const [step, worst] of run.steps.entries()) {
-        const r = await ledger.reserve({ reservation_id: `${run.id.run_id}:${step}`, ...run.id, amounts: { tokens: worst, model_calls: 1 } });
-        if (!r.ok) return;
-        await new Promise((resolve) => setImmediate(resolve));
-        await ledger.settle(r.reservation, { tokens: Math.floor(worst / 2), model_calls: 1 });
-      }
-    }));
+    await Promise.all(
+      runs.map(async (run, i) => {
+        const ledger = ledgers[i % 2];
+        for (const [step, worst] of run.steps.entries()) {
+          const r = await ledger.reserve({ reservation_id: `${run.id.run_id}:${step}`, ...run.id, amounts: { tokens: worst, model_calls: 1 } });
+          if (!r.ok) return;
+          await new Promise((resolve) => setImmediate(resolve));
+          await ledger.settle(r.reservation, { tokens: Math.floor(worst / 2), model_calls: 1 });
+        }
+      }),
+    );
     expect(w.violations).toEqual([]);
-    const get = async (key: string, meter: 'tokens' | 'model_calls' = 'tokens') =>
-      (await ledgers[0].getEntry(key, meter)) ?? { spent: 0, reserved: 0 };
+    const get = async (key: string, meter: 'tokens' | 'model_calls' = 'tokens') => (await ledgers[0].getEntry(key, meter)) ?? { spent: 0, reserved: 0 };
     const app = await get('application:default:total');
     const sum = async (keys: string[]) => {
       let n = 0;
-      for (const k of keys) { const e = await get(k); n += e.spent; expect(e.reserved).toBe(0); }
+      for (const k of keys) {
+        const e = await get(k);
+        n += e.spent;
+        expect(e.reserved).toBe(0);
+      }
       return n;
     };
     // every settled call was counted on all of its keys or on none
@@ -185,7 +212,8 @@ describe.each(adapters)('BudgetLedger on %s', (_name, make) => {
     const ledger = new BudgetLedger(store, config, clock);
     const r = await ledger.reserve({ reservation_id: 'r1', ...who(1), amounts: { tokens: 150 } });
     expect(r).toEqual({
-      ok: false, on_exhausted: 'terminate',
+      ok: false,
+      on_exhausted: 'terminate',
       shortfall: { key: 'application:default:total', scope: 'application', meter: 'tokens', limit: 100, used: 0, needed: 150, shortfall: 50 },
     });
     expect((await store.listRecords('budget_ledger')).items).toEqual([]);
@@ -195,7 +223,10 @@ describe.each(adapters)('BudgetLedger on %s', (_name, make) => {
     expect(again.ok).toBe(false);
     const entries = await ledger.entriesForRun(who(1));
     expect(entries.map((e) => [e.key, e.reserved])).toEqual([
-      ['run:run_1:total', 60], ['session:s_1:total', 60], ['agent:assistant:total', 60], ['application:default:total', 60],
+      ['run:run_1:total', 60],
+      ['session:s_1:total', 60],
+      ['agent:assistant:total', 60],
+      ['application:default:total', 60],
     ]);
   });
 
@@ -230,7 +261,7 @@ describe.each(adapters)('BudgetLedger on %s', (_name, make) => {
     const b = await ledger.reserve(req);
     expect(a.ok && !a.replayed).toBe(true);
     expect(b.ok && b.replayed && b.reservation).toEqual(a.ok && a.reservation);
-    expect((await ledger.getEntry('session:s_1:total', 'tokens'))).toMatchObject({ reserved: 200, holds: { 'run_1:1:0': 200 } });
+    expect(await ledger.getEntry('session:s_1:total', 'tokens')).toMatchObject({ reserved: 200, holds: { 'run_1:1:0': 200 } });
 
     expect((await ledger.settle('run_1:1:0', { tokens: 120 })).applied).toBe(true);
     expect((await ledger.settle('run_1:1:0', { tokens: 120 })).applied).toBe(false);
@@ -256,10 +287,21 @@ describe.each(adapters)('BudgetLedger on %s', (_name, make) => {
   });
 
   it('settle counts an actual above the hold, and charges the hold for a meter it was not told', async () => {
-    const ledger = new BudgetLedger(store, { session: [{ meter: 'tokens', limit: 100 }, { meter: 'model_calls', limit: 10 }] }, clock);
+    const ledger = new BudgetLedger(
+      store,
+      {
+        session: [
+          { meter: 'tokens', limit: 100 },
+          { meter: 'model_calls', limit: 10 },
+        ],
+      },
+      clock,
+    );
     const r = await ledger.reserve({ reservation_id: 'r', ...who(1), amounts: { tokens: 50, model_calls: 1 } });
     await ledger.settle(r.ok ? r.reservation : 'r', { tokens: 130 });
-    const [calls, tokens] = await ledger.entriesForRun(who(1)).then((es) => [es.find((e) => e.meter === 'model_calls')!, es.find((e) => e.meter === 'tokens')!]);
+    const [calls, tokens] = await ledger
+      .entriesForRun(who(1))
+      .then((es) => [es.find((e) => e.meter === 'model_calls')!, es.find((e) => e.meter === 'tokens')!]);
     expect(tokens).toMatchObject({ spent: 130, reserved: 0, remaining: -30 });
     expect(calls).toMatchObject({ spent: 1, reserved: 0, remaining: 9 });
     const next = await ledger.reserve({ reservation_id: 'r2', ...who(1), amounts: { tokens: 1 } });
@@ -267,7 +309,12 @@ describe.each(adapters)('BudgetLedger on %s', (_name, make) => {
   });
 
   it('day and month windows key by UTC period; settle hits the period it reserved in', async () => {
-    const config: BudgetsConfig = { agent: [{ meter: 'tokens', limit: 100, window: 'day' }, { meter: 'tokens', limit: 1000, window: 'month' }] };
+    const config: BudgetsConfig = {
+      agent: [
+        { meter: 'tokens', limit: 100, window: 'day' },
+        { meter: 'tokens', limit: 1000, window: 'month' },
+      ],
+    };
     const ledger = new BudgetLedger(store, config, clock);
     clock.set('2026-11-30T23:59:00Z');
     const late = await ledger.reserve({ reservation_id: 'late', ...who(1), amounts: { tokens: 90 } });
@@ -295,9 +342,20 @@ describe.each(adapters)('BudgetLedger on %s', (_name, make) => {
     const r1 = await ledger.reserve({ reservation_id: 'a', ...who(1), amounts: { tokens: 40 } });
     expect(r1.ok && r1.warnings).toEqual([]);
     const r2 = await ledger.reserve({ reservation_id: 'b', ...who(1), amounts: { tokens: 20 } });
-    expect(r2.ok && r2.warnings).toEqual([{
-      key: 'session:s_1:total', scope: 'session', meter: 'tokens', window: 'total', limit: 100, granted: 0, spent: 0, reserved: 60, ratio: 0.6, warn_at: 0.5,
-    }]);
+    expect(r2.ok && r2.warnings).toEqual([
+      {
+        key: 'session:s_1:total',
+        scope: 'session',
+        meter: 'tokens',
+        window: 'total',
+        limit: 100,
+        granted: 0,
+        spent: 0,
+        reserved: 60,
+        ratio: 0.6,
+        warn_at: 0.5,
+      },
+    ]);
     expect((await ledger.getEntry('session:s_1:total', 'tokens'))!.warned).toBe(true);
     await ledger.release('b');
     await ledger.release('a');
@@ -346,7 +404,8 @@ describe('pricing', () => {
     expect(estimateCostUsd(undefined, 'm', { input_tokens: 1, output_tokens: 1 }).priced).toBe(false);
     expect(estimateCostUsd(pricing, 'toString', { input_tokens: 1, output_tokens: 1 }).priced).toBe(false);
     expect(modelCallReservation(undefined, 'm', { input_tokens: 10, max_output_tokens: 20 })).toEqual({
-      amounts: { tokens: 30, cost_usd: 0, model_calls: 1 }, priced: false,
+      amounts: { tokens: 30, cost_usd: 0, model_calls: 1 },
+      priced: false,
     });
   });
 });

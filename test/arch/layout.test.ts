@@ -1,7 +1,7 @@
 // Guard rails for the layout (docs/architecture.md "Guard rails"): the dependency rules as ESLint
 // `no-restricted-imports` (eslint.config.js), no import circle (scripts/check-cycles.mjs), and no
 // unused file, export or dependency (knip.jsonc). Each also runs alone: `npx eslint src machines`,
-// `node scripts/check-cycles.mjs`, `npx knip`.
+// `node scripts/check-cycles.mjs`, `npx knip`; and every file formatted by Prettier (.prettierrc.json).
 import { execFile } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -58,7 +58,9 @@ describe('dependency rules (ESLint)', () => {
         expect(await lint(from, `import { x } from '${up}${layer}.js';`), `${from} → ${layer}`).toHaveLength(1);
       }
     }
-    expect(await lint('src/agent/x.ts', "import type { Store } from '../store/store.js';\nimport { retryDecision } from '../../machines/policies/retry.js';")).toEqual([]);
+    expect(
+      await lint('src/agent/x.ts', "import type { Store } from '../store/store.js';\nimport { retryDecision } from '../../machines/policies/retry.js';"),
+    ).toEqual([]);
   });
 
   it('runtime/ and background/ do not import HTTP; store/ imports nothing above it', async () => {
@@ -69,7 +71,9 @@ describe('dependency rules (ESLint)', () => {
   });
 
   it('only config.ts (and the composition root) reads process.env', async () => {
-    expect(await lint('src/runtime/x.ts', 'export const a = process.env.A;')).toEqual([expect.stringMatching(/^no-restricted-properties: .*only reader of process.env/)]);
+    expect(await lint('src/runtime/x.ts', 'export const a = process.env.A;')).toEqual([
+      expect.stringMatching(/^no-restricted-properties: .*only reader of process.env/),
+    ]);
     expect(await lint('src/config.ts', 'export const a = process.env.A;')).toEqual([]);
     expect(await lint('src/cli/x.ts', 'export const a = process.env.A;')).toEqual([]);
   });
@@ -87,14 +91,16 @@ describe('import circles', () => {
     expect(findCycles({ a: ['b'], b: ['c'], c: ['a'], d: ['a'] })).toEqual([['a', 'b', 'c']]);
     expect(findCycles({ a: ['a'] })).toEqual([['a']]);
     expect(findCycles({ a: ['b'], b: [] })).toEqual([]);
-    const specs = valueImports([
-      "import { a } from './a.js';",
-      "import type { B } from './b.js';",
-      "import { type C } from './c.js';",
-      "export { d } from './d.js';",
-      "export type { E } from './e.js';",
-      "const f = () => import('./f.js');",
-    ].join('\n'));
+    const specs = valueImports(
+      [
+        "import { a } from './a.js';",
+        "import type { B } from './b.js';",
+        "import { type C } from './c.js';",
+        "export { d } from './d.js';",
+        "export type { E } from './e.js';",
+        "const f = () => import('./f.js');",
+      ].join('\n'),
+    );
     expect(specs).toEqual(['./a.js', './d.js', './f.js']);
   });
 
@@ -110,8 +116,22 @@ describe('import circles', () => {
 describe('knip', () => {
   it('finds no unused file, export, type or dependency', async () => {
     const bin = join(ROOT, 'node_modules', 'knip', 'bin', 'knip.js');
-    const out = await run(process.execPath, [bin, '--no-progress', '--reporter', 'compact'], { cwd: ROOT, timeout: 120_000, maxBuffer: 8 << 20 })
-      .then(({ stdout }) => stdout, (err: { stdout?: string; stderr?: string }) => `${err.stdout ?? ''}${err.stderr ?? ''}` || String(err));
+    const out = await run(process.execPath, [bin, '--no-progress', '--reporter', 'compact'], { cwd: ROOT, timeout: 120_000, maxBuffer: 8 << 20 }).then(
+      ({ stdout }) => stdout,
+      (err: { stdout?: string; stderr?: string }) => `${err.stdout ?? ''}${err.stderr ?? ''}` || String(err),
+    );
+    expect(out.trim()).toBe('');
+  }, 150_000);
+});
+
+describe('prettier', () => {
+  it('every source, test and script file is formatted (`npm run format` fixes it)', async () => {
+    const bin = join(ROOT, 'node_modules', 'prettier', 'bin', 'prettier.cjs');
+    const globs = ['src/**/*.{ts,tsx}', 'machines/**/*.ts', 'test/**/*.{ts,mjs}', 'scripts/**/*.{ts,mjs}', '*.{ts,mjs,js}'];
+    const out = await run(process.execPath, [bin, '--list-different', ...globs], { cwd: ROOT, timeout: 120_000, maxBuffer: 8 << 20 }).then(
+      ({ stdout }) => stdout,
+      (err: { stdout?: string; stderr?: string }) => `${err.stdout ?? ''}${err.stderr ?? ''}` || String(err),
+    );
     expect(out.trim()).toBe('');
   }, 150_000);
 });

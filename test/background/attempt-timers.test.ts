@@ -10,10 +10,22 @@ class FakeTimers implements Timers {
   private next = 1;
   readonly live = new Map<number, { at: number; fn: () => void; every: number | null }>();
   constructor(private readonly clock: ManualClock) {}
-  setTimeout(fn: () => void, ms: number) { const id = this.next++; this.live.set(id, { at: this.clock.now() + ms, fn, every: null }); return id; }
-  setInterval(fn: () => void, ms: number) { const id = this.next++; this.live.set(id, { at: this.clock.now() + ms, fn, every: ms }); return id; }
-  clearTimeout(t: unknown) { this.live.delete(t as number); }
-  clearInterval(t: unknown) { this.live.delete(t as number); }
+  setTimeout(fn: () => void, ms: number) {
+    const id = this.next++;
+    this.live.set(id, { at: this.clock.now() + ms, fn, every: null });
+    return id;
+  }
+  setInterval(fn: () => void, ms: number) {
+    const id = this.next++;
+    this.live.set(id, { at: this.clock.now() + ms, fn, every: ms });
+    return id;
+  }
+  clearTimeout(t: unknown) {
+    this.live.delete(t as number);
+  }
+  clearInterval(t: unknown) {
+    this.live.delete(t as number);
+  }
   advance(ms: number) {
     const end = this.clock.now() + ms;
     for (;;) {
@@ -31,12 +43,26 @@ class FakeTimers implements Timers {
 
 function handle(id = 'bgrun_1'): Handle {
   return {
-    id, actor: null, row: { id, version: 1, seq: 1, value: {} as never } as Handle['row'], chain: Promise.resolve(), pending: 0, sends: 0, dead: false,
-    heartbeat: null, timeout: null, timeoutAttempt: 0, timedOut: null, tailWrite: null, gate: null,
+    id,
+    actor: null,
+    row: { id, version: 1, seq: 1, value: {} as never } as Handle['row'],
+    chain: Promise.resolve(),
+    pending: 0,
+    sends: 0,
+    dead: false,
+    heartbeat: null,
+    timeout: null,
+    timeoutAttempt: 0,
+    timedOut: null,
+    tailWrite: null,
+    gate: null,
   };
 }
 
-function ctx(status: string, extra: { attempt?: number; timeout_seconds?: number | null; retry_at?: string | null; agent_run_id?: string | null } = {}): BackgroundRunContext {
+function ctx(
+  status: string,
+  extra: { attempt?: number; timeout_seconds?: number | null; retry_at?: string | null; agent_run_id?: string | null } = {},
+): BackgroundRunContext {
   return {
     run: { run_id: 'bgrun_1', status, attempt: extra.attempt ?? 1 },
     internal: { timeout_seconds: extra.timeout_seconds ?? null, retry_at: extra.retry_at ?? null, agent_run_id: extra.agent_run_id ?? 'run_a' },
@@ -49,8 +75,12 @@ function setup(opts: { closed?: boolean } = {}) {
   const sent: Array<{ runId: string; event: BackgroundRunEvent }> = [];
   const timeouts: string[] = [];
   const t = new AttemptTimers({
-    clock, timers, leaseMs: 20_000,
-    send: async (runId, event) => { sent.push({ runId, event }); },
+    clock,
+    timers,
+    leaseMs: 20_000,
+    send: async (runId, event) => {
+      sent.push({ runId, event });
+    },
     onTimeout: (_h, agentRunId) => timeouts.push(agentRunId),
     closed: () => opts.closed ?? false,
   });

@@ -17,7 +17,11 @@ describe('pureStepper', () => {
   it('takes the same steps and returns the same effects as xstate transition()', () => {
     const step = pureStepper(taskMachine);
     const [s0] = initialTransition(taskMachine, { task_id: 't', overlap_policy: 'skip_if_running', enabled: true, paused: false });
-    const due = { type: 'DUE' as const, occurrence: { occurrence_id: 'o', trigger_type: 'interval' as const, due_at: 'x', run_at: 'x', missed: false }, inFlight: { activeRunIds: [], queuedRunIds: ['r1'] } };
+    const due = {
+      type: 'DUE' as const,
+      occurrence: { occurrence_id: 'o', trigger_type: 'interval' as const, due_at: 'x', run_at: 'x', missed: false },
+      inFlight: { activeRunIds: [], queuedRunIds: ['r1'] },
+    };
     const [a, aActs] = step(s0, due);
     const [b, bActs] = transition(taskMachine, s0, due);
     expect(a.value).toEqual(b.value);
@@ -50,7 +54,11 @@ describe('pureStepper', () => {
 
 describe('MirrorQueue', () => {
   const dir = tempDir('agentd-mirror-');
-  const lines = (dirName: string) => readFileSync(join(dir, dirName, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l).n);
+  const lines = (dirName: string) =>
+    readFileSync(join(dir, dirName, 'events.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).n);
 
   it('merges the steps of a folder that wait, keeps their order and writes the newest run.json', async () => {
     const q = new MirrorQueue(1, 50, () => undefined);
@@ -124,7 +132,9 @@ describe('dispatch through a server', () => {
 
   it('many manual runs of one task issued at once: one run each, overlap decided in order', async () => {
     const a = api(server!.url);
-    expect((await a.post('/background/tasks', { task_id: 'par', query: 'hello', schedule: { type: 'manual' }, overlap_policy: 'allow_parallel' })).status).toBe(200);
+    expect((await a.post('/background/tasks', { task_id: 'par', query: 'hello', schedule: { type: 'manual' }, overlap_policy: 'allow_parallel' })).status).toBe(
+      200,
+    );
     const runs = await Promise.all(Array.from({ length: 20 }, () => a.post('/background/tasks/par/run', {})));
     expect(runs.every((r) => r.status === 200 && r.body.status === 'queued')).toBe(true);
     expect(new Set(runs.map((r) => r.body.run_id)).size).toBe(20);

@@ -20,15 +20,49 @@ const at = (s: number) => new Date(T0 + s * 1000).toISOString();
 function ctx(retry: RetryPolicy = {}, maxAttempts = (retry.max_retries ?? 0) + 1): BackgroundRunContext {
   return {
     run: {
-      run_id: 'r1', task_id: 't1', agent_id: 'default', query_snapshot: 'q', trigger_type: 'manual', session_id: 's', workspace_path: '/w',
-      status: 'queued', attempt: 0, max_attempts: maxAttempts, lease_generation: 0, lease_owner: null, lease_token: null, occurrence_id: null,
-      error: null, result_preview: null, triggered_at: at(0), queued_at: at(0), claimed_at: null, started_at: null, heartbeat_at: null,
-      lease_expires_at: null, finished_at: null, cancel_requested_at: null, due_at: null, metadata: {}, trigger_metadata: {},
+      run_id: 'r1',
+      task_id: 't1',
+      agent_id: 'default',
+      query_snapshot: 'q',
+      trigger_type: 'manual',
+      session_id: 's',
+      workspace_path: '/w',
+      status: 'queued',
+      attempt: 0,
+      max_attempts: maxAttempts,
+      lease_generation: 0,
+      lease_owner: null,
+      lease_token: null,
+      occurrence_id: null,
+      error: null,
+      result_preview: null,
+      triggered_at: at(0),
+      queued_at: at(0),
+      claimed_at: null,
+      started_at: null,
+      heartbeat_at: null,
+      lease_expires_at: null,
+      finished_at: null,
+      cancel_requested_at: null,
+      due_at: null,
+      metadata: {},
+      trigger_metadata: {},
     },
     internal: {
-      trace_id: 'trace_1', span_id: 'span_1', agent_run_id: null, continue_agent: false, next_reason: null, retry_at: null, not_before: null,
-      retry_policy: retry, timeout_seconds: null, overlap_policy: 'skip_if_running', write_events_jsonl: true, write_run_json: true,
-      current_attempt: null, last_closed_attempt: null,
+      trace_id: 'trace_1',
+      span_id: 'span_1',
+      agent_run_id: null,
+      continue_agent: false,
+      next_reason: null,
+      retry_at: null,
+      not_before: null,
+      retry_policy: retry,
+      timeout_seconds: null,
+      overlap_policy: 'skip_if_running',
+      write_events_jsonl: true,
+      write_run_json: true,
+      current_attempt: null,
+      last_closed_attempt: null,
     },
   };
 }
@@ -44,9 +78,7 @@ function harness(input: BackgroundRunContext, restore = false) {
       cancelAgent: (_a, params) => cancels.push(params.agent_run_id),
     },
   });
-  const actor = restore
-    ? createActor(machine, { snapshot: persistedSnapshotOf(input) as never, input: undefined as never })
-    : createActor(machine, { input });
+  const actor = restore ? createActor(machine, { snapshot: persistedSnapshotOf(input) as never, input: undefined as never }) : createActor(machine, { input });
   actor.start();
   const send = (e: BackgroundRunEvent) => actor.send(e);
   const events = () => records.flatMap((r) => r.params.events.map((e) => e.type));
@@ -55,9 +87,21 @@ function harness(input: BackgroundRunContext, restore = false) {
 
 const claim = (n: number): BackgroundRunEvent => ({ type: 'CLAIM', at: at(n), worker_id: 'w1', lease_token: `lease_${n}`, lease_expires_at: at(n + 30) });
 const start = (n: number): BackgroundRunEvent => ({ type: 'START', at: at(n), attempt_id: `attempt_${n}` });
-const done = (n: number, agent: string, outcome: Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }>['outcome'], extra: Partial<Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }>> = {}): BackgroundRunEvent => ({
-  type: 'AGENT_DONE', at: at(n), agent_run_id: agent, outcome, error: outcome === 'completed' ? null : 'boom', result_preview: outcome === 'completed' ? 'answer' : null,
-  retryable: true, side_effects: [], ...extra,
+const done = (
+  n: number,
+  agent: string,
+  outcome: Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }>['outcome'],
+  extra: Partial<Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }>> = {},
+): BackgroundRunEvent => ({
+  type: 'AGENT_DONE',
+  at: at(n),
+  agent_run_id: agent,
+  outcome,
+  error: outcome === 'completed' ? null : 'boom',
+  result_preview: outcome === 'completed' ? 'answer' : null,
+  retryable: true,
+  side_effects: [],
+  ...extra,
 });
 
 describe('background-run machine', () => {
@@ -72,7 +116,14 @@ describe('background-run machine', () => {
     expect(h.run()).toMatchObject({ heartbeat_at: at(3), lease_expires_at: at(33) });
     h.send(done(4, 'r1', 'completed'));
     expect(h.actor.getSnapshot().status).toBe('done');
-    expect(h.run()).toMatchObject({ status: 'completed', finished_at: at(4), result_preview: 'answer', lease_owner: null, lease_token: null, lease_expires_at: null });
+    expect(h.run()).toMatchObject({
+      status: 'completed',
+      finished_at: at(4),
+      result_preview: 'answer',
+      lease_owner: null,
+      lease_token: null,
+      lease_expires_at: null,
+    });
     expect(h.events()).toEqual(['background_run_claimed', 'background_run_started', 'background_run_heartbeat', 'background_run_completed']);
     // The attempt opened at start and closed at the end rode along with the record effects.
     expect(h.records[1].params.attempts[0]).toMatchObject({ attempt_number: 1, status: 'running', reason: 'initial', worker_id: 'w1', lease_token: 'lease_1' });
@@ -100,8 +151,13 @@ describe('background-run machine', () => {
     h.send(done(10, 'r1.a2', 'failed'));
     expect(h.run()).toMatchObject({ status: 'failed', error: 'boom' });
     expect(h.events()).toEqual([
-      'background_run_claimed', 'background_run_started', 'background_run_retrying', 'background_run_queued',
-      'background_run_claimed', 'background_run_started', 'background_run_failed',
+      'background_run_claimed',
+      'background_run_started',
+      'background_run_retrying',
+      'background_run_queued',
+      'background_run_claimed',
+      'background_run_started',
+      'background_run_failed',
     ]);
   });
 
@@ -256,9 +312,12 @@ describe('task machine', () => {
   function task(input: Partial<TaskInput> = {}) {
     const dispatched: DispatchParams[] = [];
     const dropped: DropParams[] = [];
-    const actor = createActor(taskMachine.provide({
-      actions: { dispatch: (_a, p) => dispatched.push(p), drop: (_a, p) => dropped.push(p) },
-    }), { input: { task_id: 't1', overlap_policy: 'skip_if_running', enabled: true, paused: false, ...input } });
+    const actor = createActor(
+      taskMachine.provide({
+        actions: { dispatch: (_a, p) => dispatched.push(p), drop: (_a, p) => dropped.push(p) },
+      }),
+      { input: { task_id: 't1', overlap_policy: 'skip_if_running', enabled: true, paused: false, ...input } },
+    );
     actor.start();
     return { actor, dispatched, dropped };
   }
@@ -270,7 +329,10 @@ describe('task machine', () => {
     const t = task();
     t.actor.send({ type: 'DUE', occurrence: occ, inFlight: idle });
     t.actor.send({ type: 'DUE', occurrence: occ, inFlight: busy });
-    expect(t.dispatched.map((d) => [d.trigger, d.decision.action])).toEqual([['schedule', 'start'], ['schedule', 'skip']]);
+    expect(t.dispatched.map((d) => [d.trigger, d.decision.action])).toEqual([
+      ['schedule', 'start'],
+      ['schedule', 'skip'],
+    ]);
     expect(t.dispatched[0].occurrence).toEqual(occ);
   });
 

@@ -66,7 +66,9 @@ describe('restart in the middle of a running background run', () => {
     const url = await startChild(config);
     const a = api(url);
     const created = await a.post('/background/tasks', {
-      task_id: 'crashy', query: 'CALL bg_mark {"tag": "m"}; CALL bg_slow {"tag": "s"}', schedule: { type: 'manual' },
+      task_id: 'crashy',
+      query: 'CALL bg_mark {"tag": "m"}; CALL bg_slow {"tag": "s"}',
+      schedule: { type: 'manual' },
       retry_policy: { max_retries: 1, initial_delay_seconds: 0 },
     });
     expect(created.status).toBe(200);
@@ -101,15 +103,24 @@ describe('restart in the middle of a running background run', () => {
     // machine's load allows: the lifecycle order is what is checked.
     const names = eventNames((await b.get(`/background/runs/${runId}/events`)).body.events).filter((n) => n !== 'background_run_heartbeat');
     expect(names).toEqual([
-      'background_run_queued', 'background_run_claimed', 'background_run_started',
-      'background_run_recovered', 'background_run_started', 'background_run_completed',
+      'background_run_queued',
+      'background_run_claimed',
+      'background_run_started',
+      'background_run_recovered',
+      'background_run_started',
+      'background_run_completed',
     ]);
     // The completed non-idempotent call ran once, ever; the idempotent slow one ran again.
     expect(ledgerLines().filter((l) => l.startsWith('mark:'))).toHaveLength(1);
     expect(ledgerLines().filter((l) => l.startsWith('slow:start'))).toHaveLength(2);
     const agentRun = (await b.get(`/runs/${runId}`)).body;
     expect(agentRun.status).toBe('completed');
-    expect(agentRun.tool_calls.map((c: any) => [c.tool_name, c.outcome])).toEqual(expect.arrayContaining([['bg_mark', 'success'], ['bg_slow', 'success']]));
+    expect(agentRun.tool_calls.map((c: any) => [c.tool_name, c.outcome])).toEqual(
+      expect.arrayContaining([
+        ['bg_mark', 'success'],
+        ['bg_slow', 'success'],
+      ]),
+    );
   });
 
   it('after a graceful shutdown mid-run, the next start continues the interrupted agent run', async () => {
@@ -121,7 +132,9 @@ describe('restart in the middle of a running background run', () => {
     const first = await startTestServer(config, { dataDir: dir });
     const a = api(first.url);
     await a.post('/background/tasks', {
-      task_id: 'graceful', query: 'CALL bg_mark {"tag": "g"}; CALL bg_slow {"tag": "g"}', schedule: { type: 'manual' },
+      task_id: 'graceful',
+      query: 'CALL bg_mark {"tag": "g"}; CALL bg_slow {"tag": "g"}',
+      schedule: { type: 'manual' },
       retry_policy: { max_retries: 1, initial_delay_seconds: 0 },
     });
     const runId = (await a.post('/background/tasks/graceful/run', {})).body.run_id as string;
@@ -134,7 +147,10 @@ describe('restart in the middle of a running background run', () => {
       const done = await waitRun(b, runId, undefined, 15_000);
       expect(done).toMatchObject({ status: 'completed', attempt: 2 });
       const attempts = (await b.get(`/background/runs/${runId}/attempts`)).body.attempts;
-      expect(attempts.map((x: any) => [x.status, x.reason])).toEqual([['interrupted', 'initial'], ['completed', 'recovery']]);
+      expect(attempts.map((x: any) => [x.status, x.reason])).toEqual([
+        ['interrupted', 'initial'],
+        ['completed', 'recovery'],
+      ]);
       eventNames((await b.get(`/background/runs/${runId}/events`)).body.events);
       expect(ledgerLines().filter((l) => l.startsWith('mark:'))).toHaveLength(1);
       const agentRun = (await b.get(`/runs/${runId}`)).body;
@@ -149,7 +165,10 @@ describe('restart in the middle of a running background run', () => {
 describe('workspace mirror after a crash', () => {
   it('a run picked up by a new process gets the events.jsonl lines a crash lost, in order', async () => {
     const dir = tempDir('agentd-bg-mirror-');
-    const config = { ...configFor(model.url), agent: { model: { provider: 'openai-compatible', base_url: model.url, model: 'scripted' }, tools: { builtin: [] } } };
+    const config = {
+      ...configFor(model.url),
+      agent: { model: { provider: 'openai-compatible', base_url: model.url, model: 'scripted' }, tools: { builtin: [] } },
+    };
     const first = await startTestServer(config, { dataDir: dir });
     let runId: string;
     let path: string;

@@ -102,13 +102,20 @@ describe('a manual run, end to end', () => {
 
     const ev = await events(r.run_id);
     // Heartbeats come every lease/4 (500 ms here) while the run works: how many depends on the machine's load.
-    expect(eventNames(ev).filter((n) => n !== 'background_run_heartbeat')).toEqual(['background_run_queued', 'background_run_claimed', 'background_run_started', 'background_run_completed']);
+    expect(eventNames(ev).filter((n) => n !== 'background_run_heartbeat')).toEqual([
+      'background_run_queued',
+      'background_run_claimed',
+      'background_run_started',
+      'background_run_completed',
+    ]);
     for (const e of ev) expect(e).toMatchObject({ run_id: r.run_id, task_id: t, agent_id: 'default', trace_id: expect.stringMatching(/^trace_/) });
     expect(new Set(ev.map((e) => e.trace_id)).size).toBe(1);
     expect(ev.at(-1)).toMatchObject({ status: 'completed', attempt: 1, lease_generation: 1 });
 
     const at = await attempts(r.run_id);
-    expect(at).toEqual([expect.objectContaining({ attempt_number: 1, status: 'completed', reason: 'initial', agent_run_id: r.run_id, finished_at: expect.any(String) })]);
+    expect(at).toEqual([
+      expect.objectContaining({ attempt_number: 1, status: 'completed', reason: 'initial', agent_run_id: r.run_id, finished_at: expect.any(String) }),
+    ]);
 
     // The same events are in telemetry, on the background run's own trace, in one background.run span.
     const tel = await a.get(`/telemetry/events?run_id=${r.run_id}&event_type=background_run_completed`);
@@ -116,7 +123,12 @@ describe('a manual run, end to end', () => {
     // Its sequence is its place in the run's lifecycle, heartbeats included (their count depends on load).
     const completedSeq = (ev.find((e) => e.event === 'background_run_completed') as { sequence: number }).sequence;
     expect(completedSeq).toBeGreaterThanOrEqual(4);
-    expect(tel.body.events[0]).toMatchObject({ trace_id: ev[0].trace_id, sequence: completedSeq, actor: { type: 'background' }, metadata: { task_id: t, status: 'completed' } });
+    expect(tel.body.events[0]).toMatchObject({
+      trace_id: ev[0].trace_id,
+      sequence: completedSeq,
+      actor: { type: 'background' },
+      metadata: { task_id: t, status: 'completed' },
+    });
     const trace = await a.get(`/telemetry/traces/${ev[0].trace_id}`);
     expect(trace.status).toBe(200);
     const spans = JSON.stringify(trace.body);
@@ -140,14 +152,26 @@ describe('a manual run, end to end', () => {
 
     const runJson = JSON.parse(readFileSync(join(server.dataDir, 'workspaces', r.workspace_path, 'run.json'), 'utf8'));
     expect(runJson).toMatchObject({ run_id: r.run_id, status: 'completed' });
-    const lines = readFileSync(join(server.dataDir, 'workspaces', r.workspace_path, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const lines = readFileSync(join(server.dataDir, 'workspaces', r.workspace_path, 'events.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines.map((l) => l.sequence)).toEqual([1, 2, 3, 4]);
-    expect(Object.keys(lines[0]).sort()).toEqual(['agent_id', 'attempt', 'event', 'lease_generation', 'run_id', 'sequence', 'status', 'task_id', 'timestamp', 'worker_id'].sort());
+    expect(Object.keys(lines[0]).sort()).toEqual(
+      ['agent_id', 'attempt', 'event', 'lease_generation', 'run_id', 'sequence', 'status', 'task_id', 'timestamp', 'worker_id'].sort(),
+    );
 
     const file = await fetch(`${server.url}/background/runs/${r.run_id}/workspace/files/notes/a.txt`);
     expect(file.status).toBe(200);
     expect(await file.text()).toBe('hello file');
-    for (const bad of ['../../../config.json', '..%2F..%2F..%2Fconfig.json', '%2E%2E/%2E%2E/x', 'notes/../../../x', 'notes/..%2F..%2F..%2Fx', '%2Fetc%2Fpasswd']) {
+    for (const bad of [
+      '../../../config.json',
+      '..%2F..%2F..%2Fconfig.json',
+      '%2E%2E/%2E%2E/x',
+      'notes/../../../x',
+      'notes/..%2F..%2F..%2Fx',
+      '%2Fetc%2Fpasswd',
+    ]) {
       const res = await rawGet(`/background/runs/${r.run_id}/workspace/files/${bad}`);
       expect(res.status, bad).toBe(400);
       expect(JSON.parse(res.body), bad).toEqual({ detail: expect.any(String) });
@@ -276,13 +300,26 @@ describe('retries and timeouts', () => {
     expect(done).toMatchObject({ status: 'completed', attempt: 2, error: null });
     const at = await attempts(r.run_id);
     expect(at).toEqual([
-      expect.objectContaining({ attempt_number: 1, status: 'failed', reason: 'initial', retry_delay_seconds: 1, agent_run_id: r.run_id, error: expect.stringContaining('scripted failure') }),
+      expect.objectContaining({
+        attempt_number: 1,
+        status: 'failed',
+        reason: 'initial',
+        retry_delay_seconds: 1,
+        agent_run_id: r.run_id,
+        error: expect.stringContaining('scripted failure'),
+      }),
       expect.objectContaining({ attempt_number: 2, status: 'completed', reason: 'retry', agent_run_id: `${r.run_id}.a2` }),
     ]);
     expect(Date.parse(at[1].started_at) - Date.parse(at[0].finished_at)).toBeGreaterThanOrEqual(1000);
     expect(eventNames(await events(r.run_id))).toEqual([
-      'background_run_queued', 'background_run_claimed', 'background_run_started', 'background_run_retrying',
-      'background_run_queued', 'background_run_claimed', 'background_run_started', 'background_run_completed',
+      'background_run_queued',
+      'background_run_claimed',
+      'background_run_started',
+      'background_run_retrying',
+      'background_run_queued',
+      'background_run_claimed',
+      'background_run_started',
+      'background_run_completed',
     ]);
   });
 
@@ -292,7 +329,11 @@ describe('retries and timeouts', () => {
     const done = await waitRun(a, r.run_id, undefined, 15_000);
     expect(done).toMatchObject({ status: 'failed', attempt: 3, error: expect.stringContaining('scripted failure') });
     const at = await attempts(r.run_id);
-    expect(at.map((x) => [x.status, x.retry_delay_seconds])).toEqual([['failed', 1], ['failed', 2], ['failed', null]]);
+    expect(at.map((x) => [x.status, x.retry_delay_seconds])).toEqual([
+      ['failed', 1],
+      ['failed', 2],
+      ['failed', null],
+    ]);
     const names = eventNames(await events(r.run_id));
     expect(names.filter((n) => n === 'background_run_retrying')).toHaveLength(2);
     expect(names.at(-1)).toBe('background_run_failed');
@@ -304,7 +345,11 @@ describe('retries and timeouts', () => {
     expect(done.status).toBe('failed');
     expect(done.metadata.side_effects).toEqual([expect.objectContaining({ tool_name: 'bg_mark', outcome: 'success' })]);
     expect(await attempts(done.run_id)).toHaveLength(1);
-    expect(readFileSync(ledger, 'utf8').split('\n').filter((l) => l.startsWith(`mark:once:${done.run_id}`))).toHaveLength(1);
+    expect(
+      readFileSync(ledger, 'utf8')
+        .split('\n')
+        .filter((l) => l.startsWith(`mark:once:${done.run_id}`)),
+    ).toHaveLength(1);
   });
 
   it('stops an attempt at timeout_seconds, with heartbeats while it ran', async () => {
@@ -319,7 +364,11 @@ describe('retries and timeouts', () => {
   });
 
   it('retries a timed-out attempt when retry_on includes timeout', async () => {
-    const t = await task({ query: 'CALL bg_slow {"ms": 20000}', timeout_seconds: 1, retry_policy: { max_retries: 1, initial_delay_seconds: 0, retry_on: ['timeout'] } });
+    const t = await task({
+      query: 'CALL bg_slow {"ms": 20000}',
+      timeout_seconds: 1,
+      retry_policy: { max_retries: 1, initial_delay_seconds: 0, retry_on: ['timeout'] },
+    });
     const r = await run(t);
     const done = await waitRun(a, r.run_id, undefined, 10_000);
     expect(done).toMatchObject({ status: 'timeout', attempt: 2 });
@@ -385,9 +434,13 @@ describe('cancellation and waiting', () => {
     expect(r.status).toBe('awaiting_approval');
     expect((await a.post(`/background/runs/${r.run_id}/cancel`)).status).toBe(200);
     expect((await waitRun(a, r.run_id)).status).toBe('cancelled');
-    expect((await eventually(async () => {
-      const ag = await a.get(`/runs/${r.run_id}`);
-      return ag.body.status === 'cancelled' ? ag.body : null;
-    })).status).toBe('cancelled');
+    expect(
+      (
+        await eventually(async () => {
+          const ag = await a.get(`/runs/${r.run_id}`);
+          return ag.body.status === 'cancelled' ? ag.body : null;
+        })
+      ).status,
+    ).toBe('cancelled');
   });
 });

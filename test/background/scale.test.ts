@@ -124,10 +124,20 @@ describe('workspace confinement', () => {
     expect(JSON.parse(ws.text).workspace_path).toBe(run.workspace_path);
     expect(JSON.parse(ws.text).files.map((f: { path: string }) => f.path)).toEqual(expect.arrayContaining(['out.txt', 'run.json', 'events.jsonl']));
     for (const p of [
-      `/background/tasks/${t}`, '/background/tasks', `/background/tasks/${t}/status`, `/background/runs/${run.run_id}`,
-      `/background/runs?task_id=${t}`, '/background/runs', `/background/runs/${run.run_id}/events`, `/background/runs/${run.run_id}/attempts`,
-      '/background/status', '/background/agents', '/background/agents/default', `/background/runs/${run.run_id}/workspace/files/run.json`,
-    ]) keep(await a.get(p));
+      `/background/tasks/${t}`,
+      '/background/tasks',
+      `/background/tasks/${t}/status`,
+      `/background/runs/${run.run_id}`,
+      `/background/runs?task_id=${t}`,
+      '/background/runs',
+      `/background/runs/${run.run_id}/events`,
+      `/background/runs/${run.run_id}/attempts`,
+      '/background/status',
+      '/background/agents',
+      '/background/agents/default',
+      `/background/runs/${run.run_id}/workspace/files/run.json`,
+    ])
+      keep(await a.get(p));
     // A refused template's message names the rendered template, not the server path.
     answers.push((await create('thief2', 'sessions/victim')).text);
     const dirs = [server.dataDir, realpathSync(server.dataDir)];
@@ -138,11 +148,21 @@ describe('workspace confinement', () => {
 describe('shared namespaces, when the config allows them', () => {
   it('background.workspace.allow_shared_namespaces lets a template leave the task namespace (still not the root)', async () => {
     await withServer({ ...base, background: { ...base.background, workspace: { allow_shared_namespaces: true } } }, async (_s, a) => {
-      const ok = await a.post('/background/tasks', { task_id: 'sh', query: 'hello', schedule: { type: 'manual' }, workspace_policy: { namespace_template: 'shared/{run_id}' } });
+      const ok = await a.post('/background/tasks', {
+        task_id: 'sh',
+        query: 'hello',
+        schedule: { type: 'manual' },
+        workspace_policy: { namespace_template: 'shared/{run_id}' },
+      });
       expect(ok.status).toBe(200);
       const run = (await a.post('/background/tasks/sh/run', { wait: true })).body;
       expect(run.workspace_path).toBe(`shared/${run.run_id}`);
-      const up = await a.post('/background/tasks', { task_id: 'up', query: 'hello', schedule: { type: 'manual' }, workspace_policy: { namespace_template: 'shared/../..' } });
+      const up = await a.post('/background/tasks', {
+        task_id: 'up',
+        query: 'hello',
+        schedule: { type: 'manual' },
+        workspace_policy: { namespace_template: 'shared/../..' },
+      });
       expect(up.status).toBe(422);
     });
   });
@@ -153,11 +173,18 @@ describe('skipped occurrences, retention and deletion', () => {
     await withServer(base, async (s, a) => {
       // The first run parks for an approval, so every later occurrence finds it in flight.
       expect((await a.post('/background/tasks', { task_id: 'tick', query: 'CALL bg_ask {}', schedule: { type: 'interval', seconds: 1 } })).status).toBe(200);
-      const st = await eventually(async () => {
-        const r = (await a.get('/background/tasks/tick/status')).body;
-        return r.schedule_state?.skipped_occurrences >= 2 ? r : null;
-      }, 8_000, 'two skipped occurrences');
-      expect(st.schedule_state.last_skipped).toMatchObject({ occurrence_id: expect.stringMatching(/^interval:/), reason: expect.stringContaining('skip_if_running') });
+      const st = await eventually(
+        async () => {
+          const r = (await a.get('/background/tasks/tick/status')).body;
+          return r.schedule_state?.skipped_occurrences >= 2 ? r : null;
+        },
+        8_000,
+        'two skipped occurrences',
+      );
+      expect(st.schedule_state.last_skipped).toMatchObject({
+        occurrence_id: expect.stringMatching(/^interval:/),
+        reason: expect.stringContaining('skip_if_running'),
+      });
       const runs = (await a.get('/background/runs?task_id=tick')).body;
       expect(runs.total).toBe(1);
       expect(runs.runs[0].status).toBe('awaiting_approval');
@@ -171,7 +198,16 @@ describe('skipped occurrences, retention and deletion', () => {
 
   it('DELETE with delete_runs removes the runs and the task workspace tree', async () => {
     await withServer(base, async (s, a) => {
-      expect((await a.post('/background/tasks', { task_id: 'gone', query: 'CALL workspace_write {"path": "a/b.txt", "content": "x"}', schedule: { type: 'manual' }, overlap_policy: 'allow_parallel' })).status).toBe(200);
+      expect(
+        (
+          await a.post('/background/tasks', {
+            task_id: 'gone',
+            query: 'CALL workspace_write {"path": "a/b.txt", "content": "x"}',
+            schedule: { type: 'manual' },
+            overlap_policy: 'allow_parallel',
+          })
+        ).status,
+      ).toBe(200);
       const ids: string[] = [];
       for (let i = 0; i < 3; i++) ids.push((await a.post('/background/tasks/gone/run', { wait: true })).body.run_id);
       const tree = join(wsRoot(s), 'background', 'default', 'gone');
@@ -196,7 +232,11 @@ describe('skipped occurrences, retention and deletion', () => {
       for (const id of ids.slice(0, 2)) expect((await a.get(`/background/runs/${id}`)).status).toBe(404);
       // The folders go right after the rows' commit.
       const want = JSON.stringify(ids.slice(2).sort());
-      await eventually(() => JSON.stringify(readdirSync(join(wsRoot(s), 'background', 'default', 'keep2')).sort()) === want, 2_000, 'only the kept runs\' folders');
+      await eventually(
+        () => JSON.stringify(readdirSync(join(wsRoot(s), 'background', 'default', 'keep2')).sort()) === want,
+        2_000,
+        "only the kept runs' folders",
+      );
     });
   });
 

@@ -67,7 +67,10 @@ describe('background tasks: CRUD', () => {
     expect(created.status).toBe(200);
     const spec = BackgroundTaskSpec.parse(created.body);
     expect(spec).toMatchObject({
-      task_id: 'crud-1', agent_id: 'default', enabled: true, overlap_policy: 'skip_if_running',
+      task_id: 'crud-1',
+      agent_id: 'default',
+      enabled: true,
+      overlap_policy: 'skip_if_running',
       retry_policy: { backoff: 'fixed', initial_delay_seconds: 30, max_delay_seconds: 300, max_retries: 0 },
       session_policy: { mode: 'task' },
       workspace_policy: { namespace_template: 'background/{agent_id}/{task_id}/{run_id}', write_events_jsonl: true, write_run_json: true },
@@ -127,14 +130,22 @@ describe('background tasks: validation (422)', () => {
     ['cron with a bad field', { ...base, schedule: { type: 'cron', expression: '99 * * * *' } }, 'body.schedule.expression'],
     ['manual with seconds', { ...base, schedule: { type: 'manual', seconds: 5 } }, 'body.schedule.seconds'],
     ['unknown time zone', { ...base, schedule: { type: 'cron', expression: '0 9 * * *', timezone: 'Mars/Olympus' } }, 'body.schedule.timezone'],
-    ['end_at before start_at', { ...base, schedule: { type: 'interval', seconds: 5, start_at: '2030-01-02T00:00:00Z', end_at: '2030-01-01T00:00:00Z' } }, 'body.schedule.end_at'],
+    [
+      'end_at before start_at',
+      { ...base, schedule: { type: 'interval', seconds: 5, start_at: '2030-01-02T00:00:00Z', end_at: '2030-01-01T00:00:00Z' } },
+      'body.schedule.end_at',
+    ],
     ['negative jitter', { ...base, schedule: { type: 'interval', seconds: 5, jitter_seconds: -1 } }, 'body.schedule.jitter_seconds'],
     ['unknown field', { ...base, schedule: { type: 'manual' }, colour: 'red' }, 'body'],
     ['unknown schedule field', { ...base, schedule: { type: 'manual', every: 3 } }, 'body.schedule'],
     ['task id ..', { ...base, task_id: '..', schedule: { type: 'manual' } }, 'body.task_id'],
     ['task id with a slash', { ...base, task_id: 'a/../b', schedule: { type: 'manual' } }, 'body.task_id'],
     ['agent id ..', { ...base, agent_id: '..', schedule: { type: 'manual' } }, 'body.agent_id'],
-    ['template escaping the root', { ...base, schedule: { type: 'manual' }, workspace_policy: { namespace_template: '../{run_id}' } }, 'body.workspace_policy.namespace_template'],
+    [
+      'template escaping the root',
+      { ...base, schedule: { type: 'manual' }, workspace_policy: { namespace_template: '../{run_id}' } },
+      'body.workspace_policy.namespace_template',
+    ],
     ['fixed session without id', { ...base, schedule: { type: 'manual' }, session_policy: { mode: 'fixed' } }, 'body.session_policy.session_id'],
     ['unknown retry field', { ...base, schedule: { type: 'manual' }, retry_policy: { tries: 3 } }, 'body.retry_policy'],
   ];
@@ -164,7 +175,9 @@ describe('background tasks: validation (422)', () => {
 describe('background tasks: schedules', () => {
   it('previews the next due times in the task time zone, with a note where DST moved one', async () => {
     await a.post('/background/tasks', {
-      task_id: 'dst-1', query: 'q', enabled: false,
+      task_id: 'dst-1',
+      query: 'q',
+      enabled: false,
       schedule: { type: 'cron', expression: '30 2 * * *', timezone: 'America/New_York', start_at: '2099-03-06T12:00:00Z' },
     });
     const r = await a.get('/background/tasks/dst-1/schedule?count=4');
@@ -204,7 +217,12 @@ describe('background tasks: schedules', () => {
   });
 
   it('runs in the session its policy names', async () => {
-    await a.post('/background/tasks', { task_id: 'sess-1', query: 'hello', schedule: { type: 'manual' }, session_policy: { mode: 'fixed', session_id: 'my-session' } });
+    await a.post('/background/tasks', {
+      task_id: 'sess-1',
+      query: 'hello',
+      schedule: { type: 'manual' },
+      session_policy: { mode: 'fixed', session_id: 'my-session' },
+    });
     const r = await a.post('/background/tasks/sess-1/run', { wait: true });
     expect(r.body).toMatchObject({ status: 'completed', session_id: 'my-session' });
     const history = await a.get('/sessions/my-session/history');

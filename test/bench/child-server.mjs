@@ -90,7 +90,10 @@ async function startAgentd() {
   const { configFromObject } = await import('./dist/src/config.js');
   // syncWrites false: the diagnostic variant without an fsync per write batch (config store.sync).
   const storeConfig = spec.syncWrites === false ? { ...(spec.config.store ?? {}), sync: false } : spec.config.store;
-  const config = configFromObject({ ...spec.config, ...(storeConfig ? { store: storeConfig } : {}), server: { port: 0, ...(spec.config.server ?? {}) } }, { dataDir: spec.dataDir, env: {} });
+  const config = configFromObject(
+    { ...spec.config, ...(storeConfig ? { store: storeConfig } : {}), server: { port: 0, ...(spec.config.server ?? {}) } },
+    { dataDir: spec.dataDir, env: {} },
+  );
   const model = await buildModel(spec.model);
   const { startServer } = await import('./dist/src/main.js');
   const server = await startServer(config, { model });
@@ -98,7 +101,15 @@ async function startAgentd() {
   // Diagnostics: store calls and group-commit rounds (one LevelDB batch, one fsync each).
   const stats = { commits: 0, appends: 0, rounds: 0, reads: 0 };
   const store = server.store;
-  for (const [name, key] of [['commit', 'commits'], ['appendEvents', 'appends'], ['round', 'rounds'], ['getRecord', 'reads'], ['listRecords', 'reads'], ['readEvents', 'reads'], ['getRecords', 'reads']]) {
+  for (const [name, key] of [
+    ['commit', 'commits'],
+    ['appendEvents', 'appends'],
+    ['round', 'rounds'],
+    ['getRecord', 'reads'],
+    ['listRecords', 'reads'],
+    ['readEvents', 'reads'],
+    ['getRecords', 'reads'],
+  ]) {
     const orig = store[name]?.bind(store);
     if (!orig) continue;
     store[name] = (...args) => {
@@ -126,8 +137,12 @@ async function startAgentd() {
       pending.push(
         server.runtime.telemetry
           .emit({
-            event_type: 'bench_event', trace_id: 'trace_bench', span_id: `span_${i}`, actor: { type: 'system', id: 'bench' },
-            output: { i, pad }, metadata: { session_id, run_id: null },
+            event_type: 'bench_event',
+            trace_id: 'trace_bench',
+            span_id: `span_${i}`,
+            actor: { type: 'system', id: 'bench' },
+            output: { i, pad },
+            metadata: { session_id, run_id: null },
           })
           .then((e) => startedAt.set(e.cursor, t)),
       );
@@ -228,7 +243,6 @@ async function startBare() {
   return url;
 }
 
-
 // ---------------------------------------------------------------- fake OpenAI-compatible server
 
 // A fast OpenAI-compatible Chat Completions server (the real-path model of the run benchmarks), in
@@ -255,7 +269,16 @@ async function startFakeOpenAI() {
     if (call) {
       const args = JSON.stringify(call.arguments);
       const half = Math.floor(args.length / 2);
-      out.push({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: 'call_bench_1', type: 'function', function: { name: call.name, arguments: args.slice(0, half) } }] }, finish_reason: null }] });
+      out.push({
+        ...base,
+        choices: [
+          {
+            index: 0,
+            delta: { tool_calls: [{ index: 0, id: 'call_bench_1', type: 'function', function: { name: call.name, arguments: args.slice(0, half) } }] },
+            finish_reason: null,
+          },
+        ],
+      });
       out.push({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: args.slice(half) } }] }, finish_reason: null }] });
     }
     out.push({ ...base, choices: [{ index: 0, delta: {}, finish_reason: call ? 'tool_calls' : 'stop' }] });
@@ -264,8 +287,23 @@ async function startFakeOpenAI() {
   }
   function jsonBody(model, text, call) {
     return JSON.stringify({
-      id: 'chatcmpl-bench', object: 'chat.completion', created: CREATED, model,
-      choices: [{ index: 0, message: { role: 'assistant', content: text || null, ...(call ? { tool_calls: [{ id: 'call_bench_1', type: 'function', function: { name: call.name, arguments: JSON.stringify(call.arguments) } }] } : {}) }, finish_reason: call ? 'tool_calls' : 'stop' }],
+      id: 'chatcmpl-bench',
+      object: 'chat.completion',
+      created: CREATED,
+      model,
+      choices: [
+        {
+          index: 0,
+          message: {
+            role: 'assistant',
+            content: text || null,
+            ...(call
+              ? { tool_calls: [{ id: 'call_bench_1', type: 'function', function: { name: call.name, arguments: JSON.stringify(call.arguments) } }] }
+              : {}),
+          },
+          finish_reason: call ? 'tool_calls' : 'stop',
+        },
+      ],
       usage,
     });
   }
@@ -296,7 +334,9 @@ async function startFakeOpenAI() {
       if (body.stream && slow && kind !== 'call') {
         res.writeHead(200, sseHeadFake);
         let closed = false;
-        res.on('close', () => { closed = true; });
+        res.on('close', () => {
+          closed = true;
+        });
         const base = { id: 'chatcmpl-bench', object: 'chat.completion.chunk', created: CREATED, model };
         res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] })}\n\n`);
         for (let i = 0; i < Number(slow[1]); i++) {
@@ -352,7 +392,15 @@ async function startHandRolled() {
     const ac = new AbortController();
     res.on('close', () => ac.abort());
     try {
-      const result = streamText({ model, system: 'You are a helpful assistant.', prompt: query, tools, stopWhen: stepCountIs(5), abortSignal: ac.signal, onError: () => {} });
+      const result = streamText({
+        model,
+        system: 'You are a helpful assistant.',
+        prompt: query,
+        tools,
+        stopWhen: stepCountIs(5),
+        abortSignal: ac.signal,
+        onError: () => {},
+      });
       for await (const part of result.fullStream) res.write(`event: ${part.type}\ndata: ${JSON.stringify(part)}\n\n`);
       res.write('event: complete\ndata: {"status":"success"}\n\n');
     } catch (err) {
@@ -368,5 +416,12 @@ async function startHandRolled() {
   return url;
 }
 
-const url = spec.mode === 'agentd' ? await startAgentd() : spec.mode === 'fake-openai' ? await startFakeOpenAI() : spec.mode === 'hand-rolled' ? await startHandRolled() : await startBare();
+const url =
+  spec.mode === 'agentd'
+    ? await startAgentd()
+    : spec.mode === 'fake-openai'
+      ? await startFakeOpenAI()
+      : spec.mode === 'hand-rolled'
+        ? await startHandRolled()
+        : await startBare();
 process.send({ type: 'ready', url });

@@ -94,10 +94,7 @@ export function loadAverage(): number {
 // ------------------------------------------------------------------ child servers
 
 export type ModelSpec =
-  | { kind: 'instant'; chunks: string[] }
-  | { kind: 'slow'; chunks: number; delayMs: number }
-  | { kind: 'demo'; chunkDelayMs: number }
-  | { kind: 'config' };
+  { kind: 'instant'; chunks: string[] } | { kind: 'slow'; chunks: number; delayMs: number } | { kind: 'demo'; chunkDelayMs: number } | { kind: 'config' };
 
 export type ChildSpec =
   | { mode: 'agentd'; dataDir: string; config: Record<string, unknown>; model: ModelSpec; syncWrites?: boolean }
@@ -193,20 +190,27 @@ export interface HttpResult {
 export function request(url: string, opts: { method?: string; body?: string; agent?: http.Agent; headers?: Record<string, string> } = {}): Promise<HttpResult> {
   const started = nowMs();
   return new Promise((resolve, reject) => {
-    const req = http.request(url, {
-      method: opts.method ?? 'GET',
-      agent: opts.agent,
-      headers: { ...(opts.body !== undefined ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(opts.body)) } : {}), ...(opts.headers ?? {}) },
-    }, (res) => {
-      const chunks: Buffer[] = [];
-      let firstMs: number | undefined;
-      res.on('data', (c: Buffer) => {
-        firstMs ??= nowMs() - started;
-        chunks.push(c);
-      });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), ms: nowMs() - started, firstMs }));
-      res.on('error', reject);
-    });
+    const req = http.request(
+      url,
+      {
+        method: opts.method ?? 'GET',
+        agent: opts.agent,
+        headers: {
+          ...(opts.body !== undefined ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(opts.body)) } : {}),
+          ...(opts.headers ?? {}),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let firstMs: number | undefined;
+        res.on('data', (c: Buffer) => {
+          firstMs ??= nowMs() - started;
+          chunks.push(c);
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), ms: nowMs() - started, firstMs }));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     if (opts.body !== undefined) req.write(opts.body);
     req.end();
@@ -251,8 +255,7 @@ export async function closedLoop(opts: {
         if (opts.ok(r)) {
           latencies.push(r.ms);
           if (r.firstMs !== undefined) firstFrames.push(r.firstMs);
-        }
-        else {
+        } else {
           errors++;
           firstError ??= `HTTP ${r.status}: ${r.body.slice(0, 300)}`;
         }
@@ -295,43 +298,53 @@ export interface SseFrame {
  * Opens an SSE stream (GET or POST) and calls `onFrame` for each frame as it arrives. Resolves
  * when the response ends; `close()` ends it early.
  */
-export function openSse(url: string, opts: { method?: string; body?: string; agent?: http.Agent | false; onFrame: (f: SseFrame) => void; onOpen?: (status: number) => void }): { done: Promise<{ status: number; raw: string }>; close(): void } {
+export function openSse(
+  url: string,
+  opts: { method?: string; body?: string; agent?: http.Agent | false; onFrame: (f: SseFrame) => void; onOpen?: (status: number) => void },
+): { done: Promise<{ status: number; raw: string }>; close(): void } {
   let req: http.ClientRequest;
   const done = new Promise<{ status: number; raw: string }>((resolve, reject) => {
-    req = http.request(url, {
-      method: opts.method ?? 'GET',
-      agent: opts.agent,
-      headers: opts.body !== undefined ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(opts.body)), accept: 'text/event-stream' } : { accept: 'text/event-stream' },
-    }, (res) => {
-      opts.onOpen?.(res.statusCode ?? 0);
-      let buf = '';
-      let raw = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => {
-        const at = nowMs();
-        raw += chunk.length < 1_000_000 && raw.length < 1_000_000 ? chunk : '';
-        buf += chunk;
-        let idx: number;
-        while ((idx = buf.indexOf('\n\n')) >= 0) {
-          const block = buf.slice(0, idx);
-          buf = buf.slice(idx + 2);
-          let event = 'message';
-          let id: string | undefined;
-          const data: string[] = [];
-          for (const line of block.split('\n')) {
-            if (line.startsWith(':')) continue;
-            if (line.startsWith('event:')) event = line.slice(6).trim();
-            else if (line.startsWith('id:')) id = line.slice(3).trim();
-            else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+    req = http.request(
+      url,
+      {
+        method: opts.method ?? 'GET',
+        agent: opts.agent,
+        headers:
+          opts.body !== undefined
+            ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(opts.body)), accept: 'text/event-stream' }
+            : { accept: 'text/event-stream' },
+      },
+      (res) => {
+        opts.onOpen?.(res.statusCode ?? 0);
+        let buf = '';
+        let raw = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          const at = nowMs();
+          raw += chunk.length < 1_000_000 && raw.length < 1_000_000 ? chunk : '';
+          buf += chunk;
+          let idx: number;
+          while ((idx = buf.indexOf('\n\n')) >= 0) {
+            const block = buf.slice(0, idx);
+            buf = buf.slice(idx + 2);
+            let event = 'message';
+            let id: string | undefined;
+            const data: string[] = [];
+            for (const line of block.split('\n')) {
+              if (line.startsWith(':')) continue;
+              if (line.startsWith('event:')) event = line.slice(6).trim();
+              else if (line.startsWith('id:')) id = line.slice(3).trim();
+              else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+            }
+            if (data.length === 0 && event === 'message') continue;
+            opts.onFrame({ event, id, data: data.join('\n'), at });
           }
-          if (data.length === 0 && event === 'message') continue;
-          opts.onFrame({ event, id, data: data.join('\n'), at });
-        }
-      });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, raw }));
-      res.on('error', reject);
-      res.on('aborted', () => resolve({ status: res.statusCode ?? 0, raw }));
-    });
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, raw }));
+        res.on('error', reject);
+        res.on('aborted', () => resolve({ status: res.statusCode ?? 0, raw }));
+      },
+    );
     req.on('error', (e) => ((e as NodeJS.ErrnoException).code === 'ECONNRESET' ? resolve({ status: 0, raw: '' }) : reject(e)));
     if (opts.body !== undefined) req.write(opts.body);
     req.end();
@@ -340,7 +353,11 @@ export function openSse(url: string, opts: { method?: string; body?: string; age
 }
 
 /** Polls `url` until `test(body)` holds; returns nowMs() of the first success. */
-export async function pollUntil(url: string, test: (body: string) => boolean, opts: { timeoutMs?: number; stepMs?: number; alive?: () => boolean } = {}): Promise<number> {
+export async function pollUntil(
+  url: string,
+  test: (body: string) => boolean,
+  opts: { timeoutMs?: number; stepMs?: number; alive?: () => boolean } = {},
+): Promise<number> {
   const deadline = nowMs() + (opts.timeoutMs ?? 60_000);
   const agent = new http.Agent({ keepAlive: false });
   for (;;) {
@@ -455,20 +472,31 @@ const fmt = (v: number | string | null | undefined, unit = ''): string => {
   return unit ? `${text} ${unit}` : text;
 };
 
-const fmtRatio = (r: number | null | undefined): string => (r === null || r === undefined || !Number.isFinite(r) ? '' : r < 10 ? `${(r * 100).toFixed(0)} %` : `${r.toFixed(1)}x`);
+const fmtRatio = (r: number | null | undefined): string =>
+  r === null || r === undefined || !Number.isFinite(r) ? '' : r < 10 ? `${(r * 100).toFixed(0)} %` : `${r.toFixed(1)}x`;
 
 export function renderReport(all: ResultsFile, order: string[]): string {
   const names = [...order.filter((n) => all.benchmarks[n]), ...Object.keys(all.benchmarks).filter((n) => !order.includes(n))];
   const out: string[] = [];
   out.push('# Benchmarks', '');
-  out.push('Generated by `npm run bench` (all) or `npm run bench -- <name>` (one: ' + order.map((n) => `\`${n}\``).join(', ') + ') from `test/bench/results.json`; running one benchmark rewrites its section and keeps the others. Each benchmark starts real servers on 127.0.0.1 and measures a baseline in the same run; **ratio** is agentd / baseline.', '');
-  out.push('Servers run as child processes (`test/bench/child-server.mjs`, plain JS over the compiled build in `test/bench/dist/`: `tsc -p tsconfig.build.json --outDir test/bench/dist`, rebuilt when src/ is newer; a private copy because other work may delete the shared `dist/` mid-run) so their RSS and CPU can be read from `/proc/<pid>`, and the load generator runs in the parent process. Start-up is timed on `node test/bench/dist/agentd.js serve`, the esbuild bundle `npm run build` writes to `dist/agentd.js` and `npm start` runs (`node scripts/build.mjs --outdir test/bench/dist`). The LevelDB store runs with its default `sync: true` (fsync per write batch) unless a row says otherwise.', '');
+  out.push(
+    'Generated by `npm run bench` (all) or `npm run bench -- <name>` (one: ' +
+      order.map((n) => `\`${n}\``).join(', ') +
+      ') from `test/bench/results.json`; running one benchmark rewrites its section and keeps the others. Each benchmark starts real servers on 127.0.0.1 and measures a baseline in the same run; **ratio** is agentd / baseline.',
+    '',
+  );
+  out.push(
+    'Servers run as child processes (`test/bench/child-server.mjs`, plain JS over the compiled build in `test/bench/dist/`: `tsc -p tsconfig.build.json --outDir test/bench/dist`, rebuilt when src/ is newer; a private copy because other work may delete the shared `dist/` mid-run) so their RSS and CPU can be read from `/proc/<pid>`, and the load generator runs in the parent process. Start-up is timed on `node test/bench/dist/agentd.js serve`, the esbuild bundle `npm run build` writes to `dist/agentd.js` and `npm start` runs (`node scripts/build.mjs --outdir test/bench/dist`). The LevelDB store runs with its default `sync: true` (fsync per write batch) unless a row says otherwise.',
+    '',
+  );
   out.push('| Benchmark | Ran at (UTC) | Machine | Load avg at start | Pass |', '|---|---|---|---|---|');
   for (const n of names) {
     const b = all.benchmarks[n];
     const judged = b.rows.filter((r) => r.pass !== null && r.pass !== undefined);
     const passed = judged.filter((r) => r.pass).length;
-    out.push(`| [${b.name}](#${b.name}) | ${b.ran_at.replace('T', ' ').slice(0, 19)} | ${b.machine.nproc} cores, ${b.machine.memory_gb} GB, node ${b.machine.node} | ${b.machine.load_average_at_start} | ${passed}/${judged.length} |`);
+    out.push(
+      `| [${b.name}](#${b.name}) | ${b.ran_at.replace('T', ' ').slice(0, 19)} | ${b.machine.nproc} cores, ${b.machine.memory_gb} GB, node ${b.machine.node} | ${b.machine.load_average_at_start} | ${passed}/${judged.length} |`,
+    );
   }
   out.push('');
   out.push('## Targets', '', '| Benchmark | Metric | agentd | Ratio to baseline | Target | Result |', '|---|---|---|---|---|---|');
@@ -483,7 +511,9 @@ export function renderReport(all: ResultsFile, order: string[]): string {
     const b = all.benchmarks[n];
     out.push(`## ${b.name}`, '', `**${b.title}**`, '');
     out.push(`- Command: \`${b.command}\``);
-    out.push(`- Machine: \`nproc\` ${b.machine.nproc} (${b.machine.cpu}), memory ${b.machine.memory_gb} GB (${b.machine.free_memory_gb} GB free), node ${b.machine.node}, ${b.machine.platform}, load average ${b.machine.load_average_at_start} at start`);
+    out.push(
+      `- Machine: \`nproc\` ${b.machine.nproc} (${b.machine.cpu}), memory ${b.machine.memory_gb} GB (${b.machine.free_memory_gb} GB free), node ${b.machine.node}, ${b.machine.platform}, load average ${b.machine.load_average_at_start} at start`,
+    );
     out.push(`- Date: ${b.ran_at} (took ${b.duration_s.toFixed(0)} s)`);
     for (const m of b.method) out.push(`- ${m}`);
     out.push('');
@@ -502,7 +532,10 @@ export function renderReport(all: ResultsFile, order: string[]): string {
   }
   if (all.profiles?.length) {
     out.push('## Profiles', '');
-    out.push('CPU profiles of the agentd server process on the real path (`node --cpu-prof` on the child; `npm run bench -- profile <label>` writes them here, test/bench/profile.ts), summarised by self time. The profiler adds its own cost, so its CPU per run is above the run benchmark\'s. `writev` is mostly the loopback peer being woken inside the syscall (wall time the profiler charges to it), not this process\'s CPU. "before" is the tree this work started from (89256c6), built into a copy and run by the same harness (`BENCH_CHILD_SCRIPT=<copy>/test/bench/child-server.mjs npm run bench -- profile before`).', '');
+    out.push(
+      'CPU profiles of the agentd server process on the real path (`node --cpu-prof` on the child; `npm run bench -- profile <label>` writes them here, test/bench/profile.ts), summarised by self time. The profiler adds its own cost, so its CPU per run is above the run benchmark\'s. `writev` is mostly the loopback peer being woken inside the syscall (wall time the profiler charges to it), not this process\'s CPU. "before" is the tree this work started from (89256c6), built into a copy and run by the same harness (`BENCH_CHILD_SCRIPT=<copy>/test/bench/child-server.mjs npm run bench -- profile before`).',
+      '',
+    );
     for (const p of all.profiles) {
       out.push(`### ${p.label}`, '');
       out.push(`- Command: \`${p.command}\` at commit ${p.commit}, ${p.ran_at}`);

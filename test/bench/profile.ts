@@ -5,9 +5,7 @@
 import { execSync } from 'node:child_process';
 import { copyFileSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import {
-  QUICK, ROOT, closedLoop, log, nowMs, realPathConfig, removeDir, request, startChild, tempDir, type ProfileResult,
-} from './lib.js';
+import { QUICK, ROOT, closedLoop, log, nowMs, realPathConfig, removeDir, request, startChild, tempDir, type ProfileResult } from './lib.js';
 import { WORKLOADS } from './benchmarks/run-real.js';
 
 interface CpuProfile {
@@ -25,10 +23,24 @@ function origin(url: string, fn: string): string {
   if (url.includes('node_modules/ai/')) return "AI SDK core ('ai')";
   if (url.includes('node_modules/@ai-sdk/')) return 'AI SDK providers (@ai-sdk/*)';
   if (url.includes('node_modules/xstate')) return 'XState';
-  if (url.includes('node_modules/fastify') || url.includes('node_modules/@fastify') || url.includes('node_modules/find-my-way') || url.includes('node_modules/avvio') || url.includes('node_modules/light-my-request')) return 'Fastify';
-  if (url.includes('node_modules/level') || url.includes('node_modules/classic-level') || url.includes('node_modules/abstract-level') || url.includes('node_modules/module-error')) return 'LevelDB bindings';
+  if (
+    url.includes('node_modules/fastify') ||
+    url.includes('node_modules/@fastify') ||
+    url.includes('node_modules/find-my-way') ||
+    url.includes('node_modules/avvio') ||
+    url.includes('node_modules/light-my-request')
+  )
+    return 'Fastify';
+  if (
+    url.includes('node_modules/level') ||
+    url.includes('node_modules/classic-level') ||
+    url.includes('node_modules/abstract-level') ||
+    url.includes('node_modules/module-error')
+  )
+    return 'LevelDB bindings';
   if (url.includes('node_modules/zod')) return 'zod';
-  if (url.includes('node_modules/pino') || url.includes('node_modules/prom-client') || url.includes('@opentelemetry')) return 'pino / prom-client / OpenTelemetry';
+  if (url.includes('node_modules/pino') || url.includes('node_modules/prom-client') || url.includes('@opentelemetry'))
+    return 'pino / prom-client / OpenTelemetry';
   if (url.includes('node_modules/undici') || url.includes('internal/deps/undici')) return 'fetch (undici)';
   if (url.includes('internal/webstreams')) return 'Node web streams';
   if (url.startsWith('node:') || url.includes('internal/')) return 'Node core (other)';
@@ -65,7 +77,10 @@ export function summarise(profile: CpuProfile, runs: number, fromMs = -Infinity,
   const per = (us: number) => us / 1000 / runs;
   return {
     groups: [...groups].sort((a, b) => b[1] - a[1]).map(([name, us]) => ({ name, ms_per_run: per(us), share: us / total })),
-    top: [...fns.values()].sort((a, b) => b.us - a.us).slice(0, 25).map((e) => ({ fn: e.fn, where: e.where, ms_per_run: per(e.us), share: e.us / total })),
+    top: [...fns.values()]
+      .sort((a, b) => b.us - a.us)
+      .slice(0, 25)
+      .map((e) => ({ fn: e.fn, where: e.where, ms_per_run: per(e.us), share: e.us / total })),
   };
 }
 
@@ -85,7 +100,14 @@ export async function profileRealPath(label: string, order: string[], save: (p: 
     const agentd = await startChild({ mode: 'agentd', dataDir: dir, config: realPathConfig(fake.url), model: { kind: 'config' } });
     process.env.BENCH_NODE_FLAGS = prev ?? '';
     try {
-      const loop = (w: 'trivial' | 'tool', c: number, n: number) => closedLoop({ concurrency: c, durationMs: 300_000, maxCount: n, send: (agent) => request(`${agentd.url}/run`, { method: 'POST', body: JSON.stringify({ query: WORKLOADS[w].query }), agent }), ok: (x) => x.status === 200 && x.body.includes('"status":"success"') });
+      const loop = (w: 'trivial' | 'tool', c: number, n: number) =>
+        closedLoop({
+          concurrency: c,
+          durationMs: 300_000,
+          maxCount: n,
+          send: (agent) => request(`${agentd.url}/run`, { method: 'POST', body: JSON.stringify({ query: WORKLOADS[w].query }), agent }),
+          ok: (x) => x.status === 200 && x.body.includes('"status":"success"'),
+        });
       log(`profiling: warm-up, ${WARMUP} runs of each workload at concurrency 32 (not counted)`);
       for (const w of ['trivial', 'tool'] as const) await loop(w, 32, WARMUP);
       fromMs = nowMs();
@@ -94,7 +116,13 @@ export async function profileRealPath(label: string, order: string[], save: (p: 
         for (const c of [1, 32]) {
           log(`profiling: ${runsPerWorkload / 2} ${w} runs at concurrency ${c}`);
           const body = JSON.stringify({ query: WORKLOADS[w].query });
-          const r = await closedLoop({ concurrency: c, durationMs: 300_000, maxCount: runsPerWorkload / 2, send: (agent) => request(`${agentd.url}/run`, { method: 'POST', body, agent }), ok: (x) => x.status === 200 && x.body.includes('"status":"success"') });
+          const r = await closedLoop({
+            concurrency: c,
+            durationMs: 300_000,
+            maxCount: runsPerWorkload / 2,
+            send: (agent) => request(`${agentd.url}/run`, { method: 'POST', body, agent }),
+            ok: (x) => x.status === 200 && x.body.includes('"status":"success"'),
+          });
           served += r.count + r.errors;
           if (r.errors) log(`  ${r.errors} failed: ${r.firstError}`);
         }
@@ -117,11 +145,19 @@ export async function profileRealPath(label: string, order: string[], save: (p: 
       // not a git checkout
     }
     const summary = summarise(profile, served, fromMs, toMs);
-    save({
-      label, ran_at: new Date().toISOString(), commit, command: `npm run bench -- profile ${label}`,
-      description: `agentd child under \`node --cpu-prof\` on the real path (openai-compatible provider over HTTP to the fake server, local \`add\` tool, LevelDB with fsync); after ${WARMUP} warm-up runs of each workload (not counted), ${runsPerWorkload / 2} runs each of trivial/tool at concurrency 1 and 32; self time of the samples taken during those, divided by the runs served.`,
-      runs: served, cpu_per_run_ms: cpuMs / served, ...summary,
-    }, order);
+    save(
+      {
+        label,
+        ran_at: new Date().toISOString(),
+        commit,
+        command: `npm run bench -- profile ${label}`,
+        description: `agentd child under \`node --cpu-prof\` on the real path (openai-compatible provider over HTTP to the fake server, local \`add\` tool, LevelDB with fsync); after ${WARMUP} warm-up runs of each workload (not counted), ${runsPerWorkload / 2} runs each of trivial/tool at concurrency 1 and 32; self time of the samples taken during those, divided by the runs served.`,
+        runs: served,
+        cpu_per_run_ms: cpuMs / served,
+        ...summary,
+      },
+      order,
+    );
     process.stderr.write(`profile ${label}: ${served} runs, ${(cpuMs / served).toFixed(2)} ms CPU per run\n`);
     for (const g of summary.groups) process.stderr.write(`  ${g.name}: ${g.ms_per_run.toFixed(3)} ms/run (${(g.share * 100).toFixed(1)} %)\n`);
     for (const t of summary.top) process.stderr.write(`  ${t.fn} ${t.where}: ${t.ms_per_run.toFixed(3)} ms/run (${(t.share * 100).toFixed(1)} %)\n`);

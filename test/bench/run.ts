@@ -46,7 +46,12 @@ function newest(dir: string): number {
  * package.json copy there makes tsc's output ESM and gives its readVersion() the real version.
  */
 function ensureBuild(): void {
-  const sources = Math.max(newest(join(ROOT, 'src')), newest(join(ROOT, 'machines')), statSync(join(ROOT, 'package.json')).mtimeMs, statSync(join(ROOT, 'scripts', 'build.mjs')).mtimeMs);
+  const sources = Math.max(
+    newest(join(ROOT, 'src')),
+    newest(join(ROOT, 'machines')),
+    statSync(join(ROOT, 'package.json')).mtimeMs,
+    statSync(join(ROOT, 'scripts', 'build.mjs')).mtimeMs,
+  );
   const TSC_MARKER = join(BUILD_DIR, 'src', 'main.js');
   const fresh = (f: string) => existsSync(f) && statSync(f).mtimeMs >= sources;
   if (!fresh(TSC_MARKER)) {
@@ -104,7 +109,9 @@ async function main(): Promise<void> {
       saveResult(result, ORDER);
       for (const r of out.rows) {
         const verdict = r.pass === undefined || r.pass === null ? '' : r.pass ? ' PASS' : ' FAIL';
-        process.stderr.write(`  ${r.metric}: ${r.value} ${r.unit}${r.baseline !== undefined && r.baseline !== null ? ` (baseline ${r.baseline})` : ''}${r.ratio ? ` ratio ${r.ratio.toFixed(3)}` : ''}${verdict}\n`);
+        process.stderr.write(
+          `  ${r.metric}: ${r.value} ${r.unit}${r.baseline !== undefined && r.baseline !== null ? ` (baseline ${r.baseline})` : ''}${r.ratio ? ` ratio ${r.ratio.toFixed(3)}` : ''}${verdict}\n`,
+        );
       }
       for (const n of out.notes) process.stderr.write(`  note: ${n}\n`);
       process.stderr.write(`bench: ${name} done in ${((nowMs() - started) / 1000).toFixed(1)} s\n`);

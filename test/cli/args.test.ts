@@ -9,7 +9,11 @@ const spec = (path: string) => COMMANDS.find((c) => c.path.join(' ') === path)! 
 
 describe('parseCommand', () => {
   it('parses flags and positionals strictly', () => {
-    expect(parseCommand(spec('runs ls'), ['--status', 'completed', '--json'])).toEqual({ values: { status: 'completed', json: true }, positionals: [], help: false });
+    expect(parseCommand(spec('runs ls'), ['--status', 'completed', '--json'])).toEqual({
+      values: { status: 'completed', json: true },
+      positionals: [],
+      help: false,
+    });
     expect(() => parseCommand(spec('runs ls'), ['--stauts', 'x'])).toThrow(UsageError);
     expect(() => parseCommand(spec('runs ls'), ['--status'])).toThrow(/--status/);
     expect(() => parseCommand(spec('runs show'), [])).toThrow('missing RUN');

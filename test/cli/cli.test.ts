@@ -14,7 +14,11 @@ const VERSION = (JSON.parse(readFileSync(join(import.meta.dirname, '../../packag
 let server: TestServer;
 let env: NodeJS.ProcessEnv;
 const cli = (...args: string[]) => runCli(args, env);
-const parseLines = (s: string) => s.trim().split('\n').map((l) => JSON.parse(l) as Record<string, any>);
+const parseLines = (s: string) =>
+  s
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, any>);
 
 beforeAll(async () => {
   [server] = await Promise.all([startTestServer(GOVERNED), buildCli()]);
@@ -114,7 +118,12 @@ describe('agentd run', () => {
     const frames = parseLines(r.stdout);
     expect(frames[0]).toMatchObject({ event: 'session', data: { status: 'started' } });
     expect(frames.at(-1)).toMatchObject({ event: 'complete', data: { status: 'success' } });
-    expect(frames.filter((f) => f.event === 'delta').map((f) => f.data.text).join('')).toBe(frames.at(-1)!.data.response);
+    expect(
+      frames
+        .filter((f) => f.event === 'delta')
+        .map((f) => f.data.text)
+        .join(''),
+    ).toBe(frames.at(-1)!.data.response);
     expect(r.stderr).toBe('');
   });
 
@@ -126,7 +135,8 @@ describe('agentd run', () => {
 
   it('--agent runs as a registered agent; an unknown one is an error (exit 1)', async () => {
     const reg = await fetch(`${server.url}/background/agents`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ spec: { agent_id: 'cli-alt', name: 'CLI Alt', agent_config: { builtin_tools: [] } } }),
     });
     expect(reg.status).toBe(200);
@@ -255,7 +265,10 @@ describe('tasks', () => {
 describe('events tail', () => {
   it('prints the events of a session, stops after --limit, and --json prints NDJSON', async () => {
     await cli('run', 'What time is it?', '--session', 'cli-events');
-    const [lines, json] = await Promise.all([cli('events', 'tail', '--session', 'cli-events', '--limit', '3'), cli('events', 'tail', '--session', 'cli-events', '--limit', '4', '--json')]);
+    const [lines, json] = await Promise.all([
+      cli('events', 'tail', '--session', 'cli-events', '--limit', '3'),
+      cli('events', 'tail', '--session', 'cli-events', '--limit', '4', '--json'),
+    ]);
     expect(lines.code).toBe(0);
     const out = lines.stdout.trim().split('\n');
     expect(out).toHaveLength(3);
@@ -281,7 +294,7 @@ describe('events tail', () => {
     expect(r.stdout).toMatch(/user_message\s+run_/);
   });
 
-  it('--run alone finds the run\'s session', async () => {
+  it("--run alone finds the run's session", async () => {
     const r = await cli('run', 'hello run filter', '--json');
     const runId = parseLines(r.stdout)[0].data.run_id as string;
     const tail = await cli('events', 'tail', '--run', runId, '--limit', '2', '--json');

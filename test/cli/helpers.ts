@@ -20,8 +20,17 @@ export async function buildCli(): Promise<void> {
   outdir = mkdtempSync(join(ROOT, 'tmp', 'cli-test-'));
   const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
   await esbuild.build({
-    absWorkingDir: ROOT, entryPoints: { agentd: 'src/cli.ts' }, outdir, bundle: true, splitting: true, format: 'esm', platform: 'node', target: 'node20',
-    packages: 'external', logLevel: 'warning', define: { __AGENTD_BUILD_VERSION__: JSON.stringify(version) },
+    absWorkingDir: ROOT,
+    entryPoints: { agentd: 'src/cli.ts' },
+    outdir,
+    bundle: true,
+    splitting: true,
+    format: 'esm',
+    platform: 'node',
+    target: 'node20',
+    packages: 'external',
+    logLevel: 'warning',
+    define: { __AGENTD_BUILD_VERSION__: JSON.stringify(version) },
   });
   entry = join(outdir, 'agentd.js');
 }

@@ -28,7 +28,7 @@ async function serve(flags: string[]): Promise<{ child: ChildProcess; url: strin
 }
 
 describe('serve --inspect', () => {
-  it('sends the machines\' inspection events to the given endpoint and says so', async () => {
+  it("sends the machines' inspection events to the given endpoint and says so", async () => {
     const port = await freePort();
     const relay = createInspectorServer({ port, autoOpen: false });
     try {

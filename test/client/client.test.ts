@@ -106,7 +106,9 @@ describe('the client', () => {
   });
 
   it('throws a typed AgentdError for a 404', async () => {
-    const err = await client().runs.get('run_missing').catch((e: unknown) => e);
+    const err = await client()
+      .runs.get('run_missing')
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(AgentdError);
     expect(err).toMatchObject({ status: 404, code: 'NotFound', validation: null });
     expect((err as AgentdError).message).toMatch(/run_missing/);
@@ -114,7 +116,9 @@ describe('the client', () => {
   });
 
   it('throws a typed AgentdError with the validation detail for a 422', async () => {
-    const err = await client().approvals.decide('run_x', 'approval_y', { decision: 'approve', approver: '' }).catch((e: unknown) => e);
+    const err = await client()
+      .approvals.decide('run_x', 'approval_y', { decision: 'approve', approver: '' })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(AgentdError);
     const e = err as AgentdError;
     expect(e.status).toBe(422);
@@ -124,7 +128,11 @@ describe('the client', () => {
   });
 
   it('sends the API key, and a missing key is a typed 401', async () => {
-    const keyed = await startTestServer({ auth: { api_keys: [{ name: 'ops', role: 'reader', key_sha256: '2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b' /* sha256('secret') */ }] } });
+    const keyed = await startTestServer({
+      auth: {
+        api_keys: [{ name: 'ops', role: 'reader', key_sha256: '2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b' /* sha256('secret') */ }],
+      },
+    });
     try {
       await expect(createClient({ url: keyed.url }).runs.list()).rejects.toMatchObject({ status: 401, code: 'Unauthorized' });
       expect((await createClient({ url: keyed.url, apiKey: 'secret' }).runs.list()).runs).toEqual([]);
@@ -170,10 +178,11 @@ async function startProxy(target: number): Promise<{ port: number; heads: string
     cut: () => {
       for (const s of sockets) s.destroy();
     },
-    close: () => new Promise<void>((r) => {
-      for (const s of sockets) s.destroy();
-      proxy.close(() => r());
-    }),
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        proxy.close(() => r());
+      }),
   };
 }
 
@@ -190,7 +199,8 @@ describe('events.follow', () => {
       const seen: EventFrame[] = [];
       const reconnects: Array<string | null> = [];
       const reading = (async () => {
-        for await (const f of viaProxy.events.follow(session, { signal: abort.signal, retryDelayMs: 50, onReconnect: (_n, last) => reconnects.push(last) })) seen.push(f);
+        for await (const f of viaProxy.events.follow(session, { signal: abort.signal, retryDelayMs: 50, onReconnect: (_n, last) => reconnects.push(last) }))
+          seen.push(f);
       })();
       // The first run's events arrive; then the connection is cut and a second run happens.
       const firstCount = (await direct.events.list({ session_id: session })).count;
@@ -229,7 +239,13 @@ describe('events.follow across a restart', () => {
       const seen: EventFrame[] = [];
       const reconnects: Array<string | null> = [];
       const reading = (async () => {
-        for await (const f of c.events.follow(first.session_id, { signal: abort.signal, retryDelayMs: 100, maxReconnects: 100, onReconnect: (_n, last) => reconnects.push(last) })) seen.push(f);
+        for await (const f of c.events.follow(first.session_id, {
+          signal: abort.signal,
+          retryDelayMs: 100,
+          maxReconnects: 100,
+          onReconnect: (_n, last) => reconnects.push(last),
+        }))
+          seen.push(f);
       })();
       const before = (await c.events.list({ session_id: first.session_id })).count;
       await eventually(() => seen.filter((f) => f.kind === 'event').length === before);

@@ -20,20 +20,30 @@ describe('finishDocument', () => {
           },
         },
       },
-      '/b': { post: { requestBody: { content: { 'application/json': { schema: ref('PolicyInput') } } }, responses: { 200: { description: 'ok', content: { 'application/json': { schema: ref('Policy') } } } } } },
+      '/b': {
+        post: {
+          requestBody: { content: { 'application/json': { schema: ref('PolicyInput') } } },
+          responses: { 200: { description: 'ok', content: { 'application/json': { schema: ref('Policy') } } } },
+        },
+      },
     },
     components: {
       schemas: {
         // identical twins: one name
-        Same: { type: 'string' }, SameInput: { type: 'string' },
+        Same: { type: 'string' },
+        SameInput: { type: 'string' },
         // equal only once the refs to merged twins are renamed
-        Req: { type: 'object', properties: { s: ref('Same') } }, ReqInput: { type: 'object', properties: { s: ref('SameInput') } },
-        Res: { type: 'object', properties: { s: ref('Same') } }, ResInput: { type: 'object', properties: { s: ref('SameInput') } },
+        Req: { type: 'object', properties: { s: ref('Same') } },
+        ReqInput: { type: 'object', properties: { s: ref('SameInput') } },
+        Res: { type: 'object', properties: { s: ref('Same') } },
+        ResInput: { type: 'object', properties: { s: ref('SameInput') } },
         // really different by direction (a default): both kept
         Policy: { type: 'object', required: ['n'], properties: { n: { type: 'number', default: 1 } } },
         PolicyInput: { type: 'object', properties: { n: { type: 'number', default: 1 } } },
-        Err: { type: 'object' }, ErrInput: { type: 'object' },
-        Unused: { type: 'number' }, UnusedInput: { type: 'number' },
+        Err: { type: 'object' },
+        ErrInput: { type: 'object' },
+        Unused: { type: 'number' },
+        UnusedInput: { type: 'number' },
       },
     },
   });
@@ -68,7 +78,16 @@ function body(...chunks: string[]): ReadableStream<Uint8Array> {
 describe('readSseFrames', () => {
   it('parses frames split across chunks, CRLF lines, multi-line data, comments and retry hints', async () => {
     const frames = [];
-    for await (const f of readSseFrames(body(': ping\n\nretry: 3000\n\nevent: sess', 'ion\ndata: {"a":1}\n\n', 'id: 7\r\nevent: tool_call\r\ndata: {"b":\r\ndata: 2}\r\n\r\n', 'data: x\n\n', 'event: half\ndata: never ended'))) frames.push(f);
+    for await (const f of readSseFrames(
+      body(
+        ': ping\n\nretry: 3000\n\nevent: sess',
+        'ion\ndata: {"a":1}\n\n',
+        'id: 7\r\nevent: tool_call\r\ndata: {"b":\r\ndata: 2}\r\n\r\n',
+        'data: x\n\n',
+        'event: half\ndata: never ended',
+      ),
+    ))
+      frames.push(f);
     expect(frames).toEqual([
       { event: 'retry', data: '', retry: 3000 },
       { event: 'session', data: '{"a":1}' },

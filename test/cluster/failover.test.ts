@@ -43,10 +43,14 @@ describe('three instances, one database', () => {
     const killedAt = Date.now();
     await victim.kill('SIGKILL');
     const survivor = cluster.instances[0].url;
-    const ended = await eventually(async () => {
-      const runs = await Promise.all(ids.map(async (id) => (await getJson(`${survivor}/runs/${id}`)).body));
-      return runs.every((r) => TERMINAL.includes(r.status)) ? runs : null;
-    }, 20_000, 'every run of the killed instance at rest');
+    const ended = await eventually(
+      async () => {
+        const runs = await Promise.all(ids.map(async (id) => (await getJson(`${survivor}/runs/${id}`)).body));
+        return runs.every((r) => TERMINAL.includes(r.status)) ? runs : null;
+      },
+      20_000,
+      'every run of the killed instance at rest',
+    );
     const recoveredIn = Date.now() - killedAt;
     // Lease + sweep interval + the runs' own remaining work (2.5 s step) + slack.
     expect(recoveredIn).toBeLessThan((FAST_RECOVERY.runs.lease_seconds + FAST_RECOVERY.runs.orphan_sweep.interval_seconds) * 1000 + 2_500 + 5_000);
@@ -74,14 +78,22 @@ describe('three instances, one database', () => {
     const stale = cluster.instances[1];
     const other = cluster.instances[0].url;
     const runId = await launchRun(stale.url, '[stop] go', 'sess-stop');
-    await eventually(() => readLedger(cluster.ledger).some((l) => l.run_id === runId && l.tool === 'counted_echo' && l.phase === 'started'), 10_000, 'the slow step started');
+    await eventually(
+      () => readLedger(cluster.ledger).some((l) => l.run_id === runId && l.tool === 'counted_echo' && l.phase === 'started'),
+      10_000,
+      'the slow step started',
+    );
     process.kill(stale.pid, 'SIGSTOP');
     let resumed: { metadata: { cause: string; previous_owner: string }; actor: { id: string } } | undefined;
     try {
-      const done = await eventually(async () => {
-        const r = (await getJson(`${other}/runs/${runId}`)).body;
-        return r.status === 'completed' ? r : null;
-      }, 20_000, 'completed by another instance while the owner is stopped');
+      const done = await eventually(
+        async () => {
+          const r = (await getJson(`${other}/runs/${runId}`)).body;
+          return r.status === 'completed' ? r : null;
+        },
+        20_000,
+        'completed by another instance while the owner is stopped',
+      );
       expect(done.response).toBe('stop done');
       resumed = (await getJson(`${other}/telemetry/events?run_id=${runId}&event_type=run_resumed`)).body.events[0];
       expect(resumed?.metadata.cause).toBe('recovered_after_lapsed_lease');
@@ -102,7 +114,12 @@ describe('three instances, one database', () => {
   it('an interval task on three instances (one killed on the way) dispatches each occurrence exactly once', async () => {
     scripts.set('tick', () => ({ text: 'tock' }));
     const a = cluster.instances[0].url;
-    const created = await postJson(`${a}/background/tasks`, { task_id: 'tick-task', query: '[tick] once per second', schedule: { type: 'interval', seconds: 1 }, overlap_policy: 'allow_parallel' });
+    const created = await postJson(`${a}/background/tasks`, {
+      task_id: 'tick-task',
+      query: '[tick] once per second',
+      schedule: { type: 'interval', seconds: 1 },
+      overlap_policy: 'allow_parallel',
+    });
     expect(created.status, JSON.stringify(created.body)).toBe(200);
     const t0 = Date.now();
     await new Promise((r) => setTimeout(r, 8_000));
@@ -114,7 +131,9 @@ describe('three instances, one database', () => {
     const runs: Array<{ occurrence_id: string; due_at: string }> = [];
     let cursor: string | null = null;
     do {
-      const page: { body: { runs: typeof runs; next_cursor: string | null } } = await getJson(`${a}/background/runs?task_id=tick-task&limit=500${cursor ? `&cursor=${cursor}` : ''}`);
+      const page: { body: { runs: typeof runs; next_cursor: string | null } } = await getJson(
+        `${a}/background/runs?task_id=tick-task&limit=500${cursor ? `&cursor=${cursor}` : ''}`,
+      );
       runs.push(...page.body.runs);
       cursor = page.body.next_cursor;
     } while (cursor);

@@ -33,12 +33,15 @@ export async function startCluster(n: number, modelUrl: string, extra: Record<st
   const workspaces = join(dir, 'workspaces');
   mkdirSync(workspaces, { recursive: true });
   const { background, runs, ...rest } = extra as { background?: Record<string, unknown>; runs?: Record<string, unknown> };
-  const configFile = writeConfig(dir, crashConfig(modelUrl, {
-    ...rest,
-    store: { kind: 'postgres', url: db.url },
-    runs: { ...FAST_RECOVERY.runs, ...(runs ?? {}) },
-    background: { ...FAST_RECOVERY.background, workspace_root: workspaces, ...(background ?? {}) },
-  }));
+  const configFile = writeConfig(
+    dir,
+    crashConfig(modelUrl, {
+      ...rest,
+      store: { kind: 'postgres', url: db.url },
+      runs: { ...FAST_RECOVERY.runs, ...(runs ?? {}) },
+      background: { ...FAST_RECOVERY.background, workspace_root: workspaces, ...(background ?? {}) },
+    }),
+  );
   const instances: AgentdChild[] = [];
   const start = async (i = instances.length): Promise<AgentdChild> => {
     const dataDir = join(dir, `data-${i}`);
@@ -56,7 +59,12 @@ export async function startCluster(n: number, modelUrl: string, extra: Record<st
     throw err;
   }
   return {
-    db, dir, ledger, configFile, instances, start,
+    db,
+    dir,
+    ledger,
+    configFile,
+    instances,
+    start,
     async destroy() {
       await Promise.all(instances.map((c) => c?.kill('SIGKILL')));
       await db.drop().catch(() => undefined);

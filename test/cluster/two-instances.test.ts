@@ -60,7 +60,9 @@ describe('two instances, one database', () => {
   });
 
   it('a stream on B follows a run executing on A live, each event once, and resumes with Last-Event-ID', async () => {
-    scripts.set('stream', (turn) => (turn < 3 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: `s${turn}`, ms: 300 } }] } : { text: 'stream done' }));
+    scripts.set('stream', (turn) =>
+      turn < 3 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: `s${turn}`, ms: 300 } }] } : { text: 'stream done' },
+    );
     const controller = new AbortController();
     const res = await fetch(`${B()}/events/sess-stream`, { signal: controller.signal, headers: { accept: 'text/event-stream' } });
     expect(res.status).toBe(200);
@@ -106,18 +108,38 @@ describe('two instances, one database', () => {
 
   it('a one-at-a-time task (cancel_previous) triggered on both instances never has two runs active at once', async () => {
     scripts.set('one', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'one', ms: 400 } }] } : { text: 'one done' }));
-    const created = await postJson(`${A()}/background/tasks`, { task_id: 'one-at-a-time', query: '[one] go', schedule: { type: 'manual' }, overlap_policy: 'cancel_previous' });
+    const created = await postJson(`${A()}/background/tasks`, {
+      task_id: 'one-at-a-time',
+      query: '[one] go',
+      schedule: { type: 'manual' },
+      overlap_policy: 'cancel_previous',
+    });
     expect(created.status, JSON.stringify(created.body)).toBe(200);
     await eventually(async () => (await getJson(`${B()}/background/tasks/one-at-a-time`)).status === 200, 5_000, 'task on B');
     const triggered = await Promise.all(Array.from({ length: 8 }, (_, i) => postJson(`${i % 2 === 0 ? A() : B()}/background/tasks/one-at-a-time/run`, {})));
     for (const t of triggered) expect(t.status, JSON.stringify(t.body)).toBe(200);
     const ids = triggered.map((t) => t.body.run_id as string);
     const TERMINAL_BG = ['completed', 'failed', 'cancelled', 'timeout', 'skipped'];
-    await eventually(async () => {
-      const rs = await Promise.all(ids.map(async (id) => (await getJson(`${B()}/background/runs/${id}`)).body.status));
-      return rs.every((st) => TERMINAL_BG.includes(st));
-    }, 20_000, 'every run of the task at rest');
-    const attempts = (await Promise.all(ids.map(async (id) => (await getJson(`${A()}/background/runs/${id}/attempts`)).body.attempts as Array<{ started_at: string; finished_at: string | null; worker_id: string }>))).flat();
+    await eventually(
+      async () => {
+        const rs = await Promise.all(ids.map(async (id) => (await getJson(`${B()}/background/runs/${id}`)).body.status));
+        return rs.every((st) => TERMINAL_BG.includes(st));
+      },
+      20_000,
+      'every run of the task at rest',
+    );
+    const attempts = (
+      await Promise.all(
+        ids.map(
+          async (id) =>
+            (await getJson(`${A()}/background/runs/${id}/attempts`)).body.attempts as Array<{
+              started_at: string;
+              finished_at: string | null;
+              worker_id: string;
+            }>,
+        ),
+      )
+    ).flat();
     expect(attempts.length).toBeGreaterThan(0);
     const spans = attempts.map((a) => [Date.parse(a.started_at), Date.parse(a.finished_at!)] as const).sort((x, y) => x[0] - y[0]);
     for (let i = 1; i < spans.length; i++) expect(spans[i][0], 'an attempt started before the previous one ended').toBeGreaterThanOrEqual(spans[i - 1][1]);
@@ -125,7 +147,9 @@ describe('two instances, one database', () => {
 
   it('a background run on A: its workspace files are served by B (shared workspace_root), and a cancel posted to B stops it', async () => {
     scripts.set('bgdone', () => ({ text: 'bg done' }));
-    scripts.set('bgslow', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'bg', ms: 30_000 } }] } : { text: 'bg slow done' }));
+    scripts.set('bgslow', (turn) =>
+      turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'bg', ms: 30_000 } }] } : { text: 'bg slow done' },
+    );
     expect((await postJson(`${A()}/background/tasks`, { task_id: 'bg-done', query: '[bgdone] go', schedule: { type: 'manual' } })).status).toBe(200);
     const done = await postJson(`${A()}/background/tasks/bg-done/run`, { wait: true }, 20_000);
     expect(done.status, JSON.stringify(done.body)).toBe(200);
@@ -141,7 +165,11 @@ describe('two instances, one database', () => {
     expect(started.status).toBe(200);
     const bgId = started.body.run_id as string;
     await eventually(async () => (await getJson(`${B()}/background/runs/${bgId}`)).body.status === 'running', 10_000, 'bg run running');
-    await eventually(() => readLedger(cluster.ledger).some((l) => l.tool === 'counted_echo' && l.entry === 'bg' && l.phase === 'started'), 10_000, 'bg tool started');
+    await eventually(
+      () => readLedger(cluster.ledger).some((l) => l.tool === 'counted_echo' && l.entry === 'bg' && l.phase === 'started'),
+      10_000,
+      'bg tool started',
+    );
     const c = await postJson(`${B()}/background/runs/${bgId}/cancel`, {});
     expect(c.status, JSON.stringify(c.body)).toBe(200);
     const t0 = Date.now();
@@ -152,7 +180,11 @@ describe('two instances, one database', () => {
   it('a SIGTERMed instance saves its live run interrupted, exits 0, and the other instance resumes and completes it', async () => {
     scripts.set('term', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'term', ms: 1_500 } }] } : { text: 'term done' }));
     const runId = await launchRun(B(), '[term] go', 'sess-term');
-    await eventually(() => readLedger(cluster.ledger).some((l) => l.run_id === runId && l.tool === 'counted_echo' && l.phase === 'started'), 10_000, 'the tool started on B');
+    await eventually(
+      () => readLedger(cluster.ledger).some((l) => l.run_id === runId && l.tool === 'counted_echo' && l.phase === 'started'),
+      10_000,
+      'the tool started on B',
+    );
     const exit = await cluster.instances[1].kill('SIGTERM');
     expect(exit.code).toBe(0);
     const done = await waitForRunStatus(A(), runId, ['completed'], 15_000);
@@ -169,16 +201,27 @@ describe('two instances, one database', () => {
     // Holds of earlier runs (a cancelled background run's, say) must be released first, or the 20
     // runs compete for fewer units than `limit - spent` (seen once under load: 16 of 17 spent).
     const helloRun = (await getJson(`${A()}/runs?session_id=sess-hello`)).body.runs[0].run_id;
-    const agentEntry = async () => (await getJson(`${A()}/runs/${helloRun}/budget`)).body.budgets.find((b: { scope: string; meter: string }) => b.scope === 'agent' && b.meter === 'tool_calls') as { spent: number; reserved: number } | undefined;
-    const prior = await eventually(async () => {
-      const e = await agentEntry();
-      return !e || e.reserved === 0 ? { entry: e } : null;
-    }, 10_000, 'no held agent budget');
+    const agentEntry = async () =>
+      (await getJson(`${A()}/runs/${helloRun}/budget`)).body.budgets.find(
+        (b: { scope: string; meter: string }) => b.scope === 'agent' && b.meter === 'tool_calls',
+      ) as { spent: number; reserved: number } | undefined;
+    const prior = await eventually(
+      async () => {
+        const e = await agentEntry();
+        return !e || e.reserved === 0 ? { entry: e } : null;
+      },
+      10_000,
+      'no held agent budget',
+    );
     const spentBefore = prior.entry?.spent ?? 0;
     const remaining = AGENT_TOOL_LIMIT - spentBefore;
     expect(remaining).toBeGreaterThan(0);
     expect(remaining).toBeLessThan(20);
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => postJson(`${i % 2 === 0 ? A() : B()}/run/sync`, { query: `[budget-${i}] spend`, session_id: `sess-budget-${i}` }, 30_000)));
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        postJson(`${i % 2 === 0 ? A() : B()}/run/sync`, { query: `[budget-${i}] spend`, session_id: `sess-budget-${i}` }, 30_000),
+      ),
+    );
     for (const r of results) expect(r.status).toBe(200);
     const executed = readLedger(cluster.ledger).filter((l) => l.tool === 'ledger_write' && l.phase === 'started').length - before;
     // Earlier tests' tool calls (ask_write, counted_echo) count on the same agent key.

@@ -38,7 +38,12 @@ afterAll(async () => {
 
 it(`${runs} runs survive ${cycles} ${sigtermEvery ? 'kills and stops' : 'SIGKILLs'} (seed ${seed}${postgres ? `, ${instances} instances on PostgreSQL, ${tasks} tasks` : ''})`, async () => {
   const report = await runCrashHarness(model, {
-    cycles, runs, seed, sigtermEvery, settleTimeoutMs: postgres ? 300_000 : 120_000, log: (m) => process.stderr.write(`[crash] ${m}\n`),
+    cycles,
+    runs,
+    seed,
+    sigtermEvery,
+    settleTimeoutMs: postgres ? 300_000 : 120_000,
+    log: (m) => process.stderr.write(`[crash] ${m}\n`),
     ...(postgres ? { postgres: { url: db!.url, instances }, tasks, lifeMs: [2_000, 5_000] as [number, number] } : {}),
   });
   process.stderr.write(`[crash] report ${JSON.stringify(report, null, 2)}\n`);

@@ -37,11 +37,16 @@ process.once('exit', () => {
 
 /** Kills every child this process started that is still alive (afterAll safety net). */
 export async function killAllChildren(): Promise<void> {
-  await Promise.all([...children].map((c) => new Promise<void>((res) => {
-    if (c.exitCode !== null || c.signalCode !== null) return res();
-    c.once('exit', () => res());
-    c.kill('SIGKILL');
-  })));
+  await Promise.all(
+    [...children].map(
+      (c) =>
+        new Promise<void>((res) => {
+          if (c.exitCode !== null || c.signalCode !== null) return res();
+          c.once('exit', () => res());
+          c.kill('SIGKILL');
+        }),
+    ),
+  );
 }
 
 export function tempDir(prefix = 'agentd-crash-'): string {
@@ -79,10 +84,12 @@ export async function startAgentd(opts: { configFile: string; dataDir: string; e
   });
   children.add(child);
   let err = '';
-  const exited = new Promise<ChildExit>((res) => child.once('exit', (code, signal) => {
-    children.delete(child);
-    res({ code, signal });
-  }));
+  const exited = new Promise<ChildExit>((res) =>
+    child.once('exit', (code, signal) => {
+      children.delete(child);
+      res({ code, signal });
+    }),
+  );
   const url = await new Promise<string>((res, rej) => {
     const timer = setTimeout(() => rej(new Error(`agentd did not start in ${opts.timeoutMs ?? 30_000} ms:\n${err}`)), opts.timeoutMs ?? 30_000);
     child.stderr!.setEncoding('utf8');
@@ -140,7 +147,9 @@ export async function getJson(url: string): Promise<JsonReply> {
 }
 
 export async function postJson(url: string, body: unknown, timeoutMs = 15_000): Promise<JsonReply> {
-  return asJson(await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) }));
+  return asJson(
+    await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) }),
+  );
 }
 
 // Polls until a condition holds: the same helper the HTTP tests use.
@@ -153,10 +162,14 @@ import { eventually } from '../helpers/server.js';
  */
 export async function launchRun(url: string, query: string, sessionId: string): Promise<string> {
   void postJson(`${url}/run/sync`, { query, session_id: sessionId }, 600_000).catch(() => undefined);
-  return eventually(async () => {
-    const list = await getJson(`${url}/runs?session_id=${encodeURIComponent(sessionId)}`);
-    return (list.body?.runs?.[0]?.run_id as string | undefined) ?? null;
-  }, 10_000, `run of session ${sessionId}`);
+  return eventually(
+    async () => {
+      const list = await getJson(`${url}/runs?session_id=${encodeURIComponent(sessionId)}`);
+      return (list.body?.runs?.[0]?.run_id as string | undefined) ?? null;
+    },
+    10_000,
+    `run of session ${sessionId}`,
+  );
 }
 
 export async function getRun(url: string, runId: string): Promise<Json> {
@@ -166,10 +179,14 @@ export async function getRun(url: string, runId: string): Promise<Json> {
 }
 
 export function waitForRunStatus(url: string, runId: string, statuses: string[], timeoutMs = 15_000): Promise<Json> {
-  return eventually(async () => {
-    const v = await getRun(url, runId);
-    return statuses.includes(v.status) ? v : null;
-  }, timeoutMs, `run ${runId} in ${statuses.join('|')}`);
+  return eventually(
+    async () => {
+      const v = await getRun(url, runId);
+      return statuses.includes(v.status) ? v : null;
+    },
+    timeoutMs,
+    `run ${runId} in ${statuses.join('|')}`,
+  );
 }
 
 // ------------------------------------------------------------------ the tool ledger
@@ -187,7 +204,10 @@ export interface LedgerLine {
 
 export function readLedger(file: string): LedgerLine[] {
   if (!existsSync(file)) return [];
-  return readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as LedgerLine);
+  return readFileSync(file, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as LedgerLine);
 }
 
 // ------------------------------------------------------------------ model scripting by query tag
@@ -364,30 +384,32 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
   const agentToolLimit = Math.max(2, Math.ceil(opts.runs * 1.2));
   const pgOpts = opts.postgres ?? null;
   const slots = pgOpts ? Math.max(1, pgOpts.instances) : 1;
-  const configFile = writeConfig(dir, crashConfig(model.url, {
-    ...(pgOpts
-      ? {
-        store: { kind: 'postgres', url: pgOpts.url },
-        // Nobody takes a running run for dead at start-up on a shared store: leases must lapse.
-        background: { lease_seconds: 2, poll_interval_ms: 200, workspace_root: join(dir, 'workspaces') },
-      }
-      : {}),
-    agent: { max_steps: 12 },
-    governance: { rules: [{ tools: ['ask_*'], effect: 'ask', reason: 'a person approves writes' }] },
-    budgets: {
-      session: [{ meter: 'model_calls', limit: 3 }],
-      agent: [{ meter: 'tool_calls', limit: agentToolLimit }],
-    },
-    runs: { ...(pgOpts ? { lease_seconds: 2 } : {}), orphan_sweep: { interval_seconds: 1, decided_grace_seconds: 1 } },
-  }));
+  const configFile = writeConfig(
+    dir,
+    crashConfig(model.url, {
+      ...(pgOpts
+        ? {
+            store: { kind: 'postgres', url: pgOpts.url },
+            // Nobody takes a running run for dead at start-up on a shared store: leases must lapse.
+            background: { lease_seconds: 2, poll_interval_ms: 200, workspace_root: join(dir, 'workspaces') },
+          }
+        : {}),
+      agent: { max_steps: 12 },
+      governance: { rules: [{ tools: ['ask_*'], effect: 'ask', reason: 'a person approves writes' }] },
+      budgets: {
+        session: [{ meter: 'model_calls', limit: 3 }],
+        agent: [{ meter: 'tool_calls', limit: agentToolLimit }],
+      },
+      runs: { ...(pgOpts ? { lease_seconds: 2 } : {}), orphan_sweep: { interval_seconds: 1, decided_grace_seconds: 1 } },
+    }),
+  );
   const byTag = new Map<string, number>(plans.map((_, j) => [`job${j}`, j]));
   routeByTag(model, (tag) => {
     if (tag === 'tick') return () => ({ text: 'tock' });
     const j = byTag.get(tag);
     if (j === undefined) return undefined;
-    return (turn) => (turn < plans[j].length
-      ? { tool_calls: plans[j][turn].map((c) => ({ name: c.name, arguments: c.arguments })) }
-      : { text: `job${j} done` });
+    return (turn) =>
+      turn < plans[j].length ? { tool_calls: plans[j][turn].map((c) => ({ name: c.name, arguments: c.arguments })) } : { text: `job${j} done` };
   });
 
   const runOf = new Map<number, string>(); // job -> run id, once seen in the store
@@ -430,7 +452,7 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
   const submit = (jobs: number[]) => {
     let k = 0;
     for (const j of jobs) {
-      const slot = (k++) % slots;
+      const slot = k++ % slots;
       const child = children[slot];
       if (!child) continue;
       sentTo.set(j, [slot, gens[slot]]);
@@ -447,7 +469,11 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
       for (const a of run.approvals as Array<{ approval_id: string; status: string; arguments: { entry?: string } }>) {
         if (a.status !== 'pending' || decided.has(a.approval_id)) continue;
         const decision = unit(`${opts.seed}:${a.arguments.entry}`) < 0.85 ? 'approve' : 'deny';
-        const r = await postJson(`${url}/runs/${run.run_id}/approvals/${a.approval_id}`, { decision, approver: 'harness', note: decision === 'deny' ? 'not today' : null });
+        const r = await postJson(`${url}/runs/${run.run_id}/approvals/${a.approval_id}`, {
+          decision,
+          approver: 'harness',
+          note: decision === 'deny' ? 'not today' : null,
+        });
         if (r.status === 200 || r.status === 409) decided.add(a.approval_id);
       }
     }
@@ -471,7 +497,13 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
   if (opts.tasks) {
     for (let t = 0; t < opts.tasks; t++) {
       const id = `crash-task-${t}`;
-      const r = await postJson(`${children[0]!.url}/background/tasks`, { task_id: id, query: `[tick] task ${t}`, schedule: { type: 'interval', seconds: 2 }, overlap_policy: 'allow_parallel', session_policy: { mode: 'run' } });
+      const r = await postJson(`${children[0]!.url}/background/tasks`, {
+        task_id: id,
+        query: `[tick] task ${t}`,
+        schedule: { type: 'interval', seconds: 2 },
+        overlap_policy: 'allow_parallel',
+        session_policy: { mode: 'run' },
+      });
       if (r.status !== 200) violations.push(`task ${id}: create answered ${r.status} ${JSON.stringify(r.body)}`);
       taskIds.push(id);
     }
@@ -503,9 +535,12 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
       if (exit.code !== 0) violations.push(`cycle ${cycle}: SIGTERM exit ${exit.code ?? exit.signal}:\n${child.stderr().slice(-2000)}`);
     } else {
       kills++;
-      if (exit.signal !== 'SIGKILL') violations.push(`cycle ${cycle}: child exited by itself (${exit.code ?? exit.signal}) before its kill:\n${child.stderr().slice(-2000)}`);
+      if (exit.signal !== 'SIGKILL')
+        violations.push(`cycle ${cycle}: child exited by itself (${exit.code ?? exit.signal}) before its kill:\n${child.stderr().slice(-2000)}`);
     }
-    log(`cycle ${cycle + 1}/${opts.cycles}: ${graceful ? 'SIGTERM' : 'SIGKILL'}${slots > 1 ? ` of instance ${victim}` : ''} after ${Math.round(life)} ms; ${runOf.size}/${opts.runs} runs known`);
+    log(
+      `cycle ${cycle + 1}/${opts.cycles}: ${graceful ? 'SIGTERM' : 'SIGKILL'}${slots > 1 ? ` of instance ${victim}` : ''} after ${Math.round(life)} ms; ${runOf.size}/${opts.runs} runs known`,
+    );
     if (slots > 1 && cycle + 1 < opts.cycles) await start(victim);
   }
 
@@ -530,12 +565,25 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
       const views = await Promise.all([...runOf.values()].map((id) => getRun(url, id)));
       if (runOf.size === opts.runs && views.every(isRest)) break;
       if (Date.now() > until) {
-        const stuck = views.filter((v) => !isRest(v)).map((v) => ({
-          run_id: v.run_id, status: v.status, step: v.step, attempt: v.attempt, error: v.error,
-          approvals: v.approvals.map((a: { approval_id: string; status: string }) => `${a.approval_id}:${a.status}${decided.has(a.approval_id) ? ' (decided here)' : ''}`),
-          budget_requests: v.budget_requests.map((b: { request_id: string; status: string; key: string; meter: string; shortfall: number }) => `${b.request_id}:${b.status} ${b.key}/${b.meter} -${b.shortfall}${decided.has(b.request_id) ? ' (decided here)' : ''}`),
-        }));
-        violations.push(`not at rest after ${opts.settleTimeoutMs ?? 60_000} ms (${opts.runs - runOf.size} jobs without a run): ${JSON.stringify(stuck, null, 1)}`);
+        const stuck = views
+          .filter((v) => !isRest(v))
+          .map((v) => ({
+            run_id: v.run_id,
+            status: v.status,
+            step: v.step,
+            attempt: v.attempt,
+            error: v.error,
+            approvals: v.approvals.map(
+              (a: { approval_id: string; status: string }) => `${a.approval_id}:${a.status}${decided.has(a.approval_id) ? ' (decided here)' : ''}`,
+            ),
+            budget_requests: v.budget_requests.map(
+              (b: { request_id: string; status: string; key: string; meter: string; shortfall: number }) =>
+                `${b.request_id}:${b.status} ${b.key}/${b.meter} -${b.shortfall}${decided.has(b.request_id) ? ' (decided here)' : ''}`,
+            ),
+          }));
+        violations.push(
+          `not at rest after ${opts.settleTimeoutMs ?? 60_000} ms (${opts.runs - runOf.size} jobs without a run): ${JSON.stringify(stuck, null, 1)}`,
+        );
         break;
       }
       await new Promise((r) => setTimeout(r, 100));
@@ -585,7 +633,16 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
 
   async function check(): Promise<CrashReport> {
     const report: CrashReport = {
-      seed: opts.seed, cycles: opts.cycles, runs: opts.runs, kills, stops, starts, duration_ms: 0, outcomes: {}, failures: {}, resumed: {},
+      seed: opts.seed,
+      cycles: opts.cycles,
+      runs: opts.runs,
+      kills,
+      stops,
+      starts,
+      duration_ms: 0,
+      outcomes: {},
+      failures: {},
+      resumed: {},
       tool_calls: { non_idempotent_executed: 0, non_idempotent_unknown: 0, idempotent_executions: 0 },
       approvals: { approved: 0, denied: 0, approved_executed_once: 0, approved_unknown: 0, approved_abandoned_by_failed_run: 0 },
       budgets: { requests: 0, granted: 0, denied: 0 },
@@ -603,7 +660,8 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
     }
     // 1. No non-idempotent call ran twice.
     for (const [key, ls] of started) {
-      if (NON_IDEMPOTENT.has(ls[0].tool) && ls.length > 1) violations.push(`${ls[0].tool} ${key} ran ${ls.length} times (pids ${ls.map((l) => l.pid).join(', ')})`);
+      if (NON_IDEMPOTENT.has(ls[0].tool) && ls.length > 1)
+        violations.push(`${ls[0].tool} ${key} ran ${ls.length} times (pids ${ls.map((l) => l.pid).join(', ')})`);
     }
     const toldUnknown = new Set<string>();
     for (const req of model.requests) {
@@ -633,7 +691,8 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
         if (c.outcome === 'unknown') {
           report.tool_calls.non_idempotent_unknown++;
           // The model is told, unless the run died before its next model call.
-          if (v.status === 'completed' && !toldUnknown.has(c.tool_call_id)) violations.push(`${runId}: the model was never told that ${c.tool_call_id} is unknown`);
+          if (v.status === 'completed' && !toldUnknown.has(c.tool_call_id))
+            violations.push(`${runId}: the model was never told that ${c.tool_call_id} is unknown`);
           if (c.idempotent) violations.push(`${runId}: idempotent call ${c.tool_call_id} recorded unknown (it should have run again)`);
         }
       }
@@ -670,10 +729,12 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
       }
     }
     for (const [key, e] of ledgerKeys) {
-      if (e.spent + e.reserved > e.limit + e.granted) violations.push(`budget ${key} overspent: spent ${e.spent} + reserved ${e.reserved} > limit ${e.limit} + granted ${e.granted}`);
+      if (e.spent + e.reserved > e.limit + e.granted)
+        violations.push(`budget ${key} overspent: spent ${e.spent} + reserved ${e.reserved} > limit ${e.limit} + granted ${e.granted}`);
       if (e.reserved !== 0) violations.push(`budget ${key}: ${e.reserved} still reserved with every run at rest`);
       // 6. Every grant a person made reached the ledger, once.
-      if ((grantedByKey.get(key) ?? 0) !== e.granted) violations.push(`budget ${key}: requests granted ${grantedByKey.get(key) ?? 0} but the ledger holds ${e.granted}`);
+      if ((grantedByKey.get(key) ?? 0) !== e.granted)
+        violations.push(`budget ${key}: requests granted ${grantedByKey.get(key) ?? 0} but the ledger holds ${e.granted}`);
     }
     // 5. Every real execution of a non-idempotent tool is in its run's record.
     for (const [key, ls] of started) {
@@ -682,7 +743,8 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
     let cursor: string | null = null;
     do {
       const page = await getJson(`${url}/telemetry/events?event_type=run_resumed&limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
-      for (const e of page.body.events as Array<{ metadata: { cause: string } }>) report.resumed[e.metadata.cause] = (report.resumed[e.metadata.cause] ?? 0) + 1;
+      for (const e of page.body.events as Array<{ metadata: { cause: string } }>)
+        report.resumed[e.metadata.cause] = (report.resumed[e.metadata.cause] ?? 0) + 1;
       cursor = page.body.next_cursor;
     } while (cursor);
     report.duration_ms = Date.now() - t0;

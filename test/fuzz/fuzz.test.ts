@@ -4,8 +4,23 @@
 // 5xx in the servers' logs, no stream left behind. `npm run fuzz` is the long form.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  Deep, Huge, PoolRef, Pools, RawToken, checkAnswer, materialize, operationsOf, percentEncode, planRequests, runFuzz, serialize,
-  type Answer, type FuzzReport, type OpenApiDoc, type Operation, type WireRequest,
+  Deep,
+  Huge,
+  PoolRef,
+  Pools,
+  RawToken,
+  checkAnswer,
+  materialize,
+  operationsOf,
+  percentEncode,
+  planRequests,
+  runFuzz,
+  serialize,
+  type Answer,
+  type FuzzReport,
+  type OpenApiDoc,
+  type Operation,
+  type WireRequest,
 } from './openapi-fuzz.js';
 import { fetchDoc, startTarget, subscriptionsExpected, type RunningTarget } from './target.js';
 import { eventually, startTestServer, type TestServer } from '../helpers/server.js';
@@ -18,7 +33,10 @@ describe('the generator and the checker (pure)', () => {
   it('writes what JSON.stringify cannot: huge and deep values, raw number tokens, pool ids', () => {
     const pools = new Pools();
     pools.add('run_id', 'run_abc');
-    const text = serialize({ a: new Huge(5, '\u{1F600}'), b: new Deep(3, 'array'), c: new RawToken('1e400'), d: new PoolRef('run_id', 7), e: new PoolRef('task_id', 0) }, pools);
+    const text = serialize(
+      { a: new Huge(5, '\u{1F600}'), b: new Deep(3, 'array'), c: new RawToken('1e400'), d: new PoolRef('run_id', 7), e: new PoolRef('task_id', 0) },
+      pools,
+    );
     expect(text).toBe('{"a":"\u{1F600}\u{1F600}\\ud83d","b":[[[0]]],"c":1e400,"d":"run_abc","e":"missing-task_id"}');
     expect(serialize(new Deep(2, 'object'), pools)).toBe('{"a":{"a":0}}');
     // A lone surrogate leaves as a JSON escape, never as invalid UTF-8.
@@ -33,7 +51,14 @@ describe('the generator and the checker (pure)', () => {
 
   it('the same seed plans the same requests', () => {
     const doc: OpenApiDoc = {
-      paths: { '/runs/{run_id}': { get: { parameters: [{ in: 'path', name: 'run_id', required: true, schema: { type: 'string', pattern: 'x' } }], responses: { 200: { content: { 'application/json': {} } } } } } },
+      paths: {
+        '/runs/{run_id}': {
+          get: {
+            parameters: [{ in: 'path', name: 'run_id', required: true, schema: { type: 'string', pattern: 'x' } }],
+            responses: { 200: { content: { 'application/json': {} } } },
+          },
+        },
+      },
     };
     const ops = operationsOf(doc);
     const a = planRequests(ops, doc, 5, 50);
@@ -47,7 +72,14 @@ describe('the generator and the checker (pure)', () => {
   it('fails 5xx, hangs, non-JSON and shapeless error bodies, stack traces; passes the documented shapes', () => {
     const op: Operation = { key: 'GET /x', method: 'GET', path: '/x', params: [], body: null, sse: false };
     const req: WireRequest = { method: 'GET', target: '/x', headers: {}, body: null, chunked: false };
-    const answer = (status: number, body: string, contentType = 'application/json; charset=utf-8'): Answer => ({ status, contentType, body, hung: false, stream: false, ms: 1 });
+    const answer = (status: number, body: string, contentType = 'application/json; charset=utf-8'): Answer => ({
+      status,
+      contentType,
+      body,
+      hung: false,
+      stream: false,
+      ms: 1,
+    });
     expect(checkAnswer(op, req, answer(500, '{"error":"InternalServerError","message":"m","detail":null}'))).toMatch(/status 500/);
     expect(checkAnswer(op, req, answer(503, '{"error":"ServerBusy","message":"m","detail":null}'))).toMatch(/status 503/);
     expect(checkAnswer(op, req, { ...answer(0, ''), hung: true })).toMatch(/hang/);
@@ -55,7 +87,9 @@ describe('the generator and the checker (pure)', () => {
     expect(checkAnswer(op, req, answer(400, '<html>Bad Request</html>', 'text/html'))).toMatch(/not JSON/);
     expect(checkAnswer(op, req, answer(400, '{"statusCode":400,"error":"Bad Request"}'))).toMatch(/no documented shape/);
     expect(checkAnswer(op, req, answer(422, '{"error":"X","message":"m","detail":null}'))).toMatch(/422/);
-    expect(checkAnswer(op, req, answer(404, '{"error":"NotFound","message":"Error: x\\n    at f (/a/b.ts:1:2)","detail":null}'.replace('\\n', '\n')))).toMatch(/stack/);
+    expect(checkAnswer(op, req, answer(404, '{"error":"NotFound","message":"Error: x\\n    at f (/a/b.ts:1:2)","detail":null}'.replace('\\n', '\n')))).toMatch(
+      /stack/,
+    );
     expect(checkAnswer(op, req, { ...answer(200, ''), stream: true, contentType: 'text/event-stream' })).toMatch(/SSE/);
     expect(checkAnswer(op, req, answer(404, '{"error":"NotFound","message":"m","detail":null}'))).toBeNull();
     expect(checkAnswer(op, req, answer(422, '{"detail":[{"loc":["body"],"msg":"m","type":"json_invalid"}]}'))).toBeNull();
@@ -85,7 +119,23 @@ describe(`fuzzing every route of the OpenAPI document (seed ${SEED}, ${REQUESTS}
     const ops = operationsOf(doc);
     expect(ops.length).toBeGreaterThan(40);
     for (const op of ops) expect(report.perRoute[op.key].requests, op.key).toBeGreaterThanOrEqual(Math.floor(REQUESTS / ops.length));
-    for (const c of ['valid', 'body:wrong-type', 'body:missing-field', 'body:extra-field', 'body:unicode', 'body:edge-number', 'body:huge-string', 'body:deep', 'body:garbled', 'path:weird-id', 'path:long-id', 'path:spelling', 'query', 'headers:auth', 'method']) {
+    for (const c of [
+      'valid',
+      'body:wrong-type',
+      'body:missing-field',
+      'body:extra-field',
+      'body:unicode',
+      'body:edge-number',
+      'body:huge-string',
+      'body:deep',
+      'body:garbled',
+      'path:weird-id',
+      'path:long-id',
+      'path:spelling',
+      'query',
+      'headers:auth',
+      'method',
+    ]) {
       expect(report.categories[c] ?? 0, c).toBeGreaterThan(0);
     }
     // Not only refusals: valid requests reach the handlers, and streams are opened.
@@ -94,7 +144,9 @@ describe(`fuzzing every route of the OpenAPI document (seed ${SEED}, ${REQUESTS}
   });
 
   it('answers every request, never with a 5xx or an error body outside the documented JSON shapes', () => {
-    const lines = report.failures.map((f) => `[${f.server}] ${f.reason}: ${f.method} ${f.target} (${f.category}) -> ${f.status} ${f.answer}${f.requestBody ? ` | body ${f.requestBody}` : ''}`);
+    const lines = report.failures.map(
+      (f) => `[${f.server}] ${f.reason}: ${f.method} ${f.target} (${f.category}) -> ${f.status} ${f.answer}${f.requestBody ? ` | body ${f.requestBody}` : ''}`,
+    );
     expect(lines).toEqual([]);
     expect(report.healthChecks).toBeGreaterThan(0);
   });
@@ -105,7 +157,11 @@ describe(`fuzzing every route of the OpenAPI document (seed ${SEED}, ${REQUESTS}
     // What is left on the bus once every client is gone: the parked background runs' watches only.
     for (const t of targets) {
       const expected = await subscriptionsExpected(t);
-      await eventually(() => t.server.runtime.bus.size <= expected, 10_000, `${t.name}: stream subscriptions released (${t.server.runtime.bus.size} left, ${expected} expected)`);
+      await eventually(
+        () => t.server.runtime.bus.size <= expected,
+        10_000,
+        `${t.name}: stream subscriptions released (${t.server.runtime.bus.size} left, ${expected} expected)`,
+      );
     }
   });
 });

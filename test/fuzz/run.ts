@@ -36,10 +36,19 @@ const report = await runFuzz(doc, targets, {
   healthEvery: 500,
   onProgress: (done, r) => process.stderr.write(`  ${done}/${requests} requests, ${r.failures.length} failures, ${Math.round((Date.now() - t0) / 1000)} s\n`),
 });
-const logged: Failure[] = targets.flatMap((t) => t.serverErrors.map((e) => ({
-  server: t.name, op: `${e.method} ${e.route ?? '(no route)'}`, category: 'server log', method: e.method, target: '', status: e.status,
-  reason: `logged 5xx: ${e.error.name}: ${e.error.message}`, requestBody: '', answer: '',
-})));
+const logged: Failure[] = targets.flatMap((t) =>
+  t.serverErrors.map((e) => ({
+    server: t.name,
+    op: `${e.method} ${e.route ?? '(no route)'}`,
+    category: 'server log',
+    method: e.method,
+    target: '',
+    status: e.status,
+    reason: `logged 5xx: ${e.error.name}: ${e.error.message}`,
+    requestBody: '',
+    answer: '',
+  })),
+);
 // A closed stream releases its bus subscription once its run or replay notices: give that 10 s.
 // Parked background runs keep one each (they watch for their resume), and nothing else may stay.
 const expected = await Promise.all(targets.map(subscriptionsExpected));
@@ -49,15 +58,31 @@ for (const t of targets) await t.stop();
 
 const command = `npm run fuzz -- --requests ${requests} --seed ${seed}${concurrency !== 4 ? ` --concurrency ${concurrency}` : ''}`;
 process.stdout.write(`${reportMarkdown(report, command)}\n\n`);
-process.stdout.write(`RSS of the process (servers and fuzzer): ${Math.round(rssBefore / 2 ** 20)} MB before, ${Math.round(process.memoryUsage().rss / 2 ** 20)} MB after. Stream subscriptions left after the run: ${streamsLeft.join(', ')} (besides ${expected.join(', ')} parked background runs' watches).\n`);
+process.stdout.write(
+  `RSS of the process (servers and fuzzer): ${Math.round(rssBefore / 2 ** 20)} MB before, ${Math.round(process.memoryUsage().rss / 2 ** 20)} MB after. Stream subscriptions left after the run: ${streamsLeft.join(', ')} (besides ${expected.join(', ')} parked background runs' watches).\n`,
+);
 const failures = [...report.failures, ...logged];
 targets.forEach((t, i) => {
-  if (streamsLeft[i] > 0) failures.push({ server: t.name, op: '(streams)', category: 'leak', method: '', target: '', status: 0, reason: `${streamsLeft[i]} bus subscriptions left 10 s after every client closed its stream`, requestBody: '', answer: '' });
+  if (streamsLeft[i] > 0)
+    failures.push({
+      server: t.name,
+      op: '(streams)',
+      category: 'leak',
+      method: '',
+      target: '',
+      status: 0,
+      reason: `${streamsLeft[i]} bus subscriptions left 10 s after every client closed its stream`,
+      requestBody: '',
+      answer: '',
+    });
 });
 for (const c of crashes) process.stdout.write(`CRASH ${c}\n`);
 if (failures.length > 0) {
   process.stdout.write(`\n${failures.length} failures:\n`);
-  for (const f of failures) process.stdout.write(`- [${f.server}] ${f.reason}: ${f.method} ${f.target} (${f.category}) -> ${f.status} ${f.answer}${f.requestBody ? `\n    body: ${f.requestBody}` : ''}\n`);
+  for (const f of failures)
+    process.stdout.write(
+      `- [${f.server}] ${f.reason}: ${f.method} ${f.target} (${f.category}) -> ${f.status} ${f.answer}${f.requestBody ? `\n    body: ${f.requestBody}` : ''}\n`,
+    );
 }
 if (jsonOut) writeFileSync(jsonOut, JSON.stringify({ command, report, logged, crashes }, null, 2));
 process.exit(failures.length > 0 || crashes.length > 0 ? 1 : 0);

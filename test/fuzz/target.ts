@@ -38,7 +38,12 @@ function configFor(name: 'open' | 'auth'): Record<string, unknown> {
     budgets: { run: [{ meter: 'tool_calls', limit: 1, on_exhausted: 'pause' }] },
     runs: { orphan_sweep: { interval_seconds: 3600 } },
     ...(name === 'auth'
-      ? { auth: { bind_approver: true, api_keys: (Object.keys(FUZZ_KEYS) as Array<keyof Keys>).map((role) => ({ name: role, role, key_sha256: sha(FUZZ_KEYS[role]) })) } }
+      ? {
+          auth: {
+            bind_approver: true,
+            api_keys: (Object.keys(FUZZ_KEYS) as Array<keyof Keys>).map((role) => ({ name: role, role, key_sha256: sha(FUZZ_KEYS[role]) })),
+          },
+        }
       : {}),
   };
 }
@@ -51,7 +56,13 @@ export async function startTarget(name: 'open' | 'auth'): Promise<RunningTarget>
   const port = Number(new URL(server.url).port);
   const keys = name === 'auth' ? FUZZ_KEYS : null;
   const t: RunningTarget = {
-    name, port, keys, pools: new Pools(), server, url: server.url, serverErrors,
+    name,
+    port,
+    keys,
+    pools: new Pools(),
+    server,
+    url: server.url,
+    serverErrors,
     stop: async () => {
       await server.close(0);
       rmSync(dataDir, { recursive: true, force: true });
@@ -79,7 +90,11 @@ async function seed(t: RunningTarget): Promise<void> {
   await call(t, 'POST', '/run/sync', { query: 'use clock and workspace_list', session_id: 'fz-s4' }); // awaiting_budget
   await call(t, 'POST', '/background/agents', { agent_id: 'fz-agent', spec: { agent_id: 'fz-agent', name: 'fuzz agent' } });
   await call(t, 'POST', '/background/tasks', { task_id: 'fz-task', query: 'hello', schedule: { type: 'manual' } });
-  await call(t, 'POST', '/background/tasks', { task_id: 'fz-task-2', query: 'use workspace_write', schedule: { type: 'once', run_at: '2099-01-01T00:00:00Z' } });
+  await call(t, 'POST', '/background/tasks', {
+    task_id: 'fz-task-2',
+    query: 'use workspace_write',
+    schedule: { type: 'once', run_at: '2099-01-01T00:00:00Z' },
+  });
   await call(t, 'POST', '/background/tasks/fz-task/run', { wait: true });
   await call(t, 'GET', '/runs?limit=50');
   await call(t, 'GET', '/background/runs');

@@ -97,18 +97,25 @@ function anyValue(buf: Buffer): OtlpValue {
   const f = fields(buf)[0];
   if (!f) return null;
   switch (f.no) {
-    case 1: return textOf(f);
-    case 2: return (f.value as bigint) !== 0n;
-    case 3: return Number(BigInt.asIntN(64, f.value as bigint));
+    case 1:
+      return textOf(f);
+    case 2:
+      return (f.value as bigint) !== 0n;
+    case 3:
+      return Number(BigInt.asIntN(64, f.value as bigint));
     case 4: {
       const b = Buffer.alloc(8);
       b.writeBigUInt64LE(f.value as bigint);
       return b.readDoubleLE(0);
     }
-    case 5: return all(fields(bytesOf(f)), 1).map((v) => anyValue(bytesOf(v)));
-    case 6: return keyValues(all(fields(bytesOf(f)), 1));
-    case 7: return bytesOf(f).toString('hex');
-    default: return null;
+    case 5:
+      return all(fields(bytesOf(f)), 1).map((v) => anyValue(bytesOf(v)));
+    case 6:
+      return keyValues(all(fields(bytesOf(f)), 1));
+    case 7:
+      return bytesOf(f).toString('hex');
+    default:
+      return null;
   }
 }
 
@@ -175,7 +182,15 @@ export function decodeProtobufTraces(body: Buffer): ReceivedSpan[] {
 
 // ------------------------------------------------------------------ OTLP/JSON
 
-type JsonAny = { stringValue?: string; boolValue?: boolean; intValue?: string | number; doubleValue?: number; arrayValue?: { values?: JsonAny[] }; kvlistValue?: { values?: JsonKv[] }; bytesValue?: string };
+type JsonAny = {
+  stringValue?: string;
+  boolValue?: boolean;
+  intValue?: string | number;
+  doubleValue?: number;
+  arrayValue?: { values?: JsonAny[] };
+  kvlistValue?: { values?: JsonKv[] };
+  bytesValue?: string;
+};
 type JsonKv = { key: string; value?: JsonAny };
 
 function jsonValue(v: JsonAny | undefined): OtlpValue {

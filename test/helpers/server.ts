@@ -35,7 +35,10 @@ export function tempDir(prefix = 'agentd-test-'): string {
 }
 
 /** `env`: the environment the config resolves against (default empty), e.g. AGENTD_MODEL_API_KEY. */
-export async function startTestServer(config: Record<string, unknown> = {}, opts: { dataDir?: string; model?: ModelProvider; modelUrl?: string; env?: NodeJS.ProcessEnv } = {}): Promise<TestServer> {
+export async function startTestServer(
+  config: Record<string, unknown> = {},
+  opts: { dataDir?: string; model?: ModelProvider; modelUrl?: string; env?: NodeJS.ProcessEnv } = {},
+): Promise<TestServer> {
   const dataDir = opts.dataDir ?? tempDir();
   const cfg = structuredClone(config) as Record<string, any>;
   cfg.server = { port: 0, ...(cfg.server ?? {}) };
@@ -68,7 +71,11 @@ export async function startTestServer(config: Record<string, unknown> = {}, opts
 }
 
 export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers }> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
   const text = await res.text();
   return { status: res.status, body: text ? safeJson(text) : null, headers: res.headers };
 }
@@ -88,7 +95,11 @@ function safeJson(text: string): unknown {
 }
 
 /** Polls until `fn` returns a truthy value (for state reached asynchronously, e.g. a resumed run). */
-export async function eventually<T>(fn: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 10_000, what = 'condition'): Promise<T> {
+export async function eventually<T>(
+  fn: () => Promise<T | null | undefined | false> | T | null | undefined | false,
+  timeoutMs = 10_000,
+  what = 'condition',
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {

@@ -52,8 +52,13 @@ export async function startWebhookReceiver(port = 0): Promise<WebhookReceiver> {
         // kept as text
       }
       received.push({
-        id: String(req.headers['webhook-id'] ?? ''), timestamp: String(req.headers['webhook-timestamp'] ?? ''),
-        signature: String(req.headers['webhook-signature'] ?? ''), body, json, path: req.url ?? '/', answered: answer,
+        id: String(req.headers['webhook-id'] ?? ''),
+        timestamp: String(req.headers['webhook-timestamp'] ?? ''),
+        signature: String(req.headers['webhook-signature'] ?? ''),
+        body,
+        json,
+        path: req.url ?? '/',
+        answered: answer,
       });
       if (answer === 'hang') {
         hanging.add(res);

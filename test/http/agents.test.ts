@@ -16,12 +16,15 @@ const toolCalls = (): Array<{ tool: string; args: Record<string, unknown>; run_i
 
 const systemOf = (req: { messages: Array<{ role: string; content?: unknown }> }): unknown => req.messages.find((m) => m.role === 'system')?.content;
 const toolNames = (req: { tools?: Array<{ function: { name: string } }> }): string[] => (req.tools ?? []).map((t) => t.function.name);
-const toolResults = (req: { messages: Array<{ role: string; content?: unknown }> }): unknown[] => req.messages.filter((m) => m.role === 'tool').map((m) => m.content);
+const toolResults = (req: { messages: Array<{ role: string; content?: unknown }> }): unknown[] =>
+  req.messages.filter((m) => m.role === 'tool').map((m) => m.content);
 const locs = (body: unknown): string[] => HTTPValidationError.parse(body).detail.map((d) => d.loc.join('.'));
 
 function altSpec(model: ScriptedOpenAI, extra: Record<string, unknown> = {}): Record<string, unknown> {
   return {
-    agent_id: 'alt', name: 'Alt', system_instruction: 'You are ALT, terse.',
+    agent_id: 'alt',
+    name: 'Alt',
+    system_instruction: 'You are ALT, terse.',
     model_config: { provider: 'openai-compatible', base_url: model.url, model: 'alt-model' },
     agent_config: { max_steps: 4, builtin_tools: [] },
     local_tools_ref: path.join(FIXTURES, 'alt-tools.mjs'),
@@ -62,7 +65,9 @@ describe('registered agents', () => {
 
   it("a task on alt runs with alt's instruction, model endpoint and tools, and the tool runs", async () => {
     alt.enqueue({ tool_calls: [{ id: 'c1', name: 'alt_echo', arguments: { text: 'hi' } }] }, { text: 'alt is done' });
-    expect((await postJson(`${url}/background/tasks`, { task_id: 'on-alt', agent_id: 'alt', query: 'echo hi', schedule: { type: 'manual' } })).status).toBe(200);
+    expect((await postJson(`${url}/background/tasks`, { task_id: 'on-alt', agent_id: 'alt', query: 'echo hi', schedule: { type: 'manual' } })).status).toBe(
+      200,
+    );
     const run = await postJson(`${url}/background/tasks/on-alt/run`, { wait: true });
     expect(run.body).toMatchObject({ status: 'completed', agent_id: 'alt' });
     expect(served.requests).toHaveLength(0);
@@ -148,7 +153,11 @@ describe('registered agents', () => {
   it('refuses a spec that cannot be built with 422 naming the field, and keeps the stored one', async () => {
     const cases: Array<[Record<string, unknown>, string, RegExp]> = [
       [{ model_config: { provider: 'gemini', model: 'x' } }, 'body.spec.model_config.provider', /expected one of/],
-      [{ model_config: { provider: 'openai', api_key_env: 'AGENTD_TEST_SURELY_UNSET_KEY' } }, 'body.spec.model_config.api_key_env', /AGENTD_TEST_SURELY_UNSET_KEY is not set/],
+      [
+        { model_config: { provider: 'openai', api_key_env: 'AGENTD_TEST_SURELY_UNSET_KEY' } },
+        'body.spec.model_config.api_key_env',
+        /AGENTD_TEST_SURELY_UNSET_KEY is not set/,
+      ],
       [{ model_config: { provider: 'openai-compatible', model: 'm' } }, 'body.spec.model_config.base_url', /required/],
       [{ local_tools_ref: path.join(FIXTURES, 'broken-tools.mjs') }, 'body.spec.local_tools_ref', /broken on purpose/],
       [{ local_tools_ref: path.join(FIXTURES, 'not-a-list.mjs') }, 'body.spec.local_tools_ref', /must be an array/],
@@ -156,7 +165,11 @@ describe('registered agents', () => {
       [{ local_tools_ref: path.resolve('test/fixtures/tools-module.mjs') }, 'body.spec.local_tools_ref', /agents\.tools_dirs/],
       [{ mcp_tools: [{ name: 'bad name!', url: 'http://127.0.0.1:9/mcp' }] }, 'body.spec.mcp_tools.0.name', /server name/],
       [{ mcp_tools: [{ name: 'fx', command: 'sh', args: ['-c', 'id'] }] }, 'body.spec.mcp_tools.0.command', /agents\.mcp_commands/],
-      [{ mcp_tools: [{ name: 'h', url: 'http://127.0.0.1:9/mcp', headers: { authorization: 'Bearer ${AGENTD_TEST_SURELY_UNSET_TOKEN}' } }] }, 'body.spec.mcp_tools.0.headers.authorization', /not set/],
+      [
+        { mcp_tools: [{ name: 'h', url: 'http://127.0.0.1:9/mcp', headers: { authorization: 'Bearer ${AGENTD_TEST_SURELY_UNSET_TOKEN}' } }] },
+        'body.spec.mcp_tools.0.headers.authorization',
+        /not set/,
+      ],
       [{ agent_config: { max_steps: 0 } }, 'body.spec.agent_config.max_steps', /positive integer/],
       [{ workspace_config: { root: '../../etc' } }, 'body.spec.workspace_config.root', /inside/],
     ];
@@ -168,13 +181,18 @@ describe('registered agents', () => {
       expect(item!.msg).toMatch(msg);
     }
     // A key in the spec is refused and never echoed.
-    const withKey = await postJson(`${url}/background/agents`, { spec: { ...altSpec(alt), agent_id: 'keyed', model_config: { provider: 'openai', api_key: 'sk-live-secret-123' } } });
+    const withKey = await postJson(`${url}/background/agents`, {
+      spec: { ...altSpec(alt), agent_id: 'keyed', model_config: { provider: 'openai', api_key: 'sk-live-secret-123' } },
+    });
     expect(withKey.status).toBe(422);
     expect(locs(withKey.body)).toContain('body.spec.model_config.api_key');
     expect(JSON.stringify(withKey.body)).not.toContain('sk-live-secret-123');
     expect((await getJson(`${url}/background/agents/keyed`)).status).toBe(404);
     // The stored alt is still the good one, and still runs.
-    expect((await getJson(`${url}/background/agents/alt`)).body).toMatchObject({ system_instruction: 'You are ALT, terse.', model_config: { provider: 'openai-compatible' } });
+    expect((await getJson(`${url}/background/agents/alt`)).body).toMatchObject({
+      system_instruction: 'You are ALT, terse.',
+      model_config: { provider: 'openai-compatible' },
+    });
     alt.enqueue({ text: 'still alt' });
     expect((await postJson(`${url}/run/sync`, { query: 'hi', agent_id: 'alt' })).body).toMatchObject({ status: 'success', response: 'still alt' });
   });

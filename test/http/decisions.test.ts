@@ -9,7 +9,12 @@ import { ApprovalView, BudgetDecisionResponse, OutcomeResponse, RunBudgetRespons
 const TOOLS = join(import.meta.dirname, '../fixtures/run-tools.mjs');
 const GOVERNED = {
   agent: { tools: { local: TOOLS, builtin: [] } },
-  governance: { rules: [{ tools: ['ledger_*'], effect: 'ask', reason: 'writes to the ledger' }, { tools: ['explode'], effect: 'deny', reason: 'never' }] },
+  governance: {
+    rules: [
+      { tools: ['ledger_*'], effect: 'ask', reason: 'writes to the ledger' },
+      { tools: ['explode'], effect: 'deny', reason: 'never' },
+    ],
+  },
 };
 
 let model: ScriptedOpenAI;
@@ -32,7 +37,11 @@ beforeEach(() => {
   });
 });
 
-const ledgerLines = () => readFileSync(ledger, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+const ledgerLines = () =>
+  readFileSync(ledger, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
 const waitForStatus = (url: string, runId: string | null, status: string) =>
   eventually(async () => {
     const v = (await getJson(`${url}/runs/${runId}`)).body;
@@ -64,7 +73,11 @@ describe('approvals', () => {
     const waiting = (await getJson(`${server.url}/runs?status=awaiting_approval`)).body;
     expect(waiting.runs.map((r: { run_id: string }) => r.run_id)).toContain(paused.run_id);
 
-    const decided = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${approval.approval_id}`, { decision: 'approve', approver: 'alice', arguments: { entry: 'pay 5' } });
+    const decided = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${approval.approval_id}`, {
+      decision: 'approve',
+      approver: 'alice',
+      arguments: { entry: 'pay 5' },
+    });
     expect(decided.status).toBe(200);
     expect(ApprovalView.parse(decided.body)).toMatchObject({ status: 'approved', approver: 'alice', edited_arguments: { entry: 'pay 5' } });
     const done = await waitForStatus(server.url, paused.run_id!, 'completed');
@@ -84,7 +97,11 @@ describe('approvals', () => {
     model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 99' } }] });
     const paused = (await postJson(`${server.url}/run/sync`, { query: 'pay big' })).body;
     const approvalId = paused.approvals[0].approval_id;
-    const denied = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${approvalId}`, { decision: 'deny', approver: 'carol', note: 'too much money' });
+    const denied = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${approvalId}`, {
+      decision: 'deny',
+      approver: 'carol',
+      note: 'too much money',
+    });
     expect(denied.body.status).toBe('denied');
     const done = await waitForStatus(server.url, paused.run_id, 'completed');
     expect(ledgerLines()).toHaveLength(0);
@@ -103,7 +120,9 @@ describe('approvals', () => {
     model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'x' } }] });
     const paused = (await postJson(`${server.url}/run/sync`, { query: 'pay x' })).body;
     const id = paused.approvals[0].approval_id;
-    expect((await postJson(`${server.url}/runs/${paused.run_id}/approvals/${id}`, { decision: 'deny', approver: 'a', arguments: { entry: 'y' } })).status).toBe(409);
+    expect((await postJson(`${server.url}/runs/${paused.run_id}/approvals/${id}`, { decision: 'deny', approver: 'a', arguments: { entry: 'y' } })).status).toBe(
+      409,
+    );
     expect((await postJson(`${server.url}/runs/${paused.run_id}/approvals/approval_nope`, { decision: 'approve', approver: 'a' })).status).toBe(404);
     expect((await postJson(`${server.url}/runs/run_nope/approvals/${id}`, { decision: 'approve', approver: 'a' })).status).toBe(404);
     const bad = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${id}`, { decision: 'maybe', approver: '' });
@@ -157,46 +176,52 @@ describe('a restart while a run awaits approval', () => {
 });
 
 describe('approval latency', () => {
-  it.skipIf(process.env.AGENTD_TEST_STORE === 'postgres')('the decision and the resume\'s claim land in one store round (one fsynced batch), rows read from disk', async () => {
-    const dataDir = tempDir();
-    const first = await startTestServer(GOVERNED, { modelUrl: model.url, dataDir });
-    model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 1' } }] });
-    const paused = (await postJson(`${first.url}/run/sync`, { query: 'pay one' })).body;
-    expect(paused.status).toBe('awaiting_approval');
-    await first.stop();
-    // A fresh process: the run's rows are not in the store's row cache, as with a run paused
-    // long ago among many (the approvals benchmark's 100,000).
-    const server = await startTestServer(GOVERNED, { modelUrl: model.url, dataDir });
-    // Watch the embedded store's write rounds (LevelStore.round: one LevelDB batch and fsync
-    // each): the statuses this run's record is written with, round by round.
-    const store = server.store as unknown as { round(jobs: Array<{ type: string; ops?: unknown }>): Promise<void> };
-    const rounds: string[][] = [];
-    const original = store.round;
-    store.round = function (this: unknown, jobs) {
-      const statuses: string[] = [];
-      for (const j of jobs) {
-        if (j.type !== 'records' || !Array.isArray(j.ops)) continue;
-        for (const op of j.ops as Array<{ kind: string; id: string; value?: { status?: string; decision?: string | null } }>) {
-          if (op.kind === 'runs' && op.id === paused.run_id) statuses.push(`${op.value?.status}${op.value?.decision ? `:${op.value.decision}` : ''}`);
+  it.skipIf(process.env.AGENTD_TEST_STORE === 'postgres')(
+    "the decision and the resume's claim land in one store round (one fsynced batch), rows read from disk",
+    async () => {
+      const dataDir = tempDir();
+      const first = await startTestServer(GOVERNED, { modelUrl: model.url, dataDir });
+      model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 1' } }] });
+      const paused = (await postJson(`${first.url}/run/sync`, { query: 'pay one' })).body;
+      expect(paused.status).toBe('awaiting_approval');
+      await first.stop();
+      // A fresh process: the run's rows are not in the store's row cache, as with a run paused
+      // long ago among many (the approvals benchmark's 100,000).
+      const server = await startTestServer(GOVERNED, { modelUrl: model.url, dataDir });
+      // Watch the embedded store's write rounds (LevelStore.round: one LevelDB batch and fsync
+      // each): the statuses this run's record is written with, round by round.
+      const store = server.store as unknown as { round(jobs: Array<{ type: string; ops?: unknown }>): Promise<void> };
+      const rounds: string[][] = [];
+      const original = store.round;
+      store.round = function (this: unknown, jobs) {
+        const statuses: string[] = [];
+        for (const j of jobs) {
+          if (j.type !== 'records' || !Array.isArray(j.ops)) continue;
+          for (const op of j.ops as Array<{ kind: string; id: string; value?: { status?: string; decision?: string | null } }>) {
+            if (op.kind === 'runs' && op.id === paused.run_id) statuses.push(`${op.value?.status}${op.value?.decision ? `:${op.value.decision}` : ''}`);
+          }
         }
+        if (statuses.length) rounds.push(statuses);
+        return original.call(this, jobs);
+      };
+      try {
+        const decided = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${paused.approvals[0].approval_id}`, {
+          decision: 'approve',
+          approver: 'dana',
+        });
+        expect(decided.status).toBe(200);
+        await waitForStatus(server.url, paused.run_id, 'completed');
+        // Before: the decision was one round and the claim (status running) the next, two fsyncs
+        // in a row before the resumed run could start.
+        expect(rounds[0]).toEqual(['awaiting_approval:approval', 'running:approval']);
+        expect(ledgerLines()).toHaveLength(1);
+      } finally {
+        store.round = original;
+        await server.stop();
+        server.cleanup();
       }
-      if (statuses.length) rounds.push(statuses);
-      return original.call(this, jobs);
-    };
-    try {
-      const decided = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${paused.approvals[0].approval_id}`, { decision: 'approve', approver: 'dana' });
-      expect(decided.status).toBe(200);
-      await waitForStatus(server.url, paused.run_id, 'completed');
-      // Before: the decision was one round and the claim (status running) the next, two fsyncs
-      // in a row before the resumed run could start.
-      expect(rounds[0]).toEqual(['awaiting_approval:approval', 'running:approval']);
-      expect(ledgerLines()).toHaveLength(1);
-    } finally {
-      store.round = original;
-      await server.stop();
-      server.cleanup();
-    }
-  });
+    },
+  );
 });
 
 describe('budgets', () => {
@@ -207,9 +232,19 @@ describe('budgets', () => {
       const paused = RunResponse.parse((await postJson(`${server.url}/run/sync`, { query: 'two calls', session_id: 'budgeted' })).body);
       expect(paused.status).toBe('awaiting_budget');
       expect(paused.response).toBeNull();
-      expect(paused.budget_request).toMatchObject({ key: 'session:budgeted:total', meter: 'model_calls', limit: 1, used: 1, needed: 1, shortfall: 1, status: 'pending' });
+      expect(paused.budget_request).toMatchObject({
+        key: 'session:budgeted:total',
+        meter: 'model_calls',
+        limit: 1,
+        used: 1,
+        needed: 1,
+        shortfall: 1,
+        status: 'pending',
+      });
       const view = RunBudgetResponse.parse((await getJson(`${server.url}/runs/${paused.run_id}/budget`)).body);
-      expect(view.budgets).toEqual([expect.objectContaining({ scope: 'session', meter: 'model_calls', key: 'session:budgeted:total', limit: 1, spent: 1, reserved: 0 })]);
+      expect(view.budgets).toEqual([
+        expect.objectContaining({ scope: 'session', meter: 'model_calls', key: 'session:budgeted:total', limit: 1, spent: 1, reserved: 0 }),
+      ]);
 
       const grant = await postJson(`${server.url}/runs/${paused.run_id}/budget`, { decision: 'grant', approver: 'erin' });
       expect(BudgetDecisionResponse.parse(grant.body)).toMatchObject({ status: 'granted', amount: 1, meter: 'model_calls' });
@@ -243,7 +278,11 @@ describe('budgets', () => {
   it('200 concurrent runs on one agent budget never overspend', async () => {
     const limit = 5_000;
     const server = await startTestServer(
-      { server: { max_concurrent_runs: 256 }, agent: { tools: { builtin: [] }, model: { max_output_tokens: 64 } }, budgets: { agent: [{ meter: 'tokens', limit, on_exhausted: 'terminate' }] } },
+      {
+        server: { max_concurrent_runs: 256 },
+        agent: { tools: { builtin: [] }, model: { max_output_tokens: 64 } },
+        budgets: { agent: [{ meter: 'tokens', limit, on_exhausted: 'terminate' }] },
+      },
       { modelUrl: model.url },
     );
     try {

@@ -184,7 +184,9 @@ describe('timeouts and the connection cap (finding 5)', () => {
   });
 
   it('closes connections whose body never finishes', async () => {
-    const a = await rawRequest(portOf(s), 'POST /run/sync HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"query":', { timeoutMs: 8000 });
+    const a = await rawRequest(portOf(s), 'POST /run/sync HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"query":', {
+      timeoutMs: 8000,
+    });
     expect(a.closedByServer).toBe(true);
     expect([0, 408]).toContain(a.status);
   });
@@ -200,14 +202,18 @@ describe('timeouts and the connection cap (finding 5)', () => {
       sockets.push(c);
     }
     // Over the cap: closed at once. Under it: closed by the header timeout.
-    await eventually(() => closed.n === 120, 8000, 'every half-open socket closed by the server').catch((e) => { throw new Error(`${e.message}: ${closed.n} closed`); });
+    await eventually(() => closed.n === 120, 8000, 'every half-open socket closed by the server').catch((e) => {
+      throw new Error(`${e.message}: ${closed.n} closed`);
+    });
     const health = await getJson(`${s.url}/health`);
     expect(health.status).toBe(200);
     for (const c of sockets) c.destroy();
   });
 
   it('keeps an SSE stream open past every timeout (no request body is pending)', async () => {
-    const socket = net.connect(portOf(s), '127.0.0.1', () => socket.write(requestText('GET', '/events/quiet-session', { headers: { connection: 'keep-alive' } })));
+    const socket = net.connect(portOf(s), '127.0.0.1', () =>
+      socket.write(requestText('GET', '/events/quiet-session', { headers: { connection: 'keep-alive' } })),
+    );
     let text = '';
     let closed = false;
     socket.setEncoding('utf8');

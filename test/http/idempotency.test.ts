@@ -60,7 +60,12 @@ describe('POST /run with an Idempotency-Key', () => {
     const key = { 'idempotency-key': 'run-key-dropped' };
     const body = { query: 'slow one', session_id: 'idem-b' };
     const ac = new AbortController();
-    const res = await fetch(`${s.url}/run`, { method: 'POST', headers: { 'content-type': 'application/json', ...key }, body: JSON.stringify(body), signal: ac.signal });
+    const res = await fetch(`${s.url}/run`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...key },
+      body: JSON.stringify(body),
+      signal: ac.signal,
+    });
     let runId = '';
     for await (const f of readSse(res)) {
       if (f.event === 'session') runId = f.data.run_id;
@@ -121,10 +126,16 @@ describe('POST /run with an Idempotency-Key', () => {
     const store = await openStore({ kind: 'level', path: dataDir });
     const now = Date.now();
     await store.createRecord<IdempotencyValue>('idempotency', recordIdOf('anonymous', 'crash-key'), {
-      principal: 'anonymous', key_sha256: createHash('sha256').update('crash-key').digest('hex'), operation: 'runSync',
-      request_sha256: requestHashOf({ method: 'POST', path: '/run/sync', body }), target_id: reserved, state: 'pending',
-      claim: { worker: 'worker_dead', at: new Date(now).toISOString() }, response: null,
-      created_at: new Date(now).toISOString(), expires_at: new Date(now + 86_400_000).toISOString(),
+      principal: 'anonymous',
+      key_sha256: createHash('sha256').update('crash-key').digest('hex'),
+      operation: 'runSync',
+      request_sha256: requestHashOf({ method: 'POST', path: '/run/sync', body }),
+      target_id: reserved,
+      state: 'pending',
+      claim: { worker: 'worker_dead', at: new Date(now).toISOString() },
+      response: null,
+      created_at: new Date(now).toISOString(),
+      expires_at: new Date(now + 86_400_000).toISOString(),
     });
     await store.close();
     s = await start();
@@ -146,7 +157,11 @@ describe('decision routes and background runs', () => {
   it('a retried cancel answers as the first one did instead of 409', async () => {
     model.setDefault({ hang: true });
     const key = { 'idempotency-key': 'cancel-1' };
-    const res = await fetch(`${s.url}/run`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': 'cancel-run' }, body: JSON.stringify({ query: 'hang', session_id: 'idem-f' }) });
+    const res = await fetch(`${s.url}/run`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': 'cancel-run' },
+      body: JSON.stringify({ query: 'hang', session_id: 'idem-f' }),
+    });
     const reader = readSse(res);
     const session = (await reader.next()).value as Frame;
     const runId = session.data.run_id as string;
@@ -164,7 +179,12 @@ describe('decision routes and background runs', () => {
 
   it('POST /background/tasks/{id}/run: a retry gives the same background run', async () => {
     model.setDefault({ text: 'bg done' });
-    const task = await postJson(`${s.url}/background/tasks`, { task_id: 'idem-task', query: 'hello', schedule: { type: 'manual' }, overlap_policy: 'allow_parallel' });
+    const task = await postJson(`${s.url}/background/tasks`, {
+      task_id: 'idem-task',
+      query: 'hello',
+      schedule: { type: 'manual' },
+      overlap_policy: 'allow_parallel',
+    });
     expect(task.status, JSON.stringify(task.body)).toBe(200);
     const key = { 'idempotency-key': 'bg-run-1' };
     const a = await postJson(`${s.url}/background/tasks/idem-task/run`, { wait: true }, key);
@@ -189,7 +209,7 @@ describe('keys are scoped per caller', () => {
     authed.cleanup();
   });
 
-  it('the same key from two API keys is two requests; neither sees the other\'s run', async () => {
+  it("the same key from two API keys is two requests; neither sees the other's run", async () => {
     model.setDefault({ text: 'hi' });
     const body = { query: 'same words' };
     const a = await postJson(`${authed.url}/run/sync`, body, { authorization: 'Bearer alice-key-0123456789', 'idempotency-key': 'shared' });
@@ -216,7 +236,12 @@ describe('POST /run with a key through a SIGKILL (child process)', () => {
     const ledger = join(dir, 'ledger.jsonl');
     writeFileSync(ledger, '');
     let release = false;
-    routeByTag(model, (tag) => (tag === 'k' ? (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'once' } }] } : release ? { text: 'done after the crash' } : { hang: true }) : undefined));
+    routeByTag(model, (tag) =>
+      tag === 'k'
+        ? (turn) =>
+            turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'once' } }] } : release ? { text: 'done after the crash' } : { hang: true }
+        : undefined,
+    );
     const cfg = writeConfig(dir, crashConfig(model.url));
     const env = { AGENTD_TEST_LEDGER: ledger };
     let child = await startAgentd({ configFile: cfg, dataDir: dir, env });
@@ -241,7 +266,12 @@ describe('POST /run with a key through a SIGKILL (child process)', () => {
     for await (const f of readSse(again)) frames.push(f);
     expect(frames[0].data.run_id).toBe(runId);
     // The replay starts with the events the first stream had, in the same order, with the same ids.
-    expect(frames.filter((f) => f.id).slice(0, firstIds.length).map((f) => f.id)).toEqual(firstIds);
+    expect(
+      frames
+        .filter((f) => f.id)
+        .slice(0, firstIds.length)
+        .map((f) => f.id),
+    ).toEqual(firstIds);
     expect(frames.at(-1)).toMatchObject({ event: 'complete', data: { run_id: runId, status: 'success', response: 'done after the crash' } });
     expect(toolCallsOf(frames)).toHaveLength(1);
     const echoes = readLedger(ledger).filter((l) => l.tool === 'counted_echo' && l.phase === 'done');

@@ -22,7 +22,10 @@ beforeEach(() => {
 
 describe('approval expiry', () => {
   it('refuses to decide an expired approval (409) and records it expired', async () => {
-    const s = await startTestServer({ agent: { tools: { local: TOOLS, builtin: [] } }, governance: { approval_expires_seconds: 1, rules: [{ tools: ['ledger_*'], effect: 'ask' }] } }, { modelUrl: model.url });
+    const s = await startTestServer(
+      { agent: { tools: { local: TOOLS, builtin: [] } }, governance: { approval_expires_seconds: 1, rules: [{ tools: ['ledger_*'], effect: 'ask' }] } },
+      { modelUrl: model.url },
+    );
     try {
       model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'late' } }] });
       const paused = (await postJson(`${s.url}/run/sync`, { query: 'pay late' })).body;
@@ -58,7 +61,11 @@ describe('request timeout and admission', () => {
     const s = await startTestServer({ server: { max_concurrent_runs: 1 } }, { modelUrl: model.url });
     try {
       model.enqueue({ hang: true });
-      const first = fetch(`${s.url}/run/sync`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: 'hold the slot' }) });
+      const first = fetch(`${s.url}/run/sync`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ query: 'hold the slot' }),
+      });
       await eventually(async () => (await getJson(`${s.url}/runs?status=running`)).body.total === 1);
       const [second, stream] = await Promise.all([
         postJson(`${s.url}/run/sync`, { query: 'no room' }),

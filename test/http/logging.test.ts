@@ -30,7 +30,10 @@ describe('the logger of a server', () => {
   it('writes JSON lines with a level, the request id inside a request, and a redacted 5xx line', async () => {
     const dataDir = tempDir();
     dirs.push(dataDir);
-    const config = configFromObject({ server: { port: 0 }, runs: { orphan_sweep: { interval_seconds: 3600 } } }, { dataDir, env: { AGENTD_MODEL_API_KEY: SECRET } });
+    const config = configFromObject(
+      { server: { port: 0 }, runs: { orphan_sweep: { interval_seconds: 3600 } } },
+      { dataDir, env: { AGENTD_MODEL_API_KEY: SECRET } },
+    );
     const { lines, destination } = capture();
     const logger = createLogger({ destination, format: 'json', redactor: redactorForConfig(config) });
     const server = await startServer(config, { logger, logRequests: true });
@@ -66,10 +69,22 @@ describe('the logger of a server', () => {
   it('redacts a 5xx line: configured secrets and credential patterns in the message and stack', () => {
     const { lines, destination } = capture();
     const logger = createLogger({ destination, format: 'json', redactor: new Redactor([SECRET]) });
-    logServerErrorToRequestLog({
-      level: 'error', msg: 'unhandled error', request_id: 'r1', method: 'POST', route: '/run', status: 500,
-      error: { name: 'Error', message: `provider said: invalid key ${SECRET}`, stack: `Error: Authorization: Bearer ghp_abcdefghijklmnopqrstuvwxyz0123456789\n    at x (y.js:1:1)` },
-    }, { id: 'r1', server: { log: logger } } as never);
+    logServerErrorToRequestLog(
+      {
+        level: 'error',
+        msg: 'unhandled error',
+        request_id: 'r1',
+        method: 'POST',
+        route: '/run',
+        status: 500,
+        error: {
+          name: 'Error',
+          message: `provider said: invalid key ${SECRET}`,
+          stack: `Error: Authorization: Bearer ghp_abcdefghijklmnopqrstuvwxyz0123456789\n    at x (y.js:1:1)`,
+        },
+      },
+      { id: 'r1', server: { log: logger } } as never,
+    );
     expect(lines).toHaveLength(1);
     const e = JSON.parse(lines[0]);
     expect(e).toMatchObject({ level: 'error', reqId: 'r1', route: '/run', status: 500, msg: 'unhandled error' });
@@ -92,7 +107,9 @@ describe('the logger of a server', () => {
 
 describe('formats and settings', () => {
   it('formats a line for people in pretty mode', () => {
-    const line = prettyLine(JSON.stringify({ level: 'warn', time: '2026-11-24T10:11:12.345Z', pid: 1, hostname: 'h', reqId: 'req_1', msg: 'slow reader', run_id: 'run_1', n: 3 }));
+    const line = prettyLine(
+      JSON.stringify({ level: 'warn', time: '2026-11-24T10:11:12.345Z', pid: 1, hostname: 'h', reqId: 'req_1', msg: 'slow reader', run_id: 'run_1', n: 3 }),
+    );
     expect(line).toBe('10:11:12.345 WARN  [req_1] slow reader  run_id=run_1 n=3\n');
     const { lines, destination } = capture();
     createLogger({ destination, format: 'pretty' }).info({ a: 'b c' }, 'hello');
@@ -119,7 +136,9 @@ describe('agentd serve', () => {
     const dataDir = tempDir();
     dirs.push(dataDir);
     const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'serve', '--data-dir', dataDir, '--port', '0', '--host', '127.0.0.1'], {
-      cwd: ROOT, env: { ...process.env, AGENTD_LOG_REQUESTS: '1', AGENTD_LOG_LEVEL: 'info', AGENTD_LOG_FORMAT: '' }, stdio: ['ignore', 'ignore', 'pipe'],
+      cwd: ROOT,
+      env: { ...process.env, AGENTD_LOG_REQUESTS: '1', AGENTD_LOG_LEVEL: 'info', AGENTD_LOG_FORMAT: '' },
+      stdio: ['ignore', 'ignore', 'pipe'],
     });
     let err = '';
     child.stderr!.setEncoding('utf8');
@@ -139,13 +158,16 @@ describe('agentd serve', () => {
     expect(r.status).toBe(404);
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
-    const entries = err.split('\n').filter(Boolean).map((l) => {
-      try {
-        return JSON.parse(l) as Record<string, any>;
-      } catch {
-        throw new Error(`not a JSON line: ${l}`);
-      }
-    });
+    const entries = err
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => {
+        try {
+          return JSON.parse(l) as Record<string, any>;
+        } catch {
+          throw new Error(`not a JSON line: ${l}`);
+        }
+      });
     for (const e of entries) expect(typeof e.level).toBe('string');
     expect(entries.some((e) => e.level === 'info' && /listening on http/.test(e.msg))).toBe(true);
     expect(entries.filter((e) => e.reqId === 'req-serve-1').map((e) => e.msg)).toEqual(expect.arrayContaining(['incoming request', 'request completed']));
@@ -158,7 +180,9 @@ describe('SSE answers', () => {
     const server = await startTestServer();
     try {
       const run = await fetch(`${server.url}/run`, {
-        method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': 'req-sse-1' }, body: JSON.stringify({ query: 'hello', session_id: 'sse-hdr' }),
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-request-id': 'req-sse-1' },
+        body: JSON.stringify({ query: 'hello', session_id: 'sse-hdr' }),
       });
       expect(run.status).toBe(200);
       expect(run.headers.get('content-type')).toContain('text/event-stream');

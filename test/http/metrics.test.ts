@@ -42,11 +42,19 @@ beforeAll(async () => {
   await new Promise<void>((r) => collector.listen(0, '127.0.0.1', r));
   collectorUrl = `http://127.0.0.1:${(collector.address() as AddressInfo).port}`;
   process.env.AGENTD_TEST_LEDGER = join(tempDir(), 'ledger.jsonl');
-  server = await startTestServer({
-    agent: { tools: { local: TOOLS, builtin: [] } },
-    governance: { rules: [{ tools: ['ledger_*'], effect: 'ask', reason: 'writes' }, { tools: ['explode'], effect: 'deny', reason: 'never' }] },
-    telemetry: { otlp: { endpoint: collectorUrl } },
-  }, { modelUrl: model.url });
+  server = await startTestServer(
+    {
+      agent: { tools: { local: TOOLS, builtin: [] } },
+      governance: {
+        rules: [
+          { tools: ['ledger_*'], effect: 'ask', reason: 'writes' },
+          { tools: ['explode'], effect: 'deny', reason: 'never' },
+        ],
+      },
+      telemetry: { otlp: { endpoint: collectorUrl } },
+    },
+    { modelUrl: model.url },
+  );
 });
 afterAll(async () => {
   await server?.stop();

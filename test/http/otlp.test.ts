@@ -31,10 +31,14 @@ const ofRun = (runId: string) => rx.spans().filter((s) => s.attributes['agentd.r
 const byName = (spans: ReceivedSpan[], name: string) => spans.filter((s) => s.attributes['agentd.span.name'] === name);
 /** Waits until the trace of a run segment (its root span) has arrived; returns that trace's spans. */
 const exportedTrace = (runId: string, status: string) =>
-  eventually(() => {
-    const root = ofRun(runId).find((s) => s.parentSpanId === '' && s.attributes['agentd.trace.status'] === status);
-    return root ? rx.spans().filter((s) => s.traceId === root.traceId) : null;
-  }, 15_000, `exported ${status} trace of ${runId}`);
+  eventually(
+    () => {
+      const root = ofRun(runId).find((s) => s.parentSpanId === '' && s.attributes['agentd.trace.status'] === status);
+      return root ? rx.spans().filter((s) => s.traceId === root.traceId) : null;
+    },
+    15_000,
+    `exported ${status} trace of ${runId}`,
+  );
 
 beforeAll(async () => {
   [model, rx] = await Promise.all([startScriptedOpenAI(), startOtlpReceiver()]);
@@ -106,7 +110,10 @@ describe('OTLP export (protobuf, configured by OTEL_* variables)', () => {
     for (const s of steps) expect([s.name, s.kind, s.parentSpanId]).toEqual(['agent.step', 1, root.spanId]);
 
     const chats = byName(spans, 'model.call');
-    expect(chats.map((s) => [s.name, s.kind])).toEqual([['chat scripted', 3], ['chat scripted', 3]]);
+    expect(chats.map((s) => [s.name, s.kind])).toEqual([
+      ['chat scripted', 3],
+      ['chat scripted', 3],
+    ]);
     for (const c of chats) expect(steps.map((s) => s.spanId)).toContain(c.parentSpanId);
     const first = chats.find((c) => c.attributes['gen_ai.usage.input_tokens'] === 120)!;
     expect(first.attributes).toMatchObject({
@@ -135,7 +142,12 @@ describe('OTLP export (protobuf, configured by OTEL_* variables)', () => {
 
     const clock = tools.find((s) => str(s, 'gen_ai.tool.call.id') === 'call_clock')!;
     expect([clock.name, clock.kind, clock.parentSpanId, clock.status.code]).toEqual(['execute_tool clock', 1, batch[0].spanId, 1]);
-    expect(clock.attributes).toMatchObject({ 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': 'clock', 'gen_ai.tool.type': 'function', 'agentd.policy.decision': 'allow' });
+    expect(clock.attributes).toMatchObject({
+      'gen_ai.operation.name': 'execute_tool',
+      'gen_ai.tool.name': 'clock',
+      'gen_ai.tool.type': 'function',
+      'agentd.policy.decision': 'allow',
+    });
     expect(clock.events.map((e) => e.name)).toEqual(['policy_request_created', 'policy_decision_allow', 'tool_call', 'tool_result']);
 
     const nope = tools.find((s) => str(s, 'gen_ai.tool.call.id') === 'call_nope')!;
@@ -207,33 +219,46 @@ function documentedAttributes(): Map<string, boolean> {
 describe('OTLP export (JSON, to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given)', () => {
   it('uses the traces-specific variables over the general ones and the default service.name', async () => {
     const rx2 = await startOtlpReceiver();
-    const s2 = await startTestServer({ agent: { name: 'json-agent', tools: { builtin: ['clock'] } } }, {
-      modelUrl: model.url,
-      env: {
-        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9/never-used',
-        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${rx2.url}/custom/traces`,
-        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
-        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json',
-        OTEL_EXPORTER_OTLP_HEADERS: 'x-tenant=general,x-region=eu',
-        OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'x-tenant=traces',
-        OTEL_EXPORTER_OTLP_TIMEOUT: '5000',
+    const s2 = await startTestServer(
+      { agent: { name: 'json-agent', tools: { builtin: ['clock'] } } },
+      {
+        modelUrl: model.url,
+        env: {
+          OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9/never-used',
+          OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${rx2.url}/custom/traces`,
+          OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+          OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json',
+          OTEL_EXPORTER_OTLP_HEADERS: 'x-tenant=general,x-region=eu',
+          OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'x-tenant=traces',
+          OTEL_EXPORTER_OTLP_TIMEOUT: '5000',
+        },
       },
-    });
+    );
     try {
       model.enqueue({ tool_calls: [{ id: 'call_j', name: 'clock', arguments: {} }], usage: { prompt_tokens: 7, completion_tokens: 3 } }, { text: 'noon' });
       const run = (await postJson(`${s2.url}/run/sync`, { query: 'time?' })).body;
-      const spans = await eventually(() => {
-        const mine = rx2.spans().filter((s) => s.attributes['agentd.run_id'] === run.run_id);
-        return mine.some((s) => s.parentSpanId === '') ? mine : null;
-      }, 15_000, 'JSON export');
+      const spans = await eventually(
+        () => {
+          const mine = rx2.spans().filter((s) => s.attributes['agentd.run_id'] === run.run_id);
+          return mine.some((s) => s.parentSpanId === '') ? mine : null;
+        },
+        15_000,
+        'JSON export',
+      );
       const req = rx2.requests[0];
       expect([req.path, req.contentType, req.headers['x-tenant'], req.headers['x-region']]).toEqual(['/custom/traces', 'application/json', 'traces', 'eu']);
       expect(spans[0].resource['service.name']).toBe('agentd');
       const ids = new Set(spans.map((s) => s.spanId));
       expect(spans.filter((s) => s.parentSpanId !== '' && !ids.has(s.parentSpanId))).toEqual([]);
       expect(spans.map((s) => [s.name, s.kind]).sort()).toEqual([
-        ['agent.step', 1], ['agent.step', 1], ['chat scripted', 3], ['chat scripted', 3], ['execute_tool clock', 1],
-        ['invoke_agent json-agent', 1], ['observation.pipeline', 1], ['tool.batch', 1],
+        ['agent.step', 1],
+        ['agent.step', 1],
+        ['chat scripted', 3],
+        ['chat scripted', 3],
+        ['execute_tool clock', 1],
+        ['invoke_agent json-agent', 1],
+        ['observation.pipeline', 1],
+        ['tool.batch', 1],
       ]);
       const chat = spans.find((s) => s.attributes['gen_ai.usage.input_tokens'] === 7)!;
       expect(chat.attributes['gen_ai.response.finish_reasons']).toEqual(['tool_calls']);

@@ -68,10 +68,14 @@ describe('agentd on PostgreSQL', () => {
     const c = servers.at(-1) ?? (await start());
     expect((await getJson(`${c.url}/ready`)).body.ready).toBe(true);
     await db.drop(); // WITH (FORCE): every connection of the pool is terminated
-    const ready = await eventually(async () => {
-      const r = await getJson(`${c.url}/ready`);
-      return r.body.ready === false ? r : null;
-    }, 8000, '/ready false');
+    const ready = await eventually(
+      async () => {
+        const r = await getJson(`${c.url}/ready`);
+        return r.body.ready === false ? r : null;
+      },
+      8000,
+      '/ready false',
+    );
     expect(ready.status).toBe(200);
     expect(ready.body.store).toMatchObject({ adapter: 'postgres', ok: false, error: expect.stringMatching(/does not exist|terminat/) });
     expect(JSON.stringify(ready.body)).not.toContain(db.url);

@@ -7,8 +7,22 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import {
-  crashConfig, eventually, getJson, getRun, killAllChildren, launchRun, postJson, readLedger, requestsOf, routeByTag,
-  startAgentd, tempDir, waitForRunStatus, writeConfig, type AgentdChild, type TurnScript,
+  crashConfig,
+  eventually,
+  getJson,
+  getRun,
+  killAllChildren,
+  launchRun,
+  postJson,
+  readLedger,
+  requestsOf,
+  routeByTag,
+  startAgentd,
+  tempDir,
+  waitForRunStatus,
+  writeConfig,
+  type AgentdChild,
+  type TurnScript,
 } from '../crash/harness.js';
 import { readSse } from '../helpers/sse.js';
 import { openStore } from '../../src/store/open.js';
@@ -66,7 +80,9 @@ describe('one data dir through SIGKILLs, a SIGTERM and restarts', () => {
     // a: a non-idempotent call that is still running when the process dies.
     scripts.set('a', (turn) => (turn === 0 ? { tool_calls: [{ name: 'ledger_write', arguments: { entry: 'pay-a', ms: 60_000 } }] } : { text: 'a: noted' }));
     // b: an idempotent call completes, then the process dies while the model is thinking.
-    scripts.set('b', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'b' } }] } : releaseB ? { text: 'b done' } : { hang: true }));
+    scripts.set('b', (turn) =>
+      turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'b' } }] } : releaseB ? { text: 'b done' } : { hang: true },
+    );
     // c: graceful stop during a tool call; the next step must not start.
     scripts.set('c', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'c', ms: 1_500 } }] } : { text: 'c done' }));
     // d: never ends (short tool steps forever), so every restart recovers it again. Short steps,
@@ -101,8 +117,11 @@ describe('one data dir through SIGKILLs, a SIGTERM and restarts', () => {
     const [resumed, ...more] = await resumedEvents(child.url, ids.a);
     expect(more).toHaveLength(0);
     expect(resumed.metadata).toMatchObject({
-      cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep', previous_owner: expect.stringMatching(/^worker_/),
-      lease_expired_at: expect.stringMatching(/Z$/), orphaned_seconds: expect.any(Number),
+      cause: 'recovered_after_lapsed_lease',
+      trigger: 'orphan_sweep',
+      previous_owner: expect.stringMatching(/^worker_/),
+      lease_expired_at: expect.stringMatching(/Z$/),
+      orphaned_seconds: expect.any(Number),
     });
     expect(resumed.metadata.previous_owner).not.toBe(resumed.actor.id); // a new process took it over
     expect(resumed.metadata.orphaned_seconds).toBeGreaterThanOrEqual(0);
@@ -138,7 +157,11 @@ describe('one data dir through SIGKILLs, a SIGTERM and restarts', () => {
   it('c: SIGTERM stops a live run at its next step boundary, saves it `interrupted`, exits 0', async () => {
     // c is streamed (POST /run): SIGTERM closes every connection, and a stream closed by the
     // shutdown must not count as the client giving up (it used to end the run `cancelled`).
-    const res = await fetch(`${child.url}/run`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: '[c] slow echo', session_id: 'sess-c' }) });
+    const res = await fetch(`${child.url}/run`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: '[c] slow echo', session_id: 'sess-c' }),
+    });
     const frames: Array<{ event: string; data: { run_id?: string; status?: string } }> = [];
     const reading = (async () => {
       try {
@@ -182,7 +205,11 @@ describe('one data dir through SIGKILLs, a SIGTERM and restarts', () => {
     }
     const failed = await waitForRunStatus(child.url, ids.d, ['failed', 'completed']);
     expect(failed).toMatchObject({ status: 'failed', termination_reason: 'internal_error', error: { type: 'TooManyRecoveries' } });
-    expect((await resumedEvents(child.url, ids.d)).map((e) => e.metadata.cause)).toEqual(['recovered_after_lapsed_lease', 'interrupted', 'recovered_after_lapsed_lease']);
+    expect((await resumedEvents(child.url, ids.d)).map((e) => e.metadata.cause)).toEqual([
+      'recovered_after_lapsed_lease',
+      'interrupted',
+      'recovered_after_lapsed_lease',
+    ]);
     expect((await postJson(`${child.url}/runs/${ids.d}/resume`, {})).status).toBe(409);
     expect(await child.kill('SIGTERM')).toEqual({ code: 0, signal: null });
   });
@@ -195,17 +222,29 @@ describe('explicit resume with the orphan sweep off', () => {
   const ids: Record<string, string> = {};
 
   beforeAll(() => {
-    cfg = writeConfig(dataDir, crashConfig(model.url, {
-      runs: { lease_seconds: 1, orphan_sweep: { enabled: false } },
-      governance: { rules: [{ tools: ['ask_*'], effect: 'ask' }] },
-      budgets: { run: [{ meter: 'tool_calls', limit: 1 }] },
-    }));
+    cfg = writeConfig(
+      dataDir,
+      crashConfig(model.url, {
+        runs: { lease_seconds: 1, orphan_sweep: { enabled: false } },
+        governance: { rules: [{ tools: ['ask_*'], effect: 'ask' }] },
+        budgets: { run: [{ meter: 'tool_calls', limit: 1 }] },
+      }),
+    );
     scripts.set('e', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'e', ms: 800 } }] } : { text: 'e done' }));
-    scripts.set('f', (turn) => (turn === 0 ? { tool_calls: [{ name: 'ledger_write', arguments: { entry: 'pay-f', ms: 60_000 } }] } : { status: 400, message: 'model refuses' }));
+    scripts.set('f', (turn) =>
+      turn === 0 ? { tool_calls: [{ name: 'ledger_write', arguments: { entry: 'pay-f', ms: 60_000 } }] } : { status: 400, message: 'model refuses' },
+    );
     scripts.set('g', () => ({ hang: true }));
-    scripts.set('k', (turn) => (turn === 0
-      ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'k1' } }, { name: 'counted_echo', arguments: { text: 'k2' } }] }
-      : { text: 'k done' }));
+    scripts.set('k', (turn) =>
+      turn === 0
+        ? {
+            tool_calls: [
+              { name: 'counted_echo', arguments: { text: 'k1' } },
+              { name: 'counted_echo', arguments: { text: 'k2' } },
+            ],
+          }
+        : { text: 'k done' },
+    );
     scripts.set('h', (turn) => (turn === 0 ? { tool_calls: [{ name: 'ask_write', arguments: { entry: 'pay-h' } }] } : { text: 'h done' }));
   });
   afterAll(async () => {
@@ -243,10 +282,14 @@ describe('explicit resume with the orphan sweep off', () => {
     child = await startAgentd({ configFile: cfg, dataDir, env: env() });
     expect((await getRun(child.url, ids.f)).status).toBe('running'); // nobody swept it
     // 409 while the dead owner's lease (1 s) has not lapsed yet, then the resume goes through.
-    const r = await eventually(async () => {
-      const res = await postJson(`${child.url}/runs/${ids.f}/resume`, {});
-      return res.status === 409 && /is live in/.test(String(res.body.message)) ? null : res;
-    }, 10_000, 'f: resumable');
+    const r = await eventually(
+      async () => {
+        const res = await postJson(`${child.url}/runs/${ids.f}/resume`, {});
+        return res.status === 409 && /is live in/.test(String(res.body.message)) ? null : res;
+      },
+      10_000,
+      'f: resumable',
+    );
     expect(r.status).toBe(200);
     expect(r.body).toMatchObject({ status: 'error', termination_reason: 'provider_error' });
     expect(r.body.side_effects).toEqual([{ tool_call_id: expect.any(String), tool_name: 'ledger_write', outcome: 'unknown' }]);
@@ -266,8 +309,15 @@ describe('explicit resume with the orphan sweep off', () => {
       const now = new Date().toISOString();
       const h = (await store.getRecord<RunRecord>('runs', ids.h))!;
       const claimed: RunRecord = {
-        ...h.value, status: 'running', owner: 'worker_dead', attempt: h.value.attempt + 1, decided_at: now, decision: 'approval',
-        heartbeat_at: now, lease_expires_at: now, updated_at: now,
+        ...h.value,
+        status: 'running',
+        owner: 'worker_dead',
+        attempt: h.value.attempt + 1,
+        decided_at: now,
+        decision: 'approval',
+        heartbeat_at: now,
+        lease_expires_at: now,
+        updated_at: now,
         approvals: h.value.approvals.map((a) => ({ ...a, status: 'approved' as const, approver: 'ann', decided_at: now })),
       };
       await store.updateRecord('runs', ids.h, claimed, h.version, runIndexes(claimed));

@@ -35,7 +35,11 @@ describe('POST /run first frame', () => {
 
     model.enqueue({ text: 'B done' });
     const t0 = performance.now();
-    const b = await fetch(`${server.url}/run`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: 'second', session_id }) });
+    const b = await fetch(`${server.url}/run`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: 'second', session_id }),
+    });
     const bFrames = readSse(b);
     const first = (await bFrames.next()).value as Frame;
     const firstMs = performance.now() - t0;

@@ -53,7 +53,20 @@ describe('POST /run (SSE)', () => {
     expect(complete.event).toBe('complete');
     const result = RunResponse.parse(complete.data);
     expect(result).toMatchObject({ status: 'success', response: 'The echo said hi', termination_reason: 'stop', run_id: frames[0].data.run_id });
-    for (const key of ['response', 'status', 'run_id', 'trace_id', 'session_id', 'agent_name', 'approvals', 'budget_request', 'guardrail_result', 'metric', 'termination_reason', 'side_effects']) {
+    for (const key of [
+      'response',
+      'status',
+      'run_id',
+      'trace_id',
+      'session_id',
+      'agent_name',
+      'approvals',
+      'budget_request',
+      'guardrail_result',
+      'metric',
+      'termination_reason',
+      'side_effects',
+    ]) {
       expect(complete.data).toHaveProperty(key);
     }
     const deltas = frames.filter((f) => f.event === 'delta');
@@ -62,8 +75,20 @@ describe('POST /run (SSE)', () => {
     const stored = frames.filter((f) => !['session', 'delta', 'complete'].includes(f.event));
     const types = stored.map((f) => f.event);
     expect(types).toEqual([
-      'user_message', 'agent_step', 'model_call', 'model_response', 'policy_request_created', 'policy_decision_allow',
-      'tool_batch_start', 'tool_call', 'tool_result', 'observation_pipeline_end', 'agent_step', 'model_call', 'model_response', 'final_answer',
+      'user_message',
+      'agent_step',
+      'model_call',
+      'model_response',
+      'policy_request_created',
+      'policy_decision_allow',
+      'tool_batch_start',
+      'tool_call',
+      'tool_result',
+      'observation_pipeline_end',
+      'agent_step',
+      'model_call',
+      'model_response',
+      'final_answer',
     ]);
     // Frames keep the order things happened in: the answer's deltas come after the events of the
     // tool step before it and of their own model_call, and before that call's model_response.
@@ -88,7 +113,12 @@ describe('POST /run (SSE)', () => {
   });
 
   it('runs parallel tool calls of one batch and returns both results to the model', async () => {
-    model.enqueue({ tool_calls: [{ name: 'echo', arguments: { text: 'a' } }, { name: 'echo', arguments: { text: 'b' } }] });
+    model.enqueue({
+      tool_calls: [
+        { name: 'echo', arguments: { text: 'a' } },
+        { name: 'echo', arguments: { text: 'b' } },
+      ],
+    });
     const res = await postJson(`${server.url}/run/sync`, { query: 'two echoes' });
     expect(res.status).toBe(200);
     expect(res.body.status).toBe('success');
@@ -105,7 +135,7 @@ describe('POST /run (SSE)', () => {
     expect(res.body).toMatchObject({ status: 'success', response: 'after retries' });
     const events = (await getJson(`${server.url}/telemetry/events?run_id=${res.body.run_id}&event_type=model_error`)).body;
     expect(events.events.length).toBe(2);
-    expect(events.events.every((e: { error: { type: string } }) => ["rate_limited", "server"].includes(e.error.type))).toBe(true);
+    expect(events.events.every((e: { error: { type: string } }) => ['rate_limited', 'server'].includes(e.error.type))).toBe(true);
   });
 
   it('ends with status error / provider_error when the model keeps failing', async () => {
@@ -121,7 +151,12 @@ describe('POST /run (SSE)', () => {
   it('cancels the run when the client closes the stream', async () => {
     model.enqueue({ hang: true });
     const controller = new AbortController();
-    const res = await fetch(`${server.url}/run`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: 'hang forever' }), signal: controller.signal });
+    const res = await fetch(`${server.url}/run`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: 'hang forever' }),
+      signal: controller.signal,
+    });
     let runId = '';
     for await (const f of readSse(res)) {
       if (f.event === 'session') runId = f.data.run_id;
@@ -178,7 +213,7 @@ describe('POST /run (SSE)', () => {
     expect(history.messages.filter((m: { role: string }) => m.role === 'user').map((m: { content: string }) => m.content)).toEqual(['one', 'two', 'three']);
     // Each later run saw the earlier turns.
     expect(model.requests.at(-1)!.messages.filter((m) => m.role === 'user')).toHaveLength(3);
-    expect((await (await fetch(`${server.url}/sessions/${session_id}`, { method: 'DELETE' })).json())).toEqual({ status: 'cleared', session_id });
+    expect(await (await fetch(`${server.url}/sessions/${session_id}`, { method: 'DELETE' })).json()).toEqual({ status: 'cleared', session_id });
     expect((await getJson(`${server.url}/sessions/${session_id}/history`)).status).toBe(404);
   });
 
@@ -218,7 +253,9 @@ describe('sub-agents', () => {
       const subRequest = model.requests[1];
       expect(subRequest.messages.at(-1)).toMatchObject({ role: 'user', content: 'find x' });
       expect(subRequest.tools?.map((t) => t.function.name)).toEqual(['echo']);
-      const events = (await getJson(`${s.url}/telemetry/events?run_id=${res.body.run_id}&event_type=subagent_spawn&event_type=subagent_result&event_type=tool_result`)).body.events;
+      const events = (
+        await getJson(`${s.url}/telemetry/events?run_id=${res.body.run_id}&event_type=subagent_spawn&event_type=subagent_result&event_type=tool_result`)
+      ).body.events;
       expect(events.map((e: { event_type: string }) => e.event_type)).toEqual(['subagent_spawn', 'tool_result', 'subagent_result']);
       expect(events[1].metadata).toMatchObject({ subagent: 'researcher' });
       const view = (await getJson(`${s.url}/runs/${res.body.run_id}`)).body;

@@ -133,7 +133,8 @@ describe('finding 9: a provider echoing the configured API key', () => {
     model.reset();
     model.enqueue((_body, headers) => ({
       status: 401,
-      message: `Incorrect API key provided: ${String(headers.authorization).replace(/^Bearer /, '')}. ` +
+      message:
+        `Incorrect API key provided: ${String(headers.authorization).replace(/^Bearer /, '')}. ` +
         `You sent Authorization: ${String(headers.authorization)} (collector ${OTLP_TOKEN})`,
     }));
     const { frames } = await streamRun(server.url, { query: 'hello', session_id: 'secrets-2' });
@@ -160,7 +161,12 @@ describe('finding 9: a provider echoing the configured API key', () => {
     const exported = await eventually(() => received.find((r) => r.body.includes(runId)), 10_000, 'the run exported over OTLP');
     expect(exported.headers['x-collector-token']).toBe(OTLP_TOKEN);
     expect(exported.body).toContain('agentd.error.message');
-    expect(leaks(received.map((r) => r.body), needles)).toEqual([]);
+    expect(
+      leaks(
+        received.map((r) => r.body),
+        needles,
+      ),
+    ).toEqual([]);
 
     // The bytes on disk: every file of the data dir (LevelDB log and tables, workspaces).
     await server.stop();

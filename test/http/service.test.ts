@@ -5,7 +5,15 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_CODES } from '../../src/errors.js';
-import { ErrorResponse, HTTPValidationError, HealthResponse, MachinesResponse, MetricsResponse, ReadinessResponse, ToolsResponse } from '../../src/schemas/index.js';
+import {
+  ErrorResponse,
+  HTTPValidationError,
+  HealthResponse,
+  MachinesResponse,
+  MetricsResponse,
+  ReadinessResponse,
+  ToolsResponse,
+} from '../../src/schemas/index.js';
 import { getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 
 let server: TestServer;
@@ -85,8 +93,22 @@ describe('bad input is a clear 4xx in the documented shape, never a 500', () => 
     { name: 'malformed JSON', method: 'POST', path: '/run/sync', body: '{"query": ', status: 422, loc: 'body' },
     { name: 'JSON array body', method: 'POST', path: '/run/sync', body: '[]', status: 422 },
     { name: 'null body', method: 'POST', path: '/run/sync', body: 'null', status: 422 },
-    { name: 'approver empty', method: 'POST', path: '/runs/run_x/approvals/approval_y', body: JSON.stringify({ decision: 'approve', approver: '' }), status: 422, loc: 'body.approver' },
-    { name: 'amount zero', method: 'POST', path: '/runs/run_x/budget', body: JSON.stringify({ decision: 'grant', approver: 'a', amount: 0 }), status: 422, loc: 'body.amount' },
+    {
+      name: 'approver empty',
+      method: 'POST',
+      path: '/runs/run_x/approvals/approval_y',
+      body: JSON.stringify({ decision: 'approve', approver: '' }),
+      status: 422,
+      loc: 'body.approver',
+    },
+    {
+      name: 'amount zero',
+      method: 'POST',
+      path: '/runs/run_x/budget',
+      body: JSON.stringify({ decision: 'grant', approver: 'a', amount: 0 }),
+      status: 422,
+      loc: 'body.amount',
+    },
     { name: 'bad limit', method: 'GET', path: '/runs?limit=abc', status: 422, loc: 'query.limit' },
     { name: 'limit too high', method: 'GET', path: '/telemetry/traces?limit=100000', status: 422, loc: 'query.limit' },
     { name: 'run id with ..', method: 'GET', path: '/runs/..%2F..%2Fetc', status: 422, loc: 'path.run_id' },
@@ -95,7 +117,11 @@ describe('bad input is a clear 4xx in the documented shape, never a 500', () => 
   ];
   for (const c of cases) {
     it(c.name, async () => {
-      const res = await fetch(`${server.url}${c.path}`, { method: c.method, headers: c.body !== undefined ? { 'content-type': 'application/json' } : {}, body: c.body });
+      const res = await fetch(`${server.url}${c.path}`, {
+        method: c.method,
+        headers: c.body !== undefined ? { 'content-type': 'application/json' } : {},
+        body: c.body,
+      });
       expect(res.status).toBe(c.status);
       const body = (await res.json()) as any;
       if (c.status === 422) {
@@ -145,9 +171,15 @@ describe('auth', () => {
       expect((await postJson(`${s.url}/run/sync`, { query: 'hi' }, { authorization: 'Bearer r-key' })).status).toBe(403);
       expect((await postJson(`${s.url}/run/sync`, { query: 'hi' }, { authorization: 'Bearer o-key' })).status).toBe(200);
       // Operators cannot decide for a person; approvers must decide under their own name.
-      expect((await postJson(`${s.url}/runs/run_x/approvals/approval_y`, { decision: 'approve', approver: 'ops' }, { authorization: 'Bearer o-key' })).status).toBe(403);
-      expect((await postJson(`${s.url}/runs/run_x/approvals/approval_y`, { decision: 'approve', approver: 'bob' }, { authorization: 'Bearer a-key' })).status).toBe(403);
-      expect((await postJson(`${s.url}/runs/run_x/approvals/approval_y`, { decision: 'approve', approver: 'alice' }, { authorization: 'Bearer a-key' })).status).toBe(404);
+      expect(
+        (await postJson(`${s.url}/runs/run_x/approvals/approval_y`, { decision: 'approve', approver: 'ops' }, { authorization: 'Bearer o-key' })).status,
+      ).toBe(403);
+      expect(
+        (await postJson(`${s.url}/runs/run_x/approvals/approval_y`, { decision: 'approve', approver: 'bob' }, { authorization: 'Bearer a-key' })).status,
+      ).toBe(403);
+      expect(
+        (await postJson(`${s.url}/runs/run_x/approvals/approval_y`, { decision: 'approve', approver: 'alice' }, { authorization: 'Bearer a-key' })).status,
+      ).toBe(404);
     } finally {
       await s.stop();
       s.cleanup();

@@ -69,10 +69,14 @@ describe('recovered runs leave room for new ones (finding 12)', () => {
     await eventually(() => requestsOf(model, 'orphan').length >= 20, 10_000, '20 model calls hanging');
     // A new run's creating write may wait a few ms to fold with what follows (CREATE_FOLD_MS,
     // docs/reliability.md), so the model can be called before the list shows the run.
-    const ids = await eventually(async () => {
-      const listed = ((await getJson(`${first.url}/runs?status=running&limit=100`)).body.runs as Array<{ run_id: string }>).map((r) => r.run_id);
-      return listed.length === 20 ? listed : null;
-    }, 10_000, '20 runs listed as running');
+    const ids = await eventually(
+      async () => {
+        const listed = ((await getJson(`${first.url}/runs?status=running&limit=100`)).body.runs as Array<{ run_id: string }>).map((r) => r.run_id);
+        return listed.length === 20 ? listed : null;
+      },
+      10_000,
+      '20 runs listed as running',
+    );
     // An abrupt stop: no grace, every run saved `interrupted` where it was. Then half of them are
     // made to look like a SIGKILL's leftovers: `running`, owned by a dead worker whose lease has
     // not lapsed yet.
@@ -102,10 +106,14 @@ describe('recovered runs leave room for new ones (finding 12)', () => {
     expect((await getJson(`${second.url}/ready`)).body.ready).toBe(true);
 
     openGate();
-    await eventually(async () => {
-      const done = (await getJson(`${second.url}/runs?status=completed&limit=100`)).body.runs as Array<{ run_id: string }>;
-      return ids.every((id) => done.some((r) => r.run_id === id));
-    }, 20_000, 'every recovered run completed');
+    await eventually(
+      async () => {
+        const done = (await getJson(`${second.url}/runs?status=completed&limit=100`)).body.runs as Array<{ run_id: string }>;
+        return ids.every((id) => done.some((r) => r.run_id === id));
+      },
+      20_000,
+      'every recovered run completed',
+    );
     for (const id of ids) {
       const run = (await getJson(`${second.url}/runs/${id}`)).body;
       expect(run).toMatchObject({ status: 'completed', response: 'recovered' });
@@ -147,10 +155,7 @@ describe('graceful shutdown (finding 13)', () => {
     const s = await start({ agent: { tools } });
     void postJson(`${s.url}/run/sync`, { query: '[follow] a', session_id: 'follow-a' }).catch(() => undefined);
     await eventually(() => gates.started.length >= 1, 10_000, 'tool running');
-    const streams = [
-      follow(await fetch(`${s.url}/events/follow-a`)),
-      follow(await fetch(`${s.url}/telemetry/events/stream?session_id=follow-a`)),
-    ];
+    const streams = [follow(await fetch(`${s.url}/events/follow-a`)), follow(await fetch(`${s.url}/telemetry/events/stream?session_id=follow-a`))];
     for (const st of streams) await eventually(() => st.frames.some((f) => f.event === 'tool_call'), 10_000, 'replayed tool_call');
 
     const closing = s.close(10_000);

@@ -281,7 +281,12 @@ describe('a reader that stops reading is dropped, and resumes with Last-Event-ID
     model.enqueue({ text });
     const frames = await runStream(server.url, { query: 'a burst' });
     expect(frames.at(-1)!.event).toBe('complete');
-    expect(frames.filter((f) => f.event === 'delta').map((f) => f.data.text).join('')).toBe(text);
+    expect(
+      frames
+        .filter((f) => f.event === 'delta')
+        .map((f) => f.data.text)
+        .join(''),
+    ).toBe(text);
     expect(await promMetric(server.url, 'agentd_sse_streams_dropped_total')).toBe(droppedBefore);
   });
 
@@ -293,15 +298,26 @@ describe('a reader that stops reading is dropped, and resumes with Last-Event-ID
     // loopback socket absorbs and then the bound (stored events carry a truncated copy of the text).
     model.enqueue({ text: Array.from({ length: 10_000 }, (_, i) => `w${i}-${'y'.repeat(1000)}`).join(' ') });
     const body = JSON.stringify({ query: 'a long run', session_id: session });
-    const slow = new StalledReader(port, `POST /run HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
-    await eventually(async () => (await promMetric(server.url, 'agentd_sse_streams_dropped_total')) === droppedBefore + 1, 60_000, 'the stalled POST /run stream dropped');
+    const slow = new StalledReader(
+      port,
+      `POST /run HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+    await eventually(
+      async () => (await promMetric(server.url, 'agentd_sse_streams_dropped_total')) === droppedBefore + 1,
+      60_000,
+      'the stalled POST /run stream dropped',
+    );
     // Read at once: a dropped reader that does not read its last bytes within 5 s loses the connection.
     const frames = await slow.readToEnd();
     const runId: string = frames[0].data.run_id;
-    const run = await eventually(async () => {
-      const r = await getJson(`${server.url}/runs/${runId}`);
-      return r.body.status !== 'running' && r.body;
-    }, 60_000, 'the run finished');
+    const run = await eventually(
+      async () => {
+        const r = await getJson(`${server.url}/runs/${runId}`);
+        return r.body.status !== 'running' && r.body;
+      },
+      60_000,
+      'the run finished',
+    );
     expect(run.status).toBe('completed'); // not cancelled: the server dropped the stream, the client did not close it
 
     expect(frames[0]).toMatchObject({ event: 'session', data: { run_id: runId, session_id: session } });

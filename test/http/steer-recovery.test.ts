@@ -6,8 +6,19 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import {
-  crashConfig, eventually, getJson, getRun, killAllChildren, launchRun, postJson, readLedger, startAgentd, tempDir,
-  waitForRunStatus, writeConfig, type AgentdChild,
+  crashConfig,
+  eventually,
+  getJson,
+  getRun,
+  killAllChildren,
+  launchRun,
+  postJson,
+  readLedger,
+  startAgentd,
+  tempDir,
+  waitForRunStatus,
+  writeConfig,
+  type AgentdChild,
 } from '../crash/harness.js';
 
 let model: ScriptedOpenAI;

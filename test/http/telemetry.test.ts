@@ -87,7 +87,9 @@ describe('event streams', () => {
     const seen = first.filter((f) => f.id);
     expect(seen.map((f) => f.id)).toEqual(stored.slice(0, 3).map((e: { cursor: string }) => e.cursor));
 
-    const rest = await collect(`${server.url}/events/${session}`, (_f, all) => all.filter((x) => x.id).length >= stored.length - 3, { 'last-event-id': seen.at(-1)!.id! });
+    const rest = await collect(`${server.url}/events/${session}`, (_f, all) => all.filter((x) => x.id).length >= stored.length - 3, {
+      'last-event-id': seen.at(-1)!.id!,
+    });
     expect(rest.filter((f) => f.id).map((f) => f.id)).toEqual(stored.slice(3).map((e: { cursor: string }) => e.cursor));
   });
 
@@ -164,7 +166,14 @@ describe('retention', () => {
     const old = new Date(Date.now() - 40 * 86_400_000).toISOString();
     await first.store.appendEvents([
       { event_id: 'event_old', event_type: 'user_message', timestamp: old, trace_id: 'trace_old', run_id: 'run_old', session_id: 'retained' },
-      { event_id: 'event_new', event_type: 'user_message', timestamp: new Date().toISOString(), trace_id: 'trace_new', run_id: 'run_new', session_id: 'retained' },
+      {
+        event_id: 'event_new',
+        event_type: 'user_message',
+        timestamp: new Date().toISOString(),
+        trace_id: 'trace_new',
+        run_id: 'run_new',
+        session_id: 'retained',
+      },
     ]);
     await first.stop();
     const second = await startTestServer({ telemetry: { retention_days: 30 } }, { dataDir });

@@ -30,16 +30,19 @@ beforeAll(async () => {
   model = await startScriptedOpenAI();
   hooks = await startWebhookReceiver();
   own = await startWebhookReceiver();
-  s = await startTestServer({
-    governance: { rules: [{ tools: ['workspace_write'], effect: 'ask' }] },
-    webhooks: {
-      // A Slack-style receiver: its URL carries a token in the path and in the query.
-      endpoints: [{ url: `${hooks.url}/${PATH_TOKEN}?token=${QUERY_TOKEN}`, secret_env: 'HOOK_SECRET' }],
-      allow_request_hosts: [`127.0.0.1:${own.port}`],
-      request_secret_env: 'REQUEST_SECRET',
-      initial_backoff_seconds: 0.2,
+  s = await startTestServer(
+    {
+      governance: { rules: [{ tools: ['workspace_write'], effect: 'ask' }] },
+      webhooks: {
+        // A Slack-style receiver: its URL carries a token in the path and in the query.
+        endpoints: [{ url: `${hooks.url}/${PATH_TOKEN}?token=${QUERY_TOKEN}`, secret_env: 'HOOK_SECRET' }],
+        allow_request_hosts: [`127.0.0.1:${own.port}`],
+        request_secret_env: 'REQUEST_SECRET',
+        initial_backoff_seconds: 0.2,
+      },
     },
-  }, { modelUrl: model.url, env: { HOOK_SECRET: SECRET, REQUEST_SECRET } });
+    { modelUrl: model.url, env: { HOOK_SECRET: SECRET, REQUEST_SECRET } },
+  );
 });
 afterAll(async () => {
   await s?.stop();
@@ -60,16 +63,29 @@ describe('completion webhooks', () => {
     const got = await eventually(() => forRun(hooks, run.body.run_id).length > 0 && forRun(hooks, run.body.run_id), 10_000, 'webhook received');
     expect(got).toHaveLength(1);
     const hook = got[0];
-    expect(hook.json).toMatchObject({ type: 'run.completed', data: { run_id: run.body.run_id, session_id: run.body.session_id, status: 'completed', response: 'all done' } });
+    expect(hook.json).toMatchObject({
+      type: 'run.completed',
+      data: { run_id: run.body.run_id, session_id: run.body.session_id, status: 'completed', response: 'all done' },
+    });
     expect(hook.id).toMatch(/^msg_/);
     expect(Math.abs(Number(hook.timestamp) - Date.now() / 1000)).toBeLessThan(60);
     expect(validSignature(hook, SECRET)).toBe(true);
     expect(validSignature({ ...hook, body: hook.body.replace('all done', 'all gone') }, SECRET)).toBe(false);
-    const list = await eventually(async () => {
-      const l = await getJson(`${s.url}/webhooks/deliveries?run_id=${run.body.run_id}`);
-      return l.body.deliveries?.[0]?.status === 'delivered' && l;
-    }, 5000, 'delivery marked delivered');
-    expect(list.body.deliveries[0]).toMatchObject({ delivery_id: hook.id, event_type: 'run.completed', status: 'delivered', attempts: 1, last_status_code: 200 });
+    const list = await eventually(
+      async () => {
+        const l = await getJson(`${s.url}/webhooks/deliveries?run_id=${run.body.run_id}`);
+        return l.body.deliveries?.[0]?.status === 'delivered' && l;
+      },
+      5000,
+      'delivery marked delivered',
+    );
+    expect(list.body.deliveries[0]).toMatchObject({
+      delivery_id: hook.id,
+      event_type: 'run.completed',
+      status: 'delivered',
+      attempts: 1,
+      last_status_code: 200,
+    });
     // The receiver was called at its full URL, token and all...
     expect(hook.path).toBe(`/hooks/${PATH_TOKEN}?token=${QUERY_TOKEN}`);
     // ...but the listing shows only its origin: a read-role caller learns no receiver token.
@@ -93,10 +109,14 @@ describe('completion webhooks', () => {
     expect(new Set(got.map((g) => g.id)).size).toBe(1);
     expect(new Set(got.map((g) => g.body)).size).toBe(1);
     for (const g of got) expect(validSignature(g, SECRET)).toBe(true);
-    const list = await eventually(async () => {
-      const l = await getJson(`${s.url}/webhooks/deliveries?run_id=${run.body.run_id}`);
-      return l.body.deliveries?.[0]?.status === 'delivered' && l;
-    }, 5000, 'delivered after retries');
+    const list = await eventually(
+      async () => {
+        const l = await getJson(`${s.url}/webhooks/deliveries?run_id=${run.body.run_id}`);
+        return l.body.deliveries?.[0]?.status === 'delivered' && l;
+      },
+      5000,
+      'delivered after retries',
+    );
     expect(list.body.deliveries[0]).toMatchObject({ attempts: 3, status: 'delivered' });
     expect(list.body.deliveries[0].history.map((h: { status_code: number }) => h.status_code)).toEqual([500, 503, 200]);
     const failed = await getJson(`${s.url}/webhooks/deliveries?status=failed`);
@@ -133,10 +153,18 @@ describe('completion webhooks', () => {
     expect(task.status, JSON.stringify(task.body)).toBe(200);
     const run = await postJson(`${s.url}/background/tasks/hook-task/run`, { wait: true, webhook: `http://127.0.0.1:${own.port}/bg` });
     expect(run.body.status).toBe('completed');
-    const mine = await eventually(() => forRun(own, run.body.run_id).find((x) => x.json.type === 'background_run.completed'), 10_000, 'background_run.completed (request URL)');
+    const mine = await eventually(
+      () => forRun(own, run.body.run_id).find((x) => x.json.type === 'background_run.completed'),
+      10_000,
+      'background_run.completed (request URL)',
+    );
     expect(mine.json.data).toMatchObject({ run_id: run.body.run_id, task_id: 'hook-task', status: 'completed' });
     expect(validSignature(mine, REQUEST_SECRET)).toBe(true);
-    const cfg = await eventually(() => forRun(hooks, run.body.run_id).find((x) => x.json.type === 'background_run.completed'), 10_000, 'background_run.completed (configured)');
+    const cfg = await eventually(
+      () => forRun(hooks, run.body.run_id).find((x) => x.json.type === 'background_run.completed'),
+      10_000,
+      'background_run.completed (configured)',
+    );
     expect(validSignature(cfg, SECRET)).toBe(true);
     const refused = await postJson(`${s.url}/background/tasks/hook-task/run`, { webhook: 'http://169.254.169.254/latest' });
     expect(refused.status).toBe(422);
@@ -154,7 +182,7 @@ describe('completion webhooks', () => {
   });
 });
 
-describe('a SIGKILL between the run\'s end and the delivery', () => {
+describe("a SIGKILL between the run's end and the delivery", () => {
   const dataDir = tempDir();
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
@@ -162,7 +190,10 @@ describe('a SIGKILL between the run\'s end and the delivery', () => {
     const receiver = await startWebhookReceiver();
     try {
       receiver.fallback = 'hang'; // the first attempt is in flight when agentd dies
-      const cfg = writeConfig(dataDir, crashConfig(model.url, { webhooks: { endpoints: [{ url: receiver.url, secret_env: 'HOOK_SECRET', events: ['run.completed'] }], timeout_seconds: 60 } }));
+      const cfg = writeConfig(
+        dataDir,
+        crashConfig(model.url, { webhooks: { endpoints: [{ url: receiver.url, secret_env: 'HOOK_SECRET', events: ['run.completed'] }], timeout_seconds: 60 } }),
+      );
       const env = { HOOK_SECRET: SECRET };
       let child = await startAgentd({ configFile: cfg, dataDir, env });
       model.setDefault({ text: 'finished before the crash' });
@@ -175,10 +206,14 @@ describe('a SIGKILL between the run\'s end and the delivery', () => {
       const got = await eventually(() => receiver.received.some((r) => r.answered === 200) && receiver.received, 15_000, 'delivered after restart');
       expect(got.every((r) => r.id === got[0].id && validSignature(r, SECRET))).toBe(true);
       expect(got[0].json).toMatchObject({ type: 'run.completed', data: { run_id: run.body.run_id } });
-      const list = await eventually(async () => {
-        const l = await getJson(`${child.url}/webhooks/deliveries`);
-        return l.body.deliveries?.[0]?.status === 'delivered' && l;
-      }, 5000, 'listed as delivered');
+      const list = await eventually(
+        async () => {
+          const l = await getJson(`${child.url}/webhooks/deliveries`);
+          return l.body.deliveries?.[0]?.status === 'delivered' && l;
+        },
+        5000,
+        'listed as delivered',
+      );
       expect(list.body.deliveries).toHaveLength(1);
       await child.kill('SIGKILL');
     } finally {

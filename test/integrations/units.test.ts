@@ -10,8 +10,9 @@ import type { StoredEvent } from '../../src/store/store.js';
 
 describe('signWebhook', () => {
   it('reproduces the Standard Webhooks reference vector', () => {
-    expect(signWebhook('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 'msg_p5jXN8AQM9LWM0D4loKWxJek', 1614265330, '{"test": 2432232314}'))
-      .toBe('v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=');
+    expect(signWebhook('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 'msg_p5jXN8AQM9LWM0D4loKWxJek', 1614265330, '{"test": 2432232314}')).toBe(
+      'v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=',
+    );
   });
 });
 
@@ -32,14 +33,31 @@ describe('hostAllowed', () => {
 });
 
 describe('deriveWebhook', () => {
-  const ev = (e: Partial<StoredEvent>): StoredEvent => ({ event_id: 'event_1', event_type: 'x', timestamp: '2026-01-01T00:00:00.000Z', cursor: '0000000000000001', run_id: 'run_1', session_id: 's', ...e });
+  const ev = (e: Partial<StoredEvent>): StoredEvent => ({
+    event_id: 'event_1',
+    event_type: 'x',
+    timestamp: '2026-01-01T00:00:00.000Z',
+    cursor: '0000000000000001',
+    run_id: 'run_1',
+    session_id: 's',
+    ...e,
+  });
   it('maps run and background events; ignores the rest', () => {
-    expect(deriveWebhook(ev({ event_type: 'final_answer', output: { response: 'hi' } }))).toMatchObject({ type: 'run.completed', data: { run_id: 'run_1', response: 'hi' } });
+    expect(deriveWebhook(ev({ event_type: 'final_answer', output: { response: 'hi' } }))).toMatchObject({
+      type: 'run.completed',
+      data: { run_id: 'run_1', response: 'hi' },
+    });
     expect(deriveWebhook(ev({ event_type: 'runtime_error', metadata: { status: 'cancelled' } }))?.type).toBe('run.cancelled');
-    expect(deriveWebhook(ev({ event_type: 'runtime_error', metadata: { status: 'timeout' } }))).toMatchObject({ type: 'run.failed', data: { status: 'timeout' } });
+    expect(deriveWebhook(ev({ event_type: 'runtime_error', metadata: { status: 'timeout' } }))).toMatchObject({
+      type: 'run.failed',
+      data: { status: 'timeout' },
+    });
     expect(deriveWebhook(ev({ event_type: 'budget_exhausted', metadata: { on_exhausted: 'pause' } }))?.type).toBe('run.awaiting_budget');
     expect(deriveWebhook(ev({ event_type: 'budget_exhausted', metadata: { on_exhausted: 'terminate' } }))).toBeNull();
-    expect(deriveWebhook(ev({ event_type: 'background_run_completed', metadata: { status: 'completed', run_id: 'bgrun_1' }, run_id: null }))).toMatchObject({ type: 'background_run.completed', data: { run_id: 'bgrun_1' } });
+    expect(deriveWebhook(ev({ event_type: 'background_run_completed', metadata: { status: 'completed', run_id: 'bgrun_1' }, run_id: null }))).toMatchObject({
+      type: 'background_run.completed',
+      data: { run_id: 'bgrun_1' },
+    });
     expect(deriveWebhook(ev({ event_type: 'tool_call' }))).toBeNull();
   });
   it('a blocked query ends the run (run.failed); a refused steer message does not (the run goes on)', () => {
@@ -56,9 +74,12 @@ describe('deriveWebhook', () => {
 describe('idempotency keys', () => {
   it('canonical JSON ignores key order and undefined fields', () => {
     expect(canonicalJson({ b: 1, a: [{ y: 2, x: 1 }], c: undefined })).toBe('{"a":[{"x":1,"y":2}],"b":1}');
-    expect(requestHashOf({ method: 'POST', path: '/run', body: { query: 'q', session_id: 's' } }))
-      .toBe(requestHashOf({ method: 'POST', path: '/run', body: { session_id: 's', query: 'q' } }));
-    expect(requestHashOf({ method: 'POST', path: '/run', body: { query: 'q' } })).not.toBe(requestHashOf({ method: 'POST', path: '/run/sync', body: { query: 'q' } }));
+    expect(requestHashOf({ method: 'POST', path: '/run', body: { query: 'q', session_id: 's' } })).toBe(
+      requestHashOf({ method: 'POST', path: '/run', body: { session_id: 's', query: 'q' } }),
+    );
+    expect(requestHashOf({ method: 'POST', path: '/run', body: { query: 'q' } })).not.toBe(
+      requestHashOf({ method: 'POST', path: '/run/sync', body: { query: 'q' } }),
+    );
     expect(recordIdOf('alice', 'k')).not.toBe(recordIdOf('bob', 'k'));
   });
 
@@ -93,10 +114,29 @@ describe('idempotency keys', () => {
     await store.open();
     const idem = new Idempotency({ store, clock: new ManualClock(), workerId: 'worker_a', ttlSeconds: 60, sharedStore: false });
     const req = { principal: 'anonymous', key: 'k2', operation: 'runSync', method: 'POST', path: '/run/sync', body: { query: 'q' } };
-    await expect(idem.startOnce(req, () => 'run_1', async () => false, async () => { throw new Error('busy'); })).rejects.toThrow('busy');
-    const ok = await idem.startOnce(req, () => 'run_2', async () => false, async (id) => id);
+    await expect(
+      idem.startOnce(
+        req,
+        () => 'run_1',
+        async () => false,
+        async () => {
+          throw new Error('busy');
+        },
+      ),
+    ).rejects.toThrow('busy');
+    const ok = await idem.startOnce(
+      req,
+      () => 'run_2',
+      async () => false,
+      async (id) => id,
+    );
     expect(ok).toEqual({ fresh: true, target_id: 'run_2', started: 'run_2' });
-    const again = await idem.startOnce(req, () => 'run_3', async () => true, async (id) => id);
+    const again = await idem.startOnce(
+      req,
+      () => 'run_3',
+      async () => true,
+      async (id) => id,
+    );
     expect(again).toEqual({ fresh: false, target_id: 'run_2' });
     await store.close();
   });
@@ -107,15 +147,29 @@ describe('webhooks config', () => {
     const { configFromObject, ConfigError } = await import('../../src/config.js');
     const { configCheckJson } = await import('../../src/telemetry/secrets.js');
     const value = 'inline-secret-value-0123456789';
-    const c = configFromObject({
-      webhooks: { endpoints: [{ url: 'https://a.example/h', secret_env: 'HOOK' }, { url: 'https://b.example/h', secret: value }], allow_request_hosts: ['x.example'], request_secret_env: 'REQ' },
-    }, { env: { HOOK: 'env-secret-value-0123456789', REQ: 'req-secret-value-0123456789' }, dataDir: '/tmp/x' });
+    const c = configFromObject(
+      {
+        webhooks: {
+          endpoints: [
+            { url: 'https://a.example/h', secret_env: 'HOOK' },
+            { url: 'https://b.example/h', secret: value },
+          ],
+          allow_request_hosts: ['x.example'],
+          request_secret_env: 'REQ',
+        },
+      },
+      { env: { HOOK: 'env-secret-value-0123456789', REQ: 'req-secret-value-0123456789' }, dataDir: '/tmp/x' },
+    );
     expect(c.webhooks.endpoints.map((e) => e.signing_secret)).toEqual(['env-secret-value-0123456789', value]);
     expect(c.webhooks.request_signing_secret).toBe('req-secret-value-0123456789');
     const printed = JSON.stringify(c) + configCheckJson(c);
     for (const secret of ['env-secret-value-0123456789', 'req-secret-value-0123456789', value]) expect(printed).not.toContain(secret);
-    expect(() => configFromObject({ webhooks: { endpoints: [{ url: 'https://a.example/h', secret_env: 'NOPE' }] } }, { env: {}, dataDir: '/tmp/x' })).toThrow(ConfigError);
-    expect(() => configFromObject({ webhooks: { endpoints: [{ url: 'https://a.example/h' }] } }, { env: {}, dataDir: '/tmp/x' })).toThrow(/signing secret is required/);
+    expect(() => configFromObject({ webhooks: { endpoints: [{ url: 'https://a.example/h', secret_env: 'NOPE' }] } }, { env: {}, dataDir: '/tmp/x' })).toThrow(
+      ConfigError,
+    );
+    expect(() => configFromObject({ webhooks: { endpoints: [{ url: 'https://a.example/h' }] } }, { env: {}, dataDir: '/tmp/x' })).toThrow(
+      /signing secret is required/,
+    );
     expect(() => configFromObject({ webhooks: { allow_request_hosts: ['x.example'] } }, { env: {}, dataDir: '/tmp/x' })).toThrow(/request_secret/);
   });
 });

@@ -1,12 +1,24 @@
 // The run machine alone, with its effects stubbed: the loop, pauses and terminations are pure logic.
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, waitFor } from 'xstate';
-import { runMachine, recordStatusOf, type ApprovalState, type InboxRead, type ModelStepResult, type ReserveResult, type RunContext, type ToolOutcome } from '../../machines/run.machine.js';
+import {
+  runMachine,
+  recordStatusOf,
+  type ApprovalState,
+  type InboxRead,
+  type ModelStepResult,
+  type ReserveResult,
+  type RunContext,
+  type ToolOutcome,
+} from '../../machines/run.machine.js';
 import type { ModelCallResult } from '../../src/agent/model/types.js';
 
 const input = { run_id: 'run_1', session_id: 's', agent_name: 'a', max_steps: 5, messages: [{ role: 'user' as const, content: 'hi' }], query: 'hi' };
 const usage = { input_tokens: 10, output_tokens: 5, total_tokens: 15 };
-const reply = (r: Partial<ModelCallResult>): { result: ModelCallResult; cost_usd: number } => ({ result: { text: '', tool_calls: [], usage, finish_reason: 'stop', model: 'm', ...r }, cost_usd: 0.01 });
+const reply = (r: Partial<ModelCallResult>): { result: ModelCallResult; cost_usd: number } => ({
+  result: { text: '', tool_calls: [], usage, finish_reason: 'stop', model: 'm', ...r },
+  cost_usd: 0.01,
+});
 
 function machineWith(opts: {
   replies: Array<ReturnType<typeof reply>>;
@@ -21,15 +33,23 @@ function machineWith(opts: {
   const steps: string[] = [];
   const logic = runMachine.provide({
     actors: {
-      checkInput: fromPromise<RunContext['guardrail_result'], { query: string; run_id: string }>(async () => (opts.allowed === false ? { allowed: false, rule: 'deny_pattern', message: 'no' } : { allowed: true })),
+      checkInput: fromPromise<RunContext['guardrail_result'], { query: string; run_id: string }>(async () =>
+        opts.allowed === false ? { allowed: false, rule: 'deny_pattern', message: 'no' } : { allowed: true },
+      ),
       reserveBudget: fromPromise(async ({ input: i }) => opts.reserve?.(i.phase, i.ctx) ?? { ok: true as const }),
       callModel: fromPromise(async () => {
         const next = replies.shift();
         if (!next) throw new Error('no more replies');
         return next;
       }),
-      governTools: fromPromise(async ({ input: i }) => ({ decisions: i.ctx.pending.map((c) => ({ tool_call_id: c.id, effect: 'allow' as const, reason: null })), approvals: opts.approvals ?? [] })),
-      executeTools: fromPromise(async ({ input: i }) => opts.execute?.(i.ctx) ?? i.ctx.pending.map((c) => ({ tool_call_id: c.id, tool_name: c.name, content: `ran ${c.name}`, outcome: 'success' as const }))),
+      governTools: fromPromise(async ({ input: i }) => ({
+        decisions: i.ctx.pending.map((c) => ({ tool_call_id: c.id, effect: 'allow' as const, reason: null })),
+        approvals: opts.approvals ?? [],
+      })),
+      executeTools: fromPromise(
+        async ({ input: i }) =>
+          opts.execute?.(i.ctx) ?? i.ctx.pending.map((c) => ({ tool_call_id: c.id, tool_name: c.name, content: `ran ${c.name}`, outcome: 'success' as const })),
+      ),
       readInbox: fromPromise(async ({ input: i }) => opts.inbox?.(i.ctx) ?? { messages: [], interrupt_id: null }),
     },
     actions: { notify: (_a, p) => void steps.push(p.kind) },
@@ -43,7 +63,12 @@ describe('run machine', () => {
     const actor = createActor(logic, { input }).start();
     const snap = await waitFor(actor, (s) => s.status === 'done');
     expect(snap.value).toBe('completed');
-    expect(snap.context).toMatchObject({ response: 'done', step: 2, termination_reason: 'stop', usage: { requests: 2, total_tokens: 30, estimated_cost_usd: 0.02 } });
+    expect(snap.context).toMatchObject({
+      response: 'done',
+      step: 2,
+      termination_reason: 'stop',
+      usage: { requests: 2, total_tokens: 30, estimated_cost_usd: 0.02 },
+    });
     expect(snap.context.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'tool', 'assistant']);
     expect(steps).toEqual(['step', 'step', 'final']);
   });
@@ -66,8 +91,24 @@ describe('run machine', () => {
   });
 
   it('waits for approval, then executes after APPROVALS_DECIDED; the persisted snapshot restores the wait', async () => {
-    const pending: ApprovalState = { approval_id: 'ap1', status: 'pending', tool_name: 'pay', tool_call_id: 'c1', arguments: {}, reason: null, created_at: '', expires_at: '', approver: null, note: null, decided_at: null, edited_arguments: null };
-    const { logic } = machineWith({ replies: [reply({ tool_calls: [{ id: 'c1', name: 'pay', arguments: {} }] }), reply({ text: 'paid' })], approvals: [pending] });
+    const pending: ApprovalState = {
+      approval_id: 'ap1',
+      status: 'pending',
+      tool_name: 'pay',
+      tool_call_id: 'c1',
+      arguments: {},
+      reason: null,
+      created_at: '',
+      expires_at: '',
+      approver: null,
+      note: null,
+      decided_at: null,
+      edited_arguments: null,
+    };
+    const { logic } = machineWith({
+      replies: [reply({ tool_calls: [{ id: 'c1', name: 'pay', arguments: {} }] }), reply({ text: 'paid' })],
+      approvals: [pending],
+    });
     const actor = createActor(logic, { input }).start();
     await waitFor(actor, (s) => s.value === 'awaitingApproval');
     const saved = JSON.parse(JSON.stringify(actor.getPersistedSnapshot()));
@@ -82,7 +123,26 @@ describe('run machine', () => {
 
   it('pauses for budget; a grant retries the reservation, a denial fails the run', async () => {
     let grants = 0;
-    const reserve = (): ReserveResult => (grants > 0 ? { ok: true } : { ok: false, on_exhausted: 'pause', request: { request_id: 'b1', key: 'run:r:total', scope: 'run', meter: 'tokens', limit: 1, used: 1, needed: 5, shortfall: 5, status: 'pending', asked_at: '', phase: 'model' } });
+    const reserve = (): ReserveResult =>
+      grants > 0
+        ? { ok: true }
+        : {
+            ok: false,
+            on_exhausted: 'pause',
+            request: {
+              request_id: 'b1',
+              key: 'run:r:total',
+              scope: 'run',
+              meter: 'tokens',
+              limit: 1,
+              used: 1,
+              needed: 5,
+              shortfall: 5,
+              status: 'pending',
+              asked_at: '',
+              phase: 'model',
+            },
+          };
     const granted = machineWith({ replies: [reply({ text: 'ok' })], reserve });
     const a = createActor(granted.logic, { input }).start();
     const waiting = await waitFor(a, (s) => s.value === 'awaitingBudget');
@@ -102,7 +162,26 @@ describe('run machine', () => {
   });
 
   it('terminates at once when the budget says terminate', async () => {
-    const { logic } = machineWith({ replies: [], reserve: () => ({ ok: false, on_exhausted: 'terminate', request: { request_id: 'b', key: 'k', scope: 'run', meter: 'tokens', limit: 1, used: 1, needed: 2, shortfall: 2, status: 'pending', asked_at: '', phase: 'model' } }) });
+    const { logic } = machineWith({
+      replies: [],
+      reserve: () => ({
+        ok: false,
+        on_exhausted: 'terminate',
+        request: {
+          request_id: 'b',
+          key: 'k',
+          scope: 'run',
+          meter: 'tokens',
+          limit: 1,
+          used: 1,
+          needed: 2,
+          shortfall: 2,
+          status: 'pending',
+          asked_at: '',
+          phase: 'model',
+        },
+      }),
+    });
     const end = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
     expect(end.value).toBe('failed');
     expect(end.context.termination_reason).toBe('budget_exhausted');
@@ -209,7 +288,20 @@ describe('run machine', () => {
     });
 
     it('a v1 snapshot (no steered / interrupt_handled) restores and still takes steer messages', async () => {
-      const pending: ApprovalState = { approval_id: 'ap1', status: 'pending', tool_name: 'pay', tool_call_id: 'c1', arguments: {}, reason: null, created_at: '', expires_at: '', approver: null, note: null, decided_at: null, edited_arguments: null };
+      const pending: ApprovalState = {
+        approval_id: 'ap1',
+        status: 'pending',
+        tool_name: 'pay',
+        tool_call_id: 'c1',
+        arguments: {},
+        reason: null,
+        created_at: '',
+        expires_at: '',
+        approver: null,
+        note: null,
+        decided_at: null,
+        edited_arguments: null,
+      };
       let open = false;
       const { logic } = machineWith({
         replies: [reply({ tool_calls: [{ id: 'c1', name: 'pay', arguments: {} }] }), reply({ text: 'paid' })],

@@ -31,7 +31,10 @@ describe('windows and keys', () => {
     expect(ledgerKey('session', 's_1', 'total')).toBe('session:s_1:total');
     expect(parseLedgerKey('agent:assistant:2026-11')).toEqual({ scope: 'agent', identity: 'assistant', period: '2026-11', window: 'month' });
     expect(parseLedgerKey('session:background:a:t:2026-11-05')).toEqual({
-      scope: 'session', identity: 'background:a:t', period: '2026-11-05', window: 'day',
+      scope: 'session',
+      identity: 'background:a:t',
+      period: '2026-11-05',
+      window: 'day',
     });
     expect(parseLedgerKey('galaxy:x:total')).toBeNull();
     expect(parseLedgerKey('run:x:yesterday')).toBeNull();
@@ -52,7 +55,10 @@ describe('coveringBudgets', () => {
     const c = coveringBudgets(config, subject);
     expect(c.map((e) => e.key)).toEqual(['run:run_1:total', 'session:s_1:total', 'agent:assistant:2026-11', 'application:default:2026-11-05']);
     expect(c.map((e) => e.id)).toEqual([
-      'run:run_1:total|tokens', 'session:s_1:total|cost_usd', 'agent:assistant:2026-11|model_calls', 'application:default:2026-11-05|tool_calls',
+      'run:run_1:total|tokens',
+      'session:s_1:total|cost_usd',
+      'agent:assistant:2026-11|model_calls',
+      'application:default:2026-11-05|tool_calls',
     ]);
     expect(c[0]).toMatchObject({ scope: 'run', identity: 'run_1', window: 'total', on_exhausted: 'pause', warn_at: 0.8, limit: 1000 });
     expect(c[1]).toMatchObject({ on_exhausted: 'terminate', warn_at: 0.5 });
@@ -65,26 +71,44 @@ describe('coveringBudgets', () => {
   });
 
   it('merges duplicate (key, meter) lines keeping the strictest; distinct windows stay apart', () => {
-    const c = coveringBudgets({
-      session: [
-        { meter: 'tokens', limit: 500 },
-        { meter: 'tokens', limit: 300, on_exhausted: 'terminate' },
-        { meter: 'tokens', limit: 900 },
-        { meter: 'tokens', limit: 100, window: 'day' },
-      ],
-    }, subject);
+    const c = coveringBudgets(
+      {
+        session: [
+          { meter: 'tokens', limit: 500 },
+          { meter: 'tokens', limit: 300, on_exhausted: 'terminate' },
+          { meter: 'tokens', limit: 900 },
+          { meter: 'tokens', limit: 100, window: 'day' },
+        ],
+      },
+      subject,
+    );
     expect(c.map((e) => [e.key, e.limit, e.on_exhausted])).toEqual([
       ['session:s_1:total', 300, 'terminate'],
       ['session:s_1:2026-11-05', 100, 'pause'],
     ]);
-    expect(findLimit({ session: [{ meter: 'tokens', limit: 500 }, { meter: 'tokens', limit: 300 }] }, 'session', 'total', 'tokens')?.limit).toBe(300);
+    expect(
+      findLimit(
+        {
+          session: [
+            { meter: 'tokens', limit: 500 },
+            { meter: 'tokens', limit: 300 },
+          ],
+        },
+        'session',
+        'total',
+        'tokens',
+      )?.limit,
+    ).toBe(300);
     expect(findLimit({ session: [{ meter: 'tokens', limit: 500 }] }, 'session', 'day', 'tokens')).toBeNull();
   });
 
   it('reports config problems', () => {
     expect(budgetConfigProblems(config)).toEqual([]);
     const problems = budgetConfigProblems({
-      run: [{ meter: 'tokens', limit: -1 }, { meter: 'tokens', limit: 5, warn_at: 1.5 }],
+      run: [
+        { meter: 'tokens', limit: -1 },
+        { meter: 'tokens', limit: 5, warn_at: 1.5 },
+      ],
     });
     expect(problems).toHaveLength(3);
     expect(problems.join('\n')).toMatch(/budgets\.run\[0\]\.limit/);
@@ -94,7 +118,14 @@ describe('coveringBudgets', () => {
 
 describe('arithmetic', () => {
   const entry = (over: Partial<CheckEntry> = {}): CheckEntry => ({
-    key: 'session:s_1:total', scope: 'session', meter: 'tokens', limit: 100, granted: 0, spent: 0, reserved: 0, ...over,
+    key: 'session:s_1:total',
+    scope: 'session',
+    meter: 'tokens',
+    limit: 100,
+    granted: 0,
+    spent: 0,
+    reserved: 0,
+    ...over,
   });
 
   it('remaining = limit + granted - spent - reserved', () => {
@@ -105,7 +136,8 @@ describe('arithmetic', () => {
     const e = entry({ granted: 10, spent: 50, reserved: 20 });
     expect(checkReserve([e], { tokens: 40 })).toEqual({ ok: true });
     expect(checkReserve([e], { tokens: 41 })).toEqual({
-      ok: false, index: 0,
+      ok: false,
+      index: 0,
       shortfall: { key: 'session:s_1:total', scope: 'session', meter: 'tokens', limit: 110, used: 70, needed: 41, shortfall: 1 },
     });
   });

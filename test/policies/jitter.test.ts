@@ -16,11 +16,13 @@ describe('fnv1a32', () => {
   });
 
   it('hashes UTF-8, as TextEncoder encodes it', () => {
-    fc.assert(fc.property(fc.string({ unit: anyCodeUnitOrPoint }), (s) => {
-      const ours = utf8Bytes(s);
-      const theirs = new TextEncoder().encode(s);
-      return ours.length === theirs.length && ours.every((b, i) => b === theirs[i]);
-    }));
+    fc.assert(
+      fc.property(fc.string({ unit: anyCodeUnitOrPoint }), (s) => {
+        const ours = utf8Bytes(s);
+        const theirs = new TextEncoder().encode(s);
+        return ours.length === theirs.length && ours.every((b, i) => b === theirs[i]);
+      }),
+    );
     // Lone surrogates become U+FFFD, as in TextEncoder.
     expect(utf8Bytes('\ud800x')).toEqual([0xef, 0xbf, 0xbd, 0x78]);
   });
@@ -47,10 +49,12 @@ describe('jitterSeconds', () => {
   });
 
   it('stays within [0, jitter] (property)', () => {
-    fc.assert(fc.property(fc.string(), fc.integer({ min: 0, max: 86_400 }), (id, j) => {
-      const s = jitterSeconds(id, j);
-      return Number.isInteger(s) && s >= 0 && s <= j && s === jitterSeconds(id, j);
-    }));
+    fc.assert(
+      fc.property(fc.string(), fc.integer({ min: 0, max: 86_400 }), (id, j) => {
+        const s = jitterSeconds(id, j);
+        return Number.isInteger(s) && s >= 0 && s <= j && s === jitterSeconds(id, j);
+      }),
+    );
   });
 });
 

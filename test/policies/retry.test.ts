@@ -1,12 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import {
-  maxAttempts,
-  resolveRetryPolicy,
-  retryDecision,
-  retryDelaySeconds,
-  shouldRetry,
-  type RetryInput,
-} from '../../machines/policies/retry.js';
+import { maxAttempts, resolveRetryPolicy, retryDecision, retryDelaySeconds, shouldRetry, type RetryInput } from '../../machines/policies/retry.js';
 
 describe('retryDelaySeconds', () => {
   it('defaults: fixed 30 s', () => {
@@ -28,8 +21,13 @@ describe('retryDelaySeconds', () => {
   });
 
   it('null fields take the defaults', () => {
-    expect(resolveRetryPolicy({ backoff: null, initial_delay_seconds: null, max_delay_seconds: null, max_retries: null, retry_on: null }))
-      .toEqual({ backoff: 'fixed', initial_delay_seconds: 30, max_delay_seconds: 300, max_retries: 0, retry_on: ['exception', 'timeout'] });
+    expect(resolveRetryPolicy({ backoff: null, initial_delay_seconds: null, max_delay_seconds: null, max_retries: null, retry_on: null })).toEqual({
+      backoff: 'fixed',
+      initial_delay_seconds: 30,
+      max_delay_seconds: 300,
+      max_retries: 0,
+      retry_on: ['exception', 'timeout'],
+    });
   });
 });
 
@@ -46,8 +44,11 @@ describe('shouldRetry', () => {
   it('retries an exception or a timeout while attempts remain', () => {
     expect(shouldRetry(base)).toBe(true);
     expect(shouldRetry({ ...base, errorKind: 'timeout', attemptNumber: 2 })).toBe(true);
-    expect(retryDecision({ ...base, policy: { max_retries: 2, backoff: 'exponential', initial_delay_seconds: 5 }, attemptNumber: 2 }))
-      .toEqual({ retry: true, delaySeconds: 10, nextAttemptNumber: 3 });
+    expect(retryDecision({ ...base, policy: { max_retries: 2, backoff: 'exponential', initial_delay_seconds: 5 }, attemptNumber: 2 })).toEqual({
+      retry: true,
+      delaySeconds: 10,
+      nextAttemptNumber: 3,
+    });
   });
 
   it('stops when attempts are used up', () => {

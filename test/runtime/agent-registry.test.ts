@@ -24,11 +24,22 @@ async function setup(maxCached = 8): Promise<{ registry: AgentRegistry; store: M
   const store = new MemoryStore();
   await store.open();
   const served: AgentProfile = {
-    agent_id: 'default', agent_name: 'assistant', system_instruction: 'served', model: new DemoModel({ model: 'demo' }),
-    tools: await ToolRegistry.create({ builtin: ['clock'] }), max_steps: 10, max_output_tokens: 1024, session_workspace_root: '/tmp/ws/sessions',
+    agent_id: 'default',
+    agent_name: 'assistant',
+    system_instruction: 'served',
+    model: new DemoModel({ model: 'demo' }),
+    tools: await ToolRegistry.create({ builtin: ['clock'] }),
+    max_steps: 10,
+    max_output_tokens: 1024,
+    session_workspace_root: '/tmp/ws/sessions',
   };
   const reg = new AgentRegistry({
-    store, clock: systemClock, served, servedBuiltin: ['clock'], workspace_root: '/tmp/ws', max_cached: maxCached,
+    store,
+    clock: systemClock,
+    served,
+    servedBuiltin: ['clock'],
+    workspace_root: '/tmp/ws',
+    max_cached: maxCached,
     plan: { tools_dirs: [], mcp_commands: [process.execPath], env: () => undefined },
     mcp: { connectTimeoutMs: 15_000 },
   });
@@ -56,7 +67,13 @@ describe('AgentRegistry', () => {
     const a1 = await reg.acquire('alt');
     const a2 = await reg.acquire('alt');
     expect(a1.profile).toBe(a2.profile);
-    expect(a1.profile).toMatchObject({ agent_id: 'alt', agent_name: 'alt', system_instruction: 'alt', max_steps: 2, session_workspace_root: '/tmp/ws/agents/alt/sessions' });
+    expect(a1.profile).toMatchObject({
+      agent_id: 'alt',
+      agent_name: 'alt',
+      system_instruction: 'alt',
+      max_steps: 2,
+      session_workspace_root: '/tmp/ws/agents/alt/sessions',
+    });
     expect(a1.profile.tools.list().map((t) => t.name)).toEqual(['clock']);
     await expect(reg.acquire('nobody')).rejects.toMatchObject({ code: 'NotFound' });
   });
@@ -82,9 +99,20 @@ describe('AgentRegistry', () => {
     await register({ agent_id: 'm1', agent_config: { builtin_tools: [] } });
     await register({ agent_id: 'm2', agent_config: { builtin_tools: [] } });
     expect(reg.mcpPool.size).toBe(1);
-    expect(await run.profile.tools.get('fx__echo')!.execute({ text: 'still here' }, {
-      run_id: 'r', session_id: 's', attempt: 1, lease_token: 'l', idempotency_key: 'k', workspace_path: null, signal: new AbortController().signal,
-    })).toBe('still here');
+    expect(
+      await run.profile.tools.get('fx__echo')!.execute(
+        { text: 'still here' },
+        {
+          run_id: 'r',
+          session_id: 's',
+          attempt: 1,
+          lease_token: 'l',
+          idempotency_key: 'k',
+          workspace_path: null,
+          signal: new AbortController().signal,
+        },
+      ),
+    ).toBe('still here');
     run.release();
     run.release(); // twice is once
     await new Promise((r) => setTimeout(r, 50));

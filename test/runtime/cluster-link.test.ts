@@ -34,7 +34,8 @@ async function startPeer(config: Record<string, unknown>): Promise<Peer> {
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
   await runtime.start();
   return {
-    url, runtime,
+    url,
+    runtime,
     async close() {
       runtime.runs.beginShutdown();
       await runtime.close(0);
@@ -60,8 +61,10 @@ beforeAll(async () => {
   a = await startPeer(config);
   b = await startPeer(config);
   routeByTag(model, (tag) => {
-    if (tag === 'slow') return (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'slow', ms: 30_000 } }] } : { text: 'slow done' });
-    if (tag === 'stream') return (turn) => (turn < 3 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: `s${turn}`, ms: 150 } }] } : { text: 'stream done' });
+    if (tag === 'slow')
+      return (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'slow', ms: 30_000 } }] } : { text: 'slow done' });
+    if (tag === 'stream')
+      return (turn) => (turn < 3 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: `s${turn}`, ms: 150 } }] } : { text: 'stream done' });
     return undefined;
   });
 });
@@ -115,27 +118,41 @@ describe('two instances on one shared store', () => {
 
   it('a cancel posted to B stops a run live on A within a second', async () => {
     void postJson(`${a.url}/run/sync`, { query: '[slow] wait', session_id: 'sess-cancel' }).catch(() => undefined);
-    const runId = await eventually(async () => (await getJson(`${b.url}/runs?session_id=sess-cancel`)).body.runs?.[0]?.run_id as string | undefined, 10_000, 'run id');
+    const runId = await eventually(
+      async () => (await getJson(`${b.url}/runs?session_id=sess-cancel`)).body.runs?.[0]?.run_id as string | undefined,
+      10_000,
+      'run id',
+    );
     await eventually(async () => a.runtime.runs.isLive(runId), 10_000, 'run live on A');
     const t0 = Date.now();
     const c = await postJson(`${b.url}/runs/${runId}/cancel`, {});
     expect(c.status).toBe(200);
     expect(c.body.status).toBe('cancel_requested');
-    const ended = await eventually(async () => {
-      const r = await getJson(`${b.url}/runs/${runId}`);
-      return r.body.status === 'cancelled' ? r.body : null;
-    }, 5_000, 'cancelled');
+    const ended = await eventually(
+      async () => {
+        const r = await getJson(`${b.url}/runs/${runId}`);
+        return r.body.status === 'cancelled' ? r.body : null;
+      },
+      5_000,
+      'cancelled',
+    );
     expect(ended.status).toBe('cancelled');
     expect(Date.now() - t0).toBeLessThan(1_000);
   });
 
   it('a task created on A is known to B, and disabling it on B stops A dispatching it', async () => {
     const created = await postJson(`${a.url}/background/tasks`, {
-      task_id: 'shared-task', query: 'hello', schedule: { type: 'manual' },
+      task_id: 'shared-task',
+      query: 'hello',
+      schedule: { type: 'manual' },
     });
     expect(created.status).toBe(200);
     await eventually(() => b.runtime.background.scheduler.tasks.has('shared-task'), 5_000, 'task known on B');
-    const patched = await fetch(`${b.url}/background/tasks/shared-task`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ enabled: false }) });
+    const patched = await fetch(`${b.url}/background/tasks/shared-task`, {
+      method: 'PATCH',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ enabled: false }),
+    });
     expect(patched.status).toBe(200);
     await eventually(() => a.runtime.background.scheduler.tasks.get('shared-task')?.enabled === false, 5_000, 'disabled on A');
     const run = await postJson(`${a.url}/background/tasks/shared-task/run`, {});

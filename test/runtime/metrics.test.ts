@@ -7,11 +7,18 @@ import { ModelCallError, type ModelProvider } from '../../src/agent/model/types.
 import { findPromtool, promtoolCheck, samples } from '../helpers/prometheus.js';
 
 const fakeProvider = (fail: ModelCallError | null): ModelProvider => ({
-  provider: 'p', model: 'm',
+  provider: 'p',
+  model: 'm',
   estimateInputTokens: () => 1,
   async call() {
     if (fail) throw fail;
-    return { text: 'ok', tool_calls: [], finish_reason: 'stop', usage: { input_tokens: 1, output_tokens: 1, total_tokens: 2 }, model: 'claimed-by-response' } as never;
+    return {
+      text: 'ok',
+      tool_calls: [],
+      finish_reason: 'stop',
+      usage: { input_tokens: 1, output_tokens: 1, total_tokens: 2 },
+      model: 'claimed-by-response',
+    } as never;
   },
 });
 
@@ -55,12 +62,24 @@ describe('Metrics', () => {
     const observe = (p: string, mo: string, _s: number, kind: string | null) => void seen.push([p, mo, kind]);
     await withCallMetrics(fakeProvider(null), observe).call({ messages: [], tools: [] });
     await expect(withCallMetrics(fakeProvider(new ModelCallError('rate_limited', '429')), observe).call({ messages: [], tools: [] })).rejects.toThrow('429');
-    await expect(withCallMetrics({ ...fakeProvider(null), call: async () => { throw new Error('socket hang up'); } }, observe).call({ messages: [], tools: [] })).rejects.toThrow();
+    await expect(
+      withCallMetrics(
+        {
+          ...fakeProvider(null),
+          call: async () => {
+            throw new Error('socket hang up');
+          },
+        },
+        observe,
+      ).call({ messages: [], tools: [] }),
+    ).rejects.toThrow();
     expect(seen[0]).toEqual(['p', 'm', null]);
     expect(seen[1]).toEqual(['p', 'm', 'rate_limited']);
     expect(typeof seen[2][2]).toBe('string');
     // An observer that throws never changes the call's outcome.
-    const r = await withCallMetrics(fakeProvider(null), () => { throw new Error('x'); }).call({ messages: [], tools: [] });
+    const r = await withCallMetrics(fakeProvider(null), () => {
+      throw new Error('x');
+    }).call({ messages: [], tools: [] });
     expect(r.text).toBe('ok');
   });
 });

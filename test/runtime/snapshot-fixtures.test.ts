@@ -31,7 +31,11 @@ const BUDGETED = { ...GOVERNED, budgets: { session: [{ meter: 'model_calls', lim
 /** The kinds a sync run writes; the fixture keeps every record of them. */
 const KINDS: RecordKind[] = ['runs', 'snapshots', 'sessions', 'traces', 'budget_ledger'];
 
-interface FixtureRecord { kind: RecordKind; id: string; value: any }
+interface FixtureRecord {
+  kind: RecordKind;
+  id: string;
+  value: any;
+}
 interface Fixture {
   scenario: string;
   written_by: string;
@@ -82,7 +86,12 @@ async function load(fixture: Fixture): Promise<string> {
   return dataDir;
 }
 
-const fixtureFiles = () => (existsSync(FIXTURES) ? readdirSync(FIXTURES).filter((f) => f.endsWith('.json')).sort() : []);
+const fixtureFiles = () =>
+  existsSync(FIXTURES)
+    ? readdirSync(FIXTURES)
+        .filter((f) => f.endsWith('.json'))
+        .sort()
+    : [];
 const readFixture = (f: string) => JSON.parse(readFileSync(join(FIXTURES, f), 'utf8')) as Fixture;
 
 let model: ScriptedOpenAI;
@@ -106,12 +115,20 @@ afterAll(async () => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
-const ledgerLines = () => readFileSync(ledger, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+const ledgerLines = () =>
+  readFileSync(ledger, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
 const waitForStatus = (url: string, runId: string, status: string) =>
-  eventually(async () => {
-    const v = (await getJson(`${url}/runs/${runId}`)).body;
-    return v.status === status ? v : null;
-  }, 15_000, `run ${runId} ${status}`);
+  eventually(
+    async () => {
+      const v = (await getJson(`${url}/runs/${runId}`)).body;
+      return v.status === status ? v : null;
+    },
+    15_000,
+    `run ${runId} ${status}`,
+  );
 
 describe.runIf(WRITE)('writing the fixtures (AGENTD_WRITE_SNAPSHOT_FIXTURES=1)', () => {
   const save = (name: string, f: Fixture) => {
@@ -149,7 +166,11 @@ describe.runIf(WRITE)('writing the fixtures (AGENTD_WRITE_SNAPSHOT_FIXTURES=1)',
     const server = await startTestServer(GOVERNED, { modelUrl: model.url });
     try {
       model.enqueue({ hang: true });
-      const started = fetch(`${server.url}/run/sync`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: 'hang', session_id: 'fixture-calling' }) }).catch(() => null);
+      const started = fetch(`${server.url}/run/sync`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ query: 'hang', session_id: 'fixture-calling' }),
+      }).catch(() => null);
       const runId = await eventually(async () => (await getJson(`${server.url}/runs?status=running`)).body.runs[0]?.run_id as string | undefined);
       // The snapshot is saved in `calling` before the request reaches the model.
       await eventually(async () => {
@@ -166,7 +187,7 @@ describe.runIf(WRITE)('writing the fixtures (AGENTD_WRITE_SNAPSHOT_FIXTURES=1)',
   });
 });
 
-describe.skipIf(WRITE)('snapshots written by older code restore on today\'s server', () => {
+describe.skipIf(WRITE)("snapshots written by older code restore on today's server", () => {
   it('every fixture is for a machine version this code knows', () => {
     const files = fixtureFiles();
     expect(files.length).toBeGreaterThanOrEqual(3);
@@ -185,7 +206,10 @@ describe.skipIf(WRITE)('snapshots written by older code restore on today\'s serv
     const server = await startTestServer(GOVERNED, { modelUrl: model.url, dataDir });
     try {
       const view = (await getJson(`${server.url}/runs/${base.run_id}`)).body;
-      const decided = await postJson(`${server.url}/runs/${base.run_id}/approvals/${view.approvals[0].approval_id}`, { decision: 'approve', approver: 'fixture' });
+      const decided = await postJson(`${server.url}/runs/${base.run_id}/approvals/${view.approvals[0].approval_id}`, {
+        decision: 'approve',
+        approver: 'fixture',
+      });
       expect(decided.status).toBe(200);
       await new Promise((r) => setTimeout(r, 300));
       const after = (await getJson(`${server.url}/runs/${base.run_id}`)).body;

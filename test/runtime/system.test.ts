@@ -18,7 +18,11 @@ const counter = setup({
   initial: 'idle',
   states: {
     idle: { on: { INC: { actions: assign({ n: ({ context }) => context.n + 1 }) }, BOOM: 'exploding' } },
-    exploding: { entry: () => { throw new Error('child blew up'); } },
+    exploding: {
+      entry: () => {
+        throw new Error('child blew up');
+      },
+    },
   },
 });
 
@@ -60,7 +64,7 @@ describe('ActorSystem', () => {
     }
   });
 
-  it('keeps a supervisor group\'s children off the root, reachable by systemId, failures reported', async () => {
+  it("keeps a supervisor group's children off the root, reachable by systemId, failures reported", async () => {
     const failures: string[] = [];
     const system = new ActorSystem({ onChildFailed: (id) => failures.push(id) });
     const tasks = system.group('tasks');
@@ -84,8 +88,13 @@ describe('ActorSystem', () => {
   it('re-runs a promise effect that was active when the snapshot was saved (fact 3)', async () => {
     let calls = 0;
     const m = setup({ actors: { work: fromPromise(async () => ++calls) } }).createMachine({
-      context: { v: 0 }, initial: 'a',
-      states: { a: { on: { GO: 'b' } }, b: { invoke: { src: 'work', onDone: { target: 'c', actions: assign({ v: ({ event }) => event.output }) } } }, c: { type: 'final' } },
+      context: { v: 0 },
+      initial: 'a',
+      states: {
+        a: { on: { GO: 'b' } },
+        b: { invoke: { src: 'work', onDone: { target: 'c', actions: assign({ v: ({ event }) => event.output }) } } },
+        c: { type: 'final' },
+      },
     });
     const system = new ActorSystem();
     const a = system.spawn('run:x', m);
@@ -106,9 +115,23 @@ describe('RecordWriter', () => {
     await store.open();
     const created = await store.createRecord('runs', 'r1', { n: 0 }, { status: 'running' });
     const fenced: FencedError[] = [];
-    const writer = new RecordWriter<{ n: number }>(store, 'runs', 'r1', created, (v) => ({ status: v.n > 1 ? 'done' : 'running' }), (e) => fenced.push(e));
+    const writer = new RecordWriter<{ n: number }>(
+      store,
+      'runs',
+      'r1',
+      created,
+      (v) => ({ status: v.n > 1 ? 'done' : 'running' }),
+      (e) => fenced.push(e),
+    );
     // Queued writes apply in order and resolve when durable.
-    const results = await Promise.all([1, 2, 3].map((n) => writer.update((v) => ({ n: v.n + 1 }), () => [{ op: 'update', kind: 'snapshots', id: 'r1', value: { snap: n }, expectedVersion: null }])));
+    const results = await Promise.all(
+      [1, 2, 3].map((n) =>
+        writer.update(
+          (v) => ({ n: v.n + 1 }),
+          () => [{ op: 'update', kind: 'snapshots', id: 'r1', value: { snap: n }, expectedVersion: null }],
+        ),
+      ),
+    );
     expect(results.at(-1)!.value.n).toBe(3);
     await store.close();
 
@@ -120,7 +143,14 @@ describe('RecordWriter', () => {
 
     // Another owner takes the record over; our writer's next write is refused.
     const current = (await reopened.getRecord<{ n: number }>('runs', 'r1'))!;
-    const mine = new RecordWriter<{ n: number }>(reopened, 'runs', 'r1', current, () => ({}), (e) => fenced.push(e));
+    const mine = new RecordWriter<{ n: number }>(
+      reopened,
+      'runs',
+      'r1',
+      current,
+      () => ({}),
+      (e) => fenced.push(e),
+    );
     await reopened.updateRecord('runs', 'r1', { n: 100 }, current.version);
     await expect(mine.update((v) => ({ n: v.n + 1 }))).rejects.toBeInstanceOf(FencedError);
     expect(mine.isFenced).toBe(true);

@@ -77,19 +77,13 @@ describe('cron: DST spring-forward gap runs at the first instant after the gap',
 
 describe('cron: DST fall-back repeated hour runs once, at the first occurrence', () => {
   it('01:30 daily in New York on 2026-11-01: only 05:30Z', () => {
-    expect(series('30 1 * * *', 'America/New_York', '2026-10-31T12:00:00Z', 2)).toEqual([
-      '2026-11-01T05:30:00.000Z',
-      '2026-11-02T06:30:00.000Z',
-    ]);
+    expect(series('30 1 * * *', 'America/New_York', '2026-10-31T12:00:00Z', 2)).toEqual(['2026-11-01T05:30:00.000Z', '2026-11-02T06:30:00.000Z']);
     // Asked from inside the second 01:00-02:00, the repeated 01:30 does not come back.
     expect(isoOf(nextCronTime('30 1 * * *', 'America/New_York', ms('2026-11-01T06:10:00Z')))).toBe('2026-11-02T06:30:00.000Z');
   });
 
   it('01:30 daily in London on 2026-10-25: only 00:30Z', () => {
-    expect(series('30 1 * * *', 'Europe/London', '2026-10-24T12:00:00Z', 2)).toEqual([
-      '2026-10-25T00:30:00.000Z',
-      '2026-10-26T01:30:00.000Z',
-    ]);
+    expect(series('30 1 * * *', 'Europe/London', '2026-10-24T12:00:00Z', 2)).toEqual(['2026-10-25T00:30:00.000Z', '2026-10-26T01:30:00.000Z']);
   });
 
   it('hourly in New York: local 01:00 once (cron-parser 5.10 runs it twice)', () => {
@@ -193,17 +187,11 @@ describe('cron: fields', () => {
       '2026-08-01T00:00:00.000Z', // Saturday
     ]);
     // A restricted field that happens to cover everything is still restricted: OR.
-    expect(series('0 0 1 * 0-6', 'UTC', '2026-01-01T00:00:00Z', 2)).toEqual([
-      '2026-01-02T00:00:00.000Z',
-      '2026-01-03T00:00:00.000Z',
-    ]);
+    expect(series('0 0 1 * 0-6', 'UTC', '2026-01-01T00:00:00Z', 2)).toEqual(['2026-01-02T00:00:00.000Z', '2026-01-03T00:00:00.000Z']);
   });
 
   it('leap day', () => {
-    expect(series('0 12 29 2 *', 'UTC', '2026-01-01T00:00:00Z', 2)).toEqual([
-      '2028-02-29T12:00:00.000Z',
-      '2032-02-29T12:00:00.000Z',
-    ]);
+    expect(series('0 12 29 2 *', 'UTC', '2026-01-01T00:00:00Z', 2)).toEqual(['2028-02-29T12:00:00.000Z', '2032-02-29T12:00:00.000Z']);
   });
 
   it('is strictly after and prevCronTime strictly before', () => {

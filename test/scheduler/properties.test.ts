@@ -10,11 +10,16 @@ const zones = ['UTC', 'America/New_York', 'Europe/London', 'Australia/Sydney', '
 // (zone, UTC day) pairs around each 2026 DST transition of those zones (Lord Howe moves by 30
 // minutes), plus zones without DST on the same days.
 const transitionDays: Array<[string, string]> = [
-  ['America/New_York', '2026-03-08'], ['America/New_York', '2026-11-01'],
-  ['Europe/London', '2026-03-29'], ['Europe/London', '2026-10-25'],
-  ['Australia/Sydney', '2026-04-04'], ['Australia/Sydney', '2026-10-03'],
-  ['Australia/Lord_Howe', '2026-04-04'], ['Australia/Lord_Howe', '2026-10-03'],
-  ['UTC', '2026-03-08'], ['Asia/Kolkata', '2026-10-25'],
+  ['America/New_York', '2026-03-08'],
+  ['America/New_York', '2026-11-01'],
+  ['Europe/London', '2026-03-29'],
+  ['Europe/London', '2026-10-25'],
+  ['Australia/Sydney', '2026-04-04'],
+  ['Australia/Sydney', '2026-10-03'],
+  ['Australia/Lord_Howe', '2026-04-04'],
+  ['Australia/Lord_Howe', '2026-10-03'],
+  ['UTC', '2026-03-08'],
+  ['Asia/Kolkata', '2026-10-25'],
 ];
 
 const expression = fc
@@ -74,8 +79,9 @@ describe('cron properties', () => {
       fc.property(expression, fc.constantFrom(...transitionDays), (text, [tz, day]) => {
         const from = ms(`${day}T00:00:00Z`);
         const to = from + 24 * 60 * MIN;
-        expect(enumerate(text, tz, from, to).map((t) => new Date(t).toISOString()))
-          .toEqual(bruteForce(text, tz, from, to).map((t) => new Date(t).toISOString()));
+        expect(enumerate(text, tz, from, to).map((t) => new Date(t).toISOString())).toEqual(
+          bruteForce(text, tz, from, to).map((t) => new Date(t).toISOString()),
+        );
       }),
       { numRuns: 30 },
     );
@@ -128,8 +134,11 @@ describe('schedule properties', () => {
     fc.assert(
       fc.property(expression, fc.constantFrom(...zones), instant, fc.integer({ min: 1, max: 30 * 24 * 60 }), (text, tz, start, minutes) => {
         const spec: ScheduleSpec = {
-          type: 'cron', expression: text, timezone: tz,
-          start_at: new Date(start).toISOString(), end_at: new Date(start + minutes * MIN).toISOString(),
+          type: 'cron',
+          expression: text,
+          timezone: tz,
+          start_at: new Date(start).toISOString(),
+          end_at: new Date(start + minutes * MIN).toISOString(),
         };
         for (let t = nextDueAt(spec, start - 10 * 24 * 60 * MIN), i = 0; t !== null && i < 20; t = nextDueAt(spec, t), i++) {
           expect(t).toBeGreaterThanOrEqual(start);

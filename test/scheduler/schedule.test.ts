@@ -96,20 +96,25 @@ describe('occurrenceId', () => {
 describe('dueOccurrences: a 3-hour outage', () => {
   // The scheduler last handled 09:00 and comes back at 12:00:00.5 (12:00 is on time, within the 1 s tolerance).
   const interval = (misfire_policy: ScheduleSpec['misfire_policy']): ScheduleSpec => ({
-    type: 'interval', seconds: 900, start_at: '2026-01-01T00:00:00Z', misfire_policy,
+    type: 'interval',
+    seconds: 900,
+    start_at: '2026-01-01T00:00:00Z',
+    misfire_policy,
   });
   const input = { lastDueMs: ms('2026-01-01T09:00:00Z'), nowMs: ms('2026-01-01T12:00:00.500Z'), scheduleRevision: 2 };
   const quarterHours = (from: string, n: number): string[] => Array.from({ length: n }, (_, i) => iso(ms(from) + i * 15 * MIN));
 
   it('interval 15 min, skip_missed: only the on-time 12:00 runs', () => {
     const r = dueOccurrences(interval('skip_missed'), input);
-    expect(r.dispatch).toEqual([{
-      occurrence_id: 'interval:2:2026-01-01T12:00:00.000Z',
-      trigger_type: 'interval',
-      due_at: '2026-01-01T12:00:00.000Z',
-      run_at: '2026-01-01T12:00:00.000Z',
-      missed: false,
-    }]);
+    expect(r.dispatch).toEqual([
+      {
+        occurrence_id: 'interval:2:2026-01-01T12:00:00.000Z',
+        trigger_type: 'interval',
+        due_at: '2026-01-01T12:00:00.000Z',
+        run_at: '2026-01-01T12:00:00.000Z',
+        missed: false,
+      },
+    ]);
     expect(r.last_due_at).toBe('2026-01-01T12:00:00.000Z');
     expect(r.next_due_at).toBe('2026-01-01T12:15:00.000Z');
     expect(r.misfire_cursor).toBe('2026-01-01T11:45:00.000Z');
@@ -149,25 +154,20 @@ describe('dueOccurrences: a 3-hour outage', () => {
   });
 
   const hourly = (misfire_policy: ScheduleSpec['misfire_policy']): ScheduleSpec => ({
-    type: 'cron', expression: '0 * * * *', timezone: 'America/New_York', misfire_policy,
+    type: 'cron',
+    expression: '0 * * * *',
+    timezone: 'America/New_York',
+    misfire_policy,
   });
   const cronInput = { lastDueMs: ms('2026-01-01T09:00:00Z'), nowMs: ms('2026-01-01T12:30:00Z'), scheduleRevision: 1 };
 
   it('hourly cron, each policy', () => {
     expect(dues(dueOccurrences(hourly('skip_missed'), cronInput))).toEqual([]);
     expect(dueOccurrences(hourly('run_once'), cronInput).dispatch.map((d) => d.occurrence_id)).toEqual(['cron:1:2026-01-01T12:00:00.000Z']);
-    expect(dues(dueOccurrences(hourly('queue_all'), cronInput))).toEqual([
-      '2026-01-01T10:00:00.000Z',
-      '2026-01-01T11:00:00.000Z',
-      '2026-01-01T12:00:00.000Z',
-    ]);
+    expect(dues(dueOccurrences(hourly('queue_all'), cronInput))).toEqual(['2026-01-01T10:00:00.000Z', '2026-01-01T11:00:00.000Z', '2026-01-01T12:00:00.000Z']);
     for (const p of ['skip_missed', 'run_once', 'queue_all'] as const) {
       const r = dueOccurrences(hourly(p), cronInput);
-      expect([r.last_due_at, r.next_due_at, r.misfire_cursor]).toEqual([
-        '2026-01-01T12:00:00.000Z',
-        '2026-01-01T13:00:00.000Z',
-        '2026-01-01T12:00:00.000Z',
-      ]);
+      expect([r.last_due_at, r.next_due_at, r.misfire_cursor]).toEqual(['2026-01-01T12:00:00.000Z', '2026-01-01T13:00:00.000Z', '2026-01-01T12:00:00.000Z']);
     }
   });
 
@@ -177,12 +177,7 @@ describe('dueOccurrences: a 3-hour outage', () => {
       nowMs: ms('2026-11-01T08:30:00Z'), // 03:30 EST
       scheduleRevision: 1,
     });
-    expect(dues(r)).toEqual([
-      '2026-11-01T04:00:00.000Z',
-      '2026-11-01T05:00:00.000Z',
-      '2026-11-01T07:00:00.000Z',
-      '2026-11-01T08:00:00.000Z',
-    ]);
+    expect(dues(r)).toEqual(['2026-11-01T04:00:00.000Z', '2026-11-01T05:00:00.000Z', '2026-11-01T07:00:00.000Z', '2026-11-01T08:00:00.000Z']);
   });
 
   it('an occurrence seen within the tolerance is on time, even under skip_missed', () => {
@@ -195,7 +190,10 @@ describe('dueOccurrences: a 3-hour outage', () => {
 
   it('keeps the stored misfire_cursor when nothing was missed', () => {
     const r = dueOccurrences(hourly('run_once'), {
-      lastDueMs: ms('2026-01-01T11:00:00Z'), nowMs: ms('2026-01-01T12:00:00Z'), scheduleRevision: 1, misfireCursor: 'earlier',
+      lastDueMs: ms('2026-01-01T11:00:00Z'),
+      nowMs: ms('2026-01-01T12:00:00Z'),
+      scheduleRevision: 1,
+      misfireCursor: 'earlier',
     });
     expect(r.misfire_cursor).toBe('earlier');
     expect(r.missed).toBeNull();
@@ -385,8 +383,11 @@ describe('upcoming', () => {
   });
 
   it('stops at end_at and works for interval and once', () => {
-    expect(upcoming({ type: 'interval', seconds: 3600, start_at: '2026-01-01T00:00:00Z', end_at: '2026-01-01T02:00:00Z', timezone: 'Europe/London' }, 0, 10)
-      .map((u) => u.local_time)).toEqual(['2026-01-01T00:00:00+00:00', '2026-01-01T01:00:00+00:00', '2026-01-01T02:00:00+00:00']);
+    expect(
+      upcoming({ type: 'interval', seconds: 3600, start_at: '2026-01-01T00:00:00Z', end_at: '2026-01-01T02:00:00Z', timezone: 'Europe/London' }, 0, 10).map(
+        (u) => u.local_time,
+      ),
+    ).toEqual(['2026-01-01T00:00:00+00:00', '2026-01-01T01:00:00+00:00', '2026-01-01T02:00:00+00:00']);
     expect(upcoming({ type: 'once', run_at: '2026-07-01T12:00:00Z', timezone: 'Europe/London' }, 0, 5)).toEqual([
       { due_at: '2026-07-01T12:00:00.000Z', local_time: '2026-07-01T13:00:00+01:00', note: null },
     ]);
@@ -402,8 +403,9 @@ describe('scheduleProblems', () => {
     expect(scheduleProblems({ type: 'interval', seconds: 0 })).toEqual(['seconds must be an integer > 0']);
     expect(scheduleProblems({ type: 'cron', expression: '0 0 0 * * *' })[0]).toMatch(/^expression: expected 5 fields/);
     expect(scheduleProblems({ type: 'cron', expression: '* * * * *', timezone: 'Mars/Olympus' })).toEqual(['unknown time zone "Mars/Olympus"']);
-    expect(scheduleProblems({ type: 'interval', seconds: 5, start_at: '2026-01-02T00:00:00Z', end_at: '2026-01-01T00:00:00Z' }))
-      .toEqual(['end_at must be after start_at']);
+    expect(scheduleProblems({ type: 'interval', seconds: 5, start_at: '2026-01-02T00:00:00Z', end_at: '2026-01-01T00:00:00Z' })).toEqual([
+      'end_at must be after start_at',
+    ]);
     expect(scheduleProblems({ type: 'interval', seconds: 5, jitter_seconds: -1 })).toEqual(['jitter_seconds must be an integer >= 0']);
   });
 });

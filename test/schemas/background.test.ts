@@ -47,8 +47,11 @@ describe('ScheduleSpec', () => {
     expect(paths(ScheduleSpec, { type: 'manual', seconds: 5 })).toEqual(['seconds']);
     expect(paths(ScheduleSpec, { type: 'manual', expression: '* * * * *' })).toEqual(['expression']);
     expect(paths(ScheduleSpec, { type: 'manual', run_at: '2026-01-01T00:00:00Z' })).toEqual(['run_at']);
-    expect(paths(ScheduleSpec, { type: 'manual', seconds: 5, expression: 'x', run_at: '2026-01-01T00:00:00Z' }).sort())
-      .toEqual(['expression', 'run_at', 'seconds']);
+    expect(paths(ScheduleSpec, { type: 'manual', seconds: 5, expression: 'x', run_at: '2026-01-01T00:00:00Z' }).sort()).toEqual([
+      'expression',
+      'run_at',
+      'seconds',
+    ]);
     // null means "not set"
     expect(ScheduleSpec.safeParse({ type: 'manual', seconds: null, expression: null, run_at: null }).success).toBe(true);
   });
@@ -124,11 +127,7 @@ describe('ScheduleSpec', () => {
   });
 
   it('reports the 422 location inside a request body', () => {
-    const r = safeParseRequest(
-      BackgroundTaskCreateRequest,
-      { task_id: 't', query: 'q', schedule: { type: 'interval', seconds: 0 } },
-      'body',
-    );
+    const r = safeParseRequest(BackgroundTaskCreateRequest, { task_id: 't', query: 'q', schedule: { type: 'interval', seconds: 0 } }, 'body');
     expect(r.success).toBe(false);
     if (!r.success) {
       expect(r.detail).toEqual([
@@ -258,7 +257,19 @@ describe('runs and agents', () => {
     expect(r.lease_generation).toBe(0);
     expect(r.lease_owner).toBeNull();
     expect(r.metadata).toEqual({});
-    for (const s of ['queued', 'claimed', 'running', 'retrying', 'awaiting_approval', 'awaiting_budget', 'completed', 'failed', 'timeout', 'cancelled', 'skipped']) {
+    for (const s of [
+      'queued',
+      'claimed',
+      'running',
+      'retrying',
+      'awaiting_approval',
+      'awaiting_budget',
+      'completed',
+      'failed',
+      'timeout',
+      'cancelled',
+      'skipped',
+    ]) {
       expect(BackgroundRun.safeParse({ ...run, status: s }).success).toBe(true);
     }
     for (const t of ['manual', 'once', 'interval', 'cron', 'retry', 'recovery']) {
@@ -272,10 +283,15 @@ describe('runs and agents', () => {
 
   it('task status answer nests schedule state and latest run', () => {
     const ok = BackgroundTaskStatusResponse.safeParse({
-      task_id: 't', agent_id: 'default', enabled: true,
+      task_id: 't',
+      agent_id: 'default',
+      enabled: true,
       schedule: { type: 'manual' },
       schedule_state: { task_id: 't', updated_at: '2026-01-01T00:00:00Z' },
-      runs: 1, active_runs: 0, status_counts: { completed: 1 }, latest_run: run,
+      runs: 1,
+      active_runs: 0,
+      status_counts: { completed: 1 },
+      latest_run: run,
     });
     expect(ok.success).toBe(true);
     if (ok.success) expect(ok.data.schedule_state?.schedule_revision).toBe(1);

@@ -76,15 +76,21 @@ describe('zodIssuesToDetail', () => {
     const r = ApprovalDecisionRequest.safeParse({ decision: 'approve' }, { reportInput: true });
     expect(r.success).toBe(false);
     if (!r.success) {
-      expect(zodIssuesToDetail(r.error.issues, 'body')).toEqual([
-        { loc: ['body', 'approver'], msg: 'Field required', type: 'missing' },
-      ]);
+      expect(zodIssuesToDetail(r.error.issues, 'body')).toEqual([{ loc: ['body', 'approver'], msg: 'Field required', type: 'missing' }]);
     }
   });
 
   it('every item matches the ValidationError schema, nested paths included', () => {
     const data = { task_id: 'ok', query: 'q', schedule: { type: 'interval', seconds: 1.5, misfire_policy: 'no' }, extra: [1] };
-    const r = safeParseRequest(z.strictObject({ task_id: z.string(), query: z.string(), schedule: z.strictObject({ type: z.string(), seconds: z.number().int(), misfire_policy: z.enum(['a', 'b']) }) }), data, 'body');
+    const r = safeParseRequest(
+      z.strictObject({
+        task_id: z.string(),
+        query: z.string(),
+        schedule: z.strictObject({ type: z.string(), seconds: z.number().int(), misfire_policy: z.enum(['a', 'b']) }),
+      }),
+      data,
+      'body',
+    );
     expect(r.success).toBe(false);
     if (!r.success) {
       expect(HTTPValidationError.safeParse({ detail: r.detail }).success).toBe(true);
@@ -119,8 +125,12 @@ describe('error bodies', () => {
   it('run-wait timeout body', () => {
     const body = {
       detail: {
-        message: 'run did not finish within 300 s', run_id: 'bgrun_1', task_id: 't', status: 'running',
-        request_timeout_seconds: 300, wait_timeout_seconds: null,
+        message: 'run did not finish within 300 s',
+        run_id: 'bgrun_1',
+        task_id: 't',
+        status: 'running',
+        request_timeout_seconds: 300,
+        wait_timeout_seconds: null,
       },
     };
     expect(RunWaitTimeoutResponse.parse(body)).toEqual(body);

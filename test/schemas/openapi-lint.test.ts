@@ -18,10 +18,7 @@ const REDOCLY = join(dirname(createRequire(import.meta.url).resolve('@redocly/cl
  * Warnings docs/http-api.md ("OpenAPI document") justifies: the liveness and readiness probes are
  * public, take no input and always answer 200, so they have no 4xx answer to document.
  */
-const JUSTIFIED_WARNINGS = [
-  'operation-4xx-response #/paths/~1health/get/responses',
-  'operation-4xx-response #/paths/~1ready/get/responses',
-];
+const JUSTIFIED_WARNINGS = ['operation-4xx-response #/paths/~1health/get/responses', 'operation-4xx-response #/paths/~1ready/get/responses'];
 
 type Doc = { paths: Record<string, Record<string, any>>; components: { schemas: Record<string, any>; securitySchemes?: Record<string, unknown> } };
 
@@ -46,7 +43,9 @@ afterAll(async () => {
 });
 
 const operations = (): Array<{ key: string; method: string; path: string; op: any }> =>
-  Object.entries(doc.paths).flatMap(([path, methods]) => Object.entries(methods).map(([method, op]) => ({ key: `${method.toUpperCase()} ${path}`, method, path, op })));
+  Object.entries(doc.paths).flatMap(([path, methods]) =>
+    Object.entries(methods).map(([method, op]) => ({ key: `${method.toUpperCase()} ${path}`, method, path, op })),
+  );
 
 describe('the OpenAPI document', () => {
   it('passes redocly lint (recommended rules) with 0 errors and only the justified warnings', async () => {
@@ -63,7 +62,9 @@ describe('the OpenAPI document', () => {
     } catch (err) {
       stdout = (err as { stdout: string }).stdout; // exit code 1 when there are errors: report them below
     }
-    const report = JSON.parse(stdout.slice(stdout.indexOf('{'))) as { problems: Array<{ ruleId: string; severity: string; message: string; location: Array<{ pointer: string }> }> };
+    const report = JSON.parse(stdout.slice(stdout.indexOf('{'))) as {
+      problems: Array<{ ruleId: string; severity: string; message: string; location: Array<{ pointer: string }> }>;
+    };
     const errors = report.problems.filter((p) => p.severity === 'error').map((p) => `${p.ruleId} ${p.location[0]?.pointer}: ${p.message}`);
     expect(errors).toEqual([]);
     const warnings = report.problems.filter((p) => p.severity === 'warn').map((p) => `${p.ruleId} ${p.location[0]?.pointer}`);
@@ -85,7 +86,11 @@ describe('the OpenAPI document', () => {
 
   it('declares bearer security on every operation the auth table does not make public, and none on public ones', () => {
     expect(doc.components.securitySchemes?.bearer).toMatchObject({ type: 'http', scheme: 'bearer' });
-    const publicOps = new Set(Object.entries(ROUTE_ACCESS).filter(([, a]) => a === 'public').map(([k]) => k.replace(/:([A-Za-z_]+)/g, '{$1}')));
+    const publicOps = new Set(
+      Object.entries(ROUTE_ACCESS)
+        .filter(([, a]) => a === 'public')
+        .map(([k]) => k.replace(/:([A-Za-z_]+)/g, '{$1}')),
+    );
     for (const o of operations()) {
       if (publicOps.has(o.key)) {
         expect(o.op.security, o.key).toEqual([]);
@@ -101,9 +106,17 @@ describe('the OpenAPI document', () => {
     const frames = (path: string, method: string) => {
       const content = doc.paths[path][method].responses['200'].content;
       expect(Object.keys(content), path).toEqual(['text/event-stream']);
-      return content['text/event-stream'].schema.anyOf.map((v: any) => `${v.properties.event.const ?? v.properties.event.enum?.[0] ?? '*'}=${v.properties.data.$ref.split('/').pop()}`);
+      return content['text/event-stream'].schema.anyOf.map(
+        (v: any) => `${v.properties.event.const ?? v.properties.event.enum?.[0] ?? '*'}=${v.properties.data.$ref.split('/').pop()}`,
+      );
     };
-    expect(frames('/run', 'post')).toEqual(['session=RunStreamSessionFrame', '*=TelemetryEvent', 'delta=RunStreamDeltaFrame', 'complete=RunResponse', 'error=RunStreamErrorFrame']);
+    expect(frames('/run', 'post')).toEqual([
+      'session=RunStreamSessionFrame',
+      '*=TelemetryEvent',
+      'delta=RunStreamDeltaFrame',
+      'complete=RunResponse',
+      'error=RunStreamErrorFrame',
+    ]);
     for (const p of ['/telemetry/events/stream', '/events/{session_id}']) {
       expect(frames(p, 'get')).toEqual(['session=RunStreamSessionFrame', '*=TelemetryEvent', 'error=RunStreamErrorFrame']);
     }
@@ -129,7 +142,7 @@ describe('the OpenAPI document', () => {
     expect(doc.paths['/run'].post.requestBody.content['application/json'].schema.$ref).toBe('#/components/schemas/RunRequest');
   });
 
-  it('documents and serves each machine\'s XState JSON definition on /machines', async () => {
+  it("documents and serves each machine's XState JSON definition on /machines", async () => {
     const info = doc.components.schemas.MachineInfo;
     expect(info.required).toEqual(expect.arrayContaining(['definition', 'mermaid', 'transitions']));
     const res = await getJson(`${open.url}/machines`);

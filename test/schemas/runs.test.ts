@@ -65,13 +65,25 @@ describe('RunResponse', () => {
 
   it('carries approvals and side effects', () => {
     const approval = {
-      approval_id: 'approval_1', status: 'pending', tool_name: 'send_email', tool_call_id: 'call_1',
-      arguments: { to: 'a@b.c' }, reason: 'policy asks', created_at: '2026-01-01T00:00:00Z',
-      expires_at: '2026-01-02T00:00:00Z', approver: null, note: null, decided_at: null, edited_arguments: null,
+      approval_id: 'approval_1',
+      status: 'pending',
+      tool_name: 'send_email',
+      tool_call_id: 'call_1',
+      arguments: { to: 'a@b.c' },
+      reason: 'policy asks',
+      created_at: '2026-01-01T00:00:00Z',
+      expires_at: '2026-01-02T00:00:00Z',
+      approver: null,
+      note: null,
+      decided_at: null,
+      edited_arguments: null,
     };
     expect(ApprovalView.parse(approval)).toEqual(approval);
     const r = RunResponse.parse({
-      ...minimal, response: null, status: 'awaiting_approval', approvals: [approval],
+      ...minimal,
+      response: null,
+      status: 'awaiting_approval',
+      approvals: [approval],
       side_effects: [{ tool_call_id: 'call_0', tool_name: 'charge', outcome: 'unknown' }],
     });
     expect(r.approvals).toHaveLength(1);
@@ -81,15 +93,35 @@ describe('RunResponse', () => {
 
 describe('run view and listing', () => {
   const view = {
-    run_id: 'run_1', session_id: 's', agent_name: 'assistant', status: 'completed', step: 2, attempt: 1,
+    run_id: 'run_1',
+    session_id: 's',
+    agent_name: 'assistant',
+    status: 'completed',
+    step: 2,
+    attempt: 1,
     trace_ids: ['trace_1'],
-    tool_calls: [{
-      tool_call_id: 'call_1', tool_name: 'clock', source: 'builtin', idempotent: true, step: 1,
-      state: 'completed', outcome: 'success', started_at: '2026-01-01T00:00:00Z', ended_at: '2026-01-01T00:00:01Z',
-    }],
+    tool_calls: [
+      {
+        tool_call_id: 'call_1',
+        tool_name: 'clock',
+        source: 'builtin',
+        idempotent: true,
+        step: 1,
+        state: 'completed',
+        outcome: 'success',
+        started_at: '2026-01-01T00:00:00Z',
+        ended_at: '2026-01-01T00:00:01Z',
+      },
+    ],
     usage: { requests: 2, request_tokens: 10, response_tokens: 5, total_tokens: 15, estimated_cost_usd: 0 },
-    approvals: [], budget_requests: [], outcomes: [], error: null,
-    created_at: '2026-01-01T00:00:00Z', updated_at: '2026-01-01T00:00:02Z', heartbeat_at: null, lease_seconds: 60,
+    approvals: [],
+    budget_requests: [],
+    outcomes: [],
+    error: null,
+    created_at: '2026-01-01T00:00:00Z',
+    updated_at: '2026-01-01T00:00:02Z',
+    heartbeat_at: null,
+    lease_seconds: 60,
   };
 
   it('accepts the §3.3 view', () => {
@@ -138,29 +170,72 @@ describe('decisions', () => {
   });
 
   it('budget answers', () => {
-    const entry = { scope: 'session', meter: 'tokens', window: 'total', key: 'session:s_1:total', limit: 1000, granted: 0, spent: 900, reserved: 50, remaining: 50 };
+    const entry = {
+      scope: 'session',
+      meter: 'tokens',
+      window: 'total',
+      key: 'session:s_1:total',
+      limit: 1000,
+      granted: 0,
+      spent: 900,
+      reserved: 50,
+      remaining: 50,
+    };
     expect(BudgetEntry.parse(entry)).toEqual(entry);
     expect(paths(BudgetEntry, { ...entry, scope: 'team' })).toEqual(['scope']);
     const request = {
-      request_id: 'budgetreq_1', key: 'run:run_1:total', scope: 'run', meter: 'tokens', limit: 100, used: 90,
-      needed: 30, shortfall: 20, status: 'pending', asked_at: '2026-01-01T00:00:00Z',
+      request_id: 'budgetreq_1',
+      key: 'run:run_1:total',
+      scope: 'run',
+      meter: 'tokens',
+      limit: 100,
+      used: 90,
+      needed: 30,
+      shortfall: 20,
+      status: 'pending',
+      asked_at: '2026-01-01T00:00:00Z',
     };
     expect(ok(RunBudgetResponse, { run_id: 'run_1', budgets: [entry], requests: [request] })).toBe(true);
     expect(ok(RunBudgetResponse, { run_id: 'run_1', budgets: [], requests: [] })).toBe(true);
-    expect(ok(BudgetDecisionResponse, {
-      run_id: 'run_1', request_id: 'budgetreq_1', status: 'granted', scope: 'run', meter: 'tokens', amount: 20, approver: 'ann', note: null,
-    })).toBe(true);
-    expect(paths(BudgetDecisionResponse, {
-      run_id: 'run_1', request_id: 'budgetreq_1', status: 'pending', scope: 'run', meter: 'tokens', amount: 20, approver: 'ann', note: null,
-    })).toEqual(['status']);
+    expect(
+      ok(BudgetDecisionResponse, {
+        run_id: 'run_1',
+        request_id: 'budgetreq_1',
+        status: 'granted',
+        scope: 'run',
+        meter: 'tokens',
+        amount: 20,
+        approver: 'ann',
+        note: null,
+      }),
+    ).toBe(true);
+    expect(
+      paths(BudgetDecisionResponse, {
+        run_id: 'run_1',
+        request_id: 'budgetreq_1',
+        status: 'pending',
+        scope: 'run',
+        meter: 'tokens',
+        amount: 20,
+        approver: 'ann',
+        note: null,
+      }),
+    ).toEqual(['status']);
   });
 
   it('OutcomeRequest: source minLength 1, strict', () => {
-    expect(OutcomeRequest.parse({ source: 'grader', reward: 0.5, label: 'good', detail: { k: 1 } })).toEqual({ source: 'grader', reward: 0.5, label: 'good', detail: { k: 1 } });
+    expect(OutcomeRequest.parse({ source: 'grader', reward: 0.5, label: 'good', detail: { k: 1 } })).toEqual({
+      source: 'grader',
+      reward: 0.5,
+      label: 'good',
+      detail: { k: 1 },
+    });
     expect(paths(OutcomeRequest, { source: '' })).toEqual(['source']);
     expect(paths(OutcomeRequest, {})).toEqual(['source']);
     expect(paths(OutcomeRequest, { source: 'x', score: 1 })).toEqual(['']);
     expect(paths(OutcomeRequest, { source: 'x', reward: 'high' })).toEqual(['reward']);
-    expect(ok(OutcomeResponse, { outcome_id: 'outcome_1', source: 'x', label: null, reward: null, detail: null, recorded_at: '2026-01-01T00:00:00Z' })).toBe(true);
+    expect(ok(OutcomeResponse, { outcome_id: 'outcome_1', source: 'x', label: null, reward: null, detail: null, recorded_at: '2026-01-01T00:00:00Z' })).toBe(
+      true,
+    );
   });
 });

@@ -21,10 +21,20 @@ const paths = (s: z.ZodType, v: unknown) => {
 };
 
 const event = {
-  event_id: 'event_1', event_type: 'model_call', trace_id: 'trace_1', span_id: 'span_1', parent_span_id: null,
-  sequence: 3, timestamp: '2026-01-01T00:00:00.123Z', actor: { type: 'model', id: 'demo', name: 'demo' },
-  input: { messages: 2 }, output: null, error: null,
-  token_usage: { input_tokens: 10, output_tokens: 5, total_tokens: 15 }, estimated_cost_usd: 0, duration_ms: 12,
+  event_id: 'event_1',
+  event_type: 'model_call',
+  trace_id: 'trace_1',
+  span_id: 'span_1',
+  parent_span_id: null,
+  sequence: 3,
+  timestamp: '2026-01-01T00:00:00.123Z',
+  actor: { type: 'model', id: 'demo', name: 'demo' },
+  input: { messages: 2 },
+  output: null,
+  error: null,
+  token_usage: { input_tokens: 10, output_tokens: 5, total_tokens: 15 },
+  estimated_cost_usd: 0,
+  duration_ms: 12,
   metadata: { run_id: 'run_1', session_id: 's', agent_id: 'assistant' },
 };
 
@@ -61,13 +71,37 @@ describe('telemetry events', () => {
 
 describe('traces', () => {
   const summary = {
-    trace_id: 'trace_1', run_id: 'run_1', session_id: 's', status: 'completed', event_count: 1, span_count: 1,
-    started_at: '2026-01-01T00:00:00Z', ended_at: '2026-01-01T00:00:01Z',
+    trace_id: 'trace_1',
+    run_id: 'run_1',
+    session_id: 's',
+    status: 'completed',
+    event_count: 1,
+    span_count: 1,
+    started_at: '2026-01-01T00:00:00Z',
+    ended_at: '2026-01-01T00:00:01Z',
   };
   const trace = {
-    trace_id: 'trace_1', parent_trace_id: null, run_id: 'run_1', session_id: 's', task_id: null, agent_id: 'assistant',
-    status: 'completed', started_at: '2026-01-01T00:00:00Z', ended_at: '2026-01-01T00:00:01Z',
-    spans: [{ span_id: 'span_1', parent_span_id: null, name: 'agent.run', status: 'ok', started_at: '2026-01-01T00:00:00Z', ended_at: '2026-01-01T00:00:01Z', duration_ms: 1000, attributes: {} }],
+    trace_id: 'trace_1',
+    parent_trace_id: null,
+    run_id: 'run_1',
+    session_id: 's',
+    task_id: null,
+    agent_id: 'assistant',
+    status: 'completed',
+    started_at: '2026-01-01T00:00:00Z',
+    ended_at: '2026-01-01T00:00:01Z',
+    spans: [
+      {
+        span_id: 'span_1',
+        parent_span_id: null,
+        name: 'agent.run',
+        status: 'ok',
+        started_at: '2026-01-01T00:00:00Z',
+        ended_at: '2026-01-01T00:00:01Z',
+        duration_ms: 1000,
+        attributes: {},
+      },
+    ],
     events: [event],
   };
 
@@ -93,19 +127,34 @@ describe('health, readiness, metrics', () => {
   });
 
   it('readiness with MCP server states', () => {
-    expect(ReadinessResponse.safeParse({
-      ready: false, agent_name: 'a', initialized: true, mcp_connected: false,
-      mcp_servers: { files: { status: 'failed', error: 'spawn ENOENT' } },
-    }).success).toBe(true);
-    expect(paths(ReadinessResponse, {
-      ready: false, agent_name: 'a', initialized: true, mcp_connected: false,
-      mcp_servers: { files: { status: 'sleeping', error: null } },
-    })).toEqual(['mcp_servers.files.status']);
+    expect(
+      ReadinessResponse.safeParse({
+        ready: false,
+        agent_name: 'a',
+        initialized: true,
+        mcp_connected: false,
+        mcp_servers: { files: { status: 'failed', error: 'spawn ENOENT' } },
+      }).success,
+    ).toBe(true);
+    expect(
+      paths(ReadinessResponse, {
+        ready: false,
+        agent_name: 'a',
+        initialized: true,
+        mcp_connected: false,
+        mcp_servers: { files: { status: 'sleeping', error: null } },
+      }),
+    ).toEqual(['mcp_servers.files.status']);
   });
 
   it('metrics default to 0', () => {
     expect(MetricsResponse.parse({})).toEqual({
-      total_requests: 0, total_tokens: 0, total_request_tokens: 0, total_response_tokens: 0, total_time: 0, average_time: 0,
+      total_requests: 0,
+      total_tokens: 0,
+      total_request_tokens: 0,
+      total_response_tokens: 0,
+      total_time: 0,
+      average_time: 0,
     });
   });
 });

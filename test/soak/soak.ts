@@ -78,7 +78,9 @@ async function metric(base: string, name: string): Promise<number> {
 
 // ------------------------------------------------------------------------------- the server
 
-console.log(`soak: ${MINUTES} min (warm-up ${WARMUP_MS / 60_000} min), ${READERS} readers + ${STALLED} never-reading sockets on ${SESSIONS} sessions, ${CONCURRENCY} run clients`);
+console.log(
+  `soak: ${MINUTES} min (warm-up ${WARMUP_MS / 60_000} min), ${READERS} readers + ${STALLED} never-reading sockets on ${SESSIONS} sessions, ${CONCURRENCY} run clients`,
+);
 const outdir = join(ROOT, 'test/soak/dist');
 execFileSync(process.execPath, [join(ROOT, 'scripts/build.mjs'), '--outdir', outdir], { stdio: 'inherit' });
 
@@ -92,11 +94,16 @@ const dataDir = mkdtempSync(join(tmpdir(), 'agentd-soak-'));
 const port = await freePort();
 const base = `http://127.0.0.1:${port}`;
 const configFile = join(dataDir, 'agentd.json');
-writeFileSync(configFile, JSON.stringify({
-  server: { host: '127.0.0.1', port },
-  agent: { model: { provider: 'openai-compatible', base_url: model.url, model: 'scripted' }, tools: { local: join(ROOT, 'test/fixtures/run-tools.mjs') } },
-}));
-const child = spawn(process.execPath, [join(outdir, 'agentd.js'), 'serve', '--config', configFile, '--data-dir', join(dataDir, 'data')], { stdio: ['ignore', 'ignore', 'inherit'] });
+writeFileSync(
+  configFile,
+  JSON.stringify({
+    server: { host: '127.0.0.1', port },
+    agent: { model: { provider: 'openai-compatible', base_url: model.url, model: 'scripted' }, tools: { local: join(ROOT, 'test/fixtures/run-tools.mjs') } },
+  }),
+);
+const child = spawn(process.execPath, [join(outdir, 'agentd.js'), 'serve', '--config', configFile, '--data-dir', join(dataDir, 'data')], {
+  stdio: ['ignore', 'ignore', 'inherit'],
+});
 let childExited = false;
 child.on('exit', (code, signal) => {
   childExited = true;
@@ -193,7 +200,8 @@ async function runClient(id: number): Promise<void> {
         const res = await fetch(`${base}/run`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
         const text = await res.text();
         const last = text.slice(text.lastIndexOf('event: '));
-        if (res.status !== 200 || !last.startsWith('event: complete') || !last.includes('"status":"success"')) throw new Error(`stream ${res.status} ${last.slice(0, 200)}`);
+        if (res.status !== 200 || !last.startsWith('event: complete') || !last.includes('"status":"success"'))
+          throw new Error(`stream ${res.status} ${last.slice(0, 200)}`);
       }
       counts.runs++;
     } catch (err) {
@@ -225,17 +233,22 @@ const serverTicks0 = cpuTicks(child.pid!);
 const soakCpu0 = process.cpuUsage();
 // One sample at a time (a slow answer delays the next one instead of piling up).
 const sampler = (async () => {
-  for (let next = Date.now(); sampling && !childExited; ) {
+  for (let next = Date.now(); sampling && !childExited;) {
     next += SAMPLE_MS;
     try {
       const [streams, buffered, dropped, heap, external] = await Promise.all([
-        metric(base, 'agentd_sse_streams'), metric(base, 'agentd_sse_buffered_bytes'), metric(base, 'agentd_sse_streams_dropped_total'),
-        metric(base, 'nodejs_heap_size_used_bytes'), metric(base, 'nodejs_external_memory_bytes'),
+        metric(base, 'agentd_sse_streams'),
+        metric(base, 'agentd_sse_buffered_bytes'),
+        metric(base, 'agentd_sse_streams_dropped_total'),
+        metric(base, 'nodejs_heap_size_used_bytes'),
+        metric(base, 'nodejs_external_memory_bytes'),
       ]);
       const s = { t: Date.now() - started, rss: rssBytes(child.pid!), heap, external, streams, buffered, dropped, runs: counts.runs };
       samples.push(s);
       if (samples.length % PRINT_EVERY === 0) {
-        console.log(`  ${(s.t / 60_000).toFixed(1)} min: RSS ${mb(s.rss)} MB (heap ${mb(s.heap)}, external ${mb(s.external)}), runs ${s.runs} (failed ${counts.failed}), streams open ${s.streams}, held ${mb(s.buffered)} MB, dropped ${s.dropped}`);
+        console.log(
+          `  ${(s.t / 60_000).toFixed(1)} min: RSS ${mb(s.rss)} MB (heap ${mb(s.heap)}, external ${mb(s.external)}), runs ${s.runs} (failed ${counts.failed}), streams open ${s.streams}, held ${mb(s.buffered)} MB, dropped ${s.dropped}`,
+        );
       }
     } catch (err) {
       console.error(`soak: sample failed: ${String(err)}`);
@@ -287,7 +300,7 @@ const report = {
   server_held_mb_max: mb(Math.max(...samples.map((s) => s.buffered))),
   server_cpu_cores: +serverCpu.toFixed(2),
   soak_process_cpu_cores: +soakCpu.toFixed(2),
-  load_average_at_end: +(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]),
+  load_average_at_end: +readFileSync('/proc/loadavg', 'utf8').split(' ')[0],
   failures: counts.failures,
 };
 console.log(JSON.stringify(report, null, 2));

@@ -36,10 +36,14 @@ describe('PgChanges', () => {
     // Kill every feed connection of this database: both reconnect.
     await adminQuery(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'agentd-changes'`, [db.name]);
     await eventually(() => reconnected > 0, 10_000, 'b reconnected');
-    await eventually(async () => {
-      await a.notify(CHANGE_CHANNELS.tasks, 'two');
-      return gotB.includes('two');
-    }, 10_000, 'b hears after the reconnect');
+    await eventually(
+      async () => {
+        await a.notify(CHANGE_CHANNELS.tasks, 'two');
+        return gotB.includes('two');
+      },
+      10_000,
+      'b hears after the reconnect',
+    );
 
     await a.notify(CHANGE_CHANNELS.tasks, 'x'.repeat(MAX_CHANGE_PAYLOAD + 1));
     await a.notify(CHANGE_CHANNELS.tasks, 'three');

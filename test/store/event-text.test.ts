@@ -15,9 +15,21 @@ describe('stored event text', () => {
     await store.open();
     try {
       const input = {
-        event_id: 'ev_1', event_type: 'model_call', timestamp: '2026-11-24T00:00:00.000Z', trace_id: 't', span_id: 's', parent_span_id: null,
-        run_id: 'run_1', session_id: 'sess_1', sequence: 1, actor: { type: 'model', id: 'm' }, input: { text: 'héllo "quoted"\n' }, output: null,
-        error: null, duration_ms: null, metadata: {},
+        event_id: 'ev_1',
+        event_type: 'model_call',
+        timestamp: '2026-11-24T00:00:00.000Z',
+        trace_id: 't',
+        span_id: 's',
+        parent_span_id: null,
+        run_id: 'run_1',
+        session_id: 'sess_1',
+        sequence: 1,
+        actor: { type: 'model', id: 'm' },
+        input: { text: 'héllo "quoted"\n' },
+        output: null,
+        error: null,
+        duration_ms: null,
+        metadata: {},
       } as unknown as EventInput;
       const [stored] = await store.appendEvents([input]);
       const frame = { event: stored.event_type, id: stored.cursor, data: stored };

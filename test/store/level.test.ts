@@ -77,7 +77,15 @@ describe('LevelStore on disk', () => {
     const a = await opened(dir);
     const t0 = Date.UTC(2026, 0, 1);
     // One append: 6 events over 2 runs, one type; task_id null gets no index entry.
-    await a.appendEvents(Array.from({ length: 6 }, (_, i) => ({ event_id: `e${i}`, event_type: 't', timestamp: new Date(t0 + i).toISOString(), run_id: `r${i % 2}`, task_id: null })));
+    await a.appendEvents(
+      Array.from({ length: 6 }, (_, i) => ({
+        event_id: `e${i}`,
+        event_type: 't',
+        timestamp: new Date(t0 + i).toISOString(),
+        run_id: `r${i % 2}`,
+        task_id: null,
+      })),
+    );
     await a.close();
     const raw = new Level<string, string>(dir, { keyEncoding: 'utf8', valueEncoding: 'utf8' });
     const indexKeys = async () => (await raw.iterator({ gte: 'x\u0000', lt: 'x\u0001' }).all()).map(([k, v]) => [k.split('\u0000').slice(1).join('/'), v]);
@@ -105,7 +113,10 @@ describe('LevelStore on disk', () => {
     s.prefetch([{ kind: 'runs', id: 'p1', indexes: { session_id: 'S' } }]);
     await s.createRecord('runs', 'p1', { n: 1 }, { session_id: 'S' });
     // Prefetches made outdated by another round's write before their own round: read again.
-    s.prefetch([{ kind: 'runs', id: 'p2', indexes: { session_id: 'S' } }, { kind: 'runs', id: 'p3', indexes: { session_id: 'S' } }]);
+    s.prefetch([
+      { kind: 'runs', id: 'p2', indexes: { session_id: 'S' } },
+      { kind: 'runs', id: 'p3', indexes: { session_id: 'S' } },
+    ]);
     await s.createRecord('runs', 'p2', { n: 2 }, { session_id: 'S' }); // consumes p2's, makes p3's stale
     await s.createRecord('runs', 'p3', { n: 3 }, { session_id: 'S' });
     expect(await s.countRecords('runs', { name: 'session_id', value: 'S' })).toBe(3);
@@ -203,7 +214,9 @@ describe('LevelStore write-queue cache', () => {
       const ids = Array.from({ length: 10 }, (_, i) => `r${i}`);
       for (const id of ids) await store.createRecord('runs', id, { n: 0 }, { status: 'a' });
       // The cache now holds the newest 4; this round reads 4 hits and 6 misses.
-      const written = await store.commit(ids.map((id) => ({ op: 'update' as const, kind: 'runs' as const, id, value: { n: 1 }, expectedVersion: 1, indexes: { status: 'b' } })));
+      const written = await store.commit(
+        ids.map((id) => ({ op: 'update' as const, kind: 'runs' as const, id, value: { n: 1 }, expectedVersion: 1, indexes: { status: 'b' } })),
+      );
       expect(written.map((w) => w!.version)).toEqual(ids.map(() => 2));
       expect(await store.countRecords('runs', { name: 'status', value: 'b' })).toBe(10);
       expect(await store.countRecords('runs', { name: 'status', value: 'a' })).toBe(0);

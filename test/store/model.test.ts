@@ -17,7 +17,14 @@ const ixArb = fc.option(fc.record({ status: fc.option(fc.constantFrom('x', 'y', 
 const versionArb = fc.integer({ min: 1, max: 3 });
 const opArb: fc.Arbitrary<WriteOp> = fc.oneof(
   fc.record({ op: fc.constant('create' as const), kind: kindArb, id: idArb, value: fc.integer(), indexes: ixArb }),
-  fc.record({ op: fc.constant('update' as const), kind: kindArb, id: idArb, value: fc.integer(), expectedVersion: fc.option(versionArb, { nil: null }), indexes: ixArb }),
+  fc.record({
+    op: fc.constant('update' as const),
+    kind: kindArb,
+    id: idArb,
+    value: fc.integer(),
+    expectedVersion: fc.option(versionArb, { nil: null }),
+    indexes: ixArb,
+  }),
   fc.record({ op: fc.constant('delete' as const), kind: kindArb, id: idArb, expectedVersion: fc.option(versionArb, { nil: undefined }) }),
 );
 type Cmd =
@@ -29,7 +36,10 @@ const cmdArb: fc.Arbitrary<Cmd> = fc.oneof(
   {
     weight: 3,
     arbitrary: fc
-      .array(fc.record({ run_id: fc.constantFrom('r1', 'r2', 'r3'), event_type: fc.constantFrom('s', 't'), session_id: fc.constantFrom('s1', 's2') }), { minLength: 1, maxLength: 3 })
+      .array(fc.record({ run_id: fc.constantFrom('r1', 'r2', 'r3'), event_type: fc.constantFrom('s', 't'), session_id: fc.constantFrom('s1', 's2') }), {
+        minLength: 1,
+        maxLength: 3,
+      })
       .map((events) => ({ t: 'append' as const, events })),
   },
   { weight: 1, arbitrary: fc.integer({ min: 0, max: 40 }).map((at) => ({ t: 'deleteBefore' as const, at })) },
@@ -40,7 +50,9 @@ async function exec(store: Store, cmd: Cmd): Promise<unknown> {
   try {
     if (cmd.t === 'commit') return await store.commit(cmd.ops);
     if (cmd.t === 'append') {
-      return await store.appendEvents(cmd.events.map((e, i) => ({ ...e, event_id: `e${i}`, timestamp: new Date(Date.UTC(2026, 0, 1, 0, 0, clock++)).toISOString() })));
+      return await store.appendEvents(
+        cmd.events.map((e, i) => ({ ...e, event_id: `e${i}`, timestamp: new Date(Date.UTC(2026, 0, 1, 0, 0, clock++)).toISOString() })),
+      );
     }
     return await store.deleteEventsBefore(new Date(Date.UTC(2026, 0, 1, 0, 0, cmd.at)).toISOString());
   } catch (e) {

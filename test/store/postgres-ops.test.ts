@@ -148,7 +148,9 @@ describe('PostgreSQL failures', () => {
     }
     // Without the wait, a refused connection fails open() with where and why.
     const t1 = Date.now();
-    await expect(store(url.toString(), { openWaitMs: 0 }).open()).rejects.toThrow(/cannot open the PostgreSQL store at 127\.0\.0\.1:\d+\/agentd_test_\w+: .*ECONNREFUSED/);
+    await expect(store(url.toString(), { openWaitMs: 0 }).open()).rejects.toThrow(
+      /cannot open the PostgreSQL store at 127\.0\.0\.1:\d+\/agentd_test_\w+: .*ECONNREFUSED/,
+    );
     expect(Date.now() - t1).toBeLessThan(2000);
   });
 
@@ -172,7 +174,10 @@ describe('PostgreSQL failures', () => {
     const db = await freshDb();
     const s = store(db.url, { statementTimeoutMs: 200 });
     await s.open();
-    const settings = await s.query<{ st: string; it: string }>({ text: "SELECT current_setting('statement_timeout') AS st, current_setting('idle_in_transaction_session_timeout') AS it" }, true);
+    const settings = await s.query<{ st: string; it: string }>(
+      { text: "SELECT current_setting('statement_timeout') AS st, current_setting('idle_in_transaction_session_timeout') AS it" },
+      true,
+    );
     expect(settings.rows[0]).toEqual({ st: '200ms', it: '1min' });
     await expect(s.query({ text: 'SELECT pg_sleep(2)' }, true)).rejects.toMatchObject({ code: '57014' });
     expect((await s.ping()).ok).toBe(true);
@@ -184,7 +189,10 @@ describe('PostgreSQL failures', () => {
     await s.open();
     const killSoon = async () => {
       for (let i = 0; i < 100; i++) {
-        const r = await sql(db.url, "SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = 'agentd-midflight' AND query LIKE '%pg_sleep(0.5)%' AND state = 'active'");
+        const r = await sql(
+          db.url,
+          "SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = 'agentd-midflight' AND query LIKE '%pg_sleep(0.5)%' AND state = 'active'",
+        );
         if (r.rows[0].n > 0) return;
         await new Promise((r) => setTimeout(r, 20));
       }
@@ -194,7 +202,13 @@ describe('PostgreSQL failures', () => {
     await killSoon();
     expect((await read).rows[0].ok).toBe(1); // sent again on a new connection
     const write = s.query({ text: "SELECT pg_sleep(0.5), 'write'" }, false);
-    const [, err] = await Promise.all([killSoon(), write.then(() => null, (e: unknown) => e)]);
+    const [, err] = await Promise.all([
+      killSoon(),
+      write.then(
+        () => null,
+        (e: unknown) => e,
+      ),
+    ]);
     expect(err).toBeInstanceOf(StoreError);
     expect((err as StoreError).code).toBe('unavailable');
     expect((err as StoreError).message).toMatch(/may or may not have been applied/);

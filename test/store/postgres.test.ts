@@ -19,7 +19,7 @@ afterAll(async () => {
 runStoreContract('postgres', async () => {
   const store = new PostgresStore({ url: db.url, poolSize: 4 });
   await store.open();
-  await store.query({ text: "TRUNCATE agentd.records, agentd.record_ix, agentd.events; UPDATE agentd.counters SET value = 0" }, false);
+  await store.query({ text: 'TRUNCATE agentd.records, agentd.record_ix, agentd.events; UPDATE agentd.counters SET value = 0' }, false);
   return { store, cleanup: () => store.close() };
 });
 

@@ -99,9 +99,7 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
 
       it('lets exactly one of many concurrent updates at the same version win', async () => {
         await store.createRecord('runs', 'a', { w: null });
-        const results = await Promise.allSettled(
-          Array.from({ length: 20 }, (_, i) => store.updateRecord('runs', 'a', { w: i }, 1)),
-        );
+        const results = await Promise.allSettled(Array.from({ length: 20 }, (_, i) => store.updateRecord('runs', 'a', { w: i }, 1)));
         const won = results.filter((r) => r.status === 'fulfilled');
         expect(won).toHaveLength(1);
         for (const r of results) {
@@ -341,10 +339,14 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
         expect(await store.countRecords('runs')).toBe(1);
         expect(await store.countRecords('runs', { name: 'status', value: 'running' })).toBe(0);
         expect(await store.countRecords('runs', { name: 'status', value: 'done' })).toBe(1);
-        expect(await storeErrorCode(store.commit([
-          { op: 'create', kind: 'runs', id: 'c', value: 1 },
-          { op: 'create', kind: 'runs', id: 'c', value: 2 },
-        ]))).toBe('conflict');
+        expect(
+          await storeErrorCode(
+            store.commit([
+              { op: 'create', kind: 'runs', id: 'c', value: 1 },
+              { op: 'create', kind: 'runs', id: 'c', value: 2 },
+            ]),
+          ),
+        ).toBe('conflict');
         expect(await store.getRecord('runs', 'c')).toBeNull();
       });
 
@@ -547,7 +549,9 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
 
       it('deletes across many events', async () => {
         for (let i = 0; i < 12; i++) {
-          await store.appendEvents(Array.from({ length: 100 }, (_, j) => ev({ timestamp: new Date(Date.UTC(2026, 0, 1, 0, 0, i * 100 + j)).toISOString(), run_id: `r${j % 3}` })));
+          await store.appendEvents(
+            Array.from({ length: 100 }, (_, j) => ev({ timestamp: new Date(Date.UTC(2026, 0, 1, 0, 0, i * 100 + j)).toISOString(), run_id: `r${j % 3}` })),
+          );
         }
         const cut = new Date(Date.UTC(2026, 0, 1, 0, 0, 1100)).toISOString();
         expect(await store.deleteEventsBefore(cut)).toBe(1100);
@@ -559,7 +563,9 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
       it('pages and retains exactly inside one append of many events (one index posting per value)', async () => {
         const t0 = Date.UTC(2026, 0, 1);
         const stored = await store.appendEvents(
-          Array.from({ length: 10 }, (_, i) => ev({ timestamp: new Date(t0 + i * 1000).toISOString(), run_id: i % 2 ? 'b' : 'a', event_type: 'x', session_id: 's' })),
+          Array.from({ length: 10 }, (_, i) =>
+            ev({ timestamp: new Date(t0 + i * 1000).toISOString(), run_id: i % 2 ? 'b' : 'a', event_type: 'x', session_id: 's' }),
+          ),
         );
         const runA = stored.filter((e) => e.run_id === 'a').map((e) => e.cursor);
         const got: string[] = [];
@@ -573,7 +579,9 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
         expect(got).toEqual(runA);
         // `after` in the middle of the append, and on a cursor of the other run
         expect(cursors((await store.readEvents({ filters: { run_id: 'a' }, after: stored[3].cursor })).events)).toEqual(runA.slice(2));
-        expect(cursors((await store.readEvents({ filters: { run_id: ['a', 'b'] }, after: stored[6].cursor, limit: 2 })).events)).toEqual(cursors(stored.slice(7, 9)));
+        expect(cursors((await store.readEvents({ filters: { run_id: ['a', 'b'] }, after: stored[6].cursor, limit: 2 })).events)).toEqual(
+          cursors(stored.slice(7, 9)),
+        );
         expect((await store.readEventsJson({ filters: { session_id: 's' }, limit: 3 })).events.map((t) => JSON.parse(t) as StoredEvent)).toEqual(
           (await store.readEvents({ filters: { session_id: 's' }, limit: 3 })).events,
         );
@@ -581,7 +589,9 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
         expect(await store.deleteEventsBefore(new Date(t0 + 5000).toISOString())).toBe(5);
         expect(cursors((await store.readEvents({ filters: { run_id: 'a' } })).events)).toEqual(runA.slice(3));
         expect(cursors((await store.readEvents({ filters: { event_type: 'x' } })).events)).toEqual(cursors(stored.slice(5)));
-        expect(cursors((await store.readEvents({ filters: { session_id: 's', run_id: 'b' } })).events)).toEqual(cursors(stored.slice(5).filter((e) => e.run_id === 'b')));
+        expect(cursors((await store.readEvents({ filters: { session_id: 's', run_id: 'b' } })).events)).toEqual(
+          cursors(stored.slice(5).filter((e) => e.run_id === 'b')),
+        );
         expect(await store.deleteEventsBefore(new Date(t0 + 60_000).toISOString())).toBe(5);
         for (const filters of [{ run_id: 'a' }, { run_id: 'b' }, { event_type: 'x' }, { session_id: 's' }]) {
           expect((await store.readEvents({ filters })).events).toEqual([]);
@@ -591,11 +601,7 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
 
     describe('lifecycle', () => {
       it('waits for pending writes on close and refuses everything afterwards', async () => {
-        const pending = [
-          store.appendEvents([ev()]),
-          store.createRecord('runs', 'a', 1),
-          store.commit([{ op: 'create', kind: 'runs', id: 'b', value: 2 }]),
-        ];
+        const pending = [store.appendEvents([ev()]), store.createRecord('runs', 'a', 1), store.commit([{ op: 'create', kind: 'runs', id: 'b', value: 2 }])];
         await store.close();
         expect(store.isOpen()).toBe(false);
         await Promise.all(pending); // all acknowledged, none lost to the close

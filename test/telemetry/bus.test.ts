@@ -92,7 +92,13 @@ describe('EventBus routing', () => {
   it('a throwing handler is dropped with onError; the publisher and other subscribers are unaffected', () => {
     const bus = new EventBus();
     const errors: unknown[] = [];
-    bus.subscribe({ session_id: 's' }, () => { throw new Error('bad handler'); }, { onError: (e) => errors.push(e) });
+    bus.subscribe(
+      { session_id: 's' },
+      () => {
+        throw new Error('bad handler');
+      },
+      { onError: (e) => errors.push(e) },
+    );
     const got: string[] = [];
     bus.subscribe({ session_id: 's' }, (e) => void got.push(e.event_id));
     expect(() => bus.publish(ev({ event_id: 'a', session_id: 's' }))).not.toThrow();
@@ -172,7 +178,10 @@ describe('EventBus backpressure', () => {
 /** A store stand-in: append gives a cursor; `publish` is separate so tests control the gap. */
 class FakeLog {
   events: StoredEvent[] = [];
-  constructor(readonly bus: EventBus, readonly pageSize = 2) {}
+  constructor(
+    readonly bus: EventBus,
+    readonly pageSize = 2,
+  ) {}
   store(fields: Partial<StoredEvent> = {}): StoredEvent {
     const e = ev({ session_id: 's', ...fields });
     this.events.push(e);
@@ -202,7 +211,11 @@ async function take(iter: AsyncIterator<StoredEvent>, count: number): Promise<st
   return out;
 }
 
-const follow = (log: FakeLog, after: string | null, extra: { maxLag?: number; signal?: AbortSignal; readPage?: (a: string | null) => Promise<{ events: StoredEvent[]; next_cursor: string | null }> } = {}) =>
+const follow = (
+  log: FakeLog,
+  after: string | null,
+  extra: { maxLag?: number; signal?: AbortSignal; readPage?: (a: string | null) => Promise<{ events: StoredEvent[]; next_cursor: string | null }> } = {},
+) =>
   replayThenFollow({
     readPage: extra.readPage ?? ((a) => log.readPage(a)),
     subscribe: (onEvent, opts) => log.bus.subscribe({ session_id: 's' }, onEvent, opts),
@@ -319,7 +332,10 @@ describe('replayThenFollow', () => {
     expect(log.bus.size).toBe(1);
     log.append();
     expect(log.bus.size).toBe(0);
-    const err = await it.next().then(() => null, (e: unknown) => e);
+    const err = await it.next().then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(StreamOverflowError);
     expect((err as StreamOverflowError).info.last_cursor).toBe(a.cursor);
     expect(await it.next()).toEqual({ done: true, value: undefined });
@@ -365,7 +381,11 @@ describe('replayThenFollow', () => {
 
   it('a failing readPage rejects next() and unsubscribes', async () => {
     const log = new FakeLog(new EventBus());
-    const it = follow(log, null, { readPage: async () => { throw new Error('store closed'); } });
+    const it = follow(log, null, {
+      readPage: async () => {
+        throw new Error('store closed');
+      },
+    });
     await expect(it.next()).rejects.toThrow('store closed');
     expect(log.bus.size).toBe(0);
   });

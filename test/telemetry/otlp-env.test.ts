@@ -40,19 +40,28 @@ describe('telemetry.otlp from OTEL_* variables', () => {
   });
 
   it('fills every key from the variables, the traces-specific ones winning', () => {
-    expect(otlpOf({}, {
-      OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318',
-      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://c:4318/custom',
-      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
-      OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json',
-      OTEL_EXPORTER_OTLP_TIMEOUT: '3000',
-      OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: '2500',
-      OTEL_EXPORTER_OTLP_HEADERS: 'x-a=general,x-b=general',
-      OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'x-b=traces',
-      OTEL_SERVICE_NAME: 'svc',
-    })).toEqual({
-      endpoint: 'http://c:4318', traces_endpoint: 'http://c:4318/custom', protocol: 'http/json', timeout_ms: 2500,
-      headers: { 'x-a': 'general', 'x-b': 'traces' }, service_name: 'svc',
+    expect(
+      otlpOf(
+        {},
+        {
+          OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318',
+          OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://c:4318/custom',
+          OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+          OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json',
+          OTEL_EXPORTER_OTLP_TIMEOUT: '3000',
+          OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: '2500',
+          OTEL_EXPORTER_OTLP_HEADERS: 'x-a=general,x-b=general',
+          OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'x-b=traces',
+          OTEL_SERVICE_NAME: 'svc',
+        },
+      ),
+    ).toEqual({
+      endpoint: 'http://c:4318',
+      traces_endpoint: 'http://c:4318/custom',
+      protocol: 'http/json',
+      timeout_ms: 2500,
+      headers: { 'x-a': 'general', 'x-b': 'traces' },
+      service_name: 'svc',
     });
   });
 
@@ -63,20 +72,37 @@ describe('telemetry.otlp from OTEL_* variables', () => {
       OTEL_EXPORTER_OTLP_HEADERS: 'x-api-key=from-env,x-extra=env',
       OTEL_SERVICE_NAME: 'from-env',
     };
-    const o = otlpOf({ telemetry: { otlp: { endpoint: 'http://file:4318', protocol: 'http/protobuf', headers: { 'X-Api-Key': 'from-file' }, service_name: 'from-file' } } }, env);
+    const o = otlpOf(
+      { telemetry: { otlp: { endpoint: 'http://file:4318', protocol: 'http/protobuf', headers: { 'X-Api-Key': 'from-file' }, service_name: 'from-file' } } },
+      env,
+    );
     // An endpoint in the file is the destination: the traces variable does not redirect it.
-    expect(o).toEqual({ endpoint: 'http://file:4318', protocol: 'http/protobuf', headers: { 'X-Api-Key': 'from-file', 'x-extra': 'env' }, timeout_ms: 10_000, service_name: 'from-file' });
+    expect(o).toEqual({
+      endpoint: 'http://file:4318',
+      protocol: 'http/protobuf',
+      headers: { 'X-Api-Key': 'from-file', 'x-extra': 'env' },
+      timeout_ms: 10_000,
+      service_name: 'from-file',
+    });
   });
 
   it('bad values are config errors that name the variable', () => {
-    expect(problemsOf({}, { OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' })).toEqual([expect.stringMatching(/^telemetry\.otlp\.protocol \(from OTEL_EXPORTER_OTLP_PROTOCOL\): expected one of "http\/protobuf", "http\/json"/)]);
+    expect(problemsOf({}, { OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' })).toEqual([
+      expect.stringMatching(/^telemetry\.otlp\.protocol \(from OTEL_EXPORTER_OTLP_PROTOCOL\): expected one of "http\/protobuf", "http\/json"/),
+    ]);
     expect(problemsOf({}, { OTEL_EXPORTER_OTLP_TIMEOUT: '10s' })[0]).toContain('(from OTEL_EXPORTER_OTLP_TIMEOUT)');
     expect(problemsOf({}, { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'not a url' })[0]).toContain('(from OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)');
     expect(problemsOf({}, { OTEL_EXPORTER_OTLP_HEADERS: 'x-key' })[0]).toMatch(/^telemetry\.otlp\.headers \(from OTEL_EXPORTER_OTLP_HEADERS\): /);
   });
 
   it('header values from the environment are configured secrets, redacted like the file ones', () => {
-    const config = configFromObject({}, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'authorization=Bearer%20zq9-env-collector-token' }, dataDir: '/tmp/agentd-otlp-env' });
+    const config = configFromObject(
+      {},
+      {
+        env: { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'authorization=Bearer%20zq9-env-collector-token' },
+        dataDir: '/tmp/agentd-otlp-env',
+      },
+    );
     expect(configuredSecrets(config)).toEqual(expect.arrayContaining(['Bearer zq9-env-collector-token', 'zq9-env-collector-token']));
     expect(redactorForConfig(config).text('the collector said zq9-env-collector-token was wrong')).not.toContain('zq9-env-collector-token');
   });

@@ -264,15 +264,20 @@ describe('OTLP export carries no secret (issue 10, findings 8 and 9)', () => {
     const bearer = 'sk-' + 'proj-Ab12Cd34Ef56Gh78Ij90Kl';
     const w = eventWaiter();
     const exporter = createOtlpExporter({
-      endpoint: rx.url, protocol: 'http/json', headers: { authorization: `Bearer ${collectorToken}` },
-      redactor: new Redactor([modelKey]), onEvent: w.onEvent,
+      endpoint: rx.url,
+      protocol: 'http/json',
+      headers: { authorization: `Bearer ${collectorToken}` },
+      redactor: new Redactor([modelKey]),
+      onEvent: w.onEvent,
     });
     exporters.push(exporter);
     // A tool_error stored raw, as a version before redaction by value would have stored it.
     const events = runEvents();
     const i = events.findIndex((e) => e.span_id === IDS.tool2 && e.event_type === 'tool_result');
     events[i] = {
-      ...events[i], event_type: 'tool_error', output: null,
+      ...events[i],
+      event_type: 'tool_error',
+      output: null,
       error: { type: 'error', message: `upstream said 401 for Authorization: Bearer ${bearer}; key ${modelKey}; collector ${collectorToken}` },
     };
     const exported = w.waitFor('exported');

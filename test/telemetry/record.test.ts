@@ -1,12 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
-import {
-  MAX_PAYLOAD_BYTES,
-  REDACTED,
-  capturePayload,
-  isSecretKey,
-  redact,
-} from '../../src/telemetry/redact.js';
+import { MAX_PAYLOAD_BYTES, REDACTED, capturePayload, isSecretKey, redact } from '../../src/telemetry/redact.js';
 import { createEventRecord, type EventRecordInput } from '../../src/telemetry/record.js';
 
 const clock = new ManualClock(Date.parse('2026-03-04T05:06:07.890Z'));
@@ -161,12 +155,27 @@ describe('createEventRecord', () => {
 
 describe('isSecretKey', () => {
   it.each([
-    'api_key', 'APIKEY', 'x-api-key', 'OPENAI_API_KEY', 'authorization', 'Proxy-Authorization', 'password',
-    'db_password', 'passwd', 'token', 'access_token', 'refresh_token', 'accessToken', 'secret', 'client_secret',
-    'cookie', 'set-cookie', 'private_key', 'privateKey',
+    'api_key',
+    'APIKEY',
+    'x-api-key',
+    'OPENAI_API_KEY',
+    'authorization',
+    'Proxy-Authorization',
+    'password',
+    'db_password',
+    'passwd',
+    'token',
+    'access_token',
+    'refresh_token',
+    'accessToken',
+    'secret',
+    'client_secret',
+    'cookie',
+    'set-cookie',
+    'private_key',
+    'privateKey',
   ])('%s is secret', (k) => expect(isSecretKey(k)).toBe(true));
-  it.each(['input_tokens', 'output_tokens', 'total_tokens', 'max_tokens', 'token_usage', 'run_id', 'key', 'tokenizer'])(
-    '%s is not secret',
-    (k) => expect(isSecretKey(k)).toBe(false),
+  it.each(['input_tokens', 'output_tokens', 'total_tokens', 'max_tokens', 'token_usage', 'run_id', 'key', 'tokenizer'])('%s is not secret', (k) =>
+    expect(isSecretKey(k)).toBe(false),
   );
 });

@@ -32,9 +32,14 @@ function everywhere(text: string): string[] {
   const asString = redact(text) as string;
   const event = createEventRecord(
     {
-      event_type: 'model_call', trace_id: 'trace_1', span_id: 'span_1', actor: { type: 'model', id: 'm' },
+      event_type: 'model_call',
+      trace_id: 'trace_1',
+      span_id: 'span_1',
+      actor: { type: 'model', id: 'm' },
       input: { messages: 3, last: { role: 'tool', tool_call_id: 'call_1', content: text } },
-      output: text, error: { type: 'ModelError', message: text }, metadata: { run_id: 'run_1', note: text },
+      output: text,
+      error: { type: 'ModelError', message: text },
+      metadata: { run_id: 'run_1', note: text },
     },
     { capture: 'full' },
     clock,
@@ -72,7 +77,11 @@ describe('value patterns: secrets inside strings are redacted', () => {
     ['Google API key', `maps?key=${GOOGLE}`, GOOGLE],
     ['JWT', `id_token ${JWT}`, JWT],
     ['PEM private key', `here:\n${PEM}\nbye`, 'MIIEowIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM9Oi8Z0m3fHVwq7pL3mFkZ9yQ1b2c'],
-    ['PEM private key cut before its END line', `${PEM.split('\n').slice(0, 2).join('\n')}`, 'MIIEowIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM9Oi8Z0m3fHVwq7pL3mFkZ9yQ1b2c'],
+    [
+      'PEM private key cut before its END line',
+      `${PEM.split('\n').slice(0, 2).join('\n')}`,
+      'MIIEowIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM9Oi8Z0m3fHVwq7pL3mFkZ9yQ1b2c',
+    ],
   ];
   it.each(cases)('%s', (_name, text, secret) => {
     for (const out of everywhere(text)) {
@@ -142,8 +151,13 @@ describe('configured secrets (Redactor built from the config)', () => {
     expect(redactor.text(text)).toBe(`401 Unauthorized: invalid key ${REDACTED} (header X-Key: ${REDACTED})`);
     const r = createEventRecord(
       {
-        event_type: 'model_error', trace_id: 't', span_id: 's', actor: { type: 'model', id: 'm' },
-        output: { nested: [{ text: `echo ${key}` }] }, error: { type: 'auth', message: text }, metadata: { run_id: 'r', body: `otlp-header-value-123!` },
+        event_type: 'model_error',
+        trace_id: 't',
+        span_id: 's',
+        actor: { type: 'model', id: 'm' },
+        output: { nested: [{ text: `echo ${key}` }] },
+        error: { type: 'auth', message: text },
+        metadata: { run_id: 'r', body: `otlp-header-value-123!` },
       },
       { capture: 'full', redactor },
       clock,

@@ -25,7 +25,9 @@ const file = {
       mcp: [
         { name: 'remote', url: 'https://mcp.example/mcp', headers: { Authorization: `Bearer ${MCP_BEARER}`, 'X-Tenant': 'acme' } },
         {
-          name: 'local', command: 'node', args: ['server.js'],
+          name: 'local',
+          command: 'node',
+          args: ['server.js'],
           env: { GITHUB_TOKEN: MCP_ENV_TOKEN, NODE_ENV: 'production', LOG_LEVEL: 'debug', DATABASE_URL: `postgres://u:${MCP_DB_PASSWORD}@h/db` },
         },
       ],

@@ -151,7 +151,10 @@ describe('buildTrace', () => {
     expect([s.sa.name, s.sa.status, s.sa.attributes['gen_ai.operation.name']]).toEqual(['subagent.run', 'ok', 'invoke_agent']);
     expect(s.bg.name).toBe('background.run');
 
-    const bgTrace = buildTrace(traceRecord({ task_id: 'task_1' }), [e(0, 'background_run_claimed', 'root', null), e(1, 'background_run_completed', 'root', null)]);
+    const bgTrace = buildTrace(traceRecord({ task_id: 'task_1' }), [
+      e(0, 'background_run_claimed', 'root', null),
+      e(1, 'background_run_completed', 'root', null),
+    ]);
     expect(bgTrace.spans).toHaveLength(1);
     expect(bgTrace.spans[0]).toMatchObject({ name: 'background.run', status: 'ok' });
     expect(bgTrace.spans[0].attributes['agentd.task_id']).toBe('task_1');
@@ -159,9 +162,23 @@ describe('buildTrace', () => {
 
   it("folds a call's policy check into its execution span: one tool.call span per call", () => {
     const base = runEvents()[0];
-    const e = (i: number, event_type: string, span_id: string, parent_span_id: string | null, metadata: Record<string, unknown> = {}, error: unknown = null) => ({
-      ...base, event_id: `event_${i}`, event_type, span_id, parent_span_id, cursor: String(100 + i).padStart(16, '0'),
-      timestamp: at(i * 10), metadata: { ...(base.metadata as object), ...metadata }, error,
+    const e = (
+      i: number,
+      event_type: string,
+      span_id: string,
+      parent_span_id: string | null,
+      metadata: Record<string, unknown> = {},
+      error: unknown = null,
+    ) => ({
+      ...base,
+      event_id: `event_${i}`,
+      event_type,
+      span_id,
+      parent_span_id,
+      cursor: String(100 + i).padStart(16, '0'),
+      timestamp: at(i * 10),
+      metadata: { ...(base.metadata as object), ...metadata },
+      error,
     });
     const trace = buildTrace(traceRecord(), [
       e(0, 'user_message', 'r', null),
@@ -178,7 +195,16 @@ describe('buildTrace', () => {
       e(11, 'policy_decision_ask', 'p3', 'st', { tool_call_id: 'c3', tool_name: 'pay' }),
     ]);
     const calls = trace.spans.filter((x) => x.name === 'tool.call').sort((a, b) => a.span_id.localeCompare(b.span_id));
-    expect(calls.map((x) => [x.span_id, x.parent_span_id, x.status, x.attributes['gen_ai.tool.call.id'], x.attributes['agentd.policy.decision'], x.attributes['agentd.policy.span_id']])).toEqual([
+    expect(
+      calls.map((x) => [
+        x.span_id,
+        x.parent_span_id,
+        x.status,
+        x.attributes['gen_ai.tool.call.id'],
+        x.attributes['agentd.policy.decision'],
+        x.attributes['agentd.policy.span_id'],
+      ]),
+    ).toEqual([
       ['p3', 'st', 'unset', 'c3', 'ask', undefined], // its execution is in a later segment
       ['x1', 'b', 'ok', 'c1', 'allow', 'p1'],
       ['x2', 'st', 'error', 'c2', 'deny', 'p2'],

@@ -35,7 +35,12 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
       governance: { rules: [{ tools: ['clock'], effect: 'ask', reason: 'reading the clock needs a person' }] },
       // One tool call per run: a run that calls two tools at once waits for a budget decision.
       budgets: { run: [{ meter: 'tool_calls', limit: 1 }] },
-      auth: { api_keys: [{ name: 'admin', role: 'admin', key_sha256: sha(KEYS.admin) }, { name: 'reader', role: 'reader', key_sha256: sha(KEYS.reader) }] },
+      auth: {
+        api_keys: [
+          { name: 'admin', role: 'admin', key_sha256: sha(KEYS.admin) },
+          { name: 'reader', role: 'reader', key_sha256: sha(KEYS.reader) },
+        ],
+      },
     });
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
     page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
@@ -93,10 +98,14 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
 
     await card.locator('textarea[name=arguments]').fill('{"timezone": "Europe/Paris"}');
     await card.locator('button.approve').click();
-    const done = await eventually(async () => {
-      const r = (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body;
-      return r.status === 'completed' ? r : null;
-    }, 10_000, 'run completed');
+    const done = await eventually(
+      async () => {
+        const r = (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body;
+        return r.status === 'completed' ? r : null;
+      },
+      10_000,
+      'run completed',
+    );
     expect(done.approvals[0].edited_arguments).toEqual({ timezone: 'Europe/Paris' });
     await page.locator('#inbox-empty').waitFor();
 
@@ -113,10 +122,14 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await card.locator('input[name=note]').fill('not during the freeze');
     await card.locator('button.deny').click();
     await card.locator('.ok').waitFor();
-    const r = await eventually(async () => {
-      const run = (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body;
-      return run.status !== 'awaiting_approval' && run.status !== 'running' ? run : null;
-    }, 10_000, 'run went on after the denial');
+    const r = await eventually(
+      async () => {
+        const run = (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body;
+        return run.status !== 'awaiting_approval' && run.status !== 'running' ? run : null;
+      },
+      10_000,
+      'run went on after the denial',
+    );
     expect(r.approvals[0]).toMatchObject({ status: 'denied', note: 'not during the freeze', approver: 'dashboard' });
   });
 
@@ -131,10 +144,14 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     expect(await card.locator('input[name=amount]').inputValue()).toBe('1');
     await shot('budget');
     await card.locator('button.approve').click();
-    const done = await eventually(async () => {
-      const r = (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body;
-      return r.status === 'completed' ? r : null;
-    }, 10_000, 'run completed after the grant');
+    const done = await eventually(
+      async () => {
+        const r = (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body;
+        return r.status === 'completed' ? r : null;
+      },
+      10_000,
+      'run completed after the grant',
+    );
     expect(done.budget_requests[0]).toMatchObject({ status: 'granted', amount: 1, approver: 'dashboard' });
   });
 
@@ -156,7 +173,11 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     expect(readFileSync(path, 'utf8')).toBe('hello-from-the-dashboard');
 
     // A cron task shows its next due times.
-    await postJson(`${s.url}/background/tasks`, { task_id: 'nightly', query: 'hello', schedule: { type: 'cron', expression: '30 2 * * *', timezone: 'Europe/Paris' } }, ADMIN);
+    await postJson(
+      `${s.url}/background/tasks`,
+      { task_id: 'nightly', query: 'hello', schedule: { type: 'cron', expression: '30 2 * * *', timezone: 'Europe/Paris' } },
+      ADMIN,
+    );
     const nightly = page.locator('.task[data-task=nightly]');
     await expect.poll(() => nightly.locator('.preview li').count(), { timeout: 10_000 }).toBe(3);
     await shot('background');
@@ -175,10 +196,14 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await nightly.locator('input[name=task_query]').fill('good evening');
     await nightly.locator('input[name=schedule_value]').fill('0 21 * * *');
     await nightly.locator('button[type=submit]').click();
-    await eventually(async () => {
-      const t = (await getJson(`${s.url}/background/tasks/nightly`, ADMIN)).body;
-      return t.query === 'good evening' && t.schedule.expression === '0 21 * * *';
-    }, 5000, 'task edited');
+    await eventually(
+      async () => {
+        const t = (await getJson(`${s.url}/background/tasks/nightly`, ADMIN)).body;
+        return t.query === 'good evening' && t.schedule.expression === '0 21 * * *';
+      },
+      5000,
+      'task edited',
+    );
     await expect.poll(() => nightly.locator('.preview li').first().textContent(), { timeout: 10_000 }).toContain('T21:00:00');
   });
 
@@ -186,7 +211,9 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     const have = (await getJson(`${s.url}/runs?limit=1`, ADMIN)).body.total as number;
     let last = '';
     for (let i = have; i < 510; i += 10) {
-      const batch = await Promise.all(Array.from({ length: 10 }, (_, j) => postJson(`${s.url}/run/sync`, { query: `bulk ${i + j}`, session_id: 'bulk' }, ADMIN)));
+      const batch = await Promise.all(
+        Array.from({ length: 10 }, (_, j) => postJson(`${s.url}/run/sync`, { query: `bulk ${i + j}`, session_id: 'bulk' }, ADMIN)),
+      );
       last = batch[9].body.run_id;
     }
     await postJson(`${s.url}/run/sync`, { query: 'the newest' }, ADMIN).then((r) => (last = r.body.run_id));

@@ -49,10 +49,7 @@ export interface AiSdkProviderOptions {
 }
 
 /** Our JSON messages → the SDK's ModelMessage list (leading system messages go to `system`). */
-export function toModelMessages(
-  messages: ChatMessage[],
-  inlineSystemMessages = true,
-): { system: SystemModelMessage[]; messages: ModelMessage[] } {
+export function toModelMessages(messages: ChatMessage[], inlineSystemMessages = true): { system: SystemModelMessage[]; messages: ModelMessage[] } {
   const system: SystemModelMessage[] = [];
   const out: ModelMessage[] = [];
   let leading = true;
@@ -130,11 +127,16 @@ export function mapFinishReason(reason: FinishReason | undefined, hasToolCalls: 
   // Some OpenAI-compatible servers say "stop" next to tool calls; the calls are what matter.
   if (hasToolCalls) return 'tool_calls';
   switch (reason) {
-    case 'stop': return 'stop';
-    case 'tool-calls': return 'tool_calls';
-    case 'length': return 'length';
-    case 'error': return 'error';
-    default: return 'other';
+    case 'stop':
+      return 'stop';
+    case 'tool-calls':
+      return 'tool_calls';
+    case 'length':
+      return 'length';
+    case 'error':
+      return 'error';
+    default:
+      return 'other';
   }
 }
 
@@ -146,7 +148,11 @@ function mapUsage(u: LanguageModelUsage | undefined, fallbackIn: number, fallbac
   return { input_tokens: input, output_tokens: output, total_tokens: total };
 }
 
-interface SdkToolCall { toolCallId: string; toolName: string; input: unknown }
+interface SdkToolCall {
+  toolCallId: string;
+  toolName: string;
+  input: unknown;
+}
 
 export class AiSdkProvider implements ModelProvider {
   readonly provider: string;
@@ -261,21 +267,32 @@ export class AiSdkProvider implements ModelProvider {
     try {
       const maxOutputTokens = req.max_output_tokens ?? this.opts.max_output_tokens;
       const temperature = req.temperature ?? this.opts.temperature;
-      const r = await directStream(model, {
-        prompt: toV3Prompt(req.messages, this.opts.inlineSystemMessages),
-        tools: req.tools,
-        ...(maxOutputTokens !== undefined ? { maxOutputTokens } : {}),
-        ...(temperature !== undefined ? { temperature } : {}),
-        ...(req.signal ? { abortSignal: req.signal } : {}),
-      }, (t) => {
-        streamed = true;
-        onDelta(t);
-      }, toArguments);
+      const r = await directStream(
+        model,
+        {
+          prompt: toV3Prompt(req.messages, this.opts.inlineSystemMessages),
+          tools: req.tools,
+          ...(maxOutputTokens !== undefined ? { maxOutputTokens } : {}),
+          ...(temperature !== undefined ? { temperature } : {}),
+          ...(req.signal ? { abortSignal: req.signal } : {}),
+        },
+        (t) => {
+          streamed = true;
+          onDelta(t);
+        },
+        toArguments,
+      );
       // As mapUsage: a server that reports no usage must not make the call look free.
       const input = r.inputTokens ?? estimateInputTokens(req.messages, req.tools);
       const output = r.outputTokens ?? estimateOutputTokens(r.text, r.tool_calls);
       const usage: ModelUsage = { input_tokens: input, output_tokens: output, total_tokens: input + output };
-      return { text: r.text, tool_calls: r.tool_calls, usage, finish_reason: mapFinishReason(r.finishReason as FinishReason | undefined, r.tool_calls.length > 0), model: r.modelId || this.model };
+      return {
+        text: r.text,
+        tool_calls: r.tool_calls,
+        usage,
+        finish_reason: mapFinishReason(r.finishReason as FinishReason | undefined, r.tool_calls.length > 0),
+        model: r.modelId || this.model,
+      };
     } catch (err) {
       const e = this.scrubbed(toModelCallError(err, req.signal));
       if (streamed) e.partialOutput = true;

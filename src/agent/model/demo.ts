@@ -119,8 +119,14 @@ function buildArguments(decl: ToolDeclaration, userText: string): Record<string,
   // The query minus the tool's name and any key=value pairs: what the user asked the tool to do.
   let rest = userText;
   for (const v of [decl.name, decl.name.replace(/[_-]+/g, ' ')]) rest = rest.replace(new RegExp(escapeRegExp(v), 'ig'), ' ');
-  rest = rest.replace(/\b[\w-]+\s*[=:]\s*("[^"]*"|'[^']*'|[^\s,;)]+)/g, ' ').replace(/\s+/g, ' ').trim();
-  const words = rest.split(' ').map((w) => w.replace(/^[^\w./-]+|[^\w./-]+$/g, '').replace(/\.+$/, '')).filter((w) => w.length > 0);
+  rest = rest
+    .replace(/\b[\w-]+\s*[=:]\s*("[^"]*"|'[^']*'|[^\s,;)]+)/g, ' ')
+    .replace(/\s+/g, ' ')
+    .trim();
+  const words = rest
+    .split(' ')
+    .map((w) => w.replace(/^[^\w./-]+|[^\w./-]+$/g, '').replace(/\.+$/, ''))
+    .filter((w) => w.length > 0);
 
   const args: Record<string, unknown> = {};
   const usedWords = new Set<string>();
@@ -209,9 +215,7 @@ function directAnswer(userText: string | undefined, tools: ToolDeclaration[]): s
   }
   const asked = quote(userText);
   const names = tools.map((t) => t.name);
-  const hint = names.length > 0
-    ? ` I can call these tools if you name one: ${names.join(', ')}.`
-    : '';
+  const hint = names.length > 0 ? ` I can call these tools if you name one: ${names.join(', ')}.` : '';
   return `You said: "${asked}". I am the built-in demo model, running offline, so I can only echo you and call tools.${hint}`;
 }
 

@@ -19,8 +19,12 @@ import type { ChatMessage, ToolCallRequest, ToolDeclaration } from './types.js';
 
 /** True when the model object speaks LanguageModelV3 (every provider agentd builds does). */
 export function isV3(model: unknown): model is LanguageModelV3 {
-  return typeof model === 'object' && model !== null && (model as { specificationVersion?: unknown }).specificationVersion === 'v3'
-    && typeof (model as { doStream?: unknown }).doStream === 'function';
+  return (
+    typeof model === 'object' &&
+    model !== null &&
+    (model as { specificationVersion?: unknown }).specificationVersion === 'v3' &&
+    typeof (model as { doStream?: unknown }).doStream === 'function'
+  );
 }
 
 /** OpenAI rejects function parameters that are not an object schema with properties (as toToolSet). */
@@ -44,7 +48,12 @@ const toolsCache = new WeakMap<ToolDeclaration[], LanguageModelV3FunctionTool[]>
 export function toV3Tools(tools: ToolDeclaration[]): LanguageModelV3FunctionTool[] {
   let out = toolsCache.get(tools);
   if (!out) {
-    out = tools.map((t) => ({ type: 'function' as const, name: t.name, description: t.description, inputSchema: normalisedSchema(t.input_schema) as LanguageModelV3FunctionTool['inputSchema'] }));
+    out = tools.map((t) => ({
+      type: 'function' as const,
+      name: t.name,
+      description: t.description,
+      inputSchema: normalisedSchema(t.input_schema) as LanguageModelV3FunctionTool['inputSchema'],
+    }));
     toolsCache.set(tools, out);
   }
   return out;
@@ -84,7 +93,12 @@ export function toV3Prompt(messages: ChatMessage[], inlineSystemMessages = true)
         break;
       }
       case 'tool': {
-        const part: LanguageModelV3ToolResultPart = { type: 'tool-result', toolCallId: m.tool_call_id, toolName: m.tool_name, output: { type: 'text', value: m.content } };
+        const part: LanguageModelV3ToolResultPart = {
+          type: 'tool-result',
+          toolCallId: m.tool_call_id,
+          toolName: m.tool_name,
+          output: { type: 'text', value: m.content },
+        };
         const prev = out[out.length - 1];
         if (prev && prev.role === 'tool') prev.content.push(part);
         else out.push({ role: 'tool', content: [part] });

@@ -15,8 +15,18 @@ import { ModelCallError, type ModelErrorKind } from './types.js';
 // Network error codes seen on Node's fetch (undici) and in the AI SDK's own list. A reset
 // mid-stream surfaces as a TypeError('terminated') whose cause carries one of these.
 const CONNECTION_CODES = new Set([
-  'ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH',
-  'UND_ERR_SOCKET', 'UND_ERR_CLOSED', 'ConnectionRefused', 'ConnectionClosed', 'FailedToOpenSocket',
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CLOSED',
+  'ConnectionRefused',
+  'ConnectionClosed',
+  'FailedToOpenSocket',
 ]);
 const TIMEOUT_CODES = new Set(['ETIMEDOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
 

@@ -62,7 +62,14 @@ export function createModelProvider(cfg: ModelProviderConfig): ModelProvider {
         // Without it the stream carries no usage chunk and budgets would only see estimates.
         includeUsage: true,
       });
-      return new AiSdkProvider({ provider: cfg.provider, model: cfg.model, languageModel: p.chatModel(cfg.model), inlineSystemMessages: true, redactor, ...settings });
+      return new AiSdkProvider({
+        provider: cfg.provider,
+        model: cfg.model,
+        languageModel: p.chatModel(cfg.model),
+        inlineSystemMessages: true,
+        redactor,
+        ...settings,
+      });
     }
     case 'openai': {
       const model = cfg.model ?? (DEFAULT_MODELS.openai as string);

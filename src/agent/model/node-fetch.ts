@@ -92,40 +92,43 @@ export function createNodeFetch(opts: NodeFetchOptions = {}): typeof fetch {
         }
         let closed = false;
         // Pull-based: the socket pauses while one chunk waits unread (the stream's bound).
-        const stream = new ReadableStream<Uint8Array>({
-          start(controller) {
-            fail = (err) => {
-              if (closed) return;
+        const stream = new ReadableStream<Uint8Array>(
+          {
+            start(controller) {
+              fail = (err) => {
+                if (closed) return;
+                closed = true;
+                done();
+                controller.error(err);
+              };
+              res.on('data', (chunk: Buffer) => {
+                if (closed) return;
+                controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+                if ((controller.desiredSize ?? 0) <= 0) res.pause();
+              });
+              res.on('end', () => {
+                if (closed) return;
+                closed = true;
+                done();
+                controller.close();
+              });
+              res.on('aborted', () => fail?.(new TypeError('terminated', { cause: Object.assign(new Error('other side closed'), { code: 'ECONNRESET' }) })));
+              res.on('error', (err) => fail?.(new TypeError('terminated', { cause: err })));
+              res.on('close', () => {
+                if (!res.complete) fail?.(new TypeError('terminated', { cause: Object.assign(new Error('other side closed'), { code: 'ECONNRESET' }) }));
+              });
+            },
+            pull() {
+              res.resume();
+            },
+            cancel() {
               closed = true;
               done();
-              controller.error(err);
-            };
-            res.on('data', (chunk: Buffer) => {
-              if (closed) return;
-              controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
-              if ((controller.desiredSize ?? 0) <= 0) res.pause();
-            });
-            res.on('end', () => {
-              if (closed) return;
-              closed = true;
-              done();
-              controller.close();
-            });
-            res.on('aborted', () => fail?.(new TypeError('terminated', { cause: Object.assign(new Error('other side closed'), { code: 'ECONNRESET' }) })));
-            res.on('error', (err) => fail?.(new TypeError('terminated', { cause: err })));
-            res.on('close', () => {
-              if (!res.complete) fail?.(new TypeError('terminated', { cause: Object.assign(new Error('other side closed'), { code: 'ECONNRESET' }) }));
-            });
+              res.destroy();
+            },
           },
-          pull() {
-            res.resume();
-          },
-          cancel() {
-            closed = true;
-            done();
-            res.destroy();
-          },
-        }, { highWaterMark: 1 });
+          { highWaterMark: 1 },
+        );
         resolve(new Response(stream, { status, statusText: res.statusMessage, headers: h }));
       });
       if (typeof body === 'string') req.end(body);

@@ -38,11 +38,7 @@ export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> 
  * Full-jitter exponential backoff (random * min(max, base * 2^(attempt-1))), with the server's
  * Retry-After as a floor and maxDelayMs as the ceiling for both.
  */
-export function retryDelayMs(
-  attempt: number,
-  err: ModelCallError,
-  opts: { baseDelayMs: number; maxDelayMs: number; random: () => number },
-): number {
+export function retryDelayMs(attempt: number, err: ModelCallError, opts: { baseDelayMs: number; maxDelayMs: number; random: () => number }): number {
   const exp = Math.min(opts.maxDelayMs, opts.baseDelayMs * 2 ** (attempt - 1));
   let delay = Math.floor(opts.random() * exp);
   if (err.retryAfterMs !== undefined) delay = Math.max(delay, err.retryAfterMs);

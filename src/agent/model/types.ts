@@ -31,15 +31,7 @@ export interface ModelProvider {
   estimateInputTokens(messages: ChatMessage[], tools: ToolDeclaration[]): number;
 }
 
-export type ModelErrorKind =
-  | 'rate_limited'
-  | 'server'
-  | 'connection'
-  | 'timeout'
-  | 'bad_request'
-  | 'auth'
-  | 'aborted'
-  | 'unknown';
+export type ModelErrorKind = 'rate_limited' | 'server' | 'connection' | 'timeout' | 'bad_request' | 'auth' | 'aborted' | 'unknown';
 
 const RETRYABLE_KINDS: ReadonlySet<ModelErrorKind> = new Set(['rate_limited', 'server', 'connection', 'timeout']);
 

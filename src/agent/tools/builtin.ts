@@ -11,8 +11,15 @@ function localTime(ms: number, timeZone: string): string {
   let fmt: Intl.DateTimeFormat;
   try {
     fmt = new Intl.DateTimeFormat('en-US', {
-      timeZone, hourCycle: 'h23', year: 'numeric', month: '2-digit', day: '2-digit',
-      hour: '2-digit', minute: '2-digit', second: '2-digit', timeZoneName: 'longOffset',
+      timeZone,
+      hourCycle: 'h23',
+      year: 'numeric',
+      month: '2-digit',
+      day: '2-digit',
+      hour: '2-digit',
+      minute: '2-digit',
+      second: '2-digit',
+      timeZoneName: 'longOffset',
     });
   } catch {
     throw new Error(`unknown timezone '${timeZone}': use an IANA name such as 'Europe/Paris' or 'UTC'`);
@@ -97,7 +104,13 @@ async function ensureRoot(root: string): Promise<void> {
   await mkdir(root, { recursive: true });
 }
 
-interface FileEntry { path: string; name: string; size: number; modified_at: string; is_dir: boolean }
+interface FileEntry {
+  path: string;
+  name: string;
+  size: number;
+  modified_at: string;
+  is_dir: boolean;
+}
 
 async function listDir(rootReal: string, dir: string, recursive: boolean, out: FileEntry[]): Promise<boolean> {
   const names = (await readdir(dir)).sort();
@@ -117,7 +130,12 @@ export function workspaceTools(): RegisteredTool[] {
   const read: RegisteredTool = {
     name: 'workspace_read',
     description: 'Read a text file from the run workspace. `path` is relative to the workspace root.',
-    input_schema: { type: 'object', properties: { path: { type: 'string', description: 'file path relative to the workspace' } }, required: ['path'], additionalProperties: false },
+    input_schema: {
+      type: 'object',
+      properties: { path: { type: 'string', description: 'file path relative to the workspace' } },
+      required: ['path'],
+      additionalProperties: false,
+    },
     idempotent: true,
     source: 'builtin',
     async execute(args, ctx) {
@@ -145,10 +163,14 @@ export function workspaceTools(): RegisteredTool[] {
   };
   const write: RegisteredTool = {
     name: 'workspace_write',
-    description: 'Write a text file in the run workspace, replacing it if it exists; directories are created as needed. `path` is relative to the workspace root.',
+    description:
+      'Write a text file in the run workspace, replacing it if it exists; directories are created as needed. `path` is relative to the workspace root.',
     input_schema: {
       type: 'object',
-      properties: { path: { type: 'string', description: 'file path relative to the workspace' }, content: { type: 'string', description: 'the whole new content of the file' } },
+      properties: {
+        path: { type: 'string', description: 'file path relative to the workspace' },
+        content: { type: 'string', description: 'the whole new content of the file' },
+      },
       required: ['path', 'content'],
       additionalProperties: false,
     },
@@ -178,7 +200,10 @@ export function workspaceTools(): RegisteredTool[] {
     description: 'List files in the run workspace. `path` (default the root) is a directory relative to the workspace; `recursive` lists subdirectories too.',
     input_schema: {
       type: 'object',
-      properties: { path: { type: 'string', description: 'directory relative to the workspace, default "."' }, recursive: { type: 'boolean', description: 'include subdirectories, default false' } },
+      properties: {
+        path: { type: 'string', description: 'directory relative to the workspace, default "."' },
+        recursive: { type: 'boolean', description: 'include subdirectories, default false' },
+      },
       additionalProperties: false,
     },
     idempotent: true,

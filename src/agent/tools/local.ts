@@ -3,7 +3,10 @@ import { pathToFileURL } from 'node:url';
 import { TOOL_NAME_RE, type RegisteredTool, type ToolContext } from './types.js';
 import { compileInputSchema, type ArgsValidator } from './schema.js';
 
-export interface LoadedTool { tool: RegisteredTool; validator: ArgsValidator }
+export interface LoadedTool {
+  tool: RegisteredTool;
+  validator: ArgsValidator;
+}
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);

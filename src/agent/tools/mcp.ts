@@ -108,7 +108,10 @@ export class McpConnection {
   /** Clients being shut down in the background; close() waits for them so no child outlives us. */
   private readonly closing = new Set<Promise<void>>();
 
-  constructor(private readonly cfg: McpServerConfig, private readonly opts: McpConnectionOptions) {
+  constructor(
+    private readonly cfg: McpServerConfig,
+    private readonly opts: McpConnectionOptions,
+  ) {
     this.name = cfg.name;
   }
 
@@ -137,7 +140,10 @@ export class McpConnection {
   }
 
   private dispose(client: Client): void {
-    const p: Promise<void> = client.close().catch(() => undefined).finally(() => this.closing.delete(p));
+    const p: Promise<void> = client
+      .close()
+      .catch(() => undefined)
+      .finally(() => this.closing.delete(p));
     this.closing.add(p);
   }
 
@@ -320,7 +326,11 @@ export class McpConnection {
     try {
       result = await client.callTool(
         // _meta lets a server guard its own side effects the way a local tool can (decisions §6.1).
-        { name: original, arguments: args, _meta: { 'agentd/run_id': ctx.run_id, 'agentd/attempt': ctx.attempt, 'agentd/idempotency_key': ctx.idempotency_key } },
+        {
+          name: original,
+          arguments: args,
+          _meta: { 'agentd/run_id': ctx.run_id, 'agentd/attempt': ctx.attempt, 'agentd/idempotency_key': ctx.idempotency_key },
+        },
         undefined,
         { signal: ctx.signal, timeout: this.opts.callTimeoutMs },
       );

@@ -67,7 +67,8 @@ export class ToolRegistry {
     }
     const local = cfg.local ? await loadLocalTools(cfg.local, process.cwd(), opts.localVersion) : [];
     for (const l of local) {
-      if (builtin.some((b) => b.tool.name === l.tool.name)) throw new Error(`local tools module ${cfg.local}: tool '${l.tool.name}' has the name of a built-in tool`);
+      if (builtin.some((b) => b.tool.name === l.tool.name))
+        throw new Error(`local tools module ${cfg.local}: tool '${l.tool.name}' has the name of a built-in tool`);
     }
     const names = new Set<string>();
     for (const server of cfg.mcp ?? []) {
@@ -85,7 +86,13 @@ export class ToolRegistry {
         await Promise.all(leases.map((l) => l.release()));
         throw err;
       }
-      registry = new ToolRegistry(builtin, local, leases.map((l) => l.connection), logger, leases.map((l) => () => l.release()));
+      registry = new ToolRegistry(
+        builtin,
+        local,
+        leases.map((l) => l.connection),
+        logger,
+        leases.map((l) => () => l.release()),
+      );
       registry.rebuild();
       await Promise.all(leases.map((l) => l.ready));
       registry.rebuild();
@@ -105,7 +112,13 @@ export class ToolRegistry {
           onChange,
         }),
     );
-    registry = new ToolRegistry(builtin, local, connections, logger, connections.map((c) => () => c.close()));
+    registry = new ToolRegistry(
+      builtin,
+      local,
+      connections,
+      logger,
+      connections.map((c) => () => c.close()),
+    );
     registry.rebuild();
     await Promise.all(connections.map((c) => c.start()));
     registry.rebuild();
@@ -161,11 +174,17 @@ export class ToolRegistry {
     // A model that produced no arguments at all means "no arguments".
     const given = args === undefined || args === null ? {} : args;
     if (!isPlainObject(given)) {
-      return { ok: false, message: `invalid arguments for tool '${name}': arguments must be a JSON object. Expected input schema: ${schemaHint(entry.tool.input_schema)}` };
+      return {
+        ok: false,
+        message: `invalid arguments for tool '${name}': arguments must be a JSON object. Expected input schema: ${schemaHint(entry.tool.input_schema)}`,
+      };
     }
     const result = entry.validator(given);
     if (result.ok) return result;
-    return { ok: false, message: `invalid arguments for tool '${name}': ${result.errors.join('; ')}. Expected input schema: ${schemaHint(entry.tool.input_schema)}` };
+    return {
+      ok: false,
+      message: `invalid arguments for tool '${name}': ${result.errors.join('; ')}. Expected input schema: ${schemaHint(entry.tool.input_schema)}`,
+    };
   }
 
   mcpStatus(): Record<string, McpServerStatus> {

@@ -62,7 +62,10 @@ export function lazyInputSchema(schema: Record<string, unknown>): ArgsValidator 
 
 function where(instancePath: string): string {
   if (instancePath === '') return '';
-  const parts = instancePath.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+  const parts = instancePath
+    .split('/')
+    .slice(1)
+    .map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
   let out = '';
   for (const p of parts) out += /^\d+$/.test(p) ? `[${p}]` : out === '' ? p : `.${p}`;
   return out;
@@ -74,9 +77,13 @@ function describeError(e: ErrorObject): string {
   const params = e.params as Record<string, unknown>;
   switch (e.keyword) {
     case 'required':
-      return path === '' ? `missing required property '${String(params.missingProperty)}'` : `${subject} is missing required property '${String(params.missingProperty)}'`;
+      return path === ''
+        ? `missing required property '${String(params.missingProperty)}'`
+        : `${subject} is missing required property '${String(params.missingProperty)}'`;
     case 'additionalProperties':
-      return path === '' ? `unexpected property '${String(params.additionalProperty)}'` : `${subject} has unexpected property '${String(params.additionalProperty)}'`;
+      return path === ''
+        ? `unexpected property '${String(params.additionalProperty)}'`
+        : `${subject} has unexpected property '${String(params.additionalProperty)}'`;
     case 'type':
       return `${subject} must be of type ${String(params.type).split(',').join(' or ')}`;
     case 'enum':

@@ -36,9 +36,16 @@ describe('anthropic provider', () => {
     replies.push({
       status: 200,
       body: {
-        id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-test',
-        content: [{ type: 'text', text: 'Checking.' }, { type: 'tool_use', id: 'toolu_2', name: 'clock', input: { timezone: 'UTC' } }],
-        stop_reason: 'tool_use', stop_sequence: null,
+        id: 'msg_1',
+        type: 'message',
+        role: 'assistant',
+        model: 'claude-test',
+        content: [
+          { type: 'text', text: 'Checking.' },
+          { type: 'tool_use', id: 'toolu_2', name: 'clock', input: { timezone: 'UTC' } },
+        ],
+        stop_reason: 'tool_use',
+        stop_sequence: null,
         usage: { input_tokens: 42, output_tokens: 9 },
       },
     });

@@ -79,9 +79,7 @@ describe('demo model', () => {
     expect(r.finish_reason).toBe('tool_calls');
     expect(r.text).toBe('');
     expect(deltas).toEqual([]);
-    expect(r.tool_calls).toEqual([
-      { id: 'call_demo_1', name: 'workspace_write', arguments: { path: 'list.txt', content: 'buy milk', append: false } },
-    ]);
+    expect(r.tool_calls).toEqual([{ id: 'call_demo_1', name: 'workspace_write', arguments: { path: 'list.txt', content: 'buy milk', append: false } }]);
     const r2 = (await call(m, [{ role: 'user', content: 'counter label=visits' }])).r;
     expect(r2.tool_calls).toEqual([{ id: 'call_demo_1', name: 'counter', arguments: { by: 1, label: 'visits' } }]);
     const r3 = (await call(m, [{ role: 'user', content: 'bump the counter by=3' }])).r;
@@ -141,7 +139,15 @@ describe('demo model', () => {
     const ac = new AbortController();
     const deltas: string[] = [];
     const err = await m
-      .call({ messages: [{ role: 'user', content: 'one two three four five' }], tools: [], signal: ac.signal, onDelta: (d) => { deltas.push(d); ac.abort(); } })
+      .call({
+        messages: [{ role: 'user', content: 'one two three four five' }],
+        tools: [],
+        signal: ac.signal,
+        onDelta: (d) => {
+          deltas.push(d);
+          ac.abort();
+        },
+      })
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ModelCallError);
     expect((err as ModelCallError).kind).toBe('aborted');

@@ -17,7 +17,14 @@ const tools: ToolDeclaration[] = [
 const conversation: ChatMessage[] = [
   { role: 'system', content: 'You are terse.' },
   { role: 'user', content: 'What time is it in two zones?' },
-  { role: 'assistant', content: '', tool_calls: [{ id: 'c1', name: 'clock', arguments: { timezone: 'UTC' } }, { id: 'c2', name: 'clock', arguments: { timezone: 'CET' } }] },
+  {
+    role: 'assistant',
+    content: '',
+    tool_calls: [
+      { id: 'c1', name: 'clock', arguments: { timezone: 'UTC' } },
+      { id: 'c2', name: 'clock', arguments: { timezone: 'CET' } },
+    ],
+  },
   { role: 'tool', tool_call_id: 'c1', tool_name: 'clock', content: '12:00' },
   { role: 'tool', tool_call_id: 'c2', tool_name: 'clock', content: '13:00' },
   { role: 'assistant', content: 'Checking once more.', tool_calls: [{ id: 'c3', name: 'noschema', arguments: {} }] },
@@ -29,19 +36,37 @@ const conversation: ChatMessage[] = [
 
 describe('direct doStream path', () => {
   let s: ScriptedOpenAI;
-  beforeAll(async () => { s = await startScriptedOpenAI(); });
-  afterAll(async () => { await s.close(); });
+  beforeAll(async () => {
+    s = await startScriptedOpenAI();
+  });
+  afterAll(async () => {
+    await s.close();
+  });
   beforeEach(() => s.reset());
 
   const build = () => {
     const languageModel = createOpenAICompatible({ name: 'openai-compatible', baseURL: s.url, apiKey: 'sk-test', includeUsage: true }).chatModel('scripted-1');
-    return { languageModel, provider: new AiSdkProvider({ provider: 'openai-compatible', model: 'scripted-1', languageModel, inlineSystemMessages: true, max_output_tokens: 256, temperature: 0.2 }) };
+    return {
+      languageModel,
+      provider: new AiSdkProvider({
+        provider: 'openai-compatible',
+        model: 'scripted-1',
+        languageModel,
+        inlineSystemMessages: true,
+        max_output_tokens: 256,
+        temperature: 0.2,
+      }),
+    };
   };
 
   it('sends the same request body and headers as streamText for the same call, and reads the same result', async () => {
     const { languageModel, provider } = build();
     expect(isV3(languageModel)).toBe(true);
-    const reply = { text: 'Now is 12:01.', tool_calls: [{ id: 'c9', name: 'clock', arguments: { timezone: 'UTC' } }], usage: { prompt_tokens: 40, completion_tokens: 9 } };
+    const reply = {
+      text: 'Now is 12:01.',
+      tool_calls: [{ id: 'c9', name: 'clock', arguments: { timezone: 'UTC' } }],
+      usage: { prompt_tokens: 40, completion_tokens: 9 },
+    };
     s.enqueue(reply, reply);
 
     const deltas: string[] = [];
@@ -49,8 +74,16 @@ describe('direct doStream path', () => {
 
     const { system, messages } = toModelMessages(conversation, true);
     const viaSdk = streamText({
-      model: languageModel, system, messages, allowSystemInMessages: true, tools: toToolSet(tools),
-      stopWhen: stepCountIs(1), maxRetries: 0, maxOutputTokens: 256, temperature: 0.2, onError: () => {},
+      model: languageModel,
+      system,
+      messages,
+      allowSystemInMessages: true,
+      tools: toToolSet(tools),
+      stopWhen: stepCountIs(1),
+      maxRetries: 0,
+      maxOutputTokens: 256,
+      temperature: 0.2,
+      onError: () => {},
     });
     const sdkText: string[] = [];
     for await (const p of viaSdk.fullStream) if (p.type === 'text-delta') sdkText.push(p.text);
@@ -83,17 +116,23 @@ describe('direct doStream path', () => {
     expect(p[0]).toEqual({ role: 'system', content: 'You are terse.' });
     expect(p.at(-2)).toEqual({ role: 'user', content: [{ type: 'text', text: 'Answer in one line.' }] });
     // Two results of one batch travel in one tool message.
-    expect(p[3]).toEqual({ role: 'tool', content: [
-      { type: 'tool-result', toolCallId: 'c1', toolName: 'clock', output: { type: 'text', value: '12:00' } },
-      { type: 'tool-result', toolCallId: 'c2', toolName: 'clock', output: { type: 'text', value: '13:00' } },
-    ] });
+    expect(p[3]).toEqual({
+      role: 'tool',
+      content: [
+        { type: 'tool-result', toolCallId: 'c1', toolName: 'clock', output: { type: 'text', value: '12:00' } },
+        { type: 'tool-result', toolCallId: 'c2', toolName: 'clock', output: { type: 'text', value: '13:00' } },
+      ],
+    });
   });
 
   it('a stream that breaks after some text fails with partialOutput, not a silent short answer', async () => {
     const { provider } = build();
     s.enqueue({ destroy: true, after_chunks: 3, text: 'one two three four five' });
     const deltas: string[] = [];
-    const err = await provider.call({ messages: conversation, tools, onDelta: (t) => deltas.push(t) }).then(() => null, (e: unknown) => e as { kind: string; partialOutput: boolean });
+    const err = await provider.call({ messages: conversation, tools, onDelta: (t) => deltas.push(t) }).then(
+      () => null,
+      (e: unknown) => e as { kind: string; partialOutput: boolean },
+    );
     expect(err).not.toBeNull();
     expect(deltas.length).toBeGreaterThan(0);
     expect(err!.partialOutput).toBe(true);

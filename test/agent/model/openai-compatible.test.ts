@@ -42,7 +42,9 @@ describe('openai-compatible provider against the scripted server', () => {
     s = await startScriptedOpenAI();
     provider = createModelProvider({ provider: 'openai-compatible', base_url: s.url, model: 'scripted-1', api_key: 'sk-test' });
   });
-  afterAll(async () => { await s.close(); });
+  afterAll(async () => {
+    await s.close();
+  });
   beforeEach(() => {
     s.reset();
   });
@@ -94,7 +96,11 @@ describe('openai-compatible provider against the scripted server', () => {
     expect(tools.map((t) => t.function.name)).toEqual(['clock', 'workspace_read']);
     expect(tools[1]).toMatchObject({
       type: 'function',
-      function: { name: 'workspace_read', description: 'Read a file', parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] } },
+      function: {
+        name: 'workspace_read',
+        description: 'Read a file',
+        parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
+      },
     });
     // Only one request: the SDK did not run a tool or a second step.
     expect(s.requests).toHaveLength(1);
@@ -167,7 +173,9 @@ describe('openai-compatible provider against the scripted server', () => {
     const errors: Array<{ kind: string; attempt: number; willRetry: boolean; delay: number }> = [];
     const p = withRetries(provider, {
       random: () => 0.5,
-      sleep: async (ms) => { sleeps.push(ms); },
+      sleep: async (ms) => {
+        sleeps.push(ms);
+      },
       onError: (err, attempt, willRetry, delay) => errors.push({ kind: err.kind, attempt, willRetry, delay }),
     });
     const deltas: string[] = [];
@@ -186,13 +194,18 @@ describe('openai-compatible provider against the scripted server', () => {
     const p = withRetries(provider, {
       baseDelayMs: 100,
       random: () => 0.5,
-      sleep: async (ms) => { sleeps.push(ms); },
+      sleep: async (ms) => {
+        sleeps.push(ms);
+      },
       onError: (err) => errors.push(err),
     });
     const r = await p.call({ messages: user('hi'), tools: [] });
     expect(r.text).toBe('finally');
     expect(sleeps).toEqual([50, 100]);
-    expect(errors.map((e) => [e.kind, e.status, e.retryable])).toEqual([['server', 500, true], ['server', 500, true]]);
+    expect(errors.map((e) => [e.kind, e.status, e.retryable])).toEqual([
+      ['server', 500, true],
+      ['server', 500, true],
+    ]);
   });
 
   it('gives up after maxRetries and throws the last error', async () => {
@@ -202,7 +215,11 @@ describe('openai-compatible provider against the scripted server', () => {
     const err = await expectModelError(p.call({ messages: user('hi'), tools: [] }));
     expect(err.kind).toBe('server');
     expect(err.status).toBe(503);
-    expect(seen).toEqual([[1, true], [2, true], [3, false]]);
+    expect(seen).toEqual([
+      [1, true],
+      [2, true],
+      [3, false],
+    ]);
     expect(s.requests).toHaveLength(3);
   });
 
@@ -234,7 +251,11 @@ describe('openai-compatible provider against the scripted server', () => {
   it('fails at once on a non-retryable 400', async () => {
     s.enqueue({ status: 400, message: 'bad tool schema' }, { text: 'never sent' });
     let sleeps = 0;
-    const p = withRetries(provider, { sleep: async () => { sleeps++; } });
+    const p = withRetries(provider, {
+      sleep: async () => {
+        sleeps++;
+      },
+    });
     const err = await expectModelError(p.call({ messages: user('hi'), tools: [] }));
     expect(err.kind).toBe('bad_request');
     expect(err.status).toBe(400);
@@ -266,12 +287,17 @@ describe('openai-compatible provider against the scripted server', () => {
     s.enqueue({ text: 'a b c d e f g', chunkDelayMs: 20 });
     const ac = new AbortController();
     const deltas: string[] = [];
-    const err = await expectModelError(provider.call({
-      messages: user('hi'),
-      tools: [],
-      signal: ac.signal,
-      onDelta: (t) => { deltas.push(t); ac.abort(); },
-    }));
+    const err = await expectModelError(
+      provider.call({
+        messages: user('hi'),
+        tools: [],
+        signal: ac.signal,
+        onDelta: (t) => {
+          deltas.push(t);
+          ac.abort();
+        },
+      }),
+    );
     expect(err.kind).toBe('aborted');
     expect(deltas).toEqual(['a ']);
 

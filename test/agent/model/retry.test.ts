@@ -65,16 +65,30 @@ describe('withRetries', () => {
   it('retries transient kinds and reports each failure once', async () => {
     const p = fake([new ModelCallError('connection', 'reset'), new ModelCallError('timeout', 'slow'), ok]);
     const seen: Array<[string, number, boolean, number]> = [];
-    const r = await withRetries(p, { baseDelayMs: 10, random: () => 0.5, sleep: async () => {}, onError: (err, a, w, d) => seen.push([err.kind, a, w, d]) })
-      .call({ messages: [], tools: [] });
+    const r = await withRetries(p, {
+      baseDelayMs: 10,
+      random: () => 0.5,
+      sleep: async () => {},
+      onError: (err, a, w, d) => seen.push([err.kind, a, w, d]),
+    }).call({ messages: [], tools: [] });
     expect(r).toEqual(ok);
-    expect(seen).toEqual([['connection', 1, true, 5], ['timeout', 2, true, 10]]);
+    expect(seen).toEqual([
+      ['connection', 1, true, 5],
+      ['timeout', 2, true, 10],
+    ]);
     expect(p.calls).toBe(3);
   });
 
   it('turns unknown throws into ModelCallError and does not retry them', async () => {
-    const p = fake([async () => { throw new Error('boom'); }, ok]);
-    const err = await withRetries(p, { sleep: async () => {} }).call({ messages: [], tools: [] }).catch((e: unknown) => e);
+    const p = fake([
+      async () => {
+        throw new Error('boom');
+      },
+      ok,
+    ]);
+    const err = await withRetries(p, { sleep: async () => {} })
+      .call({ messages: [], tools: [] })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ModelCallError);
     expect((err as ModelCallError).kind).toBe('unknown');
     expect(p.calls).toBe(1);
@@ -82,15 +96,23 @@ describe('withRetries', () => {
 
   it('a throwing onError does not change the outcome', async () => {
     const p = fake([new ModelCallError('server', '502', { status: 502 }), ok]);
-    const r = await withRetries(p, { sleep: async () => {}, onError: () => { throw new Error('telemetry down'); } }).call({ messages: [], tools: [] });
+    const r = await withRetries(p, {
+      sleep: async () => {},
+      onError: () => {
+        throw new Error('telemetry down');
+      },
+    }).call({ messages: [], tools: [] });
     expect(r.text).toBe('ok');
   });
 
   it('stops waiting at once when aborted during the real backoff sleep', async () => {
     const p = fake([new ModelCallError('rate_limited', '429', { status: 429, retryAfterMs: 600_000 }), ok]);
     const ac = new AbortController();
-    const pending = withRetries(p, { maxDelayMs: 600_000, onError: () => queueMicrotask(() => ac.abort()) })
-      .call({ messages: [], tools: [], signal: ac.signal });
+    const pending = withRetries(p, { maxDelayMs: 600_000, onError: () => queueMicrotask(() => ac.abort()) }).call({
+      messages: [],
+      tools: [],
+      signal: ac.signal,
+    });
     const err = await pending.catch((e: unknown) => e);
     expect(err).toMatchObject({ kind: 'aborted', retryable: false });
     expect(p.calls).toBe(1);

@@ -29,7 +29,9 @@ describe('built-in clock', () => {
 
   it('gives the local time with its offset, following the clock and DST', async () => {
     expect(await reg.get('clock')!.execute({ timezone: 'Europe/Paris' }, ctx())).toEqual({
-      now: '2026-07-01T12:34:56.789Z', timezone: 'Europe/Paris', local: '2026-07-01T14:34:56+02:00',
+      now: '2026-07-01T12:34:56.789Z',
+      timezone: 'Europe/Paris',
+      local: '2026-07-01T14:34:56+02:00',
     });
     clock.set('2026-01-15T23:30:00Z');
     expect(await reg.get('clock')!.execute({ timezone: 'Europe/Paris' }, ctx())).toMatchObject({ local: '2026-01-16T00:30:00+01:00' });
@@ -90,10 +92,17 @@ describe('built-in workspace tools', () => {
 
   it('lists a directory, and recursively', async () => {
     await run('workspace_write', { path: 'b.txt', content: 'bb' });
-    const top = (await run('workspace_list', {})) as { path: string; entries: Array<{ path: string; name: string; is_dir: boolean; size: number; modified_at: string }> };
+    const top = (await run('workspace_list', {})) as {
+      path: string;
+      entries: Array<{ path: string; name: string; is_dir: boolean; size: number; modified_at: string }>;
+    };
     expect(top.path).toBe('.');
     expect(top.entries.map((e) => [e.path, e.is_dir])).toEqual([
-      ['b.txt', false], ['dangling', false], ['escape-dir', false], ['escape-file', false], ['notes', true],
+      ['b.txt', false],
+      ['dangling', false],
+      ['escape-dir', false],
+      ['escape-file', false],
+      ['notes', true],
     ]);
     expect(top.entries[0]).toMatchObject({ name: 'b.txt', size: 2 });
     expect(top.entries[0].modified_at).toMatch(/Z$/);
@@ -140,7 +149,11 @@ describe('built-in workspace tools', () => {
   });
 
   it('throws without a workspace', async () => {
-    for (const [name, args] of [['workspace_read', { path: 'a' }], ['workspace_write', { path: 'a', content: '' }], ['workspace_list', {}]] as const) {
+    for (const [name, args] of [
+      ['workspace_read', { path: 'a' }],
+      ['workspace_write', { path: 'a', content: '' }],
+      ['workspace_list', {}],
+    ] as const) {
       await expect(run(name, args, null)).rejects.toThrow('no workspace for this run');
     }
   });

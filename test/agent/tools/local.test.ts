@@ -82,8 +82,13 @@ describe('local tools module', () => {
     const c = ctx({ workspace_path: '/tmp/ws' });
     const out = await reg.get('get_context')!.execute({}, c);
     expect(out).toEqual({
-      run_id: 'run_test', session_id: 'session_test', attempt: 1, lease_token: 'lease_1',
-      idempotency_key: 'run_test:1:call_1', workspace_path: '/tmp/ws', has_signal: true,
+      run_id: 'run_test',
+      session_id: 'session_test',
+      attempt: 1,
+      lease_token: 'lease_1',
+      idempotency_key: 'run_test:1:call_1',
+      workspace_path: '/tmp/ws',
+      has_signal: true,
     });
     expect(await reg.get('add')!.execute({ a: 2, b: 3 }, c)).toEqual({ sum: 5 });
     expect(await reg.get('echo')!.execute({ text: 'hi' }, c)).toBe('hi');
@@ -107,14 +112,23 @@ describe('local tools module', () => {
     ['export default [{ name: "x", input_schema: { type: "object" }, execute() {} }];', "tool #0 ('x'): description must be a string"],
     ['export default [{ name: "x", description: "", execute() {} }];', 'input_schema must be a JSON Schema object'],
     ['export default [{ name: "x", description: "", input_schema: { type: "string" }, execute() {} }];', "input_schema must have type 'object'"],
-    ['export default [{ name: "x", description: "", input_schema: { type: "object", properties: { a: { type: "nope" } } }, execute() {} }];', 'input_schema is not a valid JSON Schema'],
+    [
+      'export default [{ name: "x", description: "", input_schema: { type: "object", properties: { a: { type: "nope" } } }, execute() {} }];',
+      'input_schema is not a valid JSON Schema',
+    ],
     ['export default [{ name: "x", description: "", input_schema: { type: "object" }, idempotent: "yes", execute() {} }];', 'idempotent must be a boolean'],
     ['export default [{ name: "x", description: "", input_schema: { type: "object" } }];', 'execute must be a function'],
-    ['const t = { name: "x", description: "", input_schema: { type: "object" }, execute() {} }; export default [t, { ...t }];', "tool #1 ('x'): duplicate tool name 'x'"],
+    [
+      'const t = { name: "x", description: "", input_schema: { type: "object" }, execute() {} }; export default [t, { ...t }];',
+      "tool #1 ('x'): duplicate tool name 'x'",
+    ],
     ['throw new Error("import-time failure");', 'could not be loaded: import-time failure'],
   ])('refuses a bad module: %s', async (source, expected) => {
     const file = await badModule(source);
-    const err = await ToolRegistry.create({ local: file }).then(() => null, (e: unknown) => e as Error);
+    const err = await ToolRegistry.create({ local: file }).then(
+      () => null,
+      (e: unknown) => e as Error,
+    );
     expect(err).toBeInstanceOf(Error);
     expect(err!.message).toContain(file);
     expect(err!.message).toContain(expected);

@@ -22,7 +22,8 @@ class HttpFixture {
         void transport.close();
         void mcp.close();
       });
-      mcp.connect(transport)
+      mcp
+        .connect(transport)
         .then(() => transport.handleRequest(req, res))
         .catch(() => {
           if (!res.headersSent) res.writeHead(500).end();

@@ -8,14 +8,23 @@ import { ctx, nextStatus, until } from './helpers.js';
 const FIXTURE = path.resolve('test/fixtures/mcp-stdio-server.ts');
 const fx = { name: 'fx', command: process.execPath, args: ['--import', 'tsx', FIXTURE] };
 
-interface Stats { slow_started: number; slow_cancelled: number; slow_finished: number; calls: number; pid: number }
+interface Stats {
+  slow_started: number;
+  slow_cancelled: number;
+  slow_finished: number;
+  calls: number;
+  pid: number;
+}
 
 describe('MCP over stdio', () => {
   let reg: ToolRegistry;
   const stats = async (): Promise<Stats> => JSON.parse((await reg.get('fx__stats')!.execute({}, ctx())) as string) as Stats;
 
   beforeAll(async () => {
-    reg = await ToolRegistry.create({ mcp: [fx], local: 'test/fixtures/tools-module.mjs', builtin: ['clock'] }, { connectTimeoutMs: 15_000, reconnectBaseMs: 50 });
+    reg = await ToolRegistry.create(
+      { mcp: [fx], local: 'test/fixtures/tools-module.mjs', builtin: ['clock'] },
+      { connectTimeoutMs: 15_000, reconnectBaseMs: 50 },
+    );
   });
   afterAll(() => reg.close());
 
@@ -51,7 +60,10 @@ describe('MCP over stdio', () => {
   });
 
   it('maps isError to a thrown error carrying the text', async () => {
-    const err = await reg.get('fx__fail')!.execute({ reason: 'disk full' }, ctx()).catch((e: unknown) => e);
+    const err = await reg
+      .get('fx__fail')!
+      .execute({ reason: 'disk full' }, ctx())
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(McpToolError);
     expect((err as Error).message).toBe('fixture failure: disk full');
   });
@@ -96,7 +108,10 @@ describe('MCP over stdio', () => {
     let callWhileDown: unknown = null;
     const down = nextStatus(reg, 'fx', 'disconnected').then(async (s) => {
       connectedWhileDown = reg.mcpConnected();
-      callWhileDown = await reg.get('fx__echo')!.execute({ text: 'x' }, ctx()).catch((e: unknown) => e);
+      callWhileDown = await reg
+        .get('fx__echo')!
+        .execute({ text: 'x' }, ctx())
+        .catch((e: unknown) => e);
       return s;
     });
     const up = nextStatus(reg, 'fx', 'connected');
@@ -144,7 +159,10 @@ describe('MCP servers that fail', () => {
 
   it('gives up waiting after connectTimeoutMs on a server that never answers', async () => {
     const silent = ['-e', "process.stdin.resume(); process.stdin.on('end', () => process.exit(0));"];
-    const reg = await ToolRegistry.create({ mcp: [{ name: 'mute', command: process.execPath, args: silent }] }, { connectTimeoutMs: 300, reconnectBaseMs: 60_000 });
+    const reg = await ToolRegistry.create(
+      { mcp: [{ name: 'mute', command: process.execPath, args: silent }] },
+      { connectTimeoutMs: 300, reconnectBaseMs: 60_000 },
+    );
     try {
       expect(reg.mcpStatus().mute).toEqual({ status: 'failed', last_error: 'no answer within 300 ms' });
       expect(reg.mcpConnected()).toBe(false);
@@ -164,7 +182,10 @@ describe('MCP servers that fail', () => {
         `const { register } = await import(${JSON.stringify(path.resolve('node_modules/tsx/dist/esm/api/index.mjs'))});\nregister();\n` +
         `await import(pathToFileURL(${JSON.stringify(FIXTURE)}).href);\n`,
     );
-    const reg = await ToolRegistry.create({ mcp: [{ name: 'late', command: process.execPath, args: [wrapper] }] }, { connectTimeoutMs: 15_000, reconnectBaseMs: 100, reconnectMaxMs: 200 });
+    const reg = await ToolRegistry.create(
+      { mcp: [{ name: 'late', command: process.execPath, args: [wrapper] }] },
+      { connectTimeoutMs: 15_000, reconnectBaseMs: 100, reconnectMaxMs: 200 },
+    );
     try {
       const s = reg.mcpStatus().late;
       expect(s.status).toBe('failed');
@@ -182,6 +203,13 @@ describe('MCP servers that fail', () => {
 
   it('refuses bad server names and duplicates', async () => {
     await expect(ToolRegistry.create({ mcp: [{ name: 'bad.name', command: 'x' }] })).rejects.toThrow("MCP server name 'bad.name'");
-    await expect(ToolRegistry.create({ mcp: [{ name: 'a', command: 'x' }, { name: 'a', url: 'http://127.0.0.1:1/mcp' }] })).rejects.toThrow('configured twice');
+    await expect(
+      ToolRegistry.create({
+        mcp: [
+          { name: 'a', command: 'x' },
+          { name: 'a', url: 'http://127.0.0.1:1/mcp' },
+        ],
+      }),
+    ).rejects.toThrow('configured twice');
   });
 });

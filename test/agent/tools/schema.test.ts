@@ -27,9 +27,17 @@ describe('compileInputSchema', () => {
   });
 
   it('accepts draft-07 and unversioned schemas, tolerating unknown keywords and formats', () => {
-    const v = compileInputSchema({ $schema: 'http://json-schema.org/draft-07/schema#', type: 'object', 'x-ui': 'wide', properties: { when: { type: 'string', format: 'date-time' } } });
+    const v = compileInputSchema({
+      $schema: 'http://json-schema.org/draft-07/schema#',
+      type: 'object',
+      'x-ui': 'wide',
+      properties: { when: { type: 'string', format: 'date-time' } },
+    });
     expect(v({ when: 'not a date' }).ok).toBe(true);
-    expect(compileInputSchema({ type: 'object', properties: { n: { type: 'integer', minimum: 1 } } })({ n: 0 })).toEqual({ ok: false, errors: ["'n' must be >= 1"] });
+    expect(compileInputSchema({ type: 'object', properties: { n: { type: 'integer', minimum: 1 } } })({ n: 0 })).toEqual({
+      ok: false,
+      errors: ["'n' must be >= 1"],
+    });
   });
 
   it('compiles schemas sharing an $id independently', () => {
@@ -42,7 +50,10 @@ describe('compileInputSchema', () => {
   it('describes nested problems with readable paths', () => {
     const v = compileInputSchema({
       type: 'object',
-      properties: { items: { type: 'array', items: { type: 'object', properties: { qty: { type: 'integer' } }, required: ['sku'], additionalProperties: false } }, mode: { enum: ['a', 'b'] } },
+      properties: {
+        items: { type: 'array', items: { type: 'object', properties: { qty: { type: 'integer' } }, required: ['sku'], additionalProperties: false } },
+        mode: { enum: ['a', 'b'] },
+      },
     });
     const r = v({ items: [{ qty: 1.5, x: 1 }], mode: 'c' });
     expect(r.ok).toBe(false);
@@ -52,7 +63,7 @@ describe('compileInputSchema', () => {
         "'items[0]' is missing required property 'sku'",
         "'items[0]' has unexpected property 'x'",
         "'items[0].qty' must be of type integer",
-        "'mode' must be one of [\"a\",\"b\"]",
+        '\'mode\' must be one of ["a","b"]',
       ]),
     );
   });

@@ -5,8 +5,22 @@ import { join } from 'node:path';
 import { LevelStore } from '../../../src/store/level.js';
 import { cloneRuns, readRunTemplate } from '../datagen.js';
 import {
-  realPathConfig, median, nowMs, openSse, percentile, ratio, removeDir, request, round, rssMb, scaled, sleep, startChild, tempDir,
-  type BenchOutput, type Row,
+  realPathConfig,
+  median,
+  nowMs,
+  openSse,
+  percentile,
+  ratio,
+  removeDir,
+  request,
+  round,
+  rssMb,
+  scaled,
+  sleep,
+  startChild,
+  tempDir,
+  type BenchOutput,
+  type Row,
 } from '../lib.js';
 import { startCli } from './startup.js';
 
@@ -46,7 +60,11 @@ async function waitingRunsDir(n: number): Promise<{ dir: string; runs: Array<{ r
 }
 
 /** Approves `samples` runs one at a time; each delay runs from sending the decision to the final_answer frame. */
-async function approve(url: string, runs: Array<{ run_id: string; session_id: string; approval_ids: string[] }>, samples: number): Promise<{ ms: number[]; postMs: number[]; failures: number; firstError: string | null }> {
+async function approve(
+  url: string,
+  runs: Array<{ run_id: string; session_id: string; approval_ids: string[] }>,
+  samples: number,
+): Promise<{ ms: number[]; postMs: number[]; failures: number; firstError: string | null }> {
   const ms: number[] = [];
   const postMs: number[] = [];
   let failures = 0;
@@ -69,7 +87,10 @@ async function approve(url: string, runs: Array<{ run_id: string; session_id: st
       await isOpen;
       await sleep(20); // replay of the run's stored events (none for clones) ends first
       const t0 = nowMs();
-      const r = await request(`${url}/runs/${run.run_id}/approvals/${run.approval_ids[0]}`, { method: 'POST', body: JSON.stringify({ decision: 'approve', approver: 'bench' }) });
+      const r = await request(`${url}/runs/${run.run_id}/approvals/${run.approval_ids[0]}`, {
+        method: 'POST',
+        body: JSON.stringify({ decision: 'approve', approver: 'bench' }),
+      });
       postMs.push(r.ms);
       if (r.status !== 200) throw new Error(`approval answered ${r.status}: ${r.body.slice(0, 300)}`);
       const at = await Promise.race([final, sleep(10_000).then(() => NaN)]);
@@ -106,11 +127,16 @@ async function recoveryAfterKill(): Promise<{ ms: number[]; notResumed: number; 
     const streams = Array.from({ length: KILLED_RUNS }, () => {
       let got!: (id: string) => void;
       const id = new Promise<string>((r) => (got = r));
-      const s = openSse(`${child.url}/run`, { method: 'POST', body: JSON.stringify({ query: 'keep talking' }), agent: false, onFrame: (f) => {
-        // The session frame comes before the run's first store round; its stored user_message
-        // event comes after it (same round or a later one): from then on the run is durable.
-        if (f.event === 'user_message') got((JSON.parse(f.data) as { run_id: string }).run_id);
-      } });
+      const s = openSse(`${child.url}/run`, {
+        method: 'POST',
+        body: JSON.stringify({ query: 'keep talking' }),
+        agent: false,
+        onFrame: (f) => {
+          // The session frame comes before the run's first store round; its stored user_message
+          // event comes after it (same round or a later one): from then on the run is durable.
+          if (f.event === 'user_message') got((JSON.parse(f.data) as { run_id: string }).run_id);
+        },
+      });
       s.done.catch(() => undefined); // the server is killed under it
       return { id, s };
     });
@@ -123,14 +149,16 @@ async function recoveryAfterKill(): Promise<{ ms: number[]; notResumed: number; 
     child = await startChild({ mode: 'agentd', dataDir: dir, config: realPathConfig(FAKE_URL), model: { kind: 'config' } });
     const pending = new Set(ids);
     while (pending.size > 0 && nowMs() - spawnedAt < RECOVERY_BOUND_MS) {
-      await Promise.all([...pending].map(async (id) => {
-        const r = await request(`${child.url}/runs/${id}`);
-        const run = JSON.parse(r.body) as { attempt?: number };
-        if ((run.attempt ?? 1) >= 2) {
-          ms.push(nowMs() - spawnedAt);
-          pending.delete(id);
-        }
-      }));
+      await Promise.all(
+        [...pending].map(async (id) => {
+          const r = await request(`${child.url}/runs/${id}`);
+          const run = JSON.parse(r.body) as { attempt?: number };
+          if ((run.attempt ?? 1) >= 2) {
+            ms.push(nowMs() - spawnedAt);
+            pending.delete(id);
+          }
+        }),
+      );
       if (pending.size > 0) await sleep(10);
     }
     return { ms, notResumed: pending.size, firstError };
@@ -193,28 +221,93 @@ async function approvalsWithModel(): Promise<BenchOutput> {
     const grew = bigRss - emptyRss;
     const startS = Math.max(b.readyMs, b.logMs);
     const rows: Row[] = [
-      { metric: `Idle RSS with ${WAITING.toLocaleString('en-US')} waiting runs`, value: round(bigRss, 0), unit: 'MB', baseline: round(emptyRss, 0), baseline_label: 'empty server', ratio: ratio(bigRss, emptyRss) },
+      {
+        metric: `Idle RSS with ${WAITING.toLocaleString('en-US')} waiting runs`,
+        value: round(bigRss, 0),
+        unit: 'MB',
+        baseline: round(emptyRss, 0),
+        baseline_label: 'empty server',
+        ratio: ratio(bigRss, emptyRss),
+      },
       { metric: 'Idle RSS growth over the empty server', value: round(grew, 0), unit: 'MB', target: '<= 150 MB', pass: grew <= 150 },
-      { metric: 'Spawn to GET /ready ready:true', value: round(b.readyMs, 0), unit: 'ms', baseline: round(e.readyMs, 0), baseline_label: 'empty server', ratio: ratio(b.readyMs, e.readyMs), target: '<= 3000 ms', pass: b.readyMs <= 3000 },
-      { metric: 'Spawn to start-up recovery sweep done ("listening" log line)', value: round(b.logMs, 0), unit: 'ms', baseline: round(e.logMs, 0), ratio: ratio(b.logMs, e.logMs), target: '<= 3000 ms', pass: startS <= 3000 },
-      { metric: `Start-up recovery sweep over the ${WAITING.toLocaleString('en-US')} waiting runs (log line - ready)`, value: round(b.logMs - b.readyMs, 0), unit: 'ms', baseline: round(e.logMs - e.readyMs, 0) },
-      { metric: 'Approval -> resumed run\'s final_answer, p50', value: round(p50, 1), unit: 'ms', baseline: round(median(smallApprovals.ms), 1), baseline_label: `${SMALL} waiting runs`, ratio: ratio(p50, median(smallApprovals.ms)), target: '<= 20 ms', pass: p50 <= 20 },
-      { metric: 'Approval -> final_answer, p99', value: round(percentile(bigApprovals.ms, 99), 1), unit: 'ms', baseline: round(percentile(smallApprovals.ms, 99), 1), ratio: ratio(percentile(bigApprovals.ms, 99), percentile(smallApprovals.ms, 99)) },
-      { metric: 'POST /runs/{id}/approvals/{id} answer, p50', value: round(median(bigApprovals.postMs), 1), unit: 'ms', baseline: round(median(smallApprovals.postMs), 1), ratio: ratio(median(bigApprovals.postMs), median(smallApprovals.postMs)) },
-      { metric: 'Approvals that did not complete', value: bigApprovals.failures, unit: '', baseline: smallApprovals.failures, target: '0', pass: bigApprovals.failures === 0 },
-      { metric: `Recovery after SIGKILL: restart spawn -> last of ${KILLED_RUNS} live runs resumed`, value: round(recoveryMax, 0), unit: 'ms', target: '<= lease_seconds + sweep interval + 1 s (91,000 ms)', pass: recovery.notResumed === 0 && recoveryMax <= RECOVERY_BOUND_MS },
+      {
+        metric: 'Spawn to GET /ready ready:true',
+        value: round(b.readyMs, 0),
+        unit: 'ms',
+        baseline: round(e.readyMs, 0),
+        baseline_label: 'empty server',
+        ratio: ratio(b.readyMs, e.readyMs),
+        target: '<= 3000 ms',
+        pass: b.readyMs <= 3000,
+      },
+      {
+        metric: 'Spawn to start-up recovery sweep done ("listening" log line)',
+        value: round(b.logMs, 0),
+        unit: 'ms',
+        baseline: round(e.logMs, 0),
+        ratio: ratio(b.logMs, e.logMs),
+        target: '<= 3000 ms',
+        pass: startS <= 3000,
+      },
+      {
+        metric: `Start-up recovery sweep over the ${WAITING.toLocaleString('en-US')} waiting runs (log line - ready)`,
+        value: round(b.logMs - b.readyMs, 0),
+        unit: 'ms',
+        baseline: round(e.logMs - e.readyMs, 0),
+      },
+      {
+        metric: "Approval -> resumed run's final_answer, p50",
+        value: round(p50, 1),
+        unit: 'ms',
+        baseline: round(median(smallApprovals.ms), 1),
+        baseline_label: `${SMALL} waiting runs`,
+        ratio: ratio(p50, median(smallApprovals.ms)),
+        target: '<= 20 ms',
+        pass: p50 <= 20,
+      },
+      {
+        metric: 'Approval -> final_answer, p99',
+        value: round(percentile(bigApprovals.ms, 99), 1),
+        unit: 'ms',
+        baseline: round(percentile(smallApprovals.ms, 99), 1),
+        ratio: ratio(percentile(bigApprovals.ms, 99), percentile(smallApprovals.ms, 99)),
+      },
+      {
+        metric: 'POST /runs/{id}/approvals/{id} answer, p50',
+        value: round(median(bigApprovals.postMs), 1),
+        unit: 'ms',
+        baseline: round(median(smallApprovals.postMs), 1),
+        ratio: ratio(median(bigApprovals.postMs), median(smallApprovals.postMs)),
+      },
+      {
+        metric: 'Approvals that did not complete',
+        value: bigApprovals.failures,
+        unit: '',
+        baseline: smallApprovals.failures,
+        target: '0',
+        pass: bigApprovals.failures === 0,
+      },
+      {
+        metric: `Recovery after SIGKILL: restart spawn -> last of ${KILLED_RUNS} live runs resumed`,
+        value: round(recoveryMax, 0),
+        unit: 'ms',
+        target: '<= lease_seconds + sweep interval + 1 s (91,000 ms)',
+        pass: recovery.notResumed === 0 && recoveryMax <= RECOVERY_BOUND_MS,
+      },
       { metric: 'Recovery after SIGKILL: restart spawn -> run resumed, p50', value: round(median(recovery.ms), 0), unit: 'ms' },
     ];
     const notes: string[] = [];
     if (b.logMs - b.readyMs > 250) {
-      notes.push(`GET /ready answered ready:true ${round(b.logMs - b.readyMs, 0)} ms before the start-up sweep ended, so the "ready" row can pass while the sweep row fails. If the periodic orphan sweep (every 30 s +-25 %) walks the same waiting runs, that costs roughly ${round(((b.logMs - b.readyMs) / 30_000) * 100, 0)} % of a core on an otherwise idle server.`);
+      notes.push(
+        `GET /ready answered ready:true ${round(b.logMs - b.readyMs, 0)} ms before the start-up sweep ended, so the "ready" row can pass while the sweep row fails. If the periodic orphan sweep (every 30 s +-25 %) walks the same waiting runs, that costs roughly ${round(((b.logMs - b.readyMs) / 30_000) * 100, 0)} % of a core on an otherwise idle server.`,
+      );
     }
     if (recovery.firstError) notes.push(`Recovery measurement failed: ${recovery.firstError}`);
     if (bigApprovals.firstError ?? smallApprovals.firstError) notes.push(`First failure: ${bigApprovals.firstError ?? smallApprovals.firstError}`);
     return {
       title: `${WAITING.toLocaleString('en-US')} runs awaiting approval: idle RSS, start-up, approval to completion`,
       method: [
-        'Model path: agentd\'s configured `openai-compatible` provider over HTTP to the fake OpenAI-compatible server (its own process), local `add` tool (test/bench/bench-tools.mjs); the model calls `add`, governance asks, and after the approval agentd runs it and makes the second model call over HTTP.',
+        "Model path: agentd's configured `openai-compatible` provider over HTTP to the fake OpenAI-compatible server (its own process), local `add` tool (test/bench/bench-tools.mjs); the model calls `add`, governance asks, and after the approval agentd runs it and makes the second model call over HTTP.",
         `Data: one real run per data dir (query "${QUERY}", governance rule add -> ask) paused awaiting approval, then its run record, snapshot and trace cloned with fresh run/session/trace/approval ids through LevelStore.commit (${WAITING.toLocaleString('en-US')} runs: ${big.genS.toFixed(0)} s).`,
         'Servers: `node test/bench/dist/agentd.js serve --config <that config>` (default sweep settings), started one at a time; RSS is VmRSS 3 s after start-up finished.',
         `Recovery: ${KILLED_RUNS} runs (POST /run) live on the fake server streaming a chunk every 100 ms (model \`slow-1000-100\`), the server SIGKILLed, a new one spawned on the same data dir (model answering at once); each run counts as resumed when GET /runs/{id} shows attempt 2 (claimed by the new process). The embedded store is single-process, so start-up recovery resumes them at once rather than after the lease lapses; the bound is the issue's lease_seconds (60) + sweep interval (30) + 1 s.`,

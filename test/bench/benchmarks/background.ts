@@ -13,8 +13,25 @@ import { ADD } from '../bench-tools.mjs';
 import { LevelStore } from '../../../src/store/level.js';
 import type { Page } from '../../../src/store/store.js';
 import {
-  QUICK, ROOT, realPathConfig, cpuSeconds, log, nowMs, percentile, ratio, removeDir, request, round, rssMb, scaled, sleep, startChild, tempDir,
-  type BenchOutput, type Child, type Row,
+  QUICK,
+  ROOT,
+  realPathConfig,
+  cpuSeconds,
+  log,
+  nowMs,
+  percentile,
+  ratio,
+  removeDir,
+  request,
+  round,
+  rssMb,
+  scaled,
+  sleep,
+  startChild,
+  tempDir,
+  type BenchOutput,
+  type Child,
+  type Row,
 } from '../lib.js';
 
 /** Runs drained per concurrency (each side), bounded so the benchmark stays short. */
@@ -45,9 +62,11 @@ async function fanOut(n: number, concurrency: number, send: (i: number, agent: h
   const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
   let next = 0;
   try {
-    await Promise.all(Array.from({ length: concurrency }, async () => {
-      while (next < n) await send(next++, agent);
-    }));
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (next < n) await send(next++, agent);
+      }),
+    );
   } finally {
     agent.destroy();
   }
@@ -59,10 +78,16 @@ const statusCounts = async (url: string, taskId: string): Promise<Record<string,
 // ---------------------------------------------------------------- throughput
 
 let drains = 0;
-async function agentdDrain(child: Child, runs: number): Promise<{ seconds: number; postS: number; requested: number; completed: number; other: Record<string, number>; cpuMs: number }> {
+async function agentdDrain(
+  child: Child,
+  runs: number,
+): Promise<{ seconds: number; postS: number; requested: number; completed: number; other: Record<string, number>; cpuMs: number }> {
   const taskId = `bench-manual-${++drains}`;
   await postJson(`${child.url}/background/tasks`, {
-    task_id: taskId, query: DRAIN_QUERY, schedule: { type: 'manual' }, overlap_policy: 'allow_parallel',
+    task_id: taskId,
+    query: DRAIN_QUERY,
+    schedule: { type: 'manual' },
+    overlap_policy: 'allow_parallel',
     session_policy: { mode: 'run' },
   });
   const cpu0 = await child.call<{ user: number; system: number }>({ cmd: 'cpu' });
@@ -95,19 +120,33 @@ async function agentdDrain(child: Child, runs: number): Promise<{ seconds: numbe
  * to 5 steps, per job; first add to last completion. CPU is this process's (the worker's) over the
  * drain, which includes addBulk.
  */
-async function bullmqDrain(modelUrl: string, concurrency: number, runs: number): Promise<{ seconds: number; completed: number; failed: number; cpuMs: number }> {
+async function bullmqDrain(
+  modelUrl: string,
+  concurrency: number,
+  runs: number,
+): Promise<{ seconds: number; completed: number; failed: number; cpuMs: number }> {
   const name = `agentd-bench-${process.pid}-${Date.now()}-${concurrency}`;
   const queue = new Queue(name, { connection: REDIS });
   const model = createOpenAICompatible({ name: 'openai-compatible', baseURL: modelUrl, includeUsage: true }).chatModel('bench');
-  const tools = { add: tool({ description: ADD.description, inputSchema: jsonSchema<{ a: number; b: number }>(ADD.input_schema), execute: async ({ a, b }) => ({ sum: Number(a) + Number(b) }) }) };
+  const tools = {
+    add: tool({
+      description: ADD.description,
+      inputSchema: jsonSchema<{ a: number; b: number }>(ADD.input_schema),
+      execute: async ({ a, b }) => ({ sum: Number(a) + Number(b) }),
+    }),
+  };
   let completed = 0;
   let failed = 0;
   let done!: () => void;
   const finished = new Promise<void>((r) => (done = r));
-  const worker = new Worker(name, async (job) => {
-    const r = await generateText({ model, system: 'You are a helpful assistant.', prompt: String(job.data.query), tools, stopWhen: stepCountIs(5) });
-    return r.text;
-  }, { connection: REDIS, concurrency, autorun: true });
+  const worker = new Worker(
+    name,
+    async (job) => {
+      const r = await generateText({ model, system: 'You are a helpful assistant.', prompt: String(job.data.query), tools, stopWhen: stepCountIs(5) });
+      return r.text;
+    },
+    { connection: REDIS, concurrency, autorun: true },
+  );
   worker.on('completed', () => {
     if (++completed + failed === runs) done();
   });
@@ -119,7 +158,13 @@ async function bullmqDrain(modelUrl: string, concurrency: number, runs: number):
     const cpu0 = process.cpuUsage();
     const t0 = nowMs();
     for (let i = 0; i < runs; i += 1000) {
-      await queue.addBulk(Array.from({ length: Math.min(1000, runs - i) }, (_, j) => ({ name: 'agent', data: { i: i + j, query: DRAIN_QUERY }, opts: { removeOnComplete: true, removeOnFail: true } })));
+      await queue.addBulk(
+        Array.from({ length: Math.min(1000, runs - i) }, (_, j) => ({
+          name: 'agent',
+          data: { i: i + j, query: DRAIN_QUERY },
+          opts: { removeOnComplete: true, removeOnFail: true },
+        })),
+      );
     }
     await Promise.race([finished, sleep(DRAIN_TIMEOUT_MS).then(() => Promise.reject(new Error('BullMQ did not drain')))]);
     const cpu = process.cpuUsage(cpu0);
@@ -136,7 +181,12 @@ async function bullmqDrain(modelUrl: string, concurrency: number, runs: number):
 async function cronIdle(child: Child): Promise<{ createS: number; cpuPct: number; rss: number }> {
   const t0 = nowMs();
   await fanOut(CRON_TASKS, CREATE_CONCURRENCY, (i, agent) =>
-    postJson(`${child.url}/background/tasks`, { task_id: `cron-${i}`, query: 'yearly report', schedule: { type: 'cron', expression: `${i % 60} ${i % 24} 1 1 *` } }, agent));
+    postJson(
+      `${child.url}/background/tasks`,
+      { task_id: `cron-${i}`, query: 'yearly report', schedule: { type: 'cron', expression: `${i % 60} ${i % 24} 1 1 *` } },
+      agent,
+    ),
+  );
   const createS = (nowMs() - t0) / 1000;
   await sleep(2000);
   const c0 = cpuSeconds(child.pid);
@@ -152,10 +202,18 @@ async function cronIdle(child: Child): Promise<{ createS: number; cpuPct: number
  * Creates the interval tasks, lets them dispatch for the window, stops the server and reads every
  * BackgroundRun straight from its store (a server saturated by dispatching would answer the reads late).
  */
-async function intervalLateness(child: Child, dir: string): Promise<{ lateness: number[]; runs: number; statuses: Record<string, number>; createS: number; windowS: number }> {
+async function intervalLateness(
+  child: Child,
+  dir: string,
+): Promise<{ lateness: number[]; runs: number; statuses: Record<string, number>; createS: number; windowS: number }> {
   const t0 = nowMs();
   await fanOut(INTERVAL_TASKS, CREATE_CONCURRENCY, (i, agent) =>
-    postJson(`${child.url}/background/tasks`, { task_id: `every-${i}`, query: 'tick', schedule: { type: 'interval', seconds: 1 }, session_policy: { mode: 'run' } }, agent));
+    postJson(
+      `${child.url}/background/tasks`,
+      { task_id: `every-${i}`, query: 'tick', schedule: { type: 'interval', seconds: 1 }, session_policy: { mode: 'run' } },
+      agent,
+    ),
+  );
   const createS = (nowMs() - t0) / 1000;
   const steadyFrom = Date.now() + 2000; // occurrences due after every task exists and the first burst passed
   await sleep((INTERVAL_WINDOW_S + 2) * 1000);
@@ -171,7 +229,7 @@ async function intervalLateness(child: Child, dir: string): Promise<{ lateness: 
     do {
       const page: Page<Record<string, unknown>> = await store.listRecords<Record<string, unknown>>('bg_runs', { limit: 1000, cursor });
       for (const { value } of page.items) {
-        const r = ((value.run ?? value) as { due_at?: string | null; triggered_at?: string; queued_at?: string | null; status?: string; trigger_type?: string });
+        const r = (value.run ?? value) as { due_at?: string | null; triggered_at?: string; queued_at?: string | null; status?: string; trigger_type?: string };
         if (r.trigger_type !== 'interval' || !r.due_at) continue;
         const due = Date.parse(r.due_at);
         if (due < steadyFrom || due > until) continue;
@@ -207,7 +265,12 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
     const runs = DRAIN_RUNS[concurrency];
     const dir1 = tempDir('bg-drain');
     let a: Awaited<ReturnType<typeof agentdDrain>>;
-    const c1 = await startChild({ mode: 'agentd', dataDir: dir1, config: realPathConfig(modelUrl, 'bench', { background: { enabled: true, concurrency } }), model });
+    const c1 = await startChild({
+      mode: 'agentd',
+      dataDir: dir1,
+      config: realPathConfig(modelUrl, 'bench', { background: { enabled: true, concurrency } }),
+      model,
+    });
     try {
       await agentdDrain(c1, Math.min(runs, 500));
       a = await agentdDrain(c1, runs);
@@ -223,10 +286,36 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
     const bRate = b.completed / b.seconds;
     const r = ratio(rate, bRate);
     rows.push(
-      { metric: `Manual agent runs drained, concurrency ${concurrency} (${a.requested.toLocaleString('en-US')} runs)`, value: round(rate, 1), unit: 'runs/s', baseline: round(bRate, 1), baseline_label: 'BullMQ + generateText', ratio: r, target: '>= 1.0x BullMQ + generateText', pass: r !== null && r >= 1.0 },
-      { metric: `CPU per drained run, concurrency ${concurrency} (agentd: server process; BullMQ: its worker process)`, value: round(a.cpuMs / Math.max(1, a.requested), 2), unit: 'ms', baseline: round(b.cpuMs / Math.max(1, runs), 2), ratio: ratio(a.cpuMs / Math.max(1, a.requested), b.cpuMs / Math.max(1, runs)) },
-      { metric: `Runs not completed, concurrency ${concurrency}`, value: a.requested - a.completed, unit: '', baseline: b.failed, target: '0', pass: a.completed === a.requested },
-      { metric: `Enqueue rate, concurrency ${concurrency} (POST /background/tasks/{id}/run, 32 concurrent, runs executing meanwhile)`, value: round(a.requested / a.postS, 1), unit: 'requests/s' },
+      {
+        metric: `Manual agent runs drained, concurrency ${concurrency} (${a.requested.toLocaleString('en-US')} runs)`,
+        value: round(rate, 1),
+        unit: 'runs/s',
+        baseline: round(bRate, 1),
+        baseline_label: 'BullMQ + generateText',
+        ratio: r,
+        target: '>= 1.0x BullMQ + generateText',
+        pass: r !== null && r >= 1.0,
+      },
+      {
+        metric: `CPU per drained run, concurrency ${concurrency} (agentd: server process; BullMQ: its worker process)`,
+        value: round(a.cpuMs / Math.max(1, a.requested), 2),
+        unit: 'ms',
+        baseline: round(b.cpuMs / Math.max(1, runs), 2),
+        ratio: ratio(a.cpuMs / Math.max(1, a.requested), b.cpuMs / Math.max(1, runs)),
+      },
+      {
+        metric: `Runs not completed, concurrency ${concurrency}`,
+        value: a.requested - a.completed,
+        unit: '',
+        baseline: b.failed,
+        target: '0',
+        pass: a.completed === a.requested,
+      },
+      {
+        metric: `Enqueue rate, concurrency ${concurrency} (POST /background/tasks/{id}/run, 32 concurrent, runs executing meanwhile)`,
+        value: round(a.requested / a.postS, 1),
+        unit: 'requests/s',
+      },
     );
     if (a.completed !== a.requested) notes.push(`Run statuses other than completed (concurrency ${concurrency}): ${JSON.stringify(a.other)}`);
   }
@@ -236,9 +325,19 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
   try {
     const idle = await cronIdle(c2);
     log(`cron: created ${CRON_TASKS} tasks in ${idle.createS.toFixed(1)} s, idle CPU ${idle.cpuPct.toFixed(2)} %`);
-    rows.push({ metric: `CPU of the idle server with ${CRON_TASKS.toLocaleString('en-US')} enabled cron tasks (${CPU_WINDOW_S} s window)`, value: round(idle.cpuPct, 2), unit: '% of a core', target: '<= 2 %', pass: idle.cpuPct <= 2 });
+    rows.push({
+      metric: `CPU of the idle server with ${CRON_TASKS.toLocaleString('en-US')} enabled cron tasks (${CPU_WINDOW_S} s window)`,
+      value: round(idle.cpuPct, 2),
+      unit: '% of a core',
+      target: '<= 2 %',
+      pass: idle.cpuPct <= 2,
+    });
     rows.push({ metric: `RSS with ${CRON_TASKS.toLocaleString('en-US')} cron tasks`, value: round(idle.rss, 0), unit: 'MB' });
-    rows.push({ metric: `Creating ${CRON_TASKS.toLocaleString('en-US')} tasks (POST /background/tasks, ${CREATE_CONCURRENCY} concurrent)`, value: round(CRON_TASKS / idle.createS, 0), unit: 'tasks/s' });
+    rows.push({
+      metric: `Creating ${CRON_TASKS.toLocaleString('en-US')} tasks (POST /background/tasks, ${CREATE_CONCURRENCY} concurrent)`,
+      value: round(CRON_TASKS / idle.createS, 0),
+      unit: 'tasks/s',
+    });
   } finally {
     await c2.stop();
     removeDir(dir2);
@@ -250,9 +349,19 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
     const iv = await intervalLateness(c3, dir3);
     const p99 = percentile(iv.lateness, 99);
     rows.push(
-      { metric: `Dispatch lateness p99, ${INTERVAL_TASKS.toLocaleString('en-US')} interval tasks every 1 s (${iv.runs.toLocaleString('en-US')} occurrences)`, value: round(p99, 1), unit: 'ms', target: '<= 50 ms', pass: iv.runs > 0 && p99 <= 50 },
+      {
+        metric: `Dispatch lateness p99, ${INTERVAL_TASKS.toLocaleString('en-US')} interval tasks every 1 s (${iv.runs.toLocaleString('en-US')} occurrences)`,
+        value: round(p99, 1),
+        unit: 'ms',
+        target: '<= 50 ms',
+        pass: iv.runs > 0 && p99 <= 50,
+      },
       { metric: 'Dispatch lateness p50', value: round(percentile(iv.lateness, 50), 1), unit: 'ms' },
-      { metric: 'Occurrences due in the steady window that were dispatched / expected', value: `${iv.runs.toLocaleString('en-US')} / ${Math.round(INTERVAL_TASKS * iv.windowS).toLocaleString('en-US')}`, unit: '' },
+      {
+        metric: 'Occurrences due in the steady window that were dispatched / expected',
+        value: `${iv.runs.toLocaleString('en-US')} / ${Math.round(INTERVAL_TASKS * iv.windowS).toLocaleString('en-US')}`,
+        unit: '',
+      },
     );
     notes.push(`Interval runs by status at the end of the window: ${JSON.stringify(iv.statuses)}.`);
   } finally {
@@ -264,8 +373,14 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
     title: 'Background tasks: manual runs against BullMQ, idle cron tasks, interval dispatch lateness',
     method: [
       'Model path of every row: agentd configured with `agent.model.provider: "openai-compatible"` over HTTP to the fake OpenAI-compatible server (its own process; the run benchmark\'s), local `add` tool declared; the drained runs are the trivial workload (one model call).',
-      `Throughput: one manual task (query "${DRAIN_QUERY}", overlap allow_parallel, session mode run, default workspace policy) and background.concurrency 1, then 32, each on a fresh server; the client POSTs /background/tasks/{id}/run (${Object.entries(DRAIN_RUNS).map(([c, n]) => `${n.toLocaleString('en-US')} times at concurrency ${c}`).join(', ')}; 32 concurrent requests; it stops asking after ${POST_BUDGET_MS / 1000} s so the benchmark stays bounded) and polls the task status until every requested run is terminal; the figure is completed runs / (first POST to last completion). A drain of up to 500 runs warms each side up first.`,
-      'Baseline: BullMQ (Redis at 127.0.0.1:6379), a Worker of the same concurrency in the benchmark process whose processor calls the AI SDK\'s `generateText` (same server, same `add` tool, `stopWhen: stepCountIs(5)`) per job; the same number of jobs added with addBulk (1,000 per call); first add to last completion, after the same warm-up.',
+      `Throughput: one manual task (query "${DRAIN_QUERY}", overlap allow_parallel, session mode run, default workspace policy) and background.concurrency 1, then 32, each on a fresh server; the client POSTs /background/tasks/{id}/run (${Object.entries(
+        DRAIN_RUNS,
+      )
+        .map(([c, n]) => `${n.toLocaleString('en-US')} times at concurrency ${c}`)
+        .join(
+          ', ',
+        )}; 32 concurrent requests; it stops asking after ${POST_BUDGET_MS / 1000} s so the benchmark stays bounded) and polls the task status until every requested run is terminal; the figure is completed runs / (first POST to last completion). A drain of up to 500 runs warms each side up first.`,
+      "Baseline: BullMQ (Redis at 127.0.0.1:6379), a Worker of the same concurrency in the benchmark process whose processor calls the AI SDK's `generateText` (same server, same `add` tool, `stopWhen: stepCountIs(5)`) per job; the same number of jobs added with addBulk (1,000 per call); first add to last completion, after the same warm-up.",
       `Idle cron: ${CRON_TASKS.toLocaleString('en-US')} tasks with yearly cron expressions, created over HTTP (${CREATE_CONCURRENCY} requests in flight); CPU is /proc/<pid>/stat utime+stime over ${CPU_WINDOW_S} s, 2 s after the last creation.`,
       `Interval: ${INTERVAL_TASKS.toLocaleString('en-US')} tasks with interval 1 s (default overlap skip_if_running, background.concurrency 4), observed for ${INTERVAL_WINDOW_S} s after creation; lateness = queued_at (else triggered_at) - due_at of each interval BackgroundRun due in the steady window (from 2 s after the last task was created to 1 s before the end), read from the store after the server stopped. An occurrence not dispatched by then is missing from the count.`,
     ],
@@ -325,10 +440,16 @@ export async function backgroundScaleBench(): Promise<BenchOutput> {
   try {
     const t0 = nowMs();
     await fanOut(SCALE_TASKS, CREATE_CONCURRENCY, (i, agent) =>
-      postJson(`${child.url}/background/tasks`, { task_id: `tick-${i}`, query: 'tick', schedule: { type: 'interval', seconds: 1 } }, agent));
+      postJson(`${child.url}/background/tasks`, { task_id: `tick-${i}`, query: 'tick', schedule: { type: 'interval', seconds: 1 } }, agent),
+    );
     log(`created ${SCALE_TASKS} interval tasks in ${((nowMs() - t0) / 1000).toFixed(1)} s; warming up ${SCALE_WARMUP_S} s`);
     await sleep(SCALE_WARMUP_S * 1000);
-    const status = async () => JSON.parse((await request(`${child.url}/background/status`)).body) as { runs: number; skipped_occurrences?: number; status_counts: Record<string, number> };
+    const status = async () =>
+      JSON.parse((await request(`${child.url}/background/status`)).body) as {
+        runs: number;
+        skipped_occurrences?: number;
+        status_counts: Record<string, number>;
+      };
     const s0 = await status();
     const d0 = treeSize(dir);
     const c0 = cpuSeconds(child.pid);
@@ -351,9 +472,17 @@ export async function backgroundScaleBench(): Promise<BenchOutput> {
     const endToEndMbMin = ((d1.bytes - d0.bytes) / 1e6) * (60 / windowS);
     const skippedPerS = ((s1.skipped_occurrences ?? 0) - (s0.skipped_occurrences ?? 0)) / windowS;
     const runsPerS = (s1.runs - s0.runs) / windowS;
-    log(`window ${windowS.toFixed(0)} s: data ${(d0.bytes / 1e6).toFixed(1)} -> ${(d1.bytes / 1e6).toFixed(1)} MB, CPU ${cpuPct.toFixed(1)} %, ${skippedPerS.toFixed(0)} skipped/s, ${runsPerS.toFixed(2)} runs/s`);
+    log(
+      `window ${windowS.toFixed(0)} s: data ${(d0.bytes / 1e6).toFixed(1)} -> ${(d1.bytes / 1e6).toFixed(1)} MB, CPU ${cpuPct.toFixed(1)} %, ${skippedPerS.toFixed(0)} skipped/s, ${runsPerS.toFixed(2)} runs/s`,
+    );
     rows.push(
-      { metric: `Data dir growth, ${SCALE_TASKS.toLocaleString('en-US')} interval tasks every 1 s (skip_if_running, runs of ${SCALE_RUN_S} s), ${SCALE_WINDOW_S} s window`, value: round(growthMbMin, 2), unit: 'MB/min', target: '<= 5 MB/min', pass: growthMbMin <= 5 },
+      {
+        metric: `Data dir growth, ${SCALE_TASKS.toLocaleString('en-US')} interval tasks every 1 s (skip_if_running, runs of ${SCALE_RUN_S} s), ${SCALE_WINDOW_S} s window`,
+        value: round(growthMbMin, 2),
+        unit: 'MB/min',
+        target: '<= 5 MB/min',
+        pass: growthMbMin <= 5,
+      },
       { metric: 'agentd CPU over the same window', value: round(cpuPct, 1), unit: '% of a core', target: '<= 30 %', pass: cpuPct <= 30 },
       { metric: 'Occurrences skipped by the overlap policy (counted on the schedule rows)', value: round(skippedPerS, 0), unit: 'per s' },
       { metric: 'Run rows created (runs that were really queued)', value: round(runsPerS, 2), unit: 'per s' },
@@ -373,8 +502,19 @@ export async function backgroundScaleBench(): Promise<BenchOutput> {
     const left = await status();
     log(`deleted ${SCALE_TASKS} tasks with their runs in ${delS.toFixed(1)} s; workspace files ${before.files} -> ${after.files}; runs left ${left.runs}`);
     rows.push(
-      { metric: `Deleting ${SCALE_TASKS.toLocaleString('en-US')} tasks with delete_runs=true (${CREATE_CONCURRENCY} concurrent DELETEs)`, value: round(delS, 2), unit: 's', target: '<= 10 s', pass: delS <= 10 },
-      { metric: 'Workspace files before / after the deletion', value: `${before.files.toLocaleString('en-US')} / ${after.files.toLocaleString('en-US')}`, unit: '', pass: after.files === 0 },
+      {
+        metric: `Deleting ${SCALE_TASKS.toLocaleString('en-US')} tasks with delete_runs=true (${CREATE_CONCURRENCY} concurrent DELETEs)`,
+        value: round(delS, 2),
+        unit: 's',
+        target: '<= 10 s',
+        pass: delS <= 10,
+      },
+      {
+        metric: 'Workspace files before / after the deletion',
+        value: `${before.files.toLocaleString('en-US')} / ${after.files.toLocaleString('en-US')}`,
+        unit: '',
+        pass: after.files === 0,
+      },
       { metric: 'Run rows left after the deletion', value: left.runs, unit: '', pass: left.runs === 0 },
     );
     notes.push(`Run statuses at the end of the window: ${JSON.stringify(Object.fromEntries(Object.entries(s1.status_counts).filter(([, n]) => n > 0)))}.`);

@@ -36,7 +36,15 @@ export async function healthBench(): Promise<BenchOutput> {
         `Both measured in alternating rounds (agentd, bare, agentd, bare) after a 1 s warm-up each; autocannon runs in the parent process.`,
       ],
       rows: [
-        { metric: 'Requests/s', value: round(agentdRps, 0), unit: 'req/s', baseline: round(bareRps, 0), ratio: r, target: '>= 80 % of bare', pass: r !== null && r >= 0.8 },
+        {
+          metric: 'Requests/s',
+          value: round(agentdRps, 0),
+          unit: 'req/s',
+          baseline: round(bareRps, 0),
+          ratio: r,
+          target: '>= 80 % of bare',
+          pass: r !== null && r >= 0.8,
+        },
         { metric: 'Latency p50', value: round(lat(a, 'p50'), 2), unit: 'ms', baseline: round(lat(b, 'p50'), 2), ratio: ratio(lat(a, 'p50'), lat(b, 'p50')) },
         { metric: 'Latency p99', value: round(lat(a, 'p99'), 2), unit: 'ms', baseline: round(lat(b, 'p99'), 2), ratio: ratio(lat(a, 'p99'), lat(b, 'p99')) },
         { metric: 'Errors + non-2xx', value: errs(a), unit: '', baseline: errs(b), target: '0', pass: errs(a) === 0 },

@@ -8,8 +8,26 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import {
-  QUICK, SCALE, closedLoop, cpuSeconds, log, mergeLoops, nowMs, percentile, realPathConfig, removeDir, request, round, scaled, sleep, startChild, tempDir,
-  type BenchOutput, type Child, type LoopResult, type Row,
+  QUICK,
+  SCALE,
+  closedLoop,
+  cpuSeconds,
+  log,
+  mergeLoops,
+  nowMs,
+  percentile,
+  realPathConfig,
+  removeDir,
+  request,
+  round,
+  scaled,
+  sleep,
+  startChild,
+  tempDir,
+  type BenchOutput,
+  type Child,
+  type LoopResult,
+  type Row,
 } from '../lib.js';
 
 const ROUND_MS = scaled(4000, 300);
@@ -77,7 +95,7 @@ interface Measured {
 /** Round-robin over the instances, `ROUNDS` rounds of ROUND_MS at CONCURRENCY; CPU of the instances and of the database's backends. */
 async function measure(children: Child[], db: string | null): Promise<Measured> {
   let k = 0;
-  const send = (agent: import('node:http').Agent) => request(`${children[(k++) % children.length].url}/run`, { method: 'POST', body: BODY, agent });
+  const send = (agent: import('node:http').Agent) => request(`${children[k++ % children.length].url}/run`, { method: 'POST', body: BODY, agent });
   await closedLoop({ concurrency: CONCURRENCY, durationMs: 500, send, ok: okRun });
   const a0 = children.map((c) => cpuSeconds(c.pid));
   const b0 = db ? cpuOf(backendsOf(db)) : new Map<number, number>();
@@ -113,7 +131,10 @@ export async function postgresBench(): Promise<BenchOutput> {
   const children: Child[] = [];
   const db = `agentd_bench_${randomBytes(5).toString('hex')}`;
   await admin(`CREATE DATABASE ${db}`);
-  const pgConfig = realPathConfig(fake.url, 'bench', { store: { kind: 'postgres', url: dbUrl(db) }, runs: { lease_seconds: LEASE_S, orphan_sweep: { interval_seconds: SWEEP_S } } });
+  const pgConfig = realPathConfig(fake.url, 'bench', {
+    store: { kind: 'postgres', url: dbUrl(db) },
+    runs: { lease_seconds: LEASE_S, orphan_sweep: { interval_seconds: SWEEP_S } },
+  });
   const rows: Row[] = [];
   const notes: string[] = [];
   try {
@@ -136,19 +157,39 @@ export async function postgresBench(): Promise<BenchOutput> {
     const one = results[0].loop.perSecond;
     rows.push({ metric: 'POST /run, LevelDB, 1 instance, c=32', value: round(onLevel.loop.perSecond, 1), unit: 'runs/s' });
     rows.push({
-      metric: 'POST /run, PostgreSQL, 1 instance, c=32', value: round(one, 1), unit: 'runs/s',
-      baseline: round(onLevel.loop.perSecond, 1), baseline_label: 'LevelDB, 1 instance', ratio: one / onLevel.loop.perSecond, target: '≥ 70 %', pass: one / onLevel.loop.perSecond >= 0.7,
+      metric: 'POST /run, PostgreSQL, 1 instance, c=32',
+      value: round(one, 1),
+      unit: 'runs/s',
+      baseline: round(onLevel.loop.perSecond, 1),
+      baseline_label: 'LevelDB, 1 instance',
+      ratio: one / onLevel.loop.perSecond,
+      target: '≥ 70 %',
+      pass: one / onLevel.loop.perSecond >= 0.7,
     });
     for (let n = 2; n <= 3; n++) {
       const v = results[n - 1].loop.perSecond;
       rows.push({
-        metric: `POST /run, PostgreSQL, ${n} instances (round-robin), c=32`, value: round(v, 1), unit: 'runs/s',
-        baseline: round(one, 1), baseline_label: 'PostgreSQL, 1 instance', ratio: v / one, target: n === 2 ? '≥ 1.2×' : null, pass: n === 2 ? v / one >= 1.2 : null,
+        metric: `POST /run, PostgreSQL, ${n} instances (round-robin), c=32`,
+        value: round(v, 1),
+        unit: 'runs/s',
+        baseline: round(one, 1),
+        baseline_label: 'PostgreSQL, 1 instance',
+        ratio: v / one,
+        target: n === 2 ? '≥ 1.2×' : null,
+        pass: n === 2 ? v / one >= 1.2 : null,
       });
     }
     for (const [i, r] of results.entries()) {
-      rows.push({ metric: `p50 / p99 latency (ms), PostgreSQL, ${i + 1} instance(s)`, value: `${round(percentile(r.loop.latencies, 50), 1)} / ${round(percentile(r.loop.latencies, 99), 1)}`, unit: 'ms' });
-      rows.push({ metric: `CPU per run (ms), ${i + 1} instance(s): agentd / PostgreSQL`, value: `${round(r.agentdCpuPerRun, 2)} / ${round(r.pgCpuPerRun ?? 0, 2)}`, unit: 'ms' });
+      rows.push({
+        metric: `p50 / p99 latency (ms), PostgreSQL, ${i + 1} instance(s)`,
+        value: `${round(percentile(r.loop.latencies, 50), 1)} / ${round(percentile(r.loop.latencies, 99), 1)}`,
+        unit: 'ms',
+      });
+      rows.push({
+        metric: `CPU per run (ms), ${i + 1} instance(s): agentd / PostgreSQL`,
+        value: `${round(r.agentdCpuPerRun, 2)} / ${round(r.pgCpuPerRun ?? 0, 2)}`,
+        unit: 'ms',
+      });
       if (r.loop.errors) notes.push(`${i + 1} instance(s): ${r.loop.errors} failed requests (first: ${r.loop.firstError})`);
     }
     rows.push({ metric: 'CPU per run, LevelDB: agentd', value: round(onLevel.agentdCpuPerRun, 2), unit: 'ms' });
@@ -161,7 +202,8 @@ export async function postgresBench(): Promise<BenchOutput> {
     const slowConfig = pgConfig;
     const slow = await startChild({ mode: 'agentd', dataDir: dir('pg-victim'), config: slowConfig, model: { kind: 'slow', chunks: 40, delayMs: 100 } });
     const sessions = Array.from({ length: 8 }, (_, i) => `recover-${randomBytes(3).toString('hex')}-${i}`);
-    for (const s of sessions) void request(`${slow.url}/run/sync`, { method: 'POST', body: JSON.stringify({ query: 'slow', session_id: s }) }).catch(() => undefined);
+    for (const s of sessions)
+      void request(`${slow.url}/run/sync`, { method: 'POST', body: JSON.stringify({ query: 'slow', session_id: s }) }).catch(() => undefined);
     const survivor = children[0].url;
     const ids: string[] = [];
     for (const s of sessions) {
@@ -190,11 +232,18 @@ export async function postgresBench(): Promise<BenchOutput> {
     const worst = Math.max(...recovered.values());
     const bound = (LEASE_S + SWEEP_S + 1) * 1000;
     rows.push({
-      metric: `Recovery of a SIGKILLed instance's 8 live runs by the others (lease ${LEASE_S} s, sweep ${SWEEP_S} s)`, value: recovered.size === ids.length ? round(worst / 1000, 2) : `${recovered.size}/${ids.length} recovered`,
-      unit: 's', target: `≤ lease + sweep + 1 s = ${bound / 1000} s`, pass: recovered.size === ids.length && worst <= bound,
+      metric: `Recovery of a SIGKILLed instance's 8 live runs by the others (lease ${LEASE_S} s, sweep ${SWEEP_S} s)`,
+      value: recovered.size === ids.length ? round(worst / 1000, 2) : `${recovered.size}/${ids.length} recovered`,
+      unit: 's',
+      target: `≤ lease + sweep + 1 s = ${bound / 1000} s`,
+      pass: recovered.size === ids.length && worst <= bound,
     });
-    notes.push('Driver, the fake model server, PostgreSQL and every agentd instance share this 2-core machine: more instances here add CPU contention, not cores. CPU per run is reported for agentd (all instances) and for the PostgreSQL backends serving the benchmark database separately, so scaling on a larger machine can be projected: runs/s ≈ cores available to agentd / agentd CPU per run, while the database needs its own CPU per run times that rate.');
-    notes.push('The PostgreSQL figure excludes the server\'s shared processes (WAL writer, checkpointer): only the backends connected to the benchmark database are counted.');
+    notes.push(
+      'Driver, the fake model server, PostgreSQL and every agentd instance share this 2-core machine: more instances here add CPU contention, not cores. CPU per run is reported for agentd (all instances) and for the PostgreSQL backends serving the benchmark database separately, so scaling on a larger machine can be projected: runs/s ≈ cores available to agentd / agentd CPU per run, while the database needs its own CPU per run times that rate.',
+    );
+    notes.push(
+      "The PostgreSQL figure excludes the server's shared processes (WAL writer, checkpointer): only the backends connected to the benchmark database are counted.",
+    );
   } finally {
     await Promise.all(children.map((c) => c.stop().catch(() => undefined)));
     await fake.stop().catch(() => undefined);
@@ -207,7 +256,7 @@ export async function postgresBench(): Promise<BenchOutput> {
       `Model path: the configured \`openai-compatible\` provider over HTTP to the fake model server (its own process), trivial answer (one model call), the local \`add\` tool declared; every instance first serves ${WARMUP_RUNS} unmeasured runs.`,
       `Closed loop of ${CONCURRENCY} concurrent POST /run streams, ${ROUNDS} rounds of ${ROUND_MS / 1000} s after a 0.5 s warm-up, spread round-robin over the instances.`,
       'LevelDB: one agentd on a fresh data dir (fsync per batch). PostgreSQL: 1, 2, then 3 agentd processes on one fresh database (the same processes, one more each step).',
-      'Recovery: 8 runs of a slow in-process model (4 s) live on one more instance, which is SIGKILLed; measured from the kill to each run\'s `run_resumed` event, as the survivors see it (they go on with the configured provider).',
+      "Recovery: 8 runs of a slow in-process model (4 s) live on one more instance, which is SIGKILLed; measured from the kill to each run's `run_resumed` event, as the survivors see it (they go on with the configured provider).",
     ],
     rows,
     notes,

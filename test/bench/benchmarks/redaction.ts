@@ -24,18 +24,34 @@ const RUN_ROUND_MS = scaled(4000, 500);
 const redactor = new Redactor(['cfg-model-key-Q7x2vK9pLm4Rt8Zw', 'otlp-header-value-Hh3Jk8Ll', 'Bearer mcp-token-Pp9Oo8Ii7', 'mcp-token-Pp9Oo8Ii7']);
 const realText = Redactor.prototype.text;
 const valuePass = (on: boolean): void => {
-  Redactor.prototype.text = on ? realText : function identity(this: Redactor, s: string): string { return s; };
+  Redactor.prototype.text = on
+    ? realText
+    : function identity(this: Redactor, s: string): string {
+        return s;
+      };
 };
 
-const PROSE = 'The quarterly report lists 42 open items; see https://example.com/docs/report?id=7 for details. Each owner updates the status by Friday, and the summary goes to the team channel. ';
-const toolJson = JSON.stringify({ items: Array.from({ length: 8 }, (_, i) => ({ id: `item-${i}`, title: `Task number ${i}`, status: i % 2 ? 'open' : 'done', owner: 'ann@example.com' })) }, null, 2);
+const PROSE =
+  'The quarterly report lists 42 open items; see https://example.com/docs/report?id=7 for details. Each owner updates the status by Friday, and the summary goes to the team channel. ';
+const toolJson = JSON.stringify(
+  { items: Array.from({ length: 8 }, (_, i) => ({ id: `item-${i}`, title: `Task number ${i}`, status: i % 2 ? 'open' : 'done', owner: 'ann@example.com' })) },
+  null,
+  2,
+);
 
 /** A model_call event as a step after a tool call records it: the last message is ~1 KB of tool output. */
 function typicalEvent(): EventRecordInput {
   return {
-    event_type: 'model_call', trace_id: 'trace_bench', span_id: 'span_bench', parent_span_id: 'span_step',
+    event_type: 'model_call',
+    trace_id: 'trace_bench',
+    span_id: 'span_bench',
+    parent_span_id: 'span_step',
     actor: { type: 'model', id: 'gpt-4o-mini', name: 'openai' },
-    input: { messages: 6, tools: ['workspace_read', 'workspace_write', 'clock', 'search'], last: { role: 'tool', tool_call_id: 'call_abc123', tool_name: 'search', content: toolJson } },
+    input: {
+      messages: 6,
+      tools: ['workspace_read', 'workspace_write', 'clock', 'search'],
+      last: { role: 'tool', tool_call_id: 'call_abc123', tool_name: 'search', content: toolJson },
+    },
     metadata: { run_id: 'run_V1StGXR8Z5jdHi6BmyT', session_id: 'session_bench', agent_id: 'agent_bench', model: 'gpt-4o-mini', provider: 'openai', step: 2 },
   };
 }
@@ -52,8 +68,13 @@ function bigText(withSecrets: boolean): string {
 
 function bigEvent(text: string): EventRecordInput {
   return {
-    event_type: 'tool_result', trace_id: 'trace_bench', span_id: 'span_tool', actor: { type: 'tool', id: 'read_file' },
-    output: text, duration_ms: 3, metadata: { run_id: 'run_V1StGXR8Z5jdHi6BmyT', tool_name: 'read_file', tool_call_id: 'call_1' },
+    event_type: 'tool_result',
+    trace_id: 'trace_bench',
+    span_id: 'span_tool',
+    actor: { type: 'tool', id: 'read_file' },
+    output: text,
+    duration_ms: 3,
+    metadata: { run_id: 'run_V1StGXR8Z5jdHi6BmyT', tool_name: 'read_file', tool_call_id: 'call_1' },
   };
 }
 
@@ -109,11 +130,13 @@ async function runThroughput(): Promise<{ on: number; off: number; cpuOn: number
   const server = await startServer(config, { model: instantModel });
   try {
     const body = JSON.stringify({ query: 'What is the answer? Keep it short, please.' });
-    const loop = (ms: number) => closedLoop({
-      concurrency: RUN_CONCURRENCY, durationMs: ms,
-      send: (agent) => request(`${server.url}/run/sync`, { method: 'POST', body, agent, headers: { 'content-type': 'application/json' } }),
-      ok: (r) => r.status === 200 && r.body.includes('"success"'),
-    });
+    const loop = (ms: number) =>
+      closedLoop({
+        concurrency: RUN_CONCURRENCY,
+        durationMs: ms,
+        send: (agent) => request(`${server.url}/run/sync`, { method: 'POST', body, agent, headers: { 'content-type': 'application/json' } }),
+        ok: (r) => r.status === 200 && r.body.includes('"success"'),
+      });
     valuePass(true);
     await loop(1000); // warm-up
     const on = [];
@@ -134,7 +157,9 @@ async function runThroughput(): Promise<{ on: number; off: number; cpuOn: number
     valuePass(true);
     const a = mergeLoops(on);
     const b = mergeLoops(off);
-    const events = await request(`${server.url}/telemetry/events?limit=1000&run_id=${JSON.parse((await request(`${server.url}/run/sync`, { method: 'POST', body, headers: { 'content-type': 'application/json' } })).body).run_id}`);
+    const events = await request(
+      `${server.url}/telemetry/events?limit=1000&run_id=${JSON.parse((await request(`${server.url}/run/sync`, { method: 'POST', body, headers: { 'content-type': 'application/json' } })).body).run_id}`,
+    );
     const eventsPerRun = (JSON.parse(events.body) as { events: unknown[] }).events.length;
     return { on: a.perSecond, off: b.perSecond, cpuOn: cpu.on / a.count, cpuOff: cpu.off / b.count, eventsPerRun, errors: a.errors + b.errors };
   } finally {
@@ -158,7 +183,11 @@ export async function redactionBench(): Promise<BenchOutput> {
   const runs = await runThroughput();
   const r = ratio(runs.on, runs.off);
   const row = (metric: string, t: { on: number; off: number }): Row => ({
-    metric, value: round(t.on / 1000, 2), unit: 'µs/event', baseline: round(t.off / 1000, 2), ratio: ratio(t.on, t.off),
+    metric,
+    value: round(t.on / 1000, 2),
+    unit: 'µs/event',
+    baseline: round(t.off / 1000, 2),
+    ratio: ratio(t.on, t.off),
   });
   const rows: Row[] = [
     row('Typical event (model_call with ~1 KB tool output as its last message), createEventRecord', typical),
@@ -166,18 +195,29 @@ export async function redactionBench(): Promise<BenchOutput> {
     row('64 KB payload, no secret in it (tool_result output), createEventRecord', clean),
     row('64 KB payload with 11 secrets in it, createEventRecord', dirty),
     { metric: 'Value pass alone on 64 KB of text with no secret (Redactor.text)', value: round(textOnly / 1000, 1), unit: 'µs', baseline: null },
-    { metric: 'Value pass alone: scan rate', value: round((64 * 1024) / textOnly * 1000, 0), unit: 'MB/s' },
+    { metric: 'Value pass alone: scan rate', value: round(((64 * 1024) / textOnly) * 1000, 0), unit: 'MB/s' },
     {
       metric: `Runs/s over HTTP (POST /run/sync, concurrency ${RUN_CONCURRENCY}, ${runs.eventsPerRun} events per run), value pass on`,
-      value: round(runs.on, 0), unit: 'runs/s', baseline: round(runs.off, 0), baseline_label: 'value pass off', ratio: r, target: '>= 97 % of off', pass: r !== null && r >= 0.97 && runs.errors === 0,
+      value: round(runs.on, 0),
+      unit: 'runs/s',
+      baseline: round(runs.off, 0),
+      baseline_label: 'value pass off',
+      ratio: r,
+      target: '>= 97 % of off',
+      pass: r !== null && r >= 0.97 && runs.errors === 0,
     },
     {
       metric: `Estimate: value-pass CPU per run (${runs.eventsPerRun} events x the typical event's added cost) / CPU per run with it off`,
-      value: round((runs.eventsPerRun * (typical.on - typical.off)) / 1e6 / runs.cpuOff * 100, 2), unit: '%',
+      value: round(((runs.eventsPerRun * (typical.on - typical.off)) / 1e6 / runs.cpuOff) * 100, 2),
+      unit: '%',
     },
     {
       metric: 'CPU per run over HTTP (bench process: server and client), value pass on',
-      value: round(runs.cpuOn, 3), unit: 'ms', baseline: round(runs.cpuOff, 3), baseline_label: 'value pass off', ratio: ratio(runs.cpuOn, runs.cpuOff),
+      value: round(runs.cpuOn, 3),
+      unit: 'ms',
+      baseline: round(runs.cpuOff, 3),
+      baseline_label: 'value pass off',
+      ratio: ratio(runs.cpuOn, runs.cpuOff),
     },
   ];
   return {

@@ -3,8 +3,23 @@
 // Compared with a bare Fastify route that writes the same SSE frames (same number, same sizes).
 // run-real.ts (the `run` benchmark) runs this too, and reports its rows as diagnostics.
 import {
-  QUICK, benchConfig, closedLoop, scaled, mergeLoops, median, percentile, ratio, removeDir, request, round, startChild, tempDir,
-  type BenchOutput, type Child, type LoopResult, type Row,
+  QUICK,
+  benchConfig,
+  closedLoop,
+  scaled,
+  mergeLoops,
+  median,
+  percentile,
+  ratio,
+  removeDir,
+  request,
+  round,
+  startChild,
+  tempDir,
+  type BenchOutput,
+  type Child,
+  type LoopResult,
+  type Row,
 } from '../lib.js';
 
 const ROUND_MS = QUICK ? 300 : scaled(2000, 200);
@@ -45,7 +60,10 @@ export async function inProcessRunBench(): Promise<BenchOutput> {
     // One real response gives the frames the baseline replays.
     const sample = await request(`${agentd.url}/run`, { method: 'POST', body: BODY });
     if (!okRun(sample)) throw new Error(`sample run failed: ${sample.status} ${sample.body.slice(0, 500)}`);
-    const frames = sample.body.split('\n\n').filter((f) => f.length > 0).map((f) => `${f}\n\n`);
+    const frames = sample.body
+      .split('\n\n')
+      .filter((f) => f.length > 0)
+      .map((f) => `${f}\n\n`);
     const eventTypes = frames.map((f) => /^event: (.*)$/m.exec(f)?.[1] ?? '?');
     bare = await startChild({ mode: 'bare-sse', frames });
 
@@ -65,8 +83,16 @@ export async function inProcessRunBench(): Promise<BenchOutput> {
     const eventData = frames.filter((f) => /^id: /m.test(f)).map((f) => /^data: (.*)$/m.exec(f)?.[1] ?? '');
     const ops: Array<[string, string]> = [
       ...eventData.map((d, i): [string, string] => [`e${i}:`, d]),
-      ...eventData.flatMap((_, i): Array<[string, string]> => [[`x:run:${i}:`, ''], [`x:session:${i}:`, ''], [`x:trace:${i}:`, '']]),
-      ['r:run:', runJson], ['r:snapshot:', runJson + runJson], ['r:trace:', 'x'.repeat(300)], ['r:session:', 'x'.repeat(300)], ['m:cursor:', '1'],
+      ...eventData.flatMap((_, i): Array<[string, string]> => [
+        [`x:run:${i}:`, ''],
+        [`x:session:${i}:`, ''],
+        [`x:trace:${i}:`, ''],
+      ]),
+      ['r:run:', runJson],
+      ['r:snapshot:', runJson + runJson],
+      ['r:trace:', 'x'.repeat(300)],
+      ['r:session:', 'x'.repeat(300)],
+      ['m:cursor:', '1'],
     ];
     durable = await startChild({ mode: 'bare-sse', frames, durable: { dir: dirDurable, ops } });
     await loop(durable, 1, 500, okBare);
@@ -97,23 +123,77 @@ export async function inProcessRunBench(): Promise<BenchOutput> {
     const r32 = ratio(c32.a.perSecond, c32.b.perSecond);
     const errors = c1.a.errors + c32.a.errors;
     const rows: Row[] = [
-      { metric: 'Runs/s, concurrency 1', value: round(c1.a.perSecond, 1), unit: 'runs/s', baseline: round(c1.b.perSecond, 0), ratio: r1, target: '>= 50 % of bare', pass: r1 !== null && r1 >= 0.5 },
-      { metric: 'Runs/s, concurrency 32', value: round(c32.a.perSecond, 1), unit: 'runs/s', baseline: round(c32.b.perSecond, 0), ratio: r32, target: '>= 50 % of bare', pass: r32 !== null && r32 >= 0.5 },
+      {
+        metric: 'Runs/s, concurrency 1',
+        value: round(c1.a.perSecond, 1),
+        unit: 'runs/s',
+        baseline: round(c1.b.perSecond, 0),
+        ratio: r1,
+        target: '>= 50 % of bare',
+        pass: r1 !== null && r1 >= 0.5,
+      },
+      {
+        metric: 'Runs/s, concurrency 32',
+        value: round(c32.a.perSecond, 1),
+        unit: 'runs/s',
+        baseline: round(c32.b.perSecond, 0),
+        ratio: r32,
+        target: '>= 50 % of bare',
+        pass: r32 !== null && r32 >= 0.5,
+      },
       { metric: 'Latency p50, concurrency 1', value: round(p50(c1.a), 2), unit: 'ms', baseline: round(p50(c1.b), 2), ratio: ratio(p50(c1.a), p50(c1.b)) },
       { metric: 'Added p50 latency, concurrency 1 (agentd p50 - bare p50)', value: round(added, 2), unit: 'ms', target: '<= 2 ms', pass: added <= 2 },
       { metric: 'Latency p99, concurrency 1', value: round(percentile(c1.a.latencies, 99), 2), unit: 'ms', baseline: round(percentile(c1.b.latencies, 99), 2) },
       { metric: 'Latency p50, concurrency 32', value: round(p50(c32.a), 1), unit: 'ms', baseline: round(p50(c32.b), 2), ratio: ratio(p50(c32.a), p50(c32.b)) },
-      { metric: 'Latency p99, concurrency 32', value: round(percentile(c32.a.latencies, 99), 1), unit: 'ms', baseline: round(percentile(c32.b.latencies, 99), 2) },
+      {
+        metric: 'Latency p99, concurrency 32',
+        value: round(percentile(c32.a.latencies, 99), 1),
+        unit: 'ms',
+        baseline: round(percentile(c32.b.latencies, 99), 2),
+      },
       { metric: 'Failed runs (non-200 or no successful `complete` frame)', value: errors, unit: '', target: '0', pass: errors === 0 },
-      { metric: 'Diagnostic: store write rounds per run at concurrency 1 (one LevelDB batch and fsync each, one after another)', value: per('rounds'), unit: '' },
+      {
+        metric: 'Diagnostic: store write rounds per run at concurrency 1 (one LevelDB batch and fsync each, one after another)',
+        value: per('rounds'),
+        unit: '',
+      },
       { metric: 'Diagnostic: server CPU per run at concurrency 32 (process CPU time / runs)', value: round(cpuPerRunMs, 2), unit: 'ms' },
       { metric: 'Diagnostic: store calls per run (commit / appendEvents / reads)', value: `${per('commits')} / ${per('appends')} / ${per('reads')}`, unit: '' },
-      { metric: 'Diagnostic, store without fsync: runs/s, concurrency 1', value: round(n1.perSecond, 1), unit: 'runs/s', baseline: round(c1.b.perSecond, 0), ratio: ratio(n1.perSecond, c1.b.perSecond) },
-      { metric: 'Diagnostic, store without fsync: runs/s, concurrency 32', value: round(n32.perSecond, 1), unit: 'runs/s', baseline: round(c32.b.perSecond, 0), ratio: ratio(n32.perSecond, c32.b.perSecond) },
+      {
+        metric: 'Diagnostic, store without fsync: runs/s, concurrency 1',
+        value: round(n1.perSecond, 1),
+        unit: 'runs/s',
+        baseline: round(c1.b.perSecond, 0),
+        ratio: ratio(n1.perSecond, c1.b.perSecond),
+      },
+      {
+        metric: 'Diagnostic, store without fsync: runs/s, concurrency 32',
+        value: round(n32.perSecond, 1),
+        unit: 'runs/s',
+        baseline: round(c32.b.perSecond, 0),
+        ratio: ratio(n32.perSecond, c32.b.perSecond),
+      },
       { metric: 'Diagnostic, store without fsync: added p50 latency, concurrency 1', value: round(addedNoSync, 2), unit: 'ms' },
-      { metric: 'Diagnostic, against a bare route that also writes one fsynced LevelDB batch of the same shape per request: runs/s, concurrency 1', value: round(c1.a.perSecond, 1), unit: 'runs/s', baseline: round(d1.perSecond, 0), ratio: ratio(c1.a.perSecond, d1.perSecond) },
-      { metric: 'Diagnostic, same durable baseline: runs/s, concurrency 32', value: round(c32.a.perSecond, 1), unit: 'runs/s', baseline: round(d32.perSecond, 0), ratio: ratio(c32.a.perSecond, d32.perSecond) },
-      { metric: 'Diagnostic, same durable baseline: added p50 latency, concurrency 1', value: round(p50(c1.a) - p50(d1), 2), unit: 'ms', baseline: round(p50(d1), 2) },
+      {
+        metric: 'Diagnostic, against a bare route that also writes one fsynced LevelDB batch of the same shape per request: runs/s, concurrency 1',
+        value: round(c1.a.perSecond, 1),
+        unit: 'runs/s',
+        baseline: round(d1.perSecond, 0),
+        ratio: ratio(c1.a.perSecond, d1.perSecond),
+      },
+      {
+        metric: 'Diagnostic, same durable baseline: runs/s, concurrency 32',
+        value: round(c32.a.perSecond, 1),
+        unit: 'runs/s',
+        baseline: round(d32.perSecond, 0),
+        ratio: ratio(c32.a.perSecond, d32.perSecond),
+      },
+      {
+        metric: 'Diagnostic, same durable baseline: added p50 latency, concurrency 1',
+        value: round(p50(c1.a) - p50(d1), 2),
+        unit: 'ms',
+        baseline: round(p50(d1), 2),
+      },
     ];
     return {
       title: 'POST /run (SSE) with a zero-latency model, concurrency 1 and 32',

@@ -4,8 +4,25 @@
 // streamText against the same server with the same tool (up to 5 steps, SSE, nothing stored), in
 // its own process like agentd. The in-process-model rows of the old benchmark follow as diagnostics.
 import {
-  QUICK, SCALE, closedLoop, log, median, mergeLoops, percentile, ratio, realPathConfig, removeDir, request, round, startChild, tempDir,
-  type BenchOutput, type Child, type HttpResult, type LoopResult, type Row,
+  QUICK,
+  SCALE,
+  closedLoop,
+  log,
+  median,
+  mergeLoops,
+  percentile,
+  ratio,
+  realPathConfig,
+  removeDir,
+  request,
+  round,
+  startChild,
+  tempDir,
+  type BenchOutput,
+  type Child,
+  type HttpResult,
+  type LoopResult,
+  type Row,
 } from '../lib.js';
 import { inProcessRunBench } from './run-inprocess.js';
 
@@ -28,18 +45,31 @@ const okHand = (r: HttpResult) => r.status === 200 && r.body.includes('event: co
  * The tool workload really ran the tool and answered after it: the tool's result is in the stream,
  * and so is the second call's answer (agentd: its final_answer; hand-rolled: the last word's delta).
  */
-const okTool = (ok: (r: HttpResult) => boolean) => (r: HttpResult) => ok(r) && r.body.includes('"sum":5') && (r.body.includes('The sum is 5.') || r.body.includes('"text":"5."'));
+const okTool = (ok: (r: HttpResult) => boolean) => (r: HttpResult) =>
+  ok(r) && r.body.includes('"sum":5') && (r.body.includes('The sum is 5.') || r.body.includes('"text":"5."'));
 
 type Cpu = { user: number; system: number };
-interface Measured { loop: LoopResult; cpuMs: number }
+interface Measured {
+  loop: LoopResult;
+  cpuMs: number;
+}
 
-async function measure(child: Child, workload: Workload, concurrency: number, ok: (r: HttpResult) => boolean, opts: { durationMs: number; maxCount?: number }): Promise<Measured> {
+async function measure(
+  child: Child,
+  workload: Workload,
+  concurrency: number,
+  ok: (r: HttpResult) => boolean,
+  opts: { durationMs: number; maxCount?: number },
+): Promise<Measured> {
   const body = JSON.stringify({ query: WORKLOADS[workload].query });
   const check = workload === 'tool' ? okTool(ok) : ok;
   const c0 = await child.call<Cpu>({ cmd: 'cpu' });
   const loop = await closedLoop({
-    concurrency, durationMs: opts.durationMs, maxCount: opts.maxCount,
-    send: (agent) => request(`${child.url}/run`, { method: 'POST', body, agent }), ok: check,
+    concurrency,
+    durationMs: opts.durationMs,
+    maxCount: opts.maxCount,
+    send: (agent) => request(`${child.url}/run`, { method: 'POST', body, agent }),
+    ok: check,
   });
   const c1 = await child.call<Cpu>({ cmd: 'cpu' });
   return { loop, cpuMs: (c1.user + c1.system - c0.user - c0.system) / 1000 };
@@ -79,7 +109,8 @@ export async function runBench(): Promise<BenchOutput> {
 
     log(`warm-up: ${WARMUP_RUNS} more runs per side (half each workload, c=32)`);
     for (const side of Object.values(sides)) {
-      for (const w of ['trivial', 'tool'] as const) await measure(side.child, w, 32, side.ok, { durationMs: QUICK ? 20_000 : 90_000, maxCount: WARMUP_RUNS / 2 });
+      for (const w of ['trivial', 'tool'] as const)
+        await measure(side.child, w, 32, side.ok, { durationMs: QUICK ? 20_000 : 90_000, maxCount: WARMUP_RUNS / 2 });
     }
 
     const results: Record<string, { agentd: Measured; hand: Measured }> = {};
@@ -127,7 +158,16 @@ export async function runBench(): Promise<BenchOutput> {
         const { agentd: a, hand: h } = results[`${w}/${c}`];
         errors += a.loop.errors;
         const r = ratio(a.loop.perSecond, h.loop.perSecond);
-        rows.push({ metric: `Runs/s, ${WORKLOADS[w].label}, concurrency ${c}`, value: round(a.loop.perSecond, 1), unit: 'runs/s', baseline: round(h.loop.perSecond, 1), baseline_label: 'hand-rolled Fastify + streamText', ratio: r, target: '>= 1.0x hand-rolled (>= 0.8x at least)', pass: r !== null && r >= 1.0 });
+        rows.push({
+          metric: `Runs/s, ${WORKLOADS[w].label}, concurrency ${c}`,
+          value: round(a.loop.perSecond, 1),
+          unit: 'runs/s',
+          baseline: round(h.loop.perSecond, 1),
+          baseline_label: 'hand-rolled Fastify + streamText',
+          ratio: r,
+          target: '>= 1.0x hand-rolled (>= 0.8x at least)',
+          pass: r !== null && r >= 1.0,
+        });
       }
     }
     for (const w of ['trivial', 'tool'] as const) {
@@ -135,7 +175,11 @@ export async function runBench(): Promise<BenchOutput> {
         const { agentd: a, hand: h } = results[`${w}/${c}`];
         const cpu = cpuPerRun(a);
         rows.push({
-          metric: `Server CPU per run (process.cpuUsage / runs), ${WORKLOADS[w].label}, concurrency ${c}`, value: round(cpu, 2), unit: 'ms', baseline: round(cpuPerRun(h), 2), ratio: ratio(cpu, cpuPerRun(h)),
+          metric: `Server CPU per run (process.cpuUsage / runs), ${WORKLOADS[w].label}, concurrency ${c}`,
+          value: round(cpu, 2),
+          unit: 'ms',
+          baseline: round(cpuPerRun(h), 2),
+          ratio: ratio(cpu, cpuPerRun(h)),
           ...(w === 'trivial' ? { target: '<= 3 ms', pass: cpu <= 3 } : {}),
         });
       }
@@ -145,39 +189,83 @@ export async function runBench(): Promise<BenchOutput> {
       const fa = median(a.loop.firstFrames);
       const fh = median(h.loop.firstFrames);
       rows.push({
-        metric: `First SSE frame p50, ${WORKLOADS[w].label}, concurrency 1`, value: round(fa, 2), unit: 'ms', baseline: round(fh, 2), ratio: ratio(fa, fh),
+        metric: `First SSE frame p50, ${WORKLOADS[w].label}, concurrency 1`,
+        value: round(fa, 2),
+        unit: 'ms',
+        baseline: round(fh, 2),
+        ratio: ratio(fa, fh),
         ...(w === 'trivial' ? { target: "<= hand-rolled's + 1 ms", pass: fa <= fh + 1 } : {}),
       });
     }
     for (const w of ['trivial', 'tool'] as const) {
       for (const c of [1, 32]) {
         const { agentd: a, hand: h } = results[`${w}/${c}`];
-        rows.push({ metric: `Latency p50 / p99, ${WORKLOADS[w].label}, concurrency ${c}`, value: `${round(median(a.loop.latencies), 2)} / ${round(percentile(a.loop.latencies, 99), 2)}`, unit: 'ms', baseline: `${round(median(h.loop.latencies), 2)} / ${round(percentile(h.loop.latencies, 99), 2)}` });
+        rows.push({
+          metric: `Latency p50 / p99, ${WORKLOADS[w].label}, concurrency ${c}`,
+          value: `${round(median(a.loop.latencies), 2)} / ${round(percentile(a.loop.latencies, 99), 2)}`,
+          unit: 'ms',
+          baseline: `${round(median(h.loop.latencies), 2)} / ${round(percentile(h.loop.latencies, 99), 2)}`,
+        });
       }
     }
     const cr = ratio(cold.agentd.loop.perSecond, cold.hand.loop.perSecond);
-    rows.push({ metric: `First ${COLD_RUNS} runs after start-up (trivial, concurrency 1): runs/s`, value: round(cold.agentd.loop.perSecond, 1), unit: 'runs/s', baseline: round(cold.hand.loop.perSecond, 1), ratio: cr });
-    rows.push({ metric: `First ${COLD_RUNS} runs after start-up: server CPU per run`, value: round(cpuPerRun(cold.agentd), 2), unit: 'ms', baseline: round(cpuPerRun(cold.hand), 2), ratio: ratio(cpuPerRun(cold.agentd), cpuPerRun(cold.hand)) });
-    rows.push({ metric: `First ${COLD_RUNS} runs after start-up: first SSE frame p50`, value: round(median(cold.agentd.loop.firstFrames), 2), unit: 'ms', baseline: round(median(cold.hand.loop.firstFrames), 2) });
+    rows.push({
+      metric: `First ${COLD_RUNS} runs after start-up (trivial, concurrency 1): runs/s`,
+      value: round(cold.agentd.loop.perSecond, 1),
+      unit: 'runs/s',
+      baseline: round(cold.hand.loop.perSecond, 1),
+      ratio: cr,
+    });
+    rows.push({
+      metric: `First ${COLD_RUNS} runs after start-up: server CPU per run`,
+      value: round(cpuPerRun(cold.agentd), 2),
+      unit: 'ms',
+      baseline: round(cpuPerRun(cold.hand), 2),
+      ratio: ratio(cpuPerRun(cold.agentd), cpuPerRun(cold.hand)),
+    });
+    rows.push({
+      metric: `First ${COLD_RUNS} runs after start-up: first SSE frame p50`,
+      value: round(median(cold.agentd.loop.firstFrames), 2),
+      unit: 'ms',
+      baseline: round(median(cold.hand.loop.firstFrames), 2),
+    });
     errors += cold.agentd.loop.errors;
-    rows.push({ metric: 'Failed runs (non-200, no successful `complete` frame, or tool workload without the tool result)', value: errors, unit: '', target: '0', pass: errors === 0 });
+    rows.push({
+      metric: 'Failed runs (non-200, no successful `complete` frame, or tool workload without the tool result)',
+      value: errors,
+      unit: '',
+      target: '0',
+      pass: errors === 0,
+    });
     rows.push({ metric: 'Model calls (HTTP requests to the model server) per tool-workload run', value: toolModelCalls, unit: '' });
-    rows.push({ metric: 'Store write rounds per run, concurrency 1 (one LevelDB batch and fsync each), trivial / tool', value: `${storeTrivial('rounds')} / ${storeTool('rounds')}`, unit: '' });
-    rows.push({ metric: 'Store calls per run (commit / appendEvents / reads), trivial; tool', value: `${storeTrivial('commits')} / ${storeTrivial('appends')} / ${storeTrivial('reads')}; ${storeTool('commits')} / ${storeTool('appends')} / ${storeTool('reads')}`, unit: '' });
+    rows.push({
+      metric: 'Store write rounds per run, concurrency 1 (one LevelDB batch and fsync each), trivial / tool',
+      value: `${storeTrivial('rounds')} / ${storeTool('rounds')}`,
+      unit: '',
+    });
+    rows.push({
+      metric: 'Store calls per run (commit / appendEvents / reads), trivial; tool',
+      value: `${storeTrivial('commits')} / ${storeTrivial('appends')} / ${storeTrivial('reads')}; ${storeTool('commits')} / ${storeTool('appends')} / ${storeTool('reads')}`,
+      unit: '',
+    });
 
     // The old benchmark, model object injected into the process (free model call): diagnostics only.
     // (Skipped by --quick, which is for iterating on the real path.)
     log('diagnostic: in-process model against a bare route replaying its frames');
     const inProc = QUICK ? { rows: [], method: [] } : await inProcessRunBench();
-    for (const r of inProc.rows) rows.push({ ...r, metric: `Diagnostic, in-process model: ${r.metric.replace(/^Diagnostic,? ?:? ?/, '')}`, target: null, pass: null });
+    for (const r of inProc.rows)
+      rows.push({ ...r, metric: `Diagnostic, in-process model: ${r.metric.replace(/^Diagnostic,? ?:? ?/, '')}`, target: null, pass: null });
 
-    const firstErr = [results['trivial/1'], results['trivial/32'], results['tool/1'], results['tool/32']].map((x) => x.agentd.loop.firstError ?? x.hand.loop.firstError).find(Boolean) ?? cold.agentd.loop.firstError;
+    const firstErr =
+      [results['trivial/1'], results['trivial/32'], results['tool/1'], results['tool/32']]
+        .map((x) => x.agentd.loop.firstError ?? x.hand.loop.firstError)
+        .find(Boolean) ?? cold.agentd.loop.firstError;
     return {
       title: 'POST /run on the real model path (openai-compatible over HTTP) against a hand-rolled Fastify + AI SDK route',
       method: [
         'Model path of every row not marked diagnostic: agentd configured as its docs say, `agent.model.provider: "openai-compatible"` with `base_url` pointing at a fast OpenAI-compatible Chat Completions server over HTTP (test/bench/child-server.mjs `fake-openai`, its own process, so its CPU is not counted as either side\'s) and `agent.tools.local` holding one `add` tool (test/bench/bench-tools.mjs); `builtin: []`, everything else default (LevelDB with fsync, every event stored, every snapshot saved).',
         `Workloads: trivial (the model streams a 5-word answer: one model call) and one tool (the model calls \`add\`, agentd runs it, a second model call answers: ${toolModelCalls} model requests per run).`,
-        'Baseline: a Fastify POST /run route calling the AI SDK\'s `streamText` against the same server with the same `add` tool (executed by the SDK), `stopWhen: stepCountIs(5)`, each `fullStream` part written as one SSE frame, nothing stored; in its own child process like agentd.',
+        "Baseline: a Fastify POST /run route calling the AI SDK's `streamText` against the same server with the same `add` tool (executed by the SDK), `stopWhen: stepCountIs(5)`, each `fullStream` part written as one SSE frame, nothing stored; in its own child process like agentd.",
         `Frames per run: agentd trivial ${samples.agentd.trivial.length} (${samples.agentd.trivial.join(', ')}); tool ${samples.agentd.tool.length}. Hand-rolled trivial ${samples.hand.trivial.length} (${samples.hand.trivial.join(', ')}); tool ${samples.hand.tool.length}.`,
         `Order: the first ${COLD_RUNS} runs after start-up of each side (trivial, concurrency 1: the cold rows), then ${WARMUP_RUNS} warm-up runs per side (half per workload, concurrency 32), then per workload and concurrency ${ROUNDS} alternating rounds of ${ROUND_MS / 1000} s per side.`,
         'CPU per run: process.cpuUsage() of the server process (user + system) over each round, divided by the runs it served in it, so other load on the shared machine does not count. First frame: time from sending the request to the first body byte (agentd: the `session` frame; hand-rolled: the `start` part). Client: keep-alive HTTP workers in the parent process, each reading the full response before the next request.',

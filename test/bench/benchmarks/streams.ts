@@ -2,8 +2,21 @@
 // openai-compatible provider over HTTP to the fake server, which streams slowly): server RSS and
 // errors, against a bare Fastify route streaming the same frames at the same pace.
 import {
-  realPathConfig, nowMs, openSse, peakRssMb, ratio, removeDir, round, rssMb, scaled, sleep, startChild, tempDir,
-  type BenchOutput, type Child, type SseFrame,
+  realPathConfig,
+  nowMs,
+  openSse,
+  peakRssMb,
+  ratio,
+  removeDir,
+  round,
+  rssMb,
+  scaled,
+  sleep,
+  startChild,
+  tempDir,
+  type BenchOutput,
+  type Child,
+  type SseFrame,
 } from '../lib.js';
 
 const STREAMS = scaled(1000, 10);
@@ -98,17 +111,32 @@ export async function streamsBench(): Promise<BenchOutput> {
     const sample = openSse(`${agentd.url}/run`, { method: 'POST', body: BODY, onFrame: (f) => sampleFrames.push(f) });
     const sampleDone = await sample.done;
     if (!fullRun(sampleFrames)) throw new Error(`sample stream failed: ${sampleDone.raw.slice(0, 500)}`);
-    const raw = sampleDone.raw.split('\n\n').filter((f) => f.length > 0).map((f) => `${f}\n\n`);
+    const raw = sampleDone.raw
+      .split('\n\n')
+      .filter((f) => f.length > 0)
+      .map((f) => `${f}\n\n`);
     const firstDelta = raw.findIndex((f) => f.startsWith('event: delta'));
     const lastDelta = raw.length - 1 - [...raw].reverse().findIndex((f) => f.startsWith('event: delta'));
-    bare = await startChild({ mode: 'bare-slow-sse', head: raw.slice(0, firstDelta), delta: raw[firstDelta], count: CHUNKS, delayMs: DELAY_MS, tail: raw.slice(lastDelta + 1) });
+    bare = await startChild({
+      mode: 'bare-slow-sse',
+      head: raw.slice(0, firstDelta),
+      delta: raw[firstDelta],
+      count: CHUNKS,
+      delayMs: DELAY_MS,
+      tail: raw.slice(lastDelta + 1),
+    });
 
     const a = await wave(agentd, fullRun, true);
     const b = await wave(bare, (frames) => frames.some((f) => f.event === 'complete') && frames.filter((f) => f.event === 'delta').length === CHUNKS, false);
     await agentd.stop();
     await bare.stop();
     // Second wave: streams that last long enough (20 chunks 1 s apart) for all of them to be live at once.
-    hold = await startChild({ mode: 'agentd', dataDir: holdDir, config: realPathConfig(fake.url, `slow-${CHUNKS}-${HOLD_DELAY_MS}`, server), model: { kind: 'config' } });
+    hold = await startChild({
+      mode: 'agentd',
+      dataDir: holdDir,
+      config: realPathConfig(fake.url, `slow-${CHUNKS}-${HOLD_DELAY_MS}`, server),
+      model: { kind: 'config' },
+    });
     const h = await wave(hold, fullRun, true);
     return {
       title: `${STREAMS.toLocaleString('en-US')} concurrent POST /run streams, model streaming ${CHUNKS} chunks every ${DELAY_MS} ms`,
@@ -120,13 +148,41 @@ export async function streamsBench(): Promise<BenchOutput> {
         `Starting a run costs the server CPU, so with ${DELAY_MS} ms chunks the first streams end before the last ones start ("most runs live at once" shows how many overlapped). The hold wave repeats the test on a fresh server with chunks ${HOLD_DELAY_MS} ms apart (${(CHUNKS * HOLD_DELAY_MS) / 1000} s streams), long enough for every stream to be live at the same time.`,
       ],
       rows: [
-        { metric: 'Peak server RSS', value: round(a.peakMb, 0), unit: 'MB', baseline: round(b.peakMb, 0), ratio: ratio(a.peakMb, b.peakMb), target: '<= 300 MB', pass: a.peakMb <= 300 },
+        {
+          metric: 'Peak server RSS',
+          value: round(a.peakMb, 0),
+          unit: 'MB',
+          baseline: round(b.peakMb, 0),
+          ratio: ratio(a.peakMb, b.peakMb),
+          target: '<= 300 MB',
+          pass: a.peakMb <= 300,
+        },
         { metric: 'Idle server RSS before the wave', value: round(a.idleMb, 0), unit: 'MB', baseline: round(b.idleMb, 0), ratio: ratio(a.idleMb, b.idleMb) },
-        { metric: 'RSS growth during the wave', value: round(a.peakMb - a.idleMb, 0), unit: 'MB', baseline: round(b.peakMb - b.idleMb, 0), ratio: ratio(a.peakMb - a.idleMb, b.peakMb - b.idleMb) },
+        {
+          metric: 'RSS growth during the wave',
+          value: round(a.peakMb - a.idleMb, 0),
+          unit: 'MB',
+          baseline: round(b.peakMb - b.idleMb, 0),
+          ratio: ratio(a.peakMb - a.idleMb, b.peakMb - b.idleMb),
+        },
         { metric: 'Streams failed', value: a.errors, unit: '', baseline: b.errors, target: '0', pass: a.errors === 0 && a.ok === STREAMS },
-        { metric: `Wall time for all ${STREAMS} streams (model alone: ${(CHUNKS * DELAY_MS) / 1000} s)`, value: round(a.wallMs / 1000, 2), unit: 's', baseline: round(b.wallMs / 1000, 2), ratio: ratio(a.wallMs, b.wallMs) },
+        {
+          metric: `Wall time for all ${STREAMS} streams (model alone: ${(CHUNKS * DELAY_MS) / 1000} s)`,
+          value: round(a.wallMs / 1000, 2),
+          unit: 's',
+          baseline: round(b.wallMs / 1000, 2),
+          ratio: ratio(a.wallMs, b.wallMs),
+        },
         { metric: 'Most runs live at once (sampled)', value: a.maxLive, unit: '' },
-        { metric: `Hold wave (chunks ${HOLD_DELAY_MS} ms apart): peak server RSS`, value: round(h.peakMb, 0), unit: 'MB', baseline: round(b.peakMb, 0), ratio: ratio(h.peakMb, b.peakMb), target: '<= 300 MB', pass: h.peakMb <= 300 },
+        {
+          metric: `Hold wave (chunks ${HOLD_DELAY_MS} ms apart): peak server RSS`,
+          value: round(h.peakMb, 0),
+          unit: 'MB',
+          baseline: round(b.peakMb, 0),
+          ratio: ratio(h.peakMb, b.peakMb),
+          target: '<= 300 MB',
+          pass: h.peakMb <= 300,
+        },
         { metric: 'Hold wave: most runs live at once (sampled)', value: h.maxLive, unit: '' },
         { metric: 'Hold wave: streams failed', value: h.errors, unit: '', target: '0', pass: h.errors === 0 && h.ok === STREAMS },
       ],
