@@ -65,11 +65,18 @@ export default tseslint.config(
     },
   },
 
-  // src/store/: the Store interface and its adapters. Nothing above it.
+  // src/store/: the Store interface, its adapters and the typed repositories. Nothing above it
+  // (a file of a subfolder such as src/store/repos/ may import src/store/ itself).
   {
-    files: ['src/store/**/*.ts'],
+    files: ['src/store/*.ts'],
     rules: {
       'no-restricted-imports': rule([forbid('^\\.\\./', 'src/store/ imports nothing else of src/ (it is the bottom layer)')]),
+    },
+  },
+  {
+    files: ['src/store/*/**/*.ts'],
+    rules: {
+      'no-restricted-imports': rule([forbid('^(\\.\\./){2,}', 'src/store/ imports nothing else of src/ (it is the bottom layer)')]),
     },
   },
 
@@ -128,7 +135,7 @@ export default tseslint.config(
       'no-restricted-imports': rule(
         [
           forbid(
-            '^(\\.\\./)+store/(level|memory|postgres|pg-[\\w-]+|changes|open|migrations)([./]|$)',
+            '^(\\.\\./)+store/(level(-[\\w-]+)?|memory|postgres|pg-[\\w-]+|changes|open|migrations)([./]|$)',
             'src/http imports no store adapter: the Store interface (src/store/store.ts) instead',
           ),
           forbid(layer('cli', 'ui'), 'src/http does not import the CLI or the dashboard sources'),
@@ -146,7 +153,7 @@ export default tseslint.config(
       'no-restricted-imports': rule(
         [
           forbid(
-            '^\\./store/(level|memory|postgres|pg-[\\w-]+|changes|open|migrations)([./]|$)',
+            '^\\./store/(level(-[\\w-]+)?|memory|postgres|pg-[\\w-]+|changes|open|migrations)([./]|$)',
             'src/app.ts imports no store adapter: the Store interface (src/store/store.ts) instead',
           ),
         ],

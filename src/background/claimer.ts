@@ -6,14 +6,19 @@ import type { BackgroundRunEvent } from '../../machines/background-run.machine.j
 import { canClaim } from '../../machines/policies/overlap.js';
 import { newId } from '../ids.js';
 import type { BackgroundRunStatus } from '../schemas/background.js';
-import type { Versioned } from '../store/store.js';
+import type { Page, Versioned } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
+import { repos, type Repos } from '../store/repos/index.js';
+import type { BgRunRepo } from '../store/repos/bg-runs.js';
 import { taskStatusKey, type BgRunRow } from './types.js';
 import type { AttemptTimers, TimerRef } from './attempt-timers.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { Handle } from './run-host.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
+
+/** How long a shared store holds the rows a claim pass was handed: a pass ends in milliseconds; a dead one's rows are free after this. */
+const CLAIM_HOLD_MS = 10_000;
 
 /** What the claimer needs of the engine that hosts the runs. */
 export interface ClaimerHost {
@@ -41,10 +46,15 @@ export class Claimer {
   /** This process claims and recovers runs (false before start and after stopClaiming). */
   accepting = false;
 
+  private readonly runs: BgRunRepo;
+  private readonly meta: Repos['meta'];
+
   constructor(
     private readonly deps: BackgroundDeps,
     private readonly host: ClaimerHost,
-  ) {}
+  ) {
+    ({ bgRuns: this.runs, meta: this.meta } = repos(deps.store));
+  }
 
   private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
     this.deps.log?.(level, msg, extra);
@@ -114,9 +124,10 @@ export class Claimer {
     const concurrency = this.deps.config.background.concurrency;
     if (this.host.heldCount() >= concurrency) return;
     const now = this.deps.clock.now();
-    let cursor: string | null = null;
-    let scanned = 0;
-    let earliest = Infinity;
+    // Due queued rows, oldest first; on a shared store each page is held for this pass, so another
+    // instance's claimer takes other rows (BgRunRepo.claimPass). A pass that throws leaves its
+    // holds to lapse (CLAIM_HOLD_MS).
+    const pass = this.runs.claimPass(now, CLAIM_HOLD_MS);
     const blockedTasks = new Set<string>();
     // Claims of one pass are written concurrently (they share a store round), not one round each:
     // claim() counts itself in heldCount at once, so the pass stops at the free worker count.
@@ -125,19 +136,9 @@ export class Claimer {
       // Rows are parsed whole, so a pass with few free workers reads a small page first.
       const free = concurrency - this.host.heldCount();
       const limit = Math.min(100, Math.max(16, free * 4));
-      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', {
-        index: { name: 'status', value: 'queued' },
-        cursor,
-        limit,
-      });
-      for (const item of page.items) {
-        scanned++;
+      for (const item of await pass.claimQueued(limit)) {
         const { run, internal } = item.value;
         if (this.host.handles.has(run.run_id)) continue;
-        if (internal.not_before && Date.parse(internal.not_before) > now) {
-          earliest = Math.min(earliest, Date.parse(internal.not_before));
-          continue;
-        }
         const policy = internal.overlap_policy;
         let gate: Handle['gate'] = null;
         if (policy === 'queue_next' || policy === 'cancel_previous') {
@@ -147,13 +148,13 @@ export class Claimer {
           // before it is in the count.
           if (isSharedStore(this.deps.store)) {
             const id = taskGateId(run.task_id);
-            const g = await this.deps.store.getRecord('meta', id);
+            const g = await this.meta.get(id);
             gate = { id, version: g ? g.version : null };
           }
           const active = await this.host.countActive(run.task_id);
           let oldest = true;
           if (policy === 'queue_next') {
-            const first = await this.deps.store.listRecords<BgRunRow>('bg_runs', {
+            const first = await this.runs.list({
               index: { name: 'task_status', value: taskStatusKey(run.task_id, 'queued') },
               limit: 1,
             });
@@ -171,10 +172,10 @@ export class Claimer {
         );
         if (this.host.heldCount() >= concurrency || !this.accepting) break scan;
       }
-      cursor = page.next_cursor;
-    } while (cursor && scanned < 2000);
+    } while (!pass.done);
     await Promise.all(claims);
-    if (earliest < Infinity) this.wakeAtLatest(earliest);
+    await pass.release();
+    if (pass.nextDueAt !== null) this.wakeAtLatest(pass.nextDueAt);
   }
 
   /**
@@ -272,7 +273,7 @@ export class Claimer {
   private async forEachRow(status: BackgroundRunStatus, fn: (row: Versioned<BgRunRow>) => Promise<void>): Promise<void> {
     let cursor: string | null = null;
     do {
-      const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', {
+      const page: Page<BgRunRow> = await this.runs.list({
         index: { name: 'status', value: status },
         cursor,
         limit: 200,

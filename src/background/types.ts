@@ -119,3 +119,14 @@ export function attemptRecordId(runId: string, attemptNumber: number): string {
 export function occurrenceRecordId(taskId: string, occurrenceId: string): string {
   return `${taskId}/${occurrenceId}`;
 }
+
+// The value types of the background kinds, for the typed repositories (src/store/repos/values.ts).
+declare module '../store/repos/values.js' {
+  interface RecordValues {
+    bg_runs: BgRunRow;
+    bg_schedule: ScheduleRow;
+    bg_tasks: TaskRow;
+    bg_agents: AgentRow;
+    bg_occurrences: OccurrenceRow;
+  }
+}

@@ -298,7 +298,7 @@ export class Webhooks {
       });
     }
     // A single-process store: whatever a dead process had claimed is free now.
-    if (this.o.store.adapter !== 'postgres') await this.releaseClaims();
+    if (!this.o.store.capabilities.sharedByInstances) await this.releaseClaims();
     this.unsubscribe = this.o.bus.subscribe({}, (ev) => {
       if (TRIGGERS.has(ev.event_type)) this.kick();
     });

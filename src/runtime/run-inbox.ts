@@ -52,7 +52,7 @@ export class RunInbox {
     private readonly store: Store,
     private readonly now: () => string,
   ) {
-    this.shared = store.adapter === 'postgres';
+    this.shared = store.capabilities.sharedByInstances;
   }
 
   /** The run's inbox may hold messages (resumed or recovered runs: an earlier process may have written it). */

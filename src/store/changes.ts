@@ -39,7 +39,7 @@ export interface StoreChanges {
  * that the store's CAS checks, not the truth.
  */
 export function isSharedStore(store: Store): boolean {
-  return store.adapter === 'postgres' || store.changes !== undefined;
+  return store.capabilities.sharedByInstances;
 }
 
 /**

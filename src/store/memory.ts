@@ -18,6 +18,7 @@ import {
   type RecordIndexes,
   type RecordKind,
   type Store,
+  type StoreCapabilities,
   type StoredEvent,
   type Versioned,
   type WriteOp,
@@ -69,6 +70,10 @@ export class MemoryStore implements Store {
   readonly adapter = 'memory' as const;
   /** None by default; tests of the multi-instance logic attach an in-process feed (LocalChanges). */
   changes?: StoreChanges;
+  /** Shared only when a test attached a change feed (several runtimes over this one store). */
+  get capabilities(): StoreCapabilities {
+    return { sharedByInstances: this.changes !== undefined };
+  }
   private state: 'new' | 'open' | 'closed' = 'new';
   private readonly records = new Map<RecordKind, Map<string, Row>>();
   private readonly events: StoredEvent[] = []; // ascending cursor

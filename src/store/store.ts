@@ -141,8 +141,52 @@ export class StoreError extends Error {
 
 export const isStoreError = (e: unknown, code?: StoreErrorCode): e is StoreError => e instanceof StoreError && (code === undefined || e.code === code);
 
+/**
+ * What an adapter can do beyond the interface. Runtime code asks these, never the adapter's name,
+ * so a new adapter states its properties instead of being matched by name.
+ */
+export interface StoreCapabilities {
+  /**
+   * Several processes (instances) share this store: a record may change without this process
+   * writing it, and a record a process holds may belong to another live process (PostgreSQL; a
+   * memory store with an in-process change feed in tests). False: one process owns the data, so
+   * whatever a dead process held at start-up is free.
+   */
+  readonly sharedByInstances: boolean;
+  /**
+   * Claims queued background runs in one statement, skipping rows another claimer holds
+   * (PostgreSQL: FOR UPDATE SKIP LOCKED). Absent: BgRunRepo scans the `status` index, which is
+   * enough for a store one process owns.
+   */
+  readonly queueClaims?: QueueClaims;
+}
+
+/** One claim pass of one claimer over the queued background runs (src/store/repos/bg-runs.ts). */
+export interface QueueClaimQuery {
+  /** At most this many rows. */
+  limit: number;
+  /** The claimer's clock (epoch ms): rows whose `internal.not_before` is later are not due. */
+  now: number;
+  /** Names the pass: its holds are released by it. */
+  token: string;
+  /** Returned rows are held for this pass until then (epoch ms, same clock). */
+  holdUntil: number;
+}
+
+export interface QueueClaims {
+  /**
+   * Due queued `bg_runs` rows, oldest first, not held by another pass (or whose hold lapsed),
+   * held for this one: two concurrent calls never return the same row. `nextDueAt`: the earliest
+   * `not_before` of a queued row not due yet, when fewer than `limit` rows were due.
+   */
+  claimQueued(q: QueueClaimQuery): Promise<{ items: Versioned<unknown>[]; nextDueAt: number | null }>;
+  /** Ends the pass's holds on these rows (those it did not claim stay queued for anyone). */
+  release(token: string, ids: string[]): Promise<void>;
+}
+
 export interface Store {
   readonly adapter: 'memory' | 'level' | 'postgres';
+  readonly capabilities: StoreCapabilities;
   /**
    * Optional change feed of a store several processes share (src/store/changes.ts): the
    * PostgreSQL adapter's LISTEN/NOTIFY. Absent on the embedded stores (one process each).

@@ -22,20 +22,22 @@ describe('agentd migrate', () => {
     const out: string[] = [];
     const url = withPassword(db.url);
     expect(await migrateCommand(parsed({ 'store-url': url }), undefined, (s) => out.push(s))).toBe(0);
-    expect(out.join('')).toMatch(/applied PostgreSQL migration 1 \(init\)[\s\S]*is at schema version 1 \(applied 1\)/);
+    expect(out.join('')).toMatch(
+      /applied PostgreSQL migration 1 \(init\)[\s\S]*applied PostgreSQL migration 2 \(queue_claims\)[\s\S]*is at schema version 2 \(applied 1, 2\)/,
+    );
     out.length = 0;
     expect(await migrateCommand(parsed({ 'store-url': url }), undefined, (s) => out.push(s))).toBe(0);
-    expect(out.join('')).toMatch(/already at schema version 1/);
+    expect(out.join('')).toMatch(/already at schema version 2/);
     expect(out.join('')).not.toContain('not-checked-pw-123');
     const c = new pg.Client({ connectionString: db.url });
     await c.connect();
     try {
-      expect((await c.query('SELECT count(*)::int AS n FROM agentd.schema_migrations')).rows[0].n).toBe(1);
-      await c.query("INSERT INTO agentd.schema_migrations (version, name) VALUES (2, 'newer')");
+      expect((await c.query('SELECT count(*)::int AS n FROM agentd.schema_migrations')).rows[0].n).toBe(2);
+      await c.query("INSERT INTO agentd.schema_migrations (version, name) VALUES (3, 'newer')");
     } finally {
       await c.end();
     }
-    await expect(migrateCommand(parsed({ 'store-url': url }), undefined, () => {})).rejects.toThrow(/schema version 2, newer than this agentd knows \(1\)/);
+    await expect(migrateCommand(parsed({ 'store-url': url }), undefined, () => {})).rejects.toThrow(/schema version 3, newer than this agentd knows \(2\)/);
   });
 
   it('needs a postgres:// URL', async () => {

@@ -45,15 +45,19 @@ describe('PostgreSQL migrations', () => {
     const [a, b] = [store(db.url, { log }), store(db.url, { log })];
     await Promise.all([a.open(), b.open()]);
     expect(logs.filter((l) => l.includes('applied PostgreSQL migration 1'))).toHaveLength(1);
+    expect(logs.filter((l) => l.includes('applied PostgreSQL migration 2'))).toHaveLength(1);
     const rows = (await sql(db.url, 'SELECT version, name FROM agentd.schema_migrations ORDER BY version')).rows;
-    expect(rows).toEqual([{ version: 1, name: 'init' }]);
+    expect(rows).toEqual([
+      { version: 1, name: 'init' },
+      { version: 2, name: 'queue_claims' },
+    ]);
     expect(rows).toHaveLength(latestSchemaVersion());
     await a.createRecord('runs', 'r1', { from: 'a' });
     expect((await b.getRecord('runs', 'r1'))?.value).toEqual({ from: 'a' });
     // A third open finds nothing to do.
     const c = store(db.url, { log });
     await c.open();
-    expect(logs.filter((l) => l.includes('applied'))).toHaveLength(1);
+    expect(logs.filter((l) => l.includes('applied'))).toHaveLength(2);
   });
 
   it('refuses a database whose schema is newer than this code, and leaves it untouched', async () => {
@@ -63,10 +67,10 @@ describe('PostgreSQL migrations', () => {
     await first.close();
     await sql(db.url, "INSERT INTO agentd.schema_migrations (version, name) VALUES (99, 'from_the_future')");
     const s = store(db.url);
-    await expect(s.open()).rejects.toThrow(/schema version 99, newer than this agentd knows \(1\)/);
+    await expect(s.open()).rejects.toThrow(/schema version 99, newer than this agentd knows \(2\)/);
     expect(s.isOpen()).toBe(false);
     const rows = (await sql(db.url, 'SELECT version FROM agentd.schema_migrations ORDER BY version')).rows.map((r) => r.version);
-    expect(rows).toEqual([1, 99]);
+    expect(rows).toEqual([1, 2, 99]);
   });
 
   it('with migrate: false, refuses a database that is not migrated yet and says how to fix it', async () => {

@@ -1,0 +1,482 @@
+// The LevelDB adapter's write queue: every write of the process goes through it (see "Why writes
+// are serialised" in level.ts). Rounds group-commit the queued jobs into one atomic batch; the
+// row and counter caches hold exactly what is on disk for what they know, so a commit costs one
+// LevelDB round-trip; prefetches read ahead what a coming write will need.
+import {
+  COUNT_KEY_START,
+  EVENT_PREFIX,
+  META_CURSOR,
+  META_SEQ,
+  RECORD_KEY_START,
+  cleanIndexes,
+  eventIndexPrefix,
+  indexCountKey,
+  indexPrefix,
+  kindCountKey,
+  parse,
+  recordKey,
+  seqPrefix,
+  writeBatch,
+  type BatchOp,
+  type Db,
+  type Row,
+} from './level-keys.js';
+import { storedEventText } from './event-text.js';
+import {
+  EVENT_INDEX_FIELDS,
+  StoreError,
+  encodeCursor,
+  type CommitOps,
+  type EventInput,
+  type RecordIndexes,
+  type RecordKind,
+  type StoredEvent,
+  type Versioned,
+  type WriteOp,
+} from './store.js';
+
+/**
+ * The stored JSON text of an event: the caller's object serialised once, with `"cursor"` spliced in
+ * as the last key, which is exactly JSON.stringify({...e, cursor}) without copying the object
+ * first. Objects with their own `cursor` or `toJSON` take the slow, obviously equal path.
+ */
+const eventText = (e: EventInput, cursor: string): string => {
+  if (!Object.prototype.hasOwnProperty.call(e, 'cursor') && typeof (e as { toJSON?: unknown }).toJSON !== 'function') {
+    const t = JSON.stringify(e);
+    if (t.length > 2 && t.charCodeAt(0) === 123 && t.charCodeAt(t.length - 1) === 125) return `${t.slice(0, -1)},"cursor":"${cursor}"}`;
+  }
+  return JSON.stringify({ ...e, cursor });
+};
+
+export interface RecordJob {
+  type: 'records';
+  /** A function is called when the round takes the job (Store.commit). */
+  ops: CommitOps;
+  resolve(v: Array<Versioned<unknown> | null>): void;
+  reject(e: unknown): void;
+}
+export interface EventJob {
+  type: 'events';
+  events: EventInput[];
+  resolve(v: StoredEvent[]): void;
+  reject(e: unknown): void;
+}
+/**
+ * Resolves, once every job queued before it is written, with the last cursor handed out to those
+ * jobs: retention covers exactly the events appended by calls made before it.
+ */
+export interface BarrierJob {
+  type: 'barrier';
+  resolve(lastCursor: number): void;
+  reject(e: unknown): void;
+}
+export type Job = RecordJob | EventJob | BarrierJob;
+
+/** Soft cap on batch operations per group-commit round (a single job is never split). */
+const ROUND_OPS = 20_000;
+
+export interface LevelWriterOptions {
+  sync: boolean;
+  rowCacheSize: number;
+  /** Last record seq / event cursor ever assigned, as read at open (m\0seq, m\0cursor). */
+  lastSeq: number;
+  lastCursor: number;
+}
+
+export class LevelWriter {
+  private lastSeq: number;
+  private lastCursor: number;
+  private queue: Job[] = [];
+  private flushing = false;
+  /**
+   * Committed state the write queue reads on every round, kept in memory so a commit is one
+   * LevelDB round-trip (the write) instead of three (load rows, load counters, write). Safe
+   * because this process is the only one that can open the directory and every write goes
+   * through the queue; both caches are filled only from what is already on disk. Rows are kept
+   * as their stored JSON text (so no caller can mutate a cached object), newest last, bounded.
+   * A writer lives from open to close: another process may write the directory in between.
+   */
+  private readonly rowCache = new Map<string, string | null>();
+  /** Rounds whose batch was written: a prefetch is valid only while this has not moved. */
+  private writesDone = 0;
+  private readonly prefetched = new Map<string, { at: number; text: Promise<{ value: string | undefined } | null> }>();
+  private readonly counterCache = new Map<string, number>();
+
+  constructor(
+    private readonly db: Db,
+    private readonly opts: LevelWriterOptions,
+  ) {
+    this.lastSeq = opts.lastSeq;
+    this.lastCursor = opts.lastCursor;
+  }
+
+  /** The row's stored text as the cache knows it (null: known absent), undefined when not cached. */
+  cachedRow(key: string): string | null | undefined {
+    return this.rowCache.get(key);
+  }
+
+  /**
+   * A hint that these records are about to be written (created, mostly) with these index values:
+   * their rows and the counters of those index values are read now, while the caller is still
+   * busy, so the round that writes them need not wait for a disk read first (a new run's round
+   * otherwise starts with one: its rows and its session's counters are in no cache). A read is
+   * used only if no write landed after it was issued (`writesDone` unchanged), so it is exactly
+   * what the disk holds; otherwise the round reads again.
+   */
+  prefetch(
+    records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes; fresh?: string[] }>,
+    read: (keys: string[]) => Promise<Array<string | undefined>>,
+  ): void {
+    const keys: string[] = [];
+    const want = (k: string) => {
+      if (!this.prefetched.has(k) && !keys.includes(k)) keys.push(k);
+    };
+    for (const r of records) {
+      const rk = recordKey(r.kind, r.id);
+      if (r.fresh) {
+        // A just-generated id: known absent, and so are the postings of its own index values.
+        // Both caches then hold exactly what the disk holds, as when filled from a read.
+        if (!this.rowCache.has(rk) && !this.prefetched.has(rk)) this.cacheRow(rk, null);
+        const ix = cleanIndexes(r.indexes);
+        for (const name of r.fresh) {
+          if (ix[name] === undefined) continue;
+          const ik = indexCountKey(r.kind, name, ix[name]);
+          if (!this.counterCache.has(ik) && !this.prefetched.has(ik)) this.counterCache.set(ik, 0);
+        }
+      }
+      if (!this.rowCache.has(rk)) want(rk);
+      const ck = kindCountKey(r.kind);
+      if (!this.counterCache.has(ck)) want(ck);
+      for (const [name, v] of Object.entries(cleanIndexes(r.indexes))) {
+        const ik = indexCountKey(r.kind, name, v);
+        if (!this.counterCache.has(ik)) want(ik);
+      }
+    }
+    if (keys.length === 0) return;
+    const at = this.writesDone;
+    const texts = read(keys).catch(() => null);
+    keys.forEach((k, i) => this.prefetched.set(k, { at, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
+  }
+
+  /** `keys` from valid prefetches where there are some, the rest from the disk, in order. */
+  private async readKeys(db: Db, keys: string[]): Promise<Array<string | undefined>> {
+    const out: Array<string | undefined> = new Array(keys.length);
+    const rest: number[] = [];
+    const early: Array<Promise<void>> = [];
+    keys.forEach((k, i) => {
+      const p = this.prefetched.get(k);
+      this.prefetched.delete(k);
+      if (!p || p.at !== this.writesDone) return void rest.push(i);
+      early.push(
+        p.text.then((t) => {
+          if (t && p.at === this.writesDone) out[i] = t.value;
+          else rest.push(i); // the read failed, or a write landed while we waited
+        }),
+      );
+    });
+    await Promise.all(early);
+    if (rest.length) {
+      const loaded = await db.getMany(rest.map((i) => keys[i]));
+      rest.forEach((i, j) => (out[i] = loaded[j]));
+    }
+    return out;
+  }
+
+  private dropStalePrefetches(): void {
+    for (const [k, p] of this.prefetched) if (p.at !== this.writesDone) this.prefetched.delete(k);
+  }
+
+  // ---------------------------------------------------------------- write queue
+
+  private cacheRow(key: string, text: string | null): void {
+    this.rowCache.delete(key); // re-insert as newest
+    this.rowCache.set(key, text);
+    if (this.rowCache.size > this.opts.rowCacheSize) this.rowCache.delete(this.rowCache.keys().next().value!);
+  }
+
+  enqueue(job: Job): void {
+    this.queue.push(job);
+    if (!this.flushing) {
+      this.flushing = true;
+      void this.flush();
+    }
+  }
+
+  /**
+   * Each round starts on a setImmediate, not at once nor on a microtask: everything the process
+   * does in the current turn of the event loop (a run's machine taking several transitions whose
+   * promise actors resolve within microtasks, the continuations of the jobs the previous round
+   * just acknowledged) joins the round. A short run's final record, snapshot, events and session
+   * history then go in one batch instead of one round each; the cost is one event-loop turn
+   * (tens of microseconds) before a write starts.
+   */
+  private async flush(): Promise<void> {
+    try {
+      for (;;) {
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        if (this.queue.length === 0) break;
+        let ops = 0;
+        let n = 0;
+        while (n < this.queue.length && (n === 0 || ops < ROUND_OPS)) {
+          const j = this.queue[n++];
+          ops += j.type === 'events' ? j.events.length * 6 : j.type === 'records' ? (Array.isArray(j.ops) ? j.ops.length : 2) * 8 : 0;
+        }
+        await this.round(this.queue.splice(0, n));
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+
+  private async round(jobs: Job[]): Promise<void> {
+    const db = this.db; // open: close() waits for in-flight callers, which include these jobs
+    const settle: Array<() => void> = [];
+    // 0. Jobs that gave a function get their ops now, in queue order (Store.commit).
+    const opsOf = new Map<RecordJob, WriteOp[]>();
+    const failed = new Map<RecordJob, unknown>();
+    for (const j of jobs) {
+      if (j.type !== 'records') continue;
+      try {
+        opsOf.set(j, typeof j.ops === 'function' ? j.ops() : j.ops);
+      } catch (e) {
+        failed.set(j, e);
+        opsOf.set(j, []);
+      }
+    }
+    try {
+      // 1. Load every record the round touches and every counter those records and the new index
+      //    values touch (all known before any job runs). Rows and counters missing from the caches
+      //    come in ONE disk read where possible: the counters of the kinds and of the new index
+      //    values are known up front; only those of a loaded row's old index values need a
+      //    second read, after the rows (an update that moves an index value not seen lately).
+      const recKeys = new Set<string>();
+      for (const j of jobs) if (j.type === 'records') for (const op of opsOf.get(j)!) recKeys.add(recordKey(op.kind, op.id));
+      const rows = new Map<string, Row | null>();
+      const counters = new Map<string, number>();
+      if (recKeys.size) {
+        // Take the round's rows from the cache and the disk directly. Never read them back from the
+        // cache after filling it: caching the misses may evict this very round's hits.
+        const missing: string[] = [];
+        for (const k of recKeys) {
+          const text = this.rowCache.get(k);
+          if (text === undefined) missing.push(k);
+          else rows.set(k, text === null ? null : (JSON.parse(text) as Row));
+        }
+        // The old index values of the rows known so far (a row not loaded yet adds none).
+        const counterKeys = (): Set<string> => {
+          const ckeys = new Set<string>();
+          for (const j of jobs) {
+            if (j.type !== 'records') continue;
+            for (const op of opsOf.get(j)!) {
+              ckeys.add(kindCountKey(op.kind));
+              const row = rows.get(recordKey(op.kind, op.id));
+              if (row) for (const [name, v] of Object.entries(row.ix)) ckeys.add(indexCountKey(op.kind, name, v));
+              if (op.op !== 'delete') for (const [name, v] of Object.entries(cleanIndexes(op.indexes))) ckeys.add(indexCountKey(op.kind, name, v));
+            }
+          }
+          return ckeys;
+        };
+        const uncachedCounters = (ckeys: Set<string>): string[] => {
+          const ck: string[] = [];
+          for (const k of ckeys) {
+            if (counters.has(k)) continue;
+            const n = this.counterCache.get(k);
+            if (n === undefined) ck.push(k);
+            else counters.set(k, n);
+          }
+          return ck;
+        };
+        const setCounters = (ck: string[], texts: Array<string | undefined>) =>
+          ck.forEach((k, i) => {
+            const n = parse<number>(texts[i]) ?? 0;
+            counters.set(k, n);
+            this.counterCache.set(k, n);
+          });
+        let ck = uncachedCounters(counterKeys());
+        if (missing.length || ck.length) {
+          const loaded = await this.readKeys(db, [...missing, ...ck]);
+          missing.forEach((k, i) => {
+            const text = loaded[i] ?? null;
+            rows.set(k, text === null ? null : (JSON.parse(text) as Row));
+            this.cacheRow(k, text);
+          });
+          setCounters(ck, loaded.slice(missing.length));
+        }
+        if (missing.length) {
+          ck = uncachedCounters(counterKeys());
+          if (ck.length) setCounters(ck, await this.readKeys(db, ck));
+        }
+      }
+
+      // 2. Apply the jobs in order. Each stages its changes; they join the round only if all of
+      //    the job's checks pass.
+      const batch: BatchOp[] = [];
+      const dirtyCounters = new Set<string>();
+      const seqBefore = this.lastSeq;
+      const cursorBefore = this.lastCursor;
+      const postings = new Map<string, string[]>(); // event index prefix -> this round's cursors
+      for (const job of jobs) {
+        if (job.type === 'barrier') {
+          const last = this.lastCursor;
+          settle.push(() => job.resolve(last));
+          continue;
+        }
+        if (job.type === 'events') {
+          try {
+            // Serialise every event first (the only step that can fail), then stage. Index
+            // entries are collected per value over the whole round: one posting per value.
+            const first = this.lastCursor + 1;
+            const n = job.events.length;
+            const cursors: string[] = new Array(n);
+            const texts: string[] = new Array(n);
+            for (let i = 0; i < n; i++) texts[i] = eventText(job.events[i], (cursors[i] = encodeCursor(first + i)));
+            const stored: StoredEvent[] = new Array(n);
+            for (let i = 0; i < n; i++) {
+              const e = job.events[i];
+              const c = cursors[i];
+              batch.push({ type: 'put', key: EVENT_PREFIX + c, value: texts[i] });
+              const s = Object.assign({}, e) as StoredEvent;
+              s.cursor = c;
+              stored[i] = s;
+              storedEventText.set(s, texts[i]);
+              for (const field of EVENT_INDEX_FIELDS) {
+                const v = e[field];
+                if (typeof v !== 'string') continue;
+                const prefix = eventIndexPrefix(field, v);
+                const list = postings.get(prefix);
+                if (list) list.push(c);
+                else postings.set(prefix, [c]);
+              }
+            }
+            this.lastCursor += n;
+            settle.push(() => job.resolve(stored));
+          } catch (e) {
+            settle.push(() => job.reject(e)); // e.g. a value JSON cannot encode
+          }
+          continue;
+        }
+        if (failed.has(job)) {
+          settle.push(() => job.reject(failed.get(job)));
+          continue;
+        }
+        try {
+          const staged = stageRecordOps(opsOf.get(job)!, rows, counters, this.lastSeq);
+          this.lastSeq = staged.seq;
+          for (const op of staged.batch) batch.push(op); // no spread: rounds can hold 20k ops
+          for (const [k, v] of staged.rows) rows.set(k, v);
+          for (const [k, v] of staged.counters) {
+            counters.set(k, v);
+            dirtyCounters.add(k);
+          }
+          settle.push(() => job.resolve(staged.results));
+        } catch (e) {
+          settle.push(() => job.reject(e));
+        }
+      }
+      for (const k of dirtyCounters) {
+        const v = counters.get(k)!;
+        batch.push(v > 0 ? { type: 'put', key: k, value: String(v) } : { type: 'del', key: k });
+      }
+      if (this.lastSeq !== seqBefore) batch.push({ type: 'put', key: META_SEQ, value: String(this.lastSeq) });
+      for (const [prefix, cs] of postings) {
+        batch.push({ type: 'put', key: prefix + cs[cs.length - 1], value: cs.length === 1 ? '' : cs.join('') });
+      }
+      if (this.lastCursor !== cursorBefore) batch.push({ type: 'put', key: META_CURSOR, value: String(this.lastCursor) });
+
+      // 3. One atomic batch; only then does anybody hear back.
+      if (batch.length) {
+        await writeBatch(db, batch, this.opts.sync);
+        this.writesDone++;
+      }
+      this.dropStalePrefetches();
+      // On disk now: the caches may learn it.
+      for (const op of batch) {
+        if (op.key.startsWith(RECORD_KEY_START)) this.cacheRow(op.key, op.type === 'put' ? op.value : null);
+        else if (op.key.startsWith(COUNT_KEY_START)) this.counterCache.set(op.key, op.type === 'put' ? Number(op.value) : 0);
+      }
+      if (this.counterCache.size > 200_000) this.counterCache.clear();
+    } catch (e) {
+      // Nothing of this round was written. Numbers handed out are simply skipped (never reused).
+      for (const j of jobs) j.reject(e);
+      return;
+    }
+    for (const s of settle) s();
+  }
+}
+
+/**
+ * Validates `ops` against the round's view; returns the staged changes or throws StoreError.
+ * `seq`: the last record seq handed out; the result's `seq` the last after these ops.
+ */
+function stageRecordOps(
+  ops: WriteOp[],
+  rows: Map<string, Row | null>,
+  counters: Map<string, number>,
+  lastSeq: number,
+): { batch: BatchOp[]; rows: Map<string, Row | null>; counters: Map<string, number>; results: Array<Versioned<unknown> | null>; seq: number } {
+  const sRows = new Map<string, Row | null>();
+  const sCounters = new Map<string, number>();
+  const batch: BatchOp[] = [];
+  const results: Array<Versioned<unknown> | null> = [];
+  let seq = lastSeq;
+  const bump = (key: string, d: number) => {
+    const base = sCounters.get(key) ?? counters.get(key);
+    // round() preloads every counter a job can touch; a miss would silently reset a count.
+    if (base === undefined) throw new Error(`internal: counter ${JSON.stringify(key)} was not preloaded`);
+    sCounters.set(key, base + d);
+  };
+
+  for (const op of ops) {
+    const key = recordKey(op.kind, op.id);
+    const cur = sRows.has(key) ? sRows.get(key)! : (rows.get(key) ?? null);
+    let next: Row | null;
+    if (op.op === 'create') {
+      if (cur) throw new StoreError('conflict', `${op.kind} '${op.id}' already exists`);
+      next = { value: op.value ?? null, version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
+    } else if (op.op === 'update') {
+      if (op.expectedVersion !== null) {
+        if (!cur) throw new StoreError('not_found', `${op.kind} '${op.id}' was not found`);
+        if (cur.version !== op.expectedVersion) {
+          throw new StoreError('stale_version', `${op.kind} '${op.id}' is at version ${cur.version}, expected ${op.expectedVersion}`);
+        }
+      }
+      next = cur
+        ? { value: op.value ?? null, version: cur.version + 1, seq: cur.seq, ix: op.indexes ? cleanIndexes(op.indexes) : cur.ix }
+        : { value: op.value ?? null, version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
+    } else {
+      if (!cur) throw new StoreError('not_found', `${op.kind} '${op.id}' was not found`);
+      if (op.expectedVersion !== undefined && cur.version !== op.expectedVersion) {
+        throw new StoreError('stale_version', `${op.kind} '${op.id}' is at version ${cur.version}, expected ${op.expectedVersion}`);
+      }
+      next = null;
+    }
+
+    // Index and counter maintenance: drop entries that go away, add the new ones.
+    const oldIx = cur?.ix ?? {};
+    const newIx = next?.ix ?? {};
+    const s = encodeCursor((next ?? cur)!.seq);
+    for (const [name, v] of Object.entries(oldIx)) {
+      if (newIx[name] === v) continue;
+      batch.push({ type: 'del', key: indexPrefix(op.kind, name, v) + s });
+      bump(indexCountKey(op.kind, name, v), -1);
+    }
+    for (const [name, v] of Object.entries(newIx)) {
+      if (oldIx[name] === v) continue;
+      batch.push({ type: 'put', key: indexPrefix(op.kind, name, v) + s, value: op.id });
+      bump(indexCountKey(op.kind, name, v), +1);
+    }
+    if (next) {
+      batch.push({ type: 'put', key, value: JSON.stringify(next) });
+      if (!cur) {
+        batch.push({ type: 'put', key: seqPrefix(op.kind) + s, value: op.id });
+        bump(kindCountKey(op.kind), +1);
+      }
+    } else {
+      batch.push({ type: 'del', key }, { type: 'del', key: seqPrefix(op.kind) + s });
+      bump(kindCountKey(op.kind), -1);
+    }
+    sRows.set(key, next);
+    results.push(next ? { id: op.id, version: next.version, seq: next.seq, value: next.value } : null);
+  }
+  return { batch, rows: sRows, counters: sCounters, results, seq };
+}

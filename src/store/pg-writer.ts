@@ -1,0 +1,231 @@
+// The PostgreSQL adapter's writes: a group commit like LevelStore's (see the header of
+// postgres.ts). `commit` and `append` calls queue in call order; a round (one at a time per
+// process, started on a setImmediate) takes every queued job (bounded), calls the commits'
+// function forms, and sends them all in ONE statement, agentd.write_round(...).
+import pg from 'pg';
+import { ERROR_CODES, isTransientCode } from './pg-errors.js';
+import { escText, indexJson, recordView, type Queryable } from './pg-text.js';
+import { EVENT_INDEX_FIELDS, StoreError, encodeCursor, type CommitOps, type EventInput, type StoredEvent, type Versioned, type WriteOp } from './store.js';
+
+/**
+ * A round of the group commit takes at most this many commits / ops (bounds one statement). Each
+ * commit is a subtransaction with its own xid; past 64 in one transaction PostgreSQL's subxid
+ * cache overflows and every snapshot gets slower, so a round stays under it.
+ */
+const ROUND_MAX_COMMITS = 60;
+const ROUND_MAX_OPS = 5000;
+/** Writes (commits + appends) waiting for a round at most; more are refused ('unavailable'). */
+const MAX_QUEUED_JOBS = 20_000;
+/** A round of appends takes at most this many events. */
+const ROUND_MAX_EVENTS = 5000;
+interface EncodedOp {
+  op: WriteOp;
+  id: string;
+  json: string | null;
+  expected: number | null;
+  ix: string | null;
+}
+
+interface PendingCommit {
+  input: CommitOps;
+  resolve: (r: Array<Versioned<unknown> | null>) => void;
+  reject: (e: unknown) => void;
+}
+
+interface EncodedEvent {
+  tsMs: number | null;
+  fields: Array<string | null>; // EVENT_INDEX_FIELDS order, escaped
+  body: string;
+}
+
+interface PendingAppend {
+  events: EncodedEvent[];
+  resolve: (cursors: number) => void; // base: cursors are base+1..base+n
+  reject: (e: unknown) => void;
+}
+
+type Job = { kind: 'commit'; p: PendingCommit } | { kind: 'append'; p: PendingAppend };
+type Taken = { kind: 'commit'; p: PendingCommit; ops: EncodedOp[] } | { kind: 'append'; p: PendingAppend };
+
+export class PgWriter {
+  private readonly jobs: Job[] = [];
+  /** The round loop while one runs (close() waits for it). */
+  writing: Promise<void> | null = null;
+
+  constructor(private readonly db: Queryable) {}
+
+  commit(input: CommitOps): Promise<Array<Versioned<unknown> | null>> {
+    return new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => {
+      this.enqueue({ kind: 'commit', p: { input, resolve, reject } });
+    });
+  }
+
+  /** Appends in call order; see the header for why cursors come from a locked counter row. */
+  async append(events: EventInput[]): Promise<StoredEvent[]> {
+    if (events.length === 0) return [];
+    const encoded: EncodedEvent[] = events.map((e) => {
+      const body = JSON.stringify(e); // throws on a BigInt: fails this append only
+      const t = typeof e.timestamp === 'string' ? Date.parse(e.timestamp) : NaN;
+      return {
+        tsMs: Number.isNaN(t) ? null : t,
+        fields: EVENT_INDEX_FIELDS.map((f) => (typeof e[f] === 'string' ? escText(e[f] as string) : null)),
+        body,
+      };
+    });
+    const base = await new Promise<number>((resolve, reject) => {
+      this.enqueue({ kind: 'append', p: { events: encoded, resolve, reject } });
+    });
+    return encoded.map((e, i) => ({ ...(JSON.parse(e.body) as EventInput), cursor: encodeCursor(base + i + 1) }));
+  }
+
+  /**
+   * Group commit of commits AND appends: jobs queue in call order; a round starts on a
+   * setImmediate (as LevelStore's: everything issued in this turn of the event loop joins it),
+   * takes the queued jobs (bounded) and writes them in ONE statement, agentd.write_round: one
+   * round trip and one transaction (one WAL flush) for all of them. One round at a time per
+   * process keeps commits and appends in call order.
+   */
+  private enqueue(job: Job): void {
+    if (this.jobs.length >= MAX_QUEUED_JOBS) {
+      // The database is not keeping up (or not answering): refuse instead of queueing without bound.
+      job.p.reject(new StoreError('unavailable', `the PostgreSQL write queue is full (${MAX_QUEUED_JOBS} writes waiting)`));
+      return;
+    }
+    this.jobs.push(job);
+    if (this.writing) return;
+    this.writing = (async () => {
+      try {
+        while (this.jobs.length > 0) {
+          await new Promise<void>((r) => setImmediate(r));
+          await this.writeRound();
+        }
+      } finally {
+        this.writing = null;
+      }
+    })();
+  }
+
+  private encodeOps(ops: WriteOp[]): EncodedOp[] {
+    return ops.map((op) => {
+      if (op.op === 'delete') return { op, id: escText(op.id), json: null, expected: op.expectedVersion ?? null, ix: null };
+      const json = JSON.stringify(op.value ?? null); // throws on a BigInt: fails this commit only
+      return { op, id: escText(op.id), json, expected: op.op === 'update' ? op.expectedVersion : null, ix: indexJson(op.indexes) };
+    });
+  }
+
+  /** Takes the queued jobs (in call order, bounded) and writes them in one statement. */
+  private async writeRound(): Promise<void> {
+    const taken: Taken[] = [];
+    let nCommits = 0;
+    let nOps = 0;
+    let nEvents = 0;
+    while (this.jobs.length > 0 && nCommits < ROUND_MAX_COMMITS && nOps < ROUND_MAX_OPS) {
+      const job = this.jobs[0];
+      if (job.kind === 'append') {
+        if (nEvents > 0 && nEvents + job.p.events.length > ROUND_MAX_EVENTS) break;
+        this.jobs.shift();
+        taken.push(job);
+        nEvents += job.p.events.length;
+        continue;
+      }
+      this.jobs.shift();
+      let ops: EncodedOp[];
+      try {
+        // The function form is called now, when the store takes the write (Store.commit).
+        ops = this.encodeOps(typeof job.p.input === 'function' ? job.p.input() : job.p.input);
+      } catch (e) {
+        job.p.reject(e);
+        continue;
+      }
+      if (ops.length === 0) {
+        job.p.resolve([]);
+        continue;
+      }
+      taken.push({ kind: 'commit', p: job.p, ops });
+      nCommits++;
+      nOps += ops.length;
+    }
+    if (taken.length === 0) return;
+    try {
+      await this.write(taken);
+    } catch (e) {
+      if (taken.length > 1 && e instanceof pg.DatabaseError && !isTransientCode(e.code)) {
+        // The statement failed as a whole (so it wrote nothing): one job's problem (a value too
+        // large for an index, say) must not fail the others, so each is tried alone, in order.
+        for (const t of taken) await this.write([t]).catch((err: unknown) => t.p.reject(err));
+      } else {
+        for (const t of taken) t.p.reject(e);
+      }
+    }
+  }
+
+  private async write(taken: Taken[]): Promise<void> {
+    const commitNo: number[] = [];
+    const opName: string[] = [];
+    const kinds: string[] = [];
+    const ids: string[] = [];
+    const values: Array<string | null> = [];
+    const expected: Array<number | null> = [];
+    const ix: Array<string | null> = [];
+    const events: EncodedEvent[] = [];
+    taken.forEach((t, c) => {
+      if (t.kind === 'append') {
+        events.push(...t.p.events);
+        return;
+      }
+      for (const e of t.ops) {
+        commitNo.push(c);
+        opName.push(e.op.op);
+        kinds.push(e.op.kind);
+        ids.push(e.id);
+        values.push(e.json);
+        expected.push(e.expected);
+        ix.push(e.ix);
+      }
+    });
+    const col = (i: number) => events.map((e) => e.fields[i]);
+    const r = await this.db.query<{ r_version: number | null; r_seq: string | null; r_err: string | null; r_msg: string | null }>(
+      {
+        name: 'agentd_write_round',
+        text:
+          'SELECT r_version, r_seq, r_err, r_msg FROM agentd.write_round($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::jsonb[], ' +
+          '$8::float8[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[])',
+        values: [
+          commitNo,
+          opName,
+          kinds,
+          ids,
+          values,
+          expected,
+          ix,
+          events.map((e) => e.tsMs),
+          col(0),
+          col(1),
+          col(2),
+          col(3),
+          col(4),
+          events.map((e) => e.body),
+        ],
+      },
+      false,
+    );
+    // Rows: one per op in order, then (when events were appended) one whose r_seq is the base.
+    let base = events.length > 0 ? Number(r.rows[r.rows.length - 1].r_seq) : 0;
+    let k = 0;
+    for (const t of taken) {
+      if (t.kind === 'append') {
+        t.p.resolve(base);
+        base += t.p.events.length;
+        continue;
+      }
+      const rows = r.rows.slice(k, k + t.ops.length);
+      k += t.ops.length;
+      const failed = rows.find((row) => row.r_err);
+      if (failed) {
+        t.p.reject(new StoreError(ERROR_CODES[failed.r_err!] ?? 'conflict', failed.r_msg ?? failed.r_err!));
+        continue;
+      }
+      t.p.resolve(t.ops.map((e, i) => (e.op.op === 'delete' ? null : recordView(e.op.id, rows[i].r_version!, rows[i].r_seq!, e.json!))));
+    }
+  }
+}
