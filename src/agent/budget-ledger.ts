@@ -15,6 +15,7 @@
 
 import type { Clock } from '../clock.js';
 import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import { repos, type Repos } from '../store/repos/index.js';
 import {
   BUDGET_METERS,
   BUDGET_SCOPES,
@@ -37,7 +38,6 @@ import {
   type OnExhausted,
 } from '../../machines/policies/budget.js';
 
-const KIND = 'budget_ledger' as const;
 const RESERVATION_PREFIX = 'reservation|';
 /** Index on reservation records only: lets `releaseRun` find a run's holds without a scan. */
 const RUN_INDEX = 'reservation_run';
@@ -227,6 +227,8 @@ export class BudgetLedger {
   private readonly locks = new OrderedLocks();
   private readonly maxAttempts: number;
   private readonly maxBackoffMs: number;
+  /** Kind `budget_ledger`: the entries (`<key>|<meter>`) and the reservations (indexed by run). */
+  private readonly ledger: Repos['budgetLedger'];
 
   constructor(
     private readonly store: Store,
@@ -236,6 +238,7 @@ export class BudgetLedger {
   ) {
     this.maxAttempts = options.maxAttempts ?? 64;
     this.maxBackoffMs = options.maxBackoffMs ?? 20;
+    this.ledger = repos(store).budgetLedger;
     this.budgeted = BUDGET_SCOPES.some((scope) => (config?.[scope]?.length ?? 0) > 0);
   }
 
@@ -271,7 +274,7 @@ export class BudgetLedger {
     const ids = covering.map((c) => c.id);
     return this.locks.run([resId, ...ids], () =>
       this.withRetries<ReserveResult>('reserve', async () => {
-        const [resRec, ...recs] = await this.store.getRecords<unknown>(KIND, [resId, ...ids]);
+        const [resRec, ...recs] = await this.ledger.getMany<unknown>([resId, ...ids]);
         if (resRec) return { ok: true, reservation: resRec.value as Reservation, warnings: [], replayed: true };
 
         const before = covering.map((c, i) => {
@@ -298,7 +301,7 @@ export class BudgetLedger {
           ops.push(this.writeOp(c.id, next, recs[i] as Versioned<unknown> | null));
           reservation.holds.push({ id: c.id, key: c.key, scope: c.scope, meter: c.meter, amount });
         });
-        ops.push({ op: 'create', kind: KIND, id: resId, value: reservation, indexes: { [RUN_INDEX]: req.run_id } });
+        ops.push(this.ledger.createOp(resId, reservation, { [RUN_INDEX]: req.run_id }));
         await this.store.commit(ops);
         return { ok: true, reservation, warnings, replayed: false };
       }),
@@ -325,7 +328,7 @@ export class BudgetLedger {
     if (!this.budgeted) return 0;
     let released = 0;
     for (;;) {
-      const page = await this.store.listRecords<Reservation>(KIND, { index: { name: RUN_INDEX, value: runId }, limit: 100 });
+      const page = await this.ledger.list<Reservation>({ index: { name: RUN_INDEX, value: runId }, limit: 100 });
       if (page.items.length === 0) return released;
       for (const rec of page.items) {
         if ((await this.release(rec.value.reservation_id)).applied) released++;
@@ -359,7 +362,7 @@ export class BudgetLedger {
     };
     return this.locks.run([id], () =>
       this.withRetries('grant', async () => {
-        const rec = await this.store.getRecord<LedgerEntryValue>(KIND, id);
+        const rec = await this.ledger.get<LedgerEntryValue>(id);
         const next = rec ? cloneEntry(rec.value) : freshEntry(covering);
         next.limit = line.limit;
         if (opts.grant_id !== undefined && next.grant_ids.includes(opts.grant_id)) return view(next);
@@ -375,10 +378,7 @@ export class BudgetLedger {
   async entriesForRun(subject: Omit<BudgetSubject, 'nowMs'> & { nowMs?: number }): Promise<BudgetEntryView[]> {
     const covering = this.covering(subject);
     if (covering.length === 0) return [];
-    const recs = await this.store.getRecords<LedgerEntryValue>(
-      KIND,
-      covering.map((c) => c.id),
-    );
+    const recs = await this.ledger.getMany<LedgerEntryValue>(covering.map((c) => c.id));
     return covering.map((c, i) => {
       const v = recs[i] ? cloneEntry(recs[i]!.value) : freshEntry(c);
       v.limit = c.limit;
@@ -388,7 +388,7 @@ export class BudgetLedger {
 
   /** One stored entry by key and meter, or null (tests, diagnostics). */
   async getEntry(key: string, meter: BudgetMeter): Promise<(LedgerEntryValue & { version: number }) | null> {
-    const rec = await this.store.getRecord<LedgerEntryValue>(KIND, ledgerRecordId(key, meter));
+    const rec = await this.ledger.get<LedgerEntryValue>(ledgerRecordId(key, meter));
     return rec ? { ...cloneEntry(rec.value), version: rec.version } : null;
   }
 
@@ -396,13 +396,13 @@ export class BudgetLedger {
     if (!this.budgeted || (typeof target !== 'string' && target.holds.length === 0)) return { applied: false, warnings: [] };
     const reservationId = typeof target === 'string' ? target : target.reservation_id;
     const resId = reservationRecordId(reservationId);
-    const first = await this.store.getRecord<Reservation>(KIND, resId);
+    const first = await this.ledger.get<Reservation>(resId);
     if (!first) return { applied: false, warnings: [] };
     const holds = first.value.holds;
     const ids = holds.map((h) => h.id);
     return this.locks.run([resId, ...ids], () =>
       this.withRetries<SettleResult>(what, async () => {
-        const [resRec, ...recs] = await this.store.getRecords<unknown>(KIND, [resId, ...ids]);
+        const [resRec, ...recs] = await this.ledger.getMany<unknown>([resId, ...ids]);
         if (!resRec) return { applied: false, warnings: [] };
         const ops: WriteOp[] = [];
         const warnings: BudgetWarning[] = [];
@@ -421,7 +421,7 @@ export class BudgetLedger {
           this.noteWarning(line?.warn_at ?? 0.8, prev, next, warnings);
           ops.push(this.writeOp(h.id, next, rec as Versioned<unknown>));
         });
-        ops.push({ op: 'delete', kind: KIND, id: resId, expectedVersion: resRec.version });
+        ops.push(this.ledger.deleteOp(resId, resRec.version));
         await this.store.commit(ops);
         return { applied: true, warnings };
       }),
@@ -446,7 +446,7 @@ export class BudgetLedger {
   }
 
   private writeOp(id: string, value: LedgerEntryValue, rec: Versioned<unknown> | null): WriteOp {
-    return rec ? { op: 'update', kind: KIND, id, value, expectedVersion: rec.version } : { op: 'create', kind: KIND, id, value };
+    return this.ledger.putOp(id, value, rec);
   }
 
   private async withRetries<T>(what: string, attempt: () => Promise<T>): Promise<T> {

@@ -17,7 +17,7 @@ import type {
   BackgroundTaskPatchRequest,
   BackgroundTaskRunRequest,
 } from '../schemas/background.js';
-import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
+import { isStoreError, type Page, type Versioned, type WriteOp } from '../store/store.js';
 import { RunEngine, type BackgroundDeps } from './engine.js';
 import { TaskScheduler } from './scheduler.js';
 import { isSharedStore } from '../store/changes.js';
@@ -28,6 +28,7 @@ import type { core } from 'zod';
 import type { AttemptRecord } from '../../machines/background-run.machine.js';
 import { AgentSpecError } from '../agent/agent-spec.js';
 import type { PreparedAgent } from '../runtime/agent-registry.js';
+import { repos } from '../store/repos/index.js';
 
 export type { BackgroundDeps } from './engine.js';
 
@@ -200,10 +201,10 @@ export class BackgroundManager {
 
   private async ensureDefaultAgent(): Promise<void> {
     const id = this.cfg.agent_id;
-    if (await this.deps.store.getRecord('bg_agents', id)) return;
+    if (await repos(this.deps.store).bgAgents.get(id)) return;
     const at = iso(this.now());
     try {
-      await this.deps.store.createRecord<AgentRow>('bg_agents', id, { ...this.servedAgentSpec(id), created_at: at, updated_at: at });
+      await repos(this.deps.store).bgAgents.create<AgentRow>(id, { ...this.servedAgentSpec(id), created_at: at, updated_at: at });
     } catch (err) {
       if (!isStoreError(err, 'conflict')) throw err;
     }
@@ -213,14 +214,14 @@ export class BackgroundManager {
     const agentId = body.agent_id ?? body.spec?.agent_id ?? this.cfg.agent_id;
     const spec: BackgroundAgentSpec = body.spec ? { ...body.spec, agent_id: agentId } : this.servedAgentSpec(agentId);
     const at = iso(this.now());
-    const existing = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
+    const existing = await repos(this.deps.store).bgAgents.get<AgentRow>(agentId);
     if (existing && !body.replace) throw conflict(`background agent '${agentId}' is already registered`, 'pass replace: true to replace it');
     // Built now, so a spec that cannot run is refused here (422 naming the field), not at its first run.
     const prepared = await this.prepareAgent(spec, body);
     const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at };
     try {
-      if (existing) await this.deps.store.updateRecord<AgentRow>('bg_agents', agentId, row, existing.version);
-      else await this.deps.store.createRecord<AgentRow>('bg_agents', agentId, row);
+      if (existing) await repos(this.deps.store).bgAgents.update<AgentRow>(agentId, row, existing.version);
+      else await repos(this.deps.store).bgAgents.create<AgentRow>(agentId, row);
     } catch (err) {
       if (prepared) this.deps.agents?.discard(prepared);
       if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version'))
@@ -257,20 +258,20 @@ export class BackgroundManager {
   }
 
   async listAgents(): Promise<{ agents: AgentRow[]; total: number }> {
-    const agents = (await this.listAll<AgentRow>('bg_agents')).map((a) => this.publicAgent(a));
+    const agents = (await this.listAll<AgentRow>('bgAgents')).map((a) => this.publicAgent(a));
     return { agents, total: agents.length };
   }
 
   async getAgent(agentId: string): Promise<AgentRow> {
-    const rec = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
+    const rec = await repos(this.deps.store).bgAgents.get<AgentRow>(agentId);
     if (!rec) throw notFound('background agent', agentId);
     return this.publicAgent(rec.value);
   }
 
   async deleteAgent(agentId: string, force: boolean): Promise<{ status: 'deleted' }> {
-    const rec = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
+    const rec = await repos(this.deps.store).bgAgents.get<AgentRow>(agentId);
     if (!rec) throw notFound('background agent', agentId);
-    const active = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'agent_active', value: agentId }, limit: 1000 });
+    const active = await repos(this.deps.store).bgRuns.list<BgRunRow>({ index: { name: 'agent_active', value: agentId }, limit: 1000 });
     if (active.items.length > 0 && !force) {
       throw conflict(
         `background agent '${agentId}' has ${active.items.length} run(s) in flight`,
@@ -278,7 +279,7 @@ export class BackgroundManager {
       );
     }
     for (const r of active.items) await this.engine.cancel(r.id, 'agent deleted').catch(() => undefined);
-    await this.deps.store.deleteRecord('bg_agents', agentId);
+    await repos(this.deps.store).bgAgents.delete(agentId);
     this.deps.agents?.evict(agentId);
     return { status: 'deleted' };
   }
@@ -287,27 +288,24 @@ export class BackgroundManager {
 
   async createTask(body: BackgroundTaskCreateRequest): Promise<TaskRow> {
     const agentId = body.agent_id ?? this.cfg.agent_id;
-    if (!(await this.deps.store.getRecord('bg_agents', agentId))) {
+    if (!(await repos(this.deps.store).bgAgents.get(agentId))) {
       throw notFound('background agent', agentId);
     }
     const { replace, agent_id: _a, ...fields } = body;
     this.checkWorkspacePolicy(body.workspace_policy.namespace_template, agentId, body.task_id, body);
     return this.scheduler.taskJob(body.task_id, async () => {
       const { store } = this.deps;
-      const existing = await store.getRecord<TaskRow>('bg_tasks', body.task_id);
+      const existing = await repos(store).bgTasks.get<TaskRow>(body.task_id);
       if (existing && !replace) throw conflict(`background task '${body.task_id}' already exists`, 'pass replace: true to replace it');
       const now = this.now();
       const task: TaskRow = { ...fields, agent_id: agentId, created_at: existing?.value.created_at ?? iso(now), updated_at: iso(now) };
-      const prevSched = await store.getRecord<ScheduleRow>('bg_schedule', body.task_id);
+      const prevSched = await repos(store).bgSchedule.get<ScheduleRow>(body.task_id);
       // A new revision for every create/replace: occurrence ids of the old schedule can never collide.
       const sched = this.scheduler.newScheduleRow(task, (prevSched?.value.schedule_revision ?? 0) + 1, now, prevSched?.value ?? null);
+      const { bgTasks, bgSchedule } = repos(store);
       const written = await store.commit([
-        existing
-          ? { op: 'update', kind: 'bg_tasks', id: task.task_id, value: task, expectedVersion: existing.version, indexes: { agent_id: agentId } }
-          : { op: 'create', kind: 'bg_tasks', id: task.task_id, value: task, indexes: { agent_id: agentId } },
-        prevSched
-          ? { op: 'update', kind: 'bg_schedule', id: task.task_id, value: sched, expectedVersion: prevSched.version }
-          : { op: 'create', kind: 'bg_schedule', id: task.task_id, value: sched },
+        bgTasks.putOp(task.task_id, task, existing, { agent_id: agentId }),
+        bgSchedule.putOp(task.task_id, sched, prevSched),
       ]);
       this.scheduler.applyTask(task, written[1] as Versioned<ScheduleRow>);
       this.onTaskEdited?.(task.task_id);
@@ -338,12 +336,12 @@ export class BackgroundManager {
   }
 
   async listTasks(agentId?: string): Promise<{ tasks: TaskRow[]; total: number }> {
-    const tasks = await this.listAll<TaskRow>('bg_tasks', agentId ? { name: 'agent_id', value: agentId } : undefined);
+    const tasks = await this.listAll<TaskRow>('bgTasks', agentId ? { name: 'agent_id', value: agentId } : undefined);
     return { tasks, total: tasks.length };
   }
 
   async getTask(taskId: string): Promise<TaskRow> {
-    const rec = await this.deps.store.getRecord<TaskRow>('bg_tasks', taskId);
+    const rec = await repos(this.deps.store).bgTasks.get<TaskRow>(taskId);
     if (!rec) throw notFound('background task', taskId);
     return rec.value;
   }
@@ -351,9 +349,9 @@ export class BackgroundManager {
   async patchTask(taskId: string, patch: BackgroundTaskPatchRequest): Promise<TaskRow> {
     return this.scheduler.taskJob(taskId, async () => {
       const { store } = this.deps;
-      const rec = await store.getRecord<TaskRow>('bg_tasks', taskId);
+      const rec = await repos(store).bgTasks.get<TaskRow>(taskId);
       if (!rec) throw notFound('background task', taskId);
-      const schedRec = await store.getRecord<ScheduleRow>('bg_schedule', taskId);
+      const schedRec = await repos(store).bgSchedule.get<ScheduleRow>(taskId);
       const now = this.now();
       const prev = rec.value;
       if (patch.workspace_policy) this.checkWorkspacePolicy(patch.workspace_policy.namespace_template, prev.agent_id, taskId, patch);
@@ -367,15 +365,10 @@ export class BackgroundManager {
       } else if (sched && next.enabled && !prev.enabled && !sched.paused) {
         sched = this.scheduler.resumedScheduleRow(next, sched, now);
       }
+      const { bgTasks, bgSchedule } = repos(store);
       const written = await store.commit([
-        { op: 'update', kind: 'bg_tasks', id: taskId, value: next, expectedVersion: rec.version, indexes: { agent_id: next.agent_id } },
-        ...(sched && sched !== schedRec?.value
-          ? [
-              schedRec
-                ? { op: 'update' as const, kind: 'bg_schedule' as const, id: taskId, value: sched, expectedVersion: schedRec.version }
-                : { op: 'create' as const, kind: 'bg_schedule' as const, id: taskId, value: sched },
-            ]
-          : []),
+        bgTasks.updateOp(taskId, next, rec.version, { agent_id: next.agent_id }),
+        ...(sched && sched !== schedRec?.value ? [bgSchedule.putOp(taskId, sched, schedRec)] : []),
       ]);
       this.scheduler.applyTask(next, (written[1] as Versioned<ScheduleRow> | undefined) ?? schedRec);
       this.onTaskEdited?.(taskId);
@@ -387,20 +380,13 @@ export class BackgroundManager {
   async deleteTask(taskId: string, deleteRuns: boolean): Promise<{ status: 'deleted' }> {
     await this.scheduler.taskJob(taskId, async () => {
       const { store } = this.deps;
-      const [rec, schedRec] = await Promise.all([store.getRecord<TaskRow>('bg_tasks', taskId), store.getRecord<ScheduleRow>('bg_schedule', taskId)]);
+      const [rec, schedRec] = await Promise.all([repos(store).bgTasks.get<TaskRow>(taskId), repos(store).bgSchedule.get<ScheduleRow>(taskId)]);
       if (!rec) throw notFound('background task', taskId);
+      const { bgTasks, bgSchedule } = repos(store);
       const ops: WriteOp[] = [
-        { op: 'delete', kind: 'bg_tasks', id: taskId },
+        bgTasks.deleteOp(taskId),
         ...(schedRec
-          ? [
-              {
-                op: 'update' as const,
-                kind: 'bg_schedule' as const,
-                id: taskId,
-                value: { ...schedRec.value, deleted: true, next_due_at: null, updated_at: iso(this.now()) },
-                expectedVersion: schedRec.version,
-              },
-            ]
+          ? [bgSchedule.updateOp(taskId, { ...schedRec.value, deleted: true, next_due_at: null, updated_at: iso(this.now()) }, schedRec.version)]
           : []),
       ];
       if (!deleteRuns) {
@@ -430,17 +416,17 @@ export class BackgroundManager {
   private async editSchedule(taskId: string, edit: (task: TaskRow, s: ScheduleRow, now: number) => ScheduleRow): Promise<void> {
     await this.scheduler.taskJob(taskId, async () => {
       const { store } = this.deps;
-      const rec = await store.getRecord<TaskRow>('bg_tasks', taskId);
+      const rec = await repos(store).bgTasks.get<TaskRow>(taskId);
       if (!rec) throw notFound('background task', taskId);
       const now = this.now();
-      const schedRec = await store.getRecord<ScheduleRow>('bg_schedule', taskId);
+      const schedRec = await repos(store).bgSchedule.get<ScheduleRow>(taskId);
       const current = schedRec?.value ?? this.scheduler.newScheduleRow(rec.value, 1, now, null);
       const next = edit(rec.value, current, now);
       let written: Versioned<ScheduleRow>;
       if (schedRec) {
-        written = next !== current ? await store.updateRecord<ScheduleRow>('bg_schedule', taskId, next, schedRec.version) : schedRec;
+        written = next !== current ? await repos(store).bgSchedule.update<ScheduleRow>(taskId, next, schedRec.version) : schedRec;
       } else {
-        written = await store.createRecord<ScheduleRow>('bg_schedule', taskId, next);
+        written = await repos(store).bgSchedule.create<ScheduleRow>(taskId, next);
       }
       this.scheduler.applyTask(rec.value, written);
     });
@@ -450,18 +436,18 @@ export class BackgroundManager {
   async taskStatus(taskId: string) {
     const task = await this.getTask(taskId);
     const { store } = this.deps;
-    const sched = await store.getRecord<ScheduleRow>('bg_schedule', taskId);
+    const sched = await repos(store).bgSchedule.get<ScheduleRow>(taskId);
     const status_counts: Record<string, number> = {};
-    const counts = await Promise.all(ALL_STATUSES.map((s) => store.countRecords('bg_runs', { name: 'task_status', value: taskStatusKey(taskId, s) })));
+    const counts = await Promise.all(ALL_STATUSES.map((s) => repos(store).bgRuns.count({ name: 'task_status', value: taskStatusKey(taskId, s) })));
     ALL_STATUSES.forEach((s, i) => (status_counts[s] = counts[i]));
-    const latest = await store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, limit: 1, reverse: true });
+    const latest = await repos(store).bgRuns.list<BgRunRow>({ index: { name: 'task_id', value: taskId }, limit: 1, reverse: true });
     return {
       task_id: task.task_id,
       agent_id: task.agent_id,
       enabled: task.enabled,
       schedule: task.schedule,
       schedule_state: sched ? publicSchedule(sched.value) : null,
-      runs: await store.countRecords('bg_runs', { name: 'task_id', value: taskId }),
+      runs: await repos(store).bgRuns.count({ name: 'task_id', value: taskId }),
       active_runs: ACTIVE.reduce((n, s) => n + status_counts[s], 0),
       status_counts,
       latest_run: latest.items[0] ? this.publicRun(latest.items[0].value.run) : null,
@@ -470,7 +456,7 @@ export class BackgroundManager {
 
   async schedulePreview(taskId: string, count: number) {
     const task = await this.getTask(taskId);
-    const sched = await this.deps.store.getRecord<ScheduleRow>('bg_schedule', taskId);
+    const sched = await repos(this.deps.store).bgSchedule.get<ScheduleRow>(taskId);
     return { task_id: taskId, timezone: task.schedule.timezone ?? 'UTC', upcoming: this.scheduler.preview(task, sched?.value ?? null, count) };
   }
 
@@ -526,8 +512,8 @@ export class BackgroundManager {
           : q.status
             ? { name: 'status', value: q.status }
             : undefined;
-    const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index, cursor: q.cursor ?? null, limit: q.limit });
-    const total = await this.deps.store.countRecords('bg_runs', index);
+    const page = await repos(this.deps.store).bgRuns.list<BgRunRow>({ index, cursor: q.cursor ?? null, limit: q.limit });
+    const total = await repos(this.deps.store).bgRuns.count(index);
     return { runs: page.items.map((i) => this.publicRun(i.value.run)), total, next_cursor: page.next_cursor };
   }
 
@@ -550,7 +536,7 @@ export class BackgroundManager {
 
   async attempts(runId: string): Promise<{ run_id: string; attempts: AttemptRecord[]; count: number }> {
     await this.engine.get(runId);
-    const page = await this.deps.store.listRecords<AttemptRecord>('bg_attempts', { index: { name: 'run_id', value: runId }, limit: 1000 });
+    const page = await repos(this.deps.store).bgAttempts.list<AttemptRecord>({ index: { name: 'run_id', value: runId }, limit: 1000 });
     const attempts = page.items.map((i) => i.value).sort((a, b) => a.attempt_number - b.attempt_number);
     return { run_id: runId, attempts, count: attempts.length };
   }
@@ -603,27 +589,27 @@ export class BackgroundManager {
   async status() {
     const { store } = this.deps;
     const status_counts: Record<string, number> = {};
-    const counts = await Promise.all(ALL_STATUSES.map((s) => store.countRecords('bg_runs', { name: 'status', value: s })));
+    const counts = await Promise.all(ALL_STATUSES.map((s) => repos(store).bgRuns.count({ name: 'status', value: s })));
     ALL_STATUSES.forEach((s, i) => (status_counts[s] = counts[i]));
     return {
       running: this.running,
       initialized: this.initialized,
       worker_id: this.deps.workerId,
       lease_seconds: this.cfg.lease_seconds,
-      agents: await store.countRecords('bg_agents'),
-      tasks: await store.countRecords('bg_tasks'),
-      runs: await store.countRecords('bg_runs'),
+      agents: await repos(store).bgAgents.count(),
+      tasks: await repos(store).bgTasks.count(),
+      runs: await repos(store).bgRuns.count(),
       active_runs: ACTIVE.reduce((n, s) => n + status_counts[s], 0),
       status_counts,
       skipped_occurrences: this.scheduler.skippedOccurrences(),
     };
   }
 
-  private async listAll<T>(kind: 'bg_agents' | 'bg_tasks', index?: { name: string; value: string }): Promise<T[]> {
+  private async listAll<T>(repo: 'bgAgents' | 'bgTasks', index?: { name: string; value: string }): Promise<T[]> {
     const out: T[] = [];
     let cursor: string | null = null;
     do {
-      const page: { items: Versioned<T>[]; next_cursor: string | null } = await this.deps.store.listRecords<T>(kind, { index, cursor, limit: 1000 });
+      const page: Page<T> = await repos(this.deps.store)[repo].list<T>({ index, cursor, limit: 1000 });
       out.push(...page.items.map((i) => i.value));
       cursor = page.next_cursor;
     } while (cursor);

@@ -9,6 +9,7 @@ import { absoluteWorkspace, isInside, taskNamespace } from './workspace.js';
 import type { BackgroundDeps } from './engine.js';
 import type { Handle } from './run-host.js';
 import type { RunWorkspaces } from './run-workspace.js';
+import { repos } from '../store/repos/index.js';
 
 /** What deletion needs of the engine that hosts the runs. */
 export interface RetentionHost {
@@ -52,7 +53,7 @@ export class RunRetention {
     const dirs = new Set<string>();
     this.host.forgetTask(taskId);
     for (;;) {
-      const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'task_id', value: taskId }, limit: 500 });
+      const page = await repos(this.deps.store).bgRuns.list<BgRunRow>({ index: { name: 'task_id', value: taskId }, limit: 500 });
       if (page.items.length === 0) {
         if (pending) {
           await this.deps.store.commit(pending.ops);
@@ -119,6 +120,7 @@ export class RunRetention {
     opts: { fenced: boolean; extra?: WriteOp[] } = { fenced: true },
   ): Promise<BackgroundRun[]> {
     const { store } = this.deps;
+    const { bgRuns, bgAttempts, bgOccurrences } = repos(store);
     const attemptIds: string[] = [];
     const occIds: string[] = [];
     for (const r of rows) {
@@ -127,22 +129,20 @@ export class RunRetention {
       if (run.occurrence_id && occurrenceDone(run)) occIds.push(occurrenceRecordId(run.task_id, run.occurrence_id));
     }
     const [attempts, occs] = await Promise.all([
-      attemptIds.length ? store.getRecords('bg_attempts', attemptIds) : Promise.resolve([]),
-      occIds.length ? store.getRecords('bg_occurrences', occIds) : Promise.resolve([]),
+      attemptIds.length ? bgAttempts.getMany(attemptIds) : Promise.resolve([]),
+      occIds.length ? bgOccurrences.getMany(occIds) : Promise.resolve([]),
     ]);
     const existingAttempts = new Set(attemptIds.filter((_, i) => attempts[i]));
     const existingOccs = new Set(occIds.filter((_, i) => occs[i]));
     const opsOf = (r: Versioned<BgRunRow>): WriteOp[] => {
       const { run } = r.value;
-      const ops: WriteOp[] = [
-        opts.fenced ? { op: 'delete', kind: 'bg_runs', id: r.id, expectedVersion: r.version } : { op: 'delete', kind: 'bg_runs', id: r.id },
-      ];
+      const ops: WriteOp[] = [bgRuns.deleteOp(r.id, opts.fenced ? r.version : undefined)];
       for (let n = 1; n <= run.attempt; n++) {
         const id = attemptRecordId(run.run_id, n);
-        if (existingAttempts.has(id)) ops.push({ op: 'delete', kind: 'bg_attempts', id });
+        if (existingAttempts.has(id)) ops.push(bgAttempts.deleteOp(id));
       }
       const occ = run.occurrence_id ? occurrenceRecordId(run.task_id, run.occurrence_id) : null;
-      if (occ && existingOccs.has(occ)) ops.push({ op: 'delete', kind: 'bg_occurrences', id: occ });
+      if (occ && existingOccs.has(occ)) ops.push(bgOccurrences.deleteOp(occ));
       return ops;
     };
     const gone = (r: Versioned<BgRunRow>) => {
@@ -205,7 +205,7 @@ export class RunRetention {
     for (const status of TERMINAL) {
       let cursor: string | null = null;
       scan: do {
-        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await store.listRecords<BgRunRow>('bg_runs', {
+        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await repos(store).bgRuns.list<BgRunRow>({
           index: { name: 'status', value: status },
           cursor,
           limit: 200,
@@ -230,11 +230,11 @@ export class RunRetention {
     }
     for (const taskId of opts.tasks) {
       if (budget <= 0) break;
-      const counts = await Promise.all([...TERMINAL].map((st) => store.countRecords('bg_runs', { name: 'task_status', value: taskStatusKey(taskId, st) })));
+      const counts = await Promise.all([...TERMINAL].map((st) => repos(store).bgRuns.count({ name: 'task_status', value: taskStatusKey(taskId, st) })));
       let excess = counts.reduce((a, b) => a + b, 0) - opts.maxPerTask;
       let cursor: string | null = null;
       while (excess > 0 && budget > 0) {
-        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await store.listRecords<BgRunRow>('bg_runs', {
+        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await repos(store).bgRuns.list<BgRunRow>({
           index: { name: 'task_id', value: taskId },
           cursor,
           limit: Math.min(500, Math.max(50, excess)),

@@ -17,6 +17,7 @@ import { DueHeap } from './heap.js';
 import type { SupervisorGroup } from '../runtime/system.js';
 import { occurrenceRecordId, type ScheduleRow, type SkippedOccurrence, type TaskRow } from './types.js';
 import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
+import { repos } from '../store/repos/index.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 /** Longest single wait of the due timer; the poll ticker covers anything beyond. */
@@ -70,11 +71,8 @@ export class TaskScheduler {
     const { store } = this.deps;
     let cursor: string | null = null;
     do {
-      const page: { items: Versioned<TaskRow>[]; next_cursor: string | null } = await store.listRecords<TaskRow>('bg_tasks', { cursor, limit: 1000 });
-      const rows = await store.getRecords<ScheduleRow>(
-        'bg_schedule',
-        page.items.map((t) => t.id),
-      );
+      const page: { items: Versioned<TaskRow>[]; next_cursor: string | null } = await repos(store).bgTasks.list<TaskRow>({ cursor, limit: 1000 });
+      const rows = await repos(store).bgSchedule.getMany<ScheduleRow>(page.items.map((t) => t.id));
       page.items.forEach((t, i) => {
         this.tasks.set(t.id, t.value);
         const sched = rows[i] ?? null;
@@ -194,7 +192,7 @@ export class TaskScheduler {
   private async schedule(taskId: string): Promise<Versioned<ScheduleRow> | null> {
     const cached = this.schedules.get(taskId);
     if (cached) return cached;
-    const rec = await this.deps.store.getRecord<ScheduleRow>('bg_schedule', taskId);
+    const rec = await repos(this.deps.store).bgSchedule.get<ScheduleRow>(taskId);
     if (rec) this.schedules.set(taskId, rec);
     return rec;
   }
@@ -236,7 +234,7 @@ export class TaskScheduler {
     const next = this.advanced(s, res, prepared.length, now, skips);
     const ops: WriteOp[] = [];
     for (const p of prepared) for (const op of p.ops) ops.push(op);
-    ops.push({ op: 'update', kind: 'bg_schedule', id: taskId, value: next, expectedVersion: rec.version });
+    ops.push(repos(this.deps.store).bgSchedule.updateOp(taskId, next, rec.version));
     let written: Array<Versioned<unknown> | null>;
     try {
       written = await this.deps.store.commit(ops);
@@ -304,7 +302,7 @@ export class TaskScheduler {
     const next = this.advanced(s, res, dispatched, now, skips);
     if (skips.length > 0) this.deps.metrics.backgroundRuns.inc({ status: 'skipped' }, skips.length);
     try {
-      this.schedules.set(taskId, await this.deps.store.updateRecord<ScheduleRow>('bg_schedule', taskId, next, rec.version));
+      this.schedules.set(taskId, await repos(this.deps.store).bgSchedule.update<ScheduleRow>(taskId, next, rec.version));
       this.setDue(task, next);
     } catch (err) {
       if (!isStoreError(err, 'stale_version')) throw err;
@@ -319,7 +317,7 @@ export class TaskScheduler {
   private async dispatchOccurrence(task: TaskRow, occurrence: TaskOccurrence, now: number): Promise<BackgroundRun | SkippedOccurrence | null> {
     if (!this.hasMachine(task.task_id)) return null;
     // A replayed occurrence must not cancel anything (cancel_previous) before finding out it already ran.
-    if (await this.deps.store.getRecord('bg_occurrences', occurrenceRecordId(task.task_id, occurrence.occurrence_id))) return null;
+    if (await repos(this.deps.store).bgOccurrences.get(occurrenceRecordId(task.task_id, occurrence.occurrence_id))) return null;
     const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
     let out: BackgroundRun | SkippedOccurrence | null = null;
     for (const p of this.decide(task.task_id, { type: 'DUE', occurrence, inFlight })) {
@@ -410,7 +408,7 @@ export class TaskScheduler {
   resync(taskId: string): Promise<void> {
     return this.taskJob(taskId, async () => {
       const { store } = this.deps;
-      const [t, s] = await Promise.all([store.getRecord<TaskRow>('bg_tasks', taskId), store.getRecord<ScheduleRow>('bg_schedule', taskId)]);
+      const [t, s] = await Promise.all([repos(store).bgTasks.get<TaskRow>(taskId), repos(store).bgSchedule.get<ScheduleRow>(taskId)]);
       if (!t) {
         if (this.tasks.has(taskId)) this.removeTask(taskId);
         return;
@@ -427,11 +425,8 @@ export class TaskScheduler {
     const seen = new Set<string>();
     let cursor: string | null = null;
     do {
-      const page: { items: Versioned<TaskRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<TaskRow>('bg_tasks', { cursor, limit: 1000 });
-      const rows = await this.deps.store.getRecords<ScheduleRow>(
-        'bg_schedule',
-        page.items.map((t) => t.id),
-      );
+      const page: { items: Versioned<TaskRow>[]; next_cursor: string | null } = await repos(this.deps.store).bgTasks.list<TaskRow>({ cursor, limit: 1000 });
+      const rows = await repos(this.deps.store).bgSchedule.getMany<ScheduleRow>(page.items.map((t) => t.id));
       page.items.forEach((t, i) => {
         seen.add(t.id);
         const known = this.tasks.get(t.id);

@@ -37,6 +37,7 @@ import type { AppDeps } from './deps.js';
 import { binaryResponse } from './openapi.js';
 import { IdempotencyHeaders, idempotencyRequestOf, once, startTaskRun, waitBackgroundRun } from './idempotent.js';
 import { newId } from '../ids.js';
+import { repos } from '../store/repos/index.js';
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 const tags = ['background'];
@@ -226,7 +227,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
       const once = await deps.runtime.idempotency.startOnce(
         idem,
         () => newId('bgrun'),
-        async (id) => (await deps.store.getRecord('bg_runs', id)) !== null,
+        async (id) => (await repos(deps.store).bgRuns.get(id)) !== null,
         begin,
       );
       if (once.fresh) return once.started.all;

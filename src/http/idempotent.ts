@@ -12,6 +12,7 @@ import { TERMINAL, WAITING } from '../background/types.js';
 import { HttpDetailError, notFound } from '../errors.js';
 import type { BackgroundRun, BackgroundTaskRunRequest } from '../schemas/index.js';
 import { SseChannel, streamOptions } from './sse.js';
+import { repos } from '../store/repos/index.js';
 
 /** The optional header of the idempotent routes (OpenAPI header parameter). */
 export const IdempotencyHeaders = z.looseObject({
@@ -46,7 +47,7 @@ export function once<T>(deps: AppDeps, request: FastifyRequest, operation: strin
 }
 
 export async function runExists(deps: AppDeps, runId: string): Promise<boolean> {
-  return (await deps.store.getRecord('runs', runId)) !== null;
+  return (await repos(deps.store).runs.get(runId)) !== null;
 }
 
 const settledStatus = (s: RunRecord['status']) => s !== 'running';
@@ -64,7 +65,7 @@ export async function waitRunSettled(deps: AppDeps, runId: string, signal?: Abor
   });
   try {
     for (;;) {
-      const rec = await deps.store.getRecord<RunRecord>('runs', runId);
+      const rec = await repos(deps.store).runs.get<RunRecord>(runId);
       // The key outlived its run (deleted since): nothing to answer with.
       if (!rec) throw notFound('run of this Idempotency-Key', runId);
       if (settledStatus(rec.value.status)) return rec.value;
@@ -91,7 +92,7 @@ export async function waitRunSettled(deps: AppDeps, runId: string, signal?: Abor
  * Closing this stream does not cancel the run.
  */
 export async function replayRunStream(deps: AppDeps, reply: FastifyReply, runId: string): Promise<void> {
-  const first = await deps.store.getRecord<RunRecord>('runs', runId);
+  const first = await repos(deps.store).runs.get<RunRecord>(runId);
   if (!first) throw notFound('run of this Idempotency-Key', runId); // deleted since: before the stream opens
   const sessionId = first.value.session_id;
   const channel = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id: runId, session_id: sessionId } }));
@@ -129,7 +130,7 @@ export async function replayRunStream(deps: AppDeps, reply: FastifyReply, runId:
     try {
       for (;;) {
         if (!(await drain())) return;
-        const rec = await deps.store.getRecord<RunRecord>('runs', runId);
+        const rec = await repos(deps.store).runs.get<RunRecord>(runId);
         if (rec && settledStatus(rec.value.status)) {
           // Its events were stored before the record said so: one more read has them all.
           if (!(await drain())) return;

@@ -19,6 +19,7 @@ import { createHash } from 'node:crypto';
 import type { Clock } from '../clock.js';
 import { AppError, HttpValidationFailure } from '../errors.js';
 import { isStoreError, type Page, type Store, type Versioned } from '../store/store.js';
+import { repos } from '../store/repos/index.js';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 /** Longest key accepted (Stripe's limit); printable ASCII only. */
@@ -152,7 +153,7 @@ export class Idempotency {
     const id = recordIdOf(req.principal, req.key);
     const request_sha256 = requestHashOf(req);
     for (let i = 0; i < 5; i++) {
-      const rec = await this.o.store.getRecord<IdempotencyValue>('idempotency', id);
+      const rec = await repos(this.o.store).idempotency.get<IdempotencyValue>(id);
       if (rec && Date.parse(rec.value.expires_at) > this.now()) {
         if (rec.value.request_sha256 !== request_sha256 || rec.value.operation !== req.operation) throw reused(rec.value.operation);
         return { rec, created: false };
@@ -172,8 +173,8 @@ export class Idempotency {
       };
       try {
         // An expired record is replaced; its creation order moves to now (the sweep walks by it).
-        if (rec) await this.o.store.deleteRecord('idempotency', id, rec.version);
-        return { rec: await this.o.store.createRecord('idempotency', id, value), created: true };
+        if (rec) await repos(this.o.store).idempotency.delete(id, rec.version);
+        return { rec: await repos(this.o.store).idempotency.create(id, value), created: true };
       } catch (err) {
         if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version') || isStoreError(err, 'not_found')) continue; // raced: read again
         throw err;
@@ -196,8 +197,7 @@ export class Idempotency {
       throw new AppError('Conflict', 'a request with this Idempotency-Key is still being processed; retry shortly', null, { 'retry-after': '1' });
     }
     try {
-      return await this.o.store.updateRecord(
-        'idempotency',
+      return await repos(this.o.store).idempotency.update(
         rec.id,
         { ...rec.value, claim: { worker: this.o.workerId, at: new Date(this.now()).toISOString() } },
         rec.version,
@@ -233,12 +233,16 @@ export class Idempotency {
       try {
         started = await start(target);
       } catch (err) {
-        await this.o.store.deleteRecord('idempotency', rec.id).catch(() => undefined);
+        await repos(this.o.store)
+          .idempotency.delete(rec.id)
+          .catch(() => undefined);
         throw err;
       }
-      await this.o.store.updateRecord('idempotency', rec.id, { ...rec.value, state: 'done', claim: null }, rec.version).catch((e: unknown) => {
-        this.o.log?.('warn', 'idempotency record not marked done', { err: String(e) });
-      });
+      await repos(this.o.store)
+        .idempotency.update(rec.id, { ...rec.value, state: 'done', claim: null }, rec.version)
+        .catch((e: unknown) => {
+          this.o.log?.('warn', 'idempotency record not marked done', { err: String(e) });
+        });
       return { fresh: true, target_id: target, started };
     });
   }
@@ -258,13 +262,15 @@ export class Idempotency {
       try {
         body = await exec();
       } catch (err) {
-        await this.o.store.deleteRecord('idempotency', rec.id).catch(() => undefined);
+        await repos(this.o.store)
+          .idempotency.delete(rec.id)
+          .catch(() => undefined);
         throw err;
       }
       // Stored as JSON (what the client got), so a replay answers the same bytes.
       const stored = JSON.parse(JSON.stringify(body ?? null)) as unknown;
-      await this.o.store
-        .updateRecord('idempotency', rec.id, { ...rec.value, state: 'done', claim: null, response: { status_code: 200, body: stored } }, rec.version)
+      await repos(this.o.store)
+        .idempotency.update(rec.id, { ...rec.value, state: 'done', claim: null, response: { status_code: 200, body: stored } }, rec.version)
         .catch((e: unknown) => this.o.log?.('warn', 'idempotency answer not stored', { err: String(e) }));
       return body;
     });
@@ -279,13 +285,15 @@ export class Idempotency {
     let cursor: string | null = null;
     const now = this.now();
     while (deleted < SWEEP_MAX) {
-      const page: Page<IdempotencyValue> = await this.o.store.listRecords<IdempotencyValue>('idempotency', { cursor, limit: 500 });
+      const page: Page<IdempotencyValue> = await repos(this.o.store).idempotency.list<IdempotencyValue>({ cursor, limit: 500 });
       for (const r of page.items) {
         if (Date.parse(r.value.expires_at) > now) return deleted;
-        await this.o.store.deleteRecord('idempotency', r.id, r.version).then(
-          () => deleted++,
-          () => undefined,
-        );
+        await repos(this.o.store)
+          .idempotency.delete(r.id, r.version)
+          .then(
+            () => deleted++,
+            () => undefined,
+          );
       }
       if (!page.next_cursor) break;
       cursor = page.next_cursor;
@@ -305,5 +313,12 @@ export class Idempotency {
   stop(): void {
     if (this.sweepTimer) clearInterval(this.sweepTimer);
     this.sweepTimer = null;
+  }
+}
+
+// The value type of kind `idempotency` for the typed repositories (src/store/repos/values.ts).
+declare module '../store/repos/values.js' {
+  interface RecordValues {
+    idempotency: IdempotencyValue;
   }
 }

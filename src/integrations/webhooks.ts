@@ -24,6 +24,7 @@ import type { Clock } from '../clock.js';
 import { HttpValidationFailure } from '../errors.js';
 import { isStoreError, type Page, type Store, type StoredEvent, type Versioned, type WriteOp } from '../store/store.js';
 import type { EventBus } from '../telemetry/bus.js';
+import { repos } from '../store/repos/index.js';
 
 export type WebhookEventType = (typeof WEBHOOK_EVENTS)[number];
 
@@ -254,7 +255,9 @@ export class Webhooks {
       help: 'Webhook deliveries waiting to be sent or retried, from the store',
       registers: [o.registry],
       collect: async () => {
-        const n = await o.store.countRecords('webhook_deliveries', { name: 'status', value: 'pending' }).catch(() => null);
+        const n = await repos(o.store)
+          .webhookDeliveries.count({ name: 'status', value: 'pending' })
+          .catch(() => null);
         if (n !== null) pending.set(n);
       },
     });
@@ -284,18 +287,20 @@ export class Webhooks {
   /** The ops that remember a run's per-request webhook URL (written before the run starts). */
   async rememberRequestUrl(runId: string, url: string): Promise<void> {
     const value: SubValue = { run_id: runId, url, created_at: new Date(this.o.clock.now()).toISOString() };
-    await this.o.store.commit([{ op: 'update', kind: 'webhook_subs', id: runId, value, expectedVersion: null }]);
+    await this.o.store.commit([repos(this.o.store).webhookSubs.updateOp(runId, value, null)]);
   }
 
   async start(): Promise<void> {
     if (!this.enabled || this.running) return;
     this.running = true;
     // First start: begin at the end of the log (no webhooks for history).
-    if (!(await this.o.store.getRecord('meta', CURSOR_ID))) {
+    if (!(await repos(this.o.store).meta.get(CURSOR_ID))) {
       const last = await this.o.store.lastEventCursor();
-      await this.o.store.createRecord('meta', CURSOR_ID, { cursor: last }).catch((e: unknown) => {
-        if (!isStoreError(e, 'conflict')) throw e;
-      });
+      await repos(this.o.store)
+        .meta.create(CURSOR_ID, { cursor: last })
+        .catch((e: unknown) => {
+          if (!isStoreError(e, 'conflict')) throw e;
+        });
     }
     // A single-process store: whatever a dead process had claimed is free now.
     if (!this.o.store.capabilities.sharedByInstances) await this.releaseClaims();
@@ -351,7 +356,7 @@ export class Webhooks {
 
   private async dispatch(): Promise<void> {
     for (let round = 0; round < 50 && !this.stopped; round++) {
-      const cur = await this.o.store.getRecord<{ cursor: string | null }>('meta', CURSOR_ID);
+      const cur = await repos(this.o.store).meta.get<{ cursor: string | null }>(CURSOR_ID);
       if (!cur) return;
       const page = await this.o.store.readEvents({ filters: { event_type: [...TRIGGER_EVENT_TYPES] }, after: cur.value.cursor, limit: 200 });
       if (page.events.length === 0) return;
@@ -386,30 +391,19 @@ export class Webhooks {
         for (const e of this.w.endpoints) if (e.events.includes(d.type)) drafts.push(make(endpointIdOf(e.url), e.url));
         const runId = d.data.run_id as string | null;
         if (runId && this.w.allow_request_hosts.length > 0) {
-          if (!subs.has(runId)) subs.set(runId, (await this.o.store.getRecord<SubValue>('webhook_subs', runId))?.value ?? null);
+          if (!subs.has(runId)) subs.set(runId, (await repos(this.o.store).webhookSubs.get<SubValue>(runId))?.value ?? null);
           const sub = subs.get(runId);
           if (sub) drafts.push(make('request', sub.url));
         }
       }
       // Derived ids are stable: a round redone after a crash finds its deliveries already there.
       const unique = [...new Map(drafts.map((d) => [d.delivery_id, d])).values()];
-      const existing = unique.length
-        ? await this.o.store.getRecords(
-            'webhook_deliveries',
-            unique.map((d) => d.delivery_id),
-          )
-        : [];
+      const existing = unique.length ? await repos(this.o.store).webhookDeliveries.getMany(unique.map((d) => d.delivery_id)) : [];
       const ops: WriteOp[] = unique
         .filter((_, i) => !existing[i])
-        .map((d) => ({
-          op: 'create',
-          kind: 'webhook_deliveries',
-          id: d.delivery_id,
-          value: d,
-          indexes: { status: d.status, run_id: d.run_id },
-        }));
+        .map((d) => repos(this.o.store).webhookDeliveries.createOp(d.delivery_id, d, { status: d.status, run_id: d.run_id }));
       const last = page.events[page.events.length - 1].cursor;
-      ops.push({ op: 'update', kind: 'meta', id: CURSOR_ID, value: { cursor: last }, expectedVersion: cur.version });
+      ops.push(repos(this.o.store).meta.updateOp(CURSOR_ID, { cursor: last }, cur.version));
       try {
         await this.o.store.commit(ops);
         if (ops.length > 1) this.dirty = true;
@@ -427,14 +421,16 @@ export class Webhooks {
     let cursor: string | null = null;
     const now = new Date(this.o.clock.now()).toISOString();
     do {
-      const page: Awaited<ReturnType<Store['listRecords']>> = await this.o.store.listRecords<DeliveryValue>('webhook_deliveries', {
+      const page: Awaited<ReturnType<Store['listRecords']>> = await repos(this.o.store).webhookDeliveries.list<DeliveryValue>({
         index: { name: 'status', value: 'pending' },
         cursor,
         limit: 500,
       });
       for (const r of page.items as Versioned<DeliveryValue>[]) {
         if (r.value.next_attempt_at > now && r.value.attempts > 0 && r.value.last_attempt_at === null) {
-          await this.o.store.updateRecord('webhook_deliveries', r.id, { ...r.value, next_attempt_at: now }, r.version).catch(() => undefined);
+          await repos(this.o.store)
+            .webhookDeliveries.update(r.id, { ...r.value, next_attempt_at: now }, r.version)
+            .catch(() => undefined);
         }
       }
       cursor = page.next_cursor;
@@ -459,7 +455,7 @@ export class Webhooks {
     let cursor: string | null = null;
     // Oldest first, at most SCAN_MAX records a round: a bounded walk, the rest next round.
     for (let scanned = 0; scanned < SCAN_MAX && due.length < room;) {
-      const page: Page<DeliveryValue> = await this.o.store.listRecords<DeliveryValue>('webhook_deliveries', {
+      const page: Page<DeliveryValue> = await repos(this.o.store).webhookDeliveries.list<DeliveryValue>({
         index: { name: 'status', value: 'pending' },
         cursor,
         limit: 200,
@@ -496,8 +492,7 @@ export class Webhooks {
     // marks a claim whose result was never written (a crash): released at the next start.
     let claimed: Versioned<DeliveryValue>;
     try {
-      claimed = await this.o.store.updateRecord(
-        'webhook_deliveries',
+      claimed = await repos(this.o.store).webhookDeliveries.update(
         rec.id,
         {
           ...rec.value,
@@ -569,7 +564,7 @@ export class Webhooks {
       delivered_at: result === 'success' ? new Date(endedMs).toISOString() : null,
     };
     try {
-      await this.o.store.updateRecord('webhook_deliveries', v.delivery_id, next, claimed.version, { status, run_id: v.run_id });
+      await repos(this.o.store).webhookDeliveries.update(v.delivery_id, next, claimed.version, { status, run_id: v.run_id });
     } catch (err) {
       if (!this.stopped) this.o.log?.('warn', 'webhook delivery result not saved', { delivery_id: v.delivery_id, err: String(err) });
       return;
@@ -596,14 +591,19 @@ export class Webhooks {
     const cutoff = new Date(now - this.w.retention_days * 86_400_000).toISOString();
     for (const status of ['delivered', 'failed'] as const) {
       let deleted = 0;
-      const page = await this.o.store.listRecords<DeliveryValue>('webhook_deliveries', { index: { name: 'status', value: status }, limit: 1000 });
+      const page = await repos(this.o.store).webhookDeliveries.list<DeliveryValue>({ index: { name: 'status', value: status }, limit: 1000 });
       for (const r of page.items) {
         if (r.value.created_at >= cutoff) break;
-        await this.o.store.deleteRecord('webhook_deliveries', r.id, r.version).then(
-          () => deleted++,
-          () => undefined,
-        );
-        if (r.value.endpoint === 'request' && r.value.run_id) await this.o.store.deleteRecord('webhook_subs', r.value.run_id).catch(() => undefined);
+        await repos(this.o.store)
+          .webhookDeliveries.delete(r.id, r.version)
+          .then(
+            () => deleted++,
+            () => undefined,
+          );
+        if (r.value.endpoint === 'request' && r.value.run_id)
+          await repos(this.o.store)
+            .webhookSubs.delete(r.value.run_id)
+            .catch(() => undefined);
       }
       void deleted;
     }
@@ -613,8 +613,8 @@ export class Webhooks {
 
   async list(q: { status?: DeliveryValue['status']; run_id?: string; limit: number; cursor?: string | null }) {
     const index = q.run_id ? { name: 'run_id', value: q.run_id } : q.status ? { name: 'status', value: q.status } : undefined;
-    const page = await this.o.store.listRecords<DeliveryValue>('webhook_deliveries', { index, cursor: q.cursor ?? null, limit: q.limit });
-    const total = await this.o.store.countRecords('webhook_deliveries', index);
+    const page = await repos(this.o.store).webhookDeliveries.list<DeliveryValue>({ index, cursor: q.cursor ?? null, limit: q.limit });
+    const total = await repos(this.o.store).webhookDeliveries.count(index);
     const items = page.items.map((i) => i.value).filter((v) => !q.status || v.status === q.status);
     return { deliveries: items.map(publicDelivery), total, next_cursor: page.next_cursor };
   }

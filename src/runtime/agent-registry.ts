@@ -16,6 +16,7 @@ import type { ModelProvider } from '../agent/model/types.js';
 import { ToolRegistry, type McpLease, type McpPool } from '../agent/tools/registry.js';
 import type { McpConnection } from '../agent/tools/mcp.js';
 import type { BuiltinToolSet, McpServerConfig, ToolLogger } from '../agent/tools/types.js';
+import { repos } from '../store/repos/index.js';
 
 /** 409: the agent is registered but its stored spec does not build any more; no run started. */
 export class AgentUnavailableError extends AppError {
@@ -210,7 +211,7 @@ export class AgentRegistry implements AgentSource {
 
   private async acquireOnce(agentId: string): Promise<AgentLease | null> {
     if (this.closed) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
-    const rec = await this.opts.store.getRecord<AgentRow>('bg_agents', agentId);
+    const rec = await repos(this.opts.store).bgAgents.get<AgentRow>(agentId);
     if (!rec) {
       this.evict(agentId); // deleted, maybe by another instance
       throw notFound('agent', agentId);

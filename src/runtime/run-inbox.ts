@@ -10,6 +10,7 @@ import type { InboxMessage, InboxRead } from '../../machines/run.machine.js';
 import { conflict } from '../errors.js';
 import { newId } from '../ids.js';
 import { isStoreError, type Store } from '../store/store.js';
+import { repos } from '../store/repos/index.js';
 
 /** Most steer messages one run accepts over its life (the record stays small and bounded). */
 export const MAX_STEERS_PER_RUN = 100;
@@ -68,7 +69,7 @@ export class RunInbox {
   /** What the run has not taken yet, framed for the model. */
   async read(runId: string, steered: readonly string[], interruptHandled: string | null): Promise<InboxRead> {
     if (!this.shared && !this.maybe.has(runId)) return { messages: [], interrupt_id: null };
-    const rec = await this.store.getRecord<InboxValue>('run_inbox', runId);
+    const rec = await repos(this.store).runInbox.get<InboxValue>(runId);
     if (!rec) return { messages: [], interrupt_id: null };
     const messages: InboxMessage[] = rec.value.messages
       .filter((m) => !steered.includes(m.message_id))
@@ -78,7 +79,7 @@ export class RunInbox {
   }
 
   async get(runId: string): Promise<InboxValue | null> {
-    return (await this.store.getRecord<InboxValue>('run_inbox', runId))?.value ?? null;
+    return (await repos(this.store).runInbox.get<InboxValue>(runId))?.value ?? null;
   }
 
   /** Appends a steer message; 409 once the run has had MAX_STEERS_PER_RUN. */
@@ -106,14 +107,14 @@ export class RunInbox {
   private async change(runId: string, f: (v: InboxValue) => InboxValue): Promise<void> {
     this.maybe.add(runId);
     for (let attempt = 0; attempt < 10; attempt++) {
-      const cur = await this.store.getRecord<InboxValue>('run_inbox', runId);
+      const cur = await repos(this.store).runInbox.get<InboxValue>(runId);
       try {
         if (!cur) {
           const value = f({ run_id: runId, messages: [], interrupt: null, updated_at: this.now() });
-          await this.store.createRecord('run_inbox', runId, { ...value, updated_at: this.now() });
+          await repos(this.store).runInbox.create(runId, { ...value, updated_at: this.now() });
         } else {
           const value = f(cur.value);
-          await this.store.updateRecord('run_inbox', runId, { ...value, updated_at: this.now() }, cur.version);
+          await repos(this.store).runInbox.update(runId, { ...value, updated_at: this.now() }, cur.version);
         }
         return;
       } catch (err) {
@@ -121,5 +122,12 @@ export class RunInbox {
       }
     }
     throw conflict(`the inbox of run ${runId} changed too often; retry`);
+  }
+}
+
+// The value type of kind `run_inbox` for the typed repositories (src/store/repos/values.ts).
+declare module '../store/repos/values.js' {
+  interface RecordValues {
+    run_inbox: InboxValue;
   }
 }

@@ -165,3 +165,10 @@ export function runResponseOf(r: RunRecord) {
     error: r.error,
   };
 }
+
+// The value type of kind `runs` for the typed repositories (src/store/repos/values.ts).
+declare module '../store/repos/values.js' {
+  interface RecordValues {
+    runs: RunRecord;
+  }
+}

@@ -27,6 +27,7 @@ import { AgentRegistry } from './agent-registry.js';
 import { agentEnvValue } from '../config.js';
 import { Idempotency } from '../integrations/idempotency.js';
 import { Webhooks } from '../integrations/webhooks.js';
+import { repos } from '../store/repos/index.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
@@ -207,7 +208,9 @@ export class Runtime {
       void (async () => {
         for (const wait of [250, 500, 1000, 1500]) {
           await new Promise((r) => setTimeout(r, wait).unref());
-          const rec = await store.getRecord<{ status: string; owner: string | null }>('runs', runId).catch(() => null);
+          const rec = await repos(store)
+            .runs.get<{ status: string; owner: string | null }>(runId)
+            .catch(() => null);
           if (!rec || rec.value.status !== 'running' || !rec.value.owner || rec.value.owner === this.workerId) return;
           await link.sendControl({ type: 'cancel', run_id: runId });
         }
@@ -263,8 +266,8 @@ export class Runtime {
     const runtime = new Runtime(config, store, clock, tools, model, ledger, opts, otlp, metrics);
     // Gauges read at scrape time from the store: with a shared store, the whole deployment's count.
     metrics.setSources({
-      runsWithStatus: (status) => store.countRecords('runs', { name: 'status', value: status }),
-      backgroundQueued: () => store.countRecords('bg_runs', { name: 'status', value: 'queued' }),
+      runsWithStatus: (status) => repos(store).runs.count({ name: 'status', value: status }),
+      backgroundQueued: () => repos(store).bgRuns.count({ name: 'status', value: 'queued' }),
     });
     return runtime;
   }

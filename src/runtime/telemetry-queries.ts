@@ -1,6 +1,7 @@
 import { notFound } from '../errors.js';
 import type { EventIndexField, Store, StoredEvent } from '../store/store.js';
 import { buildTrace, resolveTraceLookup, summarizeTrace, type Trace, type TraceRecord, type TraceStatus } from '../telemetry/traces.js';
+import { repos } from '../store/repos/index.js';
 
 /** Reads of the telemetry log: events from store indexes, traces derived from a record + its events. */
 export class TelemetryQueries {
@@ -32,7 +33,7 @@ export class TelemetryQueries {
    * trace) is described from its events.
    */
   async trace(traceId: string): Promise<{ summary: ReturnType<typeof summarizeTrace>; trace: Trace }> {
-    const rec = await this.store.getRecord<TraceRecord>('traces', traceId);
+    const rec = await repos(this.store).traces.get<TraceRecord>(traceId);
     const events = await this.traceEvents(traceId);
     if (!rec && events.length === 0) throw notFound('trace', traceId);
     const record: TraceRecord = rec?.value ?? synthesize(traceId, events);
@@ -44,7 +45,7 @@ export class TelemetryQueries {
   async latest(key: { trace_id?: string; run_id?: string; session_id?: string }) {
     const lookup = resolveTraceLookup(key);
     if (lookup.key === 'trace_id') return this.trace(lookup.value);
-    const page = await this.store.listRecords<TraceRecord>('traces', { index: { name: lookup.key, value: lookup.value }, reverse: true, limit: 1 });
+    const page = await repos(this.store).traces.list<TraceRecord>({ index: { name: lookup.key, value: lookup.value }, reverse: true, limit: 1 });
     if (page.items[0]) return this.trace(page.items[0].id);
     // Background lifecycle traces have no record: fall back to the newest event of the key.
     const events = await this.store.readEvents({ filters: { [lookup.key]: lookup.value }, limit: 1000 });
@@ -65,7 +66,7 @@ export class TelemetryQueries {
     let cursor: string | null = null;
     // Newest first; filters other than the index are applied here, so read pages until full.
     while (summaries.length < q.limit) {
-      const page: Awaited<ReturnType<Store['listRecords']>> = await this.store.listRecords<TraceRecord>('traces', {
+      const page: Awaited<ReturnType<Store['listRecords']>> = await repos(this.store).traces.list<TraceRecord>({
         index,
         reverse: true,
         limit: Math.min(1000, q.limit * 2),

@@ -531,3 +531,10 @@ export function resolveTraceLookup(key: { trace_id?: string | null; run_id?: str
   if (typeof value !== 'string' || value.length === 0) throw new TypeError(`${k} must be a non-empty string`);
   return { key: k, value };
 }
+
+// The value type of kind `traces` for the typed repositories (src/store/repos/values.ts).
+declare module '../store/repos/values.js' {
+  interface RecordValues {
+    traces: TraceRecord;
+  }
+}
