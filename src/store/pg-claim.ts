@@ -27,9 +27,12 @@ const CLAIM_SQL =
   ` UPDATE agentd.records r SET claim_token = $3, claim_until = $4 FROM due` +
   ` WHERE r.kind = due.kind AND r.id = due.id RETURNING r.id, r.version, r.seq, r.value`;
 
+// Among the first MAX_SCANNED queued rows, as the embedded stores' scan (src/store/repos/bg-runs.ts).
 const NEXT_DUE_SQL =
-  `SELECT min(${NOT_BEFORE}::timestamptz) AS at FROM agentd.record_ix x JOIN agentd.records r ON r.kind = x.kind AND r.id = x.id` +
-  ` WHERE x.kind = 'bg_runs' AND x.name = 'status' AND x.value = 'queued' AND ${NOT_BEFORE}::timestamptz > to_timestamp($1 / 1000.0)`;
+  `SELECT min(s.at) AS at FROM (SELECT ${NOT_BEFORE}::timestamptz AS at FROM agentd.record_ix x` +
+  ` JOIN agentd.records r ON r.kind = x.kind AND r.id = x.id` +
+  ` WHERE x.kind = 'bg_runs' AND x.name = 'status' AND x.value = 'queued' ORDER BY x.seq LIMIT 2000) s` +
+  ` WHERE s.at > to_timestamp($1 / 1000.0)`;
 
 export class PgQueueClaims implements QueueClaims {
   constructor(private readonly db: Queryable) {}
