@@ -4,6 +4,7 @@
 // (telemetry, writer, agent) and returns what the machine folds into its context.
 import { fromPromise } from 'xstate';
 import {
+  effectRunId,
   runMachine,
   type ApprovalState,
   type BudgetRequest,
@@ -38,16 +39,21 @@ export class RunEffects {
     return this.kernel.deps;
   }
 
-  /** The run machine with these effects bound. */
+  /**
+   * The run machine with these effects bound. Effects are invoked with the run id only (the
+   * machine's EffectInput) and read the run's current context from its actor: the invoke inputs
+   * are persisted with the snapshot, so they must not carry the conversation a second time.
+   */
   bind() {
+    const ctxOf = (input: Parameters<typeof effectRunId>[0]): RunContext => this.kernel.mustLive(effectRunId(input)).context();
     return runMachine.provide({
       actors: {
         checkInput: fromPromise(async ({ input }) => this.checkInput(input.query, input.run_id)),
-        reserveBudget: fromPromise(async ({ input }) => this.reserve(input.ctx, input.phase)),
-        callModel: fromPromise(async ({ input, signal }) => this.callModel(input.ctx, signal)),
-        governTools: fromPromise(async ({ input }) => this.govern(input.ctx)),
-        executeTools: fromPromise(async ({ input, signal }) => this.executeTools(input.ctx, signal)),
-        readInbox: fromPromise(async ({ input }) => this.readInbox(input.ctx)),
+        reserveBudget: fromPromise(async ({ input }) => this.reserve(ctxOf(input), input.phase)),
+        callModel: fromPromise(async ({ input, signal }) => this.callModel(ctxOf(input), signal)),
+        governTools: fromPromise(async ({ input }) => this.govern(ctxOf(input))),
+        executeTools: fromPromise(async ({ input, signal }) => this.executeTools(ctxOf(input), signal)),
+        readInbox: fromPromise(async ({ input }) => this.readInbox(ctxOf(input))),
       },
       actions: {
         notify: ({ context }, params) => {

@@ -147,10 +147,15 @@ export class RunHost {
     else this.onSnapshot(ref.getSnapshot() as RunSnapshot);
   }
 
-  /** The run's current machine context (what the effects read; their invoke inputs carry only ids). */
+  /**
+   * The run's current machine context, which the effects read (their invoke inputs carry only the
+   * run id). While a restored actor starts, the effects active in its snapshot start before
+   * spawn() returns its ref: the system knows the actor by then, already holding that snapshot.
+   */
   context(): RunContext {
-    if (!this.ref) throw new Error(`run ${this.run_id} has no actor yet`);
-    return (this.ref.getSnapshot() as RunSnapshot).context;
+    const ref = this.ref ?? this.deps.system.get(`run:${this.run_id}`);
+    if (!ref) throw new Error(`run ${this.run_id} has no actor`);
+    return (ref.getSnapshot() as RunSnapshot).context;
   }
 
   // ---------------------------------------------------------------- persistence after each transition
