@@ -46,7 +46,7 @@ export async function casUpdate<T>(attempt: (i: number) => Promise<T>, opts: Cas
     if (i > 0) {
       // Full jitter: racing writers spread out instead of colliding again in lockstep.
       const cap = Math.min(max, base * 2 ** (i - 1));
-      await sleep(Math.floor(random() * cap));
+      await sleep(random() * cap);
     }
     try {
       return await attempt(i);
@@ -58,4 +58,4 @@ export async function casUpdate<T>(attempt: (i: number) => Promise<T>, opts: Cas
   throw new CasExhaustedError(attempts, last);
 }
 
-const defaultSleep = (ms: number): Promise<void> => (ms <= 0 ? Promise.resolve() : new Promise((r) => setTimeout(r, ms)));
+const defaultSleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
