@@ -9,7 +9,8 @@
 import type { InboxMessage, InboxRead } from '../../machines/run.machine.js';
 import { conflict } from '../errors.js';
 import { newId } from '../ids.js';
-import { isStoreError, type Store } from '../store/store.js';
+import type { Store } from '../store/store.js';
+import { casUpdate, CasExhaustedError } from '../store/cas.js';
 import { repos } from '../store/repos/index.js';
 
 /** Most steer messages one run accepts over its life (the record stays small and bounded). */
@@ -106,22 +107,24 @@ export class RunInbox {
 
   private async change(runId: string, f: (v: InboxValue) => InboxValue): Promise<void> {
     this.maybe.add(runId);
-    for (let attempt = 0; attempt < 10; attempt++) {
-      const cur = await repos(this.store).runInbox.get<InboxValue>(runId);
-      try {
-        if (!cur) {
-          const value = f({ run_id: runId, messages: [], interrupt: null, updated_at: this.now() });
-          await repos(this.store).runInbox.create(runId, { ...value, updated_at: this.now() });
-        } else {
-          const value = f(cur.value);
-          await repos(this.store).runInbox.update(runId, { ...value, updated_at: this.now() }, cur.version);
-        }
-        return;
-      } catch (err) {
-        if (!isStoreError(err, 'stale_version') && !isStoreError(err, 'conflict')) throw err;
-      }
+    try {
+      await casUpdate(
+        async () => {
+          const cur = await repos(this.store).runInbox.get<InboxValue>(runId);
+          if (!cur) {
+            const value = f({ run_id: runId, messages: [], interrupt: null, updated_at: this.now() });
+            await repos(this.store).runInbox.create(runId, { ...value, updated_at: this.now() });
+          } else {
+            const value = f(cur.value);
+            await repos(this.store).runInbox.update(runId, { ...value, updated_at: this.now() }, cur.version);
+          }
+        },
+        { retryOn: ['stale_version', 'conflict'] },
+      );
+    } catch (err) {
+      if (err instanceof CasExhaustedError) throw conflict(`the inbox of run ${runId} changed too often; retry`);
+      throw err;
     }
-    throw conflict(`the inbox of run ${runId} changed too often; retry`);
   }
 }
 

@@ -188,9 +188,9 @@ describe('approval latency', () => {
       // A fresh process: the run's rows are not in the store's row cache, as with a run paused
       // long ago among many (the approvals benchmark's 100,000).
       const server = await startTestServer(GOVERNED, { modelUrl: model.url, dataDir });
-      // Watch the embedded store's write rounds (LevelStore.round: one LevelDB batch and fsync
-      // each): the statuses this run's record is written with, round by round.
-      const store = server.store as unknown as { round(jobs: Array<{ type: string; ops?: unknown }>): Promise<void> };
+      // Watch the embedded store's write rounds (LevelWriter.round, the write queue of LevelStore:
+      // one LevelDB batch and fsync each): the statuses this run's record is written with, round by round.
+      const store = (server.store as unknown as { writer: { round(jobs: Array<{ type: string; ops?: unknown }>): Promise<void> } }).writer;
       const rounds: string[][] = [];
       const original = store.round;
       store.round = function (this: unknown, jobs) {
