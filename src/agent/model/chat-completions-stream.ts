@@ -78,12 +78,8 @@ export class ChatCompletionsStream {
     toArguments: (input: unknown) => Record<string, unknown>,
   ): Promise<ChatCompletionsResult> {
     if (signal?.aborted) return Promise.reject(abortReason(signal));
+    const req = this.send(body);
     return new Promise<ChatCompletionsResult>((resolve, reject) => {
-      const req = (this.secure ? https : http).request(this.target, {
-        method: 'POST',
-        headers: { ...this.headers, 'content-length': String(Buffer.byteLength(body)) },
-        agent: this.secure ? this.opts.agents.https : this.opts.agents.http,
-      });
       let res: http.IncomingMessage | undefined;
       let settled = false;
       const settle = (err: unknown, result?: ChatCompletionsResult): void => {
@@ -112,8 +108,21 @@ export class ChatCompletionsStream {
         if (status < 200 || status > 299) this.readError(response, settle);
         else this.readStream(response, onText, toArguments, settle);
       });
-      req.end(body);
     });
+  }
+
+  /**
+   * Sends the request. Apart from call() so the closures that live as long as the answer streams
+   * do not keep the request body (a whole conversation) reachable.
+   */
+  private send(body: string): http.ClientRequest {
+    const req = (this.secure ? https : http).request(this.target, {
+      method: 'POST',
+      headers: { ...this.headers, 'content-length': String(Buffer.byteLength(body)) },
+      agent: this.secure ? this.opts.agents.https : this.opts.agents.http,
+    });
+    req.end(body);
+    return req;
   }
 
   private readError(res: http.IncomingMessage, settle: (err: unknown) => void): void {
