@@ -58,7 +58,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundAgentSpec, ...errors },
       },
     },
-    async (request) => bg.registerAgent(request.body as BackgroundAgentRegistrationRequest),
+    async (request) => bg.agents.registerAgent(request.body as BackgroundAgentRegistrationRequest),
   );
 
   app.get(
@@ -66,7 +66,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
     {
       schema: { tags, operationId: 'listBackgroundAgents', summary: 'List registered background agents', response: { 200: BackgroundAgentsResponse } },
     },
-    async () => bg.listAgents(),
+    async () => bg.agents.listAgents(),
   );
 
   app.get(
@@ -80,7 +80,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundAgentSpec, ...errors },
       },
     },
-    async (request) => bg.getAgent((request.params as AgentIdParams).agent_id),
+    async (request) => bg.agents.getAgent((request.params as AgentIdParams).agent_id),
   );
 
   app.delete(
@@ -95,7 +95,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.deleteAgent((request.params as AgentIdParams).agent_id, (request.query as BackgroundAgentDeleteQuery).force),
+    async (request) => bg.agents.deleteAgent((request.params as AgentIdParams).agent_id, (request.query as BackgroundAgentDeleteQuery).force),
   );
 
   // ---------------------------------------------------------------- tasks
@@ -276,7 +276,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunsResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.listRuns(request.query as BackgroundRunsListQuery),
+    async (request) => bg.runs.listRuns(request.query as BackgroundRunsListQuery),
   );
 
   app.get(
@@ -290,7 +290,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRun, ...errors },
       },
     },
-    async (request) => bg.getRun((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.getRun((request.params as BackgroundRunIdParams).run_id),
   );
 
   app.get(
@@ -304,7 +304,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunAttemptsResponse, ...errors },
       },
     },
-    async (request) => bg.attempts((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.attempts((request.params as BackgroundRunIdParams).run_id),
   );
 
   app.get(
@@ -318,7 +318,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunEventsResponse, ...errors },
       },
     },
-    async (request) => bg.events((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.events((request.params as BackgroundRunIdParams).run_id),
   );
 
   app.get(
@@ -332,7 +332,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunWorkspaceResponse, 404: ErrorResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.workspace((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.workspace((request.params as BackgroundRunIdParams).run_id),
   );
 
   app.get(
@@ -348,7 +348,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
     },
     async (request, reply) => {
       const params = request.params as WorkspaceFileParams;
-      const file = await bg.openWorkspaceFile(params.run_id, params['*']);
+      const file = await bg.runs.openWorkspaceFile(params.run_id, params['*']);
       reply.header('content-type', 'application/octet-stream');
       reply.header('content-length', String(file.size));
       reply.header('content-disposition', `attachment; filename="${file.name.replace(/["\\\r\n]/g, '_')}"`);
