@@ -78,7 +78,8 @@ const statusCounts = async (url: string, taskId: string): Promise<Record<string,
 // ---------------------------------------------------------------- throughput
 
 let drains = 0;
-async function agentdDrain(
+/** Creates a manual task and drains `runs` POST /background/tasks/{id}/run through it (32 requests in flight). */
+export async function agentdDrain(
   child: Child,
   runs: number,
 ): Promise<{ seconds: number; postS: number; requested: number; completed: number; other: Record<string, number>; cpuMs: number }> {
