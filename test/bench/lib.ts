@@ -124,7 +124,8 @@ export const agentdNodeFlags = (): string[] => (process.env.BENCH_NODE_FLAGS ?? 
 /** Starts child-server.mjs (plain JS over the build in test/bench/dist/) and waits for it to listen. */
 export async function startChild(spec: ChildSpec, timeoutMs = 60_000): Promise<Child> {
   const flags = spec.mode === 'agentd' ? agentdNodeFlags() : [];
-  const proc = spawn(process.execPath, [...flags, CHILD_SCRIPT], {
+  // Read at each start, so one process can run two builds side by side (an interleaved A/B).
+  const proc = spawn(process.execPath, [...flags, process.env.BENCH_CHILD_SCRIPT ?? CHILD_SCRIPT], {
     cwd: ROOT,
     env: { ...process.env, BENCH_CHILD: JSON.stringify(spec) },
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],

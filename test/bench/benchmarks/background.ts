@@ -90,6 +90,8 @@ export async function agentdDrain(
     schedule: { type: 'manual' },
     overlap_policy: 'allow_parallel',
     session_policy: { mode: 'run' },
+    // BENCH_BG_TASK: extra task fields (JSON) for an A/B drain, e.g. a workspace_policy.
+    ...(process.env.BENCH_BG_TASK ? (JSON.parse(process.env.BENCH_BG_TASK) as Json) : {}),
   });
   const cpu0 = await child.call<{ user: number; system: number }>({ cmd: 'cpu' });
   const t0 = nowMs();
