@@ -19,6 +19,7 @@ import { HELD, TERMINAL, attemptRecordId, runRowIndexes, type BgRunRow, type Lif
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { EventOutbox } from './outbox.js';
 import type { TimerRef } from './attempt-timers.js';
+import type { SupervisorGroup } from '../runtime/system.js';
 
 export type RunActor = Actor<typeof backgroundRunMachine>;
 
@@ -78,12 +79,19 @@ export class RunHosts {
   private readonly handles: Map<string, Handle>;
   private readonly loading = new Map<string, Promise<Handle | Versioned<BgRunRow> | null>>();
   private readonly logic;
+  /**
+   * The live runs' actors sit under their own supervisor (`group:bgruns`), not the root: xstate
+   * copies a parent's children map on every spawn and stop, so under the root each claim and each
+   * release cost O(every live agent run, session and run actor) instead of O(live background runs).
+   */
+  private readonly actors: SupervisorGroup;
 
   constructor(
     private readonly deps: BackgroundDeps,
     private readonly hooks: RunHostHooks,
   ) {
     this.handles = hooks.handles;
+    this.actors = deps.system.group('bgruns');
     this.logic = backgroundRunMachine.provide({
       actions: {
         record: ({ context }, params) => this.onRecord(context, params),
@@ -167,7 +175,7 @@ export class RunHosts {
     };
     this.handles.set(runId, h);
     const { machine_version: _v, event_seq: _s, outbox: _o, ...ctx } = row.value;
-    const ref = this.deps.system.spawn(`bgrun:${runId}`, this.logic, { snapshot: persistedSnapshotOf(ctx) as never }) as AnyActorRef;
+    const ref = this.actors.spawn(`bgrun:${runId}`, this.logic, { snapshot: persistedSnapshotOf(ctx) as never }) as AnyActorRef;
     h.actor = ref as unknown as RunActor;
     return h;
   }
@@ -181,7 +189,7 @@ export class RunHosts {
   release(h: Handle, dead: boolean): void {
     if (dead) h.dead = true;
     this.hooks.clearTimers(h);
-    this.deps.system.stop(`bgrun:${h.id}`);
+    this.actors.stop(`bgrun:${h.id}`);
     if (this.handles.get(h.id) === h) this.handles.delete(h.id);
   }
 
