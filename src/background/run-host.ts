@@ -67,6 +67,8 @@ export interface RunHostHooks {
   kick(): void;
   /** After a row write and the queueing of its events: timers, watches, metrics, waiters, claims. */
   afterWrite(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus, flushed: Promise<void>): void;
+  /** Somebody waits for the run to settle (their answer must not wait for another write). */
+  hasWaiter(runId: string): boolean;
   /** A released run's heartbeat and attempt timeout stop. */
   clearTimers(h: Handle): void;
   /** The machine's startAgent / cancelAgent effects (the agent bridge). */
@@ -302,7 +304,10 @@ export class RunHosts {
     }
     let written: Versioned<unknown> | null;
     try {
-      [written] = await this.deps.store.commit(ops);
+      const commit = this.deps.store.commit(ops);
+      // Last events of other runs waiting for a write go into this one's store round.
+      this.hooks.outbox.releaseJoining();
+      [written] = await commit;
     } catch (err) {
       // Another instance claimed a run of this one-at-a-time task first (the gate moved): this
       // claim is refused like a fenced write, and the run stays queued for a later pass.
@@ -311,7 +316,10 @@ export class RunHosts {
     }
     h.row = written as Versioned<BgRunRow>;
     this.hooks.noteRun(ctx.run.task_id, h.id, status);
-    const flushed = this.hooks.outbox.queueEmit(ctx, lifecycle, { runJson, mirror: true });
+    // A run that ended with nobody waiting on it: its last events may wait (a few ms) for the next
+    // row write, the next run's claim, to share its store round (the row's outbox covers the gap).
+    const joinNextWrite = TERMINAL.has(status) && !this.hooks.hasWaiter(h.id);
+    const flushed = this.hooks.outbox.queueEmit(ctx, lifecycle, { runJson, mirror: true, joinNextWrite });
     this.hooks.afterWrite(h, ctx, prev.run.status, flushed);
   }
 
