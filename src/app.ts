@@ -1,6 +1,6 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { fastifySSE } from '@fastify/sse';
-import { newId } from './ids.js';
+import { newRequestId } from './ids.js';
 import {
   clientErrorHandler,
   frameworkErrorReply,
@@ -65,7 +65,7 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
     frameworkErrors: frameworkErrorReply,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
-      return typeof given === 'string' && /^[\w.-]{1,128}$/.test(given) ? given : newId('req');
+      return typeof given === 'string' && /^[\w.-]{1,128}$/.test(given) ? given : newRequestId();
     },
     // Fastify's default 'x-request-id' handling plus our own id format above.
     requestIdHeader: false,
