@@ -26,6 +26,8 @@ const fixtures = readdirSync(FIXTURES)
   .sort()
   .map((f) => [f, json(join(FIXTURES, f)) as Fixture] as const);
 
+let driving: AnyActorRef | null = null;
+
 /** The run machine with every effect answering at once: a final answer, no tools, budget ok. */
 const stubbedRun = runMachine.provide({
   actors: {
@@ -37,8 +39,9 @@ const stubbedRun = runMachine.provide({
       cost_usd: 0,
     })) as never,
     governTools: fromPromise(async () => ({ decisions: [], approvals: [] })) as never,
-    executeTools: fromPromise(async ({ input }: { input: { ctx: RunContext } }) =>
-      input.ctx.pending.map((p) => ({ tool_call_id: p.id, tool_name: p.name, content: 'ok' })),
+    // Effects get the run id only (they read the rest from the run's host): here, the actor being driven.
+    executeTools: fromPromise(async () =>
+      (driving!.getSnapshot().context as RunContext).pending.map((p) => ({ tool_call_id: p.id, tool_name: p.name, content: 'ok' })),
     ) as never,
   },
 });
@@ -46,6 +49,7 @@ const stubbedRun = runMachine.provide({
 /** Restores a run snapshot, gives it what it waits for (a decision, a grant) and waits for its end. */
 async function driveRun(snapshot: unknown): Promise<string> {
   const actor = createActor(stubbedRun, { snapshot } as never) as AnyActorRef;
+  driving = actor;
   actor.start();
   const s = actor.getSnapshot();
   if (s.value === 'awaitingApproval') {
