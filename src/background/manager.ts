@@ -6,7 +6,7 @@ import type { AnyStateMachine } from 'xstate';
 import { isAbsolute } from 'node:path';
 import { BACKGROUND_RUN_MACHINE_VERSION, backgroundRunMachine } from '../../machines/background-run.machine.js';
 import { TASK_MACHINE_VERSION, taskMachine } from '../../machines/task.machine.js';
-import { AppError, conflict, notFound } from '../errors.js';
+import { conflict, notFound, domainError } from '../errors.js';
 import type {
   BackgroundAgentRegistrationRequest,
   BackgroundAgentSpec,
@@ -172,11 +172,10 @@ export class BackgroundManager {
 
   private requireRunning(): void {
     if (!this.running) {
-      throw new AppError(
-        'ServerBusy',
-        this.cfg.enabled ? 'the background manager is not running (starting or shutting down)' : 'background tasks are disabled (config background.enabled)',
-        null,
-        { 'retry-after': '5' },
+      throw domainError(
+        'AGT_ERR_BACKGROUND_UNAVAILABLE',
+        [this.cfg.enabled ? 'the background manager is not running (starting or shutting down)' : 'background tasks are disabled (config background.enabled)'],
+        { headers: { 'retry-after': '5' } },
       );
     }
   }
@@ -214,7 +213,7 @@ export class BackgroundManager {
     const spec: BackgroundAgentSpec = body.spec ? { ...body.spec, agent_id: agentId } : this.servedAgentSpec(agentId);
     const at = iso(this.now());
     const existing = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
-    if (existing && !body.replace) throw conflict(`background agent '${agentId}' is already registered`, 'pass replace: true to replace it');
+    if (existing && !body.replace) throw domainError('AGT_ERR_BACKGROUND_AGENT_EXISTS', [agentId], { detail: 'pass replace: true to replace it' });
     // Built now, so a spec that cannot run is refused here (422 naming the field), not at its first run.
     const prepared = await this.prepareAgent(spec, body);
     const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at };
@@ -224,7 +223,7 @@ export class BackgroundManager {
     } catch (err) {
       if (prepared) this.deps.agents?.discard(prepared);
       if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version'))
-        throw conflict(`background agent '${agentId}' was registered or replaced meanwhile`, 'read it and try again');
+        throw domainError('AGT_ERR_CONCURRENT_UPDATE', [`background agent '${agentId}'`], { detail: 'read it and try again' });
       throw err;
     }
     if (prepared) this.deps.agents?.install(agentId, at, prepared);
@@ -272,10 +271,9 @@ export class BackgroundManager {
     if (!rec) throw notFound('background agent', agentId);
     const active = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'agent_active', value: agentId }, limit: 1000 });
     if (active.items.length > 0 && !force) {
-      throw conflict(
-        `background agent '${agentId}' has ${active.items.length} run(s) in flight`,
-        'pass force=true to delete it anyway (its runs in flight are cancelled)',
-      );
+      throw domainError('AGT_ERR_BACKGROUND_AGENT_IN_USE', [agentId, active.items.length], {
+        detail: 'pass force=true to delete it anyway (its runs in flight are cancelled)',
+      });
     }
     for (const r of active.items) await this.engine.cancel(r.id, 'agent deleted').catch(() => undefined);
     await this.deps.store.deleteRecord('bg_agents', agentId);
@@ -295,7 +293,7 @@ export class BackgroundManager {
     return this.scheduler.taskJob(body.task_id, async () => {
       const { store } = this.deps;
       const existing = await store.getRecord<TaskRow>('bg_tasks', body.task_id);
-      if (existing && !replace) throw conflict(`background task '${body.task_id}' already exists`, 'pass replace: true to replace it');
+      if (existing && !replace) throw domainError('AGT_ERR_BACKGROUND_TASK_EXISTS', [body.task_id], { detail: 'pass replace: true to replace it' });
       const now = this.now();
       const task: TaskRow = { ...fields, agent_id: agentId, created_at: existing?.value.created_at ?? iso(now), updated_at: iso(now) };
       const prevSched = await store.getRecord<ScheduleRow>('bg_schedule', body.task_id);
@@ -505,14 +503,18 @@ export class BackgroundManager {
     const settled = await this.engine.waitSettled(run.run_id, budget * 1000);
     if (settled) return this.publicRun(settled);
     const current = await this.engine.get(run.run_id).catch(() => run);
-    throw new HttpDetailError(504, {
-      message: `background run ${run.run_id} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${run.run_id}`,
-      run_id: run.run_id,
-      task_id: taskId,
-      status: current.status,
-      request_timeout_seconds: budget,
-      wait_timeout_seconds: budget,
-    });
+    throw new HttpDetailError(
+      504,
+      {
+        message: `background run ${run.run_id} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${run.run_id}`,
+        run_id: run.run_id,
+        task_id: taskId,
+        status: current.status,
+        request_timeout_seconds: budget,
+        wait_timeout_seconds: budget,
+      },
+      'AGT_ERR_RUN_WAIT_TIMEOUT',
+    );
   }
 
   // ---------------------------------------------------------------- runs
@@ -566,7 +568,7 @@ export class BackgroundManager {
     try {
       dir = this.engine.dirOf(run);
     } catch {
-      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`);
+      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`, 'AGT_ERR_WORKSPACE_PATH_OUTSIDE');
     }
     // workspace_path as stored: relative to the workspace root (answers never show server paths).
     return {
@@ -580,12 +582,12 @@ export class BackgroundManager {
 
   async openWorkspaceFile(runId: string, rel: string) {
     const row = await this.engine.getRow(runId);
-    if (!row) throw new HttpDetailError(404, `background run '${runId}' was not found`);
+    if (!row) throw new HttpDetailError(404, `background run '${runId}' was not found`, 'AGT_ERR_BACKGROUND_RUN_NOT_FOUND');
     let dir: string;
     try {
       dir = this.engine.dirOf(row.value.run);
     } catch {
-      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`);
+      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`, 'AGT_ERR_WORKSPACE_PATH_OUTSIDE');
     }
     return openWorkspaceFile(dir, rel);
   }

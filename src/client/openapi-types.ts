@@ -1282,9 +1282,14 @@ export interface components {
             type: string;
         };
         ErrorResponse: {
+            /**
+             * @description Stable machine-readable error code (AGT_ERR_*); see docs/errors.md.
+             * @enum {string}
+             */
+            code: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
             detail?: string | null;
             /**
-             * @description Error type; see docs/errors.md.
+             * @description Error type (the HTTP family); see docs/errors.md.
              * @enum {string}
              */
             error: "BadRequest" | "Unauthorized" | "Forbidden" | "NotFound" | "RequestTimeout" | "Conflict" | "PayloadTooLarge" | "URITooLong" | "UnsupportedMediaType" | "RequestHeaderFieldsTooLarge" | "TooManyRequests" | "InternalServerError" | "ServerBusy" | "GatewayTimeout";
@@ -1313,9 +1318,19 @@ export interface components {
         };
         /** @description Error whose `detail` may be of any type (workspace routes). */
         HttpErrorResponse: {
+            /**
+             * @description Stable machine-readable error code (AGT_ERR_*); see docs/errors.md.
+             * @enum {string}
+             */
+            code?: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
             detail: unknown;
         };
         HTTPValidationError: {
+            /**
+             * @description Always AGT_ERR_VALIDATION; see docs/errors.md.
+             * @constant
+             */
+            code?: "AGT_ERR_VALIDATION";
             detail: components["schemas"]["ValidationError"][];
         };
         InterruptResponse: {
@@ -1626,6 +1641,8 @@ export interface components {
         };
         /** @description HTTP 504: a run started with `wait` did not end within the wait budget; it goes on. */
         RunWaitTimeoutResponse: {
+            /** @constant */
+            code?: "AGT_ERR_RUN_WAIT_TIMEOUT";
             detail: components["schemas"]["RunWaitTimeoutDetail"];
         };
         /** @description An id safe in a path: 1-256 characters, no "/", "\", ".." or control characters. */

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { newId } from '../ids.js';
 import { publicRunView, runResponseOf } from '../runtime/run-record.js';
-import { AppError } from '../errors.js';
+import { domainError } from '../errors.js';
 import type { SessionPolicy } from '../runtime/runs.js';
 import {
   ApprovalDecisionRequest,
@@ -231,11 +231,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       );
       if (once.fresh) return runResponseOf(await once.started.settled);
       const record = await waitRunSettled(deps, once.target_id);
-      if (!record)
-        throw new AppError(
-          'GatewayTimeout',
-          `run ${once.target_id} did not settle within the request timeout; it goes on and can be read at GET /runs/${once.target_id}`,
-        );
+      if (!record) throw domainError('AGT_ERR_RUN_TIMEOUT', [once.target_id, once.target_id]);
       return runResponseOf(record);
     },
   );
@@ -296,7 +292,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       const { run_id } = request.params as { run_id: string };
       // A draining process starts nothing new; the run stays stored as it is and the next start
       // (or another instance) resumes it.
-      if (runs.shuttingDown) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
+      if (runs.shuttingDown) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
       const rec = await runs.get(run_id);
       const cause =
         rec.status === 'interrupted' ? 'interrupted' : rec.status === 'running' ? 'recovered_after_lapsed_lease' : ((rec.decision ?? 'approval') as 'approval');
@@ -407,6 +403,6 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
 /** With `auth.bind_approver`, the approver named in a decision must be the key's name. */
 function checkApprover(deps: AppDeps, keyName: string | undefined, approver: string): void {
   if (deps.config.auth.bind_approver && keyName && keyName !== approver) {
-    throw new AppError('Forbidden', `approver '${approver}' does not match the API key '${keyName}'`);
+    throw domainError('AGT_ERR_APPROVER_MISMATCH', [approver, keyName]);
   }
 }

@@ -17,7 +17,7 @@
 // reach another's record: the caller is part of the record id.
 import { createHash } from 'node:crypto';
 import type { Clock } from '../clock.js';
-import { AppError, HttpValidationFailure } from '../errors.js';
+import { HttpValidationFailure, domainError } from '../errors.js';
 import { isStoreError, type Page, type Store, type Versioned } from '../store/store.js';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
@@ -179,7 +179,7 @@ export class Idempotency {
         throw err;
       }
     }
-    throw new AppError('Conflict', 'this Idempotency-Key is being used by a concurrent request; retry');
+    throw domainError('AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT', [], { headers: { 'retry-after': '1' } });
   }
 
   /** True when a pending record's claim may be taken over (its owner is gone or too slow). */
@@ -193,7 +193,7 @@ export class Idempotency {
 
   private async takeOver(rec: Versioned<IdempotencyValue>): Promise<Versioned<IdempotencyValue>> {
     if (!this.claimable(rec)) {
-      throw new AppError('Conflict', 'a request with this Idempotency-Key is still being processed; retry shortly', null, { 'retry-after': '1' });
+      throw domainError('AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT', [], { headers: { 'retry-after': '1' } });
     }
     try {
       return await this.o.store.updateRecord(
@@ -203,8 +203,7 @@ export class Idempotency {
         rec.version,
       );
     } catch (err) {
-      if (isStoreError(err, 'stale_version'))
-        throw new AppError('Conflict', 'a request with this Idempotency-Key is still being processed; retry shortly', null, { 'retry-after': '1' });
+      if (isStoreError(err, 'stale_version')) throw domainError('AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT', [], { headers: { 'retry-after': '1' } });
       throw err;
     }
   }

@@ -6,7 +6,7 @@
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Clock } from '../clock.js';
-import { notFound, AppError } from '../errors.js';
+import { notFound, AppError, domainError } from '../errors.js';
 import type { Store } from '../store/store.js';
 import type { AgentRow } from '../background/types.js';
 import { AgentSpecError, isServedAgentSpec, planAgent, type AgentPlan, type AgentSpecInput, type PlanOptions } from '../agent/agent-spec.js';
@@ -205,11 +205,11 @@ export class AgentRegistry implements AgentSource {
       const lease = await this.acquireOnce(agentId);
       if (lease) return lease;
     }
-    throw new AppError('ServerBusy', `agent '${agentId}' is being rebuilt; try again`, null, { 'retry-after': '1' });
+    throw domainError('AGT_ERR_AGENT_REBUILDING', [agentId], { headers: { 'retry-after': '1' } });
   }
 
   private async acquireOnce(agentId: string): Promise<AgentLease | null> {
-    if (this.closed) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
+    if (this.closed) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
     const rec = await this.opts.store.getRecord<AgentRow>('bg_agents', agentId);
     if (!rec) {
       this.evict(agentId); // deleted, maybe by another instance

@@ -7,7 +7,7 @@
 // same snapshot as the conversation the messages joined, so a read replayed after a crash skips
 // what was already delivered and delivers what was not: exactly once, without a second write.
 import type { InboxMessage, InboxRead } from '../../machines/run.machine.js';
-import { conflict } from '../errors.js';
+import { conflict, domainError } from '../errors.js';
 import { newId } from '../ids.js';
 import { isStoreError, type Store } from '../store/store.js';
 
@@ -85,7 +85,7 @@ export class RunInbox {
   async queueSteer(runId: string, sender: string, message: string): Promise<SteerEntry> {
     const entry: SteerEntry = { message_id: newId('steer'), sender, message, queued_at: this.now() };
     await this.change(runId, (v) => {
-      if (v.messages.length >= MAX_STEERS_PER_RUN) throw conflict(`run ${runId} already has ${MAX_STEERS_PER_RUN} steer messages, the most one run accepts`);
+      if (v.messages.length >= MAX_STEERS_PER_RUN) throw domainError('AGT_ERR_STEER_LIMIT', [runId, MAX_STEERS_PER_RUN]);
       return { ...v, messages: [...v.messages, entry] };
     });
     return entry;
@@ -120,6 +120,6 @@ export class RunInbox {
         if (!isStoreError(err, 'stale_version') && !isStoreError(err, 'conflict')) throw err;
       }
     }
-    throw conflict(`the inbox of run ${runId} changed too often; retry`);
+    throw domainError('AGT_ERR_CONCURRENT_UPDATE', [`the inbox of run ${runId}`]);
   }
 }
