@@ -9,6 +9,7 @@ import type { Store } from './store/store.js';
 import { Runtime, type RuntimeOptions } from './runtime/runtime.js';
 import { readVersion } from './version.js';
 import { createLogger, logFnOf, logSettingsFromEnv, type Logger } from './telemetry/logger.js';
+import { bindSwallowedErrorLog } from './telemetry/swallowed.js';
 import { redactorForConfig } from './telemetry/secrets.js';
 
 export interface Server {
@@ -31,6 +32,7 @@ export async function startServer(
   opts: RuntimeOptions & { logger?: Logger; logRequests?: boolean; listen?: boolean; logServerError?: ServerErrorLog } = {},
 ): Promise<Server> {
   const logger = opts.logger ?? createLogger({ ...logSettingsFromEnv(), redactor: redactorForConfig(config) });
+  bindSwallowedErrorLog(logger);
   mkdirSync(config.data_dir, { recursive: true });
   const store =
     config.store.kind === 'postgres'

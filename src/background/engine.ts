@@ -44,6 +44,7 @@ import { RunHosts, type Handle } from './run-host.js';
 import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
 import { prepareRun } from './prepare-run.js';
 import { SettleWaiters } from './waiters.js';
+import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
 
 export type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 
@@ -246,6 +247,7 @@ export class RunEngine {
     this.timers.close();
     this.agent.close();
     const handles = [...this.handles.values()];
+    // The chains' own steps report their failures (enqueue's onError); this only waits for them.
     await Promise.all(handles.map((h) => h.chain.catch(() => undefined)));
     for (const h of handles) this.hosts.release(h, true);
     // Events and workspace files still on their way (the store closes after this).
@@ -455,7 +457,9 @@ export class RunEngine {
     if (!WAITING.has(run.status)) throw domainError('AGT_ERR_RUN_NOT_WAITING', [`background run ${runId}`, 'a person', run.status]);
     const agentId = row.value.internal.agent_run_id;
     if (agentId && !this.deps.runs.isLive(agentId)) {
-      const rec = await this.deps.runs.get(agentId).catch(() => null);
+      const rec = await this.deps.runs
+        .get(agentId)
+        .catch((e: unknown) => (isRefusal(e) ? null : (reportSwallowed('background.read_agent_run', e, { run_id: runId, agent_run_id: agentId }), null)));
       if (rec && (rec.status === 'awaiting_approval' || rec.status === 'awaiting_budget') && !rec.decided_at) {
         throw domainError('AGT_ERR_AGENT_RUN_UNDECIDED', [runId, agentId, rec.status], {
           detail: 'decide it through POST /runs/{run_id}/approvals/{approval_id} or /runs/{run_id}/budget',

@@ -28,6 +28,7 @@ import type { core } from 'zod';
 import type { AttemptRecord } from '../../machines/background-run.machine.js';
 import { AgentSpecError } from '../agent/agent-spec.js';
 import type { PreparedAgent } from '../runtime/agent-registry.js';
+import { isRefusal, swallow } from '../telemetry/swallowed.js';
 
 export type { BackgroundDeps } from './engine.js';
 
@@ -96,7 +97,7 @@ export class BackgroundManager {
         const parked = this.tickCount % (maintainEvery * 30) === 0;
         void this.engine
           .maintenance({ parked })
-          .catch(() => undefined)
+          .catch(swallow('background.maintenance'))
           .finally(() => (this.maintaining = false));
       }
     }, poll);
@@ -275,7 +276,8 @@ export class BackgroundManager {
         detail: 'pass force=true to delete it anyway (its runs in flight are cancelled)',
       });
     }
-    for (const r of active.items) await this.engine.cancel(r.id, 'agent deleted').catch(() => undefined);
+    for (const r of active.items)
+      await this.engine.cancel(r.id, 'agent deleted').catch(swallow('background.delete_agent_cancel', { run_id: r.id, agent_id: agentId }, isRefusal));
     await this.deps.store.deleteRecord('bg_agents', agentId);
     this.deps.agents?.evict(agentId);
     return { status: 'deleted' };

@@ -19,6 +19,7 @@ import { HELD, TERMINAL, attemptRecordId, runRowIndexes, type BgRunRow, type Lif
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { EventOutbox } from './outbox.js';
 import type { TimerRef } from './attempt-timers.js';
+import { reportSwallowed } from '../telemetry/swallowed.js';
 
 export type RunActor = Actor<typeof backgroundRunMachine>;
 
@@ -195,8 +196,9 @@ export class RunHosts {
       .catch((err) => {
         try {
           onError(err);
-        } catch {
+        } catch (handlerErr) {
           // never let a handler break the chain
+          reportSwallowed('background.chain_handler', handlerErr, { run_id: h.id });
         }
       })
       .finally(() => {

@@ -33,6 +33,7 @@ import { sseResponse } from './openapi.js';
 import type { AppDeps } from './deps.js';
 import { SseChannel, streamOptions } from './sse.js';
 import { IdempotencyHeaders, idempotencyRequestOf, once, replayRunStream, runExists, waitRunSettled } from './idempotent.js';
+import { swallow, isRefusal } from '../telemetry/swallowed.js';
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 
@@ -166,7 +167,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       // with run_id and Last-Event-ID) and its result at GET /runs/{run_id}.
       // With an Idempotency-Key the client means to come back (a retry replays the run), so
       // leaving does not cancel: POST /runs/{run_id}/cancel does.
-      if (!idem) ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(() => undefined));
+      if (!idem) ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(swallow('http.cancel_on_client_close', { run_id }, isRefusal)));
       ch.onDropped(() => {
         dropped = true;
         unsubscribe();

@@ -19,6 +19,7 @@ import { createHash } from 'node:crypto';
 import type { Clock } from '../clock.js';
 import { HttpValidationFailure, domainError } from '../errors.js';
 import { isStoreError, type Page, type Store, type Versioned } from '../store/store.js';
+import { swallow } from '../telemetry/swallowed.js';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 /** Longest key accepted (Stripe's limit); printable ASCII only. */
@@ -132,6 +133,7 @@ export class Idempotency {
   private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
     const prev = this.locks.get(id) ?? Promise.resolve();
     const run = prev.then(fn, fn);
+    // The lock's tail only orders the next holder; `run` itself rejects to this holder's caller.
     const tail = run.catch(() => undefined);
     this.locks.set(id, tail);
     void tail.then(() => {
@@ -232,7 +234,7 @@ export class Idempotency {
       try {
         started = await start(target);
       } catch (err) {
-        await this.o.store.deleteRecord('idempotency', rec.id).catch(() => undefined);
+        await this.o.store.deleteRecord('idempotency', rec.id).catch(swallow('idempotency.release_key', { key_id: rec.id }));
         throw err;
       }
       await this.o.store.updateRecord('idempotency', rec.id, { ...rec.value, state: 'done', claim: null }, rec.version).catch((e: unknown) => {
@@ -257,7 +259,7 @@ export class Idempotency {
       try {
         body = await exec();
       } catch (err) {
-        await this.o.store.deleteRecord('idempotency', rec.id).catch(() => undefined);
+        await this.o.store.deleteRecord('idempotency', rec.id).catch(swallow('idempotency.release_key', { key_id: rec.id }));
         throw err;
       }
       // Stored as JSON (what the client got), so a replay answers the same bytes.

@@ -35,6 +35,7 @@ import {
   type DeliveryValue,
   type SubValue,
 } from './webhook-events.js';
+import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
 
 const CURSOR_ID = 'webhooks_cursor';
 /** Pending deliveries looked at per send round at most. */
@@ -99,7 +100,9 @@ export class Webhooks {
       help: 'Webhook deliveries waiting to be sent or retried, from the store',
       registers: [o.registry],
       collect: async () => {
-        const n = await o.store.countRecords('webhook_deliveries', { name: 'status', value: 'pending' }).catch(() => null);
+        const n = await o.store
+          .countRecords('webhook_deliveries', { name: 'status', value: 'pending' })
+          .catch((e: unknown) => (reportSwallowed('webhooks.scrape_pending', e), null));
         if (n !== null) pending.set(n);
       },
     });
@@ -157,6 +160,7 @@ export class Webhooks {
     this.stopping.abort();
     if (this.timer) clearTimeout(this.timer);
     this.unsubscribe?.();
+    // The pump reports its own failures (dispatch/send log them); stop only waits for it to end.
     await this.pumping?.catch(() => undefined);
   }
 
@@ -279,7 +283,9 @@ export class Webhooks {
       });
       for (const r of page.items as Versioned<DeliveryValue>[]) {
         if (r.value.next_attempt_at > now && r.value.attempts > 0 && r.value.last_attempt_at === null) {
-          await this.o.store.updateRecord('webhook_deliveries', r.id, { ...r.value, next_attempt_at: now }, r.version).catch(() => undefined);
+          await this.o.store
+            .updateRecord('webhook_deliveries', r.id, { ...r.value, next_attempt_at: now }, r.version)
+            .catch(swallow('webhooks.release_claim', { delivery_id: r.id }));
         }
       }
       cursor = page.next_cursor;
@@ -379,7 +385,7 @@ export class Webhooks {
           body: claimed.value.body,
         });
         statusCode = res.status;
-        await res.body?.cancel().catch(() => undefined); // the answer's body is not read
+        await res.body?.cancel().catch(() => undefined); // the answer's body is not read; a body already closed is fine
         if (res.status >= 200 && res.status < 300) result = 'success';
         else {
           result = 'http_error';
@@ -448,7 +454,8 @@ export class Webhooks {
           () => deleted++,
           () => undefined,
         );
-        if (r.value.endpoint === 'request' && r.value.run_id) await this.o.store.deleteRecord('webhook_subs', r.value.run_id).catch(() => undefined);
+        if (r.value.endpoint === 'request' && r.value.run_id)
+          await this.o.store.deleteRecord('webhook_subs', r.value.run_id).catch(swallow('webhooks.retention_subs', { run_id: r.value.run_id }));
       }
       void deleted;
     }

@@ -16,6 +16,7 @@ import type { ModelProvider } from '../agent/model/types.js';
 import { ToolRegistry, type McpLease, type McpPool } from '../agent/tools/registry.js';
 import type { McpConnection } from '../agent/tools/mcp.js';
 import type { BuiltinToolSet, McpServerConfig, ToolLogger } from '../agent/tools/types.js';
+import { swallow } from '../telemetry/swallowed.js';
 
 /** 409: the agent is registered but its stored spec does not build any more; no run started. */
 export class AgentUnavailableError extends AppError {
@@ -68,7 +69,7 @@ class Build {
   drop(): void {
     if (--this.refs > 0 || this.closed) return;
     this.closed = true;
-    void this.tools?.close().catch(() => undefined);
+    void this.tools?.close().catch(swallow('agent_registry.close_tools'));
   }
 
   /** Let go of by everyone (replaced, evicted) before a run took it. */
@@ -182,7 +183,7 @@ export class AgentRegistry implements AgentSource {
   }
 
   discard(prepared: PreparedAgent): void {
-    void prepared.tools?.close().catch(() => undefined);
+    void prepared.tools?.close().catch(swallow('agent_registry.close_tools'));
   }
 
   /** The agent was deleted or replaced elsewhere: let go of its build (its runs keep theirs). */

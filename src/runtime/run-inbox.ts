@@ -10,6 +10,7 @@ import type { InboxMessage, InboxRead } from '../../machines/run.machine.js';
 import { conflict, domainError } from '../errors.js';
 import { newId } from '../ids.js';
 import { isStoreError, type Store } from '../store/store.js';
+import { swallow } from '../telemetry/swallowed.js';
 
 /** Most steer messages one run accepts over its life (the record stays small and bounded). */
 export const MAX_STEERS_PER_RUN = 100;
@@ -93,7 +94,9 @@ export class RunInbox {
 
   /** Takes a queued message back (the run ended before it reached a boundary). */
   async withdrawSteer(runId: string, messageId: string): Promise<void> {
-    await this.change(runId, (v) => ({ ...v, messages: v.messages.filter((m) => m.message_id !== messageId) })).catch(() => undefined);
+    await this.change(runId, (v) => ({ ...v, messages: v.messages.filter((m) => m.message_id !== messageId) })).catch(
+      swallow('run_inbox.withdraw_steer', { run_id: runId, message_id: messageId }),
+    );
   }
 
   /** Asks the run to stop at its next step boundary; returns the request's id. */

@@ -27,6 +27,7 @@ import { AgentRegistry } from './agent-registry.js';
 import { agentEnvValue } from '../config.js';
 import { Idempotency } from '../integrations/idempotency.js';
 import { Webhooks } from '../integrations/webhooks.js';
+import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
@@ -207,11 +208,11 @@ export class Runtime {
       void (async () => {
         for (const wait of [250, 500, 1000, 1500]) {
           await new Promise((r) => setTimeout(r, wait).unref());
-          const rec = await store.getRecord<{ status: string; owner: string | null }>('runs', runId).catch(() => null);
+          const rec = await store.getRecord<{ status: string; owner: string | null }>('runs', runId);
           if (!rec || rec.value.status !== 'running' || !rec.value.owner || rec.value.owner === this.workerId) return;
           await link.sendControl({ type: 'cancel', run_id: runId });
         }
-      })().catch(() => undefined);
+      })().catch(swallow('runtime.remote_cancel_retry', { run_id: runId }));
     };
     this.background.onTaskEdited = (taskId) => link.taskChanged(taskId);
     link.onTaskChanged(
@@ -344,8 +345,9 @@ export class Runtime {
     for (const end of [...this.openStreams]) {
       try {
         end();
-      } catch {
+      } catch (err) {
         // one stream's failure must not keep the others open
+        reportSwallowed('runtime.end_stream', err);
       }
     }
     this.openStreams.clear();
