@@ -2,6 +2,7 @@
 // operator-readable message per check. src/config.ts applies env overrides and flags over it and
 // resolves paths and secrets.
 import { z } from 'zod';
+import { LOG_LEVELS } from './telemetry/logger.js';
 
 // --- field builders with one operator-readable message each ------------------------------------
 // Messages are set per check because a ConfigError prints `<path>: <message>` and zod's defaults
@@ -254,6 +255,12 @@ const AgentsConfig = obj({
   max_cached: posInt().default(32).describe('Built agents kept in memory at most (least recently used ones are let go; a run keeps its own until it ends).'),
 });
 
+const LogConfig = obj({
+  level: oneOf(LOG_LEVELS).default('info').describe('Lowest level written (AGENTD_LOG_LEVEL). fatal/silent are not offered: every 5xx writes an error line.'),
+  format: oneOf(['json', 'pretty']).optional().describe('JSON lines, or a short human format (AGENTD_LOG_FORMAT). Default: pretty on a terminal, else JSON.'),
+  requests: bool().default(false).describe('A line per request received and answered (AGENTD_LOG_REQUESTS=1).'),
+});
+
 const TelemetryConfig = obj({
   capture: oneOf(['full', 'metadata_only']).default('full'),
   retention_days: posNumber().default(30),
@@ -345,6 +352,7 @@ export const ConfigSchema = obj({
   runs: RunsConfig.prefault({}),
   background: BackgroundConfig.prefault({}),
   agents: AgentsConfig.prefault({}),
+  log: LogConfig.prefault({}),
   telemetry: TelemetryConfig.prefault({}),
   auth: AuthConfig.prefault({}),
   idempotency: IdempotencyConfig.prefault({}),

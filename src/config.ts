@@ -252,6 +252,14 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
     return getPath(raw, path) !== undefined;
   });
   for (const v of otlpEnv.values) override(v.path, v.value, v.label);
+  // The log settings: names and values are case-insensitive; an empty value means the default.
+  const envLogLevel = nonEmptyEnv(env, 'AGENTD_LOG_LEVEL');
+  if (envLogLevel !== undefined) override(['log', 'level'], envLogLevel.trim().toLowerCase(), 'AGENTD_LOG_LEVEL');
+  const envLogFormat = nonEmptyEnv(env, 'AGENTD_LOG_FORMAT');
+  if (envLogFormat !== undefined) override(['log', 'format'], envLogFormat.trim().toLowerCase(), 'AGENTD_LOG_FORMAT');
+  const envLogRequests = nonEmptyEnv(env, 'AGENTD_LOG_REQUESTS');
+  // `1` turns request lines on; any other value keeps them off, as before the setting was in the config.
+  if (envLogRequests !== undefined) override(['log', 'requests'], envLogRequests.trim() === '1', 'AGENTD_LOG_REQUESTS');
   if (opts.flags?.host !== undefined) override(['server', 'host'], opts.flags.host, '--host');
   if (opts.flags?.port !== undefined) override(['server', 'port'], numeric(opts.flags.port), '--port');
 

@@ -20,6 +20,7 @@ import type { Clock } from '../clock.js';
 import { HttpValidationFailure, domainError } from '../errors.js';
 import { isStoreError, type Page, type Store, type Versioned } from '../store/store.js';
 import { swallow } from '../telemetry/swallowed.js';
+import type { LogFn } from '../telemetry/logger.js';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 /** Longest key accepted (Stripe's limit); printable ASCII only. */
@@ -117,7 +118,7 @@ export interface IdempotencyOptions {
   ttlSeconds: number;
   /** False on a single-process store: a claim by any other worker is a dead process's. */
   sharedStore: boolean;
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  log?: LogFn;
 }
 
 /** What startOnce answers: the run was started now (`started`), or it already existed. */

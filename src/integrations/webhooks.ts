@@ -36,6 +36,7 @@ import {
   type SubValue,
 } from './webhook-events.js';
 import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
+import type { LogFn } from '../telemetry/logger.js';
 
 const CURSOR_ID = 'webhooks_cursor';
 /** Pending deliveries looked at per send round at most. */
@@ -50,7 +51,7 @@ export interface WebhooksOptions {
   bus: EventBus;
   registry: Registry;
   workerId: string;
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  log?: LogFn;
   /** Idle poll of the log and the outbox. Default 1 s (events wake it sooner). */
   pollMs?: number;
 }

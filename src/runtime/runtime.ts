@@ -28,13 +28,14 @@ import { agentEnvValue } from '../config.js';
 import { Idempotency } from '../integrations/idempotency.js';
 import { Webhooks } from '../integrations/webhooks.js';
 import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
+import type { LogFn } from '../telemetry/logger.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
   /** Tests and benchmarks inject a model; otherwise the configured provider is built. */
   model?: ModelProvider;
   inspect?: SystemHooks['inspect'];
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  log?: LogFn;
 }
 
 export interface Readiness {
