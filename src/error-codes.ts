@@ -119,6 +119,7 @@ export const DOMAIN_ERRORS = {
   },
   AGT_ERR_RUN_RECOVERY_EXHAUSTED: { error: 'Conflict', status: 409, message: 'run %s was recovered too many times and is now failed' },
   AGT_ERR_RUN_TAKEN: { error: 'Conflict', status: 409, message: 'run %s was taken by another process' },
+  AGT_ERR_AGENT_UNAVAILABLE: { error: 'Conflict', status: 409, message: "agent '%s' cannot be built: %s" },
   AGT_ERR_CONCURRENT_UPDATE: { error: 'Conflict', status: 409, message: '%s changed too often while this request was handled; retry' },
   AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT: {
     error: 'Conflict',

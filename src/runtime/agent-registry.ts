@@ -21,7 +21,7 @@ import { swallow } from '../telemetry/swallowed.js';
 /** 409: the agent is registered but its stored spec does not build any more; no run started. */
 export class AgentUnavailableError extends AppError {
   constructor(message: string) {
-    super('Conflict', message, 'fix the environment or replace the agent spec');
+    super('Conflict', message, 'fix the environment or replace the agent spec', {}, 'AGT_ERR_AGENT_UNAVAILABLE');
   }
 }
 
