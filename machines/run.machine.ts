@@ -13,7 +13,11 @@ import type { ChatMessage, ModelCallResult, ToolCallRequest } from './model-type
 // v2 (issue 14): states `boundary`, `concluding` and `interrupted`, event RESUME, context
 // `steered` / `interrupt_handled`. v1 snapshots restore (their states all still exist; the new
 // context fields default when absent); a v1 server refuses v2 snapshots.
-export const RUN_MACHINE_VERSION = 2;
+// v3 (issue 15): effects are invoked with the run id only (EffectInput), not the whole context:
+// XState persists a promise child's input, so a snapshot in `calling` held the conversation
+// twice. The runtime's effects read the context from the actor; v1/v2 inputs (`{ctx}`) still
+// restore (legacyRunId), and a v2 server refuses v3 snapshots.
+export const RUN_MACHINE_VERSION = 3;
 
 export type TerminationReason = 'stop' | 'max_steps' | 'budget_exhausted' | 'guardrail' | 'provider_error' | 'internal_error' | 'cancelled' | 'timeout';
 
@@ -139,6 +143,19 @@ export type RunEvent =
   | { type: 'BUDGET_GRANTED'; request: BudgetRequest }
   | { type: 'BUDGET_DENIED'; request: BudgetRequest };
 
+/**
+ * What an effect is invoked with: the run's id, so the runtime finds the run and reads its
+ * current context; never the context itself (it would be persisted a second time, see v3 above).
+ */
+export interface EffectInput {
+  run_id: string;
+}
+
+/** The id of the run an effect input names, v1/v2 snapshots' `{ctx}` inputs included. */
+export function effectRunId(input: EffectInput | { ctx: { run_id: string } }): string {
+  return 'run_id' in input ? input.run_id : input.ctx.run_id;
+}
+
 const zeroUsage: Usage = { requests: 0, request_tokens: 0, response_tokens: 0, total_tokens: 0, estimated_cost_usd: 0 };
 
 /** Effects, named here and bound by the runtime. The stand-ins fail loudly if left unbound. */
@@ -154,11 +171,11 @@ export const runMachine = setup({
   },
   actors: {
     checkInput: fromPromise<RunContext['guardrail_result'], { query: string; run_id: string }>(unbound('checkInput')),
-    reserveBudget: fromPromise<ReserveResult, { ctx: RunContext; phase: 'model' | 'tools' }>(unbound('reserveBudget')),
-    callModel: fromPromise<ModelStepResult, { ctx: RunContext }>(unbound('callModel')),
-    governTools: fromPromise<{ decisions: PolicyDecision[]; approvals: ApprovalState[] }, { ctx: RunContext }>(unbound('governTools')),
-    executeTools: fromPromise<ToolOutcome[], { ctx: RunContext }>(unbound('executeTools')),
-    readInbox: fromPromise<InboxRead, { ctx: RunContext }>(unbound('readInbox')),
+    reserveBudget: fromPromise<ReserveResult, EffectInput & { phase: 'model' | 'tools' }>(unbound('reserveBudget')),
+    callModel: fromPromise<ModelStepResult, EffectInput>(unbound('callModel')),
+    governTools: fromPromise<{ decisions: PolicyDecision[]; approvals: ApprovalState[] }, EffectInput>(unbound('governTools')),
+    executeTools: fromPromise<ToolOutcome[], EffectInput>(unbound('executeTools')),
+    readInbox: fromPromise<InboxRead, EffectInput>(unbound('readInbox')),
   },
   actions: {
     /** Named side effect: the runtime records telemetry for state entries (agent_step, final_answer, ...). */
@@ -177,6 +194,94 @@ export const runMachine = setup({
       termination_reason: 'internal_error' as const,
       error: ({ event }) => ({ type: 'InternalError', message: errorMessage((event as { error?: unknown }).error) }),
     }),
+    recordGuardrailBlock: assign(({ event }) => {
+      const out = (event as unknown as { output: RunContext['guardrail_result'] }).output;
+      return {
+        guardrail_result: out,
+        termination_reason: 'guardrail' as const,
+        error: { type: 'GuardrailViolation', message: out?.message ?? 'input blocked' },
+      };
+    }),
+    recordMaxSteps: assign({
+      termination_reason: 'max_steps' as const,
+      error: ({ context }) => ({ type: 'MaxStepsReached', message: `the run used all ${context.max_steps} steps without a final answer` }),
+    }),
+    markInterruptHandled: assign({ interrupt_handled: ({ event }) => (event as unknown as { output: InboxRead }).output.interrupt_id }),
+    beginStep: assign({ step: ({ context }) => context.step + 1, budget_phase: 'model' as const }),
+    clearBudgetRequest: assign({ budget_request: null }),
+    recordBudgetRequest: assign({
+      budget_request: ({ event }) => (event as unknown as { output: Extract<ReserveResult, { ok: false }> }).output.request,
+    }),
+    recordBudgetExhausted: assign(({ event }) => {
+      const r = (event as unknown as { output: Extract<ReserveResult, { ok: false }> }).output.request;
+      return {
+        budget_request: r,
+        termination_reason: 'budget_exhausted' as const,
+        error: { type: 'BudgetExhausted', message: `budget ${r.key} (${r.meter}) is exhausted: needs ${r.needed}, ${r.limit - r.used} left` },
+      };
+    }),
+    takeBudgetGrant: assign({ budget_request: ({ event }) => (event as Extract<RunEvent, { type: 'BUDGET_GRANTED' }>).request }),
+    recordBudgetDenied: assign(({ event }) => {
+      const request = (event as Extract<RunEvent, { type: 'BUDGET_DENIED' }>).request;
+      return {
+        budget_request: request,
+        termination_reason: 'budget_exhausted' as const,
+        error: {
+          type: 'BudgetDenied',
+          message: `budget request denied${request.approver ? ` by ${request.approver}` : ''}${request.note ? `: ${request.note}` : ''}`,
+        },
+      };
+    }),
+    recordToolCalls: assign(({ context, event }) => {
+      const out = (event as unknown as { output: ModelStepResult }).output;
+      return {
+        model_calls: context.model_calls + 1,
+        usage: addUsage(context.usage, out),
+        pending: out.result.tool_calls,
+        messages: [...context.messages, { role: 'assistant' as const, content: out.result.text, tool_calls: out.result.tool_calls }],
+      };
+    }),
+    recordAnswer: assign(({ context, event }) => {
+      const out = (event as unknown as { output: ModelStepResult }).output;
+      return {
+        model_calls: context.model_calls + 1,
+        usage: addUsage(context.usage, out),
+        response: out.result.text,
+        termination_reason: 'stop' as const,
+        messages: [...context.messages, { role: 'assistant' as const, content: out.result.text }],
+      };
+    }),
+    recordModelError: assign(({ context, event }) => ({
+      model_calls: context.model_calls + 1,
+      termination_reason: 'provider_error' as const,
+      error: { type: 'ModelError', message: errorMessage((event as { error?: unknown }).error) },
+    })),
+    /** A steer message after the final answer: the answer is withdrawn and the run takes another step. */
+    reopenAnswer: assign({ response: null, termination_reason: null }),
+    recordGovernance: assign(({ event }) => {
+      const out = (event as unknown as { output: { decisions: PolicyDecision[]; approvals: ApprovalState[] } }).output;
+      return { decisions: out.decisions, approvals: out.approvals };
+    }),
+    enterToolPhase: assign({ budget_phase: 'tools' as const }),
+    takeApprovals: assign({
+      approvals: ({ event }) => (event as Extract<RunEvent, { type: 'APPROVALS_DECIDED' }>).approvals,
+      budget_phase: 'tools' as const,
+    }),
+    recordObservations: assign(({ context, event }) => {
+      const out = (event as unknown as { output: ToolOutcome[] }).output;
+      return {
+        messages: [
+          ...context.messages,
+          ...out.map((o) => ({ role: 'tool' as const, tool_call_id: o.tool_call_id, tool_name: o.tool_name, content: o.content })),
+        ],
+        pending: [],
+        decisions: [],
+        approvals: context.approvals.map((a) => (a.status === 'approved' ? { ...a, status: 'used' as const } : a)),
+        usage: out.reduce((u, o) => (o.usage ? sumUsage(u, o.usage) : u), context.usage),
+      };
+    }),
+    recordCancelled: assign({ termination_reason: 'cancelled' as const, error: { type: 'Cancelled', message: 'the run was cancelled' } }),
+    recordTimeout: assign({ termination_reason: 'timeout' as const, error: { type: 'Timeout', message: 'the run exceeded its time limit' } }),
   },
   guards: {
     hasToolCalls: ({ event }) => (event as unknown as { output: ModelStepResult }).output.result.tool_calls.length > 0,
@@ -229,14 +334,7 @@ export const runMachine = setup({
         input: ({ context }) => ({ query: context.query, run_id: context.run_id }),
         onDone: [
           { guard: 'inputAllowed', target: 'stepping' },
-          {
-            target: 'blocked',
-            actions: assign({
-              guardrail_result: ({ event }) => event.output,
-              termination_reason: 'guardrail',
-              error: ({ event }) => ({ type: 'GuardrailViolation', message: event.output?.message ?? 'input blocked' }),
-            }),
-          },
+          { target: 'blocked', actions: 'recordGuardrailBlock' },
         ],
         onError: { target: 'failed', actions: 'recordInternalError' },
       },
@@ -244,13 +342,7 @@ export const runMachine = setup({
     stepping: {
       always: [
         { guard: 'stepsLeft', target: 'boundary' },
-        {
-          target: 'failed',
-          actions: assign({
-            termination_reason: 'max_steps',
-            error: ({ context }) => ({ type: 'MaxStepsReached', message: `the run used all ${context.max_steps} steps without a final answer` }),
-          }),
-        },
+        { target: 'failed', actions: 'recordMaxSteps' },
       ],
     },
     // The step boundary: before each model call the run reads its inbox. Steer messages join the
@@ -258,16 +350,16 @@ export const runMachine = setup({
     boundary: {
       invoke: {
         src: 'readInbox',
-        input: ({ context }) => ({ ctx: context }),
+        input: ({ context }) => ({ run_id: context.run_id }),
         onDone: [
           {
             guard: 'interruptRequested',
             target: 'interrupted',
-            actions: ['takeSteers', assign({ interrupt_handled: ({ event }) => event.output.interrupt_id })],
+            actions: ['takeSteers', 'markInterruptHandled'],
           },
           {
             target: 'budgeting',
-            actions: ['takeSteers', assign({ step: ({ context }) => context.step + 1, budget_phase: 'model' }), { type: 'notify', params: { kind: 'step' } }],
+            actions: ['takeSteers', 'beginStep', { type: 'notify', params: { kind: 'step' } }],
           },
         ],
         onError: { target: 'failed', actions: 'recordInternalError' },
@@ -282,25 +374,11 @@ export const runMachine = setup({
     budgeting: {
       invoke: {
         src: 'reserveBudget',
-        input: ({ context }) => ({ ctx: context, phase: context.budget_phase }),
+        input: ({ context }) => ({ run_id: context.run_id, phase: context.budget_phase }),
         onDone: [
-          { guard: 'reserveOk', target: 'afterBudget', actions: assign({ budget_request: null }) },
-          {
-            guard: 'reservePause',
-            target: 'awaitingBudget',
-            actions: assign({ budget_request: ({ event }) => (event.output as Extract<ReserveResult, { ok: false }>).request }),
-          },
-          {
-            target: 'failed',
-            actions: assign({
-              budget_request: ({ event }) => (event.output as Extract<ReserveResult, { ok: false }>).request,
-              termination_reason: 'budget_exhausted',
-              error: ({ event }) => {
-                const r = (event.output as Extract<ReserveResult, { ok: false }>).request;
-                return { type: 'BudgetExhausted', message: `budget ${r.key} (${r.meter}) is exhausted: needs ${r.needed}, ${r.limit - r.used} left` };
-              },
-            }),
-          },
+          { guard: 'reserveOk', target: 'afterBudget', actions: 'clearBudgetRequest' },
+          { guard: 'reservePause', target: 'awaitingBudget', actions: 'recordBudgetRequest' },
+          { target: 'failed', actions: 'recordBudgetExhausted' },
         ],
         onError: { target: 'failed', actions: 'recordInternalError' },
       },
@@ -310,60 +388,19 @@ export const runMachine = setup({
     },
     awaitingBudget: {
       on: {
-        BUDGET_GRANTED: {
-          target: 'budgeting',
-          actions: [assign({ budget_request: ({ event }) => event.request }), { type: 'notify', params: { kind: 'resumed_budget_grant' } }],
-        },
-        BUDGET_DENIED: {
-          target: 'failed',
-          actions: [
-            assign({
-              budget_request: ({ event }) => event.request,
-              termination_reason: 'budget_exhausted',
-              error: ({ event }) => ({
-                type: 'BudgetDenied',
-                message: `budget request denied${event.request.approver ? ` by ${event.request.approver}` : ''}${event.request.note ? `: ${event.request.note}` : ''}`,
-              }),
-            }),
-            { type: 'notify', params: { kind: 'resumed_budget_denied' } },
-          ],
-        },
+        BUDGET_GRANTED: { target: 'budgeting', actions: ['takeBudgetGrant', { type: 'notify', params: { kind: 'resumed_budget_grant' } }] },
+        BUDGET_DENIED: { target: 'failed', actions: ['recordBudgetDenied', { type: 'notify', params: { kind: 'resumed_budget_denied' } }] },
       },
     },
     calling: {
       invoke: {
         src: 'callModel',
-        input: ({ context }) => ({ ctx: context }),
+        input: ({ context }) => ({ run_id: context.run_id }),
         onDone: [
-          {
-            guard: 'hasToolCalls',
-            target: 'governing',
-            actions: assign(({ context, event }) => ({
-              model_calls: context.model_calls + 1,
-              usage: addUsage(context.usage, event.output),
-              pending: event.output.result.tool_calls,
-              messages: [...context.messages, { role: 'assistant' as const, content: event.output.result.text, tool_calls: event.output.result.tool_calls }],
-            })),
-          },
-          {
-            target: 'concluding',
-            actions: assign(({ context, event }) => ({
-              model_calls: context.model_calls + 1,
-              usage: addUsage(context.usage, event.output),
-              response: event.output.result.text,
-              termination_reason: 'stop' as const,
-              messages: [...context.messages, { role: 'assistant' as const, content: event.output.result.text }],
-            })),
-          },
+          { guard: 'hasToolCalls', target: 'governing', actions: 'recordToolCalls' },
+          { target: 'concluding', actions: 'recordAnswer' },
         ],
-        onError: {
-          target: 'failed',
-          actions: assign(({ context, event }) => ({
-            model_calls: context.model_calls + 1,
-            termination_reason: 'provider_error' as const,
-            error: { type: 'ModelError', message: errorMessage(event.error) },
-          })),
-        },
+        onError: { target: 'failed', actions: 'recordModelError' },
       },
     },
     // A final answer: a steer message that arrived during the last model call still gets its
@@ -371,28 +408,18 @@ export const runMachine = setup({
     concluding: {
       invoke: {
         src: 'readInbox',
-        input: ({ context }) => ({ ctx: context }),
-        onDone: [
-          { guard: 'steeredAfterAnswer', target: 'stepping', actions: ['takeSteers', assign({ response: null, termination_reason: null })] },
-          { target: 'completed' },
-        ],
+        input: ({ context }) => ({ run_id: context.run_id }),
+        onDone: [{ guard: 'steeredAfterAnswer', target: 'stepping', actions: ['takeSteers', 'reopenAnswer'] }, { target: 'completed' }],
         onError: { target: 'completed' },
       },
     },
     governing: {
       invoke: {
         src: 'governTools',
-        input: ({ context }) => ({ ctx: context }),
+        input: ({ context }) => ({ run_id: context.run_id }),
         onDone: [
-          {
-            guard: 'needsApproval',
-            target: 'awaitingApproval',
-            actions: assign({ decisions: ({ event }) => event.output.decisions, approvals: ({ event }) => event.output.approvals }),
-          },
-          {
-            target: 'budgeting',
-            actions: assign({ decisions: ({ event }) => event.output.decisions, approvals: ({ event }) => event.output.approvals, budget_phase: 'tools' }),
-          },
+          { guard: 'needsApproval', target: 'awaitingApproval', actions: 'recordGovernance' },
+          { target: 'budgeting', actions: ['recordGovernance', 'enterToolPhase'] },
         ],
         onError: { target: 'failed', actions: 'recordInternalError' },
       },
@@ -401,27 +428,15 @@ export const runMachine = setup({
       on: {
         APPROVALS_DECIDED: {
           target: 'budgeting',
-          actions: [assign({ approvals: ({ event }) => event.approvals, budget_phase: 'tools' }), { type: 'notify', params: { kind: 'resumed_approval' } }],
+          actions: ['takeApprovals', { type: 'notify', params: { kind: 'resumed_approval' } }],
         },
       },
     },
     executing: {
       invoke: {
         src: 'executeTools',
-        input: ({ context }) => ({ ctx: context }),
-        onDone: {
-          target: 'stepping',
-          actions: assign(({ context, event }) => ({
-            messages: [
-              ...context.messages,
-              ...event.output.map((o) => ({ role: 'tool' as const, tool_call_id: o.tool_call_id, tool_name: o.tool_name, content: o.content })),
-            ],
-            pending: [],
-            decisions: [],
-            approvals: context.approvals.map((a) => (a.status === 'approved' ? { ...a, status: 'used' as const } : a)),
-            usage: event.output.reduce((u, o) => (o.usage ? sumUsage(u, o.usage) : u), context.usage),
-          })),
-        },
+        input: ({ context }) => ({ run_id: context.run_id }),
+        onDone: { target: 'stepping', actions: 'recordObservations' },
         onError: { target: 'failed', actions: 'recordInternalError' },
       },
     },
@@ -430,17 +445,11 @@ export const runMachine = setup({
     blocked: { type: 'final', entry: { type: 'notify', params: { kind: 'final' } } },
     cancelled: {
       type: 'final',
-      entry: [
-        assign({ termination_reason: 'cancelled', error: { type: 'Cancelled', message: 'the run was cancelled' } }),
-        { type: 'notify', params: { kind: 'final' } },
-      ],
+      entry: ['recordCancelled', { type: 'notify', params: { kind: 'final' } }],
     },
     timedOut: {
       type: 'final',
-      entry: [
-        assign({ termination_reason: 'timeout', error: { type: 'Timeout', message: 'the run exceeded its time limit' } }),
-        { type: 'notify', params: { kind: 'final' } },
-      ],
+      entry: ['recordTimeout', { type: 'notify', params: { kind: 'final' } }],
     },
   },
 });

@@ -14,7 +14,8 @@
 // resumed or recovered run drop the holds of its dead attempt by run id (`releaseRun`).
 
 import type { Clock } from '../clock.js';
-import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import type { Store, Versioned, WriteOp } from '../store/store.js';
+import { casUpdate, CasExhaustedError } from '../store/cas.js';
 import {
   BUDGET_METERS,
   BUDGET_SCOPES,
@@ -220,8 +221,6 @@ function validAmounts(amounts: MeterAmounts, what: string): void {
     }
   }
 }
-
-const isRetryable = (e: unknown): boolean => isStoreError(e, 'stale_version') || isStoreError(e, 'conflict');
 
 export class BudgetLedger {
   private readonly locks = new OrderedLocks();
@@ -450,18 +449,18 @@ export class BudgetLedger {
   }
 
   private async withRetries<T>(what: string, attempt: () => Promise<T>): Promise<T> {
-    for (let n = 1; ; n++) {
-      try {
-        return await attempt();
-      } catch (e) {
-        if (!isRetryable(e)) throw e;
-        if (n >= this.maxAttempts) {
-          throw new BudgetLedgerError('contention', `budget ${what}: gave up after ${n} conflicting writes`);
-        }
-        // Randomized, growing backoff: writers from other processes that collided stop colliding.
-        const cap = Math.min(this.maxBackoffMs, 2 ** Math.min(n, 5));
-        await new Promise((resolve) => setTimeout(resolve, Math.random() * cap));
-      }
+    try {
+      // Randomized, growing backoff (2, 4, 8 … ms, at most maxBackoffMs and 32): writers from other
+      // processes that collided stop colliding.
+      return await casUpdate(attempt, {
+        attempts: this.maxAttempts,
+        baseDelayMs: 2,
+        maxDelayMs: Math.min(this.maxBackoffMs, 32),
+        retryOn: ['stale_version', 'conflict'],
+      });
+    } catch (e) {
+      if (e instanceof CasExhaustedError) throw new BudgetLedgerError('contention', `budget ${what}: gave up after ${e.attempts} conflicting writes`);
+      throw e;
     }
   }
 }

@@ -3,6 +3,7 @@ import { newId } from '../ids.js';
 import { publicRunView, runResponseOf } from '../runtime/run-record.js';
 import { domainError } from '../errors.js';
 import type { SessionPolicy } from '../runtime/runs.js';
+import { RunStream } from '../runtime/run-stream.js';
 import {
   ApprovalDecisionRequest,
   ApprovalView,
@@ -79,20 +80,9 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       const idem = idempotencyRequestOf(request, 'startRun');
       let run_id = '';
       let channel: SseChannel | null = null;
-      const early: Array<Parameters<SseChannel['push']>[0]> = [];
-      const push = (f: Parameters<SseChannel['push']>[0]): void => {
-        if (channel) channel.push(f);
-        else early.push(f);
-      };
-      // Deltas go out in the order things happened: one waits until the events the run emitted
-      // before it have been stored and sent (events are published when stored, a store round
-      // later; a delta of the next model call must not overtake the tool_result before it).
-      let lastEventSeq = 0;
-      const held: Array<{ after: number; frame: Parameters<SseChannel['push']>[0] }> = [];
-      let dropped = false;
-      const releaseDeltas = (all = false): void => {
-        while (held.length > 0 && (all || held[0].after <= lastEventSeq)) push(held.shift()!.frame);
-      };
+      // The order of the frames (events, deltas held behind the events before them, frames
+      // before the stream opened) is the RunStream's (src/runtime/run-stream.ts).
+      const stream = new RunStream();
       // The stream opens (and its `session` frame goes out) as soon as the run is accepted, without
       // waiting for the run's first store round (RunService.start onAccepted).
       let writing: Promise<void> | null = null;
@@ -100,9 +90,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       const open = (session_id: string): SseChannel => {
         const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id, session_id } }));
         acceptedSession = session_id;
-        ch.push({ event: 'session', data: { session_id, run_id, status: 'started' } });
-        for (const f of early) ch.push(f);
-        early.length = 0;
+        stream.open((f) => void ch.push(f), { event: 'session', data: { session_id, run_id, status: 'started' } });
         writing = ch.run();
         return ch;
       };
@@ -110,13 +98,10 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       /** `isNew`: the id was made just now for this request (not a keyed retry's). */
       const begin = async (id: string, isNew = false) => {
         run_id = id;
+        stream.forRun(run_id);
         // Subscribe before the run exists, so its first event is not missed. The handler never
         // waits: the channel's bound (server.stream_max_queued_*) is what drops a slow reader.
-        unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => {
-          push({ event: ev.event_type, id: ev.cursor, data: ev });
-          if (typeof ev.sequence === 'number' && ev.sequence > lastEventSeq) lastEventSeq = ev.sequence;
-          releaseDeltas();
-        });
+        unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => stream.event(ev));
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
         return runs.start(body.query, body.session_id ?? null, {
           run_id,
@@ -126,12 +111,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
             channel = open(session_id);
           },
           session_policy: body.session_policy ?? undefined,
-          onDelta: (text, sequence, afterEvent) => {
-            if (dropped) return; // nothing is sent any more, and waiting deltas would pile up
-            const frame = { event: 'delta', data: { run_id, text, sequence } };
-            if (held.length === 0 && afterEvent <= lastEventSeq) push(frame);
-            else held.push({ after: afterEvent, frame });
-          },
+          onDelta: (text, sequence, afterEvent) => stream.delta(text, sequence, afterEvent),
         });
       };
       let started;
@@ -169,14 +149,13 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       // leaving does not cancel: POST /runs/{run_id}/cancel does.
       if (!idem) ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(swallow('http.cancel_on_client_close', { run_id }, isRefusal)));
       ch.onDropped(() => {
-        dropped = true;
+        stream.drop();
         unsubscribe();
-        held.length = 0;
       });
       void started.settled.then(
         (record) => {
           unsubscribe();
-          releaseDeltas(true); // an event that could not be stored must not keep its deltas back
+          stream.releaseAll(); // an event that could not be stored must not keep its deltas back
           ch.push({ event: 'complete', data: runResponseOf(record) });
           ch.close();
         },

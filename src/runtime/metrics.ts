@@ -116,6 +116,12 @@ export class Metrics {
       if (n !== null) this.bgQueue.set(n);
     },
   });
+  private readonly settleFailures = new Counter({
+    name: 'agentd_budget_settle_failures_total',
+    help: 'Budget holds that could not be settled with the actual use (the hold stays until the run releases it), by phase',
+    labelNames: ['phase'],
+    registers: [this.registry],
+  });
   private readonly leaseLosses = new Counter({
     name: 'agentd_lease_losses_total',
     help: 'Leases this process lost to another owner (its copy of the run stopped), by kind (run, background)',
@@ -176,6 +182,7 @@ export class Metrics {
     // Zero series for the fixed label values, so rate() and alerts see 0 before the first event.
     for (const reason of ['queue_full', 'shut_down', 'invalid_trace']) this.otlpDropped.inc({ reason }, 0);
     for (const kind of ['run', 'background']) this.leaseLosses.inc({ kind }, 0);
+    for (const phase of ['model', 'tools', 'subagent']) this.settleFailures.inc({ phase }, 0);
   }
 
   /** The store the scrape-time gauges read (set once the runtime is wired). */
@@ -230,6 +237,11 @@ export class Metrics {
   toolCall(tool: string, outcome: string, seconds: number | null): void {
     this.toolCalls.inc({ tool, outcome });
     if (seconds !== null) this.toolSeconds.observe({ tool }, seconds);
+  }
+
+  /** A budget settle failed (src/runtime/budget-settle.ts). */
+  settleFailed(phase: 'model' | 'tools' | 'subagent'): void {
+    this.settleFailures.inc({ phase });
   }
 
   leaseLost(kind: 'run' | 'background'): void {

@@ -9,7 +9,8 @@
 import type { InboxMessage, InboxRead } from '../../machines/run.machine.js';
 import { conflict, domainError } from '../errors.js';
 import { newId } from '../ids.js';
-import { isStoreError, type Store } from '../store/store.js';
+import type { Store } from '../store/store.js';
+import { casUpdate, CasExhaustedError } from '../store/cas.js';
 import { swallow } from '../telemetry/swallowed.js';
 
 /** Most steer messages one run accepts over its life (the record stays small and bounded). */
@@ -108,21 +109,23 @@ export class RunInbox {
 
   private async change(runId: string, f: (v: InboxValue) => InboxValue): Promise<void> {
     this.maybe.add(runId);
-    for (let attempt = 0; attempt < 10; attempt++) {
-      const cur = await this.store.getRecord<InboxValue>('run_inbox', runId);
-      try {
-        if (!cur) {
-          const value = f({ run_id: runId, messages: [], interrupt: null, updated_at: this.now() });
-          await this.store.createRecord('run_inbox', runId, { ...value, updated_at: this.now() });
-        } else {
-          const value = f(cur.value);
-          await this.store.updateRecord('run_inbox', runId, { ...value, updated_at: this.now() }, cur.version);
-        }
-        return;
-      } catch (err) {
-        if (!isStoreError(err, 'stale_version') && !isStoreError(err, 'conflict')) throw err;
-      }
+    try {
+      await casUpdate(
+        async () => {
+          const cur = await this.store.getRecord<InboxValue>('run_inbox', runId);
+          if (!cur) {
+            const value = f({ run_id: runId, messages: [], interrupt: null, updated_at: this.now() });
+            await this.store.createRecord('run_inbox', runId, { ...value, updated_at: this.now() });
+          } else {
+            const value = f(cur.value);
+            await this.store.updateRecord('run_inbox', runId, { ...value, updated_at: this.now() }, cur.version);
+          }
+        },
+        { retryOn: ['stale_version', 'conflict'] },
+      );
+    } catch (err) {
+      if (err instanceof CasExhaustedError) throw domainError('AGT_ERR_CONCURRENT_UPDATE', [`the inbox of run ${runId}`]);
+      throw err;
     }
-    throw domainError('AGT_ERR_CONCURRENT_UPDATE', [`the inbox of run ${runId}`]);
   }
 }

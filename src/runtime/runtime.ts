@@ -113,6 +113,8 @@ export class Runtime {
             clock,
             max_steps: settings.max_steps,
             max_output_tokens: settings.max_output_tokens,
+            metrics,
+            log: opts.log,
           })
         : undefined;
     this.agents = new AgentRegistry({

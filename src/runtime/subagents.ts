@@ -15,6 +15,8 @@ import { formatObservation } from '../agent/tools/observation.js';
 import type { RegisteredTool, ToolContext } from '../agent/tools/types.js';
 import type { EventRecordInput } from '../telemetry/record.js';
 import type { ActorSystem } from './system.js';
+import { settleHold } from './budget-settle.js';
+import type { Metrics } from './metrics.js';
 
 export interface SubagentSpec {
   name: string;
@@ -38,6 +40,9 @@ export interface SubagentDeps {
   clock: Clock;
   max_steps: number;
   max_output_tokens: number;
+  /** Where a failed settle of a delegation's hold is logged and counted (src/runtime/budget-settle.ts). */
+  metrics?: Metrics;
+  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 }
 
 export interface DelegationParent {
@@ -180,7 +185,7 @@ export class Subagents {
       });
       const res = await retrying.call({ messages, tools: declarations, max_output_tokens, signal });
       const actual = modelCallUsage(pricing, model.model, res.usage);
-      await ledger.settle(reservation_id, actual.amounts).catch(() => undefined);
+      await settleHold(this.deps, parent.run_id, reservation_id, actual.amounts, 'subagent');
       usage.requests += 1;
       usage.request_tokens += res.usage.input_tokens;
       usage.response_tokens += res.usage.output_tokens;

@@ -1,8 +1,10 @@
 // The run machine alone, with its effects stubbed: the loop, pauses and terminations are pure logic.
 import { describe, expect, it } from 'vitest';
-import { createActor, fromPromise, waitFor } from 'xstate';
+import { createActor, fromPromise, waitFor, type AnyActorRef } from 'xstate';
 import {
+  effectRunId,
   runMachine,
+  type EffectInput,
   recordStatusOf,
   type ApprovalState,
   type InboxRead,
@@ -13,6 +15,7 @@ import {
 } from '../../machines/run.machine.js';
 import type { ModelCallResult } from '../../src/agent/model/types.js';
 
+const RUN = 'run';
 const input = { run_id: 'run_1', session_id: 's', agent_name: 'a', max_steps: 5, messages: [{ role: 'user' as const, content: 'hi' }], query: 'hi' };
 const usage = { input_tokens: 10, output_tokens: 5, total_tokens: 15 };
 const reply = (r: Partial<ModelCallResult>): { result: ModelCallResult; cost_usd: number } => ({
@@ -31,26 +34,30 @@ function machineWith(opts: {
 }) {
   const replies = [...opts.replies];
   const steps: string[] = [];
+  // Effects read the run's context from the actor, as the runtime's do (their inputs carry only
+  // the run id): every actor of these tests is created with systemId RUN (see start below).
+  const ctx = (system: { get(id: string): AnyActorRef | undefined }): RunContext => (system.get(RUN)!.getSnapshot() as { context: RunContext }).context;
   const logic = runMachine.provide({
     actors: {
       checkInput: fromPromise<RunContext['guardrail_result'], { query: string; run_id: string }>(async () =>
         opts.allowed === false ? { allowed: false, rule: 'deny_pattern', message: 'no' } : { allowed: true },
       ),
-      reserveBudget: fromPromise(async ({ input: i }) => opts.reserve?.(i.phase, i.ctx) ?? { ok: true as const }),
+      reserveBudget: fromPromise(async ({ input: i, system }) => opts.reserve?.(i.phase, ctx(system)) ?? { ok: true as const }),
       callModel: fromPromise(async () => {
         const next = replies.shift();
         if (!next) throw new Error('no more replies');
         return next;
       }),
-      governTools: fromPromise(async ({ input: i }) => ({
-        decisions: i.ctx.pending.map((c) => ({ tool_call_id: c.id, effect: 'allow' as const, reason: null })),
+      governTools: fromPromise(async ({ system }) => ({
+        decisions: ctx(system).pending.map((c) => ({ tool_call_id: c.id, effect: 'allow' as const, reason: null })),
         approvals: opts.approvals ?? [],
       })),
       executeTools: fromPromise(
-        async ({ input: i }) =>
-          opts.execute?.(i.ctx) ?? i.ctx.pending.map((c) => ({ tool_call_id: c.id, tool_name: c.name, content: `ran ${c.name}`, outcome: 'success' as const })),
+        async ({ system }) =>
+          opts.execute?.(ctx(system)) ??
+          ctx(system).pending.map((c) => ({ tool_call_id: c.id, tool_name: c.name, content: `ran ${c.name}`, outcome: 'success' as const })),
       ),
-      readInbox: fromPromise(async ({ input: i }) => opts.inbox?.(i.ctx) ?? { messages: [], interrupt_id: null }),
+      readInbox: fromPromise(async ({ system }) => opts.inbox?.(ctx(system)) ?? { messages: [], interrupt_id: null }),
     },
     actions: { notify: (_a, p) => void steps.push(p.kind) },
   });
@@ -60,7 +67,7 @@ function machineWith(opts: {
 describe('run machine', () => {
   it('loops model -> tools -> model until a final answer, adding usage', async () => {
     const { logic, steps } = machineWith({ replies: [reply({ tool_calls: [{ id: 'c1', name: 'clock', arguments: {} }] }), reply({ text: 'done' })] });
-    const actor = createActor(logic, { input }).start();
+    const actor = createActor(logic, { systemId: RUN, input }).start();
     const snap = await waitFor(actor, (s) => s.status === 'done');
     expect(snap.value).toBe('completed');
     expect(snap.context).toMatchObject({
@@ -76,7 +83,7 @@ describe('run machine', () => {
   it('ends with max_steps when the model never answers', async () => {
     const call = () => reply({ tool_calls: [{ id: `c${Math.random()}`, name: 'x', arguments: {} }] });
     const { logic } = machineWith({ replies: [call(), call(), call()] });
-    const actor = createActor(logic, { input: { ...input, max_steps: 2 } }).start();
+    const actor = createActor(logic, { systemId: RUN, input: { ...input, max_steps: 2 } }).start();
     const snap = await waitFor(actor, (s) => s.status === 'done');
     expect(snap.value).toBe('failed');
     expect(snap.context.termination_reason).toBe('max_steps');
@@ -84,7 +91,7 @@ describe('run machine', () => {
 
   it('blocks guarded input without calling the model', async () => {
     const { logic } = machineWith({ replies: [], allowed: false });
-    const snap = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
+    const snap = await waitFor(createActor(logic, { systemId: RUN, input }).start(), (s) => s.status === 'done');
     expect(snap.value).toBe('blocked');
     expect(snap.context.termination_reason).toBe('guardrail');
     expect(recordStatusOf('blocked')).toBe('blocked');
@@ -109,11 +116,11 @@ describe('run machine', () => {
       replies: [reply({ tool_calls: [{ id: 'c1', name: 'pay', arguments: {} }] }), reply({ text: 'paid' })],
       approvals: [pending],
     });
-    const actor = createActor(logic, { input }).start();
+    const actor = createActor(logic, { systemId: RUN, input }).start();
     await waitFor(actor, (s) => s.value === 'awaitingApproval');
     const saved = JSON.parse(JSON.stringify(actor.getPersistedSnapshot()));
     actor.stop();
-    const restored = createActor(logic, { snapshot: saved, input }).start();
+    const restored = createActor(logic, { systemId: RUN, snapshot: saved, input }).start();
     expect(restored.getSnapshot().value).toBe('awaitingApproval');
     restored.send({ type: 'APPROVALS_DECIDED', approvals: [{ ...pending, status: 'approved', approver: 'x' }] });
     const done = await waitFor(restored, (s) => s.status === 'done');
@@ -144,7 +151,7 @@ describe('run machine', () => {
             },
           };
     const granted = machineWith({ replies: [reply({ text: 'ok' })], reserve });
-    const a = createActor(granted.logic, { input }).start();
+    const a = createActor(granted.logic, { systemId: RUN, input }).start();
     const waiting = await waitFor(a, (s) => s.value === 'awaitingBudget');
     expect(waiting.context.budget_request?.shortfall).toBe(5);
     grants = 1;
@@ -153,7 +160,7 @@ describe('run machine', () => {
 
     grants = 0;
     const denied = machineWith({ replies: [], reserve });
-    const b = createActor(denied.logic, { input }).start();
+    const b = createActor(denied.logic, { systemId: RUN, input }).start();
     await waitFor(b, (s) => s.value === 'awaitingBudget');
     b.send({ type: 'BUDGET_DENIED', request: { ...b.getSnapshot().context.budget_request!, status: 'denied', approver: 'x' } });
     const end = await waitFor(b, (s) => s.status === 'done');
@@ -182,20 +189,20 @@ describe('run machine', () => {
         },
       }),
     });
-    const end = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
+    const end = await waitFor(createActor(logic, { systemId: RUN, input }).start(), (s) => s.status === 'done');
     expect(end.value).toBe('failed');
     expect(end.context.termination_reason).toBe('budget_exhausted');
   });
 
   it('CANCEL and TIMEOUT end the run from any state', async () => {
     const { logic } = machineWith({ replies: [] });
-    const hang = logic.provide({ actors: { callModel: fromPromise<ModelStepResult, { ctx: RunContext }>(() => new Promise<never>(() => {})) } });
-    const a = createActor(hang, { input }).start();
+    const hang = logic.provide({ actors: { callModel: fromPromise<ModelStepResult, EffectInput>(() => new Promise<never>(() => {})) } });
+    const a = createActor(hang, { systemId: RUN, input }).start();
     await waitFor(a, (s) => s.value === 'calling');
     a.send({ type: 'CANCEL' });
     expect(a.getSnapshot().value).toBe('cancelled');
     expect(a.getSnapshot().context.termination_reason).toBe('cancelled');
-    const b = createActor(hang, { input }).start();
+    const b = createActor(hang, { systemId: RUN, input }).start();
     await waitFor(b, (s) => s.value === 'calling');
     b.send({ type: 'TIMEOUT' });
     expect(b.getSnapshot().value).toBe('timedOut');
@@ -203,7 +210,7 @@ describe('run machine', () => {
 
   it('a model failure ends the run with provider_error', async () => {
     const { logic } = machineWith({ replies: [] });
-    const end = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
+    const end = await waitFor(createActor(logic, { systemId: RUN, input }).start(), (s) => s.status === 'done');
     expect(end.value).toBe('failed');
     expect(end.context.termination_reason).toBe('provider_error');
   });
@@ -221,7 +228,7 @@ describe('run machine', () => {
           return { messages: ctx.step >= 1 ? [steer('s1', 'use UTC')] : [], interrupt_id: null };
         },
       });
-      const snap = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
+      const snap = await waitFor(createActor(logic, { systemId: RUN, input }).start(), (s) => s.status === 'done');
       expect(snap.value).toBe('completed');
       expect(snap.context.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'tool', 'user', 'assistant']);
       expect(snap.context.messages[3]).toEqual({ role: 'user', content: 'use UTC' });
@@ -237,7 +244,7 @@ describe('run machine', () => {
         replies: [reply({ text: 'first answer' }), reply({ text: 'answer to the steer' })],
         inbox: () => ({ messages: calls++ >= 1 ? [steer('s1')] : [], interrupt_id: null }),
       });
-      const snap = await waitFor(createActor(logic, { input }).start(), (s) => s.status === 'done');
+      const snap = await waitFor(createActor(logic, { systemId: RUN, input }).start(), (s) => s.status === 'done');
       expect(snap.value).toBe('completed');
       expect(snap.context.response).toBe('answer to the steer');
       expect(snap.context.step).toBe(2);
@@ -250,7 +257,7 @@ describe('run machine', () => {
         replies: [reply({ text: 'only answer' })],
         inbox: () => ({ messages: calls++ >= 1 ? [steer('s1')] : [], interrupt_id: null }),
       });
-      const snap = await waitFor(createActor(logic, { input: { ...input, max_steps: 1 } }).start(), (s) => s.status === 'done');
+      const snap = await waitFor(createActor(logic, { systemId: RUN, input: { ...input, max_steps: 1 } }).start(), (s) => s.status === 'done');
       expect(snap.value).toBe('completed');
       expect(snap.context.response).toBe('only answer');
     });
@@ -267,7 +274,7 @@ describe('run machine', () => {
         },
         inbox: () => ({ messages: interrupt ? [steer('s1', 'then stop')] : [], interrupt_id: interrupt }),
       });
-      const actor = createActor(logic, { input }).start();
+      const actor = createActor(logic, { systemId: RUN, input }).start();
       const stopped = await waitFor(actor, (s) => s.value === 'interrupted');
       expect(recordStatusOf('interrupted')).toBe('interrupted');
       expect(ran).toEqual(['c1']);
@@ -276,7 +283,7 @@ describe('run machine', () => {
       // Saved and restored, as the runtime parks and resumes it.
       const saved = JSON.parse(JSON.stringify(actor.getPersistedSnapshot()));
       actor.stop();
-      const restored = createActor(logic, { snapshot: saved, input }).start();
+      const restored = createActor(logic, { systemId: RUN, snapshot: saved, input }).start();
       expect(restored.getSnapshot().value).toBe('interrupted');
       restored.send({ type: 'RESUME' });
       const done = await waitFor(restored, (s) => s.status === 'done');
@@ -308,14 +315,14 @@ describe('run machine', () => {
         approvals: [pending],
         inbox: () => ({ messages: open ? [steer('s1', 'pay in EUR')] : [], interrupt_id: null }),
       });
-      const a = createActor(logic, { input }).start();
+      const a = createActor(logic, { systemId: RUN, input }).start();
       await waitFor(a, (s) => s.value === 'awaitingApproval');
       const v1 = JSON.parse(JSON.stringify(a.getPersistedSnapshot()));
       a.stop();
       delete v1.context.steered;
       delete v1.context.interrupt_handled;
       open = true;
-      const restored = createActor(logic, { snapshot: v1, input }).start();
+      const restored = createActor(logic, { systemId: RUN, snapshot: v1, input }).start();
       restored.send({ type: 'APPROVALS_DECIDED', approvals: [{ ...pending, status: 'approved', approver: 'x' }] });
       const done = await waitFor(restored, (s) => s.status === 'done');
       expect(done.value).toBe('completed');
@@ -325,10 +332,34 @@ describe('run machine', () => {
 
     it('CANCEL ends an interrupted run', async () => {
       const { logic } = machineWith({ replies: [], inbox: () => ({ messages: [], interrupt_id: 'i1' }) });
-      const a = createActor(logic, { input }).start();
+      const a = createActor(logic, { systemId: RUN, input }).start();
       await waitFor(a, (s) => s.value === 'interrupted');
       a.send({ type: 'CANCEL' });
       expect(a.getSnapshot().value).toBe('cancelled');
     });
+  });
+});
+
+describe('persisted snapshot size (issue 15)', () => {
+  it('a snapshot in `calling` holds the conversation once: at most the context + 10 %', async () => {
+    // ~40 KB of history: an effect input carrying the context would double the snapshot.
+    const history = Array.from({ length: 40 }, (_, i) => ({
+      role: (i % 2 ? 'assistant' : 'user') as 'user' | 'assistant',
+      content: `turn ${i} ${'x'.repeat(1000)}`,
+    }));
+    const { logic } = machineWith({ replies: [] });
+    const hang = logic.provide({ actors: { callModel: fromPromise<ModelStepResult, EffectInput>(() => new Promise<never>(() => {})) } });
+    const a = createActor(hang, { systemId: RUN, input: { ...input, messages: [...history, ...input.messages] } }).start();
+    await waitFor(a, (s) => s.value === 'calling');
+    const persisted = JSON.stringify(a.getPersistedSnapshot());
+    const context = JSON.stringify(a.getSnapshot().context);
+    a.stop();
+    expect(context.length).toBeGreaterThan(40_000);
+    expect(persisted.length).toBeLessThanOrEqual(context.length * 1.1);
+  });
+
+  it('effects find their run from v3 inputs and from the `{ctx}` inputs v1/v2 snapshots persisted', () => {
+    expect(effectRunId({ run_id: 'run_3' })).toBe('run_3');
+    expect(effectRunId({ ctx: { run_id: 'run_2' } })).toBe('run_2');
   });
 });

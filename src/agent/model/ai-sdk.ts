@@ -14,7 +14,9 @@ import {
   type ToolSet,
 } from 'ai';
 import { toModelCallError } from './errors.js';
-import { directStream, isV3, toV3Prompt } from './direct-stream.js';
+import { chatCompletionsBody } from './chat-completions-body.js';
+import type { ChatCompletionsStream } from './chat-completions-stream.js';
+import { directStream, isV3, toV3Prompt, type DirectStreamResult } from './direct-stream.js';
 import type { Redactor } from '../../telemetry/redact.js';
 import { estimateInputTokens, estimateOutputTokens } from './tokens.js';
 import {
@@ -46,6 +48,12 @@ export interface AiSdkProviderOptions {
    * snapshot, record and events. createModelProvider passes one that knows the configured key.
    */
   redactor?: Redactor;
+  /**
+   * Chat Completions providers: streaming calls go through our own client and SSE parser
+   * (chat-completions-stream.ts) instead of the SDK's doStream; `languageModel` still makes the
+   * non-streamed calls.
+   */
+  chatStream?: ChatCompletionsStream;
 }
 
 /** Our JSON messages → the SDK's ModelMessage list (leading system messages go to `system`). */
@@ -148,6 +156,14 @@ function mapUsage(u: LanguageModelUsage | undefined, fallbackIn: number, fallbac
   return { input_tokens: input, output_tokens: output, total_tokens: total };
 }
 
+/** One streamed model call, whichever client makes it. */
+type StreamRunner = (
+  req: ModelCallRequest,
+  maxOutputTokens: number | undefined,
+  temperature: number | undefined,
+  onText: (text: string) => void,
+) => Promise<DirectStreamResult>;
+
 interface SdkToolCall {
   toolCallId: string;
   toolName: string;
@@ -171,7 +187,8 @@ export class AiSdkProvider implements ModelProvider {
     if (req.signal?.aborted) throw new ModelCallError('aborted', 'model call aborted before it started');
     // Streaming (every run step): straight to the provider's doStream, without streamText's
     // pipeline (src/agent/model/direct-stream.ts).
-    if (req.onDelta && isV3(this.opts.languageModel)) return this.callDirect(req, this.opts.languageModel, req.onDelta);
+    if (req.onDelta && this.opts.chatStream) return this.callDirect(req, req.onDelta, this.chatStreamRunner(this.opts.chatStream));
+    if (req.onDelta && isV3(this.opts.languageModel)) return this.callDirect(req, req.onDelta, this.doStreamRunner(this.opts.languageModel));
     const { system, messages } = toModelMessages(req.messages, this.opts.inlineSystemMessages);
     const tools = toToolSet(req.tools);
     const maxOutputTokens = req.max_output_tokens ?? this.opts.max_output_tokens;
@@ -262,12 +279,29 @@ export class AiSdkProvider implements ModelProvider {
     };
   }
 
-  private async callDirect(req: ModelCallRequest, model: Parameters<typeof directStream>[0], onDelta: (text: string) => void): Promise<ModelCallResult> {
-    let streamed = false;
-    try {
-      const maxOutputTokens = req.max_output_tokens ?? this.opts.max_output_tokens;
-      const temperature = req.temperature ?? this.opts.temperature;
-      const r = await directStream(
+  /** Our own Chat Completions client (chat-completions-stream.ts). */
+  private chatStreamRunner(client: ChatCompletionsStream): StreamRunner {
+    return (req, maxOutputTokens, temperature, onText) =>
+      client.call(
+        chatCompletionsBody({
+          model: this.model,
+          messages: req.messages,
+          tools: req.tools,
+          ...(maxOutputTokens !== undefined ? { maxOutputTokens } : {}),
+          ...(temperature !== undefined ? { temperature } : {}),
+          inlineSystemMessages: this.opts.inlineSystemMessages,
+          includeUsage: true,
+        }),
+        req.signal,
+        onText,
+        toArguments,
+      );
+  }
+
+  /** The provider's LanguageModelV3.doStream (direct-stream.ts). */
+  private doStreamRunner(model: Parameters<typeof directStream>[0]): StreamRunner {
+    return (req, maxOutputTokens, temperature, onText) =>
+      directStream(
         model,
         {
           prompt: toV3Prompt(req.messages, this.opts.inlineSystemMessages),
@@ -276,12 +310,20 @@ export class AiSdkProvider implements ModelProvider {
           ...(temperature !== undefined ? { temperature } : {}),
           ...(req.signal ? { abortSignal: req.signal } : {}),
         },
-        (t) => {
-          streamed = true;
-          onDelta(t);
-        },
+        onText,
         toArguments,
       );
+  }
+
+  private async callDirect(req: ModelCallRequest, onDelta: (text: string) => void, run: StreamRunner): Promise<ModelCallResult> {
+    let streamed = false;
+    try {
+      const maxOutputTokens = req.max_output_tokens ?? this.opts.max_output_tokens;
+      const temperature = req.temperature ?? this.opts.temperature;
+      const r = await run(req, maxOutputTokens, temperature, (t) => {
+        streamed = true;
+        onDelta(t);
+      });
       // As mapUsage: a server that reports no usage must not make the call look free.
       const input = r.inputTokens ?? estimateInputTokens(req.messages, req.tools);
       const output = r.outputTokens ?? estimateOutputTokens(r.text, r.tool_calls);

@@ -29,7 +29,7 @@ export function isV3(model: unknown): model is LanguageModelV3 {
 
 /** OpenAI rejects function parameters that are not an object schema with properties (as toToolSet). */
 const schemaCache = new WeakMap<object, Record<string, unknown>>();
-function normalisedSchema(input: Record<string, unknown>): Record<string, unknown> {
+export function normalisedSchema(input: Record<string, unknown>): Record<string, unknown> {
   let s = schemaCache.get(input);
   if (!s) {
     s = { ...input };

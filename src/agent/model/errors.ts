@@ -85,6 +85,38 @@ function bodySnippet(body: string | undefined): string {
 }
 
 /**
+ * An HTTP error answer of the model API. `message` is the API's own error message (its JSON
+ * `error.message`) or the status text; `headers` keys may be in any case.
+ */
+export function httpStatusError(
+  status: number,
+  message: string,
+  headers: Record<string, string> | undefined,
+  body: string | undefined,
+  cause?: unknown,
+): ModelCallError {
+  const kind = kindForStatus(status);
+  const retryAfterMs = parseRetryAfterMs(headers);
+  const snippet = bodySnippet(body);
+  return new ModelCallError(kind, `model API returned ${status}: ${message}${snippet && !message.includes(snippet) ? ` (${snippet})` : ''}`, {
+    status,
+    ...(retryAfterMs !== undefined ? { retryAfterMs } : {}),
+    ...(cause !== undefined ? { cause } : {}),
+  });
+}
+
+/**
+ * A socket failure of a model call (before the answer, or while its body streams), named as the
+ * AI SDK's providers name it: `Cannot connect to API: …` / `Failed to process successful
+ * response`, with the error code when one is found, and a retryable kind either way.
+ */
+export function connectionError(message: string, cause: unknown): ModelCallError {
+  const found = findCode(cause);
+  if (found) return new ModelCallError(found.kind, `${message} (${found.code})`, { cause });
+  return new ModelCallError('connection', message, { cause });
+}
+
+/**
  * Maps whatever the AI SDK (or fetch underneath it) threw to a ModelCallError. `signal` tells a
  * caller's abort apart from a timeout: both surface as AbortError/TimeoutError.
  */
@@ -111,16 +143,7 @@ export function toModelCallError(err: unknown, signal?: AbortSignal): ModelCallE
       const found = findCode(err);
       if (found) return new ModelCallError(found.kind, `${err.message} (${found.code})`, { cause: err });
     }
-    if (status !== undefined && status >= 400) {
-      const kind = kindForStatus(status);
-      const retryAfterMs = parseRetryAfterMs(err.responseHeaders);
-      const snippet = bodySnippet(err.responseBody);
-      return new ModelCallError(kind, `model API returned ${status}: ${err.message}${snippet && !err.message.includes(snippet) ? ` (${snippet})` : ''}`, {
-        status,
-        ...(retryAfterMs !== undefined ? { retryAfterMs } : {}),
-        cause: err,
-      });
-    }
+    if (status !== undefined && status >= 400) return httpStatusError(status, err.message, err.responseHeaders, err.responseBody, err);
     if (status === undefined && err.isRetryable) return new ModelCallError('connection', err.message, { cause: err });
     return new ModelCallError('unknown', err.message, { cause: err, retryable: err.isRetryable, ...(status !== undefined ? { status } : {}) });
   }

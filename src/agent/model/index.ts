@@ -5,7 +5,8 @@ import { AiSdkProvider } from './ai-sdk.js';
 import { DemoModel, type DemoModelOptions } from './demo.js';
 import type { ModelProvider } from './types.js';
 import { Redactor } from '../../telemetry/redact.js';
-import { createNodeFetch } from './node-fetch.js';
+import { ChatCompletionsStream } from './chat-completions-stream.js';
+import { createModelHttpAgents, createNodeFetch } from './node-fetch.js';
 
 export * from './types.js';
 export { AiSdkProvider, toModelMessages, toToolSet } from './ai-sdk.js';
@@ -46,8 +47,10 @@ export function createModelProvider(cfg: ModelProviderConfig): ModelProvider {
   };
   // Error messages leave the provider without the key (or any credential-shaped text) in them.
   const redactor = new Redactor(cfg.api_key ? [cfg.api_key] : []);
-  // The providers' HTTP client: node:http with keep-alive instead of the built-in fetch (node-fetch.ts).
-  const fetch = createNodeFetch();
+  // The providers' HTTP client: node:http with keep-alive instead of the built-in fetch (node-fetch.ts),
+  // its sockets shared with our own Chat Completions streaming client.
+  const agents = createModelHttpAgents();
+  const fetch = createNodeFetch({}, agents);
   switch (cfg.provider) {
     case 'demo':
       return new DemoModel({ model: cfg.model ?? 'demo', ...settings, ...(cfg.demo ?? {}) });
@@ -66,6 +69,8 @@ export function createModelProvider(cfg: ModelProviderConfig): ModelProvider {
         provider: cfg.provider,
         model: cfg.model,
         languageModel: p.chatModel(cfg.model),
+        // Streaming calls (every run step) through our own SSE client, not the SDK's web streams.
+        chatStream: new ChatCompletionsStream({ baseURL: cfg.base_url, ...(cfg.api_key ? { apiKey: cfg.api_key } : {}), agents }),
         inlineSystemMessages: true,
         redactor,
         ...settings,

@@ -33,10 +33,21 @@ function headerObject(h: NonNullable<FetchArgs[1]>['headers']): Record<string, s
   return out;
 }
 
-export function createNodeFetch(opts: NodeFetchOptions = {}): typeof fetch {
+/** The keep-alive agents model calls share (the fetch below and chat-completions-stream.ts). */
+export interface ModelHttpAgents {
+  http: http.Agent;
+  https: https.Agent;
+}
+
+export function createModelHttpAgents(opts: NodeFetchOptions = {}): ModelHttpAgents {
   const agentOpts = { keepAlive: true, maxSockets: opts.maxSockets ?? 256, maxFreeSockets: opts.maxFreeSockets ?? 64 };
-  const httpAgent = new http.Agent(agentOpts);
-  const httpsAgent = new https.Agent(agentOpts);
+  return { http: new http.Agent(agentOpts), https: new https.Agent(agentOpts) };
+}
+
+/** `agents`: share sockets with another client of the same model host (default: its own). */
+export function createNodeFetch(opts: NodeFetchOptions = {}, agents: ModelHttpAgents = createModelHttpAgents(opts)): typeof fetch {
+  const httpAgent = agents.http;
+  const httpsAgent = agents.https;
 
   return function nodeFetch(input: FetchArgs[0], init?: FetchArgs[1]): Promise<Response> {
     const body = init?.body;

@@ -141,7 +141,7 @@ export async function streamsBench(): Promise<BenchOutput> {
     return {
       title: `${STREAMS.toLocaleString('en-US')} concurrent POST /run streams, model streaming ${CHUNKS} chunks every ${DELAY_MS} ms`,
       method: [
-        `Model path: agentd's configured \`openai-compatible\` provider over HTTP to the fake OpenAI-compatible server (its own process), which streams ${CHUNKS} chunks ${DELAY_MS} ms apart (model name \`slow-${CHUNKS}-${DELAY_MS}\`); local \`add\` tool declared, not called.`,
+        `Model path: agentd's configured \`openai-compatible\` provider over HTTP to the fake OpenAI-compatible server (its own process), which streams ${CHUNKS} chunks ${DELAY_MS} ms apart (model name \`slow-${CHUNKS}-${DELAY_MS}\`); local \`add\` tool declared, not called. The provider's streamed calls go through agentd's own Chat Completions client (src/agent/model/chat-completions-stream.ts), not the AI SDK's web-stream pipeline.`,
         `The server (max_concurrent_runs ${config.server && (config.server as { max_concurrent_runs: number }).max_concurrent_runs}) runs in a child process; its RSS is sampled from /proc/<pid>/status every 50 ms (VmRSS, and VmHWM at the end). The client opens the ${STREAMS} streams in bursts of 100 every 10 ms, each on its own connection, and reads every frame.`,
         `A stream counts as successful when it carries ${CHUNKS} delta frames and a \`complete\` frame with status success. Every run stores its events and snapshots as in production.`,
         `Baseline: a bare Fastify POST /run that writes the frames of one captured agentd stream at the same pace (head frames, ${CHUNKS} delta frames ${DELAY_MS} ms apart, tail frames).`,

@@ -1,0 +1,390 @@
+// What people and other services decide about a run: approvals, budget grants, outcomes,
+// cancellation, steer messages and interrupt requests. Each decision is one compare-and-set on the
+// run record (casUpdate: read, decide, write on the version read, retried with backoff); a
+// decision that lets a paused run go on hands it to RunRecovery.resume.
+import type { ApprovalState, BudgetRequest, RunContext } from '../../machines/run.machine.js';
+import { checkInput } from '../agent/guardrails.js';
+import { AppError, conflict, notFound } from '../errors.js';
+import { newId } from '../ids.js';
+import { casUpdate, CasExhaustedError } from '../store/cas.js';
+import type { InboxValue } from './run-inbox.js';
+import type { RunKernel } from './run-kernel.js';
+import { TERMINAL_RUN_STATUSES, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
+import type { ResumePrefetch, RunRecovery } from './run-recovery.js';
+import { iso, mergeById, type SnapshotValue, type TraceValue } from './run-types.js';
+
+/** Statuses a steer message is accepted in (decisions.md §11). */
+const STEERABLE: ReadonlySet<RunRecordStatus> = new Set(['running', 'awaiting_approval', 'interrupted']);
+
+/** A decision that lost its compare-and-set every time: the run kept changing under it. */
+const tooBusy = (what = 'the run changed too often while deciding; retry'): AppError => conflict(what);
+
+export class RunDecisions {
+  /**
+   * Set by the cluster link on a store several instances share: asks the owner of a run live in
+   * another instance to cancel it (src/runtime/cluster.ts). Unset: such a cancel is a 409.
+   */
+  remoteCancel: ((runId: string) => Promise<void>) | null = null;
+
+  constructor(
+    private readonly kernel: RunKernel,
+    private readonly recovery: RunRecovery,
+  ) {}
+
+  private get deps() {
+    return this.kernel.deps;
+  }
+
+  async decideApproval(
+    runId: string,
+    approvalId: string,
+    body: { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null },
+  ): Promise<ApprovalState> {
+    if (body.decision === 'deny' && body.arguments) throw conflict('arguments can only be given with an approval', 'decision=deny with arguments');
+    const { store } = this.deps;
+    return retryDecision(async () => {
+      // The snapshot a resume needs is read in the same round as the run (unused if this fails).
+      const snapshotRead = store.getRecord<SnapshotValue>('snapshots', runId);
+      snapshotRead.catch(() => undefined);
+      const rec = await store.getRecord<RunRecord>('runs', runId);
+      if (!rec) throw notFound('run', runId);
+      const approval = rec.value.approvals.find((a) => a.approval_id === approvalId);
+      if (!approval) throw notFound('approval', approvalId);
+      const now = this.deps.clock.now();
+      if (approval.status === 'pending' && Date.parse(approval.expires_at) <= now) {
+        await store
+          .updateRecord<RunRecord>(
+            'runs',
+            runId,
+            {
+              ...rec.value,
+              approvals: rec.value.approvals.map((a) => (a.approval_id === approvalId ? { ...a, status: 'expired' as const } : a)),
+            },
+            rec.version,
+          )
+          .catch(() => undefined);
+        throw conflict(`approval ${approvalId} expired at ${approval.expires_at}`, 'expired');
+      }
+      if (approval.status !== 'pending') throw conflict(`approval ${approvalId} was already decided (${approval.status})`, approval.status);
+      if (rec.value.status !== 'awaiting_approval') throw conflict(`run ${runId} is not awaiting approval (${rec.value.status})`);
+      const decided: ApprovalState = {
+        ...approval,
+        status: body.decision === 'approve' ? 'approved' : 'denied',
+        approver: body.approver,
+        note: body.note ?? null,
+        decided_at: iso(now),
+        edited_arguments: body.decision === 'approve' && body.arguments ? body.arguments : null,
+      };
+      const approvals = rec.value.approvals.map((a) => (a.approval_id === approvalId ? decided : a));
+      const allDecided = !approvals.some((a) => a.status === 'pending');
+      const next: RunRecord = {
+        ...rec.value,
+        approvals,
+        updated_at: iso(now),
+        decided_at: allDecided ? iso(now) : null,
+        decision: allDecided ? 'approval' : null,
+      };
+      // Everything the resume reads (snapshot, previous trace, agent) is in hand before the
+      // decision goes to the store, so the claim is issued in the same turn and lands in the same
+      // fsynced batch (ResumePrefetch). Reads only: the decision waits for no write.
+      let pre: ResumePrefetch | undefined;
+      if (allDecided && !this.kernel.live.has(runId)) {
+        pre = {
+          snapshot: snapshotRead,
+          prevTrace: store.getRecord<TraceValue>('traces', rec.value.trace_id),
+          agent: this.kernel.acquireAgent(rec.value.agent_id, { resuming: true }),
+        };
+        pre.prevTrace.catch(() => undefined);
+        pre.agent.catch(() => undefined);
+        await Promise.allSettled([pre.snapshot, pre.prevTrace, pre.agent]);
+      }
+      const writing = store.updateRecord('runs', runId, next, rec.version, runIndexes(next));
+      // The resume does not wait for the decision to land: it is told the record the decision
+      // writes (the version after it), reads what it needs meanwhile, and its claim (a CAS on
+      // that version) joins the same store round or the next. Should the decision fail, the
+      // claim fails with it; a decision that landed and a resume that failed are the sweep's.
+      const resuming = allDecided
+        ? this.recovery.resume(runId, { cause: 'approval', trigger: 'explicit' }, { id: runId, seq: rec.seq, version: rec.version + 1, value: next }, pre)
+        : null;
+      // Marked handled at once: a resume refused before the decision lands (a snapshot from a
+      // newer machine, found by test/runtime/snapshot-fixtures.test.ts) was an unhandled rejection.
+      resuming?.catch(() => undefined);
+      await writing; // a lost race (stale_version) is retried by retryDecision
+      resuming?.catch((err) => this.deps.log?.('warn', 'resume after approval failed; the sweep will retry', { run_id: runId, err: String(err) }));
+      return decided;
+    });
+  }
+
+  async budgetView(runId: string) {
+    const run = await this.kernel.get(runId);
+    const budgets = await this.deps.ledger.entriesForRun({ run_id: run.run_id, session_id: run.session_id, agent_id: run.agent_id });
+    return { run_id: runId, budgets, requests: run.budget_requests };
+  }
+
+  async decideBudget(
+    runId: string,
+    body: { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null },
+  ) {
+    const { store } = this.deps;
+    const { req, decided, amount } = await retryDecision(async () => {
+      // The snapshot the resume needs is read in the same round as the run (unused if this fails).
+      store.getRecord<SnapshotValue>('snapshots', runId).catch(() => undefined);
+      const rec = await store.getRecord<RunRecord>('runs', runId);
+      if (!rec) throw notFound('run', runId);
+      const req = rec.value.budget_request;
+      if (rec.value.status !== 'awaiting_budget' || !req || req.status !== 'pending')
+        throw conflict(`run ${runId} is not waiting for a budget (${rec.value.status})`);
+      if (body.request_id && body.request_id !== req.request_id) throw conflict(`budget request ${body.request_id} is not the pending one (${req.request_id})`);
+      const amount = body.decision === 'grant' ? (body.amount ?? req.shortfall) : null;
+      const now = iso(this.deps.clock.now());
+      const decided: BudgetRequest = {
+        ...req,
+        status: body.decision === 'grant' ? 'granted' : 'denied',
+        approver: body.approver,
+        note: body.note ?? null,
+        decided_at: now,
+        amount,
+      };
+      const next: RunRecord = {
+        ...rec.value,
+        budget_request: decided,
+        budget_requests: mergeById(rec.value.budget_requests, [decided], 'request_id'),
+        decided_at: now,
+        decision: body.decision === 'grant' ? 'budget_grant' : 'budget_denied',
+        updated_at: now,
+      };
+      await store.updateRecord<RunRecord>('runs', runId, next, rec.version, runIndexes(next));
+      return { req, decided, amount };
+    });
+    if (amount !== null) await this.deps.ledger.grant(req.key, req.meter as never, amount, { grant_id: req.request_id });
+    void this.recovery
+      .resume(runId, { cause: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', trigger: 'explicit' })
+      .catch((err) => this.deps.log?.('warn', 'resume after budget decision failed; the sweep will retry', { run_id: runId, err: String(err) }));
+    return {
+      run_id: runId,
+      request_id: req.request_id,
+      status: decided.status,
+      scope: req.scope,
+      meter: req.meter,
+      amount,
+      approver: body.approver,
+      note: body.note ?? null,
+    };
+  }
+
+  async recordOutcome(
+    runId: string,
+    body: { source: string; label?: string | null; reward?: number | null; detail?: Record<string, unknown> | null },
+  ): Promise<OutcomeRecord> {
+    const { store } = this.deps;
+    const { rec, outcome } = await retryDecision(async () => {
+      const rec = await store.getRecord<RunRecord>('runs', runId);
+      if (!rec) throw notFound('run', runId);
+      const outcome: OutcomeRecord = {
+        outcome_id: newId('outcome'),
+        source: body.source,
+        label: body.label ?? null,
+        reward: body.reward ?? null,
+        detail: body.detail ?? null,
+        recorded_at: iso(this.deps.clock.now()),
+      };
+      await store.updateRecord<RunRecord>('runs', runId, { ...rec.value, outcomes: [...rec.value.outcomes, outcome] }, rec.version);
+      return { rec, outcome };
+    }, 'the run changed too often; retry');
+    await this.deps.telemetry.emitSafe({
+      event_type: 'run_outcome',
+      trace_id: rec.value.trace_id,
+      span_id: newId('span'),
+      actor: { type: 'user', id: body.source },
+      output: outcome,
+      metadata: { run_id: runId, session_id: rec.value.session_id, agent_id: rec.value.agent_id, task_id: rec.value.task_id },
+    });
+    return outcome;
+  }
+
+  // ---------------------------------------------------------------- cancellation
+
+  /** Cancel a run. `onlyIfLive` is the stream-closed case: a run paused for a person stays paused. */
+  async cancel(runId: string, opts: { onlyIfLive?: boolean } = {}): Promise<{ status: 'cancel_requested'; run_id: string }> {
+    const live = this.kernel.live.get(runId);
+    // A stream closed by the service's own shutdown (Fastify destroys every connection) is not
+    // the client giving up: the run is saved `interrupted` and resumed on the next start. Before
+    // this, SIGTERM turned every run streamed over POST /run into `cancelled` (test/http/
+    // recovery.test.ts, "SIGTERM while a client streams the run"). The streams' close events
+    // arrive after shutdown() began today; calling beginShutdown() before app.close() makes it certain.
+    if (opts.onlyIfLive && this.kernel.closing) return { status: 'cancel_requested', run_id: runId };
+    if (live?.ref) {
+      live.ref.send({ type: 'CANCEL' });
+      return { status: 'cancel_requested', run_id: runId };
+    }
+    if (opts.onlyIfLive) return { status: 'cancel_requested', run_id: runId };
+    const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
+    if (!rec) throw notFound('run', runId);
+    if (TERMINAL_RUN_STATUSES.has(rec.value.status)) throw conflict(`run ${runId} already ended (${rec.value.status})`);
+    if (rec.value.status === 'running' && rec.value.owner && rec.value.owner !== this.deps.workerId && !this.kernel.leaseLapsed(rec.value)) {
+      // Live in another instance of a shared store: its owner is told (the change feed), cancels
+      // it there at its next step, and writes the end itself. Writing the record from here would
+      // only fence the owner off, leaving the run `running` until its lease lapsed.
+      if (this.remoteCancel) {
+        await this.remoteCancel(runId);
+        return { status: 'cancel_requested', run_id: runId };
+      }
+      throw conflict(`run ${runId} is running in another process (${rec.value.owner}); cancel it there`);
+    }
+    const now = iso(this.deps.clock.now());
+    const done = await this.deps.store.updateRecord<RunRecord>(
+      'runs',
+      runId,
+      {
+        ...rec.value,
+        status: 'cancelled',
+        termination_reason: 'cancelled',
+        error: { type: 'Cancelled', message: 'the run was cancelled' },
+        approvals: rec.value.approvals.map((a) => (a.status === 'pending' ? { ...a, status: 'expired' as const } : a)),
+        owner: null,
+        lease_expires_at: null,
+        ended_at: now,
+        updated_at: now,
+      },
+      rec.version,
+      runIndexes({ ...rec.value, status: 'cancelled' }),
+    );
+    await this.deps.ledger.releaseRun(runId).catch(() => 0);
+    this.kernel.inbox.forget(runId);
+    await this.setTraceStatus(done.value.trace_id, 'cancelled');
+    // The same last word a live run's cancel leaves (RunHost.emitFinal), so the trace ends and the
+    // webhook dispatcher (src/integrations/webhooks.ts) sees run.cancelled.
+    await this.deps.telemetry.emitSafe({
+      event_type: 'runtime_error',
+      trace_id: done.value.trace_id,
+      span_id: newId('span'),
+      actor: { type: 'system', id: this.deps.workerId },
+      error: { type: 'Cancelled', message: 'the run was cancelled' },
+      metadata: {
+        run_id: runId,
+        session_id: done.value.session_id,
+        agent_id: done.value.agent_id,
+        task_id: done.value.task_id,
+        termination_reason: 'cancelled',
+        status: 'cancelled',
+      },
+    });
+    this.kernel.notifySettled(done.value);
+    return { status: 'cancel_requested', run_id: runId };
+  }
+
+  /** A trace segment's status, best effort (a trace that keeps changing or cannot be written is left). */
+  private async setTraceStatus(traceId: string, status: string): Promise<void> {
+    const { store, clock } = this.deps;
+    await casUpdate(
+      async () => {
+        const cur = await store.getRecord<TraceValue>('traces', traceId);
+        if (!cur) return;
+        const ended = status === 'running' ? null : iso(clock.now());
+        await store.updateRecord('traces', traceId, { ...cur.value, status, ended_at: ended }, cur.version);
+      },
+      { attempts: 5 },
+    ).catch(() => undefined);
+  }
+
+  // ---------------------------------------------------------------- steer and interrupt (issue 14 item 2)
+
+  /**
+   * Queues a message for the run's next step boundary. Refused (409) unless the run is running,
+   * awaiting approval or interrupted; a message the input guardrails block is refused too, and
+   * recorded as a `guardrail_violation` event of the run (`blocked` in the answer).
+   */
+  async steer(
+    runId: string,
+    body: { message: string; sender: string },
+  ): Promise<{ status: 'queued'; message_id: string; run_id: string } | { blocked: { rule: string; message: string } }> {
+    const r = await this.kernel.get(runId);
+    if (!STEERABLE.has(r.status))
+      throw conflict(`run ${runId} cannot be steered while ${r.status}; only running, awaiting_approval or interrupted runs can`, r.status);
+    const meta = { run_id: runId, session_id: r.session_id, agent_id: r.agent_id, task_id: r.task_id };
+    const verdict = checkInput(body.message, this.deps.guardrails);
+    if (!verdict.allowed) {
+      await this.deps.telemetry.emitSafe({
+        event_type: 'guardrail_violation',
+        trace_id: r.trace_id,
+        span_id: await this.rootSpanOf(r),
+        actor: { type: 'guardrail', id: verdict.rule },
+        input: { message: body.message, sender: body.sender },
+        error: { type: 'GuardrailViolation', message: verdict.message },
+        metadata: { ...meta, rule: verdict.rule, matched: verdict.matched ?? null, source: 'steer', sender: body.sender },
+      });
+      return { blocked: { rule: verdict.rule, message: verdict.message } };
+    }
+    const entry = await this.kernel.inbox.queueSteer(runId, body.sender, body.message);
+    // The run may have ended between the status check and the append (its last boundary read
+    // nothing): then nobody will take the message. Say so instead of answering `queued`.
+    const after = await this.kernel.get(runId);
+    if (TERMINAL_RUN_STATUSES.has(after.status) && !(await this.steeredInto(runId, entry.message_id))) {
+      await this.kernel.inbox.withdrawSteer(runId, entry.message_id);
+      throw conflict(`run ${runId} ended (${after.status}) before the message could be delivered`, after.status);
+    }
+    await this.deps.telemetry.emitSafe({
+      event_type: 'run_steered',
+      trace_id: after.trace_id,
+      span_id: await this.rootSpanOf(after),
+      actor: { type: 'user', id: body.sender },
+      input: { message: body.message },
+      metadata: { ...meta, message_id: entry.message_id, sender: body.sender, status: after.status },
+    });
+    return { status: 'queued', message_id: entry.message_id, run_id: runId };
+  }
+
+  /**
+   * The root span of the run's current trace segment, where events about the run itself go (as
+   * run_resumed does): the live segment's, else the span of the segment's first event.
+   */
+  private async rootSpanOf(r: RunRecord): Promise<string> {
+    const live = this.kernel.live.get(r.run_id);
+    if (live && live.writer.value.trace_id === r.trace_id) return live.rootSpan;
+    const first = await this.deps.store.readEvents({ filters: { trace_id: r.trace_id }, limit: 1 }).catch(() => null);
+    const span = first?.events[0]?.span_id;
+    return typeof span === 'string' && span ? span : newId('span');
+  }
+
+  /** Whether the run's saved context already holds the steer message. */
+  private async steeredInto(runId: string, messageId: string): Promise<boolean> {
+    const snap = await this.deps.store.getRecord<SnapshotValue>('snapshots', runId);
+    const ctx = (snap?.value.snapshot as { context?: RunContext } | undefined)?.context;
+    return (ctx?.steered ?? []).includes(messageId);
+  }
+
+  /**
+   * Asks a running run to stop at its next step boundary (saved `interrupted`, resumable with
+   * POST /runs/{id}/resume). A tool call or model call in flight finishes and is saved first.
+   */
+  async interrupt(
+    runId: string,
+    opts: { by?: string | null } = {},
+  ): Promise<{ status: 'interrupt_requested' | 'interrupted'; run_id: string; interrupt_id: string | null }> {
+    const r = await this.kernel.get(runId);
+    if (r.status === 'interrupted' && r.machine_state === 'interrupted') return { status: 'interrupted', run_id: runId, interrupt_id: null };
+    if (r.kind === 'background') throw conflict(`run ${runId} is a background run; stop it with POST /background/runs/{run_id}/cancel`, 'background');
+    // A run a graceful shutdown interrupted is resumed at the next start: the request makes it
+    // stop again at its first boundary there, and stay stopped.
+    if (r.status !== 'running' && r.status !== 'interrupted')
+      throw conflict(`run ${runId} cannot be interrupted while ${r.status}; only running runs can`, r.status);
+    const interrupt_id = await this.kernel.inbox.requestInterrupt(runId, opts.by ?? null);
+    return { status: 'interrupt_requested', run_id: runId, interrupt_id };
+  }
+
+  /** The inbox of a run (steer messages queued so far, the last interrupt request). */
+  async inboxOf(runId: string): Promise<InboxValue> {
+    const r = await this.kernel.get(runId);
+    return (await this.kernel.inbox.get(runId)) ?? { run_id: r.run_id, messages: [], interrupt: null, updated_at: r.updated_at };
+  }
+}
+
+/** A decision's read → decide → write, retried (with backoff) while its write loses a race; 409 when it keeps losing. */
+async function retryDecision<T>(attempt: () => Promise<T>, busy?: string): Promise<T> {
+  try {
+    return await casUpdate(attempt);
+  } catch (err) {
+    if (err instanceof CasExhaustedError) throw tooBusy(busy);
+    throw err;
+  }
+}

@@ -1,0 +1,322 @@
+// The run machine's effects, bound with `runMachine.provide()` (bind): the input guardrail, the
+// step boundary's inbox read, budget reservations, the model call, governance of tool calls, and
+// the tool batch (each call run by src/runtime/run-tools.ts). Each works on the run's RunHost
+// (telemetry, writer, agent) and returns what the machine folds into its context.
+import { fromPromise } from 'xstate';
+import {
+  effectRunId,
+  runMachine,
+  type ApprovalState,
+  type BudgetRequest,
+  type InboxRead,
+  type ModelStepResult,
+  type PolicyDecision,
+  type ReserveResult,
+  type RunContext,
+  type ToolOutcome,
+} from '../../machines/run.machine.js';
+import { decide as decidePolicy } from '../../machines/policies/governance.js';
+import type { MeterAmounts } from '../../machines/policies/budget.js';
+import { withRetries } from '../agent/model/retry.js';
+import { ModelCallError, type ToolCallRequest, type ToolDeclaration } from '../agent/model/types.js';
+import { modelCallReservation, modelCallUsage } from '../agent/pricing.js';
+import { checkInput } from '../agent/guardrails.js';
+import { newId } from '../ids.js';
+import { settleHold } from './budget-settle.js';
+import type { RunHost, RunEventInput } from './run-host.js';
+import type { RunKernel } from './run-kernel.js';
+import { ToolRunner } from './run-tools.js';
+import { iso } from './run-types.js';
+
+export class RunEffects {
+  private readonly tools: ToolRunner;
+
+  constructor(private readonly kernel: RunKernel) {
+    this.tools = new ToolRunner(kernel.deps);
+  }
+
+  private get deps() {
+    return this.kernel.deps;
+  }
+
+  /**
+   * The run machine with these effects bound. Effects are invoked with the run id only (the
+   * machine's EffectInput) and read the run's current context from its actor: the invoke inputs
+   * are persisted with the snapshot, so they must not carry the conversation a second time.
+   */
+  bind() {
+    const ctxOf = (input: Parameters<typeof effectRunId>[0]): RunContext => this.kernel.mustLive(effectRunId(input)).context();
+    return runMachine.provide({
+      actors: {
+        checkInput: fromPromise(async ({ input }) => this.checkInput(input.query, input.run_id)),
+        reserveBudget: fromPromise(async ({ input }) => this.reserve(ctxOf(input), input.phase)),
+        callModel: fromPromise(async ({ input, signal }) => this.callModel(ctxOf(input), signal)),
+        governTools: fromPromise(async ({ input }) => this.govern(ctxOf(input))),
+        executeTools: fromPromise(async ({ input, signal }) => this.executeTools(ctxOf(input), signal)),
+        readInbox: fromPromise(async ({ input }) => this.readInbox(ctxOf(input))),
+      },
+      actions: {
+        notify: ({ context }, params) => {
+          if (params.kind === 'step') this.onStep(context);
+        },
+      },
+    });
+  }
+
+  private async checkInput(query: string, runId: string): Promise<RunContext['guardrail_result']> {
+    const result = checkInput(query, this.deps.guardrails);
+    if (result.allowed) return { allowed: true };
+    const live = this.kernel.live.get(runId);
+    if (live) {
+      void live.emit({
+        event_type: 'guardrail_violation',
+        actor: { type: 'guardrail', id: result.rule },
+        input: { query },
+        error: { type: 'GuardrailViolation', message: result.message },
+        span_id: live.rootSpan,
+        metadata: { rule: result.rule, matched: result.matched ?? null },
+      });
+    }
+    return { allowed: false, rule: result.rule, message: result.message, matched: result.matched };
+  }
+
+  /** The step boundary's inbox read. A store failure delivers nothing this time (the next boundary reads again). */
+  private async readInbox(ctx: RunContext): Promise<InboxRead> {
+    try {
+      return await this.kernel.inbox.read(ctx.run_id, ctx.steered ?? [], ctx.interrupt_handled ?? null);
+    } catch (err) {
+      this.deps.log?.('warn', 'run inbox could not be read; trying again at the next step boundary', { run_id: ctx.run_id, err: String(err) });
+      return { messages: [], interrupt_id: null };
+    }
+  }
+
+  private async reserve(ctx: RunContext, phase: 'model' | 'tools'): Promise<ReserveResult> {
+    const live = this.kernel.mustLive(ctx.run_id);
+    const amounts: MeterAmounts = phase === 'model' ? this.modelWorstCase(live, ctx) : { tool_calls: ctx.pending.filter((c) => willExecute(ctx, c)).length };
+    const res = await this.deps.ledger.reserve({
+      reservation_id: `${ctx.run_id}:${phase}:${ctx.step}`,
+      run_id: ctx.run_id,
+      session_id: ctx.session_id,
+      agent_id: live.agent_id,
+      amounts,
+    });
+    if (res.ok) {
+      for (const w of res.warnings) {
+        void live.emit({
+          event_type: 'budget_warning',
+          actor: { type: 'system', id: 'budget' },
+          span_id: live.stepSpan ?? live.rootSpan,
+          output: w,
+          metadata: { key: w.key, meter: w.meter },
+        });
+      }
+      return { ok: true };
+    }
+    const s = res.shortfall;
+    const request: BudgetRequest = {
+      request_id: newId('budgetreq'),
+      key: s.key,
+      scope: s.scope,
+      meter: s.meter,
+      limit: s.limit,
+      used: s.used,
+      needed: s.needed,
+      shortfall: s.shortfall,
+      status: 'pending',
+      asked_at: iso(this.deps.clock.now()),
+      phase,
+    };
+    void live.emit({
+      event_type: 'budget_exhausted',
+      actor: { type: 'system', id: 'budget' },
+      span_id: live.stepSpan ?? live.rootSpan,
+      output: { ...request, on_exhausted: res.on_exhausted },
+      metadata: { key: s.key, meter: s.meter, on_exhausted: res.on_exhausted },
+    });
+    return { ok: false, on_exhausted: res.on_exhausted, request };
+  }
+
+  private modelWorstCase(live: RunHost, ctx: RunContext): MeterAmounts {
+    const model = live.agent.model;
+    const input = model.estimateInputTokens(ctx.messages, toolDeclarations(live));
+    return modelCallReservation(this.deps.settings.pricing, model.model, { input_tokens: input, max_output_tokens: live.agent.max_output_tokens }).amounts;
+  }
+
+  private async callModel(ctx: RunContext, signal: AbortSignal): Promise<ModelStepResult> {
+    const live = this.kernel.mustLive(ctx.run_id);
+    const agentModel = live.agent.model;
+    const span = newId('span');
+    const started = this.deps.clock.now();
+    const tools = toolDeclarations(live);
+    void live.emit({
+      event_type: 'model_call',
+      actor: { type: 'model', id: agentModel.model, name: agentModel.provider },
+      span_id: span,
+      parent_span_id: live.stepSpan,
+      input: { messages: ctx.messages.length, tools: tools.map((t) => t.name), last: ctx.messages.at(-1) },
+      metadata: { model: agentModel.model, provider: agentModel.provider, step: ctx.step },
+    });
+    const combined = AbortSignal.any([signal, live.abort.signal]);
+    let result;
+    try {
+      // A retry wrapper per call, so each failed attempt's model_error lands in this run's trace.
+      const model = withRetries(agentModel, {
+        onError: (err, attempt, willRetry, delayMs) => void live.emit(modelErrorEvent(live, span, err, attempt, willRetry, delayMs)),
+      });
+      result = await model.call({
+        messages: ctx.messages,
+        tools,
+        max_output_tokens: live.agent.max_output_tokens,
+        signal: combined,
+        onDelta: (text) => live.onDelta?.(text, ++live.deltaSeq, live.eventSeq),
+      });
+    } catch (err) {
+      // Retries already emitted one model_error per failed attempt; this is the final one.
+      if (!(err instanceof ModelCallError)) {
+        void live.emit({
+          event_type: 'model_error',
+          actor: { type: 'model', id: agentModel.model },
+          span_id: span,
+          parent_span_id: live.stepSpan,
+          error: { type: 'ModelError', message: String((err as Error)?.message ?? err) },
+          duration_ms: this.deps.clock.now() - started,
+        });
+      }
+      throw err;
+    }
+    const usage = modelCallUsage(this.deps.settings.pricing, agentModel.model, result.usage);
+    await settleHold(this.deps, ctx.run_id, `${ctx.run_id}:model:${ctx.step}`, usage.amounts, 'model');
+    this.deps.metrics.tokensUsed(result.usage.input_tokens, result.usage.output_tokens);
+    void live.emit({
+      event_type: 'model_response',
+      actor: { type: 'model', id: agentModel.model, name: agentModel.provider },
+      span_id: span,
+      parent_span_id: live.stepSpan,
+      output: { text: result.text, tool_calls: result.tool_calls, finish_reason: result.finish_reason },
+      token_usage: result.usage,
+      estimated_cost_usd: usage.amounts.cost_usd,
+      duration_ms: this.deps.clock.now() - started,
+      metadata: { model: result.model, provider: agentModel.provider, step: ctx.step, finish_reason: result.finish_reason },
+    });
+    return { result, cost_usd: usage.amounts.cost_usd };
+  }
+
+  private async govern(ctx: RunContext): Promise<{ decisions: PolicyDecision[]; approvals: ApprovalState[] }> {
+    const live = this.kernel.mustLive(ctx.run_id);
+    const { governance, approval_expires_seconds } = this.deps.settings;
+    const decisions: PolicyDecision[] = [];
+    const approvals: ApprovalState[] = [];
+    const now = this.deps.clock.now();
+    for (const call of ctx.pending) {
+      const tool = live.agent.tools.get(call.name);
+      const span = newId('span');
+      void live.emit({
+        event_type: 'policy_request_created',
+        actor: { type: 'agent', id: live.agent_id },
+        span_id: span,
+        parent_span_id: live.stepSpan,
+        input: { tool_name: call.name, arguments: call.arguments },
+        metadata: { tool_call_id: call.id, tool_name: call.name, mcp_server: tool?.mcp_server ?? null },
+      });
+      const d = decidePolicy({ tool_name: call.name, mcp_server: tool?.mcp_server }, governance);
+      decisions.push({ tool_call_id: call.id, effect: d.effect, reason: d.reason ?? null });
+      void live.emit({
+        event_type: `policy_decision_${d.effect}`,
+        actor: { type: 'system', id: 'governance' },
+        span_id: span,
+        parent_span_id: live.stepSpan,
+        output: { effect: d.effect, rule_index: d.rule_index, reason: d.reason ?? null },
+        metadata: { tool_call_id: call.id, tool_name: call.name },
+      });
+      if (d.effect === 'ask') {
+        approvals.push({
+          approval_id: newId('approval'),
+          status: 'pending',
+          tool_name: call.name,
+          tool_call_id: call.id,
+          arguments: call.arguments,
+          reason: d.reason ?? null,
+          created_at: iso(now),
+          expires_at: iso(now + approval_expires_seconds * 1000),
+          approver: null,
+          note: null,
+          decided_at: null,
+          edited_arguments: null,
+        });
+      }
+    }
+    return { decisions, approvals };
+  }
+
+  private async executeTools(ctx: RunContext, signal: AbortSignal): Promise<ToolOutcome[]> {
+    const live = this.kernel.mustLive(ctx.run_id);
+    const batchSpan = newId('span');
+    const started = this.deps.clock.now();
+    void live.emit({
+      event_type: 'tool_batch_start',
+      actor: { type: 'agent', id: live.agent_id },
+      span_id: batchSpan,
+      parent_span_id: live.stepSpan,
+      input: { tool_calls: ctx.pending.map((c) => ({ id: c.id, name: c.name })) },
+      metadata: { size: ctx.pending.length, step: ctx.step },
+    });
+    const combined = AbortSignal.any([signal, live.abort.signal]);
+    const outcomes = await Promise.all(ctx.pending.map((call) => this.tools.run(live, ctx, call, batchSpan, combined)));
+    const executed = outcomes.filter((o) => o.outcome !== 'denied' && o.outcome !== 'rejected').length;
+    await settleHold(this.deps, ctx.run_id, `${ctx.run_id}:tools:${ctx.step}`, { tool_calls: executed }, 'tools');
+    void live.emit({
+      event_type: 'observation_pipeline_end',
+      actor: { type: 'agent', id: live.agent_id },
+      span_id: newId('span'),
+      parent_span_id: batchSpan,
+      output: { observations: outcomes.map((o) => ({ tool_call_id: o.tool_call_id, outcome: o.outcome, chars: o.content.length })) },
+      duration_ms: this.deps.clock.now() - started,
+    });
+    return outcomes;
+  }
+
+  private onStep(ctx: RunContext): void {
+    const live = this.kernel.live.get(ctx.run_id);
+    if (!live) return;
+    live.stepSpan = newId('span');
+    void live.emit({
+      event_type: 'agent_step',
+      actor: { type: 'agent', id: live.agent_id },
+      span_id: live.stepSpan,
+      parent_span_id: live.rootSpan,
+      metadata: { step: ctx.step },
+    });
+  }
+}
+
+/** Whether a pending call will actually run (not denied, not refused). */
+function willExecute(ctx: RunContext, call: ToolCallRequest): boolean {
+  const d = ctx.decisions.find((x) => x.tool_call_id === call.id);
+  if (d?.effect === 'deny') return false;
+  const a = ctx.approvals.find((x) => x.tool_call_id === call.id);
+  return !(a && a.status !== 'approved');
+}
+
+function toolDeclarations(live: RunHost): ToolDeclaration[] {
+  const { tools, subagents } = live.agent;
+  const own = tools.list().map((t) => ({ name: t.name, description: t.description, input_schema: t.input_schema }));
+  return subagents ? [...own, ...subagents.declarations()] : own;
+}
+
+function modelErrorEvent(
+  live: RunHost,
+  span: string,
+  err: ModelCallError,
+  attempt: number,
+  willRetry: boolean,
+  delayMs: number,
+): RunEventInput & { metadata: Record<string, unknown> } {
+  return {
+    event_type: 'model_error',
+    actor: { type: 'model', id: live.agent.model.model, name: live.agent.model.provider },
+    span_id: span,
+    parent_span_id: live.stepSpan,
+    error: { type: err.kind, message: err.message },
+    metadata: { attempt, will_retry: willRetry, retry_delay_ms: willRetry ? delayMs : null, status: err.status ?? null },
+  };
+}

@@ -1,0 +1,153 @@
+// A session's conversation as runs change it: a completed run's turn appended (in the run's final
+// store round, or the slow way after it), a rolled-back run's turn taken out, and the turn an
+// interrupted run had reached carried over to the run that takes its place (session policies,
+// docs/runs.md "Busy sessions").
+import type { ChatMessage } from '../agent/model/types.js';
+import type { RunContext } from '../../machines/run.machine.js';
+import type { Clock } from '../clock.js';
+import { casUpdate, CasExhaustedError } from '../store/cas.js';
+import type { Store, Versioned, WriteOp } from '../store/store.js';
+import type { TelemetryEmitter } from './emitter.js';
+import type { RunRecord } from './run-record.js';
+import { countsOf, iso, type SessionValue, type SnapshotValue } from './run-types.js';
+
+export class SessionHistory {
+  constructor(private readonly deps: { store: Store; clock: Clock; telemetry: TelemetryEmitter }) {}
+
+  /** What a completed run adds to its session: the turns it took over, its query, its answer. */
+  private turnOf(record: RunRecord, prelude: ChatMessage[]): ChatMessage[] {
+    return [...prelude, { role: 'user', content: this.deps.telemetry.redactText(record.query) }, { role: 'assistant', content: record.response ?? '' }];
+  }
+
+  /**
+   * The completed run's turn added to the session it read at its start (`cur`, null: none yet),
+   * in one conditional write. True once written, false if it must be redone with appendHistory.
+   */
+  write(cur: Versioned<SessionValue> | null, record: RunRecord, prelude: ChatMessage[]): Promise<boolean> {
+    if (cur?.value.run_ids.includes(record.run_id)) return Promise.resolve(true);
+    const add = this.turnOf(record, prelude);
+    const now = record.updated_at;
+    const op: WriteOp = cur
+      ? {
+          op: 'update',
+          kind: 'sessions',
+          id: record.session_id,
+          expectedVersion: cur.version,
+          value: {
+            ...cur.value,
+            messages: [...cur.value.messages, ...add],
+            run_ids: [...cur.value.run_ids, record.run_id],
+            counts: [...countsOf(cur.value), add.length],
+            updated_at: now,
+          } satisfies SessionValue,
+        }
+      : {
+          op: 'create',
+          kind: 'sessions',
+          id: record.session_id,
+          value: {
+            session_id: record.session_id,
+            messages: add,
+            run_ids: [record.run_id],
+            counts: [add.length],
+            created_at: now,
+            updated_at: now,
+          } satisfies SessionValue,
+        };
+    return this.deps.store.commit([op]).then(
+      () => true,
+      () => false,
+    );
+  }
+
+  /** The completed run's turn appended with a fresh read (a session changed meanwhile, or a resumed run). */
+  async append(record: RunRecord, prelude: ChatMessage[] = []): Promise<void> {
+    const { store, clock } = this.deps;
+    const now = iso(clock.now());
+    const add = this.turnOf(record, prelude);
+    try {
+      await casUpdate(
+        async () => {
+          const cur = await store.getRecord<SessionValue>('sessions', record.session_id);
+          if (!cur) {
+            await store.createRecord<SessionValue>('sessions', record.session_id, {
+              session_id: record.session_id,
+              messages: add,
+              run_ids: [record.run_id],
+              counts: [add.length],
+              created_at: now,
+              updated_at: now,
+            });
+            return;
+          }
+          if (cur.value.run_ids.includes(record.run_id)) return;
+          await store.updateRecord<SessionValue>(
+            'sessions',
+            record.session_id,
+            {
+              ...cur.value,
+              messages: [...cur.value.messages, ...add],
+              run_ids: [...cur.value.run_ids, record.run_id],
+              counts: [...countsOf(cur.value), add.length],
+              updated_at: now,
+            },
+            cur.version,
+          );
+        },
+        { retryOn: ['stale_version', 'conflict'] },
+      );
+    } catch (err) {
+      // A session that kept changing for every attempt: the turn is not added (as before).
+      if (!(err instanceof CasExhaustedError)) throw err;
+    }
+  }
+
+  /**
+   * Session policy `rollback`: the cancelled run's turn leaves the session. A run cancelled in
+   * time never added one; one that completed first (the race is short) is taken back out.
+   */
+  async rollbackTurn(sessionId: string, runId: string, cur: Versioned<SessionValue> | null): Promise<Versioned<SessionValue> | null> {
+    let latest = cur;
+    try {
+      return await casUpdate(async (i) => {
+        if (i > 0) latest = await this.deps.store.getRecord<SessionValue>('sessions', sessionId);
+        if (!latest) return latest;
+        const at = latest.value.run_ids.indexOf(runId);
+        if (at < 0) return latest;
+        const counts = countsOf(latest.value);
+        const start = counts.slice(0, at).reduce((a, b) => a + b, 0);
+        const value: SessionValue = {
+          ...latest.value,
+          messages: [...latest.value.messages.slice(0, start), ...latest.value.messages.slice(start + counts[at])],
+          run_ids: latest.value.run_ids.filter((_, j) => j !== at),
+          counts: counts.filter((_, j) => j !== at),
+          updated_at: iso(this.deps.clock.now()),
+        };
+        return await this.deps.store.updateRecord<SessionValue>('sessions', sessionId, value, latest.version);
+      });
+    } catch (err) {
+      if (err instanceof CasExhaustedError) return latest;
+      throw err;
+    }
+  }
+
+  /**
+   * Session policy `interrupt`: the conversation the interrupted run had reached (its query, its
+   * tool calls and results, steer messages it took), which the new run continues from.
+   */
+  async carryOver(runId: string): Promise<{ messages: ChatMessage[]; prelude: ChatMessage[] }> {
+    const none = { messages: [], prelude: [] };
+    const [rec, snap] = await Promise.all([this.deps.store.getRecord<RunRecord>('runs', runId), this.deps.store.getRecord<SnapshotValue>('snapshots', runId)]);
+    if (!rec || rec.value.status !== 'interrupted' || !snap) return none;
+    const ctx = (snap.value.snapshot as { context?: RunContext }).context;
+    if (!ctx) return none;
+    let from = ctx.history_length;
+    if (from === undefined) {
+      // v1 snapshot: the run's own turn starts at its query.
+      from = ctx.messages.findLastIndex((m) => m.role === 'user' && m.content === ctx.query);
+      if (from < 0) return none;
+    }
+    const messages = ctx.messages.slice(from).filter((m) => m.role !== 'system');
+    return { messages, prelude: [{ role: 'user', content: this.deps.telemetry.redactText(rec.value.query) }] };
+  }
+}

@@ -1,0 +1,407 @@
+// One object per run live in this process: its serial record writer, its actor, its heartbeat
+// and timeout timers, and its telemetry chain. After every transition it persists the record and
+// snapshot (the record as recordFromSnapshot projects it), and it lets go of the run when it
+// ends, parks for a person, stops at a boundary, fails outside its machine or is fenced off.
+import type { AnyActorRef, Snapshot } from 'xstate';
+import { RUN_MACHINE_VERSION, type RunContext, type RunEvent, type RunStateValue } from '../../machines/run.machine.js';
+import type { ChatMessage } from '../agent/model/types.js';
+import { newId } from '../ids.js';
+import { isSharedStore } from '../store/changes.js';
+import type { Versioned, WriteOp } from '../store/store.js';
+import type { EventRecordInput } from '../telemetry/record.js';
+import type { AgentLease, AgentProfile } from './agent-profile.js';
+import { FencedError, RecordWriter } from './persistence.js';
+import { phaseOf, recordFromSnapshot } from './run-projection.js';
+import type { RunKernel } from './run-kernel.js';
+import { TERMINAL_RUN_STATUSES, runIndexes, type RunRecord, type RunRecordStatus } from './run-record.js';
+import { iso, traceStatusOf, type SessionValue, type SnapshotValue, type StartOptions, type TraceValue } from './run-types.js';
+
+/**
+ * A new run's creating write (and its first events) wait this long for the run to go on before
+ * they are handed to the store: a run that ends or parks meanwhile (a short answer, a tool and an
+ * answer) is created already ended, in one store round instead of two. Bounded, so a long run is
+ * durable after this long; anything that must be durable sooner (an end, a pause, a non-idempotent
+ * tool) hands it over at once.
+ */
+const CREATE_FOLD_MS = 10;
+
+/** A telemetry event as a run's parts emit it (the host adds trace id, sequence and run metadata). */
+export type RunEventInput = Omit<EventRecordInput, 'trace_id' | 'metadata'> & { metadata?: Record<string, unknown> };
+
+type RunSnapshot = { value: RunStateValue; context: RunContext; status: string };
+
+export class RunHost {
+  readonly run_id: string;
+  readonly session_id: string;
+  readonly writer: RecordWriter<RunRecord>;
+  ref: AnyActorRef | null = null;
+  readonly abort = new AbortController();
+  readonly rootSpan = newId('span');
+  stepSpan: string | null = null;
+  /** Resolves when every event emitted so far is stored and published. */
+  emitChain: Promise<unknown> = Promise.resolve();
+  /** Events held back with the delayed creating write (CREATE_FOLD_MS), in order; null once it went. */
+  private heldEvents: { events: EventRecordInput[]; release: () => void } | null = null;
+  /**
+   * The session record as this run found it once its turn came (null: a new session), so the
+   * completed run's history is written in the same store round as its final record. Undefined
+   * for a resumed run, which did not queue in its session: it appends with a fresh read instead.
+   */
+  session: Versioned<SessionValue> | null | undefined = undefined;
+  /** The history write issued with the final record: true once written, false if it must be redone. */
+  private historyWrite: Promise<boolean> | null = null;
+  /** Event order within this trace segment, 1..n. */
+  eventSeq = 0;
+  deltaSeq = 0;
+  /** StartOptions.onDelta. */
+  readonly onDelta?: (text: string, sequence: number, afterEvent: number) => void;
+  /** Resolves when the run ends or waits for a person. Never rejects. */
+  readonly settled: Promise<RunRecord>;
+  private resolveSettled!: (r: RunRecord) => void;
+  private heartbeat: NodeJS.Timeout | null = null;
+  private timeout: NodeJS.Timeout | null = null;
+  private readonly startedAtMs: number;
+  readonly workspace_path: string | null;
+  /** Set once the run's last write in this process is decided: later snapshots are not persisted. */
+  ending = false;
+  readonly kind: 'sync' | 'background';
+  readonly task_id: string | null;
+  readonly agent_id: string;
+  /** The agent this run runs as (model, tools, instruction), held until the run retires. */
+  readonly agent: AgentProfile;
+  private readonly releaseAgent: () => void;
+  /** This segment's trace record, rewritten in the commit that ends or parks the run. */
+  private trace: TraceValue;
+  /** Messages the run's turn adds to the session before its own (an interrupted run's query it took over). */
+  prelude: ChatMessage[] = [];
+
+  /** `create`: the run does not exist yet; its writer's first commit creates it, with these ops. */
+  constructor(
+    private readonly kernel: RunKernel,
+    rec: Versioned<RunRecord>,
+    private readonly releaseSlot: () => void,
+    agent: AgentLease,
+    opts: StartOptions,
+    trace: TraceValue,
+    create?: WriteOp[],
+  ) {
+    const { deps } = kernel;
+    this.run_id = rec.value.run_id;
+    this.session_id = rec.value.session_id;
+    this.settled = new Promise<RunRecord>((r) => (this.resolveSettled = r));
+    // A new run's first round waits to fold with what follows (CREATE_FOLD_MS), unless other
+    // processes share the store (they must be able to read the run as soon as its id is out).
+    const fold = create !== undefined && !isSharedStore(deps.store);
+    this.writer = new RecordWriter<RunRecord>(
+      deps.store,
+      'runs',
+      rec.id,
+      rec,
+      runIndexes,
+      (err) => this.onFenced(err),
+      create ? (fold ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.releaseHeldEvents() } : { extra: create }) : undefined,
+    );
+    this.onDelta = opts.onDelta;
+    this.startedAtMs = deps.clock.now();
+    this.workspace_path = opts.workspace_path ?? null;
+    this.kind = rec.value.kind;
+    this.task_id = rec.value.task_id;
+    this.agent_id = rec.value.agent_id;
+    this.agent = agent.profile;
+    this.releaseAgent = agent.release;
+    this.trace = trace;
+    if (fold) {
+      let release!: () => void;
+      const released = new Promise<void>((r) => (release = r));
+      this.heldEvents = { events: [], release };
+      this.emitChain = released;
+    }
+    const leaseMs = deps.settings.lease_seconds * 1000;
+    this.heartbeat = setInterval(() => this.beat(), Math.max(50, Math.floor(leaseMs / 3)));
+    this.heartbeat.unref();
+    const timeoutSeconds = opts.timeout_seconds ?? (this.kind === 'sync' ? deps.settings.request_timeout_seconds : null);
+    if (timeoutSeconds && timeoutSeconds > 0) {
+      this.timeout = setTimeout(() => this.ref?.send({ type: 'TIMEOUT' }), timeoutSeconds * 1000);
+      this.timeout.unref();
+    }
+  }
+
+  private get deps() {
+    return this.kernel.deps;
+  }
+
+  /**
+   * Spawns (or restores) the run's actor. `resumeEvent` is the person's decision a restored
+   * waiting run continues with: it is sent before anything is persisted, because persisting the
+   * restored `awaiting*` state first would park the run again.
+   */
+  spawn(opts: { input?: unknown; snapshot?: Snapshot<unknown> }, resumeEvent?: RunEvent): void {
+    const ref = this.deps.system.spawn(`run:${this.run_id}`, this.kernel.logic, opts);
+    this.ref = ref;
+    ref.subscribe({
+      next: (snap) => this.onSnapshot(snap as unknown as RunSnapshot),
+      error: (err) => void this.failLive(err),
+    });
+    if (resumeEvent) ref.send(resumeEvent);
+    // The subscription only sees later transitions: persist the state we start in too.
+    else this.onSnapshot(ref.getSnapshot() as RunSnapshot);
+  }
+
+  /**
+   * The run's current machine context, which the effects read (their invoke inputs carry only the
+   * run id). While a restored actor starts, the effects active in its snapshot start before
+   * spawn() returns its ref: the system knows the actor by then, already holding that snapshot.
+   */
+  context(): RunContext {
+    const ref = this.ref ?? this.deps.system.get(`run:${this.run_id}`);
+    if (!ref) throw new Error(`run ${this.run_id} has no actor`);
+    return (ref.getSnapshot() as RunSnapshot).context;
+  }
+
+  // ---------------------------------------------------------------- persistence after each transition
+
+  private onSnapshot(snap: RunSnapshot): void {
+    if (this.ending || !this.ref) return;
+    const state = snap.value;
+    const ctx = snap.context;
+    const phase = phaseOf(state, this.kernel.closing);
+    const { status, terminal, waiting, stopped, interrupt } = phase;
+    const persisted = this.ref.getPersistedSnapshot();
+    const now = iso(this.deps.clock.now());
+    if (phase.ending) this.ending = true;
+    const extra = (): WriteOp[] => {
+      const ops: WriteOp[] = [
+        {
+          op: 'update',
+          kind: 'snapshots',
+          id: this.run_id,
+          expectedVersion: null,
+          value: { machine: 'run', machine_version: RUN_MACHINE_VERSION, snapshot: persisted, workspace_path: this.workspace_path } satisfies SnapshotValue,
+        },
+      ];
+      // The trace's status changes in the same commit as the run's, so nobody sees an ended or
+      // parked run whose trace still reads `running`.
+      if (phase.ending) {
+        this.trace = { ...this.trace, status: terminal ? traceStatusOf(status) : 'suspended', ended_at: now };
+        ops.push({
+          op: 'update',
+          kind: 'traces',
+          id: this.trace.trace_id,
+          value: this.trace,
+          expectedVersion: null,
+          indexes: { run_id: this.run_id, session_id: this.session_id, task_id: this.task_id },
+        });
+      }
+      return ops;
+    };
+    // A run's events are stored before it reads as ended or waiting, so a client that sees that
+    // status also finds final_answer / runtime_error / policy_decision_ask: every event was handed
+    // to the store before this record update, and the store's write queue is first in, first out
+    // (same atomic batch or an earlier one). No waiting for the events here, so the run's end
+    // costs one store round, not two.
+    if (terminal) void this.emitFinal(status, ctx);
+    if (stopped) {
+      void this.emit({
+        event_type: 'run_interrupted',
+        actor: { type: 'system', id: this.deps.workerId },
+        span_id: this.rootSpan,
+        metadata: { interrupt_id: ctx.interrupt_handled ?? null, step: ctx.step, steered: (ctx.steered ?? []).length },
+      });
+    }
+    // The conversation grows in the same round as the completed run's record: issued right
+    // before it (see RecordWriter.update's beforeCommit), as its own job, so a session changed
+    // meanwhile (its CAS misses) only makes finish() append the slow way.
+    const session = this.session;
+    const beforeCommit =
+      status === 'completed' && session !== undefined ? (r: RunRecord) => (this.historyWrite = this.kernel.history.write(session, r, this.prelude)) : undefined;
+    const write = this.writer.update((r) => recordFromSnapshot(r, state, ctx, phase, now, this.deps.telemetry), extra, beforeCommit);
+    // An end, a pause or a stop must be durable at once (a delayed creation goes now).
+    if (phase.ending) this.writer.flush();
+    if (terminal)
+      void write.then(
+        (r) => this.finish(r.value),
+        (err) => this.failLive(err),
+      );
+    else if (waiting)
+      void write.then(
+        (r) => this.park(r.value),
+        (err) => this.failLive(err),
+      );
+    else if (interrupt) {
+      // Stop the actor now, synchronously: the budgeting effect may resolve within microtasks
+      // and would otherwise start the next model call or tool batch after we saved the boundary.
+      this.deps.system.stop(`run:${this.run_id}`);
+      void write.then(
+        (r) => this.stopAtBoundary(r.value),
+        (err) => this.failLive(err),
+      );
+    } else write.catch(() => {}); // a fenced write is handled by onFenced
+  }
+
+  /** Shutdown reached this run at a step boundary: its `interrupted` record is saved; let go of it. */
+  private async stopAtBoundary(record: RunRecord): Promise<void> {
+    this.abort.abort();
+    await this.emitChain;
+    this.retire();
+    this.resolveSettled(record);
+  }
+
+  /** A run waiting for a person: saved, actor stopped, slot released: it costs storage, not memory. */
+  private async park(record: RunRecord): Promise<void> {
+    await this.emitChain;
+    this.retire();
+    this.resolveSettled(record);
+    this.kernel.notifySettled(record);
+  }
+
+  /** final_answer for a completed run, runtime_error for one that failed, was cancelled or timed out. */
+  private emitFinal(status: RunRecordStatus, ctx: RunContext): Promise<unknown> {
+    if (status === 'completed') {
+      const usage = { input_tokens: ctx.usage.request_tokens, output_tokens: ctx.usage.response_tokens, total_tokens: ctx.usage.total_tokens };
+      return this.emit({
+        event_type: 'final_answer',
+        actor: { type: 'agent', id: this.writer.value.agent_name },
+        output: { response: ctx.response },
+        span_id: this.rootSpan,
+        token_usage: usage,
+      });
+    }
+    if (status === 'blocked') return this.emitChain; // guardrail_violation was the last word
+    return this.emit({
+      event_type: 'runtime_error',
+      actor: { type: 'system', id: this.deps.workerId },
+      error: ctx.error ?? { type: status, message: status },
+      span_id: this.rootSpan,
+      metadata: { termination_reason: ctx.termination_reason, status },
+    });
+  }
+
+  private async finish(record: RunRecord): Promise<void> {
+    await this.emitChain;
+    if (record.status === 'completed' && !(this.historyWrite && (await this.historyWrite))) await this.kernel.history.append(record, this.prelude);
+    if (TERMINAL_RUN_STATUSES.has(record.status)) this.kernel.inbox.forget(record.run_id);
+    this.deps.metrics.runFinished(record.status, (this.deps.clock.now() - this.startedAtMs) / 1000);
+    this.retire();
+    this.resolveSettled(record);
+    this.kernel.notifySettled(record);
+    // Holds are normally settled call by call; this only sweeps up what a failed call left, so it
+    // need not delay the answer.
+    await this.deps.ledger.releaseRun(record.run_id).catch(() => 0);
+  }
+
+  /** Lets go of everything the run holds in this process: timers, actor, slot, session turn, agent. */
+  private retire(): void {
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    if (this.timeout) clearTimeout(this.timeout);
+    this.heartbeat = null;
+    this.timeout = null;
+    this.deps.system.stop(`run:${this.run_id}`);
+    this.kernel.live.delete(this.run_id);
+    this.kernel.sessions.release(this.session_id, this.run_id);
+    this.deps.metrics.liveRuns.dec();
+    this.releaseSlot();
+    this.releaseAgent();
+  }
+
+  /** The run never got going (it could not be created, or its session not read): stop whatever started. */
+  discard(): void {
+    this.ending = true;
+    this.abort.abort();
+    this.retire();
+  }
+
+  /**
+   * Graceful shutdown after the grace period: the caller already marked every such run `ending`
+   * and aborted it; its record is saved `interrupted` with the lease let go, and the next start
+   * resumes it.
+   */
+  async saveInterrupted(): Promise<void> {
+    try {
+      await this.writer.drain();
+      await this.writer.update((r) => ({ ...r, status: 'interrupted', owner: null, lease_expires_at: null, updated_at: iso(this.deps.clock.now()) }));
+    } catch {
+      // fenced: someone else owns it already
+    }
+    await this.emitChain;
+    this.retire();
+    this.resolveSettled(this.writer.value);
+  }
+
+  /** Something outside the machine failed (a write, an unexpected throw): record it, never crash. */
+  async failLive(err: unknown): Promise<void> {
+    if (err instanceof FencedError) return; // onFenced handles it
+    this.deps.log?.('error', 'run failed outside its machine', { run_id: this.run_id, err: String(err) });
+    this.ending = true;
+    const message = this.deps.telemetry.redactText(err instanceof Error ? err.message : String(err));
+    try {
+      const rec = await this.writer.update((r) => ({
+        ...r,
+        status: 'failed',
+        termination_reason: 'internal_error',
+        error: { type: 'InternalError', message },
+        owner: null,
+        lease_expires_at: null,
+        ended_at: iso(this.deps.clock.now()),
+        updated_at: iso(this.deps.clock.now()),
+      }));
+      await this.finish(rec.value);
+    } catch {
+      this.retire();
+      this.resolveSettled({ ...this.writer.value, status: 'failed' });
+    }
+  }
+
+  /** Another owner took this run over: stop here without writing anything more. */
+  private onFenced(_err: FencedError): void {
+    this.deps.log?.('warn', 'run lease lost to another owner; stopping this copy', { run_id: this.run_id });
+    this.deps.metrics.leaseLost('run');
+    this.ending = true;
+    this.abort.abort();
+    this.retire();
+    this.resolveSettled(this.writer.value);
+  }
+
+  private beat(): void {
+    const now = this.deps.clock.now();
+    this.writer.update((r) => ({ ...r, heartbeat_at: iso(now), lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000) })).catch(() => {});
+  }
+
+  // ---------------------------------------------------------------- telemetry
+
+  /**
+   * Events of one run are stored in order through a per-run chain, then published. Effects do not
+   * wait for them (telemetry must not add a durable write to every step's latency); the run only
+   * reads as ended, and only settles, after its chain has drained (see onSnapshot and finish).
+   */
+  emit(input: RunEventInput): Promise<unknown> {
+    const record = this.writer.value;
+    const full: EventRecordInput = {
+      ...input,
+      sequence: ++this.eventSeq,
+      trace_id: record.trace_id,
+      parent_span_id: input.parent_span_id ?? (input.span_id === this.rootSpan ? null : this.rootSpan),
+      metadata: { run_id: this.run_id, session_id: this.session_id, agent_id: this.agent_id, task_id: this.task_id, ...(input.metadata ?? {}) },
+    };
+    // A new run's first events wait with its creating write (CREATE_FOLD_MS) and go to the store
+    // right before it: same round, same order, and no event of a run that was never stored.
+    if (this.heldEvents) {
+      this.heldEvents.events.push(full);
+      return this.emitChain;
+    }
+    // Handed to the store now, not after the previous event landed: the store's write queue is
+    // first in, first out and group-commits, so the events of a step share one durable write and
+    // keep their order (sequence numbers and cursors alike) without waiting on each other.
+    this.emitChain = Promise.all([this.emitChain, this.deps.telemetry.emitManySafe([full])]);
+    return this.emitChain;
+  }
+
+  /** The delayed creating write goes to the store now: the events held with it go first. */
+  private releaseHeldEvents(): void {
+    const held = this.heldEvents;
+    if (!held) return;
+    this.heldEvents = null;
+    const stored = held.events.length ? this.deps.telemetry.emitManySafe(held.events) : Promise.resolve();
+    this.emitChain = Promise.all([this.emitChain, stored]);
+    held.release();
+  }
+}

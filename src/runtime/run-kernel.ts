@@ -1,0 +1,121 @@
+// What the parts of the run service share: its dependencies, the runs live in this process (one
+// RunHost each), the admission slots, the session gate, the inbox, the session history, and the
+// few things every part needs (acquiring the agent a run runs as, making a host, telling
+// listeners that a run settled). RunService (src/runtime/runs.ts) owns it; run-effects, run-tools,
+// run-decisions and run-recovery work through it.
+import { createHash } from 'node:crypto';
+import { join } from 'node:path';
+import type { AnyActorLogic } from 'xstate';
+import { AppError, notFound } from '../errors.js';
+import type { Versioned, WriteOp } from '../store/store.js';
+import type { AgentLease, AgentProfile } from './agent-profile.js';
+import { RunHost } from './run-host.js';
+import type { RunRecord } from './run-record.js';
+import { RunInbox } from './run-inbox.js';
+import { SessionHistory } from './run-history.js';
+import { SessionGate } from './session-gate.js';
+import { Slots } from './slots.js';
+import { iso, type RunServiceDeps, type StartOptions, type TraceValue } from './run-types.js';
+
+export class RunKernel {
+  /** The runs this process hosts, by run id. */
+  readonly live = new Map<string, RunHost>();
+  readonly slots: Slots;
+  readonly sessions: SessionGate;
+  /** Steer messages and interrupt requests (src/runtime/run-inbox.ts). */
+  readonly inbox: RunInbox;
+  readonly history: SessionHistory;
+  /** The run machine with its effects bound (RunEffects.bind); set once by RunService. */
+  logic!: AnyActorLogic;
+  /** Set by a graceful shutdown (RunRecovery.beginShutdown): no new runs, live ones stop at a boundary. */
+  closing = false;
+  /** The served agent (config `agent`): runs without an agent id, and agents registered as it. */
+  private readonly served: AgentProfile;
+  private readonly settledListeners = new Set<(record: RunRecord) => void>();
+
+  constructor(readonly deps: RunServiceDeps) {
+    const st = deps.settings;
+    this.slots = new Slots(st.max_concurrent_runs, st.admission_wait_ms, st.sweep.max_concurrent);
+    this.sessions = new SessionGate(deps.system);
+    this.inbox = new RunInbox(deps.store, () => iso(deps.clock.now()));
+    this.history = new SessionHistory(deps);
+    this.served = {
+      agent_id: st.agent_id,
+      agent_name: st.agent_name,
+      system_instruction: st.system_instruction,
+      model: deps.model,
+      tools: deps.tools,
+      subagents: deps.subagents,
+      max_steps: st.max_steps,
+      max_output_tokens: st.max_output_tokens,
+      session_workspace_root: st.session_workspace_root,
+    };
+  }
+
+  /** The served agent, or the registered agent `agentId` (404 when it is not registered). */
+  async acquireAgent(agentId: string | undefined, opts: { resuming?: boolean } = {}): Promise<AgentLease> {
+    const served = (id: string) => ({ profile: id === this.served.agent_id ? this.served : { ...this.served, agent_id: id }, release: () => {} });
+    if (agentId === undefined || !this.deps.agents) return served(agentId ?? this.served.agent_id);
+    try {
+      return await this.deps.agents.acquire(agentId);
+    } catch (err) {
+      // A run started with no agent id carries the served agent's id, whose row may be gone: it
+      // goes on as the served agent.
+      if (opts.resuming && agentId === this.served.agent_id && err instanceof AppError && err.code === 'NotFound') return served(agentId);
+      throw err;
+    }
+  }
+
+  /** A session's folder for the workspace tools; ids that are not path-safe are hashed. */
+  sessionWorkspace(sessionId: string, root: string | null): string | null {
+    if (!root) return null;
+    const safe =
+      /^[A-Za-z0-9_.-]{1,128}$/.test(sessionId) && !/^\.{1,2}$/.test(sessionId)
+        ? sessionId
+        : `h_${createHash('sha256').update(sessionId).digest('hex').slice(0, 32)}`;
+    return join(root, safe);
+  }
+
+  /** A host for a run this process now owns, registered live. `create`: its writer's first commit creates the run, with these ops. */
+  host(rec: Versioned<RunRecord>, releaseSlot: () => void, agent: AgentLease, opts: StartOptions, trace: TraceValue, create?: WriteOp[]): RunHost {
+    const host = new RunHost(this, rec, releaseSlot, agent, opts, trace, create);
+    this.live.set(host.run_id, host);
+    return host;
+  }
+
+  /** The host of a run live here; effects run only while it is. */
+  mustLive(runId: string): RunHost {
+    const live = this.live.get(runId);
+    if (!live) throw new Error(`run ${runId} is not live in this process`);
+    return live;
+  }
+
+  /** The stored run. A run this process just accepted may not be durable yet (StartOptions.onAccepted): its first round is awaited. */
+  async get(runId: string): Promise<RunRecord> {
+    const creating = this.live.get(runId)?.writer.created;
+    if (creating) await creating.catch(() => undefined);
+    const rec = await this.deps.store.getRecord<RunRecord>('runs', runId);
+    if (!rec) throw notFound('run', runId);
+    return rec.value;
+  }
+
+  /** Whether the run's lease ran out (its owner stopped beating). */
+  leaseLapsed(r: RunRecord): boolean {
+    return !r.lease_expires_at || Date.parse(r.lease_expires_at) <= this.deps.clock.now();
+  }
+
+  onSettled(listener: (record: RunRecord) => void): () => void {
+    this.settledListeners.add(listener);
+    return () => this.settledListeners.delete(listener);
+  }
+
+  notifySettled(record: RunRecord): void {
+    for (const l of this.settledListeners) {
+      try {
+        l(record);
+      } catch (err) {
+        this.deps.log?.('error', 'run settled listener failed', { run_id: record.run_id, err: String(err) });
+      }
+    }
+  }
+}

@@ -1,0 +1,186 @@
+// Shared shapes of the synchronous-run runtime (src/runtime/runs.ts and its run-*.ts parts): its settings and
+// dependencies, the stored snapshot, session and trace values, and the small pure helpers they share.
+import type { Snapshot } from 'xstate';
+import type { ChatMessage, ModelProvider } from '../agent/model/types.js';
+import type { GovernanceConfig } from '../../machines/policies/governance.js';
+import type { BudgetsConfig } from '../../machines/policies/budget.js';
+import type { BudgetLedger } from '../agent/budget-ledger.js';
+import type { Pricing } from '../agent/pricing.js';
+import type { CompiledGuardrails } from '../agent/guardrails.js';
+import type { RegisteredTool } from '../agent/tools/types.js';
+import type { Clock } from '../clock.js';
+import type { Store } from '../store/store.js';
+import type { AgentSource } from './agent-profile.js';
+import type { TelemetryEmitter } from './emitter.js';
+import type { Metrics } from './metrics.js';
+import type { Subagents } from './subagents.js';
+import type { ActorSystem } from './system.js';
+import type { RunRecord, RunRecordStatus } from './run-record.js';
+
+export interface RunSettings {
+  agent_name: string;
+  agent_id: string;
+  system_instruction: string | null;
+  max_steps: number;
+  max_output_tokens: number;
+  governance: GovernanceConfig;
+  approval_expires_seconds: number;
+  budgets: BudgetsConfig;
+  pricing: Pricing;
+  lease_seconds: number;
+  max_concurrent_runs: number;
+  admission_wait_ms: number;
+  request_timeout_seconds: number;
+  tool_timeout_ms: number;
+  /** Synchronous runs get `<this>/<session id>` as their workspace (background runs get their own). */
+  session_workspace_root: string | null;
+  sweep: { enabled: boolean; interval_seconds: number; max_concurrent: number; max_recoveries: number; decided_grace_seconds: number };
+  /** What a run does when its session already has one in flight (config `runs.session_policy`). */
+  session_policy?: SessionPolicy;
+}
+
+/** Session concurrency policy (issue 14 item 3; docs/runs.md "Busy sessions"). */
+export type SessionPolicy = 'enqueue' | 'reject' | 'interrupt' | 'rollback';
+
+export interface ToolSource {
+  list(): RegisteredTool[];
+  get(name: string): RegisteredTool | undefined;
+  validate(name: string, args: unknown): { ok: true; args: Record<string, unknown> } | { ok: false; message: string };
+}
+
+export interface RunServiceDeps {
+  store: Store;
+  system: ActorSystem;
+  clock: Clock;
+  telemetry: TelemetryEmitter;
+  metrics: Metrics;
+  model: ModelProvider;
+  tools: ToolSource;
+  ledger: BudgetLedger;
+  guardrails: CompiledGuardrails;
+  settings: RunSettings;
+  workerId: string;
+  /** Sub-agents the model may delegate to (config `agent.subagents`). */
+  subagents?: Subagents;
+  /** Registered agents by id (src/runtime/agent-registry.ts); without it every run is the served agent's. */
+  agents?: AgentSource;
+  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+}
+
+export interface StartOptions {
+  /**
+   * A live text delta (never stored). `afterEvent` is the `sequence` of the last telemetry event
+   * the run emitted before it: events are published when stored, deltas at once, so a stream
+   * that wants them in the order they happened holds a delta until that event has gone out.
+   */
+  onDelta?: (text: string, sequence: number, afterEvent: number) => void;
+  kind?: 'sync' | 'background';
+  task_id?: string | null;
+  agent_id?: string;
+  workspace_path?: string | null;
+  /** Overrides request_timeout_seconds (background runs use the task's timeout_seconds). */
+  timeout_seconds?: number | null;
+  /** A caller-chosen run id (background runs use their BackgroundRun id). */
+  run_id?: string;
+  /** `run_id` was made with newId() just now for this run, never handed to start() before (the store need not look it up). */
+  run_id_is_new?: boolean;
+  /** Skip admission control (background workers have their own concurrency). */
+  admitted?: boolean;
+  /**
+   * Called once the run is admitted and has its ids, before its first store round is durable and
+   * before it waits for its turn in the session (POST /run sends its `session` frame here, so the
+   * first frame does not wait for an fsync). If start() then fails, it still rejects; get() of the
+   * run waits for that first round meanwhile, so an id handed out here always reads.
+   */
+  onAccepted?: (ids: { run_id: string; session_id: string }) => void;
+  /** When the session has a run in flight in this process; default `settings.session_policy`. */
+  session_policy?: SessionPolicy;
+}
+
+export interface StartedRun {
+  run_id: string;
+  session_id: string;
+  trace_id: string;
+  /** Resolves when the run ends or waits for a person. Never rejects. */
+  settled: Promise<RunRecord>;
+}
+
+/** Kind `snapshots`: the run actor's persisted snapshot. */
+export interface SnapshotValue {
+  machine: 'run';
+  machine_version: number;
+  snapshot: Snapshot<unknown>;
+  workspace_path: string | null;
+}
+
+/** Kind `sessions`: a session's conversation. */
+export interface SessionValue {
+  session_id: string;
+  messages: ChatMessage[];
+  run_ids: string[];
+  /** Messages each run of `run_ids` added (absent: 2 each), so a rollback can take a turn back out. */
+  counts?: number[];
+  created_at: string;
+  updated_at: string;
+}
+
+/** Kind `traces`: one trace segment of a run (a new one per start or resume). */
+export interface TraceValue {
+  trace_id: string;
+  parent_trace_id: string | null;
+  run_id: string;
+  session_id: string;
+  task_id: string | null;
+  agent_id: string;
+  status: string;
+  started_at: string;
+  ended_at: string | null;
+}
+
+export type RecoveryCause = 'approval' | 'budget_grant' | 'budget_denied' | 'interrupted' | 'recovered_after_lapsed_lease';
+
+export const iso = (ms: number): string => new Date(ms).toISOString();
+
+export function traceValueOf(r: RunRecord, parent: string | null, status: string, nowMs: number): TraceValue {
+  return {
+    trace_id: r.trace_id,
+    parent_trace_id: parent,
+    run_id: r.run_id,
+    session_id: r.session_id,
+    task_id: r.task_id,
+    agent_id: r.agent_id,
+    status,
+    started_at: iso(nowMs),
+    ended_at: null,
+  };
+}
+
+/** Messages each run of a session added (sessions written before `counts` existed: 2 per run). */
+export function countsOf(v: SessionValue): number[] {
+  return v.counts && v.counts.length === v.run_ids.length ? v.counts : v.run_ids.map(() => 2);
+}
+
+export function mergeById<T, K extends keyof T>(existing: T[], updates: T[], key: K): T[] {
+  if (updates.length === 0) return existing;
+  const byId = new Map(updates.map((u) => [u[key], u]));
+  const merged = existing.map((e) => byId.get(e[key]) ?? e);
+  for (const u of updates) if (!existing.some((e) => e[key] === u[key])) merged.push(u);
+  return merged;
+}
+
+export function traceStatusOf(status: RunRecordStatus): string {
+  switch (status) {
+    case 'completed':
+      return 'completed';
+    case 'cancelled':
+      return 'cancelled';
+    case 'timeout':
+      return 'timeout';
+    case 'awaiting_approval':
+    case 'awaiting_budget':
+    case 'interrupted':
+      return 'suspended';
+    default:
+      return 'failed';
+  }
+}
