@@ -10,7 +10,7 @@
 //
 // Lease expiry and retry-at are fields of the row that a ticker turns into RECOVER / RETRY_DUE
 // events (architecture fact 2): nothing here uses `after`.
-import { assign, setup } from 'xstate';
+import { assign, setup, type Snapshot } from 'xstate';
 import type { AttemptReason, AttemptStatus, BackgroundAttempt, BackgroundRun, BackgroundRunStatus, OverlapPolicy } from './background-types.js';
 import { retryDecision, type RetryPolicy } from './policies/retry.js';
 
@@ -111,8 +111,6 @@ export interface StartAgentParams {
   agent_run_id: string;
   attempt: number;
 }
-
-export const FINAL_STATUSES: readonly BackgroundRunStatus[] = ['completed', 'failed', 'timeout', 'cancelled', 'skipped'];
 
 type Ctx = BackgroundRunContext;
 type Ev<T extends BackgroundRunEvent['type']> = Extract<BackgroundRunEvent, { type: T }>;
@@ -259,6 +257,14 @@ function addSeconds(iso: string, seconds: number): string {
 
 const rec = (events: LifecycleEvent[], attempts: AttemptRecord[] = []): RecordParams => ({ events, attempts });
 
+/**
+ * A context update for events of type `T`, to be named in setup's actions (setup types their
+ * event as the machine's whole event union; the transition that names it takes only `T`).
+ */
+function on<T extends BackgroundRunEvent['type']>(_type: T, reduce: (context: Ctx, event: Ev<T>) => Ctx) {
+  return ({ context, event }: { context: Ctx; event: BackgroundRunEvent }): Ctx => reduce(context, event as Ev<T>);
+}
+
 export const backgroundRunMachine = setup({
   types: {
     context: {} as BackgroundRunContext,
@@ -272,6 +278,151 @@ export const backgroundRunMachine = setup({
     startAgent: (_args, _params: StartAgentParams) => {},
     /** Named effect: stop the agent run promptly. */
     cancelAgent: (_args, _params: { agent_run_id: string | null }) => {},
+    /** queued -> claimed: the lease of the claiming worker. */
+    applyClaim: assign(on('CLAIM', claimed)),
+    /** queued -> skipped (the overlap policy said so). */
+    applySkip: assign(on('SKIP', (context, event) => withRun(context, { status: 'skipped', finished_at: event.at, error: event.reason }))),
+    /** queued or claimed -> cancelled. */
+    cancelBeforeStart: assign(
+      on('CANCEL', (context, event) => finished(context, 'cancelled', event.at, 'cancelled before it started', { cancel_requested_at: event.at })),
+    ),
+    /** claimed -> running, the paused attempt goes on. */
+    continueAttempt: assign(on('START', startedContinue)),
+    /** claimed -> running, a new attempt. */
+    startAttempt: assign(on('START', startedFresh)),
+    /** The lease is extended. */
+    applyHeartbeat: assign(on('HEARTBEAT', heartbeat)),
+    /** claimed -> queued: the claim lapsed before the agent started. */
+    requeueLapsedClaim: assign(
+      on('RECOVER', (context, event) =>
+        withRun(
+          context,
+          { status: 'queued', queued_at: event.at, ...noLease },
+          {
+            next_reason: context.internal.continue_agent ? context.internal.next_reason : 'lease_expired',
+          },
+        ),
+      ),
+    ),
+    /** running -> completed. */
+    complete: assign(
+      on('AGENT_DONE', (context, event) =>
+        withRun(
+          finished(context, 'completed', event.at, null, { result_preview: event.result_preview, metadata: sideEffectsMeta(context, event) }),
+          {},
+          closing(context, 'completed', event.at, null),
+        ),
+      ),
+    ),
+    /** running -> awaiting (approval or budget). */
+    park: assign(
+      on('AGENT_DONE', (context, event) => withRun(context, { status: event.outcome as BackgroundRunStatus, ...noLease }, { continue_agent: true })),
+    ),
+    /** running -> cancelled: the agent run ended cancelled. */
+    finishCancelled: assign(
+      on('AGENT_DONE', (context, event) =>
+        withRun(
+          finished(context, 'cancelled', event.at, event.error ?? 'cancelled', {
+            cancel_requested_at: context.run.cancel_requested_at ?? event.at,
+            metadata: sideEffectsMeta(context, event),
+          }),
+          {},
+          closing(context, 'cancelled', event.at, event.error ?? 'cancelled'),
+        ),
+      ),
+    ),
+    /** running -> retrying: the attempt failed and a retry is allowed. */
+    scheduleRetry: assign(
+      on('AGENT_DONE', (context, event) => {
+        const d = retryOf(context, event);
+        const delay = d.retry ? d.delaySeconds : 0;
+        const status: AttemptStatus = event.outcome === 'timeout' ? 'timeout' : 'failed';
+        return withRun(
+          context,
+          { status: 'retrying', error: event.error, ...noLease },
+          {
+            retry_at: addSeconds(event.at, delay),
+            continue_agent: false,
+            next_reason: 'retry',
+            ...closing(context, status, event.at, event.error, delay),
+          },
+        );
+      }),
+    ),
+    /** running -> timeout, no retry. */
+    finishTimeout: assign(
+      on('AGENT_DONE', (context, event) =>
+        withRun(
+          finished(context, 'timeout', event.at, event.error, { metadata: sideEffectsMeta(context, event) }),
+          {},
+          closing(context, 'timeout', event.at, event.error),
+        ),
+      ),
+    ),
+    /** running -> failed, no retry. */
+    finishFailed: assign(
+      on('AGENT_DONE', (context, event) =>
+        withRun(
+          finished(context, 'failed', event.at, event.error ?? 'the agent run failed', { metadata: sideEffectsMeta(context, event) }),
+          {},
+          closing(context, 'failed', event.at, event.error),
+        ),
+      ),
+    ),
+    /** running: cancel requested, the agent run is stopped. */
+    requestCancel: assign(on('CANCEL', (context, event) => withRun(context, { cancel_requested_at: context.run.cancel_requested_at ?? event.at }))),
+    /** running: the lease lapsed, a recovery attempt continues the agent run. */
+    recoverAttempt: assign(
+      on('RECOVER', (context, event) => {
+        const n = context.run.attempt + 1;
+        const agentRunId = context.internal.agent_run_id ?? agentRunIdFor(context.run.run_id, n);
+        return withRun(
+          context,
+          {
+            attempt: n,
+            lease_owner: event.worker_id,
+            lease_token: event.lease_token,
+            lease_generation: context.run.lease_generation + 1,
+            lease_expires_at: event.lease_expires_at,
+            heartbeat_at: event.at,
+          },
+          {
+            agent_run_id: agentRunId,
+            continue_agent: false,
+            last_closed_attempt: closeAttempt(context, 'interrupted', event.at, 'the lease lapsed: its worker stopped'),
+            current_attempt: openAttempt(context, n, event.attempt_id, 'recovery', event.at, event.worker_id, event.lease_token, agentRunId),
+          },
+        );
+      }),
+    ),
+    /** running -> failed: the lease lapsed and no attempts remain. */
+    failLapsed: assign(
+      on('RECOVER', (context, event) =>
+        withRun(
+          finished(context, 'failed', event.at, 'the lease lapsed and no attempts remain'),
+          {},
+          closing(context, 'interrupted', event.at, 'the lease lapsed: its worker stopped'),
+        ),
+      ),
+    ),
+    /** retrying -> queued. */
+    requeueForRetry: assign(on('RETRY_DUE', (context, event) => withRun(context, { status: 'queued', queued_at: event.at }, { retry_at: null }))),
+    /** retrying -> cancelled. */
+    cancelRetrying: assign(
+      on('CANCEL', (context, event) => finished(context, 'cancelled', event.at, 'cancelled while waiting to retry', { cancel_requested_at: event.at })),
+    ),
+    /** awaiting -> queued: a person decided. */
+    requeueResumed: assign(on('RESUME', (context, event) => withRun(context, { status: 'queued', queued_at: event.at }))),
+    /** awaiting -> cancelled. */
+    cancelAwaiting: assign(
+      on('CANCEL', (context, event) =>
+        withRun(
+          finished(context, 'cancelled', event.at, 'cancelled while waiting for a person', { cancel_requested_at: event.at }),
+          {},
+          closing(context, 'cancelled', event.at, 'cancelled while waiting for a person'),
+        ),
+      ),
+    ),
   },
   guards: {
     continuesAgent: ({ context }) => context.internal.continue_agent && context.internal.agent_run_id !== null,
@@ -299,19 +450,16 @@ export const backgroundRunMachine = setup({
       on: {
         CLAIM: {
           target: 'claimed',
-          actions: [assign(({ context, event }) => claimed(context, event)), { type: 'record', params: () => rec([{ type: 'background_run_claimed' }]) }],
+          actions: ['applyClaim', { type: 'record', params: () => rec([{ type: 'background_run_claimed' }]) }],
         },
         SKIP: {
           target: 'skipped',
-          actions: [
-            assign(({ context, event }) => withRun(context, { status: 'skipped', finished_at: event.at, error: event.reason })),
-            { type: 'record', params: ({ event }) => rec([{ type: 'background_run_skipped', data: { reason: event.reason } }]) },
-          ],
+          actions: ['applySkip', { type: 'record', params: ({ event }) => rec([{ type: 'background_run_skipped', data: { reason: event.reason } }]) }],
         },
         CANCEL: {
           target: 'cancelled',
           actions: [
-            assign(({ context, event }) => finished(context, 'cancelled', event.at, 'cancelled before it started', { cancel_requested_at: event.at })),
+            'cancelBeforeStart',
             { type: 'record', params: ({ event }) => rec([{ type: 'background_run_cancelled', data: { reason: event.reason ?? null, from: 'queued' } }]) },
           ],
         },
@@ -324,7 +472,7 @@ export const backgroundRunMachine = setup({
             guard: 'continuesAgent',
             target: 'running',
             actions: [
-              assign(({ context, event }) => startedContinue(context, event)),
+              'continueAttempt',
               {
                 type: 'record',
                 params: ({ context }) =>
@@ -342,7 +490,7 @@ export const backgroundRunMachine = setup({
           {
             target: 'running',
             actions: [
-              assign(({ context, event }) => startedFresh(context, event)),
+              'startAttempt',
               {
                 type: 'record',
                 params: ({ context }) =>
@@ -364,21 +512,13 @@ export const backgroundRunMachine = setup({
           },
         ],
         HEARTBEAT: {
-          actions: [assign(({ context, event }) => heartbeat(context, event)), { type: 'record', params: () => rec([{ type: 'background_run_heartbeat' }]) }],
+          actions: ['applyHeartbeat', { type: 'record', params: () => rec([{ type: 'background_run_heartbeat' }]) }],
         },
         // The claim lapsed before the agent started: back in the queue; nothing ran.
         RECOVER: {
           target: 'queued',
           actions: [
-            assign(({ context, event }) =>
-              withRun(
-                context,
-                { status: 'queued', queued_at: event.at, ...noLease },
-                {
-                  next_reason: context.internal.continue_agent ? context.internal.next_reason : 'lease_expired',
-                },
-              ),
-            ),
+            'requeueLapsedClaim',
             {
               type: 'record',
               params: ({ event }) =>
@@ -389,7 +529,7 @@ export const backgroundRunMachine = setup({
         CANCEL: {
           target: 'cancelled',
           actions: [
-            assign(({ context, event }) => finished(context, 'cancelled', event.at, 'cancelled before it started', { cancel_requested_at: event.at })),
+            'cancelBeforeStart',
             { type: 'record', params: ({ event }) => rec([{ type: 'background_run_cancelled', data: { reason: event.reason ?? null, from: 'claimed' } }]) },
           ],
         },
@@ -398,7 +538,7 @@ export const backgroundRunMachine = setup({
     running: {
       on: {
         HEARTBEAT: {
-          actions: [assign(({ context, event }) => heartbeat(context, event)), { type: 'record', params: () => rec([{ type: 'background_run_heartbeat' }]) }],
+          actions: ['applyHeartbeat', { type: 'record', params: () => rec([{ type: 'background_run_heartbeat' }]) }],
         },
         AGENT_DONE: [
           // A late answer of an earlier attempt's agent run changes nothing.
@@ -407,13 +547,7 @@ export const backgroundRunMachine = setup({
             guard: { type: 'outcomeIs', params: 'completed' },
             target: 'completed',
             actions: [
-              assign(({ context, event }) =>
-                withRun(
-                  finished(context, 'completed', event.at, null, { result_preview: event.result_preview, metadata: sideEffectsMeta(context, event) }),
-                  {},
-                  closing(context, 'completed', event.at, null),
-                ),
-              ),
+              'complete',
               {
                 type: 'record',
                 params: ({ context }) => rec([{ type: 'background_run_completed', data: { result_preview: context.run.result_preview } }], closedOnly(context)),
@@ -424,7 +558,7 @@ export const backgroundRunMachine = setup({
             guard: 'parked',
             target: 'awaiting',
             actions: [
-              assign(({ context, event }) => withRun(context, { status: event.outcome as BackgroundRunStatus, ...noLease }, { continue_agent: true })),
+              'park',
               // No lifecycle event names a pause for a person; the row (and run.json) still change.
               { type: 'record', params: () => rec([]) },
             ],
@@ -433,16 +567,7 @@ export const backgroundRunMachine = setup({
             guard: { type: 'outcomeIs', params: 'cancelled' },
             target: 'cancelled',
             actions: [
-              assign(({ context, event }) =>
-                withRun(
-                  finished(context, 'cancelled', event.at, event.error ?? 'cancelled', {
-                    cancel_requested_at: context.run.cancel_requested_at ?? event.at,
-                    metadata: sideEffectsMeta(context, event),
-                  }),
-                  {},
-                  closing(context, 'cancelled', event.at, event.error ?? 'cancelled'),
-                ),
-              ),
+              'finishCancelled',
               { type: 'record', params: ({ context }) => rec([{ type: 'background_run_cancelled', data: { from: 'running' } }], closedOnly(context)) },
             ],
           },
@@ -450,21 +575,7 @@ export const backgroundRunMachine = setup({
             guard: 'canRetry',
             target: 'retrying',
             actions: [
-              assign(({ context, event }) => {
-                const d = retryOf(context, event);
-                const delay = d.retry ? d.delaySeconds : 0;
-                const status: AttemptStatus = event.outcome === 'timeout' ? 'timeout' : 'failed';
-                return withRun(
-                  context,
-                  { status: 'retrying', error: event.error, ...noLease },
-                  {
-                    retry_at: addSeconds(event.at, delay),
-                    continue_agent: false,
-                    next_reason: 'retry',
-                    ...closing(context, status, event.at, event.error, delay),
-                  },
-                );
-              }),
+              'scheduleRetry',
               {
                 type: 'record',
                 params: ({ context, event }) =>
@@ -493,13 +604,7 @@ export const backgroundRunMachine = setup({
             guard: { type: 'outcomeIs', params: 'timeout' },
             target: 'timeout',
             actions: [
-              assign(({ context, event }) =>
-                withRun(
-                  finished(context, 'timeout', event.at, event.error, { metadata: sideEffectsMeta(context, event) }),
-                  {},
-                  closing(context, 'timeout', event.at, event.error),
-                ),
-              ),
+              'finishTimeout',
               {
                 type: 'record',
                 params: ({ context, event }) =>
@@ -513,13 +618,7 @@ export const backgroundRunMachine = setup({
           {
             target: 'failed',
             actions: [
-              assign(({ context, event }) =>
-                withRun(
-                  finished(context, 'failed', event.at, event.error ?? 'the agent run failed', { metadata: sideEffectsMeta(context, event) }),
-                  {},
-                  closing(context, 'failed', event.at, event.error),
-                ),
-              ),
+              'finishFailed',
               {
                 type: 'record',
                 params: ({ context, event }) =>
@@ -543,7 +642,7 @@ export const backgroundRunMachine = setup({
         // Cancelling a running run goes through its agent run, whose end (AGENT_DONE cancelled) finishes this one.
         CANCEL: {
           actions: [
-            assign(({ context, event }) => withRun(context, { cancel_requested_at: context.run.cancel_requested_at ?? event.at })),
+            'requestCancel',
             { type: 'record', params: () => rec([]) },
             { type: 'cancelAgent', params: ({ context }) => ({ agent_run_id: context.internal.agent_run_id }) },
           ],
@@ -552,27 +651,7 @@ export const backgroundRunMachine = setup({
           {
             guard: 'attemptsRemain',
             actions: [
-              assign(({ context, event }) => {
-                const n = context.run.attempt + 1;
-                const agentRunId = context.internal.agent_run_id ?? agentRunIdFor(context.run.run_id, n);
-                return withRun(
-                  context,
-                  {
-                    attempt: n,
-                    lease_owner: event.worker_id,
-                    lease_token: event.lease_token,
-                    lease_generation: context.run.lease_generation + 1,
-                    lease_expires_at: event.lease_expires_at,
-                    heartbeat_at: event.at,
-                  },
-                  {
-                    agent_run_id: agentRunId,
-                    continue_agent: false,
-                    last_closed_attempt: closeAttempt(context, 'interrupted', event.at, 'the lease lapsed: its worker stopped'),
-                    current_attempt: openAttempt(context, n, event.attempt_id, 'recovery', event.at, event.worker_id, event.lease_token, agentRunId),
-                  },
-                );
-              }),
+              'recoverAttempt',
               {
                 type: 'record',
                 params: ({ context, event }) =>
@@ -601,13 +680,7 @@ export const backgroundRunMachine = setup({
           {
             target: 'failed',
             actions: [
-              assign(({ context, event }) =>
-                withRun(
-                  finished(context, 'failed', event.at, 'the lease lapsed and no attempts remain'),
-                  {},
-                  closing(context, 'interrupted', event.at, 'the lease lapsed: its worker stopped'),
-                ),
-              ),
+              'failLapsed',
               {
                 type: 'record',
                 params: ({ context, event }) =>
@@ -629,7 +702,7 @@ export const backgroundRunMachine = setup({
         RETRY_DUE: {
           target: 'queued',
           actions: [
-            assign(({ context, event }) => withRun(context, { status: 'queued', queued_at: event.at }, { retry_at: null })),
+            'requeueForRetry',
             {
               type: 'record',
               params: ({ context }) => rec([{ type: 'background_run_queued', data: { reason: 'retry', next_attempt: context.run.attempt + 1 } }]),
@@ -639,7 +712,7 @@ export const backgroundRunMachine = setup({
         CANCEL: {
           target: 'cancelled',
           actions: [
-            assign(({ context, event }) => finished(context, 'cancelled', event.at, 'cancelled while waiting to retry', { cancel_requested_at: event.at })),
+            'cancelRetrying',
             { type: 'record', params: ({ event }) => rec([{ type: 'background_run_cancelled', data: { reason: event.reason ?? null, from: 'retrying' } }]) },
           ],
         },
@@ -651,7 +724,7 @@ export const backgroundRunMachine = setup({
         RESUME: {
           target: 'queued',
           actions: [
-            assign(({ context, event }) => withRun(context, { status: 'queued', queued_at: event.at })),
+            'requeueResumed',
             {
               type: 'record',
               params: ({ context }) => rec([{ type: 'background_run_queued', data: { reason: 'resumed', agent_run_id: context.internal.agent_run_id } }]),
@@ -661,13 +734,7 @@ export const backgroundRunMachine = setup({
         CANCEL: {
           target: 'cancelled',
           actions: [
-            assign(({ context, event }) =>
-              withRun(
-                finished(context, 'cancelled', event.at, 'cancelled while waiting for a person', { cancel_requested_at: event.at }),
-                {},
-                closing(context, 'cancelled', event.at, 'cancelled while waiting for a person'),
-              ),
-            ),
+            'cancelAwaiting',
             {
               type: 'record',
               params: ({ context, event }) =>
@@ -692,19 +759,11 @@ export function stateOfStatus(status: BackgroundRunStatus): string {
 }
 
 /**
- * A persisted snapshot for a stored row, so an actor can be restored from the row alone
- * (the row's status is the state). Restoring runs no entry action (architecture fact 1).
+ * A persisted snapshot for a stored row, so an actor can be restored from the row alone (the row's
+ * status is the state). Built by xstate itself (`resolveState`, then `getPersistedSnapshot`), not
+ * by hand, so its shape is whatever the installed xstate restores. Restoring runs no entry action
+ * (architecture fact 1).
  */
-export function persistedSnapshotOf(context: BackgroundRunContext): unknown {
-  const value = stateOfStatus(context.run.status);
-  const done = (FINAL_STATUSES as readonly string[]).includes(context.run.status);
-  return {
-    status: done ? 'done' : 'active',
-    value,
-    context,
-    historyValue: {},
-    children: {},
-    output: undefined,
-    error: undefined,
-  };
+export function persistedSnapshotOf(context: BackgroundRunContext): Snapshot<unknown> {
+  return backgroundRunMachine.getPersistedSnapshot(backgroundRunMachine.resolveState({ value: stateOfStatus(context.run.status), context }));
 }

@@ -19,6 +19,14 @@ export const sessionMachine = setup({
   actions: {
     /** Named effect: the runtime lets the run with this id start. */
     admit: (_args, _params: { run_id: string }) => {},
+    /** idle -> busy: the arriving run is the session's active one. */
+    activate: assign({ active: ({ event }) => event.run_id }),
+    /** busy: the arriving run waits its turn. */
+    enqueueRun: assign({ queue: ({ context, event }) => [...context.queue, event.run_id] }),
+    /** A queued run that gave up (client went away) leaves the queue. */
+    dropQueued: assign({ queue: ({ context, event }) => context.queue.filter((id) => id !== event.run_id) }),
+    /** releasing -> idle: nothing waits. */
+    clearActive: assign({ active: null }),
     admitNext: enqueueActions(({ context, enqueue }) => {
       const [next, ...rest] = context.queue;
       enqueue.assign({ active: next, queue: rest });
@@ -38,24 +46,24 @@ export const sessionMachine = setup({
       on: {
         ENQUEUE: {
           target: 'busy',
-          actions: [assign({ active: ({ event }) => event.run_id }), { type: 'admit', params: ({ event }) => ({ run_id: event.run_id }) }],
+          actions: ['activate', { type: 'admit', params: ({ event }) => ({ run_id: event.run_id }) }],
         },
       },
     },
     busy: {
       on: {
-        ENQUEUE: { actions: assign({ queue: ({ context, event }) => [...context.queue, event.run_id] }) },
+        ENQUEUE: { actions: 'enqueueRun' },
         RELEASE: [
           // A queued run that gave up (client went away) leaves the queue.
           { guard: 'isActive', target: 'releasing' },
-          { actions: assign({ queue: ({ context, event }) => context.queue.filter((id) => id !== event.run_id) }) },
+          { actions: 'dropQueued' },
         ],
       },
     },
     releasing: {
       always: [
         { guard: 'hasQueued', target: 'busy', actions: 'admitNext' },
-        { target: 'idle', actions: assign({ active: null }) },
+        { target: 'idle', actions: 'clearActive' },
       ],
     },
   },

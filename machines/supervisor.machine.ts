@@ -23,17 +23,20 @@ export const supervisorMachine = setup({
     /** `id` is the child's slot id; the runtime maps it back to the systemId. */
     childFailed: (_args, _params: { id: string; error: unknown }) => {},
     childDone: (_args, _params: { id: string; output: unknown }) => {},
+    /** SPAWN: the child starts under its slot id, registered in the system as its systemId. */
+    spawnRequested: assign(({ spawn, event }) => {
+      const e = event as Extract<SupervisorEvent, { type: 'SPAWN' }>;
+      spawn(e.logic, { id: e.id, systemId: e.systemId, input: e.input } as never);
+      return {};
+    }),
+    /** STOP: the child in this slot stops (finished or not). */
+    stopRequested: stopChild(({ event }) => (event as Extract<SupervisorEvent, { type: 'STOP' }>).id),
   },
 }).createMachine({
   id: 'supervisor',
   on: {
-    SPAWN: {
-      actions: assign(({ spawn, event }) => {
-        spawn(event.logic, { id: event.id, systemId: event.systemId, input: event.input } as never);
-        return {};
-      }),
-    },
-    STOP: { actions: stopChild(({ event }) => event.id) },
+    SPAWN: { actions: 'spawnRequested' },
+    STOP: { actions: 'stopRequested' },
     '*': {
       actions: [
         {

@@ -69,9 +69,15 @@ export const taskMachine = setup({
     }),
     /** Named effect: an occurrence arrived that this state does not run (it is consumed, not queued). */
     drop: (_args, _params: DropParams) => {},
+    setOverlapPolicy: assign({ overlap_policy: ({ event }) => (event as Extract<TaskEvent, { type: 'UPDATE' }>).overlap_policy }),
+    markPaused: assign({ paused: true, paused_reason: ({ event }) => (event as Extract<TaskEvent, { type: 'PAUSE' }>).reason }),
+    markResumed: assign({ paused: false, paused_reason: null }),
+    markEnabled: assign({ enabled: true }),
+    markDisabled: assign({ enabled: false }),
   },
   guards: {
     isEnabled: ({ context }) => context.enabled,
+    isDisabled: ({ context }) => !context.enabled,
     isPaused: ({ context }) => context.paused,
   },
 }).createMachine({
@@ -79,11 +85,11 @@ export const taskMachine = setup({
   context: ({ input }) => ({ ...input, paused_reason: input.paused_reason ?? null }),
   initial: 'init',
   on: {
-    UPDATE: { actions: assign({ overlap_policy: ({ event }) => event.overlap_policy }) },
+    UPDATE: { actions: 'setOverlapPolicy' },
   },
   states: {
     init: {
-      always: [{ guard: ({ context }) => !context.enabled, target: 'disabled' }, { guard: 'isPaused', target: 'paused' }, { target: 'scheduling' }],
+      always: [{ guard: 'isDisabled', target: 'disabled' }, { guard: 'isPaused', target: 'paused' }, { target: 'scheduling' }],
     },
     scheduling: {
       on: {
@@ -100,8 +106,8 @@ export const taskMachine = setup({
           },
         },
         MANUAL: { actions: 'dispatchManual' },
-        PAUSE: { target: 'paused', actions: assign({ paused: true, paused_reason: ({ event }) => event.reason }) },
-        DISABLE: { target: 'disabled', actions: assign({ enabled: false }) },
+        PAUSE: { target: 'paused', actions: 'markPaused' },
+        DISABLE: { target: 'disabled', actions: 'markDisabled' },
       },
     },
     // Paused stops the schedule only: an operator may still run the task by hand.
@@ -111,8 +117,8 @@ export const taskMachine = setup({
           actions: { type: 'drop', params: ({ context, event }) => ({ task_id: context.task_id, occurrence: event.occurrence, reason: 'paused' as const }) },
         },
         MANUAL: { actions: 'dispatchManual' },
-        RESUME: { target: 'scheduling', actions: assign({ paused: false, paused_reason: null }) },
-        DISABLE: { target: 'disabled', actions: assign({ enabled: false }) },
+        RESUME: { target: 'scheduling', actions: 'markResumed' },
+        DISABLE: { target: 'disabled', actions: 'markDisabled' },
       },
     },
     disabled: {
@@ -121,11 +127,11 @@ export const taskMachine = setup({
           actions: { type: 'drop', params: ({ context, event }) => ({ task_id: context.task_id, occurrence: event.occurrence, reason: 'disabled' as const }) },
         },
         MANUAL: { actions: { type: 'drop', params: ({ context }) => ({ task_id: context.task_id, occurrence: null, reason: 'disabled' as const }) } },
-        PAUSE: { actions: assign({ paused: true, paused_reason: ({ event }) => event.reason }) },
-        RESUME: { actions: assign({ paused: false, paused_reason: null }) },
+        PAUSE: { actions: 'markPaused' },
+        RESUME: { actions: 'markResumed' },
         ENABLE: [
-          { guard: 'isPaused', target: 'paused', actions: assign({ enabled: true }) },
-          { target: 'scheduling', actions: assign({ enabled: true }) },
+          { guard: 'isPaused', target: 'paused', actions: 'markEnabled' },
+          { target: 'scheduling', actions: 'markEnabled' },
         ],
       },
     },

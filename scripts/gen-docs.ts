@@ -194,6 +194,38 @@ connection is retried every 5 s and the last 500 events are kept meanwhile. Cont
 tool arguments and model text: they go through the same redaction as telemetry (secret values
 become \`[REDACTED]\`), but they are still the runs' content, so point \`--inspect\` only at an
 endpoint you trust. Each transition is serialised and sent: a debugging aid, not for production load.
+
+## Public XState APIs only, and upgrading xstate
+
+The runtime uses xstate through its public API alone: actors (\`createActor(logic, { snapshot })\`,
+\`send\`, \`getSnapshot\`, \`getPersistedSnapshot\`), \`machine.resolveState\`, \`machine.provide\`, the pure
+\`transition()\`, and the \`ActorLogic\` interface. Every transition action of the session, supervisor,
+task and background-run machines is named in \`setup({ actions })\` (test/machines/named-actions.test.ts),
+so the inspector shows \`applyClaim\`, not \`xstate.assign\`.
+
+- **Restoring a child from a snapshot** (\`Supervisor.spawn\`, src/runtime/system.ts): a machine's
+  \`spawn\` has no snapshot option, so the child's logic is wrapped by \`startingFrom(logic, snapshot)\`,
+  actor logic whose methods delegate to the machine and whose \`getInitialSnapshot\` restores the
+  snapshot with \`logic.restoreSnapshot\` (what \`createActor\` does with its \`snapshot\` option).
+- **Background runs** restore from their row: \`persistedSnapshotOf\` asks the machine for the state of
+  the row's status (\`resolveState\`) and for its persisted form (\`getPersistedSnapshot\`); no snapshot
+  format is written by hand. A row saved by a newer background-run machine (\`machine_version\` above
+  this server's) is failed with an error naming both versions instead of restored; a sync run's
+  snapshot from a newer run machine is left for a server that knows it.
+- **Pure steps cost.** xstate's \`transition(logic, snapshot, event)\` builds an inert actor and
+  actor system per call: ~30 µs of CPU per background-run step against ~10 µs for the hand-built
+  actor scope it replaced (100k steps, process CPU time, busy 2-core machine). It is used only where
+  a run is created already skipped (a \`cancel_previous\` task's skip). Everything frequent goes
+  through long-lived actors: a task actor per enabled task decides each due occurrence with
+  \`send\` (effects collected while it runs), and a live background run is an actor.
+- **Upgrading xstate.** The version is pinned exactly in package.json (and package-lock.json).
+  After a bump, run \`npx vitest run test/machines test/runtime/snapshot-fixtures.test.ts
+  test/background/snapshot-fixtures.test.ts\`: test/machines/xstate-upgrade.test.ts checks the pin
+  against the lockfile and node_modules and restores every fixture in test/fixtures/snapshots/
+  (sync run snapshots and background-run rows, as old code wrote them) on the new xstate, driving
+  each to its end; the two snapshot-fixtures tests do the same through a real server. When a
+  machine's version is bumped, write new fixtures (\`AGENTD_WRITE_SNAPSHOT_FIXTURES=1\`) and keep the
+  old ones.
 `;
 for (const m of describeMachines()) machines += `\n## ${m.id} (version ${m.version})\n\n\`\`\`mermaid\n${m.mermaid}\n\`\`\`\n`;
 writeFileSync('docs/machines.md', machines);

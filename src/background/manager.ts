@@ -3,13 +3,11 @@
 // actors, dispatch) and the run engine (run actors, claims, leases, attempts, events, workspaces).
 import { registerMachine } from '../runtime/machines-info.js';
 import type { AnyStateMachine } from 'xstate';
-import { isAbsolute } from 'node:path';
 import { BACKGROUND_RUN_MACHINE_VERSION, backgroundRunMachine } from '../../machines/background-run.machine.js';
 import { TASK_MACHINE_VERSION, taskMachine } from '../../machines/task.machine.js';
-import { conflict, notFound, domainError } from '../errors.js';
+import { domainError, notFound } from '../errors.js';
+import { swallow } from '../telemetry/swallowed.js';
 import type {
-  BackgroundAgentRegistrationRequest,
-  BackgroundAgentSpec,
   BackgroundRun,
   BackgroundRunStatus,
   BackgroundScheduleState,
@@ -17,18 +15,16 @@ import type {
   BackgroundTaskPatchRequest,
   BackgroundTaskRunRequest,
 } from '../schemas/background.js';
-import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
+import type { Versioned, WriteOp } from '../store/store.js';
 import { RunEngine, type BackgroundDeps } from './engine.js';
 import { TaskScheduler } from './scheduler.js';
+import { BackgroundAgents, listAll } from './agents.js';
+import { BackgroundRunQueries, publicRun } from './run-queries.js';
 import { isSharedStore } from '../store/changes.js';
 import { ACTIVE, ALL_STATUSES, TERMINAL, taskStatusKey, type AgentRow, type BgRunRow, type ScheduleRow, type TaskRow } from './types.js';
-import { checkNamespaceTemplate, listWorkspace, openWorkspaceFile, relativeWorkspace } from './workspace.js';
+import { checkNamespaceTemplate } from './workspace.js';
 import { HttpDetailError, RequestValidationError } from '../errors.js';
 import type { core } from 'zod';
-import type { AttemptRecord } from '../../machines/background-run.machine.js';
-import { AgentSpecError } from '../agent/agent-spec.js';
-import type { PreparedAgent } from '../runtime/agent-registry.js';
-import { isRefusal, swallow } from '../telemetry/swallowed.js';
 
 export type { BackgroundDeps } from './engine.js';
 
@@ -43,6 +39,10 @@ const TASK_RESYNC_MS = 15_000;
 export class BackgroundManager {
   readonly engine: RunEngine;
   readonly scheduler: TaskScheduler;
+  /** The agent registry (agents.ts): routes call it directly. */
+  readonly agents: BackgroundAgents;
+  /** The read side of runs (run-queries.ts): routes call it directly. */
+  readonly runs: BackgroundRunQueries;
   private ticker: NodeJS.Timeout | null = null;
   private retentionTimer: NodeJS.Timeout | null = null;
   private sweeping: Promise<number> | null = null;
@@ -60,6 +60,8 @@ export class BackgroundManager {
   constructor(private readonly deps: BackgroundDeps) {
     this.engine = new RunEngine(deps);
     this.scheduler = new TaskScheduler(deps, this.engine);
+    this.agents = new BackgroundAgents(deps, this.engine);
+    this.runs = new BackgroundRunQueries(deps, this.engine);
   }
 
   private get cfg() {
@@ -77,7 +79,7 @@ export class BackgroundManager {
    * recovers runs a previous process left held, and starts the ticker.
    */
   async start(): Promise<void> {
-    await this.ensureDefaultAgent();
+    await this.agents.ensureDefaultAgent();
     await this.scheduler.load();
     const claim = this.cfg.enabled;
     await this.engine.start({ claim });
@@ -181,108 +183,6 @@ export class BackgroundManager {
     }
   }
 
-  // ---------------------------------------------------------------- agents
-
-  private servedAgentSpec(agentId: string): BackgroundAgentSpec {
-    const a = this.deps.config.agent;
-    return {
-      agent_id: agentId,
-      name: a.name,
-      system_instruction: a.system_instruction || null,
-      agent_config: { max_steps: a.max_steps },
-      model_config: { provider: a.model.provider, model: a.model.model },
-      workspace_config: { root: '.' },
-      local_tools_ref: a.tools.local ?? null,
-      mcp_tools: a.tools.mcp.map((m) => ({ name: m.name })),
-      metadata: { served_agent: true },
-    };
-  }
-
-  private async ensureDefaultAgent(): Promise<void> {
-    const id = this.cfg.agent_id;
-    if (await this.deps.store.getRecord('bg_agents', id)) return;
-    const at = iso(this.now());
-    try {
-      await this.deps.store.createRecord<AgentRow>('bg_agents', id, { ...this.servedAgentSpec(id), created_at: at, updated_at: at });
-    } catch (err) {
-      if (!isStoreError(err, 'conflict')) throw err;
-    }
-  }
-
-  async registerAgent(body: BackgroundAgentRegistrationRequest): Promise<AgentRow> {
-    const agentId = body.agent_id ?? body.spec?.agent_id ?? this.cfg.agent_id;
-    const spec: BackgroundAgentSpec = body.spec ? { ...body.spec, agent_id: agentId } : this.servedAgentSpec(agentId);
-    const at = iso(this.now());
-    const existing = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
-    if (existing && !body.replace) throw domainError('AGT_ERR_BACKGROUND_AGENT_EXISTS', [agentId], { detail: 'pass replace: true to replace it' });
-    // Built now, so a spec that cannot run is refused here (422 naming the field), not at its first run.
-    const prepared = await this.prepareAgent(spec, body);
-    const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at };
-    try {
-      if (existing) await this.deps.store.updateRecord<AgentRow>('bg_agents', agentId, row, existing.version);
-      else await this.deps.store.createRecord<AgentRow>('bg_agents', agentId, row);
-    } catch (err) {
-      if (prepared) this.deps.agents?.discard(prepared);
-      if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version'))
-        throw domainError('AGT_ERR_CONCURRENT_UPDATE', [`background agent '${agentId}'`], { detail: 'read it and try again' });
-      throw err;
-    }
-    if (prepared) this.deps.agents?.install(agentId, at, prepared);
-    return this.publicAgent(row);
-  }
-
-  private async prepareAgent(spec: BackgroundAgentSpec, body: unknown): Promise<PreparedAgent | null> {
-    if (!this.deps.agents) return null;
-    try {
-      return await this.deps.agents.prepare(spec);
-    } catch (err) {
-      if (!(err instanceof AgentSpecError)) throw err;
-      // The answer quotes the value at each path: a key sent in model_config.api_key is not echoed.
-      const shown = structuredClone(body) as { spec?: { model_config?: Record<string, unknown> | null } };
-      if (shown.spec?.model_config && 'api_key' in shown.spec.model_config) shown.spec.model_config.api_key = '[REDACTED]';
-      throw new RequestValidationError(
-        'body',
-        err.problems.map(
-          (p) =>
-            ({
-              code: 'custom',
-              path: ['spec', ...p.path],
-              message: p.message,
-              input: undefined,
-            }) as unknown as core.$ZodIssue,
-        ),
-        shown,
-      );
-    }
-  }
-
-  async listAgents(): Promise<{ agents: AgentRow[]; total: number }> {
-    const agents = (await this.listAll<AgentRow>('bg_agents')).map((a) => this.publicAgent(a));
-    return { agents, total: agents.length };
-  }
-
-  async getAgent(agentId: string): Promise<AgentRow> {
-    const rec = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
-    if (!rec) throw notFound('background agent', agentId);
-    return this.publicAgent(rec.value);
-  }
-
-  async deleteAgent(agentId: string, force: boolean): Promise<{ status: 'deleted' }> {
-    const rec = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
-    if (!rec) throw notFound('background agent', agentId);
-    const active = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'agent_active', value: agentId }, limit: 1000 });
-    if (active.items.length > 0 && !force) {
-      throw domainError('AGT_ERR_BACKGROUND_AGENT_IN_USE', [agentId, active.items.length], {
-        detail: 'pass force=true to delete it anyway (its runs in flight are cancelled)',
-      });
-    }
-    for (const r of active.items)
-      await this.engine.cancel(r.id, 'agent deleted').catch(swallow('background.delete_agent_cancel', { run_id: r.id, agent_id: agentId }, isRefusal));
-    await this.deps.store.deleteRecord('bg_agents', agentId);
-    this.deps.agents?.evict(agentId);
-    return { status: 'deleted' };
-  }
-
   // ---------------------------------------------------------------- tasks
 
   async createTask(body: BackgroundTaskCreateRequest): Promise<TaskRow> {
@@ -338,7 +238,7 @@ export class BackgroundManager {
   }
 
   async listTasks(agentId?: string): Promise<{ tasks: TaskRow[]; total: number }> {
-    const tasks = await this.listAll<TaskRow>('bg_tasks', agentId ? { name: 'agent_id', value: agentId } : undefined);
+    const tasks = await listAll<TaskRow>(this.deps.store, 'bg_tasks', agentId ? { name: 'agent_id', value: agentId } : undefined);
     return { tasks, total: tasks.length };
   }
 
@@ -464,7 +364,7 @@ export class BackgroundManager {
       runs: await store.countRecords('bg_runs', { name: 'task_id', value: taskId }),
       active_runs: ACTIVE.reduce((n, s) => n + status_counts[s], 0),
       status_counts,
-      latest_run: latest.items[0] ? this.publicRun(latest.items[0].value.run) : null,
+      latest_run: latest.items[0] ? publicRun(this.cfg.workspace_root, latest.items[0].value.run) : null,
     };
   }
 
@@ -499,11 +399,11 @@ export class BackgroundManager {
     if (!run) throw notFound('enabled background task', taskId);
     // Answer once the run's creation events are stored too, as before the append was pipelined.
     await this.engine.appended(run.run_id);
-    await opts.onQueued?.(this.publicRun(run));
-    if (!body.wait || TERMINAL.has(run.status)) return this.publicRun(run);
+    await opts.onQueued?.(publicRun(this.cfg.workspace_root, run));
+    if (!body.wait || TERMINAL.has(run.status)) return publicRun(this.cfg.workspace_root, run);
     const budget = this.deps.config.server.request_timeout_seconds;
     const settled = await this.engine.waitSettled(run.run_id, budget * 1000);
-    if (settled) return this.publicRun(settled);
+    if (settled) return publicRun(this.cfg.workspace_root, settled);
     const current = await this.engine.get(run.run_id).catch(() => run);
     throw new HttpDetailError(
       504,
@@ -520,79 +420,6 @@ export class BackgroundManager {
   }
 
   // ---------------------------------------------------------------- runs
-
-  async listRuns(q: { task_id?: string; status?: BackgroundRunStatus; limit: number; cursor?: string }) {
-    const index =
-      q.task_id && q.status
-        ? { name: 'task_status', value: taskStatusKey(q.task_id, q.status) }
-        : q.task_id
-          ? { name: 'task_id', value: q.task_id }
-          : q.status
-            ? { name: 'status', value: q.status }
-            : undefined;
-    const page = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index, cursor: q.cursor ?? null, limit: q.limit });
-    const total = await this.deps.store.countRecords('bg_runs', index);
-    return { runs: page.items.map((i) => this.publicRun(i.value.run)), total, next_cursor: page.next_cursor };
-  }
-
-  async getRun(runId: string): Promise<BackgroundRun> {
-    return this.publicRun(await this.engine.get(runId));
-  }
-
-  /** A run as answers show it: new rows store the workspace relative to the root; older rows held it absolute. */
-  private publicRun(run: BackgroundRun): BackgroundRun {
-    if (!isAbsolute(run.workspace_path)) return run;
-    return { ...run, workspace_path: relativeWorkspace(this.cfg.workspace_root, run.workspace_path) };
-  }
-
-  /** The default agent's row once held the absolute workspace root: answers show it relative. */
-  private publicAgent(a: AgentRow): AgentRow {
-    const root = (a.workspace_config as { root?: unknown } | null | undefined)?.root;
-    if (typeof root !== 'string' || !isAbsolute(root)) return a;
-    return { ...a, workspace_config: { ...a.workspace_config, root: relativeWorkspace(this.cfg.workspace_root, root) || '.' } };
-  }
-
-  async attempts(runId: string): Promise<{ run_id: string; attempts: AttemptRecord[]; count: number }> {
-    await this.engine.get(runId);
-    const page = await this.deps.store.listRecords<AttemptRecord>('bg_attempts', { index: { name: 'run_id', value: runId }, limit: 1000 });
-    const attempts = page.items.map((i) => i.value).sort((a, b) => a.attempt_number - b.attempt_number);
-    return { run_id: runId, attempts, count: attempts.length };
-  }
-
-  async events(runId: string) {
-    const events = await this.engine.events(runId);
-    return { run_id: runId, events, count: events.length };
-  }
-
-  async workspace(runId: string) {
-    const run = await this.engine.get(runId);
-    let dir: string;
-    try {
-      dir = this.engine.dirOf(run);
-    } catch {
-      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`, 'AGT_ERR_WORKSPACE_PATH_OUTSIDE');
-    }
-    // workspace_path as stored: relative to the workspace root (answers never show server paths).
-    return {
-      run_id: run.run_id,
-      task_id: run.task_id,
-      agent_id: run.agent_id,
-      workspace_path: relativeWorkspace(this.cfg.workspace_root, run.workspace_path),
-      files: await listWorkspace(dir),
-    };
-  }
-
-  async openWorkspaceFile(runId: string, rel: string) {
-    const row = await this.engine.getRow(runId);
-    if (!row) throw new HttpDetailError(404, `background run '${runId}' was not found`, 'AGT_ERR_BACKGROUND_RUN_NOT_FOUND');
-    let dir: string;
-    try {
-      dir = this.engine.dirOf(row.value.run);
-    } catch {
-      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`, 'AGT_ERR_WORKSPACE_PATH_OUTSIDE');
-    }
-    return openWorkspaceFile(dir, rel);
-  }
 
   cancelRun(runId: string) {
     return this.engine.cancel(runId);
@@ -621,17 +448,6 @@ export class BackgroundManager {
       status_counts,
       skipped_occurrences: this.scheduler.skippedOccurrences(),
     };
-  }
-
-  private async listAll<T>(kind: 'bg_agents' | 'bg_tasks', index?: { name: string; value: string }): Promise<T[]> {
-    const out: T[] = [];
-    let cursor: string | null = null;
-    do {
-      const page: { items: Versioned<T>[]; next_cursor: string | null } = await this.deps.store.listRecords<T>(kind, { index, cursor, limit: 1000 });
-      out.push(...page.items.map((i) => i.value));
-      cursor = page.next_cursor;
-    } while (cursor);
-    return out;
   }
 }
 

@@ -8,16 +8,15 @@ import {
   type LifecycleEvent,
   type RecordParams,
 } from '../../machines/background-run.machine.js';
+import { transition } from 'xstate';
 import { maxAttempts } from '../../machines/policies/retry.js';
 import { newId } from '../ids.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import type { WriteOp } from '../store/store.js';
 import { TERMINAL, occurrenceRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
-import { pureStepper } from './transition.js';
 import type { CreateRunInput, PreparedRun } from './engine.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
-const stepRun = pureStepper(backgroundRunMachine);
 
 /** What building a run needs of the engine's parts. */
 export interface PrepareParts {
@@ -109,9 +108,12 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
     );
   }
   if (input.skip !== null) {
-    // queued -> skipped, computed by the machine without running its effects.
+    // queued -> skipped, computed by the machine without running its effects. xstate's pure
+    // transition() costs ~30 µs (it builds an inert actor per call): fine here, a run created
+    // skipped is rare (a cancel_previous task's skip); the scheduler's per-occurrence decisions
+    // and every live run's steps go through long-lived actors (docs/machines.md "Public APIs").
     const snap = backgroundRunMachine.resolveState({ value: 'queued', context: ctx });
-    const [next, actions] = stepRun(snap, { type: 'SKIP', at, reason: input.skip });
+    const [next, actions] = transition(backgroundRunMachine, snap, { type: 'SKIP', at, reason: input.skip });
     ctx = next.context;
     for (const a of actions) {
       if (a.type !== 'record') continue;

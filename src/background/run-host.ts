@@ -52,6 +52,24 @@ export interface WriteJob {
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
+function newHandle(id: string, row: Versioned<BgRunRow>): Handle {
+  return {
+    id,
+    actor: null,
+    row,
+    chain: Promise.resolve(),
+    pending: 0,
+    sends: 0,
+    dead: false,
+    heartbeat: null,
+    timeout: null,
+    timeoutAttempt: 0,
+    timedOut: null,
+    tailWrite: null,
+    gate: null,
+  };
+}
+
 /** What the live runs need of the engine around them. */
 export interface RunHostHooks {
   /** The live runs by id (shared with the engine). */
@@ -149,28 +167,45 @@ export class RunHosts {
     if (this.hooks.isDeleted(runId)) return null;
     const row = known ?? (await this.deps.store.getRecord<BgRunRow>('bg_runs', runId));
     if (!row) return null;
+    const version = row.value.machine_version ?? 1;
+    if (version > BACKGROUND_RUN_MACHINE_VERSION) return TERMINAL.has(row.value.run.status) ? row : this.failNewer(row, version);
     await this.hooks.outbox.repairOutbox(row.value);
     if (TERMINAL.has(row.value.run.status)) return row;
-    const h: Handle = {
-      id: runId,
-      actor: null,
-      row,
-      chain: Promise.resolve(),
-      pending: 0,
-      sends: 0,
-      dead: false,
-      heartbeat: null,
-      timeout: null,
-      timeoutAttempt: 0,
-      timedOut: null,
-      tailWrite: null,
-      gate: null,
-    };
+    const h = newHandle(runId, row);
     this.handles.set(runId, h);
     const { machine_version: _v, event_seq: _s, outbox: _o, ...ctx } = row.value;
     const ref = this.deps.system.spawn(`bgrun:${runId}`, this.logic, { snapshot: persistedSnapshotOf(ctx) as never }) as AnyActorRef;
     h.actor = ref as unknown as RunActor;
     return h;
+  }
+
+  /**
+   * A row written by a newer background-run machine than this server knows: restoring it could
+   * misread its state, so the run fails with an error that says why, in one CAS write on the row
+   * as read (its lifecycle event, trace and waiters as for any end). Its outbox is not replayed
+   * (a newer format too). A run that ended already is only read.
+   */
+  private async failNewer(row: Versioned<BgRunRow>, version: number): Promise<Versioned<BgRunRow>> {
+    const { machine_version: _v, event_seq: _s, outbox: _o, ...saved } = row.value;
+    const runId = saved.run.run_id;
+    const error = `background run ${runId} was saved by a newer agentd (background-run machine v${version}; this server knows up to v${BACKGROUND_RUN_MACHINE_VERSION}): failed instead of restored`;
+    this.log('error', 'background run saved by a newer machine version; failing it', { run_id: runId, machine_version: version });
+    const at = iso(this.deps.clock.now());
+    const ctx: BackgroundRunContext = {
+      run: { ...saved.run, status: 'failed', error, finished_at: at, lease_owner: null, lease_token: null, lease_expires_at: null },
+      internal: { ...saved.internal, current_attempt: null, retry_at: null, not_before: null },
+    };
+    // Not registered among the live handles: nothing else may act on this run meanwhile.
+    const h = newHandle(runId, row);
+    h.dead = true;
+    try {
+      await this.writeRecord(h, [{ ctx, params: { events: [{ type: 'background_run_failed', data: { error, machine_version: version } }], attempts: [] } }]);
+    } catch (err) {
+      // Someone else wrote the row first (or the store failed): left as it is, read again next time.
+      this.log('warn', 'could not fail a background run of a newer machine version', { run_id: runId, err: String(err) });
+      return row;
+    }
+    return h.row;
   }
 
   maybeRelease(h: Handle): void {

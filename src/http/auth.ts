@@ -1,5 +1,5 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify';
 import { domainError } from '../errors.js';
 import type { AppDeps } from './deps.js';
 
@@ -62,27 +62,65 @@ declare module 'fastify' {
  * Bearer API keys, stored as SHA-256 hashes so the config never holds a usable secret.
  * Off when `auth.api_keys` is empty.
  *
- * Runs in onRequest, after routing: `request.routeOptions` is the matched route. A request that
- * matched no route still needs a valid key (any role) before it learns that the route is missing.
+ * Checked in onRequest, after routing, against the route the router MATCHED. Each route's access
+ * is decided once, when it is registered (onRoute): a public route gets no check at all, a
+ * protected one a hook that knows its roles, so no request looks its route up again. A request
+ * that matched no route still needs a valid key (any role) before it learns that the route is
+ * missing (a global hook, which does nothing for matched routes).
  */
 export function installAuth(app: FastifyInstance, deps: AppDeps): void {
   const keys = deps.config.auth?.api_keys ?? [];
   if (keys.length === 0) return;
   const table = keys.map((k) => ({ name: k.name, role: k.role as Role, hash: Buffer.from(k.key_sha256.toLowerCase(), 'hex') }));
 
-  app.addHook('onRequest', async (request: FastifyRequest) => {
-    const pattern = request.is404 ? undefined : request.routeOptions.url;
-    const access = pattern === undefined ? 'read' : accessOf(request.method, pattern);
-    if (access === 'public') return;
+  /** The key the request presents; throws 401 when there is none or it is not valid. */
+  const authenticate = (request: FastifyRequest): { name: string; role: Role } => {
     const header = request.headers.authorization;
     const match = typeof header === 'string' ? /^Bearer\s+(.+)$/i.exec(header.trim()) : null;
     if (!match) throw domainError('AGT_ERR_UNAUTHORIZED', [], { headers: { 'www-authenticate': 'Bearer' } });
     const digest = createHash('sha256').update(match[1]).digest();
     const key = table.find((k) => k.hash.length === digest.length && timingSafeEqual(k.hash, digest));
     if (!key) throw domainError('AGT_ERR_API_KEY_INVALID', [], { headers: { 'www-authenticate': 'Bearer' } });
-    if (pattern !== undefined && !ROLES[access].includes(key.role)) {
-      throw domainError('AGT_ERR_FORBIDDEN', [key.role, request.method, pattern]);
+    return key;
+  };
+
+  const seen = new Set<string>();
+  app.addHook('onRoute', (route) => {
+    const pattern = route.url;
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    for (const m of methods) seen.add(`${m} ${pattern}`);
+    const accessByMethod = new Map(methods.map((m) => [m, accessOf(m, pattern)] as const));
+    if ([...accessByMethod.values()].every((a) => a === 'public')) return;
+    const check: onRequestHookHandler = (request, _reply, done) => {
+      const access = accessByMethod.get(request.method) ?? accessOf(request.method, pattern);
+      if (access === 'public') return done();
+      try {
+        const key = authenticate(request);
+        if (!ROLES[access].includes(key.role)) throw domainError('AGT_ERR_FORBIDDEN', [key.role, request.method, pattern]);
+        request.apiKeyName = key.name;
+      } catch (err) {
+        return done(err as Error);
+      }
+      done();
+    };
+    // First, before any hook of the route's own.
+    route.onRequest = route.onRequest ? [check, ...[route.onRequest].flat()] : check;
+  });
+
+  // Fail closed: a route registered before this hook would have no check at all.
+  app.addHook('onReady', async () => {
+    const unchecked = app.routeList.filter((r) => !seen.has(`${r.method} ${r.url}`));
+    if (unchecked.length > 0)
+      throw new Error(`routes registered before installAuth (no auth check): ${unchecked.map((r) => `${r.method} ${r.url}`).join(', ')}`);
+  });
+
+  app.addHook('onRequest', (request, _reply, done) => {
+    if (!request.is404) return done();
+    try {
+      request.apiKeyName = authenticate(request).name;
+    } catch (err) {
+      return done(err as Error);
     }
-    request.apiKeyName = key.name;
+    done();
   });
 }

@@ -57,7 +57,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundAgentSpec, ...errors },
       },
     },
-    async (request) => bg.registerAgent(request.body as BackgroundAgentRegistrationRequest),
+    async (request) => bg.agents.registerAgent(request.body as BackgroundAgentRegistrationRequest),
   );
 
   app.get(
@@ -65,7 +65,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
     {
       schema: { tags, operationId: 'listBackgroundAgents', summary: 'List registered background agents', response: { 200: BackgroundAgentsResponse } },
     },
-    async () => bg.listAgents(),
+    async () => bg.agents.listAgents(),
   );
 
   app.get(
@@ -79,7 +79,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundAgentSpec, ...errors },
       },
     },
-    async (request) => bg.getAgent((request.params as AgentIdParams).agent_id),
+    async (request) => bg.agents.getAgent((request.params as AgentIdParams).agent_id),
   );
 
   app.delete(
@@ -94,7 +94,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.deleteAgent((request.params as AgentIdParams).agent_id, (request.query as BackgroundAgentDeleteQuery).force),
+    async (request) => bg.agents.deleteAgent((request.params as AgentIdParams).agent_id, (request.query as BackgroundAgentDeleteQuery).force),
   );
 
   // ---------------------------------------------------------------- tasks
@@ -275,7 +275,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunsResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.listRuns(request.query as BackgroundRunsListQuery),
+    async (request) => bg.runs.listRuns(request.query as BackgroundRunsListQuery),
   );
 
   app.get(
@@ -289,7 +289,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRun, ...errors },
       },
     },
-    async (request) => bg.getRun((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.getRun((request.params as BackgroundRunIdParams).run_id),
   );
 
   app.get(
@@ -303,7 +303,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunAttemptsResponse, ...errors },
       },
     },
-    async (request) => bg.attempts((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.attempts((request.params as BackgroundRunIdParams).run_id),
   );
 
   app.get(
@@ -317,7 +317,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunEventsResponse, ...errors },
       },
     },
-    async (request) => bg.events((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.events((request.params as BackgroundRunIdParams).run_id),
   );
 
   app.get(
@@ -331,7 +331,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunWorkspaceResponse, 404: ErrorResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.workspace((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.workspace((request.params as BackgroundRunIdParams).run_id),
   );
 
   app.get(
@@ -347,7 +347,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
     },
     async (request, reply) => {
       const params = request.params as WorkspaceFileParams;
-      const file = await bg.openWorkspaceFile(params.run_id, params['*']);
+      const file = await bg.runs.openWorkspaceFile(params.run_id, params['*']);
       reply.header('content-type', 'application/octet-stream');
       reply.header('content-length', String(file.size));
       reply.header('content-disposition', `attachment; filename="${file.name.replace(/["\\\r\n]/g, '_')}"`);

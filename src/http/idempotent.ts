@@ -199,7 +199,7 @@ export async function waitBackgroundRun(deps: AppDeps, runId: string, wait: bool
   const budget = deps.config.server.request_timeout_seconds;
   const deadline = Date.now() + budget * 1000;
   for (;;) {
-    const run = await bg.getRun(runId);
+    const run = await bg.runs.getRun(runId);
     if (!wait || TERMINAL.has(run.status) || WAITING.has(run.status)) return run;
     if (Date.now() > deadline) {
       throw new HttpDetailError(

@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { registerSwallowedErrors } from '../telemetry/swallowed.js';
-import { reportSwallowed } from '../telemetry/swallowed.js';
+import { registerSwallowedErrors, reportSwallowed } from '../telemetry/swallowed.js';
+import { HttpRequestMetrics } from './http-metrics.js';
 
 /** Route label of a request that matched no route: a fixed value, so scanners cannot add series. */
 export const UNMATCHED_ROUTE = 'unmatched';
@@ -50,20 +50,17 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  private readonly httpRequests = new Counter({
-    name: 'agentd_http_requests_total',
-    help: 'HTTP requests answered, by method, route pattern and status',
-    labelNames: ['method', 'route', 'status'],
-    registers: [this.registry],
-  });
-  private readonly httpSeconds = new Histogram({
-    name: 'agentd_http_request_duration_seconds',
-    help: 'HTTP request duration until the response ended (a stream: its whole life), by method, route pattern and status',
-    labelNames: ['method', 'route', 'status'],
-    buckets: LATENCY_BUCKETS,
-    registers: [this.registry],
-  });
-  private readonly httpChildren = new Map<string, { count: { inc(): void }; seconds: { observe(v: number): void } }>();
+  // Updated on every HTTP request: plain numbers, written out at scrape time (http-metrics.ts).
+  private readonly http = new HttpRequestMetrics(
+    this.registry,
+    {
+      requests: 'agentd_http_requests_total',
+      requestsHelp: 'HTTP requests answered, by method, route pattern and status',
+      seconds: 'agentd_http_request_duration_seconds',
+      secondsHelp: 'HTTP request duration until the response ended (a stream: its whole life), by method, route pattern and status',
+    },
+    LATENCY_BUCKETS,
+  );
   private readonly modelSeconds = new Histogram({
     name: 'agentd_model_call_duration_seconds',
     help: 'Model call attempts (each retry is one), by provider, model and outcome',
@@ -214,17 +211,7 @@ export class Metrics {
 
   /** `route`: the matched route pattern (`/runs/:run_id`), or null when nothing matched. */
   httpRequest(method: string, route: string | null, status: number, seconds: number): void {
-    // On every request's path: the labelled children are looked up once per label set (bounded:
-    // route patterns, not URLs), not hashed from a labels object each time.
-    const key = `${method} ${route ?? UNMATCHED_ROUTE} ${status}`;
-    let child = this.httpChildren.get(key);
-    if (!child) {
-      const labels = { method, route: route ?? UNMATCHED_ROUTE, status: String(status) };
-      child = { count: this.httpRequests.labels(labels), seconds: this.httpSeconds.labels(labels) };
-      this.httpChildren.set(key, child);
-    }
-    child.count.inc();
-    child.seconds.observe(seconds);
+    this.http.observe(method, route ?? UNMATCHED_ROUTE, status, seconds);
   }
 
   /** One model call attempt: `errorKind` is the ModelCallError kind when it failed. */

@@ -1,4 +1,4 @@
-import { createActor, type AnyActorLogic, type AnyActorRef, type Snapshot } from 'xstate';
+import { createActor, type ActorLogic, type AnyActorLogic, type AnyActorRef, type Snapshot } from 'xstate';
 import { supervisorMachine } from '../../machines/supervisor.machine.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
 
@@ -40,9 +40,9 @@ export class Supervisor {
   }
 
   /**
-   * Spawns `logic` under `systemId`. With `snapshot`, the child resumes from it: xstate's spawn
-   * has no snapshot option, so the logic is wrapped to start from the restored snapshot. Invoked
-   * promise actors that were active in the snapshot run again (effects are idempotent for that).
+   * Spawns `logic` under `systemId`. With `snapshot`, the child resumes from it (see
+   * startingFrom). Invoked promise actors that were active in the snapshot run again (effects are
+   * idempotent for that).
    */
   spawn<TLogic extends AnyActorLogic>(systemId: string, logic: TLogic, opts: { input?: unknown; snapshot?: Snapshot<unknown> } = {}): AnyActorRef {
     if (this.get(systemId)) throw new Error(`actor ${systemId} already exists`);
@@ -51,13 +51,7 @@ export class Supervisor {
     const slot = this.freeSlots.pop() ?? `c${this.nextSlot++}`;
     this.slotOf.set(systemId, slot);
     this.systemIdOf.set(slot, systemId);
-    let toSpawn: AnyActorLogic = logic;
-    if (opts.snapshot) {
-      const restoring = Object.create(logic) as AnyActorLogic;
-      const snapshot = opts.snapshot;
-      restoring.getInitialSnapshot = (scope) => (logic as AnyActorLogic).restoreSnapshot!(snapshot, scope);
-      toSpawn = restoring;
-    }
+    const toSpawn: AnyActorLogic = opts.snapshot ? startingFrom(logic, opts.snapshot) : logic;
     this.ref.send({ type: 'SPAWN', id: slot, systemId, logic: toSpawn, input: opts.input });
     const ref = this.get(systemId);
     if (!ref) throw new Error(`actor ${systemId} did not start`);
@@ -140,6 +134,28 @@ export class ActorSystem extends Supervisor {
   shutdown(): void {
     this.ref.stop();
   }
+}
+
+/**
+ * `logic` whose actors start from `snapshot` instead of from their input. xstate's `spawn` (the
+ * only way a machine gets a child it can stop and hear from) has no snapshot option, unlike
+ * `createActor(logic, { snapshot })`; this is actor logic in the public `ActorLogic` sense: every
+ * method delegates to `logic`, and `getInitialSnapshot` (what an actor calls when it was given no
+ * snapshot) restores `snapshot` with `logic.restoreSnapshot`, exactly what createActor does with
+ * its `snapshot` option. Nothing of xstate's internals is touched.
+ */
+export function startingFrom<TLogic extends AnyActorLogic>(logic: TLogic, snapshot: Snapshot<unknown>): TLogic {
+  const restore = logic.restoreSnapshot;
+  if (!restore) throw new Error('this actor logic cannot restore a snapshot');
+  const restoring: ActorLogic<any, any, any, any, any> = {
+    config: logic.config,
+    transition: (s, event, scope) => logic.transition(s, event, scope),
+    getInitialSnapshot: (scope) => restore.call(logic, snapshot, scope),
+    restoreSnapshot: (persisted, scope) => restore.call(logic, persisted, scope),
+    start: logic.start ? (s, scope) => logic.start!(s, scope) : undefined,
+    getPersistedSnapshot: (s, options) => logic.getPersistedSnapshot(s, options),
+  };
+  return restoring as TLogic;
 }
 
 function safe(fn: () => void): void {

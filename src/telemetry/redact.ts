@@ -117,6 +117,15 @@ const SHAPE_PATTERNS: string[] = [
 ];
 /** The shortest text any value pattern can match (`token=a`): shorter strings are not scanned. */
 const MIN_PATTERN_CHARS = 7;
+/** Redactor.text's memo: total characters of the texts it holds (keys; most values are the same strings). */
+const MEMO_MAX_CHARS = 4 * 1024 * 1024;
+const MEMO_MAX_ENTRIES = 20_000;
+/**
+ * Longer texts are scanned every time: V8 hashes only strings up to 16,383 characters and gives
+ * longer ones their length as hash, so memoised big texts of one length (padded logs, fixed-size
+ * reads) would all share a bucket and each lookup would compare them all.
+ */
+const MEMO_MAX_TEXT_CHARS = 16_383;
 /** Configured secret values shorter than this are ignored: `true`, `1` or `json` must never be scrubbed. */
 export const MIN_SECRET_CHARS = 8;
 
@@ -161,11 +170,33 @@ export class Redactor {
     this.minChars = Math.min(MIN_PATTERN_CHARS, ...known.map((s) => s.length));
   }
 
+  /**
+   * Texts already scanned and what they became. A run records the same strings again and again:
+   * the user message in user_message and in the first model_call, a tool's output in tool_result
+   * and in the next model_call's last message, the answer in model_response and final_answer, the
+   * run, session and model names in every event's metadata. A repeat costs a hash lookup (V8 keeps
+   * a string's hash in the string) instead of a scan (~3 µs per KB). Bounded by MEMO_MAX_CHARS of
+   * keys and MEMO_MAX_ENTRIES; when full it is emptied and refilled by what comes next.
+   */
+  private readonly memo = new Map<string, string>();
+  private memoChars = 0;
+
   /** The text with every secret replaced by `[REDACTED]`; the same string when there is none. */
   text(s: string): string {
     if (s.length < this.minChars) return s;
+    const known = this.memo.get(s);
+    if (known !== undefined) return known;
     // A global replace with no match returns the original string without copying it.
-    return s.replace(this.re, replaceMatch as (m: string, ...groups: string[]) => string);
+    const out = s.replace(this.re, replaceMatch as (m: string, ...groups: string[]) => string);
+    if (s.length <= MEMO_MAX_TEXT_CHARS) {
+      if (this.memoChars + s.length > MEMO_MAX_CHARS || this.memo.size >= MEMO_MAX_ENTRIES) {
+        this.memo.clear();
+        this.memoChars = 0;
+      }
+      this.memo.set(s, out);
+      this.memoChars += s.length;
+    }
+    return out;
   }
 }
 
@@ -259,8 +290,11 @@ function sanitize(value: unknown, depth: number, ancestors: Set<object>, redacto
       }
       const s = sanitize(raw, depth + 1, ancestors, redactor);
       if (s.value === undefined) continue;
-      out[k] = s.value;
-      bound += 6 * k.length + 3 + s.bound + 1;
+      // A key can be a secret too: a map keyed by token or API key. Keys are a small vocabulary,
+      // so after the first event this is a memo hit.
+      const key = redactor.text(k);
+      out[key] = s.value;
+      bound += 6 * key.length + 3 + s.bound + 1;
     }
     return { value: out, bound };
   } finally {

@@ -3,52 +3,46 @@
 // after a restart.
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { initialTransition, transition } from 'xstate';
+import { createActor, transition } from 'xstate';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { backgroundRunMachine } from '../../machines/background-run.machine.js';
-import { taskMachine } from '../../machines/task.machine.js';
-import { pureStepper } from '../../src/background/transition.js';
+import { backgroundRunMachine, persistedSnapshotOf } from '../../machines/background-run.machine.js';
 import { MirrorQueue } from '../../src/background/workspace.js';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { startTestServer, tempDir, type TestServer } from '../helpers/server.js';
 import { api, directModel, eventNames, TOOLS, waitRun } from './helpers.js';
 
-describe('pureStepper', () => {
-  it('takes the same steps and returns the same effects as xstate transition()', () => {
-    const step = pureStepper(taskMachine);
-    const [s0] = initialTransition(taskMachine, { task_id: 't', overlap_policy: 'skip_if_running', enabled: true, paused: false });
-    const due = {
-      type: 'DUE' as const,
-      occurrence: { occurrence_id: 'o', trigger_type: 'interval' as const, due_at: 'x', run_at: 'x', missed: false },
-      inFlight: { activeRunIds: [], queuedRunIds: ['r1'] },
-    };
-    const [a, aActs] = step(s0, due);
-    const [b, bActs] = transition(taskMachine, s0, due);
-    expect(a.value).toEqual(b.value);
-    expect(aActs.map((x) => [x.type, x.params])).toEqual(bActs.map((x) => [x.type, x.params]));
-    expect(aActs[0].params).toMatchObject({ decision: { action: 'skip' } });
-    const [paused] = step(s0, { type: 'PAUSE', reason: 'ops' });
-    expect(step(paused, due)[1].map((x) => x.type)).toEqual(['drop']);
-    // The initial snapshot takes the eventless transitions, as initialTransition does.
-    expect(step.initial({ task_id: 't', overlap_policy: 'skip_if_running', enabled: true, paused: true }).value).toBe('paused');
-    expect(step.initial({ task_id: 't', overlap_policy: 'skip_if_running', enabled: true, paused: false }).value).toEqual(s0.value);
-    // Steps do not leak effects into each other.
-    expect(step(s0, { type: 'UPDATE', overlap_policy: 'allow_parallel' })[1]).toEqual([]);
-  });
+describe('background-run steps on public xstate APIs', () => {
+  const ctx = {
+    run: { run_id: 'r', status: 'queued', attempt: 0, max_attempts: 1, lease_generation: 0, metadata: {}, cancel_requested_at: null },
+    internal: { agent_run_id: null, continue_agent: false, next_reason: null, current_attempt: null, retry_policy: { max_retries: 0 } },
+  } as never;
 
-  it('steps the background-run machine with each effect seeing the context after its assign', () => {
-    const step = pureStepper(backgroundRunMachine);
-    const ctx = {
-      run: { run_id: 'r', status: 'queued', attempt: 0, max_attempts: 1, lease_generation: 0, metadata: {}, cancel_requested_at: null },
-      internal: { agent_run_id: null, continue_agent: false, next_reason: null, current_attempt: null, retry_policy: { max_retries: 0 } },
-    } as never;
+  it('steps with transition(), each effect seeing the context after its assign', () => {
     const s0 = backgroundRunMachine.resolveState({ value: 'queued', context: ctx });
-    const [s1, a1] = step(s0, { type: 'CLAIM', at: 't1', worker_id: 'w', lease_token: 'l', lease_expires_at: 't9' });
-    const [s2, a2] = step(s1, { type: 'START', at: 't2', attempt_id: 'a1' });
+    const [s1, a1] = transition(backgroundRunMachine, s0, { type: 'CLAIM', at: 't1', worker_id: 'w', lease_token: 'l', lease_expires_at: 't9' });
+    const [s2, a2] = transition(backgroundRunMachine, s1, { type: 'START', at: 't2', attempt_id: 'a1' });
     expect(s2.value).toBe('running');
     expect(a1.map((x) => x.type)).toEqual(['record']);
     expect(a2.map((x) => x.type)).toEqual(['record', 'startAgent']);
-    expect((a2[0] as unknown as { info: { context: { run: { status: string } } } }).info.context.run.status).toBe('running');
+    const record = a2.find((x) => x.type === 'record') as unknown as { info: { context: { run: { status: string } } } };
+    expect(record.info.context.run.status).toBe('running');
+  });
+
+  it('restores a row into an actor from the persisted snapshot xstate builds, with no effect run', () => {
+    const effects: string[] = [];
+    const logic = backgroundRunMachine.provide({ actions: { record: () => void effects.push('record'), startAgent: () => void effects.push('startAgent') } });
+    const row = { ...(ctx as object), run: { ...(ctx as { run: object }).run, status: 'awaiting_budget' } } as never;
+    const actor = createActor(logic, { snapshot: persistedSnapshotOf(row) } as never).start();
+    expect(actor.getSnapshot().value).toBe('awaiting');
+    expect(actor.getSnapshot().context.run.status).toBe('awaiting_budget');
+    expect(effects).toEqual([]);
+    actor.send({ type: 'RESUME', at: 't3' });
+    expect(actor.getSnapshot().value).toBe('queued');
+    expect(effects).toEqual(['record']);
+    const done = createActor(logic, {
+      snapshot: persistedSnapshotOf({ ...(ctx as object), run: { ...(ctx as { run: object }).run, status: 'skipped' } } as never),
+    } as never);
+    expect(done.getSnapshot().status).toBe('done');
   });
 });
 

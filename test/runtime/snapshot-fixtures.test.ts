@@ -89,7 +89,7 @@ async function load(fixture: Fixture): Promise<string> {
 const fixtureFiles = () =>
   existsSync(FIXTURES)
     ? readdirSync(FIXTURES)
-        .filter((f) => f.endsWith('.json'))
+        .filter((f) => /^run-v\d+-.*\.json$/.test(f)) // bg-run-*: test/background/snapshot-fixtures.test.ts
         .sort()
     : [];
 const readFixture = (f: string) => JSON.parse(readFileSync(join(FIXTURES, f), 'utf8')) as Fixture;

@@ -39,8 +39,11 @@ const toolJson = JSON.stringify(
   2,
 );
 
-/** A model_call event as a step after a tool call records it: the last message is ~1 KB of tool output. */
-function typicalEvent(): EventRecordInput {
+/**
+ * A model_call event as a step after a tool call records it: the last message is ~1 KB of tool
+ * output. `n`: a different output each time (the redactor's memo has not seen it), else the same.
+ */
+function typicalEvent(n?: number): EventRecordInput {
   return {
     event_type: 'model_call',
     trace_id: 'trace_bench',
@@ -50,7 +53,8 @@ function typicalEvent(): EventRecordInput {
     input: {
       messages: 6,
       tools: ['workspace_read', 'workspace_write', 'clock', 'search'],
-      last: { role: 'tool', tool_call_id: 'call_abc123', tool_name: 'search', content: toolJson },
+      // Flattened (split/join): a text from JSON.parse or the network is one flat string, not a concatenation.
+      last: { role: 'tool', tool_call_id: 'call_abc123', tool_name: 'search', content: n === undefined ? toolJson : `${toolJson}\n${n}`.split('').join('') },
     },
     metadata: { run_id: 'run_V1StGXR8Z5jdHi6BmyT', session_id: 'session_bench', agent_id: 'agent_bench', model: 'gpt-4o-mini', provider: 'openai', step: 2 },
   };
@@ -92,10 +96,15 @@ function cpuNs(fn: () => unknown, iterations: number): number {
 }
 
 /** CPU ns per createEventRecord, best of alternating rounds per side (value pass on / off). */
-function timeEvents(make: () => EventRecordInput, iterations: number): { on: number; off: number } {
+function timeEvents(make: () => EventRecordInput, iterations: number, fresh?: (n: number) => EventRecordInput): { on: number; off: number } {
   const settings = { capture: 'full' as const, redactor };
   const input = make();
-  const once = (): number => cpuNs(() => createEventRecord(input, settings, systemClock).input, iterations);
+  // `fresh`: another input per call (from a pool built before timing).
+  let n = 0;
+  const once = (): number =>
+    fresh
+      ? cpuNs(() => createEventRecord(fresh(n++), settings, systemClock).input, iterations)
+      : cpuNs(() => createEventRecord(input, settings, systemClock).input, iterations);
   valuePass(true);
   once(); // warm-up (JIT)
   valuePass(false);
@@ -171,7 +180,14 @@ async function runThroughput(): Promise<{ on: number; off: number; cpuOn: number
 
 export async function redactionBench(): Promise<BenchOutput> {
   const started = nowMs();
-  const typical = timeEvents(typicalEvent, TYPICAL_ITERATIONS);
+  const typical = timeEvents(() => typicalEvent(), TYPICAL_ITERATIONS);
+  // More distinct outputs than the memo holds (4 M characters), so each is a miss when it comes round again.
+  const pool = Array.from({ length: 6000 }, (_, n) => typicalEvent(n));
+  const typicalFresh = timeEvents(
+    () => typicalEvent(),
+    TYPICAL_ITERATIONS,
+    (n) => pool[n % pool.length],
+  );
   const clean = timeEvents(() => bigEvent(bigText(false)), BIG_ITERATIONS);
   const dirty = timeEvents(() => bigEvent(bigText(true)), BIG_ITERATIONS);
   const textOnly = (() => {
@@ -190,8 +206,10 @@ export async function redactionBench(): Promise<BenchOutput> {
     ratio: ratio(t.on, t.off),
   });
   const rows: Row[] = [
-    row('Typical event (model_call with ~1 KB tool output as its last message), createEventRecord', typical),
+    row('Typical event (model_call with ~1 KB tool output as its last message, the same text again: a memo hit), createEventRecord', typical),
     { metric: 'Typical event: added by the value pass', value: round((typical.on - typical.off) / 1000, 2), unit: 'µs/event' },
+    row('Typical event, a tool output not seen before (memo miss), createEventRecord', typicalFresh),
+    { metric: 'Typical event not seen before: added by the value pass', value: round((typicalFresh.on - typicalFresh.off) / 1000, 2), unit: 'µs/event' },
     row('64 KB payload, no secret in it (tool_result output), createEventRecord', clean),
     row('64 KB payload with 11 secrets in it, createEventRecord', dirty),
     { metric: 'Value pass alone on 64 KB of text with no secret (Redactor.text)', value: round(textOnly / 1000, 1), unit: 'µs', baseline: null },
@@ -224,7 +242,7 @@ export async function redactionBench(): Promise<BenchOutput> {
     title: 'Redaction by value pattern and configured secret: cost per event and per run',
     method: [
       'Baseline: the same build with the value pass switched off in the same process (Redactor.prototype.text replaced by the identity), i.e. redaction by field name only, as before issue 10. Sides alternate round by round; the per-event rows are CPU time of the bench process (process.cpuUsage, so other load on the shared machine does not count), best of 3 rounds per side.',
-      `Per event: createEventRecord (capture full, a redactor with 4 configured secrets), ${TYPICAL_ITERATIONS.toLocaleString('en-US')} iterations for the typical event, ${BIG_ITERATIONS.toLocaleString('en-US')} for the 64 KB ones, in the bench process (tsx).`,
+      `Per event: createEventRecord (capture full, a redactor with 4 configured secrets), ${TYPICAL_ITERATIONS.toLocaleString('en-US')} iterations for the typical event, ${BIG_ITERATIONS.toLocaleString('en-US')} for the 64 KB ones, in the bench process (tsx). Redactor.text remembers texts up to 16,383 characters it has scanned (a run records the same strings in several events), so the typical event, recorded again and again with the same tool output, measures a memo hit; the "not seen before" rows give every call a different tool output (6,000 of them, built before timing: more than the memo holds), which is what the first event that carries a text costs. The 64 KB texts are over the memo's length and scanned every time.`,
       `Per run: agentd in the bench process (LevelDB with fsync, a model that answers at once), ${ROUNDS} x ${RUN_ROUND_MS / 1000} s per side after a 1 s warm-up, a closed loop of ${RUN_CONCURRENCY} clients in the same process (so absolute runs/s are below the run benchmark's; the ratio is what this row is for).`,
     ],
     rows,

@@ -1,0 +1,150 @@
+// Background agents (decisions.md §1 background rows): the registry of the agent specs that
+// background tasks run with (the served agent is registered as the default one), each spec built
+// when registered so one that cannot run is refused then. BackgroundManager delegates to this.
+import { AgentSpecError } from '../agent/agent-spec.js';
+import { domainError, notFound, RequestValidationError } from '../errors.js';
+import { isRefusal, swallow } from '../telemetry/swallowed.js';
+import type { PreparedAgent } from '../runtime/agent-registry.js';
+import type { BackgroundAgentRegistrationRequest, BackgroundAgentSpec } from '../schemas/background.js';
+import { isStoreError, type RecordKind, type Store, type Versioned } from '../store/store.js';
+import type { BackgroundDeps, RunEngine } from './engine.js';
+import type { AgentRow, BgRunRow } from './types.js';
+import { relativeWorkspace } from './workspace.js';
+import { isAbsolute } from 'node:path';
+import type { core } from 'zod';
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+export class BackgroundAgents {
+  constructor(
+    private readonly deps: BackgroundDeps,
+    private readonly engine: RunEngine,
+  ) {}
+
+  private get cfg() {
+    return this.deps.config.background;
+  }
+
+  private now(): number {
+    return this.deps.clock.now();
+  }
+
+  private servedAgentSpec(agentId: string): BackgroundAgentSpec {
+    const a = this.deps.config.agent;
+    return {
+      agent_id: agentId,
+      name: a.name,
+      system_instruction: a.system_instruction || null,
+      agent_config: { max_steps: a.max_steps },
+      model_config: { provider: a.model.provider, model: a.model.model },
+      workspace_config: { root: '.' },
+      local_tools_ref: a.tools.local ?? null,
+      mcp_tools: a.tools.mcp.map((m) => ({ name: m.name })),
+      metadata: { served_agent: true },
+    };
+  }
+
+  async ensureDefaultAgent(): Promise<void> {
+    const id = this.cfg.agent_id;
+    if (await this.deps.store.getRecord('bg_agents', id)) return;
+    const at = iso(this.now());
+    try {
+      await this.deps.store.createRecord<AgentRow>('bg_agents', id, { ...this.servedAgentSpec(id), created_at: at, updated_at: at });
+    } catch (err) {
+      if (!isStoreError(err, 'conflict')) throw err;
+    }
+  }
+
+  async registerAgent(body: BackgroundAgentRegistrationRequest): Promise<AgentRow> {
+    const agentId = body.agent_id ?? body.spec?.agent_id ?? this.cfg.agent_id;
+    const spec: BackgroundAgentSpec = body.spec ? { ...body.spec, agent_id: agentId } : this.servedAgentSpec(agentId);
+    const at = iso(this.now());
+    const existing = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
+    if (existing && !body.replace) throw domainError('AGT_ERR_BACKGROUND_AGENT_EXISTS', [agentId], { detail: 'pass replace: true to replace it' });
+    // Built now, so a spec that cannot run is refused here (422 naming the field), not at its first run.
+    const prepared = await this.prepareAgent(spec, body);
+    const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at };
+    try {
+      if (existing) await this.deps.store.updateRecord<AgentRow>('bg_agents', agentId, row, existing.version);
+      else await this.deps.store.createRecord<AgentRow>('bg_agents', agentId, row);
+    } catch (err) {
+      if (prepared) this.deps.agents?.discard(prepared);
+      if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version'))
+        throw domainError('AGT_ERR_CONCURRENT_UPDATE', [`background agent '${agentId}'`], { detail: 'read it and try again' });
+      throw err;
+    }
+    if (prepared) this.deps.agents?.install(agentId, at, prepared);
+    return this.publicAgent(row);
+  }
+
+  private async prepareAgent(spec: BackgroundAgentSpec, body: unknown): Promise<PreparedAgent | null> {
+    if (!this.deps.agents) return null;
+    try {
+      return await this.deps.agents.prepare(spec);
+    } catch (err) {
+      if (!(err instanceof AgentSpecError)) throw err;
+      // The answer quotes the value at each path: a key sent in model_config.api_key is not echoed.
+      const shown = structuredClone(body) as { spec?: { model_config?: Record<string, unknown> | null } };
+      if (shown.spec?.model_config && 'api_key' in shown.spec.model_config) shown.spec.model_config.api_key = '[REDACTED]';
+      throw new RequestValidationError(
+        'body',
+        err.problems.map(
+          (p) =>
+            ({
+              code: 'custom',
+              path: ['spec', ...p.path],
+              message: p.message,
+              input: undefined,
+            }) as unknown as core.$ZodIssue,
+        ),
+        shown,
+      );
+    }
+  }
+
+  async listAgents(): Promise<{ agents: AgentRow[]; total: number }> {
+    const agents = (await listAll<AgentRow>(this.deps.store, 'bg_agents')).map((a) => this.publicAgent(a));
+    return { agents, total: agents.length };
+  }
+
+  async getAgent(agentId: string): Promise<AgentRow> {
+    const rec = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
+    if (!rec) throw notFound('background agent', agentId);
+    return this.publicAgent(rec.value);
+  }
+
+  async deleteAgent(agentId: string, force: boolean): Promise<{ status: 'deleted' }> {
+    const rec = await this.deps.store.getRecord<AgentRow>('bg_agents', agentId);
+    if (!rec) throw notFound('background agent', agentId);
+    const active = await this.deps.store.listRecords<BgRunRow>('bg_runs', { index: { name: 'agent_active', value: agentId }, limit: 1000 });
+    if (active.items.length > 0 && !force) {
+      throw domainError('AGT_ERR_BACKGROUND_AGENT_IN_USE', [agentId, active.items.length], {
+        detail: 'pass force=true to delete it anyway (its runs in flight are cancelled)',
+      });
+    }
+    for (const r of active.items)
+      await this.engine.cancel(r.id, 'agent deleted').catch(swallow('background.delete_agent_cancel', { run_id: r.id, agent_id: agentId }, isRefusal));
+    await this.deps.store.deleteRecord('bg_agents', agentId);
+    this.deps.agents?.evict(agentId);
+    return { status: 'deleted' };
+  }
+
+  /** The default agent's row once held the absolute workspace root: answers show it relative. */
+  private publicAgent(a: AgentRow): AgentRow {
+    const root = (a.workspace_config as { root?: unknown } | null | undefined)?.root;
+    if (typeof root !== 'string' || !isAbsolute(root)) return a;
+    return { ...a, workspace_config: { ...a.workspace_config, root: relativeWorkspace(this.cfg.workspace_root, root) || '.' } };
+  }
+}
+
+/** Every record of a kind (or of one index value), all pages. */
+export async function listAll<T>(store: Store, kind: RecordKind, index?: { name: string; value: string }): Promise<T[]> {
+  const out: T[] = [];
+  let cursor: string | null = null;
+  do {
+    const page: { items: Versioned<T>[]; next_cursor: string | null } = await store.listRecords<T>(kind, { index, cursor, limit: 1000 });
+    out.push(...page.items.map((i) => i.value));
+    cursor = page.next_cursor;
+  } while (cursor);
+  return out;
+}
