@@ -132,6 +132,7 @@ export class RunEngine {
     });
     this.workspaces = new RunWorkspaces({
       config: deps.config,
+      deferQueued: !isSharedStore(deps.store),
       log: (level, msg, extra) => this.log(level, msg, extra),
       storedLifecycle: (runId) => this.storedLifecycle(runId),
     });
@@ -176,6 +177,7 @@ export class RunEngine {
       kick: () => this.claimer.kick(),
       afterWrite: (h, ctx, prevStatus, flushed) => this.afterWrite(h, ctx, prevStatus, flushed),
       clearTimers: (h) => this.timers.clearHandle(h),
+      hasWaiter: (runId) => this.waiters.has(runId),
       startAgent: (runId, params) => this.agent.onStartAgent(runId, params),
       cancelAgent: (runId, agentRunId) => this.agent.onCancelAgent(runId, agentRunId),
       closed: () => this.closed,
@@ -272,7 +274,9 @@ export class RunEngine {
     const p = this.prepareRun(input);
     this.track(p);
     try {
-      await this.deps.store.commit(p.ops);
+      const commit = this.deps.store.commit(p.ops);
+      this.outbox.releaseJoining();
+      await commit;
     } catch (err) {
       this.untrack(p);
       if (isStoreError(err, 'conflict')) return null;

@@ -35,7 +35,14 @@ export interface EventOutboxDeps {
   onAppendFailed(ctx: BackgroundRunContext): void;
 }
 
+/** Longest a run's last events wait for another row write to share its store round (joinNextWrite). */
+const JOIN_NEXT_WRITE_MS = 5;
+
 export class EventOutbox {
+  /** Appends waiting for the next row write (joinNextWrite): released together just before it is issued. */
+  private joining: Array<() => void> = [];
+  private joinTimer: NodeJS.Timeout | null = null;
+
   /** Runs whose lifecycle events are on their way to the log: a load waits, or it would re-emit them. */
   private readonly appends = new Map<string, AppendState>();
   /** Highest sequence this process appended per non-terminal run: a load with a match skips the outbox check. */
@@ -64,6 +71,7 @@ export class EventOutbox {
 
   /** Every append and workspace write still on its way (engine close; the store closes after this). */
   async flushAll(): Promise<void> {
+    this.releaseJoining();
     await Promise.all([...this.appends.values()].map((a) => a.flushed));
   }
 
@@ -103,7 +111,7 @@ export class EventOutbox {
    * rejects). A failed append drops this process's copy of the run: the row's outbox still holds
    * the events, and the next load re-appends them.
    */
-  queueEmit(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], opts: { runJson: boolean; mirror: boolean }): Promise<void> {
+  queueEmit(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], opts: { runJson: boolean; mirror: boolean; joinNextWrite?: boolean }): Promise<void> {
     const runId = ctx.run.run_id;
     let st = this.appends.get(runId);
     if (!st) {
@@ -117,6 +125,7 @@ export class EventOutbox {
     let mirrored: Promise<void> | null = null;
     const step = state.chain.then(async () => {
       if (lifecycle.length > 0) {
+        if (opts.joinNextWrite) await this.nextWrite();
         try {
           await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
         } catch (err) {
@@ -141,6 +150,31 @@ export class EventOutbox {
       if (--state.pending === 0 && this.appends.get(runId) === state) this.appends.delete(runId);
     });
     return flushed;
+  }
+
+  /**
+   * A row write is about to be issued: the appends waiting for one are issued now, in the same
+   * turn of the event loop, so the store takes them in the same group-commit round (one fsync)
+   * instead of a round of their own. With one worker, a run's last events would otherwise cost a
+   * round between its completion and the next run's claim.
+   */
+  releaseJoining(): void {
+    if (this.joinTimer) clearTimeout(this.joinTimer);
+    this.joinTimer = null;
+    const waiting = this.joining;
+    this.joining = [];
+    for (const go of waiting) go();
+  }
+
+  /** Resolves just before the next row write is issued, or after JOIN_NEXT_WRITE_MS. */
+  private nextWrite(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      this.joining.push(resolve);
+      if (!this.joinTimer) {
+        this.joinTimer = setTimeout(() => this.releaseJoining(), JOIN_NEXT_WRITE_MS);
+        this.joinTimer.unref?.();
+      }
+    });
   }
 
   /** Appends now and waits (the outbox repair path). Throws when the append fails. */

@@ -19,6 +19,7 @@ import { HELD, TERMINAL, attemptRecordId, runRowIndexes, type BgRunRow, type Lif
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { EventOutbox } from './outbox.js';
 import type { TimerRef } from './attempt-timers.js';
+import type { SupervisorGroup } from '../runtime/system.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
 
 export type RunActor = Actor<typeof backgroundRunMachine>;
@@ -85,6 +86,8 @@ export interface RunHostHooks {
   kick(): void;
   /** After a row write and the queueing of its events: timers, watches, metrics, waiters, claims. */
   afterWrite(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus, flushed: Promise<void>): void;
+  /** Somebody waits for the run to settle (their answer must not wait for another write). */
+  hasWaiter(runId: string): boolean;
   /** A released run's heartbeat and attempt timeout stop. */
   clearTimers(h: Handle): void;
   /** The machine's startAgent / cancelAgent effects (the agent bridge). */
@@ -97,12 +100,19 @@ export class RunHosts {
   private readonly handles: Map<string, Handle>;
   private readonly loading = new Map<string, Promise<Handle | Versioned<BgRunRow> | null>>();
   private readonly logic;
+  /**
+   * The live runs' actors sit under their own supervisor (`group:bgruns`), not the root: xstate
+   * copies a parent's children map on every spawn and stop, so under the root each claim and each
+   * release cost O(every live agent run, session and run actor) instead of O(live background runs).
+   */
+  private readonly actors: SupervisorGroup;
 
   constructor(
     private readonly deps: BackgroundDeps,
     private readonly hooks: RunHostHooks,
   ) {
     this.handles = hooks.handles;
+    this.actors = deps.system.group('bgruns');
     this.logic = backgroundRunMachine.provide({
       actions: {
         record: ({ context }, params) => this.onRecord(context, params),
@@ -174,7 +184,7 @@ export class RunHosts {
     const h = newHandle(runId, row);
     this.handles.set(runId, h);
     const { machine_version: _v, event_seq: _s, outbox: _o, ...ctx } = row.value;
-    const ref = this.deps.system.spawn(`bgrun:${runId}`, this.logic, { snapshot: persistedSnapshotOf(ctx) as never }) as AnyActorRef;
+    const ref = this.actors.spawn(`bgrun:${runId}`, this.logic, { snapshot: persistedSnapshotOf(ctx) as never }) as AnyActorRef;
     h.actor = ref as unknown as RunActor;
     return h;
   }
@@ -217,7 +227,7 @@ export class RunHosts {
   release(h: Handle, dead: boolean): void {
     if (dead) h.dead = true;
     this.hooks.clearTimers(h);
-    this.deps.system.stop(`bgrun:${h.id}`);
+    this.actors.stop(`bgrun:${h.id}`);
     if (this.handles.get(h.id) === h) this.handles.delete(h.id);
   }
 
@@ -331,7 +341,10 @@ export class RunHosts {
     }
     let written: Versioned<unknown> | null;
     try {
-      [written] = await this.deps.store.commit(ops);
+      const commit = this.deps.store.commit(ops);
+      // Last events of other runs waiting for a write go into this one's store round.
+      this.hooks.outbox.releaseJoining();
+      [written] = await commit;
     } catch (err) {
       // Another instance claimed a run of this one-at-a-time task first (the gate moved): this
       // claim is refused like a fenced write, and the run stays queued for a later pass.
@@ -340,7 +353,10 @@ export class RunHosts {
     }
     h.row = written as Versioned<BgRunRow>;
     this.hooks.noteRun(ctx.run.task_id, h.id, status);
-    const flushed = this.hooks.outbox.queueEmit(ctx, lifecycle, { runJson, mirror: true });
+    // A run that ended with nobody waiting on it: its last events may wait (a few ms) for the next
+    // row write, the next run's claim, to share its store round (the row's outbox covers the gap).
+    const joinNextWrite = TERMINAL.has(status) && !this.hooks.hasWaiter(h.id);
+    const flushed = this.hooks.outbox.queueEmit(ctx, lifecycle, { runJson, mirror: true, joinNextWrite });
     this.hooks.afterWrite(h, ctx, prev.run.status, flushed);
   }
 

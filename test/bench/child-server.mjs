@@ -99,8 +99,41 @@ async function startAgentd() {
   const server = await startServer(config, { model });
 
   // Diagnostics: store calls and group-commit rounds (one LevelDB batch, one fsync each).
-  const stats = { commits: 0, appends: 0, rounds: 0, reads: 0 };
+  const stats = { commits: 0, appends: 0, rounds: 0, reads: 0, ops: 0, opBytes: 0, events: 0, eventBytes: 0, shapes: {} };
   const store = server.store;
+  // countBytes: also count the ops of each commit and the JSON bytes of their values and of the
+  // appended events (costs a JSON.stringify each, so only while a profile's counting pass asks for it).
+  let countBytes = false;
+  commands.set('countBytes', ({ on }) => (countBytes = !!on));
+  const size = (v) => (v === undefined ? 0 : Buffer.byteLength(JSON.stringify(v)));
+  const countCommit = store.commit?.bind(store);
+  if (countCommit) {
+    const tally = (list) => {
+      const shape = [...new Set(list.map((op) => `${op.op}:${op.kind}`))].sort().join('+');
+      stats.shapes[shape] = (stats.shapes[shape] ?? 0) + 1;
+      stats.ops += list.length;
+      for (const op of list) stats.opBytes += size(op.value);
+      return list;
+    };
+    // commit takes the ops or a function giving them when the store takes the write.
+    store.commit = (ops, ...rest) => {
+      if (!countBytes) return countCommit(ops, ...rest);
+      return countCommit(typeof ops === 'function' ? () => tally(ops()) : tally(ops), ...rest);
+    };
+  }
+  const countAppend = store.appendEvents?.bind(store);
+  if (countAppend) {
+    store.appendEvents = (...args) => {
+      if (countBytes) {
+        const events = args.find((a) => Array.isArray(a)) ?? [];
+        stats.events += events.length;
+        const shape = `append:${events.map((e) => e.event_type).join(',')}`;
+        stats.shapes[shape] = (stats.shapes[shape] ?? 0) + 1;
+        for (const e of events) stats.eventBytes += size(e);
+      }
+      return countAppend(...args);
+    };
+  }
   for (const [name, key] of [
     ['commit', 'commits'],
     ['appendEvents', 'appends'],
@@ -117,7 +150,7 @@ async function startAgentd() {
       return orig(...args);
     };
   }
-  commands.set('storeStats', () => ({ ...stats }));
+  commands.set('storeStats', () => ({ ...stats, shapes: { ...stats.shapes } }));
 
   // Stamp the moment each event is stored: the emitter publishes right after the store resolved.
   const published = new Map();

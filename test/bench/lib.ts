@@ -124,7 +124,8 @@ export const agentdNodeFlags = (): string[] => (process.env.BENCH_NODE_FLAGS ?? 
 /** Starts child-server.mjs (plain JS over the build in test/bench/dist/) and waits for it to listen. */
 export async function startChild(spec: ChildSpec, timeoutMs = 60_000): Promise<Child> {
   const flags = spec.mode === 'agentd' ? agentdNodeFlags() : [];
-  const proc = spawn(process.execPath, [...flags, CHILD_SCRIPT], {
+  // Read at each start, so one process can run two builds side by side (an interleaved A/B).
+  const proc = spawn(process.execPath, [...flags, process.env.BENCH_CHILD_SCRIPT ?? CHILD_SCRIPT], {
     cwd: ROOT,
     env: { ...process.env, BENCH_CHILD: JSON.stringify(spec) },
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
@@ -533,7 +534,7 @@ export function renderReport(all: ResultsFile, order: string[]): string {
   if (all.profiles?.length) {
     out.push('## Profiles', '');
     out.push(
-      'CPU profiles of the agentd server process on the real path (`node --cpu-prof` on the child; `npm run bench -- profile <label>` writes them here, test/bench/profile.ts), summarised by self time. The profiler adds its own cost, so its CPU per run is above the run benchmark\'s. `writev` is mostly the loopback peer being woken inside the syscall (wall time the profiler charges to it), not this process\'s CPU. "before" is the tree this work started from (89256c6), built into a copy and run by the same harness (`BENCH_CHILD_SCRIPT=<copy>/test/bench/child-server.mjs npm run bench -- profile before`).',
+      'CPU profiles of the agentd server process on the real path (`node --cpu-prof` on the child; `npm run bench -- profile <label>` writes them here, test/bench/profile.ts), summarised by self time. `npm run bench -- profile-background <label>` profiles the background drain instead (labels `background-c1-<label>`, `background-c32-<label>`: one child per background.concurrency; its description also gives, per drained run, store commits, group-commit rounds (one fsync each), ops and their JSON bytes, events appended and their bytes, reads, model requests, and workspace files and folders). The profiler adds its own cost, so its CPU per run is above the run benchmark\'s. `writev` is mostly the loopback peer being woken inside the syscall (wall time the profiler charges to it), not this process\'s CPU. "before" is the tree this work started from (89256c6), built into a copy and run by the same harness (`BENCH_CHILD_SCRIPT=<copy>/test/bench/child-server.mjs npm run bench -- profile before`).',
       '',
     );
     for (const p of all.profiles) {

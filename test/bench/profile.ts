@@ -168,3 +168,134 @@ export async function profileRealPath(label: string, order: string[], save: (p: 
     removeDir(profDir);
   }
 }
+
+/** A tree's file and directory count (the background run workspaces). */
+function countTree(dir: string): { files: number; dirs: number } {
+  let files = 0;
+  let dirs = 0;
+  const walk = (d: string) => {
+    let entries;
+    try {
+      entries = readdirSync(d, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      if (e.isDirectory()) {
+        dirs++;
+        walk(join(d, e.name));
+      } else files++;
+    }
+  };
+  walk(dir);
+  return { files, dirs };
+}
+
+type StoreStats = { commits: number; appends: number; rounds: number; reads: number; ops: number; opBytes: number; events: number; eventBytes: number };
+
+/**
+ * `npm run bench -- profile-background <label>`: the background drain (manual agent runs of one
+ * task, POST /background/tasks/{id}/run, on the real model path) under `node --cpu-prof`, at
+ * background.concurrency 1 and 32, one child each. After a warm-up drain, one drain is profiled
+ * (self time per drained run), then a counting drain gives, per run: store commits, group-commit
+ * rounds (one fsync each), ops and their JSON bytes, events appended and their bytes, reads, model
+ * HTTP requests, and files/directories left under workspaces/background/.
+ */
+export async function profileBackgroundDrain(label: string, order: string[], save: (p: ProfileResult, order: string[]) => void): Promise<void> {
+  const { agentdDrain } = await import('./benchmarks/background.js');
+  const runs = QUICK ? 300 : 1000;
+  const WARMUP = QUICK ? 300 : 1000;
+  const COUNTED = 200;
+  const fake = await startChild({ mode: 'fake-openai' });
+  const prev = process.env.BENCH_NODE_FLAGS;
+  let commit = 'unknown';
+  try {
+    commit = execSync('git rev-parse --short HEAD', { cwd: ROOT }).toString().trim();
+  } catch {
+    // not a git checkout
+  }
+  try {
+    for (const concurrency of [1, 32]) {
+      const dir = tempDir('profile-bg');
+      const profDir = tempDir('cpuprof');
+      process.env.BENCH_NODE_FLAGS = `${prev ?? ''} --cpu-prof --cpu-prof-dir=${profDir}`;
+      let cpuMs = 0;
+      let fromMs = 0;
+      let toMs = 0;
+      let counts: Record<string, number> = {};
+      try {
+        const child = await startChild({
+          mode: 'agentd',
+          dataDir: dir,
+          config: realPathConfig(fake.url, 'bench', { background: { enabled: true, concurrency } }),
+          model: { kind: 'config' },
+        });
+        process.env.BENCH_NODE_FLAGS = prev ?? '';
+        try {
+          log(`profile-background c=${concurrency}: warm-up drain of ${WARMUP} runs`);
+          await agentdDrain(child, WARMUP);
+          fromMs = nowMs();
+          log(`profile-background c=${concurrency}: profiled drain of ${runs} runs`);
+          const d = await agentdDrain(child, runs).catch((err: unknown) => {
+            throw new Error(`${String(err)}; child stderr: ${child.stderr().slice(-3000)}`);
+          });
+          toMs = nowMs();
+          cpuMs = d.cpuMs;
+          // The counting pass (outside the profiled window): what one drained run writes and creates.
+          await child.call({ cmd: 'countBytes', on: true });
+          const s0 = await child.call<StoreStats>({ cmd: 'storeStats' });
+          const f0 = await fake.call<{ requests?: number }>({ cmd: 'fakeStats' });
+          const t0 = countTree(join(dir, 'workspaces', 'background'));
+          await agentdDrain(child, COUNTED);
+          const s1 = await child.call<StoreStats>({ cmd: 'storeStats' });
+          const f1 = await fake.call<{ requests?: number }>({ cmd: 'fakeStats' });
+          const t1 = countTree(join(dir, 'workspaces', 'background'));
+          const per = (a: number, b: number) => Math.round(((b - a) / COUNTED) * 100) / 100;
+          counts = {
+            commits: per(s0.commits, s1.commits),
+            group_commit_rounds: per(s0.rounds, s1.rounds),
+            ops: per(s0.ops, s1.ops),
+            op_value_bytes: per(s0.opBytes, s1.opBytes),
+            event_appends: per(s0.appends, s1.appends),
+            events: per(s0.events, s1.events),
+            event_bytes: per(s0.eventBytes, s1.eventBytes),
+            reads: per(s0.reads, s1.reads),
+            model_requests: per(f0.requests ?? 0, f1.requests ?? 0),
+            workspace_files: per(t0.files, t1.files),
+            workspace_dirs: per(t0.dirs, t1.dirs),
+          };
+        } finally {
+          await child.stop();
+        }
+        const file = readdirSync(profDir).find((f) => f.endsWith('.cpuprofile'));
+        if (!file) throw new Error(`no .cpuprofile written in ${profDir}`);
+        if (process.env.BENCH_KEEP_PROFILE) copyFileSync(join(profDir, file), `${process.env.BENCH_KEEP_PROFILE}.c${concurrency}`);
+        const profile = JSON.parse(readFileSync(join(profDir, file), 'utf8')) as CpuProfile;
+        const summary = summarise(profile, runs, fromMs, toMs);
+        const name = `background-c${concurrency}-${label}`;
+        save(
+          {
+            label: name,
+            ran_at: new Date().toISOString(),
+            commit,
+            command: `npm run bench -- profile-background ${label}`,
+            description: `Background drain of manual agent runs (POST /background/tasks/{id}/run, 32 requests in flight) at background.concurrency ${concurrency}, agentd child under \`node --cpu-prof\` on the real path (openai-compatible over HTTP to the fake server, LevelDB with fsync); after a ${WARMUP}-run warm-up drain, ${runs} runs profiled; self time divided by the runs drained. Per drained run (a further ${COUNTED}-run drain): ${JSON.stringify(counts)}.`,
+            runs,
+            cpu_per_run_ms: cpuMs / runs,
+            ...summary,
+          },
+          order,
+        );
+        process.stderr.write(`profile ${name}: ${runs} runs, ${(cpuMs / runs).toFixed(2)} ms CPU per run\n  per run: ${JSON.stringify(counts)}\n`);
+        for (const g of summary.groups) process.stderr.write(`  ${g.name}: ${g.ms_per_run.toFixed(3)} ms/run (${(g.share * 100).toFixed(1)} %)\n`);
+        for (const t of summary.top) process.stderr.write(`  ${t.fn} ${t.where}: ${t.ms_per_run.toFixed(3)} ms/run (${(t.share * 100).toFixed(1)} %)\n`);
+      } finally {
+        removeDir(dir);
+        removeDir(profDir);
+      }
+    }
+  } finally {
+    process.env.BENCH_NODE_FLAGS = prev ?? '';
+    await fake.stop();
+  }
+}

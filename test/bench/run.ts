@@ -5,7 +5,7 @@ import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUILD_DIR, CLI, ROOT, SCALE, loadAverage, machine, nowMs, saveProfile, saveResult, type Benchmark } from './lib.js';
-import { profileRealPath } from './profile.js';
+import { profileBackgroundDrain, profileRealPath } from './profile.js';
 import { healthBench } from './benchmarks/health.js';
 import { startupBench } from './benchmarks/startup.js';
 import { runBench } from './benchmarks/run-real.js';
@@ -79,6 +79,12 @@ async function main(): Promise<void> {
     // `npm run bench -- profile <label> [--quick]`: see test/bench/profile.ts.
     ensureBuild();
     await profileRealPath(args[1] ?? 'after', ORDER, saveProfile);
+    return;
+  }
+  if (args[0] === 'profile-background') {
+    // `npm run bench -- profile-background <label> [--quick]`: see test/bench/profile.ts.
+    ensureBuild();
+    await profileBackgroundDrain(args[1] ?? 'after', ORDER, saveProfile);
     return;
   }
   const unknown = args.filter((a) => !BENCHMARKS[a]);

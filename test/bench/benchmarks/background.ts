@@ -78,7 +78,8 @@ const statusCounts = async (url: string, taskId: string): Promise<Record<string,
 // ---------------------------------------------------------------- throughput
 
 let drains = 0;
-async function agentdDrain(
+/** Creates a manual task and drains `runs` POST /background/tasks/{id}/run through it (32 requests in flight). */
+export async function agentdDrain(
   child: Child,
   runs: number,
 ): Promise<{ seconds: number; postS: number; requested: number; completed: number; other: Record<string, number>; cpuMs: number }> {
@@ -89,6 +90,8 @@ async function agentdDrain(
     schedule: { type: 'manual' },
     overlap_policy: 'allow_parallel',
     session_policy: { mode: 'run' },
+    // BENCH_BG_TASK: extra task fields (JSON) for an A/B drain, e.g. a workspace_policy.
+    ...(process.env.BENCH_BG_TASK ? (JSON.parse(process.env.BENCH_BG_TASK) as Json) : {}),
   });
   const cpu0 = await child.call<{ user: number; system: number }>({ cmd: 'cpu' });
   const t0 = nowMs();
@@ -381,6 +384,7 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
           ', ',
         )}; 32 concurrent requests; it stops asking after ${POST_BUDGET_MS / 1000} s so the benchmark stays bounded) and polls the task status until every requested run is terminal; the figure is completed runs / (first POST to last completion). A drain of up to 500 runs warms each side up first.`,
       "Baseline: BullMQ (Redis at 127.0.0.1:6379), a Worker of the same concurrency in the benchmark process whose processor calls the AI SDK's `generateText` (same server, same `add` tool, `stopWhen: stepCountIs(5)`) per job; the same number of jobs added with addBulk (1,000 per call); first add to last completion, after the same warm-up.",
+      "Where a drained run's CPU goes: `npm run bench -- profile-background <label>` (test/bench/profile.ts; see Profiles): self time by origin and function per drained run, and per run the store commits, group-commit rounds (fsyncs), bytes written, events appended, reads, model requests and workspace files.",
       `Idle cron: ${CRON_TASKS.toLocaleString('en-US')} tasks with yearly cron expressions, created over HTTP (${CREATE_CONCURRENCY} requests in flight); CPU is /proc/<pid>/stat utime+stime over ${CPU_WINDOW_S} s, 2 s after the last creation.`,
       `Interval: ${INTERVAL_TASKS.toLocaleString('en-US')} tasks with interval 1 s (default overlap skip_if_running, background.concurrency 4), observed for ${INTERVAL_WINDOW_S} s after creation; lateness = queued_at (else triggered_at) - due_at of each interval BackgroundRun due in the steady window (from 2 s after the last task was created to 1 s before the end), read from the store after the server stopped. An occurrence not dispatched by then is missing from the count.`,
     ],
