@@ -26,6 +26,7 @@ import { checkNamespaceTemplate } from './workspace.js';
 import { HttpDetailError, RequestValidationError } from '../errors.js';
 import type { core } from 'zod';
 import { repos } from '../store/repos/index.js';
+import { newScheduleRow, resumedScheduleRow } from './schedule-rows.js';
 
 export type { BackgroundDeps } from './engine.js';
 
@@ -201,7 +202,7 @@ export class BackgroundManager {
       const task: TaskRow = { ...fields, agent_id: agentId, created_at: existing?.value.created_at ?? iso(now), updated_at: iso(now) };
       const prevSched = await repos(store).bgSchedule.get<ScheduleRow>(body.task_id);
       // A new revision for every create/replace: occurrence ids of the old schedule can never collide.
-      const sched = this.scheduler.newScheduleRow(task, (prevSched?.value.schedule_revision ?? 0) + 1, now, prevSched?.value ?? null);
+      const sched = newScheduleRow(task, (prevSched?.value.schedule_revision ?? 0) + 1, now, prevSched?.value ?? null);
       const { bgTasks, bgSchedule } = repos(store);
       const written = await store.commit([
         bgTasks.putOp(task.task_id, task, existing, { agent_id: agentId }),
@@ -261,9 +262,9 @@ export class BackgroundManager {
       }
       let sched = schedRec?.value ?? null;
       if (patch.schedule && JSON.stringify(patch.schedule) !== JSON.stringify(prev.schedule)) {
-        sched = this.scheduler.newScheduleRow(next, (sched?.schedule_revision ?? 0) + 1, now, sched);
+        sched = newScheduleRow(next, (sched?.schedule_revision ?? 0) + 1, now, sched);
       } else if (sched && next.enabled && !prev.enabled && !sched.paused) {
-        sched = this.scheduler.resumedScheduleRow(next, sched, now);
+        sched = resumedScheduleRow(next, sched, now);
       }
       const { bgTasks, bgSchedule } = repos(store);
       const written = await store.commit([
@@ -309,7 +310,7 @@ export class BackgroundManager {
   }
 
   async resumeTask(taskId: string): Promise<{ status: 'resumed' }> {
-    await this.editSchedule(taskId, (task, s, now) => (s.paused ? this.scheduler.resumedScheduleRow(task, s, now) : s));
+    await this.editSchedule(taskId, (task, s, now) => (s.paused ? resumedScheduleRow(task, s, now) : s));
     return { status: 'resumed' };
   }
 
@@ -320,7 +321,7 @@ export class BackgroundManager {
       if (!rec) throw notFound('background task', taskId);
       const now = this.now();
       const schedRec = await repos(store).bgSchedule.get<ScheduleRow>(taskId);
-      const current = schedRec?.value ?? this.scheduler.newScheduleRow(rec.value, 1, now, null);
+      const current = schedRec?.value ?? newScheduleRow(rec.value, 1, now, null);
       const next = edit(rec.value, current, now);
       let written: Versioned<ScheduleRow>;
       if (schedRec) {

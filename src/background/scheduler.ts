@@ -10,17 +10,17 @@
 // and `drop` effects are collected as data while an event is sent and carried out here.
 import { taskMachine, type DispatchParams, type DropParams, type TaskEvent, type TaskOccurrence } from '../../machines/task.machine.js';
 import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
-import { dueOccurrences, nextDueAt, prevDueAt, upcoming, type ScheduleSpec as SchedSpec } from '../scheduler/schedule.js';
+import { dueOccurrences, upcoming, type ScheduleSpec as SchedSpec } from '../scheduler/schedule.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import type { BackgroundDeps, PreparedRun, RunEngine } from './engine.js';
 import { DueHeap } from './heap.js';
 import type { SupervisorGroup } from '../runtime/system.js';
+import { advancedScheduleRow, skipOf, skipReason } from './schedule-rows.js';
 import { occurrenceRecordId, type ScheduleRow, type SkippedOccurrence, type TaskRow } from './types.js';
 import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
 import { swallow, isRefusal } from '../telemetry/swallowed.js';
 
-const iso = (ms: number) => new Date(ms).toISOString();
 /** Longest single wait of the due timer; the poll ticker covers anything beyond. */
 const MAX_TIMER_MS = 60_000;
 const NOTHING_IN_FLIGHT: TaskRunsInFlight = { activeRunIds: [], queuedRunIds: [] };
@@ -232,7 +232,7 @@ export class TaskScheduler {
         prepared.push(p);
       }
     }
-    const next = this.advanced(s, res, prepared.length, now, skips);
+    const next = advancedScheduleRow(s, res, prepared.length, now, skips);
     const ops: WriteOp[] = [];
     for (const p of prepared) for (const op of p.ops) ops.push(op);
     ops.push(repos(this.deps.store).bgSchedule.updateOp(taskId, next, rec.version));
@@ -274,18 +274,6 @@ export class TaskScheduler {
     return res;
   }
 
-  private advanced(s: ScheduleRow, res: ReturnType<typeof dueOccurrences>, dispatched: number, now: number, skips: SkippedOccurrence[]): ScheduleRow {
-    return {
-      ...s,
-      ...(skips.length > 0 ? { skipped_occurrences: (s.skipped_occurrences ?? 0) + skips.length, last_skipped: skips[skips.length - 1] } : {}),
-      last_due_at: res.last_due_at,
-      next_due_at: res.next_due_at,
-      misfire_cursor: res.misfire_cursor,
-      last_dispatched_at: dispatched > 0 ? iso(now) : s.last_dispatched_at,
-      updated_at: iso(now),
-    };
-  }
-
   /** One occurrence at a time, each its own commit, checked for a replay before anything is cancelled. */
   private async fireOneByOne(task: TaskRow, rec: Versioned<ScheduleRow>): Promise<void> {
     const taskId = task.task_id;
@@ -300,7 +288,7 @@ export class TaskScheduler {
       if ('run_id' in out) dispatched++;
       else skips.push(out);
     }
-    const next = this.advanced(s, res, dispatched, now, skips);
+    const next = advancedScheduleRow(s, res, dispatched, now, skips);
     if (skips.length > 0) this.deps.metrics.backgroundRuns.inc({ status: 'skipped' }, skips.length);
     try {
       this.schedules.set(taskId, await repos(this.deps.store).bgSchedule.update<ScheduleRow>(taskId, next, rec.version));
@@ -463,71 +451,10 @@ export class TaskScheduler {
     this.armDueTimer();
   }
 
-  // ---------------------------------------------------------------- schedule state maths
-
-  /** A fresh schedule row for a new task or a new schedule revision. */
-  newScheduleRow(task: TaskRow, revision: number, nowMs: number, prev: ScheduleRow | null): ScheduleRow {
-    const spec = task.schedule as SchedSpec;
-    return {
-      task_id: task.task_id,
-      paused: prev?.deleted ? false : (prev?.paused ?? false),
-      paused_reason: prev?.deleted ? null : (prev?.paused_reason ?? null),
-      schedule_revision: revision,
-      last_due_at: null,
-      last_dispatched_at: prev?.deleted ? null : (prev?.last_dispatched_at ?? null),
-      next_due_at: firstDue(spec, nowMs),
-      misfire_cursor: null,
-      updated_at: iso(nowMs),
-      anchor_at: iso(nowMs),
-      skipped_occurrences: prev?.deleted ? 0 : (prev?.skipped_occurrences ?? 0),
-      last_skipped: prev?.deleted ? null : (prev?.last_skipped ?? null),
-    };
-  }
-
-  /**
-   * Pausing skips, it does not defer: on resume (or re-enable) the cursor moves to now, so the
-   * occurrences that fell in the pause are not treated as missed by the misfire policy.
-   */
-  resumedScheduleRow(task: TaskRow, s: ScheduleRow, nowMs: number): ScheduleRow {
-    const spec = task.schedule as SchedSpec;
-    const anchorMs = Date.parse(s.anchor_at);
-    const consumed = spec.type === 'manual' ? null : prevDueAt(spec, nowMs + 1, { anchorMs });
-    const lastDue = consumed !== null && (s.last_due_at === null || consumed > Date.parse(s.last_due_at)) ? iso(consumed) : s.last_due_at;
-    const next = spec.type === 'manual' ? null : nextDueAt(spec, nowMs, { anchorMs });
-    return { ...s, paused: false, paused_reason: null, last_due_at: lastDue, next_due_at: next === null ? null : iso(next), updated_at: iso(nowMs) };
-  }
-
   preview(task: TaskRow, sched: ScheduleRow | null, count: number) {
     const spec = task.schedule as SchedSpec;
     const anchorMs = sched ? Date.parse(sched.anchor_at) : Date.parse(task.created_at);
     const now = this.deps.clock.now();
     return upcoming(spec, now, count, { anchorMs });
-  }
-}
-
-function skipReason(task: TaskRow): string {
-  return `skipped by the overlap policy ${task.overlap_policy}: the task has runs in flight`;
-}
-
-/**
- * A scheduled occurrence the overlap policy skipped: no run row, trace, events, occurrence record
- * or workspace, only this on the schedule row (its counter and latest skip). Its schedule step is
- * durable in the same write, which is what keeps it from being dispatched again.
- */
-function skipOf(task: TaskRow, occ: TaskOccurrence, now: number): SkippedOccurrence {
-  return { occurrence_id: occ.occurrence_id, due_at: occ.due_at, skipped_at: iso(now), reason: skipReason(task) };
-}
-
-/** The first due time of a new schedule revision anchored at nowMs (a past `once` is due at once). */
-function firstDue(spec: SchedSpec, nowMs: number): string | null {
-  switch (spec.type) {
-    case 'manual':
-      return null;
-    case 'once':
-      return spec.run_at ? iso(Math.max(Date.parse(spec.run_at), 0)) : null;
-    default: {
-      const at = nextDueAt(spec, nowMs, { anchorMs: nowMs });
-      return at === null ? null : iso(at);
-    }
   }
 }
