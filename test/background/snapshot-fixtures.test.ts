@@ -8,20 +8,27 @@
 //
 // Regenerate only when BACKGROUND_RUN_MACHINE_VERSION is bumped (keep the old files):
 //   AGENTD_WRITE_SNAPSHOT_FIXTURES=1 npx vitest run test/background/snapshot-fixtures.test.ts
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BACKGROUND_RUN_MACHINE_VERSION } from '../../machines/background-run.machine.js';
 import { runRowIndexes, type BgRunRow } from '../../src/background/types.js';
 import { runIndexes, type RunRecord } from '../../src/runtime/run-record.js';
-import { openStore } from '../../src/store/open.js';
 import type { RecordIndexes, RecordKind, Store } from '../../src/store/store.js';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
-import { eventually, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { eventually, startTestServer, type TestServer } from '../helpers/server.js';
+import {
+  dumpFixture,
+  loadFixture,
+  readSnapshotFixture,
+  saveSnapshotFixture,
+  snapshotFixtureFiles,
+  WRITE_SNAPSHOT_FIXTURES,
+  type FixtureRecord,
+  type SnapshotFixture,
+} from '../helpers/snapshot-fixtures.js';
 import { api, directModel, TOOLS, waitRun } from './helpers.js';
 
-const FIXTURES = join(import.meta.dirname, '../fixtures/snapshots');
-const WRITE = process.env.AGENTD_WRITE_SNAPSHOT_FIXTURES === '1';
+const WRITE = WRITE_SNAPSHOT_FIXTURES;
 const CONFIG = {
   agent: { tools: { local: TOOLS, builtin: [] } },
   governance: { rules: [{ tools: ['bg_ask'], effect: 'ask' }] },
@@ -43,18 +50,7 @@ const KINDS: RecordKind[] = [
   'meta',
 ];
 
-interface FixtureRecord {
-  kind: RecordKind;
-  id: string;
-  value: any;
-}
-interface BgFixture {
-  scenario: 'awaiting_approval' | 'running_orphaned';
-  written_by: string;
-  machine_version: number;
-  run_id: string;
-  records: FixtureRecord[];
-}
+type BgFixture = SnapshotFixture<'awaiting_approval' | 'running_orphaned'>;
 
 /** The index values each kind is written with (the store interface does not return them). */
 function indexesOf(r: FixtureRecord): RecordIndexes | undefined {
@@ -74,32 +70,11 @@ function indexesOf(r: FixtureRecord): RecordIndexes | undefined {
   }
 }
 
-async function dump(store: Store, scenario: BgFixture['scenario'], runId: string): Promise<BgFixture> {
-  const records: FixtureRecord[] = [];
-  for (const kind of KINDS) {
-    let cursor: string | null = null;
-    do {
-      const page: Awaited<ReturnType<Store['listRecords']>> = await store.listRecords(kind, { cursor, limit: 1000 });
-      for (const it of page.items) records.push({ kind, id: it.id, value: it.value });
-      cursor = page.next_cursor;
-    } while (cursor);
-  }
-  return { scenario, written_by: new Date().toISOString().slice(0, 10), machine_version: BACKGROUND_RUN_MACHINE_VERSION, run_id: runId, records };
-}
-
-async function load(fixture: BgFixture): Promise<string> {
-  const dataDir = tempDir('agentd-bgfix-');
-  const store = await openStore({ kind: 'level', path: dataDir });
-  try {
-    for (const r of fixture.records) await store.createRecord(r.kind, r.id, r.value, indexesOf(r));
-  } finally {
-    await store.close();
-  }
-  return dataDir;
-}
-
-const bgFixtureFiles = () => (existsSync(FIXTURES) ? readdirSync(FIXTURES).filter((f) => /^bg-run-v\d+-.*\.json$/.test(f)) : []).sort();
-const readBgFixture = (f: string) => JSON.parse(readFileSync(join(FIXTURES, f), 'utf8')) as BgFixture;
+const load = (fixture: BgFixture) => loadFixture(fixture, indexesOf, 'agentd-bgfix-');
+const dump = (store: Store, scenario: BgFixture['scenario'], runId: string) =>
+  dumpFixture(store, KINDS, { scenario, machine_version: BACKGROUND_RUN_MACHINE_VERSION, run_id: runId });
+const bgFixtureFiles = () => snapshotFixtureFiles(/^bg-run-v\d+-.*\.json$/);
+const readBgFixture = (f: string) => readSnapshotFixture<BgFixture>(f);
 
 let model: ScriptedOpenAI;
 const dirs: string[] = [];
@@ -124,10 +99,7 @@ async function runOf(server: TestServer, query: string, extra: Record<string, un
 }
 
 describe.runIf(WRITE)('writing the background fixtures (AGENTD_WRITE_SNAPSHOT_FIXTURES=1)', () => {
-  const save = (name: string, f: BgFixture) => {
-    mkdirSync(FIXTURES, { recursive: true });
-    writeFileSync(join(FIXTURES, `bg-run-v${BACKGROUND_RUN_MACHINE_VERSION}-${name}.json`), `${JSON.stringify(f, null, 1)}\n`);
-  };
+  const save = (name: string, f: BgFixture) => saveSnapshotFixture(`bg-run-v${BACKGROUND_RUN_MACHINE_VERSION}-${name}.json`, f);
 
   it('awaiting_approval', async () => {
     const server = await startTestServer(CONFIG, { modelUrl: model.url });

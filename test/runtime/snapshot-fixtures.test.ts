@@ -9,19 +9,27 @@
 // Regenerate only when the run machine's version is bumped (and keep the old files: a newer
 // server must still restore them, or refuse them with a clear error):
 //   AGENTD_WRITE_SNAPSHOT_FIXTURES=1 npx vitest run test/runtime/snapshot-fixtures.test.ts
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, getJson, postJson, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
-import { openStore } from '../../src/store/open.js';
+import {
+  dumpFixture,
+  loadFixture,
+  readSnapshotFixture,
+  saveSnapshotFixture,
+  snapshotFixtureFiles,
+  WRITE_SNAPSHOT_FIXTURES,
+  type FixtureRecord,
+  type SnapshotFixture,
+} from '../helpers/snapshot-fixtures.js';
 import type { RecordIndexes, RecordKind, Store } from '../../src/store/store.js';
 import { runIndexes, type RunRecord } from '../../src/runtime/run-record.js';
 import { RUN_MACHINE_VERSION } from '../../machines/run.machine.js';
 
-const FIXTURES = join(import.meta.dirname, '../fixtures/snapshots');
 const TOOLS = join(import.meta.dirname, '../fixtures/run-tools.mjs');
-const WRITE = process.env.AGENTD_WRITE_SNAPSHOT_FIXTURES === '1';
+const WRITE = WRITE_SNAPSHOT_FIXTURES;
 const GOVERNED = {
   agent: { tools: { local: TOOLS, builtin: [] } },
   governance: { rules: [{ tools: ['ledger_*'], effect: 'ask', reason: 'writes to the ledger' }] },
@@ -31,18 +39,7 @@ const BUDGETED = { ...GOVERNED, budgets: { session: [{ meter: 'model_calls', lim
 /** The kinds a sync run writes; the fixture keeps every record of them. */
 const KINDS: RecordKind[] = ['runs', 'snapshots', 'sessions', 'traces', 'budget_ledger'];
 
-interface FixtureRecord {
-  kind: RecordKind;
-  id: string;
-  value: any;
-}
-interface Fixture {
-  scenario: string;
-  written_by: string;
-  machine_version: number;
-  run_id: string;
-  records: FixtureRecord[];
-}
+type Fixture = SnapshotFixture;
 
 /**
  * The index values each kind is written with (the store interface does not return them). Kept
@@ -62,37 +59,10 @@ function indexesOf(r: FixtureRecord): RecordIndexes | undefined {
   }
 }
 
-async function dump(store: Store, scenario: string, runId: string): Promise<Fixture> {
-  const records: FixtureRecord[] = [];
-  for (const kind of KINDS) {
-    let cursor: string | null = null;
-    do {
-      const page: Awaited<ReturnType<Store['listRecords']>> = await store.listRecords(kind, { cursor, limit: 1000 });
-      for (const it of page.items) records.push({ kind, id: it.id, value: it.value });
-      cursor = page.next_cursor;
-    } while (cursor);
-  }
-  return { scenario, written_by: new Date().toISOString().slice(0, 10), machine_version: RUN_MACHINE_VERSION, run_id: runId, records };
-}
-
-async function load(fixture: Fixture): Promise<string> {
-  const dataDir = tempDir('agentd-snapfix-');
-  const store = await openStore({ kind: 'level', path: dataDir });
-  try {
-    for (const r of fixture.records) await store.createRecord(r.kind, r.id, r.value, indexesOf(r));
-  } finally {
-    await store.close();
-  }
-  return dataDir;
-}
-
-const fixtureFiles = () =>
-  existsSync(FIXTURES)
-    ? readdirSync(FIXTURES)
-        .filter((f) => /^run-v\d+-.*\.json$/.test(f)) // bg-run-*: test/background/snapshot-fixtures.test.ts
-        .sort()
-    : [];
-const readFixture = (f: string) => JSON.parse(readFileSync(join(FIXTURES, f), 'utf8')) as Fixture;
+const load = (fixture: Fixture) => loadFixture(fixture, indexesOf, 'agentd-snapfix-');
+const dump = (store: Store, scenario: string, runId: string) => dumpFixture(store, KINDS, { scenario, machine_version: RUN_MACHINE_VERSION, run_id: runId });
+const fixtureFiles = () => snapshotFixtureFiles(/^run-v\d+-.*\.json$/); // bg-run-*: test/background/snapshot-fixtures.test.ts
+const readFixture = (f: string) => readSnapshotFixture<Fixture>(f);
 
 let model: ScriptedOpenAI;
 let ledger: string;
@@ -131,10 +101,7 @@ const waitForStatus = (url: string, runId: string, status: string) =>
   );
 
 describe.runIf(WRITE)('writing the fixtures (AGENTD_WRITE_SNAPSHOT_FIXTURES=1)', () => {
-  const save = (name: string, f: Fixture) => {
-    mkdirSync(FIXTURES, { recursive: true });
-    writeFileSync(join(FIXTURES, `run-v${RUN_MACHINE_VERSION}-${name}.json`), `${JSON.stringify(f, null, 1)}\n`);
-  };
+  const save = (name: string, f: Fixture) => saveSnapshotFixture(`run-v${RUN_MACHINE_VERSION}-${name}.json`, f);
 
   it('awaiting_approval', async () => {
     const server = await startTestServer(GOVERNED, { modelUrl: model.url });
