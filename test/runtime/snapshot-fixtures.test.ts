@@ -9,11 +9,12 @@
 // Regenerate only when the run machine's version is bumped (and keep the old files: a newer
 // server must still restore them, or refuse them with a clear error):
 //   AGENTD_WRITE_SNAPSHOT_FIXTURES=1 npx vitest run test/runtime/snapshot-fixtures.test.ts
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
-import { eventually, getJson, postJson, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import type { ScriptedOpenAI } from '../fixtures/scripted-openai.js';
+import { startModelWithLedger, stopModelAndDirs } from '../helpers/model-ledger.js';
+import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import {
   dumpFixture,
   loadFixture,
@@ -69,11 +70,7 @@ let ledger: string;
 const dirs: string[] = [];
 
 beforeAll(async () => {
-  model = await startScriptedOpenAI();
-  const d = tempDir();
-  dirs.push(d);
-  ledger = join(d, 'ledger.jsonl');
-  writeFileSync(ledger, '');
+  ({ model, ledger } = await startModelWithLedger(dirs));
   process.env.AGENTD_TEST_LEDGER = ledger;
   model.setDefault((req) => {
     const last = req.messages.at(-1);
@@ -81,8 +78,7 @@ beforeAll(async () => {
   });
 });
 afterAll(async () => {
-  await model.close();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  await stopModelAndDirs(model, dirs);
 });
 
 const ledgerLines = () =>
