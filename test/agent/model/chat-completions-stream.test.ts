@@ -5,11 +5,12 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startScriptedOpenAI, type ScriptedOpenAI, type ScriptedReply } from '../../fixtures/scripted-openai.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ScriptedOpenAI, ScriptedReply } from '../../fixtures/scripted-openai.js';
 import { AiSdkProvider, createModelProvider, ModelCallError, type ModelProvider } from '../../../src/agent/model/index.js';
 import { createNodeFetch } from '../../../src/agent/model/node-fetch.js';
 import { clockTools, everyShapeConversation } from '../../helpers/model-conversation.js';
+import { useScriptedOpenAI } from '../../helpers/scripted-model.js';
 
 const tools = clockTools({ required: true });
 const conversation = everyShapeConversation({ query: 'What time is it in two zones? "quoted" \u2028 ✓', emptyAssistant: true });
@@ -42,13 +43,7 @@ async function streamed(p: ModelProvider, messages = conversation, signal?: Abor
 
 describe('own Chat Completions client against the AI SDK provider', () => {
   let s: ScriptedOpenAI;
-  beforeAll(async () => {
-    s = await startScriptedOpenAI();
-  });
-  afterAll(async () => {
-    await s.close();
-  });
-  beforeEach(() => s.reset());
+  useScriptedOpenAI((server) => (s = server));
 
   it('sends the same JSON body (key order included) and headers, user-agent aside, for a tools + system + history request', async () => {
     const reply = {

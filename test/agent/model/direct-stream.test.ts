@@ -1,10 +1,11 @@
 // The streaming model call goes straight through the provider's doStream (direct-stream.ts): what
 // reaches the model server must be what streamText would have sent for the same call, and the
 // result must read the same.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { stepCountIs, streamText } from 'ai';
-import { startScriptedOpenAI, type ScriptedOpenAI } from '../../fixtures/scripted-openai.js';
+import type { ScriptedOpenAI } from '../../fixtures/scripted-openai.js';
+import { useScriptedOpenAI } from '../../helpers/scripted-model.js';
 import { AiSdkProvider, toModelMessages, toToolSet } from '../../../src/agent/model/index.js';
 import { clockTools, everyShapeConversation } from '../../helpers/model-conversation.js';
 import { isV3, toV3Prompt, toV3Tools } from '../../../src/agent/model/direct-stream.js';
@@ -14,13 +15,7 @@ const conversation = everyShapeConversation();
 
 describe('direct doStream path', () => {
   let s: ScriptedOpenAI;
-  beforeAll(async () => {
-    s = await startScriptedOpenAI();
-  });
-  afterAll(async () => {
-    await s.close();
-  });
-  beforeEach(() => s.reset());
+  useScriptedOpenAI((server) => (s = server));
 
   const build = () => {
     const languageModel = createOpenAICompatible({ name: 'openai-compatible', baseURL: s.url, apiKey: 'sk-test', includeUsage: true }).chatModel('scripted-1');
