@@ -20,6 +20,7 @@ import type { BackgroundDeps, SendResult } from './engine.js';
 import type { EventOutbox } from './outbox.js';
 import type { TimerRef } from './attempt-timers.js';
 import type { SupervisorGroup } from '../runtime/system.js';
+import { reportSwallowed } from '../telemetry/swallowed.js';
 
 export type RunActor = Actor<typeof backgroundRunMachine>;
 
@@ -240,8 +241,9 @@ export class RunHosts {
       .catch((err) => {
         try {
           onError(err);
-        } catch {
+        } catch (handlerErr) {
           // never let a handler break the chain
+          reportSwallowed('background.chain_handler', handlerErr, { run_id: h.id });
         }
       })
       .finally(() => {

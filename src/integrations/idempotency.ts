@@ -17,9 +17,11 @@
 // reach another's record: the caller is part of the record id.
 import { createHash } from 'node:crypto';
 import type { Clock } from '../clock.js';
-import { AppError, HttpValidationFailure } from '../errors.js';
+import { HttpValidationFailure, domainError } from '../errors.js';
 import { isStoreError, type Page, type Store, type Versioned } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
+import { swallow } from '../telemetry/swallowed.js';
+import type { LogFn } from '../telemetry/logger.js';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 /** Longest key accepted (Stripe's limit); printable ASCII only. */
@@ -117,7 +119,7 @@ export interface IdempotencyOptions {
   ttlSeconds: number;
   /** False on a single-process store: a claim by any other worker is a dead process's. */
   sharedStore: boolean;
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  log?: LogFn;
 }
 
 /** What startOnce answers: the run was started now (`started`), or it already existed. */
@@ -133,6 +135,7 @@ export class Idempotency {
   private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
     const prev = this.locks.get(id) ?? Promise.resolve();
     const run = prev.then(fn, fn);
+    // The lock's tail only orders the next holder; `run` itself rejects to this holder's caller.
     const tail = run.catch(() => undefined);
     this.locks.set(id, tail);
     void tail.then(() => {
@@ -180,7 +183,7 @@ export class Idempotency {
         throw err;
       }
     }
-    throw new AppError('Conflict', 'this Idempotency-Key is being used by a concurrent request; retry');
+    throw domainError('AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT', [], { headers: { 'retry-after': '1' } });
   }
 
   /** True when a pending record's claim may be taken over (its owner is gone or too slow). */
@@ -194,7 +197,7 @@ export class Idempotency {
 
   private async takeOver(rec: Versioned<IdempotencyValue>): Promise<Versioned<IdempotencyValue>> {
     if (!this.claimable(rec)) {
-      throw new AppError('Conflict', 'a request with this Idempotency-Key is still being processed; retry shortly', null, { 'retry-after': '1' });
+      throw domainError('AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT', [], { headers: { 'retry-after': '1' } });
     }
     try {
       return await repos(this.o.store).idempotency.update(
@@ -203,8 +206,7 @@ export class Idempotency {
         rec.version,
       );
     } catch (err) {
-      if (isStoreError(err, 'stale_version'))
-        throw new AppError('Conflict', 'a request with this Idempotency-Key is still being processed; retry shortly', null, { 'retry-after': '1' });
+      if (isStoreError(err, 'stale_version')) throw domainError('AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT', [], { headers: { 'retry-after': '1' } });
       throw err;
     }
   }
@@ -235,7 +237,7 @@ export class Idempotency {
       } catch (err) {
         await repos(this.o.store)
           .idempotency.delete(rec.id)
-          .catch(() => undefined);
+          .catch(swallow('idempotency.release_key', { key_id: rec.id }));
         throw err;
       }
       await repos(this.o.store)
@@ -264,7 +266,7 @@ export class Idempotency {
       } catch (err) {
         await repos(this.o.store)
           .idempotency.delete(rec.id)
-          .catch(() => undefined);
+          .catch(swallow('idempotency.release_key', { key_id: rec.id }));
         throw err;
       }
       // Stored as JSON (what the client got), so a replay answers the same bytes.
