@@ -20,7 +20,8 @@ import {
   dumpFixture,
   loadFixture,
   readSnapshotFixture,
-  saveSnapshotFixture,
+  writeFixtureFrom,
+  expectFixturesUpTo,
   snapshotFixtureFiles,
   WRITE_SNAPSHOT_FIXTURES,
   type FixtureRecord,
@@ -99,41 +100,32 @@ async function runOf(server: TestServer, query: string, extra: Record<string, un
 }
 
 describe.runIf(WRITE)('writing the background fixtures (AGENTD_WRITE_SNAPSHOT_FIXTURES=1)', () => {
-  const save = (name: string, f: BgFixture) => saveSnapshotFixture(`bg-run-v${BACKGROUND_RUN_MACHINE_VERSION}-${name}.json`, f);
+  const write = (config: Record<string, unknown>, name: string, reach: (server: TestServer) => Promise<SnapshotFixture>) =>
+    writeFixtureFrom(config, model.url, `bg-run-v${BACKGROUND_RUN_MACHINE_VERSION}-${name}.json`, reach);
 
   it('awaiting_approval', async () => {
-    const server = await startTestServer(CONFIG, { modelUrl: model.url });
-    try {
+    await write(CONFIG, 'awaiting-approval', async (server) => {
       const runId = await runOf(server, 'CALL bg_ask {}');
       await waitRun(api(server.url), runId, (r) => r.status === 'awaiting_approval');
-      save('awaiting-approval', await dump(server.store, 'awaiting_approval', runId));
-    } finally {
-      await server.stop();
-      server.cleanup();
-    }
+      return dump(server.store, 'awaiting_approval', runId);
+    });
   });
 
   it('orphaned while running', async () => {
-    const server = await startTestServer(CONFIG, { modelUrl: model.url });
-    try {
+    await write(CONFIG, 'running-orphaned', async (server) => {
       // A retry left: the recovery continues the agent run (with none, a lapsed lease fails the run).
       const runId = await runOf(server, 'CALL bg_slow {"ms": 60000}', { retry_policy: { max_retries: 1, initial_delay_seconds: 0 } });
       await waitRun(api(server.url), runId, (r) => r.status === 'running');
       // The agent run's snapshot is saved in the tool call before the dump: what a SIGKILL leaves.
       await eventually(async () => (await server.store.getRecord<{ snapshot: { value: unknown } }>('snapshots', runId)) !== null);
-      save('running-orphaned', await dump(server.store, 'running_orphaned', runId));
-    } finally {
-      await server.stop();
-      server.cleanup();
-    }
+      return dump(server.store, 'running_orphaned', runId);
+    });
   });
 });
 
 describe.skipIf(WRITE)("background runs written by older code restore on today's server", () => {
   it('there are fixtures, each for a machine version this code knows', () => {
-    const files = bgFixtureFiles();
-    expect(files.length).toBeGreaterThanOrEqual(2);
-    for (const f of files) expect(readBgFixture(f).machine_version, f).toBeLessThanOrEqual(BACKGROUND_RUN_MACHINE_VERSION);
+    expectFixturesUpTo(bgFixtureFiles(), 2, BACKGROUND_RUN_MACHINE_VERSION);
   });
 
   it('a row from a newer background-run machine fails with an error that says so, not restored', async () => {

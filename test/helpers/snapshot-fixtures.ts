@@ -5,9 +5,10 @@
 // with, so that a change in the runtime's indexes fails there instead of matching here.
 import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { expect } from 'vitest';
 import { openStore } from '../../src/store/open.js';
 import type { RecordIndexes, RecordKind, Store } from '../../src/store/store.js';
-import { tempDir } from './server.js';
+import { startTestServer, tempDir, type TestServer } from './server.js';
 
 export const SNAPSHOT_FIXTURES_DIR = join(import.meta.dirname, '../fixtures/snapshots');
 /** Set to write new fixture files instead of testing the old ones. */
@@ -65,4 +66,29 @@ export const readSnapshotFixture = <F extends SnapshotFixture>(file: string): F 
 export function saveSnapshotFixture(file: string, fixture: SnapshotFixture): void {
   mkdirSync(SNAPSHOT_FIXTURES_DIR, { recursive: true });
   writeFileSync(join(SNAPSHOT_FIXTURES_DIR, file), `${JSON.stringify(fixture, null, 1)}\n`);
+}
+
+/**
+ * Writes one fixture: starts a server on a fresh data dir, lets `reach` bring a run to the moment
+ * to keep and dump it, saves that as `file`, then stops the server and removes its data dir.
+ */
+export async function writeFixtureFrom(
+  config: Record<string, unknown>,
+  modelUrl: string,
+  file: string,
+  reach: (server: TestServer) => Promise<SnapshotFixture>,
+): Promise<void> {
+  const server = await startTestServer(config, { modelUrl });
+  try {
+    saveSnapshotFixture(file, await reach(server));
+  } finally {
+    await server.stop();
+    server.cleanup();
+  }
+}
+
+/** There are at least `atLeast` fixture files, and none written by a newer machine than `machineVersion`. */
+export function expectFixturesUpTo(files: string[], atLeast: number, machineVersion: number): void {
+  expect(files.length).toBeGreaterThanOrEqual(atLeast);
+  for (const f of files) expect(readSnapshotFixture(f).machine_version, f).toBeLessThanOrEqual(machineVersion);
 }

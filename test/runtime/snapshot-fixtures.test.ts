@@ -19,7 +19,8 @@ import {
   dumpFixture,
   loadFixture,
   readSnapshotFixture,
-  saveSnapshotFixture,
+  writeFixtureFrom,
+  expectFixturesUpTo,
   snapshotFixtureFiles,
   WRITE_SNAPSHOT_FIXTURES,
   type FixtureRecord,
@@ -97,37 +98,29 @@ const waitForStatus = (url: string, runId: string, status: string) =>
   );
 
 describe.runIf(WRITE)('writing the fixtures (AGENTD_WRITE_SNAPSHOT_FIXTURES=1)', () => {
-  const save = (name: string, f: Fixture) => saveSnapshotFixture(`run-v${RUN_MACHINE_VERSION}-${name}.json`, f);
+  const write = (config: Record<string, unknown>, name: string, reach: (server: TestServer) => Promise<SnapshotFixture>) =>
+    writeFixtureFrom(config, model.url, `run-v${RUN_MACHINE_VERSION}-${name}.json`, reach);
 
   it('awaiting_approval', async () => {
-    const server = await startTestServer(GOVERNED, { modelUrl: model.url });
-    try {
+    await write(GOVERNED, 'awaiting-approval', async (server) => {
       model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 10' } }] });
       const paused = (await postJson(`${server.url}/run/sync`, { query: 'pay', session_id: 'fixture-approval' })).body;
       expect(paused.status).toBe('awaiting_approval');
-      save('awaiting-approval', await dump(server.store, 'awaiting_approval', paused.run_id));
-    } finally {
-      await server.stop();
-      server.cleanup();
-    }
+      return dump(server.store, 'awaiting_approval', paused.run_id);
+    });
   });
 
   it('awaiting_budget', async () => {
-    const server = await startTestServer(BUDGETED, { modelUrl: model.url });
-    try {
+    await write(BUDGETED, 'awaiting-budget', async (server) => {
       model.enqueue({ tool_calls: [{ name: 'echo', arguments: { text: 'hi' } }] });
       const paused = (await postJson(`${server.url}/run/sync`, { query: 'two calls', session_id: 'fixture-budget' })).body;
       expect(paused.status).toBe('awaiting_budget');
-      save('awaiting-budget', await dump(server.store, 'awaiting_budget', paused.run_id));
-    } finally {
-      await server.stop();
-      server.cleanup();
-    }
+      return dump(server.store, 'awaiting_budget', paused.run_id);
+    });
   });
 
   it('orphaned while calling the model', async () => {
-    const server = await startTestServer(GOVERNED, { modelUrl: model.url });
-    try {
+    await write(GOVERNED, 'calling-orphaned', async (server) => {
       model.enqueue({ hang: true });
       const started = fetch(`${server.url}/run/sync`, {
         method: 'POST',
@@ -141,20 +134,16 @@ describe.runIf(WRITE)('writing the fixtures (AGENTD_WRITE_SNAPSHOT_FIXTURES=1)',
         return snap?.value.snapshot.value === 'calling';
       });
       // Taken while the owner is alive: exactly what a SIGKILL at this moment leaves behind.
-      save('calling-orphaned', await dump(server.store, 'calling_orphaned', runId));
+      const fixture = await dump(server.store, 'calling_orphaned', runId);
       void started;
-    } finally {
-      await server.stop();
-      server.cleanup();
-    }
+      return fixture;
+    });
   });
 });
 
 describe.skipIf(WRITE)("snapshots written by older code restore on today's server", () => {
   it('every fixture is for a machine version this code knows', () => {
-    const files = fixtureFiles();
-    expect(files.length).toBeGreaterThanOrEqual(3);
-    for (const f of files) expect(readFixture(f).machine_version, f).toBeLessThanOrEqual(RUN_MACHINE_VERSION);
+    expectFixturesUpTo(fixtureFiles(), 3, RUN_MACHINE_VERSION);
   });
 
   it('a snapshot from a newer run machine is left for a server that knows it, decision kept', async () => {
