@@ -63,7 +63,7 @@ export const snapshotFixtureFiles = (name: RegExp): string[] =>
 
 export const readSnapshotFixture = <F extends SnapshotFixture>(file: string): F => JSON.parse(readFileSync(join(SNAPSHOT_FIXTURES_DIR, file), 'utf8')) as F;
 
-export function saveSnapshotFixture(file: string, fixture: SnapshotFixture): void {
+function saveSnapshotFixture(file: string, fixture: SnapshotFixture): void {
   mkdirSync(SNAPSHOT_FIXTURES_DIR, { recursive: true });
   writeFileSync(join(SNAPSHOT_FIXTURES_DIR, file), `${JSON.stringify(fixture, null, 1)}\n`);
 }
