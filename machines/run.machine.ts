@@ -235,20 +235,16 @@ export const runMachine = setup({
     recordToolCalls: assign(({ context, event }) => {
       const out = (event as unknown as { output: ModelStepResult }).output;
       return {
-        model_calls: context.model_calls + 1,
-        usage: addUsage(context.usage, out),
+        ...modelStepRecorded(context, out, { role: 'assistant', content: out.result.text, tool_calls: out.result.tool_calls }),
         pending: out.result.tool_calls,
-        messages: [...context.messages, { role: 'assistant' as const, content: out.result.text, tool_calls: out.result.tool_calls }],
       };
     }),
     recordAnswer: assign(({ context, event }) => {
       const out = (event as unknown as { output: ModelStepResult }).output;
       return {
-        model_calls: context.model_calls + 1,
-        usage: addUsage(context.usage, out),
+        ...modelStepRecorded(context, out, { role: 'assistant', content: out.result.text }),
         response: out.result.text,
         termination_reason: 'stop' as const,
-        messages: [...context.messages, { role: 'assistant' as const, content: out.result.text }],
       };
     }),
     recordModelError: assign(({ context, event }) => ({
@@ -453,6 +449,11 @@ export const runMachine = setup({
     },
   },
 });
+
+/** What every model step that returned records, whatever it asked for: one more call, its usage, its message. */
+function modelStepRecorded(context: RunContext, out: ModelStepResult, message: ChatMessage): Pick<RunContext, 'model_calls' | 'usage' | 'messages'> {
+  return { model_calls: context.model_calls + 1, usage: addUsage(context.usage, out), messages: [...context.messages, message] };
+}
 
 function addUsage(u: Usage, out: ModelStepResult): Usage {
   const r = out.result.usage;

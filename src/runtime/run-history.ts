@@ -34,26 +34,13 @@ export class SessionHistory {
           kind: repos(this.deps.store).sessions.kind,
           id: record.session_id,
           expectedVersion: cur.version,
-          value: {
-            ...cur.value,
-            messages: [...cur.value.messages, ...add],
-            run_ids: [...cur.value.run_ids, record.run_id],
-            counts: [...countsOf(cur.value), add.length],
-            updated_at: now,
-          } satisfies SessionValue,
+          value: sessionWithTurn(cur.value, record.run_id, add, now),
         }
       : {
           op: 'create',
           kind: repos(this.deps.store).sessions.kind,
           id: record.session_id,
-          value: {
-            session_id: record.session_id,
-            messages: add,
-            run_ids: [record.run_id],
-            counts: [add.length],
-            created_at: now,
-            updated_at: now,
-          } satisfies SessionValue,
+          value: sessionOfFirstTurn(record, add, now),
         };
     return this.deps.store.commit([op]).then(
       () => true,
@@ -71,28 +58,11 @@ export class SessionHistory {
         async () => {
           const cur = await repos(store).sessions.get<SessionValue>(record.session_id);
           if (!cur) {
-            await repos(store).sessions.create<SessionValue>(record.session_id, {
-              session_id: record.session_id,
-              messages: add,
-              run_ids: [record.run_id],
-              counts: [add.length],
-              created_at: now,
-              updated_at: now,
-            });
+            await repos(store).sessions.create<SessionValue>(record.session_id, sessionOfFirstTurn(record, add, now));
             return;
           }
           if (cur.value.run_ids.includes(record.run_id)) return;
-          await repos(store).sessions.update<SessionValue>(
-            record.session_id,
-            {
-              ...cur.value,
-              messages: [...cur.value.messages, ...add],
-              run_ids: [...cur.value.run_ids, record.run_id],
-              counts: [...countsOf(cur.value), add.length],
-              updated_at: now,
-            },
-            cur.version,
-          );
+          await repos(store).sessions.update<SessionValue>(record.session_id, sessionWithTurn(cur.value, record.run_id, add, now), cur.version);
         },
         { retryOn: ['stale_version', 'conflict'] },
       );
@@ -150,4 +120,14 @@ export class SessionHistory {
     const messages = ctx.messages.slice(from).filter((m) => m.role !== 'system');
     return { messages, prelude: [{ role: 'user', content: this.deps.telemetry.redactText(rec.value.query) }] };
   }
+}
+
+/** A new session holding one run's turn (`add`: its messages). */
+function sessionOfFirstTurn(record: RunRecord, add: ChatMessage[], now: string): SessionValue {
+  return { session_id: record.session_id, messages: add, run_ids: [record.run_id], counts: [add.length], created_at: now, updated_at: now };
+}
+
+/** `cur` with one more run's turn at the end. */
+function sessionWithTurn(cur: SessionValue, runId: string, add: ChatMessage[], now: string): SessionValue {
+  return { ...cur, messages: [...cur.messages, ...add], run_ids: [...cur.run_ids, runId], counts: [...countsOf(cur), add.length], updated_at: now };
 }

@@ -77,6 +77,51 @@ export interface RunRecord {
   ended_at: string | null;
 }
 
+/** What names a new run and its lease; everything else a run starts with is the same for all. */
+export type NewRunFields = Pick<
+  RunRecord,
+  'run_id' | 'session_id' | 'agent_name' | 'agent_id' | 'kind' | 'task_id' | 'query' | 'trace_id' | 'lease_seconds' | 'lease_expires_at' | 'owner'
+> & { now: string };
+
+/** The record of a run that has just started: step 0, first attempt, nothing called or decided yet. */
+export function newRunRecord(f: NewRunFields): RunRecord {
+  return {
+    run_id: f.run_id,
+    session_id: f.session_id,
+    agent_name: f.agent_name,
+    agent_id: f.agent_id,
+    kind: f.kind,
+    task_id: f.task_id,
+    query: f.query,
+    status: 'running',
+    step: 0,
+    attempt: 1,
+    trace_id: f.trace_id,
+    trace_ids: [f.trace_id],
+    tool_calls: [],
+    usage: { requests: 0, request_tokens: 0, response_tokens: 0, total_tokens: 0, estimated_cost_usd: 0 },
+    approvals: [],
+    budget_requests: [],
+    budget_request: null,
+    outcomes: [],
+    error: null,
+    response: null,
+    termination_reason: null,
+    guardrail_result: null,
+    machine_state: 'checking',
+    created_at: f.now,
+    updated_at: f.now,
+    heartbeat_at: f.now,
+    lease_seconds: f.lease_seconds,
+    lease_expires_at: f.lease_expires_at,
+    owner: f.owner,
+    recoveries: 0,
+    decided_at: null,
+    decision: null,
+    ended_at: null,
+  };
+}
+
 export function runIndexes(r: RunRecord): Record<string, string | null> {
   return {
     status: r.status,

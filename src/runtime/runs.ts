@@ -14,7 +14,7 @@ import { RunEffects } from './run-effects.js';
 import type { RunHost } from './run-host.js';
 import type { InboxValue } from './run-inbox.js';
 import { RunKernel } from './run-kernel.js';
-import { runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
+import { newRunRecord, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { RunRecovery, type ResumeHow } from './run-recovery.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
 import { repos } from '../store/repos/index.js';
@@ -105,7 +105,7 @@ export class RunService {
       const run_id = opts.run_id ?? newId('run');
       const trace_id = newId('trace');
       const now = iso(clock.now());
-      const record: RunRecord = {
+      const record = newRunRecord({
         run_id,
         session_id,
         agent_name: profile.agent_name,
@@ -113,33 +113,12 @@ export class RunService {
         kind: opts.kind ?? 'sync',
         task_id: opts.task_id ?? null,
         query,
-        status: 'running',
-        step: 0,
-        attempt: 1,
         trace_id,
-        trace_ids: [trace_id],
-        tool_calls: [],
-        usage: { requests: 0, request_tokens: 0, response_tokens: 0, total_tokens: 0, estimated_cost_usd: 0 },
-        approvals: [],
-        budget_requests: [],
-        budget_request: null,
-        outcomes: [],
-        error: null,
-        response: null,
-        termination_reason: null,
-        guardrail_result: null,
-        machine_state: 'checking',
-        created_at: now,
-        updated_at: now,
-        heartbeat_at: now,
+        now,
         lease_seconds: settings.lease_seconds,
         lease_expires_at: iso(clock.now() + settings.lease_seconds * 1000),
         owner: this.deps.workerId,
-        recoveries: 0,
-        decided_at: null,
-        decision: null,
-        ended_at: null,
-      };
+      });
       // The run's writer creates the run and its first trace segment in one commit, handed to the
       // store now. The actor starts without waiting for it: whatever the run does before the store
       // takes that commit is folded into it (a zero-latency model's whole run can be one batch),

@@ -25,6 +25,7 @@ import { storedEventText } from './event-text.js';
 import {
   EVENT_INDEX_FIELDS,
   StoreError,
+  assertOpApplies,
   encodeCursor,
   type CommitOps,
   type EventInput,
@@ -429,25 +430,15 @@ function stageRecordOps(
   for (const op of ops) {
     const key = recordKey(op.kind, op.id);
     const cur = sRows.has(key) ? sRows.get(key)! : (rows.get(key) ?? null);
+    assertOpApplies(op, cur);
     let next: Row | null;
     if (op.op === 'create') {
-      if (cur) throw new StoreError('conflict', `${op.kind} '${op.id}' already exists`);
       next = { value: op.value ?? null, version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
     } else if (op.op === 'update') {
-      if (op.expectedVersion !== null) {
-        if (!cur) throw new StoreError('not_found', `${op.kind} '${op.id}' was not found`);
-        if (cur.version !== op.expectedVersion) {
-          throw new StoreError('stale_version', `${op.kind} '${op.id}' is at version ${cur.version}, expected ${op.expectedVersion}`);
-        }
-      }
       next = cur
         ? { value: op.value ?? null, version: cur.version + 1, seq: cur.seq, ix: op.indexes ? cleanIndexes(op.indexes) : cur.ix }
         : { value: op.value ?? null, version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
     } else {
-      if (!cur) throw new StoreError('not_found', `${op.kind} '${op.id}' was not found`);
-      if (op.expectedVersion !== undefined && cur.version !== op.expectedVersion) {
-        throw new StoreError('stale_version', `${op.kind} '${op.id}' is at version ${cur.version}, expected ${op.expectedVersion}`);
-      }
       next = null;
     }
 

@@ -5,6 +5,7 @@
 import {
   EVENT_INDEX_FIELDS,
   StoreError,
+  assertOpApplies,
   decodeCursor,
   encodeCursor,
   type CommitOps,
@@ -148,25 +149,15 @@ export class MemoryStore implements Store {
     const results: Array<Versioned<unknown> | null> = [];
     for (const op of ops) {
       const cur = lookup(op.kind, op.id);
+      assertOpApplies(op, cur);
       let next: Row | null;
       if (op.op === 'create') {
-        if (cur) throw new StoreError('conflict', `${op.kind} '${op.id}' already exists`);
         next = { id: op.id, json: JSON.stringify(op.value ?? null), version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
       } else if (op.op === 'update') {
-        if (op.expectedVersion !== null) {
-          if (!cur) throw new StoreError('not_found', `${op.kind} '${op.id}' was not found`);
-          if (cur.version !== op.expectedVersion) {
-            throw new StoreError('stale_version', `${op.kind} '${op.id}' is at version ${cur.version}, expected ${op.expectedVersion}`);
-          }
-        }
         next = cur
           ? { ...cur, json: JSON.stringify(op.value ?? null), version: cur.version + 1, ix: op.indexes ? cleanIndexes(op.indexes) : cur.ix }
           : { id: op.id, json: JSON.stringify(op.value ?? null), version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
       } else {
-        if (!cur) throw new StoreError('not_found', `${op.kind} '${op.id}' was not found`);
-        if (op.expectedVersion !== undefined && cur.version !== op.expectedVersion) {
-          throw new StoreError('stale_version', `${op.kind} '${op.id}' is at version ${cur.version}, expected ${op.expectedVersion}`);
-        }
         next = null;
       }
       staged.set(`${op.kind}\u0000${op.id}`, { kind: op.kind, id: op.id, row: next });

@@ -73,6 +73,24 @@ export type WriteOp =
   | { op: 'update'; kind: RecordKind; id: string; value: unknown; expectedVersion: number | null; indexes?: RecordIndexes }
   | { op: 'delete'; kind: RecordKind; id: string; expectedVersion?: number };
 
+/**
+ * Throws the StoreError a commit fails with when `op` does not fit the record as it stands (`cur`,
+ * null when there is none): a create of one that exists, a checked update or a delete of one that
+ * does not, a version other than the expected one. The in-process stores check every op with this.
+ */
+export function assertOpApplies(op: WriteOp, cur: { version: number } | null): void {
+  if (op.op === 'create') {
+    if (cur) throw new StoreError('conflict', `${op.kind} '${op.id}' already exists`);
+    return;
+  }
+  // An unchecked update (expectedVersion null) creates or replaces whatever is there.
+  if (op.op === 'update' && op.expectedVersion === null) return;
+  if (!cur) throw new StoreError('not_found', `${op.kind} '${op.id}' was not found`);
+  if (op.expectedVersion !== undefined && cur.version !== op.expectedVersion) {
+    throw new StoreError('stale_version', `${op.kind} '${op.id}' is at version ${cur.version}, expected ${op.expectedVersion}`);
+  }
+}
+
 /** Fields of the event log that have a secondary index. */
 export const EVENT_INDEX_FIELDS = ['trace_id', 'run_id', 'session_id', 'task_id', 'event_type'] as const;
 export type EventIndexField = (typeof EVENT_INDEX_FIELDS)[number];

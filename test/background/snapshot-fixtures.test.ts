@@ -8,20 +8,28 @@
 //
 // Regenerate only when BACKGROUND_RUN_MACHINE_VERSION is bumped (keep the old files):
 //   AGENTD_WRITE_SNAPSHOT_FIXTURES=1 npx vitest run test/background/snapshot-fixtures.test.ts
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BACKGROUND_RUN_MACHINE_VERSION } from '../../machines/background-run.machine.js';
 import { runRowIndexes, type BgRunRow } from '../../src/background/types.js';
 import { runIndexes, type RunRecord } from '../../src/runtime/run-record.js';
-import { openStore } from '../../src/store/open.js';
 import type { RecordIndexes, RecordKind, Store } from '../../src/store/store.js';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
-import { eventually, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { eventually, startTestServer, type TestServer } from '../helpers/server.js';
+import {
+  dumpFixture,
+  loadFixture,
+  readSnapshotFixture,
+  writeFixtureFrom,
+  expectFixturesUpTo,
+  snapshotFixtureFiles,
+  WRITE_SNAPSHOT_FIXTURES,
+  type FixtureRecord,
+  type SnapshotFixture,
+} from '../helpers/snapshot-fixtures.js';
 import { api, directModel, TOOLS, waitRun } from './helpers.js';
 
-const FIXTURES = join(import.meta.dirname, '../fixtures/snapshots');
-const WRITE = process.env.AGENTD_WRITE_SNAPSHOT_FIXTURES === '1';
+const WRITE = WRITE_SNAPSHOT_FIXTURES;
 const CONFIG = {
   agent: { tools: { local: TOOLS, builtin: [] } },
   governance: { rules: [{ tools: ['bg_ask'], effect: 'ask' }] },
@@ -43,18 +51,7 @@ const KINDS: RecordKind[] = [
   'meta',
 ];
 
-interface FixtureRecord {
-  kind: RecordKind;
-  id: string;
-  value: any;
-}
-interface BgFixture {
-  scenario: 'awaiting_approval' | 'running_orphaned';
-  written_by: string;
-  machine_version: number;
-  run_id: string;
-  records: FixtureRecord[];
-}
+type BgFixture = SnapshotFixture<'awaiting_approval' | 'running_orphaned'>;
 
 /** The index values each kind is written with (the store interface does not return them). */
 function indexesOf(r: FixtureRecord): RecordIndexes | undefined {
@@ -74,32 +71,11 @@ function indexesOf(r: FixtureRecord): RecordIndexes | undefined {
   }
 }
 
-async function dump(store: Store, scenario: BgFixture['scenario'], runId: string): Promise<BgFixture> {
-  const records: FixtureRecord[] = [];
-  for (const kind of KINDS) {
-    let cursor: string | null = null;
-    do {
-      const page: Awaited<ReturnType<Store['listRecords']>> = await store.listRecords(kind, { cursor, limit: 1000 });
-      for (const it of page.items) records.push({ kind, id: it.id, value: it.value });
-      cursor = page.next_cursor;
-    } while (cursor);
-  }
-  return { scenario, written_by: new Date().toISOString().slice(0, 10), machine_version: BACKGROUND_RUN_MACHINE_VERSION, run_id: runId, records };
-}
-
-async function load(fixture: BgFixture): Promise<string> {
-  const dataDir = tempDir('agentd-bgfix-');
-  const store = await openStore({ kind: 'level', path: dataDir });
-  try {
-    for (const r of fixture.records) await store.createRecord(r.kind, r.id, r.value, indexesOf(r));
-  } finally {
-    await store.close();
-  }
-  return dataDir;
-}
-
-const bgFixtureFiles = () => (existsSync(FIXTURES) ? readdirSync(FIXTURES).filter((f) => /^bg-run-v\d+-.*\.json$/.test(f)) : []).sort();
-const readBgFixture = (f: string) => JSON.parse(readFileSync(join(FIXTURES, f), 'utf8')) as BgFixture;
+const load = (fixture: BgFixture) => loadFixture(fixture, indexesOf, 'agentd-bgfix-');
+const dump = (store: Store, scenario: BgFixture['scenario'], runId: string) =>
+  dumpFixture(store, KINDS, { scenario, machine_version: BACKGROUND_RUN_MACHINE_VERSION, run_id: runId });
+const bgFixtureFiles = () => snapshotFixtureFiles(/^bg-run-v\d+-.*\.json$/);
+const readBgFixture = (f: string) => readSnapshotFixture<BgFixture>(f);
 
 let model: ScriptedOpenAI;
 const dirs: string[] = [];
@@ -124,44 +100,32 @@ async function runOf(server: TestServer, query: string, extra: Record<string, un
 }
 
 describe.runIf(WRITE)('writing the background fixtures (AGENTD_WRITE_SNAPSHOT_FIXTURES=1)', () => {
-  const save = (name: string, f: BgFixture) => {
-    mkdirSync(FIXTURES, { recursive: true });
-    writeFileSync(join(FIXTURES, `bg-run-v${BACKGROUND_RUN_MACHINE_VERSION}-${name}.json`), `${JSON.stringify(f, null, 1)}\n`);
-  };
+  const write = (config: Record<string, unknown>, name: string, reach: (server: TestServer) => Promise<SnapshotFixture>) =>
+    writeFixtureFrom(config, model.url, `bg-run-v${BACKGROUND_RUN_MACHINE_VERSION}-${name}.json`, reach);
 
   it('awaiting_approval', async () => {
-    const server = await startTestServer(CONFIG, { modelUrl: model.url });
-    try {
+    await write(CONFIG, 'awaiting-approval', async (server) => {
       const runId = await runOf(server, 'CALL bg_ask {}');
       await waitRun(api(server.url), runId, (r) => r.status === 'awaiting_approval');
-      save('awaiting-approval', await dump(server.store, 'awaiting_approval', runId));
-    } finally {
-      await server.stop();
-      server.cleanup();
-    }
+      return dump(server.store, 'awaiting_approval', runId);
+    });
   });
 
   it('orphaned while running', async () => {
-    const server = await startTestServer(CONFIG, { modelUrl: model.url });
-    try {
+    await write(CONFIG, 'running-orphaned', async (server) => {
       // A retry left: the recovery continues the agent run (with none, a lapsed lease fails the run).
       const runId = await runOf(server, 'CALL bg_slow {"ms": 60000}', { retry_policy: { max_retries: 1, initial_delay_seconds: 0 } });
       await waitRun(api(server.url), runId, (r) => r.status === 'running');
       // The agent run's snapshot is saved in the tool call before the dump: what a SIGKILL leaves.
       await eventually(async () => (await server.store.getRecord<{ snapshot: { value: unknown } }>('snapshots', runId)) !== null);
-      save('running-orphaned', await dump(server.store, 'running_orphaned', runId));
-    } finally {
-      await server.stop();
-      server.cleanup();
-    }
+      return dump(server.store, 'running_orphaned', runId);
+    });
   });
 });
 
 describe.skipIf(WRITE)("background runs written by older code restore on today's server", () => {
   it('there are fixtures, each for a machine version this code knows', () => {
-    const files = bgFixtureFiles();
-    expect(files.length).toBeGreaterThanOrEqual(2);
-    for (const f of files) expect(readBgFixture(f).machine_version, f).toBeLessThanOrEqual(BACKGROUND_RUN_MACHINE_VERSION);
+    expectFixturesUpTo(bgFixtureFiles(), 2, BACKGROUND_RUN_MACHINE_VERSION);
   });
 
   it('a row from a newer background-run machine fails with an error that says so, not restored', async () => {

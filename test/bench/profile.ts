@@ -7,6 +7,7 @@ import { copyFileSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { QUICK, ROOT, closedLoop, log, nowMs, realPathConfig, removeDir, request, startChild, tempDir, type ProfileResult } from './lib.js';
 import { WORKLOADS } from './benchmarks/run-real.js';
+import { treeStats } from './tree-stats.js';
 
 interface CpuProfile {
   nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }>;
@@ -169,28 +170,6 @@ export async function profileRealPath(label: string, order: string[], save: (p: 
   }
 }
 
-/** A tree's file and directory count (the background run workspaces). */
-function countTree(dir: string): { files: number; dirs: number } {
-  let files = 0;
-  let dirs = 0;
-  const walk = (d: string) => {
-    let entries;
-    try {
-      entries = readdirSync(d, { withFileTypes: true });
-    } catch {
-      return;
-    }
-    for (const e of entries) {
-      if (e.isDirectory()) {
-        dirs++;
-        walk(join(d, e.name));
-      } else files++;
-    }
-  };
-  walk(dir);
-  return { files, dirs };
-}
-
 type StoreStats = { commits: number; appends: number; rounds: number; reads: number; ops: number; opBytes: number; events: number; eventBytes: number };
 
 /**
@@ -245,11 +224,11 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           await child.call({ cmd: 'countBytes', on: true });
           const s0 = await child.call<StoreStats>({ cmd: 'storeStats' });
           const f0 = await fake.call<{ requests?: number }>({ cmd: 'fakeStats' });
-          const t0 = countTree(join(dir, 'workspaces', 'background'));
+          const t0 = treeStats(join(dir, 'workspaces', 'background'));
           await agentdDrain(child, COUNTED);
           const s1 = await child.call<StoreStats>({ cmd: 'storeStats' });
           const f1 = await fake.call<{ requests?: number }>({ cmd: 'fakeStats' });
-          const t1 = countTree(join(dir, 'workspaces', 'background'));
+          const t1 = treeStats(join(dir, 'workspaces', 'background'));
           const per = (a: number, b: number) => Math.round(((b - a) / COUNTED) * 100) / 100;
           counts = {
             commits: per(s0.commits, s1.commits),

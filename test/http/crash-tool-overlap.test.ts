@@ -4,50 +4,28 @@
 // request arrives. Whatever the disk got, a restart must not run the tool again, and the run ends
 // with the tool's real result (the completion was durable) or as `unknown` (it was not), the model
 // told accordingly.
-import { rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
+import { expect, it } from 'vitest';
+import { useCrashRig } from '../helpers/model-ledger.js';
 import {
   crashConfig,
   eventually,
   getJson,
   postJson,
-  killAllChildren,
   readLedger,
   requestsOf,
-  routeByTag,
   startAgentd,
-  tempDir,
   waitForRunStatus,
   writeConfig,
   type AgentdChild,
   type TurnScript,
 } from '../crash/harness.js';
 
-let model: ScriptedOpenAI;
-let ledger: string;
-const dirs: string[] = [];
 const scripts = new Map<string, TurnScript>();
-
-beforeAll(async () => {
-  model = await startScriptedOpenAI();
-  const d = tempDir();
-  dirs.push(d);
-  ledger = join(d, 'ledger.jsonl');
-  writeFileSync(ledger, '');
-  routeByTag(model, scripts);
-});
-afterAll(async () => {
-  await killAllChildren();
-  await model.close();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
+const rig = useCrashRig(scripts);
 
 it('a non-idempotent call that returned is never run again when the process dies with its completion write and the next model call in flight', async () => {
-  const dataDir = tempDir();
-  dirs.push(dataDir);
-  const cfg = writeConfig(dataDir, crashConfig(model.url, { runs: { orphan_sweep: { interval_seconds: 3600 } } }));
+  const dataDir = rig.dir();
+  const cfg = writeConfig(dataDir, crashConfig(rig.model.url, { runs: { orphan_sweep: { interval_seconds: 3600 } } }));
   let child: AgentdChild | undefined;
   let killed = false;
   scripts.set('pay', (turn) => {
@@ -62,20 +40,20 @@ it('a non-idempotent call that returned is never run again when the process dies
     return { text: 'paid' };
   });
 
-  child = await startAgentd({ configFile: cfg, dataDir, env: { AGENTD_TEST_LEDGER: ledger } });
+  child = await startAgentd({ configFile: cfg, dataDir, env: { AGENTD_TEST_LEDGER: rig.ledger } });
   // Not launchRun: its poll for the run id can lose the race with the kill (the tool and the second
   // model request come within milliseconds); the run id is read from the restarted process instead.
   void postJson(`${child.url}/run/sync`, { query: '[pay] pay the invoice', session_id: 'sess-pay' }, 600_000).catch(() => undefined);
   await eventually(() => killed, 15_000, 'second model request');
   expect((await child.exited).signal).toBe('SIGKILL');
 
-  child = await startAgentd({ configFile: cfg, dataDir, env: { AGENTD_TEST_LEDGER: ledger } });
+  child = await startAgentd({ configFile: cfg, dataDir, env: { AGENTD_TEST_LEDGER: rig.ledger } });
   const runId = await eventually(
     async () => ((await getJson(`${child!.url}/runs?session_id=sess-pay`)).body?.runs?.[0]?.run_id as string | undefined) ?? null,
     10_000,
     'the run of session sess-pay',
   );
-  const lines = () => readLedger(ledger).filter((l) => l.run_id === runId);
+  const lines = () => readLedger(rig.ledger).filter((l) => l.run_id === runId);
   try {
     const done = await waitForRunStatus(child.url, runId, ['completed', 'failed']);
     expect(done).toMatchObject({ status: 'completed', response: 'paid' });
@@ -87,7 +65,7 @@ it('a non-idempotent call that returned is never run again when the process dies
     expect(['success', 'unknown']).toContain(call.outcome);
     // The model, asked again after the recovery, is told what the store knows: the result that was
     // sent before the kill when the completion was durable, `unknown` when it was not.
-    const turn1 = requestsOf(model, 'pay').filter((r) => r.turn === 1);
+    const turn1 = requestsOf(rig.model, 'pay').filter((r) => r.turn === 1);
     expect(turn1).toHaveLength(2);
     const after = turn1[1].toolMessages;
     expect(after).toHaveLength(1);

@@ -2,23 +2,18 @@
 // (SIGKILL) or stops (SIGTERM), then restarts on the same data dir. The scripted model and the
 // tool ledger live in this process, so they see every request and every real tool execution
 // across the deaths of the service.
-import { rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
+import { useCrashRig } from '../helpers/model-ledger.js';
 import {
   crashConfig,
   eventually,
   getJson,
   getRun,
-  killAllChildren,
   launchRun,
   postJson,
   readLedger,
   requestsOf,
-  routeByTag,
   startAgentd,
-  tempDir,
   waitForRunStatus,
   writeConfig,
   type AgentdChild,
@@ -28,29 +23,11 @@ import { readSse } from '../helpers/sse.js';
 import { openStore } from '../../src/store/open.js';
 import { runIndexes, sideEffectsOf, type RunRecord } from '../../src/runtime/run-record.js';
 
-let model: ScriptedOpenAI;
-let ledger: string;
-const dirs: string[] = [];
-const dir = () => {
-  const d = tempDir();
-  dirs.push(d);
-  return d;
-};
 const scripts = new Map<string, TurnScript>();
-const env = () => ({ AGENTD_TEST_LEDGER: ledger });
-const linesOf = (runId: string, tool?: string) => readLedger(ledger).filter((l) => l.run_id === runId && (!tool || l.tool === tool));
-
-beforeAll(async () => {
-  model = await startScriptedOpenAI();
-  ledger = join(dir(), 'ledger.jsonl');
-  writeFileSync(ledger, '');
-  routeByTag(model, scripts);
-});
-afterAll(async () => {
-  await killAllChildren();
-  await model.close();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
+const rig = useCrashRig(scripts);
+const dir = () => rig.dir();
+const env = () => ({ AGENTD_TEST_LEDGER: rig.ledger });
+const linesOf = (runId: string, tool?: string) => readLedger(rig.ledger).filter((l) => l.run_id === runId && (!tool || l.tool === tool));
 
 async function resumedEvents(url: string, runId: string) {
   const r = await getJson(`${url}/telemetry/events?run_id=${runId}&event_type=run_resumed`);
@@ -76,7 +53,7 @@ describe('one data dir through SIGKILLs, a SIGTERM and restarts', () => {
   let releaseB = false;
 
   beforeAll(() => {
-    cfg = writeConfig(dataDir, crashConfig(model.url, { agent: { max_steps: 500 }, runs: { orphan_sweep: { interval_seconds: 3600 } } }));
+    cfg = writeConfig(dataDir, crashConfig(rig.model.url, { agent: { max_steps: 500 }, runs: { orphan_sweep: { interval_seconds: 3600 } } }));
     // a: a non-idempotent call that is still running when the process dies.
     scripts.set('a', (turn) => (turn === 0 ? { tool_calls: [{ name: 'ledger_write', arguments: { entry: 'pay-a', ms: 60_000 } }] } : { text: 'a: noted' }));
     // b: an idempotent call completes, then the process dies while the model is thinking.
@@ -100,8 +77,8 @@ describe('one data dir through SIGKILLs, a SIGTERM and restarts', () => {
     ids.b = await launchRun(child.url, '[b] echo then think', 'sess-b');
     ids.d = await launchRun(child.url, '[d] hang forever', 'sess-d');
     await eventually(() => linesOf(ids.a, 'ledger_write').some((l) => l.phase === 'started'), 10_000, 'a: ledger_write started');
-    await eventually(() => requestsOf(model, 'b').some((r) => r.turn === 1), 10_000, 'b: second model call sent');
-    await eventually(() => requestsOf(model, 'd').length >= 1, 10_000, 'd: model call sent');
+    await eventually(() => requestsOf(rig.model, 'b').some((r) => r.turn === 1), 10_000, 'b: second model call sent');
+    await eventually(() => requestsOf(rig.model, 'd').length >= 1, 10_000, 'd: model call sent');
     expect(linesOf(ids.b, 'counted_echo').filter((l) => l.phase === 'done')).toHaveLength(1);
     const exit = await child.kill('SIGKILL');
     expect(exit.signal).toBe('SIGKILL');
@@ -129,7 +106,7 @@ describe('one data dir through SIGKILLs, a SIGTERM and restarts', () => {
     // Ran once, never finished, never ran again.
     expect(linesOf(ids.a, 'ledger_write').map((l) => l.phase)).toEqual(['started']);
     expect(done.tool_calls).toEqual([expect.objectContaining({ tool_name: 'ledger_write', idempotent: false, state: 'completed', outcome: 'unknown' })]);
-    const told = requestsOf(model, 'a').filter((r) => r.turn === 1);
+    const told = requestsOf(rig.model, 'a').filter((r) => r.turn === 1);
     expect(told).toHaveLength(1);
     expect(told[0].toolMessages).toEqual([{ tool_call_id: done.tool_calls[0].tool_call_id, content: expect.stringMatching(/unknown.*not idempotent/s) }]);
     expect(sideEffectsOf(done)).toEqual([{ tool_call_id: done.tool_calls[0].tool_call_id, tool_name: 'ledger_write', outcome: 'unknown' }]);
@@ -140,7 +117,7 @@ describe('one data dir through SIGKILLs, a SIGTERM and restarts', () => {
     expect(done).toMatchObject({ status: 'completed', response: 'b done' });
     expect(linesOf(ids.b, 'counted_echo').filter((l) => l.phase === 'started')).toHaveLength(1);
     expect(done.tool_calls).toEqual([expect.objectContaining({ tool_name: 'counted_echo', outcome: 'success' })]);
-    const second = requestsOf(model, 'b').filter((r) => r.turn === 1);
+    const second = requestsOf(rig.model, 'b').filter((r) => r.turn === 1);
     expect(second).toHaveLength(2); // once to the dead process, once after the recovery
     expect(second[1].toolMessages).toEqual(second[0].toolMessages);
     expect((await resumedEvents(child.url, ids.b)).map((e) => e.metadata.cause)).toEqual(['recovered_after_lapsed_lease']);
@@ -183,7 +160,7 @@ describe('one data dir through SIGKILLs, a SIGTERM and restarts', () => {
     // The tool call in flight finished before the boundary; the next model call was not made.
     expect(linesOf(ids.c, 'counted_echo').map((l) => l.phase)).toEqual(['started', 'done']);
     expect(c.tool_calls).toEqual([expect.objectContaining({ state: 'completed', outcome: 'success' })]);
-    expect(requestsOf(model, 'c').filter((r) => r.turn === 1)).toHaveLength(0);
+    expect(requestsOf(rig.model, 'c').filter((r) => r.turn === 1)).toHaveLength(0);
   });
 
   it('c: on restart the interrupted run resumes with cause `interrupted` and completes', async () => {
@@ -198,8 +175,8 @@ describe('one data dir through SIGKILLs, a SIGTERM and restarts', () => {
     // d was recovered after the SIGKILL (1) and resumed after the SIGTERM (2); two more deaths.
     for (let i = 0; i < 2; i++) {
       await eventually(async () => (await resumedEvents(child.url, ids.d)).length === i + 2, 10_000, `d: resumed ${i + 2} times`);
-      const before = requestsOf(model, 'd').length;
-      await eventually(() => requestsOf(model, 'd').length > before, 10_000, 'd: calling the model again');
+      const before = requestsOf(rig.model, 'd').length;
+      await eventually(() => requestsOf(rig.model, 'd').length > before, 10_000, 'd: calling the model again');
       await child.kill('SIGKILL');
       child = await startAgentd({ configFile: cfg, dataDir, env: env() });
     }
@@ -224,7 +201,7 @@ describe('explicit resume with the orphan sweep off', () => {
   beforeAll(() => {
     cfg = writeConfig(
       dataDir,
-      crashConfig(model.url, {
+      crashConfig(rig.model.url, {
         runs: { lease_seconds: 1, orphan_sweep: { enabled: false } },
         governance: { rules: [{ tools: ['ask_*'], effect: 'ask' }] },
         budgets: { run: [{ meter: 'tool_calls', limit: 1 }] },
@@ -275,7 +252,7 @@ describe('explicit resume with the orphan sweep off', () => {
     ids.k = await launchRun(child.url, '[k] two echoes on a one-call budget', 'sess-k');
     await waitForRunStatus(child.url, ids.k, ['awaiting_budget']);
     await eventually(() => linesOf(ids.f, 'ledger_write').some((l) => l.phase === 'started'), 10_000, 'f: ledger_write started');
-    await eventually(() => requestsOf(model, 'g').length >= 1, 10_000, 'g: model call sent');
+    await eventually(() => requestsOf(rig.model, 'g').length >= 1, 10_000, 'g: model call sent');
     expect((await postJson(`${child.url}/runs/${ids.g}/resume`, {})).status).toBe(409); // live here
     await child.kill('SIGKILL');
 
@@ -294,7 +271,7 @@ describe('explicit resume with the orphan sweep off', () => {
     expect(r.body).toMatchObject({ status: 'error', termination_reason: 'provider_error' });
     expect(r.body.side_effects).toEqual([{ tool_call_id: expect.any(String), tool_name: 'ledger_write', outcome: 'unknown' }]);
     expect(linesOf(ids.f, 'ledger_write').map((l) => l.phase)).toEqual(['started']);
-    expect(requestsOf(model, 'f').filter((q) => q.turn === 1)[0].toolMessages[0].content).toMatch(/unknown/);
+    expect(requestsOf(rig.model, 'f').filter((q) => q.turn === 1)[0].toolMessages[0].content).toMatch(/unknown/);
   });
 
   it('decisions survive a process that died halfway through applying them', async () => {

@@ -3,14 +3,14 @@
 import { describe, expect, it } from 'vitest';
 import type { ApprovalState, BudgetRequest, RunContext } from '../../machines/run.machine.js';
 import { currentBatch, phaseOf, recordFromSnapshot, resumeEventFor } from '../../src/runtime/run-projection.js';
-import type { RunRecord } from '../../src/runtime/run-record.js';
+import { newRunRecord, type RunRecord } from '../../src/runtime/run-record.js';
 
 const NOW = Date.parse('2026-01-01T00:00:00.000Z');
 const iso = (ms: number) => new Date(ms).toISOString();
 const identity = { redactText: <T>(t: T) => t, redactValue: <T>(v: T) => v };
 
 function record(over: Partial<RunRecord> = {}): RunRecord {
-  return {
+  const started = newRunRecord({
     run_id: 'run_1',
     session_id: 'session_1',
     agent_name: 'a',
@@ -18,34 +18,13 @@ function record(over: Partial<RunRecord> = {}): RunRecord {
     kind: 'sync',
     task_id: null,
     query: 'q',
-    status: 'running',
-    step: 0,
-    attempt: 1,
     trace_id: 't',
-    trace_ids: ['t'],
-    tool_calls: [],
-    usage: { requests: 0, request_tokens: 0, response_tokens: 0, total_tokens: 0, estimated_cost_usd: 0 },
-    approvals: [],
-    budget_requests: [],
-    budget_request: null,
-    outcomes: [],
-    error: null,
-    response: null,
-    termination_reason: null,
-    guardrail_result: null,
-    machine_state: 'checking',
-    created_at: iso(NOW),
-    updated_at: iso(NOW),
-    heartbeat_at: iso(NOW),
+    now: iso(NOW),
     lease_seconds: 60,
     lease_expires_at: iso(NOW + 60_000),
     owner: 'w1',
-    recoveries: 0,
-    decided_at: null,
-    decision: null,
-    ended_at: null,
-    ...over,
-  };
+  });
+  return { ...started, ...over };
 }
 
 function context(over: Partial<RunContext> = {}): RunContext {

@@ -9,19 +9,29 @@
 // Regenerate only when the run machine's version is bumped (and keep the old files: a newer
 // server must still restore them, or refuse them with a clear error):
 //   AGENTD_WRITE_SNAPSHOT_FIXTURES=1 npx vitest run test/runtime/snapshot-fixtures.test.ts
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
-import { eventually, getJson, postJson, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
-import { openStore } from '../../src/store/open.js';
+import type { ScriptedOpenAI } from '../fixtures/scripted-openai.js';
+import { startModelWithLedger, stopModelAndDirs } from '../helpers/model-ledger.js';
+import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import {
+  dumpFixture,
+  loadFixture,
+  readSnapshotFixture,
+  writeFixtureFrom,
+  expectFixturesUpTo,
+  snapshotFixtureFiles,
+  WRITE_SNAPSHOT_FIXTURES,
+  type FixtureRecord,
+  type SnapshotFixture,
+} from '../helpers/snapshot-fixtures.js';
 import type { RecordIndexes, RecordKind, Store } from '../../src/store/store.js';
 import { runIndexes, type RunRecord } from '../../src/runtime/run-record.js';
 import { RUN_MACHINE_VERSION } from '../../machines/run.machine.js';
 
-const FIXTURES = join(import.meta.dirname, '../fixtures/snapshots');
 const TOOLS = join(import.meta.dirname, '../fixtures/run-tools.mjs');
-const WRITE = process.env.AGENTD_WRITE_SNAPSHOT_FIXTURES === '1';
+const WRITE = WRITE_SNAPSHOT_FIXTURES;
 const GOVERNED = {
   agent: { tools: { local: TOOLS, builtin: [] } },
   governance: { rules: [{ tools: ['ledger_*'], effect: 'ask', reason: 'writes to the ledger' }] },
@@ -31,18 +41,7 @@ const BUDGETED = { ...GOVERNED, budgets: { session: [{ meter: 'model_calls', lim
 /** The kinds a sync run writes; the fixture keeps every record of them. */
 const KINDS: RecordKind[] = ['runs', 'snapshots', 'sessions', 'traces', 'budget_ledger'];
 
-interface FixtureRecord {
-  kind: RecordKind;
-  id: string;
-  value: any;
-}
-interface Fixture {
-  scenario: string;
-  written_by: string;
-  machine_version: number;
-  run_id: string;
-  records: FixtureRecord[];
-}
+type Fixture = SnapshotFixture;
 
 /**
  * The index values each kind is written with (the store interface does not return them). Kept
@@ -62,48 +61,17 @@ function indexesOf(r: FixtureRecord): RecordIndexes | undefined {
   }
 }
 
-async function dump(store: Store, scenario: string, runId: string): Promise<Fixture> {
-  const records: FixtureRecord[] = [];
-  for (const kind of KINDS) {
-    let cursor: string | null = null;
-    do {
-      const page: Awaited<ReturnType<Store['listRecords']>> = await store.listRecords(kind, { cursor, limit: 1000 });
-      for (const it of page.items) records.push({ kind, id: it.id, value: it.value });
-      cursor = page.next_cursor;
-    } while (cursor);
-  }
-  return { scenario, written_by: new Date().toISOString().slice(0, 10), machine_version: RUN_MACHINE_VERSION, run_id: runId, records };
-}
-
-async function load(fixture: Fixture): Promise<string> {
-  const dataDir = tempDir('agentd-snapfix-');
-  const store = await openStore({ kind: 'level', path: dataDir });
-  try {
-    for (const r of fixture.records) await store.createRecord(r.kind, r.id, r.value, indexesOf(r));
-  } finally {
-    await store.close();
-  }
-  return dataDir;
-}
-
-const fixtureFiles = () =>
-  existsSync(FIXTURES)
-    ? readdirSync(FIXTURES)
-        .filter((f) => /^run-v\d+-.*\.json$/.test(f)) // bg-run-*: test/background/snapshot-fixtures.test.ts
-        .sort()
-    : [];
-const readFixture = (f: string) => JSON.parse(readFileSync(join(FIXTURES, f), 'utf8')) as Fixture;
+const load = (fixture: Fixture) => loadFixture(fixture, indexesOf, 'agentd-snapfix-');
+const dump = (store: Store, scenario: string, runId: string) => dumpFixture(store, KINDS, { scenario, machine_version: RUN_MACHINE_VERSION, run_id: runId });
+const fixtureFiles = () => snapshotFixtureFiles(/^run-v\d+-.*\.json$/); // bg-run-*: test/background/snapshot-fixtures.test.ts
+const readFixture = (f: string) => readSnapshotFixture<Fixture>(f);
 
 let model: ScriptedOpenAI;
 let ledger: string;
 const dirs: string[] = [];
 
 beforeAll(async () => {
-  model = await startScriptedOpenAI();
-  const d = tempDir();
-  dirs.push(d);
-  ledger = join(d, 'ledger.jsonl');
-  writeFileSync(ledger, '');
+  ({ model, ledger } = await startModelWithLedger(dirs));
   process.env.AGENTD_TEST_LEDGER = ledger;
   model.setDefault((req) => {
     const last = req.messages.at(-1);
@@ -111,8 +79,7 @@ beforeAll(async () => {
   });
 });
 afterAll(async () => {
-  await model.close();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  await stopModelAndDirs(model, dirs);
 });
 
 const ledgerLines = () =>
@@ -131,40 +98,29 @@ const waitForStatus = (url: string, runId: string, status: string) =>
   );
 
 describe.runIf(WRITE)('writing the fixtures (AGENTD_WRITE_SNAPSHOT_FIXTURES=1)', () => {
-  const save = (name: string, f: Fixture) => {
-    mkdirSync(FIXTURES, { recursive: true });
-    writeFileSync(join(FIXTURES, `run-v${RUN_MACHINE_VERSION}-${name}.json`), `${JSON.stringify(f, null, 1)}\n`);
-  };
+  const write = (config: Record<string, unknown>, name: string, reach: (server: TestServer) => Promise<SnapshotFixture>) =>
+    writeFixtureFrom(config, model.url, `run-v${RUN_MACHINE_VERSION}-${name}.json`, reach);
 
   it('awaiting_approval', async () => {
-    const server = await startTestServer(GOVERNED, { modelUrl: model.url });
-    try {
+    await write(GOVERNED, 'awaiting-approval', async (server) => {
       model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 10' } }] });
       const paused = (await postJson(`${server.url}/run/sync`, { query: 'pay', session_id: 'fixture-approval' })).body;
       expect(paused.status).toBe('awaiting_approval');
-      save('awaiting-approval', await dump(server.store, 'awaiting_approval', paused.run_id));
-    } finally {
-      await server.stop();
-      server.cleanup();
-    }
+      return dump(server.store, 'awaiting_approval', paused.run_id);
+    });
   });
 
   it('awaiting_budget', async () => {
-    const server = await startTestServer(BUDGETED, { modelUrl: model.url });
-    try {
+    await write(BUDGETED, 'awaiting-budget', async (server) => {
       model.enqueue({ tool_calls: [{ name: 'echo', arguments: { text: 'hi' } }] });
       const paused = (await postJson(`${server.url}/run/sync`, { query: 'two calls', session_id: 'fixture-budget' })).body;
       expect(paused.status).toBe('awaiting_budget');
-      save('awaiting-budget', await dump(server.store, 'awaiting_budget', paused.run_id));
-    } finally {
-      await server.stop();
-      server.cleanup();
-    }
+      return dump(server.store, 'awaiting_budget', paused.run_id);
+    });
   });
 
   it('orphaned while calling the model', async () => {
-    const server = await startTestServer(GOVERNED, { modelUrl: model.url });
-    try {
+    await write(GOVERNED, 'calling-orphaned', async (server) => {
       model.enqueue({ hang: true });
       const started = fetch(`${server.url}/run/sync`, {
         method: 'POST',
@@ -178,20 +134,16 @@ describe.runIf(WRITE)('writing the fixtures (AGENTD_WRITE_SNAPSHOT_FIXTURES=1)',
         return snap?.value.snapshot.value === 'calling';
       });
       // Taken while the owner is alive: exactly what a SIGKILL at this moment leaves behind.
-      save('calling-orphaned', await dump(server.store, 'calling_orphaned', runId));
+      const fixture = await dump(server.store, 'calling_orphaned', runId);
       void started;
-    } finally {
-      await server.stop();
-      server.cleanup();
-    }
+      return fixture;
+    });
   });
 });
 
 describe.skipIf(WRITE)("snapshots written by older code restore on today's server", () => {
   it('every fixture is for a machine version this code knows', () => {
-    const files = fixtureFiles();
-    expect(files.length).toBeGreaterThanOrEqual(3);
-    for (const f of files) expect(readFixture(f).machine_version, f).toBeLessThanOrEqual(RUN_MACHINE_VERSION);
+    expectFixturesUpTo(fixtureFiles(), 3, RUN_MACHINE_VERSION);
   });
 
   it('a snapshot from a newer run machine is left for a server that knows it, decision kept', async () => {

@@ -5,42 +5,15 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startScriptedOpenAI, type ScriptedOpenAI, type ScriptedReply } from '../../fixtures/scripted-openai.js';
-import {
-  AiSdkProvider,
-  createModelProvider,
-  ModelCallError,
-  type ChatMessage,
-  type ModelProvider,
-  type ToolDeclaration,
-} from '../../../src/agent/model/index.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ScriptedOpenAI, ScriptedReply } from '../../fixtures/scripted-openai.js';
+import { AiSdkProvider, createModelProvider, ModelCallError, type ModelProvider } from '../../../src/agent/model/index.js';
 import { createNodeFetch } from '../../../src/agent/model/node-fetch.js';
+import { clockTools, everyShapeConversation } from '../../helpers/model-conversation.js';
+import { useScriptedOpenAI } from '../../helpers/scripted-model.js';
 
-const tools: ToolDeclaration[] = [
-  { name: 'clock', description: 'Current time', input_schema: { type: 'object', properties: { timezone: { type: 'string' } }, required: ['timezone'] } },
-  { name: 'noschema', description: 'No properties given', input_schema: {} },
-];
-const conversation: ChatMessage[] = [
-  { role: 'system', content: 'You are terse.' },
-  { role: 'user', content: 'What time is it in two zones? "quoted" \u2028 ✓' },
-  {
-    role: 'assistant',
-    content: '',
-    tool_calls: [
-      { id: 'c1', name: 'clock', arguments: { timezone: 'UTC' } },
-      { id: 'c2', name: 'clock', arguments: { timezone: 'CET' } },
-    ],
-  },
-  { role: 'tool', tool_call_id: 'c1', tool_name: 'clock', content: '12:00' },
-  { role: 'tool', tool_call_id: 'c2', tool_name: 'clock', content: '13:00' },
-  { role: 'assistant', content: 'Checking once more.', tool_calls: [{ id: 'c3', name: 'noschema', arguments: {} }] },
-  { role: 'tool', tool_call_id: 'c3', tool_name: 'noschema', content: 'ok' },
-  { role: 'assistant', content: 'It is 12:00 UTC.' },
-  { role: 'assistant', content: '' },
-  { role: 'system', content: 'Answer in one line.' },
-  { role: 'user', content: 'And now?' },
-];
+const tools = clockTools({ required: true });
+const conversation = everyShapeConversation({ query: 'What time is it in two zones? "quoted" \u2028 ✓', emptyAssistant: true });
 
 /** The old path: the provider as createModelProvider built it before, streaming through the SDK's doStream. */
 function sdkPath(url: string, settings: { max_output_tokens?: number; temperature?: number } = {}): ModelProvider {
@@ -70,13 +43,7 @@ async function streamed(p: ModelProvider, messages = conversation, signal?: Abor
 
 describe('own Chat Completions client against the AI SDK provider', () => {
   let s: ScriptedOpenAI;
-  beforeAll(async () => {
-    s = await startScriptedOpenAI();
-  });
-  afterAll(async () => {
-    await s.close();
-  });
-  beforeEach(() => s.reset());
+  useScriptedOpenAI((server) => (s = server));
 
   it('sends the same JSON body (key order included) and headers, user-agent aside, for a tools + system + history request', async () => {
     const reply = {

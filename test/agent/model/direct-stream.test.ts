@@ -1,48 +1,21 @@
 // The streaming model call goes straight through the provider's doStream (direct-stream.ts): what
 // reaches the model server must be what streamText would have sent for the same call, and the
 // result must read the same.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { stepCountIs, streamText } from 'ai';
-import { startScriptedOpenAI, type ScriptedOpenAI } from '../../fixtures/scripted-openai.js';
-import { AiSdkProvider, toModelMessages, toToolSet, type ChatMessage, type ToolDeclaration } from '../../../src/agent/model/index.js';
+import type { ScriptedOpenAI } from '../../fixtures/scripted-openai.js';
+import { useScriptedOpenAI } from '../../helpers/scripted-model.js';
+import { AiSdkProvider, toModelMessages, toToolSet } from '../../../src/agent/model/index.js';
+import { clockTools, everyShapeConversation } from '../../helpers/model-conversation.js';
 import { isV3, toV3Prompt, toV3Tools } from '../../../src/agent/model/direct-stream.js';
 
-const tools: ToolDeclaration[] = [
-  { name: 'clock', description: 'Current time', input_schema: { type: 'object', properties: { timezone: { type: 'string' } } } },
-  { name: 'noschema', description: 'No properties given', input_schema: {} },
-];
-// Every message shape a run's history holds: leading system, user, assistant with and without
-// text next to tool calls, two results of one batch, a later system message, plain answers.
-const conversation: ChatMessage[] = [
-  { role: 'system', content: 'You are terse.' },
-  { role: 'user', content: 'What time is it in two zones?' },
-  {
-    role: 'assistant',
-    content: '',
-    tool_calls: [
-      { id: 'c1', name: 'clock', arguments: { timezone: 'UTC' } },
-      { id: 'c2', name: 'clock', arguments: { timezone: 'CET' } },
-    ],
-  },
-  { role: 'tool', tool_call_id: 'c1', tool_name: 'clock', content: '12:00' },
-  { role: 'tool', tool_call_id: 'c2', tool_name: 'clock', content: '13:00' },
-  { role: 'assistant', content: 'Checking once more.', tool_calls: [{ id: 'c3', name: 'noschema', arguments: {} }] },
-  { role: 'tool', tool_call_id: 'c3', tool_name: 'noschema', content: 'ok' },
-  { role: 'assistant', content: 'It is 12:00 UTC.' },
-  { role: 'system', content: 'Answer in one line.' },
-  { role: 'user', content: 'And now?' },
-];
+const tools = clockTools();
+const conversation = everyShapeConversation();
 
 describe('direct doStream path', () => {
   let s: ScriptedOpenAI;
-  beforeAll(async () => {
-    s = await startScriptedOpenAI();
-  });
-  afterAll(async () => {
-    await s.close();
-  });
-  beforeEach(() => s.reset());
+  useScriptedOpenAI((server) => (s = server));
 
   const build = () => {
     const languageModel = createOpenAICompatible({ name: 'openai-compatible', baseURL: s.url, apiKey: 'sk-test', includeUsage: true }).chatModel('scripted-1');

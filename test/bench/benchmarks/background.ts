@@ -2,7 +2,7 @@
 // server): manual runs drained through the full lifecycle against BullMQ jobs whose worker calls the
 // AI SDK's generateText against the same server (concurrency 1 and 32), the idle cost of 10,000
 // enabled cron tasks, and the dispatch lateness of 1,000 one-second interval tasks.
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 import { Queue, Worker } from 'bullmq';
@@ -33,6 +33,7 @@ import {
   type Child,
   type Row,
 } from '../lib.js';
+import { treeStats } from '../tree-stats.js';
 
 /** Runs drained per concurrency (each side), bounded so the benchmark stays short. */
 const DRAIN_RUNS: Record<number, number> = QUICK ? { 1: 200, 32: 400 } : { 1: scaled(1500, 100), 32: scaled(5000, 200) };
@@ -401,34 +402,6 @@ const SCALE_WINDOW_S = Number(process.env.BENCH_BG_WINDOW_S ?? scaled(60, 10));
 /** Each run takes this long (zero-work model that streams slowly), so nearly every occurrence finds its task busy. */
 const SCALE_RUN_S = 10;
 
-/** Bytes and files under a folder (apparent sizes, every file counted). */
-function treeSize(dir: string): { bytes: number; files: number } {
-  let bytes = 0;
-  let files = 0;
-  const walk = (d: string) => {
-    let entries;
-    try {
-      entries = readdirSync(d, { withFileTypes: true });
-    } catch {
-      return;
-    }
-    for (const e of entries) {
-      const p = join(d, e.name);
-      if (e.isDirectory()) walk(p);
-      else {
-        files++;
-        try {
-          bytes += statSync(p).size;
-        } catch {
-          // removed meanwhile (a LevelDB log rotated)
-        }
-      }
-    }
-  };
-  walk(dir);
-  return { bytes, files };
-}
-
 /**
  * Issue 10 finding 10: 1,000 interval tasks every 1 s with overlap skip_if_running and runs long
  * enough that almost every occurrence is skipped; the data dir's growth and the server's CPU over
@@ -455,7 +428,7 @@ export async function backgroundScaleBench(): Promise<BenchOutput> {
         status_counts: Record<string, number>;
       };
     const s0 = await status();
-    const d0 = treeSize(dir);
+    const d0 = treeStats(dir, { bytes: true });
     const c0 = cpuSeconds(child.pid);
     const w0 = nowMs();
     // LevelDB grows its log and then compacts it away, so two end points alone are noisy: the
@@ -463,11 +436,11 @@ export async function backgroundScaleBench(): Promise<BenchOutput> {
     const samples: Array<[number, number]> = [[0, d0.bytes]];
     while (nowMs() - w0 < SCALE_WINDOW_S * 1000) {
       await sleep(Math.min(2000, SCALE_WINDOW_S * 1000 - (nowMs() - w0)));
-      samples.push([(nowMs() - w0) / 1000, treeSize(dir).bytes]);
+      samples.push([(nowMs() - w0) / 1000, treeStats(dir, { bytes: true }).bytes]);
     }
     const windowS = (nowMs() - w0) / 1000;
     const cpuPct = ((cpuSeconds(child.pid) - c0) / windowS) * 100;
-    const d1 = treeSize(dir);
+    const d1 = treeStats(dir, { bytes: true });
     const s1 = await status();
     const mx = samples.reduce((a, [x]) => a + x, 0) / samples.length;
     const my = samples.reduce((a, [, y]) => a + y, 0) / samples.length;
@@ -495,14 +468,14 @@ export async function backgroundScaleBench(): Promise<BenchOutput> {
     );
 
     const ws = join(dir, 'workspaces', 'background');
-    const before = treeSize(ws);
+    const before = treeStats(ws, { bytes: true });
     const tDel = nowMs();
     await fanOut(SCALE_TASKS, CREATE_CONCURRENCY, async (i, agent) => {
       const r = await request(`${child.url}/background/tasks/tick-${i}?delete_runs=true`, { method: 'DELETE', agent });
       if (r.status !== 200) throw new Error(`DELETE tick-${i} answered ${r.status}: ${r.body.slice(0, 200)}`);
     });
     const delS = (nowMs() - tDel) / 1000;
-    const after = treeSize(ws);
+    const after = treeStats(ws, { bytes: true });
     const left = await status();
     log(`deleted ${SCALE_TASKS} tasks with their runs in ${delS.toFixed(1)} s; workspace files ${before.files} -> ${after.files}; runs left ${left.runs}`);
     rows.push(
