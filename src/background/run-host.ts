@@ -54,7 +54,8 @@ export interface WriteJob {
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-function newHandle(id: string, row: Versioned<BgRunRow>): Handle {
+/** A handle holding nothing yet but its row (exported for tests of the parts that take a handle). */
+export function newHandle(id: string, row: Versioned<BgRunRow>): Handle {
   return {
     id,
     actor: null,
