@@ -10,7 +10,7 @@ import {
   type ServerErrorLog,
 } from './http/error-handler.js';
 import { redactLogFields, redactorForConfig } from './telemetry/secrets.js';
-import { createLogger, logSettingsFromEnv } from './telemetry/logger.js';
+import { createLogger, loggerSettings } from './telemetry/logger.js';
 import { installJsonBodyParser } from './http/json-body.js';
 import { jsonSerializerCompiler, zodValidatorCompiler } from './http/validation.js';
 import { installAuth } from './http/auth.js';
@@ -45,7 +45,7 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
   const app = Fastify({
     // One logger for the process (src/telemetry/logger.ts); each request gets a child with its
     // `reqId`. Request lines only with AGENTD_LOG_REQUESTS=1; 5xx lines always (error handler).
-    loggerInstance: (deps.logger ?? createLogger({ ...logSettingsFromEnv(), redactor: redactorForConfig(config) })) as FastifyBaseLogger,
+    loggerInstance: (deps.logger ?? createLogger({ ...loggerSettings(config.log), redactor: redactorForConfig(config) })) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: !deps.logRequests }),
     // A child logger per request costs on every request (a third of GET /health's throughput in
     // the bench); without request logging nothing logs through it, so requests share the process

@@ -1,60 +1,58 @@
-// One registry of error codes (architecture habit 5). Every non-validation error that leaves the
-// service is an AppError with one of these codes; `docs/errors.md` is kept in step by a test.
+// The error classes every route's failure goes through. The codes themselves (HTTP families and
+// AGT_ERR_* domain codes) are registered in src/error-codes.ts.
 
 import type { core } from 'zod';
 
-export const ERROR_CODES = {
-  BadRequest: { status: 400, retryable: false, description: 'The request could not be read (for example malformed JSON).' },
-  Unauthorized: { status: 401, retryable: false, description: 'No valid API key was presented.' },
-  Forbidden: { status: 403, retryable: false, description: "The API key's role does not allow this request." },
-  NotFound: { status: 404, retryable: false, description: 'The named resource does not exist.' },
-  RequestTimeout: {
-    status: 408,
-    retryable: true,
-    description:
-      'The request headers or body did not arrive within `server.headers_timeout_seconds` / `server.body_timeout_seconds`; the connection is closed.',
-  },
-  Conflict: { status: 409, retryable: false, description: 'The resource is not in a state that allows this request (already decided, exists, ended, ...).' },
-  PayloadTooLarge: { status: 413, retryable: false, description: 'The body is larger than `server.max_body_bytes`.' },
-  URITooLong: { status: 414, retryable: false, description: 'A path segment is longer than any id the API accepts (1,024 characters).' },
-  UnsupportedMediaType: { status: 415, retryable: false, description: 'The body is not JSON.' },
-  RequestHeaderFieldsTooLarge: {
-    status: 431,
-    retryable: false,
-    description: "The request headers are larger than Node's limit (16 KiB); the connection is closed.",
-  },
-  TooManyRequests: { status: 429, retryable: true, description: 'Rate limited; retry after `Retry-After` seconds.' },
-  InternalServerError: { status: 500, retryable: true, description: 'A bug. Never carries a stack trace or a credential.' },
-  ServerBusy: {
-    status: 503,
-    retryable: true,
-    description:
-      'No run slot became free in time, the service is shutting down, or the database of its store does not answer (PostgreSQL); retry after `Retry-After` seconds.',
-  },
-  GatewayTimeout: { status: 504, retryable: true, description: 'The run did not finish within the request timeout; it goes on and can be inspected later.' },
-} as const;
+import { ERROR_CODES, type ErrorCode } from './error-codes.js';
+export { ERROR_CODES, DOMAIN_ERRORS, type DomainCode, type ErrorCode } from './error-codes.js';
+import { DOMAIN_ERRORS, FAMILY_DEFAULT_CODE, NOT_FOUND_CODES, formatMessage, type DomainCode, type MessageArgs, type NotFoundKind } from './error-codes.js';
 
-export type ErrorCode = keyof typeof ERROR_CODES;
-
+/**
+ * An error answered in the ErrorResponse shape. `code` is the HTTP family (the body's `error`,
+ * kept for the clients written against the spec); `domainCode` is the stable AGT_ERR_* code (the
+ * body's `code`), which says which of the family's cases this is.
+ */
 export class AppError extends Error {
   readonly status: number;
+  readonly domainCode: DomainCode;
   constructor(
     readonly code: ErrorCode,
     message: string,
     readonly detail: string | null = null,
     readonly headers: Record<string, string> = {},
+    domainCode?: DomainCode,
   ) {
     super(message);
     this.name = 'AppError';
     this.status = ERROR_CODES[code].status;
+    this.domainCode = domainCode ?? FAMILY_DEFAULT_CODE[code];
   }
 
-  toBody(): { error: ErrorCode; message: string; detail: string | null } {
-    return { error: this.code, message: this.message, detail: this.detail };
+  toBody(): { error: ErrorCode; code: DomainCode; message: string; detail: string | null } {
+    return { error: this.code, code: this.domainCode, message: this.message, detail: this.detail };
   }
 }
 
-export const notFound = (what: string, id: string) => new AppError('NotFound', `${what} '${id}' was not found`);
+/**
+ * The one way to raise a registered domain error: its family and status come from the registry,
+ * its message from the registry's template filled with `args` (one per `%s`, checked by the type).
+ */
+export function domainError<C extends DomainCode>(
+  code: C,
+  args: MessageArgs<(typeof DOMAIN_ERRORS)[C]['message']>,
+  opts: { detail?: string | null; headers?: Record<string, string> } = {},
+): AppError {
+  const info = DOMAIN_ERRORS[code];
+  if (info.error === null) throw new Error(`internal: ${code} is not an ErrorResponse code`);
+  return new AppError(info.error, formatMessage(info.message, args as readonly unknown[]), opts.detail ?? null, opts.headers ?? {}, code);
+}
+
+/** `what` names the kind of resource, which picks the AGT_ERR_*_NOT_FOUND code. */
+export const notFound = (what: NotFoundKind, id: string) => new AppError('NotFound', `${what} '${id}' was not found`, null, {}, NOT_FOUND_CODES[what]);
+/**
+ * A 409 with the generic AGT_ERR_CONFLICT code. Prefer domainError with a specific code; this is
+ * left for src/runtime/runs.ts until its throws are ported.
+ */
 export const conflict = (message: string, detail: string | null = null) => new AppError('Conflict', message, detail);
 
 /**
@@ -65,6 +63,7 @@ export class HttpDetailError extends Error {
   constructor(
     readonly status: number,
     readonly detail: unknown,
+    readonly domainCode: DomainCode,
   ) {
     super(typeof detail === 'string' ? detail : `HTTP ${status}`);
     this.name = 'HttpDetailError';

@@ -8,7 +8,8 @@ import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
 import { Runtime, type RuntimeOptions } from './runtime/runtime.js';
 import { readVersion } from './version.js';
-import { createLogger, logFnOf, logSettingsFromEnv, type Logger } from './telemetry/logger.js';
+import { createLogger, logFnOf, loggerSettings, type Logger } from './telemetry/logger.js';
+import { bindSwallowedErrorLog } from './telemetry/swallowed.js';
 import { redactorForConfig } from './telemetry/secrets.js';
 
 export interface Server {
@@ -30,7 +31,8 @@ export async function startServer(
   config: Config,
   opts: RuntimeOptions & { logger?: Logger; logRequests?: boolean; listen?: boolean; logServerError?: ServerErrorLog } = {},
 ): Promise<Server> {
-  const logger = opts.logger ?? createLogger({ ...logSettingsFromEnv(), redactor: redactorForConfig(config) });
+  const logger = opts.logger ?? createLogger({ ...loggerSettings(config.log), redactor: redactorForConfig(config) });
+  bindSwallowedErrorLog(logger);
   mkdirSync(config.data_dir, { recursive: true });
   const store =
     config.store.kind === 'postgres'
@@ -49,7 +51,7 @@ export async function startServer(
     runtime,
     version: readVersion(),
     logger,
-    logRequests: opts.logRequests ?? process.env.AGENTD_LOG_REQUESTS === '1',
+    logRequests: opts.logRequests ?? config.log.requests,
     authEnabled: config.auth.api_keys.length > 0,
     logServerError: opts.logServerError,
   });

@@ -20,6 +20,7 @@ import { repos } from '../store/repos/index.js';
 import { WAITING, type BgRunRow } from './types.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { Handle } from './run-host.js';
+import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const PREVIEW_CHARS = 500;
@@ -331,7 +332,9 @@ export class AgentBridge {
   async settleFromAgent(row: BgRunRow): Promise<boolean> {
     const agentId = row.internal.agent_run_id;
     if (!agentId || this.deps.runs.isLive(agentId)) return false;
-    const rec = await this.deps.runs.get(agentId).catch(() => null);
+    const rec = await this.deps.runs
+      .get(agentId)
+      .catch((e: unknown) => (isRefusal(e) ? null : (reportSwallowed('background.read_agent_run', e, { agent_run_id: agentId }), null)));
     if (!rec) return false;
     const parked = WAITING.has(rec.status as BackgroundRunStatus);
     if (!TERMINAL_RUN_STATUSES.has(rec.status) && !parked) return false;
@@ -349,7 +352,9 @@ export class AgentBridge {
     if (!agentId) return;
     let moveOn = this.deps.runs.isLive(agentId);
     if (!moveOn) {
-      const rec = await this.deps.runs.get(agentId).catch(() => null);
+      const rec = await this.deps.runs
+        .get(agentId)
+        .catch((e: unknown) => (isRefusal(e) ? null : (reportSwallowed('background.read_agent_run', e, { agent_run_id: agentId }), null)));
       moveOn = rec !== null && (TERMINAL_RUN_STATUSES.has(rec.status) || (WAITING.has(rec.status as BackgroundRunStatus) && rec.decided_at !== null));
     }
     if (moveOn) await this.host.send(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });

@@ -2,7 +2,8 @@
 // background tasks run with (the served agent is registered as the default one), each spec built
 // when registered so one that cannot run is refused then. BackgroundManager delegates to this.
 import { AgentSpecError } from '../agent/agent-spec.js';
-import { conflict, notFound, RequestValidationError } from '../errors.js';
+import { domainError, notFound, RequestValidationError } from '../errors.js';
+import { isRefusal, swallow } from '../telemetry/swallowed.js';
 import type { PreparedAgent } from '../runtime/agent-registry.js';
 import type { BackgroundAgentRegistrationRequest, BackgroundAgentSpec } from '../schemas/background.js';
 import { isStoreError, type Page } from '../store/store.js';
@@ -61,7 +62,7 @@ export class BackgroundAgents {
     const spec: BackgroundAgentSpec = body.spec ? { ...body.spec, agent_id: agentId } : this.servedAgentSpec(agentId);
     const at = iso(this.now());
     const existing = await repos(this.deps.store).bgAgents.get<AgentRow>(agentId);
-    if (existing && !body.replace) throw conflict(`background agent '${agentId}' is already registered`, 'pass replace: true to replace it');
+    if (existing && !body.replace) throw domainError('AGT_ERR_BACKGROUND_AGENT_EXISTS', [agentId], { detail: 'pass replace: true to replace it' });
     // Built now, so a spec that cannot run is refused here (422 naming the field), not at its first run.
     const prepared = await this.prepareAgent(spec, body);
     const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at };
@@ -71,7 +72,7 @@ export class BackgroundAgents {
     } catch (err) {
       if (prepared) this.deps.agents?.discard(prepared);
       if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version'))
-        throw conflict(`background agent '${agentId}' was registered or replaced meanwhile`, 'read it and try again');
+        throw domainError('AGT_ERR_CONCURRENT_UPDATE', [`background agent '${agentId}'`], { detail: 'read it and try again' });
       throw err;
     }
     if (prepared) this.deps.agents?.install(agentId, at, prepared);
@@ -119,12 +120,12 @@ export class BackgroundAgents {
     if (!rec) throw notFound('background agent', agentId);
     const active = await repos(this.deps.store).bgRuns.list<BgRunRow>({ index: { name: 'agent_active', value: agentId }, limit: 1000 });
     if (active.items.length > 0 && !force) {
-      throw conflict(
-        `background agent '${agentId}' has ${active.items.length} run(s) in flight`,
-        'pass force=true to delete it anyway (its runs in flight are cancelled)',
-      );
+      throw domainError('AGT_ERR_BACKGROUND_AGENT_IN_USE', [agentId, active.items.length], {
+        detail: 'pass force=true to delete it anyway (its runs in flight are cancelled)',
+      });
     }
-    for (const r of active.items) await this.engine.cancel(r.id, 'agent deleted').catch(() => undefined);
+    for (const r of active.items)
+      await this.engine.cancel(r.id, 'agent deleted').catch(swallow('background.delete_agent_cancel', { run_id: r.id, agent_id: agentId }, isRefusal));
     await repos(this.deps.store).bgAgents.delete(agentId);
     this.deps.agents?.evict(agentId);
     return { status: 'deleted' };

@@ -5,6 +5,7 @@
 import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import type { Clock } from '../clock.js';
 import type { Handle } from './run-host.js';
+import { swallow } from '../telemetry/swallowed.js';
 
 /** An opaque timer id from a Timers. */
 export type TimerRef = unknown;
@@ -59,7 +60,9 @@ export class AttemptTimers {
     h.heartbeat = this.deps.timers.setInterval(() => {
       if (h.dead || h.pending > 8) return; // a backed-up chain will not be helped by more writes
       const now = this.deps.clock.now();
-      void this.deps.send(h.id, { type: 'HEARTBEAT', at: iso(now), lease_expires_at: iso(now + leaseMs) }).catch(() => undefined);
+      void this.deps
+        .send(h.id, { type: 'HEARTBEAT', at: iso(now), lease_expires_at: iso(now + leaseMs) })
+        .catch(swallow('background.heartbeat', { run_id: h.id }));
     }, every);
   }
 
@@ -98,7 +101,7 @@ export class AttemptTimers {
     const t = this.deps.timers.setTimeout(
       () => {
         this.retryTimers.delete(runId);
-        void this.deps.send(runId, { type: 'RETRY_DUE', at: iso(this.deps.clock.now()) }).catch(() => undefined);
+        void this.deps.send(runId, { type: 'RETRY_DUE', at: iso(this.deps.clock.now()) }).catch(swallow('background.retry_due', { run_id: runId }));
       },
       Math.max(0, atMs - this.deps.clock.now()),
     );

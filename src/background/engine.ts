@@ -24,7 +24,7 @@ import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import type { TaskOccurrence } from '../../machines/task.machine.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
-import { AppError, notFound } from '../errors.js';
+import { notFound, domainError } from '../errors.js';
 import type { TelemetryEmitter } from '../runtime/emitter.js';
 import type { Metrics } from '../runtime/metrics.js';
 import type { AgentRegistry } from '../runtime/agent-registry.js';
@@ -45,6 +45,7 @@ import { RunHosts, type Handle } from './run-host.js';
 import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
 import { prepareRun } from './prepare-run.js';
 import { SettleWaiters } from './waiters.js';
+import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
 
 export type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 
@@ -249,6 +250,7 @@ export class RunEngine {
     this.timers.close();
     this.agent.close();
     const handles = [...this.handles.values()];
+    // The chains' own steps report their failures (enqueue's onError); this only waits for them.
     await Promise.all(handles.map((h) => h.chain.catch(() => undefined)));
     for (const h of handles) this.hosts.release(h, true);
     // Events and workspace files still on their way (the store closes after this).
@@ -419,7 +421,7 @@ export class RunEngine {
   async cancel(runId: string, reason: string | null = null): Promise<{ status: 'cancel_requested' }> {
     const row = await this.getRow(runId);
     if (!row) throw notFound('background run', runId);
-    if (TERMINAL.has(row.value.run.status)) throw new AppError('Conflict', `background run ${runId} already ended (${row.value.run.status})`);
+    if (TERMINAL.has(row.value.run.status)) throw domainError('AGT_ERR_BACKGROUND_RUN_ENDED', [runId, row.value.run.status]);
     const run = row.value.run;
     const h = this.handles.get(runId);
     // Held by another live instance of a shared store: its owner cancels it (through its own
@@ -438,7 +440,7 @@ export class RunEngine {
       return { status: 'cancel_requested' };
     }
     const r = await this.send(runId, { type: 'CANCEL', at: iso(this.deps.clock.now()), reason }, { durable: true });
-    if (!r.accepted && r.status && TERMINAL.has(r.status)) throw new AppError('Conflict', `background run ${runId} already ended (${r.status})`);
+    if (!r.accepted && r.status && TERMINAL.has(r.status)) throw domainError('AGT_ERR_BACKGROUND_RUN_ENDED', [runId, r.status]);
     return { status: 'cancel_requested' };
   }
 
@@ -457,21 +459,21 @@ export class RunEngine {
     const row = await this.getRow(runId);
     if (!row) throw notFound('background run', runId);
     const run = row.value.run;
-    if (!WAITING.has(run.status)) throw new AppError('Conflict', `background run ${runId} is not waiting for a person (${run.status})`);
+    if (!WAITING.has(run.status)) throw domainError('AGT_ERR_RUN_NOT_WAITING', [`background run ${runId}`, 'a person', run.status]);
     const agentId = row.value.internal.agent_run_id;
     if (agentId && !this.deps.runs.isLive(agentId)) {
-      const rec = await this.deps.runs.get(agentId).catch(() => null);
+      const rec = await this.deps.runs
+        .get(agentId)
+        .catch((e: unknown) => (isRefusal(e) ? null : (reportSwallowed('background.read_agent_run', e, { run_id: runId, agent_run_id: agentId }), null)));
       if (rec && (rec.status === 'awaiting_approval' || rec.status === 'awaiting_budget') && !rec.decided_at) {
-        throw new AppError(
-          'Conflict',
-          `background run ${runId} still waits for a decision on its agent run ${agentId} (${rec.status})`,
-          'decide it through POST /runs/{run_id}/approvals/{approval_id} or /runs/{run_id}/budget',
-        );
+        throw domainError('AGT_ERR_AGENT_RUN_UNDECIDED', [runId, agentId, rec.status], {
+          detail: 'decide it through POST /runs/{run_id}/approvals/{approval_id} or /runs/{run_id}/budget',
+        });
       }
     }
     const r = await this.send(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
     if (!r.accepted && r.status && !(r.status === 'queued' || HELD.has(r.status))) {
-      throw new AppError('Conflict', `background run ${runId} is not waiting for a person (${r.status})`);
+      throw domainError('AGT_ERR_RUN_NOT_WAITING', [`background run ${runId}`, 'a person', r.status]);
     }
     return { status: 'resumed' };
   }

@@ -5,7 +5,8 @@ import { registerMachine } from '../runtime/machines-info.js';
 import type { AnyStateMachine } from 'xstate';
 import { BACKGROUND_RUN_MACHINE_VERSION, backgroundRunMachine } from '../../machines/background-run.machine.js';
 import { TASK_MACHINE_VERSION, taskMachine } from '../../machines/task.machine.js';
-import { AppError, conflict, notFound } from '../errors.js';
+import { domainError, notFound } from '../errors.js';
+import { swallow } from '../telemetry/swallowed.js';
 import type {
   BackgroundRun,
   BackgroundRunStatus,
@@ -99,7 +100,7 @@ export class BackgroundManager {
         const parked = this.tickCount % (maintainEvery * 30) === 0;
         void this.engine
           .maintenance({ parked })
-          .catch(() => undefined)
+          .catch(swallow('background.maintenance'))
           .finally(() => (this.maintaining = false));
       }
     }, poll);
@@ -175,11 +176,10 @@ export class BackgroundManager {
 
   private requireRunning(): void {
     if (!this.running) {
-      throw new AppError(
-        'ServerBusy',
-        this.cfg.enabled ? 'the background manager is not running (starting or shutting down)' : 'background tasks are disabled (config background.enabled)',
-        null,
-        { 'retry-after': '5' },
+      throw domainError(
+        'AGT_ERR_BACKGROUND_UNAVAILABLE',
+        [this.cfg.enabled ? 'the background manager is not running (starting or shutting down)' : 'background tasks are disabled (config background.enabled)'],
+        { headers: { 'retry-after': '5' } },
       );
     }
   }
@@ -196,7 +196,7 @@ export class BackgroundManager {
     return this.scheduler.taskJob(body.task_id, async () => {
       const { store } = this.deps;
       const existing = await repos(store).bgTasks.get<TaskRow>(body.task_id);
-      if (existing && !replace) throw conflict(`background task '${body.task_id}' already exists`, 'pass replace: true to replace it');
+      if (existing && !replace) throw domainError('AGT_ERR_BACKGROUND_TASK_EXISTS', [body.task_id], { detail: 'pass replace: true to replace it' });
       const now = this.now();
       const task: TaskRow = { ...fields, agent_id: agentId, created_at: existing?.value.created_at ?? iso(now), updated_at: iso(now) };
       const prevSched = await repos(store).bgSchedule.get<ScheduleRow>(body.task_id);
@@ -391,14 +391,18 @@ export class BackgroundManager {
     const settled = await this.engine.waitSettled(run.run_id, budget * 1000);
     if (settled) return publicRun(this.cfg.workspace_root, settled);
     const current = await this.engine.get(run.run_id).catch(() => run);
-    throw new HttpDetailError(504, {
-      message: `background run ${run.run_id} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${run.run_id}`,
-      run_id: run.run_id,
-      task_id: taskId,
-      status: current.status,
-      request_timeout_seconds: budget,
-      wait_timeout_seconds: budget,
-    });
+    throw new HttpDetailError(
+      504,
+      {
+        message: `background run ${run.run_id} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${run.run_id}`,
+        run_id: run.run_id,
+        task_id: taskId,
+        status: current.status,
+        request_timeout_seconds: budget,
+        wait_timeout_seconds: budget,
+      },
+      'AGT_ERR_RUN_WAIT_TIMEOUT',
+    );
   }
 
   // ---------------------------------------------------------------- runs

@@ -142,6 +142,7 @@ export class EventOutbox {
       // Issued in append order; the mirror lane keeps each folder's writes in that order.
       if (opts.mirror) mirrored = this.deps.workspaces().mirror(ctx, lifecycle, opts.runJson, terminal);
     });
+    // The chain only orders the next step; `step` rejects to this step's own caller.
     state.chain = step.catch(() => undefined);
     const flushed = state.chain.then(() => mirrored ?? undefined);
     state.flushed = flushed;

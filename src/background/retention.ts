@@ -10,6 +10,7 @@ import type { BackgroundDeps } from './engine.js';
 import type { Handle } from './run-host.js';
 import type { RunWorkspaces } from './run-workspace.js';
 import { repos } from '../store/repos/index.js';
+import { isRefusal, swallow } from '../telemetry/swallowed.js';
 
 /** What deletion needs of the engine that hosts the runs. */
 export interface RetentionHost {
@@ -65,13 +66,16 @@ export class RunRetention {
         page.items.map(async (item) => {
           const h = this.host.handles.get(item.id);
           if (h) {
+            // The chain's own steps report their failures; this only waits for them.
             await h.chain.catch(() => undefined);
             this.host.release(h, true);
           }
           const { run, internal } = item.value;
           // The run row goes away with its events; its agent run must not go on working unseen.
           if ((run.status === 'running' || WAITING.has(run.status)) && internal.agent_run_id) {
-            await this.deps.runs.cancel(internal.agent_run_id).catch(() => undefined);
+            await this.deps.runs
+              .cancel(internal.agent_run_id)
+              .catch(swallow('background.retention_cancel', { run_id: item.id, agent_run_id: internal.agent_run_id }, isRefusal));
           }
           this.host.clearRunTimers(item.id);
         }),
@@ -90,7 +94,7 @@ export class RunRetention {
         if (late) {
           const agentRunId = this.host.contextOf(late).internal.agent_run_id;
           this.host.release(late, true);
-          if (agentRunId) void this.deps.runs.cancel(agentRunId).catch(() => undefined);
+          if (agentRunId) void this.deps.runs.cancel(agentRunId).catch(swallow('background.retention_cancel', { agent_run_id: agentRunId }, isRefusal));
         }
       }
       this.host.forgetTask(taskId);

@@ -22,6 +22,7 @@ import type { EventOutbox } from './outbox.js';
 import type { TimerRef } from './attempt-timers.js';
 import type { SupervisorGroup } from '../runtime/system.js';
 import type { TraceRecord, TraceStatus } from '../telemetry/traces.js';
+import { reportSwallowed } from '../telemetry/swallowed.js';
 
 export type RunActor = Actor<typeof backgroundRunMachine>;
 
@@ -243,8 +244,9 @@ export class RunHosts {
       .catch((err) => {
         try {
           onError(err);
-        } catch {
+        } catch (handlerErr) {
           // never let a handler break the chain
+          reportSwallowed('background.chain_handler', handlerErr, { run_id: h.id });
         }
       })
       .finally(() => {

@@ -61,7 +61,7 @@ export class BackgroundRunQueries {
     try {
       dir = this.engine.dirOf(run);
     } catch {
-      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`);
+      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`, 'AGT_ERR_WORKSPACE_PATH_OUTSIDE');
     }
     // workspace_path as stored: relative to the workspace root (answers never show server paths).
     return {
@@ -75,12 +75,12 @@ export class BackgroundRunQueries {
 
   async openWorkspaceFile(runId: string, rel: string) {
     const row = await this.engine.getRow(runId);
-    if (!row) throw new HttpDetailError(404, `background run '${runId}' was not found`);
+    if (!row) throw new HttpDetailError(404, `background run '${runId}' was not found`, 'AGT_ERR_BACKGROUND_RUN_NOT_FOUND');
     let dir: string;
     try {
       dir = this.engine.dirOf(row.value.run);
     } catch {
-      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`);
+      throw new HttpDetailError(400, `the workspace of background run '${runId}' is outside the workspace root`, 'AGT_ERR_WORKSPACE_PATH_OUTSIDE');
     }
     return openWorkspaceFile(dir, rel);
   }

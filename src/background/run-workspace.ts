@@ -4,7 +4,7 @@
 import { sep } from 'node:path';
 import type { BackgroundRunContext } from '../../machines/background-run.machine.js';
 import type { Config } from '../config.js';
-import { AppError } from '../errors.js';
+import { domainError } from '../errors.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
 import { TERMINAL, WAITING, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
@@ -116,7 +116,7 @@ export class RunWorkspaces {
     }
     const fallback = workspaceOf(DEFAULT_NAMESPACE_TEMPLATE, ids, false);
     if ('rel' in fallback) return fallback.rel;
-    throw new AppError('Conflict', `background task '${task.task_id}' cannot have a workspace: ${fallback.problem}`);
+    throw domainError('AGT_ERR_WORKSPACE_UNAVAILABLE', [task.task_id, fallback.problem]);
   }
 
   /** The absolute folder of a run's workspace (throws when a stored path would leave the root). */

@@ -18,6 +18,7 @@ import type { SupervisorGroup } from '../runtime/system.js';
 import { occurrenceRecordId, type ScheduleRow, type SkippedOccurrence, type TaskRow } from './types.js';
 import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
+import { swallow, isRefusal } from '../telemetry/swallowed.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 /** Longest single wait of the due timer; the poll ticker covers anything beyond. */
@@ -354,7 +355,9 @@ export class TaskScheduler {
         return { done: this.engine.createRun({ ...base, skip: skipReason(task) }) };
       case 'cancel_then_queue':
         for (const id of p.decision.cancel) {
-          await this.engine.cancel(id, 'superseded by a newer run (overlap policy cancel_previous)').catch(() => undefined);
+          await this.engine
+            .cancel(id, 'superseded by a newer run (overlap policy cancel_previous)')
+            .catch(swallow('scheduler.cancel_previous', { run_id: id, task_id: task.task_id }, isRefusal));
         }
         return { done: this.engine.createRun({ ...base, skip: null }) };
       case 'start':
@@ -433,11 +436,11 @@ export class TaskScheduler {
         const cached = this.schedules.get(t.id);
         const s = rows[i];
         if (known && known.updated_at === t.value.updated_at && (cached?.version ?? 0) === (s?.version ?? 0)) return;
-        void this.taskJob(t.id, async () => this.applyTask(t.value, s)).catch(() => undefined);
+        void this.taskJob(t.id, async () => this.applyTask(t.value, s)).catch(swallow('scheduler.apply_task', { task_id: t.id }));
       });
       cursor = page.next_cursor;
     } while (cursor);
-    for (const id of [...this.tasks.keys()]) if (!seen.has(id)) void this.resync(id).catch(() => undefined);
+    for (const id of [...this.tasks.keys()]) if (!seen.has(id)) void this.resync(id).catch(swallow('scheduler.resync', { task_id: id }));
   }
 
   removeTask(taskId: string): void {

@@ -129,21 +129,21 @@ export async function listWorkspace(dir: string): Promise<WorkspaceEntry[]> {
  */
 export async function openWorkspaceFile(dir: string, rel: string): Promise<{ stream: ReadStream; size: number; name: string }> {
   if (rel.includes('\0') || path.isAbsolute(rel) || /^[a-zA-Z]:[\\/]/.test(rel) || rel.split(/[\\/]/).includes('..')) {
-    throw new HttpDetailError(400, `path '${rel}' is outside the run workspace`);
+    throw new HttpDetailError(400, `path '${rel}' is outside the run workspace`, 'AGT_ERR_WORKSPACE_PATH_OUTSIDE');
   }
   const target = path.resolve(dir, rel);
-  if (!isInside(dir, target) || target === dir) throw new HttpDetailError(400, `path '${rel}' is outside the run workspace`);
+  if (!isInside(dir, target) || target === dir) throw new HttpDetailError(400, `path '${rel}' is outside the run workspace`, 'AGT_ERR_WORKSPACE_PATH_OUTSIDE');
   let real: string;
   let rootReal: string;
   try {
     rootReal = await realpath(dir);
     real = await realpath(target);
   } catch {
-    throw new HttpDetailError(404, `file '${rel}' does not exist in the run workspace`);
+    throw new HttpDetailError(404, `file '${rel}' does not exist in the run workspace`, 'AGT_ERR_WORKSPACE_FILE_NOT_FOUND');
   }
-  if (!isInside(rootReal, real)) throw new HttpDetailError(400, `path '${rel}' leads outside the run workspace`);
+  if (!isInside(rootReal, real)) throw new HttpDetailError(400, `path '${rel}' leads outside the run workspace`, 'AGT_ERR_WORKSPACE_PATH_OUTSIDE');
   const st = await stat(real);
-  if (!st.isFile()) throw new HttpDetailError(404, `'${rel}' is not a file of the run workspace`);
+  if (!st.isFile()) throw new HttpDetailError(404, `'${rel}' is not a file of the run workspace`, 'AGT_ERR_WORKSPACE_FILE_NOT_FOUND');
   return { stream: createReadStream(real), size: st.size, name: path.basename(real) };
 }
 

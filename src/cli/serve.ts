@@ -6,7 +6,7 @@ import { handleSignals, startServer } from '../main.js';
 import { describeMachines } from '../runtime/machines-info.js';
 import { readVersion } from '../version.js';
 import { configCheckJson, redactorForConfig } from '../telemetry/secrets.js';
-import { createLogger, logSettingsFromEnv } from '../telemetry/logger.js';
+import { createLogger, loggerSettings } from '../telemetry/logger.js';
 import { checkInspectUrl, EXIT, type Parsed } from './args.js';
 import { describeStoreUrl } from '../store/pg-url.js';
 
@@ -29,7 +29,7 @@ export async function serve(p: Parsed): Promise<number> {
   // Every line, this one included, goes through the process's logger (src/telemetry/logger.ts):
   // JSON on stderr, or the pretty format on a terminal; redacted like telemetry.
   const redactor = redactorForConfig(config);
-  const logger = createLogger({ ...logSettingsFromEnv(), redactor });
+  const logger = createLogger({ ...loggerSettings(config.log), redactor });
   let inspect;
   if (inspectUrl) {
     const { startInspector } = await import('./inspect.js');

@@ -1,6 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify';
-import { AppError } from '../errors.js';
+import { domainError } from '../errors.js';
 import type { AppDeps } from './deps.js';
 
 export type Role = 'reader' | 'operator' | 'approver' | 'admin';
@@ -77,10 +77,10 @@ export function installAuth(app: FastifyInstance, deps: AppDeps): void {
   const authenticate = (request: FastifyRequest): { name: string; role: Role } => {
     const header = request.headers.authorization;
     const match = typeof header === 'string' ? /^Bearer\s+(.+)$/i.exec(header.trim()) : null;
-    if (!match) throw new AppError('Unauthorized', 'send Authorization: Bearer <api key>', null, { 'www-authenticate': 'Bearer' });
+    if (!match) throw domainError('AGT_ERR_UNAUTHORIZED', [], { headers: { 'www-authenticate': 'Bearer' } });
     const digest = createHash('sha256').update(match[1]).digest();
     const key = table.find((k) => k.hash.length === digest.length && timingSafeEqual(k.hash, digest));
-    if (!key) throw new AppError('Unauthorized', 'the API key is not valid', null, { 'www-authenticate': 'Bearer' });
+    if (!key) throw domainError('AGT_ERR_API_KEY_INVALID', [], { headers: { 'www-authenticate': 'Bearer' } });
     return key;
   };
 
@@ -96,7 +96,7 @@ export function installAuth(app: FastifyInstance, deps: AppDeps): void {
       if (access === 'public') return done();
       try {
         const key = authenticate(request);
-        if (!ROLES[access].includes(key.role)) throw new AppError('Forbidden', `the '${key.role}' role may not ${request.method} ${pattern}`);
+        if (!ROLES[access].includes(key.role)) throw domainError('AGT_ERR_FORBIDDEN', [key.role, request.method, pattern]);
         request.apiKeyName = key.name;
       } catch (err) {
         return done(err as Error);

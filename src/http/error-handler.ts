@@ -1,7 +1,8 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { AppError, ERROR_CODES, HttpDetailError, type ErrorCode } from '../errors.js';
+import { AppError, DOMAIN_ERRORS, ERROR_CODES, HttpDetailError, type DomainCode, type ErrorCode } from '../errors.js';
+import { FAMILY_DEFAULT_CODE, formatMessage } from '../error-codes.js';
 import { isStoreError } from '../store/store.js';
 import { zodIssuesToDetail } from '../schemas/index.js';
 import { HttpValidationFailure, RequestValidationError } from './validation.js';
@@ -30,16 +31,28 @@ export const logServerErrorToRequestLog: ServerErrorLog = (entry, request) => {
   request.server.log.child({ reqId: request.id }).error(fields, msg);
 };
 
-/** The registered code for a 4xx status that Fastify or Node produced, so the body names it. */
+/** The registered family for a 4xx status that Fastify or Node produced, so the body names it. */
 function codeForStatus(status: number): ErrorCode {
   for (const [code, info] of Object.entries(ERROR_CODES)) if (info.status === status) return code as ErrorCode;
   return 'BadRequest';
 }
 
+/** A body for a 4xx that Fastify raised without one of our codes: the family's generic code. */
+function familyBody(status: number, message: string) {
+  const error = codeForStatus(status);
+  return { error, code: FAMILY_DEFAULT_CODE[error], message, detail: null };
+}
+
 type ValidationItem = { loc: Array<string | number>; msg: string; type: string; ctx?: Record<string, unknown>; input?: unknown };
 
 function validationReply(reply: FastifyReply, detail: ValidationItem[]) {
-  return reply.status(422).send({ detail });
+  return reply.status(422).send({ detail, code: 'AGT_ERR_VALIDATION' satisfies DomainCode });
+}
+
+/** An ErrorResponse body for a registered code with a fixed message (or `message` for the generic ones). */
+function errorBody(code: DomainCode, ...args: Array<string | number>): { error: ErrorCode; code: DomainCode; message: string; detail: null } {
+  const info = DOMAIN_ERRORS[code];
+  return { error: info.error ?? 'BadRequest', code, message: formatMessage(info.message, args), detail: null };
 }
 
 /**
@@ -60,18 +73,18 @@ export function installErrorHandling(app: FastifyInstance, logServerError: Serve
       return reply.status(err.status).send(err.toBody());
     }
     if (err instanceof HttpDetailError) {
-      return reply.status(err.status).send({ detail: err.detail });
+      return reply.status(err.status).send({ detail: err.detail, code: err.domainCode });
     }
     if (isStoreError(err, 'not_found')) {
-      return reply.status(404).send({ error: 'NotFound', message: err.message, detail: null });
+      return reply.status(404).send(errorBody('AGT_ERR_NOT_FOUND', err.message));
     }
     if (isStoreError(err, 'stale_version') || isStoreError(err, 'conflict')) {
-      return reply.status(409).send({ error: 'Conflict', message: 'the resource changed while this request was handled; retry', detail: null });
+      return reply.status(409).send(errorBody('AGT_ERR_CONCURRENT_UPDATE', 'the resource'));
     }
     if (isStoreError(err, 'unavailable')) {
       // The database does not answer (PostgreSQL); /ready says so too. Transient: retry.
       reply.header('retry-after', '1');
-      return reply.status(503).send({ error: 'ServerBusy', message: 'the store is unavailable (its database does not answer); retry', detail: null });
+      return reply.status(503).send(errorBody('AGT_ERR_STORE_UNAVAILABLE'));
     }
     const code = (err as FastifyError).code;
     const status = (err as FastifyError).statusCode;
@@ -86,16 +99,16 @@ export function installErrorHandling(app: FastifyInstance, logServerError: Serve
       ]);
     }
     if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-      return reply.status(413).send({ error: 'PayloadTooLarge', message: 'the request body is larger than the configured limit', detail: null });
+      return reply.status(413).send(errorBody('AGT_ERR_PAYLOAD_TOO_LARGE'));
     }
     if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' || code === 'FST_ERR_CTP_INVALID_CONTENT_LENGTH') {
-      return reply.status(415).send({ error: 'UnsupportedMediaType', message: 'send the body as application/json', detail: null });
+      return reply.status(415).send(errorBody('AGT_ERR_UNSUPPORTED_MEDIA_TYPE'));
     }
     if (code === 'FST_ERR_NOT_FOUND') {
-      return reply.status(404).send({ error: 'NotFound', message: 'no such route', detail: null });
+      return reply.status(404).send(errorBody('AGT_ERR_ROUTE_NOT_FOUND', request.method, request.url.split('?')[0]));
     }
     if (typeof status === 'number' && status >= 400 && status < 500) {
-      return reply.status(status).send({ error: codeForStatus(status), message: err.message, detail: null });
+      return reply.status(status).send(familyBody(status, err.message));
     }
     const e = err as Error & { code?: string };
     logServerError(
@@ -110,11 +123,11 @@ export function installErrorHandling(app: FastifyInstance, logServerError: Serve
       },
       request,
     );
-    return reply.status(500).send({ error: 'InternalServerError', message: 'an internal error occurred; it has been logged', detail: null });
+    return reply.status(500).send(errorBody('AGT_ERR_INTERNAL'));
   });
 
   app.setNotFoundHandler((request, reply) => {
-    reply.status(404).send({ error: 'NotFound', message: `no route ${request.method} ${request.url.split('?')[0]}`, detail: null });
+    reply.status(404).send(errorBody('AGT_ERR_ROUTE_NOT_FOUND', request.method, request.url.split('?')[0]));
   });
 }
 
@@ -124,12 +137,12 @@ export function installErrorHandling(app: FastifyInstance, logServerError: Serve
  */
 export function frameworkErrorReply(err: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
   if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') {
-    void reply.status(414).send({ error: 'URITooLong', message: 'a path segment is longer than any id the API accepts', detail: null });
+    void reply.status(414).send(errorBody('AGT_ERR_URI_TOO_LONG'));
   } else if (err.code === 'FST_ERR_BAD_URL') {
-    void reply.status(400).send({ error: 'BadRequest', message: 'the path is not valid percent-encoded UTF-8', detail: null });
+    void reply.status(400).send(errorBody('AGT_ERR_BAD_URL'));
   } else {
     const status = typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 400;
-    void reply.status(status).send({ error: codeForStatus(status), message: 'the request could not be routed', detail: null });
+    void reply.status(status).send(familyBody(status, 'the request could not be routed'));
   }
 }
 
@@ -141,10 +154,7 @@ export function frameworkErrorReply(err: FastifyError, _request: FastifyRequest,
 export function clientErrorHandler(err: Error & { code?: string }, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const status = err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : err.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
-  const code: ErrorCode = status === 408 ? 'RequestTimeout' : status === 431 ? 'RequestHeaderFieldsTooLarge' : 'BadRequest';
-  const message =
-    status === 408 ? 'the request did not arrive in time' : status === 431 ? 'the request headers are too large' : 'the request could not be read as HTTP/1.1';
-  const body = JSON.stringify({ error: code, message, detail: null });
+  const body = JSON.stringify(errorBody(status === 408 ? 'AGT_ERR_REQUEST_TIMEOUT' : status === 431 ? 'AGT_ERR_HEADERS_TOO_LARGE' : 'AGT_ERR_BAD_HTTP'));
   if (socket.writable) {
     socket.write(
       `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,

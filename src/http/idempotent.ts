@@ -203,14 +203,18 @@ export async function waitBackgroundRun(deps: AppDeps, runId: string, wait: bool
     const run = await bg.runs.getRun(runId);
     if (!wait || TERMINAL.has(run.status) || WAITING.has(run.status)) return run;
     if (Date.now() > deadline) {
-      throw new HttpDetailError(504, {
-        message: `background run ${runId} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${runId}`,
-        run_id: runId,
-        task_id: run.task_id,
-        status: run.status,
-        request_timeout_seconds: budget,
-        wait_timeout_seconds: budget,
-      });
+      throw new HttpDetailError(
+        504,
+        {
+          message: `background run ${runId} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${runId}`,
+          run_id: runId,
+          task_id: run.task_id,
+          status: run.status,
+          request_timeout_seconds: budget,
+          wait_timeout_seconds: budget,
+        },
+        'AGT_ERR_RUN_WAIT_TIMEOUT',
+      );
     }
     await new Promise((r) => setTimeout(r, 250));
   }

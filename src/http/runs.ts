@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { newId } from '../ids.js';
 import { publicRunView, runResponseOf } from '../runtime/run-record.js';
-import { AppError } from '../errors.js';
+import { domainError } from '../errors.js';
 import type { SessionPolicy } from '../runtime/runs.js';
 import { RunStream } from '../runtime/run-stream.js';
 import {
@@ -34,6 +34,7 @@ import { sseResponse } from './openapi.js';
 import type { AppDeps } from './deps.js';
 import { SseChannel, streamOptions } from './sse.js';
 import { IdempotencyHeaders, idempotencyRequestOf, once, replayRunStream, runExists, waitRunSettled } from './idempotent.js';
+import { swallow, isRefusal } from '../telemetry/swallowed.js';
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 
@@ -146,7 +147,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       // with run_id and Last-Event-ID) and its result at GET /runs/{run_id}.
       // With an Idempotency-Key the client means to come back (a retry replays the run), so
       // leaving does not cancel: POST /runs/{run_id}/cancel does.
-      if (!idem) ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(() => undefined));
+      if (!idem) ch.onClientClose(() => void runs.cancel(run_id, { onlyIfLive: true }).catch(swallow('http.cancel_on_client_close', { run_id }, isRefusal)));
       ch.onDropped(() => {
         stream.drop();
         unsubscribe();
@@ -210,11 +211,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       );
       if (once.fresh) return runResponseOf(await once.started.settled);
       const record = await waitRunSettled(deps, once.target_id);
-      if (!record)
-        throw new AppError(
-          'GatewayTimeout',
-          `run ${once.target_id} did not settle within the request timeout; it goes on and can be read at GET /runs/${once.target_id}`,
-        );
+      if (!record) throw domainError('AGT_ERR_RUN_TIMEOUT', [once.target_id, once.target_id]);
       return runResponseOf(record);
     },
   );
@@ -275,7 +272,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       const { run_id } = request.params as { run_id: string };
       // A draining process starts nothing new; the run stays stored as it is and the next start
       // (or another instance) resumes it.
-      if (runs.shuttingDown) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
+      if (runs.shuttingDown) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
       const rec = await runs.get(run_id);
       const cause =
         rec.status === 'interrupted' ? 'interrupted' : rec.status === 'running' ? 'recovered_after_lapsed_lease' : ((rec.decision ?? 'approval') as 'approval');
@@ -386,6 +383,6 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
 /** With `auth.bind_approver`, the approver named in a decision must be the key's name. */
 function checkApprover(deps: AppDeps, keyName: string | undefined, approver: string): void {
   if (deps.config.auth.bind_approver && keyName && keyName !== approver) {
-    throw new AppError('Forbidden', `approver '${approver}' does not match the API key '${keyName}'`);
+    throw domainError('AGT_ERR_APPROVER_MISMATCH', [approver, keyName]);
   }
 }

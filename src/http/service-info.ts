@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { describeMachines } from '../runtime/machines-info.js';
 import { ErrorResponse, HTTPValidationError, LiveStateFrame, LiveWatchFrame, MachineLiveQuery, MachinesResponse, ToolsResponse } from '../schemas/index.js';
-import { AppError } from '../errors.js';
+import { domainError } from '../errors.js';
 import { MAX_WATCHERS, type LiveState } from '../runtime/live-states.js';
 import { sseResponse } from './openapi.js';
 import { SseChannel, streamOptions } from './sse.js';
@@ -59,7 +59,7 @@ export function serviceInfoRoutes(app: FastifyInstance, deps: AppDeps): void {
     async (request, reply) => {
       const { actor } = request.query as { actor: string };
       const live = deps.runtime.liveStates;
-      if (live.size >= MAX_WATCHERS) throw new AppError('ServerBusy', 'too many machine watchers; retry later', null, { 'retry-after': '5' });
+      if (live.size >= MAX_WATCHERS) throw domainError('AGT_ERR_TOO_MANY_WATCHERS', [], { headers: { 'retry-after': '5' } });
       const channel = new SseChannel(reply, streamOptions(deps));
       const current = live.current(actor);
       channel.push({ event: 'watch', data: { actor, live: current !== null } });

@@ -2,6 +2,7 @@ import type { FastifyReply } from 'fastify';
 import type { AppDeps } from './deps.js';
 import type { StoredEvent } from '../store/store.js';
 import { storedEventText } from '../store/event-text.js';
+import { reportSwallowed } from '../telemetry/swallowed.js';
 
 export interface SseFrame {
   event: string;
@@ -352,8 +353,9 @@ export class SseChannel {
 function safely(fn: () => void): void {
   try {
     fn();
-  } catch {
+  } catch (err) {
     // A faulty handler must not break the stream's own bookkeeping.
+    reportSwallowed('sse.handler', err);
   }
 }
 

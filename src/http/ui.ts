@@ -9,7 +9,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { extname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { AppError } from '../errors.js';
+import { domainError } from '../errors.js';
 
 export interface UiFile {
   body: Buffer;
@@ -63,7 +63,7 @@ async function loadFiles(): Promise<UiFiles> {
     }
   }
   const script = fileURLToPath(new URL('../../scripts/build-ui.mjs', here));
-  if (!existsSync(script)) throw new AppError('NotFound', 'the dashboard is not built: run `npm run build`');
+  if (!existsSync(script)) throw domainError('AGT_ERR_DASHBOARD_NOT_BUILT', []);
   // A computed specifier: the server bundle must not pull the build script (and esbuild) in.
   const mod = (await import(pathToFileURL(script).href)) as { buildUi: () => Promise<UiFiles> };
   return mod.buildUi();

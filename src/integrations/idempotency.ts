@@ -17,10 +17,12 @@
 // reach another's record: the caller is part of the record id.
 import { createHash } from 'node:crypto';
 import type { Clock } from '../clock.js';
-import { AppError, HttpValidationFailure } from '../errors.js';
+import { HttpValidationFailure, domainError } from '../errors.js';
 import { isStoreError, type Page, type Store, type Versioned } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
 import { casUpdate, CasExhaustedError } from '../store/cas.js';
+import { swallow } from '../telemetry/swallowed.js';
+import type { LogFn } from '../telemetry/logger.js';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 /** Longest key accepted (Stripe's limit); printable ASCII only. */
@@ -118,7 +120,7 @@ export interface IdempotencyOptions {
   ttlSeconds: number;
   /** False on a single-process store: a claim by any other worker is a dead process's. */
   sharedStore: boolean;
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  log?: LogFn;
 }
 
 /** What startOnce answers: the run was started now (`started`), or it already existed. */
@@ -134,6 +136,7 @@ export class Idempotency {
   private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
     const prev = this.locks.get(id) ?? Promise.resolve();
     const run = prev.then(fn, fn);
+    // The lock's tail only orders the next holder; `run` itself rejects to this holder's caller.
     const tail = run.catch(() => undefined);
     this.locks.set(id, tail);
     void tail.then(() => {
@@ -180,7 +183,7 @@ export class Idempotency {
       // A concurrent request created, replaced or deleted the record first: read it again.
       return await casUpdate(attempt, { attempts: 5, retryOn: ['conflict', 'stale_version', 'not_found'] });
     } catch (err) {
-      if (err instanceof CasExhaustedError) throw new AppError('Conflict', 'this Idempotency-Key is being used by a concurrent request; retry');
+      if (err instanceof CasExhaustedError) throw domainError('AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT', [], { headers: { 'retry-after': '1' } });
       throw err;
     }
   }
@@ -196,7 +199,7 @@ export class Idempotency {
 
   private async takeOver(rec: Versioned<IdempotencyValue>): Promise<Versioned<IdempotencyValue>> {
     if (!this.claimable(rec)) {
-      throw new AppError('Conflict', 'a request with this Idempotency-Key is still being processed; retry shortly', null, { 'retry-after': '1' });
+      throw domainError('AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT', [], { headers: { 'retry-after': '1' } });
     }
     try {
       return await repos(this.o.store).idempotency.update(
@@ -205,8 +208,7 @@ export class Idempotency {
         rec.version,
       );
     } catch (err) {
-      if (isStoreError(err, 'stale_version'))
-        throw new AppError('Conflict', 'a request with this Idempotency-Key is still being processed; retry shortly', null, { 'retry-after': '1' });
+      if (isStoreError(err, 'stale_version')) throw domainError('AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT', [], { headers: { 'retry-after': '1' } });
       throw err;
     }
   }
@@ -237,7 +239,7 @@ export class Idempotency {
       } catch (err) {
         await repos(this.o.store)
           .idempotency.delete(rec.id)
-          .catch(() => undefined);
+          .catch(swallow('idempotency.release_key', { key_id: rec.id }));
         throw err;
       }
       await repos(this.o.store)
@@ -266,7 +268,7 @@ export class Idempotency {
       } catch (err) {
         await repos(this.o.store)
           .idempotency.delete(rec.id)
-          .catch(() => undefined);
+          .catch(swallow('idempotency.release_key', { key_id: rec.id }));
         throw err;
       }
       // Stored as JSON (what the client got), so a replay answers the same bytes.

@@ -16,187 +16,34 @@
 //
 // Secrets (the signing keys) live only in the resolved config (non-enumerable): never in a
 // delivery record, a log line or telemetry.
-import { createHash, createHmac } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { Config } from '../config.js';
-import { WEBHOOK_EVENTS } from '../config.js';
 import type { Clock } from '../clock.js';
 import { HttpValidationFailure } from '../errors.js';
-import { isStoreError, type Page, type Store, type StoredEvent, type Versioned, type WriteOp } from '../store/store.js';
+import { isStoreError, type Page, type Store, type Versioned, type WriteOp } from '../store/store.js';
 import type { EventBus } from '../telemetry/bus.js';
 import { repos } from '../store/repos/index.js';
-
-export type WebhookEventType = (typeof WEBHOOK_EVENTS)[number];
-
-/** Event log types the dispatcher reads (an index walk; everything else is skipped by the store). */
-export const TRIGGER_EVENT_TYPES = [
-  'final_answer',
-  'runtime_error',
-  'guardrail_violation',
-  'policy_decision_ask',
-  'budget_exhausted',
-  'background_run_completed',
-  'background_run_failed',
-  'background_run_cancelled',
-  'background_run_timeout',
-  'background_run_skipped',
-] as const;
-const TRIGGERS: ReadonlySet<string> = new Set(TRIGGER_EVENT_TYPES);
+import {
+  TRIGGERS,
+  TRIGGER_EVENT_TYPES,
+  deriveWebhook,
+  displayUrl,
+  endpointIdOf,
+  hostAllowed,
+  publicDelivery,
+  signWebhook,
+  type DeliveryValue,
+  type SubValue,
+} from './webhook-events.js';
+import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
+import type { LogFn } from '../telemetry/logger.js';
 
 const CURSOR_ID = 'webhooks_cursor';
 /** Pending deliveries looked at per send round at most. */
 const SCAN_MAX = 2000;
 /** Attempts kept per delivery (the newest). */
 const MAX_HISTORY = 10;
-
-export interface DeliveryAttempt {
-  at: string;
-  status_code: number | null;
-  error: string | null;
-  duration_ms: number;
-}
-
-export interface DeliveryValue {
-  delivery_id: string;
-  event_type: WebhookEventType;
-  /** `config:<sha256(url) prefix>` or `request` (the run's per-request URL). */
-  endpoint: string;
-  /** The receiver, without user info. */
-  url: string;
-  run_id: string | null;
-  session_id: string | null;
-  task_id: string | null;
-  /** The exact JSON body sent (and signed) on every attempt. */
-  body: string;
-  status: 'pending' | 'delivered' | 'failed';
-  attempts: number;
-  next_attempt_at: string;
-  last_attempt_at: string | null;
-  last_status_code: number | null;
-  last_error: string | null;
-  history: DeliveryAttempt[];
-  created_at: string;
-  delivered_at: string | null;
-  /** Event-log cursor of the event it was made from. */
-  source_cursor: string;
-}
-
-interface SubValue {
-  run_id: string;
-  url: string;
-  created_at: string;
-}
-
-/** What a derived webhook says. */
-interface Derived {
-  type: WebhookEventType;
-  /** Receivers of the same logical event get one delivery each; this keys it. */
-  dedupe: string;
-  data: Record<string, unknown>;
-}
-
-/** Standard Webhooks key bytes: `whsec_<base64>` is decoded, any other text is used as UTF-8. */
-export function secretBytes(secret: string): Buffer {
-  return secret.startsWith('whsec_') ? Buffer.from(secret.slice(6), 'base64') : Buffer.from(secret, 'utf8');
-}
-
-/** `v1,<base64 HMAC-SHA256(secret, "${id}.${timestamp}.${body}")>`. */
-export function signWebhook(secret: string, id: string, timestampSeconds: number, body: string): string {
-  return `v1,${createHmac('sha256', secretBytes(secret)).update(`${id}.${timestampSeconds}.${body}`).digest('base64')}`;
-}
-
-/**
- * The URL as stored and listed. A per-request URL is the caller's own (credentials are refused
- * for it) and is where its deliveries go, so it is kept whole. A configured receiver's URL often
- * carries its token in the path or query (Slack-style hooks) and is sent from the config, never
- * from the row: only its origin is stored, so `GET /webhooks/deliveries` (read role) and the log
- * line of a failed delivery cannot show the token; `endpoint` tells configured receivers apart.
- */
-function displayUrl(u: string, configured: boolean): string {
-  try {
-    const url = new URL(u);
-    if (configured) return `${url.origin}/…`;
-    url.username = '';
-    url.password = '';
-    return url.toString();
-  } catch {
-    return '(invalid url)';
-  }
-}
-
-const endpointIdOf = (url: string) => `config:${createHash('sha256').update(url).digest('hex').slice(0, 16)}`;
-
-/** Host allowlist entries: `example.com`, `*.example.com` (subdomains only), `host:port`. */
-export function hostAllowed(url: URL, allow: readonly string[]): boolean {
-  const host = url.hostname.toLowerCase().replace(/^\[|\]$/g, '');
-  const withPort = `${host}:${url.port || (url.protocol === 'https:' ? '443' : '80')}`;
-  return allow.some((raw) => {
-    const a = raw.toLowerCase();
-    if (a.startsWith('*.')) return host.endsWith(a.slice(1)) && host.length > a.length - 1;
-    return a.includes(':') && !a.startsWith('[') ? a === withPort || a === `${host}:${url.port}` : a === host;
-  });
-}
-
-/** Webhook payload of an event from the log, or null when it is not one. */
-export function deriveWebhook(ev: StoredEvent): Derived | null {
-  const meta = (ev.metadata ?? {}) as Record<string, unknown>;
-  const runId = (ev.run_id ?? (meta.run_id as string | undefined) ?? null) as string | null;
-  const base = {
-    run_id: runId,
-    session_id: ev.session_id ?? (meta.session_id as string | undefined) ?? null,
-    task_id: ev.task_id ?? (meta.task_id as string | undefined) ?? null,
-    trace_id: ev.trace_id ?? null,
-    event_id: ev.event_id,
-    occurred_at: ev.timestamp,
-  };
-  const out = ev.output as Record<string, unknown> | undefined;
-  switch (ev.event_type) {
-    case 'final_answer':
-      return { type: 'run.completed', dedupe: ev.event_id, data: { ...base, status: 'completed', response: out?.response ?? null } };
-    case 'runtime_error': {
-      const status = typeof meta.status === 'string' ? meta.status : 'failed';
-      return {
-        type: status === 'cancelled' ? 'run.cancelled' : 'run.failed',
-        dedupe: ev.event_id,
-        data: { ...base, status, termination_reason: meta.termination_reason ?? null, error: ev.error ?? null },
-      };
-    }
-    case 'guardrail_violation':
-      // A refused steer message (POST /runs/{id}/steer, 422) is recorded on the run, which goes on.
-      if (meta.source === 'steer') return null;
-      return { type: 'run.failed', dedupe: ev.event_id, data: { ...base, status: 'blocked', termination_reason: 'guardrail', error: ev.error ?? null } };
-    case 'policy_decision_ask':
-      // One webhook per paused tool batch, however many of its calls ask (they share the step span).
-      return {
-        type: 'run.awaiting_approval',
-        dedupe: `${runId}|approval|${(ev.parent_span_id as string | null | undefined) ?? ev.event_id}`,
-        data: { ...base, status: 'awaiting_approval' },
-      };
-    case 'budget_exhausted':
-      if (meta.on_exhausted !== 'pause') return null;
-      return {
-        type: 'run.awaiting_budget',
-        dedupe: ev.event_id,
-        data: {
-          ...base,
-          status: 'awaiting_budget',
-          budget_request: out
-            ? { request_id: out.request_id ?? null, scope: out.scope ?? null, meter: out.meter ?? null, shortfall: out.shortfall ?? null }
-            : null,
-        },
-      };
-    default:
-      if (ev.event_type.startsWith('background_run_') && TRIGGERS.has(ev.event_type)) {
-        const what = ev.event_type.slice('background_run_'.length);
-        return {
-          type: `background_run.${what}` as WebhookEventType,
-          dedupe: ev.event_id,
-          data: { ...base, status: (meta.status as string | undefined) ?? what, error: ev.error ?? null },
-        };
-      }
-      return null;
-  }
-}
 
 export interface WebhooksOptions {
   config: Config;
@@ -205,7 +52,7 @@ export interface WebhooksOptions {
   bus: EventBus;
   registry: Registry;
   workerId: string;
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  log?: LogFn;
   /** Idle poll of the log and the outbox. Default 1 s (events wake it sooner). */
   pollMs?: number;
 }
@@ -257,7 +104,7 @@ export class Webhooks {
       collect: async () => {
         const n = await repos(o.store)
           .webhookDeliveries.count({ name: 'status', value: 'pending' })
-          .catch(() => null);
+          .catch((e: unknown) => (reportSwallowed('webhooks.scrape_pending', e), null));
         if (n !== null) pending.set(n);
       },
     });
@@ -317,6 +164,7 @@ export class Webhooks {
     this.stopping.abort();
     if (this.timer) clearTimeout(this.timer);
     this.unsubscribe?.();
+    // The pump reports its own failures (dispatch/send log them); stop only waits for it to end.
     await this.pumping?.catch(() => undefined);
   }
 
@@ -430,7 +278,7 @@ export class Webhooks {
         if (r.value.next_attempt_at > now && r.value.attempts > 0 && r.value.last_attempt_at === null) {
           await repos(this.o.store)
             .webhookDeliveries.update(r.id, { ...r.value, next_attempt_at: now }, r.version)
-            .catch(() => undefined);
+            .catch(swallow('webhooks.release_claim', { delivery_id: r.id }));
         }
       }
       cursor = page.next_cursor;
@@ -529,7 +377,7 @@ export class Webhooks {
           body: claimed.value.body,
         });
         statusCode = res.status;
-        await res.body?.cancel().catch(() => undefined); // the answer's body is not read
+        await res.body?.cancel().catch(() => undefined); // the answer's body is not read; a body already closed is fine
         if (res.status >= 200 && res.status < 300) result = 'success';
         else {
           result = 'http_error';
@@ -603,7 +451,7 @@ export class Webhooks {
         if (r.value.endpoint === 'request' && r.value.run_id)
           await repos(this.o.store)
             .webhookSubs.delete(r.value.run_id)
-            .catch(() => undefined);
+            .catch(swallow('webhooks.retention_subs', { run_id: r.value.run_id }));
       }
       void deleted;
     }
@@ -618,11 +466,4 @@ export class Webhooks {
     const items = page.items.map((i) => i.value).filter((v) => !q.status || v.status === q.status);
     return { deliveries: items.map(publicDelivery), total, next_cursor: page.next_cursor };
   }
-}
-
-export function publicDelivery(v: DeliveryValue) {
-  const { body: _b, source_cursor: _c, ...rest } = v;
-  void _b;
-  void _c;
-  return rest;
 }

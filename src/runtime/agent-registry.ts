@@ -6,7 +6,7 @@
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Clock } from '../clock.js';
-import { notFound, AppError } from '../errors.js';
+import { notFound, AppError, domainError } from '../errors.js';
 import type { Store } from '../store/store.js';
 import type { AgentRow } from '../background/types.js';
 import { AgentSpecError, isServedAgentSpec, planAgent, type AgentPlan, type AgentSpecInput, type PlanOptions } from '../agent/agent-spec.js';
@@ -17,11 +17,12 @@ import { ToolRegistry, type McpLease, type McpPool } from '../agent/tools/regist
 import type { McpConnection } from '../agent/tools/mcp.js';
 import type { BuiltinToolSet, McpServerConfig, ToolLogger } from '../agent/tools/types.js';
 import { repos } from '../store/repos/index.js';
+import { swallow } from '../telemetry/swallowed.js';
 
 /** 409: the agent is registered but its stored spec does not build any more; no run started. */
 export class AgentUnavailableError extends AppError {
   constructor(message: string) {
-    super('Conflict', message, 'fix the environment or replace the agent spec');
+    super('Conflict', message, 'fix the environment or replace the agent spec', {}, 'AGT_ERR_AGENT_UNAVAILABLE');
   }
 }
 
@@ -69,7 +70,7 @@ class Build {
   drop(): void {
     if (--this.refs > 0 || this.closed) return;
     this.closed = true;
-    void this.tools?.close().catch(() => undefined);
+    void this.tools?.close().catch(swallow('agent_registry.close_tools'));
   }
 
   /** Let go of by everyone (replaced, evicted) before a run took it. */
@@ -183,7 +184,7 @@ export class AgentRegistry implements AgentSource {
   }
 
   discard(prepared: PreparedAgent): void {
-    void prepared.tools?.close().catch(() => undefined);
+    void prepared.tools?.close().catch(swallow('agent_registry.close_tools'));
   }
 
   /** The agent was deleted or replaced elsewhere: let go of its build (its runs keep theirs). */
@@ -206,11 +207,11 @@ export class AgentRegistry implements AgentSource {
       const lease = await this.acquireOnce(agentId);
       if (lease) return lease;
     }
-    throw new AppError('ServerBusy', `agent '${agentId}' is being rebuilt; try again`, null, { 'retry-after': '1' });
+    throw domainError('AGT_ERR_AGENT_REBUILDING', [agentId], { headers: { 'retry-after': '1' } });
   }
 
   private async acquireOnce(agentId: string): Promise<AgentLease | null> {
-    if (this.closed) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
+    if (this.closed) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
     const rec = await repos(this.opts.store).bgAgents.get<AgentRow>(agentId);
     if (!rec) {
       this.evict(agentId); // deleted, maybe by another instance

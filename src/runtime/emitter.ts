@@ -3,6 +3,7 @@ import type { Store, StoredEvent } from '../store/store.js';
 import type { EventBus } from '../telemetry/bus.js';
 import { createEventRecord, type CaptureSettings, type EventRecordInput } from '../telemetry/record.js';
 import { defaultRedactor, redact, type Redactor } from '../telemetry/redact.js';
+import { reportSwallowed } from '../telemetry/swallowed.js';
 
 /**
  * Telemetry goes to the store first (which gives each event its cursor), then to live
@@ -70,8 +71,9 @@ export class TelemetryEmitter {
       const stored = await this.store.appendEvents(records);
       for (const e of stored) this.bus.publish(e);
       this.onAppended?.(stored);
-    } catch {
+    } catch (err) {
       // dropped: the run goes on
+      reportSwallowed('events.append', err, { events: inputs.length, trace_id: inputs[0]?.trace_id });
     }
   }
 

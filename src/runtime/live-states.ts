@@ -7,6 +7,7 @@
 // system has no observer from us at all (`--inspect` adds its own, independently).
 import type { InspectionEvent, Subscription } from 'xstate';
 import type { ActorSystem } from './system.js';
+import { reportSwallowed } from '../telemetry/swallowed.js';
 
 /** One state of one actor, as a watcher sees it. */
 export interface LiveState {
@@ -74,8 +75,9 @@ export class LiveStates {
     for (const fn of set) {
       try {
         fn(state);
-      } catch {
+      } catch (err) {
         // A watcher's failure is its own; the actor system must not see it.
+        reportSwallowed('live_states.watcher', err);
       }
     }
   }

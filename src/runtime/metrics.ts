@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { registerSwallowedErrors, reportSwallowed } from '../telemetry/swallowed.js';
 import { HttpRequestMetrics } from './http-metrics.js';
 
 /** Route label of a request that matched no route: a fixed value, so scanners cannot add series. */
@@ -94,8 +95,8 @@ export class Metrics {
     collect: async (): Promise<void> => {
       if (!this.sources) return;
       const [approval, budget] = await Promise.all([
-        this.sources.runsWithStatus('awaiting_approval').catch(() => null),
-        this.sources.runsWithStatus('awaiting_budget').catch(() => null),
+        this.sources.runsWithStatus('awaiting_approval').catch((e: unknown) => (reportSwallowed('metrics.scrape_awaiting', e), null)),
+        this.sources.runsWithStatus('awaiting_budget').catch((e: unknown) => (reportSwallowed('metrics.scrape_awaiting', e), null)),
       ]);
       if (approval !== null) this.awaiting.set({ reason: 'approval' }, approval);
       if (budget !== null) this.awaiting.set({ reason: 'budget' }, budget);
@@ -106,7 +107,9 @@ export class Metrics {
     help: 'Background runs queued and not yet claimed, from the store',
     registers: [this.registry],
     collect: async (): Promise<void> => {
-      const n = this.sources ? await this.sources.backgroundQueued().catch(() => null) : null;
+      const n = this.sources
+        ? await this.sources.backgroundQueued().catch((e: unknown) => (reportSwallowed('metrics.scrape_background_queue', e), null))
+        : null;
       if (n !== null) this.bgQueue.set(n);
     },
   });
@@ -166,6 +169,7 @@ export class Metrics {
   });
 
   constructor() {
+    registerSwallowedErrors(this.registry);
     // Unprefixed on purpose (see the class comment): `agentd_process_cpu_seconds_total` failed
     // promtool and matched no standard Node dashboard.
     collectDefaultMetrics({ register: this.registry });

@@ -80,6 +80,7 @@ export class RecordWriter<T> {
       const open = this.openWrite(create.delayMs ?? 0);
       this.created = new Promise<Versioned<T>>((resolve, reject) => open.waiters.push({ resolve, reject }));
       // Nobody may await `created` (a caller that fails early); its failure reaches them through update().
+      // Safe to drop here: the same failure rejects update() for whoever writes next.
       this.created.catch(() => undefined);
     }
   }

@@ -7,11 +7,12 @@
 // same snapshot as the conversation the messages joined, so a read replayed after a crash skips
 // what was already delivered and delivers what was not: exactly once, without a second write.
 import type { InboxMessage, InboxRead } from '../../machines/run.machine.js';
-import { conflict } from '../errors.js';
+import { conflict, domainError } from '../errors.js';
 import { newId } from '../ids.js';
 import type { Store } from '../store/store.js';
 import { casUpdate, CasExhaustedError } from '../store/cas.js';
 import { repos } from '../store/repos/index.js';
+import { swallow } from '../telemetry/swallowed.js';
 
 /** Most steer messages one run accepts over its life (the record stays small and bounded). */
 export const MAX_STEERS_PER_RUN = 100;
@@ -87,7 +88,7 @@ export class RunInbox {
   async queueSteer(runId: string, sender: string, message: string): Promise<SteerEntry> {
     const entry: SteerEntry = { message_id: newId('steer'), sender, message, queued_at: this.now() };
     await this.change(runId, (v) => {
-      if (v.messages.length >= MAX_STEERS_PER_RUN) throw conflict(`run ${runId} already has ${MAX_STEERS_PER_RUN} steer messages, the most one run accepts`);
+      if (v.messages.length >= MAX_STEERS_PER_RUN) throw domainError('AGT_ERR_STEER_LIMIT', [runId, MAX_STEERS_PER_RUN]);
       return { ...v, messages: [...v.messages, entry] };
     });
     return entry;
@@ -95,7 +96,9 @@ export class RunInbox {
 
   /** Takes a queued message back (the run ended before it reached a boundary). */
   async withdrawSteer(runId: string, messageId: string): Promise<void> {
-    await this.change(runId, (v) => ({ ...v, messages: v.messages.filter((m) => m.message_id !== messageId) })).catch(() => undefined);
+    await this.change(runId, (v) => ({ ...v, messages: v.messages.filter((m) => m.message_id !== messageId) })).catch(
+      swallow('run_inbox.withdraw_steer', { run_id: runId, message_id: messageId }),
+    );
   }
 
   /** Asks the run to stop at its next step boundary; returns the request's id. */
@@ -122,7 +125,7 @@ export class RunInbox {
         { retryOn: ['stale_version', 'conflict'] },
       );
     } catch (err) {
-      if (err instanceof CasExhaustedError) throw conflict(`the inbox of run ${runId} changed too often; retry`);
+      if (err instanceof CasExhaustedError) throw domainError('AGT_ERR_CONCURRENT_UPDATE', [`the inbox of run ${runId}`]);
       throw err;
     }
   }

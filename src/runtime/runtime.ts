@@ -28,13 +28,15 @@ import { agentEnvValue } from '../config.js';
 import { Idempotency } from '../integrations/idempotency.js';
 import { Webhooks } from '../integrations/webhooks.js';
 import { repos } from '../store/repos/index.js';
+import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
+import type { LogFn } from '../telemetry/logger.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
   /** Tests and benchmarks inject a model; otherwise the configured provider is built. */
   model?: ModelProvider;
   inspect?: SystemHooks['inspect'];
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  log?: LogFn;
 }
 
 export interface Readiness {
@@ -210,13 +212,11 @@ export class Runtime {
       void (async () => {
         for (const wait of [250, 500, 1000, 1500]) {
           await new Promise((r) => setTimeout(r, wait).unref());
-          const rec = await repos(store)
-            .runs.get<{ status: string; owner: string | null }>(runId)
-            .catch(() => null);
+          const rec = await repos(store).runs.get<{ status: string; owner: string | null }>(runId);
           if (!rec || rec.value.status !== 'running' || !rec.value.owner || rec.value.owner === this.workerId) return;
           await link.sendControl({ type: 'cancel', run_id: runId });
         }
-      })().catch(() => undefined);
+      })().catch(swallow('runtime.remote_cancel_retry', { run_id: runId }));
     };
     this.background.onTaskEdited = (taskId) => link.taskChanged(taskId);
     link.onTaskChanged(
@@ -349,8 +349,9 @@ export class Runtime {
     for (const end of [...this.openStreams]) {
       try {
         end();
-      } catch {
+      } catch (err) {
         // one stream's failure must not keep the others open
+        reportSwallowed('runtime.end_stream', err);
       }
     }
     this.openStreams.clear();

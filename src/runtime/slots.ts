@@ -1,4 +1,4 @@
-import { AppError } from '../errors.js';
+import { domainError } from '../errors.js';
 
 /**
  * Admission control (decisions.md §9): at most `capacity` live runs per process, in two lanes.
@@ -51,7 +51,7 @@ export class Slots {
         timer: setTimeout(() => {
           const i = this.waiters.indexOf(waiter);
           if (i >= 0) this.waiters.splice(i, 1);
-          reject(new AppError('ServerBusy', `all ${this.capacity} run slots are busy; retry later`, null, { 'retry-after': '1' }));
+          reject(domainError('AGT_ERR_RUN_SLOTS_BUSY', [this.capacity], { headers: { 'retry-after': '1' } }));
         }, this.waitMs),
       };
       this.waiters.push(waiter);

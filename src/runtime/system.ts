@@ -1,5 +1,6 @@
 import { createActor, type ActorLogic, type AnyActorLogic, type AnyActorRef, type Snapshot } from 'xstate';
 import { supervisorMachine } from '../../machines/supervisor.machine.js';
+import { reportSwallowed } from '../telemetry/swallowed.js';
 
 export interface SystemHooks {
   /** A child actor errored: the owner writes a failed record. Never throws. */
@@ -160,7 +161,8 @@ export function startingFrom<TLogic extends AnyActorLogic>(logic: TLogic, snapsh
 function safe(fn: () => void): void {
   try {
     fn();
-  } catch {
+  } catch (err) {
     // A hook that throws must not break the supervisor.
+    reportSwallowed('system.hook', err);
   }
 }

@@ -1,13 +1,18 @@
 // Error bodies (service-spec.md "Errors", decisions.md §2) and the translation of zod issues into
 // the HTTPValidationError `detail` items that every 422 carries, for body, query and path alike.
 import { z } from 'zod';
-import { ERROR_CODES, type ErrorCode } from '../errors.js';
+import { DOMAIN_ERRORS, ERROR_CODES, type DomainCode, type ErrorCode } from '../errors.js';
 
 const ERROR_CODE_NAMES = Object.keys(ERROR_CODES) as [ErrorCode, ...ErrorCode[]];
+const DOMAIN_CODE_NAMES = Object.keys(DOMAIN_ERRORS) as [DomainCode, ...DomainCode[]];
+
+/** The stable AGT_ERR_* code every error body carries beside its spec shape. */
+export const ErrorCodeField = z.enum(DOMAIN_CODE_NAMES).describe('Stable machine-readable error code (AGT_ERR_*); see docs/errors.md.');
 
 export const ErrorResponse = z
   .object({
-    error: z.enum(ERROR_CODE_NAMES).describe('Error type; see docs/errors.md.'),
+    error: z.enum(ERROR_CODE_NAMES).describe('Error type (the HTTP family); see docs/errors.md.'),
+    code: ErrorCodeField,
     message: z.string(),
     detail: z.string().nullable().optional(),
   })
@@ -15,7 +20,7 @@ export const ErrorResponse = z
 export type ErrorResponse = z.infer<typeof ErrorResponse>;
 
 export const HttpErrorResponse = z
-  .object({ detail: z.unknown() })
+  .object({ detail: z.unknown(), code: ErrorCodeField.optional() })
   .meta({ id: 'HttpErrorResponse', description: 'Error whose `detail` may be of any type (workspace routes).' });
 export type HttpErrorResponse = z.infer<typeof HttpErrorResponse>;
 
@@ -30,7 +35,9 @@ export const ValidationErrorItem = z
   .meta({ id: 'ValidationError' });
 export type ValidationErrorItem = z.infer<typeof ValidationErrorItem>;
 
-export const HTTPValidationError = z.object({ detail: z.array(ValidationErrorItem) }).meta({ id: 'HTTPValidationError' });
+export const HTTPValidationError = z
+  .object({ detail: z.array(ValidationErrorItem), code: z.literal('AGT_ERR_VALIDATION').optional().describe('Always AGT_ERR_VALIDATION; see docs/errors.md.') })
+  .meta({ id: 'HTTPValidationError' });
 export type HTTPValidationError = z.infer<typeof HTTPValidationError>;
 
 export const RunWaitTimeoutDetail = z
@@ -46,7 +53,7 @@ export const RunWaitTimeoutDetail = z
 export type RunWaitTimeoutDetail = z.infer<typeof RunWaitTimeoutDetail>;
 
 export const RunWaitTimeoutResponse = z
-  .object({ detail: RunWaitTimeoutDetail })
+  .object({ detail: RunWaitTimeoutDetail, code: z.literal('AGT_ERR_RUN_WAIT_TIMEOUT').optional() })
   .meta({ id: 'RunWaitTimeoutResponse', description: 'HTTP 504: a run started with `wait` did not end within the wait budget; it goes on.' });
 export type RunWaitTimeoutResponse = z.infer<typeof RunWaitTimeoutResponse>;
 

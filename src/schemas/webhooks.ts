@@ -1,6 +1,6 @@
 // Completion webhooks (docs/webhooks.md): the per-request `webhook` field and GET /webhooks/deliveries.
 import { z } from 'zod';
-import { WEBHOOK_EVENTS } from '../config.js';
+import { WEBHOOK_EVENTS } from '../config-schema.js';
 import { Cursor, IsoDateTime, QueryId, queryInt } from './common.js';
 
 /** A per-request receiver; allowed only for hosts the operator lists (webhooks.allow_request_hosts). */

@@ -3,6 +3,7 @@
 // saw. Publishing is on the run's hot path: it never throws, never awaits, and touches only the
 // subscribers indexed under the event's own run/trace/task/session ids.
 import type { StoredEvent } from '../store/store.js';
+import { reportSwallowed } from './swallowed.js';
 
 export interface EventFilter {
   session_id?: string;
@@ -240,8 +241,9 @@ function safeCall<T>(fn: ((arg: T) => void) | undefined, arg: T): void {
   if (!fn) return;
   try {
     fn(arg);
-  } catch {
+  } catch (err) {
     // A faulty callback must not break the publisher's loop.
+    reportSwallowed('bus.subscriber', err);
   }
 }
 

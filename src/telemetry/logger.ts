@@ -1,7 +1,7 @@
 // The one logger of a process: Fastify's pino, for request lines, 5xx lines, the runtime's and the
 // background engine's messages and the CLI's `serve` lines alike. JSON lines on stderr by default
 // (one object per line, `level` as a name, `time` in ISO 8601); a short human format when stderr is
-// a terminal or AGENTD_LOG_FORMAT=pretty. Every line goes through the process's Redactor, like
+// a terminal or `log.format` pretty (AGENTD_LOG_FORMAT; the settings come from src/config.ts). Every line goes through the process's Redactor, like
 // everything telemetry stores or exports.
 import { pino, stdTimeFunctions, type Logger } from 'pino';
 import { defaultRedactor, redact, type Redactor } from './redact.js';
@@ -15,6 +15,11 @@ export type { Logger };
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
 export type LogFormat = 'json' | 'pretty';
+
+/** The settings of src/config.ts's `log` section (level, format) that shape the logger. */
+export function loggerSettings(log: { readonly level: LogLevel; readonly format?: LogFormat }): Pick<LoggerOptions, 'level' | 'format'> {
+  return { level: log.level, ...(log.format ? { format: log.format } : {}) };
+}
 
 /** Where lines go: a stream (process.stderr) or anything with write(), e.g. a test's capture. */
 export interface LogDestination {
@@ -32,17 +37,6 @@ export interface LoggerOptions {
 
 /** The runtime's log callback (RunService, the background engine, the tool registry). */
 export type LogFn = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
-
-/** AGENTD_LOG_LEVEL and AGENTD_LOG_FORMAT; a value outside the lists is an error, not ignored. */
-export function logSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): { level: LogLevel; format?: LogFormat } {
-  const level = (env.AGENTD_LOG_LEVEL ?? 'info').trim().toLowerCase();
-  if (!(LOG_LEVELS as readonly string[]).includes(level))
-    throw new Error(`AGENTD_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')} (got '${env.AGENTD_LOG_LEVEL}')`);
-  const format = env.AGENTD_LOG_FORMAT?.trim().toLowerCase();
-  if (format !== undefined && format !== '' && format !== 'json' && format !== 'pretty')
-    throw new Error(`AGENTD_LOG_FORMAT must be json or pretty (got '${env.AGENTD_LOG_FORMAT}')`);
-  return { level: level as LogLevel, ...(format ? { format: format as LogFormat } : {}) };
-}
 
 function isPlain(v: object): boolean {
   const proto = Object.getPrototypeOf(v);

@@ -12,6 +12,7 @@ import type { ReadableSpan, SpanExporter, TimedEvent } from '@opentelemetry/sdk-
 import type { EventInput } from '../store/store.js';
 import type { Trace, TraceRecord, TraceSpan } from './traces.js';
 import { Redactor, defaultRedactor } from './redact.js';
+import { reportSwallowed } from './swallowed.js';
 
 export type OtlpProtocol = 'http/json' | 'http/protobuf';
 
@@ -306,8 +307,9 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
     if (!options.onEvent) return;
     try {
       options.onEvent(event);
-    } catch {
+    } catch (err) {
       // A faulty listener must not stop the export loop.
+      reportSwallowed('otlp.listener', err);
     }
   };
 
@@ -384,8 +386,9 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
         }
         inFlight = 0;
       }
-    } catch {
+    } catch (err) {
       // Unreachable by design (every step above is guarded); keep the loop's promise resolved.
+      reportSwallowed('otlp.export_loop', err);
     } finally {
       running = false;
       inFlight = 0;

@@ -174,11 +174,11 @@ describe('a manual run, end to end', () => {
     ]) {
       const res = await rawGet(`/background/runs/${r.run_id}/workspace/files/${bad}`);
       expect(res.status, bad).toBe(400);
-      expect(JSON.parse(res.body), bad).toEqual({ detail: expect.any(String) });
+      expect(JSON.parse(res.body), bad).toEqual({ detail: expect.any(String), code: 'AGT_ERR_WORKSPACE_PATH_OUTSIDE' });
     }
     const missing = await fetch(`${server.url}/background/runs/${r.run_id}/workspace/files/nope.txt`);
     expect(missing.status).toBe(404);
-    expect(await missing.json()).toEqual({ detail: expect.any(String) });
+    expect(await missing.json()).toEqual({ detail: expect.any(String), code: 'AGT_ERR_WORKSPACE_FILE_NOT_FOUND' });
     expect((await fetch(`${server.url}/background/runs/bgrun_nope/workspace/files/run.json`)).status).toBe(404);
     expect((await a.get('/background/runs/bgrun_nope/workspace')).status).toBe(404);
   });

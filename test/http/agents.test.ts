@@ -319,6 +319,7 @@ describe('registered agents: after a restart', () => {
     server = await startTestServer(config, { dataDir });
     const refused = await postJson(`${server.url}/run/sync`, { query: 'hi', agent_id: 'alt' });
     expect(refused.status).toBe(409);
+    expect(refused.body.code).toBe('AGT_ERR_AGENT_UNAVAILABLE');
     expect(refused.body.message).toMatch(/AGENTD_TEST_ALT_KEY is not set/);
     const run = await postJson(`${server.url}/background/tasks/t/run`, { wait: true });
     expect(run.body).toMatchObject({ status: 'failed' });

@@ -179,7 +179,7 @@ describe('timeouts and the connection cap (finding 5)', () => {
     const a = await rawRequest(portOf(s), 'GET /health HTTP/1.1\r\nHost: x\r\n', { timeoutMs: 8000 });
     expect(a.closedByServer).toBe(true);
     expect(a.status).toBe(408);
-    expect(JSON.parse(a.body)).toEqual({ error: 'RequestTimeout', message: expect.any(String), detail: null });
+    expect(JSON.parse(a.body)).toEqual({ error: 'RequestTimeout', code: expect.stringMatching(/^AGT_ERR_/), message: expect.any(String), detail: null });
     expect(Date.now() - started).toBeLessThan(6000);
   });
 
@@ -282,7 +282,7 @@ describe('bodies and ids the API can serve (findings 6 and 7)', () => {
     expect(a.body.detail[0].loc).toEqual(['path', 'session_id']);
     const b = await getJson(`${s.url}/sessions/${'s'.repeat(5000)}/history`);
     expect(b.status).toBe(414);
-    expect(b.body).toEqual({ error: 'URITooLong', message: expect.any(String), detail: null });
+    expect(b.body).toEqual({ error: 'URITooLong', code: expect.stringMatching(/^AGT_ERR_/), message: expect.any(String), detail: null });
   });
 
   it('refuses lone surrogates in ids (they could never be sent back in a URL)', async () => {
@@ -297,13 +297,18 @@ describe('bodies and ids the API can serve (findings 6 and 7)', () => {
     const port = portOf(s);
     const badUtf8 = await rawRequest(port, requestText('GET', '/runs/%ED%A0%80'));
     expect(badUtf8.status).toBe(400);
-    expect(JSON.parse(badUtf8.body)).toEqual({ error: 'BadRequest', message: expect.any(String), detail: null });
+    expect(JSON.parse(badUtf8.body)).toEqual({ error: 'BadRequest', code: expect.stringMatching(/^AGT_ERR_/), message: expect.any(String), detail: null });
     const bigHeaders = await rawRequest(port, requestText('GET', '/health', { headers: { 'x-big': 'a'.repeat(20_000) } }));
     expect(bigHeaders.status).toBe(431);
-    expect(JSON.parse(bigHeaders.body)).toEqual({ error: 'RequestHeaderFieldsTooLarge', message: expect.any(String), detail: null });
+    expect(JSON.parse(bigHeaders.body)).toEqual({
+      error: 'RequestHeaderFieldsTooLarge',
+      code: expect.stringMatching(/^AGT_ERR_/),
+      message: expect.any(String),
+      detail: null,
+    });
     const garbage = await rawRequest(port, 'NOT HTTP AT ALL\r\n\r\n');
     expect(garbage.status).toBe(400);
-    expect(JSON.parse(garbage.body)).toEqual({ error: 'BadRequest', message: expect.any(String), detail: null });
+    expect(JSON.parse(garbage.body)).toEqual({ error: 'BadRequest', code: expect.stringMatching(/^AGT_ERR_/), message: expect.any(String), detail: null });
   });
 
   it('logs every 5xx with its cause, whatever the request-log setting', async () => {
@@ -311,7 +316,7 @@ describe('bodies and ids the API can serve (findings 6 and 7)', () => {
     await s.store.close();
     const a = await getJson(`${s.url}/runs`);
     expect(a.status).toBe(500);
-    expect(a.body).toEqual({ error: 'InternalServerError', message: expect.any(String), detail: null });
+    expect(a.body).toEqual({ error: 'InternalServerError', code: expect.stringMatching(/^AGT_ERR_/), message: expect.any(String), detail: null });
     expect(JSON.stringify(a.body)).not.toContain('at ');
     expect(logged.length).toBeGreaterThan(0);
     const entry = logged[logged.length - 1];

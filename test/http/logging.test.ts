@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { configFromObject } from '../../src/config.js';
 import { startServer } from '../../src/main.js';
 import { logServerErrorToRequestLog } from '../../src/http/error-handler.js';
-import { createLogger, logSettingsFromEnv, prettyLine } from '../../src/telemetry/logger.js';
+import { createLogger, loggerSettings, prettyLine } from '../../src/telemetry/logger.js';
 import { Redactor } from '../../src/telemetry/redact.js';
 import { redactorForConfig } from '../../src/telemetry/secrets.js';
 import { getJson, startTestServer, tempDir } from '../helpers/server.js';
@@ -116,13 +116,25 @@ describe('formats and settings', () => {
     expect(lines[0]).toMatch(/^\d\d:\d\d:\d\d\.\d{3} INFO  hello {2}a="b c"$/);
   });
 
-  it('reads AGENTD_LOG_LEVEL and AGENTD_LOG_FORMAT and refuses unknown values', () => {
-    expect(logSettingsFromEnv({})).toEqual({ level: 'info' });
-    expect(logSettingsFromEnv({ AGENTD_LOG_LEVEL: 'DEBUG', AGENTD_LOG_FORMAT: 'pretty' })).toEqual({ level: 'debug', format: 'pretty' });
-    expect(() => logSettingsFromEnv({ AGENTD_LOG_LEVEL: 'loud' })).toThrow(/AGENTD_LOG_LEVEL/);
+  it('takes the log settings from the config (AGENTD_LOG_LEVEL, AGENTD_LOG_FORMAT, AGENTD_LOG_REQUESTS) and refuses unknown values', () => {
+    const logOf = (env: Record<string, string>, file: Record<string, unknown> = {}) => configFromObject(file, { env }).log;
+    expect(logOf({})).toEqual({ level: 'info', requests: false });
+    expect(logOf({ AGENTD_LOG_LEVEL: 'DEBUG', AGENTD_LOG_FORMAT: 'pretty', AGENTD_LOG_REQUESTS: '1' })).toEqual({
+      level: 'debug',
+      format: 'pretty',
+      requests: true,
+    });
+    // The environment wins over the file; an empty value means the default.
+    expect(logOf({ AGENTD_LOG_LEVEL: 'warn', AGENTD_LOG_FORMAT: '' }, { log: { level: 'error', format: 'json' } })).toEqual({
+      level: 'warn',
+      format: 'json',
+      requests: false,
+    });
+    expect(loggerSettings(logOf({ AGENTD_LOG_LEVEL: 'trace' }))).toEqual({ level: 'trace' });
+    expect(() => logOf({ AGENTD_LOG_LEVEL: 'loud' })).toThrow(/AGENTD_LOG_LEVEL/);
     // `silent` would hide the line every 5xx writes.
-    expect(() => logSettingsFromEnv({ AGENTD_LOG_LEVEL: 'silent' })).toThrow(/AGENTD_LOG_LEVEL/);
-    expect(() => logSettingsFromEnv({ AGENTD_LOG_FORMAT: 'xml' })).toThrow(/AGENTD_LOG_FORMAT/);
+    expect(() => logOf({ AGENTD_LOG_LEVEL: 'silent' })).toThrow(/AGENTD_LOG_LEVEL/);
+    expect(() => logOf({ AGENTD_LOG_FORMAT: 'xml' })).toThrow(/AGENTD_LOG_FORMAT/);
     const { lines, destination } = capture();
     const quiet = createLogger({ destination, level: 'warn' });
     quiet.info('not written');

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import { canonicalJson, Idempotency, keyOfHeaders, recordIdOf, requestHashOf } from '../../src/integrations/idempotency.js';
-import { deriveWebhook, hostAllowed, signWebhook } from '../../src/integrations/webhooks.js';
+import { deriveWebhook, hostAllowed, signWebhook } from '../../src/integrations/webhook-events.js';
 import { StoreError, type RecordIndexes, type RecordKind, type StoredEvent, type Versioned } from '../../src/store/store.js';
 
 describe('signWebhook', () => {

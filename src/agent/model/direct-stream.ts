@@ -178,6 +178,7 @@ export async function directStream(
       }
     }
   } finally {
+    // Cancelling a stream that already failed or closed may reject: nothing left to clean up.
     if (!done) reader.cancel().catch(() => undefined);
     else reader.releaseLock();
   }

@@ -1,5 +1,6 @@
 import { toModelCallError } from './errors.js';
 import type { ModelCallRequest, ModelCallResult, ModelProvider } from './types.js';
+import { reportSwallowed } from '../../telemetry/swallowed.js';
 
 /** Receives one observation per call: `errorKind` is null when the call succeeded. */
 export type ModelCallObserver = (provider: string, model: string, seconds: number, errorKind: string | null) => void;
@@ -32,7 +33,8 @@ export function withCallMetrics(provider: ModelProvider, observe: ModelCallObser
 function safe(fn: () => void): void {
   try {
     fn();
-  } catch {
+  } catch (err) {
     // A metrics hook must never change the outcome of the call.
+    reportSwallowed('model.metrics_hook', err);
   }
 }

@@ -1,5 +1,6 @@
 import { toModelCallError } from './errors.js';
 import { ModelCallError, type ModelCallRequest, type ModelCallResult, type ModelProvider } from './types.js';
+import { reportSwallowed } from '../../telemetry/swallowed.js';
 
 export interface RetryOptions {
   /** Retries after the first attempt (so at most maxRetries + 1 calls). Default 3. */
@@ -66,8 +67,9 @@ export function withRetries(provider: ModelProvider, options: RetryOptions = {})
     if (!onError) return;
     try {
       onError(err, attempt, willRetry, delay);
-    } catch {
+    } catch (err) {
       // A telemetry hook must never change the outcome of the call.
+      reportSwallowed('model.retry_hook', err);
     }
   };
 

@@ -7,6 +7,7 @@ import { McpError, type Tool as McpTool } from '@modelcontextprotocol/sdk/types.
 import { compileInputSchema, type ArgsValidator } from './schema.js';
 import type { LoadedTool } from './local.js';
 import { TOOL_NAME_RE, type McpServerConfig, type McpServerStatus, type RegisteredTool, type ToolContext, type ToolLogger } from './types.js';
+import { swallow } from '../../telemetry/swallowed.js';
 
 export interface McpConnectionOptions {
   connectTimeoutMs: number;
@@ -142,7 +143,7 @@ export class McpConnection {
   private dispose(client: Client): void {
     const p: Promise<void> = client
       .close()
-      .catch(() => undefined)
+      .catch(swallow('mcp.close_client', { server: this.name }))
       .finally(() => this.closing.delete(p));
     this.closing.add(p);
   }

@@ -1,0 +1,380 @@
+// The config file's schema (decisions.md §10): one zod section per top-level key, with one
+// operator-readable message per check. src/config.ts applies env overrides and flags over it and
+// resolves paths and secrets.
+import { z } from 'zod';
+import { LOG_LEVELS } from './telemetry/logger.js';
+
+// --- field builders with one operator-readable message each ------------------------------------
+// Messages are set per check because a ConfigError prints `<path>: <message>` and zod's defaults
+// ("Too small: expected number to be >0") read poorly at start-up.
+
+const posInt = (what = 'a positive integer') =>
+  z
+    .number({ error: `expected ${what}` })
+    .int({ error: `expected ${what}` })
+    .min(1, { error: `expected ${what}` });
+const posNumber = (what = 'a number greater than 0') => z.number({ error: `expected ${what}` }).positive({ error: `expected ${what}` });
+const nonNegNumber = (what = 'a number >= 0') => z.number({ error: `expected ${what}` }).min(0, { error: `expected ${what}` });
+const str = () => z.string({ error: 'expected a string' });
+const nonEmpty = () => z.string({ error: 'expected a non-empty string' }).min(1, { error: 'expected a non-empty string' });
+const bool = () => z.boolean({ error: 'expected true or false' });
+const oneOf = <const T extends readonly [string, ...string[]]>(values: T) =>
+  z.enum(values, { error: `expected one of ${values.map((v) => `"${v}"`).join(', ')}` });
+const url = () => z.url({ error: 'expected an absolute URL such as http://localhost:11434/v1' });
+const obj = <S extends z.core.$ZodLooseShape>(shape: S) => z.strictObject(shape, { error: 'expected an object' });
+const arr = <T extends z.ZodType>(item: T) => z.array(item, { error: 'expected an array' });
+const strMap = () => z.record(z.string(), str(), { error: 'expected an object of strings' });
+
+function isValidRegex(s: string): boolean {
+  try {
+    new RegExp(s);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// --- sections ----------------------------------------------------------------------------------
+
+const ServerConfig = obj({
+  host: nonEmpty().default('127.0.0.1').describe('Interface to listen on.'),
+  port: z
+    .number({ error: 'expected an integer port between 0 and 65535' })
+    .int({ error: 'expected an integer port between 0 and 65535' })
+    .min(0, { error: 'expected an integer port between 0 and 65535' })
+    .max(65535, { error: 'expected an integer port between 0 and 65535' })
+    .default(8000)
+    .describe('TCP port; 0 picks a free one.'),
+  max_body_bytes: posInt()
+    .default(1024 * 1024)
+    .describe('Largest accepted request body (413 beyond).'),
+  request_timeout_seconds: posNumber().default(300).describe('Outer timeout of a request, and the default wait budget of a `wait` run.'),
+  max_concurrent_runs: posInt().default(64).describe('Live runs per process; more wait up to 5 s, then 503.'),
+  headers_timeout_seconds: posNumber().default(10).describe('A client must send its request headers within this time, or the connection is closed (408).'),
+  body_timeout_seconds: posNumber()
+    .default(30)
+    .describe('A client must send its whole request (headers and body) within this time, or the connection is closed (408). At least headers_timeout_seconds.'),
+  keep_alive_timeout_seconds: posNumber().default(5).describe('An idle keep-alive connection is closed after this time without a new request.'),
+  max_connections: posInt().default(4096).describe('Open TCP connections at most; more are closed at once. Keep it under the process file-descriptor limit.'),
+  max_json_depth: posInt().default(64).describe('Deepest nesting of arrays and objects accepted in a JSON body (422 beyond).'),
+  stream_max_queued_events: posInt()
+    .default(1000)
+    .describe(
+      'SSE frames one stream may hold for a slow reader; past it the stream gets an error frame (StreamOverflow) and is closed, to resume with Last-Event-ID.',
+    ),
+  stream_max_queued_bytes: posInt()
+    .default(8 * 1024 * 1024)
+    .describe('Bytes of SSE frames one stream may hold for a slow reader (same rule).'),
+});
+
+const StoreConfig = obj({
+  kind: oneOf(['level', 'postgres']).default('level'),
+  path: nonEmpty().optional().describe('Directory of the embedded store; default: the data dir.'),
+  url: nonEmpty()
+    .refine((u) => /^postgres(ql)?:\/\//i.test(u), { error: 'expected a postgres:// or postgresql:// connection string' })
+    .optional()
+    .describe(
+      'PostgreSQL connection string (postgres://user:password@host:5432/db); required when kind is postgres. Env: AGENTD_STORE_URL. The password is never logged.',
+    ),
+  sync: bool()
+    .default(true)
+    .describe('fsync every write batch of the embedded store. false: writes survive a killed process but not a power loss, for more throughput.'),
+  pool_size: posInt().default(10).describe('PostgreSQL: connections in the pool of this process.'),
+  statement_timeout_ms: z
+    .number({ error: 'expected an integer >= 0' })
+    .int({ error: 'expected an integer >= 0' })
+    .min(0, { error: 'expected an integer >= 0' })
+    .default(30_000)
+    .describe('PostgreSQL: server-side statement_timeout of every connection, in ms; 0 = none.'),
+});
+
+export const MODEL_PROVIDERS = ['demo', 'openai-compatible', 'openai', 'anthropic'] as const;
+
+const ModelConfig = obj({
+  provider: oneOf(MODEL_PROVIDERS).default('demo').describe('demo is built in, offline and deterministic.'),
+  base_url: url().optional().describe('API base URL (openai-compatible: required).'),
+  model: nonEmpty().optional().describe('Model name; "demo" for the demo provider.'),
+  api_key_env: nonEmpty().optional().describe('Name of an environment variable holding the API key.'),
+  max_output_tokens: posInt().default(1024),
+  temperature: z
+    .number({ error: 'expected a number between 0 and 2' })
+    .min(0, { error: 'expected a number between 0 and 2' })
+    .max(2, { error: 'expected a number between 0 and 2' })
+    .optional(),
+});
+
+// MCP tool names become `<server>__<tool>`, and model APIs accept only [a-zA-Z0-9_-] in names.
+const mcpServerName = () =>
+  z
+    .string({ error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' })
+    .regex(/^[a-zA-Z0-9_-]{1,48}$/, { error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' });
+
+const McpStdioServer = obj({
+  name: mcpServerName(),
+  command: nonEmpty(),
+  args: arr(str()).default([]),
+  env: strMap().default({}),
+});
+const McpHttpServer = obj({
+  name: mcpServerName(),
+  url: url(),
+  headers: strMap().default({}),
+});
+// Either a stdio server {name, command} or an HTTP one {name, url}; issueLines() reports the
+// branch that came closest instead of both branches' complaints.
+const McpServer = z.union([McpStdioServer, McpHttpServer], { error: 'expected {name, command, args, env} or {name, url, headers}' });
+
+const BUILTIN_TOOLS = ['workspace', 'clock'] as const;
+
+const ToolsConfig = obj({
+  local: nonEmpty().optional().describe('Path of an ES module whose default export is an array of tools.'),
+  mcp: arr(McpServer).default([]),
+  builtin: arr(oneOf(BUILTIN_TOOLS)).default([...BUILTIN_TOOLS]),
+});
+
+const SubagentConfig = obj({
+  name: nonEmpty(),
+  description: nonEmpty(),
+  system_instruction: str().optional(),
+  tools: arr(str()).default([]).describe('Tool names the sub-agent may use.'),
+});
+
+const GuardrailsConfig = obj({
+  max_input_chars: posInt().default(100_000),
+  deny_patterns: arr(str().refine(isValidRegex, { error: 'expected a valid regular expression' })).default([]),
+  injection_check: bool().default(true).describe('Built-in prompt-injection heuristics (docs/budgets.md, guardrails).'),
+});
+
+const AgentConfig = obj({
+  name: nonEmpty().default('assistant'),
+  system_instruction: str().default('You are a helpful assistant.'),
+  max_steps: posInt().default(10).describe('Model calls per run before it ends with max_steps.'),
+  model: ModelConfig.prefault({}),
+  tools: ToolsConfig.prefault({}),
+  subagents: arr(SubagentConfig).default([]),
+  guardrails: GuardrailsConfig.prefault({}),
+});
+
+const GovernanceRule = obj({
+  tools: arr(nonEmpty()).min(1, { error: 'expected at least one tool glob' }),
+  mcp_server: nonEmpty().optional(),
+  effect: oneOf(['allow', 'ask', 'deny']),
+  reason: str().optional(),
+});
+
+const GovernanceConfig = obj({
+  enabled: bool().default(true),
+  default_effect: oneOf(['allow', 'ask', 'deny']).default('allow'),
+  approval_expires_seconds: posInt().default(86_400),
+  rules: arr(GovernanceRule).default([]).describe('First matching rule wins.'),
+});
+
+const BudgetRule = obj({
+  meter: oneOf(['cost_usd', 'tokens', 'model_calls', 'tool_calls']),
+  limit: posNumber(),
+  window: oneOf(['total', 'day', 'month']).default('total'),
+  on_exhausted: oneOf(['pause', 'terminate']).default('pause'),
+  warn_at: z
+    .number({ error: 'expected a fraction between 0 and 1' })
+    .gt(0, { error: 'expected a fraction between 0 and 1' })
+    .max(1, { error: 'expected a fraction between 0 and 1' })
+    .default(0.8),
+});
+
+const BudgetsConfig = obj({
+  run: arr(BudgetRule).default([]),
+  session: arr(BudgetRule).default([]),
+  agent: arr(BudgetRule).default([]),
+  application: arr(BudgetRule).default([]),
+  application_id: nonEmpty().default('default').describe('Identity of the application ledger keys.'),
+});
+
+const PriceConfig = obj({
+  input_per_million_usd: nonNegNumber(),
+  output_per_million_usd: nonNegNumber(),
+});
+
+const OrphanSweepConfig = obj({
+  enabled: bool().default(true),
+  interval_seconds: posNumber().default(30),
+  max_concurrent: posInt()
+    .optional()
+    .describe(
+      'Recovered runs (resumed by the orphan sweep, at start-up or later) live at once. Default: a quarter of server.max_concurrent_runs, at least 1; never more than max_concurrent_runs - 1, so new runs always have a slot.',
+    ),
+  max_recoveries: posInt().default(3),
+  decided_grace_seconds: nonNegNumber().default(30),
+});
+
+const RunsConfig = obj({
+  lease_seconds: posNumber().default(60),
+  orphan_sweep: OrphanSweepConfig.prefault({}),
+  session_policy: oneOf(['enqueue', 'reject', 'interrupt', 'rollback'] as const)
+    .default('enqueue')
+    .describe(
+      'What a run does when its session already has a run in flight: enqueue (wait its turn), reject (409), interrupt (the running one stops at its next step boundary; the new one continues its conversation), rollback (the running one is cancelled and its turn removed). A request overrides it with `session_policy`.',
+    ),
+});
+
+const BackgroundConfig = obj({
+  enabled: bool().default(true),
+  agent_id: z
+    .string({ error: 'expected an id matching ^[A-Za-z0-9_.-]{1,128}$' })
+    .regex(/^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,128}$/, { error: 'expected an id matching ^[A-Za-z0-9_.-]{1,128}$ (not "." or "..")' })
+    .default('default'),
+  lease_seconds: posNumber().default(30),
+  concurrency: posInt().default(4),
+  workspace_root: nonEmpty().optional().describe('Default: <data dir>/workspaces.'),
+  poll_interval_ms: posInt().default(250),
+  // Ended background runs are deleted (row, attempts, occurrence record, workspace folder) by a
+  // periodic sweep: by age and by count per task (docs/background.md "Retention").
+  run_retention: obj({
+    max_age_days: posNumber().default(30).describe('Ended runs older than this (by finished_at) are deleted; fractions allowed.'),
+    max_runs_per_task: posInt().default(1000).describe('Only the newest N ended runs of a task are kept.'),
+    sweep_interval_seconds: posNumber().default(60),
+  }).prefault({}),
+  workspace: obj({
+    allow_shared_namespaces: bool()
+      .default(false)
+      .describe('Let namespace_template resolve anywhere under workspace_root (e.g. a session folder); default: only under background/<agent_id>/<task_id>/.'),
+  }).prefault({}),
+});
+
+// Registered agents (POST /background/agents; docs/agents.md). A spec names code to load and
+// commands to start, so both are opt-in: a local tools module must lie in one of `tools_dirs`, an
+// MCP stdio server's command must be listed in `mcp_commands`.
+const AgentsConfig = obj({
+  tools_dirs: arr(nonEmpty())
+    .default([])
+    .describe(
+      "Directories a registered agent's local_tools_ref may load a module from (relative: against the config file). Empty: no registered agent may load a tools module.",
+    ),
+  mcp_commands: arr(nonEmpty())
+    .default([])
+    .describe("Commands a registered agent's MCP stdio server may run (exact match). Empty: only MCP servers over HTTP."),
+  max_cached: posInt().default(32).describe('Built agents kept in memory at most (least recently used ones are let go; a run keeps its own until it ends).'),
+});
+
+const LogConfig = obj({
+  level: oneOf(LOG_LEVELS).default('info').describe('Lowest level written (AGENTD_LOG_LEVEL). fatal/silent are not offered: every 5xx writes an error line.'),
+  format: oneOf(['json', 'pretty']).optional().describe('JSON lines, or a short human format (AGENTD_LOG_FORMAT). Default: pretty on a terminal, else JSON.'),
+  requests: bool().default(false).describe('A line per request received and answered (AGENTD_LOG_REQUESTS=1).'),
+});
+
+const TelemetryConfig = obj({
+  capture: oneOf(['full', 'metadata_only']).default('full'),
+  retention_days: posNumber().default(30),
+  otlp: obj({
+    endpoint: url()
+      .optional()
+      .describe('OTLP/HTTP base endpoint, `/v1/traces` appended; default OTEL_EXPORTER_OTLP_ENDPOINT; export is off when neither endpoint is set.'),
+    traces_endpoint: url().optional().describe('Full OTLP/HTTP traces URL, used as is; wins over endpoint; default OTEL_EXPORTER_OTLP_TRACES_ENDPOINT.'),
+    headers: strMap()
+      .default({})
+      .describe('Sent with every export; also OTEL_EXPORTER_OTLP_HEADERS / _TRACES_HEADERS (a header the file names wins). Secret: redacted everywhere.'),
+    protocol: oneOf(['http/protobuf', 'http/json'])
+      .default('http/protobuf')
+      .describe('Default OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf.'),
+    timeout_ms: posInt('a whole number of milliseconds from 1 to 300000')
+      .max(300_000, { error: 'expected a whole number of milliseconds from 1 to 300000' })
+      .default(10_000)
+      .describe('Per-request timeout; default OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT, else 10000.'),
+    service_name: nonEmpty().default('agentd').describe('Resource service.name; default OTEL_SERVICE_NAME, else agentd.'),
+  }).prefault({}),
+});
+
+const ApiKeyConfig = obj({
+  name: nonEmpty(),
+  key_sha256: z
+    .string({ error: 'expected 64 hex characters (SHA-256 of the key)' })
+    .regex(/^[0-9a-fA-F]{64}$/, { error: 'expected 64 hex characters (SHA-256 of the key)' })
+    .transform((s) => s.toLowerCase()),
+  role: oneOf(['reader', 'operator', 'approver', 'admin']),
+});
+
+const AuthConfig = obj({
+  api_keys: arr(ApiKeyConfig).default([]).describe('Auth is off when empty.'),
+  bind_approver: bool().default(false).describe("Require a decision's approver to equal the key's name."),
+});
+
+// Idempotency-Key (docs/http-api.md "Idempotent requests").
+const IdempotencyConfig = obj({
+  ttl_seconds: posInt().default(86_400).describe('How long an Idempotency-Key is remembered: a retry within it gets the original result.'),
+  sweep_interval_seconds: posNumber().default(3600).describe('How often expired keys are deleted.'),
+});
+
+export const WEBHOOK_EVENTS = [
+  'run.completed',
+  'run.failed',
+  'run.cancelled',
+  'run.awaiting_approval',
+  'run.awaiting_budget',
+  'background_run.completed',
+  'background_run.failed',
+  'background_run.cancelled',
+  'background_run.timeout',
+  'background_run.skipped',
+] as const;
+
+const WebhookEndpoint = obj({
+  url: url(),
+  events: arr(oneOf(WEBHOOK_EVENTS))
+    .min(1, { error: 'expected at least one event' })
+    .default([...WEBHOOK_EVENTS]),
+  secret: nonEmpty().optional().describe('Signing secret as a value (`whsec_<base64>` or any text); prefer secret_env. Never stored, logged or exported.'),
+  secret_env: nonEmpty().optional().describe('Name of an environment variable holding the signing secret.'),
+});
+
+// Completion webhooks (docs/webhooks.md).
+const WebhooksConfig = obj({
+  endpoints: arr(WebhookEndpoint).default([]).describe('Receivers of every matching event.'),
+  allow_request_hosts: arr(nonEmpty())
+    .default([])
+    .describe('Hosts a per-request `webhook` URL may name (`example.com`, `*.example.com`, `host:port`); empty: per-request webhooks are refused (SSRF).'),
+  request_secret: nonEmpty().optional().describe('Signing secret of per-request webhooks, as a value.'),
+  request_secret_env: nonEmpty().optional().describe('Name of an environment variable holding the signing secret of per-request webhooks.'),
+  max_concurrent: posInt().default(8).describe('Deliveries in flight at once.'),
+  timeout_seconds: posNumber().default(10).describe('Per-attempt timeout.'),
+  retry_hours: posNumber().default(24).describe('A delivery is retried with exponential backoff for this long, then marked failed.'),
+  initial_backoff_seconds: posNumber().default(5).describe('Wait before the first retry; doubled after each failed attempt.'),
+  max_backoff_seconds: posNumber().default(3600).describe('Longest wait between two attempts.'),
+  retention_days: posNumber().default(7).describe('Ended deliveries older than this are deleted.'),
+});
+
+export const ConfigSchema = obj({
+  $schema: str().optional().describe('Ignored; lets editors find the JSON Schema.'),
+  server: ServerConfig.prefault({}),
+  store: StoreConfig.prefault({}),
+  agent: AgentConfig.prefault({}),
+  governance: GovernanceConfig.prefault({}),
+  budgets: BudgetsConfig.prefault({}),
+  pricing: z.record(z.string(), PriceConfig, { error: 'expected an object of model prices' }).default({}),
+  runs: RunsConfig.prefault({}),
+  background: BackgroundConfig.prefault({}),
+  agents: AgentsConfig.prefault({}),
+  log: LogConfig.prefault({}),
+  telemetry: TelemetryConfig.prefault({}),
+  auth: AuthConfig.prefault({}),
+  idempotency: IdempotencyConfig.prefault({}),
+  webhooks: WebhooksConfig.prefault({}),
+}).superRefine((c, ctx) => {
+  if (c.store.kind === 'postgres' && !c.store.url) {
+    ctx.addIssue({ code: 'custom', path: ['store', 'url'], message: 'required when store.kind is "postgres"' });
+  }
+  const seen = new Set<string>();
+  c.agent.tools.mcp.forEach((s, i) => {
+    if (seen.has(s.name)) {
+      ctx.addIssue({ code: 'custom', path: ['agent', 'tools', 'mcp', i, 'name'], message: `duplicate MCP server name "${s.name}"` });
+    }
+    seen.add(s.name);
+  });
+  const keyNames = new Set<string>();
+  c.auth.api_keys.forEach((k, i) => {
+    if (keyNames.has(k.name)) {
+      ctx.addIssue({ code: 'custom', path: ['auth', 'api_keys', i, 'name'], message: `duplicate API key name "${k.name}"` });
+    }
+    keyNames.add(k.name);
+  });
+});
+
+export type ParsedConfig = z.output<typeof ConfigSchema>;
