@@ -4,7 +4,7 @@
 // decision that lets a paused run go on hands it to RunRecovery.resume.
 import type { ApprovalState, BudgetRequest, RunContext } from '../../machines/run.machine.js';
 import { checkInput } from '../agent/guardrails.js';
-import { AppError, conflict, notFound } from '../errors.js';
+import { type AppError, domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { casUpdate, CasExhaustedError } from '../store/cas.js';
 import type { InboxValue } from './run-inbox.js';
@@ -13,12 +13,13 @@ import { TERMINAL_RUN_STATUSES, runIndexes, type OutcomeRecord, type RunRecord, 
 import type { ResumePrefetch, RunRecovery } from './run-recovery.js';
 import { iso, mergeById, type SnapshotValue, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
+import { swallow } from '../telemetry/swallowed.js';
 
 /** Statuses a steer message is accepted in (decisions.md §11). */
 const STEERABLE: ReadonlySet<RunRecordStatus> = new Set(['running', 'awaiting_approval', 'interrupted']);
 
 /** A decision that lost its compare-and-set every time: the run kept changing under it. */
-const tooBusy = (what = 'the run changed too often while deciding; retry'): AppError => conflict(what);
+const tooBusy = (what = 'the run'): AppError => domainError('AGT_ERR_CONCURRENT_UPDATE', [what]);
 
 export class RunDecisions {
   /**
@@ -41,7 +42,7 @@ export class RunDecisions {
     approvalId: string,
     body: { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null },
   ): Promise<ApprovalState> {
-    if (body.decision === 'deny' && body.arguments) throw conflict('arguments can only be given with an approval', 'decision=deny with arguments');
+    if (body.decision === 'deny' && body.arguments) throw domainError('AGT_ERR_DENY_WITH_ARGUMENTS', [], { detail: 'decision=deny with arguments' });
     const { store } = this.deps;
     return retryDecision(async () => {
       // The snapshot a resume needs is read in the same round as the run (unused if this fails).
@@ -62,11 +63,12 @@ export class RunDecisions {
             },
             rec.version,
           )
-          .catch(() => undefined);
-        throw conflict(`approval ${approvalId} expired at ${approval.expires_at}`, 'expired');
+          // Best effort: the sweep expires it too; the caller gets its 409 either way.
+          .catch(swallow('decisions.mark_expired', { run_id: runId, approval_id: approvalId }));
+        throw domainError('AGT_ERR_APPROVAL_EXPIRED', [approvalId, String(approval.expires_at)], { detail: 'expired' });
       }
-      if (approval.status !== 'pending') throw conflict(`approval ${approvalId} was already decided (${approval.status})`, approval.status);
-      if (rec.value.status !== 'awaiting_approval') throw conflict(`run ${runId} is not awaiting approval (${rec.value.status})`);
+      if (approval.status !== 'pending') throw domainError('AGT_ERR_APPROVAL_ALREADY_DECIDED', [approvalId, approval.status], { detail: approval.status });
+      if (rec.value.status !== 'awaiting_approval') throw domainError('AGT_ERR_RUN_NOT_WAITING', [`run ${runId}`, 'an approval', rec.value.status]);
       const decided: ApprovalState = {
         ...approval,
         status: body.decision === 'approve' ? 'approved' : 'denied',
@@ -135,8 +137,8 @@ export class RunDecisions {
       if (!rec) throw notFound('run', runId);
       const req = rec.value.budget_request;
       if (rec.value.status !== 'awaiting_budget' || !req || req.status !== 'pending')
-        throw conflict(`run ${runId} is not waiting for a budget (${rec.value.status})`);
-      if (body.request_id && body.request_id !== req.request_id) throw conflict(`budget request ${body.request_id} is not the pending one (${req.request_id})`);
+        throw domainError('AGT_ERR_RUN_NOT_WAITING', [`run ${runId}`, 'a budget', rec.value.status]);
+      if (body.request_id && body.request_id !== req.request_id) throw domainError('AGT_ERR_BUDGET_REQUEST_MISMATCH', [body.request_id, req.request_id]);
       const amount = body.decision === 'grant' ? (body.amount ?? req.shortfall) : null;
       const now = iso(this.deps.clock.now());
       const decided: BudgetRequest = {
@@ -192,7 +194,7 @@ export class RunDecisions {
       };
       await repos(store).runs.update<RunRecord>(runId, { ...rec.value, outcomes: [...rec.value.outcomes, outcome] }, rec.version);
       return { rec, outcome };
-    }, 'the run changed too often; retry');
+    }, `run ${runId}`);
     await this.deps.telemetry.emitSafe({
       event_type: 'run_outcome',
       trace_id: rec.value.trace_id,
@@ -222,7 +224,7 @@ export class RunDecisions {
     if (opts.onlyIfLive) return { status: 'cancel_requested', run_id: runId };
     const rec = await repos(this.deps.store).runs.get<RunRecord>(runId);
     if (!rec) throw notFound('run', runId);
-    if (TERMINAL_RUN_STATUSES.has(rec.value.status)) throw conflict(`run ${runId} already ended (${rec.value.status})`);
+    if (TERMINAL_RUN_STATUSES.has(rec.value.status)) throw domainError('AGT_ERR_RUN_ENDED', [runId, rec.value.status]);
     if (rec.value.status === 'running' && rec.value.owner && rec.value.owner !== this.deps.workerId && !this.kernel.leaseLapsed(rec.value)) {
       // Live in another instance of a shared store: its owner is told (the change feed), cancels
       // it there at its next step, and writes the end itself. Writing the record from here would
@@ -231,7 +233,7 @@ export class RunDecisions {
         await this.remoteCancel(runId);
         return { status: 'cancel_requested', run_id: runId };
       }
-      throw conflict(`run ${runId} is running in another process (${rec.value.owner}); cancel it there`);
+      throw domainError('AGT_ERR_RUN_OWNED_ELSEWHERE', [runId, String(rec.value.owner), 'cancel it there']);
     }
     const now = iso(this.deps.clock.now());
     const done = await repos(this.deps.store).runs.update<RunRecord>(
@@ -285,7 +287,7 @@ export class RunDecisions {
         await repos(store).traces.update(traceId, { ...cur.value, status, ended_at: ended }, cur.version);
       },
       { attempts: 5 },
-    ).catch(() => undefined);
+    ).catch(swallow('decisions.trace_status', { trace_id: traceId, status }));
   }
 
   // ---------------------------------------------------------------- steer and interrupt (issue 14 item 2)
@@ -300,8 +302,7 @@ export class RunDecisions {
     body: { message: string; sender: string },
   ): Promise<{ status: 'queued'; message_id: string; run_id: string } | { blocked: { rule: string; message: string } }> {
     const r = await this.kernel.get(runId);
-    if (!STEERABLE.has(r.status))
-      throw conflict(`run ${runId} cannot be steered while ${r.status}; only running, awaiting_approval or interrupted runs can`, r.status);
+    if (!STEERABLE.has(r.status)) throw domainError('AGT_ERR_RUN_NOT_STEERABLE', [runId, r.status], { detail: r.status });
     const meta = { run_id: runId, session_id: r.session_id, agent_id: r.agent_id, task_id: r.task_id };
     const verdict = checkInput(body.message, this.deps.guardrails);
     if (!verdict.allowed) {
@@ -322,7 +323,7 @@ export class RunDecisions {
     const after = await this.kernel.get(runId);
     if (TERMINAL_RUN_STATUSES.has(after.status) && !(await this.steeredInto(runId, entry.message_id))) {
       await this.kernel.inbox.withdrawSteer(runId, entry.message_id);
-      throw conflict(`run ${runId} ended (${after.status}) before the message could be delivered`, after.status);
+      throw domainError('AGT_ERR_RUN_ENDED_BEFORE_DELIVERY', [runId, after.status], { detail: after.status });
     }
     await this.deps.telemetry.emitSafe({
       event_type: 'run_steered',
@@ -364,11 +365,10 @@ export class RunDecisions {
   ): Promise<{ status: 'interrupt_requested' | 'interrupted'; run_id: string; interrupt_id: string | null }> {
     const r = await this.kernel.get(runId);
     if (r.status === 'interrupted' && r.machine_state === 'interrupted') return { status: 'interrupted', run_id: runId, interrupt_id: null };
-    if (r.kind === 'background') throw conflict(`run ${runId} is a background run; stop it with POST /background/runs/{run_id}/cancel`, 'background');
+    if (r.kind === 'background') throw domainError('AGT_ERR_RUN_IS_BACKGROUND', [runId], { detail: 'background' });
     // A run a graceful shutdown interrupted is resumed at the next start: the request makes it
     // stop again at its first boundary there, and stay stopped.
-    if (r.status !== 'running' && r.status !== 'interrupted')
-      throw conflict(`run ${runId} cannot be interrupted while ${r.status}; only running runs can`, r.status);
+    if (r.status !== 'running' && r.status !== 'interrupted') throw domainError('AGT_ERR_RUN_NOT_INTERRUPTIBLE', [runId, r.status], { detail: r.status });
     const interrupt_id = await this.kernel.inbox.requestInterrupt(runId, opts.by ?? null);
     return { status: 'interrupt_requested', run_id: runId, interrupt_id };
   }

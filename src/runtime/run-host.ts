@@ -16,6 +16,7 @@ import type { RunKernel } from './run-kernel.js';
 import { TERMINAL_RUN_STATUSES, runIndexes, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { iso, traceStatusOf, type SessionValue, type SnapshotValue, type StartOptions, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
+import { swallow } from '../telemetry/swallowed.js';
 
 /**
  * A new run's creating write (and its first events) wait this long for the run to go on before
@@ -364,7 +365,10 @@ export class RunHost {
 
   private beat(): void {
     const now = this.deps.clock.now();
-    this.writer.update((r) => ({ ...r, heartbeat_at: iso(now), lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000) })).catch(() => {});
+    this.writer
+      .update((r) => ({ ...r, heartbeat_at: iso(now), lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000) }))
+      // A fenced or failed write ends the run through onFenced/failLive; the next beat tries again.
+      .catch(swallow('runs.heartbeat', { run_id: this.run_id }, (err) => err instanceof FencedError));
   }
 
   // ---------------------------------------------------------------- telemetry

@@ -4,7 +4,7 @@
 // (decisions.md §6.2, §9; docs/operations.md "Shutdown and restarts").
 import type { Snapshot } from 'xstate';
 import { RUN_MACHINE_VERSION } from '../../machines/run.machine.js';
-import { AppError, conflict, notFound } from '../errors.js';
+import { domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { isStoreError, type Versioned } from '../store/store.js';
 import type { AgentLease } from './agent-profile.js';
@@ -13,6 +13,7 @@ import { resumeEventFor } from './run-projection.js';
 import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, runIndexes, type RunRecord } from './run-record.js';
 import { iso, traceValueOf, type RecoveryCause, type SnapshotValue, type StartedRun, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
+import { swallow } from '../telemetry/swallowed.js';
 
 /** Most runs waiting for a recovery slot; more are left in the store for the next sweep. */
 const MAX_RECOVERY_QUEUE = 10_000;
@@ -84,7 +85,7 @@ export class RunRecovery {
       );
     if (this.kernel.live.has(runId)) {
       dropAgent();
-      throw conflict(`run ${runId} is already live in this process`);
+      throw domainError('AGT_ERR_RUN_ALREADY_LIVE', [runId, 'this process']);
     }
     let rec: Versioned<RunRecord> | null;
     let snapRec: Versioned<SnapshotValue> | null;
@@ -115,23 +116,21 @@ export class RunRecovery {
   ): Promise<StartedRun> {
     if (!rec) throw notFound('run', runId);
     const r = rec.value;
-    if (TERMINAL_RUN_STATUSES.has(r.status)) throw conflict(`run ${runId} already ended (${r.status})`);
-    if (WAITING_RUN_STATUSES.has(r.status) && !r.decided_at) throw conflict(`run ${runId} is still waiting for a person (${r.status})`);
+    if (TERMINAL_RUN_STATUSES.has(r.status)) throw domainError('AGT_ERR_RUN_ENDED', [runId, r.status]);
+    if (WAITING_RUN_STATUSES.has(r.status) && !r.decided_at) throw domainError('AGT_ERR_RUN_STILL_WAITING', [runId, r.status]);
     // `ownerDead` (start-up sweep on the single-process embedded store): the owner's lease may not
     // have lapsed yet, but its process is gone. Without it, a SIGKILLed run waited out its whole
     // lease (60 s) and was then left `running` until the next periodic sweep (found by
     // test/http/recovery.test.ts, scenario a).
     if (r.status === 'running' && r.owner && !how.ownerDead && !this.kernel.leaseLapsed(r) && r.owner !== this.deps.workerId)
-      throw conflict(`run ${runId} is live in ${r.owner}`);
-    if (!snapRec) throw conflict(`run ${runId} has no saved snapshot to resume from`);
+      throw domainError('AGT_ERR_RUN_ALREADY_LIVE', [runId, String(r.owner)]);
+    if (!snapRec) throw domainError('AGT_ERR_RUN_NO_SNAPSHOT', [runId]);
     // A snapshot from a newer run machine (a rolling upgrade's other half, or a downgrade) is left
     // as it is for a server that knows it: restored here it would be misread. Older versions
     // restore (test/runtime/snapshot-fixtures.test.ts keeps one of each paused state).
     const snapVersion = snapRec.value.machine_version ?? 1;
     if (snapVersion > RUN_MACHINE_VERSION) {
-      throw conflict(
-        `run ${runId} was saved by a newer agentd (run machine v${snapVersion}; this server knows up to v${RUN_MACHINE_VERSION}); resume it on an upgraded server`,
-      );
+      throw domainError('AGT_ERR_RUN_SAVED_BY_NEWER', [runId, snapVersion, RUN_MACHINE_VERSION]);
     }
     // Stopped on request (POST /runs/{id}/interrupt), not by a shutdown: resuming it is no recovery.
     const requested = r.status === 'interrupted' && r.machine_state === 'interrupted';
@@ -153,7 +152,7 @@ export class RunRecovery {
         runIndexes({ ...r, status: 'failed' }),
       );
       await this.deps.ledger.releaseRun(runId).catch(() => 0);
-      throw conflict(`run ${runId} was recovered too many times and is now failed`);
+      throw domainError('AGT_ERR_RUN_RECOVERY_EXHAUSTED', [runId]);
     }
     const releaseSlot = how.slot ?? (r.kind === 'background' ? () => {} : await this.kernel.slots.acquire());
     let agent: AgentLease | null = null;
@@ -210,7 +209,9 @@ export class RunRecovery {
       const req = r.budget_request;
       if (req?.status === 'granted' && req.amount) {
         // A budget removed from the config since: nothing to add to; the run simply asks again.
-        await this.deps.ledger.grant(req.key, req.meter as never, req.amount, { grant_id: req.request_id }).catch(() => undefined);
+        await this.deps.ledger
+          .grant(req.key, req.meter as never, req.amount, { grant_id: req.request_id })
+          .catch(swallow('recovery.budget_grant', { run_id: runId, request_id: req.request_id }));
       }
       this.deps.metrics.liveRuns.inc();
       const held = agent;
@@ -245,7 +246,7 @@ export class RunRecovery {
     } catch (err) {
       releaseSlot();
       agent?.release();
-      if (isStoreError(err, 'stale_version')) throw conflict(`run ${runId} was taken by another process`);
+      if (isStoreError(err, 'stale_version')) throw domainError('AGT_ERR_RUN_TAKEN', [runId]);
       throw err;
     }
   }
@@ -370,7 +371,7 @@ export class RunRecovery {
     this.kernel.closing = true;
     if (this.sweepTimer) clearTimeout(this.sweepTimer);
     // Runs still queued for recovery stay stored as they are; the next start finds them again.
-    this.kernel.slots.cancelRecovery(new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' }));
+    this.kernel.slots.cancelRecovery(domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } }));
     for (const c of this.recoveryQueue.splice(0)) this.recovering.delete(c.id);
   }
 

@@ -5,7 +5,7 @@
 // steer, interrupt, cancel, outcomes; run-decisions.ts) and RunRecovery (resume, sweep, shutdown;
 // run-recovery.ts). The record a snapshot makes is projected in run-projection.ts.
 import type { ChatMessage } from '../agent/model/types.js';
-import { AppError, conflict, notFound } from '../errors.js';
+import { domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { isSharedStore } from '../store/changes.js';
 import type { AgentLease } from './agent-profile.js';
@@ -18,6 +18,7 @@ import { runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } 
 import { RunRecovery, type ResumeHow } from './run-recovery.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
 import { repos } from '../store/repos/index.js';
+import { isRefusal, swallow } from '../telemetry/swallowed.js';
 
 export type { RunServiceDeps, RunSettings, SessionPolicy, StartOptions, StartedRun } from './run-types.js';
 
@@ -87,12 +88,12 @@ export class RunService {
   // ---------------------------------------------------------------- starting a run
 
   async start(query: string, sessionId: string | null | undefined, opts: StartOptions = {}): Promise<StartedRun> {
-    if (this.kernel.closing) throw new AppError('ServerBusy', 'the service is shutting down', null, { 'retry-after': '5' });
+    if (this.kernel.closing) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
     // A session with a run in flight in this process: the session policy decides (docs/runs.md,
     // "Busy sessions"). `enqueue` waits in the session's queue, as every run did before.
     const policy = opts.session_policy ?? this.deps.settings.session_policy ?? 'enqueue';
     const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(sessionId) : null;
-    if (busyWith && policy === 'reject') throw conflict(`session '${sessionId}' has a run in flight (${busyWith})`, 'session_busy');
+    if (busyWith && policy === 'reject') throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), busyWith], { detail: 'session_busy' });
     const releaseSlot = opts.admitted ? () => {} : await this.kernel.slots.acquire();
     let live: RunHost | null = null;
     let agent: AgentLease | null = null;
@@ -185,10 +186,11 @@ export class RunService {
         // A run that just started may not be stored yet: its record is what the request checks.
         const busyLive = this.kernel.live.get(busyWith);
         busyLive?.writer.flush();
-        await busyLive?.writer.created?.catch(() => undefined);
-        await this.interrupt(busyWith, { by: `run:${run_id}` }).catch(() => undefined);
+        await busyLive?.writer.created?.catch(() => undefined); // its own failure is reported by that run
+        await this.interrupt(busyWith, { by: `run:${run_id}` }).catch(swallow('runs.session_interrupt', { run_id: busyWith, by: run_id }, isRefusal));
       }
-      if (busyWith && policy === 'rollback') await this.cancel(busyWith).catch(() => undefined);
+      if (busyWith && policy === 'rollback')
+        await this.cancel(busyWith).catch(swallow('runs.session_rollback_cancel', { run_id: busyWith, by: run_id }, isRefusal));
       // Our turn in the session, then the conversation the runs before us left (a session id we
       // just made up has none: no read).
       await this.kernel.sessions.acquire(session_id, run_id);

@@ -1200,7 +1200,9 @@ export function checkAnswer(op: Operation, req: WireRequest, a: Answer): string 
       o &&
       Array.isArray(o.detail) &&
       (o.detail as Array<Record<string, unknown>>).every((d) => Array.isArray(d.loc) && typeof d.msg === 'string' && typeof d.type === 'string');
-    const httpError = o && 'detail' in o && Object.keys(o).length === 1;
+    // HttpErrorResponse: `detail` of any type, and the domain code (docs/errors.md) beside it.
+    const httpError =
+      o && 'detail' in o && Object.keys(o).every((k) => k === 'detail' || k === 'code') && (o.code === undefined || /^AGT_ERR_[A-Z_]+$/.test(String(o.code)));
     if (!errorResponse && !validation && !httpError) return 'error body in no documented shape';
     if (a.status === 422 && !validation && !httpError) return '422 not in the HTTPValidationError shape';
   }

@@ -91,6 +91,8 @@ describe('approvals', () => {
     const again = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${approval.approval_id}`, { decision: 'deny', approver: 'bob' });
     expect(again.status).toBe(409);
     expect(again.body.error).toBe('Conflict');
+    // The domain code tells this 409 apart from the run's other conflicts (docs/errors.md).
+    expect(again.body).toMatchObject({ code: 'AGT_ERR_APPROVAL_ALREADY_DECIDED', detail: 'used' }); // approved, then used by the call
   });
 
   it("deny: the tool never runs and the approver's note reaches the model", async () => {
@@ -120,9 +122,9 @@ describe('approvals', () => {
     model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'x' } }] });
     const paused = (await postJson(`${server.url}/run/sync`, { query: 'pay x' })).body;
     const id = paused.approvals[0].approval_id;
-    expect((await postJson(`${server.url}/runs/${paused.run_id}/approvals/${id}`, { decision: 'deny', approver: 'a', arguments: { entry: 'y' } })).status).toBe(
-      409,
-    );
+    const denyWithArgs = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${id}`, { decision: 'deny', approver: 'a', arguments: { entry: 'y' } });
+    expect(denyWithArgs.status).toBe(409);
+    expect(denyWithArgs.body.code).toBe('AGT_ERR_DENY_WITH_ARGUMENTS');
     expect((await postJson(`${server.url}/runs/${paused.run_id}/approvals/approval_nope`, { decision: 'approve', approver: 'a' })).status).toBe(404);
     expect((await postJson(`${server.url}/runs/run_nope/approvals/${id}`, { decision: 'approve', approver: 'a' })).status).toBe(404);
     const bad = await postJson(`${server.url}/runs/${paused.run_id}/approvals/${id}`, { decision: 'maybe', approver: '' });
@@ -137,7 +139,9 @@ describe('approvals', () => {
     const paused = (await postJson(`${server.url}/run/sync`, { query: 'pay c' })).body;
     expect((await postJson(`${server.url}/runs/${paused.run_id}/cancel`, {})).body).toEqual({ status: 'cancel_requested', run_id: paused.run_id });
     expect((await getJson(`${server.url}/runs/${paused.run_id}`)).body.status).toBe('cancelled');
-    expect((await postJson(`${server.url}/runs/${paused.run_id}/cancel`, {})).status).toBe(409);
+    const again = await postJson(`${server.url}/runs/${paused.run_id}/cancel`, {});
+    expect(again.status).toBe(409);
+    expect(again.body.code).toBe('AGT_ERR_RUN_ENDED');
   });
 
   it('records outcomes on a run', async () => {

@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import type { AnyStateMachine, AnyStateNode } from 'xstate';
 import { backgroundRunMachine } from '../../machines/background-run.machine.js';
+import { runMachine } from '../../machines/run.machine.js';
 import { sessionMachine } from '../../machines/session.machine.js';
 import { supervisorMachine } from '../../machines/supervisor.machine.js';
 import { taskMachine } from '../../machines/task.machine.js';
@@ -32,6 +33,7 @@ function inlineActions(machine: AnyStateMachine): string[] {
 
 describe('machine actions are named', () => {
   const machines: Record<string, AnyStateMachine> = {
+    run: runMachine as unknown as AnyStateMachine,
     session: sessionMachine,
     supervisor: supervisorMachine,
     task: taskMachine,

@@ -112,7 +112,10 @@ describe('zodIssuesToDetail', () => {
 
 describe('error bodies', () => {
   it('ErrorResponse error is one of the registry codes', () => {
-    expect(ErrorResponse.safeParse({ error: 'NotFound', message: "run 'x' was not found", detail: null }).success).toBe(true);
+    expect(ErrorResponse.safeParse({ error: 'NotFound', code: 'AGT_ERR_RUN_NOT_FOUND', message: "run 'x' was not found", detail: null }).success).toBe(true);
+    // Every ErrorResponse carries its domain code (docs/errors.md), and only a registered one.
+    expect(ErrorResponse.safeParse({ error: 'NotFound', message: "run 'x' was not found", detail: null }).success).toBe(false);
+    expect(ErrorResponse.safeParse({ error: 'NotFound', code: 'AGT_ERR_NOPE', message: 'x', detail: null }).success).toBe(false);
     expect(ErrorResponse.safeParse({ error: 'Teapot', message: 'x' }).success).toBe(false);
   });
 
