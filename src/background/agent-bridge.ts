@@ -16,6 +16,7 @@ import { AgentUnavailableError } from '../runtime/agent-registry.js';
 import type { RunService } from '../runtime/runs.js';
 import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
 import { isStoreError, type Versioned } from '../store/store.js';
+import { repos } from '../store/repos/index.js';
 import { WAITING, type BgRunRow } from './types.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { Handle } from './run-host.js';
@@ -191,10 +192,11 @@ export class AgentBridge {
   private async lapseAgentLease(rec: RunRecord): Promise<void> {
     const now = this.deps.clock.now();
     if (!rec.lease_expires_at || Date.parse(rec.lease_expires_at) <= now) return;
-    const stored = await this.deps.store.getRecord<RunRecord>('runs', rec.run_id);
+    const runsRepo = repos(this.deps.store).runs;
+    const stored = await runsRepo.get(rec.run_id);
     if (!stored || stored.value.status !== 'running') return;
     try {
-      await this.deps.store.updateRecord<RunRecord>('runs', rec.run_id, { ...stored.value, lease_expires_at: iso(now - 1) }, stored.version);
+      await runsRepo.update(rec.run_id, { ...stored.value, lease_expires_at: iso(now - 1) }, stored.version);
     } catch (err) {
       if (!isStoreError(err, 'stale_version')) throw err;
     }

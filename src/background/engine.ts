@@ -33,6 +33,7 @@ import type { ActorSystem } from '../runtime/system.js';
 import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
 import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
+import { repos } from '../store/repos/index.js';
 import { ACTIVE, HELD, TERMINAL, WAITING, taskStatusKey, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
 import { InFlightCache } from './inflight.js';
 import { AgentBridge } from './agent-bridge.js';
@@ -295,6 +296,7 @@ export class RunEngine {
       workspaceFor: (task, runId) => this.workspaces.workspaceFor(task, runId),
       lifecycleOf: (ctx, e, sequence, at) => this.outbox.lifecycleOf(ctx, e, sequence, at),
       traceValue: (ctx, status) => this.hosts.traceValue(ctx, status),
+      repos: repos(this.deps.store),
     });
   }
 
@@ -341,7 +343,7 @@ export class RunEngine {
   // ---------------------------------------------------------------- reads
 
   async getRow(runId: string): Promise<Versioned<BgRunRow> | null> {
-    return this.deps.store.getRecord<BgRunRow>('bg_runs', runId);
+    return repos(this.deps.store).bgRuns.get(runId);
   }
 
   async get(runId: string): Promise<BackgroundRun> {
@@ -369,10 +371,9 @@ export class RunEngine {
   }
 
   async countActive(taskId?: string): Promise<number> {
+    const bgRuns = repos(this.deps.store).bgRuns;
     const counts = await Promise.all(
-      ACTIVE.map((s) =>
-        this.deps.store.countRecords('bg_runs', taskId ? { name: 'task_status', value: taskStatusKey(taskId, s) } : { name: 'status', value: s }),
-      ),
+      ACTIVE.map((s) => bgRuns.count(taskId ? { name: 'task_status', value: taskStatusKey(taskId, s) } : { name: 'status', value: s })),
     );
     return counts.reduce((a, b) => a + b, 0);
   }

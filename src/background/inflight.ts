@@ -5,6 +5,7 @@ import type { Clock } from '../clock.js';
 import type { BackgroundRunStatus } from '../schemas/background.js';
 import type { Store, Versioned } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
+import { repos } from '../store/repos/index.js';
 import { TERMINAL, type BgRunRow } from './types.js';
 
 type Kind = 'queued' | 'active';
@@ -61,7 +62,7 @@ export class InFlightCache {
       const m = new Map<string, Kind>();
       let cursor: string | null = null;
       do {
-        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await this.deps.store.listRecords<BgRunRow>('bg_runs', {
+        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await repos(this.deps.store).bgRuns.list({
           index: { name: 'inflight_task', value: taskId },
           cursor,
           limit: 500,

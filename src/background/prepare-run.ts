@@ -13,6 +13,8 @@ import { maxAttempts } from '../../machines/policies/retry.js';
 import { newId } from '../ids.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import type { WriteOp } from '../store/store.js';
+import type { Repos } from '../store/repos/index.js';
+import type { TraceRecord } from '../telemetry/traces.js';
 import { TERMINAL, occurrenceRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
 import type { CreateRunInput, PreparedRun } from './engine.js';
 
@@ -23,7 +25,9 @@ export interface PrepareParts {
   /** The run's workspace, relative to the workspace root (run-workspace.ts). */
   workspaceFor(task: TaskRow, runId: string): string;
   lifecycleOf(ctx: BackgroundRunContext, e: LifecycleEvent, sequence: number, at: string): LifecycleRecord;
-  traceValue(ctx: BackgroundRunContext, status: string): unknown;
+  traceValue(ctx: BackgroundRunContext, status: string): TraceRecord;
+  /** The repositories of the engine's store (the ops of the run's commit). */
+  repos: Repos;
 }
 
 /**
@@ -123,22 +127,19 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
     lifecycle.push(parts.lifecycleOf(ctx, { type: 'background_run_queued', data: { trigger_type: input.trigger_type } }, lifecycle.length + 1, at));
   }
   const row: BgRunRow = { ...ctx, machine_version: BACKGROUND_RUN_MACHINE_VERSION, event_seq: lifecycle.length, outbox: lifecycle };
+  const r = parts.repos;
   const ops: WriteOp[] = [];
   if (occ) {
-    ops.push({
-      op: 'create',
-      kind: 'bg_occurrences',
-      id: occurrenceRecordId(task.task_id, occ.occurrence_id),
-      value: { task_id: task.task_id, occurrence_id: occ.occurrence_id, run_id, dispatched_at: at },
-    });
+    const occurrence = { task_id: task.task_id, occurrence_id: occ.occurrence_id, run_id, dispatched_at: at };
+    ops.push(r.bgOccurrences.createOp(occurrenceRecordId(task.task_id, occ.occurrence_id), occurrence));
   }
-  ops.push({ op: 'create', kind: 'bg_runs', id: run_id, value: row, indexes: runRowIndexes(row) });
-  ops.push({
-    op: 'create',
-    kind: 'traces',
-    id: ctx.internal.trace_id,
-    value: parts.traceValue(ctx, TERMINAL.has(ctx.run.status) ? ctx.run.status : 'running'),
-    indexes: { run_id, session_id, task_id: task.task_id },
-  });
+  ops.push(r.bgRuns.createOp(run_id, row, runRowIndexes(row)));
+  ops.push(
+    r.traces.createOp(ctx.internal.trace_id, parts.traceValue(ctx, TERMINAL.has(ctx.run.status) ? ctx.run.status : 'running'), {
+      run_id,
+      session_id,
+      task_id: task.task_id,
+    }),
+  );
   return { ctx, row, lifecycle, ops };
 }

@@ -15,11 +15,13 @@ import {
 } from '../../machines/background-run.machine.js';
 import type { BackgroundRunStatus } from '../schemas/background.js';
 import { isStoreError, StoreError, type Versioned, type WriteOp } from '../store/store.js';
+import { repos } from '../store/repos/index.js';
 import { HELD, TERMINAL, attemptRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord } from './types.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { EventOutbox } from './outbox.js';
 import type { TimerRef } from './attempt-timers.js';
 import type { SupervisorGroup } from '../runtime/system.js';
+import type { TraceRecord, TraceStatus } from '../telemetry/traces.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
 
 export type RunActor = Actor<typeof backgroundRunMachine>;
@@ -53,7 +55,8 @@ export interface WriteJob {
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-function newHandle(id: string, row: Versioned<BgRunRow>): Handle {
+/** A handle holding nothing yet but its row (exported for tests of the parts that take a handle). */
+export function newHandle(id: string, row: Versioned<BgRunRow>): Handle {
   return {
     id,
     actor: null,
@@ -175,7 +178,7 @@ export class RunHosts {
     // A row the caller just read (a claim pass) saves a read; a stale one fails its first write
     // (CAS). One deleted meanwhile must not be repaired (that would make its folder again).
     if (this.hooks.isDeleted(runId)) return null;
-    const row = known ?? (await this.deps.store.getRecord<BgRunRow>('bg_runs', runId));
+    const row = known ?? (await repos(this.deps.store).bgRuns.get(runId));
     if (!row) return null;
     const version = row.value.machine_version ?? 1;
     if (version > BACKGROUND_RUN_MACHINE_VERSION) return TERMINAL.has(row.value.run.status) ? row : this.failNewer(row, version);
@@ -306,38 +309,27 @@ export class RunHosts {
       event_seq: seq,
       outbox: unacked.length > 0 ? [...unacked, ...lifecycle] : lifecycle,
     };
+    const r = repos(this.deps.store);
     const ops: WriteOp[] = [
-      { op: 'update', kind: 'bg_runs', id: h.id, value: next, expectedVersion: h.row.version, indexes: runRowIndexes(next) },
+      r.bgRuns.updateOp(h.id, next, h.row.version, runRowIndexes(next)),
       // Attempts ride in the same atomic write: the run row's CAS fences them too.
-      ...[...attempts.values()].map((a): WriteOp => ({
-        op: 'update',
-        kind: 'bg_attempts',
-        id: attemptRecordId(h.id, a.attempt_number),
-        value: a,
-        expectedVersion: null,
-        indexes: { run_id: h.id },
-      })),
+      ...[...attempts.values()].map((a) => r.bgAttempts.updateOp(attemptRecordId(h.id, a.attempt_number), a, null, { run_id: h.id })),
     ];
     const status = ctx.run.status;
     const gate = h.gate;
     h.gate = null;
     if (gate && prev.run.status === 'queued' && HELD.has(status)) {
       const value = { task_id: ctx.run.task_id, claimed_run: h.id, at };
-      ops.push(
-        gate.version === null
-          ? { op: 'create', kind: 'meta', id: gate.id, value }
-          : { op: 'update', kind: 'meta', id: gate.id, value, expectedVersion: gate.version },
-      );
+      ops.push(gate.version === null ? r.meta.createOp(gate.id, value) : r.meta.updateOp(gate.id, value, gate.version));
     }
     if (TERMINAL.has(status) && !TERMINAL.has(prev.run.status)) {
-      ops.push({
-        op: 'update',
-        kind: 'traces',
-        id: ctx.internal.trace_id,
-        value: this.traceValue(ctx, status),
-        expectedVersion: null,
-        indexes: { run_id: h.id, session_id: ctx.run.session_id, task_id: ctx.run.task_id },
-      });
+      ops.push(
+        r.traces.updateOp(ctx.internal.trace_id, this.traceValue(ctx, status), null, {
+          run_id: h.id,
+          session_id: ctx.run.session_id,
+          task_id: ctx.run.task_id,
+        }),
+      );
     }
     let written: Versioned<unknown> | null;
     try {
@@ -360,8 +352,9 @@ export class RunHosts {
     this.hooks.afterWrite(h, ctx, prev.run.status, flushed);
   }
 
-  traceValue(ctx: BackgroundRunContext, status: string) {
-    const traceStatus = status === 'skipped' ? 'cancelled' : status;
+  /** Called with 'running' or a terminal status: each is a trace status but 'skipped' (its trace is cancelled). */
+  traceValue(ctx: BackgroundRunContext, status: string): TraceRecord & { kind: 'background' } {
+    const traceStatus = (status === 'skipped' ? 'cancelled' : status) as TraceStatus;
     return {
       trace_id: ctx.internal.trace_id,
       parent_trace_id: null,

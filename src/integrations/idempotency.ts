@@ -20,6 +20,7 @@ import type { Clock } from '../clock.js';
 import { HttpValidationFailure, domainError } from '../errors.js';
 import { isStoreError, type Page, type Store, type Versioned } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
+import { casUpdate, CasExhaustedError } from '../store/cas.js';
 import { swallow } from '../telemetry/swallowed.js';
 import type { LogFn } from '../telemetry/logger.js';
 
@@ -155,7 +156,7 @@ export class Idempotency {
   private async acquire(req: IdempotencyRequest, targetId: () => string | null): Promise<{ rec: Versioned<IdempotencyValue>; created: boolean }> {
     const id = recordIdOf(req.principal, req.key);
     const request_sha256 = requestHashOf(req);
-    for (let i = 0; i < 5; i++) {
+    const attempt = async (): Promise<{ rec: Versioned<IdempotencyValue>; created: boolean }> => {
       const rec = await repos(this.o.store).idempotency.get<IdempotencyValue>(id);
       if (rec && Date.parse(rec.value.expires_at) > this.now()) {
         if (rec.value.request_sha256 !== request_sha256 || rec.value.operation !== req.operation) throw reused(rec.value.operation);
@@ -174,16 +175,17 @@ export class Idempotency {
         created_at: new Date(nowMs).toISOString(),
         expires_at: new Date(nowMs + this.o.ttlSeconds * 1000).toISOString(),
       };
-      try {
-        // An expired record is replaced; its creation order moves to now (the sweep walks by it).
-        if (rec) await repos(this.o.store).idempotency.delete(id, rec.version);
-        return { rec: await repos(this.o.store).idempotency.create(id, value), created: true };
-      } catch (err) {
-        if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version') || isStoreError(err, 'not_found')) continue; // raced: read again
-        throw err;
-      }
+      // An expired record is replaced; its creation order moves to now (the sweep walks by it).
+      if (rec) await repos(this.o.store).idempotency.delete(id, rec.version);
+      return { rec: await repos(this.o.store).idempotency.create(id, value), created: true };
+    };
+    try {
+      // A concurrent request created, replaced or deleted the record first: read it again.
+      return await casUpdate(attempt, { attempts: 5, retryOn: ['conflict', 'stale_version', 'not_found'] });
+    } catch (err) {
+      if (err instanceof CasExhaustedError) throw domainError('AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT', [], { headers: { 'retry-after': '1' } });
+      throw err;
     }
-    throw domainError('AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT', [], { headers: { 'retry-after': '1' } });
   }
 
   /** True when a pending record's claim may be taken over (its owner is gone or too slow). */

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import { ManualClock } from '../../src/clock.js';
 import { AttemptTimers, type Timers } from '../../src/background/attempt-timers.js';
-import type { Handle } from '../../src/background/run-host.js';
+import { newHandle, type Handle } from '../../src/background/run-host.js';
 
 /** Timers a test fires by hand: `advance(ms)` runs every timer due by then, in order. */
 class FakeTimers implements Timers {
@@ -42,21 +42,7 @@ class FakeTimers implements Timers {
 }
 
 function handle(id = 'bgrun_1'): Handle {
-  return {
-    id,
-    actor: null,
-    row: { id, version: 1, seq: 1, value: {} as never } as Handle['row'],
-    chain: Promise.resolve(),
-    pending: 0,
-    sends: 0,
-    dead: false,
-    heartbeat: null,
-    timeout: null,
-    timeoutAttempt: 0,
-    timedOut: null,
-    tailWrite: null,
-    gate: null,
-  };
+  return newHandle(id, { id, version: 1, seq: 1, value: {} as never } as Handle['row']);
 }
 
 function ctx(

@@ -6,7 +6,7 @@ import { ManualClock } from '../../src/clock.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import { canonicalJson, Idempotency, keyOfHeaders, recordIdOf, requestHashOf } from '../../src/integrations/idempotency.js';
 import { deriveWebhook, hostAllowed, signWebhook } from '../../src/integrations/webhook-events.js';
-import type { StoredEvent } from '../../src/store/store.js';
+import { StoreError, type RecordIndexes, type RecordKind, type StoredEvent, type Versioned } from '../../src/store/store.js';
 
 describe('signWebhook', () => {
   it('reproduces the Standard Webhooks reference vector', () => {
@@ -139,6 +139,35 @@ describe('idempotency keys', () => {
     );
     expect(again).toEqual({ fresh: false, target_id: 'run_2' });
     await store.close();
+  });
+
+  /** A memory store on which the first `losses` creations of an idempotency record lose a race. */
+  class RacedStore extends MemoryStore {
+    creates = 0;
+    constructor(private readonly losses: number) {
+      super();
+    }
+    override createRecord<T>(kind: RecordKind, id: string, value: T, indexes?: RecordIndexes): Promise<Versioned<T>> {
+      if (kind === 'idempotency' && ++this.creates <= this.losses) return Promise.reject(new StoreError('conflict', 'created by another request'));
+      return super.createRecord(kind, id, value, indexes);
+    }
+  }
+
+  it('a key whose record keeps being taken by concurrent requests is refused after five tries (409), one taken once is retried', async () => {
+    const req = { principal: 'anonymous', key: 'k3', operation: 'cancelRun', method: 'POST', path: '/runs/r/cancel', body: null };
+    const lost = new RacedStore(Infinity);
+    await lost.open();
+    const refused = new Idempotency({ store: lost, clock: new ManualClock(), workerId: 'worker_a', ttlSeconds: 60, sharedStore: false });
+    await expect(refused.respondOnce(req, async () => 'ran')).rejects.toMatchObject({ status: 409 });
+    expect(lost.creates).toBe(5);
+    await lost.close();
+
+    const once = new RacedStore(1);
+    await once.open();
+    const retried = new Idempotency({ store: once, clock: new ManualClock(), workerId: 'worker_a', ttlSeconds: 60, sharedStore: false });
+    expect(await retried.respondOnce(req, async () => 'ran')).toBe('ran');
+    expect(once.creates).toBe(2);
+    await once.close();
   });
 });
 
