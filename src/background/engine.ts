@@ -133,7 +133,6 @@ export class RunEngine {
     });
     this.workspaces = new RunWorkspaces({
       config: deps.config,
-      deferQueued: !isSharedStore(deps.store),
       log: (level, msg, extra) => this.log(level, msg, extra),
       storedLifecycle: (runId) => this.storedLifecycle(runId),
     });

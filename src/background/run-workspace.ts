@@ -14,18 +14,9 @@ import type { Log } from './engine.js';
 /** How long run.json / events.jsonl may trail a run that goes on (one that ends or pauses is written at once). */
 const MIRROR_DELAY_MS = 200;
 
-/** Most queued runs whose first workspace lines wait in memory; past it a queued run's lines are written at once. */
-const MAX_DEFERRED = 20_000;
-
 export interface RunWorkspacesDeps {
   config: Config;
   log: Log;
-  /**
-   * Whether a queued run's lines may wait in memory until it is picked up (deferQueued): only when
-   * this process alone runs the data dir (the embedded store), so the run's next step is this
-   * process's, or a restart's, whose load repairs the folder from the stored lifecycle.
-   */
-  deferQueued: boolean;
   /** Lifecycle events of a run as stored in telemetry (the repair reads the lines it lacks). */
   storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>>;
 }
@@ -41,14 +32,6 @@ export class RunWorkspaces {
    * Workspace files are written in a low-priority lane (2 folders at a time, never ahead of the
    * store); a step of a run that goes on waits up to MIRROR_DELAY_MS for the next ones to join it.
    */
-  /**
-   * Lines (and the pending run.json) of queued runs not written yet: a queued run's folder is made
-   * when it is picked up (or cancelled), with these lines first. A backlog of queued runs then
-   * costs one folder write per run instead of two (file creation is the expensive part; see
-   * MirrorQueue), and a run that waits is only its row. A crash loses only this mirror, which the
-   * next load repairs from the row's outbox and the stored lifecycle (repairWorkspace).
-   */
-  private readonly deferred = new Map<string, LifecycleRecord[]>();
   /** Runs whose workspace this process has checked after picking them up (repairWorkspace). */
   private readonly workspacesChecked = new Set<string>();
   /** Tasks whose refused workspace template was reported (once per task per process). */
@@ -95,7 +78,6 @@ export class RunWorkspaces {
   /** A run's row was deleted by this process. */
   deleted(runId: string): void {
     this.workspacesChecked.delete(runId);
-    this.deferred.delete(runId);
     if (this.deletedRuns.size >= 50_000) this.deletedRuns.clear(); // a bound: a late step after that only remakes a folder
     this.deletedRuns.add(runId);
   }
@@ -132,20 +114,6 @@ export class RunWorkspaces {
     } catch (err) {
       this.log('warn', 'the run workspace is outside the workspace root; not written', { run_id: ctx.run.run_id, err: String(err) });
       return;
-    }
-    const runId = ctx.run.run_id;
-    if (ctx.run.status === 'queued' && this.deps.deferQueued && (this.deferred.has(runId) || this.deferred.size < MAX_DEFERRED)) {
-      const earlier = this.deferred.get(runId);
-      this.deferred.set(runId, earlier ? [...earlier, ...lifecycle] : lifecycle);
-      return;
-    }
-    const waiting = this.deferred.get(runId);
-    if (waiting) {
-      this.deferred.delete(runId);
-      // Only lines that come right before this step's: anything else is stale (the run moved on elsewhere).
-      const next = lifecycle[0]?.sequence;
-      if (waiting.length > 0 && (next === undefined || waiting[waiting.length - 1].sequence === next - 1)) lifecycle = [...waiting, ...lifecycle];
-      rewriteRunJson = true;
     }
     const lines = ctx.internal.write_events_jsonl ? lifecycle.map(({ data: _d, ...line }) => line) : [];
     const run = ctx.internal.write_run_json && rewriteRunJson ? ctx.run : null;

@@ -183,35 +183,6 @@ describe('a manual run, end to end', () => {
     expect((await a.get('/background/runs/bgrun_nope/workspace')).status).toBe(404);
   });
 
-  it("makes a queued run's folder only when it is picked up or cancelled, with its queued line first", async () => {
-    const t = await task({ query: 'CALL bg_slow {"ms": 20000}', overlap_policy: 'queue_next' });
-    const first = await run(t);
-    const second = await run(t);
-    await waitRun(a, first.run_id, (r) => r.status === 'running');
-    // Longer than the mirror's delay for a run that goes on (200 ms): a queued run still has no folder.
-    await new Promise((r) => setTimeout(r, 600));
-    expect((await a.get(`/background/runs/${second.run_id}`)).body.status).toBe('queued');
-    expect((await a.get(`/background/runs/${second.run_id}/workspace`)).body.files).toEqual([]);
-
-    expect((await a.post(`/background/runs/${second.run_id}/cancel`)).body).toEqual({ status: 'cancel_requested' });
-    const dir = join(server.dataDir, 'workspaces', second.workspace_path);
-    const lines = await eventually(() => {
-      try {
-        const l = readFileSync(join(dir, 'events.jsonl'), 'utf8').trim().split('\n');
-        return l.length === 2 ? l.map((x) => JSON.parse(x) as { sequence: number; event: string }) : null;
-      } catch {
-        return null;
-      }
-    });
-    expect(lines.map((l) => [l.sequence, l.event])).toEqual([
-      [1, 'background_run_queued'],
-      [2, 'background_run_cancelled'],
-    ]);
-    expect(JSON.parse(readFileSync(join(dir, 'run.json'), 'utf8'))).toMatchObject({ run_id: second.run_id, status: 'cancelled' });
-    await a.post(`/background/runs/${first.run_id}/cancel`);
-    await waitRun(a, first.run_id, undefined, 5000);
-  });
-
   it('writes no workspace files when the policy says so', async () => {
     const t = await task({ query: 'hi', workspace_policy: { write_events_jsonl: false, write_run_json: false } });
     const r = await run(t, { wait: true });
