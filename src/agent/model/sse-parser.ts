@@ -9,6 +9,11 @@
 const LF = 10;
 const CR = 13;
 const SPACE = 32;
+/**
+ * Most characters one event (its unfinished line plus its data so far) may hold: a server that never
+ * ends a line must not grow this process without bound. Far above any real completion chunk.
+ */
+export const MAX_SSE_EVENT_CHARS = 16 * 1024 * 1024;
 
 export class SseParser {
   /** An unfinished line carried over to the next chunk. */
@@ -50,6 +55,7 @@ export class SseParser {
       this.line(line);
     }
     if (start < n) this.partial += chunk.slice(start);
+    if (this.partial.length + this.data.length > MAX_SSE_EVENT_CHARS) throw new Error(`model stream event exceeds ${MAX_SSE_EVENT_CHARS} characters`);
   }
 
   private line(line: string): void {
@@ -68,6 +74,7 @@ export class SseParser {
     if (field !== 'data') return;
     const value = colon === -1 ? '' : line.slice(line.charCodeAt(colon + 1) === SPACE ? colon + 2 : colon + 1);
     this.data = this.dataLines === 0 ? value : `${this.data}\n${value}`;
+    if (this.data.length > MAX_SSE_EVENT_CHARS) throw new Error(`model stream event exceeds ${MAX_SSE_EVENT_CHARS} characters`);
     this.dataLines++;
   }
 }

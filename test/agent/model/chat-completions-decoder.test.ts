@@ -2,7 +2,7 @@
 // chat-completions-decoder.ts), fed bytes the way a socket hands them over: split anywhere.
 import { StringDecoder } from 'node:string_decoder';
 import { describe, expect, it } from 'vitest';
-import { SseParser } from '../../../src/agent/model/sse-parser.js';
+import { MAX_SSE_EVENT_CHARS, SseParser } from '../../../src/agent/model/sse-parser.js';
 import { ChatCompletionsDecoder, ChatStreamDataError, type ChatCompletionsResult } from '../../../src/agent/model/chat-completions-decoder.js';
 
 /** Feeds `bytes` in pieces of `size` bytes (1 = byte by byte) through a UTF-8 decoder into the parser. */
@@ -45,6 +45,22 @@ describe('SseParser', () => {
 
   it('reads data events, joins multi-line data, skips comments and other fields, split at every byte', () => {
     for (const size of [1, 2, 3, 7, 1000]) expect(sseEvents(wire, size)).toEqual(['{"a":1}', 'two\n lines', '[DONE]']);
+  });
+
+  it('refuses an event that grows past the bound, in one endless line or in many data lines', () => {
+    const endless = new SseParser(() => undefined);
+    const piece = 'x'.repeat(1 << 20);
+    expect(() => {
+      for (let i = 0; i <= MAX_SSE_EVENT_CHARS / piece.length; i++) endless.feed(i === 0 ? `data: ${piece}` : piece);
+    }).toThrow(/exceeds/);
+    const many = new SseParser(() => undefined);
+    expect(() => {
+      for (let i = 0; i <= MAX_SSE_EVENT_CHARS / piece.length; i++) many.feed(`data: ${piece}\n`);
+    }).toThrow(/exceeds/);
+    // Below the bound, a large event still arrives whole.
+    const out: string[] = [];
+    new SseParser((d) => out.push(d)).feed(`data: ${piece}\n\n`);
+    expect(out[0].length).toBe(piece.length);
   });
 
   it('takes CRLF and lone CR line ends, also with CR and LF in different chunks', () => {
