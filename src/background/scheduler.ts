@@ -109,7 +109,7 @@ export class TaskScheduler {
     const now = this.deps.clock.now();
     for (const { task_id } of this.heap.popDue(now)) {
       void this.taskJob(task_id, () => this.fire(task_id)).catch((err) => {
-        this.deps.log?.('error', 'background dispatch failed', { task_id, err: String(err) });
+        this.deps.logger.error({ task_id, err: String(err) }, 'background dispatch failed');
         // Popped but not advanced: try again after a poll interval instead of never.
         const task = this.tasks.get(task_id);
         if (task?.enabled && this.heap.get(task_id) === null) {
@@ -184,7 +184,7 @@ export class TaskScheduler {
       if (a.type === 'dispatch') out.push(a.params as DispatchParams);
       else if (a.type === 'drop') {
         const d = a.params as DropParams;
-        this.deps.log?.('info', 'background occurrence dropped', { task_id: d.task_id, occurrence_id: d.occurrence?.occurrence_id ?? null, reason: d.reason });
+        this.deps.logger.info({ task_id: d.task_id, occurrence_id: d.occurrence?.occurrence_id ?? null, reason: d.reason }, 'background occurrence dropped');
       }
     }
     return out;
@@ -264,12 +264,15 @@ export class TaskScheduler {
       misfireCursor: s.misfire_cursor,
     });
     if (res.missed) {
-      this.deps.log?.('info', 'background occurrences missed', {
-        task_id: task.task_id,
-        ...res.missed,
-        policy: task.schedule.misfire_policy,
-        truncated: res.truncated,
-      });
+      this.deps.logger.info(
+        {
+          task_id: task.task_id,
+          ...res.missed,
+          policy: task.schedule.misfire_policy,
+          truncated: res.truncated,
+        },
+        'background occurrences missed',
+      );
     }
     return res;
   }

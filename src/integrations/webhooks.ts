@@ -37,7 +37,7 @@ import {
   type SubValue,
 } from './webhook-events.js';
 import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
-import type { LogFn } from '../telemetry/logger.js';
+import { silentLogger, type AppLogger } from '../telemetry/logger.js';
 
 const CURSOR_ID = 'webhooks_cursor';
 /** Pending deliveries looked at per send round at most. */
@@ -52,7 +52,8 @@ export interface WebhooksOptions {
   bus: EventBus;
   registry: Registry;
   workerId: string;
-  log?: LogFn;
+  /** The process's logger; a delivery's lines go through a child bound to its delivery_id and run_id. */
+  logger?: AppLogger;
   /** Idle poll of the log and the outbox. Default 1 s (events wake it sooner). */
   pollMs?: number;
 }
@@ -76,9 +77,11 @@ export class Webhooks {
   private readonly delivered: Counter;
   private readonly attemptsTotal: Counter;
   private readonly seconds: Histogram;
+  private readonly log: AppLogger;
 
   constructor(private readonly o: WebhooksOptions) {
     this.w = o.config.webhooks;
+    this.log = o.logger ?? silentLogger;
     this.delivered = new Counter({
       name: 'agentd_webhook_deliveries_total',
       help: 'Webhook deliveries ended, by outcome (delivered, failed)',
@@ -192,7 +195,7 @@ export class Webhooks {
           await this.sendDue();
           await this.retention();
         } catch (err) {
-          if (!this.stopped) this.o.log?.('warn', 'webhook round failed', { err: String(err) });
+          if (!this.stopped) this.log.warn({ err: String(err) }, 'webhook round failed');
         }
       } while (this.again && !this.stopped);
     })().finally(() => {
@@ -323,7 +326,7 @@ export class Webhooks {
     for (const r of due) {
       this.inflight.add(r.id);
       void this.attempt(r)
-        .catch((err: unknown) => this.o.log?.('warn', 'webhook attempt failed', { err: String(err) }))
+        .catch((err: unknown) => this.log.warn({ err: String(err) }, 'webhook attempt failed'))
         .finally(() => {
           this.inflight.delete(r.id);
           this.dirty = true;
@@ -396,6 +399,7 @@ export class Webhooks {
     this.attemptsTotal.inc({ result });
     this.seconds.observe((endedMs - startedMs) / 1000);
     const v = claimed.value;
+    const log = this.log.child({ delivery_id: v.delivery_id, run_id: v.run_id });
     const history = [...v.history, { at: new Date(startedMs).toISOString(), status_code: statusCode, error, duration_ms: endedMs - startedMs }].slice(
       -MAX_HISTORY,
     );
@@ -414,12 +418,11 @@ export class Webhooks {
     try {
       await repos(this.o.store).webhookDeliveries.update(v.delivery_id, next, claimed.version, { status, run_id: v.run_id });
     } catch (err) {
-      if (!this.stopped) this.o.log?.('warn', 'webhook delivery result not saved', { delivery_id: v.delivery_id, err: String(err) });
+      if (!this.stopped) log.warn({ err: String(err) }, 'webhook delivery result not saved');
       return;
     }
     if (status !== 'pending') this.delivered.inc({ outcome: status });
-    if (status === 'failed')
-      this.o.log?.('warn', 'webhook delivery failed for good', { delivery_id: v.delivery_id, url: v.url, attempts: v.attempts, last_error: error });
+    if (status === 'failed') log.warn({ url: v.url, attempts: v.attempts, last_error: error }, 'webhook delivery failed for good');
   }
 
   private targetOf(v: DeliveryValue): { url: string; secret: string } | null {

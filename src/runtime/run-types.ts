@@ -16,6 +16,7 @@ import type { Metrics } from './metrics.js';
 import type { Subagents } from './subagents.js';
 import type { ActorSystem } from './system.js';
 import type { RunRecord, RunRecordStatus } from './run-record.js';
+import type { AppLogger } from '../telemetry/logger.js';
 
 export interface RunSettings {
   agent_name: string;
@@ -64,7 +65,8 @@ export interface RunServiceDeps {
   subagents?: Subagents;
   /** Registered agents by id (src/runtime/agent-registry.ts); without it every run is the served agent's. */
   agents?: AgentSource;
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  /** The process's logger; a live run logs through its host's child (`RunHost.log`, bound to run_id). */
+  logger: AppLogger;
 }
 
 export interface StartOptions {

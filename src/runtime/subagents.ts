@@ -17,6 +17,7 @@ import type { EventRecordInput } from '../telemetry/record.js';
 import type { ActorSystem } from './system.js';
 import { settleHold } from './budget-settle.js';
 import type { Metrics } from './metrics.js';
+import type { AppLogger } from '../telemetry/logger.js';
 
 export interface SubagentSpec {
   name: string;
@@ -42,7 +43,7 @@ export interface SubagentDeps {
   max_output_tokens: number;
   /** Where a failed settle of a delegation's hold is logged and counted (src/runtime/budget-settle.ts). */
   metrics?: Metrics;
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  logger?: AppLogger;
 }
 
 export interface DelegationParent {
