@@ -9,7 +9,7 @@ import type { Store } from './store/store.js';
 import { Runtime, type RuntimeOptions } from './runtime/runtime.js';
 import { readVersion } from './version.js';
 import { createLogger, loggerSettings, type Logger } from './telemetry/logger.js';
-import { bindSwallowedErrorLog } from './telemetry/swallowed.js';
+import { bindSwallowedErrorLog, reportSwallowed } from './telemetry/swallowed.js';
 import { redactorForConfig } from './telemetry/secrets.js';
 
 export interface Server {
@@ -42,8 +42,9 @@ export async function startServer(
           poolSize: config.store.pool_size,
           statementTimeoutMs: config.store.statement_timeout_ms,
           log: (level, msg) => logger[level](msg),
+          onSwallowed: reportSwallowed,
         })
-      : await openStore({ kind: 'level', path: config.store.path, sync: config.store.sync });
+      : await openStore({ kind: 'level', path: config.store.path, sync: config.store.sync, onSwallowed: reportSwallowed });
   const runtime = await Runtime.create(config, store, { ...opts, logger });
   const app = await buildApp({
     config,

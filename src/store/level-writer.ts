@@ -29,6 +29,7 @@ import {
   encodeCursor,
   type CommitOps,
   type EventInput,
+  type OnSwallowed,
   type RecordIndexes,
   type RecordKind,
   type StoredEvent,
@@ -82,6 +83,8 @@ export interface LevelWriterOptions {
   /** Last record seq / event cursor ever assigned, as read at open (m\0seq, m\0cursor). */
   lastSeq: number;
   lastCursor: number;
+  /** A failed prefetch (the write reads the keys itself then): see OnSwallowed. */
+  onSwallowed?: OnSwallowed;
 }
 
 export class LevelWriter {
@@ -155,7 +158,7 @@ export class LevelWriter {
     }
     if (keys.length === 0) return;
     const at = this.writesDone;
-    const texts = read(keys).catch(() => null);
+    const texts = read(keys).catch((err: unknown) => (this.opts.onSwallowed?.('store.level.prefetch', err), null));
     keys.forEach((k, i) => this.prefetched.set(k, { at, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
   }
 
