@@ -10,7 +10,7 @@ import type { CompiledGuardrails } from '../agent/guardrails.js';
 import type { RegisteredTool } from '../agent/tools/types.js';
 import type { Clock } from '../clock.js';
 import type { Store } from '../store/store.js';
-import type { AgentSource } from './agent-profile.js';
+import type { AgentSource, AgentToolSource } from './agent-profile.js';
 import type { TelemetryEmitter } from './emitter.js';
 import type { Metrics } from './metrics.js';
 import type { Subagents } from './subagents.js';
@@ -43,12 +43,6 @@ export interface RunSettings {
 /** Session concurrency policy (issue 14 item 3; docs/runs.md "Busy sessions"). */
 export type SessionPolicy = 'enqueue' | 'reject' | 'interrupt' | 'rollback';
 
-export interface ToolSource {
-  list(): RegisteredTool[];
-  get(name: string): RegisteredTool | undefined;
-  validate(name: string, args: unknown): { ok: true; args: Record<string, unknown> } | { ok: false; message: string };
-}
-
 export interface RunServiceDeps {
   store: Store;
   system: ActorSystem;
@@ -56,7 +50,7 @@ export interface RunServiceDeps {
   telemetry: TelemetryEmitter;
   metrics: Metrics;
   model: ModelProvider;
-  tools: ToolSource;
+  tools: AgentToolSource;
   ledger: BudgetLedger;
   guardrails: CompiledGuardrails;
   settings: RunSettings;
