@@ -4,12 +4,10 @@
 // LevelDB round-trip; prefetches read ahead what a coming write will need.
 import {
   COUNT_KEY_START,
-  EVENT_PREFIX,
   META_CURSOR,
   META_SEQ,
   RECORD_KEY_START,
   cleanIndexes,
-  eventIndexPrefix,
   indexCountKey,
   indexPrefix,
   kindCountKey,
@@ -21,9 +19,8 @@ import {
   type Db,
   type Row,
 } from './level-keys.js';
-import { storedEventText } from './event-text.js';
+import { newRoundPostings, stageEvents, stagePostings } from './level-events.js';
 import {
-  EVENT_INDEX_FIELDS,
   StoreError,
   assertOpApplies,
   encodeCursor,
@@ -35,19 +32,6 @@ import {
   type Versioned,
   type WriteOp,
 } from './store.js';
-
-/**
- * The stored JSON text of an event: the caller's object serialised once, with `"cursor"` spliced in
- * as the last key, which is exactly JSON.stringify({...e, cursor}) without copying the object
- * first. Objects with their own `cursor` or `toJSON` take the slow, obviously equal path.
- */
-const eventText = (e: EventInput, cursor: string): string => {
-  if (!Object.prototype.hasOwnProperty.call(e, 'cursor') && typeof (e as { toJSON?: unknown }).toJSON !== 'function') {
-    const t = JSON.stringify(e);
-    if (t.length > 2 && t.charCodeAt(0) === 123 && t.charCodeAt(t.length - 1) === 125) return `${t.slice(0, -1)},"cursor":"${cursor}"}`;
-  }
-  return JSON.stringify({ ...e, cursor });
-};
 
 export interface RecordJob {
   type: 'records';
@@ -315,7 +299,7 @@ export class LevelWriter {
       const dirtyCounters = new Set<string>();
       const seqBefore = this.lastSeq;
       const cursorBefore = this.lastCursor;
-      const postings = new Map<string, string[]>(); // event index prefix -> this round's cursors
+      const postings = newRoundPostings(); // one posting per indexed value per round
       for (const job of jobs) {
         if (job.type === 'barrier') {
           const last = this.lastCursor;
@@ -324,32 +308,8 @@ export class LevelWriter {
         }
         if (job.type === 'events') {
           try {
-            // Serialise every event first (the only step that can fail), then stage. Index
-            // entries are collected per value over the whole round: one posting per value.
-            const first = this.lastCursor + 1;
-            const n = job.events.length;
-            const cursors: string[] = new Array(n);
-            const texts: string[] = new Array(n);
-            for (let i = 0; i < n; i++) texts[i] = eventText(job.events[i], (cursors[i] = encodeCursor(first + i)));
-            const stored: StoredEvent[] = new Array(n);
-            for (let i = 0; i < n; i++) {
-              const e = job.events[i];
-              const c = cursors[i];
-              batch.push({ type: 'put', key: EVENT_PREFIX + c, value: texts[i] });
-              const s = Object.assign({}, e) as StoredEvent;
-              s.cursor = c;
-              stored[i] = s;
-              storedEventText.set(s, texts[i]);
-              for (const field of EVENT_INDEX_FIELDS) {
-                const v = e[field];
-                if (typeof v !== 'string') continue;
-                const prefix = eventIndexPrefix(field, v);
-                const list = postings.get(prefix);
-                if (list) list.push(c);
-                else postings.set(prefix, [c]);
-              }
-            }
-            this.lastCursor += n;
+            const stored = stageEvents(job.events, this.lastCursor + 1, batch, postings);
+            this.lastCursor += stored.length;
             settle.push(() => job.resolve(stored));
           } catch (e) {
             settle.push(() => job.reject(e)); // e.g. a value JSON cannot encode
@@ -379,9 +339,7 @@ export class LevelWriter {
         batch.push(v > 0 ? { type: 'put', key: k, value: String(v) } : { type: 'del', key: k });
       }
       if (this.lastSeq !== seqBefore) batch.push({ type: 'put', key: META_SEQ, value: String(this.lastSeq) });
-      for (const [prefix, cs] of postings) {
-        batch.push({ type: 'put', key: prefix + cs[cs.length - 1], value: cs.length === 1 ? '' : cs.join('') });
-      }
+      stagePostings(postings, batch);
       if (this.lastCursor !== cursorBefore) batch.push({ type: 'put', key: META_CURSOR, value: String(this.lastCursor) });
 
       // 3. One atomic batch; only then does anybody hear back.
