@@ -100,6 +100,8 @@ export class LevelWriter {
   private readonly rowCache = new Map<string, string | null>();
   /** Rounds whose batch was written: a prefetch is valid only while this has not moved. */
   private writesDone = 0;
+  /** Group-commit rounds written with fsync (diagnostics: LevelStore.stats). */
+  syncedRounds = 0;
   private readonly prefetched = new Map<string, { at: number; text: Promise<{ value: string | undefined } | null> }>();
   private readonly counterCache = new Map<string, number>();
 
@@ -388,6 +390,7 @@ export class LevelWriter {
       if (batch.length) {
         await writeBatch(db, batch, this.opts.sync);
         this.writesDone++;
+        if (this.opts.sync) this.syncedRounds++;
       }
       this.dropStalePrefetches();
       // On disk now: the caches may learn it.

@@ -91,6 +91,8 @@ export class LevelStore implements Store {
   private inflight = 0;
   private drained: (() => void) | null = null;
   private retention: Promise<unknown> = Promise.resolve();
+  /** fsync'd group-commit rounds of the writers of earlier opens (see stats). */
+  private closedRounds = 0;
   /** Cursor of the newest event retention deleted (this process): the next pass starts after it. */
   private retainedFrom: string | null = null;
 
@@ -167,12 +169,18 @@ export class LevelStore implements Store {
     if (this.inflight > 0) await new Promise<void>((resolve) => (this.drained = resolve));
     const db = this.db;
     this.db = null;
+    this.closedRounds += this.writer?.syncedRounds ?? 0;
     this.writer = null;
     try {
       await db?.close();
     } finally {
       this.state = 'closed';
     }
+  }
+
+  /** Diagnostics: group-commit rounds written with fsync since this store object was made (the bench's profile counts them per run). */
+  get stats(): { groupCommitRounds: number } {
+    return { groupCommitRounds: this.closedRounds + (this.writer?.syncedRounds ?? 0) };
   }
 
   isOpen(): boolean {

@@ -127,6 +127,29 @@ describe('LevelStore on disk', () => {
     expect((await s.getRecord('runs', 'p4'))?.value).toEqual({ n: 4 });
   });
 
+  it("counts the fsync'd group-commit rounds it wrote (stats), across a reopen; none without sync", async () => {
+    const dir = await fresh();
+    const a = await opened(dir);
+    expect(a.stats.groupCommitRounds).toBe(0);
+    // Two writes issued in the same turn share one round; an append after it is a second round.
+    await Promise.all([a.createRecord('runs', 'r1', { n: 1 }), a.createRecord('runs', 'r2', { n: 2 })]);
+    expect(a.stats.groupCommitRounds).toBe(1);
+    await a.appendEvents([{ event_id: 'e1', event_type: 'x', timestamp: '2026-01-01T00:00:00Z' }]);
+    expect(a.stats.groupCommitRounds).toBe(2);
+    await a.getRecord('runs', 'r1'); // a read is no round
+    await a.close();
+    expect(a.stats.groupCommitRounds).toBe(2);
+    await a.open();
+    await a.createRecord('runs', 'r3', { n: 3 });
+    expect(a.stats.groupCommitRounds).toBe(3);
+    await a.close();
+    const unsynced = new LevelStore({ path: dir, sync: false });
+    stores.push(unsynced);
+    await unsynced.open();
+    await unsynced.createRecord('runs', 'r4', { n: 4 });
+    expect(unsynced.stats.groupCommitRounds).toBe(0);
+  });
+
   it('refuses a second store on the same directory with locked', async () => {
     const dir = await fresh();
     const a = await opened(dir);
