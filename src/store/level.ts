@@ -40,6 +40,7 @@ import {
   decodeCursor,
   encodeCursor,
   type CommitOps,
+  type CommitOptions,
   type EventInput,
   type EventPage,
   type EventQuery,
@@ -253,10 +254,11 @@ export class LevelStore implements Store {
     await this.commit([{ op: 'delete', kind, id, expectedVersion }]);
   }
 
-  commit(ops: CommitOps): Promise<Array<Versioned<unknown> | null>> {
+  commit(ops: CommitOps, opts?: CommitOptions): Promise<Array<Versioned<unknown> | null>> {
     return this.run(async () => {
       if (Array.isArray(ops) && ops.length === 0) return [];
-      return new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => this.writer!.enqueue({ type: 'records', ops, resolve, reject }));
+      const durable = opts?.durable !== false;
+      return new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => this.writer!.enqueue({ type: 'records', ops, durable, resolve, reject }));
     });
   }
 

@@ -51,6 +51,7 @@ import {
   decodeCursor,
   encodeCursor,
   type CommitOps,
+  type CommitOptions,
   type EventInput,
   type EventPage,
   type EventQuery,
@@ -435,7 +436,8 @@ export class PostgresStore implements Store {
     });
   }
 
-  commit(input: CommitOps): Promise<Array<Versioned<unknown> | null>> {
+  // opts.durable is not used: every transaction commits durably (synchronous_commit as configured).
+  commit(input: CommitOps, _opts?: CommitOptions): Promise<Array<Versioned<unknown> | null>> {
     return this.run(() => this.writer.commit(input));
   }
 
