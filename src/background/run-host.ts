@@ -333,10 +333,7 @@ export class RunHosts {
     }
     let written: Versioned<unknown> | null;
     try {
-      // A claim (queued -> held, nothing acknowledged to anyone yet) need not be flushed to disk on
-      // its own: lost on power failure, the run is queued again (docs/background.md, Durability).
-      const durable = !(prev.run.status === 'queued' && HELD.has(status));
-      const commit = this.deps.store.commit(ops, { durable });
+      const commit = this.deps.store.commit(ops);
       // Last events of other runs waiting for a write go into this one's store round.
       this.hooks.outbox.releaseJoining();
       [written] = await commit;

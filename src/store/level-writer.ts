@@ -53,8 +53,6 @@ export interface RecordJob {
   type: 'records';
   /** A function is called when the round takes the job (Store.commit). */
   ops: CommitOps;
-  /** false: the round may skip its fsync if no other job in it needs one (Store.commit opts). */
-  durable: boolean;
   resolve(v: Array<Versioned<unknown> | null>): void;
   reject(e: unknown): void;
 }
@@ -442,13 +440,9 @@ export class LevelWriter {
 
       // 3. One atomic batch; only then does anybody hear back.
       if (batch.length) {
-        // fsync unless every job of the round may be lost on power failure (Store.commit
-        // durable: false); LevelDB's log is one file appended in order, so the next synced round
-        // makes these records durable too.
-        const sync = this.opts.sync && jobs.some((j) => j.type === 'events' || (j.type === 'records' && j.durable));
-        await writeBatch(db, batch, sync);
+        await writeBatch(db, batch, this.opts.sync);
         this.writesDone++;
-        if (sync) this.syncedRounds++;
+        if (this.opts.sync) this.syncedRounds++;
       }
       this.dropStalePrefetches(batch);
       // On disk now: the caches may learn it.

@@ -40,7 +40,6 @@ import {
   decodeCursor,
   encodeCursor,
   type CommitOps,
-  type CommitOptions,
   type EventInput,
   type EventPage,
   type EventQuery,
@@ -254,11 +253,10 @@ export class LevelStore implements Store {
     await this.commit([{ op: 'delete', kind, id, expectedVersion }]);
   }
 
-  commit(ops: CommitOps, opts?: CommitOptions): Promise<Array<Versioned<unknown> | null>> {
+  commit(ops: CommitOps): Promise<Array<Versioned<unknown> | null>> {
     return this.run(async () => {
       if (Array.isArray(ops) && ops.length === 0) return [];
-      const durable = opts?.durable !== false;
-      return new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => this.writer!.enqueue({ type: 'records', ops, durable, resolve, reject }));
+      return new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => this.writer!.enqueue({ type: 'records', ops, resolve, reject }));
     });
   }
 

@@ -9,7 +9,6 @@ import {
   decodeCursor,
   encodeCursor,
   type CommitOps,
-  type CommitOptions,
   type EventIndexField,
   type EventInput,
   type EventPage,
@@ -137,8 +136,7 @@ export class MemoryStore implements Store {
     await this.commit([{ op: 'delete', kind, id, expectedVersion }]);
   }
 
-  // opts.durable: nothing is on disk here either way.
-  async commit(input: CommitOps, _opts?: CommitOptions): Promise<Array<Versioned<unknown> | null>> {
+  async commit(input: CommitOps): Promise<Array<Versioned<unknown> | null>> {
     this.check();
     const ops = typeof input === 'function' ? input() : input;
     // Stage every op against an overlay first; the real maps change only when all checks passed.

@@ -51,7 +51,6 @@ import {
   decodeCursor,
   encodeCursor,
   type CommitOps,
-  type CommitOptions,
   type EventInput,
   type EventPage,
   type EventQuery,
@@ -436,8 +435,7 @@ export class PostgresStore implements Store {
     });
   }
 
-  // opts.durable is not used: every transaction commits durably (synchronous_commit as configured).
-  commit(input: CommitOps, _opts?: CommitOptions): Promise<Array<Versioned<unknown> | null>> {
+  commit(input: CommitOps): Promise<Array<Versioned<unknown> | null>> {
     return this.run(() => this.writer.commit(input));
   }
 

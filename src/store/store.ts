@@ -64,12 +64,6 @@ export interface Page<T> {
 }
 
 /** What `commit` takes: the ops, or a function giving them when the store takes the write. */
-/** Store.commit options. */
-export interface CommitOptions {
-  /** Default true. false: a power failure may lose this write (see Store.commit). */
-  durable?: boolean;
-}
-
 export type CommitOps = WriteOp[] | (() => WriteOp[]);
 
 /** One operation of an atomic `commit`. */
@@ -245,15 +239,8 @@ export interface Store {
    * and writes what it returns; if it throws, this commit fails with that error. Commits are
    * taken in call order. A caller can so keep folding later changes into a write that has not
    * started yet (RecordWriter merges an actor's transitions this way).
-   *
-   * `opts.durable: false`: the caller can lose this write on power failure (not on a process
-   * crash) without harm, as long as every durable write issued after it is kept (a background
-   * run's claim: lost, the run is simply queued again). An adapter may then skip its own flush to
-   * disk when the write is covered by a later flushed one (LevelStore: a group-commit round of
-   * such writes only is written without fsync; its log records are fsync'd with the next synced
-   * round). It resolves as usual once the write is applied and visible; the default is durable.
    */
-  commit(ops: CommitOps, opts?: CommitOptions): Promise<Array<Versioned<unknown> | null>>;
+  commit(ops: CommitOps): Promise<Array<Versioned<unknown> | null>>;
   /**
    * Optional hint: these records are about to be written, with these index values. An adapter
    * may read what that write will need now, off the caller's path (LevelStore does). Never

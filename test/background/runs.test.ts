@@ -136,33 +136,6 @@ describe('a manual run, end to end', () => {
     expect(trace.body.trace.events.map((e: any) => e.event_type)).toEqual(ev.map((e) => e.event));
   });
 
-  it('writes its claim as a commit that need not be durable, and its creation and end as durable ones', async () => {
-    const store = server.store;
-    const commit = store.commit.bind(store);
-    const seen: Array<{ statuses: string[]; durable: boolean }> = [];
-    const t = await task({ query: 'just answer' });
-    store.commit = (ops, opts) => {
-      const list = typeof ops === 'function' ? null : ops;
-      const values = (list ?? []).flatMap((op) =>
-        op.kind === 'bg_runs' && op.op !== 'delete' ? [op.value as { run: { task_id: string; status: string } }] : [],
-      );
-      const ofTask = values.filter((v) => v.run.task_id === t);
-      if (ofTask.length) seen.push({ statuses: ofTask.map((v) => v.run.status), durable: opts?.durable !== false });
-      return commit(ops, opts);
-    };
-    try {
-      const r = await run(t, { wait: true });
-      expect(r.status).toBe('completed');
-    } finally {
-      store.commit = commit;
-    }
-    expect(seen).toEqual([
-      { statuses: ['queued'], durable: true },
-      { statuses: ['running'], durable: false },
-      { statuses: ['completed'], durable: true },
-    ]);
-  });
-
   it('creates a run without reading its new row or its trace counters from the disk (ids made up here are known absent)', async () => {
     const db = (server.store as unknown as { db?: { getMany(keys: string[], o?: unknown): Promise<unknown>; get(key: string): Promise<unknown> } }).db;
     if (!db) return; // the embedded store only (AGENTD_TEST_STORE=postgres has no LevelDB)

@@ -143,17 +143,6 @@ describe('LevelStore on disk', () => {
     await a.createRecord('runs', 'r3', { n: 3 });
     expect(a.stats.groupCommitRounds).toBe(3);
     await a.close();
-    // A commit that need not be durable is no fsync'd round alone; with a durable job it shares one.
-    await a.open();
-    await a.commit([{ op: 'create', kind: 'runs', id: 'nd1', value: 1 }], { durable: false });
-    expect(a.stats.groupCommitRounds).toBe(3);
-    await Promise.all([
-      a.commit([{ op: 'create', kind: 'runs', id: 'nd2', value: 2 }], { durable: false }),
-      a.appendEvents([{ event_id: 'e2', event_type: 'x', timestamp: '2026-01-01T00:00:00Z' }]),
-    ]);
-    expect(a.stats.groupCommitRounds).toBe(4);
-    expect((await a.getRecord('runs', 'nd1'))?.value).toBe(1);
-    await a.close();
     const unsynced = new LevelStore({ path: dir, sync: false });
     stores.push(unsynced);
     await unsynced.open();

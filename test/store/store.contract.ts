@@ -296,20 +296,6 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
         expect(await store.commit([])).toEqual([]);
       });
 
-      it('takes a commit that need not be durable like any other: same results, checks and visibility', async () => {
-        const [a] = await store.commit([{ op: 'create', kind: 'bg_runs', id: 'nd', value: { n: 1 }, indexes: { status: 'queued' } }], { durable: false });
-        expect(a).toMatchObject({ id: 'nd', version: 1 });
-        const [b] = await store.commit([{ op: 'update', kind: 'bg_runs', id: 'nd', value: { n: 2 }, expectedVersion: 1, indexes: { status: 'running' } }], {
-          durable: false,
-        });
-        expect(b).toMatchObject({ version: 2, value: { n: 2 } });
-        await expect(
-          store.commit([{ op: 'update', kind: 'bg_runs', id: 'nd', value: { n: 3 }, expectedVersion: 1 }], { durable: false }),
-        ).rejects.toMatchObject({ code: 'stale_version' });
-        expect((await store.getRecord('bg_runs', 'nd'))?.value).toEqual({ n: 2 });
-        expect(await store.countRecords('bg_runs', { name: 'status', value: 'running' })).toBe(1);
-      });
-
       it.each([
         ['stale_version', { op: 'update', kind: 'budget_ledger', id: 'k1', value: 'X', expectedVersion: 9 }],
         ['not_found', { op: 'update', kind: 'budget_ledger', id: 'nope', value: 'X', expectedVersion: 1 }],
