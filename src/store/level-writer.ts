@@ -57,6 +57,17 @@ export interface BarrierJob {
 }
 export type Job = RecordJob | EventJob | BarrierJob;
 
+/** A prefetch not used within this many written rounds is dropped (its write never came). */
+const PREFETCH_MAX_ROUNDS = 64;
+
+interface Prefetch {
+  /** `writesDone` when it was issued (its age). */
+  at: number;
+  /** A batch writing its key landed since it was issued: what it read may be old. */
+  stale: boolean;
+  text: Promise<{ value: string | undefined } | null>;
+}
+
 /** Soft cap on batch operations per group-commit round (a single job is never split). */
 const ROUND_OPS = 20_000;
 
@@ -82,9 +93,17 @@ export class LevelWriter {
    * A writer lives from open to close: another process may write the directory in between.
    */
   private readonly rowCache = new Map<string, string | null>();
-  /** Rounds whose batch was written: a prefetch is valid only while this has not moved. */
+  /** Rounds whose batch was written (the cache epoch: see learnRow / learnCounter). */
   private writesDone = 0;
-  private readonly prefetched = new Map<string, { at: number; text: Promise<{ value: string | undefined } | null> }>();
+  /** Group-commit rounds written with fsync (diagnostics: LevelStore.stats). */
+  syncedRounds = 0;
+  /**
+   * Reads issued ahead of a write (prefetch). One is valid until a batch that writes its key is
+   * written (`stale`): a batch that landed before the read was issued is in what it read; one in
+   * flight when it was issued, or later, marks it stale when it lands. Unrelated writes (with 32
+   * enqueue requests in flight there is always one) leave it valid.
+   */
+  private readonly prefetched = new Map<string, Prefetch>();
   private readonly counterCache = new Map<string, number>();
 
   constructor(
@@ -93,6 +112,29 @@ export class LevelWriter {
   ) {
     this.lastSeq = opts.lastSeq;
     this.lastCursor = opts.lastCursor;
+  }
+
+  /** Changes whenever a round's batch is written: a read that began and ended in one epoch saw what the caches may hold. */
+  get epoch(): number {
+    return this.writesDone;
+  }
+
+  /** A counter's stored value as the cache knows it, undefined when not cached. */
+  cachedCounter(key: string): number | undefined {
+    return this.counterCache.get(key);
+  }
+
+  /**
+   * A counter read from the disk outside the queue (countRecords): cached only if no batch was
+   * written since the read was issued (`epoch` then), so the cache still holds exactly the disk.
+   */
+  learnCounter(key: string, value: number, epoch: number): void {
+    if (epoch === this.writesDone && !this.counterCache.has(key)) this.counterCache.set(key, value);
+  }
+
+  /** A row read from the disk outside the queue (getRecord): cached only under the same rule as learnCounter. */
+  learnRow(key: string, text: string | null, epoch: number): void {
+    if (epoch === this.writesDone && !this.rowCache.has(key)) this.cacheRow(key, text);
   }
 
   /** The row's stored text as the cache knows it (null: known absent), undefined when not cached. */
@@ -105,8 +147,8 @@ export class LevelWriter {
    * their rows and the counters of those index values are read now, while the caller is still
    * busy, so the round that writes them need not wait for a disk read first (a new run's round
    * otherwise starts with one: its rows and its session's counters are in no cache). A read is
-   * used only if no write landed after it was issued (`writesDone` unchanged), so it is exactly
-   * what the disk holds; otherwise the round reads again.
+   * used only if no batch writing its key landed after it was issued, so it is exactly what the
+   * disk holds; otherwise the round reads again.
    */
   prefetch(
     records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes; fresh?: string[] }>,
@@ -140,7 +182,7 @@ export class LevelWriter {
     if (keys.length === 0) return;
     const at = this.writesDone;
     const texts = read(keys).catch(() => null);
-    keys.forEach((k, i) => this.prefetched.set(k, { at, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
+    keys.forEach((k, i) => this.prefetched.set(k, { at, stale: false, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
   }
 
   /** `keys` from valid prefetches where there are some, the rest from the disk, in order. */
@@ -151,10 +193,10 @@ export class LevelWriter {
     keys.forEach((k, i) => {
       const p = this.prefetched.get(k);
       this.prefetched.delete(k);
-      if (!p || p.at !== this.writesDone) return void rest.push(i);
+      if (!p || p.stale) return void rest.push(i);
       early.push(
         p.text.then((t) => {
-          if (t && p.at === this.writesDone) out[i] = t.value;
+          if (t && !p.stale) out[i] = t.value;
           else rest.push(i); // the read failed, or a write landed while we waited
         }),
       );
@@ -167,8 +209,20 @@ export class LevelWriter {
     return out;
   }
 
-  private dropStalePrefetches(): void {
-    for (const [k, p] of this.prefetched) if (p.at !== this.writesDone) this.prefetched.delete(k);
+  /** After a batch landed: prefetches of its keys are stale; and one never used is dropped after a while. */
+  private dropStalePrefetches(batch: BatchOp[]): void {
+    if (this.prefetched.size === 0) return;
+    for (const op of batch) {
+      const p = this.prefetched.get(op.key);
+      if (!p) continue;
+      p.stale = true;
+      this.prefetched.delete(op.key);
+    }
+    for (const [k, p] of this.prefetched) {
+      if (this.writesDone - p.at <= PREFETCH_MAX_ROUNDS) break; // oldest first
+      p.stale = true;
+      this.prefetched.delete(k);
+    }
   }
 
   // ---------------------------------------------------------------- write queue
@@ -346,8 +400,9 @@ export class LevelWriter {
       if (batch.length) {
         await writeBatch(db, batch, this.opts.sync);
         this.writesDone++;
+        if (this.opts.sync) this.syncedRounds++;
       }
-      this.dropStalePrefetches();
+      this.dropStalePrefetches(batch);
       // On disk now: the caches may learn it.
       for (const op of batch) {
         if (op.key.startsWith(RECORD_KEY_START)) this.cacheRow(op.key, op.type === 'put' ? op.value : null);
