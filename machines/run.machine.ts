@@ -7,7 +7,7 @@
 // promise effect that was active when the snapshot was saved runs again on restore (xstate
 // fact 3): the effects are written to be safe under that (tool calls are fenced by their saved
 // state, budget holds are keyed by step and attempt).
-import { assign, fromPromise, setup } from 'xstate';
+import { and, assign, fromPromise, not, setup } from 'xstate';
 import type { ChatMessage, ModelCallResult, ToolCallRequest } from './model-types.js';
 
 // v2 (issue 14): states `boundary`, `concluding` and `interrupted`, event RESUME, context
@@ -290,6 +290,19 @@ export const runMachine = setup({
     },
     needsApproval: ({ event }) => (event as unknown as { output: { approvals: ApprovalState[] } }).output.approvals.some((a) => a.status === 'pending'),
     isModelPhase: ({ context }) => context.budget_phase === 'model',
+    /**
+     * Whether the run's inbox may hold something it has not taken. Here always true (every
+     * boundary reads); the runtime provides the real answer (src/runtime/run-inbox.ts mayHold),
+     * which only it can know: false lets a boundary skip its read, the same as a read that found
+     * nothing.
+     */
+    inboxMaybe: () => true,
+    /**
+     * Whether any budget is configured, so a step reserves before its model call or tool batch.
+     * Here always true; the runtime provides the ledger's answer (src/agent/budget-ledger.ts
+     * isBudgeted): false skips `budgeting`, whose reservation would hold nothing and pass.
+     */
+    budgeted: () => true,
     interruptRequested: ({ context, event }) => {
       const id = (event as unknown as { output: InboxRead }).output.interrupt_id;
       return id !== null && id !== (context.interrupt_handled ?? null);
@@ -335,8 +348,17 @@ export const runMachine = setup({
         onError: { target: 'failed', actions: 'recordInternalError' },
       },
     },
+    // An inbox the runtime knows is empty (`inboxMaybe` false) needs no read at the boundary: the
+    // step begins at once, as after a read that found nothing (no effect, no extra transition);
+    // with no budget configured (`budgeted` false) it needs no reservation either.
     stepping: {
       always: [
+        {
+          guard: and(['stepsLeft', not('inboxMaybe'), not('budgeted')]),
+          target: 'calling',
+          actions: ['beginStep', { type: 'notify', params: { kind: 'step' } }],
+        },
+        { guard: and(['stepsLeft', not('inboxMaybe')]), target: 'budgeting', actions: ['beginStep', { type: 'notify', params: { kind: 'step' } }] },
         { guard: 'stepsLeft', target: 'boundary' },
         { target: 'failed', actions: 'recordMaxSteps' },
       ],
@@ -352,6 +374,11 @@ export const runMachine = setup({
             guard: 'interruptRequested',
             target: 'interrupted',
             actions: ['takeSteers', 'markInterruptHandled'],
+          },
+          {
+            guard: not('budgeted'),
+            target: 'calling',
+            actions: ['takeSteers', 'beginStep', { type: 'notify', params: { kind: 'step' } }],
           },
           {
             target: 'budgeting',
@@ -394,6 +421,8 @@ export const runMachine = setup({
         input: ({ context }) => ({ run_id: context.run_id }),
         onDone: [
           { guard: 'hasToolCalls', target: 'governing', actions: 'recordToolCalls' },
+          // Nothing can have been steered in: the answer is final (what `concluding` decides after a read).
+          { guard: not('inboxMaybe'), target: 'completed', actions: 'recordAnswer' },
           { target: 'concluding', actions: 'recordAnswer' },
         ],
         onError: { target: 'failed', actions: 'recordModelError' },
@@ -415,6 +444,7 @@ export const runMachine = setup({
         input: ({ context }) => ({ run_id: context.run_id }),
         onDone: [
           { guard: 'needsApproval', target: 'awaitingApproval', actions: 'recordGovernance' },
+          { guard: not('budgeted'), target: 'executing', actions: ['recordGovernance', 'enterToolPhase'] },
           { target: 'budgeting', actions: ['recordGovernance', 'enterToolPhase'] },
         ],
         onError: { target: 'failed', actions: 'recordInternalError' },

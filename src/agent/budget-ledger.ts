@@ -249,6 +249,11 @@ export class BudgetLedger {
    */
   private readonly budgeted: boolean;
 
+  /** True when some budget is configured (fixed for the process): runs reserve before each call. */
+  get isBudgeted(): boolean {
+    return this.budgeted;
+  }
+
   /** The budgets covering a run right now (or at `nowMs`). */
   covering(subject: Omit<BudgetSubject, 'nowMs'> & { nowMs?: number }): CoveringBudget[] {
     return coveringBudgets(this.config, { ...subject, nowMs: subject.nowMs ?? this.clock.now() });

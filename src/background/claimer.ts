@@ -131,7 +131,8 @@ export class Claimer {
     scan: do {
       // Rows are parsed whole, so a pass with few free workers reads a small page first.
       const free = concurrency - this.host.heldCount();
-      const limit = Math.min(100, Math.max(16, free * 4));
+      // (At concurrency 1 a page of 16 cost 16 row parses per claim; most were never looked at.)
+      const limit = Math.min(100, Math.max(4, free * 2));
       for (const item of await pass.claimQueued(limit)) {
         const { run, internal } = item.value;
         if (this.host.handles.has(run.run_id)) continue;

@@ -292,6 +292,7 @@ export class RunEngine {
       lifecycleOf: (ctx, e, sequence, at) => this.outbox.lifecycleOf(ctx, e, sequence, at),
       traceValue: (ctx, status) => this.hosts.traceValue(ctx, status),
       repos: repos(this.deps.store),
+      prefetch: this.deps.store.prefetch?.bind(this.deps.store),
     });
   }
 

@@ -12,7 +12,7 @@ import { transition } from 'xstate';
 import { maxAttempts } from '../../machines/policies/retry.js';
 import { newId } from '../ids.js';
 import type { BackgroundRun } from '../schemas/background.js';
-import type { WriteOp } from '../store/store.js';
+import type { RecordIndexes, Store, WriteOp } from '../store/store.js';
 import type { Repos } from '../store/repos/index.js';
 import type { TraceRecord } from '../telemetry/traces.js';
 import { TERMINAL, occurrenceRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
@@ -28,6 +28,8 @@ export interface PrepareParts {
   traceValue(ctx: BackgroundRunContext, status: string): TraceRecord;
   /** The repositories of the engine's store (the ops of the run's commit). */
   repos: Repos;
+  /** Store.prefetch: what the run's commit will read is read (or, for ids made up here, known absent) now. */
+  prefetch?: Store['prefetch'];
 }
 
 /**
@@ -133,13 +135,22 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
     const occurrence = { task_id: task.task_id, occurrence_id: occ.occurrence_id, run_id, dispatched_at: at };
     ops.push(r.bgOccurrences.createOp(occurrenceRecordId(task.task_id, occ.occurrence_id), occurrence));
   }
-  ops.push(r.bgRuns.createOp(run_id, row, runRowIndexes(row)));
-  ops.push(
-    r.traces.createOp(ctx.internal.trace_id, parts.traceValue(ctx, TERMINAL.has(ctx.run.status) ? ctx.run.status : 'running'), {
-      run_id,
-      session_id,
-      task_id: task.task_id,
-    }),
-  );
+  const rowIndexes = runRowIndexes(row);
+  const traceIndexes: RecordIndexes = { run_id, session_id, task_id: task.task_id };
+  ops.push(r.bgRuns.createOp(run_id, row, rowIndexes));
+  ops.push(r.traces.createOp(ctx.internal.trace_id, parts.traceValue(ctx, TERMINAL.has(ctx.run.status) ? ctx.run.status : 'running'), traceIndexes));
+  // Ids made up here are new (no row, no record under an index value made from them): the trace's
+  // always, the run's unless the caller chose it (an Idempotency-Key reserved it), and the session
+  // of session mode `run` with it. The commit then needs no disk read for them.
+  const newRun = input.run_id === undefined;
+  parts.prefetch?.([
+    { kind: r.bgRuns.kind, id: run_id, indexes: rowIndexes, ...(newRun ? { fresh: [] } : {}) },
+    {
+      kind: r.traces.kind,
+      id: ctx.internal.trace_id,
+      indexes: traceIndexes,
+      fresh: newRun ? (sp.mode === 'run' ? ['run_id', 'session_id'] : ['run_id']) : [],
+    },
+  ]);
   return { ctx, row, lifecycle, ops };
 }

@@ -37,15 +37,15 @@ export function describeMachine(machine: AnyStateMachine, version: number): Mach
   const walk = (node: ReturnType<typeof toDirectedGraph>) => {
     if (node.id !== root.id) states.push(short(node.id));
     for (const e of node.edges) {
-      const g = (e.transition as { guard?: unknown }).guard;
-      const guardName = typeof g === 'string' ? g : (g as { type?: string } | undefined)?.type;
+      const guardName = guardLabel((e.transition as { guard?: unknown }).guard);
       transitions.push({ source: short(e.source.id), target: short(e.target.id), event: `${label(e.label.text)}${guardName ? ` [${guardName}]` : ''}` });
     }
     // Eventless transitions are not edges in the directed graph; read them from the config.
     const always = (node.stateNode.config as { always?: unknown }).always;
     for (const t of (Array.isArray(always) ? always : always ? [always] : []) as Array<{ target?: string; guard?: unknown }>) {
       if (!t.target) continue;
-      const guard = typeof t.guard === 'string' ? ` [${t.guard}]` : '';
+      const name = guardLabel(t.guard);
+      const guard = name ? ` [${name}]` : '';
       transitions.push({ source: short(node.id), target: t.target.replace(/^\./, ''), event: `(always)${guard}` });
     }
     for (const c of node.children) walk(c);
@@ -76,4 +76,20 @@ function definitionOf(machine: AnyStateMachine): Record<string, unknown> {
 
 export function describeMachines(): MachineInfo[] {
   return MACHINES.map(({ machine, version }) => describeMachine(machine, version));
+}
+
+/**
+ * A guard as the diagrams name it: its name, or for xstate's `and` / `or` / `not` (functions that
+ * carry their operands in `guards`) the expression, e.g. `stepsLeft && !inboxMaybe`.
+ */
+function guardLabel(g: unknown): string | undefined {
+  if (typeof g === 'string') return g;
+  if (typeof g === 'function') {
+    const parts = (g as { guards?: unknown[] }).guards;
+    if (!Array.isArray(parts)) return undefined;
+    const inner = parts.map((p) => guardLabel(p) ?? '?');
+    if (g.name === 'not') return `!${inner[0]}`;
+    return inner.join(g.name === 'or' ? ' || ' : ' && ');
+  }
+  return (g as { type?: string } | undefined)?.type;
 }

@@ -60,6 +60,16 @@ export class RunEffects {
           if (params.kind === 'step') this.onStep(context);
         },
       },
+      // A run whose inbox this process knows is empty skips its boundary reads (no effect, no
+      // transition): the same answer the read would give, decided at the same moment. Each
+      // skipped effect is one child actor and one transition (and snapshot) less per step.
+      guards: {
+        inboxMaybe: ({ context }) => this.kernel.inbox.mayHold(context.run_id),
+        // No budget configured: a reservation would hold nothing and pass, so the step skips it.
+        // Not while shutting down: `budgeting` is where a graceful shutdown stops a run at its
+        // step boundary (run-projection.ts phaseOf `interrupt`), so every run goes through it then.
+        budgeted: () => this.deps.ledger.isBudgeted || this.kernel.closing,
+      },
     });
   }
 

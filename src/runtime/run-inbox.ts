@@ -68,9 +68,18 @@ export class RunInbox {
     this.maybe.delete(runId);
   }
 
+  /**
+   * Whether the run's inbox may hold something: always on a store other processes share; else
+   * only once this process wrote it, or it is a resumed or recovered run. False: a read would
+   * find nothing, so the run machine skips it (guard `inboxMaybe`).
+   */
+  mayHold(runId: string): boolean {
+    return this.shared || this.maybe.has(runId);
+  }
+
   /** What the run has not taken yet, framed for the model. */
   async read(runId: string, steered: readonly string[], interruptHandled: string | null): Promise<InboxRead> {
-    if (!this.shared && !this.maybe.has(runId)) return { messages: [], interrupt_id: null };
+    if (!this.mayHold(runId)) return { messages: [], interrupt_id: null };
     const rec = await repos(this.store).runInbox.get<InboxValue>(runId);
     if (!rec) return { messages: [], interrupt_id: null };
     const messages: InboxMessage[] = rec.value.messages

@@ -1,7 +1,78 @@
-// The LevelDB adapter's event reads: a page of the log, or a walk over the index of the most
-// selective filter (level-keys.ts has the layout of the postings).
-import { EVENT_PREFIX, clampLimit, end, eventIndexPrefix, tailNumber, type Db } from './level-keys.js';
-import { EVENT_INDEX_FIELDS, decodeCursor, encodeCursor, type EventIndexField, type EventQuery, type EventTextPage, type StoredEvent } from './store.js';
+// The LevelDB adapter's event log: what an append stages into a group-commit round (the event
+// bodies and the round's postings), and the reads: a page of the log, or a walk over the index of
+// the most selective filter (level-keys.ts has the layout of the postings).
+import { storedEventText } from './event-text.js';
+import { EVENT_PREFIX, clampLimit, end, eventIndexPrefix, tailNumber, type BatchOp, type Db } from './level-keys.js';
+import {
+  EVENT_INDEX_FIELDS,
+  decodeCursor,
+  encodeCursor,
+  type EventIndexField,
+  type EventInput,
+  type EventQuery,
+  type EventTextPage,
+  type StoredEvent,
+} from './store.js';
+
+// ---------------------------------------------------------------- appends
+
+/** A round's postings: indexed field -> value -> the round's cursors with that value, in order. */
+export type RoundPostings = Map<EventIndexField, Map<string, string[]>>;
+
+export const newRoundPostings = (): RoundPostings => new Map(EVENT_INDEX_FIELDS.map((f) => [f, new Map<string, string[]>()]));
+
+/**
+ * Stages one appendEvents call (all or nothing) into a round: every event gets the next cursor,
+ * its stored copy (`{...e, cursor}`), whose JSON text is serialised once, put under its cursor and
+ * remembered for the streams (event-text.ts), and its index values join the round's postings.
+ * Throws, having staged nothing, when an event cannot be serialised (a BigInt, a cycle).
+ *
+ * Runs once per appended event on the ingest path, so it allocates little: the copy is the stored
+ * event and serialising it gives exactly JSON.stringify({...e, cursor}); postings are grouped by
+ * field and raw value, and their keys are built once per value in stagePostings.
+ */
+export function stageEvents(events: EventInput[], first: number, batch: BatchOp[], postings: RoundPostings): StoredEvent[] {
+  const n = events.length;
+  const stored: StoredEvent[] = new Array(n);
+  const texts: string[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const e = events[i];
+    // Object.assign makes a smaller copy than a spread and sets `cursor` in place when the event
+    // has one, as {...e, cursor} would; it would set the prototype for an own `__proto__` key (a
+    // JSON.parse result may have one), so such an event is spread instead.
+    const s = (Object.prototype.hasOwnProperty.call(e, '__proto__') ? { ...e } : Object.assign({}, e)) as StoredEvent;
+    s.cursor = encodeCursor(first + i);
+    texts[i] = JSON.stringify(s);
+    stored[i] = s;
+  }
+  for (let i = 0; i < n; i++) {
+    const s = stored[i];
+    const c = s.cursor;
+    batch.push({ type: 'put', key: EVENT_PREFIX + c, value: texts[i] });
+    storedEventText.set(s, texts[i]);
+    for (const field of EVENT_INDEX_FIELDS) {
+      const v = s[field];
+      if (typeof v !== 'string') continue;
+      const byValue = postings.get(field)!;
+      const list = byValue.get(v);
+      if (list) list.push(c);
+      else byValue.set(v, [c]);
+    }
+  }
+  return stored;
+}
+
+/**
+ * The round's postings as batch puts: one key per indexed value, ending in the last of its
+ * cursors; '' when that is the only one, else all of them concatenated.
+ */
+export function stagePostings(postings: RoundPostings, batch: BatchOp[]): void {
+  for (const [field, byValue] of postings) {
+    for (const [v, cs] of byValue) batch.push({ type: 'put', key: eventIndexPrefix(field, v) + cs[cs.length - 1], value: cs.length === 1 ? '' : cs.join('') });
+  }
+}
+
+// ---------------------------------------------------------------- reads
 
 /** A string filter is one value; an array is an OR; an empty array puts no constraint. */
 const normaliseFilters = (q: EventQuery): Array<[EventIndexField, string[]]> => {

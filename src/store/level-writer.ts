@@ -4,12 +4,10 @@
 // LevelDB round-trip; prefetches read ahead what a coming write will need.
 import {
   COUNT_KEY_START,
-  EVENT_PREFIX,
   META_CURSOR,
   META_SEQ,
   RECORD_KEY_START,
   cleanIndexes,
-  eventIndexPrefix,
   indexCountKey,
   indexPrefix,
   kindCountKey,
@@ -21,9 +19,8 @@ import {
   type Db,
   type Row,
 } from './level-keys.js';
-import { storedEventText } from './event-text.js';
+import { newRoundPostings, stageEvents, stagePostings } from './level-events.js';
 import {
-  EVENT_INDEX_FIELDS,
   StoreError,
   assertOpApplies,
   encodeCursor,
@@ -36,19 +33,6 @@ import {
   type Versioned,
   type WriteOp,
 } from './store.js';
-
-/**
- * The stored JSON text of an event: the caller's object serialised once, with `"cursor"` spliced in
- * as the last key, which is exactly JSON.stringify({...e, cursor}) without copying the object
- * first. Objects with their own `cursor` or `toJSON` take the slow, obviously equal path.
- */
-const eventText = (e: EventInput, cursor: string): string => {
-  if (!Object.prototype.hasOwnProperty.call(e, 'cursor') && typeof (e as { toJSON?: unknown }).toJSON !== 'function') {
-    const t = JSON.stringify(e);
-    if (t.length > 2 && t.charCodeAt(0) === 123 && t.charCodeAt(t.length - 1) === 125) return `${t.slice(0, -1)},"cursor":"${cursor}"}`;
-  }
-  return JSON.stringify({ ...e, cursor });
-};
 
 export interface RecordJob {
   type: 'records';
@@ -73,6 +57,17 @@ export interface BarrierJob {
   reject(e: unknown): void;
 }
 export type Job = RecordJob | EventJob | BarrierJob;
+
+/** A prefetch not used within this many written rounds is dropped (its write never came). */
+const PREFETCH_MAX_ROUNDS = 64;
+
+interface Prefetch {
+  /** `writesDone` when it was issued (its age). */
+  at: number;
+  /** A batch writing its key landed since it was issued: what it read may be old. */
+  stale: boolean;
+  text: Promise<{ value: string | undefined } | null>;
+}
 
 /** Soft cap on batch operations per group-commit round (a single job is never split). */
 const ROUND_OPS = 20_000;
@@ -101,9 +96,17 @@ export class LevelWriter {
    * A writer lives from open to close: another process may write the directory in between.
    */
   private readonly rowCache = new Map<string, string | null>();
-  /** Rounds whose batch was written: a prefetch is valid only while this has not moved. */
+  /** Rounds whose batch was written (the cache epoch: see learnRow / learnCounter). */
   private writesDone = 0;
-  private readonly prefetched = new Map<string, { at: number; text: Promise<{ value: string | undefined } | null> }>();
+  /** Group-commit rounds written with fsync (diagnostics: LevelStore.stats). */
+  syncedRounds = 0;
+  /**
+   * Reads issued ahead of a write (prefetch). One is valid until a batch that writes its key is
+   * written (`stale`): a batch that landed before the read was issued is in what it read; one in
+   * flight when it was issued, or later, marks it stale when it lands. Unrelated writes (with 32
+   * enqueue requests in flight there is always one) leave it valid.
+   */
+  private readonly prefetched = new Map<string, Prefetch>();
   private readonly counterCache = new Map<string, number>();
 
   constructor(
@@ -112,6 +115,29 @@ export class LevelWriter {
   ) {
     this.lastSeq = opts.lastSeq;
     this.lastCursor = opts.lastCursor;
+  }
+
+  /** Changes whenever a round's batch is written: a read that began and ended in one epoch saw what the caches may hold. */
+  get epoch(): number {
+    return this.writesDone;
+  }
+
+  /** A counter's stored value as the cache knows it, undefined when not cached. */
+  cachedCounter(key: string): number | undefined {
+    return this.counterCache.get(key);
+  }
+
+  /**
+   * A counter read from the disk outside the queue (countRecords): cached only if no batch was
+   * written since the read was issued (`epoch` then), so the cache still holds exactly the disk.
+   */
+  learnCounter(key: string, value: number, epoch: number): void {
+    if (epoch === this.writesDone && !this.counterCache.has(key)) this.counterCache.set(key, value);
+  }
+
+  /** A row read from the disk outside the queue (getRecord): cached only under the same rule as learnCounter. */
+  learnRow(key: string, text: string | null, epoch: number): void {
+    if (epoch === this.writesDone && !this.rowCache.has(key)) this.cacheRow(key, text);
   }
 
   /** The row's stored text as the cache knows it (null: known absent), undefined when not cached. */
@@ -124,8 +150,8 @@ export class LevelWriter {
    * their rows and the counters of those index values are read now, while the caller is still
    * busy, so the round that writes them need not wait for a disk read first (a new run's round
    * otherwise starts with one: its rows and its session's counters are in no cache). A read is
-   * used only if no write landed after it was issued (`writesDone` unchanged), so it is exactly
-   * what the disk holds; otherwise the round reads again.
+   * used only if no batch writing its key landed after it was issued, so it is exactly what the
+   * disk holds; otherwise the round reads again.
    */
   prefetch(
     records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes; fresh?: string[] }>,
@@ -159,7 +185,7 @@ export class LevelWriter {
     if (keys.length === 0) return;
     const at = this.writesDone;
     const texts = read(keys).catch((err: unknown) => (this.opts.onSwallowed?.('store.level.prefetch', err), null));
-    keys.forEach((k, i) => this.prefetched.set(k, { at, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
+    keys.forEach((k, i) => this.prefetched.set(k, { at, stale: false, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
   }
 
   /** `keys` from valid prefetches where there are some, the rest from the disk, in order. */
@@ -170,10 +196,10 @@ export class LevelWriter {
     keys.forEach((k, i) => {
       const p = this.prefetched.get(k);
       this.prefetched.delete(k);
-      if (!p || p.at !== this.writesDone) return void rest.push(i);
+      if (!p || p.stale) return void rest.push(i);
       early.push(
         p.text.then((t) => {
-          if (t && p.at === this.writesDone) out[i] = t.value;
+          if (t && !p.stale) out[i] = t.value;
           else rest.push(i); // the read failed, or a write landed while we waited
         }),
       );
@@ -186,8 +212,20 @@ export class LevelWriter {
     return out;
   }
 
-  private dropStalePrefetches(): void {
-    for (const [k, p] of this.prefetched) if (p.at !== this.writesDone) this.prefetched.delete(k);
+  /** After a batch landed: prefetches of its keys are stale; and one never used is dropped after a while. */
+  private dropStalePrefetches(batch: BatchOp[]): void {
+    if (this.prefetched.size === 0) return;
+    for (const op of batch) {
+      const p = this.prefetched.get(op.key);
+      if (!p) continue;
+      p.stale = true;
+      this.prefetched.delete(op.key);
+    }
+    for (const [k, p] of this.prefetched) {
+      if (this.writesDone - p.at <= PREFETCH_MAX_ROUNDS) break; // oldest first
+      p.stale = true;
+      this.prefetched.delete(k);
+    }
   }
 
   // ---------------------------------------------------------------- write queue
@@ -318,7 +356,7 @@ export class LevelWriter {
       const dirtyCounters = new Set<string>();
       const seqBefore = this.lastSeq;
       const cursorBefore = this.lastCursor;
-      const postings = new Map<string, string[]>(); // event index prefix -> this round's cursors
+      const postings = newRoundPostings(); // one posting per indexed value per round
       for (const job of jobs) {
         if (job.type === 'barrier') {
           const last = this.lastCursor;
@@ -327,32 +365,8 @@ export class LevelWriter {
         }
         if (job.type === 'events') {
           try {
-            // Serialise every event first (the only step that can fail), then stage. Index
-            // entries are collected per value over the whole round: one posting per value.
-            const first = this.lastCursor + 1;
-            const n = job.events.length;
-            const cursors: string[] = new Array(n);
-            const texts: string[] = new Array(n);
-            for (let i = 0; i < n; i++) texts[i] = eventText(job.events[i], (cursors[i] = encodeCursor(first + i)));
-            const stored: StoredEvent[] = new Array(n);
-            for (let i = 0; i < n; i++) {
-              const e = job.events[i];
-              const c = cursors[i];
-              batch.push({ type: 'put', key: EVENT_PREFIX + c, value: texts[i] });
-              const s = Object.assign({}, e) as StoredEvent;
-              s.cursor = c;
-              stored[i] = s;
-              storedEventText.set(s, texts[i]);
-              for (const field of EVENT_INDEX_FIELDS) {
-                const v = e[field];
-                if (typeof v !== 'string') continue;
-                const prefix = eventIndexPrefix(field, v);
-                const list = postings.get(prefix);
-                if (list) list.push(c);
-                else postings.set(prefix, [c]);
-              }
-            }
-            this.lastCursor += n;
+            const stored = stageEvents(job.events, this.lastCursor + 1, batch, postings);
+            this.lastCursor += stored.length;
             settle.push(() => job.resolve(stored));
           } catch (e) {
             settle.push(() => job.reject(e)); // e.g. a value JSON cannot encode
@@ -382,17 +396,16 @@ export class LevelWriter {
         batch.push(v > 0 ? { type: 'put', key: k, value: String(v) } : { type: 'del', key: k });
       }
       if (this.lastSeq !== seqBefore) batch.push({ type: 'put', key: META_SEQ, value: String(this.lastSeq) });
-      for (const [prefix, cs] of postings) {
-        batch.push({ type: 'put', key: prefix + cs[cs.length - 1], value: cs.length === 1 ? '' : cs.join('') });
-      }
+      stagePostings(postings, batch);
       if (this.lastCursor !== cursorBefore) batch.push({ type: 'put', key: META_CURSOR, value: String(this.lastCursor) });
 
       // 3. One atomic batch; only then does anybody hear back.
       if (batch.length) {
         await writeBatch(db, batch, this.opts.sync);
         this.writesDone++;
+        if (this.opts.sync) this.syncedRounds++;
       }
-      this.dropStalePrefetches();
+      this.dropStalePrefetches(batch);
       // On disk now: the caches may learn it.
       for (const op of batch) {
         if (op.key.startsWith(RECORD_KEY_START)) this.cacheRow(op.key, op.type === 'put' ? op.value : null);

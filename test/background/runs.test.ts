@@ -136,6 +136,25 @@ describe('a manual run, end to end', () => {
     expect(trace.body.trace.events.map((e: any) => e.event_type)).toEqual(ev.map((e) => e.event));
   });
 
+  it('creates a run without reading its new row or its trace counters from the disk (ids made up here are known absent)', async () => {
+    const db = (server.store as unknown as { db?: { getMany(keys: string[], o?: unknown): Promise<unknown>; get(key: string): Promise<unknown> } }).db;
+    if (!db) return; // the embedded store only (AGENTD_TEST_STORE=postgres has no LevelDB)
+    const reads: string[] = [];
+    const getMany = db.getMany.bind(db);
+    const get = db.get.bind(db);
+    db.getMany = (keys, o) => (reads.push(...keys), getMany(keys, o));
+    db.get = (key) => (reads.push(key), get(key));
+    let r: { run_id: string };
+    try {
+      r = await run(await task({ query: 'just answer', session_policy: { mode: 'run' } }), { wait: true });
+    } finally {
+      db.getMany = getMany;
+      db.get = get;
+    }
+    expect(reads.filter((k) => k === `r\0bg_runs\0${r.run_id}` || k.startsWith(`n\0traces\0run_id\0${r.run_id}`))).toEqual([]);
+    expect(reads.filter((k) => k.startsWith('n\0traces\0session_id\0') && k.includes(r.run_id))).toEqual([]);
+  });
+
   it('writes run.json and events.jsonl, lists the workspace and downloads files, refusing traversal', async () => {
     const t = await task({ query: 'CALL workspace_write {"path": "notes/a.txt", "content": "hello file"}' });
     const r = await run(t, { wait: true });

@@ -137,7 +137,6 @@ async function startAgentd() {
   for (const [name, key] of [
     ['commit', 'commits'],
     ['appendEvents', 'appends'],
-    ['round', 'rounds'],
     ['getRecord', 'reads'],
     ['listRecords', 'reads'],
     ['readEvents', 'reads'],
@@ -150,7 +149,8 @@ async function startAgentd() {
       return orig(...args);
     };
   }
-  commands.set('storeStats', () => ({ ...stats, shapes: { ...stats.shapes } }));
+  // Group-commit rounds (one fsync each) are counted by the LevelDB store itself (LevelStore.stats).
+  commands.set('storeStats', () => ({ ...stats, rounds: store.stats?.groupCommitRounds ?? 0, shapes: { ...stats.shapes } }));
 
   // Stamp the moment each event is stored: the emitter publishes right after the store resolved.
   const published = new Map();

@@ -31,9 +31,14 @@ function machineWith(opts: {
   execute?: (ctx: RunContext) => ToolOutcome[];
   /** The inbox as the runtime would hand it over (default: empty); called at every boundary. */
   inbox?: (ctx: RunContext) => InboxRead;
+  /** The runtime's guards (default: the machine's own, which always read and always reserve). */
+  guards?: { inboxMaybe?: () => boolean; budgeted?: () => boolean };
 }) {
   const replies = [...opts.replies];
   const steps: string[] = [];
+  /** How many times each effect was invoked. */
+  const invoked: Record<string, number> = {};
+  const count = (name: string) => void (invoked[name] = (invoked[name] ?? 0) + 1);
   // Effects read the run's context from the actor, as the runtime's do (their inputs carry only
   // the run id): every actor of these tests is created with systemId RUN (see start below).
   const ctx = (system: { get(id: string): AnyActorRef | undefined }): RunContext => (system.get(RUN)!.getSnapshot() as { context: RunContext }).context;
@@ -42,7 +47,7 @@ function machineWith(opts: {
       checkInput: fromPromise<RunContext['guardrail_result'], { query: string; run_id: string }>(async () =>
         opts.allowed === false ? { allowed: false, rule: 'deny_pattern', message: 'no' } : { allowed: true },
       ),
-      reserveBudget: fromPromise(async ({ input: i, system }) => opts.reserve?.(i.phase, ctx(system)) ?? { ok: true as const }),
+      reserveBudget: fromPromise(async ({ input: i, system }) => (count('reserveBudget'), opts.reserve?.(i.phase, ctx(system)) ?? { ok: true as const })),
       callModel: fromPromise(async () => {
         const next = replies.shift();
         if (!next) throw new Error('no more replies');
@@ -57,11 +62,12 @@ function machineWith(opts: {
           opts.execute?.(ctx(system)) ??
           ctx(system).pending.map((c) => ({ tool_call_id: c.id, tool_name: c.name, content: `ran ${c.name}`, outcome: 'success' as const })),
       ),
-      readInbox: fromPromise(async ({ system }) => opts.inbox?.(ctx(system)) ?? { messages: [], interrupt_id: null }),
+      readInbox: fromPromise(async ({ system }) => (count('readInbox'), opts.inbox?.(ctx(system)) ?? { messages: [], interrupt_id: null })),
     },
     actions: { notify: (_a, p) => void steps.push(p.kind) },
+    ...(opts.guards ? { guards: opts.guards } : {}),
   });
-  return { logic, steps };
+  return { logic, steps, invoked };
 }
 
 describe('run machine', () => {
@@ -78,6 +84,48 @@ describe('run machine', () => {
     });
     expect(snap.context.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'tool', 'assistant']);
     expect(steps).toEqual(['step', 'step', 'final']);
+  });
+
+  it('reads the inbox at every boundary and reserves before every call unless the runtime says there is nothing to read or hold', async () => {
+    const toolThenAnswer = () => [reply({ tool_calls: [{ id: 'c1', name: 'clock', arguments: {} }] }), reply({ text: 'done' })];
+    const run = async (guards?: { inboxMaybe?: () => boolean; budgeted?: () => boolean }) => {
+      const m = machineWith({ replies: toolThenAnswer(), ...(guards ? { guards } : {}) });
+      const snap = await waitFor(createActor(m.logic, { systemId: RUN, input }).start(), (s) => s.status === 'done');
+      return { snap, steps: m.steps, invoked: m.invoked };
+    };
+    // The machine alone: two boundaries and the final answer's read; model, tools, model reservations.
+    const full = await run();
+    expect(full.invoked).toEqual({ readInbox: 3, reserveBudget: 3 });
+    // Empty inbox, no budget: neither effect runs, and the run ends the same way.
+    const lean = await run({ inboxMaybe: () => false, budgeted: () => false });
+    expect(lean.invoked).toEqual({});
+    expect(lean.snap.value).toBe('completed');
+    expect(lean.steps).toEqual(full.steps);
+    expect(lean.snap.context).toEqual(full.snap.context);
+    // Each guard on its own.
+    expect((await run({ inboxMaybe: () => false })).invoked).toEqual({ reserveBudget: 3 });
+    expect((await run({ budgeted: () => false })).invoked).toEqual({ readInbox: 3 });
+  });
+
+  it('a skipped boundary read still stops for max_steps, and a steer hint makes the next boundary read', async () => {
+    let maybe = false;
+    const m = machineWith({
+      replies: [reply({ tool_calls: [{ id: 'c1', name: 'x', arguments: {} }] }), reply({ text: 'after steer' })],
+      inbox: () => ({ messages: [{ message_id: 'm1', content: 'steered' }], interrupt_id: null }),
+      execute: (ctx) => ((maybe = true), ctx.pending.map((c) => ({ tool_call_id: c.id, tool_name: c.name, content: 'ok', outcome: 'success' as const }))),
+      guards: { inboxMaybe: () => maybe, budgeted: () => false },
+    });
+    const snap = await waitFor(createActor(m.logic, { systemId: RUN, input }).start(), (s) => s.status === 'done');
+    expect(snap.value).toBe('completed');
+    expect(snap.context.steered).toEqual(['m1']);
+    expect(snap.context.messages.some((x) => x.content === 'steered')).toBe(true);
+    const capped = machineWith({
+      replies: [reply({ tool_calls: [{ id: 'c1', name: 'x', arguments: {} }] })],
+      guards: { inboxMaybe: () => false, budgeted: () => false },
+    });
+    const end = await waitFor(createActor(capped.logic, { systemId: RUN, input: { ...input, max_steps: 1 } }).start(), (s) => s.status === 'done');
+    expect(end.value).toBe('failed');
+    expect(end.context.termination_reason).toBe('max_steps');
   });
 
   it('ends with max_steps when the model never answers', async () => {

@@ -50,4 +50,36 @@ describe('stored event text', () => {
       await rm(dir, { recursive: true, force: true });
     }
   });
+
+  it('stores {...event, cursor} exactly: an own cursor is replaced in place, an own __proto__ key stays a key', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'agentd-event-text-'));
+    const store = new LevelStore({ path: dir });
+    await store.open();
+    try {
+      const base = '"event_type":"x","timestamp":"2026-11-24T00:00:00.000Z","run_id":"run_odd"';
+      // JSON.parse makes own "__proto__" data properties (an object literal or Object.assign would not).
+      const inputs = [
+        JSON.parse(`{"event_id":"ev_proto",${base},"__proto__":{"polluted":true},"after":1}`),
+        JSON.parse(`{"event_id":"ev_cursor","cursor":"not-ours",${base},"after":2}`),
+        { event_id: 'ev_json', event_type: 'x', timestamp: '2026-11-24T00:00:00.000Z', run_id: 'run_odd', when: new Date(0) },
+      ] as EventInput[];
+      const stored = await store.appendEvents(inputs);
+      const replayed = (await store.readEventsJson({ filters: { run_id: 'run_odd' } })).events;
+      stored.forEach((s, i) => {
+        const expected = JSON.stringify({ ...inputs[i], cursor: s.cursor });
+        expect(replayed[i]).toBe(expected);
+        expect(JSON.stringify(s)).toBe(expected);
+        expect(Object.getPrototypeOf(s)).toBe(Object.prototype);
+        expect(encodeFrame({ event: 'x', id: s.cursor, data: s }).chunk.toString()).toBe(`id: ${s.cursor}\nevent: x\ndata: ${expected}\n\n`);
+      });
+      expect(Object.keys(stored[0])).toEqual(['event_id', 'event_type', 'timestamp', 'run_id', '__proto__', 'after', 'cursor']);
+      expect((stored[0] as unknown as { polluted?: boolean }).polluted).toBeUndefined();
+      expect(Object.keys(stored[1])).toEqual(['event_id', 'cursor', 'event_type', 'timestamp', 'run_id', 'after']);
+      expect(stored[1].cursor).not.toBe('not-ours');
+      expect(JSON.parse(replayed[2])).toMatchObject({ when: '1970-01-01T00:00:00.000Z' });
+    } finally {
+      await store.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 });

@@ -127,6 +127,29 @@ describe('LevelStore on disk', () => {
     expect((await s.getRecord('runs', 'p4'))?.value).toEqual({ n: 4 });
   });
 
+  it("counts the fsync'd group-commit rounds it wrote (stats), across a reopen; none without sync", async () => {
+    const dir = await fresh();
+    const a = await opened(dir);
+    expect(a.stats.groupCommitRounds).toBe(0);
+    // Two writes issued in the same turn share one round; an append after it is a second round.
+    await Promise.all([a.createRecord('runs', 'r1', { n: 1 }), a.createRecord('runs', 'r2', { n: 2 })]);
+    expect(a.stats.groupCommitRounds).toBe(1);
+    await a.appendEvents([{ event_id: 'e1', event_type: 'x', timestamp: '2026-01-01T00:00:00Z' }]);
+    expect(a.stats.groupCommitRounds).toBe(2);
+    await a.getRecord('runs', 'r1'); // a read is no round
+    await a.close();
+    expect(a.stats.groupCommitRounds).toBe(2);
+    await a.open();
+    await a.createRecord('runs', 'r3', { n: 3 });
+    expect(a.stats.groupCommitRounds).toBe(3);
+    await a.close();
+    const unsynced = new LevelStore({ path: dir, sync: false });
+    stores.push(unsynced);
+    await unsynced.open();
+    await unsynced.createRecord('runs', 'r4', { n: 4 });
+    expect(unsynced.stats.groupCommitRounds).toBe(0);
+  });
+
   it('refuses a second store on the same directory with locked', async () => {
     const dir = await fresh();
     const a = await opened(dir);
@@ -222,6 +245,94 @@ describe('LevelStore write-queue cache', () => {
       expect(await store.countRecords('runs', { name: 'status', value: 'a' })).toBe(0);
       // A stale writer is still refused when its row comes from the cache.
       await expect(store.updateRecord('runs', 'r9', { n: 2 }, 1)).rejects.toMatchObject({ code: 'stale_version' });
+    } finally {
+      await store.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('answers a count from the counter cache: a repeated count reads no disk, and counts follow every write, also one racing the read', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'agentd-store-cache-'));
+    // A first store writes the counters, so the second one starts with an empty cache.
+    const first = new LevelStore({ path: dir });
+    await first.open();
+    for (let i = 0; i < 3; i++) await first.createRecord('runs', `r${i}`, { n: i }, { status: 'a' });
+    await first.close();
+    const store = new LevelStore({ path: dir });
+    await store.open();
+    try {
+      const db = (store as unknown as { db: { get: (k: string) => Promise<unknown> } }).db;
+      const get = db.get.bind(db);
+      let diskReads = 0;
+      db.get = (k: string) => {
+        diskReads++;
+        return get(k);
+      };
+      const index = { name: 'status', value: 'a' };
+      expect(await store.countRecords('runs', index)).toBe(3);
+      expect(diskReads).toBe(1);
+      expect(await store.countRecords('runs', index)).toBe(3);
+      expect(await store.countRecords('runs', { name: 'status', value: 'a' })).toBe(3);
+      expect(diskReads).toBe(1);
+      // A count whose read races a write that moves it: never cached stale.
+      const racing = store.countRecords('runs', { name: 'status', value: 'b' });
+      const write = store.updateRecord('runs', 'r0', { n: 9 }, 1, { status: 'b' });
+      expect([0, 1]).toContain(await racing);
+      await write;
+      expect(await store.countRecords('runs', { name: 'status', value: 'b' })).toBe(1);
+      expect(await store.countRecords('runs', index)).toBe(2);
+      expect(await store.countRecords('runs')).toBe(3);
+      await store.deleteRecord('runs', 'r1');
+      expect(await store.countRecords('runs', index)).toBe(1);
+      expect(await store.countRecords('runs')).toBe(2);
+    } finally {
+      await store.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('reads from the disk only what no cache holds: a row read once, listed bodies it wrote, a prefetch across an unrelated write', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'agentd-store-cache-'));
+    const first = new LevelStore({ path: dir });
+    await first.open();
+    await first.createRecord('runs', 'old', { n: 0 }, { status: 'x' });
+    await first.close();
+    const store = new LevelStore({ path: dir });
+    await store.open();
+    try {
+      const db = (store as unknown as { db: { get: (k: string) => Promise<unknown>; getMany: (k: string[], o?: unknown) => Promise<unknown> } }).db;
+      const reads: string[] = [];
+      const get = db.get.bind(db);
+      const getMany = db.getMany.bind(db);
+      db.get = (k) => (reads.push(k), get(k));
+      db.getMany = (ks, o) => (reads.push(...ks), getMany(ks, o));
+      const recordReads = () => reads.filter((k) => k.startsWith('r\0')).length;
+      // A row read once is cached: a second read is no disk read; so is a known-absent one.
+      expect((await store.getRecord('runs', 'old'))?.value).toEqual({ n: 0 });
+      expect((await store.getRecord('runs', 'old'))?.value).toEqual({ n: 0 });
+      expect(await store.getRecord('runs', 'none')).toBeNull();
+      expect(await store.getRecord('runs', 'none')).toBeNull();
+      expect(recordReads()).toBe(2);
+      // Rows this store wrote are listed from the cache; one that left the index is not listed.
+      for (let i = 0; i < 5; i++) await store.createRecord('runs', `q${i}`, { n: i }, { status: 'x' });
+      await store.updateRecord('runs', 'q1', { n: 11 }, 1, { status: 'y' });
+      const before = recordReads();
+      const page = await store.listRecords('runs', { index: { name: 'status', value: 'x' } });
+      expect(page.items.map((i) => i.id)).toEqual(['old', 'q0', 'q2', 'q3', 'q4']);
+      expect(recordReads()).toBe(before);
+      // A prefetch stays good across a write of other keys: its own write reads nothing more.
+      store.prefetch([{ kind: 'runs', id: 'p1', indexes: { status: 'z' } }]);
+      const prefetched = reads.length;
+      await store.createRecord('bg_runs', 'other', { n: 1 });
+      const unrelated = reads.length;
+      await store.createRecord('runs', 'p1', { n: 1 }, { status: 'z' });
+      expect(reads.length).toBe(unrelated);
+      expect(prefetched).toBeGreaterThan(before);
+      expect(await store.countRecords('runs', { name: 'status', value: 'z' })).toBe(1);
+      // ... but not across a write of its own key: then the round reads again and sees that write.
+      store.prefetch([{ kind: 'runs', id: 'p2' }]);
+      await store.createRecord('runs', 'p2', { n: 2 });
+      await expect(store.createRecord('runs', 'p2', { n: 3 })).rejects.toMatchObject({ code: 'conflict' });
     } finally {
       await store.close();
       await rm(dir, { recursive: true, force: true });

@@ -12,13 +12,17 @@ import { startServer } from '../../../src/main.js';
 import type { ModelProvider } from '../../../src/agent/model/types.js';
 import { createEventRecord, type EventRecordInput } from '../../../src/telemetry/record.js';
 import { Redactor } from '../../../src/telemetry/redact.js';
-import { benchConfig, closedLoop, mergeLoops, nowMs, ratio, request, round, scaled, type BenchOutput, type Row } from '../lib.js';
+import { benchConfig, closedLoop, mergeLoops, nowMs, ratio, request, round, scaled, type BenchOutput, type LoopResult, type Row } from '../lib.js';
 
 const TYPICAL_ITERATIONS = scaled(200_000, 2000);
 const BIG_ITERATIONS = scaled(2000, 50);
 const ROUNDS = 3; // per side, alternating
 const RUN_CONCURRENCY = 32;
-const RUN_ROUND_MS = scaled(4000, 500);
+/** Per side over HTTP, in ABBA order (on, off, off, on, ...): an even number balances a drift. */
+const RUN_ROUNDS = 4;
+const RUN_ROUND_MS = scaled(3000, 500);
+/** Over HTTP, unmeasured, per side: the JIT, LevelDB and the sockets settle before the sides are compared. */
+const RUN_WARMUP_MS = scaled(2000, 300);
 
 /** Four configured secrets, as a config with a model key, an OTLP header and an MCP server would give. */
 const redactor = new Redactor(['cfg-model-key-Q7x2vK9pLm4Rt8Zw', 'otlp-header-value-Hh3Jk8Ll', 'Bearer mcp-token-Pp9Oo8Ii7', 'mcp-token-Pp9Oo8Ii7']);
@@ -146,10 +150,15 @@ async function runThroughput(): Promise<{ on: number; off: number; cpuOn: number
         send: (agent) => request(`${server.url}/run/sync`, { method: 'POST', body, agent, headers: { 'content-type': 'application/json' } }),
         ok: (r) => r.status === 200 && r.body.includes('"success"'),
       });
+    // Warm-up of both sides. Then ABBA order: a run's cost still falls over the first tens of
+    // seconds (JIT, caches), and with the sides always in the same order the later one gained
+    // from it (an A/A check, both sides on, in on/off order read 66-75 % on a loaded machine).
     valuePass(true);
-    await loop(1000); // warm-up
-    const on = [];
-    const off = [];
+    await loop(RUN_WARMUP_MS);
+    valuePass(false);
+    await loop(RUN_WARMUP_MS);
+    const on: LoopResult[] = [];
+    const off: LoopResult[] = [];
     const cpu = { on: 0, off: 0 };
     const measured = async (side: 'on' | 'off') => {
       valuePass(side === 'on');
@@ -159,9 +168,10 @@ async function runThroughput(): Promise<{ on: number; off: number; cpuOn: number
       cpu[side] += (c.user + c.system) / 1000;
       return r;
     };
-    for (let r = 0; r < ROUNDS; r++) {
-      on.push(await measured('on'));
-      off.push(await measured('off'));
+    for (let r = 0; r < RUN_ROUNDS; r++) {
+      const [first, second] = r % 2 === 0 ? (['on', 'off'] as const) : (['off', 'on'] as const);
+      (first === 'on' ? on : off).push(await measured(first));
+      (second === 'on' ? on : off).push(await measured(second));
     }
     valuePass(true);
     const a = mergeLoops(on);
@@ -243,7 +253,7 @@ export async function redactionBench(): Promise<BenchOutput> {
     method: [
       'Baseline: the same build with the value pass switched off in the same process (Redactor.prototype.text replaced by the identity), i.e. redaction by field name only, as before issue 10. Sides alternate round by round; the per-event rows are CPU time of the bench process (process.cpuUsage, so other load on the shared machine does not count), best of 3 rounds per side.',
       `Per event: createEventRecord (capture full, a redactor with 4 configured secrets), ${TYPICAL_ITERATIONS.toLocaleString('en-US')} iterations for the typical event, ${BIG_ITERATIONS.toLocaleString('en-US')} for the 64 KB ones, in the bench process (tsx). Redactor.text remembers texts up to 16,383 characters it has scanned (a run records the same strings in several events), so the typical event, recorded again and again with the same tool output, measures a memo hit; the "not seen before" rows give every call a different tool output (6,000 of them, built before timing: more than the memo holds), which is what the first event that carries a text costs. The 64 KB texts are over the memo's length and scanned every time.`,
-      `Per run: agentd in the bench process (LevelDB with fsync, a model that answers at once), ${ROUNDS} x ${RUN_ROUND_MS / 1000} s per side after a 1 s warm-up, a closed loop of ${RUN_CONCURRENCY} clients in the same process (so absolute runs/s are below the run benchmark's; the ratio is what this row is for).`,
+      `Per run: agentd in the bench process (LevelDB with fsync, a model that answers at once), ${RUN_ROUNDS} x ${RUN_ROUND_MS / 1000} s per side after a ${RUN_WARMUP_MS / 1000} s warm-up of each side, the rounds in ABBA order (on, off, off, on, ...) so that a drift over the run (JIT warm-up, the data growing) weighs on both sides alike, a closed loop of ${RUN_CONCURRENCY} clients in the same process (so absolute runs/s are below the run benchmark's; the ratio is what this row is for).`,
     ],
     rows,
     notes: [`Micro rows took ${round(micro / 1000, 1)} s.${runs.errors ? ` ${runs.errors} run errors.` : ''}`],
