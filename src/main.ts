@@ -8,8 +8,8 @@ import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
 import { Runtime, type RuntimeOptions } from './runtime/runtime.js';
 import { readVersion } from './version.js';
-import { createLogger, logFnOf, loggerSettings, type Logger } from './telemetry/logger.js';
-import { bindSwallowedErrorLog } from './telemetry/swallowed.js';
+import { createLogger, loggerSettings, type Logger } from './telemetry/logger.js';
+import { bindSwallowedErrorLog, reportSwallowed } from './telemetry/swallowed.js';
 import { redactorForConfig } from './telemetry/secrets.js';
 
 export interface Server {
@@ -24,8 +24,8 @@ export interface Server {
 
 /**
  * `logger`: default, one built from AGENTD_LOG_LEVEL / AGENTD_LOG_FORMAT writing to stderr.
- * `logRequests`: a line per request (default AGENTD_LOG_REQUESTS=1). `log`: the runtime's
- * callback, default the logger.
+ * `logRequests`: a line per request (default AGENTD_LOG_REQUESTS=1). The runtime logs through the
+ * same logger (children of it carry a run's id).
  */
 export async function startServer(
   config: Config,
@@ -42,9 +42,10 @@ export async function startServer(
           poolSize: config.store.pool_size,
           statementTimeoutMs: config.store.statement_timeout_ms,
           log: (level, msg) => logger[level](msg),
+          onSwallowed: reportSwallowed,
         })
-      : await openStore({ kind: 'level', path: config.store.path, sync: config.store.sync });
-  const runtime = await Runtime.create(config, store, { ...opts, log: opts.log ?? logFnOf(logger) });
+      : await openStore({ kind: 'level', path: config.store.path, sync: config.store.sync, onSwallowed: reportSwallowed });
+  const runtime = await Runtime.create(config, store, { ...opts, logger });
   const app = await buildApp({
     config,
     store,

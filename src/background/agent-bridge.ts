@@ -43,10 +43,6 @@ export class AgentBridge {
     private readonly host: BridgeHost,
   ) {}
 
-  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
-    this.deps.log?.(level, msg, extra);
-  }
-
   /** Stops following parked runs (engine close). */
   close(): void {
     for (const u of this.resumeWatches.values()) u();
@@ -89,7 +85,7 @@ export class AgentBridge {
     this.host.enqueue(
       h,
       () => this.startAgent(h, params),
-      (err) => this.log('error', 'could not start the agent run', { run_id: runId, err: String(err) }),
+      (err) => this.deps.logger.error({ bg_run_id: runId, err: String(err) }, 'could not start the agent run'),
     );
   }
 
@@ -122,7 +118,7 @@ export class AgentBridge {
           // The process is shutting down (a claim whose write was under way when it began): nothing
           // ran, and failing the run would be wrong. It stays running; the next start recovers it.
           if (err instanceof AppError && err.code === 'ServerBusy') {
-            this.log('info', 'background run left for recovery: the service is shutting down', { run_id: h.id });
+            this.deps.logger.info({ bg_run_id: h.id }, 'background run left for recovery: the service is shutting down');
             return undefined;
           }
           if (isStoreError(err, 'conflict')) return this.continueAgent(h, id);
@@ -246,7 +242,7 @@ export class AgentBridge {
       if (!r.accepted && r.status && WAITING.has(r.status) && TERMINAL_RUN_STATUSES.has(rec.status)) {
         await this.host.send(bgId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
       }
-    })().catch((err) => this.log('warn', 'could not apply an agent run result', { run_id: bgId, err: String(err) }));
+    })().catch((err) => this.deps.logger.warn({ bg_run_id: bgId, err: String(err) }, 'could not apply an agent run result'));
   }
 
   agentDoneOf(rec: RunRecord, h?: Handle): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> | null {
@@ -309,7 +305,7 @@ export class AgentBridge {
   deliver(runId: string, event: BackgroundRunEvent): void {
     void this.host
       .send(runId, event)
-      .catch((err) => this.log('warn', 'could not deliver an event to a background run', { run_id: runId, type: event.type, err: String(err) }));
+      .catch((err) => this.deps.logger.warn({ bg_run_id: runId, type: event.type, err: String(err) }, 'could not deliver an event to a background run'));
   }
 
   /** A parked run moves on (awaiting -> queued) as soon as its agent run is resumed by a decision. */

@@ -56,10 +56,6 @@ export class Claimer {
     ({ bgRuns: this.runs, meta: this.meta } = repos(deps.store));
   }
 
-  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
-    this.deps.log?.(level, msg, extra);
-  }
-
   /** Stop claiming (the wake-up timer too). */
   stop(): void {
     this.accepting = false;
@@ -114,7 +110,7 @@ export class Claimer {
         await this.claimOnce();
       } while (this.claimAgain && this.accepting);
     } catch (err) {
-      this.log('error', 'claim pass failed', { err: String(err) });
+      this.deps.logger.error({ err: String(err) }, 'claim pass failed');
     } finally {
       this.claimPassRunning = false;
     }
@@ -167,7 +163,7 @@ export class Claimer {
         }
         claims.push(
           this.claim(run.run_id, item, gate).catch((err: unknown) => {
-            this.log('warn', 'could not claim a background run', { run_id: run.run_id, err: String(err) });
+            this.deps.logger.warn({ bg_run_id: run.run_id, err: String(err) }, 'could not claim a background run');
             return false;
           }),
         );
@@ -283,7 +279,7 @@ export class Claimer {
         try {
           await fn(row);
         } catch (err) {
-          this.log('warn', 'background maintenance step failed', { run_id: row.id, err: String(err) });
+          this.deps.logger.warn({ bg_run_id: row.id, err: String(err) }, 'background maintenance step failed');
         }
       }
       cursor = page.next_cursor;

@@ -46,8 +46,7 @@ import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
 import { prepareRun } from './prepare-run.js';
 import { SettleWaiters } from './waiters.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
-
-export type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+import type { AppLogger } from '../telemetry/logger.js';
 
 export interface BackgroundDeps {
   store: Store;
@@ -60,7 +59,8 @@ export interface BackgroundDeps {
   runs: RunService;
   /** Registered agents (src/runtime/agent-registry.ts): a spec is built at registration, refused when it cannot be. */
   agents?: AgentRegistry;
-  log?: Log;
+  /** The process's logger; a live run's lines go through its child (run-host.ts `RunHosts.logOf`: bg_run_id, task_id). */
+  logger: AppLogger;
   /** Timers of heartbeats, attempt timeouts and retries (default: Node's, unref'd). */
   timers?: Timers;
 }
@@ -122,7 +122,7 @@ export class RunEngine {
       telemetry: deps.telemetry,
       workerId: deps.workerId,
       workspaces: () => this.workspaces,
-      log: (level, msg, extra) => this.log(level, msg, extra),
+      logger: deps.logger,
       onAppendFailed: (ctx) => {
         const h = this.handles.get(ctx.run.run_id);
         if (h) {
@@ -133,7 +133,7 @@ export class RunEngine {
     });
     this.workspaces = new RunWorkspaces({
       config: deps.config,
-      log: (level, msg, extra) => this.log(level, msg, extra),
+      logger: deps.logger,
       storedLifecycle: (runId) => this.storedLifecycle(runId),
     });
     this.agent = new AgentBridge(deps, {
@@ -195,10 +195,6 @@ export class RunEngine {
 
   private get leaseMs(): number {
     return this.deps.config.background.lease_seconds * 1000;
-  }
-
-  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
-    this.deps.log?.(level, msg, extra);
   }
 
   // ---------------------------------------------------------------- lifecycle of the engine
@@ -451,7 +447,7 @@ export class RunEngine {
   cancelIfHeld(runId: string, reason: string | null): void {
     const h = this.handles.get(runId);
     if (!h || h.dead) return;
-    void this.cancel(runId, reason).catch((err) => this.log('warn', 'relayed cancel failed', { run_id: runId, err: String(err) }));
+    void this.cancel(runId, reason).catch((err) => this.deps.logger.warn({ bg_run_id: runId, err: String(err) }, 'relayed cancel failed'));
   }
 
   /** POST /background/runs/{id}/resume: a run paused for a person continues once its decision is in. */

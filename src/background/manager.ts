@@ -111,7 +111,7 @@ export class BackgroundManager {
     if (isSharedStore(this.deps.store)) {
       // Task edits of other instances arrive as notifications; this catches any that were lost.
       this.resyncTimer = setInterval(
-        () => void this.scheduler.resyncAll().catch((err) => this.deps.log?.('warn', 'task resync failed', { err: String(err) })),
+        () => void this.scheduler.resyncAll().catch((err) => this.deps.logger.warn({ err: String(err) }, 'task resync failed')),
         TASK_RESYNC_MS,
       );
       this.resyncTimer.unref();
@@ -141,11 +141,11 @@ export class BackgroundManager {
       })
       .then(
         (n) => {
-          if (n > 0) this.deps.log?.('info', 'background run retention deleted ended runs', { runs: n });
+          if (n > 0) this.deps.logger.info({ runs: n }, 'background run retention deleted ended runs');
           return n;
         },
         (err: unknown) => {
-          this.deps.log?.('warn', 'background run retention failed', { err: String(err) });
+          this.deps.logger.warn({ err: String(err) }, 'background run retention failed');
           return 0;
         },
       )

@@ -7,7 +7,7 @@ import type { TelemetryEmitter } from '../runtime/emitter.js';
 import type { Store } from '../store/store.js';
 import { BACKGROUND_EVENT_TYPES, type EventRecordInput } from '../telemetry/record.js';
 import { TERMINAL, type BgRunRow, type LifecycleRecord } from './types.js';
-import type { Log } from './engine.js';
+import type { AppLogger } from '../telemetry/logger.js';
 import type { RunWorkspaces } from './run-workspace.js';
 
 /**
@@ -30,7 +30,7 @@ export interface EventOutboxDeps {
   telemetry: TelemetryEmitter;
   workerId: string;
   workspaces(): RunWorkspaces;
-  log: Log;
+  logger: AppLogger;
   /** An append failed: the engine drops its copy of the run (the row's outbox still holds the events). */
   onAppendFailed(ctx: BackgroundRunContext): void;
 }
@@ -49,10 +49,6 @@ export class EventOutbox {
   private readonly emitted = new Map<string, number>();
 
   constructor(private readonly deps: EventOutboxDeps) {}
-
-  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
-    this.deps.log(level, msg, extra);
-  }
 
   /** Resolves once every lifecycle event this process has queued for the run is stored. */
   async appended(runId: string): Promise<void> {
@@ -129,7 +125,10 @@ export class EventOutbox {
         try {
           await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
         } catch (err) {
-          this.log('warn', 'could not append the lifecycle events of a background run; its next load re-appends them', { run_id: runId, err: String(err) });
+          this.deps.logger.warn(
+            { bg_run_id: runId, err: String(err) },
+            'could not append the lifecycle events of a background run; its next load re-appends them',
+          );
           this.emitted.delete(runId);
           this.deps.onAppendFailed(ctx);
           return;
@@ -232,7 +231,7 @@ export class EventOutbox {
     const have = new Set((await this.storedLifecycle(runId)).map((e) => e.sequence));
     const missing = row.outbox.filter((l) => !have.has(l.sequence));
     if (missing.length > 0) {
-      this.log('warn', 're-appending lifecycle events lost by a crash', { run_id: runId, sequences: missing.map((m) => m.sequence) });
+      this.deps.logger.warn({ bg_run_id: runId, sequences: missing.map((m) => m.sequence) }, 're-appending lifecycle events lost by a crash');
       await this.emitLifecycle(row, missing);
     }
     await this.deps.workspaces().repairWorkspace(row);

@@ -32,10 +32,6 @@ export class RunRetention {
     private readonly host: RetentionHost,
   ) {}
 
-  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
-    this.deps.log?.(level, msg, extra);
-  }
-
   /**
    * Deletes a task's runs (DELETE /background/tasks/{id}?delete_runs=true), cancelling live ones
    * first, then its workspace folders: the task's namespace background/<agent_id>/<task_id> in one
@@ -102,7 +98,7 @@ export class RunRetention {
       // deleted with the first page: no run of it can appear behind this page.
       if (page.items.length < 500 && removed.length === page.items.length) break;
       if (removed.length === 0 && ++idle >= 5) {
-        this.log('warn', 'could not delete every run of a deleted task', { task_id: taskId });
+        this.deps.logger.warn({ task_id: taskId }, 'could not delete every run of a deleted task');
         break;
       }
     }

@@ -23,6 +23,7 @@ import type { TimerRef } from './attempt-timers.js';
 import type { SupervisorGroup } from '../runtime/system.js';
 import type { TraceRecord, TraceStatus } from '../telemetry/traces.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
+import type { AppLogger } from '../telemetry/logger.js';
 
 export type RunActor = Actor<typeof backgroundRunMachine>;
 
@@ -46,6 +47,8 @@ export interface Handle {
    * claim's write CASes it, so two instances cannot both claim a run of a one-at-a-time task.
    */
   gate: { id: string; version: number | null } | null;
+  /** The run's logger (bg_run_id, task_id bound), made on its first line (RunHosts.logOf). */
+  log: AppLogger | null;
 }
 
 /** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
@@ -71,7 +74,13 @@ export function newHandle(id: string, row: Versioned<BgRunRow>): Handle {
     timedOut: null,
     tailWrite: null,
     gate: null,
+    log: null,
   };
+}
+
+/** A background run's lines: the process's logger with the run's and its task's ids bound. */
+export function bgRunLogger(logger: AppLogger, run: { run_id: string; task_id: string }): AppLogger {
+  return logger.child({ bg_run_id: run.run_id, task_id: run.task_id });
 }
 
 /** What the live runs need of the engine around them. */
@@ -125,8 +134,9 @@ export class RunHosts {
     });
   }
 
-  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
-    this.deps.log?.(level, msg, extra);
+  /** A live run's logger: every line carries its bg_run_id and task_id. */
+  logOf(h: Handle): AppLogger {
+    return (h.log ??= bgRunLogger(this.deps.logger, h.row.value.run));
   }
 
   /**
@@ -202,7 +212,8 @@ export class RunHosts {
     const { machine_version: _v, event_seq: _s, outbox: _o, ...saved } = row.value;
     const runId = saved.run.run_id;
     const error = `background run ${runId} was saved by a newer agentd (background-run machine v${version}; this server knows up to v${BACKGROUND_RUN_MACHINE_VERSION}): failed instead of restored`;
-    this.log('error', 'background run saved by a newer machine version; failing it', { run_id: runId, machine_version: version });
+    const log = bgRunLogger(this.deps.logger, saved.run);
+    log.error({ machine_version: version }, 'background run saved by a newer machine version; failing it');
     const at = iso(this.deps.clock.now());
     const ctx: BackgroundRunContext = {
       run: { ...saved.run, status: 'failed', error, finished_at: at, lease_owner: null, lease_token: null, lease_expires_at: null },
@@ -215,7 +226,7 @@ export class RunHosts {
       await this.writeRecord(h, [{ ctx, params: { events: [{ type: 'background_run_failed', data: { error, machine_version: version } }], attempts: [] } }]);
     } catch (err) {
       // Someone else wrote the row first (or the store failed): left as it is, read again next time.
-      this.log('warn', 'could not fail a background run of a newer machine version', { run_id: runId, err: String(err) });
+      log.warn({ err: String(err) }, 'could not fail a background run of a newer machine version');
       return row;
     }
     return h.row;
@@ -260,7 +271,7 @@ export class RunHosts {
   private onRecord(ctx: BackgroundRunContext, params: RecordParams): void {
     const h = this.handles.get(ctx.run.run_id);
     if (!h) {
-      this.log('error', 'background run effect without a live handle', { run_id: ctx.run.run_id });
+      bgRunLogger(this.deps.logger, ctx.run).error('background run effect without a live handle');
       return;
     }
     // Transitions taken before the previous one's write started are written together with it:
@@ -278,7 +289,7 @@ export class RunHosts {
       },
       (err) => {
         // Fenced or the store failed: this copy no longer knows the truth; drop it (the row is reloaded on next use).
-        this.log(isStoreError(err, 'stale_version') ? 'warn' : 'error', 'background run write refused; dropping this copy', { run_id: h.id, err: String(err) });
+        this.logOf(h)[isStoreError(err, 'stale_version') ? 'warn' : 'error']({ err: String(err) }, 'background run write refused; dropping this copy');
         if (isStoreError(err, 'stale_version')) this.deps.metrics.leaseLost('background');
         this.hooks.forgetTask(h.row.value.run.task_id);
         this.release(h, true);

@@ -9,14 +9,14 @@ import type { BackgroundRun } from '../schemas/background.js';
 import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
 import { TERMINAL, WAITING, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
 import { MirrorQueue, absoluteWorkspace, lastMirroredSequence, mirrorRun, relativeWorkspace, FolderRemover, workspaceOf } from './workspace.js';
-import type { Log } from './engine.js';
+import type { AppLogger } from '../telemetry/logger.js';
 
 /** How long run.json / events.jsonl may trail a run that goes on (one that ends or pauses is written at once). */
 const MIRROR_DELAY_MS = 200;
 
 export interface RunWorkspacesDeps {
   config: Config;
-  log: Log;
+  logger: AppLogger;
   /** Lifecycle events of a run as stored in telemetry (the repair reads the lines it lacks). */
   storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>>;
 }
@@ -42,22 +42,18 @@ export class RunWorkspaces {
     (dir, err) => {
       this.madeDirs.delete(dir);
       // The workspace is a mirror: a full disk must not stop the run.
-      this.log('warn', 'could not write the run workspace files', { workspace_path: dir, err: String(err) });
+      this.deps.logger.warn({ workspace_path: dir, err: String(err) }, 'could not write the run workspace files');
     },
     (dir) => {
       // A write that was under way when its runs were deleted may have made the folder again.
-      void this.remover.remove(dir).catch((err) => this.log('warn', 'could not remove a background workspace folder', { err: String(err) }));
+      void this.remover.remove(dir).catch((err) => this.deps.logger.warn({ err: String(err) }, 'could not remove a background workspace folder'));
     },
   );
 
   constructor(private readonly deps: RunWorkspacesDeps) {
     this.remover = new FolderRemover(deps.config.background.workspace_root, (err) =>
-      this.log('warn', 'could not remove a background workspace folder', { err: String(err) }),
+      this.deps.logger.warn({ err: String(err) }, 'could not remove a background workspace folder'),
     );
-  }
-
-  private log(level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>): void {
-    this.deps.log(level, msg, extra);
   }
 
   /** Start-up: folders left in the trash by a previous process are removed. */
@@ -94,7 +90,7 @@ export class RunWorkspaces {
     if ('rel' in r) return r.rel;
     if (!this.warnedTemplates.has(task.task_id)) {
       this.warnedTemplates.add(task.task_id);
-      this.log('warn', "the task's workspace template is refused; its runs use the default template", { task_id: task.task_id, problem: r.problem });
+      this.deps.logger.warn({ task_id: task.task_id, problem: r.problem }, "the task's workspace template is refused; its runs use the default template");
     }
     const fallback = workspaceOf(DEFAULT_NAMESPACE_TEMPLATE, ids, false);
     if ('rel' in fallback) return fallback.rel;
@@ -112,7 +108,7 @@ export class RunWorkspaces {
     try {
       dir = this.dirOf(ctx.run);
     } catch (err) {
-      this.log('warn', 'the run workspace is outside the workspace root; not written', { run_id: ctx.run.run_id, err: String(err) });
+      this.deps.logger.warn({ bg_run_id: ctx.run.run_id, err: String(err) }, 'the run workspace is outside the workspace root; not written');
       return;
     }
     const lines = ctx.internal.write_events_jsonl ? lifecycle.map(({ data: _d, ...line }) => line) : [];
@@ -168,10 +164,10 @@ export class RunWorkspaces {
             lease_generation: m.lease_generation,
           };
         });
-      if (lines.length > 0) this.log('warn', 'appending workspace lines lost by a crash', { run_id: run.run_id, from: have + 1, to: row.event_seq });
+      if (lines.length > 0) this.deps.logger.warn({ bg_run_id: run.run_id, from: have + 1, to: row.event_seq }, 'appending workspace lines lost by a crash');
     }
     await mirrorRun(dir, lines, internal.write_run_json ? run : null, true).catch((err) =>
-      this.log('warn', 'workspace repair failed', { run_id: run.run_id, err: String(err) }),
+      this.deps.logger.warn({ bg_run_id: run.run_id, err: String(err) }, 'workspace repair failed'),
     );
   }
 
@@ -197,7 +193,7 @@ export class RunWorkspaces {
     try {
       await this.remover.remove(dir);
     } catch (err) {
-      this.log('warn', 'could not remove a background workspace folder', { err: String(err) });
+      this.deps.logger.warn({ err: String(err) }, 'could not remove a background workspace folder');
     }
     const prefix = dir.endsWith(sep) ? dir : dir + sep;
     for (const d of this.madeDirs) if (d === dir || d.startsWith(prefix)) this.madeDirs.delete(d);

@@ -84,3 +84,14 @@ function firstDue(spec: SchedSpec, nowMs: number): string | null {
     }
   }
 }
+
+/**
+ * When the task is next due for the ticker (due-ticker.ts): null when it is not (disabled, paused,
+ * deleted, no row, nothing left). A due time that cannot advance (a schedule whose occurrences
+ * were all consumed) must not spin: it is looked at again a poll interval from now.
+ */
+export function dueTimeOf(task: TaskRow, sched: ScheduleRow | null, nowMs: number, pollIntervalMs: number): number | null {
+  if (!task.enabled || !sched || sched.deleted || sched.paused || !sched.next_due_at) return null;
+  const at = Date.parse(sched.next_due_at);
+  return sched.last_due_at && at <= Date.parse(sched.last_due_at) ? nowMs + pollIntervalMs : at;
+}

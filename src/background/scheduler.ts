@@ -1,32 +1,26 @@
-// Task schedules (decisions.md §7): the task machine's state per enabled task, schedule state rows
-// (kind bg_schedule) that a ticker turns into due occurrences, and an in-memory min-heap of
-// next_due_at so a tick looks at one entry, not at every task. Dispatch is idempotent across
-// restarts and instances: each occurrence's record is created in the same commit as its run.
+// Task schedules (decisions.md §7): what is due and what it dispatches. The scheduler keeps every
+// task and its schedule state row (kind bg_schedule) as last read or written, runs each task's
+// work (dispatch, edits) serially in the task's job, and carries out what the task's machine
+// decides for each due occurrence or manual trigger. Dispatch is idempotent across restarts and
+// instances: each occurrence's record is created in the same commit as its run.
 //
-// Each enabled task is a task-machine actor (`task:<id>`) under its own supervisor group
-// (`group:tasks`, a child of the root). Not directly under the root: xstate copies a parent's
-// children map on every spawn and stop, so 10,000 cron tasks there made every run's spawn and
-// stop cost O(tasks), the main cost of every background run. The actor decides; its `dispatch`
-// and `drop` effects are collected as data while an event is sent and carried out here.
-import { taskMachine, type DispatchParams, type DropParams, type TaskEvent, type TaskOccurrence } from '../../machines/task.machine.js';
+// Its parts: task-actors.ts (one task-machine actor per enabled task: the decisions),
+// due-ticker.ts (the heap of next due times and the timer that fires them), schedule-rows.ts (the
+// pure row maths: the advanced row, skips, the next due time).
+import type { DispatchParams, TaskOccurrence } from '../../machines/task.machine.js';
 import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import { dueOccurrences, upcoming, type ScheduleSpec as SchedSpec } from '../scheduler/schedule.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import type { BackgroundDeps, PreparedRun, RunEngine } from './engine.js';
-import { DueHeap } from './heap.js';
-import type { SupervisorGroup } from '../runtime/system.js';
-import { advancedScheduleRow, skipOf, skipReason } from './schedule-rows.js';
+import { DueTicker } from './due-ticker.js';
+import { TaskActors } from './task-actors.js';
+import { advancedScheduleRow, dueTimeOf, skipOf, skipReason } from './schedule-rows.js';
 import { occurrenceRecordId, type ScheduleRow, type SkippedOccurrence, type TaskRow } from './types.js';
 import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
 import { swallow, isRefusal } from '../telemetry/swallowed.js';
 
-/** Longest single wait of the due timer; the poll ticker covers anything beyond. */
-const MAX_TIMER_MS = 60_000;
 const NOTHING_IN_FLIGHT: TaskRunsInFlight = { activeRunIds: [], queuedRunIds: [] };
-
-const actorId = (taskId: string) => `task:${taskId}`;
-type TaskEffect = { type: 'dispatch'; params: DispatchParams } | { type: 'drop'; params: DropParams };
 
 /** A manual dispatch: decided and issued inside the task's job; `done` resolves once it is written. */
 export interface Dispatched {
@@ -38,31 +32,18 @@ export class TaskScheduler {
   readonly tasks = new Map<string, TaskRow>();
   /** Each task's schedule row and version as last read or written here: a fire needs no read. */
   private readonly schedules = new Map<string, Versioned<ScheduleRow>>();
-  /** The task actors: one per enabled task. */
-  private readonly actors: SupervisorGroup;
-  /** Effects of the event being sent to a task actor (see decide). */
-  private effects: TaskEffect[] = [];
-  private readonly logic = taskMachine.provide({
-    actions: {
-      dispatch: (_args, params) => void this.effects.push({ type: 'dispatch', params }),
-      drop: (_args, params) => void this.effects.push({ type: 'drop', params }),
-    },
-  });
-  private readonly heap = new DueHeap();
+  /** The task machines: one actor per enabled task (task-actors.ts). */
+  private readonly machines: TaskActors;
+  /** Next due times and the timer that fires them (due-ticker.ts). */
+  private readonly due: DueTicker;
   private readonly chains = new Map<string, Promise<void>>();
-  private dueTimer: NodeJS.Timeout | null = null;
-  private dueTimerAt = Infinity;
-  private ticking = false;
 
   constructor(
     private readonly deps: BackgroundDeps,
     private readonly engine: RunEngine,
   ) {
-    this.actors = deps.system.group('tasks');
-  }
-
-  private hasMachine(taskId: string): boolean {
-    return this.actors.get(actorId(taskId)) !== undefined;
+    this.machines = new TaskActors(deps.system, deps.logger);
+    this.due = new DueTicker(deps.clock, (taskId) => this.fireInJob(taskId));
   }
 
   // ---------------------------------------------------------------- start-up and ticking
@@ -78,7 +59,7 @@ export class TaskScheduler {
         this.tasks.set(t.id, t.value);
         const sched = rows[i] ?? null;
         if (sched) this.schedules.set(t.id, sched);
-        if (t.value.enabled) this.initState(t.value, sched?.value ?? null);
+        if (t.value.enabled) this.machines.start(t.value, sched?.value ?? null);
         this.setDue(t.value, sched?.value ?? null);
       });
       cursor = page.next_cursor;
@@ -86,56 +67,30 @@ export class TaskScheduler {
   }
 
   startTicking(): void {
-    this.ticking = true;
-    this.armDueTimer();
+    this.due.start();
   }
 
   stop(): void {
-    this.ticking = false;
-    if (this.dueTimer) clearTimeout(this.dueTimer);
-    this.dueTimer = null;
-    this.dueTimerAt = Infinity;
+    this.due.stop();
   }
 
   async close(): Promise<void> {
     this.stop();
     await Promise.all([...this.chains.values()]);
-    for (const id of this.tasks.keys()) this.actors.stop(actorId(id));
+    for (const id of this.tasks.keys()) this.machines.stop(id);
   }
 
   /** Pops every due task and fires it (in parallel across tasks, serially per task). */
   dispatchDue(): void {
-    if (!this.ticking) return;
-    const now = this.deps.clock.now();
-    for (const { task_id } of this.heap.popDue(now)) {
-      void this.taskJob(task_id, () => this.fire(task_id)).catch((err) => {
-        this.deps.log?.('error', 'background dispatch failed', { task_id, err: String(err) });
-        // Popped but not advanced: try again after a poll interval instead of never.
-        const task = this.tasks.get(task_id);
-        if (task?.enabled && this.heap.get(task_id) === null) {
-          this.heap.set(task_id, this.deps.clock.now() + this.deps.config.background.poll_interval_ms);
-          this.armDueTimer();
-        }
-      });
-    }
-    this.armDueTimer();
+    this.due.dispatchDue();
   }
 
-  /** A precise timer to the earliest due time keeps dispatch lateness well under the poll interval. */
-  private armDueTimer(): void {
-    if (!this.ticking) return;
-    const next = this.heap.peek();
-    if (next === null) return;
-    if (this.dueTimer && this.dueTimerAt <= next) return;
-    if (this.dueTimer) clearTimeout(this.dueTimer);
-    const delay = Math.min(MAX_TIMER_MS, Math.max(0, next - this.deps.clock.now()));
-    this.dueTimerAt = next;
-    this.dueTimer = setTimeout(() => {
-      this.dueTimer = null;
-      this.dueTimerAt = Infinity;
-      this.dispatchDue();
-    }, delay);
-    this.dueTimer.unref();
+  private fireInJob(taskId: string): void {
+    void this.taskJob(taskId, () => this.fire(taskId)).catch((err) => {
+      this.deps.logger.error({ task_id: taskId, err: String(err) }, 'background dispatch failed');
+      // Popped but not advanced: try again after a poll interval instead of never.
+      if (this.tasks.get(taskId)?.enabled) this.due.retry(taskId, this.deps.clock.now() + this.deps.config.background.poll_interval_ms);
+    });
   }
 
   /** Runs `fn` after every earlier job of the task: dispatch and task edits never interleave. */
@@ -152,42 +107,6 @@ export class TaskScheduler {
       if (this.chains.get(taskId) === tail) this.chains.delete(taskId);
     });
     return p;
-  }
-
-  // ---------------------------------------------------------------- the task machine
-
-  private initState(task: TaskRow, sched: ScheduleRow | null): void {
-    this.actors.stop(actorId(task.task_id));
-    this.actors.spawn(actorId(task.task_id), this.logic, {
-      input: {
-        task_id: task.task_id,
-        overlap_policy: task.overlap_policy,
-        enabled: true,
-        paused: sched?.paused ?? false,
-        paused_reason: sched?.paused_reason ?? null,
-      },
-    });
-  }
-
-  /** One event to the task's actor; returns the dispatches it decided (drops are logged). */
-  private decide(taskId: string, event: TaskEvent): DispatchParams[] {
-    const ref = this.actors.get(actorId(taskId));
-    if (!ref) return [];
-    // The actor processes the event synchronously (nothing else is sending to it), so its
-    // effects are exactly what it pushes while send() runs.
-    this.effects = [];
-    ref.send(event);
-    const actions = this.effects;
-    this.effects = [];
-    const out: DispatchParams[] = [];
-    for (const a of actions) {
-      if (a.type === 'dispatch') out.push(a.params as DispatchParams);
-      else if (a.type === 'drop') {
-        const d = a.params as DropParams;
-        this.deps.log?.('info', 'background occurrence dropped', { task_id: d.task_id, occurrence_id: d.occurrence?.occurrence_id ?? null, reason: d.reason });
-      }
-    }
-    return out;
   }
 
   private async schedule(taskId: string): Promise<Versioned<ScheduleRow> | null> {
@@ -208,7 +127,7 @@ export class TaskScheduler {
    */
   private async fire(taskId: string): Promise<void> {
     const task = this.tasks.get(taskId);
-    if (!task || !task.enabled || !this.hasMachine(taskId)) return;
+    if (!task || !task.enabled || !this.machines.has(taskId)) return;
     const rec = await this.schedule(taskId);
     if (!rec || rec.value.deleted || rec.value.paused) return;
     // cancel_previous must cancel before it queues: the occurrence-at-a-time path.
@@ -222,7 +141,7 @@ export class TaskScheduler {
     const skips: SkippedOccurrence[] = [];
     for (const occ of res.dispatch) {
       const inFlight = tracked ? (this.engine.inFlightNow(taskId) ?? NOTHING_IN_FLIGHT) : NOTHING_IN_FLIGHT;
-      for (const d of this.decide(taskId, { type: 'DUE', occurrence: occ as TaskOccurrence, inFlight })) {
+      for (const d of this.machines.decide(taskId, { type: 'DUE', occurrence: occ as TaskOccurrence, inFlight })) {
         if (d.decision.action === 'skip') {
           skips.push(skipOf(task, occ as TaskOccurrence, now));
           continue;
@@ -264,12 +183,15 @@ export class TaskScheduler {
       misfireCursor: s.misfire_cursor,
     });
     if (res.missed) {
-      this.deps.log?.('info', 'background occurrences missed', {
-        task_id: task.task_id,
-        ...res.missed,
-        policy: task.schedule.misfire_policy,
-        truncated: res.truncated,
-      });
+      this.deps.logger.info(
+        {
+          task_id: task.task_id,
+          ...res.missed,
+          policy: task.schedule.misfire_policy,
+          truncated: res.truncated,
+        },
+        'background occurrences missed',
+      );
     }
     return res;
   }
@@ -304,12 +226,12 @@ export class TaskScheduler {
 
   /** The run created for the occurrence, the skip (counted on the schedule row), or null (a replay, or dropped). */
   private async dispatchOccurrence(task: TaskRow, occurrence: TaskOccurrence, now: number): Promise<BackgroundRun | SkippedOccurrence | null> {
-    if (!this.hasMachine(task.task_id)) return null;
+    if (!this.machines.has(task.task_id)) return null;
     // A replayed occurrence must not cancel anything (cancel_previous) before finding out it already ran.
     if (await repos(this.deps.store).bgOccurrences.get(occurrenceRecordId(task.task_id, occurrence.occurrence_id))) return null;
     const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
     let out: BackgroundRun | SkippedOccurrence | null = null;
-    for (const p of this.decide(task.task_id, { type: 'DUE', occurrence, inFlight })) {
+    for (const p of this.machines.decide(task.task_id, { type: 'DUE', occurrence, inFlight })) {
       out = p.decision.action === 'skip' ? skipOf(task, occurrence, now) : await (await this.execute(task, p)).done;
     }
     return out;
@@ -322,10 +244,10 @@ export class TaskScheduler {
    * store rounds instead of taking one each. Null `done` value: the task is disabled.
    */
   async dispatchManual(task: TaskRow, query: string | null, runId?: string): Promise<Dispatched> {
-    if (!this.hasMachine(task.task_id)) return { done: Promise.resolve(null) };
+    if (!this.machines.has(task.task_id)) return { done: Promise.resolve(null) };
     const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
     let out: Dispatched = { done: Promise.resolve(null) };
-    for (const p of this.decide(task.task_id, { type: 'MANUAL', query, inFlight })) out = await this.execute(task, p, runId);
+    for (const p of this.machines.decide(task.task_id, { type: 'MANUAL', query, inFlight })) out = await this.execute(task, p, runId);
     return out;
   }
 
@@ -363,17 +285,9 @@ export class TaskScheduler {
     if (sched) this.schedules.set(id, sched);
     else this.schedules.delete(id);
     const s = sched?.value ?? null;
-    const ref = this.actors.get(actorId(id));
-    if (!task.enabled) {
-      this.actors.stop(actorId(id));
-    } else if (!ref) {
-      this.initState(task, s);
-    } else {
-      this.decide(id, { type: 'UPDATE', overlap_policy: task.overlap_policy });
-      const paused = (ref.getSnapshot() as { context: { paused: boolean } }).context.paused;
-      if (s?.paused && !paused) this.decide(id, { type: 'PAUSE', reason: s.paused_reason });
-      if (!s?.paused && paused) this.decide(id, { type: 'RESUME' });
-    }
+    if (!task.enabled) this.machines.stop(id);
+    else if (!this.machines.has(id)) this.machines.start(task, s);
+    else this.machines.update(task, s);
     this.setDue(task, s);
   }
 
@@ -434,21 +348,12 @@ export class TaskScheduler {
   removeTask(taskId: string): void {
     this.tasks.delete(taskId);
     this.schedules.delete(taskId);
-    this.heap.set(taskId, null);
-    this.actors.stop(actorId(taskId));
+    this.due.set(taskId, null);
+    this.machines.stop(taskId);
   }
 
   private setDue(task: TaskRow, sched: ScheduleRow | null): void {
-    if (!task.enabled || !sched || sched.deleted || sched.paused || !sched.next_due_at) {
-      this.heap.set(task.task_id, null);
-      return;
-    }
-    const now = this.deps.clock.now();
-    let at = Date.parse(sched.next_due_at);
-    // A due time that cannot advance (a schedule whose occurrences were all consumed) must not spin.
-    if (sched.last_due_at && at <= Date.parse(sched.last_due_at)) at = now + this.deps.config.background.poll_interval_ms;
-    this.heap.set(task.task_id, at);
-    this.armDueTimer();
+    this.due.set(task.task_id, dueTimeOf(task, sched, this.deps.clock.now(), this.deps.config.background.poll_interval_ms));
   }
 
   preview(task: TaskRow, sched: ScheduleRow | null, count: number) {

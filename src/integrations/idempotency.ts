@@ -22,7 +22,7 @@ import { isStoreError, type Page, type Store, type Versioned } from '../store/st
 import { repos } from '../store/repos/index.js';
 import { casUpdate, CasExhaustedError } from '../store/cas.js';
 import { swallow } from '../telemetry/swallowed.js';
-import type { LogFn } from '../telemetry/logger.js';
+import type { AppLogger } from '../telemetry/logger.js';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 /** Longest key accepted (Stripe's limit); printable ASCII only. */
@@ -120,7 +120,7 @@ export interface IdempotencyOptions {
   ttlSeconds: number;
   /** False on a single-process store: a claim by any other worker is a dead process's. */
   sharedStore: boolean;
-  log?: LogFn;
+  logger?: AppLogger;
 }
 
 /** What startOnce answers: the run was started now (`started`), or it already existed. */
@@ -245,7 +245,7 @@ export class Idempotency {
       await repos(this.o.store)
         .idempotency.update(rec.id, { ...rec.value, state: 'done', claim: null }, rec.version)
         .catch((e: unknown) => {
-          this.o.log?.('warn', 'idempotency record not marked done', { err: String(e) });
+          this.o.logger?.warn({ err: String(e) }, 'idempotency record not marked done');
         });
       return { fresh: true, target_id: target, started };
     });
@@ -275,7 +275,7 @@ export class Idempotency {
       const stored = JSON.parse(JSON.stringify(body ?? null)) as unknown;
       await repos(this.o.store)
         .idempotency.update(rec.id, { ...rec.value, state: 'done', claim: null, response: { status_code: 200, body: stored } }, rec.version)
-        .catch((e: unknown) => this.o.log?.('warn', 'idempotency answer not stored', { err: String(e) }));
+        .catch((e: unknown) => this.o.logger?.warn({ err: String(e) }, 'idempotency answer not stored'));
       return body;
     });
   }
@@ -307,7 +307,7 @@ export class Idempotency {
 
   startSweeper(intervalSeconds: number): void {
     const tick = () => {
-      void this.sweep().catch((err: unknown) => this.o.log?.('warn', 'idempotency sweep failed', { err: String(err) }));
+      void this.sweep().catch((err: unknown) => this.o.logger?.warn({ err: String(err) }, 'idempotency sweep failed'));
     };
     tick();
     this.sweepTimer = setInterval(tick, intervalSeconds * 1000);

@@ -4,11 +4,12 @@
 import type { MeterAmounts } from '../../machines/policies/budget.js';
 import type { BudgetLedger } from '../agent/budget-ledger.js';
 import type { Metrics } from './metrics.js';
+import type { AppLogger } from '../telemetry/logger.js';
 
 export interface SettleDeps {
   ledger: BudgetLedger;
   metrics?: Metrics;
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  logger?: AppLogger;
 }
 
 /** Settles `reservationId` of run `runId`; never rejects. `phase`: model, tools or subagent (the metric's label). */
@@ -23,10 +24,13 @@ export async function settleHold(
     await deps.ledger.settle(reservationId, amounts);
   } catch (err) {
     deps.metrics?.settleFailed(phase);
-    deps.log?.('warn', 'budget hold could not be settled; it stays held until the run releases its holds', {
-      run_id: runId,
-      reservation_id: reservationId,
-      err: String(err),
-    });
+    deps.logger?.warn(
+      {
+        run_id: runId,
+        reservation_id: reservationId,
+        err: String(err),
+      },
+      'budget hold could not be settled; it stays held until the run releases its holds',
+    );
   }
 }

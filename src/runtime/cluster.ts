@@ -8,6 +8,7 @@
 import type { Store, StoredEvent } from '../store/store.js';
 import { CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD, type StoreChanges } from '../store/changes.js';
 import { eventField, FILTER_FIELDS, type EventBus, type FilterField } from '../telemetry/bus.js';
+import { silentLogger, type AppLogger } from '../telemetry/logger.js';
 
 /** Event ids this process published or is storing (its own and other instances'), so none is published twice. */
 const SEEN_MAX = 50_000;
@@ -17,8 +18,6 @@ const MAX_PENDING_RANGES = 10_000;
 const MAX_IDS = 120;
 /** How long appends are gathered into one notification. */
 const NOTIFY_DELAY_MS = 5;
-
-type Log = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
 
 export type ControlMessage =
   /** Cancel a run (POST /runs/{id}/cancel) live in the instance that owns it. */
@@ -50,7 +49,7 @@ export class ClusterLink {
     private readonly changes: StoreChanges,
     private readonly bus: EventBus,
     readonly instanceId: string,
-    private readonly log?: Log,
+    private readonly log: AppLogger = silentLogger,
   ) {
     this.unsubs.push(
       changes.subscribe(CHANGE_CHANNELS.events, (p) => this.onEvents(p)),
@@ -132,7 +131,7 @@ export class ClusterLink {
     for (const r of msg.r) {
       if (!Array.isArray(r) || typeof r[0] !== 'string' || typeof r[1] !== 'string') continue;
       if (this.incoming.length >= MAX_PENDING_RANGES) {
-        this.log?.('warn', 'cluster: too many event ranges waiting; live followers may miss events (they resume with Last-Event-ID)');
+        this.log.warn('cluster: too many event ranges waiting; live followers may miss events (they resume with Last-Event-ID)');
         break;
       }
       this.incoming.push([r[0], r[1]]);
@@ -167,7 +166,7 @@ export class ClusterLink {
         }
       }
     } catch (err) {
-      this.log?.('warn', 'cluster: could not read notified events', { err: String(err) });
+      this.log.warn({ err: String(err) }, 'cluster: could not read notified events');
     } finally {
       this.pumping = false;
     }

@@ -112,7 +112,7 @@ export class RunDecisions {
       // newer machine, found by test/runtime/snapshot-fixtures.test.ts) was an unhandled rejection.
       resuming?.catch(() => undefined);
       await writing; // a lost race (stale_version) is retried by retryDecision
-      resuming?.catch((err) => this.deps.log?.('warn', 'resume after approval failed; the sweep will retry', { run_id: runId, err: String(err) }));
+      resuming?.catch((err) => this.deps.logger.warn({ run_id: runId, err: String(err) }, 'resume after approval failed; the sweep will retry'));
       return decided;
     });
   }
@@ -163,7 +163,7 @@ export class RunDecisions {
     if (amount !== null) await this.deps.ledger.grant(req.key, req.meter as never, amount, { grant_id: req.request_id });
     void this.recovery
       .resume(runId, { cause: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', trigger: 'explicit' })
-      .catch((err) => this.deps.log?.('warn', 'resume after budget decision failed; the sweep will retry', { run_id: runId, err: String(err) }));
+      .catch((err) => this.deps.logger.warn({ run_id: runId, err: String(err) }, 'resume after budget decision failed; the sweep will retry'));
     return {
       run_id: runId,
       request_id: req.request_id,

@@ -95,7 +95,7 @@ export class RunEffects {
     try {
       return await this.kernel.inbox.read(ctx.run_id, ctx.steered ?? [], ctx.interrupt_handled ?? null);
     } catch (err) {
-      this.deps.log?.('warn', 'run inbox could not be read; trying again at the next step boundary', { run_id: ctx.run_id, err: String(err) });
+      this.deps.logger.warn({ run_id: ctx.run_id, err: String(err) }, 'run inbox could not be read; trying again at the next step boundary');
       return { messages: [], interrupt_id: null };
     }
   }

@@ -17,6 +17,7 @@ import { TERMINAL_RUN_STATUSES, runIndexes, type RunRecord, type RunRecordStatus
 import { iso, traceStatusOf, type SessionValue, type SnapshotValue, type StartOptions, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
 import { swallow } from '../telemetry/swallowed.js';
+import type { AppLogger } from '../telemetry/logger.js';
 
 /**
  * A new run's creating write (and its first events) wait this long for the run to go on before
@@ -130,6 +131,13 @@ export class RunHost {
 
   private get deps() {
     return this.kernel.deps;
+  }
+
+  private logger: AppLogger | null = null;
+
+  /** This run's logger: the process's, every line bound to `run_id`. Made on first use (most runs never log). */
+  get log(): AppLogger {
+    return (this.logger ??= this.deps.logger.child({ run_id: this.run_id }));
   }
 
   /**
@@ -332,7 +340,7 @@ export class RunHost {
   /** Something outside the machine failed (a write, an unexpected throw): record it, never crash. */
   async failLive(err: unknown): Promise<void> {
     if (err instanceof FencedError) return; // onFenced handles it
-    this.deps.log?.('error', 'run failed outside its machine', { run_id: this.run_id, err: String(err) });
+    this.log.error({ err: String(err) }, 'run failed outside its machine');
     this.ending = true;
     const message = this.deps.telemetry.redactText(err instanceof Error ? err.message : String(err));
     try {
@@ -355,7 +363,7 @@ export class RunHost {
 
   /** Another owner took this run over: stop here without writing anything more. */
   private onFenced(_err: FencedError): void {
-    this.deps.log?.('warn', 'run lease lost to another owner; stopping this copy', { run_id: this.run_id });
+    this.log.warn('run lease lost to another owner; stopping this copy');
     this.deps.metrics.leaseLost('run');
     this.ending = true;
     this.abort.abort();

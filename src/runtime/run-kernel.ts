@@ -115,7 +115,7 @@ export class RunKernel {
       try {
         l(record);
       } catch (err) {
-        this.deps.log?.('error', 'run settled listener failed', { run_id: record.run_id, err: String(err) });
+        this.deps.logger.error({ run_id: record.run_id, err: String(err) }, 'run settled listener failed');
       }
     }
   }

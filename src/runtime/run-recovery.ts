@@ -342,7 +342,7 @@ export class RunRecovery {
         (err) => {
           slot();
           this.recovering.delete(c.id);
-          this.deps.log?.('warn', 'sweep could not resume run', { run_id: c.id, err: String(err) });
+          this.deps.logger.warn({ run_id: c.id, err: String(err) }, 'sweep could not resume run');
         },
       );
     }
@@ -355,7 +355,7 @@ export class RunRecovery {
       // ±25 % jitter so several processes do not sweep in lockstep.
       const delay = base * (0.75 + Math.random() * 0.5);
       this.sweepTimer = setTimeout(async () => {
-        await this.sweep().catch((err) => this.deps.log?.('error', 'orphan sweep failed', { err: String(err) }));
+        await this.sweep().catch((err) => this.deps.logger.error({ err: String(err) }, 'orphan sweep failed'));
         if (!this.kernel.closing) schedule();
       }, delay);
       this.sweepTimer.unref();

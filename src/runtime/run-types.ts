@@ -10,12 +10,13 @@ import type { CompiledGuardrails } from '../agent/guardrails.js';
 import type { RegisteredTool } from '../agent/tools/types.js';
 import type { Clock } from '../clock.js';
 import type { Store } from '../store/store.js';
-import type { AgentSource } from './agent-profile.js';
+import type { AgentSource, AgentToolSource } from './agent-profile.js';
 import type { TelemetryEmitter } from './emitter.js';
 import type { Metrics } from './metrics.js';
 import type { Subagents } from './subagents.js';
 import type { ActorSystem } from './system.js';
 import type { RunRecord, RunRecordStatus } from './run-record.js';
+import type { AppLogger } from '../telemetry/logger.js';
 
 export interface RunSettings {
   agent_name: string;
@@ -42,12 +43,6 @@ export interface RunSettings {
 /** Session concurrency policy (issue 14 item 3; docs/runs.md "Busy sessions"). */
 export type SessionPolicy = 'enqueue' | 'reject' | 'interrupt' | 'rollback';
 
-export interface ToolSource {
-  list(): RegisteredTool[];
-  get(name: string): RegisteredTool | undefined;
-  validate(name: string, args: unknown): { ok: true; args: Record<string, unknown> } | { ok: false; message: string };
-}
-
 export interface RunServiceDeps {
   store: Store;
   system: ActorSystem;
@@ -55,7 +50,7 @@ export interface RunServiceDeps {
   telemetry: TelemetryEmitter;
   metrics: Metrics;
   model: ModelProvider;
-  tools: ToolSource;
+  tools: AgentToolSource;
   ledger: BudgetLedger;
   guardrails: CompiledGuardrails;
   settings: RunSettings;
@@ -64,7 +59,8 @@ export interface RunServiceDeps {
   subagents?: Subagents;
   /** Registered agents by id (src/runtime/agent-registry.ts); without it every run is the served agent's. */
   agents?: AgentSource;
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  /** The process's logger; a live run logs through its host's child (`RunHost.log`, bound to run_id). */
+  logger: AppLogger;
 }
 
 export interface StartOptions {

@@ -5,6 +5,7 @@ import { newId } from '../ids.js';
 import { loadModelProvider } from '../agent/model/load.js';
 import type { ModelProvider } from '../agent/model/types.js';
 import { ToolRegistry } from '../agent/tools/registry.js';
+import type { ToolLogger } from '../agent/tools/types.js';
 import { BudgetLedger } from '../agent/budget-ledger.js';
 import { compileGuardrails } from '../agent/guardrails.js';
 import type { Store } from '../store/store.js';
@@ -29,14 +30,15 @@ import { Idempotency } from '../integrations/idempotency.js';
 import { Webhooks } from '../integrations/webhooks.js';
 import { repos } from '../store/repos/index.js';
 import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
-import type { LogFn } from '../telemetry/logger.js';
+import { silentLogger, type AppLogger } from '../telemetry/logger.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
   /** Tests and benchmarks inject a model; otherwise the configured provider is built. */
   model?: ModelProvider;
   inspect?: SystemHooks['inspect'];
-  log?: LogFn;
+  /** The process's logger (src/main.ts builds it); default silent. */
+  logger?: AppLogger;
 }
 
 export interface Readiness {
@@ -93,12 +95,13 @@ export class Runtime {
   ) {
     this.startedAt = clock.now();
     this.agentName = config.agent.name;
+    const logger = opts.logger ?? silentLogger;
     // One redactor (value patterns + the config's secret values) for everything a run stores or exports.
     this.telemetry = new TelemetryEmitter(store, this.bus, { capture: config.telemetry.capture, redactor: redactorForConfig(config) }, clock);
     this.telemetryQueries = new TelemetryQueries(store);
     this.system = new ActorSystem({
       inspect: opts.inspect,
-      onChildFailed: (systemId, error) => opts.log?.('error', 'actor failed', { systemId, err: String(error) }),
+      onChildFailed: (systemId, error) => logger.error({ systemId, err: String(error) }, 'actor failed'),
     });
     this.liveStates = new LiveStates(this.system);
     const settings = runSettingsOf(config);
@@ -115,7 +118,7 @@ export class Runtime {
             max_steps: settings.max_steps,
             max_output_tokens: settings.max_output_tokens,
             metrics,
-            log: opts.log,
+            logger,
           })
         : undefined;
     this.agents = new AgentRegistry({
@@ -137,7 +140,7 @@ export class Runtime {
       plan: { tools_dirs: config.agents.tools_dirs, mcp_commands: config.agents.mcp_commands, env: (name) => agentEnvValue(name) },
       max_cached: config.agents.max_cached,
       wrapModel: (m) => withCallMetrics(m, (provider, name, seconds, errorKind) => metrics.modelCall(provider, name, seconds, errorKind)),
-      logger: (msg, extra) => opts.log?.('info', msg, extra as Record<string, unknown>),
+      logger: toolLogger(logger),
     });
     this.runs = new RunService({
       store,
@@ -157,7 +160,7 @@ export class Runtime {
       }),
       settings,
       workerId: this.workerId,
-      log: opts.log,
+      logger,
     });
     this.background = new BackgroundManager({
       store,
@@ -169,7 +172,7 @@ export class Runtime {
       workerId: this.workerId,
       runs: this.runs,
       agents: this.agents,
-      log: opts.log,
+      logger,
     });
     this.otlp = otlp;
     this.idempotency = new Idempotency({
@@ -178,10 +181,10 @@ export class Runtime {
       workerId: this.workerId,
       ttlSeconds: config.idempotency.ttl_seconds,
       sharedStore: isSharedStore(store),
-      log: opts.log,
+      logger,
     });
-    this.webhooks = new Webhooks({ config, store, clock, bus: this.bus, registry: metrics.registry, workerId: this.workerId, log: opts.log });
-    this.cluster = store.changes ? this.linkCluster(store, opts.log) : null;
+    this.webhooks = new Webhooks({ config, store, clock, bus: this.bus, registry: metrics.registry, workerId: this.workerId, logger });
+    this.cluster = store.changes ? this.linkCluster(store, logger) : null;
     // A run segment ends when the run finishes or parks for a person: export that trace. The
     // exporter queues and retries in the background, so a slow collector never slows a run.
     if (this.otlp) {
@@ -196,8 +199,8 @@ export class Runtime {
   }
 
   /** Streams, cancels and task edits across the instances of a shared store (src/runtime/cluster.ts). */
-  private linkCluster(store: Store, log: RuntimeOptions['log']): ClusterLink {
-    const link = new ClusterLink(store, store.changes!, this.bus, this.workerId, log);
+  private linkCluster(store: Store, logger: AppLogger): ClusterLink {
+    const link = new ClusterLink(store, store.changes!, this.bus, this.workerId, logger);
     this.telemetry.onAppending = (events) => link.appending(events);
     this.telemetry.onAppended = (events) => link.appended(events);
     link.onControlMessage((msg) => {
@@ -220,17 +223,18 @@ export class Runtime {
     };
     this.background.onTaskEdited = (taskId) => link.taskChanged(taskId);
     link.onTaskChanged(
-      (taskId) => void this.background.scheduler.resync(taskId).catch((err) => log?.('warn', 'task resync failed', { task_id: taskId, err: String(err) })),
-      () => void this.background.scheduler.resyncAll().catch((err) => log?.('warn', 'task resync failed', { err: String(err) })),
+      (taskId) => void this.background.scheduler.resync(taskId).catch((err) => logger.warn({ task_id: taskId, err: String(err) }, 'task resync failed')),
+      () => void this.background.scheduler.resyncAll().catch((err) => logger.warn({ err: String(err) }, 'task resync failed')),
     );
     return link;
   }
 
   static async create(config: Config, store: Store, opts: RuntimeOptions = {}): Promise<Runtime> {
     const clock = opts.clock ?? systemClock;
+    const logger = opts.logger ?? silentLogger;
     const tools = await ToolRegistry.create(
       { local: config.agent.tools.local, mcp: config.agent.tools.mcp.map((m) => ({ ...m }) as never), builtin: [...config.agent.tools.builtin] },
-      { clock, logger: (msg, extra) => opts.log?.('info', msg, extra as Record<string, unknown>) },
+      { clock, logger: toolLogger(logger) },
     );
     const metrics = new Metrics();
     const m = config.agent.model;
@@ -261,7 +265,7 @@ export class Runtime {
             redactor: redactorForConfig(config),
             onEvent: (e) => {
               metrics.otlpEvent(e);
-              if (e.type === 'failed' || e.type === 'dropped') opts.log?.('warn', `otlp export ${e.type}`, { ...e });
+              if (e.type === 'failed' || e.type === 'dropped') logger.warn({ ...e }, `otlp export ${e.type}`);
             },
           })
         : null;
@@ -372,6 +376,11 @@ export class Runtime {
     await this.tools.close();
     await this.otlp?.shutdown(2000);
   }
+}
+
+/** The tool registries' callback (src/agent/tools: MCP servers connecting, their stderr): info lines. */
+function toolLogger(logger: AppLogger): ToolLogger {
+  return (msg, extra) => logger.info({ ...extra }, msg);
 }
 
 export function runSettingsOf(config: Config): RunSettings {

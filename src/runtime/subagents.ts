@@ -17,6 +17,8 @@ import type { EventRecordInput } from '../telemetry/record.js';
 import type { ActorSystem } from './system.js';
 import { settleHold } from './budget-settle.js';
 import type { Metrics } from './metrics.js';
+import type { AgentToolSource } from './agent-profile.js';
+import type { AppLogger } from '../telemetry/logger.js';
 
 export interface SubagentSpec {
   name: string;
@@ -25,10 +27,8 @@ export interface SubagentSpec {
   tools: readonly string[];
 }
 
-export interface SubagentToolSource {
-  get(name: string): RegisteredTool | undefined;
-  validate(name: string, args: unknown): { ok: true; args: Record<string, unknown> } | { ok: false; message: string };
-}
+/** What delegation needs of the agent's tools: the served agent's tool source, less its listing. */
+export type SubagentToolSource = Pick<AgentToolSource, 'get' | 'validate'>;
 
 export interface SubagentDeps {
   system: ActorSystem;
@@ -42,7 +42,7 @@ export interface SubagentDeps {
   max_output_tokens: number;
   /** Where a failed settle of a delegation's hold is logged and counted (src/runtime/budget-settle.ts). */
   metrics?: Metrics;
-  log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  logger?: AppLogger;
 }
 
 export interface DelegationParent {

@@ -7,7 +7,7 @@
 // cursor, rows by id), so a lost or duplicated notification costs latency, not correctness. Every
 // guarantee (fenced leases, one run per occurrence, budgets) rests on the store's CAS writes; the
 // periodic sweeps still find whatever a lost notification did not wake.
-import type { Store } from './store.js';
+import { dropTo, type OnSwallowed, type Store } from './store.js';
 
 /** Channels agentd uses. Payloads are small JSON texts (PostgreSQL caps a NOTIFY payload at 8000 bytes). */
 export const CHANGE_CHANNELS = {
@@ -76,11 +76,12 @@ export class LocalChanges implements StoreChanges {
   }
 }
 
-function safe(fn: () => void): void {
+/** Calls one listener; its failure must not stop the others (reported to `onSwallowed` when given). */
+function safe(fn: () => void, onSwallowed?: OnSwallowed): void {
   try {
     fn();
-  } catch {
-    // a listener's failure must not stop the others
+  } catch (err) {
+    onSwallowed?.('store.changes.listener', err);
   }
 }
 
@@ -103,6 +104,8 @@ export interface PgChangesOptions {
   /** Most notifications waiting to be sent while the connection is down or busy; older ones are dropped. Default 1000. */
   maxQueued?: number;
   log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+  /** A listener's fault, a connection that fails to close: see OnSwallowed. */
+  onSwallowed?: OnSwallowed;
   /** Test seam: builds the client (default: `new pg.Client({ connectionString: url })`). */
   client?: () => Promise<PgClientLike>;
 }
@@ -125,8 +128,12 @@ export class PgChanges implements StoreChanges {
   private sending = false;
   private readonly maxQueued: number;
 
+  /** A connection's end() that failed (it is being dropped anyway). */
+  private readonly dropped: (err: unknown) => undefined;
+
   constructor(private readonly opts: PgChangesOptions) {
     this.maxQueued = opts.maxQueued ?? 1000;
+    this.dropped = dropTo(opts.onSwallowed, 'store.changes.end');
   }
 
   /** Connects and LISTENs; resolves once the feed is up, or (it could not connect) once a retry is scheduled. */
@@ -167,7 +174,7 @@ export class PgChanges implements StoreChanges {
     if (c) {
       c.removeAllListeners();
       c.on('error', () => undefined);
-      await c.end().catch(() => undefined);
+      await c.end().catch(this.dropped);
     }
     this.subs.clear();
   }
@@ -208,7 +215,7 @@ export class PgChanges implements StoreChanges {
       client.on('notification', (msg) => {
         const set = this.subs.get(msg.channel);
         if (!set || msg.payload === undefined) return;
-        for (const fn of [...set]) safe(() => fn(msg.payload!));
+        for (const fn of [...set]) safe(() => fn(msg.payload!), this.opts.onSwallowed);
       });
       try {
         await client.connect();
@@ -216,11 +223,11 @@ export class PgChanges implements StoreChanges {
       } catch (err) {
         client.removeAllListeners();
         client.on('error', () => undefined);
-        await client.end().catch(() => undefined);
+        await client.end().catch(this.dropped);
         throw err;
       }
       if (this.closed) {
-        await client.end().catch(() => undefined);
+        await client.end().catch(this.dropped);
         return;
       }
       this.client = client;
@@ -237,7 +244,7 @@ export class PgChanges implements StoreChanges {
     this.client = null;
     client.removeAllListeners();
     client.on('error', () => undefined);
-    void client.end().catch(() => undefined);
+    void client.end().catch(this.dropped);
     this.retry();
   }
 

@@ -26,6 +26,7 @@ import {
   encodeCursor,
   type CommitOps,
   type EventInput,
+  type OnSwallowed,
   type RecordIndexes,
   type RecordKind,
   type StoredEvent,
@@ -77,6 +78,8 @@ export interface LevelWriterOptions {
   /** Last record seq / event cursor ever assigned, as read at open (m\0seq, m\0cursor). */
   lastSeq: number;
   lastCursor: number;
+  /** A failed prefetch (the write reads the keys itself then): see OnSwallowed. */
+  onSwallowed?: OnSwallowed;
 }
 
 export class LevelWriter {
@@ -181,7 +184,7 @@ export class LevelWriter {
     }
     if (keys.length === 0) return;
     const at = this.writesDone;
-    const texts = read(keys).catch(() => null);
+    const texts = read(keys).catch((err: unknown) => (this.opts.onSwallowed?.('store.level.prefetch', err), null));
     keys.forEach((k, i) => this.prefetched.set(k, { at, stale: false, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
   }
 

@@ -38,6 +38,7 @@ import {
   EVENT_INDEX_FIELDS,
   StoreError,
   decodeCursor,
+  dropTo,
   encodeCursor,
   type CommitOps,
   type EventInput,
@@ -45,6 +46,7 @@ import {
   type EventQuery,
   type EventTextPage,
   type ListQuery,
+  type OnSwallowed,
   type Page,
   type RecordIndexes,
   type RecordKind,
@@ -65,6 +67,8 @@ export interface LevelStoreOptions {
   sync?: boolean;
   /** Rows the write queue keeps in memory (default 2000). Tests make it tiny. */
   rowCacheSize?: number;
+  /** Errors caught and dropped (a close after a failed open, a failed prefetch): see OnSwallowed. */
+  onSwallowed?: OnSwallowed;
 }
 
 const isLockError = (e: unknown): boolean => {
@@ -84,6 +88,7 @@ export class LevelStore implements Store {
   private readonly path: string;
   private readonly sync: boolean;
   private readonly rowCacheSize: number;
+  private readonly onSwallowed: OnSwallowed | undefined;
   private db: Db | null = null;
   /** The write queue of the current open (null while closed). */
   private writer: LevelWriter | null = null;
@@ -100,6 +105,7 @@ export class LevelStore implements Store {
     this.path = opts.path;
     this.sync = opts.sync ?? true;
     this.rowCacheSize = opts.rowCacheSize ?? ROW_CACHE_SIZE;
+    this.onSwallowed = opts.onSwallowed;
   }
 
   private transition: Promise<void> | null = null;
@@ -135,11 +141,12 @@ export class LevelStore implements Store {
       this.writer = new LevelWriter(db, {
         sync: this.sync,
         rowCacheSize: this.rowCacheSize,
+        onSwallowed: this.onSwallowed,
         lastSeq: seq ?? 0,
         lastCursor: Math.max(cursor ?? 0, newest ? Number(tailNumber(newest)) : 0),
       });
     } catch (e) {
-      await db.close().catch(() => undefined);
+      await db.close().catch(dropTo(this.onSwallowed, 'store.level.close_failed_open'));
       this.state = 'closed';
       throw e;
     }
@@ -430,6 +437,7 @@ export class LevelStore implements Store {
           if (stop) return deleted;
         }
       });
+      // Not a swallow: the caller gets the task's failure; this copy only orders the next pass after it.
       this.retention = task.catch(() => undefined);
       return task;
     });

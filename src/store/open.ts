@@ -1,6 +1,6 @@
 import { LevelStore } from './level.js';
 import { MemoryStore } from './memory.js';
-import type { Store } from './store.js';
+import type { OnSwallowed, Store } from './store.js';
 
 export interface OpenStoreOptions {
   kind: 'memory' | 'level' | 'postgres';
@@ -16,6 +16,8 @@ export interface OpenStoreOptions {
   migrate?: boolean;
   /** Notable store events (PostgreSQL: migrations applied, database lost / back). */
   log?: (level: 'info' | 'warn', msg: string) => void;
+  /** Errors the adapter catches and drops (closing a pool, a ROLLBACK, a prefetch, the change feed): see OnSwallowed. */
+  onSwallowed?: OnSwallowed;
 }
 
 /**
@@ -30,13 +32,20 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
       break;
     case 'level':
       if (!opts.path) throw new Error("openStore: store kind 'level' needs a path");
-      store = new LevelStore({ path: opts.path, sync: opts.sync });
+      store = new LevelStore({ path: opts.path, sync: opts.sync, onSwallowed: opts.onSwallowed });
       break;
     case 'postgres': {
       if (!opts.url) throw new Error("openStore: store kind 'postgres' needs a url");
       // Loaded only when configured: the LevelDB default never pays for node-postgres at start-up.
       const { PostgresStore } = await import('./postgres.js');
-      store = new PostgresStore({ url: opts.url, poolSize: opts.poolSize, statementTimeoutMs: opts.statementTimeoutMs, migrate: opts.migrate, log: opts.log });
+      store = new PostgresStore({
+        url: opts.url,
+        poolSize: opts.poolSize,
+        statementTimeoutMs: opts.statementTimeoutMs,
+        migrate: opts.migrate,
+        log: opts.log,
+        onSwallowed: opts.onSwallowed,
+      });
       break;
     }
     default: {

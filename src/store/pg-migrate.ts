@@ -7,6 +7,7 @@
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
+import { dropTo, type OnSwallowed } from './store.js';
 
 /** pg_advisory_lock key of the migration lock (any fixed bigint; "agentd:m" in ASCII). */
 export const MIGRATION_LOCK_KEY = '7018141953221749101';
@@ -80,9 +81,10 @@ export async function schemaVersion(client: pg.ClientBase): Promise<number> {
 
 /**
  * Brings the schema to the newest version under the migration lock. Throws SchemaTooNewError when
- * the database is ahead of this code. `log` gets one line per applied migration.
+ * the database is ahead of this code. `log` gets one line per applied migration; `onSwallowed` a
+ * ROLLBACK or RESET that failed (the migration's own error is thrown).
  */
-export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => {}): Promise<MigrationResult> {
+export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => {}, onSwallowed?: OnSwallowed): Promise<MigrationResult> {
   const migrations = loadMigrations();
   const client = await pool.connect();
   let broken = false;
@@ -114,7 +116,7 @@ export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => 
           await client.query('INSERT INTO agentd.schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
           await client.query('COMMIT');
         } catch (e) {
-          await client.query('ROLLBACK').catch(() => {});
+          await client.query('ROLLBACK').catch(dropTo(onSwallowed, 'store.pg_migrate.rollback'));
           throw new Error(`PostgreSQL migration ${m.version} (${m.name}) failed: ${(e as Error).message}`, { cause: e });
         }
         applied.push(m.version);
@@ -122,7 +124,7 @@ export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => 
       }
       return { applied, version: Math.max(current, migrations.length) };
     } finally {
-      await client.query('RESET statement_timeout').catch(() => {});
+      await client.query('RESET statement_timeout').catch(dropTo(onSwallowed, 'store.pg_migrate.reset_timeout'));
       await client.query('SELECT pg_advisory_unlock($1::bigint)', [MIGRATION_LOCK_KEY]).catch(() => {
         broken = true; // a session that cannot unlock is dropped below: closing it releases the lock
       });

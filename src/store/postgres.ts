@@ -49,6 +49,7 @@ import { PgWriter } from './pg-writer.js';
 import {
   StoreError,
   decodeCursor,
+  dropTo,
   encodeCursor,
   type CommitOps,
   type EventInput,
@@ -56,6 +57,7 @@ import {
   type EventQuery,
   type EventTextPage,
   type ListQuery,
+  type OnSwallowed,
   type Page,
   type RecordIndexes,
   type RecordKind,
@@ -87,6 +89,8 @@ export interface PostgresStoreOptions {
   applicationName?: string;
   /** LISTEN/NOTIFY change feed on one more connection (default true): see src/store/changes.ts. */
   changes?: boolean;
+  /** Errors caught and dropped (closing the pool, a ROLLBACK, the change feed's connections): see OnSwallowed. */
+  onSwallowed?: OnSwallowed;
 }
 
 /** Transient errors are retried with backoff (50 ms doubling to 1 s) for at most this long. */
@@ -161,7 +165,7 @@ export class PostgresStore implements Store {
           const started = Date.now();
           for (let attempt = 0; ; attempt++) {
             try {
-              await migrate(pool, (msg) => this.opts.log?.('info', msg));
+              await migrate(pool, (msg) => this.opts.log?.('info', msg), this.opts.onSwallowed);
               break;
             } catch (e) {
               const delay = Math.min(2000, 100 * 2 ** attempt);
@@ -174,7 +178,7 @@ export class PostgresStore implements Store {
       } catch (e) {
         this.poolRef = null;
         this.state = 'closed';
-        await pool.end().catch(() => {});
+        await pool.end().catch(dropTo(this.opts.onSwallowed, 'store.pg.pool_end'));
         if (!(e instanceof pg.DatabaseError) && !isConnectionError(e)) throw e;
         throw new Error(`cannot open the PostgreSQL store at ${describeStoreUrl(this.opts.url)}: ${describe(e)}`, { cause: e });
       }
@@ -182,6 +186,7 @@ export class PostgresStore implements Store {
         const feed = new PgChanges({
           url: this.opts.url,
           log: (level, msg, extra) => this.opts.log?.(level === 'info' ? 'info' : 'warn', `${msg}${extra?.err ? `: ${String(extra.err)}` : ''}`),
+          onSwallowed: this.opts.onSwallowed,
         });
         await feed.start();
         this.changes = feed;
@@ -207,6 +212,7 @@ export class PostgresStore implements Store {
       while (this.state === 'closing') await sleep(5);
       return;
     }
+    // Not a swallow: open()'s caller gets its failure; close only waits for it to settle.
     if (this.opening) await this.opening.catch(() => {});
     if (this.state !== 'open') return;
     this.state = 'closing';
@@ -221,7 +227,7 @@ export class PostgresStore implements Store {
     this.poolRef = null;
     this.state = 'closed';
     this.health = { ok: false, error: 'closed' };
-    await pool?.end().catch(() => {});
+    await pool?.end().catch(dropTo(this.opts.onSwallowed, 'store.pg.pool_end'));
   }
 
   isOpen(): boolean {
@@ -257,7 +263,8 @@ export class PostgresStore implements Store {
   /** The background probe: skipped while queries keep succeeding (they prove the same, for free). */
   private async probe(force = false): Promise<void> {
     if (!force && this.health.ok && Date.now() - this.lastOkAt < PROBE_INTERVAL_MS) return;
-    await this.ping(Math.min(PROBE_INTERVAL_MS, 1500)).catch(() => {});
+    // ping() answers every failure as a health status; this catch only guards the timer.
+    await this.ping(Math.min(PROBE_INTERVAL_MS, 1500)).catch(dropTo(this.opts.onSwallowed, 'store.pg.probe'));
   }
 
   private markSuccess(): void {

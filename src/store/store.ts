@@ -160,6 +160,23 @@ export class StoreError extends Error {
 export const isStoreError = (e: unknown, code?: StoreErrorCode): e is StoreError => e instanceof StoreError && (code === undefined || e.code === code);
 
 /**
+ * Where an adapter reports an error it catches and does not propagate: closing a pool or a
+ * connection, a ROLLBACK or RESET after a failed migration, a failed prefetch, a change-feed
+ * listener's fault. `site` is a stable dotted name (`store.pg.pool_end`). src/store may not import
+ * telemetry, so the composition root passes reportSwallowed (src/main.ts, through openStore): one
+ * warn line and agentd_swallowed_errors_total{site}. Without it the error is dropped.
+ */
+export type OnSwallowed = (site: string, err: unknown) => void;
+
+/** A `.catch()` handler that reports the error to `hook` at `site` and resolves undefined. */
+export const dropTo =
+  (hook: OnSwallowed | undefined, site: string) =>
+  (err: unknown): undefined => {
+    hook?.(site, err);
+    return undefined;
+  };
+
+/**
  * What an adapter can do beyond the interface. Runtime code asks these, never the adapter's name,
  * so a new adapter states its properties instead of being matched by name.
  */

@@ -35,8 +35,31 @@ export interface LoggerOptions {
   redactor?: Redactor;
 }
 
-/** The runtime's log callback (RunService, the background engine, the tool registry). */
-export type LogFn = (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
+/** One level's method: a message, or fields then a message (pino's order). */
+export interface LogMethod {
+  (msg: string): void;
+  (fields: Record<string, unknown>, msg: string): void;
+}
+
+/**
+ * What the runtime logs through (the run service, the background manager, webhooks, idempotency):
+ * the process's one pino logger, or a child of it. `child(bindings)` gives a logger whose every line
+ * carries the bindings: a live run's host logs through `child({ run_id })`, a background run's
+ * through `child({ bg_run_id, task_id })`, a webhook delivery's through `child({ delivery_id })`.
+ * pino's Logger satisfies it; tests pass a capture or `silentLogger`.
+ */
+export interface AppLogger {
+  debug: LogMethod;
+  info: LogMethod;
+  warn: LogMethod;
+  error: LogMethod;
+  child(bindings: Record<string, unknown>): AppLogger;
+}
+
+const nothing = (): void => undefined;
+
+/** Writes nothing (a runtime built without a logger: unit tests, scripts). */
+export const silentLogger: AppLogger = { debug: nothing, info: nothing, warn: nothing, error: nothing, child: () => silentLogger };
 
 function isPlain(v: object): boolean {
   const proto = Object.getPrototypeOf(v);
@@ -71,7 +94,7 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
   const format = opts.format ?? (destination.isTTY ? 'pretty' : 'json');
   const redactor = opts.redactor ?? defaultRedactor;
   const stream = format === 'pretty' ? prettyDestination(destination, Boolean(destination.isTTY)) : destination;
-  return pino(
+  const root = pino(
     {
       level: opts.level ?? 'info',
       timestamp: stdTimeFunctions.isoTime,
@@ -100,11 +123,14 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
     },
     stream as never,
   );
-}
-
-/** The runtime's callback, writing through a logger. */
-export function logFnOf(logger: Logger): LogFn {
-  return (level, msg, extra) => (extra ? logger[level](extra, msg) : logger[level](msg));
+  // A child's bindings are written on each of its lines but pass neither formatters.log nor (for
+  // a child) formatters.bindings: pino serialises them once, when the child is made. So they are
+  // redacted here, on the way in; children inherit this `child` from the root.
+  const childOf = root.child;
+  root.child = function (this: Logger, bindings, options) {
+    return childOf.call(this, redactFields(bindings as Record<string, unknown>, redactor), options);
+  } as typeof root.child;
+  return root;
 }
 
 const LEVEL_COLOURS: Record<string, string> = { trace: '90', debug: '36', info: '32', warn: '33', error: '31', fatal: '35' };

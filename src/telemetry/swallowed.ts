@@ -3,7 +3,7 @@
 // `agentd_swallowed_errors_total{site}` on /metrics/prometheus. A swallow that is safe by design
 // (closing what may already be closed) says why in a comment instead.
 import { Counter, type Registry } from 'prom-client';
-import type { Logger } from 'pino';
+import type { AppLogger } from './logger.js';
 import { AppError } from '../errors.js';
 
 /**
@@ -17,10 +17,10 @@ const counter = new Counter({
   registers: [],
 });
 
-let logger: Logger | null = null;
+let logger: AppLogger | null = null;
 
 /** Called by the composition root with the process's logger (lines before that are counted only). */
-export function bindSwallowedErrorLog(l: Logger): void {
+export function bindSwallowedErrorLog(l: AppLogger): void {
   logger = l;
 }
 

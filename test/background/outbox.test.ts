@@ -6,6 +6,7 @@ import { EventOutbox } from '../../src/background/outbox.js';
 import type { RunWorkspaces } from '../../src/background/run-workspace.js';
 import type { TelemetryEmitter } from '../../src/runtime/emitter.js';
 import type { Store } from '../../src/store/store.js';
+import { silentLogger } from '../../src/telemetry/logger.js';
 
 function outbox() {
   const appended: string[][] = [];
@@ -21,7 +22,7 @@ function outbox() {
     telemetry,
     workerId: 'w1',
     workspaces: () => workspaces,
-    log: () => undefined,
+    logger: silentLogger,
     onAppendFailed: () => undefined,
   });
   return { box, appended };

@@ -103,6 +103,22 @@ describe('the logger of a server', () => {
     expect(e.err.type).toBe('Error');
     expect(typeof e.err.stack).toBe('string');
   });
+
+  it("redacts a child logger's lines: its bindings, its fields and its message (a run's host logs through one)", () => {
+    const { lines, destination } = capture();
+    const logger = createLogger({ destination, format: 'json', redactor: new Redactor([SECRET]) });
+    // pino writes a child's bindings as they were given, past formatters.log: they are redacted when bound.
+    const run = logger.child({ run_id: 'run_1', api_key: 'plain-value-1234', note: `key ${SECRET}` });
+    const tool = run.child({ tool: 'fetch', authorization: 'Bearer abc.def.ghi' });
+    tool.warn({ token: 'tok-12345678', detail: `echo ${SECRET}` }, `tool said ${SECRET}`);
+    run.info('plain line');
+    const [e, plain] = parsed(lines);
+    expect(lines.join('\n')).not.toContain(SECRET);
+    for (const v of ['plain-value-1234', 'abc.def.ghi', 'tok-12345678']) expect(lines[0]).not.toContain(v);
+    expect(e).toMatchObject({ run_id: 'run_1', tool: 'fetch', api_key: '[REDACTED]', authorization: '[REDACTED]', token: '[REDACTED]' });
+    expect(e.msg).toContain('[REDACTED]');
+    expect(plain).toMatchObject({ run_id: 'run_1', msg: 'plain line', api_key: '[REDACTED]' });
+  });
 });
 
 describe('formats and settings', () => {

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import type { BudgetLedger } from '../../src/agent/budget-ledger.js';
 import { settleHold } from '../../src/runtime/budget-settle.js';
 import { Metrics } from '../../src/runtime/metrics.js';
+import { captureLog } from '../helpers/log-capture.js';
 
 const failures = async (metrics: Metrics, phase: string): Promise<number> => {
   const m = await metrics.registry.getSingleMetric('agentd_budget_settle_failures_total')!.get();
@@ -13,23 +14,24 @@ const failures = async (metrics: Metrics, phase: string): Promise<number> => {
 describe('settleHold', () => {
   it('logs and counts a settle that fails, without throwing', async () => {
     const metrics = new Metrics();
-    const logs: Array<{ level: string; msg: string; extra?: Record<string, unknown> }> = [];
+    const log = captureLog();
     const ledger = { settle: async () => Promise.reject(new Error('store down')) } as unknown as BudgetLedger;
-    await settleHold({ ledger, metrics, log: (level, msg, extra) => logs.push({ level, msg, extra }) }, 'run_1', 'run_1:model:1', { model_calls: 1 }, 'model');
+    await settleHold({ ledger, metrics, logger: log.logger }, 'run_1', 'run_1:model:1', { model_calls: 1 }, 'model');
     expect(await failures(metrics, 'model')).toBe(1);
+    const logs = log.entries();
     expect(logs).toHaveLength(1);
-    expect(logs[0]).toMatchObject({ level: 'warn', extra: { run_id: 'run_1', reservation_id: 'run_1:model:1' } });
-    expect(String(logs[0].extra?.err)).toContain('store down');
+    expect(logs[0]).toMatchObject({ level: 'warn', run_id: 'run_1', reservation_id: 'run_1:model:1' });
+    expect(String(logs[0].err)).toContain('store down');
   });
 
   it('a settle that works logs and counts nothing', async () => {
     const metrics = new Metrics();
-    const logs: unknown[] = [];
+    const log = captureLog();
     const calls: unknown[] = [];
     const ledger = { settle: async (...args: unknown[]) => void calls.push(args) } as unknown as BudgetLedger;
-    await settleHold({ ledger, metrics, log: (...a) => logs.push(a) }, 'run_1', 'run_1:tools:2', { tool_calls: 2 }, 'tools');
+    await settleHold({ ledger, metrics, logger: log.logger }, 'run_1', 'run_1:tools:2', { tool_calls: 2 }, 'tools');
     expect(calls).toEqual([['run_1:tools:2', { tool_calls: 2 }]]);
     expect(await failures(metrics, 'tools')).toBe(0);
-    expect(logs).toEqual([]);
+    expect(log.lines).toEqual([]);
   });
 });

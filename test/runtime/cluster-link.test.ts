@@ -8,7 +8,7 @@ import { Runtime } from '../../src/runtime/runtime.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import { LocalChanges } from '../../src/store/changes.js';
 import { readVersion } from '../../src/version.js';
-import { createLogger } from '../../src/telemetry/logger.js';
+import { createLogger, silentLogger } from '../../src/telemetry/logger.js';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { routeByTag, CRASH_TOOLS } from '../crash/harness.js';
 import { eventually, getJson, postJson, tempDir } from '../helpers/server.js';
@@ -29,7 +29,7 @@ const dir = tempDir('agentd-cluster-link-');
 async function startPeer(config: Record<string, unknown>): Promise<Peer> {
   const cfg = configFromObject(config, { dataDir: dir, env: {} });
   const logger = createLogger({ level: 'warn' });
-  const runtime = await Runtime.create(cfg, store, { log: () => undefined });
+  const runtime = await Runtime.create(cfg, store, { logger: silentLogger });
   const app = await buildApp({ config: cfg, store, runtime, version: readVersion(), logger, logRequests: false, authEnabled: false });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
   await runtime.start();
