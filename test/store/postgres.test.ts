@@ -200,6 +200,16 @@ describe('PostgreSQL round trips per run (pg-scale)', () => {
     }
   });
 
+  it('leaves half of each page of agentd.records free, so the updates that follow a create stay on its page (HOT)', async () => {
+    const s = await open();
+    try {
+      const r = await s.query<{ opts: string[] | null }>({ text: "SELECT reloptions AS opts FROM pg_class WHERE oid = 'agentd.records'::regclass" }, true);
+      expect(r.rows[0].opts).toContain('fillfactor=50');
+    } finally {
+      await s.close();
+    }
+  });
+
   it('appended events carry the JSON text a stream sends (serialised once), equal to what a replay reads', async () => {
     const { storedEventText } = await import('../../src/store/event-text.js');
     const s = await open();
