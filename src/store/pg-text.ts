@@ -40,3 +40,25 @@ export const recordView = <T>(id: string, version: number, seq: string | number,
   seq: Number(seq),
   value: JSON.parse(json) as T,
 });
+
+/** A record just written: its value is parsed from the text sent only when (and if) it is read. */
+export const lazyRecordView = <T>(id: string, version: number, seq: string | number, json: string): Versioned<T> => {
+  let parsed = false;
+  let value: T;
+  return {
+    id,
+    version,
+    seq: Number(seq),
+    get value(): T {
+      if (!parsed) {
+        value = JSON.parse(json) as T;
+        parsed = true;
+      }
+      return value;
+    },
+    set value(v: T) {
+      value = v;
+      parsed = true;
+    },
+  };
+};

@@ -4,7 +4,8 @@
 // function forms, and sends them all in ONE statement, agentd.write_round(...).
 import pg from 'pg';
 import { ERROR_CODES, isTransientCode } from './pg-errors.js';
-import { escText, indexJson, recordView, type Queryable } from './pg-text.js';
+import { storedEventText } from './event-text.js';
+import { escText, indexJson, lazyRecordView, withCursor, type Queryable } from './pg-text.js';
 import { EVENT_INDEX_FIELDS, StoreError, encodeCursor, type CommitOps, type EventInput, type StoredEvent, type Versioned, type WriteOp } from './store.js';
 
 /**
@@ -44,6 +45,36 @@ interface PendingAppend {
   reject: (e: unknown) => void;
 }
 
+/**
+ * The JSON texts of a round (record values, index objects, event bodies) go as ONE text parameter
+ * each, joined by U+001E, which JSON.stringify never leaves unescaped (it escapes every control
+ * character): the statement splits it with string_to_array, and an empty element (never a JSON
+ * text) is NULL. Sent as array literals instead, every quote of every value had to be escaped here
+ * (node-postgres' arrayString) and unescaped by the server's array_in: most of a round's bytes.
+ */
+const JSON_SEP = '\u001e';
+const joinJson = (texts: Array<string | null>): string => texts.map((t) => t ?? '').join(JSON_SEP);
+const WRITE_ROUND_SQL =
+  "SELECT r_version, r_seq, r_err, r_msg FROM agentd.write_round($1::int[], $2::text[], $3::text[], $4::text[], string_to_array($5::text, E'\\x1e', ''), " +
+  "$6::int[], string_to_array($7::text, E'\\x1e', '')::jsonb[], $8::float8[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], " +
+  "string_to_array($14::text, E'\\x1e', ''))";
+
+/**
+ * What `append` gives back for one event: a copy of the caller's object with its cursor, and (as
+ * LevelStore does) the JSON text a stream sends for it, so it is serialised once. The text is the
+ * stored body with the cursor spliced in last: what a replay from the store returns, byte for byte.
+ * An event with its own `cursor` or a `toJSON` takes the plain path (the stored body, parsed).
+ */
+function storedView(e: EventInput, body: string, cursor: string): StoredEvent {
+  if (Object.prototype.hasOwnProperty.call(e, 'cursor') || typeof (e as { toJSON?: unknown }).toJSON === 'function' || body.length <= 2) {
+    return { ...(JSON.parse(body) as EventInput), cursor };
+  }
+  const s = Object.assign({}, e) as StoredEvent;
+  s.cursor = cursor;
+  storedEventText.set(s, withCursor(body, cursor));
+  return s;
+}
+
 type Job = { kind: 'commit'; p: PendingCommit } | { kind: 'append'; p: PendingAppend };
 type Taken = { kind: 'commit'; p: PendingCommit; ops: EncodedOp[] } | { kind: 'append'; p: PendingAppend };
 
@@ -75,7 +106,7 @@ export class PgWriter {
     const base = await new Promise<number>((resolve, reject) => {
       this.enqueue({ kind: 'append', p: { events: encoded, resolve, reject } });
     });
-    return encoded.map((e, i) => ({ ...(JSON.parse(e.body) as EventInput), cursor: encodeCursor(base + i + 1) }));
+    return events.map((e, i) => storedView(e, encoded[i].body, encodeCursor(base + i + 1)));
   }
 
   /**
@@ -187,24 +218,22 @@ export class PgWriter {
     const r = await this.db.query<{ r_version: number | null; r_seq: string | null; r_err: string | null; r_msg: string | null }>(
       {
         name: 'agentd_write_round',
-        text:
-          'SELECT r_version, r_seq, r_err, r_msg FROM agentd.write_round($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::jsonb[], ' +
-          '$8::float8[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[])',
+        text: WRITE_ROUND_SQL,
         values: [
           commitNo,
           opName,
           kinds,
           ids,
-          values,
+          joinJson(values),
           expected,
-          ix,
+          joinJson(ix),
           events.map((e) => e.tsMs),
           col(0),
           col(1),
           col(2),
           col(3),
           col(4),
-          events.map((e) => e.body),
+          joinJson(events.map((e) => e.body)),
         ],
       },
       false,
@@ -225,7 +254,8 @@ export class PgWriter {
         t.p.reject(new StoreError(ERROR_CODES[failed.r_err!] ?? 'conflict', failed.r_msg ?? failed.r_err!));
         continue;
       }
-      t.p.resolve(t.ops.map((e, i) => (e.op.op === 'delete' ? null : recordView(e.op.id, rows[i].r_version!, rows[i].r_seq!, e.json!))));
+      // The value is parsed from the text just written only if the caller reads it (most use the version).
+      t.p.resolve(t.ops.map((e, i) => (e.op.op === 'delete' ? null : lazyRecordView(e.op.id, rows[i].r_version!, rows[i].r_seq!, e.json!))));
     }
   }
 }

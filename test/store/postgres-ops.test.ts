@@ -46,10 +46,12 @@ describe('PostgreSQL migrations', () => {
     await Promise.all([a.open(), b.open()]);
     expect(logs.filter((l) => l.includes('applied PostgreSQL migration 1'))).toHaveLength(1);
     expect(logs.filter((l) => l.includes('applied PostgreSQL migration 2'))).toHaveLength(1);
+    expect(logs.filter((l) => l.includes('applied PostgreSQL migration 3'))).toHaveLength(1);
     const rows = (await sql(db.url, 'SELECT version, name FROM agentd.schema_migrations ORDER BY version')).rows;
     expect(rows).toEqual([
       { version: 1, name: 'init' },
       { version: 2, name: 'queue_claims' },
+      { version: 3, name: 'records_fillfactor' },
     ]);
     expect(rows).toHaveLength(latestSchemaVersion());
     await a.createRecord('runs', 'r1', { from: 'a' });
@@ -57,7 +59,7 @@ describe('PostgreSQL migrations', () => {
     // A third open finds nothing to do.
     const c = store(db.url, { log });
     await c.open();
-    expect(logs.filter((l) => l.includes('applied'))).toHaveLength(2);
+    expect(logs.filter((l) => l.includes('applied'))).toHaveLength(3);
   });
 
   it('refuses a database whose schema is newer than this code, and leaves it untouched', async () => {
@@ -67,10 +69,10 @@ describe('PostgreSQL migrations', () => {
     await first.close();
     await sql(db.url, "INSERT INTO agentd.schema_migrations (version, name) VALUES (99, 'from_the_future')");
     const s = store(db.url);
-    await expect(s.open()).rejects.toThrow(/schema version 99, newer than this agentd knows \(2\)/);
+    await expect(s.open()).rejects.toThrow(/schema version 99, newer than this agentd knows \(3\)/);
     expect(s.isOpen()).toBe(false);
     const rows = (await sql(db.url, 'SELECT version FROM agentd.schema_migrations ORDER BY version')).rows.map((r) => r.version);
-    expect(rows).toEqual([1, 2, 99]);
+    expect(rows).toEqual([1, 2, 3, 99]);
   });
 
   it('with migrate: false, refuses a database that is not migrated yet and says how to fix it', async () => {

@@ -95,3 +95,134 @@ describe('PostgreSQL queue claims (FOR UPDATE SKIP LOCKED)', () => {
     }
   });
 });
+
+describe('PostgreSQL round trips per run (pg-scale)', () => {
+  const open = async () => {
+    const s = new PostgresStore({ url: db.url, poolSize: 4, changes: false });
+    await s.open();
+    await s.query({ text: 'TRUNCATE agentd.records, agentd.record_ix, agentd.events; UPDATE agentd.counters SET value = 0' }, false);
+    return s;
+  };
+  /** Counts the statements the store sends (PostgresStore.query is the one way to the database). */
+  const counting = (s: PostgresStore) => {
+    const names: string[] = [];
+    const orig = s.query.bind(s);
+    s.query = ((q: { name?: string; text: string }, idem: boolean) => {
+      names.push(q.name ?? q.text.slice(0, 30));
+      return orig(q as never, idem);
+    }) as typeof s.query;
+    return names;
+  };
+
+  it('point reads asked in one turn go as one statement per kind, each answered with its own row (or null)', async () => {
+    const s = await open();
+    try {
+      await repos(s).sessions.create('s1', { n: 1 });
+      await repos(s).sessions.create('s2', { n: 2 });
+      await repos(s).runs.create('r1', { n: 3 });
+      const names = counting(s);
+      const got = await Promise.all([
+        s.getRecord('sessions', 's1'),
+        s.getRecord('sessions', 's2'),
+        s.getRecord('sessions', 's1'),
+        s.getRecord('sessions', 'missing'),
+        s.getRecord('runs', 'r1'),
+      ]);
+      expect(names.sort()).toEqual(['agentd_get', 'agentd_get_many']);
+      expect(got.map((r) => (r ? [r.id, r.version, r.value] : null))).toEqual([
+        ['s1', 1, { n: 1 }],
+        ['s2', 1, { n: 2 }],
+        ['s1', 1, { n: 1 }],
+        null,
+        ['r1', 1, { n: 3 }],
+      ]);
+      // Two callers of the same row get objects of their own.
+      expect(got[0]!.value).not.toBe(got[2]!.value);
+      // A read asked after a write was acknowledged sees it.
+      await s.updateRecord('sessions', 's1', { n: 10 }, 1);
+      expect((await s.getRecord('sessions', 's1'))!.value).toEqual({ n: 10 });
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('a failed batch of point reads fails every read in it', async () => {
+    const s = await open();
+    try {
+      s.query = (() => Promise.reject(new Error('boom'))) as typeof s.query;
+      const rs = await Promise.allSettled([s.getRecord('sessions', 'a'), s.getRecord('sessions', 'b')]);
+      expect(rs.map((r) => r.status)).toEqual(['rejected', 'rejected']);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('writes JSON texts the array literals would have had to escape, and nulls, exactly (values, indexes, event bodies)', async () => {
+    const s = await open();
+    try {
+      const odd = { q: 'a "quoted" \\ back\\slash, {braces}, commas, NULL', sep: '\u001e\u001f\u0000', empty: '', uni: 'é✓\ud83d\ude00' };
+      const ids = ['x,y', 'quote"d', 'back\\slash', 'sep\u001eid', 'nul\u0000id'];
+      const done = await Promise.all([
+        ...ids.map((id, i) => s.createRecord('sessions', id, { ...odd, i }, { by: `v,"${i}"\u001e` })),
+        s.createRecord('meta', 'str', ''),
+        s.createRecord('meta', 'nil', null),
+      ]);
+      expect(done.map((r) => r.version)).toEqual([1, 1, 1, 1, 1, 1, 1]);
+      for (const [i, id] of ids.entries()) {
+        expect((await s.getRecord('sessions', id))!.value).toEqual({ ...odd, i });
+        const page = await s.listRecords('sessions', { index: { name: 'by', value: `v,"${i}"\u001e` } });
+        expect(page.items.map((r) => r.id)).toEqual([id]);
+      }
+      expect((await s.getRecord('meta', 'str'))!.value).toBe('');
+      expect((await s.getRecord('meta', 'nil'))!.value).toBeNull();
+      // One commit that creates, updates and deletes (a NULL value among JSON texts), in one round with others.
+      const [a, b] = await Promise.all([
+        s.commit([
+          { op: 'update', kind: 'sessions', id: 'x,y', value: { v: 2 }, expectedVersion: 1 },
+          { op: 'delete', kind: 'sessions', id: 'quote"d', expectedVersion: 1 },
+          { op: 'create', kind: 'sessions', id: 'new', value: odd },
+        ]),
+        s.commit([{ op: 'delete', kind: 'meta', id: 'nil' }]),
+      ]);
+      expect(a.map((r) => r && [r.id, r.version, r.value])).toEqual([['x,y', 2, { v: 2 }], null, ['new', 1, odd]]);
+      expect(b).toEqual([null]);
+      expect(await s.getRecord('sessions', 'quote"d')).toBeNull();
+      expect(await s.getRecord('meta', 'nil')).toBeNull();
+      const evs = await s.appendEvents([
+        { event_id: 'e1', event_type: 'x', timestamp: '2030-01-01T00:00:00.000Z', run_id: 'r\u001e', metadata: odd },
+        { event_id: 'e2', event_type: 'x', timestamp: '2030-01-01T00:00:00.000Z', metadata: {} },
+      ]);
+      const read = await s.readEvents({ filters: { run_id: 'r\u001e' } });
+      expect(read.events).toEqual([evs[0]]);
+      expect(read.events[0].metadata).toEqual(odd);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('leaves half of each page of agentd.records free, so the updates that follow a create stay on its page (HOT)', async () => {
+    const s = await open();
+    try {
+      const r = await s.query<{ opts: string[] | null }>({ text: "SELECT reloptions AS opts FROM pg_class WHERE oid = 'agentd.records'::regclass" }, true);
+      expect(r.rows[0].opts).toContain('fillfactor=50');
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('appended events carry the JSON text a stream sends (serialised once), equal to what a replay reads', async () => {
+    const { storedEventText } = await import('../../src/store/event-text.js');
+    const s = await open();
+    try {
+      const stored = await s.appendEvents([
+        { event_id: 'e1', event_type: 'a', timestamp: '2030-01-01T00:00:00.000Z', run_id: 'r1', metadata: { k: 'v "q"' } },
+        { event_id: 'e2', event_type: 'b', timestamp: '2030-01-01T00:00:00.000Z', run_id: 'r1' },
+      ]);
+      const texts = (await s.readEventsJson({ filters: { run_id: 'r1' } })).events;
+      expect(stored.map((e) => storedEventText.get(e))).toEqual(texts);
+      expect(texts.map((t) => JSON.parse(t))).toEqual(stored);
+    } finally {
+      await s.close();
+    }
+  });
+});

@@ -90,6 +90,23 @@ interface Measured {
   loop: LoopResult;
   agentdCpuPerRun: number;
   pgCpuPerRun: number | null;
+  /** Transactions the benchmark database committed per run (pg_stat_database.xact_commit; every statement of agentd is one). */
+  xactPerRun: number | null;
+}
+
+/**
+ * The benchmark database's committed transactions so far. PostgreSQL 15 flushes a backend's
+ * counts at most once a second, so a delta over a few seconds is right to about a second's worth.
+ */
+async function xactCommits(db: string): Promise<number> {
+  const c = new pg.Client({ connectionString: dbUrl(db) });
+  await c.connect();
+  try {
+    const r = await c.query<{ n: string }>('SELECT xact_commit AS n FROM pg_stat_database WHERE datname = current_database()');
+    return Number(r.rows[0].n);
+  } finally {
+    await c.end();
+  }
 }
 
 /** Round-robin over the instances, `ROUNDS` rounds of ROUND_MS at CONCURRENCY; CPU of the instances and of the database's backends. */
@@ -98,6 +115,7 @@ async function measure(children: Child[], db: string | null): Promise<Measured> 
   const send = (agent: import('node:http').Agent) => request(`${children[k++ % children.length].url}/run`, { method: 'POST', body: BODY, agent });
   await closedLoop({ concurrency: CONCURRENCY, durationMs: 500, send, ok: okRun });
   const a0 = children.map((c) => cpuSeconds(c.pid));
+  const x0 = db ? await xactCommits(db) : 0;
   const b0 = db ? cpuOf(backendsOf(db)) : new Map<number, number>();
   const rounds: LoopResult[] = [];
   for (let i = 0; i < ROUNDS; i++) rounds.push(await closedLoop({ concurrency: CONCURRENCY, durationMs: ROUND_MS, send, ok: okRun }));
@@ -110,7 +128,13 @@ async function measure(children: Child[], db: string | null): Promise<Measured> 
     for (const [p, c] of b1) pgCpu += c - (b0.get(p) ?? 0);
   }
   const agentdCpu = a1.reduce((s, v, i) => s + v - a0[i], 0);
-  return { loop, agentdCpuPerRun: (agentdCpu / Math.max(1, loop.count)) * 1000, pgCpuPerRun: pgCpu === null ? null : (pgCpu / Math.max(1, loop.count)) * 1000 };
+  const xactPerRun = db ? ((await xactCommits(db)) - x0) / Math.max(1, loop.count) : null;
+  return {
+    loop,
+    agentdCpuPerRun: (agentdCpu / Math.max(1, loop.count)) * 1000,
+    pgCpuPerRun: pgCpu === null ? null : (pgCpu / Math.max(1, loop.count)) * 1000,
+    xactPerRun,
+  };
 }
 
 /** Serves WARMUP_RUNS runs on one instance, c=32, unmeasured. */
@@ -189,6 +213,11 @@ export async function postgresBench(): Promise<BenchOutput> {
         metric: `CPU per run (ms), ${i + 1} instance(s): agentd / PostgreSQL`,
         value: `${round(r.agentdCpuPerRun, 2)} / ${round(r.pgCpuPerRun ?? 0, 2)}`,
         unit: 'ms',
+      });
+      rows.push({
+        metric: `PostgreSQL transactions per run (statements: reads, group-commit rounds, notifications), ${i + 1} instance(s)`,
+        value: round(r.xactPerRun ?? 0, 2),
+        unit: '',
       });
       if (r.loop.errors) notes.push(`${i + 1} instance(s): ${r.loop.errors} failed requests (first: ${r.loop.firstError})`);
     }
