@@ -43,6 +43,7 @@ import { PgChanges, type StoreChanges } from './changes.js';
 import { PgQueueClaims } from './pg-claim.js';
 import { describe, isConnectionError, isTransientCode, unavailable } from './pg-errors.js';
 import { PgEventReader } from './pg-events.js';
+import { PgRecordReader } from './pg-reads.js';
 import { MAX_BIGINT, clampLimit, escText, recordView, unescText } from './pg-text.js';
 import { describeStoreUrl } from './pg-url.js';
 import { PgWriter } from './pg-writer.js';
@@ -108,15 +109,13 @@ export class PostgresStore implements Store {
   private readonly inflight = new Set<Promise<unknown>>();
   private readonly writer = new PgWriter(this);
   private readonly events = new PgEventReader(this);
+  private readonly reads = new PgRecordReader(this);
   /** Shared by instances; claims of queued runs skip rows another claimer holds (pg-claim.ts). */
   readonly capabilities: StoreCapabilities = { sharedByInstances: true, queueClaims: new PgQueueClaims(this) };
   private health: StoreHealth = { ok: false, error: 'not open' };
   private probeTimer: NodeJS.Timeout | null = null;
   private lastOkAt = 0;
   private opening: Promise<void> | null = null;
-  /** Point reads waiting for the next turn of the event loop, by kind and id (getRecord). */
-  private readonly pointReads = new Map<RecordKind, Map<string, Array<{ resolve: (v: Versioned<unknown> | null) => void; reject: (e: unknown) => void }>>>();
-  private pointReadsScheduled = false;
   /** The change feed several instances share (LISTEN/NOTIFY, src/store/changes.ts); set by open(). */
   changes?: StoreChanges;
 
@@ -353,79 +352,13 @@ export class PostgresStore implements Store {
   // ---------------------------------------------------------------------------------------------
   // Records
 
-  /**
-   * Point reads issued in one turn of the event loop go to the database together: one statement
-   * per kind (`id = ANY(...)`), one round trip and one snapshot for all of them, instead of one
-   * each (at c=32 the runs of one process read their inbox rows at the same boundaries). Each read
-   * is still sent after it was asked, so it sees every write acknowledged before it.
-   */
+  /** Batched per turn of the event loop (pg-reads.ts). */
   getRecord<T>(kind: RecordKind, id: string): Promise<Versioned<T> | null> {
-    return this.run(
-      () =>
-        new Promise<Versioned<T> | null>((resolve, reject) => {
-          let byKind = this.pointReads.get(kind);
-          if (!byKind) this.pointReads.set(kind, (byKind = new Map()));
-          const waiters = byKind.get(id);
-          const w = { resolve: resolve as (v: Versioned<unknown> | null) => void, reject };
-          if (waiters) waiters.push(w);
-          else byKind.set(id, [w]);
-          if (!this.pointReadsScheduled) {
-            this.pointReadsScheduled = true;
-            setImmediate(() => this.flushPointReads());
-          }
-        }),
-    );
-  }
-
-  private flushPointReads(): void {
-    this.pointReadsScheduled = false;
-    const all = [...this.pointReads];
-    this.pointReads.clear();
-    for (const [kind, byKind] of all) {
-      const ids = [...byKind.keys()];
-      const single = ids.length === 1;
-      this.query<{ id?: string; version: number; seq: string; value: string }>(
-        single
-          ? { name: 'agentd_get', text: 'SELECT version, seq, value FROM agentd.records WHERE kind = $1 AND id = $2', values: [kind, escText(ids[0])] }
-          : {
-              name: 'agentd_get_many',
-              text: 'SELECT id, version, seq, value FROM agentd.records WHERE kind = $1 AND id = ANY($2::text[])',
-              values: [kind, ids.map(escText)],
-            },
-        true,
-      ).then(
-        (r) => {
-          const rows = new Map(r.rows.map((row) => [row.id, row]));
-          for (const [id, waiters] of byKind) {
-            const row = single ? r.rows[0] : rows.get(escText(id));
-            // Each caller gets its own object (a caller may change what it read).
-            for (const w of waiters) w.resolve(row ? recordView(id, row.version, row.seq, row.value) : null);
-          }
-        },
-        (e: unknown) => {
-          for (const waiters of byKind.values()) for (const w of waiters) w.reject(e);
-        },
-      );
-    }
+    return this.run(() => this.reads.getRecord<T>(kind, id));
   }
 
   getRecords<T>(kind: RecordKind, ids: string[]): Promise<Array<Versioned<T> | null>> {
-    return this.run(async () => {
-      if (ids.length === 0) return [];
-      const r = await this.query<{ id: string; version: number; seq: string; value: string }>(
-        {
-          name: 'agentd_get_many',
-          text: 'SELECT id, version, seq, value FROM agentd.records WHERE kind = $1 AND id = ANY($2::text[])',
-          values: [kind, ids.map(escText)],
-        },
-        true,
-      );
-      const byId = new Map(r.rows.map((row) => [row.id, row]));
-      return ids.map((id) => {
-        const row = byId.get(escText(id));
-        return row ? recordView<T>(id, row.version, row.seq, row.value) : null;
-      });
-    });
+    return this.run(() => this.reads.getRecords<T>(kind, ids));
   }
 
   async createRecord<T>(kind: RecordKind, id: string, value: T, indexes?: RecordIndexes): Promise<Versioned<T>> {

@@ -1,0 +1,76 @@
+// The PostgreSQL adapter's point reads of records (agentd.records by kind and id). Point reads
+// issued in one turn of the event loop go to the database together: one statement per kind
+// (`id = ANY(...)`), one round trip and one snapshot for all of them, instead of one each (at
+// c=32 the runs of one process read their inbox rows at the same boundaries). Each read is still
+// sent after it was asked, so it sees every write acknowledged before it.
+import { escText, recordView, type Queryable } from './pg-text.js';
+import type { RecordKind, Versioned } from './store.js';
+
+type Row = { id?: string; version: number; seq: string; value: string };
+type Waiter = { resolve: (v: Versioned<unknown> | null) => void; reject: (e: unknown) => void };
+
+const GET_ONE = 'SELECT version, seq, value FROM agentd.records WHERE kind = $1 AND id = $2';
+const GET_MANY = 'SELECT id, version, seq, value FROM agentd.records WHERE kind = $1 AND id = ANY($2::text[])';
+
+export class PgRecordReader {
+  /** Reads asked in this turn of the event loop, by kind and id (one id may have several callers). */
+  private readonly pending = new Map<RecordKind, Map<string, Waiter[]>>();
+  private scheduled = false;
+
+  constructor(private readonly db: Queryable) {}
+
+  getRecord<T>(kind: RecordKind, id: string): Promise<Versioned<T> | null> {
+    return new Promise<Versioned<T> | null>((resolve, reject) => {
+      let byKind = this.pending.get(kind);
+      if (!byKind) this.pending.set(kind, (byKind = new Map()));
+      const w: Waiter = { resolve: resolve as Waiter['resolve'], reject };
+      const waiters = byKind.get(id);
+      if (waiters) waiters.push(w);
+      else byKind.set(id, [w]);
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => this.flush());
+      }
+    });
+  }
+
+  async getRecords<T>(kind: RecordKind, ids: string[]): Promise<Array<Versioned<T> | null>> {
+    if (ids.length === 0) return [];
+    const r = await this.db.query<Row>({ name: 'agentd_get_many', text: GET_MANY, values: [kind, ids.map(escText)] }, true);
+    const byId = new Map(r.rows.map((row) => [row.id, row]));
+    return ids.map((id) => {
+      const row = byId.get(escText(id));
+      return row ? recordView<T>(id, row.version, row.seq, row.value) : null;
+    });
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    const all = [...this.pending];
+    this.pending.clear();
+    for (const [kind, byKind] of all) {
+      const ids = [...byKind.keys()];
+      const single = ids.length === 1;
+      this.db
+        .query<Row>(
+          single
+            ? { name: 'agentd_get', text: GET_ONE, values: [kind, escText(ids[0])] }
+            : { name: 'agentd_get_many', text: GET_MANY, values: [kind, ids.map(escText)] },
+          true,
+        )
+        .then(
+          (r) => {
+            const rows = new Map(r.rows.map((row) => [row.id, row]));
+            for (const [id, waiters] of byKind) {
+              const row = single ? r.rows[0] : rows.get(escText(id));
+              // Each caller gets its own object (a caller may change what it read).
+              for (const w of waiters) w.resolve(row ? recordView(id, row.version, row.seq, row.value) : null);
+            }
+          },
+          (e: unknown) => {
+            for (const waiters of byKind.values()) for (const w of waiters) w.reject(e);
+          },
+        );
+    }
+  }
+}
