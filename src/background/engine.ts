@@ -2,8 +2,8 @@
 // each attempt, retries, timeouts, cancellation, recovery of lapsed leases, lifecycle events and
 // the run workspace files. Every status change goes through the background-run machine
 // (machines/background-run.machine.ts). RunEngine is the public face and the wiring; the parts:
-// run-host.ts (live runs: actor, row, write chain, the `record` effect), outbox.ts (lifecycle
-// events), run-workspace.ts (workspace files), claimer.ts (claims, recovery), attempt-timers.ts
+// run-host.ts (live runs: actor, row, write chain, the `record` effect), operator-actions.ts
+// (cancel, resume from the API), outbox.ts (lifecycle events), run-workspace.ts (workspace files), claimer.ts (claims, recovery), attempt-timers.ts
 // (heartbeat, timeout, retry), agent-bridge.ts (the agent run of an attempt), inflight.ts
 // (overlap cache), retention.ts (deleting runs), prepare-run.ts (a new run's row and events),
 // waiters.ts (callers waiting for a run to settle).
@@ -24,7 +24,7 @@ import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import type { TaskOccurrence } from '../../machines/task.machine.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
-import { notFound, domainError } from '../errors.js';
+import { notFound } from '../errors.js';
 import type { TelemetryEmitter } from '../runtime/emitter.js';
 import type { Metrics } from '../runtime/metrics.js';
 import type { AgentRegistry } from '../runtime/agent-registry.js';
@@ -45,7 +45,7 @@ import { RunHosts, type Handle } from './run-host.js';
 import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
 import { prepareRun } from './prepare-run.js';
 import { SettleWaiters } from './waiters.js';
-import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
+import { OperatorActions } from './operator-actions.js';
 import type { AppLogger } from '../telemetry/logger.js';
 
 export interface BackgroundDeps {
@@ -89,8 +89,6 @@ export interface SendResult {
   status: BackgroundRunStatus | null;
 }
 
-const iso = (ms: number) => new Date(ms).toISOString();
-
 export class RunEngine {
   private readonly handles = new Map<string, Handle>();
   /** Lifecycle events on their way to the event log and the workspace (outbox.ts). */
@@ -111,6 +109,8 @@ export class RunEngine {
   private readonly waiters: SettleWaiters;
   /** The live runs of this process: actor, row, write chain (run-host.ts). */
   private readonly hosts: RunHosts;
+  /** Cancel and resume from the API (operator-actions.ts). */
+  private readonly actions: OperatorActions;
   private closed = false;
   private unsubscribeSettled: (() => void) | null = null;
 
@@ -181,6 +181,12 @@ export class RunEngine {
       startAgent: (runId, params) => this.agent.onStartAgent(runId, params),
       cancelAgent: (runId, agentRunId) => this.agent.onCancelAgent(runId, agentRunId),
       closed: () => this.closed,
+    });
+    this.actions = new OperatorActions(deps, {
+      handleOf: (runId) => this.handles.get(runId),
+      getRow: (runId) => this.getRow(runId),
+      send: (runId, event, opts) => this.send(runId, event, opts),
+      remoteCancel: () => this.remoteCancel,
     });
     this.retention = new RunRetention(deps, {
       handles: this.handles,
@@ -374,6 +380,7 @@ export class RunEngine {
     return counts.reduce((a, b) => a + b, 0);
   }
 
+  /** GET /background/runs/{id}/events: the replay, repaired first if a crash cut it short. */
   async events(runId: string): Promise<Array<Record<string, unknown>>> {
     await this.outbox.appended(runId);
     const row = await this.getRow(runId);
@@ -410,34 +417,11 @@ export class RunEngine {
     if (!HELD.has(status) || status === 'queued') this.claimer.kick();
   }
 
-  /** GET /background/runs/{id}/events: the replay, repaired first if a crash cut it short. */
+  // ---------------------------------------------------------------- operator actions (operator-actions.ts)
 
-  // ---------------------------------------------------------------- operator actions
-
-  async cancel(runId: string, reason: string | null = null): Promise<{ status: 'cancel_requested' }> {
-    const row = await this.getRow(runId);
-    if (!row) throw notFound('background run', runId);
-    if (TERMINAL.has(row.value.run.status)) throw domainError('AGT_ERR_BACKGROUND_RUN_ENDED', [runId, row.value.run.status]);
-    const run = row.value.run;
-    const h = this.handles.get(runId);
-    // Held by another live instance of a shared store: its owner cancels it (through its own
-    // chain of writes). Writing the row from here would only fence the owner off, and its agent
-    // run would go on until its lease lapsed.
-    if (
-      this.remoteCancel &&
-      (!h || h.dead) &&
-      HELD.has(run.status) &&
-      run.lease_owner &&
-      run.lease_owner !== this.deps.workerId &&
-      run.lease_expires_at &&
-      Date.parse(run.lease_expires_at) > this.deps.clock.now()
-    ) {
-      await this.remoteCancel(runId, reason);
-      return { status: 'cancel_requested' };
-    }
-    const r = await this.send(runId, { type: 'CANCEL', at: iso(this.deps.clock.now()), reason }, { durable: true });
-    if (!r.accepted && r.status && TERMINAL.has(r.status)) throw domainError('AGT_ERR_BACKGROUND_RUN_ENDED', [runId, r.status]);
-    return { status: 'cancel_requested' };
+  /** POST /background/runs/{id}/cancel. */
+  cancel(runId: string, reason: string | null = null): Promise<{ status: 'cancel_requested' }> {
+    return this.actions.cancel(runId, reason);
   }
 
   /** Set by the cluster link on a shared store: asks the instance holding a run to cancel it. */
@@ -445,33 +429,12 @@ export class RunEngine {
 
   /** A cancel another instance relayed here: only a run this process holds is touched. */
   cancelIfHeld(runId: string, reason: string | null): void {
-    const h = this.handles.get(runId);
-    if (!h || h.dead) return;
-    void this.cancel(runId, reason).catch((err) => this.deps.logger.warn({ bg_run_id: runId, err: String(err) }, 'relayed cancel failed'));
+    this.actions.cancelIfHeld(runId, reason);
   }
 
   /** POST /background/runs/{id}/resume: a run paused for a person continues once its decision is in. */
-  async resume(runId: string): Promise<{ status: 'resumed' }> {
-    const row = await this.getRow(runId);
-    if (!row) throw notFound('background run', runId);
-    const run = row.value.run;
-    if (!WAITING.has(run.status)) throw domainError('AGT_ERR_RUN_NOT_WAITING', [`background run ${runId}`, 'a person', run.status]);
-    const agentId = row.value.internal.agent_run_id;
-    if (agentId && !this.deps.runs.isLive(agentId)) {
-      const rec = await this.deps.runs
-        .get(agentId)
-        .catch((e: unknown) => (isRefusal(e) ? null : (reportSwallowed('background.read_agent_run', e, { run_id: runId, agent_run_id: agentId }), null)));
-      if (rec && (rec.status === 'awaiting_approval' || rec.status === 'awaiting_budget') && !rec.decided_at) {
-        throw domainError('AGT_ERR_AGENT_RUN_UNDECIDED', [runId, agentId, rec.status], {
-          detail: 'decide it through POST /runs/{run_id}/approvals/{approval_id} or /runs/{run_id}/budget',
-        });
-      }
-    }
-    const r = await this.send(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
-    if (!r.accepted && r.status && !(r.status === 'queued' || HELD.has(r.status))) {
-      throw domainError('AGT_ERR_RUN_NOT_WAITING', [`background run ${runId}`, 'a person', r.status]);
-    }
-    return { status: 'resumed' };
+  resume(runId: string): Promise<{ status: 'resumed' }> {
+    return this.actions.resume(runId);
   }
 
   /** Resolves with the run once it ends or waits for a person, or with null after `ms`. */
