@@ -17,11 +17,23 @@ export const CHANGE_CHANNELS = {
   control: 'agentd_control',
   /** A task or its schedule row changed: `{ o: instance, task_id }`. */
   tasks: 'agentd_tasks',
+  /** A run's inbox was written (a steer, an interrupt request): `{ r: run_id }` (src/runtime/run-inbox.ts). */
+  inbox: 'agentd_inbox',
 } as const;
 export type ChangeChannel = (typeof CHANGE_CHANNELS)[keyof typeof CHANGE_CHANNELS];
 
 /** Largest payload a notification may carry (PostgreSQL's limit is 8000 bytes; keep a margin). */
 export const MAX_CHANGE_PAYLOAD = 7900;
+
+/**
+ * The feed as it is now: `generation` counts its connections (a new one after every reconnect:
+ * what was sent while it was down is lost), `sinceMs` is when this one started listening
+ * (performance.now()). A listener that must not miss a notification compares generations.
+ */
+export interface FeedState {
+  generation: number;
+  sinceMs: number;
+}
 
 export interface StoreChanges {
   /** Calls `fn` with the payload of every notification on `channel` (this process's own included). Returns the unsubscribe. */
@@ -30,7 +42,34 @@ export interface StoreChanges {
   notify(channel: ChangeChannel, payload: string): Promise<void>;
   /** Called with `true` each time the feed (re)connects: notifications sent while it was down are lost, so listeners catch up. */
   onReconnect(fn: () => void): () => void;
+  /** Null while the feed is not listening (connecting, reconnecting, closed): notifications may be missed. */
+  listening(): FeedState | null;
   close(): Promise<void>;
+}
+
+/** A notification waiting to be sent. */
+export interface QueuedNotification {
+  channel: string;
+  payload: string;
+}
+
+/**
+ * The queue of a feed whose notifications ride the store's write rounds (PgWriter): a round takes
+ * what is queued and sends it inside its own statement, delivered when that round commits.
+ */
+export interface NotificationQueue {
+  /** Takes the queued notifications (all of them, oldest first). */
+  take(): QueuedNotification[];
+  /** Gives back what a failed round took (sent with a later round, or alone). */
+  putBack(list: QueuedNotification[]): void;
+  /** The writer has no round queued or in flight any more: what is still queued goes alone. */
+  writerIdle(): void;
+}
+
+/** The store's writer, as the feed sees it. */
+export interface NotificationCarrier {
+  /** A round is queued or in flight: whatever is queued now rides it or the next one. */
+  busy(): boolean;
 }
 
 /**
@@ -55,6 +94,11 @@ export class LocalChanges implements StoreChanges {
     if (!set) this.subs.set(channel, (set = new Set()));
     set.add(fn);
     return () => set.delete(fn);
+  }
+
+  /** In-process delivery never drops anything: always listening, since forever. */
+  listening(): FeedState | null {
+    return { generation: 1, sinceMs: -Infinity };
   }
 
   async notify(channel: ChangeChannel, payload: string): Promise<void> {
@@ -111,12 +155,21 @@ export interface PgChangesOptions {
 }
 
 /**
+ * How long a notification queued while the writer is idle waits for a write round to carry it
+ * before the feed's connection sends it alone (an idle process pays this on a cancel or a task
+ * edit). Queued while the writer is busy, it waits for its rounds, however long they take.
+ */
+const CARRY_WAIT_MS = 5;
+
+/**
  * LISTEN/NOTIFY on ONE dedicated connection (a pooled connection cannot LISTEN: the pool hands it
  * to others). Reconnects with capped exponential backoff; on each reconnect it LISTENs again and
- * tells `onReconnect` listeners, who re-read what they follow. Sends go through the same
- * connection, one at a time, from a bounded queue.
+ * tells `onReconnect` listeners, who re-read what they follow. Notifications wait in a bounded
+ * queue: with `carryInWrites()` the store's write rounds take them (NotificationQueue) and the
+ * feed's connection sends only what no round took within CARRY_WAIT_MS; without it, that
+ * connection sends them at once, one batch at a time.
  */
-export class PgChanges implements StoreChanges {
+export class PgChanges implements StoreChanges, NotificationQueue {
   private readonly subs = new Map<string, Set<(payload: string) => void>>();
   private readonly reconnects = new Set<() => void>();
   private client: PgClientLike | null = null;
@@ -124,9 +177,14 @@ export class PgChanges implements StoreChanges {
   private closed = false;
   private backoffMs = 100;
   private retryTimer: NodeJS.Timeout | null = null;
-  private readonly queue: Array<{ channel: string; payload: string }> = [];
+  private queue: QueuedNotification[] = [];
   private sending = false;
   private readonly maxQueued: number;
+  /** Connections so far (see FeedState) and when the current one started listening. */
+  private generation = 0;
+  private sinceMs = 0;
+  private carrier: NotificationCarrier | null = null;
+  private carryTimer: NodeJS.Timeout | null = null;
 
   /** A connection's end() that failed (it is being dropped anyway). */
   private readonly dropped: (err: unknown) => undefined;
@@ -158,17 +216,56 @@ export class PgChanges implements StoreChanges {
     return () => this.reconnects.delete(fn);
   }
 
+  listening(): FeedState | null {
+    return this.client && !this.closed ? { generation: this.generation, sinceMs: this.sinceMs } : null;
+  }
+
+  /** From now on the store's write rounds carry the queued notifications (see take()). */
+  carryBy(carrier: NotificationCarrier): void {
+    this.carrier = carrier;
+  }
+
   notify(channel: ChangeChannel, payload: string): Promise<void> {
     if (this.closed || payload.length > MAX_CHANGE_PAYLOAD) return Promise.resolve();
     if (this.queue.length >= this.maxQueued) this.queue.shift();
     this.queue.push({ channel, payload });
-    return this.pump();
+    if (!this.carrier) return this.pump();
+    if (!this.carrier.busy()) this.armCarryTimer();
+    return Promise.resolve();
+  }
+
+  writerIdle(): void {
+    if (this.queue.length > 0) this.armCarryTimer();
+  }
+
+  take(): QueuedNotification[] {
+    const taken = this.queue;
+    this.queue = [];
+    if (this.carryTimer) clearTimeout(this.carryTimer);
+    this.carryTimer = null;
+    return taken;
+  }
+
+  putBack(list: QueuedNotification[]): void {
+    if (this.closed || list.length === 0) return;
+    this.queue = [...list, ...this.queue].slice(-this.maxQueued);
+    this.armCarryTimer();
+  }
+
+  private armCarryTimer(): void {
+    if (this.carryTimer) return;
+    this.carryTimer = setTimeout(() => {
+      this.carryTimer = null;
+      void this.pump();
+    }, CARRY_WAIT_MS);
+    this.carryTimer.unref();
   }
 
   async close(): Promise<void> {
     this.closed = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
-    this.queue.length = 0;
+    if (this.carryTimer) clearTimeout(this.carryTimer);
+    this.queue = [];
     const c = this.client;
     this.client = null;
     if (c) {
@@ -195,6 +292,8 @@ export class PgChanges implements StoreChanges {
           await this.client.query(`SELECT ${calls.join(', ')}`, values);
         } catch (err) {
           this.opts.log?.('warn', 'change feed: notify failed (the sweeps cover it)', { err: String(err) });
+          // Carried: the next write round sends them (it does not need this connection).
+          if (this.carrier) this.queue = [...batch, ...this.queue].slice(-this.maxQueued);
           break;
         }
       }
@@ -231,6 +330,8 @@ export class PgChanges implements StoreChanges {
         return;
       }
       this.client = client;
+      this.generation++;
+      this.sinceMs = performance.now();
       this.backoffMs = 100;
       void this.pump();
     })().finally(() => {
