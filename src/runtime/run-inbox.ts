@@ -76,9 +76,11 @@ export class RunInbox {
     private readonly now: () => string,
   ) {
     this.shared = store.capabilities.sharedByInstances;
+    // Now, before any run of this process can be steered: a notification nobody hears is lost.
+    this.changes();
   }
 
-  /** The store's change feed, subscribed to the `inbox` channel on first use (the store sets it when it opens). */
+  /** The store's change feed, subscribed to the `inbox` channel at once (or on first use, when the store was opened later). */
   private changes(): StoreChanges | null {
     if (!this.feed && this.store.changes) {
       this.feed = this.store.changes;

@@ -97,6 +97,11 @@ const delivered = () => new Promise<void>((r) => setImmediate(r));
 describe('RunInbox on a store several instances share', () => {
   it('a run nobody wrote to is not read while the feed listens; a steer written through another instance is heard and read', async () => {
     const { a, b, reads } = await sharedPair();
+    // Heard from the start, before this instance ever looked at the run.
+    await b.queueSteer('run0', 'carol', 'early');
+    await delivered();
+    expect(a.mayHold('run0')).toBe(true);
+    reads.n = 0;
     expect(a.mayHold('run1')).toBe(false);
     expect(await a.read('run1', [], null)).toEqual({ messages: [], interrupt_id: null });
     expect(reads.n).toBe(0);
