@@ -9,8 +9,8 @@
 //
 // Most runs are never steered, so a boundary skips the read when it knows the inbox is empty
 // (mayHold). On a store several instances share, the writer of an inbox (any instance) notifies
-// on the change feed (channel `inbox`), queued before its write so the notification commits with
-// that write or before it; a run's instance, listening without a break since before the run
+// on the change feed (channel `inbox`), sent as its write is queued (a notification earlier than
+// the write only makes a read early: the flag stays set for the run's life); a run's instance, listening without a break since before the run
 // could be steered, so hears of every inbox write of the run, and reads only the inboxes it heard
 // of. Whenever that cannot be known (the feed reconnecting, or reconnected since the run was first
 // seen or just before) it reads, as every boundary did before.
@@ -175,8 +175,8 @@ export class RunInbox {
       await casUpdate(
         async () => {
           const cur = await repos(this.store).runInbox.get<InboxValue>(runId);
-          // Queued in the same turn as the write below: it rides that write's round, or an
-          // earlier one (PgWriter), so no instance can see the write without having been told.
+          // Sent as the write below is queued: an instance hears of it no later than about when
+          // the write commits (the run keeps reading from then on).
           void this.changes()?.notify(CHANGE_CHANNELS.inbox, JSON.stringify({ r: runId }));
           if (!cur) {
             const value = f({ run_id: runId, messages: [], interrupt: null, updated_at: this.now() });

@@ -48,28 +48,9 @@ export interface StoreChanges {
 }
 
 /** A notification waiting to be sent. */
-export interface QueuedNotification {
+interface QueuedNotification {
   channel: string;
   payload: string;
-}
-
-/**
- * The queue of a feed whose notifications ride the store's write rounds (PgWriter): a round takes
- * what is queued and sends it inside its own statement, delivered when that round commits.
- */
-export interface NotificationQueue {
-  /** Takes the queued notifications (all of them, oldest first). */
-  take(): QueuedNotification[];
-  /** Gives back what a failed round took (sent with a later round, or alone). */
-  putBack(list: QueuedNotification[]): void;
-  /** The writer has no round queued or in flight any more: what is still queued goes alone. */
-  writerIdle(): void;
-}
-
-/** The store's writer, as the feed sees it. */
-export interface NotificationCarrier {
-  /** A round is queued or in flight: whatever is queued now rides it or the next one. */
-  busy(): boolean;
 }
 
 /**
@@ -155,21 +136,12 @@ export interface PgChangesOptions {
 }
 
 /**
- * How long a notification queued while the writer is idle waits for a write round to carry it
- * before the feed's connection sends it alone (an idle process pays this on a cancel or a task
- * edit). Queued while the writer is busy, it waits for its rounds, however long they take.
- */
-const CARRY_WAIT_MS = 5;
-
-/**
  * LISTEN/NOTIFY on ONE dedicated connection (a pooled connection cannot LISTEN: the pool hands it
  * to others). Reconnects with capped exponential backoff; on each reconnect it LISTENs again and
- * tells `onReconnect` listeners, who re-read what they follow. Notifications wait in a bounded
- * queue: with `carryInWrites()` the store's write rounds take them (NotificationQueue) and the
- * feed's connection sends only what no round took within CARRY_WAIT_MS; without it, that
- * connection sends them at once, one batch at a time.
+ * tells `onReconnect` listeners, who re-read what they follow. Sends go through the same
+ * connection, one at a time, from a bounded queue.
  */
-export class PgChanges implements StoreChanges, NotificationQueue {
+export class PgChanges implements StoreChanges {
   private readonly subs = new Map<string, Set<(payload: string) => void>>();
   private readonly reconnects = new Set<() => void>();
   private client: PgClientLike | null = null;
@@ -183,8 +155,6 @@ export class PgChanges implements StoreChanges, NotificationQueue {
   /** Connections so far (see FeedState) and when the current one started listening. */
   private generation = 0;
   private sinceMs = 0;
-  private carrier: NotificationCarrier | null = null;
-  private carryTimer: NodeJS.Timeout | null = null;
 
   /** A connection's end() that failed (it is being dropped anyway). */
   private readonly dropped: (err: unknown) => undefined;
@@ -220,51 +190,16 @@ export class PgChanges implements StoreChanges, NotificationQueue {
     return this.client && !this.closed ? { generation: this.generation, sinceMs: this.sinceMs } : null;
   }
 
-  /** From now on the store's write rounds carry the queued notifications (see take()). */
-  carryBy(carrier: NotificationCarrier): void {
-    this.carrier = carrier;
-  }
-
   notify(channel: ChangeChannel, payload: string): Promise<void> {
     if (this.closed || payload.length > MAX_CHANGE_PAYLOAD) return Promise.resolve();
     if (this.queue.length >= this.maxQueued) this.queue.shift();
     this.queue.push({ channel, payload });
-    if (!this.carrier) return this.pump();
-    if (!this.carrier.busy()) this.armCarryTimer();
-    return Promise.resolve();
-  }
-
-  writerIdle(): void {
-    if (this.queue.length > 0) this.armCarryTimer();
-  }
-
-  take(): QueuedNotification[] {
-    const taken = this.queue;
-    this.queue = [];
-    if (this.carryTimer) clearTimeout(this.carryTimer);
-    this.carryTimer = null;
-    return taken;
-  }
-
-  putBack(list: QueuedNotification[]): void {
-    if (this.closed || list.length === 0) return;
-    this.queue = [...list, ...this.queue].slice(-this.maxQueued);
-    this.armCarryTimer();
-  }
-
-  private armCarryTimer(): void {
-    if (this.carryTimer) return;
-    this.carryTimer = setTimeout(() => {
-      this.carryTimer = null;
-      void this.pump();
-    }, CARRY_WAIT_MS);
-    this.carryTimer.unref();
+    return this.pump();
   }
 
   async close(): Promise<void> {
     this.closed = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
-    if (this.carryTimer) clearTimeout(this.carryTimer);
     this.queue = [];
     const c = this.client;
     this.client = null;
@@ -292,8 +227,6 @@ export class PgChanges implements StoreChanges, NotificationQueue {
           await this.client.query(`SELECT ${calls.join(', ')}`, values);
         } catch (err) {
           this.opts.log?.('warn', 'change feed: notify failed (the sweeps cover it)', { err: String(err) });
-          // Carried: the next write round sends them (it does not need this connection).
-          if (this.carrier) this.queue = [...batch, ...this.queue].slice(-this.maxQueued);
           break;
         }
       }

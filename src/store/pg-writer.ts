@@ -3,7 +3,6 @@
 // process, started on a setImmediate) takes every queued job (bounded), calls the commits'
 // function forms, and sends them all in ONE statement, agentd.write_round(...).
 import pg from 'pg';
-import type { NotificationCarrier, NotificationQueue, QueuedNotification } from './changes.js';
 import { ERROR_CODES, isTransientCode } from './pg-errors.js';
 import { storedEventText } from './event-text.js';
 import { escText, indexJson, lazyRecordView, withCursor, type Queryable } from './pg-text.js';
@@ -59,15 +58,6 @@ const WRITE_ROUND_SQL =
   "SELECT r_version, r_seq, r_err, r_msg FROM agentd.write_round($1::int[], $2::text[], $3::text[], $4::text[], string_to_array($5::text, E'\\x1e', ''), " +
   "$6::int[], string_to_array($7::text, E'\\x1e', '')::jsonb[], $8::float8[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], " +
   "string_to_array($14::text, E'\\x1e', ''))";
-/**
- * The same round carrying the change feed's queued notifications: pg_notify is transactional
- * (delivered when this statement's transaction commits, dropped if it fails), so they cost one
- * more CTE here instead of a statement and a transaction of their own. The CTE is one row, joined
- * to the round's rows without reordering them.
- */
-const WRITE_ROUND_NOTIFY_SQL =
-  'WITH n AS MATERIALIZED (SELECT count(pg_notify(c, p)) AS k FROM unnest($15::text[], $16::text[]) AS x(c, p)) ' +
-  WRITE_ROUND_SQL.replace('SELECT r_version, r_seq, r_err, r_msg FROM ', 'SELECT r_version, r_seq, r_err, r_msg FROM n, ');
 
 /**
  * What `append` gives back for one event: a copy of the caller's object with its cursor, and (as
@@ -88,18 +78,12 @@ function storedView(e: EventInput, body: string, cursor: string): StoredEvent {
 type Job = { kind: 'commit'; p: PendingCommit } | { kind: 'append'; p: PendingAppend };
 type Taken = { kind: 'commit'; p: PendingCommit; ops: EncodedOp[] } | { kind: 'append'; p: PendingAppend };
 
-export class PgWriter implements NotificationCarrier {
+export class PgWriter {
   private readonly jobs: Job[] = [];
   /** The round loop while one runs (close() waits for it). */
   writing: Promise<void> | null = null;
-  /** The change feed's queue, when its notifications ride the rounds (PostgresStore.open). */
-  notifications: NotificationQueue | null = null;
 
   constructor(private readonly db: Queryable) {}
-
-  busy(): boolean {
-    return this.writing !== null;
-  }
 
   commit(input: CommitOps): Promise<Array<Versioned<unknown> | null>> {
     return new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => {
@@ -148,7 +132,6 @@ export class PgWriter implements NotificationCarrier {
         }
       } finally {
         this.writing = null;
-        this.notifications?.writerIdle();
       }
     })();
   }
@@ -194,12 +177,9 @@ export class PgWriter implements NotificationCarrier {
       nOps += ops.length;
     }
     if (taken.length === 0) return;
-    const notes = this.notifications?.take() ?? [];
     try {
-      await this.write(taken, notes);
+      await this.write(taken);
     } catch (e) {
-      // Hints: whatever the outcome, sending them again with a later round (or alone) is harmless.
-      this.notifications?.putBack(notes);
       if (taken.length > 1 && e instanceof pg.DatabaseError && !isTransientCode(e.code)) {
         // The statement failed as a whole (so it wrote nothing): one job's problem (a value too
         // large for an index, say) must not fail the others, so each is tried alone, in order.
@@ -210,7 +190,7 @@ export class PgWriter implements NotificationCarrier {
     }
   }
 
-  private async write(taken: Taken[], notes: QueuedNotification[] = []): Promise<void> {
+  private async write(taken: Taken[]): Promise<void> {
     const commitNo: number[] = [];
     const opName: string[] = [];
     const kinds: string[] = [];
@@ -235,11 +215,10 @@ export class PgWriter implements NotificationCarrier {
       }
     });
     const col = (i: number) => events.map((e) => e.fields[i]);
-    const notifyValues = notes.length > 0 ? [notes.map((n) => n.channel), notes.map((n) => n.payload)] : [];
     const r = await this.db.query<{ r_version: number | null; r_seq: string | null; r_err: string | null; r_msg: string | null }>(
       {
-        name: notes.length > 0 ? 'agentd_write_round_n' : 'agentd_write_round',
-        text: notes.length > 0 ? WRITE_ROUND_NOTIFY_SQL : WRITE_ROUND_SQL,
+        name: 'agentd_write_round',
+        text: WRITE_ROUND_SQL,
         values: [
           commitNo,
           opName,
@@ -255,7 +234,6 @@ export class PgWriter implements NotificationCarrier {
           col(3),
           col(4),
           joinJson(events.map((e) => e.body)),
-          ...notifyValues,
         ],
       },
       false,

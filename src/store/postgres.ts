@@ -191,9 +191,6 @@ export class PostgresStore implements Store {
           onSwallowed: this.opts.onSwallowed,
         });
         await feed.start();
-        // Its notifications ride the write rounds (pg-writer.ts): no statement of their own under load.
-        feed.carryBy(this.writer);
-        this.writer.notifications = feed;
         this.changes = feed;
       }
       this.health = { ok: true };

@@ -52,47 +52,14 @@ describe('PgChanges', () => {
   });
 });
 
-describe('PgChanges carried by the PostgresStore write rounds', () => {
-  it('a notification queued with a write rides its round (no statement of its own); one without a write goes alone; listening() counts connections', async () => {
-    const { PostgresStore } = await import('../../src/store/postgres.js');
-    const store = new PostgresStore({ url: db.url });
-    await store.open();
-    const listener = new PgChanges({ url: db.url });
-    feeds.push(listener);
-    await listener.start();
-    try {
-      const feed = store.changes as PgChanges;
-      expect(feed.listening()?.generation).toBe(1);
-      const heard: string[] = [];
-      listener.subscribe(CHANGE_CHANNELS.tasks, (p) => heard.push(p));
-      const names: string[] = [];
-      const query = store.query.bind(store);
-      store.query = ((q, idempotent) => {
-        names.push(String(q.name ?? q.text));
-        return query(q, idempotent);
-      }) as typeof store.query;
-
-      void feed.notify(CHANGE_CHANNELS.tasks, 'ride');
-      const [rec] = await store.commit([{ op: 'create', kind: 'run_inbox', id: 'carried', value: { n: 1 } }]);
-      expect(rec?.version).toBe(1);
-      expect(names).toEqual(['agentd_write_round_n']);
-      expect(feed.take()).toEqual([]);
-      await eventually(() => heard.includes('ride'), 5_000, 'the carried notification');
-      expect((await store.getRecord('run_inbox', 'carried'))?.value).toEqual({ n: 1 });
-
-      void feed.notify(CHANGE_CHANNELS.tasks, 'alone');
-      await eventually(() => heard.includes('alone'), 5_000, 'the notification sent alone');
-      expect(names).toEqual(['agentd_write_round_n', 'agentd_get']);
-
-      // A commit that fails its check (in its own subtransaction) does not stop its round's notifications.
-      void feed.notify(CHANGE_CHANNELS.tasks, 'after-conflict');
-      await expect(store.commit([{ op: 'create', kind: 'run_inbox', id: 'carried', value: { n: 2 } }])).rejects.toMatchObject({ code: 'conflict' });
-      await eventually(() => heard.includes('after-conflict'), 5_000, 'the notification of a round whose commit failed');
-
-      await adminQuery(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'agentd-changes'`, [db.name]);
-      await eventually(() => (feed.listening()?.generation ?? 0) === 2, 10_000, 'the feed reconnected: generation 2');
-    } finally {
-      await store.close();
-    }
+describe('PgChanges.listening', () => {
+  it('is null until connected, then counts connections: a reconnect is a new generation', async () => {
+    const feed = new PgChanges({ url: db.url });
+    feeds.push(feed);
+    expect(feed.listening()).toBeNull();
+    await feed.start();
+    expect(feed.listening()?.generation).toBe(1);
+    await adminQuery(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'agentd-changes'`, [db.name]);
+    await eventually(() => (feed.listening()?.generation ?? 0) === 2, 10_000, 'the feed reconnected: generation 2');
   });
 });
