@@ -271,6 +271,16 @@ export class LevelStore implements Store {
     });
   }
 
+  commitWithEvents(ops: CommitOps, events: EventInput[]): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
+    return this.run(async () => {
+      let stored: StoredEvent[] = [];
+      const records = await new Promise<Array<Versioned<unknown> | null>>((resolve, reject) =>
+        this.writer!.enqueue({ type: 'records', ops, events, stored: (s) => (stored = s), resolve, reject }),
+      );
+      return { records, events: stored };
+    });
+  }
+
   listRecords<T>(kind: RecordKind, query: ListQuery = {}): Promise<Page<T>> {
     return this.run(async (db) => {
       const limit = clampLimit(query.limit, 100);
