@@ -289,7 +289,7 @@ export class RunEngine {
       if (isStoreError(err, 'conflict')) return null;
       throw err;
     }
-    this.created(p, true);
+    this.created(p, this.eventsInCommits);
     return p.ctx.run;
   }
 
@@ -326,11 +326,18 @@ export class RunEngine {
 
   /**
    * Commits `ops` (which create these prepared runs) with the runs' creation events: stored only
-   * with the rows, in the same store round (Store.commitWithEvents). Then call created(p, true).
+   * with the rows, in the same store round (Store.commitWithEvents), where the store writes them
+   * atomically. Then call created(p, this.eventsInCommits).
    */
   commitCreating(ops: WriteOp[], prepared: PreparedRun[]): Promise<Array<Versioned<unknown> | null>> {
+    if (!this.eventsInCommits) return this.deps.store.commit(ops);
     const events = prepared.flatMap((p) => this.outbox.eventsOf(p.ctx, p.lifecycle));
     return this.deps.telemetry.commitWithEvents(ops, events);
+  }
+
+  /** Row writes carry their lifecycle events (a store whose commitWithEvents is atomic); else they are appended behind them. */
+  get eventsInCommits(): boolean {
+    return this.deps.store.capabilities.atomicCommitEvents === true;
   }
 
   /** After the commit of a prepared run: its events go out (`eventsStored`: they went with it), and a queued run is offered to the workers. */

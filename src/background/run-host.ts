@@ -353,10 +353,13 @@ export class RunHosts {
       );
     }
     let written: Versioned<unknown> | null;
+    const stored = this.deps.store.capabilities.atomicCommitEvents === true;
     try {
-      // The lifecycle events ride in the row's commit: stored only if its CAS holds, in the same
-      // store round (no append of their own behind it; see Store.commitWithEvents).
-      const commit = this.deps.telemetry.commitWithEvents(ops, this.hooks.outbox.eventsOf(ctx, lifecycle));
+      // On a store that writes them atomically, the lifecycle events ride in the row's commit:
+      // stored only if its CAS holds, in the same store round (see Store.commitWithEvents).
+      // Elsewhere (PostgreSQL) they are appended behind the commit on the run's outbox chain, so
+      // the run's next step does not wait for a second round.
+      const commit = stored ? this.deps.telemetry.commitWithEvents(ops, this.hooks.outbox.eventsOf(ctx, lifecycle)) : this.deps.store.commit(ops);
       // Completions waiting for a write go into this one's store round.
       this.hooks.join.release();
       [written] = await commit;
@@ -368,7 +371,7 @@ export class RunHosts {
     }
     h.row = written as Versioned<BgRunRow>;
     this.hooks.noteRun(ctx.run.task_id, h.id, status);
-    const flushed = this.hooks.outbox.queueEmit(ctx, lifecycle, { runJson, mirror: true, stored: true });
+    const flushed = this.hooks.outbox.queueEmit(ctx, lifecycle, { runJson, mirror: true, stored });
     this.hooks.afterWrite(h, ctx, prev.run.status, flushed);
   }
 

@@ -170,7 +170,7 @@ export class TaskScheduler {
       return;
     }
     this.schedules.set(taskId, written[written.length - 1] as Versioned<ScheduleRow>);
-    for (const p of prepared) this.engine.created(p, true);
+    for (const p of prepared) this.engine.created(p, this.engine.eventsInCommits);
     if (skips.length > 0) this.deps.metrics.backgroundRuns.inc({ status: 'skipped' }, skips.length);
     this.setDue(task, next);
   }

@@ -84,7 +84,7 @@ const isLockError = (e: unknown): boolean => {
 export class LevelStore implements Store {
   readonly adapter = 'level' as const;
   /** One process owns the data directory (it is locked): nothing is shared, claims scan. */
-  readonly capabilities: StoreCapabilities = { sharedByInstances: false };
+  readonly capabilities: StoreCapabilities = { sharedByInstances: false, atomicCommitEvents: true };
   private readonly path: string;
   private readonly sync: boolean;
   private readonly rowCacheSize: number;

@@ -73,7 +73,7 @@ export class MemoryStore implements Store {
   changes?: StoreChanges;
   /** Shared only when a test attached a change feed (several runtimes over this one store). */
   get capabilities(): StoreCapabilities {
-    return { sharedByInstances: this.changes !== undefined };
+    return { sharedByInstances: this.changes !== undefined, atomicCommitEvents: true };
   }
   private state: 'new' | 'open' | 'closed' = 'new';
   private readonly records = new Map<RecordKind, Map<string, Row>>();

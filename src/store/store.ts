@@ -194,6 +194,12 @@ export interface StoreCapabilities {
    * enough for a store one process owns.
    */
   readonly queueClaims?: QueueClaims;
+  /**
+   * commitWithEvents writes the commit and its events in one atomic write, in one round (the
+   * embedded stores). Absent: the events follow in a later round (PostgreSQL), so a caller on a
+   * hot path may rather commit and append the events behind it itself.
+   */
+  readonly atomicCommitEvents?: boolean;
 }
 
 /** One claim pass of one claimer over the queued background runs (src/store/repos/bg-runs.ts). */

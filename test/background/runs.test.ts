@@ -181,7 +181,8 @@ describe('a manual run, end to end', () => {
     // The session is created with the agent run's record, not in a commit of its own.
     const sessionCommits = commits.filter((c) => c.includes('create:sessions'));
     expect(sessionCommits).toHaveLength(1);
-    expect(sessionCommits[0]).toEqual(expect.arrayContaining(['update:runs']));
+    // (create:runs when the whole agent run fit in its creating write's fold window, else update:runs)
+    expect(sessionCommits[0].some((op) => op === 'create:runs' || op === 'update:runs')).toBe(true);
     const history = await a.get(`/sessions/${encodeURIComponent(r!.session_id)}/history`);
     expect(history.status).toBe(200);
     expect(history.body.messages.map((m: { role: string }) => m.role)).toEqual(['user', 'assistant']);
