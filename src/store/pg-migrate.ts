@@ -82,7 +82,7 @@ export async function schemaVersion(client: pg.ClientBase): Promise<number> {
 /**
  * Brings the schema to the newest version under the migration lock. Throws SchemaTooNewError when
  * the database is ahead of this code. `log` gets one line per applied migration; `onSwallowed` a
- * ROLLBACK or RESET that failed (the migration's own error is thrown).
+ * ROLLBACK, RESET or lock release that failed (the migration's own error is thrown).
  */
 export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => {}, onSwallowed?: OnSwallowed): Promise<MigrationResult> {
   const migrations = loadMigrations();
@@ -125,8 +125,9 @@ export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => 
       return { applied, version: Math.max(current, migrations.length) };
     } finally {
       await client.query('RESET statement_timeout').catch(dropTo(onSwallowed, 'store.pg_migrate.reset_timeout'));
-      await client.query('SELECT pg_advisory_unlock($1::bigint)', [MIGRATION_LOCK_KEY]).catch(() => {
+      await client.query('SELECT pg_advisory_unlock($1::bigint)', [MIGRATION_LOCK_KEY]).catch((err: unknown) => {
         broken = true; // a session that cannot unlock is dropped below: closing it releases the lock
+        onSwallowed?.('store.pg_migrate.unlock', err);
       });
     }
   } catch (e) {

@@ -1,6 +1,6 @@
 // Shared benchmark plumbing: child servers, HTTP/SSE clients, statistics, results and report.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { cpus, freemem, totalmem, tmpdir } from 'node:os';
@@ -85,6 +85,29 @@ export function cpuSeconds(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+}
+
+/**
+ * CPU (ms) of a process's main thread (tid == pid: JavaScript, the event loop) and of its other
+ * threads together (libuv's pool: file system calls, LevelDB reads and writes and their fsyncs;
+ * V8's platform workers: concurrent and parallel GC; LevelDB's compaction thread).
+ */
+export function threadCpuMs(pid: number): { main: number; others: number } {
+  let main = 0;
+  let others = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+    } catch {
+      continue; // the thread ended meanwhile
+    }
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ms = ((Number(fields[11]) + Number(fields[12])) / CLK_TCK) * 1000;
+    if (Number(tid) === pid) main += ms;
+    else others += ms;
+  }
+  return { main, others };
 }
 
 export function loadAverage(): number {

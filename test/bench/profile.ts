@@ -5,7 +5,7 @@
 import { execSync } from 'node:child_process';
 import { copyFileSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { QUICK, ROOT, closedLoop, log, nowMs, realPathConfig, removeDir, request, startChild, tempDir, type ProfileResult } from './lib.js';
+import { QUICK, ROOT, closedLoop, log, nowMs, realPathConfig, removeDir, request, startChild, tempDir, threadCpuMs, type ProfileResult } from './lib.js';
 import { WORKLOADS } from './benchmarks/run-real.js';
 import { treeStats } from './tree-stats.js';
 
@@ -202,6 +202,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
       let fromMs = 0;
       let toMs = 0;
       let counts: Record<string, number> = {};
+      let threads = { main: 0, others: 0 };
       try {
         const child = await startChild({
           mode: 'agentd',
@@ -215,9 +216,12 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           await agentdDrain(child, WARMUP);
           fromMs = nowMs();
           log(`profile-background c=${concurrency}: profiled drain of ${runs} runs`);
+          const th0 = threadCpuMs(child.pid);
           const d = await agentdDrain(child, runs).catch((err: unknown) => {
             throw new Error(`${String(err)}; child stderr: ${child.stderr().slice(-3000)}`);
           });
+          const th1 = threadCpuMs(child.pid);
+          threads = { main: (th1.main - th0.main) / runs, others: (th1.others - th0.others) / runs };
           toMs = nowMs();
           cpuMs = d.cpuMs;
           // The counting pass (outside the profiled window): what one drained run writes and creates.
@@ -258,14 +262,16 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
             ran_at: new Date().toISOString(),
             commit,
             command: `npm run bench -- profile-background ${label}`,
-            description: `Background drain of manual agent runs (POST /background/tasks/{id}/run, 32 requests in flight) at background.concurrency ${concurrency}, agentd child under \`node --cpu-prof\` on the real path (openai-compatible over HTTP to the fake server, LevelDB with fsync); after a ${WARMUP}-run warm-up drain, ${runs} runs profiled; self time divided by the runs drained. Per drained run (a further ${COUNTED}-run drain): ${JSON.stringify(counts)}.`,
+            description: `Background drain of manual agent runs (POST /background/tasks/{id}/run, 32 requests in flight) at background.concurrency ${concurrency}, agentd child under \`node --cpu-prof\` on the real path (openai-compatible over HTTP to the fake server, LevelDB with fsync); after a ${WARMUP}-run warm-up drain, ${runs} runs profiled; self time divided by the runs drained. CPU per drained run by thread over the profiled drain: main thread ${threads.main.toFixed(2)} ms (JavaScript, under the profiler), other threads ${threads.others.toFixed(2)} ms (libuv's pool: file calls, LevelDB writes, reads and fsyncs; V8's GC workers; LevelDB compaction). Per drained run (a further ${COUNTED}-run drain): ${JSON.stringify(counts)}.`,
             runs,
             cpu_per_run_ms: cpuMs / runs,
             ...summary,
           },
           order,
         );
-        process.stderr.write(`profile ${name}: ${runs} runs, ${(cpuMs / runs).toFixed(2)} ms CPU per run\n  per run: ${JSON.stringify(counts)}\n`);
+        process.stderr.write(
+          `profile ${name}: ${runs} runs, ${(cpuMs / runs).toFixed(2)} ms CPU per run (main thread ${threads.main.toFixed(2)}, other threads ${threads.others.toFixed(2)})\n  per run: ${JSON.stringify(counts)}\n`,
+        );
         for (const g of summary.groups) process.stderr.write(`  ${g.name}: ${g.ms_per_run.toFixed(3)} ms/run (${(g.share * 100).toFixed(1)} %)\n`);
         for (const t of summary.top) process.stderr.write(`  ${t.fn} ${t.where}: ${t.ms_per_run.toFixed(3)} ms/run (${(t.share * 100).toFixed(1)} %)\n`);
       } finally {

@@ -6,7 +6,7 @@ import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { PostgresStore } from '../../src/store/postgres.js';
-import { latestSchemaVersion } from '../../src/store/pg-migrate.js';
+import { latestSchemaVersion, migrate } from '../../src/store/pg-migrate.js';
 import { StoreError, type StoredEvent } from '../../src/store/store.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { storeErrorCode } from './store.contract.js';
@@ -73,6 +73,36 @@ describe('PostgreSQL migrations', () => {
     expect(s.isOpen()).toBe(false);
     const rows = (await sql(db.url, 'SELECT version FROM agentd.schema_migrations ORDER BY version')).rows.map((r) => r.version);
     expect(rows).toEqual([1, 2, 3, 99]);
+  });
+
+  it('a lock release that fails is reported to onSwallowed, and its session is dropped, not reused', async () => {
+    const db = await freshDb();
+    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    try {
+      const client = await pool.connect();
+      const query = client.query.bind(client) as (text: string, values?: unknown[]) => Promise<unknown>;
+      // The unlock fails as it would on a connection reset between the migration and the release.
+      (client as unknown as { query: typeof query }).query = (text, values) =>
+        text.includes('pg_advisory_unlock') ? Promise.reject(new Error('connection reset')) : query(text, values);
+      const released: boolean[] = [];
+      const release = client.release.bind(client);
+      (client as unknown as { release: (b?: boolean) => void }).release = (b?: boolean) => {
+        released.push(b === true);
+        release(b);
+      };
+      const fakePool = { connect: async () => client } as unknown as pg.Pool;
+      const seen: Array<{ site: string; err: string }> = [];
+      const r = await migrate(
+        fakePool,
+        () => {},
+        (site, err) => seen.push({ site, err: String(err) }),
+      );
+      expect(r.version).toBe(latestSchemaVersion());
+      expect(seen).toEqual([{ site: 'store.pg_migrate.unlock', err: 'Error: connection reset' }]);
+      expect(released).toEqual([true]); // destroyed: closing it releases the advisory lock
+    } finally {
+      await pool.end();
+    }
   });
 
   it('with migrate: false, refuses a database that is not migrated yet and says how to fix it', async () => {

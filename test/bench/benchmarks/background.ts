@@ -29,6 +29,7 @@ import {
   sleep,
   startChild,
   tempDir,
+  threadCpuMs,
   type BenchOutput,
   type Child,
   type Row,
@@ -83,7 +84,16 @@ let drains = 0;
 export async function agentdDrain(
   child: Child,
   runs: number,
-): Promise<{ seconds: number; postS: number; requested: number; completed: number; other: Record<string, number>; cpuMs: number }> {
+): Promise<{
+  seconds: number;
+  postS: number;
+  requested: number;
+  completed: number;
+  other: Record<string, number>;
+  cpuMs: number;
+  /** CPU (ms) of the child's main thread and of its other threads over the drain. */
+  threads: { main: number; others: number };
+}> {
   const taskId = `bench-manual-${++drains}`;
   await postJson(`${child.url}/background/tasks`, {
     task_id: taskId,
@@ -95,6 +105,7 @@ export async function agentdDrain(
     ...(process.env.BENCH_BG_TASK ? (JSON.parse(process.env.BENCH_BG_TASK) as Json) : {}),
   });
   const cpu0 = await child.call<{ user: number; system: number }>({ cmd: 'cpu' });
+  const th0 = threadCpuMs(child.pid);
   const t0 = nowMs();
   let requested = 0;
   await fanOut(runs, 32, async (i, agent) => {
@@ -110,8 +121,10 @@ export async function agentdDrain(
     if (terminal >= requested) {
       const seconds = (nowMs() - t0) / 1000;
       const cpu1 = await child.call<{ user: number; system: number }>({ cmd: 'cpu' });
+      const th1 = threadCpuMs(child.pid);
       const { completed = 0, ...other } = counts;
-      return { seconds, postS, requested, completed, other, cpuMs: (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / 1000 };
+      const threads = { main: th1.main - th0.main, others: th1.others - th0.others };
+      return { seconds, postS, requested, completed, other, cpuMs: (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / 1000, threads };
     }
     if (nowMs() - t0 > DRAIN_TIMEOUT_MS) throw new Error(`background runs not drained in ${DRAIN_TIMEOUT_MS / 1000} s: ${JSON.stringify(counts)}`);
     await sleep(100);
@@ -306,6 +319,11 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
         unit: 'ms',
         baseline: round(b.cpuMs / Math.max(1, runs), 2),
         ratio: ratio(a.cpuMs / Math.max(1, a.requested), b.cpuMs / Math.max(1, runs)),
+      },
+      {
+        metric: `agentd CPU per drained run by thread, concurrency ${concurrency}: main thread / other threads (libuv's pool: file calls, LevelDB writes and fsyncs; V8's GC workers; LevelDB compaction)`,
+        value: `${round(a.threads.main / Math.max(1, a.requested), 2)} / ${round(a.threads.others / Math.max(1, a.requested), 2)}`,
+        unit: 'ms',
       },
       {
         metric: `Runs not completed, concurrency ${concurrency}`,
