@@ -157,6 +157,7 @@ describe('a manual run, end to end', () => {
 
   it('stores lifecycle events in the row commits that cause them, and a run-mode session in the agent run\u2019s final commit', async () => {
     const store = server.store;
+    if (!store.capabilities.atomicCommitEvents) return; // PostgreSQL appends them behind the commit instead
     const appended: string[][] = [];
     const commits: string[][] = [];
     const withEvents: string[][] = [];
