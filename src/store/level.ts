@@ -95,7 +95,7 @@ const isLockError = (e: unknown): boolean => {
 export class LevelStore implements Store {
   readonly adapter = 'level' as const;
   /** One process owns the data directory (it is locked): nothing is shared, claims scan. */
-  readonly capabilities: StoreCapabilities = { sharedByInstances: false };
+  readonly capabilities: StoreCapabilities = { sharedByInstances: false, atomicCommitEvents: true };
   private readonly path: string;
   private readonly sync: boolean;
   private readonly rowCacheSize: number;
@@ -282,6 +282,16 @@ export class LevelStore implements Store {
     return this.run(async () => {
       if (Array.isArray(ops) && ops.length === 0) return [];
       return new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => this.writer!.enqueue({ type: 'records', ops, resolve, reject }));
+    });
+  }
+
+  commitWithEvents(ops: CommitOps, events: EventInput[]): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
+    return this.run(async () => {
+      let stored: StoredEvent[] = [];
+      const records = await new Promise<Array<Versioned<unknown> | null>>((resolve, reject) =>
+        this.writer!.enqueue({ type: 'records', ops, events, stored: (s) => (stored = s), resolve, reject }),
+      );
+      return { records, events: stored };
     });
   }
 

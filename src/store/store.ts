@@ -194,6 +194,12 @@ export interface StoreCapabilities {
    * enough for a store one process owns.
    */
   readonly queueClaims?: QueueClaims;
+  /**
+   * commitWithEvents writes the commit and its events in one atomic write, in one round (the
+   * embedded stores). Absent: the events follow in a later round (PostgreSQL), so a caller on a
+   * hot path may rather commit and append the events behind it itself.
+   */
+  readonly atomicCommitEvents?: boolean;
 }
 
 /** One claim pass of one claimer over the queued background runs (src/store/repos/bg-runs.ts). */
@@ -258,6 +264,17 @@ export interface Store {
    * started yet (RecordWriter merges an actor's transitions this way).
    */
   commit(ops: CommitOps): Promise<Array<Versioned<unknown> | null>>;
+  /**
+   * A commit that also appends `events` (in order, cursors as appendEvents gives them): the events
+   * are stored only if every op applies, never without the records. The in-process stores write
+   * both in the same atomic write (one group-commit round): a crash leaves both or neither.
+   * PostgreSQL appends them in the round after the commit's (its write_round appends events
+   * whatever the commits do), so a crash in between may leave the records without the events:
+   * a caller keeps what it needs to append them again (the background run row's outbox does).
+   * Rejects when the commit fails (nothing written) or, there, when that append fails (the
+   * records are written). Durable when the promise resolves.
+   */
+  commitWithEvents(ops: CommitOps, events: EventInput[]): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }>;
   /**
    * Optional hint: these records are about to be written, with these index values. An adapter
    * may read what that write will need now, off the caller's path (LevelStore does). Never
