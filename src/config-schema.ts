@@ -65,6 +65,9 @@ const ServerConfig = obj({
   stream_max_queued_bytes: posInt()
     .default(8 * 1024 * 1024)
     .describe('Bytes of SSE frames one stream may hold for a slow reader (same rule).'),
+  stream_drop_grace_seconds: posNumber()
+    .default(5)
+    .describe('A dropped stream (StreamOverflow) whose reader has not read up to the error frame within this time loses the connection.'),
 });
 
 const StoreConfig = obj({

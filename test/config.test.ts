@@ -42,6 +42,7 @@ describe('loadConfig defaults', () => {
       max_json_depth: 64,
       stream_max_queued_events: 1000,
       stream_max_queued_bytes: 8388608,
+      stream_drop_grace_seconds: 5,
     });
     expect(c.data_dir).toBe(join(dir, '.agentd'));
     expect(c.config_path).toBeNull();

@@ -18,6 +18,7 @@ import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.j
 import { isStoreError, type Versioned } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
 import { WAITING, type BgRunRow } from './types.js';
+import { ownSessionId } from './prepare-run.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { Handle } from './run-host.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
@@ -107,6 +108,8 @@ export class AgentBridge {
           agent_id: ctx.run.agent_id,
           workspace_path: this.host.dirOf(ctx.run),
           admitted: true,
+          // session_policy `run`: no other run writes this session (its attempts run one at a time).
+          session_is_private: ctx.run.session_id === ownSessionId(ctx.run.agent_id, ctx.run.task_id, ctx.run.run_id),
         })
         .catch((err: unknown) => {
           // Its agent's spec no longer builds (an env var unset since registration): nothing ran.

@@ -38,6 +38,7 @@ import { ACTIVE, HELD, TERMINAL, WAITING, taskStatusKey, type BgRunRow, type Lif
 import { InFlightCache } from './inflight.js';
 import { AgentBridge } from './agent-bridge.js';
 import { RunWorkspaces } from './run-workspace.js';
+import { WriteJoin } from './write-join.js';
 import { EventOutbox } from './outbox.js';
 import { Claimer } from './claimer.js';
 import { RunRetention } from './retention.js';
@@ -93,6 +94,8 @@ export class RunEngine {
   private readonly handles = new Map<string, Handle>();
   /** Lifecycle events on their way to the event log and the workspace (outbox.ts). */
   private readonly outbox: EventOutbox;
+  /** Completions waiting to share the next row write's store round (write-join.ts). */
+  private readonly join = new WriteJoin();
   /** The run workspace files: mirror, repair, removal (run-workspace.ts). */
   private readonly workspaces: RunWorkspaces;
   /** In-flight runs per task for overlap decisions (inflight.ts). */
@@ -171,6 +174,7 @@ export class RunEngine {
     this.hosts = new RunHosts(deps, {
       handles: this.handles,
       outbox: this.outbox,
+      join: this.join,
       isDeleted: (runId) => this.workspaces.isDeleted(runId),
       noteRun: (taskId, runId, status) => this.noteRun(taskId, runId, status),
       forgetTask: (taskId) => this.forgetTask(taskId),
@@ -250,6 +254,7 @@ export class RunEngine {
     this.unsubscribeSettled?.();
     this.timers.close();
     this.agent.close();
+    this.join.release();
     const handles = [...this.handles.values()];
     // The chains' own steps report their failures (enqueue's onError); this only waits for them.
     await Promise.all(handles.map((h) => h.chain.catch(() => undefined)));
@@ -276,15 +281,15 @@ export class RunEngine {
     const p = this.prepareRun(input);
     this.track(p);
     try {
-      const commit = this.deps.store.commit(p.ops);
-      this.outbox.releaseJoining();
+      const commit = this.commitCreating(p.ops, [p]);
+      this.join.release();
       await commit;
     } catch (err) {
       this.untrack(p);
       if (isStoreError(err, 'conflict')) return null;
       throw err;
     }
-    this.created(p);
+    this.created(p, this.eventsInCommits);
     return p.ctx.run;
   }
 
@@ -319,8 +324,24 @@ export class RunEngine {
     this.noteRun(p.ctx.run.task_id, p.ctx.run.run_id, null);
   }
 
-  /** After the commit of a prepared run: its events go out, and a queued run is offered to the workers. */
-  created(p: PreparedRun): void {
+  /**
+   * Commits `ops` (which create these prepared runs) with the runs' creation events: stored only
+   * with the rows, in the same store round (Store.commitWithEvents), where the store writes them
+   * atomically. Then call created(p, this.eventsInCommits).
+   */
+  commitCreating(ops: WriteOp[], prepared: PreparedRun[]): Promise<Array<Versioned<unknown> | null>> {
+    if (!this.eventsInCommits) return this.deps.store.commit(ops);
+    const events = prepared.flatMap((p) => this.outbox.eventsOf(p.ctx, p.lifecycle));
+    return this.deps.telemetry.commitWithEvents(ops, events);
+  }
+
+  /** Row writes carry their lifecycle events (a store whose commitWithEvents is atomic); else they are appended behind them. */
+  get eventsInCommits(): boolean {
+    return this.deps.store.capabilities.atomicCommitEvents === true;
+  }
+
+  /** After the commit of a prepared run: its events go out (`eventsStored`: they went with it), and a queued run is offered to the workers. */
+  created(p: PreparedRun, eventsStored = false): void {
     const { ctx } = p;
     // Again on the acknowledgement: a first read of the task's in-flight runs that began after
     // track() but before this write was visible would otherwise miss it.
@@ -328,7 +349,7 @@ export class RunEngine {
     const terminal = TERMINAL.has(ctx.run.status);
     // A run created skipped never ran: no workspace folder for it (1,000 one-second tasks would
     // otherwise make 1,000 folders a second holding only these two bookkeeping events).
-    const flushed = this.outbox.queueEmit(ctx, p.lifecycle, { runJson: true, mirror: !terminal });
+    const flushed = this.outbox.queueEmit(ctx, p.lifecycle, { runJson: true, mirror: !terminal, stored: eventsStored });
     if (terminal) {
       this.deps.metrics.backgroundRuns.inc({ status: ctx.run.status });
       if (this.waiters.has(ctx.run.run_id)) void flushed.then(() => this.waiters.resolve(ctx.run));

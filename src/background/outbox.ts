@@ -1,7 +1,10 @@
-// The event outbox of background runs: lifecycle events are appended to the event log (the run's
-// own trace) behind the row write that produced them, in order, on a per-run chain that does not
-// hold up the run's next transition; until acknowledged they ride in the row's outbox, so a crash
-// at any point leaves them recoverable from the row (repairOutbox). Then the workspace mirror.
+// The event outbox of background runs. A live run's row write carries its lifecycle events in
+// the same commit (Store.commitWithEvents: one store round; on the embedded stores, one atomic
+// write); the runs a scheduler tick creates have theirs appended to the event log (the run's own
+// trace) behind the commit, in order, on a per-run chain that does not hold up the run's next
+// transition. Either way they also ride in the row's outbox, so a crash that leaves the row
+// without them (PostgreSQL appends after the commit) is repaired from the row (repairOutbox).
+// Then the workspace mirror, in the same order.
 import type { BackgroundRunContext, LifecycleEvent } from '../../machines/background-run.machine.js';
 import type { TelemetryEmitter } from '../runtime/emitter.js';
 import type { Store } from '../store/store.js';
@@ -35,14 +38,7 @@ export interface EventOutboxDeps {
   onAppendFailed(ctx: BackgroundRunContext): void;
 }
 
-/** Longest a run's last events wait for another row write to share its store round (joinNextWrite). */
-const JOIN_NEXT_WRITE_MS = 5;
-
 export class EventOutbox {
-  /** Appends waiting for the next row write (joinNextWrite): released together just before it is issued. */
-  private joining: Array<() => void> = [];
-  private joinTimer: NodeJS.Timeout | null = null;
-
   /** Runs whose lifecycle events are on their way to the log: a load waits, or it would re-emit them. */
   private readonly appends = new Map<string, AppendState>();
   /** Highest sequence this process appended per non-terminal run: a load with a match skips the outbox check. */
@@ -67,7 +63,6 @@ export class EventOutbox {
 
   /** Every append and workspace write still on its way (engine close; the store closes after this). */
   async flushAll(): Promise<void> {
-    this.releaseJoining();
     await Promise.all([...this.appends.values()].map((a) => a.flushed));
   }
 
@@ -107,7 +102,7 @@ export class EventOutbox {
    * rejects). A failed append drops this process's copy of the run: the row's outbox still holds
    * the events, and the next load re-appends them.
    */
-  queueEmit(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], opts: { runJson: boolean; mirror: boolean; joinNextWrite?: boolean }): Promise<void> {
+  queueEmit(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], opts: { runJson: boolean; mirror: boolean; stored?: boolean }): Promise<void> {
     const runId = ctx.run.run_id;
     let st = this.appends.get(runId);
     if (!st) {
@@ -115,13 +110,18 @@ export class EventOutbox {
       this.appends.set(runId, st);
     }
     const state = st;
-    for (const l of lifecycle) state.unacked.push(l);
+    // `stored`: the events went to the log in the row's own commit (commitWithEvents): only
+    // their workspace mirror is left, behind the run's earlier steps.
+    if (!opts.stored) for (const l of lifecycle) state.unacked.push(l);
     state.pending++;
     const terminal = TERMINAL.has(ctx.run.status);
     let mirrored: Promise<void> | null = null;
     const step = state.chain.then(async () => {
-      if (lifecycle.length > 0) {
-        if (opts.joinNextWrite) await this.nextWrite();
+      if (lifecycle.length > 0 && opts.stored) {
+        const last = lifecycle[lifecycle.length - 1].sequence;
+        if (terminal) this.emitted.delete(runId);
+        else this.emitted.set(runId, last);
+      } else if (lifecycle.length > 0) {
         try {
           await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
         } catch (err) {
@@ -151,35 +151,15 @@ export class EventOutbox {
     return flushed;
   }
 
-  /**
-   * A row write is about to be issued: the appends waiting for one are issued now, in the same
-   * turn of the event loop, so the store takes them in the same group-commit round (one fsync)
-   * instead of a round of their own. With one worker, a run's last events would otherwise cost a
-   * round between its completion and the next run's claim.
-   */
-  releaseJoining(): void {
-    if (this.joinTimer) clearTimeout(this.joinTimer);
-    this.joinTimer = null;
-    const waiting = this.joining;
-    this.joining = [];
-    for (const go of waiting) go();
-  }
-
-  /** Resolves just before the next row write is issued, or after JOIN_NEXT_WRITE_MS. */
-  private nextWrite(): Promise<void> {
-    return new Promise<void>((resolve) => {
-      this.joining.push(resolve);
-      if (!this.joinTimer) {
-        this.joinTimer = setTimeout(() => this.releaseJoining(), JOIN_NEXT_WRITE_MS);
-        this.joinTimer.unref?.();
-      }
-    });
-  }
-
   /** Appends now and waits (the outbox repair path). Throws when the append fails. */
   private async emitLifecycle(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[]): Promise<void> {
     await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
     await this.deps.workspaces().mirror(ctx, lifecycle, true, TERMINAL.has(ctx.run.status));
+  }
+
+  /** Lifecycle records as the telemetry events that carry them (a row write's commitWithEvents). */
+  eventsOf(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[]): EventRecordInput[] {
+    return lifecycle.map((l) => this.telemetryOf(ctx, l));
   }
 
   private telemetryOf(ctx: BackgroundRunContext, l: LifecycleRecord): EventRecordInput {

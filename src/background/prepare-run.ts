@@ -32,6 +32,9 @@ export interface PrepareParts {
   prefetch?: Store['prefetch'];
 }
 
+/** The session of a run of a task with session_policy `run`: that run's alone. */
+export const ownSessionId = (agentId: string, taskId: string, runId: string): string => `background:${agentId}:${taskId}:${runId}`;
+
 /**
  * Builds a run, its creation events and its write ops, without writing anything: the scheduler
  * puts the ops of every occurrence of a tick, with the schedule row, into one commit per task.
@@ -45,7 +48,7 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
     sp.mode === 'fixed' && sp.session_id
       ? sp.session_id
       : sp.mode === 'run'
-        ? `background:${task.agent_id}:${task.task_id}:${run_id}`
+        ? ownSessionId(task.agent_id, task.task_id, run_id)
         : `background:${task.agent_id}:${task.task_id}`;
   const workspace_path = parts.workspaceFor(task, run_id);
   const occ = input.occurrence;

@@ -19,6 +19,7 @@ import { repos } from '../store/repos/index.js';
 import { HELD, TERMINAL, attemptRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord } from './types.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { EventOutbox } from './outbox.js';
+import type { WriteJoin } from './write-join.js';
 import type { TimerRef } from './attempt-timers.js';
 import type { SupervisorGroup } from '../runtime/system.js';
 import type { TraceRecord, TraceStatus } from '../telemetry/traces.js';
@@ -88,6 +89,8 @@ export interface RunHostHooks {
   /** The live runs by id (shared with the engine). */
   handles: Map<string, Handle>;
   outbox: EventOutbox;
+  /** Completions waiting to share the next row write's store round. */
+  join: WriteJoin;
   /** Deleted by this process: not loaded again. */
   isDeleted(runId: string): boolean;
   /** Every bg_runs write reports the run's status (the overlap cache). */
@@ -300,6 +303,13 @@ export class RunHosts {
   }
 
   private async writeRecord(h: Handle, steps: WriteJob['steps']): Promise<void> {
+    // A held run's end with nobody waiting on it: its worker is free now (the actor no longer
+    // counts as held), and its commit waits for the next row write, the next run's claim, to
+    // share that store round (see write-join.ts for why a crash meanwhile is safe).
+    if (TERMINAL.has(steps[steps.length - 1].ctx.run.status) && HELD.has(h.row.value.run.status) && !this.hooks.hasWaiter(h.id) && !this.hooks.closed()) {
+      this.hooks.kick();
+      await this.hooks.join.next();
+    }
     const prev = h.row.value;
     const at = iso(this.deps.clock.now());
     const lifecycle: LifecycleRecord[] = [];
@@ -343,10 +353,15 @@ export class RunHosts {
       );
     }
     let written: Versioned<unknown> | null;
+    const stored = this.deps.store.capabilities.atomicCommitEvents === true;
     try {
-      const commit = this.deps.store.commit(ops);
-      // Last events of other runs waiting for a write go into this one's store round.
-      this.hooks.outbox.releaseJoining();
+      // On a store that writes them atomically, the lifecycle events ride in the row's commit:
+      // stored only if its CAS holds, in the same store round (see Store.commitWithEvents).
+      // Elsewhere (PostgreSQL) they are appended behind the commit on the run's outbox chain, so
+      // the run's next step does not wait for a second round.
+      const commit = stored ? this.deps.telemetry.commitWithEvents(ops, this.hooks.outbox.eventsOf(ctx, lifecycle)) : this.deps.store.commit(ops);
+      // Completions waiting for a write go into this one's store round.
+      this.hooks.join.release();
       [written] = await commit;
     } catch (err) {
       // Another instance claimed a run of this one-at-a-time task first (the gate moved): this
@@ -356,10 +371,7 @@ export class RunHosts {
     }
     h.row = written as Versioned<BgRunRow>;
     this.hooks.noteRun(ctx.run.task_id, h.id, status);
-    // A run that ended with nobody waiting on it: its last events may wait (a few ms) for the next
-    // row write, the next run's claim, to share its store round (the row's outbox covers the gap).
-    const joinNextWrite = TERMINAL.has(status) && !this.hooks.hasWaiter(h.id);
-    const flushed = this.hooks.outbox.queueEmit(ctx, lifecycle, { runJson, mirror: true, joinNextWrite });
+    const flushed = this.hooks.outbox.queueEmit(ctx, lifecycle, { runJson, mirror: true, stored });
     this.hooks.afterWrite(h, ctx, prev.run.status, flushed);
   }
 

@@ -157,7 +157,8 @@ export class TaskScheduler {
     ops.push(repos(this.deps.store).bgSchedule.updateOp(taskId, next, rec.version));
     let written: Array<Versioned<unknown> | null>;
     try {
-      written = await this.deps.store.commit(ops);
+      // The new runs' creation events ride in the same commit (stored only with it).
+      written = await this.engine.commitCreating(ops, prepared);
     } catch (err) {
       for (const p of prepared) this.engine.untrack(p);
       if (!isStoreError(err, 'conflict') && !isStoreError(err, 'stale_version')) throw err;
@@ -169,7 +170,7 @@ export class TaskScheduler {
       return;
     }
     this.schedules.set(taskId, written[written.length - 1] as Versioned<ScheduleRow>);
-    for (const p of prepared) this.engine.created(p);
+    for (const p of prepared) this.engine.created(p, this.engine.eventsInCommits);
     if (skips.length > 0) this.deps.metrics.backgroundRuns.inc({ status: 'skipped' }, skips.length);
     this.setDue(task, next);
   }

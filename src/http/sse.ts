@@ -29,7 +29,7 @@ export interface SseMetrics {
 export interface SseChannelOptions extends Partial<SseLimits> {
   /** Comment ping interval (decisions.md §3.2). Default 15 s. */
   pingMs?: number;
-  /** A dropped stream's socket is destroyed if its last bytes are not read within this. Default 5 s. */
+  /** A dropped stream's socket is destroyed if its last bytes are not read within this (config `server.stream_drop_grace_seconds`). Default 5 s. */
   dropGraceMs?: number;
   /** The cursor the client already had (its `Last-Event-ID`): the resume point if nothing was sent. */
   resumeFrom?: string | null;
@@ -359,11 +359,12 @@ function safely(fn: () => void): void {
   }
 }
 
-/** Channel options from the config (`server.stream_max_queued_*`) and the process's metrics. */
+/** Channel options from the config (`server.stream_max_queued_*`, `server.stream_drop_grace_seconds`) and the process's metrics. */
 export function streamOptions(deps: AppDeps, extra: SseChannelOptions = {}): SseChannelOptions & SseLimits {
   return {
     maxQueuedEvents: deps.config.server.stream_max_queued_events,
     maxQueuedBytes: deps.config.server.stream_max_queued_bytes,
+    dropGraceMs: deps.config.server.stream_drop_grace_seconds * 1000,
     metrics: deps.runtime.metrics,
     ...extra,
   };

@@ -1,5 +1,5 @@
 import type { Clock } from '../clock.js';
-import type { Store, StoredEvent } from '../store/store.js';
+import type { CommitOps, Store, StoredEvent, Versioned } from '../store/store.js';
 import type { EventBus } from '../telemetry/bus.js';
 import { createEventRecord, type CaptureSettings, type EventRecordInput } from '../telemetry/record.js';
 import { defaultRedactor, redact, type Redactor } from '../telemetry/redact.js';
@@ -58,6 +58,20 @@ export class TelemetryEmitter {
     for (const e of stored) this.bus.publish(e);
     this.onAppended?.(stored);
     return stored;
+  }
+
+  /**
+   * A commit that carries these events (Store.commitWithEvents: stored only if the commit
+   * applies), then published in order. Throws like the commit (nothing is published then).
+   */
+  async commitWithEvents(ops: CommitOps, inputs: EventRecordInput[]): Promise<Array<Versioned<unknown> | null>> {
+    if (inputs.length === 0) return this.store.commit(ops);
+    const records = inputs.map((i) => createEventRecord(i, this.settings, this.clock));
+    this.onAppending?.(records);
+    const r = await this.store.commitWithEvents(ops, records);
+    for (const e of r.events) this.bus.publish(e);
+    this.onAppended?.(r.events);
+    return r.records;
   }
 
   /**

@@ -21,6 +21,15 @@ export class SessionHistory {
   }
 
   /**
+   * The create of a new session holding the completed run's first turn, as an op of the run's
+   * final commit: for a session no other run can write meanwhile (StartOptions.session_is_private).
+   */
+  firstTurnOp(record: RunRecord, prelude: ChatMessage[]): WriteOp {
+    const value = sessionOfFirstTurn(record, this.turnOf(record, prelude), record.updated_at);
+    return { op: 'create', kind: repos(this.deps.store).sessions.kind, id: record.session_id, value };
+  }
+
+  /**
    * The completed run's turn added to the session it read at its start (`cur`, null: none yet),
    * in one conditional write. True once written, false if it must be redone with appendHistory.
    */

@@ -51,6 +51,8 @@ export class RunHost {
    * for a resumed run, which did not queue in its session: it appends with a fresh read instead.
    */
   session: Versioned<SessionValue> | null | undefined = undefined;
+  /** StartOptions.session_is_private (or no session named): a new session is created in the final commit. */
+  sessionPrivate = false;
   /** The history write issued with the final record: true once written, false if it must be redone. */
   private historyWrite: Promise<boolean> | null = null;
   /** Event order within this trace segment, 1..n. */
@@ -179,7 +181,14 @@ export class RunHost {
     const persisted = this.ref.getPersistedSnapshot();
     const now = iso(this.deps.clock.now());
     if (phase.ending) this.ending = true;
-    const extra = (): WriteOp[] => {
+    // The conversation grows in the same round as the completed run's record. A session nobody
+    // else writes that does not exist yet is created in the record's own commit (it cannot
+    // conflict); otherwise it is written right before it (see RecordWriter.update's beforeCommit),
+    // as its own job, so a session changed meanwhile (its CAS misses) only makes finish() append
+    // the slow way.
+    const session = this.session;
+    const historyInCommit = status === 'completed' && session === null && this.sessionPrivate;
+    const extra = (r: RunRecord): WriteOp[] => {
       const ops: WriteOp[] = [
         {
           op: 'update',
@@ -202,6 +211,7 @@ export class RunHost {
           indexes: { run_id: this.run_id, session_id: this.session_id, task_id: this.task_id },
         });
       }
+      if (historyInCommit) ops.push(this.kernel.history.firstTurnOp(r, this.prelude));
       return ops;
     };
     // A run's events are stored before it reads as ended or waiting, so a client that sees that
@@ -218,13 +228,16 @@ export class RunHost {
         metadata: { interrupt_id: ctx.interrupt_handled ?? null, step: ctx.step, steered: (ctx.steered ?? []).length },
       });
     }
-    // The conversation grows in the same round as the completed run's record: issued right
-    // before it (see RecordWriter.update's beforeCommit), as its own job, so a session changed
-    // meanwhile (its CAS misses) only makes finish() append the slow way.
-    const session = this.session;
     const beforeCommit =
-      status === 'completed' && session !== undefined ? (r: RunRecord) => (this.historyWrite = this.kernel.history.write(session, r, this.prelude)) : undefined;
+      status === 'completed' && session !== undefined && !historyInCommit
+        ? (r: RunRecord) => (this.historyWrite = this.kernel.history.write(session, r, this.prelude))
+        : undefined;
     const write = this.writer.update((r) => recordFromSnapshot(r, state, ctx, phase, now, this.deps.telemetry), extra, beforeCommit);
+    if (historyInCommit)
+      this.historyWrite = write.then(
+        () => true,
+        () => false,
+      );
     // An end, a pause or a stop must be durable at once (a delayed creation goes now).
     if (phase.ending) this.writer.flush();
     if (terminal)

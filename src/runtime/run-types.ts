@@ -80,6 +80,12 @@ export interface StartOptions {
   run_id?: string;
   /** `run_id` was made with newId() just now for this run, never handed to start() before (the store need not look it up). */
   run_id_is_new?: boolean;
+  /**
+   * The session is this run's alone (a background run's session_policy `run`): no other run
+   * writes it while this one runs, so a completed run that found no session creates it in its
+   * final commit instead of a commit of its own. A run whose caller named no session is so too.
+   */
+  session_is_private?: boolean;
   /** Skip admission control (background workers have their own concurrency). */
   admitted?: boolean;
   /**

@@ -182,6 +182,7 @@ export class RunService {
         live.prelude = c.prelude;
       }
       live.session = history;
+      live.sessionPrivate = newSession || opts.session_is_private === true;
       const messages: ChatMessage[] = [
         ...(profile.system_instruction ? [{ role: 'system' as const, content: profile.system_instruction }] : []),
         ...(history?.value.messages ?? []),

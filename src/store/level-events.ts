@@ -2,7 +2,7 @@
 // bodies and the round's postings), and the reads: a page of the log, or a walk over the index of
 // the most selective filter (level-keys.ts has the layout of the postings).
 import { storedEventText } from './event-text.js';
-import { EVENT_PREFIX, clampLimit, end, eventIndexPrefix, tailNumber, type BatchOp, type Db } from './level-keys.js';
+import { EVENT_PREFIX, SEP, clampLimit, end, esc, eventIndexHead, eventIndexPrefix, tailNumber, type BatchOp, type Db } from './level-keys.js';
 import {
   EVENT_INDEX_FIELDS,
   decodeCursor,
@@ -16,10 +16,14 @@ import {
 
 // ---------------------------------------------------------------- appends
 
-/** A round's postings: indexed field -> value -> the round's cursors with that value, in order. */
-export type RoundPostings = Map<EventIndexField, Map<string, string[]>>;
+/**
+ * A round's postings: indexed field -> value -> the round's cursors with that value, in order: the
+ * cursor itself while there is one (most values of a round of single-event appends: a run, a trace),
+ * an array from the second on.
+ */
+export type RoundPostings = Map<EventIndexField, Map<string, string | string[]>>;
 
-export const newRoundPostings = (): RoundPostings => new Map(EVENT_INDEX_FIELDS.map((f) => [f, new Map<string, string[]>()]));
+export const newRoundPostings = (): RoundPostings => new Map(EVENT_INDEX_FIELDS.map((f) => [f, new Map<string, string | string[]>()]));
 
 /**
  * Stages one appendEvents call (all or nothing) into a round: every event gets the next cursor,
@@ -54,9 +58,10 @@ export function stageEvents(events: EventInput[], first: number, batch: BatchOp[
       const v = s[field];
       if (typeof v !== 'string') continue;
       const byValue = postings.get(field)!;
-      const list = byValue.get(v);
-      if (list) list.push(c);
-      else byValue.set(v, [c]);
+      const had = byValue.get(v);
+      if (had === undefined) byValue.set(v, c);
+      else if (typeof had === 'string') byValue.set(v, [had, c]);
+      else had.push(c);
     }
   }
   return stored;
@@ -68,7 +73,11 @@ export function stageEvents(events: EventInput[], first: number, batch: BatchOp[
  */
 export function stagePostings(postings: RoundPostings, batch: BatchOp[]): void {
   for (const [field, byValue] of postings) {
-    for (const [v, cs] of byValue) batch.push({ type: 'put', key: eventIndexPrefix(field, v) + cs[cs.length - 1], value: cs.length === 1 ? '' : cs.join('') });
+    const head = eventIndexHead(field);
+    for (const [v, cs] of byValue) {
+      if (typeof cs === 'string') batch.push({ type: 'put', key: head + esc(v) + SEP + cs, value: '' });
+      else batch.push({ type: 'put', key: head + esc(v) + SEP + cs[cs.length - 1], value: cs.join('') });
+    }
   }
 }
 

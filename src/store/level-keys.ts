@@ -25,7 +25,7 @@
 // seq16 / cursor16 are fixed-width decimals (encodeCursor), so key order == numeric order.
 //
 import type { Level } from 'level';
-import { type RecordIndexes, type Versioned } from './store.js';
+import { EVENT_INDEX_FIELDS, type RecordIndexes, type Versioned } from './store.js';
 
 export interface Row {
   value: unknown;
@@ -82,7 +82,10 @@ export const RECORD_KEY_START = `r${SEP}`;
 export const COUNT_KEY_START = `n${SEP}`;
 /** Rows kept by the write queue's cache (a live run's record, snapshot and trace are rewritten often). */
 export const ROW_CACHE_SIZE = 2000;
-export const eventIndexPrefix = (field: string, value: string) => `x${SEP}${field}${SEP}${esc(value)}${SEP}`;
+export const eventIndexPrefix = (field: string, value: string) => `${eventIndexHead(field)}${esc(value)}${SEP}`;
+const EVENT_INDEX_HEADS = new Map<string, string>(EVENT_INDEX_FIELDS.map((f) => [f, `x${SEP}${f}${SEP}`]));
+/** `x\0<field>\0`, the start of a field's postings (made once per field: the ingest path builds a key per posting). */
+export const eventIndexHead = (field: string): string => EVENT_INDEX_HEADS.get(field) ?? `x${SEP}${field}${SEP}`;
 export const META_SEQ = `m${SEP}seq`;
 export const META_CURSOR = `m${SEP}cursor`;
 /** Keys end in a 16-digit number. */

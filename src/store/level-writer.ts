@@ -38,6 +38,10 @@ export interface RecordJob {
   type: 'records';
   /** A function is called when the round takes the job (Store.commit). */
   ops: CommitOps;
+  /** Store.commitWithEvents: appended in the same batch, only if every op applies. */
+  events?: EventInput[];
+  /** The events as stored (with their cursors), called right before `resolve`. */
+  stored?(events: StoredEvent[]): void;
   resolve(v: Array<Versioned<unknown> | null>): void;
   reject(e: unknown): void;
 }
@@ -261,7 +265,8 @@ export class LevelWriter {
         let n = 0;
         while (n < this.queue.length && (n === 0 || ops < ROUND_OPS)) {
           const j = this.queue[n++];
-          ops += j.type === 'events' ? j.events.length * 6 : j.type === 'records' ? (Array.isArray(j.ops) ? j.ops.length : 2) * 8 : 0;
+          ops +=
+            j.type === 'events' ? j.events.length * 6 : j.type === 'records' ? (Array.isArray(j.ops) ? j.ops.length : 2) * 8 + (j.events?.length ?? 0) * 6 : 0;
         }
         await this.round(this.queue.splice(0, n));
       }
@@ -379,6 +384,13 @@ export class LevelWriter {
         }
         try {
           const staged = stageRecordOps(opsOf.get(job)!, rows, counters, this.lastSeq);
+          // The job's events join the batch only now that every op applies; stageEvents throws
+          // (a value JSON cannot encode) before it stages anything, so the job fails whole.
+          if (job.events?.length) {
+            const stored = stageEvents(job.events, this.lastCursor + 1, batch, postings);
+            this.lastCursor += stored.length;
+            settle.push(() => job.stored?.(stored));
+          }
           this.lastSeq = staged.seq;
           for (const op of staged.batch) batch.push(op); // no spread: rounds can hold 20k ops
           for (const [k, v] of staged.rows) rows.set(k, v);

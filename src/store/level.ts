@@ -33,7 +33,7 @@ import {
   type Row,
 } from './level-keys.js';
 import { isBefore, readEventsPage } from './level-events.js';
-import { LevelWriter } from './level-writer.js';
+import { LevelWriter, type EventJob } from './level-writer.js';
 import {
   EVENT_INDEX_FIELDS,
   StoreError,
@@ -95,7 +95,7 @@ const isLockError = (e: unknown): boolean => {
 export class LevelStore implements Store {
   readonly adapter = 'level' as const;
   /** One process owns the data directory (it is locked): nothing is shared, claims scan. */
-  readonly capabilities: StoreCapabilities = { sharedByInstances: false };
+  readonly capabilities: StoreCapabilities = { sharedByInstances: false, atomicCommitEvents: true };
   private readonly path: string;
   private readonly sync: boolean;
   private readonly rowCacheSize: number;
@@ -216,6 +216,9 @@ export class LevelStore implements Store {
     }
   }
 
+  /** Made once: a job per appendEvents call would otherwise carry two closures of its own. */
+  private readonly onEventsSettled = (): void => this.settled();
+
   private settled(): void {
     if (--this.inflight === 0 && this.drained) {
       this.drained();
@@ -279,6 +282,16 @@ export class LevelStore implements Store {
     return this.run(async () => {
       if (Array.isArray(ops) && ops.length === 0) return [];
       return new Promise<Array<Versioned<unknown> | null>>((resolve, reject) => this.writer!.enqueue({ type: 'records', ops, resolve, reject }));
+    });
+  }
+
+  commitWithEvents(ops: CommitOps, events: EventInput[]): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
+    return this.run(async () => {
+      let stored: StoredEvent[] = [];
+      const records = await new Promise<Array<Versioned<unknown> | null>>((resolve, reject) =>
+        this.writer!.enqueue({ type: 'records', ops, events, stored: (s) => (stored = s), resolve, reject }),
+      );
+      return { records, events: stored };
     });
   }
 
@@ -350,20 +363,13 @@ export class LevelStore implements Store {
     if (this.state !== 'open' || !this.db) return Promise.reject(new StoreError('closed', 'store is not open'));
     if (events.length === 0) return Promise.resolve([]);
     this.inflight++;
-    return new Promise<StoredEvent[]>((resolve, reject) =>
-      this.writer!.enqueue({
-        type: 'events',
-        events,
-        resolve: (stored) => {
-          this.settled();
-          resolve(stored);
-        },
-        reject: (e) => {
-          this.settled();
-          reject(e);
-        },
-      }),
-    );
+    const job = new EventAppend(events, this.onEventsSettled);
+    const done = new Promise<StoredEvent[]>((resolve, reject) => {
+      job.ok = resolve;
+      job.fail = reject;
+    });
+    this.writer!.enqueue(job);
+    return done;
   }
 
   async readEvents(query: EventQuery = {}): Promise<EventPage> {
@@ -462,3 +468,30 @@ export class LevelStore implements Store {
     this.writer.prefetch(records, (keys) => this.run((db) => db.getMany(keys)));
   }
 }
+
+/**
+ * One appendEvents call in the write queue. A class, so that the per-call garbage is this object,
+ * the promise and its executor: its resolve/reject are methods, not two closures per call.
+ */
+class EventAppend implements EventJob {
+  readonly type = 'events';
+  ok: (stored: StoredEvent[]) => void = noop;
+  fail: (e: unknown) => void = noop;
+
+  constructor(
+    readonly events: EventInput[],
+    private readonly settled: () => void,
+  ) {}
+
+  resolve(stored: StoredEvent[]): void {
+    this.settled();
+    this.ok(stored);
+  }
+
+  reject(e: unknown): void {
+    this.settled();
+    this.fail(e);
+  }
+}
+
+const noop = (): void => {};

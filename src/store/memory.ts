@@ -73,7 +73,7 @@ export class MemoryStore implements Store {
   changes?: StoreChanges;
   /** Shared only when a test attached a change feed (several runtimes over this one store). */
   get capabilities(): StoreCapabilities {
-    return { sharedByInstances: this.changes !== undefined };
+    return { sharedByInstances: this.changes !== undefined, atomicCommitEvents: true };
   }
   private state: 'new' | 'open' | 'closed' = 'new';
   private readonly records = new Map<RecordKind, Map<string, Row>>();
@@ -137,8 +137,19 @@ export class MemoryStore implements Store {
   }
 
   async commit(input: CommitOps): Promise<Array<Versioned<unknown> | null>> {
+    return this.commitNow(input, []).records;
+  }
+
+  async commitWithEvents(input: CommitOps, events: EventInput[]): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
+    return this.commitNow(input, events);
+  }
+
+  /** Checks every op, then writes the records and appends the events, or throws having written nothing. */
+  private commitNow(input: CommitOps, events: EventInput[]): { records: Array<Versioned<unknown> | null>; events: StoredEvent[] } {
     this.check();
     const ops = typeof input === 'function' ? input() : input;
+    // Copied first: an event JSON cannot encode fails the commit before anything is written.
+    const copies = events.map((e) => jsonCopy(e));
     // Stage every op against an overlay first; the real maps change only when all checks passed.
     const staged = new Map<string, { kind: RecordKind; id: string; row: Row | null }>();
     const lookup = (kind: RecordKind, id: string): Row | null => {
@@ -168,7 +179,9 @@ export class MemoryStore implements Store {
       else this.records.get(kind)?.delete(id);
     }
     this.lastSeq = seq;
-    return results;
+    const stored = copies.map((e) => ({ ...e, cursor: encodeCursor(++this.lastCursor) }) as StoredEvent);
+    this.events.push(...stored);
+    return { records: results, events: stored.map(jsonCopy) };
   }
 
   private matching(kind: RecordKind, index: ListQuery['index']): Row[] {

@@ -427,6 +427,20 @@ export class PostgresStore implements Store {
     return this.run(() => this.writer.commit(input));
   }
 
+  /**
+   * The commit, then (only if it applied) the events, in the next round: write_round appends a
+   * round's events whatever its commits do, so one round could store the events of a refused
+   * commit. Not atomic: see Store.commitWithEvents.
+   */
+  commitWithEvents(ops: CommitOps, events: EventInput[]): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
+    return this.run(async () => {
+      // An event JSON cannot encode fails the whole call before the commit is written.
+      for (const e of events) JSON.stringify(e);
+      const records = await this.writer.commit(ops);
+      return { records, events: await this.writer.append(events) };
+    });
+  }
+
   // ---------------------------------------------------------------------------------------------
   // Events: appends join the group commit (pg-writer.ts); reads and retention are pg-events.ts.
 

@@ -1,5 +1,5 @@
-// Unit test of the event outbox's joinNextWrite: a run's last events wait for the next row write so
-// they share its store round, and go out at once when released (no timing assertions).
+// Unit test of the event outbox: events a row write did not store are appended behind it (and
+// stay unacked until then); events it stored itself are only mirrored, in order.
 import { describe, expect, it } from 'vitest';
 import type { BackgroundRunContext } from '../../machines/background-run.machine.js';
 import { EventOutbox } from '../../src/background/outbox.js';
@@ -8,7 +8,7 @@ import type { TelemetryEmitter } from '../../src/runtime/emitter.js';
 import type { Store } from '../../src/store/store.js';
 import { silentLogger } from '../../src/telemetry/logger.js';
 
-function outbox() {
+function outbox(onMirror: (lifecycle: Array<{ event: string }>) => void = () => undefined) {
   const appended: string[][] = [];
   const telemetry = {
     emitMany: async (events: Array<{ event_type: string }>) => {
@@ -16,7 +16,7 @@ function outbox() {
       return [];
     },
   } as unknown as TelemetryEmitter;
-  const workspaces = { mirror: async () => undefined } as unknown as RunWorkspaces;
+  const workspaces = { mirror: async (_c: unknown, lifecycle: Array<{ event: string }>) => onMirror(lifecycle) } as unknown as RunWorkspaces;
   const box = new EventOutbox({
     store: {} as Store,
     telemetry,
@@ -37,41 +37,34 @@ const ctx = (runId: string, status: 'completed' | 'running') =>
 /** Lets every pending promise continuation run (the outbox chain is a few microtasks deep). */
 const settle = () => new Promise<void>((r) => setImmediate(r));
 
-describe('EventOutbox joinNextWrite', () => {
-  it('holds a run\u2019s last events until the next row write is issued, then appends them in order', async () => {
-    const { box, appended } = outbox();
-    const c = ctx('bgrun_a', 'completed');
-    const flushed = box.queueEmit(c, [box.lifecycleOf(c, { type: 'background_run_completed' }, 3, '2030-01-01T00:00:00.000Z')], {
-      runJson: true,
-      mirror: false,
-      joinNextWrite: true,
-    });
-    await settle();
-    expect(appended).toEqual([]);
-    // Still in the run's unacked list: the next row write of the run would carry it in its outbox.
-    expect(box.unacked('bgrun_a').map((l) => l.sequence)).toEqual([3]);
-
-    box.releaseJoining();
-    await flushed;
-    expect(appended).toEqual([['background_run_completed']]);
-    expect(box.unacked('bgrun_a')).toEqual([]);
-  });
-
-  it('appends at once without joinNextWrite, and flushAll releases held appends', async () => {
+describe('EventOutbox', () => {
+  it('appends events a write did not store, and keeps them unacked until the log has them', async () => {
     const { box, appended } = outbox();
     const r = ctx('bgrun_b', 'running');
-    await box.queueEmit(r, [box.lifecycleOf(r, { type: 'background_run_started' }, 2, '2030-01-01T00:00:00.000Z')], { runJson: true, mirror: false });
-    expect(appended).toEqual([['background_run_started']]);
+    const flushed = box.queueEmit(r, [box.lifecycleOf(r, { type: 'background_run_queued' }, 1, '2030-01-01T00:00:00.000Z')], { runJson: true, mirror: false });
+    expect(box.unacked('bgrun_b').map((l) => l.sequence)).toEqual([1]);
+    await flushed;
+    expect(appended).toEqual([['background_run_queued']]);
+    expect(box.unacked('bgrun_b')).toEqual([]);
+  });
 
-    const c = ctx('bgrun_c', 'completed');
-    void box.queueEmit(c, [box.lifecycleOf(c, { type: 'background_run_completed' }, 3, '2030-01-01T00:00:00.000Z')], {
+  it('appends nothing for events the row write stored itself, and mirrors them in order behind earlier appends', async () => {
+    const mirrored: string[][] = [];
+    const { box, appended } = outbox((lifecycle) => mirrored.push(lifecycle.map((l) => l.event)));
+    const r = ctx('bgrun_a', 'running');
+    void box.queueEmit(r, [box.lifecycleOf(r, { type: 'background_run_queued' }, 1, '2030-01-01T00:00:00.000Z')], { runJson: true, mirror: true });
+    const c = ctx('bgrun_a', 'completed');
+    const flushed = box.queueEmit(c, [box.lifecycleOf(c, { type: 'background_run_completed' }, 2, '2030-01-01T00:00:00.000Z')], {
       runJson: true,
-      mirror: false,
-      joinNextWrite: true,
+      mirror: true,
+      stored: true,
     });
+    // Already in the log (written with the row): never in the unacked list the next row write carries.
+    expect(box.unacked('bgrun_a').map((l) => l.sequence)).toEqual([1]);
+    await flushed;
+    expect(appended).toEqual([['background_run_queued']]);
+    expect(mirrored).toEqual([['background_run_queued'], ['background_run_completed']]);
     await settle();
-    expect(appended).toHaveLength(1);
-    await box.flushAll();
-    expect(appended).toEqual([['background_run_started'], ['background_run_completed']]);
+    expect(box.has('bgrun_a')).toBe(false);
   });
 });

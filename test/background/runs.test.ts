@@ -155,6 +155,41 @@ describe('a manual run, end to end', () => {
     expect(reads.filter((k) => k.startsWith('n\0traces\0session_id\0') && k.includes(r.run_id))).toEqual([]);
   });
 
+  it('stores lifecycle events in the row commits that cause them, and a run-mode session in the agent run\u2019s final commit', async () => {
+    const store = server.store;
+    if (!store.capabilities.atomicCommitEvents) return; // PostgreSQL appends them behind the commit instead
+    const appended: string[][] = [];
+    const commits: string[][] = [];
+    const withEvents: string[][] = [];
+    const { appendEvents, commit, commitWithEvents } = store;
+    const noted = <T extends Array<{ op: string; kind: string }>>(list: T): T => (commits.push(list.map((o) => `${o.op}:${o.kind}`)), list);
+    store.appendEvents = (events) => (appended.push(events.map((e) => e.event_type)), appendEvents.call(store, events));
+    // A function form is called when the store takes the write (not here).
+    store.commit = (ops) => commit.call(store, typeof ops === 'function' ? () => noted(ops()) : noted(ops));
+    store.commitWithEvents = (ops, events) => (withEvents.push(events.map((e) => e.event_type)), commitWithEvents.call(store, ops, events));
+    let r: { run_id: string; session_id: string };
+    try {
+      r = await run(await task({ query: 'just answer', session_policy: { mode: 'run' } }), { wait: true });
+    } finally {
+      store.appendEvents = appendEvents;
+      store.commit = commit;
+      store.commitWithEvents = commitWithEvents;
+    }
+    expect(appended.flat().filter((t) => t.startsWith('background_'))).toEqual([]);
+    expect(withEvents.flat()).toEqual(
+      expect.arrayContaining(['background_run_queued', 'background_run_claimed', 'background_run_started', 'background_run_completed']),
+    );
+    // The session is created with the agent run's record, not in a commit of its own.
+    const sessionCommits = commits.filter((c) => c.includes('create:sessions'));
+    expect(sessionCommits).toHaveLength(1);
+    // (create:runs when the whole agent run fit in its creating write's fold window, else update:runs)
+    expect(sessionCommits[0].some((op) => op === 'create:runs' || op === 'update:runs')).toBe(true);
+    const history = await a.get(`/sessions/${encodeURIComponent(r!.session_id)}/history`);
+    expect(history.status).toBe(200);
+    expect(history.body.messages.map((m: { role: string }) => m.role)).toEqual(['user', 'assistant']);
+    expect((await events(r!.run_id)).map((e) => e.sequence)).toEqual([1, 2, 3, 4]);
+  });
+
   it('writes run.json and events.jsonl, lists the workspace and downloads files, refusing traversal', async () => {
     const t = await task({ query: 'CALL workspace_write {"path": "notes/a.txt", "content": "hello file"}' });
     const r = await run(t, { wait: true });

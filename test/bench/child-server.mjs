@@ -121,6 +121,24 @@ async function startAgentd() {
       return countCommit(typeof ops === 'function' ? () => tally(ops()) : tally(ops), ...rest);
     };
   }
+  // commitWithEvents: a commit carrying events (counted as a commit; its shape names both).
+  const countCommitEvents = store.commitWithEvents?.bind(store);
+  if (countCommitEvents) {
+    store.commitWithEvents = (ops, events) => {
+      stats.commits++;
+      if (!countBytes) return countCommitEvents(ops, events);
+      stats.events += events.length;
+      for (const e of events) stats.eventBytes += size(e);
+      const tally = (list) => {
+        const shape = [...new Set(list.map((op) => `${op.op}:${op.kind}`))].sort().join('+') + ` with:${events.map((e) => e.event_type).join(',')}`;
+        stats.shapes[shape] = (stats.shapes[shape] ?? 0) + 1;
+        stats.ops += list.length;
+        for (const op of list) stats.opBytes += size(op.value);
+        return list;
+      };
+      return countCommitEvents(typeof ops === 'function' ? () => tally(ops()) : tally(ops), events);
+    };
+  }
   const countAppend = store.appendEvents?.bind(store);
   if (countAppend) {
     store.appendEvents = (...args) => {

@@ -146,8 +146,13 @@ class StalledReader {
     this.socket.on('error', () => undefined);
   }
 
-  /** Reads everything the server sent until it closes the connection; answers the SSE frames. */
-  async readToEnd(ms = 15_000): Promise<Frame[]> {
+  /**
+   * Reads everything the server sent until it closes the connection; answers the SSE frames.
+   * The deadline only stops a hung test: under load (the server, the scripted model and this
+   * reader share one event loop, with the run still streaming megabytes) reading the ~4 MB a
+   * stalled socket holds can take tens of seconds.
+   */
+  async readToEnd(ms = 90_000): Promise<Frame[]> {
     this.socket.on('data', (c: Buffer) => this.chunks.push(c));
     this.socket.resume();
     const timer = setTimeout(() => this.socket.destroy(), ms);
@@ -204,16 +209,24 @@ async function promMetric(baseUrl: string, name: string): Promise<number> {
   return Number(m[1]);
 }
 
+// Above the largest burst a run publishes at once (a step's tool calls and results, ~250 KB).
+const MAX_BYTES = 1024 * 1024;
+
 describe('a reader that stops reading is dropped, and resumes with Last-Event-ID', () => {
-  // Above the largest burst a run publishes at once (a step's tool calls and results, ~250 KB).
-  const MAX_BYTES = 1024 * 1024;
   let model: ScriptedOpenAI;
   let server: TestServer;
 
   beforeAll(async () => {
     model = await startScriptedOpenAI();
     server = await startTestServer(
-      { agent: { tools: { local: TOOLS } }, server: { stream_max_queued_events: 100, stream_max_queued_bytes: MAX_BYTES } },
+      {
+        agent: { tools: { local: TOOLS } },
+        // The tests read a dropped stream's error frame only after they saw the drop in the metrics,
+        // and then read the megabytes before it; under load (13+ on 2 cores) that took 10-30 s, past
+        // the default 5 s grace, and the socket was destroyed with a delta last. The grace is tested
+        // on its own below.
+        server: { stream_max_queued_events: 100, stream_max_queued_bytes: MAX_BYTES, stream_drop_grace_seconds: 600 },
+      },
       { modelUrl: model.url },
     );
   });
@@ -273,7 +286,7 @@ describe('a reader that stops reading is dropped, and resumes with Last-Event-ID
     const rest = await collect(resumed.res, resumed.ac, (fr) => fr.filter((f) => f.id !== undefined).length >= stored.length - delivered.length);
     const all = [...delivered, ...rest.filter((f) => f.id !== undefined).map((f) => f.id!)];
     expect(all).toEqual(stored);
-  }, 120_000);
+  }, 240_000);
 
   it('a reader that keeps up is not dropped by a burst far past the bound (3,000 deltas queued at once)', async () => {
     const droppedBefore = await promMetric(server.url, 'agentd_sse_streams_dropped_total');
@@ -307,7 +320,7 @@ describe('a reader that stops reading is dropped, and resumes with Last-Event-ID
       60_000,
       'the stalled POST /run stream dropped',
     );
-    // Read at once: a dropped reader that does not read its last bytes within 5 s loses the connection.
+    // However late this reads, the server waits for it (stream_drop_grace_seconds above).
     const frames = await slow.readToEnd();
     const runId: string = frames[0].data.run_id;
     const run = await eventually(
@@ -332,7 +345,47 @@ describe('a reader that stops reading is dropped, and resumes with Last-Event-ID
     const resumed = await openStream(`${server.url}/events/${session}?run_id=${runId}`, { headers: { 'last-event-id': last.data.last_cursor } });
     const rest = await collect(resumed.res, resumed.ac, (fr) => fr.filter((f) => f.id !== undefined).length >= stored.length - delivered.length);
     expect([...delivered, ...rest.filter((f) => f.id !== undefined).map((f) => f.id!)]).toEqual(stored);
-  }, 120_000);
+  }, 240_000);
+});
+
+describe('server.stream_drop_grace_seconds', () => {
+  let model: ScriptedOpenAI;
+  let server: TestServer;
+
+  beforeAll(async () => {
+    model = await startScriptedOpenAI();
+    server = await startTestServer(
+      { agent: { tools: { local: TOOLS } }, server: { stream_max_queued_events: 100, stream_max_queued_bytes: MAX_BYTES, stream_drop_grace_seconds: 0.2 } },
+      { modelUrl: model.url },
+    );
+  });
+  afterAll(async () => {
+    await server.stop();
+    server.cleanup();
+    await model.close();
+  });
+
+  it('a dropped reader that never reads up to its error frame loses the connection after the grace', async () => {
+    const session = `grace-${Date.now()}`;
+    const port = Number(new URL(server.url).port);
+    const streamsBefore = await promMetric(server.url, 'agentd_sse_streams');
+    const slow = new StalledReader(port, `GET /events/${session} HTTP/1.1\r\nhost: localhost\r\naccept: text/event-stream\r\n\r\n`);
+    await eventually(async () => (await promMetric(server.url, 'agentd_sse_streams')) > streamsBefore, 5_000, 'the stream open');
+    model.setDefault((req) =>
+      req.messages.at(-1)?.role === 'tool'
+        ? { text: 'done' }
+        : { tool_calls: Array.from({ length: 5 }, (_, i) => ({ name: 'echo', arguments: { text: big(24_000, `g-${i}`) } })) },
+    );
+    const droppedBefore = await promMetric(server.url, 'agentd_sse_streams_dropped_total');
+    for (let i = 0; i < 40 && (await promMetric(server.url, 'agentd_sse_streams_dropped_total')) === droppedBefore; i++) {
+      expect((await postJson(`${server.url}/run/sync`, { query: `load ${i}`, session_id: session })).body.status).toBe('success');
+    }
+    expect(await promMetric(server.url, 'agentd_sse_streams_dropped_total')).toBe(droppedBefore + 1);
+    // The reader has not read a byte: its socket still holds megabytes before the error frame, so
+    // the stream can only end by the server destroying the connection once the grace is over.
+    await eventually(async () => (await promMetric(server.url, 'agentd_sse_streams')) === streamsBefore, 60_000, 'the dropped stream closed');
+    slow.destroy();
+  }, 240_000);
 });
 
 describe('formatFrame and encodeFrame', () => {

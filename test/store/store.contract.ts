@@ -394,6 +394,47 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
       });
     });
 
+    describe('commitWithEvents', () => {
+      it('writes the records and appends the events, with cursors in order after earlier appends', async () => {
+        const [before] = await store.appendEvents([ev({ event_id: 'before' })]);
+        const r = await store.commitWithEvents(
+          [{ op: 'create', kind: 'bg_runs', id: 'r1', value: { n: 1 }, indexes: { status: 'queued' } }],
+          [ev({ event_id: 'c1', run_id: 'r1' }), ev({ event_id: 'c2', run_id: 'r1' })],
+        );
+        expect(r.records).toEqual([expect.objectContaining({ id: 'r1', version: 1, value: { n: 1 } })]);
+        expect(ids(r.events)).toEqual(['c1', 'c2']);
+        expect(Number(r.events[0].cursor)).toBeGreaterThan(Number(before.cursor));
+        expect(Number(r.events[1].cursor)).toBe(Number(r.events[0].cursor) + 1);
+        const [after] = await store.appendEvents([ev({ event_id: 'after' })]);
+        expect(Number(after.cursor)).toBeGreaterThan(Number(r.events[1].cursor));
+        expect(ids((await store.readEvents({ filters: { run_id: 'r1' } })).events)).toEqual(['c1', 'c2']);
+        expect(ids((await store.readEvents()).events)).toEqual(['before', 'c1', 'c2', 'after']);
+        expect(await store.countRecords('bg_runs', { name: 'status', value: 'queued' })).toBe(1);
+      });
+
+      it('appends nothing when the commit is refused (stale version, conflict) and takes a function form', async () => {
+        await store.createRecord('bg_runs', 'r1', { n: 1 });
+        const results = await Promise.allSettled([
+          store.commitWithEvents([{ op: 'update', kind: 'bg_runs', id: 'r1', value: { n: 2 }, expectedVersion: 7 }], [ev({ event_id: 'stale' })]),
+          store.commitWithEvents([{ op: 'create', kind: 'bg_runs', id: 'r1', value: { n: 3 } }], [ev({ event_id: 'conflict' })]),
+          store.commitWithEvents(() => [{ op: 'update', kind: 'bg_runs', id: 'r1', value: { n: 4 }, expectedVersion: 1 }], [ev({ event_id: 'ok' })]),
+        ]);
+        expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected', 'fulfilled']);
+        expect(await storeErrorCode(Promise.reject((results[0] as PromiseRejectedResult).reason))).toBe('stale_version');
+        expect(await storeErrorCode(Promise.reject((results[1] as PromiseRejectedResult).reason))).toBe('conflict');
+        expect(ids((await store.readEvents()).events)).toEqual(['ok']);
+        expect((await store.getRecord('bg_runs', 'r1'))?.value).toEqual({ n: 4 });
+      });
+
+      it('writes neither the records nor the events when an event JSON cannot encode', async () => {
+        const r = store.commitWithEvents([{ op: 'create', kind: 'bg_runs', id: 'r1', value: 1 }], [ev({ event_id: 'fine' }), ev({ big: 1n })]);
+        await expect(r).rejects.toThrow();
+        expect(await store.getRecord('bg_runs', 'r1')).toBeNull();
+        expect((await store.readEvents()).events).toEqual([]);
+        expect(await store.countRecords('bg_runs')).toBe(0);
+      });
+    });
+
     describe('events', () => {
       it('assigns fixed-width cursors that increase across appends', async () => {
         expect(await store.lastEventCursor()).toBeNull();

@@ -1,0 +1,39 @@
+// Lets a background run's completion share a store round (one fsync) with the next row write,
+// typically the claim of the next queued run: the completion frees its worker at once (the actor
+// is no longer held), so a claim pass starts, and the completion's commit waits until the claim's
+// commit is issued (or a few ms), then is issued in the same turn of the event loop. Both then go
+// to the store in the same group-commit round; on the embedded stores that is one atomic write,
+// so a crash leaves both or neither.
+//
+// Why this is safe: the agent run's end is durable before its completion is decided (the bridge
+// hears of it once stored), so while the completion waits, a crash leaves the run `running` with
+// its agent run ended, exactly the state a crash between the two writes leaves today: the next
+// start settles it from the agent run (AgentBridge.settleFromAgent) without running anything again.
+
+/** Longest a completion waits for another row write to share its store round. */
+const JOIN_NEXT_WRITE_MS = 5;
+
+export class WriteJoin {
+  private waiting: Array<() => void> = [];
+  private timer: NodeJS.Timeout | null = null;
+
+  /** Resolves just before the next row write is issued (release), or after JOIN_NEXT_WRITE_MS. */
+  next(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      this.waiting.push(resolve);
+      if (!this.timer) {
+        this.timer = setTimeout(() => this.release(), JOIN_NEXT_WRITE_MS);
+        this.timer.unref?.();
+      }
+    });
+  }
+
+  /** A row write is about to be issued (or the engine closes): the writes waiting go now, in this same turn. */
+  release(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    const waiting = this.waiting;
+    this.waiting = [];
+    for (const go of waiting) go();
+  }
+}
