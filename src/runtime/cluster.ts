@@ -43,6 +43,11 @@ export class ClusterLink {
   private controlHandler: ((msg: ControlMessage) => void) | null = null;
   private taskHandler: ((taskId: string) => void) | null = null;
   private resyncHandler: (() => void) | null = null;
+  /**
+   * How this process's own notifications begin (every payload here is `JSON.stringify({ o, ... })`):
+   * every instance hears every notification, its own included, so they are told apart before parsing.
+   */
+  private readonly ownPrefix: string;
 
   constructor(
     private readonly store: Store,
@@ -51,6 +56,7 @@ export class ClusterLink {
     readonly instanceId: string,
     private readonly log: AppLogger = silentLogger,
   ) {
+    this.ownPrefix = `{"o":${JSON.stringify(instanceId)},`;
     this.unsubs.push(
       changes.subscribe(CHANGE_CHANNELS.events, (p) => this.onEvents(p)),
       changes.subscribe(CHANGE_CHANNELS.control, (p) => this.onControl(p)),
@@ -121,12 +127,12 @@ export class ClusterLink {
   }
 
   private onEvents(payload: string): void {
-    if (this.closed) return;
+    // Nobody here follows anything (a later follower replays from the store), or our own: not even parsed.
+    if (this.closed || this.bus.size === 0 || payload.startsWith(this.ownPrefix)) return;
     const msg = parse(payload) as { o?: string; r?: Array<[string, string]>; k?: Partial<Record<FilterField, string[]>> } | null;
     if (!msg || msg.o === this.instanceId || !Array.isArray(msg.r)) return;
-    // Nobody here follows anything these events belong to: nothing to read (a later follower
-    // replays from the store). Without the ids (too many to list), any follower reads.
-    if (this.bus.size === 0) return;
+    // Nobody here follows anything these events belong to: nothing to read. Without the ids (too
+    // many to list), any follower reads.
     if (msg.k && typeof msg.k === 'object' && !this.bus.mayWant(msg.k)) return;
     for (const r of msg.r) {
       if (!Array.isArray(r) || typeof r[0] !== 'string' || typeof r[1] !== 'string') continue;
@@ -196,6 +202,7 @@ export class ClusterLink {
   }
 
   private onControl(payload: string): void {
+    if (payload.startsWith(this.ownPrefix)) return;
     const msg = parse(payload) as (ControlMessage & { o?: string }) | null;
     if (!msg || msg.o === this.instanceId || typeof msg.run_id !== 'string') return;
     if (msg.type === 'cancel') this.controlHandler?.({ type: 'cancel', run_id: msg.run_id });
@@ -216,6 +223,7 @@ export class ClusterLink {
   }
 
   private onTask(payload: string): void {
+    if (payload.startsWith(this.ownPrefix)) return;
     const msg = parse(payload) as { o?: string; task_id?: string } | null;
     if (!msg || msg.o === this.instanceId || typeof msg.task_id !== 'string') return;
     this.taskHandler?.(msg.task_id);

@@ -6,9 +6,18 @@
 // run took is remembered in its own saved context (`steered`, `interrupt_handled`), saved in the
 // same snapshot as the conversation the messages joined, so a read replayed after a crash skips
 // what was already delivered and delivers what was not: exactly once, without a second write.
+//
+// Most runs are never steered, so a boundary skips the read when it knows the inbox is empty
+// (mayHold). On a store several instances share, the writer of an inbox (any instance) notifies
+// on the change feed (channel `inbox`), sent as its write is queued (a notification earlier than
+// the write only makes a read early: the flag stays set for the run's life); a run's instance, listening without a break since before the run
+// could be steered, so hears of every inbox write of the run, and reads only the inboxes it heard
+// of. Whenever that cannot be known (the feed reconnecting, or reconnected since the run was first
+// seen or just before) it reads, as every boundary did before.
 import type { InboxMessage, InboxRead } from '../../machines/run.machine.js';
 import { conflict, domainError } from '../errors.js';
 import { newId } from '../ids.js';
+import { CHANGE_CHANNELS, type StoreChanges } from '../store/changes.js';
 import type { Store } from '../store/store.js';
 import { casUpdate, CasExhaustedError } from '../store/cas.js';
 import { repos } from '../store/repos/index.js';
@@ -16,6 +25,14 @@ import { swallow } from '../telemetry/swallowed.js';
 
 /** Most steer messages one run accepts over its life (the record stays small and bounded). */
 export const MAX_STEERS_PER_RUN = 100;
+
+/**
+ * A run first seen this soon after the change feed (re)connected reads its inbox at every
+ * boundary: it may have become steerable (status `running`) while the feed was down, and a
+ * notification of that time is lost. A run's first boundary follows its start by milliseconds;
+ * this margin is far wider.
+ */
+export const FEED_SETTLE_MS = 10_000;
 
 export interface SteerEntry {
   message_id: string;
@@ -50,12 +67,29 @@ export class RunInbox {
    */
   private readonly maybe = new Set<string>();
   private readonly shared: boolean;
+  /** Shared store: the feed generation each run was first seen in (a different one now: it may have missed a notification). */
+  private readonly seen = new Map<string, number>();
+  private feed: StoreChanges | null = null;
 
   constructor(
     private readonly store: Store,
     private readonly now: () => string,
   ) {
     this.shared = store.capabilities.sharedByInstances;
+    // Now, before any run of this process can be steered: a notification nobody hears is lost.
+    this.changes();
+  }
+
+  /** The store's change feed, subscribed to the `inbox` channel at once (or on first use, when the store was opened later). */
+  private changes(): StoreChanges | null {
+    if (!this.feed && this.store.changes) {
+      this.feed = this.store.changes;
+      this.feed.subscribe(CHANGE_CHANNELS.inbox, (payload) => {
+        const runId = runOf(payload);
+        if (runId) this.maybe.add(runId);
+      });
+    }
+    return this.feed;
   }
 
   /** The run's inbox may hold messages (resumed or recovered runs: an earlier process may have written it). */
@@ -66,15 +100,33 @@ export class RunInbox {
   /** A run that ended: forget the hint (its record stays, for the record). */
   forget(runId: string): void {
     this.maybe.delete(runId);
+    this.seen.delete(runId);
   }
 
   /**
-   * Whether the run's inbox may hold something: always on a store other processes share; else
-   * only once this process wrote it, or it is a resumed or recovered run. False: a read would
-   * find nothing, so the run machine skips it (guard `inboxMaybe`).
+   * Whether the run's inbox may hold something: once this process wrote it or heard (change feed)
+   * that another did, or it is a resumed or recovered run; on a shared store also whenever the
+   * feed cannot vouch for having heard everything (see the header). False: a read would find
+   * nothing, so the run machine skips it (guard `inboxMaybe`).
    */
   mayHold(runId: string): boolean {
-    return this.shared || this.maybe.has(runId);
+    if (this.maybe.has(runId)) return true;
+    if (!this.shared) return false;
+    const state = this.changes()?.listening() ?? null;
+    if (!state) return true;
+    const gen = this.seen.get(runId);
+    if (gen === undefined) {
+      if (performance.now() - state.sinceMs < FEED_SETTLE_MS) {
+        this.maybe.add(runId);
+        return true;
+      }
+      this.seen.set(runId, state.generation);
+      return false;
+    }
+    if (gen === state.generation) return false;
+    // The feed reconnected since: what was sent meanwhile is lost, so this run reads from now on.
+    this.maybe.add(runId);
+    return true;
   }
 
   /** What the run has not taken yet, framed for the model. */
@@ -123,6 +175,9 @@ export class RunInbox {
       await casUpdate(
         async () => {
           const cur = await repos(this.store).runInbox.get<InboxValue>(runId);
+          // Sent as the write below is queued: an instance hears of it no later than about when
+          // the write commits (the run keeps reading from then on).
+          void this.changes()?.notify(CHANGE_CHANNELS.inbox, JSON.stringify({ r: runId }));
           if (!cur) {
             const value = f({ run_id: runId, messages: [], interrupt: null, updated_at: this.now() });
             await repos(this.store).runInbox.create(runId, { ...value, updated_at: this.now() });
@@ -137,6 +192,16 @@ export class RunInbox {
       if (err instanceof CasExhaustedError) throw domainError('AGT_ERR_CONCURRENT_UPDATE', [`the inbox of run ${runId}`]);
       throw err;
     }
+  }
+}
+
+/** The run id of an `inbox` notification, or null. */
+function runOf(payload: string): string | null {
+  try {
+    const msg = JSON.parse(payload) as { r?: unknown };
+    return typeof msg.r === 'string' ? msg.r : null;
+  } catch {
+    return null;
   }
 }
 

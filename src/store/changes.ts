@@ -17,11 +17,23 @@ export const CHANGE_CHANNELS = {
   control: 'agentd_control',
   /** A task or its schedule row changed: `{ o: instance, task_id }`. */
   tasks: 'agentd_tasks',
+  /** A run's inbox was written (a steer, an interrupt request): `{ r: run_id }` (src/runtime/run-inbox.ts). */
+  inbox: 'agentd_inbox',
 } as const;
 export type ChangeChannel = (typeof CHANGE_CHANNELS)[keyof typeof CHANGE_CHANNELS];
 
 /** Largest payload a notification may carry (PostgreSQL's limit is 8000 bytes; keep a margin). */
 export const MAX_CHANGE_PAYLOAD = 7900;
+
+/**
+ * The feed as it is now: `generation` counts its connections (a new one after every reconnect:
+ * what was sent while it was down is lost), `sinceMs` is when this one started listening
+ * (performance.now()). A listener that must not miss a notification compares generations.
+ */
+export interface FeedState {
+  generation: number;
+  sinceMs: number;
+}
 
 export interface StoreChanges {
   /** Calls `fn` with the payload of every notification on `channel` (this process's own included). Returns the unsubscribe. */
@@ -30,7 +42,15 @@ export interface StoreChanges {
   notify(channel: ChangeChannel, payload: string): Promise<void>;
   /** Called with `true` each time the feed (re)connects: notifications sent while it was down are lost, so listeners catch up. */
   onReconnect(fn: () => void): () => void;
+  /** Null while the feed is not listening (connecting, reconnecting, closed): notifications may be missed. */
+  listening(): FeedState | null;
   close(): Promise<void>;
+}
+
+/** A notification waiting to be sent. */
+interface QueuedNotification {
+  channel: string;
+  payload: string;
 }
 
 /**
@@ -55,6 +75,11 @@ export class LocalChanges implements StoreChanges {
     if (!set) this.subs.set(channel, (set = new Set()));
     set.add(fn);
     return () => set.delete(fn);
+  }
+
+  /** In-process delivery never drops anything: always listening, since forever. */
+  listening(): FeedState | null {
+    return { generation: 1, sinceMs: -Infinity };
   }
 
   async notify(channel: ChangeChannel, payload: string): Promise<void> {
@@ -124,9 +149,12 @@ export class PgChanges implements StoreChanges {
   private closed = false;
   private backoffMs = 100;
   private retryTimer: NodeJS.Timeout | null = null;
-  private readonly queue: Array<{ channel: string; payload: string }> = [];
+  private queue: QueuedNotification[] = [];
   private sending = false;
   private readonly maxQueued: number;
+  /** Connections so far (see FeedState) and when the current one started listening. */
+  private generation = 0;
+  private sinceMs = 0;
 
   /** A connection's end() that failed (it is being dropped anyway). */
   private readonly dropped: (err: unknown) => undefined;
@@ -158,6 +186,10 @@ export class PgChanges implements StoreChanges {
     return () => this.reconnects.delete(fn);
   }
 
+  listening(): FeedState | null {
+    return this.client && !this.closed ? { generation: this.generation, sinceMs: this.sinceMs } : null;
+  }
+
   notify(channel: ChangeChannel, payload: string): Promise<void> {
     if (this.closed || payload.length > MAX_CHANGE_PAYLOAD) return Promise.resolve();
     if (this.queue.length >= this.maxQueued) this.queue.shift();
@@ -168,7 +200,7 @@ export class PgChanges implements StoreChanges {
   async close(): Promise<void> {
     this.closed = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
-    this.queue.length = 0;
+    this.queue = [];
     const c = this.client;
     this.client = null;
     if (c) {
@@ -231,6 +263,8 @@ export class PgChanges implements StoreChanges {
         return;
       }
       this.client = client;
+      this.generation++;
+      this.sinceMs = performance.now();
       this.backoffMs = 100;
       void this.pump();
     })().finally(() => {

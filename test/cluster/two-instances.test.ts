@@ -1,14 +1,17 @@
 // Two agentd processes on one PostgreSQL database (issue 11, "Done means"): state written on one
 // is read on the other; a decision posted to B resumes a run paused on A and its tool runs
 // exactly once; a stream on B follows a run on A live; a cancel posted to B stops a run live on A
-// within 1 s; a shared agent budget is never overspent by 20 concurrent runs over both.
+// within 1 s; a shared agent budget is never overspent by 20 concurrent runs over both; a steer
+// posted to B reaches a run on A that reads its inbox only when told (run-inbox.ts).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, getJson, killAllChildren, launchRun, postJson, readLedger, routeByTag, waitForRunStatus, type TurnScript } from '../crash/harness.js';
 import { startCluster, type Cluster } from './helpers.js';
+import { FEED_SETTLE_MS } from '../../src/runtime/run-inbox.js';
 
 let model: ScriptedOpenAI;
 let cluster: Cluster;
+let startedAt = 0;
 const scripts = new Map<string, TurnScript>();
 const AGENT_TOOL_LIMIT = 24;
 const A = () => cluster.instances[0].url;
@@ -22,6 +25,7 @@ beforeAll(async () => {
     // Only the runs tagged `budget-n` use ledger_write; the budget covers AGENT_TOOL_LIMIT calls.
     budgets: { agent: [{ meter: 'tool_calls', limit: AGENT_TOOL_LIMIT, on_exhausted: 'terminate' }] },
   });
+  startedAt = Date.now();
 }, 60_000);
 
 afterAll(async () => {
@@ -92,6 +96,25 @@ describe('two instances, one database', () => {
     await reading2;
     expect(rest.map((f) => f.id)).toEqual(frames.slice(mid + 1).map((f) => f.id));
   });
+
+  it('a steer posted to B reaches a run live on A, whose boundaries skip the inbox read unless told of a write', async () => {
+    // Past FEED_SETTLE_MS after A's feed connected, A's runs read their inbox only when notified.
+    const wait = startedAt + FEED_SETTLE_MS + 500 - Date.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    scripts.set('steer', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'steer', ms: 1500 } }] } : { text: 'steer done' }));
+    const runId = await launchRun(A(), '[steer] go', 'sess-steer');
+    await eventually(() => ledgerOf(runId, 'counted_echo').some((l) => l.phase === 'started'), 10_000, 'the tool started on A');
+    const s = await postJson(`${B()}/runs/${runId}/steer`, { message: 'STEER-FROM-B: mind the units', sender: 'bob' });
+    expect(s.status).toBe(200);
+    expect(s.body.status).toBe('queued');
+    const done = await waitForRunStatus(A(), runId, ['completed'], 15_000);
+    expect(done.status).toBe('completed');
+    // The model call after the tool's boundary carries the message, exactly once.
+    const sightings = model.requests
+      .filter((r) => r.messages.some((m) => m.content === '[steer] go'))
+      .map((r) => r.messages.filter((m) => String(m.content ?? '').includes('STEER-FROM-B')).length);
+    expect(sightings).toEqual([0, 1]);
+  }, 40_000);
 
   it('a cancel posted to B stops a run live on A within 1 s', async () => {
     scripts.set('slow', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'slow', ms: 30_000 } }] } : { text: 'slow done' }));

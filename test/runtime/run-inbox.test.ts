@@ -2,7 +2,8 @@
 // what a boundary read hands over, the bounds, and concurrent senders.
 import { describe, expect, it } from 'vitest';
 import { MemoryStore } from '../../src/store/memory.js';
-import { MAX_STEERS_PER_RUN, RunInbox, frameSteer } from '../../src/runtime/run-inbox.js';
+import { LocalChanges, type FeedState } from '../../src/store/changes.js';
+import { FEED_SETTLE_MS, MAX_STEERS_PER_RUN, RunInbox, frameSteer } from '../../src/runtime/run-inbox.js';
 import { SessionGate } from '../../src/runtime/session-gate.js';
 import { ActorSystem } from '../../src/runtime/system.js';
 
@@ -64,6 +65,74 @@ describe('RunInbox', () => {
     box.mark('resumed');
     await box.read('resumed', [], null);
     expect(reads).toBe(1);
+  });
+});
+
+/** An in-process feed whose state the test sets (listening since long ago unless told otherwise). */
+class TestFeed extends LocalChanges {
+  state: FeedState | null = { generation: 1, sinceMs: -Infinity };
+  override listening(): FeedState | null {
+    return this.state;
+  }
+}
+
+/** Two instances' inboxes over one shared store and feed; counts the inbox reads. */
+async function sharedPair() {
+  const store = new MemoryStore();
+  const feed = new TestFeed();
+  store.changes = feed;
+  await store.open();
+  const reads = { n: 0 };
+  const get = store.getRecord.bind(store);
+  store.getRecord = ((kind, id) => {
+    if (kind === 'run_inbox') reads.n++;
+    return get(kind, id);
+  }) as typeof store.getRecord;
+  const now = () => '2026-01-01T00:00:00.000Z';
+  return { store, feed, reads, a: new RunInbox(store, now), b: new RunInbox(store, now) };
+}
+
+const delivered = () => new Promise<void>((r) => setImmediate(r));
+
+describe('RunInbox on a store several instances share', () => {
+  it('a run nobody wrote to is not read while the feed listens; a steer written through another instance is heard and read', async () => {
+    const { a, b, reads } = await sharedPair();
+    // Heard from the start, before this instance ever looked at the run.
+    await b.queueSteer('run0', 'carol', 'early');
+    await delivered();
+    expect(a.mayHold('run0')).toBe(true);
+    reads.n = 0;
+    expect(a.mayHold('run1')).toBe(false);
+    expect(await a.read('run1', [], null)).toEqual({ messages: [], interrupt_id: null });
+    expect(reads.n).toBe(0);
+    const sent = await b.queueSteer('run1', 'alice', 'use metric');
+    await delivered();
+    expect(a.mayHold('run1')).toBe(true);
+    expect((await a.read('run1', [], null)).messages.map((m) => m.message_id)).toEqual([sent.message_id]);
+    // An interrupt requested through the other instance, for a run not written to before.
+    expect(a.mayHold('run2')).toBe(false);
+    const id = await b.requestInterrupt('run2', 'ops');
+    await delivered();
+    expect((await a.read('run2', [], null)).interrupt_id).toBe(id);
+  });
+
+  it('reads whenever the feed cannot vouch: not listening, reconnected since the run was first seen, or only just connected', async () => {
+    const { a, feed } = await sharedPair();
+    expect(a.mayHold('quiet')).toBe(false);
+    feed.state = null;
+    expect(a.mayHold('quiet')).toBe(true);
+    expect(a.mayHold('other')).toBe(true);
+    // Back, on a new connection: what was sent meanwhile is lost, so 'quiet' keeps reading.
+    feed.state = { generation: 2, sinceMs: performance.now() - 2 * FEED_SETTLE_MS };
+    expect(a.mayHold('quiet')).toBe(true);
+    expect(a.mayHold('fresh')).toBe(false);
+    // A run first seen just after a reconnect may have become steerable while the feed was down.
+    feed.state = { generation: 3, sinceMs: performance.now() };
+    expect(a.mayHold('early')).toBe(true);
+    feed.state = { generation: 3, sinceMs: performance.now() - 2 * FEED_SETTLE_MS };
+    expect(a.mayHold('early')).toBe(true);
+    a.forget('early');
+    expect(a.mayHold('early')).toBe(false);
   });
 });
 

@@ -51,3 +51,15 @@ describe('PgChanges', () => {
     expect(gotB.some((p) => p.length > MAX_CHANGE_PAYLOAD)).toBe(false);
   });
 });
+
+describe('PgChanges.listening', () => {
+  it('is null until connected, then counts connections: a reconnect is a new generation', async () => {
+    const feed = new PgChanges({ url: db.url });
+    feeds.push(feed);
+    expect(feed.listening()).toBeNull();
+    await feed.start();
+    expect(feed.listening()?.generation).toBe(1);
+    await adminQuery(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'agentd-changes'`, [db.name]);
+    await eventually(() => (feed.listening()?.generation ?? 0) === 2, 10_000, 'the feed reconnected: generation 2');
+  });
+});
