@@ -71,17 +71,6 @@ export interface LevelStoreOptions {
   onSwallowed?: OnSwallowed;
 }
 
-/**
- * LevelDB's memtable size (its default is 4 MB). A drained background run writes ~25 KB (rows,
- * events, index keys) and event ingest ~15 MB/s, so 4 MB filled and was flushed to a level-0 table
- * several times a second, each flush feeding a compaction on the pool threads; the rows a run reads
- * back were then in tables (a block read and a decompression) instead of the memtable. At 32 MB
- * the background drain took 10-20 % less CPU per run (docs/benchmarks.md). The cost: up to two
- * memtables in memory (the full one is flushed while the next fills), and a restart replays up to
- * this much write-ahead log before the store opens (a few hundred ms at most).
- */
-const WRITE_BUFFER_BYTES = 32 * 1024 * 1024;
-
 const isLockError = (e: unknown): boolean => {
   for (let cur: unknown = e, depth = 0; cur && depth < 5; depth++) {
     const err = cur as { code?: unknown; message?: unknown; cause?: unknown };
@@ -135,7 +124,7 @@ export class LevelStore implements Store {
   }
 
   private async doOpen(): Promise<void> {
-    const db: Db = new Level<string, string>(this.path, { keyEncoding: 'utf8', valueEncoding: 'utf8', writeBufferSize: WRITE_BUFFER_BYTES });
+    const db: Db = new Level<string, string>(this.path, { keyEncoding: 'utf8', valueEncoding: 'utf8' });
     try {
       await db.open();
     } catch (e) {
