@@ -34,6 +34,15 @@ export const MAX_STEERS_PER_RUN = 100;
  */
 export const FEED_SETTLE_MS = 10_000;
 
+/**
+ * Most inbox writes remembered for runs this process has not seen at a step boundary (shared
+ * store). Every instance hears every steer, and most are for runs other instances host, which
+ * never end here (forget): without a bound that set would grow for the process's life. The
+ * oldest is dropped first; a run of this process is first seen milliseconds after it started,
+ * long before 10,000 other steers could be heard.
+ */
+export const MAX_EARLY_HINTS = 10_000;
+
 export interface SteerEntry {
   message_id: string;
   sender: string;
@@ -69,6 +78,8 @@ export class RunInbox {
   private readonly shared: boolean;
   /** Shared store: the feed generation each run was first seen in (a different one now: it may have missed a notification). */
   private readonly seen = new Map<string, number>();
+  /** Shared store: runs written to before this process saw them at a boundary (bounded, oldest first). */
+  private readonly early = new Set<string>();
   private feed: StoreChanges | null = null;
 
   constructor(
@@ -86,7 +97,7 @@ export class RunInbox {
       this.feed = this.store.changes;
       this.feed.subscribe(CHANGE_CHANNELS.inbox, (payload) => {
         const runId = runOf(payload);
-        if (runId) this.maybe.add(runId);
+        if (runId) this.hint(runId);
       });
     }
     return this.feed;
@@ -101,6 +112,19 @@ export class RunInbox {
   forget(runId: string): void {
     this.maybe.delete(runId);
     this.seen.delete(runId);
+    this.early.delete(runId);
+  }
+
+  /** The run's inbox was written (here, or heard on the change feed). */
+  private hint(runId: string): void {
+    // One process owns the store, or a run seen here: it ends here, and forget() drops it.
+    if (!this.shared || this.seen.has(runId) || this.maybe.has(runId)) {
+      this.maybe.add(runId);
+      return;
+    }
+    this.early.delete(runId); // re-inserted: the newest goes last
+    this.early.add(runId);
+    if (this.early.size > MAX_EARLY_HINTS) this.early.delete(this.early.values().next().value as string);
   }
 
   /**
@@ -112,6 +136,10 @@ export class RunInbox {
   mayHold(runId: string): boolean {
     if (this.maybe.has(runId)) return true;
     if (!this.shared) return false;
+    if (this.early.delete(runId)) {
+      this.maybe.add(runId);
+      return true;
+    }
     const state = this.changes()?.listening() ?? null;
     if (!state) return true;
     const gen = this.seen.get(runId);
@@ -170,7 +198,7 @@ export class RunInbox {
   }
 
   private async change(runId: string, f: (v: InboxValue) => InboxValue): Promise<void> {
-    this.maybe.add(runId);
+    this.hint(runId);
     try {
       await casUpdate(
         async () => {

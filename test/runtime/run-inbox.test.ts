@@ -2,8 +2,8 @@
 // what a boundary read hands over, the bounds, and concurrent senders.
 import { describe, expect, it } from 'vitest';
 import { MemoryStore } from '../../src/store/memory.js';
-import { LocalChanges, type FeedState } from '../../src/store/changes.js';
-import { FEED_SETTLE_MS, MAX_STEERS_PER_RUN, RunInbox, frameSteer } from '../../src/runtime/run-inbox.js';
+import { CHANGE_CHANNELS, LocalChanges, type FeedState } from '../../src/store/changes.js';
+import { FEED_SETTLE_MS, MAX_EARLY_HINTS, MAX_STEERS_PER_RUN, RunInbox, frameSteer } from '../../src/runtime/run-inbox.js';
 import { SessionGate } from '../../src/runtime/session-gate.js';
 import { ActorSystem } from '../../src/runtime/system.js';
 
@@ -133,6 +133,25 @@ describe('RunInbox on a store several instances share', () => {
     expect(a.mayHold('early')).toBe(true);
     a.forget('early');
     expect(a.mayHold('early')).toBe(false);
+  });
+
+  it('remembers a bounded number of writes to runs it has not seen (most live on other instances and never end here)', async () => {
+    const { a, feed } = await sharedPair();
+    const n = MAX_EARLY_HINTS + 500;
+    for (let i = 0; i < n; i++) await feed.notify(CHANGE_CHANNELS.inbox, JSON.stringify({ r: `elsewhere-${i}` }));
+    await delivered();
+    const held = a as unknown as { maybe: Set<string>; seen: Map<string, number>; early?: Set<string> };
+    expect(held.maybe.size + held.seen.size + (held.early?.size ?? 0)).toBeLessThanOrEqual(MAX_EARLY_HINTS);
+    // The newest are kept: a run of this instance heard of just before its first boundary reads.
+    expect(a.mayHold(`elsewhere-${n - 1}`)).toBe(true);
+    // A run seen here is remembered however many others were heard, until it ends.
+    expect(a.mayHold('mine')).toBe(false);
+    await feed.notify(CHANGE_CHANNELS.inbox, JSON.stringify({ r: 'mine' }));
+    for (let i = 0; i < 200; i++) await feed.notify(CHANGE_CHANNELS.inbox, JSON.stringify({ r: `more-${i}` }));
+    await delivered();
+    expect(a.mayHold('mine')).toBe(true);
+    a.forget('mine');
+    expect(held.maybe.has('mine')).toBe(false);
   });
 });
 
