@@ -180,6 +180,15 @@ async function startAgentd() {
     };
   }
   // Group-commit rounds (one fsync each) are counted by the LevelDB store itself (LevelStore.stats).
+  // LevelDB's own compaction statistics (per level: tables, size, time, MB read and written), LevelStore only.
+  commands.set('levelStats', () => store.db?.getProperty?.('leveldb.stats') ?? null);
+  // The live data of the store: the bytes of every key and value it holds now (one full scan), whatever
+  // LevelDB's log, memtable and levels hold besides (overwritten rows before their compaction).
+  commands.set('liveStoreBytes', async () => {
+    let bytes = 0;
+    for await (const [k, v] of store.db.iterator()) bytes += Buffer.byteLength(k) + Buffer.byteLength(v);
+    return bytes;
+  });
   commands.set('storeStats', () => ({
     ...stats,
     rounds: store.stats?.groupCommitRounds ?? 0,
