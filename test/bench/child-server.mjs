@@ -99,20 +99,28 @@ async function startAgentd() {
   const server = await startServer(config, { model });
 
   // Diagnostics: store calls and group-commit rounds (one LevelDB batch, one fsync each).
-  const stats = { commits: 0, appends: 0, rounds: 0, reads: 0, ops: 0, opBytes: 0, events: 0, eventBytes: 0, shapes: {} };
+  const stats = { commits: 0, appends: 0, rounds: 0, reads: 0, ops: 0, opBytes: 0, events: 0, eventBytes: 0, shapes: {}, byKind: {}, readsBy: {} };
   const store = server.store;
   // countBytes: also count the ops of each commit and the JSON bytes of their values and of the
   // appended events (costs a JSON.stringify each, so only while a profile's counting pass asks for it).
   let countBytes = false;
   commands.set('countBytes', ({ on }) => (countBytes = !!on));
   const size = (v) => (v === undefined ? 0 : Buffer.byteLength(JSON.stringify(v)));
+  // Ops and value bytes by `op:kind` (which records a run writes, and how big they are).
+  const countOp = (op) => {
+    const bytes = size(op.value);
+    stats.opBytes += bytes;
+    const k = (stats.byKind[`${op.op}:${op.kind}`] ??= { ops: 0, bytes: 0 });
+    k.ops++;
+    k.bytes += bytes;
+  };
   const countCommit = store.commit?.bind(store);
   if (countCommit) {
     const tally = (list) => {
       const shape = [...new Set(list.map((op) => `${op.op}:${op.kind}`))].sort().join('+');
       stats.shapes[shape] = (stats.shapes[shape] ?? 0) + 1;
       stats.ops += list.length;
-      for (const op of list) stats.opBytes += size(op.value);
+      for (const op of list) countOp(op);
       return list;
     };
     // commit takes the ops or a function giving them when the store takes the write.
@@ -141,7 +149,7 @@ async function startAgentd() {
         const shape = [...new Set(list.map((op) => `${op.op}:${op.kind}`))].sort().join('+') + ` with:${listed.map((e) => e.event_type).join(',')}`;
         stats.shapes[shape] = (stats.shapes[shape] ?? 0) + 1;
         stats.ops += list.length;
-        for (const op of list) stats.opBytes += size(op.value);
+        for (const op of list) countOp(op);
         return list;
       };
       return countCommitEvents(
@@ -175,11 +183,30 @@ async function startAgentd() {
     if (!orig) continue;
     store[name] = (...args) => {
       stats[key]++;
+      if (countBytes && key === 'reads') {
+        const what = `${name}:${typeof args[0] === 'string' ? args[0] : JSON.stringify(args[0]).slice(0, 60)}`;
+        stats.readsBy[what] = (stats.readsBy[what] ?? 0) + 1;
+      }
       return orig(...args);
     };
   }
   // Group-commit rounds (one fsync each) are counted by the LevelDB store itself (LevelStore.stats).
-  commands.set('storeStats', () => ({ ...stats, rounds: store.stats?.groupCommitRounds ?? 0, shapes: { ...stats.shapes } }));
+  // LevelDB's own compaction statistics (per level: tables, size, time, MB read and written), LevelStore only.
+  commands.set('levelStats', () => store.db?.getProperty?.('leveldb.stats') ?? null);
+  // The live data of the store: the bytes of every key and value it holds now (one full scan), whatever
+  // LevelDB's log, memtable and levels hold besides (overwritten rows before their compaction).
+  commands.set('liveStoreBytes', async () => {
+    let bytes = 0;
+    for await (const [k, v] of store.db.iterator()) bytes += Buffer.byteLength(k) + Buffer.byteLength(v);
+    return bytes;
+  });
+  commands.set('storeStats', () => ({
+    ...stats,
+    rounds: store.stats?.groupCommitRounds ?? 0,
+    shapes: { ...stats.shapes },
+    byKind: structuredClone(stats.byKind),
+    readsBy: { ...stats.readsBy },
+  }));
 
   // Stamp the moment each event is stored: the emitter publishes right after the store resolved.
   const published = new Map();
