@@ -20,6 +20,12 @@ const iso = (ms: number) => new Date(ms).toISOString();
 /** How long a shared store holds the rows a claim pass was handed: a pass ends in milliseconds; a dead one's rows are free after this. */
 const CLAIM_HOLD_MS = 10_000;
 
+/**
+ * The buffer of queued runs (QueuedRunBuffer) is listed from the head of the queue again at least
+ * this often: a drain lists the queue a few times a second instead of once per claimed run.
+ */
+const QUEUE_BUFFER_MAX_AGE_MS = 1_000;
+
 /** What the claimer needs of the engine that hosts the runs. */
 export interface ClaimerHost {
   handles: ReadonlyMap<string, Handle>;
@@ -135,6 +141,10 @@ export class Claimer {
     const concurrency = this.deps.config.background.concurrency;
     if (this.host.heldCount() >= concurrency) return;
     const now = this.deps.clock.now();
+    // The buffer's order holds only as long as every way back to the queue is reported
+    // (requeued()): a bounded age makes one that is not cost at most QUEUE_BUFFER_MAX_AGE_MS.
+    const since = this.queued.since;
+    if (since !== null && now - since > QUEUE_BUFFER_MAX_AGE_MS) this.queued.drop();
     // Due queued rows, oldest first; on a shared store each page is held for this pass, so another
     // instance's claimer takes other rows (BgRunRepo.claimPass). A pass that throws leaves its
     // holds to lapse (CLAIM_HOLD_MS).

@@ -57,7 +57,9 @@ export class BgRunRepo extends KindRepo<'bg_runs'> {
  * larger than every seq already written) and are listed when a pass walks past the buffer. A row
  * that comes BACK to the queue keeps its old place, maybe inside the prefix: the engine calls
  * drop() then (RunEngine.afterWrite), and so does the claimer on any doubt (a claim that did not
- * happen, a failed pass). Dropped, the next pass lists from the head of the queue again.
+ * happen, a failed pass), and the claimer drops it once it is a second old, so a way back to
+ * the queue nobody reported delays a run by that much at most, never for good.
+ * Dropped, the next pass lists from the head of the queue again.
  */
 export class QueuedRunBuffer {
   ids: string[] = [];
@@ -65,10 +67,13 @@ export class QueuedRunBuffer {
   cursor: string | null = null;
   /** Bumped by drop(): a pass that began before a drop stops using the buffer. */
   generation = 0;
+  /** When (the claimer's clock) the buffer was first listed from the head of the queue; null while empty. */
+  since: number | null = null;
 
   drop(): void {
     this.ids = [];
     this.cursor = null;
+    this.since = null;
     this.generation++;
   }
 }
@@ -166,6 +171,7 @@ export class QueueClaimPass {
       return due;
     }
     const cursor = this.listCursor === undefined ? buf.cursor : this.listCursor;
+    if (cursor === null && buf.since === null) buf.since = this.now;
     const page = await this.repo.list({ index: { name: 'status', value: 'queued' }, cursor, limit: Math.min(100, Math.max(limit, LIST_BATCH)) });
     if (dropped()) return [];
     this.scanned += page.items.length;
