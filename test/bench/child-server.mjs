@@ -99,20 +99,28 @@ async function startAgentd() {
   const server = await startServer(config, { model });
 
   // Diagnostics: store calls and group-commit rounds (one LevelDB batch, one fsync each).
-  const stats = { commits: 0, appends: 0, rounds: 0, reads: 0, ops: 0, opBytes: 0, events: 0, eventBytes: 0, shapes: {} };
+  const stats = { commits: 0, appends: 0, rounds: 0, reads: 0, ops: 0, opBytes: 0, events: 0, eventBytes: 0, shapes: {}, byKind: {}, readsBy: {} };
   const store = server.store;
   // countBytes: also count the ops of each commit and the JSON bytes of their values and of the
   // appended events (costs a JSON.stringify each, so only while a profile's counting pass asks for it).
   let countBytes = false;
   commands.set('countBytes', ({ on }) => (countBytes = !!on));
   const size = (v) => (v === undefined ? 0 : Buffer.byteLength(JSON.stringify(v)));
+  // Ops and value bytes by `op:kind` (which records a run writes, and how big they are).
+  const countOp = (op) => {
+    const bytes = size(op.value);
+    stats.opBytes += bytes;
+    const k = (stats.byKind[`${op.op}:${op.kind}`] ??= { ops: 0, bytes: 0 });
+    k.ops++;
+    k.bytes += bytes;
+  };
   const countCommit = store.commit?.bind(store);
   if (countCommit) {
     const tally = (list) => {
       const shape = [...new Set(list.map((op) => `${op.op}:${op.kind}`))].sort().join('+');
       stats.shapes[shape] = (stats.shapes[shape] ?? 0) + 1;
       stats.ops += list.length;
-      for (const op of list) stats.opBytes += size(op.value);
+      for (const op of list) countOp(op);
       return list;
     };
     // commit takes the ops or a function giving them when the store takes the write.
@@ -133,7 +141,7 @@ async function startAgentd() {
         const shape = [...new Set(list.map((op) => `${op.op}:${op.kind}`))].sort().join('+') + ` with:${events.map((e) => e.event_type).join(',')}`;
         stats.shapes[shape] = (stats.shapes[shape] ?? 0) + 1;
         stats.ops += list.length;
-        for (const op of list) stats.opBytes += size(op.value);
+        for (const op of list) countOp(op);
         return list;
       };
       return countCommitEvents(typeof ops === 'function' ? () => tally(ops()) : tally(ops), events);
@@ -152,10 +160,6 @@ async function startAgentd() {
       return countAppend(...args);
     };
   }
-  // readsBy: the same read calls (and counts) by method and record kind, e.g. `getRecord:bg_agents`
-  // (a call the store answers from its row cache counts too: see diskReads for the disk's share).
-  stats.readsBy = {};
-  const kindOf = (name, args) => (name === 'readEvents' ? 'events' : typeof args[0] === 'string' ? args[0] : '?');
   for (const [name, key] of [
     ['commit', 'commits'],
     ['appendEvents', 'appends'],
@@ -163,15 +167,14 @@ async function startAgentd() {
     ['listRecords', 'reads'],
     ['readEvents', 'reads'],
     ['getRecords', 'reads'],
-    ['countRecords', null],
   ]) {
     const orig = store[name]?.bind(store);
     if (!orig) continue;
     store[name] = (...args) => {
-      if (key) stats[key]++;
-      if (key === 'reads' || key === null) {
-        const k = `${name}:${kindOf(name, args)}`;
-        stats.readsBy[k] = (stats.readsBy[k] ?? 0) + 1;
+      stats[key]++;
+      if (countBytes && key === 'reads') {
+        const what = `${name}:${typeof args[0] === 'string' ? args[0] : JSON.stringify(args[0]).slice(0, 60)}`;
+        stats.readsBy[what] = (stats.readsBy[what] ?? 0) + 1;
       }
       return orig(...args);
     };
@@ -223,10 +226,20 @@ async function startAgentd() {
     });
   }
   // Group-commit rounds (one fsync each) are counted by the LevelDB store itself (LevelStore.stats).
+  // LevelDB's own compaction statistics (per level: tables, size, time, MB read and written), LevelStore only.
+  commands.set('levelStats', () => store.db?.getProperty?.('leveldb.stats') ?? null);
+  // The live data of the store: the bytes of every key and value it holds now (one full scan), whatever
+  // LevelDB's log, memtable and levels hold besides (overwritten rows before their compaction).
+  commands.set('liveStoreBytes', async () => {
+    let bytes = 0;
+    for await (const [k, v] of store.db.iterator()) bytes += Buffer.byteLength(k) + Buffer.byteLength(v);
+    return bytes;
+  });
   commands.set('storeStats', () => ({
     ...stats,
     rounds: store.stats?.groupCommitRounds ?? 0,
     shapes: { ...stats.shapes },
+    byKind: structuredClone(stats.byKind),
     readsBy: { ...stats.readsBy },
     diskReads: { ...stats.diskReads },
   }));

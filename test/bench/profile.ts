@@ -204,7 +204,7 @@ function perRunBy(a: Record<string, number> | undefined, b: Record<string, numbe
  * HTTP requests, and files/directories left under workspaces/background/.
  */
 export async function profileBackgroundDrain(label: string, order: string[], save: (p: ProfileResult, order: string[]) => void): Promise<void> {
-  const { agentdDrain } = await import('./benchmarks/background.js');
+  const { agentdDrain, DRAIN_RETENTION } = await import('./benchmarks/background.js');
   const runs = QUICK ? 300 : 1000;
   const WARMUP = QUICK ? 300 : 1000;
   const COUNTED = 200;
@@ -232,7 +232,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
         const child = await startChild({
           mode: 'agentd',
           dataDir: dir,
-          config: realPathConfig(fake.url, 'bench', { background: { enabled: true, concurrency } }),
+          config: realPathConfig(fake.url, 'bench', { background: { enabled: true, concurrency, run_retention: DRAIN_RETENTION } }),
           model: { kind: 'config' },
         });
         process.env.BENCH_NODE_FLAGS = prev ?? '';

@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Level } from 'level';
@@ -39,6 +39,24 @@ describe('LevelStore on disk', () => {
   afterEach(async () => {
     for (const s of stores.splice(0)) await s.close();
     for (const d of dirs.splice(0)) await rm(d, { recursive: true, force: true });
+  });
+
+  it('keeps ~8 MB of writes in its memtable (32 MB, not the 4 MB LevelDB default): no table is flushed, and all of it reads back after a reopen', async () => {
+    const dir = await fresh();
+    const a = await opened(dir);
+    const pad = 'x'.repeat(1000);
+    for (let i = 0; i < 80; i++) {
+      await a.appendEvents(
+        Array.from({ length: 100 }, (_, j) => ({ event_id: `e${i}-${j}`, event_type: 'bulk', timestamp: '2026-01-01T00:00:00Z', run_id: `r${i}`, pad })),
+      );
+    }
+    await a.close();
+    stores.splice(stores.indexOf(a), 1);
+    // A 4 MB memtable would have been flushed to a level-0 table (.ldb) at least once by now.
+    expect((await readdir(dir)).filter((f) => f.endsWith('.ldb'))).toEqual([]);
+    const b = await opened(dir);
+    const page = await b.readEvents({ filters: { run_id: 'r79' }, limit: 1000 });
+    expect(page.events).toHaveLength(100);
   });
 
   it('keeps data across close and reopen; seq and cursor continue', async () => {
