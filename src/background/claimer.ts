@@ -9,7 +9,7 @@ import type { BackgroundRunStatus } from '../schemas/background.js';
 import type { Page, Versioned } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
 import { repos, type Repos } from '../store/repos/index.js';
-import type { BgRunRepo } from '../store/repos/bg-runs.js';
+import { QueuedRunBuffer, type BgRunRepo } from '../store/repos/bg-runs.js';
 import { taskStatusKey, type BgRunRow } from './types.js';
 import type { AttemptTimers, TimerRef } from './attempt-timers.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
@@ -19,6 +19,12 @@ const iso = (ms: number) => new Date(ms).toISOString();
 
 /** How long a shared store holds the rows a claim pass was handed: a pass ends in milliseconds; a dead one's rows are free after this. */
 const CLAIM_HOLD_MS = 10_000;
+
+/**
+ * The buffer of queued runs (QueuedRunBuffer) is listed from the head of the queue again at least
+ * this often: a drain lists the queue a few times a second instead of once per claimed run.
+ */
+const QUEUE_BUFFER_MAX_AGE_MS = 1_000;
 
 /** What the claimer needs of the engine that hosts the runs. */
 export interface ClaimerHost {
@@ -48,6 +54,11 @@ export class Claimer {
 
   private readonly runs: BgRunRepo;
   private readonly meta: Repos['meta'];
+  /**
+   * The queued runs earlier passes listed (a store this process owns; see QueuedRunBuffer): a pass
+   * reads them again by id instead of listing the queue per claimed run. Dropped on any doubt.
+   */
+  private readonly queued = new QueuedRunBuffer();
 
   constructor(
     private readonly deps: BackgroundDeps,
@@ -56,8 +67,17 @@ export class Claimer {
     ({ bgRuns: this.runs, meta: this.meta } = repos(deps.store));
   }
 
+  /**
+   * A run came back to the queue (claimed, retrying or waiting -> queued): it keeps its old place,
+   * which may lie inside what the buffer holds, so the next pass lists the queue from its head.
+   */
+  requeued(): void {
+    this.queued.drop();
+  }
+
   /** Stop claiming (the wake-up timer too). */
   stop(): void {
+    this.queued.drop();
     this.accepting = false;
     if (this.wakeTimer) this.host.timers.clearTimer(this.wakeTimer);
     this.wakeTimer = null;
@@ -110,6 +130,7 @@ export class Claimer {
         await this.claimOnce();
       } while (this.claimAgain && this.accepting);
     } catch (err) {
+      this.queued.drop();
       this.deps.logger.error({ err: String(err) }, 'claim pass failed');
     } finally {
       this.claimPassRunning = false;
@@ -120,10 +141,14 @@ export class Claimer {
     const concurrency = this.deps.config.background.concurrency;
     if (this.host.heldCount() >= concurrency) return;
     const now = this.deps.clock.now();
+    // The buffer's order holds only as long as every way back to the queue is reported
+    // (requeued()): a bounded age makes one that is not cost at most QUEUE_BUFFER_MAX_AGE_MS.
+    const since = this.queued.since;
+    if (since !== null && now - since > QUEUE_BUFFER_MAX_AGE_MS) this.queued.drop();
     // Due queued rows, oldest first; on a shared store each page is held for this pass, so another
     // instance's claimer takes other rows (BgRunRepo.claimPass). A pass that throws leaves its
     // holds to lapse (CLAIM_HOLD_MS).
-    const pass = this.runs.claimPass(now, CLAIM_HOLD_MS);
+    const pass = this.runs.claimPass(now, CLAIM_HOLD_MS, this.queued);
     const blockedTasks = new Set<string>();
     // Claims of one pass are written concurrently (they share a store round), not one round each:
     // claim() counts itself in heldCount at once, so the pass stops at the free worker count.
@@ -132,7 +157,9 @@ export class Claimer {
       // Rows are parsed whole, so a pass with few free workers reads a small page first.
       const free = concurrency - this.host.heldCount();
       // (At concurrency 1 a page of 16 cost 16 row parses per claim; most were never looked at.)
-      const limit = Math.min(100, Math.max(4, free * 2));
+      // A buffered pass reads one row per free worker (the row cache answers; a row not claimable
+      // just costs another call), and lists the queue in larger pages when it walks past the buffer.
+      const limit = pass.buffered ? Math.min(100, Math.max(1, free)) : Math.min(100, Math.max(4, free * 2));
       for (const item of await pass.claimQueued(limit)) {
         const { run, internal } = item.value;
         if (this.host.handles.has(run.run_id)) continue;
@@ -161,6 +188,7 @@ export class Claimer {
           blockedTasks.add(run.task_id);
           if (!canClaim(policy, active, oldest)) continue;
         }
+        pass.taken(run.run_id);
         claims.push(
           this.claim(run.run_id, item, gate).catch((err: unknown) => {
             this.deps.logger.warn({ bg_run_id: run.run_id, err: String(err) }, 'could not claim a background run');
@@ -170,7 +198,8 @@ export class Claimer {
         if (this.host.heldCount() >= concurrency || !this.accepting) break scan;
       }
     } while (!pass.done);
-    await Promise.all(claims);
+    // A claim that did not happen leaves a row the buffer no longer lists, maybe still queued: doubt.
+    if ((await Promise.all(claims)).includes(false)) this.queued.drop();
     await pass.release();
     if (pass.nextDueAt !== null) this.wakeAtLatest(pass.nextDueAt);
   }

@@ -438,6 +438,8 @@ export class RunEngine {
     if (TERMINAL.has(status) && !TERMINAL.has(prevStatus)) this.deps.metrics.backgroundRuns.inc({ status });
     // A caller told "ended" (wait) must find every event of the run stored, and its files written.
     if ((TERMINAL.has(status) || WAITING.has(status)) && this.waiters.has(runId)) void flushed.then(() => this.waiters.resolve(ctx.run));
+    // Back in the queue at its old place (the claimer's buffer of queued runs may hold rows after it).
+    if (status === 'queued' && prevStatus !== 'queued') this.claimer.requeued();
     if (!HELD.has(status) || status === 'queued') this.claimer.kick();
   }
 

@@ -15,7 +15,7 @@ import type { BackgroundRun } from '../schemas/background.js';
 import type { RecordIndexes, Store, WriteOp } from '../store/store.js';
 import type { Repos } from '../store/repos/index.js';
 import type { TraceRecord } from '../telemetry/traces.js';
-import { TERMINAL, occurrenceRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
+import { TERMINAL, attemptRecordId, occurrenceRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
 import type { CreateRunInput, PreparedRun } from './engine.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -146,6 +146,19 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
   // always, the run's unless the caller chose it (an Idempotency-Key reserved it), and the session
   // of session mode `run` with it. The commit then needs no disk read for them.
   const newRun = input.run_id === undefined;
+  // A new run id also makes the rows of the run's first attempt new, read when it is claimed and
+  // its agent run starts: its attempt record, the agent run's record and snapshot (the first
+  // attempt's agent run takes the run's id: agentRunIdFor), and, for session mode `run`, the
+  // session (named after the run). Known absent now, they cost no disk read then (about two
+  // thread-pool trips per run), as long as the store's row cache still holds them.
+  const firstAttempt = newRun
+    ? [
+        { kind: r.bgAttempts.kind, id: attemptRecordId(run_id, 1), indexes: { run_id }, fresh: ['run_id'] },
+        { kind: r.runs.kind, id: run_id, ...(sp.mode === 'run' ? { indexes: { session_id }, fresh: ['session_id'] } : { fresh: [] }) },
+        { kind: r.snapshots.kind, id: run_id, fresh: [] },
+        ...(sp.mode === 'run' ? [{ kind: r.sessions.kind, id: session_id, fresh: [] }] : []),
+      ]
+    : [];
   parts.prefetch?.([
     { kind: r.bgRuns.kind, id: run_id, indexes: rowIndexes, ...(newRun ? { fresh: [] } : {}) },
     {
@@ -154,6 +167,7 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
       indexes: traceIndexes,
       fresh: newRun ? (sp.mode === 'run' ? ['run_id', 'session_id'] : ['run_id']) : [],
     },
+    ...firstAttempt,
   ]);
   return { ctx, row, lifecycle, ops };
 }

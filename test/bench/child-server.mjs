@@ -190,6 +190,52 @@ async function startAgentd() {
       return orig(...args);
     };
   }
+  // diskReads: LevelDB's asynchronous read calls (each one a trip through libuv's thread pool), by
+  // binding function and, for point reads, the key's kind (`get:r:bg_runs`; `nextv` is an iterator
+  // page). Counted on classic-level's native binding, so every read path of the store is seen.
+  stats.diskReads = {};
+  if (store.adapter === 'level') {
+    const { createRequire } = await import('node:module');
+    const { dirname, join } = await import('node:path');
+    const req = createRequire(import.meta.url);
+    const binding = req(join(dirname(req.resolve('classic-level')), 'binding.js'));
+    const keyKind = (k) => {
+      const parts = String(k).split('\u0000');
+      return parts[0] === 'r' || parts[0] === 'n' ? `${parts[0]}:${parts[1]}` : parts[0];
+    };
+    const tally = (k) => (stats.diskReads[k] = (stats.diskReads[k] ?? 0) + 1);
+    // Installed only while a counting pass asks for it (countBytes): the wrapper's frame would
+    // otherwise take the native calls' self time in a CPU profile.
+    const originals = [];
+    const wrapped = [];
+    for (const [fn, label, keysAt] of [
+      ['db_get', 'get', 2],
+      ['db_get_many', 'getMany', 1],
+      ['iterator_nextv', 'nextv', -1],
+      ['db_has', 'has', -1],
+      ['db_has_many', 'hasMany', -1],
+    ]) {
+      const orig = binding[fn];
+      if (typeof orig !== 'function') continue;
+      originals.push([fn, orig]);
+      wrapped.push([
+        fn,
+        function (...args) {
+          if (keysAt < 0) tally(label);
+          else {
+            const keys = Array.isArray(args[keysAt]) ? args[keysAt] : [args[keysAt]];
+            tally(`${label}:${[...new Set(keys.map(keyKind))].sort().join('+')}`);
+          }
+          return orig.apply(this, args);
+        },
+      ]);
+    }
+    const setCountBytes = commands.get('countBytes');
+    commands.set('countBytes', (msg) => {
+      for (const [fn, f] of msg.on ? wrapped : originals) binding[fn] = f;
+      return setCountBytes(msg);
+    });
+  }
   // Group-commit rounds (one fsync each) are counted by the LevelDB store itself (LevelStore.stats).
   // LevelDB's own compaction statistics (per level: tables, size, time, MB read and written), LevelStore only.
   commands.set('levelStats', () => store.db?.getProperty?.('leveldb.stats') ?? null);
@@ -206,6 +252,7 @@ async function startAgentd() {
     shapes: { ...stats.shapes },
     byKind: structuredClone(stats.byKind),
     readsBy: { ...stats.readsBy },
+    diskReads: { ...stats.diskReads },
   }));
 
   // Stamp the moment each event is stored: the emitter publishes right after the store resolved.

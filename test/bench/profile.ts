@@ -170,7 +170,30 @@ export async function profileRealPath(label: string, order: string[], save: (p: 
   }
 }
 
-type StoreStats = { commits: number; appends: number; rounds: number; reads: number; ops: number; opBytes: number; events: number; eventBytes: number };
+type StoreStats = {
+  commits: number;
+  appends: number;
+  rounds: number;
+  reads: number;
+  ops: number;
+  opBytes: number;
+  events: number;
+  eventBytes: number;
+  /** Read calls by `method:kind` (cache hits included). */
+  readsBy?: Record<string, number>;
+  /** LevelDB's asynchronous reads (thread-pool trips) by binding call and key kind. */
+  diskReads?: Record<string, number>;
+};
+
+/** Per drained run, by key: what changed between two tallies (keys that did not move are left out). */
+function perRunBy(a: Record<string, number> | undefined, b: Record<string, number> | undefined, runs: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const k of Object.keys(b ?? {}).sort()) {
+    const d = (b?.[k] ?? 0) - (a?.[k] ?? 0);
+    if (d) out[k] = Math.round((d / runs) * 100) / 100;
+  }
+  return out;
+}
 
 /**
  * `npm run bench -- profile-background <label>`: the background drain (manual agent runs of one
@@ -203,6 +226,8 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
       let toMs = 0;
       let counts: Record<string, number> = {};
       let threads = { main: 0, others: 0 };
+      let readsBy: Record<string, number> = {};
+      let diskReads: Record<string, number> = {};
       try {
         const child = await startChild({
           mode: 'agentd',
@@ -247,6 +272,8 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
             workspace_files: per(t0.files, t1.files),
             workspace_dirs: per(t0.dirs, t1.dirs),
           };
+          readsBy = perRunBy(s0.readsBy, s1.readsBy, COUNTED);
+          diskReads = perRunBy(s0.diskReads, s1.diskReads, COUNTED);
         } finally {
           await child.stop();
         }
@@ -270,7 +297,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           order,
         );
         process.stderr.write(
-          `profile ${name}: ${runs} runs, ${(cpuMs / runs).toFixed(2)} ms CPU per run (main thread ${threads.main.toFixed(2)}, other threads ${threads.others.toFixed(2)})\n  per run: ${JSON.stringify(counts)}\n`,
+          `profile ${name}: ${runs} runs, ${(cpuMs / runs).toFixed(2)} ms CPU per run (main thread ${threads.main.toFixed(2)}, other threads ${threads.others.toFixed(2)})\n  per run: ${JSON.stringify(counts)}\n  reads by call: ${JSON.stringify(readsBy)}\n  disk reads (LevelDB pool trips): ${JSON.stringify(diskReads)}\n`,
         );
         for (const g of summary.groups) process.stderr.write(`  ${g.name}: ${g.ms_per_run.toFixed(3)} ms/run (${(g.share * 100).toFixed(1)} %)\n`);
         for (const t of summary.top) process.stderr.write(`  ${t.fn} ${t.where}: ${t.ms_per_run.toFixed(3)} ms/run (${(t.share * 100).toFixed(1)} %)\n`);

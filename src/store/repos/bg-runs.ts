@@ -1,9 +1,11 @@
 // Background run rows (kind `bg_runs`) and the claim of queued ones. The claimer asks for due
 // queued rows a page at a time; a store several instances share takes them with one statement
 // that skips rows another claimer holds (StoreCapabilities.queueClaims: PostgreSQL), a store one
-// process owns is scanned on its `status` index (the claimer is the only one).
+// process owns is scanned on its `status` index (the claimer is the only one), and what a scan
+// listed is kept for the next passes (QueuedRunBuffer), so claiming one run does not list the
+// queue again.
 import { randomUUID } from 'node:crypto';
-import type { QueueClaims, Store, Versioned } from '../store.js';
+import { encodeCursor, type QueueClaims, type Store, type Versioned } from '../store.js';
 import { KindRepo } from './kind-repo.js';
 import type { ValueOf } from './values.js';
 
@@ -11,6 +13,12 @@ type Row = Versioned<ValueOf<'bg_runs'>>;
 
 /** At most this many rows are read by one pass (a queue of runs blocked by their task's policy is not walked whole). */
 const MAX_SCANNED = 2000;
+
+/** Most run ids a QueuedRunBuffer holds (ids only: ~100 KB at most). */
+const BUFFER_MAX = 2000;
+
+/** Rows a buffered scan lists at once: a listing serves this many claims, not one. */
+const LIST_BATCH = 32;
 
 /** What the store reads of a row to decide it is due (the background-run machine's context). */
 const notBefore = (value: unknown): number | null => {
@@ -27,8 +35,46 @@ export class BgRunRepo extends KindRepo<'bg_runs'> {
    * Starts a claim pass at `now` (the claimer's clock). Rows a shared store hands out are held for
    * the pass until `now + holdMs`, or until `release()`.
    */
-  claimPass(now: number, holdMs: number): QueueClaimPass {
-    return new QueueClaimPass(this, this.store.capabilities.queueClaims ?? null, now, holdMs);
+  claimPass(now: number, holdMs: number, buffer?: QueuedRunBuffer): QueueClaimPass {
+    const claims = this.store.capabilities.queueClaims ?? null;
+    // Only where this process is the queue's one claimer: elsewhere another instance takes rows
+    // between two passes, and a shared store's claim statement holds what it hands out.
+    const own = claims === null && !this.store.capabilities.sharedByInstances;
+    return new QueueClaimPass(this, claims, now, holdMs, own ? (buffer ?? null) : null);
+  }
+}
+
+/**
+ * The queued runs earlier claim passes listed, kept across passes by the one claimer of a store
+ * this process owns, so that claiming one run does not list the queue again (an index scan: a
+ * trip through LevelDB's thread pool, and a parse of every row of the page).
+ *
+ * `ids` is a prefix of the queue in its order: every row that was queued, up to the index entry
+ * `cursor`, when it was listed, minus rows known to have left it. Each pass reads the rows again
+ * by id (the row cache answers for rows this process wrote: no disk read) and drops those no
+ * longer queued; the claim itself is still the row's CAS write, so a row cancelled, deleted or
+ * claimed meanwhile is never run. Rows created later sort after `cursor` (a new row's seq is
+ * larger than every seq already written) and are listed when a pass walks past the buffer. A row
+ * that comes BACK to the queue keeps its old place, maybe inside the prefix: the engine calls
+ * drop() then (RunEngine.afterWrite), and so does the claimer on any doubt (a claim that did not
+ * happen, a failed pass), and the claimer drops it once it is a second old, so a way back to
+ * the queue nobody reported delays a run by that much at most, never for good.
+ * Dropped, the next pass lists from the head of the queue again.
+ */
+export class QueuedRunBuffer {
+  ids: string[] = [];
+  /** The index cursor of the last listed entry: listing resumes after it (null: from the head). */
+  cursor: string | null = null;
+  /** Bumped by drop(): a pass that began before a drop stops using the buffer. */
+  generation = 0;
+  /** When (the claimer's clock) the buffer was first listed from the head of the queue; null while empty. */
+  since: number | null = null;
+
+  drop(): void {
+    this.ids = [];
+    this.cursor = null;
+    this.since = null;
+    this.generation++;
   }
 }
 
@@ -42,17 +88,39 @@ export class QueueClaimPass {
   private scanned = 0;
   private readonly token = `pass_${randomUUID()}`;
   private readonly held: string[] = [];
+  /** Buffered scan: the buffer's generation at the start of the pass, the next id to read, ids that left the queue. */
+  private readonly generation: number;
+  private pos = 0;
+  private readonly gone = new Set<string>();
+  /** Listed rows still extend the buffer (every row listed so far this pass went into it). */
+  private extending = true;
+  /** Where this pass's listing goes on (undefined: after the buffer). */
+  private listCursor: string | null | undefined = undefined;
 
   constructor(
     private readonly repo: BgRunRepo,
     private readonly claims: QueueClaims | null,
     private readonly now: number,
     private readonly holdMs: number,
-  ) {}
+    private readonly buffer: QueuedRunBuffer | null = null,
+  ) {
+    this.generation = buffer?.generation ?? 0;
+  }
+
+  /** A buffer is in use (a store this process owns): `limit` is then the rows the caller wants, not a page size. */
+  get buffered(): boolean {
+    return this.buffer !== null;
+  }
+
+  /** The caller claims this row: it leaves the buffer (the caller drops the buffer if the claim does not happen). */
+  taken(id: string): void {
+    this.gone.add(id);
+  }
 
   /** Up to `limit` due queued rows not handed out before in this pass (fewer when a page held rows not due). */
   async claimQueued(limit: number): Promise<Row[]> {
     if (this.done) return [];
+    if (this.buffer) return this.fromBuffer(limit);
     if (this.claims) {
       const r = await this.claims.claimQueued({ limit, now: this.now, token: this.token, holdUntil: this.now + this.holdMs });
       const items = r.items as Row[];
@@ -75,10 +143,64 @@ export class QueueClaimPass {
     return due;
   }
 
+  /**
+   * The buffered scan: the buffer's rows first, read again by id, then the queue after the
+   * buffer, listed at least LIST_BATCH rows at a time; listed ids join the buffer (up to BUFFER_MAX).
+   */
+  private async fromBuffer(limit: number): Promise<Row[]> {
+    const buf = this.buffer!;
+    // Dropped during this pass (a run came back to the queue): the pass ends, and whoever
+    // dropped it asks for a new one.
+    const dropped = (): boolean => {
+      if (buf.generation !== this.generation) this.done = true;
+      return this.done;
+    };
+    if (dropped()) return [];
+    const due: Row[] = [];
+    if (this.pos < buf.ids.length) {
+      const ids = buf.ids.slice(this.pos, this.pos + limit);
+      this.pos += ids.length;
+      this.scanned += ids.length;
+      const rows = await this.repo.getMany(ids);
+      if (dropped()) return [];
+      if (this.scanned >= MAX_SCANNED) this.done = true;
+      rows.forEach((row, i) => {
+        if (!row || row.value.run.status !== 'queued') this.gone.add(ids[i]);
+        else this.keepIfDue(row, due);
+      });
+      return due;
+    }
+    const cursor = this.listCursor === undefined ? buf.cursor : this.listCursor;
+    if (cursor === null && buf.since === null) buf.since = this.now;
+    const page = await this.repo.list({ index: { name: 'status', value: 'queued' }, cursor, limit: Math.min(100, Math.max(limit, LIST_BATCH)) });
+    if (dropped()) return [];
+    this.scanned += page.items.length;
+    this.listCursor = page.next_cursor;
+    this.done = !page.next_cursor || this.scanned >= MAX_SCANNED;
+    for (const item of page.items) {
+      // Once one listed row does not fit, none after it joins: the buffer stays a prefix of the queue.
+      if (this.extending && buf.ids.length < BUFFER_MAX) {
+        buf.ids.push(item.id);
+        buf.cursor = encodeCursor(item.seq);
+        this.pos = buf.ids.length;
+      } else this.extending = false;
+      this.keepIfDue(item, due);
+    }
+    return due;
+  }
+
+  private keepIfDue(row: Row, due: Row[]): void {
+    const at = notBefore(row.value);
+    if (at !== null && at > this.now) this.seeDue(at);
+    else due.push(row);
+  }
+
   /** Ends the holds of this pass (rows it claimed have left the queue; the others are free again). */
   async release(): Promise<void> {
     this.done = true;
     if (this.claims && this.held.length > 0) await this.claims.release(this.token, this.held.splice(0));
+    const buf = this.buffer;
+    if (buf && buf.generation === this.generation && this.gone.size > 0) buf.ids = buf.ids.filter((id) => !this.gone.has(id));
   }
 
   private seeDue(at: number | null): void {
