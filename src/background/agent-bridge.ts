@@ -14,13 +14,14 @@ import { AppError } from '../errors.js';
 import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
 import { AgentUnavailableError } from '../runtime/agent-registry.js';
 import type { RunService } from '../runtime/runs.js';
+import type { FinalFold } from '../runtime/run-kernel.js';
 import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
-import { isStoreError, type Versioned } from '../store/store.js';
+import { isStoreError, type StoredEvent, type Versioned } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
 import { WAITING, type BgRunRow } from './types.js';
 import { ownSessionId } from './prepare-run.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
-import type { Handle } from './run-host.js';
+import type { FoldedWrite, Handle } from './run-host.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -32,12 +33,15 @@ export interface BridgeHost {
   contextOf(h: Handle): BackgroundRunContext;
   enqueue(h: Handle, job: () => Promise<void>, onError: (err: unknown) => void): void;
   send(runId: string, event: BackgroundRunEvent, opts?: { durable?: boolean; known?: Versioned<BgRunRow> }): Promise<SendResult>;
+  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void): FoldedWrite | null;
   dirOf(run: BackgroundRun): string;
   closed(): boolean;
 }
 
 export class AgentBridge {
   private readonly resumeWatches = new Map<string, () => void>();
+  /** Agent runs whose final commit carries their background run's completion (foldFinal). */
+  private readonly folded = new Set<string>();
 
   constructor(
     private readonly deps: BackgroundDeps,
@@ -232,9 +236,39 @@ export class AgentBridge {
     }
   }
 
+  /**
+   * A completed agent run's final commit carries its background run's completion (RunService.foldFinal):
+   * the AGENT_DONE this record makes, taken by the background run's actor now, its row write
+   * handed to that commit. Null when it cannot be folded (see RunHosts.foldInto): onAgentSettled
+   * then delivers the event after the agent run's end is durable, as a write of its own.
+   */
+  foldFinal(rec: RunRecord): FinalFold | null {
+    if (rec.kind !== 'background' || rec.status !== 'completed' || this.host.closed()) return null;
+    const bgId = backgroundRunIdOf(rec.run_id);
+    const h = this.host.handleOf(bgId);
+    if (!h) return null;
+    const done = this.agentDoneOf(rec, h);
+    if (!done || done.outcome !== 'completed') return null;
+    const folded = this.host.foldInto(bgId, done, (stored) => this.deps.telemetry.published(stored));
+    if (!folded) return null;
+    this.folded.add(rec.run_id);
+    return {
+      ops: folded.ops,
+      carry: folded.carry,
+      settle: (written) => {
+        folded.settle(written);
+        // Not written: the agent run's end (failed outside its machine) comes through onSettled.
+        written.catch(() => this.folded.delete(rec.run_id));
+      },
+      hold: () => folded.hold(),
+    };
+  }
+
   onAgentSettled(rec: RunRecord): void {
     if (rec.kind !== 'background' || this.host.closed()) return;
     if (TERMINAL_RUN_STATUSES.has(rec.status)) this.deps.system.stop(`run:${rec.run_id}`);
+    // Its background run's completion was written in the same commit (foldFinal).
+    if (this.folded.delete(rec.run_id) && rec.status === 'completed') return;
     const bgId = backgroundRunIdOf(rec.run_id);
     const h = this.host.handleOf(bgId);
     const done = this.agentDoneOf(rec, h);

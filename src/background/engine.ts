@@ -144,6 +144,7 @@ export class RunEngine {
       contextOf: (h) => this.hosts.contextOf(h),
       enqueue: (h, job, onError) => this.hosts.enqueue(h, job, onError),
       send: (runId, event, opts) => this.send(runId, event, opts),
+      foldInto: (runId, event, published) => this.hosts.foldInto(runId, event, published),
       dirOf: (run) => this.dirOf(run),
       closed: () => this.closed,
     });
@@ -212,6 +213,7 @@ export class RunEngine {
   /** Follows agent runs; with `claim`, this process also claims and recovers runs. */
   async start(opts: { claim: boolean }): Promise<void> {
     this.unsubscribeSettled = this.deps.runs.onSettled((rec) => this.agent.onAgentSettled(rec));
+    this.deps.runs.foldFinal((rec) => this.agent.foldFinal(rec));
     this.workspaces.sweepTrash();
     if (!opts.claim) return;
     this.claimer.accepting = true;
@@ -252,6 +254,7 @@ export class RunEngine {
     this.stopClaiming();
     this.closed = true;
     this.unsubscribeSettled?.();
+    this.deps.runs.foldFinal(null);
     this.timers.close();
     this.agent.close();
     this.join.release();

@@ -14,8 +14,9 @@ import {
   type StartAgentParams,
 } from '../../machines/background-run.machine.js';
 import type { BackgroundRunStatus } from '../schemas/background.js';
-import { isStoreError, StoreError, type Versioned, type WriteOp } from '../store/store.js';
+import { isStoreError, StoreError, type EventInput, type StoredEvent, type Versioned, type WriteOp } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
+import { isSharedStore } from '../store/changes.js';
 import { HELD, TERMINAL, attemptRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord } from './types.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { EventOutbox } from './outbox.js';
@@ -50,6 +51,16 @@ export interface Handle {
   gate: { id: string; version: number | null } | null;
   /** The run's logger (bg_run_id, task_id bound), made on its first line (RunHosts.logOf). */
   log: AppLogger | null;
+}
+
+/** A run's row write that another writer's commit carries (RunHosts.foldInto). */
+export interface FoldedWrite {
+  ops: WriteOp[];
+  carry: { events: EventInput[]; stored(events: StoredEvent[]): void };
+  /** The carrying commit: resolves once it is durable, rejects when it was not written. */
+  settle(written: Promise<unknown>): void;
+  /** When a carrying commit not handed to the store yet may go (the next row write's round), or null: now. */
+  hold(): Promise<void> | null;
 }
 
 /** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
@@ -121,6 +132,8 @@ export class RunHosts {
    * release cost O(every live agent run, session and run actor) instead of O(live background runs).
    */
   private readonly actors: SupervisorGroup;
+  /** Set while foldInto applies its event: the `record` effect lands in this job. */
+  private folding: { h: Handle; job: WriteJob } | null = null;
 
   constructor(
     private readonly deps: BackgroundDeps,
@@ -277,6 +290,11 @@ export class RunHosts {
       bgRunLogger(this.deps.logger, ctx.run).error('background run effect without a live handle');
       return;
     }
+    // A transition folded into another writer's commit (foldInto) is written there.
+    if (this.folding?.h === h) {
+      this.folding.job.steps.push({ ctx, params });
+      return;
+    }
     // Transitions taken before the previous one's write started are written together with it:
     // a claim and the start of its attempt are one commit, the same CAS on the queued version.
     if (h.tailWrite) {
@@ -290,16 +308,19 @@ export class RunHosts {
         if (h.tailWrite === job) h.tailWrite = null;
         return this.writeRecord(h, job.steps);
       },
-      (err) => {
-        // Fenced or the store failed: this copy no longer knows the truth; drop it (the row is reloaded on next use).
-        this.logOf(h)[isStoreError(err, 'stale_version') ? 'warn' : 'error']({ err: String(err) }, 'background run write refused; dropping this copy');
-        if (isStoreError(err, 'stale_version')) this.deps.metrics.leaseLost('background');
-        this.hooks.forgetTask(h.row.value.run.task_id);
-        this.release(h, true);
-        this.hooks.kick();
-      },
+      (err) => this.writeFailed(h, err),
     );
     h.tailWrite = job;
+  }
+
+  /** Fenced or the store failed: this copy no longer knows the truth; drop it (the row is reloaded on next use). */
+  private writeFailed(h: Handle, err: unknown): void {
+    const refused = isStoreError(err, 'stale_version') || (err as Error)?.name === 'FencedError';
+    this.logOf(h)[refused ? 'warn' : 'error']({ err: String(err) }, 'background run write refused; dropping this copy');
+    if (refused) this.deps.metrics.leaseLost('background');
+    this.hooks.forgetTask(h.row.value.run.task_id);
+    this.release(h, true);
+    this.hooks.kick();
   }
 
   private async writeRecord(h: Handle, steps: WriteJob['steps']): Promise<void> {
@@ -310,6 +331,30 @@ export class RunHosts {
       this.hooks.kick();
       await this.hooks.join.next();
     }
+    const w = this.rowWrite(h, steps);
+    const { ctx, gate, ops, lifecycle } = w;
+    let written: Versioned<unknown> | null;
+    const stored = this.deps.store.capabilities.atomicCommitEvents === true;
+    try {
+      // On a store that writes them atomically, the lifecycle events ride in the row's commit:
+      // stored only if its CAS holds, in the same store round (see Store.commitWithEvents).
+      // Elsewhere (PostgreSQL) they are appended behind the commit on the run's outbox chain, so
+      // the run's next step does not wait for a second round.
+      const commit = stored ? this.deps.telemetry.commitWithEvents(ops, this.hooks.outbox.eventsOf(ctx, lifecycle)) : this.deps.store.commit(ops);
+      // Completions waiting for a write go into this one's store round.
+      this.hooks.join.release();
+      [written] = await commit;
+    } catch (err) {
+      // Another instance claimed a run of this one-at-a-time task first (the gate moved): this
+      // claim is refused like a fenced write, and the run stays queued for a later pass.
+      if (gate && isStoreError(err, 'conflict')) throw new StoreError('stale_version', `task ${ctx.run.task_id}: another instance claimed first`);
+      throw err;
+    }
+    this.afterRowWrite(h, w, written as Versioned<BgRunRow>, stored);
+  }
+
+  /** One row write of these transitions: the row, its attempts, gate and trace ops, its lifecycle records. Writes nothing. */
+  private rowWrite(h: Handle, steps: WriteJob['steps']) {
     const prev = h.row.value;
     const at = iso(this.deps.clock.now());
     const lifecycle: LifecycleRecord[] = [];
@@ -352,27 +397,68 @@ export class RunHosts {
         }),
       );
     }
-    let written: Versioned<unknown> | null;
-    const stored = this.deps.store.capabilities.atomicCommitEvents === true;
+    return { ctx, prevStatus: prev.run.status, next, ops, lifecycle, runJson, gate };
+  }
+
+  /** The row write landed (`written`): this copy, the overlap cache, the events' mirror, timers, waiters. */
+  private afterRowWrite(h: Handle, w: ReturnType<RunHosts['rowWrite']>, written: Versioned<BgRunRow>, stored: boolean): void {
+    h.row = written;
+    this.hooks.noteRun(w.ctx.run.task_id, h.id, w.ctx.run.status);
+    const flushed = this.hooks.outbox.queueEmit(w.ctx, w.lifecycle, { runJson: w.runJson, mirror: true, stored });
+    this.hooks.afterWrite(h, w.ctx, w.prevStatus, flushed);
+  }
+
+  /**
+   * Applies `event` (an agent run's completion) to a live run and, instead of writing it, hands
+   * the row write to the caller: the agent run's final commit carries it (RunService.foldFinal),
+   * so the agent run's end and the background run's are one atomic write, and a crash leaves both
+   * or neither. The transition is the machine's own (the actor takes the event; its `record`
+   * effect lands here). Null on a store other instances share, when the run is not live here, has a write of its own under way or
+   * queued (its row version is not settled), does not take the event, or the store cannot write
+   * events atomically: the event then comes the usual way (AgentBridge.onAgentSettled).
+   */
+  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void): FoldedWrite | null {
+    // Only on a store this process owns: no other instance can move the row meanwhile, so the
+    // row's CAS cannot refuse the agent run's final commit (a refusal would fence the agent run).
+    if (this.deps.store.capabilities.atomicCommitEvents !== true || isSharedStore(this.deps.store) || this.hooks.closed()) return null;
+    const h = this.handles.get(runId);
+    if (!h || h.dead || !h.actor || h.pending > 0 || h.tailWrite) return null;
+    const snap = h.actor.getSnapshot();
+    if (snap.status !== 'active' || !snap.can(event)) return null;
+    const job: WriteJob = { steps: [] };
+    this.folding = { h, job };
     try {
-      // On a store that writes them atomically, the lifecycle events ride in the row's commit:
-      // stored only if its CAS holds, in the same store round (see Store.commitWithEvents).
-      // Elsewhere (PostgreSQL) they are appended behind the commit on the run's outbox chain, so
-      // the run's next step does not wait for a second round.
-      const commit = stored ? this.deps.telemetry.commitWithEvents(ops, this.hooks.outbox.eventsOf(ctx, lifecycle)) : this.deps.store.commit(ops);
-      // Completions waiting for a write go into this one's store round.
-      this.hooks.join.release();
-      [written] = await commit;
-    } catch (err) {
-      // Another instance claimed a run of this one-at-a-time task first (the gate moved): this
-      // claim is refused like a fenced write, and the run stays queued for a later pass.
-      if (gate && isStoreError(err, 'conflict')) throw new StoreError('stale_version', `task ${ctx.run.task_id}: another instance claimed first`);
-      throw err;
+      h.actor.send(event);
+    } finally {
+      this.folding = null;
     }
-    h.row = written as Versioned<BgRunRow>;
-    this.hooks.noteRun(ctx.run.task_id, h.id, status);
-    const flushed = this.hooks.outbox.queueEmit(ctx, lifecycle, { runJson, mirror: true, stored });
-    this.hooks.afterWrite(h, ctx, prev.run.status, flushed);
+    if (job.steps.length === 0) return null; // nothing to write (the event changed nothing durable)
+    const w = this.rowWrite(h, job.steps);
+    let settle!: (written: Promise<unknown>) => void;
+    const landed = new Promise<unknown>((resolve) => (settle = resolve));
+    // The run's chain waits for the carrying commit: nothing else writes its row meanwhile.
+    this.enqueue(
+      h,
+      async () => {
+        await landed;
+        // The row's CAS held (the commit applied): its version is the next one.
+        this.afterRowWrite(h, w, { ...h.row, version: h.row.version + 1, value: w.next }, true);
+      },
+      (err) => this.writeFailed(h, err),
+    );
+    // Its worker is free now (the actor no longer counts as held): the next claim may share the
+    // carrying commit's store round.
+    this.hooks.kick();
+    const records = this.deps.telemetry.recordsOf(this.hooks.outbox.eventsOf(w.ctx, w.lifecycle));
+    // Nobody waits for this run: as writeRecord does, its commit (here, the agent run's final
+    // one, not handed to the store yet) waits for the next row write to share its round.
+    const mayWait = HELD.has(w.prevStatus) && !this.hooks.hasWaiter(h.id) && !this.hooks.closed();
+    return {
+      ops: w.ops,
+      carry: { events: records, stored: published },
+      settle: (written) => settle(written),
+      hold: () => (mayWait ? this.hooks.join.next() : null),
+    };
   }
 
   /** Called with 'running' or a terminal status: each is a trace status but 'skipped' (its trace is cancelled). */

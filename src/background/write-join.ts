@@ -7,8 +7,14 @@
 //
 // Why this is safe: the agent run's end is durable before its completion is decided (the bridge
 // hears of it once stored), so while the completion waits, a crash leaves the run `running` with
-// its agent run ended, exactly the state a crash between the two writes leaves today: the next
+// its agent run ended, exactly the state a crash between the two writes would leave: the next
 // start settles it from the agent run (AgentBridge.settleFromAgent) without running anything again.
+//
+// A completion folded into its agent run's final commit (RunHosts.foldInto) waits here only while
+// that commit is the agent run's creating write, still held back (CREATE_FOLD_MS bounds it, as
+// before): nothing of either run is durable meanwhile, so a crash is a crash before the agent
+// run's end (its idempotent work may run again; a non-idempotent tool never waits this way,
+// it hands the creating write over at once).
 
 /** Longest a completion waits for another row write to share its store round. */
 const JOIN_NEXT_WRITE_MS = 5;

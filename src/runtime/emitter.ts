@@ -1,5 +1,5 @@
 import type { Clock } from '../clock.js';
-import type { CommitOps, Store, StoredEvent, Versioned } from '../store/store.js';
+import type { CommitOps, EventInput, Store, StoredEvent, Versioned } from '../store/store.js';
 import type { EventBus } from '../telemetry/bus.js';
 import { createEventRecord, type CaptureSettings, type EventRecordInput } from '../telemetry/record.js';
 import { defaultRedactor, redact, type Redactor } from '../telemetry/redact.js';
@@ -66,12 +66,27 @@ export class TelemetryEmitter {
    */
   async commitWithEvents(ops: CommitOps, inputs: EventRecordInput[]): Promise<Array<Versioned<unknown> | null>> {
     if (inputs.length === 0) return this.store.commit(ops);
+    const records = this.recordsOf(inputs);
+    const r = await this.store.commitWithEvents(ops, records);
+    this.published(r.events);
+    return r.records;
+  }
+
+  /**
+   * The event records of a commit someone else issues (a background run's completion carried in
+   * its agent run's final commit): hand the records to that commit, then its stored events to
+   * `published`.
+   */
+  recordsOf(inputs: EventRecordInput[]): EventInput[] {
     const records = inputs.map((i) => createEventRecord(i, this.settings, this.clock));
     this.onAppending?.(records);
-    const r = await this.store.commitWithEvents(ops, records);
-    for (const e of r.events) this.bus.publish(e);
-    this.onAppended?.(r.events);
-    return r.records;
+    return records;
+  }
+
+  /** Events a commit stored (see recordsOf): published in order. */
+  published(stored: StoredEvent[]): void {
+    for (const e of stored) this.bus.publish(e);
+    this.onAppended?.(stored);
   }
 
   /**

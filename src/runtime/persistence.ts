@@ -1,4 +1,13 @@
-import { isStoreError, type RecordIndexes, type RecordKind, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import {
+  isStoreError,
+  type EventInput,
+  type RecordIndexes,
+  type RecordKind,
+  type Store,
+  type StoredEvent,
+  type Versioned,
+  type WriteOp,
+} from '../store/store.js';
 
 /** Raised to the owner when a write names a version that is no longer current: someone else owns the record now. */
 export class FencedError extends Error {
@@ -16,10 +25,21 @@ interface Waiter<T> {
   reject: (e: unknown) => void;
 }
 
+/**
+ * Events a write carries (Store.commitWithEvents, on a store that writes them atomically): stored
+ * only if the write's ops apply, in the same atomic write. `stored` hears them with their cursors
+ * before the write's callers do.
+ */
+export interface CarriedEvents {
+  events: EventInput[];
+  stored(events: StoredEvent[]): void;
+}
+
 /** A write handed to the store and not yet taken by it: later updates fold into it. */
 interface OpenWrite<T> {
   value: T;
   extra: Map<string, WriteOp>;
+  carried: CarriedEvents[];
   waiters: Waiter<T>[];
 }
 
@@ -56,7 +76,7 @@ export class RecordWriter<T> {
   private inflight: Array<Promise<unknown>> = [];
   private fenced = false;
   /** A creating write not handed to the store yet (create.delayMs). */
-  private deferred: { timer: NodeJS.Timeout; issue: () => void } | null = null;
+  private deferredWrite: { timer: NodeJS.Timeout; issue: () => void } | null = null;
 
   constructor(
     private readonly store: Store,
@@ -105,30 +125,50 @@ export class RecordWriter<T> {
    * store has queued: a write it issues there lands in the same store round or the next, as its
    * own job (it may fail without failing, or fencing, this one).
    */
-  update(mutate: (value: T) => T, extra: (value: T) => WriteOp[] = () => [], beforeCommit?: (value: T) => void): Promise<Versioned<T>> {
+  update(
+    mutate: (value: T) => T,
+    extra: (value: T) => WriteOp[] = () => [],
+    beforeCommit?: (value: T) => void,
+    /** Events the write carries (only on a store with capabilities.atomicCommitEvents; see CarriedEvents). */
+    carry?: () => CarriedEvents | null,
+  ): Promise<Versioned<T>> {
     if (this.fenced) return Promise.reject(new FencedError(this.kind, this.id));
     let value: T;
     let ops: WriteOp[];
+    let carried: CarriedEvents | null;
     try {
       value = mutate(this.head);
       ops = extra(value);
+      carried = carry?.() ?? null;
+      if (carried && this.store.capabilities.atomicCommitEvents !== true)
+        throw new Error('events can ride in a record write only on a store that writes them atomically');
     } catch (err) {
       return Promise.reject(err);
     }
     this.head = value;
-    const open = this.open ?? this.openWrite();
+    // A new write is filled before it is handed to the store: a store that takes it at once (the
+    // memory store calls the ops function inside commit) must see this update's extra ops too.
+    const fresh = this.open === null;
+    const open = this.open ?? this.openWrite(0, false);
     open.value = value;
     for (const op of ops) open.extra.set(`${op.kind}/${op.id}`, op);
+    if (carried) open.carried.push(carried);
     const done = new Promise<Versioned<T>>((resolve, reject) => open.waiters.push({ resolve, reject }));
+    if (fresh) this.issue(open);
     beforeCommit?.(value);
     return done;
   }
 
+  /** A delayed creating write (see the constructor) has not been handed to the store yet. */
+  get deferred(): boolean {
+    return this.deferredWrite !== null;
+  }
+
   /** Hands a delayed creating write (see the constructor) to the store now. */
   flush(): void {
-    const d = this.deferred;
+    const d = this.deferredWrite;
     if (!d) return;
-    this.deferred = null;
+    this.deferredWrite = null;
     clearTimeout(d.timer);
     d.issue();
   }
@@ -139,26 +179,27 @@ export class RecordWriter<T> {
     while (this.inflight.length > 0) await Promise.allSettled(this.inflight);
   }
 
-  private openWrite(delayMs = 0): OpenWrite<T> {
-    const open: OpenWrite<T> = { value: this.head, extra: new Map(), waiters: [] };
+  /** `issueNow` false: the caller fills the write, then issues it. */
+  private openWrite(delayMs = 0, issueNow = true): OpenWrite<T> {
+    const open: OpenWrite<T> = { value: this.head, extra: new Map(), carried: [], waiters: [] };
     this.open = open;
     if (delayMs > 0) {
       // Updates fold into `open` meanwhile (it stays this.open until the store takes it).
       const before = this.creating?.beforeIssue;
-      this.deferred = {
+      this.deferredWrite = {
         timer: setTimeout(() => this.flush(), delayMs),
         issue: () => {
           before?.();
           this.issue(open);
         },
       };
-    } else this.issue(open);
+    } else if (issueNow) this.issue(open);
     return open;
   }
 
   private issue(open: OpenWrite<T>): void {
     const expected = { version: 0, create: false };
-    const written = this.store.commit(() => {
+    const ops = (): WriteOp[] => {
       // The store takes this write now: later updates start a new one.
       if (this.open === open) this.open = null;
       if (this.fenced) throw new FencedError(this.kind, this.id);
@@ -181,7 +222,22 @@ export class RecordWriter<T> {
         { op: 'update', kind: this.kind, id: this.id, value: open.value, expectedVersion: expected.version, indexes: this.indexesOf(open.value) },
         ...open.extra.values(),
       ];
-    });
+    };
+    // On a store that writes events atomically with a commit, every write may carry some (an
+    // update folded in later may add them): they are read when the store takes the write.
+    const written: Promise<Array<Versioned<unknown> | null>> =
+      this.store.capabilities.atomicCommitEvents === true
+        ? this.store
+            .commitWithEvents(ops, () => open.carried.flatMap((c) => c.events))
+            .then((r) => {
+              let i = 0;
+              for (const c of open.carried) {
+                c.stored(r.events.slice(i, i + c.events.length));
+                i += c.events.length;
+              }
+              return r.records;
+            })
+        : this.store.commit(ops);
     const settled = written.then(
       ([rec]) => {
         const w = rec as Versioned<T>;

@@ -12,7 +12,7 @@ import type { EventRecordInput } from '../telemetry/record.js';
 import type { AgentLease, AgentProfile } from './agent-profile.js';
 import { FencedError, RecordWriter } from './persistence.js';
 import { phaseOf, recordFromSnapshot } from './run-projection.js';
-import type { RunKernel } from './run-kernel.js';
+import type { FinalFold, RunKernel } from './run-kernel.js';
 import { TERMINAL_RUN_STATUSES, runIndexes, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { iso, traceStatusOf, type SessionValue, type SnapshotValue, type StartOptions, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
@@ -188,6 +188,7 @@ export class RunHost {
     // the slow way.
     const session = this.session;
     const historyInCommit = status === 'completed' && session === null && this.sessionPrivate;
+    let fold: FinalFold | null = null;
     const extra = (r: RunRecord): WriteOp[] => {
       const ops: WriteOp[] = [
         {
@@ -212,6 +213,17 @@ export class RunHost {
         });
       }
       if (historyInCommit) ops.push(this.kernel.history.firstTurnOp(r, this.prelude));
+      // A completed background agent run carries its background run's completion (row, attempt,
+      // trace, lifecycle event) in this same commit: both are written or neither is.
+      if (status === 'completed' && this.kind === 'background' && this.kernel.finalFold) {
+        try {
+          fold = this.kernel.finalFold(r);
+        } catch (err) {
+          fold = null; // nothing folded: the completion goes the usual way (onSettled)
+          this.log.error({ err: String(err) }, 'could not fold the background run completion into the final commit');
+        }
+        if (fold) ops.push(...fold.ops);
+      }
       return ops;
     };
     // A run's events are stored before it reads as ended or waiting, so a client that sees that
@@ -232,14 +244,28 @@ export class RunHost {
       status === 'completed' && session !== undefined && !historyInCommit
         ? (r: RunRecord) => (this.historyWrite = this.kernel.history.write(session, r, this.prelude))
         : undefined;
-    const write = this.writer.update((r) => recordFromSnapshot(r, state, ctx, phase, now, this.deps.telemetry), extra, beforeCommit);
+    const write = this.writer.update(
+      (r) => recordFromSnapshot(r, state, ctx, phase, now, this.deps.telemetry),
+      extra,
+      beforeCommit,
+      () => (fold as FinalFold | null)?.carry ?? null,
+    );
+    (fold as FinalFold | null)?.settle(write);
     if (historyInCommit)
       this.historyWrite = write.then(
         () => true,
         () => false,
       );
-    // An end, a pause or a stop must be durable at once (a delayed creation goes now).
-    if (phase.ending) this.writer.flush();
+    // An end, a pause or a stop must be durable at once (a delayed creation goes now), but a
+    // completion that carries its background run's may wait a few ms, still unwritten, for the
+    // next run's claim to share its round (FinalFold.hold).
+    const hold = phase.ending && this.writer.deferred ? ((fold as FinalFold | null)?.hold() ?? null) : null;
+    if (hold)
+      void hold.then(
+        () => this.writer.flush(),
+        () => this.writer.flush(),
+      );
+    else if (phase.ending) this.writer.flush();
     if (terminal)
       void write.then(
         (r) => this.finish(r.value),

@@ -13,7 +13,7 @@ import { RunDecisions } from './run-decisions.js';
 import { RunEffects } from './run-effects.js';
 import type { RunHost } from './run-host.js';
 import type { InboxValue } from './run-inbox.js';
-import { RunKernel } from './run-kernel.js';
+import { RunKernel, type FinalFold } from './run-kernel.js';
 import { newRunRecord, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { RunRecovery, type ResumeHow } from './run-recovery.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
@@ -58,6 +58,15 @@ export class RunService {
    */
   onSettled(listener: (record: RunRecord) => void): () => void {
     return this.kernel.onSettled(listener);
+  }
+
+  /**
+   * A background agent run that completes asks `fold` (the background manager) for writes to
+   * carry in its final commit: its background run's completion, so both are one atomic write
+   * (only on a store with capabilities.atomicCommitEvents; null: nothing folded). Must not throw.
+   */
+  foldFinal(fold: ((record: RunRecord) => FinalFold | null) | null): void {
+    this.kernel.finalFold = fold;
   }
 
   /**

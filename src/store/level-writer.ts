@@ -24,6 +24,7 @@ import {
   StoreError,
   assertOpApplies,
   encodeCursor,
+  type CommitEvents,
   type CommitOps,
   type EventInput,
   type OnSwallowed,
@@ -38,8 +39,8 @@ export interface RecordJob {
   type: 'records';
   /** A function is called when the round takes the job (Store.commit). */
   ops: CommitOps;
-  /** Store.commitWithEvents: appended in the same batch, only if every op applies. */
-  events?: EventInput[];
+  /** Store.commitWithEvents: appended in the same batch, only if every op applies (a function: called right after `ops`). */
+  events?: CommitEvents;
   /** The events as stored (with their cursors), called right before `resolve`. */
   stored?(events: StoredEvent[]): void;
   resolve(v: Array<Versioned<unknown> | null>): void;
@@ -266,7 +267,11 @@ export class LevelWriter {
         while (n < this.queue.length && (n === 0 || ops < ROUND_OPS)) {
           const j = this.queue[n++];
           ops +=
-            j.type === 'events' ? j.events.length * 6 : j.type === 'records' ? (Array.isArray(j.ops) ? j.ops.length : 2) * 8 + (j.events?.length ?? 0) * 6 : 0;
+            j.type === 'events'
+              ? j.events.length * 6
+              : j.type === 'records'
+                ? (Array.isArray(j.ops) ? j.ops.length : 2) * 8 + (j.events === undefined ? 0 : Array.isArray(j.events) ? j.events.length : 1) * 6
+                : 0;
         }
         await this.round(this.queue.splice(0, n));
       }
@@ -280,11 +285,13 @@ export class LevelWriter {
     const settle: Array<() => void> = [];
     // 0. Jobs that gave a function get their ops now, in queue order (Store.commit).
     const opsOf = new Map<RecordJob, WriteOp[]>();
+    const eventsOf = new Map<RecordJob, EventInput[]>();
     const failed = new Map<RecordJob, unknown>();
     for (const j of jobs) {
       if (j.type !== 'records') continue;
       try {
         opsOf.set(j, typeof j.ops === 'function' ? j.ops() : j.ops);
+        if (j.events) eventsOf.set(j, typeof j.events === 'function' ? j.events() : j.events);
       } catch (e) {
         failed.set(j, e);
         opsOf.set(j, []);
@@ -386,8 +393,9 @@ export class LevelWriter {
           const staged = stageRecordOps(opsOf.get(job)!, rows, counters, this.lastSeq);
           // The job's events join the batch only now that every op applies; stageEvents throws
           // (a value JSON cannot encode) before it stages anything, so the job fails whole.
-          if (job.events?.length) {
-            const stored = stageEvents(job.events, this.lastCursor + 1, batch, postings);
+          const jobEvents = eventsOf.get(job);
+          if (jobEvents?.length) {
+            const stored = stageEvents(jobEvents, this.lastCursor + 1, batch, postings);
             this.lastCursor += stored.length;
             settle.push(() => job.stored?.(stored));
           }

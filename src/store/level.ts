@@ -40,6 +40,7 @@ import {
   decodeCursor,
   dropTo,
   encodeCursor,
+  type CommitEvents,
   type CommitOps,
   type EventInput,
   type EventPage,
@@ -286,7 +287,7 @@ export class LevelStore implements Store {
     });
   }
 
-  commitWithEvents(ops: CommitOps, events: EventInput[]): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
+  commitWithEvents(ops: CommitOps, events: CommitEvents): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
     return this.run(async () => {
       let stored: StoredEvent[] = [];
       const records = await new Promise<Array<Versioned<unknown> | null>>((resolve, reject) =>

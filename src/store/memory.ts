@@ -8,6 +8,7 @@ import {
   assertOpApplies,
   decodeCursor,
   encodeCursor,
+  type CommitEvents,
   type CommitOps,
   type EventIndexField,
   type EventInput,
@@ -140,16 +141,16 @@ export class MemoryStore implements Store {
     return this.commitNow(input, []).records;
   }
 
-  async commitWithEvents(input: CommitOps, events: EventInput[]): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
+  async commitWithEvents(input: CommitOps, events: CommitEvents): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
     return this.commitNow(input, events);
   }
 
   /** Checks every op, then writes the records and appends the events, or throws having written nothing. */
-  private commitNow(input: CommitOps, events: EventInput[]): { records: Array<Versioned<unknown> | null>; events: StoredEvent[] } {
+  private commitNow(input: CommitOps, events: CommitEvents): { records: Array<Versioned<unknown> | null>; events: StoredEvent[] } {
     this.check();
     const ops = typeof input === 'function' ? input() : input;
     // Copied first: an event JSON cannot encode fails the commit before anything is written.
-    const copies = events.map((e) => jsonCopy(e));
+    const copies = (typeof events === 'function' ? events() : events).map((e) => jsonCopy(e));
     // Stage every op against an overlay first; the real maps change only when all checks passed.
     const staged = new Map<string, { kind: RecordKind; id: string; row: Row | null }>();
     const lookup = (kind: RecordKind, id: string): Row | null => {

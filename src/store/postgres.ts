@@ -52,6 +52,7 @@ import {
   decodeCursor,
   dropTo,
   encodeCursor,
+  type CommitEvents,
   type CommitOps,
   type EventInput,
   type EventPage,
@@ -432,12 +433,13 @@ export class PostgresStore implements Store {
    * round's events whatever its commits do, so one round could store the events of a refused
    * commit. Not atomic: see Store.commitWithEvents.
    */
-  commitWithEvents(ops: CommitOps, events: EventInput[]): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
+  commitWithEvents(ops: CommitOps, events: CommitEvents): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
     return this.run(async () => {
-      // An event JSON cannot encode fails the whole call before the commit is written.
-      for (const e of events) JSON.stringify(e);
+      // An event JSON cannot encode fails the whole call before the commit is written (a
+      // function's events only once the commit is in: they are made when its ops are taken).
+      if (Array.isArray(events)) for (const e of events) JSON.stringify(e);
       const records = await this.writer.commit(ops);
-      return { records, events: await this.writer.append(events) };
+      return { records, events: await this.writer.append(typeof events === 'function' ? events() : events) };
     });
   }
 

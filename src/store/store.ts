@@ -66,6 +66,13 @@ export interface Page<T> {
 /** What `commit` takes: the ops, or a function giving them when the store takes the write. */
 export type CommitOps = WriteOp[] | (() => WriteOp[]);
 
+/**
+ * The events of a `commitWithEvents`: a list, or a function giving it, called once right after
+ * the ops (a function's, when the store takes the write), so a write not yet taken can still
+ * gain events (RecordWriter folds a background run's completion into an agent run's final commit).
+ */
+export type CommitEvents = EventInput[] | (() => EventInput[]);
+
 /** One operation of an atomic `commit`. */
 export type WriteOp =
   | { op: 'create'; kind: RecordKind; id: string; value: unknown; indexes?: RecordIndexes }
@@ -272,9 +279,10 @@ export interface Store {
    * whatever the commits do), so a crash in between may leave the records without the events:
    * a caller keeps what it needs to append them again (the background run row's outbox does).
    * Rejects when the commit fails (nothing written) or, there, when that append fails (the
-   * records are written). Durable when the promise resolves.
+   * records are written). Durable when the promise resolves. `events` may be a function
+   * (CommitEvents): called once, right after the ops are taken.
    */
-  commitWithEvents(ops: CommitOps, events: EventInput[]): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }>;
+  commitWithEvents(ops: CommitOps, events: CommitEvents): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }>;
   /**
    * Optional hint: these records are about to be written, with these index values. An adapter
    * may read what that write will need now, off the caller's path (LevelStore does). Never

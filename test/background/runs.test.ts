@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import type { EventInput, WriteOp } from '../../src/store/store.js';
 import {
   BackgroundRun,
   BackgroundRunAttemptsResponse,
@@ -166,7 +167,14 @@ describe('a manual run, end to end', () => {
     store.appendEvents = (events) => (appended.push(events.map((e) => e.event_type)), appendEvents.call(store, events));
     // A function form is called when the store takes the write (not here).
     store.commit = (ops) => commit.call(store, typeof ops === 'function' ? () => noted(ops()) : noted(ops));
-    store.commitWithEvents = (ops, events) => (withEvents.push(events.map((e) => e.event_type)), commitWithEvents.call(store, ops, events));
+    // Events may be a function too (called right after the ops, when the store takes the write).
+    const notedEvents = (list: EventInput[]) => (withEvents.push(list.map((e) => e.event_type)), list);
+    store.commitWithEvents = (ops, events) =>
+      commitWithEvents.call(
+        store,
+        typeof ops === 'function' ? () => noted(ops()) : noted(ops),
+        typeof events === 'function' ? () => notedEvents(events()) : notedEvents(events),
+      );
     let r: { run_id: string; session_id: string };
     try {
       r = await run(await task({ query: 'just answer', session_policy: { mode: 'run' } }), { wait: true });
@@ -188,6 +196,56 @@ describe('a manual run, end to end', () => {
     expect(history.status).toBe(200);
     expect(history.body.messages.map((m: { role: string }) => m.role)).toEqual(['user', 'assistant']);
     expect((await events(r!.run_id)).map((e) => e.sequence)).toEqual([1, 2, 3, 4]);
+  });
+
+  it('writes a completed run\u2019s end in its agent run\u2019s final commit: three commits per run, the completion with the agent run\u2019s record', async () => {
+    const store = server.store;
+    if (!store.capabilities.atomicCommitEvents) return; // PostgreSQL keeps the completion a write of its own
+    // Every commit the run's writes make, each with its ops and the events it carries.
+    const writes: Array<{ ops: string[]; events: string[] }> = [];
+    const { commit, commitWithEvents } = store;
+    const entry = () => {
+      const w = { ops: [] as string[], events: [] as string[] };
+      writes.push(w);
+      return w;
+    };
+    const opsOf = (w: { ops: string[] }, ops: Parameters<typeof commit>[0]) => {
+      const list = (l: WriteOp[]) => (w.ops.push(...l.map((o) => `${o.op}:${o.kind}`)), l);
+      return typeof ops === 'function' ? () => list(ops()) : list(ops);
+    };
+    store.commit = (ops) => commitWithEvents.call(store, opsOf(entry(), ops), []).then((r) => r.records);
+    store.commitWithEvents = (ops, events) => {
+      const w = entry();
+      const list = (l: EventInput[]) => (w.events.push(...l.map((e) => e.event_type)), l);
+      return commitWithEvents.call(store, opsOf(w, ops), typeof events === 'function' ? () => list(events()) : list(events));
+    };
+    let r: { run_id: string; status: string };
+    try {
+      r = await run(await task({ query: 'just answer', session_policy: { mode: 'run' } }), { wait: true });
+    } finally {
+      store.commit = commit;
+      store.commitWithEvents = commitWithEvents;
+    }
+    expect(r!.status).toBe('completed');
+    const mine = writes.filter((w) => w.ops.some((o) => o.endsWith(':bg_runs') || o.endsWith(':runs')));
+    // enqueue, claim + start, and the agent run's final commit carrying the completion
+    expect(mine.map((w) => w.events.filter((e) => e.startsWith('background_')))).toEqual([
+      ['background_run_queued'],
+      ['background_run_claimed', 'background_run_started'],
+      ['background_run_completed'],
+    ]);
+    const final = mine[2];
+    expect(final.ops).toEqual(expect.arrayContaining(['update:bg_runs', 'update:bg_attempts', 'create:sessions']));
+    expect(final.ops.some((o) => o === 'create:runs' || o === 'update:runs')).toBe(true);
+    // Nothing reads as changed: the run, its events 1..4, its task's counts.
+    const got = await a.get(`/background/runs/${r!.run_id}`);
+    expect(got.body).toMatchObject({ status: 'completed', attempt: 1 });
+    expect((await events(r!.run_id)).map((e) => [e.sequence, e.event])).toEqual([
+      [1, 'background_run_queued'],
+      [2, 'background_run_claimed'],
+      [3, 'background_run_started'],
+      [4, 'background_run_completed'],
+    ]);
   });
 
   it('writes run.json and events.jsonl, lists the workspace and downloads files, refusing traversal', async () => {

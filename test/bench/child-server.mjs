@@ -135,16 +135,27 @@ async function startAgentd() {
     store.commitWithEvents = (ops, events) => {
       stats.commits++;
       if (!countBytes) return countCommitEvents(ops, events);
-      stats.events += events.length;
-      for (const e of events) stats.eventBytes += size(e);
+      // events may be a function (called right after the ops, when the store takes the write):
+      // counted then, with the ops, under one shape.
+      let listed = Array.isArray(events) ? events : null;
+      const countEvents = (list) => {
+        stats.events += list.length;
+        for (const e of list) stats.eventBytes += size(e);
+        return list;
+      };
+      if (listed) countEvents(listed);
       const tally = (list) => {
-        const shape = [...new Set(list.map((op) => `${op.op}:${op.kind}`))].sort().join('+') + ` with:${events.map((e) => e.event_type).join(',')}`;
+        if (!listed) listed = countEvents(events());
+        const shape = [...new Set(list.map((op) => `${op.op}:${op.kind}`))].sort().join('+') + ` with:${listed.map((e) => e.event_type).join(',')}`;
         stats.shapes[shape] = (stats.shapes[shape] ?? 0) + 1;
         stats.ops += list.length;
         for (const op of list) countOp(op);
         return list;
       };
-      return countCommitEvents(typeof ops === 'function' ? () => tally(ops()) : tally(ops), events);
+      return countCommitEvents(
+        typeof ops === 'function' ? () => tally(ops()) : tally(ops),
+        Array.isArray(events) ? events : () => listed ?? countEvents(events()),
+      );
     };
   }
   const countAppend = store.appendEvents?.bind(store);

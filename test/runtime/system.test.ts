@@ -168,6 +168,32 @@ describe('RecordWriter', () => {
     await writer.update((v) => ({ n: v.n + 5 }));
     expect(writer.version).toBe(2);
     expect((await store.getRecord<{ n: number }>('runs', 'm'))!.value.n).toBe(5);
+    // The memory store takes a write inside commit(): an update's extra ops and carried events
+    // must already be in it (they were lost: the write was handed over before they were added).
+    const stored: string[] = [];
+    await writer.update(
+      (v) => ({ n: v.n + 1 }),
+      () => [{ op: 'update', kind: 'snapshots', id: 'm', value: { snap: 6 }, expectedVersion: null }],
+      undefined,
+      () => ({
+        events: [{ event_id: 'e1', event_type: 'x', timestamp: new Date(0).toISOString() }],
+        stored: (evs) => stored.push(...evs.map((e) => e.cursor)),
+      }),
+    );
+    expect((await store.getRecord<{ snap: number }>('snapshots', 'm'))?.value.snap).toBe(6);
+    expect(stored).toHaveLength(1);
+    expect((await store.readEvents({})).events.map((e) => e.event_id)).toEqual(['e1']);
+  });
+
+  it('refuses to carry events on a store that does not write them atomically with a commit', async () => {
+    const store = new MemoryStore();
+    await store.open();
+    const created = await store.createRecord('runs', 'p', { n: 0 });
+    Object.defineProperty(store, 'capabilities', { value: { ...store.capabilities, atomicCommitEvents: false } });
+    const writer = new RecordWriter<{ n: number }>(store, 'runs', 'p', created, () => ({}));
+    const carry = () => ({ events: [{ event_id: 'e2', event_type: 'x', timestamp: new Date(0).toISOString() }], stored: () => undefined });
+    await expect(writer.update((v) => ({ n: v.n + 1 }), undefined, undefined, carry)).rejects.toThrow(/atomically/);
+    expect((await store.getRecord<{ n: number }>('runs', 'p'))!.value.n).toBe(0);
   });
 });
 
