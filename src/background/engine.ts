@@ -355,6 +355,7 @@ export class RunEngine {
     const flushed = this.outbox.queueEmit(ctx, p.lifecycle, { runJson: true, mirror: !terminal, stored: eventsStored });
     if (terminal) {
       this.deps.metrics.backgroundRuns.inc({ status: ctx.run.status });
+      this.retention.runEnded(ctx.run.task_id);
       if (this.waiters.has(ctx.run.run_id)) void flushed.then(() => this.waiters.resolve(ctx.run));
     } else {
       this.claimer.kick(ctx.internal.not_before ? Date.parse(ctx.internal.not_before) : undefined);
@@ -435,7 +436,10 @@ export class RunEngine {
     this.timers.afterWrite(h, ctx, HELD.has(status));
     if (WAITING.has(status)) this.agent.watchResume(runId, ctx.internal.agent_run_id);
     else this.agent.unwatchResume(runId);
-    if (TERMINAL.has(status) && !TERMINAL.has(prevStatus)) this.deps.metrics.backgroundRuns.inc({ status });
+    if (TERMINAL.has(status) && !TERMINAL.has(prevStatus)) {
+      this.deps.metrics.backgroundRuns.inc({ status });
+      this.retention.runEnded(ctx.run.task_id);
+    }
     // A caller told "ended" (wait) must find every event of the run stored, and its files written.
     if ((TERMINAL.has(status) || WAITING.has(status)) && this.waiters.has(runId)) void flushed.then(() => this.waiters.resolve(ctx.run));
     // Back in the queue at its old place (the claimer's buffer of queued runs may hold rows after it).
@@ -480,11 +484,16 @@ export class RunEngine {
   sweepRetention(opts: {
     maxAgeMs: number;
     maxPerTask: number;
-    tasks: Iterable<string>;
+    isTask: (taskId: string) => boolean;
     occurrenceDone: (run: BackgroundRun) => boolean;
     budget?: number;
   }): Promise<number> {
     return this.retention.sweepRetention(opts);
+  }
+
+  /** The next retention sweep counts these tasks' ended runs (on top of those with a run ended since the last one). */
+  countAtNextSweep(taskIds: Iterable<string>): void {
+    this.retention.countAtNextSweep(taskIds);
   }
 
   private clearRunTimers(runId: string): void {

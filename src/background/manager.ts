@@ -37,6 +37,8 @@ const iso = (ms: number) => new Date(ms).toISOString();
 
 /** How often an instance of a shared store compares every task with the store (lost notifications). */
 const TASK_RESYNC_MS = 15_000;
+/** How often the retention sweep counts every task's ended runs, not only those of tasks with a run ended since the last sweep. */
+const FULL_COUNT_EVERY_MS = 3_600_000;
 
 export class BackgroundManager {
   readonly engine: RunEngine;
@@ -47,6 +49,8 @@ export class BackgroundManager {
   readonly runs: BackgroundRunQueries;
   private ticker: NodeJS.Timeout | null = null;
   private retentionTimer: NodeJS.Timeout | null = null;
+  /** When the retention sweep last counted every task's ended runs (FULL_COUNT_EVERY_MS). */
+  private lastFullCount = 0;
   private sweeping: Promise<number> | null = null;
   private tickCount = 0;
   private maintaining = false;
@@ -87,6 +91,9 @@ export class BackgroundManager {
     await this.engine.start({ claim });
     this.initialized = true;
     if (!claim) return;
+    // Runs that ended before this start (a crash before their sweep): the first sweep counts every task loaded.
+    this.engine.countAtNextSweep(this.scheduler.tasks.keys());
+    this.lastFullCount = this.now();
     this.running = true;
     this.scheduler.startTicking();
     const poll = this.cfg.poll_interval_ms;
@@ -126,11 +133,17 @@ export class BackgroundManager {
     if (this.sweeping) return this.sweeping;
     const r = this.cfg.run_retention;
     const { scheduler } = this;
+    // A sweep counts the runs of the tasks whose runs ended since the last one; once an hour every
+    // task, in case an end was not seen here (one written by another instance that then died).
+    if (this.now() - this.lastFullCount >= FULL_COUNT_EVERY_MS) {
+      this.engine.countAtNextSweep(scheduler.tasks.keys());
+      this.lastFullCount = this.now();
+    }
     this.sweeping = this.engine
       .sweepRetention({
         maxAgeMs: r.max_age_days * 86_400_000,
         maxPerTask: r.max_runs_per_task,
-        tasks: [...scheduler.tasks.keys()],
+        isTask: (taskId) => scheduler.tasks.has(taskId),
         // An occurrence record is what stops a replay; it may go once the schedule moved past it
         // (or the task is gone: a re-created task starts a new revision, so new occurrence ids).
         occurrenceDone: (run) => {
