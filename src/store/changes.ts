@@ -131,6 +131,13 @@ export interface PgChangesOptions {
   log?: (level: 'info' | 'warn' | 'error', msg: string, extra?: Record<string, unknown>) => void;
   /** A listener's fault, a connection that fails to close: see OnSwallowed. */
   onSwallowed?: OnSwallowed;
+  /**
+   * Sends a notification another way than this feed's own connection: the PostgreSQL store hands
+   * it to its group commit, whose next round's statement carries it (src/store/pg-writer.ts), so
+   * it costs no transaction of its own. Never rejects. Without it, notifications are sent on the
+   * LISTEN connection, batched, one statement per batch.
+   */
+  send?: (channel: ChangeChannel, payload: string) => Promise<void>;
   /** Test seam: builds the client (default: `new pg.Client({ connectionString: url })`). */
   client?: () => Promise<PgClientLike>;
 }
@@ -138,8 +145,8 @@ export interface PgChangesOptions {
 /**
  * LISTEN/NOTIFY on ONE dedicated connection (a pooled connection cannot LISTEN: the pool hands it
  * to others). Reconnects with capped exponential backoff; on each reconnect it LISTENs again and
- * tells `onReconnect` listeners, who re-read what they follow. Sends go through the same
- * connection, one at a time, from a bounded queue.
+ * tells `onReconnect` listeners, who re-read what they follow. Sends go through `send` when given
+ * (the store's group commit), else through the same connection, one at a time, from a bounded queue.
  */
 export class PgChanges implements StoreChanges {
   private readonly subs = new Map<string, Set<(payload: string) => void>>();
@@ -192,6 +199,7 @@ export class PgChanges implements StoreChanges {
 
   notify(channel: ChangeChannel, payload: string): Promise<void> {
     if (this.closed || payload.length > MAX_CHANGE_PAYLOAD) return Promise.resolve();
+    if (this.opts.send) return this.opts.send(channel, payload);
     if (this.queue.length >= this.maxQueued) this.queue.shift();
     this.queue.push({ channel, payload });
     return this.pump();

@@ -1,7 +1,9 @@
 // The PostgreSQL adapter's writes: a group commit like LevelStore's (see the header of
 // postgres.ts). `commit` and `append` calls queue in call order; a round (one at a time per
 // process, started on a setImmediate) takes every queued job (bounded), calls the commits'
-// function forms, and sends them all in ONE statement, agentd.write_round(...).
+// function forms, and sends them all in ONE statement, agentd.write_round(...). Change-feed
+// notifications (NOTIFY, src/store/changes.ts) queue here too and ride in the next round's
+// statement: no transaction, round trip or WAL flush of their own (see `notify`).
 import pg from 'pg';
 import { ERROR_CODES, isTransientCode } from './pg-errors.js';
 import { storedEventText } from './event-text.js';
@@ -75,8 +77,30 @@ function storedView(e: EventInput, body: string, cursor: string): StoredEvent {
   return s;
 }
 
-type Job = { kind: 'commit'; p: PendingCommit } | { kind: 'append'; p: PendingAppend };
-type Taken = { kind: 'commit'; p: PendingCommit; ops: EncodedOp[] } | { kind: 'append'; p: PendingAppend };
+interface PendingNotify {
+  channel: string;
+  payload: string;
+  resolve: () => void;
+  reject: (e: unknown) => void;
+}
+
+/** Notifications one round carries at most (each payload is under 8000 bytes). */
+const ROUND_MAX_NOTIFIES = 100;
+
+/**
+ * A round with notifications: write_round's rows, then ONE more row (an aggregate always yields
+ * one) whose evaluation sends them, in the same statement and transaction, so PostgreSQL delivers
+ * them when the round commits (never if it does not). The client reads every row, so both parts of
+ * the UNION ALL are evaluated; pg_notify is parallel-unsafe, so the plan is serial and in order.
+ */
+const WRITE_ROUND_NOTIFY_SQL =
+  `SELECT r_version, r_seq, r_err, r_msg FROM (${WRITE_ROUND_SQL}) w ` +
+  'UNION ALL SELECT NULL::int, count(pg_notify(n.c, n.p))::bigint, NULL::text, NULL::text FROM unnest($15::text[], $16::text[]) AS n(c, p)';
+/** A round of notifications alone. */
+const NOTIFY_SQL = 'SELECT count(pg_notify(n.c, n.p))::bigint AS n FROM unnest($1::text[], $2::text[]) AS n(c, p)';
+
+type Job = { kind: 'commit'; p: PendingCommit } | { kind: 'append'; p: PendingAppend } | { kind: 'notify'; p: PendingNotify };
+type Taken = { kind: 'commit'; p: PendingCommit; ops: EncodedOp[] } | { kind: 'append'; p: PendingAppend } | { kind: 'notify'; p: PendingNotify };
 
 export class PgWriter {
   private readonly jobs: Job[] = [];
@@ -107,6 +131,19 @@ export class PgWriter {
       this.enqueue({ kind: 'append', p: { events: encoded, resolve, reject } });
     });
     return events.map((e, i) => storedView(e, encoded[i].body, encodeCursor(base + i + 1)));
+  }
+
+  /**
+   * A change-feed notification (pg_notify) sent by the next round, inside its transaction: at c=32
+   * a round is almost always under way or about to start, so the notification costs no statement,
+   * round trip or commit (WAL flush) of its own; with nothing else to write it makes a round alone
+   * (one statement, as a separate NOTIFY would). Delivered when that round commits; lost (never
+   * thrown) when it fails: a notification is a hint (src/store/changes.ts). Resolves once sent.
+   */
+  notify(channel: string, payload: string): Promise<void> {
+    return new Promise<void>((resolve) => {
+      this.enqueue({ kind: 'notify', p: { channel, payload, resolve, reject: () => resolve() } });
+    });
   }
 
   /**
@@ -150,8 +187,16 @@ export class PgWriter {
     let nCommits = 0;
     let nOps = 0;
     let nEvents = 0;
+    let nNotifies = 0;
     while (this.jobs.length > 0 && nCommits < ROUND_MAX_COMMITS && nOps < ROUND_MAX_OPS) {
       const job = this.jobs[0];
+      if (job.kind === 'notify') {
+        if (nNotifies >= ROUND_MAX_NOTIFIES) break;
+        this.jobs.shift();
+        taken.push(job);
+        nNotifies++;
+        continue;
+      }
       if (job.kind === 'append') {
         if (nEvents > 0 && nEvents + job.p.events.length > ROUND_MAX_EVENTS) break;
         this.jobs.shift();
@@ -199,7 +244,14 @@ export class PgWriter {
     const expected: Array<number | null> = [];
     const ix: Array<string | null> = [];
     const events: EncodedEvent[] = [];
+    const channels: string[] = [];
+    const payloads: string[] = [];
     taken.forEach((t, c) => {
+      if (t.kind === 'notify') {
+        channels.push(t.p.channel);
+        payloads.push(t.p.payload);
+        return;
+      }
       if (t.kind === 'append') {
         events.push(...t.p.events);
         return;
@@ -214,11 +266,18 @@ export class PgWriter {
         ix.push(e.ix);
       }
     });
+    if (opName.length === 0 && events.length === 0) {
+      // Notifications alone.
+      await this.db.query({ name: 'agentd_notify', text: NOTIFY_SQL, values: [channels, payloads] }, false);
+      for (const t of taken) if (t.kind === 'notify') t.p.resolve();
+      return;
+    }
+    const notifying = channels.length > 0;
     const col = (i: number) => events.map((e) => e.fields[i]);
     const r = await this.db.query<{ r_version: number | null; r_seq: string | null; r_err: string | null; r_msg: string | null }>(
       {
-        name: 'agentd_write_round',
-        text: WRITE_ROUND_SQL,
+        name: notifying ? 'agentd_write_round_notify' : 'agentd_write_round',
+        text: notifying ? WRITE_ROUND_NOTIFY_SQL : WRITE_ROUND_SQL,
         values: [
           commitNo,
           opName,
@@ -234,14 +293,21 @@ export class PgWriter {
           col(3),
           col(4),
           joinJson(events.map((e) => e.body)),
+          ...(notifying ? [channels, payloads] : []),
         ],
       },
       false,
     );
+    // The notifications' row comes last: not one of write_round's.
+    if (notifying) r.rows.pop();
     // Rows: one per op in order, then (when events were appended) one whose r_seq is the base.
     let base = events.length > 0 ? Number(r.rows[r.rows.length - 1].r_seq) : 0;
     let k = 0;
     for (const t of taken) {
+      if (t.kind === 'notify') {
+        t.p.resolve();
+        continue;
+      }
       if (t.kind === 'append') {
         t.p.resolve(base);
         base += t.p.events.length;

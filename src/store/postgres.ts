@@ -28,6 +28,13 @@
 // that appends are serialised across processes for the length of one tiny autocommit statement;
 // group commit amortises it (one lock hold per round, whatever the number of events).
 //
+// Change-feed notifications (LISTEN/NOTIFY, src/store/changes.ts: the cluster link's event
+// ranges, cancels, task edits, inbox writes) are not sent as statements of their own: they queue
+// in the group commit and the next round's statement sends them (pg_notify) inside its
+// transaction, so PostgreSQL delivers them when that round commits. At c=32 a round is nearly
+// always under way or about to start: a notification costs no transaction, round trip or WAL
+// flush; alone, it makes a round of its own (one statement, as before).
+//
 // Failures: transient PostgreSQL errors (connection loss class 08, serialization_failure 40001,
 // deadlock 40P01, admin/crash shutdown 57P01-57P03, too_many_connections 53300, a failover's
 // refused connections) are retried with backoff for up to RETRY_WINDOW_MS: reads always; writes
@@ -190,6 +197,8 @@ export class PostgresStore implements Store {
           url: this.opts.url,
           log: (level, msg, extra) => this.opts.log?.(level === 'info' ? 'info' : 'warn', `${msg}${extra?.err ? `: ${String(extra.err)}` : ''}`),
           onSwallowed: this.opts.onSwallowed,
+          // Notifications ride in the group commit's next round (no transaction of their own).
+          send: (channel, payload) => (this.poolRef ? this.writer.notify(channel, payload) : Promise.resolve()),
         });
         await feed.start();
         this.changes = feed;

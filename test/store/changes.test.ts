@@ -1,7 +1,10 @@
 // The PostgreSQL change feed (src/store/changes.ts) on a real server: notifications reach every
 // listener; a listener whose connection is killed reconnects, says so, and hears what follows;
-// an oversized payload is dropped, never sent.
+// an oversized payload is dropped, never sent. The PostgreSQL store sends them inside its group
+// commit's rounds.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { PostgresStore } from '../../src/store/postgres.js';
 import { PgChanges, CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD } from '../../src/store/changes.js';
 import { adminQuery, createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { eventually } from '../helpers/server.js';
@@ -61,5 +64,58 @@ describe('PgChanges.listening', () => {
     expect(feed.listening()?.generation).toBe(1);
     await adminQuery(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'agentd-changes'`, [db.name]);
     await eventually(() => (feed.listening()?.generation ?? 0) === 2, 10_000, 'the feed reconnected: generation 2');
+  });
+});
+
+describe('PostgresStore notifications', () => {
+  it('ride in the group commit: a commit and a notification issued together are ONE statement, delivered when it commits', async () => {
+    const store = new PostgresStore({ url: db.url, poolSize: 3 });
+    await store.open();
+    const listener = new PgChanges({ url: db.url });
+    feeds.push(listener);
+    await listener.start();
+    const heard: string[] = [];
+    listener.subscribe(CHANGE_CHANNELS.events, (p) => heard.push(p));
+    // Every statement the store's connections send (its pool and its feed), LISTEN aside.
+    const sent: string[] = [];
+    const query = pg.Client.prototype.query;
+    pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
+      const app = (this as unknown as { connectionParameters: { application_name?: string } }).connectionParameters.application_name;
+      const text = typeof config === 'string' ? config : ((config as { text?: string })?.text ?? '');
+      if (app?.startsWith('agentd') && !text.startsWith('LISTEN')) sent.push(text);
+      return (query as (...a: unknown[]) => unknown).call(this, config, ...rest);
+    } as typeof pg.Client.prototype.query;
+    try {
+      // Issued in one turn of the event loop: one round.
+      const [created] = await Promise.all([
+        store.commit([{ op: 'create', kind: 'runs', id: 'r1', value: { n: 1 } }]),
+        store.changes!.notify(CHANGE_CHANNELS.events, 'with-a-commit'),
+      ]);
+      expect(created).toHaveLength(1);
+      expect(sent).toHaveLength(1);
+      expect(sent[0]).toContain('agentd.write_round');
+      expect(sent[0]).toContain('pg_notify');
+      await eventually(() => heard.includes('with-a-commit'), 5_000, 'the notification of the round');
+
+      // A commit refused inside the round (its subtransaction undone) does not lose the notification.
+      sent.length = 0;
+      const [refused] = await Promise.allSettled([
+        store.commit([{ op: 'create', kind: 'runs', id: 'r1', value: { n: 2 } }]),
+        store.changes!.notify(CHANGE_CHANNELS.events, 'with-a-refused-commit'),
+        store.appendEvents([{ event_id: 'e1', event_type: 'x', timestamp: new Date().toISOString() }]),
+      ]);
+      expect(refused.status).toBe('rejected');
+      expect(sent).toHaveLength(1);
+      await eventually(() => heard.includes('with-a-refused-commit'), 5_000, 'the notification of the refused round');
+
+      // Alone: one statement of its own.
+      sent.length = 0;
+      await store.changes!.notify(CHANGE_CHANNELS.events, 'alone');
+      expect(sent).toHaveLength(1);
+      await eventually(() => heard.includes('alone'), 5_000, 'the notification alone');
+    } finally {
+      pg.Client.prototype.query = query;
+      await store.close();
+    }
   });
 });
