@@ -1,11 +1,14 @@
 // The real server on the PostgreSQL store (store.kind "postgres"), through HTTP: a run, a
 // restart on the same database, the run and its events read back; /ready reports the database,
-// and turns false (without the process falling over) when the database goes away.
+// and turns false (without the process falling over) when the database goes away; a second
+// process follows a run of the first live, through notifications sent inside the write rounds.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
 import { ReadinessResponse, RunResponse } from '../../src/schemas/index.js';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { readSse, type Frame } from '../helpers/sse.js';
 
 let model: ScriptedOpenAI;
 let db: TestDatabase;
@@ -62,6 +65,48 @@ describe('agentd on PostgreSQL', () => {
     expect(next.status).toBe(200);
     const listed = await getJson(`${b.url}/runs?session_id=${run.session_id}`);
     expect(listed.body.runs.map((r: { run_id: string }) => r.run_id)).toEqual([run.run_id, next.body.run_id]);
+  });
+
+  it('a stream on B follows a run on A live; the notifications ride in the write rounds: the feed connections only LISTEN', async () => {
+    const a = await start();
+    const b = await start();
+    // The statements of every agentd connection in this process, by application_name (LISTEN aside).
+    const sent: Array<{ app: string; text: string }> = [];
+    const query = pg.Client.prototype.query;
+    pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
+      const app = (this as unknown as { connectionParameters: { application_name?: string } }).connectionParameters.application_name ?? '';
+      const text = typeof config === 'string' ? config : ((config as { text?: string })?.text ?? '');
+      if (app.startsWith('agentd') && !text.startsWith('LISTEN')) sent.push({ app, text });
+      return (query as (...a: unknown[]) => unknown).call(this, config, ...rest);
+    } as typeof pg.Client.prototype.query;
+    const controller = new AbortController();
+    try {
+      const res = await fetch(`${b.url}/events/sess-ride`, { signal: controller.signal, headers: { accept: 'text/event-stream' } });
+      expect(res.status).toBe(200);
+      const frames: Frame[] = [];
+      const reading = (async () => {
+        try {
+          for await (const f of readSse(res)) frames.push(f);
+        } catch {
+          // aborted
+        }
+      })();
+      await eventually(() => frames.some((f) => f.event === 'session'), 5_000, 'the stream on B is open');
+      const run = await postJson(`${a.url}/run/sync`, { query: 'ride along', session_id: 'sess-ride' });
+      expect(run.status).toBe(200);
+      // B streams what A stored, live (B holds no run: it hears A's notifications).
+      await eventually(() => frames.some((f) => f.event === 'final_answer'), 10_000, 'final_answer on B');
+      controller.abort();
+      await reading;
+      const stored = await getJson(`${a.url}/telemetry/events?session_id=sess-ride&limit=1000`);
+      expect(frames.filter((f) => f.id).map((f) => f.id)).toEqual(stored.body.events.map((e: { cursor: string }) => e.cursor));
+      // Every notification went out inside a statement of the pool (a write round, or one alone).
+      expect(sent.filter((s) => s.app !== 'agentd')).toEqual([]);
+      expect(sent.some((s) => s.text.includes('pg_notify'))).toBe(true);
+    } finally {
+      controller.abort();
+      pg.Client.prototype.query = query;
+    }
   });
 
   it('/ready turns false with the reason while the database is gone; the process keeps answering', async () => {
