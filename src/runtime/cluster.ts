@@ -121,7 +121,7 @@ export class ClusterLink {
     // One notification carries up to ~100 ranges and MAX_IDS ids (PostgreSQL's payload limit is 8000 bytes).
     for (let i = 0; i < ranges.length; i += 100) {
       let payload = JSON.stringify({ o: this.instanceId, r: ranges.slice(i, i + 100), k });
-      if (payload.length > MAX_CHANGE_PAYLOAD) payload = JSON.stringify({ o: this.instanceId, r: ranges.slice(i, i + 100) });
+      if (Buffer.byteLength(payload) > MAX_CHANGE_PAYLOAD) payload = JSON.stringify({ o: this.instanceId, r: ranges.slice(i, i + 100) });
       void this.changes.notify(CHANGE_CHANNELS.events, payload);
     }
   }

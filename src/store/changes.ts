@@ -199,7 +199,12 @@ export class PgChanges implements StoreChanges {
 
   notify(channel: ChangeChannel, payload: string): Promise<void> {
     if (this.closed || payload.length > MAX_CHANGE_PAYLOAD) return Promise.resolve();
-    if (this.opts.send) return this.opts.send(channel, payload);
+    if (this.opts.send) {
+      // PostgreSQL's limit is in bytes: a payload over it would fail the whole round carrying it
+      // (its other writes then retried one by one), so it is dropped here, as an oversized one is.
+      if (Buffer.byteLength(payload) > MAX_CHANGE_PAYLOAD) return Promise.resolve();
+      return this.opts.send(channel, payload);
+    }
     if (this.queue.length >= this.maxQueued) this.queue.shift();
     this.queue.push({ channel, payload });
     return this.pump();

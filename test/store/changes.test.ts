@@ -108,6 +108,18 @@ describe('PostgresStore notifications', () => {
       expect(sent).toHaveLength(1);
       await eventually(() => heard.includes('with-a-refused-commit'), 5_000, 'the notification of the refused round');
 
+      // A payload over PostgreSQL's 8000-byte limit (3 bytes a character) is dropped before the
+      // round: it would fail the round's statement, and every write in it would be sent again alone.
+      sent.length = 0;
+      await Promise.all([
+        store.commit([{ op: 'create', kind: 'runs', id: 'r2', value: { n: 1 } }]),
+        store.changes!.notify(CHANGE_CHANNELS.events, '€'.repeat(3000)),
+        store.changes!.notify(CHANGE_CHANNELS.events, 'beside-an-oversized-one'),
+      ]);
+      expect(sent).toHaveLength(1);
+      await eventually(() => heard.includes('beside-an-oversized-one'), 5_000, 'the notification beside an oversized one');
+      expect(heard.some((p) => p.startsWith('€'))).toBe(false);
+
       // Alone: one statement of its own.
       sent.length = 0;
       await store.changes!.notify(CHANGE_CHANNELS.events, 'alone');
