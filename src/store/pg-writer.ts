@@ -80,12 +80,16 @@ function storedView(e: EventInput, body: string, cursor: string): StoredEvent {
 interface PendingNotify {
   channel: string;
   payload: string;
+  /** Rounds that carried it and failed. */
+  tries: number;
   resolve: () => void;
   reject: (e: unknown) => void;
 }
 
 /** Notifications one round carries at most (each payload is under 8000 bytes). */
 const ROUND_MAX_NOTIFIES = 100;
+/** Rounds a notification rides in at most: after that many failed (connection lost, database down), it is dropped. */
+const NOTIFY_TRIES = 3;
 
 /**
  * A round with notifications: write_round's rows, then ONE more row (an aggregate always yields
@@ -137,12 +141,13 @@ export class PgWriter {
    * A change-feed notification (pg_notify) sent by the next round, inside its transaction: at c=32
    * a round is almost always under way or about to start, so the notification costs no statement,
    * round trip or commit (WAL flush) of its own; with nothing else to write it makes a round alone
-   * (one statement, as a separate NOTIFY would). Delivered when that round commits; lost (never
-   * thrown) when it fails: a notification is a hint (src/store/changes.ts). Resolves once sent.
+   * (one statement, as a separate NOTIFY would). Delivered when that round commits; a round that
+   * fails passes it on to the next (NOTIFY_TRIES rounds at most, then it is dropped: a
+   * notification is a hint, src/store/changes.ts). Never rejects; resolves once sent or dropped.
    */
   notify(channel: string, payload: string): Promise<void> {
     return new Promise<void>((resolve) => {
-      this.enqueue({ kind: 'notify', p: { channel, payload, resolve, reject: () => resolve() } });
+      this.enqueue({ kind: 'notify', p: { channel, payload, tries: 0, resolve, reject: () => resolve() } });
     });
   }
 
@@ -230,7 +235,16 @@ export class PgWriter {
         // large for an index, say) must not fail the others, so each is tried alone, in order.
         for (const t of taken) await this.write([t]).catch((err: unknown) => t.p.reject(err));
       } else {
-        for (const t of taken) t.p.reject(e);
+        const requeue: Job[] = [];
+        for (const t of taken) {
+          // A notification whose round failed (the connection lost, say) goes out with the next
+          // round, a few times at most: it may announce writes of an EARLIER round, which did
+          // commit, and a listener must still hear of them (a repeat only costs a read).
+          if (t.kind === 'notify' && ++t.p.tries < NOTIFY_TRIES && !(e instanceof StoreError && e.code === 'closed')) {
+            requeue.push({ kind: 'notify', p: t.p });
+          } else t.p.reject(e);
+        }
+        this.jobs.unshift(...requeue);
       }
     }
   }

@@ -5,6 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { PostgresStore } from '../../src/store/postgres.js';
+import { PgWriter } from '../../src/store/pg-writer.js';
+import { StoreError } from '../../src/store/store.js';
 import { PgChanges, CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD } from '../../src/store/changes.js';
 import { adminQuery, createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { eventually } from '../helpers/server.js';
@@ -129,5 +131,32 @@ describe('PostgresStore notifications', () => {
       pg.Client.prototype.query = query;
       await store.close();
     }
+  });
+});
+
+describe('PgWriter notifications after a failed round', () => {
+  it("go out with the next round (the failed round's commits are refused, not sent again); dropped after 3 failed rounds", async () => {
+    const calls: string[] = [];
+    let failures = 1;
+    const db = {
+      query: async (q: { name?: string }) => {
+        calls.push(q.name ?? '');
+        if (failures-- > 0) throw new StoreError('unavailable', 'the connection was lost');
+        return { rows: [{ n: 1 }] } as never;
+      },
+    };
+    const writer = new PgWriter(db);
+    const [commit, notified] = await Promise.allSettled([
+      writer.commit([{ op: 'create', kind: 'runs', id: 'r1', value: {} }]),
+      writer.notify(CHANGE_CHANNELS.events, 'again'),
+    ]);
+    expect(commit.status).toBe('rejected');
+    expect(notified.status).toBe('fulfilled');
+    expect(calls).toEqual(['agentd_write_round_notify', 'agentd_notify']);
+
+    calls.length = 0;
+    failures = 100;
+    await writer.notify(CHANGE_CHANNELS.events, 'never');
+    expect(calls).toEqual(['agentd_notify', 'agentd_notify', 'agentd_notify']);
   });
 });
