@@ -77,6 +77,35 @@ interface Prefetch {
 /** Soft cap on batch operations per group-commit round (a single job is never split). */
 const ROUND_OPS = 20_000;
 
+/**
+ * A queue of at least this many jobs, whose first half are all appends, met while no round is being
+ * written is split in two rounds (see flush): each half still shares one write among 64 or more
+ * calls, and the halves' staging and writing overlap.
+ */
+const SPLIT_JOBS = 128;
+
+/** A round's write failed with this. */
+interface WriteFailure {
+  failed: unknown;
+}
+
+/** A round whose write was issued, or waits for the round before it to land. */
+interface InFlight {
+  /** Settles when the round has been written and answered (or failed): never rejects. */
+  done: Promise<WriteFailure | undefined>;
+  landed: boolean;
+  /** It holds record commits: a round holding some too is staged only after it landed. */
+  records: boolean;
+}
+
+/** A round staged and waiting for its write (see LevelWriter.flush). */
+interface StagedRound {
+  jobs: Job[];
+  batch: BatchOp[];
+  /** Answers the callers, in job order, once the batch is written. */
+  settle: Array<() => void>;
+}
+
 export interface LevelWriterOptions {
   sync: boolean;
   rowCacheSize: number;
@@ -92,6 +121,8 @@ export class LevelWriter {
   private lastCursor: number;
   private queue: Job[] = [];
   private flushing = false;
+  /** Set while the write loop, with a round being written and an empty queue, waits: a job wakes it up. */
+  private wake: (() => void) | null = null;
   /**
    * Committed state the write queue reads on every round, kept in memory so a commit is one
    * LevelDB round-trip (the write) instead of three (load rows, load counters, write). Safe
@@ -246,6 +277,9 @@ export class LevelWriter {
     if (!this.flushing) {
       this.flushing = true;
       void this.flush();
+    } else if (this.wake) {
+      this.wake();
+      this.wake = null;
     }
   }
 
@@ -256,16 +290,48 @@ export class LevelWriter {
    * just acknowledged) joins the round. A short run's final record, snapshot, events and session
    * history then go in one batch instead of one round each; the cost is one event-loop turn
    * (tens of microseconds) before a write starts.
+   *
+   * Rounds are pipelined, two deep: round N+1 is staged (cursors, postings, JSON: the main
+   * thread's work) while round N's batch is being written (LevelDB's work, on a thread of libuv's
+   * pool), and its write is issued only once N's has landed, so LevelDB gets the batches one at a
+   * time and in order. Round N+2 is staged only after N landed. Two rounds that both hold record
+   * commits are not overlapped: the later one is staged only after the earlier landed, since its
+   * compare-and-swap checks read the rows and counters the caches hold, which learn a batch only
+   * once it is on disk. Event appends read no record state, so a round of them overlaps any
+   * round, and a round of commits overlaps a round of appends. If round N's write fails, round
+   * N+1 (staged on top of it, its callers not yet answered) fails whole with the same error:
+   * nothing of it is written and the caches learn nothing from it; its cursor and seq numbers,
+   * like N's, are skipped (never reused), and the rounds after it go on as usual.
+   *
+   * Callers that each wait for their write before sending the next (1,000 concurrent single-event
+   * appends) all come back when one round lands and would form every round together, so staging
+   * and writing would alternate; a round started while nothing is being written therefore takes
+   * only half of a long queue of appends (SPLIT_JOBS), and the other half is staged while the
+   * first half is written: from then on two cohorts of callers take turns.
    */
   private async flush(): Promise<void> {
+    // The round being written (or waiting for its turn to be), and whether it holds record commits.
+    let writing: InFlight | null = null;
     try {
       for (;;) {
         await new Promise<void>((resolve) => setImmediate(resolve));
-        if (this.queue.length === 0) break;
+        if (writing?.landed) writing = null;
+        if (this.queue.length === 0) {
+          if (writing === null) break;
+          // Wait for the write to land (its callers' next jobs come then) or for a job to come first.
+          await Promise.race([writing.done, new Promise<void>((resolve) => (this.wake = resolve))]);
+          this.wake = null;
+          continue;
+        }
         let ops = 0;
         let n = 0;
-        while (n < this.queue.length && (n === 0 || ops < ROUND_OPS)) {
+        let records = false;
+        // Idle with a long queue of appends: half now, the other half staged while this half is written.
+        const cap =
+          writing === null && this.queue.length >= SPLIT_JOBS && this.appendsFirst(this.queue.length >> 1) ? this.queue.length >> 1 : this.queue.length;
+        while (n < cap && (n === 0 || ops < ROUND_OPS)) {
           const j = this.queue[n++];
+          if (j.type === 'records') records = true;
           ops +=
             j.type === 'events'
               ? j.events.length * 6
@@ -273,14 +339,36 @@ export class LevelWriter {
                 ? (Array.isArray(j.ops) ? j.ops.length : 2) * 8 + (j.events === undefined ? 0 : Array.isArray(j.events) ? j.events.length : 1) * 6
                 : 0;
         }
-        await this.round(this.queue.splice(0, n));
+        const jobs = this.queue.splice(0, n);
+        if (writing !== null && records && writing.records) {
+          // Its checks need what the round being written changes: stage it once that has landed.
+          await writing.done;
+          writing = null;
+        }
+        const staged = await this.stage(jobs);
+        if (staged === null) continue; // failed before staging (a disk read): its jobs are rejected
+        const prev = writing;
+        const round: InFlight = { records, landed: false, done: this.land(staged, prev?.done ?? null).then((r) => ((round.landed = true), r)) };
+        writing = round;
+        // At most one round staged behind the one being written.
+        if (prev !== null) await prev.done;
       }
     } finally {
       this.flushing = false;
     }
   }
 
-  private async round(jobs: Job[]): Promise<void> {
+  /** Whether the first `n` queued jobs are all event appends. */
+  private appendsFirst(n: number): boolean {
+    for (let i = 0; i < n; i++) if (this.queue[i].type !== 'events') return false;
+    return true;
+  }
+
+  /**
+   * Stages a round: loads what its commits need, applies its jobs in order and builds its batch.
+   * Null when it failed before any job was staged (a disk read): its jobs are rejected then.
+   */
+  private async stage(jobs: Job[]): Promise<StagedRound | null> {
     const db = this.db; // open: close() waits for in-flight callers, which include these jobs
     const settle: Array<() => void> = [];
     // 0. Jobs that gave a function get their ops now, in queue order (Store.commit).
@@ -419,9 +507,33 @@ export class LevelWriter {
       stagePostings(postings, batch);
       if (this.lastCursor !== cursorBefore) batch.push({ type: 'put', key: META_CURSOR, value: String(this.lastCursor) });
 
-      // 3. One atomic batch; only then does anybody hear back.
+      return { jobs, batch, settle };
+    } catch (e) {
+      // Nothing of this round was staged. Numbers handed out are simply skipped (never reused).
+      for (const j of jobs) j.reject(e);
+      return null;
+    }
+  }
+
+  /**
+   * Writes a staged round once `prev` (the round staged before it, or null) has landed; then its
+   * callers hear back. Resolves with the write's failure ({ failed }) when its own write failed,
+   * else undefined (also when it failed because `prev` did): never rejects.
+   */
+  private async land(round: StagedRound, prev: Promise<WriteFailure | undefined> | null): Promise<WriteFailure | undefined> {
+    const { jobs, batch, settle } = round;
+    if (prev !== null) {
+      const before = await prev;
+      if (before !== undefined) {
+        // Staged on a batch that was never written: it fails whole, and teaches the caches nothing.
+        for (const j of jobs) j.reject(before.failed);
+        return undefined;
+      }
+    }
+    try {
+      // One atomic batch; only then does anybody hear back.
       if (batch.length) {
-        await writeBatch(db, batch, this.opts.sync);
+        await writeBatch(this.db, batch, this.opts.sync);
         this.writesDone++;
         if (this.opts.sync) this.syncedRounds++;
       }
@@ -435,9 +547,10 @@ export class LevelWriter {
     } catch (e) {
       // Nothing of this round was written. Numbers handed out are simply skipped (never reused).
       for (const j of jobs) j.reject(e);
-      return;
+      return { failed: e };
     }
     for (const s of settle) s();
+    return undefined;
   }
 }
 
