@@ -19,7 +19,7 @@ import {
   type Db,
   type Row,
 } from './level-keys.js';
-import { newRoundPostings, stageEvents, stagePostings } from './level-events.js';
+import { newRoundPostings, stageEvents, stagePostings, type RoundPostings } from './level-events.js';
 import {
   StoreError,
   assertOpApplies,
@@ -105,6 +105,23 @@ interface StagedRound {
   /** Answers the callers, in job order, once the batch is written. */
   settle: Array<() => void>;
 }
+
+/** Appends staged while a round is being written, to be written right after it (LevelWriter.flush). */
+interface OpenRound extends StagedRound {
+  postings: RoundPostings;
+  /** The last cursor handed out before it. */
+  cursorBefore: number;
+  /** Its batch operations as the round cap counts them (ROUND_OPS). */
+  ops: number;
+}
+
+/** A job's batch operations as the round cap counts them (a guess made before staging). */
+const jobOps = (j: Job): number =>
+  j.type === 'events'
+    ? j.events.length * 6
+    : j.type === 'records'
+      ? (Array.isArray(j.ops) ? j.ops.length : 2) * 8 + (j.events === undefined ? 0 : Array.isArray(j.events) ? j.events.length : 1) * 6
+      : 0;
 
 export interface LevelWriterOptions {
   sync: boolean;
@@ -291,77 +308,138 @@ export class LevelWriter {
    * history then go in one batch instead of one round each; the cost is one event-loop turn
    * (tens of microseconds) before a write starts.
    *
-   * Rounds are pipelined, two deep: round N+1 is staged (cursors, postings, JSON: the main
-   * thread's work) while round N's batch is being written (LevelDB's work, on a thread of libuv's
-   * pool), and its write is issued only once N's has landed, so LevelDB gets the batches one at a
-   * time and in order. Round N+2 is staged only after N landed. Two rounds that both hold record
-   * commits are not overlapped: the later one is staged only after the earlier landed, since its
+   * Rounds are pipelined, two deep: while round N's batch is being written (LevelDB's work, on a
+   * thread of libuv's pool), round N+1 is staged on the main thread (cursors, postings, JSON), and
+   * its write is issued as soon as N's has landed, so LevelDB gets the batches one at a time and in
+   * order. Appends that come while N is written are staged into N+1 as they come, each turn (an
+   * open round), so N+1 still holds everything that queued during N's write. A commit that heads
+   * the queue is staged as N+1 at once only if nothing is open and N holds no commits (its
    * compare-and-swap checks read the rows and counters the caches hold, which learn a batch only
-   * once it is on disk. Event appends read no record state, so a round of them overlaps any
-   * round, and a round of commits overlaps a round of appends. If round N's write fails, round
-   * N+1 (staged on top of it, its callers not yet answered) fails whole with the same error:
-   * nothing of it is written and the caches learn nothing from it; its cursor and seq numbers,
-   * like N's, are skipped (never reused), and the rounds after it go on as usual.
+   * once it is on disk; appends read no record state); otherwise it waits for N to land, as every
+   * round did before. If N's write fails, N+1 (staged on top of it, its callers not answered) fails
+   * whole with the same error: nothing of it is written, the caches learn nothing from it, its
+   * cursor and seq numbers, like N's, are skipped (never reused); the rounds after go on.
    *
    * Callers that each wait for their write before sending the next (1,000 concurrent single-event
-   * appends) all come back when one round lands and would form every round together, so staging
-   * and writing would alternate; a round started while nothing is being written therefore takes
-   * only half of a long queue of appends (SPLIT_JOBS), and the other half is staged while the
-   * first half is written: from then on two cohorts of callers take turns.
+   * appends) all come back when a round lands and would form every round together, so staging and
+   * writing would alternate; a round started while nothing is being written therefore takes only
+   * half of a long queue of appends (SPLIT_JOBS), and the other half is staged while the first half
+   * is written: from then on two cohorts of callers take turns.
    */
   private async flush(): Promise<void> {
-    // The round being written (or waiting for its turn to be), and whether it holds record commits.
+    // The round being written (or about to be), and the appends staged to be written after it.
     let writing: InFlight | null = null;
+    let open: OpenRound | null = null;
+    /** `writing` landed: the open round, if any, is written next. */
+    const landed = () => {
+      writing = open === null ? null : this.issue(this.seal(open), writing!.done, false);
+      open = null;
+    };
     try {
       for (;;) {
         await new Promise<void>((resolve) => setImmediate(resolve));
-        if (writing?.landed) writing = null;
+        if (writing?.landed) landed();
         if (this.queue.length === 0) {
           if (writing === null) break;
-          // Wait for the write to land (its callers' next jobs come then) or for a job to come first.
+          // Wait for the write to land (its callers' next jobs come then), or for a job.
           await Promise.race([writing.done, new Promise<void>((resolve) => (this.wake = resolve))]);
           this.wake = null;
+          if (writing.landed) landed();
           continue;
         }
-        let ops = 0;
-        let n = 0;
-        let records = false;
-        // Idle with a long queue of appends: half now, the other half staged while this half is written.
-        const cap =
-          writing === null && this.queue.length >= SPLIT_JOBS && this.appendsFirst(this.queue.length >> 1) ? this.queue.length >> 1 : this.queue.length;
-        while (n < cap && (n === 0 || ops < ROUND_OPS)) {
-          const j = this.queue[n++];
-          if (j.type === 'records') records = true;
-          ops +=
-            j.type === 'events'
-              ? j.events.length * 6
-              : j.type === 'records'
-                ? (Array.isArray(j.ops) ? j.ops.length : 2) * 8 + (j.events === undefined ? 0 : Array.isArray(j.events) ? j.events.length : 1) * 6
-                : 0;
+        if (writing === null) {
+          // Idle. With a long queue of appends: half now, the other half staged while this half is written.
+          const half = this.queue.length >> 1;
+          const { jobs, records } = this.take(this.queue.length >= SPLIT_JOBS && this.appendsFirst(half) ? half : this.queue.length);
+          const staged = await this.stage(jobs);
+          if (staged !== null) writing = this.issue(staged, null, records);
+          continue;
         }
-        const jobs = this.queue.splice(0, n);
-        if (writing !== null && records && writing.records) {
-          // Its checks need what the round being written changes: stage it once that has landed.
-          await writing.done;
-          writing = null;
+        const head = this.queue[0];
+        if (head.type !== 'records' && (open === null || open.ops < ROUND_OPS)) {
+          // Appends (and barriers) while a write is in flight: staged into the round written after it.
+          open ??= this.openRound();
+          let n = 0;
+          for (; n < this.queue.length && (n === 0 || open.ops < ROUND_OPS); n++) {
+            const j = this.queue[n];
+            if (j.type === 'records') break;
+            this.stageInto(open, j);
+          }
+          this.queue.splice(0, n);
+          continue;
         }
-        const staged = await this.stage(jobs);
-        if (staged === null) continue; // failed before staging (a disk read): its jobs are rejected
-        const prev = writing;
-        const round: InFlight = { records, landed: false, done: this.land(staged, prev?.done ?? null).then((r) => ((round.landed = true), r)) };
-        writing = round;
-        // At most one round staged behind the one being written.
-        if (prev !== null) await prev.done;
+        if (head.type === 'records' && open === null && !writing.records) {
+          // A commit, while appends only are being written: staged now as the next round.
+          const prev: InFlight = writing;
+          const { jobs, records } = this.take(this.queue.length);
+          const staged = await this.stage(jobs);
+          if (staged !== null) writing = this.issue(staged, prev.done, records);
+          // At most one round staged behind the one being written.
+          await prev.done;
+          if (writing === prev) landed();
+          continue;
+        }
+        // A commit behind a round that holds commits or behind open appends, or a full open round: after the landing.
+        await writing.done;
+        landed();
       }
     } finally {
       this.flushing = false;
     }
   }
 
+  /** Takes up to `cap` jobs off the queue for one round (at least one; ROUND_OPS bounds it). */
+  private take(cap: number): { jobs: Job[]; records: boolean } {
+    let ops = 0;
+    let n = 0;
+    let records = false;
+    while (n < cap && (n === 0 || ops < ROUND_OPS)) {
+      const j = this.queue[n++];
+      if (j.type === 'records') records = true;
+      ops += jobOps(j);
+    }
+    return { jobs: this.queue.splice(0, n), records };
+  }
+
   /** Whether the first `n` queued jobs are all event appends. */
   private appendsFirst(n: number): boolean {
     for (let i = 0; i < n; i++) if (this.queue[i].type !== 'events') return false;
     return true;
+  }
+
+  /** Starts writing `round` once `prev` (the round staged before it) has landed. */
+  private issue(round: StagedRound, prev: Promise<WriteFailure | undefined> | null, records: boolean): InFlight {
+    const f: InFlight = { records, landed: false, done: this.land(round, prev).then((r) => ((f.landed = true), r)) };
+    return f;
+  }
+
+  private openRound(): OpenRound {
+    return { jobs: [], batch: [], settle: [], postings: newRoundPostings(), cursorBefore: this.lastCursor, ops: 0 };
+  }
+
+  /** Stages an append or a barrier into the open round, as stage() would. */
+  private stageInto(open: OpenRound, job: EventJob | BarrierJob): void {
+    open.jobs.push(job);
+    open.ops += jobOps(job);
+    if (job.type === 'barrier') {
+      const last = this.lastCursor;
+      open.settle.push(() => job.resolve(last));
+      return;
+    }
+    try {
+      const stored = stageEvents(job.events, this.lastCursor + 1, open.batch, open.postings);
+      this.lastCursor += stored.length;
+      open.settle.push(() => job.resolve(stored));
+    } catch (e) {
+      open.settle.push(() => job.reject(e)); // e.g. a value JSON cannot encode
+    }
+  }
+
+  /** The open round's batch completed: its postings and the last cursor it handed out. */
+  private seal(open: OpenRound): StagedRound {
+    stagePostings(open.postings, open.batch);
+    if (this.lastCursor !== open.cursorBefore) open.batch.push({ type: 'put', key: META_CURSOR, value: String(this.lastCursor) });
+    return open;
   }
 
   /**

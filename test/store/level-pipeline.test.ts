@@ -32,7 +32,15 @@ interface ChainedBatch {
 function watchWrites(store: LevelStore) {
   const db = (store as unknown as { db: { batch: () => ChainedBatch } }).db;
   const batch = db.batch.bind(db);
-  const w = { writes: [] as Write[], hold: false, inFlight: 0, maxInFlight: 0 };
+  const waiting: Array<{ count: number; resolve: () => void }> = [];
+  const w = {
+    writes: [] as Write[],
+    hold: false,
+    inFlight: 0,
+    maxInFlight: 0,
+    /** Resolves once `count` writes were issued (held or not). */
+    reached: (count: number) => new Promise<void>((resolve) => (w.writes.length >= count ? resolve() : waiting.push({ count, resolve }))),
+  };
   db.batch = () => {
     const b = batch();
     const keys: string[] = [];
@@ -48,6 +56,9 @@ function watchWrites(store: LevelStore) {
         let release: Write['release'] = () => undefined;
         const held = w.hold ? new Promise<void>((resolve, reject) => (release = (err) => (err ? reject(err) : resolve()))) : Promise.resolve();
         w.writes.push({ keys, release: (err) => release(err) });
+        for (const x of waiting.splice(0))
+          if (w.writes.length >= x.count) x.resolve();
+          else waiting.push(x);
         try {
           await held;
         } catch (e) {
@@ -97,7 +108,7 @@ describe('LevelStore write pipeline', () => {
     const w = watchWrites(s);
     w.hold = true;
     const a = s.appendEvents([ev()]);
-    expect(await until(() => w.writes.length === 1)).toBe(true);
+    await w.reached(1);
     // Round 2, sent while round 1's write is held: a commit (its ops function is called when its
     // round is staged) and an append.
     let staged = false;
@@ -116,6 +127,25 @@ describe('LevelStore write pipeline', () => {
     expect(w.writes[1].keys).toContain('r\0runs\0x');
     expect(eb.cursor > ea.cursor).toBe(true);
     expect(x).toMatchObject({ id: 'x', version: 1 });
+  });
+
+  it('puts every append sent while a round is being written, over several turns of the event loop, in the one round written next', async () => {
+    const { s } = await opened();
+    const w = watchWrites(s);
+    w.hold = true;
+    const a = s.appendEvents([ev()]);
+    await w.reached(1);
+    const later: Array<Promise<StoredEvent[]>> = [];
+    for (let i = 0; i < 3; i++) {
+      later.push(s.appendEvents([ev(`run${i}`)]));
+      await turns();
+    }
+    w.hold = false;
+    w.writes[0].release();
+    const stored = (await Promise.all(later)).flat();
+    await a;
+    expect(w.writes).toHaveLength(2);
+    expect(eventKeys(w.writes[1].keys)).toEqual(stored.map((e) => `e\0${e.cursor}`));
   });
 
   it('splits 1,000 concurrent single-event appends in two rounds written one after the other; cursors are dense and in call order', async () => {
@@ -149,7 +179,7 @@ describe('LevelStore write pipeline', () => {
       const writes = w.writes.length;
       w.hold = true;
       const one = round1();
-      expect(await until(() => w.writes.length === writes + 1)).toBe(true);
+      await w.reached(writes + 1);
       let staged = false;
       const two = round2(() => (staged = true));
       await until(() => staged, 50);
@@ -160,12 +190,12 @@ describe('LevelStore write pipeline', () => {
       expect(settled.map((r) => (r.status === 'rejected' ? r.reason : r.status))).toEqual(settled.map(() => boom));
       expect(w.writes).toHaveLength(writes + 1); // round 2 was never written
     };
-    // Round 1 appends; round 2 appends and commits with events (its ops function: when staged).
+    // Round 1 appends; round 2 commits with events (its ops function is called when it is staged) and appends.
     await failTwoRounds(
       () => [s.appendEvents([ev('r1')])],
       (staged) => [
-        s.appendEvents([ev('r2'), ev('r2')]),
         s.commitWithEvents(() => (staged(), [{ op: 'create', kind: 'runs', id: 'second', value: { n: 2 }, indexes: { status: 'a' } }]), [ev('r2')]),
+        s.appendEvents([ev('r2'), ev('r2')]),
       ],
     );
     // Round 1 commits; round 2 appends (no signal when staged: the turns of the event loop do).
@@ -206,7 +236,7 @@ describe('LevelStore write pipeline', () => {
     const w = watchWrites(s);
     w.hold = true;
     const first = s.updateRecord('runs', 'x', { n: 1 }, 1, { status: 'b' });
-    expect(await until(() => w.writes.length === 1)).toBe(true);
+    await w.reached(1);
     let staged = false;
     const second = s.commit(() => ((staged = true), [{ op: 'update', kind: 'runs', id: 'x', value: { n: 2 }, expectedVersion: 2, indexes: { status: 'c' } }]));
     await turns();
@@ -214,7 +244,7 @@ describe('LevelStore write pipeline', () => {
     w.writes[0].release();
     await expect(first).resolves.toMatchObject({ version: 2 });
     expect(await until(() => staged)).toBe(true);
-    expect(await until(() => w.writes.length === 2)).toBe(true);
+    await w.reached(2);
     // The second write fails: a commit sent meanwhile is staged after it, on what the disk holds.
     const third = s.updateRecord('runs', 'x', { n: 3 }, 2, { status: 'd' });
     await turns();
