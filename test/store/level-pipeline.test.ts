@@ -148,6 +148,23 @@ describe('LevelStore write pipeline', () => {
     expect(eventKeys(w.writes[1].keys)).toEqual(stored.map((e) => `e\0${e.cursor}`));
   });
 
+  it('retention called while a round is written covers the appends sent before the call, also those staged for the next round, and none sent after', async () => {
+    const { s } = await opened();
+    const w = watchWrites(s);
+    w.hold = true;
+    const a = s.appendEvents([ev()]);
+    await w.reached(1);
+    const b = s.appendEvents([ev()]);
+    const deleted = s.deleteEventsBefore('2030-01-01T00:00:00.000Z');
+    const c = s.appendEvents([ev()]);
+    await turns();
+    w.hold = false;
+    w.writes[0].release();
+    await Promise.all([a, b, c]);
+    expect(await deleted).toBe(2);
+    expect(cursorsOf((await s.readEvents()).events)).toEqual(cursorsOf(await c));
+  });
+
   it('splits 1,000 concurrent single-event appends in two rounds written one after the other; cursors are dense and in call order', async () => {
     const { s } = await opened();
     const w = watchWrites(s);
