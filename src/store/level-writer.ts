@@ -94,6 +94,8 @@ interface InFlight {
   /** Settles when the round has been written and answered (or failed): never rejects. */
   done: Promise<WriteFailure | undefined>;
   landed: boolean;
+  /** Once landed: how its write failed, if it did. */
+  failure: WriteFailure | undefined;
   /** It holds record commits: a round holding some too is staged only after it landed. */
   records: boolean;
 }
@@ -332,7 +334,7 @@ export class LevelWriter {
     let open: OpenRound | null = null;
     /** `writing` landed: the open round, if any, is written next. */
     const landed = () => {
-      writing = open === null ? null : this.issue(this.seal(open), writing!.done, false);
+      writing = open === null ? null : this.issue(this.seal(open), writing, false);
       open = null;
     };
     try {
@@ -373,7 +375,7 @@ export class LevelWriter {
           const prev: InFlight = writing;
           const { jobs, records } = this.take(this.queue.length);
           const staged = await this.stage(jobs);
-          if (staged !== null) writing = this.issue(staged, prev.done, records);
+          if (staged !== null) writing = this.issue(staged, prev, records);
           // At most one round staged behind the one being written.
           await prev.done;
           if (writing === prev) landed();
@@ -407,9 +409,13 @@ export class LevelWriter {
     return true;
   }
 
-  /** Starts writing `round` once `prev` (the round staged before it) has landed. */
-  private issue(round: StagedRound, prev: Promise<WriteFailure | undefined> | null, records: boolean): InFlight {
-    const f: InFlight = { records, landed: false, done: this.land(round, prev).then((r) => ((f.landed = true), r)) };
+  /**
+   * Starts writing `round` once `prev` (the round staged before it) has landed: at once, in this
+   * turn, when it already has (the next round's staging then overlaps this write).
+   */
+  private issue(round: StagedRound, prev: InFlight | null, records: boolean): InFlight {
+    const written = prev === null || prev.landed ? this.land(round, prev?.failure) : prev.done.then((failure) => this.land(round, failure));
+    const f: InFlight = { records, landed: false, failure: undefined, done: written.then((r) => ((f.landed = true), (f.failure = r), r)) };
     return f;
   }
 
@@ -594,19 +600,17 @@ export class LevelWriter {
   }
 
   /**
-   * Writes a staged round once `prev` (the round staged before it, or null) has landed; then its
-   * callers hear back. Resolves with the write's failure ({ failed }) when its own write failed,
-   * else undefined (also when it failed because `prev` did): never rejects.
+   * Writes a staged round, whose predecessor has landed (`before`: that one's write failed); then
+   * its callers hear back. Resolves with the write's failure ({ failed }) when its own write
+   * failed, else undefined (also when it failed because its predecessor did): never rejects. The
+   * batch is handed to LevelDB before the first await.
    */
-  private async land(round: StagedRound, prev: Promise<WriteFailure | undefined> | null): Promise<WriteFailure | undefined> {
+  private async land(round: StagedRound, before: WriteFailure | undefined): Promise<WriteFailure | undefined> {
     const { jobs, batch, settle } = round;
-    if (prev !== null) {
-      const before = await prev;
-      if (before !== undefined) {
-        // Staged on a batch that was never written: it fails whole, and teaches the caches nothing.
-        for (const j of jobs) j.reject(before.failed);
-        return undefined;
-      }
+    if (before !== undefined) {
+      // Staged on a batch that was never written: it fails whole, and teaches the caches nothing.
+      for (const j of jobs) j.reject(before.failed);
+      return undefined;
     }
     try {
       // One atomic batch; only then does anybody hear back.
