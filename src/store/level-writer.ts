@@ -89,15 +89,13 @@ interface WriteFailure {
   failed: unknown;
 }
 
-/** A round whose write was issued, or waits for the round before it to land. */
+/** A round handed to LevelDB. */
 interface InFlight {
   /** Settles when the round has been written and answered (or failed): never rejects. */
   done: Promise<WriteFailure | undefined>;
   landed: boolean;
   /** Once landed: how its write failed, if it did. */
   failure: WriteFailure | undefined;
-  /** It holds record commits: a round holding some too is staged only after it landed. */
-  records: boolean;
 }
 
 /** A round staged and waiting for its write (see LevelWriter.flush). */
@@ -311,16 +309,16 @@ export class LevelWriter {
    * (tens of microseconds) before a write starts.
    *
    * Rounds are pipelined, two deep: while round N's batch is being written (LevelDB's work, on a
-   * thread of libuv's pool), round N+1 is staged on the main thread (cursors, postings, JSON), and
-   * its write is issued as soon as N's has landed, so LevelDB gets the batches one at a time and in
-   * order. Appends that come while N is written are staged into N+1 as they come, each turn (an
-   * open round), so N+1 still holds everything that queued during N's write. A commit that heads
-   * the queue is staged as N+1 at once only if nothing is open and N holds no commits (its
-   * compare-and-swap checks read the rows and counters the caches hold, which learn a batch only
-   * once it is on disk; appends read no record state); otherwise it waits for N to land, as every
-   * round did before. If N's write fails, N+1 (staged on top of it, its callers not answered) fails
-   * whole with the same error: nothing of it is written, the caches learn nothing from it, its
-   * cursor and seq numbers, like N's, are skipped (never reused); the rounds after go on.
+   * thread of libuv's pool), the appends that come are staged on the main thread (cursors,
+   * postings, JSON) into round N+1 as they come, each turn (the open round), and N+1 is handed to
+   * LevelDB in the turn N lands, so LevelDB gets the batches one at a time and in order, and N+1
+   * still holds everything that queued during N's write, as before. Commits are not staged while a
+   * write is in flight (their compare-and-swap checks read the rows and counters the caches hold,
+   * which learn a batch only once it is on disk): a commit at the head of the queue, and whatever
+   * queued behind it, is staged when N lands and joins the open round then. If N's write fails,
+   * the open round (staged on top of it, its callers not answered) fails whole with the same
+   * error: nothing of it is written, the caches learn nothing from it, its cursor numbers, like
+   * N's, are skipped (never reused); the rounds after go on.
    *
    * Callers that each wait for their write before sending the next (1,000 concurrent single-event
    * appends) all come back when a round lands and would form every round together, so staging and
@@ -329,36 +327,46 @@ export class LevelWriter {
    * is written: from then on two cohorts of callers take turns.
    */
   private async flush(): Promise<void> {
-    // The round being written (or about to be), and the appends staged to be written after it.
+    // The round being written, and the appends staged to be written after it.
     let writing: InFlight | null = null;
     let open: OpenRound | null = null;
-    /** `writing` landed: the open round, if any, is written next. */
-    const landed = () => {
-      writing = open === null ? null : this.issue(this.seal(open), writing, false);
+    /** `writing` landed: the open round, with the commits queued behind it, is written next. */
+    const landed = async (): Promise<void> => {
+      const before = writing!.failure;
+      writing = null;
+      if (open === null) return; // what is queued is taken as by an idle queue
+      const round = open;
       open = null;
+      if (before === undefined && this.queue.length > 0 && this.queue[0].type === 'records') {
+        const staged = await this.stage(this.take(this.queue.length));
+        if (staged !== null) {
+          for (const j of staged.jobs) round.jobs.push(j);
+          for (const op of staged.batch) round.batch.push(op); // no spread: rounds can hold 20k ops
+          for (const f of staged.settle) round.settle.push(f);
+        }
+      }
+      writing = this.issue(this.seal(round), before);
     };
     try {
       for (;;) {
         await new Promise<void>((resolve) => setImmediate(resolve));
-        if (writing?.landed) landed();
+        if (writing?.landed) await landed();
         if (this.queue.length === 0) {
           if (writing === null) break;
           // Wait for the write to land (its callers' next jobs come then), or for a job.
           await Promise.race([writing.done, new Promise<void>((resolve) => (this.wake = resolve))]);
           this.wake = null;
-          if (writing.landed) landed();
+          if (writing.landed) await landed();
           continue;
         }
         if (writing === null) {
           // Idle. With a long queue of appends: half now, the other half staged while this half is written.
           const half = this.queue.length >> 1;
-          const { jobs, records } = this.take(this.queue.length >= SPLIT_JOBS && this.appendsFirst(half) ? half : this.queue.length);
-          const staged = await this.stage(jobs);
-          if (staged !== null) writing = this.issue(staged, null, records);
+          const staged = await this.stage(this.take(this.queue.length >= SPLIT_JOBS && this.appendsFirst(half) ? half : this.queue.length));
+          if (staged !== null) writing = this.issue(staged, undefined);
           continue;
         }
-        const head = this.queue[0];
-        if (head.type !== 'records' && (open === null || open.ops < ROUND_OPS)) {
+        if (this.queue[0].type !== 'records' && (open === null || open.ops < ROUND_OPS)) {
           // Appends (and barriers) while a write is in flight: staged into the round written after it.
           open ??= this.openRound();
           let n = 0;
@@ -370,20 +378,9 @@ export class LevelWriter {
           this.queue.splice(0, n);
           continue;
         }
-        if (head.type === 'records' && open === null && !writing.records) {
-          // A commit, while appends only are being written: staged now as the next round.
-          const prev: InFlight = writing;
-          const { jobs, records } = this.take(this.queue.length);
-          const staged = await this.stage(jobs);
-          if (staged !== null) writing = this.issue(staged, prev, records);
-          // At most one round staged behind the one being written.
-          await prev.done;
-          if (writing === prev) landed();
-          continue;
-        }
-        // A commit behind a round that holds commits or behind open appends, or a full open round: after the landing.
+        // A commit (or a full open round): after the landing.
         await writing.done;
-        landed();
+        await landed();
       }
     } finally {
       this.flushing = false;
@@ -391,16 +388,11 @@ export class LevelWriter {
   }
 
   /** Takes up to `cap` jobs off the queue for one round (at least one; ROUND_OPS bounds it). */
-  private take(cap: number): { jobs: Job[]; records: boolean } {
+  private take(cap: number): Job[] {
     let ops = 0;
     let n = 0;
-    let records = false;
-    while (n < cap && (n === 0 || ops < ROUND_OPS)) {
-      const j = this.queue[n++];
-      if (j.type === 'records') records = true;
-      ops += jobOps(j);
-    }
-    return { jobs: this.queue.splice(0, n), records };
+    while (n < cap && (n === 0 || ops < ROUND_OPS)) ops += jobOps(this.queue[n++]);
+    return this.queue.splice(0, n);
   }
 
   /** Whether the first `n` queued jobs are all event appends. */
@@ -409,13 +401,9 @@ export class LevelWriter {
     return true;
   }
 
-  /**
-   * Starts writing `round` once `prev` (the round staged before it) has landed: at once, in this
-   * turn, when it already has (the next round's staging then overlaps this write).
-   */
-  private issue(round: StagedRound, prev: InFlight | null, records: boolean): InFlight {
-    const written = prev === null || prev.landed ? this.land(round, prev?.failure) : prev.done.then((failure) => this.land(round, failure));
-    const f: InFlight = { records, landed: false, failure: undefined, done: written.then((r) => ((f.landed = true), (f.failure = r), r)) };
+  /** Hands `round` to LevelDB now, in this turn (`before`: the round ahead of it failed so). */
+  private issue(round: StagedRound, before: WriteFailure | undefined): InFlight {
+    const f: InFlight = { landed: false, failure: undefined, done: this.land(round, before).then((r) => ((f.landed = true), (f.failure = r), r)) };
     return f;
   }
 

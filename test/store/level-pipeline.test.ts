@@ -103,28 +103,34 @@ describe('LevelStore write pipeline', () => {
     for (const d of dirs.splice(0)) await rm(d, { recursive: true, force: true });
   });
 
-  it('stages the next round while a round is being written, and writes it only after that one landed', async () => {
+  it('stages the appends sent while a round is being written before it lands and writes them right after it; a commit waits for the landing', async () => {
     const { s } = await opened();
     const w = watchWrites(s);
     w.hold = true;
     const a = s.appendEvents([ev()]);
     await w.reached(1);
-    // Round 2, sent while round 1's write is held: a commit (its ops function is called when its
-    // round is staged) and an append.
+    // Sent while round 1's write is held: an append whose stored copy (made when it is staged)
+    // reads a getter, and a commit (its ops function is called when it is staged).
+    let copied = 0;
+    const probe = ev();
+    Object.defineProperty(probe, 'probe', { enumerable: true, get: () => ++copied });
+    const b = s.appendEvents([probe]);
     let staged = false;
     const c = s.commit(() => ((staged = true), [{ op: 'create', kind: 'runs', id: 'x', value: 1 }]));
-    const b = s.appendEvents([ev()]);
     await turns();
-    expect(staged).toBe(true); // staged on top of the write in flight
-    expect(w.writes).toHaveLength(1); // but not written before it landed
+    expect(copied).toBe(1); // the append was staged on top of the write in flight
+    expect(staged).toBe(false); // the commit waits for it to land
+    expect(w.writes).toHaveLength(1); // and nothing is written before it landed
     w.hold = false;
     w.writes[0].release();
     const [[ea], [eb], [x]] = await Promise.all([a, b, c]);
+    expect(copied).toBe(1);
+    expect(eb.probe).toBe(1);
     expect(w.writes).toHaveLength(2);
     expect(w.maxInFlight).toBe(1);
     expect(eventKeys(w.writes[0].keys)).toEqual([`e\0${ea.cursor}`]);
     expect(eventKeys(w.writes[1].keys)).toEqual([`e\0${eb.cursor}`]);
-    expect(w.writes[1].keys).toContain('r\0runs\0x');
+    expect(w.writes[1].keys).toContain('r\0runs\0x'); // the commit joined the round written next
     expect(eb.cursor > ea.cursor).toBe(true);
     expect(x).toMatchObject({ id: 'x', version: 1 });
   });
@@ -185,64 +191,70 @@ describe('LevelStore write pipeline', () => {
     expect(cursorsOf(run0.events)).toEqual(expected.filter((_, i) => i % 10 === 0));
   });
 
-  it('fails the round staged on a write that failed, whole: its appends and commits are rejected, nothing of either is stored, later writes go on', async () => {
+  it('fails the round staged on a write that failed, whole: its appends are rejected, nothing of either round is stored, a commit queued behind them and later writes go on', async () => {
     const { s, path } = await opened();
     const [before] = await s.appendEvents([ev()]);
     await s.createRecord('runs', 'kept', { n: 0 }, { status: 'a' });
     const w = watchWrites(s);
     const boom = new Error('disk on fire');
     /** Round 1 sent, held, then round 2 sent and staged on it; round 1's write fails. */
-    const failTwoRounds = async (round1: () => Array<Promise<unknown>>, round2: (staged: () => void) => Array<Promise<unknown>>) => {
+    const failTwoRounds = async (round1: () => Array<Promise<unknown>>, round2: () => Array<Promise<unknown>>) => {
       const writes = w.writes.length;
       w.hold = true;
       const one = round1();
       await w.reached(writes + 1);
-      let staged = false;
-      const two = round2(() => (staged = true));
-      await until(() => staged, 50);
-      await turns();
+      const two = round2();
+      await turns(); // round 2 is staged (an open round) within a turn or two
       w.hold = false;
       w.writes[writes].release(boom);
       const settled = await Promise.allSettled([...one, ...two]);
       expect(settled.map((r) => (r.status === 'rejected' ? r.reason : r.status))).toEqual(settled.map(() => boom));
       expect(w.writes).toHaveLength(writes + 1); // round 2 was never written
     };
-    // Round 1 appends; round 2 commits with events (its ops function is called when it is staged) and appends.
+    // Round 1 appends; round 2 appends.
     await failTwoRounds(
       () => [s.appendEvents([ev('r1')])],
-      (staged) => [
-        s.commitWithEvents(() => (staged(), [{ op: 'create', kind: 'runs', id: 'second', value: { n: 2 }, indexes: { status: 'a' } }]), [ev('r2')]),
-        s.appendEvents([ev('r2'), ev('r2')]),
-      ],
+      () => [s.appendEvents([ev('r2'), ev('r2')]), s.appendEvents([ev('r2')])],
     );
-    // Round 1 commits; round 2 appends (no signal when staged: the turns of the event loop do).
+    // Round 1 commits; round 2 appends.
     await failTwoRounds(
       () => [s.createRecord('runs', 'first', { n: 1 }, { status: 'a' })],
       () => [s.appendEvents([ev('r3')]), s.appendEvents([ev('r3'), ev('r3')])],
     );
+    // A commit queued behind the appends staged on a failed write was not staged on it: it is
+    // staged after the failure, on what the disk holds, and written.
+    w.hold = true;
+    const held = s.appendEvents([ev('r4')]);
+    await w.reached(w.writes.length + 1);
+    const staged = s.appendEvents([ev('r4')]);
+    const behind = s.createRecord('runs', 'second', { n: 2 }, { status: 'a' });
+    await turns();
+    w.hold = false;
+    w.writes[w.writes.length - 1].release(boom);
+    await expect(held).rejects.toBe(boom);
+    await expect(staged).rejects.toBe(boom);
+    await expect(behind).resolves.toMatchObject({ version: 1 });
 
     // Nothing of those rounds is stored, and the caches learned nothing from them.
     expect(await s.getRecord('runs', 'first')).toBeNull();
-    expect(await s.getRecord('runs', 'second')).toBeNull();
-    expect(await s.countRecords('runs')).toBe(1);
-    expect(await s.countRecords('runs', { name: 'status', value: 'a' })).toBe(1);
+    expect(await s.countRecords('runs')).toBe(2);
     expect(cursorsOf((await s.readEvents()).events)).toEqual([before.cursor]);
     expect((await s.readEvents({ filters: { run_id: 'r2' } })).events).toEqual([]);
 
     // Later writes go on: the same ids can be created, new cursors follow the ones skipped.
-    const [again] = await s.commit([{ op: 'create', kind: 'runs', id: 'second', value: { n: 3 }, indexes: { status: 'a' } }]);
+    const [again] = await s.commit([{ op: 'create', kind: 'runs', id: 'first', value: { n: 3 }, indexes: { status: 'a' } }]);
     expect(again).toMatchObject({ version: 1, value: { n: 3 } });
     const [after] = await s.appendEvents([ev('r2')]);
     expect(after.cursor > before.cursor).toBe(true);
     expect(cursorsOf((await s.readEvents()).events)).toEqual([before.cursor, after.cursor]);
     expect(cursorsOf((await s.readEvents({ filters: { run_id: 'r2' } })).events)).toEqual([after.cursor]);
-    expect(await s.countRecords('runs', { name: 'status', value: 'a' })).toBe(2);
+    expect(await s.countRecords('runs', { name: 'status', value: 'a' })).toBe(3);
 
     // And so after a reopen: the numbers handed to the failed rounds are never reused.
     await s.close();
     const { s: t } = await opened(path);
     expect(cursorsOf((await t.readEvents()).events)).toEqual([before.cursor, after.cursor]);
-    expect(await t.countRecords('runs')).toBe(2);
+    expect(await t.countRecords('runs')).toBe(3);
     const [next] = await t.appendEvents([ev()]);
     expect(next.cursor > after.cursor).toBe(true);
   });
