@@ -304,29 +304,53 @@ export async function backgroundBench(): Promise<BenchOutput> {
   }
 }
 
+/** A warm-up drain, then the measured one, on a fresh server (`sync`: an fsync per store write batch, the default). */
+async function drainOnFreshServer(modelUrl: string, concurrency: number, runs: number, sync: boolean): Promise<Awaited<ReturnType<typeof agentdDrain>>> {
+  const dir = tempDir('bg-drain');
+  const child = await startChild({
+    mode: 'agentd',
+    dataDir: dir,
+    config: realPathConfig(modelUrl, 'bench', { background: { enabled: true, concurrency, run_retention: DRAIN_RETENTION } }),
+    model: { kind: 'config' },
+    syncWrites: sync,
+  });
+  try {
+    await agentdDrain(child, Math.min(runs, 500));
+    return await agentdDrain(child, runs);
+  } finally {
+    await child.stop();
+    removeDir(dir);
+  }
+}
+
+/** The local Redis's persistence settings (BullMQ's durability), or null when they cannot be read. */
+async function redisPersistence(): Promise<string | null> {
+  const { Redis } = await import('ioredis');
+  const redis = new Redis({ ...REDIS, lazyConnect: true, maxRetriesPerRequest: 1 });
+  try {
+    await redis.connect();
+    const get = async (key: string) => ((await redis.config('GET', key)) as string[])[1] ?? '?';
+    return `appendonly ${await get('appendonly')}, appendfsync ${await get('appendfsync')}, save "${await get('save')}"`;
+  } catch {
+    return null;
+  } finally {
+    redis.disconnect();
+  }
+}
+
 async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
   const model = { kind: 'config' as const };
   const rows: Row[] = [];
   const notes: string[] = [];
+  const persistence = await redisPersistence();
+  notes.push(
+    `The baseline's Redis persistence (CONFIG GET at the start of this benchmark): ${persistence ?? 'could not be read'}. With appendonly no and no save points, BullMQ's queue lives in memory only: a crash loses it. agentd's drain rows keep their durability (an fsync per store write batch); the "fsync off" diagnostic rows show the same drain without it.`,
+  );
   // 1. Throughput against BullMQ + generateText, at each concurrency. A short warm-up drain on
   // each side first (the AI SDK and agentd's JIT both need a few hundred calls).
   for (const concurrency of DRAIN_CONCURRENCY) {
     const runs = DRAIN_RUNS[concurrency];
-    const dir1 = tempDir('bg-drain');
-    let a: Awaited<ReturnType<typeof agentdDrain>>;
-    const c1 = await startChild({
-      mode: 'agentd',
-      dataDir: dir1,
-      config: realPathConfig(modelUrl, 'bench', { background: { enabled: true, concurrency, run_retention: DRAIN_RETENTION } }),
-      model,
-    });
-    try {
-      await agentdDrain(c1, Math.min(runs, 500));
-      a = await agentdDrain(c1, runs);
-    } finally {
-      await c1.stop();
-      removeDir(dir1);
-    }
+    const a = await drainOnFreshServer(modelUrl, concurrency, runs, true);
     log(`agentd drained ${a.completed} runs in ${a.seconds.toFixed(1)} s at concurrency ${concurrency}`);
     await bullmqDrain(modelUrl, concurrency, Math.min(runs, 500));
     const b = await bullmqDrain(modelUrl, concurrency, runs);
@@ -379,6 +403,18 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
         unit: 'requests/s',
       },
     );
+    // Diagnostic: what durability costs. The baseline's Redis keeps its queue in memory (see the
+    // notes for its persistence settings); agentd fsyncs every store write batch. Same drain with
+    // the fsync off (store.sync false), not a target.
+    const nosync = await drainOnFreshServer(modelUrl, concurrency, runs, false);
+    rows.push({
+      metric: `Diagnostic: the same drain with agentd's fsync off (store.sync false), concurrency ${concurrency}`,
+      value: round(nosync.completed / nosync.seconds, 1),
+      unit: 'runs/s',
+      baseline: round(bRate, 1),
+      baseline_label: 'BullMQ + generateText',
+      ratio: ratio(nosync.completed / nosync.seconds, bRate),
+    });
     if (a.completed !== a.requested) notes.push(`Run statuses other than completed (concurrency ${concurrency}): ${JSON.stringify(a.other)}`);
   }
   // 2 and 3. Idle cron tasks, then interval dispatch, each on a fresh server.

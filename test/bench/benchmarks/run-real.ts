@@ -31,7 +31,9 @@ const WARMUP_RUNS = QUICK ? 300 : Math.max(2000, Math.round(2000 * SCALE));
 /** The cold rows: the first runs after start-up, concurrency 1. */
 const COLD_RUNS = QUICK ? 200 : 1000;
 const ROUND_MS = QUICK ? 1000 : Math.max(500, Math.round(2000 * SCALE));
-const ROUNDS = QUICK ? 1 : 2;
+// Four rounds per side, alternating which goes first (AB BA AB BA): with two, one noisy round on this shared 2-core VM moved
+// trivial c=1 by +-15 % between runs of the same build.
+const ROUNDS = QUICK ? 1 : 4;
 
 export const WORKLOADS = {
   trivial: { label: 'trivial answer (one model call)', query: 'Say hello to the benchmark.' },
