@@ -11,7 +11,8 @@
 //   n\0<kind>  /  n\0<kind>\0<index>\0<value>    -> count maintained in the same batch as the data,
 //                                                 so countRecords is one get, never a scan
 //   e\0<cursor16>                              -> StoredEvent (JSON text, `cursor` last)
-//   x\0<field>\0<value>\0<cursor16>             -> posting: the cursors of ONE group-commit round's
+//   x\0<field>\0<value>\0<cursor16>             -> posting: the cursors of ONE group-commit round's (or of
+//                                                 one staged part of it: level-writer.ts, flush)
 //                                                 events with that value, the key's cursor being the
 //                                                 last of them; '' when that is the only one, else
 //                                                 all of them as concatenated cursor16s. Event index

@@ -19,7 +19,7 @@ import {
   type Db,
   type Row,
 } from './level-keys.js';
-import { newRoundPostings, stageEvents, stagePostings } from './level-events.js';
+import { newRoundPostings, stageEvents, stagePostings, type RoundPostings } from './level-events.js';
 import {
   StoreError,
   assertOpApplies,
@@ -77,6 +77,52 @@ interface Prefetch {
 /** Soft cap on batch operations per group-commit round (a single job is never split). */
 const ROUND_OPS = 20_000;
 
+/**
+ * A queue of at least this many jobs, whose first half are all appends, met while no round is being
+ * written is split in two rounds (see flush): each half still shares one write among 64 or more
+ * calls, and the halves' staging and writing overlap.
+ */
+const SPLIT_JOBS = 128;
+
+/** A round's write failed with this. */
+interface WriteFailure {
+  failed: unknown;
+}
+
+/** A round handed to LevelDB. */
+interface InFlight {
+  /** Settles when the round has been written and answered (or failed): never rejects. */
+  done: Promise<WriteFailure | undefined>;
+  landed: boolean;
+  /** Once landed: how its write failed, if it did. */
+  failure: WriteFailure | undefined;
+}
+
+/** A round staged and waiting for its write (see LevelWriter.flush). */
+interface StagedRound {
+  jobs: Job[];
+  batch: BatchOp[];
+  /** Answers the callers, in job order, once the batch is written. */
+  settle: Array<() => void>;
+}
+
+/** Appends staged while a round is being written, to be written right after it (LevelWriter.flush). */
+interface OpenRound extends StagedRound {
+  postings: RoundPostings;
+  /** The last cursor handed out before it. */
+  cursorBefore: number;
+  /** Its batch operations as the round cap counts them (ROUND_OPS). */
+  ops: number;
+}
+
+/** A job's batch operations as the round cap counts them (a guess made before staging). */
+const jobOps = (j: Job): number =>
+  j.type === 'events'
+    ? j.events.length * 6
+    : j.type === 'records'
+      ? (Array.isArray(j.ops) ? j.ops.length : 2) * 8 + (j.events === undefined ? 0 : Array.isArray(j.events) ? j.events.length : 1) * 6
+      : 0;
+
 export interface LevelWriterOptions {
   sync: boolean;
   rowCacheSize: number;
@@ -92,6 +138,8 @@ export class LevelWriter {
   private lastCursor: number;
   private queue: Job[] = [];
   private flushing = false;
+  /** Set while the write loop, with a round being written and an empty queue, waits: a job wakes it up. */
+  private wake: (() => void) | null = null;
   /**
    * Committed state the write queue reads on every round, kept in memory so a commit is one
    * LevelDB round-trip (the write) instead of three (load rows, load counters, write). Safe
@@ -246,6 +294,9 @@ export class LevelWriter {
     if (!this.flushing) {
       this.flushing = true;
       void this.flush();
+    } else if (this.wake) {
+      this.wake();
+      this.wake = null;
     }
   }
 
@@ -256,31 +307,140 @@ export class LevelWriter {
    * just acknowledged) joins the round. A short run's final record, snapshot, events and session
    * history then go in one batch instead of one round each; the cost is one event-loop turn
    * (tens of microseconds) before a write starts.
+   *
+   * Rounds are pipelined, two deep: while round N's batch is being written (LevelDB's work, on a
+   * thread of libuv's pool), the appends that come are staged on the main thread (cursors,
+   * postings, JSON) into round N+1 as they come, each turn (the open round), and N+1 is handed to
+   * LevelDB in the turn N lands, so LevelDB gets the batches one at a time and in order, and N+1
+   * still holds everything that queued during N's write, as before. Commits are not staged while a
+   * write is in flight (their compare-and-swap checks read the rows and counters the caches hold,
+   * which learn a batch only once it is on disk): a commit at the head of the queue, and whatever
+   * queued behind it, is staged when N lands and joins the open round then. If N's write fails,
+   * the open round (staged on top of it, its callers not answered) fails whole with the same
+   * error: nothing of it is written, the caches learn nothing from it, its cursor numbers, like
+   * N's, are skipped (never reused); the rounds after go on.
+   *
+   * Callers that each wait for their write before sending the next (1,000 concurrent single-event
+   * appends) all come back when a round lands and would form every round together, so staging and
+   * writing would alternate; a round started while nothing is being written therefore takes only
+   * half of a long queue of appends (SPLIT_JOBS), and the other half is staged while the first half
+   * is written: from then on two cohorts of callers take turns.
    */
   private async flush(): Promise<void> {
+    // The round being written, and the appends staged to be written after it.
+    let writing: InFlight | null = null;
+    let open: OpenRound | null = null;
+    /** `writing` landed: the open round, with the commits queued behind it, is written next. */
+    const landed = async (): Promise<void> => {
+      const before = writing!.failure;
+      writing = null;
+      if (open === null) return; // what is queued is taken as by an idle queue
+      const round = open;
+      open = null;
+      if (before === undefined && this.queue.length > 0 && this.queue[0].type === 'records') {
+        const staged = await this.stage(this.take(this.queue.length));
+        if (staged !== null) {
+          for (const j of staged.jobs) round.jobs.push(j);
+          for (const op of staged.batch) round.batch.push(op); // no spread: rounds can hold 20k ops
+          for (const f of staged.settle) round.settle.push(f);
+        }
+      }
+      writing = this.issue(this.seal(round), before);
+    };
     try {
       for (;;) {
         await new Promise<void>((resolve) => setImmediate(resolve));
-        if (this.queue.length === 0) break;
-        let ops = 0;
-        let n = 0;
-        while (n < this.queue.length && (n === 0 || ops < ROUND_OPS)) {
-          const j = this.queue[n++];
-          ops +=
-            j.type === 'events'
-              ? j.events.length * 6
-              : j.type === 'records'
-                ? (Array.isArray(j.ops) ? j.ops.length : 2) * 8 + (j.events === undefined ? 0 : Array.isArray(j.events) ? j.events.length : 1) * 6
-                : 0;
+        if (writing?.landed) await landed();
+        if (this.queue.length === 0) {
+          if (writing === null) break;
+          // Wait for the write to land (its callers' next jobs come then), or for a job.
+          await Promise.race([writing.done, new Promise<void>((resolve) => (this.wake = resolve))]);
+          this.wake = null;
+          if (writing.landed) await landed();
+          continue;
         }
-        await this.round(this.queue.splice(0, n));
+        if (writing === null) {
+          // Idle. With a long queue of appends: half now, the other half staged while this half is written.
+          const half = this.queue.length >> 1;
+          const staged = await this.stage(this.take(this.queue.length >= SPLIT_JOBS && this.appendsFirst(half) ? half : this.queue.length));
+          if (staged !== null) writing = this.issue(staged, undefined);
+          continue;
+        }
+        if (this.queue[0].type !== 'records' && (open === null || open.ops < ROUND_OPS)) {
+          // Appends (and barriers) while a write is in flight: staged into the round written after it.
+          open ??= this.openRound();
+          let n = 0;
+          for (; n < this.queue.length && (n === 0 || open.ops < ROUND_OPS); n++) {
+            const j = this.queue[n];
+            if (j.type === 'records') break;
+            this.stageInto(open, j);
+          }
+          this.queue.splice(0, n);
+          continue;
+        }
+        // A commit (or a full open round): after the landing.
+        await writing.done;
+        await landed();
       }
     } finally {
       this.flushing = false;
     }
   }
 
-  private async round(jobs: Job[]): Promise<void> {
+  /** Takes up to `cap` jobs off the queue for one round (at least one; ROUND_OPS bounds it). */
+  private take(cap: number): Job[] {
+    let ops = 0;
+    let n = 0;
+    while (n < cap && (n === 0 || ops < ROUND_OPS)) ops += jobOps(this.queue[n++]);
+    return this.queue.splice(0, n);
+  }
+
+  /** Whether the first `n` queued jobs are all event appends. */
+  private appendsFirst(n: number): boolean {
+    for (let i = 0; i < n; i++) if (this.queue[i].type !== 'events') return false;
+    return true;
+  }
+
+  /** Hands `round` to LevelDB now, in this turn (`before`: the round ahead of it failed so). */
+  private issue(round: StagedRound, before: WriteFailure | undefined): InFlight {
+    const f: InFlight = { landed: false, failure: undefined, done: this.land(round, before).then((r) => ((f.landed = true), (f.failure = r), r)) };
+    return f;
+  }
+
+  private openRound(): OpenRound {
+    return { jobs: [], batch: [], settle: [], postings: newRoundPostings(), cursorBefore: this.lastCursor, ops: 0 };
+  }
+
+  /** Stages an append or a barrier into the open round, as stage() would. */
+  private stageInto(open: OpenRound, job: EventJob | BarrierJob): void {
+    open.jobs.push(job);
+    open.ops += jobOps(job);
+    if (job.type === 'barrier') {
+      const last = this.lastCursor;
+      open.settle.push(() => job.resolve(last));
+      return;
+    }
+    try {
+      const stored = stageEvents(job.events, this.lastCursor + 1, open.batch, open.postings);
+      this.lastCursor += stored.length;
+      open.settle.push(() => job.resolve(stored));
+    } catch (e) {
+      open.settle.push(() => job.reject(e)); // e.g. a value JSON cannot encode
+    }
+  }
+
+  /** The open round's batch completed: its postings and the last cursor it handed out. */
+  private seal(open: OpenRound): StagedRound {
+    stagePostings(open.postings, open.batch);
+    if (this.lastCursor !== open.cursorBefore) open.batch.push({ type: 'put', key: META_CURSOR, value: String(this.lastCursor) });
+    return open;
+  }
+
+  /**
+   * Stages a round: loads what its commits need, applies its jobs in order and builds its batch.
+   * Null when it failed before any job was staged (a disk read): its jobs are rejected then.
+   */
+  private async stage(jobs: Job[]): Promise<StagedRound | null> {
     const db = this.db; // open: close() waits for in-flight callers, which include these jobs
     const settle: Array<() => void> = [];
     // 0. Jobs that gave a function get their ops now, in queue order (Store.commit).
@@ -419,9 +579,31 @@ export class LevelWriter {
       stagePostings(postings, batch);
       if (this.lastCursor !== cursorBefore) batch.push({ type: 'put', key: META_CURSOR, value: String(this.lastCursor) });
 
-      // 3. One atomic batch; only then does anybody hear back.
+      return { jobs, batch, settle };
+    } catch (e) {
+      // Nothing of this round was staged. Numbers handed out are simply skipped (never reused).
+      for (const j of jobs) j.reject(e);
+      return null;
+    }
+  }
+
+  /**
+   * Writes a staged round, whose predecessor has landed (`before`: that one's write failed); then
+   * its callers hear back. Resolves with the write's failure ({ failed }) when its own write
+   * failed, else undefined (also when it failed because its predecessor did): never rejects. The
+   * batch is handed to LevelDB before the first await.
+   */
+  private async land(round: StagedRound, before: WriteFailure | undefined): Promise<WriteFailure | undefined> {
+    const { jobs, batch, settle } = round;
+    if (before !== undefined) {
+      // Staged on a batch that was never written: it fails whole, and teaches the caches nothing.
+      for (const j of jobs) j.reject(before.failed);
+      return undefined;
+    }
+    try {
+      // One atomic batch; only then does anybody hear back.
       if (batch.length) {
-        await writeBatch(db, batch, this.opts.sync);
+        await writeBatch(this.db, batch, this.opts.sync);
         this.writesDone++;
         if (this.opts.sync) this.syncedRounds++;
       }
@@ -435,9 +617,10 @@ export class LevelWriter {
     } catch (e) {
       // Nothing of this round was written. Numbers handed out are simply skipped (never reused).
       for (const j of jobs) j.reject(e);
-      return;
+      return { failed: e };
     }
     for (const s of settle) s();
+    return undefined;
   }
 }
 

@@ -192,12 +192,13 @@ describe('approval latency', () => {
       // A fresh process: the run's rows are not in the store's row cache, as with a run paused
       // long ago among many (the approvals benchmark's 100,000).
       const server = await startTestServer(GOVERNED, { modelUrl: model.url, dataDir });
-      // Watch the embedded store's write rounds (LevelWriter.round, the write queue of LevelStore:
-      // one LevelDB batch and fsync each): the statuses this run's record is written with, round by round.
-      const store = (server.store as unknown as { writer: { round(jobs: Array<{ type: string; ops?: unknown }>): Promise<void> } }).writer;
+      // Watch the embedded store's write rounds (LevelWriter.stage, the write queue of LevelStore:
+      // commits are staged once per round, and each round is one LevelDB batch and fsync): the
+      // statuses this run's record is written with, round by round.
+      const store = (server.store as unknown as { writer: { stage(jobs: Array<{ type: string; ops?: unknown }>): Promise<unknown> } }).writer;
       const rounds: string[][] = [];
-      const original = store.round;
-      store.round = function (this: unknown, jobs) {
+      const original = store.stage;
+      store.stage = function (this: unknown, jobs) {
         const statuses: string[] = [];
         for (const j of jobs) {
           if (j.type !== 'records' || !Array.isArray(j.ops)) continue;
@@ -220,7 +221,7 @@ describe('approval latency', () => {
         expect(rounds[0]).toEqual(['awaiting_approval:approval', 'running:approval']);
         expect(ledgerLines()).toHaveLength(1);
       } finally {
-        store.round = original;
+        store.stage = original;
         await server.stop();
         server.cleanup();
       }
