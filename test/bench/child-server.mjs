@@ -78,8 +78,8 @@ async function buildModel(m) {
     };
   }
   if (m.kind === 'demo') {
-    const { createDemoModel } = await import('./dist/src/agent/model/demo.js');
-    return createDemoModel({ chunkDelayMs: m.chunkDelayMs });
+    const { DemoModel } = await import('./dist/src/agent/model/demo.js');
+    return new DemoModel({ chunkDelayMs: m.chunkDelayMs });
   }
   return undefined; // the configured provider
 }
