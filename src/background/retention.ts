@@ -251,30 +251,37 @@ export class RunRetention {
     // Taken now: runs ending during this sweep put their tasks in the fresh set, for the next one.
     const due = [...this.toCount];
     this.toCount.clear();
-    for (let i = 0; i < due.length; i++) {
-      const taskId = due[i];
-      if (budget <= 0) {
-        this.countAtNextSweep(due.slice(i));
-        break;
+    let i = 0;
+    try {
+      for (; i < due.length; i++) {
+        const taskId = due[i];
+        if (budget <= 0) {
+          this.countAtNextSweep(due.slice(i));
+          break;
+        }
+        if (!opts.isTask(taskId)) continue;
+        const counts = await Promise.all([...TERMINAL].map((st) => repos(store).bgRuns.count({ name: 'task_status', value: taskStatusKey(taskId, st) })));
+        let excess = counts.reduce((a, b) => a + b, 0) - opts.maxPerTask;
+        let cursor: string | null = null;
+        while (excess > 0 && budget > 0) {
+          const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await repos(store).bgRuns.list<BgRunRow>({
+            index: { name: 'task_id', value: taskId },
+            cursor,
+            limit: Math.min(500, Math.max(50, excess)),
+          });
+          const old = page.items.filter((item) => TERMINAL.has(item.value.run.status) && !this.host.handles.has(item.id)).slice(0, Math.min(excess, budget));
+          await drop(old);
+          excess -= old.length;
+          if (!page.next_cursor) break;
+          cursor = page.next_cursor;
+        }
+        // Out of budget (or runs in hand among the oldest): the next sweep looks at this task again.
+        if (excess > 0) this.toCount.add(taskId);
       }
-      if (!opts.isTask(taskId)) continue;
-      const counts = await Promise.all([...TERMINAL].map((st) => repos(store).bgRuns.count({ name: 'task_status', value: taskStatusKey(taskId, st) })));
-      let excess = counts.reduce((a, b) => a + b, 0) - opts.maxPerTask;
-      let cursor: string | null = null;
-      while (excess > 0 && budget > 0) {
-        const page: { items: Versioned<BgRunRow>[]; next_cursor: string | null } = await repos(store).bgRuns.list<BgRunRow>({
-          index: { name: 'task_id', value: taskId },
-          cursor,
-          limit: Math.min(500, Math.max(50, excess)),
-        });
-        const old = page.items.filter((i) => TERMINAL.has(i.value.run.status) && !this.host.handles.has(i.id)).slice(0, Math.min(excess, budget));
-        await drop(old);
-        excess -= old.length;
-        if (!page.next_cursor) break;
-        cursor = page.next_cursor;
-      }
-      // Out of budget (or runs in hand among the oldest): the next sweep looks at this task again.
-      if (excess > 0) this.toCount.add(taskId);
+    } catch (err) {
+      // A store error mid-pass: this task and those not reached yet wait for the next sweep.
+      this.countAtNextSweep(due.slice(i));
+      throw err;
     }
     return deleted;
   }
