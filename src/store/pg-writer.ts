@@ -6,6 +6,7 @@
 // statement: no transaction, round trip or WAL flush of their own (see `notify`).
 import pg from 'pg';
 import { ERROR_CODES, isTransientCode } from './pg-errors.js';
+import { CHANGE_CHANNELS } from './changes.js';
 import { storedEventText } from './event-text.js';
 import { escText, indexJson, lazyRecordView, withCursor, type Queryable } from './pg-text.js';
 import { EVENT_INDEX_FIELDS, StoreError, encodeCursor, type CommitOps, type EventInput, type StoredEvent, type Versioned, type WriteOp } from './store.js';
@@ -90,6 +91,14 @@ interface PendingNotify {
 const ROUND_MAX_NOTIFIES = 100;
 /** Rounds a notification rides in at most: after that many failed (connection lost, database down), it is dropped. */
 const NOTIFY_TRIES = 3;
+/**
+ * Notifications waiting at most (the change feed's own queue had the same bound): past it a new one
+ * is dropped, so hints piling up while the database is slow never take the write queue's room
+ * (MAX_QUEUED_JOBS) from commits and appends. Not inbox notifications: an instance whose feed has
+ * not broken reads a run's inbox only when told (run-inbox.ts), and each rides with its own inbox
+ * write, which the write queue's bound already limits.
+ */
+const MAX_QUEUED_NOTIFIES = 1000;
 
 /**
  * A round with notifications: write_round's rows, then ONE more row (an aggregate always yields
@@ -108,6 +117,8 @@ type Taken = { kind: 'commit'; p: PendingCommit; ops: EncodedOp[] } | { kind: 'a
 
 export class PgWriter {
   private readonly jobs: Job[] = [];
+  /** Notify jobs in `jobs` (MAX_QUEUED_NOTIFIES). */
+  private queuedNotifies = 0;
   /** The round loop while one runs (close() waits for it). */
   writing: Promise<void> | null = null;
 
@@ -146,6 +157,7 @@ export class PgWriter {
    * notification is a hint, src/store/changes.ts). Never rejects; resolves once sent or dropped.
    */
   notify(channel: string, payload: string): Promise<void> {
+    if (this.queuedNotifies >= MAX_QUEUED_NOTIFIES && channel !== CHANGE_CHANNELS.inbox) return Promise.resolve();
     return new Promise<void>((resolve) => {
       this.enqueue({ kind: 'notify', p: { channel, payload, tries: 0, resolve, reject: () => resolve() } });
     });
@@ -165,6 +177,7 @@ export class PgWriter {
       return;
     }
     this.jobs.push(job);
+    if (job.kind === 'notify') this.queuedNotifies++;
     if (this.writing) return;
     this.writing = (async () => {
       try {
@@ -198,6 +211,7 @@ export class PgWriter {
       if (job.kind === 'notify') {
         if (nNotifies >= ROUND_MAX_NOTIFIES) break;
         this.jobs.shift();
+        this.queuedNotifies--;
         taken.push(job);
         nNotifies++;
         continue;
@@ -245,6 +259,7 @@ export class PgWriter {
           } else t.p.reject(e);
         }
         this.jobs.unshift(...requeue);
+        this.queuedNotifies += requeue.length;
       }
     }
   }

@@ -159,4 +159,33 @@ describe('PgWriter notifications after a failed round', () => {
     await writer.notify(CHANGE_CHANNELS.events, 'never');
     expect(calls).toEqual(['agentd_notify', 'agentd_notify', 'agentd_notify']);
   });
+
+  it('wait in a bounded share of the write queue: a flood of them while the database hangs never refuses a commit', async () => {
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((r) => (release = r));
+    const sent: string[] = [];
+    const db = {
+      query: async (q: { name?: string; values?: unknown[] }) => {
+        if (q.name === 'agentd_notify') sent.push(...(q.values![0] as string[]));
+        if (q.name === 'agentd_write_round_notify') sent.push(...(q.values![14] as string[]));
+        await held;
+        const op = { r_version: 1, r_seq: null, r_err: null, r_msg: null };
+        const notified = { r_version: null, r_seq: '1', r_err: null, r_msg: null };
+        return { rows: q.name === 'agentd_notify' ? [{ n: 1 }] : q.name === 'agentd_write_round_notify' ? [op, notified] : [op] } as never;
+      },
+    };
+    const writer = new PgWriter(db);
+    const first = writer.notify(CHANGE_CHANNELS.events, 'first'); // its round hangs with the database
+    await new Promise((r) => setImmediate(r));
+    const flood = Array.from({ length: 25_000 }, (_, i) => writer.notify(CHANGE_CHANNELS.events, `n${i}`));
+    // An inbox notification is never dropped for room: its reader trusts the feed to tell it.
+    const inbox = writer.notify(CHANGE_CHANNELS.inbox, '{"r":"run_1"}');
+    const commit = writer.commit([{ op: 'create', kind: 'runs', id: 'r1', value: {} }]);
+    release();
+    await expect(commit).resolves.toHaveLength(1);
+    await Promise.all([first, ...flood, inbox]);
+    // The first (in the hung round) and the 1,000 that found room; the rest were dropped.
+    expect(sent.filter((c) => c === CHANGE_CHANNELS.events)).toHaveLength(1001);
+    expect(sent).toContain(CHANGE_CHANNELS.inbox);
+  });
 });
