@@ -34,6 +34,8 @@ export interface ClaimerHost {
   statusOf(h: Handle): BackgroundRunStatus;
   send(runId: string, event: BackgroundRunEvent, opts?: { durable?: boolean; known?: Versioned<BgRunRow> }): Promise<SendResult>;
   heldCount(): number;
+  /** The workspace mirror's backlog is at its bound: claim nothing until it has room (it kicks). */
+  mirrorFull(): boolean;
   countActive(taskId: string): Promise<number>;
   settleFromAgent(row: BgRunRow): Promise<boolean>;
   checkParked(row: BgRunRow): Promise<void>;
@@ -139,7 +141,7 @@ export class Claimer {
 
   private async claimOnce(): Promise<void> {
     const concurrency = this.deps.config.background.concurrency;
-    if (this.host.heldCount() >= concurrency) return;
+    if (this.host.heldCount() >= concurrency || this.host.mirrorFull()) return;
     const now = this.deps.clock.now();
     // The buffer's order holds only as long as every way back to the queue is reported
     // (requeued()): a bounded age makes one that is not cost at most QUEUE_BUFFER_MAX_AGE_MS.
@@ -195,7 +197,7 @@ export class Claimer {
             return false;
           }),
         );
-        if (this.host.heldCount() >= concurrency || !this.accepting) break scan;
+        if (this.host.heldCount() >= concurrency || !this.accepting || this.host.mirrorFull()) break scan;
       }
     } while (!pass.done);
     // A claim that did not happen leaves a row the buffer no longer lists, maybe still queued: doubt.

@@ -138,6 +138,7 @@ export class RunEngine {
       config: deps.config,
       logger: deps.logger,
       storedLifecycle: (runId) => this.storedLifecycle(runId),
+      onMirrorRoom: () => this.claimer.kick(),
     });
     this.agent = new AgentBridge(deps, {
       handleOf: (runId) => this.handles.get(runId),
@@ -166,6 +167,7 @@ export class RunEngine {
       statusOf: (h) => this.hosts.statusOf(h),
       send: (runId, event, opts) => this.send(runId, event, opts),
       heldCount: () => this.heldCount,
+      mirrorFull: () => this.workspaces.mirrorFull(),
       countActive: (taskId) => this.countActive(taskId),
       settleFromAgent: (row) => this.agent.settleFromAgent(row),
       checkParked: (row) => this.agent.checkParked(row),

@@ -251,13 +251,22 @@ export class MirrorQueue {
   private readonly delayed = new DirQueue<{ dir: string; at: number }>();
   private timer: NodeJS.Timeout | null = null;
   private active = 0;
+  /** Writes one folder's merged steps (a field, so a test can hold writes and pile up a backlog). */
+  writeFolder: typeof mirrorRun = mirrorRun;
 
   constructor(
     private readonly limit: number,
     private readonly delayMs: number,
     private readonly onError: (dir: string, err: unknown) => void,
     private readonly onDroppedWritten: (dir: string) => void = () => undefined,
+    /** After each folder write (the backlog shrank). */
+    private readonly onWritten: () => void = () => undefined,
   ) {}
+
+  /** Folders with steps waiting or being written. */
+  get backlog(): number {
+    return this.pending.size + this.active;
+  }
 
   /**
    * Forgets the steps still waiting for `dir` and every folder under it (their runs were deleted):
@@ -334,7 +343,7 @@ export class MirrorQueue {
       this.pending.delete(dir);
       this.busy.add(dir);
       this.active++;
-      mirrorRun(dir, job.lines, job.run, job.makeDir)
+      this.writeFolder(dir, job.lines, job.run, job.makeDir)
         .then(
           () => job.done.forEach((d) => d(true)),
           (err: unknown) => {
@@ -356,6 +365,7 @@ export class MirrorQueue {
           else if (next) this.delayed.push({ dir, at: Date.now() + this.delayMs });
           this.armTimer();
           this.pump();
+          this.onWritten();
         });
     }
   }

@@ -8,6 +8,8 @@
 import { existsSync, mkdirSync, readdirSync, realpathSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MIRROR_BACKLOG_MAX } from '../../src/background/run-workspace.js';
+import type { MirrorQueue } from '../../src/background/workspace.js';
 import { HTTPValidationError } from '../../src/schemas/index.js';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, startTestServer, type TestServer } from '../helpers/server.js';
@@ -318,4 +320,47 @@ describe('skipped occurrences, retention and deletion', () => {
       s.cleanup();
     }
   });
+});
+
+describe('the workspace mirror under a sustained drain', () => {
+  it('claims no more runs while MIRROR_BACKLOG_MAX run folders wait to be written, and every folder is written in the end', async () => {
+    // Creating a run's folder and files can cost more than the run itself (slow filesystems): the
+    // mirror fell behind the runs without bound, holding the rest in memory. Here its writes are
+    // held, so the backlog builds up at once (queued runs' folders count too); the claimer must
+    // stop at the bound. The old code ran all of them.
+    const concurrency = 64;
+    const runs = MIRROR_BACKLOG_MAX + concurrency + 80;
+    await withServer({ ...base, background: { ...base.background, concurrency } }, async (s, a) => {
+      const mirror = (s.runtime.background.engine as unknown as { workspaces: { mirrors: MirrorQueue } }).workspaces.mirrors;
+      const write = mirror.writeFolder;
+      let release!: () => void;
+      const held = new Promise<void>((r) => (release = r));
+      mirror.writeFolder = async (...args) => {
+        await held;
+        return write(...args);
+      };
+      const ended = async () => (await a.get('/background/tasks/burst/status')).body.status_counts.completed ?? 0;
+      try {
+        expect(
+          (await a.post('/background/tasks', { task_id: 'burst', query: 'hello', schedule: { type: 'manual' }, overlap_policy: 'allow_parallel' })).status,
+        ).toBe(200);
+        for (let i = 0; i < runs; i += 32) {
+          const batch = await Promise.all(Array.from({ length: Math.min(32, runs - i) }, () => a.post('/background/tasks/burst/run', {})));
+          expect(batch.every((r) => r.status === 200)).toBe(true);
+        }
+        // The runs claimed before the bound end; then nothing more is claimed while writes are held.
+        let last = -1;
+        for (let n = await ended(); n !== last; n = await ended()) {
+          last = n;
+          await new Promise((r) => setTimeout(r, 300));
+        }
+        expect(last).toBeLessThanOrEqual(MIRROR_BACKLOG_MAX + concurrency);
+      } finally {
+        release(); // a failed expectation must not leave the server's close waiting on held writes
+      }
+      await eventually(async () => (await ended()) === runs, 20_000, 'every run ended');
+      const taskDir = join(wsRoot(s), 'background', 'default', 'burst');
+      await eventually(() => readdirSync(taskDir).filter((d) => existsSync(join(taskDir, d, 'run.json'))).length === runs, 20_000, 'every run folder written');
+    });
+  }, 60_000);
 });
