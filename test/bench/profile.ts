@@ -238,11 +238,11 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
         process.env.BENCH_NODE_FLAGS = prev ?? '';
         try {
           log(`profile-background c=${concurrency}: warm-up drain of ${WARMUP} runs`);
-          await agentdDrain(child, WARMUP);
+          await agentdDrain(child, WARMUP, dir);
           fromMs = nowMs();
           log(`profile-background c=${concurrency}: profiled drain of ${runs} runs`);
           const th0 = threadCpuMs(child.pid);
-          const d = await agentdDrain(child, runs).catch((err: unknown) => {
+          const d = await agentdDrain(child, runs, dir).catch((err: unknown) => {
             throw new Error(`${String(err)}; child stderr: ${child.stderr().slice(-3000)}`);
           });
           const th1 = threadCpuMs(child.pid);
@@ -254,7 +254,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           const s0 = await child.call<StoreStats>({ cmd: 'storeStats' });
           const f0 = await fake.call<{ requests?: number }>({ cmd: 'fakeStats' });
           const t0 = treeStats(join(dir, 'workspaces', 'background'));
-          await agentdDrain(child, COUNTED);
+          await agentdDrain(child, COUNTED, dir);
           const s1 = await child.call<StoreStats>({ cmd: 'storeStats' });
           const f1 = await fake.call<{ requests?: number }>({ cmd: 'fakeStats' });
           const t1 = treeStats(join(dir, 'workspaces', 'background'));

@@ -89,10 +89,16 @@ let drains = 0;
  * counts and never looked drained.
  */
 export const DRAIN_RETENTION = { max_runs_per_task: 1_000_000_000 };
-/** Creates a manual task and drains `runs` POST /background/tasks/{id}/run through it (32 requests in flight). */
+/**
+ * Creates a manual task and drains `runs` POST /background/tasks/{id}/run through it (32 requests
+ * in flight). A run is drained once it is terminal and its workspace files (run.json with the
+ * final status, events.jsonl) are on disk under `dataDir`: the mirror is part of a run's work, and
+ * it can trail the runs by seconds (6,000 runs once ended with 866 folders written).
+ */
 export async function agentdDrain(
   child: Child,
   runs: number,
+  dataDir: string,
 ): Promise<{
   seconds: number;
   postS: number;
@@ -128,6 +134,7 @@ export async function agentdDrain(
     const counts = await statusCounts(child.url, taskId);
     const terminal = ['completed', 'failed', 'timeout', 'cancelled', 'skipped'].reduce((s, k) => s + (counts[k] ?? 0), 0);
     if (terminal >= requested) {
+      await workspacesWritten(join(dataDir, 'workspaces', 'background', 'default', taskId), terminal - (counts.skipped ?? 0));
       const seconds = (nowMs() - t0) / 1000;
       const cpu1 = await child.call<{ user: number; system: number }>({ cmd: 'cpu' });
       const th1 = threadCpuMs(child.pid);
@@ -136,6 +143,36 @@ export async function agentdDrain(
       return { seconds, postS, requested, completed, other, cpuMs: (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / 1000, threads };
     }
     if (nowMs() - t0 > DRAIN_TIMEOUT_MS) throw new Error(`background runs not drained in ${DRAIN_TIMEOUT_MS / 1000} s: ${JSON.stringify(counts)}`);
+    await sleep(100);
+  }
+}
+
+/** Waits until `expected` run folders under `taskDir` hold events.jsonl and a run.json with a terminal status. */
+async function workspacesWritten(taskDir: string, expected: number): Promise<void> {
+  const t0 = nowMs();
+  const unsure = new Set<string>();
+  let listed = 0;
+  for (;;) {
+    if (listed < expected) {
+      const names = existsSync(taskDir) ? readdirSync(taskDir) : [];
+      if (names.length > listed) for (const n of names) unsure.add(n);
+      listed = names.length;
+    }
+    // Files are read once every folder is there (a listing is cheap; reading thousands of files
+    // each poll would take CPU from the server being measured).
+    if (listed >= expected)
+      for (const runId of unsure) {
+        try {
+          const run = JSON.parse(readFileSync(join(taskDir, runId, 'run.json'), 'utf8')) as { status?: string };
+          if (['completed', 'failed', 'timeout', 'cancelled'].includes(run.status ?? '') && existsSync(join(taskDir, runId, 'events.jsonl')))
+            unsure.delete(runId);
+        } catch {
+          // not written yet (or being renamed into place)
+        }
+      }
+    if (listed >= expected && unsure.size === 0) return;
+    if (nowMs() - t0 > DRAIN_TIMEOUT_MS)
+      throw new Error(`workspace files of ${expected} runs not written in ${DRAIN_TIMEOUT_MS / 1000} s: ${listed} folders, ${unsure.size} not final`);
     await sleep(100);
   }
 }
@@ -159,7 +196,7 @@ function redisServerPid(): number | null {
  * to 5 steps, per job; first add to last completion. CPU is this process's (the worker's) over the
  * drain, which includes addBulk.
  */
-async function bullmqDrain(
+export async function bullmqDrain(
   modelUrl: string,
   concurrency: number,
   runs: number,
@@ -301,8 +338,18 @@ export async function backgroundBench(): Promise<BenchOutput> {
     return await backgroundWithModel(fake.url);
   } finally {
     await fake.stop();
+    for (const dir of drainDirs.splice(0)) removeDir(dir);
   }
 }
+
+/**
+ * Data dirs of finished drains, removed at the end of the benchmark, not between drains: on the
+ * benchmark VM's ext4 (no journal) the kernel skips recently deleted inodes when it allocates one,
+ * so removing a drain's ~20,000 files made the next drain's workspace folders cost several times
+ * more kernel CPU for the following 30 s (measured: 0.24 ms of system CPU per folder with no
+ * deletions before, 1-2 ms after one).
+ */
+const drainDirs: string[] = [];
 
 /** A warm-up drain, then the measured one, on a fresh server (`sync`: an fsync per store write batch, the default). */
 async function drainOnFreshServer(modelUrl: string, concurrency: number, runs: number, sync: boolean): Promise<Awaited<ReturnType<typeof agentdDrain>>> {
@@ -315,11 +362,11 @@ async function drainOnFreshServer(modelUrl: string, concurrency: number, runs: n
     syncWrites: sync,
   });
   try {
-    await agentdDrain(child, Math.min(runs, 500));
-    return await agentdDrain(child, runs);
+    await agentdDrain(child, Math.min(runs, 500), dir);
+    return await agentdDrain(child, runs, dir);
   } finally {
     await child.stop();
-    removeDir(dir);
+    drainDirs.push(dir);
   }
 }
 
@@ -482,7 +529,7 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
         .map(([c, n]) => `${n.toLocaleString('en-US')} times at concurrency ${c}`)
         .join(
           ', ',
-        )}; 32 concurrent requests; it stops asking after ${POST_BUDGET_MS / 1000} s so the benchmark stays bounded) and polls the task status until every requested run is terminal; the figure is completed runs / (first POST to last completion). A drain of up to 500 runs warms each side up first. The drain servers keep every run of the drained task (background.run_retention.max_runs_per_task 1,000,000,000): the default retention sweep keeps a task's newest 1,000 ended runs.`,
+        )}; 32 concurrent requests; it stops asking after ${POST_BUDGET_MS / 1000} s so the benchmark stays bounded) and polls the task status until every requested run is terminal, then the run folders until each holds events.jsonl and a run.json with the final status (the workspace mirror is part of a run's work: it trailed the runs by seconds, and before this rule most of its CPU fell after the measured window); the figure is completed runs / (first POST to the last run's folder written). Each drain's data dir is removed at the end of the benchmark, not before the next drain (removing ~20,000 files made the next drain's folders several times dearer in kernel CPU on this VM's ext4). A drain of up to 500 runs warms each side up first. The drain servers keep every run of the drained task (background.run_retention.max_runs_per_task 1,000,000,000): the default retention sweep keeps a task's newest 1,000 ended runs.`,
       "Baseline: BullMQ (Redis at 127.0.0.1:6379), a Worker of the same concurrency in the benchmark process whose processor calls the AI SDK's `generateText` (same server, same `add` tool, `stopWhen: stepCountIs(5)`) per job; the same number of jobs added with addBulk (1,000 per call); first add to last completion, after the same warm-up. Its CPU is the worker's (this process, addBulk included) and, in the row \"with the queue's server\", also the redis-server process's over the same drain (/proc/<pid>/stat), since agentd's CPU includes its own queue and store.",
       "Where a drained run's CPU goes: `npm run bench -- profile-background <label>` (test/bench/profile.ts; see Profiles): self time by origin and function per drained run, and per run the store commits, group-commit rounds (fsyncs), bytes written, events appended, reads, model requests and workspace files.",
       `Idle cron: ${CRON_TASKS.toLocaleString('en-US')} tasks with yearly cron expressions, created over HTTP (${CREATE_CONCURRENCY} requests in flight); CPU is /proc/<pid>/stat utime+stime over ${CPU_WINDOW_S} s, from ${SETTLING_WINDOW_S + 2} s after the last creation (the ${SETTLING_WINDOW_S} s before it are shown too: they may hold the creation's tail, LevelDB writing out what it left in its 32 MB memtable). The window is longer than the retention sweep interval (background.run_retention.sweep_interval_seconds, 60 s), so it always holds one sweep; a sweep counts the runs of only the tasks with a run ended since the last one, none here.`,
