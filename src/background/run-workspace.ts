@@ -17,8 +17,9 @@ const MIRROR_DELAY_MS = 200;
  * The most folders the mirror may have waiting before the claimer takes no more runs. Creating a
  * run's folder and files costs more than the run itself on some filesystems (about 1.6 ms of CPU
  * per folder on the benchmark VM's ext4), so under a sustained drain the mirror fell behind
- * without bound (6,000 runs ended with 866 folders written, the rest in memory). Claiming resumes
- * once the backlog is down to three quarters of this (claims go on as the mirror writes).
+ * without bound (6,000 runs ended with 866 folders written, the rest in memory). Folders of runs
+ * still queued do not count (see `mirror`). Claiming resumes once the backlog is down to three
+ * quarters of this (claims go on as the mirror writes).
  */
 export const MIRROR_BACKLOG_MAX = 256;
 
@@ -146,7 +147,10 @@ export class RunWorkspaces {
     if (last) this.madeDirs.delete(dir);
     else this.madeDirs.add(dir);
     const status = ctx.run.status;
-    await this.mirrors.write(dir, lines, run, makeDir, TERMINAL.has(status) || WAITING.has(status));
+    // A queued run's first lines do not count toward MIRROR_BACKLOG_MAX: holding back the claimer
+    // would not stop them (POST /background/tasks/{id}/run makes them), only the runs that would
+    // drain the queue.
+    await this.mirrors.write(dir, lines, run, makeDir, TERMINAL.has(status) || WAITING.has(status), status !== 'queued');
   }
 
   /**

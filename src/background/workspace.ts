@@ -198,6 +198,8 @@ interface MirrorJob {
   done: Array<(ok: boolean) => void>;
   /** In the ready queue (urgent, or its delay is over). */
   ready: boolean;
+  /** Counted in the backlog (a step of a run past its queueing: see `write`). */
+  counted: boolean;
 }
 
 /** A FIFO of folder paths without Array.shift's O(n). */
@@ -251,6 +253,8 @@ export class MirrorQueue {
   private readonly delayed = new DirQueue<{ dir: string; at: number }>();
   private timer: NodeJS.Timeout | null = null;
   private active = 0;
+  /** Pending jobs with `counted` set. */
+  private countedJobs = 0;
   /** Writes one folder's merged steps (a field, so a test can hold writes and pile up a backlog). */
   writeFolder: typeof mirrorRun = mirrorRun;
 
@@ -259,13 +263,13 @@ export class MirrorQueue {
     private readonly delayMs: number,
     private readonly onError: (dir: string, err: unknown) => void,
     private readonly onDroppedWritten: (dir: string) => void = () => undefined,
-    /** After each folder write (the backlog shrank). */
-    private readonly onWritten: () => void = () => undefined,
+    /** After each folder write, and after a drop: the backlog shrank. */
+    private readonly onShrunk: () => void = () => undefined,
   ) {}
 
-  /** Folders with steps waiting or being written. */
+  /** Folders being written, and folders waiting with a counted step (`write`). */
   get backlog(): number {
-    return this.pending.size + this.active;
+    return this.countedJobs + this.active;
   }
 
   /**
@@ -277,11 +281,13 @@ export class MirrorQueue {
     for (const [d, job] of this.pending) {
       if (d !== dir && !d.startsWith(prefix)) continue;
       this.pending.delete(d);
+      if (job.counted) this.countedJobs--;
       job.done.forEach((done) => done(false));
     }
     // A write under way may make the folder again (its mkdir after the removal): once it is
     // through, `onDroppedWritten` is told to remove the dropped folder once more.
     for (const d of this.busy) if (d === dir || d.startsWith(prefix)) this.doomed.set(d, dir);
+    this.onShrunk();
   }
 
   /** True when nothing is pending or being written for `dir`. */
@@ -289,11 +295,15 @@ export class MirrorQueue {
     return !this.pending.has(dir) && !this.busy.has(dir);
   }
 
-  /** Resolves true once written, false when the write failed (reported through onError). */
-  write(dir: string, lines: object[], run: object | null, makeDir: boolean, urgent: boolean): Promise<boolean> {
+  /**
+   * Resolves true once written, false when the write failed (reported through onError). `counts`
+   * false: the folder counts in the backlog only once a counted step joins it (a queued run's
+   * first lines: the claimer, which the backlog holds back, does not make those).
+   */
+  write(dir: string, lines: object[], run: object | null, makeDir: boolean, urgent: boolean, counts = true): Promise<boolean> {
     let job = this.pending.get(dir);
     if (!job) {
-      job = { lines: [], run: null, makeDir: false, done: [], ready: false };
+      job = { lines: [], run: null, makeDir: false, done: [], ready: false, counted: false };
       this.pending.set(dir, job);
       if (!urgent) {
         this.delayed.push({ dir, at: Date.now() + this.delayMs });
@@ -303,6 +313,10 @@ export class MirrorQueue {
     for (const l of lines) job.lines.push(l);
     if (run) job.run = run;
     if (makeDir) job.makeDir = true;
+    if (counts && !job.counted) {
+      job.counted = true;
+      this.countedJobs++;
+    }
     const done = new Promise<boolean>((resolve) => job.done.push(resolve));
     if (urgent) this.makeReady(dir, job);
     this.pump();
@@ -341,6 +355,7 @@ export class MirrorQueue {
       const job = this.pending.get(dir);
       if (!job || !job.ready || this.busy.has(dir)) continue;
       this.pending.delete(dir);
+      if (job.counted) this.countedJobs--;
       this.busy.add(dir);
       this.active++;
       this.writeFolder(dir, job.lines, job.run, job.makeDir)
@@ -365,7 +380,7 @@ export class MirrorQueue {
           else if (next) this.delayed.push({ dir, at: Date.now() + this.delayMs });
           this.armTimer();
           this.pump();
-          this.onWritten();
+          this.onShrunk();
         });
     }
   }

@@ -77,6 +77,28 @@ describe('MirrorQueue', () => {
     expect(JSON.parse(readFileSync(join(d, 'run.json'), 'utf8'))).toEqual({ n: 20 });
   });
 
+  it("counts in its backlog the folders being written and those with a counted step; a queued run's folder counts once a counted step joins it", async () => {
+    const q = new MirrorQueue(1, 10_000, () => undefined);
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const write = q.writeFolder;
+    q.writeFolder = async (...args) => {
+      await held;
+      return write(...args);
+    };
+    const w1 = q.write(join(dir, 'q1'), [{ n: 1 }], null, true, false, false); // queued: waits, not counted
+    expect(q.backlog).toBe(0);
+    const w2 = q.write(join(dir, 'q1'), [{ n: 2 }], null, false, false); // its claim: counted
+    expect(q.backlog).toBe(1);
+    const w3 = q.write(join(dir, 'q2'), [{ n: 1 }], null, true, true); // urgent: taken at once, being written
+    expect(q.backlog).toBe(2);
+    q.drop(join(dir, 'q1'));
+    expect(q.backlog).toBe(1);
+    release();
+    expect(await Promise.all([w1, w2, w3])).toEqual([false, false, true]);
+    expect(q.backlog).toBe(0);
+  });
+
   it('reports a failed write and resolves false', async () => {
     const errors: string[] = [];
     const q = new MirrorQueue(1, 0, (d) => errors.push(d));
