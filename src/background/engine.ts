@@ -265,6 +265,7 @@ export class RunEngine {
     await Promise.all(handles.map((h) => h.chain.catch(() => undefined)));
     for (const h of handles) this.hosts.release(h, true);
     // Events and workspace files still on their way (the store closes after this).
+    this.workspaces.hurryMirror();
     await this.outbox.flushAll();
     await this.workspaces.drain();
   }

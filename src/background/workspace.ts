@@ -251,7 +251,12 @@ export class MirrorQueue {
   private readonly doomed = new Map<string, string>();
   private readonly ready = new DirQueue<string>();
   private readonly delayed = new DirQueue<{ dir: string; at: number }>();
+  /** Folders whose only steps are uncounted ones (a queued run's first lines): they wait `uncountedDelayMs`. */
+  private readonly slow = new DirQueue<{ dir: string; at: number }>();
   private timer: NodeJS.Timeout | null = null;
+  private timerAt = Infinity;
+  /** hurry() was called: no step waits any more. */
+  private hurried = false;
   private active = 0;
   /** Pending jobs with `counted` set. */
   private countedJobs = 0;
@@ -265,7 +270,20 @@ export class MirrorQueue {
     private readonly onDroppedWritten: (dir: string) => void = () => undefined,
     /** After each folder write, and after a drop: the backlog shrank. */
     private readonly onShrunk: () => void = () => undefined,
+    /**
+     * How long a folder with only uncounted steps waits: a queued run claimed within it gets its
+     * folder and files made once, with its claim, instead of made when queued and run.json made
+     * again (a new file renamed over the old one) when claimed.
+     */
+    private readonly uncountedDelayMs = delayMs,
   ) {}
+
+  /** Every waiting step goes now, and every later one at once (a shutdown must not wait out the delays). */
+  hurry(): void {
+    this.hurried = true;
+    for (const [dir, job] of this.pending) this.makeReady(dir, job);
+    this.pump();
+  }
 
   /** Folders being written, and folders waiting with a counted step (`write`). */
   get backlog(): number {
@@ -301,14 +319,20 @@ export class MirrorQueue {
    * first lines: the claimer, which the backlog holds back, does not make those).
    */
   write(dir: string, lines: object[], run: object | null, makeDir: boolean, urgent: boolean, counts = true): Promise<boolean> {
+    if (this.hurried) urgent = true;
     let job = this.pending.get(dir);
     if (!job) {
       job = { lines: [], run: null, makeDir: false, done: [], ready: false, counted: false };
       this.pending.set(dir, job);
       if (!urgent) {
-        this.delayed.push({ dir, at: Date.now() + this.delayMs });
+        if (counts) this.delayed.push({ dir, at: Date.now() + this.delayMs });
+        else this.slow.push({ dir, at: Date.now() + this.uncountedDelayMs });
         this.armTimer();
       }
+    } else if (counts && !job.counted && !job.ready && !urgent) {
+      // A counted step joins a folder waiting in the slow lane: it goes after the usual delay.
+      this.delayed.push({ dir, at: Date.now() + this.delayMs });
+      this.armTimer();
     }
     for (const l of lines) job.lines.push(l);
     if (run) job.run = run;
@@ -329,22 +353,34 @@ export class MirrorQueue {
     if (!this.busy.has(dir)) this.ready.push(dir);
   }
 
+  /**
+   * One timer for both lanes, at the earlier head. (An entry may outlive its job: the folder was
+   * written meanwhile. Then it finds no job, or makes the folder's next job ready a little early.)
+   */
   private armTimer(): void {
-    const head = this.delayed.peek();
-    if (!head || this.timer) return;
+    const at = Math.min(this.delayed.peek()?.at ?? Infinity, this.slow.peek()?.at ?? Infinity);
+    if (at === Infinity) return;
+    if (this.timer) {
+      if (this.timerAt <= at) return;
+      clearTimeout(this.timer);
+    }
+    this.timerAt = at;
     this.timer = setTimeout(
       () => {
         this.timer = null;
+        this.timerAt = Infinity;
         const now = Date.now();
-        for (let d = this.delayed.peek(); d && d.at <= now; d = this.delayed.peek()) {
-          this.delayed.shift();
-          const job = this.pending.get(d.dir);
-          if (job) this.makeReady(d.dir, job);
+        for (const lane of [this.delayed, this.slow]) {
+          for (let d = lane.peek(); d && d.at <= now; d = lane.peek()) {
+            lane.shift();
+            const job = this.pending.get(d.dir);
+            if (job) this.makeReady(d.dir, job);
+          }
         }
         this.pump();
         this.armTimer();
       },
-      Math.max(0, head.at - Date.now()),
+      Math.max(0, at - Date.now()),
     );
     this.timer.unref();
   }
@@ -377,7 +413,8 @@ export class MirrorQueue {
           // Steps that arrived meanwhile: ready ones go now, a delayed one when its time comes.
           const next = this.pending.get(dir);
           if (next?.ready) this.ready.push(dir);
-          else if (next) this.delayed.push({ dir, at: Date.now() + this.delayMs });
+          else if (next?.counted) this.delayed.push({ dir, at: Date.now() + this.delayMs });
+          else if (next) this.slow.push({ dir, at: Date.now() + this.uncountedDelayMs });
           this.armTimer();
           this.pump();
           this.onShrunk();

@@ -99,6 +99,34 @@ describe('MirrorQueue', () => {
     expect(q.backlog).toBe(0);
   });
 
+  it("a queued run's folder waits the long delay, and goes after the short one once its claim joins it, written once", async () => {
+    const q = new MirrorQueue(2, 30, () => undefined, undefined, undefined, 60_000);
+    const writes: string[] = [];
+    const write = q.writeFolder;
+    q.writeFolder = (d, ...rest) => {
+      writes.push(d);
+      return write(d, ...rest);
+    };
+    const d = join(dir, 'slow');
+    const queued = q.write(d, [{ n: 1 }], { status: 'queued' }, true, false, false);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(existsSync(d)).toBe(false); // the long delay (60 s here), not the short one
+    const claimed = q.write(d, [{ n: 2 }], { status: 'running' }, false, false);
+    expect(await Promise.all([queued, claimed])).toEqual([true, true]);
+    expect(writes).toEqual([d]);
+    expect(lines('slow')).toEqual([1, 2]);
+    expect(JSON.parse(readFileSync(join(d, 'run.json'), 'utf8'))).toEqual({ status: 'running' });
+  });
+
+  it('hurry() writes every waiting step now, and every later one at once', async () => {
+    const q = new MirrorQueue(2, 60_000, () => undefined, undefined, undefined, 60_000);
+    const a1 = q.write(join(dir, 'h1'), [{ n: 1 }], null, true, false, false);
+    const a2 = q.write(join(dir, 'h2'), [{ n: 1 }], null, true, false);
+    q.hurry();
+    const a3 = q.write(join(dir, 'h3'), [{ n: 1 }], null, true, false, false);
+    expect(await Promise.all([a1, a2, a3])).toEqual([true, true, true]);
+  });
+
   it('reports a failed write and resolves false', async () => {
     const errors: string[] = [];
     const q = new MirrorQueue(1, 0, (d) => errors.push(d));
