@@ -310,6 +310,7 @@ export class RunEngine {
       traceValue: (ctx, status) => this.hosts.traceValue(ctx, status),
       repos: repos(this.deps.store),
       prefetch: this.deps.store.prefetch?.bind(this.deps.store),
+      eventsInCommits: this.eventsInCommits,
     });
   }
 

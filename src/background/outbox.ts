@@ -207,12 +207,16 @@ export class EventOutbox {
    */
   async repairOutbox(row: BgRunRow): Promise<void> {
     const runId = row.run.run_id;
-    if (row.outbox.length === 0 || this.emitted.get(runId) === row.event_seq) return;
-    const have = new Set((await this.storedLifecycle(runId)).map((e) => e.sequence));
-    const missing = row.outbox.filter((l) => !have.has(l.sequence));
-    if (missing.length > 0) {
-      this.deps.logger.warn({ bg_run_id: runId, sequences: missing.map((m) => m.sequence) }, 're-appending lifecycle events lost by a crash');
-      await this.emitLifecycle(row, missing);
+    if (this.emitted.get(runId) === row.event_seq) return;
+    // An empty outbox: nothing to re-append (on a store that commits the events with the row, the
+    // row keeps none), but the workspace may still lack lines.
+    if (row.outbox.length > 0) {
+      const have = new Set((await this.storedLifecycle(runId)).map((e) => e.sequence));
+      const missing = row.outbox.filter((l) => !have.has(l.sequence));
+      if (missing.length > 0) {
+        this.deps.logger.warn({ bg_run_id: runId, sequences: missing.map((m) => m.sequence) }, 're-appending lifecycle events lost by a crash');
+        await this.emitLifecycle(row, missing);
+      }
     }
     await this.deps.workspaces().repairWorkspace(row);
     if (!TERMINAL.has(row.run.status)) this.emitted.set(runId, row.event_seq);

@@ -30,6 +30,8 @@ export interface PrepareParts {
   repos: Repos;
   /** Store.prefetch: what the run's commit will read is read (or, for ids made up here, known absent) now. */
   prefetch?: Store['prefetch'];
+  /** The run's commit carries its events atomically (Store.commitWithEvents): the row needs no outbox copy. */
+  eventsInCommits?: boolean;
 }
 
 /** The session of a run of a task with session_policy `run`: that run's alone. */
@@ -131,7 +133,12 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
   } else {
     lifecycle.push(parts.lifecycleOf(ctx, { type: 'background_run_queued', data: { trigger_type: input.trigger_type } }, lifecycle.length + 1, at));
   }
-  const row: BgRunRow = { ...ctx, machine_version: BACKGROUND_RUN_MACHINE_VERSION, event_seq: lifecycle.length, outbox: lifecycle };
+  const row: BgRunRow = {
+    ...ctx,
+    machine_version: BACKGROUND_RUN_MACHINE_VERSION,
+    event_seq: lifecycle.length,
+    outbox: parts.eventsInCommits ? [] : lifecycle,
+  };
   const r = parts.repos;
   const ops: WriteOp[] = [];
   if (occ) {

@@ -369,11 +369,15 @@ export class RunHosts {
     }
     const ctx = steps[steps.length - 1].ctx;
     const unacked = this.hooks.outbox.unacked(h.id);
+    // The outbox is for a store that appends the events behind the commit (a crash in between
+    // leaves them only here). Where the commit carries them atomically (writeRecord, foldInto)
+    // it would be a second copy of each event, written and parsed with every row write.
+    const atomic = this.deps.store.capabilities.atomicCommitEvents === true;
     const next: BgRunRow = {
       ...ctx,
       machine_version: BACKGROUND_RUN_MACHINE_VERSION,
       event_seq: seq,
-      outbox: unacked.length > 0 ? [...unacked, ...lifecycle] : lifecycle,
+      outbox: atomic ? [] : unacked.length > 0 ? [...unacked, ...lifecycle] : lifecycle,
     };
     const r = repos(this.deps.store);
     const ops: WriteOp[] = [
