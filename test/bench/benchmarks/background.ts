@@ -99,6 +99,8 @@ export async function agentdDrain(
   child: Child,
   runs: number,
   dataDir: string,
+  /** false: the task writes no workspace files (workspace_policy), a diagnostic of what they cost. */
+  workspaceFiles = true,
 ): Promise<{
   seconds: number;
   postS: number;
@@ -116,6 +118,7 @@ export async function agentdDrain(
     schedule: { type: 'manual' },
     overlap_policy: 'allow_parallel',
     session_policy: { mode: 'run' },
+    ...(workspaceFiles ? {} : { workspace_policy: { write_run_json: false, write_events_jsonl: false } }),
     // BENCH_BG_TASK: extra task fields (JSON) for an A/B drain, e.g. a workspace_policy.
     ...(process.env.BENCH_BG_TASK ? (JSON.parse(process.env.BENCH_BG_TASK) as Json) : {}),
   });
@@ -134,7 +137,7 @@ export async function agentdDrain(
     const counts = await statusCounts(child.url, taskId);
     const terminal = ['completed', 'failed', 'timeout', 'cancelled', 'skipped'].reduce((s, k) => s + (counts[k] ?? 0), 0);
     if (terminal >= requested) {
-      await workspacesWritten(join(dataDir, 'workspaces', 'background', 'default', taskId), terminal - (counts.skipped ?? 0));
+      if (workspaceFiles) await workspacesWritten(join(dataDir, 'workspaces', 'background', 'default', taskId), terminal - (counts.skipped ?? 0));
       const seconds = (nowMs() - t0) / 1000;
       const cpu1 = await child.call<{ user: number; system: number }>({ cmd: 'cpu' });
       const th1 = threadCpuMs(child.pid);
@@ -196,7 +199,7 @@ function redisServerPid(): number | null {
  * to 5 steps, per job; first add to last completion. CPU is this process's (the worker's) over the
  * drain, which includes addBulk.
  */
-export async function bullmqDrain(
+async function bullmqDrain(
   modelUrl: string,
   concurrency: number,
   runs: number,
@@ -352,7 +355,13 @@ export async function backgroundBench(): Promise<BenchOutput> {
 const drainDirs: string[] = [];
 
 /** A warm-up drain, then the measured one, on a fresh server (`sync`: an fsync per store write batch, the default). */
-async function drainOnFreshServer(modelUrl: string, concurrency: number, runs: number, sync: boolean): Promise<Awaited<ReturnType<typeof agentdDrain>>> {
+async function drainOnFreshServer(
+  modelUrl: string,
+  concurrency: number,
+  runs: number,
+  sync: boolean,
+  workspaceFiles = true,
+): Promise<Awaited<ReturnType<typeof agentdDrain>>> {
   const dir = tempDir('bg-drain');
   const child = await startChild({
     mode: 'agentd',
@@ -362,8 +371,8 @@ async function drainOnFreshServer(modelUrl: string, concurrency: number, runs: n
     syncWrites: sync,
   });
   try {
-    await agentdDrain(child, Math.min(runs, 500), dir);
-    return await agentdDrain(child, runs, dir);
+    await agentdDrain(child, Math.min(runs, 500), dir, workspaceFiles);
+    return await agentdDrain(child, runs, dir, workspaceFiles);
   } finally {
     await child.stop();
     drainDirs.push(dir);
@@ -461,6 +470,17 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
       baseline: round(bRate, 1),
       baseline_label: 'BullMQ + generateText',
       ratio: ratio(nosync.completed / nosync.seconds, bRate),
+    });
+    // Diagnostic: what the workspace files cost (a folder and two new files per run; see
+    // docs/operations.md, Capacity). Same drain, the task's workspace_policy writing neither file.
+    const nofiles = await drainOnFreshServer(modelUrl, concurrency, runs, true, false);
+    rows.push({
+      metric: `Diagnostic: the same drain without workspace files (workspace_policy writes neither run.json nor events.jsonl), concurrency ${concurrency}`,
+      value: round(nofiles.completed / nofiles.seconds, 1),
+      unit: 'runs/s',
+      baseline: round(bRate, 1),
+      baseline_label: 'BullMQ + generateText',
+      ratio: ratio(nofiles.completed / nofiles.seconds, bRate),
     });
     if (a.completed !== a.requested) notes.push(`Run statuses other than completed (concurrency ${concurrency}): ${JSON.stringify(a.other)}`);
   }
