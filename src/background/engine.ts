@@ -270,6 +270,11 @@ export class RunEngine {
     await this.workspaces.drain();
   }
 
+  /** Run folders waiting for the workspace mirror (the agentd_background_workspace_backlog gauge). */
+  get workspaceBacklog(): number {
+    return this.workspaces.mirrorBacklog;
+  }
+
   get heldCount(): number {
     let n = this.claimer.claimingNow;
     for (const h of this.handles.values()) if (!h.dead && HELD.has(this.hosts.statusOf(h))) n++;

@@ -97,6 +97,11 @@ export class RunWorkspaces {
     return true;
   }
 
+  /** Folders waiting for the mirror (or being written), as counted for MIRROR_BACKLOG_MAX. */
+  get mirrorBacklog(): number {
+    return this.mirrors.backlog;
+  }
+
   /** Every waiting mirror step is written now (engine close: a shutdown must not wait out the delays). */
   hurryMirror(): void {
     this.mirrors.hurry();

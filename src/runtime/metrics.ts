@@ -11,6 +11,8 @@ export const UNKNOWN_TOOL = '_unknown';
 export interface MetricsSources {
   runsWithStatus(status: 'awaiting_approval' | 'awaiting_budget'): Promise<number>;
   backgroundQueued(): Promise<number>;
+  /** Run folders waiting for this process's workspace mirror (this process only, not the store). */
+  workspaceBacklog?(): number;
 }
 
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
@@ -111,6 +113,15 @@ export class Metrics {
         ? await this.sources.backgroundQueued().catch((e: unknown) => (reportSwallowed('metrics.scrape_background_queue', e), null))
         : null;
       if (n !== null) this.bgQueue.set(n);
+    },
+  });
+  private readonly wsBacklog: Gauge = new Gauge({
+    name: 'agentd_background_workspace_backlog',
+    help: "Background run folders waiting for this process's workspace mirror (no new claims at 256)",
+    registers: [this.registry],
+    collect: (): void => {
+      const n = this.sources?.workspaceBacklog?.();
+      if (n !== undefined) this.wsBacklog.set(n);
     },
   });
   private readonly settleFailures = new Counter({

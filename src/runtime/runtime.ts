@@ -274,6 +274,7 @@ export class Runtime {
     metrics.setSources({
       runsWithStatus: (status) => repos(store).runs.count({ name: 'status', value: status }),
       backgroundQueued: () => repos(store).bgRuns.count({ name: 'status', value: 'queued' }),
+      workspaceBacklog: () => runtime.background.engine.workspaceBacklog,
     });
     return runtime;
   }

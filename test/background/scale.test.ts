@@ -322,6 +322,13 @@ describe('skipped occurrences, retention and deletion', () => {
   });
 });
 
+/** agentd_background_workspace_backlog from GET /metrics/prometheus. */
+async function backlogGauge(s: TestServer): Promise<number> {
+  const text = await (await fetch(`${s.url}/metrics/prometheus`)).text();
+  const line = text.split('\n').find((l) => l.startsWith('agentd_background_workspace_backlog '));
+  return Number(line?.split(' ')[1]);
+}
+
 describe('the workspace mirror under a sustained drain', () => {
   it('claims no more runs while MIRROR_BACKLOG_MAX run folders wait to be written, and every folder is written in the end', async () => {
     // Creating a run's folder and files can cost more than the run itself (slow filesystems): the
@@ -355,12 +362,15 @@ describe('the workspace mirror under a sustained drain', () => {
           await new Promise((r) => setTimeout(r, 300));
         }
         expect(last).toBeLessThanOrEqual(MIRROR_BACKLOG_MAX + concurrency);
+        // Operators see why: the backlog gauge stands at the bound.
+        expect(await backlogGauge(s)).toBeGreaterThanOrEqual(MIRROR_BACKLOG_MAX);
       } finally {
         release(); // a failed expectation must not leave the server's close waiting on held writes
       }
       await eventually(async () => (await ended()) === runs, 20_000, 'every run ended');
       const taskDir = join(wsRoot(s), 'background', 'default', 'burst');
       await eventually(() => readdirSync(taskDir).filter((d) => existsSync(join(taskDir, d, 'run.json'))).length === runs, 20_000, 'every run folder written');
+      await eventually(async () => (await backlogGauge(s)) === 0, 10_000, 'the backlog gauge back at 0');
     });
   }, 60_000);
 });

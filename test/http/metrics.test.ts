@@ -118,6 +118,7 @@ describe('GET /metrics/prometheus', () => {
     expect(value(all, 'agentd_runs_awaiting', { reason: 'approval' })).toBe(1);
     expect(value(all, 'agentd_runs_awaiting', { reason: 'budget' })).toBe(0);
     expect(value(all, 'agentd_background_queue_depth')).toBe(0);
+    expect(value(all, 'agentd_background_workspace_backlog')).toBe(0);
     // Leases and recoveries (zero here; test/runtime/metrics.test.ts moves them).
     expect(value(all, 'agentd_lease_losses_total', { kind: 'run' })).toBe(0);
     expect(text).toContain('# TYPE agentd_recoveries_total counter');

@@ -36,7 +36,7 @@ describe('Metrics', () => {
     m.otlpEvent({ type: 'dropped', reason: 'queue_full' });
     m.toolCall('echo', 'success', 0.01);
     m.toolCall('x', 'denied', null);
-    m.setSources({ runsWithStatus: async (s) => (s === 'awaiting_approval' ? 3 : 1), backgroundQueued: async () => 5 });
+    m.setSources({ runsWithStatus: async (s) => (s === 'awaiting_approval' ? 3 : 1), backgroundQueued: async () => 5, workspaceBacklog: () => 7 });
     const text = await m.prometheusText();
     const all = samples(text);
     expect(all.get(`agentd_http_requests_total{method="GET",route="${UNMATCHED_ROUTE}",status="404"}`)).toBe(1);
@@ -48,6 +48,7 @@ describe('Metrics', () => {
     expect(all.get('agentd_tool_call_duration_seconds_count{tool="x"}')).toBeUndefined();
     expect(all.get('agentd_runs_awaiting{reason="approval"}')).toBe(3);
     expect(all.get('agentd_background_queue_depth')).toBe(5);
+    expect(all.get('agentd_background_workspace_backlog')).toBe(7);
     const promtool = findPromtool();
     if (!promtool) process.stderr.write('test/runtime/metrics.test.ts: promtool not found (apt-get install -y prometheus): the promtool check is skipped\n');
     if (promtool) {
