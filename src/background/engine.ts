@@ -37,7 +37,7 @@ import { repos } from '../store/repos/index.js';
 import { ACTIVE, HELD, TERMINAL, WAITING, taskStatusKey, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
 import { InFlightCache } from './inflight.js';
 import { AgentBridge } from './agent-bridge.js';
-import { RunWorkspaces } from './run-workspace.js';
+import { MIRROR_BACKLOG_MAX, RunWorkspaces } from './run-workspace.js';
 import { WriteJoin } from './write-join.js';
 import { EventOutbox } from './outbox.js';
 import { Claimer } from './claimer.js';
@@ -223,6 +223,30 @@ export class RunEngine {
     // owner. A shared store's other instances are alive until their leases lapse.
     await this.claimer.maintenance({ ownersDead: !isSharedStore(this.deps.store), parked: true });
     this.claimer.kick();
+    if (!isSharedStore(this.deps.store)) void this.repairRecentWorkspaces();
+  }
+
+  /**
+   * The workspace mirror trails the runs by up to MIRROR_BACKLOG_MAX folders, so a process killed
+   * under load leaves runs that ended with their last steps unwritten, and nothing loads an ended
+   * run again unless asked. The newest ended runs of each status are checked once at start-up (a
+   * read of events.jsonl each; the missing lines and run.json are written). Only on the embedded
+   * store, where the previous process is surely gone; in the background, after the recovery.
+   */
+  private async repairRecentWorkspaces(): Promise<void> {
+    const r = repos(this.deps.store);
+    for (const status of ['completed', 'failed', 'timeout', 'cancelled'] as const) {
+      if (this.closed) return;
+      try {
+        const page = await r.bgRuns.list({ index: { name: 'status', value: status }, reverse: true, limit: MIRROR_BACKLOG_MAX });
+        for (const row of page.items) {
+          if (this.closed) return;
+          await this.workspaces.repairWorkspace(row.value);
+        }
+      } catch (err) {
+        if (!this.closed) this.deps.logger.warn({ status, err: String(err) }, 'could not check the workspaces of recently ended background runs');
+      }
+    }
   }
 
   /** Stop claiming; runs in hand go on (a graceful shutdown lets them finish within its grace). */

@@ -47,14 +47,14 @@ export class RunWorkspaces {
   private readonly deletedRuns = new Set<string>();
   /** Removed workspace trees: renamed into the trash at once, `rm -r` in the background. */
   private readonly remover: FolderRemover;
+  /** Runs whose workspace this process has checked, or is checking, after picking them up (repairWorkspace). */
+  private readonly workspacesChecked = new Map<string, Promise<void>>();
+  /** Tasks whose refused workspace template was reported (once per task per process). */
+  private readonly warnedTemplates = new Set<string>();
   /**
    * Workspace files are written in a low-priority lane (2 folders at a time, never ahead of the
    * store); a step of a run that goes on waits up to MIRROR_DELAY_MS for the next ones to join it.
    */
-  /** Runs whose workspace this process has checked after picking them up (repairWorkspace). */
-  private readonly workspacesChecked = new Set<string>();
-  /** Tasks whose refused workspace template was reported (once per task per process). */
-  private readonly warnedTemplates = new Set<string>();
   private readonly mirrors = new MirrorQueue(
     2,
     MIRROR_DELAY_MS,
@@ -186,9 +186,18 @@ export class RunWorkspaces {
     } catch {
       return;
     }
-    if (this.workspacesChecked.has(run.run_id) || !this.mirrors.idle(dir)) return;
-    this.workspacesChecked.add(run.run_id);
-    if (this.workspacesChecked.size > 10_000) this.workspacesChecked.clear(); // a bound, not a cache: checking again is harmless
+    // A second caller (the start-up check and a load of the same run) waits for the first's repair.
+    const checking = this.workspacesChecked.get(run.run_id);
+    if (checking) return checking;
+    if (!this.mirrors.idle(dir)) return;
+    if (this.workspacesChecked.size >= 10_000) this.workspacesChecked.clear(); // a bound, not a cache: checking again is harmless
+    const repair = this.repairFolder(row, dir);
+    this.workspacesChecked.set(run.run_id, repair);
+    return repair;
+  }
+
+  private async repairFolder(row: BgRunRow, dir: string): Promise<void> {
+    const { run, internal } = row;
     let lines: object[] = [];
     if (internal.write_events_jsonl) {
       const have = await lastMirroredSequence(dir);

@@ -2,7 +2,7 @@
 // is killed with SIGKILL while a slow tool runs; a new server on the same data dir recovers the
 // run (attempt reason `recovery`) and finishes it without repeating the tool call that completed.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
@@ -163,6 +163,41 @@ describe('restart in the middle of a running background run', () => {
 });
 
 describe('workspace mirror after a crash', () => {
+  it('a run that ended with its folder unwritten (the mirror trails the runs) gets it at the next start-up, unasked', async () => {
+    const dir = tempDir('agentd-bg-mirror-');
+    const config = {
+      ...configFor(model.url),
+      agent: { model: { provider: 'openai-compatible', base_url: model.url, model: 'scripted' }, tools: { builtin: [] } },
+    };
+    const first = await startTestServer(config, { dataDir: dir });
+    let folder: string;
+    let full: string[];
+    try {
+      const a = api(first.url);
+      await a.post('/background/tasks', { task_id: 'ended', query: 'just answer', schedule: { type: 'manual' } });
+      const runId = (await a.post('/background/tasks/ended/run', {})).body.run_id as string;
+      const done = await waitRun(a, runId, undefined, 15_000);
+      expect(done.status).toBe('completed');
+      folder = join(first.dataDir, 'workspaces', done.workspace_path);
+      await eventually(() => existsSync(join(folder, 'run.json')) && readFileSync(join(folder, 'events.jsonl'), 'utf8').trim().split('\n').length >= 4, 5_000);
+      full = readFileSync(join(folder, 'events.jsonl'), 'utf8').trim().split('\n');
+    } finally {
+      await first.stop();
+    }
+    // What a SIGKILL leaves when the run's steps were still in the mirror's queue: no folder.
+    rmSync(folder, { recursive: true });
+    const next = await startTestServer(config, { dataDir: dir });
+    try {
+      // Nothing asks for the run: the start-up check writes its folder.
+      await eventually(() => existsSync(join(folder, 'run.json')), 10_000, 'run.json written again');
+      expect(JSON.parse(readFileSync(join(folder, 'run.json'), 'utf8')).status).toBe('completed');
+      expect(readFileSync(join(folder, 'events.jsonl'), 'utf8').trim().split('\n')).toEqual(full);
+    } finally {
+      await next.stop();
+      next.cleanup();
+    }
+  });
+
   it('a run picked up by a new process gets the events.jsonl lines a crash lost, in order', async () => {
     const dir = tempDir('agentd-bg-mirror-');
     const config = {
