@@ -193,6 +193,8 @@ export class RunWorkspaces {
     if (this.workspacesChecked.size >= 10_000) this.workspacesChecked.clear(); // a bound, not a cache: checking again is harmless
     const repair = this.repairFolder(row, dir);
     this.workspacesChecked.set(run.run_id, repair);
+    // A repair that failed (a store read) is tried again by the next caller, not answered with the same failure.
+    repair.catch(() => this.workspacesChecked.delete(run.run_id));
     return repair;
   }
 

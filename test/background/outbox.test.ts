@@ -1,9 +1,13 @@
 // Unit test of the event outbox: events a row write did not store are appended behind it (and
-// stay unacked until then); events it stored itself are only mirrored, in order.
+// stay unacked until then); events it stored itself are only mirrored, in order. And the
+// workspace repair the outbox's load runs (one per run at a time, retried after a failure).
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { BackgroundRunContext } from '../../machines/background-run.machine.js';
 import { EventOutbox } from '../../src/background/outbox.js';
-import type { RunWorkspaces } from '../../src/background/run-workspace.js';
+import { RunWorkspaces } from '../../src/background/run-workspace.js';
 import type { TelemetryEmitter } from '../../src/runtime/emitter.js';
 import type { Store } from '../../src/store/store.js';
 import { silentLogger } from '../../src/telemetry/logger.js';
@@ -66,5 +70,36 @@ describe('EventOutbox', () => {
     expect(mirrored).toEqual([['background_run_queued'], ['background_run_completed']]);
     await settle();
     expect(box.has('bgrun_a')).toBe(false);
+  });
+});
+
+describe('RunWorkspaces.repairWorkspace', () => {
+  it('shares one repair among callers, and a repair that failed is tried again by the next caller', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'agentd-repair-'));
+    let reads = 0;
+    const lifecycle = [1, 2].map((sequence) => ({
+      sequence,
+      event: { event_type: 'background_run_queued', timestamp: 't', metadata: { run_id: 'r1', status: 'queued' } },
+    }));
+    const ws = new RunWorkspaces({
+      config: { background: { workspace_root: root, workspace: { allow_shared_namespaces: false } } } as never,
+      logger: silentLogger,
+      storedLifecycle: async () => {
+        if (++reads === 1) throw new Error('store read failed');
+        return lifecycle;
+      },
+    });
+    const row = {
+      run: { run_id: 'r1', task_id: 't', status: 'completed', workspace_path: 'background/default/t/r1' },
+      internal: { write_events_jsonl: true, write_run_json: true },
+      event_seq: 2,
+    } as never;
+    await expect(ws.repairWorkspace(row)).rejects.toThrow('store read failed');
+    // Two callers at once: one repair (one read), both wait for it.
+    await Promise.all([ws.repairWorkspace(row), ws.repairWorkspace(row)]);
+    expect(reads).toBe(2);
+    const lines = readFileSync(join(root, 'background/default/t/r1/events.jsonl'), 'utf8').trim().split('\n');
+    expect(lines.map((l) => JSON.parse(l).sequence)).toEqual([1, 2]);
+    rmSync(root, { recursive: true, force: true });
   });
 });
