@@ -107,9 +107,10 @@ export class RunWorkspaces {
     this.mirrors.hurry();
   }
 
-  /** Waits for the background removals (engine close). */
-  drain(): Promise<void> {
-    return this.remover.drain();
+  /** Engine close: waits for the mirror's last writes (then stops its writer thread) and the background removals. */
+  async drain(): Promise<void> {
+    await this.mirrors.close();
+    await this.remover.drain();
   }
 
   /** Deleted by this process: a lifecycle step still on its way must not make its folder again. */

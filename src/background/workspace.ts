@@ -5,6 +5,7 @@
 import { createReadStream, type ReadStream } from 'node:fs';
 import { appendFile, mkdir, rename, writeFile } from 'node:fs';
 import { rm } from 'node:fs/promises';
+import { FolderWriter } from './folder-writer.js';
 import { lstat, readFile as readFileP, readdir, realpath, stat } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import path from 'node:path';
@@ -157,14 +158,20 @@ export async function openWorkspaceFile(dir: string, rel: string): Promise<{ str
 export async function mirrorRun(dir: string, lines: object[], run: object | null, makeDir: boolean): Promise<void> {
   if (lines.length === 0 && !run) return;
   if (makeDir) await mkdirP(dir, { recursive: true });
-  if (lines.length > 0) await appendFileP(path.join(dir, 'events.jsonl'), lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
+  if (lines.length > 0) await appendFileP(path.join(dir, 'events.jsonl'), eventLines(lines));
   if (run) {
     const file = path.join(dir, 'run.json');
     const tmp = `${file}.tmp`;
-    await writeFileP(tmp, `${JSON.stringify(run, null, 2)}\n`);
+    await writeFileP(tmp, runJson(run));
     await renameP(tmp, file);
   }
 }
+
+/** events.jsonl's text for `lines`: one JSON object per line. */
+const eventLines = (lines: object[]): string => lines.map((l) => `${JSON.stringify(l)}\n`).join('');
+
+/** run.json's text. */
+const runJson = (run: object): string => `${JSON.stringify(run, null, 2)}\n`;
 
 /**
  * The highest `sequence` in a run's events.jsonl (0 when the file is missing or empty). Each
@@ -260,8 +267,15 @@ export class MirrorQueue {
   private active = 0;
   /** Pending jobs with `counted` set. */
   private countedJobs = 0;
+  /** The worker thread that does the file calls (started at the first write). */
+  private readonly writer = new FolderWriter();
+  /** close() waits for these: resolved once nothing is pending or being written. */
+  private idleWaiters: Array<() => void> = [];
   /** Writes one folder's merged steps (a field, so a test can hold writes and pile up a backlog). */
-  writeFolder: typeof mirrorRun = mirrorRun;
+  writeFolder: typeof mirrorRun = (dir, lines, run, makeDir) => {
+    if (lines.length === 0 && !run) return Promise.resolve();
+    return this.writer.write(dir, eventLines(lines), run ? runJson(run) : null, makeDir);
+  };
 
   constructor(
     private readonly limit: number,
@@ -283,6 +297,17 @@ export class MirrorQueue {
     this.hurried = true;
     for (const [dir, job] of this.pending) this.makeReady(dir, job);
     this.pump();
+  }
+
+  /**
+   * Engine close, after hurry(): waits until every step is written, then stops the writer's
+   * thread. A step written after this fails (reported through onError; the run's workspace repair
+   * catches up at its next load).
+   */
+  async close(): Promise<void> {
+    this.hurry();
+    if (this.active > 0 || this.pending.size > 0) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+    await this.writer.close();
   }
 
   /** Folders being written, and folders waiting with a counted step (`write`). */
@@ -418,6 +443,11 @@ export class MirrorQueue {
           this.armTimer();
           this.pump();
           this.onShrunk();
+          if (this.active === 0 && this.pending.size === 0 && this.idleWaiters.length > 0) {
+            const waiters = this.idleWaiters;
+            this.idleWaiters = [];
+            waiters.forEach((w) => w());
+          }
         });
     }
   }

@@ -6,6 +6,8 @@ import { join } from 'node:path';
 import { createActor, transition } from 'xstate';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backgroundRunMachine, persistedSnapshotOf } from '../../machines/background-run.machine.js';
+import type { Worker } from 'node:worker_threads';
+import { FolderWriter } from '../../src/background/folder-writer.js';
 import { MirrorQueue } from '../../src/background/workspace.js';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { startTestServer, tempDir, type TestServer } from '../helpers/server.js';
@@ -134,6 +136,50 @@ describe('MirrorQueue', () => {
     // makeDir false and no folder: the append fails.
     expect(await q.write(bad, [{ n: 1 }], null, false, true)).toBe(false);
     expect(errors).toEqual([bad]);
+  });
+
+  it('close() writes every waiting step first, then refuses new ones', async () => {
+    const errors: string[] = [];
+    const q = new MirrorQueue(1, 60_000, (d) => errors.push(d), undefined, undefined, 60_000);
+    const waiting = [1, 2, 3].map((i) => q.write(join(dir, `z${i}`), [{ n: i }], { n: i }, true, false, i !== 2));
+    await q.close();
+    for (const i of [1, 2, 3]) expect(lines(`z${i}`)).toEqual([i]);
+    expect(await Promise.all(waiting)).toEqual([true, true, true]);
+    expect(await q.write(join(dir, 'z4'), [{ n: 4 }], null, true, true)).toBe(false);
+    expect(errors).toEqual([join(dir, 'z4')]);
+  });
+});
+
+describe("FolderWriter (the mirror's worker thread)", () => {
+  const dir = tempDir('agentd-writer-');
+
+  it('appends the lines, replaces run.json atomically, and fails a write with the file error', async () => {
+    const w = new FolderWriter();
+    const d = join(dir, 'a', 'b');
+    await w.write(d, '{"n":1}\n', '{"status":"queued"}', true);
+    await w.write(d, '{"n":2}\n', null, false);
+    await w.write(d, '', '{"status":"completed"}', false);
+    expect(readFileSync(join(d, 'events.jsonl'), 'utf8')).toBe('{"n":1}\n{"n":2}\n');
+    expect(readFileSync(join(d, 'run.json'), 'utf8')).toBe('{"status":"completed"}');
+    expect(existsSync(join(d, 'run.json.tmp'))).toBe(false);
+    // No folder and makeDir false: the append fails with the file system's code.
+    await expect(w.write(join(dir, 'missing', 'x'), 'x\n', null, false)).rejects.toMatchObject({ code: 'ENOENT' });
+    await w.close();
+    await expect(w.write(d, 'x\n', null, false)).rejects.toThrow(/closed/);
+  });
+
+  it('a worker that died fails the writes it held, and the next write starts another', async () => {
+    const w = new FolderWriter();
+    const d = join(dir, 'c');
+    await w.write(d, '{"n":1}\n', null, true);
+    const worker = (w as unknown as { worker: Worker }).worker;
+    const held = w.write(d, '{"n":2}\n', null, false);
+    await worker.terminate();
+    await held.catch(() => undefined); // written or failed, depending on who was first
+    await w.write(d, '{"n":3}\n', null, false);
+    expect((w as unknown as { worker: Worker }).worker).not.toBe(worker);
+    expect(readFileSync(join(d, 'events.jsonl'), 'utf8')).toMatch(/^\{"n":1\}\n(\{"n":2\}\n)?\{"n":3\}\n$/);
+    await w.close();
   });
 });
 

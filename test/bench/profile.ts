@@ -49,6 +49,14 @@ function origin(url: string, fn: string): string {
   return url ? 'other' : 'V8 builtins / native';
 }
 
+/**
+ * The main thread's profile in `dir`: worker threads (the workspace mirror's writer) write their own,
+ * named CPU.<date>.<time>.<pid>.<thread id>.<seq>.cpuprofile, and the main thread's id is 0.
+ */
+function mainThreadProfile(dir: string): string | undefined {
+  return readdirSync(dir).find((f) => /^CPU\.\d+\.\d+\.\d+\.0\.\d+\.cpuprofile$/.test(f));
+}
+
 /** Self time per function over the samples taken within [fromMs, toMs] (nowMs() clock). */
 export function summarise(profile: CpuProfile, runs: number, fromMs = -Infinity, toMs = Infinity): Pick<ProfileResult, 'groups' | 'top'> {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
@@ -134,7 +142,7 @@ export async function profileRealPath(label: string, order: string[], save: (p: 
     } finally {
       await agentd.stop();
     }
-    const file = readdirSync(profDir).find((f) => f.endsWith('.cpuprofile'));
+    const file = mainThreadProfile(profDir);
     if (!file) throw new Error(`no .cpuprofile written in ${profDir}`);
     const profile = JSON.parse(readFileSync(join(profDir, file), 'utf8')) as CpuProfile;
     // BENCH_KEEP_PROFILE=<file>: keep the raw profile (for Chrome DevTools or a closer look).
@@ -277,7 +285,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
         } finally {
           await child.stop();
         }
-        const file = readdirSync(profDir).find((f) => f.endsWith('.cpuprofile'));
+        const file = mainThreadProfile(profDir);
         if (!file) throw new Error(`no .cpuprofile written in ${profDir}`);
         if (process.env.BENCH_KEEP_PROFILE) copyFileSync(join(profDir, file), `${process.env.BENCH_KEEP_PROFILE}.c${concurrency}`);
         const profile = JSON.parse(readFileSync(join(profDir, file), 'utf8')) as CpuProfile;
