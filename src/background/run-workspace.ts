@@ -8,7 +8,16 @@ import { domainError } from '../errors.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
 import { TERMINAL, WAITING, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
-import { MirrorQueue, absoluteWorkspace, lastMirroredSequence, mirrorRun, relativeWorkspace, FolderRemover, workspaceOf } from './workspace.js';
+import {
+  MirrorQueue,
+  absoluteWorkspace,
+  lastMirroredSequence,
+  mirroredRunMatches,
+  mirrorRun,
+  relativeWorkspace,
+  FolderRemover,
+  workspaceOf,
+} from './workspace.js';
 import type { AppLogger } from '../telemetry/logger.js';
 
 /** How long run.json / events.jsonl may trail a run that goes on (one that ends or pauses is written at once). */
@@ -204,7 +213,13 @@ export class RunWorkspaces {
     let lines: object[] = [];
     if (internal.write_events_jsonl) {
       const have = await lastMirroredSequence(dir);
-      if (have >= row.event_seq) return; // complete; run.json was written with the last lines
+      if (have >= row.event_seq) {
+        // The lines are complete. run.json is written after them (append, then write and
+        // rename), so a crash in between leaves it one step behind: rewritten when it does not
+        // show the run's status, attempt and lease generation.
+        if (!internal.write_run_json || (await mirroredRunMatches(dir, run))) return;
+        this.deps.logger.warn({ bg_run_id: run.run_id }, 'rewriting a workspace run.json left behind by a crash');
+      }
       const stored = (await this.deps.storedLifecycle(run.run_id)).filter((e) => e.sequence > have).sort((a, b) => a.sequence - b.sequence);
       const seen = new Set<number>();
       lines = stored

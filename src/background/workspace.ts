@@ -198,6 +198,19 @@ export async function lastMirroredSequence(dir: string): Promise<number> {
   return last;
 }
 
+/**
+ * True when the folder's run.json shows `run`'s status, attempt and lease generation: what every
+ * lifecycle step changes (false when it is missing or does not parse).
+ */
+export async function mirroredRunMatches(dir: string, run: { status: string; attempt: number; lease_generation: number }): Promise<boolean> {
+  try {
+    const mirrored = JSON.parse(await readFileP(path.join(dir, 'run.json'), 'utf8')) as Record<string, unknown>;
+    return mirrored.status === run.status && mirrored.attempt === run.attempt && mirrored.lease_generation === run.lease_generation;
+  } catch {
+    return false;
+  }
+}
+
 interface MirrorJob {
   lines: object[];
   run: object | null;
