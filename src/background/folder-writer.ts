@@ -9,25 +9,33 @@ import { Worker } from 'node:worker_threads';
 
 /**
  * The worker's source (CommonJS, evaluated: no file to find next to a build or a test runner).
- * Writes one folder per message, in the order received; replies `{ id }` or `{ id, error, code }`.
+ * Each message is a batch of folder writes, done in order; the reply lists `{ id }` or
+ * `{ id, error, code }` for each.
  */
 const WORKER_SOURCE = `
 const { parentPort } = require('node:worker_threads');
 const fs = require('node:fs');
 const path = require('node:path');
-parentPort.on('message', (m) => {
-  try {
-    if (m.makeDir) fs.mkdirSync(m.dir, { recursive: true });
-    if (m.events) fs.appendFileSync(path.join(m.dir, 'events.jsonl'), m.events);
-    if (m.run !== null) {
-      const file = path.join(m.dir, 'run.json');
-      fs.writeFileSync(file + '.tmp', m.run);
-      fs.renameSync(file + '.tmp', file);
-    }
-    parentPort.postMessage({ id: m.id });
-  } catch (err) {
-    parentPort.postMessage({ id: m.id, error: String((err && err.message) || err), code: err && err.code });
+function writeFolder(m) {
+  if (m.makeDir) fs.mkdirSync(m.dir, { recursive: true });
+  if (m.events) fs.appendFileSync(path.join(m.dir, 'events.jsonl'), m.events);
+  if (m.run !== null) {
+    const file = path.join(m.dir, 'run.json');
+    fs.writeFileSync(file + '.tmp', m.run);
+    fs.renameSync(file + '.tmp', file);
   }
+}
+parentPort.on('message', (batch) => {
+  const replies = [];
+  for (const m of batch) {
+    try {
+      writeFolder(m);
+      replies.push({ id: m.id });
+    } catch (err) {
+      replies.push({ id: m.id, error: String((err && err.message) || err), code: err && err.code });
+    }
+  }
+  parentPort.postMessage(replies);
 });
 `;
 
@@ -49,6 +57,8 @@ export class FolderWriter {
   private closed = false;
   /** close() waiting for the writes under way. */
   private idle: Array<() => void> = [];
+  /** Writes asked for since the last post: they go in one message (one wake-up of the worker). */
+  private outgoing: Array<{ id: number; dir: string; events: string; run: string | null; makeDir: boolean }> = [];
 
   /**
    * Appends `events` (JSON lines, '' for none) to `dir`/events.jsonl, then, unless `run` is null,
@@ -61,7 +71,9 @@ export class FolderWriter {
     return new Promise<void>((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
       if (this.waiting.size === 1) worker.ref();
-      worker.postMessage({ id, dir, events, run, makeDir });
+      this.outgoing.push({ id, dir, events, run, makeDir });
+      // Writes asked for in the same turn of the event loop (runs that ended in one store round) share a message.
+      if (this.outgoing.length === 1) setImmediate(() => this.post(worker));
     });
   }
 
@@ -75,6 +87,15 @@ export class FolderWriter {
     await worker.terminate();
   }
 
+  private post(worker: Worker): void {
+    // A worker that died meanwhile failed these writes (see start); writes after it wait for the
+    // next worker's own post.
+    if (this.worker !== worker) return;
+    const batch = this.outgoing;
+    this.outgoing = [];
+    worker.postMessage(batch);
+  }
+
   /** No write is under way: close() may go on. */
   private settled(): void {
     const idle = this.idle;
@@ -85,12 +106,14 @@ export class FolderWriter {
   private start(): Worker {
     const worker = new Worker(WORKER_SOURCE, { eval: true });
     worker.unref();
-    worker.on('message', (m: Reply) => {
-      const w = this.waiting.get(m.id);
-      if (!w) return;
-      this.waiting.delete(m.id);
-      if (m.error === undefined) w.resolve();
-      else w.reject(Object.assign(new Error(m.error), { code: m.code }));
+    worker.on('message', (replies: Reply[]) => {
+      for (const m of replies) {
+        const w = this.waiting.get(m.id);
+        if (!w) continue;
+        this.waiting.delete(m.id);
+        if (m.error === undefined) w.resolve();
+        else w.reject(Object.assign(new Error(m.error), { code: m.code }));
+      }
       if (this.waiting.size === 0) {
         worker.unref();
         this.settled();
@@ -99,6 +122,7 @@ export class FolderWriter {
     const fail = (err: Error) => {
       if (this.worker !== worker) return;
       this.worker = null;
+      this.outgoing = [];
       const held = [...this.waiting.values()];
       this.waiting.clear();
       for (const w of held) w.reject(err);

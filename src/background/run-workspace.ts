@@ -61,11 +61,12 @@ export class RunWorkspaces {
   /** Tasks whose refused workspace template was reported (once per task per process). */
   private readonly warnedTemplates = new Set<string>();
   /**
-   * Workspace files are written in a low-priority lane (2 folders at a time, never ahead of the
-   * store); a step of a run that goes on waits up to MIRROR_DELAY_MS for the next ones to join it.
+   * Workspace files are written in a low-priority lane (8 folders at a time, handed to the
+   * writer's thread in one message when they are ready together); a step of a run that goes on
+   * waits up to MIRROR_DELAY_MS for the next ones to join it.
    */
   private readonly mirrors = new MirrorQueue(
-    2,
+    8,
     MIRROR_DELAY_MS,
     (dir, err) => {
       this.madeDirs.delete(dir);

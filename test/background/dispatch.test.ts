@@ -168,6 +168,25 @@ describe("FolderWriter (the mirror's worker thread)", () => {
     await expect(w.write(d, 'x\n', null, false)).rejects.toThrow(/closed/);
   });
 
+  it('writes asked for in one turn of the event loop go to the worker in one message, each settled on its own', async () => {
+    const w = new FolderWriter();
+    await w.write(join(dir, 'm0'), '{"n":0}\n', null, true); // starts the worker
+    const worker = (w as unknown as { worker: Worker }).worker;
+    let posts = 0;
+    const post = worker.postMessage.bind(worker);
+    worker.postMessage = (value: unknown) => {
+      posts++;
+      post(value);
+    };
+    const writes = [1, 2, 3, 4, 5].map((i) => w.write(join(dir, `m${i}`), `{"n":${i}}\n`, `{"n":${i}}`, true));
+    const failing = w.write(join(dir, 'absent', 'x'), 'x\n', null, false);
+    await Promise.all(writes);
+    await expect(failing).rejects.toMatchObject({ code: 'ENOENT' });
+    expect(posts).toBe(1);
+    for (const i of [1, 2, 3, 4, 5]) expect(readFileSync(join(dir, `m${i}`, 'run.json'), 'utf8')).toBe(`{"n":${i}}`);
+    await w.close();
+  });
+
   it('a worker that died fails the writes it held, and the next write starts another', async () => {
     const w = new FolderWriter();
     const d = join(dir, 'c');
