@@ -227,6 +227,9 @@ const BackgroundConfig = obj({
     .default('default'),
   lease_seconds: posNumber().default(30),
   concurrency: posInt().default(4),
+  max_queued_runs: posInt()
+    .default(10_000)
+    .describe('POST /background/tasks/{id}/run answers 503 ServerBusy (Retry-After) while this many runs wait to be claimed (all instances).'),
   workspace_root: nonEmpty().optional().describe('Default: <data dir>/workspaces.'),
   poll_interval_ms: posInt().default(250),
   // Ended background runs are deleted (row, attempts, occurrence record, workspace folder) by a

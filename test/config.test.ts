@@ -64,6 +64,7 @@ describe('loadConfig defaults', () => {
       lease_seconds: 30,
       concurrency: 4,
       workspace_root: join(dir, '.agentd', 'workspaces'),
+      max_queued_runs: 10_000,
       poll_interval_ms: 250,
       run_retention: { max_age_days: 30, max_runs_per_task: 1000, sweep_interval_seconds: 60 },
       workspace: { allow_shared_namespaces: false },

@@ -27,6 +27,7 @@ import { HttpDetailError, RequestValidationError } from '../errors.js';
 import type { core } from 'zod';
 import { repos } from '../store/repos/index.js';
 import { newScheduleRow, resumedScheduleRow } from './schedule-rows.js';
+import { QueuedRunBound } from './queue-bound.js';
 
 export type { BackgroundDeps } from './engine.js';
 
@@ -57,6 +58,8 @@ export class BackgroundManager {
   private initialized = false;
   private running = false;
   private resyncTimer: NodeJS.Timeout | null = null;
+  /** background.max_queued_runs, checked by runTask (POST /background/tasks/{id}/run). */
+  private readonly queueBound: QueuedRunBound;
   /**
    * Told after every task edit this process wrote (create, patch, delete, pause, resume): on a
    * shared store the cluster link tells the other instances' schedulers (src/runtime/cluster.ts).
@@ -68,6 +71,10 @@ export class BackgroundManager {
     this.scheduler = new TaskScheduler(deps, this.engine);
     this.agents = new BackgroundAgents(deps, this.engine);
     this.runs = new BackgroundRunQueries(deps, this.engine);
+    this.queueBound = new QueuedRunBound(
+      () => this.cfg.max_queued_runs,
+      () => repos(deps.store).bgRuns.count({ name: 'status', value: 'queued' }),
+    );
   }
 
   private get cfg() {
@@ -389,6 +396,7 @@ export class BackgroundManager {
     this.requireRunning();
     const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
     if (!task.enabled) throw notFound('enabled background task', taskId);
+    await this.queueBound.admit();
     // The job decides and issues the write; the write itself is awaited outside the task's job.
     const dispatched = await this.scheduler.taskJob(taskId, async () => {
       const current = this.scheduler.tasks.get(taskId);

@@ -374,3 +374,43 @@ describe('the workspace mirror under a sustained drain', () => {
     });
   }, 60_000);
 });
+
+describe('the bound on queued runs', () => {
+  it('POST /background/tasks/{id}/run answers 503 ServerBusy with Retry-After once background.max_queued_runs runs are queued, and queues again once they drain', async () => {
+    // Before: nothing refused a manual run, so a caller could queue them faster than the workers
+    // drained them, without bound.
+    const max = 5;
+    await withServer({ ...base, background: { ...base.background, concurrency: 1, max_queued_runs: max } }, async (s, a) => {
+      let hold = true;
+      model.setDefault(() => (hold ? { hang: true } : { text: 'ok' }));
+      try {
+        expect(
+          (await a.post('/background/tasks', { task_id: 'flood', query: 'hello', schedule: { type: 'manual' }, overlap_policy: 'allow_parallel' })).status,
+        ).toBe(200);
+        // The first run is claimed and hangs in its model call: every later one waits in the queue.
+        const first = (await a.post('/background/tasks/flood/run', {})).body.run_id as string;
+        await waitRun(a, first, (r) => r.status === 'running');
+        await new Promise((r) => setTimeout(r, 600)); // the queued count is read at most every 500 ms
+        const answers = await Promise.all(Array.from({ length: max + 3 }, () => a.post('/background/tasks/flood/run', {})));
+        expect(answers.filter((r) => r.status === 200)).toHaveLength(max);
+        const refused = answers.filter((r) => r.status !== 200);
+        expect(refused).toHaveLength(3);
+        for (const r of refused) {
+          expect(r.status).toBe(503);
+          expect(r.body).toMatchObject({ error: 'ServerBusy', code: 'AGT_ERR_SERVER_BUSY' });
+          expect(r.body.message).toMatch(/background\.max_queued_runs/);
+          expect(r.headers.get('retry-after')).toBe('5');
+        }
+        expect((await a.get('/background/tasks/flood/status')).body.status_counts.queued).toBe(max);
+        // Drained, the queue takes runs again.
+        hold = false;
+        await a.post(`/background/runs/${first}/cancel`, {});
+        await eventually(async () => ((await a.get('/background/tasks/flood/status')).body.status_counts.queued ?? 0) === 0, 15_000, 'the queue drained');
+        await new Promise((r) => setTimeout(r, 600));
+        expect((await a.post('/background/tasks/flood/run', {})).status).toBe(200);
+      } finally {
+        directModel(model);
+      }
+    });
+  }, 30_000);
+});
