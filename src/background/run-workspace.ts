@@ -73,10 +73,6 @@ export class RunWorkspaces {
       // The workspace is a mirror: a full disk must not stop the run.
       this.deps.logger.warn({ workspace_path: dir, err: String(err) }, 'could not write the run workspace files');
     },
-    (dir) => {
-      // A write that was under way when its runs were deleted may have made the folder again.
-      void this.remover.remove(dir).catch((err) => this.deps.logger.warn({ err: String(err) }, 'could not remove a background workspace folder'));
-    },
     () => {
       if (this.mirrorWasFull && this.mirrors.backlog <= (MIRROR_BACKLOG_MAX * 3) / 4) {
         this.mirrorWasFull = false;
@@ -216,10 +212,14 @@ export class RunWorkspaces {
       const have = await lastMirroredSequence(dir);
       if (have >= row.event_seq) {
         // The lines are complete. run.json is written after them (append, then write and
-        // rename), so a crash in between leaves it one step behind: rewritten when it does not
-        // show the run's status, attempt and lease generation.
-        if (!internal.write_run_json || (await mirroredRunMatches(dir, run))) return;
+        // rename), so a crash in between leaves it one step behind. A live run's next step
+        // rewrites it anyway; an ended run's is rewritten here when it does not show the run's
+        // status, attempt and lease generation.
+        if (!internal.write_run_json || !TERMINAL.has(run.status) || (await mirroredRunMatches(dir, run))) return;
+        if (this.deletedRuns.has(run.run_id)) return; // deleted while its folder was read: writing would make it again
         this.deps.logger.warn({ bg_run_id: run.run_id }, 'rewriting a workspace run.json left behind by a crash');
+        await mirrorRun(dir, [], run, true).catch((err) => this.deps.logger.warn({ bg_run_id: run.run_id, err: String(err) }, 'workspace repair failed'));
+        return;
       }
       const stored = (await this.deps.storedLifecycle(run.run_id)).filter((e) => e.sequence > have).sort((a, b) => a.sequence - b.sequence);
       const seen = new Set<number>();
@@ -243,6 +243,7 @@ export class RunWorkspaces {
         });
       if (lines.length > 0) this.deps.logger.warn({ bg_run_id: run.run_id, from: have + 1, to: row.event_seq }, 'appending workspace lines lost by a crash');
     }
+    if (this.deletedRuns.has(run.run_id)) return; // deleted while its folder was read: writing would make it again
     await mirrorRun(dir, lines, internal.write_run_json ? run : null, true).catch((err) =>
       this.deps.logger.warn({ bg_run_id: run.run_id, err: String(err) }, 'workspace repair failed'),
     );
@@ -266,7 +267,7 @@ export class RunWorkspaces {
   }
 
   async removeFolder(dir: string): Promise<void> {
-    this.mirrors.drop(dir);
+    await this.mirrors.drop(dir);
     try {
       await this.remover.remove(dir);
     } catch (err) {

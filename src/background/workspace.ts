@@ -267,8 +267,8 @@ class DirQueue<T> {
 export class MirrorQueue {
   private readonly pending = new Map<string, MirrorJob>();
   private readonly busy = new Set<string>();
-  /** Busy folders whose steps were dropped -> the folder to remove again once the write is through. */
-  private readonly doomed = new Map<string, string>();
+  /** drop() callers waiting for the writes under way in the folders they dropped. */
+  private writeWaiters: Array<() => void> = [];
   private readonly ready = new DirQueue<string>();
   private readonly delayed = new DirQueue<{ dir: string; at: number }>();
   /** Folders whose only steps are uncounted ones (a queued run's first lines): they wait `uncountedDelayMs`. */
@@ -294,7 +294,6 @@ export class MirrorQueue {
     private readonly limit: number,
     private readonly delayMs: number,
     private readonly onError: (dir: string, err: unknown) => void,
-    private readonly onDroppedWritten: (dir: string) => void = () => undefined,
     /** After each folder write, and after a drop: the backlog shrank. */
     private readonly onShrunk: () => void = () => undefined,
     /**
@@ -330,9 +329,11 @@ export class MirrorQueue {
 
   /**
    * Forgets the steps still waiting for `dir` and every folder under it (their runs were deleted):
-   * written later, they would make the folder again after its removal. A write under way finishes.
+   * written later, they would make the folder again after its removal. Resolves once the writes
+   * under way there are through: the caller removes the folder after that, so no write makes it
+   * again (a write's mkdir after the removal did, and the folder outlived its DELETE).
    */
-  drop(dir: string): void {
+  async drop(dir: string): Promise<void> {
     const prefix = dir.endsWith(path.sep) ? dir : dir + path.sep;
     for (const [d, job] of this.pending) {
       if (d !== dir && !d.startsWith(prefix)) continue;
@@ -340,10 +341,9 @@ export class MirrorQueue {
       if (job.counted) this.countedJobs--;
       job.done.forEach((done) => done(false));
     }
-    // A write under way may make the folder again (its mkdir after the removal): once it is
-    // through, `onDroppedWritten` is told to remove the dropped folder once more.
-    for (const d of this.busy) if (d === dir || d.startsWith(prefix)) this.doomed.set(d, dir);
     this.onShrunk();
+    const writing = () => [...this.busy].some((d) => d === dir || d.startsWith(prefix));
+    while (writing()) await new Promise<void>((resolve) => this.writeWaiters.push(resolve));
   }
 
   /** True when nothing is pending or being written for `dir`. */
@@ -443,10 +443,10 @@ export class MirrorQueue {
         .finally(() => {
           this.busy.delete(dir);
           this.active--;
-          const again = this.doomed.get(dir);
-          if (again !== undefined) {
-            this.doomed.delete(dir);
-            this.onDroppedWritten(again);
+          if (this.writeWaiters.length > 0) {
+            const waiters = this.writeWaiters;
+            this.writeWaiters = [];
+            waiters.forEach((w) => w());
           }
           // Steps that arrived meanwhile: ready ones go now, a delayed one when its time comes.
           const next = this.pending.get(dir);

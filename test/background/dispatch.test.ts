@@ -94,7 +94,7 @@ describe('MirrorQueue', () => {
     expect(q.backlog).toBe(1);
     const w3 = q.write(join(dir, 'q2'), [{ n: 1 }], null, true, true); // urgent: taken at once, being written
     expect(q.backlog).toBe(2);
-    q.drop(join(dir, 'q1'));
+    void q.drop(join(dir, 'q1'));
     expect(q.backlog).toBe(1);
     release();
     expect(await Promise.all([w1, w2, w3])).toEqual([false, false, true]);
@@ -102,7 +102,7 @@ describe('MirrorQueue', () => {
   });
 
   it("a queued run's folder waits the long delay, and goes after the short one once its claim joins it, written once", async () => {
-    const q = new MirrorQueue(2, 30, () => undefined, undefined, undefined, 60_000);
+    const q = new MirrorQueue(2, 30, () => undefined, undefined, 60_000);
     const writes: string[] = [];
     const write = q.writeFolder;
     q.writeFolder = (d, ...rest) => {
@@ -121,7 +121,7 @@ describe('MirrorQueue', () => {
   });
 
   it('hurry() writes every waiting step now, and every later one at once', async () => {
-    const q = new MirrorQueue(2, 60_000, () => undefined, undefined, undefined, 60_000);
+    const q = new MirrorQueue(2, 60_000, () => undefined, undefined, 60_000);
     const a1 = q.write(join(dir, 'h1'), [{ n: 1 }], null, true, false, false);
     const a2 = q.write(join(dir, 'h2'), [{ n: 1 }], null, true, false);
     q.hurry();
@@ -138,9 +138,32 @@ describe('MirrorQueue', () => {
     expect(errors).toEqual([bad]);
   });
 
+  it('drop() forgets the waiting steps under a folder and resolves once the writes under way there are through', async () => {
+    const q = new MirrorQueue(2, 60_000, () => undefined);
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const write = q.writeFolder;
+    q.writeFolder = async (...args) => {
+      await held;
+      return write(...args);
+    };
+    const root = join(dir, 'dropped');
+    const busy = q.write(join(root, 'r1'), [{ n: 1 }], null, true, true); // urgent: being written
+    const waiting = q.write(join(root, 'r2'), [{ n: 1 }], null, true, false); // waits its delay
+    let dropped = false;
+    const drop = q.drop(root).then(() => (dropped = true));
+    expect(await waiting).toBe(false);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(dropped).toBe(false); // r1's write is still under way: removing the folder now would let it make it again
+    release();
+    await drop;
+    expect(await busy).toBe(true);
+    expect(existsSync(join(root, 'r2'))).toBe(false);
+  });
+
   it('close() writes every waiting step first, then refuses new ones', async () => {
     const errors: string[] = [];
-    const q = new MirrorQueue(1, 60_000, (d) => errors.push(d), undefined, undefined, 60_000);
+    const q = new MirrorQueue(1, 60_000, (d) => errors.push(d), undefined, 60_000);
     const waiting = [1, 2, 3].map((i) => q.write(join(dir, `z${i}`), [{ n: i }], { n: i }, true, false, i !== 2));
     await q.close();
     for (const i of [1, 2, 3]) expect(lines(`z${i}`)).toEqual([i]);
