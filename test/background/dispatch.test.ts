@@ -48,6 +48,18 @@ describe('background-run steps on public xstate APIs', () => {
   });
 });
 
+/** Holds every folder write of `q` until the returned function is called. */
+function holdWrites(q: MirrorQueue): () => void {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  const write = q.writeFolder;
+  q.writeFolder = async (...args) => {
+    await held;
+    return write(...args);
+  };
+  return release;
+}
+
 describe('MirrorQueue', () => {
   const dir = tempDir('agentd-mirror-');
   const lines = (dirName: string) =>
@@ -81,13 +93,7 @@ describe('MirrorQueue', () => {
 
   it("counts in its backlog the folders being written and those with a counted step; a queued run's folder counts once a counted step joins it", async () => {
     const q = new MirrorQueue(1, 10_000, () => undefined);
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    const write = q.writeFolder;
-    q.writeFolder = async (...args) => {
-      await held;
-      return write(...args);
-    };
+    const release = holdWrites(q);
     const w1 = q.write(join(dir, 'q1'), [{ n: 1 }], null, true, false, false); // queued: waits, not counted
     expect(q.backlog).toBe(0);
     const w2 = q.write(join(dir, 'q1'), [{ n: 2 }], null, false, false); // its claim: counted
@@ -140,13 +146,7 @@ describe('MirrorQueue', () => {
 
   it('drop() forgets the waiting steps under a folder and resolves once the writes under way there are through', async () => {
     const q = new MirrorQueue(2, 60_000, () => undefined);
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    const write = q.writeFolder;
-    q.writeFolder = async (...args) => {
-      await held;
-      return write(...args);
-    };
+    const release = holdWrites(q);
     const root = join(dir, 'dropped');
     const busy = q.write(join(root, 'r1'), [{ n: 1 }], null, true, true); // urgent: being written
     const waiting = q.write(join(root, 'r2'), [{ n: 1 }], null, true, false); // waits its delay

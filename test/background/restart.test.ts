@@ -165,31 +165,39 @@ describe('restart in the middle of a running background run', () => {
 describe('workspace mirror after a crash', () => {
   // The start-up check runs on the embedded store only (on PostgreSQL another instance may still be writing those folders).
   const embeddedOnly = it.skipIf(process.env.AGENTD_TEST_STORE === 'postgres');
+  const mirrorConfig = () => ({
+    ...configFor(model.url),
+    agent: { model: { provider: 'openai-compatible', base_url: model.url, model: 'scripted' }, tools: { builtin: [] } },
+  });
 
-  embeddedOnly('a run that ended with its folder unwritten (the mirror trails the runs) gets it at the next start-up, unasked', async () => {
-    const dir = tempDir('agentd-bg-mirror-');
-    const config = {
-      ...configFor(model.url),
-      agent: { model: { provider: 'openai-compatible', base_url: model.url, model: 'scripted' }, tools: { builtin: [] } },
-    };
-    const first = await startTestServer(config, { dataDir: dir });
-    let folder: string;
-    let full: string[];
+  /** One completed manual run of a new task on a server that is then stopped, once its folder holds the final run.json and every line. */
+  async function completedRun(dir: string, taskId: string): Promise<{ runId: string; folder: string; lines: string[] }> {
+    const first = await startTestServer(mirrorConfig(), { dataDir: dir });
     try {
       const a = api(first.url);
-      await a.post('/background/tasks', { task_id: 'ended', query: 'just answer', schedule: { type: 'manual' } });
-      const runId = (await a.post('/background/tasks/ended/run', {})).body.run_id as string;
+      await a.post('/background/tasks', { task_id: taskId, query: 'just answer', schedule: { type: 'manual' } });
+      const runId = (await a.post(`/background/tasks/${taskId}/run`, {})).body.run_id as string;
       const done = await waitRun(a, runId, undefined, 15_000);
       expect(done.status).toBe('completed');
-      folder = join(first.dataDir, 'workspaces', done.workspace_path);
-      await eventually(() => existsSync(join(folder, 'run.json')) && readFileSync(join(folder, 'events.jsonl'), 'utf8').trim().split('\n').length >= 4, 5_000);
-      full = readFileSync(join(folder, 'events.jsonl'), 'utf8').trim().split('\n');
+      const folder = join(first.dataDir, 'workspaces', done.workspace_path);
+      const lines = () => readFileSync(join(folder, 'events.jsonl'), 'utf8').trim().split('\n');
+      await eventually(
+        () => existsSync(join(folder, 'run.json')) && JSON.parse(readFileSync(join(folder, 'run.json'), 'utf8')).status === 'completed' && lines().length >= 4,
+        5_000,
+        'the run folder written',
+      );
+      return { runId, folder, lines: lines() };
     } finally {
       await first.stop();
     }
+  }
+
+  embeddedOnly('a run that ended with its folder unwritten (the mirror trails the runs) gets it at the next start-up, unasked', async () => {
+    const dir = tempDir('agentd-bg-mirror-');
+    const { folder, lines: full } = await completedRun(dir, 'ended');
     // What a SIGKILL leaves when the run's steps were still in the mirror's queue: no folder.
     rmSync(folder, { recursive: true });
-    const next = await startTestServer(config, { dataDir: dir });
+    const next = await startTestServer(mirrorConfig(), { dataDir: dir });
     try {
       // Nothing asks for the run: the start-up check writes its folder.
       await eventually(() => existsSync(join(folder, 'run.json')), 10_000, 'run.json written again');
@@ -205,32 +213,12 @@ describe('workspace mirror after a crash', () => {
     'a run.json one step behind its complete events.jsonl (a crash between the append and the rename) is rewritten at the next start-up',
     async () => {
       const dir = tempDir('agentd-bg-mirror-');
-      const config = {
-        ...configFor(model.url),
-        agent: { model: { provider: 'openai-compatible', base_url: model.url, model: 'scripted' }, tools: { builtin: [] } },
-      };
-      const first = await startTestServer(config, { dataDir: dir });
-      let folder: string;
-      let lines: string;
-      try {
-        const a = api(first.url);
-        await a.post('/background/tasks', { task_id: 'behind', query: 'just answer', schedule: { type: 'manual' } });
-        const runId = (await a.post('/background/tasks/behind/run', {})).body.run_id as string;
-        const done = await waitRun(a, runId, undefined, 15_000);
-        expect(done.status).toBe('completed');
-        folder = join(first.dataDir, 'workspaces', done.workspace_path);
-        await eventually(
-          () => existsSync(join(folder, 'run.json')) && JSON.parse(readFileSync(join(folder, 'run.json'), 'utf8')).status === 'completed',
-          5_000,
-        );
-      } finally {
-        await first.stop();
-      }
-      lines = readFileSync(join(folder, 'events.jsonl'), 'utf8');
+      const { folder } = await completedRun(dir, 'behind');
+      const lines = readFileSync(join(folder, 'events.jsonl'), 'utf8');
       // What a SIGKILL between the last append and run.json's rename leaves: every line, the older run.json.
       const stale = { ...JSON.parse(readFileSync(join(folder, 'run.json'), 'utf8')), status: 'running', finished_at: null };
       writeFileSync(join(folder, 'run.json'), JSON.stringify(stale));
-      const next = await startTestServer(config, { dataDir: dir });
+      const next = await startTestServer(mirrorConfig(), { dataDir: dir });
       try {
         await eventually(() => JSON.parse(readFileSync(join(folder, 'run.json'), 'utf8')).status === 'completed', 10_000, 'run.json rewritten');
         expect(readFileSync(join(folder, 'events.jsonl'), 'utf8')).toBe(lines); // nothing appended twice
@@ -243,29 +231,11 @@ describe('workspace mirror after a crash', () => {
 
   it('a run picked up by a new process gets the events.jsonl lines a crash lost, in order', async () => {
     const dir = tempDir('agentd-bg-mirror-');
-    const config = {
-      ...configFor(model.url),
-      agent: { model: { provider: 'openai-compatible', base_url: model.url, model: 'scripted' }, tools: { builtin: [] } },
-    };
-    const first = await startTestServer(config, { dataDir: dir });
-    let runId: string;
-    let path: string;
-    let full: string[];
-    try {
-      const a = api(first.url);
-      await a.post('/background/tasks', { task_id: 'mirror', query: 'just answer', schedule: { type: 'manual' } });
-      runId = (await a.post('/background/tasks/mirror/run', {})).body.run_id as string;
-      const done = await waitRun(a, runId, undefined, 15_000);
-      expect(done.status).toBe('completed');
-      path = join(first.dataDir, 'workspaces', done.workspace_path, 'events.jsonl');
-      await eventually(() => readFileSync(path, 'utf8').trim().split('\n').length >= 4, 5_000, 'events.jsonl written');
-      full = readFileSync(path, 'utf8').trim().split('\n');
-    } finally {
-      await first.stop();
-    }
+    const { runId, folder, lines: full } = await completedRun(dir, 'mirror');
+    const path = join(folder, 'events.jsonl');
     // What a SIGKILL inside the mirror's delay leaves: the folder's last steps never written.
     writeFileSync(path, `${full.slice(0, 2).join('\n')}\n`);
-    const next = await startTestServer(config, { dataDir: dir });
+    const next = await startTestServer(mirrorConfig(), { dataDir: dir });
     try {
       const b = api(next.url);
       expect((await b.get(`/background/runs/${runId}/events`)).status).toBe(200);
