@@ -153,7 +153,8 @@ export async function openWorkspaceFile(dir: string, rel: string): Promise<{ str
  * atomically (write then rename, so a reader never sees half a file). `makeDir` false skips the
  * mkdir when the caller knows the folder exists. One file operation at a time, with the callback
  * API (about half the CPU of fs/promises' FileHandle path, measured): each is a trip through the
- * libuv pool that the store's reads and writes use too.
+ * libuv pool that the store's reads and writes use too, so only the rare workspace repair writes
+ * this way; the mirror's steps go to MirrorQueue's writer thread.
  */
 export async function mirrorRun(dir: string, lines: object[], run: object | null, makeDir: boolean): Promise<void> {
   if (lines.length === 0 && !run) return;
@@ -254,8 +255,8 @@ class DirQueue<T> {
  * The workspace mirror as a low-priority lane. Creating a file is the expensive part (about
  * 0.7 ms of kernel CPU per file on the benchmark VM's ext4, against ~10 µs for an append), and
  * every run.json rewrite creates one (write a temporary file, then rename). So:
- * - at most `limit` folders are written at a time: file writes never fill the libuv pool ahead of
- *   the store's reads and writes;
+ * - at most `limit` folders are written at a time, by the writer's thread (FolderWriter: the file
+ *   calls stay off the main thread and out of the libuv pool the store's reads and writes use);
  * - one write per folder at a time, so lines stay in order and an older run.json never lands
  *   after a newer one;
  * - steps of a folder that pile up are merged into one write (lines concatenated, the newest
