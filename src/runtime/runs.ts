@@ -18,7 +18,7 @@ import { newRunRecord, runIndexes, type OutcomeRecord, type RunRecord, type RunR
 import { RunRecovery, type ResumeHow } from './run-recovery.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
 import { repos } from '../store/repos/index.js';
-import { isRefusal, swallow } from '../telemetry/swallowed.js';
+import { isRefusal, reportSwallowed, swallow } from '../telemetry/swallowed.js';
 
 export type { RunServiceDeps, RunSettings, SessionPolicy, StartOptions, StartedRun } from './run-types.js';
 
@@ -165,9 +165,22 @@ export class RunService {
         metadata: { agent_name: record.agent_name }, // the trace's gen_ai.agent.name
       });
       // On a store other processes share, another instance may be asked for the run: the id goes
-      // out only once the run is stored (below), as a client could read it anywhere.
+      // out only once the run is stored, as a client could read it anywhere. Its create is issued
+      // already (no fold there), so that is one store round, not the session's turn: a run queued
+      // behind a busy session is told at once (its frame waited for the run before it to end).
       const shared = isSharedStore(this.deps.store);
       if (!shared) opts.onAccepted?.({ run_id, session_id });
+      else
+        void live.writer.created?.then(
+          () => {
+            try {
+              opts.onAccepted?.({ run_id, session_id });
+            } catch (err) {
+              reportSwallowed('runs.on_accepted', err, { run_id }); // a callback's fault must not become an unhandled rejection
+            }
+          },
+          () => undefined, // start() rejects with it below
+        );
       // `interrupt`: the run in flight stops at its next step boundary; `rollback`: it is cancelled.
       // Either way it then lets go of the session, and this run (queued behind it) goes next.
       if (busyWith && policy === 'interrupt') {
@@ -201,8 +214,7 @@ export class RunService {
       live.spawn({
         input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query, history_length: messages.length - 1 },
       });
-      await live.writer.created;
-      if (shared) opts.onAccepted?.({ run_id, session_id });
+      await live.writer.created; // (on a shared store, onAccepted was called just before this resumes)
       this.deps.metrics.runStarted();
       return { run_id, session_id, trace_id, settled: live.settled };
     } catch (err) {
