@@ -106,6 +106,8 @@ export class RunService {
     const releaseSlot = opts.admitted ? () => {} : await this.kernel.slots.acquire();
     let live: RunHost | null = null;
     let agent: AgentLease | null = null;
+    /** Set when start() fails: a shared store's late onAccepted must not open a stream for it. */
+    let failed = false;
     try {
       agent = await this.kernel.acquireAgent(opts.agent_id);
       const profile = agent.profile;
@@ -173,6 +175,8 @@ export class RunService {
       else
         void live.writer.created?.then(
           () => {
+            // start() failed first (its caller already answered with the error): nothing was accepted.
+            if (failed) return;
             try {
               opts.onAccepted?.({ run_id, session_id });
             } catch (err) {
@@ -218,6 +222,7 @@ export class RunService {
       this.deps.metrics.runStarted();
       return { run_id, session_id, trace_id, settled: live.settled };
     } catch (err) {
+      failed = true;
       if (live) {
         // Never created (or its session could not be read): stop whatever started, let go of
         // the slot and the session.
