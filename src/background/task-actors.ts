@@ -1,7 +1,8 @@
 // The task machines: one actor per enabled task (`task:<id>`) under its own supervisor group
 // (`group:tasks`, a child of the root). Not directly under the root: xstate copies a parent's
 // children map on every spawn and stop, so 10,000 cron tasks there made every run's spawn and
-// stop cost O(tasks), the main cost of every background run. The actor decides; its `dispatch`
+// stop cost O(tasks), the main cost of every background run; the group is sharded, so spawning
+// every task's actor at start-up (and stopping them at shutdown) is not O(tasks²) either. The actor decides; its `dispatch`
 // and `drop` effects are collected as data while an event is sent (decide) and carried out by
 // the scheduler (scheduler.ts); a drop is only logged.
 import { taskMachine, type DispatchParams, type DropParams, type TaskEvent } from '../../machines/task.machine.js';
@@ -11,6 +12,9 @@ import type { ScheduleRow, TaskRow } from './types.js';
 
 const actorId = (taskId: string) => `task:${taskId}`;
 type TaskEffect = { type: 'dispatch'; params: DispatchParams } | { type: 'drop'; params: DropParams };
+
+/** Enough that 100,000 tasks leave ~1,600 per shard: a spawn or stop copies one shard's children. */
+const TASK_GROUP_SHARDS = 64;
 
 export class TaskActors {
   private readonly group: SupervisorGroup;
@@ -27,7 +31,8 @@ export class TaskActors {
     system: ActorSystem,
     private readonly logger: AppLogger,
   ) {
-    this.group = system.group('tasks');
+    // Sharded: tens of thousands of tasks each spawn and stop an actor (see SupervisorGroup).
+    this.group = system.group('tasks', { shards: TASK_GROUP_SHARDS });
   }
 
   has(taskId: string): boolean {

@@ -508,6 +508,32 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
       value: round(CRON_TASKS / idle.createS, 0),
       unit: 'tasks/s',
     });
+    // Shutdown and start-up with that many tasks: each enabled task is an actor, stopped at
+    // shutdown and spawned again at start-up (src/runtime/system.ts, SupervisorGroup shards).
+    const stopT0 = nowMs();
+    await c2.stop();
+    const stopMs = nowMs() - stopT0;
+    const startT0 = nowMs();
+    const again = await startChild({ mode: 'agentd', dataDir: dir2, config: realPathConfig(modelUrl, 'bench', { background: { enabled: true } }), model });
+    const restartMs = nowMs() - startT0;
+    await again.stop();
+    log(`cron: SIGTERM to exit ${stopMs.toFixed(0)} ms, restart to ready ${restartMs.toFixed(0)} ms`);
+    rows.push(
+      {
+        metric: `SIGTERM to exit, ${CRON_TASKS.toLocaleString('en-US')} cron tasks (graceful shutdown, 5 s grace)`,
+        value: round(stopMs, 0),
+        unit: 'ms',
+        target: '<= 5000 ms',
+        pass: stopMs <= 5000,
+      },
+      {
+        metric: `Restart with ${CRON_TASKS.toLocaleString('en-US')} cron tasks, spawn to listening (every task's actor started)`,
+        value: round(restartMs, 0),
+        unit: 'ms',
+        target: '<= 3000 ms',
+        pass: restartMs <= 3000,
+      },
+    );
   } finally {
     await c2.stop();
     removeDir(dir2);
@@ -552,7 +578,7 @@ async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {
         )}; 32 concurrent requests; it stops asking after ${POST_BUDGET_MS / 1000} s so the benchmark stays bounded) and polls the task status until every requested run is terminal, then the run folders until each holds events.jsonl and a run.json with the final status (the workspace mirror is part of a run's work: it trailed the runs by seconds, and before this rule most of its CPU fell after the measured window); the figure is completed runs / (first POST to the last run's folder written). Each drain's data dir is removed at the end of the benchmark, not before the next drain (removing ~20,000 files made the next drain's folders several times dearer in kernel CPU on this VM's ext4). A drain of up to 500 runs warms each side up first. The drain servers keep every run of the drained task (background.run_retention.max_runs_per_task 1,000,000,000): the default retention sweep keeps a task's newest 1,000 ended runs.`,
       "Baseline: BullMQ (Redis at 127.0.0.1:6379), a Worker of the same concurrency in the benchmark process whose processor calls the AI SDK's `generateText` (same server, same `add` tool, `stopWhen: stepCountIs(5)`) per job; the same number of jobs added with addBulk (1,000 per call); first add to last completion, after the same warm-up. Its CPU is the worker's (this process, addBulk included) and, in the row \"with the queue's server\", also the redis-server process's over the same drain (/proc/<pid>/stat), since agentd's CPU includes its own queue and store.",
       "Where a drained run's CPU goes: `npm run bench -- profile-background <label>` (test/bench/profile.ts; see Profiles): self time by origin and function per drained run, and per run the store commits, group-commit rounds (fsyncs), bytes written, events appended, reads, model requests and workspace files.",
-      `Idle cron: ${CRON_TASKS.toLocaleString('en-US')} tasks with yearly cron expressions, created over HTTP (${CREATE_CONCURRENCY} requests in flight); CPU is /proc/<pid>/stat utime+stime over ${CPU_WINDOW_S} s, from ${SETTLING_WINDOW_S + 2} s after the last creation (the ${SETTLING_WINDOW_S} s before it are shown too: they may hold the creation's tail, LevelDB writing out what it left in its 32 MB memtable). The window is longer than the retention sweep interval (background.run_retention.sweep_interval_seconds, 60 s), so it always holds one sweep; a sweep counts the runs of only the tasks with a run ended since the last one, none here.`,
+      `Idle cron: ${CRON_TASKS.toLocaleString('en-US')} tasks with yearly cron expressions, created over HTTP (${CREATE_CONCURRENCY} requests in flight); CPU is /proc/<pid>/stat utime+stime over ${CPU_WINDOW_S} s, from ${SETTLING_WINDOW_S + 2} s after the last creation (the ${SETTLING_WINDOW_S} s before it are shown too: they may hold the creation's tail, LevelDB writing out what it left in its 32 MB memtable). The window is longer than the retention sweep interval (background.run_retention.sweep_interval_seconds, 60 s), so it always holds one sweep; a sweep counts the runs of only the tasks with a run ended since the last one, none here. Then the server is stopped (SIGTERM; the harness's child closes with a 5 s grace) and started again on the same data dir: SIGTERM to exit, and spawn to listening (the child reports ready once start-up, which starts every enabled task's actor, is done).`,
       `Interval: ${INTERVAL_TASKS.toLocaleString('en-US')} tasks with interval 1 s (default overlap skip_if_running, background.concurrency 4), observed for ${INTERVAL_WINDOW_S} s after creation; lateness = queued_at (else triggered_at) - due_at of each interval BackgroundRun due in the steady window (from 2 s after the last task was created to 1 s before the end), read from the store after the server stopped. An occurrence not dispatched by then is missing from the count.`,
     ],
     rows,
