@@ -260,6 +260,10 @@ export class RunRetention {
           break;
         }
         if (!opts.isTask(taskId)) continue;
+        // All of the task's runs (one counter read) bound its ended ones: most tasks are under the
+        // limit, and the first sweep after a start (and one an hour) counts every task, so
+        // 10,000 tasks cost 10,000 reads there instead of 40,000 (one per ended status).
+        if ((await repos(store).bgRuns.count({ name: 'task_id', value: taskId })) <= opts.maxPerTask) continue;
         const counts = await Promise.all([...TERMINAL].map((st) => repos(store).bgRuns.count({ name: 'task_status', value: taskStatusKey(taskId, st) })));
         let excess = counts.reduce((a, b) => a + b, 0) - opts.maxPerTask;
         let cursor: string | null = null;

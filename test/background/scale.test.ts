@@ -305,12 +305,24 @@ describe('skipped occurrences, retention and deletion', () => {
       const a = api(s.url);
       expect((await a.post('/background/tasks', { task_id: 'many', query: 'hello', schedule: { type: 'manual' } })).status).toBe(200);
       for (let i = 0; i < 3; i++) expect((await a.post('/background/tasks/many/run', { wait: true })).body.status).toBe('completed');
+      for (let i = 0; i < 5; i++) expect((await a.post('/background/tasks', { task_id: `idle-${i}`, query: 'hello', schedule: { type: 'manual' } })).status).toBe(200);
       stopped = true;
       await s.stop();
       const keep2 = { ...base, background: { ...base.background, run_retention: { max_runs_per_task: 2, sweep_interval_seconds: 3600 } } };
       const s2 = await startTestServer(keep2, { modelUrl: model.url, dataDir: s.dataDir });
       try {
+        const counted: string[] = [];
+        const count = s2.store.countRecords.bind(s2.store);
+        s2.store.countRecords = (kind, index) => {
+          if (index) counted.push(`${index.name}:${index.value.split('|')[0]}`);
+          return count(kind, index);
+        };
         expect(await s2.runtime.background.sweepRetention()).toBe(1);
+        // One read of each task's run count; the counts by ended status only for the task over its
+        // limit (10,000 tasks made that first sweep 40,000 reads).
+        const byTask = (name: string) => new Set(counted.filter((c) => c.startsWith(`${name}:`)).map((c) => c.slice(name.length + 1)));
+        expect(byTask('task_id')).toEqual(new Set(['many', 'idle-0', 'idle-1', 'idle-2', 'idle-3', 'idle-4']));
+        expect(byTask('task_status')).toEqual(new Set(['many']));
         expect((await api(s2.url).get('/background/runs?task_id=many')).body.total).toBe(2);
       } finally {
         await s2.stop();
