@@ -305,7 +305,8 @@ describe('skipped occurrences, retention and deletion', () => {
       const a = api(s.url);
       expect((await a.post('/background/tasks', { task_id: 'many', query: 'hello', schedule: { type: 'manual' } })).status).toBe(200);
       for (let i = 0; i < 3; i++) expect((await a.post('/background/tasks/many/run', { wait: true })).body.status).toBe('completed');
-      for (let i = 0; i < 5; i++) expect((await a.post('/background/tasks', { task_id: `idle-${i}`, query: 'hello', schedule: { type: 'manual' } })).status).toBe(200);
+      for (let i = 0; i < 5; i++)
+        expect((await a.post('/background/tasks', { task_id: `idle-${i}`, query: 'hello', schedule: { type: 'manual' } })).status).toBe(200);
       stopped = true;
       await s.stop();
       const keep2 = { ...base, background: { ...base.background, run_retention: { max_runs_per_task: 2, sweep_interval_seconds: 3600 } } };
