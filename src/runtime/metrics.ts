@@ -183,7 +183,9 @@ export class Metrics {
     registerSwallowedErrors(this.registry);
     // Unprefixed on purpose (see the class comment): `agentd_process_cpu_seconds_total` failed
     // promtool and matched no standard Node dashboard.
-    collectDefaultMetrics({ register: this.registry });
+    // The event-loop delay histogram samples every 100 ms, not every 10 ms (prom-client's default):
+    // that timer was more than half of an idle server's CPU (docs/operations.md, Metrics).
+    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 100 });
     // prom-client's three `*_total` gauges fail promtool's lint (only counters may end in
     // `_total`); the same counts stay available, by type, as nodejs_active_{handles,requests,resources}.
     for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) this.registry.removeSingleMetric(name);
