@@ -167,8 +167,8 @@ function shardIndex(systemId: string, n: number): number {
   return (h >>> 0) % n;
 }
 
-/** Shards of `group:live` (see ActorSystem.spawn). */
-const LIVE_SHARDS = 64;
+/** Shards of `group:live` (see ActorSystem.spawn): 2,000 live runs and sessions leave ~8 per shard. */
+const LIVE_SHARDS = 256;
 
 /** The root supervisor of the process; every actor descends from it. */
 export class ActorSystem extends Supervisor {
