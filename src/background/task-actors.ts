@@ -2,9 +2,9 @@
 // (`group:tasks`, a child of the root). Not directly under the root: xstate copies a parent's
 // children map on every spawn and stop, so 10,000 cron tasks there made every run's spawn and
 // stop cost O(tasks), the main cost of every background run; the group is sharded, so spawning
-// every task's actor at start-up (and stopping them at shutdown) is not O(tasks²) either. The actor decides; its `dispatch`
-// and `drop` effects are collected as data while an event is sent (decide) and carried out by
-// the scheduler (scheduler.ts); a drop is only logged.
+// every task's actor at start-up (and stopping them at shutdown) is not O(tasks²) either. The
+// actor decides; its `dispatch` and `drop` effects are collected as data while an event is sent
+// (decide) and carried out by the scheduler (scheduler.ts); a drop is only logged.
 import { taskMachine, type DispatchParams, type DropParams, type TaskEvent } from '../../machines/task.machine.js';
 import type { ActorSystem, SupervisorGroup } from '../runtime/system.js';
 import type { AppLogger } from '../telemetry/logger.js';

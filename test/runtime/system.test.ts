@@ -280,6 +280,11 @@ describe('supervisor slot ids', () => {
     expect(a).not.toBe(b);
     expect(system.get('run:a')).toBe(a);
     expect(system.get('run:b')).toBe(b);
+    // Live siblings under one supervisor never share a slot id.
+    const plain = system.group('plain');
+    const c = plain.spawn('task:c', done);
+    const d = plain.spawn('task:d', done);
+    expect(c.id).not.toBe(d.id);
     system.shutdown();
   });
 });
