@@ -9,7 +9,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List registered background agents */
+        /** List registered background agents, a page at a time */
         get: operations["listBackgroundAgents"];
         put?: never;
         /** Register the served agent (spec omitted) or an agent spec */
@@ -695,7 +695,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The conversation of a session */
+        /** The conversation of a session, oldest message first, a page at a time */
         get: operations["getSessionHistory"];
         put?: never;
         post?: never;
@@ -956,6 +956,7 @@ export interface components {
         };
         BackgroundAgentsResponse: {
             agents: components["schemas"]["BackgroundAgentSpec"][];
+            next_cursor: string | null;
             total: number;
         };
         BackgroundAttempt: {
@@ -1050,6 +1051,7 @@ export interface components {
         BackgroundRunAttemptsResponse: {
             attempts: components["schemas"]["BackgroundAttempt"][];
             count: number;
+            next_cursor: string | null;
             run_id: string;
         };
         BackgroundRunEvent: {
@@ -1071,6 +1073,7 @@ export interface components {
         BackgroundRunEventsResponse: {
             count: number;
             events: components["schemas"]["BackgroundRunEvent"][];
+            next_cursor: string | null;
             run_id: string;
         };
         BackgroundRunsResponse: {
@@ -1203,6 +1206,7 @@ export interface components {
             workspace_policy: components["schemas"]["WorkspacePolicy"];
         };
         BackgroundTasksResponse: {
+            next_cursor: string | null;
             tasks: components["schemas"]["BackgroundTaskSpec"][];
             total: number;
         };
@@ -1721,11 +1725,15 @@ export interface components {
             status: "cleared";
         };
         SessionHistoryResponse: {
+            /** @description Messages in this page. */
             count: number;
             messages: {
                 [key: string]: unknown;
             }[];
+            next_cursor: string | null;
             session_id: string;
+            /** @description Messages in the session. */
+            total: number;
         };
         SessionPolicy: {
             /**
@@ -1855,6 +1863,7 @@ export interface components {
         };
         TracesListResponse: {
             count: number;
+            next_cursor: string | null;
             traces: components["schemas"]["TraceSummary"][];
         };
         TraceSpan: {
@@ -1978,7 +1987,10 @@ export type $defs = Record<string, never>;
 export interface operations {
     listBackgroundAgents: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2010,6 +2022,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };
@@ -2340,7 +2361,10 @@ export interface operations {
     };
     listBackgroundRunAttempts: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path: {
                 run_id: components["schemas"]["SafeId"];
@@ -2477,7 +2501,10 @@ export interface operations {
     };
     listBackgroundRunEvents: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path: {
                 run_id: components["schemas"]["SafeId"];
@@ -2778,6 +2805,8 @@ export interface operations {
         parameters: {
             query?: {
                 agent_id?: components["schemas"]["BackgroundId"];
+                cursor?: string;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -3540,6 +3569,7 @@ export interface operations {
         parameters: {
             query?: {
                 cursor?: string;
+                limit?: number;
                 run_id?: string;
             };
             header?: never;
@@ -4888,7 +4918,10 @@ export interface operations {
     };
     getSessionHistory: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path: {
                 session_id: components["schemas"]["SafeId"];
@@ -5201,6 +5234,7 @@ export interface operations {
     listTraces: {
         parameters: {
             query?: {
+                cursor?: string;
                 limit?: number;
                 run_id?: string;
                 session_id?: string;
