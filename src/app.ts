@@ -14,6 +14,8 @@ import { createLogger, loggerSettings } from './telemetry/logger.js';
 import { installJsonBodyParser } from './http/json-body.js';
 import { jsonSerializerCompiler, zodValidatorCompiler } from './http/validation.js';
 import { installAuth } from './http/auth.js';
+import { installHostCheck } from './http/host-check.js';
+import { serverPathScrubber } from './http/server-paths.js';
 import { connectionsPerAddress, installConnectionCap, installStreamCap } from './http/fair-use.js';
 import type { AppDeps } from './http/deps.js';
 import { installLazyDocs } from './http/docs.js';
@@ -113,9 +115,15 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
   });
   // A 5xx line carries an error message, which may quote a credential (a provider echoing the key).
   const logServerError = deps.logServerError ?? logServerErrorToRequestLog;
-  installErrorHandling(app, (entry, request) => logServerError(redactLogFields({ ...entry }, config) as unknown as ServerErrorEntry, request));
+  installErrorHandling(
+    app,
+    (entry, request) => logServerError(redactLogFields({ ...entry }, config) as unknown as ServerErrorEntry, request),
+    serverPathScrubber(config),
+  );
 
   await app.register(fastifySSE, { heartbeatInterval: 15_000 });
+  // Before auth: a request to a host not listed learns nothing, not even that a key is needed.
+  installHostCheck(app, config);
   installAuth(app, deps);
   installStreamCap(app, s.max_streams_per_key);
 

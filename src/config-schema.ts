@@ -3,6 +3,7 @@
 // resolves paths and secrets.
 import { z } from 'zod';
 import { LOG_LEVELS } from './telemetry/logger.js';
+import { isHostEntry } from './host-names.js';
 
 // --- field builders with one operator-readable message each ------------------------------------
 // Messages are set per check because a ConfigError prints `<path>: <message>` and zod's defaults
@@ -60,6 +61,11 @@ const ServerConfig = obj({
     .optional()
     .describe(
       'Open TCP connections one client address may hold; one more is answered 429 (AGT_ERR_TOO_MANY_CONNECTIONS, Retry-After) and closed. Default: a quarter of max_connections (1024). Less than max_connections, so other clients and /health always find a connection. Behind a reverse proxy every client shares its address: raise it.',
+    ),
+  allowed_hosts: arr(nonEmpty().refine(isHostEntry, { error: 'expected a host name or address, optionally with :port (IPv6 in brackets), or "*"' }))
+    .optional()
+    .describe(
+      'Host headers the service answers (`name` on any port, `name:port`, `[::1]:8000`; "*" for any); other requests get 400 AGT_ERR_HOST_NOT_ALLOWED. /health and /ready answer any. Default: bound to a loopback address with auth off, localhost, 127.0.0.1 and [::1] on the bound port; else any (with auth off, start-up warns).',
     ),
   max_streams_per_key: posInt()
     .default(256)

@@ -57,6 +57,11 @@ export const DOMAIN_ERRORS = {
   AGT_ERR_BAD_REQUEST: { error: 'BadRequest', status: 400, message: '%s' },
   AGT_ERR_BAD_HTTP: { error: 'BadRequest', status: 400, message: 'the request could not be read as HTTP/1.1' },
   AGT_ERR_BAD_URL: { error: 'BadRequest', status: 400, message: 'the path is not valid percent-encoded UTF-8' },
+  AGT_ERR_HOST_NOT_ALLOWED: {
+    error: 'BadRequest',
+    status: 400,
+    message: 'the Host header names a host this service does not answer to (server.allowed_hosts)',
+  },
   AGT_ERR_UNAUTHORIZED: { error: 'Unauthorized', status: 401, message: 'send Authorization: Bearer <api key>' },
   AGT_ERR_API_KEY_INVALID: { error: 'Unauthorized', status: 401, message: 'the API key is not valid' },
   AGT_ERR_FORBIDDEN: { error: 'Forbidden', status: 403, message: "the '%s' role may not %s %s" },

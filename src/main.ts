@@ -2,6 +2,7 @@
 import { mkdirSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
+import { openHostWarning } from './http/host-check.js';
 import type { ServerErrorLog } from './http/error-handler.js';
 import type { Config } from './config.js';
 import { openStore } from './store/open.js';
@@ -59,6 +60,8 @@ export async function startServer(
   let url = '';
   if (opts.listen !== false) {
     url = await app.listen({ host: config.server.host, port: config.server.port });
+    const open = openHostWarning(config);
+    if (open) logger.warn(open);
   }
   await runtime.start();
   let closed = false;

@@ -10,7 +10,7 @@ import { isStoreError } from '../store/store.js';
 import type { BackgroundDeps, RunEngine } from './engine.js';
 import type { AgentRow, BgRunRow } from './types.js';
 import { relativeWorkspace } from './workspace.js';
-import { isAbsolute } from 'node:path';
+import { basename, isAbsolute, relative, sep } from 'node:path';
 import type { core } from 'zod';
 import { repos } from '../store/repos/index.js';
 
@@ -131,10 +131,28 @@ export class BackgroundAgents {
     return { status: 'deleted' };
   }
 
-  /** The default agent's row once held the absolute workspace root: answers show it relative. */
+  /**
+   * A row as answered: no server path in it. The default agent's row once held the absolute
+   * workspace root (shown relative to the workspace root); a tools module is shown relative to
+   * the agents.tools_dirs folder that holds it, else by its file name (the served agent's
+   * agent.tools.local). The stored row keeps the path: building the agent needs it.
+   */
   private publicAgent(a: AgentRow): AgentRow {
     const root = (a.workspace_config as { root?: unknown } | null | undefined)?.root;
-    if (typeof root !== 'string' || !isAbsolute(root)) return a;
-    return { ...a, workspace_config: { ...a.workspace_config, root: relativeWorkspace(this.cfg.workspace_root, root) || '.' } };
+    const ref = a.local_tools_ref;
+    let shown = a;
+    if (typeof root === 'string' && isAbsolute(root)) {
+      shown = { ...shown, workspace_config: { ...a.workspace_config, root: relativeWorkspace(this.cfg.workspace_root, root) || '.' } };
+    }
+    if (typeof ref === 'string' && isAbsolute(ref)) shown = { ...shown, local_tools_ref: this.toolsModuleName(ref) };
+    return shown;
+  }
+
+  private toolsModuleName(file: string): string {
+    for (const dir of this.deps.config.agents.tools_dirs) {
+      const rel = relative(dir, file);
+      if (rel && !rel.startsWith('..') && !isAbsolute(rel)) return rel.split(sep).join('/');
+    }
+    return basename(file);
   }
 }

@@ -46,8 +46,22 @@ export async function serve(p: Parsed): Promise<number> {
 export async function configCheck(p: Parsed): Promise<number> {
   const config = loadConfig({ argv: configArgv(p.values) });
   // Header values, credential-named MCP env values, URL passwords: masked (issue 10, finding 9).
-  process.stdout.write(`${configCheckJson(config)}\n`);
+  // Webhook receivers often carry their token in the path (hooks.slack.com/services/T/B/<token>):
+  // an endpoint's URL is shown by its origin only.
+  const shown = JSON.parse(configCheckJson(config)) as { webhooks: { endpoints: Array<{ url: string }> } };
+  for (const e of shown.webhooks.endpoints) e.url = originOnly(e.url);
+  process.stdout.write(`${JSON.stringify(shown, null, 2)}\n`);
   return EXIT.ok;
+}
+
+/** `https://host:port/[REDACTED]` for a URL with a path or query; the URL itself when it has neither. */
+function originOnly(url: string): string {
+  try {
+    const u = new URL(url);
+    return u.pathname === '/' && u.search === '' ? `${u.origin}/` : `${u.origin}/[REDACTED]`;
+  } catch {
+    return '[REDACTED]';
+  }
 }
 
 export async function configSchema(): Promise<number> {

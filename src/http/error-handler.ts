@@ -45,8 +45,12 @@ function familyBody(status: number, message: string) {
 
 type ValidationItem = { loc: Array<string | number>; msg: string; type: string; ctx?: Record<string, unknown>; input?: unknown };
 
-function validationReply(reply: FastifyReply, detail: ValidationItem[]) {
-  return reply.status(422).send({ detail, code: 'AGT_ERR_VALIDATION' satisfies DomainCode });
+/** Rewrites the server's own file system paths in a message (src/http/server-paths.ts). */
+export type PathScrubber = (text: string) => string;
+
+function validationReply(reply: FastifyReply, detail: ValidationItem[], scrub: PathScrubber) {
+  const shown = detail.map((d) => ({ ...d, msg: scrub(d.msg) }));
+  return reply.status(422).send({ detail: shown, code: 'AGT_ERR_VALIDATION' satisfies DomainCode });
 }
 
 /** An ErrorResponse body for a registered code with a fixed message (or `message` for the generic ones). */
@@ -58,22 +62,24 @@ export function errorBody(code: DomainCode, ...args: Array<string | number>): { 
 /**
  * Every error leaves in a documented shape (decisions.md §2): 422 HTTPValidationError for bad
  * input, `{detail}` for the routes whose spec answer is HttpErrorResponse, ErrorResponse for the
- * rest. Nothing else: no stack trace, no internal message of an unexpected error.
+ * rest. Nothing else: no stack trace, no internal message of an unexpected error, no server path
+ * (`scrub`: a message may quote one, e.g. a tools module that failed to load).
  */
-export function installErrorHandling(app: FastifyInstance, logServerError: ServerErrorLog = logServerErrorToRequestLog): void {
+export function installErrorHandling(app: FastifyInstance, logServerError: ServerErrorLog = logServerErrorToRequestLog, scrub: PathScrubber = (t) => t): void {
   app.setErrorHandler((err: FastifyError | Error, request: FastifyRequest, reply: FastifyReply) => {
     if (err instanceof RequestValidationError) {
-      return validationReply(reply, zodIssuesToDetail(err.issues, err.part, err.data));
+      return validationReply(reply, zodIssuesToDetail(err.issues, err.part, err.data), scrub);
     }
     if (err instanceof HttpValidationFailure) {
-      return validationReply(reply, err.detail);
+      return validationReply(reply, err.detail, scrub);
     }
     if (err instanceof AppError) {
       for (const [k, v] of Object.entries(err.headers)) reply.header(k, v);
-      return reply.status(err.status).send(err.toBody());
+      const body = err.toBody();
+      return reply.status(err.status).send({ ...body, message: scrub(body.message), detail: body.detail === null ? null : scrub(body.detail) });
     }
     if (err instanceof HttpDetailError) {
-      return reply.status(err.status).send({ detail: err.detail, code: err.domainCode });
+      return reply.status(err.status).send({ detail: typeof err.detail === 'string' ? scrub(err.detail) : err.detail, code: err.domainCode });
     }
     if (isStoreError(err, 'not_found')) {
       return reply.status(404).send(errorBody('AGT_ERR_NOT_FOUND', err.message));
@@ -90,13 +96,17 @@ export function installErrorHandling(app: FastifyInstance, logServerError: Serve
     const status = (err as FastifyError).statusCode;
     // Fastify's own client errors: map each to our shapes.
     if (code === 'FST_ERR_CTP_INVALID_JSON_BODY' || code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || (err instanceof SyntaxError && status === 400)) {
-      return validationReply(reply, [
-        {
-          loc: ['body'],
-          msg: `JSON decode error: ${code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'the body is empty' : 'the body is not valid JSON'}`,
-          type: 'json_invalid',
-        },
-      ]);
+      return validationReply(
+        reply,
+        [
+          {
+            loc: ['body'],
+            msg: `JSON decode error: ${code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'the body is empty' : 'the body is not valid JSON'}`,
+            type: 'json_invalid',
+          },
+        ],
+        scrub,
+      );
     }
     if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
       return reply.status(413).send(errorBody('AGT_ERR_PAYLOAD_TOO_LARGE'));

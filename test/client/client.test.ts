@@ -29,7 +29,9 @@ beforeAll(async () => {
     const last = req.messages.at(-1);
     return last?.role === 'tool' ? { text: `saw: ${String(last.content)}` } : { text: 'plain answer' };
   });
-  server = await startTestServer(GOVERNED, { modelUrl: model.url });
+  // 127.0.0.1 on any port: one test reaches the server through a TCP proxy on another port, whose
+  // Host the default (loopback names on the bound port only) would refuse.
+  server = await startTestServer({ ...GOVERNED, server: { allowed_hosts: ['127.0.0.1'] } }, { modelUrl: model.url });
 });
 
 afterAll(async () => {

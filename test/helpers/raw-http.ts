@@ -19,8 +19,11 @@ export interface RawOptions {
 }
 
 export function rawRequest(port: number, request: string, opts: RawOptions = {}): Promise<RawAnswer> {
+  // requestText's default Host gets the port, as a client would send it: a server bound to
+  // loopback with auth off answers only its own names on its own port (server.allowed_hosts).
+  const text = request.replace(/^(\S+ \S+ HTTP\/1\.1\r\n(?:[^\r\n]+\r\n)*?)host: localhost\r\n/i, `$1host: localhost:${port}\r\n`);
   return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(text));
     let buf = '';
     let settled = false;
     const finish = (closedByServer: boolean) => {

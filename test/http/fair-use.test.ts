@@ -83,8 +83,9 @@ function open(port: number, localAddress: string, request: string | null, timeou
   });
 }
 
+let port = 0;
 const get = (path: string, key?: string) =>
-  `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n${key ? `Authorization: Bearer ${key}\r\n` : ''}Connection: keep-alive\r\n\r\n`;
+  `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n${key ? `Authorization: Bearer ${key}\r\n` : ''}Connection: keep-alive\r\n\r\n`;
 
 const codeOf = (h: Held): string | undefined => {
   try {
@@ -118,6 +119,7 @@ describe('3,000 streams from one key', () => {
     // The default connection caps (4096, 1024 per address); a stream cap small enough that the
     // accepted streams stay cheap on a shared machine.
     s = await startTestServer({ auth: AUTH, server: { max_streams_per_key: 50 } });
+    port = portOf(s);
   });
   afterAll(async () => {
     for (const c of held) c.destroy();
@@ -131,7 +133,7 @@ describe('3,000 streams from one key', () => {
     let healthDuring: Promise<{ status: number; ms: number }> | null = null;
     const health = async (from: string) => {
       const t0 = performance.now();
-      const h = await open(port, from, `GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
+      const h = await open(port, from, `GET /health HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nConnection: close\r\n\r\n`);
       h.socket.destroy();
       return { status: h.status, ms: performance.now() - t0 };
     };
@@ -196,6 +198,7 @@ describe('connections per address, and idle sockets (auth off: the address is th
   let s: TestServer;
   beforeAll(async () => {
     s = await startTestServer({ server: { max_connections: 40, max_streams_per_key: 3, headers_timeout_seconds: 1, body_timeout_seconds: 1 } });
+    port = portOf(s);
   });
   afterAll(async () => {
     await s.stop();

@@ -184,9 +184,13 @@ describe('timeouts and the connection cap (finding 5)', () => {
   });
 
   it('closes connections whose body never finishes', async () => {
-    const a = await rawRequest(portOf(s), 'POST /run/sync HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"query":', {
-      timeoutMs: 8000,
-    });
+    const a = await rawRequest(
+      portOf(s),
+      `POST /run/sync HTTP/1.1\r\nHost: localhost:${portOf(s)}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"query":`,
+      {
+        timeoutMs: 8000,
+      },
+    );
     expect(a.closedByServer).toBe(true);
     expect([0, 408]).toContain(a.status);
   });
@@ -212,7 +216,7 @@ describe('timeouts and the connection cap (finding 5)', () => {
 
   it('keeps an SSE stream open past every timeout (no request body is pending)', async () => {
     const socket = net.connect(portOf(s), '127.0.0.1', () =>
-      socket.write(requestText('GET', '/events/quiet-session', { headers: { connection: 'keep-alive' } })),
+      socket.write(requestText('GET', '/events/quiet-session', { headers: { connection: 'keep-alive', host: `localhost:${portOf(s)}` } })),
     );
     let text = '';
     let closed = false;

@@ -252,7 +252,7 @@ describe('a reader that stops reading is dropped, and resumes with Last-Event-ID
     const session = `slow-follow-${Date.now()}`;
     const port = Number(new URL(server.url).port);
     const droppedBefore = await promMetric(server.url, 'agentd_sse_streams_dropped_total');
-    const slow = new StalledReader(port, `GET /events/${session} HTTP/1.1\r\nhost: localhost\r\naccept: text/event-stream\r\n\r\n`);
+    const slow = new StalledReader(port, `GET /events/${session} HTTP/1.1\r\nhost: localhost:${port}\r\naccept: text/event-stream\r\n\r\n`);
     const healthy = follow(`${server.url}/telemetry/events/stream?session_id=${session}`);
     await eventually(async () => (await promMetric(server.url, 'agentd_sse_streams')) >= 2, 5_000, 'both streams open');
 
@@ -313,7 +313,7 @@ describe('a reader that stops reading is dropped, and resumes with Last-Event-ID
     const body = JSON.stringify({ query: 'a long run', session_id: session });
     const slow = new StalledReader(
       port,
-      `POST /run HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      `POST /run HTTP/1.1\r\nhost: localhost:${port}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
     );
     await eventually(
       async () => (await promMetric(server.url, 'agentd_sse_streams_dropped_total')) === droppedBefore + 1,
@@ -369,7 +369,7 @@ describe('server.stream_drop_grace_seconds', () => {
     const session = `grace-${Date.now()}`;
     const port = Number(new URL(server.url).port);
     const streamsBefore = await promMetric(server.url, 'agentd_sse_streams');
-    const slow = new StalledReader(port, `GET /events/${session} HTTP/1.1\r\nhost: localhost\r\naccept: text/event-stream\r\n\r\n`);
+    const slow = new StalledReader(port, `GET /events/${session} HTTP/1.1\r\nhost: localhost:${port}\r\naccept: text/event-stream\r\n\r\n`);
     await eventually(async () => (await promMetric(server.url, 'agentd_sse_streams')) > streamsBefore, 5_000, 'the stream open');
     model.setDefault((req) =>
       req.messages.at(-1)?.role === 'tool'

@@ -97,7 +97,13 @@ const configFile = join(dataDir, 'agentd.json');
 writeFileSync(
   configFile,
   JSON.stringify({
-    server: { host: '127.0.0.1', port },
+    // One client (one address, no key) holds every reader: the fair-use caps are raised for it.
+    server: {
+      host: '127.0.0.1',
+      port,
+      max_streams_per_key: READERS + STALLED + 100,
+      max_connections_per_address: Math.max(1024, READERS + STALLED + CONCURRENCY + 200),
+    },
     agent: { model: { provider: 'openai-compatible', base_url: model.url, model: 'scripted' }, tools: { local: join(ROOT, 'test/fixtures/run-tools.mjs') } },
   }),
 );
@@ -141,7 +147,7 @@ async function reader(slot: number): Promise<void> {
     await new Promise<void>((resolve) => {
       let byUs = false;
       const socket = net.connect(port, '127.0.0.1', () => {
-        socket.write(`GET /events/${sessionId(slot)} HTTP/1.1\r\nhost: localhost\r\naccept: text/event-stream\r\n\r\n`);
+        socket.write(`GET /events/${sessionId(slot)} HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\naccept: text/event-stream\r\n\r\n`);
       });
       socket.on('data', (chunk: Buffer) => {
         counts.readerBytes += chunk.length;
@@ -176,7 +182,7 @@ async function stalled(slot: number): Promise<void> {
     const gen = generation[slot];
     const socket = net.connect(port, '127.0.0.1', () => {
       const from = latestId[slot] && generation[slot] === gen ? `last-event-id: ${latestId[slot]}\r\n` : '';
-      socket.write(`GET /events/${sessionId(slot)} HTTP/1.1\r\nhost: localhost\r\naccept: text/event-stream\r\n${from}\r\n`);
+      socket.write(`GET /events/${sessionId(slot)} HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\naccept: text/event-stream\r\n${from}\r\n`);
       socket.pause();
     });
     socket.on('error', () => undefined);

@@ -98,7 +98,15 @@ const fullRun = (frames: SseFrame[]) => {
 export async function streamsBench(): Promise<BenchOutput> {
   const dir = tempDir('streams');
   const fake = await startChild({ mode: 'fake-openai' });
-  const server = { server: { max_concurrent_runs: Math.max(1000, STREAMS + 50) } };
+  // Every stream comes from this one client (one address, no key): the fair-use caps
+  // (src/http/fair-use.ts) are raised to let it hold them all.
+  const server = {
+    server: {
+      max_concurrent_runs: Math.max(1000, STREAMS + 50),
+      max_streams_per_key: STREAMS + 50,
+      max_connections_per_address: Math.max(1024, STREAMS + 200),
+    },
+  };
   // The fake server reads the pace from the model name: slow-<chunks>-<ms between chunks>.
   const config = realPathConfig(fake.url, `slow-${CHUNKS}-${DELAY_MS}`, server);
   const agentd = await startChild({ mode: 'agentd', dataDir: dir, config, model: { kind: 'config' } });
