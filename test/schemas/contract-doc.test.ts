@@ -117,7 +117,7 @@ describe('docs/contract.md sections', () => {
     expect(map.filter((m) => !sectionNumbers.has(m[2])).map((m) => `${m[1]} → §${m[2]}`)).toEqual([]);
   });
 
-  it('every section a comment or doc cites (docs/contract.md §N, decisions.md §N) exists', () => {
+  it('every section a comment or doc cites (docs/contract.md §N, or §N of the former decisions file) exists', () => {
     const missing: string[] = [];
     const walk = (dir: string): string[] =>
       readdirSync(dir).flatMap((name) => {
