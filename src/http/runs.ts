@@ -65,7 +65,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error',
         headers: IdempotencyHeaders,
         body: RunRequest,
-        response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse },
+        response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 429: ErrorResponse, 503: ErrorResponse },
       },
     },
     async (request, reply) => {

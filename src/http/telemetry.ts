@@ -81,7 +81,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         tags: ['telemetry'],
         summary: 'Replay stored events of a session after a cursor, then follow new ones (SSE)',
         querystring: EventStreamQuery,
-        response: { 200: EVENT_STREAM, 422: HTTPValidationError },
+        response: { 200: EVENT_STREAM, 422: HTTPValidationError, 429: ErrorResponse },
       },
     },
     async (request, reply) => {
@@ -157,7 +157,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         summary: 'Compact alias of /telemetry/events/stream',
         params: SessionIdParams,
         querystring: SessionEventsQuery,
-        response: { 200: EVENT_STREAM, 422: HTTPValidationError },
+        response: { 200: EVENT_STREAM, 422: HTTPValidationError, 429: ErrorResponse },
       },
     },
     async (request, reply) => {
