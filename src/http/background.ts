@@ -58,7 +58,11 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundAgentSpec, ...errors },
       },
     },
-    async (request) => bg.agents.registerAgent(request.body as BackgroundAgentRegistrationRequest),
+    // The role decides what the spec may use (an admin key for a tools module); null: auth is off.
+    async (request) =>
+      bg.agents.registerAgent(request.body as BackgroundAgentRegistrationRequest, {
+        role: request.apiKeyRole ?? ((deps.config.auth?.api_keys ?? []).length === 0 ? null : 'unknown'),
+      }),
   );
 
   app.get(
