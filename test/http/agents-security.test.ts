@@ -320,3 +320,56 @@ describe('the agents config', () => {
     expect(JSON.stringify(config)).not.toContain('k-value-0123456789');
   });
 });
+
+describe('a model endpoint that is not a model API', () => {
+  const PAGE_TEXT = 'INTERNAL-PAGE-TEXT';
+  let page: HttpServer;
+  let pageUrl: string;
+  let server: TestServer;
+
+  beforeAll(async () => {
+    // Stands in for an internal page a base_url was pointed at (an admin export, a status page).
+    page = createServer((req, res) => {
+      const kind = (req.url ?? '').split('/')[1];
+      req.resume();
+      if (kind === 'html')
+        res.writeHead(401, { 'content-type': 'text/html' }).end(`<html><body><h1>Admin</h1><pre>${PAGE_TEXT} ${'x'.repeat(500)}</pre></body></html>`);
+      else if (kind === 'json') res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ records: [{ note: PAGE_TEXT }] }));
+      else
+        res.writeHead(400, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: `bad request ${'y'.repeat(400)} ${PAGE_TEXT}` } }));
+    });
+    await new Promise<void>((r) => page.listen(0, '127.0.0.1', r));
+    pageUrl = `http://127.0.0.1:${(page.address() as AddressInfo).port}`;
+    server = await startTestServer({ agents: { model_hosts: [new URL(pageUrl).host] } });
+  });
+
+  afterAll(async () => {
+    await server?.stop();
+    server?.cleanup();
+    await new Promise((r) => page?.close(r));
+  });
+
+  it('the run error and its events carry the status and a short summary, never the page', async () => {
+    for (const [kind, status] of [
+      ['html', 401],
+      ['json', 404],
+      ['long', 400],
+    ] as const) {
+      const spec = { agent_id: `page-${kind}`, model_config: { provider: 'openai-compatible', base_url: `${pageUrl}/${kind}/v1`, model: 'm' } };
+      expect((await postJson(`${server.url}/background/agents`, { spec })).status).toBe(200);
+      const run = await postJson(`${server.url}/run/sync`, { query: 'hi', agent_id: spec.agent_id });
+      expect(run.body.status, JSON.stringify(run.body)).toBe('error');
+      const stored = await getJson(`${server.url}/runs/${run.body.run_id}`);
+      const events = await getJson(`${server.url}/telemetry/events?run_id=${run.body.run_id}&limit=500`);
+      for (const text of [JSON.stringify(run.body), JSON.stringify(stored.body), JSON.stringify(events.body)]) {
+        expect(text).not.toContain(PAGE_TEXT);
+        expect(text).not.toContain('<html');
+      }
+      const message: string = stored.body.error.message;
+      expect(message).toContain(`returned ${status}`);
+      expect(message.length).toBeLessThanOrEqual(260);
+      const modelError = events.body.events.find((e: { event_type: string }) => e.event_type === 'model_error');
+      expect(modelError.error.message).toBe(message);
+    }
+  });
+});
