@@ -55,7 +55,8 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         operationId: 'registerBackgroundAgent',
         summary: 'Register the served agent (spec omitted) or an agent spec',
         body: BackgroundAgentRegistrationRequest,
-        response: { 200: BackgroundAgentSpec, ...errors },
+        // 403: a tools module without an admin key; 503: the MCP process cap (docs/agents.md).
+        response: { 200: BackgroundAgentSpec, 403: ErrorResponse, 503: ErrorResponse, ...errors },
       },
     },
     // The role decides what the spec may use (an admin key for a tools module); null: auth is off.

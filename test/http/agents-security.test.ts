@@ -59,6 +59,8 @@ describe('registering agents as an attacker with an operator key', () => {
   let attacker: Recorder;
   let server: TestServer;
   let url: string;
+  let config: Record<string, unknown>;
+  const env = { AGENTD_TEST_SERVER_SECRET: SERVER_SECRET, AGENTD_TEST_ALLOWED_KEY: ALLOWED_KEY };
   const work = tempDir('agentd-sec-');
   const marker = path.join(work, 'pwned');
   const nodeOptions = `--import=data:text/javascript,${encodeURIComponent(`import{writeFileSync}from"node:fs";writeFileSync(${JSON.stringify(marker)},"x")`)}`;
@@ -67,21 +69,19 @@ describe('registering agents as an attacker with an operator key', () => {
     served = await startScriptedOpenAI();
     model = await startScriptedOpenAI();
     attacker = await startRecorder();
-    server = await startTestServer(
-      {
-        auth: AUTH,
-        background: { poll_interval_ms: 50 },
-        agents: {
-          tools_dirs: [FIXTURES],
-          model_hosts: [new URL(model.url).host],
-          secret_env: ['AGENTD_TEST_ALLOWED_KEY', 'AGENTD_TEST_LISTED_UNSET'],
-          mcp_servers: { fx: { command: process.execPath, args: ['--import', 'tsx', MCP_FIXTURE] } },
-          max_mcp_servers_per_agent: 1,
-          max_spec_bytes: 8192,
-        },
+    config = {
+      auth: AUTH,
+      background: { poll_interval_ms: 50 },
+      agents: {
+        tools_dirs: [FIXTURES],
+        model_hosts: [new URL(model.url).host],
+        secret_env: ['AGENTD_TEST_ALLOWED_KEY', 'AGENTD_TEST_LISTED_UNSET'],
+        mcp_servers: { fx: { command: process.execPath, args: ['--import', 'tsx', MCP_FIXTURE] } },
+        max_mcp_servers_per_agent: 1,
+        max_spec_bytes: 8192,
       },
-      { modelUrl: served.url, env: { AGENTD_TEST_SERVER_SECRET: SERVER_SECRET, AGENTD_TEST_ALLOWED_KEY: ALLOWED_KEY } },
-    );
+    };
+    server = await startTestServer(config, { modelUrl: served.url, env });
     url = server.url;
   });
 
@@ -253,6 +253,14 @@ describe('registering agents as an attacker with an operator key', () => {
     expect(run.body).toMatchObject({ status: 'completed', agent_id: 'default' });
     expect(served.requests).toHaveLength(1);
     expect(model.requests).toHaveLength(0);
+
+    // At start-up the row is put back to the served agent, so answers say so too.
+    await server.stop();
+    server = await startTestServer(config, { dataDir: server.dataDir, modelUrl: served.url, env });
+    url = server.url;
+    const restored = await getJson(`${url}/background/agents/default`, as('reader'));
+    expect(restored.body).toMatchObject({ agent_id: 'default', metadata: { served_agent: true } });
+    expect(JSON.stringify(restored.body)).not.toContain(model.url);
   });
 
   it('a tools module needs an admin key; a row registered without one by an older version does not run', async () => {
