@@ -9,7 +9,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List registered background agents */
+        /** List registered background agents, a page at a time */
         get: operations["listBackgroundAgents"];
         put?: never;
         /** Register the served agent (spec omitted) or an agent spec */
@@ -695,7 +695,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The conversation of a session */
+        /** The conversation of a session, oldest message first, a page at a time */
         get: operations["getSessionHistory"];
         put?: never;
         post?: never;
@@ -964,6 +964,7 @@ export interface components {
         };
         BackgroundAgentsResponse: {
             agents: components["schemas"]["BackgroundAgentSpec"][];
+            next_cursor: string | null;
             total: number;
         };
         BackgroundAttempt: {
@@ -1058,6 +1059,7 @@ export interface components {
         BackgroundRunAttemptsResponse: {
             attempts: components["schemas"]["BackgroundAttempt"][];
             count: number;
+            next_cursor: string | null;
             run_id: string;
         };
         BackgroundRunEvent: {
@@ -1079,6 +1081,7 @@ export interface components {
         BackgroundRunEventsResponse: {
             count: number;
             events: components["schemas"]["BackgroundRunEvent"][];
+            next_cursor: string | null;
             run_id: string;
         };
         BackgroundRunsResponse: {
@@ -1211,6 +1214,7 @@ export interface components {
             workspace_policy: components["schemas"]["WorkspacePolicy"];
         };
         BackgroundTasksResponse: {
+            next_cursor: string | null;
             tasks: components["schemas"]["BackgroundTaskSpec"][];
             total: number;
         };
@@ -1729,11 +1733,15 @@ export interface components {
             status: "cleared";
         };
         SessionHistoryResponse: {
+            /** @description Messages in this page. */
             count: number;
             messages: {
                 [key: string]: unknown;
             }[];
+            next_cursor: string | null;
             session_id: string;
+            /** @description Messages in the session. */
+            total: number;
         };
         SessionPolicy: {
             /**
@@ -1863,6 +1871,7 @@ export interface components {
         };
         TracesListResponse: {
             count: number;
+            next_cursor: string | null;
             traces: components["schemas"]["TraceSummary"][];
         };
         TraceSpan: {
@@ -1986,7 +1995,10 @@ export type $defs = Record<string, never>;
 export interface operations {
     listBackgroundAgents: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2018,6 +2030,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };
@@ -2357,7 +2378,10 @@ export interface operations {
     };
     listBackgroundRunAttempts: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path: {
                 run_id: components["schemas"]["SafeId"];
@@ -2494,7 +2518,10 @@ export interface operations {
     };
     listBackgroundRunEvents: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path: {
                 run_id: components["schemas"]["SafeId"];
@@ -2795,6 +2822,8 @@ export interface operations {
         parameters: {
             query?: {
                 agent_id?: components["schemas"]["BackgroundId"];
+                cursor?: string;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -3557,6 +3586,7 @@ export interface operations {
         parameters: {
             query?: {
                 cursor?: string;
+                limit?: number;
                 run_id?: string;
             };
             header?: never;
@@ -4905,7 +4935,10 @@ export interface operations {
     };
     getSessionHistory: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path: {
                 session_id: components["schemas"]["SafeId"];
@@ -5218,6 +5251,7 @@ export interface operations {
     listTraces: {
         parameters: {
             query?: {
+                cursor?: string;
                 limit?: number;
                 run_id?: string;
                 session_id?: string;

@@ -22,6 +22,7 @@ import {
   RunsListQuery,
   RunsListResponse,
   SessionClearedResponse,
+  SessionHistoryQuery,
   SessionHistoryResponse,
   SessionIdParams,
   ErrorResponse,
@@ -361,12 +362,13 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       schema: {
         operationId: 'getSessionHistory',
         tags: ['sessions'],
-        summary: 'The conversation of a session',
+        summary: 'The conversation of a session, oldest message first, a page at a time',
         params: SessionIdParams,
+        querystring: SessionHistoryQuery,
         response: { 200: SessionHistoryResponse, ...errors },
       },
     },
-    async (request) => runs.history((request.params as { session_id: string }).session_id),
+    async (request) => runs.history((request.params as { session_id: string }).session_id, request.query as SessionHistoryQuery),
   );
 
   app.delete(
