@@ -55,6 +55,8 @@ export function rolesFor(method: string, routePattern: string): Role[] {
 declare module 'fastify' {
   interface FastifyRequest {
     apiKeyName?: string;
+    /** The role of the key a protected route was called with; unset when auth is off. */
+    apiKeyRole?: Role;
   }
 }
 
@@ -98,6 +100,7 @@ export function installAuth(app: FastifyInstance, deps: AppDeps): void {
         const key = authenticate(request);
         if (!ROLES[access].includes(key.role)) throw domainError('AGT_ERR_FORBIDDEN', [key.role, request.method, pattern]);
         request.apiKeyName = key.name;
+        request.apiKeyRole = key.role;
       } catch (err) {
         return done(err as Error);
       }

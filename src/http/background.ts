@@ -57,10 +57,15 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         operationId: 'registerBackgroundAgent',
         summary: 'Register the served agent (spec omitted) or an agent spec',
         body: BackgroundAgentRegistrationRequest,
-        response: { 200: BackgroundAgentSpec, ...errors },
+        // 403: a tools module without an admin key; 503: the MCP process cap (docs/agents.md).
+        response: { 200: BackgroundAgentSpec, 403: ErrorResponse, 503: ErrorResponse, ...errors },
       },
     },
-    async (request) => bg.agents.registerAgent(request.body as BackgroundAgentRegistrationRequest),
+    // The role decides what the spec may use (an admin key for a tools module); null: auth is off.
+    async (request) =>
+      bg.agents.registerAgent(request.body as BackgroundAgentRegistrationRequest, {
+        role: request.apiKeyRole ?? ((deps.config.auth?.api_keys ?? []).length === 0 ? null : 'unknown'),
+      }),
   );
 
   app.get(

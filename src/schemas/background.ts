@@ -413,8 +413,11 @@ export const BackgroundAgentSpec = z
     agent_config: JsonObject.default({}),
     model_config: JsonObject.nullish(),
     workspace_config: JsonObject.nullish(),
-    local_tools_ref: z.string().nullish(),
-    mcp_tools: z.array(JsonObject).default([]),
+    local_tools_ref: z.string().nullish().describe('A tools module inside one of agents.tools_dirs; registering a spec with one needs an admin key.'),
+    mcp_tools: z
+      .array(JsonObject)
+      .default([])
+      .describe('MCP servers by name, each {"server": "<name>"} of a server defined in the config (agents.mcp_servers).'),
     metadata: JsonObject.default({}),
     created_at: IsoDateTime.optional(),
     updated_at: IsoDateTime.optional(),
