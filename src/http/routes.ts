@@ -7,10 +7,20 @@ import { serviceInfoRoutes } from './service-info.js';
 import { steerRoutes } from './steer.js';
 import { telemetryRoutes } from './telemetry.js';
 import { webhookRoutes } from './webhooks.js';
+import { mcpRoutes } from '../protocols/mcp/routes.js';
 import { openaiRoutes } from '../protocols/openai/routes.js';
 
 /** Every route module, in registration order. Adding a resource = one line here. */
-export const ROUTE_MODULES: RouteModule[] = [runRoutes, steerRoutes, serviceInfoRoutes, telemetryRoutes, backgroundRoutes, webhookRoutes, openaiRoutes];
+export const ROUTE_MODULES: RouteModule[] = [
+  runRoutes,
+  steerRoutes,
+  serviceInfoRoutes,
+  telemetryRoutes,
+  backgroundRoutes,
+  webhookRoutes,
+  openaiRoutes,
+  mcpRoutes,
+];
 
 /**
  * Every API route, for the main app (src/app.ts) and the documentation instance

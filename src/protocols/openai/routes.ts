@@ -11,7 +11,7 @@ import type { AppDeps } from '../../http/deps.js';
 import { refTo, sseResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions } from '../../http/sse.js';
 import { responseStatusOf, type RunRecord } from '../../runtime/run-record.js';
-import { ErrorResponse, HTTPValidationError } from '../../schemas/index.js';
+import { ErrorResponse, HTTPValidationError, RunStreamErrorFrame } from '../../schemas/index.js';
 import { swallow, isRefusal } from '../../telemetry/swallowed.js';
 import { agentIdOf, listedAgents } from '../agents.js';
 import { approverOf, pendingApprovalsOf, startProtocolRun, waitAfterDecision } from '../run-events.js';
@@ -21,7 +21,13 @@ const STREAM = sseResponse('With `stream: true`: `chat.completion.chunk` frames 
   {
     event: 'message',
     data: ChatCompletionChunk,
-    description: 'A chunk; the last one with `finish_reason` carries `agentd`, then (stream_options.include_usage) one with `usage` and no choices.',
+    description:
+      'A chunk; the one with `finish_reason` carries `agentd`; with stream_options.include_usage one more has `usage` and no choices; the last frame is `data: [DONE]`.',
+  },
+  {
+    event: 'error',
+    data: RunStreamErrorFrame,
+    description: 'Instead of the rest: the reader fell too far behind (StreamOverflow; the run goes on) or the run could not be followed.',
   },
 ]);
 
