@@ -38,8 +38,11 @@ export const ROUTE_ACCESS: Readonly<Record<string, Access>> = {
   'GET /runs/:run_id/inbox': 'read',
   // Delivery attempts and failures: no secret in them (signing keys never leave the config).
   'GET /webhooks/deliveries': 'read',
+  // The A2A agent card is public by the protocol (clients read it to learn how to authenticate).
+  'GET /.well-known/agent-card.json': 'public',
   // One endpoint carries reads, runs and decisions (JSON-RPC methods, MCP tools): any key gets in,
   // and the adapter checks each method's access with mayAccess() (src/protocols/).
+  'POST /a2a': 'read',
   'POST /mcp': 'read',
   // Answered 405 whatever the role (an MCP client ending its session must not see a 403).
   'DELETE /mcp': 'read',
