@@ -6,7 +6,7 @@ import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { domainError } from '../../errors.js';
 import type { AppDeps } from '../../http/deps.js';
-import { ErrorResponse } from '../../schemas/index.js';
+import { ErrorResponse, HTTPValidationError } from '../../schemas/index.js';
 import { swallow } from '../../telemetry/swallowed.js';
 import { buildMcpServer } from './server.js';
 
@@ -30,6 +30,7 @@ export function mcpRoutes(app: FastifyInstance, deps: AppDeps): void {
           400: JsonRpcMessage,
           406: JsonRpcMessage,
           415: JsonRpcMessage,
+          422: HTTPValidationError,
         },
       },
     },
