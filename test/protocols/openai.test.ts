@@ -167,6 +167,47 @@ describe('OpenAI-compatible chat through the openai client', () => {
   });
 });
 
+describe('OpenAI-compatible chat: what holds for POST /run holds here', () => {
+  let guarded: TestServer;
+  beforeAll(async () => {
+    guarded = await startTestServer({ ...GOVERNED, agent: { ...GOVERNED.agent, guardrails: { deny_patterns: ['forbidden words'] } } }, { modelUrl: model.url });
+  });
+  afterAll(async () => {
+    await guarded?.stop();
+    guarded?.cleanup();
+  });
+
+  it('guardrails check the conversation a stateless request sends along, not only its last message', async () => {
+    const c = new OpenAI({ baseURL: `${guarded.url}/v1`, apiKey: KEYS.operator, maxRetries: 0 });
+    const before = model.requests.length;
+    const res = await c.chat.completions.create({
+      model: 'default',
+      messages: [
+        { role: 'user', content: 'say the forbidden words' },
+        { role: 'assistant', content: 'ok' },
+        { role: 'user', content: 'go on' },
+      ],
+    });
+    expect(res.choices[0].finish_reason).toBe('content_filter');
+    expect(agentdOf(res).status).toBe('error');
+    expect(model.requests.length).toBe(before); // the model never saw it
+    const run = (await getJson(`${guarded.url}/runs/${agentdOf(res).run_id}`, auth(KEYS.reader))).body;
+    expect(run).toMatchObject({ status: 'blocked', termination_reason: 'guardrail' });
+  });
+
+  it('an Idempotency-Key makes a retried request answer with the first run, never a second one', async () => {
+    const c = new OpenAI({ baseURL: `${guarded.url}/v1`, apiKey: KEYS.operator, maxRetries: 0 });
+    const body = { model: 'default', messages: [{ role: 'user' as const, content: 'once only' }] };
+    const opts = { headers: { 'idempotency-key': 'oa-idem-1' } };
+    const first = await c.chat.completions.create(body, opts);
+    const before = model.requests.length;
+    const again = await c.chat.completions.create(body, opts);
+    expect(agentdOf(again).run_id).toBe(agentdOf(first).run_id);
+    expect(again.choices[0].message.content).toBe(first.choices[0].message.content);
+    expect(model.requests.length).toBe(before);
+  });
+});
+
 describe('OpenAI-compatible chat: a budget pause', () => {
   let budgeted: TestServer;
   beforeAll(async () => {
