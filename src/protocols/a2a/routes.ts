@@ -216,7 +216,14 @@ async function streamMessage(deps: AppDeps, request: FastifyRequest, reply: Fast
   } catch (err) {
     if (!channel) throw err; // nothing streamed yet: a JSON-RPC error answer (the caller's catch)
     const ch: SseChannel = channel;
-    ch.push({ event: 'message', data: rpcError(id, err) });
+    let answer: unknown;
+    try {
+      answer = rpcError(id, err);
+    } catch {
+      // An error the HTTP layer would answer, after the stream opened: a JSON-RPC internal error instead.
+      answer = { jsonrpc: '2.0', id, error: new RpcError(RPC.INTERNAL, 'the task could not be followed', 'AGT_ERR_INTERNAL').toJSON() };
+    }
+    ch.push({ event: 'message', data: answer });
     ch.close();
     await writing;
     return undefined;

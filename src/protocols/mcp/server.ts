@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { mayAccess } from '../../http/auth.js';
 import type { AppDeps } from '../../http/deps.js';
-import { responseStatusOf, type RunRecord } from '../../runtime/run-record.js';
+import { responseStatusOf, WAITING_RUN_STATUSES, type RunRecord } from '../../runtime/run-record.js';
 import { BackgroundId, JsonObject, SafeId } from '../../schemas/common.js';
 import { agentIdOf } from '../agents.js';
 import { approverOf, pendingApprovalsOf, startProtocolRun, waitAfterDecision } from '../run-events.js';
@@ -166,7 +166,7 @@ function resultOf(r: RunRecord): CallToolResult {
     run_id: r.run_id,
     session_id: r.session_id,
     status,
-    response: status === 'success' || r.status === 'completed' ? r.response : null,
+    response: WAITING_RUN_STATUSES.has(r.status) ? null : r.response,
     approvals,
     budget_request: r.status === 'awaiting_budget' ? (r.budget_request as unknown as Record<string, unknown>) : null,
   };

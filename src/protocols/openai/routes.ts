@@ -100,7 +100,10 @@ export function openaiRoutes(app: FastifyInstance, deps: AppDeps): void {
       stream.cancelOnClose(request);
       emit = (text) => stream.text(text);
       for (const t of early.splice(0)) stream.text(t);
-      void started.settled.then((r) => stream.finish(r));
+      void started.settled.then(
+        (r) => stream.finish(r),
+        () => stream.fail(),
+      );
       await stream.writing;
     },
   );
