@@ -8,10 +8,10 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../../errors.js';
 import { requireAccess } from '../../http/auth.js';
 import type { AppDeps } from '../../http/deps.js';
-import { sseResponse } from '../../http/openapi.js';
+import { refTo, sseResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions } from '../../http/sse.js';
 import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../../runtime/run-record.js';
-import { ErrorResponse, HTTPValidationError } from '../../schemas/index.js';
+import { ErrorResponse, HTTPValidationError, RunStreamErrorFrame } from '../../schemas/index.js';
 import { agentIdOf, listedAgents } from '../agents.js';
 import { approverOf, startProtocolRun, waitAfterDecision } from '../run-events.js';
 import {
@@ -21,6 +21,7 @@ import {
   ApprovalDecisionData,
   BudgetDecisionData,
   JsonRpcRequest,
+  JsonRpcResponse,
   RESPONSE_ARTIFACT,
   responseArtifact,
   RPC,
@@ -73,14 +74,14 @@ export function a2aRoutes(app: FastifyInstance, deps: AppDeps): void {
           200: {
             description: 'A JSON-RPC response (`result` or `error`); for SendStreamingMessage an SSE stream of them.',
             content: {
-              'application/json': { schema: { type: 'object', description: 'JSON-RPC 2.0 response: `{jsonrpc, id, result}` or `{jsonrpc, id, error}`.' } },
+              'application/json': { schema: refTo(JsonRpcResponse) },
               ...(sseResponse('SendStreamingMessage', [
                 {
                   event: 'message',
-                  data: JsonRpcRequest,
+                  data: JsonRpcResponse,
                   description: 'A JSON-RPC response whose result is `{task}`, `{statusUpdate}` or `{artifactUpdate}`.',
                 },
-                { event: 'error', data: ErrorResponse, description: 'The reader fell too far behind (StreamOverflow); the task goes on.' },
+                { event: 'error', data: RunStreamErrorFrame, description: 'The reader fell too far behind (StreamOverflow); the task goes on.' },
               ]).content as Record<string, unknown>),
             },
           },

@@ -74,6 +74,21 @@ export const JsonRpcRequest = z
     description: 'A JSON-RPC 2.0 request: SendMessage, SendStreamingMessage, GetTask or CancelTask with its params (A2A 1.0).',
   });
 
+export const JsonRpcResponse = z
+  .looseObject({
+    jsonrpc: z.literal('2.0'),
+    id: z.union([z.string(), z.number(), z.null()]),
+    result: z
+      .unknown()
+      .optional()
+      .describe('SendMessage: `{task}`; GetTask, CancelTask: the task; a stream event: `{task}`, `{statusUpdate}` or `{artifactUpdate}`.'),
+    error: z
+      .object({ code: z.number().int(), message: z.string(), data: z.array(JsonObject).optional() })
+      .optional()
+      .describe("A2A's JSON-RPC error; `data[0]` is a google.rpc.ErrorInfo whose metadata.code is the AGT_ERR_* code."),
+  })
+  .meta({ id: 'A2AJsonRpcResponse', description: 'A JSON-RPC 2.0 response: `result` or `error`.' });
+
 const Part = z.looseObject({
   text: z.string().max(1_000_000).optional(),
   data: z.unknown().optional(),
