@@ -65,7 +65,7 @@ export function rolesFor(method: string, routePattern: string): Role[] {
 declare module 'fastify' {
   interface FastifyRequest {
     apiKeyName?: string;
-    /** The role of the request's key (unset when auth is off). */
+    /** The role of the key a protected route was called with; unset when auth is off. */
     apiKeyRole?: Role;
   }
 }

@@ -22,7 +22,7 @@ export async function listedAgents(deps: AppDeps): Promise<ListedAgent[]> {
     description: deps.config.agent.system_instruction ? firstLine(deps.config.agent.system_instruction) : `The served agent (${deps.runtime.agentName}).`,
     created_at: null,
   };
-  const { agents } = await deps.runtime.background.agents.listAgents();
+  const { agents } = await deps.runtime.background.agents.listAgents({ limit: MAX_LISTED });
   const registered = agents
     .filter((a) => a.agent_id !== SERVED_AGENT_ID && a.metadata?.served_agent !== true)
     .map((a) => ({
