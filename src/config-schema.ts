@@ -75,6 +75,11 @@ const ServerConfig = obj({
   stream_max_queued_bytes: posInt()
     .default(8 * 1024 * 1024)
     .describe('Bytes of SSE frames one stream may hold for a slow reader (same rule).'),
+  public_url: url()
+    .optional()
+    .describe(
+      'Where clients reach this service (scheme, host, optional path prefix), for URLs the service hands out: the A2A agent card. Default: the scheme and Host header of the request.',
+    ),
   stream_drop_grace_seconds: posNumber()
     .default(5)
     .describe('A dropped stream (StreamOverflow) whose reader has not read up to the error frame within this time loses the connection.'),

@@ -77,6 +77,12 @@ export const OPERATIONS = {
   cancelBackgroundRun: ['POST', '/background/runs/{run_id}/cancel'],
   resumeBackgroundRun: ['POST', '/background/runs/{run_id}/resume'],
   getBackgroundStatus: ['GET', '/background/status'],
+  // The protocol adapters (docs/protocols/): their own clients speak them; listed for completeness.
+  listOpenAIModels: ['GET', '/v1/models'],
+  createChatCompletion: ['POST', '/v1/chat/completions'],
+  mcp: ['POST', '/mcp'],
+  getA2AAgentCard: ['GET', '/.well-known/agent-card.json'],
+  a2a: ['POST', '/a2a'],
 } as const satisfies Record<OperationId, readonly [Method, string]>;
 
 // ---------------------------------------------------------------------------------------------

@@ -209,10 +209,11 @@ export class RunService {
         live.prelude = c.prelude;
       }
       live.session = history;
+      if (!history && opts.history) live.callerInput = opts.history.filter((m) => m.role !== 'assistant').map((m) => m.content);
       live.sessionPrivate = newSession || opts.session_is_private === true;
       const messages: ChatMessage[] = [
         ...(profile.system_instruction ? [{ role: 'system' as const, content: profile.system_instruction }] : []),
-        ...(history?.value.messages ?? []),
+        ...(history?.value.messages ?? opts.history ?? []),
         ...carried,
         { role: 'user', content: query },
       ];
