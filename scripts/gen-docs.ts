@@ -111,6 +111,9 @@ the stream is closed. Reconnect with \`Last-Event-ID: <last_cursor>\` (for a \`P
 \`GET /events/{session_id}?run_id=…\`) and nothing is missed. A \`POST /run\` stream dropped this way
 does not cancel the run; its result is at \`GET /runs/{run_id}\`. See operations.md, "Streams:
 backpressure and slow readers".
+One API key (with auth off: one client address) holds at most \`server.max_streams_per_key\` (256)
+open streams; one more is answered 429 \`AGT_ERR_TOO_MANY_STREAMS\` with \`Retry-After\` before the
+stream opens (operations.md, "Fair use").
 When the service shuts down, these streams first get what the draining runs stored, then a last
 \`error\` frame \`{error: "ServiceShuttingDown", message, last_cursor}\` and a clean end of the
 response: reconnect with \`Last-Event-ID\` (or \`cursor\`) = \`last_cursor\`. The typed client's
@@ -147,6 +150,28 @@ client means to come back); cancel with \`POST /runs/{run_id}/cancel\`. The key 
 (record kind \`idempotency\`, only its SHA-256) before the run starts, with the run id reserved, so a
 retry after a restart, or after a crash between storing the key and starting the run, still gets
 exactly one run. A request that fails before its run exists (503, 404) forgets the key.
+
+## Lists
+
+Every list answers a page at a time, as \`GET /runs\` does: \`limit\` (the page size), \`cursor\` (the
+\`next_cursor\` of the page before) and \`next_cursor\` in the answer, \`null\` on the last page. A cursor is
+opaque and belongs to its list; a malformed one is 422. The lists and their page sizes (default, most):
+
+| list | default | most | answer |
+|---|---|---|---|
+| \`GET /runs\`, \`GET /background/runs\`, \`GET /background/tasks\`, \`GET /webhooks/deliveries\` | 100 | 500 | items, \`total\`, \`next_cursor\` |
+| \`GET /background/agents\` (agent specs can be large) | 20 | 100 | \`agents\`, \`total\`, \`next_cursor\` |
+| \`GET /telemetry/events\` | 200 | 1000 | \`events\`, \`count\`, \`next_cursor\` |
+| \`GET /events/{session_id}/list\` | 1000 | 1000 | \`events\`, \`count\`, \`next_cursor\` |
+| \`GET /telemetry/traces\` (newest first) | 100 | 1000 | \`traces\`, \`count\`, \`next_cursor\` |
+| \`GET /sessions/{session_id}/history\` | 1000 | 1000 | \`messages\`, \`count\` (this page), \`total\`, \`next_cursor\` |
+| \`GET /background/runs/{run_id}/events\`, \`/attempts\` | 1000 | 1000 | items, \`count\` (this page), \`next_cursor\` |
+
+The other answers holding a list are bounded by the configuration or the code, not by what the
+store holds, and are answered whole: \`GET /tools\` (the served agent's tools), \`GET /machines\`
+(every state machine), \`GET /runs/{run_id}/inbox\` (at most 100 steer messages a run),
+\`GET /runs/{run_id}/budget\` (the configured budgets), \`GET /background/tasks/{task_id}/schedule\`
+(\`count\`, at most 100) and \`GET /background/runs/{run_id}/workspace\` (at most 5,000 entries).
 
 ## Endpoints
 `;

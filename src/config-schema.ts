@@ -56,6 +56,16 @@ const ServerConfig = obj({
     .describe('A client must send its whole request (headers and body) within this time, or the connection is closed (408). At least headers_timeout_seconds.'),
   keep_alive_timeout_seconds: posNumber().default(5).describe('An idle keep-alive connection is closed after this time without a new request.'),
   max_connections: posInt().default(4096).describe('Open TCP connections at most; more are closed at once. Keep it under the process file-descriptor limit.'),
+  max_connections_per_address: posInt()
+    .optional()
+    .describe(
+      'Open TCP connections one client address may hold; one more is answered 429 (AGT_ERR_TOO_MANY_CONNECTIONS, Retry-After) and closed. Default: a quarter of max_connections (1024). Less than max_connections, so other clients and /health always find a connection. Behind a reverse proxy every client shares its address: raise it.',
+    ),
+  max_streams_per_key: posInt()
+    .default(256)
+    .describe(
+      'Open SSE streams (POST /run, follow streams, /machines/live) one API key may hold; with auth off, one client address. One more is answered 429 (AGT_ERR_TOO_MANY_STREAMS, Retry-After).',
+    ),
   max_json_depth: posInt().default(64).describe('Deepest nesting of arrays and objects accepted in a JSON body (422 beyond).'),
   stream_max_queued_events: posInt()
     .default(1000)
@@ -68,6 +78,14 @@ const ServerConfig = obj({
   stream_drop_grace_seconds: posNumber()
     .default(5)
     .describe('A dropped stream (StreamOverflow) whose reader has not read up to the error frame within this time loses the connection.'),
+}).superRefine((s, ctx) => {
+  if (s.max_connections_per_address !== undefined && s.max_connections_per_address >= s.max_connections) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['max_connections_per_address'],
+      message: `expected less than server.max_connections (${s.max_connections}), so that other clients and /health still find a connection`,
+    });
+  }
 });
 
 const StoreConfig = obj({

@@ -69,6 +69,16 @@ export const DOMAIN_ERRORS = {
   AGT_ERR_UNSUPPORTED_MEDIA_TYPE: { error: 'UnsupportedMediaType', status: 415, message: 'send the body as application/json' },
   AGT_ERR_HEADERS_TOO_LARGE: { error: 'RequestHeaderFieldsTooLarge', status: 431, message: 'the request headers are too large' },
   AGT_ERR_RATE_LIMITED: { error: 'TooManyRequests', status: 429, message: '%s' },
+  AGT_ERR_TOO_MANY_CONNECTIONS: {
+    error: 'TooManyRequests',
+    status: 429,
+    message: 'this client address already holds %s open connections, the most one address may hold; close one or retry later',
+  },
+  AGT_ERR_TOO_MANY_STREAMS: {
+    error: 'TooManyRequests',
+    status: 429,
+    message: 'this client already holds %s open streams, the most one API key (or address, with auth off) may hold; close one or retry later',
+  },
   AGT_ERR_INTERNAL: { error: 'InternalServerError', status: 500, message: 'an internal error occurred; it has been logged' },
 
   // A family's case without a more specific code (Fastify's own 4xx, the store's answers).

@@ -6,8 +6,7 @@ import { domainError, notFound, RequestValidationError } from '../errors.js';
 import { isRefusal, swallow } from '../telemetry/swallowed.js';
 import type { PreparedAgent } from '../runtime/agent-registry.js';
 import type { BackgroundAgentRegistrationRequest, BackgroundAgentSpec } from '../schemas/background.js';
-import { isStoreError, type Page } from '../store/store.js';
-import type { KindRepo } from '../store/repos/kind-repo.js';
+import { isStoreError } from '../store/store.js';
 import type { BackgroundDeps, RunEngine } from './engine.js';
 import type { AgentRow, BgRunRow } from './types.js';
 import { relativeWorkspace } from './workspace.js';
@@ -119,9 +118,10 @@ export class BackgroundAgents {
     }
   }
 
-  async listAgents(): Promise<{ agents: AgentRow[]; total: number }> {
-    const agents = (await listAll<AgentRow>(repos(this.deps.store).bgAgents)).map((a) => this.publicAgent(a));
-    return { agents, total: agents.length };
+  async listAgents(q: { limit: number; cursor?: string }): Promise<{ agents: AgentRow[]; total: number; next_cursor: string | null }> {
+    const page = await repos(this.deps.store).bgAgents.list<AgentRow>({ cursor: q.cursor ?? null, limit: q.limit });
+    const total = await repos(this.deps.store).bgAgents.count();
+    return { agents: page.items.map((i) => this.publicAgent(i.value)), total, next_cursor: page.next_cursor };
   }
 
   async getAgent(agentId: string): Promise<AgentRow> {
@@ -159,16 +159,4 @@ export class BackgroundAgents {
 /** A 422 item at `spec.<path>`; `type` is the item's type (`not_allowed`, `too_large`, `value_error`). */
 function specIssue(path: Array<string | number>, message: string, type: string): core.$ZodIssue {
   return { code: 'custom', path: ['spec', ...path], message, input: undefined, params: { type } } as unknown as core.$ZodIssue;
-}
-
-/** Every record of a repository's kind (or of one index value), all pages. */
-export async function listAll<T>(repo: KindRepo<'bg_agents' | 'bg_tasks'>, index?: { name: string; value: string }): Promise<T[]> {
-  const out: T[] = [];
-  let cursor: string | null = null;
-  do {
-    const page: Page<T> = await repo.list<T>({ index, cursor, limit: 1000 });
-    out.push(...page.items.map((i) => i.value));
-    cursor = page.next_cursor;
-  } while (cursor);
-  return out;
 }

@@ -440,7 +440,7 @@ export function createClient(options: ClientOptions) {
       decide: (run_id: string, body: RequestBody<'decideBudget'>) => call('decideBudget', { path: { run_id }, body }),
     },
     sessions: {
-      history: (session_id: string) => call('getSessionHistory', { path: { session_id } }),
+      history: (session_id: string, query: QueryParams<'getSessionHistory'> = {}) => call('getSessionHistory', { path: { session_id }, query }),
       clear: (session_id: string) => call('clearSession', { path: { session_id } }),
     },
     events: {
@@ -473,8 +473,8 @@ export function createClient(options: ClientOptions) {
       runs: {
         list: (query: QueryParams<'listBackgroundRuns'> = {}) => call('listBackgroundRuns', { query }),
         get: (run_id: string) => call('getBackgroundRun', { path: { run_id } }),
-        attempts: (run_id: string) => call('listBackgroundRunAttempts', { path: { run_id } }),
-        events: (run_id: string) => call('listBackgroundRunEvents', { path: { run_id } }),
+        attempts: (run_id: string, query: QueryParams<'listBackgroundRunAttempts'> = {}) => call('listBackgroundRunAttempts', { path: { run_id }, query }),
+        events: (run_id: string, query: QueryParams<'listBackgroundRunEvents'> = {}) => call('listBackgroundRunEvents', { path: { run_id }, query }),
         workspace: (run_id: string) => call('listBackgroundRunWorkspace', { path: { run_id } }),
         /** The file's bytes. */
         download: async (run_id: string, path: string): Promise<Uint8Array> =>

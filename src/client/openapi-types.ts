@@ -9,7 +9,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List registered background agents */
+        /** List registered background agents, a page at a time */
         get: operations["listBackgroundAgents"];
         put?: never;
         /** Register the served agent (spec omitted) or an agent spec */
@@ -695,7 +695,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The conversation of a session */
+        /** The conversation of a session, oldest message first, a page at a time */
         get: operations["getSessionHistory"];
         put?: never;
         post?: never;
@@ -964,6 +964,7 @@ export interface components {
         };
         BackgroundAgentsResponse: {
             agents: components["schemas"]["BackgroundAgentSpec"][];
+            next_cursor: string | null;
             total: number;
         };
         BackgroundAttempt: {
@@ -1058,6 +1059,7 @@ export interface components {
         BackgroundRunAttemptsResponse: {
             attempts: components["schemas"]["BackgroundAttempt"][];
             count: number;
+            next_cursor: string | null;
             run_id: string;
         };
         BackgroundRunEvent: {
@@ -1079,6 +1081,7 @@ export interface components {
         BackgroundRunEventsResponse: {
             count: number;
             events: components["schemas"]["BackgroundRunEvent"][];
+            next_cursor: string | null;
             run_id: string;
         };
         BackgroundRunsResponse: {
@@ -1211,6 +1214,7 @@ export interface components {
             workspace_policy: components["schemas"]["WorkspacePolicy"];
         };
         BackgroundTasksResponse: {
+            next_cursor: string | null;
             tasks: components["schemas"]["BackgroundTaskSpec"][];
             total: number;
         };
@@ -1294,7 +1298,7 @@ export interface components {
              * @description Stable machine-readable error code (AGT_ERR_*); see docs/errors.md.
              * @enum {string}
              */
-            code: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
+            code: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
             detail?: string | null;
             /**
              * @description Error type (the HTTP family); see docs/errors.md.
@@ -1330,7 +1334,7 @@ export interface components {
              * @description Stable machine-readable error code (AGT_ERR_*); see docs/errors.md.
              * @enum {string}
              */
-            code?: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
+            code?: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
             detail: unknown;
         };
         HTTPValidationError: {
@@ -1729,11 +1733,15 @@ export interface components {
             status: "cleared";
         };
         SessionHistoryResponse: {
+            /** @description Messages in this page. */
             count: number;
             messages: {
                 [key: string]: unknown;
             }[];
+            next_cursor: string | null;
             session_id: string;
+            /** @description Messages in the session. */
+            total: number;
         };
         SessionPolicy: {
             /**
@@ -1863,6 +1871,7 @@ export interface components {
         };
         TracesListResponse: {
             count: number;
+            next_cursor: string | null;
             traces: components["schemas"]["TraceSummary"][];
         };
         TraceSpan: {
@@ -1986,7 +1995,10 @@ export type $defs = Record<string, never>;
 export interface operations {
     listBackgroundAgents: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2018,6 +2030,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };
@@ -2357,7 +2378,10 @@ export interface operations {
     };
     listBackgroundRunAttempts: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path: {
                 run_id: components["schemas"]["SafeId"];
@@ -2494,7 +2518,10 @@ export interface operations {
     };
     listBackgroundRunEvents: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path: {
                 run_id: components["schemas"]["SafeId"];
@@ -2795,6 +2822,8 @@ export interface operations {
         parameters: {
             query?: {
                 agent_id?: components["schemas"]["BackgroundId"];
+                cursor?: string;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -3542,12 +3571,22 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
     listSessionEvents: {
         parameters: {
             query?: {
                 cursor?: string;
+                limit?: number;
                 run_id?: string;
             };
             header?: never;
@@ -3770,6 +3809,15 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             /** @description Service Unavailable */
             503: {
                 headers: {
@@ -3967,6 +4015,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Service Unavailable */
@@ -4878,7 +4935,10 @@ export interface operations {
     };
     getSessionHistory: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path: {
                 session_id: components["schemas"]["SafeId"];
@@ -5061,6 +5121,15 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
     getRunTrace: {
@@ -5182,6 +5251,7 @@ export interface operations {
     listTraces: {
         parameters: {
             query?: {
+                cursor?: string;
                 limit?: number;
                 run_id?: string;
                 session_id?: string;

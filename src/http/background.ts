@@ -3,6 +3,7 @@
 import type { FastifyInstance } from 'fastify';
 import {
   AgentIdParams,
+  BackgroundAgentsListQuery,
   BackgroundAgentDeleteQuery,
   BackgroundAgentRegistrationRequest,
   BackgroundAgentSpec,
@@ -12,6 +13,7 @@ import {
   BackgroundRunAttemptsResponse,
   BackgroundRunEventsResponse,
   BackgroundRunIdParams,
+  BackgroundRunListQuery,
   BackgroundRunWorkspaceResponse,
   BackgroundRunsListQuery,
   BackgroundRunsResponse,
@@ -69,9 +71,15 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
   app.get(
     '/background/agents',
     {
-      schema: { tags, operationId: 'listBackgroundAgents', summary: 'List registered background agents', response: { 200: BackgroundAgentsResponse } },
+      schema: {
+        tags,
+        operationId: 'listBackgroundAgents',
+        summary: 'List registered background agents, a page at a time',
+        querystring: BackgroundAgentsListQuery,
+        response: { 200: BackgroundAgentsResponse, 422: HTTPValidationError },
+      },
     },
-    async () => bg.agents.listAgents(),
+    async (request) => bg.agents.listAgents(request.query as BackgroundAgentsListQuery),
   );
 
   app.get(
@@ -130,7 +138,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTasksResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.listTasks((request.query as BackgroundTasksListQuery).agent_id),
+    async (request) => bg.listTasks(request.query as BackgroundTasksListQuery),
   );
 
   app.get(
@@ -306,10 +314,11 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         operationId: 'listBackgroundRunAttempts',
         summary: 'Attempts of a background run',
         params: BackgroundRunIdParams,
+        querystring: BackgroundRunListQuery,
         response: { 200: BackgroundRunAttemptsResponse, ...errors },
       },
     },
-    async (request) => bg.runs.attempts((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.attempts((request.params as BackgroundRunIdParams).run_id, request.query as BackgroundRunListQuery),
   );
 
   app.get(
@@ -320,10 +329,11 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         operationId: 'listBackgroundRunEvents',
         summary: 'Replay of the run lifecycle events (sequence 1..n)',
         params: BackgroundRunIdParams,
+        querystring: BackgroundRunListQuery,
         response: { 200: BackgroundRunEventsResponse, ...errors },
       },
     },
-    async (request) => bg.runs.events((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.events((request.params as BackgroundRunIdParams).run_id, request.query as BackgroundRunListQuery),
   );
 
   app.get(

@@ -22,6 +22,7 @@ import {
   RunsListQuery,
   RunsListResponse,
   SessionClearedResponse,
+  SessionHistoryQuery,
   SessionHistoryResponse,
   SessionIdParams,
   ErrorResponse,
@@ -68,7 +69,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error',
         headers: IdempotencyHeaders,
         body: RunRequest,
-        response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse },
+        response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 429: ErrorResponse, 503: ErrorResponse },
       },
     },
     async (request, reply) => {
@@ -361,12 +362,13 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       schema: {
         operationId: 'getSessionHistory',
         tags: ['sessions'],
-        summary: 'The conversation of a session',
+        summary: 'The conversation of a session, oldest message first, a page at a time',
         params: SessionIdParams,
+        querystring: SessionHistoryQuery,
         response: { 200: SessionHistoryResponse, ...errors },
       },
     },
-    async (request) => runs.history((request.params as { session_id: string }).session_id),
+    async (request) => runs.history((request.params as { session_id: string }).session_id, request.query as SessionHistoryQuery),
   );
 
   app.delete(
