@@ -6,12 +6,16 @@ import type { AppDeps } from './deps.js';
 export type Role = 'reader' | 'operator' | 'approver' | 'admin';
 
 /** What a route lets a caller do, and so which roles may call it (decisions.md §9). */
-export type Access = 'public' | 'read' | 'operate' | 'decide';
+export type Access = 'public' | 'read' | 'operate' | 'decide' | 'converse';
 
 const ROLES: Record<Exclude<Access, 'public'>, Role[]> = {
   read: ['reader', 'operator', 'approver', 'admin'],
   operate: ['operator', 'admin'],
   decide: ['approver', 'admin'],
+  // A chat protocol's one route both starts runs and answers their approvals (the body says
+  // which): the route admits either role, and the handler checks the one the request needs
+  // (requireAccess below), so a reader does neither and an operator decides nothing.
+  converse: ['operator', 'approver', 'admin'],
 };
 
 /**
@@ -38,10 +42,15 @@ export const ROUTE_ACCESS: Readonly<Record<string, Access>> = {
   'GET /runs/:run_id/inbox': 'read',
   // Delivery attempts and failures: no secret in them (signing keys never leave the config).
   'GET /webhooks/deliveries': 'read',
+  // The chat protocols (src/protocols/): a run started or a decision sent back in one request.
+  'POST /ai-sdk/chat': 'converse',
+  'POST /ag-ui': 'converse',
 };
 
 /** Access of a matched route: its entry in ROUTE_ACCESS, else reads for GET and operations for the rest. */
 export function accessOf(method: string, routePattern: string): Access {
+  // CORS preflights (src/protocols/cors.ts): a browser sends them without credentials.
+  if (method === 'OPTIONS') return 'public';
   const m = method === 'HEAD' ? 'GET' : method;
   return ROUTE_ACCESS[`${m} ${routePattern}`] ?? (m === 'GET' ? 'read' : 'operate');
 }
@@ -55,7 +64,19 @@ export function rolesFor(method: string, routePattern: string): Role[] {
 declare module 'fastify' {
   interface FastifyRequest {
     apiKeyName?: string;
+    /** The role of the request's API key (absent when auth is off). */
+    apiKeyRole?: Role;
   }
+}
+
+/**
+ * For a `converse` route: the request's key must also have `access` for what this body asks
+ * (start a run: operate; answer an approval or a budget: decide). Nothing to check with auth off.
+ */
+export function requireAccess(request: FastifyRequest, access: 'operate' | 'decide', pattern: string): void {
+  const role = request.apiKeyRole;
+  if (role && !ROLES[access].includes(role))
+    throw domainError('AGT_ERR_FORBIDDEN', [role, access === 'operate' ? 'start a run through' : 'decide through', pattern]);
 }
 
 /**
@@ -98,6 +119,7 @@ export function installAuth(app: FastifyInstance, deps: AppDeps): void {
         const key = authenticate(request);
         if (!ROLES[access].includes(key.role)) throw domainError('AGT_ERR_FORBIDDEN', [key.role, request.method, pattern]);
         request.apiKeyName = key.name;
+        request.apiKeyRole = key.role;
       } catch (err) {
         return done(err as Error);
       }
