@@ -77,6 +77,11 @@ export const OPERATIONS = {
   cancelBackgroundRun: ['POST', '/background/runs/{run_id}/cancel'],
   resumeBackgroundRun: ['POST', '/background/runs/{run_id}/resume'],
   getBackgroundStatus: ['GET', '/background/status'],
+  // The chat protocols: their own clients speak them (`ai`'s DefaultChatTransport, @ag-ui/client;
+  // docs/protocols/); listed so that `request()` reaches them too.
+  aiSdkChat: ['POST', '/ai-sdk/chat'],
+  aiSdkChatStream: ['GET', '/ai-sdk/chat/{id}/stream'],
+  agUiRun: ['POST', '/ag-ui'],
 } as const satisfies Record<OperationId, readonly [Method, string]>;
 
 // ---------------------------------------------------------------------------------------------
