@@ -2117,7 +2117,10 @@ export interface operations {
     agUiRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..255 printable ASCII characters. */
+                "idempotency-key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2197,7 +2200,10 @@ export interface operations {
     aiSdkChat: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..255 printable ASCII characters. */
+                "idempotency-key"?: string;
+            };
             path?: never;
             cookie?: never;
         };

@@ -29,6 +29,8 @@ export interface StartRunInput {
   session_policy?: SessionPolicy;
   /** The run whose turn this one replaces (a regenerated answer: StartOptions.replaces_run_id). */
   replaces_run_id?: string;
+  /** A run id reserved for it (an Idempotency-Key's); default: a new one. */
+  run_id?: string;
 }
 
 export interface StartedRunItems {
@@ -49,7 +51,7 @@ export interface StartedRunItems {
  */
 export async function startRunItems(deps: AppDeps, input: StartRunInput): Promise<StartedRunItems> {
   const { runtime } = deps;
-  const run_id = newId('run');
+  const run_id = input.run_id ?? newId('run');
   const stream = new RunStream();
   stream.forRun(run_id);
   let detached = false;
@@ -63,7 +65,7 @@ export async function startRunItems(deps: AppDeps, input: StartRunInput): Promis
   try {
     started = await runtime.runs.start(input.query, input.session_id, {
       run_id,
-      run_id_is_new: true,
+      run_id_is_new: input.run_id === undefined,
       ...(input.agent_id != null ? { agent_id: input.agent_id } : {}),
       ...(input.session_policy ? { session_policy: input.session_policy } : {}),
       ...(input.replaces_run_id ? { replaces_run_id: input.replaces_run_id } : {}),

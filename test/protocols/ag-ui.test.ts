@@ -198,6 +198,23 @@ describe('AG-UI (HttpAgent)', () => {
     expect((await getJson(`${server.url}/runs/${runId}`)).body.status).toBe('cancelled');
   });
 
+  it('Idempotency-Key: a retry gets the same run replayed, and the model is called once', async () => {
+    model.enqueue({ text: 'the one answer' });
+    const agentOf = () => {
+      const a = new HttpAgent({ url: `${server.url}/ag-ui`, threadId: 'thread-idem', headers: { 'idempotency-key': 'agui-key-1' } });
+      a.addMessage({ id: 'u-idem', role: 'user', content: 'once only' });
+      return a;
+    };
+    const first = await run(agentOf(), { runId: 'same-run' });
+    const calls = model.requests.length;
+    const retryAgent = agentOf();
+    const retry = await run(retryAgent, { runId: 'same-run' });
+    expect(retry.runId).toBe(first.runId);
+    expect(retry.outcome).toBe('success');
+    expect(assistantText(retryAgent)).toBe('the one answer');
+    expect(model.requests.length).toBe(calls);
+  });
+
   it('refuses input without a user message, and a resume naming no pending interrupt', async () => {
     const empty = await postJson(`${server.url}/ag-ui`, { threadId: 't', runId: 'r', messages: [] });
     expect(empty.status).toBe(422);

@@ -256,6 +256,18 @@ describe('AI SDK chat (useChat transport)', () => {
     expect(await t.reconnectToStream({ chatId: 'chat-never-used' })).toBeNull();
   });
 
+  it('Idempotency-Key: a retry gets the same run replayed, and the model is called once', async () => {
+    const t = new DefaultChatTransport<Msg>({ api: `${server.url}/ai-sdk/chat`, headers: { 'idempotency-key': 'chat-key-1' } });
+    const u = userMessage('once only');
+    model.enqueue({ text: 'the one answer' });
+    const first = await send(t, 'chat-idem', [u]);
+    const calls = model.requests.length;
+    const retry = await send(t, 'chat-idem', [u]);
+    expect(retry.metadata!.run_id).toBe(first.metadata!.run_id);
+    expect(textOf(retry)).toBe('the one answer');
+    expect(model.requests.length).toBe(calls);
+  });
+
   it('refuses a body that is not a chat request with 422 loc/msg/type', async () => {
     const res = await fetch(`${server.url}/ai-sdk/chat`, {
       method: 'POST',

@@ -14,7 +14,8 @@ import type { AppDeps } from '../../http/deps.js';
 import { requireAccess } from '../../http/auth.js';
 import { dataStreamResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions, type SseFrame } from '../../http/sse.js';
-import { followRunItems, lastEventCursor, lastRunOfSession, startRunItems, type RunItem } from '../run-events.js';
+import { IdempotencyHeaders, idempotencyRequestOf, runExists } from '../../http/idempotent.js';
+import { followRunItems, lastEventCursor, lastRunOfSession, startRunItems, type RunItem, type StartedRunItems } from '../run-events.js';
 import { AgUiEvents } from './events.js';
 
 const ROUTE = 'POST /ag-ui';
@@ -55,6 +56,7 @@ export function agUiRoutes(app: FastifyInstance, deps: AppDeps): void {
         operationId: 'agUiRun',
         tags: ['protocols'],
         summary: 'AG-UI: run the agent (or resume its interrupt) and stream AG-UI events',
+        headers: IdempotencyHeaders,
         body: AgUiRunAgentInput,
         response: { 200: EVENT_STREAM, 403: ErrorResponse, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse },
       },
@@ -66,7 +68,22 @@ export function agUiRoutes(app: FastifyInstance, deps: AppDeps): void {
         return resumeRun(deps, request, reply, input);
       }
       requireAccess(request, 'operate', ROUTE);
-      const started = await startRunItems(deps, { query: queryOf(input), session_id: input.threadId });
+      const query = queryOf(input);
+      // With an Idempotency-Key, a retry (same key, same body) gets the first request's run again,
+      // replayed from its start; leaving such a stream never cancels (the client means to come back).
+      const idem = idempotencyRequestOf(request, 'agUiRun');
+      let started: StartedRunItems;
+      if (idem) {
+        const once = await deps.runtime.idempotency.startOnce(
+          idem,
+          () => newId('run'),
+          (id) => runExists(deps, id),
+          (run_id) => startRunItems(deps, { query, session_id: input.threadId, run_id }),
+        );
+        if (!once.fresh)
+          return followToReply(deps, reply, input, await deps.runtime.runs.get(once.target_id), { after: null, settledAfterTrace: null, cancelOnClose: false });
+        started = once.started;
+      } else started = await startRunItems(deps, { query, session_id: input.threadId });
       const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id: started.run_id, session_id: started.session_id } }));
       const ag = new AgUiEvents(input.threadId, input.runId, newId('msg'));
       for (const e of ag.start(started)) ch.push(frame(e));
@@ -80,6 +97,7 @@ export function agUiRoutes(app: FastifyInstance, deps: AppDeps): void {
       // HttpAgent's abortRun closes the stream: the run is cancelled, as with POST /run.
       ch.onClientClose(() => {
         started.detach();
+        if (idem) return;
         void deps.runtime.runs
           .cancel(started.run_id, { onlyIfLive: true })
           .catch(swallow('ag_ui.cancel_on_client_close', { run_id: started.run_id }, isRefusal));
@@ -138,13 +156,27 @@ async function resumeRun(deps: AppDeps, request: FastifyRequest, reply: FastifyR
     });
     answered++;
   }
+  // Approvals left unanswered: the run does not resume yet, and the stream ends with them.
+  const settledAfterTrace = answered > 0 && open === 0 ? run.trace_id : null;
+  await followToReply(deps, reply, input, run, { after, settledAfterTrace, cancelOnClose: true });
+}
+
+/** A stored run (on any instance) as AG-UI events, from `after`, until it settles. */
+async function followToReply(
+  deps: AppDeps,
+  reply: FastifyReply,
+  input: AgUiRunAgentInput,
+  run: RunRecord,
+  opts: { after: string | null; settledAfterTrace: string | null; cancelOnClose: boolean },
+): Promise<void> {
   const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id: run.run_id, session_id: run.session_id } }));
   const ag = new AgUiEvents(input.threadId, input.runId, newId('msg'));
   const abort = new AbortController();
   ch.onDropped(() => abort.abort());
   ch.onClientClose(() => {
     abort.abort();
-    void runs.cancel(run.run_id, { onlyIfLive: true }).catch(swallow('ag_ui.cancel_on_client_close', { run_id: run.run_id }, isRefusal));
+    if (opts.cancelOnClose)
+      void deps.runtime.runs.cancel(run.run_id, { onlyIfLive: true }).catch(swallow('ag_ui.cancel_on_client_close', { run_id: run.run_id }, isRefusal));
   });
   const untrack = deps.runtime.trackStream(() => abort.abort());
   for (const e of ag.start(run)) ch.push(frame(e));
@@ -154,9 +186,7 @@ async function resumeRun(deps: AppDeps, request: FastifyRequest, reply: FastifyR
       if (room) await room;
     }
   };
-  // Approvals left unanswered: the run does not resume yet, and the stream ends with them.
-  const settledAfterTrace = answered > 0 && open === 0 ? run.trace_id : null;
-  void followRunItems(deps, run.run_id, { after, settledAfterTrace, signal: abort.signal }, write)
+  void followRunItems(deps, run.run_id, { after: opts.after, settledAfterTrace: opts.settledAfterTrace, signal: abort.signal }, write)
     .catch(swallow('ag_ui.follow', { run_id: run.run_id }))
     .finally(() => {
       untrack();

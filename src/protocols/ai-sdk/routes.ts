@@ -13,7 +13,8 @@ import type { AppDeps } from '../../http/deps.js';
 import { requireAccess } from '../../http/auth.js';
 import { dataStreamResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions, type SseFrame } from '../../http/sse.js';
-import { followRunItems, lastEventCursor, lastRunOfSession, startRunItems, type RunItem, type StartRunInput } from '../run-events.js';
+import { IdempotencyHeaders, idempotencyRequestOf, runExists } from '../../http/idempotent.js';
+import { followRunItems, lastEventCursor, lastRunOfSession, startRunItems, type RunItem, type StartedRunItems, type StartRunInput } from '../run-events.js';
 import { UiMessageChunks, type UiChunk } from './ui-stream.js';
 
 const ROUTE = 'POST /ai-sdk/chat';
@@ -69,6 +70,7 @@ export function aiSdkRoutes(app: FastifyInstance, deps: AppDeps): void {
         operationId: 'aiSdkChat',
         tags: ['protocols'],
         summary: 'AI SDK chat (useChat): start a run, or answer its approvals, and stream it as a UI message stream',
+        headers: IdempotencyHeaders,
         body: AiSdkChatRequest,
         response: { 200: UI_STREAM, 403: ErrorResponse, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse },
       },
@@ -83,16 +85,35 @@ export function aiSdkRoutes(app: FastifyInstance, deps: AppDeps): void {
         return answerApprovals(deps, request, reply, session_id, last.id, answers);
       }
       requireAccess(request, 'operate', ROUTE);
-      const input: StartRunInput = { query: '', session_id, agent_id: body.agent_id ?? null };
-      if (body.trigger === 'regenerate-message') {
-        // The session's last turn again, with its answer taken out of the history.
+      const base: StartRunInput = { query: '', session_id, agent_id: body.agent_id ?? null };
+      const query = body.trigger === 'regenerate-message' ? null : queryOf(body);
+      /** The run's input; for a regenerated answer, the session's last turn again, its answer taken out of the history. */
+      const begin = async (run_id?: string) => {
+        if (query !== null) return startRunItems(deps, { ...base, query, run_id });
         const previous = await lastRunOfSession(deps, session_id, () => true);
         if (!previous) throw domainError('AGT_ERR_SESSION_NOT_FOUND', ['session', session_id]);
         if (WAITING_RUN_STATUSES.has(previous.status))
           await runs.cancel(previous.run_id).catch(swallow('ai_sdk.regenerate_cancel', { run_id: previous.run_id }, isRefusal));
-        Object.assign(input, { query: previous.query, session_policy: 'rollback', replaces_run_id: previous.run_id });
-      } else input.query = queryOf(body);
-      const started = await startRunItems(deps, input);
+        return startRunItems(deps, { ...base, query: previous.query, session_policy: 'rollback', replaces_run_id: previous.run_id, run_id });
+      };
+      // With an Idempotency-Key, a retry (same key, same body) gets the first request's run again,
+      // replayed from its start; leaving such a stream never cancels (the client means to come back).
+      const idem = idempotencyRequestOf(request, 'aiSdkChat');
+      let started: StartedRunItems;
+      if (idem) {
+        const once = await deps.runtime.idempotency.startOnce(
+          idem,
+          () => newId('run'),
+          (id) => runExists(deps, id),
+          (run_id) => begin(run_id),
+        );
+        if (!once.fresh) {
+          const first = await runs.get(once.target_id);
+          return followToReply(deps, reply, first, first.run_id, { after: null, settledAfterTrace: null, cancelOnClose: false });
+        }
+        started = once.started;
+      } else started = await begin();
+      const cancelOnClose = !deps.config.server.protocols.ai_sdk.resumable && !idem;
       reply.header('x-vercel-ai-ui-message-stream', 'v1');
       const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id: started.run_id, session_id: started.session_id } }));
       const ui = new UiMessageChunks({ run_id: started.run_id, session_id: started.session_id, trace_id: started.trace_id }, newId('msg'));
@@ -108,7 +129,7 @@ export function aiSdkRoutes(app: FastifyInstance, deps: AppDeps): void {
       ch.onClientClose(() => {
         started.detach();
         // Resumable (the default): the run goes on, GET /ai-sdk/chat/{id}/stream picks it up again.
-        if (!deps.config.server.protocols.ai_sdk.resumable)
+        if (cancelOnClose)
           void runs.cancel(started.run_id, { onlyIfLive: true }).catch(swallow('ai_sdk.cancel_on_client_close', { run_id: started.run_id }, isRefusal));
       });
       await ch.run();
@@ -187,8 +208,9 @@ async function followToReply(
   reply: FastifyReply,
   run: RunRecord,
   messageId: string,
-  opts: { after: string | null; settledAfterTrace: string | null },
+  opts: { after: string | null; settledAfterTrace: string | null; cancelOnClose?: boolean },
 ): Promise<void> {
+  const cancelOnClose = opts.cancelOnClose ?? !deps.config.server.protocols.ai_sdk.resumable;
   reply.header('x-vercel-ai-ui-message-stream', 'v1');
   const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id: run.run_id, session_id: run.session_id } }));
   const ui = new UiMessageChunks({ run_id: run.run_id, session_id: run.session_id, trace_id: run.trace_id }, newId('msg'));
@@ -196,7 +218,7 @@ async function followToReply(
   ch.onDropped(() => abort.abort());
   ch.onClientClose(() => {
     abort.abort();
-    if (!deps.config.server.protocols.ai_sdk.resumable)
+    if (cancelOnClose)
       void deps.runtime.runs.cancel(run.run_id, { onlyIfLive: true }).catch(swallow('ai_sdk.cancel_on_client_close', { run_id: run.run_id }, isRefusal));
   });
   const untrack = deps.runtime.trackStream(() => abort.abort());
@@ -207,7 +229,7 @@ async function followToReply(
       if (room) await room;
     }
   };
-  void followRunItems(deps, run.run_id, { ...opts, signal: abort.signal }, write)
+  void followRunItems(deps, run.run_id, { after: opts.after, settledAfterTrace: opts.settledAfterTrace, signal: abort.signal }, write)
     .catch(swallow('ai_sdk.follow', { run_id: run.run_id }))
     .finally(() => {
       untrack();
