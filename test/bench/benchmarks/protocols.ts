@@ -28,9 +28,11 @@ const ROUND_MS = QUICK ? 1000 : Math.max(500, Math.round(2000 * SCALE));
 const ROUNDS = QUICK ? 1 : 4;
 
 type Workload = keyof typeof WORKLOADS;
-type Route = 'run' | 'ai-sdk' | 'ag-ui';
-const ROUTES: Route[] = ['run', 'ai-sdk', 'ag-ui'];
-const PATH: Record<Route, string> = { run: '/run', 'ai-sdk': '/ai-sdk/chat', 'ag-ui': '/ag-ui' };
+// `run-session`: POST /run naming a new session, as the chat protocols do (their chat / thread
+// id is the session): it tells the adapters' own cost apart from that of a named session.
+type Route = 'run' | 'run-session' | 'ai-sdk' | 'ag-ui';
+const ROUTES: Route[] = ['run', 'run-session', 'ai-sdk', 'ag-ui'];
+const PATH: Record<Route, string> = { run: '/run', 'run-session': '/run', 'ai-sdk': '/ai-sdk/chat', 'ag-ui': '/ag-ui' };
 
 let seq = 0;
 /**
@@ -42,6 +44,8 @@ function bodyOf(route: Route, query: string): string {
   switch (route) {
     case 'run':
       return JSON.stringify({ query });
+    case 'run-session':
+      return JSON.stringify({ query, session_id: id });
     case 'ai-sdk':
       return JSON.stringify({ id, trigger: 'submit-message', messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: query }] }] });
     case 'ag-ui':
@@ -54,6 +58,7 @@ function okOf(route: Route, workload: Workload): (r: HttpResult) => boolean {
   const tool = (r: HttpResult) => workload !== 'tool' || r.body.includes('sum');
   switch (route) {
     case 'run':
+    case 'run-session':
       return (r) => r.status === 200 && r.body.includes('event: complete') && r.body.includes('"status":"success"') && tool(r);
     case 'ai-sdk':
       return (r) => r.status === 200 && r.body.includes('"finishReason":"stop"') && r.body.includes('data: [DONE]') && tool(r);
@@ -79,7 +84,7 @@ export async function protocolsBench(): Promise<BenchOutput> {
   let agentd: Child | null = null;
   try {
     agentd = await startChild({ mode: 'agentd', dataDir: dir, config: realPathConfig(fake.url), model: { kind: 'config' } });
-    const frames: Record<Route, number> = { run: 0, 'ai-sdk': 0, 'ag-ui': 0 };
+    const frames: Record<Route, number> = { run: 0, 'run-session': 0, 'ai-sdk': 0, 'ag-ui': 0 };
     for (const route of ROUTES) {
       const r = await request(`${agentd.url}${PATH[route]}`, { method: 'POST', body: bodyOf(route, WORKLOADS.tool.query) });
       frames[route] = (r.body.match(/^data: /gm) ?? []).length;
@@ -93,13 +98,18 @@ export async function protocolsBench(): Promise<BenchOutput> {
     for (const w of ['trivial', 'tool'] as const) {
       for (const c of [1, 32]) {
         log(`measuring ${w}, c=${c}: ${ROUNDS} rounds of ${ROUND_MS} ms per route, order rotated each round`);
-        const loops: Record<Route, LoopResult[]> = { run: [], 'ai-sdk': [], 'ag-ui': [] };
+        const loops: Record<Route, LoopResult[]> = { run: [], 'run-session': [], 'ai-sdk': [], 'ag-ui': [] };
         for (let i = 0; i < ROUNDS; i++) {
           // Rotate which route goes first, so a trend in background load weighs on all alike.
           const order = [...ROUTES.slice(i % ROUTES.length), ...ROUTES.slice(0, i % ROUTES.length)];
           for (const route of order) loops[route].push(await measure(agentd, route, w, c, { durationMs: ROUND_MS }));
         }
-        results[`${w}/${c}`] = { run: mergeLoops(loops.run), 'ai-sdk': mergeLoops(loops['ai-sdk']), 'ag-ui': mergeLoops(loops['ag-ui']) };
+        results[`${w}/${c}`] = {
+          run: mergeLoops(loops.run),
+          'run-session': mergeLoops(loops['run-session']),
+          'ai-sdk': mergeLoops(loops['ai-sdk']),
+          'ag-ui': mergeLoops(loops['ag-ui']),
+        };
       }
     }
 
@@ -124,6 +134,20 @@ export async function protocolsBench(): Promise<BenchOutput> {
         }
       }
     }
+    // Diagnostic: the adapters against POST /run with a named session, which they always have.
+    for (const route of ['ai-sdk', 'ag-ui'] as const)
+      for (const w of ['trivial', 'tool'] as const)
+        for (const c of [1, 32]) {
+          const res = results[`${w}/${c}`];
+          rows.push({
+            metric: `Diagnostic: runs/s, POST ${PATH[route]} vs POST /run with a new session_id, ${WORKLOADS[w].label}, concurrency ${c}`,
+            value: round(res[route].perSecond, 1),
+            unit: 'runs/s',
+            baseline: round(res['run-session'].perSecond, 1),
+            baseline_label: 'POST /run with session_id',
+            ratio: ratio(res[route].perSecond, res['run-session'].perSecond),
+          });
+        }
     for (const res of Object.values(results))
       for (const route of ROUTES) {
         errors += res[route].errors;
@@ -145,7 +169,7 @@ export async function protocolsBench(): Promise<BenchOutput> {
       title: 'Chat protocol adapters (POST /ai-sdk/chat, POST /ag-ui) against POST /run on the real model path',
       method: [
         'One agentd child configured as in the run benchmark (`openai-compatible` pointed at test/bench/child-server.mjs `fake-openai` over HTTP, the local `add` tool, LevelDB with fsync), the same trivial and one-tool workloads.',
-        'Bodies: POST /run `{query}` (a new session per run); POST /ai-sdk/chat the body `DefaultChatTransport` sends (`{id, messages: [one user message], trigger: "submit-message"}`), POST /ag-ui a `RunAgentInput` (`{threadId, runId, messages: [one user message]}`), each with a fresh chat / thread id per request, so each is a new named session.',
+        'Bodies: POST /run `{query}` (a new session per run; the diagnostic rows also `{query, session_id}` with a new id each time); POST /ai-sdk/chat the body `DefaultChatTransport` sends (`{id, messages: [one user message], trigger: "submit-message"}`), POST /ag-ui a `RunAgentInput` (`{threadId, runId, messages: [one user message]}`), each with a fresh chat / thread id per request, so each is a new named session.',
         `Order: ${WARMUP_RUNS} warm-up runs per route (half per workload, concurrency 32), then per workload and concurrency ${ROUNDS} rounds of ${ROUND_MS / 1000} s per route, the route order rotated each round. Client: keep-alive HTTP workers in the parent process, each reading the full response before the next request.`,
       ],
       rows,
