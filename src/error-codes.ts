@@ -9,6 +9,7 @@ export const ERROR_CODES = {
   Unauthorized: { status: 401, retryable: false, description: 'No valid API key was presented.' },
   Forbidden: { status: 403, retryable: false, description: "The API key's role does not allow this request." },
   NotFound: { status: 404, retryable: false, description: 'The named resource does not exist.' },
+  MethodNotAllowed: { status: 405, retryable: false, description: 'The path exists, but not with this method (`Allow` lists the ones it has).' },
   RequestTimeout: {
     status: 408,
     retryable: true,
@@ -68,6 +69,7 @@ export const DOMAIN_ERRORS = {
   AGT_ERR_AGENT_SPEC_NEEDS_ADMIN: { error: 'Forbidden', status: 403, message: "the '%s' role may not register a spec with %s: it needs an admin key" },
   AGT_ERR_APPROVER_MISMATCH: { error: 'Forbidden', status: 403, message: "approver '%s' does not match the API key '%s'" },
   AGT_ERR_ROUTE_NOT_FOUND: { error: 'NotFound', status: 404, message: 'no route %s %s' },
+  AGT_ERR_METHOD_NOT_ALLOWED: { error: 'MethodNotAllowed', status: 405, message: '%s' },
   AGT_ERR_REQUEST_TIMEOUT: { error: 'RequestTimeout', status: 408, message: 'the request did not arrive in time' },
   AGT_ERR_PAYLOAD_TOO_LARGE: { error: 'PayloadTooLarge', status: 413, message: 'the request body is larger than the configured limit' },
   AGT_ERR_URI_TOO_LONG: { error: 'URITooLong', status: 414, message: 'a path segment is longer than any id the API accepts' },
@@ -196,6 +198,7 @@ export const FAMILY_DEFAULT_CODE: Record<ErrorCode, DomainCode> = {
   Unauthorized: 'AGT_ERR_UNAUTHORIZED',
   Forbidden: 'AGT_ERR_FORBIDDEN',
   NotFound: 'AGT_ERR_NOT_FOUND',
+  MethodNotAllowed: 'AGT_ERR_METHOD_NOT_ALLOWED',
   RequestTimeout: 'AGT_ERR_REQUEST_TIMEOUT',
   Conflict: 'AGT_ERR_CONFLICT',
   PayloadTooLarge: 'AGT_ERR_PAYLOAD_TOO_LARGE',

@@ -77,6 +77,17 @@ export const OPERATIONS = {
   cancelBackgroundRun: ['POST', '/background/runs/{run_id}/cancel'],
   resumeBackgroundRun: ['POST', '/background/runs/{run_id}/resume'],
   getBackgroundStatus: ['GET', '/background/status'],
+  // The protocol adapters (docs/protocols/): their own clients speak them; listed for completeness.
+  listOpenAIModels: ['GET', '/v1/models'],
+  createChatCompletion: ['POST', '/v1/chat/completions'],
+  mcp: ['POST', '/mcp'],
+  getA2AAgentCard: ['GET', '/.well-known/agent-card.json'],
+  a2a: ['POST', '/a2a'],
+  // The chat protocols (`ai`'s DefaultChatTransport, @ag-ui/client;
+  // docs/protocols/); listed so that `request()` reaches them too.
+  aiSdkChat: ['POST', '/ai-sdk/chat'],
+  aiSdkChatStream: ['GET', '/ai-sdk/chat/{id}/stream'],
+  agUiRun: ['POST', '/ag-ui'],
 } as const satisfies Record<OperationId, readonly [Method, string]>;
 
 // ---------------------------------------------------------------------------------------------

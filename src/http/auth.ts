@@ -6,12 +6,16 @@ import type { AppDeps } from './deps.js';
 export type Role = 'reader' | 'operator' | 'approver' | 'admin';
 
 /** What a route lets a caller do, and so which roles may call it (decisions.md §9). */
-export type Access = 'public' | 'read' | 'operate' | 'decide';
+export type Access = 'public' | 'read' | 'operate' | 'decide' | 'converse';
 
 const ROLES: Record<Exclude<Access, 'public'>, Role[]> = {
   read: ['reader', 'operator', 'approver', 'admin'],
   operate: ['operator', 'admin'],
   decide: ['approver', 'admin'],
+  // A chat protocol's one route both starts runs and answers their approvals (the body says
+  // which): the route admits either role, and the handler checks the one the request needs
+  // (requireAccess below), so a reader does neither and an operator decides nothing.
+  converse: ['operator', 'approver', 'admin'],
 };
 
 /**
@@ -38,10 +42,25 @@ export const ROUTE_ACCESS: Readonly<Record<string, Access>> = {
   'GET /runs/:run_id/inbox': 'read',
   // Delivery attempts and failures: no secret in them (signing keys never leave the config).
   'GET /webhooks/deliveries': 'read',
+  // The A2A agent card is public by the protocol (clients read it to learn how to authenticate).
+  'GET /.well-known/agent-card.json': 'public',
+  // One endpoint carries reads, runs and decisions (JSON-RPC methods, MCP tools): any key gets in,
+  // and the adapter checks each method's access with mayAccess() (src/protocols/).
+  'POST /a2a': 'read',
+  'POST /mcp': 'read',
+  // Answered 405 whatever the role (an MCP client ending its session must not see a 403).
+  'DELETE /mcp': 'read',
+  // The chat protocols (src/protocols/): a run started or a decision sent back in one request
+  // (OpenAI-compatible: a tool message decides a paused run).
+  'POST /ai-sdk/chat': 'converse',
+  'POST /ag-ui': 'converse',
+  'POST /v1/chat/completions': 'converse',
 };
 
 /** Access of a matched route: its entry in ROUTE_ACCESS, else reads for GET and operations for the rest. */
 export function accessOf(method: string, routePattern: string): Access {
+  // CORS preflights (src/protocols/cors.ts): a browser sends them without credentials.
+  if (method === 'OPTIONS') return 'public';
   const m = method === 'HEAD' ? 'GET' : method;
   return ROUTE_ACCESS[`${m} ${routePattern}`] ?? (m === 'GET' ? 'read' : 'operate');
 }
@@ -58,6 +77,19 @@ declare module 'fastify' {
     /** The role of the key a protected route was called with; unset when auth is off. */
     apiKeyRole?: Role;
   }
+}
+
+/**
+ * Whether the request's key may do what `access` names, for a route that carries several kinds of
+ * work in its body (POST /a2a, POST /mcp, the `converse` routes). Without auth everything is allowed, as on every route.
+ */
+export function mayAccess(request: FastifyRequest, access: Exclude<Access, 'public'>): boolean {
+  return request.apiKeyRole === undefined || ROLES[access].includes(request.apiKeyRole);
+}
+
+/** Throws the 403 a route would, unless the request's key may do what `access` names. */
+export function requireAccess(request: FastifyRequest, access: Exclude<Access, 'public'>, what: string): void {
+  if (!mayAccess(request, access)) throw domainError('AGT_ERR_FORBIDDEN', [request.apiKeyRole ?? 'anonymous', request.method, what]);
 }
 
 /**

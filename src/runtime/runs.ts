@@ -202,17 +202,21 @@ export class RunService {
       await this.kernel.sessions.acquire(session_id, run_id);
       let history = sessionId ? await repos(this.deps.store).sessions.get<SessionValue>(session_id) : null;
       let carried: ChatMessage[] = [];
-      if (busyWith && policy === 'rollback') history = await this.kernel.history.rollbackTurn(session_id, busyWith, history);
+      // The turn taken back out: the run this one cancelled (`rollback`), or the one it replaces
+      // (a regenerated answer: StartOptions.replaces_run_id).
+      const rolledBack = busyWith && policy === 'rollback' ? busyWith : (opts.replaces_run_id ?? null);
+      if (rolledBack) history = await this.kernel.history.rollbackTurn(session_id, rolledBack, history);
       if (busyWith && policy === 'interrupt') {
         const c = await this.kernel.history.carryOver(busyWith);
         carried = c.messages;
         live.prelude = c.prelude;
       }
       live.session = history;
+      if (!history && opts.history) live.callerInput = opts.history.filter((m) => m.role !== 'assistant').map((m) => m.content);
       live.sessionPrivate = newSession || opts.session_is_private === true;
       const messages: ChatMessage[] = [
         ...(profile.system_instruction ? [{ role: 'system' as const, content: profile.system_instruction }] : []),
-        ...(history?.value.messages ?? []),
+        ...(history?.value.messages ?? opts.history ?? []),
         ...carried,
         { role: 'user', content: query },
       ];

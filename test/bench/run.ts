@@ -15,6 +15,7 @@ import { approvalsBench } from './benchmarks/approvals.js';
 import { backgroundBench, backgroundScaleBench } from './benchmarks/background.js';
 import { redactionBench } from './benchmarks/redaction.js';
 import { postgresBench } from './benchmarks/postgres.js';
+import { protocolsBench } from './benchmarks/protocols.js';
 
 const BENCHMARKS: Record<string, Benchmark> = {
   health: healthBench,
@@ -27,6 +28,7 @@ const BENCHMARKS: Record<string, Benchmark> = {
   'background-scale': backgroundScaleBench,
   redaction: redactionBench,
   postgres: postgresBench,
+  protocols: protocolsBench,
 };
 const ORDER = Object.keys(BENCHMARKS);
 
