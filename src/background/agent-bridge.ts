@@ -17,7 +17,6 @@ import type { RunService } from '../runtime/runs.js';
 import type { FinalFold } from '../runtime/run-kernel.js';
 import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
 import { isStoreError, type StoredEvent, type Versioned } from '../store/store.js';
-import { repos } from '../store/repos/index.js';
 import { WAITING, type BgRunRow } from './types.js';
 import { ownSessionId } from './prepare-run.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
@@ -167,8 +166,9 @@ export class AgentBridge {
     } else {
       // status running, no live actor here.
       if (rec.owner === this.deps.workerId) return; // being resumed by this process right now; its end arrives via onSettled
-      await this.lapseAgentLease(rec);
-      how = { cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep' };
+      // This process holds the background run's lease (its claim or recovery was a CAS on the
+      // row), and that lease owns the agent run: the agent run's own lease is not waited out.
+      how = { cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep', ownerDead: true };
     }
     void runs.resume(id, how).catch((err: unknown) => {
       if (runs.isLive(id)) return;
@@ -185,24 +185,6 @@ export class AgentBridge {
         () => this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`)),
       );
     });
-  }
-
-  /**
-   * RunService.resume refuses a run whose lease has not lapsed. The background lease already
-   * proved its owner dead (or, with the embedded store, the owner is a previous process), so the
-   * agent run's lease is marked lapsed first. Workaround: see docs/background.md.
-   */
-  private async lapseAgentLease(rec: RunRecord): Promise<void> {
-    const now = this.deps.clock.now();
-    if (!rec.lease_expires_at || Date.parse(rec.lease_expires_at) <= now) return;
-    const runsRepo = repos(this.deps.store).runs;
-    const stored = await runsRepo.get(rec.run_id);
-    if (!stored || stored.value.status !== 'running') return;
-    try {
-      await runsRepo.update(rec.run_id, { ...stored.value, lease_expires_at: iso(now - 1) }, stored.version);
-    } catch (err) {
-      if (!isStoreError(err, 'stale_version')) throw err;
-    }
   }
 
   onCancelAgent(runId: string, agentRunId: string | null): void {

@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import type { AnyActorLogic } from 'xstate';
+import { leaseLapsed } from '../../machines/policies/lease.js';
 import { AppError, notFound } from '../errors.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import type { AgentLease, AgentProfile } from './agent-profile.js';
@@ -119,7 +120,7 @@ export class RunKernel {
 
   /** Whether the run's lease ran out (its owner stopped beating). */
   leaseLapsed(r: RunRecord): boolean {
-    return !r.lease_expires_at || Date.parse(r.lease_expires_at) <= this.deps.clock.now();
+    return leaseLapsed(r.lease_expires_at, this.deps.clock.now());
   }
 
   /** RunService.foldFinal: what a background agent run's completion carries in its final commit. */

@@ -30,6 +30,12 @@ export interface ResumeHow {
   cause: RecoveryCause;
   trigger: 'explicit' | 'orphan_sweep';
   extra?: Record<string, unknown>;
+  /**
+   * The previous owner is known to be gone, whatever the run's own lease says: the start-up sweep
+   * on the single-process embedded store, or a background run's agent run continued by the holder
+   * of the background run's lease (that lease, taken by a CAS on the background run's row, is what
+   * owns the agent run: src/background/agent-bridge.ts).
+   */
   ownerDead?: boolean;
   /** A slot the caller already holds (the recovery lane): the run keeps it; released if the resume fails. */
   slot?: () => void;
