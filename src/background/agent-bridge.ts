@@ -14,13 +14,13 @@ import { AppError } from '../errors.js';
 import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
 import { AgentUnavailableError } from '../runtime/agent-registry.js';
 import type { RunService } from '../runtime/runs.js';
-import type { FinalFold } from '../runtime/run-kernel.js';
+import type { CarriedWrite } from '../runtime/persistence.js';
 import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
 import { isStoreError, type StoredEvent, type Versioned } from '../store/store.js';
 import { WAITING, type BgRunRow } from './types.js';
 import { ownSessionId } from './prepare-run.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
-import type { FoldedWrite, Handle } from './run-host.js';
+import type { Handle } from './run-host.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -32,7 +32,7 @@ export interface BridgeHost {
   contextOf(h: Handle): BackgroundRunContext;
   enqueue(h: Handle, job: () => Promise<void>, onError: (err: unknown) => void): void;
   send(runId: string, event: BackgroundRunEvent, opts?: { durable?: boolean; known?: Versioned<BgRunRow> }): Promise<SendResult>;
-  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void): FoldedWrite | null;
+  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void): CarriedWrite | null;
   dirOf(run: BackgroundRun): string;
   closed(): boolean;
 }
@@ -224,7 +224,7 @@ export class AgentBridge {
    * handed to that commit. Null when it cannot be folded (see RunHosts.foldInto): onAgentSettled
    * then delivers the event after the agent run's end is durable, as a write of its own.
    */
-  foldFinal(rec: RunRecord): FinalFold | null {
+  foldFinal(rec: RunRecord): CarriedWrite | null {
     if (rec.kind !== 'background' || rec.status !== 'completed' || this.host.closed()) return null;
     const bgId = backgroundRunIdOf(rec.run_id);
     const h = this.host.handleOf(bgId);

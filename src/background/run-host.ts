@@ -14,7 +14,7 @@ import {
   type StartAgentParams,
 } from '../../machines/background-run.machine.js';
 import type { BackgroundRunStatus } from '../schemas/background.js';
-import { isStoreError, StoreError, type EventInput, type StoredEvent, type Versioned, type WriteOp } from '../store/store.js';
+import { isStoreError, StoreError, type StoredEvent, type Versioned, type WriteOp } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
 import { isSharedStore } from '../store/changes.js';
 import { HELD, TERMINAL, attemptRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord } from './types.js';
@@ -23,6 +23,7 @@ import type { EventOutbox } from './outbox.js';
 import type { WriteJoin } from './write-join.js';
 import type { TimerRef } from './attempt-timers.js';
 import type { SupervisorGroup } from '../runtime/system.js';
+import type { CarriedWrite } from '../runtime/persistence.js';
 import type { TraceRecord, TraceStatus } from '../telemetry/traces.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
 import type { AppLogger } from '../telemetry/logger.js';
@@ -51,16 +52,6 @@ export interface Handle {
   gate: { id: string; version: number | null } | null;
   /** The run's logger (bg_run_id, task_id bound), made on its first line (RunHosts.logOf). */
   log: AppLogger | null;
-}
-
-/** A run's row write that another writer's commit carries (RunHosts.foldInto). */
-export interface FoldedWrite {
-  ops: WriteOp[];
-  carry: { events: EventInput[]; stored(events: StoredEvent[]): void };
-  /** The carrying commit: resolves once it is durable, rejects when it was not written. */
-  settle(written: Promise<unknown>): void;
-  /** When a carrying commit not handed to the store yet may go (the next row write's round), or null: now. */
-  hold(): Promise<void> | null;
 }
 
 /** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
@@ -421,7 +412,7 @@ export class RunHosts {
    * queued (its row version is not settled), does not take the event, or the store cannot write
    * events atomically: the event then comes the usual way (AgentBridge.onAgentSettled).
    */
-  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void): FoldedWrite | null {
+  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void): CarriedWrite | null {
     // Only on a store this process owns: no other instance can move the row meanwhile, so the
     // row's CAS cannot refuse the agent run's final commit (a refusal would fence the agent run).
     if (this.deps.store.capabilities.atomicCommitEvents !== true || isSharedStore(this.deps.store) || this.hooks.closed()) return null;

@@ -10,7 +10,7 @@ import { leaseLapsed } from '../../machines/policies/lease.js';
 import { AppError, notFound } from '../errors.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import type { AgentLease, AgentProfile } from './agent-profile.js';
-import type { CarriedEvents } from './persistence.js';
+import type { CarriedWrite } from './persistence.js';
 import { RunHost } from './run-host.js';
 import type { RunRecord } from './run-record.js';
 import { RunInbox } from './run-inbox.js';
@@ -19,22 +19,6 @@ import { SessionGate } from './session-gate.js';
 import { Slots } from './slots.js';
 import { iso, type RunServiceDeps, type StartOptions, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
-
-/**
- * Writes another part folds into a completed run's final commit (the background run the agent run
- * belongs to: its completion). `ops` and `carry` join the commit; `settle` is told how it went.
- */
-export interface FinalFold {
-  ops: WriteOp[];
-  carry: CarriedEvents;
-  settle(written: Promise<unknown>): void;
-  /**
-   * Asked only when the final commit has not gone to the store yet (a new run's delayed creating
-   * write): when it may go, so it can share a store round with another write (the next background
-   * run's claim, src/background/write-join.ts), or null to send it now.
-   */
-  hold(): Promise<void> | null;
-}
 
 export class RunKernel {
   /** The runs this process hosts, by run id. */
@@ -124,7 +108,7 @@ export class RunKernel {
   }
 
   /** RunService.foldFinal: what a background agent run's completion carries in its final commit. */
-  finalFold: ((record: RunRecord) => FinalFold | null) | null = null;
+  finalFold: ((record: RunRecord) => CarriedWrite | null) | null = null;
 
   onSettled(listener: (record: RunRecord) => void): () => void {
     this.settledListeners.add(listener);

@@ -13,7 +13,8 @@ import { RunDecisions } from './run-decisions.js';
 import { RunEffects } from './run-effects.js';
 import type { RunHost } from './run-host.js';
 import type { InboxValue } from './run-inbox.js';
-import { RunKernel, type FinalFold } from './run-kernel.js';
+import { RunKernel } from './run-kernel.js';
+import type { CarriedWrite } from './persistence.js';
 import { newRunRecord, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { RunRecovery, type ResumeHow } from './run-recovery.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
@@ -65,7 +66,7 @@ export class RunService {
    * carry in its final commit: its background run's completion, so both are one atomic write
    * (only on a store with capabilities.atomicCommitEvents; null: nothing folded). Must not throw.
    */
-  foldFinal(fold: ((record: RunRecord) => FinalFold | null) | null): void {
+  foldFinal(fold: ((record: RunRecord) => CarriedWrite | null) | null): void {
     this.kernel.finalFold = fold;
   }
 
