@@ -1,7 +1,8 @@
 // The agent bridge: the agent run (RunService) of each attempt of a background run. Starts it,
 // continues it after a pause, a lapsed lease or a restart, cancels it, stops it for its timeout,
-// and turns its end (onSettled) or its resumption (telemetry `run_resumed`) into events of the
-// background run (AGENT_DONE, RESUME).
+// turns its end (onSettled) into the background run's AGENT_DONE, and hands a person's decision on
+// it to the background run (decided: the background run's RESUME in the decision's commit), so
+// the agent run goes on only under its background run's lease.
 import {
   backgroundRunIdOf,
   type AgentOutcome,
@@ -16,7 +17,7 @@ import { AgentUnavailableError } from '../runtime/agent-registry.js';
 import type { RunService } from '../runtime/runs.js';
 import type { CarriedWrite } from '../runtime/persistence.js';
 import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
-import { isStoreError, type StoredEvent, type Versioned } from '../store/store.js';
+import { isStoreError, StoreError, type StoredEvent, type Versioned } from '../store/store.js';
 import { WAITING, type BgRunRow } from './types.js';
 import { ownSessionId } from './prepare-run.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
@@ -29,16 +30,18 @@ const PREVIEW_CHARS = 500;
 /** What the bridge needs of the engine that hosts the runs. */
 export interface BridgeHost {
   handleOf(runId: string): Handle | undefined;
+  /** The live handle, or one restored from the row; a terminal row comes back as the row; null when there is none. */
+  handle(runId: string): Promise<Handle | Versioned<BgRunRow> | null>;
+  maybeRelease(h: Handle): void;
   contextOf(h: Handle): BackgroundRunContext;
   enqueue(h: Handle, job: () => Promise<void>, onError: (err: unknown) => void): void;
   send(runId: string, event: BackgroundRunEvent, opts?: { durable?: boolean; known?: Versioned<BgRunRow> }): Promise<SendResult>;
-  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void): CarriedWrite | null;
+  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void, opts?: { anyStore?: boolean }): CarriedWrite | null;
   dirOf(run: BackgroundRun): string;
   closed(): boolean;
 }
 
 export class AgentBridge {
-  private readonly resumeWatches = new Map<string, () => void>();
   /** Agent runs whose final commit carries their background run's completion (foldFinal). */
   private readonly folded = new Set<string>();
 
@@ -46,12 +49,6 @@ export class AgentBridge {
     private readonly deps: BackgroundDeps,
     private readonly host: BridgeHost,
   ) {}
-
-  /** Stops following parked runs (engine close). */
-  close(): void {
-    for (const u of this.resumeWatches.values()) u();
-    this.resumeWatches.clear();
-  }
 
   /**
    * timeout_seconds reached: the agent run's actor gets TIMEOUT (status `timeout`). When it has no
@@ -327,20 +324,39 @@ export class AgentBridge {
       .catch((err) => this.deps.logger.warn({ bg_run_id: runId, type: event.type, err: String(err) }, 'could not deliver an event to a background run'));
   }
 
-  /** A parked run moves on (awaiting -> queued) as soon as its agent run is resumed by a decision. */
-  watchResume(runId: string, agentRunId: string | null): void {
-    if (!agentRunId || this.resumeWatches.has(runId) || this.host.closed()) return;
-    const unsubscribe = this.deps.telemetry.bus.subscribe({ run_id: agentRunId }, (ev) => {
-      if (ev.event_type !== 'run_resumed') return;
-      this.unwatchResume(runId);
-      this.deliver(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
-    });
-    this.resumeWatches.set(runId, unsubscribe);
-  }
-
-  unwatchResume(runId: string): void {
-    this.resumeWatches.get(runId)?.();
-    this.resumeWatches.delete(runId);
+  /**
+   * A person decided the parked agent run `agentRunId` (every approval, or its budget): its
+   * background run takes RESUME (awaiting -> queued), and that row write is handed to the
+   * decision's commit (RunService.resumeThrough), so the decision and the requeue are one atomic
+   * write. The agent run is then continued by its background run's claim, under that run's lease
+   * (startAgent, mode continue), never by the decision itself. Null when there is no background
+   * run to go through (deleted, or already ended): the decision resumes the agent run itself.
+   * Throws a `stale_version` store error while the background run has not parked yet (its write
+   * is under way, here or in another instance): the decision is read and tried again.
+   */
+  async decided(agentRunId: string): Promise<CarriedWrite | null> {
+    if (this.host.closed()) return null;
+    const bgId = backgroundRunIdOf(agentRunId);
+    const loaded = await this.host.handle(bgId);
+    if (loaded === null || !('actor' in loaded)) return null;
+    const h = loaded;
+    h.sends++;
+    try {
+      // A park write under way here: the row's version is settled once it lands.
+      for (let i = 0; i < 100 && !h.dead && (h.pending > 0 || h.tailWrite); i++) await h.chain;
+      if (h.dead) throw new StoreError('stale_version', `background run ${bgId}: its copy here was dropped`);
+      const ctx = this.host.contextOf(h);
+      if (ctx.internal.agent_run_id !== agentRunId) return null; // an older attempt's agent run
+      if (!WAITING.has(ctx.run.status)) throw new StoreError('stale_version', `background run ${bgId} is ${ctx.run.status}, not parked yet`);
+      const folded = this.host.foldInto(bgId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, (stored) => this.deps.telemetry.published(stored), {
+        anyStore: true,
+      });
+      if (!folded) throw new StoreError('stale_version', `background run ${bgId}: a write of its own is under way`);
+      return folded;
+    } finally {
+      h.sends--;
+      this.host.maybeRelease(h);
+    }
   }
 
   /** A held row whose agent run already ended or parked takes that result; true when it did. */
@@ -363,7 +379,6 @@ export class AgentBridge {
   async checkParked(row: BgRunRow): Promise<void> {
     const runId = row.run.run_id;
     const agentId = row.internal.agent_run_id;
-    this.watchResume(runId, agentId);
     if (!agentId) return;
     let moveOn = this.deps.runs.isLive(agentId);
     if (!moveOn) {

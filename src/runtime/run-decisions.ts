@@ -7,6 +7,8 @@ import { checkInput } from '../agent/guardrails.js';
 import { type AppError, domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { casUpdate, CasExhaustedError } from '../store/cas.js';
+import type { WriteOp } from '../store/store.js';
+import type { CarriedWrite } from './persistence.js';
 import type { InboxValue } from './run-inbox.js';
 import type { RunKernel } from './run-kernel.js';
 import { TERMINAL_RUN_STATUSES, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
@@ -86,6 +88,13 @@ export class RunDecisions {
         decided_at: allDecided ? iso(now) : null,
         decision: allDecided ? 'approval' : null,
       };
+      // A background agent run goes on through its background run: the decision's commit
+      // carries that run's RESUME, and its claim continues the agent run under its lease.
+      const through = allDecided && rec.value.kind === 'background' && this.kernel.resumeThrough ? await this.kernel.resumeThrough(runId) : null;
+      if (through) {
+        await this.commitCarrying([repos(store).runs.updateOp(runId, next, rec.version, runIndexes(next))], through);
+        return decided;
+      }
       // Everything the resume reads (snapshot, previous trace, agent) is in hand before the
       // decision goes to the store, so the claim is issued in the same turn and lands in the same
       // fsynced batch (ResumePrefetch). Reads only: the decision waits for no write.
@@ -117,6 +126,22 @@ export class RunDecisions {
     });
   }
 
+  /** A decision's write and the background run's write it carries (RunService.resumeThrough): one commit. */
+  private async commitCarrying(ops: WriteOp[], through: CarriedWrite): Promise<void> {
+    const { store } = this.deps;
+    const { carry } = through;
+    const all = [...ops, ...through.ops];
+    const written =
+      carry.events.length > 0
+        ? store.commitWithEvents(all, carry.events).then((r) => {
+            carry.stored(r.events);
+            return r.records;
+          })
+        : store.commit(all);
+    through.settle(written);
+    await written;
+  }
+
   async budgetView(runId: string) {
     const run = await this.kernel.get(runId);
     const budgets = await this.deps.ledger.entriesForRun({ run_id: run.run_id, session_id: run.session_id, agent_id: run.agent_id });
@@ -128,7 +153,7 @@ export class RunDecisions {
     body: { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null },
   ) {
     const { store } = this.deps;
-    const { req, decided, amount } = await retryDecision(async () => {
+    const { req, decided, amount, through } = await retryDecision(async () => {
       // The snapshot the resume needs is read in the same round as the run (unused if this fails).
       repos(store)
         .snapshots.get<SnapshotValue>(runId)
@@ -157,13 +182,18 @@ export class RunDecisions {
         decision: body.decision === 'grant' ? 'budget_grant' : 'budget_denied',
         updated_at: now,
       };
-      await repos(store).runs.update<RunRecord>(runId, next, rec.version, runIndexes(next));
-      return { req, decided, amount };
+      // A background agent run goes on through its background run (see decideApproval); its
+      // resume applies the grant again (a no-op once it landed), so the claim may come first.
+      const through = rec.value.kind === 'background' && this.kernel.resumeThrough ? await this.kernel.resumeThrough(runId) : null;
+      if (through) await this.commitCarrying([repos(store).runs.updateOp(runId, next, rec.version, runIndexes(next))], through);
+      else await repos(store).runs.update<RunRecord>(runId, next, rec.version, runIndexes(next));
+      return { req, decided, amount, through: through !== null };
     });
     if (amount !== null) await this.deps.ledger.grant(req.key, req.meter as never, amount, { grant_id: req.request_id });
-    void this.recovery
-      .resume(runId, { cause: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', trigger: 'explicit' })
-      .catch((err) => this.deps.logger.warn({ run_id: runId, err: String(err) }, 'resume after budget decision failed; the sweep will retry'));
+    if (!through)
+      void this.recovery
+        .resume(runId, { cause: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', trigger: 'explicit' })
+        .catch((err) => this.deps.logger.warn({ run_id: runId, err: String(err) }, 'resume after budget decision failed; the sweep will retry'));
     return {
       run_id: runId,
       request_id: req.request_id,

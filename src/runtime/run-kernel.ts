@@ -110,6 +110,9 @@ export class RunKernel {
   /** RunService.foldFinal: what a background agent run's completion carries in its final commit. */
   finalFold: ((record: RunRecord) => CarriedWrite | null) | null = null;
 
+  /** RunService.resumeThrough: the background run a decided background agent run goes on through. */
+  resumeThrough: ((agentRunId: string) => Promise<CarriedWrite | null>) | null = null;
+
   onSettled(listener: (record: RunRecord) => void): () => void {
     this.settledListeners.add(listener);
     return () => this.settledListeners.delete(listener);

@@ -71,6 +71,18 @@ export class RunService {
   }
 
   /**
+   * A decision that lets a parked background agent run go on asks `through` (the background
+   * manager) for the write that moves its background run on (RESUME), carried in the decision's
+   * commit; the agent run is then continued by its background run, under that run's lease, not
+   * by the decision. `through` answers null when there is no background run to go through (the
+   * decision then resumes the agent run itself) and throws a `stale_version` store error while
+   * the background run has not parked yet (the decision is read and tried again).
+   */
+  resumeThrough(through: ((agentRunId: string) => Promise<CarriedWrite | null>) | null): void {
+    this.kernel.resumeThrough = through;
+  }
+
+  /**
    * Set by the cluster link on a store several instances share: asks the owner of a run live in
    * another instance to cancel it (src/runtime/cluster.ts). Unset: such a cancel is a 409.
    */
