@@ -59,6 +59,12 @@ async function main(argv: string[]): Promise<number> {
     return EXIT.ok;
   }
   if (cmd === '-V' || cmd === '--version' || cmd === 'version') {
+    if (cmd === 'version' && sub !== undefined) {
+      if (sub !== '-h' && sub !== '--help')
+        throw new UsageError(sub.startsWith('-') ? `unknown flag '${sub}'` : `unexpected argument '${sub}'`, 'agentd version');
+      process.stdout.write('Usage: agentd version\n\nPrints the version of agentd (also agentd -V, agentd --version).\n');
+      return EXIT.ok;
+    }
     process.stdout.write(`${readVersion()}\n`);
     return EXIT.ok;
   }
@@ -86,11 +92,21 @@ async function main(argv: string[]): Promise<number> {
   return handler(parsed, command);
 }
 
-main(process.argv.slice(2)).then(
+// A reader that closes early (`agentd runs show R | head -1`) is not an error: stop quietly.
+// Node ignores SIGPIPE, so without this the next write failed with an EPIPE stack trace.
+process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+  if (err.code === 'EPIPE') process.exit(process.exitCode ?? EXIT.ok);
+  throw err;
+});
+
+const argv = process.argv.slice(2);
+main(argv).then(
   (code) => {
     if (code >= 0) process.exitCode = code;
   },
   (err) => {
-    process.exitCode = reportError(err);
+    // --json anywhere before `--`: scripts get the error as JSON too (on stderr, as the text).
+    const end = argv.indexOf('--');
+    process.exitCode = reportError(err, undefined, (end === -1 ? argv : argv.slice(0, end)).includes('--json'));
   },
 );

@@ -53,6 +53,8 @@ export interface Parsed {
   values: Record<string, string | boolean | undefined>;
   positionals: string[];
   help: boolean;
+  /** The command's name (`agentd runs ls`), for usage errors found after parsing. */
+  name?: string;
 }
 
 /** True when the command line asks for help (before a `--`, which ends the flags). */
@@ -93,7 +95,7 @@ export function parseCommand(spec: CommandSpec, argv: string[]): Parsed {
       name,
     );
   if (parsed.positionals.length > args.length) throw new UsageError(`unexpected argument '${parsed.positionals[args.length]}'`, name);
-  return { values: parsed.values as Parsed['values'], positionals: parsed.positionals, help: false };
+  return { values: parsed.values as Parsed['values'], positionals: parsed.positionals, help: false, name };
 }
 
 /** The help text of one command: usage line, summary, its flags. */

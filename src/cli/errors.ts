@@ -9,6 +9,7 @@ interface ApiErrorLike {
   code: string;
   message: string;
   validation: { loc: (string | number)[]; msg: string }[] | null;
+  body: unknown;
 }
 
 /** A connection that could not be made (fetch's TypeError carries the socket error as `cause`). */
@@ -25,8 +26,27 @@ export function connectErrorOf(err: unknown, url: string): unknown {
   return new ConnectError(`cannot reach agentd at ${url} (${why}); is it running? (--url or AGENTD_URL)`);
 }
 
-/** Prints the error on stderr and answers the exit code. */
-export function reportError(err: unknown, write: (s: string) => void = (s) => process.stderr.write(s)): number {
+/** The exit code of an error and, with --json, the one line of JSON that says it. */
+function jsonError(err: unknown): { code: number; line: Record<string, unknown> } {
+  if (err instanceof UsageError) return { code: EXIT.usage, line: { error: { type: 'usage', message: err.message, help: `${err.helpOf} --help` } } };
+  const e = err as Partial<ApiErrorLike> & Error;
+  // The API's error body as is (its `code`, `message`, 422 `detail`), as --json prints answers.
+  if (e?.name === 'AgentdError') return { code: EXIT.error, line: { error: { type: 'api', status: e.status, body: e.body } } };
+  if (e?.name === 'ConnectError') return { code: EXIT.error, line: { error: { type: 'connect', message: e.message } } };
+  return { code: EXIT.error, line: { error: { type: 'error', message: err instanceof Error ? err.message : String(err) } } };
+}
+
+/**
+ * Prints the error on stderr and answers the exit code. `json` (the command line had --json):
+ * one line `{"error": {type, message?, status?, body?, help?}}` instead of the sentence, so a
+ * script reads failures the way it reads answers.
+ */
+export function reportError(err: unknown, write: (s: string) => void = (s) => process.stderr.write(s), json = false): number {
+  if (json) {
+    const { code, line } = jsonError(err);
+    write(`${JSON.stringify(line)}\n`);
+    return code;
+  }
   if (err instanceof UsageError) {
     write(`agentd: ${err.message}\nRun '${err.helpOf} --help' for usage.\n`);
     return EXIT.usage;

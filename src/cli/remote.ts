@@ -3,7 +3,7 @@
 // modes (a table or lines for people; the API's JSON as is with --json).
 import { userInfo } from 'node:os';
 import { createClient, type AgentdClient } from '../client/index.js';
-import type { Parsed } from './args.js';
+import { UsageError, type Parsed } from './args.js';
 import { connectErrorOf } from './errors.js';
 
 export const DEFAULT_URL = 'http://127.0.0.1:8000';
@@ -14,8 +14,28 @@ export interface Remote {
   json: boolean;
 }
 
+/**
+ * The service's URL from --url or AGENTD_URL: an http(s) URL, or a usage error (exit 2). Without
+ * this check `--url notaurl` failed as "cannot reach" (exit 1), as if the service were down.
+ */
+function serviceUrl(p: Parsed, env: NodeJS.ProcessEnv): string {
+  const fromFlag = typeof p.values.url === 'string' && p.values.url;
+  const url = fromFlag || env.AGENTD_URL || DEFAULT_URL;
+  const source = fromFlag ? '--url' : env.AGENTD_URL ? 'AGENTD_URL' : '';
+  let parsed: URL | null = null;
+  try {
+    parsed = new URL(url);
+  } catch {
+    // not a URL: refused below
+  }
+  if (!parsed || (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') || !parsed.host) {
+    throw new UsageError(`${source}: '${url}' is not an http:// or https:// URL (e.g. ${DEFAULT_URL})`, p.name ?? 'agentd');
+  }
+  return url;
+}
+
 export function remoteOf(p: Parsed, env: NodeJS.ProcessEnv = process.env): Remote {
-  const url = (typeof p.values.url === 'string' && p.values.url) || env.AGENTD_URL || DEFAULT_URL;
+  const url = serviceUrl(p, env);
   const apiKey = (typeof p.values.key === 'string' && p.values.key) || env.AGENTD_API_KEY || undefined;
   // A failed connection is turned into a sentence naming the URL at the one place every request
   // goes through.
@@ -70,6 +90,19 @@ export function table(header: string[], rows: (string | number | null | undefine
         .trimEnd(),
     )
     .join('\n');
+}
+
+/**
+ * A dollar amount for people: four decimals from a cent up, three significant digits below
+ * ($0.000557, not the float sum $0.0005574999999999999); --json keeps the exact value.
+ */
+export function usd(v: number): string {
+  if (v === 0) return '$0';
+  if (Math.abs(v) >= 0.01) return `$${v.toFixed(4).replace(/0{1,2}$/, '')}`;
+  const decimals = Math.min(20, 2 - Math.floor(Math.log10(Math.abs(v))));
+  return `$${Number(v.toPrecision(3))
+    .toFixed(decimals)
+    .replace(/\.?0+$/, '')}`;
 }
 
 /** A value shortened to one line of at most `max` characters. */

@@ -1,7 +1,7 @@
 // `agentd run`, `runs ls|show|cancel|resume`, `approvals ls|approve|deny`, `budget grant|deny`.
 import type { Schemas } from '../client/index.js';
 import { EXIT, intFlag, jsonObjectFlag, numberFlag, type CommandSpec, type Parsed } from './args.js';
-import { approverOf, brief, out, printJson, remoteOf, shellArg, status, table } from './remote.js';
+import { approverOf, brief, out, printJson, remoteOf, shellArg, status, table, usd } from './remote.js';
 
 type RunResponse = Schemas['RunResponse'];
 type RunView = Schemas['RunView'];
@@ -164,7 +164,7 @@ function printRun(r: RunView): void {
     ['updated', r.updated_at],
     ['steps', r.step],
     ['attempt', r.attempt],
-    ['usage', `${r.usage.requests} model calls, ${r.usage.request_tokens} in / ${r.usage.response_tokens} out tokens, $${r.usage.estimated_cost_usd}`],
+    ['usage', `${r.usage.requests} model calls, ${r.usage.request_tokens} in / ${r.usage.response_tokens} out tokens, ${usd(r.usage.estimated_cost_usd)}`],
     ['traces', r.trace_ids.join(', ') || '-'],
   ];
   if (r.error) rows.push(['error', `${r.error.type}: ${r.error.message}`]);

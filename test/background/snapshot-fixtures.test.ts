@@ -21,6 +21,7 @@ import {
   loadFixture,
   readSnapshotFixture,
   writeFixtureFrom,
+  clockAfterFixture,
   expectFixturesUpTo,
   snapshotFixtureFiles,
   WRITE_SNAPSHOT_FIXTURES,
@@ -136,7 +137,7 @@ describe.skipIf(WRITE)("background runs written by older code restore on today's
     };
     const dataDir = await load(newer);
     dirs.push(dataDir);
-    const server = await startTestServer(CONFIG, { modelUrl: model.url, dataDir });
+    const server = await startTestServer(CONFIG, { modelUrl: model.url, dataDir, clock: clockAfterFixture(newer) });
     try {
       const a = api(server.url);
       expect((await a.post(`/background/runs/${base.run_id}/cancel`, {})).status).toBe(409);
@@ -156,7 +157,8 @@ describe.skipIf(WRITE)("background runs written by older code restore on today's
       process.env.BG_SLOW_MS = '10';
       const dataDir = await load(fixture);
       dirs.push(dataDir);
-      const server = await startTestServer(CONFIG, { modelUrl: model.url, dataDir });
+      // 10 minutes after the fixture was taken, whatever today's date: leases lapsed, approvals not expired.
+      const server = await startTestServer(CONFIG, { modelUrl: model.url, dataDir, clock: clockAfterFixture(fixture) });
       try {
         const a = api(server.url);
         const runId = fixture.run_id;
@@ -169,7 +171,7 @@ describe.skipIf(WRITE)("background runs written by older code restore on today's
           expect(done).toMatchObject({ status: 'completed', attempt: 1 });
           expect(done.result_preview).toContain('approved_and_ran');
         } else if (fixture.scenario === 'running_orphaned') {
-          // The lease lapsed long ago: the start-up recovery takes the run over and finishes it.
+          // The lease has lapsed: the start-up recovery takes the run over and finishes it.
           const done = await waitRun(a, runId, undefined, 20_000);
           expect(done).toMatchObject({ status: 'completed', attempt: 2 });
           const events = (await a.get(`/background/runs/${runId}/events`)).body.events.map((e: { event: string }) => e.event);

@@ -1,8 +1,9 @@
-// The CLI's pure parsing: strict flags, positional counts, help, the optional value of --inspect,
-// and the schedule of `tasks create`.
+// The CLI's pure parts: strict flags, positional counts, help, the optional value of --inspect,
+// the schedule of `tasks create`, and how amounts of money print.
 import { describe, expect, it } from 'vitest';
 import { checkInspectUrl, commandHelp, DEFAULT_INSPECT_URL, normaliseInspectFlag, parseCommand, UsageError, type CommandSpec } from '../../src/cli/args.js';
 import { COMMANDS } from '../../src/cli/commands.js';
+import { usd } from '../../src/cli/remote.js';
 import { scheduleOf } from '../../src/cli/tasks.js';
 
 const spec = (path: string) => COMMANDS.find((c) => c.path.join(' ') === path)! as CommandSpec;
@@ -13,6 +14,7 @@ describe('parseCommand', () => {
       values: { status: 'completed', json: true },
       positionals: [],
       help: false,
+      name: 'agentd runs ls',
     });
     expect(() => parseCommand(spec('runs ls'), ['--stauts', 'x'])).toThrow(UsageError);
     expect(() => parseCommand(spec('runs ls'), ['--status'])).toThrow(/--status/);
@@ -64,5 +66,16 @@ describe('tasks create schedule', () => {
     expect(() => scheduleOf({ cron: '* * * * *', manual: true }, h)).toThrow('one schedule only');
     expect(() => scheduleOf({ every: '0' }, h)).toThrow('--every');
     expect(() => scheduleOf({ every: '60', tz: 'UTC' }, h)).toThrow('--tz goes with --cron');
+  });
+});
+
+describe('usd: dollar amounts for people', () => {
+  it('rounds a float sum instead of printing its tail', () => {
+    expect(usd(0.0005574999999999999)).toBe('$0.000557');
+    expect(usd(0.1 + 0.2)).toBe('$0.30');
+    expect(usd(0.012345)).toBe('$0.0123');
+    expect(usd(1.5)).toBe('$1.50');
+    expect(usd(0.0000001234)).toBe('$0.000000123');
+    expect(usd(0)).toBe('$0');
   });
 });

@@ -90,6 +90,39 @@ describe('the command line itself', () => {
     expect(r.stderr).toContain(`cannot reach agentd at http://127.0.0.1:${port} (ECONNREFUSED)`);
   });
 
+  it('version --help prints the help of version, not the version', async () => {
+    const r = await cli('version', '--help');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^Usage: agentd version\n/);
+    expect(r.stdout).not.toContain(VERSION);
+    expect((await cli('version', '--bogus')).code).toBe(2);
+  });
+
+  it('a --url or AGENTD_URL that is not an http(s) URL is a usage error (exit 2), not "cannot reach"', async () => {
+    const [flag, envUrl] = await Promise.all([runCli(['runs', 'ls', '--url', 'notaurl'], cliEnv()), runCli(['runs', 'ls'], cliEnv({ AGENTD_URL: 'ftp://x' }))]);
+    for (const r of [flag, envUrl]) {
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toMatch(/^agentd: .+\nRun 'agentd runs ls --help' for usage\.\n$/);
+    }
+  });
+
+  it('with --json, errors are one line of JSON on stderr (API errors with their code), exit codes unchanged', async () => {
+    const [missing, invalid, usage] = await Promise.all([
+      cli('runs', 'show', 'run_nope', '--json'),
+      cli('runs', 'ls', '--status', 'bogus', '--json'),
+      cli('runs', 'ls', '--json', '--bogus'),
+    ]);
+    expect(missing.code).toBe(1);
+    expect(JSON.parse(missing.stderr)).toMatchObject({ error: { type: 'api', status: 404, body: { code: 'AGT_ERR_RUN_NOT_FOUND' } } });
+    expect(invalid.code).toBe(1);
+    const bad = JSON.parse(invalid.stderr) as { error: { status: number; body: { detail: { loc: string[] }[] } } };
+    expect(bad.error.status).toBe(422);
+    expect(bad.error.body.detail[0].loc).toEqual(['query', 'status']);
+    expect(usage.code).toBe(2);
+    expect(JSON.parse(usage.stderr)).toMatchObject({ error: { type: 'usage', help: 'agentd runs ls --help' } });
+    for (const r of [missing, invalid, usage]) expect(r.stdout).toBe('');
+  });
+
   it('prints API errors as error: <message>, and 422 details as loc: msg lines (exit 1)', async () => {
     const [missing, invalid] = await Promise.all([cli('runs', 'show', 'run_nope'), cli('runs', 'ls', '--status', 'bogus')]);
     expect(missing.code).toBe(1);
@@ -229,6 +262,18 @@ describe('runs', () => {
     const again = await cli('runs', 'resume', runId);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/^error: /);
+    expect(show.stdout).toMatch(/^usage\s+\d+ model calls, .* tokens, \$\d+(\.\d+)?$/m); // rounded, never a float's tail
+  });
+
+  it('a reader that closes early (runs show R | head -1) ends the command quietly, no EPIPE stack trace', async () => {
+    const listed = JSON.parse((await cli('runs', 'ls', '--json')).stdout) as { runs: { run_id: string }[] };
+    const runId = listed.runs[0]!.run_id;
+    const child = spawnCli(['runs', 'show', runId], env);
+    child.stdout!.destroy(); // the pipe's reader is gone before the command writes a line
+    const r = await collect(child);
+    expect(r.signal).toBeNull();
+    expect(r.code).toBe(0);
+    expect(r.stderr).not.toMatch(/EPIPE|Error|at /);
   });
 });
 

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { configFromObject } from '../../src/config.js';
 import { startServer, type Server } from '../../src/main.js';
 import type { ModelProvider } from '../../src/agent/model/types.js';
+import type { Clock } from '../../src/clock.js';
 import { createLogger, type LogLevel } from '../../src/telemetry/logger.js';
 import { createTestDatabase, type TestDatabase } from './postgres.js';
 
@@ -34,10 +35,13 @@ export function tempDir(prefix = 'agentd-test-'): string {
   return mkdtempSync(join(tmpdir(), prefix));
 }
 
-/** `env`: the environment the config resolves against (default empty), e.g. AGENTD_MODEL_API_KEY. */
+/**
+ * `env`: the environment the config resolves against (default empty), e.g. AGENTD_MODEL_API_KEY.
+ * `clock`: the server's "now" (default the system clock), e.g. a fixture's moment (test/helpers/snapshot-fixtures.ts).
+ */
 export async function startTestServer(
   config: Record<string, unknown> = {},
-  opts: { dataDir?: string; model?: ModelProvider; modelUrl?: string; env?: NodeJS.ProcessEnv } = {},
+  opts: { dataDir?: string; model?: ModelProvider; modelUrl?: string; env?: NodeJS.ProcessEnv; clock?: Clock } = {},
 ): Promise<TestServer> {
   const dataDir = opts.dataDir ?? tempDir();
   const cfg = structuredClone(config) as Record<string, any>;
@@ -56,7 +60,7 @@ export async function startTestServer(
   const config2 = configFromObject(cfg, { dataDir, env: opts.env ?? {} });
   // Quiet unless asked (AGENTD_LOG_LEVEL=info): warnings and every 5xx line still reach stderr.
   const logger = createLogger({ level: (process.env.AGENTD_LOG_LEVEL as LogLevel | undefined) ?? 'warn' });
-  const server = await startServer(config2, { model: opts.model, logger });
+  const server = await startServer(config2, { model: opts.model, logger, clock: opts.clock });
   return {
     ...server,
     dataDir,

@@ -6,6 +6,7 @@
 import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'vitest';
+import type { Clock } from '../../src/clock.js';
 import { openStore } from '../../src/store/open.js';
 import type { RecordIndexes, RecordKind, Store } from '../../src/store/store.js';
 import { startTestServer, tempDir, type TestServer } from './server.js';
@@ -55,6 +56,27 @@ export async function loadFixture(fixture: SnapshotFixture, indexesOf: (r: Fixtu
     await store.close();
   }
   return dataDir;
+}
+
+/** The moment the fixture was taken: the newest `updated_at` among its records. */
+function fixtureMoment(fixture: SnapshotFixture): number {
+  const times = fixture.records.map((r) => Date.parse(r.value?.updated_at ?? '')).filter((t) => Number.isFinite(t));
+  if (times.length === 0) throw new Error(`fixture ${fixture.run_id} has no record with updated_at`);
+  return Math.max(...times);
+}
+
+/**
+ * The clock a server restoring `fixture` runs on: it starts `afterMs` after the moment the fixture
+ * was taken and then moves with real time. A fixture holds absolute times (an approval's
+ * `expires_at`, a lease's end) written on the day it was made; restored on the system clock, it
+ * would behave differently as the calendar moves on (approvals expired a day after the fixture was
+ * written). On this clock the restore is the same whatever today's date: `afterMs` is how long the
+ * old server has been gone (long enough for its leases to lapse, short of any approval's expiry).
+ */
+export function clockAfterFixture(fixture: SnapshotFixture, afterMs = 10 * 60_000): Clock {
+  const start = fixtureMoment(fixture) + afterMs;
+  const realStart = performance.now();
+  return { now: () => Math.round(start + (performance.now() - realStart)) };
 }
 
 /** The fixture files whose names match, sorted (oldest machine version first). */

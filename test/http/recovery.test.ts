@@ -258,11 +258,12 @@ describe('explicit resume with the orphan sweep off', () => {
 
     child = await startAgentd({ configFile: cfg, dataDir, env: env() });
     expect((await getRun(child.url, ids.f)).status).toBe('running'); // nobody swept it
-    // 409 while the dead owner's lease (1 s) has not lapsed yet, then the resume goes through.
+    // 409 AGT_ERR_RUN_ALREADY_LIVE while the dead owner's lease (1 s) has not lapsed yet (the
+    // restarted process does not take it: its orphan sweep is off), then the resume goes through.
     const r = await eventually(
       async () => {
         const res = await postJson(`${child.url}/runs/${ids.f}/resume`, {});
-        return res.status === 409 && /is live in/.test(String(res.body.message)) ? null : res;
+        return res.status === 409 && res.body.code === 'AGT_ERR_RUN_ALREADY_LIVE' ? null : res;
       },
       10_000,
       'f: resumable',

@@ -226,8 +226,7 @@ describe('session_policy on POST /run/sync', () => {
     const { first, runId, session } = await busySession('reject');
     const r = await postJson(`${server.url}/run/sync`, { query: 'SECOND', session_id: session, session_policy: 'reject' });
     expect(r.status).toBe(409);
-    expect(r.body).toMatchObject({ error: 'Conflict', detail: 'session_busy' });
-    expect(r.body.message).toContain(runId);
+    expect(r.body).toMatchObject({ error: 'Conflict', code: 'AGT_ERR_SESSION_BUSY', detail: 'session_busy' });
     // POST /run answers the same 409 as JSON, before any stream opens.
     const streamed = await postJson(`${server.url}/run`, { query: 'SECOND', session_id: session, session_policy: 'reject' });
     expect(streamed.status).toBe(409);

@@ -20,6 +20,7 @@ import {
   loadFixture,
   readSnapshotFixture,
   writeFixtureFrom,
+  clockAfterFixture,
   expectFixturesUpTo,
   snapshotFixtureFiles,
   WRITE_SNAPSHOT_FIXTURES,
@@ -155,7 +156,7 @@ describe.skipIf(WRITE)("snapshots written by older code restore on today's serve
     writeFileSync(ledger, '');
     const dataDir = await load(newer);
     dirs.push(dataDir);
-    const server = await startTestServer(GOVERNED, { modelUrl: model.url, dataDir });
+    const server = await startTestServer(GOVERNED, { modelUrl: model.url, dataDir, clock: clockAfterFixture(newer) });
     try {
       const view = (await getJson(`${server.url}/runs/${base.run_id}`)).body;
       const decided = await postJson(`${server.url}/runs/${base.run_id}/approvals/${view.approvals[0].approval_id}`, {
@@ -185,8 +186,9 @@ describe.skipIf(WRITE)("snapshots written by older code restore on today's serve
       let server: TestServer | null = null;
       try {
         const config = fixture.scenario === 'awaiting_budget' ? BUDGETED : GOVERNED;
-        // The orphan's lease is long lapsed (the fixture is old), so the start-up sweep takes it over.
-        server = await startTestServer(config, { modelUrl: model.url, dataDir });
+        // The server starts 10 minutes after the fixture was taken, whatever today's date: the
+        // orphan's lease has lapsed (so the start-up sweep takes it over) and no approval has expired.
+        server = await startTestServer(config, { modelUrl: model.url, dataDir, clock: clockAfterFixture(fixture) });
         const url = server.url;
         const runId = fixture.run_id;
         if (fixture.scenario === 'awaiting_approval') {
