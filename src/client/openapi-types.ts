@@ -279,6 +279,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/background/tasks/{task_id}/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Queue up to 1,000 manual runs in one call, each idempotent by its own key */
+        post: operations["runBackgroundTaskBulk"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/background/tasks/{task_id}/schedule": {
         parameters: {
             query?: never;
@@ -1124,6 +1141,27 @@ export interface components {
         BackgroundStatusResponse: {
             /** @description Operation status. */
             status: string;
+        };
+        BackgroundTaskBulkRunItem: {
+            /** @description Queues this run at most once per task: a later item (in this or another call) with the same key answers with the run it queued, as long as that run is kept (background.run_retention), and queues nothing. */
+            idempotency_key?: string | null;
+            /** @description One-off query override for this run. */
+            query?: string | null;
+        };
+        BackgroundTaskBulkRunRequest: {
+            /** @description The runs to queue, in order (1 to 1000). Each obeys the task's overlap policy like a manual run. */
+            runs: components["schemas"]["BackgroundTaskBulkRunItem"][];
+        };
+        BackgroundTaskBulkRunResponse: {
+            /** @description Runs this call queued (or stored skipped). */
+            created: number;
+            /** @description One entry per item of the request, in its order. */
+            runs: components["schemas"]["BackgroundTaskBulkRunResult"][];
+        };
+        BackgroundTaskBulkRunResult: {
+            /** @description False when an earlier item with the same idempotency_key queued this run. */
+            created: boolean;
+            run: components["schemas"]["BackgroundRun"];
         };
         BackgroundTaskCreateRequest: {
             /** @description Defaults to the configured background agent id. */
@@ -3321,6 +3359,86 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunWaitTimeoutResponse"];
+                };
+            };
+        };
+    };
+    runBackgroundTaskBulk: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                task_id: components["schemas"]["BackgroundId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BackgroundTaskBulkRunRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackgroundTaskBulkRunResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };

@@ -311,6 +311,36 @@ export const BackgroundTaskRunRequest = z
   .meta({ id: 'BackgroundTaskRunRequest' });
 export type BackgroundTaskRunRequest = z.infer<typeof BackgroundTaskRunRequest>;
 
+/** Most runs one POST /background/tasks/{task_id}/runs queues (BullMQ's addBulk and pg-boss take 1,000 jobs a call). */
+export const MAX_BULK_RUNS = 1000;
+
+/** One run of a bulk trigger: its overrides of the task, and the key that makes queuing it idempotent. */
+export const BackgroundTaskBulkRunItem = z
+  .strictObject({
+    query: z.string().min(1).nullish().describe('One-off query override for this run.'),
+    idempotency_key: z
+      .string()
+      // The Idempotency-Key header's characters (src/integrations/idempotency.ts).
+      .regex(/^[\x21-\x7e]{1,255}$/, { message: '1 to 255 printable ASCII characters' })
+      .nullish()
+      .describe(
+        'Queues this run at most once per task: a later item (in this or another call) with the same key answers with the run it queued, as long as that run is kept (background.run_retention), and queues nothing.',
+      ),
+  })
+  .meta({ id: 'BackgroundTaskBulkRunItem' });
+export type BackgroundTaskBulkRunItem = z.infer<typeof BackgroundTaskBulkRunItem>;
+
+export const BackgroundTaskBulkRunRequest = z
+  .strictObject({
+    runs: z
+      .array(BackgroundTaskBulkRunItem)
+      .min(1)
+      .max(MAX_BULK_RUNS)
+      .describe(`The runs to queue, in order (1 to ${MAX_BULK_RUNS}). Each obeys the task's overlap policy like a manual run.`),
+  })
+  .meta({ id: 'BackgroundTaskBulkRunRequest' });
+export type BackgroundTaskBulkRunRequest = z.infer<typeof BackgroundTaskBulkRunRequest>;
+
 // --- runs and attempts -------------------------------------------------------------------------
 
 export const BackgroundRun = z
@@ -453,6 +483,23 @@ export const BackgroundRunsResponse = z
   .object({ runs: z.array(BackgroundRun), total: Count, next_cursor: z.string().nullable() })
   .meta({ id: 'BackgroundRunsResponse' });
 export type BackgroundRunsResponse = z.infer<typeof BackgroundRunsResponse>;
+
+export const BackgroundTaskBulkRunResponse = z
+  .object({
+    runs: z
+      .array(
+        z
+          .object({
+            run: BackgroundRun,
+            created: z.boolean().describe('False when an earlier item with the same idempotency_key queued this run.'),
+          })
+          .meta({ id: 'BackgroundTaskBulkRunResult' }),
+      )
+      .describe('One entry per item of the request, in its order.'),
+    created: Count.describe('Runs this call queued (or stored skipped).'),
+  })
+  .meta({ id: 'BackgroundTaskBulkRunResponse' });
+export type BackgroundTaskBulkRunResponse = z.infer<typeof BackgroundTaskBulkRunResponse>;
 
 export const BackgroundAgentsResponse = z.object({ agents: z.array(BackgroundAgentSpec), total: Count }).meta({ id: 'BackgroundAgentsResponse' });
 export type BackgroundAgentsResponse = z.infer<typeof BackgroundAgentsResponse>;
