@@ -3,6 +3,7 @@
 // run record (casUpdate: read, decide, write on the version read, retried with backoff); a
 // decision that lets a paused run go on hands it to RunRecovery.resume.
 import type { ApprovalState, BudgetRequest, RunContext } from '../../machines/run.machine.js';
+import { decideApproval as decideApprovalRule } from '../../machines/policies/approval.js';
 import { checkInput } from '../agent/guardrails.js';
 import { type AppError, domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
@@ -52,35 +53,23 @@ export class RunDecisions {
       snapshotRead.catch(() => undefined);
       const rec = await repos(store).runs.get<RunRecord>(runId);
       if (!rec) throw notFound('run', runId);
-      const approval = rec.value.approvals.find((a) => a.approval_id === approvalId);
-      if (!approval) throw notFound('approval', approvalId);
       const now = this.deps.clock.now();
-      if (approval.status === 'pending' && Date.parse(approval.expires_at) <= now) {
-        await repos(store)
-          .runs.update<RunRecord>(
-            runId,
-            {
-              ...rec.value,
-              approvals: rec.value.approvals.map((a) => (a.approval_id === approvalId ? { ...a, status: 'expired' as const } : a)),
-            },
-            rec.version,
-          )
-          // Best effort: the sweep expires it too; the caller gets its 409 either way.
-          .catch(swallow('decisions.mark_expired', { run_id: runId, approval_id: approvalId }));
-        throw domainError('AGT_ERR_APPROVAL_EXPIRED', [approvalId, String(approval.expires_at)], { detail: 'expired' });
+      const verdict = decideApprovalRule(rec.value.approvals, rec.value.status === 'awaiting_approval', approvalId, body, now, iso(now));
+      switch (verdict.kind) {
+        case 'unknown':
+          throw notFound('approval', approvalId);
+        case 'expired':
+          await repos(store)
+            .runs.update<RunRecord>(runId, { ...rec.value, approvals: verdict.approvals }, rec.version)
+            // Best effort: the sweep expires it too; the caller gets its 409 either way.
+            .catch(swallow('decisions.mark_expired', { run_id: runId, approval_id: approvalId }));
+          throw domainError('AGT_ERR_APPROVAL_EXPIRED', [approvalId, String(verdict.expires_at)], { detail: 'expired' });
+        case 'already_decided':
+          throw domainError('AGT_ERR_APPROVAL_ALREADY_DECIDED', [approvalId, verdict.status], { detail: verdict.status });
+        case 'run_not_waiting':
+          throw domainError('AGT_ERR_RUN_NOT_WAITING', [`run ${runId}`, 'an approval', rec.value.status]);
       }
-      if (approval.status !== 'pending') throw domainError('AGT_ERR_APPROVAL_ALREADY_DECIDED', [approvalId, approval.status], { detail: approval.status });
-      if (rec.value.status !== 'awaiting_approval') throw domainError('AGT_ERR_RUN_NOT_WAITING', [`run ${runId}`, 'an approval', rec.value.status]);
-      const decided: ApprovalState = {
-        ...approval,
-        status: body.decision === 'approve' ? 'approved' : 'denied',
-        approver: body.approver,
-        note: body.note ?? null,
-        decided_at: iso(now),
-        edited_arguments: body.decision === 'approve' && body.arguments ? body.arguments : null,
-      };
-      const approvals = rec.value.approvals.map((a) => (a.approval_id === approvalId ? decided : a));
-      const allDecided = !approvals.some((a) => a.status === 'pending');
+      const { decided, approvals, allDecided } = verdict;
       const next: RunRecord = {
         ...rec.value,
         approvals,
