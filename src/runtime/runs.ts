@@ -14,6 +14,7 @@ import { RunEffects } from './run-effects.js';
 import type { RunHost } from './run-host.js';
 import type { InboxValue } from './run-inbox.js';
 import { RunKernel } from './run-kernel.js';
+import { busySessionPlan } from '../../machines/policies/busy-session.js';
 import type { CarriedWrite } from './persistence.js';
 import { newRunRecord, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { RunRecovery, type ResumeHow } from './run-recovery.js';
@@ -115,7 +116,8 @@ export class RunService {
     // "Busy sessions"). `enqueue` waits in the session's queue, as every run did before.
     const policy = opts.session_policy ?? this.deps.settings.session_policy ?? 'enqueue';
     const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(sessionId) : null;
-    if (busyWith && policy === 'reject') throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), busyWith], { detail: 'session_busy' });
+    const plan = busySessionPlan(policy, busyWith);
+    if (plan.refuse) throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), String(busyWith)], { detail: 'session_busy' });
     const releaseSlot = opts.admitted ? () => {} : await this.kernel.slots.acquire();
     let live: RunHost | null = null;
     let agent: AgentLease | null = null;
@@ -200,22 +202,22 @@ export class RunService {
         );
       // `interrupt`: the run in flight stops at its next step boundary; `rollback`: it is cancelled.
       // Either way it then lets go of the session, and this run (queued behind it) goes next.
-      if (busyWith && policy === 'interrupt') {
+      if (busyWith && plan.stop === 'interrupt') {
         // A run that just started may not be stored yet: its record is what the request checks.
         const busyLive = this.kernel.live.get(busyWith);
         busyLive?.writer.flush();
         await busyLive?.writer.created?.catch(() => undefined); // its own failure is reported by that run
         await this.interrupt(busyWith, { by: `run:${run_id}` }).catch(swallow('runs.session_interrupt', { run_id: busyWith, by: run_id }, isRefusal));
       }
-      if (busyWith && policy === 'rollback')
+      if (busyWith && plan.stop === 'cancel')
         await this.cancel(busyWith).catch(swallow('runs.session_rollback_cancel', { run_id: busyWith, by: run_id }, isRefusal));
       // Our turn in the session, then the conversation the runs before us left (a session id we
       // just made up has none: no read).
       await this.kernel.sessions.acquire(session_id, run_id);
       let history = sessionId ? await repos(this.deps.store).sessions.get<SessionValue>(session_id) : null;
       let carried: ChatMessage[] = [];
-      if (busyWith && policy === 'rollback') history = await this.kernel.history.rollbackTurn(session_id, busyWith, history);
-      if (busyWith && policy === 'interrupt') {
+      if (busyWith && plan.history === 'roll_back') history = await this.kernel.history.rollbackTurn(session_id, busyWith, history);
+      if (busyWith && plan.history === 'carry_over') {
         const c = await this.kernel.history.carryOver(busyWith);
         carried = c.messages;
         live.prelude = c.prelude;
