@@ -129,7 +129,7 @@ export default tseslint.config(
   // src/http/: routes over runtime services. The Store interface (src/store/store.ts) and the
   // adapters' shared helpers yes; an adapter, the code that opens one, or a storage library no.
   {
-    files: ['src/http/**/*.ts'],
+    files: ['src/http/**/*.ts', 'src/protocols/**/*.ts'],
     rules: {
       'no-restricted-imports': rule(
         [

@@ -14,6 +14,7 @@ import { createLogger, loggerSettings } from './telemetry/logger.js';
 import { installJsonBodyParser } from './http/json-body.js';
 import { jsonSerializerCompiler, zodValidatorCompiler } from './http/validation.js';
 import { installAuth } from './http/auth.js';
+import { connectionsPerAddress, installConnectionCap, installStreamCap } from './http/fair-use.js';
 import type { AppDeps } from './http/deps.js';
 import { installLazyDocs } from './http/docs.js';
 import { installUi } from './http/ui.js';
@@ -116,6 +117,7 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
 
   await app.register(fastifySSE, { heartbeatInterval: 15_000 });
   installAuth(app, deps);
+  installStreamCap(app, s.max_streams_per_key);
 
   await app.register(async (scope) => registerApiRoutes(scope, deps));
 
@@ -126,5 +128,7 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
   await app.ready();
   // More sockets than this are closed on accept, before they cost a file descriptor for long.
   app.server.maxConnections = s.max_connections;
+  // Below that, one address holds at most its share (src/http/fair-use.ts).
+  installConnectionCap(app.server, connectionsPerAddress(s));
   return app;
 }

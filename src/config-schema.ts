@@ -56,6 +56,16 @@ const ServerConfig = obj({
     .describe('A client must send its whole request (headers and body) within this time, or the connection is closed (408). At least headers_timeout_seconds.'),
   keep_alive_timeout_seconds: posNumber().default(5).describe('An idle keep-alive connection is closed after this time without a new request.'),
   max_connections: posInt().default(4096).describe('Open TCP connections at most; more are closed at once. Keep it under the process file-descriptor limit.'),
+  max_connections_per_address: posInt()
+    .optional()
+    .describe(
+      'Open TCP connections one client address may hold; one more is answered 429 (AGT_ERR_TOO_MANY_CONNECTIONS, Retry-After) and closed. Default: a quarter of max_connections (1024). Less than max_connections, so other clients and /health always find a connection. Behind a reverse proxy every client shares its address: raise it.',
+    ),
+  max_streams_per_key: posInt()
+    .default(256)
+    .describe(
+      'Open SSE streams (POST /run, follow streams, /machines/live) one API key may hold; with auth off, one client address. One more is answered 429 (AGT_ERR_TOO_MANY_STREAMS, Retry-After).',
+    ),
   max_json_depth: posInt().default(64).describe('Deepest nesting of arrays and objects accepted in a JSON body (422 beyond).'),
   stream_max_queued_events: posInt()
     .default(1000)
@@ -65,9 +75,22 @@ const ServerConfig = obj({
   stream_max_queued_bytes: posInt()
     .default(8 * 1024 * 1024)
     .describe('Bytes of SSE frames one stream may hold for a slow reader (same rule).'),
+  public_url: url()
+    .optional()
+    .describe(
+      'Where clients reach this service (scheme, host, optional path prefix), for URLs the service hands out: the A2A agent card. Default: the scheme and Host header of the request.',
+    ),
   stream_drop_grace_seconds: posNumber()
     .default(5)
     .describe('A dropped stream (StreamOverflow) whose reader has not read up to the error frame within this time loses the connection.'),
+}).superRefine((s, ctx) => {
+  if (s.max_connections_per_address !== undefined && s.max_connections_per_address >= s.max_connections) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['max_connections_per_address'],
+      message: `expected less than server.max_connections (${s.max_connections}), so that other clients and /health still find a connection`,
+    });
+  }
 });
 
 const StoreConfig = obj({
@@ -246,19 +269,54 @@ const BackgroundConfig = obj({
   }).prefault({}),
 });
 
-// Registered agents (POST /background/agents; docs/agents.md). A spec names code to load and
-// commands to start, so both are opt-in: a local tools module must lie in one of `tools_dirs`, an
-// MCP stdio server's command must be listed in `mcp_commands`.
+// Registered agents (POST /background/agents; docs/agents.md). Everything a spec may reach is
+// named here by the operator, never assembled from a request: MCP servers are defined whole and a
+// spec names them, keys come only from the listed env names, model hosts only from the list.
+const McpStdioServerBody = obj({ command: nonEmpty(), args: arr(str()).default([]), env: strMap().default({}) });
+const McpHttpServerBody = obj({ url: url(), headers: strMap().default({}) });
+const AGENT_ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 const AgentsConfig = obj({
   tools_dirs: arr(nonEmpty())
     .default([])
     .describe(
-      "Directories a registered agent's local_tools_ref may load a module from (relative: against the config file). Empty: no registered agent may load a tools module.",
+      "Directories a registered agent's local_tools_ref may load a module from (relative: against the config file). Only an admin key may register a spec with local_tools_ref. Empty: no registered agent may load a tools module.",
     ),
-  mcp_commands: arr(nonEmpty())
+  mcp_commands: z
+    .never({
+      error:
+        'removed: a request may no longer choose an MCP command, its args or env. Define each server whole in agents.mcp_servers and name it in the spec as {"server": "<name>"} (docs/agents.md)',
+    })
+    .optional(),
+  mcp_servers: z
+    .record(mcpServerName(), z.union([McpStdioServerBody, McpHttpServerBody], { error: 'expected {command, args, env} or {url, headers}' }), {
+      error: 'expected an object of MCP servers by name',
+    })
+    .default({})
+    .describe(
+      'MCP servers a registered agent may name (mcp_tools: [{"server": "<name>"}]), each defined whole: {command, args, env} or {url, headers}. ${NAME} in an env or header value is read from the environment at start-up (unset: start-up fails) and is redacted from everything answered or exported.',
+    ),
+  secret_env: arr(
+    z.string({ error: 'expected the name of an environment variable' }).regex(AGENT_ENV_NAME, { error: 'expected the name of an environment variable' }),
+  )
     .default([])
-    .describe("Commands a registered agent's MCP stdio server may run (exact match). Empty: only MCP servers over HTTP."),
+    .describe(
+      "Environment variables a registered agent's model_config.api_key_env may name (read at start-up; their values are redacted from everything answered or exported). Empty: registered agents get no key.",
+    ),
+  model_hosts: arr(nonEmpty())
+    .default([])
+    .describe(
+      "Hosts (host, or host:port when the port is not the scheme's default, as in a URL) a registered agent's model may be reached at; a provider's default URL counts (api.openai.com, api.anthropic.com). Empty: only the demo model and the served agent's.",
+    ),
   max_cached: posInt().default(32).describe('Built agents kept in memory at most (least recently used ones are let go; a run keeps its own until it ends).'),
+  max_mcp_servers_per_agent: posInt().default(4).describe('MCP servers one registered agent may name (422 beyond).'),
+  max_mcp_processes: posInt()
+    .default(16)
+    .describe(
+      'MCP stdio processes registered agents may hold open at once in this process (shared by agents naming one server); a build needing one more is refused with 503.',
+    ),
+  max_spec_bytes: posInt()
+    .default(128 * 1024)
+    .describe('Largest registered agent spec, as JSON in UTF-8 bytes (system instruction and metadata included; 422 beyond).'),
 });
 
 const LogConfig = obj({

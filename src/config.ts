@@ -15,6 +15,19 @@ type ResolvedModel = Omit<ParsedConfig['agent']['model'], 'model'> & {
   api_key: string | null;
 };
 
+/**
+ * What registered agents may reach, read from the environment once at start-up (docs/agents.md).
+ * A non-enumerable property of `agents`: a printed config never shows a value.
+ */
+export interface ResolvedAgents {
+  /** The values of the `agents.secret_env` names that are set (empty counts as unset). */
+  secrets: Readonly<Record<string, string>>;
+  /** `agents.mcp_servers` by name, `${NAME}` replaced by the variable's value. */
+  mcp: Readonly<Record<string, { command: string; args: string[]; env: Record<string, string> } | { url: string; headers: Record<string, string> }>>;
+  /** Every value a `${NAME}` in `agents.mcp_servers` gave (redacted everywhere). */
+  interpolated: readonly string[];
+}
+
 type ResolvedWebhooks = Omit<ParsedConfig['webhooks'], 'endpoints'> & {
   /** `signing_secret`: the resolved secret (value or env var). Non-enumerable: JSON.stringify never shows it. */
   endpoints: Array<ParsedConfig['webhooks']['endpoints'][number] & { signing_secret: string }>;
@@ -30,8 +43,8 @@ type Resolved = Omit<ParsedConfig, '$schema' | 'store' | 'agent' | 'background' 
   store: Omit<ParsedConfig['store'], 'path'> & { path: string };
   agent: Omit<ParsedConfig['agent'], 'model'> & { model: ResolvedModel };
   background: Omit<ParsedConfig['background'], 'workspace_root'> & { workspace_root: string };
-  /** `tools_dirs` absolute. */
-  agents: ParsedConfig['agents'];
+  /** `tools_dirs` absolute; `resolved` (non-enumerable) holds what the env gave. */
+  agents: Omit<ParsedConfig['agents'], 'mcp_commands'> & { resolved: ResolvedAgents };
   webhooks: ResolvedWebhooks;
 };
 
@@ -88,14 +101,6 @@ function parseFlags(argv: string[]): CliFlags {
     flags[name] = value;
   }
   return flags;
-}
-
-/**
- * An environment variable a registered agent names (`model_config.api_key_env`, `${VAR}` in an MCP
- * server's env or headers): read when the agent is built, never stored. Empty counts as unset.
- */
-export function agentEnvValue(name: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
-  return nonEmptyEnv(env, name);
 }
 
 function nonEmptyEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -292,6 +297,7 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
     problems.push(`pricing: a cost_usd budget needs a price for model "${modelName}" (pricing.${modelName})`);
   }
   const webhooks = resolveWebhooks(c.webhooks, env, problems);
+  const agentsResolved = resolveAgents(c.agents, env, problems);
   if (problems.length > 0) throw new ConfigError(problems, source);
 
   const dataDir = resolve(cwd, opts.dataDir ?? nonEmptyEnv(env, 'AGENTD_DATA_DIR') ?? DEFAULT_DATA_DIR);
@@ -317,10 +323,61 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
       ...c.background,
       workspace_root: c.background.workspace_root !== undefined ? under(c.background.workspace_root) : join(dataDir, 'workspaces'),
     },
-    agents: { ...c.agents, tools_dirs: c.agents.tools_dirs.map(under) },
+    agents: withResolved({ ...withoutRemovedKeys(c.agents), tools_dirs: c.agents.tools_dirs.map(under) }, agentsResolved),
     webhooks,
   };
   return deepFreeze(resolved) as Config;
+}
+
+function withoutRemovedKeys(a: ParsedConfig['agents']): Omit<ParsedConfig['agents'], 'mcp_commands'> {
+  const { mcp_commands: _removed, ...rest } = a;
+  void _removed;
+  return rest;
+}
+
+function withResolved(a: Omit<ParsedConfig['agents'], 'mcp_commands'>, resolved: ResolvedAgents): Resolved['agents'] {
+  const out = { ...a } as Resolved['agents'];
+  Object.defineProperty(out, 'resolved', { value: resolved, enumerable: false });
+  return out;
+}
+
+/**
+ * Reads what registered agents may use from the environment: the `agents.secret_env` values that
+ * are set, and `${NAME}` in `agents.mcp_servers` (an unset one is a start-up problem: the operator
+ * wrote it). Read once, so the redaction set built from the config holds every value a build can
+ * resolve (src/telemetry/secrets.ts).
+ */
+function resolveAgents(a: ParsedConfig['agents'], env: NodeJS.ProcessEnv, problems: string[]): ResolvedAgents {
+  const secrets: Record<string, string> = Object.create(null) as Record<string, string>;
+  for (const name of a.secret_env) {
+    const v = nonEmptyEnv(env, name);
+    if (v !== undefined) secrets[name] = v;
+  }
+  const interpolated: string[] = [];
+  const fill = (value: string, path: string): string =>
+    value.replace(/\$\{([^}]*)\}/g, (_m, name: string) => {
+      const v = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/.test(name) ? nonEmptyEnv(env, name) : undefined;
+      if (v === undefined) {
+        problems.push(`${path}: \${${name}} names no environment variable that is set`);
+        return '';
+      }
+      interpolated.push(v);
+      return v;
+    });
+  const mcp: Record<string, ResolvedAgents['mcp'][string]> = {};
+  for (const [name, server] of Object.entries(a.mcp_servers)) {
+    const at = `agents.mcp_servers.${name}`;
+    if ('url' in server) {
+      mcp[name] = { url: server.url, headers: Object.fromEntries(Object.entries(server.headers).map(([k, v]) => [k, fill(v, `${at}.headers.${k}`)])) };
+    } else {
+      mcp[name] = {
+        command: server.command,
+        args: [...server.args],
+        env: Object.fromEntries(Object.entries(server.env).map(([k, v]) => [k, fill(v, `${at}.env.${k}`)])),
+      };
+    }
+  }
+  return { secrets, mcp, interpolated };
 }
 
 /** Webhook signing secrets, by value or env-var name, as non-enumerable properties (never printed or stored). */

@@ -9,6 +9,7 @@ export const ERROR_CODES = {
   Unauthorized: { status: 401, retryable: false, description: 'No valid API key was presented.' },
   Forbidden: { status: 403, retryable: false, description: "The API key's role does not allow this request." },
   NotFound: { status: 404, retryable: false, description: 'The named resource does not exist.' },
+  MethodNotAllowed: { status: 405, retryable: false, description: 'The path exists, but not with this method (`Allow` lists the ones it has).' },
   RequestTimeout: {
     status: 408,
     retryable: true,
@@ -60,14 +61,26 @@ export const DOMAIN_ERRORS = {
   AGT_ERR_UNAUTHORIZED: { error: 'Unauthorized', status: 401, message: 'send Authorization: Bearer <api key>' },
   AGT_ERR_API_KEY_INVALID: { error: 'Unauthorized', status: 401, message: 'the API key is not valid' },
   AGT_ERR_FORBIDDEN: { error: 'Forbidden', status: 403, message: "the '%s' role may not %s %s" },
+  AGT_ERR_AGENT_SPEC_NEEDS_ADMIN: { error: 'Forbidden', status: 403, message: "the '%s' role may not register a spec with %s: it needs an admin key" },
   AGT_ERR_APPROVER_MISMATCH: { error: 'Forbidden', status: 403, message: "approver '%s' does not match the API key '%s'" },
   AGT_ERR_ROUTE_NOT_FOUND: { error: 'NotFound', status: 404, message: 'no route %s %s' },
+  AGT_ERR_METHOD_NOT_ALLOWED: { error: 'MethodNotAllowed', status: 405, message: '%s' },
   AGT_ERR_REQUEST_TIMEOUT: { error: 'RequestTimeout', status: 408, message: 'the request did not arrive in time' },
   AGT_ERR_PAYLOAD_TOO_LARGE: { error: 'PayloadTooLarge', status: 413, message: 'the request body is larger than the configured limit' },
   AGT_ERR_URI_TOO_LONG: { error: 'URITooLong', status: 414, message: 'a path segment is longer than any id the API accepts' },
   AGT_ERR_UNSUPPORTED_MEDIA_TYPE: { error: 'UnsupportedMediaType', status: 415, message: 'send the body as application/json' },
   AGT_ERR_HEADERS_TOO_LARGE: { error: 'RequestHeaderFieldsTooLarge', status: 431, message: 'the request headers are too large' },
   AGT_ERR_RATE_LIMITED: { error: 'TooManyRequests', status: 429, message: '%s' },
+  AGT_ERR_TOO_MANY_CONNECTIONS: {
+    error: 'TooManyRequests',
+    status: 429,
+    message: 'this client address already holds %s open connections, the most one address may hold; close one or retry later',
+  },
+  AGT_ERR_TOO_MANY_STREAMS: {
+    error: 'TooManyRequests',
+    status: 429,
+    message: 'this client already holds %s open streams, the most one API key (or address, with auth off) may hold; close one or retry later',
+  },
   AGT_ERR_INTERNAL: { error: 'InternalServerError', status: 500, message: 'an internal error occurred; it has been logged' },
 
   // A family's case without a more specific code (Fastify's own 4xx, the store's answers).
@@ -134,6 +147,11 @@ export const DOMAIN_ERRORS = {
 
   // Background agents, tasks and runs.
   AGT_ERR_BACKGROUND_AGENT_EXISTS: { error: 'Conflict', status: 409, message: "background agent '%s' is already registered" },
+  AGT_ERR_SERVED_AGENT_RESERVED: {
+    error: 'Conflict',
+    status: 409,
+    message: "'%s' is the served agent's id: the config defines that agent, so it is registered without a spec",
+  },
   AGT_ERR_BACKGROUND_AGENT_IN_USE: { error: 'Conflict', status: 409, message: "background agent '%s' has %s run(s) in flight" },
   AGT_ERR_BACKGROUND_TASK_EXISTS: { error: 'Conflict', status: 409, message: "background task '%s' already exists" },
   AGT_ERR_BACKGROUND_RUN_ENDED: { error: 'Conflict', status: 409, message: 'background run %s already ended (%s)' },
@@ -149,6 +167,11 @@ export const DOMAIN_ERRORS = {
   // Capacity and availability: retry after `Retry-After`.
   AGT_ERR_SHUTTING_DOWN: { error: 'ServerBusy', status: 503, message: 'the service is shutting down' },
   AGT_ERR_RUN_SLOTS_BUSY: { error: 'ServerBusy', status: 503, message: 'all %s run slots are busy; retry later' },
+  AGT_ERR_MCP_PROCESS_LIMIT: {
+    error: 'ServerBusy',
+    status: 503,
+    message: 'registered agents hold %s MCP server processes (agents.max_mcp_processes); no other may start now',
+  },
   AGT_ERR_AGENT_REBUILDING: { error: 'ServerBusy', status: 503, message: "agent '%s' is being rebuilt; try again" },
   AGT_ERR_TOO_MANY_WATCHERS: { error: 'ServerBusy', status: 503, message: 'too many machine watchers; retry later' },
   AGT_ERR_STORE_UNAVAILABLE: { error: 'ServerBusy', status: 503, message: 'the store is unavailable (its database does not answer); retry' },
@@ -170,6 +193,7 @@ export const FAMILY_DEFAULT_CODE: Record<ErrorCode, DomainCode> = {
   Unauthorized: 'AGT_ERR_UNAUTHORIZED',
   Forbidden: 'AGT_ERR_FORBIDDEN',
   NotFound: 'AGT_ERR_NOT_FOUND',
+  MethodNotAllowed: 'AGT_ERR_METHOD_NOT_ALLOWED',
   RequestTimeout: 'AGT_ERR_REQUEST_TIMEOUT',
   Conflict: 'AGT_ERR_CONFLICT',
   PayloadTooLarge: 'AGT_ERR_PAYLOAD_TOO_LARGE',

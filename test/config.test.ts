@@ -39,6 +39,7 @@ describe('loadConfig defaults', () => {
       body_timeout_seconds: 30,
       keep_alive_timeout_seconds: 5,
       max_connections: 4096,
+      max_streams_per_key: 256,
       max_json_depth: 64,
       stream_max_queued_events: 1000,
       stream_max_queued_bytes: 8388608,

@@ -2,6 +2,11 @@
 // pure checks that turn the stored JSON into a build plan, or into a list of problems with their
 // place in the spec (answered as 422). Building the plan (modules, providers, MCP connections) is
 // src/runtime/agent-registry.ts. docs/agents.md describes every field.
+//
+// What a spec may reach comes from the operator's config, never from the request: keys only from
+// the env names of `agents.secret_env`, model hosts only from `agents.model_hosts`, MCP servers
+// only by the name of one defined whole in `agents.mcp_servers` (a request never assembles a
+// command, its args, env or headers), and a tools module only with an admin key.
 import { isAbsolute, normalize, relative, resolve, sep } from 'node:path';
 import { z } from 'zod';
 import type { ModelProviderConfig, ModelProviderKind } from './model/index.js';
@@ -9,13 +14,21 @@ import type { BuiltinToolSet, McpServerConfig } from './tools/types.js';
 
 export const AGENT_MODEL_PROVIDERS = ['demo', 'openai-compatible', 'openai', 'anthropic'] as const;
 export const AGENT_BUILTIN_TOOLS = ['workspace', 'clock'] as const;
-/** MCP servers one agent may name (each is a connection, maybe a child process). */
-export const MAX_AGENT_MCP_SERVERS = 16;
+/** The URL a provider is reached at when a spec sets no base_url (the AI SDK's defaults). */
+const PROVIDER_DEFAULT_URL: Partial<Record<ModelProviderKind, string>> = {
+  openai: 'https://api.openai.com/v1',
+  anthropic: 'https://api.anthropic.com/v1',
+};
 
 export interface SpecProblem {
   /** Path inside the spec, e.g. ['model_config', 'api_key_env']. */
   path: Array<string | number>;
   message: string;
+  /**
+   * The 422 item's `type`: `not_allowed` when the config does not let registered agents reach
+   * it, `too_large` past a size cap; `value_error` (the default) otherwise.
+   */
+  type?: 'not_allowed' | 'too_large';
 }
 
 /** Thrown when a spec cannot become an agent; `problems` name every field at fault. */
@@ -55,13 +68,28 @@ export interface AgentPlan {
   workspace_root: string;
 }
 
+/** An MCP server as `agents.mcp_servers` defines it (without its name), `${NAME}` already filled in. */
+export type McpServerBody =
+  { command: string; args: readonly string[]; env: Readonly<Record<string, string>> } | { url: string; headers: Readonly<Record<string, string>> };
+
 export interface PlanOptions {
   /** agents.tools_dirs (absolute). */
   tools_dirs: readonly string[];
-  /** agents.mcp_commands. */
-  mcp_commands: readonly string[];
-  /** Reads an environment variable (empty = unset). */
-  env: (name: string) => string | undefined;
+  /** agents.mcp_servers by name. */
+  mcp_servers: Readonly<Record<string, McpServerBody>>;
+  /**
+   * The value of an environment variable listed in agents.secret_env and set; undefined for one
+   * not listed and for one not set alike, so a refusal never tells which.
+   */
+  secret: (name: string) => string | undefined;
+  /** agents.model_hosts. */
+  model_hosts: readonly string[];
+  /** The spec may use what needs an admin key (local_tools_ref). */
+  privileged: boolean;
+  /** agents.max_mcp_servers_per_agent. */
+  max_mcp_servers: number;
+  /** agents.max_spec_bytes. */
+  max_spec_bytes: number;
   /** Where a relative local_tools_ref is resolved (the service's working directory). */
   cwd: string;
 }
@@ -101,31 +129,40 @@ const WorkspaceConfigSpec = z.strictObject({
     .optional(),
 });
 
-const McpName = z
-  .string({ error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' })
-  .regex(/^[a-zA-Z0-9_-]{1,48}$/, { error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' });
-const StrMap = z.record(z.string(), z.string({ error: 'expected a string' }), { error: 'expected an object of strings' });
-const McpStdioSpec = z.strictObject({ name: McpName, command: z.string().min(1), args: z.array(z.string()).max(64).default([]), env: StrMap.default({}) });
-const McpHttpSpec = z.strictObject({ name: McpName, url: z.url({ error: 'expected an absolute http(s) URL' }), headers: StrMap.default({}) });
+/** An item of mcp_tools: the name of a server of agents.mcp_servers, nothing else. */
+const McpRefSpec = z.strictObject(
+  {
+    server: z.string({ error: 'expected the name of a server of agents.mcp_servers' }).min(1, { error: 'expected the name of a server of agents.mcp_servers' }),
+  },
+  { error: 'expected {"server": "<name of a server of agents.mcp_servers>"}' },
+);
 
 function issuesOf(error: z.ZodError, prefix: Array<string | number>): SpecProblem[] {
   return error.issues.map((i) => ({ path: [...prefix, ...(i.path as Array<string | number>)], message: i.message }));
 }
 
-/**
- * `${NAME}` in an MCP server's env or header values is read from the environment when the agent is
- * built, so a token is named in the spec, never stored in it.
- */
-function interpolate(value: string, env: PlanOptions['env'], path: Array<string | number>, problems: SpecProblem[]): string {
-  return value.replace(/\$\{([^}]*)\}/g, (_m, name: string) => {
-    if (!ENV_NAME.test(name)) {
-      problems.push({ path, message: `\${${name}} is not the name of an environment variable` });
-      return '';
-    }
-    const v = env(name);
-    if (v === undefined) problems.push({ path, message: `environment variable ${name} is not set` });
-    return v ?? '';
-  });
+/** One answer for a variable not listed and one not set: a caller never learns which variables exist. */
+function keyUnavailable(name: string): SpecProblem {
+  return {
+    path: ['model_config', 'api_key_env'],
+    message: `environment variable ${name} is not available to registered agents (it must be listed in agents.secret_env and set)`,
+    type: 'not_allowed',
+  };
+}
+
+/** URL.host of an http(s) URL (lowercase, the port only when it is not the scheme's default), or null. */
+function hostOf(u: string): string | null {
+  try {
+    const url = new URL(u);
+    return url.protocol === 'http:' || url.protocol === 'https:' ? url.host.toLowerCase() : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The fields of a spec that only an admin key may register (a tools module is code the service runs). */
+export function adminOnlyFields(spec: Pick<AgentSpecInput, 'local_tools_ref'>): string[] {
+  return spec.local_tools_ref != null ? ['local_tools_ref'] : [];
 }
 
 function insideAny(file: string, dirs: readonly string[]): boolean {
@@ -149,10 +186,15 @@ export function isServedAgentSpec(spec: Pick<AgentSpecInput, 'metadata'>): boole
 
 /**
  * Checks a spec and returns what to build. Every problem is collected (not only the first), each
- * with its path; a spec with any is refused. Reads the environment (keys, `${VAR}`) but nothing else.
+ * with its path; a spec with any is refused. Reads nothing but `opts` (the config's allowlists).
  */
 export function planAgent(spec: AgentSpecInput, opts: PlanOptions): AgentPlan {
   const problems: SpecProblem[] = [];
+
+  const bytes = Buffer.byteLength(JSON.stringify(spec), 'utf8');
+  if (bytes > opts.max_spec_bytes) {
+    problems.push({ path: [], message: `the spec is ${bytes} bytes as JSON; agents.max_spec_bytes allows ${opts.max_spec_bytes}`, type: 'too_large' });
+  }
 
   let model: AgentPlan['model'] = null;
   if (spec.model_config != null) {
@@ -171,19 +213,24 @@ export function planAgent(spec: AgentSpecInput, opts: PlanOptions): AgentPlan {
         if (!m.base_url) problems.push({ path: ['model_config', 'base_url'], message: 'required for provider "openai-compatible"' });
         if (!m.model) problems.push({ path: ['model_config', 'model'], message: 'required for provider "openai-compatible"' });
       }
-      if (m.base_url && !/^https?:\/\//i.test(m.base_url)) problems.push({ path: ['model_config', 'base_url'], message: 'expected an http(s) URL' });
+      // Where the model is reached: the spec's URL or the provider's own; either must be listed.
+      // A listed host is one the operator trusts with the run's prompt, tool results and key.
+      const target = m.base_url ?? PROVIDER_DEFAULT_URL[provider];
+      if (provider !== 'demo' && target !== undefined) {
+        const host = hostOf(target);
+        if (host === null) problems.push({ path: ['model_config', 'base_url'], message: 'expected an http(s) URL' });
+        else if (!opts.model_hosts.some((h) => h.toLowerCase() === host)) {
+          problems.push({ path: ['model_config', 'base_url'], message: `host ${host} is not in agents.model_hosts`, type: 'not_allowed' });
+        }
+      } else if (m.base_url && hostOf(m.base_url) === null) problems.push({ path: ['model_config', 'base_url'], message: 'expected an http(s) URL' });
       let apiKey: string | undefined;
       if (m.api_key_env !== undefined) {
-        apiKey = opts.env(m.api_key_env);
-        if (apiKey === undefined) problems.push({ path: ['model_config', 'api_key_env'], message: `environment variable ${m.api_key_env} is not set` });
+        apiKey = opts.secret(m.api_key_env);
+        if (apiKey === undefined) problems.push(keyUnavailable(m.api_key_env));
       } else if (provider === 'openai' || provider === 'anthropic') {
         const fallback = provider === 'anthropic' ? 'ANTHROPIC_API_KEY' : 'OPENAI_API_KEY';
-        apiKey = opts.env(fallback);
-        if (apiKey === undefined)
-          problems.push({
-            path: ['model_config', 'api_key_env'],
-            message: `provider "${provider}" needs an API key: set api_key_env to the name of an environment variable holding it (or set ${fallback})`,
-          });
+        apiKey = opts.secret(fallback);
+        if (apiKey === undefined) problems.push(keyUnavailable(fallback));
       }
       model = {
         provider,
@@ -220,50 +267,51 @@ export function planAgent(spec: AgentSpecInput, opts: PlanOptions): AgentPlan {
   let local_tools: string | null = null;
   if (spec.local_tools_ref != null) {
     const file = resolve(opts.cwd, spec.local_tools_ref);
-    if (opts.tools_dirs.length === 0) {
+    if (!opts.privileged) {
+      problems.push({ path: ['local_tools_ref'], message: 'a tools module needs a spec registered with an admin key', type: 'not_allowed' });
+    } else if (opts.tools_dirs.length === 0) {
       problems.push({
         path: ['local_tools_ref'],
         message: 'registered agents may not load tools modules: list the folder in the config key agents.tools_dirs',
+        type: 'not_allowed',
       });
     } else if (!insideAny(file, opts.tools_dirs)) {
-      problems.push({ path: ['local_tools_ref'], message: `the module must lie inside one of agents.tools_dirs (${opts.tools_dirs.join(', ')})` });
+      problems.push({ path: ['local_tools_ref'], message: 'the module must lie inside one of the folders of agents.tools_dirs', type: 'not_allowed' });
     } else local_tools = file;
   }
 
   const mcp: McpServerConfig[] = [];
   const list = spec.mcp_tools ?? [];
-  if (list.length > MAX_AGENT_MCP_SERVERS) problems.push({ path: ['mcp_tools'], message: `at most ${MAX_AGENT_MCP_SERVERS} MCP servers` });
+  if (list.length > opts.max_mcp_servers) {
+    problems.push({ path: ['mcp_tools'], message: `at most ${opts.max_mcp_servers} MCP servers (agents.max_mcp_servers_per_agent)`, type: 'too_large' });
+  }
   const names = new Set<string>();
-  list.slice(0, MAX_AGENT_MCP_SERVERS).forEach((raw, i) => {
+  list.slice(0, opts.max_mcp_servers).forEach((raw, i) => {
     const at: Array<string | number> = ['mcp_tools', i];
-    const isHttp = raw !== null && typeof raw === 'object' && 'url' in raw;
-    const parsed = (isHttp ? McpHttpSpec : McpStdioSpec).safeParse(raw);
+    const parsed = McpRefSpec.safeParse(raw);
     if (!parsed.success) {
-      problems.push(...issuesOf(parsed.error, at));
+      // The old inline forms ({name, command, args, env} / {name, url, headers}) land here.
+      problems.push({
+        path: at,
+        message: 'an MCP server is defined in the config (agents.mcp_servers) and named here as {"server": "<name>"}',
+        type: 'not_allowed',
+      });
       return;
     }
-    const s = parsed.data;
-    if (names.has(s.name)) problems.push({ path: [...at, 'name'], message: `MCP server name '${s.name}' is used twice` });
-    names.add(s.name);
-    if ('url' in s) {
-      if (!/^https?:\/\//i.test(s.url)) problems.push({ path: [...at, 'url'], message: 'expected an http(s) URL' });
-      const headers: Record<string, string> = {};
-      for (const [k, v] of Object.entries(s.headers)) headers[k] = interpolate(v, opts.env, [...at, 'headers', k], problems);
-      mcp.push({ name: s.name, url: s.url, headers });
-    } else {
-      if (!opts.mcp_commands.includes(s.command)) {
-        problems.push({
-          path: [...at, 'command'],
-          message:
-            opts.mcp_commands.length === 0
-              ? 'registered agents may not start MCP commands: list the command in the config key agents.mcp_commands'
-              : `command '${s.command}' is not in agents.mcp_commands`,
-        });
-      }
-      const env: Record<string, string> = {};
-      for (const [k, v] of Object.entries(s.env)) env[k] = interpolate(v, opts.env, [...at, 'env', k], problems);
-      mcp.push({ name: s.name, command: s.command, args: s.args, env });
+    const name = parsed.data.server;
+    const body = Object.hasOwn(opts.mcp_servers, name) ? opts.mcp_servers[name] : undefined;
+    if (body === undefined) {
+      problems.push({ path: [...at, 'server'], message: `no MCP server '${name}' in agents.mcp_servers`, type: 'not_allowed' });
+      return;
     }
+    if (names.has(name)) {
+      problems.push({ path: [...at, 'server'], message: `MCP server '${name}' is named twice` });
+      return;
+    }
+    names.add(name);
+    mcp.push(
+      'url' in body ? { name, url: body.url, headers: { ...body.headers } } : { name, command: body.command, args: [...body.args], env: { ...body.env } },
+    );
   });
 
   if (problems.length > 0) throw new AgentSpecError(problems);

@@ -1,13 +1,12 @@
 // Background agents (decisions.md §1 background rows): the registry of the agent specs that
 // background tasks run with (the served agent is registered as the default one), each spec built
 // when registered so one that cannot run is refused then. BackgroundManager delegates to this.
-import { AgentSpecError } from '../agent/agent-spec.js';
+import { AgentSpecError, adminOnlyFields, isServedAgentSpec } from '../agent/agent-spec.js';
 import { domainError, notFound, RequestValidationError } from '../errors.js';
 import { isRefusal, swallow } from '../telemetry/swallowed.js';
 import type { PreparedAgent } from '../runtime/agent-registry.js';
 import type { BackgroundAgentRegistrationRequest, BackgroundAgentSpec } from '../schemas/background.js';
-import { isStoreError, type Page } from '../store/store.js';
-import type { KindRepo } from '../store/repos/kind-repo.js';
+import { isStoreError } from '../store/store.js';
 import type { BackgroundDeps, RunEngine } from './engine.js';
 import type { AgentRow, BgRunRow } from './types.js';
 import { relativeWorkspace } from './workspace.js';
@@ -48,8 +47,18 @@ export class BackgroundAgents {
 
   async ensureDefaultAgent(): Promise<void> {
     const id = this.cfg.agent_id;
-    if (await repos(this.deps.store).bgAgents.get(id)) return;
+    const existing = await repos(this.deps.store).bgAgents.get<AgentRow>(id);
     const at = iso(this.now());
+    if (existing && !isServedAgentSpec(existing.value)) {
+      // Older versions let a request give this row a spec of its own; it never runs (the registry
+      // serves this id as the served agent), and the row is put back so answers say so too.
+      const row: AgentRow = { ...this.servedAgentSpec(id), created_at: existing.value.created_at, updated_at: at };
+      await repos(this.deps.store)
+        .bgAgents.update<AgentRow>(id, row, existing.version)
+        .catch(swallow('background.restore_default_agent', { agent_id: id }));
+      return;
+    }
+    if (existing) return;
     try {
       await repos(this.deps.store).bgAgents.create<AgentRow>(id, { ...this.servedAgentSpec(id), created_at: at, updated_at: at });
     } catch (err) {
@@ -57,15 +66,28 @@ export class BackgroundAgents {
     }
   }
 
-  async registerAgent(body: BackgroundAgentRegistrationRequest): Promise<AgentRow> {
+  /**
+   * `caller`: the role of the key (null when auth is off: every caller may do everything). What a
+   * spec may reach is checked against the config when it is built (src/agent/agent-spec.ts).
+   */
+  async registerAgent(body: BackgroundAgentRegistrationRequest, caller: { role: string | null }): Promise<AgentRow> {
     const agentId = body.agent_id ?? body.spec?.agent_id ?? this.cfg.agent_id;
+    // The served agent's row stands for the config's agent; over HTTP it is only re-registered as
+    // such, never given a spec (which would send its tasks, prompt and key wherever the spec says).
+    if (body.spec && agentId === this.cfg.agent_id) throw domainError('AGT_ERR_SERVED_AGENT_RESERVED', [agentId]);
+    if (body.spec && isServedAgentSpec(body.spec)) {
+      throw new RequestValidationError('body', [specIssue(['metadata', 'served_agent'], 'set only on rows registered without a spec', 'value_error')], body);
+    }
+    const admin = caller.role === null || caller.role === 'admin';
+    const needsAdmin = body.spec ? adminOnlyFields(body.spec) : [];
+    if (!admin && needsAdmin.length > 0) throw domainError('AGT_ERR_AGENT_SPEC_NEEDS_ADMIN', [caller.role ?? '', needsAdmin.join(', ')]);
     const spec: BackgroundAgentSpec = body.spec ? { ...body.spec, agent_id: agentId } : this.servedAgentSpec(agentId);
     const at = iso(this.now());
     const existing = await repos(this.deps.store).bgAgents.get<AgentRow>(agentId);
     if (existing && !body.replace) throw domainError('AGT_ERR_BACKGROUND_AGENT_EXISTS', [agentId], { detail: 'pass replace: true to replace it' });
     // Built now, so a spec that cannot run is refused here (422 naming the field), not at its first run.
-    const prepared = await this.prepareAgent(spec, body);
-    const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at };
+    const prepared = await this.prepareAgent(spec, body, admin);
+    const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at, ...(body.spec && admin ? { admin_registered: true } : {}) };
     try {
       if (existing) await repos(this.deps.store).bgAgents.update<AgentRow>(agentId, row, existing.version);
       else await repos(this.deps.store).bgAgents.create<AgentRow>(agentId, row);
@@ -79,10 +101,10 @@ export class BackgroundAgents {
     return this.publicAgent(row);
   }
 
-  private async prepareAgent(spec: BackgroundAgentSpec, body: unknown): Promise<PreparedAgent | null> {
+  private async prepareAgent(spec: BackgroundAgentSpec, body: unknown, privileged: boolean): Promise<PreparedAgent | null> {
     if (!this.deps.agents) return null;
     try {
-      return await this.deps.agents.prepare(spec);
+      return await this.deps.agents.prepare(spec, privileged);
     } catch (err) {
       if (!(err instanceof AgentSpecError)) throw err;
       // The answer quotes the value at each path: a key sent in model_config.api_key is not echoed.
@@ -90,23 +112,16 @@ export class BackgroundAgents {
       if (shown.spec?.model_config && 'api_key' in shown.spec.model_config) shown.spec.model_config.api_key = '[REDACTED]';
       throw new RequestValidationError(
         'body',
-        err.problems.map(
-          (p) =>
-            ({
-              code: 'custom',
-              path: ['spec', ...p.path],
-              message: p.message,
-              input: undefined,
-            }) as unknown as core.$ZodIssue,
-        ),
+        err.problems.map((p) => specIssue(p.path, p.message, p.type ?? 'value_error')),
         shown,
       );
     }
   }
 
-  async listAgents(): Promise<{ agents: AgentRow[]; total: number }> {
-    const agents = (await listAll<AgentRow>(repos(this.deps.store).bgAgents)).map((a) => this.publicAgent(a));
-    return { agents, total: agents.length };
+  async listAgents(q: { limit: number; cursor?: string }): Promise<{ agents: AgentRow[]; total: number; next_cursor: string | null }> {
+    const page = await repos(this.deps.store).bgAgents.list<AgentRow>({ cursor: q.cursor ?? null, limit: q.limit });
+    const total = await repos(this.deps.store).bgAgents.count();
+    return { agents: page.items.map((i) => this.publicAgent(i.value)), total, next_cursor: page.next_cursor };
   }
 
   async getAgent(agentId: string): Promise<AgentRow> {
@@ -132,21 +147,16 @@ export class BackgroundAgents {
   }
 
   /** The default agent's row once held the absolute workspace root: answers show it relative. */
-  private publicAgent(a: AgentRow): AgentRow {
+  private publicAgent(row: AgentRow): AgentRow {
+    const { admin_registered: _mark, ...a } = row;
+    void _mark;
     const root = (a.workspace_config as { root?: unknown } | null | undefined)?.root;
     if (typeof root !== 'string' || !isAbsolute(root)) return a;
     return { ...a, workspace_config: { ...a.workspace_config, root: relativeWorkspace(this.cfg.workspace_root, root) || '.' } };
   }
 }
 
-/** Every record of a repository's kind (or of one index value), all pages. */
-export async function listAll<T>(repo: KindRepo<'bg_agents' | 'bg_tasks'>, index?: { name: string; value: string }): Promise<T[]> {
-  const out: T[] = [];
-  let cursor: string | null = null;
-  do {
-    const page: Page<T> = await repo.list<T>({ index, cursor, limit: 1000 });
-    out.push(...page.items.map((i) => i.value));
-    cursor = page.next_cursor;
-  } while (cursor);
-  return out;
+/** A 422 item at `spec.<path>`; `type` is the item's type (`not_allowed`, `too_large`, `value_error`). */
+function specIssue(path: Array<string | number>, message: string, type: string): core.$ZodIssue {
+  return { code: 'custom', path: ['spec', ...path], message, input: undefined, params: { type } } as unknown as core.$ZodIssue;
 }

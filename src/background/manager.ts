@@ -21,7 +21,7 @@ import { newId } from '../ids.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import { RunEngine, type BackgroundDeps } from './engine.js';
 import { TaskScheduler } from './scheduler.js';
-import { BackgroundAgents, listAll } from './agents.js';
+import { BackgroundAgents } from './agents.js';
 import { BackgroundRunQueries, publicRun } from './run-queries.js';
 import { isSharedStore } from '../store/changes.js';
 import { ACTIVE, ALL_STATUSES, TERMINAL, taskStatusKey, type AgentRow, type BgRunRow, type ScheduleRow, type TaskRow } from './types.js';
@@ -260,9 +260,11 @@ export class BackgroundManager {
     );
   }
 
-  async listTasks(agentId?: string): Promise<{ tasks: TaskRow[]; total: number }> {
-    const tasks = await listAll<TaskRow>(repos(this.deps.store).bgTasks, agentId ? { name: 'agent_id', value: agentId } : undefined);
-    return { tasks, total: tasks.length };
+  async listTasks(q: { agent_id?: string; limit: number; cursor?: string }): Promise<{ tasks: TaskRow[]; total: number; next_cursor: string | null }> {
+    const index = q.agent_id ? { name: 'agent_id', value: q.agent_id } : undefined;
+    const page = await repos(this.deps.store).bgTasks.list<TaskRow>({ index, cursor: q.cursor ?? null, limit: q.limit });
+    const total = await repos(this.deps.store).bgTasks.count(index);
+    return { tasks: page.items.map((i) => i.value), total, next_cursor: page.next_cursor };
   }
 
   async getTask(taskId: string): Promise<TaskRow> {

@@ -8,6 +8,7 @@ import type { BackgroundDeps, RunEngine } from './engine.js';
 import { taskStatusKey, type BgRunRow } from './types.js';
 import { listWorkspace, openWorkspaceFile, relativeWorkspace } from './workspace.js';
 import { repos } from '../store/repos/index.js';
+import { pageOf } from '../paging.js';
 
 /** A run as answers show it: new rows store the workspace relative to the root; older rows held it absolute. */
 export function publicRun(workspaceRoot: string, run: BackgroundRun): BackgroundRun {
@@ -43,16 +44,20 @@ export class BackgroundRunQueries {
     return publicRun(this.cfg.workspace_root, await this.engine.get(runId));
   }
 
-  async attempts(runId: string): Promise<{ run_id: string; attempts: AttemptRecord[]; count: number }> {
+  async attempts(
+    runId: string,
+    q: { limit: number; cursor?: string },
+  ): Promise<{ run_id: string; attempts: AttemptRecord[]; count: number; next_cursor: string | null }> {
     await this.engine.get(runId);
     const page = await repos(this.deps.store).bgAttempts.list<AttemptRecord>({ index: { name: 'run_id', value: runId }, limit: 1000 });
-    const attempts = page.items.map((i) => i.value).sort((a, b) => a.attempt_number - b.attempt_number);
-    return { run_id: runId, attempts, count: attempts.length };
+    const all = page.items.map((i) => i.value).sort((a, b) => a.attempt_number - b.attempt_number);
+    const { items: attempts, next_cursor } = pageOf(all, q);
+    return { run_id: runId, attempts, count: attempts.length, next_cursor };
   }
 
-  async events(runId: string) {
-    const events = await this.engine.events(runId);
-    return { run_id: runId, events, count: events.length };
+  async events(runId: string, q: { limit: number; cursor?: string }) {
+    const { items: events, next_cursor } = pageOf(await this.engine.events(runId), q);
+    return { run_id: runId, events, count: events.length, next_cursor };
   }
 
   async workspace(runId: string) {

@@ -61,7 +61,12 @@ export interface SkippedOccurrence {
 export type TaskRow = BackgroundTaskSpec & { created_at: string; updated_at: string };
 
 /** kind `bg_agents`, id = agent id. */
-export type AgentRow = BackgroundAgentSpec & { created_at: string; updated_at: string };
+export type AgentRow = BackgroundAgentSpec & {
+  created_at: string;
+  updated_at: string;
+  /** Registered with an admin key (or with auth off): may use what needs one (docs/agents.md). Not answered. */
+  admin_registered?: boolean;
+};
 
 /** kind `bg_occurrences`, id = `<task_id>/<occurrence_id>`: created in the same commit as its run (no index: only its existence is ever read). */
 interface OccurrenceRow {

@@ -78,6 +78,12 @@ export const OPERATIONS = {
   cancelBackgroundRun: ['POST', '/background/runs/{run_id}/cancel'],
   resumeBackgroundRun: ['POST', '/background/runs/{run_id}/resume'],
   getBackgroundStatus: ['GET', '/background/status'],
+  // The protocol adapters (docs/protocols/): their own clients speak them; listed for completeness.
+  listOpenAIModels: ['GET', '/v1/models'],
+  createChatCompletion: ['POST', '/v1/chat/completions'],
+  mcp: ['POST', '/mcp'],
+  getA2AAgentCard: ['GET', '/.well-known/agent-card.json'],
+  a2a: ['POST', '/a2a'],
 } as const satisfies Record<OperationId, readonly [Method, string]>;
 
 // ---------------------------------------------------------------------------------------------
@@ -441,7 +447,7 @@ export function createClient(options: ClientOptions) {
       decide: (run_id: string, body: RequestBody<'decideBudget'>) => call('decideBudget', { path: { run_id }, body }),
     },
     sessions: {
-      history: (session_id: string) => call('getSessionHistory', { path: { session_id } }),
+      history: (session_id: string, query: QueryParams<'getSessionHistory'> = {}) => call('getSessionHistory', { path: { session_id }, query }),
       clear: (session_id: string) => call('clearSession', { path: { session_id } }),
     },
     events: {
@@ -474,8 +480,8 @@ export function createClient(options: ClientOptions) {
       runs: {
         list: (query: QueryParams<'listBackgroundRuns'> = {}) => call('listBackgroundRuns', { query }),
         get: (run_id: string) => call('getBackgroundRun', { path: { run_id } }),
-        attempts: (run_id: string) => call('listBackgroundRunAttempts', { path: { run_id } }),
-        events: (run_id: string) => call('listBackgroundRunEvents', { path: { run_id } }),
+        attempts: (run_id: string, query: QueryParams<'listBackgroundRunAttempts'> = {}) => call('listBackgroundRunAttempts', { path: { run_id }, query }),
+        events: (run_id: string, query: QueryParams<'listBackgroundRunEvents'> = {}) => call('listBackgroundRunEvents', { path: { run_id }, query }),
         workspace: (run_id: string) => call('listBackgroundRunWorkspace', { path: { run_id } }),
         /** The file's bytes. */
         download: async (run_id: string, path: string): Promise<Uint8Array> =>

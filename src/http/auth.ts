@@ -38,6 +38,16 @@ export const ROUTE_ACCESS: Readonly<Record<string, Access>> = {
   'GET /runs/:run_id/inbox': 'read',
   // Delivery attempts and failures: no secret in them (signing keys never leave the config).
   'GET /webhooks/deliveries': 'read',
+  // The A2A agent card is public by the protocol (clients read it to learn how to authenticate).
+  'GET /.well-known/agent-card.json': 'public',
+  // One endpoint carries reads, runs and decisions (JSON-RPC methods, MCP tools): any key gets in,
+  // and the adapter checks each method's access with mayAccess() (src/protocols/).
+  'POST /a2a': 'read',
+  'POST /mcp': 'read',
+  // Answered 405 whatever the role (an MCP client ending its session must not see a 403).
+  'DELETE /mcp': 'read',
+  // Starts a run (operators) or, with a tool message, decides a paused one (approvers).
+  'POST /v1/chat/completions': 'read',
 };
 
 /** Access of a matched route: its entry in ROUTE_ACCESS, else reads for GET and operations for the rest. */
@@ -55,7 +65,22 @@ export function rolesFor(method: string, routePattern: string): Role[] {
 declare module 'fastify' {
   interface FastifyRequest {
     apiKeyName?: string;
+    /** The role of the key a protected route was called with; unset when auth is off. */
+    apiKeyRole?: Role;
   }
+}
+
+/**
+ * Whether the request's key may do what `access` names, for a route that carries several kinds of
+ * work in its body (POST /a2a, POST /mcp). Without auth everything is allowed, as on every route.
+ */
+export function mayAccess(request: FastifyRequest, access: Exclude<Access, 'public'>): boolean {
+  return request.apiKeyRole === undefined || ROLES[access].includes(request.apiKeyRole);
+}
+
+/** Throws the 403 a route would, unless the request's key may do what `access` names. */
+export function requireAccess(request: FastifyRequest, access: Exclude<Access, 'public'>, what: string): void {
+  if (!mayAccess(request, access)) throw domainError('AGT_ERR_FORBIDDEN', [request.apiKeyRole ?? 'anonymous', request.method, what]);
 }
 
 /**
@@ -98,6 +123,7 @@ export function installAuth(app: FastifyInstance, deps: AppDeps): void {
         const key = authenticate(request);
         if (!ROLES[access].includes(key.role)) throw domainError('AGT_ERR_FORBIDDEN', [key.role, request.method, pattern]);
         request.apiKeyName = key.name;
+        request.apiKeyRole = key.role;
       } catch (err) {
         return done(err as Error);
       }

@@ -3,6 +3,7 @@
 import type { FastifyInstance } from 'fastify';
 import {
   AgentIdParams,
+  BackgroundAgentsListQuery,
   BackgroundAgentDeleteQuery,
   BackgroundAgentRegistrationRequest,
   BackgroundAgentSpec,
@@ -12,6 +13,7 @@ import {
   BackgroundRunAttemptsResponse,
   BackgroundRunEventsResponse,
   BackgroundRunIdParams,
+  BackgroundRunListQuery,
   BackgroundRunWorkspaceResponse,
   BackgroundRunsListQuery,
   BackgroundRunsResponse,
@@ -57,18 +59,29 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         operationId: 'registerBackgroundAgent',
         summary: 'Register the served agent (spec omitted) or an agent spec',
         body: BackgroundAgentRegistrationRequest,
-        response: { 200: BackgroundAgentSpec, ...errors },
+        // 403: a tools module without an admin key; 503: the MCP process cap (docs/agents.md).
+        response: { 200: BackgroundAgentSpec, 403: ErrorResponse, 503: ErrorResponse, ...errors },
       },
     },
-    async (request) => bg.agents.registerAgent(request.body as BackgroundAgentRegistrationRequest),
+    // The role decides what the spec may use (an admin key for a tools module); null: auth is off.
+    async (request) =>
+      bg.agents.registerAgent(request.body as BackgroundAgentRegistrationRequest, {
+        role: request.apiKeyRole ?? ((deps.config.auth?.api_keys ?? []).length === 0 ? null : 'unknown'),
+      }),
   );
 
   app.get(
     '/background/agents',
     {
-      schema: { tags, operationId: 'listBackgroundAgents', summary: 'List registered background agents', response: { 200: BackgroundAgentsResponse } },
+      schema: {
+        tags,
+        operationId: 'listBackgroundAgents',
+        summary: 'List registered background agents, a page at a time',
+        querystring: BackgroundAgentsListQuery,
+        response: { 200: BackgroundAgentsResponse, 422: HTTPValidationError },
+      },
     },
-    async () => bg.agents.listAgents(),
+    async (request) => bg.agents.listAgents(request.query as BackgroundAgentsListQuery),
   );
 
   app.get(
@@ -127,7 +140,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTasksResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.listTasks((request.query as BackgroundTasksListQuery).agent_id),
+    async (request) => bg.listTasks(request.query as BackgroundTasksListQuery),
   );
 
   app.get(
@@ -318,10 +331,11 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         operationId: 'listBackgroundRunAttempts',
         summary: 'Attempts of a background run',
         params: BackgroundRunIdParams,
+        querystring: BackgroundRunListQuery,
         response: { 200: BackgroundRunAttemptsResponse, ...errors },
       },
     },
-    async (request) => bg.runs.attempts((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.attempts((request.params as BackgroundRunIdParams).run_id, request.query as BackgroundRunListQuery),
   );
 
   app.get(
@@ -332,10 +346,11 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         operationId: 'listBackgroundRunEvents',
         summary: 'Replay of the run lifecycle events (sequence 1..n)',
         params: BackgroundRunIdParams,
+        querystring: BackgroundRunListQuery,
         response: { 200: BackgroundRunEventsResponse, ...errors },
       },
     },
-    async (request) => bg.runs.events((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.events((request.params as BackgroundRunIdParams).run_id, request.query as BackgroundRunListQuery),
   );
 
   app.get(

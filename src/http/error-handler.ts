@@ -50,7 +50,7 @@ function validationReply(reply: FastifyReply, detail: ValidationItem[]) {
 }
 
 /** An ErrorResponse body for a registered code with a fixed message (or `message` for the generic ones). */
-function errorBody(code: DomainCode, ...args: Array<string | number>): { error: ErrorCode; code: DomainCode; message: string; detail: null } {
+export function errorBody(code: DomainCode, ...args: Array<string | number>): { error: ErrorCode; code: DomainCode; message: string; detail: null } {
   const info = DOMAIN_ERRORS[code];
   return { error: info.error ?? 'BadRequest', code, message: formatMessage(info.message, args), detail: null };
 }

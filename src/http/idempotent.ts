@@ -6,6 +6,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { IDEMPOTENCY_HEADER, IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_LENGTH, keyOfHeaders, type IdempotencyRequest } from '../integrations/idempotency.js';
 import { runResponseOf, type RunRecord } from '../runtime/run-record.js';
+import { redactorForConfig } from '../telemetry/secrets.js';
 import type { AppDeps } from './deps.js';
 import type { BackgroundManager } from '../background/manager.js';
 import { TERMINAL, WAITING } from '../background/types.js';
@@ -134,7 +135,7 @@ export async function replayRunStream(deps: AppDeps, reply: FastifyReply, runId:
         if (rec && settledStatus(rec.value.status)) {
           // Its events were stored before the record said so: one more read has them all.
           if (!(await drain())) return;
-          channel.push({ event: 'complete', data: runResponseOf(rec.value) });
+          channel.push({ event: 'complete', data: runResponseOf(rec.value, redactorForConfig(deps.config)) });
           return;
         }
         if (Date.now() > deadline) {

@@ -7,9 +7,22 @@ import { serviceInfoRoutes } from './service-info.js';
 import { steerRoutes } from './steer.js';
 import { telemetryRoutes } from './telemetry.js';
 import { webhookRoutes } from './webhooks.js';
+import { a2aRoutes } from '../protocols/a2a/routes.js';
+import { mcpRoutes } from '../protocols/mcp/routes.js';
+import { openaiRoutes } from '../protocols/openai/routes.js';
 
 /** Every route module, in registration order. Adding a resource = one line here. */
-export const ROUTE_MODULES: RouteModule[] = [runRoutes, steerRoutes, serviceInfoRoutes, telemetryRoutes, backgroundRoutes, webhookRoutes];
+export const ROUTE_MODULES: RouteModule[] = [
+  runRoutes,
+  steerRoutes,
+  serviceInfoRoutes,
+  telemetryRoutes,
+  backgroundRoutes,
+  webhookRoutes,
+  openaiRoutes,
+  mcpRoutes,
+  a2aRoutes,
+];
 
 /**
  * Every API route, for the main app (src/app.ts) and the documentation instance

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { newId } from '../ids.js';
-import { publicRunView, runResponseOf } from '../runtime/run-record.js';
+import { approvalForAnswer, publicRunView, runResponseOf } from '../runtime/run-record.js';
+import { redactorForConfig } from '../telemetry/secrets.js';
 import { domainError } from '../errors.js';
 import type { SessionPolicy } from '../runtime/runs.js';
 import { RunStream } from '../runtime/run-stream.js';
@@ -21,6 +22,7 @@ import {
   RunsListQuery,
   RunsListResponse,
   SessionClearedResponse,
+  SessionHistoryQuery,
   SessionHistoryResponse,
   SessionIdParams,
   ErrorResponse,
@@ -54,6 +56,8 @@ const RUN_STREAM = sseResponse('The run as an SSE stream: `session`, its telemet
 export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   const { runtime } = deps;
   const runs = runtime.runs;
+  // Answers are redacted with the process's set: configured secrets and what registered agents may resolve.
+  const redactor = redactorForConfig(deps.config);
 
   app.post(
     '/run',
@@ -65,7 +69,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         summary: 'Start a run; the answer is an SSE stream: session, telemetry events, deltas, then complete or error',
         headers: IdempotencyHeaders,
         body: RunRequest,
-        response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 503: ErrorResponse },
+        response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 429: ErrorResponse, 503: ErrorResponse },
       },
     },
     async (request, reply) => {
@@ -156,7 +160,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         (record) => {
           unsubscribe();
           stream.releaseAll(); // an event that could not be stored must not keep its deltas back
-          ch.push({ event: 'complete', data: runResponseOf(record) });
+          ch.push({ event: 'complete', data: runResponseOf(record, redactor) });
           ch.close();
         },
         (err: unknown) => {
@@ -202,17 +206,17 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         });
       };
       const idem = idempotencyRequestOf(request, 'runSync');
-      if (!idem) return runResponseOf(await (await begin(newId('run'))).settled);
+      if (!idem) return runResponseOf(await (await begin(newId('run'))).settled, redactor);
       const once = await deps.runtime.idempotency.startOnce(
         idem,
         () => newId('run'),
         (id) => runExists(deps, id),
         begin,
       );
-      if (once.fresh) return runResponseOf(await once.started.settled);
+      if (once.fresh) return runResponseOf(await once.started.settled, redactor);
       const record = await waitRunSettled(deps, once.target_id);
       if (!record) throw domainError('AGT_ERR_RUN_TIMEOUT', [once.target_id, once.target_id]);
-      return runResponseOf(record);
+      return runResponseOf(record, redactor);
     },
   );
 
@@ -230,7 +234,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     async (request) => {
       const q = request.query as { status?: string; session_id?: string; limit: number; cursor?: string };
       const page = await runs.list({ status: q.status as never, session_id: q.session_id, limit: q.limit, cursor: q.cursor });
-      return { runs: page.runs.map(publicRunView), total: page.total, next_cursor: page.next_cursor };
+      return { runs: page.runs.map((r) => publicRunView(r, redactor)), total: page.total, next_cursor: page.next_cursor };
     },
   );
 
@@ -239,7 +243,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     {
       schema: { operationId: 'getRun', tags: ['runs'], summary: 'One run', params: RunIdParams, response: { 200: RunView, ...errors } },
     },
-    async (request) => publicRunView(await runs.get((request.params as { run_id: string }).run_id)),
+    async (request) => publicRunView(await runs.get((request.params as { run_id: string }).run_id), redactor),
   );
 
   app.post(
@@ -277,7 +281,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       const cause =
         rec.status === 'interrupted' ? 'interrupted' : rec.status === 'running' ? 'recovered_after_lapsed_lease' : ((rec.decision ?? 'approval') as 'approval');
       const started = await runs.resume(run_id, { cause, trigger: 'explicit' });
-      return runResponseOf(await started.settled);
+      return runResponseOf(await started.settled, redactor);
     },
   );
 
@@ -298,7 +302,8 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       const { run_id, approval_id } = request.params as { run_id: string; approval_id: string };
       const body = request.body as { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null };
       checkApprover(deps, request.apiKeyName, body.approver);
-      return once(deps, request, 'decideApproval', () => runs.decideApproval(run_id, approval_id, body));
+      // Redacted before the idempotency record stores the answer, so a replay is the same and no copy is raw.
+      return once(deps, request, 'decideApproval', async () => approvalForAnswer(await runs.decideApproval(run_id, approval_id, body), redactor));
     },
   );
 
@@ -357,12 +362,13 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       schema: {
         operationId: 'getSessionHistory',
         tags: ['sessions'],
-        summary: 'The conversation of a session',
+        summary: 'The conversation of a session, oldest message first, a page at a time',
         params: SessionIdParams,
+        querystring: SessionHistoryQuery,
         response: { 200: SessionHistoryResponse, ...errors },
       },
     },
-    async (request) => runs.history((request.params as { session_id: string }).session_id),
+    async (request) => runs.history((request.params as { session_id: string }).session_id, request.query as SessionHistoryQuery),
   );
 
   app.delete(

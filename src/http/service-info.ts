@@ -52,6 +52,7 @@ export function serviceInfoRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: {
           200: LIVE_STREAM,
           422: HTTPValidationError,
+          429: ErrorResponse,
           503: ErrorResponse,
         },
       },

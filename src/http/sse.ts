@@ -8,6 +8,8 @@ export interface SseFrame {
   event: string;
   data: unknown;
   id?: string;
+  /** `data` is a string written as it is, not JSON (OpenAI's closing `data: [DONE]`). */
+  raw?: boolean;
 }
 
 /** How far one stream may fall behind before it is dropped (config `server.stream_max_queued_*`). */
@@ -55,7 +57,7 @@ const MAX_BATCH_BYTES = 64 * 1024;
  * event names are ASCII (store cursors and event types).
  */
 export function formatFrame(frame: SseFrame): { text: string; bytes: number } {
-  const json = JSON.stringify(frame.data) ?? 'null';
+  const json = frame.raw ? String(frame.data) : (JSON.stringify(frame.data) ?? 'null');
   const text = `${frame.id ? `id: ${frame.id}\n` : ''}event: ${frame.event}\ndata: ${json}\n\n`;
   return { text, bytes: Buffer.byteLength(text) };
 }

@@ -8,6 +8,7 @@ import {
   EventsResponse,
   HTTPValidationError,
   RunIdParams,
+  SessionEventsListQuery,
   SessionEventsQuery,
   SessionIdParams,
   TraceIdParams,
@@ -81,7 +82,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         tags: ['telemetry'],
         summary: 'Replay stored events of a session after a cursor, then follow new ones (SSE)',
         querystring: EventStreamQuery,
-        response: { 200: EVENT_STREAM, 422: HTTPValidationError },
+        response: { 200: EVENT_STREAM, 422: HTTPValidationError, 429: ErrorResponse },
       },
     },
     async (request, reply) => {
@@ -101,7 +102,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: TracesListResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => q.list(request.query as { limit: number }),
+    async (request) => q.list(request.query as TracesListQuery),
   );
 
   app.get(
@@ -157,7 +158,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         summary: 'Compact alias of /telemetry/events/stream',
         params: SessionIdParams,
         querystring: SessionEventsQuery,
-        response: { 200: EVENT_STREAM, 422: HTTPValidationError },
+        response: { 200: EVENT_STREAM, 422: HTTPValidationError, 429: ErrorResponse },
       },
     },
     async (request, reply) => {
@@ -175,15 +176,15 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         tags: ['telemetry'],
         summary: 'Compact alias: stored events of a session',
         params: SessionIdParams,
-        querystring: SessionEventsQuery,
+        querystring: SessionEventsListQuery,
         response: { 200: EventsResponse, 422: HTTPValidationError },
       },
     },
     async (request, reply) => {
       const { session_id } = request.params as { session_id: string };
-      const query = request.query as { run_id?: string; cursor?: string };
+      const query = request.query as SessionEventsListQuery;
       const filters: Partial<Record<EventIndexField, string>> = { session_id, ...(query.run_id ? { run_id: query.run_id } : {}) };
-      const page = await q.eventsJson({ filters, cursor: query.cursor, limit: 1000 });
+      const page = await q.eventsJson({ filters, cursor: query.cursor, limit: query.limit });
       reply.type('application/json; charset=utf-8');
       return eventsEnvelope(session_id, page.events, page.next_cursor);
     },

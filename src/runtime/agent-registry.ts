@@ -34,9 +34,16 @@ export interface AgentRegistryOptions {
   servedBuiltin: readonly BuiltinToolSet[];
   /** background.workspace_root (absolute). */
   workspace_root: string;
-  plan: Omit<PlanOptions, 'cwd'> & { cwd?: string };
+  plan: Omit<PlanOptions, 'cwd' | 'privileged'> & { cwd?: string };
+  /**
+   * Auth is off: every caller is an admin, so a stored row counts as registered with an admin key
+   * even without the mark (rows stored before the mark existed included).
+   */
+  everyRowPrivileged: boolean;
   /** agents.max_cached. */
   max_cached: number;
+  /** agents.max_mcp_processes: MCP stdio processes open at once for registered agents. */
+  maxMcpProcesses?: number;
   /** Wraps each built model (call metrics). */
   wrapModel?: (m: ModelProvider) => ModelProvider;
   logger?: ToolLogger;
@@ -81,6 +88,8 @@ class Build {
 
 interface PooledConnection {
   connection: McpConnection;
+  /** A stdio server: a child process. */
+  stdio: boolean;
   ready: Promise<void>;
   refs: number;
   listeners: Set<(server: string) => void>;
@@ -89,7 +98,7 @@ interface PooledConnection {
 /** One MCP connection per distinct server config, counted; closed when its last holder lets go. */
 export class SharedMcpPool implements McpPool {
   private readonly entries = new Map<string, PooledConnection>();
-  constructor(private readonly opts: AgentRegistryOptions['mcp'] & { logger: ToolLogger }) {}
+  constructor(private readonly opts: AgentRegistryOptions['mcp'] & { logger: ToolLogger; maxProcesses?: number }) {}
 
   async acquire(server: McpServerConfig, onChange: (server: string) => void): Promise<McpLease> {
     const key = JSON.stringify(server);
@@ -98,6 +107,12 @@ export class SharedMcpPool implements McpPool {
       const { McpConnection } = await import('../agent/tools/mcp.js');
       entry = this.entries.get(key); // another acquire may have made it meanwhile
       if (!entry) {
+        // Each stdio server is a child process (~70 MB): their number is bounded for the whole
+        // process, whatever the number of agents (agents naming one server share it).
+        const max = this.opts.maxProcesses ?? Infinity;
+        if ('command' in server && this.processes >= max) {
+          throw domainError('AGT_ERR_MCP_PROCESS_LIMIT', [max], { headers: { 'retry-after': '30' } });
+        }
         const listeners = new Set<(s: string) => void>();
         const connection = new McpConnection(server, {
           connectTimeoutMs: this.opts.connectTimeoutMs ?? 5000,
@@ -110,7 +125,7 @@ export class SharedMcpPool implements McpPool {
             for (const l of listeners) l(name);
           },
         });
-        entry = { connection, ready: connection.start(), refs: 0, listeners };
+        entry = { connection, stdio: 'command' in server, ready: connection.start(), refs: 0, listeners };
         this.entries.set(key, entry);
       }
     }
@@ -137,6 +152,13 @@ export class SharedMcpPool implements McpPool {
     return this.entries.size;
   }
 
+  /** Open stdio connections: child processes. */
+  get processes(): number {
+    let n = 0;
+    for (const e of this.entries.values()) if (e.stdio) n++;
+    return n;
+  }
+
   async close(): Promise<void> {
     const all = [...this.entries.values()];
     this.entries.clear();
@@ -160,16 +182,16 @@ export class AgentRegistry implements AgentSource {
   private closed = false;
 
   constructor(private readonly opts: AgentRegistryOptions) {
-    this.mcpPool = new SharedMcpPool({ ...(opts.mcp ?? {}), logger: opts.logger ?? (() => undefined) });
+    this.mcpPool = new SharedMcpPool({ ...(opts.mcp ?? {}), logger: opts.logger ?? (() => undefined), maxProcesses: opts.maxMcpProcesses });
   }
 
   /**
    * Checks and builds a spec (registration): throws AgentSpecError naming every problem, so a spec
    * that cannot run is refused before it is stored. The result is handed to install() or discard().
    */
-  async prepare(spec: AgentSpecInput): Promise<PreparedAgent> {
+  async prepare(spec: AgentSpecInput, privileged: boolean): Promise<PreparedAgent> {
     if (isServedAgentSpec(spec)) return { plan: null, profile: null, tools: null };
-    const plan = planAgent(spec, { cwd: process.cwd(), ...this.opts.plan });
+    const plan = planAgent(spec, { cwd: process.cwd(), ...this.opts.plan, privileged });
     const { profile, tools } = await this.build(plan);
     return { plan, profile, tools };
   }
@@ -218,7 +240,9 @@ export class AgentRegistry implements AgentSource {
       throw notFound('agent', agentId);
     }
     const row = rec.value;
-    if (isServedAgentSpec(row)) {
+    // The served agent's id always runs as the served agent: a row stored under it with a spec of
+    // its own (older versions let a request write one) is never built.
+    if (isServedAgentSpec(row) || agentId === this.opts.served.agent_id) {
       this.evict(agentId);
       const served = this.opts.served;
       return { profile: served.agent_id === agentId ? served : { ...served, agent_id: agentId }, release: () => {} };
@@ -235,12 +259,15 @@ export class AgentRegistry implements AgentSource {
       pending = (async () => {
         let plan: AgentPlan;
         try {
-          plan = planAgent(row, { cwd: process.cwd(), ...this.opts.plan });
+          // Checked again at every build: a stored row no longer allowed by the config (an inline MCP
+          // command written by an older version, a host since removed from agents.model_hosts, a
+          // tools module registered without an admin key) does not run.
+          plan = planAgent(row, { cwd: process.cwd(), ...this.opts.plan, privileged: this.opts.everyRowPrivileged || row.admin_registered === true });
         } catch (err) {
           throw this.cannotRun(agentId, err);
         }
         const built = await this.build(plan).catch((err: unknown) => {
-          throw this.cannotRun(agentId, err);
+          throw err instanceof AppError ? err : this.cannotRun(agentId, err);
         });
         const b = new Build(key, built.profile, built.tools);
         this.put(agentId, b);
@@ -298,6 +325,7 @@ export class AgentRegistry implements AgentSource {
         },
       );
     } catch (err) {
+      if (err instanceof AppError) throw err; // the MCP process cap: 503, not a fault of the spec
       throw new AgentSpecError([{ path: [plan.local_tools ? 'local_tools_ref' : 'mcp_tools'], message: err instanceof Error ? err.message : String(err) }]);
     }
     const profile: AgentProfile = {

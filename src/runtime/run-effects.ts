@@ -74,9 +74,15 @@ export class RunEffects {
   }
 
   private async checkInput(query: string, runId: string): Promise<RunContext['guardrail_result']> {
-    const result = checkInput(query, this.deps.guardrails);
-    if (result.allowed) return { allowed: true };
     const live = this.kernel.live.get(runId);
+    // A conversation the caller sent along (StartOptions.history) reaches the model as the query
+    // does, so it passes the same checks; the first text refused is the verdict.
+    let result = checkInput(query, this.deps.guardrails);
+    for (const text of live?.callerInput ?? []) {
+      if (!result.allowed) break;
+      result = checkInput(text, this.deps.guardrails);
+    }
+    if (result.allowed) return { allowed: true };
     if (live) {
       void live.emit({
         event_type: 'guardrail_violation',

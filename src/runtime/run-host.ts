@@ -79,6 +79,8 @@ export class RunHost {
   private trace: TraceValue;
   /** Messages the run's turn adds to the session before its own (an interrupted run's query it took over). */
   prelude: ChatMessage[] = [];
+  /** Texts of a caller-given conversation (StartOptions.history): guardrails check them as they check the query. */
+  callerInput: string[] = [];
 
   /** `create`: the run does not exist yet; its writer's first commit creates it, with these ops. */
   constructor(

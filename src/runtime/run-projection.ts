@@ -49,7 +49,8 @@ export function recordFromSnapshot(r: RunRecord, state: RunStateValue, ctx: RunC
     machine_state: state,
     step: ctx.step,
     usage: ctx.usage,
-    approvals: mergeById(r.approvals, ctx.approvals, 'approval_id'),
+    approvals: storedApprovals(mergeById(r.approvals, ctx.approvals, 'approval_id'), redact),
+    tool_calls: phase.terminal ? storedToolCalls(r.tool_calls, redact) : r.tool_calls,
     budget_request: ctx.budget_request,
     budget_requests: ctx.budget_request ? mergeById(r.budget_requests, [ctx.budget_request], 'request_id') : r.budget_requests,
     // The run as stored and served (GET /runs*, the complete frame, the history) is redacted
@@ -64,6 +65,25 @@ export function recordFromSnapshot(r: RunRecord, state: RunStateValue, ctx: RunC
     ended_at: phase.terminal ? now : r.ended_at,
     decided_at: WAITING_RUN_STATUSES.has(phase.status) ? null : r.decided_at,
   };
+}
+
+/**
+ * Approvals as the record keeps them (and answers show them): the call's `arguments` redacted (the
+ * tool runs with the call's own arguments, kept in the snapshot), an approver's
+ * `edited_arguments` kept as given until the call ran with them (status `used`), or never will
+ * (`denied`, `expired`).
+ */
+export function storedApprovals(approvals: ApprovalState[], redact: RecordRedactor): ApprovalState[] {
+  return approvals.map((a) => ({
+    ...a,
+    arguments: redact.redactValue(a.arguments),
+    edited_arguments: a.status === 'approved' ? a.edited_arguments : redact.redactValue(a.edited_arguments),
+  }));
+}
+
+/** A run that ended replays no tool batch: the results it kept for that are redacted. */
+function storedToolCalls(calls: RunRecord['tool_calls'], redact: RecordRedactor): RunRecord['tool_calls'] {
+  return calls.map((c) => (typeof c.result_content === 'string' ? { ...c, result_content: redact.redactText(c.result_content) } : c));
 }
 
 /** The approvals of the batch the run paused on (older batches are already used/denied); lapsed ones read `expired`. */

@@ -1,6 +1,7 @@
 // The stored run record (kind 'runs') and the views built from it. The conversation lives in the
 // actor snapshot (kind 'snapshots'), never here, so listing runs never loads conversations.
 import type { ApprovalState, BudgetRequest, TerminationReason, Usage } from '../../machines/run.machine.js';
+import { redact, type Redactor } from '../telemetry/redact.js';
 
 export type RunRecordStatus =
   'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
@@ -140,8 +141,21 @@ export function sideEffectsOf(r: Pick<RunRecord, 'tool_calls'>): SideEffect[] {
     .map((c) => ({ tool_call_id: c.tool_call_id, tool_name: c.tool_name, outcome: c.outcome ?? 'unknown' }));
 }
 
-/** decisions.md §3.3 public run view. */
-export function publicRunView(r: RunRecord) {
+/**
+ * An approval as answers show it (GET /runs*, the RunResponse, the decision's answer, hence the
+ * dashboard): its arguments redacted. Records are stored that way too (run-projection.ts); this
+ * also covers records written before, and secrets of the current redaction set.
+ */
+export function approvalForAnswer(a: ApprovalState, redactor: Redactor): ApprovalState {
+  return {
+    ...a,
+    arguments: redact(a.arguments, redactor) as ApprovalState['arguments'],
+    edited_arguments: a.edited_arguments === null ? null : (redact(a.edited_arguments, redactor) as ApprovalState['edited_arguments']),
+  };
+}
+
+/** decisions.md §3.3 public run view; `redactor`: the process's (approvals of older records). */
+export function publicRunView(r: RunRecord, redactor: Redactor) {
   return {
     run_id: r.run_id,
     session_id: r.session_id,
@@ -154,7 +168,7 @@ export function publicRunView(r: RunRecord) {
     trace_ids: r.trace_ids,
     tool_calls: r.tool_calls.map(({ result_content: _omit, ...c }) => c),
     usage: r.usage,
-    approvals: r.approvals,
+    approvals: r.approvals.map((a) => approvalForAnswer(a, redactor)),
     budget_requests: r.budget_requests,
     outcomes: r.outcomes,
     error: r.error,
@@ -191,12 +205,13 @@ export function responseStatusOf(
 }
 
 /** The RunResponse / `complete` frame: every key of the run result. */
-export function runResponseOf(r: RunRecord) {
+export function runResponseOf(r: RunRecord, redactor: Redactor) {
   const status = responseStatusOf(r.status);
   const waiting = WAITING_RUN_STATUSES.has(r.status);
+  const shown = r.approvals.map((a) => approvalForAnswer(a, redactor));
   return {
     agent_name: r.agent_name,
-    approvals: r.status === 'awaiting_approval' ? r.approvals.filter((a) => a.status === 'pending') : r.approvals.length ? r.approvals : null,
+    approvals: r.status === 'awaiting_approval' ? shown.filter((a) => a.status === 'pending') : shown.length ? shown : null,
     budget_request: r.budget_request,
     guardrail_result: r.guardrail_result,
     metric: { usage: r.usage, steps: r.step, tool_calls: r.tool_calls.length },

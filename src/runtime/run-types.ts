@@ -98,6 +98,12 @@ export interface StartOptions {
   onAccepted?: (ids: { run_id: string; session_id: string }) => void;
   /** When the session has a run in flight in this process; default `settings.session_policy`. */
   session_policy?: SessionPolicy;
+  /**
+   * The conversation before `query`, given by the caller instead of a stored session's (the
+   * OpenAI-compatible route without a session: the request's messages are the conversation).
+   * Only with a session the caller did not name; never stored as the session's history.
+   */
+  history?: ChatMessage[];
 }
 
 export interface StartedRun {

@@ -21,6 +21,7 @@ import { RunRecovery, type ResumeHow } from './run-recovery.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
 import { repos } from '../store/repos/index.js';
 import { isRefusal, reportSwallowed, swallow } from '../telemetry/swallowed.js';
+import { pageOf } from '../paging.js';
 
 export type { RunServiceDeps, RunSettings, SessionPolicy, StartOptions, StartedRun } from './run-types.js';
 
@@ -223,10 +224,11 @@ export class RunService {
         live.prelude = c.prelude;
       }
       live.session = history;
+      if (!history && opts.history) live.callerInput = opts.history.filter((m) => m.role !== 'assistant').map((m) => m.content);
       live.sessionPrivate = newSession || opts.session_is_private === true;
       const messages: ChatMessage[] = [
         ...(profile.system_instruction ? [{ role: 'system' as const, content: profile.system_instruction }] : []),
-        ...(history?.value.messages ?? []),
+        ...(history?.value.messages ?? opts.history ?? []),
         ...carried,
         { role: 'user', content: query },
       ];
@@ -265,10 +267,12 @@ export class RunService {
     return { runs, total, next_cursor: page.next_cursor };
   }
 
-  async history(sessionId: string) {
+  async history(sessionId: string, q: { limit: number; cursor?: string }) {
     const rec = await repos(this.deps.store).sessions.get<SessionValue>(sessionId);
     if (!rec) throw notFound('session', sessionId);
-    return { session_id: sessionId, messages: rec.value.messages, count: rec.value.messages.length };
+    const all = rec.value.messages;
+    const { items: messages, next_cursor } = pageOf(all, q);
+    return { session_id: sessionId, messages, count: messages.length, total: all.length, next_cursor };
   }
 
   async clearSession(sessionId: string) {

@@ -25,7 +25,6 @@ import { BackgroundManager } from '../background/manager.js';
 import { isSharedStore } from '../store/changes.js';
 import { ClusterLink } from './cluster.js';
 import { AgentRegistry } from './agent-registry.js';
-import { agentEnvValue } from '../config.js';
 import { Idempotency } from '../integrations/idempotency.js';
 import { Webhooks } from '../integrations/webhooks.js';
 import { repos } from '../store/repos/index.js';
@@ -137,7 +136,16 @@ export class Runtime {
       },
       servedBuiltin: config.agent.tools.builtin,
       workspace_root: config.background.workspace_root,
-      plan: { tools_dirs: config.agents.tools_dirs, mcp_commands: config.agents.mcp_commands, env: (name) => agentEnvValue(name) },
+      plan: {
+        tools_dirs: config.agents.tools_dirs,
+        mcp_servers: config.agents.resolved.mcp,
+        secret: (name) => (Object.hasOwn(config.agents.resolved.secrets, name) ? config.agents.resolved.secrets[name] : undefined),
+        model_hosts: config.agents.model_hosts,
+        max_mcp_servers: config.agents.max_mcp_servers_per_agent,
+        max_spec_bytes: config.agents.max_spec_bytes,
+      },
+      everyRowPrivileged: (config.auth?.api_keys ?? []).length === 0,
+      maxMcpProcesses: config.agents.max_mcp_processes,
       max_cached: config.agents.max_cached,
       wrapModel: (m) => withCallMetrics(m, (provider, name, seconds, errorKind) => metrics.modelCall(provider, name, seconds, errorKind)),
       logger: toolLogger(logger),

@@ -54,7 +54,12 @@ export class TelemetryQueries {
     return this.trace(last.trace_id);
   }
 
-  async list(q: { run_id?: string; session_id?: string; task_id?: string; status?: TraceStatus; limit: number }) {
+  /**
+   * Trace summaries, newest first, a page at a time. Each store page asked for is at most what
+   * the answer still lacks, and is used whole, so the store's own cursor says where the next
+   * page starts (filters other than the index are applied here).
+   */
+  async list(q: { run_id?: string; session_id?: string; task_id?: string; status?: TraceStatus; limit: number; cursor?: string }) {
     const index = q.run_id
       ? { name: 'run_id', value: q.run_id }
       : q.session_id
@@ -63,13 +68,12 @@ export class TelemetryQueries {
           ? { name: 'task_id', value: q.task_id }
           : undefined;
     const summaries = [];
-    let cursor: string | null = null;
-    // Newest first; filters other than the index are applied here, so read pages until full.
+    let cursor: string | null = q.cursor ?? null;
     while (summaries.length < q.limit) {
       const page: Awaited<ReturnType<Store['listRecords']>> = await repos(this.store).traces.list<TraceRecord>({
         index,
         reverse: true,
-        limit: Math.min(1000, q.limit * 2),
+        limit: q.limit - summaries.length,
         cursor,
       });
       for (const item of page.items) {
@@ -79,12 +83,11 @@ export class TelemetryQueries {
         if (q.task_id && r.task_id !== q.task_id) continue;
         const events = await this.traceEvents(r.trace_id);
         summaries.push(summarizeTrace(buildTrace(r, events)));
-        if (summaries.length >= q.limit) break;
       }
-      if (!page.next_cursor) break;
       cursor = page.next_cursor;
+      if (!cursor) break;
     }
-    return { traces: summaries, count: summaries.length };
+    return { traces: summaries, count: summaries.length, next_cursor: cursor };
   }
 }
 

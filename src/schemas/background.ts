@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { WebhookUrl } from './webhooks.js';
 import { ATTEMPT_REASONS, ATTEMPT_STATUSES, BACKGROUND_RUN_STATUSES, TRIGGER_TYPES } from '../../machines/background-types.js';
 import type * as MachineTypes from '../../machines/background-types.js';
-import { BackgroundId, Cursor, IsoDateTime, JsonObject, QueryBool, SafeId, queryInt } from './common.js';
+import { BackgroundId, Cursor, IsoDateTime, JsonObject, OffsetCursor, QueryBool, SafeId, queryInt } from './common.js';
 
 // --- enums -------------------------------------------------------------------------------------
 
@@ -443,8 +443,11 @@ export const BackgroundAgentSpec = z
     agent_config: JsonObject.default({}),
     model_config: JsonObject.nullish(),
     workspace_config: JsonObject.nullish(),
-    local_tools_ref: z.string().nullish(),
-    mcp_tools: z.array(JsonObject).default([]),
+    local_tools_ref: z.string().nullish().describe('A tools module inside one of agents.tools_dirs; registering a spec with one needs an admin key.'),
+    mcp_tools: z
+      .array(JsonObject)
+      .default([])
+      .describe('MCP servers by name, each {"server": "<name>"} of a server defined in the config (agents.mcp_servers).'),
     metadata: JsonObject.default({}),
     created_at: IsoDateTime.optional(),
     updated_at: IsoDateTime.optional(),
@@ -476,7 +479,9 @@ export type BackgroundAgentRegistrationRequest = z.infer<typeof BackgroundAgentR
 
 const Count = z.number().int().min(0);
 
-export const BackgroundTasksResponse = z.object({ tasks: z.array(BackgroundTaskSpec), total: Count }).meta({ id: 'BackgroundTasksResponse' });
+export const BackgroundTasksResponse = z
+  .object({ tasks: z.array(BackgroundTaskSpec), total: Count, next_cursor: z.string().nullable() })
+  .meta({ id: 'BackgroundTasksResponse' });
 export type BackgroundTasksResponse = z.infer<typeof BackgroundTasksResponse>;
 
 export const BackgroundRunsResponse = z
@@ -501,7 +506,9 @@ export const BackgroundTaskBulkRunResponse = z
   .meta({ id: 'BackgroundTaskBulkRunResponse' });
 export type BackgroundTaskBulkRunResponse = z.infer<typeof BackgroundTaskBulkRunResponse>;
 
-export const BackgroundAgentsResponse = z.object({ agents: z.array(BackgroundAgentSpec), total: Count }).meta({ id: 'BackgroundAgentsResponse' });
+export const BackgroundAgentsResponse = z
+  .object({ agents: z.array(BackgroundAgentSpec), total: Count, next_cursor: z.string().nullable() })
+  .meta({ id: 'BackgroundAgentsResponse' });
 export type BackgroundAgentsResponse = z.infer<typeof BackgroundAgentsResponse>;
 
 /** A run-local lifecycle event (also a line of events.jsonl); free-form beyond these keys. */
@@ -522,7 +529,7 @@ export const BackgroundRunEvent = z
 export type BackgroundRunEvent = z.infer<typeof BackgroundRunEvent>;
 
 export const BackgroundRunEventsResponse = z
-  .object({ run_id: z.string(), events: z.array(BackgroundRunEvent), count: Count })
+  .object({ run_id: z.string(), events: z.array(BackgroundRunEvent), count: Count, next_cursor: z.string().nullable() })
   .meta({ id: 'BackgroundRunEventsResponse' });
 export type BackgroundRunEventsResponse = z.infer<typeof BackgroundRunEventsResponse>;
 
@@ -549,7 +556,7 @@ export const BackgroundRunWorkspaceResponse = z
 export type BackgroundRunWorkspaceResponse = z.infer<typeof BackgroundRunWorkspaceResponse>;
 
 export const BackgroundRunAttemptsResponse = z
-  .object({ run_id: z.string(), attempts: z.array(BackgroundAttempt), count: Count })
+  .object({ run_id: z.string(), attempts: z.array(BackgroundAttempt), count: Count, next_cursor: z.string().nullable() })
   .meta({ id: 'BackgroundRunAttemptsResponse' });
 export type BackgroundRunAttemptsResponse = z.infer<typeof BackgroundRunAttemptsResponse>;
 
@@ -608,7 +615,7 @@ export type SchedulePreviewResponse = z.infer<typeof SchedulePreviewResponse>;
 
 // --- query strings and path parameters (inline: swagger lists them as parameters) --------------
 
-export const BackgroundTasksListQuery = z.object({ agent_id: BackgroundId.optional() });
+export const BackgroundTasksListQuery = z.object({ agent_id: BackgroundId.optional(), limit: queryInt(1, 500, 100), cursor: Cursor.optional() });
 export type BackgroundTasksListQuery = z.infer<typeof BackgroundTasksListQuery>;
 
 export const BackgroundRunsListQuery = z.object({
@@ -618,6 +625,14 @@ export const BackgroundRunsListQuery = z.object({
   cursor: Cursor.optional(),
 });
 export type BackgroundRunsListQuery = z.infer<typeof BackgroundRunsListQuery>;
+
+/** GET /background/agents: specs can be large (instructions, tool lists), so pages are small. */
+export const BackgroundAgentsListQuery = z.object({ limit: queryInt(1, 100, 20), cursor: Cursor.optional() });
+export type BackgroundAgentsListQuery = z.infer<typeof BackgroundAgentsListQuery>;
+
+/** A background run's attempts or lifecycle events, a page at a time. */
+export const BackgroundRunListQuery = z.object({ limit: queryInt(1, 1000, 1000), cursor: OffsetCursor.optional() });
+export type BackgroundRunListQuery = z.infer<typeof BackgroundRunListQuery>;
 
 export const SchedulePreviewQuery = z.object({ count: queryInt(1, 100, 5) });
 export type SchedulePreviewQuery = z.infer<typeof SchedulePreviewQuery>;

@@ -52,6 +52,9 @@ export type ErrorInfo = z.infer<typeof ErrorInfo>;
 /** Opaque store cursor passed back as `cursor` to get the next page. */
 export const Cursor = z.string().min(1).max(256);
 
+/** The cursor of a list held whole in one record (src/paging.ts): opaque to clients, a position here. */
+export const OffsetCursor = z.string().regex(/^\d{1,9}$/, { error: 'expected a next_cursor of this list' });
+
 /** A filter value in a query string (no path meaning, so only a length bound). */
 export const QueryId = z.string().min(1).max(256);
 

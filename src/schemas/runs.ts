@@ -1,7 +1,7 @@
 // Synchronous runs: request, result, stream frames, the public run view and the session routes
 // (service-spec.md "Run request and response", decisions.md §1, §3).
 import { z } from 'zod';
-import { BackgroundId, Cursor, ErrorInfo, IsoDateTime, JsonObject, QueryId, SafeId, queryInt } from './common.js';
+import { BackgroundId, Cursor, ErrorInfo, IsoDateTime, JsonObject, OffsetCursor, QueryId, SafeId, queryInt } from './common.js';
 import { ApprovalView, BudgetRequestView, OutcomeResponse } from './decisions.js';
 import { WebhookUrl } from './webhooks.js';
 import { RunSessionPolicy } from './steer.js';
@@ -179,8 +179,18 @@ export type RunCancelResponse = z.infer<typeof RunCancelResponse>;
 
 // --- sessions ----------------------------------------------------------------------------------
 
+/** GET /sessions/{session_id}/history, a page of messages at a time (oldest first). */
+export const SessionHistoryQuery = z.object({ limit: queryInt(1, 1000, 1000), cursor: OffsetCursor.optional() });
+export type SessionHistoryQuery = z.infer<typeof SessionHistoryQuery>;
+
 export const SessionHistoryResponse = z
-  .object({ session_id: z.string(), messages: z.array(JsonObject), count: z.number().int().nonnegative() })
+  .object({
+    session_id: z.string(),
+    messages: z.array(JsonObject),
+    count: z.number().int().nonnegative().describe('Messages in this page.'),
+    total: z.number().int().nonnegative().describe('Messages in the session.'),
+    next_cursor: z.string().nullable(),
+  })
   .meta({ id: 'SessionHistoryResponse' });
 export type SessionHistoryResponse = z.infer<typeof SessionHistoryResponse>;
 

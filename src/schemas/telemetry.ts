@@ -120,7 +120,9 @@ export type TraceSummary = z.infer<typeof TraceSummary>;
 export const TraceResponse = z.object({ summary: TraceSummary, trace: Trace }).meta({ id: 'TraceResponse' });
 export type TraceResponse = z.infer<typeof TraceResponse>;
 
-export const TracesListResponse = z.object({ traces: z.array(TraceSummary), count: z.number().int().min(0) }).meta({ id: 'TracesListResponse' });
+export const TracesListResponse = z
+  .object({ traces: z.array(TraceSummary), count: z.number().int().min(0), next_cursor: z.string().nullable() })
+  .meta({ id: 'TracesListResponse' });
 export type TracesListResponse = z.infer<typeof TracesListResponse>;
 
 // --- query strings and path parameters ---------------------------------------------------------
@@ -149,12 +151,17 @@ export type EventStreamQuery = z.infer<typeof EventStreamQuery>;
 export const SessionEventsQuery = z.object({ run_id: QueryId.optional(), cursor: Cursor.optional() });
 export type SessionEventsQuery = z.infer<typeof SessionEventsQuery>;
 
+/** GET /events/{session_id}/list: the follow stream's query plus a page size. */
+export const SessionEventsListQuery = SessionEventsQuery.extend({ limit: queryInt(1, 1000, 1000) });
+export type SessionEventsListQuery = z.infer<typeof SessionEventsListQuery>;
+
 export const TracesListQuery = z.object({
   run_id: QueryId.optional(),
   session_id: QueryId.optional(),
   task_id: QueryId.optional(),
   status: TraceStatus.optional(),
   limit: queryInt(1, 1000, 100),
+  cursor: Cursor.optional(),
 });
 export type TracesListQuery = z.infer<typeof TracesListQuery>;
 

@@ -1,4 +1,4 @@
-// The secret values a configuration holds (issue 10, finding 9): built once at start-up into the
+// The secret values a configuration holds: built once at start-up into the
 // Redactor every event, run record, OTLP span and log line goes through, so a provider that echoes
 // the model key in a 401 body (or a tool that prints an MCP token) never gets it stored or exported.
 import type { Config } from '../config.js';
@@ -31,7 +31,9 @@ function headerValues(value: string): string[] {
  * Every credential the config holds: the model API key, the OTLP headers' values, MCP HTTP
  * servers' header values, MCP stdio servers' env values whose names look like credentials (and
  * passwords of URLs in any env value), and the passwords of every configured URL (store, model,
- * OTLP endpoint, MCP servers). Values shorter than MIN_SECRET_CHARS are left out.
+ * OTLP endpoint, MCP servers), and what registered agents may resolve: the values of
+ * `agents.secret_env` and every `${NAME}` of `agents.mcp_servers`. Values shorter than
+ * MIN_SECRET_CHARS are left out.
  */
 export function configuredSecrets(config: Config): string[] {
   const found: string[] = [];
@@ -54,7 +56,13 @@ export function configuredSecrets(config: Config): string[] {
   addUrl(otlp.endpoint);
   addUrl(otlp.traces_endpoint);
   for (const v of Object.values(otlp.headers ?? {})) headerValues(v).forEach(add);
-  for (const server of config.agent.tools.mcp) {
+  // What registered agents may use (read at start-up, src/config.ts): every value an agent build
+  // can resolve is here, so a provider or MCP server echoing it never gets it answered or exported.
+  const agentsResolved = config.agents.resolved;
+  for (const v of Object.values(agentsResolved.secrets)) add(v);
+  for (const v of agentsResolved.interpolated) add(v);
+  const servers = [...config.agent.tools.mcp, ...Object.values(agentsResolved.mcp)];
+  for (const server of servers) {
     if ('url' in server) {
       addUrl(server.url);
       for (const v of Object.values(server.headers ?? {})) headerValues(v).forEach(add);

@@ -245,7 +245,7 @@ export function BackgroundPage({ access }: { access: Access }) {
   usePoll(
     async () => {
       try {
-        const [t, r] = await Promise.all([api('/background/tasks'), api('/background/runs?limit=500')]);
+        const [t, r] = await Promise.all([api('/background/tasks?limit=500'), api('/background/runs?limit=500')]);
         setTasks(t.tasks);
         setRuns([...r.runs].reverse().slice(0, 100));
         setError(null);

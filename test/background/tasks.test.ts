@@ -78,7 +78,7 @@ describe('background tasks: CRUD', () => {
     expect((await a.get('/background/tasks/crud-1')).body).toEqual(created.body);
     const list = BackgroundTasksResponse.parse((await a.get('/background/tasks')).body);
     expect(list.tasks.map((t) => t.task_id)).toContain('crud-1');
-    expect((await a.get('/background/tasks?agent_id=nobody')).body).toEqual({ tasks: [], total: 0 });
+    expect((await a.get('/background/tasks?agent_id=nobody')).body).toEqual({ tasks: [], total: 0, next_cursor: null });
 
     const patched = await a.patch('/background/tasks/crud-1', { query: 'changed', overlap_policy: 'queue_next', metadata: null });
     expect(patched.status).toBe(200);

@@ -1175,6 +1175,9 @@ function sendOnce(port: number, req: WireRequest, agent: http.Agent | false, tim
   });
 }
 
+/** Routes whose 4xx answers may be JSON-RPC error objects (their OpenAPI answers say so). */
+const JSON_RPC_PATHS = new Set(['/mcp', '/a2a']);
+
 /** What is wrong with an answer, or null. */
 export function checkAnswer(op: Operation, req: WireRequest, a: Answer): string | null {
   if (a.status === -1) return null;
@@ -1203,7 +1206,15 @@ export function checkAnswer(op: Operation, req: WireRequest, a: Answer): string 
     // HttpErrorResponse: `detail` of any type, and the domain code (docs/errors.md) beside it.
     const httpError =
       o && 'detail' in o && Object.keys(o).every((k) => k === 'detail' || k === 'code') && (o.code === undefined || /^AGT_ERR_[A-Z_]+$/.test(String(o.code)));
-    if (!errorResponse && !validation && !httpError) return 'error body in no documented shape';
+    // The protocol endpoints that speak JSON-RPC (MCP's transport refuses a request in its own
+    // terms: 400 for a malformed message, 406 for an Accept without both JSON and SSE).
+    const jsonRpcError =
+      JSON_RPC_PATHS.has(op.path) &&
+      o &&
+      o.jsonrpc === '2.0' &&
+      typeof (o.error as { code?: unknown } | undefined)?.code === 'number' &&
+      typeof (o.error as { message?: unknown }).message === 'string';
+    if (!errorResponse && !validation && !httpError && !jsonRpcError) return 'error body in no documented shape';
     if (a.status === 422 && !validation && !httpError) return '422 not in the HTTPValidationError shape';
   }
   return null;

@@ -42,7 +42,11 @@ describe('registered agents', () => {
     served = await startScriptedOpenAI();
     alt = await startScriptedOpenAI();
     server = await startTestServer(
-      { agent: { system_instruction: 'You are the served agent.' }, agents: { tools_dirs: [FIXTURES] }, background: { poll_interval_ms: 50 } },
+      {
+        agent: { system_instruction: 'You are the served agent.' },
+        agents: { tools_dirs: [FIXTURES], model_hosts: [new URL(alt.url).host] },
+        background: { poll_interval_ms: 50 },
+      },
       { modelUrl: served.url },
     );
     url = server.url;
@@ -154,22 +158,17 @@ describe('registered agents', () => {
     const cases: Array<[Record<string, unknown>, string, RegExp]> = [
       [{ model_config: { provider: 'gemini', model: 'x' } }, 'body.spec.model_config.provider', /expected one of/],
       [
-        { model_config: { provider: 'openai', api_key_env: 'AGENTD_TEST_SURELY_UNSET_KEY' } },
+        { model_config: { provider: 'openai-compatible', base_url: alt.url, model: 'm', api_key_env: 'AGENTD_TEST_SURELY_UNSET_KEY' } },
         'body.spec.model_config.api_key_env',
-        /AGENTD_TEST_SURELY_UNSET_KEY is not set/,
+        /AGENTD_TEST_SURELY_UNSET_KEY is not available/,
       ],
       [{ model_config: { provider: 'openai-compatible', model: 'm' } }, 'body.spec.model_config.base_url', /required/],
       [{ local_tools_ref: path.join(FIXTURES, 'broken-tools.mjs') }, 'body.spec.local_tools_ref', /broken on purpose/],
       [{ local_tools_ref: path.join(FIXTURES, 'not-a-list.mjs') }, 'body.spec.local_tools_ref', /must be an array/],
       [{ local_tools_ref: path.join(FIXTURES, 'missing.mjs') }, 'body.spec.local_tools_ref', /could not be loaded/],
       [{ local_tools_ref: path.resolve('test/fixtures/tools-module.mjs') }, 'body.spec.local_tools_ref', /agents\.tools_dirs/],
-      [{ mcp_tools: [{ name: 'bad name!', url: 'http://127.0.0.1:9/mcp' }] }, 'body.spec.mcp_tools.0.name', /server name/],
-      [{ mcp_tools: [{ name: 'fx', command: 'sh', args: ['-c', 'id'] }] }, 'body.spec.mcp_tools.0.command', /agents\.mcp_commands/],
-      [
-        { mcp_tools: [{ name: 'h', url: 'http://127.0.0.1:9/mcp', headers: { authorization: 'Bearer ${AGENTD_TEST_SURELY_UNSET_TOKEN}' } }] },
-        'body.spec.mcp_tools.0.headers.authorization',
-        /not set/,
-      ],
+      [{ mcp_tools: [{ server: 'not-configured' }] }, 'body.spec.mcp_tools.0.server', /agents\.mcp_servers/],
+      [{ mcp_tools: [{ name: 'fx', command: 'sh', args: ['-c', 'id'] }] }, 'body.spec.mcp_tools.0', /agents\.mcp_servers/],
       [{ agent_config: { max_steps: 0 } }, 'body.spec.agent_config.max_steps', /positive integer/],
       [{ workspace_config: { root: '../../etc' } }, 'body.spec.workspace_config.root', /inside/],
     ];
@@ -207,7 +206,10 @@ describe('registered agents: budgets keyed by agent', () => {
     served = await startScriptedOpenAI();
     alt = await startScriptedOpenAI();
     server = await startTestServer(
-      { agents: { tools_dirs: [FIXTURES] }, budgets: { agent: [{ meter: 'model_calls', limit: 2, on_exhausted: 'terminate' }] } },
+      {
+        agents: { tools_dirs: [FIXTURES], model_hosts: [new URL(alt.url).host] },
+        budgets: { agent: [{ meter: 'model_calls', limit: 2, on_exhausted: 'terminate' }] },
+      },
       { modelUrl: served.url },
     );
     expect((await postJson(`${server.url}/background/agents`, { spec: altSpec(alt) })).status).toBe(200);
@@ -244,10 +246,10 @@ describe('registered agents: budgets keyed by agent', () => {
 
 describe('registered agents: shared MCP connections', () => {
   let server: TestServer;
-  const fx = { name: 'fx', command: process.execPath, args: ['--import', 'tsx', MCP_FIXTURE] };
+  const fx = { server: 'fx' };
 
   beforeAll(async () => {
-    server = await startTestServer({ agents: { mcp_commands: [process.execPath] } });
+    server = await startTestServer({ agents: { mcp_servers: { fx: { command: process.execPath, args: ['--import', 'tsx', MCP_FIXTURE] } } } });
   });
 
   afterAll(async () => {
@@ -284,22 +286,25 @@ describe('registered agents: shared MCP connections', () => {
 describe('registered agents: after a restart', () => {
   let alt: ScriptedOpenAI;
   let server: TestServer | null = null;
-  const config = { agents: { tools_dirs: [FIXTURES] }, background: { poll_interval_ms: 50 } };
+  let config: Record<string, unknown>;
 
   beforeAll(async () => {
     alt = await startScriptedOpenAI();
+    config = {
+      agents: { tools_dirs: [FIXTURES], model_hosts: [new URL(alt.url).host], secret_env: ['AGENTD_TEST_ALT_KEY'] },
+      background: { poll_interval_ms: 50 },
+    };
   });
 
   afterAll(async () => {
     await server?.stop();
     server?.cleanup();
     await alt?.close();
-    delete process.env.AGENTD_TEST_ALT_KEY;
   });
 
   it('builds the stored spec at its first run; a spec whose key variable is gone fails the run with 409, the task run as failed', async () => {
-    process.env.AGENTD_TEST_ALT_KEY = 'sk-alt-test-key';
-    server = await startTestServer(config);
+    const env = { AGENTD_TEST_ALT_KEY: 'sk-alt-test-key' };
+    server = await startTestServer(config, { env });
     const spec = altSpec(alt, { model_config: { provider: 'openai-compatible', base_url: alt.url, model: 'alt-model', api_key_env: 'AGENTD_TEST_ALT_KEY' } });
     expect((await postJson(`${server.url}/background/agents`, { spec })).status).toBe(200);
     expect((await postJson(`${server.url}/background/tasks`, { task_id: 't', agent_id: 'alt', query: 'hi', schedule: { type: 'manual' } })).status).toBe(200);
@@ -307,7 +312,7 @@ describe('registered agents: after a restart', () => {
     await server.stop();
 
     // Same store, new process state: the first run builds alt from its row.
-    server = await startTestServer(config, { dataDir });
+    server = await startTestServer(config, { dataDir, env });
     alt.enqueue({ text: 'rebuilt' });
     const ok = await postJson(`${server.url}/run/sync`, { query: 'hi', agent_id: 'alt' });
     expect(ok.body).toMatchObject({ status: 'success', response: 'rebuilt' });
@@ -315,12 +320,11 @@ describe('registered agents: after a restart', () => {
     expect(alt.headers[0].authorization).toBe('Bearer sk-alt-test-key');
     await server.stop();
 
-    delete process.env.AGENTD_TEST_ALT_KEY;
-    server = await startTestServer(config, { dataDir });
+    server = await startTestServer(config, { dataDir, env: {} });
     const refused = await postJson(`${server.url}/run/sync`, { query: 'hi', agent_id: 'alt' });
     expect(refused.status).toBe(409);
     expect(refused.body.code).toBe('AGT_ERR_AGENT_UNAVAILABLE');
-    expect(refused.body.message).toMatch(/AGENTD_TEST_ALT_KEY is not set/);
+    expect(refused.body.message).toMatch(/AGENTD_TEST_ALT_KEY is not available/);
     const run = await postJson(`${server.url}/background/tasks/t/run`, { wait: true });
     expect(run.body).toMatchObject({ status: 'failed' });
     expect(JSON.stringify(run.body)).toMatch(/cannot be built/);

@@ -12,7 +12,8 @@ import { systemClock } from '../../src/clock.js';
 import type { AgentSpecInput } from '../../src/agent/agent-spec.js';
 
 const MCP_FIXTURE = path.resolve('test/fixtures/mcp-stdio-server.ts');
-const fx = { name: 'fx', command: process.execPath, args: ['--import', 'tsx', MCP_FIXTURE] };
+const fxServer = { command: process.execPath, args: ['--import', 'tsx', MCP_FIXTURE], env: {} };
+const fx = { server: 'fx' };
 
 let registry: AgentRegistry | null = null;
 afterEach(async () => {
@@ -20,7 +21,10 @@ afterEach(async () => {
   registry = null;
 });
 
-async function setup(maxCached = 8): Promise<{ registry: AgentRegistry; store: MemoryStore; register: (spec: AgentSpecInput) => Promise<void> }> {
+async function setup(
+  maxCached = 8,
+  maxMcpProcesses = 16,
+): Promise<{ registry: AgentRegistry; store: MemoryStore; register: (spec: AgentSpecInput) => Promise<void> }> {
   const store = new MemoryStore();
   await store.open();
   const served: AgentProfile = {
@@ -40,13 +44,22 @@ async function setup(maxCached = 8): Promise<{ registry: AgentRegistry; store: M
     servedBuiltin: ['clock'],
     workspace_root: '/tmp/ws',
     max_cached: maxCached,
-    plan: { tools_dirs: [], mcp_commands: [process.execPath], env: () => undefined },
+    plan: {
+      tools_dirs: [],
+      mcp_servers: { fx: fxServer, fx2: fxServer },
+      secret: () => undefined,
+      model_hosts: [],
+      max_mcp_servers: 4,
+      max_spec_bytes: 128 * 1024,
+    },
+    everyRowPrivileged: true,
+    maxMcpProcesses,
     mcp: { connectTimeoutMs: 15_000 },
   });
   registry = reg;
   let n = 0;
   const register = async (spec: AgentSpecInput): Promise<void> => {
-    const prepared = await reg.prepare(spec);
+    const prepared = await reg.prepare(spec, true);
     const at = new Date(Date.UTC(2026, 0, 1, 0, 0, n++)).toISOString();
     const existing = await store.getRecord('bg_agents', spec.agent_id);
     const row = { ...spec, created_at: at, updated_at: at };
@@ -117,6 +130,18 @@ describe('AgentRegistry', () => {
     run.release(); // twice is once
     await new Promise((r) => setTimeout(r, 50));
     expect(reg.mcpPool.size).toBe(0);
+  }, 30_000);
+
+  it('refuses a build that needs one MCP process more than agents.max_mcp_processes (503), and shares the ones it has', async () => {
+    const { registry: reg, register } = await setup(8, 1);
+    await register({ agent_id: 'p1', mcp_tools: [fx], agent_config: { builtin_tools: [] } });
+    await register({ agent_id: 'p2', mcp_tools: [fx], agent_config: { builtin_tools: [] } }); // shares p1's process
+    expect(reg.mcpPool.processes).toBe(1);
+    await expect(reg.prepare({ agent_id: 'p3', mcp_tools: [{ server: 'fx2' }] }, true)).rejects.toMatchObject({
+      status: 503,
+      domainCode: 'AGT_ERR_MCP_PROCESS_LIMIT',
+    });
+    expect(reg.mcpPool.processes).toBe(1);
   }, 30_000);
 
   it('keeps at most max_cached builds', async () => {

@@ -125,6 +125,52 @@ describe('recordFromSnapshot', () => {
     expect(b.budget_requests).toEqual([budget('granted')]);
   });
 
+  it("stores approvals' arguments redacted, an approver's edits only once the call no longer needs them, and tool results once the run ended", () => {
+    const mark = { redactText: <T>(t: T) => (typeof t === 'string' ? (`R(${t})` as T) : t), redactValue: <T>(v: T) => (v === null ? v : ({ r: v } as T)) };
+    const edited = { text: 'edited' };
+    const approvals = (['approved', 'used', 'denied', 'pending'] as const).map((s, i) => ({
+      ...approval(`a${i}`, s),
+      arguments: { text: 'raw' },
+      edited_arguments: s === 'pending' ? null : edited,
+    }));
+    const call = {
+      tool_call_id: 'c1',
+      tool_name: 't',
+      source: 'local' as const,
+      idempotent: true,
+      step: 1,
+      state: 'completed' as const,
+      outcome: 'success' as const,
+      started_at: 'S',
+      ended_at: 'E',
+      result_content: 'out',
+    };
+    const waiting = recordFromSnapshot(
+      record({ tool_calls: [call] }),
+      'awaitingApproval',
+      context({ approvals }),
+      phaseOf('awaitingApproval', false),
+      'T',
+      mark,
+    );
+    expect(waiting.approvals.map((a) => [a.arguments, a.edited_arguments])).toEqual([
+      [{ r: { text: 'raw' } }, edited], // approved: the call has not run yet with the edit
+      [{ r: { text: 'raw' } }, { r: edited }],
+      [{ r: { text: 'raw' } }, { r: edited }],
+      [{ r: { text: 'raw' } }, null],
+    ]);
+    expect(waiting.tool_calls[0].result_content).toBe('out');
+    const ended = recordFromSnapshot(
+      record({ tool_calls: [call] }),
+      'completed',
+      context({ termination_reason: 'stop' }),
+      phaseOf('completed', false),
+      'T',
+      mark,
+    );
+    expect(ended.tool_calls[0].result_content).toBe('R(out)');
+  });
+
   it('a shutdown stops a run at its budgeting boundary as interrupted', () => {
     const phase = phaseOf('budgeting', true);
     expect(phase).toMatchObject({ interrupt: true, ending: true, terminal: false });

@@ -109,7 +109,7 @@ describe('traces', () => {
     expect(TraceResponse.safeParse({ summary, trace }).success).toBe(true);
     expect(paths(TraceResponse, { summary: { ...summary, status: 'done' }, trace })).toEqual(['summary.status']);
     expect(paths(TraceResponse, { summary, trace: { ...trace, spans: [{ ...trace.spans[0], name: 'db.query' }] } })).toEqual(['trace.spans.0.name']);
-    expect(TracesListResponse.safeParse({ traces: [summary], count: 1 }).success).toBe(true);
+    expect(TracesListResponse.safeParse({ traces: [summary], count: 1, next_cursor: null }).success).toBe(true);
   });
 
   it('list query: limit 1..1000 default 100, status enum', () => {

@@ -23,7 +23,7 @@ export interface ChatCompletionsStreamOptions {
   agents: ModelHttpAgents;
 }
 
-/** An error answer's body is read up to this size (its message and a snippet are all we keep). */
+/** An error answer's body is read up to this size (a summary of its message is all we keep). */
 const MAX_ERROR_BODY = 64 * 1024;
 
 function abortReason(signal: AbortSignal): unknown {
@@ -135,7 +135,7 @@ export class ChatCompletionsStream {
     });
     res.on('end', () => {
       const body = Buffer.concat(chunks).toString('utf8');
-      settle(httpStatusError(status, errorMessage(body, res.statusMessage ?? ''), headerRecord(res.headers), body));
+      settle(httpStatusError(status, errorMessage(body, res.statusMessage ?? ''), headerRecord(res.headers)));
     });
     res.on('error', (err) => settle(connectionError('Failed to process error response', cutBody(err))));
     res.on('close', () => {

@@ -11,6 +11,7 @@ const hasAiSdkMarker = (err: unknown, name: string): boolean => {
 const isApiCallError = (err: unknown): err is APICallError => hasAiSdkMarker(err, 'AI_APICallError');
 const isLoadApiKeyError = (err: unknown): err is Error => hasAiSdkMarker(err, 'AI_LoadAPIKeyError');
 import { ModelCallError, type ModelErrorKind } from './types.js';
+import { errorSummary } from '../error-summary.js';
 
 // Network error codes seen on Node's fetch (undici) and in the AI SDK's own list. A reset
 // mid-stream surfaces as a TypeError('terminated') whose cause carries one of these.
@@ -78,27 +79,17 @@ function isAbortLike(err: unknown): boolean {
   return err instanceof Error && (err.name === 'AbortError' || err.name === 'ResponseAborted');
 }
 
-/** Short, credential-free text from a provider error body, for messages and telemetry. */
-function bodySnippet(body: string | undefined): string {
-  if (!body) return '';
-  return body.length > 300 ? `${body.slice(0, 300)}…` : body;
-}
-
 /**
  * An HTTP error answer of the model API. `message` is the API's own error message (its JSON
- * `error.message`) or the status text; `headers` keys may be in any case.
+ * `error.message`) or the status text; `headers` keys may be in any case. The body itself is
+ * never quoted: the run and its events get the status and a short summary of the message
+ * (errorSummary), so an endpoint that is not a model API cannot have its pages read back.
  */
-export function httpStatusError(
-  status: number,
-  message: string,
-  headers: Record<string, string> | undefined,
-  body: string | undefined,
-  cause?: unknown,
-): ModelCallError {
+export function httpStatusError(status: number, message: string, headers: Record<string, string> | undefined, cause?: unknown): ModelCallError {
   const kind = kindForStatus(status);
   const retryAfterMs = parseRetryAfterMs(headers);
-  const snippet = bodySnippet(body);
-  return new ModelCallError(kind, `model API returned ${status}: ${message}${snippet && !message.includes(snippet) ? ` (${snippet})` : ''}`, {
+  const summary = errorSummary(message);
+  return new ModelCallError(kind, `model API returned ${status}${summary ? `: ${summary}` : ''}`, {
     status,
     ...(retryAfterMs !== undefined ? { retryAfterMs } : {}),
     ...(cause !== undefined ? { cause } : {}),
@@ -143,9 +134,9 @@ export function toModelCallError(err: unknown, signal?: AbortSignal): ModelCallE
       const found = findCode(err);
       if (found) return new ModelCallError(found.kind, `${err.message} (${found.code})`, { cause: err });
     }
-    if (status !== undefined && status >= 400) return httpStatusError(status, err.message, err.responseHeaders, err.responseBody, err);
-    if (status === undefined && err.isRetryable) return new ModelCallError('connection', err.message, { cause: err });
-    return new ModelCallError('unknown', err.message, { cause: err, retryable: err.isRetryable, ...(status !== undefined ? { status } : {}) });
+    if (status !== undefined && status >= 400) return httpStatusError(status, err.message, err.responseHeaders, err);
+    if (status === undefined && err.isRetryable) return new ModelCallError('connection', errorSummary(err.message), { cause: err });
+    return new ModelCallError('unknown', errorSummary(err.message), { cause: err, retryable: err.isRetryable, ...(status !== undefined ? { status } : {}) });
   }
   if (isLoadApiKeyError(err)) {
     return new ModelCallError('auth', err.message, { cause: err });
@@ -160,6 +151,7 @@ export function toModelCallError(err: unknown, signal?: AbortSignal): ModelCallE
   if (err instanceof TypeError && /terminated|fetch failed|other side closed|socket/i.test(err.message)) {
     return new ModelCallError('connection', err.message, { cause: err });
   }
+  // What the stream decoder or the SDK threw may quote the answer (`JSON parsing failed: Text: …`).
   const msg = err instanceof Error ? err.message : String(err);
-  return new ModelCallError('unknown', msg, { cause: err });
+  return new ModelCallError('unknown', errorSummary(msg), { cause: err });
 }

@@ -8,6 +8,7 @@ import { compileInputSchema, type ArgsValidator } from './schema.js';
 import type { LoadedTool } from './local.js';
 import { TOOL_NAME_RE, type McpServerConfig, type McpServerStatus, type RegisteredTool, type ToolContext, type ToolLogger } from './types.js';
 import { swallow } from '../../telemetry/swallowed.js';
+import { errorSummary } from '../error-summary.js';
 
 export interface McpConnectionOptions {
   connectTimeoutMs: number;
@@ -42,11 +43,15 @@ type CallResult = Awaited<ReturnType<Client['callTool']>>;
 const CLIENT_INFO = { name: 'agentd', version: '0.1.0' };
 const STDERR_TAIL_CHARS = 2000;
 
+/**
+ * An error as runs, events, logs and GET /tools may show it: a short summary (errorSummary), since
+ * the transport's messages quote the server's answer (`Error POSTing to endpoint (HTTP 401): <body>`).
+ */
 function errorText(err: unknown): string {
-  if (!(err instanceof Error)) return String(err);
+  if (!(err instanceof Error)) return errorSummary(String(err));
   // undici says only "fetch failed"; the reason (ECONNREFUSED, a DNS error, ...) is in the cause.
   const cause = err.cause instanceof Error ? err.cause.message : null;
-  return cause && !err.message.includes(cause) ? `${err.message} (${cause})` : err.message;
+  return errorSummary(cause && !err.message.includes(cause) ? `${err.message} (${cause})` : err.message);
 }
 
 function shortHash(text: string): string {

@@ -1,0 +1,10 @@
+// Pages of a list held whole in one record or in memory (a session's messages, a background run's
+// attempts or lifecycle events): the same `limit` / `cursor` / `next_cursor` as the lists read from
+// store indexes, with the position in the list as the cursor (OffsetCursor in src/schemas/common.ts).
+
+/** `limit` items from the position `cursor` names; `next_cursor` null on the last page. */
+export function pageOf<T>(items: readonly T[], q: { limit: number; cursor?: string | null }): { items: T[]; next_cursor: string | null } {
+  const start = q.cursor ? Number(q.cursor) : 0;
+  const end = start + q.limit;
+  return { items: items.slice(start, end), next_cursor: end < items.length ? String(end) : null };
+}
