@@ -67,7 +67,10 @@ recommended rules (test/schemas/openapi-lint.test.ts runs \`@redocly/cli\` on th
   document says so rather than changing with the configuration;
 - the streams (\`POST /run\`, \`GET /telemetry/events/stream\`, \`GET /events/{session_id}\`) answer 200
   \`text/event-stream\`, whose schema is one frame \`{event, id?, data}\` (an \`anyOf\` over the frame
-  kinds below, \`data\` referring to the frame's component);
+  kinds below, \`data\` referring to the frame's component); the protocol streams (\`POST /ai-sdk/chat\`,
+  \`GET /ai-sdk/chat/{id}/stream\`, \`POST /ag-ui\`) send \`data:\` lines only, as their clients read
+  them, and their schema is one frame \`{data}\` (see [protocols/ai-sdk.md](protocols/ai-sdk.md) and
+  [protocols/ag-ui.md](protocols/ag-ui.md));
 - the workspace download is \`application/octet-stream\` (a binary string), its file path a named
   \`{path}\` parameter (the route is Fastify's \`*\` wildcard, so it may contain \`/\`);
 - each schema appears once under its name; a \`…Input\` twin remains only where the request form

@@ -19,6 +19,7 @@ import type { AppDeps } from './http/deps.js';
 import { installLazyDocs } from './http/docs.js';
 import { installUi } from './http/ui.js';
 import { registerApiRoutes } from './http/routes.js';
+import { installCorsHeaders, installCorsPreflight } from './protocols/cors.js';
 
 export type { AppDeps } from './http/deps.js';
 
@@ -118,6 +119,8 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
   await app.register(fastifySSE, { heartbeatInterval: 15_000 });
   installAuth(app, deps);
   installStreamCap(app, s.max_streams_per_key);
+  // Before the routes: its headers go on every answer, an auth refusal's too.
+  installCorsHeaders(app, deps);
 
   await app.register(async (scope) => registerApiRoutes(scope, deps));
 
@@ -125,6 +128,8 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
   installLazyDocs(app, deps);
   // GET /ui: the dashboard's static files (src/http/ui.ts).
   installUi(app);
+  // Last: a preflight route for every path registered above.
+  installCorsPreflight(app, deps);
   await app.ready();
   // More sockets than this are closed on accept, before they cost a file descriptor for long.
   app.server.maxConnections = s.max_connections;

@@ -25,6 +25,20 @@ const obj = <S extends z.core.$ZodLooseShape>(shape: S) => z.strictObject(shape,
 const arr = <T extends z.ZodType>(item: T) => z.array(item, { error: 'expected an array' });
 const strMap = () => z.record(z.string(), str(), { error: 'expected an object of strings' });
 
+/** An exact web origin: scheme, host and port only (what a browser sends in `Origin`). */
+const origin = () =>
+  z.string({ error: 'expected an origin such as https://app.example.com' }).refine(
+    (o) => {
+      try {
+        const u = new URL(o);
+        return (u.protocol === 'http:' || u.protocol === 'https:') && u.origin === o;
+      } catch {
+        return false;
+      }
+    },
+    { error: 'expected an exact origin such as https://app.example.com (scheme, host and optional port; no path, no trailing slash, no wildcard)' },
+  );
+
 function isValidRegex(s: string): boolean {
   try {
     new RegExp(s);
@@ -83,6 +97,23 @@ const ServerConfig = obj({
   stream_drop_grace_seconds: posNumber()
     .default(5)
     .describe('A dropped stream (StreamOverflow) whose reader has not read up to the error frame within this time loses the connection.'),
+  cors: obj({
+    origins: arr(origin())
+      .max(100, { error: 'expected at most 100 origins' })
+      .default([])
+      .describe(
+        'Browser origins (exact, such as https://app.example.com) allowed to call the API cross-origin. Empty: no CORS headers, and preflights are refused. Credentials travel only in the Authorization header: Access-Control-Allow-Credentials is never sent.',
+      ),
+  }).prefault({}),
+  protocols: obj({
+    ai_sdk: obj({
+      resumable: bool()
+        .default(true)
+        .describe(
+          'POST /ai-sdk/chat: closing the stream detaches (the run goes on; GET /ai-sdk/chat/{id}/stream replays and follows it). false: closing the stream cancels the run, as POST /run does.',
+        ),
+    }).prefault({}),
+  }).prefault({}),
 }).superRefine((s, ctx) => {
   if (s.max_connections_per_address !== undefined && s.max_connections_per_address >= s.max_connections) {
     ctx.addIssue({

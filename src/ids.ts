@@ -19,7 +19,9 @@ export type IdPrefix =
   | 'bgrun'
   | 'call'
   | 'steer'
-  | 'interrupt';
+  | 'interrupt'
+  /** A message or text part a protocol adapter names (src/protocols/). */
+  | 'msg';
 
 export function newId(prefix: IdPrefix): string {
   return `${prefix}_${nano()}`;

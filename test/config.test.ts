@@ -44,6 +44,8 @@ describe('loadConfig defaults', () => {
       stream_max_queued_events: 1000,
       stream_max_queued_bytes: 8388608,
       stream_drop_grace_seconds: 5,
+      cors: { origins: [] },
+      protocols: { ai_sdk: { resumable: true } },
     });
     expect(c.data_dir).toBe(join(dir, '.agentd'));
     expect(c.config_path).toBeNull();

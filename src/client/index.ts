@@ -84,6 +84,11 @@ export const OPERATIONS = {
   mcp: ['POST', '/mcp'],
   getA2AAgentCard: ['GET', '/.well-known/agent-card.json'],
   a2a: ['POST', '/a2a'],
+  // The chat protocols (`ai`'s DefaultChatTransport, @ag-ui/client;
+  // docs/protocols/); listed so that `request()` reaches them too.
+  aiSdkChat: ['POST', '/ai-sdk/chat'],
+  aiSdkChatStream: ['GET', '/ai-sdk/chat/{id}/stream'],
+  agUiRun: ['POST', '/ag-ui'],
 } as const satisfies Record<OperationId, readonly [Method, string]>;
 
 // ---------------------------------------------------------------------------------------------

@@ -36,6 +36,57 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/ag-ui": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** AG-UI: run the agent (or resume its interrupt) and stream AG-UI events */
+        post: operations["agUiRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/ai-sdk/chat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** AI SDK chat (useChat): start a run, or answer its approvals, and stream it as a UI message stream */
+        post: operations["aiSdkChat"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/ai-sdk/chat/{id}/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** AI SDK chat reconnect: the session's live run replayed from its start, then followed; 204 when none is live */
+        get: operations["aiSdkChatStream"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/background/agents": {
         parameters: {
             query?: never;
@@ -1020,6 +1071,93 @@ export interface components {
             session_id: string;
             status: components["schemas"]["RunResponseStatus"];
             trace_id: string;
+        };
+        AgUiEvent: {
+            /** @description `RUN_STARTED`, `CUSTOM`, `TEXT_MESSAGE_CONTENT`, `TOOL_CALL_START`, `RUN_FINISHED`, `RUN_ERROR`, ... */
+            type: string;
+        } & {
+            [key: string]: unknown;
+        };
+        AgUiRunAgent: {
+            context?: unknown[];
+            forwardedProps?: unknown;
+            messages: ({
+                content?: unknown;
+                id: string;
+                role: string;
+            } & {
+                [key: string]: unknown;
+            })[];
+            parentRunId?: string;
+            protocolVersion?: string;
+            resume?: ({
+                interruptId: string;
+                payload?: {
+                    amount?: number | null;
+                    arguments?: {
+                        [key: string]: unknown;
+                    } | null;
+                    /** @enum {string} */
+                    decision: "approve" | "deny" | "grant";
+                    note?: string | null;
+                } & {
+                    [key: string]: unknown;
+                };
+                /** @enum {string} */
+                status: "resolved" | "cancelled";
+            } & {
+                [key: string]: unknown;
+            })[];
+            /** @description The client's own id of this run, echoed in RUN_STARTED and RUN_FINISHED. */
+            runId: string;
+            state?: unknown;
+            /** @description The conversation: the agentd session. */
+            threadId: components["schemas"]["SafeId"];
+            tools?: unknown[];
+        } & {
+            [key: string]: unknown;
+        };
+        AiSdkChatRequest: {
+            /** @description A registered agent to run as (pass it in the transport `body`); default: the served agent. */
+            agent_id?: components["schemas"]["BackgroundId"] | null;
+            /** @description The chat: the agentd session (the server keeps its history). */
+            id: components["schemas"]["SafeId"];
+            messageId?: string | null;
+            /** @description The chat as `useChat` holds it; only the newest message is read. */
+            messages: ({
+                id: string;
+                metadata?: unknown;
+                parts: ({
+                    approval?: {
+                        approved?: boolean;
+                        id: string;
+                        reason?: string | null;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                    input?: unknown;
+                    state?: string;
+                    text?: string;
+                    toolCallId?: string;
+                    type: string;
+                } & {
+                    [key: string]: unknown;
+                })[];
+                /** @enum {string} */
+                role: "system" | "user" | "assistant";
+            } & {
+                [key: string]: unknown;
+            })[];
+            /** @enum {string} */
+            trigger: "submit-message" | "regenerate-message";
+        } & {
+            [key: string]: unknown;
+        };
+        AiSdkUiMessageChunk: {
+            /** @description `start`, `start-step`, `text-delta`, `tool-input-available`, `tool-approval-request`, `data-agentd-budget`, `finish`, ... */
+            type: string;
+        } & {
+            [key: string]: unknown;
         };
         Approval: {
             approval_id: string;
@@ -2365,6 +2503,230 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    agUiRun: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..255 printable ASCII characters. */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AgUiRunAgent"];
+            };
+        };
+        responses: {
+            /** @description An AG-UI event stream: RUN_STARTED, CUSTOM `agentd.run`, steps, text messages, tool calls, then RUN_FINISHED (outcome success, interrupt or cancelled) or RUN_ERROR. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": {
+                        data: components["schemas"]["AgUiEvent"];
+                    };
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    aiSdkChat: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key with the same body within idempotency.ttl_seconds (24 h) answers with the original result and never does the work twice; the same key with another body is 422. Scoped to the caller's API key. 1..255 printable ASCII characters. */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AiSdkChatRequest"];
+            };
+        };
+        responses: {
+            /** @description A UI message stream (header `x-vercel-ai-ui-message-stream: v1`), as `useChat` reads it. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": {
+                        data: components["schemas"]["AiSdkUiMessageChunk"];
+                    };
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    aiSdkChatStream: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A UI message stream (header `x-vercel-ai-ui-message-stream: v1`), as `useChat` reads it. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": {
+                        data: components["schemas"]["AiSdkUiMessageChunk"];
+                    };
+                };
+            };
+            /** @description The session has no run in flight. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };

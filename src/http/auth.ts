@@ -6,12 +6,16 @@ import type { AppDeps } from './deps.js';
 export type Role = 'reader' | 'operator' | 'approver' | 'admin';
 
 /** What a route lets a caller do, and so which roles may call it (decisions.md §9). */
-export type Access = 'public' | 'read' | 'operate' | 'decide';
+export type Access = 'public' | 'read' | 'operate' | 'decide' | 'converse';
 
 const ROLES: Record<Exclude<Access, 'public'>, Role[]> = {
   read: ['reader', 'operator', 'approver', 'admin'],
   operate: ['operator', 'admin'],
   decide: ['approver', 'admin'],
+  // A chat protocol's one route both starts runs and answers their approvals (the body says
+  // which): the route admits either role, and the handler checks the one the request needs
+  // (requireAccess below), so a reader does neither and an operator decides nothing.
+  converse: ['operator', 'approver', 'admin'],
 };
 
 /**
@@ -46,12 +50,17 @@ export const ROUTE_ACCESS: Readonly<Record<string, Access>> = {
   'POST /mcp': 'read',
   // Answered 405 whatever the role (an MCP client ending its session must not see a 403).
   'DELETE /mcp': 'read',
-  // Starts a run (operators) or, with a tool message, decides a paused one (approvers).
-  'POST /v1/chat/completions': 'read',
+  // The chat protocols (src/protocols/): a run started or a decision sent back in one request
+  // (OpenAI-compatible: a tool message decides a paused run).
+  'POST /ai-sdk/chat': 'converse',
+  'POST /ag-ui': 'converse',
+  'POST /v1/chat/completions': 'converse',
 };
 
 /** Access of a matched route: its entry in ROUTE_ACCESS, else reads for GET and operations for the rest. */
 export function accessOf(method: string, routePattern: string): Access {
+  // CORS preflights (src/protocols/cors.ts): a browser sends them without credentials.
+  if (method === 'OPTIONS') return 'public';
   const m = method === 'HEAD' ? 'GET' : method;
   return ROUTE_ACCESS[`${m} ${routePattern}`] ?? (m === 'GET' ? 'read' : 'operate');
 }
@@ -72,7 +81,7 @@ declare module 'fastify' {
 
 /**
  * Whether the request's key may do what `access` names, for a route that carries several kinds of
- * work in its body (POST /a2a, POST /mcp). Without auth everything is allowed, as on every route.
+ * work in its body (POST /a2a, POST /mcp, the `converse` routes). Without auth everything is allowed, as on every route.
  */
 export function mayAccess(request: FastifyRequest, access: Exclude<Access, 'public'>): boolean {
   return request.apiKeyRole === undefined || ROLES[access].includes(request.apiKeyRole);

@@ -67,6 +67,26 @@ export function sseResponse(description: string, frames: SseFrame[]): Json {
   };
 }
 
+/**
+ * A 200 answer that is an SSE stream of `data:` lines only (no `event:`), as the AI SDK's UI
+ * message streams and AG-UI's event streams are: the schema describes one frame's `data` JSON.
+ */
+export function dataStreamResponse(description: string, data: z.ZodType, last?: string): Json {
+  return {
+    description,
+    content: {
+      'text/event-stream': {
+        schema: {
+          description: `One frame of the stream: a \`data:\` line of JSON.${last ? ` ${last}` : ''}`,
+          type: 'object',
+          properties: { data: refTo(data) },
+          required: ['data'],
+        },
+      },
+    },
+  };
+}
+
 /** A 200 answer of raw bytes. */
 export function binaryResponse(description: string): Json {
   return { description, content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } } };

@@ -10,6 +10,8 @@ import { webhookRoutes } from './webhooks.js';
 import { a2aRoutes } from '../protocols/a2a/routes.js';
 import { mcpRoutes } from '../protocols/mcp/routes.js';
 import { openaiRoutes } from '../protocols/openai/routes.js';
+import { aiSdkRoutes } from '../protocols/ai-sdk/routes.js';
+import { agUiRoutes } from '../protocols/ag-ui/routes.js';
 
 /** Every route module, in registration order. Adding a resource = one line here. */
 export const ROUTE_MODULES: RouteModule[] = [
@@ -22,6 +24,8 @@ export const ROUTE_MODULES: RouteModule[] = [
   openaiRoutes,
   mcpRoutes,
   a2aRoutes,
+  aiSdkRoutes,
+  agUiRoutes,
 ];
 
 /**

@@ -5,11 +5,12 @@ import { storedEventText } from '../store/event-text.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
 
 export interface SseFrame {
+  /** The `event:` line; '' sends none (a stream whose readers take every frame as `message`, as the AI SDK's and AG-UI's do). */
   event: string;
   data: unknown;
   id?: string;
-  /** `data` is a string written as it is, not JSON (OpenAI's closing `data: [DONE]`). */
-  raw?: boolean;
+  /** The `data:` line as is instead of `data` as JSON (one line: the AI SDK's closing `[DONE]`). */
+  raw?: string;
 }
 
 /** How far one stream may fall behind before it is dropped (config `server.stream_max_queued_*`). */
@@ -57,8 +58,8 @@ const MAX_BATCH_BYTES = 64 * 1024;
  * event names are ASCII (store cursors and event types).
  */
 export function formatFrame(frame: SseFrame): { text: string; bytes: number } {
-  const json = frame.raw ? String(frame.data) : (JSON.stringify(frame.data) ?? 'null');
-  const text = `${frame.id ? `id: ${frame.id}\n` : ''}event: ${frame.event}\ndata: ${json}\n\n`;
+  const json = frame.raw ?? JSON.stringify(frame.data) ?? 'null';
+  const text = `${frame.id ? `id: ${frame.id}\n` : ''}${frame.event ? `event: ${frame.event}\n` : ''}data: ${json}\n\n`;
   return { text, bytes: Buffer.byteLength(text) };
 }
 

@@ -1,95 +1,155 @@
-// What every protocol adapter (A2A, MCP, OpenAI-compatible) does with the run service: start one
-// run exactly as POST /run/sync does (Idempotency-Key, governance, budgets, webhooks and traces are
-// the run's), and wait for a run a person's decision let go on. The adapters own no run state: a
-// run is read back from the store by its id whenever a protocol asks about it.
-import type { FastifyRequest } from 'fastify';
-import type { ChatMessage } from '../agent/model/types.js';
-import { domainError } from '../errors.js';
-import type { AppDeps } from '../http/deps.js';
-import { idempotencyRequestOf, runExists, waitRunSettled } from '../http/idempotent.js';
+// One run as a stream of what happened, for the protocol adapters (src/protocols/*): the same run
+// POST /run starts (src/http/runs.ts), its stored telemetry events in order, its live text deltas
+// (only for a run this request started: deltas are never stored), then how it settled. An adapter
+// turns these into its own frames; it keeps no run state of its own.
 import { newId } from '../ids.js';
-import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
+import { RunStream } from '../runtime/run-stream.js';
+import type { RunRecord } from '../runtime/run-record.js';
+import type { SessionPolicy } from '../runtime/runs.js';
+import type { StoredEvent } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
+import type { AppDeps } from '../http/deps.js';
 
-export interface ProtocolRunRequest {
+export type RunItem =
+  | { kind: 'event'; event: StoredEvent }
+  | { kind: 'delta'; text: string }
+  /** The run ended or waits for a person (its record says which). */
+  | { kind: 'settled'; record: RunRecord }
+  /** The service failed (the run could not be followed to its end). */
+  | { kind: 'failed'; message: string };
+
+// The RunStream's own frames for how the run settled (no telemetry event type starts with '#').
+const SETTLED = '#settled';
+const FAILED = '#failed';
+
+export interface StartRunInput {
   query: string;
-  session_id?: string | null;
+  session_id: string | null;
   agent_id?: string | null;
-  /** The conversation before the query (only without a session: StartOptions.history). */
-  history?: ChatMessage[];
+  session_policy?: SessionPolicy;
+  /** The run whose turn this one replaces (a regenerated answer: StartOptions.replaces_run_id). */
+  replaces_run_id?: string;
+  /** A run id reserved for it (an Idempotency-Key's); default: a new one. */
+  run_id?: string;
 }
 
-export interface ProtocolRun {
+export interface StartedRunItems {
   run_id: string;
   session_id: string;
-  /** The run once it ended or waits for a person (or, past the wait budget of a retried key, as it is). */
-  settled: Promise<RunRecord>;
+  trace_id: string;
+  /** Items go to `sink` from now on (those that came before first): call it after the adapter's own first frame. */
+  open(sink: (item: RunItem) => void): void;
+  /** Stops delivering items (the reader went away); the run goes on. */
+  detach(): void;
 }
 
 /**
- * Starts a run for a protocol request. `operation` scopes an Idempotency-Key (a retry with the same
- * key and body gets the first request's run, never a second one). `onDelta` receives the live
- * answer text of a run started here (a keyed retry's run streams none).
+ * Starts a run as POST /run does and hands `sink` its items in order: events and deltas as they
+ * happen (deltas after the events emitted before them: src/runtime/run-stream.ts), then one
+ * `settled` or `failed`. Resolves once the run exists; rejects (with the domain error) when it
+ * was not started, before any item went out.
  */
-export async function startProtocolRun(
-  deps: AppDeps,
-  request: FastifyRequest,
-  operation: string,
-  run: ProtocolRunRequest,
-  onDelta?: (text: string) => void,
-): Promise<ProtocolRun> {
-  const runs = deps.runtime.runs;
-  const begin = (run_id: string, isNew = false) =>
-    runs.start(run.query, run.session_id ?? null, {
+export async function startRunItems(deps: AppDeps, input: StartRunInput): Promise<StartedRunItems> {
+  const { runtime } = deps;
+  const run_id = input.run_id ?? newId('run');
+  const stream = new RunStream();
+  stream.forRun(run_id);
+  let detached = false;
+  const unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => stream.event(ev));
+  const detach = (): void => {
+    detached = true;
+    unsubscribe();
+    stream.drop();
+  };
+  let started;
+  try {
+    started = await runtime.runs.start(input.query, input.session_id, {
       run_id,
-      run_id_is_new: isNew,
-      ...(run.agent_id ? { agent_id: run.agent_id } : {}),
-      ...(run.history && !run.session_id ? { history: run.history } : {}),
-      ...(onDelta ? { onDelta: (text: string) => onDelta(text) } : {}),
+      run_id_is_new: input.run_id === undefined,
+      ...(input.agent_id != null ? { agent_id: input.agent_id } : {}),
+      ...(input.session_policy ? { session_policy: input.session_policy } : {}),
+      ...(input.replaces_run_id ? { replaces_run_id: input.replaces_run_id } : {}),
+      onDelta: (text, sequence, afterEvent) => stream.delta(text, sequence, afterEvent),
     });
-  const idem = idempotencyRequestOf(request, operation);
-  if (!idem) {
-    const started = await begin(newId('run'), true);
-    return { run_id: started.run_id, session_id: started.session_id, settled: started.settled };
+  } catch (err) {
+    unsubscribe();
+    throw err;
   }
-  const once = await deps.runtime.idempotency.startOnce(
-    idem,
-    () => newId('run'),
-    (id) => runExists(deps, id),
-    begin,
+  // Frames wait in the RunStream until the adapter has sent its own first frame and opens it.
+  const open = (sink: (item: RunItem) => void): void =>
+    stream.open((f) => {
+      if (detached) return;
+      if (f.event === 'delta') sink({ kind: 'delta', text: (f.data as { text: string }).text });
+      else if (f.event === SETTLED) sink({ kind: 'settled', record: f.data as RunRecord });
+      else if (f.event === FAILED) sink({ kind: 'failed', message: String(f.data) });
+      else sink({ kind: 'event', event: f.data as StoredEvent });
+    });
+  void started.settled.then(
+    (record) => {
+      unsubscribe();
+      stream.releaseAll();
+      stream.push({ event: SETTLED, data: record });
+    },
+    (err: unknown) => {
+      unsubscribe();
+      stream.push({ event: FAILED, data: String((err as Error)?.message ?? err) });
+    },
   );
-  if (once.fresh) return { run_id: once.started.run_id, session_id: once.started.session_id, settled: once.started.settled };
-  const first = await repos(deps.store).runs.get<RunRecord>(once.target_id);
-  if (!first) throw domainError('AGT_ERR_RUN_TIMEOUT', [once.target_id, once.target_id]);
-  const settled = waitRunSettled(deps, once.target_id).then((r) => r ?? first.value);
-  return { run_id: once.target_id, session_id: first.value.session_id, settled };
+  return { run_id, session_id: started.session_id, trace_id: started.trace_id, open, detach };
 }
 
-/** The run has nothing left to do before someone acts: ended, or waiting with no decision taken yet. */
-function restsAfterDecision(r: RunRecord): boolean {
-  return TERMINAL_RUN_STATUSES.has(r.status) || r.status === 'interrupted' || (WAITING_RUN_STATUSES.has(r.status) && r.decided_at === null);
+export interface FollowOptions {
+  /** Only events after this cursor (null: from the run's first event). */
+  after: string | null;
+  /**
+   * The run has settled only once its trace differs from this one (a decision's resume starts a
+   * new trace segment): a decided run still reads `awaiting_*` until its resume claims it.
+   */
+  settledAfterTrace?: string | null;
+  signal: AbortSignal;
 }
+
+const settled = (r: RunRecord, afterTrace: string | null | undefined): boolean =>
+  r.status !== 'running' && (afterTrace == null || r.trace_id !== afterTrace || r.status === 'cancelled' || r.status === 'failed');
 
 /**
- * Waits for a run that a decision just let go on (approval, budget, cancel): until it ends or waits
- * for a person again, bounded by server.request_timeout_seconds (then the record as it is). A
- * decided run still reads `awaiting_*` until its resume claims it, so "not running" is not enough.
- * Wakes on the run's events and settles and re-reads the record at least every second (the resume
- * may happen in another instance).
+ * Follows a stored run on whichever instance it executes: its events from the store (after
+ * `after`), live as they are published, then one `settled` (or `failed`). `sink` may return a
+ * promise to pace the reading. Bounded by server.request_timeout_seconds: past it, `failed`.
  */
-export async function waitAfterDecision(deps: AppDeps, runId: string, signal?: AbortSignal): Promise<RunRecord> {
+export async function followRunItems(deps: AppDeps, runId: string, opts: FollowOptions, sink: (item: RunItem) => void | Promise<void>): Promise<void> {
+  const { runtime, store } = deps;
   const deadline = Date.now() + deps.config.server.request_timeout_seconds * 1000;
   let wake: (() => void) | null = null;
-  const unsubscribe = deps.runtime.bus.subscribe({ run_id: runId }, () => wake?.());
-  const offSettled = deps.runtime.runs.onSettled((r) => {
+  const unsubscribe = runtime.bus.subscribe({ run_id: runId }, () => wake?.());
+  const offSettled = runtime.runs.onSettled((r) => {
     if (r.run_id === runId) wake?.();
   });
-  const onAbort = () => wake?.();
-  signal?.addEventListener('abort', onAbort);
+  const onAbort = (): void => wake?.();
+  opts.signal.addEventListener('abort', onAbort, { once: true });
+  let after = opts.after;
+  const drain = async (): Promise<boolean> => {
+    for (;;) {
+      const page = await store.readEvents({ filters: { run_id: runId }, after, limit: 200 });
+      for (const event of page.events) {
+        if (opts.signal.aborted) return false;
+        after = event.cursor;
+        await sink({ kind: 'event', event });
+      }
+      if (!page.next_cursor || page.events.length === 0) return !opts.signal.aborted;
+    }
+  };
   try {
     for (;;) {
-      const rec = await deps.runtime.runs.get(runId);
-      if (restsAfterDecision(rec) || Date.now() > deadline || signal?.aborted) return rec;
+      if (!(await drain())) return;
+      const rec = await repos(store).runs.get<RunRecord>(runId);
+      if (!rec) return void (await sink({ kind: 'failed', message: `run ${runId} no longer exists` }));
+      if (settled(rec.value, opts.settledAfterTrace)) {
+        // Its events were stored before the record said so: one more read has them all.
+        if (!(await drain())) return;
+        return void (await sink({ kind: 'settled', record: rec.value }));
+      }
+      if (Date.now() > deadline) return void (await sink({ kind: 'failed', message: `run ${runId} is still running; follow it at GET /runs/${runId}` }));
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, 1000);
         wake = () => {
@@ -99,22 +159,40 @@ export async function waitAfterDecision(deps: AppDeps, runId: string, signal?: A
       });
       wake = null;
     }
+  } catch (err) {
+    if (!opts.signal.aborted) await sink({ kind: 'failed', message: String((err as Error)?.message ?? err) });
   } finally {
     unsubscribe();
     offSettled();
-    signal?.removeEventListener('abort', onAbort);
+    opts.signal.removeEventListener('abort', onAbort);
   }
 }
 
-/** The approver a protocol decision is recorded with: the caller's key name (auth off: the protocol's name). */
-export function approverOf(request: FastifyRequest, fallback: string): string {
-  return request.apiKeyName ?? fallback;
+/** The cursor of the run's last stored event (null: none yet): what a decision's stream follows after. */
+export async function lastEventCursor(deps: AppDeps, runId: string): Promise<string | null> {
+  let after: string | null = null;
+  for (;;) {
+    const page = await deps.store.readEvents({ filters: { run_id: runId }, after, limit: 1000 });
+    if (page.events.length > 0) after = page.events[page.events.length - 1].cursor;
+    if (!page.next_cursor || page.events.length === 0) return after;
+  }
 }
 
-/** The pending approvals of a run waiting for them, as every protocol shows them. */
-export function pendingApprovalsOf(r: RunRecord) {
-  if (r.status !== 'awaiting_approval') return [];
-  return r.approvals
-    .filter((a) => a.status === 'pending')
-    .map((a) => ({ approval_id: a.approval_id, tool_name: a.tool_name, arguments: a.arguments, reason: a.reason, expires_at: a.expires_at }));
+/**
+ * The session's newest run that `match` accepts, on any instance (the store's session index,
+ * oldest first: every page is read).
+ */
+export async function lastRunOfSession(deps: AppDeps, sessionId: string, match: (r: RunRecord) => boolean): Promise<RunRecord | null> {
+  let cursor: string | null = null;
+  let found: RunRecord | null = null;
+  for (;;) {
+    const page: { items: Array<{ value: RunRecord }>; next_cursor: string | null } = await repos(deps.store).runs.list<RunRecord>({
+      index: { name: 'session_id', value: sessionId },
+      cursor,
+      limit: 200,
+    });
+    for (const item of page.items) if (match(item.value)) found = item.value;
+    if (!page.next_cursor) return found;
+    cursor = page.next_cursor;
+  }
 }

@@ -96,6 +96,11 @@ export interface StartOptions {
    * run waits for that first round meanwhile, so an id handed out here always reads.
    */
   onAccepted?: (ids: { run_id: string; session_id: string }) => void;
+  /**
+   * A run of the same session whose turn this run takes the place of (a regenerated answer): its
+   * query and answer leave the session's history before this run reads it, as policy `rollback` does.
+   */
+  replaces_run_id?: string;
   /** When the session has a run in flight in this process; default `settings.session_policy`. */
   session_policy?: SessionPolicy;
   /**

@@ -217,7 +217,10 @@ export class RunService {
       await this.kernel.sessions.acquire(session_id, run_id);
       let history = sessionId ? await repos(this.deps.store).sessions.get<SessionValue>(session_id) : null;
       let carried: ChatMessage[] = [];
-      if (busyWith && plan.history === 'roll_back') history = await this.kernel.history.rollbackTurn(session_id, busyWith, history);
+      // The turn taken back out: the run this one cancelled (`rollback`), or the one it replaces
+      // (a regenerated answer: StartOptions.replaces_run_id).
+      const rolledBack = busyWith && plan.history === 'roll_back' ? busyWith : (opts.replaces_run_id ?? null);
+      if (rolledBack) history = await this.kernel.history.rollbackTurn(session_id, rolledBack, history);
       if (busyWith && plan.history === 'carry_over') {
         const c = await this.kernel.history.carryOver(busyWith);
         carried = c.messages;

@@ -8,3 +8,4 @@ export * from './background.js';
 export * from './telemetry.js';
 export * from './health.js';
 export * from './webhooks.js';
+export * from './protocols.js';

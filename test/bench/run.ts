@@ -15,6 +15,7 @@ import { approvalsBench } from './benchmarks/approvals.js';
 import { backgroundBench, backgroundDrainBulkBench, backgroundScaleBench } from './benchmarks/background.js';
 import { redactionBench } from './benchmarks/redaction.js';
 import { postgresBench } from './benchmarks/postgres.js';
+import { protocolsBench } from './benchmarks/protocols.js';
 
 const BENCHMARKS: Record<string, Benchmark> = {
   health: healthBench,
@@ -28,6 +29,7 @@ const BENCHMARKS: Record<string, Benchmark> = {
   'background-drain-bulk': backgroundDrainBulkBench,
   redaction: redactionBench,
   postgres: postgresBench,
+  protocols: protocolsBench,
 };
 const ORDER = Object.keys(BENCHMARKS);
 

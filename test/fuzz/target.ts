@@ -32,6 +32,8 @@ function configFor(name: 'open' | 'auth'): Record<string, unknown> {
       // body) is only noticed when the body timeout ends that request: 5 s instead of 30, so the
       // check that every stream subscription was released can wait for it.
       body_timeout_seconds: 5,
+      // Every request passes the CORS hooks (src/protocols/cors.ts), and every route has a preflight.
+      cors: { origins: ['https://fuzz.example.com'] },
     },
     // Something to decide: workspace_write asks a person; a run may call one tool, then waits for a grant.
     governance: { rules: [{ tools: ['workspace_write'], effect: 'ask', reason: 'fuzz' }] },

@@ -76,9 +76,12 @@ describe('the docs app serves documentation only (finding 1)', () => {
 function expectedRoles(method: string, path: string): Role[] | 'public' {
   if (method === 'GET' && ['/health', '/ready', '/openapi.json', '/docs', '/ui', '/.well-known/agent-card.json'].includes(path)) return 'public';
   // Protocol endpoints carrying reads, runs and decisions in their bodies: every role gets in, and
-  // each method checks its own access (test/protocols/{a2a,mcp,openai}.test.ts: a reader key starts no run).
-  if (['/a2a', '/mcp', '/v1/chat/completions'].includes(path)) return [...ROLES];
+  // each method checks its own access (test/protocols/{a2a,mcp}.test.ts: a reader key starts no run).
+  if (['/a2a', '/mcp'].includes(path)) return [...ROLES];
   if (method === 'POST' && (path === '/runs/{run_id}/approvals/{approval_id}' || path === '/runs/{run_id}/budget')) return ['approver', 'admin'];
+  // The chat protocols start runs and take decisions on one route: either role gets past it (the
+  // handler then checks the one the body needs: test/protocols/).
+  if (method === 'POST' && ['/ai-sdk/chat', '/ag-ui', '/v1/chat/completions'].includes(path)) return ['operator', 'approver', 'admin'];
   if (method === 'GET') return [...ROLES];
   return ['operator', 'admin'];
 }

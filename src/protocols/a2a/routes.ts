@@ -13,7 +13,7 @@ import { SseChannel, streamOptions } from '../../http/sse.js';
 import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../../runtime/run-record.js';
 import { ErrorResponse, HTTPValidationError, RunStreamErrorFrame } from '../../schemas/index.js';
 import { agentIdOf, listedAgents } from '../agents.js';
-import { approverOf, startProtocolRun, waitAfterDecision } from '../run-events.js';
+import { approverOf, startProtocolRun, waitAfterDecision } from '../run-calls.js';
 import {
   A2A_PROTOCOL_VERSION,
   AgentCard,

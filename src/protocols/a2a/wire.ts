@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { responseStatusOf, type RunRecord } from '../../runtime/run-record.js';
 import { JsonObject, SafeId } from '../../schemas/common.js';
-import { pendingApprovalsOf } from '../run-events.js';
+import { pendingApprovalsOf } from '../run-calls.js';
 
 export const A2A_PROTOCOL_VERSION = '1.0';
 

@@ -12,7 +12,7 @@ import type { AppDeps } from '../../http/deps.js';
 import { responseStatusOf, WAITING_RUN_STATUSES, type RunRecord } from '../../runtime/run-record.js';
 import { BackgroundId, JsonObject, SafeId } from '../../schemas/common.js';
 import { agentIdOf } from '../agents.js';
-import { approverOf, pendingApprovalsOf, startProtocolRun, waitAfterDecision } from '../run-events.js';
+import { approverOf, pendingApprovalsOf, startProtocolRun, waitAfterDecision } from '../run-calls.js';
 
 /** Pending approvals listed at most (the oldest waiting runs first). */
 const MAX_LISTED_RUNS = 100;

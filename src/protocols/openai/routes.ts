@@ -14,7 +14,7 @@ import { responseStatusOf, type RunRecord } from '../../runtime/run-record.js';
 import { ErrorResponse, HTTPValidationError, RunStreamErrorFrame } from '../../schemas/index.js';
 import { swallow, isRefusal } from '../../telemetry/swallowed.js';
 import { agentIdOf, listedAgents } from '../agents.js';
-import { approverOf, pendingApprovalsOf, startProtocolRun, waitAfterDecision } from '../run-events.js';
+import { approverOf, pendingApprovalsOf, startProtocolRun, waitAfterDecision } from '../run-calls.js';
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ModelList, SessionHeaders, ToolMessageDecision, type ChatMessageIn } from './schemas.js';
 
 const STREAM = sseResponse('With `stream: true`: `chat.completion.chunk` frames (`data:` lines), then `data: [DONE]`.', [
@@ -227,7 +227,7 @@ class ChunkStream {
       data: { ...this.base(), choices: [{ index: 0, delta: {}, finish_reason: finishReasonOf(r) }], agentd: agentdOf(r) },
     });
     if (this.body.stream_options?.include_usage) this.channel.push({ event: 'message', data: { ...this.base(), choices: [], usage: usageOf(r) } });
-    this.channel.push({ event: 'message', data: '[DONE]', raw: true });
+    this.channel.push({ event: 'message', data: null, raw: '[DONE]' });
     this.channel.close();
   }
 

@@ -1,0 +1,121 @@
+// What the request/answer protocol adapters (A2A, MCP, OpenAI-compatible) do with the run service
+// (the streamed chat protocols follow a run as items instead: run-events.ts): start one
+// run exactly as POST /run/sync does (Idempotency-Key, governance, budgets, webhooks and traces are
+// the run's), and wait for a run a person's decision let go on. The adapters own no run state: a
+// run is read back from the store by its id whenever a protocol asks about it.
+import type { FastifyRequest } from 'fastify';
+import type { ChatMessage } from '../agent/model/types.js';
+import { domainError } from '../errors.js';
+import type { AppDeps } from '../http/deps.js';
+import { idempotencyRequestOf, runExists, waitRunSettled } from '../http/idempotent.js';
+import { newId } from '../ids.js';
+import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
+import { repos } from '../store/repos/index.js';
+
+export interface ProtocolRunRequest {
+  query: string;
+  session_id?: string | null;
+  agent_id?: string | null;
+  /** The conversation before the query (only without a session: StartOptions.history). */
+  history?: ChatMessage[];
+}
+
+export interface ProtocolRun {
+  run_id: string;
+  session_id: string;
+  /** The run once it ended or waits for a person (or, past the wait budget of a retried key, as it is). */
+  settled: Promise<RunRecord>;
+}
+
+/**
+ * Starts a run for a protocol request. `operation` scopes an Idempotency-Key (a retry with the same
+ * key and body gets the first request's run, never a second one). `onDelta` receives the live
+ * answer text of a run started here (a keyed retry's run streams none).
+ */
+export async function startProtocolRun(
+  deps: AppDeps,
+  request: FastifyRequest,
+  operation: string,
+  run: ProtocolRunRequest,
+  onDelta?: (text: string) => void,
+): Promise<ProtocolRun> {
+  const runs = deps.runtime.runs;
+  const begin = (run_id: string, isNew = false) =>
+    runs.start(run.query, run.session_id ?? null, {
+      run_id,
+      run_id_is_new: isNew,
+      ...(run.agent_id ? { agent_id: run.agent_id } : {}),
+      ...(run.history && !run.session_id ? { history: run.history } : {}),
+      ...(onDelta ? { onDelta: (text: string) => onDelta(text) } : {}),
+    });
+  const idem = idempotencyRequestOf(request, operation);
+  if (!idem) {
+    const started = await begin(newId('run'), true);
+    return { run_id: started.run_id, session_id: started.session_id, settled: started.settled };
+  }
+  const once = await deps.runtime.idempotency.startOnce(
+    idem,
+    () => newId('run'),
+    (id) => runExists(deps, id),
+    begin,
+  );
+  if (once.fresh) return { run_id: once.started.run_id, session_id: once.started.session_id, settled: once.started.settled };
+  const first = await repos(deps.store).runs.get<RunRecord>(once.target_id);
+  if (!first) throw domainError('AGT_ERR_RUN_TIMEOUT', [once.target_id, once.target_id]);
+  const settled = waitRunSettled(deps, once.target_id).then((r) => r ?? first.value);
+  return { run_id: once.target_id, session_id: first.value.session_id, settled };
+}
+
+/** The run has nothing left to do before someone acts: ended, or waiting with no decision taken yet. */
+function restsAfterDecision(r: RunRecord): boolean {
+  return TERMINAL_RUN_STATUSES.has(r.status) || r.status === 'interrupted' || (WAITING_RUN_STATUSES.has(r.status) && r.decided_at === null);
+}
+
+/**
+ * Waits for a run that a decision just let go on (approval, budget, cancel): until it ends or waits
+ * for a person again, bounded by server.request_timeout_seconds (then the record as it is). A
+ * decided run still reads `awaiting_*` until its resume claims it, so "not running" is not enough.
+ * Wakes on the run's events and settles and re-reads the record at least every second (the resume
+ * may happen in another instance).
+ */
+export async function waitAfterDecision(deps: AppDeps, runId: string, signal?: AbortSignal): Promise<RunRecord> {
+  const deadline = Date.now() + deps.config.server.request_timeout_seconds * 1000;
+  let wake: (() => void) | null = null;
+  const unsubscribe = deps.runtime.bus.subscribe({ run_id: runId }, () => wake?.());
+  const offSettled = deps.runtime.runs.onSettled((r) => {
+    if (r.run_id === runId) wake?.();
+  });
+  const onAbort = () => wake?.();
+  signal?.addEventListener('abort', onAbort);
+  try {
+    for (;;) {
+      const rec = await deps.runtime.runs.get(runId);
+      if (restsAfterDecision(rec) || Date.now() > deadline || signal?.aborted) return rec;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 1000);
+        wake = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+      wake = null;
+    }
+  } finally {
+    unsubscribe();
+    offSettled();
+    signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+/** The approver a protocol decision is recorded with: the caller's key name (auth off: the protocol's name). */
+export function approverOf(request: FastifyRequest, fallback: string): string {
+  return request.apiKeyName ?? fallback;
+}
+
+/** The pending approvals of a run waiting for them, as every protocol shows them. */
+export function pendingApprovalsOf(r: RunRecord) {
+  if (r.status !== 'awaiting_approval') return [];
+  return r.approvals
+    .filter((a) => a.status === 'pending')
+    .map((a) => ({ approval_id: a.approval_id, tool_name: a.tool_name, arguments: a.arguments, reason: a.reason, expires_at: a.expires_at }));
+}

@@ -1,0 +1,183 @@
+// The chat protocol adapters against POST /run on the real model path (the same child setup as
+// run-real.ts: agentd with `openai-compatible` pointed at the fake OpenAI server over HTTP, the
+// `add` tool): runs/s of POST /ai-sdk/chat and POST /ag-ui relative to POST /run, on the trivial
+// and one-tool workloads at concurrency 1 and 32, in alternating rounds against one server.
+import {
+  QUICK,
+  SCALE,
+  closedLoop,
+  log,
+  mergeLoops,
+  ratio,
+  realPathConfig,
+  removeDir,
+  request,
+  round,
+  startChild,
+  tempDir,
+  type BenchOutput,
+  type Child,
+  type HttpResult,
+  type LoopResult,
+  type Row,
+} from '../lib.js';
+import { WORKLOADS } from './run-real.js';
+
+const WARMUP_RUNS = QUICK ? 200 : Math.max(300, Math.round(2000 * SCALE));
+const ROUND_MS = QUICK ? 1000 : Math.max(500, Math.round(2000 * SCALE));
+const ROUNDS = QUICK ? 1 : 4;
+
+type Workload = keyof typeof WORKLOADS;
+// `run-session`: POST /run naming a new session, as the chat protocols do (their chat / thread
+// id is the session): it tells the adapters' own cost apart from that of a named session.
+type Route = 'run' | 'run-session' | 'ai-sdk' | 'ag-ui';
+const ROUTES: Route[] = ['run', 'run-session', 'ai-sdk', 'ag-ui'];
+const PATH: Record<Route, string> = { run: '/run', 'run-session': '/run', 'ai-sdk': '/ai-sdk/chat', 'ag-ui': '/ag-ui' };
+
+let seq = 0;
+/**
+ * One request body. The chat protocols name their session (the chat id, the thread id): a fresh one
+ * per request, as POST /run without session_id gets, so no request queues behind another.
+ */
+function bodyOf(route: Route, query: string): string {
+  const id = `bench-${process.pid}-${++seq}`;
+  switch (route) {
+    case 'run':
+      return JSON.stringify({ query });
+    case 'run-session':
+      return JSON.stringify({ query, session_id: id });
+    case 'ai-sdk':
+      return JSON.stringify({ id, trigger: 'submit-message', messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: query }] }] });
+    case 'ag-ui':
+      return JSON.stringify({ threadId: id, runId: `r-${seq}`, messages: [{ id: 'u1', role: 'user', content: query }], tools: [], context: [] });
+  }
+}
+
+/** The answer is the whole run, successful (and for the tool workload, the tool's result is in it). */
+function okOf(route: Route, workload: Workload): (r: HttpResult) => boolean {
+  const tool = (r: HttpResult) => workload !== 'tool' || r.body.includes('sum');
+  switch (route) {
+    case 'run':
+    case 'run-session':
+      return (r) => r.status === 200 && r.body.includes('event: complete') && r.body.includes('"status":"success"') && tool(r);
+    case 'ai-sdk':
+      return (r) => r.status === 200 && r.body.includes('"finishReason":"stop"') && r.body.includes('data: [DONE]') && tool(r);
+    case 'ag-ui':
+      return (r) => r.status === 200 && r.body.includes('"type":"RUN_FINISHED"') && r.body.includes('"outcome":{"type":"success"}') && tool(r);
+  }
+}
+
+function measure(child: Child, route: Route, workload: Workload, concurrency: number, opts: { durationMs: number; maxCount?: number }): Promise<LoopResult> {
+  const query = WORKLOADS[workload].query;
+  return closedLoop({
+    concurrency,
+    durationMs: opts.durationMs,
+    maxCount: opts.maxCount,
+    send: (agent) => request(`${child.url}${PATH[route]}`, { method: 'POST', body: bodyOf(route, query), agent }),
+    ok: okOf(route, workload),
+  });
+}
+
+export async function protocolsBench(): Promise<BenchOutput> {
+  const dir = tempDir('protocols');
+  const fake = await startChild({ mode: 'fake-openai' });
+  let agentd: Child | null = null;
+  try {
+    agentd = await startChild({ mode: 'agentd', dataDir: dir, config: realPathConfig(fake.url), model: { kind: 'config' } });
+    const frames: Record<Route, number> = { run: 0, 'run-session': 0, 'ai-sdk': 0, 'ag-ui': 0 };
+    for (const route of ROUTES) {
+      const r = await request(`${agentd.url}${PATH[route]}`, { method: 'POST', body: bodyOf(route, WORKLOADS.tool.query) });
+      frames[route] = (r.body.match(/^data: /gm) ?? []).length;
+    }
+
+    log(`warm-up: ${WARMUP_RUNS} runs per route (half each workload, c=32)`);
+    for (const route of ROUTES)
+      for (const w of ['trivial', 'tool'] as const) await measure(agentd, route, w, 32, { durationMs: QUICK ? 20_000 : 90_000, maxCount: WARMUP_RUNS / 2 });
+
+    const results: Record<string, Record<Route, LoopResult>> = {};
+    for (const w of ['trivial', 'tool'] as const) {
+      for (const c of [1, 32]) {
+        log(`measuring ${w}, c=${c}: ${ROUNDS} rounds of ${ROUND_MS} ms per route, order rotated each round`);
+        const loops: Record<Route, LoopResult[]> = { run: [], 'run-session': [], 'ai-sdk': [], 'ag-ui': [] };
+        for (let i = 0; i < ROUNDS; i++) {
+          // Rotate which route goes first, so a trend in background load weighs on all alike.
+          const order = [...ROUTES.slice(i % ROUTES.length), ...ROUTES.slice(0, i % ROUTES.length)];
+          for (const route of order) loops[route].push(await measure(agentd, route, w, c, { durationMs: ROUND_MS }));
+        }
+        results[`${w}/${c}`] = {
+          run: mergeLoops(loops.run),
+          'run-session': mergeLoops(loops['run-session']),
+          'ai-sdk': mergeLoops(loops['ai-sdk']),
+          'ag-ui': mergeLoops(loops['ag-ui']),
+        };
+      }
+    }
+
+    const rows: Row[] = [];
+    let errors = 0;
+    let firstError: string | null = null;
+    for (const route of ['ai-sdk', 'ag-ui'] as const) {
+      for (const w of ['trivial', 'tool'] as const) {
+        for (const c of [1, 32]) {
+          const res = results[`${w}/${c}`];
+          const r = ratio(res[route].perSecond, res.run.perSecond);
+          rows.push({
+            metric: `Runs/s, POST ${PATH[route]}, ${WORKLOADS[w].label}, concurrency ${c}`,
+            value: round(res[route].perSecond, 1),
+            unit: 'runs/s',
+            baseline: round(res.run.perSecond, 1),
+            baseline_label: 'POST /run',
+            ratio: r,
+            target: '>= 0.9x POST /run',
+            pass: r !== null && r >= 0.9,
+          });
+        }
+      }
+    }
+    // Diagnostic: the adapters against POST /run with a named session, which they always have.
+    for (const route of ['ai-sdk', 'ag-ui'] as const)
+      for (const w of ['trivial', 'tool'] as const)
+        for (const c of [1, 32]) {
+          const res = results[`${w}/${c}`];
+          rows.push({
+            metric: `Diagnostic: runs/s, POST ${PATH[route]} vs POST /run with a new session_id, ${WORKLOADS[w].label}, concurrency ${c}`,
+            value: round(res[route].perSecond, 1),
+            unit: 'runs/s',
+            baseline: round(res['run-session'].perSecond, 1),
+            baseline_label: 'POST /run with session_id',
+            ratio: ratio(res[route].perSecond, res['run-session'].perSecond),
+          });
+        }
+    for (const res of Object.values(results))
+      for (const route of ROUTES) {
+        errors += res[route].errors;
+        firstError ??= res[route].firstError;
+      }
+    rows.push({
+      metric: 'Failed runs (non-200, or no successful end of the stream, or the tool workload without the tool result)',
+      value: errors,
+      unit: '',
+      target: '0',
+      pass: errors === 0,
+    });
+    rows.push({
+      metric: 'data: frames per tool-workload run, POST /run / POST /ai-sdk/chat / POST /ag-ui',
+      value: `${frames.run} / ${frames['ai-sdk']} / ${frames['ag-ui']}`,
+      unit: '',
+    });
+    return {
+      title: 'Chat protocol adapters (POST /ai-sdk/chat, POST /ag-ui) against POST /run on the real model path',
+      method: [
+        'One agentd child configured as in the run benchmark (`openai-compatible` pointed at test/bench/child-server.mjs `fake-openai` over HTTP, the local `add` tool, LevelDB with fsync), the same trivial and one-tool workloads.',
+        'Bodies: POST /run `{query}` (a new session per run; the diagnostic rows also `{query, session_id}` with a new id each time); POST /ai-sdk/chat the body `DefaultChatTransport` sends (`{id, messages: [one user message], trigger: "submit-message"}`), POST /ag-ui a `RunAgentInput` (`{threadId, runId, messages: [one user message]}`), each with a fresh chat / thread id per request, so each is a new named session.',
+        `Order: ${WARMUP_RUNS} warm-up runs per route (half per workload, concurrency 32), then per workload and concurrency ${ROUNDS} rounds of ${ROUND_MS / 1000} s per route, the route order rotated each round. Client: keep-alive HTTP workers in the parent process, each reading the full response before the next request.`,
+      ],
+      rows,
+      notes: firstError ? [`First failure: ${firstError}`] : [],
+    };
+  } finally {
+    await agentd?.stop();
+    await fake.stop();
+    removeDir(dir);
+  }
+}
