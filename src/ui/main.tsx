@@ -6,7 +6,7 @@ import { link, navigate, useRoute } from './router.js';
 import { RunsPage } from './runs.js';
 import { RunPage } from './run.js';
 import { ApprovalsPage } from './approvals.js';
-import { BackgroundPage } from './background.js';
+import { BackgroundPage, TaskRunsPage } from './background.js';
 import { MachinesPage } from './machines.js';
 import './styles.css';
 
@@ -63,6 +63,7 @@ function App() {
   let body;
   if (page === 'runs' && route.parts[1]) body = <RunPage runId={route.parts[1]} access={access} />;
   else if (page === 'approvals') body = <ApprovalsPage access={access} />;
+  else if (page === 'background' && route.parts[1] === 'tasks' && route.parts[2]) body = <TaskRunsPage taskId={route.parts[2]} access={access} />;
   else if (page === 'background') body = <BackgroundPage access={access} />;
   else if (page === 'machines') body = <MachinesPage query={route.query} />;
   else body = <RunsPage access={access} />;

@@ -149,6 +149,11 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
     })();
     return () => ctl.abort();
   }, [sessionId, runId]);
+  // A link to `…#trace` (the background pages' "trace") scrolls to the trace once it is drawn.
+  const hasTrace = trace !== null;
+  useEffect(() => {
+    if (hasTrace && location.hash === '#trace') document.getElementById('trace')?.scrollIntoView();
+  }, [hasTrace, runId]);
   if (!run) return <p class={error ? 'error' : 'muted'}>{error ?? 'Loading…'}</p>;
   const answer = run.response ?? liveAnswers.get(runId) ?? '';
   const pending = (run.approvals ?? []).filter((a: any) => a.status === 'pending');
@@ -165,6 +170,14 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
           <a href={`/ui/machines?run=${run.run_id}`} onClick={link}>
             machine
           </a>
+          {run.task_id && (
+            <>
+              {' · '}
+              <a class="task-link" href={`/ui/background/tasks/${encodeURIComponent(run.task_id)}`} onClick={link}>
+                task {run.task_id}
+              </a>
+            </>
+          )}
         </p>
         {access.canOperate && live && <CancelButton runId={runId} onError={setError} />}
         {access.canOperate && run.status === 'running' && (
@@ -211,7 +224,7 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
       {budget.map((b: any) => (
         <BudgetCard run={run} request={b} access={access} key={b.request_id ?? 'budget'} />
       ))}
-      <div class="card">
+      <div class="card" id="trace">
         <h3>Trace</h3>
         {trace ? <RunTimeline view={trace} /> : <p class="muted">No trace yet.</p>}
       </div>

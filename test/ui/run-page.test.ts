@@ -141,4 +141,27 @@ describe.skipIf(!CHROMIUM)('the run page in headless Chromium', () => {
     await expect.poll(() => banner.locator('.code').textContent(), { timeout: 15_000 }).toBe(run.error?.type ?? run.stop_reason ?? 'cancelled');
     await shot('run-cancelled');
   });
+
+  it('links a background run to its run page and trace, and gives a task its own runs view', async () => {
+    expect((await postJson(`${s.url}/background/tasks`, { task_id: 'nightly', query: 'summarise', schedule: { type: 'manual' } })).status).toBe(200);
+    const bg = (await postJson(`${s.url}/background/tasks/nightly/run`, { wait: true })).body;
+    expect(bg.status).toBe('completed');
+    await page.goto(`${s.url}/ui/background`);
+    await page.locator('.task[data-task=nightly] a.task-runs').click();
+    await expect.poll(() => page.url()).toBe(`${s.url}/ui/background/tasks/nightly`);
+    const row = page.locator(`table.bg-runs tr.bg-run[data-run="${bg.run_id}"]`);
+    await row.waitFor();
+    expect(await page.locator('table.bg-runs tr.bg-run').count()).toBe(1);
+    expect(await page.locator('.card h3', { hasText: 'Runs of nightly' }).count()).toBe(1);
+    await shot('task-runs');
+
+    await row.locator('a.run-trace').click();
+    await expect.poll(() => page.url()).toBe(`${s.url}/ui/runs/${bg.run_id}#trace`);
+    await expect.poll(() => page.locator('#run-answer').textContent()).toBe('done');
+    await expect.poll(() => page.locator('#trace .waterfall tr.span').count()).toBeGreaterThan(1);
+    expect(await page.locator('a.task-link').textContent()).toBe('task nightly');
+    await shot('background-run-page');
+    await page.locator('a.task-link').click();
+    await expect.poll(() => page.url()).toBe(`${s.url}/ui/background/tasks/nightly`);
+  });
 });
