@@ -1,11 +1,14 @@
 // Background: tasks (schedule preview with DST notes, create, edit, pause/resume, run now) and
 // their runs (attempts, workspace files with download).
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { api, download, type Access } from './api.js';
 import { link, usePoll } from './router.js';
 import { Status, fmtTime } from './runs.js';
 
 const enc = encodeURIComponent;
+
+/** How long a task's "queued a run" / "paused" / "resumed" notice stays. */
+const NOTICE_MS = 4000;
 
 /** The agent run of a background run's attempt n (machines/background-run-model.ts, agentRunIdFor). */
 const agentRunId = (runId: string, attempt: number): string => (attempt <= 1 ? runId : `${runId}.a${attempt}`);
@@ -99,7 +102,13 @@ function Task({ task, access, refresh, tick }: { task: any; access: Access; refr
   const [preview, setPreview] = useState<any[] | null>(null);
   const [state, setState] = useState<any>(null);
   const [editing, setEditing] = useState(false);
-  const [msg, setMsg] = useState<string | null>(null);
+  const [msg, setMsg] = useState<{ text: string; ok: boolean } | null>(null);
+  // "queued a run", "paused": a passing notice, gone after a few seconds (an error stays).
+  useEffect(() => {
+    if (!msg?.ok) return;
+    const timer = setTimeout(() => setMsg(null), NOTICE_MS);
+    return () => clearTimeout(timer);
+  }, [msg]);
   usePoll(
     async () => {
       const st = await api(`/background/tasks/${enc(task.task_id)}/status`).catch(() => null);
@@ -115,10 +124,10 @@ function Task({ task, access, refresh, tick }: { task: any; access: Access; refr
   const act = (path: string, label: string) => async () => {
     try {
       await api(`/background/tasks/${enc(task.task_id)}/${path}`, { method: 'POST', body: {} });
-      setMsg(label);
+      setMsg({ text: label, ok: true });
       refresh();
     } catch (e) {
-      setMsg(String(e));
+      setMsg({ text: String(e), ok: false });
     }
   };
   const paused = state?.schedule_state?.paused;
@@ -176,7 +185,7 @@ function Task({ task, access, refresh, tick }: { task: any; access: Access; refr
           }}
         />
       )}
-      {msg && <p class="muted">{msg}</p>}
+      {msg && <p class={msg.ok ? 'muted notice' : 'error notice'}>{msg.text}</p>}
     </div>
   );
 }

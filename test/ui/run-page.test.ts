@@ -19,6 +19,7 @@ describe.skipIf(!CHROMIUM)('the run page in headless Chromium', () => {
   let s: TestServer;
   let browser: Browser;
   let page: Page;
+  let stopped = false;
   const shot = (name: string) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
   const waitStatus = (runId: string, status: string) =>
     eventually(
@@ -49,7 +50,7 @@ describe.skipIf(!CHROMIUM)('the run page in headless Chromium', () => {
   }, 60_000);
   afterAll(async () => {
     await browser?.close();
-    await s?.stop();
+    if (!stopped) await s?.stop();
     s?.cleanup();
     await model?.close();
   });
@@ -163,5 +164,58 @@ describe.skipIf(!CHROMIUM)('the run page in headless Chromium', () => {
     await shot('background-run-page');
     await page.locator('a.task-link').click();
     await expect.poll(() => page.url()).toBe(`${s.url}/ui/background/tasks/nightly`);
+  });
+
+  it('shows the edited arguments on an approval card once it is approved with them', async () => {
+    model.enqueue({ tool_calls: [{ id: 'call_e', name: 'clock', arguments: { timezone: 'UTC' } }] }, { text: 'edited' });
+    const paused = (await postJson(`${s.url}/run/sync`, { query: 'clock please' })).body;
+    await page.goto(`${s.url}/ui/approvals`);
+    const card = page.locator('.approval').filter({ hasText: paused.run_id });
+    await card.locator('textarea[name=arguments]').fill('{"timezone": "Asia/Tokyo"}');
+    await card.locator('button.approve').click();
+    // Read in one DOM snapshot: the inbox drops the card at its next poll.
+    const shown = await page.waitForFunction((runId) => {
+      const c = [...(globalThis as any).document.querySelectorAll('.approval')].find((e: any) => e.textContent?.includes(runId));
+      return c?.querySelector('.ok') ? (c.querySelector('pre.arguments')?.className ?? '') + '|' + c.querySelector('pre.arguments')?.textContent : null;
+    }, paused.run_id);
+    const [cls, text] = String(await shown.jsonValue()).split('|');
+    expect(cls).toContain('edited');
+    expect(JSON.parse(text)).toEqual({ timezone: 'Asia/Tokyo' });
+    expect((await waitStatus(paused.run_id, 'completed')).approvals[0].edited_arguments).toEqual({ timezone: 'Asia/Tokyo' });
+  });
+
+  it('clears a task\'s "queued a run" notice after a few seconds', async () => {
+    await page.goto(`${s.url}/ui/background/tasks/nightly`);
+    const task = page.locator('.task[data-task=nightly]');
+    await task.locator('button.run-now').click();
+    await expect.poll(() => task.locator('.notice').textContent()).toBe('queued a run');
+    await shot('task-notice');
+    await expect.poll(() => task.locator('.notice').count(), { timeout: 10_000 }).toBe(0);
+  });
+
+  it('scrolls the machines page to the followed machine, and writes no XState internals', async () => {
+    await page.goto(`${s.url}/ui/machines?task=nightly`);
+    await page.locator('svg[data-machine=task] g.state.current').waitFor();
+    const box = await page.locator('#machine-task').boundingBox();
+    expect(box).not.toBeNull();
+    // In view: the card starts within the viewport (the run machine above it is taller than it).
+    expect(box!.y).toBeGreaterThanOrEqual(-1);
+    expect(box!.y).toBeLessThan(900);
+    expect(await page.evaluate(() => (globalThis as any).scrollY as number)).toBeGreaterThan(0);
+    expect(await page.locator('main').textContent()).not.toContain('xstate.');
+    await shot('machines-followed');
+  });
+
+  // Last: it stops the server.
+  it('says the service cannot be reached, not "TypeError: Failed to fetch", when the server is down', async () => {
+    await page.goto(`${s.url}/ui/runs`);
+    await page.locator('table.runs tbody tr').first().waitFor();
+    await s.stop();
+    stopped = true;
+    const offline = page.locator('#offline');
+    await offline.waitFor({ timeout: 15_000 });
+    expect(await offline.textContent()).toContain('Cannot reach the agentd service');
+    expect(await page.locator('body').textContent()).not.toContain('Failed to fetch');
+    await shot('offline');
   });
 });
