@@ -865,7 +865,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Latest trace of a run (one per run segment) */
+        /** All of a run: its latest segment (summary, trace), every segment and the waits between them */
         get: operations["getRunTrace"];
         put?: never;
         post?: never;
@@ -2038,6 +2038,16 @@ export interface components {
             /** @enum {string} */
             status: "started" | "streaming";
         };
+        RunTraceResponse: {
+            /** @description True when the run has more than 100 segments and the oldest are left out. */
+            earlier_segments_omitted: boolean;
+            /** @description Every segment of the run, oldest first (the last is `trace`); at most the newest 100. */
+            segments: components["schemas"]["Trace"][];
+            summary: components["schemas"]["TraceSummary"];
+            trace: components["schemas"]["Trace"];
+            /** @description The waits for a person between consecutive segments, oldest first. */
+            waits: components["schemas"]["RunWait"][];
+        };
         RunUsage: {
             estimated_cost_usd: number;
             request_tokens: number;
@@ -2067,6 +2077,18 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
             usage: components["schemas"]["RunUsage"];
+        };
+        RunWait: {
+            after_trace_id: string;
+            /** @description The segment that resumed the run; null while it still waits. */
+            before_trace_id: string | null;
+            /** @description The resuming segment's run_resumed cause: approval, budget_grant, budget_denied, interrupted, … */
+            cause: string | null;
+            decisions: components["schemas"]["WaitDecision"][];
+            duration_ms: number | null;
+            ended_at: string | null;
+            /** Format: date-time */
+            started_at: string;
         };
         RunWaitTimeoutDetail: {
             message: string;
@@ -2336,6 +2358,25 @@ export interface components {
             loc: (string | number)[];
             msg: string;
             type: string;
+        };
+        WaitDecision: {
+            /** @description The amount a budget grant added. */
+            amount: number | null;
+            approver: string | null;
+            decided_at: string | null;
+            /** @description approved, denied, expired, used or pending (approvals); granted, denied or pending (budgets). */
+            decision: string;
+            /** @description The arguments an approver edited the call to; null when approved as asked. */
+            edited_arguments: {
+                [key: string]: unknown;
+            } | null;
+            /** @description The approval id or the budget request id. */
+            id: string;
+            /** @enum {string} */
+            kind: "approval" | "budget";
+            note: string | null;
+            /** @description The tool of an approval, the budget key of a budget request. */
+            subject: string;
         };
         WebhookAttempt: {
             /** Format: date-time */
@@ -6052,7 +6093,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TraceResponse"];
+                    "application/json": components["schemas"]["RunTraceResponse"];
                 };
             };
             /** @description No valid API key (only when the service has auth.api_keys configured). */

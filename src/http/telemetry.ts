@@ -8,6 +8,7 @@ import {
   EventsResponse,
   HTTPValidationError,
   RunIdParams,
+  RunTraceResponse,
   SessionEventsListQuery,
   SessionEventsQuery,
   SessionIdParams,
@@ -125,12 +126,12 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
       schema: {
         operationId: 'getRunTrace',
         tags: ['telemetry'],
-        summary: 'Latest trace of a run (one per run segment)',
+        summary: 'All of a run: its latest segment (summary, trace), every segment and the waits between them',
         params: RunIdParams,
-        response: { 200: TraceResponse, ...notFoundOr422 },
+        response: { 200: RunTraceResponse, ...notFoundOr422 },
       },
     },
-    async (request) => q.latest({ run_id: (request.params as { run_id: string }).run_id }),
+    async (request) => q.runTrace((request.params as { run_id: string }).run_id),
   );
 
   app.get(

@@ -199,7 +199,7 @@ export class Runtime {
       const exporter = this.otlp;
       this.runs.onSettled((record) => {
         void this.telemetryQueries.trace(record.trace_id).then(
-          (t) => exporter.exportTrace(t.trace),
+          async (t) => exporter.exportTrace(t.trace, await this.telemetryQueries.previousSegmentRoot(t.trace).catch(() => null)),
           () => undefined,
         );
       });
