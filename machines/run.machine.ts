@@ -10,10 +10,10 @@
 import { and, assign, fromPromise, not, setup } from 'xstate';
 import type { ChatMessage, ModelCallResult, ToolCallRequest } from './model-types.js';
 
-// v2 (issue 14): states `boundary`, `concluding` and `interrupted`, event RESUME, context
+// v2: states `boundary`, `concluding` and `interrupted`, event RESUME, context
 // `steered` / `interrupt_handled`. v1 snapshots restore (their states all still exist; the new
 // context fields default when absent); a v1 server refuses v2 snapshots.
-// v3 (issue 15): effects are invoked with the run id only (EffectInput), not the whole context:
+// v3: effects are invoked with the run id only (EffectInput), not the whole context:
 // XState persists a promise child's input, so a snapshot in `calling` held the conversation
 // twice. The runtime's effects read the context from the actor; v1/v2 inputs (`{ctx}`) still
 // restore (legacyRunId), and a v2 server refuses v3 snapshots.
@@ -533,7 +533,7 @@ export type RunStateValue =
   | 'executing'
   | (typeof RUN_FINAL_STATES)[number];
 
-/** The stored record status for a machine state (decisions.md §3.1). */
+/** The stored record status for a machine state (docs/contract.md §3.1). */
 export function recordStatusOf(
   state: RunStateValue,
 ): 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout' {

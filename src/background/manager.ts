@@ -1,4 +1,4 @@
-// The background manager (decisions.md §1 background rows, §7): agents, tasks, schedules, runs
+// The background manager (docs/contract.md §1 background rows, §7): agents, tasks, schedules, runs
 // and the ticker. Routes call only this class; it composes the task scheduler (schedules, task
 // actors, dispatch) and the run engine (run actors, claims, leases, attempts, events, workspaces).
 import { registerMachine } from '../runtime/machines-info.js';

@@ -1,6 +1,6 @@
 // The commands that run on this machine without a service: `serve`, `config check|schema`,
 // `machines`. Flags were parsed strictly by args.ts; the config loader still resolves them
-// (with their env twins, decisions.md §10), so both paths agree on precedence.
+// (with their env twins, docs/contract.md §10), so both paths agree on precedence.
 import { ConfigError, configJsonSchema, loadConfig } from '../config.js';
 import { handleSignals, startServer } from '../main.js';
 import { describeMachines } from '../runtime/machines-info.js';
@@ -72,7 +72,7 @@ export async function serve(p: Parsed): Promise<number> {
 
 export async function configCheck(p: Parsed): Promise<number> {
   const config = loadConfig({ argv: configArgv(p.values) });
-  // Header values, credential-named MCP env values, URL passwords: masked (issue 10, finding 9).
+  // Header values, credential-named MCP env values, URL passwords: masked.
   process.stdout.write(`${configCheckJson(config)}\n`);
   return EXIT.ok;
 }

@@ -1,4 +1,4 @@
-// Background routes (decisions.md §1 background rows): parse with the zod schemas, delegate to the
+// Background routes (docs/contract.md §1 background rows): parse with the zod schemas, delegate to the
 // background manager, serialise. No business logic here.
 import type { FastifyInstance } from 'fastify';
 import {

@@ -217,7 +217,7 @@ function eventsEnvelope(sessionId: string | null, events: string[], nextCursor: 
 }
 
 /**
- * SSE replay-then-follow (decisions.md §8.3): `session` first, stored events after the cursor
+ * SSE replay-then-follow (docs/contract.md §8.3): `session` first, stored events after the cursor
  * (`Last-Event-ID` wins over `cursor`), then live ones, each with `id:` = store cursor. The replay
  * waits for the socket; a consumer more than `server.stream_max_queued_events` live events (or
  * `_bytes`) behind gets `error` StreamOverflow with `last_cursor` and is closed, to resume from it.

@@ -18,7 +18,7 @@ import { iso, mergeById, type SnapshotValue, type TraceValue } from './run-types
 import { repos } from '../store/repos/index.js';
 import { swallow } from '../telemetry/swallowed.js';
 
-/** Statuses a steer message is accepted in (decisions.md §11). */
+/** Statuses a steer message is accepted in (docs/contract.md §11). */
 const STEERABLE: ReadonlySet<RunRecordStatus> = new Set(['running', 'awaiting_approval', 'interrupted']);
 
 /** A decision that lost its compare-and-set every time: the run kept changing under it. */
@@ -309,7 +309,7 @@ export class RunDecisions {
     ).catch(swallow('decisions.trace_status', { trace_id: traceId, status }));
   }
 
-  // ---------------------------------------------------------------- steer and interrupt (issue 14 item 2)
+  // ---------------------------------------------------------------- steer and interrupt
 
   /**
    * Queues a message for the run's next step boundary. Refused (409) unless the run is running,

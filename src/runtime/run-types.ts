@@ -41,7 +41,7 @@ export interface RunSettings {
   session_policy?: SessionPolicy;
 }
 
-/** Session concurrency policy (issue 14 item 3; docs/runs.md "Busy sessions"). */
+/** Session concurrency policy. */
 export type { SessionPolicy } from '../../machines/policies/busy-session.js';
 
 export interface RunServiceDeps {

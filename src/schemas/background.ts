@@ -1,5 +1,5 @@
 // Background tasks, their schedules and policies, runs, attempts, agents and every background
-// answer (service-spec.md "Background*", decisions.md §1 and §7).
+// answer (docs/contract.md §12, §1 and §7).
 import { CronExpressionParser } from 'cron-parser';
 import { z } from 'zod';
 import { WebhookUrl } from './webhooks.js';
@@ -23,7 +23,7 @@ export type OverlapPolicy = z.infer<typeof OverlapPolicy>;
 export const BackgroundRunStatus = z.enum(BACKGROUND_RUN_STATUSES).meta({ id: 'RunStatus' });
 export type BackgroundRunStatus = z.infer<typeof BackgroundRunStatus>;
 
-/** Statuses a background run never leaves (decisions.md §7). */
+/** Statuses a background run never leaves (docs/contract.md §7). */
 export const TERMINAL_BACKGROUND_RUN_STATUSES: readonly BackgroundRunStatus[] = ['completed', 'failed', 'timeout', 'cancelled', 'skipped'];
 
 export const TriggerType = z.enum(TRIGGER_TYPES).meta({ id: 'TriggerType' });
@@ -94,7 +94,7 @@ const ScheduleFields = z.strictObject({
 });
 
 /**
- * Rules of decisions.md §7, each reported at the field it concerns so a 422 points at
+ * Rules of docs/contract.md §7, each reported at the field it concerns so a 422 points at
  * `["body","schedule","seconds"]` rather than at the schedule as a whole.
  */
 export const ScheduleSpec = ScheduleFields.superRefine((s, ctx) => {

@@ -1,4 +1,4 @@
-// Telemetry event records, traces and their query strings (service-spec.md "Events", decisions.md §8).
+// Telemetry event records, traces and their query strings (docs/contract.md §14, §8).
 import { z } from 'zod';
 import { Cursor, ErrorInfo, IsoDateTime, JsonObject, QueryId, RepeatableQueryString, SafeId, queryInt } from './common.js';
 
@@ -26,7 +26,7 @@ export const EventMetadata = z.looseObject({
 });
 
 /**
- * One stored telemetry event (decisions.md §8.1). Loose: the spec calls events free-form
+ * One stored telemetry event (docs/contract.md §8.1). Loose: the spec calls events free-form
  * objects, and the store adds `cursor` plus top-level index fields.
  */
 export const TelemetryEvent = z
@@ -61,7 +61,7 @@ export const EventsResponse = z
   .meta({ id: 'EventsResponse' });
 export type EventsResponse = z.infer<typeof EventsResponse>;
 
-// --- traces (decisions.md §8.2) ----------------------------------------------------------------
+// --- traces (docs/contract.md §8.2) ----------------------------------------------------------------
 
 export const TraceStatus = z.enum(['running', 'completed', 'failed', 'cancelled', 'timeout', 'suspended']).meta({ id: 'TraceStatus' });
 export type TraceStatus = z.infer<typeof TraceStatus>;

@@ -1,4 +1,4 @@
-// OTLP/HTTP export of finished traces (decisions.md §8.2). Spans are not recorded through an
+// OTLP/HTTP export of finished traces (docs/contract.md §8.2). Spans are not recorded through an
 // OpenTelemetry tracer: traces are derived from stored events after the fact, so each built trace
 // is converted to ReadableSpan objects and handed straight to the OTLP exporter. Export must never
 // fail or slow a run: `exportTrace` only enqueues; one background loop sends, retries with

@@ -1,4 +1,4 @@
-// The fixed-seed sample of the OpenAPI fuzzer (issue 10, "Done means"): 2,000 generated requests
+// The fixed-seed sample of the OpenAPI fuzzer: 2,000 generated requests
 // over every route of the document, against a server without and one with API keys. Zero 5xx,
 // zero hangs, zero error bodies outside the documented JSON shapes, the servers alive after, no
 // 5xx in the servers' logs, no stream left behind. `npm run fuzz` is the long form.
