@@ -1,4 +1,4 @@
-// One background run as a pure statechart (decisions.md §7); its domain types and pure reducers
+// One background run as a pure statechart (docs/contract.md §7); its domain types and pure reducers
 // are in background-run-model.ts. Its states are the RunStatus values,
 // so the stored row's `status` IS the state and a row restores the actor without a separate
 // snapshot format. Every transition computes the whole next row (public BackgroundRun + the

@@ -30,7 +30,7 @@ export type AttemptStatus = (typeof ATTEMPT_STATUSES)[number];
 export const ATTEMPT_REASONS = ['initial', 'retry', 'recovery', 'lease_expired'] as const;
 export type AttemptReason = (typeof ATTEMPT_REASONS)[number];
 
-/** A background run as the API shows it (service-spec.md "BackgroundRun"); times are ISO-8601. */
+/** A background run as the API shows it (docs/contract.md §12.14); times are ISO-8601. */
 export interface BackgroundRun {
   run_id: string;
   task_id: string;
@@ -61,7 +61,7 @@ export interface BackgroundRun {
   trigger_metadata: Record<string, unknown>;
 }
 
-/** One attempt of a background run (service-spec.md "BackgroundAttempt"). */
+/** One attempt of a background run (docs/contract.md §12.15). */
 export interface BackgroundAttempt {
   attempt_id: string;
   run_id: string;

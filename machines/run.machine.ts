@@ -10,10 +10,10 @@
 import { and, assign, fromPromise, not, setup } from 'xstate';
 import type { ChatMessage, ModelCallResult, ToolCallRequest } from './model-types.js';
 
-// v2 (issue 14): states `boundary`, `concluding` and `interrupted`, event RESUME, context
+// v2: states `boundary`, `concluding` and `interrupted`, event RESUME, context
 // `steered` / `interrupt_handled`. v1 snapshots restore (their states all still exist; the new
 // context fields default when absent); a v1 server refuses v2 snapshots.
-// v3 (issue 15): effects are invoked with the run id only (EffectInput), not the whole context:
+// v3: effects are invoked with the run id only (EffectInput), not the whole context:
 // XState persists a promise child's input, so a snapshot in `calling` held the conversation
 // twice. The runtime's effects read the context from the actor; v1/v2 inputs (`{ctx}`) still
 // restore (legacyRunId), and a v2 server refuses v3 snapshots.
@@ -181,8 +181,7 @@ export const runMachine = setup({
     /** Named side effect: the runtime records telemetry for state entries (agent_step, final_answer, ...). */
     notify: (_args, _params: { kind: string }) => {},
     /** Steer messages join the conversation as user messages, never as system messages. */
-    takeSteers: assign(({ context, event }) => {
-      const out = (event as unknown as { output: InboxRead }).output;
+    takeSteers: assign(({ context }, out: InboxRead) => {
       const fresh = out.messages.filter((m) => !(context.steered ?? []).includes(m.message_id));
       if (fresh.length === 0) return {};
       return {
@@ -194,8 +193,7 @@ export const runMachine = setup({
       termination_reason: 'internal_error' as const,
       error: ({ event }) => ({ type: 'InternalError', message: errorMessage((event as { error?: unknown }).error) }),
     }),
-    recordGuardrailBlock: assign(({ event }) => {
-      const out = (event as unknown as { output: RunContext['guardrail_result'] }).output;
+    recordGuardrailBlock: assign((_, out: RunContext['guardrail_result']) => {
       return {
         guardrail_result: out,
         termination_reason: 'guardrail' as const,
@@ -206,14 +204,13 @@ export const runMachine = setup({
       termination_reason: 'max_steps' as const,
       error: ({ context }) => ({ type: 'MaxStepsReached', message: `the run used all ${context.max_steps} steps without a final answer` }),
     }),
-    markInterruptHandled: assign({ interrupt_handled: ({ event }) => (event as unknown as { output: InboxRead }).output.interrupt_id }),
+    markInterruptHandled: assign((_, out: InboxRead) => ({ interrupt_handled: out.interrupt_id })),
     beginStep: assign({ step: ({ context }) => context.step + 1, budget_phase: 'model' as const }),
     clearBudgetRequest: assign({ budget_request: null }),
-    recordBudgetRequest: assign({
-      budget_request: ({ event }) => (event as unknown as { output: Extract<ReserveResult, { ok: false }> }).output.request,
-    }),
-    recordBudgetExhausted: assign(({ event }) => {
-      const r = (event as unknown as { output: Extract<ReserveResult, { ok: false }> }).output.request;
+    recordBudgetRequest: assign((_, out: ReserveResult) => ({ budget_request: out.ok ? null : out.request })),
+    recordBudgetExhausted: assign((_, out: ReserveResult) => {
+      if (out.ok) return {};
+      const r = out.request;
       return {
         budget_request: r,
         termination_reason: 'budget_exhausted' as const,
@@ -232,15 +229,13 @@ export const runMachine = setup({
         },
       };
     }),
-    recordToolCalls: assign(({ context, event }) => {
-      const out = (event as unknown as { output: ModelStepResult }).output;
+    recordToolCalls: assign(({ context }, out: ModelStepResult) => {
       return {
         ...modelStepRecorded(context, out, { role: 'assistant', content: out.result.text, tool_calls: out.result.tool_calls }),
         pending: out.result.tool_calls,
       };
     }),
-    recordAnswer: assign(({ context, event }) => {
-      const out = (event as unknown as { output: ModelStepResult }).output;
+    recordAnswer: assign(({ context }, out: ModelStepResult) => {
       return {
         ...modelStepRecorded(context, out, { role: 'assistant', content: out.result.text }),
         response: out.result.text,
@@ -254,17 +249,13 @@ export const runMachine = setup({
     })),
     /** A steer message after the final answer: the answer is withdrawn and the run takes another step. */
     reopenAnswer: assign({ response: null, termination_reason: null }),
-    recordGovernance: assign(({ event }) => {
-      const out = (event as unknown as { output: { decisions: PolicyDecision[]; approvals: ApprovalState[] } }).output;
-      return { decisions: out.decisions, approvals: out.approvals };
-    }),
+    recordGovernance: assign((_, out: { decisions: PolicyDecision[]; approvals: ApprovalState[] }) => ({ decisions: out.decisions, approvals: out.approvals })),
     enterToolPhase: assign({ budget_phase: 'tools' as const }),
     takeApprovals: assign({
       approvals: ({ event }) => (event as Extract<RunEvent, { type: 'APPROVALS_DECIDED' }>).approvals,
       budget_phase: 'tools' as const,
     }),
-    recordObservations: assign(({ context, event }) => {
-      const out = (event as unknown as { output: ToolOutcome[] }).output;
+    recordObservations: assign(({ context }, out: ToolOutcome[]) => {
       return {
         messages: [
           ...context.messages,
@@ -280,15 +271,12 @@ export const runMachine = setup({
     recordTimeout: assign({ termination_reason: 'timeout' as const, error: { type: 'Timeout', message: 'the run exceeded its time limit' } }),
   },
   guards: {
-    hasToolCalls: ({ event }) => (event as unknown as { output: ModelStepResult }).output.result.tool_calls.length > 0,
-    inputAllowed: ({ event }) => (event as unknown as { output: RunContext['guardrail_result'] }).output?.allowed !== false,
+    hasToolCalls: (_, out: ModelStepResult) => out.result.tool_calls.length > 0,
+    inputAllowed: (_, out: RunContext['guardrail_result']) => out?.allowed !== false,
     stepsLeft: ({ context }) => context.step < context.max_steps,
-    reserveOk: ({ event }) => (event as unknown as { output: ReserveResult }).output.ok,
-    reservePause: ({ event }) => {
-      const out = (event as unknown as { output: ReserveResult }).output;
-      return !out.ok && out.on_exhausted === 'pause';
-    },
-    needsApproval: ({ event }) => (event as unknown as { output: { approvals: ApprovalState[] } }).output.approvals.some((a) => a.status === 'pending'),
+    reserveOk: (_, out: ReserveResult) => out.ok,
+    reservePause: (_, out: ReserveResult) => !out.ok && out.on_exhausted === 'pause',
+    needsApproval: (_, out: { approvals: ApprovalState[] }) => out.approvals.some((a) => a.status === 'pending'),
     isModelPhase: ({ context }) => context.budget_phase === 'model',
     /**
      * Whether the run's inbox may hold something it has not taken. Here always true (every
@@ -303,14 +291,10 @@ export const runMachine = setup({
      * isBudgeted): false skips `budgeting`, whose reservation would hold nothing and pass.
      */
     budgeted: () => true,
-    interruptRequested: ({ context, event }) => {
-      const id = (event as unknown as { output: InboxRead }).output.interrupt_id;
-      return id !== null && id !== (context.interrupt_handled ?? null);
-    },
+    interruptRequested: ({ context }, out: InboxRead) => out.interrupt_id !== null && out.interrupt_id !== (context.interrupt_handled ?? null),
     /** New steer messages after a final answer, and a step left to answer them in. */
-    steeredAfterAnswer: ({ context, event }) =>
-      context.step < context.max_steps &&
-      (event as unknown as { output: InboxRead }).output.messages.some((m) => !(context.steered ?? []).includes(m.message_id)),
+    steeredAfterAnswer: ({ context }, out: InboxRead) =>
+      context.step < context.max_steps && out.messages.some((m) => !(context.steered ?? []).includes(m.message_id)),
   },
 }).createMachine({
   id: 'run',
@@ -342,8 +326,8 @@ export const runMachine = setup({
         src: 'checkInput',
         input: ({ context }) => ({ query: context.query, run_id: context.run_id }),
         onDone: [
-          { guard: 'inputAllowed', target: 'stepping' },
-          { target: 'blocked', actions: 'recordGuardrailBlock' },
+          { guard: { type: 'inputAllowed', params: ({ event }) => event.output }, target: 'stepping' },
+          { target: 'blocked', actions: { type: 'recordGuardrailBlock', params: ({ event }) => event.output } },
         ],
         onError: { target: 'failed', actions: 'recordInternalError' },
       },
@@ -371,18 +355,21 @@ export const runMachine = setup({
         input: ({ context }) => ({ run_id: context.run_id }),
         onDone: [
           {
-            guard: 'interruptRequested',
+            guard: { type: 'interruptRequested', params: ({ event }) => event.output },
             target: 'interrupted',
-            actions: ['takeSteers', 'markInterruptHandled'],
+            actions: [
+              { type: 'takeSteers', params: ({ event }) => event.output },
+              { type: 'markInterruptHandled', params: ({ event }) => event.output },
+            ],
           },
           {
             guard: not('budgeted'),
             target: 'calling',
-            actions: ['takeSteers', 'beginStep', { type: 'notify', params: { kind: 'step' } }],
+            actions: [{ type: 'takeSteers', params: ({ event }) => event.output }, 'beginStep', { type: 'notify', params: { kind: 'step' } }],
           },
           {
             target: 'budgeting',
-            actions: ['takeSteers', 'beginStep', { type: 'notify', params: { kind: 'step' } }],
+            actions: [{ type: 'takeSteers', params: ({ event }) => event.output }, 'beginStep', { type: 'notify', params: { kind: 'step' } }],
           },
         ],
         onError: { target: 'failed', actions: 'recordInternalError' },
@@ -399,9 +386,13 @@ export const runMachine = setup({
         src: 'reserveBudget',
         input: ({ context }) => ({ run_id: context.run_id, phase: context.budget_phase }),
         onDone: [
-          { guard: 'reserveOk', target: 'afterBudget', actions: 'clearBudgetRequest' },
-          { guard: 'reservePause', target: 'awaitingBudget', actions: 'recordBudgetRequest' },
-          { target: 'failed', actions: 'recordBudgetExhausted' },
+          { guard: { type: 'reserveOk', params: ({ event }) => event.output }, target: 'afterBudget', actions: 'clearBudgetRequest' },
+          {
+            guard: { type: 'reservePause', params: ({ event }) => event.output },
+            target: 'awaitingBudget',
+            actions: { type: 'recordBudgetRequest', params: ({ event }) => event.output },
+          },
+          { target: 'failed', actions: { type: 'recordBudgetExhausted', params: ({ event }) => event.output } },
         ],
         onError: { target: 'failed', actions: 'recordInternalError' },
       },
@@ -420,10 +411,14 @@ export const runMachine = setup({
         src: 'callModel',
         input: ({ context }) => ({ run_id: context.run_id }),
         onDone: [
-          { guard: 'hasToolCalls', target: 'governing', actions: 'recordToolCalls' },
+          {
+            guard: { type: 'hasToolCalls', params: ({ event }) => event.output },
+            target: 'governing',
+            actions: { type: 'recordToolCalls', params: ({ event }) => event.output },
+          },
           // Nothing can have been steered in: the answer is final (what `concluding` decides after a read).
-          { guard: not('inboxMaybe'), target: 'completed', actions: 'recordAnswer' },
-          { target: 'concluding', actions: 'recordAnswer' },
+          { guard: not('inboxMaybe'), target: 'completed', actions: { type: 'recordAnswer', params: ({ event }) => event.output } },
+          { target: 'concluding', actions: { type: 'recordAnswer', params: ({ event }) => event.output } },
         ],
         onError: { target: 'failed', actions: 'recordModelError' },
       },
@@ -434,7 +429,14 @@ export const runMachine = setup({
       invoke: {
         src: 'readInbox',
         input: ({ context }) => ({ run_id: context.run_id }),
-        onDone: [{ guard: 'steeredAfterAnswer', target: 'stepping', actions: ['takeSteers', 'reopenAnswer'] }, { target: 'completed' }],
+        onDone: [
+          {
+            guard: { type: 'steeredAfterAnswer', params: ({ event }) => event.output },
+            target: 'stepping',
+            actions: [{ type: 'takeSteers', params: ({ event }) => event.output }, 'reopenAnswer'],
+          },
+          { target: 'completed' },
+        ],
         onError: { target: 'completed' },
       },
     },
@@ -443,9 +445,13 @@ export const runMachine = setup({
         src: 'governTools',
         input: ({ context }) => ({ run_id: context.run_id }),
         onDone: [
-          { guard: 'needsApproval', target: 'awaitingApproval', actions: 'recordGovernance' },
-          { guard: not('budgeted'), target: 'executing', actions: ['recordGovernance', 'enterToolPhase'] },
-          { target: 'budgeting', actions: ['recordGovernance', 'enterToolPhase'] },
+          {
+            guard: { type: 'needsApproval', params: ({ event }) => event.output },
+            target: 'awaitingApproval',
+            actions: { type: 'recordGovernance', params: ({ event }) => event.output },
+          },
+          { guard: not('budgeted'), target: 'executing', actions: [{ type: 'recordGovernance', params: ({ event }) => event.output }, 'enterToolPhase'] },
+          { target: 'budgeting', actions: [{ type: 'recordGovernance', params: ({ event }) => event.output }, 'enterToolPhase'] },
         ],
         onError: { target: 'failed', actions: 'recordInternalError' },
       },
@@ -462,7 +468,7 @@ export const runMachine = setup({
       invoke: {
         src: 'executeTools',
         input: ({ context }) => ({ run_id: context.run_id }),
-        onDone: { target: 'stepping', actions: 'recordObservations' },
+        onDone: { target: 'stepping', actions: { type: 'recordObservations', params: ({ event }) => event.output } },
         onError: { target: 'failed', actions: 'recordInternalError' },
       },
     },
@@ -527,7 +533,7 @@ export type RunStateValue =
   | 'executing'
   | (typeof RUN_FINAL_STATES)[number];
 
-/** The stored record status for a machine state (decisions.md §3.1). */
+/** The stored record status for a machine state (docs/contract.md §3.1). */
 export function recordStatusOf(
   state: RunStateValue,
 ): 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout' {

@@ -1,4 +1,4 @@
-// Serialises the runs of one session in arrival order (decisions.md §3.3), so a conversation's
+// Serialises the runs of one session in arrival order (docs/contract.md §3.3), so a conversation's
 // history is read and appended by one run at a time. A run that pauses for a person releases the
 // session: its answer joins the history when it finishes, and a wait of hours must not block
 // the conversation.

@@ -1,4 +1,4 @@
-// A background task's schedule as a pure statechart (decisions.md §7): enabled or not, paused or
+// A background task's schedule as a pure statechart (docs/contract.md §7): enabled or not, paused or
 // not; a due occurrence (or a manual trigger) plus what the task has in flight becomes one overlap
 // decision and one named `dispatch` effect. Each enabled task is an actor of this machine
 // (`task:<id>`, in the supervisor group `group:tasks`); the scheduler carries out the `dispatch` /

@@ -87,7 +87,7 @@ the README, "Typed client"). Its types (src/client/openapi-types.ts) are regener
 
 ## Streams
 
-\`POST /run\` answers \`text/event-stream\` (decisions.md §3.2), frames in this order:
+\`POST /run\` answers \`text/event-stream\` (docs/contract.md §3.2), frames in this order:
 
 | event | id | data |
 |---|---|---|

@@ -1,4 +1,4 @@
-// The config file's schema (decisions.md §10): one zod section per top-level key, with one
+// The config file's schema (docs/contract.md §10): one zod section per top-level key, with one
 // operator-readable message per check. src/config.ts applies env overrides and flags over it and
 // resolves paths and secrets.
 import { z } from 'zod';

@@ -1,4 +1,4 @@
-// Configuration (decisions.md §10). The only module that reads process.env: everything else
+// Configuration (docs/contract.md §10). The only module that reads process.env: everything else
 // receives the frozen Config. Precedence, lowest first: defaults < JSON file < env < CLI flags.
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
@@ -248,7 +248,7 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
   }
   const envModel = nonEmptyEnv(env, 'AGENTD_MODEL');
   if (envModel !== undefined) override(['agent', 'model', 'model'], envModel, 'AGENTD_MODEL');
-  // The OTEL_* variables are standard fallbacks, so the file wins over them (decisions.md §8.2).
+  // The OTEL_* variables are standard fallbacks, so the file wins over them (docs/contract.md §8.2).
   const otlpEnv = otlpEnvValues(env, (path) => {
     if (path.length === 4 && path[2] === 'headers') {
       const fileHeaders = getPath(raw, path.slice(0, 3));

@@ -3,7 +3,7 @@
 // body's `code`) a client can branch on without reading the message. docs/errors.md lists every
 // code; test/errors-doc.test.ts fails when the two drift apart.
 
-/** The HTTP families of decisions.md §2: the body's `error`. */
+/** The HTTP families of docs/contract.md §2: the body's `error`. */
 export const ERROR_CODES = {
   BadRequest: { status: 400, retryable: false, description: 'The request could not be read (for example malformed JSON).' },
   Unauthorized: { status: 401, retryable: false, description: 'No valid API key was presented.' },

@@ -1,6 +1,6 @@
 import { customAlphabet } from 'nanoid';
 
-// Ids are `<prefix>_<nanoid>` (decisions.md preamble). The alphabet avoids `-` and `_` so the
+// Ids are `<prefix>_<nanoid>` (docs/contract.md §0). The alphabet avoids `-` and `_` so the
 // prefix separator stays unambiguous and ids are safe in paths and store keys.
 const nano = customAlphabet('0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ', 21);
 
@@ -28,7 +28,7 @@ export function newId(prefix: IdPrefix): string {
 }
 
 // Request ids are made on every HTTP request, where nanoid's random draw is a measurable share of
-// a cheap route (issue 12); they name a request in logs and need to be unique, not unguessable.
+// a cheap route; they name a request in logs and need to be unique, not unguessable.
 // So: a random per-process part (as long as nanoid's, enough for ids from many processes not to
 // collide) and a counter, 21 characters after the prefix like every other id.
 const requestIdBase = nano().slice(0, 11);

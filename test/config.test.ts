@@ -224,7 +224,7 @@ describe('errors', () => {
 });
 
 describe('a full file', () => {
-  it('accepts every section of decisions.md §10', () => {
+  it('accepts every section of docs/contract.md §10', () => {
     const c = configFromObject(
       {
         $schema: './agentd.schema.json',

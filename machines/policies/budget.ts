@@ -1,4 +1,4 @@
-// Budget arithmetic (decisions.md §5). Pure: time comes in as `nowMs`, nothing here touches the
+// Budget arithmetic (docs/contract.md §5). Pure: time comes in as `nowMs`, nothing here touches the
 // store. The ledger (src/agent/budget-ledger.ts) reads entries, asks these functions, and writes.
 
 export const BUDGET_METERS = ['cost_usd', 'tokens', 'model_calls', 'tool_calls'] as const;

@@ -1,4 +1,4 @@
-// Tool-call governance (decisions.md §4). Pure: given a tool and the config, which effect applies.
+// Tool-call governance (docs/contract.md §4). Pure: given a tool and the config, which effect applies.
 // Rules are checked in order and the FIRST matching rule wins, as in a firewall table: put narrow
 // exceptions (`deny shell.rm`) above broad rules (`allow shell.*`). No match -> `default_effect`.
 

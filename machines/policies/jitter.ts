@@ -1,4 +1,4 @@
-// Deterministic jitter (decisions.md §7): every instance must compute the same offset for the same
+// Deterministic jitter (docs/contract.md §7): every instance must compute the same offset for the same
 // occurrence without coordinating, so it is a pure hash of the occurrence id. No node:crypto and no
 // TextEncoder, so it runs anywhere a machine runs.
 

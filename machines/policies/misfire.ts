@@ -1,4 +1,4 @@
-// Misfire policy (decisions.md §7): what to run for occurrences whose due time passed while no
+// Misfire policy (docs/contract.md §7): what to run for occurrences whose due time passed while no
 // scheduler was looking (an outage, a long pause of the process). Default run_once.
 
 export type MisfirePolicy = 'skip_missed' | 'run_once' | 'queue_all';

@@ -1,4 +1,4 @@
-// Overlap policy (decisions.md §7): what a new run of a task does when others of the same task are
+// Overlap policy (docs/contract.md §7): what a new run of a task does when others of the same task are
 // in flight. "In flight" means active (claimed, running, retrying, awaiting_*) or queued: counting
 // queued runs too keeps a burst of dispatches (queue_all after an outage, manual clicks) from
 // piling up behind skip_if_running.

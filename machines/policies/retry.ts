@@ -1,4 +1,4 @@
-// Retry policy arithmetic (decisions.md §7; defaults from the spec: fixed, 30 s, max 300 s, 0 retries).
+// Retry policy arithmetic (docs/contract.md §7; defaults from the spec: fixed, 30 s, max 300 s, 0 retries).
 
 export type Backoff = 'fixed' | 'exponential';
 export type RetryOn = 'exception' | 'timeout';

@@ -1,4 +1,4 @@
-// The budget ledger (decisions.md §5): reserve-then-settle on every covering key, all-or-none.
+// The budget ledger (docs/contract.md §5): reserve-then-settle on every covering key, all-or-none.
 //
 // Each (ledger key, meter) is one record of kind 'budget_ledger', id `<key>|<meter>`, created on
 // first use. A reservation reads every covering entry, checks them all, and writes them all in ONE
@@ -123,7 +123,7 @@ export interface SettleResult {
   warnings: BudgetWarning[];
 }
 
-/** One entry as GET /runs/{run_id}/budget shows it (decisions.md §5). */
+/** One entry as GET /runs/{run_id}/budget shows it (docs/contract.md §5). */
 export interface BudgetEntryView {
   scope: BudgetScope;
   meter: BudgetMeter;

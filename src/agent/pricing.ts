@@ -1,4 +1,4 @@
-// Token prices per model (config `pricing`), turned into the `cost_usd` meter (decisions.md §5).
+// Token prices per model (config `pricing`), turned into the `cost_usd` meter (docs/contract.md §5).
 import type { MeterAmounts } from '../../machines/policies/budget.js';
 
 export interface ModelPrice {

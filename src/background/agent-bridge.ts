@@ -1,7 +1,8 @@
 // The agent bridge: the agent run (RunService) of each attempt of a background run. Starts it,
 // continues it after a pause, a lapsed lease or a restart, cancels it, stops it for its timeout,
-// and turns its end (onSettled) or its resumption (telemetry `run_resumed`) into events of the
-// background run (AGENT_DONE, RESUME).
+// turns its end (onSettled) into the background run's AGENT_DONE, and hands a person's decision on
+// it to the background run (decided: the background run's RESUME in the decision's commit), so
+// the agent run goes on only under its background run's lease.
 import {
   backgroundRunIdOf,
   type AgentOutcome,
@@ -14,14 +15,13 @@ import { AppError } from '../errors.js';
 import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
 import { AgentUnavailableError } from '../runtime/agent-registry.js';
 import type { RunService } from '../runtime/runs.js';
-import type { FinalFold } from '../runtime/run-kernel.js';
+import type { CarriedWrite } from '../runtime/persistence.js';
 import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
-import { isStoreError, type StoredEvent, type Versioned } from '../store/store.js';
-import { repos } from '../store/repos/index.js';
+import { isStoreError, StoreError, type StoredEvent, type Versioned } from '../store/store.js';
 import { WAITING, type BgRunRow } from './types.js';
 import { ownSessionId } from './prepare-run.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
-import type { FoldedWrite, Handle } from './run-host.js';
+import type { Handle } from './run-host.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -30,16 +30,18 @@ const PREVIEW_CHARS = 500;
 /** What the bridge needs of the engine that hosts the runs. */
 export interface BridgeHost {
   handleOf(runId: string): Handle | undefined;
+  /** The live handle, or one restored from the row; a terminal row comes back as the row; null when there is none. */
+  handle(runId: string): Promise<Handle | Versioned<BgRunRow> | null>;
+  maybeRelease(h: Handle): void;
   contextOf(h: Handle): BackgroundRunContext;
   enqueue(h: Handle, job: () => Promise<void>, onError: (err: unknown) => void): void;
   send(runId: string, event: BackgroundRunEvent, opts?: { durable?: boolean; known?: Versioned<BgRunRow> }): Promise<SendResult>;
-  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void): FoldedWrite | null;
+  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void, opts?: { anyStore?: boolean }): CarriedWrite | null;
   dirOf(run: BackgroundRun): string;
   closed(): boolean;
 }
 
 export class AgentBridge {
-  private readonly resumeWatches = new Map<string, () => void>();
   /** Agent runs whose final commit carries their background run's completion (foldFinal). */
   private readonly folded = new Set<string>();
 
@@ -47,12 +49,6 @@ export class AgentBridge {
     private readonly deps: BackgroundDeps,
     private readonly host: BridgeHost,
   ) {}
-
-  /** Stops following parked runs (engine close). */
-  close(): void {
-    for (const u of this.resumeWatches.values()) u();
-    this.resumeWatches.clear();
-  }
 
   /**
    * timeout_seconds reached: the agent run's actor gets TIMEOUT (status `timeout`). When it has no
@@ -167,8 +163,9 @@ export class AgentBridge {
     } else {
       // status running, no live actor here.
       if (rec.owner === this.deps.workerId) return; // being resumed by this process right now; its end arrives via onSettled
-      await this.lapseAgentLease(rec);
-      how = { cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep' };
+      // This process holds the background run's lease (its claim or recovery was a CAS on the
+      // row), and that lease owns the agent run: the agent run's own lease is not waited out.
+      how = { cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep', ownerDead: true };
     }
     void runs.resume(id, how).catch((err: unknown) => {
       if (runs.isLive(id)) return;
@@ -185,24 +182,6 @@ export class AgentBridge {
         () => this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`)),
       );
     });
-  }
-
-  /**
-   * RunService.resume refuses a run whose lease has not lapsed. The background lease already
-   * proved its owner dead (or, with the embedded store, the owner is a previous process), so the
-   * agent run's lease is marked lapsed first. Workaround: see docs/background.md.
-   */
-  private async lapseAgentLease(rec: RunRecord): Promise<void> {
-    const now = this.deps.clock.now();
-    if (!rec.lease_expires_at || Date.parse(rec.lease_expires_at) <= now) return;
-    const runsRepo = repos(this.deps.store).runs;
-    const stored = await runsRepo.get(rec.run_id);
-    if (!stored || stored.value.status !== 'running') return;
-    try {
-      await runsRepo.update(rec.run_id, { ...stored.value, lease_expires_at: iso(now - 1) }, stored.version);
-    } catch (err) {
-      if (!isStoreError(err, 'stale_version')) throw err;
-    }
   }
 
   onCancelAgent(runId: string, agentRunId: string | null): void {
@@ -242,7 +221,7 @@ export class AgentBridge {
    * handed to that commit. Null when it cannot be folded (see RunHosts.foldInto): onAgentSettled
    * then delivers the event after the agent run's end is durable, as a write of its own.
    */
-  foldFinal(rec: RunRecord): FinalFold | null {
+  foldFinal(rec: RunRecord): CarriedWrite | null {
     if (rec.kind !== 'background' || rec.status !== 'completed' || this.host.closed()) return null;
     const bgId = backgroundRunIdOf(rec.run_id);
     const h = this.host.handleOf(bgId);
@@ -345,20 +324,39 @@ export class AgentBridge {
       .catch((err) => this.deps.logger.warn({ bg_run_id: runId, type: event.type, err: String(err) }, 'could not deliver an event to a background run'));
   }
 
-  /** A parked run moves on (awaiting -> queued) as soon as its agent run is resumed by a decision. */
-  watchResume(runId: string, agentRunId: string | null): void {
-    if (!agentRunId || this.resumeWatches.has(runId) || this.host.closed()) return;
-    const unsubscribe = this.deps.telemetry.bus.subscribe({ run_id: agentRunId }, (ev) => {
-      if (ev.event_type !== 'run_resumed') return;
-      this.unwatchResume(runId);
-      this.deliver(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
-    });
-    this.resumeWatches.set(runId, unsubscribe);
-  }
-
-  unwatchResume(runId: string): void {
-    this.resumeWatches.get(runId)?.();
-    this.resumeWatches.delete(runId);
+  /**
+   * A person decided the parked agent run `agentRunId` (every approval, or its budget): its
+   * background run takes RESUME (awaiting -> queued), and that row write is handed to the
+   * decision's commit (RunService.resumeThrough), so the decision and the requeue are one atomic
+   * write. The agent run is then continued by its background run's claim, under that run's lease
+   * (startAgent, mode continue), never by the decision itself. Null when there is no background
+   * run to go through (deleted, or already ended): the decision resumes the agent run itself.
+   * Throws a `stale_version` store error while the background run has not parked yet (its write
+   * is under way, here or in another instance): the decision is read and tried again.
+   */
+  async decided(agentRunId: string): Promise<CarriedWrite | null> {
+    if (this.host.closed()) return null;
+    const bgId = backgroundRunIdOf(agentRunId);
+    const loaded = await this.host.handle(bgId);
+    if (loaded === null || !('actor' in loaded)) return null;
+    const h = loaded;
+    h.sends++;
+    try {
+      // A park write under way here: the row's version is settled once it lands.
+      for (let i = 0; i < 100 && !h.dead && (h.pending > 0 || h.tailWrite); i++) await h.chain;
+      if (h.dead) throw new StoreError('stale_version', `background run ${bgId}: its copy here was dropped`);
+      const ctx = this.host.contextOf(h);
+      if (ctx.internal.agent_run_id !== agentRunId) return null; // an older attempt's agent run
+      if (!WAITING.has(ctx.run.status)) throw new StoreError('stale_version', `background run ${bgId} is ${ctx.run.status}, not parked yet`);
+      const folded = this.host.foldInto(bgId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, (stored) => this.deps.telemetry.published(stored), {
+        anyStore: true,
+      });
+      if (!folded) throw new StoreError('stale_version', `background run ${bgId}: a write of its own is under way`);
+      return folded;
+    } finally {
+      h.sends--;
+      this.host.maybeRelease(h);
+    }
   }
 
   /** A held row whose agent run already ended or parked takes that result; true when it did. */
@@ -381,7 +379,6 @@ export class AgentBridge {
   async checkParked(row: BgRunRow): Promise<void> {
     const runId = row.run.run_id;
     const agentId = row.internal.agent_run_id;
-    this.watchResume(runId, agentId);
     if (!agentId) return;
     let moveOn = this.deps.runs.isLive(agentId);
     if (!moveOn) {

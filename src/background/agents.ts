@@ -1,4 +1,4 @@
-// Background agents (decisions.md §1 background rows): the registry of the agent specs that
+// Background agents (docs/contract.md §1 background rows): the registry of the agent specs that
 // background tasks run with (the served agent is registered as the default one), each spec built
 // when registered so one that cannot run is refused then. BackgroundManager delegates to this.
 import { AgentSpecError, adminOnlyFields, isServedAgentSpec } from '../agent/agent-spec.js';

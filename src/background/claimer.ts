@@ -3,6 +3,7 @@
 // parked runs whose decision came). What it claims is hosted by the engine (engine.ts).
 import { randomUUID } from 'node:crypto';
 import type { BackgroundRunEvent } from '../../machines/background-run.machine.js';
+import { leaseLapsed } from '../../machines/policies/lease.js';
 import { canClaim } from '../../machines/policies/overlap.js';
 import { newId } from '../ids.js';
 import type { BackgroundRunStatus } from '../schemas/background.js';
@@ -260,7 +261,7 @@ export class Claimer {
         const { run } = row.value;
         const h = this.host.handles.get(run.run_id);
         if (h && !h.dead) return; // held by this process and alive
-        const lapsed = !run.lease_expires_at || Date.parse(run.lease_expires_at) <= now;
+        const lapsed = leaseLapsed(run.lease_expires_at, now);
         if (!lapsed && !opts.ownersDead) return;
         if (!this.accepting) return;
         // The agent run may have ended (or parked) before the owner could record it: no recovery needed.

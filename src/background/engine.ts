@@ -142,10 +142,12 @@ export class RunEngine {
     });
     this.agent = new AgentBridge(deps, {
       handleOf: (runId) => this.handles.get(runId),
+      handle: (runId) => this.hosts.handle(runId),
+      maybeRelease: (h) => this.hosts.maybeRelease(h),
       contextOf: (h) => this.hosts.contextOf(h),
       enqueue: (h, job, onError) => this.hosts.enqueue(h, job, onError),
       send: (runId, event, opts) => this.send(runId, event, opts),
-      foldInto: (runId, event, published) => this.hosts.foldInto(runId, event, published),
+      foldInto: (runId, event, published, opts) => this.hosts.foldInto(runId, event, published, opts),
       dirOf: (run) => this.dirOf(run),
       closed: () => this.closed,
     });
@@ -216,6 +218,7 @@ export class RunEngine {
   async start(opts: { claim: boolean }): Promise<void> {
     this.unsubscribeSettled = this.deps.runs.onSettled((rec) => this.agent.onAgentSettled(rec));
     this.deps.runs.foldFinal((rec) => this.agent.foldFinal(rec));
+    this.deps.runs.resumeThrough((agentRunId) => this.agent.decided(agentRunId));
     this.workspaces.sweepTrash();
     if (!opts.claim) return;
     this.claimer.accepting = true;
@@ -281,8 +284,8 @@ export class RunEngine {
     this.closed = true;
     this.unsubscribeSettled?.();
     this.deps.runs.foldFinal(null);
+    this.deps.runs.resumeThrough(null);
     this.timers.close();
-    this.agent.close();
     this.join.release();
     const handles = [...this.handles.values()];
     // The chains' own steps report their failures (enqueue's onError); this only waits for them.
@@ -467,8 +470,6 @@ export class RunEngine {
     const status = ctx.run.status;
     const runId = h.id;
     this.timers.afterWrite(h, ctx, HELD.has(status));
-    if (WAITING.has(status)) this.agent.watchResume(runId, ctx.internal.agent_run_id);
-    else this.agent.unwatchResume(runId);
     if (TERMINAL.has(status) && !TERMINAL.has(prevStatus)) {
       this.deps.metrics.backgroundRuns.inc({ status });
       this.retention.runEnded(ctx.run.task_id);
@@ -531,7 +532,6 @@ export class RunEngine {
 
   private clearRunTimers(runId: string): void {
     this.timers.clearRetry(runId);
-    this.agent.unwatchResume(runId);
     this.outbox.forget(runId);
   }
 }

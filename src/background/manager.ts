@@ -1,4 +1,4 @@
-// The background manager (decisions.md §1 background rows, §7): agents, tasks, schedules, runs
+// The background manager (docs/contract.md §1 background rows, §7): agents, tasks, schedules, runs
 // and the ticker. Routes call only this class; it composes the task scheduler (schedules, task
 // actors, dispatch) and the run engine (run actors, claims, leases, attempts, events, workspaces).
 import { registerMachine } from '../runtime/machines-info.js';
@@ -12,9 +12,12 @@ import type {
   BackgroundRunStatus,
   BackgroundScheduleState,
   BackgroundTaskCreateRequest,
+  BackgroundTaskBulkRunItem,
+  BackgroundTaskBulkRunResponse,
   BackgroundTaskPatchRequest,
   BackgroundTaskRunRequest,
 } from '../schemas/background.js';
+import { newId } from '../ids.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import { RunEngine, type BackgroundDeps } from './engine.js';
 import { TaskScheduler } from './scheduler.js';
@@ -28,6 +31,7 @@ import type { core } from 'zod';
 import { repos } from '../store/repos/index.js';
 import { newScheduleRow, resumedScheduleRow } from './schedule-rows.js';
 import { QueuedRunBound } from './queue-bound.js';
+import { keyedRunId } from './prepare-run.js';
 
 export type { BackgroundDeps } from './engine.js';
 
@@ -111,7 +115,7 @@ export class BackgroundManager {
       void this.engine.claimPass();
       if (++this.tickCount % maintainEvery === 0 && !this.maintaining) {
         this.maintaining = true;
-        // Parked runs are checked more rarely: there may be many, and the usual path (the decision's own resume) does not need it.
+        // Parked runs are checked more rarely: there may be many, and the usual path (the decision's commit moves the run on) does not need it.
         const parked = this.tickCount % (maintainEvery * 30) === 0;
         void this.engine
           .maintenance({ parked })
@@ -390,6 +394,70 @@ export class BackgroundManager {
    * `opts.run_id`: the id the run gets (an Idempotency-Key reserved it); `opts.onQueued` is called
    * once the run exists, before a `wait` (the route then marks the key done).
    */
+  /**
+   * POST /background/tasks/{id}/runs: queues one manual run per item, in order, each decided by
+   * the task's overlap policy as POST /background/tasks/{id}/run would (queued, or stored
+   * skipped). The runs' writes are issued together and share the store's rounds (one round for a
+   * list on the embedded stores, instead of one per call). An item with an `idempotency_key` takes
+   * the run id that key names for this task (keyedRunId): a run already stored under it is
+   * answered as it is and nothing is queued, and two items of one list with one key queue one
+   * run. The whole list is admitted against background.max_queued_runs at once: 503, nothing
+   * queued, when the new runs would pass it.
+   */
+  async runTaskBulk(taskId: string, items: BackgroundTaskBulkRunItem[]): Promise<BackgroundTaskBulkRunResponse> {
+    this.requireRunning();
+    const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
+    if (!task.enabled) throw notFound('enabled background task', taskId);
+    const ids = items.map((it) => (it.idempotency_key ? keyedRunId(taskId, it.idempotency_key) : newId('bgrun')));
+    const keyed = [...new Set(ids.filter((_, i) => items[i].idempotency_key))];
+    const stored = new Map<string, BackgroundRun>();
+    if (keyed.length > 0) {
+      const rows = await repos(this.deps.store).bgRuns.getMany(keyed);
+      for (const row of rows) if (row) stored.set(row.value.run.run_id, row.value.run);
+    }
+    // The items that queue a run: not stored yet, and the first of their key in this list.
+    const fresh: number[] = [];
+    const seen = new Set<string>();
+    ids.forEach((id, i) => {
+      if (stored.has(id) || seen.has(id)) return;
+      seen.add(id);
+      fresh.push(i);
+    });
+    if (fresh.length > 0) await this.queueBound.admit(fresh.length);
+    const dispatched = await this.scheduler.taskJob(taskId, async () => {
+      const current = this.scheduler.tasks.get(taskId);
+      if (!current || !current.enabled) throw notFound('enabled background task', taskId);
+      const out = [];
+      for (const i of fresh) out.push(await this.scheduler.dispatchManual(current, items[i].query ?? null, ids[i]));
+      return out;
+    });
+    const made = await Promise.all(dispatched.map((d) => d.done));
+    const created = new Set<string>();
+    const lost: string[] = [];
+    made.forEach((run, k) => {
+      if (run) {
+        stored.set(run.run_id, run);
+        created.add(run.run_id);
+      } else lost.push(ids[fresh[k]]); // stored meanwhile under its key (a concurrent call with the same key)
+    });
+    if (lost.length > 0) {
+      for (const row of await repos(this.deps.store).bgRuns.getMany(lost)) if (row) stored.set(row.value.run.run_id, row.value.run);
+    }
+    // Answer once the runs' creation events are stored too, as a single manual run does.
+    await Promise.all([...created].map((id) => this.engine.appended(id)));
+    const seenInAnswer = new Set<string>();
+    return {
+      runs: ids.map((id) => {
+        const run = stored.get(id);
+        if (!run) throw notFound('enabled background task', taskId);
+        const first = created.has(id) && !seenInAnswer.has(id);
+        seenInAnswer.add(id);
+        return { run: publicRun(this.cfg.workspace_root, run), created: first };
+      }),
+      created: created.size,
+    };
+  }
+
   async runTask(
     taskId: string,
     body: BackgroundTaskRunRequest,

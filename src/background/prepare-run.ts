@@ -8,6 +8,7 @@ import {
   type LifecycleEvent,
   type RecordParams,
 } from '../../machines/background-run.machine.js';
+import { createHash } from 'node:crypto';
 import { transition } from 'xstate';
 import { maxAttempts } from '../../machines/policies/retry.js';
 import { newId } from '../ids.js';
@@ -36,6 +37,15 @@ export interface PrepareParts {
 
 /** The session of a run of a task with session_policy `run`: that run's alone. */
 export const ownSessionId = (agentId: string, taskId: string, runId: string): string => `background:${agentId}:${taskId}:${runId}`;
+
+/**
+ * The run id an idempotency key names for a task (POST /background/tasks/{id}/runs): the same
+ * key on the same task id is always the same run id, so queuing it twice is the row's `create`
+ * refused, and a retried list finds the runs it queued by id. Shaped like newId's ids.
+ */
+export function keyedRunId(taskId: string, key: string): string {
+  return `bgrun_${createHash('sha256').update(taskId).update('\n').update(key).digest('base64url').slice(0, 21)}`;
+}
 
 /**
  * Builds a run, its creation events and its write ops, without writing anything: the scheduler

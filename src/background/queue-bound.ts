@@ -27,8 +27,8 @@ export class QueuedRunBound {
     private readonly nowMs: () => number = () => performance.now(),
   ) {}
 
-  /** Resolves when one more run may be queued (and counts it); throws 503 ServerBusy when the queue is full. */
-  async admit(): Promise<void> {
+  /** Resolves when `n` more runs may be queued (and counts them); throws 503 ServerBusy when they would pass the bound. */
+  async admit(n = 1): Promise<void> {
     if (this.nowMs() - this.countedAt > QUEUED_COUNT_MAX_AGE_MS) {
       this.reading ??= this.countQueued()
         .then((n) => {
@@ -41,13 +41,13 @@ export class QueuedRunBound {
     }
     const queued = this.counted + this.admittedSince;
     const max = this.max();
-    if (queued >= max) {
+    if (queued + n > max) {
       throw domainError(
         'AGT_ERR_SERVER_BUSY',
         [`${queued} background runs are queued, the most background.max_queued_runs allows (${max}); retry once the workers have drained some`],
         { headers: { 'retry-after': String(RETRY_AFTER_S) } },
       );
     }
-    this.admittedSince++;
+    this.admittedSince += n;
   }
 }

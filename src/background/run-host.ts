@@ -14,7 +14,7 @@ import {
   type StartAgentParams,
 } from '../../machines/background-run.machine.js';
 import type { BackgroundRunStatus } from '../schemas/background.js';
-import { isStoreError, StoreError, type EventInput, type StoredEvent, type Versioned, type WriteOp } from '../store/store.js';
+import { isStoreError, StoreError, type StoredEvent, type Versioned, type WriteOp } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
 import { isSharedStore } from '../store/changes.js';
 import { HELD, TERMINAL, attemptRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord } from './types.js';
@@ -23,6 +23,7 @@ import type { EventOutbox } from './outbox.js';
 import type { WriteJoin } from './write-join.js';
 import type { TimerRef } from './attempt-timers.js';
 import type { SupervisorGroup } from '../runtime/system.js';
+import type { CarriedWrite } from '../runtime/persistence.js';
 import type { TraceRecord, TraceStatus } from '../telemetry/traces.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
 import type { AppLogger } from '../telemetry/logger.js';
@@ -51,16 +52,6 @@ export interface Handle {
   gate: { id: string; version: number | null } | null;
   /** The run's logger (bg_run_id, task_id bound), made on its first line (RunHosts.logOf). */
   log: AppLogger | null;
-}
-
-/** A run's row write that another writer's commit carries (RunHosts.foldInto). */
-export interface FoldedWrite {
-  ops: WriteOp[];
-  carry: { events: EventInput[]; stored(events: StoredEvent[]): void };
-  /** The carrying commit: resolves once it is durable, rejects when it was not written. */
-  settle(written: Promise<unknown>): void;
-  /** When a carrying commit not handed to the store yet may go (the next row write's round), or null: now. */
-  hold(): Promise<void> | null;
 }
 
 /** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
@@ -413,18 +404,22 @@ export class RunHosts {
   }
 
   /**
-   * Applies `event` (an agent run's completion) to a live run and, instead of writing it, hands
-   * the row write to the caller: the agent run's final commit carries it (RunService.foldFinal),
-   * so the agent run's end and the background run's are one atomic write, and a crash leaves both
-   * or neither. The transition is the machine's own (the actor takes the event; its `record`
-   * effect lands here). Null on a store other instances share, when the run is not live here, has a write of its own under way or
-   * queued (its row version is not settled), does not take the event, or the store cannot write
-   * events atomically: the event then comes the usual way (AgentBridge.onAgentSettled).
+   * Applies `event` to a live run and, instead of writing it, hands the row write to the caller,
+   * whose commit carries it; the transition is the machine's own (the actor takes the event; its
+   * `record` effect lands here). Two callers:
+   * - an agent run's completion (AGENT_DONE; RunService.foldFinal): the agent run's final commit
+   *   carries it, so both ends are one atomic write and a crash leaves both or neither. Only on a
+   *   store this process owns and that writes events atomically (`anyStore` false): no other
+   *   instance can move the row meanwhile, so its CAS cannot refuse the final commit (a refusal
+   *   would fence the agent run); elsewhere the event comes the usual way (AgentBridge.onAgentSettled);
+   * - a person's decision (RESUME; AgentBridge.decided): the decision's commit carries it, on any
+   *   store (`anyStore`): a refused CAS fails the decision, which is read and tried again.
+   * Null when the run is not live here, has a write of its own under way or queued (its row
+   * version is not settled), or does not take the event.
    */
-  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void): FoldedWrite | null {
-    // Only on a store this process owns: no other instance can move the row meanwhile, so the
-    // row's CAS cannot refuse the agent run's final commit (a refusal would fence the agent run).
-    if (this.deps.store.capabilities.atomicCommitEvents !== true || isSharedStore(this.deps.store) || this.hooks.closed()) return null;
+  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void, opts: { anyStore?: boolean } = {}): CarriedWrite | null {
+    const atomic = this.deps.store.capabilities.atomicCommitEvents === true;
+    if (this.hooks.closed() || (!opts.anyStore && (!atomic || isSharedStore(this.deps.store)))) return null;
     const h = this.handles.get(runId);
     if (!h || h.dead || !h.actor || h.pending > 0 || h.tailWrite) return null;
     const snap = h.actor.getSnapshot();
@@ -445,15 +440,16 @@ export class RunHosts {
       h,
       async () => {
         await landed;
-        // The row's CAS held (the commit applied): its version is the next one.
-        this.afterRowWrite(h, w, { ...h.row, version: h.row.version + 1, value: w.next }, true);
+        // The row's CAS held (the commit applied): its version is the next one. Where the commit
+        // could not carry the events, they are in the row's outbox and appended behind it.
+        this.afterRowWrite(h, w, { ...h.row, version: h.row.version + 1, value: w.next }, atomic);
       },
       (err) => this.writeFailed(h, err),
     );
     // Its worker is free now (the actor no longer counts as held): the next claim may share the
     // carrying commit's store round.
     this.hooks.kick();
-    const records = this.deps.telemetry.recordsOf(this.hooks.outbox.eventsOf(w.ctx, w.lifecycle));
+    const records = atomic ? this.deps.telemetry.recordsOf(this.hooks.outbox.eventsOf(w.ctx, w.lifecycle)) : [];
     // Nobody waits for this run: as writeRecord does, its commit (here, the agent run's final
     // one, not handed to the store yet) waits for the next row write to share its round.
     const mayWait = HELD.has(w.prevStatus) && !this.hooks.hasWaiter(h.id) && !this.hooks.closed();

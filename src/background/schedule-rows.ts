@@ -1,4 +1,4 @@
-// Schedule-row maths (decisions.md §7), pure: the row of a new schedule revision, the row after a
+// Schedule-row maths (docs/contract.md §7), pure: the row of a new schedule revision, the row after a
 // pause ends, the row after a step dispatched or skipped occurrences, and the skip record. The
 // scheduler (scheduler.ts) and the manager's task edits (manager.ts) write what these return.
 import { dueOccurrences, nextDueAt, prevDueAt, type ScheduleSpec as SchedSpec } from '../scheduler/schedule.js';

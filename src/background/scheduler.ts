@@ -1,4 +1,4 @@
-// Task schedules (decisions.md §7): what is due and what it dispatches. The scheduler keeps every
+// Task schedules (docs/contract.md §7): what is due and what it dispatches. The scheduler keeps every
 // task and its schedule state row (kind bg_schedule) as last read or written, runs each task's
 // work (dispatch, edits) serially in the task's job, and carries out what the task's machine
 // decides for each due occurrence or manual trigger. Dispatch is idempotent across restarts and

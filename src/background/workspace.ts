@@ -1,4 +1,4 @@
-// Run workspaces (decisions.md §7): a folder per run under background.workspace_root, named by
+// Run workspaces (docs/contract.md §7): a folder per run under background.workspace_root, named by
 // the task's namespace_template, holding run.json and events.jsonl plus whatever the agent wrote
 // with the workspace tools. Every path that reaches the disk is resolved and checked to stay
 // inside its root; ids are validated by schema too, but the check here does not rely on that.

@@ -43,6 +43,11 @@ export const COMMANDS: Command[] = [
       port: { type: 'string', value: 'N', help: 'Listen port (env AGENTD_PORT; default 8000; 0 picks a free one).' },
       'data-dir': { type: 'string', value: 'DIR', help: 'Data directory (env AGENTD_DATA_DIR; default ./.agentd).' },
       inspect: { type: 'string', value: '[URL]', help: 'Send XState inspection events to a WebSocket endpoint (default ws://localhost:8080).' },
+      'demo-delay-ms': {
+        type: 'string',
+        value: 'MS',
+        help: 'Demo model only: wait between streamed words, so answers arrive live (default 15; 0 for none).',
+      },
     },
     details: [
       'Model env: AGENTD_MODEL_BASE_URL, AGENTD_MODEL, AGENTD_MODEL_API_KEY (else OPENAI_API_KEY).',

@@ -65,6 +65,7 @@ export const OPERATIONS = {
   getBackgroundTaskStatus: ['GET', '/background/tasks/{task_id}/status'],
   previewBackgroundTaskSchedule: ['GET', '/background/tasks/{task_id}/schedule'],
   runBackgroundTask: ['POST', '/background/tasks/{task_id}/run'],
+  runBackgroundTaskBulk: ['POST', '/background/tasks/{task_id}/runs'],
   pauseBackgroundTask: ['POST', '/background/tasks/{task_id}/pause'],
   resumeBackgroundTask: ['POST', '/background/tasks/{task_id}/resume'],
   listBackgroundRuns: ['GET', '/background/runs'],

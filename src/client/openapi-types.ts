@@ -364,6 +364,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/background/tasks/{task_id}/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Queue up to 1,000 manual runs in one call, each idempotent by its own key */
+        post: operations["runBackgroundTaskBulk"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/background/tasks/{task_id}/schedule": {
         parameters: {
             query?: never;
@@ -848,7 +865,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Latest trace of a run (one per run segment) */
+        /** All of a run: its latest segment (summary, trace), every segment and the waits between them */
         get: operations["getRunTrace"];
         put?: never;
         post?: never;
@@ -1429,6 +1446,27 @@ export interface components {
             /** @description Operation status. */
             status: string;
         };
+        BackgroundTaskBulkRunItem: {
+            /** @description Queues this run at most once per task: a later item (in this or another call) with the same key answers with the run it queued, as long as that run is kept (background.run_retention), and queues nothing. */
+            idempotency_key?: string | null;
+            /** @description One-off query override for this run. */
+            query?: string | null;
+        };
+        BackgroundTaskBulkRunRequest: {
+            /** @description The runs to queue, in order (1 to 1000). Each obeys the task's overlap policy like a manual run. */
+            runs: components["schemas"]["BackgroundTaskBulkRunItem"][];
+        };
+        BackgroundTaskBulkRunResponse: {
+            /** @description Runs this call queued (or stored skipped). */
+            created: number;
+            /** @description One entry per item of the request, in its order. */
+            runs: components["schemas"]["BackgroundTaskBulkRunResult"][];
+        };
+        BackgroundTaskBulkRunResult: {
+            /** @description False when an earlier item with the same idempotency_key queued this run. */
+            created: boolean;
+            run: components["schemas"]["BackgroundRun"];
+        };
         BackgroundTaskCreateRequest: {
             /** @description Defaults to the configured background agent id. */
             agent_id?: components["schemas"]["BackgroundId"] | null;
@@ -2000,6 +2038,16 @@ export interface components {
             /** @enum {string} */
             status: "started" | "streaming";
         };
+        RunTraceResponse: {
+            /** @description True when the run has more than 100 segments and the oldest are left out. */
+            earlier_segments_omitted: boolean;
+            /** @description Every segment of the run, oldest first (the last is `trace`); at most the newest 100. */
+            segments: components["schemas"]["Trace"][];
+            summary: components["schemas"]["TraceSummary"];
+            trace: components["schemas"]["Trace"];
+            /** @description The waits for a person between consecutive segments, oldest first. */
+            waits: components["schemas"]["RunWait"][];
+        };
         RunUsage: {
             estimated_cost_usd: number;
             request_tokens: number;
@@ -2029,6 +2077,18 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
             usage: components["schemas"]["RunUsage"];
+        };
+        RunWait: {
+            after_trace_id: string;
+            /** @description The segment that resumed the run; null while it still waits. */
+            before_trace_id: string | null;
+            /** @description The resuming segment's run_resumed cause: approval, budget_grant, budget_denied, interrupted, … */
+            cause: string | null;
+            decisions: components["schemas"]["WaitDecision"][];
+            duration_ms: number | null;
+            ended_at: string | null;
+            /** Format: date-time */
+            started_at: string;
         };
         RunWaitTimeoutDetail: {
             message: string;
@@ -2298,6 +2358,25 @@ export interface components {
             loc: (string | number)[];
             msg: string;
             type: string;
+        };
+        WaitDecision: {
+            /** @description The amount a budget grant added. */
+            amount: number | null;
+            approver: string | null;
+            decided_at: string | null;
+            /** @description approved, denied, expired, used or pending (approvals); granted, denied or pending (budgets). */
+            decision: string;
+            /** @description The arguments an approver edited the call to; null when approved as asked. */
+            edited_arguments: {
+                [key: string]: unknown;
+            } | null;
+            /** @description The approval id or the budget request id. */
+            id: string;
+            /** @enum {string} */
+            kind: "approval" | "budget";
+            note: string | null;
+            /** @description The tool of an approval, the budget key of a budget request. */
+            subject: string;
         };
         WebhookAttempt: {
             /** Format: date-time */
@@ -4067,6 +4146,86 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunWaitTimeoutResponse"];
+                };
+            };
+        };
+    };
+    runBackgroundTaskBulk: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                task_id: components["schemas"]["BackgroundId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BackgroundTaskBulkRunRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackgroundTaskBulkRunResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };
@@ -5934,7 +6093,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TraceResponse"];
+                    "application/json": components["schemas"]["RunTraceResponse"];
                 };
             };
             /** @description No valid API key (only when the service has auth.api_keys configured). */

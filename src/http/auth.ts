@@ -5,7 +5,7 @@ import type { AppDeps } from './deps.js';
 
 export type Role = 'reader' | 'operator' | 'approver' | 'admin';
 
-/** What a route lets a caller do, and so which roles may call it (decisions.md §9). */
+/** What a route lets a caller do, and so which roles may call it (docs/contract.md §9). */
 export type Access = 'public' | 'read' | 'operate' | 'decide' | 'converse';
 
 const ROLES: Record<Exclude<Access, 'public'>, Role[]> = {
@@ -36,7 +36,7 @@ export const ROUTE_ACCESS: Readonly<Record<string, Access>> = {
   'GET /ui/*': 'public',
   'POST /runs/:run_id/approvals/:approval_id': 'decide',
   'POST /runs/:run_id/budget': 'decide',
-  // Talking to a run in flight (issue 14): operators steer and interrupt; readers see the inbox.
+  // Talking to a run in flight: operators steer and interrupt; readers see the inbox.
   'POST /runs/:run_id/steer': 'operate',
   'POST /runs/:run_id/interrupt': 'operate',
   'GET /runs/:run_id/inbox': 'read',

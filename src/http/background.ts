@@ -1,4 +1,4 @@
-// Background routes (decisions.md §1 background rows): parse with the zod schemas, delegate to the
+// Background routes (docs/contract.md §1 background rows): parse with the zod schemas, delegate to the
 // background manager, serialise. No business logic here.
 import type { FastifyInstance } from 'fastify';
 import {
@@ -20,6 +20,8 @@ import {
   BackgroundStatusResponse,
   BackgroundTaskCreateRequest,
   BackgroundTaskDeleteQuery,
+  BackgroundTaskBulkRunRequest,
+  BackgroundTaskBulkRunResponse,
   BackgroundTaskPatchRequest,
   BackgroundTaskRunRequest,
   BackgroundTaskSpec,
@@ -246,6 +248,21 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
       if (once.fresh) return once.started.all;
       return waitBackgroundRun(deps, once.target_id, body.wait);
     },
+  );
+
+  app.post(
+    '/background/tasks/:task_id/runs',
+    {
+      schema: {
+        tags,
+        operationId: 'runBackgroundTaskBulk',
+        summary: 'Queue up to 1,000 manual runs in one call, each idempotent by its own key',
+        params: TaskIdParams,
+        body: BackgroundTaskBulkRunRequest,
+        response: { 200: BackgroundTaskBulkRunResponse, 503: ErrorResponse, ...errors },
+      },
+    },
+    async (request) => bg.runTaskBulk((request.params as TaskIdParams).task_id, (request.body as BackgroundTaskBulkRunRequest).runs),
   );
 
   app.post(

@@ -60,7 +60,7 @@ export function errorBody(code: DomainCode, ...args: Array<string | number>): { 
 }
 
 /**
- * Every error leaves in a documented shape (decisions.md §2): 422 HTTPValidationError for bad
+ * Every error leaves in a documented shape (docs/contract.md §2): 422 HTTPValidationError for bad
  * input, `{detail}` for the routes whose spec answer is HttpErrorResponse, ErrorResponse for the
  * rest. Nothing else: no stack trace, no internal message of an unexpected error, no server path
  * (`scrub`: a message may quote one, e.g. a tools module that failed to load).

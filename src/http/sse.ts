@@ -30,7 +30,7 @@ export interface SseMetrics {
 }
 
 export interface SseChannelOptions extends Partial<SseLimits> {
-  /** Comment ping interval (decisions.md §3.2). Default 15 s. */
+  /** Comment ping interval (docs/contract.md §3.2). Default 15 s. */
   pingMs?: number;
   /** A dropped stream's socket is destroyed if its last bytes are not read within this (config `server.stream_drop_grace_seconds`). Default 5 s. */
   dropGraceMs?: number;

@@ -1,4 +1,4 @@
-// Talking to a run in flight (issue 14 item 2): steer it, interrupt it, read its inbox. Resuming
+// Talking to a run in flight: steer it, interrupt it, read its inbox. Resuming
 // an interrupted run is POST /runs/{run_id}/resume (src/http/runs.ts).
 import type { FastifyInstance } from 'fastify';
 import { ErrorResponse, HTTPValidationError, InterruptResponse, RunIdParams, RunInboxView, SteerRequest, SteerResponse } from '../schemas/index.js';

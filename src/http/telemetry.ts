@@ -8,6 +8,7 @@ import {
   EventsResponse,
   HTTPValidationError,
   RunIdParams,
+  RunTraceResponse,
   SessionEventsListQuery,
   SessionEventsQuery,
   SessionIdParams,
@@ -125,12 +126,12 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
       schema: {
         operationId: 'getRunTrace',
         tags: ['telemetry'],
-        summary: 'Latest trace of a run (one per run segment)',
+        summary: 'All of a run: its latest segment (summary, trace), every segment and the waits between them',
         params: RunIdParams,
-        response: { 200: TraceResponse, ...notFoundOr422 },
+        response: { 200: RunTraceResponse, ...notFoundOr422 },
       },
     },
-    async (request) => q.latest({ run_id: (request.params as { run_id: string }).run_id }),
+    async (request) => q.runTrace((request.params as { run_id: string }).run_id),
   );
 
   app.get(
@@ -216,7 +217,7 @@ function eventsEnvelope(sessionId: string | null, events: string[], nextCursor: 
 }
 
 /**
- * SSE replay-then-follow (decisions.md §8.3): `session` first, stored events after the cursor
+ * SSE replay-then-follow (docs/contract.md §8.3): `session` first, stored events after the cursor
  * (`Last-Event-ID` wins over `cursor`), then live ones, each with `id:` = store cursor. The replay
  * waits for the socket; a consumer more than `server.stream_max_queued_events` live events (or
  * `_bytes`) behind gets `error` StreamOverflow with `last_cursor` and is closed, to resume from it.

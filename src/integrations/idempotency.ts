@@ -1,4 +1,4 @@
-// Idempotency-Key (issue 14, item 4; docs/http-api.md "Idempotent requests").
+// Idempotency-Key.
 //
 // A key is remembered per caller (the API key's name, or `anonymous` when auth is off) for
 // `idempotency.ttl_seconds`, in the store (record kind `idempotency`), so it holds across a restart

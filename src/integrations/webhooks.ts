@@ -1,4 +1,4 @@
-// Completion webhooks (issue 14, item 5; docs/webhooks.md): the service's face of them.
+// Completion webhooks: the service's face of them.
 //
 // Durable from end to end, and never in a run's way: a run's end (or pause for a person) is
 // already in the event log before the run reads as ended. One pump, woken by those events and by

@@ -1,4 +1,4 @@
-// Registered agents that really run (issue 14, item 1; docs/agents.md). A BackgroundAgentSpec is
+// Registered agents that really run. A BackgroundAgentSpec is
 // planned (src/agent/agent-spec.ts), built once (model provider, tools module, MCP connections) and
 // cached per agent; a run holds the build it started with until it ends. `replace` installs a new
 // build; the old one is closed when its last run lets go of it. MCP connections are pooled: agents

@@ -1,4 +1,4 @@
-// Several agentd instances on one store (issue 11, item 3). Everything here is a hint layered on
+// Several agentd instances on one store. Everything here is a hint layered on
 // the store's change feed (src/store/changes.ts); the guarantees rest on CAS writes:
 //  - live streams: the emitter stores events first, then this process notifies the cursor range it
 //    appended; other instances with live subscribers read that range from the store and publish it

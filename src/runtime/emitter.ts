@@ -7,7 +7,7 @@ import { reportSwallowed } from '../telemetry/swallowed.js';
 
 /**
  * Telemetry goes to the store first (which gives each event its cursor), then to live
- * subscribers (decisions.md §8.3): a subscriber never sees an event a reconnect could not replay.
+ * subscribers (docs/contract.md §8.3): a subscriber never sees an event a reconnect could not replay.
  */
 export class TelemetryEmitter {
   /**

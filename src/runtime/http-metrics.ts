@@ -1,7 +1,7 @@
 // The per-request HTTP metrics (agentd_http_requests_total and agentd_http_request_duration_seconds).
 // They are updated on every request's path, where prom-client's labelled children cost ~0.7 µs a
 // request (each observe/inc re-validates and re-hashes its labels object): a measurable share of
-// a cheap route such as GET /health (issue 12). Here a request adds to plain numbers of its label
+// a cheap route such as GET /health. Here a request adds to plain numbers of its label
 // set's record, and the two families are written out in prom-client's own format only when the
 // registry is scraped, through its documented custom-metric interface (an object with name, help,
 // type and get(), passed to Registry.registerMetric).

@@ -35,6 +35,25 @@ export interface CarriedEvents {
   stored(events: StoredEvent[]): void;
 }
 
+/**
+ * A write one writer hands to another writer's commit to carry: a background run's completion in
+ * its agent run's final commit (src/background/run-host.ts `RunHosts.foldInto`, asked through
+ * `RunService.foldFinal`), so both are one atomic write. `ops` and `carry` join the commit;
+ * `settle` is told how it went.
+ */
+export interface CarriedWrite {
+  ops: WriteOp[];
+  carry: CarriedEvents;
+  /** The carrying commit: resolves once it is durable, rejects when it was not written. */
+  settle(written: Promise<unknown>): void;
+  /**
+   * Asked only when the carrying commit has not gone to the store yet (a new run's delayed
+   * creating write): when it may go, so it can share a store round with another write (the next
+   * background run's claim, src/background/write-join.ts), or null to send it now.
+   */
+  hold(): Promise<void> | null;
+}
+
 /** A write handed to the store and not yet taken by it: later updates fold into it. */
 interface OpenWrite<T> {
   value: T;

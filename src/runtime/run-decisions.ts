@@ -3,10 +3,13 @@
 // run record (casUpdate: read, decide, write on the version read, retried with backoff); a
 // decision that lets a paused run go on hands it to RunRecovery.resume.
 import type { ApprovalState, BudgetRequest, RunContext } from '../../machines/run.machine.js';
+import { decideApproval as decideApprovalRule } from '../../machines/policies/approval.js';
 import { checkInput } from '../agent/guardrails.js';
 import { type AppError, domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { casUpdate, CasExhaustedError } from '../store/cas.js';
+import type { WriteOp } from '../store/store.js';
+import type { CarriedWrite } from './persistence.js';
 import type { InboxValue } from './run-inbox.js';
 import type { RunKernel } from './run-kernel.js';
 import { TERMINAL_RUN_STATUSES, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
@@ -15,7 +18,7 @@ import { iso, mergeById, type SnapshotValue, type TraceValue } from './run-types
 import { repos } from '../store/repos/index.js';
 import { swallow } from '../telemetry/swallowed.js';
 
-/** Statuses a steer message is accepted in (decisions.md §11). */
+/** Statuses a steer message is accepted in (docs/contract.md §11). */
 const STEERABLE: ReadonlySet<RunRecordStatus> = new Set(['running', 'awaiting_approval', 'interrupted']);
 
 /** A decision that lost its compare-and-set every time: the run kept changing under it. */
@@ -50,35 +53,23 @@ export class RunDecisions {
       snapshotRead.catch(() => undefined);
       const rec = await repos(store).runs.get<RunRecord>(runId);
       if (!rec) throw notFound('run', runId);
-      const approval = rec.value.approvals.find((a) => a.approval_id === approvalId);
-      if (!approval) throw notFound('approval', approvalId);
       const now = this.deps.clock.now();
-      if (approval.status === 'pending' && Date.parse(approval.expires_at) <= now) {
-        await repos(store)
-          .runs.update<RunRecord>(
-            runId,
-            {
-              ...rec.value,
-              approvals: rec.value.approvals.map((a) => (a.approval_id === approvalId ? { ...a, status: 'expired' as const } : a)),
-            },
-            rec.version,
-          )
-          // Best effort: the sweep expires it too; the caller gets its 409 either way.
-          .catch(swallow('decisions.mark_expired', { run_id: runId, approval_id: approvalId }));
-        throw domainError('AGT_ERR_APPROVAL_EXPIRED', [approvalId, String(approval.expires_at)], { detail: 'expired' });
+      const verdict = decideApprovalRule(rec.value.approvals, rec.value.status === 'awaiting_approval', approvalId, body, now, iso(now));
+      switch (verdict.kind) {
+        case 'unknown':
+          throw notFound('approval', approvalId);
+        case 'expired':
+          await repos(store)
+            .runs.update<RunRecord>(runId, { ...rec.value, approvals: verdict.approvals }, rec.version)
+            // Best effort: the sweep expires it too; the caller gets its 409 either way.
+            .catch(swallow('decisions.mark_expired', { run_id: runId, approval_id: approvalId }));
+          throw domainError('AGT_ERR_APPROVAL_EXPIRED', [approvalId, String(verdict.expires_at)], { detail: 'expired' });
+        case 'already_decided':
+          throw domainError('AGT_ERR_APPROVAL_ALREADY_DECIDED', [approvalId, verdict.status], { detail: verdict.status });
+        case 'run_not_waiting':
+          throw domainError('AGT_ERR_RUN_NOT_WAITING', [`run ${runId}`, 'an approval', rec.value.status]);
       }
-      if (approval.status !== 'pending') throw domainError('AGT_ERR_APPROVAL_ALREADY_DECIDED', [approvalId, approval.status], { detail: approval.status });
-      if (rec.value.status !== 'awaiting_approval') throw domainError('AGT_ERR_RUN_NOT_WAITING', [`run ${runId}`, 'an approval', rec.value.status]);
-      const decided: ApprovalState = {
-        ...approval,
-        status: body.decision === 'approve' ? 'approved' : 'denied',
-        approver: body.approver,
-        note: body.note ?? null,
-        decided_at: iso(now),
-        edited_arguments: body.decision === 'approve' && body.arguments ? body.arguments : null,
-      };
-      const approvals = rec.value.approvals.map((a) => (a.approval_id === approvalId ? decided : a));
-      const allDecided = !approvals.some((a) => a.status === 'pending');
+      const { decided, approvals, allDecided } = verdict;
       const next: RunRecord = {
         ...rec.value,
         approvals,
@@ -86,6 +77,13 @@ export class RunDecisions {
         decided_at: allDecided ? iso(now) : null,
         decision: allDecided ? 'approval' : null,
       };
+      // A background agent run goes on through its background run: the decision's commit
+      // carries that run's RESUME, and its claim continues the agent run under its lease.
+      const through = allDecided && rec.value.kind === 'background' && this.kernel.resumeThrough ? await this.kernel.resumeThrough(runId) : null;
+      if (through) {
+        await this.commitCarrying([repos(store).runs.updateOp(runId, next, rec.version, runIndexes(next))], through);
+        return decided;
+      }
       // Everything the resume reads (snapshot, previous trace, agent) is in hand before the
       // decision goes to the store, so the claim is issued in the same turn and lands in the same
       // fsynced batch (ResumePrefetch). Reads only: the decision waits for no write.
@@ -117,6 +115,22 @@ export class RunDecisions {
     });
   }
 
+  /** A decision's write and the background run's write it carries (RunService.resumeThrough): one commit. */
+  private async commitCarrying(ops: WriteOp[], through: CarriedWrite): Promise<void> {
+    const { store } = this.deps;
+    const { carry } = through;
+    const all = [...ops, ...through.ops];
+    const written =
+      carry.events.length > 0
+        ? store.commitWithEvents(all, carry.events).then((r) => {
+            carry.stored(r.events);
+            return r.records;
+          })
+        : store.commit(all);
+    through.settle(written);
+    await written;
+  }
+
   async budgetView(runId: string) {
     const run = await this.kernel.get(runId);
     const budgets = await this.deps.ledger.entriesForRun({ run_id: run.run_id, session_id: run.session_id, agent_id: run.agent_id });
@@ -128,7 +142,7 @@ export class RunDecisions {
     body: { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null },
   ) {
     const { store } = this.deps;
-    const { req, decided, amount } = await retryDecision(async () => {
+    const { req, decided, amount, through } = await retryDecision(async () => {
       // The snapshot the resume needs is read in the same round as the run (unused if this fails).
       repos(store)
         .snapshots.get<SnapshotValue>(runId)
@@ -157,13 +171,18 @@ export class RunDecisions {
         decision: body.decision === 'grant' ? 'budget_grant' : 'budget_denied',
         updated_at: now,
       };
-      await repos(store).runs.update<RunRecord>(runId, next, rec.version, runIndexes(next));
-      return { req, decided, amount };
+      // A background agent run goes on through its background run (see decideApproval); its
+      // resume applies the grant again (a no-op once it landed), so the claim may come first.
+      const through = rec.value.kind === 'background' && this.kernel.resumeThrough ? await this.kernel.resumeThrough(runId) : null;
+      if (through) await this.commitCarrying([repos(store).runs.updateOp(runId, next, rec.version, runIndexes(next))], through);
+      else await repos(store).runs.update<RunRecord>(runId, next, rec.version, runIndexes(next));
+      return { req, decided, amount, through: through !== null };
     });
     if (amount !== null) await this.deps.ledger.grant(req.key, req.meter as never, amount, { grant_id: req.request_id });
-    void this.recovery
-      .resume(runId, { cause: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', trigger: 'explicit' })
-      .catch((err) => this.deps.logger.warn({ run_id: runId, err: String(err) }, 'resume after budget decision failed; the sweep will retry'));
+    if (!through)
+      void this.recovery
+        .resume(runId, { cause: body.decision === 'grant' ? 'budget_grant' : 'budget_denied', trigger: 'explicit' })
+        .catch((err) => this.deps.logger.warn({ run_id: runId, err: String(err) }, 'resume after budget decision failed; the sweep will retry'));
     return {
       run_id: runId,
       request_id: req.request_id,
@@ -290,7 +309,7 @@ export class RunDecisions {
     ).catch(swallow('decisions.trace_status', { trace_id: traceId, status }));
   }
 
-  // ---------------------------------------------------------------- steer and interrupt (issue 14 item 2)
+  // ---------------------------------------------------------------- steer and interrupt
 
   /**
    * Queues a message for the run's next step boundary. Refused (409) unless the run is running,

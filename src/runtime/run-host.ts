@@ -10,9 +10,9 @@ import { isSharedStore } from '../store/changes.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import type { EventRecordInput } from '../telemetry/record.js';
 import type { AgentLease, AgentProfile } from './agent-profile.js';
-import { FencedError, RecordWriter } from './persistence.js';
+import { FencedError, RecordWriter, type CarriedWrite } from './persistence.js';
 import { phaseOf, recordFromSnapshot } from './run-projection.js';
-import type { FinalFold, RunKernel } from './run-kernel.js';
+import type { RunKernel } from './run-kernel.js';
 import { TERMINAL_RUN_STATUSES, runIndexes, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { iso, traceStatusOf, type SessionValue, type SnapshotValue, type StartOptions, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
@@ -190,7 +190,7 @@ export class RunHost {
     // the slow way.
     const session = this.session;
     const historyInCommit = status === 'completed' && session === null && this.sessionPrivate;
-    let fold: FinalFold | null = null;
+    let fold: CarriedWrite | null = null;
     const extra = (r: RunRecord): WriteOp[] => {
       const ops: WriteOp[] = [
         {
@@ -250,9 +250,9 @@ export class RunHost {
       (r) => recordFromSnapshot(r, state, ctx, phase, now, this.deps.telemetry),
       extra,
       beforeCommit,
-      () => (fold as FinalFold | null)?.carry ?? null,
+      () => (fold as CarriedWrite | null)?.carry ?? null,
     );
-    (fold as FinalFold | null)?.settle(write);
+    (fold as CarriedWrite | null)?.settle(write);
     if (historyInCommit)
       this.historyWrite = write.then(
         () => true,
@@ -260,8 +260,8 @@ export class RunHost {
       );
     // An end, a pause or a stop must be durable at once (a delayed creation goes now), but a
     // completion that carries its background run's may wait a few ms, still unwritten, for the
-    // next run's claim to share its round (FinalFold.hold).
-    const hold = phase.ending && this.writer.deferred ? ((fold as FinalFold | null)?.hold() ?? null) : null;
+    // next run's claim to share its round (CarriedWrite.hold).
+    const hold = phase.ending && this.writer.deferred ? ((fold as CarriedWrite | null)?.hold() ?? null) : null;
     if (hold)
       void hold.then(
         () => this.writer.flush(),

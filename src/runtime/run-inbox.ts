@@ -1,4 +1,4 @@
-// A run's inbox (issue 14 item 2): steer messages and interrupt requests that people send to a
+// A run's inbox: steer messages and interrupt requests that people send to a
 // run, kept durably in one record per run (kind `run_inbox`) until the run reaches a step
 // boundary and takes them (machines/run.machine.ts, state `boundary`).
 //

@@ -6,10 +6,11 @@
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import type { AnyActorLogic } from 'xstate';
+import { leaseLapsed } from '../../machines/policies/lease.js';
 import { AppError, notFound } from '../errors.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import type { AgentLease, AgentProfile } from './agent-profile.js';
-import type { CarriedEvents } from './persistence.js';
+import type { CarriedWrite } from './persistence.js';
 import { RunHost } from './run-host.js';
 import type { RunRecord } from './run-record.js';
 import { RunInbox } from './run-inbox.js';
@@ -18,22 +19,6 @@ import { SessionGate } from './session-gate.js';
 import { Slots } from './slots.js';
 import { iso, type RunServiceDeps, type StartOptions, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
-
-/**
- * Writes another part folds into a completed run's final commit (the background run the agent run
- * belongs to: its completion). `ops` and `carry` join the commit; `settle` is told how it went.
- */
-export interface FinalFold {
-  ops: WriteOp[];
-  carry: CarriedEvents;
-  settle(written: Promise<unknown>): void;
-  /**
-   * Asked only when the final commit has not gone to the store yet (a new run's delayed creating
-   * write): when it may go, so it can share a store round with another write (the next background
-   * run's claim, src/background/write-join.ts), or null to send it now.
-   */
-  hold(): Promise<void> | null;
-}
 
 export class RunKernel {
   /** The runs this process hosts, by run id. */
@@ -119,11 +104,14 @@ export class RunKernel {
 
   /** Whether the run's lease ran out (its owner stopped beating). */
   leaseLapsed(r: RunRecord): boolean {
-    return !r.lease_expires_at || Date.parse(r.lease_expires_at) <= this.deps.clock.now();
+    return leaseLapsed(r.lease_expires_at, this.deps.clock.now());
   }
 
   /** RunService.foldFinal: what a background agent run's completion carries in its final commit. */
-  finalFold: ((record: RunRecord) => FinalFold | null) | null = null;
+  finalFold: ((record: RunRecord) => CarriedWrite | null) | null = null;
+
+  /** RunService.resumeThrough: the background run a decided background agent run goes on through. */
+  resumeThrough: ((agentRunId: string) => Promise<CarriedWrite | null>) | null = null;
 
   onSettled(listener: (record: RunRecord) => void): () => void {
     this.settledListeners.add(listener);

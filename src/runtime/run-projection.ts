@@ -16,7 +16,7 @@ export interface SnapshotPhase {
   /** Parked: waiting for a person, or stopped. */
   waiting: boolean;
   /**
-   * Graceful shutdown (decisions.md §9): a run reaching a step boundary (about to reserve for its
+   * Graceful shutdown (docs/contract.md §9): a run reaching a step boundary (about to reserve for its
    * next model call or tool batch) stops there, saved `interrupted`, instead of starting work the
    * grace period may not cover. Restoring a `budgeting` snapshot only repeats the budget
    * reservation, which is idempotent.

@@ -154,7 +154,7 @@ export function approvalForAnswer(a: ApprovalState, redactor: Redactor): Approva
   };
 }
 
-/** decisions.md §3.3 public run view; `redactor`: the process's (approvals of older records). */
+/** docs/contract.md §3.3 public run view; `redactor`: the process's (approvals of older records). */
 export function publicRunView(r: RunRecord, redactor: Redactor) {
   return {
     run_id: r.run_id,
@@ -181,7 +181,7 @@ export function publicRunView(r: RunRecord, redactor: Redactor) {
   };
 }
 
-/** RunResponse status for a record status (decisions.md §3.1). */
+/** RunResponse status for a record status (docs/contract.md §3.1). */
 export function responseStatusOf(
   status: RunRecordStatus,
 ): 'success' | 'error' | 'cancelled' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'timeout' {

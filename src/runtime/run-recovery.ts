@@ -1,7 +1,7 @@
 // Runs that no live actor holds, taken back: resume (a decision, an explicit resume, a recovery),
 // the orphan sweep that finds runs whose owner died or that a shutdown interrupted and resumes
 // them one recovery slot at a time, and the graceful shutdown that stops live runs at a boundary
-// (decisions.md §6.2, §9; docs/operations.md "Shutdown and restarts").
+// (docs/contract.md §6.2, §9; docs/operations.md "Shutdown and restarts").
 import type { Snapshot } from 'xstate';
 import { RUN_MACHINE_VERSION } from '../../machines/run.machine.js';
 import { domainError, notFound } from '../errors.js';
@@ -30,6 +30,12 @@ export interface ResumeHow {
   cause: RecoveryCause;
   trigger: 'explicit' | 'orphan_sweep';
   extra?: Record<string, unknown>;
+  /**
+   * The previous owner is known to be gone, whatever the run's own lease says: the start-up sweep
+   * on the single-process embedded store, or a background run's agent run continued by the holder
+   * of the background run's lease (that lease, taken by a CAS on the background run's row, is what
+   * owns the agent run: src/background/agent-bridge.ts).
+   */
   ownerDead?: boolean;
   /** A slot the caller already holds (the recovery lane): the run keeps it; released if the resume fails. */
   slot?: () => void;
@@ -252,7 +258,7 @@ export class RunRecovery {
   }
 
   /**
-   * One orphan sweep (decisions.md §6.2): runs whose lease lapsed, runs interrupted by a graceful
+   * One orphan sweep (docs/contract.md §6.2): runs whose lease lapsed, runs interrupted by a graceful
    * shutdown, and decided runs nobody resumed. It only finds them and queues them; recoverQueued
    * admits them through the recovery lane of the slots, at most `orphan_sweep.max_concurrent` live
    * at once, so new runs keep the rest of `max_concurrent_runs` (docs/operations.md, "Shutdown and
@@ -317,7 +323,7 @@ export class RunRecovery {
   /**
    * Resumes queued runs one recovery slot at a time. Before, the start-up sweep resumed 16 at once
    * through the same slots as new runs: after a crash with many live runs, recovered runs held all
-   * of them and every new run waited 5 s for a 503 (issue 10, finding 12; test/http/shutdown.test.ts).
+   * of them and every new run waited 5 s for a 503.
    * A resume is not awaited: the slot is what limits how many recovered runs are live.
    */
   private async recoverQueued(): Promise<void> {

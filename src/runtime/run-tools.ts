@@ -1,6 +1,6 @@
 // One tool call of a run's batch, start to end: the policy's and the person's decision applied,
 // the call validated, its `started` state made durable before a non-idempotent tool runs (a crash
-// can never make it run twice, decisions.md §6.3), the tool run under its timeout and the run's
+// can never make it run twice, docs/contract.md §6.3), the tool run under its timeout and the run's
 // abort signal, its outcome saved and its telemetry emitted. Delegations to sub-agents are
 // recorded the same way. Lives in the runtime (not agent/tools/) because it writes through the
 // run's RunHost.
@@ -21,7 +21,7 @@ export class ToolRunner {
   async run(live: RunHost, ctx: RunContext, call: ToolCallRequest, batchSpan: string, signal: AbortSignal): Promise<ToolOutcome> {
     const base = { tool_call_id: call.id, tool_name: call.name };
     const saved = live.writer.value.tool_calls.find((c) => c.tool_call_id === call.id);
-    // A call saved completed never runs again (decisions.md §6.3).
+    // A call saved completed never runs again (docs/contract.md §6.3).
     if (saved?.state === 'completed') return { ...base, content: saved.result_content ?? '', outcome: saved.outcome ?? 'unknown' };
 
     const decision = ctx.decisions.find((d) => d.tool_call_id === call.id);
@@ -80,7 +80,7 @@ export class ToolRunner {
       result_content: null,
     });
     // A non-idempotent call is durable as `started` before it runs, so a crash cannot make it run
-    // twice (decisions.md §6.3). An idempotent one may simply run again after a crash: it does not
+    // twice (docs/contract.md §6.3). An idempotent one may simply run again after a crash: it does not
     // wait for that store round (its `started` state folds into the run's next write).
     if (!tool.idempotent) {
       live.writer.flush();

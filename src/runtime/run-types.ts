@@ -4,6 +4,7 @@ import type { Snapshot } from 'xstate';
 import type { ChatMessage, ModelProvider } from '../agent/model/types.js';
 import type { GovernanceConfig } from '../../machines/policies/governance.js';
 import type { BudgetsConfig } from '../../machines/policies/budget.js';
+import type { SessionPolicy } from '../../machines/policies/busy-session.js';
 import type { BudgetLedger } from '../agent/budget-ledger.js';
 import type { Pricing } from '../agent/pricing.js';
 import type { CompiledGuardrails } from '../agent/guardrails.js';
@@ -40,8 +41,8 @@ export interface RunSettings {
   session_policy?: SessionPolicy;
 }
 
-/** Session concurrency policy (issue 14 item 3; docs/runs.md "Busy sessions"). */
-export type SessionPolicy = 'enqueue' | 'reject' | 'interrupt' | 'rollback';
+/** Session concurrency policy. */
+export type { SessionPolicy } from '../../machines/policies/busy-session.js';
 
 export interface RunServiceDeps {
   store: Store;

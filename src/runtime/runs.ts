@@ -13,7 +13,9 @@ import { RunDecisions } from './run-decisions.js';
 import { RunEffects } from './run-effects.js';
 import type { RunHost } from './run-host.js';
 import type { InboxValue } from './run-inbox.js';
-import { RunKernel, type FinalFold } from './run-kernel.js';
+import { RunKernel } from './run-kernel.js';
+import { busySessionPlan } from '../../machines/policies/busy-session.js';
+import type { CarriedWrite } from './persistence.js';
 import { newRunRecord, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { RunRecovery, type ResumeHow } from './run-recovery.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
@@ -66,8 +68,20 @@ export class RunService {
    * carry in its final commit: its background run's completion, so both are one atomic write
    * (only on a store with capabilities.atomicCommitEvents; null: nothing folded). Must not throw.
    */
-  foldFinal(fold: ((record: RunRecord) => FinalFold | null) | null): void {
+  foldFinal(fold: ((record: RunRecord) => CarriedWrite | null) | null): void {
     this.kernel.finalFold = fold;
+  }
+
+  /**
+   * A decision that lets a parked background agent run go on asks `through` (the background
+   * manager) for the write that moves its background run on (RESUME), carried in the decision's
+   * commit; the agent run is then continued by its background run, under that run's lease, not
+   * by the decision. `through` answers null when there is no background run to go through (the
+   * decision then resumes the agent run itself) and throws a `stale_version` store error while
+   * the background run has not parked yet (the decision is read and tried again).
+   */
+  resumeThrough(through: ((agentRunId: string) => Promise<CarriedWrite | null>) | null): void {
+    this.kernel.resumeThrough = through;
   }
 
   /**
@@ -103,7 +117,8 @@ export class RunService {
     // "Busy sessions"). `enqueue` waits in the session's queue, as every run did before.
     const policy = opts.session_policy ?? this.deps.settings.session_policy ?? 'enqueue';
     const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(sessionId) : null;
-    if (busyWith && policy === 'reject') throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), busyWith], { detail: 'session_busy' });
+    const plan = busySessionPlan(policy, busyWith);
+    if (plan.refuse) throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), String(busyWith)], { detail: 'session_busy' });
     const releaseSlot = opts.admitted ? () => {} : await this.kernel.slots.acquire();
     let live: RunHost | null = null;
     let agent: AgentLease | null = null;
@@ -188,14 +203,14 @@ export class RunService {
         );
       // `interrupt`: the run in flight stops at its next step boundary; `rollback`: it is cancelled.
       // Either way it then lets go of the session, and this run (queued behind it) goes next.
-      if (busyWith && policy === 'interrupt') {
+      if (busyWith && plan.stop === 'interrupt') {
         // A run that just started may not be stored yet: its record is what the request checks.
         const busyLive = this.kernel.live.get(busyWith);
         busyLive?.writer.flush();
         await busyLive?.writer.created?.catch(() => undefined); // its own failure is reported by that run
         await this.interrupt(busyWith, { by: `run:${run_id}` }).catch(swallow('runs.session_interrupt', { run_id: busyWith, by: run_id }, isRefusal));
       }
-      if (busyWith && policy === 'rollback')
+      if (busyWith && plan.stop === 'cancel')
         await this.cancel(busyWith).catch(swallow('runs.session_rollback_cancel', { run_id: busyWith, by: run_id }, isRefusal));
       // Our turn in the session, then the conversation the runs before us left (a session id we
       // just made up has none: no read).
@@ -204,9 +219,9 @@ export class RunService {
       let carried: ChatMessage[] = [];
       // The turn taken back out: the run this one cancelled (`rollback`), or the one it replaces
       // (a regenerated answer: StartOptions.replaces_run_id).
-      const rolledBack = busyWith && policy === 'rollback' ? busyWith : (opts.replaces_run_id ?? null);
+      const rolledBack = busyWith && plan.history === 'roll_back' ? busyWith : (opts.replaces_run_id ?? null);
       if (rolledBack) history = await this.kernel.history.rollbackTurn(session_id, rolledBack, history);
-      if (busyWith && policy === 'interrupt') {
+      if (busyWith && plan.history === 'carry_over') {
         const c = await this.kernel.history.carryOver(busyWith);
         carried = c.messages;
         live.prelude = c.prelude;

@@ -65,9 +65,9 @@ export class Runtime {
   readonly background: BackgroundManager;
   /** Registered agents, built and cached by id (docs/agents.md). */
   readonly agents: AgentRegistry;
-  /** Idempotency-Key records (issue 14, item 4). */
+  /** Idempotency-Key records. */
   readonly idempotency: Idempotency;
-  /** Completion webhooks: outbox dispatcher and sender (issue 14, item 5). */
+  /** Completion webhooks: outbox dispatcher and sender. */
   readonly webhooks: Webhooks;
   readonly agentName: string;
   private readonly startedAt: number;
@@ -199,7 +199,7 @@ export class Runtime {
       const exporter = this.otlp;
       this.runs.onSettled((record) => {
         void this.telemetryQueries.trace(record.trace_id).then(
-          (t) => exporter.exportTrace(t.trace),
+          async (t) => exporter.exportTrace(t.trace, await this.telemetryQueries.previousSegmentRoot(t.trace).catch(() => null)),
           () => undefined,
         );
       });
@@ -287,7 +287,7 @@ export class Runtime {
     return runtime;
   }
 
-  /** Start-up recovery and the periodic orphan sweep (decisions.md §6.2). */
+  /** Start-up recovery and the periodic orphan sweep (docs/contract.md §6.2). */
   async start(): Promise<void> {
     this.initialized = true;
     // The embedded store is single-process: every run it holds as `running` has a dead owner. On
@@ -332,7 +332,7 @@ export class Runtime {
     return {
       // False from the first moment of a graceful shutdown: the process still answers (runs are
       // draining) but refuses new runs, so a load balancer must stop sending them (it used to
-      // say ready until the store closed; issue 10, finding 13).
+      // say ready until the store closed).
       ready: this.store.isOpen() && health.ok && initialized && mcp_connected && !this.runs.shuttingDown,
       agent_name: this.agentName,
       initialized,

@@ -1,7 +1,7 @@
 import { domainError } from '../errors.js';
 
 /**
- * Admission control (decisions.md §9): at most `capacity` live runs per process, in two lanes.
+ * Admission control (docs/contract.md §9): at most `capacity` live runs per process, in two lanes.
  *
  * - New work (`acquire`: POST /run, /run/sync, explicit resumes, decisions, background runs that
  *   count here) waits up to `waitMs` for a slot, then gets 503 ServerBusy with Retry-After.
@@ -11,7 +11,7 @@ import { domainError } from '../errors.js';
  * A freed slot goes to the oldest waiting new run first, then to recovery if it is under its cap.
  * With `recoveryCap` below `capacity`, new work always has `capacity - recoveryCap` slots that
  * recovery can never take: after a crash with many orphaned runs, the recovered ones drain a few
- * at a time and new runs start at once (issue 10, finding 12: recovered runs used to take all 64
+ * at a time and new runs start at once (recovered runs used to take all 64
  * slots, and every new run waited 5 s for a 503).
  */
 export class Slots {

@@ -2,6 +2,11 @@ import { notFound } from '../errors.js';
 import type { EventIndexField, Store, StoredEvent } from '../store/store.js';
 import { buildTrace, resolveTraceLookup, summarizeTrace, type Trace, type TraceRecord, type TraceStatus } from '../telemetry/traces.js';
 import { repos } from '../store/repos/index.js';
+import { runWaits } from '../telemetry/run-timeline.js';
+import type { RunRecord } from './run-record.js';
+
+/** Segments a run trace answers, the newest kept: each is read whole, so the answer is bounded. */
+const MAX_RUN_SEGMENTS = 100;
 
 /** Reads of the telemetry log: events from store indexes, traces derived from a record + its events. */
 export class TelemetryQueries {
@@ -52,6 +57,43 @@ export class TelemetryQueries {
     const last = events.events.at(-1);
     if (!last?.trace_id) throw notFound(lookup.key === 'run_id' ? 'trace of run' : 'trace of session', lookup.value);
     return this.trace(last.trace_id);
+  }
+
+  /**
+   * All of a run: the latest segment as `latest` answers it (`summary`, `trace`), plus every
+   * segment oldest first and the waits for a person between them, labelled from the run record's
+   * decisions. A run with no trace record (a background run's lifecycle trace) is its one trace.
+   */
+  async runTrace(runId: string) {
+    const page = await repos(this.store).traces.list<TraceRecord>({ index: { name: 'run_id', value: runId }, reverse: true, limit: MAX_RUN_SEGMENTS + 1 });
+    if (page.items.length === 0) {
+      const only = await this.latest({ run_id: runId });
+      return { ...only, segments: [only.trace], waits: [], earlier_segments_omitted: false };
+    }
+    const records = page.items.slice(0, MAX_RUN_SEGMENTS).reverse();
+    const segments: Trace[] = [];
+    for (const item of records) segments.push(buildTrace(item.value as TraceRecord, await this.traceEvents(item.id)));
+    const run = await repos(this.store).runs.get<RunRecord>(runId);
+    const latest = segments.at(-1)!;
+    return {
+      summary: summarizeTrace(latest),
+      trace: latest,
+      segments,
+      waits: runWaits(segments, run?.value ?? null),
+      // Only whether there are more: counting them would read the whole index.
+      earlier_segments_omitted: page.items.length > MAX_RUN_SEGMENTS,
+    };
+  }
+
+  /**
+   * The root span of the segment a resumed trace continues (its first event's span), for the OTLP
+   * span link from one segment to the one before. Null for a first segment.
+   */
+  async previousSegmentRoot(trace: Pick<TraceRecord, 'parent_trace_id'>): Promise<{ trace_id: string; span_id: string } | null> {
+    if (!trace.parent_trace_id) return null;
+    const first = await this.store.readEvents({ filters: { trace_id: trace.parent_trace_id }, limit: 1 });
+    const spanId = first.events[0]?.span_id;
+    return typeof spanId === 'string' && spanId ? { trace_id: trace.parent_trace_id, span_id: spanId } : null;
   }
 
   /**

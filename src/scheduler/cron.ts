@@ -1,4 +1,4 @@
-// Cron maths for agentd (decisions.md §7).
+// Cron maths for agentd (docs/contract.md §7).
 //
 // cron-parser 5 is used for what it does well: parsing one field element (numbers, names, ranges,
 // steps) into a set of values. Enumeration and time-zone handling are ours, because cron-parser
@@ -269,7 +269,7 @@ export interface ResolvedLocalTime {
 }
 
 /**
- * Maps a local wall time to the instant it runs at (decisions.md §7): a time in a DST gap runs at
+ * Maps a local wall time to the instant it runs at (docs/contract.md §7): a time in a DST gap runs at
  * the first instant after the gap; a time that occurs twice runs at its first occurrence.
  */
 export function resolveLocalTime(timezone: string, wallMs: number): ResolvedLocalTime {

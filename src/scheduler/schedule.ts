@@ -1,4 +1,4 @@
-// Schedule maths for background tasks (decisions.md §7): when occurrences are due, their ids, what
+// Schedule maths for background tasks (docs/contract.md §7): when occurrences are due, their ids, what
 // to dispatch after an outage, and the upcoming list shown to operators. Pure: "now" is an argument.
 import { decideMisfire, DEFAULT_MISFIRE_POLICY, QUEUE_ALL_LIMIT, type MisfirePolicy } from '../../machines/policies/misfire.js';
 import { jitterSeconds } from '../../machines/policies/jitter.js';

@@ -1,5 +1,5 @@
 // Background tasks, their schedules and policies, runs, attempts, agents and every background
-// answer (service-spec.md "Background*", decisions.md §1 and §7).
+// answer (docs/contract.md §12, §1 and §7).
 import { CronExpressionParser } from 'cron-parser';
 import { z } from 'zod';
 import { WebhookUrl } from './webhooks.js';
@@ -23,7 +23,7 @@ export type OverlapPolicy = z.infer<typeof OverlapPolicy>;
 export const BackgroundRunStatus = z.enum(BACKGROUND_RUN_STATUSES).meta({ id: 'RunStatus' });
 export type BackgroundRunStatus = z.infer<typeof BackgroundRunStatus>;
 
-/** Statuses a background run never leaves (decisions.md §7). */
+/** Statuses a background run never leaves (docs/contract.md §7). */
 export const TERMINAL_BACKGROUND_RUN_STATUSES: readonly BackgroundRunStatus[] = ['completed', 'failed', 'timeout', 'cancelled', 'skipped'];
 
 export const TriggerType = z.enum(TRIGGER_TYPES).meta({ id: 'TriggerType' });
@@ -94,7 +94,7 @@ const ScheduleFields = z.strictObject({
 });
 
 /**
- * Rules of decisions.md §7, each reported at the field it concerns so a 422 points at
+ * Rules of docs/contract.md §7, each reported at the field it concerns so a 422 points at
  * `["body","schedule","seconds"]` rather than at the schedule as a whole.
  */
 export const ScheduleSpec = ScheduleFields.superRefine((s, ctx) => {
@@ -311,6 +311,36 @@ export const BackgroundTaskRunRequest = z
   .meta({ id: 'BackgroundTaskRunRequest' });
 export type BackgroundTaskRunRequest = z.infer<typeof BackgroundTaskRunRequest>;
 
+/** Most runs one POST /background/tasks/{task_id}/runs queues (BullMQ's addBulk and pg-boss take 1,000 jobs a call). */
+export const MAX_BULK_RUNS = 1000;
+
+/** One run of a bulk trigger: its overrides of the task, and the key that makes queuing it idempotent. */
+export const BackgroundTaskBulkRunItem = z
+  .strictObject({
+    query: z.string().min(1).nullish().describe('One-off query override for this run.'),
+    idempotency_key: z
+      .string()
+      // The Idempotency-Key header's characters (src/integrations/idempotency.ts).
+      .regex(/^[\x21-\x7e]{1,255}$/, { message: '1 to 255 printable ASCII characters' })
+      .nullish()
+      .describe(
+        'Queues this run at most once per task: a later item (in this or another call) with the same key answers with the run it queued, as long as that run is kept (background.run_retention), and queues nothing.',
+      ),
+  })
+  .meta({ id: 'BackgroundTaskBulkRunItem' });
+export type BackgroundTaskBulkRunItem = z.infer<typeof BackgroundTaskBulkRunItem>;
+
+export const BackgroundTaskBulkRunRequest = z
+  .strictObject({
+    runs: z
+      .array(BackgroundTaskBulkRunItem)
+      .min(1)
+      .max(MAX_BULK_RUNS)
+      .describe(`The runs to queue, in order (1 to ${MAX_BULK_RUNS}). Each obeys the task's overlap policy like a manual run.`),
+  })
+  .meta({ id: 'BackgroundTaskBulkRunRequest' });
+export type BackgroundTaskBulkRunRequest = z.infer<typeof BackgroundTaskBulkRunRequest>;
+
 // --- runs and attempts -------------------------------------------------------------------------
 
 export const BackgroundRun = z
@@ -458,6 +488,23 @@ export const BackgroundRunsResponse = z
   .object({ runs: z.array(BackgroundRun), total: Count, next_cursor: z.string().nullable() })
   .meta({ id: 'BackgroundRunsResponse' });
 export type BackgroundRunsResponse = z.infer<typeof BackgroundRunsResponse>;
+
+export const BackgroundTaskBulkRunResponse = z
+  .object({
+    runs: z
+      .array(
+        z
+          .object({
+            run: BackgroundRun,
+            created: z.boolean().describe('False when an earlier item with the same idempotency_key queued this run.'),
+          })
+          .meta({ id: 'BackgroundTaskBulkRunResult' }),
+      )
+      .describe('One entry per item of the request, in its order.'),
+    created: Count.describe('Runs this call queued (or stored skipped).'),
+  })
+  .meta({ id: 'BackgroundTaskBulkRunResponse' });
+export type BackgroundTaskBulkRunResponse = z.infer<typeof BackgroundTaskBulkRunResponse>;
 
 export const BackgroundAgentsResponse = z
   .object({ agents: z.array(BackgroundAgentSpec), total: Count, next_cursor: z.string().nullable() })

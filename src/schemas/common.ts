@@ -3,7 +3,7 @@
 import { z } from 'zod';
 
 /**
- * Ids of background tasks and agents (decisions.md §7). They become path segments of workspaces,
+ * Ids of background tasks and agents (docs/contract.md §7). They become path segments of workspaces,
  * so "." and ".." are refused even though the character class allows them.
  */
 export const BACKGROUND_ID_PATTERN = /^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,128}$/;

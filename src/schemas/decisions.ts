@@ -1,5 +1,5 @@
 // What a person decides about a paused run (approvals, budgets) and what is reported after a run
-// ended (outcomes): service-spec.md resources, decisions.md §1, §4, §5.
+// ended (outcomes): docs/contract.md §12, §1, §4, §5.
 import { z } from 'zod';
 import { IsoDateTime, JsonObject } from './common.js';
 
@@ -8,7 +8,7 @@ import { IsoDateTime, JsonObject } from './common.js';
 export const ApprovalStatus = z.enum(['pending', 'approved', 'denied', 'used', 'expired']).meta({ id: 'ApprovalStatus' });
 export type ApprovalStatus = z.infer<typeof ApprovalStatus>;
 
-/** Public view of one approval (decisions.md §4); also the 200 answer of a decision. */
+/** Public view of one approval (docs/contract.md §4); also the 200 answer of a decision. */
 export const ApprovalView = z
   .object({
     approval_id: z.string(),
@@ -49,7 +49,7 @@ export type BudgetMeter = z.infer<typeof BudgetMeter>;
 export const BudgetWindow = z.enum(['total', 'day', 'month']).meta({ id: 'BudgetWindow' });
 export type BudgetWindow = z.infer<typeof BudgetWindow>;
 
-/** One ledger key covering a run (decisions.md §5). */
+/** One ledger key covering a run (docs/contract.md §5). */
 export const BudgetEntry = z
   .object({
     scope: BudgetScope,

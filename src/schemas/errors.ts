@@ -1,4 +1,4 @@
-// Error bodies (service-spec.md "Errors", decisions.md §2) and the translation of zod issues into
+// Error bodies (docs/contract.md §15, §2) and the translation of zod issues into
 // the HTTPValidationError `detail` items that every 422 carries, for body, query and path alike.
 import { z } from 'zod';
 import { DOMAIN_ERRORS, ERROR_CODES, type DomainCode, type ErrorCode } from '../errors.js';

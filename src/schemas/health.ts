@@ -1,5 +1,5 @@
 // Service-level answers: health, readiness, metrics, the machine catalogue and the tool list
-// (service-spec.md "Health, readiness, metrics", decisions.md §1 and §9).
+// (docs/contract.md §12.19, §1 and §9).
 import { z } from 'zod';
 import { JsonObject } from './common.js';
 import { ToolSource } from './runs.js';

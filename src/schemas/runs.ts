@@ -1,5 +1,5 @@
 // Synchronous runs: request, result, stream frames, the public run view and the session routes
-// (service-spec.md "Run request and response", decisions.md §1, §3).
+// (docs/contract.md §12.1, §1, §3).
 import { z } from 'zod';
 import { BackgroundId, Cursor, ErrorInfo, IsoDateTime, JsonObject, OffsetCursor, QueryId, SafeId, queryInt } from './common.js';
 import { ApprovalView, BudgetRequestView, OutcomeResponse } from './decisions.js';
@@ -19,7 +19,7 @@ export const RunRequest = z
   .meta({ id: 'RunRequest' });
 export type RunRequest = z.infer<typeof RunRequest>;
 
-/** Outcome of a run as answered to its caller (decisions.md §3.1). */
+/** Outcome of a run as answered to its caller (docs/contract.md §3.1). */
 export const RunResponseStatus = z
   .enum(['success', 'error', 'cancelled', 'awaiting_approval', 'awaiting_budget', 'interrupted', 'timeout'])
   .meta({ id: 'RunResponseStatus' });
@@ -30,7 +30,7 @@ export const TerminationReason = z
   .meta({ id: 'TerminationReason' });
 export type TerminationReason = z.infer<typeof TerminationReason>;
 
-/** Status of the stored run record (decisions.md §3.1); the `status` filter of GET /runs. */
+/** Status of the stored run record (docs/contract.md §3.1); the `status` filter of GET /runs. */
 export const RunRecordStatus = z
   .enum(['running', 'awaiting_approval', 'awaiting_budget', 'interrupted', 'completed', 'blocked', 'failed', 'cancelled', 'timeout'])
   .meta({ id: 'RunRecordStatus' });
@@ -42,7 +42,7 @@ export type ToolSource = z.infer<typeof ToolSource>;
 export const ToolCallOutcome = z.enum(['success', 'error', 'denied', 'rejected', 'timeout', 'cancelled', 'unknown']).meta({ id: 'ToolCallOutcome' });
 export type ToolCallOutcome = z.infer<typeof ToolCallOutcome>;
 
-/** A non-idempotent call that succeeded or may have (decisions.md §6.3). */
+/** A non-idempotent call that succeeded or may have (docs/contract.md §6.3). */
 export const SideEffect = z
   .object({
     tool_call_id: z.string(),
@@ -73,7 +73,7 @@ export const RunResponse = z
   .meta({ id: 'RunResponse' });
 export type RunResponse = z.infer<typeof RunResponse>;
 
-// --- stream frames (decisions.md §3.2) ---------------------------------------------------------
+// --- stream frames (docs/contract.md §3.2) ---------------------------------------------------------
 
 export const RunStreamSessionFrame = z
   .object({ session_id: z.string(), run_id: z.string().nullable(), status: z.enum(['started', 'streaming']) })
@@ -100,7 +100,7 @@ export const RunStreamErrorFrame = z
   .meta({ id: 'RunStreamErrorFrame' });
 export type RunStreamErrorFrame = z.infer<typeof RunStreamErrorFrame>;
 
-// --- public run view (decisions.md §3.3) -------------------------------------------------------
+// --- public run view (docs/contract.md §3.3) -------------------------------------------------------
 
 export const ToolCallView = z
   .object({

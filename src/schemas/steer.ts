@@ -1,4 +1,4 @@
-// Talking to a run in flight (issue 14 item 2; decisions.md §11): steer messages, interrupt
+// Talking to a run in flight: steer messages, interrupt
 // requests, and the session concurrency policy of POST /run and /run/sync (item 3).
 import { z } from 'zod';
 import { IsoDateTime } from './common.js';

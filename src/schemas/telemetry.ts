@@ -1,4 +1,4 @@
-// Telemetry event records, traces and their query strings (service-spec.md "Events", decisions.md §8).
+// Telemetry event records, traces and their query strings (docs/contract.md §14, §8).
 import { z } from 'zod';
 import { Cursor, ErrorInfo, IsoDateTime, JsonObject, QueryId, RepeatableQueryString, SafeId, queryInt } from './common.js';
 
@@ -26,7 +26,7 @@ export const EventMetadata = z.looseObject({
 });
 
 /**
- * One stored telemetry event (decisions.md §8.1). Loose: the spec calls events free-form
+ * One stored telemetry event (docs/contract.md §8.1). Loose: the spec calls events free-form
  * objects, and the store adds `cursor` plus top-level index fields.
  */
 export const TelemetryEvent = z
@@ -61,7 +61,7 @@ export const EventsResponse = z
   .meta({ id: 'EventsResponse' });
 export type EventsResponse = z.infer<typeof EventsResponse>;
 
-// --- traces (decisions.md §8.2) ----------------------------------------------------------------
+// --- traces (docs/contract.md §8.2) ----------------------------------------------------------------
 
 export const TraceStatus = z.enum(['running', 'completed', 'failed', 'cancelled', 'timeout', 'suspended']).meta({ id: 'TraceStatus' });
 export type TraceStatus = z.infer<typeof TraceStatus>;
@@ -119,6 +119,43 @@ export type TraceSummary = z.infer<typeof TraceSummary>;
 /** The trace routes: exact, latest of a run, latest of a session. */
 export const TraceResponse = z.object({ summary: TraceSummary, trace: Trace }).meta({ id: 'TraceResponse' });
 export type TraceResponse = z.infer<typeof TraceResponse>;
+
+export const WaitDecision = z
+  .object({
+    kind: z.enum(['approval', 'budget']),
+    id: z.string().describe('The approval id or the budget request id.'),
+    subject: z.string().describe('The tool of an approval, the budget key of a budget request.'),
+    decision: z.string().describe('approved, denied, expired, used or pending (approvals); granted, denied or pending (budgets).'),
+    approver: z.string().nullable(),
+    note: z.string().nullable(),
+    decided_at: IsoDateTime.nullable(),
+    edited_arguments: JsonObject.nullable().describe('The arguments an approver edited the call to; null when approved as asked.'),
+    amount: z.number().nullable().describe('The amount a budget grant added.'),
+  })
+  .meta({ id: 'WaitDecision' });
+
+export const RunWait = z
+  .object({
+    after_trace_id: z.string(),
+    before_trace_id: z.string().nullable().describe('The segment that resumed the run; null while it still waits.'),
+    started_at: IsoDateTime,
+    ended_at: IsoDateTime.nullable(),
+    duration_ms: z.number().min(0).nullable(),
+    cause: z.string().nullable().describe("The resuming segment's run_resumed cause: approval, budget_grant, budget_denied, interrupted, …"),
+    decisions: z.array(WaitDecision),
+  })
+  .meta({ id: 'RunWait' });
+
+/** GET /telemetry/runs/{id}/trace: the latest segment as before, plus all of the run. */
+export const RunTraceResponse = z
+  .object({
+    summary: TraceSummary,
+    trace: Trace,
+    segments: z.array(Trace).describe('Every segment of the run, oldest first (the last is `trace`); at most the newest 100.'),
+    waits: z.array(RunWait).describe('The waits for a person between consecutive segments, oldest first.'),
+    earlier_segments_omitted: z.boolean().describe('True when the run has more than 100 segments and the oldest are left out.'),
+  })
+  .meta({ id: 'RunTraceResponse' });
 
 export const TracesListResponse = z
   .object({ traces: z.array(TraceSummary), count: z.number().int().min(0), next_cursor: z.string().nullable() })

@@ -1,7 +1,7 @@
 // One compare-and-set loop for the whole code base: read a record, work out its next value, write
 // it on the version read; on a lost race (the version moved) read again and retry, with jittered
 // backoff, a bounded number of times. Replaces the hand-written loops that retried 5, 10 or 20
-// times with no pause between attempts (issue 15).
+// times with no pause between attempts.
 import { isStoreError, StoreError, type StoreErrorCode } from './store.js';
 
 /** Every attempt lost its race: the record kept changing under us. */

@@ -1,5 +1,5 @@
-// The change feed: an optional capability of a store that several agentd processes share
-// (issue 11, "Nothing assumes one process per store"). The PostgreSQL adapter implements it with
+// The change feed: an optional capability of a store that several agentd processes share (nothing
+// assumes one process per store). The PostgreSQL adapter implements it with
 // LISTEN/NOTIFY on one dedicated connection; the embedded stores (LevelDB, memory) have none,
 // because only one process can open them and every change is already seen in-process.
 //

@@ -1,4 +1,4 @@
-// PostgreSQL Store (issue 11): the same contract as the memory and LevelDB adapters
+// PostgreSQL Store: the same contract as the memory and LevelDB adapters
 // (test/store/store.contract.ts runs against all three), on node-postgres with a Pool.
 //
 // Schema: src/store/migrations/*.sql, applied at open() under an advisory lock (pg-migrate.ts).

@@ -5,7 +5,7 @@
 // Two families of data:
 //  1. Versioned records grouped by `kind` (runs, snapshots, background tasks, ...). Every write is a
 //     compare-and-swap on `version`, so a stale writer (an owner whose lease was taken over) is
-//     refused instead of overwriting newer state (fencing, decisions.md §6.1).
+//     refused instead of overwriting newer state (fencing, docs/contract.md §6.1).
 //  2. An append-only event log. Each appended event gets a cursor that increases monotonically and
 //     is never reused; secondary indexes serve the telemetry filters without scanning.
 

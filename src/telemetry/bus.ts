@@ -1,4 +1,4 @@
-// Live fan-out of stored events (decisions.md §8.3). Events reach the bus only after the store
+// Live fan-out of stored events (docs/contract.md §8.3). Events reach the bus only after the store
 // gave them a cursor, so a subscriber can always fall back to the store from the last cursor it
 // saw. Publishing is on the run's hot path: it never throws, never awaits, and touches only the
 // subscribers indexed under the event's own run/trace/task/session ids.

@@ -1,7 +1,7 @@
 // The standard OpenTelemetry exporter variables (OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_*), turned
 // into `telemetry.otlp` config values. Pure: config.ts, the only reader of process.env, hands the
 // environment in and applies the result. They are fallbacks, like OTEL_EXPORTER_OTLP_ENDPOINT
-// always was (decisions.md §8.2): a key the config file sets wins; the traces-specific variable
+// always was (docs/contract.md §8.2): a key the config file sets wins; the traces-specific variable
 // wins over the general one, as the OTel exporter specification says.
 
 export interface OtlpEnvValue {

@@ -1,10 +1,10 @@
-// OTLP/HTTP export of finished traces (decisions.md §8.2). Spans are not recorded through an
+// OTLP/HTTP export of finished traces (docs/contract.md §8.2). Spans are not recorded through an
 // OpenTelemetry tracer: traces are derived from stored events after the fact, so each built trace
 // is converted to ReadableSpan objects and handed straight to the OTLP exporter. Export must never
 // fail or slow a run: `exportTrace` only enqueues; one background loop sends, retries with
 // backoff, and reports what happened through `onEvent` instead of throwing.
 import { createHash } from 'node:crypto';
-import { SpanKind, SpanStatusCode, TraceFlags, type Attributes, type HrTime, type SpanContext } from '@opentelemetry/api';
+import { SpanKind, SpanStatusCode, TraceFlags, type Attributes, type HrTime, type Link, type SpanContext } from '@opentelemetry/api';
 import { OTLPTraceExporter as OTLPHttpJsonTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { OTLPTraceExporter as OTLPHttpProtoTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes, type Resource } from '@opentelemetry/resources';
@@ -69,13 +69,23 @@ export interface OtlpExporterStats {
 export interface OtlpTraceExporter {
   readonly url: string;
   readonly protocol: OtlpProtocol;
-  /** Enqueues a finished trace and returns at once; false when it was dropped (queue full, shut down). */
-  exportTrace(trace: Trace<TraceRecord, EventInput>): boolean;
+  /**
+   * Enqueues a finished trace and returns at once; false when it was dropped (queue full, shut
+   * down). `previous` is the root span of the run segment this one resumes: the root gets a span
+   * link to it.
+   */
+  exportTrace(trace: Trace<TraceRecord, EventInput>, previous?: SegmentRoot | null): boolean;
   /** Resolves once everything enqueued so far was sent or given up on. Never rejects. */
   flush(): Promise<void>;
   /** Stops accepting, tries to flush within `graceMs` (default 5000), then closes the exporter. Never rejects. */
   shutdown(graceMs?: number): Promise<void>;
   stats(): OtlpExporterStats;
+}
+
+/** Our ids of a trace's root span (the segment a resumed run segment continues). */
+export interface SegmentRoot {
+  trace_id: string;
+  span_id: string;
 }
 
 const TRACES_PATH = '/v1/traces';
@@ -188,6 +198,7 @@ export function traceToReadableSpans(
   resource: Resource,
   scope: InstrumentationScope,
   redactor: Redactor = defaultRedactor,
+  previous: SegmentRoot | null = null,
 ): ReadableSpan[] {
   const traceId = toOtelTraceId(trace.trace_id);
   const eventsBySpan = new Map<string, EventInput[]>();
@@ -230,7 +241,19 @@ export function traceToReadableSpans(
     };
     if (span.parent_span_id !== null) attributes['agentd.parent_span_id'] = span.parent_span_id;
     if (incomplete) attributes['agentd.span.incomplete'] = true;
-    if (span.span_id === rootSpanId && trace.parent_trace_id) attributes['agentd.parent_trace_id'] = trace.parent_trace_id;
+    const isRoot = span.span_id === rootSpanId;
+    if (isRoot && trace.parent_trace_id) attributes['agentd.parent_trace_id'] = trace.parent_trace_id;
+    // A resumed segment is its own OTel trace (a person may decide days later); the link lets a
+    // backend walk from it to the segment it continues, which a string attribute cannot.
+    const links: Link[] =
+      isRoot && previous && previous.trace_id === trace.parent_trace_id
+        ? [
+            {
+              context: { traceId: toOtelTraceId(previous.trace_id), spanId: toOtelSpanId(previous.span_id), traceFlags: TraceFlags.SAMPLED },
+              attributes: { 'agentd.link.type': 'previous_segment', 'agentd.trace_id': previous.trace_id, 'agentd.span_id': previous.span_id },
+            },
+          ]
+        : [];
     const message = span.attributes['agentd.error.message'];
     const events: TimedEvent[] = (eventsBySpan.get(span.span_id) ?? []).map((e) => ({
       name: e.event_type,
@@ -249,7 +272,7 @@ export function traceToReadableSpans(
           ? { code: SpanStatusCode.ERROR, message: typeof message === 'string' ? redactor.text(message) : undefined }
           : { code: span.status === 'ok' ? SpanStatusCode.OK : SpanStatusCode.UNSET },
       attributes,
-      links: [],
+      links,
       events,
       duration: hrDuration(startTime, endTime),
       ended: true,
@@ -264,6 +287,7 @@ export function traceToReadableSpans(
 
 interface Pending {
   trace: Trace<TraceRecord, EventInput>;
+  previous: SegmentRoot | null;
 }
 
 function errorText(err: unknown): string {
@@ -350,7 +374,7 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
         const spans: ReadableSpan[] = [];
         for (const p of batch) {
           try {
-            spans.push(...traceToReadableSpans(p.trace, resource, scope, redactor));
+            spans.push(...traceToReadableSpans(p.trace, resource, scope, redactor, p.previous));
           } catch (err) {
             stats.dropped_traces++;
             emit({ type: 'dropped', trace_id: p.trace.trace_id, reason: 'invalid_trace', error: errorText(err) });
@@ -414,7 +438,7 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
   return {
     url,
     protocol,
-    exportTrace(trace) {
+    exportTrace(trace, previous = null) {
       if (closed) {
         stats.dropped_traces++;
         emit({ type: 'dropped', trace_id: trace.trace_id, reason: 'shut_down' });
@@ -425,7 +449,7 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
         emit({ type: 'dropped', trace_id: trace.trace_id, reason: 'queue_full' });
         return false;
       }
-      queue.push({ trace });
+      queue.push({ trace, previous });
       kick();
       return true;
     },

@@ -1,4 +1,4 @@
-// Telemetry event records (decisions.md §8.1): one function turns what an emitter knows into the
+// Telemetry event records (docs/contract.md §8.1): one function turns what an emitter knows into the
 // stored record, applying the capture setting and redaction from redact.ts.
 import type { Clock } from '../clock.js';
 import { newId } from '../ids.js';

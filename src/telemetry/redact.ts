@@ -1,9 +1,9 @@
-// Redaction, capture and truncation of event payloads (decisions.md §8.1). Runs on the hot path
+// Redaction, capture and truncation of event payloads (docs/contract.md §8.1). Runs on the hot path
 // of every run step, so each payload is walked once: the walk copies (the caller may mutate its
 // objects after the event is published), redacts secrets and keeps an upper bound of the JSON
 // size; only when that bound crosses the limit is the payload stringified to measure it exactly.
 //
-// Secrets are found two ways (issue 10, findings 8 and 9): by field name (`password`, `api_key`,
+// Secrets are found two ways: by field name (`password`, `api_key`,
 // ... anywhere in an object) and by value, inside any string: well-known credential shapes
 // (`Bearer …`, `password=…`, AWS/GitHub/OpenAI/Anthropic/Slack/Google keys, PEM private keys,
 // JWTs, `Authorization:` lines, URL passwords) and the exact secret values the configuration

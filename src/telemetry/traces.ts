@@ -1,4 +1,4 @@
-// Traces are derived, not stored span by span (decisions.md §8.2): the runtime stores one trace
+// Traces are derived, not stored span by span (docs/contract.md §8.2): the runtime stores one trace
 // record per run segment and the events; a trace view groups the events by span_id. Keeping spans
 // derived means a crash can never leave a stored span that disagrees with the event log.
 import type { EventInput } from '../store/store.js';

@@ -26,13 +26,57 @@ function describe(status: number, body: unknown): string {
   return `HTTP ${status}`;
 }
 
+/** The service did not answer at all (stopped, restarting, network down): no HTTP status. */
+export class UnreachableError extends Error {
+  constructor() {
+    super('Cannot reach the agentd service: it may be stopped or restarting. Retrying…');
+  }
+  // Pages show errors with String(e): the plain sentence, not "Error: …" or a browser's "TypeError: Failed to fetch".
+  override toString(): string {
+    return this.message;
+  }
+}
+
+type Listener = (reachable: boolean) => void;
+const listeners = new Set<Listener>();
+let reachable = true;
+
+/** Whether the last request reached the service; the header shows a banner while it does not. */
+export const connection = {
+  reachable: () => reachable,
+  subscribe(fn: Listener): () => void {
+    listeners.add(fn);
+    return () => listeners.delete(fn);
+  },
+};
+
+function setReachable(v: boolean): void {
+  if (v === reachable) return;
+  reachable = v;
+  for (const fn of listeners) fn(v);
+}
+
+/** fetch, with a network failure (fetch rejects with a TypeError) turned into UnreachableError. */
+async function request(path: string, init: RequestInit): Promise<Response> {
+  let res: Response;
+  try {
+    res = await fetch(path, init);
+  } catch (err) {
+    if ((err as Error)?.name === 'AbortError') throw err;
+    setReachable(false);
+    throw new UnreachableError();
+  }
+  setReachable(true);
+  return res;
+}
+
 function headers(extra: Record<string, string> = {}): Record<string, string> {
   const k = session.key();
   return { ...(k ? { authorization: `Bearer ${k}` } : {}), ...extra };
 }
 
 export async function api<T = any>(path: string, init: { method?: string; body?: unknown; signal?: AbortSignal } = {}): Promise<T> {
-  const res = await fetch(path, {
+  const res = await request(path, {
     method: init.method ?? 'GET',
     headers: headers(init.body !== undefined ? { 'content-type': 'application/json' } : {}),
     body: init.body !== undefined ? JSON.stringify(init.body) : undefined,
@@ -51,7 +95,7 @@ export async function api<T = any>(path: string, init: { method?: string; body?:
 
 /** A file of the API as a download (fetch + blob: a plain link could not send the key). */
 export async function download(path: string, name: string): Promise<void> {
-  const res = await fetch(path, { headers: headers() });
+  const res = await request(path, { headers: headers() });
   if (!res.ok) throw new ApiError(res.status, null);
   const url = URL.createObjectURL(await res.blob());
   const a = document.createElement('a');
@@ -80,7 +124,7 @@ export async function stream(
 ): Promise<void> {
   const h = headers({ accept: 'text/event-stream', ...(init.body !== undefined ? { 'content-type': 'application/json' } : {}) });
   if (init.lastEventId) h['last-event-id'] = init.lastEventId;
-  const res = await fetch(path, {
+  const res = await request(path, {
     method: init.method ?? 'GET',
     headers: h,
     body: init.body !== undefined ? JSON.stringify(init.body) : undefined,
@@ -127,7 +171,11 @@ export async function probeAccess(): Promise<Access> {
   const status = (p: Promise<unknown>) =>
     p.then(
       () => 200,
-      (e) => (e instanceof ApiError ? e.status : 0),
+      (e) => {
+        // No answer at all is not a role: the caller shows that the service is down and retries.
+        if (e instanceof UnreachableError) throw e;
+        return e instanceof ApiError ? e.status : 0;
+      },
     );
   const read = await status(api('/runs?limit=1'));
   if (read === 401) return { needsKey: true, canOperate: false, canDecide: false, role: 'none' };

@@ -8,6 +8,9 @@ export function ApprovalCard({ run, approval, tools, access, onDone }: { run: an
   const [note, setNote] = useState('');
   const [error, setError] = useState<string | null>(null);
   const [done, setDone] = useState<string | null>(null);
+  // The decision as the server recorded it: after an edited approval the run uses its
+  // edited_arguments, so that is what the card shows from then on.
+  const [decided, setDecided] = useState<any>(null);
   const tool = tools.find((t) => t.name === approval.tool_name);
   const decide = async (decision: 'approve' | 'deny') => {
     setError(null);
@@ -25,7 +28,7 @@ export function ApprovalCard({ run, approval, tools, access, onDone }: { run: an
       if (JSON.stringify(parsed) !== JSON.stringify(approval.arguments ?? {})) body.arguments = parsed;
     }
     try {
-      await api(`/runs/${run.run_id}/approvals/${approval.approval_id}`, { method: 'POST', body });
+      setDecided(await api(`/runs/${run.run_id}/approvals/${approval.approval_id}`, { method: 'POST', body }));
       setDone(decision === 'approve' ? 'approved' : 'denied');
       onDone?.();
     } catch (e) {
@@ -66,8 +69,17 @@ export function ApprovalCard({ run, approval, tools, access, onDone }: { run: an
             </button>
           </div>
         </>
+      ) : (decided ?? approval).edited_arguments ? (
+        <>
+          <label class="edited-label">Edited arguments (the run uses these)</label>
+          <pre class="arguments edited">{JSON.stringify((decided ?? approval).edited_arguments, null, 2)}</pre>
+          <details>
+            <summary class="muted">as the model asked</summary>
+            <pre>{JSON.stringify(approval.arguments ?? {}, null, 2)}</pre>
+          </details>
+        </>
       ) : (
-        <pre>{JSON.stringify(approval.arguments ?? {}, null, 2)}</pre>
+        <pre class="arguments">{JSON.stringify(approval.arguments ?? {}, null, 2)}</pre>
       )}
       {done && <p class="ok">{done}</p>}
       {error && <p class="error">{error}</p>}

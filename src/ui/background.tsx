@@ -1,11 +1,33 @@
 // Background: tasks (schedule preview with DST notes, create, edit, pause/resume, run now) and
 // their runs (attempts, workspace files with download).
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { api, download, type Access } from './api.js';
 import { link, usePoll } from './router.js';
 import { Status, fmtTime } from './runs.js';
 
 const enc = encodeURIComponent;
+
+/** How long a task's "queued a run" / "paused" / "resumed" notice stays. */
+const NOTICE_MS = 4000;
+
+/** The agent run of a background run's attempt n (machines/background-run-model.ts, agentRunIdFor). */
+const agentRunId = (runId: string, attempt: number): string => (attempt <= 1 ? runId : `${runId}.a${attempt}`);
+
+/** Links to the run page (trace included) of the agent run of one attempt. */
+function AttemptLinks({ runId, attempt }: { runId: string; attempt: number }) {
+  if (attempt < 1) return null;
+  const id = agentRunId(runId, attempt);
+  return (
+    <span class="attempt-links">
+      <a class="run-page" href={`/ui/runs/${enc(id)}`} onClick={link}>
+        run
+      </a>{' '}
+      <a class="run-trace" href={`/ui/runs/${enc(id)}#trace`} onClick={link}>
+        trace
+      </a>
+    </span>
+  );
+}
 
 function scheduleText(s: any): string {
   if (!s) return '';
@@ -80,7 +102,13 @@ function Task({ task, access, refresh, tick }: { task: any; access: Access; refr
   const [preview, setPreview] = useState<any[] | null>(null);
   const [state, setState] = useState<any>(null);
   const [editing, setEditing] = useState(false);
-  const [msg, setMsg] = useState<string | null>(null);
+  const [msg, setMsg] = useState<{ text: string; ok: boolean } | null>(null);
+  // "queued a run", "paused": a passing notice, gone after a few seconds (an error stays).
+  useEffect(() => {
+    if (!msg?.ok) return;
+    const timer = setTimeout(() => setMsg(null), NOTICE_MS);
+    return () => clearTimeout(timer);
+  }, [msg]);
   usePoll(
     async () => {
       const st = await api(`/background/tasks/${enc(task.task_id)}/status`).catch(() => null);
@@ -96,10 +124,10 @@ function Task({ task, access, refresh, tick }: { task: any; access: Access; refr
   const act = (path: string, label: string) => async () => {
     try {
       await api(`/background/tasks/${enc(task.task_id)}/${path}`, { method: 'POST', body: {} });
-      setMsg(label);
+      setMsg({ text: label, ok: true });
       refresh();
     } catch (e) {
-      setMsg(String(e));
+      setMsg({ text: String(e), ok: false });
     }
   };
   const paused = state?.schedule_state?.paused;
@@ -144,6 +172,10 @@ function Task({ task, access, refresh, tick }: { task: any; access: Access; refr
       <a href={`/ui/machines?task=${enc(task.task_id)}`} onClick={link}>
         machine
       </a>
+      {' · '}
+      <a class="task-runs" href={`/ui/background/tasks/${enc(task.task_id)}`} onClick={link}>
+        runs
+      </a>
       {editing && (
         <TaskForm
           task={task}
@@ -153,7 +185,7 @@ function Task({ task, access, refresh, tick }: { task: any; access: Access; refr
           }}
         />
       )}
-      {msg && <p class="muted">{msg}</p>}
+      {msg && <p class={msg.ok ? 'muted notice' : 'error notice'}>{msg.text}</p>}
     </div>
   );
 }
@@ -176,8 +208,10 @@ function BgRun({ run }: { run: any }) {
   };
   return (
     <>
-      <tr class="bg-run" onClick={toggle}>
-        <td class="mono">{run.run_id}</td>
+      <tr class="bg-run" data-run={run.run_id} onClick={toggle}>
+        <td class="mono">
+          {run.run_id} <AttemptLinks runId={run.run_id} attempt={run.attempt} />
+        </td>
         <td>{run.task_id}</td>
         <td>
           <Status s={run.status} />
@@ -198,7 +232,7 @@ function BgRun({ run }: { run: any }) {
               {attempts.map((a) => (
                 <li>
                   #{a.attempt_number} <Status s={a.status} /> {fmtTime(a.started_at)} → {fmtTime(a.finished_at)} {a.reason ? ` · ${a.reason}` : ''}{' '}
-                  {a.error ? JSON.stringify(a.error).slice(0, 120) : ''}
+                  {a.error ? <span class="error">{String(a.error).slice(0, 160)}</span> : ''} <AttemptLinks runId={run.run_id} attempt={a.attempt_number} />
                 </li>
               ))}
             </ul>
@@ -270,27 +304,68 @@ export function BackgroundPage({ access }: { access: Access }) {
         <Task key={t.task_id} task={t} access={access} refresh={refresh} tick={tick} />
       ))}
       {tasks.length === 0 && <p class="muted">No tasks.</p>}
-      <div class="card">
-        <h3>Background runs</h3>
-        <table class="runs">
-          <thead>
-            <tr>
-              <th>run</th>
-              <th>task</th>
-              <th>status</th>
-              <th>attempt</th>
-              <th>trigger</th>
-              <th>queued</th>
-              <th>result</th>
-            </tr>
-          </thead>
-          <tbody>
-            {runs.map((r) => (
-              <BgRun key={r.run_id} run={r} />
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <BgRunsTable title="Background runs" runs={runs} />
+    </>
+  );
+}
+
+function BgRunsTable({ title, runs }: { title: string; runs: any[] }) {
+  return (
+    <div class="card">
+      <h3>{title}</h3>
+      <table class="runs bg-runs">
+        <thead>
+          <tr>
+            <th>run</th>
+            <th>task</th>
+            <th>status</th>
+            <th>attempt</th>
+            <th>trigger</th>
+            <th>queued</th>
+            <th>result</th>
+          </tr>
+        </thead>
+        <tbody>
+          {runs.map((r) => (
+            <BgRun key={r.run_id} run={r} />
+          ))}
+        </tbody>
+      </table>
+      {runs.length === 0 && <p class="muted">No runs yet.</p>}
+    </div>
+  );
+}
+
+/** One task and its own runs (newest first): /ui/background/tasks/<task_id>. */
+export function TaskRunsPage({ taskId, access }: { taskId: string; access: Access }) {
+  const [task, setTask] = useState<any>(null);
+  const [runs, setRuns] = useState<any[]>([]);
+  const [error, setError] = useState<string | null>(null);
+  const [tick, setTick] = useState(0);
+  usePoll(
+    async () => {
+      try {
+        const [t, r] = await Promise.all([api(`/background/tasks/${enc(taskId)}`), api(`/background/runs?task_id=${enc(taskId)}&limit=500`)]);
+        setTask(t);
+        setRuns([...r.runs].reverse());
+        setError(null);
+      } catch (e) {
+        setError(String(e));
+      }
+    },
+    2000,
+    [taskId, tick],
+  );
+  return (
+    <>
+      <p>
+        <a href="/ui/background" onClick={link}>
+          ← all tasks
+        </a>
+      </p>
+      {error && <p class="error">{error}</p>}
+      {task && <Task task={task} access={access} refresh={() => setTick((n) => n + 1)} tick={tick} />}
+      <BgRunsTable title={`Runs of ${taskId}`} runs={runs} />
     </>
   );
 }

@@ -6,37 +6,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, stream } from './api.js';
 import { navigate, usePoll } from './router.js';
-
-const W = 128;
-const H = 32;
-const DX = 170;
-const DY = 52;
-
-/** Layers by breadth-first distance from the initial state; unreachable states go last. Pure. */
-export function layout(states: string[], transitions: Array<{ source: string; target: string }>, initial: string): Map<string, { x: number; y: number }> {
-  const layer = new Map<string, number>([[initial, 0]]);
-  const queue = [initial];
-  while (queue.length) {
-    const s = queue.shift()!;
-    for (const t of transitions) {
-      if (t.source === s && states.includes(t.target) && !layer.has(t.target)) {
-        layer.set(t.target, layer.get(s)! + 1);
-        queue.push(t.target);
-      }
-    }
-  }
-  const maxLayer = Math.max(0, ...layer.values());
-  for (const s of states) if (!layer.has(s)) layer.set(s, maxLayer + 1);
-  const rows = new Map<number, number>();
-  const pos = new Map<string, { x: number; y: number }>();
-  for (const s of states) {
-    const l = layer.get(s)!;
-    const r = rows.get(l) ?? 0;
-    rows.set(l, r + 1);
-    pos.set(s, { x: 10 + l * DX, y: 10 + r * DY });
-  }
-  return pos;
-}
+import { H, W, eventLabel, layout } from './machine-graph.js';
 
 /** The machine state a record's status stands for, or null when the status spans several states. */
 export function stateOf(machine: string, status: string | undefined, extra: { paused?: boolean; enabled?: boolean } = {}): string | null {
@@ -123,7 +93,7 @@ function Graph({ m, current }: { m: any; current: string | null }) {
             : `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`;
           return (
             <path class="edge" d={d} marker-end={`url(#arrow-${m.id})`}>
-              <title>{`${t.source} → ${t.target}: ${t.event}`}</title>
+              <title>{`${t.source} → ${t.target}: ${eventLabel(t.event)}`}</title>
             </path>
           );
         })}
@@ -139,7 +109,7 @@ function Graph({ m, current }: { m: any; current: string | null }) {
           );
         })}
       </svg>
-      {anyEdges.length > 0 && <p class="muted">From any state: {anyEdges.map((t: any) => `${t.event} → ${t.target}`).join(', ')}</p>}
+      {anyEdges.length > 0 && <p class="muted">From any state: {anyEdges.map((t: any) => `${eventLabel(t.event)} → ${t.target}`).join(', ')}</p>}
     </>
   );
 }
@@ -181,6 +151,11 @@ export function MachinesPage({ query }: { query: URLSearchParams }) {
     1000,
     [runId, bgRunId, taskId],
   );
+  // The followed machine is the one to look at: bring it into view once it is known.
+  const followed = follow?.machine ?? null;
+  useEffect(() => {
+    if (followed && machines.length) document.getElementById(`machine-${followed}`)?.scrollIntoView({ block: 'start' });
+  }, [followed, machines.length]);
   const go = (e: Event) => {
     e.preventDefault();
     const v = input.trim();
@@ -202,7 +177,7 @@ export function MachinesPage({ query }: { query: URLSearchParams }) {
           <span class="following">
             {follow.label}
             {live?.value
-              ? ` · live: ${live.value}${live.event ? ` (after ${live.event})` : ''}`
+              ? ` · live: ${live.value}${live.event ? ` (after ${eventLabel(live.event)})` : ''}`
               : follow.state === null
                 ? ' (between steps: several states)'
                 : ''}
@@ -211,7 +186,7 @@ export function MachinesPage({ query }: { query: URLSearchParams }) {
       </form>
       {error && <p class="error">{error}</p>}
       {machines.map((m) => (
-        <div class="card" key={m.id}>
+        <div class={`card${follow?.machine === m.id ? ' followed' : ''}`} key={m.id} id={`machine-${m.id}`}>
           <h3>
             {m.id} <span class="muted">v{m.version}</span>
           </h3>

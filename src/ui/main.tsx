@@ -1,12 +1,12 @@
 // The agentd dashboard: a Preact single-page app on the public HTTP API (src/ui/api.ts).
 import { render } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
-import { probeAccess, session, type Access } from './api.js';
+import { UnreachableError, connection, probeAccess, session, type Access } from './api.js';
 import { link, navigate, useRoute } from './router.js';
 import { RunsPage } from './runs.js';
 import { RunPage } from './run.js';
 import { ApprovalsPage } from './approvals.js';
-import { BackgroundPage } from './background.js';
+import { BackgroundPage, TaskRunsPage } from './background.js';
 import { MachinesPage } from './machines.js';
 import './styles.css';
 
@@ -30,6 +30,19 @@ function SignIn({ onDone, error }: { onDone: () => void; error: string | null })
   );
 }
 
+/** Shown while requests fail without an answer: the service is down, not the page. */
+function Offline() {
+  const [up, setUp] = useState(connection.reachable());
+  useEffect(() => connection.subscribe(setUp), []);
+  if (up) return null;
+  return (
+    <div class="banner b-failed offline" id="offline" role="alert">
+      <strong>Cannot reach the agentd service</strong> at {location.origin}: it may be stopped or restarting. The page keeps trying and picks up where it was
+      once the service answers.
+    </div>
+  );
+}
+
 function App() {
   const route = useRoute();
   const [access, setAccess] = useState<Access | null>(null);
@@ -43,11 +56,21 @@ function App() {
         }
         setAccess(a);
       },
-      (e) => setError(String(e)),
+      (e) => {
+        setError(String(e));
+        // The service did not answer: try again until it does.
+        if (e instanceof UnreachableError) setTimeout(check, 2000);
+      },
     );
   };
   useEffect(check, []);
-  if (!access) return <p class="muted">{error ?? 'Connecting…'}</p>;
+  if (!access)
+    return (
+      <>
+        <Offline />
+        {connection.reachable() && <p class="muted">{error ?? 'Connecting…'}</p>}
+      </>
+    );
   if (access.needsKey)
     return (
       <SignIn
@@ -63,6 +86,7 @@ function App() {
   let body;
   if (page === 'runs' && route.parts[1]) body = <RunPage runId={route.parts[1]} access={access} />;
   else if (page === 'approvals') body = <ApprovalsPage access={access} />;
+  else if (page === 'background' && route.parts[1] === 'tasks' && route.parts[2]) body = <TaskRunsPage taskId={route.parts[2]} access={access} />;
   else if (page === 'background') body = <BackgroundPage access={access} />;
   else if (page === 'machines') body = <MachinesPage query={route.query} />;
   else body = <RunsPage access={access} />;
@@ -98,6 +122,7 @@ function App() {
           </button>
         )}
       </header>
+      <Offline />
       <main>{body}</main>
     </>
   );

@@ -4,65 +4,9 @@ import { api, stream, type Access } from './api.js';
 import { ApprovalCard, BudgetCard } from './approvals.js';
 import { link, usePoll } from './router.js';
 import { Status, TERMINAL, fmtTime, liveAnswers } from './runs.js';
+import { RunTimeline } from './trace-view.js';
 
 const MAX_EVENTS = 500;
-
-function Waterfall({ trace }: { trace: any }) {
-  const spans: any[] = trace.spans ?? [];
-  if (spans.length === 0) return <p class="muted">No spans.</p>;
-  const t0 = Math.min(...spans.map((s) => Date.parse(s.started_at)));
-  const end = (s: any) => (s.ended_at ? Date.parse(s.ended_at) : Date.now());
-  const t1 = Math.max(...spans.map(end), t0 + 1);
-  const depth = new Map<string, number>();
-  const byId = new Map(spans.map((s) => [s.span_id, s]));
-  const depthOf = (s: any): number => {
-    if (depth.has(s.span_id)) return depth.get(s.span_id)!;
-    const p = s.parent_span_id ? byId.get(s.parent_span_id) : undefined;
-    const d = p && p !== s ? Math.min(depthOf(p) + 1, 10) : 0;
-    depth.set(s.span_id, d);
-    return d;
-  };
-  const sorted = [...spans].sort((a, b) => Date.parse(a.started_at) - Date.parse(b.started_at));
-  return (
-    <table class="waterfall">
-      <thead>
-        <tr>
-          <th>span</th>
-          <th>ms</th>
-          <th>tokens</th>
-          <th>cost</th>
-          <th class="bar-col">timeline ({t1 - t0} ms)</th>
-        </tr>
-      </thead>
-      <tbody>
-        {sorted.map((s) => {
-          const a = s.attributes ?? {};
-          const tokens =
-            a['gen_ai.usage.input_tokens'] !== undefined
-              ? `${a['gen_ai.usage.input_tokens']}/${a['gen_ai.usage.output_tokens'] ?? 0}`
-              : (a.total_tokens ?? a.tokens ?? '');
-          const cost = a['agentd.estimated_cost_usd'] ?? a.estimated_cost_usd;
-          const left = ((Date.parse(s.started_at) - t0) / (t1 - t0)) * 100;
-          const width = Math.max(((end(s) - Date.parse(s.started_at)) / (t1 - t0)) * 100, 0.5);
-          const label = a['gen_ai.tool.name'] ?? a['gen_ai.request.model'] ?? '';
-          return (
-            <tr class="span" key={s.span_id}>
-              <td style={{ paddingLeft: `${depthOf(s) * 14 + 4}px` }}>
-                {s.name} <span class="muted">{String(label)}</span>
-              </td>
-              <td>{s.duration_ms ?? '…'}</td>
-              <td>{String(tokens)}</td>
-              <td>{typeof cost === 'number' ? `$${cost.toFixed(6)}` : ''}</td>
-              <td class="bar-col">
-                <div class={`bar b-${s.status}`} style={{ marginLeft: `${left}%`, width: `${width}%` }} title={`${s.status} ${s.duration_ms ?? ''} ms`} />
-              </td>
-            </tr>
-          );
-        })}
-      </tbody>
-    </table>
-  );
-}
 
 /** One line for a stored event: its error, else its output, else its input. */
 function summary(e: any): string {
@@ -106,6 +50,52 @@ function SteerForm({ runId, onError }: { runId: string; onError: (e: string | nu
   );
 }
 
+/** How a run ended badly: its error type and message (or why it stopped), not raw JSON. */
+function EndBanner({ run }: { run: any }) {
+  const bad = run.status === 'failed' || run.status === 'cancelled' || run.status === 'timeout' || run.status === 'blocked';
+  if (!bad && !run.error) return null;
+  const code = run.error?.type ?? run.stop_reason ?? run.status;
+  const message = run.error?.message ?? (run.status === 'cancelled' ? 'the run was cancelled' : `the run ended: ${run.status}`);
+  return (
+    <div class={`banner ${run.status === 'cancelled' ? 'b-cancelled' : 'b-failed'}`} id="run-banner" role="alert">
+      <strong class="code">{code}</strong> <span class="message">{message}</span>
+      {run.stop_reason && run.stop_reason !== code && <span class="muted"> · stop reason {run.stop_reason}</span>}
+    </div>
+  );
+}
+
+/** Cancel asks first: a cancelled run cannot be resumed. */
+function CancelButton({ runId, onError }: { runId: string; onError: (e: string | null) => void }) {
+  const [asking, setAsking] = useState(false);
+  if (!asking) {
+    return (
+      <button class="danger" id="cancel-run" onClick={() => setAsking(true)}>
+        Cancel run
+      </button>
+    );
+  }
+  return (
+    <span class="confirm" id="cancel-confirm">
+      Cancel this run? It cannot be resumed.{' '}
+      <button
+        class="danger"
+        id="cancel-run-confirm"
+        onClick={() =>
+          api(`/runs/${encodeURIComponent(runId)}/cancel`, { method: 'POST', body: {} }).then(
+            () => setAsking(false),
+            (e) => onError(String(e)),
+          )
+        }
+      >
+        Yes, cancel it
+      </button>{' '}
+      <button id="cancel-run-keep" onClick={() => setAsking(false)}>
+        Keep it running
+      </button>
+    </span>
+  );
+}
+
 export function RunPage({ runId, access }: { runId: string; access: Access }) {
   const [run, setRun] = useState<any>(null);
   const [trace, setTrace] = useState<any>(null);
@@ -120,7 +110,7 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
         setRun(r);
         setError(null);
         api(`/telemetry/runs/${encodeURIComponent(runId)}/trace`).then(
-          (t) => setTrace(t.trace ?? t),
+          (t) => setTrace(t),
           () => undefined,
         );
       } catch (e) {
@@ -159,6 +149,11 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
     })();
     return () => ctl.abort();
   }, [sessionId, runId]);
+  // A link to `…#trace` (the background pages' "trace") scrolls to the trace once it is drawn.
+  const hasTrace = trace !== null;
+  useEffect(() => {
+    if (hasTrace && location.hash === '#trace') document.getElementById('trace')?.scrollIntoView();
+  }, [hasTrace, runId]);
   if (!run) return <p class={error ? 'error' : 'muted'}>{error ?? 'Loading…'}</p>;
   const answer = run.response ?? liveAnswers.get(runId) ?? '';
   const pending = (run.approvals ?? []).filter((a: any) => a.status === 'pending');
@@ -175,21 +170,16 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
           <a href={`/ui/machines?run=${run.run_id}`} onClick={link}>
             machine
           </a>
+          {run.task_id && (
+            <>
+              {' · '}
+              <a class="task-link" href={`/ui/background/tasks/${encodeURIComponent(run.task_id)}`} onClick={link}>
+                task {run.task_id}
+              </a>
+            </>
+          )}
         </p>
-        {access.canOperate && live && (
-          <button
-            class="danger"
-            id="cancel-run"
-            onClick={() =>
-              api(`/runs/${runId}/cancel`, { method: 'POST', body: {} }).then(
-                () => undefined,
-                (e) => setError(String(e)),
-              )
-            }
-          >
-            Cancel run
-          </button>
-        )}
+        {access.canOperate && live && <CancelButton runId={runId} onError={setError} />}
         {access.canOperate && run.status === 'running' && (
           <button
             id="interrupt-run"
@@ -218,10 +208,15 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
         )}
         {access.canOperate && STEERABLE.has(run.status) && <SteerForm runId={runId} onError={setError} />}
         {error && <p class="error">{error}</p>}
-        <h3>Answer</h3>
-        <pre class="answer" id="run-answer">
-          {answer || (run.error ? JSON.stringify(run.error) : '…')}
-        </pre>
+        <EndBanner run={run} />
+        {(answer || !run.error) && (
+          <>
+            <h3>Answer</h3>
+            <pre class="answer" id="run-answer">
+              {answer || '…'}
+            </pre>
+          </>
+        )}
       </div>
       {pending.map((a: any) => (
         <ApprovalCard run={run} approval={a} tools={tools} access={access} key={a.approval_id} />
@@ -229,9 +224,9 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
       {budget.map((b: any) => (
         <BudgetCard run={run} request={b} access={access} key={b.request_id ?? 'budget'} />
       ))}
-      <div class="card">
+      <div class="card" id="trace">
         <h3>Trace</h3>
-        {trace ? <Waterfall trace={trace} /> : <p class="muted">No trace yet.</p>}
+        {trace ? <RunTimeline view={trace} /> : <p class="muted">No trace yet.</p>}
       </div>
       <div class="card">
         <h3>

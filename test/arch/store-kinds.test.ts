@@ -1,4 +1,4 @@
-// Record kinds live in src/store/ only (issue 15 item 2): code above the store reads and writes
+// Record kinds live in src/store/ only: code above the store reads and writes
 // records through the typed repositories (src/store/repos/), never with a string kind of its own.
 // Every file is converted; a file that must wait for its conversion goes on the list below, and an
 // entry that no longer needs it fails too, so the list only shrinks.

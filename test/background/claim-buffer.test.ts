@@ -119,6 +119,10 @@ describe('claims from the buffer of queued runs', () => {
     const approval = agentRun.approvals.find((x: any) => x.status === 'pending');
     expect((await a.post(`/runs/${parked}/approvals/${approval.approval_id}`, { decision: 'approve', approver: 'ops' })).status).toBe(200);
     await waitRun(a, parked, status('queued'));
+    // The decision moved the background run on, not its agent run: the agent run goes on only
+    // under its background run's next claim (one lease owns both), so with the one worker busy it
+    // is still parked, decided.
+    expect((await a.get(`/runs/${parked}`)).body.status).toBe('awaiting_approval');
     await a.post(`/background/runs/${slow}/cancel`);
     const p = await waitRun(a, parked);
     const l = await waitRun(a, later);

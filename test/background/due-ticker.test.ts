@@ -1,4 +1,4 @@
-// The scheduler's parts that decide when a task is due (issue 15 split of TaskScheduler): the
+// The scheduler's parts that decide when a task is due: the
 // pure due time of a schedule row and the ticker's heap, driven by a hand-moved clock (the
 // ticker's own timer is never waited for; dispatchDue is called as the poll ticker calls it).
 import { afterEach, describe, expect, it } from 'vitest';

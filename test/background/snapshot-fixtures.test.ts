@@ -1,4 +1,4 @@
-// Old background-run rows still restore (issue 15 item 3), as test/runtime/snapshot-fixtures.test.ts
+// Old background-run rows still restore, as test/runtime/snapshot-fixtures.test.ts
 // does for sync runs. Each fixture in test/fixtures/snapshots/bg-run-v<N>-*.json holds the records
 // a background run left in the store at one moment, written by the code of the day: paused on an
 // approval, and orphaned in the middle of an attempt (its owner died). The test loads them into a

@@ -49,6 +49,7 @@ describe('the command line itself', () => {
       cli('serve', '--prot', String(port)),
       cli('runs', 'show'),
       cli('approvals', 'approve', 'run_1', 'approval_1', '--args', '[1]'),
+      cli('serve', '--demo-delay-ms', 'soon', '--port', String(port)),
     ]);
     for (const r of results) {
       expect(r.code, r.stderr).toBe(2);
@@ -58,6 +59,7 @@ describe('the command line itself', () => {
     expect(results[2].stderr).toContain("Unknown option '--bogus'");
     expect(results[5].stderr).toContain("Unknown option '--prot'");
     expect(results[6].stderr).toContain('missing RUN');
+    expect(results[8].stderr).toContain('--demo-delay-ms');
     expect(await listening(port)).toBe(false);
   });
 

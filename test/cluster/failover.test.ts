@@ -1,4 +1,4 @@
-// Three agentd processes on one PostgreSQL database (issue 11, "Done means"): an instance SIGKILLed
+// Three agentd processes on one PostgreSQL database: an instance SIGKILLed
 // mid-run has every run recovered by the others (its lease lapses, any live instance's sweep
 // claims it) with no non-idempotent tool call repeated; an interval task served by all three,
 // one of them killed on the way, dispatches each occurrence exactly once.

@@ -1,4 +1,4 @@
-// Several agentd CHILD processes on one private PostgreSQL database (issue 11, "Done means"): each
+// Several agentd CHILD processes on one private PostgreSQL database: each
 // instance has its own data dir (logs, nothing shared) and the same database, workspace_root and
 // tool ledger file, as a real deployment would have them.
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';

@@ -1,4 +1,4 @@
-// Two agentd processes on one PostgreSQL database (issue 11, "Done means"): state written on one
+// Two agentd processes on one PostgreSQL database: state written on one
 // is read on the other; a decision posted to B resumes a run paused on A and its tool runs
 // exactly once; a stream on B follows a run on A live; a cancel posted to B stops a run live on A
 // within 1 s; a shared agent budget is never overspent by 20 concurrent runs over both; a steer

@@ -1,4 +1,4 @@
-// The fuzzer of issue 10: requests generated with fast-check from the service's own OpenAPI
+// The fuzzer: requests generated with fast-check from the service's own OpenAPI
 // document, sent over real HTTP, and every answer checked against the error contract
 // (docs/errors.md): never a 5xx, never a hang, never an error body that is not JSON in one of the
 // documented shapes, never a stack trace.

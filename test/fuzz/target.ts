@@ -104,21 +104,6 @@ async function seed(t: RunningTarget): Promise<void> {
   await call(t, 'GET', '/telemetry/events?limit=20');
 }
 
-/**
- * Bus subscriptions that are not streams: a background run parked for a person watches its agent
- * run for the resume (src/background/engine.ts watchResume), one subscription each. Once every
- * client has closed its stream, the bus may hold these and nothing else.
- */
-export async function subscriptionsExpected(t: RunningTarget): Promise<number> {
-  let n = 0;
-  for (const status of ['awaiting_approval', 'awaiting_budget']) {
-    const headers: Record<string, string> = t.keys ? { authorization: `Bearer ${t.keys.admin}` } : {};
-    const res = await fetch(`${t.url}/background/runs?status=${status}&limit=1`, { headers });
-    n += ((await res.json()) as { total: number }).total;
-  }
-  return n;
-}
-
 export async function fetchDoc(t: RunningTarget): Promise<OpenApiDoc> {
   return (await (await fetch(`${t.url}/openapi.json`)).json()) as OpenApiDoc;
 }

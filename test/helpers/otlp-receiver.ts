@@ -22,6 +22,7 @@ export interface ReceivedSpan {
   endNs: bigint;
   attributes: Record<string, OtlpValue>;
   events: Array<{ name: string; timeNs: bigint; attributes: Record<string, OtlpValue> }>;
+  links: Array<{ traceId: string; spanId: string; attributes: Record<string, OtlpValue> }>;
   /** OTLP StatusCode: 0 UNSET, 1 OK, 2 ERROR. */
   status: { code: number; message: string };
   resource: Record<string, OtlpValue>;
@@ -134,7 +135,8 @@ function keyValues(list: Field[]): Record<string, OtlpValue> {
 /**
  * ExportTraceServiceRequest: 1 ResourceSpans{1 Resource{1 attributes}, 2 ScopeSpans{1 scope{1 name},
  * 2 Span}}. Span: 1 trace_id, 2 span_id, 4 parent_span_id, 5 name, 6 kind, 7 start (fixed64),
- * 8 end (fixed64), 9 attributes, 11 Event{1 time, 2 name, 3 attributes}, 15 Status{2 message, 3 code}.
+ * 8 end (fixed64), 9 attributes, 11 Event{1 time, 2 name, 3 attributes}, 13 Link{1 trace_id,
+ * 2 span_id, 4 attributes}, 15 Status{2 message, 3 code}.
  */
 export function decodeProtobufTraces(body: Buffer): ReceivedSpan[] {
   const spans: ReceivedSpan[] = [];
@@ -166,6 +168,11 @@ export function decodeProtobufTraces(body: Buffer): ReceivedSpan[] {
               name: one(ef, 2) ? textOf(one(ef, 2)!) : '',
               attributes: keyValues(all(ef, 3)),
             };
+          }),
+          links: all(f, 13).map((l) => {
+            const lf = fields(bytesOf(l));
+            const lhex = (no: number) => (one(lf, no) ? bytesOf(one(lf, no)!).toString('hex') : '');
+            return { traceId: lhex(1), spanId: lhex(2), attributes: keyValues(all(lf, 4)) };
           }),
           status: {
             message: one(status, 2) ? textOf(one(status, 2)!) : '',
@@ -229,6 +236,7 @@ export function decodeJsonTraces(body: Buffer): ReceivedSpan[] {
           endNs: BigInt(s.endTimeUnixNano ?? 0),
           attributes: jsonAttrs(s.attributes),
           events: (s.events ?? []).map((e: any) => ({ name: e.name ?? '', timeNs: BigInt(e.timeUnixNano ?? 0), attributes: jsonAttrs(e.attributes) })),
+          links: (s.links ?? []).map((l: any) => ({ traceId: l.traceId ?? '', spanId: l.spanId ?? '', attributes: jsonAttrs(l.attributes) })),
           status: { code: s.status?.code ?? 0, message: s.status?.message ?? '' },
           resource,
           scope: ss.scope?.name ?? '',

@@ -1,4 +1,4 @@
-// Registered agents that really run (issue 14, item 1; docs/agents.md), over real HTTP: the served
+// Registered agents that really run, over real HTTP: the served
 // agent talks to one scripted model server, agent `alt` (registered with POST /background/agents)
 // to another; each server sees only its own agent's instruction and tool declarations.
 import { readFileSync } from 'node:fs';

@@ -1,6 +1,6 @@
 // SIGKILL right after a non-idempotent tool returned, while its completion write and the next model
 // request are in flight together (the completion is saved without waiting for it, so the write's
-// fsync overlaps the model's round trip: issue 12). The process dies the moment the second model
+// fsync overlaps the model's round trip). The process dies the moment the second model
 // request arrives. Whatever the disk got, a restart must not run the tool again, and the run ends
 // with the tool's real result (the completion was durable) or as `unknown` (it was not), the model
 // told accordingly.

@@ -69,7 +69,7 @@ describe('the docs app serves documentation only (finding 1)', () => {
 });
 
 /**
- * The role × route matrix, independent of the implementation: decisions.md §9 and
+ * The role × route matrix, independent of the implementation: docs/contract.md §9 and
  * docs/operations.md. Public: health, readiness, the documentation. Decisions: approvers. Other
  * GETs: every role. Everything else: operators.
  */

@@ -1,4 +1,4 @@
-// Idempotency-Key over real HTTP (issue 14, item 4): a retried request never does the work twice,
+// Idempotency-Key over real HTTP: a retried request never does the work twice,
 // also after a restart and after a crash between storing the key and starting the run.
 import { createHash } from 'node:crypto';
 import { rmSync, writeFileSync } from 'node:fs';

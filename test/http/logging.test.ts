@@ -184,6 +184,22 @@ describe('agentd serve', () => {
     });
     const r = await fetch(`${url}/no/such/route`, { headers: { 'x-request-id': 'req-serve-1' } });
     expect(r.status).toBe(404);
+    // Served, the demo model streams word by word with a pause (--demo-delay-ms, default 15):
+    // the last word leaves at least (words - 1) pauses after the first (a lower bound only).
+    const streamed = await fetch(`${url}/run`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
+      body: JSON.stringify({ query: 'hello there my good old friend' }),
+    });
+    const arrivals: number[] = [];
+    const decoder = new TextDecoder();
+    for await (const chunk of streamed.body as unknown as AsyncIterable<Uint8Array>) {
+      const n = (decoder.decode(chunk).match(/^event: delta$/gm) ?? []).length;
+      for (let i = 0; i < n; i++) arrivals.push(performance.now());
+    }
+    expect(arrivals.length).toBeGreaterThan(4);
+    // Two adjacent words may reach us in one read: allow one pause less.
+    expect(arrivals.at(-1)! - arrivals[0]).toBeGreaterThanOrEqual((arrivals.length - 2) * 14);
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
     const entries = err
@@ -197,7 +213,9 @@ describe('agentd serve', () => {
         }
       });
     for (const e of entries) expect(typeof e.level).toBe('string');
-    expect(entries.some((e) => e.level === 'info' && /listening on http/.test(e.msg))).toBe(true);
+    const listening = entries.find((e) => e.level === 'info' && /listening on http/.test(e.msg));
+    // The start-up line names the dashboard, where a first-time user goes next.
+    expect(listening?.msg).toContain(`dashboard ${url}/ui`);
     expect(entries.filter((e) => e.reqId === 'req-serve-1').map((e) => e.msg)).toEqual(expect.arrayContaining(['incoming request', 'request completed']));
     expect(entries.some((e) => /SIGTERM received/.test(e.msg))).toBe(true);
   }, 60_000);

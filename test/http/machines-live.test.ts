@@ -1,5 +1,5 @@
 // GET /machines/live: one actor's machine state, live, from the actor system's inspection events
-// (issue 13: the dashboard's machine view and what --inspect feeds).
+// (the dashboard's machine view and what --inspect feeds).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readSse, type Frame } from '../helpers/sse.js';
 import { getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';

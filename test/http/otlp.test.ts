@@ -162,6 +162,88 @@ describe('OTLP export (protobuf, configured by OTEL_* variables)', () => {
   });
 });
 
+describe('a run paused for approval: two segments, linked', () => {
+  it('links the resumed segment to the first with a span link (protobuf), and the run trace shows both with the wait', async () => {
+    model.enqueue({ tool_calls: [{ id: 'call_link', name: 'workspace_write', arguments: { path: 'l.txt', content: 'x' } }] }, { text: 'linked' });
+    const paused = (await postJson(`${server.url}/run/sync`, { query: 'write l.txt' })).body;
+    expect(paused.status).toBe('awaiting_approval');
+    const first = await exportedTrace(paused.run_id, 'suspended');
+    const firstRoot = first.find((s) => s.parentSpanId === '')!;
+    expect(firstRoot.links).toEqual([]);
+
+    // While it waits, the run trace has one segment and an open wait.
+    const waiting = (await getJson(`${server.url}/telemetry/runs/${paused.run_id}/trace`)).body;
+    expect(waiting.segments.map((t: { status: string }) => t.status)).toEqual(['suspended']);
+    expect(waiting.waits).toHaveLength(1);
+    expect(waiting.waits[0]).toMatchObject({ after_trace_id: waiting.trace.trace_id, before_trace_id: null, ended_at: null });
+    expect(waiting.waits[0].decisions).toMatchObject([{ kind: 'approval', subject: 'workspace_write', decision: 'pending', approver: null }]);
+
+    const approvalId = paused.approvals[0].approval_id;
+    const edited = { path: 'l2.txt', content: 'y' };
+    expect(
+      (await postJson(`${server.url}/runs/${paused.run_id}/approvals/${approvalId}`, { decision: 'approve', approver: 'alice', note: 'ok', arguments: edited }))
+        .status,
+    ).toBe(200);
+    const second = await exportedTrace(paused.run_id, 'completed');
+    const secondRoot = second.find((s) => s.parentSpanId === '')!;
+    expect(secondRoot.traceId).not.toBe(firstRoot.traceId);
+    expect(secondRoot.links).toEqual([
+      {
+        traceId: firstRoot.traceId,
+        spanId: firstRoot.spanId,
+        attributes: {
+          'agentd.link.type': 'previous_segment',
+          'agentd.trace_id': firstRoot.attributes['agentd.trace_id'],
+          'agentd.span_id': firstRoot.attributes['agentd.span_id'],
+        },
+      },
+    ]);
+    expect(secondRoot.attributes['agentd.parent_trace_id']).toBe(firstRoot.attributes['agentd.trace_id']);
+    expect(second.filter((s) => s !== secondRoot).every((s) => s.links.length === 0)).toBe(true);
+
+    // Over HTTP: the latest segment as before (summary, trace), plus both segments and the wait.
+    const view = (await getJson(`${server.url}/telemetry/runs/${paused.run_id}/trace`)).body;
+    expect(view.summary.trace_id).toBe(view.trace.trace_id);
+    expect(view.trace.status).toBe('completed');
+    expect(view.segments.map((t: { trace_id: string; status: string }) => [t.trace_id, t.status])).toEqual([
+      [firstRoot.attributes['agentd.trace_id'], 'suspended'],
+      [view.trace.trace_id, 'completed'],
+    ]);
+    // The model call that asked for the tool is in the first segment, the approved call in the second.
+    expect(view.segments[0].spans.some((s: { name: string }) => s.name === 'model.call')).toBe(true);
+    expect(view.segments[1].spans.some((s: { name: string }) => s.name === 'tool.call')).toBe(true);
+    expect(view.earlier_segments_omitted).toBe(false);
+    expect(view.waits).toEqual([
+      {
+        after_trace_id: view.segments[0].trace_id,
+        before_trace_id: view.segments[1].trace_id,
+        started_at: view.segments[0].ended_at,
+        ended_at: view.segments[1].started_at,
+        duration_ms: Date.parse(view.segments[1].started_at) - Date.parse(view.segments[0].ended_at),
+        cause: 'approval',
+        decisions: [
+          {
+            kind: 'approval',
+            id: approvalId,
+            subject: 'workspace_write',
+            decision: expect.stringMatching(/^(approved|used)$/),
+            approver: 'alice',
+            note: 'ok',
+            decided_at: expect.any(String),
+            edited_arguments: edited,
+            amount: null,
+          },
+        ],
+      },
+    ]);
+  }, 60_000);
+
+  it('a run id with no trace is 404 with its code', async () => {
+    const res = await getJson(`${server.url}/telemetry/runs/run_doesnotexist/trace`);
+    expect([res.status, res.body.code]).toEqual([404, expect.stringMatching(/^AGT_ERR_/)]);
+  });
+});
+
 describe("docs/telemetry.md's span attributes are what is sent", () => {
   it('every documented attribute is on an exported span, and every exported attribute is documented', async () => {
     // An approval across two segments (policy "ask", agentd.parent_trace_id) ...

@@ -1,4 +1,4 @@
-// Durable runs (decisions.md §6): agentd runs in a CHILD process that the test kills for real
+// Durable runs (docs/contract.md §6): agentd runs in a CHILD process that the test kills for real
 // (SIGKILL) or stops (SIGTERM), then restarts on the same data dir. The scripted model and the
 // tool ledger live in this process, so they see every request and every real tool execution
 // across the deaths of the service.

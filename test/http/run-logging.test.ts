@@ -1,4 +1,4 @@
-// A live run logs through its host's child logger (issue 15): every line it writes carries its id
+// A live run logs through its host's child logger: every line it writes carries its id
 // as a pino binding, not as a field each call site adds. Checked on the real logger's output of a
 // real server: a run whose record another owner took over while its model call was in flight logs
 // the lease loss with its run_id; a background run the same with its bg_run_id and task_id; a

@@ -1,4 +1,4 @@
-// Secrets never leave a run through telemetry (issue 10, findings 8 and 9), checked through HTTP
+// Secrets never leave a run through telemetry, checked through HTTP
 // against a real server, the model behind the scripted OpenAI-compatible server:
 //  - a tool's output with `password` fields and tokens inside strings is redacted in the stored
 //    events (tool_result AND the next model_call's recorded input), the SSE frames of POST /run,

@@ -1,4 +1,4 @@
-// Recovery admission and graceful shutdown (issue 10, findings 12 and 13), against real servers in
+// Recovery admission and graceful shutdown, against real servers in
 // this process on LevelDB in temp dirs, the model behind the scripted OpenAI-compatible server.
 // The tools (test/fixtures/shutdown-tools.mjs) share `globalThis` with the test, which opens their
 // gate and reads when their AbortSignal fired.
@@ -133,7 +133,7 @@ describe('graceful shutdown (finding 13)', () => {
 
     const closing = s.close(10_000);
     const ready = await getJson(`${s.url}/ready`);
-    expect(ready.status).toBe(200); // decisions.md §2: /ready is always HTTP 200; read `ready`
+    expect(ready.status).toBe(200); // docs/contract.md §2: /ready is always HTTP 200; read `ready`
     expect(ready.body).toMatchObject({ ready: false, initialized: true });
     const health = await getJson(`${s.url}/health`);
     expect(health.status).toBe(200);

@@ -1,4 +1,4 @@
-// SSE streams under load, against a real server with real sockets (issue 10, findings 3 and 4):
+// SSE streams under load, against a real server with real sockets:
 // every stream kind delivers bursts far past a socket's buffer (a corked socket used to wait
 // forever for a 'drain'), and a reader that stops reading is dropped with a resumable cursor
 // while other readers and the run go on.

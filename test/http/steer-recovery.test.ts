@@ -1,4 +1,4 @@
-// Steer and interrupt across the death of the process (issue 14 item 2): agentd runs in a CHILD
+// Steer and interrupt across the death of the process: agentd runs in a CHILD
 // process that the test SIGKILLs, then restarts on the same data dir (test/crash/harness.ts). The
 // scripted model lives in this process, so it sees every request across the deaths.
 import { rmSync, writeFileSync } from 'node:fs';

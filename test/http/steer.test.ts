@@ -1,4 +1,4 @@
-// Talking to a run in flight (issue 14 items 2 and 3) over real HTTP, the model behind the
+// Talking to a run in flight over real HTTP, the model behind the
 // scripted OpenAI-compatible server: steer messages reach the model once, as user messages;
 // interrupt stops a run at its next step boundary and resume continues it; the session policies
 // of POST /run/sync (enqueue, reject, interrupt, rollback).

@@ -1,4 +1,4 @@
-// Completion webhooks over real HTTP (issue 14, item 5): a local receiver checks the Standard
+// Completion webhooks over real HTTP: a local receiver checks the Standard
 // Webhooks signature with its own HMAC code; failures are retried with the same webhook-id; a
 // SIGKILL between the run's end and the delivery loses nothing.
 import { createHmac, randomBytes } from 'node:crypto';

@@ -1,4 +1,4 @@
-// Every transition action of these machines is named in setup({ actions }) (issue 15 item 3): the
+// Every transition action of these machines is named in setup({ actions }): the
 // inspector and GET /machines/live then show what a step did (`applyClaim`, `markPaused`), not
 // `xstate.assign`, and `.provide()` can replace any of them in a test. An inline `assign(...)`,
 // `stopChild(...)` or arrow function in a transition is a function in the machine's definition;

@@ -1,4 +1,4 @@
-// The xstate upgrade check (issue 15 item 3). xstate is pinned to one exact version; a bump is
+// The xstate upgrade check. xstate is pinned to one exact version; a bump is
 // checked by running this file (with test/runtime and test/background/snapshot-fixtures.test.ts,
 // which do the same through a real server): every snapshot fixture in test/fixtures/snapshots/
 // (sync run snapshots run-v*, background-run rows bg-run-v* with the agent-run snapshots they hold)

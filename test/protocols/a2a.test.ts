@@ -137,6 +137,9 @@ describe('A2A through @a2a-js/sdk 1.3', () => {
     expect(ledger.lines()).toHaveLength(0);
 
     const approver = await connect(server.url, KEYS.approver);
+    // A decision naming an approval the task does not have is a bad request, not a missing task.
+    const unknown = message([data({ decision: 'approve', approval_id: 'approval_nope' })], { taskId: paused.id });
+    await expect(send(approver, unknown)).rejects.toMatchObject({ name: 'RequestMalformedError' });
     const done = await send(approver, { ...decision, messageId: randomUUID() });
     expect(done.id).toBe(paused.id);
     expect(done.status!.state).toBe(TaskState.TASK_STATE_COMPLETED);

@@ -1,4 +1,4 @@
-// A failed budget settle is no longer swallowed (issue 15): logged with the run and reservation
+// A failed budget settle is no longer swallowed: logged with the run and reservation
 // ids, and counted in agentd_budget_settle_failures_total; the run goes on.
 import { describe, expect, it } from 'vitest';
 import type { BudgetLedger } from '../../src/agent/budget-ledger.js';

@@ -1,4 +1,4 @@
-// Old snapshots still restore (issue 15 item 3). Each fixture in test/fixtures/snapshots/ holds
+// Old snapshots still restore. Each fixture in test/fixtures/snapshots/ holds
 // the records a run left in the store at one moment, as written by the code of the day named in
 // the file: paused on an approval, paused on a budget, and orphaned in the middle of a model call
 // (its owner died). The test loads them into a fresh data dir, starts today's server and checks

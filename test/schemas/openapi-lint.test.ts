@@ -1,4 +1,4 @@
-// The served OpenAPI document against Redocly's recommended rules (issue 13, "Standards"), and the
+// The served OpenAPI document against Redocly's recommended rules, and the
 // promises behind them: an operationId and security on every operation, SSE answers documented as
 // text/event-stream with their frames, the file download as bytes, each schema once.
 import { execFile } from 'node:child_process';

@@ -1,4 +1,4 @@
-// Secrets inside strings (issue 10, finding 8) and configured secret values (finding 9). Each
+// Secrets inside strings and configured secret values (finding 9). Each
 // credential shape is checked through redact() and createEventRecord(), the functions every
 // stored event goes through; then what must stay untouched (prose, ids, hashes, token counts).
 import { describe, expect, it } from 'vitest';

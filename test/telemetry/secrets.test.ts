@@ -1,4 +1,4 @@
-// The registry of configured secret values (issue 10, finding 9) and `agentd config check`,
+// The registry of configured secret values and `agentd config check`,
 // which printed OTLP/MCP header values, MCP env tokens and the store URL's password as they were.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';

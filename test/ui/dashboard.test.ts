@@ -250,6 +250,7 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     // The admin does see them, and cancels the run from its page.
     await open(`/ui/runs/${runId}`);
     await page.locator('#cancel-run').click();
+    await page.locator('#cancel-run-confirm').click(); // cancel asks first (test/ui/run-page.test.ts)
     await eventually(async () => (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body.status === 'cancelled', 10_000, 'run cancelled');
   });
 });

@@ -3,8 +3,8 @@
 // StringDecoder, our SSE parser (sse-parser.ts) and the chunk decoder (chat-completions-decoder.ts).
 // It replaces, for the openai-compatible provider's streaming calls, the AI SDK's doStream, whose
 // per-call chain (fetch Response → ReadableStream → TextDecoderStream → EventSourceParserStream →
-// TransformStreams) held ~49 KB of heap per live stream and most of a call's CPU (issue 12,
-// docs/benchmarks.md). Failures come out as the SDK path's do after toModelCallError: an HTTP
+// TransformStreams) held ~49 KB of heap per live stream and most of a call's CPU
+// (docs/benchmarks.md). Failures come out as the SDK path's do after toModelCallError: an HTTP
 // error answer as httpStatusError (status kind, Retry-After, the API's message), socket failures
 // as connectionError, the caller's abort as the signal's reason, bad stream data as the decoder's
 // ChatStreamDataError.

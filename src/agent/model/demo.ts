@@ -9,7 +9,7 @@ import {
   type ToolDeclaration,
 } from './types.js';
 
-// The built-in offline model (decisions.md §10): deterministic, streamed, with usage and real
+// The built-in offline model (docs/contract.md §10): deterministic, streamed, with usage and real
 // tool calls, so a newcomer sees a whole run (tools, approvals, budgets) with no API key.
 //
 // How it decides, looking only at the turn since the last user message:

@@ -1,6 +1,6 @@
 import type { ChatMessage, ToolCallRequest, ToolDeclaration } from './types.js';
 
-// Budgets reserve "input tokens + max output tokens" before a call (decisions.md §5), so the
+// Budgets reserve "input tokens + max output tokens" before a call (docs/contract.md §5), so the
 // estimate needs no tokenizer, only to be stable and roughly right: ~4 characters per token plus
 // a small per-message overhead, the same rule the demo model and the scripted server report.
 const CHARS_PER_TOKEN = 4;

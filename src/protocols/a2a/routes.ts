@@ -289,7 +289,13 @@ function rpcResult(id: RpcId, result: unknown) {
 function rpcError(id: RpcId, err: unknown) {
   if (err instanceof RpcError) return { jsonrpc: '2.0' as const, id, error: err.toJSON() };
   if (err instanceof AppError && !HTTP_LEVEL.has(err.status)) {
-    const code = err.status === 404 ? RPC.TASK_NOT_FOUND : err.status === 422 ? RPC.INVALID_PARAMS : RPC.UNSUPPORTED_OPERATION;
+    // Only a missing run is a missing task; a missing approval is a bad decision on a task that exists.
+    const code =
+      err.domainCode === 'AGT_ERR_RUN_NOT_FOUND'
+        ? RPC.TASK_NOT_FOUND
+        : err.status === 404 || err.status === 422
+          ? RPC.INVALID_PARAMS
+          : RPC.UNSUPPORTED_OPERATION;
     return { jsonrpc: '2.0' as const, id, error: new RpcError(code, err.message, err.domainCode).toJSON() };
   }
   throw err;

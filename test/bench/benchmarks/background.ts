@@ -36,6 +36,8 @@ import {
 } from '../lib.js';
 import { treeStats } from '../tree-stats.js';
 
+/** Runs per POST /background/tasks/{id}/runs in the bulk drain (the most one call takes; BullMQ's side adds 1,000 per addBulk). */
+const BULK_LIST = 1000;
 /** Runs drained per concurrency (each side), bounded so the benchmark stays short. */
 const DRAIN_RUNS: Record<number, number> = QUICK ? { 1: 200, 32: 400 } : { 1: scaled(1500, 100), 32: scaled(5000, 200) };
 const DRAIN_CONCURRENCY = [1, 32];
@@ -101,6 +103,8 @@ export async function agentdDrain(
   dataDir: string,
   /** false: the task writes no workspace files (workspace_policy), a diagnostic of what they cost. */
   workspaceFiles = true,
+  /** `bulk`: queued with POST /background/tasks/{id}/runs, lists of 1,000 one after the other (as the BullMQ side's addBulk); else one POST .../run per run, 32 in flight. */
+  enqueue: 'single' | 'bulk' = 'single',
 ): Promise<{
   seconds: number;
   postS: number;
@@ -126,11 +130,24 @@ export async function agentdDrain(
   const th0 = threadCpuMs(child.pid);
   const t0 = nowMs();
   let requested = 0;
-  await fanOut(runs, 32, async (i, agent) => {
-    if (nowMs() - t0 > POST_BUDGET_MS) return;
-    await postJson(`${child.url}/background/tasks/${taskId}/run`, {}, agent);
-    requested++;
-  });
+  if (enqueue === 'bulk') {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      for (let i = 0; i < runs && nowMs() - t0 <= POST_BUDGET_MS; i += BULK_LIST) {
+        const n = Math.min(BULK_LIST, runs - i);
+        await postJson(`${child.url}/background/tasks/${taskId}/runs`, { runs: Array.from({ length: n }, () => ({})) }, agent);
+        requested += n;
+      }
+    } finally {
+      agent.destroy();
+    }
+  } else {
+    await fanOut(runs, 32, async (i, agent) => {
+      if (nowMs() - t0 > POST_BUDGET_MS) return;
+      await postJson(`${child.url}/background/tasks/${taskId}/run`, {}, agent);
+      requested++;
+    });
+  }
   const postS = (nowMs() - t0) / 1000;
   log(`${requested} runs requested in ${postS.toFixed(1)} s`);
   for (;;) {
@@ -361,6 +378,7 @@ async function drainOnFreshServer(
   runs: number,
   sync: boolean,
   workspaceFiles = true,
+  enqueue: 'single' | 'bulk' = 'single',
 ): Promise<Awaited<ReturnType<typeof agentdDrain>>> {
   const dir = tempDir('bg-drain');
   const child = await startChild({
@@ -371,8 +389,8 @@ async function drainOnFreshServer(
     syncWrites: sync,
   });
   try {
-    await agentdDrain(child, Math.min(runs, 500), dir, workspaceFiles);
-    return await agentdDrain(child, runs, dir, workspaceFiles);
+    await agentdDrain(child, Math.min(runs, 500), dir, workspaceFiles, enqueue);
+    return await agentdDrain(child, runs, dir, workspaceFiles, enqueue);
   } finally {
     await child.stop();
     drainDirs.push(dir);
@@ -392,6 +410,68 @@ async function redisPersistence(): Promise<string | null> {
   } finally {
     redis.disconnect();
   }
+}
+
+/**
+ * `npm run bench -- background-drain-bulk`: the drain of the `background` benchmark queued both
+ * ways, one POST /background/tasks/{id}/run per run (32 in flight) and POST
+ * /background/tasks/{id}/runs with lists of 1,000, against BullMQ + generateText (addBulk of
+ * 1,000), at each concurrency, on fresh LevelDB servers (fsync on).
+ */
+export async function backgroundDrainBulkBench(): Promise<BenchOutput> {
+  if (!existsSync(join(ROOT, 'src', 'background', 'manager.ts'))) throw new Error('src/background/ does not exist yet');
+  const fake = await startChild({ mode: 'fake-openai' });
+  const rows: Row[] = [];
+  const notes: string[] = [`The baseline's Redis persistence (CONFIG GET at the start): ${(await redisPersistence()) ?? 'could not be read'}.`];
+  try {
+    for (const concurrency of DRAIN_CONCURRENCY) {
+      const runs = DRAIN_RUNS[concurrency];
+      const single = await drainOnFreshServer(fake.url, concurrency, runs, true, true, 'single');
+      const bulk = await drainOnFreshServer(fake.url, concurrency, runs, true, true, 'bulk');
+      await bullmqDrain(fake.url, concurrency, Math.min(runs, 500));
+      const b = await bullmqDrain(fake.url, concurrency, runs);
+      log(`concurrency ${concurrency}: single ${single.seconds.toFixed(1)} s, bulk ${bulk.seconds.toFixed(1)} s, BullMQ ${b.seconds.toFixed(1)} s`);
+      const bRate = b.completed / b.seconds;
+      for (const [how, d] of [
+        ['one POST .../run per run, 32 in flight', single],
+        ['POST .../runs, lists of 1,000', bulk],
+      ] as const) {
+        const rate = d.completed / d.seconds;
+        rows.push(
+          {
+            metric: `Manual agent runs drained, concurrency ${concurrency}, queued with ${how} (${d.requested.toLocaleString('en-US')} runs)`,
+            value: round(rate, 1),
+            unit: 'runs/s',
+            baseline: round(bRate, 1),
+            baseline_label: 'BullMQ + generateText (addBulk of 1,000)',
+            ratio: ratio(rate, bRate),
+          },
+          { metric: `Time to queue them, concurrency ${concurrency}, ${how}`, value: round(d.postS, 2), unit: 's' },
+          {
+            metric: `CPU per drained run, concurrency ${concurrency}, ${how} (server process)`,
+            value: round(d.cpuMs / Math.max(1, d.requested), 2),
+            unit: 'ms',
+            baseline: round(b.cpuMs / Math.max(1, runs), 2),
+            baseline_label: 'BullMQ worker process',
+          },
+        );
+        if (d.completed !== d.requested) notes.push(`Statuses other than completed (concurrency ${concurrency}, ${how}): ${JSON.stringify(d.other)}`);
+      }
+    }
+  } finally {
+    await fake.stop();
+    for (const dir of drainDirs.splice(0)) removeDir(dir);
+  }
+  return {
+    title: 'Background drain queued one run per request and in lists of 1,000 (POST /background/tasks/{id}/runs), against BullMQ',
+    method: [
+      `The \`background\` benchmark's drain (${DRAIN_QUERY}: one model call on the real openai-compatible path to the fake model server, LevelDB with fsync on, workspace files on), each side warmed up with 500 runs on its fresh server first.`,
+      'Queued two ways: one POST /background/tasks/{id}/run per run, 32 requests in flight; and POST /background/tasks/{id}/runs with lists of 1,000 runs, one list after the other (what BullMQ does with addBulk of 1,000).',
+      'Rate: runs queued / seconds from the first request to the last run terminal with its workspace files written. CPU: the server process over the same span.',
+    ],
+    rows,
+    notes,
+  };
 }
 
 async function backgroundWithModel(modelUrl: string): Promise<BenchOutput> {

@@ -1,4 +1,4 @@
-// `npm run bench -- postgres` (issue 11): POST /run on PostgreSQL with 1, 2 and 3 agentd instances
+// `npm run bench -- postgres`: POST /run on PostgreSQL with 1, 2 and 3 agentd instances
 // on one database behind a round-robin client, against one instance on LevelDB; CPU per run of
 // agentd and of PostgreSQL (its backends serving the benchmark database) separately; and the
 // recovery time of a SIGKILLed instance's runs by the others. Every instance runs the path users

@@ -1,4 +1,4 @@
-// Redaction cost (issue 10, finding 8): what redacting secrets by value pattern and configured
+// Redaction cost: what redacting secrets by value pattern and configured
 // secret value adds to recording an event (createEventRecord, the path of every stored event),
 // for a typical event and a 64 KB payload, and to whole runs over HTTP. The baseline is the same
 // code with the value pass switched off (Redactor.prototype.text replaced by the identity), i.e.

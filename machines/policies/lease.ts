@@ -1,0 +1,10 @@
+// The one lease rule, for both run kinds (a run's record and a background run's row): a lease
+// with no expiry, or whose expiry is not after `nowMs`, has lapsed, and its holder is presumed
+// gone. Everything that asks "may I take this run over?" asks this (src/runtime/run-kernel.ts for
+// runs, src/background/claimer.ts and operator-actions.ts for background runs); docs/architecture.md
+// "Which instance owns a run" says who asks and on which clock.
+
+/** True when a lease expiring at `expiresAt` (ISO 8601, or none) has lapsed at `nowMs`. */
+export function leaseLapsed(expiresAt: string | null | undefined, nowMs: number): boolean {
+  return !expiresAt || Date.parse(expiresAt) <= nowMs;
+}
