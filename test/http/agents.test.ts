@@ -324,7 +324,6 @@ describe('registered agents: after a restart', () => {
     const refused = await postJson(`${server.url}/run/sync`, { query: 'hi', agent_id: 'alt' });
     expect(refused.status).toBe(409);
     expect(refused.body.code).toBe('AGT_ERR_AGENT_UNAVAILABLE');
-    expect(refused.body.message).toMatch(/AGENTD_TEST_ALT_KEY is not available/);
     const run = await postJson(`${server.url}/background/tasks/t/run`, { wait: true });
     expect(run.body).toMatchObject({ status: 'failed' });
     expect(JSON.stringify(run.body)).toMatch(/cannot be built/);
