@@ -9,6 +9,8 @@ import type { SessionPolicy } from '../runtime/runs.js';
 import type { StoredEvent } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
 import type { AppDeps } from '../http/deps.js';
+import type { SseChannel, SseFrame } from '../http/sse.js';
+import { isRefusal, swallow } from '../telemetry/swallowed.js';
 
 export type RunItem =
   | { kind: 'event'; event: StoredEvent }
@@ -195,4 +197,50 @@ export async function lastRunOfSession(deps: AppDeps, sessionId: string, match: 
     if (!page.next_cursor) return found;
     cursor = page.next_cursor;
   }
+}
+
+export interface FollowToChannel {
+  /** Tag of swallowed failures (`ai_sdk`, `ag_ui`). */
+  protocol: string;
+  /** Frames before the run's items (the protocol's own opening). */
+  first: SseFrame[];
+  /** The protocol's frames for one item of the run. */
+  framesOf(item: RunItem): Iterable<SseFrame>;
+  /** A frame after the last item, however the follow ended (the AI SDK's `[DONE]`). */
+  last?: SseFrame;
+  /** Closing the stream cancels the run (as closing POST /run does); else it only detaches. */
+  cancelOnClose: boolean;
+  after: string | null;
+  settledAfterTrace: string | null;
+}
+
+/**
+ * A stored run (on any instance) on an open SSE channel, from `o.after` until it settles: the
+ * streamed chat protocols' answer to a decision and to a reconnect. The follow stops when the
+ * reader goes or is dropped (src/http/sse.ts) and at shutdown (Runtime.trackStream).
+ */
+export async function followOnChannel(deps: AppDeps, ch: SseChannel, run: Pick<RunRecord, 'run_id'>, o: FollowToChannel): Promise<void> {
+  const abort = new AbortController();
+  ch.onDropped(() => abort.abort());
+  ch.onClientClose(() => {
+    abort.abort();
+    if (o.cancelOnClose)
+      void deps.runtime.runs.cancel(run.run_id, { onlyIfLive: true }).catch(swallow(`${o.protocol}.cancel_on_client_close`, { run_id: run.run_id }, isRefusal));
+  });
+  const untrack = deps.runtime.trackStream(() => abort.abort());
+  for (const f of o.first) ch.push(f);
+  const write = async (item: RunItem): Promise<void> => {
+    for (const f of o.framesOf(item)) {
+      const room = ch.send(f);
+      if (room) await room;
+    }
+  };
+  void followRunItems(deps, run.run_id, { after: o.after, settledAfterTrace: o.settledAfterTrace, signal: abort.signal }, write)
+    .catch(swallow(`${o.protocol}.follow`, { run_id: run.run_id }))
+    .finally(() => {
+      untrack();
+      if (o.last) ch.push(o.last);
+      ch.close();
+    });
+  await ch.run();
 }

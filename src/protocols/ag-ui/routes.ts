@@ -15,7 +15,7 @@ import { requireAccess } from '../../http/auth.js';
 import { dataStreamResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions, type SseFrame } from '../../http/sse.js';
 import { IdempotencyHeaders, idempotencyRequestOf, runExists } from '../../http/idempotent.js';
-import { followRunItems, lastEventCursor, lastRunOfSession, startRunItems, type RunItem, type StartedRunItems } from '../run-events.js';
+import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type RunItem, type StartedRunItems } from '../run-events.js';
 import { AgUiEvents } from './events.js';
 
 const ROUTE = 'POST /ag-ui';
@@ -171,28 +171,14 @@ async function followToReply(
 ): Promise<void> {
   const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id: run.run_id, session_id: run.session_id } }));
   const ag = new AgUiEvents(input.threadId, input.runId, newId('msg'));
-  const abort = new AbortController();
-  ch.onDropped(() => abort.abort());
-  ch.onClientClose(() => {
-    abort.abort();
-    if (opts.cancelOnClose)
-      void deps.runtime.runs.cancel(run.run_id, { onlyIfLive: true }).catch(swallow('ag_ui.cancel_on_client_close', { run_id: run.run_id }, isRefusal));
+  await followOnChannel(deps, ch, run, {
+    protocol: 'ag_ui',
+    first: ag.start(run).map(frame),
+    framesOf: (item) => ag.item(item).map(frame),
+    cancelOnClose: opts.cancelOnClose,
+    after: opts.after,
+    settledAfterTrace: opts.settledAfterTrace,
   });
-  const untrack = deps.runtime.trackStream(() => abort.abort());
-  for (const e of ag.start(run)) ch.push(frame(e));
-  const write = async (item: RunItem): Promise<void> => {
-    for (const e of ag.item(item)) {
-      const room = ch.send(frame(e));
-      if (room) await room;
-    }
-  };
-  void followRunItems(deps, run.run_id, { after: opts.after, settledAfterTrace: opts.settledAfterTrace, signal: abort.signal }, write)
-    .catch(swallow('ag_ui.follow', { run_id: run.run_id }))
-    .finally(() => {
-      untrack();
-      ch.close();
-    });
-  await ch.run();
 }
 
 function badDecision(index: number, msg: string): HttpValidationFailure {

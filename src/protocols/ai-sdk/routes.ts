@@ -14,7 +14,7 @@ import { requireAccess } from '../../http/auth.js';
 import { dataStreamResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions, type SseFrame } from '../../http/sse.js';
 import { IdempotencyHeaders, idempotencyRequestOf, runExists } from '../../http/idempotent.js';
-import { followRunItems, lastEventCursor, lastRunOfSession, startRunItems, type RunItem, type StartedRunItems, type StartRunInput } from '../run-events.js';
+import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type RunItem, type StartedRunItems, type StartRunInput } from '../run-events.js';
 import { UiMessageChunks, type UiChunk } from './ui-stream.js';
 
 const ROUTE = 'POST /ai-sdk/chat';
@@ -214,27 +214,13 @@ async function followToReply(
   reply.header('x-vercel-ai-ui-message-stream', 'v1');
   const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id: run.run_id, session_id: run.session_id } }));
   const ui = new UiMessageChunks({ run_id: run.run_id, session_id: run.session_id, trace_id: run.trace_id }, newId('msg'));
-  const abort = new AbortController();
-  ch.onDropped(() => abort.abort());
-  ch.onClientClose(() => {
-    abort.abort();
-    if (cancelOnClose)
-      void deps.runtime.runs.cancel(run.run_id, { onlyIfLive: true }).catch(swallow('ai_sdk.cancel_on_client_close', { run_id: run.run_id }, isRefusal));
+  await followOnChannel(deps, ch, run, {
+    protocol: 'ai_sdk',
+    first: [frame(ui.start(messageId))],
+    framesOf: (item) => ui.item(item).map(frame),
+    last: DONE,
+    cancelOnClose,
+    after: opts.after,
+    settledAfterTrace: opts.settledAfterTrace,
   });
-  const untrack = deps.runtime.trackStream(() => abort.abort());
-  ch.push(frame(ui.start(messageId)));
-  const write = async (item: RunItem): Promise<void> => {
-    for (const c of ui.item(item)) {
-      const room = ch.send(frame(c));
-      if (room) await room;
-    }
-  };
-  void followRunItems(deps, run.run_id, { after: opts.after, settledAfterTrace: opts.settledAfterTrace, signal: abort.signal }, write)
-    .catch(swallow('ai_sdk.follow', { run_id: run.run_id }))
-    .finally(() => {
-      untrack();
-      ch.push(DONE);
-      ch.close();
-    });
-  await ch.run();
 }
