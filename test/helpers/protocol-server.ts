@@ -14,11 +14,13 @@ export const KEYS: Record<Role, string> = { reader: 'key-reader-p', operator: 'k
 export const AUTH = { api_keys: ROLES.map((role) => ({ name: `${role}-key`, role, key_sha256: sha(KEYS[role]) })) };
 
 const TOOLS = join(import.meta.dirname, '../fixtures/run-tools.mjs');
-export const GOVERNED = {
-  auth: AUTH,
+/** The governed agent with auth off (every request anonymous). */
+export const GOVERNED_OPEN = {
   agent: { tools: { local: TOOLS, builtin: [] } },
   governance: { rules: [{ tools: ['ledger_*'], effect: 'ask', reason: 'writes to the ledger' }] },
 };
+/** The governed agent behind the keys of every role. */
+export const GOVERNED = { auth: AUTH, ...GOVERNED_OPEN };
 
 /** A fresh ledger file for ledger_append (AGENTD_TEST_LEDGER) and a reader of its lines. */
 export function useLedger(): { reset(): void; lines(): Array<{ entry: string; run_id: string }> } {

@@ -1,47 +1,28 @@
 // POST /ag-ui driven by `@ag-ui/client`'s HttpAgent (its verifier checks every event stream),
 // against a real server and the scripted model: a run, tool calls, an approval interrupt resumed
 // with approve / deny / edited arguments, a budget interrupt resumed with a grant, a cancelled run.
-import { createHash } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { HttpAgent, type AgentSubscriber } from '@ag-ui/client';
 import type { BaseEvent, Interrupt } from '@ag-ui/core';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
-import { getJson, postJson, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { AUTH, defaultReplies, GOVERNED_OPEN, KEYS, useLedger } from '../helpers/protocol-server.js';
+import { getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 
-const TOOLS = join(import.meta.dirname, '../fixtures/run-tools.mjs');
-const GOVERNED = {
-  agent: { tools: { local: TOOLS, builtin: [] } },
-  governance: { rules: [{ tools: ['ledger_*'], effect: 'ask', reason: 'writes to the ledger' }] },
-};
-const sha = (k: string) => createHash('sha256').update(k).digest('hex');
-const KEYS = { reader: 'k-reader', operator: 'k-operator', approver: 'k-approver', admin: 'k-admin' } as const;
-const AUTH = { api_keys: Object.entries(KEYS).map(([role, key]) => ({ name: `${role}-key`, role, key_sha256: sha(key) })) };
+const GOVERNED = GOVERNED_OPEN;
+const ledger = useLedger();
+const ledgerLines = ledger.lines;
 
 let model: ScriptedOpenAI;
-let ledger: string;
 beforeAll(async () => {
   model = await startScriptedOpenAI();
-  ledger = join(tempDir(), 'ledger.jsonl');
-  process.env.AGENTD_TEST_LEDGER = ledger;
 });
 afterAll(async () => {
   await model.close();
 });
 beforeEach(() => {
-  model.reset();
-  writeFileSync(ledger, '');
-  model.setDefault((req) => {
-    const last = req.messages.at(-1);
-    return last?.role === 'tool' ? { text: `saw: ${String(last.content)}` } : { text: 'plain answer' };
-  });
+  ledger.reset();
+  defaultReplies(model);
 });
-const ledgerLines = () =>
-  readFileSync(ledger, 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l));
 
 interface Outcome {
   events: BaseEvent[];

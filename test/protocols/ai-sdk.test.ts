@@ -1,46 +1,27 @@
 // POST /ai-sdk/chat and GET /ai-sdk/chat/{id}/stream driven by the AI SDK's own client: `ai` 6's
 // DefaultChatTransport (what useChat sends and how it reconnects) and readUIMessageStream (how
 // useChat builds the assistant message from the stream), against a real server and the scripted model.
-import { createHash } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { DefaultChatTransport, readUIMessageStream, type UIMessage, type UIMessageChunk } from 'ai';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
-import { eventually, getJson, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { AUTH, defaultReplies, GOVERNED_OPEN, KEYS, useLedger } from '../helpers/protocol-server.js';
+import { eventually, getJson, startTestServer, type TestServer } from '../helpers/server.js';
 
-const TOOLS = join(import.meta.dirname, '../fixtures/run-tools.mjs');
-const GOVERNED = {
-  agent: { tools: { local: TOOLS, builtin: [] } },
-  governance: { rules: [{ tools: ['ledger_*'], effect: 'ask', reason: 'writes to the ledger' }] },
-};
-const sha = (k: string) => createHash('sha256').update(k).digest('hex');
-const KEYS = { reader: 'k-reader', operator: 'k-operator', approver: 'k-approver', admin: 'k-admin' } as const;
-const AUTH = { api_keys: Object.entries(KEYS).map(([role, key]) => ({ name: `${role}-key`, role, key_sha256: sha(key) })) };
+const GOVERNED = GOVERNED_OPEN;
+const ledger = useLedger();
+const ledgerLines = ledger.lines;
 
 let model: ScriptedOpenAI;
-let ledger: string;
 beforeAll(async () => {
   model = await startScriptedOpenAI();
-  ledger = join(tempDir(), 'ledger.jsonl');
-  process.env.AGENTD_TEST_LEDGER = ledger;
 });
 afterAll(async () => {
   await model.close();
 });
 beforeEach(() => {
-  model.reset();
-  writeFileSync(ledger, '');
-  model.setDefault((req) => {
-    const last = req.messages.at(-1);
-    return last?.role === 'tool' ? { text: `saw: ${String(last.content)}` } : { text: 'plain answer' };
-  });
+  ledger.reset();
+  defaultReplies(model);
 });
-const ledgerLines = () =>
-  readFileSync(ledger, 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l));
 
 type Meta = { run_id: string; session_id: string; trace_id: string; status?: string };
 type Msg = UIMessage<Meta>;
