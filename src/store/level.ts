@@ -240,7 +240,8 @@ export class LevelStore implements Store {
     return this.run(async (db) => {
       const key = recordKey(kind, id);
       const writer = this.writer!;
-      const cached = writer.cachedRow(key);
+      const hit = writer.cachedRow(key); // or what a prefetch of it in flight reads
+      const cached = hit !== undefined ? hit : await writer.prefetchedRow(key);
       if (cached !== undefined) return toVersioned<T>(id, cached);
       const epoch = writer.epoch;
       const text = await db.get(key);
