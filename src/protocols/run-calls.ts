@@ -18,6 +18,11 @@ export interface ProtocolRunRequest {
   agent_id?: string | null;
   /** The conversation before the query (only without a session: StartOptions.history). */
   history?: ChatMessage[];
+  /**
+   * What an Idempotency-Key's retry must repeat, when not the whole request body: the JSON-RPC
+   * bindings (A2A, MCP) pass the call's parameters, so a retry under a new JSON-RPC `id` replays.
+   */
+  idempotency_body?: unknown;
 }
 
 export interface ProtocolRun {
@@ -48,7 +53,7 @@ export async function startProtocolRun(
       ...(run.history && !run.session_id ? { history: run.history } : {}),
       ...(onDelta ? { onDelta: (text: string) => onDelta(text) } : {}),
     });
-  const idem = idempotencyRequestOf(request, operation);
+  const idem = idempotencyRequestOf(request, operation, 'idempotency_body' in run ? run.idempotency_body : request.body);
   if (!idem) {
     const started = await begin(newId('run'), true);
     return { run_id: started.run_id, session_id: started.session_id, settled: started.settled };

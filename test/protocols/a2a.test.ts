@@ -16,10 +16,10 @@ const ledger = useLedger();
 /** Every JSON-RPC body the client sent, to check the wire it speaks. */
 const sent: string[] = [];
 
-async function connect(base: string, key: string): Promise<Client> {
+async function connect(base: string, key: string, headers: Record<string, string> = {}): Promise<Client> {
   const fetchImpl: typeof fetch = (input, init) => {
     if (typeof init?.body === 'string') sent.push(init.body);
-    return fetch(input, { ...init, headers: { ...(init?.headers as Record<string, string>), authorization: `Bearer ${key}` } });
+    return fetch(input, { ...init, headers: { ...(init?.headers as Record<string, string>), authorization: `Bearer ${key}`, ...headers } });
   };
   const factory = new ClientFactory(
     ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
@@ -101,6 +101,20 @@ describe('A2A through @a2a-js/sdk 1.3', () => {
     const got = await reader.getTask({ tenant: '', id: task.id, historyLength: undefined });
     expect(got.status!.state).toBe(TaskState.TASK_STATE_COMPLETED);
     expect(answerOf(got)).toBe('plain answer');
+  });
+
+  it('a retried SendMessage (same Idempotency-Key and message, a new JSON-RPC id) answers with the first task', async () => {
+    const client = await connect(server.url, KEYS.operator, { 'idempotency-key': `a2a-retry-${randomUUID()}` });
+    const msg = message([text('hello')], { contextId: `a2a-idem-${randomUUID()}` });
+    sent.length = 0;
+    const first = await send(client, msg);
+    const calls = model.requests.length;
+    const again = await send(client, msg);
+    const [a, b] = sent.slice(-2).map((body) => JSON.parse(body) as { id: unknown });
+    expect(a.id).not.toEqual(b.id);
+    expect(again.id).toBe(first.id);
+    expect(again.status!.state).toBe(TaskState.TASK_STATE_COMPLETED);
+    expect(model.requests.length).toBe(calls);
   });
 
   it('SendStreamingMessage streams the task, the answer as artifact updates, then the final status', async () => {

@@ -155,7 +155,8 @@ async function sendMessage(
     deps,
     request,
     'a2aSendMessage',
-    { query, session_id: msg.contextId ?? null, agent_id: agentIdOf(typeof agent === 'string' ? agent : null) },
+    // The call's params, not the JSON-RPC envelope: a retry comes with a new JSON-RPC id.
+    { query, session_id: msg.contextId ?? null, agent_id: agentIdOf(typeof agent === 'string' ? agent : null), idempotency_body: params },
     streaming ? (t) => streaming.onDelta(t) : undefined,
   );
   streaming?.onStarted(started);
