@@ -183,6 +183,38 @@ describe('A2A through @a2a-js/sdk 1.3', () => {
     expect(ledger.lines()).toHaveLength(0);
   });
 
+  it("a decision's streamed continuation is live: a resumed model call's text arrives while the task is still working", async () => {
+    // Resumed: the model says something and calls an ungoverned tool, then its next call never
+    // answers, so the task cannot end before the test cancels it.
+    model.enqueue(
+      { tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 1' } }] },
+      { text: 'first part', tool_calls: [{ name: 'echo', arguments: { text: 'x' } }] },
+      { hang: true },
+    );
+    const admin = await connect(server.url, KEYS.admin);
+    const paused = await send(admin, message([text('pay one')]));
+    expect(paused.status!.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    const approve = message([data({ decision: 'approve' })], { taskId: paused.id });
+    let answer = '';
+    let final: TaskState | undefined;
+    let cancelled = false;
+    for await (const ev of admin.sendMessageStream({ tenant: '', message: approve, configuration: undefined, metadata: undefined })) {
+      const p = ev.payload!;
+      if (p.$case === 'artifactUpdate') answer += p.value.artifact!.parts.map((x) => (x.content?.$case === 'text' ? x.content.value : '')).join('');
+      if (p.$case === 'statusUpdate') final = p.value.status!.state;
+      if (answer.includes('first part') && !cancelled) {
+        cancelled = true;
+        const run = (await getJson(`${server.url}/runs/${paused.id}`, { authorization: `Bearer ${KEYS.reader}` })).body;
+        expect(run.status).toBe('running');
+        const task = await admin.cancelTask({ tenant: '', id: paused.id, metadata: undefined });
+        expect(task.status!.state).toBe(TaskState.TASK_STATE_CANCELED);
+      }
+    }
+    expect(cancelled).toBe(true);
+    expect(final).toBe(TaskState.TASK_STATE_CANCELED);
+    expect(ledger.lines().map((l) => l.entry)).toEqual(['pay 1']);
+  });
+
   it('CancelTask cancels a working task; cancelling it again is TaskNotCancelable; an unknown task is TaskNotFound', async () => {
     model.enqueue({ tool_calls: [{ name: 'slow', arguments: { ms: 30_000 } }] });
     const operator = await connect(server.url, KEYS.operator);
