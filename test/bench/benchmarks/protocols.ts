@@ -6,6 +6,7 @@ import {
   QUICK,
   SCALE,
   closedLoop,
+  cpuSeconds,
   log,
   mergeLoops,
   ratio,
@@ -95,15 +96,23 @@ export async function protocolsBench(): Promise<BenchOutput> {
       for (const w of ['trivial', 'tool'] as const) await measure(agentd, route, w, 32, { durationMs: QUICK ? 20_000 : 90_000, maxCount: WARMUP_RUNS / 2 });
 
     const results: Record<string, Record<Route, LoopResult>> = {};
+    /** Server CPU seconds spent in each route's rounds (the agentd child's user + system time). */
+    const cpu: Record<string, Record<Route, number>> = {};
     for (const w of ['trivial', 'tool'] as const) {
       for (const c of [1, 32]) {
         log(`measuring ${w}, c=${c}: ${ROUNDS} rounds of ${ROUND_MS} ms per route, order rotated each round`);
         const loops: Record<Route, LoopResult[]> = { run: [], 'run-session': [], 'ai-sdk': [], 'ag-ui': [] };
+        const spent: Record<Route, number> = { run: 0, 'run-session': 0, 'ai-sdk': 0, 'ag-ui': 0 };
         for (let i = 0; i < ROUNDS; i++) {
           // Rotate which route goes first, so a trend in background load weighs on all alike.
           const order = [...ROUTES.slice(i % ROUTES.length), ...ROUTES.slice(0, i % ROUTES.length)];
-          for (const route of order) loops[route].push(await measure(agentd, route, w, c, { durationMs: ROUND_MS }));
+          for (const route of order) {
+            const before = cpuSeconds(agentd.pid);
+            loops[route].push(await measure(agentd, route, w, c, { durationMs: ROUND_MS }));
+            spent[route] += cpuSeconds(agentd.pid) - before;
+          }
         }
+        cpu[`${w}/${c}`] = spent;
         results[`${w}/${c}`] = {
           run: mergeLoops(loops.run),
           'run-session': mergeLoops(loops['run-session']),
@@ -148,6 +157,26 @@ export async function protocolsBench(): Promise<BenchOutput> {
             ratio: ratio(res[route].perSecond, res['run-session'].perSecond),
           });
         }
+    // Server CPU per run: what a run costs the server whatever else loads the machine (a shared
+    // machine's load slows every route's wall time, not the CPU each run takes). The adapters
+    // write fewer frames per run than POST /run (row below), so at no more CPU per run no adapter
+    // frame costs more than a POST /run frame.
+    const cpuPerRun = (key: string, route: Route) => (cpu[key][route] * 1000) / Math.max(1, results[key][route].count);
+    for (const route of ['run-session', 'ai-sdk', 'ag-ui'] as const)
+      for (const w of ['trivial', 'tool'] as const)
+        for (const c of [1, 32]) {
+          const key = `${w}/${c}`;
+          const r = ratio(cpuPerRun(key, route), cpuPerRun(key, 'run'));
+          rows.push({
+            metric: `Server CPU per run, POST ${PATH[route]}${route === 'run-session' ? ' with a new session_id' : ''}, ${WORKLOADS[w].label}, concurrency ${c}`,
+            value: round(cpuPerRun(key, route), 2),
+            unit: 'ms',
+            baseline: round(cpuPerRun(key, 'run'), 2),
+            baseline_label: 'POST /run',
+            ratio: r,
+            ...(route === 'run-session' ? {} : { target: '<= 1.1x POST /run', pass: r !== null && r <= 1.1 }),
+          });
+        }
     for (const res of Object.values(results))
       for (const route of ROUTES) {
         errors += res[route].errors;
@@ -164,12 +193,15 @@ export async function protocolsBench(): Promise<BenchOutput> {
       metric: 'data: frames per tool-workload run, POST /run / POST /ai-sdk/chat / POST /ag-ui',
       value: `${frames.run} / ${frames['ai-sdk']} / ${frames['ag-ui']}`,
       unit: '',
+      target: 'adapters <= POST /run',
+      pass: frames['ai-sdk'] <= frames.run && frames['ag-ui'] <= frames.run,
     });
     return {
       title: 'Chat protocol adapters (POST /ai-sdk/chat, POST /ag-ui) against POST /run on the real model path',
       method: [
         'One agentd child configured as in the run benchmark (`openai-compatible` pointed at test/bench/child-server.mjs `fake-openai` over HTTP, the local `add` tool, LevelDB with fsync), the same trivial and one-tool workloads.',
         'Bodies: POST /run `{query}` (a new session per run; the diagnostic rows also `{query, session_id}` with a new id each time); POST /ai-sdk/chat the body `DefaultChatTransport` sends (`{id, messages: [one user message], trigger: "submit-message"}`), POST /ag-ui a `RunAgentInput` (`{threadId, runId, messages: [one user message]}`), each with a fresh chat / thread id per request, so each is a new named session.',
+        "Server CPU per run: the agentd child's user + system CPU (/proc/<pid>/stat) over each route's rounds, divided by the runs those rounds completed; on a loaded shared machine it moves far less than runs/s, which every other process's load drags down.",
         `Order: ${WARMUP_RUNS} warm-up runs per route (half per workload, concurrency 32), then per workload and concurrency ${ROUNDS} rounds of ${ROUND_MS / 1000} s per route, the route order rotated each round. Client: keep-alive HTTP workers in the parent process, each reading the full response before the next request.`,
       ],
       rows,
