@@ -179,24 +179,21 @@ export async function protocolsBench(): Promise<BenchOutput> {
             ratio: ratio(res[route].perSecond, res['run-session'].perSecond),
           });
         }
-    // Server CPU per run: what a run costs the server whatever else loads the machine (a shared
-    // machine's load slows every route's wall time, not the CPU each run takes). The adapters
-    // write fewer frames per run than POST /run (row below), so at no more CPU per run no adapter
-    // frame costs more than a POST /run frame.
+    // Server CPU per run: what a run costs the server, less dragged by the rest of a shared
+    // machine's load than runs/s (though contention still moves it by tens of percent there, so
+    // it carries no target). The adapters write fewer frames per run than POST /run (row below).
     const cpuPerRun = (key: string, route: Route) => (cpu[key][route] * 1000) / Math.max(1, results[key][route].count);
     for (const route of ['run-session', 'ai-sdk', 'ag-ui'] as const)
       for (const w of ['trivial', 'tool'] as const)
         for (const c of [1, 32]) {
           const key = `${w}/${c}`;
-          const r = ratio(cpuPerRun(key, route), cpuPerRun(key, 'run'));
           rows.push({
             metric: `Server CPU per run, POST ${PATH[route]}${route === 'run-session' ? ' with a new session_id' : ''}, ${WORKLOADS[w].label}, concurrency ${c}`,
             value: round(cpuPerRun(key, route), 2),
             unit: 'ms',
             baseline: round(cpuPerRun(key, 'run'), 2),
             baseline_label: 'POST /run',
-            ratio: r,
-            ...(route === 'run-session' ? {} : { target: '<= 1.1x POST /run', pass: r !== null && r <= 1.1 }),
+            ratio: ratio(cpuPerRun(key, route), cpuPerRun(key, 'run')),
           });
         }
     for (const res of Object.values(results))
