@@ -415,7 +415,7 @@ export class RunHost {
   private beat(): void {
     const now = this.deps.clock.now();
     this.writer
-      .update((r) => ({ ...r, heartbeat_at: iso(now), lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000) }))
+      .update((r) => ({ ...r, heartbeat_at: iso(now), lease_expires_at: this.deps.leases.expiresAt(this.deps.settings.lease_seconds * 1000) }))
       // A fenced or failed write ends the run through onFenced/failLive; the next beat tries again.
       .catch(swallow('runs.heartbeat', { run_id: this.run_id }, (err) => err instanceof FencedError));
   }

@@ -272,6 +272,13 @@ export class PostgresStore implements Store {
     return this.health;
   }
 
+  /** The database server's clock: `clock_timestamp()` (the time now, not the transaction's start). */
+  async serverTimeMs(): Promise<number> {
+    if (this.state !== 'open') throw new StoreError('closed', 'store is not open');
+    const r = await this.pool.query<{ ms: string }>('SELECT (extract(epoch from clock_timestamp()) * 1000)::float8::text AS ms');
+    return Math.round(Number(r.rows[0].ms));
+  }
+
   /** The background probe: skipped while queries keep succeeding (they prove the same, for free). */
   private async probe(force = false): Promise<void> {
     if (!force && this.health.ok && Date.now() - this.lastOkAt < PROBE_INTERVAL_MS) return;
