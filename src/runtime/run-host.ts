@@ -215,14 +215,14 @@ export class RunHost {
         });
       }
       if (historyInCommit) ops.push(this.kernel.history.firstTurnOp(r, this.prelude));
-      // A completed background agent run carries its background run's completion (row, attempt,
+      // A background agent run's end or park carries its background run's step (row, attempt,
       // trace, lifecycle event) in this same commit: both are written or neither is.
-      if (status === 'completed' && this.kind === 'background' && this.kernel.finalFold) {
+      if ((terminal || waiting) && this.kind === 'background' && this.kernel.finalFold) {
         try {
           fold = this.kernel.finalFold(r);
         } catch (err) {
-          fold = null; // nothing folded: the completion goes the usual way (onSettled)
-          this.log.error({ err: String(err) }, 'could not fold the background run completion into the final commit');
+          fold = null; // nothing folded: the end goes the usual way (onSettled)
+          this.log.error({ err: String(err) }, "could not fold the background run's step into the agent run's final commit");
         }
         if (fold) ops.push(...fold.ops);
       }
