@@ -41,13 +41,15 @@ export class LeaseClock {
   /**
    * Measures the store's clock against this process's (once, at start-up: the offset is then a
    * constant, so a clock a test moves by hand moves the lease clock with it). The store's time is
-   * taken as read half-way through the round trip.
+   * taken as read half-way through the round trip; a difference within half the round trip
+   * cannot be told from the trip itself and counts as none (the database on this machine).
    */
   async sync(store: StoreTime): Promise<void> {
     if (!store.serverTimeMs) return;
     const before = this.clock.now();
     const server = await store.serverTimeMs();
     const after = this.clock.now();
-    this.offsetMs = Math.round(server - (before + after) / 2);
+    const skew = server - (before + after) / 2;
+    this.offsetMs = Math.abs(skew) <= (after - before) / 2 ? 0 : Math.round(skew);
   }
 }

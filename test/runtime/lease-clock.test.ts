@@ -45,4 +45,18 @@ describe('LeaseClock', () => {
     });
     expect(leases.skewMs).toBe(5_000);
   });
+
+  it('counts a difference within half the round trip as none', async () => {
+    const clock = new ManualClock(T0);
+    const leases = new LeaseClock(clock);
+    await leases.sync({
+      serverTimeMs: async () => {
+        clock.advance(100);
+        const server = clock.now() + 80; // within the 100 ms either way the trip allows
+        clock.advance(100);
+        return server;
+      },
+    });
+    expect(leases.skewMs).toBe(0);
+  });
 });
