@@ -143,7 +143,7 @@ export class RunService {
         trace_id,
         now,
         lease_seconds: settings.lease_seconds,
-        lease_expires_at: iso(clock.now() + settings.lease_seconds * 1000),
+        lease_expires_at: this.deps.leases.expiresAt(settings.lease_seconds * 1000),
         owner: this.deps.workerId,
       });
       // The run's writer creates the run and its first trace segment in one commit, handed to the
