@@ -186,6 +186,10 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await nightly.locator('button.pause').click();
     await nightly.locator('.s-paused').waitFor();
     expect((await getJson(`${s.url}/background/tasks/nightly/status`, ADMIN)).body.schedule_state.paused).toBe(true);
+    // A paused task lists no next due times, and says why.
+    await nightly.locator('.no-due').waitFor();
+    expect(await nightly.locator('.preview li').count()).toBe(0);
+    await shot('background-paused');
     await open('/ui/machines?task=nightly');
     await page.locator('svg[data-machine=task] g.state.current[data-state=paused]').waitFor();
     await open('/ui/background');
