@@ -98,10 +98,15 @@ export const COMMANDS: Command[] = [
   {
     path: ['runs', 'ls'],
     remote: true,
-    summary: 'List runs, oldest first.',
+    summary: 'List runs, newest first: status, session, agent, task, created, duration, steps, tokens, cost.',
     options: {
       status: { type: 'string', value: 'S', help: 'Only runs in this status (running, awaiting_approval, awaiting_budget, completed, failed, ...).' },
       session: { type: 'string', value: 'S', help: 'Only runs of this session.' },
+      agent: { type: 'string', value: 'A', help: 'Only runs of this agent.' },
+      task: { type: 'string', value: 'T', help: 'Only runs started by this background task.' },
+      since: { type: 'string', value: 'TIME', help: 'Only runs created at or after TIME (ISO 8601 with a timezone, e.g. 2026-01-01T09:00:00Z).' },
+      until: { type: 'string', value: 'TIME', help: 'Only runs created before TIME.' },
+      oldest: { type: 'boolean', help: 'Oldest first (the API default) instead of newest first.' },
       limit: { type: 'string', value: 'N', help: 'At most N runs (server default 50).' },
       cursor: { type: 'string', value: 'C', help: 'Continue after a previous page (its next_cursor).' },
     },

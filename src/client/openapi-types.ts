@@ -626,7 +626,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List runs, oldest first */
+        /** List runs, oldest first (order=desc: newest first), by status, session, agent, task and time range */
         get: operations["listRuns"];
         put?: never;
         post?: never;
@@ -899,7 +899,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Trace summaries, newest first */
+        /** Trace summaries, newest first (order=asc: oldest first), by run, session, task, agent, status and time range */
         get: operations["listTraces"];
         put?: never;
         post?: never;
@@ -2056,21 +2056,29 @@ export interface components {
             total_tokens: number;
         };
         RunView: {
+            /** @description The agent that ran it (the configured agent, or the background agent). */
+            agent_id: string;
             agent_name: string;
             approvals: components["schemas"]["Approval"][];
             attempt: number;
             budget_requests: components["schemas"]["BudgetRequest"][];
             /** Format: date-time */
             created_at: string;
+            /** @description When it finished; null while it runs or waits. */
+            ended_at?: string | null;
             error: components["schemas"]["ErrorInfo"] | null;
             heartbeat_at: string | null;
             lease_seconds: number;
             outcomes: components["schemas"]["Outcome"][];
+            /** @description The request that started the run, its first 500 characters, secrets redacted. */
+            query_preview?: string | null;
             response?: string | null;
             run_id: string;
             session_id: string;
             status: components["schemas"]["RunRecordStatus"];
             step: number;
+            /** @description The background task whose run started it; null for a request. */
+            task_id?: string | null;
             termination_reason?: components["schemas"]["TerminationReason"] | null;
             tool_calls: components["schemas"]["ToolCall"][];
             trace_ids: string[];
@@ -3039,10 +3047,17 @@ export interface operations {
     listBackgroundRuns: {
         parameters: {
             query?: {
+                agent_id?: components["schemas"]["BackgroundId"];
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default asc). */
+                order?: "asc" | "desc";
+                /** @description Only items created at or after this time (ISO 8601 with a timezone). */
+                since?: string;
                 status?: components["schemas"]["RunStatus"];
                 task_id?: components["schemas"]["BackgroundId"];
+                /** @description Only items created before this time (ISO 8601 with a timezone). */
+                until?: string;
             };
             header?: never;
             path?: never;
@@ -5074,10 +5089,20 @@ export interface operations {
     listRuns: {
         parameters: {
             query?: {
+                /** @description Only runs of this agent. */
+                agent_id?: string;
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default asc). */
+                order?: "asc" | "desc";
                 session_id?: string;
+                /** @description Only items created at or after this time (ISO 8601 with a timezone). */
+                since?: string;
                 status?: components["schemas"]["RunRecordStatus"];
+                /** @description Only runs of this background task (the agent runs its background runs started). */
+                task_id?: string;
+                /** @description Only items created before this time (ISO 8601 with a timezone). */
+                until?: string;
             };
             header?: never;
             path?: never;
@@ -6195,12 +6220,20 @@ export interface operations {
     listTraces: {
         parameters: {
             query?: {
+                /** @description Only traces of this agent. */
+                agent_id?: string;
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default desc). */
+                order?: "asc" | "desc";
                 run_id?: string;
                 session_id?: string;
+                /** @description Only items created at or after this time (ISO 8601 with a timezone). */
+                since?: string;
                 status?: components["schemas"]["TraceStatus"];
                 task_id?: string;
+                /** @description Only items created before this time (ISO 8601 with a timezone). */
+                until?: string;
             };
             header?: never;
             path?: never;
