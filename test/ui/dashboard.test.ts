@@ -226,6 +226,38 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await expect.poll(() => page.locator('table.runs tbody tr').first().locator('td').first().textContent(), { timeout: 10_000 }).toBe(last);
   }, 60_000);
 
+  it('shows agent, task, duration and cost columns and filters runs by task, agent and time range', async () => {
+    expect((await postJson(`${s.url}/background/tasks`, { task_id: 'filtered', query: 'hello', schedule: { type: 'manual' } }, ADMIN)).status).toBe(200);
+    expect((await postJson(`${s.url}/background/tasks/filtered/run`, { wait: true }, ADMIN)).status).toBe(200);
+    const [run] = (await getJson(`${s.url}/runs?task_id=filtered`, ADMIN)).body.runs;
+    await open('/ui/runs');
+    const headers = await page.locator('table.runs thead th').allTextContents();
+    expect(headers).toEqual(['run', 'status', 'agent', 'task', 'session', 'started', 'duration', 'tokens', 'cost', 'answer']);
+
+    await page.fill('input[name=task-filter]', 'filtered');
+    const rows = page.locator('table.runs tbody tr');
+    await expect.poll(() => rows.count(), { timeout: 10_000 }).toBe(1);
+    const row = rows.first();
+    expect(await row.locator('td').first().textContent()).toBe(run.run_id);
+    expect(await row.locator('td.task').textContent()).toBe('filtered');
+    expect(await row.locator('td.agent').textContent()).toBe(run.agent_id);
+    expect(await row.locator('td.duration').textContent()).toMatch(/^\d+(\.\d)? (ms|s)$/);
+    expect(await row.locator('td.cost').textContent()).toMatch(/^\$/);
+    await shot('runs-filtered');
+
+    await page.fill('input[name=agent-filter]', 'no-such-agent');
+    await expect.poll(() => rows.count(), { timeout: 10_000 }).toBe(0);
+    await page.fill('input[name=agent-filter]', run.agent_id);
+    await expect.poll(() => rows.count(), { timeout: 10_000 }).toBe(1);
+    // A range that starts after the run was created lists nothing.
+    await page.fill('input[name=since]', '2099-01-01T00:00');
+    await expect.poll(() => rows.count(), { timeout: 10_000 }).toBe(0);
+    await page.fill('input[name=since]', '');
+    await page.fill('input[name=until]', '2099-01-01T00:00');
+    await expect.poll(() => rows.count(), { timeout: 10_000 }).toBe(1);
+    for (const name of ['task-filter', 'agent-filter', 'until']) await page.fill(`input[name=${name}]`, '');
+  });
+
   it('a reader sees no start, approve, deny or cancel controls', async () => {
     const waiting = await postJson(`${s.url}/run/sync`, { query: 'what time is it?' }, ADMIN);
     expect(waiting.body.status).toBe('awaiting_approval');
