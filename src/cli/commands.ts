@@ -145,7 +145,7 @@ export const COMMANDS: Command[] = [
     options: {
       args: { type: 'string', value: 'JSON', help: 'Approve this edited call instead (a JSON object of arguments).' },
       note: { ...note },
-      approver: { type: 'string', value: 'NAME', help: "Who decides (default $USER; with auth.bind_approver it must be the API key's name)." },
+      approver: { type: 'string', value: 'NAME', help: "Who decides (default: the API key's name, from GET /whoami; with auth off, $USER)." },
     },
     load: runs('approvalsApprove'),
   },
@@ -154,7 +154,7 @@ export const COMMANDS: Command[] = [
     args: ['RUN', 'APPROVAL'],
     remote: true,
     summary: 'Deny a pending tool call: it does not run, and the model is told "Denied by <approver>: <note>".',
-    options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' } },
+    options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: "Who decides (default: the API key's name; with auth off, $USER)." } },
     load: runs('approvalsDeny'),
   },
   {
@@ -165,7 +165,7 @@ export const COMMANDS: Command[] = [
     options: {
       amount: { type: 'string', value: 'X', help: 'Amount to add (default: the shortfall).' },
       note: { ...note },
-      approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' },
+      approver: { type: 'string', value: 'NAME', help: "Who decides (default: the API key's name; with auth off, $USER)." },
     },
     load: runs('budgetGrant'),
   },
@@ -174,7 +174,7 @@ export const COMMANDS: Command[] = [
     args: ['RUN'],
     remote: true,
     summary: 'Deny the budget a run waits for; it ends budget_exhausted.',
-    options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' } },
+    options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: "Who decides (default: the API key's name; with auth off, $USER)." } },
     load: runs('budgetDeny'),
   },
   { path: ['tasks', 'ls'], remote: true, summary: 'List background tasks.', load: tasks('tasksLs') },

@@ -302,7 +302,7 @@ async function decideApproval(p: Parsed, spec: CommandSpec, decision: 'approve' 
   const args = decision === 'approve' ? jsonObjectFlag(p.values.args, 'args', helpOf(spec)) : undefined;
   const a = await remote.client.approvals.decide(runId, approvalId, {
     decision,
-    approver: approverOf(p),
+    approver: await approverOf(p, remote),
     ...(args ? { arguments: args } : {}),
     ...(typeof p.values.note === 'string' ? { note: p.values.note } : {}),
   });
@@ -323,7 +323,7 @@ async function decideBudget(p: Parsed, spec: CommandSpec, decision: 'grant' | 'd
   const amount = decision === 'grant' ? numberFlag(p.values.amount, 'amount', helpOf(spec)) : undefined;
   const r = await remote.client.budget.decide(runId, {
     decision,
-    approver: approverOf(p),
+    approver: await approverOf(p, remote),
     ...(amount !== undefined ? { amount } : {}),
     ...(typeof p.values.note === 'string' ? { note: p.values.note } : {}),
   });

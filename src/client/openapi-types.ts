@@ -994,6 +994,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/whoami": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The API key this request was made with: its name and role */
+        get: operations["whoAmI"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2427,6 +2444,17 @@ export interface components {
         WebhookEventType: "run.completed" | "run.failed" | "run.cancelled" | "run.awaiting_approval" | "run.awaiting_budget" | "background_run.completed" | "background_run.failed" | "background_run.cancelled" | "background_run.timeout" | "background_run.skipped";
         /** @description Receiver of this run's webhooks (run.* and background_run.* events), signed with webhooks.request_secret. The host must be listed in webhooks.allow_request_hosts (else 422). */
         WebhookUrl: string;
+        WhoAmIResponse: {
+            /** @description Whether the server checks API keys (auth.api_keys is not empty). */
+            auth: boolean;
+            /** @description The API key's name from auth.api_keys; null when auth is off. */
+            name: string | null;
+            /**
+             * @description What the key may do; with auth off every caller counts as admin.
+             * @enum {string}
+             */
+            role: "reader" | "operator" | "approver" | "admin";
+        };
         WorkspaceFileEntry: {
             is_dir: boolean;
             /** Format: date-time */
@@ -6550,6 +6578,44 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    whoAmI: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WhoAmIResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };

@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventually, getJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { buildCli, cliEnv, collect, freePort, listening, removeCli, runCli, spawnCli, waitForOutput } from './helpers.js';
 
 const GOVERNED = { governance: { rules: [{ tools: ['workspace_write'], effect: 'ask', reason: 'writes files' }] } };
@@ -384,7 +384,11 @@ describe('budget and keys', () => {
   beforeAll(async () => {
     [budgeted, keyed] = await Promise.all([
       startTestServer({ budgets: { run: [{ meter: 'model_calls', limit: 1, on_exhausted: 'pause' }] } }),
-      startTestServer({ auth: { api_keys: [{ name: 'ops', role: 'admin', key_sha256: sha(KEY) }] } }),
+      startTestServer({
+        auth: { api_keys: [{ name: 'ops', role: 'admin', key_sha256: sha(KEY) }] },
+        agent: { tools: { builtin: ['clock'] } },
+        governance: { rules: [{ tools: ['clock'], effect: 'ask' }] },
+      }),
     ]);
   });
 
@@ -418,5 +422,17 @@ describe('budget and keys', () => {
     expect(flag.code, flag.stderr).toBe(0);
     expect(JSON.parse(flag.stdout)).toMatchObject({ runs: [], total: 0 });
     expect(fromEnv.code, fromEnv.stderr).toBe(0);
+  });
+
+  it("decides as the API key's name by default (GET /whoami), not $USER", async () => {
+    const auth = { authorization: `Bearer ${KEY}` };
+    const paused = (await postJson(`${keyed.url}/run/sync`, { query: 'What time is it?' }, auth)).body;
+    expect(paused.status).toBe('awaiting_approval');
+    const approve = await runCli(
+      ['approvals', 'approve', paused.run_id, paused.approvals[0].approval_id, '--key', KEY, '--json'],
+      cliEnv({ AGENTD_URL: keyed.url }),
+    );
+    expect(approve.code, approve.stderr).toBe(0);
+    expect(JSON.parse(approve.stdout)).toMatchObject({ status: 'approved', approver: 'ops' });
   });
 });

@@ -58,6 +58,8 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await page.fill('input[name=api-key]', KEYS.admin);
     await page.click('button[type=submit]');
     await expect.poll(() => page.locator('.role').textContent()).toBe('role: admin');
+    // The header names the signed-in key (GET /whoami).
+    expect(await page.locator('header .key-name').textContent()).toBe('admin');
 
     await page.fill('#start-run input[name=query]', 'hello dashboard');
     await page.click('#start-run button[type=submit]');
@@ -89,6 +91,13 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await card.waitFor();
     expect(await card.locator('.tool').textContent()).toBe('clock');
     expect(await card.locator('.reason').textContent()).toBe('reading the clock needs a person');
+    // The request the run was started with, so the approver knows what the call is for.
+    expect(await card.locator('.request q').textContent()).toBe('what time is it?');
+    // The nav counts the runs waiting for a decision.
+    const waiting = (await getJson(`${s.url}/runs?status=awaiting_approval&limit=1`, ADMIN)).body.total;
+    await expect.poll(() => page.locator('header nav .pending-count').textContent(), { timeout: 10_000 }).toBe(String(waiting));
+    // "Deciding as" starts from the key's name.
+    expect(await page.locator('input[name=approver]').inputValue()).toBe('admin');
     await shot('approvals');
 
     await card.locator('textarea[name=arguments]').fill('{"timezone": 5}');
@@ -107,7 +116,10 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
       'run completed',
     );
     expect(done.approvals[0].edited_arguments).toEqual({ timezone: 'Europe/Paris' });
+    // Decided as the key's name, not "dashboard".
+    expect(done.approvals[0].approver).toBe('admin');
     await page.locator('#inbox-empty').waitFor();
+    await expect.poll(() => page.locator('header nav .pending-count').count(), { timeout: 10_000 }).toBe(0);
 
     // And the machine view follows it to its end.
     await open(`/ui/machines?run=${runId}`);
@@ -130,7 +142,7 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
       10_000,
       'run went on after the denial',
     );
-    expect(r.approvals[0]).toMatchObject({ status: 'denied', note: 'not during the freeze', approver: 'dashboard' });
+    expect(r.approvals[0]).toMatchObject({ status: 'denied', note: 'not during the freeze', approver: 'admin' });
   });
 
   it('grants a budget request from the inbox and the run completes', async () => {
@@ -152,7 +164,7 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
       10_000,
       'run completed after the grant',
     );
-    expect(done.budget_requests[0]).toMatchObject({ status: 'granted', amount: 1, approver: 'dashboard' });
+    expect(done.budget_requests[0]).toMatchObject({ status: 'granted', amount: 1, approver: 'admin' });
   });
 
   it('creates a task, runs it now and downloads a file of its workspace', async () => {
