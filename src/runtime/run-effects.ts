@@ -192,7 +192,14 @@ export class RunEffects {
       span_id: span,
       parent_span_id: live.stepSpan,
       input: { messages: ctx.messages.length, tools: tools.map((t) => t.name), last: ctx.messages.at(-1), ...promptOf(ctx.messages) },
-      metadata: { model: agentModel.model, provider: agentModel.provider, step: ctx.step },
+      // The request's parameters, for gen_ai.request.max_tokens / .temperature on the OTLP span.
+      metadata: {
+        model: agentModel.model,
+        provider: agentModel.provider,
+        step: ctx.step,
+        max_tokens: live.agent.max_output_tokens,
+        ...(agentModel.temperature !== undefined ? { temperature: agentModel.temperature } : {}),
+      },
     });
     const combined = AbortSignal.any([signal, live.abort.signal]);
     let result;
@@ -224,7 +231,12 @@ export class RunEffects {
     }
     const usage = modelCallUsage(this.deps.settings.pricing, agentModel.model, result.usage);
     await settleHold(this.deps, ctx.run_id, `${ctx.run_id}:model:${ctx.step}`, usage.amounts, 'model');
-    this.deps.metrics.tokensUsed(result.usage.input_tokens, result.usage.output_tokens);
+    this.deps.metrics.tokensUsed(
+      result.usage.input_tokens,
+      result.usage.output_tokens,
+      { agent: live.agent_id, provider: agentModel.provider, model: agentModel.model },
+      usage.amounts.cost_usd ?? 0,
+    );
     void live.emit({
       event_type: 'model_response',
       actor: { type: 'model', id: agentModel.model, name: agentModel.provider },
