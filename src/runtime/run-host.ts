@@ -430,6 +430,9 @@ export class RunHost {
   emit(input: RunEventInput): Promise<unknown> {
     const record = this.writer.value;
     const full: EventRecordInput = {
+      // Stamped now, not when the store takes it: held events (below) are stored later, and a
+      // step's start must not read as later than its end.
+      timestamp: iso(this.deps.clock.now()),
       ...input,
       sequence: ++this.eventSeq,
       trace_id: record.trace_id,
