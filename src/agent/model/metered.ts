@@ -16,6 +16,7 @@ export function withCallMetrics(provider: ModelProvider, observe: ModelCallObser
     provider: provider.provider,
     model: provider.model,
     estimateInputTokens: (messages, tools) => provider.estimateInputTokens(messages, tools),
+    ...(provider.rate ? { rate: provider.rate } : {}),
     async call(req: ModelCallRequest): Promise<ModelCallResult> {
       const started = now();
       try {
