@@ -100,7 +100,7 @@ export const COMMANDS: Command[] = [
     remote: true,
     summary: 'List runs, oldest first.',
     options: {
-      status: { type: 'string', value: 'S', help: 'Only runs in this status (running, awaiting_approval, awaiting_budget, completed, failed, ...).' },
+      status: { type: 'string', value: 'S', help: 'Only runs in this status (queued, running, awaiting_approval, awaiting_budget, completed, failed, ...).' },
       session: { type: 'string', value: 'S', help: 'Only runs of this session.' },
       limit: { type: 'string', value: 'N', help: 'At most N runs (server default 50).' },
       cursor: { type: 'string', value: 'C', help: 'Continue after a previous page (its next_cursor).' },

@@ -8,6 +8,7 @@ import { admissionOrder, resolveConcurrency, type ConcurrencyRequest } from '../
 import { domainError } from '../errors.js';
 import { ConcurrencyQueue } from '../flow/concurrency.js';
 import { newId } from '../ids.js';
+import { isSharedStore } from '../store/changes.js';
 import { repos } from '../store/repos/index.js';
 import type { Versioned } from '../store/store.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
@@ -216,25 +217,37 @@ export class RunFlow {
   }
 
   /**
-   * Queued runs that no caller waits for any more (the process that queued them stopped):
-   * put back in this process's queue, in their order. At start-up on an embedded store every
-   * queued run is such; on a shared store only those of `owners` this process may take over.
+   * Queued runs that no caller waits for any more (the process that queued them stopped): put
+   * back in this process's queue, in their order. At start-up on an embedded store every queued
+   * run is such; on a shared store, those whose owner stopped beating (`ownerBeats`), each taken
+   * over first by a compare-and-set of its owner, so only one instance takes it.
    */
   async recoverQueued(opts: { startup?: boolean } = {}): Promise<number> {
-    if (!opts.startup) return 0;
-    let n = 0;
+    const shared = isSharedStore(this.deps.store);
+    if (!opts.startup && !shared) return 0;
     let cursor: string | null = null;
-    const found: RunRecord[] = [];
+    const found: Versioned<RunRecord>[] = [];
     do {
       const page: { items: Versioned<RunRecord>[]; next_cursor: string | null } = await repos(this.deps.store).runs.list<RunRecord>({
         index: { name: 'status', value: 'queued' },
         cursor,
         limit: 1000,
       });
-      for (const { value } of page.items) if (value.queue && !this.queue.isWaiting(value.run_id)) found.push(value);
+      for (const item of page.items) if (item.value.queue && !this.queue.isWaiting(item.value.run_id)) found.push(item);
       cursor = page.next_cursor;
     } while (cursor);
-    for (const r of found) {
+    const dead = shared ? await this.deadOwners(found) : null;
+    let n = 0;
+    for (const item of found) {
+      let r = item.value;
+      if (dead) {
+        if (r.owner === this.deps.workerId || !dead.has(r.owner ?? '')) continue;
+        const taken = await repos(this.deps.store)
+          .runs.update(r.run_id, { ...r, owner: this.deps.workerId, updated_at: iso(this.deps.clock.now()) }, item.version, runIndexes(r))
+          .catch(() => null); // another instance took it first, or it was cancelled
+        if (!taken) continue;
+        r = taken.value;
+      }
       n++;
       void this.admit(r, {
         kind: r.kind,
@@ -245,6 +258,59 @@ export class RunFlow {
       });
     }
     return n;
+  }
+
+  /**
+   * On a shared store, an instance with runs waiting here writes when it last beat (kind meta,
+   * `flow_instance:<worker id>`, an unchecked write every lease/3); the others take its queued
+   * runs over once it has not beaten for two leases. Nothing is written while nothing waits here.
+   */
+  startBeating(): void {
+    if (!isSharedStore(this.deps.store) || this.beatTimer) return;
+    const everyMs = Math.max(100, Math.floor((this.deps.settings.lease_seconds * 1000) / 3));
+    this.beatTimer = setInterval(() => {
+      if (this.kernel.closing) return;
+      if (this.queue.size > 0) void this.beat();
+      // Every few beats, look for queued runs of instances that stopped.
+      if (++this.beats % 3 === 0) void this.recoverQueued().catch((err) => reportSwallowed('flow.takeover', err));
+    }, everyMs);
+    this.beatTimer.unref();
+  }
+
+  stopBeating(): void {
+    if (this.beatTimer) clearInterval(this.beatTimer);
+    this.beatTimer = null;
+  }
+
+  private beatTimer: NodeJS.Timeout | null = null;
+  private beats = 0;
+
+  private beat(): Promise<void> {
+    const meta = repos(this.deps.store).meta;
+    return this.deps.store
+      .commit([meta.updateOp(`flow_instance:${this.deps.workerId}`, { beat_at: this.deps.clock.now() }, null)])
+      .then(() => undefined)
+      .catch((err) => reportSwallowed('flow.beat', err));
+  }
+
+  /** Owners of `runs` that stopped beating: no beat for two leases (or none ever, and the run is older than that). */
+  private async deadOwners(runs: Versioned<RunRecord>[]): Promise<Set<string>> {
+    const now = this.deps.clock.now();
+    const lapse = 2 * this.deps.settings.lease_seconds * 1000;
+    const oldest = new Map<string, number>();
+    for (const { value: r } of runs) {
+      if (!r.owner || r.owner === this.deps.workerId) continue;
+      const at = Date.parse(r.updated_at);
+      oldest.set(r.owner, Math.min(oldest.get(r.owner) ?? at, at));
+    }
+    const owners = [...oldest.keys()];
+    const beats = await repos(this.deps.store).meta.getMany<{ beat_at: number }>(owners.map((o) => `flow_instance:${o}`));
+    const dead = new Set<string>();
+    owners.forEach((o, i) => {
+      const beat = beats[i]?.value.beat_at ?? null;
+      if (beat !== null ? now - beat > lapse : now - oldest.get(o)! > lapse) dead.add(o);
+    });
+    return dead;
   }
 
   /** Holders of a full key whose runs ended: their slots were never given back (a crash between the end and the release). */

@@ -369,11 +369,13 @@ export class RunService {
 
   startSweeper(): void {
     this.recovery.startSweeper();
+    if (this.deps.settings.sweep.enabled) this.flow.startBeating(); // a shared store: queued runs of stopped instances are taken over
   }
 
   /** First step of a graceful shutdown, to call BEFORE the HTTP server closes its connections (RunRecovery.beginShutdown). */
   beginShutdown(): void {
-    this.flow.queue.close(); // queued runs stay stored `queued`; the next start queues them again
+    this.flow.queue.close(); // queued runs stay stored `queued`; the next start (or another instance) queues them again
+    this.flow.stopBeating();
     this.recovery.beginShutdown();
   }
 

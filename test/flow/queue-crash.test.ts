@@ -51,3 +51,30 @@ it('a queued run survives SIGKILL, keeps its place and runs once', async () => {
   expect(asked.indexOf('second')).toBeLessThan(asked.indexOf('third'));
   await second.kill('SIGTERM');
 }, 90_000);
+
+it('on PostgreSQL, the runs queued on an instance killed with SIGKILL are taken over by another and run once', async () => {
+  const { startCluster } = await import('../cluster/helpers.js');
+  model.reset();
+  let killed = false;
+  model.setDefault(() => (killed ? { text: 'answered' } : { hang: true }));
+  const cluster = await startCluster(2, model.url);
+  try {
+    const a = cluster.instances[0]!;
+    const b = cluster.instances[1]!;
+    const key = { key: 'tenant:pg-crash', limit: 1 };
+    void postJson(`${a.url}/run/sync`, { query: 'head', session_id: 'pg-head', concurrency: key }, 60_000).catch(() => undefined);
+    await model.waitForRequests(1);
+    void postJson(`${a.url}/run/sync`, { query: 'orphan', session_id: 'pg-orphan', concurrency: key }, 60_000).catch(() => undefined);
+    const orphan = await eventually(async () => {
+      const list = await getJson(`${b.url}/runs?session_id=pg-orphan`);
+      return list.body?.runs?.[0]?.status === 'queued' ? (list.body.runs[0].run_id as string) : null;
+    });
+    await a.kill('SIGKILL');
+    killed = true;
+    // B recovers the head (its lease lapses) and takes the orphan over (its owner stopped beating).
+    await waitForRunStatus(b.url, orphan, ['completed'], 40_000);
+    expect(model.requests.map(queryOf).filter((q) => q === 'orphan')).toHaveLength(1);
+  } finally {
+    await cluster.destroy();
+  }
+}, 90_000);
