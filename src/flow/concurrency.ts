@@ -12,7 +12,9 @@ import { insertInOrder, type WaitingEntry } from '../../machines/policies/flow.j
 import type { Clock } from '../clock.js';
 import { CHANGE_CHANNELS, type StoreChanges } from '../store/changes.js';
 import type { Store } from '../store/store.js';
-import { KeySlots } from './key-slots.js';
+import { CasExhaustedError } from '../store/cas.js';
+import { isSharedStore } from '../store/changes.js';
+import { KeySlots, MemoryKeySlots, type KeyHolders } from './key-slots.js';
 
 export type AdmitOutcome = 'admitted' | 'dropped';
 
@@ -31,7 +33,7 @@ export interface ConcurrencyQueueOptions {
 }
 
 export class ConcurrencyQueue {
-  readonly slots: KeySlots;
+  readonly slots: KeyHolders;
   private readonly waiting = new Map<string, Waiter[]>();
   private readonly byRun = new Map<string, Waiter>();
   /** Keys being pumped now (one pump per key at a time) and keys to pump again once it ends. */
@@ -48,7 +50,7 @@ export class ConcurrencyQueue {
     private readonly clock: Clock,
     private readonly opts: ConcurrencyQueueOptions = {},
   ) {
-    this.slots = new KeySlots(store);
+    this.slots = isSharedStore(store) ? new KeySlots(store) : new MemoryKeySlots();
     this.pollMs = opts.pollMs ?? 250;
     const changes: StoreChanges | undefined = store.changes;
     if (changes) {
@@ -79,7 +81,13 @@ export class ConcurrencyQueue {
    */
   async tryTake(key: string, limit: number, runId: string): Promise<boolean> {
     if (this.waitingOn(key) > 0) return false;
-    return this.slots.take(key, limit, runId, this.clock.now());
+    try {
+      return await this.slots.take(key, limit, runId, this.clock.now());
+    } catch (err) {
+      // A hot key's record kept changing (several instances): the run queues, and the pump tries again.
+      if (err instanceof CasExhaustedError) return false;
+      throw err;
+    }
   }
 
   /** Resolves 'admitted' once the run holds a slot of its key, 'dropped' when `drop` took it out (a cancel). */
@@ -121,7 +129,7 @@ export class ConcurrencyQueue {
     const held = await this.slots.release(key, runId);
     if (!held) return;
     if (this.waiting.has(key)) this.pump(key);
-    void this.store.changes?.notify(CHANGE_CHANNELS.flow, JSON.stringify({ k: key }));
+    if (this.store.changes) void this.store.changes.notify(CHANGE_CHANNELS.flow, JSON.stringify({ k: key }));
   }
 
   /** Stops the polls and the feed subscription; waiters stay unresolved (their runs stay stored `queued`). */

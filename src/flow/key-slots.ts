@@ -19,7 +19,53 @@ const idOf = (key: string): string => `flow_key:${key}`;
 // longer loop than the default, with short pauses.
 const CAS = { attempts: 50, baseDelayMs: 1, maxDelayMs: 20, retryOn: ['stale_version', 'conflict', 'not_found'] as const };
 
-export class KeySlots {
+/** Where a key's holders live: a store record (several instances) or this process's memory (an embedded store). */
+export interface KeyHolders {
+  holders(key: string): Promise<KeyHolder[]>;
+  take(key: string, limit: number, runId: string, now: number): Promise<boolean>;
+  release(key: string, runId: string): Promise<boolean>;
+  prune(key: string, dead: (holders: KeyHolder[]) => Promise<Set<string>>): Promise<number>;
+}
+
+/**
+ * An embedded store has one process: the holders are kept in memory, with no store round per
+ * admission (a compare-and-set per run on one hot key's record cost a LevelDB round each, and 32
+ * runs of one key raced for it). After a restart, the runs still `running` with a key take their
+ * slots again before anything queued is admitted (RunFlow.recoverQueued).
+ */
+export class MemoryKeySlots implements KeyHolders {
+  private readonly byKey = new Map<string, KeyHolder[]>();
+
+  holders(key: string): Promise<KeyHolder[]> {
+    return Promise.resolve([...(this.byKey.get(key) ?? [])]);
+  }
+
+  take(key: string, limit: number, runId: string, now: number): Promise<boolean> {
+    const decision = takeKeySlot(this.byKey.get(key) ?? [], limit, runId, now);
+    if (decision.take) this.byKey.set(key, decision.holders);
+    return Promise.resolve(decision.take);
+  }
+
+  release(key: string, runId: string): Promise<boolean> {
+    const list = this.byKey.get(key);
+    const i = list ? list.findIndex((h) => h.run_id === runId) : -1;
+    if (!list || i < 0) return Promise.resolve(false);
+    list.splice(i, 1);
+    if (list.length === 0) this.byKey.delete(key);
+    return Promise.resolve(true);
+  }
+
+  async prune(key: string, dead: (holders: KeyHolder[]) => Promise<Set<string>>): Promise<number> {
+    const list = this.byKey.get(key);
+    if (!list?.length) return 0;
+    const gone = await dead([...list]);
+    let n = 0;
+    for (const id of gone) if (await this.release(key, id)) n++;
+    return n;
+  }
+}
+
+export class KeySlots implements KeyHolders {
   constructor(private readonly store: Store) {}
 
   /** The runs holding `key` now (empty when nobody does). */

@@ -225,6 +225,7 @@ export class RunFlow {
   async recoverQueued(opts: { startup?: boolean } = {}): Promise<number> {
     const shared = isSharedStore(this.deps.store);
     if (!opts.startup && !shared) return 0;
+    if (!shared) await this.retakeRunningSlots();
     let cursor: string | null = null;
     const found: Versioned<RunRecord>[] = [];
     do {
@@ -258,6 +259,28 @@ export class RunFlow {
       });
     }
     return n;
+  }
+
+  /**
+   * Embedded store, at start-up: the key slots live in memory, so the runs still `running` with a
+   * key (they died holding it; recovery resumes them) take theirs again before a queued run is
+   * admitted, and the limit holds across the crash. (A run stopped by a graceful shutdown let go
+   * of its slot, as a parked run does, and is resumed without it.)
+   */
+  private async retakeRunningSlots(): Promise<void> {
+    let cursor: string | null = null;
+    do {
+      const page: { items: Versioned<RunRecord>[]; next_cursor: string | null } = await repos(this.deps.store).runs.list<RunRecord>({
+        index: { name: 'status', value: 'running' },
+        cursor,
+        limit: 1000,
+      });
+      for (const { value: r } of page.items) {
+        // No limit check: it held the slot before the crash.
+        if (r.concurrency) await this.queue.slots.take(r.concurrency.key, Number.MAX_SAFE_INTEGER, r.run_id, this.deps.clock.now());
+      }
+      cursor = page.next_cursor;
+    } while (cursor);
   }
 
   /**
