@@ -164,6 +164,12 @@ const ModelConfig = obj({
     .min(0, { error: 'expected a number between 0 and 2' })
     .max(2, { error: 'expected a number between 0 and 2' })
     .optional(),
+  rate_limit: obj({
+    requests_per_minute: posInt().optional().describe('Model calls per minute at most, over every run and instance on this provider key.'),
+    tokens_per_minute: posInt().optional().describe('Prompt + output tokens per minute at most (estimated before the call, corrected by the reported usage).'),
+  })
+    .optional()
+    .describe("The model provider's rate limit, keyed by provider + base URL + model (docs/flow-control.md): a call over it waits, never fails."),
 });
 
 // MCP tool names become `<server>__<tool>`, and model APIs accept only [a-zA-Z0-9_-] in names.
@@ -277,6 +283,21 @@ const RunsConfig = obj({
     .describe(
       'What a run does when its session already has a run in flight: enqueue (wait its turn), reject (409), interrupt (the running one stops at its next step boundary; the new one continues its conversation), rollback (the running one is cancelled and its turn removed). A request overrides it with `session_policy`.',
     ),
+});
+
+const FlowConfig = obj({
+  concurrency: arr(
+    obj({
+      key_prefix: nonEmpty().describe('Every concurrency key starting with this (the longest matching prefix wins).'),
+      limit: posInt().describe("Runs of one such key running at once; wins over a request's limit."),
+    }),
+  )
+    .default([])
+    .describe('Limits of concurrency keys by prefix (docs/flow-control.md).'),
+  max_queued: posInt().default(10_000).describe('Runs waiting `queued` for a concurrency key at most; past it a run is refused with 503 and Retry-After.'),
+  poll_ms: posInt()
+    .default(250)
+    .describe('How often a key with runs waiting in this process looks for a slot that another instance freed (the change feed tells it sooner).'),
 });
 
 const BackgroundConfig = obj({
@@ -451,6 +472,7 @@ export const ConfigSchema = obj({
   budgets: BudgetsConfig.prefault({}),
   pricing: z.record(z.string(), PriceConfig, { error: 'expected an object of model prices' }).default({}),
   runs: RunsConfig.prefault({}),
+  flow: FlowConfig.prefault({}),
   background: BackgroundConfig.prefault({}),
   agents: AgentsConfig.prefault({}),
   log: LogConfig.prefault({}),

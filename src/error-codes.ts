@@ -172,6 +172,7 @@ export const DOMAIN_ERRORS = {
   // Capacity and availability: retry after `Retry-After`.
   AGT_ERR_SHUTTING_DOWN: { error: 'ServerBusy', status: 503, message: 'the service is shutting down' },
   AGT_ERR_RUN_SLOTS_BUSY: { error: 'ServerBusy', status: 503, message: 'all %s run slots are busy; retry later' },
+  AGT_ERR_RUN_QUEUE_FULL: { error: 'ServerBusy', status: 503, message: '%s runs wait for a concurrency key already (flow.max_queued); retry later' },
   AGT_ERR_MCP_PROCESS_LIMIT: {
     error: 'ServerBusy',
     status: 503,

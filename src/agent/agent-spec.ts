@@ -114,6 +114,12 @@ const ModelConfigSpec = z.strictObject({
     .min(0, { error: 'expected a number between 0 and 2' })
     .max(2, { error: 'expected a number between 0 and 2' })
     .optional(),
+  rate_limit: z
+    .strictObject({
+      requests_per_minute: posInt.max(10_000_000, { error: 'expected a positive integer up to 10000000' }).optional(),
+      tokens_per_minute: posInt.max(1_000_000_000, { error: 'expected a positive integer up to 1000000000' }).optional(),
+    })
+    .optional(),
 });
 
 const AgentConfigSpec = z.strictObject({
@@ -239,6 +245,7 @@ export function planAgent(spec: AgentSpecInput, opts: PlanOptions): AgentPlan {
         ...(apiKey ? { api_key: apiKey } : {}),
         ...(m.max_output_tokens !== undefined ? { max_output_tokens: m.max_output_tokens } : {}),
         ...(m.temperature !== undefined ? { temperature: m.temperature } : {}),
+        ...(m.rate_limit ? { rate_limit: m.rate_limit } : {}),
         api_key_env: m.api_key_env ?? null,
       };
       // Never enumerable: a plan that is logged or serialised does not carry the key.

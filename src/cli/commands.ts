@@ -100,7 +100,7 @@ export const COMMANDS: Command[] = [
     remote: true,
     summary: 'List runs, newest first: status, session, agent, task, created, duration, steps, tokens, cost.',
     options: {
-      status: { type: 'string', value: 'S', help: 'Only runs in this status (running, awaiting_approval, awaiting_budget, completed, failed, ...).' },
+      status: { type: 'string', value: 'S', help: 'Only runs in this status (queued, running, awaiting_approval, awaiting_budget, completed, failed, ...).' },
       session: { type: 'string', value: 'S', help: 'Only runs of this session.' },
       agent: { type: 'string', value: 'A', help: 'Only runs of this agent.' },
       task: { type: 'string', value: 'T', help: 'Only runs started by this background task.' },

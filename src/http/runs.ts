@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { newId } from '../ids.js';
-import { approvalForAnswer, publicRunView, runResponseOf } from '../runtime/run-record.js';
+import { approvalForAnswer, publicRunView, runResponseOf, type RunRecord } from '../runtime/run-record.js';
 import { redactorForConfig } from '../telemetry/secrets.js';
 import { domainError } from '../errors.js';
 import type { SessionPolicy } from '../runtime/runs.js';
@@ -28,6 +28,7 @@ import {
   ErrorResponse,
   HTTPValidationError,
   RunStreamDeltaFrame,
+  RunStreamQueuedFrame,
   RunStreamErrorFrame,
   RunStreamSessionFrame,
   TelemetryEvent,
@@ -43,6 +44,11 @@ const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationErro
 /** The frames of POST /run (docs/http-api.md "Streams"). */
 const RUN_STREAM = sseResponse('The run as an SSE stream: `session`, its telemetry events (with `id:`), `delta`s, then `complete` or `error`.', [
   { event: 'session', data: RunStreamSessionFrame, description: 'First frame: the session and run ids.' },
+  {
+    event: 'queued',
+    data: RunStreamQueuedFrame,
+    description: "Only for a run over its concurrency key's limit: it waits `queued` (docs/flow-control.md); its events follow once it starts.",
+  },
   { data: TelemetryEvent, id: true, description: 'A stored telemetry event of the run; `event:` is its event_type.' },
   { event: 'delta', data: RunStreamDeltaFrame, description: 'Live answer text (never stored or replayed).' },
   { event: 'complete', data: RunResponse, description: 'Last frame: the run result.' },
@@ -56,6 +62,26 @@ const RUN_STREAM = sseResponse('The run as an SSE stream: `session`, its telemet
 export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
   const { runtime } = deps;
   const runs = runtime.runs;
+  /**
+   * A run's settled record, or (docs/contract.md §3.4) AGT_ERR_RUN_TIMEOUT when it still waits
+   * `queued` for its concurrency key at the request timeout: the run stays queued. A started run
+   * has its own timeout (it ends `timeout`), so only a queued one needs this.
+   */
+  const settledOrQueueTimeout = async (started: { run_id: string; settled: Promise<RunRecord> }): Promise<RunRecord> => {
+    let timer: NodeJS.Timeout | null = null;
+    const late = new Promise<null>((resolve) => {
+      timer = setTimeout(() => resolve(null), deps.config.server.request_timeout_seconds * 1000);
+      timer.unref();
+    });
+    const record = await Promise.race([started.settled, late]);
+    if (record) {
+      if (timer) clearTimeout(timer);
+      return record;
+    }
+    const now = await runs.get(started.run_id);
+    if (now.status === 'queued') throw domainError('AGT_ERR_RUN_TIMEOUT', [started.run_id, started.run_id]);
+    return started.settled; // it started just in time: its own timeout ends it
+  };
   // Answers are redacted with the process's set: configured secrets and what registered agents may resolve.
   const redactor = redactorForConfig(deps.config);
 
@@ -73,13 +99,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const body = request.body as {
-        query: string;
-        session_id?: string | null;
-        webhook?: string | null;
-        agent_id?: string | null;
-        session_policy?: SessionPolicy | null;
-      };
+      const body = request.body as RunBody;
       if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
       const idem = idempotencyRequestOf(request, 'startRun');
       let run_id = '';
@@ -115,6 +135,8 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
             channel = open(session_id);
           },
           session_policy: body.session_policy ?? undefined,
+          ...flowOptions(body),
+          onQueued: (q) => stream.push({ event: 'queued', data: q }),
           onDelta: (text, sequence, afterEvent) => stream.delta(text, sequence, afterEvent),
         });
       };
@@ -189,13 +211,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const body = request.body as {
-        query: string;
-        session_id?: string | null;
-        webhook?: string | null;
-        agent_id?: string | null;
-        session_policy?: SessionPolicy | null;
-      };
+      const body = request.body as RunBody;
       if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
       const begin = async (run_id: string) => {
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
@@ -203,17 +219,20 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
           run_id,
           ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
           session_policy: body.session_policy ?? undefined,
+          ...flowOptions(body),
         });
       };
       const idem = idempotencyRequestOf(request, 'runSync');
-      if (!idem) return runResponseOf(await (await begin(newId('run'))).settled, redactor);
+      // Only a run with a concurrency key can wait `queued` past the request timeout.
+      const settledOrTimeout = body.concurrency ? settledOrQueueTimeout : (started: { settled: Promise<RunRecord> }) => started.settled;
+      if (!idem) return runResponseOf(await settledOrTimeout(await begin(newId('run'))), redactor);
       const once = await deps.runtime.idempotency.startOnce(
         idem,
         () => newId('run'),
         (id) => runExists(deps, id),
         begin,
       );
-      if (once.fresh) return runResponseOf(await once.started.settled, redactor);
+      if (once.fresh) return runResponseOf(await settledOrTimeout(once.started), redactor);
       const record = await waitRunSettled(deps, once.target_id);
       if (!record) throw domainError('AGT_ERR_RUN_TIMEOUT', [once.target_id, once.target_id]);
       return runResponseOf(record, redactor);
@@ -242,7 +261,10 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     {
       schema: { operationId: 'getRun', tags: ['runs'], summary: 'One run', params: RunIdParams, response: { 200: RunView, ...errors } },
     },
-    async (request) => publicRunView(await runs.get((request.params as { run_id: string }).run_id), redactor),
+    async (request) => {
+      const record = await runs.get((request.params as { run_id: string }).run_id);
+      return { ...publicRunView(record, redactor), queue: await runs.queueOf(record) };
+    },
   );
 
   app.post(
@@ -383,6 +405,25 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     },
     async (request) => runs.clearSession((request.params as { session_id: string }).session_id),
   );
+}
+
+/** The body of POST /run and /run/sync as validated (RunRequest). */
+interface RunBody {
+  query: string;
+  session_id?: string | null;
+  webhook?: string | null;
+  agent_id?: string | null;
+  session_policy?: SessionPolicy | null;
+  concurrency?: { key: string; limit: number } | null;
+  priority?: number | null;
+}
+
+/** The flow-control options of a run request (docs/flow-control.md): none unless it names a key or a priority. */
+function flowOptions(body: RunBody): { concurrency?: { key: string; limit: number }; priority?: number } {
+  return {
+    ...(body.concurrency ? { concurrency: body.concurrency } : {}),
+    ...(body.priority != null ? { priority: body.priority } : {}),
+  };
 }
 
 /** With `auth.bind_approver`, the approver named in a decision must be the key's name. */

@@ -142,6 +142,43 @@ export class Metrics {
     labelNames: ['phase'],
     registers: [this.registry],
   });
+  // Model-provider rate limits (docs/flow-control.md): labels are the configured provider and model.
+  private readonly rateWait = new Histogram({
+    name: 'agentd_model_rate_wait_seconds',
+    help: "Time model calls waited for their provider's rate limit or Retry-After before they were sent",
+    labelNames: ['provider', 'model'],
+    buckets: [0, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [this.registry],
+  });
+  private readonly throttled = new Counter({
+    name: 'agentd_model_throttled_total',
+    help: 'Model calls that had to wait, by reason (rate_limit: the configured limit; retry_after: a provider 429)',
+    labelNames: ['provider', 'model', 'reason'],
+    registers: [this.registry],
+  });
+  /** Read at scrape time from the rate limiter (set by the runtime). */
+  rateLevels: (() => Array<{ key: string; requests: number; tokens: number; paused: boolean }>) | null = null;
+  private readonly rateLevel: Gauge = new Gauge({
+    name: 'agentd_model_rate_bucket_level',
+    help: "Budget in use of each rate-limited provider key in this process's view, by unit (requests, tokens)",
+    labelNames: ['key', 'unit'],
+    registers: [this.registry],
+    collect: () => {
+      this.rateLevel.reset();
+      this.ratePaused.reset();
+      for (const l of this.rateLevels?.() ?? []) {
+        this.rateLevel.set({ key: l.key, unit: 'requests' }, l.requests);
+        this.rateLevel.set({ key: l.key, unit: 'tokens' }, l.tokens);
+        this.ratePaused.set({ key: l.key }, l.paused ? 1 : 0);
+      }
+    },
+  });
+  private readonly ratePaused: Gauge = new Gauge({
+    name: 'agentd_model_rate_paused',
+    help: "1 while a provider key is paused by a provider's Retry-After (docs/flow-control.md)",
+    labelNames: ['key'],
+    registers: [this.registry],
+  });
   private readonly leaseLosses = new Counter({
     name: 'agentd_lease_losses_total',
     help: 'Leases this process lost to another owner (its copy of the run stopped), by kind (run, background)',
@@ -257,6 +294,16 @@ export class Metrics {
   modelCall(provider: string, model: string, seconds: number, errorKind: string | null): void {
     this.modelSeconds.observe({ provider, model, outcome: errorKind === null ? 'ok' : 'error' }, seconds);
     if (errorKind !== null) this.modelErrors.inc({ provider, model, kind: errorKind });
+  }
+
+  /** A model call let go by the rate limiter after `seconds` of waiting (0: at once). */
+  modelRateWait(provider: string, model: string, seconds: number): void {
+    this.rateWait.observe({ provider, model }, seconds);
+  }
+
+  /** A model call that has to wait (once per call and reason). */
+  modelThrottled(provider: string, model: string, reason: string): void {
+    this.throttled.inc({ provider, model, reason });
   }
 
   /** A completed tool call; `seconds` is null for calls that never ran (denied, rejected). */

@@ -85,7 +85,7 @@ export class RecordWriter<T> {
    * loop is created already in its later state.
    */
   readonly created: Promise<Versioned<T>> | null = null;
-  private creating: { extra: WriteOp[]; beforeIssue?: () => void } | null = null;
+  private creating: { extra: WriteOp[]; beforeIssue?: () => void; replaces?: number } | null = null;
   private head: T;
   /** The version the record has once every write the store has taken is in. */
   private takenVersion: number;
@@ -108,9 +108,11 @@ export class RecordWriter<T> {
      * Create the record (`current.value`, version unused) instead of updating an existing one.
      * `delayMs`: hand the creating write to the store only after this long (or at flush(), or
      * drain()), so a record that reaches its end meanwhile is created already ended, in one store
-     * round instead of two. Until then nothing of it is durable.
+     * round instead of two. Until then nothing of it is durable. `replaces`: the record exists
+     * already at this version (a run that waited `queued`, docs/contract.md §3.4) and the first
+     * write is its compare-and-set update instead of a create (a cancel meanwhile fences it off).
      */
-    create?: { extra: WriteOp[]; delayMs?: number; beforeIssue?: () => void },
+    create?: { extra: WriteOp[]; delayMs?: number; beforeIssue?: () => void; replaces?: number },
   ) {
     this.head = current.value;
     this.takenVersion = current.version;
@@ -227,13 +229,14 @@ export class RecordWriter<T> {
       if (creating) {
         // A created record has version 1 (Store contract); later writes build on that.
         this.creating = null;
-        this.takenVersion = 1;
         expected.create = true;
-        return [
-          { op: 'create', kind: this.kind, id: this.id, value: open.value, indexes: this.indexesOf(open.value) },
-          ...creating.extra,
-          ...open.extra.values(),
-        ];
+        const replaces = creating.replaces;
+        this.takenVersion = (replaces ?? 0) + 1;
+        const first: WriteOp =
+          replaces === undefined
+            ? { op: 'create', kind: this.kind, id: this.id, value: open.value, indexes: this.indexesOf(open.value) }
+            : { op: 'update', kind: this.kind, id: this.id, value: open.value, expectedVersion: replaces, indexes: this.indexesOf(open.value) };
+        return [first, ...creating.extra, ...open.extra.values()];
       }
       expected.version = this.takenVersion;
       this.takenVersion++;

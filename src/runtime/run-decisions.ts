@@ -240,7 +240,8 @@ export class RunDecisions {
       live.ref.send({ type: 'CANCEL' });
       return { status: 'cancel_requested', run_id: runId };
     }
-    if (opts.onlyIfLive) return { status: 'cancel_requested', run_id: runId };
+    // A run still waiting `queued` here counts as live: its stream's client leaving cancels it too.
+    if (opts.onlyIfLive && !this.kernel.waitingRuns?.isWaiting(runId)) return { status: 'cancel_requested', run_id: runId };
     const rec = await repos(this.deps.store).runs.get<RunRecord>(runId);
     if (!rec) throw notFound('run', runId);
     if (TERMINAL_RUN_STATUSES.has(rec.value.status)) throw domainError('AGT_ERR_RUN_ENDED', [runId, rec.value.status]);
@@ -271,6 +272,9 @@ export class RunDecisions {
       rec.version,
       runIndexes({ ...rec.value, status: 'cancelled' }),
     );
+    // Cancelled while `queued` (docs/contract.md §3.4): out of this process's queue; another
+    // instance's waiter finds it cancelled when its turn comes.
+    if (rec.value.status === 'queued') this.kernel.waitingRuns?.dropped(runId);
     await this.deps.ledger.releaseRun(runId).catch(() => 0);
     this.kernel.inbox.forget(runId);
     await this.setTraceStatus(done.value.trace_id, 'cancelled');

@@ -23,6 +23,7 @@ import { modelCallReservation, modelCallUsage } from '../agent/pricing.js';
 import { checkInput } from '../agent/guardrails.js';
 import { newId } from '../ids.js';
 import { settleHold } from './budget-settle.js';
+import { pauseOn429, rateLimited } from './run-rate.js';
 import type { RunHost, RunEventInput } from './run-host.js';
 import type { RunKernel } from './run-kernel.js';
 import { ToolRunner } from './run-tools.js';
@@ -205,8 +206,11 @@ export class RunEffects {
     let result;
     try {
       // A retry wrapper per call, so each failed attempt's model_error lands in this run's trace.
-      const model = withRetries(agentModel, {
-        onError: (err, attempt, willRetry, delayMs) => void live.emit(modelErrorEvent(live, span, err, attempt, willRetry, delayMs)),
+      const model = withRetries(rateLimited(agentModel, live, this.deps, span), {
+        onError: (err, attempt, willRetry, delayMs) => {
+          pauseOn429(agentModel, this.deps, err);
+          void live.emit(modelErrorEvent(live, span, err, attempt, willRetry, delayMs));
+        },
       });
       result = await model.call({
         messages: ctx.messages,

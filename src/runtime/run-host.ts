@@ -70,6 +70,8 @@ export class RunHost {
   /** Set once the run's last write in this process is decided: later snapshots are not persisted. */
   ending = false;
   readonly kind: 'sync' | 'background';
+  /** −100..100: its model calls' place among calls waiting for the provider's rate limit. */
+  readonly priority: number;
   readonly task_id: string | null;
   readonly agent_id: string;
   /** The agent this run runs as (model, tools, instruction), held until the run retires. */
@@ -106,12 +108,17 @@ export class RunHost {
       rec,
       runIndexes,
       (err) => this.onFenced(err),
-      create ? (fold ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.releaseHeldEvents() } : { extra: create }) : undefined,
+      create
+        ? fold
+          ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.releaseHeldEvents(), replaces: opts.queued?.version }
+          : { extra: create, replaces: opts.queued?.version }
+        : undefined,
     );
     this.onDelta = opts.onDelta;
     this.startedAtMs = deps.clock.now();
     this.workspace_path = opts.workspace_path ?? null;
     this.kind = rec.value.kind;
+    this.priority = rec.value.priority ?? 0;
     this.task_id = rec.value.task_id;
     this.agent_id = rec.value.agent_id;
     this.agent = agent.profile;

@@ -5,7 +5,7 @@ import { redact, type Redactor } from '../telemetry/redact.js';
 import { QUERY_PREVIEW_CHARS } from '../schemas/runs.js';
 
 export type RunRecordStatus =
-  'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
+  'queued' | 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
 
 export const TERMINAL_RUN_STATUSES: ReadonlySet<RunRecordStatus> = new Set(['completed', 'blocked', 'failed', 'cancelled', 'timeout']);
 export const WAITING_RUN_STATUSES: ReadonlySet<RunRecordStatus> = new Set(['awaiting_approval', 'awaiting_budget']);
@@ -77,6 +77,14 @@ export interface RunRecord {
   decided_at: string | null;
   decision: string | null;
   ended_at: string | null;
+  /** The concurrency key the run runs under and its limit (docs/contract.md §3.4); absent: none. */
+  concurrency?: { key: string; limit: number } | null;
+  /** −100..100, default 0: among waiting runs, higher goes first. */
+  priority?: number;
+  /** Set when the run waited for its key's slot: what it waited on and since when (ms). Kept after admission. */
+  queue?: { key: string; limit: number; priority: number; enqueued_at: number } | null;
+  /** While a model call waits for its provider's rate limit: until when (ISO). */
+  throttled_until?: string | null;
 }
 
 /** What names a new run and its lease; everything else a run starts with is the same for all. */
@@ -132,6 +140,9 @@ export function runIndexes(r: RunRecord): Record<string, string | null> {
     // Only the few decided-but-not-resumed runs carry this, so the sweep finds them without
     // reading every run that waits for a person (there may be 100,000 of those).
     resumable: WAITING_RUN_STATUSES.has(r.status) && r.decided_at ? 'decided' : null,
+    // Runs that waited for a concurrency key: indexed by key while queued (positions, the queue's
+    // recovery); others carry no such index at all.
+    ...(r.queue ? { flow_key: r.status === 'queued' ? r.queue.key : null } : {}),
   };
 }
 
@@ -182,6 +193,9 @@ export function publicRunView(r: RunRecord, redactor: Redactor) {
     heartbeat_at: r.heartbeat_at,
     ended_at: r.ended_at ?? null,
     lease_seconds: r.lease_seconds,
+    concurrency: r.concurrency ?? null,
+    priority: r.priority ?? 0,
+    throttled_until: r.throttled_until ?? null,
   };
 }
 
@@ -202,6 +216,7 @@ export function responseStatusOf(
       return 'timeout';
     case 'interrupted':
     case 'running':
+    case 'queued':
       return 'interrupted';
     default:
       return 'error';

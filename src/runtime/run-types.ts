@@ -5,13 +5,14 @@ import type { ChatMessage, ModelProvider } from '../agent/model/types.js';
 import type { GovernanceConfig } from '../../machines/policies/governance.js';
 import type { BudgetsConfig } from '../../machines/policies/budget.js';
 import type { SessionPolicy } from '../../machines/policies/busy-session.js';
+import type { ConcurrencyRequest, ConcurrencyRule } from '../../machines/policies/flow.js';
 import type { BudgetLedger } from '../agent/budget-ledger.js';
 import type { Pricing } from '../agent/pricing.js';
 import type { CompiledGuardrails } from '../agent/guardrails.js';
 import type { RegisteredTool } from '../agent/tools/types.js';
 import type { Clock } from '../clock.js';
 import type { LeaseClock } from '../lease-clock.js';
-import type { Store } from '../store/store.js';
+import type { Store, Versioned } from '../store/store.js';
 import type { AgentSource, AgentToolSource } from './agent-profile.js';
 import type { TelemetryEmitter } from './emitter.js';
 import type { Metrics } from './metrics.js';
@@ -19,6 +20,7 @@ import type { Subagents } from './subagents.js';
 import type { ActorSystem } from './system.js';
 import type { RunRecord, RunRecordStatus } from './run-record.js';
 import type { AppLogger } from '../telemetry/logger.js';
+import type { RateLimiter } from '../flow/rate-limiter.js';
 
 export interface RunSettings {
   agent_name: string;
@@ -40,6 +42,8 @@ export interface RunSettings {
   sweep: { enabled: boolean; interval_seconds: number; max_concurrent: number; max_recoveries: number; decided_grace_seconds: number };
   /** What a run does when its session already has one in flight (config `runs.session_policy`). */
   session_policy?: SessionPolicy;
+  /** Concurrency keys (config `flow`, docs/flow-control.md); absent: no config rules, the defaults. */
+  flow?: { concurrency: readonly ConcurrencyRule[]; max_queued: number; poll_ms: number };
 }
 
 /** Session concurrency policy. */
@@ -65,6 +69,8 @@ export interface RunServiceDeps {
   agents?: AgentSource;
   /** The process's logger; a live run logs through its host's child (`RunHost.log`, bound to run_id). */
   logger: AppLogger;
+  /** Model-provider rate limits and 429 pauses (src/flow/rate-limiter.ts); absent: calls are never held. */
+  rateLimiter?: RateLimiter;
 }
 
 export interface StartOptions {
@@ -112,6 +118,19 @@ export interface StartOptions {
    * Only with a session the caller did not name; never stored as the session's history.
    */
   history?: ChatMessage[];
+  /**
+   * The run's concurrency key (docs/contract.md §3.4): over its limit the run waits `queued`
+   * (start() answers once it is stored so; `settled` waits for its admission and its end).
+   */
+  concurrency?: ConcurrencyRequest | null;
+  /** −100..100 (default 0): among waiting runs, higher gets the next free slot. */
+  priority?: number;
+  /** Called once a run over its key's limit is stored `queued`, with its 1-based place among the key's waiting runs. */
+  onQueued?: (q: { run_id: string; key: string; position: number }) => void;
+  /** Internal (src/runtime/run-flow.ts): the stored `queued` record this start admits; its first write replaces it. */
+  queued?: Versioned<RunRecord>;
+  /** Internal: a run slot already held (a queued run waited for it without a deadline). */
+  slot?: () => void;
 }
 
 export interface StartedRun {

@@ -15,6 +15,7 @@ import { RunEffects } from './run-effects.js';
 import type { RunHost } from './run-host.js';
 import type { InboxValue } from './run-inbox.js';
 import { RunKernel } from './run-kernel.js';
+import { RunFlow } from './run-flow.js';
 import { busySessionPlan } from '../../machines/policies/busy-session.js';
 import type { CarriedWrite } from './persistence.js';
 import { newRunRecord, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
@@ -43,12 +44,15 @@ export class RunService {
   private readonly kernel: RunKernel;
   private readonly decisions: RunDecisions;
   private readonly recovery: RunRecovery;
+  private readonly flow: RunFlow;
 
   constructor(deps: RunServiceDeps) {
     this.kernel = new RunKernel(deps);
     this.kernel.logic = new RunEffects(this.kernel).bind();
     this.recovery = new RunRecovery(this.kernel);
     this.decisions = new RunDecisions(this.kernel, this.recovery);
+    this.flow = new RunFlow(this.kernel, (query, sessionId, opts) => this.startAdmitted(query, sessionId, opts));
+    this.kernel.waitingRuns = this.flow;
   }
 
   private get deps(): RunServiceDeps {
@@ -127,13 +131,22 @@ export class RunService {
 
   async start(query: string, sessionId: string | null | undefined, opts: StartOptions = {}): Promise<StartedRun> {
     if (this.kernel.closing) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
+    // A concurrency key: its slot first, or a durable wait for one (src/runtime/run-flow.ts). A
+    // run without one pays nothing for flow control.
+    if (opts.concurrency && !opts.queued) return this.flow.startKeyed(query, sessionId, { ...opts, concurrency: opts.concurrency });
+    return this.startAdmitted(query, sessionId, opts);
+  }
+
+  /** start() once the run may go: its concurrency key's slot (if it has a key) is held. */
+  private async startAdmitted(query: string, sessionId: string | null | undefined, opts: StartOptions): Promise<StartedRun> {
+    if (this.kernel.closing) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
     // A session with a run in flight in this process: the session policy decides (docs/runs.md,
     // "Busy sessions"). `enqueue` waits in the session's queue, as every run did before.
     const policy = opts.session_policy ?? this.deps.settings.session_policy ?? 'enqueue';
     const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(sessionId) : null;
     const plan = busySessionPlan(policy, busyWith);
     if (plan.refuse) throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), String(busyWith)], { detail: 'session_busy' });
-    const releaseSlot = opts.admitted ? () => {} : await this.kernel.slots.acquire();
+    const releaseSlot = opts.slot ?? (opts.admitted ? () => {} : await this.kernel.slots.acquire({ priority: opts.priority }));
     let live: RunHost | null = null;
     let agent: AgentLease | null = null;
     /** Set when start() fails: a shared store's late onAccepted must not open a stream for it. */
@@ -144,9 +157,10 @@ export class RunService {
       const { clock, settings } = this.deps;
       const session_id = sessionId ?? newId('session');
       const run_id = opts.run_id ?? newId('run');
-      const trace_id = newId('trace');
+      const queued = opts.queued?.value;
+      const trace_id = queued?.trace_id ?? newId('trace');
       const now = iso(clock.now());
-      const record = newRunRecord({
+      const created = newRunRecord({
         run_id,
         session_id,
         agent_name: profile.agent_name,
@@ -160,6 +174,16 @@ export class RunService {
         lease_expires_at: this.deps.leases.expiresAt(settings.lease_seconds * 1000),
         owner: this.deps.workerId,
       });
+      // A run with a concurrency key carries it (its end lets go of the slot); one that waited
+      // `queued` keeps when it was made and what it waited on.
+      const record = opts.concurrency
+        ? {
+            ...created,
+            concurrency: opts.concurrency,
+            priority: opts.priority ?? 0,
+            ...(queued ? { created_at: queued.created_at, queue: queued.queue ?? null } : {}),
+          }
+        : created;
       // The run's writer creates the run and its first trace segment in one commit, handed to the
       // store now. The actor starts without waiting for it: whatever the run does before the store
       // takes that commit is folded into it (a zero-latency model's whole run can be one batch),
@@ -275,6 +299,13 @@ export class RunService {
     return this.kernel.get(runId);
   }
 
+  /** `queue` of the run view: while the run waits `queued`, its key and 1-based place (docs/contract.md §3.4); else null. */
+  async queueOf(record: RunRecord): Promise<{ key: string; position: number } | null> {
+    if (record.status !== 'queued' || !record.queue) return null;
+    const position = (await this.flow.position(record)) ?? 1;
+    return { key: record.queue.key, position };
+  }
+
   /**
    * GET /runs (docs/contract.md §1): one indexed filter picks the store list (the most selective
    * given: session, task, status); the others, agent and time range are applied while reading
@@ -369,15 +400,20 @@ export class RunService {
 
   /** One orphan sweep (RunRecovery.sweep); returns the ids it queued for recovery. */
   sweep(opts: { startup?: boolean } = {}): Promise<string[]> {
+    // At start-up, runs left `queued` by the last process go back in the queue (run-flow.ts).
+    if (opts.startup) void this.flow.recoverQueued(opts).catch((err) => reportSwallowed('flow.recover_queued', err));
     return this.recovery.sweep(opts);
   }
 
   startSweeper(): void {
     this.recovery.startSweeper();
+    if (this.deps.settings.sweep.enabled) this.flow.startBeating(); // a shared store: queued runs of stopped instances are taken over
   }
 
   /** First step of a graceful shutdown, to call BEFORE the HTTP server closes its connections (RunRecovery.beginShutdown). */
   beginShutdown(): void {
+    this.flow.queue.close(); // queued runs stay stored `queued`; the next start (or another instance) queues them again
+    this.flow.stopBeating();
     this.recovery.beginShutdown();
   }
 

@@ -4,6 +4,8 @@ import { systemClock, type Clock } from '../clock.js';
 import { LeaseClock } from '../lease-clock.js';
 import { newId } from '../ids.js';
 import { loadModelProvider } from '../agent/model/load.js';
+import { abortableSleep } from '../agent/model/retry.js';
+import { RateLimiter } from '../flow/rate-limiter.js';
 import type { ModelProvider } from '../agent/model/types.js';
 import { ToolRegistry } from '../agent/tools/registry.js';
 import type { ToolLogger } from '../agent/tools/types.js';
@@ -83,6 +85,8 @@ export class Runtime {
   readonly cluster: ClusterLink | null;
   /** The one clock leases are written and judged on, for both run kinds (src/lease-clock.ts). */
   readonly leases: LeaseClock;
+  /** Model-provider rate limits and 429 pauses, shared by every run of this process (docs/flow-control.md). */
+  readonly rateLimiter: RateLimiter;
 
   private constructor(
     readonly config: Config,
@@ -108,6 +112,11 @@ export class Runtime {
     });
     this.liveStates = new LiveStates(this.system);
     const settings = runSettingsOf(config);
+    this.rateLimiter = new RateLimiter(store, clock, {
+      sleep: abortableSleep,
+      onError: (site, err) => reportSwallowed(site, err),
+    });
+    metrics.rateLevels = () => this.rateLimiter.levels();
     const subagents =
       config.agent.subagents.length > 0
         ? new Subagents(config.agent.subagents, {
@@ -174,6 +183,7 @@ export class Runtime {
       settings,
       workerId: this.workerId,
       logger,
+      rateLimiter: this.rateLimiter,
     });
     this.background = new BackgroundManager({
       store,
@@ -261,6 +271,7 @@ export class Runtime {
         api_key: m.api_key ?? undefined,
         max_output_tokens: m.max_output_tokens,
         temperature: m.temperature,
+        rate_limit: m.rate_limit ?? null,
       }));
     const model = withCallMetrics(unmetered, (provider, name, seconds, errorKind) => metrics.modelCall(provider, name, seconds, errorKind));
     const ledger = new BudgetLedger(store, config.budgets as never, clock);
@@ -388,6 +399,7 @@ export class Runtime {
     // What it did not dispatch stays in the event log, after its stored cursor, for the next start.
     await this.webhooks.stop();
     this.cluster?.close();
+    this.rateLimiter.close();
     this.system.shutdown();
     await this.agents.close();
     await this.tools.close();
@@ -419,6 +431,7 @@ export function runSettingsOf(config: Config): RunSettings {
     session_workspace_root: join(config.background.workspace_root, 'sessions'),
     sweep: { ...config.runs.orphan_sweep, max_concurrent: recoveryConcurrency(config.server.max_concurrent_runs, config.runs.orphan_sweep.max_concurrent) },
     session_policy: config.runs.session_policy,
+    flow: config.flow,
   };
 }
 

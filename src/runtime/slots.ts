@@ -17,7 +17,8 @@ import { domainError } from '../errors.js';
 export class Slots {
   private used = 0;
   private recovering = 0;
-  private readonly waiters: Array<{ grant: () => void; timer: NodeJS.Timeout }> = [];
+  /** Waiting new work in admission order: higher `priority` first, then arrival (docs/contract.md §3.4). */
+  private readonly waiters: Array<{ grant: () => void; timer: NodeJS.Timeout | null; priority: number }> = [];
   private readonly recoveryWaiters: Array<{ grant: () => void; reject: (err: Error) => void }> = [];
 
   constructor(
@@ -35,26 +36,39 @@ export class Slots {
     return this.recovering;
   }
 
-  async acquire(): Promise<() => void> {
+  /**
+   * A slot for new work. `priority` orders the waiters (higher first, equal FIFO); `deadline`
+   * false waits as long as it takes (a run that waited `queued` for its concurrency key was
+   * accepted already: it never fails for want of a slot, docs/contract.md §3.4).
+   */
+  async acquire(opts: { priority?: number; deadline?: boolean } = {}): Promise<() => void> {
     // Waiting new work goes first: a free slot is handed over in release(), never raced for.
     if (this.used < this.capacity && this.waiters.length === 0) {
       this.used += 1;
       return this.releaser(false);
     }
+    const priority = opts.priority ?? 0;
     return new Promise((resolve, reject) => {
       const waiter = {
+        priority,
         grant: () => {
-          clearTimeout(waiter.timer);
+          if (waiter.timer) clearTimeout(waiter.timer);
           this.used += 1;
           resolve(this.releaser(false));
         },
-        timer: setTimeout(() => {
-          const i = this.waiters.indexOf(waiter);
-          if (i >= 0) this.waiters.splice(i, 1);
-          reject(domainError('AGT_ERR_RUN_SLOTS_BUSY', [this.capacity], { headers: { 'retry-after': '1' } }));
-        }, this.waitMs),
+        timer:
+          opts.deadline === false
+            ? null
+            : setTimeout(() => {
+                const i = this.waiters.indexOf(waiter);
+                if (i >= 0) this.waiters.splice(i, 1);
+                reject(domainError('AGT_ERR_RUN_SLOTS_BUSY', [this.capacity], { headers: { 'retry-after': '1' } }));
+              }, this.waitMs),
       };
-      this.waiters.push(waiter);
+      // After every waiter of the same or a higher priority.
+      let at = this.waiters.length;
+      while (at > 0 && this.waiters[at - 1]!.priority < priority) at--;
+      this.waiters.splice(at, 0, waiter);
     });
   }
 

@@ -19,6 +19,22 @@ import { ApprovalView, BudgetRequestView, OutcomeResponse } from './decisions.js
 import { WebhookUrl } from './webhooks.js';
 import { RunSessionPolicy } from './steer.js';
 
+/** A run's concurrency key (docs/contract.md §3.4): at most `limit` runs of one key run at once; more wait `queued`. */
+export const ConcurrencySpec = z
+  .strictObject({
+    key: z
+      .string()
+      .min(1)
+      .max(256)
+      .describe('Runs sharing this key share its limit, e.g. `customer:42`. A matching `flow.concurrency` rule of the config wins over `limit`.'),
+    limit: z.number().int().min(1).max(10_000).describe('Runs of this key running at once, at most.'),
+  })
+  .meta({ id: 'ConcurrencySpec' });
+export type ConcurrencySpec = z.infer<typeof ConcurrencySpec>;
+
+/** −100..100, default 0: among runs waiting for a slot, higher goes first; equal priorities are FIFO. */
+export const RunPriority = z.number().int().min(-100).max(100).describe('Among runs waiting for a slot, higher goes first (−100..100, default 0).');
+
 export const RunRequest = z
   .strictObject({
     query: z.string().min(1).describe('Prompt for the agent.'),
@@ -28,6 +44,8 @@ export const RunRequest = z
     ),
     webhook: WebhookUrl.nullish(),
     session_policy: RunSessionPolicy.nullish(),
+    concurrency: ConcurrencySpec.nullish(),
+    priority: RunPriority.nullish(),
   })
   .meta({ id: 'RunRequest' });
 export type RunRequest = z.infer<typeof RunRequest>;
@@ -45,7 +63,7 @@ export type TerminationReason = z.infer<typeof TerminationReason>;
 
 /** Status of the stored run record (docs/contract.md §3.1); the `status` filter of GET /runs. */
 export const RunRecordStatus = z
-  .enum(['running', 'awaiting_approval', 'awaiting_budget', 'interrupted', 'completed', 'blocked', 'failed', 'cancelled', 'timeout'])
+  .enum(['queued', 'running', 'awaiting_approval', 'awaiting_budget', 'interrupted', 'completed', 'blocked', 'failed', 'cancelled', 'timeout'])
   .meta({ id: 'RunRecordStatus' });
 export type RunRecordStatus = z.infer<typeof RunRecordStatus>;
 
@@ -92,6 +110,15 @@ export const RunStreamSessionFrame = z
   .object({ session_id: z.string(), run_id: z.string().nullable(), status: z.enum(['started', 'streaming']) })
   .meta({ id: 'RunStreamSessionFrame' });
 export type RunStreamSessionFrame = z.infer<typeof RunStreamSessionFrame>;
+
+export const RunStreamQueuedFrame = z
+  .object({
+    run_id: z.string(),
+    key: z.string().describe('The concurrency key the run waits for.'),
+    position: z.number().int().positive().describe("1-based place among the key's waiting runs."),
+  })
+  .meta({ id: 'RunStreamQueuedFrame' });
+export type RunStreamQueuedFrame = z.infer<typeof RunStreamQueuedFrame>;
 
 export const RunStreamDeltaFrame = z
   .object({ run_id: z.string(), text: z.string(), sequence: z.number().int().nonnegative() })
@@ -173,6 +200,16 @@ export const RunView = z
     lease_seconds: z.number().positive(),
     response: z.string().nullish(),
     termination_reason: TerminationReason.nullish(),
+    concurrency: z
+      .object({ key: z.string(), limit: z.number().int().positive() })
+      .nullish()
+      .describe('The concurrency key the run runs under, with the limit in force (docs/flow-control.md).'),
+    priority: z.number().int().optional(),
+    queue: z
+      .object({ key: z.string(), position: z.number().int().positive() })
+      .nullish()
+      .describe("While `queued`: the key it waits for and its 1-based place among the key's waiting runs."),
+    throttled_until: IsoDateTime.nullish().describe("While a model call waits for its provider's rate limit: until when."),
   })
   .meta({ id: 'RunView' });
 export type RunView = z.infer<typeof RunView>;

@@ -19,6 +19,8 @@ export const CHANGE_CHANNELS = {
   tasks: 'agentd_tasks',
   /** A run's inbox was written (a steer, an interrupt request): `{ r: run_id }` (src/runtime/run-inbox.ts). */
   inbox: 'agentd_inbox',
+  /** A concurrency key's slot freed, or a provider key was paused: `{ k: key }` / `{ p: provider key, u: until ms }` (src/flow/). */
+  flow: 'agentd_flow',
 } as const;
 export type ChangeChannel = (typeof CHANGE_CHANNELS)[keyof typeof CHANGE_CHANNELS];
 

@@ -12,6 +12,7 @@ export const RUN_EVENT_TYPES = [
   'model_call',
   'model_response',
   'model_error',
+  'model_throttled',
   'agent_step',
   'tool_batch_start',
   'tool_call',

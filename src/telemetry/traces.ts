@@ -61,6 +61,7 @@ const SPAN_NAME_BY_TYPE: Record<string, SpanName> = {
   model_call: 'model.call',
   model_response: 'model.call',
   model_error: 'model.call',
+  model_throttled: 'model.call',
   tool_batch_start: 'tool.batch',
   tool_call: 'tool.call',
   tool_result: 'tool.call',

@@ -116,6 +116,7 @@ describe('the OpenAPI document', () => {
     };
     expect(frames('/run', 'post')).toEqual([
       'session=RunStreamSessionFrame',
+      'queued=RunStreamQueuedFrame',
       '*=TelemetryEvent',
       'delta=RunStreamDeltaFrame',
       'complete=RunResponse',

@@ -26,6 +26,8 @@ export interface ModelProviderConfig {
   temperature?: number;
   /** Demo model only: wait between streamed chunks. */
   demo?: Pick<DemoModelOptions, 'chunkDelayMs'>;
+  /** The provider's rate limit (docs/flow-control.md). */
+  rate_limit?: { requests_per_minute?: number; tokens_per_minute?: number } | null;
 }
 
 export const DEFAULT_MODELS: Readonly<Record<ModelProviderKind, string | undefined>> = {

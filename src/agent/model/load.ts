@@ -6,6 +6,18 @@ import type { ModelProvider } from './types.js';
 import type { ModelProviderConfig } from './index.js';
 
 export async function loadModelProvider(cfg: ModelProviderConfig): Promise<ModelProvider> {
+  const provider = await build(cfg);
+  // Every configured provider has a rate key (a 429's pause applies to it, limit or not).
+  provider.rate = { key: rateKeyOf(cfg), limit: cfg.rate_limit ?? null };
+  return provider;
+}
+
+/** The key a provider's calls are rate-limited and paused under: provider + base URL + model (docs/flow-control.md). */
+function rateKeyOf(cfg: Pick<ModelProviderConfig, 'provider' | 'base_url' | 'model'>): string {
+  return `${cfg.provider}|${cfg.base_url ?? ''}|${cfg.model ?? ''}`;
+}
+
+async function build(cfg: ModelProviderConfig): Promise<ModelProvider> {
   if (cfg.provider === 'demo') {
     return new DemoModel({
       model: cfg.model ?? 'demo',

@@ -17,6 +17,7 @@ export function withCallMetrics(provider: ModelProvider, observe: ModelCallObser
     model: provider.model,
     ...(provider.temperature !== undefined ? { temperature: provider.temperature } : {}),
     estimateInputTokens: (messages, tools) => provider.estimateInputTokens(messages, tools),
+    ...(provider.rate ? { rate: provider.rate } : {}),
     async call(req: ModelCallRequest): Promise<ModelCallResult> {
       const started = now();
       try {

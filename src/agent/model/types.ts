@@ -31,6 +31,11 @@ export interface ModelProvider {
   call(req: ModelCallRequest): Promise<ModelCallResult>;
   /** A cheap upper-ish estimate used to reserve budget before the call. */
   estimateInputTokens(messages: ChatMessage[], tools: ToolDeclaration[]): number;
+  /**
+   * The provider key its calls are rate-limited under (provider + base URL + model: agents on one
+   * key share its budget) and the configured limit, if any (docs/flow-control.md). Absent: none.
+   */
+  rate?: { key: string; limit: { requests_per_minute?: number; tokens_per_minute?: number } | null };
 }
 
 export type ModelErrorKind = 'rate_limited' | 'server' | 'connection' | 'timeout' | 'bad_request' | 'auth' | 'aborted' | 'unknown';

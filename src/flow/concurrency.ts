@@ -1,0 +1,218 @@
+// The runs of this process waiting for a concurrency key's slot (docs/flow-control.md). The
+// durable part of a waiting run is its run record (status `queued`, written by the run service);
+// the key's holders are a record of their own (key-slots.ts). What lives here is only who waits
+// in this process, in admission order (machines/policies/flow.ts: priority, then arrival), and
+// the pump that hands a freed slot to the first of them.
+//
+// A key's slot frees when a run of this process lets go of it (at once), or in another instance
+// of a shared store (its release notifies the change feed's `flow` channel; a poll every
+// `pollMs` covers a lost notification). Keys are pumped independently: one key's backlog never
+// delays another key's run (docs/contract.md §3.4).
+import { insertInOrder, type WaitingEntry } from '../../machines/policies/flow.js';
+import type { Clock } from '../clock.js';
+import { CHANGE_CHANNELS, type StoreChanges } from '../store/changes.js';
+import type { Store } from '../store/store.js';
+import { CasExhaustedError } from '../store/cas.js';
+import { isSharedStore } from '../store/changes.js';
+import { KeySlots, MemoryKeySlots, type KeyHolders } from './key-slots.js';
+
+export type AdmitOutcome = 'admitted' | 'dropped';
+
+interface Waiter extends WaitingEntry {
+  key: string;
+  limit: number;
+  resolve: (outcome: AdmitOutcome) => void;
+}
+
+export interface ConcurrencyQueueOptions {
+  /** How often a key with waiters here re-reads its holders when nothing told it a slot freed. */
+  pollMs?: number;
+  /** Runs whose holder entry is gone for good (ended, missing): dropped from a full key before waiting on it. */
+  deadHolders?: (runIds: string[]) => Promise<Set<string>>;
+  onError?: (site: string, err: unknown) => void;
+}
+
+export class ConcurrencyQueue {
+  readonly slots: KeyHolders;
+  private readonly waiting = new Map<string, Waiter[]>();
+  private readonly byRun = new Map<string, Waiter>();
+  /** Keys being pumped now (one pump per key at a time) and keys to pump again once it ends. */
+  private readonly pumping = new Set<string>();
+  private readonly again = new Set<string>();
+  private readonly polls = new Map<string, NodeJS.Timeout>();
+  private seq = 0;
+  private readonly pollMs: number;
+  private unsubscribe: (() => void) | null = null;
+  private closed = false;
+
+  constructor(
+    private readonly store: Store,
+    private readonly clock: Clock,
+    private readonly opts: ConcurrencyQueueOptions = {},
+  ) {
+    this.slots = isSharedStore(store) ? new KeySlots(store) : new MemoryKeySlots();
+    this.pollMs = opts.pollMs ?? 250;
+    const changes: StoreChanges | undefined = store.changes;
+    if (changes) {
+      this.unsubscribe = changes.subscribe(CHANGE_CHANNELS.flow, (payload) => {
+        try {
+          const key = (JSON.parse(payload) as { k?: unknown }).k;
+          if (typeof key === 'string' && this.waiting.has(key)) this.pump(key);
+        } catch {
+          // a malformed hint is no hint: the poll covers it
+        }
+      });
+    }
+  }
+
+  /** Runs waiting here. */
+  get size(): number {
+    return this.byRun.size;
+  }
+
+  /** Runs waiting here on `key`. */
+  waitingOn(key: string): number {
+    return this.waiting.get(key)?.length ?? 0;
+  }
+
+  /**
+   * Takes a slot of `key` at once when nobody here waits on it and the key is under its limit.
+   * False: the run must be queued (and then `wait`).
+   */
+  async tryTake(key: string, limit: number, runId: string): Promise<boolean> {
+    if (this.waitingOn(key) > 0) return false;
+    try {
+      return await this.slots.take(key, limit, runId, this.clock.now());
+    } catch (err) {
+      // A hot key's record kept changing (several instances): the run queues, and the pump tries again.
+      if (err instanceof CasExhaustedError) return false;
+      throw err;
+    }
+  }
+
+  /** Resolves 'admitted' once the run holds a slot of its key, 'dropped' when `drop` took it out (a cancel). */
+  wait(entry: { run_id: string; key: string; limit: number; priority: number; enqueued_at: number }): Promise<AdmitOutcome> {
+    const existing = this.byRun.get(entry.run_id);
+    if (existing) return new Promise((resolve) => (existing.resolve = chain(existing.resolve, resolve)));
+    return new Promise((resolve) => {
+      const w: Waiter = { ...entry, seq: this.seq++, resolve };
+      let list = this.waiting.get(entry.key);
+      if (!list) this.waiting.set(entry.key, (list = []));
+      insertInOrder(list, w);
+      this.byRun.set(entry.run_id, w);
+      this.pump(entry.key);
+    });
+  }
+
+  /** 1-based place of a run waiting here among this process's waiters on its key; null when it does not wait here. */
+  localPosition(runId: string): number | null {
+    const w = this.byRun.get(runId);
+    if (!w) return null;
+    return (this.waiting.get(w.key)?.indexOf(w) ?? -1) + 1 || null;
+  }
+
+  isWaiting(runId: string): boolean {
+    return this.byRun.has(runId);
+  }
+
+  /** Takes a waiting run out (cancelled while queued): its wait resolves 'dropped'. */
+  drop(runId: string): boolean {
+    const w = this.byRun.get(runId);
+    if (!w) return false;
+    this.remove(w);
+    w.resolve('dropped');
+    return true;
+  }
+
+  /** Lets go of `runId`'s slot of `key` and hands it on (here at once; other instances through the feed). */
+  async release(key: string, runId: string): Promise<void> {
+    const held = await this.slots.release(key, runId);
+    if (!held) return;
+    if (this.waiting.has(key)) this.pump(key);
+    if (this.store.changes) void this.store.changes.notify(CHANGE_CHANNELS.flow, JSON.stringify({ k: key }));
+  }
+
+  /** Stops the polls and the feed subscription; waiters stay unresolved (their runs stay stored `queued`). */
+  close(): void {
+    this.closed = true;
+    this.unsubscribe?.();
+    for (const t of this.polls.values()) clearTimeout(t);
+    this.polls.clear();
+  }
+
+  private remove(w: Waiter): void {
+    this.byRun.delete(w.run_id);
+    const list = this.waiting.get(w.key);
+    if (!list) return;
+    const i = list.indexOf(w);
+    if (i >= 0) list.splice(i, 1);
+    if (list.length === 0) {
+      this.waiting.delete(w.key);
+      const t = this.polls.get(w.key);
+      if (t) clearTimeout(t);
+      this.polls.delete(w.key);
+    }
+  }
+
+  /** Admits the key's first waiters while the key has room; one pump per key at a time. */
+  private pump(key: string): void {
+    if (this.closed) return;
+    if (this.pumping.has(key)) {
+      this.again.add(key);
+      return;
+    }
+    this.pumping.add(key);
+    void this.pumpKey(key)
+      .catch((err) => this.opts.onError?.('flow.pump', err))
+      .finally(() => {
+        this.pumping.delete(key);
+        if (this.again.delete(key)) this.pump(key);
+        else if (this.waiting.has(key)) this.schedule(key);
+      });
+  }
+
+  private async pumpKey(key: string): Promise<void> {
+    let pruned = false;
+    for (;;) {
+      const head = this.waiting.get(key)?.[0];
+      if (!head) return;
+      const took = await this.slots.take(key, head.limit, head.run_id, this.clock.now());
+      if (!took) {
+        // Full. A holder may be a run that ended without letting go (a crash between its end
+        // and its release): checked once per pump, only when the key is full.
+        if (!pruned && this.opts.deadHolders) {
+          pruned = true;
+          const dead = this.opts.deadHolders;
+          if ((await this.slots.prune(key, (holders) => dead(holders.map((h) => h.run_id)))) > 0) continue;
+        }
+        return;
+      }
+      // Dropped meanwhile (cancelled): the slot goes back.
+      if (this.byRun.get(head.run_id) !== head) {
+        await this.slots.release(key, head.run_id);
+        continue;
+      }
+      this.remove(head);
+      head.resolve('admitted');
+    }
+  }
+
+  /** The next look at a key with waiters: soon after a hint, else after pollMs. */
+  private schedule(key: string): void {
+    const prev = this.polls.get(key);
+    if (prev) clearTimeout(prev);
+    const t = setTimeout(() => {
+      this.polls.delete(key);
+      if (this.waiting.has(key)) this.pump(key);
+    }, this.pollMs);
+    t.unref();
+    this.polls.set(key, t);
+  }
+}
+
+function chain(a: (o: AdmitOutcome) => void, b: (o: AdmitOutcome) => void): (o: AdmitOutcome) => void {
+  return (o) => {
+    a(o);
+    b(o);
+  };
+}

@@ -1,0 +1,129 @@
+// The store part of concurrency keys (docs/flow-control.md): one small record per key in use
+// (kind meta, id `flow_key:<key>`) listing the runs admitted under it. Taking and letting go of a
+// slot are compare-and-set writes on that record, so on a store several instances share the
+// limit holds across all of them (docs/contract.md §3.4); the record is deleted when its last
+// holder lets go, so idle keys cost nothing.
+import { takeKeySlot, type KeyHolder } from '../../machines/policies/flow.js';
+import { casUpdate } from '../store/cas.js';
+import { repos } from '../store/repos/index.js';
+import { isStoreError, type Store } from '../store/store.js';
+
+export interface KeySlotsValue {
+  key: string;
+  holders: KeyHolder[];
+}
+
+const idOf = (key: string): string => `flow_key:${key}`;
+
+// CAS losses on a hot key are expected (every admission and release of the key writes it): a
+// longer loop than the default, with short pauses.
+const CAS = { attempts: 50, baseDelayMs: 1, maxDelayMs: 20, retryOn: ['stale_version', 'conflict', 'not_found'] as const };
+
+/** Where a key's holders live: a store record (several instances) or this process's memory (an embedded store). */
+export interface KeyHolders {
+  holders(key: string): Promise<KeyHolder[]>;
+  take(key: string, limit: number, runId: string, now: number): Promise<boolean>;
+  release(key: string, runId: string): Promise<boolean>;
+  prune(key: string, dead: (holders: KeyHolder[]) => Promise<Set<string>>): Promise<number>;
+}
+
+/**
+ * An embedded store has one process: the holders are kept in memory, with no store round per
+ * admission (a compare-and-set per run on one hot key's record cost a LevelDB round each, and 32
+ * runs of one key raced for it). After a restart, the runs still `running` with a key take their
+ * slots again before anything queued is admitted (RunFlow.recoverQueued).
+ */
+export class MemoryKeySlots implements KeyHolders {
+  private readonly byKey = new Map<string, KeyHolder[]>();
+
+  holders(key: string): Promise<KeyHolder[]> {
+    return Promise.resolve([...(this.byKey.get(key) ?? [])]);
+  }
+
+  take(key: string, limit: number, runId: string, now: number): Promise<boolean> {
+    const decision = takeKeySlot(this.byKey.get(key) ?? [], limit, runId, now);
+    if (decision.take) this.byKey.set(key, decision.holders);
+    return Promise.resolve(decision.take);
+  }
+
+  release(key: string, runId: string): Promise<boolean> {
+    const list = this.byKey.get(key);
+    const i = list ? list.findIndex((h) => h.run_id === runId) : -1;
+    if (!list || i < 0) return Promise.resolve(false);
+    list.splice(i, 1);
+    if (list.length === 0) this.byKey.delete(key);
+    return Promise.resolve(true);
+  }
+
+  async prune(key: string, dead: (holders: KeyHolder[]) => Promise<Set<string>>): Promise<number> {
+    const list = this.byKey.get(key);
+    if (!list?.length) return 0;
+    const gone = await dead([...list]);
+    let n = 0;
+    for (const id of gone) if (await this.release(key, id)) n++;
+    return n;
+  }
+}
+
+export class KeySlots implements KeyHolders {
+  constructor(private readonly store: Store) {}
+
+  /** The runs holding `key` now (empty when nobody does). */
+  async holders(key: string): Promise<KeyHolder[]> {
+    const rec = await repos(this.store).meta.get<KeySlotsValue>(idOf(key));
+    return rec?.value.holders ?? [];
+  }
+
+  /** Takes a slot of `key` for `runId` if fewer than `limit` runs hold it (true), else nothing (false). */
+  take(key: string, limit: number, runId: string, now: number): Promise<boolean> {
+    const meta = repos(this.store).meta;
+    return casUpdate(async () => {
+      const cur = await meta.get<KeySlotsValue>(idOf(key));
+      const decision = takeKeySlot(cur?.value.holders ?? [], limit, runId, now);
+      if (!decision.take) return false;
+      if (cur && decision.holders.length === cur.value.holders.length) return true; // held already
+      const value: KeySlotsValue = { key, holders: decision.holders };
+      if (cur) await meta.update(idOf(key), value, cur.version);
+      else await meta.create(idOf(key), value);
+      return true;
+    }, CAS);
+  }
+
+  /** Lets go of `runId`'s slot of `key` (nothing when it holds none). Returns whether it held one. */
+  release(key: string, runId: string): Promise<boolean> {
+    return this.drop(key, (h) => h.run_id === runId);
+  }
+
+  /** Drops every holder `dead` says is gone (a run that ended without letting go: a crash between its end and its release). */
+  async prune(key: string, dead: (holders: KeyHolder[]) => Promise<Set<string>>): Promise<number> {
+    const holders = await this.holders(key);
+    if (holders.length === 0) return 0;
+    const gone = await dead(holders);
+    if (gone.size === 0) return 0;
+    let n = 0;
+    await this.drop(key, (h) => {
+      const out = gone.has(h.run_id);
+      if (out) n++;
+      return out;
+    });
+    return n;
+  }
+
+  private drop(key: string, out: (h: KeyHolder) => boolean): Promise<boolean> {
+    const meta = repos(this.store).meta;
+    return casUpdate(async () => {
+      const cur = await meta.get<KeySlotsValue>(idOf(key));
+      if (!cur) return false;
+      const holders = cur.value.holders.filter((h) => !out(h));
+      if (holders.length === cur.value.holders.length) return false;
+      try {
+        if (holders.length === 0) await meta.delete(idOf(key), cur.version);
+        else await meta.update(idOf(key), { key, holders }, cur.version);
+      } catch (err) {
+        if (isStoreError(err, 'not_found')) return false;
+        throw err;
+      }
+      return true;
+    }, CAS);
+  }
+}

@@ -1,0 +1,349 @@
+// Concurrency keys for the run service (docs/flow-control.md, docs/contract.md §3.4). A run that
+// names a key (StartOptions.concurrency) takes one of the key's slots before it starts; over the
+// limit it is stored `queued` (durable: it keeps its place across a restart) and waits in this
+// process's ConcurrencyQueue (src/flow/concurrency.ts) for a slot, then for a run slot without a
+// deadline, and only then starts: its first write replaces the queued record (a cancel meanwhile
+// fences that write off). A run without a key never comes here (no read, no write: the fast path).
+import { admissionOrder, resolveConcurrency, type ConcurrencyRequest } from '../../machines/policies/flow.js';
+import { domainError } from '../errors.js';
+import { ConcurrencyQueue } from '../flow/concurrency.js';
+import { newId } from '../ids.js';
+import { isSharedStore } from '../store/changes.js';
+import { repos } from '../store/repos/index.js';
+import type { Versioned } from '../store/store.js';
+import { reportSwallowed } from '../telemetry/swallowed.js';
+import type { RunKernel } from './run-kernel.js';
+import { TERMINAL_RUN_STATUSES, newRunRecord, runIndexes, type RunRecord } from './run-record.js';
+import { iso, type StartOptions, type StartedRun } from './run-types.js';
+
+type Start = (query: string, sessionId: string | null | undefined, opts: StartOptions) => Promise<StartedRun>;
+
+const DEFAULT_MAX_QUEUED = 10_000;
+
+export class RunFlow {
+  readonly queue: ConcurrencyQueue;
+
+  constructor(
+    private readonly kernel: RunKernel,
+    private readonly start: Start,
+  ) {
+    const { store, clock, settings } = kernel.deps;
+    this.queue = new ConcurrencyQueue(store, clock, {
+      pollMs: settings.flow?.poll_ms,
+      deadHolders: (ids) => this.deadHolders(ids),
+      onError: (site, err) => reportSwallowed(site, err),
+    });
+    // A run lets go of its key when it ends or parks for a person, whoever hosted it (a recovered
+    // run too): its record names the key.
+    kernel.onSettled((record) => {
+      if (record.concurrency && record.status !== 'queued') void this.release(record.concurrency.key, record.run_id);
+    });
+  }
+
+  private get deps() {
+    return this.kernel.deps;
+  }
+
+  /** The limit `request` runs under: a config rule wins (machines/policies/flow.ts). */
+  resolve(request: ConcurrencyRequest): ConcurrencyRequest {
+    return resolveConcurrency(request, this.deps.settings.flow?.concurrency ?? []);
+  }
+
+  release(key: string, runId: string): Promise<void> {
+    return this.queue.release(key, runId).catch((err) => reportSwallowed('flow.release', err, { run_id: runId }));
+  }
+
+  /** start() of a run with a concurrency key: at once when the key has room, else stored `queued`. */
+  async startKeyed(query: string, sessionId: string | null | undefined, opts: StartOptions & { concurrency: ConcurrencyRequest }): Promise<StartedRun> {
+    const concurrency = this.resolve(opts.concurrency);
+    const priority = opts.priority ?? 0;
+    const run_id = opts.run_id ?? newId('run');
+    const keyed: StartOptions & { run_id: string } = { ...opts, run_id, concurrency, priority };
+    if (await this.queue.tryTake(concurrency.key, concurrency.limit, run_id)) {
+      try {
+        return await this.start(query, sessionId, keyed);
+      } catch (err) {
+        await this.release(concurrency.key, run_id);
+        throw err;
+      }
+    }
+    const max = this.deps.settings.flow?.max_queued ?? DEFAULT_MAX_QUEUED;
+    const waiting = await repos(this.deps.store).runs.count({ name: 'status', value: 'queued' });
+    if (waiting >= max) throw domainError('AGT_ERR_RUN_QUEUE_FULL', [waiting], { headers: { 'retry-after': '5' } });
+    const record = await this.enqueue(query, sessionId ?? newId('session'), keyed, concurrency, priority);
+    opts.onAccepted?.({ run_id, session_id: record.value.session_id });
+    if (opts.onQueued) {
+      const position = (await this.position(record.value).catch(() => null)) ?? this.queue.localPosition(run_id) ?? 1;
+      opts.onQueued({ run_id, key: concurrency.key, position });
+    }
+    return {
+      run_id,
+      session_id: record.value.session_id,
+      trace_id: record.value.trace_id,
+      settled: this.admit(record.value, { ...keyed, onAccepted: undefined, onQueued: undefined }),
+    };
+  }
+
+  /** Stores the run `queued` (durable before its id goes out) and puts it in this process's queue. */
+  private async enqueue(
+    query: string,
+    session_id: string,
+    opts: StartOptions & { run_id: string },
+    concurrency: ConcurrencyRequest,
+    priority: number,
+  ): Promise<Versioned<RunRecord>> {
+    const { clock, settings, workerId } = this.deps;
+    const nowMs = clock.now();
+    const record: RunRecord = {
+      ...newRunRecord({
+        run_id: opts.run_id,
+        session_id,
+        agent_name: settings.agent_name,
+        agent_id: opts.agent_id ?? settings.agent_id,
+        kind: opts.kind ?? 'sync',
+        task_id: opts.task_id ?? null,
+        query,
+        trace_id: newId('trace'),
+        now: iso(nowMs),
+        lease_seconds: settings.lease_seconds,
+        lease_expires_at: null,
+        owner: workerId,
+      }),
+      status: 'queued',
+      machine_state: 'queued',
+      heartbeat_at: null,
+      concurrency,
+      priority,
+      queue: { key: concurrency.key, limit: concurrency.limit, priority, enqueued_at: nowMs },
+    };
+    return repos(this.deps.store).runs.create(opts.run_id, record, runIndexes(record));
+  }
+
+  /**
+   * Waits for the queued run's slot, then a run slot, then starts it from its stored record.
+   * Resolves with the run's last record (cancelled while queued: the cancelled one). Never rejects.
+   */
+  private async admit(queued: RunRecord, opts: StartOptions): Promise<RunRecord> {
+    const q = queued.queue!;
+    const run_id = queued.run_id;
+    const outcome = await this.queue.wait({ run_id, key: q.key, limit: q.limit, priority: q.priority, enqueued_at: q.enqueued_at });
+    if (outcome === 'dropped') return this.kernel.get(run_id);
+    let slot: (() => void) | null = null;
+    try {
+      slot = await this.kernel.slots.acquire({ priority: q.priority, deadline: false });
+      const rec = await repos(this.deps.store).runs.get<RunRecord>(run_id);
+      if (!rec || rec.value.status !== 'queued') {
+        // Cancelled (or taken by another instance) while it waited for a run slot.
+        slot();
+        await this.release(q.key, run_id);
+        return rec?.value ?? queued;
+      }
+      const started = await this.start(rec.value.query, rec.value.session_id, { ...opts, run_id, queued: rec, slot });
+      return await started.settled;
+    } catch (err) {
+      // start() let go of the run slot; the key's slot is ours to give back.
+      await this.release(q.key, run_id);
+      // Shutting down: the run stays stored `queued`, and the next start queues it again.
+      if (this.kernel.closing) return queued;
+      const now = await repos(this.deps.store)
+        .runs.get<RunRecord>(run_id)
+        .catch(() => null);
+      if (now && now.value.status !== 'queued') return now.value;
+      return this.failQueued(run_id, err);
+    }
+  }
+
+  /** A queued run that could not start (its agent is gone, the store failed): stored failed, not left queued for ever. */
+  private async failQueued(runId: string, err: unknown): Promise<RunRecord> {
+    reportSwallowed('flow.start_queued', err, { run_id: runId });
+    const rec = await repos(this.deps.store)
+      .runs.get<RunRecord>(runId)
+      .catch(() => null);
+    if (!rec) return { run_id: runId, status: 'failed' } as RunRecord;
+    if (rec.value.status !== 'queued') return rec.value;
+    const now = iso(this.deps.clock.now());
+    const failed: RunRecord = {
+      ...rec.value,
+      status: 'failed',
+      termination_reason: 'internal_error',
+      error: { type: 'InternalServerError', message: String((err as Error)?.message ?? err) },
+      owner: null,
+      ended_at: now,
+      updated_at: now,
+    };
+    return repos(this.deps.store)
+      .runs.update(runId, failed, rec.version, runIndexes(failed))
+      .then((r) => r.value)
+      .catch(() => failed);
+  }
+
+  /** A queued run cancelled here: out of this process's queue (other instances find it cancelled when its turn comes). */
+  dropped(runId: string): void {
+    this.queue.drop(runId);
+  }
+
+  /** Whether the run waits in this process's queue. */
+  isWaiting(runId: string): boolean {
+    return this.queue.isWaiting(runId);
+  }
+
+  /**
+   * The 1-based place of a queued run among every queued run of its key, in admission order
+   * (priority, then arrival), across instances: read from the store's `flow_key` index.
+   */
+  async position(r: RunRecord): Promise<number | null> {
+    if (r.status !== 'queued' || !r.queue) return null;
+    const me = { run_id: r.run_id, priority: r.queue.priority, enqueued_at: r.queue.enqueued_at, seq: 0 };
+    let ahead = 0;
+    let cursor: string | null = null;
+    let mySeq = Number.POSITIVE_INFINITY;
+    const others: Array<{ priority: number; enqueued_at: number; seq: number; run_id: string }> = [];
+    do {
+      const page: { items: Versioned<RunRecord>[]; next_cursor: string | null } = await repos(this.deps.store).runs.list<RunRecord>({
+        index: { name: 'flow_key', value: r.queue.key },
+        cursor,
+        limit: 1000,
+      });
+      for (const { seq, value } of page.items) {
+        if (value.status !== 'queued' || !value.queue) continue;
+        if (value.run_id === r.run_id) mySeq = seq;
+        else others.push({ run_id: value.run_id, priority: value.queue.priority, enqueued_at: value.queue.enqueued_at, seq });
+      }
+      cursor = page.next_cursor;
+    } while (cursor);
+    me.seq = mySeq;
+    for (const o of others) if (admissionOrder(o, me) < 0) ahead++;
+    return ahead + 1;
+  }
+
+  /**
+   * Queued runs that no caller waits for any more (the process that queued them stopped): put
+   * back in this process's queue, in their order. At start-up on an embedded store every queued
+   * run is such; on a shared store, those whose owner stopped beating (`ownerBeats`), each taken
+   * over first by a compare-and-set of its owner, so only one instance takes it.
+   */
+  async recoverQueued(opts: { startup?: boolean } = {}): Promise<number> {
+    const shared = isSharedStore(this.deps.store);
+    if (!opts.startup && !shared) return 0;
+    if (!shared) await this.retakeRunningSlots();
+    let cursor: string | null = null;
+    const found: Versioned<RunRecord>[] = [];
+    do {
+      const page: { items: Versioned<RunRecord>[]; next_cursor: string | null } = await repos(this.deps.store).runs.list<RunRecord>({
+        index: { name: 'status', value: 'queued' },
+        cursor,
+        limit: 1000,
+      });
+      for (const item of page.items) if (item.value.queue && !this.queue.isWaiting(item.value.run_id)) found.push(item);
+      cursor = page.next_cursor;
+    } while (cursor);
+    const dead = shared ? await this.deadOwners(found) : null;
+    let n = 0;
+    for (const item of found) {
+      let r = item.value;
+      if (dead) {
+        if (r.owner === this.deps.workerId || !dead.has(r.owner ?? '')) continue;
+        const taken = await repos(this.deps.store)
+          .runs.update(r.run_id, { ...r, owner: this.deps.workerId, updated_at: iso(this.deps.clock.now()) }, item.version, runIndexes(r))
+          .catch(() => null); // another instance took it first, or it was cancelled
+        if (!taken) continue;
+        r = taken.value;
+      }
+      n++;
+      void this.admit(r, {
+        kind: r.kind,
+        task_id: r.task_id,
+        ...(r.agent_id !== this.deps.settings.agent_id ? { agent_id: r.agent_id } : {}),
+        concurrency: r.concurrency ?? null,
+        priority: r.priority ?? 0,
+      });
+    }
+    return n;
+  }
+
+  /**
+   * Embedded store, at start-up: the key slots live in memory, so the runs still `running` with a
+   * key (they died holding it; recovery resumes them) take theirs again before a queued run is
+   * admitted, and the limit holds across the crash. (A run stopped by a graceful shutdown let go
+   * of its slot, as a parked run does, and is resumed without it.)
+   */
+  private async retakeRunningSlots(): Promise<void> {
+    let cursor: string | null = null;
+    do {
+      const page: { items: Versioned<RunRecord>[]; next_cursor: string | null } = await repos(this.deps.store).runs.list<RunRecord>({
+        index: { name: 'status', value: 'running' },
+        cursor,
+        limit: 1000,
+      });
+      for (const { value: r } of page.items) {
+        // No limit check: it held the slot before the crash.
+        if (r.concurrency) await this.queue.slots.take(r.concurrency.key, Number.MAX_SAFE_INTEGER, r.run_id, this.deps.clock.now());
+      }
+      cursor = page.next_cursor;
+    } while (cursor);
+  }
+
+  /**
+   * On a shared store, an instance with runs waiting here writes when it last beat (kind meta,
+   * `flow_instance:<worker id>`, an unchecked write every lease/3); the others take its queued
+   * runs over once it has not beaten for two leases. Nothing is written while nothing waits here.
+   */
+  startBeating(): void {
+    if (!isSharedStore(this.deps.store) || this.beatTimer) return;
+    const everyMs = Math.max(100, Math.floor((this.deps.settings.lease_seconds * 1000) / 3));
+    this.beatTimer = setInterval(() => {
+      if (this.kernel.closing) return;
+      if (this.queue.size > 0) void this.beat();
+      // Every few beats, look for queued runs of instances that stopped.
+      if (++this.beats % 3 === 0) void this.recoverQueued().catch((err) => reportSwallowed('flow.takeover', err));
+    }, everyMs);
+    this.beatTimer.unref();
+  }
+
+  stopBeating(): void {
+    if (this.beatTimer) clearInterval(this.beatTimer);
+    this.beatTimer = null;
+  }
+
+  private beatTimer: NodeJS.Timeout | null = null;
+  private beats = 0;
+
+  private beat(): Promise<void> {
+    const meta = repos(this.deps.store).meta;
+    return this.deps.store
+      .commit([meta.updateOp(`flow_instance:${this.deps.workerId}`, { beat_at: this.deps.clock.now() }, null)])
+      .then(() => undefined)
+      .catch((err) => reportSwallowed('flow.beat', err));
+  }
+
+  /** Owners of `runs` that stopped beating: no beat for two leases (or none ever, and the run is older than that). */
+  private async deadOwners(runs: Versioned<RunRecord>[]): Promise<Set<string>> {
+    const now = this.deps.clock.now();
+    const lapse = 2 * this.deps.settings.lease_seconds * 1000;
+    const oldest = new Map<string, number>();
+    for (const { value: r } of runs) {
+      if (!r.owner || r.owner === this.deps.workerId) continue;
+      const at = Date.parse(r.updated_at);
+      oldest.set(r.owner, Math.min(oldest.get(r.owner) ?? at, at));
+    }
+    const owners = [...oldest.keys()];
+    const beats = await repos(this.deps.store).meta.getMany<{ beat_at: number }>(owners.map((o) => `flow_instance:${o}`));
+    const dead = new Set<string>();
+    owners.forEach((o, i) => {
+      const beat = beats[i]?.value.beat_at ?? null;
+      if (beat !== null ? now - beat > lapse : now - oldest.get(o)! > lapse) dead.add(o);
+    });
+    return dead;
+  }
+
+  /** Holders of a full key whose runs ended: their slots were never given back (a crash between the end and the release). */
+  private async deadHolders(ids: string[]): Promise<Set<string>> {
+    const recs = await repos(this.deps.store).runs.getMany<RunRecord>(ids);
+    const dead = new Set<string>();
+    ids.forEach((id, i) => {
+      const r = recs[i];
+      if (r && TERMINAL_RUN_STATUSES.has(r.value.status)) dead.add(id);
+    });
+    return dead;
+  }
+}

@@ -1,0 +1,132 @@
+// Flow control on the real model path (docs/flow-control.md): the cost of naming a concurrency key
+// that never queues (POST /run with `concurrency: {key, limit: 10000}` against plain POST /run,
+// interleaved rounds against one server), and how soon a saturated key's queue admits the next run
+// once a slot frees (limit 1: the gap between a run's end and the next run's first event, from
+// the stored records and events of the server itself).
+import {
+  QUICK,
+  closedLoop,
+  log,
+  mergeLoops,
+  percentile,
+  ratio,
+  realPathConfig,
+  removeDir,
+  request,
+  round,
+  startChild,
+  tempDir,
+  type BenchOutput,
+  type Child,
+  type LoopResult,
+  type Row,
+} from '../lib.js';
+import { WORKLOADS } from './run-real.js';
+
+const ROUND_MS = QUICK ? 1000 : 3000;
+const ROUNDS = QUICK ? 2 : 6;
+const QUEUED_RUNS = QUICK ? 50 : 300;
+
+type Route = 'plain' | 'keyed';
+
+function measure(child: Child, route: Route, concurrency: number, durationMs: number): Promise<LoopResult> {
+  const query = WORKLOADS.trivial.query;
+  const body = route === 'plain' ? JSON.stringify({ query }) : JSON.stringify({ query, concurrency: { key: 'bench:unlimited', limit: 10_000 } });
+  return closedLoop({
+    concurrency,
+    durationMs,
+    send: (agent) => request(`${child.url}/run`, { method: 'POST', body, agent }),
+    ok: (r) => r.status === 200 && r.body.includes('event: complete') && r.body.includes('"status":"success"'),
+  });
+}
+
+/** Gaps (ms) between each run's end and the next queued run's start, on a key of limit 1. */
+async function admissionGaps(child: Child): Promise<number[]> {
+  const key = { key: 'bench:saturated', limit: 1 };
+  const sessions: string[] = [];
+  const all = [];
+  for (let i = 0; i < QUEUED_RUNS; i++) {
+    const session_id = `flow-bench-${process.pid}-${i}`;
+    sessions.push(session_id);
+    all.push(request(`${child.url}/run/sync`, { method: 'POST', body: JSON.stringify({ query: WORKLOADS.trivial.query, session_id, concurrency: key }) }));
+  }
+  await Promise.all(all);
+  // Each run: when it ended (record) and when it started (its user_message, emitted at admission).
+  const spans: Array<{ start: number; end: number }> = [];
+  for (const s of sessions) {
+    const runs = JSON.parse((await request(`${child.url}/runs?session_id=${s}`)).body).runs as Array<{ run_id: string; updated_at: string }>;
+    const ev = JSON.parse((await request(`${child.url}/telemetry/events?session_id=${s}&limit=100`)).body).events as Array<{
+      event_type: string;
+      timestamp: string;
+    }>;
+    const start = Date.parse(ev.find((e) => e.event_type === 'user_message')!.timestamp);
+    const end = Math.max(...ev.map((e) => Date.parse(e.timestamp)), Date.parse(runs[0]!.updated_at));
+    spans.push({ start, end });
+  }
+  spans.sort((a, b) => a.start - b.start);
+  const gaps: number[] = [];
+  for (let i = 1; i < spans.length; i++) gaps.push(Math.max(0, spans[i]!.start - spans[i - 1]!.end));
+  return gaps;
+}
+
+export async function flowBench(): Promise<BenchOutput> {
+  const dir = tempDir('flow');
+  const fake = await startChild({ mode: 'fake-openai' });
+  let agentd: Child | null = null;
+  try {
+    agentd = await startChild({ mode: 'agentd', dataDir: dir, config: realPathConfig(fake.url), model: { kind: 'config' } });
+    log('warm-up');
+    for (const route of ['plain', 'keyed'] as const) await measure(agentd, route, 32, QUICK ? 1000 : 5000);
+    const rows: Row[] = [];
+    let errors = 0;
+    for (const c of [1, 32]) {
+      log(`measuring c=${c}: ${ROUNDS} rounds of ${ROUND_MS} ms per route, alternating`);
+      const loops: Record<Route, LoopResult[]> = { plain: [], keyed: [] };
+      for (let i = 0; i < ROUNDS; i++) {
+        const order: Route[] = i % 2 === 0 ? ['plain', 'keyed'] : ['keyed', 'plain'];
+        for (const route of order) loops[route].push(await measure(agentd, route, c, ROUND_MS));
+      }
+      const plain = mergeLoops(loops.plain);
+      const keyed = mergeLoops(loops.keyed);
+      errors += plain.errors + keyed.errors;
+      const r = ratio(keyed.perSecond, plain.perSecond);
+      rows.push({
+        metric: `Runs/s, POST /run with a concurrency key that never queues (limit 10000), trivial workload, concurrency ${c}`,
+        value: round(keyed.perSecond, 1),
+        unit: 'runs/s',
+        baseline: round(plain.perSecond, 1),
+        baseline_label: 'POST /run without a key',
+        ratio: r,
+        target: '>= 0.97x (overhead <= 3 %)',
+        pass: r !== null && r >= 0.97,
+      });
+    }
+    log(`admission latency: ${QUEUED_RUNS} runs on a key of limit 1`);
+    const gaps = await admissionGaps(agentd);
+    const p99 = percentile(gaps, 99);
+    rows.push({
+      metric: "Saturated key (limit 1): from a run's end to the next queued run's start, p99 (p50 in the baseline column)",
+      value: round(p99, 1),
+      unit: 'ms',
+      baseline: round(percentile(gaps, 50), 1),
+      baseline_label: 'p50',
+      target: '<= 5 ms',
+      pass: p99 <= 5,
+    });
+    rows.push({ metric: 'Failed runs (overhead rounds)', value: errors, unit: '', target: '0', pass: errors === 0 });
+    return {
+      title: 'Flow control: the cost of a concurrency key, and how soon a saturated key admits the next run',
+      method: [
+        'One agentd child as in the run benchmark (`openai-compatible` against the fake OpenAI server over HTTP, LevelDB with fsync), the trivial workload.',
+        `Overhead: POST /run with \`concurrency: {key: "bench:unlimited", limit: 10000}\` (one key for every run: a compare-and-set on the key's record to take the slot and one to let it go) against POST /run without a key, ${ROUNDS} alternating rounds of ${ROUND_MS / 1000} s each at concurrency 1 and 32.`,
+        `Admission: ${QUEUED_RUNS} POST /run/sync at once on a key of limit 1; for each run its end (the later of its last event and its record's updated_at) and its start (its user_message event, emitted when the queue admits it); the gap between consecutive runs, ms clock resolution of the stored timestamps.`,
+      ],
+      rows,
+      notes: [],
+    };
+  } finally {
+    await agentd?.stop();
+    await fake.stop();
+    removeDir(dir);
+  }
+}
