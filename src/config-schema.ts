@@ -391,6 +391,11 @@ const ApiKeyConfig = obj({
     .regex(/^[0-9a-fA-F]{64}$/, { error: 'expected 64 hex characters (SHA-256 of the key)' })
     .transform((s) => s.toLowerCase()),
   role: oneOf(['reader', 'operator', 'approver', 'admin']),
+  tenant: z
+    .string()
+    .regex(/^[A-Za-z0-9_.-]{1,64}$/, { error: 'must be 1-64 characters of A-Z a-z 0-9 _ . -' })
+    .optional()
+    .describe('The tenant this key acts in (docs/multi-tenant.md); absent: a global key.'),
 });
 
 const AuthConfig = obj({

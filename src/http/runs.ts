@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { tenantOf } from './tenancy.js';
 import { newId } from '../ids.js';
 import { approvalForAnswer, publicRunView, runResponseOf } from '../runtime/run-record.js';
 import { redactorForConfig } from '../telemetry/secrets.js';
@@ -108,6 +109,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => stream.event(ev));
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
         return runs.start(body.query, body.session_id ?? null, {
+          tenant: tenantOf(request),
           run_id,
           run_id_is_new: isNew,
           ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
@@ -200,6 +202,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       const begin = async (run_id: string) => {
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
         return runs.start(body.query, body.session_id ?? null, {
+          tenant: tenantOf(request),
           run_id,
           ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
           session_policy: body.session_policy ?? undefined,
@@ -233,7 +236,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     },
     async (request) => {
       const q = request.query as { status?: string; session_id?: string; limit: number; cursor?: string };
-      const page = await runs.list({ status: q.status as never, session_id: q.session_id, limit: q.limit, cursor: q.cursor });
+      const page = await runs.list({ status: q.status as never, session_id: q.session_id, limit: q.limit, cursor: q.cursor }, request.tenantScope);
       return { runs: page.runs.map((r) => publicRunView(r, redactor)), total: page.total, next_cursor: page.next_cursor };
     },
   );
@@ -243,7 +246,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     {
       schema: { operationId: 'getRun', tags: ['runs'], summary: 'One run', params: RunIdParams, response: { 200: RunView, ...errors } },
     },
-    async (request) => publicRunView(await runs.get((request.params as { run_id: string }).run_id), redactor),
+    async (request) => publicRunView(await runs.get((request.params as { run_id: string }).run_id, request.tenantScope), redactor),
   );
 
   app.post(
@@ -277,7 +280,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       // A draining process starts nothing new; the run stays stored as it is and the next start
       // (or another instance) resumes it.
       if (runs.shuttingDown) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
-      const rec = await runs.get(run_id);
+      const rec = await runs.get(run_id, request.tenantScope);
       const cause =
         rec.status === 'interrupted' ? 'interrupted' : rec.status === 'running' ? 'recovered_after_lapsed_lease' : ((rec.decision ?? 'approval') as 'approval');
       const started = await runs.resume(run_id, { cause, trigger: 'explicit' });
@@ -368,7 +371,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: SessionHistoryResponse, ...errors },
       },
     },
-    async (request) => runs.history((request.params as { session_id: string }).session_id, request.query as SessionHistoryQuery),
+    async (request) => runs.history((request.params as { session_id: string }).session_id, request.query as SessionHistoryQuery, tenantOf(request)),
   );
 
   app.delete(
@@ -382,7 +385,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: SessionClearedResponse, ...errors },
       },
     },
-    async (request) => runs.clearSession((request.params as { session_id: string }).session_id),
+    async (request) => runs.clearSession((request.params as { session_id: string }).session_id, tenantOf(request)),
   );
 }
 

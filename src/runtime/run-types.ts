@@ -65,6 +65,8 @@ export interface RunServiceDeps {
 }
 
 export interface StartOptions {
+  /** The tenant the run belongs to (docs/multi-tenant.md): stamped on it, its session id in its namespace. */
+  tenant?: string | null;
   /**
    * A live text delta (never stored). `afterEvent` is the `sequence` of the last telemetry event
    * the run emitted before it: events are published when stored, deltas at once, so a stream
@@ -144,6 +146,8 @@ export interface TraceValue {
   parent_trace_id: string | null;
   run_id: string;
   session_id: string;
+  /** The run's tenant (absent: none). */
+  tenant?: string;
   task_id: string | null;
   agent_id: string;
   status: string;
@@ -161,6 +165,7 @@ export function traceValueOf(r: RunRecord, parent: string | null, status: string
     parent_trace_id: parent,
     run_id: r.run_id,
     session_id: r.session_id,
+    ...(r.tenant ? { tenant: r.tenant } : {}),
     task_id: r.task_id,
     agent_id: r.agent_id,
     status,

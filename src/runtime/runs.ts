@@ -4,6 +4,7 @@
 // machine's effects; run-effects.ts, tool calls in run-tools.ts), RunDecisions (approvals, budget,
 // steer, interrupt, cancel, outcomes; run-decisions.ts) and RunRecovery (resume, sweep, shutdown;
 // run-recovery.ts). The record a snapshot makes is projected in run-projection.ts.
+import { GLOBAL_SCOPE, sessionKeyOf, tenantKey, visibleIn, type TenantScope } from './tenancy.js';
 import type { ChatMessage } from '../agent/model/types.js';
 import { domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
@@ -116,7 +117,8 @@ export class RunService {
     // A session with a run in flight in this process: the session policy decides (docs/runs.md,
     // "Busy sessions"). `enqueue` waits in the session's queue, as every run did before.
     const policy = opts.session_policy ?? this.deps.settings.session_policy ?? 'enqueue';
-    const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(sessionId) : null;
+    const tenant = opts.tenant ?? null;
+    const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(tenantKey(tenant, sessionId)) : null;
     const plan = busySessionPlan(policy, busyWith);
     if (plan.refuse) throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), String(busyWith)], { detail: 'session_busy' });
     const releaseSlot = opts.admitted ? () => {} : await this.kernel.slots.acquire();
@@ -129,12 +131,15 @@ export class RunService {
       const profile = agent.profile;
       const { clock, settings } = this.deps;
       const session_id = sessionId ?? newId('session');
+      // Where the session is stored and queued: its id in the run's tenant (src/runtime/tenancy.ts).
+      const session_key = tenantKey(tenant, session_id);
       const run_id = opts.run_id ?? newId('run');
       const trace_id = newId('trace');
       const now = iso(clock.now());
       const record = newRunRecord({
         run_id,
         session_id,
+        tenant,
         agent_name: profile.agent_name,
         agent_id: opts.agent_id ?? settings.agent_id,
         kind: opts.kind ?? 'sync',
@@ -152,7 +157,7 @@ export class RunService {
       // and later writes queue behind it. start() returns only once the run exists, so a client
       // that is told the run id can always read the run.
       const trace = traceValueOf(record, null, 'running', clock.now());
-      const traceIndexes = { run_id, session_id, task_id: record.task_id };
+      const traceIndexes = { run_id, session_id: session_key, task_id: record.task_id };
       // What the run's first store round will read (all new, so in no cache): read it meanwhile.
       // Ids made up just now are new (no read at all): the trace's always, the session's when the
       // caller named none, the run's when made here or so marked (a background run reuses its id
@@ -168,9 +173,9 @@ export class RunService {
           fresh: newRun ? (newSession ? ['run_id', 'session_id'] : ['run_id']) : [],
         },
         { kind: repos(this.deps.store).snapshots.kind, id: run_id, ...(newRun ? { fresh: [] } : {}) },
-        { kind: repos(this.deps.store).sessions.kind, id: session_id, ...(newSession ? { fresh: [] } : {}) },
+        { kind: repos(this.deps.store).sessions.kind, id: session_key, ...(newSession ? { fresh: [] } : {}) },
       ]);
-      const workspace_path = opts.workspace_path ?? this.kernel.sessionWorkspace(session_id, profile.session_workspace_root);
+      const workspace_path = opts.workspace_path ?? this.kernel.sessionWorkspace(session_key, profile.session_workspace_root);
       this.deps.metrics.liveRuns.inc();
       live = this.kernel.host({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, agent, { ...opts, workspace_path }, trace, [
         { op: 'create', kind: repos(this.deps.store).traces.kind, id: trace_id, value: trace, indexes: traceIndexes },
@@ -214,13 +219,13 @@ export class RunService {
         await this.cancel(busyWith).catch(swallow('runs.session_rollback_cancel', { run_id: busyWith, by: run_id }, isRefusal));
       // Our turn in the session, then the conversation the runs before us left (a session id we
       // just made up has none: no read).
-      await this.kernel.sessions.acquire(session_id, run_id);
-      let history = sessionId ? await repos(this.deps.store).sessions.get<SessionValue>(session_id) : null;
+      await this.kernel.sessions.acquire(session_key, run_id);
+      let history = sessionId ? await repos(this.deps.store).sessions.get<SessionValue>(session_key) : null;
       let carried: ChatMessage[] = [];
       // The turn taken back out: the run this one cancelled (`rollback`), or the one it replaces
       // (a regenerated answer: StartOptions.replaces_run_id).
       const rolledBack = busyWith && plan.history === 'roll_back' ? busyWith : (opts.replaces_run_id ?? null);
-      if (rolledBack) history = await this.kernel.history.rollbackTurn(session_id, rolledBack, history);
+      if (rolledBack) history = await this.kernel.history.rollbackTurn(session_key, rolledBack, history);
       if (busyWith && plan.history === 'carry_over') {
         const c = await this.kernel.history.carryOver(busyWith);
         carried = c.messages;
@@ -257,31 +262,49 @@ export class RunService {
 
   // ---------------------------------------------------------------- reads
 
-  get(runId: string): Promise<RunRecord> {
-    return this.kernel.get(runId);
+  /**
+   * The run, when `scope` may see it: another tenant's run is not found, exactly as a run that
+   * does not exist (docs/multi-tenant.md).
+   */
+  async get(runId: string, scope: TenantScope = GLOBAL_SCOPE): Promise<RunRecord> {
+    const r = await this.kernel.get(runId);
+    if (!visibleIn(scope, r.tenant)) throw notFound('run', runId);
+    return r;
   }
 
-  async list(q: { status?: RunRecordStatus; session_id?: string; limit: number; cursor?: string | null }) {
-    const index = q.status ? { name: 'status', value: q.status } : q.session_id ? { name: 'session_id', value: q.session_id } : undefined;
+  async list(q: { status?: RunRecordStatus; session_id?: string; limit: number; cursor?: string | null }, scope: TenantScope = GLOBAL_SCOPE) {
+    // A tenant's session ids are keys in its namespace; its other lists walk its own indexes, so
+    // pages and totals never count another tenant's runs.
+    const sessionKey = q.session_id === undefined ? undefined : tenantKey(scope.tenant, q.session_id);
+    const index = q.status
+      ? scope.all
+        ? { name: 'status', value: q.status }
+        : { name: 'tenant_status', value: `${scope.tenant ?? ''}\u001f${q.status}` }
+      : sessionKey !== undefined
+        ? { name: 'session_id', value: sessionKey }
+        : scope.all
+          ? undefined
+          : { name: 'tenant', value: scope.tenant ?? '' };
     const page = await repos(this.deps.store).runs.list<RunRecord>({ index, cursor: q.cursor, limit: q.limit });
     let runs = page.items.map((i) => i.value);
-    if (q.status && q.session_id) runs = runs.filter((r) => r.session_id === q.session_id);
+    if (q.status && sessionKey !== undefined) runs = runs.filter((r) => sessionKeyOf(r) === sessionKey);
     const total = await repos(this.deps.store).runs.count(index);
     return { runs, total, next_cursor: page.next_cursor };
   }
 
-  async history(sessionId: string, q: { limit: number; cursor?: string }) {
-    const rec = await repos(this.deps.store).sessions.get<SessionValue>(sessionId);
+  async history(sessionId: string, q: { limit: number; cursor?: string }, tenant: string | null = null) {
+    const rec = await repos(this.deps.store).sessions.get<SessionValue>(tenantKey(tenant, sessionId));
     if (!rec) throw notFound('session', sessionId);
     const all = rec.value.messages;
     const { items: messages, next_cursor } = pageOf(all, q);
     return { session_id: sessionId, messages, count: messages.length, total: all.length, next_cursor };
   }
 
-  async clearSession(sessionId: string) {
-    const rec = await repos(this.deps.store).sessions.get<SessionValue>(sessionId);
+  async clearSession(sessionId: string, tenant: string | null = null) {
+    const key = tenantKey(tenant, sessionId);
+    const rec = await repos(this.deps.store).sessions.get<SessionValue>(key);
     if (!rec) throw notFound('session', sessionId);
-    await repos(this.deps.store).sessions.delete(sessionId);
+    await repos(this.deps.store).sessions.delete(key);
     return { status: 'cleared' as const, session_id: sessionId };
   }
 
