@@ -4,6 +4,7 @@
 import { z } from 'zod';
 import { LOG_LEVELS } from './telemetry/logger.js';
 import { isHostEntry } from './host-names.js';
+import { conditionErrors } from './agent/policy-conditions.js';
 
 // --- field builders with one operator-readable message each ------------------------------------
 // Messages are set per check because a ConfigError prints `<path>: <message>` and zod's defaults
@@ -219,9 +220,14 @@ const AgentConfig = obj({
 });
 
 const GovernanceRule = obj({
+  id: nonEmpty().optional().describe('Names the rule in decisions and events; default rules[<index>].'),
   tools: arr(nonEmpty()).min(1, { error: 'expected at least one tool glob' }),
   mcp_server: nonEmpty().optional(),
   effect: oneOf(['allow', 'ask', 'deny']),
+  condition: nonEmpty().optional().describe('A CEL expression over tool, args, agent_id, tenant, session_id, metadata, spend (docs/policies.md).'),
+  approvers: arr(nonEmpty()).min(1).optional().describe('Who may decide the approval: roles, API key names or globs over them.'),
+  agents: arr(nonEmpty()).min(1).optional().describe('Globs over the agent id.'),
+  tenants: arr(str()).min(1).optional().describe('Tenants the rule applies to ("" = no tenant).'),
   reason: str().optional(),
 });
 
@@ -473,6 +479,15 @@ export const ConfigSchema = obj({
       ctx.addIssue({ code: 'custom', path: ['agent', 'tools', 'mcp', i, 'name'], message: `duplicate MCP server name "${s.name}"` });
     }
     seen.add(s.name);
+  });
+  // Conditions are parsed at start-up: an invalid one refuses to start, naming the rule.
+  for (const e of conditionErrors(c.governance.rules))
+    ctx.addIssue({ code: 'custom', path: ['governance', 'rules', e.index, 'condition'], message: e.message });
+  const ruleIds = new Set<string>();
+  c.governance.rules.forEach((r, i) => {
+    if (r.id === undefined) return;
+    if (ruleIds.has(r.id)) ctx.addIssue({ code: 'custom', path: ['governance', 'rules', i, 'id'], message: `duplicate rule id "${r.id}"` });
+    ruleIds.add(r.id);
   });
   const keyNames = new Set<string>();
   c.auth.api_keys.forEach((k, i) => {

@@ -2072,7 +2072,7 @@ export interface components {
             status: components["schemas"]["RunRecordStatus"];
             step: number;
             /** @description The tenant of the key that started the run (docs/multi-tenant.md); null: none. */
-            tenant: string | null;
+            tenant?: string | null;
             termination_reason?: components["schemas"]["TerminationReason"] | null;
             tool_calls: components["schemas"]["ToolCall"][];
             trace_ids: string[];

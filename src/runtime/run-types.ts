@@ -2,7 +2,7 @@
 // dependencies, the stored snapshot, session and trace values, and the small pure helpers they share.
 import type { Snapshot } from 'xstate';
 import type { ChatMessage, ModelProvider } from '../agent/model/types.js';
-import type { GovernanceConfig } from '../../machines/policies/governance.js';
+import type { ConditionEvaluator, GovernanceConfig } from '../../machines/policies/governance.js';
 import type { BudgetsConfig } from '../../machines/policies/budget.js';
 import type { SessionPolicy } from '../../machines/policies/busy-session.js';
 import type { BudgetLedger } from '../agent/budget-ledger.js';
@@ -26,6 +26,8 @@ export interface RunSettings {
   max_steps: number;
   max_output_tokens: number;
   governance: GovernanceConfig;
+  /** The governance rules' CEL conditions, compiled once (src/agent/policy-conditions.ts). */
+  policy_conditions?: ConditionEvaluator;
   approval_expires_seconds: number;
   budgets: BudgetsConfig;
   pricing: Pricing;

@@ -136,7 +136,7 @@ export const RunView = z
   .object({
     run_id: z.string(),
     session_id: z.string(),
-    tenant: z.string().nullable().describe('The tenant of the key that started the run (docs/multi-tenant.md); null: none.'),
+    tenant: z.string().nullish().describe('The tenant of the key that started the run (docs/multi-tenant.md); null: none.'),
     agent_name: z.string(),
     status: RunRecordStatus,
     step: z.number().int().nonnegative(),
