@@ -162,3 +162,9 @@ export function installAuth(app: FastifyInstance, deps: AppDeps): void {
     done();
   });
 }
+
+/** The key deciding an approval, for the rule's `approvers` (null without auth: anyone decides; docs/policies.md). */
+export function deciderOf(request: FastifyRequest): { name: string; role: string; global: boolean } | null {
+  if (request.apiKeyRole === undefined) return null;
+  return { name: request.apiKeyName ?? '', role: request.apiKeyRole, global: request.apiKeyTenant === undefined };
+}

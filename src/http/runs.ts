@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { deciderOf } from './auth.js';
 import { tenantOf } from './tenancy.js';
 import { newId } from '../ids.js';
 import { approvalForAnswer, publicRunView, runResponseOf } from '../runtime/run-record.js';
@@ -306,7 +307,9 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       const body = request.body as { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null };
       checkApprover(deps, request.apiKeyName, body.approver);
       // Redacted before the idempotency record stores the answer, so a replay is the same and no copy is raw.
-      return once(deps, request, 'decideApproval', async () => approvalForAnswer(await runs.decideApproval(run_id, approval_id, body), redactor));
+      return once(deps, request, 'decideApproval', async () =>
+        approvalForAnswer(await runs.decideApproval(run_id, approval_id, body, deciderOf(request)), redactor),
+      );
     },
   );
 

@@ -47,6 +47,8 @@ export const TENANT_ROUTES: ReadonlySet<string> = new Set([
   'GET /events/:session_id/trace',
   // No records in them: the configuration's tools and the machines' definitions.
   'GET /tools',
+  // A dry run of the rules: a tenant's key evaluates in its own tenant.
+  'POST /governance/evaluate',
   'GET /machines',
 ]);
 

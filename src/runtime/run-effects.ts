@@ -277,6 +277,8 @@ export class RunEffects {
           note: null,
           decided_at: null,
           edited_arguments: null,
+          ...(d.rule_id ? { rule_id: d.rule_id } : {}),
+          ...(d.approvers ? { approvers: d.approvers } : {}),
         });
       }
     }

@@ -326,8 +326,13 @@ export class RunService {
     return this.decisions.inboxOf(runId);
   }
 
-  decideApproval(runId: string, approvalId: string, body: Parameters<RunDecisions['decideApproval']>[2]): ReturnType<RunDecisions['decideApproval']> {
-    return this.decisions.decideApproval(runId, approvalId, body);
+  decideApproval(
+    runId: string,
+    approvalId: string,
+    body: Parameters<RunDecisions['decideApproval']>[2],
+    decider: Parameters<RunDecisions['decideApproval']>[3] = null,
+  ): ReturnType<RunDecisions['decideApproval']> {
+    return this.decisions.decideApproval(runId, approvalId, body, decider);
   }
 
   budgetView(runId: string): ReturnType<RunDecisions['budgetView']> {
