@@ -254,6 +254,7 @@ const BudgetsConfig = obj({
   run: arr(BudgetRule).default([]),
   session: arr(BudgetRule).default([]),
   agent: arr(BudgetRule).default([]),
+  tenant: arr(BudgetRule).default([]).describe("Per tenant: every run of a tenant's keys (docs/multi-tenant.md); runs of global keys have none."),
   application: arr(BudgetRule).default([]),
   application_id: nonEmpty().default('default').describe('Identity of the application ledger keys.'),
 });

@@ -133,10 +133,20 @@ export async function runsLs(p: Parsed, spec: CommandSpec): Promise<number> {
     printJson(page);
     return EXIT.ok;
   }
+  // A TENANT column only when some run has one (a global key's list of several tenants, docs/multi-tenant.md).
+  const tenants = page.runs.some((r) => r.tenant);
   out(
     table(
-      ['RUN', 'STATUS', 'SESSION', 'CREATED', 'STEPS', 'TOKENS'],
-      page.runs.map((r) => [r.run_id, r.status, r.session_id, r.created_at, r.step, r.usage.request_tokens + r.usage.response_tokens]),
+      ['RUN', 'STATUS', 'SESSION', ...(tenants ? ['TENANT'] : []), 'CREATED', 'STEPS', 'TOKENS'],
+      page.runs.map((r) => [
+        r.run_id,
+        r.status,
+        r.session_id,
+        ...(tenants ? [r.tenant ?? '-'] : []),
+        r.created_at,
+        r.step,
+        r.usage.request_tokens + r.usage.response_tokens,
+      ]),
     ),
   );
   if (page.next_cursor) status(`more: agentd runs ls --cursor ${shellArg(page.next_cursor)}`);
@@ -159,6 +169,7 @@ function printRun(r: RunView): void {
     ['run', r.run_id],
     ['status', r.status + (r.termination_reason ? ` (${r.termination_reason})` : '')],
     ['session', r.session_id],
+    ...(r.tenant ? ([['tenant', r.tenant]] as [string, unknown][]) : []),
     ['agent', r.agent_name],
     ['created', r.created_at],
     ['updated', r.updated_at],

@@ -42,6 +42,7 @@ export const OPERATIONS = {
   getSessionHistory: ['GET', '/sessions/{session_id}/history'],
   clearSession: ['DELETE', '/sessions/{session_id}'],
   listTools: ['GET', '/tools'],
+  evaluateGovernance: ['POST', '/governance/evaluate'],
   listMachines: ['GET', '/machines'],
   watchMachine: ['GET', '/machines/live'],
   listEvents: ['GET', '/telemetry/events'],

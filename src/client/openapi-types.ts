@@ -1640,7 +1640,7 @@ export interface components {
         /** @enum {string} */
         BudgetRequestStatus: "pending" | "granted" | "denied";
         /** @enum {string} */
-        BudgetScope: "run" | "session" | "agent" | "application";
+        BudgetScope: "run" | "session" | "agent" | "tenant" | "application";
         /** @enum {string} */
         BudgetWindow: "total" | "day" | "month";
         ErrorInfo: {

@@ -2,6 +2,7 @@
 // cancellation, steer messages and interrupt requests. Each decision is one compare-and-set on the
 // run record (casUpdate: read, decide, write on the version read, retried with backoff); a
 // decision that lets a paused run go on hands it to RunRecovery.resume.
+import { sessionKeyOf } from './tenancy.js';
 import { matchGlob } from '../../machines/policies/governance.js';
 import type { ApprovalState, BudgetRequest, RunContext } from '../../machines/run.machine.js';
 import { decideApproval as decideApprovalRule } from '../../machines/policies/approval.js';
@@ -145,7 +146,12 @@ export class RunDecisions {
 
   async budgetView(runId: string) {
     const run = await this.kernel.get(runId);
-    const budgets = await this.deps.ledger.entriesForRun({ run_id: run.run_id, session_id: run.session_id, agent_id: run.agent_id });
+    const budgets = await this.deps.ledger.entriesForRun({
+      run_id: run.run_id,
+      session_id: sessionKeyOf(run),
+      agent_id: run.agent_id,
+      tenant: run.tenant ?? null,
+    });
     return { run_id: runId, budgets, requests: run.budget_requests };
   }
 

@@ -113,8 +113,10 @@ export class RunEffects {
     const res = await this.deps.ledger.reserve({
       reservation_id: `${ctx.run_id}:${phase}:${ctx.step}`,
       run_id: ctx.run_id,
-      session_id: ctx.session_id,
+      // A tenant's session ids are its own: so are their budgets (src/runtime/tenancy.ts).
+      session_id: live.session_key,
       agent_id: live.agent_id,
+      tenant: live.tenant,
       amounts,
     });
     if (res.ok) {

@@ -296,3 +296,32 @@ describe('the role × tenant matrix over every route of the OpenAPI document', (
     expect(failures).toEqual([]);
   }, 120_000);
 });
+
+describe('budgets per tenant (scope tenant)', () => {
+  let b: TestServer;
+  beforeAll(async () => {
+    b = await startTestServer(
+      { auth: { api_keys: KEYS }, agent: { tools: { builtin: [] } }, budgets: { tenant: [{ meter: 'model_calls', limit: 1, on_exhausted: 'terminate' }] } },
+      { modelUrl: model.url },
+    );
+  });
+  afterAll(async () => {
+    await b?.stop();
+    b?.cleanup();
+  });
+
+  it("covers a tenant's runs, each tenant its own, and no run of a global key", async () => {
+    const first = await postJson(`${b.url}/run/sync`, { query: 'one' }, as('acme', 'operator'));
+    expect(first.body.status).toBe('success');
+    const budget = await getJson(`${b.url}/runs/${first.body.run_id}/budget`, as('acme', 'reader'));
+    expect(budget.body.budgets).toEqual([expect.objectContaining({ scope: 'tenant', meter: 'model_calls', limit: 1, spent: 1 })]);
+    // acme's one model call is spent: its next run ends on the budget; beta's and a global key's do not.
+    const second = await postJson(`${b.url}/run/sync`, { query: 'two' }, as('acme', 'operator'));
+    expect(second.body.status).toBe('error');
+    expect(second.body.termination_reason).toBe('budget_exhausted');
+    expect((await postJson(`${b.url}/run/sync`, { query: 'three' }, as('beta', 'operator'))).body.status).toBe('success');
+    const global = await postJson(`${b.url}/run/sync`, { query: 'four' }, as('global', 'operator'));
+    expect(global.body.status).toBe('success');
+    expect((await getJson(`${b.url}/runs/${global.body.run_id}/budget`, as('global', 'reader'))).body.budgets).toEqual([]);
+  });
+});
