@@ -4,7 +4,7 @@
 import { z } from 'zod';
 import { LOG_LEVELS } from './telemetry/logger.js';
 import { isHostEntry } from './host-names.js';
-import { conditionErrors } from './agent/policy-conditions.js';
+import { ruleIssues } from './agent/policy-conditions.js';
 
 // --- field builders with one operator-readable message each ------------------------------------
 // Messages are set per check because a ConfigError prints `<path>: <message>` and zod's defaults
@@ -402,7 +402,7 @@ const ApiKeyConfig = obj({
     .string()
     .regex(/^[A-Za-z0-9_.-]{1,64}$/, { error: 'must be 1-64 characters of A-Z a-z 0-9 _ . -' })
     .optional()
-    .describe('The tenant this key acts in (docs/multi-tenant.md); absent: a global key.'),
+    .describe('Its tenant (docs/multi-tenant.md).'),
 });
 
 const AuthConfig = obj({
@@ -482,14 +482,7 @@ export const ConfigSchema = obj({
     seen.add(s.name);
   });
   // Conditions are parsed at start-up: an invalid one refuses to start, naming the rule.
-  for (const e of conditionErrors(c.governance.rules))
-    ctx.addIssue({ code: 'custom', path: ['governance', 'rules', e.index, 'condition'], message: e.message });
-  const ruleIds = new Set<string>();
-  c.governance.rules.forEach((r, i) => {
-    if (r.id === undefined) return;
-    if (ruleIds.has(r.id)) ctx.addIssue({ code: 'custom', path: ['governance', 'rules', i, 'id'], message: `duplicate rule id "${r.id}"` });
-    ruleIds.add(r.id);
-  });
+  for (const e of ruleIssues(c.governance.rules)) ctx.addIssue({ code: 'custom', path: ['governance', 'rules', ...e.path], message: e.message });
   const keyNames = new Set<string>();
   c.auth.api_keys.forEach((k, i) => {
     if (keyNames.has(k.name)) {

@@ -29,6 +29,18 @@ export function conditionErrors(rules: readonly RuleWithCondition[]): Array<{ in
   return out;
 }
 
+/** Start-up checks of the rules: conditions that do not parse, duplicate ids (paths under `rules`). */
+export function ruleIssues(rules: readonly RuleWithCondition[]): Array<{ path: Array<string | number>; message: string }> {
+  const out = conditionErrors(rules).map((e) => ({ path: [e.index, 'condition'], message: e.message }));
+  const ids = new Set<string>();
+  rules.forEach((r, i) => {
+    if (r.id === undefined) return;
+    if (ids.has(r.id)) out.push({ path: [i, 'id'], message: `duplicate rule id "${r.id}"` });
+    ids.add(r.id);
+  });
+  return out;
+}
+
 /**
  * The rules' conditions compiled, for decide(). A condition whose value is not a boolean, or that
  * fails to evaluate (a missing field, a type error), is an error: decide() then denies (fail closed).

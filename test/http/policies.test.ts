@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { writeFileSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
-import { getJson, postJson, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { eventually, getJson, postJson, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
 
 const sha = (k: string) => createHash('sha256').update(k).digest('hex');
 const KEYS = [
@@ -44,6 +44,13 @@ afterAll(async () => {
   await model?.close();
 });
 
+/** The run once it ended (a decided run resumes in the background). */
+const settled = (run: string) =>
+  eventually(async () => {
+    const v = (await getJson(`${s.url}/runs/${run}`, bearer('k-reader'))).body;
+    return ['completed', 'failed', 'blocked', 'cancelled'].includes(v.status) ? v : null;
+  });
+
 const pausedRun = async (entry: string) => {
   model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry } }] });
   const r = await postJson(`${s.url}/run/sync`, { query: entry }, bearer('k-op'));
@@ -65,6 +72,7 @@ describe('approvers', () => {
     );
     expect(alice.status).toBe(200);
     expect(alice.body.override).toBeUndefined();
+    await settled(run); // its resumed model call must not take a reply the next test enqueues
   });
 
   it('lets a global admin decide anyway, recorded as an override; a tenant admin is not global', async () => {
@@ -72,8 +80,8 @@ describe('approvers', () => {
     const root = await postJson(`${s.url}/runs/${run}/approvals/${approval.approval_id}`, { decision: 'deny', approver: 'root' }, bearer('k-root'));
     expect(root.status).toBe(200);
     expect(root.body).toMatchObject({ status: 'denied', override: true });
-    const view = await getJson(`${s.url}/runs/${run}`, bearer('k-reader'));
-    expect(view.body.approvals[0]).toMatchObject({ override: true, approver: 'root' });
+    const view = await settled(run);
+    expect(view.approvals[0]).toMatchObject({ override: true, approver: 'root' });
   });
 });
 
