@@ -42,6 +42,12 @@ export interface ApprovalState {
   note: string | null;
   decided_at: string | null;
   edited_arguments: Record<string, unknown> | null;
+  /** The governance rule that asked (docs/policies.md). */
+  rule_id?: string | null;
+  /** Who may decide it (the rule's `approvers`); absent/null: any approver key. */
+  approvers?: string[] | null;
+  /** A global admin key decided it although the rule's approvers did not name it. */
+  override?: boolean;
 }
 
 export interface PolicyDecision {

@@ -14,6 +14,7 @@ import { createLogger, loggerSettings } from './telemetry/logger.js';
 import { installJsonBodyParser } from './http/json-body.js';
 import { jsonSerializerCompiler, zodValidatorCompiler } from './http/validation.js';
 import { installAuth } from './http/auth.js';
+import { installTenancy } from './http/tenancy.js';
 import { installHostCheck } from './http/host-check.js';
 import { serverPathScrubber } from './http/server-paths.js';
 import { connectionsPerAddress, installConnectionCap, installStreamCap } from './http/fair-use.js';
@@ -126,6 +127,7 @@ export async function buildApp(deps: AppDeps & { logServerError?: ServerErrorLog
   // Before auth: a request to a host not listed learns nothing, not even that a key is needed.
   installHostCheck(app, config);
   installAuth(app, deps);
+  installTenancy(app, deps);
   installStreamCap(app, s.max_streams_per_key);
   // Before the routes: its headers go on every answer, an auth refusal's too.
   installCorsHeaders(app, deps);

@@ -4,6 +4,7 @@
 import { z } from 'zod';
 import { LOG_LEVELS } from './telemetry/logger.js';
 import { isHostEntry } from './host-names.js';
+import { ruleIssues } from './agent/policy-conditions.js';
 
 // --- field builders with one operator-readable message each ------------------------------------
 // Messages are set per check because a ConfigError prints `<path>: <message>` and zod's defaults
@@ -225,9 +226,14 @@ const AgentConfig = obj({
 });
 
 const GovernanceRule = obj({
+  id: nonEmpty().optional().describe('Names the rule in decisions and events; default rules[<index>].'),
   tools: arr(nonEmpty()).min(1, { error: 'expected at least one tool glob' }),
   mcp_server: nonEmpty().optional(),
   effect: oneOf(['allow', 'ask', 'deny']),
+  condition: nonEmpty().optional().describe('A CEL expression over tool, args, agent_id, tenant, session_id, metadata, spend (docs/policies.md).'),
+  approvers: arr(nonEmpty()).min(1).optional().describe('Who may decide the approval: roles, API key names or globs over them.'),
+  agents: arr(nonEmpty()).min(1).optional().describe('Globs over the agent id.'),
+  tenants: arr(str()).min(1).optional().describe('Tenants the rule applies to ("" = no tenant).'),
   reason: str().optional(),
 });
 
@@ -254,6 +260,7 @@ const BudgetsConfig = obj({
   run: arr(BudgetRule).default([]),
   session: arr(BudgetRule).default([]),
   agent: arr(BudgetRule).default([]),
+  tenant: arr(BudgetRule).default([]).describe("Per tenant: every run of a tenant's keys (docs/multi-tenant.md); runs of global keys have none."),
   application: arr(BudgetRule).default([]),
   application_id: nonEmpty().default('default').describe('Identity of the application ledger keys.'),
 });
@@ -412,6 +419,11 @@ const ApiKeyConfig = obj({
     .regex(/^[0-9a-fA-F]{64}$/, { error: 'expected 64 hex characters (SHA-256 of the key)' })
     .transform((s) => s.toLowerCase()),
   role: oneOf(['reader', 'operator', 'approver', 'admin']),
+  tenant: z
+    .string()
+    .regex(/^[A-Za-z0-9_.-]{1,64}$/, { error: 'must be 1-64 characters of A-Z a-z 0-9 _ . -' })
+    .optional()
+    .describe('Its tenant (docs/multi-tenant.md).'),
 });
 
 const AuthConfig = obj({
@@ -491,6 +503,8 @@ export const ConfigSchema = obj({
     }
     seen.add(s.name);
   });
+  // Conditions are parsed at start-up: an invalid one refuses to start, naming the rule.
+  for (const e of ruleIssues(c.governance.rules)) ctx.addIssue({ code: 'custom', path: ['governance', 'rules', ...e.path], message: e.message });
   const keyNames = new Set<string>();
   c.auth.api_keys.forEach((k, i) => {
     if (keyNames.has(k.name)) {

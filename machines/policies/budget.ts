@@ -5,7 +5,7 @@ export const BUDGET_METERS = ['cost_usd', 'tokens', 'model_calls', 'tool_calls']
 export type BudgetMeter = (typeof BUDGET_METERS)[number];
 
 /** Order matters: it is the order entries are listed and checked (narrowest first). */
-export const BUDGET_SCOPES = ['run', 'session', 'agent', 'application'] as const;
+export const BUDGET_SCOPES = ['run', 'session', 'agent', 'tenant', 'application'] as const;
 export type BudgetScope = (typeof BUDGET_SCOPES)[number];
 
 export const BUDGET_WINDOWS = ['total', 'day', 'month'] as const;
@@ -37,6 +37,8 @@ export interface BudgetsConfig {
   run?: BudgetLimit[];
   session?: BudgetLimit[];
   agent?: BudgetLimit[];
+  /** Per tenant (docs/multi-tenant.md): covers the runs of a tenant's keys; a run without a tenant has none. */
+  tenant?: BudgetLimit[];
   application?: BudgetLimit[];
   /** Identity of the application scope. Default `default`. */
   application_id?: string;
@@ -47,6 +49,8 @@ export interface BudgetSubject {
   run_id: string;
   session_id: string;
   agent_id: string;
+  /** The run's tenant; absent or null: no tenant budget covers the run. */
+  tenant?: string | null;
   /** Picks the `day` / `month` window the run falls in (UTC). */
   nowMs: number;
 }
@@ -145,6 +149,8 @@ function identityOf(scope: BudgetScope, config: BudgetsConfig, s: Omit<BudgetSub
       return s.session_id;
     case 'agent':
       return s.agent_id;
+    case 'tenant':
+      return s.tenant ?? '';
     case 'application':
       return config.application_id ?? DEFAULT_APPLICATION_ID;
   }
@@ -160,6 +166,7 @@ export function coveringBudgets(config: BudgetsConfig | undefined, subject: Budg
   const out: CoveringBudget[] = [];
   const byId = new Map<string, number>();
   for (const scope of BUDGET_SCOPES) {
+    if (scope === 'tenant' && !subject.tenant) continue;
     const identity = identityOf(scope, config, subject);
     for (const l of config[scope] ?? []) {
       const window = l.window ?? 'total';

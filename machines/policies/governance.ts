@@ -5,6 +5,16 @@
 export type PolicyEffect = 'allow' | 'ask' | 'deny';
 
 export interface GovernanceRule {
+  /** Names the rule in decisions and events (docs/policies.md); default `rules[<index>]`. */
+  id?: string;
+  /** A CEL expression over PolicyInput; the rule applies only when it is true (docs/policies.md). */
+  condition?: string;
+  /** Who may decide the approval this rule asks for: roles, API key names or globs over them. */
+  approvers?: string[];
+  /** Globs over the agent id; omitted = every agent. */
+  agents?: string[];
+  /** Tenants the rule applies to (`""` = no tenant); omitted = every tenant. */
+  tenants?: string[];
   /** Globs over the tool name: `*` any run of characters, `?` one character, all else literal. Omitted = every tool. */
   tools?: string[];
   /** When set, the rule only matches tools served by this MCP server. */
@@ -34,8 +44,29 @@ export interface PolicyDecision {
   effect: PolicyEffect;
   /** Index of the rule that decided, or null when the default (or disabled governance) did. */
   rule_index: number | null;
+  /** The rule's id (`rules[<index>]` without one); null as rule_index. */
+  rule_id: string | null;
   reason: string;
+  /** Who may decide an `ask` (the rule's `approvers`); null: any approver. */
+  approvers: string[] | null;
+  /** Set when a condition failed to evaluate: the call is denied (fail closed). */
+  error?: string;
 }
+
+/** What a condition sees (docs/policies.md): the call, who makes it, and the run so far. */
+export interface PolicyInput {
+  tool: string;
+  args: Record<string, unknown>;
+  agent_id: string;
+  /** "" for none. */
+  tenant: string;
+  session_id: string;
+  metadata: Record<string, unknown>;
+  spend: { cost_usd: number; tokens: number; model_calls: number; tool_calls: number };
+}
+
+/** Rule `index`'s condition on `input`: true/false, or the error it failed with. */
+export type ConditionEvaluator = (index: number, input: PolicyInput) => boolean | Error;
 
 /** Separators between an MCP server name and its tool's own name in a qualified tool name. */
 const MCP_SEPARATORS = ['.', '__', '/', ':'] as const;
@@ -90,14 +121,30 @@ export function ruleMatches(rule: GovernanceRule, tool: ToolRef): boolean {
   return globs.some((g) => names.some((n) => matchGlob(g, n)));
 }
 
-export function decide(tool: ToolRef, governance: GovernanceConfig | undefined): PolicyDecision {
-  if (governance?.enabled === false) return { effect: 'allow', rule_index: null, reason: 'governance disabled' };
+/**
+ * The first rule whose tool globs, agents and tenants match and whose condition (with `input` and
+ * `conditions`) is true decides. Without `input`, conditions and agent/tenant lists are not
+ * checked (a caller that knows only the tool). A condition that fails to evaluate denies.
+ */
+export function decide(tool: ToolRef, governance: GovernanceConfig | undefined, input?: PolicyInput, conditions?: ConditionEvaluator): PolicyDecision {
+  if (governance?.enabled === false) return { effect: 'allow', rule_index: null, rule_id: null, reason: 'governance disabled', approvers: null };
   const rules = governance?.rules ?? [];
   for (let i = 0; i < rules.length; i++) {
     const rule = rules[i];
     if (!ruleMatches(rule, tool)) continue;
-    return { effect: rule.effect, rule_index: i, reason: rule.reason ?? `rule ${i}: ${rule.effect}` };
+    const rule_id = rule.id ?? `rules[${i}]`;
+    if (input) {
+      if (rule.agents && !rule.agents.some((g) => matchGlob(g, input.agent_id))) continue;
+      if (rule.tenants && !rule.tenants.includes(input.tenant)) continue;
+      if (rule.condition !== undefined && conditions) {
+        const v = conditions(i, input);
+        if (v instanceof Error)
+          return { effect: 'deny', rule_index: i, rule_id, reason: `rule ${rule_id}: the condition failed: ${v.message}`, approvers: null, error: v.message };
+        if (!v) continue;
+      }
+    }
+    return { effect: rule.effect, rule_index: i, rule_id, reason: rule.reason ?? `rule ${rule.id ?? i}: ${rule.effect}`, approvers: rule.approvers ?? null };
   }
   const effect = governance?.default_effect ?? 'allow';
-  return { effect, rule_index: null, reason: `default effect: ${effect}` };
+  return { effect, rule_index: null, rule_id: null, reason: `default effect: ${effect}`, approvers: null };
 }

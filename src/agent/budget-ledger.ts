@@ -94,6 +94,8 @@ export interface ReserveRequest {
   run_id: string;
   session_id: string;
   agent_id: string;
+  /** The run's tenant: its tenant budgets cover it (none without). */
+  tenant?: string | null;
   /** Meters to hold. Only entries whose meter is named are touched; 0 holds nothing but lets settle count actual use. */
   amounts: MeterAmounts;
   /** Defaults to the ledger's clock. */

@@ -139,13 +139,16 @@ export async function runsLs(p: Parsed, spec: CommandSpec): Promise<number> {
     printJson(page);
     return EXIT.ok;
   }
+  // A TENANT column only when some run has one (a global key's list of several tenants, docs/multi-tenant.md).
+  const tenants = page.runs.some((r) => r.tenant);
   out(
     table(
-      ['RUN', 'STATUS', 'SESSION', 'AGENT', 'TASK', 'CREATED', 'DURATION', 'STEPS', 'TOKENS', 'COST'],
+      ['RUN', 'STATUS', 'SESSION', ...(tenants ? ['TENANT'] : []), 'AGENT', 'TASK', 'CREATED', 'DURATION', 'STEPS', 'TOKENS', 'COST'],
       page.runs.map((r) => [
         r.run_id,
         r.status,
         r.session_id,
+        ...(tenants ? [r.tenant ?? '-'] : []),
         r.agent_id,
         r.task_id,
         r.created_at,
@@ -189,6 +192,7 @@ function printRun(r: RunView): void {
     ['run', r.run_id],
     ['status', r.status + (r.termination_reason ? ` (${r.termination_reason})` : '')],
     ['session', r.session_id],
+    ...(r.tenant ? ([['tenant', r.tenant]] as [string, unknown][]) : []),
     ['agent', r.agent_name],
     ['created', r.created_at],
     ['updated', r.updated_at],

@@ -43,6 +43,7 @@ export const OPERATIONS = {
   clearSession: ['DELETE', '/sessions/{session_id}'],
   listTools: ['GET', '/tools'],
   whoAmI: ['GET', '/whoami'],
+  evaluateGovernance: ['POST', '/governance/evaluate'],
   listMachines: ['GET', '/machines'],
   watchMachine: ['GET', '/machines/live'],
   listEvents: ['GET', '/telemetry/events'],

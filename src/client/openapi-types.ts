@@ -466,6 +466,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/governance/evaluate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** What the governance rules decide for a tool call, without running it */
+        post: operations["evaluateGovernance"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/health": {
         parameters: {
             query?: never;
@@ -1001,7 +1018,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The API key this request was made with: its name and role */
+        /** The API key this request was made with: its name, role and tenant */
         get: operations["whoAmI"];
         put?: never;
         post?: never;
@@ -1179,6 +1196,8 @@ export interface components {
         Approval: {
             approval_id: string;
             approver: string | null;
+            /** @description Who may decide it: roles, API key names or globs (the rule's `approvers`); absent: any approver. */
+            approvers?: string[] | null;
             arguments: {
                 [key: string]: unknown;
             } | null;
@@ -1190,7 +1209,11 @@ export interface components {
             } | null;
             expires_at: string | null;
             note: string | null;
+            /** @description True when a global admin key decided it outside the rule's approvers. */
+            override?: boolean;
             reason: string | null;
+            /** @description The governance rule that asked (docs/policies.md). */
+            rule_id?: string | null;
             run_id?: string;
             status: components["schemas"]["ApprovalStatus"];
             tool_call_id: string;
@@ -1634,7 +1657,7 @@ export interface components {
         /** @enum {string} */
         BudgetRequestStatus: "pending" | "granted" | "denied";
         /** @enum {string} */
-        BudgetScope: "run" | "session" | "agent" | "application";
+        BudgetScope: "run" | "session" | "agent" | "tenant" | "application";
         /** @enum {string} */
         BudgetWindow: "total" | "day" | "month";
         ConcurrencySpec: {
@@ -1652,7 +1675,7 @@ export interface components {
              * @description Stable machine-readable error code (AGT_ERR_*); see docs/errors.md.
              * @enum {string}
              */
-            code: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
+            code: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_TENANT_ROUTE" | "AGT_ERR_TENANT_MISMATCH" | "AGT_ERR_APPROVER_NOT_ALLOWED" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
             detail?: string | null;
             /**
              * @description Error type (the HTTP family); see docs/errors.md.
@@ -1673,6 +1696,49 @@ export interface components {
             /** @description The session filter; null when the query had none. */
             session_id: string | null;
         };
+        GovernanceEvaluateRequest: {
+            /** @description Default: the served agent. */
+            agent_id?: string | null;
+            /**
+             * @description The call's arguments (`args` in conditions).
+             * @default {}
+             */
+            args: {
+                [key: string]: unknown;
+            };
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            session_id?: components["schemas"]["SafeId"] | null;
+            /** @description The run so far; default all zero. */
+            spend?: {
+                /** @default 0 */
+                cost_usd: number;
+                /** @default 0 */
+                model_calls: number;
+                /** @default 0 */
+                tokens: number;
+                /** @default 0 */
+                tool_calls: number;
+            } | null;
+            /** @description "" or absent: no tenant. A key acting in a tenant evaluates in its own. */
+            tenant?: string | null;
+            /** @description The tool name, as the model would call it. */
+            tool: string;
+        };
+        GovernanceEvaluateResponse: {
+            /** @description Who may decide an `ask` (the rule's `approvers`); null: any approver. */
+            approvers: string[] | null;
+            /** @enum {string} */
+            effect: "allow" | "ask" | "deny";
+            /** @description Why a condition failed to evaluate (the call is then denied). */
+            error?: string | null;
+            /** @description SHA-256 of the canonical JSON of the inputs, as the policy events record it. */
+            inputs_sha256: string;
+            reason: string;
+            /** @description The rule that decided; null: the default effect. */
+            rule_id: string | null;
+        };
         HealthResponse: {
             agent_name: string;
             /** @enum {string} */
@@ -1688,7 +1754,7 @@ export interface components {
              * @description Stable machine-readable error code (AGT_ERR_*); see docs/errors.md.
              * @enum {string}
              */
-            code?: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
+            code?: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_TENANT_ROUTE" | "AGT_ERR_TENANT_MISMATCH" | "AGT_ERR_APPROVER_NOT_ALLOWED" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
             detail: unknown;
         };
         HTTPValidationError: {
@@ -2122,6 +2188,8 @@ export interface components {
             step: number;
             /** @description The background task whose run started it; null for a request. */
             task_id?: string | null;
+            /** @description The tenant of the key that started the run (docs/multi-tenant.md); null: none. */
+            tenant?: string | null;
             termination_reason?: components["schemas"]["TerminationReason"] | null;
             /** @description While a model call waits for its provider's rate limit: until when. */
             throttled_until?: string | null;
@@ -2482,6 +2550,8 @@ export interface components {
              * @enum {string}
              */
             role: "reader" | "operator" | "approver" | "admin";
+            /** @description The tenant the request acts in (the key's own, or x-agentd-tenant for a global key); null: none (docs/multi-tenant.md). */
+            tenant: string | null;
         };
         WorkspaceFileEntry: {
             is_dir: boolean;
@@ -4608,6 +4678,57 @@ export interface operations {
             };
             /** @description Not Found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    evaluateGovernance: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GovernanceEvaluateRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GovernanceEvaluateResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -76,6 +76,8 @@ declare module 'fastify' {
     apiKeyName?: string;
     /** The role of the key a protected route was called with; unset when auth is off. */
     apiKeyRole?: Role;
+    /** The tenant of that key (`auth.api_keys[].tenant`); unset for a global key or without auth. */
+    apiKeyTenant?: string;
   }
 }
 
@@ -105,10 +107,10 @@ export function requireAccess(request: FastifyRequest, access: Exclude<Access, '
 export function installAuth(app: FastifyInstance, deps: AppDeps): void {
   const keys = deps.config.auth?.api_keys ?? [];
   if (keys.length === 0) return;
-  const table = keys.map((k) => ({ name: k.name, role: k.role as Role, hash: Buffer.from(k.key_sha256.toLowerCase(), 'hex') }));
+  const table = keys.map((k) => ({ name: k.name, role: k.role as Role, tenant: k.tenant, hash: Buffer.from(k.key_sha256.toLowerCase(), 'hex') }));
 
   /** The key the request presents; throws 401 when there is none or it is not valid. */
-  const authenticate = (request: FastifyRequest): { name: string; role: Role } => {
+  const authenticate = (request: FastifyRequest): { name: string; role: Role; tenant?: string } => {
     const header = request.headers.authorization;
     const match = typeof header === 'string' ? /^Bearer\s+(.+)$/i.exec(header.trim()) : null;
     if (!match) throw domainError('AGT_ERR_UNAUTHORIZED', [], { headers: { 'www-authenticate': 'Bearer' } });
@@ -133,6 +135,7 @@ export function installAuth(app: FastifyInstance, deps: AppDeps): void {
         if (!ROLES[access].includes(key.role)) throw domainError('AGT_ERR_FORBIDDEN', [key.role, request.method, pattern]);
         request.apiKeyName = key.name;
         request.apiKeyRole = key.role;
+        if (key.tenant !== undefined) request.apiKeyTenant = key.tenant;
       } catch (err) {
         return done(err as Error);
       }
@@ -158,4 +161,10 @@ export function installAuth(app: FastifyInstance, deps: AppDeps): void {
     }
     done();
   });
+}
+
+/** The key deciding an approval, for the rule's `approvers` (null without auth: anyone decides; docs/policies.md). */
+export function deciderOf(request: FastifyRequest): { name: string; role: string; global: boolean } | null {
+  if (request.apiKeyRole === undefined) return null;
+  return { name: request.apiKeyName ?? '', role: request.apiKeyRole, global: request.apiKeyTenant === undefined };
 }

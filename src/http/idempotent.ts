@@ -2,6 +2,7 @@
 // in OpenAPI, validated: 422 loc ["header", "idempotency-key"]), the caller's scope, and the answers
 // a retried request gets (POST /run: its run's stream replayed from the first event, live while it
 // runs; POST /run/sync: the run's result once it settles).
+import { tenantKey } from '../runtime/tenancy.js';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { IDEMPOTENCY_HEADER, IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_LENGTH, keyOfHeaders, type IdempotencyRequest } from '../integrations/idempotency.js';
@@ -36,7 +37,9 @@ export function idempotencyRequestOf(request: FastifyRequest, operation: string,
   const key = keyOfHeaders(request.headers as Record<string, unknown>);
   if (key === null) return null;
   return {
-    principal: request.apiKeyName ?? 'anonymous',
+    // Keys live in the namespace of the tenant the request acts in: a global key's key in tenant A
+    // is not its key in tenant B (docs/multi-tenant.md).
+    principal: tenantKey(request.tenantScope.tenant, request.apiKeyName ?? 'anonymous'),
     key,
     operation,
     method: request.method,

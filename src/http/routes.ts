@@ -7,6 +7,7 @@ import { serviceInfoRoutes } from './service-info.js';
 import { steerRoutes } from './steer.js';
 import { telemetryRoutes } from './telemetry.js';
 import { webhookRoutes } from './webhooks.js';
+import { governanceRoutes } from './governance.js';
 import { a2aRoutes } from '../protocols/a2a/routes.js';
 import { mcpRoutes } from '../protocols/mcp/routes.js';
 import { openaiRoutes } from '../protocols/openai/routes.js';
@@ -18,6 +19,7 @@ export const ROUTE_MODULES: RouteModule[] = [
   runRoutes,
   steerRoutes,
   serviceInfoRoutes,
+  governanceRoutes,
   telemetryRoutes,
   backgroundRoutes,
   webhookRoutes,

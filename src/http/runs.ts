@@ -1,4 +1,6 @@
 import type { FastifyInstance } from 'fastify';
+import { deciderOf } from './auth.js';
+import { tenantOf } from './tenancy.js';
 import { newId } from '../ids.js';
 import { approvalForAnswer, publicRunView, runResponseOf, type RunRecord } from '../runtime/run-record.js';
 import { redactorForConfig } from '../telemetry/secrets.js';
@@ -128,6 +130,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         unsubscribe = runtime.bus.subscribe({ run_id }, (ev) => stream.event(ev));
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
         return runs.start(body.query, body.session_id ?? null, {
+          tenant: tenantOf(request),
           run_id,
           run_id_is_new: isNew,
           ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
@@ -216,6 +219,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       const begin = async (run_id: string) => {
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
         return runs.start(body.query, body.session_id ?? null, {
+          tenant: tenantOf(request),
           run_id,
           ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
           session_policy: body.session_policy ?? undefined,
@@ -251,7 +255,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const page = await runs.list(request.query as RunsListQuery);
+      const page = await runs.list(request.query as RunsListQuery, request.tenantScope);
       return { runs: page.runs.map((r) => publicRunView(r, redactor)), total: page.total, next_cursor: page.next_cursor };
     },
   );
@@ -262,7 +266,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       schema: { operationId: 'getRun', tags: ['runs'], summary: 'One run', params: RunIdParams, response: { 200: RunView, ...errors } },
     },
     async (request) => {
-      const record = await runs.get((request.params as { run_id: string }).run_id);
+      const record = await runs.get((request.params as { run_id: string }).run_id, request.tenantScope);
       return { ...publicRunView(record, redactor), queue: await runs.queueOf(record) };
     },
   );
@@ -298,7 +302,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       // A draining process starts nothing new; the run stays stored as it is and the next start
       // (or another instance) resumes it.
       if (runs.shuttingDown) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
-      const rec = await runs.get(run_id);
+      const rec = await runs.get(run_id, request.tenantScope);
       const cause =
         rec.status === 'interrupted' ? 'interrupted' : rec.status === 'running' ? 'recovered_after_lapsed_lease' : ((rec.decision ?? 'approval') as 'approval');
       const started = await runs.resume(run_id, { cause, trigger: 'explicit' });
@@ -324,7 +328,9 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       const body = request.body as { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null };
       checkApprover(deps, request.apiKeyName, body.approver);
       // Redacted before the idempotency record stores the answer, so a replay is the same and no copy is raw.
-      return once(deps, request, 'decideApproval', async () => approvalForAnswer(await runs.decideApproval(run_id, approval_id, body), redactor));
+      return once(deps, request, 'decideApproval', async () =>
+        approvalForAnswer(await runs.decideApproval(run_id, approval_id, body, deciderOf(request)), redactor),
+      );
     },
   );
 
@@ -389,7 +395,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: SessionHistoryResponse, ...errors },
       },
     },
-    async (request) => runs.history((request.params as { session_id: string }).session_id, request.query as SessionHistoryQuery),
+    async (request) => runs.history((request.params as { session_id: string }).session_id, request.query as SessionHistoryQuery, tenantOf(request)),
   );
 
   app.delete(
@@ -403,7 +409,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: SessionClearedResponse, ...errors },
       },
     },
-    async (request) => runs.clearSession((request.params as { session_id: string }).session_id),
+    async (request) => runs.clearSession((request.params as { session_id: string }).session_id, tenantOf(request)),
   );
 }
 

@@ -26,13 +26,13 @@ export function serviceInfoRoutes(app: FastifyInstance, deps: AppDeps): void {
       schema: {
         operationId: 'whoAmI',
         tags: ['service'],
-        summary: 'The API key this request was made with: its name and role',
+        summary: 'The API key this request was made with: its name, role and tenant',
         response: { 200: WhoAmIResponse, 401: ErrorResponse },
       },
     },
     async (request) => {
       const auth = (deps.config.auth?.api_keys ?? []).length > 0;
-      return { name: request.apiKeyName ?? null, role: request.apiKeyRole ?? 'admin', auth };
+      return { name: request.apiKeyName ?? null, role: request.apiKeyRole ?? 'admin', auth, tenant: request.tenantScope.tenant };
     },
   );
   app.get(

@@ -1,4 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { readVisibleEvents, tenantOfEvent } from '../runtime/telemetry-queries.js';
+import { visibleIn } from '../runtime/tenancy.js';
 import type { EventIndexField } from '../store/store.js';
 import { replayThenFollow, StreamOverflowError } from '../telemetry/bus.js';
 import {
@@ -62,7 +64,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
       };
       const filters: Partial<Record<EventIndexField, string | string[]>> = {};
       for (const k of ['trace_id', 'run_id', 'session_id', 'task_id', 'event_type'] as const) if (query[k] !== undefined) filters[k] = query[k]!;
-      const page = await q.eventsJson({ filters, cursor: query.cursor, limit: query.limit });
+      const page = await q.eventsJson({ filters, cursor: query.cursor, limit: query.limit }, request.tenantScope);
       // The events are the store's own JSON text (what JSON.stringify of the parsed events gives),
       // spliced into the envelope: up to 1000 events are not parsed only to be serialised again.
       // A string with a JSON content type is sent by Fastify as it is.
@@ -103,7 +105,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: TracesListResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => q.list(request.query as TracesListQuery),
+    async (request) => q.list(request.query as TracesListQuery, request.tenantScope),
   );
 
   app.get(
@@ -117,7 +119,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: TraceResponse, ...notFoundOr422 },
       },
     },
-    async (request) => q.trace((request.params as { trace_id: string }).trace_id),
+    async (request) => q.trace((request.params as { trace_id: string }).trace_id, request.tenantScope),
   );
 
   app.get(
@@ -145,7 +147,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: TraceResponse, ...notFoundOr422 },
       },
     },
-    async (request) => q.latest({ session_id: (request.params as { session_id: string }).session_id }),
+    async (request) => q.latest({ session_id: (request.params as { session_id: string }).session_id }, request.tenantScope),
   );
 
   app.get(
@@ -185,7 +187,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
       const { session_id } = request.params as { session_id: string };
       const query = request.query as SessionEventsListQuery;
       const filters: Partial<Record<EventIndexField, string>> = { session_id, ...(query.run_id ? { run_id: query.run_id } : {}) };
-      const page = await q.eventsJson({ filters, cursor: query.cursor, limit: query.limit });
+      const page = await q.eventsJson({ filters, cursor: query.cursor, limit: query.limit }, request.tenantScope);
       reply.type('application/json; charset=utf-8');
       return eventsEnvelope(session_id, page.events, page.next_cursor);
     },
@@ -206,7 +208,9 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
     async (request) => {
       const { session_id } = request.params as { session_id: string };
       const { run_id } = request.query as { run_id?: string };
-      return q.latest(run_id ? { run_id } : { session_id });
+      // A run id of another tenant is as missing as the session's trace would be.
+      if (run_id && !request.tenantScope.all) await deps.runtime.runs.get(run_id, request.tenantScope);
+      return q.latest(run_id ? { run_id } : { session_id }, request.tenantScope);
     },
   );
 }
@@ -230,6 +234,7 @@ async function streamEvents(
   runId: string | undefined,
   cursor: string | undefined,
 ): Promise<void> {
+  const scope = request.tenantScope;
   const lastEventId = request.headers['last-event-id'];
   const after = (typeof lastEventId === 'string' && /^\d{1,16}$/.test(lastEventId) ? lastEventId : cursor) ?? null;
   const filters: Partial<Record<EventIndexField, string>> = { session_id: sessionId, ...(runId ? { run_id: runId } : {}) };
@@ -251,8 +256,18 @@ async function streamEvents(
     signal: abort.signal,
     // Small pages: a replay waiting for a slow socket holds the rest of its page (its own copy of
     // those events, unlike live ones, which all streams share).
-    readPage: (from) => deps.store.readEvents({ filters, after: from, limit: 100 }),
-    subscribe: (onEvent, opts) => deps.runtime.bus.subscribe(runId ? { run_id: runId, session_id: sessionId } : { session_id: sessionId }, onEvent, opts),
+    readPage: (from) => readVisibleEvents(deps.store, { filters, after: from, limit: 100 }, scope),
+    // Live events of other tenants never reach the stream's queue (docs/multi-tenant.md).
+    subscribe: (onEvent, opts) =>
+      deps.runtime.bus.subscribe(
+        runId ? { run_id: runId, session_id: sessionId } : { session_id: sessionId },
+        scope.all
+          ? onEvent
+          : (ev) => {
+              if (visibleIn(scope, tenantOfEvent(ev))) onEvent(ev);
+            },
+        opts,
+      ),
     // While the loop below waits for the socket, live events wait here: the stream's bound.
     maxLag: options.maxQueuedEvents,
     maxLagBytes: options.maxQueuedBytes,

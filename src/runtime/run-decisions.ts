@@ -2,6 +2,8 @@
 // cancellation, steer messages and interrupt requests. Each decision is one compare-and-set on the
 // run record (casUpdate: read, decide, write on the version read, retried with backoff); a
 // decision that lets a paused run go on hands it to RunRecovery.resume.
+import { sessionKeyOf } from './tenancy.js';
+import { matchGlob } from '../../machines/policies/governance.js';
 import type { ApprovalState, BudgetRequest, RunContext } from '../../machines/run.machine.js';
 import { decideApproval as decideApprovalRule } from '../../machines/policies/approval.js';
 import { checkInput } from '../agent/guardrails.js';
@@ -44,6 +46,8 @@ export class RunDecisions {
     runId: string,
     approvalId: string,
     body: { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null },
+    /** The key deciding (null: auth is off): checked against the approval's `approvers`. */
+    decider: Decider | null = null,
   ): Promise<ApprovalState> {
     if (body.decision === 'deny' && body.arguments) throw domainError('AGT_ERR_DENY_WITH_ARGUMENTS', [], { detail: 'decision=deny with arguments' });
     const { store } = this.deps;
@@ -53,6 +57,12 @@ export class RunDecisions {
       snapshotRead.catch(() => undefined);
       const rec = await repos(store).runs.get<RunRecord>(runId);
       if (!rec) throw notFound('run', runId);
+      const override = decider
+        ? approverCheck(
+            rec.value.approvals.find((a) => a.approval_id === approvalId),
+            decider,
+          )
+        : false;
       const now = this.deps.clock.now();
       const verdict = decideApprovalRule(rec.value.approvals, rec.value.status === 'awaiting_approval', approvalId, body, now, iso(now));
       switch (verdict.kind) {
@@ -69,7 +79,10 @@ export class RunDecisions {
         case 'run_not_waiting':
           throw domainError('AGT_ERR_RUN_NOT_WAITING', [`run ${runId}`, 'an approval', rec.value.status]);
       }
-      const { decided, approvals, allDecided } = verdict;
+      const { allDecided } = verdict;
+      // A global admin outside the rule's approvers: recorded on the approval (docs/policies.md).
+      const decided = override ? { ...verdict.decided, override: true } : verdict.decided;
+      const approvals = override ? verdict.approvals.map((a) => (a.approval_id === approvalId ? { ...a, override: true } : a)) : verdict.approvals;
       const next: RunRecord = {
         ...rec.value,
         approvals,
@@ -133,7 +146,12 @@ export class RunDecisions {
 
   async budgetView(runId: string) {
     const run = await this.kernel.get(runId);
-    const budgets = await this.deps.ledger.entriesForRun({ run_id: run.run_id, session_id: run.session_id, agent_id: run.agent_id });
+    const budgets = await this.deps.ledger.entriesForRun({
+      run_id: run.run_id,
+      session_id: sessionKeyOf(run),
+      agent_id: run.agent_id,
+      tenant: run.tenant ?? null,
+    });
     return { run_id: runId, budgets, requests: run.budget_requests };
   }
 
@@ -411,4 +429,24 @@ async function retryDecision<T>(attempt: () => Promise<T>, busy?: string): Promi
     if (err instanceof CasExhaustedError) throw tooBusy(busy);
     throw err;
   }
+}
+
+/** Who decides an approval: the API key's name and role, and whether it acts in no tenant. */
+export interface Decider {
+  name: string;
+  role: string;
+  global: boolean;
+}
+
+/**
+ * Whether `decider` may decide `approval` (docs/policies.md): any key when the rule named no
+ * approvers, else a key whose role or name one of them matches (globs over the name). A global
+ * admin key may always decide: true means it did so as an override. Throws 403 otherwise.
+ */
+function approverCheck(approval: ApprovalState | undefined, decider: Decider): boolean {
+  const allowed = approval?.approvers;
+  if (!allowed || allowed.length === 0) return false;
+  if (allowed.some((p) => p === decider.role || matchGlob(p, decider.name))) return false;
+  if (decider.role === 'admin' && decider.global) return true;
+  throw domainError('AGT_ERR_APPROVER_NOT_ALLOWED', [decider.name, approval.approval_id]);
 }

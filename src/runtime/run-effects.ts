@@ -2,6 +2,7 @@
 // step boundary's inbox read, budget reservations, the model call, governance of tool calls, and
 // the tool batch (each call run by src/runtime/run-tools.ts). Each works on the run's RunHost
 // (telemetry, writer, agent) and returns what the machine folds into its context.
+import { inputsDigest } from '../agent/policy-conditions.js';
 import { fromPromise } from 'xstate';
 import {
   effectRunId,
@@ -15,7 +16,7 @@ import {
   type RunContext,
   type ToolOutcome,
 } from '../../machines/run.machine.js';
-import { decide as decidePolicy } from '../../machines/policies/governance.js';
+import { decide as decidePolicy, type PolicyInput } from '../../machines/policies/governance.js';
 import type { MeterAmounts } from '../../machines/policies/budget.js';
 import { withRetries } from '../agent/model/retry.js';
 import { ModelCallError, type ToolCallRequest, type ToolDeclaration } from '../agent/model/types.js';
@@ -135,8 +136,10 @@ export class RunEffects {
     const res = await this.deps.ledger.reserve({
       reservation_id: `${ctx.run_id}:${phase}:${ctx.step}`,
       run_id: ctx.run_id,
-      session_id: ctx.session_id,
+      // A tenant's session ids are its own: so are their budgets (src/runtime/tenancy.ts).
+      session_id: live.session_key,
       agent_id: live.agent_id,
+      tenant: live.tenant,
       amounts,
     });
     if (res.ok) {
@@ -257,7 +260,14 @@ export class RunEffects {
 
   private async govern(ctx: RunContext): Promise<{ decisions: PolicyDecision[]; approvals: ApprovalState[] }> {
     const live = this.kernel.mustLive(ctx.run_id);
-    const { governance, approval_expires_seconds } = this.deps.settings;
+    const { governance, approval_expires_seconds, policy_conditions } = this.deps.settings;
+    const usage = live.writer.value.usage;
+    const spend = {
+      cost_usd: usage.estimated_cost_usd,
+      tokens: usage.total_tokens,
+      model_calls: usage.requests,
+      tool_calls: live.writer.value.tool_calls.length,
+    };
     const decisions: PolicyDecision[] = [];
     const approvals: ApprovalState[] = [];
     const now = this.deps.clock.now();
@@ -272,15 +282,26 @@ export class RunEffects {
         input: { tool_name: call.name, arguments: call.arguments },
         metadata: { tool_call_id: call.id, tool_name: call.name, mcp_server: tool?.mcp_server ?? null },
       });
-      const d = decidePolicy({ tool_name: call.name, mcp_server: tool?.mcp_server }, governance);
+      // What the rules' conditions see (docs/policies.md); its digest goes into both events.
+      const input: PolicyInput = {
+        tool: call.name,
+        args: call.arguments,
+        agent_id: live.agent_id,
+        tenant: live.tenant ?? '',
+        session_id: live.session_id,
+        metadata: {},
+        spend,
+      };
+      const inputs_sha256 = inputsDigest(input);
+      const d = decidePolicy({ tool_name: call.name, mcp_server: tool?.mcp_server }, governance, input, policy_conditions);
       decisions.push({ tool_call_id: call.id, effect: d.effect, reason: d.reason ?? null });
       void live.emit({
         event_type: `policy_decision_${d.effect}`,
         actor: { type: 'system', id: 'governance' },
         span_id: span,
         parent_span_id: live.stepSpan,
-        output: { effect: d.effect, rule_index: d.rule_index, reason: d.reason ?? null },
-        metadata: { tool_call_id: call.id, tool_name: call.name },
+        output: { effect: d.effect, rule_index: d.rule_index, rule_id: d.rule_id, reason: d.reason ?? null, ...(d.error ? { error: d.error } : {}) },
+        metadata: { tool_call_id: call.id, tool_name: call.name, rule_id: d.rule_id, inputs_sha256 },
       });
       if (d.effect === 'ask') {
         approvals.push({
@@ -296,6 +317,8 @@ export class RunEffects {
           note: null,
           decided_at: null,
           edited_arguments: null,
+          ...(d.rule_id ? { rule_id: d.rule_id } : {}),
+          ...(d.approvers ? { approvers: d.approvers } : {}),
         });
       }
     }

@@ -2,6 +2,7 @@
 // store round, or the slow way after it), a rolled-back run's turn taken out, and the turn an
 // interrupted run had reached carried over to the run that takes its place (session policies,
 // docs/runs.md "Busy sessions").
+import { sessionKeyOf } from './tenancy.js';
 import type { ChatMessage } from '../agent/model/types.js';
 import type { RunContext } from '../../machines/run.machine.js';
 import type { Clock } from '../clock.js';
@@ -26,7 +27,7 @@ export class SessionHistory {
    */
   firstTurnOp(record: RunRecord, prelude: ChatMessage[]): WriteOp {
     const value = sessionOfFirstTurn(record, this.turnOf(record, prelude), record.updated_at);
-    return { op: 'create', kind: repos(this.deps.store).sessions.kind, id: record.session_id, value };
+    return { op: 'create', kind: repos(this.deps.store).sessions.kind, id: sessionKeyOf(record), value };
   }
 
   /**
@@ -41,14 +42,14 @@ export class SessionHistory {
       ? {
           op: 'update',
           kind: repos(this.deps.store).sessions.kind,
-          id: record.session_id,
+          id: sessionKeyOf(record),
           expectedVersion: cur.version,
           value: sessionWithTurn(cur.value, record.run_id, add, now),
         }
       : {
           op: 'create',
           kind: repos(this.deps.store).sessions.kind,
-          id: record.session_id,
+          id: sessionKeyOf(record),
           value: sessionOfFirstTurn(record, add, now),
         };
     return this.deps.store.commit([op]).then(
@@ -65,13 +66,13 @@ export class SessionHistory {
     try {
       await casUpdate(
         async () => {
-          const cur = await repos(store).sessions.get<SessionValue>(record.session_id);
+          const cur = await repos(store).sessions.get<SessionValue>(sessionKeyOf(record));
           if (!cur) {
-            await repos(store).sessions.create<SessionValue>(record.session_id, sessionOfFirstTurn(record, add, now));
+            await repos(store).sessions.create<SessionValue>(sessionKeyOf(record), sessionOfFirstTurn(record, add, now));
             return;
           }
           if (cur.value.run_ids.includes(record.run_id)) return;
-          await repos(store).sessions.update<SessionValue>(record.session_id, sessionWithTurn(cur.value, record.run_id, add, now), cur.version);
+          await repos(store).sessions.update<SessionValue>(sessionKeyOf(record), sessionWithTurn(cur.value, record.run_id, add, now), cur.version);
         },
         { retryOn: ['stale_version', 'conflict'] },
       );
@@ -85,11 +86,11 @@ export class SessionHistory {
    * Session policy `rollback`: the cancelled run's turn leaves the session. A run cancelled in
    * time never added one; one that completed first (the race is short) is taken back out.
    */
-  async rollbackTurn(sessionId: string, runId: string, cur: Versioned<SessionValue> | null): Promise<Versioned<SessionValue> | null> {
+  async rollbackTurn(sessionKey: string, runId: string, cur: Versioned<SessionValue> | null): Promise<Versioned<SessionValue> | null> {
     let latest = cur;
     try {
       return await casUpdate(async (i) => {
-        if (i > 0) latest = await repos(this.deps.store).sessions.get<SessionValue>(sessionId);
+        if (i > 0) latest = await repos(this.deps.store).sessions.get<SessionValue>(sessionKey);
         if (!latest) return latest;
         const at = latest.value.run_ids.indexOf(runId);
         if (at < 0) return latest;
@@ -102,7 +103,7 @@ export class SessionHistory {
           counts: counts.filter((_, j) => j !== at),
           updated_at: iso(this.deps.clock.now()),
         };
-        return await repos(this.deps.store).sessions.update<SessionValue>(sessionId, value, latest.version);
+        return await repos(this.deps.store).sessions.update<SessionValue>(sessionKey, value, latest.version);
       });
     } catch (err) {
       if (err instanceof CasExhaustedError) return latest;

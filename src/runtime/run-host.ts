@@ -2,6 +2,7 @@
 // and timeout timers, and its telemetry chain. After every transition it persists the record and
 // snapshot (the record as recordFromSnapshot projects it), and it lets go of the run when it
 // ends, parks for a person, stops at a boundary, fails outside its machine or is fenced off.
+import { sessionKeyOf } from './tenancy.js';
 import type { AnyActorRef, Snapshot } from 'xstate';
 import { RUN_MACHINE_VERSION, type RunContext, type RunEvent, type RunStateValue } from '../../machines/run.machine.js';
 import type { ChatMessage } from '../agent/model/types.js';
@@ -36,6 +37,9 @@ type RunSnapshot = { value: RunStateValue; context: RunContext; status: string }
 export class RunHost {
   readonly run_id: string;
   readonly session_id: string;
+  /** The store key of the session: its id in the run's tenant (src/runtime/tenancy.ts). */
+  readonly session_key: string;
+  readonly tenant: string | null;
   readonly writer: RecordWriter<RunRecord>;
   ref: AnyActorRef | null = null;
   readonly abort = new AbortController();
@@ -97,6 +101,8 @@ export class RunHost {
     const { deps } = kernel;
     this.run_id = rec.value.run_id;
     this.session_id = rec.value.session_id;
+    this.session_key = sessionKeyOf(rec.value);
+    this.tenant = rec.value.tenant ?? null;
     this.settled = new Promise<RunRecord>((r) => (this.resolveSettled = r));
     // A new run's first round waits to fold with what follows (CREATE_FOLD_MS), unless other
     // processes share the store (they must be able to read the run as soon as its id is out).
@@ -218,7 +224,7 @@ export class RunHost {
           id: this.trace.trace_id,
           value: this.trace,
           expectedVersion: null,
-          indexes: { run_id: this.run_id, session_id: this.session_id, task_id: this.task_id },
+          indexes: { run_id: this.run_id, session_id: this.session_key, task_id: this.task_id },
         });
       }
       if (historyInCommit) ops.push(this.kernel.history.firstTurnOp(r, this.prelude));
@@ -355,7 +361,7 @@ export class RunHost {
     this.timeout = null;
     this.deps.system.stop(`run:${this.run_id}`);
     this.kernel.live.delete(this.run_id);
-    this.kernel.sessions.release(this.session_id, this.run_id);
+    this.kernel.sessions.release(this.session_key, this.run_id);
     this.deps.metrics.liveRuns.dec();
     this.releaseSlot();
     this.releaseAgent();
@@ -444,7 +450,16 @@ export class RunHost {
       sequence: ++this.eventSeq,
       trace_id: record.trace_id,
       parent_span_id: input.parent_span_id ?? (input.span_id === this.rootSpan ? null : this.rootSpan),
-      metadata: { run_id: this.run_id, session_id: this.session_id, agent_id: this.agent_id, task_id: this.task_id, ...(input.metadata ?? {}) },
+      metadata: {
+        run_id: this.run_id,
+        session_id: this.session_id,
+        agent_id: this.agent_id,
+        task_id: this.task_id,
+        ...(input.metadata ?? {}),
+        // Filtered on by every read of a tenant (src/runtime/telemetry-queries.ts); last, so no
+        // emitter's metadata can name another.
+        ...(this.tenant ? { tenant: this.tenant } : {}),
+      },
     };
     // A new run's first events wait with its creating write (CREATE_FOLD_MS) and go to the store
     // right before it: same round, same order, and no event of a run that was never stored.

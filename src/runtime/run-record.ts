@@ -3,6 +3,7 @@
 import type { ApprovalState, BudgetRequest, TerminationReason, Usage } from '../../machines/run.machine.js';
 import { redact, type Redactor } from '../telemetry/redact.js';
 import { QUERY_PREVIEW_CHARS } from '../schemas/runs.js';
+import { sessionKeyOf } from './tenancy.js';
 
 export type RunRecordStatus =
   'queued' | 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
@@ -44,6 +45,8 @@ export interface SideEffect {
 export interface RunRecord {
   run_id: string;
   session_id: string;
+  /** The tenant of the key that started the run (docs/multi-tenant.md); absent or null: none. */
+  tenant?: string | null;
   agent_name: string;
   agent_id: string;
   kind: 'sync' | 'background';
@@ -91,13 +94,15 @@ export interface RunRecord {
 export type NewRunFields = Pick<
   RunRecord,
   'run_id' | 'session_id' | 'agent_name' | 'agent_id' | 'kind' | 'task_id' | 'query' | 'trace_id' | 'lease_seconds' | 'lease_expires_at' | 'owner'
-> & { now: string };
+> & { now: string; tenant?: string | null };
 
 /** The record of a run that has just started: step 0, first attempt, nothing called or decided yet. */
 export function newRunRecord(f: NewRunFields): RunRecord {
   return {
     run_id: f.run_id,
     session_id: f.session_id,
+    // Stamped only for a tenant: a run without one keeps the record it always had.
+    ...(f.tenant ? { tenant: f.tenant } : {}),
     agent_name: f.agent_name,
     agent_id: f.agent_id,
     kind: f.kind,
@@ -135,8 +140,12 @@ export function newRunRecord(f: NewRunFields): RunRecord {
 export function runIndexes(r: RunRecord): Record<string, string | null> {
   return {
     status: r.status,
-    session_id: r.session_id,
+    // A tenant's session ids live in its namespace (src/runtime/tenancy.ts): the index holds the key.
+    session_id: sessionKeyOf(r),
     task_id: r.task_id,
+    // A tenant's lists and counts: one index each for all its runs and for its runs in a status.
+    tenant: r.tenant ?? null,
+    tenant_status: r.tenant ? `${r.tenant}\u001f${r.status}` : null,
     // Only the few decided-but-not-resumed runs carry this, so the sweep finds them without
     // reading every run that waits for a person (there may be 100,000 of those).
     resumable: WAITING_RUN_STATUSES.has(r.status) && r.decided_at ? 'decided' : null,
@@ -171,6 +180,7 @@ export function publicRunView(r: RunRecord, redactor: Redactor) {
   return {
     run_id: r.run_id,
     session_id: r.session_id,
+    tenant: r.tenant ?? null,
     agent_name: r.agent_name,
     agent_id: r.agent_id,
     query_preview: redactor.text(r.query.slice(0, QUERY_PREVIEW_CHARS)),

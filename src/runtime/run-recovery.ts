@@ -2,6 +2,7 @@
 // the orphan sweep that finds runs whose owner died or that a shutdown interrupted and resumes
 // them one recovery slot at a time, and the graceful shutdown that stops live runs at a boundary
 // (docs/contract.md §6.2, §9; docs/operations.md "Shutdown and restarts").
+import { sessionKeyOf } from './tenancy.js';
 import type { Snapshot } from 'xstate';
 import { RUN_MACHINE_VERSION } from '../../machines/run.machine.js';
 import { domainError, notFound } from '../errors.js';
@@ -190,7 +191,7 @@ export class RunRecovery {
           kind: repos(this.deps.store).traces.kind,
           id: trace_id,
           value: trace,
-          indexes: { run_id: runId, session_id: r.session_id, task_id: r.task_id },
+          indexes: { run_id: runId, session_id: sessionKeyOf(r), task_id: r.task_id },
         },
         ...(prevTrace
           ? [

@@ -182,8 +182,9 @@ export class ToolRunner {
       sub,
       {
         run_id: ctx.run_id,
-        session_id: ctx.session_id,
+        session_id: live.session_key,
         agent_id: live.agent_id,
+        tenant: live.tenant,
         attempt: record.attempt,
         lease_token: `${this.deps.workerId}:${record.attempt}`,
         workspace_path: live.workspace_path,

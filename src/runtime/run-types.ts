@@ -2,7 +2,7 @@
 // dependencies, the stored snapshot, session and trace values, and the small pure helpers they share.
 import type { Snapshot } from 'xstate';
 import type { ChatMessage, ModelProvider } from '../agent/model/types.js';
-import type { GovernanceConfig } from '../../machines/policies/governance.js';
+import type { ConditionEvaluator, GovernanceConfig } from '../../machines/policies/governance.js';
 import type { BudgetsConfig } from '../../machines/policies/budget.js';
 import type { SessionPolicy } from '../../machines/policies/busy-session.js';
 import type { ConcurrencyRequest, ConcurrencyRule } from '../../machines/policies/flow.js';
@@ -29,6 +29,8 @@ export interface RunSettings {
   max_steps: number;
   max_output_tokens: number;
   governance: GovernanceConfig;
+  /** The governance rules' CEL conditions, compiled once (src/agent/policy-conditions.ts). */
+  policy_conditions?: ConditionEvaluator;
   approval_expires_seconds: number;
   budgets: BudgetsConfig;
   pricing: Pricing;
@@ -74,6 +76,8 @@ export interface RunServiceDeps {
 }
 
 export interface StartOptions {
+  /** The tenant the run belongs to (docs/multi-tenant.md): stamped on it, its session id in its namespace. */
+  tenant?: string | null;
   /**
    * A live text delta (never stored). `afterEvent` is the `sequence` of the last telemetry event
    * the run emitted before it: events are published when stored, deltas at once, so a stream
@@ -166,6 +170,8 @@ export interface TraceValue {
   parent_trace_id: string | null;
   run_id: string;
   session_id: string;
+  /** The run's tenant (absent: none). */
+  tenant?: string;
   task_id: string | null;
   agent_id: string;
   status: string;
@@ -183,6 +189,7 @@ export function traceValueOf(r: RunRecord, parent: string | null, status: string
     parent_trace_id: parent,
     run_id: r.run_id,
     session_id: r.session_id,
+    ...(r.tenant ? { tenant: r.tenant } : {}),
     task_id: r.task_id,
     agent_id: r.agent_id,
     status,

@@ -5,6 +5,7 @@
 // steer, interrupt, cancel, outcomes; run-decisions.ts) and RunRecovery (resume, sweep, shutdown;
 // run-recovery.ts). The record a snapshot makes is projected in run-projection.ts.
 import { inTimeRange, scanPage, type ListOrder } from './list-scan.js';
+import { GLOBAL_SCOPE, sessionKeyOf, tenantKey, visibleIn, type TenantScope } from './tenancy.js';
 import type { ChatMessage } from '../agent/model/types.js';
 import { domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
@@ -143,7 +144,8 @@ export class RunService {
     // A session with a run in flight in this process: the session policy decides (docs/runs.md,
     // "Busy sessions"). `enqueue` waits in the session's queue, as every run did before.
     const policy = opts.session_policy ?? this.deps.settings.session_policy ?? 'enqueue';
-    const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(sessionId) : null;
+    const tenant = opts.tenant ?? null;
+    const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(tenantKey(tenant, sessionId)) : null;
     const plan = busySessionPlan(policy, busyWith);
     if (plan.refuse) throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), String(busyWith)], { detail: 'session_busy' });
     const releaseSlot = opts.slot ?? (opts.admitted ? () => {} : await this.kernel.slots.acquire({ priority: opts.priority }));
@@ -156,6 +158,8 @@ export class RunService {
       const profile = agent.profile;
       const { clock, settings } = this.deps;
       const session_id = sessionId ?? newId('session');
+      // Where the session is stored and queued: its id in the run's tenant (src/runtime/tenancy.ts).
+      const session_key = tenantKey(tenant, session_id);
       const run_id = opts.run_id ?? newId('run');
       const queued = opts.queued?.value;
       const trace_id = queued?.trace_id ?? newId('trace');
@@ -163,6 +167,7 @@ export class RunService {
       const created = newRunRecord({
         run_id,
         session_id,
+        tenant,
         agent_name: profile.agent_name,
         agent_id: opts.agent_id ?? settings.agent_id,
         kind: opts.kind ?? 'sync',
@@ -190,7 +195,7 @@ export class RunService {
       // and later writes queue behind it. start() returns only once the run exists, so a client
       // that is told the run id can always read the run.
       const trace = traceValueOf(record, null, 'running', clock.now());
-      const traceIndexes = { run_id, session_id, task_id: record.task_id };
+      const traceIndexes = { run_id, session_id: session_key, task_id: record.task_id };
       // What the run's first store round will read (all new, so in no cache): read it meanwhile.
       // Ids made up just now are new (no read at all): the trace's always, the session's when the
       // caller named none, the run's when made here or so marked (a background run reuses its id
@@ -206,9 +211,9 @@ export class RunService {
           fresh: newRun ? (newSession ? ['run_id', 'session_id'] : ['run_id']) : [],
         },
         { kind: repos(this.deps.store).snapshots.kind, id: run_id, ...(newRun ? { fresh: [] } : {}) },
-        { kind: repos(this.deps.store).sessions.kind, id: session_id, ...(newSession ? { fresh: [] } : {}) },
+        { kind: repos(this.deps.store).sessions.kind, id: session_key, ...(newSession ? { fresh: [] } : {}) },
       ]);
-      const workspace_path = opts.workspace_path ?? this.kernel.sessionWorkspace(session_id, profile.session_workspace_root);
+      const workspace_path = opts.workspace_path ?? this.kernel.sessionWorkspace(session_key, profile.session_workspace_root);
       this.deps.metrics.liveRuns.inc();
       live = this.kernel.host({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, agent, { ...opts, workspace_path }, trace, [
         { op: 'create', kind: repos(this.deps.store).traces.kind, id: trace_id, value: trace, indexes: traceIndexes },
@@ -252,13 +257,13 @@ export class RunService {
         await this.cancel(busyWith).catch(swallow('runs.session_rollback_cancel', { run_id: busyWith, by: run_id }, isRefusal));
       // Our turn in the session, then the conversation the runs before us left (a session id we
       // just made up has none: no read).
-      await this.kernel.sessions.acquire(session_id, run_id);
-      let history = sessionId ? await repos(this.deps.store).sessions.get<SessionValue>(session_id) : null;
+      await this.kernel.sessions.acquire(session_key, run_id);
+      let history = sessionId ? await repos(this.deps.store).sessions.get<SessionValue>(session_key) : null;
       let carried: ChatMessage[] = [];
       // The turn taken back out: the run this one cancelled (`rollback`), or the one it replaces
       // (a regenerated answer: StartOptions.replaces_run_id).
       const rolledBack = busyWith && plan.history === 'roll_back' ? busyWith : (opts.replaces_run_id ?? null);
-      if (rolledBack) history = await this.kernel.history.rollbackTurn(session_id, rolledBack, history);
+      if (rolledBack) history = await this.kernel.history.rollbackTurn(session_key, rolledBack, history);
       if (busyWith && plan.history === 'carry_over') {
         const c = await this.kernel.history.carryOver(busyWith);
         carried = c.messages;
@@ -295,8 +300,14 @@ export class RunService {
 
   // ---------------------------------------------------------------- reads
 
-  get(runId: string): Promise<RunRecord> {
-    return this.kernel.get(runId);
+  /**
+   * The run, when `scope` may see it: another tenant's run is not found, exactly as a run that
+   * does not exist (docs/multi-tenant.md).
+   */
+  async get(runId: string, scope: TenantScope = GLOBAL_SCOPE): Promise<RunRecord> {
+    const r = await this.kernel.get(runId);
+    if (!visibleIn(scope, r.tenant)) throw notFound('run', runId);
+    return r;
   }
 
   /** `queue` of the run view: while the run waits `queued`, its key and 1-based place (docs/contract.md §3.4); else null. */
@@ -312,21 +323,35 @@ export class RunService {
    * (list-scan.ts). `total` counts what the indexed filter selects: with several filters it is an
    * upper bound.
    */
-  async list(q: RunListQuery) {
-    const index = q.session_id
-      ? { name: 'session_id', value: q.session_id }
-      : q.task_id
-        ? { name: 'task_id', value: q.task_id }
-        : q.status
-          ? { name: 'status', value: q.status }
-          : undefined;
+  async list(q: RunListQuery, scope: TenantScope = GLOBAL_SCOPE) {
+    // A tenant's session ids are keys in its namespace; without a more selective filter its lists
+    // walk its own indexes (tenant, tenant_status), so pages and totals never count another
+    // tenant's runs. Other filters (agent, time range, a second indexed one) apply while reading.
+    const sessionKey = q.session_id === undefined ? undefined : tenantKey(scope.tenant, q.session_id);
+    const index =
+      sessionKey !== undefined
+        ? { name: 'session_id', value: sessionKey }
+        : q.task_id
+          ? { name: 'task_id', value: q.task_id }
+          : q.status
+            ? scope.all
+              ? { name: 'status', value: q.status }
+              : { name: 'tenant_status', value: `${scope.tenant ?? ''}\u001f${q.status}` }
+            : scope.all
+              ? undefined
+              : { name: 'tenant', value: scope.tenant ?? '' };
     const rest = (r: RunRecord): boolean =>
+      visibleIn(scope, r.tenant) &&
       (!q.status || r.status === q.status) &&
-      (!q.session_id || r.session_id === q.session_id) &&
+      (sessionKey === undefined || sessionKeyOf(r) === sessionKey) &&
       (!q.task_id || r.task_id === q.task_id) &&
       (!q.agent_id || r.agent_id === q.agent_id) &&
       inTimeRange(r.created_at, q);
-    const filtered = [q.session_id, q.task_id, q.status, q.agent_id, q.since, q.until].filter(Boolean).length > (index ? 1 : 0);
+    // The index alone answers when it covers the one filter given (a tenant's session key, its
+    // tenant_status and tenant indexes are its own); task_id is not kept per tenant.
+    const given = [q.session_id, q.task_id, q.status, q.agent_id, q.since, q.until].filter(Boolean).length;
+    const fromFilter = index !== undefined && index.name !== 'tenant';
+    const filtered = given > (fromFilter ? 1 : 0) || (index?.name === 'task_id' && !scope.all);
     const repo = repos(this.deps.store).runs;
     const page = await scanPage<RunRecord>((lq) => repo.list<RunRecord>(lq), {
       index,
@@ -339,18 +364,19 @@ export class RunService {
     return { runs: page.items, total, next_cursor: page.next_cursor };
   }
 
-  async history(sessionId: string, q: { limit: number; cursor?: string }) {
-    const rec = await repos(this.deps.store).sessions.get<SessionValue>(sessionId);
+  async history(sessionId: string, q: { limit: number; cursor?: string }, tenant: string | null = null) {
+    const rec = await repos(this.deps.store).sessions.get<SessionValue>(tenantKey(tenant, sessionId));
     if (!rec) throw notFound('session', sessionId);
     const all = rec.value.messages;
     const { items: messages, next_cursor } = pageOf(all, q);
     return { session_id: sessionId, messages, count: messages.length, total: all.length, next_cursor };
   }
 
-  async clearSession(sessionId: string) {
-    const rec = await repos(this.deps.store).sessions.get<SessionValue>(sessionId);
+  async clearSession(sessionId: string, tenant: string | null = null) {
+    const key = tenantKey(tenant, sessionId);
+    const rec = await repos(this.deps.store).sessions.get<SessionValue>(key);
     if (!rec) throw notFound('session', sessionId);
-    await repos(this.deps.store).sessions.delete(sessionId);
+    await repos(this.deps.store).sessions.delete(key);
     return { status: 'cleared' as const, session_id: sessionId };
   }
 
@@ -372,8 +398,13 @@ export class RunService {
     return this.decisions.inboxOf(runId);
   }
 
-  decideApproval(runId: string, approvalId: string, body: Parameters<RunDecisions['decideApproval']>[2]): ReturnType<RunDecisions['decideApproval']> {
-    return this.decisions.decideApproval(runId, approvalId, body);
+  decideApproval(
+    runId: string,
+    approvalId: string,
+    body: Parameters<RunDecisions['decideApproval']>[2],
+    decider: Parameters<RunDecisions['decideApproval']>[3] = null,
+  ): ReturnType<RunDecisions['decideApproval']> {
+    return this.decisions.decideApproval(runId, approvalId, body, decider);
   }
 
   budgetView(runId: string): ReturnType<RunDecisions['budgetView']> {

@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import { compileConditions } from '../agent/policy-conditions.js';
 import type { Config } from '../config.js';
 import { systemClock, type Clock } from '../clock.js';
 import { LeaseClock } from '../lease-clock.js';
@@ -420,6 +421,7 @@ export function runSettingsOf(config: Config): RunSettings {
     max_steps: config.agent.max_steps,
     max_output_tokens: config.agent.model.max_output_tokens,
     governance: config.governance as never,
+    policy_conditions: compileConditions(config.governance.rules),
     approval_expires_seconds: config.governance.approval_expires_seconds,
     budgets: config.budgets as never,
     pricing: config.pricing as never,

@@ -47,8 +47,10 @@ export interface SubagentDeps {
 
 export interface DelegationParent {
   run_id: string;
+  /** The session's store key (its id in the run's tenant): what its budgets are keyed by. */
   session_id: string;
   agent_id: string;
+  tenant: string | null;
   attempt: number;
   lease_token: string;
   workspace_path: string | null;
@@ -172,6 +174,7 @@ export class Subagents {
         run_id: parent.run_id,
         session_id: parent.session_id,
         agent_id: parent.agent_id,
+        tenant: parent.tenant,
         amounts: worst.amounts,
       });
       if (!held.ok) throw new Error(`budget ${held.shortfall.key} (${held.shortfall.meter}) is exhausted`);

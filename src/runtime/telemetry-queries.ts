@@ -1,6 +1,7 @@
 import { notFound } from '../errors.js';
+import { GLOBAL_SCOPE, tenantKey, visibleIn, type TenantScope } from './tenancy.js';
 import { inTimeRange, scanPage, type ListOrder } from './list-scan.js';
-import type { EventIndexField, Store, StoredEvent } from '../store/store.js';
+import type { EventIndexField, EventPage, EventQuery, Store, StoredEvent } from '../store/store.js';
 import { buildTrace, resolveTraceLookup, summarizeTrace, type Trace, type TraceRecord, type TraceStatus } from '../telemetry/traces.js';
 import { repos } from '../store/repos/index.js';
 import { runWaits } from '../telemetry/run-timeline.js';
@@ -13,13 +14,21 @@ const MAX_RUN_SEGMENTS = 100;
 export class TelemetryQueries {
   constructor(private readonly store: Store) {}
 
-  async events(q: { filters: Partial<Record<EventIndexField, string | string[]>>; cursor?: string | null; limit: number }) {
-    return this.store.readEvents({ filters: q.filters, after: q.cursor ?? null, limit: q.limit });
+  async events(q: { filters: Partial<Record<EventIndexField, string | string[]>>; cursor?: string | null; limit: number }, scope: TenantScope = GLOBAL_SCOPE) {
+    return readVisibleEvents(this.store, { filters: q.filters, after: q.cursor ?? null, limit: q.limit }, scope);
   }
 
-  /** `events`, each as its stored JSON text: the HTTP layer splices them into the answer unparsed. */
-  async eventsJson(q: { filters: Partial<Record<EventIndexField, string | string[]>>; cursor?: string | null; limit: number }) {
-    return this.store.readEventsJson({ filters: q.filters, after: q.cursor ?? null, limit: q.limit });
+  /**
+   * `events`, each as its stored JSON text: the HTTP layer splices them into the answer unparsed.
+   * A request acting in a tenant gets its tenant's events only (parsed to be filtered).
+   */
+  async eventsJson(
+    q: { filters: Partial<Record<EventIndexField, string | string[]>>; cursor?: string | null; limit: number },
+    scope: TenantScope = GLOBAL_SCOPE,
+  ) {
+    if (scope.all) return this.store.readEventsJson({ filters: q.filters, after: q.cursor ?? null, limit: q.limit });
+    const page = await readVisibleEvents(this.store, { filters: q.filters, after: q.cursor ?? null, limit: q.limit }, scope);
+    return { events: page.events.map((e) => JSON.stringify(e)), next_cursor: page.next_cursor };
   }
 
   /** Every stored event of a trace, in order. */
@@ -38,26 +47,34 @@ export class TelemetryQueries {
    * One exact trace. A trace with events but no stored record (a background run's lifecycle
    * trace) is described from its events.
    */
-  async trace(traceId: string): Promise<{ summary: ReturnType<typeof summarizeTrace>; trace: Trace }> {
+  async trace(traceId: string, scope: TenantScope = GLOBAL_SCOPE): Promise<{ summary: ReturnType<typeof summarizeTrace>; trace: Trace }> {
     const rec = await repos(this.store).traces.get<TraceRecord>(traceId);
     const events = await this.traceEvents(traceId);
     if (!rec && events.length === 0) throw notFound('trace', traceId);
+    // Another tenant's trace is not found, as one that does not exist (docs/multi-tenant.md).
+    if (!visibleIn(scope, rec ? (rec.value as { tenant?: string }).tenant : tenantOfEvent(events[0]))) throw notFound('trace', traceId);
     const record: TraceRecord = rec?.value ?? synthesize(traceId, events);
     const trace = buildTrace(record, events);
     return { summary: summarizeTrace(trace), trace };
   }
 
   /** The latest trace of a run or session (spec: one key exactly). */
-  async latest(key: { trace_id?: string; run_id?: string; session_id?: string }) {
+  async latest(key: { trace_id?: string; run_id?: string; session_id?: string }, scope: TenantScope = GLOBAL_SCOPE) {
     const lookup = resolveTraceLookup(key);
-    if (lookup.key === 'trace_id') return this.trace(lookup.value);
-    const page = await repos(this.store).traces.list<TraceRecord>({ index: { name: lookup.key, value: lookup.value }, reverse: true, limit: 1 });
-    if (page.items[0]) return this.trace(page.items[0].id);
+    if (lookup.key === 'trace_id') return this.trace(lookup.value, scope);
+    const missing = () => notFound(lookup.key === 'run_id' ? 'trace of run' : 'trace of session', lookup.value);
+    // A session id is a key in the caller's tenant (the traces' session index holds keys).
+    const indexValue = lookup.key === 'session_id' ? tenantKey(scope.tenant, lookup.value) : lookup.value;
+    const page = await repos(this.store).traces.list<TraceRecord>({ index: { name: lookup.key, value: indexValue }, reverse: true, limit: 1 });
+    if (page.items[0]) {
+      if (!visibleIn(scope, (page.items[0].value as { tenant?: string }).tenant)) throw missing();
+      return this.trace(page.items[0].id, scope);
+    }
     // Background lifecycle traces have no record: fall back to the newest event of the key.
     const events = await this.store.readEvents({ filters: { [lookup.key]: lookup.value }, limit: 1000 });
-    const last = events.events.at(-1);
-    if (!last?.trace_id) throw notFound(lookup.key === 'run_id' ? 'trace of run' : 'trace of session', lookup.value);
-    return this.trace(last.trace_id);
+    const last = events.events.filter((e) => visibleIn(scope, tenantOfEvent(e))).at(-1);
+    if (!last?.trace_id) throw missing();
+    return this.trace(last.trace_id, scope);
   }
 
   /**
@@ -102,32 +119,38 @@ export class TelemetryQueries {
    * picks the store list; the others are applied while reading (list-scan.ts), so a page may be
    * short with a next_cursor when they match rarely.
    */
-  async list(q: {
-    run_id?: string;
-    session_id?: string;
-    task_id?: string;
-    agent_id?: string;
-    status?: TraceStatus;
-    since?: string;
-    until?: string;
-    order?: ListOrder;
-    limit: number;
-    cursor?: string;
-  }) {
+  async list(
+    q: {
+      run_id?: string;
+      session_id?: string;
+      task_id?: string;
+      agent_id?: string;
+      status?: TraceStatus;
+      since?: string;
+      until?: string;
+      order?: ListOrder;
+      limit: number;
+      cursor?: string;
+    },
+    scope: TenantScope = GLOBAL_SCOPE,
+  ) {
     const index = q.run_id
       ? { name: 'run_id', value: q.run_id }
       : q.session_id
-        ? { name: 'session_id', value: q.session_id }
+        ? { name: 'session_id', value: tenantKey(scope.tenant, q.session_id) }
         : q.task_id
           ? { name: 'task_id', value: q.task_id }
           : undefined;
     const match = (r: TraceRecord): boolean =>
+      visibleIn(scope, (r as { tenant?: string }).tenant) &&
       (!q.status || r.status === q.status) &&
       (!q.session_id || r.session_id === q.session_id) &&
       (!q.task_id || r.task_id === q.task_id) &&
       (!q.agent_id || r.agent_id === q.agent_id) &&
       inTimeRange(r.started_at, q);
-    const filtered = Boolean(q.status || q.agent_id || q.since || q.until || (q.run_id && (q.session_id || q.task_id)) || (q.session_id && q.task_id));
+    const filtered = Boolean(
+      !scope.all || q.status || q.agent_id || q.since || q.until || (q.run_id && (q.session_id || q.task_id)) || (q.session_id && q.task_id),
+    );
     const repo = repos(this.store).traces;
     const page = await scanPage<TraceRecord>((lq) => repo.list<TraceRecord>(lq), {
       index,
@@ -139,6 +162,27 @@ export class TelemetryQueries {
     const summaries = [];
     for (const r of page.items) summaries.push(summarizeTrace(buildTrace(r, await this.traceEvents(r.trace_id))));
     return { traces: summaries, count: summaries.length, next_cursor: page.next_cursor };
+  }
+}
+
+/** The tenant an event was stamped with (run-host.ts puts it in its metadata); null: none. */
+export const tenantOfEvent = (e: StoredEvent | undefined): string | null => {
+  const t = (e?.metadata as { tenant?: unknown } | undefined)?.tenant;
+  return typeof t === 'string' ? t : null;
+};
+
+/**
+ * A page of events `scope` may see. Another tenant's events are skipped; a page they emptied is
+ * followed by the next, so an empty page means the end (a replay turns to following on one).
+ */
+export async function readVisibleEvents(store: Store, query: EventQuery, scope: TenantScope): Promise<EventPage> {
+  if (scope.all) return store.readEvents(query);
+  let after = query.after ?? null;
+  for (;;) {
+    const page = await store.readEvents({ ...query, after });
+    const events = page.events.filter((e) => visibleIn(scope, tenantOfEvent(e)));
+    if (events.length > 0 || !page.next_cursor) return { events, next_cursor: page.next_cursor };
+    after = page.next_cursor;
   }
 }
 

@@ -24,6 +24,9 @@ export const ApprovalView = z
     note: z.string().nullable(),
     decided_at: IsoDateTime.nullable(),
     edited_arguments: JsonObject.nullable(),
+    rule_id: z.string().nullish().describe('The governance rule that asked (docs/policies.md).'),
+    approvers: z.array(z.string()).nullish().describe("Who may decide it: roles, API key names or globs (the rule's `approvers`); absent: any approver."),
+    override: z.boolean().optional().describe("True when a global admin key decided it outside the rule's approvers."),
   })
   .meta({ id: 'Approval' });
 export type ApprovalView = z.infer<typeof ApprovalView>;
@@ -40,7 +43,7 @@ export type ApprovalDecisionRequest = z.infer<typeof ApprovalDecisionRequest>;
 
 // --- budgets -----------------------------------------------------------------------------------
 
-export const BudgetScope = z.enum(['run', 'session', 'agent', 'application']).meta({ id: 'BudgetScope' });
+export const BudgetScope = z.enum(['run', 'session', 'agent', 'tenant', 'application']).meta({ id: 'BudgetScope' });
 export type BudgetScope = z.infer<typeof BudgetScope>;
 
 export const BudgetMeter = z.enum(['cost_usd', 'tokens', 'model_calls', 'tool_calls']).meta({ id: 'BudgetMeter' });

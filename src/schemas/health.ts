@@ -118,6 +118,10 @@ export const WhoAmIResponse = z
     name: z.string().nullable().describe("The API key's name from auth.api_keys; null when auth is off."),
     role: z.enum(['reader', 'operator', 'approver', 'admin']).describe('What the key may do; with auth off every caller counts as admin.'),
     auth: z.boolean().describe('Whether the server checks API keys (auth.api_keys is not empty).'),
+    tenant: z
+      .string()
+      .nullable()
+      .describe("The tenant the request acts in (the key's own, or x-agentd-tenant for a global key); null: none (docs/multi-tenant.md)."),
   })
   .meta({ id: 'WhoAmIResponse' });
 export type WhoAmIResponse = z.infer<typeof WhoAmIResponse>;

@@ -179,6 +179,7 @@ export const RunView = z
   .object({
     run_id: z.string(),
     session_id: z.string(),
+    tenant: z.string().nullish().describe('The tenant of the key that started the run (docs/multi-tenant.md); null: none.'),
     agent_name: z.string(),
     agent_id: z.string().describe('The agent that ran it (the configured agent, or the background agent).'),
     task_id: z.string().nullish().describe('The background task whose run started it; null for a request.'),

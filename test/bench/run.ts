@@ -17,6 +17,7 @@ import { redactionBench } from './benchmarks/redaction.js';
 import { postgresBench } from './benchmarks/postgres.js';
 import { protocolsBench } from './benchmarks/protocols.js';
 import { flowBench } from './benchmarks/flow.js';
+import { policyBench } from './benchmarks/policy.js';
 
 const BENCHMARKS: Record<string, Benchmark> = {
   health: healthBench,
@@ -32,6 +33,7 @@ const BENCHMARKS: Record<string, Benchmark> = {
   postgres: postgresBench,
   protocols: protocolsBench,
   flow: flowBench,
+  policy: policyBench,
 };
 const ORDER = Object.keys(BENCHMARKS);
 

@@ -35,8 +35,8 @@ describe('decide', () => {
   };
 
   it('first matching rule wins', () => {
-    expect(decide({ tool_name: 'shell.rm' }, gov)).toEqual({ effect: 'deny', rule_index: 0, reason: 'never delete' });
-    expect(decide({ tool_name: 'shell.ls' }, gov)).toEqual({ effect: 'ask', rule_index: 1, reason: 'rule 1: ask' });
+    expect(decide({ tool_name: 'shell.rm' }, gov)).toEqual({ effect: 'deny', rule_index: 0, rule_id: 'rules[0]', reason: 'never delete', approvers: null });
+    expect(decide({ tool_name: 'shell.ls' }, gov)).toEqual({ effect: 'ask', rule_index: 1, rule_id: 'rules[1]', reason: 'rule 1: ask', approvers: null });
     expect(decide({ tool_name: 'exec_1' }, gov).rule_index).toBe(1);
     expect(decide({ tool_name: 'other' }, gov)).toMatchObject({ effect: 'deny', rule_index: 4 });
   });
@@ -59,10 +59,22 @@ describe('decide', () => {
   });
 
   it('falls back to default_effect (allow unless set) and allows everything when disabled', () => {
-    expect(decide({ tool_name: 'x' }, undefined)).toEqual({ effect: 'allow', rule_index: null, reason: 'default effect: allow' });
+    expect(decide({ tool_name: 'x' }, undefined)).toEqual({
+      effect: 'allow',
+      rule_index: null,
+      rule_id: null,
+      reason: 'default effect: allow',
+      approvers: null,
+    });
     expect(decide({ tool_name: 'x' }, { rules: [] })).toMatchObject({ effect: 'allow', rule_index: null });
     expect(decide({ tool_name: 'x' }, { default_effect: 'ask' })).toMatchObject({ effect: 'ask', rule_index: null });
-    expect(decide({ tool_name: 'shell.rm' }, { ...gov, enabled: false })).toEqual({ effect: 'allow', rule_index: null, reason: 'governance disabled' });
+    expect(decide({ tool_name: 'shell.rm' }, { ...gov, enabled: false })).toEqual({
+      effect: 'allow',
+      rule_index: null,
+      rule_id: null,
+      reason: 'governance disabled',
+      approvers: null,
+    });
   });
 
   it('an empty tools list matches nothing', () => {

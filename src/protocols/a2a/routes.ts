@@ -4,6 +4,7 @@
 // a message on that task with a data part {decision, …} is that decision (recorded under the
 // caller's key name), after which the task goes on. Closing a stream does not cancel the task
 // (A2A tasks outlive connections): CancelTask does.
+import { deciderOf } from '../../http/auth.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../../errors.js';
 import { requireAccess } from '../../http/auth.js';
@@ -189,7 +190,12 @@ async function decideFromMessage(deps: AppDeps, request: FastifyRequest, params:
     const pending = run.approvals.filter((a) => a.status === 'pending');
     const targets = d.approval_id ? [d.approval_id] : pending.map((a) => a.approval_id);
     for (const approvalId of targets)
-      await deps.runtime.runs.decideApproval(run.run_id, approvalId, { decision: d.decision, approver, arguments: d.arguments ?? null, note: d.note ?? null });
+      await deps.runtime.runs.decideApproval(
+        run.run_id,
+        approvalId,
+        { decision: d.decision, approver, arguments: d.arguments ?? null, note: d.note ?? null },
+        deciderOf(request),
+      );
   } else {
     const d = parse(BudgetDecisionData, msg.parts[at].data, loc);
     await deps.runtime.runs.decideBudget(run.run_id, { decision: d.decision, approver, amount: d.amount ?? null, note: d.note ?? null });

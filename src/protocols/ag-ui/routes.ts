@@ -3,6 +3,7 @@
 // keeps: a new run reads only the newest user message. An approval or a budget pause ends the
 // stream with an interrupt outcome; the next input on the thread answers it in `resume`, which
 // decides and continues the same agentd run (under the client's new runId).
+import { deciderOf } from '../../http/auth.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { BaseEvent } from '@ag-ui/core';
 import { newId } from '../../ids.js';
@@ -132,12 +133,17 @@ async function resumeRun(deps: AppDeps, request: FastifyRequest, reply: FastifyR
       if (entry.status === 'resolved' && p?.decision === 'grant') throw badDecision(entries.indexOf(entry), 'an approval is answered with approve or deny');
       // A cancelled interrupt is a denial: the tool does not run, the run goes on.
       const approve = entry.status === 'resolved' && p?.decision === 'approve';
-      await runs.decideApproval(run.run_id, a.approval_id, {
-        decision: approve ? 'approve' : 'deny',
-        approver,
-        arguments: approve ? (p?.arguments ?? null) : null,
-        note: p?.note ?? (entry.status === 'cancelled' ? 'cancelled by the client' : null),
-      });
+      await runs.decideApproval(
+        run.run_id,
+        a.approval_id,
+        {
+          decision: approve ? 'approve' : 'deny',
+          approver,
+          arguments: approve ? (p?.arguments ?? null) : null,
+          note: p?.note ?? (entry.status === 'cancelled' ? 'cancelled by the client' : null),
+        },
+        deciderOf(request),
+      );
       answered++;
     }
   } else {

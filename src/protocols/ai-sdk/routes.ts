@@ -2,6 +2,7 @@
 // POST /ai-sdk/chat starts a run (or answers its approvals) and streams it as a UI message
 // stream; GET /ai-sdk/chat/{id}/stream is the transport's reconnect. The chat id is the agentd
 // session, whose history the server keeps: only the newest message of the request is read.
+import { deciderOf } from '../../http/auth.js';
 import { isDeepStrictEqual } from 'node:util';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { newId } from '../../ids.js';
@@ -190,12 +191,17 @@ async function answerApprovals(
     if (!answer) continue;
     // Edited arguments: the client changed the tool part's input before approving it.
     const edited = answer.approved && answer.input !== undefined && !isDeepStrictEqual(answer.input, a.arguments) ? answer.input : null;
-    await deps.runtime.runs.decideApproval(run.run_id, a.approval_id, {
-      decision: answer.approved ? 'approve' : 'deny',
-      approver,
-      arguments: edited as Record<string, unknown> | null,
-      note: answer.reason,
-    });
+    await deps.runtime.runs.decideApproval(
+      run.run_id,
+      a.approval_id,
+      {
+        decision: answer.approved ? 'approve' : 'deny',
+        approver,
+        arguments: edited as Record<string, unknown> | null,
+        note: answer.reason,
+      },
+      deciderOf(request),
+    );
   }
   const allAnswered = pending.every((a) => ids.has(a.approval_id));
   // Some approvals still open: the run does not resume yet; the stream says which are left.

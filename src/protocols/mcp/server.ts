@@ -2,6 +2,7 @@
 // per HTTP request (stateless streamable HTTP): it knows the caller's key, so each tool checks the
 // role its work needs (a reader starts no run, only approvers decide), and it holds nothing once
 // the request is answered.
+import { deciderOf } from '../../http/auth.js';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyRequest } from 'fastify';
@@ -108,12 +109,17 @@ export function buildMcpServer(deps: AppDeps, request: FastifyRequest): McpServe
     },
     async (args) =>
       guarded(request, 'decide', 'decide_approval', async () => {
-        await deps.runtime.runs.decideApproval(args.run_id, args.approval_id, {
-          decision: args.decision,
-          approver,
-          arguments: args.arguments ?? null,
-          note: args.note ?? null,
-        });
+        await deps.runtime.runs.decideApproval(
+          args.run_id,
+          args.approval_id,
+          {
+            decision: args.decision,
+            approver,
+            arguments: args.arguments ?? null,
+            note: args.note ?? null,
+          },
+          deciderOf(request),
+        );
         return resultOf(await waitAfterDecision(deps, args.run_id));
       }),
   );

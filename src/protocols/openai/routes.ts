@@ -3,6 +3,7 @@
 // GET /v1/models lists the agents. A paused run answers with an assistant message saying what it
 // waits for and the `agentd` object; a `role: "tool"` message whose tool_call_id is the approval id
 // (or budget request id) decides it, in the same session, and the answer is the continued run's.
+import { deciderOf } from '../../http/auth.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ChatMessage } from '../../agent/model/types.js';
 import { domainError, HttpValidationFailure } from '../../errors.js';
@@ -149,7 +150,12 @@ async function continueAfterDecision(
   const after = body.stream ? await lastEventCursor(deps, run.run_id) : null;
   if (run.status === 'awaiting_approval') {
     if (d.decision === 'grant') throw invalid(['body', 'messages', at, 'content', 'decision'], 'an approval is decided with approve or deny');
-    await deps.runtime.runs.decideApproval(run.run_id, id, { decision: d.decision, approver, arguments: d.arguments ?? null, note: d.note ?? null });
+    await deps.runtime.runs.decideApproval(
+      run.run_id,
+      id,
+      { decision: d.decision, approver, arguments: d.arguments ?? null, note: d.note ?? null },
+      deciderOf(request),
+    );
   } else {
     if (d.decision === 'approve') throw invalid(['body', 'messages', at, 'content', 'decision'], 'a budget request is decided with grant or deny');
     await deps.runtime.runs.decideBudget(run.run_id, { decision: d.decision, approver, amount: d.amount ?? null, note: d.note ?? null, request_id: id });

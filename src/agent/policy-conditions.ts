@@ -1,0 +1,78 @@
+// Tool policies as code (docs/policies.md): a governance rule's `condition` is a CEL expression
+// (the language of Kubernetes' admission policies and Envoy's RBAC), parsed once at start-up by a
+// CEL evaluator (@marcbachmann/cel-js: no `eval`, no I/O: an expression can only read the inputs
+// it is given). machines/policies/governance.ts stays pure: it gets the compiled conditions as
+// functions.
+import { createHash } from 'node:crypto';
+import { parse } from '@marcbachmann/cel-js';
+import type { ConditionEvaluator, PolicyInput } from '../../machines/policies/governance.js';
+
+interface RuleWithCondition {
+  id?: string;
+  condition?: string;
+}
+
+/** The name a rule is reported by: its id, else its place in the list. */
+export const ruleLabel = (rule: { id?: string }, index: number): string => rule.id ?? `rules[${index}]`;
+
+/** Parse errors of the rules' conditions, one line each naming the rule (empty: all parse). */
+export function conditionErrors(rules: readonly RuleWithCondition[]): Array<{ index: number; message: string }> {
+  const out: Array<{ index: number; message: string }> = [];
+  rules.forEach((r, index) => {
+    if (r.condition === undefined) return;
+    try {
+      parse(r.condition);
+    } catch (err) {
+      out.push({ index, message: `rule ${ruleLabel(r, index)}: condition does not parse: ${firstLine(err)}` });
+    }
+  });
+  return out;
+}
+
+/** Start-up checks of the rules: conditions that do not parse, duplicate ids (paths under `rules`). */
+export function ruleIssues(rules: readonly RuleWithCondition[]): Array<{ path: Array<string | number>; message: string }> {
+  const out = conditionErrors(rules).map((e) => ({ path: [e.index, 'condition'], message: e.message }));
+  const ids = new Set<string>();
+  rules.forEach((r, i) => {
+    if (r.id === undefined) return;
+    if (ids.has(r.id)) out.push({ path: [i, 'id'], message: `duplicate rule id "${r.id}"` });
+    ids.add(r.id);
+  });
+  return out;
+}
+
+/**
+ * The rules' conditions compiled, for decide(). A condition whose value is not a boolean, or that
+ * fails to evaluate (a missing field, a type error), is an error: decide() then denies (fail closed).
+ */
+export function compileConditions(rules: readonly RuleWithCondition[]): ConditionEvaluator {
+  const compiled = rules.map((r) => (r.condition === undefined ? null : parse(r.condition)));
+  return (index: number, input: PolicyInput) => {
+    const fn = compiled[index];
+    if (!fn) return true;
+    try {
+      const v: unknown = fn(input as unknown as Record<string, unknown>);
+      return typeof v === 'boolean' ? v : new Error(`the condition gave ${typeof v}, not a boolean`);
+    } catch (err) {
+      return new Error(firstLine(err));
+    }
+  };
+}
+
+/** SHA-256 of the canonical JSON of a policy's inputs (keys sorted at every level), for the events. */
+export function inputsDigest(input: PolicyInput): string {
+  return createHash('sha256').update(canonicalJson(input)).digest('hex');
+}
+
+function canonicalJson(v: unknown): string {
+  if (v === null || typeof v !== 'object') return JSON.stringify(v) ?? 'null';
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
+  const o = v as Record<string, unknown>;
+  return `{${Object.keys(o)
+    .filter((k) => o[k] !== undefined)
+    .sort()
+    .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
+    .join(',')}}`;
+}
+
+const firstLine = (err: unknown): string => String((err as Error)?.message ?? err).split('\n')[0];

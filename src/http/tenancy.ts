@@ -1,0 +1,115 @@
+// Which tenant a request acts in, and the routes a tenant may call (docs/multi-tenant.md).
+//
+// A tenant key acts in its tenant; a global key (or any request without auth) acts in the
+// no-tenant namespace and sees every tenant, or acts in one tenant with `x-agentd-tenant`. Records
+// are stamped and filtered below the routes (src/runtime/tenancy.ts, the run service, the
+// telemetry queries); this file decides the scope once per request and refuses, fail closed, every
+// route that does not keep tenants apart yet: a route missing from TENANT_ROUTES answers 403
+// AGT_ERR_TENANT_ROUTE to a request acting in a tenant, so a new route is never open across
+// tenants by omission (test/http/tenants.test.ts walks the OpenAPI document to check it).
+import type { FastifyInstance, FastifyRequest, preHandlerAsyncHookHandler, preValidationHookHandler } from 'fastify';
+import type { AppDeps } from './deps.js';
+import { accessOf } from './auth.js';
+import { domainError, HttpValidationFailure } from '../errors.js';
+import { GLOBAL_SCOPE, type TenantScope } from '../runtime/tenancy.js';
+
+const TENANT_HEADER = 'x-agentd-tenant';
+const TENANT_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;
+
+/**
+ * Routes that keep tenants apart (`METHOD pattern` as registered): their records are stamped with
+ * the caller's tenant and their reads filtered by it. Public routes carry no tenant data.
+ */
+export const TENANT_ROUTES: ReadonlySet<string> = new Set([
+  'POST /run',
+  'POST /run/sync',
+  'GET /runs',
+  'GET /runs/:run_id',
+  'POST /runs/:run_id/approvals/:approval_id',
+  'GET /runs/:run_id/budget',
+  'POST /runs/:run_id/budget',
+  'POST /runs/:run_id/outcome',
+  'POST /runs/:run_id/resume',
+  'POST /runs/:run_id/cancel',
+  'POST /runs/:run_id/steer',
+  'POST /runs/:run_id/interrupt',
+  'GET /runs/:run_id/inbox',
+  'GET /sessions/:session_id/history',
+  'DELETE /sessions/:session_id',
+  'GET /telemetry/events',
+  'GET /telemetry/events/stream',
+  'GET /telemetry/traces',
+  'GET /telemetry/traces/:trace_id',
+  'GET /telemetry/runs/:run_id/trace',
+  'GET /telemetry/sessions/:session_id/trace',
+  'GET /events/:session_id',
+  'GET /events/:session_id/list',
+  'GET /events/:session_id/trace',
+  // No records in them: the configuration's tools and the machines' definitions.
+  'GET /tools',
+  // A dry run of the rules: a tenant's key evaluates in its own tenant.
+  'POST /governance/evaluate',
+  'GET /machines',
+  // The caller's own key: its name, role and tenant.
+  'GET /whoami',
+]);
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The tenant scope of the request (set on every route before its handler). */
+    tenantScope: TenantScope;
+  }
+}
+
+/** The scope a request acts in; throws 403/422 for a header it may not send. */
+export function scopeOf(request: FastifyRequest): TenantScope {
+  const own = request.apiKeyTenant;
+  const raw = request.headers[TENANT_HEADER];
+  const header = typeof raw === 'string' && raw.length > 0 ? raw : undefined;
+  if (header !== undefined && !TENANT_PATTERN.test(header))
+    throw new HttpValidationFailure([{ loc: ['header', TENANT_HEADER], msg: 'must be 1-64 characters of A-Z a-z 0-9 _ . -', type: 'value_error' }]);
+  if (own !== undefined) {
+    if (header !== undefined && header !== own) throw domainError('AGT_ERR_TENANT_MISMATCH', [own, header]);
+    return { tenant: own, all: false };
+  }
+  return header !== undefined ? { tenant: header, all: false } : GLOBAL_SCOPE;
+}
+
+/** The tenant a request's new records are stamped with (null: none). */
+export const tenantOf = (request: FastifyRequest): string | null => request.tenantScope.tenant;
+
+/**
+ * Sets `request.tenantScope` on every route before its validation and handler (the auth check ran
+ * in onRequest), and refuses a request acting in a tenant on a protected route outside
+ * TENANT_ROUTES. Public routes (health, documentation, the dashboard's files) hold no records.
+ */
+export function installTenancy(app: FastifyInstance, deps: AppDeps): void {
+  // Set by every route's check below before anything reads it (a reference type cannot be a default).
+  app.decorateRequest('tenantScope', null as unknown as TenantScope);
+  app.addHook('onRoute', (route) => {
+    const pattern = route.url;
+    // Every route about one run (decisions, steering, its budget, its trace): another tenant's run
+    // answers the 404 of a run that does not exist, before the handler does anything (one read,
+    // only for a request acting in a tenant; a run's tenant never changes).
+    if (/\/:run_id(\/|$)/.test(pattern) && !pattern.startsWith('/background/')) {
+      const ownRun: preHandlerAsyncHookHandler = async (request) => {
+        if (request.tenantScope.all) return;
+        await deps.runtime.runs.get((request.params as { run_id: string }).run_id, request.tenantScope);
+      };
+      route.preHandler = route.preHandler ? [ownRun, ...[route.preHandler].flat()] : ownRun;
+    }
+    const check: preValidationHookHandler = (request, _reply, done) => {
+      try {
+        const scope = scopeOf(request);
+        request.tenantScope = scope;
+        const m = request.method === 'HEAD' ? 'GET' : request.method;
+        if (scope.tenant !== null && accessOf(m, pattern) !== 'public' && !TENANT_ROUTES.has(`${m} ${pattern}`))
+          throw domainError('AGT_ERR_TENANT_ROUTE', [m, pattern]);
+      } catch (err) {
+        return done(err as Error);
+      }
+      done();
+    };
+    route.preValidation = route.preValidation ? [check, ...[route.preValidation].flat()] : check;
+  });
+}

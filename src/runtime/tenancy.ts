@@ -1,0 +1,32 @@
+// Tenants (docs/multi-tenant.md, docs/contract.md §18): every record a tenant key makes carries the
+// tenant, and every id a client chooses lives in the tenant's own namespace. The namespace is the
+// store key: `tenant` + U+001F + the id. No client id can hold U+001F (SafeId and BackgroundId refuse
+// control characters), so no id of one namespace can spell a key of another, and ids without a
+// tenant keep their plain key (records stored before tenants existed read as they did).
+
+const SEPARATOR = '\u001f';
+
+/** The store key of a client-chosen id in `tenant`'s namespace (the id itself without a tenant). */
+export function tenantKey(tenant: string | null | undefined, id: string): string {
+  return tenant ? `${tenant}${SEPARATOR}${id}` : id;
+}
+
+/** The store key of a run's session: its session id in the run's tenant. */
+export const sessionKeyOf = (r: { tenant?: string | null; session_id: string }): string => tenantKey(r.tenant, r.session_id);
+
+/**
+ * Who is asking, for reads: `tenant` is the namespace the caller acts in (null: none), `all` that
+ * the caller sees every tenant's records (a global key without `x-agentd-tenant`).
+ */
+export interface TenantScope {
+  readonly tenant: string | null;
+  readonly all: boolean;
+}
+
+/** The scope of a request without auth, or of a global key without the header: everything. */
+export const GLOBAL_SCOPE: TenantScope = { tenant: null, all: true };
+
+/** Whether a record stamped `tenant` (absent: none) is visible in `scope`. */
+export function visibleIn(scope: TenantScope, tenant: string | null | undefined): boolean {
+  return scope.all || (tenant ?? null) === scope.tenant;
+}
