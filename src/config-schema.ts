@@ -111,7 +111,9 @@ const ServerConfig = obj({
       .describe(
         'Browser origins (exact, such as https://app.example.com) allowed to call the API cross-origin. Empty: no CORS headers, and preflights are refused. Credentials travel only in the Authorization header: Access-Control-Allow-Credentials is never sent.',
       ),
-  }).prefault({}),
+  })
+    .prefault({})
+    .describe('Cross-origin access from browsers.'),
   protocols: obj({
     ai_sdk: obj({
       resumable: bool()
@@ -119,8 +121,12 @@ const ServerConfig = obj({
         .describe(
           'POST /ai-sdk/chat: closing the stream detaches (the run goes on; GET /ai-sdk/chat/{id}/stream replays and follows it). false: closing the stream cancels the run, as POST /run does.',
         ),
-    }).prefault({}),
-  }).prefault({}),
+    })
+      .prefault({})
+      .describe('The AI SDK UI message stream adapter (POST /ai-sdk/chat).'),
+  })
+    .prefault({})
+    .describe('Settings of the protocol adapters (docs/protocols/).'),
 }).superRefine((s, ctx) => {
   if (s.max_connections_per_address !== undefined && s.max_connections_per_address >= s.max_connections) {
     ctx.addIssue({
@@ -132,7 +138,9 @@ const ServerConfig = obj({
 });
 
 const StoreConfig = obj({
-  kind: oneOf(['level', 'postgres']).default('level'),
+  kind: oneOf(['level', 'postgres'])
+    .default('level')
+    .describe('level: the embedded store in the data dir (one process); postgres: shared by several instances (store.url).'),
   path: nonEmpty().optional().describe('Directory of the embedded store; default: the data dir.'),
   url: nonEmpty()
     .refine((u) => /^postgres(ql)?:\/\//i.test(u), { error: 'expected a postgres:// or postgresql:// connection string' })
@@ -159,12 +167,13 @@ const ModelConfig = obj({
   base_url: url().optional().describe('API base URL (openai-compatible: required).'),
   model: nonEmpty().optional().describe('Model name; "demo" for the demo provider.'),
   api_key_env: nonEmpty().optional().describe('Name of an environment variable holding the API key.'),
-  max_output_tokens: posInt().default(1024),
+  max_output_tokens: posInt().default(1024).describe('Most tokens one model call may answer; also what a call reserves against cost budgets.'),
   temperature: z
     .number({ error: 'expected a number between 0 and 2' })
     .min(0, { error: 'expected a number between 0 and 2' })
     .max(2, { error: 'expected a number between 0 and 2' })
-    .optional(),
+    .optional()
+    .describe("Sampling temperature 0-2 sent with every call; unset: the provider's default."),
   rate_limit: obj({
     requests_per_minute: posInt().optional().describe('Model calls per minute at most, over every run and instance on this provider key.'),
     tokens_per_minute: posInt().optional().describe('Prompt + output tokens per minute at most (estimated before the call, corrected by the reported usage).'),
@@ -180,15 +189,15 @@ const mcpServerName = () =>
     .regex(/^[a-zA-Z0-9_-]{1,48}$/, { error: 'expected a server name matching ^[a-zA-Z0-9_-]{1,48}$' });
 
 const McpStdioServer = obj({
-  name: mcpServerName(),
-  command: nonEmpty(),
-  args: arr(str()).default([]),
-  env: strMap().default({}),
+  name: mcpServerName().describe('Tool names become <name>__<tool>: letters, digits, _ and -.'),
+  command: nonEmpty().describe('Program started for this server (stdio transport), run from the config, never from a request.'),
+  args: arr(str()).default([]).describe('Arguments of the command.'),
+  env: strMap().default({}).describe('Extra environment variables of the server process.'),
 });
 const McpHttpServer = obj({
-  name: mcpServerName(),
-  url: url(),
-  headers: strMap().default({}),
+  name: mcpServerName().describe('Tool names become <name>__<tool>: letters, digits, _ and -.'),
+  url: url().describe('Streamable HTTP endpoint of the MCP server.'),
+  headers: strMap().default({}).describe('Sent with every request (e.g. Authorization); redacted from everything answered or exported.'),
 });
 // Either a stdio server {name, command} or an HTTP one {name, url}; issueLines() reports the
 // branch that came closest instead of both branches' complaints.
@@ -198,93 +207,100 @@ const BUILTIN_TOOLS = ['workspace', 'clock'] as const;
 
 const ToolsConfig = obj({
   local: nonEmpty().optional().describe('Path of an ES module whose default export is an array of tools.'),
-  mcp: arr(McpServer).default([]),
-  builtin: arr(oneOf(BUILTIN_TOOLS)).default([...BUILTIN_TOOLS]),
+  mcp: arr(McpServer).default([]).describe('MCP servers whose tools the agent may call: {name, command, args, env} (stdio) or {name, url, headers} (HTTP).'),
+  builtin: arr(oneOf(BUILTIN_TOOLS))
+    .default([...BUILTIN_TOOLS])
+    .describe('Built-in tools offered to the model: workspace (files of the run workspace), clock.'),
 });
 
 const SubagentConfig = obj({
-  name: nonEmpty(),
-  description: nonEmpty(),
-  system_instruction: str().optional(),
+  name: nonEmpty().describe('Tool name under which the agent delegates to this sub-agent.'),
+  description: nonEmpty().describe('Tells the model when to delegate (the tool description).'),
+  system_instruction: str().optional().describe("The sub-agent's system prompt; default: the agent's."),
   tools: arr(str()).default([]).describe('Tool names the sub-agent may use.'),
 });
 
 const GuardrailsConfig = obj({
-  max_input_chars: posInt().default(100_000),
-  deny_patterns: arr(str().refine(isValidRegex, { error: 'expected a valid regular expression' })).default([]),
+  max_input_chars: posInt().default(100_000).describe('A query longer than this is blocked before any model call.'),
+  deny_patterns: arr(str().refine(isValidRegex, { error: 'expected a valid regular expression' }))
+    .default([])
+    .describe('Regular expressions; a query matching one is blocked (status blocked, guardrail_violation).'),
   injection_check: bool().default(true).describe('Built-in prompt-injection heuristics (docs/budgets.md, guardrails).'),
 });
 
 const AgentConfig = obj({
-  name: nonEmpty().default('assistant'),
-  system_instruction: str().default('You are a helpful assistant.'),
+  name: nonEmpty().default('assistant').describe('Name of the served agent (agent_name of its runs, gen_ai.agent.name).'),
+  system_instruction: str().default('You are a helpful assistant.').describe('System prompt of every run of the served agent.'),
   max_steps: posInt().default(10).describe('Model calls per run before it ends with max_steps.'),
-  model: ModelConfig.prefault({}),
-  tools: ToolsConfig.prefault({}),
-  subagents: arr(SubagentConfig).default([]),
-  guardrails: GuardrailsConfig.prefault({}),
+  model: ModelConfig.prefault({}).describe('The model the agent calls.'),
+  tools: ToolsConfig.prefault({}).describe('Tools the agent may call.'),
+  subagents: arr(SubagentConfig).default([]).describe('Agents this one can delegate a sub-task to, each offered as a tool.'),
+  guardrails: GuardrailsConfig.prefault({}).describe('Checks on the query before any model call.'),
 });
 
 const GovernanceRule = obj({
   id: nonEmpty().optional().describe('Names the rule in decisions and events; default rules[<index>].'),
-  tools: arr(nonEmpty()).min(1, { error: 'expected at least one tool glob' }),
-  mcp_server: nonEmpty().optional(),
-  effect: oneOf(['allow', 'ask', 'deny']),
+  tools: arr(nonEmpty()).min(1, { error: 'expected at least one tool glob' }).describe('Tool name globs (* and ?) this rule applies to.'),
+  mcp_server: nonEmpty().optional().describe('Only tools of this MCP server.'),
+  effect: oneOf(['allow', 'ask', 'deny']).describe('allow: runs; ask: waits for a person (awaiting_approval); deny: refused, the model is told.'),
   condition: nonEmpty().optional().describe('A CEL expression over tool, args, agent_id, tenant, session_id, metadata, spend (docs/policies.md).'),
   approvers: arr(nonEmpty()).min(1).optional().describe('Who may decide the approval: roles, API key names or globs over them.'),
   agents: arr(nonEmpty()).min(1).optional().describe('Globs over the agent id.'),
   tenants: arr(str()).min(1).optional().describe('Tenants the rule applies to ("" = no tenant).'),
-  reason: str().optional(),
+  reason: str().optional().describe('Shown on the approval and to the model on a denial.'),
 });
 
 const GovernanceConfig = obj({
-  enabled: bool().default(true),
-  default_effect: oneOf(['allow', 'ask', 'deny']).default('allow'),
-  approval_expires_seconds: posInt().default(86_400),
+  enabled: bool().default(true).describe('false: every tool call runs without a policy check.'),
+  default_effect: oneOf(['allow', 'ask', 'deny']).default('allow').describe('Effect of a call no rule matches.'),
+  approval_expires_seconds: posInt().default(86_400).describe('A pending approval not decided within this time expires (the call is denied).'),
   rules: arr(GovernanceRule).default([]).describe('First matching rule wins.'),
 });
 
 const BudgetRule = obj({
-  meter: oneOf(['cost_usd', 'tokens', 'model_calls', 'tool_calls']),
-  limit: posNumber(),
-  window: oneOf(['total', 'day', 'month']).default('total'),
-  on_exhausted: oneOf(['pause', 'terminate']).default('pause'),
+  meter: oneOf(['cost_usd', 'tokens', 'model_calls', 'tool_calls']).describe('What is counted (cost_usd needs a price in pricing).'),
+  limit: posNumber().describe('Most of the meter the scope may use in one window.'),
+  window: oneOf(['total', 'day', 'month']).default('total').describe('total: never resets; day / month: resets at the UTC boundary.'),
+  on_exhausted: oneOf(['pause', 'terminate']).default('pause').describe('pause: the run waits for a grant (awaiting_budget); terminate: it ends failed.'),
   warn_at: z
     .number({ error: 'expected a fraction between 0 and 1' })
     .gt(0, { error: 'expected a fraction between 0 and 1' })
     .max(1, { error: 'expected a fraction between 0 and 1' })
-    .default(0.8),
+    .default(0.8)
+    .describe('Fraction of the limit at which a budget_warning event is sent once.'),
 });
 
 const BudgetsConfig = obj({
-  run: arr(BudgetRule).default([]),
-  session: arr(BudgetRule).default([]),
-  agent: arr(BudgetRule).default([]),
+  run: arr(BudgetRule).default([]).describe('Limits of each run.'),
+  session: arr(BudgetRule).default([]).describe('Limits of each session (all of its runs).'),
+  agent: arr(BudgetRule).default([]).describe('Limits of each agent (all of its runs).'),
   tenant: arr(BudgetRule).default([]).describe("Per tenant: every run of a tenant's keys (docs/multi-tenant.md); runs of global keys have none."),
-  application: arr(BudgetRule).default([]),
+  application: arr(BudgetRule).default([]).describe('Limits of the whole service.'),
   application_id: nonEmpty().default('default').describe('Identity of the application ledger keys.'),
 });
 
 const PriceConfig = obj({
-  input_per_million_usd: nonNegNumber(),
-  output_per_million_usd: nonNegNumber(),
+  input_per_million_usd: nonNegNumber().describe('US dollars per million input (prompt) tokens.'),
+  output_per_million_usd: nonNegNumber().describe('US dollars per million output (completion) tokens.'),
 });
 
 const OrphanSweepConfig = obj({
-  enabled: bool().default(true),
-  interval_seconds: posNumber().default(30),
+  enabled: bool().default(true).describe('Recover runs whose owner stopped (lease lapsed) and decided runs nobody resumed.'),
+  interval_seconds: posNumber().default(30).describe('Time between two sweeps.'),
   max_concurrent: posInt()
     .optional()
     .describe(
       'Recovered runs (resumed by the orphan sweep, at start-up or later) live at once. Default: a quarter of server.max_concurrent_runs, at least 1; never more than max_concurrent_runs - 1, so new runs always have a slot.',
     ),
-  max_recoveries: posInt().default(3),
-  decided_grace_seconds: nonNegNumber().default(30),
+  max_recoveries: posInt().default(3).describe('A run recovered this many times ends failed instead of being resumed again.'),
+  decided_grace_seconds: nonNegNumber()
+    .default(30)
+    .describe('A decided run is resumed by the sweep only after waiting this long for the process that took the decision.'),
 });
 
 const RunsConfig = obj({
-  lease_seconds: posNumber().default(60),
-  orphan_sweep: OrphanSweepConfig.prefault({}),
+  lease_seconds: posNumber().default(60).describe('A live run renews its lease; one not renewed for this long is taken over by the sweep.'),
+  orphan_sweep: OrphanSweepConfig.prefault({}).describe('Recovery of runs a stopped process left behind.'),
   session_policy: oneOf(['enqueue', 'reject', 'interrupt', 'rollback'] as const)
     .default('enqueue')
     .describe(
@@ -308,37 +324,49 @@ const FlowConfig = obj({
 });
 
 const BackgroundConfig = obj({
-  enabled: bool().default(true),
+  enabled: bool().default(true).describe('false: no scheduler and no background workers in this process.'),
   agent_id: z
     .string({ error: 'expected an id matching ^[A-Za-z0-9_.-]{1,128}$' })
     .regex(/^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,128}$/, { error: 'expected an id matching ^[A-Za-z0-9_.-]{1,128}$ (not "." or "..")' })
-    .default('default'),
-  lease_seconds: posNumber().default(30),
-  concurrency: posInt().default(4),
+    .default('default')
+    .describe('Id under which the served agent runs background tasks that name no agent.'),
+  lease_seconds: posNumber().default(30).describe('A claimed background run renews its lease; one not renewed for this long is retried or failed.'),
+  concurrency: posInt().default(4).describe('Background runs this process runs at once.'),
   max_queued_runs: posInt()
     .default(10_000)
     .describe('POST /background/tasks/{id}/run answers 503 ServerBusy (Retry-After) while this many runs wait to be claimed (all instances).'),
   workspace_root: nonEmpty().optional().describe('Default: <data dir>/workspaces.'),
-  poll_interval_ms: posInt().default(250),
+  poll_interval_ms: posInt().default(250).describe('How often the scheduler and the claimer look for due and queued work.'),
   // Ended background runs are deleted (row, attempts, occurrence record, workspace folder) by a
   // periodic sweep: by age and by count per task (docs/background.md "Retention").
   run_retention: obj({
     max_age_days: posNumber().default(30).describe('Ended runs older than this (by finished_at) are deleted; fractions allowed.'),
     max_runs_per_task: posInt().default(1000).describe('Only the newest N ended runs of a task are kept.'),
-    sweep_interval_seconds: posNumber().default(60),
-  }).prefault({}),
+    sweep_interval_seconds: posNumber().default(60).describe('Time between two retention sweeps.'),
+  })
+    .prefault({})
+    .describe('Deletion of ended background runs, by age and by count per task.'),
   workspace: obj({
     allow_shared_namespaces: bool()
       .default(false)
       .describe('Let namespace_template resolve anywhere under workspace_root (e.g. a session folder); default: only under background/<agent_id>/<task_id>/.'),
-  }).prefault({}),
+  })
+    .prefault({})
+    .describe('Where background runs may write.'),
 });
 
 // Registered agents (POST /background/agents; docs/agents.md). Everything a spec may reach is
 // named here by the operator, never assembled from a request: MCP servers are defined whole and a
 // spec names them, keys come only from the listed env names, model hosts only from the list.
-const McpStdioServerBody = obj({ command: nonEmpty(), args: arr(str()).default([]), env: strMap().default({}) });
-const McpHttpServerBody = obj({ url: url(), headers: strMap().default({}) });
+const McpStdioServerBody = obj({
+  command: nonEmpty().describe('Program started for this server (stdio transport).'),
+  args: arr(str()).default([]).describe('Arguments of the command.'),
+  env: strMap().default({}).describe('Extra environment variables; ${NAME} is read from the environment at start-up.'),
+});
+const McpHttpServerBody = obj({
+  url: url().describe('Streamable HTTP endpoint of the MCP server.'),
+  headers: strMap().default({}).describe('Sent with every request; ${NAME} is read from the environment at start-up.'),
+});
 const AGENT_ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 const AgentsConfig = obj({
   tools_dirs: arr(nonEmpty())
@@ -351,7 +379,8 @@ const AgentsConfig = obj({
       error:
         'removed: a request may no longer choose an MCP command, its args or env. Define each server whole in agents.mcp_servers and name it in the spec as {"server": "<name>"} (docs/agents.md)',
     })
-    .optional(),
+    .optional()
+    .describe('Removed: define MCP servers in agents.mcp_servers instead (start-up fails while this is set).'),
   mcp_servers: z
     .record(mcpServerName(), z.union([McpStdioServerBody, McpHttpServerBody], { error: 'expected {command, args, env} or {url, headers}' }), {
       error: 'expected an object of MCP servers by name',
@@ -391,8 +420,10 @@ const LogConfig = obj({
 });
 
 const TelemetryConfig = obj({
-  capture: oneOf(['full', 'metadata_only']).default('full'),
-  retention_days: posNumber().default(30),
+  capture: oneOf(['full', 'metadata_only'])
+    .default('full')
+    .describe('full: events keep their inputs and outputs (redacted, truncated past 64 KB); metadata_only: only their type and size.'),
+  retention_days: posNumber().default(30).describe('Events older than this are deleted (at start-up and daily).'),
   otlp: obj({
     endpoint: url()
       .optional()
@@ -409,16 +440,21 @@ const TelemetryConfig = obj({
       .default(10_000)
       .describe('Per-request timeout; default OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT, else 10000.'),
     service_name: nonEmpty().default('agentd').describe('Resource service.name; default OTEL_SERVICE_NAME, else agentd.'),
-  }).prefault({}),
+  })
+    .prefault({})
+    .describe('OTLP/HTTP export of run traces (GenAI semantic conventions); off unless an endpoint is set.'),
 });
 
 const ApiKeyConfig = obj({
-  name: nonEmpty(),
+  name: nonEmpty().describe('Who the key is: the default approver and steer sender, shown by GET /whoami.'),
   key_sha256: z
     .string({ error: 'expected 64 hex characters (SHA-256 of the key)' })
     .regex(/^[0-9a-fA-F]{64}$/, { error: 'expected 64 hex characters (SHA-256 of the key)' })
-    .transform((s) => s.toLowerCase()),
-  role: oneOf(['reader', 'operator', 'approver', 'admin']),
+    .transform((s) => s.toLowerCase())
+    .describe('SHA-256 of the key, hex (printf %s "$KEY" | sha256sum): the config never holds the key itself.'),
+  role: oneOf(['reader', 'operator', 'approver', 'admin']).describe(
+    'reader: reads; operator: + starts and manages runs and tasks; approver: reads + decides; admin: all.',
+  ),
   tenant: z
     .string()
     .regex(/^[A-Za-z0-9_.-]{1,64}$/, { error: 'must be 1-64 characters of A-Z a-z 0-9 _ . -' })
@@ -451,10 +487,11 @@ export const WEBHOOK_EVENTS = [
 ] as const;
 
 const WebhookEndpoint = obj({
-  url: url(),
+  url: url().describe('Receiver of the deliveries (POST, signed).'),
   events: arr(oneOf(WEBHOOK_EVENTS))
     .min(1, { error: 'expected at least one event' })
-    .default([...WEBHOOK_EVENTS]),
+    .default([...WEBHOOK_EVENTS])
+    .describe('Events sent to this receiver; default: all.'),
   secret: nonEmpty().optional().describe('Signing secret as a value (`whsec_<base64>` or any text); prefer secret_env. Never stored, logged or exported.'),
   secret_env: nonEmpty().optional().describe('Name of an environment variable holding the signing secret.'),
 });
@@ -477,21 +514,24 @@ const WebhooksConfig = obj({
 
 export const ConfigSchema = obj({
   $schema: str().optional().describe('Ignored; lets editors find the JSON Schema.'),
-  server: ServerConfig.prefault({}),
-  store: StoreConfig.prefault({}),
-  agent: AgentConfig.prefault({}),
-  governance: GovernanceConfig.prefault({}),
-  budgets: BudgetsConfig.prefault({}),
-  pricing: z.record(z.string(), PriceConfig, { error: 'expected an object of model prices' }).default({}),
-  runs: RunsConfig.prefault({}),
-  flow: FlowConfig.prefault({}),
-  background: BackgroundConfig.prefault({}),
-  agents: AgentsConfig.prefault({}),
-  log: LogConfig.prefault({}),
-  telemetry: TelemetryConfig.prefault({}),
-  auth: AuthConfig.prefault({}),
-  idempotency: IdempotencyConfig.prefault({}),
-  webhooks: WebhooksConfig.prefault({}),
+  server: ServerConfig.prefault({}).describe('HTTP server: address, limits, CORS, protocol adapters.'),
+  store: StoreConfig.prefault({}).describe('Where runs, sessions, events and background state are kept.'),
+  agent: AgentConfig.prefault({}).describe('The served agent: model, instructions, tools, sub-agents, guardrails.'),
+  governance: GovernanceConfig.prefault({}).describe('Tool-call policy: which calls run, wait for a person, or are refused.'),
+  budgets: BudgetsConfig.prefault({}).describe('Limits on cost, tokens, model calls and tool calls, by scope.'),
+  pricing: z
+    .record(z.string(), PriceConfig, { error: 'expected an object of model prices' })
+    .default({})
+    .describe('Prices by model name, for cost estimates, cost budgets and agentd_model_cost_usd_total.'),
+  runs: RunsConfig.prefault({}).describe('Durable runs: leases and recovery.'),
+  flow: FlowConfig.prefault({}).describe('Flow control: concurrency keys, the queue of waiting runs (docs/flow-control.md).'),
+  background: BackgroundConfig.prefault({}).describe('Background tasks: scheduler, workers, retention, workspaces.'),
+  agents: AgentsConfig.prefault({}).describe('What registered agents (POST /background/agents) may reach.'),
+  log: LogConfig.prefault({}).describe('Log output.'),
+  telemetry: TelemetryConfig.prefault({}).describe('Telemetry events and the OTLP trace export.'),
+  auth: AuthConfig.prefault({}).describe('API keys and roles; off when no key is configured.'),
+  idempotency: IdempotencyConfig.prefault({}).describe('Idempotency-Key handling of POST requests.'),
+  webhooks: WebhooksConfig.prefault({}).describe('Webhook deliveries of run and background-run events.'),
 }).superRefine((c, ctx) => {
   if (c.store.kind === 'postgres' && !c.store.url) {
     ctx.addIssue({ code: 'custom', path: ['store', 'url'], message: 'required when store.kind is "postgres"' });

@@ -285,3 +285,21 @@ describe('configJsonSchema', () => {
     expect(s.properties.server.properties?.port.default).toBe(8000);
   });
 });
+
+describe('config schema descriptions', () => {
+  it('describes every key, nested ones included (editors show them on hover)', () => {
+    const missing: string[] = [];
+    const walk = (node: any, path: string): void => {
+      if (!node || typeof node !== 'object') return;
+      for (const [key, child] of Object.entries<any>(node.properties ?? {})) {
+        const at = path ? `${path}.${key}` : key;
+        if (!child.description) missing.push(at);
+        walk(child, at);
+      }
+      for (const k of ['items', 'additionalProperties']) if (node[k] && typeof node[k] === 'object') walk(node[k], `${path}[]`);
+      for (const k of ['anyOf', 'oneOf', 'allOf']) if (Array.isArray(node[k])) for (const alt of node[k]) walk(alt, path);
+    };
+    walk(configJsonSchema(), '');
+    expect(missing).toEqual([]);
+  });
+});
