@@ -5,6 +5,7 @@ import { backgroundRoutes } from './background.js';
 import { runRoutes } from './runs.js';
 import { serviceInfoRoutes } from './service-info.js';
 import { steerRoutes } from './steer.js';
+import { debugRoutes } from './debug.js';
 import { telemetryRoutes } from './telemetry.js';
 import { webhookRoutes } from './webhooks.js';
 import { a2aRoutes } from '../protocols/a2a/routes.js';
@@ -17,6 +18,7 @@ import { agUiRoutes } from '../protocols/ag-ui/routes.js';
 export const ROUTE_MODULES: RouteModule[] = [
   runRoutes,
   steerRoutes,
+  debugRoutes,
   serviceInfoRoutes,
   telemetryRoutes,
   backgroundRoutes,

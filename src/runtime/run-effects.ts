@@ -26,6 +26,7 @@ import { settleHold } from './budget-settle.js';
 import type { RunHost, RunEventInput } from './run-host.js';
 import type { RunKernel } from './run-kernel.js';
 import { ToolRunner } from './run-tools.js';
+import { replayedCall } from './debug/replay-tools.js';
 import { iso } from './run-types.js';
 
 export class RunEffects {
@@ -234,7 +235,10 @@ export class RunEffects {
         input: { tool_name: call.name, arguments: call.arguments },
         metadata: { tool_call_id: call.id, tool_name: call.name, mcp_server: tool?.mcp_server ?? null },
       });
-      const d = decidePolicy({ tool_name: call.name, mcp_server: tool?.mcp_server }, governance);
+      // A replay's call answered from the recording asks nobody: the original's decision is in the recorded answer.
+      const d = replayedCall(live, ctx, call)
+        ? { effect: 'allow' as const, rule_index: null, reason: 'replay: answered from the recording' }
+        : decidePolicy({ tool_name: call.name, mcp_server: tool?.mcp_server }, governance);
       decisions.push({ tool_call_id: call.id, effect: d.effect, reason: d.reason ?? null });
       void live.emit({
         event_type: `policy_decision_${d.effect}`,

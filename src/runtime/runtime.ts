@@ -28,6 +28,7 @@ import { AgentRegistry } from './agent-registry.js';
 import { Idempotency } from '../integrations/idempotency.js';
 import { Webhooks } from '../integrations/webhooks.js';
 import { repos } from '../store/repos/index.js';
+import { RunsDebug } from './debug/runs-debug.js';
 import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
 import { silentLogger, type AppLogger } from '../telemetry/logger.js';
 
@@ -62,6 +63,8 @@ export class Runtime {
   /** Live machine states for GET /machines/live (inspection only while someone watches). */
   readonly liveStates: LiveStates;
   readonly runs: RunService;
+  /** Checkpoints, forks and replays of runs (src/runtime/debug/). */
+  readonly debug: RunsDebug;
   readonly background: BackgroundManager;
   /** Registered agents, built and cached by id (docs/agents.md). */
   readonly agents: AgentRegistry;
@@ -170,6 +173,7 @@ export class Runtime {
       workerId: this.workerId,
       logger,
     });
+    this.debug = new RunsDebug(store, this.runs);
     this.background = new BackgroundManager({
       store,
       clock,

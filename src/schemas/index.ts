@@ -9,3 +9,4 @@ export * from './telemetry.js';
 export * from './health.js';
 export * from './webhooks.js';
 export * from './protocols.js';
+export * from './debug.js';
