@@ -415,6 +415,59 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/evals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Evaluations, newest first */
+        get: operations["listEvals"];
+        put?: never;
+        /** Replay a batch of past runs against a variant, durably, and score them */
+        post: operations["createEval"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/evals/{eval_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An evaluation, its items (one per run: the replay, changed, score, deltas) and aggregates */
+        get: operations["getEval"];
+        put?: never;
+        post?: never;
+        /** Delete an evaluation and its items (its replay runs stay: they are runs) */
+        delete: operations["deleteEval"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/evals/{eval_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Start no more replays (those in flight finish) */
+        post: operations["cancelEval"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/events/{session_id}": {
         parameters: {
             query?: never;
@@ -1879,6 +1932,128 @@ export interface components {
             error: "BadRequest" | "Unauthorized" | "Forbidden" | "NotFound" | "MethodNotAllowed" | "RequestTimeout" | "Conflict" | "PayloadTooLarge" | "URITooLong" | "UnsupportedMediaType" | "RequestHeaderFieldsTooLarge" | "TooManyRequests" | "InternalServerError" | "ServerBusy" | "GatewayTimeout";
             message: string;
         };
+        Eval: {
+            concurrency: number;
+            /** Format: date-time */
+            created_at: string;
+            ended_at: string | null;
+            eval_id: string;
+            name: string;
+            progress: {
+                done: number;
+                failed: number;
+                total: number;
+            };
+            scorer: {
+                [key: string]: unknown;
+            } | null;
+            status: components["schemas"]["EvalStatus"];
+            tools: components["schemas"]["ReplayTools"];
+            variant: {
+                [key: string]: unknown;
+            };
+        };
+        EvalCreateRequest: {
+            /** @description Replays in flight at once (default 4). */
+            concurrency?: number;
+            name: string;
+            scorer?: components["schemas"]["EvalScorer"] | null;
+            source: {
+                run_ids: components["schemas"]["SafeId"][];
+            } | {
+                filter: {
+                    agent_id?: components["schemas"]["BackgroundId"];
+                    limit: number;
+                    session_id?: components["schemas"]["SafeId"];
+                    /** Format: date-time */
+                    since?: string;
+                    /**
+                     * @description Default: every ended run.
+                     * @enum {string}
+                     */
+                    status?: "completed" | "blocked" | "failed" | "cancelled" | "timeout";
+                    task_id?: components["schemas"]["SafeId"];
+                    /** Format: date-time */
+                    until?: string;
+                };
+            };
+            tools?: components["schemas"]["ReplayTools"];
+            variant: components["schemas"]["ReplayVariant"];
+        };
+        EvalDeletedResponse: {
+            eval_id: string;
+            /** @constant */
+            status: "deleted";
+        };
+        EvalDetail: {
+            aggregates: {
+                changed_pct: number;
+                cost_delta_usd: number;
+                items: number;
+                mean_score: number | null;
+                outcomes: {
+                    [key: string]: {
+                        changed: number;
+                        items: number;
+                        mean_score: number | null;
+                    };
+                };
+                token_delta: number;
+            };
+            concurrency: number;
+            /** Format: date-time */
+            created_at: string;
+            ended_at: string | null;
+            eval_id: string;
+            items: {
+                changed: boolean | null;
+                cost_delta_usd: number | null;
+                error: string | null;
+                original_outcomes: {
+                    label: string | null;
+                    reward: number | null;
+                }[];
+                /** @description Null until the replay starts. */
+                replay_run_id: string | null;
+                run_id: string;
+                score: number | null;
+                /** @enum {string} */
+                status: "pending" | "running" | "done" | "failed" | "cancelled";
+                token_delta: number | null;
+            }[];
+            name: string;
+            progress: {
+                done: number;
+                failed: number;
+                total: number;
+            };
+            scorer: {
+                [key: string]: unknown;
+            } | null;
+            status: components["schemas"]["EvalStatus"];
+            tools: components["schemas"]["ReplayTools"];
+            variant: {
+                [key: string]: unknown;
+            };
+        };
+        EvalListResponse: {
+            evals: components["schemas"]["Eval"][];
+            next_cursor: string | null;
+        };
+        EvalScorer: {
+            /** @constant */
+            type: "exact";
+        } | {
+            text: string;
+            /** @constant */
+            type: "contains";
+        } | {
+            agent_id: components["schemas"]["BackgroundId"];
+            /** @constant */
+            type: "judge";
+        };
+        /** @enum {string} */
+        EvalStatus: "queued" | "running" | "completed" | "cancelled" | "failed";
         EventActor: {
             id?: string | null;
             name?: string | null;
@@ -4621,6 +4796,326 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["BackgroundTaskStatusResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    listEvals: {
+        parameters: {
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalListResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    createEval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EvalCreateRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Eval"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    getEval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                eval_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalDetail"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    deleteEval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                eval_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalDeletedResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    cancelEval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                eval_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Eval"];
                 };
             };
             /** @description No valid API key (only when the service has auth.api_keys configured). */

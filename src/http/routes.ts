@@ -6,6 +6,7 @@ import { runRoutes } from './runs.js';
 import { serviceInfoRoutes } from './service-info.js';
 import { steerRoutes } from './steer.js';
 import { debugRoutes } from './debug.js';
+import { evalRoutes } from './evals.js';
 import { telemetryRoutes } from './telemetry.js';
 import { webhookRoutes } from './webhooks.js';
 import { a2aRoutes } from '../protocols/a2a/routes.js';
@@ -19,6 +20,7 @@ export const ROUTE_MODULES: RouteModule[] = [
   runRoutes,
   steerRoutes,
   debugRoutes,
+  evalRoutes,
   serviceInfoRoutes,
   telemetryRoutes,
   backgroundRoutes,

@@ -29,6 +29,7 @@ import { Idempotency } from '../integrations/idempotency.js';
 import { Webhooks } from '../integrations/webhooks.js';
 import { repos } from '../store/repos/index.js';
 import { RunsDebug } from './debug/runs-debug.js';
+import { EvalService } from './evals/eval-service.js';
 import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
 import { silentLogger, type AppLogger } from '../telemetry/logger.js';
 
@@ -65,6 +66,8 @@ export class Runtime {
   readonly runs: RunService;
   /** Checkpoints, forks and replays of runs (src/runtime/debug/). */
   readonly debug: RunsDebug;
+  /** Evaluations over past runs (src/runtime/evals/). */
+  readonly evals: EvalService;
   readonly background: BackgroundManager;
   /** Registered agents, built and cached by id (docs/agents.md). */
   readonly agents: AgentRegistry;
@@ -174,6 +177,7 @@ export class Runtime {
       logger,
     });
     this.debug = new RunsDebug(store, this.runs);
+    this.evals = new EvalService({ store, clock, workerId: this.workerId, logger, runs: this.runs, replay: (id, body) => this.debug.replay(id, body) });
     this.background = new BackgroundManager({
       store,
       clock,
@@ -302,6 +306,7 @@ export class Runtime {
     this.startRetention();
     this.idempotency.startSweeper(this.config.idempotency.sweep_interval_seconds);
     await this.webhooks.start();
+    this.evals.start();
   }
 
   /**
@@ -378,6 +383,7 @@ export class Runtime {
     if (this.retentionTimer) clearInterval(this.retentionTimer);
     this.idempotency.stop();
     await this.background.stop();
+    await this.evals.stop();
     await this.runs.shutdown(graceMs);
     await this.background.close();
     this.endStreams();

@@ -1,7 +1,7 @@
 // Checkpoints, forks, counterfactual replays and comparisons of runs (docs/contract.md §3.4-3.6,
 // docs/debugging.md).
 import { z } from 'zod';
-import { BackgroundId, IsoDateTime, JsonObject, SafeId } from './common.js';
+import { BackgroundId, Cursor, IsoDateTime, JsonObject, SafeId, queryInt } from './common.js';
 import { RunResponse } from './runs.js';
 
 const UsageView = z
@@ -143,3 +143,83 @@ export const CompareResponse = z
     }),
   })
   .meta({ id: 'CompareResponse' });
+
+// --- evaluations (docs/contract.md §3.7) ----------------------------------------------------------
+
+const EvalScorer = z
+  .discriminatedUnion('type', [
+    z.strictObject({ type: z.literal('exact') }),
+    z.strictObject({ type: z.literal('contains'), text: z.string().min(1).max(10_000) }),
+    z.strictObject({ type: z.literal('judge'), agent_id: BackgroundId }),
+  ])
+  .meta({ id: 'EvalScorer' });
+
+export const EvalCreateRequest = z
+  .strictObject({
+    name: z.string().min(1).max(200),
+    source: z.union([
+      z.strictObject({ run_ids: z.array(SafeId).min(1).max(1000) }),
+      z.strictObject({
+        filter: z.strictObject({
+          agent_id: BackgroundId.optional(),
+          task_id: SafeId.optional(),
+          session_id: SafeId.optional(),
+          status: z.enum(['completed', 'blocked', 'failed', 'cancelled', 'timeout']).optional().describe('Default: every ended run.'),
+          since: IsoDateTime.optional(),
+          until: IsoDateTime.optional(),
+          limit: z.number().int().min(1).max(1000),
+        }),
+      }),
+    ]),
+    variant: ReplayVariant,
+    tools: ReplayTools.optional(),
+    concurrency: z.number().int().min(1).max(32).optional().describe('Replays in flight at once (default 4).'),
+    scorer: EvalScorer.nullish(),
+  })
+  .meta({ id: 'EvalCreateRequest' });
+
+const EvalStatus = z.enum(['queued', 'running', 'completed', 'cancelled', 'failed']).meta({ id: 'EvalStatus' });
+
+export const EvalView = z
+  .object({
+    eval_id: z.string(),
+    name: z.string(),
+    status: EvalStatus,
+    progress: z.object({ total: z.number().int(), done: z.number().int(), failed: z.number().int() }),
+    created_at: IsoDateTime,
+    ended_at: IsoDateTime.nullable(),
+    variant: JsonObject,
+    tools: ReplayTools,
+    concurrency: z.number().int(),
+    scorer: JsonObject.nullable(),
+  })
+  .meta({ id: 'Eval' });
+
+export const EvalDetail = EvalView.extend({
+  items: z.array(
+    z.object({
+      run_id: z.string(),
+      replay_run_id: z.string().nullable().describe('Null until the replay starts.'),
+      status: z.enum(['pending', 'running', 'done', 'failed', 'cancelled']),
+      changed: z.boolean().nullable(),
+      score: z.number().nullable(),
+      token_delta: z.number().nullable(),
+      cost_delta_usd: z.number().nullable(),
+      original_outcomes: z.array(z.object({ label: z.string().nullable(), reward: z.number().nullable() })),
+      error: z.string().nullable(),
+    }),
+  ),
+  aggregates: z.object({
+    items: z.number().int(),
+    changed_pct: z.number(),
+    mean_score: z.number().nullable(),
+    token_delta: z.number(),
+    cost_delta_usd: z.number(),
+    outcomes: z.record(z.string(), z.object({ items: z.number().int(), changed: z.number().int(), mean_score: z.number().nullable() })),
+  }),
+}).meta({ id: 'EvalDetail' });
+
+export const EvalListQuery = z.object({ limit: queryInt(1, 200, 50), cursor: Cursor.optional() });
+export const EvalListResponse = z.object({ evals: z.array(EvalView), next_cursor: z.string().nullable() }).meta({ id: 'EvalListResponse' });
+export const EvalIdParams = z.object({ eval_id: SafeId });
+export const EvalDeletedResponse = z.object({ status: z.literal('deleted'), eval_id: z.string() }).meta({ id: 'EvalDeletedResponse' });
