@@ -73,7 +73,9 @@ it('finishes after a SIGKILL mid-way with one replay per run and no ledger write
   const all: Array<{ run_id: string }> = [];
   let cursor: string | null = null;
   do {
-    const page = (await getJson(`${child.url}/runs?limit=500${cursor ? `&cursor=${cursor}` : ''}`)).body;
+    const page: { runs: Array<{ run_id: string }>; next_cursor: string | null } = (
+      await getJson(`${child.url}/runs?limit=500${cursor ? `&cursor=${cursor}` : ''}`)
+    ).body;
     all.push(...page.runs);
     cursor = page.next_cursor;
   } while (cursor);
