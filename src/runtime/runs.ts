@@ -16,6 +16,7 @@ import type { InboxValue } from './run-inbox.js';
 import { RunKernel } from './run-kernel.js';
 import { busySessionPlan } from '../../machines/policies/busy-session.js';
 import type { CarriedWrite } from './persistence.js';
+import { originView } from './debug/origin.js';
 import { newRunRecord, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { RunRecovery, type ResumeHow } from './run-recovery.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
@@ -180,7 +181,8 @@ export class RunService {
         actor: { type: 'user', id: session_id },
         input: { query },
         span_id: live.rootSpan,
-        metadata: { agent_name: record.agent_name }, // the trace's gen_ai.agent.name
+        // the trace's gen_ai.agent.name; a fork's or replay's origin (src/runtime/debug/origin.ts)
+        metadata: { agent_name: record.agent_name, ...originView(opts.origin) },
       });
       // On a store other processes share, another instance may be asked for the run: the id goes
       // out only once the run is stored, as a client could read it anywhere. Its create is issued

@@ -107,6 +107,9 @@ describe('fork', () => {
     const forkSession = (await getJson(`${server.url}/sessions/${fork.session_id}/history`, reader)).body;
     expect(JSON.stringify(forkSession)).toContain('what is the weather');
 
+    // The fork's events carry its origin.
+    const events = (await getJson(`${server.url}/telemetry/events?run_id=${fork.run_id}&event_type=user_message`, reader)).body.events;
+    expect(events[0].metadata.forked_from).toEqual({ run_id: original.run_id, checkpoint_id: 'cp_2' });
     const cmp = CompareResponse.parse((await getJson(`${server.url}/runs/${original.run_id}/compare/${fork.run_id}`, reader)).body);
     expect(cmp.diff.response_changed).toBe(true);
     expect(cmp.diff.response_diff).toContain('-saw: echo: weather');
