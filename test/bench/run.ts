@@ -16,6 +16,7 @@ import { backgroundBench, backgroundDrainBulkBench, backgroundScaleBench } from 
 import { redactionBench } from './benchmarks/redaction.js';
 import { postgresBench } from './benchmarks/postgres.js';
 import { protocolsBench } from './benchmarks/protocols.js';
+import { debugBench } from './benchmarks/debug.js';
 
 const BENCHMARKS: Record<string, Benchmark> = {
   health: healthBench,
@@ -30,6 +31,7 @@ const BENCHMARKS: Record<string, Benchmark> = {
   redaction: redactionBench,
   postgres: postgresBench,
   protocols: protocolsBench,
+  debug: debugBench,
 };
 const ORDER = Object.keys(BENCHMARKS);
 
