@@ -177,7 +177,15 @@ export class Runtime {
       logger,
     });
     this.debug = new RunsDebug(store, this.runs);
-    this.evals = new EvalService({ store, clock, workerId: this.workerId, logger, runs: this.runs, replay: (id, body) => this.debug.replay(id, body) });
+    this.evals = new EvalService({
+      store,
+      clock,
+      workerId: this.workerId,
+      logger,
+      runs: this.runs,
+      replay: (id, body) => this.debug.replay(id, body),
+      checkModel: (m) => this.agents.variantModel(m),
+    });
     this.background = new BackgroundManager({
       store,
       clock,

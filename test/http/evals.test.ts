@@ -105,5 +105,12 @@ describe('evaluations', () => {
     expect(missing.body.detail[0].loc).toEqual(['body', 'source', 'run_ids', 0]);
     expect((await postJson(`${server.url}/evals`, { ...body, scorer: { type: 'nope' } }, op)).status).toBe(422);
     expect((await postJson(`${server.url}/evals`, { ...body, source: { filter: { limit: 5000 } } }, op)).status).toBe(422);
+    // A model config is checked before anything is stored: a key in it, or a host not listed, is a 422.
+    const model = { provider: 'openai-compatible', base_url: variant.url, model: 'm', api_key: 'sk-secret-value' };
+    const keyed = await postJson(`${server.url}/evals`, { ...body, variant: { model } }, op);
+    expect(keyed.status).toBe(422);
+    expect(JSON.stringify((await getJson(`${server.url}/evals`, reader)).body)).not.toContain('sk-secret-value');
+    const host = await postJson(`${server.url}/evals`, { ...body, variant: { model: { ...model, api_key: undefined, base_url: 'http://10.0.0.1/v1' } } }, op);
+    expect(host.status).toBe(422);
   });
 });

@@ -29,6 +29,8 @@ export interface EvalDeps {
     onSettled(listener: (record: RunRecord) => void): () => void;
   };
   replay(runId: string, body: ReplayRequest): Promise<StartedRun>;
+  /** Checks a `model` variant as a registered agent's model_config is checked (a 422 otherwise), before anything is stored. */
+  checkModel(modelConfig: Record<string, unknown>): Promise<unknown>;
 }
 
 export interface EvalCreate {
@@ -88,6 +90,8 @@ export class EvalService {
   // ------------------------------------------------------------------ requests
 
   async create(body: EvalCreate): Promise<EvalRecord> {
+    // A model config that could carry a key (`api_key`) or name a host the operator did not list is refused before it is stored.
+    if (body.variant.model) await this.deps.checkModel(body.variant.model);
     const runs = await selectRuns(this.deps.store, body.source);
     if (runs.length === 0) throw new HttpValidationFailure([{ loc: ['body', 'source'], msg: 'no run matches the source', type: 'value_error' }]);
     const now = this.now();
