@@ -61,6 +61,12 @@ export const BACKGROUND_RUN_MACHINE_VERSION = 1;
 
 // ---------------------------------------------------------------- the machine
 
+/**
+ * queued_at stays the time the run first entered the queue: a run re-queued after a pause for a
+ * person, a retry delay or a lapsed claim keeps it, so it never reads as later than started_at
+ * (kept from the first start too); the lifecycle events hold each later re-queue.
+ */
+const firstQueuedAt = (ctx: Ctx, at: string): string => ctx.run.queued_at ?? at;
 const rec = (events: LifecycleEvent[], attempts: AttemptRecord[] = []): RecordParams => ({ events, attempts });
 
 /**
@@ -103,7 +109,7 @@ export const backgroundRunMachine = setup({
       on('RECOVER', (context, event) =>
         withRun(
           context,
-          { status: 'queued', queued_at: event.at, ...noLease },
+          { status: 'queued', queued_at: firstQueuedAt(context, event.at), ...noLease },
           {
             next_reason: context.internal.continue_agent ? context.internal.next_reason : 'lease_expired',
           },
@@ -212,13 +218,15 @@ export const backgroundRunMachine = setup({
       ),
     ),
     /** retrying -> queued. */
-    requeueForRetry: assign(on('RETRY_DUE', (context, event) => withRun(context, { status: 'queued', queued_at: event.at }, { retry_at: null }))),
+    requeueForRetry: assign(
+      on('RETRY_DUE', (context, event) => withRun(context, { status: 'queued', queued_at: firstQueuedAt(context, event.at) }, { retry_at: null })),
+    ),
     /** retrying -> cancelled. */
     cancelRetrying: assign(
       on('CANCEL', (context, event) => finished(context, 'cancelled', event.at, 'cancelled while waiting to retry', { cancel_requested_at: event.at })),
     ),
     /** awaiting -> queued: a person decided. */
-    requeueResumed: assign(on('RESUME', (context, event) => withRun(context, { status: 'queued', queued_at: event.at }))),
+    requeueResumed: assign(on('RESUME', (context, event) => withRun(context, { status: 'queued', queued_at: firstQueuedAt(context, event.at) }))),
     /** awaiting -> cancelled. */
     cancelAwaiting: assign(
       on('CANCEL', (context, event) =>

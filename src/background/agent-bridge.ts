@@ -42,7 +42,7 @@ export interface BridgeHost {
 }
 
 export class AgentBridge {
-  /** Agent runs whose final commit carries their background run's completion (foldFinal). */
+  /** Agent runs whose last commit carries their background run's step (foldFinal). */
   private readonly folded = new Set<string>();
 
   constructor(
@@ -216,18 +216,20 @@ export class AgentBridge {
   }
 
   /**
-   * A completed agent run's final commit carries its background run's completion (RunService.foldFinal):
-   * the AGENT_DONE this record makes, taken by the background run's actor now, its row write
-   * handed to that commit. Null when it cannot be folded (see RunHosts.foldInto): onAgentSettled
-   * then delivers the event after the agent run's end is durable, as a write of its own.
+   * An agent run's end or park (completed, failed, cancelled, timed out, awaiting a person) carries
+   * its background run's step in the same commit (RunService.foldFinal): the AGENT_DONE this record
+   * makes, taken by the background run's actor now, its row write handed to that commit, so a
+   * crash leaves both or neither. Null when it cannot be folded (see RunHosts.foldInto):
+   * onAgentSettled then delivers the event after the agent run's end is durable, as a write of
+   * its own.
    */
   foldFinal(rec: RunRecord): CarriedWrite | null {
-    if (rec.kind !== 'background' || rec.status !== 'completed' || this.host.closed()) return null;
+    if (rec.kind !== 'background' || this.host.closed()) return null;
     const bgId = backgroundRunIdOf(rec.run_id);
     const h = this.host.handleOf(bgId);
     if (!h) return null;
     const done = this.agentDoneOf(rec, h);
-    if (!done || done.outcome !== 'completed') return null;
+    if (!done) return null;
     const folded = this.host.foldInto(bgId, done, (stored) => this.deps.telemetry.published(stored));
     if (!folded) return null;
     this.folded.add(rec.run_id);
@@ -246,8 +248,8 @@ export class AgentBridge {
   onAgentSettled(rec: RunRecord): void {
     if (rec.kind !== 'background' || this.host.closed()) return;
     if (TERMINAL_RUN_STATUSES.has(rec.status)) this.deps.system.stop(`run:${rec.run_id}`);
-    // Its background run's completion was written in the same commit (foldFinal).
-    if (this.folded.delete(rec.run_id) && rec.status === 'completed') return;
+    // Its background run's step was written in the same commit (foldFinal).
+    if (this.folded.delete(rec.run_id)) return;
     const bgId = backgroundRunIdOf(rec.run_id);
     const h = this.host.handleOf(bgId);
     const done = this.agentDoneOf(rec, h);

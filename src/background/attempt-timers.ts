@@ -4,6 +4,7 @@
 // by the next maintenance pass. Time and timers are injected (tests drive them by hand).
 import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import type { Clock } from '../clock.js';
+import type { LeaseClock } from '../lease-clock.js';
 import type { Handle } from './run-host.js';
 import { swallow } from '../telemetry/swallowed.js';
 
@@ -27,6 +28,7 @@ export const nodeTimers: Timers = {
 
 export interface AttemptTimersDeps {
   clock: Clock;
+  leases: LeaseClock;
   timers: Timers;
   leaseMs: number;
   /** Applies an event to a run (the engine's send); failures are ignored here. */
@@ -61,7 +63,7 @@ export class AttemptTimers {
       if (h.dead || h.pending > 8) return; // a backed-up chain will not be helped by more writes
       const now = this.deps.clock.now();
       void this.deps
-        .send(h.id, { type: 'HEARTBEAT', at: iso(now), lease_expires_at: iso(now + leaseMs) })
+        .send(h.id, { type: 'HEARTBEAT', at: iso(now), lease_expires_at: this.deps.leases.expiresAt(leaseMs) })
         .catch(swallow('background.heartbeat', { run_id: h.id }));
     }, every);
   }

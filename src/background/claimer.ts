@@ -3,7 +3,6 @@
 // parked runs whose decision came). What it claims is hosted by the engine (engine.ts).
 import { randomUUID } from 'node:crypto';
 import type { BackgroundRunEvent } from '../../machines/background-run.machine.js';
-import { leaseLapsed } from '../../machines/policies/lease.js';
 import { canClaim } from '../../machines/policies/overlap.js';
 import { newId } from '../ids.js';
 import type { BackgroundRunStatus } from '../schemas/background.js';
@@ -228,7 +227,7 @@ export class Claimer {
           at: iso(now),
           worker_id: this.deps.workerId,
           lease_token: `lease_${randomUUID()}`,
-          lease_expires_at: iso(now + this.host.leaseMs()),
+          lease_expires_at: this.deps.leases.expiresAt(this.host.leaseMs()),
         };
         if (!this.accepting || actor.getSnapshot().status !== 'active' || !actor.getSnapshot().can(claimEv)) return false;
         actor.send(claimEv);
@@ -261,7 +260,7 @@ export class Claimer {
         const { run } = row.value;
         const h = this.host.handles.get(run.run_id);
         if (h && !h.dead) return; // held by this process and alive
-        const lapsed = leaseLapsed(run.lease_expires_at, now);
+        const lapsed = this.deps.leases.lapsed(run.lease_expires_at);
         if (!lapsed && !opts.ownersDead) return;
         if (!this.accepting) return;
         // The agent run may have ended (or parked) before the owner could record it: no recovery needed.
@@ -276,7 +275,7 @@ export class Claimer {
               at: iso(t),
               worker_id: this.deps.workerId,
               lease_token: `lease_${randomUUID()}`,
-              lease_expires_at: iso(t + this.host.leaseMs()),
+              lease_expires_at: this.deps.leases.expiresAt(this.host.leaseMs()),
               attempt_id: newId('attempt'),
               previous_owner: run.lease_owner,
             },

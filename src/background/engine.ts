@@ -23,6 +23,7 @@ import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/ba
 import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import type { TaskOccurrence } from '../../machines/task.machine.js';
 import type { Clock } from '../clock.js';
+import type { LeaseClock } from '../lease-clock.js';
 import type { Config } from '../config.js';
 import { notFound } from '../errors.js';
 import type { TelemetryEmitter } from '../runtime/emitter.js';
@@ -52,6 +53,8 @@ import type { AppLogger } from '../telemetry/logger.js';
 export interface BackgroundDeps {
   store: Store;
   clock: Clock;
+  /** The clock a background run's lease is written and judged on (src/lease-clock.ts): the run service's. */
+  leases: LeaseClock;
   telemetry: TelemetryEmitter;
   metrics: Metrics;
   config: Config;
@@ -154,6 +157,7 @@ export class RunEngine {
     const leaseMs = () => this.leaseMs;
     this.timers = new AttemptTimers({
       clock: deps.clock,
+      leases: deps.leases,
       timers: deps.timers ?? nodeTimers,
       get leaseMs() {
         return leaseMs();

@@ -532,5 +532,8 @@ export class BackgroundManager {
 /** The stored schedule row without its internal fields. */
 export function publicSchedule(s: ScheduleRow): BackgroundScheduleState {
   const { anchor_at: _a, deleted: _d, ...pub } = s;
-  return { ...pub, skipped_occurrences: s.skipped_occurrences ?? 0, last_skipped: s.last_skipped ?? null };
+  // A paused schedule is due at no time: the stored next_due_at (kept for the ticker, and in the
+  // past after a while) is recomputed on resume (resumedScheduleRow), so it is not shown.
+  const next_due_at = s.paused ? null : s.next_due_at;
+  return { ...pub, next_due_at, skipped_occurrences: s.skipped_occurrences ?? 0, last_skipped: s.last_skipped ?? null };
 }

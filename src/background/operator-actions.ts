@@ -3,7 +3,6 @@
 // through the run's machine (RunEngine.send), durably, so the answer reflects what was written.
 import { domainError, notFound } from '../errors.js';
 import type { BackgroundRunEvent } from '../../machines/background-run.machine.js';
-import { leaseLapsed } from '../../machines/policies/lease.js';
 import type { Versioned } from '../store/store.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
@@ -43,7 +42,7 @@ export class OperatorActions {
       HELD.has(run.status) &&
       run.lease_owner &&
       run.lease_owner !== this.deps.workerId &&
-      !leaseLapsed(run.lease_expires_at, this.deps.clock.now())
+      !this.deps.leases.lapsed(run.lease_expires_at)
     ) {
       await remoteCancel(runId, reason);
       return { status: 'cancel_requested' };

@@ -407,8 +407,8 @@ export class RunHosts {
    * Applies `event` to a live run and, instead of writing it, hands the row write to the caller,
    * whose commit carries it; the transition is the machine's own (the actor takes the event; its
    * `record` effect lands here). Two callers:
-   * - an agent run's completion (AGENT_DONE; RunService.foldFinal): the agent run's final commit
-   *   carries it, so both ends are one atomic write and a crash leaves both or neither. Only on a
+   * - an agent run's end or park (AGENT_DONE; RunService.foldFinal): the agent run's final commit
+   *   carries it, so both are one atomic write and a crash leaves both or neither. Only on a
    *   store this process owns and that writes events atomically (`anyStore` false): no other
    *   instance can move the row meanwhile, so its CAS cannot refuse the final commit (a refusal
    *   would fence the agent run); elsewhere the event comes the usual way (AgentBridge.onAgentSettled);

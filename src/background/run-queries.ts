@@ -1,5 +1,6 @@
 // Read side of background runs for the routes (GET /background/runs..., attempts, events and
 // workspace files), as answers show them. BackgroundManager delegates to this.
+import { inTimeRange, scanPage, type ListOrder } from '../runtime/list-scan.js';
 import { isAbsolute } from 'node:path';
 import type { AttemptRecord } from '../../machines/background-run.machine.js';
 import { HttpDetailError } from '../errors.js';
@@ -26,7 +27,21 @@ export class BackgroundRunQueries {
     return this.deps.config.background;
   }
 
-  async listRuns(q: { task_id?: string; status?: BackgroundRunStatus; limit: number; cursor?: string }) {
+  /**
+   * GET /background/runs (docs/contract.md §1): task and status pick the store index; agent and
+   * time range (triggered_at) are applied while reading (src/runtime/list-scan.ts). `total` counts
+   * what the indexed filters select.
+   */
+  async listRuns(q: {
+    task_id?: string;
+    status?: BackgroundRunStatus;
+    agent_id?: string;
+    since?: string;
+    until?: string;
+    order?: ListOrder;
+    limit: number;
+    cursor?: string;
+  }) {
     const index =
       q.task_id && q.status
         ? { name: 'task_status', value: taskStatusKey(q.task_id, q.status) }
@@ -35,9 +50,12 @@ export class BackgroundRunQueries {
           : q.status
             ? { name: 'status', value: q.status }
             : undefined;
-    const page = await repos(this.deps.store).bgRuns.list<BgRunRow>({ index, cursor: q.cursor ?? null, limit: q.limit });
-    const total = await repos(this.deps.store).bgRuns.count(index);
-    return { runs: page.items.map((i) => publicRun(this.cfg.workspace_root, i.value.run)), total, next_cursor: page.next_cursor };
+    const match =
+      q.agent_id || q.since || q.until ? (row: BgRunRow) => (!q.agent_id || row.run.agent_id === q.agent_id) && inTimeRange(row.run.triggered_at, q) : null;
+    const repo = repos(this.deps.store).bgRuns;
+    const page = await scanPage<BgRunRow>((lq) => repo.list<BgRunRow>(lq), { index, cursor: q.cursor ?? null, limit: q.limit, order: q.order ?? 'asc', match });
+    const total = await repo.count(index);
+    return { runs: page.items.map((row) => publicRun(this.cfg.workspace_root, row.run)), total, next_cursor: page.next_cursor };
   }
 
   async getRun(runId: string): Promise<BackgroundRun> {

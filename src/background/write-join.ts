@@ -10,7 +10,7 @@
 // its agent run ended, exactly the state a crash between the two writes would leave: the next
 // start settles it from the agent run (AgentBridge.settleFromAgent) without running anything again.
 //
-// A completion folded into its agent run's final commit (RunHosts.foldInto) waits here only while
+// An end or park folded into its agent run's final commit (RunHosts.foldInto) waits here only while
 // that commit is the agent run's creating write, still held back (CREATE_FOLD_MS bounds it, as
 // before): nothing of either run is durable meanwhile, so a crash is a crash before the agent
 // run's end (its idempotent work may run again; a non-idempotent tool never waits this way,

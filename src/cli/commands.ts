@@ -106,10 +106,15 @@ export const COMMANDS: Command[] = [
   {
     path: ['runs', 'ls'],
     remote: true,
-    summary: 'List runs, oldest first.',
+    summary: 'List runs, newest first: status, session, agent, task, created, duration, steps, tokens, cost.',
     options: {
       status: { type: 'string', value: 'S', help: 'Only runs in this status (running, awaiting_approval, awaiting_budget, completed, failed, ...).' },
       session: { type: 'string', value: 'S', help: 'Only runs of this session.' },
+      agent: { type: 'string', value: 'A', help: 'Only runs of this agent.' },
+      task: { type: 'string', value: 'T', help: 'Only runs started by this background task.' },
+      since: { type: 'string', value: 'TIME', help: 'Only runs created at or after TIME (ISO 8601 with a timezone, e.g. 2026-01-01T09:00:00Z).' },
+      until: { type: 'string', value: 'TIME', help: 'Only runs created before TIME.' },
+      oldest: { type: 'boolean', help: 'Oldest first (the API default) instead of newest first.' },
       limit: { type: 'string', value: 'N', help: 'At most N runs (server default 50).' },
       cursor: { type: 'string', value: 'C', help: 'Continue after a previous page (its next_cursor).' },
     },
@@ -176,7 +181,7 @@ export const COMMANDS: Command[] = [
     options: {
       args: { type: 'string', value: 'JSON', help: 'Approve this edited call instead (a JSON object of arguments).' },
       note: { ...note },
-      approver: { type: 'string', value: 'NAME', help: "Who decides (default $USER; with auth.bind_approver it must be the API key's name)." },
+      approver: { type: 'string', value: 'NAME', help: "Who decides (default: the API key's name, from GET /whoami; with auth off, $USER)." },
     },
     load: runs('approvalsApprove'),
   },
@@ -185,7 +190,7 @@ export const COMMANDS: Command[] = [
     args: ['RUN', 'APPROVAL'],
     remote: true,
     summary: 'Deny a pending tool call: it does not run, and the model is told "Denied by <approver>: <note>".',
-    options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' } },
+    options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: "Who decides (default: the API key's name; with auth off, $USER)." } },
     load: runs('approvalsDeny'),
   },
   {
@@ -196,7 +201,7 @@ export const COMMANDS: Command[] = [
     options: {
       amount: { type: 'string', value: 'X', help: 'Amount to add (default: the shortfall).' },
       note: { ...note },
-      approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' },
+      approver: { type: 'string', value: 'NAME', help: "Who decides (default: the API key's name; with auth off, $USER)." },
     },
     load: runs('budgetGrant'),
   },
@@ -205,7 +210,7 @@ export const COMMANDS: Command[] = [
     args: ['RUN'],
     remote: true,
     summary: 'Deny the budget a run waits for; it ends budget_exhausted.',
-    options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: 'Who decides (default $USER).' } },
+    options: { note: { ...note }, approver: { type: 'string', value: 'NAME', help: "Who decides (default: the API key's name; with auth off, $USER)." } },
     load: runs('budgetDeny'),
   },
   { path: ['tasks', 'ls'], remote: true, summary: 'List background tasks.', load: tasks('tasksLs') },

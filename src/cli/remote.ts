@@ -50,12 +50,13 @@ export function remoteOf(p: Parsed, env: NodeJS.ProcessEnv = process.env): Remot
 }
 
 /**
- * Who decides an approval or a budget. The CLI cannot know the API key's name (the service does
- * not tell), so the default is the local user; with auth.bind_approver the service requires the
- * key's name: pass it with --approver.
+ * Who decides an approval or a budget: --approver, else the API key's name (GET /whoami, as steer
+ * messages are signed, and what auth.bind_approver requires), else, with auth off, the local user.
  */
-export function approverOf(p: Parsed): string {
+export async function approverOf(p: Parsed, remote: Remote): Promise<string> {
   if (typeof p.values.approver === 'string' && p.values.approver) return p.values.approver;
+  const me = await remote.client.whoami();
+  if (me.name) return me.name;
   try {
     const name = process.env.USER || userInfo().username;
     if (name) return name;

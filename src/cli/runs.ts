@@ -123,9 +123,15 @@ export function eventStatus(e: Schemas['TelemetryEvent']): string | null {
 export async function runsLs(p: Parsed, spec: CommandSpec): Promise<number> {
   const remote = remoteOf(p);
   const limit = intFlag(p.values.limit, 'limit', helpOf(spec));
+  const order = p.values.oldest ? 'asc' : 'desc';
   const page = await remote.client.runs.list({
     status: str(p.values.status) as Schemas['RunRecordStatus'] | undefined,
     session_id: str(p.values.session),
+    agent_id: str(p.values.agent),
+    task_id: str(p.values.task),
+    since: str(p.values.since),
+    until: str(p.values.until),
+    order,
     limit,
     cursor: str(p.values.cursor),
   });
@@ -135,12 +141,36 @@ export async function runsLs(p: Parsed, spec: CommandSpec): Promise<number> {
   }
   out(
     table(
-      ['RUN', 'STATUS', 'SESSION', 'CREATED', 'STEPS', 'TOKENS'],
-      page.runs.map((r) => [r.run_id, r.status, r.session_id, r.created_at, r.step, r.usage.request_tokens + r.usage.response_tokens]),
+      ['RUN', 'STATUS', 'SESSION', 'AGENT', 'TASK', 'CREATED', 'DURATION', 'STEPS', 'TOKENS', 'COST'],
+      page.runs.map((r) => [
+        r.run_id,
+        r.status,
+        r.session_id,
+        r.agent_id,
+        r.task_id,
+        r.created_at,
+        durationText(r.created_at, r.ended_at),
+        r.step,
+        r.usage.request_tokens + r.usage.response_tokens,
+        usd(r.usage.estimated_cost_usd),
+      ]),
     ),
   );
-  if (page.next_cursor) status(`more: agentd runs ls --cursor ${shellArg(page.next_cursor)}`);
+  // The next page is the same command (same filters and order) with this cursor.
+  if (page.next_cursor) status(`more: the same command with --cursor ${shellArg(page.next_cursor)}`);
   return EXIT.ok;
+}
+
+/** A run's wall time, created to ended ("-" while it runs or waits): 850ms, 12.3s, 4m05s, 2h03m. */
+function durationText(from: string, to: string | null | undefined): string {
+  if (!to) return '-';
+  const ms = Math.max(0, Date.parse(to) - Date.parse(from));
+  if (Number.isNaN(ms)) return '-';
+  if (ms < 1000) return `${ms}ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)}s`;
+  const s = Math.round(ms / 1000);
+  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
+  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
 }
 
 export async function runsShow(p: Parsed): Promise<number> {
@@ -272,7 +302,7 @@ async function decideApproval(p: Parsed, spec: CommandSpec, decision: 'approve' 
   const args = decision === 'approve' ? jsonObjectFlag(p.values.args, 'args', helpOf(spec)) : undefined;
   const a = await remote.client.approvals.decide(runId, approvalId, {
     decision,
-    approver: approverOf(p),
+    approver: await approverOf(p, remote),
     ...(args ? { arguments: args } : {}),
     ...(typeof p.values.note === 'string' ? { note: p.values.note } : {}),
   });
@@ -293,7 +323,7 @@ async function decideBudget(p: Parsed, spec: CommandSpec, decision: 'grant' | 'd
   const amount = decision === 'grant' ? numberFlag(p.values.amount, 'amount', helpOf(spec)) : undefined;
   const r = await remote.client.budget.decide(runId, {
     decision,
-    approver: approverOf(p),
+    approver: await approverOf(p, remote),
     ...(amount !== undefined ? { amount } : {}),
     ...(typeof p.values.note === 'string' ? { note: p.values.note } : {}),
   });

@@ -52,6 +52,7 @@ export const OPERATIONS = {
   getSessionHistory: ['GET', '/sessions/{session_id}/history'],
   clearSession: ['DELETE', '/sessions/{session_id}'],
   listTools: ['GET', '/tools'],
+  whoAmI: ['GET', '/whoami'],
   listMachines: ['GET', '/machines'],
   watchMachine: ['GET', '/machines/live'],
   listEvents: ['GET', '/telemetry/events'],
@@ -417,6 +418,8 @@ export function createClient(options: ClientOptions) {
     ready: () => call('getReadiness'),
     metrics: () => call('getMetrics'),
     tools: () => call('listTools'),
+    /** GET /whoami: the key's name (null with auth off) and role. */
+    whoami: () => call('whoAmI'),
     machines: () => call('listMachines'),
     runs: {
       stream,

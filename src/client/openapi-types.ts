@@ -679,7 +679,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List runs, oldest first */
+        /** List runs, oldest first (order=desc: newest first), by status, session, agent, task and time range */
         get: operations["listRuns"];
         put?: never;
         post?: never;
@@ -1037,7 +1037,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Trace summaries, newest first */
+        /** Trace summaries, newest first (order=asc: oldest first), by run, session, task, agent, status and time range */
         get: operations["listTraces"];
         put?: never;
         post?: never;
@@ -1124,6 +1124,23 @@ export interface paths {
         };
         /** Webhook deliveries, oldest first: attempts, failures and what is still pending */
         get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/whoami": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The API key this request was made with: its name and role */
+        get: operations["whoAmI"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2535,21 +2552,29 @@ export interface components {
             total_tokens: number;
         };
         RunView: {
+            /** @description The agent that ran it (the configured agent, or the background agent). */
+            agent_id: string;
             agent_name: string;
             approvals: components["schemas"]["Approval"][];
             attempt: number;
             budget_requests: components["schemas"]["BudgetRequest"][];
             /** Format: date-time */
             created_at: string;
+            /** @description When it finished; null while it runs or waits. */
+            ended_at?: string | null;
             error: components["schemas"]["ErrorInfo"] | null;
             heartbeat_at: string | null;
             lease_seconds: number;
             outcomes: components["schemas"]["Outcome"][];
+            /** @description The request that started the run, its first 500 characters, secrets redacted. */
+            query_preview?: string | null;
             response?: string | null;
             run_id: string;
             session_id: string;
             status: components["schemas"]["RunRecordStatus"];
             step: number;
+            /** @description The background task whose run started it; null for a request. */
+            task_id?: string | null;
             termination_reason?: components["schemas"]["TerminationReason"] | null;
             tool_calls: components["schemas"]["ToolCall"][];
             trace_ids: string[];
@@ -2898,6 +2923,17 @@ export interface components {
         WebhookEventType: "run.completed" | "run.failed" | "run.cancelled" | "run.awaiting_approval" | "run.awaiting_budget" | "background_run.completed" | "background_run.failed" | "background_run.cancelled" | "background_run.timeout" | "background_run.skipped";
         /** @description Receiver of this run's webhooks (run.* and background_run.* events), signed with webhooks.request_secret. The host must be listed in webhooks.allow_request_hosts (else 422). */
         WebhookUrl: string;
+        WhoAmIResponse: {
+            /** @description Whether the server checks API keys (auth.api_keys is not empty). */
+            auth: boolean;
+            /** @description The API key's name from auth.api_keys; null when auth is off. */
+            name: string | null;
+            /**
+             * @description What the key may do; with auth off every caller counts as admin.
+             * @enum {string}
+             */
+            role: "reader" | "operator" | "approver" | "admin";
+        };
         WorkspaceFileEntry: {
             is_dir: boolean;
             /** Format: date-time */
@@ -3518,10 +3554,17 @@ export interface operations {
     listBackgroundRuns: {
         parameters: {
             query?: {
+                agent_id?: components["schemas"]["BackgroundId"];
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default asc). */
+                order?: "asc" | "desc";
+                /** @description Only items created at or after this time (ISO 8601 with a timezone). */
+                since?: string;
                 status?: components["schemas"]["RunStatus"];
                 task_id?: components["schemas"]["BackgroundId"];
+                /** @description Only items created before this time (ISO 8601 with a timezone). */
+                until?: string;
             };
             header?: never;
             path?: never;
@@ -5873,10 +5916,20 @@ export interface operations {
     listRuns: {
         parameters: {
             query?: {
+                /** @description Only runs of this agent. */
+                agent_id?: string;
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default asc). */
+                order?: "asc" | "desc";
                 session_id?: string;
+                /** @description Only items created at or after this time (ISO 8601 with a timezone). */
+                since?: string;
                 status?: components["schemas"]["RunRecordStatus"];
+                /** @description Only runs of this background task (the agent runs its background runs started). */
+                task_id?: string;
+                /** @description Only items created before this time (ISO 8601 with a timezone). */
+                until?: string;
             };
             header?: never;
             path?: never;
@@ -7357,12 +7410,20 @@ export interface operations {
     listTraces: {
         parameters: {
             query?: {
+                /** @description Only traces of this agent. */
+                agent_id?: string;
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default desc). */
+                order?: "asc" | "desc";
                 run_id?: string;
                 session_id?: string;
+                /** @description Only items created at or after this time (ISO 8601 with a timezone). */
+                since?: string;
                 status?: components["schemas"]["TraceStatus"];
                 task_id?: string;
+                /** @description Only items created before this time (ISO 8601 with a timezone). */
+                until?: string;
             };
             header?: never;
             path?: never;
@@ -7679,6 +7740,44 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    whoAmI: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WhoAmIResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };

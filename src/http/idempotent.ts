@@ -27,8 +27,12 @@ export const IdempotencyHeaders = z.looseObject({
     ),
 });
 
-/** The idempotency scope of a request, or null when it carries no key. */
-export function idempotencyRequestOf(request: FastifyRequest, operation: string): IdempotencyRequest | null {
+/**
+ * The idempotency scope of a request, or null when it carries no key. `body`: what a retry must
+ * repeat, when not the whole request body (a JSON-RPC call without its `id`, which clients make
+ * anew for every request, retries included).
+ */
+export function idempotencyRequestOf(request: FastifyRequest, operation: string, body: unknown = request.body): IdempotencyRequest | null {
   const key = keyOfHeaders(request.headers as Record<string, unknown>);
   if (key === null) return null;
   return {
@@ -37,7 +41,7 @@ export function idempotencyRequestOf(request: FastifyRequest, operation: string)
     operation,
     method: request.method,
     path: request.url.split('?')[0],
-    body: request.body ?? null,
+    body: body ?? null,
   };
 }
 

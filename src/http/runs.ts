@@ -226,14 +226,13 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       schema: {
         operationId: 'listRuns',
         tags: ['runs'],
-        summary: 'List runs, oldest first',
+        summary: 'List runs, oldest first (order=desc: newest first), by status, session, agent, task and time range',
         querystring: RunsListQuery,
         response: { 200: RunsListResponse, 422: HTTPValidationError },
       },
     },
     async (request) => {
-      const q = request.query as { status?: string; session_id?: string; limit: number; cursor?: string };
-      const page = await runs.list({ status: q.status as never, session_id: q.session_id, limit: q.limit, cursor: q.cursor });
+      const page = await runs.list(request.query as RunsListQuery);
       return { runs: page.runs.map((r) => publicRunView(r, redactor)), total: page.total, next_cursor: page.next_cursor };
     },
   );

@@ -1,6 +1,15 @@
 import type { FastifyInstance } from 'fastify';
 import { describeMachines } from '../runtime/machines-info.js';
-import { ErrorResponse, HTTPValidationError, LiveStateFrame, LiveWatchFrame, MachineLiveQuery, MachinesResponse, ToolsResponse } from '../schemas/index.js';
+import {
+  ErrorResponse,
+  HTTPValidationError,
+  LiveStateFrame,
+  LiveWatchFrame,
+  MachineLiveQuery,
+  MachinesResponse,
+  ToolsResponse,
+  WhoAmIResponse,
+} from '../schemas/index.js';
 import { domainError } from '../errors.js';
 import { MAX_WATCHERS, type LiveState } from '../runtime/live-states.js';
 import { sseResponse } from './openapi.js';
@@ -9,6 +18,23 @@ import type { AppDeps } from './deps.js';
 import { decide } from '../../machines/policies/governance.js';
 
 export function serviceInfoRoutes(app: FastifyInstance, deps: AppDeps): void {
+  // Who the caller is: the dashboard's header and the default approver of the dashboard and the
+  // CLI (the key's name, as steer messages use). Any valid key may ask about itself.
+  app.get(
+    '/whoami',
+    {
+      schema: {
+        operationId: 'whoAmI',
+        tags: ['service'],
+        summary: 'The API key this request was made with: its name and role',
+        response: { 200: WhoAmIResponse, 401: ErrorResponse },
+      },
+    },
+    async (request) => {
+      const auth = (deps.config.auth?.api_keys ?? []).length > 0;
+      return { name: request.apiKeyName ?? null, role: request.apiKeyRole ?? 'admin', auth };
+    },
+  );
   app.get(
     '/tools',
     { schema: { operationId: 'listTools', tags: ['service'], summary: 'The tools the agent can call', response: { 200: ToolsResponse } } },

@@ -98,7 +98,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
       schema: {
         operationId: 'listTraces',
         tags: ['telemetry'],
-        summary: 'Trace summaries, newest first',
+        summary: 'Trace summaries, newest first (order=asc: oldest first), by run, session, task, agent, status and time range',
         querystring: TracesListQuery,
         response: { 200: TracesListResponse, 422: HTTPValidationError },
       },

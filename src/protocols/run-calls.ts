@@ -11,6 +11,8 @@ import { idempotencyRequestOf, runExists, waitRunSettled } from '../http/idempot
 import { newId } from '../ids.js';
 import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
 import { repos } from '../store/repos/index.js';
+import type { StoredEvent } from '../store/store.js';
+import { swallow } from '../telemetry/swallowed.js';
 
 export interface ProtocolRunRequest {
   query: string;
@@ -18,6 +20,11 @@ export interface ProtocolRunRequest {
   agent_id?: string | null;
   /** The conversation before the query (only without a session: StartOptions.history). */
   history?: ChatMessage[];
+  /**
+   * What an Idempotency-Key's retry must repeat, when not the whole request body: the JSON-RPC
+   * bindings (A2A, MCP) pass the call's parameters, so a retry under a new JSON-RPC `id` replays.
+   */
+  idempotency_body?: unknown;
 }
 
 export interface ProtocolRun {
@@ -48,7 +55,7 @@ export async function startProtocolRun(
       ...(run.history && !run.session_id ? { history: run.history } : {}),
       ...(onDelta ? { onDelta: (text: string) => onDelta(text) } : {}),
     });
-  const idem = idempotencyRequestOf(request, operation);
+  const idem = idempotencyRequestOf(request, operation, 'idempotency_body' in run ? run.idempotency_body : request.body);
   if (!idem) {
     const started = await begin(newId('run'), true);
     return { run_id: started.run_id, session_id: started.session_id, settled: started.settled };
@@ -105,6 +112,60 @@ export async function waitAfterDecision(deps: AppDeps, runId: string, signal?: A
     offSettled();
     signal?.removeEventListener('abort', onAbort);
   }
+}
+
+/**
+ * waitAfterDecision for a streamed answer: meanwhile `onText` gets the text of each model call of
+ * the resumed run as its `model_response` event lands (from `after`, the run's last event cursor
+ * before the decision), on whichever instance the resume runs, as the AI SDK and AG-UI streams
+ * show a decided run (src/protocols/run-events.ts followRunItems). A resumed run streams no
+ * deltas to this request: it runs wherever its resume claims it. Every event stored before the
+ * run came to rest is read before this resolves.
+ */
+export async function followAfterDecision(
+  deps: AppDeps,
+  runId: string,
+  after: string | null,
+  onText: (text: string) => void,
+  signal?: AbortSignal,
+): Promise<RunRecord> {
+  let cursor = after;
+  let reading: Promise<void> = Promise.resolve();
+  let queued = false;
+  const drain = async (): Promise<void> => {
+    queued = false;
+    for (;;) {
+      const page = await deps.store.readEvents({ filters: { run_id: runId }, after: cursor, limit: 200 });
+      for (const ev of page.events) {
+        cursor = ev.cursor;
+        const text = modelTextOf(ev);
+        if (text) onText(text);
+      }
+      if (!page.next_cursor || page.events.length === 0) return;
+    }
+  };
+  // One read at a time, and at most one more queued behind it whatever the number of events.
+  const pump = (): void => {
+    if (queued) return;
+    queued = true;
+    reading = reading.then(drain).catch(swallow('protocols.follow_after_decision', { run_id: runId }));
+  };
+  const unsubscribe = deps.runtime.bus.subscribe({ run_id: runId }, () => pump());
+  try {
+    pump();
+    const rec = await waitAfterDecision(deps, runId, signal);
+    pump();
+    await reading;
+    return rec;
+  } finally {
+    unsubscribe();
+  }
+}
+
+function modelTextOf(ev: StoredEvent): string | null {
+  if (ev.event_type !== 'model_response') return null;
+  const text = (ev.output as { text?: unknown } | null | undefined)?.text;
+  return typeof text === 'string' && text.length > 0 ? text : null;
 }
 
 /** The approver a protocol decision is recorded with: the caller's key name (auth off: the protocol's name). */

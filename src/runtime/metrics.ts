@@ -15,6 +15,10 @@ export interface MetricsSources {
   workspaceBacklog?(): number;
 }
 
+/** Distinct agent label values a process reports; later agents count under OTHER_AGENT. */
+const MAX_AGENT_LABELS = 100;
+const OTHER_AGENT = '_other';
+
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 /**
@@ -34,10 +38,18 @@ export class Metrics {
   private readonly runs = new Counter({ name: 'agentd_runs_total', help: 'Runs finished, by status', labelNames: ['status'], registers: [this.registry] });
   private readonly tokens = new Counter({
     name: 'agentd_tokens_total',
-    help: 'Model tokens, by direction',
-    labelNames: ['direction'],
+    help: 'Model tokens, by direction, agent, provider and model',
+    labelNames: ['direction', 'agent', 'provider', 'model'],
     registers: [this.registry],
   });
+  private readonly cost = new Counter({
+    name: 'agentd_model_cost_usd_total',
+    help: 'Estimated model cost in US dollars (pricing config), by agent, provider and model',
+    labelNames: ['agent', 'provider', 'model'],
+    registers: [this.registry],
+  });
+  /** Agent label values seen: registered agents come and go through the API, so the set is capped. */
+  private readonly agentLabels = new Set<string>();
   private readonly runSeconds = new Histogram({
     name: 'agentd_run_duration_seconds',
     help: 'Run duration',
@@ -214,12 +226,26 @@ export class Metrics {
     this.runSeconds.observe(seconds);
   }
 
-  tokensUsed(requestTokens: number, responseTokens: number): void {
+  /**
+   * One model call's tokens and estimated cost. provider and model come from the config (or a
+   * registered agent's spec, checked against agents.model_hosts); the agent label is capped at
+   * MAX_AGENT_LABELS values, later agents count under OTHER_AGENT, so no label set grows unbounded.
+   */
+  tokensUsed(requestTokens: number, responseTokens: number, by: { agent: string; provider: string; model: string }, costUsd: number): void {
     this.totals.total_request_tokens += requestTokens;
     this.totals.total_response_tokens += responseTokens;
     this.totals.total_tokens += requestTokens + responseTokens;
-    this.tokens.inc({ direction: 'request' }, requestTokens);
-    this.tokens.inc({ direction: 'response' }, responseTokens);
+    const labels = { agent: this.agentLabel(by.agent), provider: by.provider, model: by.model };
+    this.tokens.inc({ direction: 'request', ...labels }, requestTokens);
+    this.tokens.inc({ direction: 'response', ...labels }, responseTokens);
+    if (costUsd > 0 && Number.isFinite(costUsd)) this.cost.inc(labels, costUsd);
+  }
+
+  private agentLabel(agent: string): string {
+    if (this.agentLabels.has(agent)) return agent;
+    if (this.agentLabels.size >= MAX_AGENT_LABELS) return OTHER_AGENT;
+    this.agentLabels.add(agent);
+    return agent;
   }
 
   /** `route`: the matched route pattern (`/runs/:run_id`), or null when nothing matched. */

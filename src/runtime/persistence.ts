@@ -36,7 +36,7 @@ export interface CarriedEvents {
 }
 
 /**
- * A write one writer hands to another writer's commit to carry: a background run's completion in
+ * A write one writer hands to another writer's commit to carry: a background run's end or park in
  * its agent run's final commit (src/background/run-host.ts `RunHosts.foldInto`, asked through
  * `RunService.foldFinal`), so both are one atomic write. `ops` and `carry` join the commit;
  * `settle` is told how it went.

@@ -29,6 +29,28 @@ import { ToolRunner } from './run-tools.js';
 import { replayedCall } from './debug/replay-tools.js';
 import { iso } from './run-types.js';
 
+/**
+ * How much of the conversation a model_call event carries as `prompt`, in JSON bytes: the most
+ * recent messages that fit, so the span drawer shows what the model saw, while each event stays
+ * well under the payload bound (MAX_PAYLOAD_BYTES, 64 KiB; `last` comes beside it) and a long run
+ * does not store its whole conversation once per step. Redaction and the capture setting apply to
+ * it as to every payload (capturePayload).
+ */
+const PROMPT_EVENT_BYTES = 24 * 1024;
+
+/** The newest messages that fit PROMPT_EVENT_BYTES, oldest first, and how many earlier ones were left out. */
+function promptOf(messages: readonly unknown[]): { prompt: unknown[]; prompt_omitted: number } {
+  let bytes = 0;
+  let from = messages.length;
+  while (from > 0) {
+    const size = Buffer.byteLength(JSON.stringify(messages[from - 1]) ?? '', 'utf8');
+    if (bytes + size > PROMPT_EVENT_BYTES) break;
+    bytes += size;
+    from--;
+  }
+  return { prompt: messages.slice(from), prompt_omitted: from };
+}
+
 export class RunEffects {
   private readonly tools: ToolRunner;
 
@@ -170,8 +192,15 @@ export class RunEffects {
       actor: { type: 'model', id: agentModel.model, name: agentModel.provider },
       span_id: span,
       parent_span_id: live.stepSpan,
-      input: { messages: ctx.messages.length, tools: tools.map((t) => t.name), last: ctx.messages.at(-1) },
-      metadata: { model: agentModel.model, provider: agentModel.provider, step: ctx.step },
+      input: { messages: ctx.messages.length, tools: tools.map((t) => t.name), last: ctx.messages.at(-1), ...promptOf(ctx.messages) },
+      // The request's parameters, for gen_ai.request.max_tokens / .temperature on the OTLP span.
+      metadata: {
+        model: agentModel.model,
+        provider: agentModel.provider,
+        step: ctx.step,
+        max_tokens: live.agent.max_output_tokens,
+        ...(agentModel.temperature !== undefined ? { temperature: agentModel.temperature } : {}),
+      },
     });
     const combined = AbortSignal.any([signal, live.abort.signal]);
     let result;
@@ -203,7 +232,12 @@ export class RunEffects {
     }
     const usage = modelCallUsage(this.deps.settings.pricing, agentModel.model, result.usage);
     await settleHold(this.deps, ctx.run_id, `${ctx.run_id}:model:${ctx.step}`, usage.amounts, 'model');
-    this.deps.metrics.tokensUsed(result.usage.input_tokens, result.usage.output_tokens);
+    this.deps.metrics.tokensUsed(
+      result.usage.input_tokens,
+      result.usage.output_tokens,
+      { agent: live.agent_id, provider: agentModel.provider, model: agentModel.model },
+      usage.amounts.cost_usd ?? 0,
+    );
     void live.emit({
       event_type: 'model_response',
       actor: { type: 'model', id: agentModel.model, name: agentModel.provider },

@@ -232,14 +232,14 @@ export class RunHost {
         });
       }
       if (historyInCommit) ops.push(this.kernel.history.firstTurnOp(r, this.prelude));
-      // A completed background agent run carries its background run's completion (row, attempt,
+      // A background agent run's end or park carries its background run's step (row, attempt,
       // trace, lifecycle event) in this same commit: both are written or neither is.
-      if (status === 'completed' && this.kind === 'background' && this.kernel.finalFold) {
+      if ((terminal || waiting) && this.kind === 'background' && this.kernel.finalFold) {
         try {
           fold = this.kernel.finalFold(r);
         } catch (err) {
-          fold = null; // nothing folded: the completion goes the usual way (onSettled)
-          this.log.error({ err: String(err) }, 'could not fold the background run completion into the final commit');
+          fold = null; // nothing folded: the end goes the usual way (onSettled)
+          this.log.error({ err: String(err) }, "could not fold the background run's step into the agent run's final commit");
         }
         if (fold) ops.push(...fold.ops);
       }
@@ -432,7 +432,7 @@ export class RunHost {
   private beat(): void {
     const now = this.deps.clock.now();
     this.writer
-      .update((r) => ({ ...r, heartbeat_at: iso(now), lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000) }))
+      .update((r) => ({ ...r, heartbeat_at: iso(now), lease_expires_at: this.deps.leases.expiresAt(this.deps.settings.lease_seconds * 1000) }))
       // A fenced or failed write ends the run through onFenced/failLive; the next beat tries again.
       .catch(swallow('runs.heartbeat', { run_id: this.run_id }, (err) => err instanceof FencedError));
   }
@@ -447,6 +447,9 @@ export class RunHost {
   emit(input: RunEventInput): Promise<unknown> {
     const record = this.writer.value;
     const full: EventRecordInput = {
+      // Stamped now, not when the store takes it: held events (below) are stored later, and a
+      // step's start must not read as later than its end.
+      timestamp: iso(this.deps.clock.now()),
       ...input,
       sequence: ++this.eventSeq,
       trace_id: record.trace_id,

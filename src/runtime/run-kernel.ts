@@ -6,7 +6,6 @@
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import type { AnyActorLogic } from 'xstate';
-import { leaseLapsed } from '../../machines/policies/lease.js';
 import { AppError, domainError, notFound } from '../errors.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import type { AgentLease, AgentProfile } from './agent-profile.js';
@@ -116,9 +115,9 @@ export class RunKernel {
     return rec.value;
   }
 
-  /** Whether the run's lease ran out (its owner stopped beating). */
+  /** Whether the run's lease ran out (its owner stopped beating), on the lease clock (src/lease-clock.ts). */
   leaseLapsed(r: RunRecord): boolean {
-    return leaseLapsed(r.lease_expires_at, this.deps.clock.now());
+    return this.deps.leases.lapsed(r.lease_expires_at);
   }
 
   /** RunService.foldFinal: what a background agent run's completion carries in its final commit. */

@@ -2,6 +2,7 @@
 // actor snapshot (kind 'snapshots'), never here, so listing runs never loads conversations.
 import type { ApprovalState, BudgetRequest, TerminationReason, Usage } from '../../machines/run.machine.js';
 import { redact, type Redactor } from '../telemetry/redact.js';
+import { QUERY_PREVIEW_CHARS } from '../schemas/runs.js';
 
 export type RunRecordStatus =
   'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
@@ -160,6 +161,8 @@ export function publicRunView(r: RunRecord, redactor: Redactor) {
     run_id: r.run_id,
     session_id: r.session_id,
     agent_name: r.agent_name,
+    agent_id: r.agent_id,
+    query_preview: redactor.text(r.query.slice(0, QUERY_PREVIEW_CHARS)),
     status: r.status,
     step: r.step,
     attempt: r.attempt,
@@ -177,6 +180,7 @@ export function publicRunView(r: RunRecord, redactor: Redactor) {
     created_at: r.created_at,
     updated_at: r.updated_at,
     heartbeat_at: r.heartbeat_at,
+    ended_at: r.ended_at ?? null,
     lease_seconds: r.lease_seconds,
   };
 }

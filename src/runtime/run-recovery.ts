@@ -175,7 +175,7 @@ export class RunRecovery {
         trace_id,
         trace_ids: [...r.trace_ids, trace_id],
         heartbeat_at: iso(now),
-        lease_expires_at: iso(now + this.deps.settings.lease_seconds * 1000),
+        lease_expires_at: this.deps.leases.expiresAt(this.deps.settings.lease_seconds * 1000),
         recoveries: recovering ? r.recoveries + 1 : r.recoveries,
         updated_at: iso(now),
       };

@@ -10,6 +10,7 @@ import type { Pricing } from '../agent/pricing.js';
 import type { CompiledGuardrails } from '../agent/guardrails.js';
 import type { RegisteredTool } from '../agent/tools/types.js';
 import type { Clock } from '../clock.js';
+import type { LeaseClock } from '../lease-clock.js';
 import type { Store } from '../store/store.js';
 import type { AgentSource, AgentToolSource } from './agent-profile.js';
 import type { TelemetryEmitter } from './emitter.js';
@@ -50,6 +51,8 @@ export interface RunServiceDeps {
   store: Store;
   system: ActorSystem;
   clock: Clock;
+  /** The clock a run's lease is written and judged on (src/lease-clock.ts): one per process, shared with the background manager. */
+  leases: LeaseClock;
   telemetry: TelemetryEmitter;
   metrics: Metrics;
   model: ModelProvider;

@@ -4,6 +4,7 @@
 // machine's effects; run-effects.ts, tool calls in run-tools.ts), RunDecisions (approvals, budget,
 // steer, interrupt, cancel, outcomes; run-decisions.ts) and RunRecovery (resume, sweep, shutdown;
 // run-recovery.ts). The record a snapshot makes is projected in run-projection.ts.
+import { inTimeRange, scanPage, type ListOrder } from './list-scan.js';
 import type { ChatMessage } from '../agent/model/types.js';
 import { domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
@@ -25,6 +26,19 @@ import { isRefusal, reportSwallowed, swallow } from '../telemetry/swallowed.js';
 import { pageOf } from '../paging.js';
 
 export type { RunServiceDeps, RunSettings, SessionPolicy, StartOptions, StartedRun } from './run-types.js';
+
+/** GET /runs filters (src/schemas/runs.ts RunsListQuery). */
+export interface RunListQuery {
+  status?: RunRecordStatus;
+  session_id?: string;
+  task_id?: string;
+  agent_id?: string;
+  since?: string;
+  until?: string;
+  order?: ListOrder;
+  limit: number;
+  cursor?: string | null;
+}
 
 export class RunService {
   private readonly kernel: RunKernel;
@@ -144,7 +158,7 @@ export class RunService {
         trace_id,
         now,
         lease_seconds: settings.lease_seconds,
-        lease_expires_at: iso(clock.now() + settings.lease_seconds * 1000),
+        lease_expires_at: this.deps.leases.expiresAt(settings.lease_seconds * 1000),
         owner: this.deps.workerId,
       });
       // The run's writer creates the run and its first trace segment in one commit, handed to the
@@ -270,13 +284,37 @@ export class RunService {
     return this.kernel.get(runId);
   }
 
-  async list(q: { status?: RunRecordStatus; session_id?: string; limit: number; cursor?: string | null }) {
-    const index = q.status ? { name: 'status', value: q.status } : q.session_id ? { name: 'session_id', value: q.session_id } : undefined;
-    const page = await repos(this.deps.store).runs.list<RunRecord>({ index, cursor: q.cursor, limit: q.limit });
-    let runs = page.items.map((i) => i.value);
-    if (q.status && q.session_id) runs = runs.filter((r) => r.session_id === q.session_id);
-    const total = await repos(this.deps.store).runs.count(index);
-    return { runs, total, next_cursor: page.next_cursor };
+  /**
+   * GET /runs (docs/contract.md §1): one indexed filter picks the store list (the most selective
+   * given: session, task, status); the others, agent and time range are applied while reading
+   * (list-scan.ts). `total` counts what the indexed filter selects: with several filters it is an
+   * upper bound.
+   */
+  async list(q: RunListQuery) {
+    const index = q.session_id
+      ? { name: 'session_id', value: q.session_id }
+      : q.task_id
+        ? { name: 'task_id', value: q.task_id }
+        : q.status
+          ? { name: 'status', value: q.status }
+          : undefined;
+    const rest = (r: RunRecord): boolean =>
+      (!q.status || r.status === q.status) &&
+      (!q.session_id || r.session_id === q.session_id) &&
+      (!q.task_id || r.task_id === q.task_id) &&
+      (!q.agent_id || r.agent_id === q.agent_id) &&
+      inTimeRange(r.created_at, q);
+    const filtered = [q.session_id, q.task_id, q.status, q.agent_id, q.since, q.until].filter(Boolean).length > (index ? 1 : 0);
+    const repo = repos(this.deps.store).runs;
+    const page = await scanPage<RunRecord>((lq) => repo.list<RunRecord>(lq), {
+      index,
+      cursor: q.cursor,
+      limit: q.limit,
+      order: q.order ?? 'asc',
+      match: filtered ? rest : null,
+    });
+    const total = await repo.count(index);
+    return { runs: page.items, total, next_cursor: page.next_cursor };
   }
 
   async history(sessionId: string, q: { limit: number; cursor?: string }) {

@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import type { Config } from '../config.js';
 import { systemClock, type Clock } from '../clock.js';
+import { LeaseClock } from '../lease-clock.js';
 import { newId } from '../ids.js';
 import { loadModelProvider } from '../agent/model/load.js';
 import type { ModelProvider } from '../agent/model/types.js';
@@ -86,6 +87,8 @@ export class Runtime {
   readonly otlp: OtlpTraceExporter | null;
   /** The link to the other instances of a shared store (its change feed); null on the embedded store. */
   readonly cluster: ClusterLink | null;
+  /** The one clock leases are written and judged on, for both run kinds (src/lease-clock.ts). */
+  readonly leases: LeaseClock;
 
   private constructor(
     readonly config: Config,
@@ -99,6 +102,7 @@ export class Runtime {
     readonly metrics: Metrics,
   ) {
     this.startedAt = clock.now();
+    this.leases = new LeaseClock(clock);
     this.agentName = config.agent.name;
     const logger = opts.logger ?? silentLogger;
     // One redactor (value patterns + the config's secret values) for everything a run stores or exports.
@@ -160,6 +164,7 @@ export class Runtime {
       store,
       system: this.system,
       clock,
+      leases: this.leases,
       telemetry: this.telemetry,
       metrics: this.metrics,
       model,
@@ -189,6 +194,7 @@ export class Runtime {
     this.background = new BackgroundManager({
       store,
       clock,
+      leases: this.leases,
       telemetry: this.telemetry,
       metrics: this.metrics,
       config,
@@ -306,6 +312,8 @@ export class Runtime {
   /** Start-up recovery and the periodic orphan sweep (docs/contract.md §6.2). */
   async start(): Promise<void> {
     this.initialized = true;
+    // Leases are written and judged on the store's clock where it has one (src/lease-clock.ts).
+    await this.leases.sync(this.store);
     // The embedded store is single-process: every run it holds as `running` has a dead owner. On
     // a shared store the other instances' runs are theirs until their leases lapse.
     await this.runs.sweep({ startup: !isSharedStore(this.store) });

@@ -1,4 +1,5 @@
 import { notFound } from '../errors.js';
+import { inTimeRange, scanPage, type ListOrder } from './list-scan.js';
 import type { EventIndexField, Store, StoredEvent } from '../store/store.js';
 import { buildTrace, resolveTraceLookup, summarizeTrace, type Trace, type TraceRecord, type TraceStatus } from '../telemetry/traces.js';
 import { repos } from '../store/repos/index.js';
@@ -97,11 +98,22 @@ export class TelemetryQueries {
   }
 
   /**
-   * Trace summaries, newest first, a page at a time. Each store page asked for is at most what
-   * the answer still lacks, and is used whole, so the store's own cursor says where the next
-   * page starts (filters other than the index are applied here).
+   * Trace summaries, newest first (order=asc: oldest first), a page at a time. One indexed filter
+   * picks the store list; the others are applied while reading (list-scan.ts), so a page may be
+   * short with a next_cursor when they match rarely.
    */
-  async list(q: { run_id?: string; session_id?: string; task_id?: string; status?: TraceStatus; limit: number; cursor?: string }) {
+  async list(q: {
+    run_id?: string;
+    session_id?: string;
+    task_id?: string;
+    agent_id?: string;
+    status?: TraceStatus;
+    since?: string;
+    until?: string;
+    order?: ListOrder;
+    limit: number;
+    cursor?: string;
+  }) {
     const index = q.run_id
       ? { name: 'run_id', value: q.run_id }
       : q.session_id
@@ -109,27 +121,24 @@ export class TelemetryQueries {
         : q.task_id
           ? { name: 'task_id', value: q.task_id }
           : undefined;
+    const match = (r: TraceRecord): boolean =>
+      (!q.status || r.status === q.status) &&
+      (!q.session_id || r.session_id === q.session_id) &&
+      (!q.task_id || r.task_id === q.task_id) &&
+      (!q.agent_id || r.agent_id === q.agent_id) &&
+      inTimeRange(r.started_at, q);
+    const filtered = Boolean(q.status || q.agent_id || q.since || q.until || (q.run_id && (q.session_id || q.task_id)) || (q.session_id && q.task_id));
+    const repo = repos(this.store).traces;
+    const page = await scanPage<TraceRecord>((lq) => repo.list<TraceRecord>(lq), {
+      index,
+      cursor: q.cursor ?? null,
+      limit: q.limit,
+      order: q.order ?? 'desc',
+      match: filtered ? match : null,
+    });
     const summaries = [];
-    let cursor: string | null = q.cursor ?? null;
-    while (summaries.length < q.limit) {
-      const page: Awaited<ReturnType<Store['listRecords']>> = await repos(this.store).traces.list<TraceRecord>({
-        index,
-        reverse: true,
-        limit: q.limit - summaries.length,
-        cursor,
-      });
-      for (const item of page.items) {
-        const r = item.value as TraceRecord;
-        if (q.status && r.status !== q.status) continue;
-        if (q.session_id && r.session_id !== q.session_id) continue;
-        if (q.task_id && r.task_id !== q.task_id) continue;
-        const events = await this.traceEvents(r.trace_id);
-        summaries.push(summarizeTrace(buildTrace(r, events)));
-      }
-      cursor = page.next_cursor;
-      if (!cursor) break;
-    }
-    return { traces: summaries, count: summaries.length, next_cursor: cursor };
+    for (const r of page.items) summaries.push(summarizeTrace(buildTrace(r, await this.traceEvents(r.trace_id))));
+    return { traces: summaries, count: summaries.length, next_cursor: page.next_cursor };
   }
 }
 

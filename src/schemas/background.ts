@@ -5,7 +5,19 @@ import { z } from 'zod';
 import { WebhookUrl } from './webhooks.js';
 import { ATTEMPT_REASONS, ATTEMPT_STATUSES, BACKGROUND_RUN_STATUSES, TRIGGER_TYPES } from '../../machines/background-types.js';
 import type * as MachineTypes from '../../machines/background-types.js';
-import { BackgroundId, Cursor, IsoDateTime, JsonObject, OffsetCursor, QueryBool, SafeId, queryInt } from './common.js';
+import {
+  BackgroundId,
+  Cursor,
+  IsoDateTime,
+  JsonObject,
+  OffsetCursor,
+  QueryBool,
+  SafeId,
+  TimeRangeQuery,
+  checkTimeRange,
+  listOrder,
+  queryInt,
+} from './common.js';
 
 // --- enums -------------------------------------------------------------------------------------
 
@@ -618,12 +630,14 @@ export type SchedulePreviewResponse = z.infer<typeof SchedulePreviewResponse>;
 export const BackgroundTasksListQuery = z.object({ agent_id: BackgroundId.optional(), limit: queryInt(1, 500, 100), cursor: Cursor.optional() });
 export type BackgroundTasksListQuery = z.infer<typeof BackgroundTasksListQuery>;
 
-export const BackgroundRunsListQuery = z.object({
+export const BackgroundRunsListQuery = TimeRangeQuery.extend({
   task_id: BackgroundId.optional(),
   status: BackgroundRunStatus.optional(),
+  agent_id: BackgroundId.optional().describe('Only runs of this background agent.'),
+  order: listOrder('asc'),
   limit: queryInt(1, 500, 100),
   cursor: Cursor.optional(),
-});
+}).superRefine(checkTimeRange);
 export type BackgroundRunsListQuery = z.infer<typeof BackgroundRunsListQuery>;
 
 /** GET /background/agents: specs can be large (instructions, tool lists), so pages are small. */

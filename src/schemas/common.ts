@@ -80,3 +80,25 @@ export function asArray<T>(v: T | T[] | undefined): T[] | undefined {
   if (v === undefined) return undefined;
   return Array.isArray(v) ? v : [v];
 }
+
+// --- list parameters shared by the lists (docs/contract.md §1) --------------------------------------
+// One place for order and the time range, so every list parses them alike (src/runtime/list-scan.ts
+// applies them).
+
+/** `order` of a list: `asc` oldest first, `desc` newest first; each list keeps its documented default. */
+export function listOrder(dflt: 'asc' | 'desc') {
+  return z.enum(['asc', 'desc']).default(dflt).describe(`asc: oldest first; desc: newest first (default ${dflt}).`);
+}
+
+/** The time-range filter: created at or after `since`, before `until`. */
+export const TimeRangeQuery = z.object({
+  since: IsoDateTime.optional().describe('Only items created at or after this time (ISO 8601 with a timezone).'),
+  until: IsoDateTime.optional().describe('Only items created before this time (ISO 8601 with a timezone).'),
+});
+
+/** Refuses a range that ends before it starts (422 at `until`). */
+export function checkTimeRange(q: { since?: string; until?: string }, ctx: z.RefinementCtx): void {
+  if (q.since && q.until && Date.parse(q.until) <= Date.parse(q.since)) {
+    ctx.addIssue({ code: 'custom', path: ['until'], message: 'must be later than since' });
+  }
+}

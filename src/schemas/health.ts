@@ -111,3 +111,13 @@ export type ToolInfo = z.infer<typeof ToolInfo>;
 
 export const ToolsResponse = z.object({ tools: z.array(ToolInfo), total: z.number().int().min(0) }).meta({ id: 'ToolsResponse' });
 export type ToolsResponse = z.infer<typeof ToolsResponse>;
+
+/** GET /whoami: the key a request was made with (docs/contract.md §1). */
+export const WhoAmIResponse = z
+  .object({
+    name: z.string().nullable().describe("The API key's name from auth.api_keys; null when auth is off."),
+    role: z.enum(['reader', 'operator', 'approver', 'admin']).describe('What the key may do; with auth off every caller counts as admin.'),
+    auth: z.boolean().describe('Whether the server checks API keys (auth.api_keys is not empty).'),
+  })
+  .meta({ id: 'WhoAmIResponse' });
+export type WhoAmIResponse = z.infer<typeof WhoAmIResponse>;

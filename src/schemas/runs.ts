@@ -1,7 +1,20 @@
 // Synchronous runs: request, result, stream frames, the public run view and the session routes
 // (docs/contract.md §12.1, §1, §3).
 import { z } from 'zod';
-import { BackgroundId, Cursor, ErrorInfo, IsoDateTime, JsonObject, OffsetCursor, QueryId, SafeId, queryInt } from './common.js';
+import {
+  BackgroundId,
+  Cursor,
+  ErrorInfo,
+  IsoDateTime,
+  JsonObject,
+  OffsetCursor,
+  QueryId,
+  SafeId,
+  TimeRangeQuery,
+  checkTimeRange,
+  listOrder,
+  queryInt,
+} from './common.js';
 import { ApprovalView, BudgetRequestView, OutcomeResponse } from './decisions.js';
 import { WebhookUrl } from './webhooks.js';
 import { RunSessionPolicy } from './steer.js';
@@ -132,11 +145,17 @@ export type RunUsage = z.infer<typeof RunUsage>;
  * GET /runs/{run_id}. The saved conversation is never part of it. `response` and
  * `termination_reason` are extras beyond §3.3 so a finished run can be read back in one call.
  */
+/** How much of a run's request its view carries (a list of 500 runs must not carry 500 conversations). */
+export const QUERY_PREVIEW_CHARS = 500;
+
 export const RunView = z
   .object({
     run_id: z.string(),
     session_id: z.string(),
     agent_name: z.string(),
+    agent_id: z.string().describe('The agent that ran it (the configured agent, or the background agent).'),
+    task_id: z.string().nullish().describe('The background task whose run started it; null for a request.'),
+    query_preview: z.string().nullish().describe(`The request that started the run, its first ${QUERY_PREVIEW_CHARS} characters, secrets redacted.`),
     status: RunRecordStatus,
     step: z.number().int().nonnegative(),
     attempt: z.number().int().nonnegative(),
@@ -150,6 +169,7 @@ export const RunView = z
     created_at: IsoDateTime,
     updated_at: IsoDateTime,
     heartbeat_at: IsoDateTime.nullable(),
+    ended_at: IsoDateTime.nullish().describe('When it finished; null while it runs or waits.'),
     lease_seconds: z.number().positive(),
     response: z.string().nullish(),
     termination_reason: TerminationReason.nullish(),
@@ -157,12 +177,15 @@ export const RunView = z
   .meta({ id: 'RunView' });
 export type RunView = z.infer<typeof RunView>;
 
-export const RunsListQuery = z.object({
+export const RunsListQuery = TimeRangeQuery.extend({
   status: RunRecordStatus.optional(),
   session_id: QueryId.optional(),
+  agent_id: QueryId.optional().describe('Only runs of this agent.'),
+  task_id: QueryId.optional().describe('Only runs of this background task (the agent runs its background runs started).'),
+  order: listOrder('asc'),
   limit: queryInt(1, 500, 100),
   cursor: Cursor.optional(),
-});
+}).superRefine(checkTimeRange);
 export type RunsListQuery = z.infer<typeof RunsListQuery>;
 
 export const RunsListResponse = z

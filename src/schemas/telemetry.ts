@@ -1,6 +1,18 @@
 // Telemetry event records, traces and their query strings (docs/contract.md §14, §8).
 import { z } from 'zod';
-import { Cursor, ErrorInfo, IsoDateTime, JsonObject, QueryId, RepeatableQueryString, SafeId, queryInt } from './common.js';
+import {
+  Cursor,
+  ErrorInfo,
+  IsoDateTime,
+  JsonObject,
+  QueryId,
+  RepeatableQueryString,
+  SafeId,
+  TimeRangeQuery,
+  checkTimeRange,
+  listOrder,
+  queryInt,
+} from './common.js';
 
 export const ActorType = z.enum(['user', 'agent', 'model', 'tool', 'mcp_server', 'guardrail', 'background', 'system']).meta({ id: 'ActorType' });
 export type ActorType = z.infer<typeof ActorType>;
@@ -192,14 +204,16 @@ export type SessionEventsQuery = z.infer<typeof SessionEventsQuery>;
 export const SessionEventsListQuery = SessionEventsQuery.extend({ limit: queryInt(1, 1000, 1000) });
 export type SessionEventsListQuery = z.infer<typeof SessionEventsListQuery>;
 
-export const TracesListQuery = z.object({
+export const TracesListQuery = TimeRangeQuery.extend({
   run_id: QueryId.optional(),
   session_id: QueryId.optional(),
   task_id: QueryId.optional(),
+  agent_id: QueryId.optional().describe('Only traces of this agent.'),
   status: TraceStatus.optional(),
+  order: listOrder('desc'),
   limit: queryInt(1, 1000, 100),
   cursor: Cursor.optional(),
-});
+}).superRefine(checkTimeRange);
 export type TracesListQuery = z.infer<typeof TracesListQuery>;
 
 export const TraceIdParams = z.object({ trace_id: SafeId });

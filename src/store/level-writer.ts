@@ -238,7 +238,34 @@ export class LevelWriter {
     if (keys.length === 0) return;
     const at = this.writesDone;
     const texts = read(keys).catch((err: unknown) => (this.opts.onSwallowed?.('store.level.prefetch', err), null));
-    keys.forEach((k, i) => this.prefetched.set(k, { at, stale: false, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
+    const entries: Prefetch[] = [];
+    // A read still valid when it lands is what the disk holds: the caches learn it then, so the
+    // caller's own read of the row (a named session before its run) and the round that writes it
+    // need no second disk read. A batch writing the key that is in flight now lands after this
+    // and overwrites what was learnt (land()); one that landed first made the entry stale. Rounds
+    // that stage commits run only while no batch is in flight, so none sees the old value then.
+    // (Attached first: whoever awaits an entry's text finds the caches taught.)
+    void texts.then((t) => {
+      if (t) keys.forEach((k, i) => !entries[i].stale && this.learnPrefetched(k, t[i]));
+    });
+    keys.forEach((k, i) => entries.push({ at, stale: false, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
+    keys.forEach((k, i) => this.prefetched.set(k, entries[i]));
+  }
+
+  private learnPrefetched(key: string, text: string | undefined): void {
+    if (key.startsWith(RECORD_KEY_START)) {
+      if (!this.rowCache.has(key)) this.cacheRow(key, text ?? null);
+    } else if (!this.counterCache.has(key)) this.counterCache.set(key, parse<number>(text) ?? 0);
+  }
+
+  /**
+   * The row's stored text as the cache knows it or, when a valid prefetch of it is in flight, as
+   * that read finds it (null: known absent); undefined when neither knows it (read the disk).
+   */
+  async prefetchedRow(key: string): Promise<string | null | undefined> {
+    const p = this.prefetched.get(key);
+    if (p && !p.stale) await p.text;
+    return this.rowCache.get(key);
   }
 
   /** `keys` from valid prefetches where there are some, the rest from the disk, in order. */

@@ -56,6 +56,7 @@ import {
   type StoredEvent,
   type Versioned,
 } from './store.js';
+import { RecordWrites } from './record-writes.js';
 
 export interface LevelStoreOptions {
   /** Data directory (created when missing). Only one process can hold it open. */
@@ -94,7 +95,7 @@ const isLockError = (e: unknown): boolean => {
   return false;
 };
 
-export class LevelStore implements Store {
+export class LevelStore extends RecordWrites implements Store {
   readonly adapter = 'level' as const;
   /** One process owns the data directory (it is locked): nothing is shared, claims scan. */
   readonly capabilities: StoreCapabilities = { sharedByInstances: false, atomicCommitEvents: true };
@@ -115,6 +116,7 @@ export class LevelStore implements Store {
   private retainedFrom: string | null = null;
 
   constructor(opts: LevelStoreOptions) {
+    super();
     this.path = opts.path;
     this.sync = opts.sync ?? true;
     this.rowCacheSize = opts.rowCacheSize ?? ROW_CACHE_SIZE;
@@ -240,7 +242,8 @@ export class LevelStore implements Store {
     return this.run(async (db) => {
       const key = recordKey(kind, id);
       const writer = this.writer!;
-      const cached = writer.cachedRow(key);
+      const hit = writer.cachedRow(key); // or what a prefetch of it in flight reads
+      const cached = hit !== undefined ? hit : await writer.prefetchedRow(key);
       if (cached !== undefined) return toVersioned<T>(id, cached);
       const epoch = writer.epoch;
       const text = await db.get(key);
@@ -264,20 +267,6 @@ export class LevelStore implements Store {
       }
       return texts.map((t, i) => toVersioned<T>(ids[i], t));
     });
-  }
-
-  async createRecord<T>(kind: RecordKind, id: string, value: T, indexes?: RecordIndexes): Promise<Versioned<T>> {
-    const [r] = await this.commit([{ op: 'create', kind, id, value, indexes }]);
-    return r as Versioned<T>;
-  }
-
-  async updateRecord<T>(kind: RecordKind, id: string, value: T, expectedVersion: number, indexes?: RecordIndexes): Promise<Versioned<T>> {
-    const [r] = await this.commit([{ op: 'update', kind, id, value, expectedVersion, indexes }]);
-    return r as Versioned<T>;
-  }
-
-  async deleteRecord(kind: RecordKind, id: string, expectedVersion?: number): Promise<void> {
-    await this.commit([{ op: 'delete', kind, id, expectedVersion }]);
   }
 
   commit(ops: CommitOps): Promise<Array<Versioned<unknown> | null>> {

@@ -26,6 +26,7 @@ import {
   type WriteOp,
 } from './store.js';
 import type { StoreChanges } from './changes.js';
+import { RecordWrites } from './record-writes.js';
 
 interface Row {
   id: string;
@@ -68,7 +69,7 @@ const isBefore = (timestamp: unknown, cutoffMs: number): boolean => {
   return Number.isNaN(t) || t < cutoffMs;
 };
 
-export class MemoryStore implements Store {
+export class MemoryStore extends RecordWrites implements Store {
   readonly adapter = 'memory' as const;
   /** None by default; tests of the multi-instance logic attach an in-process feed (LocalChanges). */
   changes?: StoreChanges;
@@ -121,20 +122,6 @@ export class MemoryStore implements Store {
       const r = m?.get(id);
       return r ? this.view<T>(r) : null;
     });
-  }
-
-  async createRecord<T>(kind: RecordKind, id: string, value: T, indexes?: RecordIndexes): Promise<Versioned<T>> {
-    const [r] = await this.commit([{ op: 'create', kind, id, value, indexes }]);
-    return r as Versioned<T>;
-  }
-
-  async updateRecord<T>(kind: RecordKind, id: string, value: T, expectedVersion: number, indexes?: RecordIndexes): Promise<Versioned<T>> {
-    const [r] = await this.commit([{ op: 'update', kind, id, value, expectedVersion, indexes }]);
-    return r as Versioned<T>;
-  }
-
-  async deleteRecord(kind: RecordKind, id: string, expectedVersion?: number): Promise<void> {
-    await this.commit([{ op: 'delete', kind, id, expectedVersion }]);
   }
 
   async commit(input: CommitOps): Promise<Array<Versioned<unknown> | null>> {

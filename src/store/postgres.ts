@@ -76,6 +76,7 @@ import {
   type StoreHealth,
   type Versioned,
 } from './store.js';
+import { RecordWrites } from './record-writes.js';
 
 type QueryConfig = pg.QueryConfig<unknown[]>;
 
@@ -110,7 +111,7 @@ const OPEN_WAIT_MS = 30_000;
 const PROBE_INTERVAL_MS = 2000;
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-export class PostgresStore implements Store {
+export class PostgresStore extends RecordWrites implements Store {
   readonly adapter = 'postgres' as const;
   private state: 'new' | 'opening' | 'open' | 'closing' | 'closed' = 'new';
   private poolRef: pg.Pool | null = null;
@@ -127,7 +128,9 @@ export class PostgresStore implements Store {
   /** The change feed several instances share (LISTEN/NOTIFY, src/store/changes.ts); set by open(). */
   changes?: StoreChanges;
 
-  constructor(private readonly opts: PostgresStoreOptions) {}
+  constructor(private readonly opts: PostgresStoreOptions) {
+    super();
+  }
 
   /** The pool (for LISTEN/NOTIFY and the like); throws 'closed' when the store is not open. */
   get pool(): pg.Pool {
@@ -272,6 +275,13 @@ export class PostgresStore implements Store {
     return this.health;
   }
 
+  /** The database server's clock: `clock_timestamp()` (the time now, not the transaction's start). */
+  async serverTimeMs(): Promise<number> {
+    if (this.state !== 'open') throw new StoreError('closed', 'store is not open');
+    const r = await this.pool.query<{ ms: string }>('SELECT (extract(epoch from clock_timestamp()) * 1000)::float8::text AS ms');
+    return Math.round(Number(r.rows[0].ms));
+  }
+
   /** The background probe: skipped while queries keep succeeding (they prove the same, for free). */
   private async probe(force = false): Promise<void> {
     if (!force && this.health.ok && Date.now() - this.lastOkAt < PROBE_INTERVAL_MS) return;
@@ -369,20 +379,6 @@ export class PostgresStore implements Store {
 
   getRecords<T>(kind: RecordKind, ids: string[]): Promise<Array<Versioned<T> | null>> {
     return this.run(() => this.reads.getRecords<T>(kind, ids));
-  }
-
-  async createRecord<T>(kind: RecordKind, id: string, value: T, indexes?: RecordIndexes): Promise<Versioned<T>> {
-    const [r] = await this.commit([{ op: 'create', kind, id, value, indexes }]);
-    return r as Versioned<T>;
-  }
-
-  async updateRecord<T>(kind: RecordKind, id: string, value: T, expectedVersion: number, indexes?: RecordIndexes): Promise<Versioned<T>> {
-    const [r] = await this.commit([{ op: 'update', kind, id, value, expectedVersion, indexes }]);
-    return r as Versioned<T>;
-  }
-
-  async deleteRecord(kind: RecordKind, id: string, expectedVersion?: number): Promise<void> {
-    await this.commit([{ op: 'delete', kind, id, expectedVersion }]);
   }
 
   listRecords<T>(kind: RecordKind, query: ListQuery = {}): Promise<Page<T>> {

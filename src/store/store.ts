@@ -303,6 +303,14 @@ export interface Store {
    */
   healthStatus?(): StoreHealth;
 
+  /**
+   * Optional: the time on the database server's clock (ms since the epoch), for a store several
+   * instances share. Leases are written and judged on it (src/lease-clock.ts, docs/architecture.md
+   * "Which instance owns a run"), so instances whose clocks disagree still agree on who owns a run.
+   * An embedded store (one process) has no clock of its own: the process's clock is the store's.
+   */
+  serverTimeMs?(): Promise<number>;
+
   /** Appends in order; the returned events carry their cursors. Durable when the promise resolves. */
   appendEvents(events: EventInput[]): Promise<StoredEvent[]>;
   readEvents(query?: EventQuery): Promise<EventPage>;

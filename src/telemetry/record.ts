@@ -104,6 +104,12 @@ export interface EventRecordInput {
   sequence?: number | null;
   /** Given only when an emitter must be idempotent under replay (architecture fact 3). */
   event_id?: string;
+  /**
+   * When the event happened (ISO 8601), stamped by the emitter at the moment it emits: an event
+   * may wait before it is stored (a run's first events wait for its creating write), and a span
+   * stamped when stored could end before it started. Absent: the clock when the record is built.
+   */
+  timestamp?: string;
   metadata: EventMetadata;
 }
 
@@ -130,6 +136,7 @@ export interface EventRecord extends EventInput {
 }
 
 const str = (v: unknown): string | null => (typeof v === 'string' && v.length > 0 ? v : null);
+const validTimestamp = (v: unknown): string | null => (typeof v === 'string' && !Number.isNaN(Date.parse(v)) ? new Date(v).toISOString() : null);
 const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 
 /** Builds a full §8.1 record. Pure apart from the id and the clock reading. */
@@ -153,7 +160,7 @@ export function createEventRecord(input: EventRecordInput, settings: CaptureSett
     span_id: input.span_id,
     parent_span_id: input.parent_span_id ?? null,
     sequence: num(input.sequence),
-    timestamp: new Date(clock.now()).toISOString(),
+    timestamp: validTimestamp(input.timestamp) ?? new Date(clock.now()).toISOString(),
     actor: { type: input.actor.type, id: input.actor.id, name: input.actor.name ?? null },
     input: capturePayload(input.input, settings.capture, redactor),
     output: capturePayload(input.output, settings.capture, redactor),

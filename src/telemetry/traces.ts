@@ -395,6 +395,14 @@ function spanAttributes(
         'gen_ai.provider.name',
         firstOf(events, (e) => metaStr(e, 'gen_ai.provider.name', 'provider')),
       );
+      // The request's parameters, as the model_call event recorded them (run-effects.ts).
+      const call = events.find((e) => e.event_type === 'model_call');
+      if (call) {
+        const maxTokens = num(meta(call).max_tokens);
+        const temperature = num(meta(call).temperature);
+        if (maxTokens !== null) attrs['gen_ai.request.max_tokens'] = maxTokens;
+        if (temperature !== null) attrs['gen_ai.request.temperature'] = temperature;
+      }
       // metadata survives `capture: metadata_only`; the output is where events before it had it.
       const finish = firstOf(events, (e) => metaStr(e, 'finish_reason') ?? (e.event_type === 'model_response' ? str(obj(e.output)?.finish_reason) : null));
       if (finish !== null) attrs['gen_ai.response.finish_reasons'] = [finish];

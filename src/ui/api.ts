@@ -3,11 +3,22 @@ import { readSseFrames } from '../client/sse.js';
 const KEY = 'agentd.key';
 const APPROVER = 'agentd.approver';
 
+/** The signed-in key's name (GET /whoami); null with auth off. */
+let keyName: string | null = null;
+
 export const session = {
   key: (): string => sessionStorage.getItem(KEY) ?? '',
-  setKey: (k: string) => (k ? sessionStorage.setItem(KEY, k) : sessionStorage.removeItem(KEY)),
-  approver: (): string => sessionStorage.getItem(APPROVER) ?? 'dashboard',
-  setApprover: (n: string) => sessionStorage.setItem(APPROVER, n),
+  setKey: (k: string) => {
+    if (k) sessionStorage.setItem(KEY, k);
+    else {
+      sessionStorage.removeItem(KEY);
+      // "Deciding as" was this key's choice; the next key starts from its own name.
+      sessionStorage.removeItem(APPROVER);
+    }
+  },
+  /** Who decides: the name typed under "deciding as", else the key's name (as steer messages are signed), else "dashboard". */
+  approver: (): string => sessionStorage.getItem(APPROVER) || keyName || 'dashboard',
+  setApprover: (n: string) => (n ? sessionStorage.setItem(APPROVER, n) : sessionStorage.removeItem(APPROVER)),
 };
 
 export class ApiError extends Error {
@@ -159,35 +170,24 @@ export interface Access {
   canOperate: boolean;
   canDecide: boolean;
   role: string;
+  /** The signed-in key's name; null with auth off. */
+  name: string | null;
 }
 
-/**
- * What the key may do, found by harmless probes (no route tells a key its role): GET /runs needs
- * any role (401 = no valid key); a decision on a run that does not exist answers 403 to a key that
- * may not decide and 404/422 to one that may; a cancel of a run that does not exist likewise for
- * operating. Nothing exists under these ids, so nothing changes.
- */
+/** What the key may do and who it is: GET /whoami (401 = a key is needed, or this one is not valid). */
 export async function probeAccess(): Promise<Access> {
-  const status = (p: Promise<unknown>) =>
-    p.then(
-      () => 200,
-      (e) => {
-        // No answer at all is not a role: the caller shows that the service is down and retries.
-        if (e instanceof UnreachableError) throw e;
-        return e instanceof ApiError ? e.status : 0;
-      },
-    );
-  const read = await status(api('/runs?limit=1'));
-  if (read === 401) return { needsKey: true, canOperate: false, canDecide: false, role: 'none' };
-  const probe = 'run_dashboard_probe';
-  const [decide, operate] = await Promise.all([
-    status(api(`/runs/${probe}/approvals/approval_dashboard_probe`, { method: 'POST', body: {} })),
-    status(api(`/runs/${probe}/cancel`, { method: 'POST', body: {} })),
-  ]);
-  const canDecide = decide !== 403 && decide !== 401;
-  const canOperate = operate !== 403 && operate !== 401;
-  const role = !session.key() ? 'open (no keys)' : canDecide && canOperate ? 'admin' : canDecide ? 'approver' : canOperate ? 'operator' : 'reader';
-  return { needsKey: false, canOperate, canDecide, role };
+  let me: { name: string | null; role: string; auth: boolean };
+  try {
+    me = await api('/whoami');
+  } catch (e) {
+    // No answer at all is not a role: the caller shows that the service is down and retries.
+    if (e instanceof ApiError && e.status === 401) return { needsKey: true, canOperate: false, canDecide: false, role: 'none', name: null };
+    throw e;
+  }
+  keyName = me.name;
+  const canDecide = me.role === 'approver' || me.role === 'admin';
+  const canOperate = me.role === 'operator' || me.role === 'admin';
+  return { needsKey: false, canOperate, canDecide, role: me.auth ? me.role : 'open (no keys)', name: me.name };
 }
 
 /** A small JSON-schema check (type, required, properties, additionalProperties, enum) for edited tool arguments; the server checks again. */

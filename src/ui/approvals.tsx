@@ -46,6 +46,11 @@ export function ApprovalCard({ run, approval, tools, access, onDone }: { run: an
           </a>
         </span>
       </h3>
+      {run.query_preview && (
+        <p class="request">
+          Request: <q>{run.query_preview}</q>
+        </p>
+      )}
       <p>
         Reason: <span class="reason">{approval.reason ?? '–'}</span> · asked {new Date(approval.created_at).toLocaleString()}
         {approval.expires_at ? ` · expires ${new Date(approval.expires_at).toLocaleString()}` : ''}
@@ -119,6 +124,11 @@ export function BudgetCard({ run, request, access, onDone }: { run: any; request
           </a>
         </span>
       </h3>
+      {run.query_preview && (
+        <p class="request">
+          Request: <q>{run.query_preview}</q>
+        </p>
+      )}
       <p>
         used {request.used} of {request.limit}, needs {request.needed} (short {request.shortfall})
       </p>
@@ -180,7 +190,8 @@ export function ApprovalsPage({ access }: { access: Access }) {
               onInput={(e) => {
                 const v = (e.target as HTMLInputElement).value;
                 setApprover(v);
-                session.setApprover(v || 'dashboard');
+                // Empty: back to the key's name.
+                session.setApprover(v);
               }}
             />
           </label>

@@ -140,7 +140,10 @@ function Task({ task, access, refresh, tick }: { task: any; access: Access; refr
       <p class="muted">
         {scheduleText(task.schedule)} · runs {state?.runs ?? '…'} · active {state?.active_runs ?? '…'}
       </p>
-      {preview && (
+      {(paused || !task.enabled) && task.schedule?.type !== 'manual' && (
+        <p class="muted no-due">{paused ? 'Paused: nothing is due until it is resumed.' : 'Disabled: nothing is due.'}</p>
+      )}
+      {preview && !paused && task.enabled && (
         <ul class="preview">
           {preview.map((o) => (
             <li>

@@ -1,8 +1,8 @@
 // The agentd dashboard: a Preact single-page app on the public HTTP API (src/ui/api.ts).
-import { render } from 'preact';
+import { render, type ComponentChildren } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
-import { UnreachableError, connection, probeAccess, session, type Access } from './api.js';
-import { link, navigate, useRoute } from './router.js';
+import { UnreachableError, api, connection, probeAccess, session, type Access } from './api.js';
+import { link, navigate, usePoll, useRoute } from './router.js';
 import { RunsPage } from './runs.js';
 import { RunPage } from './run.js';
 import { ApprovalsPage } from './approvals.js';
@@ -40,6 +40,28 @@ function Offline() {
       <strong>Cannot reach the agentd service</strong> at {location.origin}: it may be stopped or restarting. The page keeps trying and picks up where it was
       once the service answers.
     </div>
+  );
+}
+
+/**
+ * How many runs wait for a person (an approval or a budget decision), polled: two list reads of
+ * one item each, whose `total` is the count (one indexed filter, so exact; docs/contract.md §1.1).
+ */
+function PendingCount() {
+  const [n, setN] = useState<number | null>(null);
+  usePoll(async () => {
+    try {
+      const [a, b] = await Promise.all([api('/runs?status=awaiting_approval&limit=1'), api('/runs?status=awaiting_budget&limit=1')]);
+      setN(a.total + b.total);
+    } catch {
+      setN(null);
+    }
+  }, 3000);
+  if (!n) return null;
+  return (
+    <span class="pending-count" title="runs waiting for a decision">
+      {n}
+    </span>
   );
 }
 
@@ -90,9 +112,10 @@ function App() {
   else if (page === 'background') body = <BackgroundPage access={access} />;
   else if (page === 'machines') body = <MachinesPage query={route.query} />;
   else body = <RunsPage access={access} />;
-  const tab = (name: string, label: string) => (
+  const tab = (name: string, label: string, extra?: ComponentChildren) => (
     <a href={`/ui/${name}`} class={page === name ? 'active' : ''} onClick={link}>
       {label}
+      {extra}
     </a>
   );
   return (
@@ -101,10 +124,15 @@ function App() {
         <strong>agentd</strong>
         <nav>
           {tab('runs', 'Runs')}
-          {tab('approvals', 'Approvals')}
+          {tab('approvals', 'Approvals', <PendingCount />)}
           {tab('background', 'Background')}
           {tab('machines', 'Machines')}
         </nav>
+        {access.name && (
+          <span class="who" title="the API key this tab is signed in with">
+            signed in as <strong class="key-name">{access.name}</strong>
+          </span>
+        )}
         <span class="role" data-role={access.role}>
           role: {access.role}
         </span>

@@ -1,10 +1,11 @@
 // Runs: the live list (polled) with filters, and starting a run (POST /run, streamed).
-import { useRef, useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { api, stream, type Access } from './api.js';
 import { link, navigate, usePoll } from './router.js';
 
 export const STATUSES = ['running', 'awaiting_approval', 'awaiting_budget', 'interrupted', 'completed', 'blocked', 'failed', 'cancelled', 'timeout'];
-const MAX_PAGES = 20;
+/** Runs per page of the list (newest first). */
+const PAGE = 100;
 const KEEP_RUNS = 1000;
 
 export const TERMINAL = new Set(['completed', 'blocked', 'failed', 'cancelled', 'timeout']);
@@ -84,62 +85,105 @@ function StartRun({ onChange }: { onChange: () => void }) {
   );
 }
 
+/** A run's wall time, created to ended ("–" while it runs or waits). */
+function fmtDuration(from: string | null | undefined, to: string | null | undefined): string {
+  if (!from || !to) return '–';
+  const ms = Math.max(0, Date.parse(to) - Date.parse(from));
+  if (Number.isNaN(ms)) return '–';
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  const sec = Math.round(ms / 1000);
+  return sec < 3600 ? `${Math.floor(sec / 60)} m ${sec % 60} s` : `${Math.floor(sec / 3600)} h ${Math.floor((sec % 3600) / 60)} m`;
+}
+
+/** Dollars to a few significant digits ($0.00056, $1.23). */
+function fmtUsd(v: number | null | undefined): string {
+  if (!v) return '$0';
+  return v >= 0.01 ? `$${v.toFixed(2)}` : `$${Number(v.toPrecision(2))}`;
+}
+
+/** A datetime-local input's value (the browser's local time) as ISO 8601 with a timezone, or null. */
+function isoOfLocal(v: string): string | null {
+  if (!v) return null;
+  const t = new Date(v);
+  return Number.isNaN(t.getTime()) ? null : t.toISOString();
+}
+
 export function RunsPage({ access }: { access: Access }) {
   const [status, setStatus] = useState('');
   const [sessionId, setSessionId] = useState('');
+  const [agentId, setAgentId] = useState('');
+  const [taskId, setTaskId] = useState('');
+  const [since, setSince] = useState('');
+  const [until, setUntil] = useState('');
   const [runs, setRuns] = useState<any[]>([]);
+  const [older, setOlder] = useState<{ runs: any[]; cursor: string | null }>({ runs: [], cursor: null });
   const [error, setError] = useState<string | null>(null);
   // A run started here refreshes the list at once instead of at the next poll.
   const [tick, setTick] = useState(0);
-  // GET /runs is oldest first with a cursor. The first poll walks to the end (at most MAX_PAGES
-  // pages of 500 per poll) and remembers where the last page starts; later polls read from there,
-  // so a poll is one or two requests however many runs the store holds, and the newest runs stay
-  // fresh. (A run older than that last page keeps the status it had when it was last seen.)
-  const tail = useRef<{ key: string; cursor: string | null; runs: Map<string, any> }>({ key: '', cursor: null, runs: new Map() });
+  const query = () => {
+    const q = new URLSearchParams({ order: 'desc', limit: String(PAGE) });
+    if (status) q.set('status', status);
+    if (sessionId.trim()) q.set('session_id', sessionId.trim());
+    if (agentId.trim()) q.set('agent_id', agentId.trim());
+    if (taskId.trim()) q.set('task_id', taskId.trim());
+    const from = isoOfLocal(since);
+    const to = isoOfLocal(until);
+    if (from) q.set('since', from);
+    if (to) q.set('until', to);
+    return q;
+  };
+  // Newest first (order=desc): one request a poll reads the newest page, whatever the store holds;
+  // "Older runs" follows next_cursor on demand. The filters are the API's own (agent, task, time).
   usePoll(
     async () => {
-      const q = new URLSearchParams({ limit: '500' });
-      if (status) q.set('status', status);
-      if (sessionId.trim()) q.set('session_id', sessionId.trim());
-      const key = q.toString();
-      // With a status filter a run leaves the set when its status changes, so the set (usually
-      // small: what is running or waiting) is read from the start every time.
-      if (tail.current.key !== key || status) tail.current = { key, cursor: null, runs: new Map() };
-      const t = tail.current;
       try {
-        let cursor = t.cursor;
-        for (let i = 0; i < MAX_PAGES; i++) {
-          const page = await api(`/runs?${q}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
-          for (const r of page.runs) t.runs.set(r.run_id, r);
-          // This page's start: the next poll reads it again (fresh statuses) and what follows it.
-          t.cursor = cursor;
-          if (!page.next_cursor || page.runs.length === 0) break;
-          cursor = page.next_cursor;
-        }
-        // Keep the newest KEEP_RUNS (a Map keeps insertion order: oldest first).
-        while (t.runs.size > KEEP_RUNS) t.runs.delete(t.runs.keys().next().value as string);
-        if (tail.current === t) setRuns([...t.runs.values()].reverse());
+        const page = await api(`/runs?${query()}`);
+        setRuns(page.runs);
+        setOlder((o) => (o.runs.length ? o : { runs: [], cursor: page.next_cursor }));
         setError(null);
       } catch (e) {
         setError(String(e));
       }
     },
     2000,
-    [status, sessionId, tick],
+    [status, sessionId, agentId, taskId, since, until, tick],
   );
+  // A filter change starts the older pages over.
+  useEffect(() => setOlder({ runs: [], cursor: null }), [status, sessionId, agentId, taskId, since, until]);
+  const loadOlder = async () => {
+    if (!older.cursor) return;
+    try {
+      const page = await api(`/runs?${query()}&cursor=${encodeURIComponent(older.cursor)}`);
+      setOlder({ runs: [...older.runs, ...page.runs].slice(0, KEEP_RUNS), cursor: page.next_cursor });
+    } catch (e) {
+      setError(String(e));
+    }
+  };
+  const seen = new Set(runs.map((r) => r.run_id));
+  const shown = [...runs, ...older.runs.filter((r) => !seen.has(r.run_id))];
+  const text = (set: (v: string) => void) => (e: Event) => set((e.target as HTMLInputElement).value);
   return (
     <>
       {access.canOperate && <StartRun onChange={() => setTick((n) => n + 1)} />}
       <div class="card">
         <h3>Runs</h3>
-        <div class="row">
+        <div class="row filters">
           <select name="status" value={status} onChange={(e) => setStatus((e.target as HTMLSelectElement).value)}>
             <option value="">any status</option>
             {STATUSES.map((s) => (
               <option value={s}>{s}</option>
             ))}
           </select>
-          <input name="session-filter" placeholder="session id" value={sessionId} onInput={(e) => setSessionId((e.target as HTMLInputElement).value)} />
+          <input name="session-filter" placeholder="session id" value={sessionId} onInput={text(setSessionId)} />
+          <input name="agent-filter" placeholder="agent id" value={agentId} onInput={text(setAgentId)} />
+          <input name="task-filter" placeholder="task id" value={taskId} onInput={text(setTaskId)} />
+          <label>
+            from <input name="since" type="datetime-local" value={since} onInput={text(setSince)} />
+          </label>
+          <label>
+            to <input name="until" type="datetime-local" value={until} onInput={text(setUntil)} />
+          </label>
         </div>
         {error && <p class="error">{error}</p>}
         <table class="runs">
@@ -147,15 +191,19 @@ export function RunsPage({ access }: { access: Access }) {
             <tr>
               <th>run</th>
               <th>status</th>
+              <th>agent</th>
+              <th>task</th>
               <th>session</th>
               <th>started</th>
+              <th>duration</th>
               <th>tokens</th>
+              <th>cost</th>
               <th>answer</th>
             </tr>
           </thead>
           <tbody>
-            {runs.slice(0, 200).map((r) => (
-              <tr key={r.run_id} onClick={() => navigate(`/ui/runs/${r.run_id}`)}>
+            {shown.map((r) => (
+              <tr key={r.run_id} data-run={r.run_id} onClick={() => navigate(`/ui/runs/${r.run_id}`)}>
                 <td>
                   <a href={`/ui/runs/${r.run_id}`} onClick={link}>
                     {r.run_id}
@@ -164,15 +212,32 @@ export function RunsPage({ access }: { access: Access }) {
                 <td>
                   <Status s={r.status} />
                 </td>
+                <td class="mono agent">{r.agent_id ?? r.agent_name}</td>
+                <td class="mono task">
+                  {r.task_id ? (
+                    <a href={`/ui/background/tasks/${encodeURIComponent(r.task_id)}`} onClick={link}>
+                      {r.task_id}
+                    </a>
+                  ) : (
+                    '–'
+                  )}
+                </td>
                 <td class="mono">{r.session_id}</td>
                 <td>{fmtTime(r.created_at)}</td>
+                <td class="duration">{fmtDuration(r.created_at, r.ended_at)}</td>
                 <td>{r.usage?.total_tokens ?? 0}</td>
+                <td class="cost">{fmtUsd(r.usage?.estimated_cost_usd)}</td>
                 <td class="snippet">{(r.response ?? '').slice(0, 80)}</td>
               </tr>
             ))}
           </tbody>
         </table>
-        {runs.length === 0 && <p class="muted">No runs.</p>}
+        {shown.length === 0 && <p class="muted">No runs.</p>}
+        {older.cursor && (
+          <button class="older" onClick={loadOlder}>
+            Older runs
+          </button>
+        )}
       </div>
     </>
   );

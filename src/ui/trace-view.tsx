@@ -239,7 +239,7 @@ export function SpanDrawer({ span, trace, onClose }: { span: any; trace: any; on
         </tbody>
       </table>
       {errors.length > 0 && <Section title="Error" value={errors.length === 1 ? errors[0] : errors} cls="span-error error" />}
-      {call && <Section title="Prompt (last message; the model saw it after the run's earlier messages)" value={call.input} cls="span-prompt" />}
+      {call && <Section title={promptTitle(call.input)} value={call.input} cls="span-prompt" />}
       {response && <Section title="Completion" value={response.output} cls="span-completion" />}
       {toolCall && <Section title="Arguments" value={toolCall.input} cls="span-arguments" />}
       {toolEnd && (
@@ -259,4 +259,10 @@ export function SpanDrawer({ span, trace, onClose }: { span: any; trace: any; on
       </table>
     </aside>
   );
+}
+
+/** The model_call input holds `prompt` (the newest messages that fit) and `prompt_omitted` (earlier ones left out). */
+function promptTitle(input: unknown): string {
+  const omitted = input && typeof input === 'object' ? (input as { prompt_omitted?: unknown }).prompt_omitted : undefined;
+  return typeof omitted === 'number' && omitted > 0 ? `Prompt (the ${omitted} earliest messages left out for size)` : 'Prompt (every message the model saw)';
 }

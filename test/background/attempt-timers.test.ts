@@ -2,6 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import { ManualClock } from '../../src/clock.js';
+import { LeaseClock } from '../../src/lease-clock.js';
 import { AttemptTimers, type Timers } from '../../src/background/attempt-timers.js';
 import { newHandle, type Handle } from '../../src/background/run-host.js';
 
@@ -62,6 +63,7 @@ function setup(opts: { closed?: boolean } = {}) {
   const timeouts: string[] = [];
   const t = new AttemptTimers({
     clock,
+    leases: new LeaseClock(clock),
     timers,
     leaseMs: 20_000,
     send: async (runId, event) => {

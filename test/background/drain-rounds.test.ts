@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
+import type { CommitOps, WriteOp } from '../../src/store/store.js';
 import { api, directModel, waitRun, type Api } from './helpers.js';
 
 let model: ScriptedOpenAI;
@@ -54,5 +55,42 @@ describe('draining at concurrency 1', () => {
     expect(rounds.completed).toHaveLength(6);
     // Timing decides how many (a claim pass slower than the 5 ms wait misses it); before, none could.
     expect(rounds.completed.filter((r) => rounds.claimed.has(r)).length).toBeGreaterThan(0);
+  });
+});
+
+describe("an agent run's end carries its background run's", () => {
+  it("writes a failed agent run and its background run's failure in one commit", async () => {
+    const store = server.store as typeof server.store & { stats?: unknown };
+    if (!store.stats) return; // the embedded store only: on PostgreSQL the background run's step is a write of its own
+    // Each commit's record statuses (kind:status) and the lifecycle events it appended.
+    const commits: Array<{ statuses: string[]; events: string[] }> = [];
+    const { commitWithEvents } = store;
+    store.commitWithEvents = (ops, events) => {
+      const seen = { statuses: [] as string[], events: [] as string[] };
+      commits.push(seen);
+      const note = (list: WriteOp[]) => {
+        for (const o of list) {
+          const v = (o as { value?: { status?: string; run?: { status?: string } } }).value;
+          seen.statuses.push(`${o.kind}:${v?.status ?? v?.run?.status ?? ''}`);
+        }
+        return list;
+      };
+      const wrapped: CommitOps = typeof ops === 'function' ? () => note(ops()) : note(ops);
+      return commitWithEvents.call(store, wrapped, events).then((r) => {
+        for (const e of r.events) seen.events.push(e.event_type);
+        return r;
+      });
+    };
+    try {
+      expect((await a.post('/background/tasks', { task_id: 'fails', schedule: { type: 'manual' }, query: 'FAIL now' })).status).toBe(200);
+      const run = await a.post('/background/tasks/fails/run', {});
+      expect(run.status).toBe(200);
+      expect((await waitRun(a, run.body.run_id)).status).toBe('failed');
+    } finally {
+      store.commitWithEvents = commitWithEvents;
+    }
+    const end = commits.find((c) => c.statuses.includes('runs:failed'));
+    expect(end?.statuses).toContain('bg_runs:failed');
+    expect(end?.events).toContain('background_run_failed');
   });
 });

@@ -250,6 +250,8 @@ describe('background-run machine', () => {
     expect(h.run().status).toBe('queued');
     h.send(claim(4));
     h.send(start(4));
+    // Re-queued after the decision, it still reads as queued before it started.
+    expect(h.run()).toMatchObject({ queued_at: at(0), started_at: at(1) });
     expect(h.run()).toMatchObject({ status: 'running', attempt: 1, lease_generation: 2 });
     expect(h.starts.at(-1)).toEqual({ mode: 'continue', agent_run_id: 'r1', attempt: 1 });
     h.send(done(5, 'r1', 'completed'));

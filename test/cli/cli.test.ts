@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventually, getJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { buildCli, cliEnv, collect, freePort, listening, removeCli, runCli, spawnCli, waitForOutput } from './helpers.js';
 
 const GOVERNED = { governance: { rules: [{ tools: ['workspace_write'], effect: 'ask', reason: 'writes files' }] } };
@@ -242,8 +242,8 @@ describe('runs', () => {
       cli('runs', 'show', runId),
       cli('runs', 'show', runId, '--json'),
     ]);
-    expect(ls.stdout.split('\n')[0]).toMatch(/^RUN\s+STATUS\s+SESSION/);
-    expect(ls.stdout).toMatch(new RegExp(`${runId}\\s+awaiting_approval\\s+cli-runs`));
+    expect(ls.stdout.split('\n')[0]).toMatch(/^RUN\s+STATUS\s+SESSION\s+AGENT\s+TASK\s+CREATED\s+DURATION\s+STEPS\s+TOKENS\s+COST$/);
+    expect(ls.stdout).toMatch(new RegExp(`${runId}\\s+awaiting_approval\\s+cli-runs\\s+default\\s+-\\s+\\S+\\s+-\\s`));
     expect((JSON.parse(lsJson.stdout) as { runs: { run_id: string }[] }).runs.map((r) => r.run_id)).toContain(runId);
     expect(show.stdout).toMatch(/status\s+awaiting_approval/);
     expect(show.stderr).toContain(`agentd approvals approve ${runId}`);
@@ -265,6 +265,31 @@ describe('runs', () => {
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/^error: /);
     expect(show.stdout).toMatch(/^usage\s+\d+ model calls, .* tokens, \$\d+(\.\d+)?$/m); // rounded, never a float's tail
+  });
+
+  it('ls shows the newest first (--oldest: the API order) and filters by agent, task and time range', async () => {
+    for (const q of ['first', 'second']) expect((await cli('run', q, '--session', 'cli-order', '--sync')).code).toBe(0);
+    const runIds = (out: string) =>
+      out
+        .split('\n')
+        .slice(1)
+        .filter(Boolean)
+        .map((l) => l.split(/\s+/)[0]);
+    const [newest, oldest, agent, none, bad] = await Promise.all([
+      cli('runs', 'ls', '--session', 'cli-order'),
+      cli('runs', 'ls', '--session', 'cli-order', '--oldest'),
+      cli('runs', 'ls', '--session', 'cli-order', '--agent', 'default', '--since', '2000-01-01T00:00:00Z', '--json'),
+      cli('runs', 'ls', '--session', 'cli-order', '--task', 'no-such-task', '--json'),
+      cli('runs', 'ls', '--since', 'yesterday', '--json'),
+    ]);
+    expect(runIds(newest.stdout)).toHaveLength(2);
+    expect(runIds(newest.stdout)).toEqual(runIds(oldest.stdout).reverse());
+    // Ended runs show a duration and a cost.
+    expect(newest.stdout.split('\n')[1]).toMatch(/\s(\d+ms|\d+\.\ds)\s+\d+\s+\d+\s+\$[\d.]+$/);
+    expect((JSON.parse(agent.stdout) as { runs: unknown[] }).runs).toHaveLength(2);
+    expect((JSON.parse(none.stdout) as { runs: unknown[] }).runs).toEqual([]);
+    expect(bad.code).toBe(1);
+    expect(JSON.parse(bad.stderr)).toMatchObject({ error: { type: 'api', body: { code: 'AGT_ERR_VALIDATION', detail: [{ loc: ['query', 'since'] }] } } });
   });
 
   it('a reader that closes early (runs show R | head -1) ends the command quietly, no EPIPE stack trace', async () => {
@@ -359,7 +384,11 @@ describe('budget and keys', () => {
   beforeAll(async () => {
     [budgeted, keyed] = await Promise.all([
       startTestServer({ budgets: { run: [{ meter: 'model_calls', limit: 1, on_exhausted: 'pause' }] } }),
-      startTestServer({ auth: { api_keys: [{ name: 'ops', role: 'admin', key_sha256: sha(KEY) }] } }),
+      startTestServer({
+        auth: { api_keys: [{ name: 'ops', role: 'admin', key_sha256: sha(KEY) }] },
+        agent: { tools: { builtin: ['clock'] } },
+        governance: { rules: [{ tools: ['clock'], effect: 'ask' }] },
+      }),
     ]);
   });
 
@@ -393,6 +422,18 @@ describe('budget and keys', () => {
     expect(flag.code, flag.stderr).toBe(0);
     expect(JSON.parse(flag.stdout)).toMatchObject({ runs: [], total: 0 });
     expect(fromEnv.code, fromEnv.stderr).toBe(0);
+  });
+
+  it("decides as the API key's name by default (GET /whoami), not $USER", async () => {
+    const auth = { authorization: `Bearer ${KEY}` };
+    const paused = (await postJson(`${keyed.url}/run/sync`, { query: 'What time is it?' }, auth)).body;
+    expect(paused.status).toBe('awaiting_approval');
+    const approve = await runCli(
+      ['approvals', 'approve', paused.run_id, paused.approvals[0].approval_id, '--key', KEY, '--json'],
+      cliEnv({ AGENTD_URL: keyed.url }),
+    );
+    expect(approve.code, approve.stderr).toBe(0);
+    expect(JSON.parse(approve.stdout)).toMatchObject({ status: 'approved', approver: 'ops' });
   });
 });
 

@@ -1,10 +1,11 @@
 // The chat protocols on two agentd processes and one PostgreSQL database: a run streamed through
 // one instance is decided through the other, with each protocol's official client (`ai` 6's
-// DefaultChatTransport + readUIMessageStream, `@ag-ui/client`'s HttpAgent). The decision's
+// DefaultChatTransport + readUIMessageStream, `@ag-ui/client`'s HttpAgent, the `openai` client). The decision's
 // instance resumes the run and streams it; the first instance's reconnect follows it live.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DefaultChatTransport, readUIMessageStream, type UIMessage, type UIMessageChunk } from 'ai';
 import { HttpAgent } from '@ag-ui/client';
+import OpenAI from 'openai';
 import type { Interrupt } from '@ag-ui/core';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { getJson, killAllChildren, readLedger, routeByTag, type TurnScript } from '../crash/harness.js';
@@ -118,5 +119,39 @@ describe('chat protocols over two instances', () => {
     expect(done).toHaveLength(1);
     expect(JSON.stringify(done[0])).toContain('pay-edited');
     expect((await getJson(`${A()}/runs/${runId}`)).body).toMatchObject({ status: 'completed', response: 'paid' });
+  }, 60_000);
+
+  it("OpenAI-compatible chat: paused on A, the decision streamed through B carries each resumed model call's text, the run completes once", async () => {
+    scripts.set('openai', (turn) =>
+      turn === 0
+        ? { tool_calls: [{ name: 'ask_write', arguments: { entry: 'pay-openai' } }] }
+        : turn === 1
+          ? { text: 'writing it down', tool_calls: [{ name: 'counted_echo', arguments: { text: 'x', ms: 10 } }] }
+          : { text: 'paid' },
+    );
+    const client = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
+    const headers = { 'x-agentd-session-id': 'pg-openai' };
+    const paused = await client(A()).chat.completions.create({ model: 'default', messages: [{ role: 'user', content: '[openai] pay' }] }, { headers });
+    const info = (paused as unknown as { agentd: { run_id: string; approvals: Array<{ approval_id: string }> } }).agentd;
+    expect(info.approvals).toHaveLength(1);
+    const stream = await client(B()).chat.completions.create(
+      {
+        model: 'default',
+        stream: true,
+        messages: [{ role: 'tool', tool_call_id: info.approvals[0].approval_id, content: JSON.stringify({ decision: 'approve' }) }],
+      },
+      { headers },
+    );
+    const texts: string[] = [];
+    let status = '';
+    for await (const chunk of stream) {
+      const t = chunk.choices[0]?.delta?.content;
+      if (t) texts.push(t);
+      if (chunk.choices[0]?.finish_reason) status = (chunk as unknown as { agentd: { status: string } }).agentd.status;
+    }
+    expect(status).toBe('success');
+    expect(texts).toEqual(['writing it down', 'paid']);
+    expect(ledgerOf(info.run_id, 'ask_write').filter((l) => l.phase === 'done')).toHaveLength(1);
+    expect((await getJson(`${A()}/runs/${info.run_id}`)).body).toMatchObject({ status: 'completed', response: 'paid' });
   }, 60_000);
 });

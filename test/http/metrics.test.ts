@@ -52,6 +52,7 @@ beforeAll(async () => {
         ],
       },
       telemetry: { otlp: { endpoint: collectorUrl } },
+      pricing: { scripted: { input_per_million_usd: 1, output_per_million_usd: 2 } },
     },
     { modelUrl: model.url },
   );
@@ -132,6 +133,10 @@ describe('GET /metrics/prometheus', () => {
     // Runs, tokens; Node's defaults under their standard names, not prefixed.
     expect(value(all, 'agentd_runs_total', { status: 'completed' })).toBe(2);
     expect(value(all, 'agentd_tokens_total', { direction: 'request' })).toBeGreaterThan(0);
+    // Tokens and cost by agent, provider and model (bounded label sets: configured values only).
+    expect(value(all, 'agentd_tokens_total', { direction: 'response', agent: 'default' })).toBeGreaterThan(0);
+    expect(text).toMatch(/^agentd_tokens_total\{direction="request",agent="default",provider="[^"]+",model="[^"]+"\} \d+/m);
+    expect(value(all, 'agentd_model_cost_usd_total', { agent: 'default' })).toBeGreaterThan(0);
     expect(value(all, 'process_cpu_user_seconds_total')).toBeGreaterThan(0);
     expect(value(all, 'nodejs_heap_size_used_bytes')).toBeGreaterThan(0);
     expect(text).not.toMatch(/^agentd_(process|nodejs)_/m);

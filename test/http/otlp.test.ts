@@ -16,6 +16,8 @@ const HEADER_SECRET = 'c0llector-key=1234';
 const CONFIG = {
   agent: {
     name: 'otlp-agent',
+    // Known request parameters: exported as gen_ai.request.max_tokens / .temperature.
+    model: { max_output_tokens: 512, temperature: 0.25 },
     tools: { builtin: ['clock', 'workspace'], mcp: [{ name: 'fx', command: process.execPath, args: ['--import', 'tsx', MCP_FIXTURE] }] },
   },
   governance: { rules: [{ tools: ['workspace_write'], effect: 'ask', reason: 'writes files' }] },
@@ -120,6 +122,8 @@ describe('OTLP export (protobuf, configured by OTEL_* variables)', () => {
       'gen_ai.operation.name': 'chat',
       'gen_ai.provider.name': 'openai-compatible',
       'gen_ai.request.model': 'scripted',
+      'gen_ai.request.max_tokens': 512,
+      'gen_ai.request.temperature': 0.25,
       'gen_ai.usage.output_tokens': 30,
       'gen_ai.response.finish_reasons': ['tool_calls'],
       'gen_ai.conversation.id': root.attributes['agentd.session_id'],

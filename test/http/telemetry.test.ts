@@ -148,6 +148,24 @@ describe('traces', () => {
     expect(list.traces.map((t) => t.trace_id).sort()).toEqual([...done.trace_ids].sort());
   });
 
+  it('stamps each event when it happens, so a span is never shorter than the work it timed', async () => {
+    // A run's first events wait with its creating write before they are stored; stamped then, the
+    // model call's start would read as later than it was and its span as shorter than its own
+    // duration_ms (a step that "ends before it starts" on the waterfall).
+    model.enqueue({ text: 'one two three four', chunkDelayMs: 15 });
+    const done = (await postJson(`${server.url}/run/sync`, { query: 'slow words', session_id: 'tel-stamp' })).body;
+    expect(done.status).toBe('success');
+    const { trace } = TraceResponse.parse((await getJson(`${server.url}/telemetry/runs/${done.run_id}/trace`)).body);
+    const events = [...trace.events].sort((a, b) => (a.sequence ?? 0) - (b.sequence ?? 0));
+    for (let i = 1; i < events.length; i++) expect(Date.parse(events[i].timestamp)).toBeGreaterThanOrEqual(Date.parse(events[i - 1].timestamp));
+    const call = events.find((e) => e.event_type === 'model_call')!;
+    const response = events.find((e) => e.event_type === 'model_response')!;
+    expect(response.duration_ms).toBeGreaterThanOrEqual(45);
+    // 2 ms: the call is stamped a moment after the model's timer starts, both at ms precision.
+    expect(Date.parse(response.timestamp) - Date.parse(call.timestamp)).toBeGreaterThanOrEqual(response.duration_ms! - 2);
+    for (const span of trace.spans) expect(Date.parse(span.ended_at!)).toBeGreaterThanOrEqual(Date.parse(span.started_at));
+  });
+
   it('answers 404 for unknown trace, run and session ids', async () => {
     for (const path of ['/telemetry/traces/trace_nope', '/telemetry/runs/run_nope/trace', '/telemetry/sessions/nope/trace', '/events/nope/trace']) {
       const res = await getJson(`${server.url}${path}`);

@@ -16,10 +16,10 @@ const ledger = useLedger();
 /** Every JSON-RPC body the client sent, to check the wire it speaks. */
 const sent: string[] = [];
 
-async function connect(base: string, key: string): Promise<Client> {
+async function connect(base: string, key: string, headers: Record<string, string> = {}): Promise<Client> {
   const fetchImpl: typeof fetch = (input, init) => {
     if (typeof init?.body === 'string') sent.push(init.body);
-    return fetch(input, { ...init, headers: { ...(init?.headers as Record<string, string>), authorization: `Bearer ${key}` } });
+    return fetch(input, { ...init, headers: { ...(init?.headers as Record<string, string>), authorization: `Bearer ${key}`, ...headers } });
   };
   const factory = new ClientFactory(
     ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
@@ -103,6 +103,20 @@ describe('A2A through @a2a-js/sdk 1.3', () => {
     expect(answerOf(got)).toBe('plain answer');
   });
 
+  it('a retried SendMessage (same Idempotency-Key and message, a new JSON-RPC id) answers with the first task', async () => {
+    const client = await connect(server.url, KEYS.operator, { 'idempotency-key': `a2a-retry-${randomUUID()}` });
+    const msg = message([text('hello')], { contextId: `a2a-idem-${randomUUID()}` });
+    sent.length = 0;
+    const first = await send(client, msg);
+    const calls = model.requests.length;
+    const again = await send(client, msg);
+    const [a, b] = sent.slice(-2).map((body) => JSON.parse(body) as { id: unknown });
+    expect(a.id).not.toEqual(b.id);
+    expect(again.id).toBe(first.id);
+    expect(again.status!.state).toBe(TaskState.TASK_STATE_COMPLETED);
+    expect(model.requests.length).toBe(calls);
+  });
+
   it('SendStreamingMessage streams the task, the answer as artifact updates, then the final status', async () => {
     model.enqueue({ text: 'streamed a2a answer' });
     const client = await connect(server.url, KEYS.operator);
@@ -167,6 +181,38 @@ describe('A2A through @a2a-js/sdk 1.3', () => {
     expect(final).toBe(TaskState.TASK_STATE_COMPLETED);
     expect(answer).toContain('Denied by admin-key: not today');
     expect(ledger.lines()).toHaveLength(0);
+  });
+
+  it("a decision's streamed continuation is live: a resumed model call's text arrives while the task is still working", async () => {
+    // Resumed: the model says something and calls an ungoverned tool, then its next call never
+    // answers, so the task cannot end before the test cancels it.
+    model.enqueue(
+      { tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 1' } }] },
+      { text: 'first part', tool_calls: [{ name: 'echo', arguments: { text: 'x' } }] },
+      { hang: true },
+    );
+    const admin = await connect(server.url, KEYS.admin);
+    const paused = await send(admin, message([text('pay one')]));
+    expect(paused.status!.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    const approve = message([data({ decision: 'approve' })], { taskId: paused.id });
+    let answer = '';
+    let final: TaskState | undefined;
+    let cancelled = false;
+    for await (const ev of admin.sendMessageStream({ tenant: '', message: approve, configuration: undefined, metadata: undefined })) {
+      const p = ev.payload!;
+      if (p.$case === 'artifactUpdate') answer += p.value.artifact!.parts.map((x) => (x.content?.$case === 'text' ? x.content.value : '')).join('');
+      if (p.$case === 'statusUpdate') final = p.value.status!.state;
+      if (answer.includes('first part') && !cancelled) {
+        cancelled = true;
+        const run = (await getJson(`${server.url}/runs/${paused.id}`, { authorization: `Bearer ${KEYS.reader}` })).body;
+        expect(run.status).toBe('running');
+        const task = await admin.cancelTask({ tenant: '', id: paused.id, metadata: undefined });
+        expect(task.status!.state).toBe(TaskState.TASK_STATE_CANCELED);
+      }
+    }
+    expect(cancelled).toBe(true);
+    expect(final).toBe(TaskState.TASK_STATE_CANCELED);
+    expect(ledger.lines().map((l) => l.entry)).toEqual(['pay 1']);
   });
 
   it('CancelTask cancels a working task; cancelling it again is TaskNotCancelable; an unknown task is TaskNotFound', async () => {

@@ -1,6 +1,7 @@
 // The MCP server driven by @modelcontextprotocol/sdk's Client over StreamableHTTPClientTransport
 // against a real server with the scripted model: run_agent finishing and pausing, the pending
 // approvals, decisions by role (approve with edited arguments, deny), a budget pause.
+import { randomUUID } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -13,9 +14,9 @@ let server: TestServer;
 const ledger = useLedger();
 const open: Client[] = [];
 
-async function connect(base: string, key: string): Promise<Client> {
+async function connect(base: string, key: string, headers: Record<string, string> = {}): Promise<Client> {
   const client = new Client({ name: 'agentd-test', version: '1.0.0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(`${base}/mcp`), { requestInit: { headers: { authorization: `Bearer ${key}` } } }));
+  await client.connect(new StreamableHTTPClientTransport(new URL(`${base}/mcp`), { requestInit: { headers: { authorization: `Bearer ${key}`, ...headers } } }));
   open.push(client);
   return client;
 }
@@ -110,6 +111,26 @@ describe('MCP server through the official MCP client', () => {
     expect(done.status).toBe('success');
     expect(done.response).toContain('Denied by admin-key: no');
     expect(ledger.lines()).toHaveLength(0);
+  });
+
+  it('a retried run_agent (same Idempotency-Key and arguments, a new JSON-RPC id) answers with the first run; other arguments are refused', async () => {
+    const client = await connect(server.url, KEYS.operator, { 'idempotency-key': `mcp-retry-${randomUUID()}` });
+    const args = { query: 'hello', session_id: `mcp-idem-${randomUUID()}` };
+    const first = structured(await client.callTool({ name: 'run_agent', arguments: args }));
+    expect(first.status).toBe('success');
+    const calls = model.requests.length;
+    // The client numbers its JSON-RPC requests: this retry goes out under another id.
+    const again = await client.callTool({ name: 'run_agent', arguments: args });
+    expect(again.isError).toBeFalsy();
+    expect(structured(again)).toMatchObject({ run_id: first.run_id, status: 'success', response: 'plain answer' });
+    expect(model.requests.length).toBe(calls);
+    const runs = (await getJson(`${server.url}/runs?session_id=${args.session_id}`, { authorization: `Bearer ${KEYS.reader}` })).body;
+    expect(runs.total).toBe(1);
+    // The same key with other arguments starts nothing.
+    const other = await client.callTool({ name: 'run_agent', arguments: { ...args, query: 'something else' } });
+    expect(other.isError).toBe(true);
+    expect(textOf(other)).toMatch(/^AGT_ERR_VALIDATION: idempotency_key_reused/);
+    expect(model.requests.length).toBe(calls);
   });
 
   it('a reader key starts no run', async () => {

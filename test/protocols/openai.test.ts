@@ -4,7 +4,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
-import { getJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { defaultReplies, GOVERNED, KEYS, useLedger } from '../helpers/protocol-server.js';
 
 let model: ScriptedOpenAI;
@@ -154,6 +154,42 @@ describe('OpenAI-compatible chat through the openai client', () => {
     expect(status).toBe('success');
     expect(text).toContain('Denied by admin-key: too much');
     expect(ledger.lines()).toHaveLength(0);
+  });
+
+  it("a decision's streamed answer is live: a resumed model call's text arrives while the run is still going", async () => {
+    // Resumed: the model says something and calls an ungoverned tool, then its next call never
+    // answers, so the run cannot end before the test cancels it.
+    model.enqueue(
+      { tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 1' } }] },
+      { text: 'first part', tool_calls: [{ name: 'echo', arguments: { text: 'x' } }] },
+      { hang: true },
+    );
+    const paused = await client(KEYS.operator).chat.completions.create({ model: 'default', messages: [{ role: 'user', content: 'pay one' }] });
+    const info = agentdOf(paused);
+    const stream = await client(KEYS.approver).chat.completions.create(
+      {
+        model: 'default',
+        stream: true,
+        messages: [{ role: 'tool', tool_call_id: info.approvals[0].approval_id, content: JSON.stringify({ decision: 'approve' }) }],
+      },
+      { headers: { 'x-agentd-session-id': info.session_id } },
+    );
+    let text = '';
+    let status = '';
+    let cancelled = false;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content ?? '';
+      if (chunk.choices[0]?.finish_reason) status = agentdOf(chunk).status;
+      if (text.includes('first part') && !cancelled) {
+        cancelled = true;
+        const run = (await getJson(`${server.url}/runs/${info.run_id}`, { authorization: `Bearer ${KEYS.reader}` })).body;
+        expect(run.status).toBe('running');
+        expect((await postJson(`${server.url}/runs/${info.run_id}/cancel`, {}, { authorization: `Bearer ${KEYS.operator}` })).status).toBe(200);
+      }
+    }
+    expect(cancelled).toBe(true);
+    expect(status).toBe('cancelled');
+    expect(ledger.lines().map((l) => l.entry)).toEqual(['pay 1']);
   });
 
   it('a reader key starts no run; bad input is a 422 with loc', async () => {

@@ -310,8 +310,8 @@ describe('runs and agents', () => {
 
 describe('query strings', () => {
   it('coerce numbers with ranges and defaults', () => {
-    expect(BackgroundRunsListQuery.parse({})).toEqual({ limit: 100 });
-    expect(BackgroundRunsListQuery.parse({ limit: '5', status: 'failed' })).toEqual({ limit: 5, status: 'failed' });
+    expect(BackgroundRunsListQuery.parse({})).toEqual({ order: 'asc', limit: 100 });
+    expect(BackgroundRunsListQuery.parse({ limit: '5', status: 'failed' })).toEqual({ order: 'asc', limit: 5, status: 'failed' });
     expect(paths(BackgroundRunsListQuery, { limit: '0' })).toEqual(['limit']);
     expect(paths(BackgroundRunsListQuery, { limit: '501' })).toEqual(['limit']);
     expect(paths(BackgroundRunsListQuery, { limit: 'ten' })).toEqual(['limit']);

@@ -96,6 +96,7 @@ describe('run view and listing', () => {
     run_id: 'run_1',
     session_id: 's',
     agent_name: 'assistant',
+    agent_id: 'default',
     status: 'completed',
     step: 2,
     attempt: 1,
@@ -131,8 +132,13 @@ describe('run view and listing', () => {
   });
 
   it('list query: status enum, limit 1..500 default 100', () => {
-    expect(RunsListQuery.parse({})).toEqual({ limit: 100 });
-    expect(RunsListQuery.parse({ status: 'awaiting_budget', limit: '20', cursor: 'c' })).toEqual({ status: 'awaiting_budget', limit: 20, cursor: 'c' });
+    expect(RunsListQuery.parse({})).toEqual({ order: 'asc', limit: 100 });
+    expect(RunsListQuery.parse({ status: 'awaiting_budget', limit: '20', cursor: 'c' })).toEqual({
+      status: 'awaiting_budget',
+      order: 'asc',
+      limit: 20,
+      cursor: 'c',
+    });
     expect(paths(RunsListQuery, { status: 'waiting' })).toEqual(['status']);
     expect(paths(RunsListQuery, { limit: '0' })).toEqual(['limit']);
     expect(paths(RunsListQuery, { limit: '501' })).toEqual(['limit']);

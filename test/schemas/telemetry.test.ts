@@ -113,7 +113,7 @@ describe('traces', () => {
   });
 
   it('list query: limit 1..1000 default 100, status enum', () => {
-    expect(TracesListQuery.parse({})).toEqual({ limit: 100 });
+    expect(TracesListQuery.parse({})).toEqual({ order: 'desc', limit: 100 });
     expect(TracesListQuery.parse({ status: 'suspended' }).status).toBe('suspended');
     expect(paths(TracesListQuery, { status: 'paused' })).toEqual(['status']);
     expect(paths(TraceIdParams, { trace_id: 'a/../b' })).toEqual(['trace_id']);

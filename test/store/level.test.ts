@@ -351,6 +351,21 @@ describe('LevelStore write-queue cache', () => {
       store.prefetch([{ kind: 'runs', id: 'p2' }]);
       await store.createRecord('runs', 'p2', { n: 2 });
       await expect(store.createRecord('runs', 'p2', { n: 3 })).rejects.toMatchObject({ code: 'conflict' });
+      // A row read while its prefetch is in flight waits for that read (no second disk read), and
+      // the write after it reads nothing either: a named session read before its run, then created.
+      const ahead = recordReads();
+      store.prefetch([{ kind: 'sessions', id: 'named' }]);
+      expect(await store.getRecord('sessions', 'named')).toBeNull();
+      await store.createRecord('sessions', 'named', { n: 1 });
+      expect(recordReads()).toBe(ahead + 1);
+      expect((await store.getRecord('sessions', 'named'))?.value).toEqual({ n: 1 });
+      // A write landing on the key meanwhile: the concurrent read sees it or not, every later one does.
+      store.prefetch([{ kind: 'sessions', id: 'moved' }]);
+      const read = store.getRecord<{ n: number }>('sessions', 'moved');
+      await store.createRecord('sessions', 'moved', { n: 2 });
+      expect([null, 2]).toContain((await read)?.value.n ?? null);
+      expect((await store.getRecord<{ n: number }>('sessions', 'moved'))?.value).toEqual({ n: 2 });
+      await expect(store.createRecord('sessions', 'moved', { n: 3 })).rejects.toMatchObject({ code: 'conflict' });
     } finally {
       await store.close();
       await rm(dir, { recursive: true, force: true });

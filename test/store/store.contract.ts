@@ -42,6 +42,21 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
       await fx.cleanup();
     });
 
+    describe('clock', () => {
+      // Leases are written and judged on it (src/lease-clock.ts). The database runs on this
+      // machine in the tests, so its clock and this process's agree to well within a minute
+      // (faketime moves this process's clock only: the bound is then skipped).
+      it('a shared store tells its server time (ms since the epoch); an embedded store has none', async () => {
+        if (store.adapter !== 'postgres') {
+          expect(store.serverTimeMs).toBeUndefined();
+          return;
+        }
+        const ms = await store.serverTimeMs!();
+        expect(Number.isInteger(ms)).toBe(true);
+        if (!process.env.FAKETIME) expect(Math.abs(ms - Date.now())).toBeLessThan(60_000);
+      });
+    });
+
     describe('records', () => {
       it('creates and reads back a record with version 1 and a seq', async () => {
         const r = await store.createRecord('runs', 'run_1', { status: 'running', n: 1 }, { status: 'running' });

@@ -58,6 +58,8 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await page.fill('input[name=api-key]', KEYS.admin);
     await page.click('button[type=submit]');
     await expect.poll(() => page.locator('.role').textContent()).toBe('role: admin');
+    // The header names the signed-in key (GET /whoami).
+    expect(await page.locator('header .key-name').textContent()).toBe('admin');
 
     await page.fill('#start-run input[name=query]', 'hello dashboard');
     await page.click('#start-run button[type=submit]');
@@ -89,6 +91,13 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await card.waitFor();
     expect(await card.locator('.tool').textContent()).toBe('clock');
     expect(await card.locator('.reason').textContent()).toBe('reading the clock needs a person');
+    // The request the run was started with, so the approver knows what the call is for.
+    expect(await card.locator('.request q').textContent()).toBe('what time is it?');
+    // The nav counts the runs waiting for a decision.
+    const waiting = (await getJson(`${s.url}/runs?status=awaiting_approval&limit=1`, ADMIN)).body.total;
+    await expect.poll(() => page.locator('header nav .pending-count').textContent(), { timeout: 10_000 }).toBe(String(waiting));
+    // "Deciding as" starts from the key's name.
+    expect(await page.locator('input[name=approver]').inputValue()).toBe('admin');
     await shot('approvals');
 
     await card.locator('textarea[name=arguments]').fill('{"timezone": 5}');
@@ -107,7 +116,10 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
       'run completed',
     );
     expect(done.approvals[0].edited_arguments).toEqual({ timezone: 'Europe/Paris' });
+    // Decided as the key's name, not "dashboard".
+    expect(done.approvals[0].approver).toBe('admin');
     await page.locator('#inbox-empty').waitFor();
+    await expect.poll(() => page.locator('header nav .pending-count').count(), { timeout: 10_000 }).toBe(0);
 
     // And the machine view follows it to its end.
     await open(`/ui/machines?run=${runId}`);
@@ -130,7 +142,7 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
       10_000,
       'run went on after the denial',
     );
-    expect(r.approvals[0]).toMatchObject({ status: 'denied', note: 'not during the freeze', approver: 'dashboard' });
+    expect(r.approvals[0]).toMatchObject({ status: 'denied', note: 'not during the freeze', approver: 'admin' });
   });
 
   it('grants a budget request from the inbox and the run completes', async () => {
@@ -152,7 +164,7 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
       10_000,
       'run completed after the grant',
     );
-    expect(done.budget_requests[0]).toMatchObject({ status: 'granted', amount: 1, approver: 'dashboard' });
+    expect(done.budget_requests[0]).toMatchObject({ status: 'granted', amount: 1, approver: 'admin' });
   });
 
   it('creates a task, runs it now and downloads a file of its workspace', async () => {
@@ -186,6 +198,10 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await nightly.locator('button.pause').click();
     await nightly.locator('.s-paused').waitFor();
     expect((await getJson(`${s.url}/background/tasks/nightly/status`, ADMIN)).body.schedule_state.paused).toBe(true);
+    // A paused task lists no next due times, and says why.
+    await nightly.locator('.no-due').waitFor();
+    expect(await nightly.locator('.preview li').count()).toBe(0);
+    await shot('background-paused');
     await open('/ui/machines?task=nightly');
     await page.locator('svg[data-machine=task] g.state.current[data-state=paused]').waitFor();
     await open('/ui/background');
@@ -221,6 +237,38 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await open('/ui/runs');
     await expect.poll(() => page.locator('table.runs tbody tr').first().locator('td').first().textContent(), { timeout: 10_000 }).toBe(last);
   }, 60_000);
+
+  it('shows agent, task, duration and cost columns and filters runs by task, agent and time range', async () => {
+    expect((await postJson(`${s.url}/background/tasks`, { task_id: 'filtered', query: 'hello', schedule: { type: 'manual' } }, ADMIN)).status).toBe(200);
+    expect((await postJson(`${s.url}/background/tasks/filtered/run`, { wait: true }, ADMIN)).status).toBe(200);
+    const [run] = (await getJson(`${s.url}/runs?task_id=filtered`, ADMIN)).body.runs;
+    await open('/ui/runs');
+    const headers = await page.locator('table.runs thead th').allTextContents();
+    expect(headers).toEqual(['run', 'status', 'agent', 'task', 'session', 'started', 'duration', 'tokens', 'cost', 'answer']);
+
+    await page.fill('input[name=task-filter]', 'filtered');
+    const rows = page.locator('table.runs tbody tr');
+    await expect.poll(() => rows.count(), { timeout: 10_000 }).toBe(1);
+    const row = rows.first();
+    expect(await row.locator('td').first().textContent()).toBe(run.run_id);
+    expect(await row.locator('td.task').textContent()).toBe('filtered');
+    expect(await row.locator('td.agent').textContent()).toBe(run.agent_id);
+    expect(await row.locator('td.duration').textContent()).toMatch(/^\d+(\.\d)? (ms|s)$/);
+    expect(await row.locator('td.cost').textContent()).toMatch(/^\$/);
+    await shot('runs-filtered');
+
+    await page.fill('input[name=agent-filter]', 'no-such-agent');
+    await expect.poll(() => rows.count(), { timeout: 10_000 }).toBe(0);
+    await page.fill('input[name=agent-filter]', run.agent_id);
+    await expect.poll(() => rows.count(), { timeout: 10_000 }).toBe(1);
+    // A range that starts after the run was created lists nothing.
+    await page.fill('input[name=since]', '2099-01-01T00:00');
+    await expect.poll(() => rows.count(), { timeout: 10_000 }).toBe(0);
+    await page.fill('input[name=since]', '');
+    await page.fill('input[name=until]', '2099-01-01T00:00');
+    await expect.poll(() => rows.count(), { timeout: 10_000 }).toBe(1);
+    for (const name of ['task-filter', 'agent-filter', 'until']) await page.fill(`input[name=${name}]`, '');
+  });
 
   it('a reader sees no start, approve, deny or cancel controls', async () => {
     const waiting = await postJson(`${s.url}/run/sync`, { query: 'what time is it?' }, ADMIN);

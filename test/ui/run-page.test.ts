@@ -106,6 +106,20 @@ describe.skipIf(!CHROMIUM)('the run page in headless Chromium', () => {
     expect(await drawer.count()).toBe(0);
   });
 
+  it('shows the whole prompt the second model call saw, not only its last message', async () => {
+    await page.locator('.waterfall tr.span', { hasText: 'model.call' }).last().click();
+    const drawer = page.locator('#span-drawer');
+    await drawer.waitFor();
+    const input = JSON.parse((await drawer.locator('.span-prompt').textContent())!);
+    expect(input.prompt_omitted).toBe(0);
+    expect(input.prompt.length).toBe(input.messages);
+    const roles = input.prompt.map((m: { role: string }) => m.role);
+    expect(roles.slice(roles.indexOf('user'))).toEqual(['user', 'assistant', 'tool']);
+    expect(input.prompt.find((m: { role: string }) => m.role === 'user').content).toBe('what time is it?');
+    await shot('span-drawer-prompt');
+    await page.click('#span-drawer-close');
+  });
+
   it('shows a failed run as a banner with the error code and message, not JSON under "Answer"', async () => {
     model.enqueue({ status: 400, message: 'context length exceeded' });
     const failed = (await postJson(`${s.url}/run/sync`, { query: 'fail please' })).body;

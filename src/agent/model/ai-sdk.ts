@@ -173,10 +173,12 @@ interface SdkToolCall {
 export class AiSdkProvider implements ModelProvider {
   readonly provider: string;
   readonly model: string;
+  readonly temperature?: number;
 
   constructor(private readonly opts: AiSdkProviderOptions) {
     this.provider = opts.provider;
     this.model = opts.model;
+    if (opts.temperature !== undefined) this.temperature = opts.temperature;
   }
 
   estimateInputTokens(messages: ChatMessage[], tools: ToolDeclaration[]): number {

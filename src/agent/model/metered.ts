@@ -15,6 +15,7 @@ export function withCallMetrics(provider: ModelProvider, observe: ModelCallObser
   return {
     provider: provider.provider,
     model: provider.model,
+    ...(provider.temperature !== undefined ? { temperature: provider.temperature } : {}),
     estimateInputTokens: (messages, tools) => provider.estimateInputTokens(messages, tools),
     async call(req: ModelCallRequest): Promise<ModelCallResult> {
       const started = now();

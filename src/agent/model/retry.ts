@@ -76,6 +76,7 @@ export function withRetries(provider: ModelProvider, options: RetryOptions = {})
   return {
     provider: provider.provider,
     model: provider.model,
+    ...(provider.temperature !== undefined ? { temperature: provider.temperature } : {}),
     estimateInputTokens: (messages, tools) => provider.estimateInputTokens(messages, tools),
     async call(req: ModelCallRequest): Promise<ModelCallResult> {
       for (let attempt = 1; ; attempt++) {

@@ -25,6 +25,8 @@ export interface ModelCallRequest {
 export interface ModelProvider {
   readonly provider: string;
   readonly model: string;
+  /** The sampling temperature the provider sends when a call sets none (config); unset: the provider's default. */
+  readonly temperature?: number;
   /** One model call. Tools are declared, never executed here. Throws ModelCallError. */
   call(req: ModelCallRequest): Promise<ModelCallResult>;
   /** A cheap upper-ish estimate used to reserve budget before the call. */

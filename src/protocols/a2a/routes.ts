@@ -13,7 +13,8 @@ import { SseChannel, streamOptions } from '../../http/sse.js';
 import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../../runtime/run-record.js';
 import { ErrorResponse, HTTPValidationError, RunStreamErrorFrame } from '../../schemas/index.js';
 import { agentIdOf, listedAgents } from '../agents.js';
-import { approverOf, startProtocolRun, waitAfterDecision } from '../run-calls.js';
+import { approverOf, followAfterDecision, startProtocolRun, waitAfterDecision } from '../run-calls.js';
+import { lastEventCursor } from '../run-events.js';
 import {
   A2A_PROTOCOL_VERSION,
   AgentCard,
@@ -140,9 +141,11 @@ async function sendMessage(
 ): Promise<RunRecord> {
   const msg = params.message;
   if (msg.taskId) {
-    const run = await decideFromMessage(deps, request, params);
-    streaming?.onStarted(run);
-    return waitAfterDecision(deps, run.run_id);
+    const { run, after } = await decideFromMessage(deps, request, params);
+    if (!streaming) return waitAfterDecision(deps, run.run_id);
+    streaming.onStarted(run);
+    // The resumed run's answer streams as its model calls land, as the AI SDK and AG-UI show it.
+    return followAfterDecision(deps, run.run_id, after, (t) => streaming.onDelta(t));
   }
   requireAccess(request, 'operate', 'start a task (SendMessage)');
   const query = msg.parts
@@ -155,7 +158,8 @@ async function sendMessage(
     deps,
     request,
     'a2aSendMessage',
-    { query, session_id: msg.contextId ?? null, agent_id: agentIdOf(typeof agent === 'string' ? agent : null) },
+    // The call's params, not the JSON-RPC envelope: a retry comes with a new JSON-RPC id.
+    { query, session_id: msg.contextId ?? null, agent_id: agentIdOf(typeof agent === 'string' ? agent : null), idempotency_body: params },
     streaming ? (t) => streaming.onDelta(t) : undefined,
   );
   streaming?.onStarted(started);
@@ -163,8 +167,11 @@ async function sendMessage(
   return started.settled;
 }
 
-/** The decision a message on an input-required task carries, made; answers the run as it was. */
-async function decideFromMessage(deps: AppDeps, request: FastifyRequest, params: SendMessageParams): Promise<RunRecord> {
+/**
+ * The decision a message on an input-required task carries, made; answers the run as it was and
+ * the cursor of its last event before the decision (what a streamed answer follows after).
+ */
+async function decideFromMessage(deps: AppDeps, request: FastifyRequest, params: SendMessageParams): Promise<{ run: RunRecord; after: string | null }> {
   const msg = params.message;
   const run = await taskRun(deps, msg.taskId!);
   if (msg.contextId && msg.contextId !== run.session_id)
@@ -176,6 +183,7 @@ async function decideFromMessage(deps: AppDeps, request: FastifyRequest, params:
   if (at < 0) throw invalidParams(['params', 'message', 'parts'], 'a message on an input-required task carries a data part {decision, ...}');
   const loc = ['params', 'message', 'parts', at, 'data'];
   const approver = approverOf(request, 'a2a-client');
+  const after = await lastEventCursor(deps, run.run_id);
   if (run.status === 'awaiting_approval') {
     const d = parse(ApprovalDecisionData, msg.parts[at].data, loc);
     const pending = run.approvals.filter((a) => a.status === 'pending');
@@ -186,7 +194,7 @@ async function decideFromMessage(deps: AppDeps, request: FastifyRequest, params:
     const d = parse(BudgetDecisionData, msg.parts[at].data, loc);
     await deps.runtime.runs.decideBudget(run.run_id, { decision: d.decision, approver, amount: d.amount ?? null, note: d.note ?? null });
   }
-  return run;
+  return { run, after };
 }
 
 /** SendStreamingMessage: `{task}` first, the answer as artifact updates, the final status last. */

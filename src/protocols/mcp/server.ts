@@ -6,7 +6,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { AppError } from '../../errors.js';
+import { AppError, HttpValidationFailure } from '../../errors.js';
 import { mayAccess } from '../../http/auth.js';
 import type { AppDeps } from '../../http/deps.js';
 import { responseStatusOf, WAITING_RUN_STATUSES, type RunRecord } from '../../runtime/run-record.js';
@@ -58,6 +58,8 @@ export function buildMcpServer(deps: AppDeps, request: FastifyRequest): McpServe
           query: args.query,
           session_id: args.session_id,
           agent_id: agentIdOf(args.agent_id),
+          // The tool's arguments, not the JSON-RPC message: a retry comes with a new JSON-RPC id.
+          idempotency_body: { tool: 'run_agent', arguments: args },
         });
         return resultOf(await run.settled);
       }),
@@ -151,6 +153,8 @@ async function guarded(
     return await work();
   } catch (err) {
     if (err instanceof AppError) return toolError(err.domainCode, err.message);
+    // A 422 on the HTTP routes (an Idempotency-Key reused with other arguments): its code and reasons.
+    if (err instanceof HttpValidationFailure) return toolError('AGT_ERR_VALIDATION', err.detail.map((d) => `${d.type}: ${d.msg}`).join('; '));
     throw err;
   }
 }

@@ -14,7 +14,8 @@ import { responseStatusOf, type RunRecord } from '../../runtime/run-record.js';
 import { ErrorResponse, HTTPValidationError, RunStreamErrorFrame } from '../../schemas/index.js';
 import { swallow, isRefusal } from '../../telemetry/swallowed.js';
 import { agentIdOf, listedAgents } from '../agents.js';
-import { approverOf, pendingApprovalsOf, startProtocolRun, waitAfterDecision } from '../run-calls.js';
+import { approverOf, followAfterDecision, pendingApprovalsOf, startProtocolRun, waitAfterDecision } from '../run-calls.js';
+import { lastEventCursor } from '../run-events.js';
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ModelList, SessionHeaders, ToolMessageDecision, type ChatMessageIn } from './schemas.js';
 
 const STREAM = sseResponse('With `stream: true`: `chat.completion.chunk` frames (`data:` lines), then `data: [DONE]`.', [
@@ -144,6 +145,8 @@ async function continueAfterDecision(
     note?: string | null;
   };
   const approver = approverOf(request, 'openai-client');
+  // What a streamed answer follows after: the run's events from here on are the resumed segment's.
+  const after = body.stream ? await lastEventCursor(deps, run.run_id) : null;
   if (run.status === 'awaiting_approval') {
     if (d.decision === 'grant') throw invalid(['body', 'messages', at, 'content', 'decision'], 'an approval is decided with approve or deny');
     await deps.runtime.runs.decideApproval(run.run_id, id, { decision: d.decision, approver, arguments: d.arguments ?? null, note: d.note ?? null });
@@ -155,7 +158,8 @@ async function continueAfterDecision(
   const stream = new ChunkStream(deps, reply, body, run.run_id, run.session_id);
   const abort = new AbortController();
   request.raw.on('close', () => abort.abort());
-  void waitAfterDecision(deps, run.run_id, abort.signal).then(
+  // The resumed run's answer streams as its model calls land, as the AI SDK and AG-UI show it.
+  void followAfterDecision(deps, run.run_id, after, (text) => stream.text(text), abort.signal).then(
     (r) => stream.finish(r),
     () => stream.fail(),
   );

@@ -6,6 +6,7 @@ import {
   QUICK,
   SCALE,
   closedLoop,
+  cpuSeconds,
   log,
   mergeLoops,
   ratio,
@@ -26,6 +27,13 @@ import { WORKLOADS } from './run-real.js';
 const WARMUP_RUNS = QUICK ? 200 : Math.max(300, Math.round(2000 * SCALE));
 const ROUND_MS = QUICK ? 1000 : Math.max(500, Math.round(2000 * SCALE));
 const ROUNDS = QUICK ? 1 : 4;
+/** Runs per route in the counting pass (disk reads and rounds per run). */
+const COUNTED_RUNS = QUICK ? 50 : 300;
+
+interface StoreStats {
+  rounds: number;
+  diskReads?: Record<string, number>;
+}
 
 type Workload = keyof typeof WORKLOADS;
 // `run-session`: POST /run naming a new session, as the chat protocols do (their chat / thread
@@ -95,15 +103,23 @@ export async function protocolsBench(): Promise<BenchOutput> {
       for (const w of ['trivial', 'tool'] as const) await measure(agentd, route, w, 32, { durationMs: QUICK ? 20_000 : 90_000, maxCount: WARMUP_RUNS / 2 });
 
     const results: Record<string, Record<Route, LoopResult>> = {};
+    /** Server CPU seconds spent in each route's rounds (the agentd child's user + system time). */
+    const cpu: Record<string, Record<Route, number>> = {};
     for (const w of ['trivial', 'tool'] as const) {
       for (const c of [1, 32]) {
         log(`measuring ${w}, c=${c}: ${ROUNDS} rounds of ${ROUND_MS} ms per route, order rotated each round`);
         const loops: Record<Route, LoopResult[]> = { run: [], 'run-session': [], 'ai-sdk': [], 'ag-ui': [] };
+        const spent: Record<Route, number> = { run: 0, 'run-session': 0, 'ai-sdk': 0, 'ag-ui': 0 };
         for (let i = 0; i < ROUNDS; i++) {
           // Rotate which route goes first, so a trend in background load weighs on all alike.
           const order = [...ROUTES.slice(i % ROUTES.length), ...ROUTES.slice(0, i % ROUTES.length)];
-          for (const route of order) loops[route].push(await measure(agentd, route, w, c, { durationMs: ROUND_MS }));
+          for (const route of order) {
+            const before = cpuSeconds(agentd.pid);
+            loops[route].push(await measure(agentd, route, w, c, { durationMs: ROUND_MS }));
+            spent[route] += cpuSeconds(agentd.pid) - before;
+          }
         }
+        cpu[`${w}/${c}`] = spent;
         results[`${w}/${c}`] = {
           run: mergeLoops(loops.run),
           'run-session': mergeLoops(loops['run-session']),
@@ -112,6 +128,21 @@ export async function protocolsBench(): Promise<BenchOutput> {
         };
       }
     }
+
+    // Store work per run, counted rather than timed (the same on a loaded machine): LevelDB's
+    // asynchronous reads (each a trip through libuv's thread pool; child-server.mjs counts them on
+    // the native binding) and group-commit rounds (one fsync each), trivial workload.
+    const work: Record<string, { reads: number; rounds: number }> = {};
+    for (const c of [1, 32])
+      for (const route of ROUTES) {
+        await agentd.call({ cmd: 'countBytes', on: true });
+        const s0 = await agentd.call<StoreStats>({ cmd: 'storeStats' });
+        const loop = await measure(agentd, route, 'trivial', c, { durationMs: 60_000, maxCount: COUNTED_RUNS });
+        const s1 = await agentd.call<StoreStats>({ cmd: 'storeStats' });
+        await agentd.call({ cmd: 'countBytes', on: false });
+        const reads = (s: StoreStats) => Object.values(s.diskReads ?? {}).reduce((a, b) => a + b, 0);
+        work[`${route}/${c}`] = { reads: (reads(s1) - reads(s0)) / loop.count, rounds: (s1.rounds - s0.rounds) / loop.count };
+      }
 
     const rows: Row[] = [];
     let errors = 0;
@@ -148,6 +179,23 @@ export async function protocolsBench(): Promise<BenchOutput> {
             ratio: ratio(res[route].perSecond, res['run-session'].perSecond),
           });
         }
+    // Server CPU per run: what a run costs the server, less dragged by the rest of a shared
+    // machine's load than runs/s (though contention still moves it by tens of percent there, so
+    // it carries no target). The adapters write fewer frames per run than POST /run (row below).
+    const cpuPerRun = (key: string, route: Route) => (cpu[key][route] * 1000) / Math.max(1, results[key][route].count);
+    for (const route of ['run-session', 'ai-sdk', 'ag-ui'] as const)
+      for (const w of ['trivial', 'tool'] as const)
+        for (const c of [1, 32]) {
+          const key = `${w}/${c}`;
+          rows.push({
+            metric: `Server CPU per run, POST ${PATH[route]}${route === 'run-session' ? ' with a new session_id' : ''}, ${WORKLOADS[w].label}, concurrency ${c}`,
+            value: round(cpuPerRun(key, route), 2),
+            unit: 'ms',
+            baseline: round(cpuPerRun(key, 'run'), 2),
+            baseline_label: 'POST /run',
+            ratio: ratio(cpuPerRun(key, route), cpuPerRun(key, 'run')),
+          });
+        }
     for (const res of Object.values(results))
       for (const route of ROUTES) {
         errors += res[route].errors;
@@ -160,16 +208,32 @@ export async function protocolsBench(): Promise<BenchOutput> {
       target: '0',
       pass: errors === 0,
     });
+    for (const c of [1, 32])
+      rows.push({
+        metric: `LevelDB disk reads per run (thread-pool trips), trivial answer, concurrency ${c}: POST /run / with a new session_id / POST /ai-sdk/chat / POST /ag-ui`,
+        value: ROUTES.map((r) => round(work[`${r}/${c}`].reads, 2)).join(' / '),
+        unit: '',
+      });
+    for (const c of [1, 32])
+      rows.push({
+        metric: `Group-commit rounds (fsyncs) per run, trivial answer, concurrency ${c}: POST /run / with a new session_id / POST /ai-sdk/chat / POST /ag-ui`,
+        value: ROUTES.map((r) => round(work[`${r}/${c}`].rounds, 2)).join(' / '),
+        unit: '',
+      });
     rows.push({
       metric: 'data: frames per tool-workload run, POST /run / POST /ai-sdk/chat / POST /ag-ui',
       value: `${frames.run} / ${frames['ai-sdk']} / ${frames['ag-ui']}`,
       unit: '',
+      target: 'adapters <= POST /run',
+      pass: frames['ai-sdk'] <= frames.run && frames['ag-ui'] <= frames.run,
     });
     return {
       title: 'Chat protocol adapters (POST /ai-sdk/chat, POST /ag-ui) against POST /run on the real model path',
       method: [
         'One agentd child configured as in the run benchmark (`openai-compatible` pointed at test/bench/child-server.mjs `fake-openai` over HTTP, the local `add` tool, LevelDB with fsync), the same trivial and one-tool workloads.',
         'Bodies: POST /run `{query}` (a new session per run; the diagnostic rows also `{query, session_id}` with a new id each time); POST /ai-sdk/chat the body `DefaultChatTransport` sends (`{id, messages: [one user message], trigger: "submit-message"}`), POST /ag-ui a `RunAgentInput` (`{threadId, runId, messages: [one user message]}`), each with a fresh chat / thread id per request, so each is a new named session.',
+        `Counting pass (after the timed rounds, trivial workload): ${COUNTED_RUNS} runs per route at concurrency 1 and 32 with the child's counters on; LevelDB disk reads are the asynchronous read calls on classic-level's native binding (get, getMany, iterator pages), group-commit rounds the LevelDB store's own count.`,
+        "Server CPU per run: the agentd child's user + system CPU (/proc/<pid>/stat) over each route's rounds, divided by the runs those rounds completed; less dragged down than runs/s by the rest of a shared machine's load, though contention still moves it by tens of percent between runs there (no target).",
         `Order: ${WARMUP_RUNS} warm-up runs per route (half per workload, concurrency 32), then per workload and concurrency ${ROUNDS} rounds of ${ROUND_MS / 1000} s per route, the route order rotated each round. Client: keep-alive HTTP workers in the parent process, each reading the full response before the next request.`,
       ],
       rows,
