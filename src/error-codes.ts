@@ -108,6 +108,8 @@ export const DOMAIN_ERRORS = {
   AGT_ERR_BACKGROUND_TASK_NOT_FOUND: { error: 'NotFound', status: 404, message: notFoundMessage },
   AGT_ERR_BACKGROUND_TASK_DISABLED: { error: 'NotFound', status: 404, message: notFoundMessage },
   AGT_ERR_BACKGROUND_RUN_NOT_FOUND: { error: 'NotFound', status: 404, message: notFoundMessage },
+  AGT_ERR_CHECKPOINT_NOT_FOUND: { error: 'NotFound', status: 404, message: notFoundMessage },
+  AGT_ERR_EVAL_NOT_FOUND: { error: 'NotFound', status: 404, message: notFoundMessage },
   AGT_ERR_DASHBOARD_NOT_BUILT: { error: 'NotFound', status: 404, message: 'the dashboard is not built: run `npm run build`' },
   AGT_ERR_WORKSPACE_FILE_NOT_FOUND: { error: null, status: 404, message: '%s' },
   AGT_ERR_WORKSPACE_PATH_OUTSIDE: { error: null, status: 400, message: '%s' },
@@ -132,6 +134,8 @@ export const DOMAIN_ERRORS = {
   AGT_ERR_BUDGET_REQUEST_MISMATCH: { error: 'Conflict', status: 409, message: 'budget request %s is not the pending one (%s)' },
   AGT_ERR_RUN_STILL_WAITING: { error: 'Conflict', status: 409, message: 'run %s is still waiting for a person (%s)' },
   AGT_ERR_RUN_ALREADY_LIVE: { error: 'Conflict', status: 409, message: 'run %s is already live in %s' },
+  AGT_ERR_REPLAY_MODEL_UNAVAILABLE: { error: 'Conflict', status: 409, message: 'this server has no agent registry to build a replay model variant with' },
+  AGT_ERR_EVAL_ENDED: { error: 'Conflict', status: 409, message: 'eval %s already ended (%s)' },
   AGT_ERR_RUN_NO_SNAPSHOT: { error: 'Conflict', status: 409, message: 'run %s has no saved snapshot to resume from' },
   AGT_ERR_RUN_SAVED_BY_NEWER: {
     error: 'Conflict',
@@ -229,5 +233,7 @@ export const NOT_FOUND_CODES = {
   'background task': 'AGT_ERR_BACKGROUND_TASK_NOT_FOUND',
   'enabled background task': 'AGT_ERR_BACKGROUND_TASK_DISABLED',
   'background run': 'AGT_ERR_BACKGROUND_RUN_NOT_FOUND',
+  checkpoint: 'AGT_ERR_CHECKPOINT_NOT_FOUND',
+  eval: 'AGT_ERR_EVAL_NOT_FOUND',
 } as const satisfies Record<string, DomainCode>;
 export type NotFoundKind = keyof typeof NOT_FOUND_CODES;

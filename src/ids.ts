@@ -20,6 +20,8 @@ export type IdPrefix =
   | 'call'
   | 'steer'
   | 'interrupt'
+  /** An evaluation over past runs (src/runtime/evals/). */
+  | 'eval'
   /** A message or text part a protocol adapter names (src/protocols/). */
   | 'msg';
 

@@ -28,6 +28,14 @@ const runs =
   ) =>
   async () =>
     (await import('./runs.js'))[name];
+const debug = (name: 'runsCheckpoints' | 'runsFork' | 'runsReplay' | 'runsCompare' | 'evalsCreate' | 'evalsShow' | 'evalsLs') => async () =>
+  (await import('./debug.js'))[name];
+const variantOptions = {
+  model: { type: 'string', value: 'JSON', help: "A model config in the shape of a registered agent's model_config." },
+  agent: { type: 'string', value: 'ID', help: 'A registered agent to re-ask.' },
+  system: { type: 'string', value: 'TEXT', help: 'A system instruction to re-ask with.' },
+  tools: { type: 'string', value: 'recorded|live', help: 'How tool calls are answered (default recorded; a non-idempotent tool never runs).' },
+} as const;
 const tasks = (name: 'tasksLs' | 'tasksCreate' | 'tasksRun' | 'tasksPause' | 'tasksResume' | 'tasksPreview' | 'eventsTail') => async () =>
   (await import('./tasks.js'))[name];
 
@@ -136,6 +144,34 @@ export const COMMANDS: Command[] = [
     summary: 'Continue a decided, interrupted or orphaned run and print its result (exit codes as `run`).',
     load: runs('runsResume'),
   },
+  {
+    path: ['runs', 'checkpoints'],
+    args: ['RUN', 'CHECKPOINT?'],
+    remote: true,
+    summary: "A run's checkpoints, or one checkpoint's conversation.",
+    load: debug('runsCheckpoints'),
+  },
+  {
+    path: ['runs', 'fork'],
+    args: ['RUN', 'CHECKPOINT'],
+    remote: true,
+    summary: 'Start a new run from a checkpoint, with edits, and print its result.',
+    options: {
+      message: { type: 'string', value: 'TEXT', help: 'A user message added last.' },
+      'tool-results': { type: 'string', value: 'JSON', help: 'Tool call id → the result the model reads instead.' },
+      session: { type: 'string', value: 'ID', help: 'Run in this session (default: a new one seeded with the conversation).' },
+    },
+    load: debug('runsFork'),
+  },
+  {
+    path: ['runs', 'replay'],
+    args: ['RUN'],
+    remote: true,
+    summary: 'Re-ask a variant with the same inputs, tool results from the recording, and print its result.',
+    options: { ...variantOptions, from: { type: 'string', value: 'CHECKPOINT', help: 'Replay from this checkpoint instead of the start.' } },
+    load: debug('runsReplay'),
+  },
+  { path: ['runs', 'compare'], args: ['A', 'B'], remote: true, summary: 'Two runs side by side and the diff of their answers.', load: debug('runsCompare') },
   { path: ['approvals', 'ls'], remote: true, summary: 'Pending approvals across runs (runs awaiting approval).', load: runs('approvalsLs') },
   {
     path: ['approvals', 'approve'],
@@ -220,6 +256,26 @@ export const COMMANDS: Command[] = [
     load: tasks('tasksPreview'),
   },
   {
+    path: ['evals', 'create'],
+    args: ['NAME'],
+    remote: true,
+    summary: 'Replay a batch of past runs against a variant, durably, and score them.',
+    options: {
+      ...variantOptions,
+      runs: { type: 'string', value: 'ID,ID,…', help: 'The runs to replay.' },
+      filter: {
+        type: 'string',
+        value: 'JSON',
+        help: 'Select runs instead: {agent_id?, task_id?, session_id?, status?, since?, until?, limit} (limit default 100).',
+      },
+      scorer: { type: 'string', value: 'JSON', help: '{"type":"exact"}, {"type":"contains","text":…} or {"type":"judge","agent_id":…}.' },
+      concurrency: { type: 'string', value: 'N', help: 'Replays in flight at once (default 4).' },
+    },
+    load: debug('evalsCreate'),
+  },
+  { path: ['evals', 'show'], args: ['EVAL'], remote: true, summary: 'An evaluation: progress, aggregates and one line per run.', load: debug('evalsShow') },
+  { path: ['evals', 'ls'], remote: true, summary: 'Evaluations, newest first.', load: debug('evalsLs') },
+  {
     path: ['events', 'tail'],
     remote: true,
     summary: 'Follow the telemetry events of a session (or of one run): stored ones after --from, then new ones.',
@@ -236,7 +292,8 @@ export const COMMANDS: Command[] = [
 
 export const GROUPS: Record<string, string> = {
   config: 'Check or describe the config file.',
-  runs: 'List, show, cancel and resume runs.',
+  runs: 'List, show, cancel and resume runs; checkpoints, forks, replays, comparisons.',
+  evals: 'Evaluations over past runs: create, show, list.',
   approvals: 'Pending approvals: list, approve, deny.',
   budget: 'Grant or deny the budget a run waits for.',
   tasks: 'Background tasks: list, create, run, pause, resume, preview.',

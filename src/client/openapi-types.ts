@@ -415,6 +415,59 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/evals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Evaluations, newest first */
+        get: operations["listEvals"];
+        put?: never;
+        /** Replay a batch of past runs against a variant, durably, and score them */
+        post: operations["createEval"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/evals/{eval_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An evaluation, its items (one per run: the replay, changed, score, deltas) and aggregates */
+        get: operations["getEval"];
+        put?: never;
+        post?: never;
+        /** Delete an evaluation and its items (its replay runs stay: they are runs) */
+        delete: operations["deleteEval"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/evals/{eval_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Start no more replays (those in flight finish) */
+        post: operations["cancelEval"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/events/{session_id}": {
         parameters: {
             query?: never;
@@ -653,6 +706,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runs/{a}/compare/{b}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Two runs side by side (answer, steps, tokens, cost, duration, tool calls, outcomes) and their differences */
+        get: operations["compareRuns"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/runs/{run_id}": {
         parameters: {
             query?: never;
@@ -722,6 +792,57 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runs/{run_id}/checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A run's checkpoints in order: its start, before each model call, each pause and resume, its end */
+        get: operations["listRunCheckpoints"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/checkpoints/{checkpoint_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One checkpoint and the conversation as the model would see it there */
+        get: operations["getRunCheckpoint"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Start a new run that continues from a checkpoint, with edits; answers like POST /run/sync plus `forked_from` */
+        post: operations["forkRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/runs/{run_id}/inbox": {
         parameters: {
             query?: never;
@@ -767,6 +888,23 @@ export interface paths {
         put?: never;
         /** Report what a run turned out to be worth */
         post: operations["recordOutcome"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Re-ask a variant (agent, model, instruction) with the same inputs, tool results taken from the recording; answers like POST /run/sync plus `replay_of` */
+        post: operations["replayRun"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1660,11 +1798,167 @@ export interface components {
         BudgetScope: "run" | "session" | "agent" | "tenant" | "application";
         /** @enum {string} */
         BudgetWindow: "total" | "day" | "month";
+        Checkpoint: {
+            checkpoint_id: string;
+            /** Format: date-time */
+            created_at: string;
+            /** @description How many messages the model would see there, system instruction included. */
+            message_count: number;
+            pending: {
+                approvals: string[];
+                budget_request: string | null;
+            };
+            /** @description The run machine's state value there (`calling`: before a model call; `awaiting*`, `interrupted`: a pause). */
+            state: string;
+            step: number;
+            usage: components["schemas"]["CheckpointUsage"];
+        };
+        CheckpointDetail: {
+            checkpoint_id: string;
+            /** Format: date-time */
+            created_at: string;
+            /** @description How many messages the model would see there, system instruction included. */
+            message_count: number;
+            /** @description The conversation exactly as the model would see it there (secrets redacted), system instruction first. */
+            messages: components["schemas"]["ConversationMessage"][];
+            pending: {
+                approvals: string[];
+                budget_request: string | null;
+            };
+            run_id: string;
+            /** @description The run machine's state value there (`calling`: before a model call; `awaiting*`, `interrupted`: a pause). */
+            state: string;
+            step: number;
+            usage: components["schemas"]["CheckpointUsage"];
+        };
+        CheckpointListResponse: {
+            checkpoints: components["schemas"]["Checkpoint"][];
+            count: number;
+            run_id: string;
+        };
+        CheckpointUsage: {
+            estimated_cost_usd: number;
+            request_tokens: number;
+            requests: number;
+            response_tokens: number;
+            total_tokens: number;
+        };
+        CompareResponse: {
+            a: components["schemas"]["RunSummary"];
+            b: components["schemas"]["RunSummary"];
+            diff: {
+                cost_delta_usd: number;
+                duration_delta_ms: number | null;
+                response_changed: boolean;
+                /** @description Unified diff of the two answers, line by line; empty when equal. */
+                response_diff: string;
+                steps_delta: number;
+                tokens_delta: number;
+                tool_calls: {
+                    added: {
+                        arguments: {
+                            [key: string]: unknown;
+                        };
+                        name: string;
+                        outcome: string;
+                    }[];
+                    changed: {
+                        a: {
+                            arguments: {
+                                [key: string]: unknown;
+                            };
+                            name: string;
+                            outcome: string;
+                        };
+                        b: {
+                            arguments: {
+                                [key: string]: unknown;
+                            };
+                            name: string;
+                            outcome: string;
+                        };
+                        name: string;
+                    }[];
+                    removed: {
+                        arguments: {
+                            [key: string]: unknown;
+                        };
+                        name: string;
+                        outcome: string;
+                    }[];
+                };
+            };
+        };
         ConcurrencySpec: {
             /** @description Runs sharing this key share its limit, e.g. `customer:42`. A matching `flow.concurrency` rule of the config wins over `limit`. */
             key: string;
             /** @description Runs of this key running at once, at most. */
             limit: number;
+        };
+        ConversationMessage: {
+            content: string;
+            /** @enum {string} */
+            role: "system" | "user" | "assistant" | "tool";
+            tool_call_id?: string;
+            tool_calls?: {
+                arguments: {
+                    [key: string]: unknown;
+                };
+                id: string;
+                name: string;
+            }[];
+            tool_name?: string;
+        };
+        DebugRunResponse: {
+            agent_name: string;
+            /**
+             * @description Approvals a paused run waits for.
+             * @default null
+             */
+            approvals: components["schemas"]["Approval"][] | null;
+            /**
+             * @description The budget a waiting run ran out of and what it needs.
+             * @default null
+             */
+            budget_request: components["schemas"]["BudgetRequest"] | null;
+            /** @description What failed, for a run that ended in error (null otherwise). */
+            error?: components["schemas"]["ErrorInfo"] | null;
+            /** @description Set on an evaluation item: its evaluation. */
+            eval_id?: string;
+            /** @description Set on a fork: the run and checkpoint it continues from. */
+            forked_from?: {
+                checkpoint_id: string;
+                run_id: string;
+            };
+            /** @default null */
+            guardrail_result: {
+                [key: string]: unknown;
+            } | null;
+            /** @default null */
+            metric: {
+                [key: string]: unknown;
+            } | null;
+            /** @description Set on a replay: the run it re-asks and the variant. */
+            replay_of?: {
+                run_id: string;
+                variant: {
+                    [key: string]: unknown;
+                };
+            };
+            /** @description Agent answer; null while the run awaits a person. */
+            response: string | null;
+            run_id: string | null;
+            session_id: string;
+            /**
+             * @description Set when the run did not succeed.
+             * @default null
+             */
+            side_effects: components["schemas"]["SideEffect"][] | null;
+            /** @default success */
+            status: components["schemas"]["RunResponseStatus"];
+            /** @default null */
+            termination_reason: components["schemas"]["TerminationReason"] | null;
+            trace_id: string | null;
         };
         ErrorInfo: {
             message: string;
@@ -1675,7 +1969,7 @@ export interface components {
              * @description Stable machine-readable error code (AGT_ERR_*); see docs/errors.md.
              * @enum {string}
              */
-            code: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_TENANT_ROUTE" | "AGT_ERR_TENANT_MISMATCH" | "AGT_ERR_APPROVER_NOT_ALLOWED" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
+            code: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_TENANT_ROUTE" | "AGT_ERR_TENANT_MISMATCH" | "AGT_ERR_APPROVER_NOT_ALLOWED" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_CHECKPOINT_NOT_FOUND" | "AGT_ERR_EVAL_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_REPLAY_MODEL_UNAVAILABLE" | "AGT_ERR_EVAL_ENDED" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
             detail?: string | null;
             /**
              * @description Error type (the HTTP family); see docs/errors.md.
@@ -1684,6 +1978,128 @@ export interface components {
             error: "BadRequest" | "Unauthorized" | "Forbidden" | "NotFound" | "MethodNotAllowed" | "RequestTimeout" | "Conflict" | "PayloadTooLarge" | "URITooLong" | "UnsupportedMediaType" | "RequestHeaderFieldsTooLarge" | "TooManyRequests" | "InternalServerError" | "ServerBusy" | "GatewayTimeout";
             message: string;
         };
+        Eval: {
+            concurrency: number;
+            /** Format: date-time */
+            created_at: string;
+            ended_at: string | null;
+            eval_id: string;
+            name: string;
+            progress: {
+                done: number;
+                failed: number;
+                total: number;
+            };
+            scorer: {
+                [key: string]: unknown;
+            } | null;
+            status: components["schemas"]["EvalStatus"];
+            tools: components["schemas"]["ReplayTools"];
+            variant: {
+                [key: string]: unknown;
+            };
+        };
+        EvalCreateRequest: {
+            /** @description Replays in flight at once (default 4). */
+            concurrency?: number;
+            name: string;
+            scorer?: components["schemas"]["EvalScorer"] | null;
+            source: {
+                run_ids: components["schemas"]["SafeId"][];
+            } | {
+                filter: {
+                    agent_id?: components["schemas"]["BackgroundId"];
+                    limit: number;
+                    session_id?: components["schemas"]["SafeId"];
+                    /** Format: date-time */
+                    since?: string;
+                    /**
+                     * @description Default: every ended run.
+                     * @enum {string}
+                     */
+                    status?: "completed" | "blocked" | "failed" | "cancelled" | "timeout";
+                    task_id?: components["schemas"]["SafeId"];
+                    /** Format: date-time */
+                    until?: string;
+                };
+            };
+            tools?: components["schemas"]["ReplayTools"];
+            variant: components["schemas"]["ReplayVariant"];
+        };
+        EvalDeletedResponse: {
+            eval_id: string;
+            /** @constant */
+            status: "deleted";
+        };
+        EvalDetail: {
+            aggregates: {
+                changed_pct: number;
+                cost_delta_usd: number;
+                items: number;
+                mean_score: number | null;
+                outcomes: {
+                    [key: string]: {
+                        changed: number;
+                        items: number;
+                        mean_score: number | null;
+                    };
+                };
+                token_delta: number;
+            };
+            concurrency: number;
+            /** Format: date-time */
+            created_at: string;
+            ended_at: string | null;
+            eval_id: string;
+            items: {
+                changed: boolean | null;
+                cost_delta_usd: number | null;
+                error: string | null;
+                original_outcomes: {
+                    label: string | null;
+                    reward: number | null;
+                }[];
+                /** @description Null until the replay starts. */
+                replay_run_id: string | null;
+                run_id: string;
+                score: number | null;
+                /** @enum {string} */
+                status: "pending" | "running" | "done" | "failed" | "cancelled";
+                token_delta: number | null;
+            }[];
+            name: string;
+            progress: {
+                done: number;
+                failed: number;
+                total: number;
+            };
+            scorer: {
+                [key: string]: unknown;
+            } | null;
+            status: components["schemas"]["EvalStatus"];
+            tools: components["schemas"]["ReplayTools"];
+            variant: {
+                [key: string]: unknown;
+            };
+        };
+        EvalListResponse: {
+            evals: components["schemas"]["Eval"][];
+            next_cursor: string | null;
+        };
+        EvalScorer: {
+            /** @constant */
+            type: "exact";
+        } | {
+            text: string;
+            /** @constant */
+            type: "contains";
+        } | {
+            agent_id: components["schemas"]["BackgroundId"];
+            /** @constant */
+            type: "judge";
+        };
+        /** @enum {string} */
+        EvalStatus: "queued" | "running" | "completed" | "cancelled" | "failed";
         EventActor: {
             id?: string | null;
             name?: string | null;
@@ -1695,6 +2111,26 @@ export interface components {
             next_cursor: string | null;
             /** @description The session filter; null when the query had none. */
             session_id: string | null;
+        };
+        ForkRequest: {
+            checkpoint_id: components["schemas"]["SafeId"];
+            edits?: {
+                append_messages?: {
+                    content: string;
+                    /** @enum {string} */
+                    role: "user" | "assistant";
+                }[];
+                /** @description Tool call id → the result the model reads instead (or the missing one at a pause). */
+                tool_results?: {
+                    [key: string]: string;
+                };
+                /** @description Appended as a user message, last. */
+                user_message?: string;
+            } | null;
+            /** @description Default: a new session seeded with the conversation up to the checkpoint. */
+            session_id?: components["schemas"]["SafeId"] | null;
+            /** @description Only `false` for now: the fork answers like POST /run/sync. */
+            stream?: false | null;
         };
         GovernanceEvaluateRequest: {
             /** @description Default: the served agent. */
@@ -1754,7 +2190,7 @@ export interface components {
              * @description Stable machine-readable error code (AGT_ERR_*); see docs/errors.md.
              * @enum {string}
              */
-            code?: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_TENANT_ROUTE" | "AGT_ERR_TENANT_MISMATCH" | "AGT_ERR_APPROVER_NOT_ALLOWED" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
+            code?: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_TENANT_ROUTE" | "AGT_ERR_TENANT_MISMATCH" | "AGT_ERR_APPROVER_NOT_ALLOWED" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_CHECKPOINT_NOT_FOUND" | "AGT_ERR_EVAL_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_REPLAY_MODEL_UNAVAILABLE" | "AGT_ERR_EVAL_ENDED" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
             detail: unknown;
         };
         HTTPValidationError: {
@@ -1973,6 +2409,28 @@ export interface components {
                 ok: boolean;
             };
         };
+        ReplayRequest: {
+            from_checkpoint?: components["schemas"]["SafeId"] | null;
+            session_id?: components["schemas"]["SafeId"] | null;
+            /** @description Only `false` for now: the replay answers like POST /run/sync. */
+            stream?: false | null;
+            tools?: components["schemas"]["ReplayTools"];
+            variant: components["schemas"]["ReplayVariant"];
+        };
+        /**
+         * @description `recorded` (default): every call is answered from the original run. `live`: an unmatched idempotent call runs; a non-idempotent one never does.
+         * @enum {string}
+         */
+        ReplayTools: "recorded" | "live";
+        ReplayVariant: {
+            /** @description A registered agent to re-ask (its own instruction, unless `system_instruction` is given). */
+            agent_id?: components["schemas"]["BackgroundId"];
+            /** @description A model config in the shape of a registered agent's `model_config`, checked the same way (agents.model_hosts, agents.secret_env). */
+            model?: {
+                [key: string]: unknown;
+            };
+            system_instruction?: string;
+        };
         /** @enum {string} */
         RetryOn: "exception" | "timeout";
         /** @description max_attempts of a run = max_retries + 1. */
@@ -2135,6 +2593,27 @@ export interface components {
             session_id: string;
             /** @enum {string} */
             status: "started" | "streaming";
+        };
+        RunSummary: {
+            cost_usd: number;
+            duration_ms: number | null;
+            outcomes: {
+                label: string | null;
+                reward: number | null;
+                source: string;
+            }[];
+            response: string | null;
+            run_id: string;
+            status: string;
+            steps: number;
+            tokens: number;
+            tool_calls: {
+                arguments: {
+                    [key: string]: unknown;
+                };
+                name: string;
+                outcome: string;
+            }[];
         };
         RunTraceResponse: {
             /** @description True when the run has more than 100 segments and the oldest are left out. */
@@ -4507,6 +4986,326 @@ export interface operations {
             };
         };
     };
+    listEvals: {
+        parameters: {
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalListResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    createEval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EvalCreateRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Eval"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    getEval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                eval_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalDetail"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    deleteEval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                eval_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalDeletedResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    cancelEval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                eval_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Eval"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     followSessionEvents: {
         parameters: {
             query?: {
@@ -5329,6 +6128,74 @@ export interface operations {
             };
         };
     };
+    compareRuns: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                a: components["schemas"]["SafeId"];
+                b: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CompareResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     getRun: {
         parameters: {
             query?: never;
@@ -5682,6 +6549,221 @@ export interface operations {
             };
         };
     };
+    listRunCheckpoints: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckpointListResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    getRunCheckpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                checkpoint_id: components["schemas"]["SafeId"];
+                run_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckpointDetail"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    forkRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForkRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DebugRunResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
     getRunInbox: {
         parameters: {
             query?: never;
@@ -5874,6 +6956,86 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    replayRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: components["schemas"]["SafeId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReplayRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DebugRunResponse"];
+                };
+            };
+            /** @description No valid API key (only when the service has auth.api_keys configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key's role may not call this operation. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };

@@ -5,6 +5,8 @@ import { backgroundRoutes } from './background.js';
 import { runRoutes } from './runs.js';
 import { serviceInfoRoutes } from './service-info.js';
 import { steerRoutes } from './steer.js';
+import { debugRoutes } from './debug.js';
+import { evalRoutes } from './evals.js';
 import { telemetryRoutes } from './telemetry.js';
 import { webhookRoutes } from './webhooks.js';
 import { governanceRoutes } from './governance.js';
@@ -18,6 +20,8 @@ import { agUiRoutes } from '../protocols/ag-ui/routes.js';
 export const ROUTE_MODULES: RouteModule[] = [
   runRoutes,
   steerRoutes,
+  debugRoutes,
+  evalRoutes,
   serviceInfoRoutes,
   governanceRoutes,
   telemetryRoutes,

@@ -33,4 +33,9 @@ export interface AgentLease {
 /** Where the run service gets a registered agent by id (null id: the served agent). */
 export interface AgentSource {
   acquire(agentId: string): Promise<AgentLease>;
+  /**
+   * The model a replay's `model` variant names (src/runtime/debug/), checked exactly as a
+   * registered agent's model_config is (agents.model_hosts, agents.secret_env): a 422 otherwise.
+   */
+  variantModel?(modelConfig: Record<string, unknown>): Promise<ModelProvider>;
 }

@@ -6,7 +6,7 @@
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Clock } from '../clock.js';
-import { notFound, AppError, domainError } from '../errors.js';
+import { notFound, AppError, domainError, HttpValidationFailure } from '../errors.js';
 import type { Store } from '../store/store.js';
 import type { AgentRow } from '../background/types.js';
 import { AgentSpecError, isServedAgentSpec, planAgent, type AgentPlan, type AgentSpecInput, type PlanOptions } from '../agent/agent-spec.js';
@@ -277,6 +277,28 @@ export class AgentRegistry implements AgentSource {
     }
     const b = await pending;
     return b.isClosed ? null : b.hold();
+  }
+
+  async variantModel(modelConfig: Record<string, unknown>): Promise<ModelProvider> {
+    const refused = (problems: Array<{ path: Array<string | number>; message: string; type?: string }>) =>
+      new HttpValidationFailure(
+        problems.map((p) => ({ loc: ['body', 'variant', 'model', ...p.path.slice(1)], msg: p.message, type: p.type ?? 'value_error' })),
+      );
+    let plan: AgentPlan;
+    try {
+      // Never privileged: a request's model config gets no more than an agent registered by an operator key.
+      plan = planAgent({ agent_id: 'replay-variant', model_config: modelConfig }, { cwd: process.cwd(), ...this.opts.plan, privileged: false });
+    } catch (err) {
+      if (err instanceof AgentSpecError) throw refused(err.problems);
+      throw err;
+    }
+    if (!plan.model) throw refused([{ path: ['model_config'], message: 'a model config is required' }]);
+    try {
+      const built = await loadModelProvider(plan.model);
+      return this.opts.wrapModel ? this.opts.wrapModel(built) : built;
+    } catch (err) {
+      throw refused([{ path: ['model_config'], message: err instanceof Error ? err.message : String(err) }]);
+    }
   }
 
   /** A stored spec that no longer builds (an env var unset since, a module removed): the run cannot start. */

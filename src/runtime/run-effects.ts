@@ -28,6 +28,7 @@ import { pauseOn429, rateLimited } from './run-rate.js';
 import type { RunHost, RunEventInput } from './run-host.js';
 import type { RunKernel } from './run-kernel.js';
 import { ToolRunner } from './run-tools.js';
+import { replayedCall } from './debug/replay-tools.js';
 import { iso } from './run-types.js';
 
 /**
@@ -293,7 +294,10 @@ export class RunEffects {
         spend,
       };
       const inputs_sha256 = inputsDigest(input);
-      const d = decidePolicy({ tool_name: call.name, mcp_server: tool?.mcp_server }, governance, input, policy_conditions);
+      // A replay's call answered from the recording asks nobody: the original's decision is in the recorded answer.
+      const d = replayedCall(live, ctx, call)
+        ? { effect: 'allow' as const, rule_index: null, rule_id: null, reason: 'replay: answered from the recording', approvers: null, error: undefined }
+        : decidePolicy({ tool_name: call.name, mcp_server: tool?.mcp_server }, governance, input, policy_conditions);
       decisions.push({ tool_call_id: call.id, effect: d.effect, reason: d.reason ?? null });
       void live.emit({
         event_type: `policy_decision_${d.effect}`,

@@ -13,6 +13,8 @@ import type { EventRecordInput } from '../telemetry/record.js';
 import type { AgentLease, AgentProfile } from './agent-profile.js';
 import { FencedError, RecordWriter, type CarriedWrite } from './persistence.js';
 import { phaseOf, recordFromSnapshot } from './run-projection.js';
+import { nextCheckpoints, type Checkpoint } from '../../machines/policies/checkpoints.js';
+import type { RunOrigin } from './debug/origin.js';
 import type { RunKernel } from './run-kernel.js';
 import { TERMINAL_RUN_STATUSES, runIndexes, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { iso, traceStatusOf, type SessionValue, type SnapshotValue, type StartOptions, type TraceValue } from './run-types.js';
@@ -87,6 +89,10 @@ export class RunHost {
   prelude: ChatMessage[] = [];
   /** Texts of a caller-given conversation (StartOptions.history): guardrails check them as they check the query. */
   callerInput: string[] = [];
+  /** The run's checkpoints so far, saved with every snapshot (machines/policies/checkpoints.ts). */
+  private checkpoints: readonly Checkpoint[];
+  /** A fork's or replay's origin (StartOptions.origin), saved with every snapshot. */
+  readonly origin: RunOrigin | null;
 
   /** `create`: the run does not exist yet; its writer's first commit creates it, with these ops. */
   constructor(
@@ -130,6 +136,8 @@ export class RunHost {
     this.agent = agent.profile;
     this.releaseAgent = agent.release;
     this.trace = trace;
+    this.checkpoints = opts.checkpoints ?? [];
+    this.origin = opts.origin ?? null;
     if (fold) {
       let release!: () => void;
       const released = new Promise<void>((r) => (release = r));
@@ -195,6 +203,8 @@ export class RunHost {
     const { status, terminal, waiting, stopped, interrupt } = phase;
     const persisted = this.ref.getPersistedSnapshot();
     const now = iso(this.deps.clock.now());
+    const checkpoints = (this.checkpoints = nextCheckpoints(this.checkpoints, state, ctx, now));
+    const origin = this.origin;
     if (phase.ending) this.ending = true;
     // The conversation grows in the same round as the completed run's record. A session nobody
     // else writes that does not exist yet is created in the record's own commit (it cannot
@@ -211,7 +221,14 @@ export class RunHost {
           kind: repos(this.deps.store).snapshots.kind,
           id: this.run_id,
           expectedVersion: null,
-          value: { machine: 'run', machine_version: RUN_MACHINE_VERSION, snapshot: persisted, workspace_path: this.workspace_path } satisfies SnapshotValue,
+          value: {
+            machine: 'run',
+            machine_version: RUN_MACHINE_VERSION,
+            snapshot: persisted,
+            workspace_path: this.workspace_path,
+            checkpoints,
+            ...(origin ? { origin } : {}),
+          } satisfies SnapshotValue,
         },
       ];
       // The trace's status changes in the same commit as the run's, so nobody sees an ended or

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import type { AnyActorLogic } from 'xstate';
-import { AppError, notFound } from '../errors.js';
+import { AppError, domainError, notFound } from '../errors.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import type { AgentLease, AgentProfile } from './agent-profile.js';
 import type { CarriedWrite } from './persistence.js';
@@ -55,7 +55,21 @@ export class RunKernel {
   }
 
   /** The served agent, or the registered agent `agentId` (404 when it is not registered). */
-  async acquireAgent(agentId: string | undefined, opts: { resuming?: boolean } = {}): Promise<AgentLease> {
+  async acquireAgent(agentId: string | undefined, opts: { resuming?: boolean; model?: Record<string, unknown> } = {}): Promise<AgentLease> {
+    const lease = await this.acquireAgentAsIs(agentId, opts);
+    if (!opts.model) return lease;
+    // A replay's model variant (src/runtime/debug/): the agent as it is, answering with that model.
+    try {
+      if (!this.deps.agents?.variantModel) throw domainError('AGT_ERR_REPLAY_MODEL_UNAVAILABLE', []);
+      const model = await this.deps.agents.variantModel(opts.model);
+      return { profile: { ...lease.profile, model }, release: lease.release };
+    } catch (err) {
+      lease.release();
+      throw err;
+    }
+  }
+
+  private async acquireAgentAsIs(agentId: string | undefined, opts: { resuming?: boolean }): Promise<AgentLease> {
     const served = (id: string) => ({ profile: id === this.served.agent_id ? this.served : { ...this.served, agent_id: id }, release: () => {} });
     if (agentId === undefined || !this.deps.agents) return served(agentId ?? this.served.agent_id);
     try {

@@ -165,7 +165,7 @@ export class RunRecovery {
     let agent: AgentLease | null = null;
     try {
       if (pre) pre.taken = true; // from here, the catch below releases the lease
-      agent = await (pre?.agent ?? this.kernel.acquireAgent(r.agent_id, { resuming: true }));
+      agent = await (pre?.agent ?? this.kernel.acquireAgent(r.agent_id, { resuming: true, model: snapRec.value.origin?.replay_of?.variant.model }));
       const now = this.deps.clock.now();
       const trace_id = newId('trace');
       const claimed: RunRecord = {
@@ -227,7 +227,14 @@ export class RunRecovery {
         written as Versioned<RunRecord>,
         releaseSlot,
         held,
-        { workspace_path: snapRec.value.workspace_path, kind: r.kind, task_id: r.task_id, agent_id: r.agent_id },
+        {
+          workspace_path: snapRec.value.workspace_path,
+          kind: r.kind,
+          task_id: r.task_id,
+          agent_id: r.agent_id,
+          checkpoints: snapRec.value.checkpoints,
+          origin: snapRec.value.origin,
+        },
         trace,
       );
       const lastBeat = r.heartbeat_at ? Date.parse(r.heartbeat_at) : now;

@@ -10,6 +10,8 @@ import { formatObservation } from '../agent/tools/observation.js';
 import type { RegisteredTool, ToolContext } from '../agent/tools/types.js';
 import { newId } from '../ids.js';
 import { UNKNOWN_TOOL } from './metrics.js';
+import { replayedCall } from './debug/replay-tools.js';
+import type { ReplayAnswer } from '../../machines/policies/replay-match.js';
 import type { RunHost } from './run-host.js';
 import type { ToolCallRecord } from './run-record.js';
 import { iso, type RunServiceDeps } from './run-types.js';
@@ -23,6 +25,10 @@ export class ToolRunner {
     const saved = live.writer.value.tool_calls.find((c) => c.tool_call_id === call.id);
     // A call saved completed never runs again (docs/contract.md §6.3).
     if (saved?.state === 'completed') return { ...base, content: saved.result_content ?? '', outcome: saved.outcome ?? 'unknown' };
+
+    // A replay answers from the recording; a non-idempotent tool never runs in one (src/runtime/debug/).
+    const replayed = replayedCall(live, ctx, call);
+    if (replayed) return this.recordReplayed(live, ctx, call, replayed);
 
     const decision = ctx.decisions.find((d) => d.tool_call_id === call.id);
     const approval = ctx.approvals.find((a) => a.tool_call_id === call.id);
@@ -198,6 +204,29 @@ export class ToolRunner {
     const current = live.writer.value.tool_calls.find((c) => c.tool_call_id === call.id)!;
     this.recordCompletion(live, { ...current, state: 'completed', outcome, ended_at: iso(this.deps.clock.now()), result_content: result.content });
     return { tool_call_id: call.id, tool_name: call.name, content: result.content, outcome, usage: result.usage };
+  }
+
+  /** A replay's call answered from the recording (or refused there): nothing ran. */
+  private recordReplayed(live: RunHost, ctx: RunContext, call: ToolCallRequest, answer: NonNullable<ReplayAnswer>): ToolOutcome {
+    const now = iso(this.deps.clock.now());
+    const tool = live.agent.tools.get(call.name);
+    this.recordCompletion(live, {
+      tool_call_id: call.id,
+      tool_name: call.name,
+      source: tool?.source ?? 'unknown',
+      idempotent: tool?.idempotent ?? false,
+      step: ctx.step,
+      state: 'completed',
+      outcome: answer.outcome,
+      started_at: now,
+      ended_at: now,
+      result_content: answer.content,
+    });
+    const base = { actor: { type: 'tool' as const, id: call.name }, span_id: newId('span'), parent_span_id: live.stepSpan };
+    const metadata = { tool_call_id: call.id, tool_name: call.name, replayed: answer.matched ? 'recorded' : 'unmatched' };
+    if (answer.outcome === 'success') void live.emit({ ...base, event_type: 'tool_result', output: answer.content, metadata });
+    else void live.emit({ ...base, event_type: 'tool_error', error: { type: answer.outcome, message: answer.content }, metadata });
+    return { tool_call_id: call.id, tool_name: call.name, content: answer.content, outcome: answer.outcome };
   }
 
   private async recordSkipped(

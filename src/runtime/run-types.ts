@@ -21,6 +21,8 @@ import type { ActorSystem } from './system.js';
 import type { RunRecord, RunRecordStatus } from './run-record.js';
 import type { AppLogger } from '../telemetry/logger.js';
 import type { RateLimiter } from '../flow/rate-limiter.js';
+import type { Checkpoint } from '../../machines/policies/checkpoints.js';
+import type { RunOrigin } from './debug/origin.js';
 
 export interface RunSettings {
   agent_name: string;
@@ -135,6 +137,18 @@ export interface StartOptions {
   queued?: Versioned<RunRecord>;
   /** Internal: a run slot already held (a queued run waited for it without a deadline). */
   slot?: () => void;
+  /**
+   * The conversation the run starts from (after the system instruction), instead of one built
+   * from the session and `query` (a fork or replay: src/runtime/debug/). `query` is then only what
+   * the run record shows.
+   */
+  conversation?: ChatMessage[];
+  /** With `conversation`: the system instruction instead of the agent's (null: none). */
+  system_instruction?: string | null;
+  /** A fork's or replay's origin, kept with the snapshot. */
+  origin?: RunOrigin;
+  /** A restored run's checkpoints so far. */
+  checkpoints?: readonly Checkpoint[];
 }
 
 export interface StartedRun {
@@ -151,6 +165,10 @@ export interface SnapshotValue {
   machine_version: number;
   snapshot: Snapshot<unknown>;
   workspace_path: string | null;
+  /** The run's checkpoints so far (docs/contract.md §3.4); absent in snapshots older than them. */
+  checkpoints?: readonly Checkpoint[];
+  /** A fork's or replay's origin (src/runtime/debug/origin.ts). */
+  origin?: RunOrigin;
 }
 
 /** Kind `sessions`: a session's conversation. */

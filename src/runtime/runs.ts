@@ -19,6 +19,7 @@ import { RunKernel } from './run-kernel.js';
 import { RunFlow } from './run-flow.js';
 import { busySessionPlan } from '../../machines/policies/busy-session.js';
 import type { CarriedWrite } from './persistence.js';
+import { originView } from './debug/origin.js';
 import { newRunRecord, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { RunRecovery, type ResumeHow } from './run-recovery.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
@@ -154,7 +155,7 @@ export class RunService {
     /** Set when start() fails: a shared store's late onAccepted must not open a stream for it. */
     let failed = false;
     try {
-      agent = await this.kernel.acquireAgent(opts.agent_id);
+      agent = await this.kernel.acquireAgent(opts.agent_id, { model: opts.origin?.replay_of?.variant.model });
       const profile = agent.profile;
       const { clock, settings } = this.deps;
       const session_id = sessionId ?? newId('session');
@@ -223,7 +224,8 @@ export class RunService {
         actor: { type: 'user', id: session_id },
         input: { query },
         span_id: live.rootSpan,
-        metadata: { agent_name: record.agent_name }, // the trace's gen_ai.agent.name
+        // the trace's gen_ai.agent.name; a fork's or replay's origin (src/runtime/debug/origin.ts)
+        metadata: { agent_name: record.agent_name, ...originView(opts.origin) },
       });
       // On a store other processes share, another instance may be asked for the run: the id goes
       // out only once the run is stored, as a client could read it anywhere. Its create is issued
@@ -270,16 +272,23 @@ export class RunService {
         live.prelude = c.prelude;
       }
       live.session = history;
+      // A fork's or replay's new session starts with the conversation before its turn (user and assistant text).
+      if (opts.conversation) live.prelude = seedPrelude(opts.conversation, (t) => this.deps.telemetry.redactText(t));
       if (!history && opts.history) live.callerInput = opts.history.filter((m) => m.role !== 'assistant').map((m) => m.content);
       live.sessionPrivate = newSession || opts.session_is_private === true;
-      const messages: ChatMessage[] = [
-        ...(profile.system_instruction ? [{ role: 'system' as const, content: profile.system_instruction }] : []),
-        ...(history?.value.messages ?? opts.history ?? []),
-        ...carried,
-        { role: 'user', content: query },
-      ];
+      const system = opts.system_instruction !== undefined ? opts.system_instruction : profile.system_instruction;
+      const messages: ChatMessage[] = opts.conversation
+        ? [...(system ? [{ role: 'system' as const, content: system }] : []), ...opts.conversation]
+        : [
+            ...(profile.system_instruction ? [{ role: 'system' as const, content: profile.system_instruction }] : []),
+            ...(history?.value.messages ?? opts.history ?? []),
+            ...carried,
+            { role: 'user', content: query },
+          ];
+      // A fork's or replay's conversation (StartOptions.conversation): its turn starts at its last user message.
+      const history_length = opts.conversation ? Math.max(0, messages.map((m) => m.role).lastIndexOf('user')) : messages.length - 1;
       live.spawn({
-        input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query, history_length: messages.length - 1 },
+        input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query, history_length },
       });
       await live.writer.created; // (on a shared store, onAccepted was called just before this resumes)
       this.deps.metrics.runStarted();
@@ -452,4 +461,13 @@ export class RunService {
   shutdown(graceMs: number): Promise<void> {
     return this.recovery.shutdown(graceMs);
   }
+}
+
+/** The user and assistant text of `conversation` before its last user message: what a seeded session holds. */
+function seedPrelude(conversation: ChatMessage[], redact: (text: string) => string): ChatMessage[] {
+  const turn = conversation.map((m) => m.role).lastIndexOf('user');
+  return conversation
+    .slice(0, Math.max(0, turn))
+    .filter((m): m is Extract<ChatMessage, { role: 'user' | 'assistant' }> => (m.role === 'user' || m.role === 'assistant') && m.content !== '')
+    .map((m) => ({ role: m.role, content: redact(m.content) }));
 }

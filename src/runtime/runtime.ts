@@ -32,6 +32,8 @@ import { AgentRegistry } from './agent-registry.js';
 import { Idempotency } from '../integrations/idempotency.js';
 import { Webhooks } from '../integrations/webhooks.js';
 import { repos } from '../store/repos/index.js';
+import { RunsDebug } from './debug/runs-debug.js';
+import { EvalService } from './evals/eval-service.js';
 import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
 import { silentLogger, type AppLogger } from '../telemetry/logger.js';
 
@@ -66,6 +68,10 @@ export class Runtime {
   /** Live machine states for GET /machines/live (inspection only while someone watches). */
   readonly liveStates: LiveStates;
   readonly runs: RunService;
+  /** Checkpoints, forks and replays of runs (src/runtime/debug/). */
+  readonly debug: RunsDebug;
+  /** Evaluations over past runs (src/runtime/evals/). */
+  readonly evals: EvalService;
   readonly background: BackgroundManager;
   /** Registered agents, built and cached by id (docs/agents.md). */
   readonly agents: AgentRegistry;
@@ -185,6 +191,16 @@ export class Runtime {
       workerId: this.workerId,
       logger,
       rateLimiter: this.rateLimiter,
+    });
+    this.debug = new RunsDebug(store, this.runs);
+    this.evals = new EvalService({
+      store,
+      clock,
+      workerId: this.workerId,
+      logger,
+      runs: this.runs,
+      replay: (id, body) => this.debug.replay(id, body),
+      checkModel: (m) => this.agents.variantModel(m),
     });
     this.background = new BackgroundManager({
       store,
@@ -318,6 +334,7 @@ export class Runtime {
     this.startRetention();
     this.idempotency.startSweeper(this.config.idempotency.sweep_interval_seconds);
     await this.webhooks.start();
+    this.evals.start();
   }
 
   /**
@@ -394,6 +411,7 @@ export class Runtime {
     if (this.retentionTimer) clearInterval(this.retentionTimer);
     this.idempotency.stop();
     await this.background.stop();
+    await this.evals.stop();
     await this.runs.shutdown(graceMs);
     await this.background.close();
     this.endStreams();

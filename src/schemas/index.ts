@@ -10,3 +10,4 @@ export * from './health.js';
 export * from './webhooks.js';
 export * from './protocols.js';
 export * from './governance.js';
+export * from './debug.js';

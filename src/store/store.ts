@@ -32,7 +32,10 @@ export type RecordKind =
   /** Webhook outbox: one record per delivery (src/integrations/webhooks.ts). */
   | 'webhook_deliveries'
   /** Per-request webhook URLs, by run id. */
-  | 'webhook_subs';
+  | 'webhook_subs'
+  /** Evaluations over past runs, and one record per evaluated run (src/runtime/evals/). */
+  | 'evals'
+  | 'eval_items';
 
 /** Secondary index values of a record: index name -> value. Null/undefined means "not indexed". */
 export type RecordIndexes = Record<string, string | null | undefined>;

@@ -18,6 +18,7 @@ import { postgresBench } from './benchmarks/postgres.js';
 import { protocolsBench } from './benchmarks/protocols.js';
 import { flowBench } from './benchmarks/flow.js';
 import { policyBench } from './benchmarks/policy.js';
+import { debugBench } from './benchmarks/debug.js';
 
 const BENCHMARKS: Record<string, Benchmark> = {
   health: healthBench,
@@ -34,6 +35,7 @@ const BENCHMARKS: Record<string, Benchmark> = {
   protocols: protocolsBench,
   flow: flowBench,
   policy: policyBench,
+  debug: debugBench,
 };
 const ORDER = Object.keys(BENCHMARKS);
 

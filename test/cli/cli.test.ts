@@ -436,3 +436,41 @@ describe('budget and keys', () => {
     expect(JSON.parse(approve.stdout)).toMatchObject({ status: 'approved', approver: 'ops' });
   });
 });
+
+describe('checkpoints, forks, replays, comparisons, evaluations', () => {
+  it('runs checkpoints|fork|replay|compare and evals create|show|ls', async () => {
+    const run = await cli('run', '--sync', '--json', 'hello checkpoints');
+    expect(run.code, run.stderr).toBe(0);
+    const runId = JSON.parse(run.stdout).run_id as string;
+
+    const cps = await cli('runs', 'checkpoints', runId);
+    expect(cps.code, cps.stderr).toBe(0);
+    expect(cps.stdout).toMatch(/^CHECKPOINT\s+STEP\s+STATE/);
+    expect(cps.stdout).toMatch(/cp_1\s+1\s+calling/);
+    const one = await cli('runs', 'checkpoints', runId, 'cp_1', '--json');
+    expect(JSON.parse(one.stdout)).toMatchObject({ run_id: runId, checkpoint_id: 'cp_1', state: 'calling' });
+
+    const fork = await cli('runs', 'fork', runId, 'cp_1', '--json', '--message', 'and again');
+    expect(fork.code, fork.stderr).toBe(0);
+    expect(JSON.parse(fork.stdout).forked_from).toEqual({ run_id: runId, checkpoint_id: 'cp_1' });
+    const replay = await cli('runs', 'replay', runId, '--system', 'be brief', '--json');
+    expect(replay.code, replay.stderr).toBe(0);
+    const replayId = JSON.parse(replay.stdout).run_id as string;
+    expect(JSON.parse(replay.stdout).replay_of.run_id).toBe(runId);
+    const cmp = await cli('runs', 'compare', runId, replayId);
+    expect(cmp.code, cmp.stderr).toBe(0);
+    expect(cmp.stdout).toContain(replayId);
+    expect((await cli('runs', 'replay', runId)).code).toBe(1); // an empty variant: the 422 is printed
+
+    const created = await cli('evals', 'create', 'cli-eval', '--runs', runId, '--system', 'be brief', '--scorer', '{"type":"exact"}', '--json');
+    expect(created.code, created.stderr).toBe(0);
+    const evalId = JSON.parse(created.stdout).eval_id as string;
+    await eventually(async () => (await getJson(`${server.url}/evals/${evalId}`)).body.status === 'completed');
+    const show = await cli('evals', 'show', evalId);
+    expect(show.code, show.stderr).toBe(0);
+    expect(show.stderr).toContain('1/1 done');
+    expect(show.stdout).toContain(runId);
+    const ls = await cli('evals', 'ls');
+    expect(ls.stdout).toContain(evalId);
+  });
+});

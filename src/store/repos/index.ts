@@ -28,6 +28,8 @@ const KIND_REPOS = {
   idempotency: 'idempotency',
   webhookDeliveries: 'webhook_deliveries',
   webhookSubs: 'webhook_subs',
+  evals: 'evals',
+  evalItems: 'eval_items',
 } as const satisfies Record<string, RecordKind>;
 
 export type Repos = { readonly [P in keyof typeof KIND_REPOS]: KindRepo<(typeof KIND_REPOS)[P]> } & {

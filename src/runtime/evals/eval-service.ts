@@ -1,0 +1,379 @@
+// Evaluations (docs/contract.md §3.7): a batch of past runs, each replayed against one variant
+// (src/runtime/debug/), scored, and summed up. Durable: the evaluation and one item per run are
+// records; the instance that drives an evaluation holds a lease on it (a lapsed one is taken over,
+// the rule of machines/policies/lease.ts), and each item's replay run id is fixed when the item is
+// made, so a replay cut off by a crash is found again (and continued by the orphan sweep, from its
+// recording) and never started a second time: the run's creating write refuses a second create.
+import { leaseLapsed } from '../../../machines/policies/lease.js';
+import type { Clock } from '../../clock.js';
+import { domainError, HttpValidationFailure, notFound } from '../../errors.js';
+import { newId } from '../../ids.js';
+import { repos } from '../../store/repos/index.js';
+import { isStoreError, type Page, type Store, type WriteOp } from '../../store/store.js';
+import type { AppLogger } from '../../telemetry/logger.js';
+import { swallow } from '../../telemetry/swallowed.js';
+import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../run-record.js';
+import type { StartedRun, StartOptions } from '../run-types.js';
+import type { ReplayVariant } from '../debug/origin.js';
+import type { ReplayRequest } from '../debug/runs-debug.js';
+import { aggregatesOf, evalIndexes, itemId, itemIndexes, judgeScore, replayRunId, scoreOf, type EvalItem, type EvalRecord, type Scorer } from './eval-types.js';
+import { selectRuns, type EvalSource } from './eval-source.js';
+
+export interface EvalDeps {
+  store: Store;
+  clock: Clock;
+  workerId: string;
+  logger: AppLogger;
+  runs: {
+    start(query: string, sessionId: string | null | undefined, opts?: StartOptions): Promise<StartedRun>;
+    onSettled(listener: (record: RunRecord) => void): () => void;
+  };
+  replay(runId: string, body: ReplayRequest): Promise<StartedRun>;
+  /** Checks a `model` variant as a registered agent's model_config is checked (a 422 otherwise), before anything is stored. */
+  checkModel(modelConfig: Record<string, unknown>): Promise<unknown>;
+}
+
+export interface EvalCreate {
+  name: string;
+  source: EvalSource;
+  variant: ReplayVariant;
+  tools?: 'recorded' | 'live';
+  concurrency?: number;
+  scorer?: Scorer | null;
+}
+
+const LEASE_MS = 30_000;
+/** How often an idle instance looks for evaluations to drive (one whose owner died, a new one elsewhere). */
+const SCAN_MS = 5_000;
+/** How often an item whose replay another process runs is read again. */
+const POLL_MS = 250;
+/** Items made per commit. */
+const ITEM_BATCH = 250;
+
+export class EvalService {
+  private readonly driving = new Map<string, Promise<void>>();
+  private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private readonly waiters = new Map<string, Array<(r: RunRecord) => void>>();
+  private unsubscribe: () => void = () => {};
+
+  constructor(private readonly deps: EvalDeps) {}
+
+  private get r() {
+    return repos(this.deps.store);
+  }
+
+  private now(): string {
+    return new Date(this.deps.clock.now()).toISOString();
+  }
+
+  start(): void {
+    this.unsubscribe = this.deps.runs.onSettled((rec) => {
+      const ws = this.waiters.get(rec.run_id);
+      if (!ws) return;
+      this.waiters.delete(rec.run_id);
+      for (const w of ws) w(rec);
+    });
+    this.timer = setInterval(() => void this.scan(), SCAN_MS);
+    this.timer.unref();
+    void this.scan();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    this.unsubscribe();
+    for (const ws of this.waiters.values()) for (const w of ws) w(null as unknown as RunRecord);
+    this.waiters.clear();
+  }
+
+  // ------------------------------------------------------------------ requests
+
+  async create(body: EvalCreate): Promise<EvalRecord> {
+    // A model config that could carry a key (`api_key`) or name a host the operator did not list is refused before it is stored.
+    if (body.variant.model) await this.deps.checkModel(body.variant.model);
+    const runs = await selectRuns(this.deps.store, body.source);
+    if (runs.length === 0) throw new HttpValidationFailure([{ loc: ['body', 'source'], msg: 'no run matches the source', type: 'value_error' }]);
+    const now = this.now();
+    const eval_id = newId('eval');
+    const rec: EvalRecord = {
+      eval_id,
+      name: body.name,
+      status: 'queued',
+      variant: body.variant,
+      tools: body.tools ?? 'recorded',
+      concurrency: body.concurrency ?? 4,
+      scorer: body.scorer ?? null,
+      total: runs.length,
+      created_at: now,
+      updated_at: now,
+      ended_at: null,
+      owner: null,
+      lease_expires_at: null,
+      error: null,
+    };
+    const items: WriteOp[] = runs.map((run, index) => {
+      const item: EvalItem = {
+        eval_id,
+        index,
+        run_id: run.run_id,
+        replay_run_id: replayRunId(eval_id, index),
+        status: 'pending',
+        changed: null,
+        score: null,
+        token_delta: null,
+        cost_delta_usd: null,
+        original_outcomes: run.outcomes.map((o) => ({ label: o.label, reward: o.reward })),
+        replay_status: null,
+        error: null,
+      };
+      return this.r.evalItems.createOp(itemId(eval_id, index), item, itemIndexes(item));
+    });
+    // Items first, the evaluation last: nobody drives an evaluation whose items are not all there.
+    for (let i = 0; i < items.length; i += ITEM_BATCH) await this.deps.store.commit(items.slice(i, i + ITEM_BATCH));
+    await this.r.evals.create(eval_id, rec, evalIndexes(rec));
+    void this.scan();
+    return rec;
+  }
+
+  async get(evalId: string): Promise<{ record: EvalRecord; items: EvalItem[] }> {
+    const rec = await this.r.evals.get(evalId);
+    if (!rec) throw notFound('eval', evalId);
+    return { record: rec.value, items: await this.items(evalId) };
+  }
+
+  async progress(e: EvalRecord): Promise<{ total: number; done: number; failed: number }> {
+    const count = (s: string) => this.r.evalItems.count({ name: 'eval_status', value: `${e.eval_id}:${s}` });
+    const [done, failed] = await Promise.all([count('done'), count('failed')]);
+    return { total: e.total, done, failed };
+  }
+
+  async list(limit: number, cursor: string | null): Promise<{ evals: EvalRecord[]; next_cursor: string | null }> {
+    const page = await this.r.evals.list({ limit, cursor, reverse: true });
+    return { evals: page.items.map((i) => i.value), next_cursor: page.next_cursor };
+  }
+
+  async cancel(evalId: string): Promise<EvalRecord> {
+    const rec = await this.r.evals.get(evalId);
+    if (!rec) throw notFound('eval', evalId);
+    if (rec.value.status !== 'queued' && rec.value.status !== 'running') throw domainError('AGT_ERR_EVAL_ENDED', [evalId, rec.value.status]);
+    // Replays already started finish (each at most once); no new one starts.
+    return this.finish(evalId, 'cancelled');
+  }
+
+  async delete(evalId: string): Promise<void> {
+    const rec = await this.r.evals.get(evalId);
+    if (!rec) throw notFound('eval', evalId);
+    // The evaluation goes first (nobody drives it any more), then its items. Replay runs stay: they are runs.
+    await this.r.evals.delete(evalId);
+    for (;;) {
+      const page = await this.r.evalItems.list({ index: { name: 'eval_id', value: evalId }, limit: 500 });
+      if (page.items.length === 0) break;
+      await this.deps.store.commit(page.items.map((i) => this.r.evalItems.deleteOp(i.id)));
+    }
+  }
+
+  aggregates = aggregatesOf;
+
+  private async items(evalId: string): Promise<EvalItem[]> {
+    const out: EvalItem[] = [];
+    let cursor: string | null = null;
+    do {
+      const page: Page<EvalItem> = await this.r.evalItems.list({ index: { name: 'eval_id', value: evalId }, limit: 1000, cursor });
+      out.push(...page.items.map((i) => i.value));
+      cursor = page.next_cursor;
+    } while (cursor);
+    return out.sort((a, b) => a.index - b.index);
+  }
+
+  // ------------------------------------------------------------------ driving
+
+  /** Takes every evaluation that waits or whose owner's lease lapsed, and drives it. */
+  private async scan(): Promise<void> {
+    if (this.stopped) return;
+    for (const status of ['queued', 'running'] as const) {
+      const page = await this.r.evals.list({ index: { name: 'status', value: status }, limit: 100 }).catch(swallow('evals.scan'));
+      for (const e of page?.items ?? []) {
+        if (this.driving.has(e.id)) continue;
+        const v = e.value;
+        if (v.owner && v.owner !== this.deps.workerId && !leaseLapsed(v.lease_expires_at, this.deps.clock.now())) continue;
+        const claimed = await this.r.evals
+          .update(
+            e.id,
+            { ...v, status: 'running', owner: this.deps.workerId, lease_expires_at: this.leaseEnd(), updated_at: this.now() },
+            e.version,
+            evalIndexes({ ...v, status: 'running' }),
+          )
+          .catch(() => null); // another instance took it first
+        if (!claimed) continue;
+        const run = this.drive(e.id).catch((err: unknown) => this.deps.logger.error({ err: String(err), eval_id: e.id }, 'evaluation driver failed'));
+        this.driving.set(
+          e.id,
+          run.finally(() => this.driving.delete(e.id)),
+        );
+      }
+    }
+  }
+
+  private leaseEnd(): string {
+    return new Date(this.deps.clock.now() + LEASE_MS).toISOString();
+  }
+
+  /** Replays the evaluation's items, `concurrency` at a time, until none is left; then completes it. */
+  private async drive(evalId: string): Promise<void> {
+    const inflight = new Set<Promise<void>>();
+    let lastBeat = this.deps.clock.now();
+    for (;;) {
+      if (this.stopped) break;
+      const rec = await this.r.evals.get(evalId);
+      if (!rec || rec.value.status !== 'running' || rec.value.owner !== this.deps.workerId) break; // cancelled, deleted or taken over
+      const e = rec.value;
+      if (this.deps.clock.now() - lastBeat > LEASE_MS / 3) {
+        lastBeat = this.deps.clock.now();
+        await this.r.evals.update(evalId, { ...e, lease_expires_at: this.leaseEnd() }, rec.version).catch(() => undefined);
+      }
+      // Items a previous owner left running first (their replay may exist), then pending ones.
+      const room = e.concurrency - inflight.size;
+      if (room > 0) {
+        const next = await this.nextItems(evalId, room, inflight.size === 0);
+        for (const item of next) {
+          const p: Promise<void> = this.runItem(e, item).finally(() => inflight.delete(p));
+          inflight.add(p);
+        }
+        if (next.length === 0 && inflight.size === 0) {
+          await this.finish(evalId, 'completed');
+          break;
+        }
+      }
+      if (inflight.size > 0) await Promise.race([...inflight, new Promise((r) => setTimeout(r, LEASE_MS / 3).unref())]);
+    }
+    await Promise.all(inflight);
+  }
+
+  private readonly claimed = new Set<string>();
+
+  private async nextItems(evalId: string, room: number, orphansToo: boolean): Promise<EvalItem[]> {
+    const out: EvalItem[] = [];
+    const statuses = orphansToo ? (['running', 'pending'] as const) : (['pending'] as const);
+    for (const status of statuses) {
+      if (out.length >= room) break;
+      const page = await this.r.evalItems.list({ index: { name: 'eval_status', value: `${evalId}:${status}` }, limit: room + this.claimed.size });
+      for (const it of page.items) {
+        if (out.length >= room) break;
+        if (this.claimed.has(it.id)) continue;
+        if (status === 'pending') {
+          const running = { ...it.value, status: 'running' as const };
+          const ok = await this.r.evalItems.update(it.id, running, it.version, itemIndexes(running)).catch(() => null);
+          if (!ok) continue;
+          out.push(running);
+        } else out.push(it.value);
+        this.claimed.add(it.id);
+      }
+    }
+    return out;
+  }
+
+  private async runItem(e: EvalRecord, item: EvalItem): Promise<void> {
+    const id = itemId(e.eval_id, item.index);
+    try {
+      const original = await this.r.runs.get(item.run_id);
+      if (!original) throw notFound('run', item.run_id);
+      const replay = await this.replayOnce(e, item);
+      const o = original.value;
+      let score = scoreOf(e.scorer, o.response, replay.response);
+      if (e.scorer?.type === 'judge' && replay.response !== null) score = await this.judge(e.scorer.agent_id, o, replay);
+      await this.settleItem(id, {
+        status: 'done',
+        changed: (replay.response ?? '') !== (o.response ?? ''),
+        score,
+        token_delta: replay.usage.total_tokens - o.usage.total_tokens,
+        cost_delta_usd: replay.usage.estimated_cost_usd - o.usage.estimated_cost_usd,
+        replay_status: replay.status,
+        error: null,
+      });
+    } catch (err) {
+      await this.settleItem(id, { status: 'failed', error: err instanceof Error ? err.message : String(err) }).catch(
+        swallow('evals.item_failed', { eval_id: e.eval_id }),
+      );
+    } finally {
+      this.claimed.delete(id);
+    }
+  }
+
+  /** The item's one replay run, as it settles: started here if it does not exist yet, else awaited. */
+  private async replayOnce(e: EvalRecord, item: EvalItem): Promise<RunRecord> {
+    const existing = await this.r.runs.get(item.replay_run_id);
+    if (!existing) {
+      try {
+        const started = await this.deps.replay(item.run_id, { variant: e.variant, tools: e.tools, eval_id: e.eval_id, run_id: item.replay_run_id });
+        return await started.settled;
+      } catch (err) {
+        // Created meanwhile (by a previous owner's start that landed): never a second one.
+        if (!isStoreError(err, 'conflict')) throw err;
+      }
+    }
+    return this.settledRun(item.replay_run_id);
+  }
+
+  /** Resolves once the run has ended or waits for a person, wherever it runs (a recovered replay is continued by the sweep). */
+  private settledRun(runId: string): Promise<RunRecord> {
+    return new Promise<RunRecord>((resolve, reject) => {
+      let done = false;
+      const finish = (r: RunRecord | null) => {
+        if (done) return;
+        done = true;
+        clearInterval(timer);
+        if (r) resolve(r);
+        else reject(new Error('the evaluation stopped'));
+      };
+      this.waiters.set(runId, [...(this.waiters.get(runId) ?? []), finish]);
+      const timer = setInterval(() => {
+        if (this.stopped) return finish(null);
+        void this.r.runs.get(runId).then(
+          (rec) => {
+            if (rec && (TERMINAL_RUN_STATUSES.has(rec.value.status) || WAITING_RUN_STATUSES.has(rec.value.status))) finish(rec.value);
+          },
+          swallow('evals.poll_run', { run_id: runId }),
+        );
+      }, POLL_MS);
+      timer.unref();
+    });
+  }
+
+  private async judge(agentId: string, original: RunRecord, replay: RunRecord): Promise<number | null> {
+    const prompt =
+      `Score from 0 to 1 how well the second answer does the task compared with the first. Answer with the number only.\n\n` +
+      `Task: ${original.query}\n\nFirst answer:\n${original.response ?? ''}\n\nSecond answer:\n${replay.response ?? ''}`;
+    const started = await this.deps.runs.start(prompt, null, { agent_id: agentId });
+    return judgeScore((await started.settled).response);
+  }
+
+  private async settleItem(id: string, patch: Partial<EvalItem>): Promise<void> {
+    for (let i = 0; i < 10; i++) {
+      const cur = await this.r.evalItems.get(id);
+      if (!cur) return; // deleted with its evaluation
+      const next = { ...cur.value, ...patch };
+      try {
+        await this.r.evalItems.update(id, next, cur.version, itemIndexes(next));
+        return;
+      } catch (err) {
+        if (!isStoreError(err, 'stale_version')) throw err;
+      }
+    }
+  }
+
+  private async finish(evalId: string, status: 'completed' | 'cancelled'): Promise<EvalRecord> {
+    for (let i = 0; ; i++) {
+      const cur = await this.r.evals.get(evalId);
+      if (!cur) throw notFound('eval', evalId);
+      const now = this.now();
+      const next: EvalRecord = { ...cur.value, status, ended_at: now, updated_at: now, owner: null, lease_expires_at: null };
+      try {
+        await this.r.evals.update(evalId, next, cur.version, evalIndexes(next));
+        return next;
+      } catch (err) {
+        if (!isStoreError(err, 'stale_version') || i >= 9) throw err;
+      }
+    }
+  }
+}
