@@ -31,4 +31,6 @@ export interface ModelCallResult {
   usage: ModelUsage;
   finish_reason: ModelFinishReason;
   model: string;
+  /** The provider's id of this response (OTLP gen_ai.response.id), when it gave one. */
+  response_id?: string;
 }

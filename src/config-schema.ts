@@ -440,6 +440,12 @@ const TelemetryConfig = obj({
       .default(10_000)
       .describe('Per-request timeout; default OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT, else 10000.'),
     service_name: nonEmpty().default('agentd').describe('Resource service.name; default OTEL_SERVICE_NAME, else agentd.'),
+    capture_message_content: z
+      .boolean({ error: 'expected true or false' })
+      .default(false)
+      .describe(
+        'Prompts, completions, tool arguments and results on the spans (gen_ai.input.messages, gen_ai.output.messages, gen_ai.tool.call.*), redacted; default OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, else false.',
+      ),
   })
     .prefault({})
     .describe('OTLP/HTTP export of run traces (GenAI semantic conventions); off unless an endpoint is set.'),

@@ -254,7 +254,13 @@ export class RunEffects {
       token_usage: result.usage,
       estimated_cost_usd: usage.amounts.cost_usd,
       duration_ms: this.deps.clock.now() - started,
-      metadata: { model: result.model, provider: agentModel.provider, step: ctx.step, finish_reason: result.finish_reason },
+      metadata: {
+        model: result.model,
+        provider: agentModel.provider,
+        step: ctx.step,
+        finish_reason: result.finish_reason,
+        ...(result.response_id ? { response_id: result.response_id } : {}),
+      },
     });
     return { result, cost_usd: usage.amounts.cost_usd };
   }

@@ -303,6 +303,7 @@ export class Runtime {
             protocol: o.protocol,
             timeoutMillis: o.timeout_ms,
             serviceName: o.service_name,
+            captureMessageContent: o.capture_message_content,
             serviceVersion: readVersion(),
             redactor: redactorForConfig(config),
             onEvent: (e) => {

@@ -90,6 +90,16 @@ export function otlpEnvValues(env: NodeJS.ProcessEnv, fileSets: (path: string[])
   const timeout = firstSet(env, 'OTEL_EXPORTER_OTLP_TRACES_TIMEOUT', 'OTEL_EXPORTER_OTLP_TIMEOUT');
   if (timeout) add('timeout_ms', /^\d+$/.test(timeout.value) ? Number(timeout.value) : timeout.value, timeout.name);
 
+  // The GenAI conventions' opt-in for message content: "true"/"false" (any case); anything else is
+  // passed on as text, so the config check names the variable and refuses it.
+  const content = envValue(env, 'OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT');
+  if (content !== undefined)
+    add(
+      'capture_message_content',
+      /^(true|false)$/i.test(content) ? content.toLowerCase() === 'true' : content,
+      'OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT',
+    );
+
   const service = envValue(env, 'OTEL_SERVICE_NAME');
   if (service !== undefined) add('service_name', service, 'OTEL_SERVICE_NAME');
 

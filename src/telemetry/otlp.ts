@@ -13,6 +13,7 @@ import type { EventInput } from '../store/store.js';
 import type { Trace, TraceRecord, TraceSpan } from './traces.js';
 import { Redactor, defaultRedactor } from './redact.js';
 import { reportSwallowed } from './swallowed.js';
+import { genAiContentAttributes } from './genai-content.js';
 
 export type OtlpProtocol = 'http/json' | 'http/protobuf';
 
@@ -47,6 +48,11 @@ export interface OtlpExporterOptions {
   maxBackoffMs?: number;
   /** Per-request timeout handed to the OTLP exporter. Default 10000. */
   timeoutMillis?: number;
+  /**
+   * Message content on model and tool spans (gen_ai.input.messages and friends, genai-content.ts):
+   * telemetry.otlp.capture_message_content. Default false.
+   */
+  captureMessageContent?: boolean;
   /** Observability hook (architecture habit 9); tests await these instead of sleeping. */
   onEvent?: (event: OtlpExportEvent) => void;
   /** Replaces the OTLP exporter (tests, vendor presets with their own exporter). */
@@ -199,6 +205,7 @@ export function traceToReadableSpans(
   scope: InstrumentationScope,
   redactor: Redactor = defaultRedactor,
   previous: SegmentRoot | null = null,
+  captureContent = false,
 ): ReadableSpan[] {
   const traceId = toOtelTraceId(trace.trace_id);
   const eventsBySpan = new Map<string, EventInput[]>();
@@ -235,6 +242,7 @@ export function traceToReadableSpans(
     const endTime = toHrTime(span.ended_at ?? lastEventAt.get(span.span_id) ?? span.started_at);
     const attributes: Attributes = {
       ...redactAttributes(span.attributes, redactor),
+      ...(captureContent ? redactAttributes(genAiContentAttributes(span.name, eventsBySpan.get(span.span_id) ?? []), redactor) : {}),
       'agentd.span.name': span.name,
       'agentd.trace_id': trace.trace_id,
       'agentd.span_id': span.span_id,
@@ -374,7 +382,7 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
         const spans: ReadableSpan[] = [];
         for (const p of batch) {
           try {
-            spans.push(...traceToReadableSpans(p.trace, resource, scope, redactor, p.previous));
+            spans.push(...traceToReadableSpans(p.trace, resource, scope, redactor, p.previous, options.captureMessageContent === true));
           } catch (err) {
             stats.dropped_traces++;
             emit({ type: 'dropped', trace_id: p.trace.trace_id, reason: 'invalid_trace', error: errorText(err) });

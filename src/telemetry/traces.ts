@@ -396,6 +396,10 @@ function spanAttributes(
         'gen_ai.provider.name',
         firstOf(events, (e) => metaStr(e, 'gen_ai.provider.name', 'provider')),
       );
+      set(
+        'gen_ai.response.id',
+        firstOf(events, (e) => (e.event_type === 'model_response' ? metaStr(e, 'gen_ai.response.id', 'response_id') : null)),
+      );
       // The request's parameters, as the model_call event recorded them (run-effects.ts).
       const call = events.find((e) => e.event_type === 'model_call');
       if (call) {

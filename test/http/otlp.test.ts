@@ -129,6 +129,13 @@ describe('OTLP export (protobuf, configured by OTEL_* variables)', () => {
       'gen_ai.conversation.id': root.attributes['agentd.session_id'],
     });
     expect(typeof first.attributes['gen_ai.response.model']).toBe('string');
+    // The provider's response id (the scripted server's chatcmpl-scripted-N), one per call.
+    const responseIds = chats.map((c) => c.attributes['gen_ai.response.id']);
+    for (const id of responseIds) expect(id).toMatch(/^chatcmpl-scripted-\d+$/);
+    expect(new Set(responseIds).size).toBe(2);
+    // Message content is opt-in (telemetry.otlp.capture_message_content): none by default.
+    const content = ['gen_ai.input.messages', 'gen_ai.output.messages', 'gen_ai.system_instructions', 'gen_ai.tool.call.arguments', 'gen_ai.tool.call.result'];
+    for (const s of spans) for (const key of content) expect(s.attributes[key], `${key} on ${s.name}`).toBeUndefined();
     expect(root.attributes).toMatchObject({
       'gen_ai.operation.name': 'invoke_agent',
       'gen_ai.agent.name': 'otlp-agent',
@@ -301,6 +308,56 @@ function documentedAttributes(): Map<string, boolean> {
   }
   return out;
 }
+
+describe('OTLP message content, opted in by OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT', () => {
+  it('puts the prompt, the completion, tool arguments and results on the spans, redacted', async () => {
+    const SECRET = 'sk-content-0123456789abcdef';
+    const rx3 = await startOtlpReceiver();
+    const s3 = await startTestServer(
+      { agent: { name: 'content-agent', system_instruction: 'Answer briefly.', tools: { builtin: ['clock'] } } },
+      { modelUrl: model.url, env: { OTEL_EXPORTER_OTLP_ENDPOINT: rx3.url, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: 'true' } },
+    );
+    try {
+      model.enqueue(
+        { tool_calls: [{ id: 'call_c', name: 'clock', arguments: {} }], finish_reason: 'tool_calls' },
+        { text: 'It is noon.', finish_reason: 'stop' },
+      );
+      const run = (await postJson(`${s3.url}/run/sync`, { query: `what time is it? my key is ${SECRET}` })).body;
+      expect(run.status).toBe('success');
+      const spans = await eventually(
+        () => {
+          const got = rx3.spans().filter((s) => s.attributes['agentd.run_id'] === run.run_id);
+          return got.some((s) => s.parentSpanId === '' && s.attributes['agentd.trace.status'] === 'completed') ? got : null;
+        },
+        15_000,
+        'exported trace with content',
+      );
+      const chats = byName(spans, 'model.call');
+      expect(chats).toHaveLength(2);
+      const firstCall = chats.find((c) => String(c.attributes['gen_ai.output.messages']).includes('tool_call'))!;
+      expect(JSON.parse(String(firstCall.attributes['gen_ai.system_instructions']))).toEqual([{ type: 'text', content: 'Answer briefly.' }]);
+      const input = JSON.parse(String(firstCall.attributes['gen_ai.input.messages']));
+      expect(input).toEqual([{ role: 'user', parts: [{ type: 'text', content: expect.stringContaining('what time is it?') }] }]);
+      expect(JSON.parse(String(firstCall.attributes['gen_ai.output.messages']))).toEqual([
+        { role: 'assistant', parts: [{ type: 'tool_call', id: 'call_c', name: 'clock', arguments: {} }], finish_reason: 'tool_calls' },
+      ]);
+      const lastCall = chats.find((c) => c !== firstCall)!;
+      const lastInput = JSON.parse(String(lastCall.attributes['gen_ai.input.messages'])) as { role: string; parts: { type: string }[] }[];
+      expect(lastInput.map((m) => m.role)).toEqual(['user', 'assistant', 'tool']);
+      expect(lastInput[2].parts[0].type).toBe('tool_call_response');
+      expect(JSON.parse(String(lastCall.attributes['gen_ai.output.messages']))[0].parts).toEqual([{ type: 'text', content: 'It is noon.' }]);
+      const tool = spans.find((s) => s.name === 'execute_tool clock')!;
+      expect(JSON.parse(String(tool.attributes['gen_ai.tool.call.arguments']))).toEqual({});
+      expect(typeof tool.attributes['gen_ai.tool.call.result']).toBe('string');
+      // The secret in the query is redacted in the content as everywhere else.
+      for (const r of rx3.requests) expect(r.body.includes(Buffer.from(SECRET))).toBe(false);
+    } finally {
+      await s3.stop();
+      s3.cleanup();
+      await rx3.close();
+    }
+  }, 60_000);
+});
 
 describe('OTLP export (JSON, to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given)', () => {
   it('uses the traces-specific variables over the general ones and the default service.name', async () => {

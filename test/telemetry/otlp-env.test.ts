@@ -36,7 +36,7 @@ describe('parseOtlpHeaders', () => {
 
 describe('telemetry.otlp from OTEL_* variables', () => {
   it('defaults: no endpoint, http/protobuf, 10 s, service agentd', () => {
-    expect(otlpOf({}, {})).toEqual({ headers: {}, protocol: 'http/protobuf', timeout_ms: 10_000, service_name: 'agentd' });
+    expect(otlpOf({}, {})).toEqual({ headers: {}, protocol: 'http/protobuf', timeout_ms: 10_000, service_name: 'agentd', capture_message_content: false });
   });
 
   it('fills every key from the variables, the traces-specific ones winning', () => {
@@ -53,6 +53,7 @@ describe('telemetry.otlp from OTEL_* variables', () => {
           OTEL_EXPORTER_OTLP_HEADERS: 'x-a=general,x-b=general',
           OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'x-b=traces',
           OTEL_SERVICE_NAME: 'svc',
+          OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: 'TRUE',
         },
       ),
     ).toEqual({
@@ -62,6 +63,7 @@ describe('telemetry.otlp from OTEL_* variables', () => {
       timeout_ms: 2500,
       headers: { 'x-a': 'general', 'x-b': 'traces' },
       service_name: 'svc',
+      capture_message_content: true,
     });
   });
 
@@ -71,9 +73,20 @@ describe('telemetry.otlp from OTEL_* variables', () => {
       OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
       OTEL_EXPORTER_OTLP_HEADERS: 'x-api-key=from-env,x-extra=env',
       OTEL_SERVICE_NAME: 'from-env',
+      OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: 'true',
     };
     const o = otlpOf(
-      { telemetry: { otlp: { endpoint: 'http://file:4318', protocol: 'http/protobuf', headers: { 'X-Api-Key': 'from-file' }, service_name: 'from-file' } } },
+      {
+        telemetry: {
+          otlp: {
+            endpoint: 'http://file:4318',
+            protocol: 'http/protobuf',
+            headers: { 'X-Api-Key': 'from-file' },
+            service_name: 'from-file',
+            capture_message_content: false,
+          },
+        },
+      },
       env,
     );
     // An endpoint in the file is the destination: the traces variable does not redirect it.
@@ -83,6 +96,7 @@ describe('telemetry.otlp from OTEL_* variables', () => {
       headers: { 'X-Api-Key': 'from-file', 'x-extra': 'env' },
       timeout_ms: 10_000,
       service_name: 'from-file',
+      capture_message_content: false,
     });
   });
 
@@ -91,6 +105,9 @@ describe('telemetry.otlp from OTEL_* variables', () => {
       expect.stringMatching(/^telemetry\.otlp\.protocol \(from OTEL_EXPORTER_OTLP_PROTOCOL\): expected one of "http\/protobuf", "http\/json"/),
     ]);
     expect(problemsOf({}, { OTEL_EXPORTER_OTLP_TIMEOUT: '10s' })[0]).toContain('(from OTEL_EXPORTER_OTLP_TIMEOUT)');
+    expect(problemsOf({}, { OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: 'yes' })[0]).toContain(
+      '(from OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)',
+    );
     expect(problemsOf({}, { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'not a url' })[0]).toContain('(from OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)');
     expect(problemsOf({}, { OTEL_EXPORTER_OTLP_HEADERS: 'x-key' })[0]).toMatch(/^telemetry\.otlp\.headers \(from OTEL_EXPORTER_OTLP_HEADERS\): /);
   });

@@ -221,6 +221,7 @@ export class AiSdkProvider implements ModelProvider {
           usage: mapUsage(r.usage, estIn, estimateOutputTokens(r.text, calls)),
           finish_reason: mapFinishReason(r.finishReason, calls.length > 0),
           model: r.response?.modelId || this.model,
+          ...(r.response?.id ? { response_id: r.response.id } : {}),
         };
       } catch (err) {
         throw this.scrubbed(toModelCallError(err, req.signal));
@@ -233,6 +234,7 @@ export class AiSdkProvider implements ModelProvider {
     let usage: LanguageModelUsage | undefined;
     let finish: FinishReason | undefined;
     let modelId: string | undefined;
+    let responseId: string | undefined;
     try {
       const result = streamText({
         ...common,
@@ -254,6 +256,7 @@ export class AiSdkProvider implements ModelProvider {
             usage = part.usage;
             finish = part.finishReason;
             modelId = part.response?.modelId;
+            responseId = part.response?.id;
             break;
           case 'finish':
             usage = usage ?? part.totalUsage;
@@ -278,6 +281,7 @@ export class AiSdkProvider implements ModelProvider {
       usage: mapUsage(usage, estIn, estimateOutputTokens(text, calls)),
       finish_reason: mapFinishReason(finish, calls.length > 0),
       model: modelId || this.model,
+      ...(responseId ? { response_id: responseId } : {}),
     };
   }
 
@@ -336,6 +340,7 @@ export class AiSdkProvider implements ModelProvider {
         usage,
         finish_reason: mapFinishReason(r.finishReason as FinishReason | undefined, r.tool_calls.length > 0),
         model: r.modelId || this.model,
+        ...(r.responseId ? { response_id: r.responseId } : {}),
       };
     } catch (err) {
       const e = this.scrubbed(toModelCallError(err, req.signal));

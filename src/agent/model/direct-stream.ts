@@ -118,6 +118,8 @@ export interface DirectStreamResult {
   /** The SDK's unified finish reason (streamText's `finishReason`). */
   finishReason: string | undefined;
   modelId: string | undefined;
+  /** The provider's response id (OTLP gen_ai.response.id). */
+  responseId?: string | undefined;
 }
 
 /**
@@ -145,6 +147,7 @@ export async function directStream(
   let usage: LanguageModelV3Usage | undefined;
   let finishReason: string | undefined;
   let modelId: string | undefined;
+  let responseId: string | undefined;
   let done = false;
   try {
     for (;;) {
@@ -166,6 +169,7 @@ export async function directStream(
           break;
         case 'response-metadata':
           if (part.modelId) modelId = part.modelId;
+          if (part.id) responseId = part.id;
           break;
         case 'finish':
           usage = part.usage;
@@ -182,5 +186,5 @@ export async function directStream(
     if (!done) reader.cancel().catch(() => undefined);
     else reader.releaseLock();
   }
-  return { text, tool_calls: calls, inputTokens: usage?.inputTokens.total, outputTokens: usage?.outputTokens.total, finishReason, modelId };
+  return { text, tool_calls: calls, inputTokens: usage?.inputTokens.total, outputTokens: usage?.outputTokens.total, finishReason, modelId, responseId };
 }
