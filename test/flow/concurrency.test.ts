@@ -182,12 +182,15 @@ describe('concurrency keys', () => {
     const head = await openRun(first.url, { query: 'head', concurrency: key });
     const waiting = await openRun(first.url, { query: 'survivor', concurrency: key });
     expect(waiting.queued).not.toBeNull();
-    release();
-    await head.rest;
-    // Stopped before its turn could start it? It may have started already: either way it runs once.
+    // Stopped while the survivor still waits (the head's model call is held): the restart must
+    // find it queued, behind the head that died running, and start it exactly once. (Releasing
+    // the head first would race the stop against the survivor's own model call, which a stop may
+    // interrupt and a restart then rightly sends again.)
     await first.stop();
+    void head.rest;
     const second = await startTestServer({}, { modelUrl: model.url, dataDir });
     try {
+      release();
       await eventually(async () => (await getJson(`${second.url}/runs/${waiting.run_id}`)).body.status === 'completed', 10_000, 'the survivor completes');
       expect(model.requests.map(queryOf).filter((q) => q === 'survivor')).toHaveLength(1);
     } finally {
