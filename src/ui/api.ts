@@ -172,22 +172,24 @@ export interface Access {
   role: string;
   /** The signed-in key's name; null with auth off. */
   name: string | null;
+  /** The tenant the key acts in (docs/multi-tenant.md); null: a global key, or auth off. */
+  tenant: string | null;
 }
 
 /** What the key may do and who it is: GET /whoami (401 = a key is needed, or this one is not valid). */
 export async function probeAccess(): Promise<Access> {
-  let me: { name: string | null; role: string; auth: boolean };
+  let me: { name: string | null; role: string; auth: boolean; tenant?: string | null };
   try {
     me = await api('/whoami');
   } catch (e) {
     // No answer at all is not a role: the caller shows that the service is down and retries.
-    if (e instanceof ApiError && e.status === 401) return { needsKey: true, canOperate: false, canDecide: false, role: 'none', name: null };
+    if (e instanceof ApiError && e.status === 401) return { needsKey: true, canOperate: false, canDecide: false, role: 'none', name: null, tenant: null };
     throw e;
   }
   keyName = me.name;
   const canDecide = me.role === 'approver' || me.role === 'admin';
   const canOperate = me.role === 'operator' || me.role === 'admin';
-  return { needsKey: false, canOperate, canDecide, role: me.auth ? me.role : 'open (no keys)', name: me.name };
+  return { needsKey: false, canOperate, canDecide, role: me.auth ? me.role : 'open (no keys)', name: me.name, tenant: me.tenant ?? null };
 }
 
 /** A small JSON-schema check (type, required, properties, additionalProperties, enum) for edited tool arguments; the server checks again. */

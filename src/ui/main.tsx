@@ -133,6 +133,11 @@ function App() {
             signed in as <strong class="key-name">{access.name}</strong>
           </span>
         )}
+        {access.tenant && (
+          <span class="tenant" title="this key sees and decides only its tenant's runs (docs/multi-tenant.md)">
+            tenant: <strong>{access.tenant}</strong>
+          </span>
+        )}
         <span class="role" data-role={access.role}>
           role: {access.role}
         </span>

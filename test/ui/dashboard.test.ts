@@ -16,7 +16,7 @@ if (!CHROMIUM) {
 
 const SHOTS = join(import.meta.dirname, 'screenshots');
 const sha = (k: string) => createHash('sha256').update(k).digest('hex');
-const KEYS = { admin: 'ui-admin-key', reader: 'ui-reader-key' };
+const KEYS = { admin: 'ui-admin-key', reader: 'ui-reader-key', acme: 'ui-acme-operator-key' };
 const ADMIN = { authorization: `Bearer ${KEYS.admin}` };
 
 describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
@@ -39,6 +39,7 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
         api_keys: [
           { name: 'admin', role: 'admin', key_sha256: sha(KEYS.admin) },
           { name: 'reader', role: 'reader', key_sha256: sha(KEYS.reader) },
+          { name: 'acme-ops', role: 'operator', key_sha256: sha(KEYS.acme), tenant: 'acme' },
         ],
       },
     });
@@ -60,6 +61,7 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await expect.poll(() => page.locator('.role').textContent()).toBe('role: admin');
     // The header names the signed-in key (GET /whoami).
     expect(await page.locator('header .key-name').textContent()).toBe('admin');
+    expect(await page.locator('header .tenant').count()).toBe(0); // a global key
 
     await page.fill('#start-run input[name=query]', 'hello dashboard');
     await page.click('#start-run button[type=submit]');
@@ -300,5 +302,23 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     await page.locator('#cancel-run').click();
     await page.locator('#cancel-run-confirm').click(); // cancel asks first (test/ui/run-page.test.ts)
     await eventually(async () => (await getJson(`${s.url}/runs/${runId}`, ADMIN)).body.status === 'cancelled', 10_000, 'run cancelled');
+  });
+
+  it("a tenant key's dashboard names its tenant and lists only its tenant's runs", async () => {
+    const theirs = await postJson(`${s.url}/run/sync`, { query: 'a global run' }, ADMIN);
+    expect(theirs.status).toBe(200);
+    const acme = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+    await acme.goto(`${s.url}/ui`);
+    await acme.fill('input[name=api-key]', KEYS.acme);
+    await acme.click('button[type=submit]');
+    await expect.poll(() => acme.locator('.role').textContent()).toBe('role: operator');
+    expect(await acme.locator('header .tenant').textContent()).toBe('tenant: acme');
+    await acme.fill('#start-run input[name=query]', 'hello acme');
+    await acme.click('#start-run button[type=submit]');
+    await expect.poll(() => acme.locator('#start-run .answer').textContent(), { timeout: 10_000 }).toContain('You said: "hello acme"');
+    await expect.poll(() => acme.locator('table.runs tbody tr').count(), { timeout: 5000 }).toBe(1);
+    expect(await acme.locator('table.runs').textContent()).not.toContain(theirs.body.run_id);
+    await acme.screenshot({ path: join(SHOTS, 'tenant.png'), fullPage: true });
+    await acme.context().close();
   });
 });
