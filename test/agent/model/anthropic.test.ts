@@ -67,6 +67,7 @@ describe('anthropic provider', () => {
       usage: { input_tokens: 42, output_tokens: 9, total_tokens: 51 },
       finish_reason: 'tool_calls',
       model: 'claude-test',
+      response_id: 'msg_1',
     });
     const body = bodies[0];
     expect(body.model).toBe('claude-test');

@@ -33,7 +33,10 @@ async function streamed(p: ModelProvider, messages = conversation, signal?: Abor
   const deltas: string[] = [];
   try {
     const result = await p.call({ messages, tools, onDelta: (t) => deltas.push(t), ...(signal ? { signal } : {}) });
-    return { deltas, result };
+    // The scripted server numbers its responses (chatcmpl-scripted-<n>), so two calls of one
+    // reply differ only there: both paths must carry the id, not the same one.
+    const numbered = result.response_id?.startsWith('chatcmpl-scripted-');
+    return { deltas, result: numbered ? { ...result, response_id: 'chatcmpl-scripted-<n>' } : result };
   } catch (err) {
     expect(err).toBeInstanceOf(ModelCallError);
     const e = err as ModelCallError;
