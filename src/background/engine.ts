@@ -121,7 +121,11 @@ export class RunEngine {
   private unsubscribeSettled: (() => void) | null = null;
 
   constructor(private readonly deps: BackgroundDeps) {
-    this.waiters = new SettleWaiters({ getRow: (runId) => this.getRow(runId), flushed: (runId) => this.outbox.flushed(runId) });
+    this.waiters = new SettleWaiters({
+      getRow: (runId) => this.getRow(runId),
+      flushed: (runId) => this.outbox.flushed(runId),
+      ...(isSharedStore(deps.store) ? { sharedPollMs: deps.config.background.poll_interval_ms } : {}),
+    });
     this.inflight = new InFlightCache({ store: deps.store, clock: deps.clock, pollIntervalMs: deps.config.background.poll_interval_ms });
     this.outbox = new EventOutbox({
       store: deps.store,

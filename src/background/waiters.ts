@@ -1,6 +1,8 @@
 // Callers waiting for a background run to settle (end, or wait for a person): a manual run with
 // `wait` (POST /background/tasks/{id}/run). They hear of it only once its events and files are
-// written.
+// written. On a shared store another instance may claim and finish the run, and nothing tells this
+// one (the cluster link relays only cancels, src/runtime/cluster.ts), so a waiter there also reads
+// the run's row every `sharedPollMs` until it settles.
 import type { BackgroundRun } from '../schemas/background.js';
 import type { Versioned } from '../store/store.js';
 import { TERMINAL, WAITING, type BgRunRow } from './types.js';
@@ -13,6 +15,8 @@ export class SettleWaiters {
       getRow(runId: string): Promise<Versioned<BgRunRow> | null>;
       /** The run's events and workspace files still on their way, if any. */
       flushed(runId: string): Promise<void> | undefined;
+      /** Set on a shared store: how often a waiter reads the row of a run another instance may run. */
+      sharedPollMs?: number;
     },
   ) {}
 
@@ -29,6 +33,7 @@ export class SettleWaiters {
         if (done) return;
         done = true;
         clearTimeout(timer);
+        if (poll) clearInterval(poll);
         set.delete(onRun);
         if (set.size === 0 && this.waiting.get(runId) === set) this.waiting.delete(runId);
         resolve(run);
@@ -38,13 +43,19 @@ export class SettleWaiters {
       this.waiting.set(runId, set);
       set.add(onRun);
       const timer = setTimeout(() => finish(null), ms);
+      const check = () =>
+        this.deps.getRow(runId).then(
+          async (row) => {
+            const s = row?.value.run.status;
+            if (done || !row || !s || !(TERMINAL.has(s) || WAITING.has(s))) return;
+            await this.deps.flushed(runId); // its events and files are written before the caller hears of the end
+            finish(row.value.run);
+          },
+          () => {}, // a failed read is tried again at the next poll, or the wait times out
+        );
+      const poll = this.deps.sharedPollMs ? setInterval(() => void check(), this.deps.sharedPollMs) : null;
       // It may have settled before the waiter was registered.
-      void this.deps.getRow(runId).then(async (row) => {
-        const s = row?.value.run.status;
-        if (!row || !s || !(TERMINAL.has(s) || WAITING.has(s))) return;
-        await this.deps.flushed(runId); // its events and files are written before the caller hears of the end
-        finish(row.value.run);
-      });
+      void check();
     });
   }
 
