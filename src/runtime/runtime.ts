@@ -196,6 +196,7 @@ export class Runtime {
     this.evals = new EvalService({
       store,
       clock,
+      leases: this.leases,
       workerId: this.workerId,
       logger,
       runs: this.runs,

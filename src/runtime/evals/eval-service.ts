@@ -4,7 +4,7 @@
 // the rule of machines/policies/lease.ts), and each item's replay run id is fixed when the item is
 // made, so a replay cut off by a crash is found again (and continued by the orphan sweep, from its
 // recording) and never started a second time: the run's creating write refuses a second create.
-import { leaseLapsed } from '../../../machines/policies/lease.js';
+import type { LeaseClock } from '../../lease-clock.js';
 import type { Clock } from '../../clock.js';
 import { domainError, HttpValidationFailure, notFound } from '../../errors.js';
 import { newId } from '../../ids.js';
@@ -22,6 +22,8 @@ import { selectRuns, type EvalSource } from './eval-source.js';
 export interface EvalDeps {
   store: Store;
   clock: Clock;
+  /** The one clock leases are written and judged on (src/lease-clock.ts), as for runs. */
+  leases: LeaseClock;
   workerId: string;
   logger: AppLogger;
   runs: {
@@ -196,7 +198,7 @@ export class EvalService {
       for (const e of page?.items ?? []) {
         if (this.driving.has(e.id)) continue;
         const v = e.value;
-        if (v.owner && v.owner !== this.deps.workerId && !leaseLapsed(v.lease_expires_at, this.deps.clock.now())) continue;
+        if (v.owner && v.owner !== this.deps.workerId && !this.deps.leases.lapsed(v.lease_expires_at)) continue;
         const claimed = await this.r.evals
           .update(
             e.id,
@@ -216,7 +218,7 @@ export class EvalService {
   }
 
   private leaseEnd(): string {
-    return new Date(this.deps.clock.now() + LEASE_MS).toISOString();
+    return this.deps.leases.expiresAt(LEASE_MS);
   }
 
   /** Replays the evaluation's items, `concurrency` at a time, until none is left; then completes it. */
