@@ -245,6 +245,8 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     expect((await postJson(`${s.url}/background/tasks/filtered/run`, { wait: true }, ADMIN)).status).toBe(200);
     const [run] = (await getJson(`${s.url}/runs?task_id=filtered`, ADMIN)).body.runs;
     await open('/ui/runs');
+    // The table is drawn after the first GET /runs answers: wait for it before reading the headers.
+    await page.locator('table.runs thead th').first().waitFor();
     const headers = await page.locator('table.runs thead th').allTextContents();
     expect(headers).toEqual(['run', 'status', 'agent', 'task', 'session', 'started', 'duration', 'tokens', 'cost', 'answer']);
 
