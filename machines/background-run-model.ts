@@ -84,6 +84,8 @@ export type BackgroundRunEvent =
   | { type: 'RETRY_DUE'; at: string }
   | { type: 'RESUME'; at: string }
   | { type: 'CANCEL'; at: string; reason?: string | null }
+  /** timeout_seconds reached for the attempt driving `agent_run_id`: its agent run is stopped (AGENT_DONE `timeout` follows). */
+  | { type: 'TIMEOUT'; at: string; agent_run_id: string }
   | { type: 'SKIP'; at: string; reason: string }
   /** The lease lapsed (or its owner is known dead): the finder takes over with a new lease. */
   | { type: 'RECOVER'; at: string; worker_id: string; lease_token: string; lease_expires_at: string; attempt_id: string; previous_owner?: string | null };
@@ -94,10 +96,24 @@ export interface RecordParams {
   attempts: BackgroundAttempt[];
 }
 
+/** The input of the agent run child actor (`agentRun`) the `running` state invokes. */
 export interface StartAgentParams {
   mode: 'fresh' | 'continue';
   agent_run_id: string;
   attempt: number;
+}
+
+/** What the background run tells its agent run child: stop (a cancel), or stop for the attempt's timeout. */
+export type AgentRunChildEvent = { type: 'CANCEL' } | { type: 'TIMEOUT' };
+
+/**
+ * The child's input for the event that entered `running`: a START that opened a new attempt (its
+ * attempt id is the current attempt's) starts the agent run fresh; a START after a pause and a
+ * RECOVER continue it (completed tool calls do not repeat).
+ */
+export function agentRunInput(ctx: Ctx, event: BackgroundRunEvent): StartAgentParams {
+  const fresh = event.type === 'START' && ctx.internal.current_attempt?.attempt_id === event.attempt_id;
+  return { mode: fresh ? 'fresh' : 'continue', agent_run_id: ctx.internal.agent_run_id!, attempt: ctx.run.attempt };
 }
 
 export type Ctx = BackgroundRunContext;

@@ -6,12 +6,15 @@
 // never from a clock or a random source here.
 //
 // Effects are named, not performed: `record` (write the row CAS-fenced, with its attempts, then
-// emit the lifecycle events in order), `startAgent` (start or continue the agent run of this
-// attempt) and `cancelAgent`. The background manager binds them with `.provide()`.
+// emit the lifecycle events in order) and `cancelAgent` (stop an agent run this actor has no
+// child for: a parked one, or one held by another copy). The agent run of an attempt is this
+// actor's child: `running` invokes `agentRun` (start or continue it), tells it CANCEL and TIMEOUT,
+// and takes its end as AGENT_DONE; leaving `running` stops it. The background manager binds the
+// effects and the child's logic with `.provide()` (src/background/agent-bridge.ts).
 //
 // Lease expiry and retry-at are fields of the row that a ticker turns into RECOVER / RETRY_DUE
 // events (architecture fact 2): nothing here uses `after`.
-import { assign, setup, type Snapshot } from 'xstate';
+import { assign, enqueueActions, fromCallback, setup, type Snapshot } from 'xstate';
 import type { AttemptStatus, BackgroundRunStatus } from './background-types.js';
 import {
   type Ctx,
@@ -32,6 +35,8 @@ import {
   sideEffectsMeta,
   retryOf,
   addSeconds,
+  agentRunInput,
+  type AgentRunChildEvent,
   type BackgroundLifecycleEventType,
   type LifecycleEvent,
   type SideEffectInfo,
@@ -54,6 +59,7 @@ export type {
   BackgroundRunEvent,
   RecordParams,
   StartAgentParams,
+  AgentRunChildEvent,
 } from './background-run-model.js';
 export { agentRunIdFor, backgroundRunIdOf } from './background-run-model.js';
 
@@ -77,19 +83,38 @@ function on<T extends BackgroundRunEvent['type']>(_type: T, reduce: (context: Ct
   return ({ context, event }: { context: Ctx; event: BackgroundRunEvent }): Ctx => reduce(context, event as Ev<T>);
 }
 
+/** The id of the agent run child `running` invokes. */
+const AGENT = 'agent';
+
 export const backgroundRunMachine = setup({
   types: {
     context: {} as BackgroundRunContext,
     events: {} as BackgroundRunEvent,
     input: {} as BackgroundRunContext,
   },
+  actors: {
+    /**
+     * The agent run of the current attempt, as a child: started (fresh) or continued from its
+     * input, stopped on CANCEL / TIMEOUT, its end or park sent back as AGENT_DONE. Bound by the
+     * background manager (src/background/agent-bridge.ts); this default does nothing.
+     */
+    agentRun: fromCallback<AgentRunChildEvent, StartAgentParams>(() => {}),
+  },
   actions: {
     /** Named effect: write the row (+ attempts) fenced by its version, then emit `events` in order. */
     record: (_args, _params: RecordParams) => {},
-    /** Named effect: start (fresh) or continue the agent run of the current attempt. */
-    startAgent: (_args, _params: StartAgentParams) => {},
-    /** Named effect: stop the agent run promptly. */
+    /** Named effect: stop an agent run that is not this actor's child (parked, or held by another copy). */
     cancelAgent: (_args, _params: { agent_run_id: string | null }) => {},
+    /**
+     * Tells the agent run child `params`. An actor restored from its row into `running` (a copy
+     * that does not hold the run: a cancel on another instance) has no child: `cancelAgent` stops
+     * the agent run instead (a timeout only ever comes from the holder's timer).
+     */
+    tellAgent: enqueueActions(({ context, enqueue, self }, params: AgentRunChildEvent) => {
+      if ((self.getSnapshot() as { children: Record<string, unknown> }).children[AGENT]) enqueue.sendTo(AGENT, params);
+      // (A named action of this same setup: enqueue's type knows only the built-in ones.)
+      else if (params.type === 'CANCEL') enqueue({ type: 'cancelAgent', params: { agent_run_id: context.internal.agent_run_id } } as never);
+    }),
     /** queued -> claimed: the lease of the claiming worker. */
     applyClaim: assign(on('CLAIM', claimed)),
     /** queued -> skipped (the overlap policy said so). */
@@ -240,7 +265,7 @@ export const backgroundRunMachine = setup({
   },
   guards: {
     continuesAgent: ({ context }) => context.internal.continue_agent && context.internal.agent_run_id !== null,
-    staleAgent: ({ context, event }) => (event as Ev<'AGENT_DONE'>).agent_run_id !== context.internal.agent_run_id,
+    staleAgent: ({ context, event }) => (event as Ev<'AGENT_DONE' | 'TIMEOUT'>).agent_run_id !== context.internal.agent_run_id,
     outcomeIs: ({ event }, outcome: AgentOutcome) => (event as Ev<'AGENT_DONE'>).outcome === outcome,
     parked: ({ event }) => {
       const o = (event as Ev<'AGENT_DONE'>).outcome;
@@ -295,10 +320,6 @@ export const backgroundRunMachine = setup({
                     context.internal.current_attempt ? [context.internal.current_attempt] : [],
                   ),
               },
-              {
-                type: 'startAgent',
-                params: ({ context }) => ({ mode: 'continue' as const, agent_run_id: context.internal.agent_run_id!, attempt: context.run.attempt }),
-              },
             ],
           },
           {
@@ -317,10 +338,6 @@ export const backgroundRunMachine = setup({
                     ],
                     context.internal.current_attempt ? [context.internal.current_attempt] : [],
                   ),
-              },
-              {
-                type: 'startAgent',
-                params: ({ context }) => ({ mode: 'fresh' as const, agent_run_id: context.internal.agent_run_id!, attempt: context.run.attempt }),
               },
             ],
           },
@@ -350,6 +367,9 @@ export const backgroundRunMachine = setup({
       },
     },
     running: {
+      // The attempt's agent run: started or continued on entry (START, or RECOVER re-entering),
+      // stopped when the run leaves `running`. Its end comes back as AGENT_DONE.
+      invoke: { id: AGENT, src: 'agentRun', input: ({ context, event }) => agentRunInput(context, event as BackgroundRunEvent) },
       on: {
         HEARTBEAT: {
           actions: ['applyHeartbeat', { type: 'record', params: () => rec([{ type: 'background_run_heartbeat' }]) }],
@@ -455,15 +475,16 @@ export const backgroundRunMachine = setup({
         ],
         // Cancelling a running run goes through its agent run, whose end (AGENT_DONE cancelled) finishes this one.
         CANCEL: {
-          actions: [
-            'requestCancel',
-            { type: 'record', params: () => rec([]) },
-            { type: 'cancelAgent', params: ({ context }) => ({ agent_run_id: context.internal.agent_run_id }) },
-          ],
+          actions: ['requestCancel', { type: 'record', params: () => rec([]) }, { type: 'tellAgent', params: { type: 'CANCEL' } }],
         },
+        // timeout_seconds reached: the agent run stops, and its end (AGENT_DONE timeout) decides.
+        TIMEOUT: [{ guard: 'staleAgent' }, { actions: { type: 'tellAgent', params: { type: 'TIMEOUT' } } }],
         RECOVER: [
           {
             guard: 'attemptsRemain',
+            // Re-entered: the next attempt's child continues the same agent run.
+            target: 'running',
+            reenter: true,
             actions: [
               'recoverAttempt',
               {
@@ -484,10 +505,6 @@ export const backgroundRunMachine = setup({
                     ],
                     [...closedOnly(context), context.internal.current_attempt!],
                   ),
-              },
-              {
-                type: 'startAgent',
-                params: ({ context }) => ({ mode: 'continue' as const, agent_run_id: context.internal.agent_run_id!, attempt: context.run.attempt }),
               },
             ],
           },

@@ -1,20 +1,24 @@
-// The agent bridge: the agent run (RunService) of each attempt of a background run. Starts it,
-// continues it after a pause, a lapsed lease or a restart, cancels it, stops it for its timeout,
-// turns its end (onSettled) into the background run's AGENT_DONE, and hands a person's decision on
-// it to the background run (decided: the background run's RESUME in the decision's commit), so
-// the agent run goes on only under its background run's lease.
+// The agent bridge: the agent run (RunService) of each attempt of a background run, as the
+// background run's child actor. `running` invokes `agentRun` (logic() here): it starts or continues
+// the agent run once the row write that entered `running` is in, stops it on CANCEL or TIMEOUT,
+// and sends its end or park back to its parent as AGENT_DONE; leaving `running` stops it. An end or
+// park also carries the parent's step in the agent run's final commit where it can (foldFinal),
+// and a person's decision carries the parent's RESUME in the decision's commit (decided), so the
+// agent run goes on only under its background run's lease.
+import { fromCallback } from 'xstate';
 import {
   backgroundRunIdOf,
   type AgentOutcome,
+  type AgentRunChildEvent,
   type BackgroundRunContext,
   type BackgroundRunEvent,
   type SideEffectInfo,
   type StartAgentParams,
 } from '../../machines/background-run.machine.js';
-import { AppError } from '../errors.js';
+import { AppError, domainError } from '../errors.js';
 import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
 import { AgentUnavailableError } from '../runtime/agent-registry.js';
-import type { RunService } from '../runtime/runs.js';
+import type { RunService, StartedRun } from '../runtime/runs.js';
 import type { CarriedWrite } from '../runtime/persistence.js';
 import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
 import { isStoreError, StoreError, type StoredEvent, type Versioned } from '../store/store.js';
@@ -26,6 +30,10 @@ import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const PREVIEW_CHARS = 500;
+
+type AgentDone = Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }>;
+/** Sends the agent run's end to the background run that is its parent (nothing once that child is stopped). */
+type SendDone = (done: AgentDone) => void;
 
 /** What the bridge needs of the engine that hosts the runs. */
 export interface BridgeHost {
@@ -42,20 +50,52 @@ export interface BridgeHost {
 }
 
 export class AgentBridge {
-  /** Agent runs whose last commit carries their background run's step (foldFinal). */
-  private readonly folded = new Set<string>();
-
   constructor(
     private readonly deps: BackgroundDeps,
     private readonly host: BridgeHost,
   ) {}
 
   /**
+   * The logic of the `agentRun` child the background run's `running` state invokes. It waits on
+   * the run's write chain (the row write that entered `running` goes first), then starts or
+   * continues the agent run without holding the chain (start() waits for the session's earlier
+   * runs, and the chain must stay free for heartbeats), and sends its end or park back.
+   */
+  logic() {
+    return fromCallback<AgentRunChildEvent, StartAgentParams>(({ input, sendBack, receive }) => {
+      let stopped = false;
+      const done: SendDone = (e) => {
+        if (!stopped) sendBack(e);
+      };
+      const h = this.host.handleOf(backgroundRunIdOf(input.agent_run_id));
+      if (h) {
+        this.host.enqueue(
+          h,
+          () => this.startAgent(h, input, done),
+          (err) => this.deps.logger.error({ bg_run_id: h.id, err: String(err) }, 'could not start the agent run'),
+        );
+        receive((e) => {
+          if (e.type === 'TIMEOUT') void this.timeoutAgent(h, input.agent_run_id, done);
+          else
+            this.host.enqueue(
+              h,
+              () => this.cancelAgent(h, input.agent_run_id, done),
+              () => undefined,
+            );
+        });
+      }
+      return () => {
+        stopped = true;
+      };
+    });
+  }
+
+  /**
    * timeout_seconds reached: the agent run's actor gets TIMEOUT (status `timeout`). When it has no
    * actor here (still queued behind its session), it is cancelled and that cancellation reads as
    * the timeout.
    */
-  async timeoutAgent(h: Handle, agentRunId: string): Promise<void> {
+  private async timeoutAgent(h: Handle, agentRunId: string, done: SendDone): Promise<void> {
     const ctx = this.host.contextOf(h);
     if (ctx.run.status !== 'running' || ctx.internal.agent_run_id !== agentRunId) return;
     h.timedOut = agentRunId;
@@ -67,35 +107,24 @@ export class AgentBridge {
     try {
       await this.deps.runs.cancel(agentRunId);
     } catch {
-      this.deliver(h.id, {
-        type: 'AGENT_DONE',
-        at: iso(this.deps.clock.now()),
-        agent_run_id: agentRunId,
-        outcome: 'timeout',
-        error: `timed out after ${ctx.internal.timeout_seconds} s`,
-        result_preview: null,
-        retryable: true,
-        side_effects: [],
-      });
+      done({ ...this.doneEvent(agentRunId, 'timeout', `timed out after ${ctx.internal.timeout_seconds} s`) });
     }
   }
 
-  onStartAgent(runId: string, params: StartAgentParams): void {
-    const h = this.host.handleOf(runId);
-    if (!h) return;
-    this.host.enqueue(
-      h,
-      () => this.startAgent(h, params),
-      (err) => this.deps.logger.error({ bg_run_id: runId, err: String(err) }, 'could not start the agent run'),
-    );
+  /** Its end or park, sent back once the agent run settles. */
+  private follow(h: Handle, settled: Promise<RunRecord>, done: SendDone): void {
+    void settled.then((rec) => {
+      const d = this.agentDoneOf(rec, h);
+      if (d) done(d);
+    });
   }
 
-  private async startAgent(h: Handle, params: StartAgentParams): Promise<void> {
+  private async startAgent(h: Handle, params: StartAgentParams, done: SendDone): Promise<void> {
     const ctx = this.host.contextOf(h);
     if (ctx.run.status !== 'running' || ctx.internal.agent_run_id !== params.agent_run_id) return;
     const id = params.agent_run_id;
     if (ctx.run.cancel_requested_at) {
-      this.deliver(h.id, this.doneEvent(id, 'cancelled', 'cancelled before the agent started'));
+      done(this.doneEvent(id, 'cancelled', 'cancelled before the agent started'));
       return;
     }
     if (params.mode === 'fresh') {
@@ -111,90 +140,95 @@ export class AgentBridge {
           // session_policy `run`: no other run writes this session (its attempts run one at a time).
           session_is_private: ctx.run.session_id === ownSessionId(ctx.run.agent_id, ctx.run.task_id, ctx.run.run_id),
         })
-        .catch((err: unknown) => {
-          // Its agent's spec no longer builds (an env var unset since registration): nothing ran.
-          if (err instanceof AgentUnavailableError) {
-            this.deliver(h.id, this.doneEvent(id, 'failed', err.message));
-            return undefined;
-          }
-          if (err instanceof AppError && err.code === 'Conflict') return this.continueAgent(h, id);
-          // The process is shutting down (a claim whose write was under way when it began): nothing
-          // ran, and failing the run would be wrong. It stays running; the next start recovers it.
-          if (err instanceof AppError && err.code === 'ServerBusy') {
-            this.deps.logger.info({ bg_run_id: h.id }, 'background run left for recovery: the service is shutting down');
-            return undefined;
-          }
-          if (isStoreError(err, 'conflict')) return this.continueAgent(h, id);
-          this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not start: ${String((err as Error)?.message ?? err)}`));
-          return undefined;
-        });
+        .then(
+          (started: StartedRun) => this.follow(h, started.settled, done),
+          (err: unknown) => {
+            // Its agent's spec no longer builds (an env var unset since registration): nothing ran.
+            if (err instanceof AgentUnavailableError) return done(this.doneEvent(id, 'failed', err.message));
+            if (err instanceof AppError && err.code === 'Conflict') return this.continueAgent(h, id, done);
+            // The process is shutting down (a claim whose write was under way when it began): nothing
+            // ran, and failing the run would be wrong. It stays running; the next start recovers it.
+            if (err instanceof AppError && err.code === 'ServerBusy') {
+              this.deps.logger.info({ bg_run_id: h.id }, 'background run left for recovery: the service is shutting down');
+              return undefined;
+            }
+            if (isStoreError(err, 'conflict')) return this.continueAgent(h, id, done);
+            return done(this.doneEvent(id, 'failed', `the agent run could not start: ${String((err as Error)?.message ?? err)}`));
+          },
+        );
       return;
     }
-    await this.continueAgent(h, id);
+    await this.continueAgent(h, id, done);
   }
 
   /** Continue the agent run after a pause, a lapsed lease or a restart: completed tool calls do not repeat. */
-  private async continueAgent(h: Handle, id: string): Promise<void> {
+  private async continueAgent(h: Handle, id: string, done: SendDone): Promise<void> {
     const { runs } = this.deps;
-    if (runs.isLive(id)) return; // its end comes through onSettled
+    const live = runs.settledOf(id);
+    if (live) return this.follow(h, live, done);
     const ctx = this.host.contextOf(h);
     let rec: RunRecord;
     try {
       rec = await runs.get(id);
     } catch {
       // Nothing was stored for this agent run: nothing ran, so a fresh start with the same id is exact.
-      await this.startAgent(h, { mode: 'fresh', agent_run_id: id, attempt: ctx.run.attempt });
+      await this.startAgent(h, { mode: 'fresh', agent_run_id: id, attempt: ctx.run.attempt }, done);
       return;
     }
     const settled = this.agentDoneOf(rec, h);
     if (settled && TERMINAL_RUN_STATUSES.has(rec.status)) {
-      this.deliver(h.id, settled);
+      done(settled);
       return;
     }
     let how: Parameters<RunService['resume']>[1];
     if (rec.status === 'awaiting_approval' || rec.status === 'awaiting_budget') {
       if (!rec.decided_at) {
-        this.deliver(h.id, settled!);
+        done(settled!);
         return;
       }
       how = { cause: (rec.decision as 'approval' | 'budget_grant' | 'budget_denied') ?? 'approval', trigger: 'explicit' };
     } else if (rec.status === 'interrupted') {
       how = { cause: 'interrupted', trigger: 'orphan_sweep' };
     } else {
-      // status running, no live actor here.
-      if (rec.owner === this.deps.workerId) return; // being resumed by this process right now; its end arrives via onSettled
-      // This process holds the background run's lease (its claim or recovery was a CAS on the
-      // row), and that lease owns the agent run: the agent run's own lease is not waited out.
+      // status running, no live actor here. This process holds the background run's lease (its
+      // claim or recovery was a CAS on the row), and that lease owns the agent run: the agent
+      // run's own lease is not waited out.
       how = { cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep', ownerDead: true };
     }
-    void runs.resume(id, how).catch((err: unknown) => {
-      if (runs.isLive(id)) return;
-      void runs.get(id).then(
-        (r) => {
-          const done = this.agentDoneOf(r, h);
-          this.deliver(
-            h.id,
-            done && TERMINAL_RUN_STATUSES.has(r.status)
-              ? done
-              : this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`, sideEffectsOf(r)),
-          );
-        },
-        () => this.deliver(h.id, this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`)),
-      );
-    });
+    const failed = (err: unknown, r?: RunRecord) =>
+      this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`, r ? sideEffectsOf(r) : []);
+    void runs.resume(id, how).then(
+      (started) => this.follow(h, started.settled, done),
+      (err: unknown) => {
+        const again = runs.settledOf(id);
+        if (again) return this.follow(h, again, done);
+        void runs.get(id).then(
+          (r) => {
+            const d = this.agentDoneOf(r, h);
+            done(d && TERMINAL_RUN_STATUSES.has(r.status) ? d : failed(err, r));
+          },
+          () => done(failed(err)),
+        );
+      },
+    );
   }
 
+  /**
+   * The `cancelAgent` effect: stop an agent run that is not the background run's child here (a
+   * parked one, or one this copy of the run does not hold). Its end, if it comes, is the row's
+   * next write (an AGENT_DONE sent through the engine); a parked run was cancelled already.
+   */
   onCancelAgent(runId: string, agentRunId: string | null): void {
     const h = this.host.handleOf(runId);
     if (!h || !agentRunId) return;
     this.host.enqueue(
       h,
-      () => this.cancelAgent(h, agentRunId),
+      () => this.cancelAgent(h, agentRunId, (d) => this.deliver(runId, d)),
       () => undefined,
     );
   }
 
-  private async cancelAgent(h: Handle, agentRunId: string): Promise<void> {
+  private async cancelAgent(h: Handle, agentRunId: string, done: SendDone): Promise<void> {
     const { runs } = this.deps;
     // The agent run may be a moment from existing (start() is not awaited): give it a short while.
     for (let i = 0; i < 20; i++) {
@@ -208,20 +242,20 @@ export class AgentBridge {
     }
     try {
       const rec = await runs.get(agentRunId);
-      const done = this.agentDoneOf(rec, h);
-      if (done && TERMINAL_RUN_STATUSES.has(rec.status)) this.deliver(h.id, done);
+      const d = this.agentDoneOf(rec, h);
+      if (d && TERMINAL_RUN_STATUSES.has(rec.status)) done(d);
     } catch {
-      this.deliver(h.id, this.doneEvent(agentRunId, 'cancelled', 'cancelled'));
+      done(this.doneEvent(agentRunId, 'cancelled', 'cancelled'));
     }
   }
 
   /**
    * An agent run's end or park (completed, failed, cancelled, timed out, awaiting a person) carries
    * its background run's step in the same commit (RunService.foldFinal): the AGENT_DONE this record
-   * makes, taken by the background run's actor now, its row write handed to that commit, so a
-   * crash leaves both or neither. Null when it cannot be folded (see RunHosts.foldInto):
-   * onAgentSettled then delivers the event after the agent run's end is durable, as a write of
-   * its own.
+   * makes, taken by the background run's actor now (which stops its child), its row write handed
+   * to that commit, so a crash leaves both or neither. Null when it cannot be folded (see
+   * RunHosts.foldInto): the child then sends AGENT_DONE once the agent run's end is durable, and
+   * the row is written by a commit of its own.
    */
   foldFinal(rec: RunRecord): CarriedWrite | null {
     if (rec.kind !== 'background' || this.host.closed()) return null;
@@ -230,37 +264,7 @@ export class AgentBridge {
     if (!h) return null;
     const done = this.agentDoneOf(rec, h);
     if (!done) return null;
-    const folded = this.host.foldInto(bgId, done, (stored) => this.deps.telemetry.published(stored));
-    if (!folded) return null;
-    this.folded.add(rec.run_id);
-    return {
-      ops: folded.ops,
-      carry: folded.carry,
-      settle: (written) => {
-        folded.settle(written);
-        // Not written: the agent run's end (failed outside its machine) comes through onSettled.
-        written.catch(() => this.folded.delete(rec.run_id));
-      },
-      hold: () => folded.hold(),
-    };
-  }
-
-  onAgentSettled(rec: RunRecord): void {
-    if (rec.kind !== 'background' || this.host.closed()) return;
-    if (TERMINAL_RUN_STATUSES.has(rec.status)) this.deps.system.stop(`run:${rec.run_id}`);
-    // Its background run's step was written in the same commit (foldFinal).
-    if (this.folded.delete(rec.run_id)) return;
-    const bgId = backgroundRunIdOf(rec.run_id);
-    const h = this.host.handleOf(bgId);
-    const done = this.agentDoneOf(rec, h);
-    if (!done) return;
-    void (async () => {
-      const r = await this.host.send(bgId, done);
-      // A run parked for a person whose agent run was resumed and ended without us: move it on.
-      if (!r.accepted && r.status && WAITING.has(r.status) && TERMINAL_RUN_STATUSES.has(rec.status)) {
-        await this.host.send(bgId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
-      }
-    })().catch((err) => this.deps.logger.warn({ bg_run_id: bgId, err: String(err) }, 'could not apply an agent run result'));
+    return this.host.foldInto(bgId, done, (stored) => this.deps.telemetry.published(stored));
   }
 
   agentDoneOf(rec: RunRecord, h?: Handle): Extract<BackgroundRunEvent, { type: 'AGENT_DONE' }> | null {
@@ -320,7 +324,7 @@ export class AgentBridge {
     };
   }
 
-  deliver(runId: string, event: BackgroundRunEvent): void {
+  private deliver(runId: string, event: BackgroundRunEvent): void {
     void this.host
       .send(runId, event)
       .catch((err) => this.deps.logger.warn({ bg_run_id: runId, type: event.type, err: String(err) }, 'could not deliver an event to a background run'));
@@ -337,7 +341,8 @@ export class AgentBridge {
    * is under way, here or in another instance): the decision is read and tried again.
    */
   async decided(agentRunId: string): Promise<CarriedWrite | null> {
-    if (this.host.closed()) return null;
+    // Never around it: nothing else would move the background run on once its agent run went on.
+    if (this.host.closed()) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
     const bgId = backgroundRunIdOf(agentRunId);
     const loaded = await this.host.handle(bgId);
     if (loaded === null || !('actor' in loaded)) return null;
@@ -376,19 +381,5 @@ export class AgentBridge {
     const r = await this.host.send(row.run.run_id, done, { durable: true });
     if (r.accepted && parked && rec.decided_at) await this.host.send(row.run.run_id, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
     return r.accepted;
-  }
-
-  async checkParked(row: BgRunRow): Promise<void> {
-    const runId = row.run.run_id;
-    const agentId = row.internal.agent_run_id;
-    if (!agentId) return;
-    let moveOn = this.deps.runs.isLive(agentId);
-    if (!moveOn) {
-      const rec = await this.deps.runs
-        .get(agentId)
-        .catch((e: unknown) => (isRefusal(e) ? null : (reportSwallowed('background.read_agent_run', e, { agent_run_id: agentId }), null)));
-      moveOn = rec !== null && (TERMINAL_RUN_STATUSES.has(rec.status) || (WAITING.has(rec.status as BackgroundRunStatus) && rec.decided_at !== null));
-    }
-    if (moveOn) await this.host.send(runId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
   }
 }

@@ -38,7 +38,6 @@ export interface ClaimerHost {
   mirrorFull(): boolean;
   countActive(taskId: string): Promise<number>;
   settleFromAgent(row: BgRunRow): Promise<boolean>;
-  checkParked(row: BgRunRow): Promise<void>;
   timers: AttemptTimers;
   leaseMs(): number;
 }
@@ -248,12 +247,11 @@ export class Claimer {
   /**
    * Finds runs whose lease lapsed (or, with `ownersDead`, every held run not in this process) and
    * recovers them (claimed -> queued; running -> the next attempt continues the same agent run),
-   * and requeues retries whose time came. With `parked`, also moves on runs waiting for a person
-   * whose agent run was decided or ended without this process noticing (RunService's own sweep
-   * leaves background runs to this manager). Cheap: only claimed/running/retrying rows are read
-   * on every pass.
+   * and requeues retries whose time came. Cheap: only claimed/running/retrying rows are read on
+   * every pass. A run waiting for a person needs nothing here: the decision's commit requeues it
+   * (AgentBridge.decided).
    */
-  async maintenance(opts: { ownersDead?: boolean; parked?: boolean } = {}): Promise<void> {
+  async maintenance(opts: { ownersDead?: boolean } = {}): Promise<void> {
     const now = this.deps.clock.now();
     for (const status of ['claimed', 'running'] as const) {
       await this.forEachRow(status, async (row) => {
@@ -291,11 +289,6 @@ export class Claimer {
       const at = row.value.internal.retry_at ? Date.parse(row.value.internal.retry_at) : now;
       if (!this.host.timers.hasRetry(row.id)) this.host.timers.armRetry(row.id, at);
     });
-    if (opts.parked) {
-      for (const status of ['awaiting_approval', 'awaiting_budget'] as const) {
-        await this.forEachRow(status, (row) => this.host.checkParked(row.value));
-      }
-    }
   }
 
   private async forEachRow(status: BackgroundRunStatus, fn: (row: Versioned<BgRunRow>) => Promise<void>): Promise<void> {

@@ -50,6 +50,8 @@ import { SettleWaiters } from './waiters.js';
 import { OperatorActions } from './operator-actions.js';
 import type { AppLogger } from '../telemetry/logger.js';
 
+const iso = (ms: number) => new Date(ms).toISOString();
+
 export interface BackgroundDeps {
   store: Store;
   clock: Clock;
@@ -118,7 +120,6 @@ export class RunEngine {
   /** Cancel and resume from the API (operator-actions.ts). */
   private readonly actions: OperatorActions;
   private closed = false;
-  private unsubscribeSettled: (() => void) | null = null;
 
   constructor(private readonly deps: BackgroundDeps) {
     this.waiters = new SettleWaiters({
@@ -167,7 +168,8 @@ export class RunEngine {
         return leaseMs();
       },
       send: (runId, event) => this.send(runId, event),
-      onTimeout: (h, agentRunId) => void this.agent.timeoutAgent(h, agentRunId),
+      // The attempt's agent run is the run's child: the run's actor tells it (TIMEOUT).
+      onTimeout: (h, agentRunId) => void this.send(h.id, { type: 'TIMEOUT', at: iso(deps.clock.now()), agent_run_id: agentRunId }),
       closed: () => this.closed,
     });
     this.claimer = new Claimer(deps, {
@@ -180,7 +182,6 @@ export class RunEngine {
       mirrorFull: () => this.workspaces.mirrorFull(),
       countActive: (taskId) => this.countActive(taskId),
       settleFromAgent: (row) => this.agent.settleFromAgent(row),
-      checkParked: (row) => this.agent.checkParked(row),
       timers: this.timers,
       leaseMs: () => this.leaseMs,
     });
@@ -195,7 +196,7 @@ export class RunEngine {
       afterWrite: (h, ctx, prevStatus, flushed) => this.afterWrite(h, ctx, prevStatus, flushed),
       clearTimers: (h) => this.timers.clearHandle(h),
       hasWaiter: (runId) => this.waiters.has(runId),
-      startAgent: (runId, params) => this.agent.onStartAgent(runId, params),
+      agentRun: this.agent.logic(),
       cancelAgent: (runId, agentRunId) => this.agent.onCancelAgent(runId, agentRunId),
       closed: () => this.closed,
     });
@@ -222,9 +223,8 @@ export class RunEngine {
 
   // ---------------------------------------------------------------- lifecycle of the engine
 
-  /** Follows agent runs; with `claim`, this process also claims and recovers runs. */
+  /** Carries background agent runs' ends and decisions; with `claim`, this process also claims and recovers runs. */
   async start(opts: { claim: boolean }): Promise<void> {
-    this.unsubscribeSettled = this.deps.runs.onSettled((rec) => this.agent.onAgentSettled(rec));
     this.deps.runs.foldFinal((rec) => this.agent.foldFinal(rec));
     this.deps.runs.resumeThrough((agentRunId) => this.agent.decided(agentRunId));
     this.workspaces.sweepTrash();
@@ -232,7 +232,7 @@ export class RunEngine {
     this.claimer.accepting = true;
     // With the embedded store only this process can open the data dir: every held run has a dead
     // owner. A shared store's other instances are alive until their leases lapse.
-    await this.claimer.maintenance({ ownersDead: !isSharedStore(this.deps.store), parked: true });
+    await this.claimer.maintenance({ ownersDead: !isSharedStore(this.deps.store) });
     this.claimer.kick();
     if (!isSharedStore(this.deps.store)) void this.repairRecentWorkspaces();
   }
@@ -282,15 +282,14 @@ export class RunEngine {
     return this.claimer.claim(runId, known, gate);
   }
 
-  /** Recovers runs whose lease lapsed (or whose owners are dead), requeues due retries, moves on decided parked runs. */
-  maintenance(opts: { ownersDead?: boolean; parked?: boolean } = {}): Promise<void> {
+  /** Recovers runs whose lease lapsed (or whose owners are dead) and requeues due retries. */
+  maintenance(opts: { ownersDead?: boolean } = {}): Promise<void> {
     return this.claimer.maintenance(opts);
   }
 
   async close(): Promise<void> {
     this.stopClaiming();
     this.closed = true;
-    this.unsubscribeSettled?.();
     this.deps.runs.foldFinal(null);
     this.deps.runs.resumeThrough(null);
     this.timers.close();

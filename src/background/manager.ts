@@ -115,10 +115,8 @@ export class BackgroundManager {
       void this.engine.claimPass();
       if (++this.tickCount % maintainEvery === 0 && !this.maintaining) {
         this.maintaining = true;
-        // Parked runs are checked more rarely: there may be many, and the usual path (the decision's commit moves the run on) does not need it.
-        const parked = this.tickCount % (maintainEvery * 30) === 0;
         void this.engine
-          .maintenance({ parked })
+          .maintenance()
           .catch(swallow('background.maintenance'))
           .finally(() => (this.maintaining = false));
       }

@@ -3,13 +3,14 @@
 // them from rows, applies events, and binds the machine's `record` effect: every row write is a
 // compare-and-swap on the version this process last wrote, and transitions taken before the
 // previous write started share its commit.
-import type { Actor, AnyActorRef } from 'xstate';
+import type { Actor, AnyActorRef, CallbackActorLogic } from 'xstate';
 import {
   BACKGROUND_RUN_MACHINE_VERSION,
   backgroundRunMachine,
   persistedSnapshotOf,
   type BackgroundRunContext,
   type BackgroundRunEvent,
+  type AgentRunChildEvent,
   type RecordParams,
   type StartAgentParams,
 } from '../../machines/background-run.machine.js';
@@ -29,6 +30,8 @@ import { reportSwallowed } from '../telemetry/swallowed.js';
 import type { AppLogger } from '../telemetry/logger.js';
 
 export type RunActor = Actor<typeof backgroundRunMachine>;
+/** The agent run child of a running background run (src/background/agent-bridge.ts). */
+export type AgentRunLogic = CallbackActorLogic<AgentRunChildEvent, StartAgentParams>;
 
 export interface Handle {
   id: string;
@@ -107,8 +110,8 @@ export interface RunHostHooks {
   hasWaiter(runId: string): boolean;
   /** A released run's heartbeat and attempt timeout stop. */
   clearTimers(h: Handle): void;
-  /** The machine's startAgent / cancelAgent effects (the agent bridge). */
-  startAgent(runId: string, params: StartAgentParams): void;
+  /** The agent run child's logic and the machine's cancelAgent effect (the agent bridge). */
+  agentRun: AgentRunLogic;
   cancelAgent(runId: string, agentRunId: string | null): void;
   closed(): boolean;
 }
@@ -133,9 +136,9 @@ export class RunHosts {
     this.handles = hooks.handles;
     this.actors = deps.system.group('bgruns');
     this.logic = backgroundRunMachine.provide({
+      actors: { agentRun: hooks.agentRun },
       actions: {
         record: ({ context }, params) => this.onRecord(context, params),
-        startAgent: ({ context }, params) => this.hooks.startAgent(context.run.run_id, params),
         cancelAgent: ({ context }, params) => this.hooks.cancelAgent(context.run.run_id, params.agent_run_id),
       },
     });

@@ -129,6 +129,11 @@ export class RunService {
     return this.kernel.live.has(runId);
   }
 
+  /** Resolves when a run live in this process ends or waits for a person (never rejects); null when it is not live here. */
+  settledOf(runId: string): Promise<RunRecord> | null {
+    return this.kernel.live.get(runId)?.settled ?? null;
+  }
+
   // ---------------------------------------------------------------- starting a run
 
   async start(query: string, sessionId: string | null | undefined, opts: StartOptions = {}): Promise<StartedRun> {

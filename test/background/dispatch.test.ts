@@ -3,7 +3,7 @@
 // after a restart.
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createActor, transition } from 'xstate';
+import { createActor, fromCallback, transition } from 'xstate';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backgroundRunMachine, persistedSnapshotOf } from '../../machines/background-run.machine.js';
 import type { Worker } from 'node:worker_threads';
@@ -25,14 +25,18 @@ describe('background-run steps on public xstate APIs', () => {
     const [s2, a2] = transition(backgroundRunMachine, s1, { type: 'START', at: 't2', attempt_id: 'a1' });
     expect(s2.value).toBe('running');
     expect(a1.map((x) => x.type)).toEqual(['record']);
-    expect(a2.map((x) => x.type)).toEqual(['record', 'startAgent']);
+    // The agent run is the run's child, invoked on entering `running`.
+    expect(a2.map((x) => x.type)).toEqual(['record', 'xstate.spawnChild']);
     const record = a2.find((x) => x.type === 'record') as unknown as { info: { context: { run: { status: string } } } };
     expect(record.info.context.run.status).toBe('running');
   });
 
   it('restores a row into an actor from the persisted snapshot xstate builds, with no effect run', () => {
     const effects: string[] = [];
-    const logic = backgroundRunMachine.provide({ actions: { record: () => void effects.push('record'), startAgent: () => void effects.push('startAgent') } });
+    const logic = backgroundRunMachine.provide({
+      actions: { record: () => void effects.push('record') },
+      actors: { agentRun: fromCallback(() => void effects.push('agentRun')) },
+    });
     const row = { ...(ctx as object), run: { ...(ctx as { run: object }).run, status: 'awaiting_budget' } } as never;
     const actor = createActor(logic, { snapshot: persistedSnapshotOf(row) } as never).start();
     expect(actor.getSnapshot().value).toBe('awaiting');

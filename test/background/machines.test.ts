@@ -1,6 +1,6 @@
 // Pure tests of the two background machines: no store, no timers; effects are recorded.
 import { describe, expect, it } from 'vitest';
-import { createActor } from 'xstate';
+import { createActor, fromCallback } from 'xstate';
 import {
   backgroundRunMachine,
   backgroundRunIdOf,
@@ -10,6 +10,7 @@ import {
   type BackgroundRunEvent,
   type RecordParams,
   type StartAgentParams,
+  type AgentRunChildEvent,
 } from '../../machines/background-run.machine.js';
 import { taskMachine, type DispatchParams, type DropParams, type TaskInput } from '../../machines/task.machine.js';
 import type { RetryPolicy } from '../../machines/policies/retry.js';
@@ -71,18 +72,39 @@ function harness(input: BackgroundRunContext, restore = false) {
   const records: Array<{ status: string; params: RecordParams }> = [];
   const starts: StartAgentParams[] = [];
   const cancels: Array<string | null> = [];
+  const told: Array<{ agent_run_id: string; type: string }> = [];
+  /** The latest agent run child's way back to its parent. */
+  const child: { sendBack: (e: BackgroundRunEvent) => void } = { sendBack: () => {} };
   const machine = backgroundRunMachine.provide({
     actions: {
       record: ({ context }, params) => records.push({ status: context.run.status, params }),
-      startAgent: (_a, params) => starts.push(params),
       cancelAgent: (_a, params) => cancels.push(params.agent_run_id),
+    },
+    actors: {
+      // The agent run child: its input is how the attempt's agent run starts; what it is told is recorded.
+      agentRun: fromCallback<AgentRunChildEvent, StartAgentParams>(({ input, receive, sendBack }) => {
+        starts.push(input);
+        child.sendBack = sendBack;
+        receive((e) => told.push({ agent_run_id: input.agent_run_id, type: e.type }));
+      }),
     },
   });
   const actor = restore ? createActor(machine, { snapshot: persistedSnapshotOf(input) as never, input: undefined as never }) : createActor(machine, { input });
   actor.start();
   const send = (e: BackgroundRunEvent) => actor.send(e);
   const events = () => records.flatMap((r) => r.params.events.map((e) => e.type));
-  return { actor, send, records, starts, cancels, events, run: () => actor.getSnapshot().context.run, internal: () => actor.getSnapshot().context.internal };
+  return {
+    actor,
+    send,
+    records,
+    starts,
+    cancels,
+    told,
+    child,
+    events,
+    run: () => actor.getSnapshot().context.run,
+    internal: () => actor.getSnapshot().context.internal,
+  };
 }
 
 const claim = (n: number): BackgroundRunEvent => ({ type: 'CLAIM', at: at(n), worker_id: 'w1', lease_token: `lease_${n}`, lease_expires_at: at(n + 30) });
@@ -192,10 +214,40 @@ describe('background-run machine', () => {
     c.send(claim(1));
     c.send(start(1));
     c.send({ type: 'CANCEL', at: at(2) });
-    expect(c.cancels).toEqual(['r1']);
+    // The running attempt's agent run is the run's child: it is told, no separate effect runs.
+    expect(c.told).toEqual([{ agent_run_id: 'r1', type: 'CANCEL' }]);
+    expect(c.cancels).toEqual([]);
     expect(c.run()).toMatchObject({ status: 'running', cancel_requested_at: at(2) });
     c.send(done(3, 'r1', 'failed'));
     expect(c.run().status).toBe('failed');
+  });
+
+  it('the agent run is a child of `running`: started on entry, told TIMEOUT, its end sent back, stopped on leaving', () => {
+    const h = harness(ctx());
+    h.send(claim(1));
+    h.send(start(1));
+    expect(h.actor.getSnapshot().children.agent).toBeDefined();
+    h.send({ type: 'TIMEOUT', at: at(2), agent_run_id: 'r0' }); // an older attempt's: nothing
+    h.send({ type: 'TIMEOUT', at: at(2), agent_run_id: 'r1' });
+    expect(h.told).toEqual([{ agent_run_id: 'r1', type: 'TIMEOUT' }]);
+    expect(h.records).toHaveLength(2); // a timeout writes nothing until the agent run's end
+    // The child sends the agent run's end back to its parent.
+    h.child.sendBack(done(3, 'r1', 'timeout'));
+    expect(h.run().status).toBe('timeout');
+    expect(h.actor.getSnapshot().children.agent).toBeUndefined();
+  });
+
+  it('a row restored `running` has no child here: a cancel stops the agent run through the cancelAgent effect', () => {
+    const base = ctx();
+    const running: BackgroundRunContext = {
+      run: { ...base.run, status: 'running', attempt: 1, lease_owner: 'w9', lease_token: 'l9', lease_generation: 1 },
+      internal: { ...base.internal, agent_run_id: 'r1' },
+    };
+    const h = harness(running, true);
+    expect(h.starts).toEqual([]);
+    h.send({ type: 'CANCEL', at: at(2) });
+    expect(h.cancels).toEqual(['r1']);
+    expect(h.run()).toMatchObject({ status: 'running', cancel_requested_at: at(2) });
   });
 
   it('a timeout retries only when retry_on includes it, and ends `timeout` otherwise', () => {

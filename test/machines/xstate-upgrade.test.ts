@@ -70,7 +70,7 @@ async function driveRun(snapshot: unknown): Promise<string> {
 
 /** Restores a background-run row the way run-host.ts does and takes it through one attempt to completed. */
 function driveBackgroundRun(row: BackgroundRunContext): string {
-  const logic = backgroundRunMachine.provide({ actions: { record: () => {}, startAgent: () => {}, cancelAgent: () => {} } });
+  const logic = backgroundRunMachine.provide({ actions: { record: () => {}, cancelAgent: () => {} } });
   const actor = createActor(logic, { snapshot: persistedSnapshotOf(row) } as never).start();
   const lease = { worker_id: 'w', lease_token: 'l', lease_expires_at: '2100-01-01T00:00:00.000Z' };
   const at = '2100-01-01T00:00:00.000Z';
