@@ -33,6 +33,16 @@ export class LeaseClock {
     return leaseLapsed(expiresAt, this.now());
   }
 
+  /**
+   * Which instance owns a run (docs/architecture.md "Which instance owns a run"): the one named
+   * by its lease while that lease holds. True when that is an instance other than `self`, so
+   * `self` must leave the run to it (ask it, or wait for the lease to lapse); false when the run
+   * is `self`'s or nobody's, and whoever takes it by a compare-and-swap write owns it.
+   */
+  heldElsewhere(owner: string | null | undefined, expiresAt: string | null | undefined, self: string): boolean {
+    return !!owner && owner !== self && !this.lapsed(expiresAt);
+  }
+
   /** How far the store's clock is ahead of this process's (ms; negative when behind). */
   get skewMs(): number {
     return this.offsetMs;

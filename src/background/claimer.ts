@@ -85,10 +85,13 @@ export class Claimer {
     this.wakeAt = Infinity;
   }
 
-  /** Asks for a claim pass soon (coalesced); with `atMs`, also at that instant (jitter, retry). */
+  /**
+   * Asks for a claim pass soon (coalesced); with `atMs`, also at that instant (a `not_before`),
+   * on the lease clock: the clock a pass judges `not_before` and its holds on.
+   */
   kick(atMs?: number): void {
     if (!this.accepting) return;
-    if (atMs !== undefined && atMs > this.deps.clock.now()) {
+    if (atMs !== undefined && atMs > this.deps.leases.now()) {
       this.wakeAtLatest(atMs);
       return;
     }
@@ -110,7 +113,7 @@ export class Claimer {
         this.wakeAt = Infinity;
         this.kick();
       },
-      Math.max(0, atMs - this.deps.clock.now()),
+      Math.max(0, atMs - this.deps.leases.now()),
     );
   }
 
@@ -141,7 +144,11 @@ export class Claimer {
   private async claimOnce(): Promise<void> {
     const concurrency = this.deps.config.background.concurrency;
     if (this.host.heldCount() >= concurrency || this.host.mirrorFull()) return;
-    const now = this.deps.clock.now();
+    // Which queued rows are due (`not_before`) and until when this pass holds the rows it is handed
+    // (a shared store's advisory claim holds) are judged on the lease clock (src/lease-clock.ts),
+    // the store's clock on PostgreSQL, as leases are: instances whose clocks disagree still agree
+    // on when a row is due and when another instance's hold lapsed.
+    const now = this.deps.leases.now();
     // The buffer's order holds only as long as every way back to the queue is reported
     // (requeued()): a bounded age makes one that is not cost at most QUEUE_BUFFER_MAX_AGE_MS.
     const since = this.queued.since;

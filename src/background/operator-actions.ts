@@ -36,14 +36,7 @@ export class OperatorActions {
     // Held by another live instance of a shared store: its owner cancels it (through its own
     // chain of writes). Writing the row from here would only fence the owner off, and its agent
     // run would go on until its lease lapsed.
-    if (
-      remoteCancel &&
-      (!h || h.dead) &&
-      HELD.has(run.status) &&
-      run.lease_owner &&
-      run.lease_owner !== this.deps.workerId &&
-      !this.deps.leases.lapsed(run.lease_expires_at)
-    ) {
+    if (remoteCancel && (!h || h.dead) && HELD.has(run.status) && this.deps.leases.heldElsewhere(run.lease_owner, run.lease_expires_at, this.deps.workerId)) {
       await remoteCancel(runId, reason);
       return { status: 'cancel_requested' };
     }

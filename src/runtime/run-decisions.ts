@@ -263,7 +263,7 @@ export class RunDecisions {
     const rec = await repos(this.deps.store).runs.get<RunRecord>(runId);
     if (!rec) throw notFound('run', runId);
     if (TERMINAL_RUN_STATUSES.has(rec.value.status)) throw domainError('AGT_ERR_RUN_ENDED', [runId, rec.value.status]);
-    if (rec.value.status === 'running' && rec.value.owner && rec.value.owner !== this.deps.workerId && !this.kernel.leaseLapsed(rec.value)) {
+    if (rec.value.status === 'running' && this.deps.leases.heldElsewhere(rec.value.owner, rec.value.lease_expires_at, this.deps.workerId)) {
       // Live in another instance of a shared store: its owner is told (the change feed), cancels
       // it there at its next step, and writes the end itself. Writing the record from here would
       // only fence the owner off, leaving the run `running` until its lease lapsed.

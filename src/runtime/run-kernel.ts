@@ -115,11 +115,6 @@ export class RunKernel {
     return rec.value;
   }
 
-  /** Whether the run's lease ran out (its owner stopped beating), on the lease clock (src/lease-clock.ts). */
-  leaseLapsed(r: RunRecord): boolean {
-    return this.deps.leases.lapsed(r.lease_expires_at);
-  }
-
   /** RunService.foldFinal: what a background agent run's completion carries in its final commit. */
   finalFold: ((record: RunRecord) => CarriedWrite | null) | null = null;
 

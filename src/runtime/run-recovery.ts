@@ -129,7 +129,7 @@ export class RunRecovery {
     // have lapsed yet, but its process is gone. Without it, a SIGKILLed run waited out its whole
     // lease (60 s) and was then left `running` until the next periodic sweep (found by
     // test/http/recovery.test.ts, scenario a).
-    if (r.status === 'running' && r.owner && !how.ownerDead && !this.kernel.leaseLapsed(r) && r.owner !== this.deps.workerId)
+    if (r.status === 'running' && !how.ownerDead && this.deps.leases.heldElsewhere(r.owner, r.lease_expires_at, this.deps.workerId))
       throw domainError('AGT_ERR_RUN_ALREADY_LIVE', [runId, String(r.owner)]);
     if (!snapRec) throw domainError('AGT_ERR_RUN_NO_SNAPSHOT', [runId]);
     // A snapshot from a newer run machine (a rolling upgrade's other half, or a downgrade) is left
@@ -307,7 +307,7 @@ export class RunRecovery {
           if (this.kernel.live.has(r.run_id)) continue;
           let cause: RecoveryCause | null = null;
           if (status === 'running') {
-            if (opts.startup || this.kernel.leaseLapsed(r)) cause = 'recovered_after_lapsed_lease';
+            if (opts.startup || this.deps.leases.lapsed(r.lease_expires_at)) cause = 'recovered_after_lapsed_lease';
           } else if (status === 'interrupted') {
             // Stopped on request: it waits for POST /runs/{id}/resume, like a run waiting for a person.
             if (r.machine_state !== 'interrupted') cause = 'interrupted';

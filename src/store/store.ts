@@ -216,7 +216,7 @@ export interface StoreCapabilities {
 export interface QueueClaimQuery {
   /** At most this many rows. */
   limit: number;
-  /** The claimer's clock (epoch ms): rows whose `internal.not_before` is later are not due. */
+  /** Now on the lease clock (epoch ms; src/lease-clock.ts): rows whose `internal.not_before` is later are not due, holds until then have lapsed. */
   now: number;
   /** Names the pass: its holds are released by it. */
   token: string;

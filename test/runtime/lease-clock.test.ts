@@ -59,4 +59,16 @@ describe('LeaseClock', () => {
     });
     expect(leases.skewMs).toBe(0);
   });
+
+  it('answers which instance owns a run in one place: the lease owner while the lease holds, on the store clock', async () => {
+    const clock = new ManualClock(T0);
+    const leases = new LeaseClock(clock);
+    await leases.sync({ serverTimeMs: async () => T0 - 600_000 });
+    const until = '2025-12-31T23:50:30.000Z'; // 30 s from the store's now
+    expect(leases.heldElsewhere('b', until, 'a')).toBe(true);
+    expect(leases.heldElsewhere('a', until, 'a')).toBe(false); // its own
+    expect(leases.heldElsewhere(null, until, 'a')).toBe(false); // nobody's
+    clock.advance(30_000);
+    expect(leases.heldElsewhere('b', until, 'a')).toBe(false); // lapsed: whoever takes it by a CAS owns it
+  });
 });

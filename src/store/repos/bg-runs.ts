@@ -32,7 +32,7 @@ export class BgRunRepo extends KindRepo<'bg_runs'> {
   }
 
   /**
-   * Starts a claim pass at `now` (the claimer's clock). Rows a shared store hands out are held for
+   * Starts a claim pass at `now` (the lease clock, src/lease-clock.ts). Rows a shared store hands out are held for
    * the pass until `now + holdMs`, or until `release()`.
    */
   claimPass(now: number, holdMs: number, buffer?: QueuedRunBuffer): QueueClaimPass {
