@@ -22,7 +22,7 @@ import type { RunService, StartedRun } from '../runtime/runs.js';
 import type { CarriedWrite } from '../runtime/persistence.js';
 import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
 import { isStoreError, StoreError, type StoredEvent, type Versioned } from '../store/store.js';
-import { WAITING, type BgRunRow } from './types.js';
+import { TERMINAL, WAITING, type BgRunRow } from './types.js';
 import { ownSessionId } from './prepare-run.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { Handle } from './run-host.js';
@@ -335,13 +335,27 @@ export class AgentBridge {
    * background run takes RESUME (awaiting -> queued), and that row write is handed to the
    * decision's commit (RunService.resumeThrough), so the decision and the requeue are one atomic
    * write. The agent run is then continued by its background run's claim, under that run's lease
-   * (startAgent, mode continue), never by the decision itself. Null when there is no background
+   * (its child, mode continue), never by the decision itself. Null when there is no background
    * run to go through (deleted, or already ended): the decision resumes the agent run itself.
    * Throws a `stale_version` store error while the background run has not parked yet (its write
    * is under way, here or in another instance): the decision is read and tried again.
    */
-  async decided(agentRunId: string): Promise<CarriedWrite | null> {
-    // Never around it: nothing else would move the background run on once its agent run went on.
+  decided(agentRunId: string): Promise<CarriedWrite | null> {
+    return this.carryInto(agentRunId, { type: 'RESUME', at: iso(this.deps.clock.now()) });
+  }
+
+  /**
+   * The parked agent run `agentRunId` is cancelled through the run API (POST /runs/{id}/cancel):
+   * its background run takes CANCEL (awaiting -> cancelled) in the cancel's commit
+   * (RunService.cancelThrough), so neither is left waiting for the other. Null and throws as decided().
+   */
+  cancelled(agentRunId: string): Promise<CarriedWrite | null> {
+    return this.carryInto(agentRunId, { type: 'CANCEL', at: iso(this.deps.clock.now()), reason: 'its agent run was cancelled' });
+  }
+
+  /** The parked background run of `agentRunId` takes `event` in the commit of a write on its agent run (decided, cancelled). */
+  private async carryInto(agentRunId: string, event: BackgroundRunEvent): Promise<CarriedWrite | null> {
+    // Never around it: nothing else would move the background run on once its agent run moved.
     if (this.host.closed()) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
     const bgId = backgroundRunIdOf(agentRunId);
     const loaded = await this.host.handle(bgId);
@@ -349,15 +363,19 @@ export class AgentBridge {
     const h = loaded;
     h.sends++;
     try {
+      const owns = () => {
+        const ctx = this.host.contextOf(h);
+        // An older attempt's agent run, or a run that ended (its own cancel may be what asks, from its chain).
+        return ctx.internal.agent_run_id === agentRunId && !TERMINAL.has(ctx.run.status);
+      };
+      if (!owns()) return null;
       // A park write under way here: the row's version is settled once it lands.
       for (let i = 0; i < 100 && !h.dead && (h.pending > 0 || h.tailWrite); i++) await h.chain;
       if (h.dead) throw new StoreError('stale_version', `background run ${bgId}: its copy here was dropped`);
-      const ctx = this.host.contextOf(h);
-      if (ctx.internal.agent_run_id !== agentRunId) return null; // an older attempt's agent run
-      if (!WAITING.has(ctx.run.status)) throw new StoreError('stale_version', `background run ${bgId} is ${ctx.run.status}, not parked yet`);
-      const folded = this.host.foldInto(bgId, { type: 'RESUME', at: iso(this.deps.clock.now()) }, (stored) => this.deps.telemetry.published(stored), {
-        anyStore: true,
-      });
+      if (!owns()) return null;
+      const status = this.host.contextOf(h).run.status;
+      if (!WAITING.has(status)) throw new StoreError('stale_version', `background run ${bgId} is ${status}, not parked yet`);
+      const folded = this.host.foldInto(bgId, event, (stored) => this.deps.telemetry.published(stored), { anyStore: true });
       if (!folded) throw new StoreError('stale_version', `background run ${bgId}: a write of its own is under way`);
       return folded;
     } finally {

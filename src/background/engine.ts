@@ -227,6 +227,7 @@ export class RunEngine {
   async start(opts: { claim: boolean }): Promise<void> {
     this.deps.runs.foldFinal((rec) => this.agent.foldFinal(rec));
     this.deps.runs.resumeThrough((agentRunId) => this.agent.decided(agentRunId));
+    this.deps.runs.cancelThrough((agentRunId) => this.agent.cancelled(agentRunId));
     this.workspaces.sweepTrash();
     if (!opts.claim) return;
     this.claimer.accepting = true;
@@ -292,6 +293,7 @@ export class RunEngine {
     this.closed = true;
     this.deps.runs.foldFinal(null);
     this.deps.runs.resumeThrough(null);
+    this.deps.runs.cancelThrough(null);
     this.timers.close();
     this.join.release();
     const handles = [...this.handles.values()];

@@ -10,11 +10,11 @@ import { checkInput } from '../agent/guardrails.js';
 import { type AppError, domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { casUpdate, CasExhaustedError } from '../store/cas.js';
-import type { WriteOp } from '../store/store.js';
+import type { Versioned, WriteOp } from '../store/store.js';
 import type { CarriedWrite } from './persistence.js';
 import type { InboxValue } from './run-inbox.js';
 import type { RunKernel } from './run-kernel.js';
-import { TERMINAL_RUN_STATUSES, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
+import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, runIndexes, type OutcomeRecord, type RunRecord, type RunRecordStatus } from './run-record.js';
 import type { ResumePrefetch, RunRecovery } from './run-recovery.js';
 import { iso, mergeById, type SnapshotValue, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
@@ -274,22 +274,28 @@ export class RunDecisions {
       throw domainError('AGT_ERR_RUN_OWNED_ELSEWHERE', [runId, String(rec.value.owner), 'cancel it there']);
     }
     const now = iso(this.deps.clock.now());
-    const done = await repos(this.deps.store).runs.update<RunRecord>(
-      runId,
-      {
-        ...rec.value,
-        status: 'cancelled',
-        termination_reason: 'cancelled',
-        error: { type: 'Cancelled', message: 'the run was cancelled' },
-        approvals: rec.value.approvals.map((a) => (a.status === 'pending' ? { ...a, status: 'expired' as const } : a)),
-        owner: null,
-        lease_expires_at: null,
-        ended_at: now,
-        updated_at: now,
-      },
-      rec.version,
-      runIndexes({ ...rec.value, status: 'cancelled' }),
-    );
+    const cancelled: RunRecord = {
+      ...rec.value,
+      status: 'cancelled',
+      termination_reason: 'cancelled',
+      error: { type: 'Cancelled', message: 'the run was cancelled' },
+      approvals: rec.value.approvals.map((a) => (a.status === 'pending' ? { ...a, status: 'expired' as const } : a)),
+      owner: null,
+      lease_expires_at: null,
+      ended_at: now,
+      updated_at: now,
+    };
+    // A parked background agent run is cancelled with its background run, in one commit (neither
+    // is left waiting for the other; src/background/agent-bridge.ts `cancelled`).
+    const through =
+      rec.value.kind === 'background' && WAITING_RUN_STATUSES.has(rec.value.status) && this.kernel.cancelThrough
+        ? await this.kernel.cancelThrough(runId)
+        : null;
+    let done: Versioned<RunRecord>;
+    if (through) {
+      await this.commitCarrying([repos(this.deps.store).runs.updateOp(runId, cancelled, rec.version, runIndexes(cancelled))], through);
+      done = { ...rec, version: rec.version + 1, value: cancelled };
+    } else done = await repos(this.deps.store).runs.update<RunRecord>(runId, cancelled, rec.version, runIndexes(cancelled));
     // Cancelled while `queued` (docs/contract.md §3.4): out of this process's queue; another
     // instance's waiter finds it cancelled when its turn comes.
     if (rec.value.status === 'queued') this.kernel.waitingRuns?.dropped(runId);

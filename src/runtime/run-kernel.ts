@@ -124,6 +124,9 @@ export class RunKernel {
   /** RunService.resumeThrough: the background run a decided background agent run goes on through. */
   resumeThrough: ((agentRunId: string) => Promise<CarriedWrite | null>) | null = null;
 
+  /** RunService.cancelThrough: the background run a cancelled parked background agent run is cancelled with. */
+  cancelThrough: ((agentRunId: string) => Promise<CarriedWrite | null>) | null = null;
+
   onSettled(listener: (record: RunRecord) => void): () => void {
     this.settledListeners.add(listener);
     return () => this.settledListeners.delete(listener);

@@ -105,6 +105,15 @@ export class RunService {
   }
 
   /**
+   * A cancel of a parked background agent run through the run API asks `through` (the background
+   * manager) for the write that cancels its background run too, carried in the cancel's commit.
+   * Null: no background run to go through (the cancel is written alone).
+   */
+  cancelThrough(through: ((agentRunId: string) => Promise<CarriedWrite | null>) | null): void {
+    this.kernel.cancelThrough = through;
+  }
+
+  /**
    * Set by the cluster link on a store several instances share: asks the owner of a run live in
    * another instance to cancel it (src/runtime/cluster.ts). Unset: such a cancel is a 409.
    */

@@ -555,4 +555,17 @@ describe('cancellation and waiting', () => {
       ).status,
     ).toBe('cancelled');
   });
+
+  it('a waiting agent run cancelled through POST /runs/{id}/cancel cancels its background run in the same write', async () => {
+    const t = await task({ query: 'CALL bg_ask {}' });
+    const r = await run(t, { wait: true });
+    expect(r.status).toBe('awaiting_approval');
+    expect((await a.post(`/runs/${r.run_id}/cancel`)).status).toBe(200);
+    // Read at once, no waiting: the background run's CANCEL rode in the agent run's cancel commit.
+    expect((await a.get(`/runs/${r.run_id}`)).body.status).toBe('cancelled');
+    expect((await a.get(`/background/runs/${r.run_id}`)).body).toMatchObject({ status: 'cancelled' });
+    const at = await attempts(r.run_id);
+    expect(at).toEqual([expect.objectContaining({ attempt_number: 1, status: 'cancelled' })]);
+    expect(eventNames(await events(r.run_id)).at(-1)).toBe('background_run_cancelled');
+  });
 });
