@@ -105,7 +105,7 @@ export class AgentBridge {
       return;
     }
     try {
-      await this.deps.runs.cancel(agentRunId);
+      await this.deps.runs.cancel(agentRunId, { direct: true });
     } catch {
       done({ ...this.doneEvent(agentRunId, 'timeout', `timed out after ${ctx.internal.timeout_seconds} s`) });
     }
@@ -233,7 +233,7 @@ export class AgentBridge {
     // The agent run may be a moment from existing (start() is not awaited): give it a short while.
     for (let i = 0; i < 20; i++) {
       try {
-        await runs.cancel(agentRunId);
+        await runs.cancel(agentRunId, { direct: true });
         return;
       } catch (err) {
         if (!(err instanceof AppError) || err.code !== 'NotFound') break; // already ended: its settle came or comes

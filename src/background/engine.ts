@@ -228,6 +228,7 @@ export class RunEngine {
     this.deps.runs.foldFinal((rec) => this.agent.foldFinal(rec));
     this.deps.runs.resumeThrough((agentRunId) => this.agent.decided(agentRunId));
     this.deps.runs.cancelThrough((agentRunId) => this.agent.cancelled(agentRunId));
+    this.deps.runs.cancelRunning((agentRunId) => (this.closed ? Promise.resolve(false) : this.actions.cancelOfAgentRun(agentRunId)));
     this.workspaces.sweepTrash();
     if (!opts.claim) return;
     this.claimer.accepting = true;
@@ -294,6 +295,7 @@ export class RunEngine {
     this.deps.runs.foldFinal(null);
     this.deps.runs.resumeThrough(null);
     this.deps.runs.cancelThrough(null);
+    this.deps.runs.cancelRunning(null);
     this.timers.close();
     this.join.release();
     const handles = [...this.handles.values()];

@@ -1,8 +1,8 @@
 // What an operator does to a background run through the API: cancel it (here, or by asking the
 // instance that holds it on a shared store) and resume it after a person's decision. Both go
 // through the run's machine (RunEngine.send), durably, so the answer reflects what was written.
-import { domainError, notFound } from '../errors.js';
-import type { BackgroundRunEvent } from '../../machines/background-run.machine.js';
+import { AppError, domainError, notFound } from '../errors.js';
+import { backgroundRunIdOf, type BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import type { Versioned } from '../store/store.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
@@ -43,6 +43,24 @@ export class OperatorActions {
     const r = await this.host.send(runId, { type: 'CANCEL', at: iso(this.deps.clock.now()), reason }, { durable: true });
     if (!r.accepted && r.status && TERMINAL.has(r.status)) throw domainError('AGT_ERR_BACKGROUND_RUN_ENDED', [runId, r.status]);
     return { status: 'cancel_requested' };
+  }
+
+  /**
+   * POST /runs/{id}/cancel of a running background agent run: its background run is cancelled
+   * (here, or by the instance holding it), whose actor stops its child. False when it is not the
+   * current attempt's agent run of a held background run (the agent run is cancelled on its own).
+   */
+  async cancelOfAgentRun(agentRunId: string): Promise<boolean> {
+    const runId = backgroundRunIdOf(agentRunId);
+    const row = await this.host.getRow(runId);
+    if (!row || !HELD.has(row.value.run.status) || row.value.internal.agent_run_id !== agentRunId) return false;
+    try {
+      await this.cancel(runId, 'its agent run was cancelled');
+      return true;
+    } catch (err) {
+      if (err instanceof AppError) return false; // ended meanwhile
+      throw err;
+    }
   }
 
   /** A cancel another instance relayed here: only a run this process holds is touched. */

@@ -108,7 +108,8 @@ export class RunRetention {
         if (late) {
           const agentRunId = this.host.contextOf(late).internal.agent_run_id;
           this.host.release(late, true);
-          if (agentRunId) void this.deps.runs.cancel(agentRunId).catch(swallow('background.retention_cancel', { agent_run_id: agentRunId }, isRefusal));
+          if (agentRunId)
+            void this.deps.runs.cancel(agentRunId, { direct: true }).catch(swallow('background.retention_cancel', { agent_run_id: agentRunId }, isRefusal));
         }
       }
       this.host.forgetTask(taskId);

@@ -245,9 +245,16 @@ export class RunDecisions {
 
   // ---------------------------------------------------------------- cancellation
 
-  /** Cancel a run. `onlyIfLive` is the stream-closed case: a run paused for a person stays paused. */
-  async cancel(runId: string, opts: { onlyIfLive?: boolean } = {}): Promise<{ status: 'cancel_requested'; run_id: string }> {
+  /**
+   * Cancel a run. `onlyIfLive` is the stream-closed case: a run paused for a person stays paused.
+   * `direct`: the background run of a background agent run asks (it stops its own child).
+   */
+  async cancel(runId: string, opts: { onlyIfLive?: boolean; direct?: boolean } = {}): Promise<{ status: 'cancel_requested'; run_id: string }> {
     const live = this.kernel.live.get(runId);
+    // A running background agent run is its background run's child: the cancel goes to that run,
+    // whose holder (here, or the instance its lease names) tells its child.
+    const throughBackground = async (): Promise<boolean> => !opts.direct && !opts.onlyIfLive && !!this.kernel.cancelRunning && this.kernel.cancelRunning(runId);
+    if (live?.kind === 'background' && (await throughBackground())) return { status: 'cancel_requested', run_id: runId };
     // A stream closed by the service's own shutdown (Fastify destroys every connection) is not
     // the client giving up: the run is saved `interrupted` and resumed on the next start. Before
     // this, SIGTERM turned every run streamed over POST /run into `cancelled` (test/http/
@@ -263,6 +270,7 @@ export class RunDecisions {
     const rec = await repos(this.deps.store).runs.get<RunRecord>(runId);
     if (!rec) throw notFound('run', runId);
     if (TERMINAL_RUN_STATUSES.has(rec.value.status)) throw domainError('AGT_ERR_RUN_ENDED', [runId, rec.value.status]);
+    if (rec.value.kind === 'background' && rec.value.status === 'running' && (await throughBackground())) return { status: 'cancel_requested', run_id: runId };
     if (rec.value.status === 'running' && this.deps.leases.heldElsewhere(rec.value.owner, rec.value.lease_expires_at, this.deps.workerId)) {
       // Live in another instance of a shared store: its owner is told (the change feed), cancels
       // it there at its next step, and writes the end itself. Writing the record from here would

@@ -124,6 +124,9 @@ export class RunKernel {
   /** RunService.resumeThrough: the background run a decided background agent run goes on through. */
   resumeThrough: ((agentRunId: string) => Promise<CarriedWrite | null>) | null = null;
 
+  /** RunService.cancelRunning: cancels the background run of a running background agent run; false when there is none to go through. */
+  cancelRunning: ((agentRunId: string) => Promise<boolean>) | null = null;
+
   /** RunService.cancelThrough: the background run a cancelled parked background agent run is cancelled with. */
   cancelThrough: ((agentRunId: string) => Promise<CarriedWrite | null>) | null = null;
 

@@ -114,6 +114,15 @@ export class RunService {
   }
 
   /**
+   * A cancel of a running background agent run asks `cancel` (the background manager) to cancel
+   * its background run instead, whose actor stops its child; `cancel` answers false when there is
+   * no background run to go through (the agent run is then cancelled as a run of its own).
+   */
+  cancelRunning(cancel: ((agentRunId: string) => Promise<boolean>) | null): void {
+    this.kernel.cancelRunning = cancel;
+  }
+
+  /**
    * Set by the cluster link on a store several instances share: asks the owner of a run live in
    * another instance to cancel it (src/runtime/cluster.ts). Unset: such a cancel is a 409.
    */
@@ -405,7 +414,7 @@ export class RunService {
 
   // ---------------------------------------------------------------- decisions (run-decisions.ts)
 
-  cancel(runId: string, opts: { onlyIfLive?: boolean } = {}): Promise<{ status: 'cancel_requested'; run_id: string }> {
+  cancel(runId: string, opts: { onlyIfLive?: boolean; direct?: boolean } = {}): Promise<{ status: 'cancel_requested'; run_id: string }> {
     return this.decisions.cancel(runId, opts);
   }
 

@@ -568,4 +568,22 @@ describe('cancellation and waiting', () => {
     expect(at).toEqual([expect.objectContaining({ attempt_number: 1, status: 'cancelled' })]);
     expect(eventNames(await events(r.run_id)).at(-1)).toBe('background_run_cancelled');
   });
+
+  it('cancelling a running background agent run through POST /runs/{id}/cancel goes through its background run', async () => {
+    const t = await task({ query: 'CALL bg_slow {"ms": 20000}' });
+    const r = await run(t);
+    await eventually(async () => ((await a.get(`/runs/${r.run_id}`)).body.status === 'running' ? true : null));
+    expect((await a.post(`/runs/${r.run_id}/cancel`)).status).toBe(200);
+    // The background run took the CANCEL before the answer (its actor then stops its child): the
+    // request is on its row at once, not only once the agent run's end arrives.
+    expect((await a.get(`/background/runs/${r.run_id}`)).body.cancel_requested_at).toEqual(expect.any(String));
+    const bg = await waitRun(a, r.run_id, undefined, 5000);
+    expect(bg.status).toBe('cancelled');
+    const agentRun = (await eventually(async () => {
+      const ag = (await a.get(`/runs/${r.run_id}`)).body;
+      return ag.status === 'cancelled' ? ag : null;
+    })) as { ended_at: string };
+    // Asked before its agent run ended (the agent run's end alone would have stamped it after).
+    expect(Date.parse(bg.cancel_requested_at)).toBeLessThan(Date.parse(agentRun.ended_at));
+  });
 });
