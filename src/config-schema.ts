@@ -275,6 +275,9 @@ const BudgetsConfig = obj({
   session: arr(BudgetRule).default([]).describe('Limits of each session (all of its runs).'),
   agent: arr(BudgetRule).default([]).describe('Limits of each agent (all of its runs).'),
   tenant: arr(BudgetRule).default([]).describe("Per tenant: every run of a tenant's keys (docs/multi-tenant.md); runs of global keys have none."),
+  eval: arr(BudgetRule)
+    .default([])
+    .describe("Per evaluation: every replay run of one evaluation (docs/debugging.md); other runs have none. Ledger key eval:<eval_id>:<window>."),
   application: arr(BudgetRule).default([]).describe('Limits of the whole service.'),
   application_id: nonEmpty().default('default').describe('Identity of the application ledger keys.'),
 });

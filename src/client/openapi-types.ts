@@ -1795,7 +1795,7 @@ export interface components {
         /** @enum {string} */
         BudgetRequestStatus: "pending" | "granted" | "denied";
         /** @enum {string} */
-        BudgetScope: "run" | "session" | "agent" | "tenant" | "application";
+        BudgetScope: "run" | "session" | "eval" | "agent" | "tenant" | "application";
         /** @enum {string} */
         BudgetWindow: "total" | "day" | "month";
         Checkpoint: {

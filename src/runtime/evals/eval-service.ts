@@ -45,6 +45,7 @@ export interface EvalCreate {
 }
 
 const LEASE_MS = 30_000;
+const SETTLED_RUN_STATUSES: ReadonlySet<string> = new Set([...TERMINAL_RUN_STATUSES, ...WAITING_RUN_STATUSES]);
 /** How often an idle instance looks for evaluations to drive (one whose owner died, a new one elsewhere). */
 const SCAN_MS = 5_000;
 /** How often an item whose replay another process runs is read again. */
@@ -280,7 +281,11 @@ export class EvalService {
     try {
       const original = await this.r.runs.get(item.run_id);
       if (!original) throw notFound('run', item.run_id);
-      const replay = await this.replayOnce(e, item);
+      let replay = await this.replayOnce(e, item);
+      // A replay that waits for a person (its eval budget ran out: budgets.eval; a live call asks
+      // for approval) stays the item's until it ends: the person decides, the run resumes on any
+      // instance, then the item is scored.
+      if (WAITING_RUN_STATUSES.has(replay.status)) replay = await this.settledRun(replay.run_id, TERMINAL_RUN_STATUSES);
       const o = original.value;
       let score = scoreOf(e.scorer, o.response, replay.response);
       if (e.scorer?.type === 'judge' && replay.response !== null) score = await this.judge(e.scorer.agent_id, o, replay);
@@ -317,8 +322,11 @@ export class EvalService {
     return this.settledRun(item.replay_run_id);
   }
 
-  /** Resolves once the run has ended or waits for a person, wherever it runs (a recovered replay is continued by the sweep). */
-  private settledRun(runId: string): Promise<RunRecord> {
+  /**
+   * Resolves once the run has one of `statuses` (by default: ended or waiting for a person),
+   * wherever it runs (a recovered replay is continued by the sweep).
+   */
+  private settledRun(runId: string, statuses: ReadonlySet<string> = SETTLED_RUN_STATUSES): Promise<RunRecord> {
     return new Promise<RunRecord>((resolve, reject) => {
       let done = false;
       const finish = (r: RunRecord | null) => {
@@ -328,12 +336,17 @@ export class EvalService {
         if (r) resolve(r);
         else reject(new Error('the evaluation stopped'));
       };
-      this.waiters.set(runId, [...(this.waiters.get(runId) ?? []), finish]);
+      // Settling in another status (a pause before the end) keeps waiting.
+      const waiter = (r: RunRecord | null) => {
+        if (r && !statuses.has(r.status)) this.waiters.set(runId, [...(this.waiters.get(runId) ?? []), waiter]);
+        else finish(r);
+      };
+      this.waiters.set(runId, [...(this.waiters.get(runId) ?? []), waiter]);
       const timer = setInterval(() => {
         if (this.stopped) return finish(null);
         void this.r.runs.get(runId).then(
           (rec) => {
-            if (rec && (TERMINAL_RUN_STATUSES.has(rec.value.status) || WAITING_RUN_STATUSES.has(rec.value.status))) finish(rec.value);
+            if (rec && statuses.has(rec.value.status)) finish(rec.value);
           },
           swallow('evals.poll_run', { run_id: runId }),
         );
