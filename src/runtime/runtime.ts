@@ -233,7 +233,12 @@ export class Runtime {
       const exporter = this.otlp;
       this.runs.onSettled((record) => {
         void this.telemetryQueries.trace(record.trace_id).then(
-          async (t) => exporter.exportTrace(t.trace, await this.telemetryQueries.previousSegmentRoot(t.trace).catch(() => null)),
+          async (t) =>
+            exporter.exportTrace(
+              t.trace,
+              await this.telemetryQueries.previousSegmentRoot(t.trace).catch(() => null),
+              await this.telemetryQueries.originRoot(t.trace).catch(() => null),
+            ),
           () => undefined,
         );
       });
