@@ -302,8 +302,17 @@ const OrphanSweepConfig = obj({
 });
 
 const RunsConfig = obj({
-  lease_seconds: posNumber().default(60).describe('A live run renews its lease; one not renewed for this long is taken over by the sweep.'),
+  lease_seconds: posNumber()
+    .default(60)
+    .describe(
+      "A live run renews its lease; one not renewed for this long is taken over by the sweep. An evaluation's driving instance holds its lease on the evaluation as long.",
+    ),
   orphan_sweep: OrphanSweepConfig.prefault({}).describe('Recovery of runs a stopped process left behind.'),
+  checkpoints: bool()
+    .default(true)
+    .describe(
+      "Keep a checkpoint of every run before each model call, at each pause and resume and at its end (docs/debugging.md): what GET /runs/{id}/checkpoints lists and fork and replay start from. false: runs keep none (the checkpoint benchmark's baseline); a fork or a replay from a checkpoint of such a run finds none (404).",
+    ),
   session_policy: oneOf(['enqueue', 'reject', 'interrupt', 'rollback'] as const)
     .default('enqueue')
     .describe(

@@ -202,6 +202,8 @@ export class Runtime {
       runs: this.runs,
       replay: (id, body) => this.debug.replay(id, body),
       checkModel: (m) => this.agents.variantModel(m),
+      leaseMs: config.runs.lease_seconds * 1000,
+      scanMs: config.runs.orphan_sweep.interval_seconds * 1000,
     });
     this.background = new BackgroundManager({
       store,
@@ -458,6 +460,7 @@ export function runSettingsOf(config: Config): RunSettings {
     session_workspace_root: join(config.background.workspace_root, 'sessions'),
     sweep: { ...config.runs.orphan_sweep, max_concurrent: recoveryConcurrency(config.server.max_concurrent_runs, config.runs.orphan_sweep.max_concurrent) },
     session_policy: config.runs.session_policy,
+    checkpoints: config.runs.checkpoints,
     flow: config.flow,
   };
 }
