@@ -273,3 +273,21 @@ describe('stream: true', () => {
     expect(noRun.frames[0].data.code).toBe('AGT_ERR_RUN_NOT_FOUND');
   });
 });
+
+describe('runs.checkpoints: false', () => {
+  it('keeps no checkpoints (the benchmark baseline), and the run is otherwise the same', async () => {
+    const bare = await startTestServer({ ...GOVERNED_OPEN, runs: { checkpoints: false } }, { modelUrl: model.url });
+    try {
+      model.enqueue({ tool_calls: [{ id: 'n1', name: 'echo', arguments: { text: 'plain' } }] });
+      const run = (await postJson(`${bare.url}/run/sync`, { query: 'no checkpoints' })).body;
+      expect(run.response).toBe('saw: echo: plain');
+      const list = CheckpointListResponse.parse((await getJson(`${bare.url}/runs/${run.run_id}/checkpoints`)).body);
+      expect(list).toEqual({ run_id: run.run_id, checkpoints: [], count: 0 });
+      const fork = await postJson(`${bare.url}/runs/${run.run_id}/fork`, { checkpoint_id: 'cp_1' });
+      expect(fork.body.code).toBe('AGT_ERR_CHECKPOINT_NOT_FOUND');
+    } finally {
+      await bare.stop();
+      bare.cleanup();
+    }
+  });
+});
