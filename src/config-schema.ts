@@ -275,6 +275,9 @@ const BudgetsConfig = obj({
   session: arr(BudgetRule).default([]).describe('Limits of each session (all of its runs).'),
   agent: arr(BudgetRule).default([]).describe('Limits of each agent (all of its runs).'),
   tenant: arr(BudgetRule).default([]).describe("Per tenant: every run of a tenant's keys (docs/multi-tenant.md); runs of global keys have none."),
+  eval: arr(BudgetRule)
+    .default([])
+    .describe('Per evaluation: every replay run of one evaluation (docs/debugging.md); other runs have none. Ledger key eval:<eval_id>:<window>.'),
   application: arr(BudgetRule).default([]).describe('Limits of the whole service.'),
   application_id: nonEmpty().default('default').describe('Identity of the application ledger keys.'),
 });
@@ -299,8 +302,17 @@ const OrphanSweepConfig = obj({
 });
 
 const RunsConfig = obj({
-  lease_seconds: posNumber().default(60).describe('A live run renews its lease; one not renewed for this long is taken over by the sweep.'),
+  lease_seconds: posNumber()
+    .default(60)
+    .describe(
+      "A live run renews its lease; one not renewed for this long is taken over by the sweep. An evaluation's driving instance holds its lease on the evaluation as long.",
+    ),
   orphan_sweep: OrphanSweepConfig.prefault({}).describe('Recovery of runs a stopped process left behind.'),
+  checkpoints: bool()
+    .default(true)
+    .describe(
+      "Keep a checkpoint of every run before each model call, at each pause and resume and at its end (docs/debugging.md): what GET /runs/{id}/checkpoints lists and fork and replay start from. false: runs keep none (the checkpoint benchmark's baseline); a fork or a replay from a checkpoint of such a run finds none (404).",
+    ),
   session_policy: oneOf(['enqueue', 'reject', 'interrupt', 'rollback'] as const)
     .default('enqueue')
     .describe(

@@ -292,7 +292,9 @@ export function configFromObject(input: unknown, opts: ConfigFromObjectOptions =
         ` or ${fallbackKeyEnv}`,
     );
   }
-  const usesCost = (['run', 'session', 'agent', 'tenant', 'application'] as const).some((scope) => c.budgets[scope].some((b) => b.meter === 'cost_usd'));
+  const usesCost = (['run', 'session', 'eval', 'agent', 'tenant', 'application'] as const).some((scope) =>
+    c.budgets[scope].some((b) => b.meter === 'cost_usd'),
+  );
   if (usesCost && modelName !== undefined && c.pricing[modelName] === undefined) {
     problems.push(`pricing: a cost_usd budget needs a price for model "${modelName}" (pricing.${modelName})`);
   }

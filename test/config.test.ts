@@ -60,6 +60,7 @@ describe('loadConfig defaults', () => {
       lease_seconds: 60,
       orphan_sweep: { enabled: true, interval_seconds: 30, max_recoveries: 3, decided_grace_seconds: 30 },
       session_policy: 'enqueue',
+      checkpoints: true,
     });
     expect(c.background).toEqual({
       enabled: true,

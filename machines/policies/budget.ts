@@ -5,7 +5,7 @@ export const BUDGET_METERS = ['cost_usd', 'tokens', 'model_calls', 'tool_calls']
 export type BudgetMeter = (typeof BUDGET_METERS)[number];
 
 /** Order matters: it is the order entries are listed and checked (narrowest first). */
-export const BUDGET_SCOPES = ['run', 'session', 'agent', 'tenant', 'application'] as const;
+export const BUDGET_SCOPES = ['run', 'session', 'eval', 'agent', 'tenant', 'application'] as const;
 export type BudgetScope = (typeof BUDGET_SCOPES)[number];
 
 export const BUDGET_WINDOWS = ['total', 'day', 'month'] as const;
@@ -39,6 +39,8 @@ export interface BudgetsConfig {
   agent?: BudgetLimit[];
   /** Per tenant (docs/multi-tenant.md): covers the runs of a tenant's keys; a run without a tenant has none. */
   tenant?: BudgetLimit[];
+  /** Per evaluation (docs/debugging.md): covers the replay runs of one evaluation; other runs have none. */
+  eval?: BudgetLimit[];
   application?: BudgetLimit[];
   /** Identity of the application scope. Default `default`. */
   application_id?: string;
@@ -51,6 +53,8 @@ export interface BudgetSubject {
   agent_id: string;
   /** The run's tenant; absent or null: no tenant budget covers the run. */
   tenant?: string | null;
+  /** The evaluation whose item the run is a replay of; absent or null: no eval budget covers the run. */
+  eval_id?: string | null;
   /** Picks the `day` / `month` window the run falls in (UTC). */
   nowMs: number;
 }
@@ -151,6 +155,8 @@ function identityOf(scope: BudgetScope, config: BudgetsConfig, s: Omit<BudgetSub
       return s.agent_id;
     case 'tenant':
       return s.tenant ?? '';
+    case 'eval':
+      return s.eval_id ?? '';
     case 'application':
       return config.application_id ?? DEFAULT_APPLICATION_ID;
   }
@@ -167,6 +173,7 @@ export function coveringBudgets(config: BudgetsConfig | undefined, subject: Budg
   const byId = new Map<string, number>();
   for (const scope of BUDGET_SCOPES) {
     if (scope === 'tenant' && !subject.tenant) continue;
+    if (scope === 'eval' && !subject.eval_id) continue;
     const identity = identityOf(scope, config, subject);
     for (const l of config[scope] ?? []) {
       const window = l.window ?? 'total';

@@ -96,6 +96,8 @@ export interface ReserveRequest {
   agent_id: string;
   /** The run's tenant: its tenant budgets cover it (none without). */
   tenant?: string | null;
+  /** The evaluation the run is a replay for: its eval budgets cover it (none without). */
+  eval_id?: string | null;
   /** Meters to hold. Only entries whose meter is named are touched; 0 holds nothing but lets settle count actual use. */
   amounts: MeterAmounts;
   /** Defaults to the ledger's clock. */

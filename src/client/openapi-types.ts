@@ -1795,7 +1795,7 @@ export interface components {
         /** @enum {string} */
         BudgetRequestStatus: "pending" | "granted" | "denied";
         /** @enum {string} */
-        BudgetScope: "run" | "session" | "agent" | "tenant" | "application";
+        BudgetScope: "run" | "session" | "eval" | "agent" | "tenant" | "application";
         /** @enum {string} */
         BudgetWindow: "total" | "day" | "month";
         Checkpoint: {
@@ -2129,8 +2129,8 @@ export interface components {
             } | null;
             /** @description Default: a new session seeded with the conversation up to the checkpoint. */
             session_id?: components["schemas"]["SafeId"] | null;
-            /** @description Only `false` for now: the fork answers like POST /run/sync. */
-            stream?: false | null;
+            /** @description `true`: the answer is the POST /run SSE stream (its `complete` frame carries `forked_from`); default: the JSON answer of POST /run/sync. */
+            stream?: boolean | null;
         };
         GovernanceEvaluateRequest: {
             /** @description Default: the served agent. */
@@ -2412,8 +2412,8 @@ export interface components {
         ReplayRequest: {
             from_checkpoint?: components["schemas"]["SafeId"] | null;
             session_id?: components["schemas"]["SafeId"] | null;
-            /** @description Only `false` for now: the replay answers like POST /run/sync. */
-            stream?: false | null;
+            /** @description `true`: the answer is the POST /run SSE stream (its `complete` frame carries `replay_of`); default: the JSON answer of POST /run/sync. */
+            stream?: boolean | null;
             tools?: components["schemas"]["ReplayTools"];
             variant: components["schemas"]["ReplayVariant"];
         };
@@ -6699,13 +6699,40 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK */
+            /** @description The fork's RunResponse plus `forked_from`; with `stream: true` the POST /run SSE stream. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["DebugRunResponse"];
+                    "text/event-stream": {
+                        data: components["schemas"]["RunStreamSessionFrame"];
+                        /** @enum {string} */
+                        event: "session";
+                    } | {
+                        data: components["schemas"]["RunStreamQueuedFrame"];
+                        /** @enum {string} */
+                        event: "queued";
+                    } | {
+                        data: components["schemas"]["TelemetryEvent"];
+                        /** @description The telemetry event type (`event_type` of the data). */
+                        event: string;
+                        /** @description Store cursor: send it back as Last-Event-ID to resume after this frame. */
+                        id: string;
+                    } | {
+                        data: components["schemas"]["RunStreamDeltaFrame"];
+                        /** @enum {string} */
+                        event: "delta";
+                    } | {
+                        data: components["schemas"]["DebugRunResponse"];
+                        /** @enum {string} */
+                        event: "complete";
+                    } | {
+                        data: components["schemas"]["RunStreamErrorFrame"];
+                        /** @enum {string} */
+                        event: "error";
+                    };
                 };
             };
             /** @description No valid API key (only when the service has auth.api_keys configured). */
@@ -6975,13 +7002,40 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK */
+            /** @description The replay's RunResponse plus `replay_of`; with `stream: true` the POST /run SSE stream. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["DebugRunResponse"];
+                    "text/event-stream": {
+                        data: components["schemas"]["RunStreamSessionFrame"];
+                        /** @enum {string} */
+                        event: "session";
+                    } | {
+                        data: components["schemas"]["RunStreamQueuedFrame"];
+                        /** @enum {string} */
+                        event: "queued";
+                    } | {
+                        data: components["schemas"]["TelemetryEvent"];
+                        /** @description The telemetry event type (`event_type` of the data). */
+                        event: string;
+                        /** @description Store cursor: send it back as Last-Event-ID to resume after this frame. */
+                        id: string;
+                    } | {
+                        data: components["schemas"]["RunStreamDeltaFrame"];
+                        /** @enum {string} */
+                        event: "delta";
+                    } | {
+                        data: components["schemas"]["DebugRunResponse"];
+                        /** @enum {string} */
+                        event: "complete";
+                    } | {
+                        data: components["schemas"]["RunStreamErrorFrame"];
+                        /** @enum {string} */
+                        event: "error";
+                    };
                 };
             };
             /** @description No valid API key (only when the service has auth.api_keys configured). */

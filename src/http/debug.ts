@@ -1,8 +1,10 @@
 // Debugging runs: their checkpoints, a fork from one, a counterfactual replay, a comparison of two
 // (docs/contract.md §3.4-3.6, docs/debugging.md). Reading needs a reader key, forks and replays
 // an operator key (the defaults of GET and POST in src/http/auth.ts).
-import type { FastifyInstance } from 'fastify';
-import { runResponseOf } from '../runtime/run-record.js';
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import { newId } from '../ids.js';
+import { runResponseOf, type RunRecord } from '../runtime/run-record.js';
+import type { StartedRun, StartOptions } from '../runtime/run-types.js';
 import { compareRuns, summaryOf } from '../runtime/debug/compare.js';
 import { originView } from '../runtime/debug/origin.js';
 import type { ForkEdits, ReplayRequest as ReplayBody } from '../runtime/debug/runs-debug.js';
@@ -22,12 +24,31 @@ import {
   RunIdParams,
 } from '../schemas/index.js';
 import type { AppDeps } from './deps.js';
+import { jsonOrRunStreamResponse, RunSse } from './run-sse.js';
+
+const FORK_ANSWER = jsonOrRunStreamResponse("The fork's RunResponse plus `forked_from`; with `stream: true` the POST /run SSE stream.", DebugRunResponse);
+const REPLAY_ANSWER = jsonOrRunStreamResponse("The replay's RunResponse plus `replay_of`; with `stream: true` the POST /run SSE stream.", DebugRunResponse);
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 
 export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
   const debug = deps.runtime.debug;
   const redactor = redactorForConfig(deps.config);
+  /**
+   * A fork or replay answered as the POST /run stream. The client closing the stream cancels the
+   * run, as on POST /run: nothing else waits for it.
+   */
+  const streamed = async (reply: FastifyReply, start: (opts: StartOptions) => Promise<StartedRun>, answer: (record: RunRecord) => unknown) => {
+    const sse = new RunSse(deps, reply);
+    const run_id = newId('run');
+    let started: StartedRun;
+    try {
+      started = await start({ run_id, run_id_is_new: true, ...sse.follow(run_id) });
+    } catch (err) {
+      return sse.startFailed(err);
+    }
+    await sse.serve(started, { complete: answer, cancelOnClientClose: true });
+  };
 
   app.get(
     '/runs/:run_id/checkpoints',
@@ -68,27 +89,31 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
   app.post(
     '/runs/:run_id/fork',
     {
+      // `stream: true` answers with the POST /run stream (src/http/run-sse.ts); otherwise JSON.
+      sse: { kind: 'manual', heartbeat: false },
       schema: {
         operationId: 'forkRun',
         tags: ['runs'],
         summary: 'Start a new run that continues from a checkpoint, with edits; answers like POST /run/sync plus `forked_from`',
         params: RunIdParams,
         body: ForkRequest,
-        response: { 200: DebugRunResponse, ...errors, 503: ErrorResponse },
+        response: { 200: FORK_ANSWER, ...errors, 503: ErrorResponse },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const { run_id } = request.params as { run_id: string };
-      const body = request.body as { checkpoint_id: string; edits?: ForkEdits | null; session_id?: string | null };
-      const started = await debug.fork(run_id, body);
-      const record = await started.settled;
-      return { ...runResponseOf(record, redactor), forked_from: { run_id, checkpoint_id: body.checkpoint_id } };
+      const body = request.body as { checkpoint_id: string; edits?: ForkEdits | null; session_id?: string | null; stream?: boolean | null };
+      const answer = (record: RunRecord) => ({ ...runResponseOf(record, redactor), forked_from: { run_id, checkpoint_id: body.checkpoint_id } });
+      if (body.stream) return streamed(reply, (opts) => debug.fork(run_id, body, opts), answer);
+      return answer(await (await debug.fork(run_id, body)).settled);
     },
   );
 
   app.post(
     '/runs/:run_id/replay',
     {
+      // `stream: true` answers with the POST /run stream (src/http/run-sse.ts); otherwise JSON.
+      sse: { kind: 'manual', heartbeat: false },
       schema: {
         operationId: 'replayRun',
         tags: ['runs'],
@@ -96,15 +121,15 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
           'Re-ask a variant (agent, model, instruction) with the same inputs, tool results taken from the recording; answers like POST /run/sync plus `replay_of`',
         params: RunIdParams,
         body: ReplayRequest,
-        response: { 200: DebugRunResponse, ...errors, 503: ErrorResponse },
+        response: { 200: REPLAY_ANSWER, ...errors, 503: ErrorResponse },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const { run_id } = request.params as { run_id: string };
-      const body = request.body as ReplayBody;
-      const started = await debug.replay(run_id, body);
-      const record = await started.settled;
-      return { ...runResponseOf(record, redactor), ...originView({ replay_of: { run_id, variant: body.variant } }) };
+      const body = request.body as ReplayBody & { stream?: boolean | null };
+      const answer = (record: RunRecord) => ({ ...runResponseOf(record, redactor), ...originView({ replay_of: { run_id, variant: body.variant } }) });
+      if (body.stream) return streamed(reply, (opts) => debug.replay(run_id, body, opts), answer);
+      return answer(await (await debug.replay(run_id, body)).settled);
     },
   );
 

@@ -2,6 +2,7 @@
 // cancellation, steer messages and interrupt requests. Each decision is one compare-and-set on the
 // run record (casUpdate: read, decide, write on the version read, retried with backoff); a
 // decision that lets a paused run go on hands it to RunRecovery.resume.
+import { evalOfReplayRun } from './evals/eval-types.js';
 import { sessionKeyOf } from './tenancy.js';
 import { matchGlob } from '../../machines/policies/governance.js';
 import type { ApprovalState, BudgetRequest, RunContext } from '../../machines/run.machine.js';
@@ -151,6 +152,7 @@ export class RunDecisions {
       session_id: sessionKeyOf(run),
       agent_id: run.agent_id,
       tenant: run.tenant ?? null,
+      eval_id: evalOfReplayRun(run.run_id),
     });
     return { run_id: runId, budgets, requests: run.budget_requests };
   }

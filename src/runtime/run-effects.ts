@@ -141,6 +141,8 @@ export class RunEffects {
       session_id: live.session_key,
       agent_id: live.agent_id,
       tenant: live.tenant,
+      // An evaluation's replay spends from the evaluation's budgets too (budgets.eval).
+      eval_id: live.origin?.eval_id ?? null,
       amounts,
     });
     if (res.ok) {

@@ -203,7 +203,7 @@ export class RunHost {
     const { status, terminal, waiting, stopped, interrupt } = phase;
     const persisted = this.ref.getPersistedSnapshot();
     const now = iso(this.deps.clock.now());
-    const checkpoints = (this.checkpoints = nextCheckpoints(this.checkpoints, state, ctx, now));
+    const checkpoints = this.deps.settings.checkpoints === false ? this.checkpoints : (this.checkpoints = nextCheckpoints(this.checkpoints, state, ctx, now));
     const origin = this.origin;
     if (phase.ending) this.ending = true;
     // The conversation grows in the same round as the completed run's record. A session nobody

@@ -191,6 +191,7 @@ export class ToolRunner {
         session_id: live.session_key,
         agent_id: live.agent_id,
         tenant: live.tenant,
+        eval_id: live.origin?.eval_id ?? null,
         attempt: record.attempt,
         lease_token: `${this.deps.workerId}:${record.attempt}`,
         workspace_path: live.workspace_path,

@@ -46,6 +46,8 @@ export interface RunSettings {
   sweep: { enabled: boolean; interval_seconds: number; max_concurrent: number; max_recoveries: number; decided_grace_seconds: number };
   /** What a run does when its session already has one in flight (config `runs.session_policy`). */
   session_policy?: SessionPolicy;
+  /** Whether runs keep checkpoints (config `runs.checkpoints`; default true). Off (a benchmark baseline): a run keeps none. */
+  checkpoints?: boolean;
   /** Concurrency keys (config `flow`, docs/flow-control.md); absent: no config rules, the defaults. */
   flow?: { concurrency: readonly ConcurrencyRule[]; max_queued: number; poll_ms: number };
 }

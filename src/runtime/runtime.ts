@@ -202,6 +202,8 @@ export class Runtime {
       runs: this.runs,
       replay: (id, body) => this.debug.replay(id, body),
       checkModel: (m) => this.agents.variantModel(m),
+      leaseMs: config.runs.lease_seconds * 1000,
+      scanMs: config.runs.orphan_sweep.interval_seconds * 1000,
     });
     this.background = new BackgroundManager({
       store,
@@ -233,7 +235,12 @@ export class Runtime {
       const exporter = this.otlp;
       this.runs.onSettled((record) => {
         void this.telemetryQueries.trace(record.trace_id).then(
-          async (t) => exporter.exportTrace(t.trace, await this.telemetryQueries.previousSegmentRoot(t.trace).catch(() => null)),
+          async (t) =>
+            exporter.exportTrace(
+              t.trace,
+              await this.telemetryQueries.previousSegmentRoot(t.trace).catch(() => null),
+              await this.telemetryQueries.originRoot(t.trace).catch(() => null),
+            ),
           () => undefined,
         );
       });
@@ -453,6 +460,7 @@ export function runSettingsOf(config: Config): RunSettings {
     session_workspace_root: join(config.background.workspace_root, 'sessions'),
     sweep: { ...config.runs.orphan_sweep, max_concurrent: recoveryConcurrency(config.server.max_concurrent_runs, config.runs.orphan_sweep.max_concurrent) },
     session_policy: config.runs.session_policy,
+    checkpoints: config.runs.checkpoints,
     flow: config.flow,
   };
 }

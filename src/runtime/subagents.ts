@@ -51,6 +51,8 @@ export interface DelegationParent {
   session_id: string;
   agent_id: string;
   tenant: string | null;
+  /** Set when the run is an evaluation's replay: its eval budgets cover the delegation too. */
+  eval_id?: string | null;
   attempt: number;
   lease_token: string;
   workspace_path: string | null;
@@ -175,6 +177,7 @@ export class Subagents {
         session_id: parent.session_id,
         agent_id: parent.agent_id,
         tenant: parent.tenant,
+        eval_id: parent.eval_id ?? null,
         amounts: worst.amounts,
       });
       if (!held.ok) throw new Error(`budget ${held.shortfall.key} (${held.shortfall.meter}) is exhausted`);

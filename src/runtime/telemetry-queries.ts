@@ -1,7 +1,8 @@
 import { notFound } from '../errors.js';
+import type { OriginRoot } from '../telemetry/otlp.js';
 import { GLOBAL_SCOPE, tenantKey, visibleIn, type TenantScope } from './tenancy.js';
 import { inTimeRange, scanPage, type ListOrder } from './list-scan.js';
-import type { EventIndexField, EventPage, EventQuery, Store, StoredEvent } from '../store/store.js';
+import type { EventIndexField, EventInput, EventPage, EventQuery, Store, StoredEvent } from '../store/store.js';
 import { buildTrace, resolveTraceLookup, summarizeTrace, type Trace, type TraceRecord, type TraceStatus } from '../telemetry/traces.js';
 import { repos } from '../store/repos/index.js';
 import { runWaits } from '../telemetry/run-timeline.js';
@@ -112,6 +113,22 @@ export class TelemetryQueries {
     const first = await this.store.readEvents({ filters: { trace_id: trace.parent_trace_id }, limit: 1 });
     const spanId = first.events[0]?.span_id;
     return typeof spanId === 'string' && spanId ? { trace_id: trace.parent_trace_id, span_id: spanId } : null;
+  }
+
+  /**
+   * A fork's or replay's first segment: the root span of the first segment of the run it came
+   * from (its `user_message` carries the origin: src/runtime/runs.ts), for the OTLP span link.
+   */
+  async originRoot(trace: { parent_trace_id?: string | null; events: ReadonlyArray<EventInput> }): Promise<OriginRoot | null> {
+    if (trace.parent_trace_id) return null; // a later segment links to the one before it instead
+    const meta = (trace.events[0]?.metadata ?? {}) as { forked_from?: { run_id?: unknown }; replay_of?: { run_id?: unknown }; eval_id?: unknown };
+    const type = meta.forked_from ? 'forked_from' : meta.replay_of ? 'replay_of' : null;
+    const runId = (meta.forked_from ?? meta.replay_of)?.run_id;
+    if (!type || typeof runId !== 'string') return null;
+    const first = await this.store.readEvents({ filters: { run_id: runId }, limit: 1 });
+    const e = first.events[0];
+    if (!e || typeof e.trace_id !== 'string' || typeof e.span_id !== 'string' || !e.span_id) return null;
+    return { type, run_id: runId, trace_id: e.trace_id, span_id: e.span_id, ...(typeof meta.eval_id === 'string' ? { eval_id: meta.eval_id } : {}) };
   }
 
   /**

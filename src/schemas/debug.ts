@@ -76,7 +76,10 @@ export const ForkRequest = z
       })
       .nullish(),
     session_id: SafeId.nullish().describe('Default: a new session seeded with the conversation up to the checkpoint.'),
-    stream: z.literal(false).nullish().describe('Only `false` for now: the fork answers like POST /run/sync.'),
+    stream: z
+      .boolean()
+      .nullish()
+      .describe('`true`: the answer is the POST /run SSE stream (its `complete` frame carries `forked_from`); default: the JSON answer of POST /run/sync.'),
   })
   .meta({ id: 'ForkRequest' });
 
@@ -104,7 +107,10 @@ export const ReplayRequest = z
     tools: ReplayTools.optional(),
     from_checkpoint: SafeId.nullish(),
     session_id: SafeId.nullish(),
-    stream: z.literal(false).nullish().describe('Only `false` for now: the replay answers like POST /run/sync.'),
+    stream: z
+      .boolean()
+      .nullish()
+      .describe('`true`: the answer is the POST /run SSE stream (its `complete` frame carries `replay_of`); default: the JSON answer of POST /run/sync.'),
   })
   .meta({ id: 'ReplayRequest' });
 

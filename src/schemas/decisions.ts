@@ -43,7 +43,7 @@ export type ApprovalDecisionRequest = z.infer<typeof ApprovalDecisionRequest>;
 
 // --- budgets -----------------------------------------------------------------------------------
 
-export const BudgetScope = z.enum(['run', 'session', 'agent', 'tenant', 'application']).meta({ id: 'BudgetScope' });
+export const BudgetScope = z.enum(['run', 'session', 'eval', 'agent', 'tenant', 'application']).meta({ id: 'BudgetScope' });
 export type BudgetScope = z.infer<typeof BudgetScope>;
 
 export const BudgetMeter = z.enum(['cost_usd', 'tokens', 'model_calls', 'tool_calls']).meta({ id: 'BudgetMeter' });

@@ -80,7 +80,7 @@ export interface OtlpTraceExporter {
    * down). `previous` is the root span of the run segment this one resumes: the root gets a span
    * link to it.
    */
-  exportTrace(trace: Trace<TraceRecord, EventInput>, previous?: SegmentRoot | null): boolean;
+  exportTrace(trace: Trace<TraceRecord, EventInput>, previous?: SegmentRoot | null, origin?: OriginRoot | null): boolean;
   /** Resolves once everything enqueued so far was sent or given up on. Never rejects. */
   flush(): Promise<void>;
   /** Stops accepting, tries to flush within `graceMs` (default 5000), then closes the exporter. Never rejects. */
@@ -92,6 +92,17 @@ export interface OtlpTraceExporter {
 export interface SegmentRoot {
   trace_id: string;
   span_id: string;
+}
+
+/**
+ * The root span of the run a fork or replay started from (its first segment), and how the new
+ * run relates to it: the root of the new run's first segment gets a span link to it.
+ */
+export interface OriginRoot extends SegmentRoot {
+  type: 'forked_from' | 'replay_of';
+  run_id: string;
+  /** An evaluation's replay: its evaluation. */
+  eval_id?: string;
 }
 
 const TRACES_PATH = '/v1/traces';
@@ -206,6 +217,7 @@ export function traceToReadableSpans(
   redactor: Redactor = defaultRedactor,
   previous: SegmentRoot | null = null,
   captureContent = false,
+  origin: OriginRoot | null = null,
 ): ReadableSpan[] {
   const traceId = toOtelTraceId(trace.trace_id);
   const eventsBySpan = new Map<string, EventInput[]>();
@@ -262,6 +274,18 @@ export function traceToReadableSpans(
             },
           ]
         : [];
+    // A fork or replay is a new run with its own trace; the link leads to the run it came from.
+    if (isRoot && origin && !trace.parent_trace_id)
+      links.push({
+        context: { traceId: toOtelTraceId(origin.trace_id), spanId: toOtelSpanId(origin.span_id), traceFlags: TraceFlags.SAMPLED },
+        attributes: {
+          'agentd.link.type': origin.type,
+          'agentd.run_id': origin.run_id,
+          'agentd.trace_id': origin.trace_id,
+          'agentd.span_id': origin.span_id,
+          ...(origin.eval_id ? { 'agentd.eval_id': origin.eval_id } : {}),
+        },
+      });
     const message = span.attributes['agentd.error.message'];
     const events: TimedEvent[] = (eventsBySpan.get(span.span_id) ?? []).map((e) => ({
       name: e.event_type,
@@ -296,6 +320,7 @@ export function traceToReadableSpans(
 interface Pending {
   trace: Trace<TraceRecord, EventInput>;
   previous: SegmentRoot | null;
+  origin: OriginRoot | null;
 }
 
 function errorText(err: unknown): string {
@@ -382,7 +407,7 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
         const spans: ReadableSpan[] = [];
         for (const p of batch) {
           try {
-            spans.push(...traceToReadableSpans(p.trace, resource, scope, redactor, p.previous, options.captureMessageContent === true));
+            spans.push(...traceToReadableSpans(p.trace, resource, scope, redactor, p.previous, options.captureMessageContent === true, p.origin));
           } catch (err) {
             stats.dropped_traces++;
             emit({ type: 'dropped', trace_id: p.trace.trace_id, reason: 'invalid_trace', error: errorText(err) });
@@ -446,7 +471,7 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
   return {
     url,
     protocol,
-    exportTrace(trace, previous = null) {
+    exportTrace(trace, previous = null, origin = null) {
       if (closed) {
         stats.dropped_traces++;
         emit({ type: 'dropped', trace_id: trace.trace_id, reason: 'shut_down' });
@@ -457,7 +482,7 @@ export function createOtlpExporter(options: OtlpExporterOptions): OtlpTraceExpor
         emit({ type: 'dropped', trace_id: trace.trace_id, reason: 'queue_full' });
         return false;
       }
-      queue.push({ trace, previous });
+      queue.push({ trace, previous, origin });
       kick();
       return true;
     },

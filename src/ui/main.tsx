@@ -8,6 +8,8 @@ import { RunPage } from './run.js';
 import { ApprovalsPage } from './approvals.js';
 import { BackgroundPage, TaskRunsPage } from './background.js';
 import { MachinesPage } from './machines.js';
+import { ComparePage } from './debug.js';
+import { EvalPage, EvalsPage } from './evals.js';
 import './styles.css';
 
 function SignIn({ onDone, error }: { onDone: () => void; error: string | null }) {
@@ -111,6 +113,9 @@ function App() {
   else if (page === 'background' && route.parts[1] === 'tasks' && route.parts[2]) body = <TaskRunsPage taskId={route.parts[2]} access={access} />;
   else if (page === 'background') body = <BackgroundPage access={access} />;
   else if (page === 'machines') body = <MachinesPage query={route.query} />;
+  else if (page === 'evals' && route.parts[1]) body = <EvalPage evalId={route.parts[1]} access={access} />;
+  else if (page === 'evals') body = <EvalsPage access={access} />;
+  else if (page === 'compare' && route.parts[1] && route.parts[2]) body = <ComparePage a={route.parts[1]} b={route.parts[2]} />;
   else body = <RunsPage access={access} />;
   const tab = (name: string, label: string, extra?: ComponentChildren) => (
     <a href={`/ui/${name}`} class={page === name ? 'active' : ''} onClick={link}>
@@ -126,6 +131,7 @@ function App() {
           {tab('runs', 'Runs')}
           {tab('approvals', 'Approvals', <PendingCount />)}
           {tab('background', 'Background')}
+          {tab('evals', 'Evals')}
           {tab('machines', 'Machines')}
         </nav>
         {access.name && (

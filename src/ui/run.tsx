@@ -5,6 +5,7 @@ import { ApprovalCard, BudgetCard } from './approvals.js';
 import { link, usePoll } from './router.js';
 import { Status, TERMINAL, fmtTime, liveAnswers } from './runs.js';
 import { RunTimeline } from './trace-view.js';
+import { CheckpointTimeline, ReplayForm } from './debug.js';
 
 const MAX_EVENTS = 500;
 
@@ -224,6 +225,12 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
       {budget.map((b: any) => (
         <BudgetCard run={run} request={b} access={access} key={b.request_id ?? 'budget'} />
       ))}
+      <div class="card" id="debug">
+        <h3>Checkpoints</h3>
+        {/* Read again as the run moves: a new segment adds checkpoints. */}
+        <CheckpointTimeline runId={runId} access={access} version={`${run.status}:${run.step}`} />
+        {access.canOperate && TERMINAL.has(run.status) && <ReplayForm runId={runId} />}
+      </div>
       <div class="card" id="trace">
         <h3>Trace</h3>
         {trace ? <RunTimeline view={trace} /> : <p class="muted">No trace yet.</p>}

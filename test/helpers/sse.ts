@@ -39,7 +39,12 @@ export async function* readSse(res: Response): AsyncGenerator<Frame> {
 
 /** POST /run and collect every frame until the stream ends. */
 export async function streamRun(baseUrl: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; frames: Frame[] }> {
-  const res = await fetch(`${baseUrl}/run`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  return streamPost(`${baseUrl}/run`, body, headers);
+}
+
+/** POST to a route that may answer with a stream (POST /run, a fork or replay with `stream: true`); a JSON answer is one `json` frame. */
+export async function streamPost(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; frames: Frame[] }> {
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
   if (!res.headers.get('content-type')?.includes('text/event-stream')) return { status: res.status, frames: [{ event: 'json', data: await res.json() }] };
   const frames: Frame[] = [];
   for await (const f of readSse(res)) frames.push(f);

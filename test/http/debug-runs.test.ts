@@ -4,6 +4,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { AUTH, GOVERNED_OPEN, KEYS, defaultReplies, useLedger } from '../helpers/protocol-server.js';
+import { streamPost } from '../helpers/sse.js';
 import { CheckpointDetail, CheckpointListResponse, CompareResponse, DebugRunResponse } from '../../src/schemas/index.js';
 
 const ledger = useLedger();
@@ -212,5 +213,81 @@ describe('replay', () => {
     const res = await postJson(`${server.url}/runs/${original.run_id}/replay`, { variant: { system_instruction: 'be brief' } }, op);
     expect(res.body.response).toBe('system: be brief');
     expect(model.requests.at(-1)!.messages.at(-1)).toMatchObject({ role: 'user', content: 'say it' });
+  });
+});
+
+describe('stream: true', () => {
+  it('a fork answers with the POST /run stream: session, its events, deltas, then complete with forked_from', async () => {
+    model.enqueue({ tool_calls: [{ id: 's1', name: 'echo', arguments: { text: 'rain' } }] });
+    const original = (await postJson(`${server.url}/run/sync`, { query: 'stream me' }, op)).body;
+    const { status, frames } = await streamPost(
+      `${server.url}/runs/${original.run_id}/fork`,
+      { checkpoint_id: 'cp_2', edits: { tool_results: { s1: 'echo: sun' } }, stream: true },
+      op,
+    );
+    expect(status).toBe(200);
+    const kinds = frames.map((f) => f.event);
+    expect(kinds[0]).toBe('session');
+    expect(kinds.at(-1)).toBe('complete');
+    const session = frames[0].data;
+    const complete = DebugRunResponse.parse(frames.at(-1)!.data);
+    expect(complete.run_id).toBe(session.run_id);
+    expect(complete.session_id).toBe(session.session_id);
+    expect(complete.forked_from).toEqual({ run_id: original.run_id, checkpoint_id: 'cp_2' });
+    expect(complete.response).toBe('saw: echo: sun');
+    // The run's stored events, with ids to resume from, as on POST /run; the answer's text as deltas.
+    const userMessage = frames.find((f) => f.event === 'user_message')!;
+    expect(userMessage.id).toBeTruthy();
+    expect(userMessage.data.run_id).toBe(complete.run_id);
+    expect(userMessage.data.metadata.forked_from).toEqual({ run_id: original.run_id, checkpoint_id: 'cp_2' });
+    expect(kinds).toContain('final_answer');
+    const deltas = frames.filter((f) => f.event === 'delta').map((f) => f.data.text as string);
+    expect(deltas.join('')).toBe('saw: echo: sun');
+    // The run's result is stored like any run's.
+    expect((await getJson(`${server.url}/runs/${complete.run_id}`, reader)).body.status).toBe('completed');
+  });
+
+  it('a replay answers with the stream, complete carrying replay_of; the recorded tool answers without running', async () => {
+    const { run_id } = await toolRunWithPause();
+    variant.enqueue({ tool_calls: [{ id: 'r1', name: 'ledger_append', arguments: { entry: 'pay 10' } }] }, { text: 'variant streamed' });
+    const variantModel = { provider: 'openai-compatible', base_url: variant.url, model: 'variant-b' };
+    const { status, frames } = await streamPost(`${server.url}/runs/${run_id}/replay`, { variant: { model: variantModel }, stream: true }, op);
+    expect(status).toBe(200);
+    expect(frames[0].event).toBe('session');
+    const complete = DebugRunResponse.parse(frames.at(-1)!.data);
+    expect(frames.at(-1)!.event).toBe('complete');
+    expect(complete.replay_of).toEqual({ run_id, variant: { model: variantModel } });
+    expect(complete.response).toBe('variant streamed');
+    const toolResult = frames.find((f) => f.event === 'tool_result')!;
+    expect(toolResult.data.run_id).toBe(complete.run_id);
+    expect(ledger.lines()).toHaveLength(1); // the original's one line: nothing ran again
+  });
+
+  it('a request refused before the run starts is a plain JSON error, not a stream', async () => {
+    const original = (await postJson(`${server.url}/run/sync`, { query: 'hello' }, op)).body;
+    const missing = await streamPost(`${server.url}/runs/${original.run_id}/fork`, { checkpoint_id: 'cp_99', stream: true }, op);
+    expect(missing.status).toBe(404);
+    expect(missing.frames[0].data.code).toBe('AGT_ERR_CHECKPOINT_NOT_FOUND');
+    const noRun = await streamPost(`${server.url}/runs/run_nope/replay`, { variant: { system_instruction: 'x' }, stream: true }, op);
+    expect(noRun.status).toBe(404);
+    expect(noRun.frames[0].data.code).toBe('AGT_ERR_RUN_NOT_FOUND');
+  });
+});
+
+describe('runs.checkpoints: false', () => {
+  it('keeps no checkpoints (the benchmark baseline), and the run is otherwise the same', async () => {
+    const bare = await startTestServer({ ...GOVERNED_OPEN, runs: { checkpoints: false } }, { modelUrl: model.url });
+    try {
+      model.enqueue({ tool_calls: [{ id: 'n1', name: 'echo', arguments: { text: 'plain' } }] });
+      const run = (await postJson(`${bare.url}/run/sync`, { query: 'no checkpoints' })).body;
+      expect(run.response).toBe('saw: echo: plain');
+      const list = CheckpointListResponse.parse((await getJson(`${bare.url}/runs/${run.run_id}/checkpoints`)).body);
+      expect(list).toEqual({ run_id: run.run_id, checkpoints: [], count: 0 });
+      const fork = await postJson(`${bare.url}/runs/${run.run_id}/fork`, { checkpoint_id: 'cp_1' });
+      expect(fork.body.code).toBe('AGT_ERR_CHECKPOINT_NOT_FOUND');
+    } finally {
+      await bare.stop();
+      bare.cleanup();
+    }
   });
 });

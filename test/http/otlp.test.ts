@@ -412,3 +412,44 @@ describe('OTLP export (JSON, to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given)', (
     }
   }, 30_000);
 });
+
+describe('forks, replays and evaluation replays: linked to the run they came from', () => {
+  it("the first segment's root span of each carries a span link to the original run's root span", async () => {
+    model.enqueue({ text: 'original answer' });
+    const original = (await postJson(`${server.url}/run/sync`, { query: 'link me' })).body;
+    const originalRoot = (await exportedTrace(original.run_id, 'completed')).find((s) => s.parentSpanId === '')!;
+    expect(originalRoot.links).toEqual([]);
+    const linkTo = (type: string, extra: Record<string, string> = {}) => ({
+      traceId: originalRoot.traceId,
+      spanId: originalRoot.spanId,
+      attributes: {
+        'agentd.link.type': type,
+        'agentd.run_id': original.run_id,
+        'agentd.trace_id': originalRoot.attributes['agentd.trace_id'],
+        'agentd.span_id': originalRoot.attributes['agentd.span_id'],
+        ...extra,
+      },
+    });
+
+    const fork = (await postJson(`${server.url}/runs/${original.run_id}/fork`, { checkpoint_id: 'cp_1', edits: { user_message: 'and again' } })).body;
+    expect(fork.forked_from).toEqual({ run_id: original.run_id, checkpoint_id: 'cp_1' });
+    const forkSpans = await exportedTrace(fork.run_id, 'completed');
+    const forkRoot = forkSpans.find((s) => s.parentSpanId === '')!;
+    expect(forkRoot.traceId).not.toBe(originalRoot.traceId);
+    expect(forkRoot.links).toEqual([linkTo('forked_from')]);
+    expect(forkSpans.filter((s) => s !== forkRoot).every((s) => s.links.length === 0)).toBe(true);
+
+    const replay = (await postJson(`${server.url}/runs/${original.run_id}/replay`, { variant: { system_instruction: 'be brief' } })).body;
+    expect(replay.replay_of.run_id).toBe(original.run_id);
+    const replayRoot = (await exportedTrace(replay.run_id, 'completed')).find((s) => s.parentSpanId === '')!;
+    expect(replayRoot.links).toEqual([linkTo('replay_of')]);
+
+    const ev = (await postJson(`${server.url}/evals`, { name: 'otlp', source: { run_ids: [original.run_id] }, variant: { system_instruction: 'v2' } })).body;
+    const item = await eventually(async () => {
+      const d = (await getJson(`${server.url}/evals/${ev.eval_id}`)).body;
+      return d.status === 'completed' ? d.items[0] : null;
+    });
+    const evalRoot = (await exportedTrace(item.replay_run_id, 'completed')).find((s) => s.parentSpanId === '')!;
+    expect(evalRoot.links).toEqual([linkTo('replay_of', { 'agentd.eval_id': ev.eval_id })]);
+  });
+});

@@ -8,6 +8,7 @@ import type { LeaseClock } from '../../lease-clock.js';
 import type { Clock } from '../../clock.js';
 import { domainError, HttpValidationFailure, notFound } from '../../errors.js';
 import { newId } from '../../ids.js';
+import { isSharedStore } from '../../store/changes.js';
 import { repos } from '../../store/repos/index.js';
 import { isStoreError, type Page, type Store, type WriteOp } from '../../store/store.js';
 import type { AppLogger } from '../../telemetry/logger.js';
@@ -31,6 +32,14 @@ export interface EvalDeps {
     onSettled(listener: (record: RunRecord) => void): () => void;
   };
   replay(runId: string, body: ReplayRequest): Promise<StartedRun>;
+  /**
+   * How long the driving instance's lease on an evaluation lasts without renewal (renewed three
+   * times in it); another instance takes over once it lapsed. runs.lease_seconds: the same time
+   * as a run's, so a dead instance's evaluations and their replay runs are taken over together.
+   */
+  leaseMs?: number;
+  /** How often an idle instance looks for evaluations to drive (at most every 5 s). */
+  scanMs?: number;
   /** Checks a `model` variant as a registered agent's model_config is checked (a 422 otherwise), before anything is stored. */
   checkModel(modelConfig: Record<string, unknown>): Promise<unknown>;
 }
@@ -44,9 +53,10 @@ export interface EvalCreate {
   scorer?: Scorer | null;
 }
 
-const LEASE_MS = 30_000;
+const DEFAULT_LEASE_MS = 30_000;
+const SETTLED_RUN_STATUSES: ReadonlySet<string> = new Set([...TERMINAL_RUN_STATUSES, ...WAITING_RUN_STATUSES]);
 /** How often an idle instance looks for evaluations to drive (one whose owner died, a new one elsewhere). */
-const SCAN_MS = 5_000;
+const MAX_SCAN_MS = 5_000;
 /** How often an item whose replay another process runs is read again. */
 const POLL_MS = 250;
 /** Items made per commit. */
@@ -60,6 +70,10 @@ export class EvalService {
   private unsubscribe: () => void = () => {};
 
   constructor(private readonly deps: EvalDeps) {}
+
+  private get leaseMs(): number {
+    return this.deps.leaseMs ?? DEFAULT_LEASE_MS;
+  }
 
   private get r() {
     return repos(this.deps.store);
@@ -76,7 +90,7 @@ export class EvalService {
       this.waiters.delete(rec.run_id);
       for (const w of ws) w(rec);
     });
-    this.timer = setInterval(() => void this.scan(), SCAN_MS);
+    this.timer = setInterval(() => void this.scan(), Math.min(MAX_SCAN_MS, this.deps.scanMs ?? MAX_SCAN_MS));
     this.timer.unref();
     void this.scan();
   }
@@ -198,7 +212,10 @@ export class EvalService {
       for (const e of page?.items ?? []) {
         if (this.driving.has(e.id)) continue;
         const v = e.value;
-        if (v.owner && v.owner !== this.deps.workerId && !this.deps.leases.lapsed(v.lease_expires_at)) continue;
+        // Only one process opens an embedded store: another owner there is a process that died
+        // (this one restarted), so its evaluations are taken at once, not after its lease.
+        const ownerMayLive = isSharedStore(this.deps.store) && v.owner !== null && v.owner !== this.deps.workerId;
+        if (ownerMayLive && !this.deps.leases.lapsed(v.lease_expires_at)) continue;
         const claimed = await this.r.evals
           .update(
             e.id,
@@ -218,7 +235,7 @@ export class EvalService {
   }
 
   private leaseEnd(): string {
-    return this.deps.leases.expiresAt(LEASE_MS);
+    return this.deps.leases.expiresAt(this.leaseMs);
   }
 
   /** Replays the evaluation's items, `concurrency` at a time, until none is left; then completes it. */
@@ -230,7 +247,7 @@ export class EvalService {
       const rec = await this.r.evals.get(evalId);
       if (!rec || rec.value.status !== 'running' || rec.value.owner !== this.deps.workerId) break; // cancelled, deleted or taken over
       const e = rec.value;
-      if (this.deps.clock.now() - lastBeat > LEASE_MS / 3) {
+      if (this.deps.clock.now() - lastBeat > this.leaseMs / 3) {
         lastBeat = this.deps.clock.now();
         await this.r.evals.update(evalId, { ...e, lease_expires_at: this.leaseEnd() }, rec.version).catch(() => undefined);
       }
@@ -247,7 +264,7 @@ export class EvalService {
           break;
         }
       }
-      if (inflight.size > 0) await Promise.race([...inflight, new Promise((r) => setTimeout(r, LEASE_MS / 3).unref())]);
+      if (inflight.size > 0) await Promise.race([...inflight, new Promise((r) => setTimeout(r, this.leaseMs / 3).unref())]);
     }
     await Promise.all(inflight);
   }
@@ -280,7 +297,11 @@ export class EvalService {
     try {
       const original = await this.r.runs.get(item.run_id);
       if (!original) throw notFound('run', item.run_id);
-      const replay = await this.replayOnce(e, item);
+      let replay = await this.replayOnce(e, item);
+      // A replay that waits for a person (its eval budget ran out: budgets.eval; a live call asks
+      // for approval) stays the item's until it ends: the person decides, the run resumes on any
+      // instance, then the item is scored.
+      if (WAITING_RUN_STATUSES.has(replay.status)) replay = await this.settledRun(replay.run_id, TERMINAL_RUN_STATUSES);
       const o = original.value;
       let score = scoreOf(e.scorer, o.response, replay.response);
       if (e.scorer?.type === 'judge' && replay.response !== null) score = await this.judge(e.scorer.agent_id, o, replay);
@@ -317,8 +338,11 @@ export class EvalService {
     return this.settledRun(item.replay_run_id);
   }
 
-  /** Resolves once the run has ended or waits for a person, wherever it runs (a recovered replay is continued by the sweep). */
-  private settledRun(runId: string): Promise<RunRecord> {
+  /**
+   * Resolves once the run has one of `statuses` (by default: ended or waiting for a person),
+   * wherever it runs (a recovered replay is continued by the sweep).
+   */
+  private settledRun(runId: string, statuses: ReadonlySet<string> = SETTLED_RUN_STATUSES): Promise<RunRecord> {
     return new Promise<RunRecord>((resolve, reject) => {
       let done = false;
       const finish = (r: RunRecord | null) => {
@@ -328,12 +352,17 @@ export class EvalService {
         if (r) resolve(r);
         else reject(new Error('the evaluation stopped'));
       };
-      this.waiters.set(runId, [...(this.waiters.get(runId) ?? []), finish]);
+      // Settling in another status (a pause before the end) keeps waiting.
+      const waiter = (r: RunRecord | null) => {
+        if (r && !statuses.has(r.status)) this.waiters.set(runId, [...(this.waiters.get(runId) ?? []), waiter]);
+        else finish(r);
+      };
+      this.waiters.set(runId, [...(this.waiters.get(runId) ?? []), waiter]);
       const timer = setInterval(() => {
         if (this.stopped) return finish(null);
         void this.r.runs.get(runId).then(
           (rec) => {
-            if (rec && (TERMINAL_RUN_STATUSES.has(rec.value.status) || WAITING_RUN_STATUSES.has(rec.value.status))) finish(rec.value);
+            if (rec && statuses.has(rec.value.status)) finish(rec.value);
           },
           swallow('evals.poll_run', { run_id: runId }),
         );

@@ -44,6 +44,11 @@ export interface EvalItem {
 
 export const itemId = (evalId: string, index: number) => `${evalId}:${String(index).padStart(5, '0')}`;
 export const replayRunId = (evalId: string, index: number) => `evalrun_${evalId}_${index}`;
+/** The evaluation a run is the replay of (from its id, fixed by replayRunId), or null. */
+export function evalOfReplayRun(runId: string): string | null {
+  const m = /^evalrun_(.+)_\d+$/.exec(runId);
+  return m ? m[1] : null;
+}
 /** Replay runs of evaluations are never selected as an evaluation's source. */
 export const isEvalReplayRun = (runId: string) => runId.startsWith('evalrun_');
 

@@ -1,6 +1,7 @@
-// Checkpoints and evaluations (docs/debugging.md): the bytes a checkpoint stores, and the
-// throughput of an evaluation's replays against POST /run/sync at the same concurrency, with the
-// instant fake model, rounds interleaved (A B A B) so the shared machine's noise falls on both.
+// Checkpoints and evaluations (docs/debugging.md): what checkpoints cost POST /run (runs/s against
+// a server with runs.checkpoints off), the bytes a checkpoint stores, and the throughput of an
+// evaluation's replays against POST /run/sync at the same concurrency, with the instant fake
+// model, rounds interleaved (A B A B) so the shared machine's noise falls on both.
 import {
   benchConfig,
   closedLoop,
@@ -21,13 +22,61 @@ import {
 
 const CONCURRENCY = 8;
 const EVAL_RUNS = scaled(1000, 100);
-const ROUND_MS = 4000;
+const ROUND_MS = scaled(4000, 1000);
+const OVERHEAD_ROUNDS = 3;
+
+/**
+ * POST /run (the SSE stream, read to its end) in a closed loop on a server keeping checkpoints
+ * and on one with runs.checkpoints off, rounds interleaved.
+ */
+async function checkpointOverhead(rows: Row[], notes: string[]): Promise<void> {
+  const dirs = [tempDir('debug-cp-on'), tempDir('debug-cp-off')];
+  const model = { kind: 'instant' as const, chunks: ['hello', ' world'] };
+  const on = await startChild({ mode: 'agentd', dataDir: dirs[0], config: benchConfig(), model });
+  const off = await startChild({ mode: 'agentd', dataDir: dirs[1], config: benchConfig({ runs: { checkpoints: false } }), model });
+  try {
+    const loop = (url: string) =>
+      closedLoop({
+        concurrency: CONCURRENCY,
+        durationMs: ROUND_MS,
+        send: (agent) =>
+          request(`${url}/run`, { method: 'POST', body: JSON.stringify({ query: 'stream it' }), agent, headers: { 'content-type': 'application/json' } }),
+        ok: (r) => r.status === 200 && r.body.includes('event: complete'),
+      });
+    const withCp: LoopResult[] = [];
+    const withoutCp: LoopResult[] = [];
+    // A B B A A B …: neither server always goes first (a warming machine would favour one).
+    for (let i = 0; i < OVERHEAD_ROUNDS * 2; i++) {
+      if ((i + Math.floor(i / 2)) % 2 === 0) withCp.push(await loop(on.url));
+      else withoutCp.push(await loop(off.url));
+    }
+    const a = mergeLoops(withCp);
+    const b = mergeLoops(withoutCp);
+    const ratio = a.perSecond / b.perSecond;
+    rows.push({
+      metric: `POST /run with checkpoints, concurrency ${CONCURRENCY}`,
+      value: round(a.perSecond, 1),
+      unit: 'runs/s',
+      baseline: round(b.perSecond, 1),
+      baseline_label: 'runs.checkpoints: false',
+      ratio: round(ratio, 3),
+      target: '≥ 0.95x (overhead ≤ 5 %)',
+      pass: ratio >= 0.95,
+    });
+    const errors = a.errors + b.errors;
+    if (errors > 0) notes.push(`checkpoint overhead: ${errors} runs failed (first: ${a.firstError ?? b.firstError})`);
+  } finally {
+    await Promise.all([on.stop(), off.stop()]);
+    dirs.forEach(removeDir);
+  }
+}
 
 export async function debugBench(): Promise<BenchOutput> {
   const dir = tempDir('debug');
   const child = await startChild({ mode: 'agentd', dataDir: dir, config: benchConfig(), model: { kind: 'instant', chunks: ['hello', ' world'] } });
   const rows: Row[] = [];
   const notes: string[] = [];
+  await checkpointOverhead(rows, notes);
   try {
     const post = (path: string, body: unknown) =>
       request(`${child.url}${path}`, { method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
@@ -111,7 +160,7 @@ export async function debugBench(): Promise<BenchOutput> {
     method: [
       `One agentd child on the embedded store, the instant fake model. ${EVAL_RUNS} runs made with POST /run/sync; the checkpoint size is the mean JSON size of the checkpoints of 20 of them (two each: before the model call and the end).`,
       `Then two rounds of: POST /run/sync in a closed loop (${CONCURRENCY} workers, ${ROUND_MS / 1000} s), and an evaluation over the ${EVAL_RUNS} runs (system_instruction variant, concurrency ${CONCURRENCY}) timed from POST /evals to completed (GET /evals polled every 50 ms).`,
-      'The checkpoint overhead on POST /run is not measured here: the server has no switch to turn checkpoints off for a baseline.',
+      `Checkpoint overhead: two agentd children, one with runs.checkpoints: false (the baseline), POST /run (the SSE stream read to its end) in a closed loop (${CONCURRENCY} workers, ${ROUND_MS / 1000} s a round), ${OVERHEAD_ROUNDS} rounds on each, interleaved A B B A A B.`,
     ],
     rows,
     notes,
