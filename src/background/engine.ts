@@ -86,6 +86,12 @@ export interface CreateRunInput {
   skip: string | null;
   /** A caller-chosen id (a manual run with an Idempotency-Key reserved it); default a new one. */
   run_id?: string;
+  /** Not claimed before this instant (a debounced trigger's window end: debounce.ts). */
+  not_before?: string;
+  /** More of the run's trigger_metadata (a debounced trigger's window: debounce.ts). */
+  trigger_extra?: Record<string, unknown>;
+  /** More writes of the run's commit, all or nothing with it (the debounce pointer: debounce.ts). */
+  extra_ops?: WriteOp[];
 }
 
 export interface SendResult {
@@ -327,7 +333,7 @@ export class RunEngine {
     const p = this.prepareRun(input);
     this.track(p);
     try {
-      const commit = this.commitCreating(p.ops, [p]);
+      const commit = this.commitCreating(input.extra_ops ? [...p.ops, ...input.extra_ops] : p.ops, [p]);
       this.join.release();
       await commit;
     } catch (err) {

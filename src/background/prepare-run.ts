@@ -93,7 +93,7 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
     metadata: { ...task.metadata },
     trigger_metadata: occ
       ? { occurrence_id: occ.occurrence_id, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed }
-      : { query_override: input.query !== null },
+      : { query_override: input.query !== null, ...input.trigger_extra },
   };
   let ctx: BackgroundRunContext = {
     run,
@@ -104,7 +104,7 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
       continue_agent: false,
       next_reason: null,
       retry_at: null,
-      not_before: occ && occ.run_at > occ.due_at ? occ.run_at : null,
+      not_before: input.not_before ?? (occ && occ.run_at > occ.due_at ? occ.run_at : null),
       retry_policy: task.retry_policy,
       timeout_seconds: task.timeout_seconds ?? null,
       overlap_policy: task.overlap_policy,

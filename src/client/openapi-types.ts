@@ -1691,6 +1691,8 @@ export interface components {
             workspace_policy?: components["schemas"]["WorkspacePolicyInput"] | null;
         };
         BackgroundTaskRunRequest: {
+            /** @description Debounce: triggers of this task within this many seconds collapse into one run that starts when the window ends. Each trigger extends the window (up to 10 times its length from the first trigger); the last trigger's query wins; every collapsed trigger answers the same run (with wait, each waits on it). The run is queued meanwhile, with trigger_metadata.debounce {window_seconds, triggers, first_triggered_at, starts_at, latest_start_at}. */
+            debounce_seconds?: number | null;
             /** @description One-off query override for this run. */
             query?: string | null;
             /**

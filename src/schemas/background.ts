@@ -319,6 +319,15 @@ export const BackgroundTaskRunRequest = z
     query: z.string().min(1).nullish().describe('One-off query override for this run.'),
     wait: z.boolean().default(false).describe('Wait for a terminal status (or a pause for a person) before answering.'),
     webhook: WebhookUrl.nullish(),
+    debounce_seconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(3600)
+      .nullish()
+      .describe(
+        "Debounce: triggers of this task within this many seconds collapse into one run that starts when the window ends. Each trigger extends the window (up to 10 times its length from the first trigger); the last trigger's query wins; every collapsed trigger answers the same run (with wait, each waits on it). The run is queued meanwhile, with trigger_metadata.debounce {window_seconds, triggers, first_triggered_at, starts_at, latest_start_at}.",
+      ),
   })
   .meta({ id: 'BackgroundTaskRunRequest' });
 export type BackgroundTaskRunRequest = z.infer<typeof BackgroundTaskRunRequest>;
