@@ -42,6 +42,7 @@ import { MIRROR_BACKLOG_MAX, RunWorkspaces } from './run-workspace.js';
 import { WriteJoin } from './write-join.js';
 import { EventOutbox } from './outbox.js';
 import { Claimer } from './claimer.js';
+import { TaskKeySlots } from './task-keys.js';
 import { RunRetention } from './retention.js';
 import { RunHosts, type Handle } from './run-host.js';
 import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
@@ -111,6 +112,8 @@ export class RunEngine {
   private readonly inflight: InFlightCache;
   /** The claim loop and recovery (claimer.ts). */
   private readonly claimer: Claimer;
+  /** Concurrency keys of tasks, taken where runs are claimed (task-keys.ts). */
+  private readonly keys: TaskKeySlots;
   /** Deleting runs: a deleted task's, and by retention (retention.ts). */
   private readonly retention: RunRetention;
   /** Heartbeat, attempt timeout and retry timers (attempt-timers.ts). */
@@ -176,6 +179,7 @@ export class RunEngine {
       onTimeout: (h, agentRunId) => void this.agent.timeoutAgent(h, agentRunId),
       closed: () => this.closed,
     });
+    this.keys = new TaskKeySlots(deps.runs, () => this.claimer.kick());
     this.claimer = new Claimer(deps, {
       handles: this.handles,
       handle: (runId, known) => this.hosts.handle(runId, known),
@@ -189,6 +193,8 @@ export class RunEngine {
       checkParked: (row) => this.agent.checkParked(row),
       timers: this.timers,
       leaseMs: () => this.leaseMs,
+      takeKey: (run) => this.keys.take(run),
+      releaseKey: (run) => this.keys.release(run),
     });
     this.hosts = new RunHosts(deps, {
       handles: this.handles,
@@ -484,6 +490,7 @@ export class RunEngine {
     const status = ctx.run.status;
     const runId = h.id;
     this.timers.afterWrite(h, ctx, HELD.has(status));
+    this.keys.afterWrite(ctx.run);
     if (TERMINAL.has(status) && !TERMINAL.has(prevStatus)) {
       this.deps.metrics.backgroundRuns.inc({ status });
       this.retention.runEnded(ctx.run.task_id);

@@ -67,6 +67,9 @@ export class RunFlow {
         throw err;
       }
     }
+    // An agent that does not exist is a 404 now, as for a run that starts at once, not a run
+    // stored queued that fails when its turn comes.
+    if (opts.agent_id !== undefined) (await this.kernel.acquireAgent(opts.agent_id)).release();
     const max = this.deps.settings.flow?.max_queued ?? DEFAULT_MAX_QUEUED;
     const waiting = await repos(this.deps.store).runs.count({ name: 'status', value: 'queued' });
     if (waiting >= max) throw domainError('AGT_ERR_RUN_QUEUE_FULL', [waiting], { headers: { 'retry-after': '5' } });
