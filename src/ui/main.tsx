@@ -8,6 +8,7 @@ import { RunPage } from './run.js';
 import { ApprovalsPage } from './approvals.js';
 import { BackgroundPage, TaskRunsPage } from './background.js';
 import { MachinesPage } from './machines.js';
+import { FlowPage } from './flow.js';
 import './styles.css';
 
 function SignIn({ onDone, error }: { onDone: () => void; error: string | null }) {
@@ -111,6 +112,7 @@ function App() {
   else if (page === 'background' && route.parts[1] === 'tasks' && route.parts[2]) body = <TaskRunsPage taskId={route.parts[2]} access={access} />;
   else if (page === 'background') body = <BackgroundPage access={access} />;
   else if (page === 'machines') body = <MachinesPage query={route.query} />;
+  else if (page === 'flow') body = <FlowPage />;
   else body = <RunsPage access={access} />;
   const tab = (name: string, label: string, extra?: ComponentChildren) => (
     <a href={`/ui/${name}`} class={page === name ? 'active' : ''} onClick={link}>
@@ -126,6 +128,7 @@ function App() {
           {tab('runs', 'Runs')}
           {tab('approvals', 'Approvals', <PendingCount />)}
           {tab('background', 'Background')}
+          {tab('flow', 'Flow')}
           {tab('machines', 'Machines')}
         </nav>
         {access.name && (
