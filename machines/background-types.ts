@@ -59,6 +59,9 @@ export interface BackgroundRun {
   due_at: string | null;
   metadata: Record<string, unknown>;
   trigger_metadata: Record<string, unknown>;
+  /** The run's concurrency key (its task's, metadata filled in) and priority; absent: none, 0. */
+  concurrency?: { key: string; limit: number } | null | undefined;
+  priority?: number | null | undefined;
 }
 
 /** One attempt of a background run (docs/contract.md §12.15). */

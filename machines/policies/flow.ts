@@ -61,15 +61,39 @@ export interface KeyHolder {
   run_id: string;
   /** When the slot was taken (ms): a holder whose run cannot be read is dropped only after a grace. */
   since: number;
+  /** The limit the holder was admitted under (absent in records written before it was kept). */
+  limit?: number;
 }
 
 export type SlotDecision = { take: true; holders: KeyHolder[] } | { take: false };
 
-/** Whether `runId` may take a slot of a key held by `holders` under `limit` (already holding: yes, unchanged). */
+/**
+ * Whether `runId` may take a slot of a key held by `holders` under `limit` (already holding: yes,
+ * unchanged). Between requests naming different limits for one key, the lowest wins: the key is
+ * full once it holds as many runs as the lowest limit among the newcomer's and its holders'.
+ */
 export function takeKeySlot(holders: readonly KeyHolder[], limit: number, runId: string, now: number): SlotDecision {
   if (holders.some((h) => h.run_id === runId)) return { take: true, holders: [...holders] };
-  if (holders.length >= limit) return { take: false };
-  return { take: true, holders: [...holders, { run_id: runId, since: now }] };
+  let lowest = limit;
+  for (const h of holders) if (h.limit !== undefined && h.limit < lowest) lowest = h.limit;
+  if (holders.length >= lowest) return { take: false };
+  return { take: true, holders: [...holders, { run_id: runId, since: now, limit }] };
+}
+
+/** Longest key a run may name (ConcurrencySpec in src/schemas/runs.ts). */
+const MAX_KEY_LENGTH = 256;
+
+/**
+ * A background task's key for one of its runs: `{metadata.<field>}` replaced by the task's
+ * metadata field (a string, number or boolean); a field it lacks (or of another type) stays as
+ * written, so such runs still share one key and its limit. Cut at 256 characters.
+ */
+export function renderTaskKey(template: string, metadata: Readonly<Record<string, unknown>>): string {
+  const key = template.replace(/\{metadata\.([A-Za-z0-9_-]+)\}/g, (whole, field: string) => {
+    const v = metadata[field];
+    return typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean' ? String(v) : whole;
+  });
+  return key.slice(0, MAX_KEY_LENGTH);
 }
 
 // ---------------------------------------------------------------- model-provider rate limits (GCRA)

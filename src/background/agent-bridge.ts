@@ -137,6 +137,7 @@ export class AgentBridge {
           agent_id: ctx.run.agent_id,
           workspace_path: this.host.dirOf(ctx.run),
           admitted: true,
+          ...(ctx.run.priority ? { priority: ctx.run.priority } : {}), // its place among calls waiting for model tokens
           // session_policy `run`: no other run writes this session (its attempts run one at a time).
           session_is_private: ctx.run.session_id === ownSessionId(ctx.run.agent_id, ctx.run.task_id, ctx.run.run_id),
         })

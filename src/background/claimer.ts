@@ -40,6 +40,9 @@ export interface ClaimerHost {
   settleFromAgent(row: BgRunRow): Promise<boolean>;
   timers: AttemptTimers;
   leaseMs(): number;
+  /** Its task's concurrency key (task-keys.ts): a slot taken (true), or the key is full (false). */
+  takeKey(run: BgRunRow['run']): Promise<boolean>;
+  releaseKey(run: BgRunRow['run']): void;
 }
 
 export class Claimer {
@@ -158,6 +161,7 @@ export class Claimer {
     // holds to lapse (CLAIM_HOLD_MS).
     const pass = this.runs.claimPass(now, CLAIM_HOLD_MS, this.queued);
     const blockedTasks = new Set<string>();
+    const fullKeys = new Set<string>();
     // Claims of one pass are written concurrently (they share a store round), not one round each:
     // claim() counts itself in heldCount at once, so the pass stops at the free worker count.
     const claims: Array<Promise<boolean>> = [];
@@ -196,12 +200,22 @@ export class Claimer {
           blockedTasks.add(run.task_id);
           if (!canClaim(policy, active, oldest)) continue;
         }
+        // Its key full: it stays queued, in its place, for a pass after a slot frees (task-keys.ts).
+        if (run.concurrency && (fullKeys.has(run.concurrency.key) || !(await this.host.takeKey(run)))) {
+          fullKeys.add(run.concurrency.key);
+          continue;
+        }
         pass.taken(run.run_id);
         claims.push(
-          this.claim(run.run_id, item, gate).catch((err: unknown) => {
-            this.deps.logger.warn({ bg_run_id: run.run_id, err: String(err) }, 'could not claim a background run');
-            return false;
-          }),
+          this.claim(run.run_id, item, gate)
+            .catch((err: unknown) => {
+              this.deps.logger.warn({ bg_run_id: run.run_id, err: String(err) }, 'could not claim a background run');
+              return false;
+            })
+            .then((ok) => {
+              if (!ok) this.host.releaseKey(run);
+              return ok;
+            }),
         );
         if (this.host.heldCount() >= concurrency || !this.accepting || this.host.mirrorFull()) break scan;
       }

@@ -42,6 +42,7 @@ import { MIRROR_BACKLOG_MAX, RunWorkspaces } from './run-workspace.js';
 import { WriteJoin } from './write-join.js';
 import { EventOutbox } from './outbox.js';
 import { Claimer } from './claimer.js';
+import { TaskKeySlots } from './task-keys.js';
 import { RunRetention } from './retention.js';
 import { RunHosts, type Handle } from './run-host.js';
 import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
@@ -88,6 +89,12 @@ export interface CreateRunInput {
   skip: string | null;
   /** A caller-chosen id (a manual run with an Idempotency-Key reserved it); default a new one. */
   run_id?: string;
+  /** Not claimed before this instant (a debounced trigger's window end: debounce.ts). */
+  not_before?: string;
+  /** More of the run's trigger_metadata (a debounced trigger's window: debounce.ts). */
+  trigger_extra?: Record<string, unknown>;
+  /** More writes of the run's commit, all or nothing with it (the debounce pointer: debounce.ts). */
+  extra_ops?: WriteOp[];
 }
 
 export interface SendResult {
@@ -107,6 +114,8 @@ export class RunEngine {
   private readonly inflight: InFlightCache;
   /** The claim loop and recovery (claimer.ts). */
   private readonly claimer: Claimer;
+  /** Concurrency keys of tasks, taken where runs are claimed (task-keys.ts). */
+  private readonly keys: TaskKeySlots;
   /** Deleting runs: a deleted task's, and by retention (retention.ts). */
   private readonly retention: RunRetention;
   /** Heartbeat, attempt timeout and retry timers (attempt-timers.ts). */
@@ -172,6 +181,7 @@ export class RunEngine {
       onTimeout: (h, agentRunId) => void this.send(h.id, { type: 'TIMEOUT', at: iso(deps.clock.now()), agent_run_id: agentRunId }),
       closed: () => this.closed,
     });
+    this.keys = new TaskKeySlots(deps.runs, () => this.claimer.kick());
     this.claimer = new Claimer(deps, {
       handles: this.handles,
       handle: (runId, known) => this.hosts.handle(runId, known),
@@ -184,6 +194,8 @@ export class RunEngine {
       settleFromAgent: (row) => this.agent.settleFromAgent(row),
       timers: this.timers,
       leaseMs: () => this.leaseMs,
+      takeKey: (run) => this.keys.take(run),
+      releaseKey: (run) => this.keys.release(run),
     });
     this.hosts = new RunHosts(deps, {
       handles: this.handles,
@@ -330,7 +342,7 @@ export class RunEngine {
     const p = this.prepareRun(input);
     this.track(p);
     try {
-      const commit = this.commitCreating(p.ops, [p]);
+      const commit = this.commitCreating(input.extra_ops ? [...p.ops, ...input.extra_ops] : p.ops, [p]);
       this.join.release();
       await commit;
     } catch (err) {
@@ -481,6 +493,7 @@ export class RunEngine {
     const status = ctx.run.status;
     const runId = h.id;
     this.timers.afterWrite(h, ctx, HELD.has(status));
+    this.keys.afterWrite(ctx.run);
     if (TERMINAL.has(status) && !TERMINAL.has(prevStatus)) {
       this.deps.metrics.backgroundRuns.inc({ status });
       this.retention.runEnded(ctx.run.task_id);

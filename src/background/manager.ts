@@ -32,6 +32,7 @@ import { repos } from '../store/repos/index.js';
 import { newScheduleRow, resumedScheduleRow } from './schedule-rows.js';
 import { QueuedRunBound } from './queue-bound.js';
 import { keyedRunId } from './prepare-run.js';
+import { TriggerDebouncer } from './debounce.js';
 
 export type { BackgroundDeps } from './engine.js';
 
@@ -62,6 +63,8 @@ export class BackgroundManager {
   private initialized = false;
   private running = false;
   private resyncTimer: NodeJS.Timeout | null = null;
+  /** Debounced manual triggers (debounce.ts). */
+  private readonly debouncer: TriggerDebouncer;
   /** background.max_queued_runs, checked by runTask (POST /background/tasks/{id}/run). */
   private readonly queueBound: QueuedRunBound;
   /**
@@ -75,6 +78,7 @@ export class BackgroundManager {
     this.scheduler = new TaskScheduler(deps, this.engine);
     this.agents = new BackgroundAgents(deps, this.engine);
     this.runs = new BackgroundRunQueries(deps, this.engine);
+    this.debouncer = new TriggerDebouncer(deps.store, deps.clock, this.scheduler, () => this.queueBound.admit());
     this.queueBound = new QueuedRunBound(
       () => this.cfg.max_queued_runs,
       () => repos(deps.store).bgRuns.count({ name: 'status', value: 'queued' }),
@@ -464,11 +468,13 @@ export class BackgroundManager {
     this.requireRunning();
     const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
     if (!task.enabled) throw notFound('enabled background task', taskId);
-    await this.queueBound.admit();
+    const window = body.debounce_seconds ? body.debounce_seconds * 1000 : null;
+    if (window === null) await this.queueBound.admit(); // a debounced trigger admits only a new window's run
     // The job decides and issues the write; the write itself is awaited outside the task's job.
     const dispatched = await this.scheduler.taskJob(taskId, async () => {
       const current = this.scheduler.tasks.get(taskId);
       if (!current || !current.enabled) throw notFound('enabled background task', taskId);
+      if (window !== null) return { done: Promise.resolve(await this.debouncer.trigger(current, body.query ?? null, window, opts.run_id)) };
       return this.scheduler.dispatchManual(current, body.query ?? null, opts.run_id);
     });
     const run = await dispatched.done;

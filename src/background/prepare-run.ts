@@ -11,6 +11,7 @@ import {
 import { createHash } from 'node:crypto';
 import { transition } from 'xstate';
 import { maxAttempts } from '../../machines/policies/retry.js';
+import { renderTaskKey } from '../../machines/policies/flow.js';
 import { newId } from '../ids.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import type { RecordIndexes, Store, WriteOp } from '../store/store.js';
@@ -91,9 +92,12 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
     cancel_requested_at: null,
     due_at: occ?.due_at ?? null,
     metadata: { ...task.metadata },
+    // Flow control (src/background/task-keys.ts): only when the task names them, so rows stay as they were otherwise.
+    ...(task.concurrency ? { concurrency: { key: renderTaskKey(task.concurrency.key, task.metadata), limit: task.concurrency.limit } } : {}),
+    ...(task.priority ? { priority: task.priority } : {}),
     trigger_metadata: occ
       ? { occurrence_id: occ.occurrence_id, due_at: occ.due_at, run_at: occ.run_at, missed: occ.missed }
-      : { query_override: input.query !== null },
+      : { query_override: input.query !== null, ...input.trigger_extra },
   };
   let ctx: BackgroundRunContext = {
     run,
@@ -104,7 +108,7 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
       continue_agent: false,
       next_reason: null,
       retry_at: null,
-      not_before: occ && occ.run_at > occ.due_at ? occ.run_at : null,
+      not_before: input.not_before ?? (occ && occ.run_at > occ.due_at ? occ.run_at : null),
       retry_policy: task.retry_policy,
       timeout_seconds: task.timeout_seconds ?? null,
       overlap_policy: task.overlap_policy,

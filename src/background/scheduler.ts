@@ -11,7 +11,7 @@ import type { DispatchParams, TaskOccurrence } from '../../machines/task.machine
 import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import { dueOccurrences, upcoming, type ScheduleSpec as SchedSpec } from '../scheduler/schedule.js';
 import type { BackgroundRun } from '../schemas/background.js';
-import type { BackgroundDeps, PreparedRun, RunEngine } from './engine.js';
+import type { BackgroundDeps, CreateRunInput, PreparedRun, RunEngine } from './engine.js';
 import { DueTicker } from './due-ticker.js';
 import { TaskActors } from './task-actors.js';
 import { advancedScheduleRow, dueTimeOf, skipOf, skipReason } from './schedule-rows.js';
@@ -244,22 +244,33 @@ export class TaskScheduler {
    * other dispatches; the caller awaits `done` outside it, so many manual runs of one task share
    * store rounds instead of taking one each. Null `done` value: the task is disabled.
    */
-  async dispatchManual(task: TaskRow, query: string | null, runId?: string): Promise<Dispatched> {
+  async dispatchManual(
+    task: TaskRow,
+    query: string | null,
+    runId?: string,
+    extra?: Pick<CreateRunInput, 'not_before' | 'extra_ops' | 'trigger_extra'>,
+  ): Promise<Dispatched> {
     if (!this.machines.has(task.task_id)) return { done: Promise.resolve(null) };
     const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
     let out: Dispatched = { done: Promise.resolve(null) };
-    for (const p of this.machines.decide(task.task_id, { type: 'MANUAL', query, inFlight })) out = await this.execute(task, p, runId);
+    for (const p of this.machines.decide(task.task_id, { type: 'MANUAL', query, inFlight })) out = await this.execute(task, p, runId, extra);
     return out;
   }
 
   /** Carries out one decision; the returned `done` is the run's write. */
-  private async execute(task: TaskRow, p: DispatchParams, runId?: string): Promise<Dispatched> {
+  private async execute(
+    task: TaskRow,
+    p: DispatchParams,
+    runId?: string,
+    extra?: Pick<CreateRunInput, 'not_before' | 'extra_ops' | 'trigger_extra'>,
+  ): Promise<Dispatched> {
     const base = {
       task,
       trigger_type: p.occurrence ? p.occurrence.trigger_type : ('manual' as const),
       occurrence: p.occurrence,
       query: p.query,
       run_id: runId,
+      ...extra,
     };
     switch (p.decision.action) {
       case 'skip':

@@ -1499,6 +1499,8 @@ export interface components {
             cancel_requested_at: string | null;
             /** @default null */
             claimed_at: string | null;
+            /** @description The run's concurrency key, its task's with the metadata filled in (absent: none). */
+            concurrency?: components["schemas"]["ConcurrencySpec"] | null;
             /** @default null */
             due_at: string | null;
             /** @default null */
@@ -1523,6 +1525,8 @@ export interface components {
             };
             /** @default null */
             occurrence_id: string | null;
+            /** @description The run's priority, its task's (absent: 0). */
+            priority?: number | null;
             query_snapshot: string;
             /** @default null */
             queued_at: string | null;
@@ -1648,6 +1652,8 @@ export interface components {
         BackgroundTaskCreateRequest: {
             /** @description Defaults to the configured background agent id. */
             agent_id?: components["schemas"]["BackgroundId"] | null;
+            /** @description Admission of the task's runs: a queued run is claimed only while its key is under its limit (docs/flow-control.md). */
+            concurrency?: components["schemas"]["TaskConcurrency"] | null;
             /**
              * @description Whether the scheduler may run it.
              * @default true
@@ -1659,6 +1665,8 @@ export interface components {
             };
             /** @default skip_if_running */
             overlap_policy: components["schemas"]["OverlapPolicy"];
+            /** @description Priority of the task's runs (−100..100, default 0) for the run slots and the model tokens they wait for. */
+            priority?: number | null;
             /** @description Instruction executed for each run. */
             query: string;
             /**
@@ -1678,11 +1686,15 @@ export interface components {
             workspace_policy: components["schemas"]["WorkspacePolicyInput"];
         };
         BackgroundTaskPatchRequest: {
+            /** @description Admission of the task's runs: a queued run is claimed only while its key is under its limit (docs/flow-control.md). */
+            concurrency?: components["schemas"]["TaskConcurrency"] | null;
             enabled?: boolean | null;
             metadata?: {
                 [key: string]: unknown;
             } | null;
             overlap_policy?: components["schemas"]["OverlapPolicy"] | null;
+            /** @description Priority of the task's runs (−100..100, default 0) for the run slots and the model tokens they wait for. */
+            priority?: number | null;
             query?: string | null;
             retry_policy?: components["schemas"]["RetryPolicyInput"] | null;
             schedule?: components["schemas"]["ScheduleSpecInput"] | null;
@@ -1691,6 +1703,8 @@ export interface components {
             workspace_policy?: components["schemas"]["WorkspacePolicyInput"] | null;
         };
         BackgroundTaskRunRequest: {
+            /** @description Debounce: triggers of this task within this many seconds collapse into one run that starts when the window ends. Each trigger extends the window (up to 10 times its length from the first trigger); the last trigger's query wins; every collapsed trigger answers the same run (with wait, each waits on it). The run is queued meanwhile, with trigger_metadata.debounce {window_seconds, triggers, first_triggered_at, starts_at, latest_start_at}. */
+            debounce_seconds?: number | null;
             /** @description One-off query override for this run. */
             query?: string | null;
             /**
@@ -1702,6 +1716,8 @@ export interface components {
         };
         BackgroundTaskSpec: {
             agent_id: components["schemas"]["BackgroundId"];
+            /** @description Admission of the task's runs: a queued run is claimed only while its key is under its limit (docs/flow-control.md). */
+            concurrency?: components["schemas"]["TaskConcurrency"] | null;
             /** Format: date-time */
             created_at?: string;
             /** @default true */
@@ -1712,6 +1728,8 @@ export interface components {
             };
             /** @default skip_if_running */
             overlap_policy: components["schemas"]["OverlapPolicy"];
+            /** @description Priority of the task's runs (−100..100, default 0) for the run slots and the model tokens they wait for. */
+            priority?: number | null;
             query: string;
             retry_policy: components["schemas"]["RetryPolicy"];
             schedule: components["schemas"]["ScheduleSpec"];
@@ -2829,6 +2847,12 @@ export interface components {
             run_id: string;
             /** @constant */
             status: "queued";
+        };
+        TaskConcurrency: {
+            /** @description The key; `{metadata.<field>}` is replaced by the task's metadata field, e.g. `customer:{metadata.customer_id}` (a field the metadata lacks stays as written). A matching `flow.concurrency` rule of the config wins over `limit`. */
+            key: string;
+            /** @description Runs of this key running at once, at most (between runs naming different limits, the lowest wins). */
+            limit: number;
         };
         TelemetryEvent: {
             actor?: components["schemas"]["EventActor"] | null;

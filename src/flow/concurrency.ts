@@ -126,10 +126,41 @@ export class ConcurrencyQueue {
 
   /** Lets go of `runId`'s slot of `key` and hands it on (here at once; other instances through the feed). */
   async release(key: string, runId: string): Promise<void> {
+    const head = this.pumping.has(key) ? undefined : this.waiting.get(key)?.[0];
+    if (head) return this.handOver(key, runId, head);
     const held = await this.slots.release(key, runId);
     if (!held) return;
     if (this.waiting.has(key)) this.pump(key);
     if (this.store.changes) void this.store.changes.notify(CHANGE_CHANNELS.flow, JSON.stringify({ k: key }));
+  }
+
+  /**
+   * A slot freed while this process has a waiter on the key: the waiter gets it in the same write
+   * that lets go of it (one compare-and-set of the key's record on a shared store), without a
+   * pump's second round, and it is admitted in this turn. Runs as the key's pump, so no pump
+   * takes for the same waiter meanwhile.
+   */
+  private async handOver(key: string, runId: string, head: Waiter): Promise<void> {
+    this.pumping.add(key);
+    let outcome = { held: false, took: false };
+    try {
+      outcome = await this.slots.handOver(key, runId, head, this.clock.now());
+      if (outcome.took) {
+        if (this.byRun.get(head.run_id) === head) {
+          this.remove(head);
+          head.resolve('admitted');
+        } else await this.slots.release(key, head.run_id); // dropped (cancelled) meanwhile: the slot goes back
+      }
+    } catch (err) {
+      this.opts.onError?.('flow.hand_over', err);
+    } finally {
+      this.pumping.delete(key);
+      // The key may have more room (a limit above 1, a hand-off that did not take): the usual pump.
+      // A hand-off that took filled the slot it freed: only the poll is due.
+      if (this.again.delete(key) || (outcome.held && !outcome.took)) this.pump(key);
+      else if (this.waiting.has(key)) this.schedule(key);
+    }
+    if (outcome.held && !outcome.took && this.store.changes) void this.store.changes.notify(CHANGE_CHANNELS.flow, JSON.stringify({ k: key }));
   }
 
   /** Stops the polls and the feed subscription; waiters stay unresolved (their runs stay stored `queued`). */

@@ -25,6 +25,14 @@ export interface KeyHolders {
   take(key: string, limit: number, runId: string, now: number): Promise<boolean>;
   release(key: string, runId: string): Promise<boolean>;
   prune(key: string, dead: (holders: KeyHolder[]) => Promise<Set<string>>): Promise<number>;
+  /** Lets go of `from`'s slot and gives it to `to` in the same write (a freed slot handed to the next waiter). */
+  handOver(key: string, from: string, to: { run_id: string; limit: number }, now: number): Promise<HandOver>;
+}
+
+/** `held`: `from` held a slot (and let go of it); `took`: `to` holds one now. */
+export interface HandOver {
+  held: boolean;
+  took: boolean;
 }
 
 /**
@@ -53,6 +61,17 @@ export class MemoryKeySlots implements KeyHolders {
     list.splice(i, 1);
     if (list.length === 0) this.byKey.delete(key);
     return Promise.resolve(true);
+  }
+
+  handOver(key: string, from: string, to: { run_id: string; limit: number }, now: number): Promise<HandOver> {
+    const list = this.byKey.get(key);
+    const i = list ? list.findIndex((h) => h.run_id === from) : -1;
+    if (!list || i < 0) return Promise.resolve({ held: false, took: false });
+    list.splice(i, 1);
+    const decision = takeKeySlot(list, to.limit, to.run_id, now);
+    if (decision.take) this.byKey.set(key, decision.holders);
+    else if (list.length === 0) this.byKey.delete(key);
+    return Promise.resolve({ held: true, took: decision.take });
   }
 
   async prune(key: string, dead: (holders: KeyHolder[]) => Promise<Set<string>>): Promise<number> {
@@ -107,6 +126,27 @@ export class KeySlots implements KeyHolders {
       return out;
     });
     return n;
+  }
+
+  /** One compare-and-set of the key's record: `from` out, `to` in when the key then has room. */
+  handOver(key: string, from: string, to: { run_id: string; limit: number }, now: number): Promise<HandOver> {
+    const meta = repos(this.store).meta;
+    return casUpdate(async () => {
+      const cur = await meta.get<KeySlotsValue>(idOf(key));
+      if (!cur) return { held: false, took: false };
+      const rest = cur.value.holders.filter((h) => h.run_id !== from);
+      if (rest.length === cur.value.holders.length) return { held: false, took: false };
+      const decision = takeKeySlot(rest, to.limit, to.run_id, now);
+      const holders = decision.take ? decision.holders : rest;
+      try {
+        if (holders.length === 0) await meta.delete(idOf(key), cur.version);
+        else await meta.update(idOf(key), { key, holders }, cur.version);
+      } catch (err) {
+        if (isStoreError(err, 'not_found')) return { held: false, took: false };
+        throw err;
+      }
+      return { held: true, took: decision.take };
+    }, CAS);
   }
 
   private drop(key: string, out: (h: KeyHolder) => boolean): Promise<boolean> {

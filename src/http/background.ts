@@ -39,7 +39,7 @@ import {
 } from '../schemas/index.js';
 import type { AppDeps } from './deps.js';
 import { binaryResponse } from './openapi.js';
-import { IdempotencyHeaders, idempotencyRequestOf, once, startTaskRun, waitBackgroundRun } from './idempotent.js';
+import { IdempotencyHeaders, debouncedTrigger, idempotencyRequestOf, once, startTaskRun, waitBackgroundRun } from './idempotent.js';
 import { newId } from '../ids.js';
 import { repos } from '../store/repos/index.js';
 
@@ -238,6 +238,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         return startTaskRun(bg, taskId, body, run_id);
       };
       const idem = idempotencyRequestOf(request, 'runBackgroundTask');
+      if (body.debounce_seconds) return debouncedTrigger(deps, taskId, body, idem);
       if (!idem) return body.webhook ? (await begin(newId('bgrun'))).all : bg.runTask(taskId, body);
       const once = await deps.runtime.idempotency.startOnce(
         idem,

@@ -202,6 +202,23 @@ export function startTaskRun(bg: BackgroundManager, taskId: string, body: Backgr
   });
 }
 
+/**
+ * A debounced manual trigger (src/background/debounce.ts). The Idempotency-Key deduplicates before
+ * debouncing: the first request's answer (its run) is kept, and a retry joins no window again; it
+ * answers that run as it is now, or with `wait` once it ends. A webhook is told of the run the
+ * trigger joined.
+ */
+export async function debouncedTrigger(deps: AppDeps, taskId: string, body: BackgroundTaskRunRequest, idem: IdempotencyRequest | null): Promise<BackgroundRun> {
+  const bg = deps.runtime.background;
+  const webhook = body.webhook;
+  if (webhook) deps.runtime.webhooks.checkRequestUrl(webhook);
+  const onQueued = webhook ? (run: BackgroundRun) => deps.runtime.webhooks.rememberRequestUrl(run.run_id, webhook) : undefined;
+  // Without a key, runTask waits itself (on the engine's settle waiters) after the run is queued.
+  if (!idem) return bg.runTask(taskId, body, { onQueued });
+  const first = await deps.runtime.idempotency.respondOnce(idem, () => bg.runTask(taskId, { ...body, wait: false }, { onQueued }));
+  return waitBackgroundRun(deps, first.run_id, body.wait);
+}
+
 /** A retried manual run: the run as it is now, or with `wait` once it ends or waits for a person. */
 export async function waitBackgroundRun(deps: AppDeps, runId: string, wait: boolean): Promise<BackgroundRun> {
   const bg = deps.runtime.background;

@@ -5,7 +5,8 @@ import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../http/deps.js';
 
 /** Request headers a browser may send cross-origin (besides the CORS-safelisted ones). */
-const ALLOWED_HEADERS = 'authorization, content-type, idempotency-key, last-event-id, x-request-id, x-agentd-session-id';
+const ALLOWED_HEADERS =
+  'authorization, content-type, idempotency-key, last-event-id, x-request-id, x-agentd-session-id, x-agentd-concurrency-key, x-agentd-concurrency-limit, x-agentd-priority';
 /** Response headers a browser script may read. */
 const EXPOSED_HEADERS = 'x-request-id, x-vercel-ai-ui-message-stream, retry-after, www-authenticate';
 const MAX_AGE_SECONDS = '600';

@@ -3,6 +3,7 @@
 // run exactly as POST /run/sync does (Idempotency-Key, governance, budgets, webhooks and traces are
 // the run's), and wait for a run a person's decision let go on. The adapters own no run state: a
 // run is read back from the store by its id whenever a protocol asks about it.
+import { flowOfHeaders } from './flow-headers.js';
 import type { FastifyRequest } from 'fastify';
 import type { ChatMessage } from '../agent/model/types.js';
 import { domainError } from '../errors.js';
@@ -47,6 +48,7 @@ export async function startProtocolRun(
   onDelta?: (text: string) => void,
 ): Promise<ProtocolRun> {
   const runs = deps.runtime.runs;
+  const flow = flowOfHeaders(request); // X-Agentd-Concurrency-Key and friends (flow-headers.ts)
   const begin = (run_id: string, isNew = false) =>
     runs.start(run.query, run.session_id ?? null, {
       run_id,
@@ -54,6 +56,7 @@ export async function startProtocolRun(
       ...(run.agent_id ? { agent_id: run.agent_id } : {}),
       ...(run.history && !run.session_id ? { history: run.history } : {}),
       ...(onDelta ? { onDelta: (text: string) => onDelta(text) } : {}),
+      ...flow,
     });
   const idem = idempotencyRequestOf(request, operation, 'idempotency_body' in run ? run.idempotency_body : request.body);
   if (!idem) {

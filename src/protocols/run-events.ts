@@ -6,6 +6,7 @@ import { newId } from '../ids.js';
 import { RunStream } from '../runtime/run-stream.js';
 import type { RunRecord } from '../runtime/run-record.js';
 import type { SessionPolicy } from '../runtime/runs.js';
+import type { StartOptions } from '../runtime/run-types.js';
 import type { StoredEvent } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
 import type { AppDeps } from '../http/deps.js';
@@ -33,6 +34,9 @@ export interface StartRunInput {
   replaces_run_id?: string;
   /** A run id reserved for it (an Idempotency-Key's); default: a new one. */
   run_id?: string;
+  /** The request's concurrency key and priority (flowOfHeaders: src/protocols/flow-headers.ts). */
+  concurrency?: StartOptions['concurrency'];
+  priority?: number;
 }
 
 export interface StartedRunItems {
@@ -71,6 +75,8 @@ export async function startRunItems(deps: AppDeps, input: StartRunInput): Promis
       ...(input.agent_id != null ? { agent_id: input.agent_id } : {}),
       ...(input.session_policy ? { session_policy: input.session_policy } : {}),
       ...(input.replaces_run_id ? { replaces_run_id: input.replaces_run_id } : {}),
+      ...(input.concurrency ? { concurrency: input.concurrency } : {}),
+      ...(input.priority !== undefined ? { priority: input.priority } : {}),
       onDelta: (text, sequence, afterEvent) => stream.delta(text, sequence, afterEvent),
     });
   } catch (err) {

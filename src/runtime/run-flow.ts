@@ -22,6 +22,10 @@ const DEFAULT_MAX_QUEUED = 10_000;
 
 export class RunFlow {
   readonly queue: ConcurrencyQueue;
+  /** Runs whose slot went back when their end was stored (their onSettled has nothing left to do). */
+  private readonly releasedAtEnd = new Set<string>();
+  /** Per key, the start of the run admitted last (admit: admitted runs start in their order). */
+  private readonly starting = new Map<string, Promise<void>>();
 
   constructor(
     private readonly kernel: RunKernel,
@@ -35,7 +39,15 @@ export class RunFlow {
     });
     // A run lets go of its key when it ends or parks for a person, whoever hosted it (a recovered
     // run too): its record names the key.
+    // The slot goes on as soon as the end is stored (onEnded), not after the run's last events and
+    // history writes (onSettled, the fallback for ends that do not pass through a run host).
+    kernel.onEnded((record) => {
+      if (!record.concurrency) return;
+      this.releasedAtEnd.add(record.run_id);
+      void this.release(record.concurrency.key, record.run_id);
+    });
     kernel.onSettled((record) => {
+      if (this.releasedAtEnd.delete(record.run_id)) return;
       if (record.concurrency && record.status !== 'queued') void this.release(record.concurrency.key, record.run_id);
     });
   }
@@ -67,6 +79,9 @@ export class RunFlow {
         throw err;
       }
     }
+    // An agent that does not exist is a 404 now, as for a run that starts at once, not a run
+    // stored queued that fails when its turn comes.
+    if (opts.agent_id !== undefined) (await this.kernel.acquireAgent(opts.agent_id)).release();
     const max = this.deps.settings.flow?.max_queued ?? DEFAULT_MAX_QUEUED;
     const waiting = await repos(this.deps.store).runs.count({ name: 'status', value: 'queued' });
     if (waiting >= max) throw domainError('AGT_ERR_RUN_QUEUE_FULL', [waiting], { headers: { 'retry-after': '5' } });
@@ -128,8 +143,15 @@ export class RunFlow {
     const run_id = queued.run_id;
     const outcome = await this.queue.wait({ run_id, key: q.key, limit: q.limit, priority: q.priority, enqueued_at: q.enqueued_at });
     if (outcome === 'dropped') return this.kernel.get(run_id);
+    // Runs of one key admitted back to back (two slots freed at once) start in the order they were
+    // admitted, each once the one before it has started: the key's FIFO holds up to the model.
+    const before = this.starting.get(q.key);
+    let started!: () => void;
+    const mine = new Promise<void>((r) => (started = r));
+    this.starting.set(q.key, mine);
     let slot: (() => void) | null = null;
     try {
+      if (before) await before;
       slot = await this.kernel.slots.acquire({ priority: q.priority, deadline: false });
       const rec = await repos(this.deps.store).runs.get<RunRecord>(run_id);
       if (!rec || rec.value.status !== 'queued') {
@@ -138,8 +160,9 @@ export class RunFlow {
         await this.release(q.key, run_id);
         return rec?.value ?? queued;
       }
-      const started = await this.start(rec.value.query, rec.value.session_id, { ...opts, run_id, queued: rec, slot });
-      return await started.settled;
+      const run = await this.start(rec.value.query, rec.value.session_id, { ...opts, run_id, queued: rec, slot });
+      started();
+      return await run.settled;
     } catch (err) {
       // start() let go of the run slot; the key's slot is ours to give back.
       await this.release(q.key, run_id);
@@ -150,6 +173,9 @@ export class RunFlow {
         .catch(() => null);
       if (now && now.value.status !== 'queued') return now.value;
       return this.failQueued(run_id, err);
+    } finally {
+      started();
+      if (this.starting.get(q.key) === mine) this.starting.delete(q.key);
     }
   }
 

@@ -329,6 +329,7 @@ export class RunHost {
 
   /** A run waiting for a person: saved, actor stopped, slot released: it costs storage, not memory. */
   private async park(record: RunRecord): Promise<void> {
+    this.kernel.notifyEnded(record);
     await this.emitChain;
     this.retire();
     this.resolveSettled(record);
@@ -358,6 +359,7 @@ export class RunHost {
   }
 
   private async finish(record: RunRecord): Promise<void> {
+    this.kernel.notifyEnded(record);
     await this.emitChain;
     if (record.status === 'completed' && !(this.historyWrite && (await this.historyWrite))) await this.kernel.history.append(record, this.prelude);
     if (TERMINAL_RUN_STATUSES.has(record.status)) this.kernel.inbox.forget(record.run_id);

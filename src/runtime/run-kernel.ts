@@ -34,6 +34,7 @@ export class RunKernel {
   /** The served agent (config `agent`): runs without an agent id, and agents registered as it. */
   private readonly served: AgentProfile;
   private readonly settledListeners = new Set<(record: RunRecord) => void>();
+  private readonly endedListeners = new Set<(record: RunRecord) => void>();
 
   constructor(readonly deps: RunServiceDeps) {
     const st = deps.settings;
@@ -129,6 +130,18 @@ export class RunKernel {
 
   /** RunService.cancelThrough: the background run a cancelled parked background agent run is cancelled with. */
   cancelThrough: ((agentRunId: string) => Promise<CarriedWrite | null>) | null = null;
+
+  /**
+   * Told as soon as a run's end or park is stored, before its last events and history are (which
+   * onSettled waits for): what the run held for others (a concurrency key's slot) goes on at once.
+   */
+  onEnded(listener: (record: RunRecord) => void): void {
+    this.endedListeners.add(listener);
+  }
+
+  notifyEnded(record: RunRecord): void {
+    for (const l of this.endedListeners) l(record);
+  }
 
   onSettled(listener: (record: RunRecord) => void): () => void {
     this.settledListeners.add(listener);

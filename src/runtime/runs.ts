@@ -17,6 +17,7 @@ import type { RunHost } from './run-host.js';
 import type { InboxValue } from './run-inbox.js';
 import { RunKernel } from './run-kernel.js';
 import { RunFlow } from './run-flow.js';
+import type { ConcurrencyRequest } from '../../machines/policies/flow.js';
 import { busySessionPlan } from '../../machines/policies/busy-session.js';
 import type { CarriedWrite } from './persistence.js';
 import { originView } from './debug/origin.js';
@@ -336,6 +337,21 @@ export class RunService {
    * The run, when `scope` may see it: another tenant's run is not found, exactly as a run that
    * does not exist (docs/multi-tenant.md).
    */
+  /**
+   * A slot of a concurrency key for a background run, now or not at all (the claimer leaves the run
+   * queued and tries again: src/background/task-keys.ts). It counts against the same limit as the
+   * runs of POST /run naming the key; a config rule wins over `request.limit`.
+   */
+  takeKeySlot(request: ConcurrencyRequest, runId: string): Promise<boolean> {
+    const { key, limit } = this.flow.resolve(request);
+    return this.flow.queue.tryTake(key, limit, runId);
+  }
+
+  /** Lets go of a key's slot taken with takeKeySlot, and hands it on. */
+  releaseKeySlot(key: string, runId: string): Promise<void> {
+    return this.flow.release(key, runId);
+  }
+
   async get(runId: string, scope: TenantScope = GLOBAL_SCOPE): Promise<RunRecord> {
     const r = await this.kernel.get(runId);
     if (!visibleIn(scope, r.tenant)) throw notFound('run', runId);

@@ -3,6 +3,7 @@
 import { CronExpressionParser } from 'cron-parser';
 import { z } from 'zod';
 import { WebhookUrl } from './webhooks.js';
+import { ConcurrencySpec, RunPriority } from './runs.js';
 import { ATTEMPT_REASONS, ATTEMPT_STATUSES, BACKGROUND_RUN_STATUSES, TRIGGER_TYPES } from '../../machines/background-types.js';
 import type * as MachineTypes from '../../machines/background-types.js';
 import {
@@ -261,6 +262,29 @@ const TimeoutSeconds = z.number().int().positive().describe('Per-run timeout in 
 
 // --- tasks -------------------------------------------------------------------------------------
 
+/**
+ * A task's concurrency key: its runs share the key's limit with every run (POST /run, other
+ * tasks) naming the same key. `{metadata.<field>}` in the key is the task's metadata field.
+ */
+export const TaskConcurrency = z
+  .strictObject({
+    key: z
+      .string()
+      .min(1)
+      .max(256)
+      .describe(
+        "The key; `{metadata.<field>}` is replaced by the task's metadata field, e.g. `customer:{metadata.customer_id}` (a field the metadata lacks stays as written). A matching `flow.concurrency` rule of the config wins over `limit`.",
+      ),
+    limit: z.number().int().min(1).max(10_000).describe('Runs of this key running at once, at most (between runs naming different limits, the lowest wins).'),
+  })
+  .meta({ id: 'TaskConcurrency' });
+export type TaskConcurrency = z.infer<typeof TaskConcurrency>;
+
+const taskConcurrency = TaskConcurrency.nullish().describe(
+  "Admission of the task's runs: a queued run is claimed only while its key is under its limit (docs/flow-control.md).",
+);
+const taskPriority = RunPriority.nullish().describe("Priority of the task's runs (−100..100, default 0) for the run slots and the model tokens they wait for.");
+
 export const BackgroundTaskSpec = z
   .strictObject({
     task_id: BackgroundId,
@@ -274,6 +298,8 @@ export const BackgroundTaskSpec = z
     session_policy: SessionPolicy.prefault({}),
     timeout_seconds: TimeoutSeconds.nullish(),
     workspace_policy: WorkspacePolicy.prefault({}),
+    concurrency: taskConcurrency,
+    priority: taskPriority,
     created_at: IsoDateTime.optional(),
     updated_at: IsoDateTime.optional(),
   })
@@ -290,6 +316,8 @@ export const BackgroundTaskCreateRequest = z
     metadata: JsonObject.default({}),
     overlap_policy: OverlapPolicy.default('skip_if_running'),
     replace: z.boolean().default(false).describe('Replace an existing task.'),
+    concurrency: taskConcurrency,
+    priority: taskPriority,
     retry_policy: RetryPolicy.prefault({}),
     session_policy: SessionPolicy.prefault({}),
     timeout_seconds: TimeoutSeconds.nullish(),
@@ -305,6 +333,8 @@ export const BackgroundTaskPatchRequest = z
     metadata: JsonObject.nullish(),
     overlap_policy: OverlapPolicy.nullish(),
     query: z.string().min(1).nullish(),
+    concurrency: taskConcurrency,
+    priority: taskPriority,
     retry_policy: RetryPolicy.nullish(),
     schedule: ScheduleSpec.nullish(),
     session_policy: SessionPolicy.nullish(),
@@ -319,6 +349,15 @@ export const BackgroundTaskRunRequest = z
     query: z.string().min(1).nullish().describe('One-off query override for this run.'),
     wait: z.boolean().default(false).describe('Wait for a terminal status (or a pause for a person) before answering.'),
     webhook: WebhookUrl.nullish(),
+    debounce_seconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(3600)
+      .nullish()
+      .describe(
+        "Debounce: triggers of this task within this many seconds collapse into one run that starts when the window ends. Each trigger extends the window (up to 10 times its length from the first trigger); the last trigger's query wins; every collapsed trigger answers the same run (with wait, each waits on it). The run is queued meanwhile, with trigger_metadata.debounce {window_seconds, triggers, first_triggered_at, starts_at, latest_start_at}.",
+      ),
   })
   .meta({ id: 'BackgroundTaskRunRequest' });
 export type BackgroundTaskRunRequest = z.infer<typeof BackgroundTaskRunRequest>;
@@ -384,6 +423,8 @@ export const BackgroundRun = z
     due_at: IsoDateTime.nullable().default(null),
     metadata: JsonObject.default({}),
     trigger_metadata: JsonObject.default({}),
+    concurrency: ConcurrencySpec.nullish().describe("The run's concurrency key, its task's with the metadata filled in (absent: none)."),
+    priority: RunPriority.nullish().describe("The run's priority, its task's (absent: 0)."),
   })
   .meta({ id: 'BackgroundRun' });
 export type BackgroundRun = z.infer<typeof BackgroundRun>;

@@ -10,6 +10,7 @@ import { BackgroundPage, TaskRunsPage } from './background.js';
 import { MachinesPage } from './machines.js';
 import { ComparePage } from './debug.js';
 import { EvalPage, EvalsPage } from './evals.js';
+import { FlowPage } from './flow.js';
 import './styles.css';
 
 function SignIn({ onDone, error }: { onDone: () => void; error: string | null }) {
@@ -116,6 +117,7 @@ function App() {
   else if (page === 'evals' && route.parts[1]) body = <EvalPage evalId={route.parts[1]} access={access} />;
   else if (page === 'evals') body = <EvalsPage access={access} />;
   else if (page === 'compare' && route.parts[1] && route.parts[2]) body = <ComparePage a={route.parts[1]} b={route.parts[2]} />;
+  else if (page === 'flow') body = <FlowPage />;
   else body = <RunsPage access={access} />;
   const tab = (name: string, label: string, extra?: ComponentChildren) => (
     <a href={`/ui/${name}`} class={page === name ? 'active' : ''} onClick={link}>
@@ -132,6 +134,7 @@ function App() {
           {tab('approvals', 'Approvals', <PendingCount />)}
           {tab('background', 'Background')}
           {tab('evals', 'Evals')}
+          {tab('flow', 'Flow')}
           {tab('machines', 'Machines')}
         </nav>
         {access.name && (

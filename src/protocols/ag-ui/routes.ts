@@ -3,6 +3,7 @@
 // keeps: a new run reads only the newest user message. An approval or a budget pause ends the
 // stream with an interrupt outcome; the next input on the thread answers it in `resume`, which
 // decides and continues the same agentd run (under the client's new runId).
+import { flowOfHeaders } from '../flow-headers.js';
 import { deciderOf } from '../../http/auth.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { BaseEvent } from '@ag-ui/core';
@@ -70,6 +71,7 @@ export function agUiRoutes(app: FastifyInstance, deps: AppDeps): void {
       }
       requireAccess(request, 'operate', ROUTE);
       const query = queryOf(input);
+      const flow = flowOfHeaders(request); // X-Agentd-Concurrency-Key and friends
       // With an Idempotency-Key, a retry (same key, same body) gets the first request's run again,
       // replayed from its start; leaving such a stream never cancels (the client means to come back).
       const idem = idempotencyRequestOf(request, 'agUiRun');
@@ -79,12 +81,12 @@ export function agUiRoutes(app: FastifyInstance, deps: AppDeps): void {
           idem,
           () => newId('run'),
           (id) => runExists(deps, id),
-          (run_id) => startRunItems(deps, { query, session_id: input.threadId, run_id }),
+          (run_id) => startRunItems(deps, { query, session_id: input.threadId, run_id, ...flow }),
         );
         if (!once.fresh)
           return followToReply(deps, reply, input, await deps.runtime.runs.get(once.target_id), { after: null, settledAfterTrace: null, cancelOnClose: false });
         started = once.started;
-      } else started = await startRunItems(deps, { query, session_id: input.threadId });
+      } else started = await startRunItems(deps, { query, session_id: input.threadId, ...flow });
       const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id: started.run_id, session_id: started.session_id } }));
       const ag = new AgUiEvents(input.threadId, input.runId, newId('msg'));
       for (const e of ag.start(started)) ch.push(frame(e));

@@ -2,6 +2,7 @@
 // POST /ai-sdk/chat starts a run (or answers its approvals) and streams it as a UI message
 // stream; GET /ai-sdk/chat/{id}/stream is the transport's reconnect. The chat id is the agentd
 // session, whose history the server keeps: only the newest message of the request is read.
+import { flowOfHeaders } from '../flow-headers.js';
 import { deciderOf } from '../../http/auth.js';
 import { isDeepStrictEqual } from 'node:util';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -86,7 +87,7 @@ export function aiSdkRoutes(app: FastifyInstance, deps: AppDeps): void {
         return answerApprovals(deps, request, reply, session_id, last.id, answers);
       }
       requireAccess(request, 'operate', ROUTE);
-      const base: StartRunInput = { query: '', session_id, agent_id: body.agent_id ?? null };
+      const base: StartRunInput = { query: '', session_id, agent_id: body.agent_id ?? null, ...flowOfHeaders(request) };
       const query = body.trigger === 'regenerate-message' ? null : queryOf(body);
       /** The run's input; for a regenerated answer, the session's last turn again, its answer taken out of the history. */
       const begin = async (run_id?: string) => {

@@ -22,6 +22,7 @@ import {
   type Row,
 } from '../lib.js';
 import { WORKLOADS } from './run-real.js';
+import { bucketAccuracy } from './flow-bucket.js';
 
 const ROUND_MS = QUICK ? 1000 : 3000;
 const ROUNDS = QUICK ? 2 : 6;
@@ -114,11 +115,13 @@ export async function flowBench(): Promise<BenchOutput> {
       pass: p99 <= 5,
     });
     rows.push({ metric: 'Failed runs (overhead rounds)', value: errors, unit: '', target: '0', pass: errors === 0 });
+    rows.push(...(await bucketAccuracy(fake.url)));
     return {
       title: 'Flow control: the cost of a concurrency key, and how soon a saturated key admits the next run',
       method: [
         'One agentd child as in the run benchmark (`openai-compatible` against the fake OpenAI server over HTTP, LevelDB with fsync), the trivial workload.',
         `Overhead: POST /run with \`concurrency: {key: "bench:unlimited", limit: 10000}\` (one key for every run: a compare-and-set on the key's record to take the slot and one to let it go) against POST /run without a key, ${ROUNDS} alternating rounds of ${ROUND_MS / 1000} s each at concurrency 1 and 32.`,
+        'Bucket accuracy: two agentd instances on one PostgreSQL database, the model limited to 600 requests per minute, each driven by a closed loop of 8 POST /run/sync (trivial, one model call per run) for the window (BENCH_FLOW_BUCKET_SECONDS, default 60 s, 10 s with --quick) after a 3 s warm-up; the runs completed by both over the window, per minute, against 600.',
         `Admission: ${QUEUED_RUNS} POST /run/sync at once on a key of limit 1; for each run its end (the later of its last event and its record's updated_at) and its start (its user_message event, emitted when the queue admits it); the gap between consecutive runs, ms clock resolution of the stored timestamps.`,
       ],
       rows,
