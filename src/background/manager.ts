@@ -78,7 +78,9 @@ export class BackgroundManager {
     this.scheduler = new TaskScheduler(deps, this.engine);
     this.agents = new BackgroundAgents(deps, this.engine);
     this.runs = new BackgroundRunQueries(deps, this.engine);
-    this.debouncer = new TriggerDebouncer(deps.store, deps.clock, this.scheduler, () => this.queueBound.admit());
+    // A window's end is a `not_before`, which the claimer judges on the lease clock (the store's on
+    // PostgreSQL: src/lease-clock.ts), so the window is measured on it too.
+    this.debouncer = new TriggerDebouncer(deps.store, deps.leases, this.scheduler, () => this.queueBound.admit());
     this.queueBound = new QueuedRunBound(
       () => this.cfg.max_queued_runs,
       () => repos(deps.store).bgRuns.count({ name: 'status', value: 'queued' }),
