@@ -1,11 +1,9 @@
 // Debugging runs: their checkpoints, a fork from one, a counterfactual replay, a comparison of two
 // (docs/contract.md §3.4-3.6, docs/debugging.md). Reading needs a reader key, forks and replays
 // an operator key (the defaults of GET and POST in src/http/auth.ts).
-import type { FastifyInstance } from 'fastify';
 import { runResponseOf } from '../runtime/run-record.js';
 import { compareRuns, summaryOf } from '../runtime/debug/compare.js';
 import { originView } from '../runtime/debug/origin.js';
-import type { ForkEdits, ReplayRequest as ReplayBody } from '../runtime/debug/runs-debug.js';
 import { redact } from '../telemetry/redact.js';
 import { redactorForConfig } from '../telemetry/secrets.js';
 import {
@@ -21,11 +19,11 @@ import {
   ReplayRequest,
   RunIdParams,
 } from '../schemas/index.js';
-import type { AppDeps } from './deps.js';
+import type { AppDeps, ZodApp } from './deps.js';
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 
-export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function debugRoutes(app: ZodApp, deps: AppDeps): void {
   const debug = deps.runtime.debug;
   const redactor = redactorForConfig(deps.config);
 
@@ -41,7 +39,7 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { run_id } = request.params as { run_id: string };
+      const { run_id } = request.params;
       const { checkpoints } = await debug.checkpoints(run_id);
       return { run_id, checkpoints, count: checkpoints.length };
     },
@@ -59,7 +57,7 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { run_id, checkpoint_id } = request.params as { run_id: string; checkpoint_id: string };
+      const { run_id, checkpoint_id } = request.params;
       const { checkpoint, messages } = await debug.checkpoint(run_id, checkpoint_id);
       return { run_id, ...checkpoint, messages: redact(messages, redactor) };
     },
@@ -78,8 +76,8 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { run_id } = request.params as { run_id: string };
-      const body = request.body as { checkpoint_id: string; edits?: ForkEdits | null; session_id?: string | null };
+      const { run_id } = request.params;
+      const body = request.body;
       const started = await debug.fork(run_id, body);
       const record = await started.settled;
       return { ...runResponseOf(record, redactor), forked_from: { run_id, checkpoint_id: body.checkpoint_id } };
@@ -100,8 +98,8 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { run_id } = request.params as { run_id: string };
-      const body = request.body as ReplayBody;
+      const { run_id } = request.params;
+      const body = request.body;
       const started = await debug.replay(run_id, body);
       const record = await started.settled;
       return { ...runResponseOf(record, redactor), ...originView({ replay_of: { run_id, variant: body.variant } }) };
@@ -120,7 +118,7 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { a, b } = request.params as { a: string; b: string };
+      const { a, b } = request.params;
       const [ra, rb] = await Promise.all([debug.read(a), debug.read(b)]);
       const args = (x: Record<string, unknown>) => redact(x, redactor) as Record<string, unknown>;
       const sa = summaryOf(ra, args);

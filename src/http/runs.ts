@@ -1,11 +1,9 @@
-import type { FastifyInstance } from 'fastify';
 import { deciderOf } from './auth.js';
 import { tenantOf } from './tenancy.js';
 import { newId } from '../ids.js';
 import { approvalForAnswer, publicRunView, runResponseOf, type RunRecord } from '../runtime/run-record.js';
 import { redactorForConfig } from '../telemetry/secrets.js';
 import { domainError } from '../errors.js';
-import type { SessionPolicy } from '../runtime/runs.js';
 import { RunStream } from '../runtime/run-stream.js';
 import {
   ApprovalDecisionRequest,
@@ -36,7 +34,7 @@ import {
   TelemetryEvent,
 } from '../schemas/index.js';
 import { sseResponse } from './openapi.js';
-import type { AppDeps } from './deps.js';
+import type { AppDeps, ZodApp } from './deps.js';
 import { SseChannel, streamOptions } from './sse.js';
 import { IdempotencyHeaders, idempotencyRequestOf, once, replayRunStream, runExists, waitRunSettled } from './idempotent.js';
 import { swallow, isRefusal } from '../telemetry/swallowed.js';
@@ -61,7 +59,7 @@ const RUN_STREAM = sseResponse('The run as an SSE stream: `session`, its telemet
   },
 ]);
 
-export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function runRoutes(app: ZodApp, deps: AppDeps): void {
   const { runtime } = deps;
   const runs = runtime.runs;
   /**
@@ -101,7 +99,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const body = request.body as RunBody;
+      const body = request.body;
       if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
       const idem = idempotencyRequestOf(request, 'startRun');
       let run_id = '';
@@ -214,7 +212,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const body = request.body as RunBody;
+      const body = request.body;
       if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
       const begin = async (run_id: string) => {
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
@@ -255,7 +253,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const page = await runs.list(request.query as RunsListQuery, request.tenantScope);
+      const page = await runs.list(request.query, request.tenantScope);
       return { runs: page.runs.map((r) => publicRunView(r, redactor)), total: page.total, next_cursor: page.next_cursor };
     },
   );
@@ -266,7 +264,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       schema: { operationId: 'getRun', tags: ['runs'], summary: 'One run', params: RunIdParams, response: { 200: RunView, ...errors } },
     },
     async (request) => {
-      const record = await runs.get((request.params as { run_id: string }).run_id, request.tenantScope);
+      const record = await runs.get(request.params.run_id, request.tenantScope);
       return { ...publicRunView(record, redactor), queue: await runs.queueOf(record) };
     },
   );
@@ -283,7 +281,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: RunCancelResponse, ...errors },
       },
     },
-    async (request) => once(deps, request, 'cancelRun', () => runs.cancel((request.params as { run_id: string }).run_id)),
+    async (request) => once(deps, request, 'cancelRun', () => runs.cancel(request.params.run_id)),
   );
 
   app.post(
@@ -298,7 +296,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { run_id } = request.params as { run_id: string };
+      const { run_id } = request.params;
       // A draining process starts nothing new; the run stays stored as it is and the next start
       // (or another instance) resumes it.
       if (runs.shuttingDown) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
@@ -324,8 +322,8 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { run_id, approval_id } = request.params as { run_id: string; approval_id: string };
-      const body = request.body as { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null };
+      const { run_id, approval_id } = request.params;
+      const body = request.body;
       checkApprover(deps, request.apiKeyName, body.approver);
       // Redacted before the idempotency record stores the answer, so a replay is the same and no copy is raw.
       return once(deps, request, 'decideApproval', async () =>
@@ -345,7 +343,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: RunBudgetResponse, ...errors },
       },
     },
-    async (request) => runs.budgetView((request.params as { run_id: string }).run_id),
+    async (request) => runs.budgetView(request.params.run_id),
   );
 
   app.post(
@@ -362,9 +360,9 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const body = request.body as { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null };
+      const body = request.body;
       checkApprover(deps, request.apiKeyName, body.approver);
-      return once(deps, request, 'decideBudget', () => runs.decideBudget((request.params as { run_id: string }).run_id, body));
+      return once(deps, request, 'decideBudget', () => runs.decideBudget(request.params.run_id, body));
     },
   );
 
@@ -380,7 +378,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: OutcomeResponse, ...errors },
       },
     },
-    async (request) => runs.recordOutcome((request.params as { run_id: string }).run_id, request.body as { source: string }),
+    async (request) => runs.recordOutcome(request.params.run_id, request.body),
   );
 
   app.get(
@@ -395,7 +393,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: SessionHistoryResponse, ...errors },
       },
     },
-    async (request) => runs.history((request.params as { session_id: string }).session_id, request.query as SessionHistoryQuery, tenantOf(request)),
+    async (request) => runs.history(request.params.session_id, request.query, tenantOf(request)),
   );
 
   app.delete(
@@ -409,23 +407,12 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: SessionClearedResponse, ...errors },
       },
     },
-    async (request) => runs.clearSession((request.params as { session_id: string }).session_id, tenantOf(request)),
+    async (request) => runs.clearSession(request.params.session_id, tenantOf(request)),
   );
 }
 
-/** The body of POST /run and /run/sync as validated (RunRequest). */
-interface RunBody {
-  query: string;
-  session_id?: string | null;
-  webhook?: string | null;
-  agent_id?: string | null;
-  session_policy?: SessionPolicy | null;
-  concurrency?: { key: string; limit: number } | null;
-  priority?: number | null;
-}
-
 /** The flow-control options of a run request (docs/flow-control.md): none unless it names a key or a priority. */
-function flowOptions(body: RunBody): { concurrency?: { key: string; limit: number }; priority?: number } {
+function flowOptions(body: RunRequest): { concurrency?: { key: string; limit: number }; priority?: number } {
   return {
     ...(body.concurrency ? { concurrency: body.concurrency } : {}),
     ...(body.priority != null ? { priority: body.priority } : {}),

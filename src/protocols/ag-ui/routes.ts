@@ -4,14 +4,14 @@
 // stream with an interrupt outcome; the next input on the thread answers it in `resume`, which
 // decides and continues the same agentd run (under the client's new runId).
 import { deciderOf } from '../../http/auth.js';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { BaseEvent } from '@ag-ui/core';
 import { newId } from '../../ids.js';
 import { domainError, HttpValidationFailure } from '../../errors.js';
 import type { RunRecord } from '../../runtime/run-record.js';
 import { AgUiEvent, AgUiRunAgentInput, ErrorResponse, HTTPValidationError } from '../../schemas/index.js';
 import { swallow, isRefusal } from '../../telemetry/swallowed.js';
-import type { AppDeps } from '../../http/deps.js';
+import type { AppDeps, ZodApp } from '../../http/deps.js';
 import { requireAccess } from '../../http/auth.js';
 import { dataStreamResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions, type SseFrame } from '../../http/sse.js';
@@ -48,7 +48,7 @@ function queryOf(input: AgUiRunAgentInput): string {
   return text;
 }
 
-export function agUiRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function agUiRoutes(app: ZodApp, deps: AppDeps): void {
   app.post(
     '/ag-ui',
     {
@@ -63,7 +63,7 @@ export function agUiRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const input = request.body as AgUiRunAgentInput;
+      const input = request.body;
       if (input.resume && input.resume.length > 0) {
         requireAccess(request, 'decide', ROUTE);
         return resumeRun(deps, request, reply, input);
