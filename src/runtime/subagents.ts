@@ -17,7 +17,7 @@ import type { EventRecordInput } from '../telemetry/record.js';
 import type { ActorSystem } from './system.js';
 import { settleHold } from './budget-settle.js';
 import type { Metrics } from './metrics.js';
-import type { AgentToolSource } from './agent-profile.js';
+import type { AgentToolSource } from '../agent/tools/types.js';
 import type { AppLogger } from '../telemetry/logger.js';
 
 export interface SubagentSpec {

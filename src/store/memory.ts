@@ -25,7 +25,7 @@ import {
   type Versioned,
   type WriteOp,
 } from './store.js';
-import type { StoreChanges } from './changes.js';
+import type { StoreChanges } from './change-feed.js';
 import { RecordWrites } from './record-writes.js';
 
 interface Row {
