@@ -81,12 +81,12 @@ export default tseslint.config(
 
   // Agent parts, telemetry, the scheduler: below the runtime.
   {
-    files: ['src/agent/**/*.ts', 'src/telemetry/**/*.ts', 'src/scheduler/**/*.ts', 'src/flow/**/*.ts'],
+    files: ['src/agent/**/*.ts', 'src/telemetry/**/*.ts', 'src/calendar/**/*.ts', 'src/flow/**/*.ts'],
     rules: {
       'no-restricted-imports': rule([
         forbid(
           layer('http', 'protocols', 'runtime', 'background', 'integrations', 'cli', 'ui'),
-          'agent/, telemetry/, scheduler/ and flow/ sit below the runtime, the background manager and HTTP',
+          'agent/, telemetry/, calendar/ and flow/ sit below the runtime, the background manager and HTTP',
         ),
         forbid(rootFile('app', 'main', 'cli'), 'the composition root imports these layers, not the other way round'),
       ]),

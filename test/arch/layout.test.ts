@@ -51,8 +51,8 @@ describe('dependency rules (ESLint)', () => {
     expect(await lint('src/app.ts', "import { LevelStore } from './store/level.js';")).toHaveLength(1);
   });
 
-  it('agent/, telemetry/, scheduler/ import neither the runtime nor the background manager nor HTTP', async () => {
-    for (const from of ['src/agent/x.ts', 'src/agent/tools/x.ts', 'src/telemetry/x.ts', 'src/scheduler/x.ts']) {
+  it('agent/, telemetry/, calendar/ import neither the runtime nor the background manager nor HTTP', async () => {
+    for (const from of ['src/agent/x.ts', 'src/agent/tools/x.ts', 'src/telemetry/x.ts', 'src/calendar/x.ts']) {
       const up = from.split('/').length === 4 ? '../../' : '../';
       for (const layer of ['runtime/runs', 'background/engine', 'http/validation']) {
         expect(await lint(from, `import { x } from '${up}${layer}.js';`), `${from} → ${layer}`).toHaveLength(1);
