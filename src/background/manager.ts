@@ -24,7 +24,7 @@ import { TaskScheduler } from './scheduler.js';
 import { BackgroundAgents } from './agents.js';
 import { BackgroundRunQueries, publicRun } from './run-queries.js';
 import { isSharedStore } from '../store/changes.js';
-import { ACTIVE, ALL_STATUSES, TERMINAL, taskStatusKey, type AgentRow, type BgRunRow, type ScheduleRow, type TaskRow } from './types.js';
+import { ACTIVE, ALL_STATUSES, TERMINAL, taskStatusKey, type BgRunRow, type ScheduleRow, type TaskRow } from './types.js';
 import { checkNamespaceTemplate } from './workspace.js';
 import { HttpDetailError, RequestValidationError } from '../errors.js';
 import type { core } from 'zod';

@@ -9,7 +9,7 @@ import type {
 import type { $ZodType, output } from 'zod/v4/core';
 import type { Config } from '../config.js';
 import type { Store } from '../store/store.js';
-import type { Runtime } from '../runtime/runtime.js';
+import type { Runtime } from '../composition-root.js';
 
 /** What every route module receives. Routes read the store or call a runtime service; nothing else. */
 export interface AppDeps {

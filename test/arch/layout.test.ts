@@ -70,6 +70,16 @@ describe('dependency rules (ESLint)', () => {
     expect(await lint('src/store/x.ts', "import { AppError } from '../errors.js';")).toHaveLength(1);
   });
 
+  it('background/ imports runtime/, never the other way round; neither imports the composition root', async () => {
+    expect(await lint('src/background/x.ts', "import { RunService } from '../runtime/runs.js';")).toEqual([]);
+    expect(await lint('src/runtime/x.ts', "import type { BgRunRow } from '../background/types.js';")).toEqual([
+      expect.stringMatching(/^no-restricted-imports: .*runtime\/ sits below background\//),
+    ]);
+    expect(await lint('src/runtime/debug/x.ts', "import { RunEngine } from '../../background/engine.js';")).toHaveLength(1);
+    expect(await lint('src/runtime/x.ts', "import { Runtime } from '../composition-root.js';")).toHaveLength(1);
+    expect(await lint('src/background/x.ts', "import { Runtime } from '../composition-root.js';")).toHaveLength(1);
+  });
+
   it('only config.ts (and the composition root) reads process.env', async () => {
     expect(await lint('src/runtime/x.ts', 'export const a = process.env.A;')).toEqual([
       expect.stringMatching(/^no-restricted-properties: .*only reader of process.env/),
