@@ -9,7 +9,6 @@ import { domainError, notFound } from '../errors.js';
 import { swallow } from '../telemetry/swallowed.js';
 import type {
   BackgroundRun,
-  BackgroundRunStatus,
   BackgroundScheduleState,
   BackgroundTaskCreateRequest,
   BackgroundTaskBulkRunItem,

@@ -9,7 +9,6 @@ import type { ConcurrencyRequest, ConcurrencyRule } from '../../machines/policie
 import type { BudgetLedger } from '../agent/budget-ledger.js';
 import type { Pricing } from '../agent/pricing.js';
 import type { CompiledGuardrails } from '../agent/guardrails.js';
-import type { RegisteredTool } from '../agent/tools/types.js';
 import type { Clock } from '../clock.js';
 import type { LeaseClock } from '../lease-clock.js';
 import type { Store, Versioned } from '../store/store.js';

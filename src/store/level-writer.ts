@@ -21,7 +21,6 @@ import {
 } from './level-keys.js';
 import { newRoundPostings, stageEvents, stagePostings, type RoundPostings } from './level-events.js';
 import {
-  StoreError,
   assertOpApplies,
   encodeCursor,
   type CommitEvents,

@@ -23,7 +23,6 @@ import {
   type StoreCapabilities,
   type StoredEvent,
   type Versioned,
-  type WriteOp,
 } from './store.js';
 import type { StoreChanges } from './change-feed.js';
 import { RecordWrites } from './record-writes.js';

@@ -69,7 +69,6 @@ import {
   type ListQuery,
   type OnSwallowed,
   type Page,
-  type RecordIndexes,
   type RecordKind,
   type Store,
   type StoreCapabilities,

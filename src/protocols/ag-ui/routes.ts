@@ -16,7 +16,7 @@ import { requireAccess } from '../../http/auth.js';
 import { dataStreamResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions, type SseFrame } from '../../http/sse.js';
 import { IdempotencyHeaders, idempotencyRequestOf, runExists } from '../../http/idempotent.js';
-import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type RunItem, type StartedRunItems } from '../run-events.js';
+import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type StartedRunItems } from '../run-events.js';
 import { AgUiEvents } from './events.js';
 
 const ROUTE = 'POST /ag-ui';

@@ -15,7 +15,7 @@ import { requireAccess } from '../../http/auth.js';
 import { dataStreamResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions, type SseFrame } from '../../http/sse.js';
 import { IdempotencyHeaders, idempotencyRequestOf, runExists } from '../../http/idempotent.js';
-import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type RunItem, type StartedRunItems, type StartRunInput } from '../run-events.js';
+import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type StartedRunItems, type StartRunInput } from '../run-events.js';
 import { UiMessageChunks, type UiChunk } from './ui-stream.js';
 
 const ROUTE = 'POST /ai-sdk/chat';
