@@ -12,10 +12,10 @@ import type {
   BackgroundScheduleState,
   BackgroundTaskCreateRequest,
   BackgroundTaskBulkRunItem,
-  BackgroundTaskBulkRunResponse,
   BackgroundTaskPatchRequest,
   BackgroundTaskRunRequest,
 } from '../schemas/background.js';
+import type { BackgroundTaskBulkRunResponse } from '../schemas/background-answers.js';
 import { newId } from '../ids.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import { RunEngine, type BackgroundDeps } from './engine.js';
