@@ -81,14 +81,14 @@ export default tseslint.config(
 
   // Agent parts, telemetry, the scheduler: below the runtime.
   {
-    files: ['src/agent/**/*.ts', 'src/telemetry/**/*.ts', 'src/scheduler/**/*.ts', 'src/flow/**/*.ts'],
+    files: ['src/agent/**/*.ts', 'src/telemetry/**/*.ts', 'src/calendar/**/*.ts', 'src/flow/**/*.ts'],
     rules: {
       'no-restricted-imports': rule([
         forbid(
           layer('http', 'protocols', 'runtime', 'background', 'integrations', 'cli', 'ui'),
-          'agent/, telemetry/, scheduler/ and flow/ sit below the runtime, the background manager and HTTP',
+          'agent/, telemetry/, calendar/ and flow/ sit below the runtime, the background manager and HTTP',
         ),
-        forbid(rootFile('app', 'main', 'cli'), 'the composition root imports these layers, not the other way round'),
+        forbid(rootFile('app', 'main', 'cli', 'composition-root'), 'the composition root imports these layers, not the other way round'),
       ]),
     },
   },
@@ -99,7 +99,7 @@ export default tseslint.config(
     rules: {
       'no-restricted-imports': rule([
         forbid(layer('http', 'protocols', 'runtime', 'background', 'cli', 'ui'), 'integrations/ sit below the runtime and HTTP'),
-        forbid(rootFile('app', 'main', 'cli'), 'the composition root imports these layers, not the other way round'),
+        forbid(rootFile('app', 'main', 'cli', 'composition-root'), 'the composition root imports these layers, not the other way round'),
       ]),
     },
   },
@@ -110,18 +110,29 @@ export default tseslint.config(
     rules: {
       'no-restricted-imports': rule([
         forbid(layer('http', 'protocols', 'runtime', 'background', 'integrations', 'store', 'cli', 'ui'), 'schemas/ describe data; they call no service'),
-        forbid(rootFile('app', 'main', 'cli'), 'the composition root imports these layers, not the other way round'),
+        forbid(rootFile('app', 'main', 'cli', 'composition-root'), 'the composition root imports these layers, not the other way round'),
       ]),
     },
   },
 
-  // src/runtime/ and src/background/: everything below them, never HTTP.
+  // src/runtime/ (the run service) and src/background/ (which runs agent runs through it):
+  // everything below them, never HTTP, and one direction only: background/ imports runtime/.
   {
-    files: ['src/runtime/**/*.ts', 'src/background/**/*.ts'],
+    files: ['src/runtime/**/*.ts'],
     rules: {
       'no-restricted-imports': rule([
         forbid(layer('http', 'protocols', 'cli', 'ui'), 'runtime/ and background/ never import the HTTP layer (raise errors from src/errors.ts)'),
-        forbid(rootFile('app', 'main', 'cli'), 'the composition root imports these layers, not the other way round'),
+        forbid(layer('background'), 'runtime/ sits below background/: background/ imports runtime/, never the other way round'),
+        forbid(rootFile('app', 'main', 'cli', 'composition-root'), 'the composition root imports these layers, not the other way round'),
+      ]),
+    },
+  },
+  {
+    files: ['src/background/**/*.ts'],
+    rules: {
+      'no-restricted-imports': rule([
+        forbid(layer('http', 'protocols', 'cli', 'ui'), 'runtime/ and background/ never import the HTTP layer (raise errors from src/errors.ts)'),
+        forbid(rootFile('app', 'main', 'cli', 'composition-root'), 'the composition root imports these layers, not the other way round'),
       ]),
     },
   },

@@ -1,7 +1,7 @@
 // The background run's domain model and its pure reducers, one per transition: what
 // background-run.machine.ts names in setup({ actions }). Split from the machine file so the
 // statechart reads as states and transitions; everything here is a pure function of (context, event).
-import type { AttemptReason, AttemptStatus, BackgroundAttempt, BackgroundRun, BackgroundRunStatus, OverlapPolicy } from './background-types.js';
+import type { AttemptReason, AttemptStatus, BackgroundAttempt, BackgroundRun, OverlapPolicy } from './background-types.js';
 import { retryDecision, type RetryPolicy } from './policies/retry.js';
 
 export type BackgroundLifecycleEventType =

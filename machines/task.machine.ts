@@ -11,7 +11,7 @@ import { decideOverlap, type OverlapDecision, type OverlapPolicy, type TaskRunsI
 
 export const TASK_MACHINE_VERSION = 1;
 
-/** A scheduled occurrence as the scheduler computed it (src/scheduler/schedule.ts DispatchOccurrence). */
+/** A scheduled occurrence as the scheduler computed it (src/calendar/schedule.ts DispatchOccurrence). */
 export interface TaskOccurrence {
   occurrence_id: string;
   trigger_type: 'once' | 'interval' | 'cron';

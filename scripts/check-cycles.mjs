@@ -3,9 +3,10 @@
 // Reads every .ts/.tsx file under src/ and machines/ with the TypeScript parser, follows relative
 // imports, re-exports and dynamic `import()` (a lazy import is still an edge: it only moves the
 // circle to run time), and prints each strongly connected component of more than one file.
-// Type-only imports and exports (`import type`, `export type … from`, and imports whose every name
-// is `type`) are left out: they are erased and cannot make a circle at run time.
-// `node scripts/check-cycles.mjs` exits 1 when there is a circle; test/arch/layout.test.ts runs
+// Type-only imports and exports count too: they are erased at run time, but a type circle still
+// ties two modules together (neither can be read, moved or tested without the other).
+// `node scripts/check-cycles.mjs` exits 1 when there is a circle not in KNOWN_CIRCLES (or an entry
+// there that is no longer one); test/arch/layout.test.ts runs
 // the same functions in npm test.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -26,26 +27,16 @@ function sourceFiles(dir, out = []) {
   return out;
 }
 
-/** The value (not type-only) module specifiers of one file, static and dynamic. */
-export function valueImports(text, fileName = 'x.ts') {
+/**
+ * The module specifiers of one file: static imports and re-exports (type-only ones too), dynamic
+ * `import()` and `import('…').T` type references.
+ */
+export function moduleImports(text, fileName = 'x.ts') {
   const sf = ts.createSourceFile(fileName, text, ts.ScriptTarget.Latest, false, fileName.endsWith('x') ? ts.ScriptKind.TSX : ts.ScriptKind.TS);
   const specs = [];
   const visit = (node) => {
-    if (ts.isImportDeclaration(node) && ts.isStringLiteral(node.moduleSpecifier)) {
-      const c = node.importClause;
-      const typeOnly =
-        c &&
-        (c.isTypeOnly ||
-          (!c.name &&
-            c.namedBindings &&
-            ts.isNamedImports(c.namedBindings) &&
-            c.namedBindings.elements.length > 0 &&
-            c.namedBindings.elements.every((e) => e.isTypeOnly)));
-      if (!typeOnly) specs.push(node.moduleSpecifier.text);
-    } else if (ts.isExportDeclaration(node) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
-      const c = node.exportClause;
-      const typeOnly = node.isTypeOnly || (c && ts.isNamedExports(c) && c.elements.length > 0 && c.elements.every((e) => e.isTypeOnly));
-      if (!typeOnly) specs.push(node.moduleSpecifier.text);
+    if ((ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
+      specs.push(node.moduleSpecifier.text);
     } else if (
       ts.isCallExpression(node) &&
       node.expression.kind === ts.SyntaxKind.ImportKeyword &&
@@ -53,6 +44,8 @@ export function valueImports(text, fileName = 'x.ts') {
       ts.isStringLiteralLike(node.arguments[0])
     ) {
       specs.push(node.arguments[0].text);
+    } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument) && ts.isStringLiteral(node.argument.literal)) {
+      specs.push(node.argument.literal.text);
     }
     ts.forEachChild(node, visit);
   };
@@ -76,7 +69,7 @@ export function importGraph(root = ROOT) {
   const files = new Set(DIRS.flatMap((d) => sourceFiles(join(root, d))));
   const graph = {};
   for (const file of files) {
-    const targets = valueImports(readFileSync(file, 'utf8'), file)
+    const targets = moduleImports(readFileSync(file, 'utf8'), file)
       .map((spec) => resolveSpecifier(file, spec, files))
       .filter((t) => t !== null);
     graph[relative(root, file)] = [...new Set(targets.map((t) => relative(root, t)))].sort();
@@ -119,10 +112,42 @@ export function findCycles(graph) {
   return out;
 }
 
+/**
+ * Circles known and left to the background-run lifecycle rework (src/background/, src/runtime/
+ * run-host.ts and run-kernel.ts): reported, but not failing the check. An entry that no longer
+ * matches a circle fails it, so this list is deleted as soon as they are gone.
+ */
+export const KNOWN_CIRCLES = [
+  ['src/runtime/run-host.ts', 'src/runtime/run-kernel.ts'],
+  [
+    'src/background/agent-bridge.ts',
+    'src/background/attempt-timers.ts',
+    'src/background/claimer.ts',
+    'src/background/engine.ts',
+    'src/background/operator-actions.ts',
+    'src/background/prepare-run.ts',
+    'src/background/retention.ts',
+    'src/background/run-host.ts',
+  ],
+];
+
+/** The circles not in `known`, and the `known` entries that are no longer a circle (both must be empty). */
+export function circleProblems(cycles, known = KNOWN_CIRCLES) {
+  const key = (c) => [...c].sort().join(' ');
+  const knownKeys = new Set(known.map(key));
+  const foundKeys = new Set(cycles.map(key));
+  return {
+    unexpected: cycles.filter((c) => !knownKeys.has(key(c))),
+    stale: known.filter((c) => !foundKeys.has(key(c))),
+  };
+}
+
 if (process.argv[1] && relative(process.argv[1], fileURLToPath(import.meta.url)) === '') {
   const graph = importGraph();
   const cycles = findCycles(graph);
-  process.stdout.write(`${Object.keys(graph).length} modules, ${cycles.length} import circle(s)\n`);
-  for (const c of cycles) process.stdout.write(`  circle: ${c.join(' ↔ ')}\n`);
-  process.exitCode = cycles.length > 0 ? 1 : 0;
+  const { unexpected, stale } = circleProblems(cycles);
+  process.stdout.write(`${Object.keys(graph).length} modules, ${cycles.length} import circle(s), ${cycles.length - unexpected.length} of them known\n`);
+  for (const c of cycles) process.stdout.write(`  ${unexpected.includes(c) ? 'circle' : 'known circle'}: ${c.join(' ↔ ')}\n`);
+  for (const c of stale) process.stdout.write(`  no longer a circle, delete it from KNOWN_CIRCLES: ${c.join(' ↔ ')}\n`);
+  process.exitCode = unexpected.length > 0 || stale.length > 0 ? 1 : 0;
 }

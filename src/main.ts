@@ -7,7 +7,7 @@ import type { ServerErrorLog } from './http/error-handler.js';
 import type { Config } from './config.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
-import { Runtime, type RuntimeOptions } from './runtime/runtime.js';
+import { Runtime, type RuntimeOptions } from './composition-root.js';
 import { readVersion } from './version.js';
 import { createLogger, loggerSettings, type Logger } from './telemetry/logger.js';
 import { bindSwallowedErrorLog, reportSwallowed } from './telemetry/swallowed.js';

@@ -1,7 +1,7 @@
 // What a registered agent spec (BackgroundAgentSpec, POST /background/agents) means as an agent:
 // pure checks that turn the stored JSON into a build plan, or into a list of problems with their
 // place in the spec (answered as 422). Building the plan (modules, providers, MCP connections) is
-// src/runtime/agent-registry.ts. docs/agents.md describes every field.
+// src/agent/agent-registry.ts. docs/agents.md describes every field.
 //
 // What a spec may reach comes from the operator's config, never from the request: keys only from
 // the env names of `agents.secret_env`, model hosts only from `agents.model_hosts`, MCP servers

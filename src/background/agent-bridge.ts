@@ -17,7 +17,7 @@ import {
 } from '../../machines/background-run.machine.js';
 import { AppError, domainError } from '../errors.js';
 import { sideEffectsOf, TERMINAL_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
-import { AgentUnavailableError } from '../runtime/agent-registry.js';
+import { AgentUnavailableError } from '../agent/agent-registry.js';
 import type { RunService, StartedRun } from '../runtime/runs.js';
 import type { CarriedWrite } from '../runtime/persistence.js';
 import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';

@@ -4,11 +4,12 @@
 import { AgentSpecError, adminOnlyFields, isServedAgentSpec } from '../agent/agent-spec.js';
 import { domainError, notFound, RequestValidationError } from '../errors.js';
 import { isRefusal, swallow } from '../telemetry/swallowed.js';
-import type { PreparedAgent } from '../runtime/agent-registry.js';
+import type { PreparedAgent } from '../agent/agent-registry.js';
 import type { BackgroundAgentRegistrationRequest, BackgroundAgentSpec } from '../schemas/background.js';
 import { isStoreError } from '../store/store.js';
 import type { BackgroundDeps, RunEngine } from './engine.js';
-import type { AgentRow, BgRunRow } from './types.js';
+import type { BgRunRow } from './types.js';
+import type { AgentRow } from '../agent/agent-row.js';
 import { relativeWorkspace } from './workspace.js';
 import { basename, isAbsolute, relative, sep } from 'node:path';
 import type { core } from 'zod';

@@ -27,8 +27,8 @@ import type { LeaseClock } from '../lease-clock.js';
 import type { Config } from '../config.js';
 import { notFound } from '../errors.js';
 import type { TelemetryEmitter } from '../runtime/emitter.js';
-import type { Metrics } from '../runtime/metrics.js';
-import type { AgentRegistry } from '../runtime/agent-registry.js';
+import type { Metrics } from '../telemetry/metrics.js';
+import type { AgentRegistry } from '../agent/agent-registry.js';
 import type { RunService } from '../runtime/runs.js';
 import type { ActorSystem } from '../runtime/system.js';
 import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
@@ -64,7 +64,7 @@ export interface BackgroundDeps {
   system: ActorSystem;
   workerId: string;
   runs: RunService;
-  /** Registered agents (src/runtime/agent-registry.ts): a spec is built at registration, refused when it cannot be. */
+  /** Registered agents (src/agent/agent-registry.ts): a spec is built at registration, refused when it cannot be. */
   agents?: AgentRegistry;
   /** The process's logger; a live run's lines go through its child (run-host.ts `RunHosts.logOf`: bg_run_id, task_id). */
   logger: AppLogger;

@@ -9,14 +9,13 @@ import { domainError, notFound } from '../errors.js';
 import { swallow } from '../telemetry/swallowed.js';
 import type {
   BackgroundRun,
-  BackgroundRunStatus,
   BackgroundScheduleState,
   BackgroundTaskCreateRequest,
   BackgroundTaskBulkRunItem,
-  BackgroundTaskBulkRunResponse,
   BackgroundTaskPatchRequest,
   BackgroundTaskRunRequest,
 } from '../schemas/background.js';
+import type { BackgroundTaskBulkRunResponse } from '../schemas/background-answers.js';
 import { newId } from '../ids.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import { RunEngine, type BackgroundDeps } from './engine.js';
@@ -24,7 +23,7 @@ import { TaskScheduler } from './scheduler.js';
 import { BackgroundAgents } from './agents.js';
 import { BackgroundRunQueries, publicRun } from './run-queries.js';
 import { isSharedStore } from '../store/changes.js';
-import { ACTIVE, ALL_STATUSES, TERMINAL, taskStatusKey, type AgentRow, type BgRunRow, type ScheduleRow, type TaskRow } from './types.js';
+import { ACTIVE, ALL_STATUSES, TERMINAL, taskStatusKey, type BgRunRow, type ScheduleRow, type TaskRow } from './types.js';
 import { checkNamespaceTemplate } from './workspace.js';
 import { HttpDetailError, RequestValidationError } from '../errors.js';
 import type { core } from 'zod';

@@ -1,7 +1,7 @@
 // Schedule-row maths (docs/contract.md §7), pure: the row of a new schedule revision, the row after a
 // pause ends, the row after a step dispatched or skipped occurrences, and the skip record. The
 // scheduler (scheduler.ts) and the manager's task edits (manager.ts) write what these return.
-import { dueOccurrences, nextDueAt, prevDueAt, type ScheduleSpec as SchedSpec } from '../scheduler/schedule.js';
+import { dueOccurrences, nextDueAt, prevDueAt, type ScheduleSpec as SchedSpec } from '../calendar/schedule.js';
 import type { TaskOccurrence } from '../../machines/task.machine.js';
 import type { ScheduleRow, SkippedOccurrence, TaskRow } from './types.js';
 

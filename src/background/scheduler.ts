@@ -9,7 +9,7 @@
 // pure row maths: the advanced row, skips, the next due time).
 import type { DispatchParams, TaskOccurrence } from '../../machines/task.machine.js';
 import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
-import { dueOccurrences, upcoming, type ScheduleSpec as SchedSpec } from '../scheduler/schedule.js';
+import { dueOccurrences, upcoming, type ScheduleSpec as SchedSpec } from '../calendar/schedule.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import type { BackgroundDeps, CreateRunInput, PreparedRun, RunEngine } from './engine.js';
 import { DueTicker } from './due-ticker.js';

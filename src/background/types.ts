@@ -1,7 +1,8 @@
 // Stored shapes of the background subsystem (record kinds bg_*), and their secondary indexes.
 import type { BackgroundLifecycleEventType, BackgroundRunContext } from '../../machines/background-run.machine.js';
-import type { BackgroundAgentSpec, BackgroundRunStatus, BackgroundScheduleState, BackgroundTaskSpec } from '../schemas/background.js';
+import type { BackgroundRunStatus, BackgroundScheduleState, BackgroundTaskSpec } from '../schemas/background.js';
 import type { RecordIndexes } from '../store/store.js';
+import type { AgentRow } from '../agent/agent-row.js';
 
 /** One lifecycle event as kept in the row's outbox, events.jsonl and the replay. */
 export interface LifecycleRecord {
@@ -59,14 +60,6 @@ export interface SkippedOccurrence {
 
 /** kind `bg_tasks`, id = task id. */
 export type TaskRow = BackgroundTaskSpec & { created_at: string; updated_at: string };
-
-/** kind `bg_agents`, id = agent id. */
-export type AgentRow = BackgroundAgentSpec & {
-  created_at: string;
-  updated_at: string;
-  /** Registered with an admin key (or with auth off): may use what needs one (docs/agents.md). Not answered. */
-  admin_registered?: boolean;
-};
 
 /** kind `bg_occurrences`, id = `<task_id>/<occurrence_id>`: created in the same commit as its run (no index: only its existence is ever read). */
 interface OccurrenceRow {

@@ -10,7 +10,7 @@
 // delays another key's run (docs/contract.md §3.4).
 import { insertInOrder, type WaitingEntry } from '../../machines/policies/flow.js';
 import type { Clock } from '../clock.js';
-import { CHANGE_CHANNELS, type StoreChanges } from '../store/changes.js';
+import { CHANGE_CHANNELS, type StoreChanges } from '../store/change-feed.js';
 import type { Store } from '../store/store.js';
 import { CasExhaustedError } from '../store/cas.js';
 import { isSharedStore } from '../store/changes.js';

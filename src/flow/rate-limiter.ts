@@ -14,7 +14,8 @@
 import { gcraLevel, gcraLimit, gcraTake, insertInOrder, type GcraLimit, type WaitingEntry } from '../../machines/policies/flow.js';
 import type { Clock } from '../clock.js';
 import { casUpdate } from '../store/cas.js';
-import { CHANGE_CHANNELS, isSharedStore } from '../store/changes.js';
+import { CHANGE_CHANNELS } from '../store/change-feed.js';
+import { isSharedStore } from '../store/changes.js';
 import { repos } from '../store/repos/index.js';
 import type { Store } from '../store/store.js';
 

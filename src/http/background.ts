@@ -1,6 +1,5 @@
 // Background routes (docs/contract.md §1 background rows): parse with the zod schemas, delegate to the
 // background manager, serialise. No business logic here.
-import type { FastifyInstance } from 'fastify';
 import {
   AgentIdParams,
   BackgroundAgentsListQuery,
@@ -37,7 +36,7 @@ import {
   TaskIdParams,
   WorkspaceFileParams,
 } from '../schemas/index.js';
-import type { AppDeps } from './deps.js';
+import type { AppDeps, ZodApp } from './deps.js';
 import { binaryResponse } from './openapi.js';
 import { IdempotencyHeaders, debouncedTrigger, idempotencyRequestOf, once, startTaskRun, waitBackgroundRun } from './idempotent.js';
 import { newId } from '../ids.js';
@@ -46,7 +45,7 @@ import { repos } from '../store/repos/index.js';
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 const tags = ['background'];
 
-export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
   const bg = deps.runtime.background;
 
   // ---------------------------------------------------------------- agents
@@ -65,7 +64,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
     },
     // The role decides what the spec may use (an admin key for a tools module); null: auth is off.
     async (request) =>
-      bg.agents.registerAgent(request.body as BackgroundAgentRegistrationRequest, {
+      bg.agents.registerAgent(request.body, {
         role: request.apiKeyRole ?? ((deps.config.auth?.api_keys ?? []).length === 0 ? null : 'unknown'),
       }),
   );
@@ -81,7 +80,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundAgentsResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.agents.listAgents(request.query as BackgroundAgentsListQuery),
+    async (request) => bg.agents.listAgents(request.query),
   );
 
   app.get(
@@ -95,7 +94,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundAgentSpec, ...errors },
       },
     },
-    async (request) => bg.agents.getAgent((request.params as AgentIdParams).agent_id),
+    async (request) => bg.agents.getAgent(request.params.agent_id),
   );
 
   app.delete(
@@ -110,7 +109,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.agents.deleteAgent((request.params as AgentIdParams).agent_id, (request.query as BackgroundAgentDeleteQuery).force),
+    async (request) => bg.agents.deleteAgent(request.params.agent_id, request.query.force),
   );
 
   // ---------------------------------------------------------------- tasks
@@ -126,7 +125,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => bg.createTask(request.body as BackgroundTaskCreateRequest),
+    async (request) => bg.createTask(request.body),
   );
 
   app.get(
@@ -140,7 +139,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTasksResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.listTasks(request.query as BackgroundTasksListQuery),
+    async (request) => bg.listTasks(request.query),
   );
 
   app.get(
@@ -154,7 +153,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => bg.getTask((request.params as TaskIdParams).task_id),
+    async (request) => bg.getTask(request.params.task_id),
   );
 
   app.patch(
@@ -169,7 +168,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => bg.patchTask((request.params as TaskIdParams).task_id, request.body as BackgroundTaskPatchRequest),
+    async (request) => bg.patchTask(request.params.task_id, request.body),
   );
 
   app.delete(
@@ -184,7 +183,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.deleteTask((request.params as TaskIdParams).task_id, (request.query as BackgroundTaskDeleteQuery).delete_runs),
+    async (request) => bg.deleteTask(request.params.task_id, request.query.delete_runs),
   );
 
   app.get(
@@ -198,7 +197,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTaskStatusResponse, ...errors },
       },
     },
-    async (request) => bg.taskStatus((request.params as TaskIdParams).task_id),
+    async (request) => bg.taskStatus(request.params.task_id),
   );
 
   app.get(
@@ -213,7 +212,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: SchedulePreviewResponse, ...errors },
       },
     },
-    async (request) => bg.schedulePreview((request.params as TaskIdParams).task_id, (request.query as SchedulePreviewQuery).count),
+    async (request) => bg.schedulePreview(request.params.task_id, request.query.count),
   );
 
   app.post(
@@ -230,8 +229,8 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const taskId = (request.params as TaskIdParams).task_id;
-      const body = (request.body as BackgroundTaskRunRequest | null | undefined) ?? { wait: false };
+      const taskId = request.params.task_id;
+      const body = request.body ?? { wait: false };
       if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
       const begin = async (run_id: string) => {
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
@@ -263,7 +262,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTaskBulkRunResponse, 503: ErrorResponse, ...errors },
       },
     },
-    async (request) => bg.runTaskBulk((request.params as TaskIdParams).task_id, (request.body as BackgroundTaskBulkRunRequest).runs),
+    async (request) => bg.runTaskBulk(request.params.task_id, request.body.runs),
   );
 
   app.post(
@@ -277,7 +276,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.pauseTask((request.params as TaskIdParams).task_id),
+    async (request) => bg.pauseTask(request.params.task_id),
   );
 
   app.post(
@@ -291,7 +290,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.resumeTask((request.params as TaskIdParams).task_id),
+    async (request) => bg.resumeTask(request.params.task_id),
   );
 
   // ---------------------------------------------------------------- runs
@@ -307,7 +306,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunsResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.runs.listRuns(request.query as BackgroundRunsListQuery),
+    async (request) => bg.runs.listRuns(request.query),
   );
 
   app.get(
@@ -321,7 +320,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRun, ...errors },
       },
     },
-    async (request) => bg.runs.getRun((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.getRun(request.params.run_id),
   );
 
   app.get(
@@ -336,7 +335,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunAttemptsResponse, ...errors },
       },
     },
-    async (request) => bg.runs.attempts((request.params as BackgroundRunIdParams).run_id, request.query as BackgroundRunListQuery),
+    async (request) => bg.runs.attempts(request.params.run_id, request.query),
   );
 
   app.get(
@@ -351,7 +350,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunEventsResponse, ...errors },
       },
     },
-    async (request) => bg.runs.events((request.params as BackgroundRunIdParams).run_id, request.query as BackgroundRunListQuery),
+    async (request) => bg.runs.events(request.params.run_id, request.query),
   );
 
   app.get(
@@ -365,7 +364,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunWorkspaceResponse, 404: ErrorResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.runs.workspace((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.runs.workspace(request.params.run_id),
   );
 
   app.get(
@@ -380,7 +379,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const params = request.params as WorkspaceFileParams;
+      const params = request.params;
       const file = await bg.runs.openWorkspaceFile(params.run_id, params['*']);
       reply.header('content-type', 'application/octet-stream');
       reply.header('content-length', String(file.size));
@@ -402,7 +401,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => once(deps, request, 'cancelBackgroundRun', () => bg.cancelRun((request.params as BackgroundRunIdParams).run_id)),
+    async (request) => once(deps, request, 'cancelBackgroundRun', () => bg.cancelRun(request.params.run_id)),
   );
 
   app.post(
@@ -416,7 +415,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.resumeRun((request.params as BackgroundRunIdParams).run_id),
+    async (request) => bg.resumeRun(request.params.run_id),
   );
 
   app.get(

@@ -1,13 +1,12 @@
 // Debugging runs: their checkpoints, a fork from one, a counterfactual replay, a comparison of two
 // (docs/contract.md §3.4-3.6, docs/debugging.md). Reading needs a reader key, forks and replays
 // an operator key (the defaults of GET and POST in src/http/auth.ts).
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyReply } from 'fastify';
 import { newId } from '../ids.js';
 import { runResponseOf, type RunRecord } from '../runtime/run-record.js';
 import type { StartedRun, StartOptions } from '../runtime/run-types.js';
 import { compareRuns, summaryOf } from '../runtime/debug/compare.js';
 import { originView } from '../runtime/debug/origin.js';
-import type { ForkEdits, ReplayRequest as ReplayBody } from '../runtime/debug/runs-debug.js';
 import { redact } from '../telemetry/redact.js';
 import { redactorForConfig } from '../telemetry/secrets.js';
 import {
@@ -23,7 +22,7 @@ import {
   ReplayRequest,
   RunIdParams,
 } from '../schemas/index.js';
-import type { AppDeps } from './deps.js';
+import type { AppDeps, ZodApp } from './deps.js';
 import { jsonOrRunStreamResponse, RunSse } from './run-sse.js';
 
 const FORK_ANSWER = jsonOrRunStreamResponse("The fork's RunResponse plus `forked_from`; with `stream: true` the POST /run SSE stream.", DebugRunResponse);
@@ -31,7 +30,7 @@ const REPLAY_ANSWER = jsonOrRunStreamResponse("The replay's RunResponse plus `re
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 
-export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function debugRoutes(app: ZodApp, deps: AppDeps): void {
   const debug = deps.runtime.debug;
   const redactor = redactorForConfig(deps.config);
   /**
@@ -62,7 +61,7 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { run_id } = request.params as { run_id: string };
+      const { run_id } = request.params;
       const { checkpoints } = await debug.checkpoints(run_id);
       return { run_id, checkpoints, count: checkpoints.length };
     },
@@ -80,7 +79,7 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { run_id, checkpoint_id } = request.params as { run_id: string; checkpoint_id: string };
+      const { run_id, checkpoint_id } = request.params;
       const { checkpoint, messages } = await debug.checkpoint(run_id, checkpoint_id);
       return { run_id, ...checkpoint, messages: redact(messages, redactor) };
     },
@@ -101,8 +100,8 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const { run_id } = request.params as { run_id: string };
-      const body = request.body as { checkpoint_id: string; edits?: ForkEdits | null; session_id?: string | null; stream?: boolean | null };
+      const { run_id } = request.params;
+      const body = request.body;
       const answer = (record: RunRecord) => ({ ...runResponseOf(record, redactor), forked_from: { run_id, checkpoint_id: body.checkpoint_id } });
       if (body.stream) return streamed(reply, (opts) => debug.fork(run_id, body, opts), answer);
       return answer(await (await debug.fork(run_id, body)).settled);
@@ -125,8 +124,8 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const { run_id } = request.params as { run_id: string };
-      const body = request.body as ReplayBody & { stream?: boolean | null };
+      const { run_id } = request.params;
+      const body = request.body;
       const answer = (record: RunRecord) => ({ ...runResponseOf(record, redactor), ...originView({ replay_of: { run_id, variant: body.variant } }) });
       if (body.stream) return streamed(reply, (opts) => debug.replay(run_id, body, opts), answer);
       return answer(await (await debug.replay(run_id, body)).settled);
@@ -145,7 +144,7 @@ export function debugRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { a, b } = request.params as { a: string; b: string };
+      const { a, b } = request.params;
       const [ra, rb] = await Promise.all([debug.read(a), debug.read(b)]);
       const args = (x: Record<string, unknown>) => redact(x, redactor) as Record<string, unknown>;
       const sa = summaryOf(ra, args);

@@ -42,8 +42,8 @@ export function installLazyDocs(app: FastifyInstance, deps: AppDeps): void {
   // The inner path is rebuilt from the MATCHED wildcard, never from request.url: forwarding the raw
   // URL let `/docs/%2e%2e/runs` reach API routes of the inner app past authentication. Only plain
   // asset names pass (no dot segments, no encoded bytes), and the inner app has no API handlers.
-  const forward = async (request: FastifyRequest, reply: FastifyReply) => {
-    const rest = (request.params as { '*'?: string })['*'];
+  const forward = async (request: FastifyRequest<{ Params: { '*'?: string } }>, reply: FastifyReply) => {
+    const rest = request.params['*'];
     if (rest !== undefined && !DOCS_ASSET.test(rest)) return reply.callNotFound();
     const url = rest === undefined ? '/docs' : `/docs/${rest}`;
     // Always GET: for a HEAD request Fastify's HEAD route runs this handler and drops the body.

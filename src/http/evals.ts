@@ -1,7 +1,5 @@
 // Evaluations over past runs (docs/contract.md §3.7, docs/debugging.md): create, read, list,
 // cancel, delete. Creating, cancelling and deleting need an operator key; reading a reader key.
-import type { FastifyInstance } from 'fastify';
-import type { EvalCreate } from '../runtime/evals/eval-service.js';
 import type { EvalItem, EvalRecord } from '../runtime/evals/eval-types.js';
 import {
   ErrorResponse,
@@ -14,11 +12,11 @@ import {
   EvalView,
   HTTPValidationError,
 } from '../schemas/index.js';
-import type { AppDeps } from './deps.js';
+import type { AppDeps, ZodApp } from './deps.js';
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 
-export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function evalRoutes(app: ZodApp, deps: AppDeps): void {
   const evals = deps.runtime.evals;
   const view = async (e: EvalRecord) => ({
     eval_id: e.eval_id,
@@ -56,7 +54,7 @@ export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const created = await evals.create(request.body as EvalCreate);
+      const created = await evals.create(request.body);
       return reply.code(201).send(await view(created));
     },
   );
@@ -73,7 +71,7 @@ export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const q = request.query as { limit: number; cursor?: string };
+      const q = request.query;
       const page = await evals.list(q.limit, q.cursor ?? null);
       return { evals: await Promise.all(page.evals.map(view)), next_cursor: page.next_cursor };
     },
@@ -91,7 +89,7 @@ export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { record, items } = await evals.get((request.params as { eval_id: string }).eval_id);
+      const { record, items } = await evals.get(request.params.eval_id);
       return { ...(await view(record)), items: items.map(itemView), aggregates: evals.aggregates(items) };
     },
   );
@@ -107,7 +105,7 @@ export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: EvalView, ...errors },
       },
     },
-    async (request) => view(await evals.cancel((request.params as { eval_id: string }).eval_id)),
+    async (request) => view(await evals.cancel(request.params.eval_id)),
   );
 
   app.delete(
@@ -122,7 +120,7 @@ export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { eval_id } = request.params as { eval_id: string };
+      const { eval_id } = request.params;
       await evals.delete(eval_id);
       return { status: 'deleted' as const, eval_id };
     },

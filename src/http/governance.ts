@@ -1,13 +1,12 @@
 // POST /governance/evaluate (docs/policies.md): a dry run of the governance rules, with their
 // CEL conditions, for a call a client describes. Nothing runs; the same decide() as a run's.
-import type { FastifyInstance } from 'fastify';
 import { decide, type GovernanceConfig, type PolicyInput } from '../../machines/policies/governance.js';
 import { compileConditions, inputsDigest } from '../agent/policy-conditions.js';
 import { domainError } from '../errors.js';
 import { ErrorResponse, GovernanceEvaluateRequest, GovernanceEvaluateResponse, HTTPValidationError } from '../schemas/index.js';
-import type { AppDeps } from './deps.js';
+import type { AppDeps, ZodApp } from './deps.js';
 
-export function governanceRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function governanceRoutes(app: ZodApp, deps: AppDeps): void {
   const governance = deps.config.governance as unknown as GovernanceConfig;
   const conditions = compileConditions(deps.config.governance.rules);
   app.post(
@@ -22,7 +21,7 @@ export function governanceRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const body = request.body as GovernanceEvaluateRequest;
+      const body = request.body;
       // A key acting in a tenant evaluates in that tenant only.
       const own = request.tenantScope.tenant;
       const tenant = body.tenant ?? own ?? '';

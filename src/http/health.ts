@@ -1,10 +1,9 @@
-import type { FastifyInstance } from 'fastify';
 import { HealthResponse, MetricsResponse, ReadinessResponse } from '../schemas/index.js';
-import type { AppDeps } from './deps.js';
+import type { AppDeps, ZodApp } from './deps.js';
 
 const PROMETHEUS_TEXT = { description: 'Prometheus text exposition format 0.0.4.', content: { 'text/plain': { schema: { type: 'string' } } } };
 
-export function healthRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function healthRoutes(app: ZodApp, deps: AppDeps): void {
   const { runtime } = deps;
   app.get('/health', { schema: { operationId: 'getHealth', tags: ['service'], summary: 'Liveness', response: { 200: HealthResponse } } }, async () => ({
     status: runtime.isHealthy() ? 'healthy' : 'unhealthy',

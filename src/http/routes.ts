@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { AppDeps, RouteModule } from './deps.js';
+import type { AppDeps, RouteModule, ZodRequestTypeProvider } from './deps.js';
 import { healthRoutes } from './health.js';
 import { backgroundRoutes } from './background.js';
 import { runRoutes } from './runs.js';
@@ -40,6 +40,7 @@ export const ROUTE_MODULES: RouteModule[] = [
  * docs-app.ts does not import app.ts (app.ts → http/docs.ts → http/docs-app.ts was an import circle).
  */
 export function registerApiRoutes(scope: FastifyInstance, deps: AppDeps): void {
-  healthRoutes(scope, deps);
-  for (const register of ROUTE_MODULES) register(scope, deps);
+  const app = scope.withTypeProvider<ZodRequestTypeProvider>();
+  healthRoutes(app, deps);
+  for (const register of ROUTE_MODULES) register(app, deps);
 }

@@ -1,14 +1,20 @@
 // One run answered as the POST /run SSE stream: `session`, the run's telemetry events, `delta`s,
-// then `complete` or `error` (docs/http-api.md "Streams"). POST /run uses it, and so do a fork's
-// and a replay's `stream: true` (src/http/debug.ts), so every streamed run has the same frames.
-import type { FastifyReply } from 'fastify';
+// then `complete` or `error` (docs/http-api.md "Streams"). POST /run uses it (streamRun: the route
+// in src/http/runs.ts validates and authorizes, this module starts the run or, with an
+// Idempotency-Key, replays the first request's), and so do a fork's and a replay's `stream: true`
+// (src/http/debug.ts), so every streamed run has the same frames.
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { z } from 'zod';
-import type { RunRecord } from '../runtime/run-record.js';
+import { newId } from '../ids.js';
+import { runResponseOf, type RunRecord } from '../runtime/run-record.js';
 import { RunStream } from '../runtime/run-stream.js';
 import type { StartOptions } from '../runtime/run-types.js';
 import { isRefusal, swallow } from '../telemetry/swallowed.js';
-import { RunStreamDeltaFrame, RunStreamErrorFrame, RunStreamQueuedFrame, RunStreamSessionFrame, TelemetryEvent } from '../schemas/index.js';
+import type { Redactor } from '../telemetry/redact.js';
+import { RunStreamDeltaFrame, RunStreamErrorFrame, RunStreamQueuedFrame, RunStreamSessionFrame, TelemetryEvent, type RunRequest } from '../schemas/index.js';
 import type { AppDeps } from './deps.js';
+import { idempotencyRequestOf, replayRunStream, runExists } from './idempotent.js';
+import { tenantOf } from './tenancy.js';
 import { refTo, sseResponse } from './openapi.js';
 import { SseChannel, streamOptions } from './sse.js';
 
@@ -142,4 +148,56 @@ export class RunSse {
   private errorFrame(err: unknown, session_id: string | null) {
     return { error: 'InternalServerError', message: String((err as Error)?.message ?? err), run_id: this.runId, session_id };
   }
+}
+
+/** The flow-control options of a run request (docs/flow-control.md): none unless it names a key or a priority. */
+export function flowOptions(body: RunRequest): { concurrency?: { key: string; limit: number }; priority?: number } {
+  return {
+    ...(body.concurrency ? { concurrency: body.concurrency } : {}),
+    ...(body.priority != null ? { priority: body.priority } : {}),
+  };
+}
+
+/** Starts the run of a validated POST /run and answers with its stream; resolves once the stream is written. */
+export async function streamRun(deps: AppDeps, request: FastifyRequest, body: RunRequest, reply: FastifyReply, redactor: Redactor): Promise<void> {
+  const runs = deps.runtime.runs;
+  if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
+  const idem = idempotencyRequestOf(request, 'startRun');
+  const sse = new RunSse(deps, reply);
+  /** `isNew`: the id was made just now for this request (not a keyed retry's). */
+  const begin = async (run_id: string, isNew = false) => {
+    const hooks = sse.follow(run_id);
+    if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
+    return runs.start(body.query, body.session_id ?? null, {
+      tenant: tenantOf(request),
+      run_id,
+      run_id_is_new: isNew,
+      ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
+      session_policy: body.session_policy ?? undefined,
+      ...flowOptions(body),
+      ...hooks,
+    });
+  };
+  let started;
+  try {
+    if (idem) {
+      // A retry (same key, same body) gets the first request's run, replayed from its first event.
+      const once = await deps.runtime.idempotency.startOnce(
+        idem,
+        () => newId('run'),
+        (id) => runExists(deps, id),
+        begin,
+      );
+      if (!once.fresh) {
+        sse.stopFollowing();
+        return replayRunStream(deps, reply, once.target_id);
+      }
+      started = once.started;
+    } else started = await begin(newId('run'), true);
+  } catch (err) {
+    return sse.startFailed(err);
+  }
+  // With an Idempotency-Key the client means to come back (a retry replays the run), so leaving
+  // does not cancel: POST /runs/{run_id}/cancel does.
+  await sse.serve(started, { complete: (record) => runResponseOf(record, redactor), cancelOnClientClose: !idem });
 }

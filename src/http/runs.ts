@@ -1,11 +1,9 @@
-import type { FastifyInstance } from 'fastify';
 import { deciderOf } from './auth.js';
 import { tenantOf } from './tenancy.js';
 import { newId } from '../ids.js';
 import { approvalForAnswer, publicRunView, runResponseOf, type RunRecord } from '../runtime/run-record.js';
 import { redactorForConfig } from '../telemetry/secrets.js';
 import { domainError } from '../errors.js';
-import type { SessionPolicy } from '../runtime/runs.js';
 import {
   ApprovalDecisionRequest,
   ApprovalView,
@@ -29,10 +27,9 @@ import {
   ErrorResponse,
   HTTPValidationError,
 } from '../schemas/index.js';
-import type { AppDeps } from './deps.js';
-import { RunSse, runStreamResponse } from './run-sse.js';
-import { IdempotencyHeaders, idempotencyRequestOf, once, replayRunStream, runExists, waitRunSettled } from './idempotent.js';
-import { swallow, isRefusal } from '../telemetry/swallowed.js';
+import type { AppDeps, ZodApp } from './deps.js';
+import { IdempotencyHeaders, idempotencyRequestOf, once, runExists, waitRunSettled } from './idempotent.js';
+import { flowOptions, runStreamResponse, streamRun } from './run-sse.js';
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 
@@ -42,7 +39,7 @@ const RUN_STREAM = runStreamResponse(
   RunResponse,
 );
 
-export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function runRoutes(app: ZodApp, deps: AppDeps): void {
   const { runtime } = deps;
   const runs = runtime.runs;
   /**
@@ -81,48 +78,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: RUN_STREAM, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError, 429: ErrorResponse, 503: ErrorResponse },
       },
     },
-    async (request, reply) => {
-      const body = request.body as RunBody;
-      if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
-      const idem = idempotencyRequestOf(request, 'startRun');
-      const sse = new RunSse(deps, reply);
-      /** `isNew`: the id was made just now for this request (not a keyed retry's). */
-      const begin = async (run_id: string, isNew = false) => {
-        const hooks = sse.follow(run_id);
-        if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
-        return runs.start(body.query, body.session_id ?? null, {
-          tenant: tenantOf(request),
-          run_id,
-          run_id_is_new: isNew,
-          ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
-          session_policy: body.session_policy ?? undefined,
-          ...flowOptions(body),
-          ...hooks,
-        });
-      };
-      let started;
-      try {
-        if (idem) {
-          // A retry (same key, same body) gets the first request's run, replayed from its first event.
-          const once = await deps.runtime.idempotency.startOnce(
-            idem,
-            () => newId('run'),
-            (id) => runExists(deps, id),
-            begin,
-          );
-          if (!once.fresh) {
-            sse.stopFollowing();
-            return replayRunStream(deps, reply, once.target_id);
-          }
-          started = once.started;
-        } else started = await begin(newId('run'), true);
-      } catch (err) {
-        return sse.startFailed(err);
-      }
-      // With an Idempotency-Key the client means to come back (a retry replays the run), so
-      // leaving does not cancel: POST /runs/{run_id}/cancel does.
-      await sse.serve(started, { complete: (record) => runResponseOf(record, redactor), cancelOnClientClose: !idem });
-    },
+    async (request, reply) => streamRun(deps, request, request.body, reply, redactor),
   );
 
   app.post(
@@ -138,7 +94,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const body = request.body as RunBody;
+      const body = request.body;
       if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
       const begin = async (run_id: string) => {
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
@@ -179,7 +135,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const page = await runs.list(request.query as RunsListQuery, request.tenantScope);
+      const page = await runs.list(request.query, request.tenantScope);
       return { runs: page.runs.map((r) => publicRunView(r, redactor)), total: page.total, next_cursor: page.next_cursor };
     },
   );
@@ -190,7 +146,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       schema: { operationId: 'getRun', tags: ['runs'], summary: 'One run', params: RunIdParams, response: { 200: RunView, ...errors } },
     },
     async (request) => {
-      const record = await runs.get((request.params as { run_id: string }).run_id, request.tenantScope);
+      const record = await runs.get(request.params.run_id, request.tenantScope);
       return { ...publicRunView(record, redactor), queue: await runs.queueOf(record) };
     },
   );
@@ -207,7 +163,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: RunCancelResponse, ...errors },
       },
     },
-    async (request) => once(deps, request, 'cancelRun', () => runs.cancel((request.params as { run_id: string }).run_id)),
+    async (request) => once(deps, request, 'cancelRun', () => runs.cancel(request.params.run_id)),
   );
 
   app.post(
@@ -222,7 +178,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { run_id } = request.params as { run_id: string };
+      const { run_id } = request.params;
       // A draining process starts nothing new; the run stays stored as it is and the next start
       // (or another instance) resumes it.
       if (runs.shuttingDown) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
@@ -248,8 +204,8 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { run_id, approval_id } = request.params as { run_id: string; approval_id: string };
-      const body = request.body as { decision: 'approve' | 'deny'; approver: string; arguments?: Record<string, unknown> | null; note?: string | null };
+      const { run_id, approval_id } = request.params;
+      const body = request.body;
       checkApprover(deps, request.apiKeyName, body.approver);
       // Redacted before the idempotency record stores the answer, so a replay is the same and no copy is raw.
       return once(deps, request, 'decideApproval', async () =>
@@ -269,7 +225,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: RunBudgetResponse, ...errors },
       },
     },
-    async (request) => runs.budgetView((request.params as { run_id: string }).run_id),
+    async (request) => runs.budgetView(request.params.run_id),
   );
 
   app.post(
@@ -286,9 +242,9 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const body = request.body as { decision: 'grant' | 'deny'; approver: string; amount?: number | null; note?: string | null; request_id?: string | null };
+      const body = request.body;
       checkApprover(deps, request.apiKeyName, body.approver);
-      return once(deps, request, 'decideBudget', () => runs.decideBudget((request.params as { run_id: string }).run_id, body));
+      return once(deps, request, 'decideBudget', () => runs.decideBudget(request.params.run_id, body));
     },
   );
 
@@ -304,7 +260,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: OutcomeResponse, ...errors },
       },
     },
-    async (request) => runs.recordOutcome((request.params as { run_id: string }).run_id, request.body as { source: string }),
+    async (request) => runs.recordOutcome(request.params.run_id, request.body),
   );
 
   app.get(
@@ -319,7 +275,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: SessionHistoryResponse, ...errors },
       },
     },
-    async (request) => runs.history((request.params as { session_id: string }).session_id, request.query as SessionHistoryQuery, tenantOf(request)),
+    async (request) => runs.history(request.params.session_id, request.query, tenantOf(request)),
   );
 
   app.delete(
@@ -333,27 +289,8 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: SessionClearedResponse, ...errors },
       },
     },
-    async (request) => runs.clearSession((request.params as { session_id: string }).session_id, tenantOf(request)),
+    async (request) => runs.clearSession(request.params.session_id, tenantOf(request)),
   );
-}
-
-/** The body of POST /run and /run/sync as validated (RunRequest). */
-interface RunBody {
-  query: string;
-  session_id?: string | null;
-  webhook?: string | null;
-  agent_id?: string | null;
-  session_policy?: SessionPolicy | null;
-  concurrency?: { key: string; limit: number } | null;
-  priority?: number | null;
-}
-
-/** The flow-control options of a run request (docs/flow-control.md): none unless it names a key or a priority. */
-function flowOptions(body: RunBody): { concurrency?: { key: string; limit: number }; priority?: number } {
-  return {
-    ...(body.concurrency ? { concurrency: body.concurrency } : {}),
-    ...(body.priority != null ? { priority: body.priority } : {}),
-  };
 }
 
 /** With `auth.bind_approver`, the approver named in a decision must be the key's name. */

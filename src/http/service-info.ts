@@ -1,4 +1,3 @@
-import type { FastifyInstance } from 'fastify';
 import { describeMachines } from '../runtime/machines-info.js';
 import {
   ErrorResponse,
@@ -14,10 +13,10 @@ import { domainError } from '../errors.js';
 import { MAX_WATCHERS, type LiveState } from '../runtime/live-states.js';
 import { sseResponse } from './openapi.js';
 import { SseChannel, streamOptions } from './sse.js';
-import type { AppDeps } from './deps.js';
+import type { AppDeps, ZodApp } from './deps.js';
 import { decide } from '../../machines/policies/governance.js';
 
-export function serviceInfoRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function serviceInfoRoutes(app: ZodApp, deps: AppDeps): void {
   // Who the caller is: the dashboard's header and the default approver of the dashboard and the
   // CLI (the key's name, as steer messages use). Any valid key may ask about itself.
   app.get(
@@ -84,7 +83,7 @@ export function serviceInfoRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const { actor } = request.query as { actor: string };
+      const { actor } = request.query;
       const live = deps.runtime.liveStates;
       if (live.size >= MAX_WATCHERS) throw domainError('AGT_ERR_TOO_MANY_WATCHERS', [], { headers: { 'retry-after': '5' } });
       const channel = new SseChannel(reply, streamOptions(deps));

@@ -23,7 +23,7 @@ export interface SseLimits {
 
 export const DEFAULT_SSE_LIMITS: SseLimits = { maxQueuedEvents: 1000, maxQueuedBytes: 8 * 1024 * 1024 };
 
-/** Where open streams report what they hold (runtime/metrics.ts exports it). */
+/** Where open streams report what they hold (src/telemetry/metrics.ts exports it). */
 export interface SseMetrics {
   readonly sseStreams: Set<{ readonly bufferedBytes: number }>;
   sseDropped(): void;

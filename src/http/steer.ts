@@ -1,13 +1,12 @@
 // Talking to a run in flight: steer it, interrupt it, read its inbox. Resuming
 // an interrupted run is POST /runs/{run_id}/resume (src/http/runs.ts).
-import type { FastifyInstance } from 'fastify';
 import { ErrorResponse, HTTPValidationError, InterruptResponse, RunIdParams, RunInboxView, SteerRequest, SteerResponse } from '../schemas/index.js';
-import type { AppDeps } from './deps.js';
+import type { AppDeps, ZodApp } from './deps.js';
 import { HttpValidationFailure } from './validation.js';
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 
-export function steerRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function steerRoutes(app: ZodApp, deps: AppDeps): void {
   const runs = deps.runtime.runs;
 
   app.post(
@@ -23,8 +22,8 @@ export function steerRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { run_id } = request.params as { run_id: string };
-      const body = request.body as { message: string; sender?: string | null };
+      const { run_id } = request.params;
+      const body = request.body;
       const sender = body.sender ?? (request.apiKeyName && /^[A-Za-z0-9_.@-]{1,64}$/.test(request.apiKeyName) ? request.apiKeyName : 'user');
       const result = await runs.steer(run_id, { message: body.message, sender });
       if ('blocked' in result) {
@@ -54,7 +53,7 @@ export function steerRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: InterruptResponse, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => runs.interrupt((request.params as { run_id: string }).run_id, { by: request.apiKeyName ?? null }),
+    async (request) => runs.interrupt(request.params.run_id, { by: request.apiKeyName ?? null }),
   );
 
   app.get(
@@ -68,6 +67,6 @@ export function steerRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: RunInboxView, 404: ErrorResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => runs.inboxOf((request.params as { run_id: string }).run_id),
+    async (request) => runs.inboxOf(request.params.run_id),
   );
 }

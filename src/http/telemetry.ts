@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { readVisibleEvents, tenantOfEvent } from '../runtime/telemetry-queries.js';
 import { visibleIn } from '../runtime/tenancy.js';
 import type { EventIndexField } from '../store/store.js';
@@ -23,7 +23,7 @@ import {
   TelemetryEvent,
 } from '../schemas/index.js';
 import { sseResponse } from './openapi.js';
-import type { AppDeps } from './deps.js';
+import type { AppDeps, ZodApp } from './deps.js';
 import { SseChannel, serializedSize, streamOptions } from './sse.js';
 
 const notFoundOr422 = { 404: ErrorResponse, 422: HTTPValidationError };
@@ -38,7 +38,7 @@ const EVENT_STREAM = sseResponse(
   ],
 );
 
-export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function telemetryRoutes(app: ZodApp, deps: AppDeps): void {
   const q = deps.runtime.telemetryQueries;
 
   app.get(
@@ -53,15 +53,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const query = request.query as {
-        trace_id?: string;
-        run_id?: string;
-        session_id?: string;
-        task_id?: string;
-        event_type?: string | string[];
-        cursor?: string;
-        limit: number;
-      };
+      const query = request.query;
       const filters: Partial<Record<EventIndexField, string | string[]>> = {};
       for (const k of ['trace_id', 'run_id', 'session_id', 'task_id', 'event_type'] as const) if (query[k] !== undefined) filters[k] = query[k]!;
       const page = await q.eventsJson({ filters, cursor: query.cursor, limit: query.limit }, request.tenantScope);
@@ -89,7 +81,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const query = request.query as { session_id: string; run_id?: string; cursor?: string };
+      const query = request.query;
       await streamEvents(deps, request, reply, query.session_id, query.run_id, query.cursor);
     },
   );
@@ -105,7 +97,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: TracesListResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => q.list(request.query as TracesListQuery, request.tenantScope),
+    async (request) => q.list(request.query, request.tenantScope),
   );
 
   app.get(
@@ -119,7 +111,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: TraceResponse, ...notFoundOr422 },
       },
     },
-    async (request) => q.trace((request.params as { trace_id: string }).trace_id, request.tenantScope),
+    async (request) => q.trace(request.params.trace_id, request.tenantScope),
   );
 
   app.get(
@@ -133,7 +125,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: RunTraceResponse, ...notFoundOr422 },
       },
     },
-    async (request) => q.runTrace((request.params as { run_id: string }).run_id),
+    async (request) => q.runTrace(request.params.run_id),
   );
 
   app.get(
@@ -147,7 +139,7 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: TraceResponse, ...notFoundOr422 },
       },
     },
-    async (request) => q.latest({ session_id: (request.params as { session_id: string }).session_id }, request.tenantScope),
+    async (request) => q.latest({ session_id: request.params.session_id }, request.tenantScope),
   );
 
   app.get(
@@ -165,8 +157,8 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const { session_id } = request.params as { session_id: string };
-      const query = request.query as { run_id?: string; cursor?: string };
+      const { session_id } = request.params;
+      const query = request.query;
       await streamEvents(deps, request, reply, session_id, query.run_id, query.cursor);
     },
   );
@@ -184,8 +176,8 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const { session_id } = request.params as { session_id: string };
-      const query = request.query as SessionEventsListQuery;
+      const { session_id } = request.params;
+      const query = request.query;
       const filters: Partial<Record<EventIndexField, string>> = { session_id, ...(query.run_id ? { run_id: query.run_id } : {}) };
       const page = await q.eventsJson({ filters, cursor: query.cursor, limit: query.limit }, request.tenantScope);
       reply.type('application/json; charset=utf-8');
@@ -206,8 +198,8 @@ export function telemetryRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { session_id } = request.params as { session_id: string };
-      const { run_id } = request.query as { run_id?: string };
+      const { session_id } = request.params;
+      const { run_id } = request.query;
       // A run id of another tenant is as missing as the session's trace would be.
       if (run_id && !request.tenantScope.all) await deps.runtime.runs.get(run_id, request.tenantScope);
       return q.latest(run_id ? { run_id } : { session_id }, request.tenantScope);

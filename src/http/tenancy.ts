@@ -94,7 +94,10 @@ export function installTenancy(app: FastifyInstance, deps: AppDeps): void {
     if (/\/:run_id(\/|$)/.test(pattern) && !pattern.startsWith('/background/')) {
       const ownRun: preHandlerAsyncHookHandler = async (request) => {
         if (request.tenantScope.all) return;
-        await deps.runtime.runs.get((request.params as { run_id: string }).run_id, request.tenantScope);
+        // The pattern has :run_id, so the matched (and validated) params hold it.
+        const params: unknown = request.params;
+        if (typeof params !== 'object' || params === null || !('run_id' in params) || typeof params.run_id !== 'string') return;
+        await deps.runtime.runs.get(params.run_id, request.tenantScope);
       };
       route.preHandler = route.preHandler ? [ownRun, ...[route.preHandler].flat()] : ownRun;
     }

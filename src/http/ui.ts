@@ -82,9 +82,9 @@ export function installUi(app: FastifyInstance): void {
     return files;
   };
 
-  const serve = async (request: FastifyRequest, reply: FastifyReply) => {
+  const serve = async (request: FastifyRequest<{ Params: { '*'?: string } }>, reply: FastifyReply) => {
     // The MATCHED wildcard, never request.url (see src/http/docs.ts).
-    const rest = (request.params as { '*'?: string })['*'] ?? '';
+    const rest = request.params['*'] ?? '';
     const all = await load();
     const name = resolveUiPath(rest, all);
     const file = name ? all[name] : undefined;

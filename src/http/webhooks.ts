@@ -1,8 +1,7 @@
-import type { FastifyInstance } from 'fastify';
 import { HTTPValidationError, WebhookDeliveriesQuery, WebhookDeliveriesResponse } from '../schemas/index.js';
-import type { AppDeps } from './deps.js';
+import type { AppDeps, ZodApp } from './deps.js';
 
-export function webhookRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function webhookRoutes(app: ZodApp, deps: AppDeps): void {
   app.get(
     '/webhooks/deliveries',
     {
@@ -15,7 +14,7 @@ export function webhookRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const q = request.query as WebhookDeliveriesQuery;
+      const q = request.query;
       return deps.runtime.webhooks.list({ status: q.status, run_id: q.run_id, limit: q.limit, cursor: q.cursor });
     },
   );

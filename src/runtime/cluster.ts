@@ -6,7 +6,7 @@
 //  - control: a cancel posted to an instance that does not hold the run is sent to its owner;
 //  - tasks: a task edited on one instance is re-read by the others' schedulers.
 import type { Store, StoredEvent } from '../store/store.js';
-import { CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD, type StoreChanges } from '../store/changes.js';
+import { CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD, type StoreChanges } from '../store/change-feed.js';
 import { eventField, FILTER_FIELDS, type EventBus, type FilterField } from '../telemetry/bus.js';
 import { silentLogger, type AppLogger } from '../telemetry/logger.js';
 

@@ -23,7 +23,7 @@ import { ModelCallError, type ToolCallRequest, type ToolDeclaration } from '../a
 import { modelCallReservation, modelCallUsage } from '../agent/pricing.js';
 import { checkInput } from '../agent/guardrails.js';
 import { newId } from '../ids.js';
-import { settleHold } from './budget-settle.js';
+import { settleHold } from '../agent/budget-settle.js';
 import { pauseOn429, rateLimited } from './run-rate.js';
 import type { RunHost, RunEventInput } from './run-host.js';
 import type { RunKernel } from './run-kernel.js';

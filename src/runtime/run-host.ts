@@ -10,7 +10,7 @@ import { newId } from '../ids.js';
 import { isSharedStore } from '../store/changes.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import type { EventRecordInput } from '../telemetry/record.js';
-import type { AgentLease, AgentProfile } from './agent-profile.js';
+import type { AgentLease, AgentProfile } from '../agent/agent-profile.js';
 import { FencedError, RecordWriter, type CarriedWrite } from './persistence.js';
 import { phaseOf, recordFromSnapshot } from './run-projection.js';
 import { nextCheckpoints, type Checkpoint } from '../../machines/policies/checkpoints.js';

@@ -15,9 +15,9 @@
 // of. Whenever that cannot be known (the feed reconnecting, or reconnected since the run was first
 // seen or just before) it reads, as every boundary did before.
 import type { InboxMessage, InboxRead } from '../../machines/run.machine.js';
-import { conflict, domainError } from '../errors.js';
+import { domainError } from '../errors.js';
 import { newId } from '../ids.js';
-import { CHANGE_CHANNELS, type StoreChanges } from '../store/changes.js';
+import { CHANGE_CHANNELS, type StoreChanges } from '../store/change-feed.js';
 import type { Store } from '../store/store.js';
 import { casUpdate, CasExhaustedError } from '../store/cas.js';
 import { repos } from '../store/repos/index.js';

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import type { AnyActorLogic } from 'xstate';
 import { AppError, domainError, notFound } from '../errors.js';
 import type { Versioned, WriteOp } from '../store/store.js';
-import type { AgentLease, AgentProfile } from './agent-profile.js';
+import type { AgentLease, AgentProfile } from '../agent/agent-profile.js';
 import type { CarriedWrite } from './persistence.js';
 import { RunHost } from './run-host.js';
 import type { RunRecord } from './run-record.js';

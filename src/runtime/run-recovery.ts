@@ -8,7 +8,7 @@ import { RUN_MACHINE_VERSION } from '../../machines/run.machine.js';
 import { domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { isStoreError, type Versioned } from '../store/store.js';
-import type { AgentLease } from './agent-profile.js';
+import type { AgentLease } from '../agent/agent-profile.js';
 import type { RunKernel } from './run-kernel.js';
 import { resumeEventFor } from './run-projection.js';
 import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, runIndexes, type RunRecord } from './run-record.js';

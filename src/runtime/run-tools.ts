@@ -9,13 +9,13 @@ import type { ToolCallRequest } from '../agent/model/types.js';
 import { formatObservation } from '../agent/tools/observation.js';
 import type { RegisteredTool, ToolContext } from '../agent/tools/types.js';
 import { newId } from '../ids.js';
-import { UNKNOWN_TOOL } from './metrics.js';
+import { UNKNOWN_TOOL } from '../telemetry/metrics.js';
 import { replayedCall } from './debug/replay-tools.js';
 import type { ReplayAnswer } from '../../machines/policies/replay-match.js';
 import type { RunHost } from './run-host.js';
 import type { ToolCallRecord } from './run-record.js';
 import { iso, type RunServiceDeps } from './run-types.js';
-import type { SubagentSpec } from './subagents.js';
+import type { SubagentSpec } from '../agent/subagents.js';
 
 export class ToolRunner {
   constructor(private readonly deps: RunServiceDeps) {}

@@ -9,14 +9,14 @@ import type { ConcurrencyRequest, ConcurrencyRule } from '../../machines/policie
 import type { BudgetLedger } from '../agent/budget-ledger.js';
 import type { Pricing } from '../agent/pricing.js';
 import type { CompiledGuardrails } from '../agent/guardrails.js';
-import type { RegisteredTool } from '../agent/tools/types.js';
 import type { Clock } from '../clock.js';
 import type { LeaseClock } from '../lease-clock.js';
 import type { Store, Versioned } from '../store/store.js';
-import type { AgentSource, AgentToolSource } from './agent-profile.js';
+import type { AgentSource } from '../agent/agent-profile.js';
+import type { AgentToolSource } from '../agent/tools/types.js';
 import type { TelemetryEmitter } from './emitter.js';
-import type { Metrics } from './metrics.js';
-import type { Subagents } from './subagents.js';
+import type { Metrics } from '../telemetry/metrics.js';
+import type { Subagents } from '../agent/subagents.js';
 import type { ActorSystem } from './system.js';
 import type { RunRecord, RunRecordStatus } from './run-record.js';
 import type { AppLogger } from '../telemetry/logger.js';
@@ -71,7 +71,7 @@ export interface RunServiceDeps {
   workerId: string;
   /** Sub-agents the model may delegate to (config `agent.subagents`). */
   subagents?: Subagents;
-  /** Registered agents by id (src/runtime/agent-registry.ts); without it every run is the served agent's. */
+  /** Registered agents by id (src/agent/agent-registry.ts); without it every run is the served agent's. */
   agents?: AgentSource;
   /** The process's logger; a live run logs through its host's child (`RunHost.log`, bound to run_id). */
   logger: AppLogger;

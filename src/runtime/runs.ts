@@ -10,7 +10,7 @@ import type { ChatMessage } from '../agent/model/types.js';
 import { domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { isSharedStore } from '../store/changes.js';
-import type { AgentLease } from './agent-profile.js';
+import type { AgentLease } from '../agent/agent-profile.js';
 import { RunDecisions } from './run-decisions.js';
 import { RunEffects } from './run-effects.js';
 import type { RunHost } from './run-host.js';

@@ -5,6 +5,7 @@ export * from './decisions.js';
 export * from './runs.js';
 export * from './steer.js';
 export * from './background.js';
+export * from './background-answers.js';
 export * from './telemetry.js';
 export * from './health.js';
 export * from './webhooks.js';

@@ -9,31 +9,18 @@ import {
   RECORD_KEY_START,
   cleanIndexes,
   indexCountKey,
-  indexPrefix,
   kindCountKey,
   parse,
   recordKey,
-  seqPrefix,
   writeBatch,
   type BatchOp,
   type Db,
   type Row,
 } from './level-keys.js';
+import { LevelCache } from './level-cache.js';
+import { stageRecordOps } from './level-record-ops.js';
 import { newRoundPostings, stageEvents, stagePostings, type RoundPostings } from './level-events.js';
-import {
-  StoreError,
-  assertOpApplies,
-  encodeCursor,
-  type CommitEvents,
-  type CommitOps,
-  type EventInput,
-  type OnSwallowed,
-  type RecordIndexes,
-  type RecordKind,
-  type StoredEvent,
-  type Versioned,
-  type WriteOp,
-} from './store.js';
+import type { CommitEvents, CommitOps, EventInput, OnSwallowed, StoredEvent, Versioned, WriteOp } from './store.js';
 
 export interface RecordJob {
   type: 'records';
@@ -62,17 +49,6 @@ export interface BarrierJob {
   reject(e: unknown): void;
 }
 export type Job = RecordJob | EventJob | BarrierJob;
-
-/** A prefetch not used within this many written rounds is dropped (its write never came). */
-const PREFETCH_MAX_ROUNDS = 64;
-
-interface Prefetch {
-  /** `writesDone` when it was issued (its age). */
-  at: number;
-  /** A batch writing its key landed since it was issued: what it read may be old. */
-  stale: boolean;
-  text: Promise<{ value: string | undefined } | null>;
-}
 
 /** Soft cap on batch operations per group-commit round (a single job is never split). */
 const ROUND_OPS = 20_000;
@@ -140,180 +116,17 @@ export class LevelWriter {
   private flushing = false;
   /** Set while the write loop, with a round being written and an empty queue, waits: a job wakes it up. */
   private wake: (() => void) | null = null;
-  /**
-   * Committed state the write queue reads on every round, kept in memory so a commit is one
-   * LevelDB round-trip (the write) instead of three (load rows, load counters, write). Safe
-   * because this process is the only one that can open the directory and every write goes
-   * through the queue; both caches are filled only from what is already on disk. Rows are kept
-   * as their stored JSON text (so no caller can mutate a cached object), newest last, bounded.
-   * A writer lives from open to close: another process may write the directory in between.
-   */
-  private readonly rowCache = new Map<string, string | null>();
-  /** Rounds whose batch was written (the cache epoch: see learnRow / learnCounter). */
-  private writesDone = 0;
   /** Group-commit rounds written with fsync (diagnostics: LevelStore.stats). */
   syncedRounds = 0;
-  /**
-   * Reads issued ahead of a write (prefetch). One is valid until a batch that writes its key is
-   * written (`stale`): a batch that landed before the read was issued is in what it read; one in
-   * flight when it was issued, or later, marks it stale when it lands. Unrelated writes (with 32
-   * enqueue requests in flight there is always one) leave it valid.
-   */
-  private readonly prefetched = new Map<string, Prefetch>();
-  private readonly counterCache = new Map<string, number>();
-
+  /** The row and counter caches and the reads issued ahead of writes (src/store/level-cache.ts). */
+  readonly cache: LevelCache;
   constructor(
     private readonly db: Db,
     private readonly opts: LevelWriterOptions,
   ) {
     this.lastSeq = opts.lastSeq;
     this.lastCursor = opts.lastCursor;
-  }
-
-  /** Changes whenever a round's batch is written: a read that began and ended in one epoch saw what the caches may hold. */
-  get epoch(): number {
-    return this.writesDone;
-  }
-
-  /** A counter's stored value as the cache knows it, undefined when not cached. */
-  cachedCounter(key: string): number | undefined {
-    return this.counterCache.get(key);
-  }
-
-  /**
-   * A counter read from the disk outside the queue (countRecords): cached only if no batch was
-   * written since the read was issued (`epoch` then), so the cache still holds exactly the disk.
-   */
-  learnCounter(key: string, value: number, epoch: number): void {
-    if (epoch === this.writesDone && !this.counterCache.has(key)) this.counterCache.set(key, value);
-  }
-
-  /** A row read from the disk outside the queue (getRecord): cached only under the same rule as learnCounter. */
-  learnRow(key: string, text: string | null, epoch: number): void {
-    if (epoch === this.writesDone && !this.rowCache.has(key)) this.cacheRow(key, text);
-  }
-
-  /** The row's stored text as the cache knows it (null: known absent), undefined when not cached. */
-  cachedRow(key: string): string | null | undefined {
-    return this.rowCache.get(key);
-  }
-
-  /**
-   * A hint that these records are about to be written (created, mostly) with these index values:
-   * their rows and the counters of those index values are read now, while the caller is still
-   * busy, so the round that writes them need not wait for a disk read first (a new run's round
-   * otherwise starts with one: its rows and its session's counters are in no cache). A read is
-   * used only if no batch writing its key landed after it was issued, so it is exactly what the
-   * disk holds; otherwise the round reads again.
-   */
-  prefetch(
-    records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes; fresh?: string[] }>,
-    read: (keys: string[]) => Promise<Array<string | undefined>>,
-  ): void {
-    const keys: string[] = [];
-    const want = (k: string) => {
-      if (!this.prefetched.has(k) && !keys.includes(k)) keys.push(k);
-    };
-    for (const r of records) {
-      const rk = recordKey(r.kind, r.id);
-      if (r.fresh) {
-        // A just-generated id: known absent, and so are the postings of its own index values.
-        // Both caches then hold exactly what the disk holds, as when filled from a read.
-        if (!this.rowCache.has(rk) && !this.prefetched.has(rk)) this.cacheRow(rk, null);
-        const ix = cleanIndexes(r.indexes);
-        for (const name of r.fresh) {
-          if (ix[name] === undefined) continue;
-          const ik = indexCountKey(r.kind, name, ix[name]);
-          if (!this.counterCache.has(ik) && !this.prefetched.has(ik)) this.counterCache.set(ik, 0);
-        }
-      }
-      if (!this.rowCache.has(rk)) want(rk);
-      const ck = kindCountKey(r.kind);
-      if (!this.counterCache.has(ck)) want(ck);
-      for (const [name, v] of Object.entries(cleanIndexes(r.indexes))) {
-        const ik = indexCountKey(r.kind, name, v);
-        if (!this.counterCache.has(ik)) want(ik);
-      }
-    }
-    if (keys.length === 0) return;
-    const at = this.writesDone;
-    const texts = read(keys).catch((err: unknown) => (this.opts.onSwallowed?.('store.level.prefetch', err), null));
-    const entries: Prefetch[] = [];
-    // A read still valid when it lands is what the disk holds: the caches learn it then, so the
-    // caller's own read of the row (a named session before its run) and the round that writes it
-    // need no second disk read. A batch writing the key that is in flight now lands after this
-    // and overwrites what was learnt (land()); one that landed first made the entry stale. Rounds
-    // that stage commits run only while no batch is in flight, so none sees the old value then.
-    // (Attached first: whoever awaits an entry's text finds the caches taught.)
-    void texts.then((t) => {
-      if (t) keys.forEach((k, i) => !entries[i].stale && this.learnPrefetched(k, t[i]));
-    });
-    keys.forEach((k, i) => entries.push({ at, stale: false, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
-    keys.forEach((k, i) => this.prefetched.set(k, entries[i]));
-  }
-
-  private learnPrefetched(key: string, text: string | undefined): void {
-    if (key.startsWith(RECORD_KEY_START)) {
-      if (!this.rowCache.has(key)) this.cacheRow(key, text ?? null);
-    } else if (!this.counterCache.has(key)) this.counterCache.set(key, parse<number>(text) ?? 0);
-  }
-
-  /**
-   * The row's stored text as the cache knows it or, when a valid prefetch of it is in flight, as
-   * that read finds it (null: known absent); undefined when neither knows it (read the disk).
-   */
-  async prefetchedRow(key: string): Promise<string | null | undefined> {
-    const p = this.prefetched.get(key);
-    if (p && !p.stale) await p.text;
-    return this.rowCache.get(key);
-  }
-
-  /** `keys` from valid prefetches where there are some, the rest from the disk, in order. */
-  private async readKeys(db: Db, keys: string[]): Promise<Array<string | undefined>> {
-    const out: Array<string | undefined> = new Array(keys.length);
-    const rest: number[] = [];
-    const early: Array<Promise<void>> = [];
-    keys.forEach((k, i) => {
-      const p = this.prefetched.get(k);
-      this.prefetched.delete(k);
-      if (!p || p.stale) return void rest.push(i);
-      early.push(
-        p.text.then((t) => {
-          if (t && !p.stale) out[i] = t.value;
-          else rest.push(i); // the read failed, or a write landed while we waited
-        }),
-      );
-    });
-    await Promise.all(early);
-    if (rest.length) {
-      const loaded = await db.getMany(rest.map((i) => keys[i]));
-      rest.forEach((i, j) => (out[i] = loaded[j]));
-    }
-    return out;
-  }
-
-  /** After a batch landed: prefetches of its keys are stale; and one never used is dropped after a while. */
-  private dropStalePrefetches(batch: BatchOp[]): void {
-    if (this.prefetched.size === 0) return;
-    for (const op of batch) {
-      const p = this.prefetched.get(op.key);
-      if (!p) continue;
-      p.stale = true;
-      this.prefetched.delete(op.key);
-    }
-    for (const [k, p] of this.prefetched) {
-      if (this.writesDone - p.at <= PREFETCH_MAX_ROUNDS) break; // oldest first
-      p.stale = true;
-      this.prefetched.delete(k);
-    }
-  }
-
-  // ---------------------------------------------------------------- write queue
-
-  private cacheRow(key: string, text: string | null): void {
-    this.rowCache.delete(key); // re-insert as newest
-    this.rowCache.set(key, text);
-    if (this.rowCache.size > this.opts.rowCacheSize) this.rowCache.delete(this.rowCache.keys().next().value!);
+    this.cache = new LevelCache(opts.rowCacheSize, opts.onSwallowed);
   }
 
   enqueue(job: Job): void {
@@ -499,7 +312,7 @@ export class LevelWriter {
         // cache after filling it: caching the misses may evict this very round's hits.
         const missing: string[] = [];
         for (const k of recKeys) {
-          const text = this.rowCache.get(k);
+          const text = this.cache.rows.get(k);
           if (text === undefined) missing.push(k);
           else rows.set(k, text === null ? null : (JSON.parse(text) as Row));
         }
@@ -521,7 +334,7 @@ export class LevelWriter {
           const ck: string[] = [];
           for (const k of ckeys) {
             if (counters.has(k)) continue;
-            const n = this.counterCache.get(k);
+            const n = this.cache.counters.get(k);
             if (n === undefined) ck.push(k);
             else counters.set(k, n);
           }
@@ -531,21 +344,21 @@ export class LevelWriter {
           ck.forEach((k, i) => {
             const n = parse<number>(texts[i]) ?? 0;
             counters.set(k, n);
-            this.counterCache.set(k, n);
+            this.cache.counters.set(k, n);
           });
         let ck = uncachedCounters(counterKeys());
         if (missing.length || ck.length) {
-          const loaded = await this.readKeys(db, [...missing, ...ck]);
+          const loaded = await this.cache.readKeys(db, [...missing, ...ck]);
           missing.forEach((k, i) => {
             const text = loaded[i] ?? null;
             rows.set(k, text === null ? null : (JSON.parse(text) as Row));
-            this.cacheRow(k, text);
+            this.cache.cacheRow(k, text);
           });
           setCounters(ck, loaded.slice(missing.length));
         }
         if (missing.length) {
           ck = uncachedCounters(counterKeys());
-          if (ck.length) setCounters(ck, await this.readKeys(db, ck));
+          if (ck.length) setCounters(ck, await this.cache.readKeys(db, ck));
         }
       }
 
@@ -631,16 +444,16 @@ export class LevelWriter {
       // One atomic batch; only then does anybody hear back.
       if (batch.length) {
         await writeBatch(this.db, batch, this.opts.sync);
-        this.writesDone++;
+        this.cache.writesDone++;
         if (this.opts.sync) this.syncedRounds++;
       }
-      this.dropStalePrefetches(batch);
+      this.cache.dropStalePrefetches(batch);
       // On disk now: the caches may learn it.
       for (const op of batch) {
-        if (op.key.startsWith(RECORD_KEY_START)) this.cacheRow(op.key, op.type === 'put' ? op.value : null);
-        else if (op.key.startsWith(COUNT_KEY_START)) this.counterCache.set(op.key, op.type === 'put' ? Number(op.value) : 0);
+        if (op.key.startsWith(RECORD_KEY_START)) this.cache.cacheRow(op.key, op.type === 'put' ? op.value : null);
+        else if (op.key.startsWith(COUNT_KEY_START)) this.cache.counters.set(op.key, op.type === 'put' ? Number(op.value) : 0);
       }
-      if (this.counterCache.size > 200_000) this.counterCache.clear();
+      if (this.cache.counters.size > 200_000) this.cache.counters.clear();
     } catch (e) {
       // Nothing of this round was written. Numbers handed out are simply skipped (never reused).
       for (const j of jobs) j.reject(e);
@@ -649,71 +462,4 @@ export class LevelWriter {
     for (const s of settle) s();
     return undefined;
   }
-}
-
-/**
- * Validates `ops` against the round's view; returns the staged changes or throws StoreError.
- * `seq`: the last record seq handed out; the result's `seq` the last after these ops.
- */
-function stageRecordOps(
-  ops: WriteOp[],
-  rows: Map<string, Row | null>,
-  counters: Map<string, number>,
-  lastSeq: number,
-): { batch: BatchOp[]; rows: Map<string, Row | null>; counters: Map<string, number>; results: Array<Versioned<unknown> | null>; seq: number } {
-  const sRows = new Map<string, Row | null>();
-  const sCounters = new Map<string, number>();
-  const batch: BatchOp[] = [];
-  const results: Array<Versioned<unknown> | null> = [];
-  let seq = lastSeq;
-  const bump = (key: string, d: number) => {
-    const base = sCounters.get(key) ?? counters.get(key);
-    // round() preloads every counter a job can touch; a miss would silently reset a count.
-    if (base === undefined) throw new Error(`internal: counter ${JSON.stringify(key)} was not preloaded`);
-    sCounters.set(key, base + d);
-  };
-
-  for (const op of ops) {
-    const key = recordKey(op.kind, op.id);
-    const cur = sRows.has(key) ? sRows.get(key)! : (rows.get(key) ?? null);
-    assertOpApplies(op, cur);
-    let next: Row | null;
-    if (op.op === 'create') {
-      next = { value: op.value ?? null, version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
-    } else if (op.op === 'update') {
-      next = cur
-        ? { value: op.value ?? null, version: cur.version + 1, seq: cur.seq, ix: op.indexes ? cleanIndexes(op.indexes) : cur.ix }
-        : { value: op.value ?? null, version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
-    } else {
-      next = null;
-    }
-
-    // Index and counter maintenance: drop entries that go away, add the new ones.
-    const oldIx = cur?.ix ?? {};
-    const newIx = next?.ix ?? {};
-    const s = encodeCursor((next ?? cur)!.seq);
-    for (const [name, v] of Object.entries(oldIx)) {
-      if (newIx[name] === v) continue;
-      batch.push({ type: 'del', key: indexPrefix(op.kind, name, v) + s });
-      bump(indexCountKey(op.kind, name, v), -1);
-    }
-    for (const [name, v] of Object.entries(newIx)) {
-      if (oldIx[name] === v) continue;
-      batch.push({ type: 'put', key: indexPrefix(op.kind, name, v) + s, value: op.id });
-      bump(indexCountKey(op.kind, name, v), +1);
-    }
-    if (next) {
-      batch.push({ type: 'put', key, value: JSON.stringify(next) });
-      if (!cur) {
-        batch.push({ type: 'put', key: seqPrefix(op.kind) + s, value: op.id });
-        bump(kindCountKey(op.kind), +1);
-      }
-    } else {
-      batch.push({ type: 'del', key }, { type: 'del', key: seqPrefix(op.kind) + s });
-      bump(kindCountKey(op.kind), -1);
-    }
-    sRows.set(key, next);
-    results.push(next ? { id: op.id, version: next.version, seq: next.seq, value: next.value } : null);
-  }
-  return { batch, rows: sRows, counters: sCounters, results, seq };
 }

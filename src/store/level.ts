@@ -242,12 +242,12 @@ export class LevelStore extends RecordWrites implements Store {
     return this.run(async (db) => {
       const key = recordKey(kind, id);
       const writer = this.writer!;
-      const hit = writer.cachedRow(key); // or what a prefetch of it in flight reads
-      const cached = hit !== undefined ? hit : await writer.prefetchedRow(key);
+      const hit = writer.cache.cachedRow(key); // or what a prefetch of it in flight reads
+      const cached = hit !== undefined ? hit : await writer.cache.prefetchedRow(key);
       if (cached !== undefined) return toVersioned<T>(id, cached);
-      const epoch = writer.epoch;
+      const epoch = writer.cache.epoch;
       const text = await db.get(key);
-      writer.learnRow(key, text ?? null, epoch);
+      writer.cache.learnRow(key, text ?? null, epoch);
       return toVersioned<T>(id, text);
     });
   }
@@ -256,7 +256,7 @@ export class LevelStore extends RecordWrites implements Store {
     return this.run(async (db) => {
       if (ids.length === 0) return [];
       const keys = ids.map((id) => recordKey(kind, id));
-      const texts: Array<string | null | undefined> = keys.map((k) => this.writer!.cachedRow(k));
+      const texts: Array<string | null | undefined> = keys.map((k) => this.writer!.cache.cachedRow(k));
       const missing = keys.filter((_, i) => texts[i] === undefined);
       if (missing.length) {
         const loaded = await db.getMany(missing);
@@ -305,7 +305,7 @@ export class LevelStore extends RecordWrites implements Store {
         const rows: Array<Row | undefined> = new Array(page.length);
         const missing: number[] = [];
         page.forEach(([key, id], i) => {
-          const text = this.writer?.cachedRow(recordKey(kind, id));
+          const text = this.writer?.cache.cachedRow(recordKey(kind, id));
           const row = text ? (JSON.parse(text) as Row) : undefined;
           if (row && encodeCursor(row.seq) === tailNumber(key) && (!query.index || row.ix[query.index.name] === query.index.value)) rows[i] = row;
           else missing.push(i);
@@ -334,11 +334,11 @@ export class LevelStore extends RecordWrites implements Store {
     return this.run(async (db) => {
       const key = index ? indexCountKey(kind, index.name, index.value) : kindCountKey(kind);
       const writer = this.writer!;
-      const cached = writer.cachedCounter(key);
+      const cached = writer.cache.cachedCounter(key);
       if (cached !== undefined) return cached;
-      const epoch = writer.epoch;
+      const epoch = writer.cache.epoch;
       const n = parse<number>(await db.get(key)) ?? 0;
-      writer.learnCounter(key, n, epoch);
+      writer.cache.learnCounter(key, n, epoch);
       return n;
     });
   }
@@ -456,7 +456,7 @@ export class LevelStore extends RecordWrites implements Store {
   /** See Store.prefetch: the write queue reads now what the coming write of these records will need. */
   prefetch(records: Array<{ kind: RecordKind; id: string; indexes?: RecordIndexes; fresh?: string[] }>): void {
     if (this.state !== 'open' || !this.db || !this.writer) return;
-    this.writer.prefetch(records, (keys) => this.run((db) => db.getMany(keys)));
+    this.writer.cache.prefetch(records, (keys) => this.run((db) => db.getMany(keys)));
   }
 }
 

@@ -23,9 +23,8 @@ import {
   type StoreCapabilities,
   type StoredEvent,
   type Versioned,
-  type WriteOp,
 } from './store.js';
-import type { StoreChanges } from './changes.js';
+import type { StoreChanges } from './change-feed.js';
 import { RecordWrites } from './record-writes.js';
 
 interface Row {

@@ -6,7 +6,7 @@
 // statement: no transaction, round trip or WAL flush of their own (see `notify`).
 import pg from 'pg';
 import { ERROR_CODES, isTransientCode } from './pg-errors.js';
-import { CHANGE_CHANNELS } from './changes.js';
+import { CHANGE_CHANNELS } from './change-feed.js';
 import { storedEventText } from './event-text.js';
 import { escText, indexJson, lazyRecordView, withCursor, type Queryable } from './pg-text.js';
 import { EVENT_INDEX_FIELDS, StoreError, encodeCursor, type CommitOps, type EventInput, type StoredEvent, type Versioned, type WriteOp } from './store.js';

@@ -46,7 +46,8 @@
 // `/ready` reports; they never crash the process.
 import pg from 'pg';
 import { migrate } from './pg-migrate.js';
-import { PgChanges, type StoreChanges } from './changes.js';
+import { PgChanges } from './changes.js';
+import type { StoreChanges } from './change-feed.js';
 import { PgQueueClaims } from './pg-claim.js';
 import { describe, isConnectionError, isTransientCode, unavailable } from './pg-errors.js';
 import { PgEventReader } from './pg-events.js';
@@ -68,7 +69,6 @@ import {
   type ListQuery,
   type OnSwallowed,
   type Page,
-  type RecordIndexes,
   type RecordKind,
   type Store,
   type StoreCapabilities,

@@ -9,7 +9,7 @@
 //  2. An append-only event log. Each appended event gets a cursor that increases monotonically and
 //     is never reused; secondary indexes serve the telemetry filters without scanning.
 
-import type { StoreChanges } from './changes.js';
+import type { StoreChanges } from './change-feed.js';
 
 export type RecordKind =
   | 'runs'

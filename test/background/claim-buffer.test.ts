@@ -133,7 +133,7 @@ describe('claims from the buffer of queued runs', () => {
   });
 
   it("knows a new run's first-attempt rows absent from its creation: its claim and agent start read none from the disk", async () => {
-    const writer = (server.store as unknown as { writer?: { cachedRow(key: string): string | null | undefined } }).writer;
+    const writer = (server.store as unknown as { writer?: { cache: { cachedRow(key: string): string | null | undefined } } }).writer;
     if (server.store.adapter !== 'level' || !writer) return; // the LevelDB row cache
     const busy = await occupyWorker();
     const t = await task({ query: 'just answer', session_policy: { mode: 'run' } });
@@ -147,7 +147,7 @@ describe('claims from the buffer of queued runs', () => {
       [r.snapshots.kind, id],
       [r.sessions.kind, session_id],
     ] as const)
-      expect(writer.cachedRow(recordKey(kind, key)), `${kind} ${key}`).toBeNull();
+      expect(writer.cache.cachedRow(recordKey(kind, key)), `${kind} ${key}`).toBeNull();
     await a.post(`/background/runs/${busy}/cancel`);
     expect((await waitRun(a, id)).status).toBe('completed');
   });

@@ -223,7 +223,7 @@ describe('session_policy on POST /run/sync', () => {
     );
 
   it('reject: 409 while the session has a run in flight; the running one is untouched', async () => {
-    const { first, runId, session } = await busySession('reject');
+    const { first, session } = await busySession('reject');
     const r = await postJson(`${server.url}/run/sync`, { query: 'SECOND', session_id: session, session_policy: 'reject' });
     expect(r.status).toBe(409);
     expect(r.body).toMatchObject({ error: 'Conflict', code: 'AGT_ERR_SESSION_BUSY', detail: 'session_busy' });

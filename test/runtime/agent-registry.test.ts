@@ -1,10 +1,10 @@
-// The agent registry (src/runtime/agent-registry.ts) with a real store and a real MCP server over stdio:
+// The agent registry (src/agent/agent-registry.ts) with a real store and a real MCP server over stdio:
 // builds are cached per agent and held by runs; a replaced or evicted build, and the MCP
 // connection it shares, is closed only once no run holds it.
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { AgentRegistry } from '../../src/runtime/agent-registry.js';
-import type { AgentProfile } from '../../src/runtime/agent-profile.js';
+import { AgentRegistry } from '../../src/agent/agent-registry.js';
+import type { AgentProfile } from '../../src/agent/agent-profile.js';
 import { DemoModel } from '../../src/agent/model/demo.js';
 import { ToolRegistry } from '../../src/agent/tools/registry.js';
 import { MemoryStore } from '../../src/store/memory.js';

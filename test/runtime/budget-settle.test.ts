@@ -2,8 +2,8 @@
 // ids, and counted in agentd_budget_settle_failures_total; the run goes on.
 import { describe, expect, it } from 'vitest';
 import type { BudgetLedger } from '../../src/agent/budget-ledger.js';
-import { settleHold } from '../../src/runtime/budget-settle.js';
-import { Metrics } from '../../src/runtime/metrics.js';
+import { settleHold } from '../../src/agent/budget-settle.js';
+import { Metrics } from '../../src/telemetry/metrics.js';
 import { captureLog } from '../helpers/log-capture.js';
 
 const failures = async (metrics: Metrics, phase: string): Promise<number> => {

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { configFromObject } from '../../src/config.js';
-import { Runtime } from '../../src/runtime/runtime.js';
+import { Runtime } from '../../src/composition-root.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import { LocalChanges } from '../../src/store/changes.js';
 import { readVersion } from '../../src/version.js';

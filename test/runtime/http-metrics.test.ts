@@ -2,7 +2,7 @@
 // path); what a scrape reads must stay exactly what prom-client's own Counter and Histogram gave.
 import { Counter, Histogram, Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import { HttpRequestMetrics } from '../../src/runtime/http-metrics.js';
+import { HttpRequestMetrics } from '../../src/telemetry/http-metrics.js';
 
 const BOUNDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 const NAMES = { requests: 'x_http_requests_total', requestsHelp: 'requests', seconds: 'x_http_seconds', secondsHelp: 'seconds' };

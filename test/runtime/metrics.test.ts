@@ -1,7 +1,7 @@
 // Metrics units: label bounds, the model call wrapper, OTLP and lease/recovery counters, and
 // promtool on the text of a fresh registry with every family moved.
 import { describe, expect, it } from 'vitest';
-import { Metrics, UNMATCHED_ROUTE } from '../../src/runtime/metrics.js';
+import { Metrics, UNMATCHED_ROUTE } from '../../src/telemetry/metrics.js';
 import { withCallMetrics } from '../../src/agent/model/metered.js';
 import { ModelCallError, type ModelProvider } from '../../src/agent/model/types.js';
 import { findPromtool, promtoolCheck, samples } from '../helpers/prometheus.js';

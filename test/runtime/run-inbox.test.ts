@@ -2,7 +2,8 @@
 // what a boundary read hands over, the bounds, and concurrent senders.
 import { describe, expect, it } from 'vitest';
 import { MemoryStore } from '../../src/store/memory.js';
-import { CHANGE_CHANNELS, LocalChanges, type FeedState } from '../../src/store/changes.js';
+import { LocalChanges } from '../../src/store/changes.js';
+import { CHANGE_CHANNELS, type FeedState } from '../../src/store/change-feed.js';
 import { FEED_SETTLE_MS, MAX_EARLY_HINTS, MAX_STEERS_PER_RUN, RunInbox, frameSteer } from '../../src/runtime/run-inbox.js';
 import { SessionGate } from '../../src/runtime/session-gate.js';
 import { ActorSystem } from '../../src/runtime/system.js';

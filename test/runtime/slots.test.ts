@@ -2,7 +2,7 @@
 // cap, and new work always goes first. Pure: no store, no server.
 import { describe, expect, it } from 'vitest';
 import { Slots } from '../../src/runtime/slots.js';
-import { recoveryConcurrency } from '../../src/runtime/runtime.js';
+import { recoveryConcurrency } from '../../src/composition-root.js';
 
 const settled = async <T>(p: Promise<T>): Promise<'pending' | T> => Promise.race([p, new Promise<'pending'>((r) => setImmediate(() => r('pending')))]);
 

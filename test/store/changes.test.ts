@@ -7,7 +7,8 @@ import pg from 'pg';
 import { PostgresStore } from '../../src/store/postgres.js';
 import { PgWriter } from '../../src/store/pg-writer.js';
 import { StoreError } from '../../src/store/store.js';
-import { PgChanges, CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD } from '../../src/store/changes.js';
+import { PgChanges } from '../../src/store/changes.js';
+import { CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD } from '../../src/store/change-feed.js';
 import { adminQuery, createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { eventually } from '../helpers/server.js';
 

@@ -3,7 +3,8 @@
 // on a fake connection, wired to the real reportSwallowed as the server wires it.
 import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
-import { CHANGE_CHANNELS, PgChanges } from '../../src/store/changes.js';
+import { PgChanges } from '../../src/store/changes.js';
+import { CHANGE_CHANNELS } from '../../src/store/change-feed.js';
 import { reportSwallowed, swallowedCount } from '../../src/telemetry/swallowed.js';
 
 /** A connection that LISTENs, delivers what it is told to, and fails to close. */

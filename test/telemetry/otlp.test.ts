@@ -11,7 +11,7 @@ import {
   type OtlpExportEvent,
   type OtlpTraceExporter,
 } from '../../src/telemetry/otlp.js';
-import { buildTrace } from '../../src/telemetry/traces.js';
+import { buildTrace } from '../../src/telemetry/trace-build.js';
 import { REDACTED, Redactor } from '../../src/telemetry/redact.js';
 import { IDS, runEvents, traceRecord } from './fixtures.js';
 

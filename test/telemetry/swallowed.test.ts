@@ -2,7 +2,7 @@
 // agentd_swallowed_errors_total{site}; an expected refusal (a 4xx) does neither.
 import { describe, expect, it } from 'vitest';
 import { domainError } from '../../src/errors.js';
-import { Metrics } from '../../src/runtime/metrics.js';
+import { Metrics } from '../../src/telemetry/metrics.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { bindSwallowedErrorLog, isRefusal, swallow, swallowedCount } from '../../src/telemetry/swallowed.js';
 

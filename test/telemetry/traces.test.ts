@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { buildTrace, resolveTraceLookup, summarizeTrace, type TraceSpan } from '../../src/telemetry/traces.js';
+import { resolveTraceLookup, summarizeTrace, type TraceSpan } from '../../src/telemetry/traces.js';
+import { buildTrace } from '../../src/telemetry/trace-build.js';
 import { IDS, at, runEvents, traceRecord } from './fixtures.js';
 
 const byId = (spans: TraceSpan[]) => Object.fromEntries(spans.map((s) => [s.span_id, s]));

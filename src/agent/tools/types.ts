@@ -24,6 +24,13 @@ export interface RegisteredTool {
   execute(args: Record<string, unknown>, ctx: ToolContext): Promise<unknown>;
 }
 
+/** The tools of one agent as a run sees them: list, look up, check arguments. */
+export interface AgentToolSource {
+  list(): RegisteredTool[];
+  get(name: string): RegisteredTool | undefined;
+  validate(name: string, args: unknown): { ok: true; args: Record<string, unknown> } | { ok: false; message: string };
+}
+
 export type McpServerStatus = {
   status: 'connected' | 'disconnected' | 'failed' | 'not_connected';
   last_error: string | null;

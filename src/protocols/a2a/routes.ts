@@ -5,10 +5,10 @@
 // caller's key name), after which the task goes on. Closing a stream does not cancel the task
 // (A2A tasks outlive connections): CancelTask does.
 import { deciderOf } from '../../http/auth.js';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../../errors.js';
 import { requireAccess } from '../../http/auth.js';
-import type { AppDeps } from '../../http/deps.js';
+import type { AppDeps, ZodApp } from '../../http/deps.js';
 import { refTo, sseResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions } from '../../http/sse.js';
 import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../../runtime/run-record.js';
@@ -39,7 +39,7 @@ type RpcId = string | number | null;
 /** Errors answered at the HTTP level (auth, overload), as every other route answers them; the rest are JSON-RPC errors. */
 const HTTP_LEVEL = new Set([401, 403, 429, 503]);
 
-export function a2aRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function a2aRoutes(app: ZodApp, deps: AppDeps): void {
   app.get(
     '/.well-known/agent-card.json',
     {
@@ -93,7 +93,7 @@ export function a2aRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const { id = null, method, params } = request.body as { id?: RpcId; method: string; params?: unknown };
+      const { id = null, method, params } = request.body;
       const version = request.headers['a2a-version'];
       try {
         if (typeof version === 'string' && version !== '' && version !== A2A_PROTOCOL_VERSION)

@@ -5,19 +5,19 @@
 // decides and continues the same agentd run (under the client's new runId).
 import { flowOfHeaders } from '../flow-headers.js';
 import { deciderOf } from '../../http/auth.js';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { BaseEvent } from '@ag-ui/core';
 import { newId } from '../../ids.js';
 import { domainError, HttpValidationFailure } from '../../errors.js';
 import type { RunRecord } from '../../runtime/run-record.js';
 import { AgUiEvent, AgUiRunAgentInput, ErrorResponse, HTTPValidationError } from '../../schemas/index.js';
 import { swallow, isRefusal } from '../../telemetry/swallowed.js';
-import type { AppDeps } from '../../http/deps.js';
+import type { AppDeps, ZodApp } from '../../http/deps.js';
 import { requireAccess } from '../../http/auth.js';
 import { dataStreamResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions, type SseFrame } from '../../http/sse.js';
 import { IdempotencyHeaders, idempotencyRequestOf, runExists } from '../../http/idempotent.js';
-import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type RunItem, type StartedRunItems } from '../run-events.js';
+import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type StartedRunItems } from '../run-events.js';
 import { AgUiEvents } from './events.js';
 
 const ROUTE = 'POST /ag-ui';
@@ -49,7 +49,7 @@ function queryOf(input: AgUiRunAgentInput): string {
   return text;
 }
 
-export function agUiRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function agUiRoutes(app: ZodApp, deps: AppDeps): void {
   app.post(
     '/ag-ui',
     {
@@ -64,7 +64,7 @@ export function agUiRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const input = request.body as AgUiRunAgentInput;
+      const input = request.body;
       if (input.resume && input.resume.length > 0) {
         requireAccess(request, 'decide', ROUTE);
         return resumeRun(deps, request, reply, input);

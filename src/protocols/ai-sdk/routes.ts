@@ -5,18 +5,18 @@
 import { flowOfHeaders } from '../flow-headers.js';
 import { deciderOf } from '../../http/auth.js';
 import { isDeepStrictEqual } from 'node:util';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { newId } from '../../ids.js';
 import { domainError, HttpValidationFailure } from '../../errors.js';
 import { WAITING_RUN_STATUSES, type RunRecord } from '../../runtime/run-record.js';
 import { AiSdkChatParams, AiSdkChatRequest, AiSdkUiMessageChunk, ErrorResponse, HTTPValidationError, type UiMessagePart } from '../../schemas/index.js';
 import { swallow, isRefusal } from '../../telemetry/swallowed.js';
-import type { AppDeps } from '../../http/deps.js';
+import type { AppDeps, ZodApp } from '../../http/deps.js';
 import { requireAccess } from '../../http/auth.js';
 import { dataStreamResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions, type SseFrame } from '../../http/sse.js';
 import { IdempotencyHeaders, idempotencyRequestOf, runExists } from '../../http/idempotent.js';
-import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type RunItem, type StartedRunItems, type StartRunInput } from '../run-events.js';
+import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type StartedRunItems, type StartRunInput } from '../run-events.js';
 import { UiMessageChunks, type UiChunk } from './ui-stream.js';
 
 const ROUTE = 'POST /ai-sdk/chat';
@@ -61,7 +61,7 @@ function queryOf(body: AiSdkChatRequest): string {
   return text;
 }
 
-export function aiSdkRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function aiSdkRoutes(app: ZodApp, deps: AppDeps): void {
   const { runs } = deps.runtime;
 
   app.post(
@@ -78,7 +78,7 @@ export function aiSdkRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const body = request.body as AiSdkChatRequest;
+      const body = request.body;
       const session_id = body.id;
       const last = body.messages[body.messages.length - 1];
       const answers = body.trigger === 'submit-message' && last.role === 'assistant' ? approvalAnswersOf(last.parts) : [];
@@ -151,7 +151,7 @@ export function aiSdkRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const { id } = request.params as { id: string };
+      const { id } = request.params;
       const live = await lastRunOfSession(deps, id, (r) => r.status === 'running');
       if (!live) return reply.code(204).send();
       await followToReply(deps, reply, live, live.run_id, { after: null, settledAfterTrace: null });

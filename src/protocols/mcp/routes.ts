@@ -2,10 +2,9 @@
 // own server and transport, closed when the answer is written), answering JSON rather than SSE.
 // GET and DELETE /mcp (a session's notification stream, a session's end) have nothing to serve.
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { domainError } from '../../errors.js';
-import type { AppDeps } from '../../http/deps.js';
+import type { AppDeps, ZodApp } from '../../http/deps.js';
 import { ErrorResponse, HTTPValidationError } from '../../schemas/index.js';
 import { swallow } from '../../telemetry/swallowed.js';
 import { buildMcpServer } from './server.js';
@@ -14,7 +13,7 @@ const JsonRpcMessage = z
   .looseObject({ jsonrpc: z.literal('2.0') })
   .meta({ id: 'McpJsonRpcMessage', description: 'An MCP JSON-RPC message (or a batch of them): initialize, tools/list, tools/call, …' });
 
-export function mcpRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function mcpRoutes(app: ZodApp, deps: AppDeps): void {
   app.post(
     '/mcp',
     {

@@ -4,11 +4,11 @@
 // waits for and the `agentd` object; a `role: "tool"` message whose tool_call_id is the approval id
 // (or budget request id) decides it, in the same session, and the answer is the continued run's.
 import { deciderOf } from '../../http/auth.js';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ChatMessage } from '../../agent/model/types.js';
 import { domainError, HttpValidationFailure } from '../../errors.js';
 import { requireAccess } from '../../http/auth.js';
-import type { AppDeps } from '../../http/deps.js';
+import type { AppDeps, ZodApp } from '../../http/deps.js';
 import { refTo, sseResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions } from '../../http/sse.js';
 import { responseStatusOf, type RunRecord } from '../../runtime/run-record.js';
@@ -40,7 +40,7 @@ const ANSWER = {
   content: { 'application/json': { schema: refTo(ChatCompletion) }, ...(STREAM.content as Record<string, unknown>) },
 };
 
-export function openaiRoutes(app: FastifyInstance, deps: AppDeps): void {
+export function openaiRoutes(app: ZodApp, deps: AppDeps): void {
   app.get(
     '/v1/models',
     {
@@ -71,7 +71,7 @@ export function openaiRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const body = request.body as ChatCompletionRequest;
+      const body = request.body;
       const sessionId = (request.headers['x-agentd-session-id'] as string | undefined) ?? null;
       if (sessionId) reply.header('x-agentd-session-id', sessionId);
       const last = body.messages[body.messages.length - 1];

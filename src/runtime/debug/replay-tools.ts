@@ -3,7 +3,7 @@
 import type { ToolCallRequest } from '../../../machines/model-types.js';
 import { matchRecorded, replayAnswer, type ReplayAnswer } from '../../../machines/policies/replay-match.js';
 import type { RunContext } from '../../../machines/run.machine.js';
-import type { AgentProfile } from '../agent-profile.js';
+import type { AgentProfile } from '../../agent/agent-profile.js';
 import type { RunOrigin } from './origin.js';
 
 /** What `call` of the run gets instead of running; null when the run is no replay or the call runs live. */

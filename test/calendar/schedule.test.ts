@@ -10,7 +10,7 @@ import {
   upcoming,
   type DueOccurrencesResult,
   type ScheduleSpec,
-} from '../../src/scheduler/schedule.js';
+} from '../../src/calendar/schedule.js';
 import { jitterSeconds } from '../../machines/policies/jitter.js';
 
 const ms = (s: string): number => Date.parse(s);

@@ -1,41 +1,41 @@
 import { join } from 'node:path';
-import { compileConditions } from '../agent/policy-conditions.js';
-import type { Config } from '../config.js';
-import { systemClock, type Clock } from '../clock.js';
-import { LeaseClock } from '../lease-clock.js';
-import { newId } from '../ids.js';
-import { loadModelProvider } from '../agent/model/load.js';
-import { abortableSleep } from '../agent/model/retry.js';
-import { RateLimiter } from '../flow/rate-limiter.js';
-import type { ModelProvider } from '../agent/model/types.js';
-import { ToolRegistry } from '../agent/tools/registry.js';
-import type { ToolLogger } from '../agent/tools/types.js';
-import { BudgetLedger } from '../agent/budget-ledger.js';
-import { compileGuardrails } from '../agent/guardrails.js';
-import type { Store } from '../store/store.js';
-import { EventBus } from '../telemetry/bus.js';
-import { TelemetryEmitter } from './emitter.js';
-import { Metrics } from './metrics.js';
-import { withCallMetrics } from '../agent/model/metered.js';
-import { TelemetryQueries } from './telemetry-queries.js';
-import type { OtlpTraceExporter } from '../telemetry/otlp.js';
-import { redactorForConfig } from '../telemetry/secrets.js';
-import { readVersion } from '../version.js';
-import { RunService, type RunSettings } from './runs.js';
-import { ActorSystem, type SystemHooks } from './system.js';
-import { LiveStates } from './live-states.js';
-import { Subagents } from './subagents.js';
-import { BackgroundManager } from '../background/manager.js';
-import { isSharedStore } from '../store/changes.js';
-import { ClusterLink } from './cluster.js';
-import { AgentRegistry } from './agent-registry.js';
-import { Idempotency } from '../integrations/idempotency.js';
-import { Webhooks } from '../integrations/webhooks.js';
-import { repos } from '../store/repos/index.js';
-import { RunsDebug } from './debug/runs-debug.js';
-import { EvalService } from './evals/eval-service.js';
-import { swallow, reportSwallowed } from '../telemetry/swallowed.js';
-import { silentLogger, type AppLogger } from '../telemetry/logger.js';
+import { compileConditions } from './agent/policy-conditions.js';
+import type { Config } from './config.js';
+import { systemClock, type Clock } from './clock.js';
+import { LeaseClock } from './lease-clock.js';
+import { newId } from './ids.js';
+import { loadModelProvider } from './agent/model/load.js';
+import { abortableSleep } from './agent/model/retry.js';
+import { RateLimiter } from './flow/rate-limiter.js';
+import type { ModelProvider } from './agent/model/types.js';
+import { ToolRegistry } from './agent/tools/registry.js';
+import type { ToolLogger } from './agent/tools/types.js';
+import { BudgetLedger } from './agent/budget-ledger.js';
+import { compileGuardrails } from './agent/guardrails.js';
+import type { Store } from './store/store.js';
+import { EventBus } from './telemetry/bus.js';
+import { TelemetryEmitter } from './runtime/emitter.js';
+import { Metrics } from './telemetry/metrics.js';
+import { withCallMetrics } from './agent/model/metered.js';
+import { TelemetryQueries } from './runtime/telemetry-queries.js';
+import type { OtlpTraceExporter } from './telemetry/otlp.js';
+import { redactorForConfig } from './telemetry/secrets.js';
+import { readVersion } from './version.js';
+import { RunService, type RunSettings } from './runtime/runs.js';
+import { ActorSystem, type SystemHooks } from './runtime/system.js';
+import { LiveStates } from './runtime/live-states.js';
+import { Subagents } from './agent/subagents.js';
+import { BackgroundManager } from './background/manager.js';
+import { isSharedStore } from './store/changes.js';
+import { ClusterLink } from './runtime/cluster.js';
+import { AgentRegistry } from './agent/agent-registry.js';
+import { Idempotency } from './integrations/idempotency.js';
+import { Webhooks } from './integrations/webhooks.js';
+import { repos } from './store/repos/index.js';
+import { RunsDebug } from './runtime/debug/runs-debug.js';
+import { EvalService } from './runtime/evals/eval-service.js';
+import { swallow, reportSwallowed } from './telemetry/swallowed.js';
+import { silentLogger, type AppLogger } from './telemetry/logger.js';
 
 export interface RuntimeOptions {
   clock?: Clock;
@@ -304,7 +304,7 @@ export class Runtime {
     const o = config.telemetry.otlp;
     const otlp =
       o.endpoint || o.traces_endpoint
-        ? (await import('../telemetry/otlp.js')).createOtlpExporter({
+        ? (await import('./telemetry/otlp.js')).createOtlpExporter({
             endpoint: o.endpoint,
             tracesEndpoint: o.traces_endpoint,
             headers: { ...o.headers },

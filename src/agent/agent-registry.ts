@@ -8,14 +8,14 @@ import { join } from 'node:path';
 import type { Clock } from '../clock.js';
 import { notFound, AppError, domainError, HttpValidationFailure } from '../errors.js';
 import type { Store } from '../store/store.js';
-import type { AgentRow } from '../background/types.js';
-import { AgentSpecError, isServedAgentSpec, planAgent, type AgentPlan, type AgentSpecInput, type PlanOptions } from '../agent/agent-spec.js';
+import type { AgentRow } from './agent-row.js';
+import { AgentSpecError, isServedAgentSpec, planAgent, type AgentPlan, type AgentSpecInput, type PlanOptions } from './agent-spec.js';
 import type { AgentLease, AgentProfile, AgentSource } from './agent-profile.js';
-import { loadModelProvider } from '../agent/model/load.js';
-import type { ModelProvider } from '../agent/model/types.js';
-import { ToolRegistry, type McpLease, type McpPool } from '../agent/tools/registry.js';
-import type { McpConnection } from '../agent/tools/mcp.js';
-import type { BuiltinToolSet, McpServerConfig, ToolLogger } from '../agent/tools/types.js';
+import { loadModelProvider } from './model/load.js';
+import type { ModelProvider } from './model/types.js';
+import { ToolRegistry, type McpLease, type McpPool } from './tools/registry.js';
+import type { McpConnection } from './tools/mcp.js';
+import type { BuiltinToolSet, McpServerConfig, ToolLogger } from './tools/types.js';
 import { repos } from '../store/repos/index.js';
 import { swallow } from '../telemetry/swallowed.js';
 
@@ -104,7 +104,7 @@ export class SharedMcpPool implements McpPool {
     const key = JSON.stringify(server);
     let entry = this.entries.get(key);
     if (!entry) {
-      const { McpConnection } = await import('../agent/tools/mcp.js');
+      const { McpConnection } = await import('./tools/mcp.js');
       entry = this.entries.get(key); // another acquire may have made it meanwhile
       if (!entry) {
         // Each stdio server is a child process (~70 MB): their number is bounded for the whole

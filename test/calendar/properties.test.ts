@@ -1,7 +1,7 @@
 import { describe, it, expect } from 'vitest';
 import fc from 'fast-check';
-import { compileCron, nextCronTime, prevCronTime, wallClockMs, type CompiledCron } from '../../src/scheduler/cron.js';
-import { nextDueAt, type ScheduleSpec } from '../../src/scheduler/schedule.js';
+import { compileCron, nextCronTime, prevCronTime, wallClockMs, type CompiledCron } from '../../src/calendar/cron.js';
+import { nextDueAt, type ScheduleSpec } from '../../src/calendar/schedule.js';
 
 const MIN = 60_000;
 const ms = (s: string): number => Date.parse(s);

@@ -2,22 +2,21 @@
 // Each delegation is a child actor under the root system (`subagent:<run_id>:<tool_call_id>`), so
 // the supervisor sees its failure like any other child's. It runs a short model/tool loop of its
 // own with the tools it is allowed, and its usage counts toward the parent run.
-import { fromPromise, toPromise } from 'xstate';
+import { fromPromise, toPromise, type AnyActorLogic, type AnyActorRef } from 'xstate';
 import type { Usage } from '../../machines/run.machine.js';
 import { decide, type GovernanceConfig } from '../../machines/policies/governance.js';
 import type { Clock } from '../clock.js';
 import { newId } from '../ids.js';
-import { withRetries } from '../agent/model/retry.js';
-import type { ChatMessage, ModelProvider, ToolCallRequest, ToolDeclaration } from '../agent/model/types.js';
-import type { BudgetLedger } from '../agent/budget-ledger.js';
-import { modelCallReservation, modelCallUsage, type Pricing } from '../agent/pricing.js';
-import { formatObservation } from '../agent/tools/observation.js';
-import type { RegisteredTool, ToolContext } from '../agent/tools/types.js';
+import { withRetries } from './model/retry.js';
+import type { ChatMessage, ModelProvider, ToolCallRequest, ToolDeclaration } from './model/types.js';
+import type { BudgetLedger } from './budget-ledger.js';
+import { modelCallReservation, modelCallUsage, type Pricing } from './pricing.js';
+import { formatObservation } from './tools/observation.js';
+import type { RegisteredTool, ToolContext } from './tools/types.js';
 import type { EventRecordInput } from '../telemetry/record.js';
-import type { ActorSystem } from './system.js';
 import { settleHold } from './budget-settle.js';
-import type { Metrics } from './metrics.js';
-import type { AgentToolSource } from './agent-profile.js';
+import type { Metrics } from '../telemetry/metrics.js';
+import type { AgentToolSource } from './tools/types.js';
 import type { AppLogger } from '../telemetry/logger.js';
 
 export interface SubagentSpec {
@@ -30,8 +29,17 @@ export interface SubagentSpec {
 /** What delegation needs of the agent's tools: the served agent's tool source, less its listing. */
 export type SubagentToolSource = Pick<AgentToolSource, 'get' | 'validate'>;
 
+/**
+ * Where delegations run as child actors: the runtime's actor system (src/runtime/system.ts
+ * ActorSystem), of which delegation needs only spawn and stop by id.
+ */
+export interface ChildActors {
+  spawn<TLogic extends AnyActorLogic>(systemId: string, logic: TLogic, opts?: { input?: unknown }): AnyActorRef;
+  stop(systemId: string): void;
+}
+
 export interface SubagentDeps {
-  system: ActorSystem;
+  system: ChildActors;
   model: ModelProvider;
   tools: SubagentToolSource;
   governance: GovernanceConfig;
@@ -40,7 +48,7 @@ export interface SubagentDeps {
   clock: Clock;
   max_steps: number;
   max_output_tokens: number;
-  /** Where a failed settle of a delegation's hold is logged and counted (src/runtime/budget-settle.ts). */
+  /** Where a failed settle of a delegation's hold is logged and counted (src/agent/budget-settle.ts). */
   metrics?: Metrics;
   logger?: AppLogger;
 }

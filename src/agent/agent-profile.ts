@@ -1,14 +1,8 @@
 // What a run needs to know about the agent it runs as: the served agent (config `agent`) or a
-// registered one (src/runtime/agent-registry.ts). Types only, so the run service does not load the registry.
-import type { ModelProvider } from '../agent/model/types.js';
-import type { RegisteredTool } from '../agent/tools/types.js';
+// registered one (src/agent/agent-registry.ts). Types only, so the run service does not load the registry.
+import type { ModelProvider } from './model/types.js';
+import type { AgentToolSource } from './tools/types.js';
 import type { Subagents } from './subagents.js';
-
-export interface AgentToolSource {
-  list(): RegisteredTool[];
-  get(name: string): RegisteredTool | undefined;
-  validate(name: string, args: unknown): { ok: true; args: Record<string, unknown> } | { ok: false; message: string };
-}
 
 export interface AgentProfile {
   /** The budgets' `agent` identity and the telemetry `agent_id`. */

@@ -2,8 +2,8 @@
 // hold stays, and finish() releases the run's leftover holds), but it is no longer swallowed: it
 // is logged with the run and reservation ids and counted (agentd_budget_settle_failures_total).
 import type { MeterAmounts } from '../../machines/policies/budget.js';
-import type { BudgetLedger } from '../agent/budget-ledger.js';
-import type { Metrics } from './metrics.js';
+import type { BudgetLedger } from './budget-ledger.js';
+import type { Metrics } from '../telemetry/metrics.js';
 import type { AppLogger } from '../telemetry/logger.js';
 
 export interface SettleDeps {

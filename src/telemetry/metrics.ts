@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { registerSwallowedErrors, reportSwallowed } from '../telemetry/swallowed.js';
+import { registerSwallowedErrors, reportSwallowed } from './swallowed.js';
 import { HttpRequestMetrics } from './http-metrics.js';
 
 /** Route label of a request that matched no route: a fixed value, so scanners cannot add series. */
@@ -312,7 +312,7 @@ export class Metrics {
     if (seconds !== null) this.toolSeconds.observe({ tool }, seconds);
   }
 
-  /** A budget settle failed (src/runtime/budget-settle.ts). */
+  /** A budget settle failed (src/agent/budget-settle.ts). */
   settleFailed(phase: 'model' | 'tools' | 'subagent'): void {
     this.settleFailures.inc({ phase });
   }

@@ -9,7 +9,7 @@ import {
   resolveLocalTime,
   validateCronExpression,
   wallClockMs,
-} from '../../src/scheduler/cron.js';
+} from '../../src/calendar/cron.js';
 
 const ms = (s: string): number => Date.parse(s);
 const isoOf = (t: number | null): string | null => (t === null ? null : new Date(t).toISOString());

@@ -1,0 +1,71 @@
+// One round's record writes staged against what the disk holds (src/store/level-writer.ts): each
+// op checked (CAS on version), its row, index postings and counters as batch operations.
+import { cleanIndexes, indexCountKey, indexPrefix, kindCountKey, recordKey, seqPrefix, type BatchOp, type Row } from './level-keys.js';
+import { assertOpApplies, encodeCursor, type Versioned, type WriteOp } from './store.js';
+
+/**
+ * Validates `ops` against the round's view; returns the staged changes or throws StoreError.
+ * `seq`: the last record seq handed out; the result's `seq` the last after these ops.
+ */
+export function stageRecordOps(
+  ops: WriteOp[],
+  rows: Map<string, Row | null>,
+  counters: Map<string, number>,
+  lastSeq: number,
+): { batch: BatchOp[]; rows: Map<string, Row | null>; counters: Map<string, number>; results: Array<Versioned<unknown> | null>; seq: number } {
+  const sRows = new Map<string, Row | null>();
+  const sCounters = new Map<string, number>();
+  const batch: BatchOp[] = [];
+  const results: Array<Versioned<unknown> | null> = [];
+  let seq = lastSeq;
+  const bump = (key: string, d: number) => {
+    const base = sCounters.get(key) ?? counters.get(key);
+    // round() preloads every counter a job can touch; a miss would silently reset a count.
+    if (base === undefined) throw new Error(`internal: counter ${JSON.stringify(key)} was not preloaded`);
+    sCounters.set(key, base + d);
+  };
+
+  for (const op of ops) {
+    const key = recordKey(op.kind, op.id);
+    const cur = sRows.has(key) ? sRows.get(key)! : (rows.get(key) ?? null);
+    assertOpApplies(op, cur);
+    let next: Row | null;
+    if (op.op === 'create') {
+      next = { value: op.value ?? null, version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
+    } else if (op.op === 'update') {
+      next = cur
+        ? { value: op.value ?? null, version: cur.version + 1, seq: cur.seq, ix: op.indexes ? cleanIndexes(op.indexes) : cur.ix }
+        : { value: op.value ?? null, version: 1, seq: ++seq, ix: cleanIndexes(op.indexes) };
+    } else {
+      next = null;
+    }
+
+    // Index and counter maintenance: drop entries that go away, add the new ones.
+    const oldIx = cur?.ix ?? {};
+    const newIx = next?.ix ?? {};
+    const s = encodeCursor((next ?? cur)!.seq);
+    for (const [name, v] of Object.entries(oldIx)) {
+      if (newIx[name] === v) continue;
+      batch.push({ type: 'del', key: indexPrefix(op.kind, name, v) + s });
+      bump(indexCountKey(op.kind, name, v), -1);
+    }
+    for (const [name, v] of Object.entries(newIx)) {
+      if (oldIx[name] === v) continue;
+      batch.push({ type: 'put', key: indexPrefix(op.kind, name, v) + s, value: op.id });
+      bump(indexCountKey(op.kind, name, v), +1);
+    }
+    if (next) {
+      batch.push({ type: 'put', key, value: JSON.stringify(next) });
+      if (!cur) {
+        batch.push({ type: 'put', key: seqPrefix(op.kind) + s, value: op.id });
+        bump(kindCountKey(op.kind), +1);
+      }
+    } else {
+      batch.push({ type: 'del', key }, { type: 'del', key: seqPrefix(op.kind) + s });
+      bump(kindCountKey(op.kind), -1);
+    }
+    sRows.set(key, next);
+    results.push(next ? { id: op.id, version: next.version, seq: next.seq, value: next.value } : null);
+  }
+  return { batch, rows: sRows, counters: sCounters, results, seq };
+}
