@@ -59,6 +59,8 @@ export interface BackgroundRun {
   due_at: string | null;
   metadata: Record<string, unknown>;
   trigger_metadata: Record<string, unknown>;
+  /** Set in answers only (src/background/tenancy.ts): a stored run's tenant is its task key's. */
+  tenant?: string | null | undefined;
 }
 
 /** One attempt of a background run (docs/contract.md §12.15). */

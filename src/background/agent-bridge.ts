@@ -23,6 +23,7 @@ import { ownSessionId } from './prepare-run.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { Handle } from './run-host.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
+import { bgTenantOf } from './tenancy.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const PREVIEW_CHARS = 500;
@@ -107,6 +108,8 @@ export class AgentBridge {
           task_id: ctx.run.task_id,
           agent_id: ctx.run.agent_id,
           workspace_path: this.host.dirOf(ctx.run),
+          // A tenant's task (its key's prefix, tenancy.ts): the agent run and its session are the tenant's.
+          tenant: bgTenantOf(ctx.run.task_id),
           admitted: true,
           // session_policy `run`: no other run writes this session (its attempts run one at a time).
           session_is_private: ctx.run.session_id === ownSessionId(ctx.run.agent_id, ctx.run.task_id, ctx.run.run_id),

@@ -1,6 +1,6 @@
 // Background routes (docs/contract.md §1 background rows): parse with the zod schemas, delegate to the
 // background manager, serialise. No business logic here.
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import {
   AgentIdParams,
   BackgroundAgentsListQuery,
@@ -42,6 +42,11 @@ import { binaryResponse } from './openapi.js';
 import { IdempotencyHeaders, idempotencyRequestOf, once, startTaskRun, waitBackgroundRun } from './idempotent.js';
 import { newId } from '../ids.js';
 import { repos } from '../store/repos/index.js';
+import { tenantOf } from './tenancy.js';
+import { bgKey, publicTask } from '../background/tenancy.js';
+
+/** The task a route's task_id names: its key in the namespace of the request's tenant (src/background/tenancy.ts). */
+const taskKeyOf = (request: FastifyRequest) => bgKey(tenantOf(request), (request.params as TaskIdParams).task_id);
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 const tags = ['background'];
@@ -67,6 +72,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
     async (request) =>
       bg.agents.registerAgent(request.body as BackgroundAgentRegistrationRequest, {
         role: request.apiKeyRole ?? ((deps.config.auth?.api_keys ?? []).length === 0 ? null : 'unknown'),
+        tenant: tenantOf(request),
       }),
   );
 
@@ -81,7 +87,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundAgentsResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.agents.listAgents(request.query as BackgroundAgentsListQuery),
+    async (request) => bg.agents.listAgents(request.query as BackgroundAgentsListQuery, request.tenantScope),
   );
 
   app.get(
@@ -95,7 +101,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundAgentSpec, ...errors },
       },
     },
-    async (request) => bg.agents.getAgent((request.params as AgentIdParams).agent_id),
+    async (request) => bg.agents.getAgent((request.params as AgentIdParams).agent_id, request.tenantScope),
   );
 
   app.delete(
@@ -110,7 +116,8 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.agents.deleteAgent((request.params as AgentIdParams).agent_id, (request.query as BackgroundAgentDeleteQuery).force),
+    async (request) =>
+      bg.agents.deleteAgent((request.params as AgentIdParams).agent_id, (request.query as BackgroundAgentDeleteQuery).force, tenantOf(request)),
   );
 
   // ---------------------------------------------------------------- tasks
@@ -126,7 +133,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => bg.createTask(request.body as BackgroundTaskCreateRequest),
+    async (request) => publicTask(await bg.createTask(request.body as BackgroundTaskCreateRequest, tenantOf(request))),
   );
 
   app.get(
@@ -140,7 +147,10 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTasksResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.listTasks(request.query as BackgroundTasksListQuery),
+    async (request) => {
+      const page = await bg.listTasks(request.query as BackgroundTasksListQuery, request.tenantScope);
+      return { ...page, tasks: page.tasks.map(publicTask) };
+    },
   );
 
   app.get(
@@ -154,7 +164,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => bg.getTask((request.params as TaskIdParams).task_id),
+    async (request) => publicTask(await bg.getTask(taskKeyOf(request))),
   );
 
   app.patch(
@@ -169,7 +179,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => bg.patchTask((request.params as TaskIdParams).task_id, request.body as BackgroundTaskPatchRequest),
+    async (request) => publicTask(await bg.patchTask(taskKeyOf(request), request.body as BackgroundTaskPatchRequest)),
   );
 
   app.delete(
@@ -184,7 +194,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.deleteTask((request.params as TaskIdParams).task_id, (request.query as BackgroundTaskDeleteQuery).delete_runs),
+    async (request) => bg.deleteTask(taskKeyOf(request), (request.query as BackgroundTaskDeleteQuery).delete_runs),
   );
 
   app.get(
@@ -198,7 +208,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTaskStatusResponse, ...errors },
       },
     },
-    async (request) => bg.taskStatus((request.params as TaskIdParams).task_id),
+    async (request) => bg.taskStatus(taskKeyOf(request)),
   );
 
   app.get(
@@ -213,7 +223,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: SchedulePreviewResponse, ...errors },
       },
     },
-    async (request) => bg.schedulePreview((request.params as TaskIdParams).task_id, (request.query as SchedulePreviewQuery).count),
+    async (request) => bg.schedulePreview(taskKeyOf(request), (request.query as SchedulePreviewQuery).count),
   );
 
   app.post(
@@ -230,7 +240,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const taskId = (request.params as TaskIdParams).task_id;
+      const taskId = taskKeyOf(request);
       const body = (request.body as BackgroundTaskRunRequest | null | undefined) ?? { wait: false };
       if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
       const begin = async (run_id: string) => {
@@ -262,7 +272,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundTaskBulkRunResponse, 503: ErrorResponse, ...errors },
       },
     },
-    async (request) => bg.runTaskBulk((request.params as TaskIdParams).task_id, (request.body as BackgroundTaskBulkRunRequest).runs),
+    async (request) => bg.runTaskBulk(taskKeyOf(request), (request.body as BackgroundTaskBulkRunRequest).runs),
   );
 
   app.post(
@@ -276,7 +286,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.pauseTask((request.params as TaskIdParams).task_id),
+    async (request) => bg.pauseTask(taskKeyOf(request)),
   );
 
   app.post(
@@ -290,7 +300,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.resumeTask((request.params as TaskIdParams).task_id),
+    async (request) => bg.resumeTask(taskKeyOf(request)),
   );
 
   // ---------------------------------------------------------------- runs
@@ -306,7 +316,7 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundRunsResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.runs.listRuns(request.query as BackgroundRunsListQuery),
+    async (request) => bg.runs.listRuns(request.query as BackgroundRunsListQuery, request.tenantScope),
   );
 
   app.get(
@@ -428,6 +438,6 @@ export function backgroundRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: BackgroundManagerStatusResponse },
       },
     },
-    async () => bg.status(),
+    async (request) => bg.status(request.tenantScope),
   );
 }

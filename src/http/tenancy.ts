@@ -45,6 +45,32 @@ export const TENANT_ROUTES: ReadonlySet<string> = new Set([
   'GET /events/:session_id',
   'GET /events/:session_id/list',
   'GET /events/:session_id/trace',
+  // Background agents, tasks and runs (src/background/tenancy.ts): a tenant's task and agent ids
+  // are keys in its namespace; shared agents (a global key's) are run and read by every tenant.
+  'POST /background/agents',
+  'GET /background/agents',
+  'GET /background/agents/:agent_id',
+  'DELETE /background/agents/:agent_id',
+  'POST /background/tasks',
+  'GET /background/tasks',
+  'GET /background/tasks/:task_id',
+  'PATCH /background/tasks/:task_id',
+  'DELETE /background/tasks/:task_id',
+  'GET /background/tasks/:task_id/status',
+  'GET /background/tasks/:task_id/schedule',
+  'POST /background/tasks/:task_id/run',
+  'POST /background/tasks/:task_id/runs',
+  'POST /background/tasks/:task_id/pause',
+  'POST /background/tasks/:task_id/resume',
+  'GET /background/runs',
+  'GET /background/runs/:run_id',
+  'GET /background/runs/:run_id/attempts',
+  'GET /background/runs/:run_id/events',
+  'GET /background/runs/:run_id/workspace',
+  'GET /background/runs/:run_id/workspace/files/*',
+  'POST /background/runs/:run_id/cancel',
+  'POST /background/runs/:run_id/resume',
+  'GET /background/status',
   // No records in them: the configuration's tools and the machines' definitions.
   'GET /tools',
   // A dry run of the rules: a tenant's key evaluates in its own tenant.
@@ -97,6 +123,14 @@ export function installTenancy(app: FastifyInstance, deps: AppDeps): void {
         await deps.runtime.runs.get((request.params as { run_id: string }).run_id, request.tenantScope);
       };
       route.preHandler = route.preHandler ? [ownRun, ...[route.preHandler].flat()] : ownRun;
+    }
+    // The same for every route about one background run (its tenant is its task's).
+    if (pattern.startsWith('/background/runs/:run_id')) {
+      const fileRoute = pattern.includes('/workspace/files/');
+      const ownBgRun: preHandlerAsyncHookHandler = async (request) => {
+        await deps.runtime.background.runs.checkVisible((request.params as { run_id: string }).run_id, request.tenantScope, fileRoute);
+      };
+      route.preHandler = route.preHandler ? [ownBgRun, ...[route.preHandler].flat()] : ownBgRun;
     }
     const check: preValidationHookHandler = (request, _reply, done) => {
       try {

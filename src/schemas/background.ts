@@ -276,6 +276,7 @@ export const BackgroundTaskSpec = z
     workspace_policy: WorkspacePolicy.prefault({}),
     created_at: IsoDateTime.optional(),
     updated_at: IsoDateTime.optional(),
+    tenant: z.string().nullish().describe('The tenant of the key that created it (docs/multi-tenant.md); null or absent: none. Set by the service.'),
   })
   .meta({ id: 'BackgroundTaskSpec' });
 export type BackgroundTaskSpec = z.infer<typeof BackgroundTaskSpec>;
@@ -384,6 +385,7 @@ export const BackgroundRun = z
     due_at: IsoDateTime.nullable().default(null),
     metadata: JsonObject.default({}),
     trigger_metadata: JsonObject.default({}),
+    tenant: z.string().nullish().describe("The tenant of the run's task (docs/multi-tenant.md); null or absent: none."),
   })
   .meta({ id: 'BackgroundRun' });
 export type BackgroundRun = z.infer<typeof BackgroundRun>;
@@ -463,6 +465,12 @@ export const BackgroundAgentSpec = z
     metadata: JsonObject.default({}),
     created_at: IsoDateTime.optional(),
     updated_at: IsoDateTime.optional(),
+    tenant: z
+      .string()
+      .nullish()
+      .describe(
+        'The tenant of the key that registered it (docs/multi-tenant.md); null or absent: shared, registered by a global key. Set by the service; ignored in a request.',
+      ),
   })
   .meta({ id: 'BackgroundAgentSpec' });
 export type BackgroundAgentSpec = z.infer<typeof BackgroundAgentSpec>;
