@@ -3019,6 +3019,8 @@ export interface components {
             session_id: string | null;
             status: components["schemas"]["WebhookDeliveryStatus"];
             task_id: string | null;
+            /** @description The tenant of the run it is about (docs/multi-tenant.md); absent: none. */
+            tenant?: string;
             url: string;
         };
         /** @enum {string} */

@@ -71,6 +71,8 @@ export const TENANT_ROUTES: ReadonlySet<string> = new Set([
   'POST /background/runs/:run_id/cancel',
   'POST /background/runs/:run_id/resume',
   'GET /background/status',
+  // Deliveries carry the tenant of their run's events (src/integrations/webhook-events.ts).
+  'GET /webhooks/deliveries',
   // No records in them: the configuration's tools and the machines' definitions.
   'GET /tools',
   // A dry run of the rules: a tenant's key evaluates in its own tenant.

@@ -6,7 +6,8 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
-import { getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.js';
 
 const sha = (k: string) => createHash('sha256').update(k).digest('hex');
 const ROLES = ['reader', 'operator', 'admin'] as const;
@@ -36,6 +37,7 @@ async function call(method: string, url: string, headers: Record<string, string>
 }
 
 let model: ScriptedOpenAI;
+let hooks: WebhookReceiver;
 let s: TestServer;
 const task = (task_id: string, extra: Record<string, unknown> = {}) => ({ task_id, query: `run ${task_id}`, schedule: { type: 'manual' }, ...extra });
 /** Tenant A's records: a completed background run of its task `same` and a task only it has. */
@@ -45,7 +47,16 @@ let bRun = '';
 beforeAll(async () => {
   model = await startScriptedOpenAI();
   model.setDefault(() => ({ text: 'ok' }));
-  s = await startTestServer({ auth: { api_keys: KEYS }, agent: { tools: { builtin: [] } }, background: { poll_interval_ms: 50 } }, { modelUrl: model.url });
+  hooks = await startWebhookReceiver();
+  s = await startTestServer(
+    {
+      auth: { api_keys: KEYS },
+      agent: { tools: { builtin: [] } },
+      background: { poll_interval_ms: 50 },
+      webhooks: { endpoints: [{ url: `${hooks.url}/all`, secret: 'test-secret' }] },
+    },
+    { modelUrl: model.url },
+  );
   // The same task id in both tenants: two tasks.
   for (const who of ['acme', 'beta'] as const) {
     const r = await postJson(`${s.url}/background/tasks`, task('same'), as(who, 'operator'));
@@ -63,6 +74,7 @@ afterAll(async () => {
   await s?.stop();
   s?.cleanup();
   await model?.close();
+  await hooks?.close();
 });
 
 describe('background tasks and runs per tenant', () => {
@@ -193,5 +205,44 @@ describe('background agents per tenant', () => {
     expect((await call('DELETE', `${s.url}/background/agents/${A.agent}`, as('beta', 'admin'))).status).toBe(200);
     expect((await getJson(`${s.url}/background/agents/${A.agent}`, as('acme', 'reader'))).status).toBe(200);
     expect((await getJson(`${s.url}/background/agents/shared-agent`, as('acme', 'reader'))).status).toBe(200);
+  });
+});
+
+describe('webhook deliveries per tenant', () => {
+  it("lists a tenant its own runs' deliveries only; receivers get the client's task id", async () => {
+    // Acme's background run: its completion and its agent run's are delivered.
+    await eventually(
+      () => hooks.received.some((r) => r.json?.type === 'background_run.completed' && r.json?.data?.run_id === A.run),
+      10_000,
+      "acme's background run delivered",
+    );
+    const delivered = hooks.received.find((r) => r.json?.type === 'background_run.completed' && r.json?.data?.run_id === A.run);
+    expect(delivered?.json?.data?.task_id).toBe('same');
+    const mine = await eventually(
+      async () => {
+        const r = await getJson(`${s.url}/webhooks/deliveries?limit=500`, as('acme', 'reader'));
+        return r.body.deliveries.some((d: { run_id: string }) => d.run_id === A.run) && r;
+      },
+      10_000,
+      "acme's deliveries listed",
+    );
+    expect(mine.body.deliveries.length).toBeGreaterThan(0);
+    for (const d of mine.body.deliveries) expect(d.tenant).toBe('acme');
+    expect(mine.body.total).toBe(mine.body.deliveries.length);
+    const theirs = await getJson(`${s.url}/webhooks/deliveries?run_id=${A.run}`, as('beta', 'reader'));
+    expect(theirs.status).toBe(200);
+    expect(theirs.body).toMatchObject({ deliveries: [], total: 0, next_cursor: null });
+    const beta = await getJson(`${s.url}/webhooks/deliveries?limit=500`, as('beta', 'reader'));
+    for (const d of beta.body.deliveries) expect(d.tenant).toBe('beta');
+    expect(JSON.stringify(beta.body)).not.toContain(A.run);
+    for (const st of ['pending', 'delivered', 'failed']) {
+      const r = await getJson(`${s.url}/webhooks/deliveries?status=${st}&limit=500`, as('beta', 'reader'));
+      for (const d of r.body.deliveries) expect(d.tenant, st).toBe('beta');
+      expect(r.body.total, st).toBe(r.body.deliveries.length);
+    }
+    const all = await getJson(`${s.url}/webhooks/deliveries?limit=500`, as('global', 'reader'));
+    const tenants = new Set(all.body.deliveries.map((d: { tenant?: string }) => d.tenant));
+    expect(tenants.has('acme')).toBe(true);
+    expect(tenants.has('beta')).toBe(true);
   });
 });
