@@ -73,6 +73,18 @@ export const TENANT_ROUTES: ReadonlySet<string> = new Set([
   'GET /background/status',
   // Deliveries carry the tenant of their run's events (src/integrations/webhook-events.ts).
   'GET /webhooks/deliveries',
+  // The protocol adapters (src/protocols/): runs they start are the request's tenant's, sessions
+  // (threads, chat ids, contexts) are looked up in its namespace, runs named by id are checked as
+  // GET /runs/{id} does, and the agents they list or run are the tenant's own and the shared ones.
+  'POST /ai-sdk/chat',
+  'GET /ai-sdk/chat/:id/stream',
+  'POST /ag-ui',
+  'POST /a2a',
+  'POST /mcp',
+  'GET /mcp',
+  'DELETE /mcp',
+  'POST /v1/chat/completions',
+  'GET /v1/models',
   // No records in them: the configuration's tools and the machines' definitions.
   'GET /tools',
   // A dry run of the rules: a tenant's key evaluates in its own tenant.
