@@ -2002,6 +2002,8 @@ export interface components {
                 [key: string]: unknown;
             } | null;
             status: components["schemas"]["EvalStatus"];
+            /** @description The tenant of the key that created it (docs/multi-tenant.md); absent: none. */
+            tenant?: string;
             tools: components["schemas"]["ReplayTools"];
             variant: {
                 [key: string]: unknown;
@@ -2085,6 +2087,8 @@ export interface components {
                 [key: string]: unknown;
             } | null;
             status: components["schemas"]["EvalStatus"];
+            /** @description The tenant of the key that created it (docs/multi-tenant.md); absent: none. */
+            tenant?: string;
             tools: components["schemas"]["ReplayTools"];
             variant: {
                 [key: string]: unknown;

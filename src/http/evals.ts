@@ -31,6 +31,7 @@ export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
     tools: e.tools,
     concurrency: e.concurrency,
     scorer: e.scorer,
+    ...(e.tenant ? { tenant: e.tenant } : {}),
   });
   const itemView = (i: EvalItem) => ({
     run_id: i.run_id,
@@ -56,7 +57,7 @@ export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const created = await evals.create(request.body as EvalCreate);
+      const created = await evals.create(request.body as EvalCreate, request.tenantScope);
       return reply.code(201).send(await view(created));
     },
   );
@@ -74,7 +75,7 @@ export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
     },
     async (request) => {
       const q = request.query as { limit: number; cursor?: string };
-      const page = await evals.list(q.limit, q.cursor ?? null);
+      const page = await evals.list(q.limit, q.cursor ?? null, request.tenantScope);
       return { evals: await Promise.all(page.evals.map(view)), next_cursor: page.next_cursor };
     },
   );
@@ -91,7 +92,7 @@ export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { record, items } = await evals.get((request.params as { eval_id: string }).eval_id);
+      const { record, items } = await evals.get((request.params as { eval_id: string }).eval_id, request.tenantScope);
       return { ...(await view(record)), items: items.map(itemView), aggregates: evals.aggregates(items) };
     },
   );
@@ -107,7 +108,7 @@ export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
         response: { 200: EvalView, ...errors },
       },
     },
-    async (request) => view(await evals.cancel((request.params as { eval_id: string }).eval_id)),
+    async (request) => view(await evals.cancel((request.params as { eval_id: string }).eval_id, request.tenantScope)),
   );
 
   app.delete(
@@ -123,7 +124,7 @@ export function evalRoutes(app: FastifyInstance, deps: AppDeps): void {
     },
     async (request) => {
       const { eval_id } = request.params as { eval_id: string };
-      await evals.delete(eval_id);
+      await evals.delete(eval_id, request.tenantScope);
       return { status: 'deleted' as const, eval_id };
     },
   );

@@ -73,6 +73,19 @@ export const TENANT_ROUTES: ReadonlySet<string> = new Set([
   'GET /background/status',
   // Deliveries carry the tenant of their run's events (src/integrations/webhook-events.ts).
   'GET /webhooks/deliveries',
+  // Checkpoints, forks and replays of a run (the run_id hook below refuses another tenant's; a
+  // fork or replay is its original's tenant's, src/runtime/debug/runs-debug.ts), comparisons (both
+  // runs checked), and evaluations (stamped, filtered; they select the tenant's runs only).
+  'GET /runs/:run_id/checkpoints',
+  'GET /runs/:run_id/checkpoints/:checkpoint_id',
+  'POST /runs/:run_id/fork',
+  'POST /runs/:run_id/replay',
+  'GET /runs/:a/compare/:b',
+  'POST /evals',
+  'GET /evals',
+  'GET /evals/:eval_id',
+  'POST /evals/:eval_id/cancel',
+  'DELETE /evals/:eval_id',
   // The protocol adapters (src/protocols/): runs they start are the request's tenant's, sessions
   // (threads, chat ids, contexts) are looked up in its namespace, runs named by id are checked as
   // GET /runs/{id} does, and the agents they list or run are the tenant's own and the shared ones.

@@ -222,3 +222,61 @@ describe('agents through the protocols', () => {
     }
   });
 });
+
+describe('evaluations, replays and comparisons per tenant', () => {
+  it("replays and evaluates a tenant's runs only, and keeps its evaluations to itself", async () => {
+    const aDone = await postJson(`${s.url}/run/sync`, { query: 'acme question', session_id: 'eval-s' }, as('acme', 'operator'));
+    const bDone = await postJson(`${s.url}/run/sync`, { query: 'beta question', session_id: 'eval-s' }, as('beta', 'operator'));
+    expect(aDone.body.status).toBe('success');
+    // A replay of acme's run is acme's; beta cannot replay or compare it.
+    const replay = await postJson(`${s.url}/runs/${aDone.body.run_id}/replay`, { variant: { system_instruction: 'Be terse.' } }, as('acme', 'operator'));
+    expect(replay.status).toBe(200);
+    expect((await getJson(`${s.url}/runs/${replay.body.run_id}`, as('acme', 'reader'))).body.tenant).toBe('acme');
+    const theirs = await postJson(`${s.url}/runs/${aDone.body.run_id}/replay`, { variant: { system_instruction: 'x' } }, as('beta', 'operator'));
+    expect(theirs.status).toBe(404);
+    expect(theirs.body.code).toBe('AGT_ERR_RUN_NOT_FOUND');
+    const cmp = await getJson(`${s.url}/runs/${aDone.body.run_id}/compare/${bDone.body.run_id}`, as('beta', 'reader'));
+    expect(cmp.status).toBe(404);
+    // An evaluation of beta's session eval-s selects beta's run only; naming acme's run is a missing run.
+    const named = await postJson(
+      `${s.url}/evals`,
+      { name: 'x', source: { run_ids: [aDone.body.run_id] }, variant: { system_instruction: 'y' } },
+      as('beta', 'operator'),
+    );
+    const missing = await postJson(
+      `${s.url}/evals`,
+      { name: 'x', source: { run_ids: ['run_missing'] }, variant: { system_instruction: 'y' } },
+      as('beta', 'operator'),
+    );
+    expect(named.status).toBe(422);
+    expect(named.body.detail[0].type).toBe(missing.body.detail[0].type);
+    const ev = await postJson(
+      `${s.url}/evals`,
+      { name: 'beta eval', source: { filter: { session_id: 'eval-s', limit: 50 } }, variant: { system_instruction: 'y' } },
+      as('beta', 'operator'),
+    );
+    expect(ev.status).toBe(201);
+    expect(ev.body).toMatchObject({ tenant: 'beta', progress: { total: 1 } });
+    const all = await postJson(
+      `${s.url}/evals`,
+      { name: 'beta all', source: { filter: { limit: 500 } }, variant: { system_instruction: 'y' } },
+      as('beta', 'operator'),
+    );
+    expect(all.status).toBe(201);
+    const detail = await getJson(`${s.url}/evals/${all.body.eval_id}`, as('beta', 'reader'));
+    const ownRuns = new Set(await betaRunIds());
+    for (const item of detail.body.items) expect(ownRuns.has(item.run_id), item.run_id).toBe(true);
+    // Acme sees neither of beta's evaluations; a global key sees both, with their tenant.
+    expect((await getJson(`${s.url}/evals`, as('acme', 'reader'))).body.evals).toEqual([]);
+    for (const [m, p] of [
+      ['GET', `/evals/${ev.body.eval_id}`],
+      ['POST', `/evals/${ev.body.eval_id}/cancel`],
+      ['DELETE', `/evals/${ev.body.eval_id}`],
+    ] as const) {
+      const r = await fetch(`${s.url}${p}`, { method: m, headers: as('acme', 'admin') });
+      expect(r.status, `${m} ${p}`).toBe(404);
+    }
+    const global = await getJson(`${s.url}/evals`, as('global', 'reader'));
+    expect(global.body.evals.map((e: { tenant?: string }) => e.tenant)).toEqual(['beta', 'beta']);
+  });
+});
