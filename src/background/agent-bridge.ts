@@ -110,6 +110,8 @@ export class AgentBridge {
           workspace_path: this.host.dirOf(ctx.run),
           // A tenant's task (its key's prefix, tenancy.ts): the agent run and its session are the tenant's.
           tenant: bgTenantOf(ctx.run.task_id),
+          // The task's metadata: what the governance conditions see as `metadata`.
+          metadata: ctx.run.metadata,
           admitted: true,
           // session_policy `run`: no other run writes this session (its attempts run one at a time).
           session_is_private: ctx.run.session_id === ownSessionId(ctx.run.agent_id, ctx.run.task_id, ctx.run.run_id),

@@ -2521,6 +2521,10 @@ export interface components {
             /** @description A registered agent (POST /background/agents) to run as; default: the served agent. 404 when not registered (docs/agents.md). */
             agent_id?: components["schemas"]["BackgroundId"] | null;
             concurrency?: components["schemas"]["ConcurrencySpec"] | null;
+            /** @description Free-form data about the request, stored on the run; governance rule conditions see it as `metadata` (docs/policies.md). At most 16 KiB as JSON. */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
             priority?: number | null;
             /** @description Prompt for the agent. */
             query: string;
@@ -2663,6 +2667,10 @@ export interface components {
             error: components["schemas"]["ErrorInfo"] | null;
             heartbeat_at: string | null;
             lease_seconds: number;
+            /** @description The request's `metadata` (a background run's: its task's); absent: none. */
+            metadata?: {
+                [key: string]: unknown;
+            };
             outcomes: components["schemas"]["Outcome"][];
             priority?: number;
             /** @description The request that started the run, its first 500 characters, secrets redacted. */

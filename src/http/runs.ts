@@ -131,6 +131,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
         return runs.start(body.query, body.session_id ?? null, {
           tenant: tenantOf(request),
+          ...(body.metadata ? { metadata: body.metadata } : {}),
           run_id,
           run_id_is_new: isNew,
           ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
@@ -220,6 +221,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
         return runs.start(body.query, body.session_id ?? null, {
           tenant: tenantOf(request),
+          ...(body.metadata ? { metadata: body.metadata } : {}),
           run_id,
           ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
           session_policy: body.session_policy ?? undefined,
@@ -422,6 +424,7 @@ interface RunBody {
   session_policy?: SessionPolicy | null;
   concurrency?: { key: string; limit: number } | null;
   priority?: number | null;
+  metadata?: Record<string, unknown> | null;
 }
 
 /** The flow-control options of a run request (docs/flow-control.md): none unless it names a key or a priority. */

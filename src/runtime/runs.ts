@@ -173,6 +173,7 @@ export class RunService {
         run_id,
         session_id,
         tenant,
+        metadata: opts.metadata,
         agent_name: profile.agent_name,
         agent_id: agentId ?? settings.agent_id,
         kind: opts.kind ?? 'sync',

@@ -22,6 +22,14 @@ const KEYS = [
 const bearer = (k: string) => ({ authorization: `Bearer ${k}` });
 const TOOLS = join(import.meta.dirname, '../fixtures/run-tools.mjs');
 const RULES = [
+  // The run request's metadata (absent: {}), so `has` keeps runs without it out of this rule.
+  {
+    id: 'public-channel',
+    tools: ['ledger_append'],
+    effect: 'deny',
+    condition: 'has(metadata.channel) && metadata.channel == "public"',
+    reason: 'public channel',
+  },
   { id: 'big-entries', tools: ['ledger_append'], effect: 'ask', condition: 'args.entry.startsWith("big")', approvers: ['finance-*'], reason: 'big entry' },
   { id: 'needs-amount', tools: ['ledger_append'], effect: 'allow', condition: 'args.amount > 1' },
 ];
@@ -132,5 +140,29 @@ describe('start-up', () => {
   it('refuses a rule whose condition does not parse, naming the rule id and the parse error', async () => {
     const bad = { governance: { rules: [{ id: 'broken-rule', tools: ['*'], effect: 'deny', condition: 'args.amount >' }] } };
     await expect(startTestServer(bad)).rejects.toThrow(/broken-rule: condition does not parse: .*Unexpected token/);
+  });
+});
+
+describe("metadata in conditions is the run request's", () => {
+  const decisionOf = async (run: string) => {
+    const ev = await getJson(`${s.url}/telemetry/events?run_id=${run}`, bearer('k-reader'));
+    return ev.body.events.find((e: { event_type: string }) => e.event_type.startsWith('policy_decision_'));
+  };
+
+  it('decides by the metadata of the request, stored on the run', async () => {
+    model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'small', amount: 5 } }] });
+    const pub = await postJson(`${s.url}/run/sync`, { query: 'from public', metadata: { channel: 'public' } }, bearer('k-op'));
+    expect(pub.status).toBe(200);
+    const denied = await decisionOf(pub.body.run_id);
+    expect(denied).toMatchObject({ event_type: 'policy_decision_deny', metadata: { rule_id: 'public-channel' } });
+    expect((await getJson(`${s.url}/runs/${pub.body.run_id}`, bearer('k-reader'))).body.metadata).toEqual({ channel: 'public' });
+    model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'small', amount: 5 } }] });
+    const internal = await postJson(`${s.url}/run/sync`, { query: 'from inside', metadata: { channel: 'internal' } }, bearer('k-op'));
+    expect(await decisionOf(internal.body.run_id)).toMatchObject({ event_type: 'policy_decision_allow', metadata: { rule_id: 'needs-amount' } });
+  });
+
+  it('refuses metadata that is not an object, or over 16 KiB', async () => {
+    expect((await postJson(`${s.url}/run/sync`, { query: 'x', metadata: 'public' }, bearer('k-op'))).status).toBe(422);
+    expect((await postJson(`${s.url}/run/sync`, { query: 'x', metadata: { big: 'x'.repeat(17_000) } }, bearer('k-op'))).status).toBe(422);
   });
 });
