@@ -1346,6 +1346,8 @@ export interface components {
                 [key: string]: unknown;
             } | null;
             expires_at: string | null;
+            /** @description On a pending approval in GET /runs and GET /runs/{id}: whether the asking key may decide it (its role and the rule's approvers). */
+            may_decide?: boolean;
             note: string | null;
             /** @description True when a global admin key decided it outside the rule's approvers. */
             override?: boolean;

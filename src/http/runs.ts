@@ -7,6 +7,8 @@ import { redactorForConfig } from '../telemetry/secrets.js';
 import { domainError } from '../errors.js';
 import type { SessionPolicy } from '../runtime/runs.js';
 import { RunStream } from '../runtime/run-stream.js';
+import { mayDecide, type Decider } from '../runtime/run-decisions.js';
+import type { ApprovalState } from '../../machines/run.machine.js';
 import {
   ApprovalDecisionRequest,
   ApprovalView,
@@ -258,7 +260,8 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     },
     async (request) => {
       const page = await runs.list(request.query as RunsListQuery, request.tenantScope);
-      return { runs: page.runs.map((r) => publicRunView(r, redactor)), total: page.total, next_cursor: page.next_cursor };
+      const decider = deciderOf(request);
+      return { runs: page.runs.map((r) => withMayDecide(publicRunView(r, redactor), decider)), total: page.total, next_cursor: page.next_cursor };
     },
   );
 
@@ -269,7 +272,7 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     },
     async (request) => {
       const record = await runs.get((request.params as { run_id: string }).run_id, request.tenantScope);
-      return { ...publicRunView(record, redactor), queue: await runs.queueOf(record) };
+      return { ...withMayDecide(publicRunView(record, redactor), deciderOf(request)), queue: await runs.queueOf(record) };
     },
   );
 
@@ -413,6 +416,12 @@ export function runRoutes(app: FastifyInstance, deps: AppDeps): void {
     },
     async (request) => runs.clearSession((request.params as { session_id: string }).session_id, tenantOf(request)),
   );
+}
+
+/** A run view whose pending approvals say whether the asking key may decide them (the approvals inboxes). */
+function withMayDecide<V extends { approvals: ApprovalState[] }>(view: V, decider: Decider | null): V {
+  if (!view.approvals.some((a) => a.status === 'pending')) return view;
+  return { ...view, approvals: view.approvals.map((a) => (a.status === 'pending' ? { ...a, may_decide: mayDecide(a, decider) } : a)) };
 }
 
 /** The body of POST /run and /run/sync as validated (RunRequest). */

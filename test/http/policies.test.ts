@@ -166,3 +166,27 @@ describe("metadata in conditions is the run request's", () => {
     expect((await postJson(`${s.url}/run/sync`, { query: 'x', metadata: { big: 'x'.repeat(17_000) } }, bearer('k-op'))).status).toBe(422);
   });
 });
+
+describe('the approvals inbox shows a key the decisions it may take', () => {
+  it("marks each pending approval with may_decide for the asking key (the rule's approvers, a global admin always)", async () => {
+    const { run, approval } = await pausedRun('big inbox entry');
+    const mayDecide = async (key: string) => {
+      const list = await getJson(`${s.url}/runs?status=awaiting_approval&limit=500`, bearer(key));
+      const listed = list.body.runs
+        .find((r: { run_id: string }) => r.run_id === run)
+        .approvals.find((a: { approval_id: string }) => a.approval_id === approval.approval_id);
+      const one = (await getJson(`${s.url}/runs/${run}`, bearer(key))).body.approvals.find(
+        (a: { approval_id: string }) => a.approval_id === approval.approval_id,
+      );
+      expect(one.may_decide, key).toBe(listed.may_decide);
+      return listed.may_decide;
+    };
+    expect(await mayDecide('k-alice')).toBe(true); // finance-* names her
+    expect(await mayDecide('k-bob')).toBe(false); // an approver the rule does not name
+    expect(await mayDecide('k-root')).toBe(true); // a global admin overrides
+    expect(await mayDecide('k-reader')).toBe(false); // no deciding role
+    // What it says is what a decision gets: bob is refused.
+    const refused = await postJson(`${s.url}/runs/${run}/approvals/${approval.approval_id}`, { decision: 'approve', approver: 'ops-bob' }, bearer('k-bob'));
+    expect(refused.status).toBe(403);
+  });
+});
