@@ -4,6 +4,7 @@ import type { ApprovalState, BudgetRequest, TerminationReason, Usage } from '../
 import { redact, type Redactor } from '../telemetry/redact.js';
 import { QUERY_PREVIEW_CHARS } from '../schemas/runs.js';
 import { sessionKeyOf } from './tenancy.js';
+import { bgIdOf } from '../background/tenancy.js';
 
 export type RunRecordStatus =
   'queued' | 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
@@ -187,12 +188,13 @@ export function publicRunView(r: RunRecord, redactor: Redactor) {
     tenant: r.tenant ?? null,
     ...(r.metadata ? { metadata: r.metadata } : {}),
     agent_name: r.agent_name,
-    agent_id: r.agent_id,
+    // A tenant's own agent and task are keys inside (src/background/tenancy.ts): shown as its client chose them.
+    agent_id: bgIdOf(r.agent_id),
     query_preview: redactor.text(r.query.slice(0, QUERY_PREVIEW_CHARS)),
     status: r.status,
     step: r.step,
     attempt: r.attempt,
-    task_id: r.task_id,
+    task_id: r.task_id === null ? null : bgIdOf(r.task_id),
     trace_id: r.trace_id,
     trace_ids: r.trace_ids,
     tool_calls: r.tool_calls.map(({ result_content: _omit, ...c }) => c),

@@ -6,7 +6,7 @@
 // run-recovery.ts). The record a snapshot makes is projected in run-projection.ts.
 import { inTimeRange, scanPage, type ListOrder } from './list-scan.js';
 import { GLOBAL_SCOPE, sessionKeyOf, tenantKey, visibleIn, type TenantScope } from './tenancy.js';
-import { bgKey, bgTenantOf } from '../background/tenancy.js';
+import { bgIdOf, bgKey, bgTenantOf } from '../background/tenancy.js';
 import type { ChatMessage } from '../agent/model/types.js';
 import { domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
@@ -342,11 +342,13 @@ export class RunService {
     // walk its own indexes (tenant, tenant_status), so pages and totals never count another
     // tenant's runs. Other filters (agent, time range, a second indexed one) apply while reading.
     const sessionKey = q.session_id === undefined ? undefined : tenantKey(scope.tenant, q.session_id);
+    // Likewise a task id (a background task's key, src/background/tenancy.ts).
+    const taskKey = q.task_id ? bgKey(scope.tenant, q.task_id) : undefined;
     const index =
       sessionKey !== undefined
         ? { name: 'session_id', value: sessionKey }
-        : q.task_id
-          ? { name: 'task_id', value: q.task_id }
+        : taskKey
+          ? { name: 'task_id', value: taskKey }
           : q.status
             ? scope.all
               ? { name: 'status', value: q.status }
@@ -358,8 +360,8 @@ export class RunService {
       visibleIn(scope, r.tenant) &&
       (!q.status || r.status === q.status) &&
       (sessionKey === undefined || sessionKeyOf(r) === sessionKey) &&
-      (!q.task_id || r.task_id === q.task_id) &&
-      (!q.agent_id || r.agent_id === q.agent_id) &&
+      (!taskKey || r.task_id === taskKey) &&
+      (!q.agent_id || r.agent_id === q.agent_id || bgIdOf(r.agent_id) === q.agent_id) &&
       inTimeRange(r.created_at, q);
     // The index alone answers when it covers the one filter given (a tenant's session key, its
     // tenant_status and tenant indexes are its own); task_id is not kept per tenant.

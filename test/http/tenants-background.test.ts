@@ -112,6 +112,15 @@ describe('background tasks and runs per tenant', () => {
     expect(own.body.runs.map((r: { tenant?: string }) => r.tenant)).toEqual(['beta']);
     const other = await getJson(`${s.url}/runs`, as('acme', 'reader'));
     expect(other.body.runs.map((r: { tenant?: string }) => r.tenant)).toEqual(['acme']);
+    // GET /runs by the task id the tenant chose: its own task's agent runs, shown with that id.
+    for (const who of ['acme', 'beta'] as const) {
+      const byTask = await getJson(`${s.url}/runs?task_id=same`, as(who, 'reader'));
+      expect(
+        byTask.body.runs.map((r: { tenant?: string; task_id: string }) => [r.tenant, r.task_id]),
+        who,
+      ).toEqual([[who, 'same']]);
+      expect(byTask.body.total, who).toBe(1);
+    }
     expect((await getJson(`${s.url}/background/tasks/same/status`, as('acme', 'reader'))).body.runs).toBe(1);
     expect((await getJson(`${s.url}/background/tasks/same/status`, as('beta', 'reader'))).body.runs).toBe(1);
   });
