@@ -62,6 +62,8 @@ export interface BackgroundRun {
   /** The run's concurrency key (its task's, metadata filled in) and priority; absent: none, 0. */
   concurrency?: { key: string; limit: number } | null | undefined;
   priority?: number | null | undefined;
+  /** Set in answers only (src/background/tenancy.ts): a stored run's tenant is its task key's. */
+  tenant?: string | null | undefined;
 }
 
 /** One attempt of a background run (docs/contract.md §12.15). */

@@ -64,15 +64,29 @@ export function inputsDigest(input: PolicyInput): string {
   return createHash('sha256').update(canonicalJson(input)).digest('hex');
 }
 
+/**
+ * Keys sorted, no whitespace, undefined members left out. Built with plain loops and one string:
+ * it runs on every tool call (the map/filter/join chains it replaced cost ~4 µs of the call's
+ * governance budget, test/bench/benchmarks/policy.ts); the output is the same, byte for byte.
+ */
 function canonicalJson(v: unknown): string {
   if (v === null || typeof v !== 'object') return JSON.stringify(v) ?? 'null';
-  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
+  if (Array.isArray(v)) {
+    let out = '[';
+    for (let i = 0; i < v.length; i++) out += (i === 0 ? '' : ',') + canonicalJson(v[i]);
+    return `${out}]`;
+  }
   const o = v as Record<string, unknown>;
-  return `{${Object.keys(o)
-    .filter((k) => o[k] !== undefined)
-    .sort()
-    .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
-    .join(',')}}`;
+  const keys = Object.keys(o).sort();
+  let out = '{';
+  let first = true;
+  for (const k of keys) {
+    const x = o[k];
+    if (x === undefined) continue;
+    out += `${first ? '' : ','}${JSON.stringify(k)}:${canonicalJson(x)}`;
+    first = false;
+  }
+  return `${out}}`;
 }
 
 const firstLine = (err: unknown): string => String((err as Error)?.message ?? err).split('\n')[0];

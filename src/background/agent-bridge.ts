@@ -27,6 +27,7 @@ import { ownSessionId } from './prepare-run.js';
 import type { BackgroundDeps, SendResult } from './engine.js';
 import type { Handle } from './run-host.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
+import { bgTenantOf } from './tenancy.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const PREVIEW_CHARS = 500;
@@ -136,6 +137,10 @@ export class AgentBridge {
           task_id: ctx.run.task_id,
           agent_id: ctx.run.agent_id,
           workspace_path: this.host.dirOf(ctx.run),
+          // A tenant's task (its key's prefix, tenancy.ts): the agent run and its session are the tenant's.
+          tenant: bgTenantOf(ctx.run.task_id),
+          // The task's metadata: what the governance conditions see as `metadata`.
+          metadata: ctx.run.metadata,
           admitted: true,
           ...(ctx.run.priority ? { priority: ctx.run.priority } : {}), // its place among calls waiting for model tokens
           // session_policy `run`: no other run writes this session (its attempts run one at a time).

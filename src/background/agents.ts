@@ -14,6 +14,9 @@ import { relativeWorkspace } from './workspace.js';
 import { basename, isAbsolute, relative, sep } from 'node:path';
 import type { core } from 'zod';
 import { repos } from '../store/repos/index.js';
+import { scanPage } from '../runtime/list-scan.js';
+import { GLOBAL_SCOPE, type TenantScope } from '../runtime/tenancy.js';
+import { bgIdOf, bgKey, bgTenantOf, tenantField } from './tenancy.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
@@ -71,21 +74,23 @@ export class BackgroundAgents {
    * `caller`: the role of the key (null when auth is off: every caller may do everything). What a
    * spec may reach is checked against the config when it is built (src/agent/agent-spec.ts).
    */
-  async registerAgent(body: BackgroundAgentRegistrationRequest, caller: { role: string | null }): Promise<AgentRow> {
-    const agentId = body.agent_id ?? body.spec?.agent_id ?? this.cfg.agent_id;
+  async registerAgent(body: BackgroundAgentRegistrationRequest, caller: { role: string | null; tenant?: string | null }): Promise<AgentRow> {
+    const clientId = body.agent_id ?? body.spec?.agent_id ?? this.cfg.agent_id;
     // The served agent's row stands for the config's agent; over HTTP it is only re-registered as
     // such, never given a spec (which would send its tasks, prompt and key wherever the spec says).
-    if (body.spec && agentId === this.cfg.agent_id) throw domainError('AGT_ERR_SERVED_AGENT_RESERVED', [agentId]);
+    if (body.spec && clientId === this.cfg.agent_id) throw domainError('AGT_ERR_SERVED_AGENT_RESERVED', [clientId]);
+    // A tenant key's agent lives in the tenant's namespace; a global key's is shared (tenancy.ts).
+    const agentId = bgKey(caller.tenant, clientId);
     if (body.spec && isServedAgentSpec(body.spec)) {
       throw new RequestValidationError('body', [specIssue(['metadata', 'served_agent'], 'set only on rows registered without a spec', 'value_error')], body);
     }
     const admin = caller.role === null || caller.role === 'admin';
     const needsAdmin = body.spec ? adminOnlyFields(body.spec) : [];
     if (!admin && needsAdmin.length > 0) throw domainError('AGT_ERR_AGENT_SPEC_NEEDS_ADMIN', [caller.role ?? '', needsAdmin.join(', ')]);
-    const spec: BackgroundAgentSpec = body.spec ? { ...body.spec, agent_id: agentId } : this.servedAgentSpec(agentId);
+    const spec: BackgroundAgentSpec = body.spec ? { ...withoutTenant(body.spec), agent_id: agentId } : this.servedAgentSpec(agentId);
     const at = iso(this.now());
     const existing = await repos(this.deps.store).bgAgents.get<AgentRow>(agentId);
-    if (existing && !body.replace) throw domainError('AGT_ERR_BACKGROUND_AGENT_EXISTS', [agentId], { detail: 'pass replace: true to replace it' });
+    if (existing && !body.replace) throw domainError('AGT_ERR_BACKGROUND_AGENT_EXISTS', [clientId], { detail: 'pass replace: true to replace it' });
     // Built now, so a spec that cannot run is refused here (422 naming the field), not at its first run.
     const prepared = await this.prepareAgent(spec, body, admin);
     const row: AgentRow = { ...spec, created_at: existing?.value.created_at ?? at, updated_at: at, ...(body.spec && admin ? { admin_registered: true } : {}) };
@@ -95,7 +100,7 @@ export class BackgroundAgents {
     } catch (err) {
       if (prepared) this.deps.agents?.discard(prepared);
       if (isStoreError(err, 'conflict') || isStoreError(err, 'stale_version'))
-        throw domainError('AGT_ERR_CONCURRENT_UPDATE', [`background agent '${agentId}'`], { detail: 'read it and try again' });
+        throw domainError('AGT_ERR_CONCURRENT_UPDATE', [`background agent '${clientId}'`], { detail: 'read it and try again' });
       throw err;
     }
     if (prepared) this.deps.agents?.install(agentId, at, prepared);
@@ -119,21 +124,58 @@ export class BackgroundAgents {
     }
   }
 
-  async listAgents(q: { limit: number; cursor?: string }): Promise<{ agents: AgentRow[]; total: number; next_cursor: string | null }> {
-    const page = await repos(this.deps.store).bgAgents.list<AgentRow>({ cursor: q.cursor ?? null, limit: q.limit });
-    const total = await repos(this.deps.store).bgAgents.count();
-    return { agents: page.items.map((i) => this.publicAgent(i.value)), total, next_cursor: page.next_cursor };
+  /**
+   * The agents `scope` may run and read: a tenant's own and the shared ones (a registry of agent
+   * specs is small: a tenant's page is read through the whole list, src/runtime/list-scan.ts).
+   */
+  async listAgents(
+    q: { limit: number; cursor?: string },
+    scope: TenantScope = GLOBAL_SCOPE,
+  ): Promise<{ agents: AgentRow[]; total: number; next_cursor: string | null }> {
+    const repo = repos(this.deps.store).bgAgents;
+    const match = scope.all ? null : (row: AgentRow) => sharedOrOwn(scope, row.agent_id);
+    const page = await scanPage<AgentRow>((lq) => repo.list<AgentRow>(lq), { cursor: q.cursor, limit: q.limit, order: 'asc', match });
+    const total = scope.all ? await repo.count() : await this.countVisible(scope);
+    return { agents: page.items.map((a) => this.publicAgent(a)), total, next_cursor: page.next_cursor };
   }
 
-  async getAgent(agentId: string): Promise<AgentRow> {
-    const rec = await repos(this.deps.store).bgAgents.get<AgentRow>(agentId);
+  /** How many agents `scope` may run and read (its own and the shared ones). */
+  async countVisible(scope: TenantScope): Promise<number> {
+    const repo = repos(this.deps.store).bgAgents;
+    let n = 0;
+    let cursor: string | null = null;
+    do {
+      const page: Awaited<ReturnType<typeof repo.list<AgentRow>>> = await repo.list<AgentRow>({ cursor, limit: 1000 });
+      for (const i of page.items) if (scope.all || sharedOrOwn(scope, i.value.agent_id)) n++;
+      cursor = page.next_cursor;
+    } while (cursor);
+    return n;
+  }
+
+  /**
+   * The stored key of the agent `agentId` names for `tenant`: the tenant's own agent of that id,
+   * else the shared one; 404 when neither exists (another tenant's agent is not seen).
+   */
+  async resolveKey(agentId: string, tenant: string | null): Promise<string> {
+    const repo = repos(this.deps.store).bgAgents;
+    if (tenant && (await repo.get(bgKey(tenant, agentId)))) return bgKey(tenant, agentId);
+    if (await repo.get(agentId)) return agentId;
+    throw notFound('background agent', agentId);
+  }
+
+  async getAgent(agentId: string, scope: TenantScope = GLOBAL_SCOPE): Promise<AgentRow> {
+    const key = await this.resolveKey(agentId, scope.tenant);
+    const rec = await repos(this.deps.store).bgAgents.get<AgentRow>(key);
     if (!rec) throw notFound('background agent', agentId);
     return this.publicAgent(rec.value);
   }
 
-  async deleteAgent(agentId: string, force: boolean): Promise<{ status: 'deleted' }> {
+  /** A tenant deletes its own agents; a shared one only a global key (403). */
+  async deleteAgent(clientId: string, force: boolean, tenant: string | null = null): Promise<{ status: 'deleted' }> {
+    const agentId = await this.resolveKey(clientId, tenant);
+    if (tenant && bgTenantOf(agentId) !== tenant) throw domainError('AGT_ERR_TENANT_SHARED_AGENT', [clientId]);
     const rec = await repos(this.deps.store).bgAgents.get<AgentRow>(agentId);
-    if (!rec) throw notFound('background agent', agentId);
+    if (!rec) throw notFound('background agent', clientId);
     const active = await repos(this.deps.store).bgRuns.list<BgRunRow>({ index: { name: 'agent_active', value: agentId }, limit: 1000 });
     if (active.items.length > 0 && !force) {
       throw domainError('AGT_ERR_BACKGROUND_AGENT_IN_USE', [agentId, active.items.length], {
@@ -154,8 +196,9 @@ export class BackgroundAgents {
    * served agent's agent.tools.local). The stored row keeps the path: building the agent needs it.
    */
   private publicAgent(row: AgentRow): AgentRow {
-    const { admin_registered: _mark, ...a } = row;
+    const { admin_registered: _mark, ...stored } = row;
     void _mark;
+    const a: AgentRow = { ...stored, agent_id: bgIdOf(stored.agent_id), ...tenantField(stored.agent_id) };
     const root = (a.workspace_config as { root?: unknown } | null | undefined)?.root;
     const ref = a.local_tools_ref;
     let shown = a;
@@ -173,6 +216,19 @@ export class BackgroundAgents {
     }
     return basename(file);
   }
+}
+
+/** Whether an agent keyed `key` is the tenant's own or shared (registered by a global key). */
+function sharedOrOwn(scope: TenantScope, key: string): boolean {
+  const t = bgTenantOf(key);
+  return t === null || t === scope.tenant;
+}
+
+/** A spec as stored: its tenant is the registering key's (the key's namespace), never the body's. */
+function withoutTenant(spec: BackgroundAgentSpec): BackgroundAgentSpec {
+  const { tenant: _t, ...rest } = spec;
+  void _t;
+  return rest;
 }
 
 /** A 422 item at `spec.<path>`; `type` is the item's type (`not_allowed`, `too_large`, `value_error`). */

@@ -32,6 +32,8 @@ import { newScheduleRow, resumedScheduleRow } from './schedule-rows.js';
 import { QueuedRunBound } from './queue-bound.js';
 import { keyedRunId } from './prepare-run.js';
 import { TriggerDebouncer } from './debounce.js';
+import { bgIdOf, bgKey, bgTenantOf, taskRowIndexes } from './tenancy.js';
+import { GLOBAL_SCOPE, type TenantScope } from '../runtime/tenancy.js';
 
 export type { BackgroundDeps } from './engine.js';
 
@@ -214,27 +216,26 @@ export class BackgroundManager {
 
   // ---------------------------------------------------------------- tasks
 
-  async createTask(body: BackgroundTaskCreateRequest): Promise<TaskRow> {
-    const agentId = body.agent_id ?? this.cfg.agent_id;
-    if (!(await repos(this.deps.store).bgAgents.get(agentId))) {
-      throw notFound('background agent', agentId);
-    }
+  /**
+   * `tenant`: the tenant of the key (null: none); the task lives in its namespace (tenancy.ts) and
+   * runs the tenant's own agent of that id, else the shared one.
+   */
+  async createTask(body: BackgroundTaskCreateRequest, tenant: string | null = null): Promise<TaskRow> {
+    const agentId = await this.agents.resolveKey(body.agent_id ?? this.cfg.agent_id, tenant);
+    const taskId = bgKey(tenant, body.task_id);
     const { replace, agent_id: _a, ...fields } = body;
-    this.checkWorkspacePolicy(body.workspace_policy.namespace_template, agentId, body.task_id, body);
-    return this.scheduler.taskJob(body.task_id, async () => {
+    this.checkWorkspacePolicy(body.workspace_policy.namespace_template, agentId, taskId, body);
+    return this.scheduler.taskJob(taskId, async () => {
       const { store } = this.deps;
-      const existing = await repos(store).bgTasks.get<TaskRow>(body.task_id);
+      const existing = await repos(store).bgTasks.get<TaskRow>(taskId);
       if (existing && !replace) throw domainError('AGT_ERR_BACKGROUND_TASK_EXISTS', [body.task_id], { detail: 'pass replace: true to replace it' });
       const now = this.now();
-      const task: TaskRow = { ...fields, agent_id: agentId, created_at: existing?.value.created_at ?? iso(now), updated_at: iso(now) };
-      const prevSched = await repos(store).bgSchedule.get<ScheduleRow>(body.task_id);
+      const task: TaskRow = { ...fields, task_id: taskId, agent_id: agentId, created_at: existing?.value.created_at ?? iso(now), updated_at: iso(now) };
+      const prevSched = await repos(store).bgSchedule.get<ScheduleRow>(taskId);
       // A new revision for every create/replace: occurrence ids of the old schedule can never collide.
       const sched = newScheduleRow(task, (prevSched?.value.schedule_revision ?? 0) + 1, now, prevSched?.value ?? null);
       const { bgTasks, bgSchedule } = repos(store);
-      const written = await store.commit([
-        bgTasks.putOp(task.task_id, task, existing, { agent_id: agentId }),
-        bgSchedule.putOp(task.task_id, sched, prevSched),
-      ]);
+      const written = await store.commit([bgTasks.putOp(task.task_id, task, existing, taskRowIndexes(task)), bgSchedule.putOp(task.task_id, sched, prevSched)]);
       this.scheduler.applyTask(task, written[1] as Versioned<ScheduleRow>);
       this.onTaskEdited?.(task.task_id);
       return task;
@@ -263,8 +264,19 @@ export class BackgroundManager {
     );
   }
 
-  async listTasks(q: { agent_id?: string; limit: number; cursor?: string }): Promise<{ tasks: TaskRow[]; total: number; next_cursor: string | null }> {
-    const index = q.agent_id ? { name: 'agent_id', value: q.agent_id } : undefined;
+  /** Tasks visible in `scope` (a tenant walks its own indexes, so pages and totals are its own). */
+  async listTasks(
+    q: { agent_id?: string; limit: number; cursor?: string },
+    scope: TenantScope = GLOBAL_SCOPE,
+  ): Promise<{ tasks: TaskRow[]; total: number; next_cursor: string | null }> {
+    const agentKey = q.agent_id === undefined || scope.all ? q.agent_id : await this.agents.resolveKey(q.agent_id, scope.tenant).catch(() => q.agent_id);
+    const index = scope.all
+      ? agentKey
+        ? { name: 'agent_id', value: agentKey }
+        : undefined
+      : agentKey
+        ? { name: 'tenant_agent', value: `${scope.tenant}|${agentKey}` }
+        : { name: 'tenant', value: scope.tenant ?? '' };
     const page = await repos(this.deps.store).bgTasks.list<TaskRow>({ index, cursor: q.cursor ?? null, limit: q.limit });
     const total = await repos(this.deps.store).bgTasks.count(index);
     return { tasks: page.items.map((i) => i.value), total, next_cursor: page.next_cursor };
@@ -272,7 +284,7 @@ export class BackgroundManager {
 
   async getTask(taskId: string): Promise<TaskRow> {
     const rec = await repos(this.deps.store).bgTasks.get<TaskRow>(taskId);
-    if (!rec) throw notFound('background task', taskId);
+    if (!rec) throw notFound('background task', bgIdOf(taskId));
     return rec.value;
   }
 
@@ -280,7 +292,7 @@ export class BackgroundManager {
     return this.scheduler.taskJob(taskId, async () => {
       const { store } = this.deps;
       const rec = await repos(store).bgTasks.get<TaskRow>(taskId);
-      if (!rec) throw notFound('background task', taskId);
+      if (!rec) throw notFound('background task', bgIdOf(taskId));
       const schedRec = await repos(store).bgSchedule.get<ScheduleRow>(taskId);
       const now = this.now();
       const prev = rec.value;
@@ -297,7 +309,7 @@ export class BackgroundManager {
       }
       const { bgTasks, bgSchedule } = repos(store);
       const written = await store.commit([
-        bgTasks.updateOp(taskId, next, rec.version, { agent_id: next.agent_id }),
+        bgTasks.updateOp(taskId, next, rec.version, taskRowIndexes(next)),
         ...(sched && sched !== schedRec?.value ? [bgSchedule.putOp(taskId, sched, schedRec)] : []),
       ]);
       this.scheduler.applyTask(next, (written[1] as Versioned<ScheduleRow> | undefined) ?? schedRec);
@@ -311,7 +323,7 @@ export class BackgroundManager {
     await this.scheduler.taskJob(taskId, async () => {
       const { store } = this.deps;
       const [rec, schedRec] = await Promise.all([repos(store).bgTasks.get<TaskRow>(taskId), repos(store).bgSchedule.get<ScheduleRow>(taskId)]);
-      if (!rec) throw notFound('background task', taskId);
+      if (!rec) throw notFound('background task', bgIdOf(taskId));
       const { bgTasks, bgSchedule } = repos(store);
       const ops: WriteOp[] = [
         bgTasks.deleteOp(taskId),
@@ -347,7 +359,7 @@ export class BackgroundManager {
     await this.scheduler.taskJob(taskId, async () => {
       const { store } = this.deps;
       const rec = await repos(store).bgTasks.get<TaskRow>(taskId);
-      if (!rec) throw notFound('background task', taskId);
+      if (!rec) throw notFound('background task', bgIdOf(taskId));
       const now = this.now();
       const schedRec = await repos(store).bgSchedule.get<ScheduleRow>(taskId);
       const current = schedRec?.value ?? newScheduleRow(rec.value, 1, now, null);
@@ -372,8 +384,8 @@ export class BackgroundManager {
     ALL_STATUSES.forEach((s, i) => (status_counts[s] = counts[i]));
     const latest = await repos(store).bgRuns.list<BgRunRow>({ index: { name: 'task_id', value: taskId }, limit: 1, reverse: true });
     return {
-      task_id: task.task_id,
-      agent_id: task.agent_id,
+      task_id: bgIdOf(task.task_id),
+      agent_id: bgIdOf(task.agent_id),
       enabled: task.enabled,
       schedule: task.schedule,
       schedule_state: sched ? publicSchedule(sched.value) : null,
@@ -387,7 +399,7 @@ export class BackgroundManager {
   async schedulePreview(taskId: string, count: number) {
     const task = await this.getTask(taskId);
     const sched = await repos(this.deps.store).bgSchedule.get<ScheduleRow>(taskId);
-    return { task_id: taskId, timezone: task.schedule.timezone ?? 'UTC', upcoming: this.scheduler.preview(task, sched?.value ?? null, count) };
+    return { task_id: bgIdOf(taskId), timezone: task.schedule.timezone ?? 'UTC', upcoming: this.scheduler.preview(task, sched?.value ?? null, count) };
   }
 
   /**
@@ -410,7 +422,7 @@ export class BackgroundManager {
   async runTaskBulk(taskId: string, items: BackgroundTaskBulkRunItem[]): Promise<BackgroundTaskBulkRunResponse> {
     this.requireRunning();
     const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
-    if (!task.enabled) throw notFound('enabled background task', taskId);
+    if (!task.enabled) throw notFound('enabled background task', bgIdOf(taskId));
     const ids = items.map((it) => (it.idempotency_key ? keyedRunId(taskId, it.idempotency_key) : newId('bgrun')));
     const keyed = [...new Set(ids.filter((_, i) => items[i].idempotency_key))];
     const stored = new Map<string, BackgroundRun>();
@@ -429,7 +441,7 @@ export class BackgroundManager {
     if (fresh.length > 0) await this.queueBound.admit(fresh.length);
     const dispatched = await this.scheduler.taskJob(taskId, async () => {
       const current = this.scheduler.tasks.get(taskId);
-      if (!current || !current.enabled) throw notFound('enabled background task', taskId);
+      if (!current || !current.enabled) throw notFound('enabled background task', bgIdOf(taskId));
       const out = [];
       for (const i of fresh) out.push(await this.scheduler.dispatchManual(current, items[i].query ?? null, ids[i]));
       return out;
@@ -452,7 +464,7 @@ export class BackgroundManager {
     return {
       runs: ids.map((id) => {
         const run = stored.get(id);
-        if (!run) throw notFound('enabled background task', taskId);
+        if (!run) throw notFound('enabled background task', bgIdOf(taskId));
         const first = created.has(id) && !seenInAnswer.has(id);
         seenInAnswer.add(id);
         return { run: publicRun(this.cfg.workspace_root, run), created: first };
@@ -468,18 +480,18 @@ export class BackgroundManager {
   ): Promise<BackgroundRun> {
     this.requireRunning();
     const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
-    if (!task.enabled) throw notFound('enabled background task', taskId);
+    if (!task.enabled) throw notFound('enabled background task', bgIdOf(taskId));
     const window = body.debounce_seconds ? body.debounce_seconds * 1000 : null;
     if (window === null) await this.queueBound.admit(); // a debounced trigger admits only a new window's run
     // The job decides and issues the write; the write itself is awaited outside the task's job.
     const dispatched = await this.scheduler.taskJob(taskId, async () => {
       const current = this.scheduler.tasks.get(taskId);
-      if (!current || !current.enabled) throw notFound('enabled background task', taskId);
+      if (!current || !current.enabled) throw notFound('enabled background task', bgIdOf(taskId));
       if (window !== null) return { done: Promise.resolve(await this.debouncer.trigger(current, body.query ?? null, window, opts.run_id)) };
       return this.scheduler.dispatchManual(current, body.query ?? null, opts.run_id);
     });
     const run = await dispatched.done;
-    if (!run) throw notFound('enabled background task', taskId);
+    if (!run) throw notFound('enabled background task', bgIdOf(taskId));
     // Answer once the run's creation events are stored too, as before the append was pipelined.
     await this.engine.appended(run.run_id);
     await opts.onQueued?.(publicRun(this.cfg.workspace_root, run));
@@ -493,7 +505,7 @@ export class BackgroundManager {
       {
         message: `background run ${run.run_id} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${run.run_id}`,
         run_id: run.run_id,
-        task_id: taskId,
+        task_id: bgIdOf(taskId),
         status: current.status,
         request_timeout_seconds: budget,
         wait_timeout_seconds: budget,
@@ -514,22 +526,27 @@ export class BackgroundManager {
 
   // ---------------------------------------------------------------- status
 
-  async status() {
+  /** GET /background/status: a tenant's counts are of its own agents, tasks and runs (and the shared agents it may run). */
+  async status(scope: TenantScope = GLOBAL_SCOPE) {
     const { store } = this.deps;
+    const { bgRuns, bgTasks, bgAgents } = repos(store);
+    const tenant = scope.all ? null : (scope.tenant ?? '');
     const status_counts: Record<string, number> = {};
-    const counts = await Promise.all(ALL_STATUSES.map((s) => repos(store).bgRuns.count({ name: 'status', value: s })));
+    const counts = await Promise.all(
+      ALL_STATUSES.map((s) => bgRuns.count(tenant === null ? { name: 'status', value: s } : { name: 'tenant_status', value: taskStatusKey(tenant, s) })),
+    );
     ALL_STATUSES.forEach((s, i) => (status_counts[s] = counts[i]));
     return {
       running: this.running,
       initialized: this.initialized,
       worker_id: this.deps.workerId,
       lease_seconds: this.cfg.lease_seconds,
-      agents: await repos(store).bgAgents.count(),
-      tasks: await repos(store).bgTasks.count(),
-      runs: await repos(store).bgRuns.count(),
+      agents: tenant === null ? await bgAgents.count() : await this.agents.countVisible(scope),
+      tasks: await bgTasks.count(tenant === null ? undefined : { name: 'tenant', value: tenant }),
+      runs: await bgRuns.count(tenant === null ? undefined : { name: 'tenant', value: tenant }),
       active_runs: ACTIVE.reduce((n, s) => n + status_counts[s], 0),
       status_counts,
-      skipped_occurrences: this.scheduler.skippedOccurrences(),
+      skipped_occurrences: this.scheduler.skippedOccurrences(tenant === null ? undefined : (taskId) => bgTenantOf(taskId) === tenant),
     };
   }
 }

@@ -5,6 +5,7 @@
 // transition. Either way they also ride in the row's outbox, so a crash that leaves the row
 // without them (PostgreSQL appends after the commit) is repaired from the row (repairOutbox).
 // Then the workspace mirror, in the same order.
+import { tenantField } from './tenancy.js';
 import type { BackgroundRunContext, LifecycleEvent } from '../../machines/background-run.machine.js';
 import type { TelemetryEmitter } from '../runtime/emitter.js';
 import type { Store } from '../store/store.js';
@@ -183,6 +184,8 @@ export class EventOutbox {
         lease_generation: l.lease_generation,
         lifecycle_timestamp: l.timestamp,
         detail: l.data,
+        // The run's tenant (its task key's, tenancy.ts): telemetry reads of a tenant filter on it.
+        ...tenantField(l.task_id),
       },
     };
   }

@@ -3,6 +3,7 @@
 // them from rows, applies events, and binds the machine's `record` effect: every row write is a
 // compare-and-swap on the version this process last wrote, and transitions taken before the
 // previous write started share its commit.
+import { tenantField } from './tenancy.js';
 import type { Actor, AnyActorRef, CallbackActorLogic } from 'xstate';
 import {
   BACKGROUND_RUN_MACHINE_VERSION,
@@ -475,6 +476,8 @@ export class RunHosts {
       task_id: ctx.run.task_id,
       agent_id: ctx.run.agent_id,
       kind: 'background',
+      // The run's tenant (its task key's, tenancy.ts): trace reads of a tenant filter on it.
+      ...tenantField(ctx.run.task_id),
       status: traceStatus,
       started_at: ctx.run.triggered_at,
       ended_at: status === 'running' ? null : (ctx.run.finished_at ?? iso(this.deps.clock.now())),

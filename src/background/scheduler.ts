@@ -304,9 +304,10 @@ export class TaskScheduler {
   }
 
   /** Scheduled occurrences skipped by the overlap policy, summed over the tasks that exist (from the cached schedule rows). */
-  skippedOccurrences(): number {
+  /** Occurrences skipped by the overlap policy, of every task or of those `only` picks. */
+  skippedOccurrences(only?: (taskId: string) => boolean): number {
     let n = 0;
-    for (const id of this.tasks.keys()) n += this.schedules.get(id)?.value.skipped_occurrences ?? 0;
+    for (const id of this.tasks.keys()) if (!only || only(id)) n += this.schedules.get(id)?.value.skipped_occurrences ?? 0;
     return n;
   }
 

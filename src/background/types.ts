@@ -3,6 +3,7 @@ import type { BackgroundLifecycleEventType, BackgroundRunContext } from '../../m
 import type { BackgroundRunStatus, BackgroundScheduleState, BackgroundTaskSpec } from '../schemas/background.js';
 import type { RecordIndexes } from '../store/store.js';
 import type { AgentRow } from '../agent/agent-row.js';
+import { bgTenantOf } from '../runtime/tenancy.js';
 
 /** One lifecycle event as kept in the row's outbox, events.jsonl and the replay. */
 export interface LifecycleRecord {
@@ -96,12 +97,18 @@ export const ALL_STATUSES: readonly BackgroundRunStatus[] = [
  */
 export function runRowIndexes(row: BgRunRow): RecordIndexes {
   const { task_id, status, agent_id } = row.run;
+  // A tenant's runs (the prefix of their task key, src/background/tenancy.ts) are also indexed by
+  // tenant and tenant + status: its lists and counts walk its own. Runs without a tenant are not
+  // (no cost where tenants are not used; a tenant scope never asks for them).
+  const tenant = bgTenantOf(task_id);
   return {
     task_id,
     status,
     task_status: taskStatusKey(task_id, status),
     inflight_task: IN_FLIGHT.has(status) ? task_id : null,
     agent_active: IN_FLIGHT.has(status) ? agent_id : null,
+    tenant,
+    tenant_status: tenant ? taskStatusKey(tenant, status) : null,
   };
 }
 

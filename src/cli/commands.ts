@@ -24,7 +24,8 @@ const runs =
       | 'approvalsApprove'
       | 'approvalsDeny'
       | 'budgetGrant'
-      | 'budgetDeny',
+      | 'budgetDeny'
+      | 'whoami',
   ) =>
   async () =>
     (await import('./runs.js'))[name];
@@ -172,7 +173,13 @@ export const COMMANDS: Command[] = [
     load: debug('runsReplay'),
   },
   { path: ['runs', 'compare'], args: ['A', 'B'], remote: true, summary: 'Two runs side by side and the diff of their answers.', load: debug('runsCompare') },
-  { path: ['approvals', 'ls'], remote: true, summary: 'Pending approvals across runs (runs awaiting approval).', load: runs('approvalsLs') },
+  {
+    path: ['approvals', 'ls'],
+    remote: true,
+    summary: 'Pending approvals across runs that this key may decide (runs awaiting approval; a reader sees all).',
+    load: runs('approvalsLs'),
+  },
+  { path: ['whoami'], remote: true, summary: 'The API key this command signs in with: its name, role and tenant (GET /whoami).', load: runs('whoami') },
   {
     path: ['approvals', 'approve'],
     args: ['RUN', 'APPROVAL'],

@@ -273,11 +273,15 @@ const MAX_PAGES = 20;
 
 export async function approvalsLs(p: Parsed): Promise<number> {
   const remote = remoteOf(p);
+  const me = await remote.client.whoami();
+  const decides = me.role === 'approver' || me.role === 'admin' || !me.auth;
   const pending: Approval[] = [];
   let cursor: string | undefined;
   for (let page = 0; page < MAX_PAGES; page++) {
     const list = await remote.client.runs.list({ status: 'awaiting_approval', limit: 100, cursor });
-    for (const r of list.runs) for (const a of r.approvals) if (a.status === 'pending') pending.push({ ...a, run_id: r.run_id });
+    // The server marks what this key may decide (the rules' approvers); a key without a deciding role sees all.
+    for (const r of list.runs)
+      for (const a of r.approvals) if (a.status === 'pending' && (a.may_decide !== false || !decides)) pending.push({ ...a, run_id: r.run_id });
     cursor = list.next_cursor ?? undefined;
     if (!cursor) break;
   }
@@ -297,6 +301,18 @@ export async function approvalsLs(p: Parsed): Promise<number> {
   );
   if (cursor) status(`(the first ${MAX_PAGES * 100} waiting runs only)`);
   status('decide with: agentd approvals approve|deny RUN APPROVAL');
+  return EXIT.ok;
+}
+
+/** `agentd whoami`: the signed-in key's name, role and tenant (none: a global key). */
+export async function whoami(p: Parsed): Promise<number> {
+  const remote = remoteOf(p);
+  const me = await remote.client.whoami();
+  if (remote.json) {
+    printJson(me);
+    return EXIT.ok;
+  }
+  out(`${me.name ?? '(auth off)'}  role: ${me.role}  tenant: ${me.tenant ?? '-'}`);
   return EXIT.ok;
 }
 

@@ -1346,6 +1346,8 @@ export interface components {
                 [key: string]: unknown;
             } | null;
             expires_at: string | null;
+            /** @description On a pending approval in GET /runs and GET /runs/{id}: whether the asking key may decide it (its role and the rule's approvers). */
+            may_decide?: boolean;
             note: string | null;
             /** @description True when a global admin key decided it outside the rule's approvers. */
             override?: boolean;
@@ -1412,6 +1414,8 @@ export interface components {
             } | null;
             name?: string | null;
             system_instruction?: string | null;
+            /** @description The tenant of the key that registered it (docs/multi-tenant.md); null or absent: shared, registered by a global key. Set by the service; ignored in a request. */
+            tenant?: string | null;
             /** Format: date-time */
             updated_at?: string;
             workspace_config?: {
@@ -1444,6 +1448,8 @@ export interface components {
             } | null;
             name?: string | null;
             system_instruction?: string | null;
+            /** @description The tenant of the key that registered it (docs/multi-tenant.md); null or absent: shared, registered by a global key. Set by the service; ignored in a request. */
+            tenant?: string | null;
             /** Format: date-time */
             updated_at?: string;
             workspace_config?: {
@@ -1539,6 +1545,8 @@ export interface components {
             /** @default queued */
             status: components["schemas"]["RunStatus"];
             task_id: components["schemas"]["BackgroundId"];
+            /** @description The tenant of the run's task (docs/multi-tenant.md); null or absent: none. */
+            tenant?: string | null;
             /** @default {} */
             trigger_metadata: {
                 [key: string]: unknown;
@@ -1735,6 +1743,8 @@ export interface components {
             schedule: components["schemas"]["ScheduleSpec"];
             session_policy: components["schemas"]["SessionPolicy"];
             task_id: components["schemas"]["BackgroundId"];
+            /** @description The tenant of the key that created it (docs/multi-tenant.md); null or absent: none. Set by the service. */
+            tenant?: string | null;
             timeout_seconds?: number | null;
             /** Format: date-time */
             updated_at?: string;
@@ -1987,7 +1997,7 @@ export interface components {
              * @description Stable machine-readable error code (AGT_ERR_*); see docs/errors.md.
              * @enum {string}
              */
-            code: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_TENANT_ROUTE" | "AGT_ERR_TENANT_MISMATCH" | "AGT_ERR_APPROVER_NOT_ALLOWED" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_CHECKPOINT_NOT_FOUND" | "AGT_ERR_EVAL_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_REPLAY_MODEL_UNAVAILABLE" | "AGT_ERR_EVAL_ENDED" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
+            code: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_TENANT_ROUTE" | "AGT_ERR_TENANT_MISMATCH" | "AGT_ERR_TENANT_SHARED_AGENT" | "AGT_ERR_APPROVER_NOT_ALLOWED" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_CHECKPOINT_NOT_FOUND" | "AGT_ERR_EVAL_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_REPLAY_MODEL_UNAVAILABLE" | "AGT_ERR_EVAL_ENDED" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
             detail?: string | null;
             /**
              * @description Error type (the HTTP family); see docs/errors.md.
@@ -2012,6 +2022,8 @@ export interface components {
                 [key: string]: unknown;
             } | null;
             status: components["schemas"]["EvalStatus"];
+            /** @description The tenant of the key that created it (docs/multi-tenant.md); absent: none. */
+            tenant?: string;
             tools: components["schemas"]["ReplayTools"];
             variant: {
                 [key: string]: unknown;
@@ -2095,6 +2107,8 @@ export interface components {
                 [key: string]: unknown;
             } | null;
             status: components["schemas"]["EvalStatus"];
+            /** @description The tenant of the key that created it (docs/multi-tenant.md); absent: none. */
+            tenant?: string;
             tools: components["schemas"]["ReplayTools"];
             variant: {
                 [key: string]: unknown;
@@ -2208,7 +2222,7 @@ export interface components {
              * @description Stable machine-readable error code (AGT_ERR_*); see docs/errors.md.
              * @enum {string}
              */
-            code?: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_TENANT_ROUTE" | "AGT_ERR_TENANT_MISMATCH" | "AGT_ERR_APPROVER_NOT_ALLOWED" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_CHECKPOINT_NOT_FOUND" | "AGT_ERR_EVAL_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_REPLAY_MODEL_UNAVAILABLE" | "AGT_ERR_EVAL_ENDED" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
+            code?: "AGT_ERR_VALIDATION" | "AGT_ERR_BAD_REQUEST" | "AGT_ERR_BAD_HTTP" | "AGT_ERR_BAD_URL" | "AGT_ERR_HOST_NOT_ALLOWED" | "AGT_ERR_UNAUTHORIZED" | "AGT_ERR_API_KEY_INVALID" | "AGT_ERR_FORBIDDEN" | "AGT_ERR_AGENT_SPEC_NEEDS_ADMIN" | "AGT_ERR_TENANT_ROUTE" | "AGT_ERR_TENANT_MISMATCH" | "AGT_ERR_TENANT_SHARED_AGENT" | "AGT_ERR_APPROVER_NOT_ALLOWED" | "AGT_ERR_APPROVER_MISMATCH" | "AGT_ERR_ROUTE_NOT_FOUND" | "AGT_ERR_METHOD_NOT_ALLOWED" | "AGT_ERR_REQUEST_TIMEOUT" | "AGT_ERR_PAYLOAD_TOO_LARGE" | "AGT_ERR_URI_TOO_LONG" | "AGT_ERR_UNSUPPORTED_MEDIA_TYPE" | "AGT_ERR_HEADERS_TOO_LARGE" | "AGT_ERR_RATE_LIMITED" | "AGT_ERR_TOO_MANY_CONNECTIONS" | "AGT_ERR_TOO_MANY_STREAMS" | "AGT_ERR_INTERNAL" | "AGT_ERR_NOT_FOUND" | "AGT_ERR_CONFLICT" | "AGT_ERR_SERVER_BUSY" | "AGT_ERR_TIMEOUT" | "AGT_ERR_RUN_NOT_FOUND" | "AGT_ERR_SESSION_NOT_FOUND" | "AGT_ERR_APPROVAL_NOT_FOUND" | "AGT_ERR_AGENT_NOT_FOUND" | "AGT_ERR_TRACE_NOT_FOUND" | "AGT_ERR_IDEMPOTENT_RUN_GONE" | "AGT_ERR_BACKGROUND_AGENT_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_NOT_FOUND" | "AGT_ERR_BACKGROUND_TASK_DISABLED" | "AGT_ERR_BACKGROUND_RUN_NOT_FOUND" | "AGT_ERR_CHECKPOINT_NOT_FOUND" | "AGT_ERR_EVAL_NOT_FOUND" | "AGT_ERR_DASHBOARD_NOT_BUILT" | "AGT_ERR_WORKSPACE_FILE_NOT_FOUND" | "AGT_ERR_WORKSPACE_PATH_OUTSIDE" | "AGT_ERR_SESSION_BUSY" | "AGT_ERR_RUN_ENDED" | "AGT_ERR_RUN_ENDED_BEFORE_DELIVERY" | "AGT_ERR_RUN_OWNED_ELSEWHERE" | "AGT_ERR_RUN_NOT_STEERABLE" | "AGT_ERR_STEER_LIMIT" | "AGT_ERR_RUN_NOT_INTERRUPTIBLE" | "AGT_ERR_RUN_IS_BACKGROUND" | "AGT_ERR_DENY_WITH_ARGUMENTS" | "AGT_ERR_APPROVAL_EXPIRED" | "AGT_ERR_APPROVAL_ALREADY_DECIDED" | "AGT_ERR_RUN_NOT_WAITING" | "AGT_ERR_BUDGET_REQUEST_MISMATCH" | "AGT_ERR_RUN_STILL_WAITING" | "AGT_ERR_RUN_ALREADY_LIVE" | "AGT_ERR_REPLAY_MODEL_UNAVAILABLE" | "AGT_ERR_EVAL_ENDED" | "AGT_ERR_RUN_NO_SNAPSHOT" | "AGT_ERR_RUN_SAVED_BY_NEWER" | "AGT_ERR_RUN_RECOVERY_EXHAUSTED" | "AGT_ERR_RUN_TAKEN" | "AGT_ERR_AGENT_UNAVAILABLE" | "AGT_ERR_CONCURRENT_UPDATE" | "AGT_ERR_IDEMPOTENCY_KEY_IN_FLIGHT" | "AGT_ERR_RUN_TIMEOUT" | "AGT_ERR_BACKGROUND_AGENT_EXISTS" | "AGT_ERR_SERVED_AGENT_RESERVED" | "AGT_ERR_BACKGROUND_AGENT_IN_USE" | "AGT_ERR_BACKGROUND_TASK_EXISTS" | "AGT_ERR_BACKGROUND_RUN_ENDED" | "AGT_ERR_AGENT_RUN_UNDECIDED" | "AGT_ERR_WORKSPACE_UNAVAILABLE" | "AGT_ERR_BACKGROUND_UNAVAILABLE" | "AGT_ERR_RUN_WAIT_TIMEOUT" | "AGT_ERR_SHUTTING_DOWN" | "AGT_ERR_RUN_SLOTS_BUSY" | "AGT_ERR_RUN_QUEUE_FULL" | "AGT_ERR_MCP_PROCESS_LIMIT" | "AGT_ERR_AGENT_REBUILDING" | "AGT_ERR_TOO_MANY_WATCHERS" | "AGT_ERR_STORE_UNAVAILABLE";
             detail: unknown;
         };
         HTTPValidationError: {
@@ -2527,6 +2541,10 @@ export interface components {
             /** @description A registered agent (POST /background/agents) to run as; default: the served agent. 404 when not registered (docs/agents.md). */
             agent_id?: components["schemas"]["BackgroundId"] | null;
             concurrency?: components["schemas"]["ConcurrencySpec"] | null;
+            /** @description Free-form data about the request, stored on the run; governance rule conditions see it as `metadata` (docs/policies.md). At most 16 KiB as JSON. */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
             priority?: number | null;
             /** @description Prompt for the agent. */
             query: string;
@@ -2669,6 +2687,10 @@ export interface components {
             error: components["schemas"]["ErrorInfo"] | null;
             heartbeat_at: string | null;
             lease_seconds: number;
+            /** @description The request's `metadata` (a background run's: its task's); absent: none. */
+            metadata?: {
+                [key: string]: unknown;
+            };
             outcomes: components["schemas"]["Outcome"][];
             priority?: number;
             /** @description The request that started the run, its first 500 characters, secrets redacted. */
@@ -3035,6 +3057,8 @@ export interface components {
             session_id: string | null;
             status: components["schemas"]["WebhookDeliveryStatus"];
             task_id: string | null;
+            /** @description The tenant of the run it is about (docs/multi-tenant.md); absent: none. */
+            tenant?: string;
             url: string;
         };
         /** @enum {string} */

@@ -1,5 +1,6 @@
 // Background routes (docs/contract.md §1 background rows): parse with the zod schemas, delegate to the
 // background manager, serialise. No business logic here.
+import type { FastifyRequest } from 'fastify';
 import {
   AgentIdParams,
   BackgroundAgentsListQuery,
@@ -41,6 +42,12 @@ import { binaryResponse } from './openapi.js';
 import { IdempotencyHeaders, debouncedTrigger, idempotencyRequestOf, once, startTaskRun, waitBackgroundRun } from './idempotent.js';
 import { newId } from '../ids.js';
 import { repos } from '../store/repos/index.js';
+import { tenantOf } from './tenancy.js';
+import { bgKey, publicTask } from '../background/tenancy.js';
+
+/** The task a route's task_id names: its key in the namespace of the request's tenant (src/background/tenancy.ts). */
+/** The background subsystem's key of the task a request names: in the tenant the request acts in. */
+const taskKeyOf = (request: FastifyRequest & { params: { task_id: string } }) => bgKey(tenantOf(request), request.params.task_id);
 
 const errors = { 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError };
 const tags = ['background'];
@@ -66,6 +73,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
     async (request) =>
       bg.agents.registerAgent(request.body, {
         role: request.apiKeyRole ?? ((deps.config.auth?.api_keys ?? []).length === 0 ? null : 'unknown'),
+        tenant: tenantOf(request),
       }),
   );
 
@@ -80,7 +88,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundAgentsResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.agents.listAgents(request.query),
+    async (request) => bg.agents.listAgents(request.query, request.tenantScope),
   );
 
   app.get(
@@ -94,7 +102,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundAgentSpec, ...errors },
       },
     },
-    async (request) => bg.agents.getAgent(request.params.agent_id),
+    async (request) => bg.agents.getAgent(request.params.agent_id, request.tenantScope),
   );
 
   app.delete(
@@ -109,7 +117,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.agents.deleteAgent(request.params.agent_id, request.query.force),
+    async (request) => bg.agents.deleteAgent(request.params.agent_id, request.query.force, tenantOf(request)),
   );
 
   // ---------------------------------------------------------------- tasks
@@ -125,7 +133,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => bg.createTask(request.body),
+    async (request) => publicTask(await bg.createTask(request.body, tenantOf(request))),
   );
 
   app.get(
@@ -139,7 +147,10 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundTasksResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.listTasks(request.query),
+    async (request) => {
+      const page = await bg.listTasks(request.query, request.tenantScope);
+      return { ...page, tasks: page.tasks.map(publicTask) };
+    },
   );
 
   app.get(
@@ -153,7 +164,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => bg.getTask(request.params.task_id),
+    async (request) => publicTask(await bg.getTask(taskKeyOf(request))),
   );
 
   app.patch(
@@ -168,7 +179,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => bg.patchTask(request.params.task_id, request.body),
+    async (request) => publicTask(await bg.patchTask(taskKeyOf(request), request.body)),
   );
 
   app.delete(
@@ -183,7 +194,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.deleteTask(request.params.task_id, request.query.delete_runs),
+    async (request) => bg.deleteTask(taskKeyOf(request), request.query.delete_runs),
   );
 
   app.get(
@@ -197,7 +208,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundTaskStatusResponse, ...errors },
       },
     },
-    async (request) => bg.taskStatus(request.params.task_id),
+    async (request) => bg.taskStatus(taskKeyOf(request)),
   );
 
   app.get(
@@ -212,7 +223,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: SchedulePreviewResponse, ...errors },
       },
     },
-    async (request) => bg.schedulePreview(request.params.task_id, request.query.count),
+    async (request) => bg.schedulePreview(taskKeyOf(request), request.query.count),
   );
 
   app.post(
@@ -229,7 +240,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const taskId = request.params.task_id;
+      const taskId = taskKeyOf(request);
       const body = request.body ?? { wait: false };
       if (body.webhook) deps.runtime.webhooks.checkRequestUrl(body.webhook);
       const begin = async (run_id: string) => {
@@ -262,7 +273,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundTaskBulkRunResponse, 503: ErrorResponse, ...errors },
       },
     },
-    async (request) => bg.runTaskBulk(request.params.task_id, request.body.runs),
+    async (request) => bg.runTaskBulk(taskKeyOf(request), request.body.runs),
   );
 
   app.post(
@@ -276,7 +287,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.pauseTask(request.params.task_id),
+    async (request) => bg.pauseTask(taskKeyOf(request)),
   );
 
   app.post(
@@ -290,7 +301,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.resumeTask(request.params.task_id),
+    async (request) => bg.resumeTask(taskKeyOf(request)),
   );
 
   // ---------------------------------------------------------------- runs
@@ -306,7 +317,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundRunsResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => bg.runs.listRuns(request.query),
+    async (request) => bg.runs.listRuns(request.query, request.tenantScope),
   );
 
   app.get(
@@ -428,6 +439,6 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundManagerStatusResponse },
       },
     },
-    async () => bg.status(),
+    async (request) => bg.status(request.tenantScope),
   );
 }

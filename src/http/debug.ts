@@ -145,6 +145,8 @@ export function debugRoutes(app: ZodApp, deps: AppDeps): void {
     },
     async (request) => {
       const { a, b } = request.params;
+      // Another tenant's run is not found, as one that does not exist (the run_id routes' check, src/http/tenancy.ts).
+      if (!request.tenantScope.all) await Promise.all([deps.runtime.runs.get(a, request.tenantScope), deps.runtime.runs.get(b, request.tenantScope)]);
       const [ra, rb] = await Promise.all([debug.read(a), debug.read(b)]);
       const args = (x: Record<string, unknown>) => redact(x, redactor) as Record<string, unknown>;
       const sa = summaryOf(ra, args);

@@ -29,6 +29,7 @@ export function evalRoutes(app: ZodApp, deps: AppDeps): void {
     tools: e.tools,
     concurrency: e.concurrency,
     scorer: e.scorer,
+    ...(e.tenant ? { tenant: e.tenant } : {}),
   });
   const itemView = (i: EvalItem) => ({
     run_id: i.run_id,
@@ -54,7 +55,7 @@ export function evalRoutes(app: ZodApp, deps: AppDeps): void {
       },
     },
     async (request, reply) => {
-      const created = await evals.create(request.body);
+      const created = await evals.create(request.body, request.tenantScope);
       return reply.code(201).send(await view(created));
     },
   );
@@ -72,7 +73,7 @@ export function evalRoutes(app: ZodApp, deps: AppDeps): void {
     },
     async (request) => {
       const q = request.query;
-      const page = await evals.list(q.limit, q.cursor ?? null);
+      const page = await evals.list(q.limit, q.cursor ?? null, request.tenantScope);
       return { evals: await Promise.all(page.evals.map(view)), next_cursor: page.next_cursor };
     },
   );
@@ -89,7 +90,7 @@ export function evalRoutes(app: ZodApp, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const { record, items } = await evals.get(request.params.eval_id);
+      const { record, items } = await evals.get(request.params.eval_id, request.tenantScope);
       return { ...(await view(record)), items: items.map(itemView), aggregates: evals.aggregates(items) };
     },
   );
@@ -105,7 +106,7 @@ export function evalRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: EvalView, ...errors },
       },
     },
-    async (request) => view(await evals.cancel(request.params.eval_id)),
+    async (request) => view(await evals.cancel(request.params.eval_id, request.tenantScope)),
   );
 
   app.delete(
@@ -121,7 +122,7 @@ export function evalRoutes(app: ZodApp, deps: AppDeps): void {
     },
     async (request) => {
       const { eval_id } = request.params;
-      await evals.delete(eval_id);
+      await evals.delete(eval_id, request.tenantScope);
       return { status: 'deleted' as const, eval_id };
     },
   );

@@ -170,6 +170,7 @@ export async function streamRun(deps: AppDeps, request: FastifyRequest, body: Ru
     if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
     return runs.start(body.query, body.session_id ?? null, {
       tenant: tenantOf(request),
+      ...(body.metadata ? { metadata: body.metadata } : {}),
       run_id,
       run_id_is_new: isNew,
       ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),

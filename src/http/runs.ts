@@ -4,6 +4,8 @@ import { newId } from '../ids.js';
 import { approvalForAnswer, publicRunView, runResponseOf, type RunRecord } from '../runtime/run-record.js';
 import { redactorForConfig } from '../telemetry/secrets.js';
 import { domainError } from '../errors.js';
+import { mayDecide, type Decider } from '../runtime/run-decisions.js';
+import type { ApprovalState } from '../../machines/run.machine.js';
 import {
   ApprovalDecisionRequest,
   ApprovalView,
@@ -100,6 +102,7 @@ export function runRoutes(app: ZodApp, deps: AppDeps): void {
         if (body.webhook) await deps.runtime.webhooks.rememberRequestUrl(run_id, body.webhook);
         return runs.start(body.query, body.session_id ?? null, {
           tenant: tenantOf(request),
+          ...(body.metadata ? { metadata: body.metadata } : {}),
           run_id,
           ...(body.agent_id != null ? { agent_id: body.agent_id } : {}),
           session_policy: body.session_policy ?? undefined,
@@ -136,7 +139,8 @@ export function runRoutes(app: ZodApp, deps: AppDeps): void {
     },
     async (request) => {
       const page = await runs.list(request.query, request.tenantScope);
-      return { runs: page.runs.map((r) => publicRunView(r, redactor)), total: page.total, next_cursor: page.next_cursor };
+      const decider = deciderOf(request);
+      return { runs: page.runs.map((r) => withMayDecide(publicRunView(r, redactor), decider)), total: page.total, next_cursor: page.next_cursor };
     },
   );
 
@@ -147,7 +151,7 @@ export function runRoutes(app: ZodApp, deps: AppDeps): void {
     },
     async (request) => {
       const record = await runs.get(request.params.run_id, request.tenantScope);
-      return { ...publicRunView(record, redactor), queue: await runs.queueOf(record) };
+      return { ...withMayDecide(publicRunView(record, redactor), deciderOf(request)), queue: await runs.queueOf(record) };
     },
   );
 
@@ -291,6 +295,12 @@ export function runRoutes(app: ZodApp, deps: AppDeps): void {
     },
     async (request) => runs.clearSession(request.params.session_id, tenantOf(request)),
   );
+}
+
+/** A run view whose pending approvals say whether the asking key may decide them (the approvals inboxes). */
+function withMayDecide<V extends { approvals: ApprovalState[] }>(view: V, decider: Decider | null): V {
+  if (!view.approvals.some((a) => a.status === 'pending')) return view;
+  return { ...view, approvals: view.approvals.map((a) => (a.status === 'pending' ? { ...a, may_decide: mayDecide(a, decider) } : a)) };
 }
 
 /** With `auth.bind_approver`, the approver named in a decision must be the key's name. */

@@ -45,6 +45,59 @@ export const TENANT_ROUTES: ReadonlySet<string> = new Set([
   'GET /events/:session_id',
   'GET /events/:session_id/list',
   'GET /events/:session_id/trace',
+  // Background agents, tasks and runs (src/background/tenancy.ts): a tenant's task and agent ids
+  // are keys in its namespace; shared agents (a global key's) are run and read by every tenant.
+  'POST /background/agents',
+  'GET /background/agents',
+  'GET /background/agents/:agent_id',
+  'DELETE /background/agents/:agent_id',
+  'POST /background/tasks',
+  'GET /background/tasks',
+  'GET /background/tasks/:task_id',
+  'PATCH /background/tasks/:task_id',
+  'DELETE /background/tasks/:task_id',
+  'GET /background/tasks/:task_id/status',
+  'GET /background/tasks/:task_id/schedule',
+  'POST /background/tasks/:task_id/run',
+  'POST /background/tasks/:task_id/runs',
+  'POST /background/tasks/:task_id/pause',
+  'POST /background/tasks/:task_id/resume',
+  'GET /background/runs',
+  'GET /background/runs/:run_id',
+  'GET /background/runs/:run_id/attempts',
+  'GET /background/runs/:run_id/events',
+  'GET /background/runs/:run_id/workspace',
+  'GET /background/runs/:run_id/workspace/files/*',
+  'POST /background/runs/:run_id/cancel',
+  'POST /background/runs/:run_id/resume',
+  'GET /background/status',
+  // Deliveries carry the tenant of their run's events (src/integrations/webhook-events.ts).
+  'GET /webhooks/deliveries',
+  // Checkpoints, forks and replays of a run (the run_id hook below refuses another tenant's; a
+  // fork or replay is its original's tenant's, src/runtime/debug/runs-debug.ts), comparisons (both
+  // runs checked), and evaluations (stamped, filtered; they select the tenant's runs only).
+  'GET /runs/:run_id/checkpoints',
+  'GET /runs/:run_id/checkpoints/:checkpoint_id',
+  'POST /runs/:run_id/fork',
+  'POST /runs/:run_id/replay',
+  'GET /runs/:a/compare/:b',
+  'POST /evals',
+  'GET /evals',
+  'GET /evals/:eval_id',
+  'POST /evals/:eval_id/cancel',
+  'DELETE /evals/:eval_id',
+  // The protocol adapters (src/protocols/): runs they start are the request's tenant's, sessions
+  // (threads, chat ids, contexts) are looked up in its namespace, runs named by id are checked as
+  // GET /runs/{id} does, and the agents they list or run are the tenant's own and the shared ones.
+  'POST /ai-sdk/chat',
+  'GET /ai-sdk/chat/:id/stream',
+  'POST /ag-ui',
+  'POST /a2a',
+  'POST /mcp',
+  'GET /mcp',
+  'DELETE /mcp',
+  'POST /v1/chat/completions',
+  'GET /v1/models',
   // No records in them: the configuration's tools and the machines' definitions.
   'GET /tools',
   // A dry run of the rules: a tenant's key evaluates in its own tenant.
@@ -100,6 +153,14 @@ export function installTenancy(app: FastifyInstance, deps: AppDeps): void {
         await deps.runtime.runs.get(params.run_id, request.tenantScope);
       };
       route.preHandler = route.preHandler ? [ownRun, ...[route.preHandler].flat()] : ownRun;
+    }
+    // The same for every route about one background run (its tenant is its task's).
+    if (pattern.startsWith('/background/runs/:run_id')) {
+      const fileRoute = pattern.includes('/workspace/files/');
+      const ownBgRun: preHandlerAsyncHookHandler = async (request) => {
+        await deps.runtime.background.runs.checkVisible((request.params as { run_id: string }).run_id, request.tenantScope, fileRoute);
+      };
+      route.preHandler = route.preHandler ? [ownBgRun, ...[route.preHandler].flat()] : ownBgRun;
     }
     const check: preValidationHookHandler = (request, _reply, done) => {
       try {

@@ -15,7 +15,9 @@ export function webhookRoutes(app: ZodApp, deps: AppDeps): void {
     },
     async (request) => {
       const q = request.query;
-      return deps.runtime.webhooks.list({ status: q.status, run_id: q.run_id, limit: q.limit, cursor: q.cursor });
+      // A request acting in a tenant lists its tenant's deliveries only (docs/multi-tenant.md).
+      const scope = request.tenantScope;
+      return deps.runtime.webhooks.list({ status: q.status, run_id: q.run_id, limit: q.limit, cursor: q.cursor }, scope.all ? undefined : scope.tenant);
     },
   );
 }

@@ -9,7 +9,16 @@ import type { Config } from '../config.js';
 import type { Clock } from '../clock.js';
 import { isStoreError, type Store, type WriteOp } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
-import { TRIGGER_EVENT_TYPES, deriveWebhook, displayUrl, endpointIdOf, type DeliveryValue, type SubValue } from './webhook-events.js';
+import {
+  TRIGGER_EVENT_TYPES,
+  deliveryIndexes,
+  deriveWebhook,
+  displayUrl,
+  endpointIdOf,
+  eventTenant,
+  type DeliveryValue,
+  type SubValue,
+} from './webhook-events.js';
 
 export const CURSOR_ID = 'webhooks_cursor';
 
@@ -71,6 +80,7 @@ export class WebhookDispatcher {
           created_at: new Date(nowMs).toISOString(),
           delivered_at: null,
           source_cursor: ev.cursor,
+          ...(eventTenant(ev) ? { tenant: eventTenant(ev) } : {}),
         });
         for (const e of w.endpoints) if (e.events.includes(d.type)) drafts.push(make(endpointIdOf(e.url), e.url));
         const runId = d.data.run_id as string | null;
@@ -83,9 +93,7 @@ export class WebhookDispatcher {
       // Derived ids are stable: a round redone after a crash finds its deliveries already there.
       const unique = [...new Map(drafts.map((d) => [d.delivery_id, d])).values()];
       const existing = unique.length ? await r.webhookDeliveries.getMany(unique.map((d) => d.delivery_id)) : [];
-      const ops: WriteOp[] = unique
-        .filter((_, i) => !existing[i])
-        .map((d) => r.webhookDeliveries.createOp(d.delivery_id, d, { status: d.status, run_id: d.run_id }));
+      const ops: WriteOp[] = unique.filter((_, i) => !existing[i]).map((d) => r.webhookDeliveries.createOp(d.delivery_id, d, deliveryIndexes(d)));
       const last = page.events[page.events.length - 1].cursor;
       ops.push(r.meta.updateOp(CURSOR_ID, { cursor: last }, cur.version));
       try {

@@ -3,7 +3,7 @@
 // dispatcher and sender that use them are in webhooks.ts.
 import { createHash, createHmac } from 'node:crypto';
 import { WEBHOOK_EVENTS } from '../config-schema.js';
-import type { StoredEvent } from '../store/store.js';
+import type { RecordIndexes, StoredEvent } from '../store/store.js';
 
 export type WebhookEventType = (typeof WEBHOOK_EVENTS)[number];
 
@@ -52,6 +52,22 @@ export interface DeliveryValue {
   delivered_at: string | null;
   /** Event-log cursor of the event it was made from. */
   source_cursor: string;
+  /** The tenant of the event's run (absent: none; docs/multi-tenant.md). */
+  tenant?: string;
+}
+
+/**
+ * Indexes of a delivery: by status and run, and for a tenant's by tenant and tenant + status (its
+ * lists and totals walk its own; deliveries without a tenant pay for no more keys).
+ */
+export function deliveryIndexes(v: Pick<DeliveryValue, 'status' | 'run_id' | 'tenant'>): RecordIndexes {
+  return { status: v.status, run_id: v.run_id, tenant: v.tenant ?? null, tenant_status: v.tenant ? `${v.tenant}|${v.status}` : null };
+}
+
+/** The tenant an event was stamped with (its metadata, src/runtime/run-host.ts and src/background/outbox.ts). */
+export function eventTenant(ev: StoredEvent): string | undefined {
+  const t = (ev.metadata as { tenant?: unknown } | undefined)?.tenant;
+  return typeof t === 'string' && t.length > 0 ? t : undefined;
 }
 
 export interface SubValue {
@@ -117,7 +133,7 @@ export function deriveWebhook(ev: StoredEvent): Derived | null {
   const base = {
     run_id: runId,
     session_id: ev.session_id ?? (meta.session_id as string | undefined) ?? null,
-    task_id: ev.task_id ?? (meta.task_id as string | undefined) ?? null,
+    task_id: clientTaskId(ev.task_id ?? (meta.task_id as string | undefined) ?? null, eventTenant(ev)),
     trace_id: ev.trace_id ?? null,
     event_id: ev.event_id,
     occurred_at: ev.timestamp,
@@ -169,6 +185,14 @@ export function deriveWebhook(ev: StoredEvent): Derived | null {
       }
       return null;
   }
+}
+
+/**
+ * A tenant's task id as its client chose it: inside the background subsystem it is the key
+ * `<tenant>~<id>` (src/background/tenancy.ts), which receivers never see.
+ */
+function clientTaskId(taskId: string | null, tenant: string | undefined): string | null {
+  return taskId && tenant && taskId.startsWith(`${tenant}~`) ? taskId.slice(tenant.length + 1) : taskId;
 }
 
 export function publicDelivery(v: DeliveryValue) {

@@ -12,7 +12,7 @@ import { isStoreError, type Page, type Store, type Versioned } from '../store/st
 import { repos } from '../store/repos/index.js';
 import type { AppLogger } from '../telemetry/logger.js';
 import { reportSwallowed, swallow } from '../telemetry/swallowed.js';
-import { endpointIdOf, signWebhook, type DeliveryValue } from './webhook-events.js';
+import { deliveryIndexes, endpointIdOf, signWebhook, type DeliveryValue } from './webhook-events.js';
 
 /** Pending deliveries looked at per send round at most. */
 const SCAN_MAX = 2000;
@@ -196,7 +196,7 @@ export class WebhookSender {
       delivered_at: result === 'success' ? new Date(endedMs).toISOString() : null,
     };
     try {
-      await repos(this.d.store).webhookDeliveries.update(v.delivery_id, next, claimed.version, { status, run_id: v.run_id });
+      await repos(this.d.store).webhookDeliveries.update(v.delivery_id, next, claimed.version, deliveryIndexes(next));
     } catch (err) {
       if (!this.d.stopping.aborted) log.warn({ err: String(err) }, 'webhook delivery result not saved');
       return;

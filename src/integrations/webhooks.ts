@@ -175,11 +175,27 @@ export class Webhooks {
 
   // ------------------------------------------------------------------ reads
 
-  async list(q: { status?: DeliveryValue['status']; run_id?: string; limit: number; cursor?: string | null }) {
-    const index = q.run_id ? { name: 'run_id', value: q.run_id } : q.status ? { name: 'status', value: q.status } : undefined;
-    const page = await repos(this.o.store).webhookDeliveries.list<DeliveryValue>({ index, cursor: q.cursor ?? null, limit: q.limit });
-    const total = await repos(this.o.store).webhookDeliveries.count(index);
-    const items = page.items.map((i) => i.value).filter((v) => !q.status || v.status === q.status);
-    return { deliveries: items.map(publicDelivery), total, next_cursor: page.next_cursor };
+  /**
+   * GET /webhooks/deliveries. `tenant` (undefined: every tenant's) narrows to one tenant's
+   * deliveries: it walks the tenant's own indexes, and a run's deliveries are all of its tenant,
+   * so another tenant's run id lists nothing and counts 0.
+   */
+  async list(q: { status?: DeliveryValue['status']; run_id?: string; limit: number; cursor?: string | null }, tenant?: string | null) {
+    const mine = (v: DeliveryValue) => tenant === undefined || (v.tenant ?? null) === tenant;
+    const index = q.run_id
+      ? { name: 'run_id', value: q.run_id }
+      : q.status
+        ? tenant === undefined
+          ? { name: 'status', value: q.status }
+          : { name: 'tenant_status', value: `${tenant ?? ''}|${q.status}` }
+        : tenant === undefined
+          ? undefined
+          : { name: 'tenant', value: tenant ?? '' };
+    const repo = repos(this.o.store).webhookDeliveries;
+    const page = await repo.list<DeliveryValue>({ index, cursor: q.cursor ?? null, limit: q.limit });
+    const items = page.items.map((i) => i.value).filter((v) => (!q.status || v.status === q.status) && mine(v));
+    const foreign = q.run_id !== undefined && tenant !== undefined && page.items.length > 0 && !mine(page.items[0].value);
+    const total = foreign ? 0 : await repo.count(index);
+    return { deliveries: items.map(publicDelivery), total, next_cursor: foreign ? null : page.next_cursor };
   }
 }

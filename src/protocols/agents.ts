@@ -15,14 +15,19 @@ export interface ListedAgent {
   created_at: string | null;
 }
 
-export async function listedAgents(deps: AppDeps): Promise<ListedAgent[]> {
+/**
+ * The agents a caller acting in `tenant` may run: the shared ones (registered by a global key) and,
+ * for a tenant, its own (docs/multi-tenant.md). Without a tenant (the public A2A card, a global
+ * key) only the shared ones: a tenant's agents are never listed outside it.
+ */
+export async function listedAgents(deps: AppDeps, tenant: string | null = null): Promise<ListedAgent[]> {
   const served: ListedAgent = {
     id: SERVED_AGENT_ID,
     name: deps.runtime.agentName,
     description: deps.config.agent.system_instruction ? firstLine(deps.config.agent.system_instruction) : `The served agent (${deps.runtime.agentName}).`,
     created_at: null,
   };
-  const { agents } = await deps.runtime.background.agents.listAgents({ limit: MAX_LISTED });
+  const { agents } = await deps.runtime.background.agents.listAgents({ limit: MAX_LISTED }, { tenant, all: false });
   const registered = agents
     .filter((a) => a.agent_id !== SERVED_AGENT_ID && a.metadata?.served_agent !== true)
     .map((a) => ({

@@ -10,6 +10,7 @@ import { domainError } from '../errors.js';
 import type { AppDeps } from '../http/deps.js';
 import { idempotencyRequestOf, runExists, waitRunSettled } from '../http/idempotent.js';
 import { newId } from '../ids.js';
+import { tenantOf } from '../http/tenancy.js';
 import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../runtime/run-record.js';
 import { repos } from '../store/repos/index.js';
 import type { StoredEvent } from '../store/store.js';
@@ -57,6 +58,8 @@ export async function startProtocolRun(
       ...(run.history && !run.session_id ? { history: run.history } : {}),
       ...(onDelta ? { onDelta: (text: string) => onDelta(text) } : {}),
       ...flow,
+      // The tenant the request acts in: the run, its session and its agent are the tenant's.
+      ...(tenantOf(request) ? { tenant: tenantOf(request) } : {}),
     });
   const idem = idempotencyRequestOf(request, operation, 'idempotency_body' in run ? run.idempotency_body : request.body);
   if (!idem) {

@@ -9,6 +9,7 @@ import type { SessionPolicy } from '../runtime/runs.js';
 import type { StartOptions } from '../runtime/run-types.js';
 import type { StoredEvent } from '../store/store.js';
 import { repos } from '../store/repos/index.js';
+import { tenantKey } from '../runtime/tenancy.js';
 import type { AppDeps } from '../http/deps.js';
 import type { SseChannel, SseFrame } from '../http/sse.js';
 import { isRefusal, swallow } from '../telemetry/swallowed.js';
@@ -37,6 +38,8 @@ export interface StartRunInput {
   /** The request's concurrency key and priority (flowOfHeaders: src/protocols/flow-headers.ts). */
   concurrency?: StartOptions['concurrency'];
   priority?: number;
+  /** The tenant the request acts in (src/http/tenancy.ts tenantOf): the run and its session are its. */
+  tenant?: string | null;
 }
 
 export interface StartedRunItems {
@@ -77,6 +80,7 @@ export async function startRunItems(deps: AppDeps, input: StartRunInput): Promis
       ...(input.replaces_run_id ? { replaces_run_id: input.replaces_run_id } : {}),
       ...(input.concurrency ? { concurrency: input.concurrency } : {}),
       ...(input.priority !== undefined ? { priority: input.priority } : {}),
+      ...(input.tenant ? { tenant: input.tenant } : {}),
       onDelta: (text, sequence, afterEvent) => stream.delta(text, sequence, afterEvent),
     });
   } catch (err) {
@@ -188,14 +192,20 @@ export async function lastEventCursor(deps: AppDeps, runId: string): Promise<str
 
 /**
  * The session's newest run that `match` accepts, on any instance (the store's session index,
- * oldest first: every page is read).
+ * oldest first: every page is read). The session id is `tenant`'s (the index holds the session
+ * keys of src/runtime/tenancy.ts): another tenant's session of that id is not read.
  */
-export async function lastRunOfSession(deps: AppDeps, sessionId: string, match: (r: RunRecord) => boolean): Promise<RunRecord | null> {
+export async function lastRunOfSession(
+  deps: AppDeps,
+  sessionId: string,
+  match: (r: RunRecord) => boolean,
+  tenant: string | null = null,
+): Promise<RunRecord | null> {
   let cursor: string | null = null;
   let found: RunRecord | null = null;
   for (;;) {
     const page: { items: Array<{ value: RunRecord }>; next_cursor: string | null } = await repos(deps.store).runs.list<RunRecord>({
-      index: { name: 'session_id', value: sessionId },
+      index: { name: 'session_id', value: tenantKey(tenant, sessionId) },
       cursor,
       limit: 200,
     });

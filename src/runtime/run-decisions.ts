@@ -455,6 +455,19 @@ export interface Decider {
 }
 
 /**
+ * Whether a key may decide a pending approval, for the inboxes (GET /runs' `may_decide`, the
+ * dashboard, MCP list_pending_approvals): its role decides approvals (approver, admin), and
+ * approverCheck below would let it (a global admin always). `decider` null: auth is off.
+ */
+export function mayDecide(approval: { approvers?: readonly string[] | null }, decider: Decider | null): boolean {
+  if (decider === null) return true;
+  if (decider.role !== 'approver' && decider.role !== 'admin') return false;
+  const allowed = approval.approvers;
+  if (!allowed || allowed.length === 0) return true;
+  return allowed.some((p) => p === decider.role || matchGlob(p, decider.name)) || (decider.role === 'admin' && decider.global);
+}
+
+/**
  * Whether `decider` may decide `approval` (docs/policies.md): any key when the rule named no
  * approvers, else a key whose role or name one of them matches (globs over the name). A global
  * admin key may always decide: true means it did so as an override. Throws 403 otherwise.

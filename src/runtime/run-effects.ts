@@ -298,7 +298,7 @@ export class RunEffects {
         agent_id: live.agent_id,
         tenant: live.tenant ?? '',
         session_id: live.session_id,
-        metadata: {},
+        metadata: live.metadata,
         spend,
       };
       const inputs_sha256 = inputsDigest(input);

@@ -120,6 +120,9 @@ export class RunFlow {
         query,
         trace_id: newId('trace'),
         now: iso(nowMs),
+        // A queued run is its tenant's from the start (lists, counts, the 404 of another tenant's id).
+        tenant: opts.tenant ?? null,
+        metadata: opts.metadata ?? null,
         lease_seconds: settings.lease_seconds,
         lease_expires_at: null,
         owner: workerId,
@@ -280,6 +283,8 @@ export class RunFlow {
         kind: r.kind,
         task_id: r.task_id,
         ...(r.agent_id !== this.deps.settings.agent_id ? { agent_id: r.agent_id } : {}),
+        ...(r.tenant ? { tenant: r.tenant } : {}),
+        ...(r.metadata ? { metadata: r.metadata } : {}),
         concurrency: r.concurrency ?? null,
         priority: r.priority ?? 0,
       });

@@ -42,6 +42,8 @@ export class RunHost {
   /** The store key of the session: its id in the run's tenant (src/runtime/tenancy.ts). */
   readonly session_key: string;
   readonly tenant: string | null;
+  /** The run request's metadata (policy conditions' `metadata`, src/runtime/run-effects.ts). */
+  readonly metadata: Record<string, unknown>;
   readonly writer: RecordWriter<RunRecord>;
   ref: AnyActorRef | null = null;
   readonly abort = new AbortController();
@@ -109,6 +111,7 @@ export class RunHost {
     this.session_id = rec.value.session_id;
     this.session_key = sessionKeyOf(rec.value);
     this.tenant = rec.value.tenant ?? null;
+    this.metadata = rec.value.metadata ?? {};
     this.settled = new Promise<RunRecord>((r) => (this.resolveSettled = r));
     // A new run's first round waits to fold with what follows (CREATE_FOLD_MS), unless other
     // processes share the store (they must be able to read the run as soon as its id is out).

@@ -4,6 +4,7 @@ import type { ApprovalState, BudgetRequest, TerminationReason, Usage } from '../
 import { redact, type Redactor } from '../telemetry/redact.js';
 import { QUERY_PREVIEW_CHARS } from '../schemas/runs.js';
 import { sessionKeyOf } from './tenancy.js';
+import { bgIdOf } from './tenancy.js';
 
 export type RunRecordStatus =
   'queued' | 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
@@ -47,6 +48,8 @@ export interface RunRecord {
   session_id: string;
   /** The tenant of the key that started the run (docs/multi-tenant.md); absent or null: none. */
   tenant?: string | null;
+  /** The run request's metadata, what policy conditions see as `metadata` (docs/policies.md); absent: none. */
+  metadata?: Record<string, unknown>;
   agent_name: string;
   agent_id: string;
   kind: 'sync' | 'background';
@@ -94,7 +97,7 @@ export interface RunRecord {
 export type NewRunFields = Pick<
   RunRecord,
   'run_id' | 'session_id' | 'agent_name' | 'agent_id' | 'kind' | 'task_id' | 'query' | 'trace_id' | 'lease_seconds' | 'lease_expires_at' | 'owner'
-> & { now: string; tenant?: string | null };
+> & { now: string; tenant?: string | null; metadata?: Record<string, unknown> | null };
 
 /** The record of a run that has just started: step 0, first attempt, nothing called or decided yet. */
 export function newRunRecord(f: NewRunFields): RunRecord {
@@ -103,6 +106,8 @@ export function newRunRecord(f: NewRunFields): RunRecord {
     session_id: f.session_id,
     // Stamped only for a tenant: a run without one keeps the record it always had.
     ...(f.tenant ? { tenant: f.tenant } : {}),
+    // Likewise only when the request gave some.
+    ...(f.metadata && Object.keys(f.metadata).length > 0 ? { metadata: f.metadata } : {}),
     agent_name: f.agent_name,
     agent_id: f.agent_id,
     kind: f.kind,
@@ -181,13 +186,15 @@ export function publicRunView(r: RunRecord, redactor: Redactor) {
     run_id: r.run_id,
     session_id: r.session_id,
     tenant: r.tenant ?? null,
+    ...(r.metadata ? { metadata: r.metadata } : {}),
     agent_name: r.agent_name,
-    agent_id: r.agent_id,
+    // A tenant's own agent and task are keys inside (src/background/tenancy.ts): shown as its client chose them.
+    agent_id: bgIdOf(r.agent_id),
     query_preview: redactor.text(r.query.slice(0, QUERY_PREVIEW_CHARS)),
     status: r.status,
     step: r.step,
     attempt: r.attempt,
-    task_id: r.task_id,
+    task_id: r.task_id === null ? null : bgIdOf(r.task_id),
     trace_id: r.trace_id,
     trace_ids: r.trace_ids,
     tool_calls: r.tool_calls.map(({ result_content: _omit, ...c }) => c),

@@ -82,6 +82,8 @@ export interface RunServiceDeps {
 export interface StartOptions {
   /** The tenant the run belongs to (docs/multi-tenant.md): stamped on it, its session id in its namespace. */
   tenant?: string | null;
+  /** The request's metadata, stored on the run; governance conditions see it (docs/policies.md). */
+  metadata?: Record<string, unknown> | null;
   /**
    * A live text delta (never stored). `afterEvent` is the `sequence` of the last telemetry event
    * the run emitted before it: events are published when stored, deltas at once, so a stream

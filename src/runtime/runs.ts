@@ -6,6 +6,7 @@
 // run-recovery.ts). The record a snapshot makes is projected in run-projection.ts.
 import { inTimeRange, scanPage, type ListOrder } from './list-scan.js';
 import { GLOBAL_SCOPE, sessionKeyOf, tenantKey, visibleIn, type TenantScope } from './tenancy.js';
+import { bgIdOf, bgKey, bgTenantOf } from './tenancy.js';
 import type { ChatMessage } from '../agent/model/types.js';
 import { domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
@@ -179,7 +180,10 @@ export class RunService {
     /** Set when start() fails: a shared store's late onAccepted must not open a stream for it. */
     let failed = false;
     try {
-      agent = await this.kernel.acquireAgent(opts.agent_id, { model: opts.origin?.replay_of?.variant.model });
+      // A tenant's run names its own registered agent of that id first, else the shared one
+      // (src/background/tenancy.ts); a run without a tenant or an agent reads nothing more.
+      const agentId = opts.agent_id ? await this.agentKeyIn(tenant, opts.agent_id) : opts.agent_id;
+      agent = await this.kernel.acquireAgent(agentId, { model: opts.origin?.replay_of?.variant.model });
       const profile = agent.profile;
       const { clock, settings } = this.deps;
       const session_id = sessionId ?? newId('session');
@@ -193,8 +197,9 @@ export class RunService {
         run_id,
         session_id,
         tenant,
+        metadata: opts.metadata,
         agent_name: profile.agent_name,
-        agent_id: opts.agent_id ?? settings.agent_id,
+        agent_id: agentId ?? settings.agent_id,
         kind: opts.kind ?? 'sync',
         task_id: opts.task_id ?? null,
         query,
@@ -376,11 +381,13 @@ export class RunService {
     // walk its own indexes (tenant, tenant_status), so pages and totals never count another
     // tenant's runs. Other filters (agent, time range, a second indexed one) apply while reading.
     const sessionKey = q.session_id === undefined ? undefined : tenantKey(scope.tenant, q.session_id);
+    // Likewise a task id (a background task's key, src/background/tenancy.ts).
+    const taskKey = q.task_id ? bgKey(scope.tenant, q.task_id) : undefined;
     const index =
       sessionKey !== undefined
         ? { name: 'session_id', value: sessionKey }
-        : q.task_id
-          ? { name: 'task_id', value: q.task_id }
+        : taskKey
+          ? { name: 'task_id', value: taskKey }
           : q.status
             ? scope.all
               ? { name: 'status', value: q.status }
@@ -392,8 +399,8 @@ export class RunService {
       visibleIn(scope, r.tenant) &&
       (!q.status || r.status === q.status) &&
       (sessionKey === undefined || sessionKeyOf(r) === sessionKey) &&
-      (!q.task_id || r.task_id === q.task_id) &&
-      (!q.agent_id || r.agent_id === q.agent_id) &&
+      (!taskKey || r.task_id === taskKey) &&
+      (!q.agent_id || r.agent_id === q.agent_id || bgIdOf(r.agent_id) === q.agent_id) &&
       inTimeRange(r.created_at, q);
     // The index alone answers when it covers the one filter given (a tenant's session key, its
     // tenant_status and tenant indexes are its own); task_id is not kept per tenant.
@@ -410,6 +417,22 @@ export class RunService {
     });
     const total = await repo.count(index);
     return { runs: page.items, total, next_cursor: page.next_cursor };
+  }
+
+  /**
+   * The stored key of agent `agentId` for a run of `tenant`: the tenant's own agent, else the
+   * shared one. A key already naming a tenant (a background attempt's) is taken only for that
+   * tenant: an id no schema checked (A2A metadata) never reaches another tenant's agent.
+   */
+  private async agentKeyIn(tenant: string | null, agentId: string): Promise<string> {
+    const owner = bgTenantOf(agentId);
+    if (owner !== null) {
+      if (owner !== tenant) throw notFound('agent', agentId);
+      return agentId;
+    }
+    if (!tenant) return agentId;
+    const own = bgKey(tenant, agentId);
+    return (await repos(this.deps.store).bgAgents.get(own)) ? own : agentId;
   }
 
   async history(sessionId: string, q: { limit: number; cursor?: string }, tenant: string | null = null) {

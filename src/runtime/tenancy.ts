@@ -30,3 +30,23 @@ export const GLOBAL_SCOPE: TenantScope = { tenant: null, all: true };
 export function visibleIn(scope: TenantScope, tenant: string | null | undefined): boolean {
   return scope.all || (tenant ?? null) === scope.tenant;
 }
+
+// Background task and agent ids (src/background/tenancy.ts): `<tenant>~<id>`, readable in folder names.
+const BG_SEPARATOR = '~';
+
+/** The background key of a client-chosen task or agent id in `tenant`'s namespace. */
+export function bgKey(tenant: string | null | undefined, id: string): string {
+  return tenant ? `${tenant}${BG_SEPARATOR}${id}` : id;
+}
+
+/** The tenant of a background key (null: none). */
+export function bgTenantOf(key: string): string | null {
+  const at = key.indexOf(BG_SEPARATOR);
+  return at < 0 ? null : key.slice(0, at);
+}
+
+/** The client's id of a background key. */
+export function bgIdOf(key: string): string {
+  const at = key.indexOf(BG_SEPARATOR);
+  return at < 0 ? key : key.slice(at + 1);
+}

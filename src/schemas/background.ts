@@ -291,6 +291,7 @@ export const BackgroundTaskSpec = z
     priority: taskPriority,
     created_at: IsoDateTime.optional(),
     updated_at: IsoDateTime.optional(),
+    tenant: z.string().nullish().describe('The tenant of the key that created it (docs/multi-tenant.md); null or absent: none. Set by the service.'),
   })
   .meta({ id: 'BackgroundTaskSpec' });
 export type BackgroundTaskSpec = z.infer<typeof BackgroundTaskSpec>;
@@ -414,6 +415,7 @@ export const BackgroundRun = z
     trigger_metadata: JsonObject.default({}),
     concurrency: ConcurrencySpec.nullish().describe("The run's concurrency key, its task's with the metadata filled in (absent: none)."),
     priority: RunPriority.nullish().describe("The run's priority, its task's (absent: 0)."),
+    tenant: z.string().nullish().describe("The tenant of the run's task (docs/multi-tenant.md); null or absent: none."),
   })
   .meta({ id: 'BackgroundRun' });
 export type BackgroundRun = z.infer<typeof BackgroundRun>;
@@ -493,6 +495,12 @@ export const BackgroundAgentSpec = z
     metadata: JsonObject.default({}),
     created_at: IsoDateTime.optional(),
     updated_at: IsoDateTime.optional(),
+    tenant: z
+      .string()
+      .nullish()
+      .describe(
+        'The tenant of the key that registered it (docs/multi-tenant.md); null or absent: shared, registered by a global key. Set by the service; ignored in a request.',
+      ),
   })
   .meta({ id: 'BackgroundAgentSpec' });
 export type BackgroundAgentSpec = z.infer<typeof BackgroundAgentSpec>;

@@ -198,6 +198,7 @@ export const EvalView = z
     tools: ReplayTools,
     concurrency: z.number().int(),
     scorer: JsonObject.nullable(),
+    tenant: z.string().optional().describe('The tenant of the key that created it (docs/multi-tenant.md); absent: none.'),
   })
   .meta({ id: 'Eval' });
 

@@ -27,6 +27,10 @@ export const ApprovalView = z
     rule_id: z.string().nullish().describe('The governance rule that asked (docs/policies.md).'),
     approvers: z.array(z.string()).nullish().describe("Who may decide it: roles, API key names or globs (the rule's `approvers`); absent: any approver."),
     override: z.boolean().optional().describe("True when a global admin key decided it outside the rule's approvers."),
+    may_decide: z
+      .boolean()
+      .optional()
+      .describe("On a pending approval in GET /runs and GET /runs/{id}: whether the asking key may decide it (its role and the rule's approvers)."),
   })
   .meta({ id: 'Approval' });
 export type ApprovalView = z.infer<typeof ApprovalView>;

@@ -46,6 +46,11 @@ export const RunRequest = z
     session_policy: RunSessionPolicy.nullish(),
     concurrency: ConcurrencySpec.nullish(),
     priority: RunPriority.nullish(),
+    metadata: JsonObject.refine((v) => JSON.stringify(v).length <= 16_384, { message: 'at most 16 KiB as JSON' })
+      .nullish()
+      .describe(
+        'Free-form data about the request, stored on the run; governance rule conditions see it as `metadata` (docs/policies.md). At most 16 KiB as JSON.',
+      ),
   })
   .meta({ id: 'RunRequest' });
 export type RunRequest = z.infer<typeof RunRequest>;
@@ -180,6 +185,7 @@ export const RunView = z
     run_id: z.string(),
     session_id: z.string(),
     tenant: z.string().nullish().describe('The tenant of the key that started the run (docs/multi-tenant.md); null: none.'),
+    metadata: JsonObject.optional().describe("The request's `metadata` (a background run's: its task's); absent: none."),
     agent_name: z.string(),
     agent_id: z.string().describe('The agent that ran it (the configured agent, or the background agent).'),
     task_id: z.string().nullish().describe('The background task whose run started it; null for a request.'),

@@ -44,6 +44,7 @@ export const WebhookDelivery = z
     history: z.array(WebhookAttempt).describe('The newest attempts (at most 10).'),
     created_at: IsoDateTime,
     delivered_at: IsoDateTime.nullable(),
+    tenant: z.string().optional().describe('The tenant of the run it is about (docs/multi-tenant.md); absent: none.'),
   })
   .meta({ id: 'WebhookDelivery' });
 

@@ -28,7 +28,8 @@ const metaStr = (e: EventInput, ...keys: string[]): string | null => {
   }
   return null;
 };
-const ctxField = (e: EventInput, field: 'run_id' | 'session_id' | 'task_id' | 'agent_id'): string | null => str(e[field]) ?? metaStr(e, field);
+const ctxField = (e: EventInput, field: 'run_id' | 'session_id' | 'task_id' | 'agent_id' | 'tenant'): string | null =>
+  str((e as Record<string, unknown>)[field]) ?? metaStr(e, field);
 const ms = (iso: string | null): number | null => {
   if (iso === null) return null;
   const t = Date.parse(iso);
@@ -104,6 +105,8 @@ export function buildTrace<R extends TraceRecord, E extends EventInput>(record: 
     session_id: record.session_id ?? firstOf(ordered, (e) => ctxField(e, 'session_id')),
     task_id: record.task_id ?? firstOf(ordered, (e) => ctxField(e, 'task_id')),
     agent_id: record.agent_id ?? firstOf(ordered, (e) => ctxField(e, 'agent_id')),
+    // The run's tenant (docs/multi-tenant.md): on the trace record, else on its events' metadata.
+    tenant: str((record as { tenant?: unknown }).tenant) ?? firstOf(ordered, (e) => ctxField(e, 'tenant')),
   };
   const traceEnded = record.status !== 'running' && record.ended_at ? record.ended_at : null;
 
@@ -270,7 +273,7 @@ function addNumber(attrs: SpanAttributes, key: string, value: number | null): vo
 function spanAttributes(
   name: TraceSpan['name'],
   events: readonly EventInput[],
-  context: { run_id: string | null; session_id: string | null; task_id: string | null; agent_id: string | null },
+  context: { run_id: string | null; session_id: string | null; task_id: string | null; agent_id: string | null; tenant: string | null },
   /** For the root span: every event of the trace, to total the usage. */
   allEvents: readonly EventInput[] | null,
 ): SpanAttributes {
@@ -412,5 +415,6 @@ function spanAttributes(
   set('agentd.session_id', context.session_id);
   set('agentd.task_id', context.task_id);
   set('agentd.agent_id', context.agent_id);
+  set('agentd.tenant', context.tenant);
   return attrs;
 }

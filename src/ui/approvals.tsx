@@ -174,7 +174,9 @@ export function ApprovalsPage({ access }: { access: Access }) {
   const items: any[] = [];
   for (const r of runs ?? []) {
     for (const a of r.approvals ?? [])
-      if (a.status === 'pending') items.push(<ApprovalCard key={a.approval_id} run={r} approval={a} tools={tools} access={access} />);
+      // A key that decides sees only what it may decide (the rule's approvers: GET /runs' may_decide); a reader sees all, read-only.
+      if (a.status === 'pending' && (!access.canDecide || a.may_decide !== false))
+        items.push(<ApprovalCard key={a.approval_id} run={r} approval={a} tools={tools} access={access} />);
     for (const b of r.budget_requests ?? []) if (b.status === 'pending') items.push(<BudgetCard key={b.request_id} run={r} request={b} access={access} />);
   }
   return (

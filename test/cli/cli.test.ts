@@ -379,15 +379,27 @@ describe('budget and keys', () => {
   let budgeted: TestServer;
   let keyed: TestServer;
   const KEY = 'k-operator-0123456789';
+  const ACME = 'k-acme-approver-0123456789';
   const sha = (s: string) => createHash('sha256').update(s).digest('hex');
 
   beforeAll(async () => {
     [budgeted, keyed] = await Promise.all([
       startTestServer({ budgets: { run: [{ meter: 'model_calls', limit: 1, on_exhausted: 'pause' }] } }),
       startTestServer({
-        auth: { api_keys: [{ name: 'ops', role: 'admin', key_sha256: sha(KEY) }] },
+        auth: {
+          api_keys: [
+            { name: 'ops', role: 'admin', key_sha256: sha(KEY) },
+            { name: 'acme-approver', role: 'approver', tenant: 'acme', key_sha256: sha(ACME) },
+          ],
+        },
         agent: { tools: { builtin: ['clock'] } },
-        governance: { rules: [{ tools: ['clock'], effect: 'ask' }] },
+        // Runs saying they are finance's ask the finance-* approvers only (docs/policies.md).
+        governance: {
+          rules: [
+            { id: 'finance', tools: ['clock'], effect: 'ask', condition: 'has(metadata.finance)', approvers: ['finance-*'] },
+            { tools: ['clock'], effect: 'ask' },
+          ],
+        },
       }),
     ]);
   });
@@ -434,6 +446,24 @@ describe('budget and keys', () => {
     );
     expect(approve.code, approve.stderr).toBe(0);
     expect(JSON.parse(approve.stdout)).toMatchObject({ status: 'approved', approver: 'ops' });
+  });
+
+  it("whoami names the signed-in key's tenant; approvals ls lists what the key may decide", async () => {
+    const e = cliEnv({ AGENTD_URL: keyed.url });
+    const me = await runCli(['whoami', '--key', ACME], e);
+    expect(me.code, me.stderr).toBe(0);
+    expect(me.stdout).toBe('acme-approver  role: approver  tenant: acme\n');
+    const global = await runCli(['whoami', '--key', KEY, '--json'], e);
+    expect(JSON.parse(global.stdout)).toMatchObject({ name: 'ops', role: 'admin', tenant: null });
+    const acmeOp = { authorization: `Bearer ${KEY}`, 'x-agentd-tenant': 'acme' };
+    const finance = (await postJson(`${keyed.url}/run/sync`, { query: 'What time is it?', metadata: { finance: true } }, acmeOp)).body;
+    const plain = (await postJson(`${keyed.url}/run/sync`, { query: 'What time is it?' }, acmeOp)).body;
+    expect([finance.status, plain.status]).toEqual(['awaiting_approval', 'awaiting_approval']);
+    const ls = await runCli(['approvals', 'ls', '--key', ACME, '--json'], e);
+    expect(ls.code, ls.stderr).toBe(0);
+    const runIds = (JSON.parse(ls.stdout) as { approvals: Array<{ run_id: string }> }).approvals.map((a) => a.run_id);
+    expect(runIds).toContain(plain.run_id);
+    expect(runIds).not.toContain(finance.run_id);
   });
 });
 

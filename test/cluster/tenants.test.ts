@@ -102,3 +102,31 @@ describe('two instances, two tenants', () => {
     expect(text).not.toContain('acme in F');
   });
 });
+
+describe('two instances, background work of two tenants', () => {
+  it("keeps the same task id of two tenants two tasks across instances, each tenant's runs and counts its own", async () => {
+    const task = { task_id: 'nightly', query: 'nightly summary', schedule: { type: 'manual' } };
+    expect((await postJson(`${one.url}/background/tasks`, task, as('acme', 'operator'))).body.tenant).toBe('acme');
+    expect((await postJson(`${two.url}/background/tasks`, task, as('beta', 'operator'))).body.tenant).toBe('beta');
+    // Acme's run, triggered on instance 2 (either instance may claim it).
+    const run = await postJson(`${two.url}/background/tasks/nightly/run`, { wait: true }, as('acme', 'operator'));
+    expect(run.body).toMatchObject({ status: 'completed', task_id: 'nightly', tenant: 'acme' });
+    for (const url of [one.url, two.url]) {
+      expect((await getJson(`${url}/background/runs/${run.body.run_id}`, as('beta', 'admin'))).status, url).toBe(404);
+      expect((await getJson(`${url}/background/runs/${run.body.run_id}`, as('acme', 'reader'))).status, url).toBe(200);
+      const b = await getJson(`${url}/background/runs`, as('beta', 'reader'));
+      expect(b.body, url).toMatchObject({ runs: [], total: 0 });
+      expect((await getJson(`${url}/background/tasks/nightly/status`, as('beta', 'reader'))).body.runs, url).toBe(0);
+      expect((await getJson(`${url}/background/status`, as('acme', 'reader'))).body, url).toMatchObject({ tasks: 1, runs: 1 });
+      expect((await getJson(`${url}/background/status`, as('beta', 'reader'))).body, url).toMatchObject({ tasks: 1, runs: 0 });
+    }
+    // The run's agent run is acme's on both instances.
+    await eventually(
+      async () => (await getJson(`${one.url}/runs?limit=500`, as('acme', 'reader'))).body.runs.some((r: { task_id: string | null }) => r.task_id !== null),
+      10_000,
+      "acme's agent run listed",
+    );
+    const beta = await getJson(`${one.url}/runs?limit=500`, as('beta', 'reader'));
+    expect(beta.body.runs.some((r: { task_id: string | null }) => r.task_id !== null)).toBe(false);
+  }, 60_000);
+});

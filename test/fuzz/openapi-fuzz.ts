@@ -879,6 +879,10 @@ export function requestArb(op: Operation, doc: OpenApiDoc): fc.Arbitrary<Request
         { 'content-encoding': 'br, identity' },
         { 'accept-encoding': 'gzip' },
         { 'x-forwarded-for': '1.2.3.4, ::1' },
+        // Tenants (docs/multi-tenant.md): every tenant route in a tenant's namespace, and the header's 422s.
+        { 'x-agentd-tenant': 'fuzz-tenant' },
+        { 'x-agentd-tenant': 'a/b' },
+        { 'x-agentd-tenant': 't'.repeat(65) },
         { origin: 'http://evil' },
         { 'transfer-encoding': 'chunked' },
       )

@@ -282,6 +282,12 @@ describe("docs/telemetry.md's span attributes are what is sent", () => {
     const bg = (await postJson(`${server.url}/background/tasks/otlp-task/run`, { wait: true })).body;
     await eventually(() => rx.spans().some((s) => s.attributes['agentd.task_id'] === 'otlp-task'), 15_000, 'background run trace');
 
+    // ... and a tenant's run (agentd.tenant; with auth off, the header names the tenant).
+    const tenantRun = (await postJson(`${server.url}/run/sync`, { query: 'hello' }, { 'x-agentd-tenant': 'otlp-tenant' })).body;
+    const tenantSpans = await exportedTrace(tenantRun.run_id, 'completed');
+    expect(tenantSpans.map((sp) => str(sp, 'agentd.tenant'))).toEqual(tenantSpans.map(() => 'otlp-tenant'));
+    expect(first.map((sp) => sp.attributes['agentd.tenant'])).toEqual(first.map(() => undefined));
+
     const sent = new Set(rx.spans().flatMap((s) => Object.keys(s.attributes)));
     const doc = documentedAttributes();
     expect(doc.size).toBeGreaterThan(20);

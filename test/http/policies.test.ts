@@ -22,6 +22,14 @@ const KEYS = [
 const bearer = (k: string) => ({ authorization: `Bearer ${k}` });
 const TOOLS = join(import.meta.dirname, '../fixtures/run-tools.mjs');
 const RULES = [
+  // The run request's metadata (absent: {}), so `has` keeps runs without it out of this rule.
+  {
+    id: 'public-channel',
+    tools: ['ledger_append'],
+    effect: 'deny',
+    condition: 'has(metadata.channel) && metadata.channel == "public"',
+    reason: 'public channel',
+  },
   { id: 'big-entries', tools: ['ledger_append'], effect: 'ask', condition: 'args.entry.startsWith("big")', approvers: ['finance-*'], reason: 'big entry' },
   { id: 'needs-amount', tools: ['ledger_append'], effect: 'allow', condition: 'args.amount > 1' },
 ];
@@ -132,5 +140,53 @@ describe('start-up', () => {
   it('refuses a rule whose condition does not parse, naming the rule id and the parse error', async () => {
     const bad = { governance: { rules: [{ id: 'broken-rule', tools: ['*'], effect: 'deny', condition: 'args.amount >' }] } };
     await expect(startTestServer(bad)).rejects.toThrow(/broken-rule: condition does not parse: .*Unexpected token/);
+  });
+});
+
+describe("metadata in conditions is the run request's", () => {
+  const decisionOf = async (run: string) => {
+    const ev = await getJson(`${s.url}/telemetry/events?run_id=${run}`, bearer('k-reader'));
+    return ev.body.events.find((e: { event_type: string }) => e.event_type.startsWith('policy_decision_'));
+  };
+
+  it('decides by the metadata of the request, stored on the run', async () => {
+    model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'small', amount: 5 } }] });
+    const pub = await postJson(`${s.url}/run/sync`, { query: 'from public', metadata: { channel: 'public' } }, bearer('k-op'));
+    expect(pub.status).toBe(200);
+    const denied = await decisionOf(pub.body.run_id);
+    expect(denied).toMatchObject({ event_type: 'policy_decision_deny', metadata: { rule_id: 'public-channel' } });
+    expect((await getJson(`${s.url}/runs/${pub.body.run_id}`, bearer('k-reader'))).body.metadata).toEqual({ channel: 'public' });
+    model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'small', amount: 5 } }] });
+    const internal = await postJson(`${s.url}/run/sync`, { query: 'from inside', metadata: { channel: 'internal' } }, bearer('k-op'));
+    expect(await decisionOf(internal.body.run_id)).toMatchObject({ event_type: 'policy_decision_allow', metadata: { rule_id: 'needs-amount' } });
+  });
+
+  it('refuses metadata that is not an object, or over 16 KiB', async () => {
+    expect((await postJson(`${s.url}/run/sync`, { query: 'x', metadata: 'public' }, bearer('k-op'))).status).toBe(422);
+    expect((await postJson(`${s.url}/run/sync`, { query: 'x', metadata: { big: 'x'.repeat(17_000) } }, bearer('k-op'))).status).toBe(422);
+  });
+});
+
+describe('the approvals inbox shows a key the decisions it may take', () => {
+  it("marks each pending approval with may_decide for the asking key (the rule's approvers, a global admin always)", async () => {
+    const { run, approval } = await pausedRun('big inbox entry');
+    const mayDecide = async (key: string) => {
+      const list = await getJson(`${s.url}/runs?status=awaiting_approval&limit=500`, bearer(key));
+      const listed = list.body.runs
+        .find((r: { run_id: string }) => r.run_id === run)
+        .approvals.find((a: { approval_id: string }) => a.approval_id === approval.approval_id);
+      const one = (await getJson(`${s.url}/runs/${run}`, bearer(key))).body.approvals.find(
+        (a: { approval_id: string }) => a.approval_id === approval.approval_id,
+      );
+      expect(one.may_decide, key).toBe(listed.may_decide);
+      return listed.may_decide;
+    };
+    expect(await mayDecide('k-alice')).toBe(true); // finance-* names her
+    expect(await mayDecide('k-bob')).toBe(false); // an approver the rule does not name
+    expect(await mayDecide('k-root')).toBe(true); // a global admin overrides
+    expect(await mayDecide('k-reader')).toBe(false); // no deciding role
+    // What it says is what a decision gets: bob is refused.
+    const refused = await postJson(`${s.url}/runs/${run}/approvals/${approval.approval_id}`, { decision: 'approve', approver: 'ops-bob' }, bearer('k-bob'));
+    expect(refused.status).toBe(403);
   });
 });

@@ -35,7 +35,7 @@ const CONFIG = {
 let model: ScriptedOpenAI;
 let s: TestServer;
 /** Tenant A's records: a run waiting for approval, a completed run, both in session S, and a session only A has. */
-const A = { paused: '', approval: '', done: '', trace: '', onlySession: 'only-acme' };
+const A = { paused: '', approval: '', done: '', trace: '', onlySession: 'only-acme', task: 'acme-task', agent: 'acme-agent', bgRun: '', evalId: '' };
 let bRun = '';
 
 beforeAll(async () => {
@@ -63,6 +63,27 @@ beforeAll(async () => {
   expect(b.status).toBe(200);
   expect(b.body.status).toBe('success');
   bRun = b.body.run_id;
+  // A's background agent, task and run, and an evaluation.
+  expect((await postJson(`${s.url}/background/agents`, { agent_id: A.agent }, as('acme', 'admin'))).status).toBe(200);
+  expect(
+    (
+      await postJson(
+        `${s.url}/background/tasks`,
+        { task_id: A.task, query: 'acme task', schedule: { type: 'manual' }, agent_id: A.agent },
+        as('acme', 'operator'),
+      )
+    ).status,
+  ).toBe(200);
+  const bg = await postJson(`${s.url}/background/tasks/${A.task}/run`, { wait: true }, as('acme', 'operator'));
+  expect(bg.body.status).toBe('completed');
+  A.bgRun = bg.body.run_id;
+  const ev = await postJson(
+    `${s.url}/evals`,
+    { name: 'acme eval', source: { run_ids: [A.done] }, variant: { system_instruction: 'x' } },
+    as('acme', 'operator'),
+  );
+  expect(ev.status).toBe(201);
+  A.evalId = ev.body.eval_id;
 }, 60_000);
 
 afterAll(async () => {
@@ -71,7 +92,7 @@ afterAll(async () => {
   await model?.close();
 });
 
-const aIds = () => [A.paused, A.approval, A.done, A.trace, A.onlySession];
+const aIds = () => [A.paused, A.approval, A.done, A.trace, A.onlySession, A.task, A.agent, A.bgRun, A.evalId];
 
 describe('a tenant key sees only its tenant', () => {
   it('lists and counts only its own runs, each carrying its tenant', async () => {
@@ -238,7 +259,10 @@ describe('the role × tenant matrix over every route of the OpenAPI document', (
       .replace('{trace_id}', A.trace)
       .replace('{session_id}', A.onlySession)
       .replace('{id}', A.onlySession)
-      .replace(/\{run_id\}/, path.startsWith('/telemetry') ? A.done : A.paused)
+      .replace('{task_id}', A.task)
+      .replace('{agent_id}', A.agent)
+      .replace('{eval_id}', A.evalId)
+      .replace(/\{run_id\}/, path.startsWith('/background') ? A.bgRun : path.startsWith('/telemetry') ? A.done : A.paused)
       .replace(/\{[^}]+\}/g, 'x');
 
   const BODIES: Record<string, unknown> = {
@@ -282,7 +306,7 @@ describe('the role × tenant matrix over every route of the OpenAPI document', (
         if (!isPublic && !aware && status === 403 && !/AGT_ERR_(TENANT_ROUTE|FORBIDDEN)/.test(text)) failures.push(`wrong refusal: ${label}`);
         if (
           aware &&
-          /\{(run_id|trace_id|session_id)\}/.test(op.path) &&
+          /\{(run_id|trace_id|session_id|task_id|agent_id|eval_id)\}/.test(op.path) &&
           status >= 200 &&
           status < 300 &&
           !op.path.startsWith('/events/{session_id}') &&
@@ -290,7 +314,8 @@ describe('the role × tenant matrix over every route of the OpenAPI document', (
         )
           failures.push(`another tenant's id answered: ${label}`);
         // A 404 echoes the id asked for, as for any missing id; any other answer must not name A's records.
-        if (status !== 404) for (const id of aIds().slice(0, 4)) if (text.includes(id)) failures.push(`tenant A's id ${id} leaked: ${label}`);
+        if (status !== 404)
+          for (const id of [...aIds().slice(0, 4), ...aIds().slice(5)]) if (text.includes(id)) failures.push(`tenant A's id ${id} leaked: ${label}`);
       }
     }
     expect(failures).toEqual([]);

@@ -16,7 +16,7 @@ if (!CHROMIUM) {
 
 const SHOTS = join(import.meta.dirname, 'screenshots');
 const sha = (k: string) => createHash('sha256').update(k).digest('hex');
-const KEYS = { admin: 'ui-admin-key', reader: 'ui-reader-key', acme: 'ui-acme-operator-key' };
+const KEYS = { admin: 'ui-admin-key', reader: 'ui-reader-key', acme: 'ui-acme-operator-key', ops: 'ui-ops-approver-key' };
 const ADMIN = { authorization: `Bearer ${KEYS.admin}` };
 
 describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
@@ -32,7 +32,13 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     mkdirSync(SHOTS, { recursive: true });
     s = await startTestServer({
       agent: { tools: { builtin: ['workspace', 'clock'] } },
-      governance: { rules: [{ tools: ['clock'], effect: 'ask', reason: 'reading the clock needs a person' }] },
+      governance: {
+        rules: [
+          // Only finance-* approvers (and a global admin) decide a run that says it is finance's.
+          { id: 'finance-clock', tools: ['clock'], effect: 'ask', condition: 'has(metadata.finance)', approvers: ['finance-*'] },
+          { tools: ['clock'], effect: 'ask', reason: 'reading the clock needs a person' },
+        ],
+      },
       // One tool call per run: a run that calls two tools at once waits for a budget decision.
       budgets: { run: [{ meter: 'tool_calls', limit: 1 }] },
       auth: {
@@ -40,6 +46,7 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
           { name: 'admin', role: 'admin', key_sha256: sha(KEYS.admin) },
           { name: 'reader', role: 'reader', key_sha256: sha(KEYS.reader) },
           { name: 'acme-ops', role: 'operator', key_sha256: sha(KEYS.acme), tenant: 'acme' },
+          { name: 'ops-approver', role: 'approver', key_sha256: sha(KEYS.ops) },
         ],
       },
     });
@@ -322,5 +329,24 @@ describe.skipIf(!CHROMIUM)('dashboard in headless Chromium', () => {
     expect(await acme.locator('table.runs').textContent()).not.toContain(theirs.body.run_id);
     await acme.screenshot({ path: join(SHOTS, 'tenant.png'), fullPage: true });
     await acme.context().close();
+  });
+
+  it("an approver's inbox shows only the decisions it may take", async () => {
+    const finance = await postJson(`${s.url}/run/sync`, { query: 'what time is it?', metadata: { finance: true } }, ADMIN);
+    const anyone = await postJson(`${s.url}/run/sync`, { query: 'what time is it?' }, ADMIN);
+    expect([finance.body.status, anyone.body.status]).toEqual(['awaiting_approval', 'awaiting_approval']);
+    const ops = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+    await ops.goto(`${s.url}/ui`);
+    await ops.fill('input[name=api-key]', KEYS.ops);
+    await ops.click('button[type=submit]');
+    await expect.poll(() => ops.locator('.role').textContent()).toBe('role: approver');
+    await ops.goto(`${s.url}/ui/approvals`);
+    await ops.locator('.approval').filter({ hasText: anyone.body.run_id }).waitFor();
+    expect(await ops.locator('.approval').filter({ hasText: finance.body.run_id }).count()).toBe(0);
+    await ops.context().close();
+    // The admin (global) may decide both: both are in its inbox.
+    await open('/ui/approvals');
+    await page.locator('.approval').filter({ hasText: finance.body.run_id }).waitFor();
+    await page.locator('.approval').filter({ hasText: anyone.body.run_id }).waitFor();
   });
 });

@@ -51,6 +51,7 @@ export function a2aRoutes(app: ZodApp, deps: AppDeps): void {
       },
     },
     async (request) => {
+      // Public (no key): the shared agents only.
       const agents = await listedAgents(deps);
       return agentCardOf({
         name: deps.runtime.agentName,
@@ -109,7 +110,7 @@ export function a2aRoutes(app: ZodApp, deps: AppDeps): void {
             return await streamMessage(deps, request, reply, id, parse(SendMessageParams, params));
           case 'GetTask':
             requireAccess(request, 'read', 'GetTask');
-            return rpcResult(id, taskOf(await taskRun(deps, parse(TaskIdParams, params).id)));
+            return rpcResult(id, taskOf(await taskRun(deps, request, parse(TaskIdParams, params).id)));
           case 'CancelTask':
             return rpcResult(id, taskOf(await cancelTask(deps, request, parse(TaskIdParams, params).id)));
           case 'ListTasks':
@@ -164,7 +165,7 @@ async function sendMessage(
     streaming ? (t) => streaming.onDelta(t) : undefined,
   );
   streaming?.onStarted(started);
-  if (params.configuration?.returnImmediately) return deps.runtime.runs.get(started.run_id);
+  if (params.configuration?.returnImmediately) return deps.runtime.runs.get(started.run_id, request.tenantScope);
   return started.settled;
 }
 
@@ -174,7 +175,7 @@ async function sendMessage(
  */
 async function decideFromMessage(deps: AppDeps, request: FastifyRequest, params: SendMessageParams): Promise<{ run: RunRecord; after: string | null }> {
   const msg = params.message;
-  const run = await taskRun(deps, msg.taskId!);
+  const run = await taskRun(deps, request, msg.taskId!);
   if (msg.contextId && msg.contextId !== run.session_id)
     throw invalidParams(['params', 'message', 'contextId'], `task ${run.run_id} belongs to context ${run.session_id}`);
   if (!WAITING_RUN_STATUSES.has(run.status))
@@ -263,15 +264,16 @@ async function streamMessage(deps: AppDeps, request: FastifyRequest, reply: Fast
 
 async function cancelTask(deps: AppDeps, request: FastifyRequest, runId: string): Promise<RunRecord> {
   requireAccess(request, 'operate', 'CancelTask');
-  const run = await taskRun(deps, runId);
+  const run = await taskRun(deps, request, runId);
   if (TERMINAL_RUN_STATUSES.has(run.status)) throw new RpcError(RPC.TASK_NOT_CANCELABLE, `task ${runId} already ended (${run.status})`, 'AGT_ERR_RUN_ENDED');
   await deps.runtime.runs.cancel(runId);
   return waitAfterDecision(deps, runId);
 }
 
-async function taskRun(deps: AppDeps, runId: string): Promise<RunRecord> {
+/** The task (run) of the request's tenant: another tenant's answers as a task that does not exist. */
+async function taskRun(deps: AppDeps, request: FastifyRequest, runId: string): Promise<RunRecord> {
   try {
-    return await deps.runtime.runs.get(runId);
+    return await deps.runtime.runs.get(runId, request.tenantScope);
   } catch (err) {
     if (err instanceof AppError && err.status === 404) throw new RpcError(RPC.TASK_NOT_FOUND, `task ${runId} was not found`, err.domainCode);
     throw err;

@@ -17,6 +17,7 @@ import { requireAccess } from '../../http/auth.js';
 import { dataStreamResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions, type SseFrame } from '../../http/sse.js';
 import { IdempotencyHeaders, idempotencyRequestOf, runExists } from '../../http/idempotent.js';
+import { tenantOf } from '../../http/tenancy.js';
 import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type StartedRunItems } from '../run-events.js';
 import { AgUiEvents } from './events.js';
 
@@ -81,12 +82,12 @@ export function agUiRoutes(app: ZodApp, deps: AppDeps): void {
           idem,
           () => newId('run'),
           (id) => runExists(deps, id),
-          (run_id) => startRunItems(deps, { query, session_id: input.threadId, run_id, ...flow }),
+          (run_id) => startRunItems(deps, { query, session_id: input.threadId, run_id, tenant: tenantOf(request), ...flow }),
         );
         if (!once.fresh)
           return followToReply(deps, reply, input, await deps.runtime.runs.get(once.target_id), { after: null, settledAfterTrace: null, cancelOnClose: false });
         started = once.started;
-      } else started = await startRunItems(deps, { query, session_id: input.threadId, ...flow });
+      } else started = await startRunItems(deps, { query, session_id: input.threadId, tenant: tenantOf(request), ...flow });
       const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id: started.run_id, session_id: started.session_id } }));
       const ag = new AgUiEvents(input.threadId, input.runId, newId('msg'));
       for (const e of ag.start(started)) ch.push(frame(e));
@@ -117,7 +118,8 @@ async function resumeRun(deps: AppDeps, request: FastifyRequest, reply: FastifyR
   const waitsFor = (r: RunRecord) =>
     (r.status === 'awaiting_approval' && r.approvals.some((a) => a.status === 'pending' && ids.has(a.approval_id))) ||
     (r.status === 'awaiting_budget' && r.budget_request?.status === 'pending' && ids.has(r.budget_request.request_id));
-  const run = await lastRunOfSession(deps, input.threadId, waitsFor);
+  // The thread is a session of the request's tenant: another tenant's paused run is not found.
+  const run = await lastRunOfSession(deps, input.threadId, waitsFor, tenantOf(request));
   if (!run) throw domainError('AGT_ERR_APPROVAL_NOT_FOUND', ['interrupt', [...ids][0]]);
   const after = await lastEventCursor(deps, run.run_id);
   const approver = request.apiKeyName ?? 'ag-ui';

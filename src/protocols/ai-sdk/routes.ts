@@ -16,6 +16,7 @@ import { requireAccess } from '../../http/auth.js';
 import { dataStreamResponse } from '../../http/openapi.js';
 import { SseChannel, streamOptions, type SseFrame } from '../../http/sse.js';
 import { IdempotencyHeaders, idempotencyRequestOf, runExists } from '../../http/idempotent.js';
+import { tenantOf } from '../../http/tenancy.js';
 import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type StartedRunItems, type StartRunInput } from '../run-events.js';
 import { UiMessageChunks, type UiChunk } from './ui-stream.js';
 
@@ -87,12 +88,13 @@ export function aiSdkRoutes(app: ZodApp, deps: AppDeps): void {
         return answerApprovals(deps, request, reply, session_id, last.id, answers);
       }
       requireAccess(request, 'operate', ROUTE);
-      const base: StartRunInput = { query: '', session_id, agent_id: body.agent_id ?? null, ...flowOfHeaders(request) };
+      const tenant = tenantOf(request);
+      const base: StartRunInput = { query: '', session_id, agent_id: body.agent_id ?? null, tenant, ...flowOfHeaders(request) };
       const query = body.trigger === 'regenerate-message' ? null : queryOf(body);
       /** The run's input; for a regenerated answer, the session's last turn again, its answer taken out of the history. */
       const begin = async (run_id?: string) => {
         if (query !== null) return startRunItems(deps, { ...base, query, run_id });
-        const previous = await lastRunOfSession(deps, session_id, () => true);
+        const previous = await lastRunOfSession(deps, session_id, () => true, tenant);
         if (!previous) throw domainError('AGT_ERR_SESSION_NOT_FOUND', ['session', session_id]);
         if (WAITING_RUN_STATUSES.has(previous.status))
           await runs.cancel(previous.run_id).catch(swallow('ai_sdk.regenerate_cancel', { run_id: previous.run_id }, isRefusal));
@@ -152,7 +154,7 @@ export function aiSdkRoutes(app: ZodApp, deps: AppDeps): void {
     },
     async (request, reply) => {
       const { id } = request.params;
-      const live = await lastRunOfSession(deps, id, (r) => r.status === 'running');
+      const live = await lastRunOfSession(deps, id, (r) => r.status === 'running', tenantOf(request));
       if (!live) return reply.code(204).send();
       await followToReply(deps, reply, live, live.run_id, { after: null, settledAfterTrace: null });
     },
@@ -177,9 +179,10 @@ async function answerApprovals(
     deps,
     sessionId,
     (r) => r.status === 'awaiting_approval' && r.approvals.some((a) => a.status === 'pending' && ids.has(a.approval_id)),
+    tenantOf(request),
   );
   if (!run) {
-    const known = await lastRunOfSession(deps, sessionId, (r) => r.approvals.some((a) => ids.has(a.approval_id)));
+    const known = await lastRunOfSession(deps, sessionId, (r) => r.approvals.some((a) => ids.has(a.approval_id)), tenantOf(request));
     const approval = known?.approvals.find((a) => ids.has(a.approval_id));
     if (known && approval) throw domainError('AGT_ERR_APPROVAL_ALREADY_DECIDED', [approval.approval_id, approval.status], { detail: approval.status });
     throw domainError('AGT_ERR_APPROVAL_NOT_FOUND', ['approval', [...ids][0]]);

@@ -80,8 +80,9 @@ export function buildMcpServer(deps: AppDeps, request: FastifyRequest): McpServe
     async () =>
       guarded(request, 'read', 'list_pending_approvals', async () => {
         const [approvalRuns, budgetRuns] = await Promise.all([
-          deps.runtime.runs.list({ status: 'awaiting_approval', limit: MAX_LISTED_RUNS }),
-          deps.runtime.runs.list({ status: 'awaiting_budget', limit: MAX_LISTED_RUNS }),
+          // The request's tenant's runs only (src/http/tenancy.ts).
+          deps.runtime.runs.list({ status: 'awaiting_approval', limit: MAX_LISTED_RUNS }, request.tenantScope),
+          deps.runtime.runs.list({ status: 'awaiting_budget', limit: MAX_LISTED_RUNS }, request.tenantScope),
         ]);
         const approvals = approvalRuns.runs.flatMap((r) => pendingApprovalsOf(r).map((a) => ({ ...a, run_id: r.run_id, session_id: r.session_id })));
         const budget_requests = budgetRuns.runs
@@ -109,6 +110,8 @@ export function buildMcpServer(deps: AppDeps, request: FastifyRequest): McpServe
     },
     async (args) =>
       guarded(request, 'decide', 'decide_approval', async () => {
+        // Another tenant's run is not found, as one that does not exist.
+        await deps.runtime.runs.get(args.run_id, request.tenantScope);
         await deps.runtime.runs.decideApproval(
           args.run_id,
           args.approval_id,
@@ -139,6 +142,7 @@ export function buildMcpServer(deps: AppDeps, request: FastifyRequest): McpServe
     },
     async (args) =>
       guarded(request, 'decide', 'decide_budget', async () => {
+        await deps.runtime.runs.get(args.run_id, request.tenantScope);
         await deps.runtime.runs.decideBudget(args.run_id, { decision: args.decision, approver, amount: args.amount ?? null, note: args.note ?? null });
         return resultOf(await waitAfterDecision(deps, args.run_id));
       }),

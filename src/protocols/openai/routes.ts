@@ -15,6 +15,8 @@ import { responseStatusOf, type RunRecord } from '../../runtime/run-record.js';
 import { ErrorResponse, HTTPValidationError, RunStreamErrorFrame } from '../../schemas/index.js';
 import { swallow, isRefusal } from '../../telemetry/swallowed.js';
 import { agentIdOf, listedAgents } from '../agents.js';
+import { tenantOf } from '../../http/tenancy.js';
+import type { TenantScope } from '../../runtime/tenancy.js';
 import { approverOf, followAfterDecision, pendingApprovalsOf, startProtocolRun, waitAfterDecision } from '../run-calls.js';
 import { lastEventCursor } from '../run-events.js';
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ModelList, SessionHeaders, ToolMessageDecision, type ChatMessageIn } from './schemas.js';
@@ -46,9 +48,9 @@ export function openaiRoutes(app: ZodApp, deps: AppDeps): void {
     {
       schema: { operationId: 'listOpenAIModels', tags: ['protocols'], summary: 'OpenAI-compatible: the agents, as models', response: { 200: ModelList } },
     },
-    async () => ({
+    async (request) => ({
       object: 'list' as const,
-      data: (await listedAgents(deps)).map((a) => ({
+      data: (await listedAgents(deps, tenantOf(request))).map((a) => ({
         id: a.id,
         object: 'model' as const,
         created: a.created_at ? Math.floor(Date.parse(a.created_at) / 1000) : 0,
@@ -138,7 +140,7 @@ async function continueAfterDecision(
       ['body', 'messages', at, 'content'],
       'expected JSON {"decision":"approve"|"deny","arguments"?,"note"?} or {"decision":"grant"|"deny","amount"?,"note"?}',
     );
-  const run = await pausedRunWith(deps, sessionId, id);
+  const run = await pausedRunWith(deps, sessionId, id, request.tenantScope);
   const d = decision.data as {
     decision: 'approve' | 'deny' | 'grant';
     arguments?: Record<string, unknown> | null;
@@ -174,11 +176,12 @@ async function continueAfterDecision(
 }
 
 /** The run of the session waiting for the approval (or budget request) `id`. */
-async function pausedRunWith(deps: AppDeps, sessionId: string, id: string): Promise<RunRecord> {
+async function pausedRunWith(deps: AppDeps, sessionId: string, id: string, scope: TenantScope): Promise<RunRecord> {
   let cursor: string | null = null;
   // Bounded: a session's runs, a page at a time (the paused one is found on the way).
   for (let page = 0; page < 100; page++) {
-    const list: { runs: RunRecord[]; next_cursor: string | null } = await deps.runtime.runs.list({ session_id: sessionId, limit: 100, cursor });
+    // The session is the request's tenant's (another tenant's of that id is not read).
+    const list: { runs: RunRecord[]; next_cursor: string | null } = await deps.runtime.runs.list({ session_id: sessionId, limit: 100, cursor }, scope);
     const hit = list.runs.find(
       (r) =>
         (r.status === 'awaiting_approval' && r.approvals.some((a) => a.approval_id === id)) ||

@@ -92,6 +92,8 @@ export class RunsDebug {
     const query = body.edits?.user_message ?? lastUserText(conversation) ?? run.record.query;
     return this.runs.start(query, body.session_id ?? null, {
       ...opts,
+      // A fork of a tenant's run is the tenant's (its session, its agent).
+      ...(run.record.tenant ? { tenant: run.record.tenant } : {}),
       agent_id: run.record.agent_id,
       conversation,
       system_instruction: system,
@@ -119,6 +121,8 @@ export class RunsDebug {
     return this.runs.start(lastUserText(rest) ?? run.record.query, body.session_id ?? null, {
       ...opts,
       ...(body.run_id ? { run_id: body.run_id } : {}),
+      // A replay of a tenant's run is the tenant's (its session, its agent, its evaluation).
+      ...(run.record.tenant ? { tenant: run.record.tenant } : {}),
       agent_id: variant.agent_id ?? run.record.agent_id,
       conversation: dropDanglingCalls(rest),
       ...(system_instruction !== undefined ? { system_instruction } : {}),

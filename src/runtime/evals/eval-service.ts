@@ -19,6 +19,7 @@ import type { ReplayVariant } from '../debug/origin.js';
 import type { ReplayRequest } from '../debug/runs-debug.js';
 import { aggregatesOf, evalIndexes, itemId, itemIndexes, judgeScore, replayRunId, scoreOf, type EvalItem, type EvalRecord, type Scorer } from './eval-types.js';
 import { selectRuns, type EvalSource } from './eval-source.js';
+import { GLOBAL_SCOPE, visibleIn, type TenantScope } from '../tenancy.js';
 
 export interface EvalDeps {
   store: Store;
@@ -105,10 +106,11 @@ export class EvalService {
 
   // ------------------------------------------------------------------ requests
 
-  async create(body: EvalCreate): Promise<EvalRecord> {
+  /** `scope`: a request acting in a tenant evaluates that tenant's runs only, and owns the evaluation. */
+  async create(body: EvalCreate, scope: TenantScope = GLOBAL_SCOPE): Promise<EvalRecord> {
     // A model config that could carry a key (`api_key`) or name a host the operator did not list is refused before it is stored.
     if (body.variant.model) await this.deps.checkModel(body.variant.model);
-    const runs = await selectRuns(this.deps.store, body.source);
+    const runs = await selectRuns(this.deps.store, body.source, scope);
     if (runs.length === 0) throw new HttpValidationFailure([{ loc: ['body', 'source'], msg: 'no run matches the source', type: 'value_error' }]);
     const now = this.now();
     const eval_id = newId('eval');
@@ -127,6 +129,7 @@ export class EvalService {
       owner: null,
       lease_expires_at: null,
       error: null,
+      ...(scope.tenant ? { tenant: scope.tenant } : {}),
     };
     const items: WriteOp[] = runs.map((run, index) => {
       const item: EvalItem = {
@@ -152,9 +155,15 @@ export class EvalService {
     return rec;
   }
 
-  async get(evalId: string): Promise<{ record: EvalRecord; items: EvalItem[] }> {
+  /** The evaluation when `scope` may see it: another tenant's is not found, as one that does not exist. */
+  private async visible(evalId: string, scope: TenantScope) {
     const rec = await this.r.evals.get(evalId);
-    if (!rec) throw notFound('eval', evalId);
+    if (!rec || !visibleIn(scope, rec.value.tenant)) throw notFound('eval', evalId);
+    return rec;
+  }
+
+  async get(evalId: string, scope: TenantScope = GLOBAL_SCOPE): Promise<{ record: EvalRecord; items: EvalItem[] }> {
+    const rec = await this.visible(evalId, scope);
     return { record: rec.value, items: await this.items(evalId) };
   }
 
@@ -164,22 +173,21 @@ export class EvalService {
     return { total: e.total, done, failed };
   }
 
-  async list(limit: number, cursor: string | null): Promise<{ evals: EvalRecord[]; next_cursor: string | null }> {
-    const page = await this.r.evals.list({ limit, cursor, reverse: true });
+  async list(limit: number, cursor: string | null, scope: TenantScope = GLOBAL_SCOPE): Promise<{ evals: EvalRecord[]; next_cursor: string | null }> {
+    const index = scope.all ? undefined : { name: 'tenant', value: scope.tenant ?? '' };
+    const page = await this.r.evals.list({ ...(index ? { index } : {}), limit, cursor, reverse: true });
     return { evals: page.items.map((i) => i.value), next_cursor: page.next_cursor };
   }
 
-  async cancel(evalId: string): Promise<EvalRecord> {
-    const rec = await this.r.evals.get(evalId);
-    if (!rec) throw notFound('eval', evalId);
+  async cancel(evalId: string, scope: TenantScope = GLOBAL_SCOPE): Promise<EvalRecord> {
+    const rec = await this.visible(evalId, scope);
     if (rec.value.status !== 'queued' && rec.value.status !== 'running') throw domainError('AGT_ERR_EVAL_ENDED', [evalId, rec.value.status]);
     // Replays already started finish (each at most once); no new one starts.
     return this.finish(evalId, 'cancelled');
   }
 
-  async delete(evalId: string): Promise<void> {
-    const rec = await this.r.evals.get(evalId);
-    if (!rec) throw notFound('eval', evalId);
+  async delete(evalId: string, scope: TenantScope = GLOBAL_SCOPE): Promise<void> {
+    await this.visible(evalId, scope);
     // The evaluation goes first (nobody drives it any more), then its items. Replay runs stay: they are runs.
     await this.r.evals.delete(evalId);
     for (;;) {
@@ -375,7 +383,8 @@ export class EvalService {
     const prompt =
       `Score from 0 to 1 how well the second answer does the task compared with the first. Answer with the number only.\n\n` +
       `Task: ${original.query}\n\nFirst answer:\n${original.response ?? ''}\n\nSecond answer:\n${replay.response ?? ''}`;
-    const started = await this.deps.runs.start(prompt, null, { agent_id: agentId });
+    // The judge's run is the evaluation's tenant's (its agent: the tenant's own, else shared).
+    const started = await this.deps.runs.start(prompt, null, { agent_id: agentId, ...(original.tenant ? { tenant: original.tenant } : {}) });
     return judgeScore((await started.settled).response);
   }
 

@@ -24,6 +24,8 @@ export interface EvalRecord {
   owner: string | null;
   lease_expires_at: string | null;
   error: string | null;
+  /** The tenant of the key that created it (absent: none): it replays only that tenant's runs. */
+  tenant?: string;
 }
 
 export interface EvalItem {
@@ -56,7 +58,8 @@ export function itemIndexes(i: EvalItem): Record<string, string> {
   return { eval_id: i.eval_id, eval_status: `${i.eval_id}:${i.status}` };
 }
 
-export const evalIndexes = (e: EvalRecord): Record<string, string> => ({ status: e.status });
+/** By status (the sweep), and a tenant's by tenant (its lists walk its own; others pay nothing). */
+export const evalIndexes = (e: EvalRecord): Record<string, string | null> => ({ status: e.status, tenant: e.tenant ?? null });
 
 /** 0..1, from the scorer; null when there is no scorer or the replay has no answer to score. */
 export function scoreOf(scorer: Scorer | null, original: string | null, replay: string | null): number | null {
