@@ -19,6 +19,7 @@ import { protocolsBench } from './benchmarks/protocols.js';
 import { flowBench } from './benchmarks/flow.js';
 import { policyBench } from './benchmarks/policy.js';
 import { debugBench } from './benchmarks/debug.js';
+import { tenantsBench } from './benchmarks/tenants.js';
 
 const BENCHMARKS: Record<string, Benchmark> = {
   health: healthBench,
@@ -36,6 +37,7 @@ const BENCHMARKS: Record<string, Benchmark> = {
   flow: flowBench,
   policy: policyBench,
   debug: debugBench,
+  tenants: tenantsBench,
 };
 const ORDER = Object.keys(BENCHMARKS);
 
