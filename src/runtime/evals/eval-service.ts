@@ -10,7 +10,7 @@ import { domainError, HttpValidationFailure, notFound } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { isSharedStore } from '../../store/changes.js';
 import { repos } from '../../store/repos/index.js';
-import { isStoreError, type Page, type Store, type WriteOp } from '../../store/store.js';
+import { isStoreError, type Page, type Store, type Versioned, type WriteOp } from '../../store/store.js';
 import type { AppLogger } from '../../telemetry/logger.js';
 import { swallow } from '../../telemetry/swallowed.js';
 import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../run-record.js';
@@ -62,6 +62,13 @@ const MAX_SCAN_MS = 5_000;
 const POLL_MS = 250;
 /** Items made per commit. */
 const ITEM_BATCH = 250;
+
+/** An item this driver holds, with its version as written and whether its replay cannot exist yet. */
+interface ClaimedItem {
+  item: EvalItem;
+  version: number;
+  fresh: boolean;
+}
 
 export class EvalService {
   private readonly driving = new Map<string, Promise<void>>();
@@ -249,7 +256,19 @@ export class EvalService {
   /** Replays the evaluation's items, `concurrency` at a time, until none is left; then completes it. */
   private async drive(evalId: string): Promise<void> {
     const inflight = new Set<Promise<void>>();
+    // Items claimed ahead, up to one round of `concurrency`: one claim commit serves several item
+    // starts instead of one commit per start (nextItems). Given back if the drive stops first.
+    const ahead: ClaimedItem[] = [];
     let lastBeat = this.deps.clock.now();
+    try {
+      await this.driveLoop(evalId, inflight, ahead, lastBeat);
+    } finally {
+      await this.giveBack(ahead);
+    }
+    await Promise.all(inflight);
+  }
+
+  private async driveLoop(evalId: string, inflight: Set<Promise<void>>, ahead: ClaimedItem[], lastBeat: number): Promise<void> {
     for (;;) {
       if (this.stopped) break;
       const rec = await this.r.evals.get(evalId);
@@ -262,9 +281,10 @@ export class EvalService {
       // Items a previous owner left running first (their replay may exist), then pending ones.
       const room = e.concurrency - inflight.size;
       if (room > 0) {
-        const next = await this.nextItems(evalId, room, inflight.size === 0);
-        for (const item of next) {
-          const p: Promise<void> = this.runItem(e, item).finally(() => inflight.delete(p));
+        if (ahead.length < room) ahead.push(...(await this.nextItems(evalId, room + e.concurrency - ahead.length, inflight.size === 0 && ahead.length === 0)));
+        const next = ahead.splice(0, room);
+        for (const claimed of next) {
+          const p: Promise<void> = this.runItem(e, claimed).finally(() => inflight.delete(p));
           inflight.add(p);
         }
         if (next.length === 0 && inflight.size === 0) {
@@ -274,38 +294,61 @@ export class EvalService {
       }
       if (inflight.size > 0) await Promise.race([...inflight, new Promise((r) => setTimeout(r, this.leaseMs / 3).unref())]);
     }
-    await Promise.all(inflight);
+  }
+
+  /** Items claimed ahead but not started go back to pending (best effort: a later driver takes a running one as an orphan anyway). */
+  private async giveBack(ahead: ClaimedItem[]): Promise<void> {
+    for (const { item, version } of ahead.splice(0)) {
+      const id = itemId(item.eval_id, item.index);
+      const pending = { ...item, status: 'pending' as const };
+      await this.r.evalItems.update(id, pending, version, itemIndexes(pending)).catch(swallow('evals.give_back', { eval_id: item.eval_id }));
+      this.claimed.delete(id);
+    }
   }
 
   private readonly claimed = new Set<string>();
 
-  private async nextItems(evalId: string, room: number, orphansToo: boolean): Promise<EvalItem[]> {
-    const out: EvalItem[] = [];
+  /**
+   * Up to `room` items this driver now holds: with `orphansToo`, those a previous owner left
+   * running (their replay may exist), then pending ones, claimed (`fresh`: no replay of it can
+   * exist yet, since a replay starts only after its item's claim). `version`: the item's as written.
+   */
+  private async nextItems(evalId: string, room: number, orphansToo: boolean): Promise<ClaimedItem[]> {
+    const out: ClaimedItem[] = [];
     const statuses = orphansToo ? (['running', 'pending'] as const) : (['pending'] as const);
     for (const status of statuses) {
       if (out.length >= room) break;
       const page = await this.r.evalItems.list({ index: { name: 'eval_status', value: `${evalId}:${status}` }, limit: room + this.claimed.size });
-      for (const it of page.items) {
-        if (out.length >= room) break;
-        if (this.claimed.has(it.id)) continue;
-        if (status === 'pending') {
-          const running = { ...it.value, status: 'running' as const };
-          const ok = await this.r.evalItems.update(it.id, running, it.version, itemIndexes(running)).catch(() => null);
-          if (!ok) continue;
-          out.push(running);
-        } else out.push(it.value);
+      const fresh = page.items.filter((it) => !this.claimed.has(it.id)).slice(0, room - out.length);
+      if (status === 'running') {
+        for (const it of fresh) {
+          out.push({ item: it.value, version: it.version, fresh: false });
+          this.claimed.add(it.id);
+        }
+        continue;
+      }
+      // pending -> running: every item of the page in one commit (one group-commit round, not one
+      // per item); when another instance took one of them meanwhile, each is claimed on its own.
+      const running = fresh.map((it) => ({ it, next: { ...it.value, status: 'running' as const } }));
+      const all = await this.deps.store
+        .commit(running.map(({ it, next }) => this.r.evalItems.updateOp(it.id, next, it.version, itemIndexes(next))))
+        .catch(() => null);
+      for (const [k, { it, next }] of running.entries()) {
+        const written = all ? all[k] : await this.r.evalItems.update(it.id, next, it.version, itemIndexes(next)).catch(() => null);
+        if (!written) continue;
+        out.push({ item: next, version: written.version, fresh: true });
         this.claimed.add(it.id);
       }
     }
     return out;
   }
 
-  private async runItem(e: EvalRecord, item: EvalItem): Promise<void> {
+  private async runItem(e: EvalRecord, { item, version, fresh }: ClaimedItem): Promise<void> {
     const id = itemId(e.eval_id, item.index);
     try {
       const original = await this.r.runs.get(item.run_id);
       if (!original) throw notFound('run', item.run_id);
-      let replay = await this.replayOnce(e, item);
+      let replay = await this.replayOnce(e, item, fresh);
       // A replay that waits for a person (its eval budget ran out: budgets.eval; a live call asks
       // for approval) stays the item's until it ends: the person decides, the run resumes on any
       // instance, then the item is scored.
@@ -313,17 +356,21 @@ export class EvalService {
       const o = original.value;
       let score = scoreOf(e.scorer, o.response, replay.response);
       if (e.scorer?.type === 'judge' && replay.response !== null) score = await this.judge(e.scorer.agent_id, o, replay);
-      await this.settleItem(id, {
-        status: 'done',
-        changed: (replay.response ?? '') !== (o.response ?? ''),
-        score,
-        token_delta: replay.usage.total_tokens - o.usage.total_tokens,
-        cost_delta_usd: replay.usage.estimated_cost_usd - o.usage.estimated_cost_usd,
-        replay_status: replay.status,
-        error: null,
-      });
+      await this.settleItem(
+        id,
+        { item, version },
+        {
+          status: 'done',
+          changed: (replay.response ?? '') !== (o.response ?? ''),
+          score,
+          token_delta: replay.usage.total_tokens - o.usage.total_tokens,
+          cost_delta_usd: replay.usage.estimated_cost_usd - o.usage.estimated_cost_usd,
+          replay_status: replay.status,
+          error: null,
+        },
+      );
     } catch (err) {
-      await this.settleItem(id, { status: 'failed', error: err instanceof Error ? err.message : String(err) }).catch(
+      await this.settleItem(id, { item, version }, { status: 'failed', error: err instanceof Error ? err.message : String(err) }).catch(
         swallow('evals.item_failed', { eval_id: e.eval_id }),
       );
     } finally {
@@ -332,8 +379,8 @@ export class EvalService {
   }
 
   /** The item's one replay run, as it settles: started here if it does not exist yet, else awaited. */
-  private async replayOnce(e: EvalRecord, item: EvalItem): Promise<RunRecord> {
-    const existing = await this.r.runs.get(item.replay_run_id);
+  private async replayOnce(e: EvalRecord, item: EvalItem, fresh: boolean): Promise<RunRecord> {
+    const existing = fresh ? null : await this.r.runs.get(item.replay_run_id);
     if (!existing) {
       try {
         const started = await this.deps.replay(item.run_id, { variant: e.variant, tools: e.tools, eval_id: e.eval_id, run_id: item.replay_run_id });
@@ -388,9 +435,13 @@ export class EvalService {
     return judgeScore((await started.settled).response);
   }
 
-  private async settleItem(id: string, patch: Partial<EvalItem>): Promise<void> {
+  /**
+   * Writes the item's outcome. First on the item as this driver claimed it (no read: nothing else
+   * writes an item while its driver holds it); on a stale version, on a fresh read.
+   */
+  private async settleItem(id: string, claimed: { item: EvalItem; version: number }, patch: Partial<EvalItem>): Promise<void> {
+    let cur: Pick<Versioned<EvalItem>, 'value' | 'version'> | null = { value: claimed.item, version: claimed.version };
     for (let i = 0; i < 10; i++) {
-      const cur = await this.r.evalItems.get(id);
       if (!cur) return; // deleted with its evaluation
       const next = { ...cur.value, ...patch };
       try {
@@ -399,6 +450,7 @@ export class EvalService {
       } catch (err) {
         if (!isStoreError(err, 'stale_version')) throw err;
       }
+      cur = await this.r.evalItems.get(id);
     }
   }
 
