@@ -15,7 +15,7 @@ import { FencedError, RecordWriter, type CarriedWrite } from './persistence.js';
 import { phaseOf, recordFromSnapshot } from './run-projection.js';
 import { nextCheckpoints, type Checkpoint } from '../../machines/policies/checkpoints.js';
 import type { RunOrigin } from './debug/origin.js';
-import type { RunKernel } from './run-kernel.js';
+import type { HostKernel } from './host-kernel.js';
 import { TERMINAL_RUN_STATUSES, runIndexes, type RunRecord, type RunRecordStatus } from './run-record.js';
 import { iso, traceStatusOf, type SessionValue, type SnapshotValue, type StartOptions, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
@@ -98,7 +98,7 @@ export class RunHost {
 
   /** `create`: the run does not exist yet; its writer's first commit creates it, with these ops. */
   constructor(
-    private readonly kernel: RunKernel,
+    private readonly kernel: HostKernel,
     rec: Versioned<RunRecord>,
     private readonly releaseSlot: () => void,
     agent: AgentLease,
