@@ -6,6 +6,8 @@
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { writeFileSync, readFileSync } from 'node:fs';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, getJson, postJson, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
@@ -188,5 +190,24 @@ describe('the approvals inbox shows a key the decisions it may take', () => {
     // What it says is what a decision gets: bob is refused.
     const refused = await postJson(`${s.url}/runs/${run}/approvals/${approval.approval_id}`, { decision: 'approve', approver: 'ops-bob' }, bearer('k-bob'));
     expect(refused.status).toBe(403);
+  });
+
+  it('MCP list_pending_approvals (the official MCP client) lists a deciding key only what it may decide; a reader sees all, marked', async () => {
+    const { run, approval } = await pausedRun('big mcp entry');
+    const listed = async (key: string) => {
+      const client = new Client({ name: 'agentd-test', version: '1.0.0' });
+      await client.connect(new StreamableHTTPClientTransport(new URL(`${s.url}/mcp`), { requestInit: { headers: bearer(key) } }));
+      try {
+        const res = await client.callTool({ name: 'list_pending_approvals', arguments: {} });
+        const { approvals } = res.structuredContent as { approvals: Array<{ run_id: string; approval_id: string; may_decide: boolean }> };
+        return approvals.find((a) => a.run_id === run && a.approval_id === approval.approval_id) ?? null;
+      } finally {
+        await client.close();
+      }
+    };
+    expect(await listed('k-alice')).toMatchObject({ may_decide: true }); // finance-* names her
+    expect(await listed('k-bob')).toBeNull(); // an approver the rule does not name: not in his inbox
+    expect(await listed('k-root')).toMatchObject({ may_decide: true }); // a global admin overrides
+    expect(await listed('k-reader')).toMatchObject({ may_decide: false }); // reads everything, decides nothing
   });
 });

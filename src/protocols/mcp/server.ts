@@ -10,6 +10,7 @@ import { z } from 'zod';
 import { AppError, HttpValidationFailure } from '../../errors.js';
 import { mayAccess } from '../../http/auth.js';
 import type { AppDeps } from '../../http/deps.js';
+import { mayDecide } from '../../runtime/run-decisions.js';
 import { responseStatusOf, WAITING_RUN_STATUSES, type RunRecord } from '../../runtime/run-record.js';
 import { BackgroundId, JsonObject, SafeId } from '../../schemas/common.js';
 import { agentIdOf } from '../agents.js';
@@ -73,7 +74,7 @@ export function buildMcpServer(deps: AppDeps, request: FastifyRequest): McpServe
       description: 'The tool calls and budget requests that runs are waiting for a person to decide.',
       inputSchema: {},
       outputSchema: {
-        approvals: z.array(Approval.extend({ run_id: z.string(), session_id: z.string() })),
+        approvals: z.array(Approval.extend({ run_id: z.string(), session_id: z.string(), may_decide: z.boolean() })),
         budget_requests: z.array(z.object({ run_id: z.string(), session_id: z.string(), request: JsonObject })),
       },
     },
@@ -84,7 +85,19 @@ export function buildMcpServer(deps: AppDeps, request: FastifyRequest): McpServe
           deps.runtime.runs.list({ status: 'awaiting_approval', limit: MAX_LISTED_RUNS }, request.tenantScope),
           deps.runtime.runs.list({ status: 'awaiting_budget', limit: MAX_LISTED_RUNS }, request.tenantScope),
         ]);
-        const approvals = approvalRuns.runs.flatMap((r) => pendingApprovalsOf(r).map((a) => ({ ...a, run_id: r.run_id, session_id: r.session_id })));
+        // As the dashboard's inbox: a deciding key sees the approvals it may decide (a rule's
+        // approvers, src/runtime/run-decisions.ts mayDecide), a reading key all of them, each
+        // marked with may_decide.
+        const decider = deciderOf(request);
+        const decides = decider === null || decider.role === 'approver' || decider.role === 'admin';
+        const approvals = approvalRuns.runs
+          .flatMap((r) =>
+            pendingApprovalsOf(r).map((a) => {
+              const rule = r.approvals.find((x) => x.approval_id === a.approval_id) ?? {};
+              return { ...a, run_id: r.run_id, session_id: r.session_id, may_decide: mayDecide(rule, decider) };
+            }),
+          )
+          .filter((a) => !decides || a.may_decide);
         const budget_requests = budgetRuns.runs
           .filter((r) => r.budget_request?.status === 'pending')
           .map((r) => ({ run_id: r.run_id, session_id: r.session_id, request: r.budget_request as unknown as Record<string, unknown> }));
