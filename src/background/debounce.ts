@@ -11,6 +11,8 @@
 // its window has not ended: it moves `not_before` later (never past 10 windows after the first
 // trigger) and replaces the query, by compare-and-set of the run's row, so a claim that got there
 // first wins and the trigger opens a new window instead.
+import { domainError } from '../errors.js';
+import { bgIdOf } from '../runtime/tenancy.js';
 import { newId } from '../ids.js';
 import type { Clock } from '../clock.js';
 import type { BackgroundRun } from '../schemas/background.js';
@@ -79,7 +81,8 @@ export class TriggerDebouncer {
       await this.admit();
       const made = await this.open(task, query, windowMs, now, ptr, attempt === 0 ? runId : undefined);
       if (made !== 'retry') return made;
-      if (attempt >= ATTEMPTS) throw new Error(`debounce of task ${task.task_id}: the window kept changing`);
+      // Writers kept racing for this task's window (several instances at once): a 409 the client may retry, not a 500.
+      if (attempt >= ATTEMPTS) throw domainError('AGT_ERR_CONFLICT', [`the debounce window of task ${bgIdOf(task.task_id)} kept changing; retry`]);
     }
   }
 

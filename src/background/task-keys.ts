@@ -6,6 +6,7 @@
 // POST /run (RunService.takeKeySlot: one limit per key, across instances on PostgreSQL), and a
 // run lets go of its slot with any write that leaves it neither claimed nor running.
 import type { RunService } from '../runtime/runs.js';
+import { bgTenantOf } from '../runtime/tenancy.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
 
@@ -19,14 +20,14 @@ export class TaskKeySlots {
   /** A slot of the run's key (true), or none free now (false). A run without a key: true. */
   take(run: BackgroundRun): Promise<boolean> {
     if (!run.concurrency) return Promise.resolve(true);
-    return this.runs.takeKeySlot(run.concurrency, run.run_id);
+    return this.runs.takeKeySlot(run.concurrency, run.run_id, bgTenantOf(run.task_id));
   }
 
   /** Lets go of the run's slot (nothing when it holds none). */
   release(run: BackgroundRun): void {
     if (!run.concurrency) return;
     void this.runs
-      .releaseKeySlot(run.concurrency.key, run.run_id)
+      .releaseKeySlot(run.concurrency.key, run.run_id, bgTenantOf(run.task_id))
       .then(() => this.onFreed())
       .catch((err) => reportSwallowed('background.release_key', err, { run_id: run.run_id }));
   }

@@ -4,6 +4,7 @@
 // process's ConcurrencyQueue (src/flow/concurrency.ts) for a slot, then for a run slot without a
 // deadline, and only then starts: its first write replaces the queued record (a cancel meanwhile
 // fences that write off). A run without a key never comes here (no read, no write: the fast path).
+import { idOfTenantKey, keyInTenant } from './tenancy.js';
 import { admissionOrder, resolveConcurrency, type ConcurrencyRequest } from '../../machines/policies/flow.js';
 import { domainError } from '../errors.js';
 import { ConcurrencyQueue } from '../flow/concurrency.js';
@@ -67,7 +68,8 @@ export class RunFlow {
 
   /** start() of a run with a concurrency key: at once when the key has room, else stored `queued`. */
   async startKeyed(query: string, sessionId: string | null | undefined, opts: StartOptions & { concurrency: ConcurrencyRequest }): Promise<StartedRun> {
-    const concurrency = this.resolve(opts.concurrency);
+    // Config rules match the key the client named; the slots are its tenant's (keyInTenant).
+    const concurrency = keyInTenant(this.resolve(opts.concurrency), opts.tenant);
     const priority = opts.priority ?? 0;
     const run_id = opts.run_id ?? newId('run');
     const keyed: StartOptions & { run_id: string } = { ...opts, run_id, concurrency, priority };
@@ -89,7 +91,7 @@ export class RunFlow {
     opts.onAccepted?.({ run_id, session_id: record.value.session_id });
     if (opts.onQueued) {
       const position = (await this.position(record.value).catch(() => null)) ?? this.queue.localPosition(run_id) ?? 1;
-      opts.onQueued({ run_id, key: concurrency.key, position });
+      opts.onQueued({ run_id, key: idOfTenantKey(concurrency.key), position });
     }
     return {
       run_id,

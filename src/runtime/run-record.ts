@@ -3,8 +3,7 @@
 import type { ApprovalState, BudgetRequest, TerminationReason, Usage } from '../../machines/run.machine.js';
 import { redact, type Redactor } from '../telemetry/redact.js';
 import { QUERY_PREVIEW_CHARS } from '../schemas/runs.js';
-import { sessionKeyOf } from './tenancy.js';
-import { bgIdOf } from './tenancy.js';
+import { bgIdOf, idOfTenantKey, sessionKeyOf } from './tenancy.js';
 
 export type RunRecordStatus =
   'queued' | 'running' | 'awaiting_approval' | 'awaiting_budget' | 'interrupted' | 'completed' | 'blocked' | 'failed' | 'cancelled' | 'timeout';
@@ -210,7 +209,8 @@ export function publicRunView(r: RunRecord, redactor: Redactor) {
     heartbeat_at: r.heartbeat_at,
     ended_at: r.ended_at ?? null,
     lease_seconds: r.lease_seconds,
-    concurrency: r.concurrency ?? null,
+    // The key as the client named it (records hold it in the run's tenant: keyInTenant).
+    concurrency: r.concurrency ? { ...r.concurrency, key: idOfTenantKey(r.concurrency.key) } : null,
     priority: r.priority ?? 0,
     throttled_until: r.throttled_until ?? null,
   };

@@ -5,8 +5,7 @@
 // steer, interrupt, cancel, outcomes; run-decisions.ts) and RunRecovery (resume, sweep, shutdown;
 // run-recovery.ts). The record a snapshot makes is projected in run-projection.ts.
 import { inTimeRange, scanPage, type ListOrder } from './list-scan.js';
-import { GLOBAL_SCOPE, sessionKeyOf, tenantKey, visibleIn, type TenantScope } from './tenancy.js';
-import { bgIdOf, bgKey, bgTenantOf } from './tenancy.js';
+import { bgIdOf, bgKey, bgTenantOf, GLOBAL_SCOPE, idOfTenantKey, keyInTenant, sessionKeyOf, tenantKey, visibleIn, type TenantScope } from './tenancy.js';
 import type { ChatMessage } from '../agent/model/types.js';
 import { domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
@@ -347,14 +346,14 @@ export class RunService {
    * queued and tries again: src/background/task-keys.ts). It counts against the same limit as the
    * runs of POST /run naming the key; a config rule wins over `request.limit`.
    */
-  takeKeySlot(request: ConcurrencyRequest, runId: string): Promise<boolean> {
-    const { key, limit } = this.flow.resolve(request);
+  takeKeySlot(request: ConcurrencyRequest, runId: string, tenant: string | null): Promise<boolean> {
+    const { key, limit } = keyInTenant(this.flow.resolve(request), tenant);
     return this.flow.queue.tryTake(key, limit, runId);
   }
 
   /** Lets go of a key's slot taken with takeKeySlot, and hands it on. */
-  releaseKeySlot(key: string, runId: string): Promise<void> {
-    return this.flow.release(key, runId);
+  releaseKeySlot(key: string, runId: string, tenant: string | null): Promise<void> {
+    return this.flow.release(keyInTenant({ key }, tenant).key, runId);
   }
 
   async get(runId: string, scope: TenantScope = GLOBAL_SCOPE): Promise<RunRecord> {
@@ -367,7 +366,7 @@ export class RunService {
   async queueOf(record: RunRecord): Promise<{ key: string; position: number } | null> {
     if (record.status !== 'queued' || !record.queue) return null;
     const position = (await this.flow.position(record)) ?? 1;
-    return { key: record.queue.key, position };
+    return { key: idOfTenantKey(record.queue.key), position };
   }
 
   /**

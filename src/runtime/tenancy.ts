@@ -11,6 +11,21 @@ export function tenantKey(tenant: string | null | undefined, id: string): string
   return tenant ? `${tenant}${SEPARATOR}${id}` : id;
 }
 
+/** The client's id of a store key made by tenantKey (the key itself when it names no tenant). */
+export function idOfTenantKey(key: string): string {
+  const at = key.indexOf(SEPARATOR);
+  return at < 0 ? key : key.slice(at + 1);
+}
+
+/**
+ * A concurrency key in the run's tenant (docs/flow-control.md): two tenants naming the same key
+ * have a queue and slots each, so one's backlog or lower limit never reaches the other, and a
+ * queue position counts only its own runs. Records hold this key; answers show idOfTenantKey's.
+ */
+export function keyInTenant<C extends { key: string }>(c: C, tenant: string | null | undefined): C {
+  return tenant ? { ...c, key: tenantKey(tenant, c.key) } : c;
+}
+
 /** The store key of a run's session: its session id in the run's tenant. */
 export const sessionKeyOf = (r: { tenant?: string | null; session_id: string }): string => tenantKey(r.tenant, r.session_id);
 
