@@ -22,10 +22,14 @@ import { RunSessionPolicy } from './steer.js';
 /** A run's concurrency key (docs/contract.md §3.4): at most `limit` runs of one key run at once; more wait `queued`. */
 export const ConcurrencySpec = z
   .strictObject({
+    // No control characters: records hold a tenant's key as `<tenant>` U+001F `<key>`
+    // (src/runtime/tenancy.ts keyInTenant), so no key a client names can spell another tenant's.
     key: z
       .string()
       .min(1)
       .max(256)
+      // eslint-disable-next-line no-control-regex
+      .regex(/^[^\u0000-\u001f\u007f]*$/, { error: 'must not contain control characters' })
       .describe('Runs sharing this key share its limit, e.g. `customer:42`. A matching `flow.concurrency` rule of the config wins over `limit`.'),
     limit: z.number().int().min(1).max(10_000).describe('Runs of this key running at once, at most.'),
   })

@@ -61,4 +61,10 @@ describe('concurrency keys per tenant', () => {
     expect((await first).body.status).toBe('success');
     expect((await second).body.status).toBe('success');
   });
+
+  it("refuses a key with a control character (the tenant separator could spell another tenant's key) with 422", async () => {
+    const r = await postJson(`${server.url}/run/sync`, { query: 'beta sneaky', concurrency: { key: 'acme\u001fcustomer:1', limit: 5 } }, beta);
+    expect(r.status).toBe(422);
+    expect(r.body.detail[0].loc).toEqual(['body', 'concurrency', 'key']);
+  });
 });
