@@ -64,6 +64,27 @@ export default tseslint.config(
     },
   },
 
+  // Errors: what a route, a protocol or the CLI answers is an AgentdFailure from src/errors.ts
+  // (domainError, notFound, ...) carrying an AGT_ERR_* code, so a plain `throw new Error` there
+  // is a 500. Where one cannot reach an answer (an internal invariant, a tool failure the model
+  // reads, a config problem a caller wraps) an eslint-disable comment says why. Not here:
+  // src/store/ (the bottom layer raises StoreError, which the error handler maps), the client
+  // and the dashboard (other processes), src/background/ (being rewritten; to be added).
+  {
+    files: ['src/**/*.{ts,tsx}'],
+    ignores: ['src/store/**', 'src/client/**', 'src/ui/**', 'src/background/**'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector: "ThrowStatement > NewExpression[callee.name='Error']",
+          message:
+            'raise an AgentdFailure from src/errors.ts (domainError, notFound) so the answer carries an AGT_ERR_* code; a throw that cannot reach an answer says why in an eslint-disable comment',
+        },
+      ],
+    },
+  },
+
   // src/store/: the Store interface, its adapters and the typed repositories. Nothing above it
   // (a file of a subfolder such as src/store/repos/ may import src/store/ itself).
   {

@@ -162,6 +162,7 @@ export class RecordWriter<T> {
       ops = extra(value);
       carried = carry?.() ?? null;
       if (carried && this.store.capabilities.atomicCommitEvents !== true)
+        // eslint-disable-next-line no-restricted-syntax -- an invariant: only the stores with atomicCommitEvents are given events to carry
         throw new Error('events can ride in a record write only on a store that writes them atomically');
     } catch (err) {
       return Promise.reject(err);

@@ -192,6 +192,7 @@ export class RunHost {
    */
   context(): RunContext {
     const ref = this.ref ?? this.deps.system.get(`run:${this.run_id}`);
+    // eslint-disable-next-line no-restricted-syntax -- an invariant: effects read the context only while the actor is spawned
     if (!ref) throw new Error(`run ${this.run_id} has no actor`);
     return (ref.getSnapshot() as RunSnapshot).context;
   }

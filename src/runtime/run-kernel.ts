@@ -103,6 +103,7 @@ export class RunKernel {
   /** The host of a run live here; effects run only while it is. */
   mustLive(runId: string): RunHost {
     const live = this.live.get(runId);
+    // eslint-disable-next-line no-restricted-syntax -- an invariant: only the effects of a live run call it, never a route
     if (!live) throw new Error(`run ${runId} is not live in this process`);
     return live;
   }

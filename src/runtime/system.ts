@@ -45,6 +45,7 @@ export class Supervisor {
    * idempotent for that).
    */
   spawn<TLogic extends AnyActorLogic>(systemId: string, logic: TLogic, opts: { input?: unknown; snapshot?: Snapshot<unknown> } = {}): AnyActorRef {
+    // eslint-disable-next-line no-restricted-syntax -- an invariant: a run is spawned once its lease is taken (RUN_ALREADY_LIVE/RUN_TAKEN refuse a second)
     if (this.get(systemId)) throw new Error(`actor ${systemId} already exists`);
     // A finished child that nobody stopped yet still holds its slot: free it first.
     if (this.slotOf.has(systemId)) this.stop(systemId);
@@ -54,6 +55,7 @@ export class Supervisor {
     const toSpawn: AnyActorLogic = opts.snapshot ? startingFrom(logic, opts.snapshot) : logic;
     this.ref.send({ type: 'SPAWN', id: slot, systemId, logic: toSpawn, input: opts.input });
     const ref = this.get(systemId);
+    // eslint-disable-next-line no-restricted-syntax -- an invariant: SPAWN is handled synchronously by the system actor
     if (!ref) throw new Error(`actor ${systemId} did not start`);
     return ref;
   }
@@ -240,6 +242,7 @@ export class ActorSystem extends Supervisor {
  */
 export function startingFrom<TLogic extends AnyActorLogic>(logic: TLogic, snapshot: Snapshot<unknown>): TLogic {
   const restore = logic.restoreSnapshot;
+  // eslint-disable-next-line no-restricted-syntax -- an invariant: every logic we spawn from a snapshot is a machine
   if (!restore) throw new Error('this actor logic cannot restore a snapshot');
   const restoring: ActorLogic<any, any, any, any, any> = {
     config: logic.config,

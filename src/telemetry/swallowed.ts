@@ -4,7 +4,7 @@
 // (closing what may already be closed) says why in a comment instead.
 import { Counter, type Registry } from 'prom-client';
 import type { AppLogger } from './logger.js';
-import { AppError } from '../errors.js';
+import { AgentdFailure } from '../errors.js';
 
 /**
  * One counter per process, added to each Metrics registry: the sites are process-wide (pure
@@ -48,7 +48,7 @@ export const swallow =
   };
 
 /** A refusal the service answers with a 4xx (the run already ended, was not found, ...): not a fault. */
-export const isRefusal = (err: unknown): boolean => err instanceof AppError && err.status < 500;
+export const isRefusal = (err: unknown): boolean => err instanceof AgentdFailure && err.status < 500;
 
 /** The current count at `site` (tests). */
 export async function swallowedCount(site: string): Promise<number> {

@@ -88,6 +88,20 @@ describe('dependency rules (ESLint)', () => {
     expect(await lint('src/cli/x.ts', 'export const a = process.env.A;')).toEqual([]);
   });
 
+  it('what can reach an answer throws an AgentdFailure, not a plain Error', async () => {
+    expect(await lint('src/http/x.ts', "export const f = () => { throw new Error('x'); };")).toEqual([
+      expect.stringMatching(/^no-restricted-syntax: raise an AgentdFailure/),
+    ]);
+    expect(
+      await lint('src/runtime/x.ts', "import { domainError } from '../errors.js';\nexport const f = () => { throw domainError('AGT_ERR_CONFLICT', ['x']); };"),
+    ).toEqual([]);
+    // An invariant says why; the store (bottom layer) raises StoreError and is not checked.
+    expect(
+      await lint('src/runtime/x.ts', "// eslint-disable-next-line no-restricted-syntax -- an invariant\nexport const f = () => { throw new Error('x'); };"),
+    ).toEqual([]);
+    expect(await lint('src/store/x.ts', "export const f = () => { throw new Error('x'); };")).toEqual([]);
+  });
+
   it('src/client and src/ui stay on the public API', async () => {
     expect(await lint('src/client/x.ts', "import { x } from '../runtime/runs.js';")).toHaveLength(1);
     expect(await lint('src/ui/x.tsx', "import { readSseFrames } from '../client/sse.js';\nimport { h } from 'preact';")).toEqual([]);

@@ -4,7 +4,17 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { AppError, DOMAIN_ERRORS, ERROR_CODES, conflict, domainError, notFound } from '../../src/errors.js';
+import {
+  AgentdFailure,
+  AppError,
+  DOMAIN_ERRORS,
+  ERROR_CODES,
+  HttpDetailError,
+  HttpValidationFailure,
+  conflict,
+  domainError,
+  notFound,
+} from '../../src/errors.js';
 
 const doc = readFileSync(join(import.meta.dirname, '../../docs/errors.md'), 'utf8');
 
@@ -50,6 +60,19 @@ describe('domainError', () => {
     });
     expect(notFound('trace of run', 'r1').domainCode).toBe('AGT_ERR_TRACE_NOT_FOUND');
     expect(conflict('x').toBody()).toMatchObject({ error: 'Conflict', code: 'AGT_ERR_CONFLICT' });
+  });
+
+  it('gives every answered shape one base class with a status and a code', () => {
+    const shapes: AgentdFailure[] = [
+      domainError('AGT_ERR_RUN_ENDED', ['run_1', 'completed']),
+      new HttpDetailError(404, 'no such file', 'AGT_ERR_WORKSPACE_FILE_NOT_FOUND'),
+      new HttpValidationFailure([{ loc: ['body'], msg: 'bad', type: 'value_error' }]),
+    ];
+    expect(shapes.map((e) => [e instanceof AgentdFailure, e.status, e.domainCode])).toEqual([
+      [true, 409, 'AGT_ERR_RUN_ENDED'],
+      [true, 404, 'AGT_ERR_WORKSPACE_FILE_NOT_FOUND'],
+      [true, 422, 'AGT_ERR_VALIDATION'],
+    ]);
   });
 
   it('refuses a code whose body is not an ErrorResponse', () => {

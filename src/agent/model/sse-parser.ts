@@ -55,6 +55,7 @@ export class SseParser {
       this.line(line);
     }
     if (start < n) this.partial += chunk.slice(start);
+    // eslint-disable-next-line no-restricted-syntax -- the model call fails (model/errors.ts makes it a ModelCallError); the run records it, no request waits on it
     if (this.partial.length + this.data.length > MAX_SSE_EVENT_CHARS) throw new Error(`model stream event exceeds ${MAX_SSE_EVENT_CHARS} characters`);
   }
 
@@ -74,6 +75,7 @@ export class SseParser {
     if (field !== 'data') return;
     const value = colon === -1 ? '' : line.slice(line.charCodeAt(colon + 1) === SPACE ? colon + 2 : colon + 1);
     this.data = this.dataLines === 0 ? value : `${this.data}\n${value}`;
+    // eslint-disable-next-line no-restricted-syntax -- the model call fails (model/errors.ts makes it a ModelCallError); the run records it, no request waits on it
     if (this.data.length > MAX_SSE_EVENT_CHARS) throw new Error(`model stream event exceeds ${MAX_SSE_EVENT_CHARS} characters`);
     this.dataLines++;
   }

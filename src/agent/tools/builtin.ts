@@ -1,3 +1,4 @@
+/* eslint-disable no-restricted-syntax -- a built-in tool's failure is the tool result the model reads (run-tools.ts), never an HTTP answer */
 import { constants as fsConstants } from 'node:fs';
 import { lstat, mkdir, open, readdir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';

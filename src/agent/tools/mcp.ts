@@ -345,6 +345,7 @@ export class McpConnection {
       // A protocol error is the server's answer; anything else may mean the server went away,
       // which Streamable HTTP does not announce, so check now rather than at the next ping.
       if (!(err instanceof McpError) && 'url' in this.cfg) void this.check(client);
+      // eslint-disable-next-line no-restricted-syntax -- a tool failure: the tool result the model reads
       throw new Error(`MCP server '${this.name}', tool '${original}': ${errorText(err)}`, { cause: err });
     }
     return mapCallResult(result);

@@ -1,3 +1,4 @@
+/* eslint-disable no-restricted-syntax -- a bad tools config fails the agent build, which agent-registry.ts answers as AgentSpecError (422) or AGT_ERR_AGENT_UNAVAILABLE (409); at start-up the CLI prints it */
 import { systemClock, type Clock } from '../../clock.js';
 import { clockTool, workspaceTools } from './builtin.js';
 import { loadLocalTools, type LoadedTool } from './local.js';
