@@ -337,8 +337,8 @@ export class Runtime {
     await this.leases.sync(this.store);
     // The embedded store is single-process: every run it holds as `running` has a dead owner. On
     // a shared store the other instances' runs are theirs until their leases lapse.
-    await this.runs.sweep({ startup: !isSharedStore(this.store) });
-    this.runs.startSweeper();
+    await this.runs.lifecycle.sweep({ startup: !isSharedStore(this.store) });
+    this.runs.lifecycle.startSweeper();
     await this.background.start();
     this.startRetention();
     this.idempotency.startSweeper(this.config.idempotency.sweep_interval_seconds);
@@ -421,7 +421,7 @@ export class Runtime {
     this.idempotency.stop();
     await this.background.stop();
     await this.evals.stop();
-    await this.runs.shutdown(graceMs);
+    await this.runs.lifecycle.shutdown(graceMs);
     await this.background.close();
     this.endStreams();
     // What it did not dispatch stays in the event log, after its stored cursor, for the next start.

@@ -77,7 +77,7 @@ export async function startServer(
       // Runs first: each stops at its next step boundary and is saved `interrupted`, and its open
       // stream still gets a `complete` frame saying so. Closing HTTP first would close those
       // streams, and a closed stream means "cancel" to a live run.
-      runtime.runs.beginShutdown();
+      runtime.runs.lifecycle.beginShutdown();
       await runtime.close(graceMs);
       await app.close();
       await store.close();

@@ -213,7 +213,7 @@ export function runRoutes(app: ZodApp, deps: AppDeps): void {
       checkApprover(deps, request.apiKeyName, body.approver);
       // Redacted before the idempotency record stores the answer, so a replay is the same and no copy is raw.
       return once(deps, request, 'decideApproval', async () =>
-        approvalForAnswer(await runs.decideApproval(run_id, approval_id, body, deciderOf(request)), redactor),
+        approvalForAnswer(await runs.decisions.decideApproval(run_id, approval_id, body, deciderOf(request)), redactor),
       );
     },
   );
@@ -229,7 +229,7 @@ export function runRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: RunBudgetResponse, ...errors },
       },
     },
-    async (request) => runs.budgetView(request.params.run_id),
+    async (request) => runs.decisions.budgetView(request.params.run_id),
   );
 
   app.post(
@@ -248,7 +248,7 @@ export function runRoutes(app: ZodApp, deps: AppDeps): void {
     async (request) => {
       const body = request.body;
       checkApprover(deps, request.apiKeyName, body.approver);
-      return once(deps, request, 'decideBudget', () => runs.decideBudget(request.params.run_id, body));
+      return once(deps, request, 'decideBudget', () => runs.decisions.decideBudget(request.params.run_id, body));
     },
   );
 
@@ -264,7 +264,7 @@ export function runRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: OutcomeResponse, ...errors },
       },
     },
-    async (request) => runs.recordOutcome(request.params.run_id, request.body),
+    async (request) => runs.decisions.recordOutcome(request.params.run_id, request.body),
   );
 
   app.get(

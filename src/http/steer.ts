@@ -25,7 +25,7 @@ export function steerRoutes(app: ZodApp, deps: AppDeps): void {
       const { run_id } = request.params;
       const body = request.body;
       const sender = body.sender ?? (request.apiKeyName && /^[A-Za-z0-9_.@-]{1,64}$/.test(request.apiKeyName) ? request.apiKeyName : 'user');
-      const result = await runs.steer(run_id, { message: body.message, sender });
+      const result = await runs.decisions.steer(run_id, { message: body.message, sender });
       if ('blocked' in result) {
         // The input guardrails refuse it as they would refuse a query (and it is recorded as the
         // run's guardrail_violation event).
@@ -53,7 +53,7 @@ export function steerRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: InterruptResponse, 404: ErrorResponse, 409: ErrorResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => runs.interrupt(request.params.run_id, { by: request.apiKeyName ?? null }),
+    async (request) => runs.decisions.interrupt(request.params.run_id, { by: request.apiKeyName ?? null }),
   );
 
   app.get(
@@ -67,6 +67,6 @@ export function steerRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: RunInboxView, 404: ErrorResponse, 422: HTTPValidationError },
       },
     },
-    async (request) => runs.inboxOf(request.params.run_id),
+    async (request) => runs.decisions.inboxOf(request.params.run_id),
   );
 }

@@ -223,7 +223,7 @@ export class RunEffects {
         tools,
         max_output_tokens: live.agent.max_output_tokens,
         signal: combined,
-        onDelta: (text) => live.onDelta?.(text, ++live.deltaSeq, live.eventSeq),
+        onDelta: (text) => live.onDelta?.(text, ++live.deltaSeq, live.events.seq),
       });
     } catch (err) {
       // Retries already emitted one model_error per failed attempt; this is the final one.

@@ -12,6 +12,7 @@ import type { Versioned, WriteOp } from '../store/store.js';
 import type { EventRecordInput } from '../telemetry/record.js';
 import type { AgentLease, AgentProfile } from '../agent/agent-profile.js';
 import { FencedError, RecordWriter, type CarriedWrite } from './persistence.js';
+import { RunEventChain } from './run-events.js';
 import { phaseOf, recordFromSnapshot } from './run-projection.js';
 import { nextCheckpoints, type Checkpoint } from '../../machines/policies/checkpoints.js';
 import type { RunOrigin } from './debug/origin.js';
@@ -49,10 +50,8 @@ export class RunHost {
   readonly abort = new AbortController();
   readonly rootSpan = newId('span');
   stepSpan: string | null = null;
-  /** Resolves when every event emitted so far is stored and published. */
-  emitChain: Promise<unknown> = Promise.resolve();
-  /** Events held back with the delayed creating write (CREATE_FOLD_MS), in order; null once it went. */
-  private heldEvents: { events: EventRecordInput[]; release: () => void } | null = null;
+  /** The run's telemetry events, stored in order (run-events.ts); `events.done` once all emitted so far are. */
+  readonly events: RunEventChain;
   /**
    * The session record as this run found it once its turn came (null: a new session), so the
    * completed run's history is written in the same store round as its final record. Undefined
@@ -63,8 +62,6 @@ export class RunHost {
   sessionPrivate = false;
   /** The history write issued with the final record: true once written, false if it must be redone. */
   private historyWrite: Promise<boolean> | null = null;
-  /** Event order within this trace segment, 1..n. */
-  eventSeq = 0;
   deltaSeq = 0;
   /** StartOptions.onDelta. */
   readonly onDelta?: (text: string, sequence: number, afterEvent: number) => void;
@@ -116,6 +113,7 @@ export class RunHost {
     // A new run's first round waits to fold with what follows (CREATE_FOLD_MS), unless other
     // processes share the store (they must be able to read the run as soon as its id is out).
     const fold = create !== undefined && !isSharedStore(deps.store);
+    this.events = new RunEventChain(deps.telemetry, fold);
     this.writer = new RecordWriter<RunRecord>(
       deps.store,
       'runs',
@@ -125,7 +123,7 @@ export class RunHost {
       (err) => this.onFenced(err),
       create
         ? fold
-          ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.releaseHeldEvents(), replaces: opts.queued?.version }
+          ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.events.release(), replaces: opts.queued?.version }
           : { extra: create, replaces: opts.queued?.version }
         : undefined,
     );
@@ -141,12 +139,6 @@ export class RunHost {
     this.trace = trace;
     this.checkpoints = opts.checkpoints ?? [];
     this.origin = opts.origin ?? null;
-    if (fold) {
-      let release!: () => void;
-      const released = new Promise<void>((r) => (release = r));
-      this.heldEvents = { events: [], release };
-      this.emitChain = released;
-    }
     const leaseMs = deps.settings.lease_seconds * 1000;
     this.heartbeat = setInterval(() => this.beat(), Math.max(50, Math.floor(leaseMs / 3)));
     this.heartbeat.unref();
@@ -326,7 +318,7 @@ export class RunHost {
   /** Shutdown reached this run at a step boundary: its `interrupted` record is saved; let go of it. */
   private async stopAtBoundary(record: RunRecord): Promise<void> {
     this.abort.abort();
-    await this.emitChain;
+    await this.events.done;
     this.retire();
     this.resolveSettled(record);
   }
@@ -334,7 +326,7 @@ export class RunHost {
   /** A run waiting for a person: saved, actor stopped, slot released: it costs storage, not memory. */
   private async park(record: RunRecord): Promise<void> {
     this.kernel.notifyEnded(record);
-    await this.emitChain;
+    await this.events.done;
     this.retire();
     this.resolveSettled(record);
     this.kernel.notifySettled(record);
@@ -352,7 +344,7 @@ export class RunHost {
         token_usage: usage,
       });
     }
-    if (status === 'blocked') return this.emitChain; // guardrail_violation was the last word
+    if (status === 'blocked') return this.events.done; // guardrail_violation was the last word
     return this.emit({
       event_type: 'runtime_error',
       actor: { type: 'system', id: this.deps.workerId },
@@ -364,7 +356,7 @@ export class RunHost {
 
   private async finish(record: RunRecord): Promise<void> {
     this.kernel.notifyEnded(record);
-    await this.emitChain;
+    await this.events.done;
     if (record.status === 'completed' && !(this.historyWrite && (await this.historyWrite))) await this.kernel.history.append(record, this.prelude);
     if (TERMINAL_RUN_STATUSES.has(record.status)) this.kernel.inbox.forget(record.run_id);
     this.deps.metrics.runFinished(record.status, (this.deps.clock.now() - this.startedAtMs) / 1000);
@@ -409,7 +401,7 @@ export class RunHost {
     } catch {
       // fenced: someone else owns it already
     }
-    await this.emitChain;
+    await this.events.done;
     this.retire();
     this.resolveSettled(this.writer.value);
   }
@@ -458,19 +450,15 @@ export class RunHost {
 
   // ---------------------------------------------------------------- telemetry
 
-  /**
-   * Events of one run are stored in order through a per-run chain, then published. Effects do not
-   * wait for them (telemetry must not add a durable write to every step's latency); the run only
-   * reads as ended, and only settles, after its chain has drained (see onSnapshot and finish).
-   */
+  /** One of the run's telemetry events, stamped now and given its place (stored by `events`, run-events.ts). */
   emit(input: RunEventInput): Promise<unknown> {
     const record = this.writer.value;
     const full: EventRecordInput = {
-      // Stamped now, not when the store takes it: held events (below) are stored later, and a
+      // Stamped now, not when the store takes it: held events (run-events.ts) are stored later, and a
       // step's start must not read as later than its end.
       timestamp: iso(this.deps.clock.now()),
       ...input,
-      sequence: ++this.eventSeq,
+      sequence: ++this.events.seq,
       trace_id: record.trace_id,
       parent_span_id: input.parent_span_id ?? (input.span_id === this.rootSpan ? null : this.rootSpan),
       metadata: {
@@ -484,26 +472,6 @@ export class RunHost {
         ...(this.tenant ? { tenant: this.tenant } : {}),
       },
     };
-    // A new run's first events wait with its creating write (CREATE_FOLD_MS) and go to the store
-    // right before it: same round, same order, and no event of a run that was never stored.
-    if (this.heldEvents) {
-      this.heldEvents.events.push(full);
-      return this.emitChain;
-    }
-    // Handed to the store now, not after the previous event landed: the store's write queue is
-    // first in, first out and group-commits, so the events of a step share one durable write and
-    // keep their order (sequence numbers and cursors alike) without waiting on each other.
-    this.emitChain = Promise.all([this.emitChain, this.deps.telemetry.emitManySafe([full])]);
-    return this.emitChain;
-  }
-
-  /** The delayed creating write goes to the store now: the events held with it go first. */
-  private releaseHeldEvents(): void {
-    const held = this.heldEvents;
-    if (!held) return;
-    this.heldEvents = null;
-    const stored = held.events.length ? this.deps.telemetry.emitManySafe(held.events) : Promise.resolve();
-    this.emitChain = Promise.all([this.emitChain, stored]);
-    held.release();
+    return this.events.push(full);
   }
 }

@@ -37,7 +37,7 @@ async function startPeer(config: Record<string, unknown>): Promise<Peer> {
     url,
     runtime,
     async close() {
-      runtime.runs.beginShutdown();
+      runtime.runs.lifecycle.beginShutdown();
       await runtime.close(0);
       await app.close();
     },

@@ -191,7 +191,7 @@ async function decideFromMessage(deps: AppDeps, request: FastifyRequest, params:
     const pending = run.approvals.filter((a) => a.status === 'pending');
     const targets = d.approval_id ? [d.approval_id] : pending.map((a) => a.approval_id);
     for (const approvalId of targets)
-      await deps.runtime.runs.decideApproval(
+      await deps.runtime.runs.decisions.decideApproval(
         run.run_id,
         approvalId,
         { decision: d.decision, approver, arguments: d.arguments ?? null, note: d.note ?? null },
@@ -199,7 +199,7 @@ async function decideFromMessage(deps: AppDeps, request: FastifyRequest, params:
       );
   } else {
     const d = parse(BudgetDecisionData, msg.parts[at].data, loc);
-    await deps.runtime.runs.decideBudget(run.run_id, { decision: d.decision, approver, amount: d.amount ?? null, note: d.note ?? null });
+    await deps.runtime.runs.decisions.decideBudget(run.run_id, { decision: d.decision, approver, amount: d.amount ?? null, note: d.note ?? null });
   }
   return { run, after };
 }

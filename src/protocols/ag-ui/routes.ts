@@ -137,7 +137,7 @@ async function resumeRun(deps: AppDeps, request: FastifyRequest, reply: FastifyR
       if (entry.status === 'resolved' && p?.decision === 'grant') throw badDecision(entries.indexOf(entry), 'an approval is answered with approve or deny');
       // A cancelled interrupt is a denial: the tool does not run, the run goes on.
       const approve = entry.status === 'resolved' && p?.decision === 'approve';
-      await runs.decideApproval(
+      await runs.decisions.decideApproval(
         run.run_id,
         a.approval_id,
         {
@@ -157,7 +157,7 @@ async function resumeRun(deps: AppDeps, request: FastifyRequest, reply: FastifyR
     const p = entry.payload;
     if (entry.status === 'resolved' && p?.decision === 'approve') throw badDecision(i, 'a budget is answered with grant or deny');
     const grant = entry.status === 'resolved' && p?.decision === 'grant';
-    await runs.decideBudget(run.run_id, {
+    await runs.decisions.decideBudget(run.run_id, {
       decision: grant ? 'grant' : 'deny',
       approver,
       amount: grant ? (p?.amount ?? null) : null,

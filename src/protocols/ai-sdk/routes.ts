@@ -195,7 +195,7 @@ async function answerApprovals(
     if (!answer) continue;
     // Edited arguments: the client changed the tool part's input before approving it.
     const edited = answer.approved && answer.input !== undefined && !isDeepStrictEqual(answer.input, a.arguments) ? answer.input : null;
-    await deps.runtime.runs.decideApproval(
+    await deps.runtime.runs.decisions.decideApproval(
       run.run_id,
       a.approval_id,
       {

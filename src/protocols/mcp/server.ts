@@ -125,7 +125,7 @@ export function buildMcpServer(deps: AppDeps, request: FastifyRequest): McpServe
       guarded(request, 'decide', 'decide_approval', async () => {
         // Another tenant's run is not found, as one that does not exist.
         await deps.runtime.runs.get(args.run_id, request.tenantScope);
-        await deps.runtime.runs.decideApproval(
+        await deps.runtime.runs.decisions.decideApproval(
           args.run_id,
           args.approval_id,
           {
@@ -156,7 +156,12 @@ export function buildMcpServer(deps: AppDeps, request: FastifyRequest): McpServe
     async (args) =>
       guarded(request, 'decide', 'decide_budget', async () => {
         await deps.runtime.runs.get(args.run_id, request.tenantScope);
-        await deps.runtime.runs.decideBudget(args.run_id, { decision: args.decision, approver, amount: args.amount ?? null, note: args.note ?? null });
+        await deps.runtime.runs.decisions.decideBudget(args.run_id, {
+          decision: args.decision,
+          approver,
+          amount: args.amount ?? null,
+          note: args.note ?? null,
+        });
         return resultOf(await waitAfterDecision(deps, args.run_id));
       }),
   );

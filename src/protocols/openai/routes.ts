@@ -152,7 +152,7 @@ async function continueAfterDecision(
   const after = body.stream ? await lastEventCursor(deps, run.run_id) : null;
   if (run.status === 'awaiting_approval') {
     if (d.decision === 'grant') throw invalid(['body', 'messages', at, 'content', 'decision'], 'an approval is decided with approve or deny');
-    await deps.runtime.runs.decideApproval(
+    await deps.runtime.runs.decisions.decideApproval(
       run.run_id,
       id,
       { decision: d.decision, approver, arguments: d.arguments ?? null, note: d.note ?? null },
@@ -160,7 +160,13 @@ async function continueAfterDecision(
     );
   } else {
     if (d.decision === 'approve') throw invalid(['body', 'messages', at, 'content', 'decision'], 'a budget request is decided with grant or deny');
-    await deps.runtime.runs.decideBudget(run.run_id, { decision: d.decision, approver, amount: d.amount ?? null, note: d.note ?? null, request_id: id });
+    await deps.runtime.runs.decisions.decideBudget(run.run_id, {
+      decision: d.decision,
+      approver,
+      amount: d.amount ?? null,
+      note: d.note ?? null,
+      request_id: id,
+    });
   }
   if (!body.stream) return completionOf(await waitAfterDecision(deps, run.run_id), body.model);
   const stream = new ChunkStream(deps, reply, body, run.run_id, run.session_id);
