@@ -1,5 +1,5 @@
 import { notFound } from '../errors.js';
-import type { OriginRoot } from '../telemetry/otlp.js';
+import type { OriginRoot } from '../telemetry/otlp-spans.js';
 import { GLOBAL_SCOPE, tenantKey, visibleIn, type TenantScope } from './tenancy.js';
 import { inTimeRange, scanPage, type ListOrder } from './list-scan.js';
 import type { EventIndexField, EventInput, EventPage, EventQuery, Store, StoredEvent } from '../store/store.js';

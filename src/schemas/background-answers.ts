@@ -1,15 +1,8 @@
 // The background routes' listings and status answers, query strings and path parameters
 // (docs/contract.md §12); the resources they list are in background.ts.
 import { z } from 'zod';
-import {
-  BackgroundAgentSpec,
-  BackgroundAttempt,
-  BackgroundRun,
-  BackgroundRunStatus,
-  BackgroundScheduleState,
-  BackgroundTaskSpec,
-  ScheduleSpec,
-} from './background.js';
+import { BackgroundAgentSpec, BackgroundAttempt, BackgroundRun, BackgroundRunStatus, BackgroundScheduleState, BackgroundTaskSpec } from './background.js';
+import { ScheduleSpec } from './schedule.js';
 import { BackgroundId, Cursor, IsoDateTime, OffsetCursor, QueryBool, SafeId, TimeRangeQuery, checkTimeRange, listOrder, queryInt } from './common.js';
 
 // --- listing and status answers ----------------------------------------------------------------

@@ -4,6 +4,7 @@ export * from './errors.js';
 export * from './decisions.js';
 export * from './runs.js';
 export * from './steer.js';
+export * from './schedule.js';
 export * from './background.js';
 export * from './background-answers.js';
 export * from './telemetry.js';

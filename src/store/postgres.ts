@@ -51,6 +51,7 @@ import type { StoreChanges } from './change-feed.js';
 import { PgQueueClaims } from './pg-claim.js';
 import { describe, isConnectionError, isTransientCode, unavailable } from './pg-errors.js';
 import { PgEventReader } from './pg-events.js';
+import { PgHealth } from './pg-health.js';
 import { PgRecordReader } from './pg-reads.js';
 import { MAX_BIGINT, clampLimit, escText, recordView, unescText } from './pg-text.js';
 import { describeStoreUrl } from './pg-url.js';
@@ -121,15 +122,15 @@ export class PostgresStore extends RecordWrites implements Store {
   private readonly reads = new PgRecordReader(this);
   /** Shared by instances; claims of queued runs skip rows another claimer holds (pg-claim.ts). */
   readonly capabilities: StoreCapabilities = { sharedByInstances: true, queueClaims: new PgQueueClaims(this) };
-  private health: StoreHealth = { ok: false, error: 'not open' };
+  private readonly health: PgHealth;
   private probeTimer: NodeJS.Timeout | null = null;
-  private lastOkAt = 0;
   private opening: Promise<void> | null = null;
   /** The change feed several instances share (LISTEN/NOTIFY, src/store/changes.ts); set by open(). */
   changes?: StoreChanges;
 
   constructor(private readonly opts: PostgresStoreOptions) {
     super();
+    this.health = new PgHealth(opts.log);
   }
 
   /** The pool (for LISTEN/NOTIFY and the like); throws 'closed' when the store is not open. */
@@ -206,7 +207,7 @@ export class PostgresStore extends RecordWrites implements Store {
         await feed.start();
         this.changes = feed;
       }
-      this.health = { ok: true };
+      this.health.status = { ok: true };
       this.state = 'open';
       this.probeTimer = setInterval(() => void this.probe(), PROBE_INTERVAL_MS);
       this.probeTimer.unref();
@@ -241,7 +242,7 @@ export class PostgresStore extends RecordWrites implements Store {
     const pool = this.poolRef;
     this.poolRef = null;
     this.state = 'closed';
-    this.health = { ok: false, error: 'closed' };
+    this.health.status = { ok: false, error: 'closed' };
     await pool?.end().catch(dropTo(this.opts.onSwallowed, 'store.pg.pool_end'));
   }
 
@@ -251,7 +252,7 @@ export class PostgresStore extends RecordWrites implements Store {
 
   /** Whether the database answered the last query / probe. Synchronous: /ready reads it. */
   healthStatus(): StoreHealth {
-    return this.health;
+    return this.health.status;
   }
 
   /** Asks the database now (SELECT 1, bounded by `timeoutMs`) and updates healthStatus(). */
@@ -266,13 +267,13 @@ export class PostgresStore extends RecordWrites implements Store {
           timer = setTimeout(() => reject(new Error(`no answer from PostgreSQL within ${timeoutMs} ms`)), timeoutMs);
         }),
       ]);
-      this.markSuccess();
+      this.health.success(this.state === 'open');
     } catch (e) {
-      this.markFailure(e);
+      this.health.failure(e);
     } finally {
       clearTimeout(timer);
     }
-    return this.health;
+    return this.health.status;
   }
 
   /** The database server's clock: `clock_timestamp()` (the time now, not the transaction's start). */
@@ -284,23 +285,9 @@ export class PostgresStore extends RecordWrites implements Store {
 
   /** The background probe: skipped while queries keep succeeding (they prove the same, for free). */
   private async probe(force = false): Promise<void> {
-    if (!force && this.health.ok && Date.now() - this.lastOkAt < PROBE_INTERVAL_MS) return;
+    if (!force && this.health.status.ok && Date.now() - this.health.lastOkAt < PROBE_INTERVAL_MS) return;
     // ping() answers every failure as a health status; this catch only guards the timer.
     await this.ping(Math.min(PROBE_INTERVAL_MS, 1500)).catch(dropTo(this.opts.onSwallowed, 'store.pg.probe'));
-  }
-
-  private markSuccess(): void {
-    this.lastOkAt = Date.now();
-    if (!this.health.ok && this.state === 'open') {
-      this.opts.log?.('info', 'agentd: PostgreSQL is reachable again');
-      this.health = { ok: true };
-    }
-  }
-
-  private markFailure(e: unknown): void {
-    const error = describe(e);
-    if (this.health.ok) this.opts.log?.('warn', `agentd: PostgreSQL is unreachable: ${error}`);
-    this.health = { ok: false, error };
   }
 
   /** Runs an operation while the store is open; close() waits for it. */
@@ -327,25 +314,25 @@ export class PostgresStore extends RecordWrites implements Store {
       try {
         client = await pool.connect();
       } catch (e) {
-        this.markFailure(e);
+        this.health.failure(e);
         if (isConnectionError(e) && (await this.backoff(started, attempt))) continue;
         throw unavailable(e, false);
       }
       // A connection that breaks while we hold it emits 'error'; unheard, that would crash us.
-      const onError = (e: Error) => this.markFailure(e);
+      const onError = (e: Error) => this.health.failure(e);
       client.on('error', onError);
       try {
         const r = await client.query<R>(q);
         client.off('error', onError);
         client.release();
-        this.markSuccess();
+        this.health.success(this.state === 'open');
         return r;
       } catch (e) {
         client.off('error', onError);
         const code = e instanceof pg.DatabaseError ? e.code : undefined;
         const broken = !code || isTransientCode(code) || code.startsWith('57');
         client.release(broken ? (e as Error) : undefined);
-        if (isConnectionError(e)) this.markFailure(e);
+        if (isConnectionError(e)) this.health.failure(e);
         // A write is sent again only when it certainly rolled back: a serialization failure or a
         // deadlock aborts the statement before its commit. A terminated backend (57P01) or a
         // broken connection may strike after the commit, before the answer arrives: not retried.

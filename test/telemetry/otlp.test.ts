@@ -2,15 +2,8 @@ import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
-import {
-  createOtlpExporter,
-  otlpSpanName,
-  resolveOtlpTracesUrl,
-  toOtelSpanId,
-  toOtelTraceId,
-  type OtlpExportEvent,
-  type OtlpTraceExporter,
-} from '../../src/telemetry/otlp.js';
+import { createOtlpExporter, resolveOtlpTracesUrl, type OtlpExportEvent, type OtlpTraceExporter } from '../../src/telemetry/otlp.js';
+import { otlpSpanName, toOtelSpanId, toOtelTraceId } from '../../src/telemetry/otlp-spans.js';
 import { buildTrace } from '../../src/telemetry/trace-build.js';
 import { REDACTED, Redactor } from '../../src/telemetry/redact.js';
 import { IDS, runEvents, traceRecord } from './fixtures.js';

@@ -77,10 +77,10 @@ export class EvalService {
   private readonly waiters = new Map<string, Array<(r: RunRecord) => void>>();
   private unsubscribe: () => void = () => {};
 
-  constructor(private readonly deps: EvalDeps) {}
+  private readonly leaseMs: number;
 
-  private get leaseMs(): number {
-    return this.deps.leaseMs ?? DEFAULT_LEASE_MS;
+  constructor(private readonly deps: EvalDeps) {
+    this.leaseMs = deps.leaseMs ?? DEFAULT_LEASE_MS;
   }
 
   private get r() {
