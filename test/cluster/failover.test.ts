@@ -122,6 +122,7 @@ describe('three instances, one database', () => {
     });
     expect(created.status, JSON.stringify(created.body)).toBe(200);
     const t0 = Date.now();
+    // Part of the scenario: the 1 s schedule ticks for 8 s, then 12 s more after a kill.
     await new Promise((r) => setTimeout(r, 8_000));
     await cluster.instances[1].kill('SIGKILL'); // one dispatcher dies mid-way; the others go on
     await new Promise((r) => setTimeout(r, 12_000));

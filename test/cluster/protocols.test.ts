@@ -10,6 +10,7 @@ import type { Interrupt } from '@ag-ui/core';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { getJson, killAllChildren, readLedger, routeByTag, type TurnScript } from '../crash/harness.js';
 import { startCluster, type Cluster } from './helpers.js';
+import { waitFor } from '../helpers/wait.js';
 
 let model: ScriptedOpenAI;
 let cluster: Cluster;
@@ -71,13 +72,8 @@ describe('chat protocols over two instances', () => {
     });
     const continued = readMessage(await onB, structuredClone(answered));
     // While the resumed run is live on B, A's reconnect replays it from its start and follows it.
-    let replay: ReadableStream<UIMessageChunk> | null = null;
-    for (let i = 0; i < 200 && !replay; i++) {
-      replay = await chat(A()).reconnectToStream({ chatId: 'pg-chat' });
-      if (!replay) await new Promise((r) => setTimeout(r, 25));
-    }
-    expect(replay).not.toBeNull();
-    const followed = await readMessage(replay!);
+    const replay = await waitFor(() => chat(A()).reconnectToStream({ chatId: 'pg-chat' }), { what: "A's reconnect to the run live on B" });
+    const followed = await readMessage(replay);
     const done = await continued;
     expect(done.parts.filter((p) => p.type === 'text').map((p) => (p as { text: string }).text)).toEqual(['paid']);
     expect(toolPart(done)).toMatchObject({ state: 'output-available' });

@@ -100,7 +100,7 @@ describe('two instances, one database', () => {
   it('a steer posted to B reaches a run live on A, whose boundaries skip the inbox read unless told of a write', async () => {
     // Past FEED_SETTLE_MS after A's feed connected, A's runs read their inbox only when notified.
     const wait = startedAt + FEED_SETTLE_MS + 500 - Date.now();
-    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait)); // part of the scenario: the feed's settle time passes
     scripts.set('steer', (turn) => (turn === 0 ? { tool_calls: [{ name: 'counted_echo', arguments: { text: 'steer', ms: 1500 } }] } : { text: 'steer done' }));
     const runId = await launchRun(A(), '[steer] go', 'sess-steer');
     await eventually(() => ledgerOf(runId, 'counted_echo').some((l) => l.phase === 'started'), 10_000, 'the tool started on A');

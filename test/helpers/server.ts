@@ -9,6 +9,7 @@ import type { ModelProvider } from '../../src/agent/model/types.js';
 import type { Clock } from '../../src/clock.js';
 import { createLogger, type LogLevel } from '../../src/telemetry/logger.js';
 import { createTestDatabase, type TestDatabase } from './postgres.js';
+import { waitFor } from './wait.js';
 
 export interface TestServer extends Server {
   dataDir: string;
@@ -98,22 +99,11 @@ function safeJson(text: string): unknown {
   }
 }
 
-/** Polls until `fn` returns a truthy value (for state reached asynchronously, e.g. a resumed run). */
-export async function eventually<T>(
+/** waitFor (test/helpers/wait.ts) with positional arguments, as the tests written before it call it. */
+export function eventually<T>(
   fn: () => Promise<T | null | undefined | false> | T | null | undefined | false,
   timeoutMs = 10_000,
   what = 'condition',
 ): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) throw new Error(`${what} not reached in ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
+  return waitFor(fn, { timeoutMs, what });
 }

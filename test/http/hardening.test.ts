@@ -231,6 +231,7 @@ describe('timeouts and the connection cap (finding 5)', () => {
     socket.on('close', () => (closed = true));
     socket.on('error', () => undefined);
     await eventually(() => text.includes('event: session'), 5000, 'session frame');
+    // Part of the scenario: a quiet stream outlives the idle timeouts (nothing to await: nothing happens).
     await new Promise((r) => setTimeout(r, 3000));
     expect(closed).toBe(false);
     socket.destroy();

@@ -22,15 +22,17 @@ beforeEach(() => {
 
 describe('approval expiry', () => {
   it('refuses to decide an expired approval (409) and records it expired', async () => {
+    // The server's clock runs with the real one, and jumps past the approval's expiry below (no sleep).
+    let ahead = 0;
     const s = await startTestServer(
       { agent: { tools: { local: TOOLS, builtin: [] } }, governance: { approval_expires_seconds: 1, rules: [{ tools: ['ledger_*'], effect: 'ask' }] } },
-      { modelUrl: model.url },
+      { modelUrl: model.url, clock: { now: () => Date.now() + ahead } },
     );
     try {
       model.enqueue({ tool_calls: [{ name: 'ledger_append', arguments: { entry: 'late' } }] });
       const paused = (await postJson(`${s.url}/run/sync`, { query: 'pay late' })).body;
       const id = paused.approvals[0].approval_id;
-      await new Promise((r) => setTimeout(r, 1100));
+      ahead += 1100;
       const late = await postJson(`${s.url}/runs/${paused.run_id}/approvals/${id}`, { decision: 'approve', approver: 'slow' });
       expect(late.status).toBe(409);
       expect(late.body.detail).toBe('expired');

@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { waitFor } from '../helpers/wait.js';
 
 /** Every item of a list, following next_cursor `limit` at a time. */
 async function all(url: string, key: string, limit: number): Promise<any[]> {
@@ -40,7 +41,7 @@ describe('list order and filters', () => {
         // A boundary strictly between the first run and the others, read from the server's records.
         const first = (await getJson(`${s.url}/runs/${chatRuns[0]}`)).body;
         const after = Date.parse(first.created_at) + 1;
-        while (Date.now() <= after + 1) await new Promise((r) => setTimeout(r, 2));
+        await waitFor(() => Date.now() > after + 1, { what: 'the next millisecond', intervalMs: 2 });
         middle = new Date(after).toISOString();
       }
     }

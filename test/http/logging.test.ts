@@ -11,6 +11,7 @@ import { createLogger, loggerSettings, prettyLine } from '../../src/telemetry/lo
 import { Redactor } from '../../src/telemetry/redact.js';
 import { redactorForConfig } from '../../src/telemetry/secrets.js';
 import { getJson, startTestServer, tempDir } from '../helpers/server.js';
+import { waitFor } from '../helpers/wait.js';
 
 const ROOT = join(import.meta.dirname, '../..');
 const SECRET = 'sk-proj-abcdefghijklmnop1234567890';
@@ -45,7 +46,8 @@ describe('the logger of a server', () => {
       const failed = await getJson(`${server.url}/runs`);
       expect(failed.status).toBe(500);
       const failedId = failed.headers.get('x-request-id');
-      await new Promise((r) => setTimeout(r, 50)); // the completed-request line follows the response
+      // The completed-request line follows the response.
+      await waitFor(() => parsed(lines).some((e) => e.reqId === failedId && e.msg === 'request completed'), { what: "the failed request's completed line" });
 
       const entries = parsed(lines);
       for (const e of entries) {

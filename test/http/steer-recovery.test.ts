@@ -100,7 +100,8 @@ describe('steer and interrupt through a SIGKILL', () => {
     expect(m).toMatchObject({ status: 'completed', response: 'm heard' });
     expect(sightings('STEER-M')).toEqual([1, 1]);
 
-    // The start-up sweep resumed k (orphaned), not i (interrupted on request).
+    // The start-up sweep resumed k (orphaned), not i (interrupted on request). Part of the
+    // scenario: proves i stays put for a while (k's completion above shows the sweep ran).
     await new Promise((r) => setTimeout(r, 300));
     expect((await getRun(child.url, ids.i)).status).toBe('interrupted');
     const resumed = await postJson(`${child.url}/runs/${ids.i}/resume`, {});

@@ -185,7 +185,7 @@ describe('POST /runs/{run_id}/interrupt and /resume', () => {
     // Interrupting again is a no-op; steering an interrupted run is allowed.
     expect((await postJson(`${server.url}/runs/${runId}/interrupt`, {})).body).toMatchObject({ status: 'interrupted' });
     expect((await postJson(`${server.url}/runs/${runId}/steer`, { message: 'STEER-WHILE-STOPPED: carry on' })).status).toBe(200);
-    // Still interrupted: nothing resumes it on its own.
+    // Still interrupted: nothing resumes it on its own (part of the scenario: a while in which nothing happens).
     await new Promise((res) => setTimeout(res, 200));
     expect((await getJson(`${server.url}/runs/${runId}`)).body.status).toBe('interrupted');
 

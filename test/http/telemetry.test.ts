@@ -5,6 +5,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { readSse, type Frame } from '../helpers/sse.js';
+import { waitForEvent } from '../helpers/wait.js';
 import { EventsResponse, TraceResponse, TracesListResponse } from '../../src/schemas/index.js';
 
 const TOOLS = join(import.meta.dirname, '../fixtures/run-tools.mjs');
@@ -95,10 +96,16 @@ describe('event streams', () => {
 
   it('follows a run live', async () => {
     const session = 'tel-live';
-    const framesP = collect(`${server.url}/telemetry/events/stream?session_id=${session}`, (f) => f.event === 'final_answer');
-    await new Promise((r) => setTimeout(r, 100));
+    // The stream is open (its headers arrived) before the run starts, so its events come live.
+    const controller = new AbortController();
+    const res = await fetch(`${server.url}/telemetry/events/stream?session_id=${session}`, { signal: controller.signal });
     const run = (await postJson(`${server.url}/run/sync`, { query: 'live', session_id: session })).body;
-    const frames = await framesP;
+    const frames: Frame[] = [];
+    try {
+      await waitForEvent(readSse(res), (f) => (frames.push(f), f.event === 'final_answer'), { what: 'final_answer' });
+    } finally {
+      controller.abort();
+    }
     const types = frames.filter((f) => f.id).map((f) => f.event);
     expect(types[0]).toBe('user_message');
     expect(types.at(-1)).toBe('final_answer');

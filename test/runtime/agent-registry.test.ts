@@ -10,6 +10,7 @@ import { ToolRegistry } from '../../src/agent/tools/registry.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import { systemClock } from '../../src/clock.js';
 import type { AgentSpecInput } from '../../src/agent/agent-spec.js';
+import { waitFor } from '../helpers/wait.js';
 
 const MCP_FIXTURE = path.resolve('test/fixtures/mcp-stdio-server.ts');
 const fxServer = { command: process.execPath, args: ['--import', 'tsx', MCP_FIXTURE], env: {} };
@@ -128,8 +129,7 @@ describe('AgentRegistry', () => {
     ).toBe('still here');
     run.release();
     run.release(); // twice is once
-    await new Promise((r) => setTimeout(r, 50));
-    expect(reg.mcpPool.size).toBe(0);
+    await waitFor(() => reg.mcpPool.size === 0, { what: 'the MCP pool to let go of the process' });
   }, 30_000);
 
   it('refuses a build that needs one MCP process more than agents.max_mcp_processes (503), and shares the ones it has', async () => {

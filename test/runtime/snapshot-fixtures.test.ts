@@ -164,6 +164,7 @@ describe.skipIf(WRITE)("snapshots written by older code restore on today's serve
         approver: 'fixture',
       });
       expect(decided.status).toBe(200);
+      // Part of the scenario: proves nothing happens (no resume, no tool call) for a while after the decision.
       await new Promise((r) => setTimeout(r, 300));
       const after = (await getJson(`${server.url}/runs/${base.run_id}`)).body;
       // Not misread into a failure or a half-run: still paused, the person's decision recorded.

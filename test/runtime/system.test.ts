@@ -9,6 +9,7 @@ import { ActorSystem } from '../../src/runtime/system.js';
 import { FencedError, RecordWriter } from '../../src/runtime/persistence.js';
 import { LevelStore } from '../../src/store/level.js';
 import { MemoryStore } from '../../src/store/memory.js';
+import { waitFor as waitUntil } from '../helpers/wait.js'; // xstate's waitFor is the one for actors
 
 const counter = setup({
   types: { context: {} as { n: number }, events: {} as { type: 'INC' } | { type: 'BOOM' } },
@@ -51,7 +52,7 @@ describe('ActorSystem', () => {
     try {
       const child = system.spawn('bgrun:bad', counter);
       child.send({ type: 'BOOM' });
-      await new Promise((r) => setTimeout(r, 20));
+      await waitUntil(() => failures.length > 0, { what: 'the failure hook' });
       expect(failures).toEqual(['bgrun:bad']);
       expect(crashes).toEqual([]);
       // The supervisor keeps working for other children.
@@ -79,7 +80,7 @@ describe('ActorSystem', () => {
     system.get('task:7')!.send({ type: 'INC' });
     expect(tasks.get('task:7')!.getSnapshot().context.n).toBe(1);
     tasks.get('task:9')!.send({ type: 'BOOM' });
-    await new Promise((r) => setTimeout(r, 20));
+    await waitUntil(() => failures.length > 0, { what: 'the failure hook' });
     expect(failures).toEqual(['task:9']);
     tasks.stop('task:3');
     expect(system.get('task:3')).toBeUndefined();
@@ -104,7 +105,7 @@ describe('ActorSystem', () => {
     system.get('task:1234')!.send({ type: 'INC' });
     expect(tasks.get('task:1234')!.getSnapshot().context.n).toBe(1);
     tasks.get('task:77')!.send({ type: 'BOOM' });
-    await new Promise((r) => setTimeout(r, 20));
+    await waitUntil(() => failures.length > 0, { what: 'the failure hook' });
     expect(failures).toEqual(['task:77']);
     for (let i = 0; i < 1000; i++) tasks.stop(`task:${i}`);
     expect(system.get('task:5')).toBeUndefined();

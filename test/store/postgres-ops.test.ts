@@ -10,6 +10,7 @@ import { latestSchemaVersion, migrate } from '../../src/store/pg-migrate.js';
 import { StoreError, type StoredEvent } from '../../src/store/store.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { storeErrorCode } from './store.contract.js';
+import { waitFor } from '../helpers/wait.js';
 
 const dbs: TestDatabase[] = [];
 const stores: PostgresStore[] = [];
@@ -223,17 +224,17 @@ describe('PostgreSQL failures', () => {
     const db = await freshDb();
     const s = store(db.url, { applicationName: 'agentd-midflight' });
     await s.open();
-    const killSoon = async () => {
-      for (let i = 0; i < 100; i++) {
-        const r = await sql(
-          db.url,
-          "SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = 'agentd-midflight' AND query LIKE '%pg_sleep(0.5)%' AND state = 'active'",
-        );
-        if (r.rows[0].n > 0) return;
-        await new Promise((r) => setTimeout(r, 20));
-      }
-      throw new Error('the statement never showed up');
-    };
+    const killSoon = () =>
+      waitFor(
+        async () =>
+          (
+            await sql(
+              db.url,
+              "SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = 'agentd-midflight' AND query LIKE '%pg_sleep(0.5)%' AND state = 'active'",
+            )
+          ).rows[0].n > 0,
+        { what: 'the statement in flight (to terminate its backend)', intervalMs: 20 },
+      );
     const read = s.query<{ ok: number }>({ text: 'SELECT 1 AS ok, pg_sleep(0.5)' }, true);
     await killSoon();
     expect((await read).rows[0].ok).toBe(1); // sent again on a new connection

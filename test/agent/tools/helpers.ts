@@ -1,4 +1,5 @@
 import type { McpServerStatus, ToolContext, ToolRegistry } from '../../../src/agent/tools/index.js';
+import { waitFor } from '../../helpers/wait.js';
 
 export function ctx(overrides: Partial<ToolContext> = {}): ToolContext {
   return {
@@ -26,11 +27,7 @@ export function nextStatus(reg: ToolRegistry, server: string, status: McpServerS
   });
 }
 
-/** Polls an async probe until it returns true (for state held in another process). */
-export async function until(probe: () => Promise<boolean>, what: string, tries = 200): Promise<void> {
-  for (let i = 0; i < tries; i++) {
-    if (await probe()) return;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error(`timed out waiting for ${what}`);
+/** Polls an async probe until it returns true (for state held in another process): waitFor. */
+export async function until(probe: () => Promise<boolean>, what: string): Promise<void> {
+  await waitFor(probe, { what, intervalMs: 20 });
 }
