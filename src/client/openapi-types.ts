@@ -3828,6 +3828,8 @@ export interface operations {
             query?: {
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default asc). */
+                order?: "asc" | "desc";
             };
             header?: never;
             path: {
@@ -3968,6 +3970,8 @@ export interface operations {
             query?: {
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default asc). */
+                order?: "asc" | "desc";
             };
             header?: never;
             path: {
@@ -4271,6 +4275,8 @@ export interface operations {
                 agent_id?: components["schemas"]["BackgroundId"];
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default asc). */
+                order?: "asc" | "desc";
             };
             header?: never;
             path?: never;
