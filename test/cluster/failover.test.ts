@@ -128,6 +128,7 @@ describe('three instances, one database', () => {
     await new Promise((r) => setTimeout(r, 12_000));
     expect((await postJson(`${a}/background/tasks/tick-task/pause`, {})).status).toBe(200);
     const elapsed = (Date.now() - t0) / 1000;
+    // Part of the scenario: a tick dispatched by another instance just before the pause lands in the listing.
     await new Promise((r) => setTimeout(r, 500));
     const runs: Array<{ occurrence_id: string; due_at: string }> = [];
     let cursor: string | null = null;
