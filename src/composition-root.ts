@@ -192,7 +192,7 @@ export class Runtime {
       logger,
       rateLimiter: this.rateLimiter,
     });
-    this.debug = new RunsDebug(store, this.runs);
+    this.debug = new RunsDebug(store, this.runs, config.runs.checkpoints);
     this.evals = new EvalService({
       store,
       clock,

@@ -8,10 +8,10 @@ import type { ChatMessage } from '../../../machines/model-types.js';
 import type { Checkpoint } from '../../../machines/policies/checkpoints.js';
 import { canonicalArguments, type RecordedCall, type ReplayTools } from '../../../machines/policies/replay-match.js';
 import type { RunContext } from '../../../machines/run.machine.js';
-import { HttpValidationFailure, notFound } from '../../errors.js';
+import { domainError, HttpValidationFailure, notFound } from '../../errors.js';
 import { repos } from '../../store/repos/index.js';
 import type { Store } from '../../store/store.js';
-import type { RunRecord } from '../run-record.js';
+import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../run-record.js';
 import type { SnapshotValue, StartedRun, StartOptions } from '../run-types.js';
 import type { ReplayVariant, RunOrigin } from './origin.js';
 
@@ -50,6 +50,8 @@ export class RunsDebug {
   constructor(
     private readonly store: Store,
     private readonly runs: RunStarter,
+    /** config `runs.checkpoints`: off, runs keep none (a checkpoint asked of one is a 409, not a 404). */
+    private readonly checkpointsOn = true,
   ) {}
 
   async read(runId: string): Promise<StoredRun> {
@@ -75,9 +77,22 @@ export class RunsDebug {
   /** One checkpoint and the conversation the model would see there (system instruction first). */
   async checkpoint(runId: string, checkpointId: string): Promise<{ run: StoredRun; checkpoint: Checkpoint; messages: ChatMessage[] }> {
     const run = await this.read(runId);
-    const checkpoint = run.checkpoints.find((c) => c.checkpoint_id === checkpointId);
-    if (!checkpoint) throw notFound('checkpoint', checkpointId);
+    const checkpoint = this.find(run, checkpointId);
     return { run, checkpoint, messages: run.messages.slice(0, checkpoint.message_count) };
+  }
+
+  /**
+   * The run's checkpoint `checkpointId`. Not there: 409 AGT_ERR_CHECKPOINTS_OFF when the run kept
+   * none because checkpoints were off (this server has them off, or the run paused or ended with
+   * none: with them on, every pause and every end takes one), else 404.
+   */
+  private find(run: StoredRun, checkpointId: string): Checkpoint {
+    const checkpoint = run.checkpoints.find((c) => c.checkpoint_id === checkpointId);
+    if (checkpoint) return checkpoint;
+    const status = run.record.status;
+    const keptNone = run.checkpoints.length === 0 && (!this.checkpointsOn || TERMINAL_RUN_STATUSES.has(status) || WAITING_RUN_STATUSES.has(status));
+    if (keptNone) throw domainError('AGT_ERR_CHECKPOINTS_OFF', [run.record.run_id]);
+    throw notFound('checkpoint', checkpointId);
   }
 
   /** A new run that goes on from `checkpointId` with `edits`, in a new session unless one is named. */
@@ -109,8 +124,7 @@ export class RunsDebug {
     const run = await this.read(runId);
     let prefix: ChatMessage[];
     if (body.from_checkpoint) {
-      const cp = run.checkpoints.find((c) => c.checkpoint_id === body.from_checkpoint);
-      if (!cp) throw notFound('checkpoint', body.from_checkpoint);
+      const cp = this.find(run, body.from_checkpoint);
       prefix = run.messages.slice(0, cp.message_count);
     } else prefix = run.messages.slice(0, run.history_length + 1);
     const { system, rest } = splitSystem(prefix);
