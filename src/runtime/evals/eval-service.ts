@@ -17,7 +17,19 @@ import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../
 import type { StartedRun, StartOptions } from '../run-types.js';
 import type { ReplayVariant } from '../debug/origin.js';
 import type { ReplayRequest } from '../debug/runs-debug.js';
-import { aggregatesOf, evalIndexes, itemId, itemIndexes, judgeScore, replayRunId, scoreOf, type EvalItem, type EvalRecord, type Scorer } from './eval-types.js';
+import {
+  aggregatesOf,
+  evalIndexes,
+  itemId,
+  itemIndexes,
+  judgeRunId,
+  judgeScore,
+  replayRunId,
+  scoreOf,
+  type EvalItem,
+  type EvalRecord,
+  type Scorer,
+} from './eval-types.js';
 import { selectRuns, type EvalSource } from './eval-source.js';
 import { GLOBAL_SCOPE, visibleIn, type TenantScope } from '../tenancy.js';
 
@@ -355,7 +367,7 @@ export class EvalService {
       if (WAITING_RUN_STATUSES.has(replay.status)) replay = await this.settledRun(replay.run_id, TERMINAL_RUN_STATUSES);
       const o = original.value;
       let score = scoreOf(e.scorer, o.response, replay.response);
-      if (e.scorer?.type === 'judge' && replay.response !== null) score = await this.judge(e.scorer.agent_id, o, replay);
+      if (e.scorer?.type === 'judge' && replay.response !== null) score = await this.judge(e, item, o, replay);
       await this.settleItem(
         id,
         { item, version },
@@ -426,13 +438,34 @@ export class EvalService {
     });
   }
 
-  private async judge(agentId: string, original: RunRecord, replay: RunRecord): Promise<number | null> {
+  /**
+   * The item's judge run's score. The judge run is the evaluation's: its origin names it, so it
+   * reserves and settles against the evaluation's budget (budgets.eval) and pauses and asks when
+   * that runs out, like the replays; its id is fixed (judgeRunId), so at most one per item.
+   */
+  private async judge(e: EvalRecord, item: EvalItem, original: RunRecord, replay: RunRecord): Promise<number | null> {
+    if (e.scorer?.type !== 'judge') return null;
     const prompt =
       `Score from 0 to 1 how well the second answer does the task compared with the first. Answer with the number only.\n\n` +
       `Task: ${original.query}\n\nFirst answer:\n${original.response ?? ''}\n\nSecond answer:\n${replay.response ?? ''}`;
-    // The judge's run is the evaluation's tenant's (its agent: the tenant's own, else shared).
-    const started = await this.deps.runs.start(prompt, null, { agent_id: agentId, ...(original.tenant ? { tenant: original.tenant } : {}) });
-    return judgeScore((await started.settled).response);
+    const run_id = judgeRunId(e.eval_id, item.index);
+    let judged: RunRecord;
+    try {
+      // The judge's run is the evaluation's tenant's (its agent: the tenant's own, else shared).
+      const started = await this.deps.runs.start(prompt, null, {
+        run_id,
+        agent_id: e.scorer.agent_id,
+        origin: { eval_id: e.eval_id },
+        ...(original.tenant ? { tenant: original.tenant } : {}),
+      });
+      judged = await started.settled;
+    } catch (err) {
+      // Started by a previous owner of the item (a crash before its score was written): await that one.
+      if (!isStoreError(err, 'conflict')) throw err;
+      judged = await this.settledRun(run_id);
+    }
+    if (WAITING_RUN_STATUSES.has(judged.status)) judged = await this.settledRun(run_id, TERMINAL_RUN_STATUSES);
+    return judgeScore(judged.response);
   }
 
   /**
