@@ -58,7 +58,12 @@ describe('budgets of scope eval', () => {
       return null;
     });
     expect(paused.ev.status).toBe('running');
-    expect(paused.ev.progress).toEqual({ total: 3, done: 2, failed: 0 });
+    // The two before it are written (an item's outcome is written after its slot is freed: awaited).
+    const progress = await eventually(async () => {
+      const ev = await evalOf(eval_id);
+      return ev.progress.done === 2 ? ev.progress : null;
+    });
+    expect(progress).toEqual({ total: 3, done: 2, failed: 0 });
     const view = RunBudgetResponse.parse((await getJson(`${server.url}/runs/${paused.run.run_id}/budget`)).body);
     expect(view.budgets).toEqual([expect.objectContaining({ scope: 'eval', key, meter: 'model_calls', limit: 2, spent: 2, reserved: 0 })]);
     expect(view.requests).toEqual([expect.objectContaining({ key, scope: 'eval', meter: 'model_calls', limit: 2, used: 2, shortfall: 1, status: 'pending' })]);

@@ -58,15 +58,14 @@ export class RunsDebug {
     const r = repos(this.store);
     const [rec, snap] = await Promise.all([r.runs.get<RunRecord>(runId), r.snapshots.get<SnapshotValue>(runId)]);
     if (!rec) throw notFound('run', runId);
-    const ctx = (snap?.value.snapshot as (Snapshot<unknown> & { context?: RunContext }) | undefined)?.context;
-    const messages = ctx?.messages ?? [];
-    return {
-      record: rec.value,
-      messages,
-      history_length: ctx?.history_length ?? Math.max(0, messages.map((m) => m.role).indexOf('user')),
-      checkpoints: snap?.value.checkpoints ?? [],
-      origin: snap?.value.origin ?? null,
-    };
+    return storedRun(rec.value, snap?.value);
+  }
+
+  /** Several runs in two store reads (an evaluation reads the originals of its next items ahead); null: no such run. */
+  async readMany(runIds: string[]): Promise<Array<StoredRun | null>> {
+    const r = repos(this.store);
+    const [recs, snaps] = await Promise.all([r.runs.getMany<RunRecord>(runIds), r.snapshots.getMany<SnapshotValue>(runIds)]);
+    return recs.map((rec, i) => (rec ? storedRun(rec.value, snaps[i]?.value) : null));
   }
 
   async checkpoints(runId: string): Promise<{ run: StoredRun; checkpoints: readonly Checkpoint[] }> {
@@ -120,8 +119,9 @@ export class RunsDebug {
    * The run re-asked of `variant` with the same inputs, from its start or a checkpoint. Its tool
    * calls are answered from the original's recorded calls (machines/policies/replay-match.ts).
    */
-  async replay(runId: string, body: ReplayRequest, opts: StartOptions = {}): Promise<StartedRun> {
-    const run = await this.read(runId);
+  async replay(runId: string, body: ReplayRequest, opts: StartOptions = {}, stored?: StoredRun): Promise<StartedRun> {
+    // `stored`: the original as its caller read it already (an evaluation reads its next items' ahead).
+    const run = stored ?? (await this.read(runId));
     let prefix: ChatMessage[];
     if (body.from_checkpoint) {
       const cp = this.find(run, body.from_checkpoint);
@@ -147,6 +147,18 @@ export class RunsDebug {
       },
     });
   }
+}
+
+function storedRun(record: RunRecord, snap: SnapshotValue | undefined): StoredRun {
+  const ctx = (snap?.snapshot as (Snapshot<unknown> & { context?: RunContext }) | undefined)?.context;
+  const messages = ctx?.messages ?? [];
+  return {
+    record,
+    messages,
+    history_length: ctx?.history_length ?? Math.max(0, messages.map((m) => m.role).indexOf('user')),
+    checkpoints: snap?.checkpoints ?? [],
+    origin: snap?.origin ?? null,
+  };
 }
 
 function splitSystem(messages: ChatMessage[]): { system: string | null; rest: ChatMessage[] } {
