@@ -132,8 +132,9 @@ export class RunKernel {
   cancelThrough: ((agentRunId: string) => Promise<CarriedWrite | null>) | null = null;
 
   /**
-   * Told as soon as a run's end or park is stored, before its last events and history are (which
-   * onSettled waits for): what the run held for others (a concurrency key's slot) goes on at once.
+   * Told as soon as a run's end or park is stored (on a store only this process writes: queued,
+   * see RunHost.onSnapshot), before its last events and history are (which onSettled waits for):
+   * what the run held for others (a concurrency key's slot) goes on at once.
    */
   onEnded(listener: (record: RunRecord) => void): void {
     this.endedListeners.add(listener);

@@ -351,6 +351,17 @@ export class RunService {
     return this.flow.queue.tryTake(key, limit, runId);
   }
 
+  /**
+   * The slot of a background run that held it when its process died and is recovered running
+   * (src/background/claimer.ts, maintenance): taken again with no limit check, as it held it
+   * before. On an embedded store the holders live in memory and were lost with the process; on a
+   * shared store its holder entry is still there and this is a read.
+   */
+  retakeKeySlot(request: ConcurrencyRequest, runId: string, tenant: string | null): Promise<boolean> {
+    const { key } = keyInTenant(this.flow.resolve(request), tenant);
+    return this.flow.queue.slots.take(key, Number.MAX_SAFE_INTEGER, runId, this.deps.clock.now());
+  }
+
   /** Lets go of a key's slot taken with takeKeySlot, and hands it on. */
   releaseKeySlot(key: string, runId: string, tenant: string | null): Promise<void> {
     return this.flow.release(keyInTenant({ key }, tenant).key, runId);
