@@ -15,7 +15,7 @@ import { RunDecisions } from './run-decisions.js';
 import { RunEffects } from './run-effects.js';
 import type { RunHost } from './run-host.js';
 import type { InboxValue } from './run-inbox.js';
-import { RunKernel } from './run-kernel.js';
+import { RunKernel, type DeltaListener } from './run-kernel.js';
 import { RunFlow } from './run-flow.js';
 import type { ConcurrencyRequest } from '../../machines/policies/flow.js';
 import { busySessionPlan } from '../../machines/policies/busy-session.js';
@@ -146,6 +146,15 @@ export class RunService {
   /** True when this process hosts a live actor for the run. */
   isLive(runId: string): boolean {
     return this.kernel.live.has(runId);
+  }
+
+  /**
+   * The text deltas of run `runId` while this process hosts it, from now on, whichever of its
+   * segments (a resume after a decision included) streams them; a run hosted by another instance
+   * gives none here. Returns the unsubscribe. Listeners must not throw.
+   */
+  followDeltas(runId: string, listener: DeltaListener): () => void {
+    return this.kernel.followDeltas(runId, listener);
   }
 
   /** Resolves when a run live in this process ends or waits for a person (never rejects); null when it is not live here. */
