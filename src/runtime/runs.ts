@@ -15,7 +15,7 @@ import { RunDecisions } from './run-decisions.js';
 import { RunEffects } from './run-effects.js';
 import type { RunHost } from './run-host.js';
 import type { InboxValue } from './run-inbox.js';
-import { RunKernel } from './run-kernel.js';
+import { RunKernel, type DeltaListener } from './run-kernel.js';
 import { RunFlow } from './run-flow.js';
 import type { ConcurrencyRequest } from '../../machines/policies/flow.js';
 import { busySessionPlan } from '../../machines/policies/busy-session.js';
@@ -148,6 +148,15 @@ export class RunService {
     return this.kernel.live.has(runId);
   }
 
+  /**
+   * The text deltas of run `runId` while this process hosts it, from now on, whichever of its
+   * segments (a resume after a decision included) streams them; a run hosted by another instance
+   * gives none here. Returns the unsubscribe. Listeners must not throw.
+   */
+  followDeltas(runId: string, listener: DeltaListener): () => void {
+    return this.kernel.followDeltas(runId, listener);
+  }
+
   /** Resolves when a run live in this process ends or waits for a person (never rejects); null when it is not live here. */
   settledOf(runId: string): Promise<RunRecord> | null {
     return this.kernel.live.get(runId)?.settled ?? null;
@@ -250,7 +259,7 @@ export class RunService {
       void live.emit({
         event_type: 'user_message',
         actor: { type: 'user', id: session_id },
-        input: { query },
+        input: opts.context ? { query, context: opts.context } : { query },
         span_id: live.rootSpan,
         // the trace's gen_ai.agent.name; a fork's or replay's origin (src/runtime/debug/origin.ts)
         metadata: { agent_name: record.agent_name, ...originView(opts.origin) },
@@ -311,6 +320,7 @@ export class RunService {
             ...(profile.system_instruction ? [{ role: 'system' as const, content: profile.system_instruction }] : []),
             ...(history?.value.messages ?? opts.history ?? []),
             ...carried,
+            ...(opts.context ? [{ role: 'system' as const, content: opts.context }] : []),
             { role: 'user', content: query },
           ];
       // A fork's or replay's conversation (StartOptions.conversation): its turn starts at its last user message.
