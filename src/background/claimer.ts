@@ -43,6 +43,8 @@ export interface ClaimerHost {
   /** Its task's concurrency key (task-keys.ts): a slot taken (true), or the key is full (false). */
   takeKey(run: BgRunRow['run']): Promise<boolean>;
   releaseKey(run: BgRunRow['run']): void;
+  /** A run recovered running holds its key's slot again (an embedded store's holders died with the process). */
+  retakeKey(run: BgRunRow['run']): Promise<void>;
 }
 
 export class Claimer {
@@ -287,6 +289,9 @@ export class Claimer {
         const t = this.deps.clock.now();
         this.claimingNow++;
         try {
+          // Running on: it keeps its key's slot, before a claim pass could hand it to a queued run
+          // (a recovery that does not go on running lets go of it with its write: task-keys.ts).
+          if (status === 'running') await this.host.retakeKey(run);
           const recovered = await this.host.send(
             run.run_id,
             {

@@ -196,6 +196,7 @@ export class RunEngine {
       leaseMs: () => this.leaseMs,
       takeKey: (run) => this.keys.take(run),
       releaseKey: (run) => this.keys.release(run),
+      retakeKey: (run) => this.keys.retake(run),
     });
     this.hosts = new RunHosts(deps, {
       handles: this.handles,

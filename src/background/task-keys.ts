@@ -23,6 +23,11 @@ export class TaskKeySlots {
     return this.runs.takeKeySlot(run.concurrency, run.run_id, bgTenantOf(run.task_id));
   }
 
+  /** A run recovered running (its process died holding the slot): its slot again, whatever the limit. */
+  async retake(run: BackgroundRun): Promise<void> {
+    if (run.concurrency) await this.runs.retakeKeySlot(run.concurrency, run.run_id, bgTenantOf(run.task_id));
+  }
+
   /** Lets go of the run's slot (nothing when it holds none). */
   release(run: BackgroundRun): void {
     if (!run.concurrency) return;

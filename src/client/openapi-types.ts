@@ -1251,7 +1251,14 @@ export interface components {
             [key: string]: unknown;
         };
         AgUiRunAgent: {
-            context?: unknown[];
+            /** @description What the application says about its situation: the model sees it, for this run only, as a system message before the query. */
+            context?: ({
+                description: string;
+                value: string;
+            } & {
+                [key: string]: unknown;
+            })[];
+            /** @description Stored in the run's metadata as `ag_ui_forwarded_props` when at most 4 KiB as JSON. */
             forwardedProps?: unknown;
             messages: ({
                 content?: unknown;
@@ -1282,9 +1289,11 @@ export interface components {
             })[];
             /** @description The client's own id of this run, echoed in RUN_STARTED and RUN_FINISHED. */
             runId: string;
+            /** @description The client's shared state: stored in the run's metadata as `ag_ui_state` when at most 4 KiB as JSON. */
             state?: unknown;
             /** @description The conversation: the agentd session. */
             threadId: components["schemas"]["SafeId"];
+            /** @description The client's frontend tools: accepted and not offered to the model (agentd runs its own governed tools; docs/protocols/ag-ui.md). */
             tools?: unknown[];
         } & {
             [key: string]: unknown;

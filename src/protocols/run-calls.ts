@@ -120,13 +120,56 @@ export async function waitAfterDecision(deps: AppDeps, runId: string, signal?: A
   }
 }
 
+/** Live text a DeltaTap holds for its reader at most (then the model calls' text comes whole from their events). */
+const TAP_MAX_CHARS = 1_000_000;
+
 /**
- * waitAfterDecision for a streamed answer: meanwhile `onText` gets the text of each model call of
- * the resumed run as its `model_response` event lands (from `after`, the run's last event cursor
- * before the decision), on whichever instance the resume runs, as the AI SDK and AG-UI streams
- * show a decided run (src/protocols/run-events.ts followRunItems). A resumed run streams no
- * deltas to this request: it runs wherever its resume claims it. Every event stored before the
- * run came to rest is read before this resolves.
+ * A run's live text deltas in this process (RunService.followDeltas), opened before a decision so
+ * the resumed run's first deltas are not missed, and held until followAfterDecision reads them.
+ * Bounded: past TAP_MAX_CHARS held, it stops (the answer then comes whole from the events).
+ */
+export class DeltaTap {
+  private held: Array<{ text: string; after: number }> | null = [];
+  private heldChars = 0;
+  private sink: ((text: string, after: number) => void) | null = null;
+  private readonly off: () => void;
+
+  constructor(deps: AppDeps, runId: string) {
+    this.off = deps.runtime.runs.followDeltas(runId, (text, _seq, after) => {
+      if (this.sink) return this.sink(text, after);
+      if (!this.held) return;
+      this.heldChars += text.length;
+      if (this.heldChars > TAP_MAX_CHARS) {
+        this.held = null;
+        this.off();
+      } else this.held.push({ text, after });
+    });
+  }
+
+  /** Deltas go to `sink` from now on, those held first; false when the tap overflowed (nothing goes). */
+  open(sink: (text: string, after: number) => void): boolean {
+    if (!this.held) return false;
+    for (const d of this.held) sink(d.text, d.after);
+    this.held = [];
+    this.sink = sink;
+    return true;
+  }
+
+  close(): void {
+    this.off();
+    this.held = null;
+    this.sink = null;
+  }
+}
+
+/**
+ * waitAfterDecision for a streamed answer: meanwhile `onText` gets the resumed run's text. With a
+ * `tap` opened before the decision and the resume running in this process, that is its live
+ * deltas as the model streams them; a model call whose deltas did not come here (the resume ran on
+ * another instance) gives its text whole when its `model_response` event lands (events read from
+ * `after`, the run's last event cursor before the decision, on whichever instance the resume
+ * runs), as the AI SDK and AG-UI streams show a decided run. Every event stored before the run
+ * came to rest is read before this resolves. The tap is closed when this resolves.
  */
 export async function followAfterDecision(
   deps: AppDeps,
@@ -134,10 +177,17 @@ export async function followAfterDecision(
   after: string | null,
   onText: (text: string) => void,
   signal?: AbortSignal,
+  tap?: DeltaTap,
 ): Promise<RunRecord> {
   let cursor = after;
   let reading: Promise<void> = Promise.resolve();
   let queued = false;
+  /** Deltas sent and not yet matched with their model call's `model_response` (in order). */
+  const sent: Array<{ text: string; after: number }> = [];
+  const live = tap?.open((text, afterEvent) => {
+    sent.push({ text, after: afterEvent });
+    onText(text);
+  });
   const drain = async (): Promise<void> => {
     queued = false;
     for (;;) {
@@ -145,7 +195,12 @@ export async function followAfterDecision(
       for (const ev of page.events) {
         cursor = ev.cursor;
         const text = modelTextOf(ev);
-        if (text) onText(text);
+        if (!text) continue;
+        // The deltas emitted before this event are this model call's (and any before it).
+        let streamed = '';
+        while (live && sent.length > 0 && (typeof ev.sequence !== 'number' || sent[0].after < ev.sequence)) streamed += sent.shift()!.text;
+        if (!streamed) onText(text);
+        else if (text.startsWith(streamed) && text.length > streamed.length) onText(text.slice(streamed.length));
       }
       if (!page.next_cursor || page.events.length === 0) return;
     }
@@ -165,6 +220,7 @@ export async function followAfterDecision(
     return rec;
   } finally {
     unsubscribe();
+    tap?.close();
   }
 }
 

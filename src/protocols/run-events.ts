@@ -40,6 +40,10 @@ export interface StartRunInput {
   priority?: number;
   /** The tenant the request acts in (src/http/tenancy.ts tenantOf): the run and its session are its. */
   tenant?: string | null;
+  /** StartOptions.context: the client application's context for this run (AG-UI `context`). */
+  context?: string;
+  /** StartOptions.metadata: stored on the run (AG-UI `state`, `forwardedProps` when small). */
+  metadata?: Record<string, unknown>;
 }
 
 export interface StartedRunItems {
@@ -81,6 +85,8 @@ export async function startRunItems(deps: AppDeps, input: StartRunInput): Promis
       ...(input.concurrency ? { concurrency: input.concurrency } : {}),
       ...(input.priority !== undefined ? { priority: input.priority } : {}),
       ...(input.tenant ? { tenant: input.tenant } : {}),
+      ...(input.context ? { context: input.context } : {}),
+      ...(input.metadata ? { metadata: input.metadata } : {}),
       onDelta: (text, sequence, afterEvent) => stream.delta(text, sequence, afterEvent),
     });
   } catch (err) {

@@ -223,7 +223,13 @@ export class RunEffects {
         tools,
         max_output_tokens: live.agent.max_output_tokens,
         signal: combined,
-        onDelta: (text) => live.onDelta?.(text, ++live.deltaSeq, live.events.seq),
+        onDelta: (text) => {
+          const seq = ++live.deltaSeq;
+          live.onDelta?.(text, seq, live.events.seq);
+          // Followers of the run in this process (RunService.followDeltas): a protocol's answer to a decision.
+          const taps = this.kernel.deltaTaps.get(live.run_id);
+          if (taps) for (const tap of taps) tap(text, seq, live.events.seq);
+        },
       });
     } catch (err) {
       // Retries already emitted one model_error per failed attempt; this is the final one.

@@ -74,6 +74,8 @@ export class RunHost {
   readonly workspace_path: string | null;
   /** Set once the run's last write in this process is decided: later snapshots are not persisted. */
   ending = false;
+  /** kernel.notifyEnded was told already, when the end was queued (an embedded store: onSnapshot). */
+  private endedEarly = false;
   readonly kind: 'sync' | 'background';
   /** −100..100: its model calls' place among calls waiting for the provider's rate limit. */
   readonly priority: number;
@@ -294,6 +296,15 @@ export class RunHost {
         () => this.writer.flush(),
       );
     else if (phase.ending) this.writer.flush();
+    // On a store only this process writes, what the run held for others (its concurrency key's
+    // slot) goes on once its end or park is queued, not a commit round later: the store takes
+    // writes first in, first out, so nothing the next holder writes is durable before this end
+    // is, and a crash before it leaves the run running (recovery retakes its slot). A shared
+    // store's holders are another record: they go on once the end is stored (finish, park).
+    if ((terminal || waiting) && !hold && !isSharedStore(this.deps.store)) {
+      this.endedEarly = true;
+      this.kernel.notifyEnded(this.writer.value);
+    }
     if (terminal)
       void write.then(
         (r) => this.finish(r.value),
@@ -325,7 +336,7 @@ export class RunHost {
 
   /** A run waiting for a person: saved, actor stopped, slot released: it costs storage, not memory. */
   private async park(record: RunRecord): Promise<void> {
-    this.kernel.notifyEnded(record);
+    if (!this.endedEarly) this.kernel.notifyEnded(record);
     await this.events.done;
     this.retire();
     this.resolveSettled(record);
@@ -355,7 +366,7 @@ export class RunHost {
   }
 
   private async finish(record: RunRecord): Promise<void> {
-    this.kernel.notifyEnded(record);
+    if (!this.endedEarly) this.kernel.notifyEnded(record);
     await this.events.done;
     if (record.status === 'completed' && !(this.historyWrite && (await this.historyWrite))) await this.kernel.history.append(record, this.prelude);
     if (TERMINAL_RUN_STATUSES.has(record.status)) this.kernel.inbox.forget(record.run_id);

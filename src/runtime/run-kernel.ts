@@ -19,6 +19,9 @@ import { Slots } from './slots.js';
 import { iso, type RunServiceDeps, type StartOptions, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
 
+/** A live text delta: its text, its number in the run, the sequence of the last event the run emitted before it. */
+export type DeltaListener = (text: string, sequence: number, afterEvent: number) => void;
+
 export class RunKernel {
   /** The runs this process hosts, by run id. */
   readonly live = new Map<string, RunHost>();
@@ -33,6 +36,11 @@ export class RunKernel {
   closing = false;
   /** The served agent (config `agent`): runs without an agent id, and agents registered as it. */
   private readonly served: AgentProfile;
+  /**
+   * Listeners of live runs' text deltas (RunService.followDeltas), by run id: whoever follows a run
+   * this process hosts, its resumed segments included (a resumed run has no StartOptions.onDelta).
+   */
+  readonly deltaTaps = new Map<string, Set<DeltaListener>>();
   private readonly settledListeners = new Set<(record: RunRecord) => void>();
   private readonly endedListeners = new Set<(record: RunRecord) => void>();
 
@@ -52,6 +60,17 @@ export class RunKernel {
       max_steps: st.max_steps,
       max_output_tokens: st.max_output_tokens,
       session_workspace_root: st.session_workspace_root,
+    };
+  }
+
+  /** See RunService.followDeltas. */
+  followDeltas(runId: string, listener: DeltaListener): () => void {
+    let set = this.deltaTaps.get(runId);
+    if (!set) this.deltaTaps.set(runId, (set = new Set()));
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+      if (set.size === 0 && this.deltaTaps.get(runId) === set) this.deltaTaps.delete(runId);
     };
   }
 
@@ -133,8 +152,9 @@ export class RunKernel {
   cancelThrough: ((agentRunId: string) => Promise<CarriedWrite | null>) | null = null;
 
   /**
-   * Told as soon as a run's end or park is stored, before its last events and history are (which
-   * onSettled waits for): what the run held for others (a concurrency key's slot) goes on at once.
+   * Told as soon as a run's end or park is stored (on a store only this process writes: queued,
+   * see RunHost.onSnapshot), before its last events and history are (which onSettled waits for):
+   * what the run held for others (a concurrency key's slot) goes on at once.
    */
   onEnded(listener: (record: RunRecord) => void): void {
     this.endedListeners.add(listener);

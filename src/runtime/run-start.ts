@@ -115,7 +115,7 @@ export class RunStarter {
       void live.emit({
         event_type: 'user_message',
         actor: { type: 'user', id: session_id },
-        input: { query },
+        input: opts.context ? { query, context: opts.context } : { query },
         span_id: live.rootSpan,
         // the trace's gen_ai.agent.name; a fork's or replay's origin (src/runtime/debug/origin.ts)
         metadata: { agent_name: record.agent_name, ...originView(opts.origin) },
@@ -176,6 +176,7 @@ export class RunStarter {
             ...(profile.system_instruction ? [{ role: 'system' as const, content: profile.system_instruction }] : []),
             ...(history?.value.messages ?? opts.history ?? []),
             ...carried,
+            ...(opts.context ? [{ role: 'system' as const, content: opts.context }] : []),
             { role: 'user', content: query },
           ];
       // A fork's or replay's conversation (StartOptions.conversation): its turn starts at its last user message.

@@ -129,6 +129,12 @@ export interface StartOptions {
    */
   history?: ChatMessage[];
   /**
+   * What the caller's application says about its situation for this run (AG-UI's `context`):
+   * the model sees it as a system message right before the query; it is not kept in the
+   * session's history, and the run's user_message event carries it (redacted as input is).
+   */
+  context?: string;
+  /**
    * The run's concurrency key (docs/contract.md §3.4): over its limit the run waits `queued`
    * (start() answers once it is stored so; `settled` waits for its admission and its end).
    */

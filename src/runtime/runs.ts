@@ -11,7 +11,7 @@ import { bgIdOf, bgKey, GLOBAL_SCOPE, idOfTenantKey, keyInTenant, sessionKeyOf, 
 import { domainError, notFound } from '../errors.js';
 import { RunDecisions } from './run-decisions.js';
 import { RunEffects } from './run-effects.js';
-import { RunKernel } from './run-kernel.js';
+import { RunKernel, type DeltaListener } from './run-kernel.js';
 import { RunFlow } from './run-flow.js';
 import { RunLifecycle } from './run-lifecycle.js';
 import { RunStarter } from './run-start.js';
@@ -139,6 +139,15 @@ export class RunService {
     return this.kernel.live.has(runId);
   }
 
+  /**
+   * The text deltas of run `runId` while this process hosts it, from now on, whichever of its
+   * segments (a resume after a decision included) streams them; a run hosted by another instance
+   * gives none here. Returns the unsubscribe. Listeners must not throw.
+   */
+  followDeltas(runId: string, listener: DeltaListener): () => void {
+    return this.kernel.followDeltas(runId, listener);
+  }
+
   /** Resolves when a run live in this process ends or waits for a person (never rejects); null when it is not live here. */
   settledOf(runId: string): Promise<RunRecord> | null {
     return this.kernel.live.get(runId)?.settled ?? null;
@@ -164,6 +173,17 @@ export class RunService {
   takeKeySlot(request: ConcurrencyRequest, runId: string, tenant: string | null): Promise<boolean> {
     const { key, limit } = keyInTenant(this.flow.resolve(request), tenant);
     return this.flow.queue.tryTake(key, limit, runId);
+  }
+
+  /**
+   * The slot of a background run that held it when its process died and is recovered running
+   * (src/background/claimer.ts, maintenance): taken again with no limit check, as it held it
+   * before. On an embedded store the holders live in memory and were lost with the process; on a
+   * shared store its holder entry is still there and this is a read.
+   */
+  retakeKeySlot(request: ConcurrencyRequest, runId: string, tenant: string | null): Promise<boolean> {
+    const { key } = keyInTenant(this.flow.resolve(request), tenant);
+    return this.flow.queue.slots.take(key, Number.MAX_SAFE_INTEGER, runId, this.kernel.deps.clock.now());
   }
 
   /** Lets go of a key's slot taken with takeKeySlot, and hands it on. */

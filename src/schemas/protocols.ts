@@ -66,6 +66,12 @@ export const AgUiResumePayload = z.looseObject({
   note: z.string().max(4000).nullish(),
 });
 
+/** The characters of descriptions and values an AG-UI `context` may hold in all. */
+const AG_UI_CONTEXT_MAX_CHARS = 32_768;
+
+/** One item of AG-UI's `context` (`@ag-ui/core` Context). */
+const AgUiContext = z.looseObject({ description: z.string().max(AG_UI_CONTEXT_MAX_CHARS), value: z.string().max(AG_UI_CONTEXT_MAX_CHARS) });
+
 export const AgUiRunAgentInput = z
   .looseObject({
     threadId: SafeId.describe('The conversation: the agentd session.'),
@@ -73,10 +79,21 @@ export const AgUiRunAgentInput = z
     protocolVersion: z.string().max(32).optional(),
     parentRunId: z.string().max(256).optional(),
     messages: z.array(AgUiMessage).max(10_000),
-    tools: z.array(z.unknown()).max(1000).optional(),
-    context: z.array(z.unknown()).max(1000).optional(),
-    state: z.unknown().optional(),
-    forwardedProps: z.unknown().optional(),
+    tools: z
+      .array(z.unknown())
+      .max(1000)
+      .optional()
+      .describe("The client's frontend tools: accepted and not offered to the model (agentd runs its own governed tools; docs/protocols/ag-ui.md)."),
+    context: z
+      .array(AgUiContext)
+      .max(100)
+      .refine((c) => c.reduce((n, x) => n + x.description.length + x.value.length, 0) <= AG_UI_CONTEXT_MAX_CHARS, {
+        message: `at most ${AG_UI_CONTEXT_MAX_CHARS} characters of descriptions and values in all`,
+      })
+      .optional()
+      .describe('What the application says about its situation: the model sees it, for this run only, as a system message before the query.'),
+    state: z.unknown().optional().describe("The client's shared state: stored in the run's metadata as `ag_ui_state` when at most 4 KiB as JSON."),
+    forwardedProps: z.unknown().optional().describe("Stored in the run's metadata as `ag_ui_forwarded_props` when at most 4 KiB as JSON."),
     resume: z
       .array(
         z.looseObject({

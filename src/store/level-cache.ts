@@ -2,7 +2,7 @@
 // disk holds them, and reads issued ahead of a coming write (prefetches), with the rule that says
 // when a read may be kept (the cache epoch: rounds written so far).
 import { RECORD_KEY_START, cleanIndexes, indexCountKey, kindCountKey, parse, recordKey, type BatchOp, type Db } from './level-keys.js';
-import type { OnSwallowed, RecordIndexes, RecordKind } from './store.js';
+import { isStoreError, type OnSwallowed, type RecordIndexes, type RecordKind } from './store.js';
 
 /** A prefetch not used within this many written rounds is dropped (its write never came). */
 const PREFETCH_MAX_ROUNDS = 64;
@@ -13,6 +13,15 @@ interface Prefetch {
   /** A batch writing its key landed since it was issued: what it read may be old. */
   stale: boolean;
   text: Promise<{ value: string | undefined } | null>;
+}
+
+/** Keys prefetched in one turn of the event loop, read together (LevelCache.openPending). */
+interface PrefetchBatch {
+  keys: string[];
+  entries: Prefetch[];
+  texts: Promise<Array<string | undefined> | null>;
+  /** Hands the batch to LevelDB (once; later prefetches start another batch). */
+  go: () => void;
 }
 
 export class LevelCache {
@@ -107,20 +116,64 @@ export class LevelCache {
       }
     }
     if (keys.length === 0) return;
+    // Registered now (a batch writing a key that lands before the read goes out marks it stale
+    // too: conservative), read together with every other prefetch of this turn of the event loop.
     const at = this.writesDone;
-    const texts = read(keys).catch((err: unknown) => (this.onSwallowed?.('store.level.prefetch', err), null));
-    const entries: Prefetch[] = [];
+    const pending = (this.pending ??= this.openPending(read));
+    const base = pending.keys.length;
+    keys.forEach((k, i) => {
+      const entry: Prefetch = { at, stale: false, text: pending.texts.then((t) => (t ? { value: t[base + i] } : null)) };
+      pending.keys.push(k);
+      pending.entries.push(entry);
+      this.prefetched.set(k, entry);
+    });
+    // With no prefetch being read, nobody else is starting: read now rather than at the turn's
+    // end (a lone run's start waits on this read).
+    if (this.readsInFlight === 0) pending.go();
+  }
+
+  /**
+   * The prefetches of one turn of the event loop, read in one getMany when the turn ends (or at
+   * once when no prefetch is being read: a lone start would only wait for the turn). Every
+   * LevelDB read takes the database's mutex on the main thread (classic-level makes a snapshot
+   * for it) and a trip through libuv's pool; with 32 runs starting at once, one read per run kept
+   * the main thread waiting on that mutex about a millisecond per read on a busy machine (measured
+   * in the protocols benchmark: a named session's read), while one read for all of them pays it once.
+   */
+  private pending: PrefetchBatch | null = null;
+  /** Prefetch reads handed to LevelDB and not answered yet. */
+  private readsInFlight = 0;
+
+  private openPending(read: (keys: string[]) => Promise<Array<string | undefined>>): PrefetchBatch {
+    let open!: () => void;
+    const issued = new Promise<void>((r) => (open = r));
+    const batch: PrefetchBatch = {
+      keys: [],
+      entries: [],
+      // The store closed before the turn ended: nothing to read, and nothing went wrong.
+      texts: issued
+        .then(() => read(batch.keys))
+        .catch((err: unknown) => (isStoreError(err, 'closed') ? null : (this.onSwallowed?.('store.level.prefetch', err), null)))
+        .finally(() => this.readsInFlight--),
+      go: () => {
+        if (this.pending !== batch) return; // gone already
+        this.pending = null;
+        this.readsInFlight++;
+        open();
+      },
+    };
     // A read still valid when it lands is what the disk holds: the caches learn it then, so the
     // caller's own read of the row (a named session before its run) and the round that writes it
     // need no second disk read. A batch writing the key that is in flight now lands after this
     // and overwrites what was learnt (land()); one that landed first made the entry stale. Rounds
     // that stage commits run only while no batch is in flight, so none sees the old value then.
     // (Attached first: whoever awaits an entry's text finds the caches taught.)
-    void texts.then((t) => {
-      if (t) keys.forEach((k, i) => !entries[i].stale && this.learnPrefetched(k, t[i]));
+    void batch.texts.then((t) => {
+      if (!t) return;
+      batch.keys.forEach((k, i) => !batch.entries[i].stale && this.learnPrefetched(k, t[i]));
     });
-    keys.forEach((k, i) => entries.push({ at, stale: false, text: texts.then((t) => (t ? { value: t[i] } : null)) }));
-    keys.forEach((k, i) => this.prefetched.set(k, entries[i]));
+    setImmediate(batch.go);
+    return batch;
   }
 
   private learnPrefetched(key: string, text: string | undefined): void {

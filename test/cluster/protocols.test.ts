@@ -146,7 +146,9 @@ describe('chat protocols over two instances', () => {
       if (chunk.choices[0]?.finish_reason) status = (chunk as unknown as { agentd: { status: string } }).agentd.status;
     }
     expect(status).toBe('success');
-    expect(texts).toEqual(['writing it down', 'paid']);
+    // Each model call's text once: as deltas where the resume ran here (B took the decision), whole otherwise.
+    expect(texts.join('')).toBe('writing it downpaid');
+    expect(texts.length).toBeGreaterThanOrEqual(2);
     expect(ledgerOf(info.run_id, 'ask_write').filter((l) => l.phase === 'done')).toHaveLength(1);
     expect((await getJson(`${A()}/runs/${info.run_id}`)).body).toMatchObject({ status: 'completed', response: 'paid' });
   }, 60_000);

@@ -78,3 +78,51 @@ it('on PostgreSQL, the runs queued on an instance killed with SIGKILL are taken 
     await cluster.destroy();
   }
 }, 90_000);
+
+it('on LevelDB, a keyed background run recovered after SIGKILL retakes its slot: a queued run of its key waits for it', async () => {
+  model.reset();
+  const dir = tempDir();
+  const configFile = writeConfig(dir, crashConfig(model.url, { background: { poll_interval_ms: 50, lease_seconds: 2 } }));
+  // Before the kill every call hangs; after it, the recovered run's call hangs until the test lets
+  // it go, and so would a second run's (were it admitted, two calls would be in flight).
+  let killed = false;
+  let letGo: () => void = () => {};
+  const held = new Promise<void>((r) => (letGo = r));
+  model.setDefault(() => (killed ? { text: 'answered', holdUntil: held } : { hang: true }));
+  const first = await startAgentd({ configFile, dataDir: dir });
+  const task = {
+    schedule: { type: 'manual' },
+    overlap_policy: 'allow_parallel',
+    session_policy: { mode: 'run' },
+    retry_policy: { max_retries: 1, initial_delay_seconds: 0 },
+  };
+  const created = await postJson(`${first.url}/background/tasks`, { task_id: 'keyed', query: 'bg', concurrency: { key: 'bg:crash', limit: 1 }, ...task });
+  expect(created.status, JSON.stringify(created.body)).toBe(200);
+  const runA = (await postJson(`${first.url}/background/tasks/keyed/run`, { query: 'bg-first' })).body.run_id as string;
+  await model.waitForRequests(1);
+  expect((await getJson(`${first.url}/background/runs/${runA}`)).body.status).toBe('running');
+  await first.kill('SIGKILL');
+  killed = true;
+  model.reset();
+  model.setDefault(() => ({ text: 'answered', holdUntil: held }));
+
+  const second = await startAgentd({ configFile, dataDir: dir });
+  try {
+    // The recovered run reaches the model again, holding the key's only slot.
+    await model.waitForRequests(1);
+    const runB = (await postJson(`${second.url}/background/tasks/keyed/run`, { query: 'bg-second' })).body.run_id as string;
+    // A probe task's run, triggered later, reaching the model proves claim passes ran meanwhile.
+    await postJson(`${second.url}/background/tasks`, { task_id: 'probe', query: 'probe', ...task });
+    await postJson(`${second.url}/background/tasks/probe/run`, {});
+    await model.waitForRequests(2);
+    expect((await getJson(`${second.url}/background/runs/${runB}`)).body.status).toBe('queued');
+    expect(model.requests.map(queryOf).filter((q) => q.startsWith('bg-'))).toEqual(['bg-first']);
+    letGo();
+    for (const id of [runA, runB]) {
+      await eventually(async () => (await getJson(`${second.url}/background/runs/${id}`)).body.status === 'completed', 30_000, `${id} completed`);
+    }
+  } finally {
+    letGo();
+    await second.kill('SIGTERM');
+  }
+}, 90_000);

@@ -183,6 +183,29 @@ describe('A2A through @a2a-js/sdk 1.3', () => {
     expect(ledger.lines()).toHaveLength(0);
   });
 
+  it("a decision's streamed continuation carries the resumed run's text deltas, each model call's text once", async () => {
+    model.enqueue(
+      { tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 2' } }] },
+      { text: 'looking it up', tool_calls: [{ name: 'echo', arguments: { text: 'x' } }] },
+      { text: 'the resumed answer in seven words' },
+    );
+    const admin = await connect(server.url, KEYS.admin);
+    const paused = await send(admin, message([text('pay two')]));
+    expect(paused.status!.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    const approve = message([data({ decision: 'approve' })], { taskId: paused.id });
+    const pieces: string[] = [];
+    let final: TaskState | undefined;
+    for await (const ev of admin.sendMessageStream({ tenant: '', message: approve, configuration: undefined, metadata: undefined })) {
+      const p = ev.payload!;
+      if (p.$case === 'artifactUpdate') pieces.push(p.value.artifact!.parts.map((x) => (x.content?.$case === 'text' ? x.content.value : '')).join(''));
+      if (p.$case === 'statusUpdate') final = p.value.status!.state;
+    }
+    expect(final).toBe(TaskState.TASK_STATE_COMPLETED);
+    // The scripted model streams word by word: in one piece per model call these would be 2 updates.
+    expect(pieces.filter(Boolean).length).toBeGreaterThan(4);
+    expect(pieces.join('')).toBe('looking it upthe resumed answer in seven words');
+  });
+
   it("a decision's streamed continuation is live: a resumed model call's text arrives while the task is still working", async () => {
     // Resumed: the model says something and calls an ungoverned tool, then its next call never
     // answers, so the task cannot end before the test cancels it.

@@ -72,6 +72,54 @@ describe('AG-UI (HttpAgent)', () => {
     server.cleanup();
   });
 
+  it('context reaches the model for that run only (redacted in its user_message event); small state and forwardedProps are recorded; frontend tools are not offered', async () => {
+    const agent = new HttpAgent({
+      url: `${server.url}/ag-ui`,
+      threadId: 'thread-context',
+      headers: { authorization: `Bearer ${KEYS.operator}` },
+      initialState: { page: 'checkout', cart: 3 },
+    });
+    agent.addMessage({ id: 'u-ctx-1', role: 'user', content: 'what am I looking at?' });
+    const o = await run(agent, {
+      context: [{ description: 'current page', value: 'checkout with sk-live-0123456789abcdefghijklmn' }],
+      forwardedProps: { locale: 'fr' },
+      tools: [{ name: 'show_toast', description: 'frontend only', parameters: { type: 'object', properties: {} } }],
+    });
+    expect(o.outcome).toBe('success');
+    const sent = model.requests.at(-1)!;
+    const msgs = sent.messages.map((m) => [m.role, m.content]);
+    // The context sits right before the query, as a system message.
+    expect(msgs.at(-2)?.[0]).toBe('system');
+    expect(String(msgs.at(-2)?.[1])).toContain('- current page: checkout');
+    expect(msgs.at(-1)).toEqual(['user', 'what am I looking at?']);
+    expect(JSON.stringify(sent.tools ?? [])).not.toContain('show_toast');
+    const rec = (await getJson(`${server.url}/runs/${o.runId}`, { authorization: `Bearer ${KEYS.reader}` })).body;
+    expect(rec.metadata).toEqual({ ag_ui_state: { page: 'checkout', cart: 3 }, ag_ui_forwarded_props: { locale: 'fr' } });
+    const events = (await getJson(`${server.url}/telemetry/events?run_id=${o.runId}&event_type=user_message`, { authorization: `Bearer ${KEYS.reader}` })).body
+      .events;
+    expect(events[0].input.context).toContain('current page: checkout');
+    expect(JSON.stringify(events[0])).not.toContain('sk-live-0123456789abcdefghijklmn');
+
+    // The next run on the thread: the context is not part of the conversation the server keeps.
+    agent.addMessage({ id: 'u-ctx-2', role: 'user', content: 'and now?' });
+    expect((await run(agent)).outcome).toBe('success');
+    expect(JSON.stringify(model.requests.at(-1)!.messages)).not.toContain('current page');
+
+    // Too much context is a 422 naming it.
+    const big = await postJson(
+      `${server.url}/ag-ui`,
+      {
+        threadId: 'thread-context-big',
+        runId: 'r-big',
+        messages: [{ id: 'u', role: 'user', content: 'x' }],
+        context: [{ description: 'huge', value: 'y'.repeat(40_000) }],
+      },
+      { authorization: `Bearer ${KEYS.operator}` },
+    );
+    expect(big.status).toBe(422);
+    expect(big.body.detail[0].loc.slice(0, 2)).toEqual(['body', 'context']);
+  });
+
   it('a run: RUN_STARTED echoing the ids, CUSTOM agentd.run, a step, the text, RUN_FINISHED success', async () => {
     const agent = newAgent(server.url, 'thread-plain', 'hello');
     const o = await run(agent, { runId: 'client-run-1' });

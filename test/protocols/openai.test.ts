@@ -156,6 +156,35 @@ describe('OpenAI-compatible chat through the openai client', () => {
     expect(ledger.lines()).toHaveLength(0);
   });
 
+  it("a decision's streamed answer carries the resumed run's text deltas, each model call's text once", async () => {
+    model.enqueue(
+      { tool_calls: [{ name: 'ledger_append', arguments: { entry: 'pay 2' } }] },
+      { text: 'looking it up', tool_calls: [{ name: 'echo', arguments: { text: 'x' } }] },
+      { text: 'the resumed answer in seven words' },
+    );
+    const paused = await client(KEYS.operator).chat.completions.create({ model: 'default', messages: [{ role: 'user', content: 'pay two' }] });
+    const info = agentdOf(paused);
+    const stream = await client(KEYS.approver).chat.completions.create(
+      {
+        model: 'default',
+        stream: true,
+        messages: [{ role: 'tool', tool_call_id: info.approvals[0].approval_id, content: JSON.stringify({ decision: 'approve' }) }],
+      },
+      { headers: { 'x-agentd-session-id': info.session_id } },
+    );
+    const pieces: string[] = [];
+    let status = '';
+    for await (const chunk of stream) {
+      const c = chunk.choices[0]?.delta?.content;
+      if (c) pieces.push(c);
+      if (chunk.choices[0]?.finish_reason) status = agentdOf(chunk).status;
+    }
+    expect(status).toBe('success');
+    // The scripted model streams word by word: in one piece per model call these would be 2 chunks.
+    expect(pieces.length).toBeGreaterThan(4);
+    expect(pieces.join('')).toBe('looking it upthe resumed answer in seven words');
+  });
+
   it("a decision's streamed answer is live: a resumed model call's text arrives while the run is still going", async () => {
     // Resumed: the model says something and calls an ungoverned tool, then its next call never
     // answers, so the run cannot end before the test cancels it.

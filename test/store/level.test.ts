@@ -366,6 +366,16 @@ describe('LevelStore write-queue cache', () => {
       expect([null, 2]).toContain((await read)?.value.n ?? null);
       expect((await store.getRecord<{ n: number }>('sessions', 'moved'))?.value).toEqual({ n: 2 });
       await expect(store.createRecord('sessions', 'moved', { n: 3 })).rejects.toMatchObject({ code: 'conflict' });
+      // Prefetches made in one turn while one is being read go to the disk as one read: one
+      // thread-pool trip and one LevelDB snapshot for many starting runs, not one each.
+      let calls = 0;
+      db.getMany = (ks, o) => (calls++, reads.push(...ks), getMany(ks, o));
+      store.prefetch([{ kind: 'sessions', id: 'c0' }]); // nothing in flight: read at once
+      for (let i = 1; i <= 5; i++) store.prefetch([{ kind: 'sessions', id: `c${i}` }]);
+      await store.createRecord('sessions', 'c3', { n: 3 });
+      const got = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => store.getRecord<{ n: number }>('sessions', `c${i}`)));
+      expect(got.map((r) => r?.value.n ?? null)).toEqual([null, null, null, 3, null, null]);
+      expect(calls).toBe(2);
     } finally {
       await store.close();
       await rm(dir, { recursive: true, force: true });

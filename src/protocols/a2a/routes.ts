@@ -14,7 +14,7 @@ import { SseChannel, streamOptions } from '../../http/sse.js';
 import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../../runtime/run-record.js';
 import { ErrorResponse, HTTPValidationError, RunStreamErrorFrame } from '../../schemas/index.js';
 import { agentIdOf, listedAgents } from '../agents.js';
-import { approverOf, followAfterDecision, startProtocolRun, waitAfterDecision } from '../run-calls.js';
+import { approverOf, DeltaTap, followAfterDecision, startProtocolRun, waitAfterDecision } from '../run-calls.js';
 import { lastEventCursor } from '../run-events.js';
 import {
   A2A_PROTOCOL_VERSION,
@@ -143,11 +143,11 @@ async function sendMessage(
 ): Promise<RunRecord> {
   const msg = params.message;
   if (msg.taskId) {
-    const { run, after } = await decideFromMessage(deps, request, params);
+    const { run, after, tap } = await decideFromMessage(deps, request, params, streaming !== null);
     if (!streaming) return waitAfterDecision(deps, run.run_id);
     streaming.onStarted(run);
-    // The resumed run's answer streams as its model calls land, as the AI SDK and AG-UI show it.
-    return followAfterDecision(deps, run.run_id, after, (t) => streaming.onDelta(t));
+    // The resumed run's answer streams as its deltas come (or, resumed elsewhere, as its model calls land).
+    return followAfterDecision(deps, run.run_id, after, (t) => streaming.onDelta(t), undefined, tap);
   }
   requireAccess(request, 'operate', 'start a task (SendMessage)');
   const query = msg.parts
@@ -173,7 +173,12 @@ async function sendMessage(
  * The decision a message on an input-required task carries, made; answers the run as it was and
  * the cursor of its last event before the decision (what a streamed answer follows after).
  */
-async function decideFromMessage(deps: AppDeps, request: FastifyRequest, params: SendMessageParams): Promise<{ run: RunRecord; after: string | null }> {
+async function decideFromMessage(
+  deps: AppDeps,
+  request: FastifyRequest,
+  params: SendMessageParams,
+  streaming: boolean,
+): Promise<{ run: RunRecord; after: string | null; tap?: DeltaTap }> {
   const msg = params.message;
   const run = await taskRun(deps, request, msg.taskId!);
   if (msg.contextId && msg.contextId !== run.session_id)
@@ -184,10 +189,23 @@ async function decideFromMessage(deps: AppDeps, request: FastifyRequest, params:
   const at = msg.parts.findIndex((p) => p.data !== undefined);
   if (at < 0) throw invalidParams(['params', 'message', 'parts'], 'a message on an input-required task carries a data part {decision, ...}');
   const loc = ['params', 'message', 'parts', at, 'data'];
-  const approver = approverOf(request, 'a2a-client');
   const after = await lastEventCursor(deps, run.run_id);
+  // The resumed run's text deltas, from before the decision so none is missed (a resume in this process).
+  const tap = streaming ? new DeltaTap(deps, run.run_id) : undefined;
+  try {
+    await decide(deps, request, run, msg.parts[at].data, loc);
+  } catch (err) {
+    tap?.close();
+    throw err;
+  }
+  return { run, after, tap };
+}
+
+/** The decision of a message's data part on the run it waits in. */
+async function decide(deps: AppDeps, request: FastifyRequest, run: RunRecord, data: unknown, loc: Array<string | number>): Promise<void> {
+  const approver = approverOf(request, 'a2a-client');
   if (run.status === 'awaiting_approval') {
-    const d = parse(ApprovalDecisionData, msg.parts[at].data, loc);
+    const d = parse(ApprovalDecisionData, data, loc);
     const pending = run.approvals.filter((a) => a.status === 'pending');
     const targets = d.approval_id ? [d.approval_id] : pending.map((a) => a.approval_id);
     for (const approvalId of targets)
@@ -198,10 +216,9 @@ async function decideFromMessage(deps: AppDeps, request: FastifyRequest, params:
         deciderOf(request),
       );
   } else {
-    const d = parse(BudgetDecisionData, msg.parts[at].data, loc);
+    const d = parse(BudgetDecisionData, data, loc);
     await deps.runtime.runs.decisions.decideBudget(run.run_id, { decision: d.decision, approver, amount: d.amount ?? null, note: d.note ?? null });
   }
-  return { run, after };
 }
 
 /** SendStreamingMessage: `{task}` first, the answer as artifact updates, the final status last. */

@@ -20,6 +20,8 @@ import { IdempotencyHeaders, idempotencyRequestOf, runExists } from '../../http/
 import { tenantOf } from '../../http/tenancy.js';
 import { followOnChannel, lastEventCursor, lastRunOfSession, startRunItems, type StartedRunItems } from '../run-events.js';
 import { AgUiEvents } from './events.js';
+import { redact } from '../../telemetry/redact.js';
+import { redactorForConfig } from '../../telemetry/secrets.js';
 
 const ROUTE = 'POST /ag-ui';
 
@@ -50,6 +52,31 @@ function queryOf(input: AgUiRunAgentInput): string {
   return text;
 }
 
+/** `state` or `forwardedProps` larger than this as JSON is not recorded on the run. */
+const RECORDED_MAX_BYTES = 4096;
+
+/**
+ * What a new run takes from the input besides its query: `context` as one text the model sees
+ * before the query (for this run only), and `state` / `forwardedProps` in the run's metadata when
+ * small and not empty (redacted as stored values are). `tools` stay unused (docs/protocols/ag-ui.md).
+ */
+function extrasOf(deps: AppDeps, input: AgUiRunAgentInput): { context?: string; metadata?: Record<string, unknown> } {
+  const out: { context?: string; metadata?: Record<string, unknown> } = {};
+  const items = (input.context ?? []).filter((c) => c.value.trim() || c.description.trim());
+  if (items.length) out.context = ['Context from the application:', ...items.map((c) => `- ${c.description}: ${c.value}`)].join('\n');
+  const recorded = (v: unknown): boolean => {
+    if (v === undefined || v === null) return false;
+    const json = JSON.stringify(v);
+    return json !== '{}' && json !== '[]' && Buffer.byteLength(json) <= RECORDED_MAX_BYTES;
+  };
+  const redactor = redactorForConfig(deps.config);
+  const metadata: Record<string, unknown> = {};
+  if (recorded(input.state)) metadata.ag_ui_state = redact(input.state, redactor);
+  if (recorded(input.forwardedProps)) metadata.ag_ui_forwarded_props = redact(input.forwardedProps, redactor);
+  if (Object.keys(metadata).length) out.metadata = metadata;
+  return out;
+}
+
 export function agUiRoutes(app: ZodApp, deps: AppDeps): void {
   app.post(
     '/ag-ui',
@@ -72,6 +99,7 @@ export function agUiRoutes(app: ZodApp, deps: AppDeps): void {
       }
       requireAccess(request, 'operate', ROUTE);
       const query = queryOf(input);
+      const extras = extrasOf(deps, input);
       const flow = flowOfHeaders(request); // X-Agentd-Concurrency-Key and friends
       // With an Idempotency-Key, a retry (same key, same body) gets the first request's run again,
       // replayed from its start; leaving such a stream never cancels (the client means to come back).
@@ -82,12 +110,12 @@ export function agUiRoutes(app: ZodApp, deps: AppDeps): void {
           idem,
           () => newId('run'),
           (id) => runExists(deps, id),
-          (run_id) => startRunItems(deps, { query, session_id: input.threadId, run_id, tenant: tenantOf(request), ...flow }),
+          (run_id) => startRunItems(deps, { query, session_id: input.threadId, run_id, tenant: tenantOf(request), ...extras, ...flow }),
         );
         if (!once.fresh)
           return followToReply(deps, reply, input, await deps.runtime.runs.get(once.target_id), { after: null, settledAfterTrace: null, cancelOnClose: false });
         started = once.started;
-      } else started = await startRunItems(deps, { query, session_id: input.threadId, tenant: tenantOf(request), ...flow });
+      } else started = await startRunItems(deps, { query, session_id: input.threadId, tenant: tenantOf(request), ...extras, ...flow });
       const ch = new SseChannel(reply, streamOptions(deps, { overflowContext: { run_id: started.run_id, session_id: started.session_id } }));
       const ag = new AgUiEvents(input.threadId, input.runId, newId('msg'));
       for (const e of ag.start(started)) ch.push(frame(e));

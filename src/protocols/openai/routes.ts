@@ -17,7 +17,7 @@ import { swallow, isRefusal } from '../../telemetry/swallowed.js';
 import { agentIdOf, listedAgents } from '../agents.js';
 import { tenantOf } from '../../http/tenancy.js';
 import type { TenantScope } from '../../runtime/tenancy.js';
-import { approverOf, followAfterDecision, pendingApprovalsOf, startProtocolRun, waitAfterDecision } from '../run-calls.js';
+import { approverOf, DeltaTap, followAfterDecision, pendingApprovalsOf, startProtocolRun, waitAfterDecision } from '../run-calls.js';
 import { lastEventCursor } from '../run-events.js';
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ModelList, SessionHeaders, ToolMessageDecision, type ChatMessageIn } from './schemas.js';
 
@@ -150,30 +150,38 @@ async function continueAfterDecision(
   const approver = approverOf(request, 'openai-client');
   // What a streamed answer follows after: the run's events from here on are the resumed segment's.
   const after = body.stream ? await lastEventCursor(deps, run.run_id) : null;
-  if (run.status === 'awaiting_approval') {
-    if (d.decision === 'grant') throw invalid(['body', 'messages', at, 'content', 'decision'], 'an approval is decided with approve or deny');
-    await deps.runtime.runs.decisions.decideApproval(
-      run.run_id,
-      id,
-      { decision: d.decision, approver, arguments: d.arguments ?? null, note: d.note ?? null },
-      deciderOf(request),
-    );
-  } else {
-    if (d.decision === 'approve') throw invalid(['body', 'messages', at, 'content', 'decision'], 'a budget request is decided with grant or deny');
-    await deps.runtime.runs.decisions.decideBudget(run.run_id, {
-      decision: d.decision,
-      approver,
-      amount: d.amount ?? null,
-      note: d.note ?? null,
-      request_id: id,
-    });
+  if (run.status === 'awaiting_approval' && d.decision === 'grant')
+    throw invalid(['body', 'messages', at, 'content', 'decision'], 'an approval is decided with approve or deny');
+  if (run.status !== 'awaiting_approval' && d.decision === 'approve')
+    throw invalid(['body', 'messages', at, 'content', 'decision'], 'a budget request is decided with grant or deny');
+  // The resumed run's text deltas, from before the decision so none is missed (a resume in this process).
+  const tap = body.stream ? new DeltaTap(deps, run.run_id) : undefined;
+  try {
+    if (run.status === 'awaiting_approval')
+      await deps.runtime.runs.decisions.decideApproval(
+        run.run_id,
+        id,
+        { decision: d.decision === 'approve' ? 'approve' : 'deny', approver, arguments: d.arguments ?? null, note: d.note ?? null },
+        deciderOf(request),
+      );
+    else
+      await deps.runtime.runs.decisions.decideBudget(run.run_id, {
+        decision: d.decision === 'grant' ? 'grant' : 'deny',
+        approver,
+        amount: d.amount ?? null,
+        note: d.note ?? null,
+        request_id: id,
+      });
+  } catch (err) {
+    tap?.close();
+    throw err;
   }
   if (!body.stream) return completionOf(await waitAfterDecision(deps, run.run_id), body.model);
   const stream = new ChunkStream(deps, reply, body, run.run_id, run.session_id);
   const abort = new AbortController();
   request.raw.on('close', () => abort.abort());
-  // The resumed run's answer streams as its model calls land, as the AI SDK and AG-UI show it.
-  void followAfterDecision(deps, run.run_id, after, (text) => stream.text(text), abort.signal).then(
+  // The resumed run's answer streams as its deltas come (or, resumed elsewhere, as its model calls land).
+  void followAfterDecision(deps, run.run_id, after, (text) => stream.text(text), abort.signal, tap).then(
     (r) => stream.finish(r),
     () => stream.fail(),
   );

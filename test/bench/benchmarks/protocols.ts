@@ -38,9 +38,24 @@ interface StoreStats {
 type Workload = keyof typeof WORKLOADS;
 // `run-session`: POST /run naming a new session, as the chat protocols do (their chat / thread
 // id is the session): it tells the adapters' own cost apart from that of a named session.
-type Route = 'run' | 'run-session' | 'ai-sdk' | 'ag-ui';
-const ROUTES: Route[] = ['run', 'run-session', 'ai-sdk', 'ag-ui'];
-const PATH: Record<Route, string> = { run: '/run', 'run-session': '/run', 'ai-sdk': '/ai-sdk/chat', 'ag-ui': '/ag-ui' };
+// `sync`, `sync-session`: the same runs through POST /run/sync (one JSON answer, no frames): what a
+// run costs without its stream, so a stream's own cost per frame can be told apart.
+type Route = 'run' | 'run-session' | 'ai-sdk' | 'ag-ui' | 'sync' | 'sync-session';
+const ROUTES: Route[] = ['run', 'run-session', 'ai-sdk', 'ag-ui', 'sync', 'sync-session'];
+/** The routes of the counting pass (store work per run). */
+const COUNTED: Route[] = ['run', 'run-session', 'ai-sdk', 'ag-ui'];
+/** The streamed routes, and the unstreamed run each one is compared with (the same session kind). */
+const STREAMED = ['run', 'ai-sdk', 'ag-ui'] as const;
+const UNSTREAMED: Record<(typeof STREAMED)[number], Route> = { run: 'sync', 'ai-sdk': 'sync-session', 'ag-ui': 'sync-session' };
+const PATH: Record<Route, string> = {
+  run: '/run',
+  'run-session': '/run',
+  'ai-sdk': '/ai-sdk/chat',
+  'ag-ui': '/ag-ui',
+  sync: '/run/sync',
+  'sync-session': '/run/sync',
+};
+const routeRecord = <T>(f: (r: Route) => T): Record<Route, T> => Object.fromEntries(ROUTES.map((r) => [r, f(r)])) as Record<Route, T>;
 
 let seq = 0;
 /**
@@ -51,8 +66,10 @@ function bodyOf(route: Route, query: string): string {
   const id = `bench-${process.pid}-${++seq}`;
   switch (route) {
     case 'run':
+    case 'sync':
       return JSON.stringify({ query });
     case 'run-session':
+    case 'sync-session':
       return JSON.stringify({ query, session_id: id });
     case 'ai-sdk':
       return JSON.stringify({ id, trigger: 'submit-message', messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: query }] }] });
@@ -72,6 +89,9 @@ function okOf(route: Route, workload: Workload): (r: HttpResult) => boolean {
       return (r) => r.status === 200 && r.body.includes('"finishReason":"stop"') && r.body.includes('data: [DONE]') && tool(r);
     case 'ag-ui':
       return (r) => r.status === 200 && r.body.includes('"type":"RUN_FINISHED"') && r.body.includes('"outcome":{"type":"success"}') && tool(r);
+    case 'sync':
+    case 'sync-session':
+      return (r) => r.status === 200 && r.body.includes('"status":"success"') && tool(r);
   }
 }
 
@@ -92,10 +112,17 @@ export async function protocolsBench(): Promise<BenchOutput> {
   let agentd: Child | null = null;
   try {
     agentd = await startChild({ mode: 'agentd', dataDir: dir, config: realPathConfig(fake.url), model: { kind: 'config' } });
-    const frames: Record<Route, number> = { run: 0, 'run-session': 0, 'ai-sdk': 0, 'ag-ui': 0 };
-    for (const route of ROUTES) {
-      const r = await request(`${agentd.url}${PATH[route]}`, { method: 'POST', body: bodyOf(route, WORKLOADS.tool.query) });
-      frames[route] = (r.body.match(/^data: /gm) ?? []).length;
+    // `data:` frames and response bytes of one run per workload and streamed route.
+    const frames: Record<string, Record<Route, number>> = {};
+    const bytes: Record<string, Record<Route, number>> = {};
+    for (const w of ['trivial', 'tool'] as const) {
+      frames[w] = routeRecord(() => 0);
+      bytes[w] = routeRecord(() => 0);
+      for (const route of ROUTES) {
+        const r = await request(`${agentd.url}${PATH[route]}`, { method: 'POST', body: bodyOf(route, WORKLOADS[w].query) });
+        frames[w][route] = (r.body.match(/^data: /gm) ?? []).length;
+        bytes[w][route] = Buffer.byteLength(r.body);
+      }
     }
 
     log(`warm-up: ${WARMUP_RUNS} runs per route (half each workload, c=32)`);
@@ -108,8 +135,8 @@ export async function protocolsBench(): Promise<BenchOutput> {
     for (const w of ['trivial', 'tool'] as const) {
       for (const c of [1, 32]) {
         log(`measuring ${w}, c=${c}: ${ROUNDS} rounds of ${ROUND_MS} ms per route, order rotated each round`);
-        const loops: Record<Route, LoopResult[]> = { run: [], 'run-session': [], 'ai-sdk': [], 'ag-ui': [] };
-        const spent: Record<Route, number> = { run: 0, 'run-session': 0, 'ai-sdk': 0, 'ag-ui': 0 };
+        const loops = routeRecord<LoopResult[]>(() => []);
+        const spent = routeRecord(() => 0);
         for (let i = 0; i < ROUNDS; i++) {
           // Rotate which route goes first, so a trend in background load weighs on all alike.
           const order = [...ROUTES.slice(i % ROUTES.length), ...ROUTES.slice(0, i % ROUTES.length)];
@@ -120,12 +147,7 @@ export async function protocolsBench(): Promise<BenchOutput> {
           }
         }
         cpu[`${w}/${c}`] = spent;
-        results[`${w}/${c}`] = {
-          run: mergeLoops(loops.run),
-          'run-session': mergeLoops(loops['run-session']),
-          'ai-sdk': mergeLoops(loops['ai-sdk']),
-          'ag-ui': mergeLoops(loops['ag-ui']),
-        };
+        results[`${w}/${c}`] = routeRecord((r) => mergeLoops(loops[r]));
       }
     }
 
@@ -134,7 +156,7 @@ export async function protocolsBench(): Promise<BenchOutput> {
     // the native binding) and group-commit rounds (one fsync each), trivial workload.
     const work: Record<string, { reads: number; rounds: number }> = {};
     for (const c of [1, 32])
-      for (const route of ROUTES) {
+      for (const route of COUNTED) {
         await agentd.call({ cmd: 'countBytes', on: true });
         const s0 = await agentd.call<StoreStats>({ cmd: 'storeStats' });
         const loop = await measure(agentd, route, 'trivial', c, { durationMs: 60_000, maxCount: COUNTED_RUNS });
@@ -211,22 +233,76 @@ export async function protocolsBench(): Promise<BenchOutput> {
     for (const c of [1, 32])
       rows.push({
         metric: `LevelDB disk reads per run (thread-pool trips), trivial answer, concurrency ${c}: POST /run / with a new session_id / POST /ai-sdk/chat / POST /ag-ui`,
-        value: ROUTES.map((r) => round(work[`${r}/${c}`].reads, 2)).join(' / '),
+        value: COUNTED.map((r) => round(work[`${r}/${c}`].reads, 2)).join(' / '),
         unit: '',
       });
     for (const c of [1, 32])
       rows.push({
         metric: `Group-commit rounds (fsyncs) per run, trivial answer, concurrency ${c}: POST /run / with a new session_id / POST /ai-sdk/chat / POST /ag-ui`,
-        value: ROUTES.map((r) => round(work[`${r}/${c}`].rounds, 2)).join(' / '),
+        value: COUNTED.map((r) => round(work[`${r}/${c}`].rounds, 2)).join(' / '),
         unit: '',
       });
+    const tf = frames.tool;
     rows.push({
       metric: 'data: frames per tool-workload run, POST /run / POST /ai-sdk/chat / POST /ag-ui',
-      value: `${frames.run} / ${frames['ai-sdk']} / ${frames['ag-ui']}`,
+      value: `${tf.run} / ${tf['ai-sdk']} / ${tf['ag-ui']}`,
       unit: '',
       target: 'adapters <= POST /run',
-      pass: frames['ai-sdk'] <= frames.run && frames['ag-ui'] <= frames.run,
+      pass: tf['ai-sdk'] <= tf.run && tf['ag-ui'] <= tf.run,
     });
+    // What one frame costs: a streamed run's server CPU less that of the same run answered by POST
+    // /run/sync (no stream; a named session for the adapters, as they always have one), per `data:`
+    // frame, measured in the same rounds. A difference of two CPU figures moves a lot on a busy
+    // machine, so the target is on all four workload x concurrency pairs pooled (streamed CPU over
+    // all their runs less the unstreamed, over all their frames); each pair has its own row too.
+    const streamCpu = (key: string, w: string, route: (typeof STREAMED)[number]) => {
+      const runs = results[key][route].count;
+      return { cpu: (cpuPerRun(key, route) - cpuPerRun(key, UNSTREAMED[route])) * runs, frames: frames[w][route] * runs };
+    };
+    const pooled = { run: { cpu: 0, frames: 0 }, 'ai-sdk': { cpu: 0, frames: 0 }, 'ag-ui': { cpu: 0, frames: 0 } };
+    for (const w of ['trivial', 'tool'] as const)
+      for (const c of [1, 32]) {
+        const key = `${w}/${c}`;
+        const per = (route: (typeof STREAMED)[number]) => {
+          const x = streamCpu(key, w, route);
+          pooled[route].cpu += x.cpu;
+          pooled[route].frames += x.frames;
+          return x.cpu / Math.max(1, x.frames);
+        };
+        const base = per('run');
+        for (const route of ['ai-sdk', 'ag-ui'] as const) {
+          const v = per(route);
+          rows.push({
+            metric: `Server CPU per data: frame (streamed run less the same run by POST /run/sync, per frame), POST ${PATH[route]}, ${WORKLOADS[w].label}, concurrency ${c}`,
+            value: round(v * 1000, 1),
+            unit: 'us',
+            baseline: round(base * 1000, 1),
+            baseline_label: 'POST /run',
+            ratio: base > 0 ? ratio(v, base) : null,
+          });
+        }
+      }
+    const pooledPer = (route: (typeof STREAMED)[number]) => pooled[route].cpu / Math.max(1, pooled[route].frames);
+    for (const route of ['ai-sdk', 'ag-ui'] as const) {
+      const v = pooledPer(route);
+      const base = pooledPer('run');
+      rows.push({
+        metric: `Server CPU per data: frame, both workloads at concurrency 1 and 32 pooled, POST ${PATH[route]} (one adapter frame costs no more than one POST /run frame)`,
+        value: round(v * 1000, 1),
+        unit: 'us',
+        baseline: round(base * 1000, 1),
+        baseline_label: 'POST /run',
+        ratio: base > 0 ? ratio(v, base) : null,
+        target: '<= POST /run',
+        pass: v <= base,
+      });
+    }
+    for (const w of ['trivial', 'tool'] as const)
+      rows.push({
+        metric: `Bytes per data: frame (response bytes / frames), ${WORKLOADS[w].label}: POST /run / POST /ai-sdk/chat / POST /ag-ui`,
+        value: STREAMED.map((r) => round(bytes[w][r] / Math.max(1, frames[w][r]), 0)).join(' / '),
+        unit: '',
+      });
     return {
       title: 'Chat protocol adapters (POST /ai-sdk/chat, POST /ag-ui) against POST /run on the real model path',
       method: [
@@ -234,6 +310,7 @@ export async function protocolsBench(): Promise<BenchOutput> {
         'Bodies: POST /run `{query}` (a new session per run; the diagnostic rows also `{query, session_id}` with a new id each time); POST /ai-sdk/chat the body `DefaultChatTransport` sends (`{id, messages: [one user message], trigger: "submit-message"}`), POST /ag-ui a `RunAgentInput` (`{threadId, runId, messages: [one user message]}`), each with a fresh chat / thread id per request, so each is a new named session.',
         `Counting pass (after the timed rounds, trivial workload): ${COUNTED_RUNS} runs per route at concurrency 1 and 32 with the child's counters on; LevelDB disk reads are the asynchronous read calls on classic-level's native binding (get, getMany, iterator pages), group-commit rounds the LevelDB store's own count.`,
         "Server CPU per run: the agentd child's user + system CPU (/proc/<pid>/stat) over each route's rounds, divided by the runs those rounds completed; less dragged down than runs/s by the rest of a shared machine's load, though contention still moves it by tens of percent between runs there (no target).",
+        "Server CPU per frame: the same runs also through POST /run/sync (`{query}`, and `{query, session_id}` with a new id for the adapters, which always name a session), measured in the same rounds; a streamed route's server CPU per run less its POST /run/sync counterpart's, divided by its `data:` frames per run: what its stream costs per frame (translation, serialisation, writes), POST /ai-sdk/chat and POST /ag-ui against POST /run; the target row pools both workloads at both concurrencies (a difference of two CPU figures moves a lot on a loaded machine, so no single pair carries it).",
         `Order: ${WARMUP_RUNS} warm-up runs per route (half per workload, concurrency 32), then per workload and concurrency ${ROUNDS} rounds of ${ROUND_MS / 1000} s per route, the route order rotated each round. Client: keep-alive HTTP workers in the parent process, each reading the full response before the next request.`,
       ],
       rows,
