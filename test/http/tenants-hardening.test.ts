@@ -207,14 +207,14 @@ describe("a tenant's workspace template with shared namespaces allowed", () => {
   it("is allowed among its own tasks' folders; a global key's may point anywhere", async () => {
     for (const [i, template] of ['background/{agent_id}/{task_id}/custom/{run_id}', 'background/default/acme~nightly/shared'].entries()) {
       const r = await postJson(`${s.url}/background/tasks`, task(`own-${i}`, { workspace_policy: { namespace_template: template } }), as('acme', 'operator'));
-      expect(r.status, `${template}: ${r.text}`).toBe(200);
+      expect(r.status, `${template}: ${JSON.stringify(r.body)}`).toBe(200);
     }
     const g = await postJson(
       `${s.url}/background/tasks`,
       task('global-shared', { workspace_policy: { namespace_template: 'shared/{run_id}' } }),
       as('global', 'operator'),
     );
-    expect(g.status, g.text).toBe(200);
+    expect(g.status, JSON.stringify(g.body)).toBe(200);
   });
 });
 
@@ -230,7 +230,7 @@ describe('a spec that loads a tools module', () => {
     expect((await getJson(`${s.url}/background/agents/with-code`, as('acme', 'reader'))).status).toBe(404);
     // Without a tools module a tenant's admin registers its own agent as before.
     const plain = await postJson(`${s.url}/background/agents`, { spec: { agent_id: 'plain' } }, as('acme', 'admin'));
-    expect(plain.status, plain.text).toBe(200);
+    expect(plain.status, JSON.stringify(plain.body)).toBe(200);
   });
 
   it("is registered by a global admin key, in a tenant's namespace with x-agentd-tenant", async () => {
