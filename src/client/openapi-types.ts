@@ -130,7 +130,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List background runs, oldest first */
+        /** List background runs, oldest first (order=desc: newest first), by task, status, agent and time range */
         get: operations["listBackgroundRuns"];
         put?: never;
         post?: never;
@@ -164,7 +164,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Attempts of a background run */
+        /** Attempts of a background run, first attempt first (order=desc: latest first) */
         get: operations["listBackgroundRunAttempts"];
         put?: never;
         post?: never;
@@ -198,7 +198,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Replay of the run lifecycle events (sequence 1..n) */
+        /** Replay of the run lifecycle events (sequence 1..n; order=desc: n..1) */
         get: operations["listBackgroundRunEvents"];
         put?: never;
         post?: never;
@@ -283,7 +283,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List background tasks */
+        /** List background tasks, oldest first (order=desc: newest first) */
         get: operations["listBackgroundTasks"];
         put?: never;
         /** Create (or with replace, replace) a background task */
@@ -3828,6 +3828,8 @@ export interface operations {
             query?: {
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default asc). */
+                order?: "asc" | "desc";
             };
             header?: never;
             path: {
@@ -3968,6 +3970,8 @@ export interface operations {
             query?: {
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default asc). */
+                order?: "asc" | "desc";
             };
             header?: never;
             path: {
@@ -4271,6 +4275,8 @@ export interface operations {
                 agent_id?: components["schemas"]["BackgroundId"];
                 cursor?: string;
                 limit?: number;
+                /** @description asc: oldest first; desc: newest first (default asc). */
+                order?: "asc" | "desc";
             };
             header?: never;
             path?: never;
