@@ -69,6 +69,11 @@ export const DOMAIN_ERRORS = {
   AGT_ERR_AGENT_SPEC_NEEDS_ADMIN: { error: 'Forbidden', status: 403, message: "the '%s' role may not register a spec with %s: it needs an admin key" },
   AGT_ERR_TENANT_ROUTE: { error: 'Forbidden', status: 403, message: 'a key acting in a tenant may not call %s %s' },
   AGT_ERR_TENANT_MISMATCH: { error: 'Forbidden', status: 403, message: "the key acts in tenant '%s' and may not act in '%s'" },
+  AGT_ERR_TENANT_TOOLS_MODULE: {
+    error: 'Forbidden',
+    status: 403,
+    message: "a key of tenant '%s' may not register a spec with %s: a tools module is code the service runs, so only a global admin key may",
+  },
   AGT_ERR_TENANT_SHARED_AGENT: { error: 'Forbidden', status: 403, message: "background agent '%s' is shared by every tenant: only a global key may change it" },
   AGT_ERR_APPROVER_NOT_ALLOWED: { error: 'Forbidden', status: 403, message: "the key '%s' is not one of the approvers of approval '%s'" },
   AGT_ERR_APPROVER_MISMATCH: { error: 'Forbidden', status: 403, message: "approver '%s' does not match the API key '%s'" },

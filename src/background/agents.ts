@@ -71,10 +71,14 @@ export class BackgroundAgents {
   }
 
   /**
-   * `caller`: the role of the key (null when auth is off: every caller may do everything). What a
+   * `caller`: the role of the key (null when auth is off: every caller may do everything), the
+   * tenant the request acts in, and the key's own tenant (`keyTenant`; null: a global key). What a
    * spec may reach is checked against the config when it is built (src/agent/agent-spec.ts).
    */
-  async registerAgent(body: BackgroundAgentRegistrationRequest, caller: { role: string | null; tenant?: string | null }): Promise<AgentRow> {
+  async registerAgent(
+    body: BackgroundAgentRegistrationRequest,
+    caller: { role: string | null; tenant?: string | null; keyTenant?: string | null },
+  ): Promise<AgentRow> {
     const clientId = body.agent_id ?? body.spec?.agent_id ?? this.cfg.agent_id;
     // The served agent's row stands for the config's agent; over HTTP it is only re-registered as
     // such, never given a spec (which would send its tasks, prompt and key wherever the spec says).
@@ -84,8 +88,11 @@ export class BackgroundAgents {
     if (body.spec && isServedAgentSpec(body.spec)) {
       throw new RequestValidationError('body', [specIssue(['metadata', 'served_agent'], 'set only on rows registered without a spec', 'value_error')], body);
     }
-    const admin = caller.role === null || caller.role === 'admin';
     const needsAdmin = body.spec ? adminOnlyFields(body.spec) : [];
+    // A tools module is the operator's code, run in the service: a tenant's admin administers its
+    // tenant, not the service, so only a global admin key may name one (docs/agents.md).
+    if (caller.keyTenant && needsAdmin.length > 0) throw domainError('AGT_ERR_TENANT_TOOLS_MODULE', [caller.keyTenant, needsAdmin.join(', ')]);
+    const admin = caller.role === null || (caller.role === 'admin' && !caller.keyTenant);
     if (!admin && needsAdmin.length > 0) throw domainError('AGT_ERR_AGENT_SPEC_NEEDS_ADMIN', [caller.role ?? '', needsAdmin.join(', ')]);
     const spec: BackgroundAgentSpec = body.spec ? { ...withoutTenant(body.spec), agent_id: agentId } : this.servedAgentSpec(agentId);
     const at = iso(this.now());

@@ -5,7 +5,7 @@
 // transition. Either way they also ride in the row's outbox, so a crash that leaves the row
 // without them (PostgreSQL appends after the commit) is repaired from the row (repairOutbox).
 // Then the workspace mirror, in the same order.
-import { tenantField } from './tenancy.js';
+import { bgIdOf, tenantField } from './tenancy.js';
 import type { BackgroundRunContext, LifecycleEvent } from '../../machines/background-run.machine.js';
 import type { TelemetryEmitter } from '../runtime/emitter.js';
 import type { Store } from '../store/store.js';
@@ -170,14 +170,15 @@ export class EventOutbox {
       trace_id: ctx.internal.trace_id,
       span_id: ctx.internal.span_id,
       parent_span_id: null,
-      actor: { type: 'background', id: l.worker_id, name: ctx.run.task_id },
+      // The client's task and agent ids (a tenant's are keys inside, tenancy.ts), with its tenant.
+      actor: { type: 'background', id: l.worker_id, name: bgIdOf(ctx.run.task_id) },
       sequence: l.sequence,
       error: isError && ctx.run.error ? { type: l.event, message: ctx.run.error } : null,
       metadata: {
         run_id: l.run_id,
         session_id: ctx.run.session_id,
-        agent_id: l.agent_id,
-        task_id: l.task_id,
+        agent_id: bgIdOf(l.agent_id),
+        task_id: bgIdOf(l.task_id),
         status: l.status,
         attempt: l.attempt,
         worker_id: l.worker_id,

@@ -19,6 +19,7 @@ import type { Repos } from '../store/repos/index.js';
 import type { TraceRecord } from '../telemetry/traces.js';
 import { TERMINAL, attemptRecordId, occurrenceRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
 import type { CreateRunInput, PreparedRun } from './engine.js';
+import { bgIdOf, bgSessionKey } from './tenancy.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
@@ -36,8 +37,12 @@ export interface PrepareParts {
   eventsInCommits?: boolean;
 }
 
-/** The session of a run of a task with session_policy `run`: that run's alone. */
-export const ownSessionId = (agentId: string, taskId: string, runId: string): string => `background:${agentId}:${taskId}:${runId}`;
+/**
+ * The session of a run of a task with session_policy `run`: that run's alone. Named with the
+ * client's ids: a tenant's run keeps its session in the tenant's namespace (bgSessionKey), so the
+ * ids its answers and events show never spell another tenant's key.
+ */
+export const ownSessionId = (agentId: string, taskId: string, runId: string): string => `background:${bgIdOf(agentId)}:${bgIdOf(taskId)}:${runId}`;
 
 /**
  * The run id an idempotency key names for a task (POST /background/tasks/{id}/runs): the same
@@ -62,7 +67,7 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
       ? sp.session_id
       : sp.mode === 'run'
         ? ownSessionId(task.agent_id, task.task_id, run_id)
-        : `background:${task.agent_id}:${task.task_id}`;
+        : `background:${bgIdOf(task.agent_id)}:${bgIdOf(task.task_id)}`;
   const workspace_path = parts.workspaceFor(task, run_id);
   const occ = input.occurrence;
   const run: BackgroundRun = {
@@ -160,7 +165,10 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
     ops.push(r.bgOccurrences.createOp(occurrenceRecordId(task.task_id, occ.occurrence_id), occurrence));
   }
   const rowIndexes = runRowIndexes(row);
-  const traceIndexes: RecordIndexes = { run_id, session_id, task_id: task.task_id };
+  // The session index holds the session's key in the run's tenant (as a run's trace does), the
+  // task index the task's key: a tenant's lookups find its own, never another's of the same id.
+  const sessionKey = bgSessionKey({ task_id: task.task_id, session_id });
+  const traceIndexes: RecordIndexes = { run_id, session_id: sessionKey, task_id: task.task_id };
   ops.push(r.bgRuns.createOp(run_id, row, rowIndexes));
   ops.push(r.traces.createOp(ctx.internal.trace_id, parts.traceValue(ctx, TERMINAL.has(ctx.run.status) ? ctx.run.status : 'running'), traceIndexes));
   // Ids made up here are new (no row, no record under an index value made from them): the trace's
@@ -175,9 +183,9 @@ export function prepareRun(input: CreateRunInput, nowMs: number, parts: PrepareP
   const firstAttempt = newRun
     ? [
         { kind: r.bgAttempts.kind, id: attemptRecordId(run_id, 1), indexes: { run_id }, fresh: ['run_id'] },
-        { kind: r.runs.kind, id: run_id, ...(sp.mode === 'run' ? { indexes: { session_id }, fresh: ['session_id'] } : { fresh: [] }) },
+        { kind: r.runs.kind, id: run_id, ...(sp.mode === 'run' ? { indexes: { session_id: sessionKey }, fresh: ['session_id'] } : { fresh: [] }) },
         { kind: r.snapshots.kind, id: run_id, fresh: [] },
-        ...(sp.mode === 'run' ? [{ kind: r.sessions.kind, id: session_id, fresh: [] }] : []),
+        ...(sp.mode === 'run' ? [{ kind: r.sessions.kind, id: sessionKey, fresh: [] }] : []),
       ]
     : [];
   parts.prefetch?.([

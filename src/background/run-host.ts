@@ -3,7 +3,7 @@
 // them from rows, applies events, and binds the machine's `record` effect: every row write is a
 // compare-and-swap on the version this process last wrote, and transitions taken before the
 // previous write started share its commit.
-import { tenantField } from './tenancy.js';
+import { bgIdOf, bgSessionKey, tenantField } from './tenancy.js';
 import type { Actor, AnyActorRef, CallbackActorLogic } from 'xstate';
 import {
   BACKGROUND_RUN_MACHINE_VERSION,
@@ -391,7 +391,7 @@ export class RunHosts {
       ops.push(
         r.traces.updateOp(ctx.internal.trace_id, this.traceValue(ctx, status), null, {
           run_id: h.id,
-          session_id: ctx.run.session_id,
+          session_id: bgSessionKey(ctx.run),
           task_id: ctx.run.task_id,
         }),
       );
@@ -473,8 +473,9 @@ export class RunHosts {
       parent_trace_id: null,
       run_id: ctx.run.run_id,
       session_id: ctx.run.session_id,
-      task_id: ctx.run.task_id,
-      agent_id: ctx.run.agent_id,
+      // The client's ids (tenancy.ts): the trace's indexes hold the keys.
+      task_id: bgIdOf(ctx.run.task_id),
+      agent_id: bgIdOf(ctx.run.agent_id),
       kind: 'background',
       // The run's tenant (its task key's, tenancy.ts): trace reads of a tenant filter on it.
       ...tenantField(ctx.run.task_id),

@@ -8,6 +8,7 @@ import { domainError } from '../errors.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
 import { TERMINAL, WAITING, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
+import { bgIdOf, publicLifecycle, publicRunIds } from './tenancy.js';
 import {
   MirrorQueue,
   absoluteWorkspace,
@@ -164,8 +165,9 @@ export class RunWorkspaces {
       this.deps.logger.warn({ bg_run_id: ctx.run.run_id, err: String(err) }, 'the run workspace is outside the workspace root; not written');
       return;
     }
-    const lines = ctx.internal.write_events_jsonl ? lifecycle.map(({ data: _d, ...line }) => line) : [];
-    const run = ctx.internal.write_run_json && rewriteRunJson ? ctx.run : null;
+    // The files show the client's task and agent ids, as answers do (tenancy.ts).
+    const lines = ctx.internal.write_events_jsonl ? lifecycle.map(({ data: _d, ...line }) => publicLifecycle(line)) : [];
+    const run = ctx.internal.write_run_json && rewriteRunJson ? publicRunIds(ctx.run) : null;
     if (lines.length === 0 && !run) return;
     const makeDir = !this.madeDirs.has(dir);
     if (last) this.madeDirs.delete(dir);
@@ -218,7 +220,9 @@ export class RunWorkspaces {
         if (!internal.write_run_json || !TERMINAL.has(run.status) || (await mirroredRunMatches(dir, run))) return;
         if (this.deletedRuns.has(run.run_id)) return; // deleted while its folder was read: writing would make it again
         this.deps.logger.warn({ bg_run_id: run.run_id }, 'rewriting a workspace run.json left behind by a crash');
-        await mirrorRun(dir, [], run, true).catch((err) => this.deps.logger.warn({ bg_run_id: run.run_id, err: String(err) }, 'workspace repair failed'));
+        await mirrorRun(dir, [], publicRunIds(run), true).catch((err) =>
+          this.deps.logger.warn({ bg_run_id: run.run_id, err: String(err) }, 'workspace repair failed'),
+        );
         return;
       }
       const stored = (await this.deps.storedLifecycle(run.run_id)).filter((e) => e.sequence > have).sort((a, b) => a.sequence - b.sequence);
@@ -233,18 +237,19 @@ export class RunWorkspaces {
             event: e.event_type,
             timestamp: m.lifecycle_timestamp ?? e.timestamp,
             run_id: m.run_id,
-            task_id: m.task_id,
-            agent_id: m.agent_id,
+            task_id: typeof m.task_id === 'string' ? bgIdOf(m.task_id) : m.task_id,
+            agent_id: typeof m.agent_id === 'string' ? bgIdOf(m.agent_id) : m.agent_id,
             status: m.status,
             attempt: m.attempt,
             worker_id: m.worker_id,
             lease_generation: m.lease_generation,
+            ...(typeof m.tenant === 'string' ? { tenant: m.tenant } : {}),
           };
         });
       if (lines.length > 0) this.deps.logger.warn({ bg_run_id: run.run_id, from: have + 1, to: row.event_seq }, 'appending workspace lines lost by a crash');
     }
     if (this.deletedRuns.has(run.run_id)) return; // deleted while its folder was read: writing would make it again
-    await mirrorRun(dir, lines, internal.write_run_json ? run : null, true).catch((err) =>
+    await mirrorRun(dir, lines, internal.write_run_json ? publicRunIds(run) : null, true).catch((err) =>
       this.deps.logger.warn({ bg_run_id: run.run_id, err: String(err) }, 'workspace repair failed'),
     );
   }

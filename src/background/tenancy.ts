@@ -7,7 +7,7 @@
 // character is also safe in the workspace folders the keys name (background/<agent>/<task>/).
 // Answers show the plain id and the record's `tenant` (the *public helpers below). The key
 // functions themselves live in src/runtime/tenancy.ts, below both the run service and background/.
-import { bgIdOf, bgTenantOf, type TenantScope } from '../runtime/tenancy.js';
+import { bgIdOf, bgTenantOf, tenantKey, type TenantScope } from '../runtime/tenancy.js';
 export { bgIdOf, bgKey, bgTenantOf } from '../runtime/tenancy.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import type { RecordIndexes } from '../store/store.js';
@@ -32,6 +32,20 @@ export function publicRunIds(run: BackgroundRun): BackgroundRun {
 export function tenantField(key: string): { tenant?: string } {
   const tenant = bgTenantOf(key);
   return tenant ? { tenant } : {};
+}
+
+/**
+ * The store key of a background run's session: its session id in the run's tenant, as its agent
+ * run keeps it (src/runtime/tenancy.ts). Trace indexes hold it, so a lookup of a session's trace
+ * by a tenant's key finds the background trace too.
+ */
+export function bgSessionKey(run: { task_id: string; session_id: string }): string {
+  return tenantKey(bgTenantOf(run.task_id), run.session_id);
+}
+
+/** A lifecycle record (or its mirrored line) as answers, events and workspace files show it: the client's ids and the tenant. */
+export function publicLifecycle<T extends { task_id: string; agent_id: string }>(l: T): T & { tenant?: string } {
+  return { ...l, task_id: bgIdOf(l.task_id), agent_id: bgIdOf(l.agent_id), ...tenantField(l.task_id) };
 }
 
 /**

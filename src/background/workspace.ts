@@ -11,6 +11,7 @@ import { promisify } from 'node:util';
 import path from 'node:path';
 import { HttpDetailError } from '../errors.js';
 import { namespaceTemplateProblem } from '../schemas/background.js';
+import { bgTenantOf } from '../runtime/tenancy.js';
 
 const mkdirP = promisify(mkdir);
 const appendFileP = promisify(appendFile);
@@ -59,7 +60,36 @@ export function workspaceOf(template: string, ids: WorkspaceIds, allowShared: bo
       problem: `resolves to '${rendered}', outside the task's own namespace '${taskNamespace(ids)}/' (set background.workspace.allow_shared_namespaces to allow it)`,
     };
   }
-  return { rel: path.posix.relative(root, full) };
+  const rel = path.posix.relative(root, full);
+  // Shared namespaces are for trusted task authors, and a tenant's are not the operator's: its
+  // task (its key names the tenant, src/background/tenancy.ts) stays among its own tasks' folders,
+  // so it can never reach another tenant's workspaces, a session's folder (sessions/ holds every
+  // tenant's), or the root's other files, whatever the config allows.
+  const tenant = bgTenantOf(ids.task_id);
+  if (allowShared && tenant !== null && !insideTenantFolders(rel, tenant)) {
+    return {
+      problem: `resolves to '${rendered}', outside tenant '${tenant}''s folders 'background/<agent_id>/${tenant}~<task_id>/' (a tenant's task never shares another's namespace)`,
+    };
+  }
+  return { rel };
+}
+
+/**
+ * Whether `rel` (resolved, relative to the workspace root) lies in a folder of one of `tenant`'s
+ * tasks: `background/<agent>/<tenant>~<task>/...`, where the agent is a shared one or the tenant's
+ * own (task and agent keys: src/runtime/tenancy.ts bgKey).
+ */
+function insideTenantFolders(rel: string, tenant: string): boolean {
+  const [top, agent, task] = rel.split('/');
+  const own = `${tenant}~`;
+  return (
+    top === 'background' &&
+    agent !== undefined &&
+    (!agent.includes('~') || agent.startsWith(own)) &&
+    task !== undefined &&
+    task.startsWith(own) &&
+    task.length > own.length
+  );
 }
 
 /** A template's problem for a task (checked at creation with a placeholder run id), or null. */

@@ -74,6 +74,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
       bg.agents.registerAgent(request.body, {
         role: request.apiKeyRole ?? ((deps.config.auth?.api_keys ?? []).length === 0 ? null : 'unknown'),
         tenant: tenantOf(request),
+        keyTenant: request.apiKeyTenant ?? null,
       }),
   );
 

@@ -130,10 +130,15 @@ export function hostAllowed(url: URL, allow: readonly string[]): boolean {
 export function deriveWebhook(ev: StoredEvent): Derived | null {
   const meta = (ev.metadata ?? {}) as Record<string, unknown>;
   const runId = (ev.run_id ?? (meta.run_id as string | undefined) ?? null) as string | null;
+  const tenant = eventTenant(ev);
   const base = {
     run_id: runId,
     session_id: ev.session_id ?? (meta.session_id as string | undefined) ?? null,
-    task_id: clientTaskId(ev.task_id ?? (meta.task_id as string | undefined) ?? null, eventTenant(ev)),
+    task_id: clientTaskId(ev.task_id ?? (meta.task_id as string | undefined) ?? null, tenant),
+    // A tenant's run says whose it is (a receiver shared by tenants tells them apart; ids a client
+    // chose, such as session_id and task_id, are only unique within a tenant). Runs without a
+    // tenant keep the body they always had.
+    ...(tenant ? { tenant } : {}),
     trace_id: ev.trace_id ?? null,
     event_id: ev.event_id,
     occurred_at: ev.timestamp,

@@ -2,7 +2,7 @@
 // cancellation, steer messages and interrupt requests. Each decision is one compare-and-set on the
 // run record (casUpdate: read, decide, write on the version read, retried with backoff); a
 // decision that lets a paused run go on hands it to RunRecovery.resume.
-import { sessionKeyOf } from './tenancy.js';
+import { runEventIds, sessionKeyOf } from './tenancy.js';
 import { matchGlob } from '../../machines/policies/governance.js';
 import type { ApprovalState, BudgetRequest, RunContext } from '../../machines/run.machine.js';
 import { decideApproval as decideApprovalRule } from '../../machines/policies/approval.js';
@@ -240,7 +240,7 @@ export class RunDecisions {
       span_id: newId('span'),
       actor: { type: 'user', id: body.source },
       output: outcome,
-      metadata: { run_id: runId, session_id: rec.value.session_id, agent_id: rec.value.agent_id, task_id: rec.value.task_id },
+      metadata: runEventIds(rec.value),
     });
     return outcome;
   }
@@ -320,14 +320,7 @@ export class RunDecisions {
       span_id: newId('span'),
       actor: { type: 'system', id: this.deps.workerId },
       error: { type: 'Cancelled', message: 'the run was cancelled' },
-      metadata: {
-        run_id: runId,
-        session_id: done.value.session_id,
-        agent_id: done.value.agent_id,
-        task_id: done.value.task_id,
-        termination_reason: 'cancelled',
-        status: 'cancelled',
-      },
+      metadata: { termination_reason: 'cancelled', status: 'cancelled', ...runEventIds(done.value) },
     });
     this.kernel.notifySettled(done.value);
     return { status: 'cancel_requested', run_id: runId };
@@ -360,7 +353,7 @@ export class RunDecisions {
   ): Promise<{ status: 'queued'; message_id: string; run_id: string } | { blocked: { rule: string; message: string } }> {
     const r = await this.kernel.get(runId);
     if (!STEERABLE.has(r.status)) throw domainError('AGT_ERR_RUN_NOT_STEERABLE', [runId, r.status], { detail: r.status });
-    const meta = { run_id: runId, session_id: r.session_id, agent_id: r.agent_id, task_id: r.task_id };
+    const meta = runEventIds(r);
     const verdict = checkInput(body.message, this.deps.guardrails);
     if (!verdict.allowed) {
       await this.deps.telemetry.emitSafe({
@@ -370,7 +363,7 @@ export class RunDecisions {
         actor: { type: 'guardrail', id: verdict.rule },
         input: { message: body.message, sender: body.sender },
         error: { type: 'GuardrailViolation', message: verdict.message },
-        metadata: { ...meta, rule: verdict.rule, matched: verdict.matched ?? null, source: 'steer', sender: body.sender },
+        metadata: { rule: verdict.rule, matched: verdict.matched ?? null, source: 'steer', sender: body.sender, ...meta },
       });
       return { blocked: { rule: verdict.rule, message: verdict.message } };
     }

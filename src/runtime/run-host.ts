@@ -2,7 +2,7 @@
 // and timeout timers, and its telemetry chain. After every transition it persists the record and
 // snapshot (the record as recordFromSnapshot projects it), and it lets go of the run when it
 // ends, parks for a person, stops at a boundary, fails outside its machine or is fenced off.
-import { sessionKeyOf } from './tenancy.js';
+import { bgIdOf, sessionKeyOf } from './tenancy.js';
 import type { AnyActorRef, Snapshot } from 'xstate';
 import { RUN_MACHINE_VERSION, type RunContext, type RunEvent, type RunStateValue } from '../../machines/run.machine.js';
 import type { ChatMessage } from '../agent/model/types.js';
@@ -475,8 +475,10 @@ export class RunHost {
       metadata: {
         run_id: this.run_id,
         session_id: this.session_id,
-        agent_id: this.agent_id,
-        task_id: this.task_id,
+        // A tenant's own agent and task are keys inside (src/background/tenancy.ts): events show
+        // the ids its client chose, with `tenant` below (reads of a tenant filter on that).
+        agent_id: bgIdOf(this.agent_id),
+        task_id: this.task_id === null ? null : bgIdOf(this.task_id),
         ...(input.metadata ?? {}),
         // Filtered on by every read of a tenant (src/runtime/telemetry-queries.ts); last, so no
         // emitter's metadata can name another.

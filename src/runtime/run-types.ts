@@ -1,5 +1,6 @@
 // Shared shapes of the synchronous-run runtime (src/runtime/runs.ts and its run-*.ts parts): its settings and
 // dependencies, the stored snapshot, session and trace values, and the small pure helpers they share.
+import { bgIdOf } from './tenancy.js';
 import type { Snapshot } from 'xstate';
 import type { ChatMessage, ModelProvider } from '../agent/model/types.js';
 import type { ConditionEvaluator, GovernanceConfig } from '../../machines/policies/governance.js';
@@ -218,8 +219,9 @@ export function traceValueOf(r: RunRecord, parent: string | null, status: string
     run_id: r.run_id,
     session_id: r.session_id,
     ...(r.tenant ? { tenant: r.tenant } : {}),
-    task_id: r.task_id,
-    agent_id: r.agent_id,
+    // As answers show them (src/background/tenancy.ts); the trace's task_id index holds the key.
+    task_id: r.task_id === null ? null : bgIdOf(r.task_id),
+    agent_id: bgIdOf(r.agent_id),
     status,
     started_at: iso(nowMs),
     ended_at: null,

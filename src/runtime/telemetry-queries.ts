@@ -1,6 +1,6 @@
 import { notFound } from '../errors.js';
 import type { OriginRoot } from '../telemetry/otlp-spans.js';
-import { GLOBAL_SCOPE, tenantKey, visibleIn, type TenantScope } from './tenancy.js';
+import { GLOBAL_SCOPE, bgIdOf, bgKey, tenantKey, visibleIn, type TenantScope } from './tenancy.js';
 import { inTimeRange, scanPage, type ListOrder } from './list-scan.js';
 import type { EventIndexField, EventInput, EventPage, EventQuery, Store, StoredEvent } from '../store/store.js';
 import { resolveTraceLookup, summarizeTrace, type Trace, type TraceRecord, type TraceStatus } from '../telemetry/traces.js';
@@ -157,13 +157,16 @@ export class TelemetryQueries {
       : q.session_id
         ? { name: 'session_id', value: tenantKey(scope.tenant, q.session_id) }
         : q.task_id
-          ? { name: 'task_id', value: q.task_id }
+          ? // The index holds the task's key: a tenant's own task of that id (a global key's: the
+            // no-tenant namespace, as GET /background/tasks/{id} answers it).
+            { name: 'task_id', value: bgKey(scope.tenant, q.task_id) }
           : undefined;
     const match = (r: TraceRecord): boolean =>
       visibleIn(scope, (r as { tenant?: string }).tenant) &&
       (!q.status || r.status === q.status) &&
       (!q.session_id || r.session_id === q.session_id) &&
-      (!q.task_id || r.task_id === q.task_id) &&
+      // Records show the client's id (older ones held the key).
+      (!q.task_id || (r.task_id !== null && bgIdOf(r.task_id) === q.task_id)) &&
       (!q.agent_id || r.agent_id === q.agent_id) &&
       inTimeRange(r.started_at, q);
     const filtered = Boolean(

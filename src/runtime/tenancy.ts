@@ -26,6 +26,22 @@ export function keyInTenant<C extends { key: string }>(c: C, tenant: string | nu
   return tenant ? { ...c, key: tenantKey(tenant, c.key) } : c;
 }
 
+/**
+ * The ids every event of a run carries in its metadata (RunHost.emit and the events emitted
+ * beside a live run): the client's agent and task ids (a tenant's are keys inside, bgKey below)
+ * and the run's tenant, which every read of a tenant filters on. Spread it last, so no other
+ * field can name another tenant.
+ */
+export function runEventIds(r: { run_id: string; session_id: string; agent_id: string; task_id: string | null; tenant?: string | null }) {
+  return {
+    run_id: r.run_id,
+    session_id: r.session_id,
+    agent_id: bgIdOf(r.agent_id),
+    task_id: r.task_id === null ? null : bgIdOf(r.task_id),
+    ...(r.tenant ? { tenant: r.tenant } : {}),
+  };
+}
+
 /** The store key of a run's session: its session id in the run's tenant. */
 export const sessionKeyOf = (r: { tenant?: string | null; session_id: string }): string => tenantKey(r.tenant, r.session_id);
 

@@ -90,7 +90,7 @@ describe('RunWorkspaces.repairWorkspace', () => {
       },
     });
     const row = {
-      run: { run_id: 'r1', task_id: 't', status: 'completed', workspace_path: 'background/default/t/r1' },
+      run: { run_id: 'r1', task_id: 't', agent_id: 'default', status: 'completed', workspace_path: 'background/default/t/r1' },
       internal: { write_events_jsonl: true, write_run_json: true },
       event_seq: 2,
     } as never;
