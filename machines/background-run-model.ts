@@ -87,8 +87,50 @@ export type BackgroundRunEvent =
   /** timeout_seconds reached for the attempt driving `agent_run_id`: its agent run is stopped (AGENT_DONE `timeout` follows). */
   | { type: 'TIMEOUT'; at: string; agent_run_id: string }
   | { type: 'SKIP'; at: string; reason: string }
-  /** The lease lapsed (or its owner is known dead): the finder takes over with a new lease. */
-  | { type: 'RECOVER'; at: string; worker_id: string; lease_token: string; lease_expires_at: string; attempt_id: string; previous_owner?: string | null };
+  /**
+   * The lease lapsed (or its owner is known dead): the finder takes over with a new lease. `agent`
+   * is the running attempt's agent run as the finder read it: one that already ended or parked
+   * settles the run from that (no new attempt, nothing runs again); absent, the attempt is recovered.
+   */
+  | {
+      type: 'RECOVER';
+      at: string;
+      worker_id: string;
+      lease_token: string;
+      lease_expires_at: string;
+      attempt_id: string;
+      previous_owner?: string | null;
+      agent?: AgentSettled | null;
+    };
+
+/**
+ * An agent run's end or park as read from its record (RECOVER.agent): what AGENT_DONE would have
+ * carried had its owner lived to send it, plus whether a person already decided a parked one.
+ */
+export interface AgentSettled {
+  outcome: AgentOutcome;
+  error: string | null;
+  result_preview: string | null;
+  retryable: boolean;
+  side_effects: SideEffectInfo[];
+  /** Parked (awaiting a person) and already decided: the run goes back to the queue at once. */
+  decided: boolean;
+}
+
+/**
+ * The events a RECOVER whose agent run already settled stands for: its AGENT_DONE, and for a
+ * parked agent run a person already decided, the RESUME that requeues it.
+ */
+export function settledEvents(ctx: Ctx, e: Ev<'RECOVER'>): BackgroundRunEvent[] {
+  const a = e.agent;
+  if (!a || ctx.internal.agent_run_id === null) return [];
+  const { decided, ...done } = a;
+  const parked = a.outcome === 'awaiting_approval' || a.outcome === 'awaiting_budget';
+  return [
+    { type: 'AGENT_DONE', at: e.at, agent_run_id: ctx.internal.agent_run_id, ...done },
+    ...(parked && decided ? [{ type: 'RESUME' as const, at: e.at }] : []),
+  ];
+}
 
 export interface RecordParams {
   events: LifecycleEvent[];

@@ -35,6 +35,7 @@ import {
   retryOf,
   addSeconds,
   agentRunInput,
+  settledEvents,
   type AgentRunChildEvent,
   type LifecycleEvent,
   type AttemptRecord,
@@ -56,6 +57,7 @@ export type {
   RecordParams,
   StartAgentParams,
   AgentRunChildEvent,
+  AgentSettled,
 } from './background-run-model.js';
 export { agentRunIdFor, backgroundRunIdOf } from './background-run-model.js';
 
@@ -110,6 +112,13 @@ export const backgroundRunMachine = setup({
       if ((self.getSnapshot() as { children: Record<string, unknown> }).children[AGENT]) enqueue.sendTo(AGENT, params);
       // (A named action of this same setup: enqueue's type knows only the built-in ones.)
       else if (params.type === 'CANCEL') enqueue({ type: 'cancelAgent', params: { agent_run_id: context.internal.agent_run_id } } as never);
+    }),
+    /**
+     * running, lease lapsed, its agent run already ended or parked (RECOVER.agent): the run takes
+     * that end as AGENT_DONE (and a decided park's RESUME) in this same step, one row write.
+     */
+    settleFromAgent: enqueueActions(({ context, event, enqueue }) => {
+      for (const e of settledEvents(context, event as Ev<'RECOVER'>)) enqueue.raise(e);
     }),
     /** queued -> claimed: the lease of the claiming worker. */
     applyClaim: assign(on('CLAIM', claimed)),
@@ -275,6 +284,7 @@ export const backgroundRunMachine = setup({
       return retryOf(context, e).retry;
     },
     attemptsRemain: ({ context }) => context.run.attempt < context.run.max_attempts,
+    agentSettled: ({ context, event }) => (event as Ev<'RECOVER'>).agent != null && context.internal.agent_run_id !== null,
   },
 }).createMachine({
   id: 'backgroundRun',
@@ -476,6 +486,8 @@ export const backgroundRunMachine = setup({
         // timeout_seconds reached: the agent run stops, and its end (AGENT_DONE timeout) decides.
         TIMEOUT: [{ guard: 'staleAgent' }, { actions: { type: 'tellAgent', params: { type: 'TIMEOUT' } } }],
         RECOVER: [
+          // Its agent run ended or parked before the lapsed owner recorded it: settle from that.
+          { guard: 'agentSettled', actions: 'settleFromAgent' },
           {
             guard: 'attemptsRemain',
             // Re-entered: the next attempt's child continues the same agent run.

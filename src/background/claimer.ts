@@ -2,7 +2,7 @@
 // under the overlap policy of their task) and recovery (lapsed leases, dead owners, due retries,
 // parked runs whose decision came). What it claims is hosted by the engine (engine.ts).
 import { randomUUID } from 'node:crypto';
-import type { BackgroundRunEvent } from '../../machines/background-run.machine.js';
+import type { AgentSettled, BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import { canClaim } from '../../machines/policies/overlap.js';
 import { newId } from '../ids.js';
 import type { BackgroundRunStatus } from '../schemas/background.js';
@@ -37,7 +37,8 @@ export interface ClaimerHost {
   /** The workspace mirror's backlog is at its bound: claim nothing until it has room (it kicks). */
   mirrorFull(): boolean;
   countActive(taskId: string): Promise<number>;
-  settleFromAgent(row: BgRunRow): Promise<boolean>;
+  /** A running row's agent run, if it already ended or parked (RECOVER carries it; agent-bridge.ts). */
+  agentSettledOf(row: BgRunRow): Promise<AgentSettled | null>;
   timers: AttemptTimers;
   leaseMs(): number;
   /** Its task's concurrency key (task-keys.ts): a slot taken (true), or the key is full (false). */
@@ -282,8 +283,9 @@ export class Claimer {
         const lapsed = this.deps.leases.lapsed(run.lease_expires_at);
         if (!lapsed && !opts.ownersDead) return;
         if (!this.accepting) return;
-        // The agent run may have ended (or parked) before the owner could record it: no recovery needed.
-        if (status === 'running' && (await this.host.settleFromAgent(row.value))) return;
+        // The agent run may have ended (or parked) before the owner could record it: RECOVER
+        // carries what it read, and the machine settles the run from it instead of recovering.
+        const agent = status === 'running' ? await this.host.agentSettledOf(row.value) : null;
         const t = this.deps.clock.now();
         this.claimingNow++;
         try {
@@ -297,10 +299,11 @@ export class Claimer {
               lease_expires_at: this.deps.leases.expiresAt(this.host.leaseMs()),
               attempt_id: newId('attempt'),
               previous_owner: run.lease_owner,
+              agent,
             },
             { durable: true },
           );
-          if (recovered.accepted) this.deps.metrics.recovered('background', lapsed ? 'lapsed_lease' : 'owner_dead');
+          if (recovered.accepted && !agent) this.deps.metrics.recovered('background', lapsed ? 'lapsed_lease' : 'owner_dead');
         } finally {
           this.claimingNow--;
         }

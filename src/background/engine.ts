@@ -191,7 +191,7 @@ export class RunEngine {
       heldCount: () => this.heldCount,
       mirrorFull: () => this.workspaces.mirrorFull(),
       countActive: (taskId) => this.countActive(taskId),
-      settleFromAgent: (row) => this.agent.settleFromAgent(row),
+      agentSettledOf: (row) => this.agent.agentSettledOf(row),
       timers: this.timers,
       leaseMs: () => this.leaseMs,
       takeKey: (run) => this.keys.take(run),
