@@ -25,8 +25,7 @@ import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.j
 import { isStoreError, StoreError, type StoredEvent, type Versioned } from '../store/store.js';
 import { TERMINAL, WAITING, type BgRunRow } from './types.js';
 import { ownSessionId } from './prepare-run.js';
-import type { BackgroundDeps, SendResult } from './engine.js';
-import type { Handle } from './run-host.js';
+import type { BackgroundDeps, Handle, SendResult } from './host-types.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
 import { bgTenantOf } from './tenancy.js';
 

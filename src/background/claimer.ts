@@ -11,9 +11,8 @@ import { isSharedStore } from '../store/changes.js';
 import { repos, type Repos } from '../store/repos/index.js';
 import { QueuedRunBuffer, type BgRunRepo } from '../store/repos/bg-runs.js';
 import { taskStatusKey, type BgRunRow } from './types.js';
-import type { AttemptTimers, TimerRef } from './attempt-timers.js';
-import type { BackgroundDeps, SendResult } from './engine.js';
-import type { Handle } from './run-host.js';
+import type { AttemptTimers } from './attempt-timers.js';
+import type { BackgroundDeps, Handle, SendResult, TimerRef } from './host-types.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 

@@ -21,21 +21,12 @@
 // that merges the steps of a fast run (docs/background.md).
 import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
-import type { TaskOccurrence } from '../../machines/task.machine.js';
-import type { Clock } from '../clock.js';
-import type { LeaseClock } from '../lease-clock.js';
-import type { Config } from '../config.js';
 import { notFound } from '../errors.js';
-import type { TelemetryEmitter } from '../runtime/emitter.js';
-import type { Metrics } from '../telemetry/metrics.js';
-import type { AgentRegistry } from '../agent/agent-registry.js';
-import type { RunService } from '../runtime/runs.js';
-import type { ActorSystem } from '../runtime/system.js';
-import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
-import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
+import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
 import { repos } from '../store/repos/index.js';
-import { ACTIVE, HELD, TERMINAL, WAITING, taskStatusKey, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
+import { ACTIVE, HELD, TERMINAL, WAITING, taskStatusKey, type BgRunRow } from './types.js';
 import { InFlightCache } from './inflight.js';
 import { AgentBridge } from './agent-bridge.js';
 import { MIRROR_BACKLOG_MAX, RunWorkspaces } from './run-workspace.js';
@@ -44,63 +35,14 @@ import { EventOutbox } from './outbox.js';
 import { Claimer } from './claimer.js';
 import { TaskKeySlots } from './task-keys.js';
 import { RunRetention } from './retention.js';
-import { RunHosts, type Handle } from './run-host.js';
-import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
+import { RunHosts } from './run-host.js';
+import { AttemptTimers, nodeTimers } from './attempt-timers.js';
+import type { BackgroundDeps, CreateRunInput, Handle, PreparedRun, SendResult } from './host-types.js';
 import { prepareRun } from './prepare-run.js';
 import { SettleWaiters } from './waiters.js';
 import { OperatorActions } from './operator-actions.js';
-import type { AppLogger } from '../telemetry/logger.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
-
-export interface BackgroundDeps {
-  store: Store;
-  clock: Clock;
-  /** The clock a background run's lease is written and judged on (src/lease-clock.ts): the run service's. */
-  leases: LeaseClock;
-  telemetry: TelemetryEmitter;
-  metrics: Metrics;
-  config: Config;
-  system: ActorSystem;
-  workerId: string;
-  runs: RunService;
-  /** Registered agents (src/agent/agent-registry.ts): a spec is built at registration, refused when it cannot be. */
-  agents?: AgentRegistry;
-  /** The process's logger; a live run's lines go through its child (run-host.ts `RunHosts.logOf`: bg_run_id, task_id). */
-  logger: AppLogger;
-  /** Timers of heartbeats, attempt timeouts and retries (default: Node's, unref'd). */
-  timers?: Timers;
-}
-
-/** A run built and validated in memory, not yet written: its ops go into some commit. */
-export interface PreparedRun {
-  ctx: BackgroundRunContext;
-  row: BgRunRow;
-  lifecycle: LifecycleRecord[];
-  ops: WriteOp[];
-}
-
-export interface CreateRunInput {
-  task: TaskRow;
-  trigger_type: TriggerType;
-  occurrence: TaskOccurrence | null;
-  query: string | null;
-  /** Store the run `skipped` with this reason (the overlap policy said so). */
-  skip: string | null;
-  /** A caller-chosen id (a manual run with an Idempotency-Key reserved it); default a new one. */
-  run_id?: string;
-  /** Not claimed before this instant (a debounced trigger's window end: debounce.ts). */
-  not_before?: string;
-  /** More of the run's trigger_metadata (a debounced trigger's window: debounce.ts). */
-  trigger_extra?: Record<string, unknown>;
-  /** More writes of the run's commit, all or nothing with it (the debounce pointer: debounce.ts). */
-  extra_ops?: WriteOp[];
-}
-
-export interface SendResult {
-  accepted: boolean;
-  status: BackgroundRunStatus | null;
-}
 
 export class RunEngine {
   private readonly handles = new Map<string, Handle>();

@@ -18,7 +18,8 @@ import type {
 import type { BackgroundTaskBulkRunResponse } from '../schemas/background-answers.js';
 import { newId } from '../ids.js';
 import type { Versioned, WriteOp } from '../store/store.js';
-import { RunEngine, type BackgroundDeps } from './engine.js';
+import { RunEngine } from './engine.js';
+import type { BackgroundDeps } from './host-types.js';
 import { TaskScheduler } from './scheduler.js';
 import { BackgroundAgents } from './agents.js';
 import { BackgroundRunQueries, publicRun } from './run-queries.js';
@@ -35,7 +36,7 @@ import { TriggerDebouncer } from './debounce.js';
 import { bgIdOf, bgKey, bgTenantOf, taskRowIndexes } from './tenancy.js';
 import { GLOBAL_SCOPE, type TenantScope } from '../runtime/tenancy.js';
 
-export type { BackgroundDeps } from './engine.js';
+export type { BackgroundDeps } from './host-types.js';
 
 registerMachine(backgroundRunMachine as unknown as AnyStateMachine, BACKGROUND_RUN_MACHINE_VERSION);
 registerMachine(taskMachine as unknown as AnyStateMachine, TASK_MACHINE_VERSION);
