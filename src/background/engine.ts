@@ -1,24 +1,21 @@
 // Background runs end to end: creation, claims under a fenced lease, heartbeats, the agent run of
 // each attempt, retries, timeouts, cancellation, recovery of lapsed leases, lifecycle events and
 // the run workspace files. Every status change goes through the background-run machine
-// (machines/background-run.machine.ts). RunEngine is the public face and the wiring; the parts:
-// run-host.ts (live runs: actor, row, write chain, the `record` effect), operator-actions.ts
-// (cancel, resume from the API), outbox.ts (lifecycle events), run-workspace.ts (workspace files), claimer.ts (claims, recovery), attempt-timers.ts
-// (heartbeat, timeout, retry), agent-bridge.ts (the agent run of an attempt), inflight.ts
-// (overlap cache), retention.ts (deleting runs), prepare-run.ts (a new run's row and events),
-// waiters.ts (callers waiting for a run to settle).
+// (machines/background-run.machine.ts). RunEngine is the public face and the wiring; the parts,
+// which share their types through host-types.ts and never import engine.ts: run-host.ts (live
+// runs: actor, row, write chain, the `record` effect), operator-actions.ts (cancel, resume from
+// the API), outbox.ts (lifecycle events), run-workspace.ts (workspace files), claimer.ts (claims,
+// recovery), attempt-timers.ts (heartbeat, timeout, retry), agent-bridge.ts (the agent run of an
+// attempt), inflight.ts (overlap cache), retention.ts (deleting runs), prepare-run.ts (a new
+// run's row and events), waiters.ts (callers waiting for a run to settle).
 //
 // An actor `bgrun:<id>` lives while this process holds the run (claimed, running) or while an
 // event is being applied to it; a resting run (queued, retrying, awaiting a person, terminal) is
-// only a row, so 10,000 queued runs cost storage, not actors. Every effect of a run goes through
-// one serial chain, and every row write is a compare-and-swap on the version this process last
-// wrote: a process whose lease was taken over is refused (fenced) and drops its copy.
-//
-// Per run, what costs is counted in store commits and file creations, so: transitions taken
-// before the previous write started share its commit (a claim and its start are one write); the
-// lifecycle events of a write are appended behind it on a per-run chain that does not hold up the
-// next write (the row's outbox covers the gap); and the workspace mirror is a low-priority lane
-// that merges the steps of a fast run (docs/background.md).
+// only a row. Every row write is a compare-and-swap on the version this process last wrote: a
+// process whose lease was taken over is refused (fenced) and drops its copy. Per run, what costs
+// is store commits and file creations: transitions taken before the previous write started
+// share its commit, lifecycle events ride in the row's commit (or its outbox on PostgreSQL), and
+// the workspace mirror merges the steps of a fast run (docs/background.md).
 import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import { notFound } from '../errors.js';
