@@ -192,7 +192,7 @@ export class Runtime {
       logger,
       rateLimiter: this.rateLimiter,
     });
-    this.debug = new RunsDebug(store, this.runs);
+    this.debug = new RunsDebug(store, this.runs, config.runs.checkpoints);
     this.evals = new EvalService({
       store,
       clock,
@@ -200,7 +200,8 @@ export class Runtime {
       workerId: this.workerId,
       logger,
       runs: this.runs,
-      replay: (id, body) => this.debug.replay(id, body),
+      replay: (id, body, original) => this.debug.replay(id, body, {}, original),
+      readRuns: (ids) => this.debug.readMany(ids),
       checkModel: (m) => this.agents.variantModel(m),
       leaseMs: config.runs.lease_seconds * 1000,
       scanMs: config.runs.orphan_sweep.interval_seconds * 1000,

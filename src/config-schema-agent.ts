@@ -120,7 +120,9 @@ export const BudgetsConfig = obj({
   tenant: arr(BudgetRule).default([]).describe("Per tenant: every run of a tenant's keys (docs/multi-tenant.md); runs of global keys have none."),
   eval: arr(BudgetRule)
     .default([])
-    .describe('Per evaluation: every replay run of one evaluation (docs/debugging.md); other runs have none. Ledger key eval:<eval_id>:<window>.'),
+    .describe(
+      'Per evaluation: every replay run and judge run of one evaluation (docs/debugging.md); other runs have none. Ledger key eval:<eval_id>:<window>.',
+    ),
   application: arr(BudgetRule).default([]).describe('Limits of the whole service.'),
   application_id: nonEmpty().default('default').describe('Identity of the application ledger keys.'),
 });

@@ -142,7 +142,7 @@ const RunsConfig = obj({
   checkpoints: bool()
     .default(true)
     .describe(
-      "Keep a checkpoint of every run before each model call, at each pause and resume and at its end (docs/debugging.md): what GET /runs/{id}/checkpoints lists and fork and replay start from. false: runs keep none (the checkpoint benchmark's baseline); a fork or a replay from a checkpoint of such a run finds none (404).",
+      "Keep a checkpoint of every run before each model call, at each pause and resume and at its end (docs/debugging.md): what GET /runs/{id}/checkpoints lists and fork and replay start from. false: runs keep none (the checkpoint benchmark's baseline); a fork, a replay from_checkpoint or a checkpoint's conversation of such a run answers 409 AGT_ERR_CHECKPOINTS_OFF (a replay from the start still works).",
     ),
   session_policy: oneOf(['enqueue', 'reject', 'interrupt', 'rollback'] as const)
     .default('enqueue')

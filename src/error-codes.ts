@@ -137,6 +137,11 @@ export const DOMAIN_ERRORS = {
   AGT_ERR_RUN_ALREADY_LIVE: { error: 'Conflict', status: 409, message: 'run %s is already live in %s' },
   AGT_ERR_REPLAY_MODEL_UNAVAILABLE: { error: 'Conflict', status: 409, message: 'this server has no agent registry to build a replay model variant with' },
   AGT_ERR_EVAL_ENDED: { error: 'Conflict', status: 409, message: 'eval %s already ended (%s)' },
+  AGT_ERR_CHECKPOINTS_OFF: {
+    error: 'Conflict',
+    status: 409,
+    message: 'run %s keeps no checkpoints (it ran with runs.checkpoints: false); replay it from its start instead',
+  },
   AGT_ERR_RUN_NO_SNAPSHOT: { error: 'Conflict', status: 409, message: 'run %s has no saved snapshot to resume from' },
   AGT_ERR_RUN_SAVED_BY_NEWER: {
     error: 'Conflict',

@@ -2,8 +2,15 @@
 // attempts or lifecycle events): the same `limit` / `cursor` / `next_cursor` as the lists read from
 // store indexes, with the position in the list as the cursor (OffsetCursor in src/schemas/common.ts).
 
-/** `limit` items from the position `cursor` names; `next_cursor` null on the last page. */
-export function pageOf<T>(items: readonly T[], q: { limit: number; cursor?: string | null }): { items: T[]; next_cursor: string | null } {
+/**
+ * `limit` items from the position `cursor` names; `next_cursor` null on the last page. With
+ * `order: 'desc'` the list is read from its end, and the cursor counts positions in that order.
+ */
+export function pageOf<T>(
+  list: readonly T[],
+  q: { limit: number; cursor?: string | null; order?: 'asc' | 'desc' },
+): { items: T[]; next_cursor: string | null } {
+  const items = q.order === 'desc' ? [...list].reverse() : list;
   const start = q.cursor ? Number(q.cursor) : 0;
   const end = start + q.limit;
   return { items: items.slice(start, end), next_cursor: end < items.length ? String(end) : null };

@@ -266,7 +266,7 @@ export class BackgroundManager {
 
   /** Tasks visible in `scope` (a tenant walks its own indexes, so pages and totals are its own). */
   async listTasks(
-    q: { agent_id?: string; limit: number; cursor?: string },
+    q: { agent_id?: string; order?: 'asc' | 'desc'; limit: number; cursor?: string },
     scope: TenantScope = GLOBAL_SCOPE,
   ): Promise<{ tasks: TaskRow[]; total: number; next_cursor: string | null }> {
     const agentKey = q.agent_id === undefined || scope.all ? q.agent_id : await this.agents.resolveKey(q.agent_id, scope.tenant).catch(() => q.agent_id);
@@ -277,7 +277,7 @@ export class BackgroundManager {
       : agentKey
         ? { name: 'tenant_agent', value: `${scope.tenant}|${agentKey}` }
         : { name: 'tenant', value: scope.tenant ?? '' };
-    const page = await repos(this.deps.store).bgTasks.list<TaskRow>({ index, cursor: q.cursor ?? null, limit: q.limit });
+    const page = await repos(this.deps.store).bgTasks.list<TaskRow>({ index, cursor: q.cursor ?? null, limit: q.limit, reverse: q.order === 'desc' });
     const total = await repos(this.deps.store).bgTasks.count(index);
     return { tasks: page.items.map((i) => i.value), total, next_cursor: page.next_cursor };
   }

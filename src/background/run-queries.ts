@@ -102,7 +102,7 @@ export class BackgroundRunQueries {
 
   async attempts(
     runId: string,
-    q: { limit: number; cursor?: string },
+    q: { limit: number; cursor?: string; order?: 'asc' | 'desc' },
   ): Promise<{ run_id: string; attempts: AttemptRecord[]; count: number; next_cursor: string | null }> {
     await this.engine.get(runId);
     const page = await repos(this.deps.store).bgAttempts.list<AttemptRecord>({ index: { name: 'run_id', value: runId }, limit: 1000 });
@@ -111,7 +111,7 @@ export class BackgroundRunQueries {
     return { run_id: runId, attempts, count: attempts.length, next_cursor };
   }
 
-  async events(runId: string, q: { limit: number; cursor?: string }) {
+  async events(runId: string, q: { limit: number; cursor?: string; order?: 'asc' | 'desc' }) {
     const { items, next_cursor } = pageOf(await this.engine.events(runId), q);
     // The client's task and agent ids, as the run shows them (tenancy.ts).
     const events = items.map((e) => ({

@@ -142,7 +142,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
       schema: {
         tags,
         operationId: 'listBackgroundTasks',
-        summary: 'List background tasks',
+        summary: 'List background tasks, oldest first (order=desc: newest first)',
         querystring: BackgroundTasksListQuery,
         response: { 200: BackgroundTasksResponse, 422: HTTPValidationError },
       },
@@ -312,7 +312,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
       schema: {
         tags,
         operationId: 'listBackgroundRuns',
-        summary: 'List background runs, oldest first',
+        summary: 'List background runs, oldest first (order=desc: newest first), by task, status, agent and time range',
         querystring: BackgroundRunsListQuery,
         response: { 200: BackgroundRunsResponse, 422: HTTPValidationError },
       },
@@ -340,7 +340,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
       schema: {
         tags,
         operationId: 'listBackgroundRunAttempts',
-        summary: 'Attempts of a background run',
+        summary: 'Attempts of a background run, first attempt first (order=desc: latest first)',
         params: BackgroundRunIdParams,
         querystring: BackgroundRunListQuery,
         response: { 200: BackgroundRunAttemptsResponse, ...errors },
@@ -355,7 +355,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
       schema: {
         tags,
         operationId: 'listBackgroundRunEvents',
-        summary: 'Replay of the run lifecycle events (sequence 1..n)',
+        summary: 'Replay of the run lifecycle events (sequence 1..n; order=desc: n..1)',
         params: BackgroundRunIdParams,
         querystring: BackgroundRunListQuery,
         response: { 200: BackgroundRunEventsResponse, ...errors },

@@ -2,7 +2,6 @@
 // cancellation, steer messages and interrupt requests. Each decision is one compare-and-set on the
 // run record (casUpdate: read, decide, write on the version read, retried with backoff); a
 // decision that lets a paused run go on hands it to RunRecovery.resume.
-import { evalOfReplayRun } from './evals/eval-types.js';
 import { sessionKeyOf } from './tenancy.js';
 import { matchGlob } from '../../machines/policies/governance.js';
 import type { ApprovalState, BudgetRequest, RunContext } from '../../machines/run.machine.js';
@@ -146,13 +145,14 @@ export class RunDecisions {
   }
 
   async budgetView(runId: string) {
-    const run = await this.kernel.get(runId);
+    // The evaluation a run belongs to (its replay or judge run) is in the origin saved with its snapshot.
+    const [run, snap] = await Promise.all([this.kernel.get(runId), repos(this.deps.store).snapshots.get<SnapshotValue>(runId)]);
     const budgets = await this.deps.ledger.entriesForRun({
       run_id: run.run_id,
       session_id: sessionKeyOf(run),
       agent_id: run.agent_id,
       tenant: run.tenant ?? null,
-      eval_id: evalOfReplayRun(run.run_id),
+      eval_id: snap?.value.origin?.eval_id ?? null,
     });
     return { run_id: runId, budgets, requests: run.budget_requests };
   }

@@ -152,7 +152,12 @@ export type SchedulePreviewResponse = z.infer<typeof SchedulePreviewResponse>;
 
 // --- query strings and path parameters (inline: swagger lists them as parameters) --------------
 
-export const BackgroundTasksListQuery = z.object({ agent_id: BackgroundId.optional(), limit: queryInt(1, 500, 100), cursor: Cursor.optional() });
+export const BackgroundTasksListQuery = z.object({
+  agent_id: BackgroundId.optional(),
+  order: listOrder('asc'),
+  limit: queryInt(1, 500, 100),
+  cursor: Cursor.optional(),
+});
 export type BackgroundTasksListQuery = z.infer<typeof BackgroundTasksListQuery>;
 
 export const BackgroundRunsListQuery = TimeRangeQuery.extend({
@@ -169,8 +174,8 @@ export type BackgroundRunsListQuery = z.infer<typeof BackgroundRunsListQuery>;
 export const BackgroundAgentsListQuery = z.object({ limit: queryInt(1, 100, 20), cursor: Cursor.optional() });
 export type BackgroundAgentsListQuery = z.infer<typeof BackgroundAgentsListQuery>;
 
-/** A background run's attempts or lifecycle events, a page at a time. */
-export const BackgroundRunListQuery = z.object({ limit: queryInt(1, 1000, 1000), cursor: OffsetCursor.optional() });
+/** A background run's attempts or lifecycle events, a page at a time (the cursor is a position in the chosen order). */
+export const BackgroundRunListQuery = z.object({ order: listOrder('asc'), limit: queryInt(1, 1000, 1000), cursor: OffsetCursor.optional() });
 export type BackgroundRunListQuery = z.infer<typeof BackgroundRunListQuery>;
 
 export const SchedulePreviewQuery = z.object({ count: queryInt(1, 100, 5) });

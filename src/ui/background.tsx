@@ -6,6 +6,9 @@ import { link, usePoll } from './router.js';
 import { Status, fmtTime } from './runs.js';
 
 const enc = encodeURIComponent;
+/** Background runs a page (GET /background/runs?order=desc); older pages on demand, at most KEEP_BG_RUNS kept. */
+const BG_PAGE = 100;
+const KEEP_BG_RUNS = 1000;
 
 /** How long a task's "queued a run" / "paused" / "resumed" notice stays. */
 const NOTICE_MS = 4000;
@@ -276,15 +279,13 @@ function BgRun({ run }: { run: any }) {
 
 export function BackgroundPage({ access }: { access: Access }) {
   const [tasks, setTasks] = useState<any[]>([]);
-  const [runs, setRuns] = useState<any[]>([]);
   const [error, setError] = useState<string | null>(null);
   const [tick, setTick] = useState(0);
+  const runs = useNewestBgRuns('', tick);
   usePoll(
     async () => {
       try {
-        const [t, r] = await Promise.all([api('/background/tasks?limit=500'), api('/background/runs?limit=500')]);
-        setTasks(t.tasks);
-        setRuns([...r.runs].reverse().slice(0, 100));
+        setTasks((await api('/background/tasks?limit=500')).tasks);
         setError(null);
       } catch (e) {
         setError(String(e));
@@ -302,17 +303,64 @@ export function BackgroundPage({ access }: { access: Access }) {
           <TaskForm onSaved={refresh} />
         </div>
       )}
-      {error && <p class="error">{error}</p>}
+      {(error ?? runs.error) && <p class="error">{error ?? runs.error}</p>}
       {tasks.map((t) => (
         <Task key={t.task_id} task={t} access={access} refresh={refresh} tick={tick} />
       ))}
       {tasks.length === 0 && <p class="muted">No tasks.</p>}
-      <BgRunsTable title="Background runs" runs={runs} />
+      <BgRunsTable title="Background runs" list={runs} />
     </>
   );
 }
 
-function BgRunsTable({ title, runs }: { title: string; runs: any[] }) {
+/** Background runs newest first (order=desc): a poll reads the newest page; older pages on demand. */
+interface NewestRuns {
+  runs: any[];
+  error: string | null;
+  /** Set while older pages remain. */
+  loadOlder: (() => Promise<void>) | null;
+}
+
+/**
+ * The newest BG_PAGE background runs (`filter`: extra query, e.g. `task_id=x`), polled, and "Older
+ * runs" following next_cursor. Reading the list oldest first and reversing it showed, past one page,
+ * the newest of the oldest runs and never the latest.
+ */
+function useNewestBgRuns(filter: string, tick: number): NewestRuns {
+  const [runs, setRuns] = useState<any[]>([]);
+  const [older, setOlder] = useState<{ runs: any[]; cursor: string | null }>({ runs: [], cursor: null });
+  const [error, setError] = useState<string | null>(null);
+  const query = `/background/runs?order=desc&limit=${BG_PAGE}${filter ? `&${filter}` : ''}`;
+  usePoll(
+    async () => {
+      try {
+        const page = await api(query);
+        setRuns(page.runs);
+        setOlder((o) => (o.runs.length ? o : { runs: [], cursor: page.next_cursor }));
+        setError(null);
+      } catch (e) {
+        setError(String(e));
+      }
+    },
+    2000,
+    [query, tick],
+  );
+  useEffect(() => setOlder({ runs: [], cursor: null }), [query]);
+  const loadOlder = async () => {
+    if (!older.cursor) return;
+    try {
+      const page = await api(`${query}&cursor=${enc(older.cursor)}`);
+      setOlder({ runs: [...older.runs, ...page.runs].slice(0, KEEP_BG_RUNS), cursor: page.next_cursor });
+    } catch (e) {
+      setError(String(e));
+    }
+  };
+  const seen = new Set(runs.map((r) => r.run_id));
+  return { runs: [...runs, ...older.runs.filter((r) => !seen.has(r.run_id))], error, loadOlder: older.cursor ? loadOlder : null };
+}
+
+function BgRunsTable({ title, list }: { title: string; list: NewestRuns }) {
+  const { runs, loadOlder } = list;
   return (
     <div class="card">
       <h3>{title}</h3>
@@ -335,6 +383,11 @@ function BgRunsTable({ title, runs }: { title: string; runs: any[] }) {
         </tbody>
       </table>
       {runs.length === 0 && <p class="muted">No runs yet.</p>}
+      {loadOlder && (
+        <button class="older" onClick={() => void loadOlder()}>
+          Older runs
+        </button>
+      )}
     </div>
   );
 }
@@ -342,15 +395,13 @@ function BgRunsTable({ title, runs }: { title: string; runs: any[] }) {
 /** One task and its own runs (newest first): /ui/background/tasks/<task_id>. */
 export function TaskRunsPage({ taskId, access }: { taskId: string; access: Access }) {
   const [task, setTask] = useState<any>(null);
-  const [runs, setRuns] = useState<any[]>([]);
   const [error, setError] = useState<string | null>(null);
   const [tick, setTick] = useState(0);
+  const runs = useNewestBgRuns(`task_id=${enc(taskId)}`, tick);
   usePoll(
     async () => {
       try {
-        const [t, r] = await Promise.all([api(`/background/tasks/${enc(taskId)}`), api(`/background/runs?task_id=${enc(taskId)}&limit=500`)]);
-        setTask(t);
-        setRuns([...r.runs].reverse());
+        setTask(await api(`/background/tasks/${enc(taskId)}`));
         setError(null);
       } catch (e) {
         setError(String(e));
@@ -366,9 +417,9 @@ export function TaskRunsPage({ taskId, access }: { taskId: string; access: Acces
           ← all tasks
         </a>
       </p>
-      {error && <p class="error">{error}</p>}
+      {(error ?? runs.error) && <p class="error">{error ?? runs.error}</p>}
       {task && <Task task={task} access={access} refresh={() => setTick((n) => n + 1)} tick={tick} />}
-      <BgRunsTable title={`Runs of ${taskId}`} runs={runs} />
+      <BgRunsTable title={`Runs of ${taskId}`} list={runs} />
     </>
   );
 }

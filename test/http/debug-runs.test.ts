@@ -275,7 +275,7 @@ describe('stream: true', () => {
 });
 
 describe('runs.checkpoints: false', () => {
-  it('keeps no checkpoints (the benchmark baseline), and the run is otherwise the same', async () => {
+  it('keeps no checkpoints (the benchmark baseline), and the run is otherwise the same; asking for one is 409 AGT_ERR_CHECKPOINTS_OFF', async () => {
     const bare = await startTestServer({ ...GOVERNED_OPEN, runs: { checkpoints: false } }, { modelUrl: model.url });
     try {
       model.enqueue({ tool_calls: [{ id: 'n1', name: 'echo', arguments: { text: 'plain' } }] });
@@ -283,8 +283,23 @@ describe('runs.checkpoints: false', () => {
       expect(run.response).toBe('saw: echo: plain');
       const list = CheckpointListResponse.parse((await getJson(`${bare.url}/runs/${run.run_id}/checkpoints`)).body);
       expect(list).toEqual({ run_id: run.run_id, checkpoints: [], count: 0 });
-      const fork = await postJson(`${bare.url}/runs/${run.run_id}/fork`, { checkpoint_id: 'cp_1' });
-      expect(fork.body.code).toBe('AGT_ERR_CHECKPOINT_NOT_FOUND');
+      // The run exists but kept none: a 409 saying so, not a 404 (docs/debugging.md).
+      for (const asked of [
+        getJson(`${bare.url}/runs/${run.run_id}/checkpoints/cp_1`),
+        postJson(`${bare.url}/runs/${run.run_id}/fork`, { checkpoint_id: 'cp_1' }),
+        postJson(`${bare.url}/runs/${run.run_id}/fork`, { checkpoint_id: 'cp_1', stream: true }),
+        postJson(`${bare.url}/runs/${run.run_id}/replay`, { variant: { system_instruction: 'v2' }, from_checkpoint: 'cp_1' }),
+      ]) {
+        const r = await asked;
+        expect(r.status).toBe(409);
+        expect(r.body.code).toBe('AGT_ERR_CHECKPOINTS_OFF');
+      }
+      expect((await postJson(`${bare.url}/runs/run_missing/fork`, { checkpoint_id: 'cp_1' })).body.code).toBe('AGT_ERR_RUN_NOT_FOUND');
+      // From its start, a replay needs no checkpoint.
+      model.enqueue({ text: 'replayed' });
+      const replay = await postJson(`${bare.url}/runs/${run.run_id}/replay`, { variant: { system_instruction: 'v2' } });
+      expect(replay.status, JSON.stringify(replay.body)).toBe(200);
+      expect(DebugRunResponse.parse(replay.body)).toMatchObject({ response: 'replayed', replay_of: { run_id: run.run_id } });
     } finally {
       await bare.stop();
       bare.cleanup();

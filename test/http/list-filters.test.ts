@@ -94,6 +94,32 @@ describe('list order and filters', () => {
     ]);
   });
 
+  it("GET /background/tasks and a run's attempts and events take order, and their cursors page either way", async () => {
+    const tasksAsc = await all(`${s.url}/background/tasks`, 'tasks', 1);
+    const tasksDesc = await all(`${s.url}/background/tasks?order=desc`, 'tasks', 1);
+    expect(tasksAsc.map((t) => t.task_id)).toEqual(['task-alpha', 'task-beta']);
+    expect(tasksDesc.map((t) => t.task_id)).toEqual(['task-beta', 'task-alpha']);
+    const run = (await all(`${s.url}/background/runs?agent_id=beta`, 'runs', 5))[0];
+    const evAsc = await all(`${s.url}/background/runs/${run.run_id}/events`, 'events', 2);
+    const evDesc = await all(`${s.url}/background/runs/${run.run_id}/events?order=desc`, 'events', 2);
+    expect(evAsc.length).toBeGreaterThan(2);
+    expect(evAsc.map((e) => e.sequence)).toEqual(evAsc.map((_, i) => i + 1));
+    expect(evDesc.map((e) => e.sequence)).toEqual(evAsc.map((e) => e.sequence).reverse());
+    const atAsc = await all(`${s.url}/background/runs/${run.run_id}/attempts`, 'attempts', 1);
+    const atDesc = await all(`${s.url}/background/runs/${run.run_id}/attempts?order=desc`, 'attempts', 1);
+    expect(atAsc.length).toBeGreaterThan(0);
+    expect(atDesc.map((a) => a.attempt_number)).toEqual(atAsc.map((a) => a.attempt_number).reverse());
+    for (const path of [
+      '/background/tasks?order=newest',
+      `/background/runs/${run.run_id}/events?order=x`,
+      `/background/runs/${run.run_id}/attempts?order=DESC`,
+    ]) {
+      const r = await getJson(`${s.url}${path}`);
+      expect(r.status, path).toBe(422);
+      expect(r.body.detail.map((d: { loc: string[] }) => d.loc.join('.'))).toContain('query.order');
+    }
+  });
+
   it('refuses a bad order, a time without a timezone and a range that ends before it starts (422 with loc)', async () => {
     const bad: Array<[string, string]> = [
       ['/runs?order=newest', 'order'],

@@ -8,10 +8,10 @@ import type { ChatMessage } from '../../../machines/model-types.js';
 import type { Checkpoint } from '../../../machines/policies/checkpoints.js';
 import { canonicalArguments, type RecordedCall, type ReplayTools } from '../../../machines/policies/replay-match.js';
 import type { RunContext } from '../../../machines/run.machine.js';
-import { HttpValidationFailure, notFound } from '../../errors.js';
+import { domainError, HttpValidationFailure, notFound } from '../../errors.js';
 import { repos } from '../../store/repos/index.js';
 import type { Store } from '../../store/store.js';
-import type { RunRecord } from '../run-record.js';
+import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../run-record.js';
 import type { SnapshotValue, StartedRun, StartOptions } from '../run-types.js';
 import type { ReplayVariant, RunOrigin } from './origin.js';
 
@@ -50,21 +50,22 @@ export class RunsDebug {
   constructor(
     private readonly store: Store,
     private readonly runs: RunStarter,
+    /** config `runs.checkpoints`: off, runs keep none (a checkpoint asked of one is a 409, not a 404). */
+    private readonly checkpointsOn = true,
   ) {}
 
   async read(runId: string): Promise<StoredRun> {
     const r = repos(this.store);
     const [rec, snap] = await Promise.all([r.runs.get<RunRecord>(runId), r.snapshots.get<SnapshotValue>(runId)]);
     if (!rec) throw notFound('run', runId);
-    const ctx = (snap?.value.snapshot as (Snapshot<unknown> & { context?: RunContext }) | undefined)?.context;
-    const messages = ctx?.messages ?? [];
-    return {
-      record: rec.value,
-      messages,
-      history_length: ctx?.history_length ?? Math.max(0, messages.map((m) => m.role).indexOf('user')),
-      checkpoints: snap?.value.checkpoints ?? [],
-      origin: snap?.value.origin ?? null,
-    };
+    return storedRun(rec.value, snap?.value);
+  }
+
+  /** Several runs in two store reads (an evaluation reads the originals of its next items ahead); null: no such run. */
+  async readMany(runIds: string[]): Promise<Array<StoredRun | null>> {
+    const r = repos(this.store);
+    const [recs, snaps] = await Promise.all([r.runs.getMany<RunRecord>(runIds), r.snapshots.getMany<SnapshotValue>(runIds)]);
+    return recs.map((rec, i) => (rec ? storedRun(rec.value, snaps[i]?.value) : null));
   }
 
   async checkpoints(runId: string): Promise<{ run: StoredRun; checkpoints: readonly Checkpoint[] }> {
@@ -75,9 +76,22 @@ export class RunsDebug {
   /** One checkpoint and the conversation the model would see there (system instruction first). */
   async checkpoint(runId: string, checkpointId: string): Promise<{ run: StoredRun; checkpoint: Checkpoint; messages: ChatMessage[] }> {
     const run = await this.read(runId);
-    const checkpoint = run.checkpoints.find((c) => c.checkpoint_id === checkpointId);
-    if (!checkpoint) throw notFound('checkpoint', checkpointId);
+    const checkpoint = this.find(run, checkpointId);
     return { run, checkpoint, messages: run.messages.slice(0, checkpoint.message_count) };
+  }
+
+  /**
+   * The run's checkpoint `checkpointId`. Not there: 409 AGT_ERR_CHECKPOINTS_OFF when the run kept
+   * none because checkpoints were off (this server has them off, or the run paused or ended with
+   * none: with them on, every pause and every end takes one), else 404.
+   */
+  private find(run: StoredRun, checkpointId: string): Checkpoint {
+    const checkpoint = run.checkpoints.find((c) => c.checkpoint_id === checkpointId);
+    if (checkpoint) return checkpoint;
+    const status = run.record.status;
+    const keptNone = run.checkpoints.length === 0 && (!this.checkpointsOn || TERMINAL_RUN_STATUSES.has(status) || WAITING_RUN_STATUSES.has(status));
+    if (keptNone) throw domainError('AGT_ERR_CHECKPOINTS_OFF', [run.record.run_id]);
+    throw notFound('checkpoint', checkpointId);
   }
 
   /** A new run that goes on from `checkpointId` with `edits`, in a new session unless one is named. */
@@ -105,12 +119,12 @@ export class RunsDebug {
    * The run re-asked of `variant` with the same inputs, from its start or a checkpoint. Its tool
    * calls are answered from the original's recorded calls (machines/policies/replay-match.ts).
    */
-  async replay(runId: string, body: ReplayRequest, opts: StartOptions = {}): Promise<StartedRun> {
-    const run = await this.read(runId);
+  async replay(runId: string, body: ReplayRequest, opts: StartOptions = {}, stored?: StoredRun): Promise<StartedRun> {
+    // `stored`: the original as its caller read it already (an evaluation reads its next items' ahead).
+    const run = stored ?? (await this.read(runId));
     let prefix: ChatMessage[];
     if (body.from_checkpoint) {
-      const cp = run.checkpoints.find((c) => c.checkpoint_id === body.from_checkpoint);
-      if (!cp) throw notFound('checkpoint', body.from_checkpoint);
+      const cp = this.find(run, body.from_checkpoint);
       prefix = run.messages.slice(0, cp.message_count);
     } else prefix = run.messages.slice(0, run.history_length + 1);
     const { system, rest } = splitSystem(prefix);
@@ -133,6 +147,18 @@ export class RunsDebug {
       },
     });
   }
+}
+
+function storedRun(record: RunRecord, snap: SnapshotValue | undefined): StoredRun {
+  const ctx = (snap?.snapshot as (Snapshot<unknown> & { context?: RunContext }) | undefined)?.context;
+  const messages = ctx?.messages ?? [];
+  return {
+    record,
+    messages,
+    history_length: ctx?.history_length ?? Math.max(0, messages.map((m) => m.role).indexOf('user')),
+    checkpoints: snap?.checkpoints ?? [],
+    origin: snap?.origin ?? null,
+  };
 }
 
 function splitSystem(messages: ChatMessage[]): { system: string | null; rest: ChatMessage[] } {

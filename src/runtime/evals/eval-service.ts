@@ -10,14 +10,15 @@ import { domainError, HttpValidationFailure, notFound } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { isSharedStore } from '../../store/changes.js';
 import { repos } from '../../store/repos/index.js';
-import { isStoreError, type Page, type Store, type Versioned, type WriteOp } from '../../store/store.js';
+import { isStoreError, type Page, type Store, type WriteOp } from '../../store/store.js';
 import type { AppLogger } from '../../telemetry/logger.js';
 import { swallow } from '../../telemetry/swallowed.js';
 import { TERMINAL_RUN_STATUSES, WAITING_RUN_STATUSES, type RunRecord } from '../run-record.js';
 import type { StartedRun, StartOptions } from '../run-types.js';
 import type { ReplayVariant } from '../debug/origin.js';
-import type { ReplayRequest } from '../debug/runs-debug.js';
-import { aggregatesOf, evalIndexes, itemId, itemIndexes, judgeScore, replayRunId, scoreOf, type EvalItem, type EvalRecord, type Scorer } from './eval-types.js';
+import type { ReplayRequest, StoredRun } from '../debug/runs-debug.js';
+import { EvalDrive } from './eval-drive.js';
+import { aggregatesOf, evalIndexes, itemId, itemIndexes, replayRunId, type EvalItem, type EvalRecord, type Scorer } from './eval-types.js';
 import { selectRuns, type EvalSource } from './eval-source.js';
 import { GLOBAL_SCOPE, visibleIn, type TenantScope } from '../tenancy.js';
 
@@ -32,7 +33,10 @@ export interface EvalDeps {
     start(query: string, sessionId: string | null | undefined, opts?: StartOptions): Promise<StartedRun>;
     onSettled(listener: (record: RunRecord) => void): () => void;
   };
-  replay(runId: string, body: ReplayRequest): Promise<StartedRun>;
+  /** The original's replay (RunsDebug.replay), from the original as read ahead. */
+  replay(runId: string, body: ReplayRequest, original: StoredRun): Promise<StartedRun>;
+  /** Runs as stored (RunsDebug.readMany): an evaluation reads its next items' originals ahead. */
+  readRuns(runIds: string[]): Promise<Array<StoredRun | null>>;
   /**
    * How long the driving instance's lease on an evaluation lasts without renewal (renewed three
    * times in it); another instance takes over once it lapsed. runs.lease_seconds: the same time
@@ -62,13 +66,6 @@ const MAX_SCAN_MS = 5_000;
 const POLL_MS = 250;
 /** Items made per commit. */
 const ITEM_BATCH = 250;
-
-/** An item this driver holds, with its version as written and whether its replay cannot exist yet. */
-interface ClaimedItem {
-  item: EvalItem;
-  version: number;
-  fresh: boolean;
-}
 
 export class EvalService {
   private readonly driving = new Map<string, Promise<void>>();
@@ -253,144 +250,25 @@ export class EvalService {
     return this.deps.leases.expiresAt(this.leaseMs);
   }
 
-  /** Replays the evaluation's items, `concurrency` at a time, until none is left; then completes it. */
-  private async drive(evalId: string): Promise<void> {
-    const inflight = new Set<Promise<void>>();
-    // Items claimed ahead, up to one round of `concurrency`: one claim commit serves several item
-    // starts instead of one commit per start (nextItems). Given back if the drive stops first.
-    const ahead: ClaimedItem[] = [];
-    let lastBeat = this.deps.clock.now();
-    try {
-      await this.driveLoop(evalId, inflight, ahead, lastBeat);
-    } finally {
-      await this.giveBack(ahead);
-    }
-    await Promise.all(inflight);
-  }
-
-  private async driveLoop(evalId: string, inflight: Set<Promise<void>>, ahead: ClaimedItem[], lastBeat: number): Promise<void> {
-    for (;;) {
-      if (this.stopped) break;
-      const rec = await this.r.evals.get(evalId);
-      if (!rec || rec.value.status !== 'running' || rec.value.owner !== this.deps.workerId) break; // cancelled, deleted or taken over
-      const e = rec.value;
-      if (this.deps.clock.now() - lastBeat > this.leaseMs / 3) {
-        lastBeat = this.deps.clock.now();
-        await this.r.evals.update(evalId, { ...e, lease_expires_at: this.leaseEnd() }, rec.version).catch(() => undefined);
-      }
-      // Items a previous owner left running first (their replay may exist), then pending ones.
-      const room = e.concurrency - inflight.size;
-      if (room > 0) {
-        if (ahead.length < room) ahead.push(...(await this.nextItems(evalId, room + e.concurrency - ahead.length, inflight.size === 0 && ahead.length === 0)));
-        const next = ahead.splice(0, room);
-        for (const claimed of next) {
-          const p: Promise<void> = this.runItem(e, claimed).finally(() => inflight.delete(p));
-          inflight.add(p);
-        }
-        if (next.length === 0 && inflight.size === 0) {
-          await this.finish(evalId, 'completed');
-          break;
-        }
-      }
-      if (inflight.size > 0) await Promise.race([...inflight, new Promise((r) => setTimeout(r, this.leaseMs / 3).unref())]);
-    }
-  }
-
-  /** Items claimed ahead but not started go back to pending (best effort: a later driver takes a running one as an orphan anyway). */
-  private async giveBack(ahead: ClaimedItem[]): Promise<void> {
-    for (const { item, version } of ahead.splice(0)) {
-      const id = itemId(item.eval_id, item.index);
-      const pending = { ...item, status: 'pending' as const };
-      await this.r.evalItems.update(id, pending, version, itemIndexes(pending)).catch(swallow('evals.give_back', { eval_id: item.eval_id }));
-      this.claimed.delete(id);
-    }
-  }
-
-  private readonly claimed = new Set<string>();
-
-  /**
-   * Up to `room` items this driver now holds: with `orphansToo`, those a previous owner left
-   * running (their replay may exist), then pending ones, claimed (`fresh`: no replay of it can
-   * exist yet, since a replay starts only after its item's claim). `version`: the item's as written.
-   */
-  private async nextItems(evalId: string, room: number, orphansToo: boolean): Promise<ClaimedItem[]> {
-    const out: ClaimedItem[] = [];
-    const statuses = orphansToo ? (['running', 'pending'] as const) : (['pending'] as const);
-    for (const status of statuses) {
-      if (out.length >= room) break;
-      const page = await this.r.evalItems.list({ index: { name: 'eval_status', value: `${evalId}:${status}` }, limit: room + this.claimed.size });
-      const fresh = page.items.filter((it) => !this.claimed.has(it.id)).slice(0, room - out.length);
-      if (status === 'running') {
-        for (const it of fresh) {
-          out.push({ item: it.value, version: it.version, fresh: false });
-          this.claimed.add(it.id);
-        }
-        continue;
-      }
-      // pending -> running: every item of the page in one commit (one group-commit round, not one
-      // per item); when another instance took one of them meanwhile, each is claimed on its own.
-      const running = fresh.map((it) => ({ it, next: { ...it.value, status: 'running' as const } }));
-      const all = await this.deps.store
-        .commit(running.map(({ it, next }) => this.r.evalItems.updateOp(it.id, next, it.version, itemIndexes(next))))
-        .catch(() => null);
-      for (const [k, { it, next }] of running.entries()) {
-        const written = all ? all[k] : await this.r.evalItems.update(it.id, next, it.version, itemIndexes(next)).catch(() => null);
-        if (!written) continue;
-        out.push({ item: next, version: written.version, fresh: true });
-        this.claimed.add(it.id);
-      }
-    }
-    return out;
-  }
-
-  private async runItem(e: EvalRecord, { item, version, fresh }: ClaimedItem): Promise<void> {
-    const id = itemId(e.eval_id, item.index);
-    try {
-      const original = await this.r.runs.get(item.run_id);
-      if (!original) throw notFound('run', item.run_id);
-      let replay = await this.replayOnce(e, item, fresh);
-      // A replay that waits for a person (its eval budget ran out: budgets.eval; a live call asks
-      // for approval) stays the item's until it ends: the person decides, the run resumes on any
-      // instance, then the item is scored.
-      if (WAITING_RUN_STATUSES.has(replay.status)) replay = await this.settledRun(replay.run_id, TERMINAL_RUN_STATUSES);
-      const o = original.value;
-      let score = scoreOf(e.scorer, o.response, replay.response);
-      if (e.scorer?.type === 'judge' && replay.response !== null) score = await this.judge(e.scorer.agent_id, o, replay);
-      await this.settleItem(
-        id,
-        { item, version },
-        {
-          status: 'done',
-          changed: (replay.response ?? '') !== (o.response ?? ''),
-          score,
-          token_delta: replay.usage.total_tokens - o.usage.total_tokens,
-          cost_delta_usd: replay.usage.estimated_cost_usd - o.usage.estimated_cost_usd,
-          replay_status: replay.status,
-          error: null,
-        },
-      );
-    } catch (err) {
-      await this.settleItem(id, { item, version }, { status: 'failed', error: err instanceof Error ? err.message : String(err) }).catch(
-        swallow('evals.item_failed', { eval_id: e.eval_id }),
-      );
-    } finally {
-      this.claimed.delete(id);
-    }
-  }
-
-  /** The item's one replay run, as it settles: started here if it does not exist yet, else awaited. */
-  private async replayOnce(e: EvalRecord, item: EvalItem, fresh: boolean): Promise<RunRecord> {
-    const existing = fresh ? null : await this.r.runs.get(item.replay_run_id);
-    if (!existing) {
-      try {
-        const started = await this.deps.replay(item.run_id, { variant: e.variant, tools: e.tools, eval_id: e.eval_id, run_id: item.replay_run_id });
-        return await started.settled;
-      } catch (err) {
-        // Created meanwhile (by a previous owner's start that landed): never a second one.
-        if (!isStoreError(err, 'conflict')) throw err;
-      }
-    }
-    return this.settledRun(item.replay_run_id);
+  /** Replays the evaluation's items, `concurrency` at a time, until none is left; then completes it (eval-drive.ts). */
+  private drive(evalId: string): Promise<void> {
+    const { store, clock, workerId, runs, replay, readRuns } = this.deps;
+    return new EvalDrive(
+      {
+        store,
+        clock,
+        workerId,
+        leaseMs: this.leaseMs,
+        stopped: () => this.stopped,
+        leaseEnd: () => this.leaseEnd(),
+        startRun: (query, sessionId, opts) => runs.start(query, sessionId, opts),
+        replay,
+        readRuns,
+        settledRun: (runId, statuses) => this.settledRun(runId, statuses),
+        finish: (id, status) => this.finish(id, status),
+      },
+      evalId,
+    ).run();
   }
 
   /**
@@ -426,34 +304,11 @@ export class EvalService {
     });
   }
 
-  private async judge(agentId: string, original: RunRecord, replay: RunRecord): Promise<number | null> {
-    const prompt =
-      `Score from 0 to 1 how well the second answer does the task compared with the first. Answer with the number only.\n\n` +
-      `Task: ${original.query}\n\nFirst answer:\n${original.response ?? ''}\n\nSecond answer:\n${replay.response ?? ''}`;
-    // The judge's run is the evaluation's tenant's (its agent: the tenant's own, else shared).
-    const started = await this.deps.runs.start(prompt, null, { agent_id: agentId, ...(original.tenant ? { tenant: original.tenant } : {}) });
-    return judgeScore((await started.settled).response);
-  }
-
   /**
-   * Writes the item's outcome. First on the item as this driver claimed it (no read: nothing else
-   * writes an item while its driver holds it); on a stale version, on a fresh read.
+   * The item's judge run's score. The judge run is the evaluation's: its origin names it, so it
+   * reserves and settles against the evaluation's budget (budgets.eval) and pauses and asks when
+   * that runs out, like the replays; its id is fixed (judgeRunId), so at most one per item.
    */
-  private async settleItem(id: string, claimed: { item: EvalItem; version: number }, patch: Partial<EvalItem>): Promise<void> {
-    let cur: Pick<Versioned<EvalItem>, 'value' | 'version'> | null = { value: claimed.item, version: claimed.version };
-    for (let i = 0; i < 10; i++) {
-      if (!cur) return; // deleted with its evaluation
-      const next = { ...cur.value, ...patch };
-      try {
-        await this.r.evalItems.update(id, next, cur.version, itemIndexes(next));
-        return;
-      } catch (err) {
-        if (!isStoreError(err, 'stale_version')) throw err;
-      }
-      cur = await this.r.evalItems.get(id);
-    }
-  }
-
   private async finish(evalId: string, status: 'completed' | 'cancelled'): Promise<EvalRecord> {
     for (let i = 0; ; i++) {
       const cur = await this.r.evals.get(evalId);

@@ -46,12 +46,13 @@ export interface EvalItem {
 
 export const itemId = (evalId: string, index: number) => `${evalId}:${String(index).padStart(5, '0')}`;
 export const replayRunId = (evalId: string, index: number) => `evalrun_${evalId}_${index}`;
-/** The evaluation a run is the replay of (from its id, fixed by replayRunId), or null. */
-export function evalOfReplayRun(runId: string): string | null {
-  const m = /^evalrun_(.+)_\d+$/.exec(runId);
-  return m ? m[1] : null;
-}
-/** Replay runs of evaluations are never selected as an evaluation's source. */
+/**
+ * The one judge run an item may have (scorer `judge`): fixed like its replay's, so a driver that
+ * takes the item over after a crash awaits the judge run already started instead of a second one.
+ * Which evaluation a run belongs to is its origin's `eval_id` (kept with its snapshot), not its id.
+ */
+export const judgeRunId = (evalId: string, index: number) => `${replayRunId(evalId, index)}_judge`;
+/** An evaluation's own runs (replays, judges: ids from replayRunId) are never selected as an evaluation's source. */
 export const isEvalReplayRun = (runId: string) => runId.startsWith('evalrun_');
 
 export function itemIndexes(i: EvalItem): Record<string, string> {
