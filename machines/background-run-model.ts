@@ -87,8 +87,50 @@ export type BackgroundRunEvent =
   /** timeout_seconds reached for the attempt driving `agent_run_id`: its agent run is stopped (AGENT_DONE `timeout` follows). */
   | { type: 'TIMEOUT'; at: string; agent_run_id: string }
   | { type: 'SKIP'; at: string; reason: string }
-  /** The lease lapsed (or its owner is known dead): the finder takes over with a new lease. */
-  | { type: 'RECOVER'; at: string; worker_id: string; lease_token: string; lease_expires_at: string; attempt_id: string; previous_owner?: string | null };
+  /**
+   * The lease lapsed (or its owner is known dead): the finder takes over with a new lease. `agent`
+   * is the running attempt's agent run as the finder read it: one that already ended or parked
+   * settles the run from that (no new attempt, nothing runs again); absent, the attempt is recovered.
+   */
+  | {
+      type: 'RECOVER';
+      at: string;
+      worker_id: string;
+      lease_token: string;
+      lease_expires_at: string;
+      attempt_id: string;
+      previous_owner?: string | null;
+      agent?: AgentSettled | null;
+    };
+
+/**
+ * An agent run's end or park as read from its record (RECOVER.agent): what AGENT_DONE would have
+ * carried had its owner lived to send it, plus whether a person already decided a parked one.
+ */
+export interface AgentSettled {
+  outcome: AgentOutcome;
+  error: string | null;
+  result_preview: string | null;
+  retryable: boolean;
+  side_effects: SideEffectInfo[];
+  /** Parked (awaiting a person) and already decided: the run goes back to the queue at once. */
+  decided: boolean;
+}
+
+/**
+ * The events a RECOVER whose agent run already settled stands for: its AGENT_DONE, and for a
+ * parked agent run a person already decided, the RESUME that requeues it.
+ */
+export function settledEvents(ctx: Ctx, e: Ev<'RECOVER'>): BackgroundRunEvent[] {
+  const a = e.agent;
+  if (!a || ctx.internal.agent_run_id === null) return [];
+  const { decided, ...done } = a;
+  const parked = a.outcome === 'awaiting_approval' || a.outcome === 'awaiting_budget';
+  return [
+    { type: 'AGENT_DONE', at: e.at, agent_run_id: ctx.internal.agent_run_id, ...done },
+    ...(parked && decided ? [{ type: 'RESUME' as const, at: e.at }] : []),
+  ];
+}
 
 export interface RecordParams {
   events: LifecycleEvent[];
@@ -255,4 +297,75 @@ export function retryOf(ctx: Ctx, e: Ev<'AGENT_DONE'>) {
 
 export function addSeconds(iso: string, seconds: number): string {
   return new Date(Date.parse(iso) + seconds * 1000).toISOString();
+}
+
+// ---------------------------------------------------------------- reducers of the longer transitions
+
+/**
+ * queued_at stays the time the run first entered the queue: a run re-queued after a pause for a
+ * person, a retry delay or a lapsed claim keeps it, so it never reads as later than started_at
+ * (kept from the first start too); the lifecycle events hold each later re-queue.
+ */
+export const firstQueuedAt = (ctx: Ctx, at: string): string => ctx.run.queued_at ?? at;
+
+/** claimed -> queued: the claim lapsed before the agent started (its reason kept for a continued attempt). */
+export const requeuedLapsedClaim = (ctx: Ctx, e: Ev<'RECOVER'>): Ctx =>
+  withRun(
+    ctx,
+    { status: 'queued', queued_at: firstQueuedAt(ctx, e.at), ...noLease },
+    { next_reason: ctx.internal.continue_agent ? ctx.internal.next_reason : 'lease_expired' },
+  );
+
+/** running -> completed. */
+export const completedBy = (ctx: Ctx, e: Ev<'AGENT_DONE'>): Ctx =>
+  withRun(
+    finished(ctx, 'completed', e.at, null, { result_preview: e.result_preview, metadata: sideEffectsMeta(ctx, e) }),
+    {},
+    closing(ctx, 'completed', e.at, null),
+  );
+
+/** running -> cancelled: the agent run ended cancelled. */
+export const cancelledBy = (ctx: Ctx, e: Ev<'AGENT_DONE'>): Ctx =>
+  withRun(
+    finished(ctx, 'cancelled', e.at, e.error ?? 'cancelled', {
+      cancel_requested_at: ctx.run.cancel_requested_at ?? e.at,
+      metadata: sideEffectsMeta(ctx, e),
+    }),
+    {},
+    closing(ctx, 'cancelled', e.at, e.error ?? 'cancelled'),
+  );
+
+/** running -> retrying: the attempt failed and a retry is allowed. */
+export function retryScheduled(ctx: Ctx, e: Ev<'AGENT_DONE'>): Ctx {
+  const d = retryOf(ctx, e);
+  const delay = d.retry ? d.delaySeconds : 0;
+  const status: AttemptStatus = e.outcome === 'timeout' ? 'timeout' : 'failed';
+  return withRun(
+    ctx,
+    { status: 'retrying', error: e.error, ...noLease },
+    { retry_at: addSeconds(e.at, delay), continue_agent: false, next_reason: 'retry', ...closing(ctx, status, e.at, e.error, delay) },
+  );
+}
+
+/** running: the lease lapsed, a recovery attempt continues the agent run. */
+export function recoveredAttempt(ctx: Ctx, e: Ev<'RECOVER'>): Ctx {
+  const n = ctx.run.attempt + 1;
+  const agentRunId = ctx.internal.agent_run_id ?? agentRunIdFor(ctx.run.run_id, n);
+  return withRun(
+    ctx,
+    {
+      attempt: n,
+      lease_owner: e.worker_id,
+      lease_token: e.lease_token,
+      lease_generation: ctx.run.lease_generation + 1,
+      lease_expires_at: e.lease_expires_at,
+      heartbeat_at: e.at,
+    },
+    {
+      agent_run_id: agentRunId,
+      continue_agent: false,
+      last_closed_attempt: closeAttempt(ctx, 'interrupted', e.at, 'the lease lapsed: its worker stopped'),
+      current_attempt: openAttempt(ctx, n, e.attempt_id, 'recovery', e.at, e.worker_id, e.lease_token, agentRunId),
+    },
+  );
 }

@@ -15,17 +15,14 @@
 // Lease expiry and retry-at are fields of the row that a ticker turns into RECOVER / RETRY_DUE
 // events (architecture fact 2): nothing here uses `after`.
 import { assign, enqueueActions, fromCallback, setup, type Snapshot } from 'xstate';
-import type { AttemptStatus, BackgroundRunStatus } from './background-types.js';
+import type { BackgroundRunStatus } from './background-types.js';
 import {
   type Ctx,
   type Ev,
   withRun,
   noLease,
-  closeAttempt,
-  openAttempt,
   closing,
   closedOnly,
-  agentRunIdFor,
   claimed,
   startedFresh,
   startedContinue,
@@ -33,17 +30,31 @@ import {
   finished,
   sideEffectsMeta,
   retryOf,
-  addSeconds,
   agentRunInput,
+  settledEvents,
+  firstQueuedAt,
+  requeuedLapsedClaim,
+  completedBy,
+  cancelledBy,
+  retryScheduled,
+  recoveredAttempt,
   type AgentRunChildEvent,
-  type LifecycleEvent,
-  type AttemptRecord,
   type BackgroundRunContext,
   type AgentOutcome,
   type BackgroundRunEvent,
   type RecordParams,
   type StartAgentParams,
 } from './background-run-model.js';
+import {
+  rec,
+  startedContinueRecord,
+  startedFreshRecord,
+  retryingRecord,
+  timeoutRecord,
+  failedRecord,
+  recoveredRecord,
+  lapsedFailedRecord,
+} from './background-run-records.js';
 
 export type {
   BackgroundLifecycleEventType,
@@ -56,20 +67,13 @@ export type {
   RecordParams,
   StartAgentParams,
   AgentRunChildEvent,
+  AgentSettled,
 } from './background-run-model.js';
 export { agentRunIdFor, backgroundRunIdOf } from './background-run-model.js';
 
 export const BACKGROUND_RUN_MACHINE_VERSION = 1;
 
 // ---------------------------------------------------------------- the machine
-
-/**
- * queued_at stays the time the run first entered the queue: a run re-queued after a pause for a
- * person, a retry delay or a lapsed claim keeps it, so it never reads as later than started_at
- * (kept from the first start too); the lifecycle events hold each later re-queue.
- */
-const firstQueuedAt = (ctx: Ctx, at: string): string => ctx.run.queued_at ?? at;
-const rec = (events: LifecycleEvent[], attempts: AttemptRecord[] = []): RecordParams => ({ events, attempts });
 
 /**
  * A context update for events of type `T`, to be named in setup's actions (setup types their
@@ -111,6 +115,13 @@ export const backgroundRunMachine = setup({
       // (A named action of this same setup: enqueue's type knows only the built-in ones.)
       else if (params.type === 'CANCEL') enqueue({ type: 'cancelAgent', params: { agent_run_id: context.internal.agent_run_id } } as never);
     }),
+    /**
+     * running, lease lapsed, its agent run already ended or parked (RECOVER.agent): the run takes
+     * that end as AGENT_DONE (and a decided park's RESUME) in this same step, one row write.
+     */
+    settleFromAgent: enqueueActions(({ context, event, enqueue }) => {
+      for (const e of settledEvents(context, event as Ev<'RECOVER'>)) enqueue.raise(e);
+    }),
     /** queued -> claimed: the lease of the claiming worker. */
     applyClaim: assign(on('CLAIM', claimed)),
     /** queued -> skipped (the overlap policy said so). */
@@ -126,62 +137,17 @@ export const backgroundRunMachine = setup({
     /** The lease is extended. */
     applyHeartbeat: assign(on('HEARTBEAT', heartbeat)),
     /** claimed -> queued: the claim lapsed before the agent started. */
-    requeueLapsedClaim: assign(
-      on('RECOVER', (context, event) =>
-        withRun(
-          context,
-          { status: 'queued', queued_at: firstQueuedAt(context, event.at), ...noLease },
-          {
-            next_reason: context.internal.continue_agent ? context.internal.next_reason : 'lease_expired',
-          },
-        ),
-      ),
-    ),
+    requeueLapsedClaim: assign(on('RECOVER', requeuedLapsedClaim)),
     /** running -> completed. */
-    complete: assign(
-      on('AGENT_DONE', (context, event) =>
-        withRun(
-          finished(context, 'completed', event.at, null, { result_preview: event.result_preview, metadata: sideEffectsMeta(context, event) }),
-          {},
-          closing(context, 'completed', event.at, null),
-        ),
-      ),
-    ),
+    complete: assign(on('AGENT_DONE', completedBy)),
     /** running -> awaiting (approval or budget). */
     park: assign(
       on('AGENT_DONE', (context, event) => withRun(context, { status: event.outcome as BackgroundRunStatus, ...noLease }, { continue_agent: true })),
     ),
     /** running -> cancelled: the agent run ended cancelled. */
-    finishCancelled: assign(
-      on('AGENT_DONE', (context, event) =>
-        withRun(
-          finished(context, 'cancelled', event.at, event.error ?? 'cancelled', {
-            cancel_requested_at: context.run.cancel_requested_at ?? event.at,
-            metadata: sideEffectsMeta(context, event),
-          }),
-          {},
-          closing(context, 'cancelled', event.at, event.error ?? 'cancelled'),
-        ),
-      ),
-    ),
+    finishCancelled: assign(on('AGENT_DONE', cancelledBy)),
     /** running -> retrying: the attempt failed and a retry is allowed. */
-    scheduleRetry: assign(
-      on('AGENT_DONE', (context, event) => {
-        const d = retryOf(context, event);
-        const delay = d.retry ? d.delaySeconds : 0;
-        const status: AttemptStatus = event.outcome === 'timeout' ? 'timeout' : 'failed';
-        return withRun(
-          context,
-          { status: 'retrying', error: event.error, ...noLease },
-          {
-            retry_at: addSeconds(event.at, delay),
-            continue_agent: false,
-            next_reason: 'retry',
-            ...closing(context, status, event.at, event.error, delay),
-          },
-        );
-      }),
-    ),
+    scheduleRetry: assign(on('AGENT_DONE', retryScheduled)),
     /** running -> timeout, no retry. */
     finishTimeout: assign(
       on('AGENT_DONE', (context, event) =>
@@ -205,29 +171,7 @@ export const backgroundRunMachine = setup({
     /** running: cancel requested, the agent run is stopped. */
     requestCancel: assign(on('CANCEL', (context, event) => withRun(context, { cancel_requested_at: context.run.cancel_requested_at ?? event.at }))),
     /** running: the lease lapsed, a recovery attempt continues the agent run. */
-    recoverAttempt: assign(
-      on('RECOVER', (context, event) => {
-        const n = context.run.attempt + 1;
-        const agentRunId = context.internal.agent_run_id ?? agentRunIdFor(context.run.run_id, n);
-        return withRun(
-          context,
-          {
-            attempt: n,
-            lease_owner: event.worker_id,
-            lease_token: event.lease_token,
-            lease_generation: context.run.lease_generation + 1,
-            lease_expires_at: event.lease_expires_at,
-            heartbeat_at: event.at,
-          },
-          {
-            agent_run_id: agentRunId,
-            continue_agent: false,
-            last_closed_attempt: closeAttempt(context, 'interrupted', event.at, 'the lease lapsed: its worker stopped'),
-            current_attempt: openAttempt(context, n, event.attempt_id, 'recovery', event.at, event.worker_id, event.lease_token, agentRunId),
-          },
-        );
-      }),
-    ),
+    recoverAttempt: assign(on('RECOVER', recoveredAttempt)),
     /** running -> failed: the lease lapsed and no attempts remain. */
     failLapsed: assign(
       on('RECOVER', (context, event) =>
@@ -275,6 +219,7 @@ export const backgroundRunMachine = setup({
       return retryOf(context, e).retry;
     },
     attemptsRemain: ({ context }) => context.run.attempt < context.run.max_attempts,
+    agentSettled: ({ context, event }) => (event as Ev<'RECOVER'>).agent != null && context.internal.agent_run_id !== null,
   },
 }).createMachine({
   id: 'backgroundRun',
@@ -310,11 +255,7 @@ export const backgroundRunMachine = setup({
               'continueAttempt',
               {
                 type: 'record',
-                params: ({ context }) =>
-                  rec(
-                    [{ type: 'background_run_started', data: { continued: true, agent_run_id: context.internal.agent_run_id } }],
-                    context.internal.current_attempt ? [context.internal.current_attempt] : [],
-                  ),
+                params: ({ context }) => startedContinueRecord(context),
               },
             ],
           },
@@ -324,16 +265,7 @@ export const backgroundRunMachine = setup({
               'startAttempt',
               {
                 type: 'record',
-                params: ({ context }) =>
-                  rec(
-                    [
-                      {
-                        type: 'background_run_started',
-                        data: { agent_run_id: context.internal.agent_run_id, reason: context.internal.current_attempt?.reason ?? null },
-                      },
-                    ],
-                    context.internal.current_attempt ? [context.internal.current_attempt] : [],
-                  ),
+                params: ({ context }) => startedFreshRecord(context),
               },
             ],
           },
@@ -408,25 +340,7 @@ export const backgroundRunMachine = setup({
               'scheduleRetry',
               {
                 type: 'record',
-                params: ({ context, event }) =>
-                  rec(
-                    [
-                      // timeout_seconds stopped the attempt: background_run_timeout says so even when a retry follows.
-                      ...(event.outcome === 'timeout' ? [{ type: 'background_run_timeout' as const, data: { will_retry: true, error: event.error } }] : []),
-                      {
-                        type: 'background_run_retrying' as const,
-                        data: {
-                          error: event.error,
-                          error_kind: event.outcome === 'timeout' ? 'timeout' : 'exception',
-                          failed_attempt: context.run.attempt,
-                          next_attempt: context.run.attempt + 1,
-                          retry_delay_seconds: context.internal.last_closed_attempt?.retry_delay_seconds ?? 0,
-                          retry_at: context.internal.retry_at,
-                        },
-                      },
-                    ],
-                    closedOnly(context),
-                  ),
+                params: ({ context, event }) => retryingRecord(context, event),
               },
             ],
           },
@@ -437,11 +351,7 @@ export const backgroundRunMachine = setup({
               'finishTimeout',
               {
                 type: 'record',
-                params: ({ context, event }) =>
-                  rec(
-                    [{ type: 'background_run_timeout', data: { will_retry: false, error: event.error, side_effects: event.side_effects } }],
-                    closedOnly(context),
-                  ),
+                params: ({ context, event }) => timeoutRecord(context, event),
               },
             ],
           },
@@ -451,20 +361,7 @@ export const backgroundRunMachine = setup({
               'finishFailed',
               {
                 type: 'record',
-                params: ({ context, event }) =>
-                  rec(
-                    [
-                      {
-                        type: 'background_run_failed',
-                        data: {
-                          error: context.run.error,
-                          side_effects: event.side_effects,
-                          not_retried_because_of_side_effects: event.side_effects.length > 0,
-                        },
-                      },
-                    ],
-                    closedOnly(context),
-                  ),
+                params: ({ context, event }) => failedRecord(context, event),
               },
             ],
           },
@@ -476,6 +373,8 @@ export const backgroundRunMachine = setup({
         // timeout_seconds reached: the agent run stops, and its end (AGENT_DONE timeout) decides.
         TIMEOUT: [{ guard: 'staleAgent' }, { actions: { type: 'tellAgent', params: { type: 'TIMEOUT' } } }],
         RECOVER: [
+          // Its agent run ended or parked before the lapsed owner recorded it: settle from that.
+          { guard: 'agentSettled', actions: 'settleFromAgent' },
           {
             guard: 'attemptsRemain',
             // Re-entered: the next attempt's child continues the same agent run.
@@ -485,22 +384,7 @@ export const backgroundRunMachine = setup({
               'recoverAttempt',
               {
                 type: 'record',
-                params: ({ context, event }) =>
-                  rec(
-                    [
-                      {
-                        type: 'background_run_recovered',
-                        data: {
-                          from: 'running',
-                          previous_owner: event.previous_owner ?? null,
-                          interrupted_attempt: context.run.attempt - 1,
-                          continues_agent_run: context.internal.agent_run_id,
-                        },
-                      },
-                      { type: 'background_run_started', data: { agent_run_id: context.internal.agent_run_id, reason: 'recovery' } },
-                    ],
-                    [...closedOnly(context), context.internal.current_attempt!],
-                  ),
+                params: ({ context, event }) => recoveredRecord(context, event),
               },
             ],
           },
@@ -510,14 +394,7 @@ export const backgroundRunMachine = setup({
               'failLapsed',
               {
                 type: 'record',
-                params: ({ context, event }) =>
-                  rec(
-                    [
-                      { type: 'background_run_recovered', data: { from: 'running', previous_owner: event.previous_owner ?? null, attempts_exhausted: true } },
-                      { type: 'background_run_failed', data: { error: context.run.error } },
-                    ],
-                    closedOnly(context),
-                  ),
+                params: ({ context, event }) => lapsedFailedRecord(context, event),
               },
             ],
           },

@@ -10,6 +10,7 @@ import {
   backgroundRunIdOf,
   type AgentOutcome,
   type AgentRunChildEvent,
+  type AgentSettled,
   type BackgroundRunContext,
   type BackgroundRunEvent,
   type SideEffectInfo,
@@ -24,8 +25,7 @@ import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.j
 import { isStoreError, StoreError, type StoredEvent, type Versioned } from '../store/store.js';
 import { TERMINAL, WAITING, type BgRunRow } from './types.js';
 import { ownSessionId } from './prepare-run.js';
-import type { BackgroundDeps, SendResult } from './engine.js';
-import type { Handle } from './run-host.js';
+import type { BackgroundDeps, Handle, SendResult } from './host-types.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
 import { bgTenantOf } from './tenancy.js';
 
@@ -390,20 +390,24 @@ export class AgentBridge {
     }
   }
 
-  /** A held row whose agent run already ended or parked takes that result; true when it did. */
-  async settleFromAgent(row: BgRunRow): Promise<boolean> {
+  /**
+   * The agent run of a running row whose lease lapsed, if it already ended or parked (its owner
+   * stopped before recording that): what the claimer's RECOVER carries, so the machine settles
+   * the run from it instead of starting another attempt. Null when it is live here, still
+   * running, or cannot be read (the RECOVER then recovers the attempt, which continues it).
+   */
+  async agentSettledOf(row: BgRunRow): Promise<AgentSettled | null> {
     const agentId = row.internal.agent_run_id;
-    if (!agentId || this.deps.runs.isLive(agentId)) return false;
+    if (!agentId || this.deps.runs.isLive(agentId)) return null;
     const rec = await this.deps.runs
       .get(agentId)
       .catch((e: unknown) => (isRefusal(e) ? null : (reportSwallowed('background.read_agent_run', e, { agent_run_id: agentId }), null)));
-    if (!rec) return false;
+    if (!rec) return null;
     const parked = WAITING.has(rec.status as BackgroundRunStatus);
-    if (!TERMINAL_RUN_STATUSES.has(rec.status) && !parked) return false;
+    if (!TERMINAL_RUN_STATUSES.has(rec.status) && !parked) return null;
     const done = this.agentDoneOf(rec);
-    if (!done) return false;
-    const r = await this.host.send(row.run.run_id, done, { durable: true });
-    if (r.accepted && parked && rec.decided_at) await this.host.send(row.run.run_id, { type: 'RESUME', at: iso(this.deps.clock.now()) }, { durable: true });
-    return r.accepted;
+    if (!done) return null;
+    const { type: _t, at: _a, agent_run_id: _id, ...settled } = done;
+    return { ...settled, decided: parked && !!rec.decided_at };
   }
 }

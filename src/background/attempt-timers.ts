@@ -5,19 +5,8 @@
 import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import type { Clock } from '../clock.js';
 import type { LeaseClock } from '../lease-clock.js';
-import type { Handle } from './run-host.js';
+import type { Handle, TimerRef, Timers } from './host-types.js';
 import { swallow } from '../telemetry/swallowed.js';
-
-/** An opaque timer id from a Timers. */
-export type TimerRef = unknown;
-
-/** Timers that do not keep the process alive. */
-export interface Timers {
-  setTimeout(fn: () => void, ms: number): TimerRef;
-  clearTimeout(t: TimerRef): void;
-  setInterval(fn: () => void, ms: number): TimerRef;
-  clearInterval(t: TimerRef): void;
-}
 
 export const nodeTimers: Timers = {
   setTimeout: (fn, ms) => setTimeout(fn, ms).unref(),

@@ -2,7 +2,7 @@
 // under the overlap policy of their task) and recovery (lapsed leases, dead owners, due retries,
 // parked runs whose decision came). What it claims is hosted by the engine (engine.ts).
 import { randomUUID } from 'node:crypto';
-import type { BackgroundRunEvent } from '../../machines/background-run.machine.js';
+import type { AgentSettled, BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import { canClaim } from '../../machines/policies/overlap.js';
 import { newId } from '../ids.js';
 import type { BackgroundRunStatus } from '../schemas/background.js';
@@ -11,9 +11,8 @@ import { isSharedStore } from '../store/changes.js';
 import { repos, type Repos } from '../store/repos/index.js';
 import { QueuedRunBuffer, type BgRunRepo } from '../store/repos/bg-runs.js';
 import { taskStatusKey, type BgRunRow } from './types.js';
-import type { AttemptTimers, TimerRef } from './attempt-timers.js';
-import type { BackgroundDeps, SendResult } from './engine.js';
-import type { Handle } from './run-host.js';
+import type { AttemptTimers } from './attempt-timers.js';
+import type { BackgroundDeps, Handle, SendResult, TimerRef } from './host-types.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
@@ -37,7 +36,8 @@ export interface ClaimerHost {
   /** The workspace mirror's backlog is at its bound: claim nothing until it has room (it kicks). */
   mirrorFull(): boolean;
   countActive(taskId: string): Promise<number>;
-  settleFromAgent(row: BgRunRow): Promise<boolean>;
+  /** A running row's agent run, if it already ended or parked (RECOVER carries it; agent-bridge.ts). */
+  agentSettledOf(row: BgRunRow): Promise<AgentSettled | null>;
   timers: AttemptTimers;
   leaseMs(): number;
   /** Its task's concurrency key (task-keys.ts): a slot taken (true), or the key is full (false). */
@@ -284,8 +284,9 @@ export class Claimer {
         const lapsed = this.deps.leases.lapsed(run.lease_expires_at);
         if (!lapsed && !opts.ownersDead) return;
         if (!this.accepting) return;
-        // The agent run may have ended (or parked) before the owner could record it: no recovery needed.
-        if (status === 'running' && (await this.host.settleFromAgent(row.value))) return;
+        // The agent run may have ended (or parked) before the owner could record it: RECOVER
+        // carries what it read, and the machine settles the run from it instead of recovering.
+        const agent = status === 'running' ? await this.host.agentSettledOf(row.value) : null;
         const t = this.deps.clock.now();
         this.claimingNow++;
         try {
@@ -302,10 +303,11 @@ export class Claimer {
               lease_expires_at: this.deps.leases.expiresAt(this.host.leaseMs()),
               attempt_id: newId('attempt'),
               previous_owner: run.lease_owner,
+              agent,
             },
             { durable: true },
           );
-          if (recovered.accepted) this.deps.metrics.recovered('background', lapsed ? 'lapsed_lease' : 'owner_dead');
+          if (recovered.accepted && !agent) this.deps.metrics.recovered('background', lapsed ? 'lapsed_lease' : 'owner_dead');
         } finally {
           this.claimingNow--;
         }

@@ -1,41 +1,29 @@
 // Background runs end to end: creation, claims under a fenced lease, heartbeats, the agent run of
 // each attempt, retries, timeouts, cancellation, recovery of lapsed leases, lifecycle events and
 // the run workspace files. Every status change goes through the background-run machine
-// (machines/background-run.machine.ts). RunEngine is the public face and the wiring; the parts:
-// run-host.ts (live runs: actor, row, write chain, the `record` effect), operator-actions.ts
-// (cancel, resume from the API), outbox.ts (lifecycle events), run-workspace.ts (workspace files), claimer.ts (claims, recovery), attempt-timers.ts
-// (heartbeat, timeout, retry), agent-bridge.ts (the agent run of an attempt), inflight.ts
-// (overlap cache), retention.ts (deleting runs), prepare-run.ts (a new run's row and events),
-// waiters.ts (callers waiting for a run to settle).
+// (machines/background-run.machine.ts). RunEngine is the public face and the wiring; the parts,
+// which share their types through host-types.ts and never import engine.ts: run-host.ts (live
+// runs: actor, row, write chain, the `record` effect), operator-actions.ts (cancel, resume from
+// the API), outbox.ts (lifecycle events), run-workspace.ts (workspace files), claimer.ts (claims,
+// recovery), attempt-timers.ts (heartbeat, timeout, retry), agent-bridge.ts (the agent run of an
+// attempt), inflight.ts (overlap cache), retention.ts (deleting runs), prepare-run.ts (a new
+// run's row and events), waiters.ts (callers waiting for a run to settle).
 //
 // An actor `bgrun:<id>` lives while this process holds the run (claimed, running) or while an
 // event is being applied to it; a resting run (queued, retrying, awaiting a person, terminal) is
-// only a row, so 10,000 queued runs cost storage, not actors. Every effect of a run goes through
-// one serial chain, and every row write is a compare-and-swap on the version this process last
-// wrote: a process whose lease was taken over is refused (fenced) and drops its copy.
-//
-// Per run, what costs is counted in store commits and file creations, so: transitions taken
-// before the previous write started share its commit (a claim and its start are one write); the
-// lifecycle events of a write are appended behind it on a per-run chain that does not hold up the
-// next write (the row's outbox covers the gap); and the workspace mirror is a low-priority lane
-// that merges the steps of a fast run (docs/background.md).
+// only a row. Every row write is a compare-and-swap on the version this process last wrote: a
+// process whose lease was taken over is refused (fenced) and drops its copy. Per run, what costs
+// is store commits and file creations: transitions taken before the previous write started
+// share its commit, lifecycle events ride in the row's commit (or its outbox on PostgreSQL), and
+// the workspace mirror merges the steps of a fast run (docs/background.md).
 import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
-import type { TaskOccurrence } from '../../machines/task.machine.js';
-import type { Clock } from '../clock.js';
-import type { LeaseClock } from '../lease-clock.js';
-import type { Config } from '../config.js';
 import { notFound } from '../errors.js';
-import type { TelemetryEmitter } from '../runtime/emitter.js';
-import type { Metrics } from '../telemetry/metrics.js';
-import type { AgentRegistry } from '../agent/agent-registry.js';
-import type { RunService } from '../runtime/runs.js';
-import type { ActorSystem } from '../runtime/system.js';
-import type { BackgroundRun, BackgroundRunStatus, TriggerType } from '../schemas/background.js';
-import { isStoreError, type Store, type Versioned, type WriteOp } from '../store/store.js';
+import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
+import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
 import { repos } from '../store/repos/index.js';
-import { ACTIVE, HELD, TERMINAL, WAITING, taskStatusKey, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
+import { ACTIVE, HELD, TERMINAL, WAITING, taskStatusKey, type BgRunRow } from './types.js';
 import { InFlightCache } from './inflight.js';
 import { AgentBridge } from './agent-bridge.js';
 import { MIRROR_BACKLOG_MAX, RunWorkspaces } from './run-workspace.js';
@@ -44,63 +32,14 @@ import { EventOutbox } from './outbox.js';
 import { Claimer } from './claimer.js';
 import { TaskKeySlots } from './task-keys.js';
 import { RunRetention } from './retention.js';
-import { RunHosts, type Handle } from './run-host.js';
-import { AttemptTimers, nodeTimers, type Timers } from './attempt-timers.js';
+import { RunHosts } from './run-host.js';
+import { AttemptTimers, nodeTimers } from './attempt-timers.js';
+import type { BackgroundDeps, CreateRunInput, Handle, PreparedRun, SendResult } from './host-types.js';
 import { prepareRun } from './prepare-run.js';
 import { SettleWaiters } from './waiters.js';
 import { OperatorActions } from './operator-actions.js';
-import type { AppLogger } from '../telemetry/logger.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
-
-export interface BackgroundDeps {
-  store: Store;
-  clock: Clock;
-  /** The clock a background run's lease is written and judged on (src/lease-clock.ts): the run service's. */
-  leases: LeaseClock;
-  telemetry: TelemetryEmitter;
-  metrics: Metrics;
-  config: Config;
-  system: ActorSystem;
-  workerId: string;
-  runs: RunService;
-  /** Registered agents (src/agent/agent-registry.ts): a spec is built at registration, refused when it cannot be. */
-  agents?: AgentRegistry;
-  /** The process's logger; a live run's lines go through its child (run-host.ts `RunHosts.logOf`: bg_run_id, task_id). */
-  logger: AppLogger;
-  /** Timers of heartbeats, attempt timeouts and retries (default: Node's, unref'd). */
-  timers?: Timers;
-}
-
-/** A run built and validated in memory, not yet written: its ops go into some commit. */
-export interface PreparedRun {
-  ctx: BackgroundRunContext;
-  row: BgRunRow;
-  lifecycle: LifecycleRecord[];
-  ops: WriteOp[];
-}
-
-export interface CreateRunInput {
-  task: TaskRow;
-  trigger_type: TriggerType;
-  occurrence: TaskOccurrence | null;
-  query: string | null;
-  /** Store the run `skipped` with this reason (the overlap policy said so). */
-  skip: string | null;
-  /** A caller-chosen id (a manual run with an Idempotency-Key reserved it); default a new one. */
-  run_id?: string;
-  /** Not claimed before this instant (a debounced trigger's window end: debounce.ts). */
-  not_before?: string;
-  /** More of the run's trigger_metadata (a debounced trigger's window: debounce.ts). */
-  trigger_extra?: Record<string, unknown>;
-  /** More writes of the run's commit, all or nothing with it (the debounce pointer: debounce.ts). */
-  extra_ops?: WriteOp[];
-}
-
-export interface SendResult {
-  accepted: boolean;
-  status: BackgroundRunStatus | null;
-}
 
 export class RunEngine {
   private readonly handles = new Map<string, Handle>();
@@ -191,7 +130,7 @@ export class RunEngine {
       heldCount: () => this.heldCount,
       mirrorFull: () => this.workspaces.mirrorFull(),
       countActive: (taskId) => this.countActive(taskId),
-      settleFromAgent: (row) => this.agent.settleFromAgent(row),
+      agentSettledOf: (row) => this.agent.agentSettledOf(row),
       timers: this.timers,
       leaseMs: () => this.leaseMs,
       takeKey: (run) => this.keys.take(run),

@@ -16,26 +16,26 @@ import type {
   BackgroundTaskRunRequest,
 } from '../schemas/background.js';
 import type { BackgroundTaskBulkRunResponse } from '../schemas/background-answers.js';
-import { newId } from '../ids.js';
 import type { Versioned, WriteOp } from '../store/store.js';
-import { RunEngine, type BackgroundDeps } from './engine.js';
+import { RunEngine } from './engine.js';
+import { queueBulk } from './bulk-trigger.js';
+import type { BackgroundDeps } from './host-types.js';
 import { TaskScheduler } from './scheduler.js';
 import { BackgroundAgents } from './agents.js';
-import { BackgroundRunQueries, publicRun } from './run-queries.js';
+import { BackgroundRunQueries, publicRun, runWaitTimeout } from './run-queries.js';
 import { isSharedStore } from '../store/changes.js';
 import { ACTIVE, ALL_STATUSES, TERMINAL, taskStatusKey, type BgRunRow, type ScheduleRow, type TaskRow } from './types.js';
 import { checkNamespaceTemplate } from './workspace.js';
-import { HttpDetailError, RequestValidationError } from '../errors.js';
+import { RequestValidationError } from '../errors.js';
 import type { core } from 'zod';
 import { repos } from '../store/repos/index.js';
 import { newScheduleRow, resumedScheduleRow } from './schedule-rows.js';
 import { QueuedRunBound } from './queue-bound.js';
-import { keyedRunId } from './prepare-run.js';
 import { TriggerDebouncer } from './debounce.js';
 import { bgIdOf, bgKey, bgTenantOf, taskRowIndexes } from './tenancy.js';
 import { GLOBAL_SCOPE, type TenantScope } from '../runtime/tenancy.js';
 
-export type { BackgroundDeps } from './engine.js';
+export type { BackgroundDeps } from './host-types.js';
 
 registerMachine(backgroundRunMachine as unknown as AnyStateMachine, BACKGROUND_RUN_MACHINE_VERSION);
 registerMachine(taskMachine as unknown as AnyStateMachine, TASK_MACHINE_VERSION);
@@ -402,6 +402,19 @@ export class BackgroundManager {
     return { task_id: bgIdOf(taskId), timezone: task.schedule.timezone ?? 'UTC', upcoming: this.scheduler.preview(task, sched?.value ?? null, count) };
   }
 
+  /** POST /background/tasks/{id}/runs: one manual run per item (bulk-trigger.ts). */
+  async runTaskBulk(taskId: string, items: BackgroundTaskBulkRunItem[]): Promise<BackgroundTaskBulkRunResponse> {
+    this.requireRunning();
+    const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
+    if (!task.enabled) throw notFound('enabled background task', bgIdOf(taskId));
+    const { store } = this.deps;
+    return queueBulk(
+      { store, scheduler: this.scheduler, engine: this.engine, queueBound: this.queueBound, workspaceRoot: this.cfg.workspace_root },
+      taskId,
+      items,
+    );
+  }
+
   /**
    * POST /background/tasks/{id}/run: a manual run through the task actor (so the overlap policy
    * applies). With `wait`, answers when the run ends or pauses for a person, or throws the 504
@@ -409,70 +422,6 @@ export class BackgroundManager {
    * `opts.run_id`: the id the run gets (an Idempotency-Key reserved it); `opts.onQueued` is called
    * once the run exists, before a `wait` (the route then marks the key done).
    */
-  /**
-   * POST /background/tasks/{id}/runs: queues one manual run per item, in order, each decided by
-   * the task's overlap policy as POST /background/tasks/{id}/run would (queued, or stored
-   * skipped). The runs' writes are issued together and share the store's rounds (one round for a
-   * list on the embedded stores, instead of one per call). An item with an `idempotency_key` takes
-   * the run id that key names for this task (keyedRunId): a run already stored under it is
-   * answered as it is and nothing is queued, and two items of one list with one key queue one
-   * run. The whole list is admitted against background.max_queued_runs at once: 503, nothing
-   * queued, when the new runs would pass it.
-   */
-  async runTaskBulk(taskId: string, items: BackgroundTaskBulkRunItem[]): Promise<BackgroundTaskBulkRunResponse> {
-    this.requireRunning();
-    const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
-    if (!task.enabled) throw notFound('enabled background task', bgIdOf(taskId));
-    const ids = items.map((it) => (it.idempotency_key ? keyedRunId(taskId, it.idempotency_key) : newId('bgrun')));
-    const keyed = [...new Set(ids.filter((_, i) => items[i].idempotency_key))];
-    const stored = new Map<string, BackgroundRun>();
-    if (keyed.length > 0) {
-      const rows = await repos(this.deps.store).bgRuns.getMany(keyed);
-      for (const row of rows) if (row) stored.set(row.value.run.run_id, row.value.run);
-    }
-    // The items that queue a run: not stored yet, and the first of their key in this list.
-    const fresh: number[] = [];
-    const seen = new Set<string>();
-    ids.forEach((id, i) => {
-      if (stored.has(id) || seen.has(id)) return;
-      seen.add(id);
-      fresh.push(i);
-    });
-    if (fresh.length > 0) await this.queueBound.admit(fresh.length);
-    const dispatched = await this.scheduler.taskJob(taskId, async () => {
-      const current = this.scheduler.tasks.get(taskId);
-      if (!current || !current.enabled) throw notFound('enabled background task', bgIdOf(taskId));
-      const out = [];
-      for (const i of fresh) out.push(await this.scheduler.dispatchManual(current, items[i].query ?? null, ids[i]));
-      return out;
-    });
-    const made = await Promise.all(dispatched.map((d) => d.done));
-    const created = new Set<string>();
-    const lost: string[] = [];
-    made.forEach((run, k) => {
-      if (run) {
-        stored.set(run.run_id, run);
-        created.add(run.run_id);
-      } else lost.push(ids[fresh[k]]); // stored meanwhile under its key (a concurrent call with the same key)
-    });
-    if (lost.length > 0) {
-      for (const row of await repos(this.deps.store).bgRuns.getMany(lost)) if (row) stored.set(row.value.run.run_id, row.value.run);
-    }
-    // Answer once the runs' creation events are stored too, as a single manual run does.
-    await Promise.all([...created].map((id) => this.engine.appended(id)));
-    const seenInAnswer = new Set<string>();
-    return {
-      runs: ids.map((id) => {
-        const run = stored.get(id);
-        if (!run) throw notFound('enabled background task', bgIdOf(taskId));
-        const first = created.has(id) && !seenInAnswer.has(id);
-        seenInAnswer.add(id);
-        return { run: publicRun(this.cfg.workspace_root, run), created: first };
-      }),
-      created: created.size,
-    };
-  }
-
   async runTask(
     taskId: string,
     body: BackgroundTaskRunRequest,
@@ -500,18 +449,7 @@ export class BackgroundManager {
     const settled = await this.engine.waitSettled(run.run_id, budget * 1000);
     if (settled) return publicRun(this.cfg.workspace_root, settled);
     const current = await this.engine.get(run.run_id).catch(() => run);
-    throw new HttpDetailError(
-      504,
-      {
-        message: `background run ${run.run_id} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${run.run_id}`,
-        run_id: run.run_id,
-        task_id: bgIdOf(taskId),
-        status: current.status,
-        request_timeout_seconds: budget,
-        wait_timeout_seconds: budget,
-      },
-      'AGT_ERR_RUN_WAIT_TIMEOUT',
-    );
+    throw runWaitTimeout(current, bgIdOf(taskId), budget);
   }
 
   // ---------------------------------------------------------------- runs

@@ -5,8 +5,7 @@ import { AppError, domainError, notFound } from '../errors.js';
 import { backgroundRunIdOf, type BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import type { Versioned } from '../store/store.js';
 import { isRefusal, reportSwallowed } from '../telemetry/swallowed.js';
-import type { BackgroundDeps, SendResult } from './engine.js';
-import type { Handle } from './run-host.js';
+import type { BackgroundDeps, Handle, SendResult } from './host-types.js';
 import { HELD, TERMINAL, WAITING, type BgRunRow } from './types.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();

@@ -18,7 +18,7 @@ import type { RecordIndexes, Store, WriteOp } from '../store/store.js';
 import type { Repos } from '../store/repos/index.js';
 import type { TraceRecord } from '../telemetry/traces.js';
 import { TERMINAL, attemptRecordId, occurrenceRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
-import type { CreateRunInput, PreparedRun } from './engine.js';
+import type { CreateRunInput, PreparedRun } from './host-types.js';
 import { bgIdOf, bgSessionKey } from './tenancy.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();

@@ -4,7 +4,7 @@
 // compare-and-swap on the version this process last wrote, and transitions taken before the
 // previous write started share its commit.
 import { bgIdOf, bgSessionKey, tenantField } from './tenancy.js';
-import type { Actor, AnyActorRef, CallbackActorLogic } from 'xstate';
+import type { AnyActorRef, CallbackActorLogic } from 'xstate';
 import {
   BACKGROUND_RUN_MACHINE_VERSION,
   backgroundRunMachine,
@@ -20,48 +20,17 @@ import { isStoreError, StoreError, type StoredEvent, type Versioned, type WriteO
 import { repos } from '../store/repos/index.js';
 import { isSharedStore } from '../store/changes.js';
 import { HELD, TERMINAL, attemptRecordId, runRowIndexes, type BgRunRow, type LifecycleRecord } from './types.js';
-import type { BackgroundDeps, SendResult } from './engine.js';
+import type { BackgroundDeps, Handle, RunActor, SendResult, WriteJob } from './host-types.js';
 import type { EventOutbox } from './outbox.js';
 import type { WriteJoin } from './write-join.js';
-import type { TimerRef } from './attempt-timers.js';
 import type { SupervisorGroup } from '../runtime/system.js';
 import type { CarriedWrite } from '../runtime/persistence.js';
 import type { TraceRecord, TraceStatus } from '../telemetry/traces.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
 import type { AppLogger } from '../telemetry/logger.js';
 
-export type RunActor = Actor<typeof backgroundRunMachine>;
 /** The agent run child of a running background run (src/background/agent-bridge.ts). */
 export type AgentRunLogic = CallbackActorLogic<AgentRunChildEvent, StartAgentParams>;
-
-export interface Handle {
-  id: string;
-  actor: RunActor | null;
-  row: Versioned<BgRunRow>;
-  chain: Promise<void>;
-  pending: number;
-  sends: number;
-  dead: boolean;
-  heartbeat: TimerRef | null;
-  timeout: TimerRef | null;
-  timeoutAttempt: number;
-  /** This process stopped the attempt for its timeout: the agent run's cancellation means timeout. */
-  timedOut: string | null;
-  /** The chain's last job when it is a row write that has not started: later transitions join it. */
-  tailWrite: WriteJob | null;
-  /**
-   * Shared store only: the task's gate record as read before the claim's active-run count. The
-   * claim's write CASes it, so two instances cannot both claim a run of a one-at-a-time task.
-   */
-  gate: { id: string; version: number | null } | null;
-  /** The run's logger (bg_run_id, task_id bound), made on its first line (RunHosts.logOf). */
-  log: AppLogger | null;
-}
-
-/** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
-export interface WriteJob {
-  steps: Array<{ ctx: BackgroundRunContext; params: RecordParams }>;
-}
 
 const iso = (ms: number) => new Date(ms).toISOString();
 

@@ -5,7 +5,8 @@ import { isAbsolute } from 'node:path';
 import type { AttemptRecord } from '../../machines/background-run.machine.js';
 import { HttpDetailError } from '../errors.js';
 import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
-import type { BackgroundDeps, RunEngine } from './engine.js';
+import type { RunEngine } from './engine.js';
+import type { BackgroundDeps } from './host-types.js';
 import { taskStatusKey, type BgRunRow } from './types.js';
 import { listWorkspace, openWorkspaceFile, relativeWorkspace } from './workspace.js';
 import { repos } from '../store/repos/index.js';
@@ -150,4 +151,20 @@ export class BackgroundRunQueries {
     }
     return openWorkspaceFile(dir, rel);
   }
+}
+
+/** The 504 AGT_ERR_RUN_WAIT_TIMEOUT answer of a `wait` whose run did not settle within `budget` seconds (it goes on). */
+export function runWaitTimeout(run: BackgroundRun, taskId: string, budget: number): HttpDetailError {
+  return new HttpDetailError(
+    504,
+    {
+      message: `background run ${run.run_id} did not finish within the wait budget of ${budget} s; it goes on and can be inspected at GET /background/runs/${run.run_id}`,
+      run_id: run.run_id,
+      task_id: taskId,
+      status: run.status,
+      request_timeout_seconds: budget,
+      wait_timeout_seconds: budget,
+    },
+    'AGT_ERR_RUN_WAIT_TIMEOUT',
+  );
 }

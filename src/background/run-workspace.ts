@@ -9,16 +9,8 @@ import type { BackgroundRun } from '../schemas/background.js';
 import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
 import { TERMINAL, WAITING, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
 import { bgIdOf, publicLifecycle, publicRunIds } from './tenancy.js';
-import {
-  MirrorQueue,
-  absoluteWorkspace,
-  lastMirroredSequence,
-  mirroredRunMatches,
-  mirrorRun,
-  relativeWorkspace,
-  FolderRemover,
-  workspaceOf,
-} from './workspace.js';
+import { absoluteWorkspace, relativeWorkspace, FolderRemover, workspaceOf } from './workspace.js';
+import { MirrorQueue, lastMirroredSequence, mirroredRunMatches, mirrorRun } from './workspace-mirror.js';
 import type { AppLogger } from '../telemetry/logger.js';
 
 /** How long run.json / events.jsonl may trail a run that goes on (one that ends or pauses is written at once). */

@@ -11,7 +11,8 @@ import type { DispatchParams, TaskOccurrence } from '../../machines/task.machine
 import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import { dueOccurrences, upcoming, type ScheduleSpec as SchedSpec } from '../calendar/schedule.js';
 import type { BackgroundRun } from '../schemas/background.js';
-import type { BackgroundDeps, CreateRunInput, PreparedRun, RunEngine } from './engine.js';
+import type { RunEngine } from './engine.js';
+import type { BackgroundDeps, CreateRunInput, PreparedRun } from './host-types.js';
 import { DueTicker } from './due-ticker.js';
 import { TaskActors } from './task-actors.js';
 import { advancedScheduleRow, dueTimeOf, skipOf, skipReason } from './schedule-rows.js';

@@ -8,7 +8,8 @@
 // Why this is safe: the agent run's end is durable before its completion is decided (the bridge
 // hears of it once stored), so while the completion waits, a crash leaves the run `running` with
 // its agent run ended, exactly the state a crash between the two writes would leave: the next
-// start settles it from the agent run (AgentBridge.settleFromAgent) without running anything again.
+// start settles it from the agent run (its RECOVER carries the agent run's end, read by
+// AgentBridge.agentSettledOf) without running anything again.
 //
 // An end or park folded into its agent run's final commit (RunHosts.foldInto) waits here only while
 // that commit is the agent run's creating write, still held back (CREATE_FOLD_MS bounds it, as

@@ -3,8 +3,9 @@ import { describe, expect, it } from 'vitest';
 import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
 import { ManualClock } from '../../src/clock.js';
 import { LeaseClock } from '../../src/lease-clock.js';
-import { AttemptTimers, type Timers } from '../../src/background/attempt-timers.js';
-import { newHandle, type Handle } from '../../src/background/run-host.js';
+import { AttemptTimers } from '../../src/background/attempt-timers.js';
+import type { Handle, Timers } from '../../src/background/host-types.js';
+import { newHandle } from '../../src/background/run-host.js';
 
 /** Timers a test fires by hand: `advance(ms)` runs every timer due by then, in order. */
 class FakeTimers implements Timers {

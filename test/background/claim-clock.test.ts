@@ -5,8 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
 import { LeaseClock } from '../../src/lease-clock.js';
 import { Claimer, type ClaimerHost } from '../../src/background/claimer.js';
-import type { BackgroundDeps } from '../../src/background/engine.js';
-import type { TimerRef } from '../../src/background/attempt-timers.js';
+import type { BackgroundDeps, TimerRef } from '../../src/background/host-types.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { QueueClaimQuery, StoreCapabilities, Versioned } from '../../src/store/store.js';
 

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backgroundRunMachine, persistedSnapshotOf } from '../../machines/background-run.machine.js';
 import type { Worker } from 'node:worker_threads';
 import { FolderWriter } from '../../src/background/folder-writer.js';
-import { MirrorQueue } from '../../src/background/workspace.js';
+import { MirrorQueue } from '../../src/background/workspace-mirror.js';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { startTestServer, tempDir, type TestServer } from '../helpers/server.js';
 import { api, directModel, eventNames, TOOLS, waitRun } from './helpers.js';

@@ -340,6 +340,54 @@ describe('background-run machine', () => {
     expect(x.records.at(-1)!.params.attempts[0]).toMatchObject({ status: 'interrupted' });
   });
 
+  it("a RECOVER that carries its agent run's end or park settles the run from it, in one step, restored from the row", () => {
+    const recover = (agent: Extract<BackgroundRunEvent, { type: 'RECOVER' }>['agent']): BackgroundRunEvent => ({
+      type: 'RECOVER',
+      at: at(40),
+      worker_id: 'w2',
+      lease_token: 'l2',
+      lease_expires_at: at(70),
+      attempt_id: 'a2',
+      previous_owner: 'w1',
+      agent,
+    });
+    const running = () => {
+      const h = harness(ctx({ max_retries: 1 }));
+      h.send(claim(1));
+      h.send(start(1));
+      // The lapsed owner's row, restored by the finder: no child, no entry action replayed.
+      return harness(h.actor.getSnapshot().context, true);
+    };
+    const settled = { error: null, result_preview: 'answer', retryable: true, side_effects: [], decided: false };
+
+    const c = running();
+    c.send(recover({ ...settled, outcome: 'completed' }));
+    expect(c.run()).toMatchObject({ status: 'completed', attempt: 1, result_preview: 'answer', lease_owner: null });
+    expect(c.records).toHaveLength(1); // one step, one row write
+    expect(c.events()).toEqual(['background_run_completed']);
+    expect(c.starts).toEqual([]); // nothing runs again
+
+    const f = running();
+    f.send(recover({ ...settled, outcome: 'failed', error: 'boom', result_preview: null }));
+    expect(f.run()).toMatchObject({ status: 'retrying', attempt: 1 }); // the retry policy decides, as for AGENT_DONE
+
+    const p = running();
+    p.send(recover({ ...settled, outcome: 'awaiting_approval', result_preview: null }));
+    expect(p.run()).toMatchObject({ status: 'awaiting_approval', lease_owner: null });
+
+    const d = running();
+    d.send(recover({ ...settled, outcome: 'awaiting_approval', result_preview: null, decided: true }));
+    expect(d.run()).toMatchObject({ status: 'queued', attempt: 1 });
+    expect(d.records.map((r) => r.status)).toEqual(['awaiting_approval', 'queued']); // both steps in one send
+    expect(d.events()).toEqual(['background_run_queued']);
+
+    // Nothing read (or still running): the attempt is recovered and continues the agent run.
+    const r = running();
+    r.send(recover(null));
+    expect(r.run()).toMatchObject({ status: 'running', attempt: 2, lease_owner: 'w2' });
+    expect(r.starts).toEqual([{ mode: 'continue', agent_run_id: 'r1', attempt: 2 }]);
+  });
+
   it('restores from a stored row alone and goes on from its status', () => {
     const h = harness(ctx());
     h.send(claim(1));

@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readdirSync, realpathSync, writeFileSync } from 
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MIRROR_BACKLOG_MAX } from '../../src/background/run-workspace.js';
-import type { MirrorQueue } from '../../src/background/workspace.js';
+import type { MirrorQueue } from '../../src/background/workspace-mirror.js';
 import { HTTPValidationError } from '../../src/schemas/index.js';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, startTestServer, type TestServer } from '../helpers/server.js';

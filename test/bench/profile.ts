@@ -189,6 +189,8 @@ type StoreStats = {
   eventBytes: number;
   /** Read calls by `method:kind` (cache hits included). */
   readsBy?: Record<string, number>;
+  /** Commits and appends by shape (the kinds of their ops, the events they carry). */
+  shapes?: Record<string, number>;
   /** LevelDB's asynchronous reads (thread-pool trips) by binding call and key kind. */
   diskReads?: Record<string, number>;
 };
@@ -236,6 +238,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
       let threads = { main: 0, others: 0 };
       let readsBy: Record<string, number> = {};
       let diskReads: Record<string, number> = {};
+      let shapes: Record<string, number> = {};
       try {
         const child = await startChild({
           mode: 'agentd',
@@ -282,6 +285,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           };
           readsBy = perRunBy(s0.readsBy, s1.readsBy, COUNTED);
           diskReads = perRunBy(s0.diskReads, s1.diskReads, COUNTED);
+          shapes = perRunBy(s0.shapes, s1.shapes, COUNTED);
         } finally {
           await child.stop();
         }
@@ -305,7 +309,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           order,
         );
         process.stderr.write(
-          `profile ${name}: ${runs} runs, ${(cpuMs / runs).toFixed(2)} ms CPU per run (main thread ${threads.main.toFixed(2)}, other threads ${threads.others.toFixed(2)})\n  per run: ${JSON.stringify(counts)}\n  reads by call: ${JSON.stringify(readsBy)}\n  disk reads (LevelDB pool trips): ${JSON.stringify(diskReads)}\n`,
+          `profile ${name}: ${runs} runs, ${(cpuMs / runs).toFixed(2)} ms CPU per run (main thread ${threads.main.toFixed(2)}, other threads ${threads.others.toFixed(2)})\n  per run: ${JSON.stringify(counts)}\n  reads by call: ${JSON.stringify(readsBy)}\n  disk reads (LevelDB pool trips): ${JSON.stringify(diskReads)}\n  commits and appends by shape: ${JSON.stringify(shapes, null, 1)}\n`,
         );
         for (const g of summary.groups) process.stderr.write(`  ${g.name}: ${g.ms_per_run.toFixed(3)} ms/run (${(g.share * 100).toFixed(1)} %)\n`);
         for (const t of summary.top) process.stderr.write(`  ${t.fn} ${t.where}: ${t.ms_per_run.toFixed(3)} ms/run (${(t.share * 100).toFixed(1)} %)\n`);
