@@ -8,7 +8,6 @@
 // recovery), attempt-timers.ts (heartbeat, timeout, retry), agent-bridge.ts (the agent run of an
 // attempt), inflight.ts (overlap cache), retention.ts (deleting runs), prepare-run.ts (a new
 // run's row and events), waiters.ts (callers waiting for a run to settle).
-//
 // An actor `bgrun:<id>` lives while this process holds the run (claimed, running) or while an
 // event is being applied to it; a resting run (queued, retrying, awaiting a person, terminal) is
 // only a row. Every row write is a compare-and-swap on the version this process last wrote: a
