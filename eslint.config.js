@@ -69,10 +69,10 @@ export default tseslint.config(
   // is a 500. Where one cannot reach an answer (an internal invariant, a tool failure the model
   // reads, a config problem a caller wraps) an eslint-disable comment says why. Not here:
   // src/store/ (the bottom layer raises StoreError, which the error handler maps), the client
-  // and the dashboard (other processes), src/background/ (being rewritten; to be added).
+  // and the dashboard (other processes).
   {
     files: ['src/**/*.{ts,tsx}'],
-    ignores: ['src/store/**', 'src/client/**', 'src/ui/**', 'src/background/**'],
+    ignores: ['src/store/**', 'src/client/**', 'src/ui/**'],
     rules: {
       'no-restricted-syntax': [
         'error',
