@@ -3,6 +3,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, download, type Access } from './api.js';
 import { link, usePoll } from './router.js';
+import { useNewestRuns, type NewestRuns } from './newest-runs.js';
 import { Status, fmtTime } from './runs.js';
 
 const enc = encodeURIComponent;
@@ -313,50 +314,9 @@ export function BackgroundPage({ access }: { access: Access }) {
   );
 }
 
-/** Background runs newest first (order=desc): a poll reads the newest page; older pages on demand. */
-interface NewestRuns {
-  runs: any[];
-  error: string | null;
-  /** Set while older pages remain. */
-  loadOlder: (() => Promise<void>) | null;
-}
-
-/**
- * The newest BG_PAGE background runs (`filter`: extra query, e.g. `task_id=x`), polled, and "Older
- * runs" following next_cursor. Reading the list oldest first and reversing it showed, past one page,
- * the newest of the oldest runs and never the latest.
- */
+/** The newest BG_PAGE background runs (`filter`: extra query, e.g. `task_id=x`); older pages on demand. */
 function useNewestBgRuns(filter: string, tick: number): NewestRuns {
-  const [runs, setRuns] = useState<any[]>([]);
-  const [older, setOlder] = useState<{ runs: any[]; cursor: string | null }>({ runs: [], cursor: null });
-  const [error, setError] = useState<string | null>(null);
-  const query = `/background/runs?order=desc&limit=${BG_PAGE}${filter ? `&${filter}` : ''}`;
-  usePoll(
-    async () => {
-      try {
-        const page = await api(query);
-        setRuns(page.runs);
-        setOlder((o) => (o.runs.length ? o : { runs: [], cursor: page.next_cursor }));
-        setError(null);
-      } catch (e) {
-        setError(String(e));
-      }
-    },
-    2000,
-    [query, tick],
-  );
-  useEffect(() => setOlder({ runs: [], cursor: null }), [query]);
-  const loadOlder = async () => {
-    if (!older.cursor) return;
-    try {
-      const page = await api(`${query}&cursor=${enc(older.cursor)}`);
-      setOlder({ runs: [...older.runs, ...page.runs].slice(0, KEEP_BG_RUNS), cursor: page.next_cursor });
-    } catch (e) {
-      setError(String(e));
-    }
-  };
-  const seen = new Set(runs.map((r) => r.run_id));
-  return { runs: [...runs, ...older.runs.filter((r) => !seen.has(r.run_id))], error, loadOlder: older.cursor ? loadOlder : null };
+  return useNewestRuns(`/background/runs?order=desc&limit=${BG_PAGE}${filter ? `&${filter}` : ''}`, KEEP_BG_RUNS, tick);
 }
 
 function BgRunsTable({ title, list }: { title: string; list: NewestRuns }) {

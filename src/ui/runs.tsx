@@ -1,7 +1,8 @@
 // Runs: the live list (polled) with filters, and starting a run (POST /run, streamed).
-import { useEffect, useState } from 'preact/hooks';
-import { api, stream, type Access } from './api.js';
-import { link, navigate, usePoll } from './router.js';
+import { useState } from 'preact/hooks';
+import { stream, type Access } from './api.js';
+import { link, navigate } from './router.js';
+import { useNewestRuns } from './newest-runs.js';
 
 export const STATUSES = ['running', 'awaiting_approval', 'awaiting_budget', 'interrupted', 'completed', 'blocked', 'failed', 'cancelled', 'timeout'];
 /** Runs per page of the list (newest first). */
@@ -116,9 +117,6 @@ export function RunsPage({ access }: { access: Access }) {
   const [taskId, setTaskId] = useState('');
   const [since, setSince] = useState('');
   const [until, setUntil] = useState('');
-  const [runs, setRuns] = useState<any[]>([]);
-  const [older, setOlder] = useState<{ runs: any[]; cursor: string | null }>({ runs: [], cursor: null });
-  const [error, setError] = useState<string | null>(null);
   // A run started here refreshes the list at once instead of at the next poll.
   const [tick, setTick] = useState(0);
   const query = () => {
@@ -133,35 +131,9 @@ export function RunsPage({ access }: { access: Access }) {
     if (to) q.set('until', to);
     return q;
   };
-  // Newest first (order=desc): one request a poll reads the newest page, whatever the store holds;
-  // "Older runs" follows next_cursor on demand. The filters are the API's own (agent, task, time).
-  usePoll(
-    async () => {
-      try {
-        const page = await api(`/runs?${query()}`);
-        setRuns(page.runs);
-        setOlder((o) => (o.runs.length ? o : { runs: [], cursor: page.next_cursor }));
-        setError(null);
-      } catch (e) {
-        setError(String(e));
-      }
-    },
-    2000,
-    [status, sessionId, agentId, taskId, since, until, tick],
-  );
-  // A filter change starts the older pages over.
-  useEffect(() => setOlder({ runs: [], cursor: null }), [status, sessionId, agentId, taskId, since, until]);
-  const loadOlder = async () => {
-    if (!older.cursor) return;
-    try {
-      const page = await api(`/runs?${query()}&cursor=${encodeURIComponent(older.cursor)}`);
-      setOlder({ runs: [...older.runs, ...page.runs].slice(0, KEEP_RUNS), cursor: page.next_cursor });
-    } catch (e) {
-      setError(String(e));
-    }
-  };
-  const seen = new Set(runs.map((r) => r.run_id));
-  const shown = [...runs, ...older.runs.filter((r) => !seen.has(r.run_id))];
+  // Newest first (order=desc), older pages on demand (newest-runs.ts). The filters are the API's
+  // own (agent, task, time); a changed filter starts the older pages over.
+  const { runs: shown, error, loadOlder } = useNewestRuns(`/runs?${query()}`, KEEP_RUNS, tick);
   const text = (set: (v: string) => void) => (e: Event) => set((e.target as HTMLInputElement).value);
   return (
     <>
@@ -233,8 +205,8 @@ export function RunsPage({ access }: { access: Access }) {
           </tbody>
         </table>
         {shown.length === 0 && <p class="muted">No runs.</p>}
-        {older.cursor && (
-          <button class="older" onClick={loadOlder}>
+        {loadOlder && (
+          <button class="older" onClick={() => void loadOlder()}>
             Older runs
           </button>
         )}
