@@ -81,6 +81,11 @@ export class Claimer {
     this.queued.drop();
   }
 
+  /** A claim pass is under way or about to start: a claim's row write may be on its way (write-join.ts waits for it). */
+  get passing(): boolean {
+    return this.claimPassRunning || this.kickPending;
+  }
+
   /** Stop claiming (the wake-up timer too). */
   stop(): void {
     this.queued.drop();

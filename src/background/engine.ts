@@ -45,7 +45,7 @@ export class RunEngine {
   /** Lifecycle events on their way to the event log and the workspace (outbox.ts). */
   private readonly outbox: EventOutbox;
   /** Completions waiting to share the next row write's store round (write-join.ts). */
-  private readonly join = new WriteJoin();
+  private readonly join = new WriteJoin(() => this.claimer.passing);
   /** The run workspace files: mirror, repair, removal (run-workspace.ts). */
   private readonly workspaces: RunWorkspaces;
   /** In-flight runs per task for overlap decisions (inflight.ts). */

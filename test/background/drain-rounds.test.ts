@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import type { CommitOps, WriteOp } from '../../src/store/store.js';
+import { QueueClaimPass } from '../../src/store/repos/bg-runs.js';
 import { api, directModel, waitRun, type Api } from './helpers.js';
 
 let model: ScriptedOpenAI;
@@ -55,6 +56,82 @@ describe('draining at concurrency 1', () => {
     expect(rounds.completed).toHaveLength(6);
     // Timing decides how many (a claim pass slower than the 5 ms wait misses it); before, none could.
     expect(rounds.completed.filter((r) => rounds.claimed.has(r)).length).toBeGreaterThan(0);
+  });
+
+  it("waits for a claim pass slower than its few ms: each run's end shares the next run's claim round", async () => {
+    const store = server.store;
+    // Where a run's end is not folded into its agent run's final commit (a shared store:
+    // PostgreSQL), it waits for the next claim's write (write-join.ts). Elsewhere the fold wins.
+    if (store.capabilities.atomicCommitEvents && !store.capabilities.sharedByInstances) return;
+    // A slow queue read, as PostgreSQL's claim statement is on a loaded server (longer than the
+    // join's 5 ms wait): before, each end went to the store alone and the claim in the round after.
+    const { claimQueued } = QueueClaimPass.prototype;
+    QueueClaimPass.prototype.claimQueued = async function (this: QueueClaimPass, limit: number) {
+      await new Promise((r) => setTimeout(r, 25));
+      return claimQueued.call(this, limit);
+    };
+    // The round a commit was written in: commits of one group-commit round resolve together, in
+    // one turn of the event loop, and a store writes one round at a time.
+    let round = 0;
+    let turnOpen = false;
+    const roundNow = () => {
+      if (!turnOpen) {
+        round++;
+        turnOpen = true;
+        setImmediate(() => (turnOpen = false));
+      }
+      return round;
+    };
+    // Per round: the background runs written running (a claim) and completed.
+    const byRound = new Map<number, { running: Set<string>; completed: Set<string> }>();
+    const watch = (ops: CommitOps): { wrapped: CommitOps; seen: Array<{ id: string; status: string }> } => {
+      const seen: Array<{ id: string; status: string }> = [];
+      const note = (list: WriteOp[]) => {
+        for (const o of list) {
+          const v = (o as { value?: { run?: { status?: string } } }).value;
+          if (o.kind === 'bg_runs' && v?.run?.status) seen.push({ id: o.id, status: v.run.status });
+        }
+        return list;
+      };
+      return { wrapped: typeof ops === 'function' ? () => note(ops()) : note(ops), seen };
+    };
+    const landed = (seen: Array<{ id: string; status: string }>) => {
+      const at = roundNow();
+      const r = byRound.get(at) ?? { running: new Set<string>(), completed: new Set<string>() };
+      byRound.set(at, r);
+      for (const { id, status } of seen) if (status === 'running' || status === 'completed') r[status].add(id);
+    };
+    const { commit, commitWithEvents } = store;
+    store.commit = (ops) => {
+      const { wrapped, seen } = watch(ops);
+      return commit.call(store, wrapped).then((r) => (landed(seen), r));
+    };
+    store.commitWithEvents = (ops, events) => {
+      const { wrapped, seen } = watch(ops);
+      return commitWithEvents.call(store, wrapped, events).then((r) => (landed(seen), r));
+    };
+    let ids: string[];
+    try {
+      const t = await a.post('/background/tasks', {
+        task_id: 'slowpass',
+        schedule: { type: 'manual' },
+        query: 'just answer',
+        overlap_policy: 'allow_parallel',
+      });
+      expect(t.status).toBe(200);
+      // Queued in one request: every run is there before the first one ends.
+      const r = await a.post('/background/tasks/slowpass/runs', { runs: Array.from({ length: 5 }, () => ({})) });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      ids = r.body.runs.map((x: { run: { run_id: string } }) => x.run.run_id);
+      for (const id of ids) expect((await waitRun(a, id)).status).toBe('completed');
+    } finally {
+      store.commit = commit;
+      store.commitWithEvents = commitWithEvents;
+      QueueClaimPass.prototype.claimQueued = claimQueued;
+    }
+    const shared = ids.filter((id) => [...byRound.values()].some((r) => r.completed.has(id) && [...r.running].some((other) => other !== id)));
+    // Runs 1-4 end in the round of the next run's claim (run 5's end has no next claim).
+    expect(shared.length).toBeGreaterThanOrEqual(4);
   });
 });
 
