@@ -178,7 +178,10 @@ export class Claimer {
       // (At concurrency 1 a page of 16 cost 16 row parses per claim; most were never looked at.)
       // A buffered pass reads one row per free worker (the row cache answers; a row not claimable
       // just costs another call), and lists the queue in larger pages when it walks past the buffer.
-      const limit = pass.buffered ? Math.min(100, Math.max(1, free)) : Math.min(100, Math.max(4, free * 2));
+      // A store that holds what it hands out (PostgreSQL) hands out only due rows: one per free
+      // worker, as the buffer; more were held and released again for nothing (two row updates
+      // each, and rows another instance's claimer could have taken meanwhile).
+      const limit = pass.buffered || pass.holds ? Math.min(100, Math.max(1, free)) : Math.min(100, Math.max(4, free * 2));
       for (const item of await pass.claimQueued(limit)) {
         const { run, internal } = item.value;
         if (this.host.handles.has(run.run_id)) continue;

@@ -133,6 +133,30 @@ describe('draining at concurrency 1', () => {
     // Runs 1-4 end in the round of the next run's claim (run 5's end has no next claim).
     expect(shared.length).toBeGreaterThanOrEqual(4);
   });
+
+  it('holds, on a store whose claim passes hold rows (PostgreSQL), no more queued runs than it has free workers', async () => {
+    const claims = server.store.capabilities.queueClaims;
+    if (!claims) return; // the embedded stores hold nothing (one process owns the queue)
+    // Rows each claim pass was handed (held from other instances until the pass ends).
+    let handed = 0;
+    const { claimQueued } = claims;
+    claims.claimQueued = (q) =>
+      claimQueued.call(claims, q).then((r) => {
+        handed += r.items.length;
+        return r;
+      });
+    try {
+      const t = await a.post('/background/tasks', { task_id: 'holds', schedule: { type: 'manual' }, query: 'just answer', overlap_policy: 'allow_parallel' });
+      expect(t.status).toBe(200);
+      const r = await a.post('/background/tasks/holds/runs', { runs: Array.from({ length: 5 }, () => ({})) });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      for (const { run } of r.body.runs) expect((await waitRun(a, run.run_id)).status).toBe('completed');
+    } finally {
+      claims.claimQueued = claimQueued;
+    }
+    // At concurrency 1 each pass is handed the one run it claims (before: a page of 4 each, 14 in all).
+    expect(handed).toBe(5);
+  });
 });
 
 describe("an agent run's end carries its background run's", () => {

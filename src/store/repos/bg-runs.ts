@@ -107,6 +107,11 @@ export class QueueClaimPass {
     this.generation = buffer?.generation ?? 0;
   }
 
+  /** The store holds what it hands out (queueClaims: PostgreSQL): every row handed out is due, and held from other instances' claimers until release. */
+  get holds(): boolean {
+    return this.claims !== null;
+  }
+
   /** A buffer is in use (a store this process owns): `limit` is then the rows the caller wants, not a page size. */
   get buffered(): boolean {
     return this.buffer !== null;
