@@ -30,7 +30,10 @@ import { admin, backendsOf, cpuOf, dbUrl, xactCommits } from './postgres.js';
 
 /** Runs drained per concurrency (each side); the full counts are the issue's (1,500 / 5,000). */
 const RUNS: Record<number, number> = QUICK ? { 1: 150, 32: 400 } : { 1: scaled(1500, 100), 32: scaled(5000, 200) };
-const CONCURRENCY = [1, 32];
+/** BENCH_DRAIN_CONCURRENCY=1 (or 32): only that concurrency, for a narrow run. */
+const CONCURRENCY = process.env.BENCH_DRAIN_CONCURRENCY ? process.env.BENCH_DRAIN_CONCURRENCY.split(',').map(Number) : [1, 32];
+/** BENCH_DRAIN_STORES=postgres (or leveldb): only that store's sides (agentd and its baseline), for a narrow run. */
+const STORES = (process.env.BENCH_DRAIN_STORES ?? 'leveldb,postgres').split(',');
 /** Each side drains this many first on its fresh server / queue (the AI SDK and V8 need a few hundred calls to be warm). */
 const warmup = (runs: number) => Math.min(runs, QUICK ? 100 : 500);
 /** POST /run/sync runs measured on the same server after its drains, after a warm-up of SYNC_WARMUP. */
@@ -230,24 +233,31 @@ export async function backgroundDrainBench(): Promise<BenchOutput> {
     for (const concurrency of CONCURRENCY) {
       const runs = RUNS[concurrency];
       // LevelDB against BullMQ: queued in lists of 1,000, and at concurrency 32 also one request per run.
-      const level = await agentdSide(fake.url, 'leveldb', concurrency, runs, 'bulk', true);
-      const levelSingle = concurrency > 1 ? await agentdSide(fake.url, 'leveldb', concurrency, runs, 'single', false) : null;
-      const bull = await bullmqSide(redis, fake.url, concurrency, runs);
-      rows.push(...drainRows('leveldb', concurrency, 'bulk', level, level.sync!, bull));
-      if (levelSingle) rows.push(...drainRows('leveldb', concurrency, 'single', levelSingle, level.sync!, bull));
-      rows.push(baselineRow('leveldb', concurrency, bull), {
-        metric: `POST /run/sync of the same agent, LevelDB, concurrency ${concurrency} (the CPU rows' baseline)`,
-        value: round(level.sync!.perSecond, 1),
-        unit: 'runs/s',
-      });
+      let level: AgentdSide | null = null;
+      let levelSingle: AgentdSide | null = null;
+      if (STORES.includes('leveldb')) {
+        level = await agentdSide(fake.url, 'leveldb', concurrency, runs, 'bulk', true);
+        levelSingle = concurrency > 1 ? await agentdSide(fake.url, 'leveldb', concurrency, runs, 'single', false) : null;
+        const bull = await bullmqSide(redis, fake.url, concurrency, runs);
+        rows.push(...drainRows('leveldb', concurrency, 'bulk', level, level.sync!, bull));
+        if (levelSingle) rows.push(...drainRows('leveldb', concurrency, 'single', levelSingle, level.sync!, bull));
+        rows.push(baselineRow('leveldb', concurrency, bull), {
+          metric: `POST /run/sync of the same agent, LevelDB, concurrency ${concurrency} (the CPU rows' baseline)`,
+          value: round(level.sync!.perSecond, 1),
+          unit: 'runs/s',
+        });
+      }
       // PostgreSQL against pg-boss on the same server.
-      const pgSide = await agentdSide(fake.url, 'postgres', concurrency, runs, 'bulk', true);
-      const boss = await pgBossSide(fake.url, concurrency, runs);
-      rows.push(...drainRows('postgres', concurrency, 'bulk', pgSide, pgSide.sync!, boss), baselineRow('postgres', concurrency, boss), {
-        metric: `POST /run/sync of the same agent, PostgreSQL, concurrency ${concurrency} (the CPU rows' baseline)`,
-        value: round(pgSide.sync!.perSecond, 1),
-        unit: 'runs/s',
-      });
+      let pgSide: AgentdSide | null = null;
+      if (STORES.includes('postgres')) {
+        pgSide = await agentdSide(fake.url, 'postgres', concurrency, runs, 'bulk', true);
+        const boss = await pgBossSide(fake.url, concurrency, runs);
+        rows.push(...drainRows('postgres', concurrency, 'bulk', pgSide, pgSide.sync!, boss), baselineRow('postgres', concurrency, boss), {
+          metric: `POST /run/sync of the same agent, PostgreSQL, concurrency ${concurrency} (the CPU rows' baseline)`,
+          value: round(pgSide.sync!.perSecond, 1),
+          unit: 'runs/s',
+        });
+      }
       for (const [what, s] of [
         ['LevelDB bulk', level],
         ['LevelDB single', levelSingle],
@@ -279,6 +289,7 @@ export function backgroundDrainMethod(): string[] {
     'Stores: LevelDB with fsync on (store.sync true, the default), and PostgreSQL 127.0.0.1:5432 (store.kind postgres) in a database of its own created and dropped by the benchmark.',
     `Baselines, in the benchmark process, worker of the same concurrency whose handler calls the AI SDK's \`generateText\` per job (same server, same \`add\` tool, \`stopWhen: stepCountIs(5)\`), jobs added 1,000 per call, first add to the last completion, after the same warm-up: BullMQ (Queue.addBulk, Worker concurrency) on a redis-server the benchmark starts for itself (free port, temporary dir, \`--appendonly yes --appendfsync always --save ""\`, checked with CONFIG GET, stopped and removed at the end); pg-boss 10 (insert(), \`work()\` called once per unit of concurrency with batchSize ${PGBOSS_BATCH}, each handler running its batch's jobs one after the other, a worker woken with notifyWorker() after the first insert and after a full batch instead of waiting out its 0.5 s polling interval) in its own database on the same PostgreSQL, drained when every job's row is in state completed.`,
     `CPU: /proc/<pid>/stat utime+stime of the agentd server process (all threads) over the drain, per run queued; its baseline in the target row is the CPU per POST /run/sync run of the same agent (task query) on the same server right after its drains, at the same concurrency (the one-request-per-run drain is set against the list drain's server's figure) (${SYNC_RUNS[1].toLocaleString('en-US')} runs at 1, ${SYNC_RUNS[32].toLocaleString('en-US')} at 32, after ${SYNC_WARMUP}). The baselines' CPU is the benchmark process's (worker, AI SDK calls and adds) and their queue server's: redis-server's process, or the PostgreSQL backends connected to the queue's database (/proc cmdline), over the same span; on PostgreSQL agentd's database's backends are added likewise in the "with the queue's server" row.`,
+    "A narrower run (not for the published figures): BENCH_DRAIN_STORES=postgres (or leveldb) runs only that store's sides, BENCH_DRAIN_CONCURRENCY=1 (or 32) only that concurrency.",
     "Store writes per drained run: the child's store counters (test/bench/child-server.mjs storeStats: store commits, event appends, LevelDB's fsync'd group-commit rounds) over the drain; on PostgreSQL the transactions committed in agentd's database (pg_stat_database.xact_commit, reads included: every statement outside a transaction counts; read 1.5 s before and after the drain since backends flush it at most once a second), and likewise per pg-boss job in its database.",
   ];
 }
