@@ -133,7 +133,7 @@ describe('PostgreSQL event cursors across processes', () => {
         const page = await reader.readEvents({ after, limit: 50 });
         seen.push(...page.events);
         if (page.events.length) after = page.events[page.events.length - 1].cursor;
-        else await new Promise((r) => setTimeout(r, 2));
+        else await new Promise((r) => setTimeout(r, 2)); // part of the scenario: a reader tailing the log while they write
       }
     })();
     await Promise.all([write(w1, 'a'), write(w2, 'b')]);
