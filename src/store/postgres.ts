@@ -113,7 +113,7 @@ export class PostgresStore extends RecordWrites implements Store {
   private readonly inflight = new Set<Promise<unknown>>();
   private readonly health: PgHealth;
   /** Every statement goes through it: pooled connection, health report, retries (pg-query.ts). */
-  readonly db: PgQueries;
+  readonly queries: PgQueries;
   private readonly writer: PgWriter;
   private readonly events: PgEventReader;
   private readonly reads: PgRecordReader;
@@ -127,16 +127,16 @@ export class PostgresStore extends RecordWrites implements Store {
   constructor(private readonly opts: PostgresStoreOptions) {
     super();
     this.health = new PgHealth(opts.log);
-    this.db = new PgQueries({
+    this.queries = new PgQueries({
       pool: () => this.poolRef,
       isOpen: () => this.state === 'open',
       isClosed: () => this.state === 'closed',
       health: this.health,
     });
-    this.writer = new PgWriter(this.db);
-    this.events = new PgEventReader(this.db);
-    this.reads = new PgRecordReader(this.db);
-    this.capabilities = { sharedByInstances: true, queueClaims: new PgQueueClaims(this.db) };
+    this.writer = new PgWriter(this.queries);
+    this.events = new PgEventReader(this.queries);
+    this.reads = new PgRecordReader(this.queries);
+    this.capabilities = { sharedByInstances: true, queueClaims: new PgQueueClaims(this.queries) };
   }
 
   /** The pool (for LISTEN/NOTIFY and the like); throws 'closed' when the store is not open. */
