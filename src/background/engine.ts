@@ -250,7 +250,7 @@ export class RunEngine {
     return this.workspaces.mirrorBacklog;
   }
 
-  get heldCount(): number {
+  private get heldCount(): number {
     let n = this.claimer.claimingNow;
     for (const h of this.handles.values()) if (!h.dead && HELD.has(this.hosts.statusOf(h))) n++;
     return n;
@@ -273,7 +273,7 @@ export class RunEngine {
     return row.value.run;
   }
 
-  async countActive(taskId?: string): Promise<number> {
+  private async countActive(taskId?: string): Promise<number> {
     const bgRuns = repos(this.deps.store).bgRuns;
     const counts = await Promise.all(
       ACTIVE.map((s) => bgRuns.count(taskId ? { name: 'task_status', value: taskStatusKey(taskId, s) } : { name: 'status', value: s })),
@@ -291,7 +291,7 @@ export class RunEngine {
   }
 
   /** Lifecycle events of a run as stored in telemetry, oldest first. */
-  storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>> {
+  private storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>> {
     return this.outbox.storedLifecycle(runId);
   }
 
@@ -302,7 +302,7 @@ export class RunEngine {
    * `accepted` is false when the run's state does not take the event (e.g. cancel of an ended run).
    * With `durable`, resolves only after the effects of the event were written.
    */
-  send(runId: string, event: BackgroundRunEvent, opts: { durable?: boolean; known?: Versioned<BgRunRow> } = {}): Promise<SendResult> {
+  private send(runId: string, event: BackgroundRunEvent, opts: { durable?: boolean; known?: Versioned<BgRunRow> } = {}): Promise<SendResult> {
     return this.hosts.send(runId, event, opts);
   }
 
