@@ -2,8 +2,9 @@
 // with one worker busy, the queued run of the higher-priority task runs next, and runs of equal
 // priority run in the order they were queued. The scripted model holds each run's call until the
 // test lets it go, so the order in which runs reach the model is the order they were claimed.
-// Runs on the embedded store, and on PostgreSQL with AGENTD_TEST_STORE=postgres (its claim statement).
-import { afterAll, beforeAll, expect, it } from 'vitest';
+// Runs on the embedded store, and on PostgreSQL with AGENTD_TEST_STORE=postgres (its claim
+// statement); the last case always runs two instances on one PostgreSQL database.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { startTestServer, tempDir, type TestServer } from '../helpers/server.js';
 import { repos } from '../../src/store/repos/index.js';
@@ -11,6 +12,7 @@ import { QUEUE_ORDER_INDEX } from '../../src/store/repos/bg-runs.js';
 import { runRowIndexes } from '../../src/background/types.js';
 import { QUEUE_ORDER_MARKER } from '../../src/background/queue-order.js';
 import { waitFor } from '../helpers/wait.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { api, waitRun, type Api } from './helpers.js';
 
 let model: ScriptedOpenAI;
@@ -68,10 +70,10 @@ async function trigger(taskId: string, query: string): Promise<string> {
 const nth = (n: number) => waitFor(() => started.length > n && started[n], { what: `model call #${n + 1}`, timeoutMs: 20_000 });
 
 /** Lets the run of `query` answer and end; resolves once it completed. */
-async function finish(query: string, runId: string): Promise<void> {
+async function finish(query: string, runId: string, via: Api = a): Promise<void> {
   await waitFor(() => levers.get(query), { what: `${query} at the model` });
   levers.get(query)!();
-  expect((await waitRun(a, runId, undefined, 20_000)).status).toBe('completed');
+  expect((await waitRun(via, runId, undefined, 20_000)).status).toBe('completed');
 }
 
 it('claims the higher-priority run next, equal priorities first come first served, a later higher one before earlier lower ones', async () => {
@@ -166,4 +168,64 @@ it('claims runs queued by an agentd without the claim-order index (no queue_orde
     await second.stop();
     second.cleanup();
   }
+});
+
+describe('two instances on PostgreSQL', () => {
+  let db: TestDatabase;
+  let x: TestServer;
+  let y: TestServer;
+  beforeAll(async () => {
+    db = await createTestDatabase('agentd_prio');
+    const cfg = { store: { kind: 'postgres', url: db.url }, background: { poll_interval_ms: 25, lease_seconds: 30, concurrency: 1 } };
+    x = await startTestServer(cfg, { modelUrl: model.url });
+    y = await startTestServer(cfg, { modelUrl: model.url });
+  });
+  afterAll(async () => {
+    for (const lever of levers.values()) lever();
+    await Promise.all([x?.stop(), y?.stop()]);
+    x?.cleanup();
+    y?.cleanup();
+    await db?.drop();
+  });
+
+  it('the next free worker of either instance claims the highest-priority run, whichever instance queued it', async () => {
+    const ax = api(x.url);
+    const ay = api(y.url);
+    for (const [task_id, priority] of [
+      ['pg_busy', 0],
+      ['pg_low', -10],
+      ['pg_high', 50],
+    ] as const) {
+      const r = await ax.post('/background/tasks', { task_id, query: 'x', schedule: { type: 'manual' }, overlap_policy: 'allow_parallel', priority });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+    }
+    const before = started.length;
+    const queue = async (b: Api, task: string, q: string) => {
+      const r = await b.post(`/background/tasks/${task}/run`, { query: q });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      return r.body.run_id as string;
+    };
+    // One worker each: both busy.
+    const busy1 = await queue(ax, 'pg_busy', 'pg_busy#1');
+    const busy2 = await queue(ay, 'pg_busy', 'pg_busy#2');
+    await nth(before + 1);
+    // Queued on y first (low: more than a claim statement's page of 4 at one free worker), on x later (high).
+    const lows: string[] = [];
+    for (let i = 1; i <= 5; i++) lows.push(await queue(ay, 'pg_low', `pg_low#${i}`));
+    const high = await queue(ax, 'pg_high', 'pg_high#1');
+    expect(started.slice(before).sort()).toEqual(['pg_busy#1', 'pg_busy#2']);
+    await finish('pg_busy#1', busy1, ax);
+    expect(await nth(before + 2)).toBe('pg_high#1');
+    await finish('pg_high#1', high, ax);
+    await finish('pg_busy#2', busy2, ax);
+    // Two free workers now take the low ones at once: each claim statement skips the rows the
+    // other's pass holds (a page of up to 4 for a few milliseconds), so their order across the
+    // two instances is not asserted, only that every one runs once.
+    for (let i = 1; i <= 5; i++) {
+      const q = await nth(before + 2 + i);
+      expect(q).toMatch(/^pg_low#/);
+      await finish(q, lows[Number(q.split('#')[1]) - 1]!, ay);
+    }
+    expect(new Set(started.slice(before + 3))).toEqual(new Set(lows.map((_, i) => `pg_low#${i + 1}`)));
+  });
 });
