@@ -115,7 +115,7 @@ export class RunCreation {
       this.parts.retention.runEnded(ctx.run.task_id);
       if (this.parts.waiters.has(ctx.run.run_id)) void flushed.then(() => this.parts.waiters.resolve(ctx.run));
     } else {
-      this.parts.claimer.kick(ctx.internal.not_before ? Date.parse(ctx.internal.not_before) : undefined);
+      this.parts.claimer.arrived(ctx.run, ctx.internal.not_before ? Date.parse(ctx.internal.not_before) : undefined);
     }
   }
 
