@@ -297,12 +297,25 @@ export class SseChannel {
     // emits 'drain' (the freeze this replaced).
     const raw = this.reply.raw;
     let ok = true;
+    // Frames encoded as text go out joined into one string (one chunk of the writev, not one per
+    // frame: a streamed answer is mostly small delta frames, and each chunk has its own cost in
+    // Node's write path); a shared stored-event Buffer is written as is, between them.
+    let text = '';
     if (!this.retrySent) {
       // The stream's first bytes: how long a client (EventSource, agentd/client) waits to reconnect.
       this.retrySent = true;
-      raw.write(`retry: ${SSE_RETRY_MS}\n\n`);
+      text = `retry: ${SSE_RETRY_MS}\n\n`;
     }
-    for (let k = start; k < i; k++) ok = raw.write(q[k].chunk);
+    for (let k = start; k < i; k++) {
+      const chunk = q[k].chunk;
+      if (typeof chunk === 'string') text += chunk;
+      else {
+        if (text) ok = raw.write(text);
+        text = '';
+        ok = raw.write(chunk);
+      }
+    }
+    if (text) ok = raw.write(text);
     if (i === q.length) {
       this.queue = [];
       this.head = 0;
