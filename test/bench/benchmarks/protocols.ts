@@ -20,6 +20,7 @@ import {
   round,
   startChild,
   tempDir,
+  threadCpuMs,
   type BenchOutput,
   type Child,
   type HttpResult,
@@ -41,6 +42,9 @@ const FRAMES_ONLY = process.argv.includes('--frames-only');
  */
 const FEW = 5;
 const EXTRA = 1000;
+/** Per-frame rounds: shorter and more of them than the runs/s rounds, so load swings average out. */
+const FRAME_ROUNDS = QUICK ? 2 : 8;
+const FRAME_ROUND_MS = Math.max(500, Math.round(ROUND_MS / 2));
 const FRAME_QUERY = { few: `Say hello to the benchmark in ${FEW} words.`, many: `Say hello to the benchmark in ${FEW + EXTRA} words.` } as const;
 type Length = keyof typeof FRAME_QUERY;
 
@@ -295,31 +299,35 @@ async function frameRows(agentd: Child): Promise<Part> {
   const warm = QUICK ? 100 : Math.max(100, Math.round(400 * SCALE));
   log(`per-frame: warm-up, ${warm} runs per route and length (c=32)`);
   for (const route of FRAME_ROUTES) for (const len of ['few', 'many'] as const) await measure(agentd, route, len, 32, { durationMs: 60_000, maxCount: warm });
-  log(`per-frame: ${ROUNDS} rounds of ${ROUND_MS} ms per route and length (${FEW} and ${FEW + EXTRA} words), order rotated each round`);
-  const cpu = {} as Record<FrameRoute, Record<Length, number>>;
+  log(`per-frame: ${FRAME_ROUNDS} rounds of ${FRAME_ROUND_MS} ms per route and length (${FEW} and ${FEW + EXTRA} words), order rotated each round`);
+  /** CPU ms of the agentd child's main thread and of all its threads, per route and length. */
+  const cpu = {} as Record<FrameRoute, Record<Length, { main: number; all: number }>>;
   const loops = {} as Record<FrameRoute, Record<Length, LoopResult[]>>;
   for (const route of FRAME_ROUTES) {
-    cpu[route] = { few: 0, many: 0 };
+    cpu[route] = { few: { main: 0, all: 0 }, many: { main: 0, all: 0 } };
     loops[route] = { few: [], many: [] };
   }
   const legs = FRAME_ROUTES.flatMap((route) => (['few', 'many'] as const).map((len) => ({ route, len })));
-  for (let i = 0; i < ROUNDS; i++) {
+  for (let i = 0; i < FRAME_ROUNDS; i++) {
     const order = [...legs.slice((i * 3) % legs.length), ...legs.slice(0, (i * 3) % legs.length)];
     for (const { route, len } of order) {
-      const before = cpuSeconds(agentd.pid);
-      loops[route][len].push(await measure(agentd, route, len, 32, { durationMs: ROUND_MS }));
-      cpu[route][len] += cpuSeconds(agentd.pid) - before;
+      const before = threadCpuMs(agentd.pid);
+      loops[route][len].push(await measure(agentd, route, len, 32, { durationMs: FRAME_ROUND_MS }));
+      const after = threadCpuMs(agentd.pid);
+      cpu[route][len].main += after.main - before.main;
+      cpu[route][len].all += after.main + after.others - before.main - before.others;
     }
   }
   const merged = (route: FrameRoute, len: Length) => mergeLoops(loops[route][len]);
-  const perRunUs = (route: FrameRoute, len: Length) => (cpu[route][len] * 1e6) / Math.max(1, merged(route, len).count);
-  const slope = (route: FrameRoute) => (perRunUs(route, 'many') - perRunUs(route, 'few')) / Math.max(1, framesPerRun[route].many - framesPerRun[route].few);
+  const perRunUs = (route: FrameRoute, len: Length, t: 'main' | 'all') => (cpu[route][len][t] * 1000) / Math.max(1, merged(route, len).count);
+  const slope = (route: FrameRoute, t: 'main' | 'all') =>
+    (perRunUs(route, 'many', t) - perRunUs(route, 'few', t)) / Math.max(1, framesPerRun[route].many - framesPerRun[route].few);
   const rows: Row[] = [];
-  const base = slope('run');
+  const base = slope('run', 'main');
   for (const route of ['ai-sdk', 'ag-ui'] as const) {
-    const v = slope(route);
+    const v = slope(route, 'main');
     rows.push({
-      metric: `Server CPU per data: frame, POST ${PATH[route]} (marginal: ${EXTRA} more text deltas in one answer, concurrency 32; one adapter frame costs no more than one POST /run frame)`,
+      metric: `Server CPU per data: frame, POST ${PATH[route]} (marginal: ${EXTRA} more text deltas in one answer, concurrency 32, the main thread; one adapter frame costs no more than one POST /run frame)`,
       value: round(v, 1),
       unit: 'us',
       baseline: round(base, 1),
@@ -330,8 +338,14 @@ async function frameRows(agentd: Child): Promise<Part> {
     });
   }
   rows.push({
-    metric: `Diagnostic: server CPU per text delta with no stream (POST /run/sync, the same two answers): the run's own share of each frame's cost above`,
-    value: round(slope('sync'), 1),
+    metric: `Diagnostic: server CPU per text delta with no stream (POST /run/sync, the same two answers, the main thread): the run's own share of each frame's cost above`,
+    value: round(slope('sync', 'main'), 1),
+    unit: 'us',
+  });
+  rows.push({
+    metric:
+      'Diagnostic: the same per data: frame, all threads (GC helpers and LevelDB threads too; noisier): POST /run / POST /ai-sdk/chat / POST /ag-ui / POST /run/sync',
+    value: FRAME_ROUTES.map((r) => round(slope(r, 'all'), 1)).join(' / '),
     unit: 'us',
   });
   rows.push({
@@ -340,8 +354,8 @@ async function frameRows(agentd: Child): Promise<Part> {
     unit: '',
   });
   rows.push({
-    metric: `Diagnostic: server CPU per run, ${FEW}-word / ${FEW + EXTRA}-word answer, concurrency 32: POST /run / POST /ai-sdk/chat / POST /ag-ui / POST /run/sync`,
-    value: FRAME_ROUTES.map((r) => `${round(perRunUs(r, 'few') / 1000, 2)}-${round(perRunUs(r, 'many') / 1000, 2)}`).join(' / '),
+    metric: `Diagnostic: server CPU per run (main thread), ${FEW}-word / ${FEW + EXTRA}-word answer, concurrency 32: POST /run / POST /ai-sdk/chat / POST /ag-ui / POST /run/sync`,
+    value: FRAME_ROUTES.map((r) => `${round(perRunUs(r, 'few', 'main') / 1000, 2)}-${round(perRunUs(r, 'many', 'main') / 1000, 2)}`).join(' / '),
     unit: 'ms',
   });
   let errors = 0;
@@ -377,7 +391,7 @@ export async function protocolsBench(): Promise<BenchOutput> {
         'Bodies: POST /run `{query}` (a new session per run; the diagnostic rows also `{query, session_id}` with a new id each time); POST /ai-sdk/chat the body `DefaultChatTransport` sends (`{id, messages: [one user message], trigger: "submit-message"}`), POST /ag-ui a `RunAgentInput` (`{threadId, runId, messages: [one user message]}`), each with a fresh chat / thread id per request, so each is a new named session.',
         `Counting pass (after the timed rounds, trivial workload): ${COUNTED_RUNS} runs per route at concurrency 1 and 32 with the child's counters on; LevelDB disk reads are the asynchronous read calls on classic-level's native binding (get, getMany, iterator pages), group-commit rounds the LevelDB store's own count.`,
         "Server CPU per run: the agentd child's user + system CPU (/proc/<pid>/stat) over each route's rounds, divided by the runs those rounds completed; less dragged down than runs/s by the rest of a shared machine's load, though contention still moves it by tens of percent between runs there (no target).",
-        `Server CPU per frame (marginal): one model call whose answer comes in ${FEW} or in ${FEW + EXTRA} one-word chunks (the fake model answers "in <n> words" so), through POST /run, POST /ai-sdk/chat, POST /ag-ui and POST /run/sync, at concurrency 32, ${ROUNDS} rounds of ${ROUND_MS / 1000} s per route and length (order rotated each round) after a warm-up; a route's figure is its server CPU per run of the long answer less that of the short one, over the \`data:\` frames the long answer has more (text deltas: ${EXTRA} on every route). It includes what every route spends on a delta before any frame (the model's chunk, the run's delta callback): POST /run/sync's CPU per extra delta, with no stream, is that share (diagnostic row). Two runs that differ only in their frames, so the row reads as what one frame costs, translation, serialisation and writes included, whatever the run around it costs; target: an adapter's frame costs no more than a POST /run frame.`,
+        `Server CPU per frame (marginal): one model call whose answer comes in ${FEW} or in ${FEW + EXTRA} one-word chunks (the fake model answers "in <n> words" so), through POST /run, POST /ai-sdk/chat, POST /ag-ui and POST /run/sync, at concurrency 32, ${FRAME_ROUNDS} rounds of ${FRAME_ROUND_MS / 1000} s per route and length (order rotated each round) after a warm-up; a route's figure is the CPU per run of the agentd child's main thread (/proc/<pid>/task/<pid>/stat: JavaScript and the socket writes, where a frame's work is; LevelDB's compaction and GC helper threads, which land unevenly in rounds, are in a diagnostic row) for the long answer less that for the short one, over the \`data:\` frames the long answer has more (text deltas: ${EXTRA} on every route). It includes what every route spends on a delta before any frame (the model's chunk, the run's delta callback): POST /run/sync's CPU per extra delta, with no stream, is that share (diagnostic row). Two runs that differ only in their frames, so the row reads as what one frame costs, translation, serialisation and writes included, whatever the run around it costs; target: an adapter's frame costs no more than a POST /run frame.`,
         `Order: ${WARMUP_RUNS} warm-up runs per route (half per workload, concurrency 32), then per workload and concurrency ${ROUNDS} rounds of ${ROUND_MS / 1000} s per route, the route order rotated each round; the per-frame rounds last. Client: keep-alive HTTP workers in the parent process, each reading the full response before the next request. \`--frames-only\` runs only the per-frame rounds (for iterating; not a full result).`,
       ],
       rows,
