@@ -300,7 +300,7 @@ export class SseChannel {
     // Frames encoded as text go out joined into one string, one response write instead of one
     // per frame: a streamed answer is mostly small delta frames, and each write is its own pass
     // through Node's HTTP write path (and, on a chunked response, its own chunk header). A tool
-    // run's stream at c=32 cost ~8 % less main-thread CPU so (docs/benchmarks.md, protocols).
+    // run through POST /run at c=32 cost ~7 % less main-thread CPU so (docs/benchmarks.md, protocols).
     // A stored event's shared Buffer is written as is, between them.
     let text = '';
     if (!this.retrySent) {
