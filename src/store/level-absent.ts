@@ -9,7 +9,7 @@
 // and by every batch as it lands (LevelWriter.land, where the caches learn it too), answers
 // "surely absent" for a new session's keys. A "maybe" is read as before; a key deleted stays a
 // "maybe" (only a wasted read). Until the scan has finished, every key is a "maybe".
-import { end, type Db } from './level-keys.js';
+import { end, recordKey, seqPrefix, type Db } from './level-keys.js';
 
 /** Bits of the filter: 1 MiB; with 4 probes about 2 % false "maybe" at a million keys, far less below. */
 const BITS_LOG2 = 23;
@@ -19,7 +19,12 @@ export class AbsentKeys {
   private readonly bits = new Uint32Array(1 << (BITS_LOG2 - 5));
   private ready = false;
 
-  constructor(private readonly prefixes: readonly string[]) {}
+  private readonly prefixes: string[];
+
+  /** `rows`: the kinds whose rows are watched; `counters`: key prefixes of watched counters. */
+  constructor(private readonly watched: { rows: readonly string[]; counters: readonly string[] }) {
+    this.prefixes = [...watched.rows.map((kind) => recordKey(kind, '')), ...watched.counters];
+  }
 
   /** The scan after open has finished: `absent` can answer true from now on. */
   get built(): boolean {
@@ -53,7 +58,13 @@ export class AbsentKeys {
    * be learnt twice, never missed.
    */
   async build(db: Db): Promise<void> {
-    for (const p of this.prefixes) for await (const key of db.keys({ gte: p, lt: end(p) })) this.learn(key);
+    // Rows by their kind's creation-order keys (s\0<kind>\0<seq> -> id, written and deleted in the
+    // same batch as the row): a session's row holds its whole conversation, too much to scan.
+    for (const kind of this.watched.rows) {
+      const p = seqPrefix(kind);
+      for await (const id of db.values({ gte: p, lt: end(p) })) this.learn(recordKey(kind, id));
+    }
+    for (const p of this.watched.counters) for await (const key of db.keys({ gte: p, lt: end(p) })) this.learn(key);
     this.ready = true;
   }
 

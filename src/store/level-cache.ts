@@ -49,7 +49,7 @@ export class LevelCache {
    * What a run naming a session reads before it starts (its row, the counters of the session's
    * runs and traces: src/runtime/run-start.ts prefetch), known absent without a read when new.
    */
-  readonly absent = new AbsentKeys([recordKey('sessions', ''), indexCountKey('runs', 'session_id', ''), indexCountKey('traces', 'session_id', '')]);
+  readonly absent = new AbsentKeys({ rows: ['sessions'], counters: [indexCountKey('runs', 'session_id', ''), indexCountKey('traces', 'session_id', '')] });
 
   constructor(
     private readonly rowCacheSize: number,

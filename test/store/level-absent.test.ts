@@ -63,6 +63,12 @@ describe('LevelStore: a never-stored session is known absent without a disk read
     cleanups.push(() => rm(dir, { recursive: true, force: true }));
     const first = await open(dir);
     await runOf(first.store, 'old', 0);
+    // A session whose runs are gone (retention): its row stays, its runs' counter does not.
+    await runOf(first.store, 'kept', 100);
+    await first.store.commit([
+      { op: 'delete', kind: 'runs', id: 'run_100' },
+      { op: 'delete', kind: 'traces', id: 'trace_100' },
+    ]);
     await first.store.close();
 
     // Reopened with a row cache of 8 rows (a run here touches 3): a session written 3 runs ago is no longer cached.
@@ -78,13 +84,14 @@ describe('LevelStore: a never-stored session is known absent without a disk read
     const old = await runOf(store, 'old', 7);
     expect(old?.value).toEqual({ turns: 1 });
     expect(await store.countRecords('runs', { name: 'session_id', value: 'old' })).toBe(2);
+    expect((await runOf(store, 'kept', 9))?.value).toEqual({ turns: 1 });
     // Written since the open (no longer in the row cache): learnt when its batch landed, so read.
     const beforeAgain = reads();
-    const again = await runOf(store, 'new_4', 8);
+    const again = await runOf(store, 'new_4', 10);
     expect(again?.value).toEqual({ turns: 1 });
     expect(reads() - beforeAgain).toBeGreaterThan(0);
     expect((await store.getRecord('sessions', 'new_4'))?.value).toEqual({ turns: 2 });
     expect(await store.countRecords('runs', { name: 'session_id', value: 'new_4' })).toBe(2);
-    expect(await store.countRecords('sessions')).toBe(7);
+    expect(await store.countRecords('sessions')).toBe(8);
   });
 });
