@@ -167,6 +167,9 @@ export class LevelStore extends RecordWrites implements Store {
     this.db = db;
     this.retainedFrom = null;
     this.state = 'open';
+    // In the background: until it is built, the filter knows nothing absent (every key is read).
+    const writer = this.writer;
+    void writer.cache.absent.build(db).catch((err: unknown) => this.writer === writer && this.onSwallowed?.('store.level.absent_scan', err));
   }
 
   /** Refuses new operations, waits for the ones under way (writes included), then closes. */
