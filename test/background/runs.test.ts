@@ -529,6 +529,8 @@ describe('cancellation and waiting', () => {
     const approval = agentRun.approvals.find((x: any) => x.status === 'pending');
     const decided = await a.post(`/runs/${r.run_id}/approvals/${approval.approval_id}`, { decision: 'approve', approver: 'ops' });
     expect(decided.status).toBe(200);
+    // Decided, its agent run still goes on only under its background run's lease: never through /runs.
+    expect((await a.post(`/runs/${r.run_id}/resume`)).body).toMatchObject({ code: 'AGT_ERR_RUN_IS_BACKGROUND', detail: 'background' });
     const done = await waitRun(a, r.run_id);
     expect(done).toMatchObject({ status: 'completed', attempt: 1 });
     expect(done.result_preview).toContain('approved_and_ran');
@@ -567,6 +569,28 @@ describe('cancellation and waiting', () => {
     const at = await attempts(r.run_id);
     expect(at).toEqual([expect.objectContaining({ attempt_number: 1, status: 'cancelled' })]);
     expect(eventNames(await events(r.run_id)).at(-1)).toBe('background_run_cancelled');
+  });
+
+  it('refuses POST /runs/{id}/resume and /interrupt of a background run\u2019s agent run, waiting or running: its background run owns it', async () => {
+    const waiting = await run(await task({ query: 'CALL bg_ask {}' }), { wait: true });
+    expect(waiting.status).toBe('awaiting_approval');
+    const refused = await a.post(`/runs/${waiting.run_id}/resume`);
+    expect(refused.status).toBe(409);
+    expect(refused.body).toMatchObject({ code: 'AGT_ERR_RUN_IS_BACKGROUND', detail: 'background' });
+    expect((await a.get(`/runs/${waiting.run_id}`)).body.status).toBe('awaiting_approval');
+    expect((await a.get(`/background/runs/${waiting.run_id}`)).body.status).toBe('awaiting_approval');
+
+    const running = await run(await task({ query: 'CALL bg_slow {"ms": 20000}' }));
+    await eventually(async () => ((await a.get(`/runs/${running.run_id}`)).body.status === 'running' ? true : null));
+    for (const verb of ['resume', 'interrupt']) {
+      const r = await a.post(`/runs/${running.run_id}/${verb}`);
+      expect(r.status, verb).toBe(409);
+      expect(r.body, verb).toMatchObject({ code: 'AGT_ERR_RUN_IS_BACKGROUND' });
+    }
+    expect((await a.get(`/background/runs/${running.run_id}`)).body.status).toBe('running');
+    await a.post(`/background/runs/${running.run_id}/cancel`);
+    await a.post(`/background/runs/${waiting.run_id}/cancel`);
+    expect((await waitRun(a, running.run_id, undefined, 5000)).status).toBe('cancelled');
   });
 
   it('cancelling a running background agent run through POST /runs/{id}/cancel goes through its background run', async () => {
