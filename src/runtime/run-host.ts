@@ -1,5 +1,5 @@
 // One object per run live in this process: its serial record writer, its actor, its heartbeat
-// and timeout timers, and its telemetry chain. After every transition it persists the record and
+// (none for a background run's agent run, which its background run's lease owns) and timeout timers, and its telemetry chain. After every transition it persists the record and
 // snapshot (the record as recordFromSnapshot projects it), and it lets go of the run when it
 // ends, parks for a person, stops at a boundary, fails outside its machine or is fenced off.
 import { bgIdOf, sessionKeyOf } from './tenancy.js';
@@ -141,9 +141,14 @@ export class RunHost {
     this.trace = trace;
     this.checkpoints = opts.checkpoints ?? [];
     this.origin = opts.origin ?? null;
-    const leaseMs = deps.settings.lease_seconds * 1000;
-    this.heartbeat = setInterval(() => this.beat(), Math.max(50, Math.floor(leaseMs / 3)));
-    this.heartbeat.unref();
+    // A background run's agent run has no lease of its own to renew: its background run's lease
+    // (renewed by src/background/attempt-timers.ts) is the one that owns it (docs/architecture.md
+    // "Which instance owns a run").
+    if (this.kind !== 'background') {
+      const leaseMs = deps.settings.lease_seconds * 1000;
+      this.heartbeat = setInterval(() => this.beat(), Math.max(50, Math.floor(leaseMs / 3)));
+      this.heartbeat.unref();
+    }
     const timeoutSeconds = opts.timeout_seconds ?? (this.kind === 'sync' ? deps.settings.request_timeout_seconds : null);
     if (timeoutSeconds && timeoutSeconds > 0) {
       this.timeout = setTimeout(() => this.ref?.send({ type: 'TIMEOUT' }), timeoutSeconds * 1000);

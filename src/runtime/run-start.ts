@@ -70,7 +70,9 @@ export class RunStarter {
         trace_id,
         now,
         lease_seconds: settings.lease_seconds,
-        lease_expires_at: this.deps.leases.expiresAt(settings.lease_seconds * 1000),
+        // A background run's agent run holds no lease of its own: its background run's does
+        // (docs/architecture.md "Which instance owns a run").
+        lease_expires_at: opts.kind === 'background' ? null : this.deps.leases.expiresAt(settings.lease_seconds * 1000),
         owner: this.deps.workerId,
       });
       // A run with a concurrency key carries it (its end lets go of the slot); one that waited

@@ -16,6 +16,9 @@ import {
   RunWaitTimeoutResponse,
 } from '../../src/schemas/index.js';
 import { api, directModel, eventNames, TOOLS, waitRun, type Api } from './helpers.js';
+import { repos } from '../../src/store/repos/index.js';
+import type { RunRecord } from '../../src/runtime/run-record.js';
+import { waitFor } from '../helpers/wait.js';
 
 let model: ScriptedOpenAI;
 let server: TestServer;
@@ -34,6 +37,9 @@ beforeAll(async () => {
       agent: { tools: { local: TOOLS, builtin: ['workspace'] } },
       governance: { rules: [{ tools: ['bg_ask'], effect: 'ask' }] },
       background: { poll_interval_ms: 50, lease_seconds: 2, concurrency: 4 },
+      // Shorter than the background lease, so an agent run that renewed a lease of its own would
+      // do so between two of its background run's heartbeats ('one lease' below).
+      runs: { lease_seconds: 1 },
       server: { request_timeout_seconds: 2 },
     },
     { modelUrl: model.url },
@@ -487,6 +493,32 @@ describe('retries and timeouts', () => {
     const names = eventNames(await events(r.run_id));
     expect(names.filter((n) => n === 'background_run_timeout')).toHaveLength(2);
     expect(names).toContain('background_run_retrying');
+  });
+});
+
+describe('one lease', () => {
+  it('a running agent run holds no lease and writes no heartbeat of its own: its background run\u2019s lease is the only one', async () => {
+    const r = await run(await task({ query: 'CALL bg_slow {"ms": 20000}' }));
+    const runs = repos(server.store).runs;
+    // Inside its tool call: nothing of the run's own moves its record until the call ends.
+    const before = await waitFor(
+      async () => {
+        const rec = await runs.get<RunRecord>(r.run_id);
+        return rec?.value.machine_state === 'executing' ? rec : null;
+      },
+      { what: 'the agent run inside its tool call' },
+    );
+    expect(before.value).toMatchObject({ kind: 'background', status: 'running', lease_expires_at: null });
+    const beats = async () => eventNames(await events(r.run_id)).filter((n) => n === 'background_run_heartbeat').length;
+    const seen = await beats();
+    // Two heartbeats of the background run (one every 0.5 s): more than the 1 s an agent run's
+    // own lease would last, so it would have renewed it (every 1/3 s) in between.
+    await waitFor(async () => (await beats()) >= seen + 2, { what: 'two background heartbeats' });
+    const after = await runs.get<RunRecord>(r.run_id);
+    expect(after?.version).toBe(before.version);
+    expect(after?.value).toMatchObject({ status: 'running', lease_expires_at: null, heartbeat_at: before.value.heartbeat_at });
+    expect((await a.post(`/background/runs/${r.run_id}/cancel`)).status).toBe(200);
+    expect((await waitRun(a, r.run_id, undefined, 5000)).status).toBe('cancelled');
   });
 });
 
