@@ -1,7 +1,7 @@
-// One object per run live in this process: its serial record writer, its actor, its heartbeat
-// (none for a background run's agent run, which its background run's lease owns) and timeout timers, and its telemetry chain. After every transition it persists the record and
-// snapshot (the record as recordFromSnapshot projects it), and it lets go of the run when it
-// ends, parks for a person, stops at a boundary, fails outside its machine or is fenced off.
+// One object per run live in this process: its serial record writer, its actor, its timeout timer
+// and heartbeat (none for a background run's agent run), and its telemetry chain. After every
+// transition it persists the record and snapshot (as recordFromSnapshot projects it); it lets go
+// of the run when it ends, parks, stops at a boundary, fails outside its machine or is fenced off.
 import { bgIdOf, sessionKeyOf } from './tenancy.js';
 import type { AnyActorRef, Snapshot } from 'xstate';
 import { RUN_MACHINE_VERSION, type RunContext, type RunEvent, type RunStateValue } from '../../machines/run.machine.js';
@@ -115,7 +115,9 @@ export class RunHost {
     // A new run's first round waits to fold with what follows (CREATE_FOLD_MS), unless other
     // processes share the store (they must be able to read the run as soon as its id is out).
     const fold = create !== undefined && !isSharedStore(deps.store);
-    this.events = new RunEventChain(deps.telemetry, fold);
+    // On a store that writes events in a commit, the run's events ride in its record writes (run-events.ts).
+    const ride = deps.store.capabilities.atomicCommitEvents === true;
+    this.events = new RunEventChain(deps.telemetry, fold && !ride, ride ? () => this.writer.hasOpenWrite : null);
     this.writer = new RecordWriter<RunRecord>(
       deps.store,
       'runs',
@@ -129,6 +131,7 @@ export class RunHost {
           : { extra: create, replaces: opts.queued?.version }
         : undefined,
     );
+    if (ride) this.writer.rider = this.events;
     this.onDelta = opts.onDelta;
     this.startedAtMs = deps.clock.now();
     this.workspace_path = opts.workspace_path ?? null;
@@ -141,12 +144,10 @@ export class RunHost {
     this.trace = trace;
     this.checkpoints = opts.checkpoints ?? [];
     this.origin = opts.origin ?? null;
-    // A background run's agent run has no lease of its own to renew: its background run's lease
-    // (renewed by src/background/attempt-timers.ts) is the one that owns it (docs/architecture.md
-    // "Which instance owns a run").
+    // A background run's agent run has no lease to renew: its background run's lease owns it
+    // (docs/architecture.md "Which instance owns a run").
     if (this.kind !== 'background') {
-      const leaseMs = deps.settings.lease_seconds * 1000;
-      this.heartbeat = setInterval(() => this.beat(), Math.max(50, Math.floor(leaseMs / 3)));
+      this.heartbeat = setInterval(() => this.beat(), Math.max(50, Math.floor((deps.settings.lease_seconds * 1000) / 3)));
       this.heartbeat.unref();
     }
     const timeoutSeconds = opts.timeout_seconds ?? (this.kind === 'sync' ? deps.settings.request_timeout_seconds : null);
@@ -264,17 +265,20 @@ export class RunHost {
     // A run's events are stored before it reads as ended or waiting, so a client that sees that
     // status also finds final_answer / runtime_error / policy_decision_ask: every event was handed
     // to the store before this record update, and the store's write queue is first in, first out
-    // (same atomic batch or an earlier one). No waiting for the events here, so the run's end
-    // costs one store round, not two.
-    if (terminal) void this.emitFinal(status, ctx);
-    if (stopped) {
-      void this.emit({
-        event_type: 'run_interrupted',
-        actor: { type: 'system', id: this.deps.workerId },
-        span_id: this.rootSpan,
-        metadata: { interrupt_id: ctx.interrupt_handled ?? null, step: ctx.step, steered: (ctx.steered ?? []).length },
-      });
-    }
+    // (same atomic batch or an earlier one); on a store that writes events in a commit, the last
+    // ones ride in this very update (run-events.ts). No waiting for the events here, so the run's
+    // end costs one store round, not two.
+    this.events.rideNext(() => {
+      if (terminal) void this.emitFinal(status, ctx);
+      if (stopped) {
+        void this.emit({
+          event_type: 'run_interrupted',
+          actor: { type: 'system', id: this.deps.workerId },
+          span_id: this.rootSpan,
+          metadata: { interrupt_id: ctx.interrupt_handled ?? null, step: ctx.step, steered: (ctx.steered ?? []).length },
+        });
+      }
+    });
     const beforeCommit =
       status === 'completed' && session !== undefined && !historyInCommit
         ? (r: RunRecord) => (this.historyWrite = this.kernel.history.write(session, r, this.prelude))
@@ -286,6 +290,7 @@ export class RunHost {
       () => (fold as CarriedWrite | null)?.carry ?? null,
     );
     (fold as CarriedWrite | null)?.settle(write);
+    this.events.wrote();
     if (historyInCommit)
       this.historyWrite = write.then(
         () => true,

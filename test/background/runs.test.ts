@@ -254,6 +254,46 @@ describe('a manual run, end to end', () => {
     ]);
   });
 
+  it('carries its agent run\u2019s events in the agent run\u2019s record writes: its first in the creating write, its last in the final one', async () => {
+    const store = server.store;
+    if (!store.capabilities.atomicCommitEvents) return; // PostgreSQL appends them behind the commit instead
+    const appended: string[] = [];
+    const carried: string[][] = [];
+    const { appendEvents, commitWithEvents } = store;
+    store.appendEvents = (events) => (appended.push(...events.map((e) => e.event_type)), appendEvents.call(store, events));
+    store.commitWithEvents = (ops, events) =>
+      commitWithEvents.call(store, ops, () => {
+        const list = typeof events === 'function' ? events() : events;
+        carried.push(list.map((e) => e.event_type));
+        return list;
+      });
+    let r: { run_id: string; status: string };
+    try {
+      r = await run(await task({ query: 'just answer' }), { wait: true });
+    } finally {
+      store.appendEvents = appendEvents;
+      store.commitWithEvents = commitWithEvents;
+    }
+    expect(r!.status).toBe('completed');
+    // Whatever took a write of its own in between (a model call slower than the creating write's
+    // fold window), the run's first event and its last rode in its record's writes.
+    expect(appended).not.toContain('user_message');
+    expect(appended).not.toContain('final_answer');
+    expect(carried.some((c) => c.includes('user_message'))).toBe(true);
+    // Its last word in the commit that ends it, with its background run's completion.
+    expect(carried.some((c) => c.includes('final_answer') && c.includes('background_run_completed'))).toBe(true);
+    // Served as before: the trace reads both.
+    const trace = await a.get(`/telemetry/traces/${(await a.get(`/runs/${r!.run_id}`)).body.trace_id}`);
+    expect(trace.status).toBe(200);
+    expect(JSON.stringify(trace.body)).toContain('user_message');
+    expect(JSON.stringify(trace.body)).toContain('final_answer');
+    // In cursor order, the run's events keep their sequence order (none that rode overtook one appended).
+    const listed = (await a.get(`/telemetry/events?run_id=${r!.run_id}&limit=100`)).body.events as Array<{ sequence: number; trace_id: string }>;
+    const ours = listed.filter((e) => e.trace_id === trace.body.trace.trace_id).map((e) => e.sequence);
+    expect(ours.length).toBeGreaterThan(2);
+    expect(ours).toEqual([...ours].sort((x, y) => x - y));
+  });
+
   it('writes run.json and events.jsonl, lists the workspace and downloads files, refusing traversal', async () => {
     const t = await task({ query: 'CALL workspace_write {"path": "notes/a.txt", "content": "hello file"}' });
     const r = await run(t, { wait: true });
