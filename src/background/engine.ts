@@ -356,7 +356,7 @@ export class RunEngine {
       this.retention.runEnded(ctx.run.task_id);
       if (this.waiters.has(ctx.run.run_id)) void flushed.then(() => this.waiters.resolve(ctx.run));
     } else {
-      this.claimer.kick(ctx.internal.not_before ? Date.parse(ctx.internal.not_before) : undefined);
+      this.claimer.arrived(ctx.run, ctx.internal.not_before ? Date.parse(ctx.internal.not_before) : undefined);
     }
   }
 

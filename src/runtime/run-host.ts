@@ -58,8 +58,13 @@ export class RunHost {
    * for a resumed run, which did not queue in its session: it appends with a fresh read instead.
    */
   session: Versioned<SessionValue> | null | undefined = undefined;
-  /** StartOptions.session_is_private (or no session named): a new session is created in the final commit. */
-  sessionPrivate = false;
+  /**
+   * A session this run found absent is created in its final commit, as nobody can create it while
+   * this run holds its turn: one nobody else names (StartOptions.session_is_private, or none named),
+   * or any on a store only this process writes, where every writer of a session's turns holds its
+   * turn first (SessionGate: RunStarter.start; a resumed run in finish()). The gate is per process.
+   */
+  sessionCreateInCommit = false;
   /** The history write issued with the final record: true once written, false if it must be redone. */
   private historyWrite: Promise<boolean> | null = null;
   deltaSeq = 0;
@@ -144,12 +149,9 @@ export class RunHost {
     this.trace = trace;
     this.checkpoints = opts.checkpoints ?? [];
     this.origin = opts.origin ?? null;
-    // A background run's agent run has no lease to renew: its background run's lease owns it
-    // (docs/architecture.md "Which instance owns a run").
-    if (this.kind !== 'background') {
-      this.heartbeat = setInterval(() => this.beat(), Math.max(50, Math.floor((deps.settings.lease_seconds * 1000) / 3)));
-      this.heartbeat.unref();
-    }
+    // A background run's agent run renews no lease: its background run's owns it (docs/architecture.md "Which instance owns a run").
+    if (this.kind !== 'background') this.heartbeat = setInterval(() => this.beat(), Math.max(50, Math.floor((deps.settings.lease_seconds * 1000) / 3)));
+    this.heartbeat?.unref();
     const timeoutSeconds = opts.timeout_seconds ?? (this.kind === 'sync' ? deps.settings.request_timeout_seconds : null);
     if (timeoutSeconds && timeoutSeconds > 0) {
       this.timeout = setTimeout(() => this.ref?.send({ type: 'TIMEOUT' }), timeoutSeconds * 1000);
@@ -211,12 +213,12 @@ export class RunHost {
     const origin = this.origin;
     if (phase.ending) this.ending = true;
     // The conversation grows in the same round as the completed run's record. A session nobody
-    // else writes that does not exist yet is created in the record's own commit (it cannot
-    // conflict); otherwise it is written right before it (see RecordWriter.update's beforeCommit),
-    // as its own job, so a session changed meanwhile (its CAS misses) only makes finish() append
-    // the slow way.
+    // can create meanwhile (sessionCreateInCommit) is created in the record's own commit; otherwise
+    // it is written right before it (RecordWriter.update's beforeCommit) as its own job, so a
+    // session changed meanwhile (its CAS misses) only makes finish() append the slow way. An
+    // existing session always goes that way: DELETE /sessions/{id} takes no turn.
     const session = this.session;
-    const historyInCommit = status === 'completed' && session === null && this.sessionPrivate;
+    const historyInCommit = status === 'completed' && session === null && this.sessionCreateInCommit;
     let fold: CarriedWrite | null = null;
     const extra = (r: RunRecord): WriteOp[] => {
       const ops: WriteOp[] = [
@@ -262,22 +264,19 @@ export class RunHost {
       }
       return ops;
     };
-    // A run's events are stored before it reads as ended or waiting, so a client that sees that
-    // status also finds final_answer / runtime_error / policy_decision_ask: every event was handed
-    // to the store before this record update, and the store's write queue is first in, first out
-    // (same atomic batch or an earlier one); on a store that writes events in a commit, the last
-    // ones ride in this very update (run-events.ts). No waiting for the events here, so the run's
-    // end costs one store round, not two.
+    // A run's events are stored before it reads as ended or waiting, so a client that sees that status also finds
+    // final_answer / runtime_error / policy_decision_ask: the last ones ride in this very update on a store that writes
+    // events in a commit (run-events.ts), and every earlier one was handed to the store before it (first in, first out).
+    // No waiting for the events here, so the run's end costs one store round, not two.
     this.events.rideNext(() => {
       if (terminal) void this.emitFinal(status, ctx);
-      if (stopped) {
+      if (stopped)
         void this.emit({
           event_type: 'run_interrupted',
           actor: { type: 'system', id: this.deps.workerId },
           span_id: this.rootSpan,
           metadata: { interrupt_id: ctx.interrupt_handled ?? null, step: ctx.step, steered: (ctx.steered ?? []).length },
         });
-      }
     });
     const beforeCommit =
       status === 'completed' && session !== undefined && !historyInCommit
@@ -291,11 +290,7 @@ export class RunHost {
     );
     (fold as CarriedWrite | null)?.settle(write);
     this.events.wrote();
-    if (historyInCommit)
-      this.historyWrite = write.then(
-        () => true,
-        () => false,
-      );
+    if (historyInCommit) this.historyWrite = write.then(() => true).catch(() => false);
     // An end, a pause or a stop must be durable at once (a delayed creation goes now), but a
     // completion that carries its background run's may wait a few ms, still unwritten, for the
     // next run's claim to share its round (CarriedWrite.hold).
@@ -378,7 +373,14 @@ export class RunHost {
   private async finish(record: RunRecord): Promise<void> {
     if (!this.endedEarly) this.kernel.notifyEnded(record);
     await this.events.done;
-    if (record.status === 'completed' && !(this.historyWrite && (await this.historyWrite))) await this.kernel.history.append(record, this.prelude);
+    if (record.status === 'completed' && !(this.historyWrite && (await this.historyWrite))) {
+      // A resumed run let go of its session when it parked (docs/runs.md) and went on without
+      // queueing in it (a decision does not wait for a newer run of the session). It appends once
+      // it holds the turn again: the holder may be creating the session in its final commit, which
+      // a create from here landing first would fail (test/http/session-turns.test.ts).
+      if (this.session === undefined) await this.kernel.sessions.acquire(this.session_key, this.run_id);
+      await this.kernel.history.append(record, this.prelude);
+    }
     if (TERMINAL_RUN_STATUSES.has(record.status)) this.kernel.inbox.forget(record.run_id);
     this.deps.metrics.runFinished(record.status, (this.deps.clock.now() - this.startedAtMs) / 1000);
     this.retire();
@@ -393,8 +395,6 @@ export class RunHost {
   private retire(): void {
     if (this.heartbeat) clearInterval(this.heartbeat);
     if (this.timeout) clearTimeout(this.timeout);
-    this.heartbeat = null;
-    this.timeout = null;
     this.deps.system.stop(`run:${this.run_id}`);
     this.kernel.live.delete(this.run_id);
     this.kernel.sessions.release(this.session_key, this.run_id);

@@ -3,8 +3,8 @@
 // (`id = ANY(...)`), one round trip and one snapshot for all of them, instead of one each (at
 // c=32 the runs of one process read their inbox rows at the same boundaries). Each read is still
 // sent after it was asked, so it sees every write acknowledged before it.
-import { escText, recordView, type Queryable } from './pg-text.js';
-import type { RecordKind, Versioned } from './store.js';
+import { escText, recordView, unescText, type Queryable } from './pg-text.js';
+import { decodeSortedCursor, sortedCursor, type ListQuery, type Page, type RecordKind, type Versioned } from './store.js';
 
 type Row = { id?: string; version: number; seq: string; value: string };
 type Waiter = { resolve: (v: Versioned<unknown> | null) => void; reject: (e: unknown) => void };
@@ -73,4 +73,28 @@ export class PgRecordReader {
         );
     }
   }
+}
+
+/** ListQuery.sortedBy: one walk of the primary key of agentd.record_ix, (kind, name, value, seq). */
+export async function listSorted<T>(db: Queryable, kind: RecordKind, name: string, query: ListQuery, limit: number): Promise<Page<T>> {
+  const rev = !!query.reverse;
+  const c = query.cursor ? decodeSortedCursor(query.cursor) : null;
+  const where = c ? ` AND (x.value, x.seq) ${rev ? '<' : '>'} ($3, $4)` : '';
+  const order = rev ? 'x.value DESC, x.seq DESC' : 'x.value, x.seq';
+  const r = await db.query<Row & { id: string; ixv: string }>(
+    {
+      name: `agentd_list_sorted_${rev ? 'r' : 'f'}${c ? 'c' : ''}`,
+      text:
+        `SELECT r.id, r.version, r.seq, r.value, x.value AS ixv FROM agentd.record_ix x JOIN agentd.records r ON r.kind = x.kind AND r.id = x.id ` +
+        `WHERE x.kind = $1 AND x.name = $2${where} ORDER BY ${order} LIMIT ${c ? '$5' : '$3'}`,
+      values: c ? [kind, escText(name), escText(c.value), c.seq, limit + 1] : [kind, escText(name), limit + 1],
+    },
+    true,
+  );
+  const rows = r.rows.slice(0, limit);
+  const last = rows[rows.length - 1];
+  return {
+    items: rows.map((row) => recordView<T>(unescText(row.id), row.version, row.seq, row.value)),
+    next_cursor: r.rows.length > limit ? sortedCursor(unescText(last.ixv), Number(last.seq)) : null,
+  };
 }

@@ -52,7 +52,7 @@ import { PgQueueClaims } from './pg-claim.js';
 import { describe, isConnectionError, isTransientCode, unavailable } from './pg-errors.js';
 import { PgEventReader } from './pg-events.js';
 import { PgHealth } from './pg-health.js';
-import { PgRecordReader } from './pg-reads.js';
+import { PgRecordReader, listSorted } from './pg-reads.js';
 import { MAX_BIGINT, clampLimit, escText, recordView, unescText } from './pg-text.js';
 import { describeStoreUrl } from './pg-url.js';
 import { PgWriter } from './pg-writer.js';
@@ -371,6 +371,7 @@ export class PostgresStore extends RecordWrites implements Store {
   listRecords<T>(kind: RecordKind, query: ListQuery = {}): Promise<Page<T>> {
     return this.run(async () => {
       const limit = clampLimit(query.limit, 100);
+      if (query.sortedBy !== undefined) return listSorted<T>(this, kind, query.sortedBy, query, limit);
       const after = query.cursor ? String(decodeCursor(query.cursor)) : query.reverse ? MAX_BIGINT : '0';
       const rev = !!query.reverse;
       const cmp = rev ? '<' : '>';
