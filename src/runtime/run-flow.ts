@@ -149,8 +149,11 @@ export class RunFlow {
     const run_id = queued.run_id;
     const outcome = await this.queue.wait({ run_id, key: q.key, limit: q.limit, priority: q.priority, enqueued_at: q.enqueued_at });
     if (outcome === 'dropped') return this.kernel.get(run_id);
+    const admitted_at = this.deps.clock.now();
     // Runs of one key admitted back to back (two slots freed at once) start in the order they were
-    // admitted, each once the one before it has started: the key's FIFO holds up to the model.
+    // admitted, each once the one before it has spawned its actor (StartOptions.onSpawned): the
+    // key's FIFO holds up to the model. Not once start() returns: that waits for the run's first
+    // commit, and a run that ended before it (a fast model) would hold the next one a commit round.
     const before = this.starting.get(q.key);
     let started!: () => void;
     const mine = new Promise<void>((r) => (started = r));
@@ -166,7 +169,7 @@ export class RunFlow {
         await this.release(q.key, run_id);
         return rec?.value ?? queued;
       }
-      const run = await this.start(rec.value.query, rec.value.session_id, { ...opts, run_id, queued: rec, slot });
+      const run = await this.start(rec.value.query, rec.value.session_id, { ...opts, run_id, queued: rec, slot, onSpawned: started, admitted_at });
       started();
       return await run.settled;
     } catch (err) {
