@@ -151,9 +151,12 @@ export class RunFlow {
     if (outcome === 'dropped') return this.kernel.get(run_id);
     const admitted_at = this.deps.clock.now();
     // Runs of one key admitted back to back (two slots freed at once) start in the order they were
-    // admitted, each once the one before it has spawned its actor (StartOptions.onSpawned): the
-    // key's FIFO holds up to the model. Not once start() returns: that waits for the run's first
-    // commit, and a run that ended before it (a fast model) would hold the next one a commit round.
+    // admitted: the key's FIFO holds up to the model. On an embedded store each waits until the one
+    // before it has spawned its actor (StartOptions.onSpawned), whose way to the model has no store
+    // round; not until start() returns, which waits for that run's first commit: a run that ended
+    // before it (a fast model) held the next one a whole fsync round (the flow bench's p99). On a
+    // shared store the way to the model has store rounds, and the next run could overtake it
+    // (test/flow/concurrency FIFO on PostgreSQL): it waits for start() to return, as before.
     const before = this.starting.get(q.key);
     let started!: () => void;
     const mine = new Promise<void>((r) => (started = r));
@@ -161,6 +164,7 @@ export class RunFlow {
     let slot: (() => void) | null = null;
     try {
       if (before) await before;
+      const shared = isSharedStore(this.deps.store);
       slot = await this.kernel.slots.acquire({ priority: q.priority, deadline: false });
       const rec = await repos(this.deps.store).runs.get<RunRecord>(run_id);
       if (!rec || rec.value.status !== 'queued') {
@@ -169,7 +173,14 @@ export class RunFlow {
         await this.release(q.key, run_id);
         return rec?.value ?? queued;
       }
-      const run = await this.start(rec.value.query, rec.value.session_id, { ...opts, run_id, queued: rec, slot, onSpawned: started, admitted_at });
+      const run = await this.start(rec.value.query, rec.value.session_id, {
+        ...opts,
+        run_id,
+        queued: rec,
+        slot,
+        onSpawned: shared ? undefined : started,
+        admitted_at,
+      });
       started();
       return await run.settled;
     } catch (err) {

@@ -80,7 +80,9 @@ export class RunStarter {
             ...created,
             concurrency: opts.concurrency,
             priority: opts.priority ?? 0,
-            ...(queued ? { created_at: queued.created_at, queue: queued.queue ? { ...queued.queue, admitted_at: opts.admitted_at ?? clock.now() } : null } : {}),
+            ...(queued
+              ? { created_at: queued.created_at, queue: queued.queue ? { ...queued.queue, admitted_at: opts.admitted_at ?? clock.now() } : null }
+              : {}),
           }
         : created;
       // The run's writer creates the run and its first trace segment in one commit, handed to the

@@ -97,7 +97,7 @@ it("the next queued run of a key reaches the model before the previous run's end
   expect((await second).body.status).toBe('success');
 });
 
-it("a run admitted from the queue starts without waiting for the commit of the run admitted before it", async () => {
+it('a run admitted from the queue starts without waiting for the commit of the run admitted before it', async () => {
   // A holds the key; B and C queue. With every commit held from A's answer on, B starts (its
   // create commit held), ends at once, and hands the slot to C: C must reach the model while B's
   // first commit is still held (it used to wait for B's start() to return, a commit round).

@@ -154,7 +154,8 @@ export async function flowBench(): Promise<BenchOutput> {
       pass: gaps.admitted.length > 0 && p99 <= 5,
     });
     rows.push({
-      metric: "Saturated key (limit 1): from a run's end to the next queued run's start (its user_message: record made, model call on its way), p99 (p50 in the baseline column)",
+      metric:
+        "Saturated key (limit 1): from a run's end to the next queued run's start (its user_message: record made, model call on its way), p99 (p50 in the baseline column)",
       value: round(percentile(gaps.started, 99), 1),
       unit: 'ms',
       baseline: round(percentile(gaps.started, 50), 1),
