@@ -6,7 +6,7 @@
 import { takeKeySlot, type KeyHolder } from '../../machines/policies/flow.js';
 import { casUpdate } from '../store/cas.js';
 import { repos } from '../store/repos/index.js';
-import { isStoreError, type Store } from '../store/store.js';
+import { StoreError, isStoreError, type Store, type WriteOp } from '../store/store.js';
 
 export interface KeySlotsValue {
   key: string;
@@ -14,6 +14,14 @@ export interface KeySlotsValue {
 }
 
 const idOf = (key: string): string => `flow_key:${key}`;
+
+/**
+ * The op that gives `runId`'s slot of `key` back inside another commit (a run's end or park on a
+ * shared store: src/runtime/run-host.ts), instead of a compare-and-set round of its own.
+ */
+export function keyReleaseOp(key: string, runId: string): WriteOp {
+  return { op: 'holders', kind: 'meta', id: idOf(key), remove: [runId] };
+}
 
 // CAS losses on a hot key are expected (every admission and release of the key writes it): a
 // longer loop than the default, with short pauses.
@@ -93,19 +101,23 @@ export class KeySlots implements KeyHolders {
     return rec?.value.holders ?? [];
   }
 
-  /** Takes a slot of `key` for `runId` if fewer than `limit` runs hold it (true), else nothing (false). */
-  take(key: string, limit: number, runId: string, now: number): Promise<boolean> {
-    const meta = repos(this.store).meta;
-    return casUpdate(async () => {
-      const cur = await meta.get<KeySlotsValue>(idOf(key));
-      const decision = takeKeySlot(cur?.value.holders ?? [], limit, runId, now);
-      if (!decision.take) return false;
-      if (cur && decision.holders.length === cur.value.holders.length) return true; // held already
-      const value: KeySlotsValue = { key, holders: decision.holders };
-      if (cur) await meta.update(idOf(key), value, cur.version);
-      else await meta.create(idOf(key), value);
-      return true;
-    }, CAS);
+  /**
+   * Takes a slot of `key` for `runId` if fewer than `limit` runs hold it (true), else nothing
+   * (false): one commit of a holders op (src/store/holders-op.ts), no read and no retry loop; the
+   * store refuses it ('full') when the key is at its limit, whoever wrote last.
+   */
+  async take(key: string, limit: number, runId: string, now: number): Promise<boolean> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.store.commit([{ op: 'holders', kind: 'meta', id: idOf(key), add: { run_id: runId, since: now, limit }, fields: { key } }]);
+        return true;
+      } catch (err) {
+        if (err instanceof StoreError && err.code === 'full') return false;
+        // Two instances made the key's record at once: the loser's op finds it made on a second try.
+        if (err instanceof StoreError && err.code === 'stale_version' && attempt < 5) continue;
+        throw err;
+      }
+    }
   }
 
   /** Lets go of `runId`'s slot of `key` (nothing when it holds none). Returns whether it held one. */

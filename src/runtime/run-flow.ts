@@ -42,10 +42,12 @@ export class RunFlow {
     // run too): its record names the key.
     // The slot goes on as soon as the end is stored (onEnded), not after the run's last events and
     // history writes (onSettled, the fallback for ends that do not pass through a run host).
-    kernel.onEnded((record) => {
+    kernel.onEnded((record, keyReleased) => {
       if (!record.concurrency) return;
       this.releasedAtEnd.add(record.run_id);
-      void this.release(record.concurrency.key, record.run_id);
+      // Gone with the end's commit (a shared store): only the waiters are to be told.
+      if (keyReleased) this.queue.released(record.concurrency.key);
+      else void this.release(record.concurrency.key, record.run_id);
     });
     kernel.onSettled((record) => {
       if (this.releasedAtEnd.delete(record.run_id)) return;
