@@ -340,6 +340,9 @@ export class RunFlow {
    */
   startBeating(): void {
     if (!isSharedStore(this.deps.store) || this.beatTimer) return;
+    // A first look at once (start-up): the queued runs of an instance that stopped (markStopped)
+    // or died long ago are taken over now, not a lease later.
+    void this.recoverQueued().catch((err) => reportSwallowed('flow.takeover', err));
     const everyMs = Math.max(100, Math.floor((this.deps.settings.lease_seconds * 1000) / 3));
     this.beatTimer = setInterval(() => {
       if (this.kernel.closing) return;
@@ -353,6 +356,19 @@ export class RunFlow {
   stopBeating(): void {
     if (this.beatTimer) clearInterval(this.beatTimer);
     this.beatTimer = null;
+  }
+
+  /**
+   * Graceful shutdown on a shared store with runs queued here: this instance says it stopped (its
+   * beat at 0), so another instance, or this one restarted, takes those runs over at once instead
+   * of after two leases without a beat (deadOwners); a crash still takes the two leases.
+   */
+  async markStopped(): Promise<void> {
+    if (!isSharedStore(this.deps.store) || this.queue.size === 0) return;
+    const meta = repos(this.deps.store).meta;
+    await this.deps.store
+      .commit([meta.updateOp(`flow_instance:${this.deps.workerId}`, { beat_at: 0, stopped: true }, null)])
+      .catch((err) => reportSwallowed('flow.mark_stopped', err));
   }
 
   private beatTimer: NodeJS.Timeout | null = null;
