@@ -214,7 +214,7 @@ function perRunBy(a: Record<string, number> | undefined, b: Record<string, numbe
  * HTTP requests, and files/directories left under workspaces/background/.
  */
 export async function profileBackgroundDrain(label: string, order: string[], save: (p: ProfileResult, order: string[]) => void): Promise<void> {
-  const { agentdDrain, DRAIN_RETENTION } = await import('./benchmarks/background.js');
+  const { agentdDrain, DRAIN_RETENTION } = await import('./benchmarks/drain-agentd.js');
   const runs = QUICK ? 300 : 1000;
   const WARMUP = QUICK ? 300 : 1000;
   const COUNTED = 200;

@@ -12,7 +12,8 @@ import { runBench } from './benchmarks/run-real.js';
 import { streamsBench } from './benchmarks/streams.js';
 import { telemetryBench } from './benchmarks/telemetry.js';
 import { approvalsBench } from './benchmarks/approvals.js';
-import { backgroundBench, backgroundDrainBulkBench, backgroundScaleBench } from './benchmarks/background.js';
+import { backgroundBench, backgroundScaleBench } from './benchmarks/background.js';
+import { backgroundDrainBench } from './benchmarks/background-drain.js';
 import { redactionBench } from './benchmarks/redaction.js';
 import { postgresBench } from './benchmarks/postgres.js';
 import { protocolsBench } from './benchmarks/protocols.js';
@@ -30,7 +31,7 @@ const BENCHMARKS: Record<string, Benchmark> = {
   approvals: approvalsBench,
   background: backgroundBench,
   'background-scale': backgroundScaleBench,
-  'background-drain-bulk': backgroundDrainBulkBench,
+  'background-drain': backgroundDrainBench,
   redaction: redactionBench,
   postgres: postgresBench,
   protocols: protocolsBench,

@@ -42,7 +42,7 @@ const SWEEP_S = 1;
 
 const okRun = (r: { status: number; body: string }) => r.status === 200 && r.body.includes('event: complete') && r.body.includes('"status":"success"');
 
-async function admin(sql: string): Promise<void> {
+export async function admin(sql: string): Promise<void> {
   const c = new pg.Client({ connectionString: ADMIN_URL });
   await c.connect();
   try {
@@ -52,14 +52,14 @@ async function admin(sql: string): Promise<void> {
   }
 }
 
-function dbUrl(name: string): string {
+export function dbUrl(name: string): string {
   const u = new URL(ADMIN_URL);
   u.pathname = `/${name}`;
   return u.toString();
 }
 
 /** PIDs of the PostgreSQL backends connected to `db` (their command line names the database). */
-function backendsOf(db: string): number[] {
+export function backendsOf(db: string): number[] {
   const out: number[] = [];
   for (const e of readdirSync('/proc')) {
     if (!/^\d+$/.test(e)) continue;
@@ -74,7 +74,7 @@ function backendsOf(db: string): number[] {
 }
 
 /** CPU seconds of a set of processes, tolerating ones that exited. */
-function cpuOf(pids: number[]): Map<number, number> {
+export function cpuOf(pids: number[]): Map<number, number> {
   const m = new Map<number, number>();
   for (const p of pids) {
     try {
@@ -98,7 +98,7 @@ interface Measured {
  * The benchmark database's committed transactions so far. PostgreSQL 15 flushes a backend's
  * counts at most once a second, so a delta over a few seconds is right to about a second's worth.
  */
-async function xactCommits(db: string): Promise<number> {
+export async function xactCommits(db: string): Promise<number> {
   const c = new pg.Client({ connectionString: dbUrl(db) });
   await c.connect();
   try {
