@@ -1,8 +1,9 @@
 // The store part of concurrency keys (docs/flow-control.md): one small record per key in use
-// (kind meta, id `flow_key:<key>`) listing the runs admitted under it. Taking and letting go of a
-// slot are compare-and-set writes on that record, so on a store several instances share the
-// limit holds across all of them (docs/contract.md §3.4); the record is deleted when its last
-// holder lets go, so idle keys cost nothing.
+// (kind meta, id `flow_key:<key>`) listing the runs admitted under it. A take is the store's
+// atomic holders op (src/store/holders-op.ts: refused at the limit), a run's release rides in its
+// end commit (keyReleaseOp), other releases and hand-overs are compare-and-set writes; so on a
+// store several instances share the limit holds across all of them (docs/contract.md §3.4). The
+// record is deleted when its last holder lets go, so idle keys cost nothing.
 import { takeKeySlot, type KeyHolder } from '../../machines/policies/flow.js';
 import { casUpdate } from '../store/cas.js';
 import { repos } from '../store/repos/index.js';
@@ -103,7 +104,7 @@ export class KeySlots implements KeyHolders {
 
   /**
    * Takes a slot of `key` for `runId` if fewer than `limit` runs hold it (true), else nothing
-   * (false): one commit of a holders op (src/store/holders-op.ts), no read and no retry loop; the
+   * (false): one commit of a holders op (src/store/holders-op.ts), no read-modify-write loop; the
    * store refuses it ('full') when the key is at its limit, whoever wrote last.
    */
   async take(key: string, limit: number, runId: string, now: number): Promise<boolean> {
