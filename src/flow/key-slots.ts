@@ -24,6 +24,11 @@ export function keyReleaseOp(key: string, runId: string): WriteOp {
   return { op: 'holders', kind: 'meta', id: idOf(key), remove: [runId] };
 }
 
+/** The op that takes a slot of `key` for `runId` inside a commit: the store refuses the commit ('full') at the limit. */
+export function keyTakeOp(key: string, runId: string, limit: number, now: number): WriteOp {
+  return { op: 'holders', kind: 'meta', id: idOf(key), add: { run_id: runId, since: now, limit }, fields: { key } };
+}
+
 // CAS losses on a hot key are expected (every admission and release of the key writes it): a
 // longer loop than the default, with short pauses.
 const CAS = { attempts: 50, baseDelayMs: 1, maxDelayMs: 20, retryOn: ['stale_version', 'conflict', 'not_found'] as const };
@@ -108,16 +113,12 @@ export class KeySlots implements KeyHolders {
    * store refuses it ('full') when the key is at its limit, whoever wrote last.
    */
   async take(key: string, limit: number, runId: string, now: number): Promise<boolean> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await this.store.commit([{ op: 'holders', kind: 'meta', id: idOf(key), add: { run_id: runId, since: now, limit }, fields: { key } }]);
-        return true;
-      } catch (err) {
-        if (err instanceof StoreError && err.code === 'full') return false;
-        // Two instances made the key's record at once: the loser's op finds it made on a second try.
-        if (err instanceof StoreError && err.code === 'stale_version' && attempt < 5) continue;
-        throw err;
-      }
+    try {
+      await this.store.commit([keyTakeOp(key, runId, limit, now)]);
+      return true;
+    } catch (err) {
+      if (err instanceof StoreError && err.code === 'full') return false;
+      throw err;
     }
   }
 

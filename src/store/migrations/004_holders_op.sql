@@ -94,50 +94,49 @@ BEGIN
         -- fails), and write the row back, delete it with its last holder, or create it with its first.
         IF p_op[j] = 'holders' THEN
           h_op := p_value[j]::jsonb;
-          SELECT r.version, r.seq, r.value::jsonb INTO c_ver, c_seq, h_val
-            FROM agentd.records r WHERE r.kind = p_kind[j] AND r.id = p_id[j] FOR UPDATE;
-          found_ := FOUND;
-          h_n := CASE WHEN found_ AND jsonb_typeof(h_val -> 'holders') = 'array' THEN jsonb_array_length(h_val -> 'holders') ELSE 0 END;
-          SELECT coalesce(jsonb_agg(x.h ORDER BY x.o), '[]'::jsonb) INTO h_list
-            FROM jsonb_array_elements(CASE WHEN found_ AND jsonb_typeof(h_val -> 'holders') = 'array' THEN h_val -> 'holders' ELSE '[]'::jsonb END)
-              WITH ORDINALITY AS x(h, o)
-            WHERE NOT (x.h ->> 'run_id') IN (SELECT jsonb_array_elements_text(h_op -> 'remove'));
-          h_add := jsonb_typeof(h_op -> 'add') = 'object'
-             AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(h_list) AS y(h) WHERE y.h ->> 'run_id' = h_op -> 'add' ->> 'run_id');
-          -- Nobody to remove and nobody new: nothing is written.
-          IF NOT h_add AND jsonb_array_length(h_list) = h_n THEN
-            CONTINUE;
-          END IF;
-          IF h_add THEN
-            SELECT least((h_op -> 'add' ->> 'limit')::numeric, min((y.h ->> 'limit')::numeric)) INTO h_low
-              FROM jsonb_array_elements(h_list) AS y(h) WHERE jsonb_typeof(y.h -> 'limit') = 'number';
-            h_low := coalesce(h_low, (h_op -> 'add' ->> 'limit')::numeric);
-            IF jsonb_array_length(h_list) >= h_low THEN
-              RAISE EXCEPTION USING ERRCODE = 'AG429', MESSAGE = format('%s ''%s'' holds %s of at most %s', p_kind[j], p_id[j], jsonb_array_length(h_list), h_low);
+          -- Once more when a concurrent transaction created the record between our look and our
+          -- INSERT (ON CONFLICT waited for it to commit: the next look sees it).
+          LOOP
+            SELECT r.version, r.seq, r.value::jsonb INTO c_ver, c_seq, h_val
+              FROM agentd.records r WHERE r.kind = p_kind[j] AND r.id = p_id[j] FOR UPDATE;
+            found_ := FOUND;
+            h_n := CASE WHEN found_ AND jsonb_typeof(h_val -> 'holders') = 'array' THEN jsonb_array_length(h_val -> 'holders') ELSE 0 END;
+            SELECT coalesce(jsonb_agg(x.h ORDER BY x.o), '[]'::jsonb) INTO h_list
+              FROM jsonb_array_elements(CASE WHEN found_ AND jsonb_typeof(h_val -> 'holders') = 'array' THEN h_val -> 'holders' ELSE '[]'::jsonb END)
+                WITH ORDINALITY AS x(h, o)
+              WHERE NOT (x.h ->> 'run_id') IN (SELECT jsonb_array_elements_text(h_op -> 'remove'));
+            h_add := jsonb_typeof(h_op -> 'add') = 'object'
+               AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(h_list) AS y(h) WHERE y.h ->> 'run_id' = h_op -> 'add' ->> 'run_id');
+            -- Nobody to remove and nobody new: nothing is written.
+            EXIT WHEN NOT h_add AND jsonb_array_length(h_list) = h_n;
+            IF h_add THEN
+              SELECT least((h_op -> 'add' ->> 'limit')::numeric, min((y.h ->> 'limit')::numeric)) INTO h_low
+                FROM jsonb_array_elements(h_list) AS y(h) WHERE jsonb_typeof(y.h -> 'limit') = 'number';
+              h_low := coalesce(h_low, (h_op -> 'add' ->> 'limit')::numeric);
+              IF jsonb_array_length(h_list) >= h_low THEN
+                RAISE EXCEPTION USING ERRCODE = 'AG429', MESSAGE = format('%s ''%s'' holds %s of at most %s', p_kind[j], p_id[j], jsonb_array_length(h_list), h_low);
+              END IF;
+              h_list := h_list || jsonb_build_array(jsonb_build_object('run_id', h_op -> 'add' -> 'run_id', 'since', h_op -> 'add' -> 'since', 'limit', h_op -> 'add' -> 'limit'));
             END IF;
-            h_list := h_list || jsonb_build_array(jsonb_build_object('run_id', h_op -> 'add' -> 'run_id', 'since', h_op -> 'add' -> 'since', 'limit', h_op -> 'add' -> 'limit'));
-          END IF;
-          IF jsonb_array_length(h_list) = 0 THEN
-            IF found_ THEN
-              DELETE FROM agentd.records WHERE kind = p_kind[j] AND id = p_id[j];
-              DELETE FROM agentd.record_ix WHERE kind = p_kind[j] AND id = p_id[j];
+            IF jsonb_array_length(h_list) = 0 THEN
+              IF found_ THEN
+                DELETE FROM agentd.records WHERE kind = p_kind[j] AND id = p_id[j];
+                DELETE FROM agentd.record_ix WHERE kind = p_kind[j] AND id = p_id[j];
+              END IF;
+              EXIT;
             END IF;
-          ELSE
             h_val := (CASE WHEN found_ THEN h_val - 'holders' ELSE '{}'::jsonb END)
               || coalesce(CASE WHEN jsonb_typeof(h_op -> 'fields') = 'object' THEN h_op -> 'fields' END, '{}'::jsonb)
               || jsonb_build_object('holders', h_list);
             IF found_ THEN
               UPDATE agentd.records SET value = h_val::text, version = c_ver + 1 WHERE kind = p_kind[j] AND id = p_id[j];
-            ELSE
-              INSERT INTO agentd.records (kind, id, version, seq, value, ix)
-                VALUES (p_kind[j], p_id[j], 1, nextval('agentd.record_seq'), h_val::text, '{}'::jsonb)
-                ON CONFLICT DO NOTHING;
-              IF NOT FOUND THEN
-                -- created by a concurrent transaction since our SELECT: the caller tries again
-                RAISE EXCEPTION USING ERRCODE = 'AG412', MESSAGE = format('%s ''%s'' was created meanwhile', p_kind[j], p_id[j]);
-              END IF;
+              EXIT;
             END IF;
-          END IF;
+            INSERT INTO agentd.records (kind, id, version, seq, value, ix)
+              VALUES (p_kind[j], p_id[j], 1, nextval('agentd.record_seq'), h_val::text, '{}'::jsonb)
+              ON CONFLICT DO NOTHING;
+            EXIT WHEN FOUND;
+          END LOOP;
           CONTINUE;
         END IF;
         -- The general path: lock the row, check, write, and keep agentd.record_ix in step.
