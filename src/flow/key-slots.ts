@@ -1,7 +1,8 @@
 // The store part of concurrency keys (docs/flow-control.md): one small record per key in use
 // (kind meta, id `flow_key:<key>`) listing the runs admitted under it. A take is the store's
-// atomic holders op (src/store/holders-op.ts: refused at the limit), a run's release rides in its
-// end commit (keyReleaseOp), other releases and hand-overs are compare-and-set writes; so on a
+// atomic holders op (src/store/holders-op.ts: refused at the limit; a new run's rides in its
+// creating commit, keyTakeOp), a run's release rides in its end commit (keyReleaseOp), other
+// releases and hand-overs are compare-and-set writes; so on a
 // store several instances share the limit holds across all of them (docs/contract.md §3.4). The
 // record is deleted when its last holder lets go, so idle keys cost nothing.
 import { takeKeySlot, type KeyHolder } from '../../machines/policies/flow.js';

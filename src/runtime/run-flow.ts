@@ -11,7 +11,7 @@ import { ConcurrencyQueue } from '../flow/concurrency.js';
 import { newId } from '../ids.js';
 import { isSharedStore } from '../store/changes.js';
 import { repos } from '../store/repos/index.js';
-import type { Versioned } from '../store/store.js';
+import { isStoreError, type Versioned } from '../store/store.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
 import type { RunKernel } from './run-kernel.js';
 import { TERMINAL_RUN_STATUSES, newRunRecord, runIndexes, type RunRecord } from './run-record.js';
@@ -75,7 +75,20 @@ export class RunFlow {
     const priority = opts.priority ?? 0;
     const run_id = opts.run_id ?? newId('run');
     const keyed: StartOptions & { run_id: string } = { ...opts, run_id, concurrency, priority };
-    if (await this.queue.tryTake(concurrency.key, concurrency.limit, run_id)) {
+    if (isSharedStore(this.deps.store)) {
+      // A shared store: the take rides in the run's creating commit (a holders op), refused at the
+      // limit; no commit of its own (docs/flow-control.md). Nobody waiting here goes first.
+      if (this.queue.waitingOn(concurrency.key) === 0) {
+        try {
+          return await this.start(query, sessionId, { ...keyed, takeSlotInCreate: concurrency });
+        } catch (err) {
+          if (!isStoreError(err, 'full')) {
+            await this.release(concurrency.key, run_id);
+            throw err;
+          }
+        }
+      }
+    } else if (await this.queue.tryTake(concurrency.key, concurrency.limit, run_id)) {
       try {
         return await this.start(query, sessionId, keyed);
       } catch (err) {

@@ -16,6 +16,7 @@ import type { RunHost } from './run-host.js';
 import type { RunKernel } from './run-kernel.js';
 import { newRunRecord, runIndexes, type RunRecord } from './run-record.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
+import { keyTakeOp } from '../flow/key-slots.js';
 import { bgKey, bgTenantOf, tenantKey } from './tenancy.js';
 
 export class RunStarter {
@@ -111,9 +112,14 @@ export class RunStarter {
       ]);
       const workspace_path = opts.workspace_path ?? this.kernel.sessionWorkspace(session_key, profile.session_workspace_root);
       this.deps.metrics.liveRuns.inc();
+      const take = opts.takeSlotInCreate;
       live = this.kernel.host({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, agent, { ...opts, workspace_path }, trace, [
         { op: 'create', kind: repos(this.deps.store).traces.kind, id: trace_id, value: trace, indexes: traceIndexes },
+        ...(take ? [keyTakeOp(take.key, run_id, take.limit, clock.now())] : []),
       ]);
+      // A key's slot taken in the creating commit: no event and no model call before the store
+      // took it (refused, 'full': RunFlow.startKeyed queues the run, and nothing of this try remains).
+      if (take) await live.writer.created;
       void live.emit({
         event_type: 'user_message',
         actor: { type: 'user', id: session_id },

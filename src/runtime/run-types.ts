@@ -154,6 +154,12 @@ export interface StartOptions {
    * its key admitted may start then (the key's FIFO holds up to the model without waiting a commit round).
    */
   onSpawned?: () => void;
+  /**
+   * Internal (src/runtime/run-flow.ts, a shared store): the run takes its key's slot in its
+   * creating commit (a holders op) and nothing of it goes out before that commit is stored; start()
+   * rejects with StoreError 'full' when the key is at its limit (the caller queues the run).
+   */
+  takeSlotInCreate?: { key: string; limit: number };
   /** Internal (src/runtime/run-flow.ts): when the queued run's key admitted it (ms; its user_message says so). */
   admitted_at?: number;
   /**

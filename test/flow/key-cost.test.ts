@@ -4,7 +4,7 @@
 // rides in the run's end commit. A change that added a round per keyed run fails here.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
-import { postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import type { CommitEvents, CommitOps, RecordKind, WriteOp } from '../../src/store/store.js';
 import { isSharedStore } from '../../src/store/changes.js';
 
@@ -56,6 +56,25 @@ it('a key with room costs no store write on an embedded store; on a shared one i
   await measure({}); // warm
   const keyed = await measure({ concurrency: { key: 'cost', limit: 5 } });
   expect(keyed.keyReads).toBe(0);
-  // Shared: the take alone, then the release inside the run's end commit. Embedded: nothing.
-  expect(keyed.keyOps).toEqual(isSharedStore(s.store) ? ['holders', 'holders (in a run commit)'] : []);
+  // Shared: the take inside the run's creating commit, the release inside its end commit. Embedded: nothing.
+  expect(keyed.keyOps).toEqual(isSharedStore(s.store) ? ['holders (in a run commit)', 'holders (in a run commit)'] : []);
+});
+
+it('a run its key refuses (at the limit) queues and leaves nothing of the refused try: one user_message, one trace', async () => {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  model.setDefault(() => ({ text: 'ok', holdUntil: gate }));
+  const key = { key: 'refused', limit: 1 };
+  const first = postJson(`${s.url}/run/sync`, { query: 'first', concurrency: key });
+  await model.waitForRequests(model.requests.length + 1);
+  const second = postJson(`${s.url}/run/sync`, { query: 'second', concurrency: key });
+  await eventually(async () => (await getJson(`${s.url}/runs?status=queued`)).body.total === 1);
+  release();
+  const [a, b] = await Promise.all([first, second]);
+  expect([a.body.status, b.body.status]).toEqual(['success', 'success']);
+  const view = (await getJson(`${s.url}/runs/${b.body.run_id}`)).body as { trace_ids: string[]; session_id: string };
+  expect(view.trace_ids).toHaveLength(1);
+  const events = (await getJson(`${s.url}/telemetry/events?run_id=${b.body.run_id}&limit=100`)).body.events as Array<{ event_type: string }>;
+  expect(events.filter((e) => e.event_type === 'user_message')).toHaveLength(1);
+  model.setDefault(() => ({ text: 'ok' }));
 });
