@@ -255,9 +255,10 @@ export class Runtime {
     this.telemetry.onAppended = (events) => link.appended(events);
     link.onControlMessage((msg) => {
       if (msg.type === 'cancel') this.runs.cancelIfLive(msg.run_id);
-      else this.background.engine.cancelIfHeld(msg.run_id, msg.reason);
+      else this.background.engine.operator.cancelIfHeld(msg.run_id, msg.reason);
     });
-    this.background.engine.remoteCancel = (runId, reason) => link.sendControl({ type: 'bg_cancel', run_id: runId, reason: reason?.slice(0, 1000) ?? null });
+    this.background.engine.operator.remoteCancel = (runId, reason) =>
+      link.sendControl({ type: 'bg_cancel', run_id: runId, reason: reason?.slice(0, 1000) ?? null });
     this.runs.remoteCancel = async (runId) => {
       await link.sendControl({ type: 'cancel', run_id: runId });
       // A notification is a hint: while the run is still live elsewhere, ask again (its owner may

@@ -191,7 +191,7 @@ export class BackgroundAgents {
       });
     }
     for (const r of active.items)
-      await this.engine.cancel(r.id, 'agent deleted').catch(swallow('background.delete_agent_cancel', { run_id: r.id, agent_id: agentId }, isRefusal));
+      await this.engine.operator.cancel(r.id, 'agent deleted').catch(swallow('background.delete_agent_cancel', { run_id: r.id, agent_id: agentId }, isRefusal));
     await repos(this.deps.store).bgAgents.delete(agentId);
     this.deps.agents?.evict(agentId);
     return { status: 'deleted' };

@@ -72,7 +72,7 @@ export async function queueBulk(parts: BulkParts, taskId: string, items: Backgro
     for (const row of await repos(parts.store).bgRuns.getMany(lost)) if (row) stored.set(row.value.run.run_id, row.value.run);
   }
   // Answer once the runs' creation events are stored too, as a single manual run does.
-  await Promise.all([...created].map((id) => parts.engine.appended(id)));
+  await Promise.all([...created].map((id) => parts.engine.creation.appended(id)));
   const seenInAnswer = new Set<string>();
   return {
     runs: ids.map((id) => {

@@ -1,4 +1,4 @@
-// The claimer: the claim loop (queued runs, oldest first, while this process has free workers,
+// The claimer: the claim loop (queued runs by priority, then oldest first, while this process has free workers,
 // under the overlap policy of their task) and recovery (lapsed leases, dead owners, due retries,
 // parked runs whose decision came). What it claims is hosted by the engine (engine.ts).
 import { randomUUID } from 'node:crypto';
@@ -9,9 +9,10 @@ import type { BackgroundRunStatus } from '../schemas/background.js';
 import type { Page, Versioned } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
 import { repos, type Repos } from '../store/repos/index.js';
-import { QueuedRunBuffer, type BgRunRepo } from '../store/repos/bg-runs.js';
+import { QueuedRunBuffer, queueRank, type BgRunRepo } from '../store/repos/bg-runs.js';
 import { taskStatusKey, type BgRunRow } from './types.js';
 import type { AttemptTimers } from './attempt-timers.js';
+import { indexQueuedRuns } from './queue-order.js';
 import type { BackgroundDeps, Handle, SendResult, TimerRef } from './host-types.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -57,6 +58,8 @@ export class Claimer {
   private wakeAt = Infinity;
   /** This process claims and recovers runs (false before start and after stopClaiming). */
   accepting = false;
+  /** indexQueuedRuns ran (queue-order.ts). */
+  private queueIndexed = false;
 
   private readonly runs: BgRunRepo;
   private readonly meta: Repos['meta'];
@@ -79,6 +82,15 @@ export class Claimer {
    */
   requeued(): void {
     this.queued.drop();
+  }
+
+  /**
+   * A new run was queued: a claim pass soon (at `atMs`, its `not_before`, if later). One of higher
+   * priority than the buffer's last row sorts inside the buffer, which is then listed again.
+   */
+  arrived(run: BgRunRow['run'], atMs?: number): void {
+    this.queued.arrived(queueRank(run.priority));
+    this.kick(atMs);
   }
 
   /** Stop claiming (the wake-up timer too). */
@@ -123,7 +135,7 @@ export class Claimer {
   }
 
   /**
-   * Claims queued runs, oldest first, while this process has free workers
+   * Claims queued runs, higher priority first, then oldest first, while this process has free workers
    * (background.concurrency). queue_next and cancel_previous runs wait for their task per canClaim.
    */
   async claimPass(): Promise<void> {
@@ -158,7 +170,7 @@ export class Claimer {
     // (requeued()): a bounded age makes one that is not cost at most QUEUE_BUFFER_MAX_AGE_MS.
     const since = this.queued.since;
     if (since !== null && now - since > QUEUE_BUFFER_MAX_AGE_MS) this.queued.drop();
-    // Due queued rows, oldest first; on a shared store each page is held for this pass, so another
+    // Due queued rows in queue order (priority, then oldest first); on a shared store each page is held for this pass, so another
     // instance's claimer takes other rows (BgRunRepo.claimPass). A pass that throws leaves its
     // holds to lapse (CLAIM_HOLD_MS).
     const pass = this.runs.claimPass(now, CLAIM_HOLD_MS, this.queued);
@@ -276,6 +288,12 @@ export class Claimer {
    */
   async maintenance(opts: { ownersDead?: boolean } = {}): Promise<void> {
     const now = this.deps.clock.now();
+    // Before the first claim pass: runs queued by an agentd without the claim-order index get it.
+    if (!this.queueIndexed) {
+      const n = await indexQueuedRuns(this.deps.store, iso(now));
+      this.queueIndexed = true;
+      if (n > 0) this.deps.logger.info({ rows: n }, 'queued background runs indexed in claim order');
+    }
     for (const status of ['claimed', 'running'] as const) {
       await this.forEachRow(status, async (row) => {
         const { run } = row.value;

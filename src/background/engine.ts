@@ -1,13 +1,16 @@
 // Background runs end to end: creation, claims under a fenced lease, heartbeats, the agent run of
 // each attempt, retries, timeouts, cancellation, recovery of lapsed leases, lifecycle events and
 // the run workspace files. Every status change goes through the background-run machine
-// (machines/background-run.machine.ts). RunEngine is the public face and the wiring; the parts,
+// (machines/background-run.machine.ts). RunEngine is the wiring and the run reads; the parts,
 // which share their types through host-types.ts and never import engine.ts: run-host.ts (live
-// runs: actor, row, write chain, the `record` effect), operator-actions.ts (cancel, resume from
-// the API), outbox.ts (lifecycle events), run-workspace.ts (workspace files), claimer.ts (claims,
-// recovery), attempt-timers.ts (heartbeat, timeout, retry), agent-bridge.ts (the agent run of an
-// attempt), inflight.ts (overlap cache), retention.ts (deleting runs), prepare-run.ts (a new
-// run's row and events), waiters.ts (callers waiting for a run to settle).
+// runs: actor, row, write chain, the `record` effect), outbox.ts (lifecycle events),
+// run-workspace.ts (workspace files), attempt-timers.ts (heartbeat, timeout, retry),
+// agent-bridge.ts (the agent run of an attempt), prepare-run.ts (a new run's row and events).
+// Callers talk to the part that owns the decision, which the engine exposes (readonly):
+// `creation` (run-creation.ts: new runs), `claimer` (claimer.ts: claims, recovery), `operator`
+// (operator-actions.ts: cancel, resume from the API), `retention` (retention.ts: deleting runs),
+// `inflight` (inflight.ts: the overlap cache), `waiters` (waiters.ts: callers waiting for a run
+// to settle).
 // An actor `bgrun:<id>` lives while this process holds the run (claimed, running) or while an
 // event is being applied to it; a resting run (queued, retrying, awaiting a person, terminal) is
 // only a row. Every row write is a compare-and-swap on the version this process last wrote: a
@@ -16,10 +19,9 @@
 // share its commit, lifecycle events ride in the row's commit (or its outbox on PostgreSQL), and
 // the workspace mirror merges the steps of a fast run (docs/background.md).
 import type { BackgroundRunContext, BackgroundRunEvent } from '../../machines/background-run.machine.js';
-import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
 import { notFound } from '../errors.js';
 import type { BackgroundRun, BackgroundRunStatus } from '../schemas/background.js';
-import { isStoreError, type Versioned, type WriteOp } from '../store/store.js';
+import type { Versioned } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
 import { repos } from '../store/repos/index.js';
 import { ACTIVE, HELD, TERMINAL, WAITING, taskStatusKey, type BgRunRow } from './types.js';
@@ -33,8 +35,8 @@ import { TaskKeySlots } from './task-keys.js';
 import { RunRetention } from './retention.js';
 import { RunHosts } from './run-host.js';
 import { AttemptTimers, nodeTimers } from './attempt-timers.js';
-import type { BackgroundDeps, CreateRunInput, Handle, PreparedRun, SendResult } from './host-types.js';
-import { prepareRun } from './prepare-run.js';
+import type { BackgroundDeps, Handle, SendResult } from './host-types.js';
+import { RunCreation } from './run-creation.js';
 import { SettleWaiters } from './waiters.js';
 import { OperatorActions } from './operator-actions.js';
 
@@ -48,24 +50,26 @@ export class RunEngine {
   private readonly join = new WriteJoin();
   /** The run workspace files: mirror, repair, removal (run-workspace.ts). */
   private readonly workspaces: RunWorkspaces;
-  /** In-flight runs per task for overlap decisions (inflight.ts). */
-  private readonly inflight: InFlightCache;
-  /** The claim loop and recovery (claimer.ts). */
-  private readonly claimer: Claimer;
+  /** In-flight runs per task for overlap decisions (inflight.ts): `inFlight`, `inFlightNow`. */
+  readonly inflight: InFlightCache;
+  /** The claim loop and recovery (claimer.ts): `kick`, `claimPass`, `maintenance`, `stop`. */
+  readonly claimer: Claimer;
   /** Concurrency keys of tasks, taken where runs are claimed (task-keys.ts). */
   private readonly keys: TaskKeySlots;
-  /** Deleting runs: a deleted task's, and by retention (retention.ts). */
-  private readonly retention: RunRetention;
+  /** Deleting runs (retention.ts): `deleteRunsOfTask`, `sweepRetention`, `countAtNextSweep`. */
+  readonly retention: RunRetention;
   /** Heartbeat, attempt timeout and retry timers (attempt-timers.ts). */
   private readonly timers: AttemptTimers;
   /** The agent run of each attempt (agent-bridge.ts). */
   private readonly agent: AgentBridge;
-  /** Callers waiting for a run to end or wait for a person (waiters.ts). */
-  private readonly waiters: SettleWaiters;
+  /** Callers waiting for a run to end or wait for a person (waiters.ts): `waitSettled`. */
+  readonly waiters: SettleWaiters;
   /** The live runs of this process: actor, row, write chain (run-host.ts). */
   private readonly hosts: RunHosts;
-  /** Cancel and resume from the API (operator-actions.ts). */
-  private readonly actions: OperatorActions;
+  /** Cancel and resume from the API (operator-actions.ts), and the cluster link's `remoteCancel`. */
+  readonly operator: OperatorActions;
+  /** New runs: prepare, commit, report created (run-creation.ts). */
+  readonly creation: RunCreation;
   private closed = false;
 
   constructor(private readonly deps: BackgroundDeps) {
@@ -84,7 +88,7 @@ export class RunEngine {
       onAppendFailed: (ctx) => {
         const h = this.handles.get(ctx.run.run_id);
         if (h) {
-          this.forgetTask(ctx.run.task_id);
+          this.inflight.forgetTask(ctx.run.task_id);
           this.hosts.release(h, true);
         }
       },
@@ -141,8 +145,8 @@ export class RunEngine {
       outbox: this.outbox,
       join: this.join,
       isDeleted: (runId) => this.workspaces.isDeleted(runId),
-      noteRun: (taskId, runId, status) => this.noteRun(taskId, runId, status),
-      forgetTask: (taskId) => this.forgetTask(taskId),
+      noteRun: (taskId, runId, status) => this.inflight.noteRun(taskId, runId, status),
+      forgetTask: (taskId) => this.inflight.forgetTask(taskId),
       kick: () => this.claimer.kick(),
       afterWrite: (h, ctx, prevStatus, flushed) => this.afterWrite(h, ctx, prevStatus, flushed),
       clearTimers: (h) => this.timers.clearHandle(h),
@@ -151,20 +155,29 @@ export class RunEngine {
       cancelAgent: (runId, agentRunId) => this.agent.onCancelAgent(runId, agentRunId),
       closed: () => this.closed,
     });
-    this.actions = new OperatorActions(deps, {
+    this.operator = new OperatorActions(deps, {
       handleOf: (runId) => this.handles.get(runId),
       getRow: (runId) => this.getRow(runId),
       send: (runId, event, opts) => this.send(runId, event, opts),
-      remoteCancel: () => this.remoteCancel,
     });
     this.retention = new RunRetention(deps, {
       handles: this.handles,
       release: (h, dead) => this.hosts.release(h, dead),
       contextOf: (h) => this.hosts.contextOf(h),
-      forgetTask: (taskId) => this.forgetTask(taskId),
+      forgetTask: (taskId) => this.inflight.forgetTask(taskId),
       clearRunTimers: (runId) => this.clearRunTimers(runId),
       forgetRun: (runId) => this.outbox.forget(runId),
       workspaces: this.workspaces,
+    });
+    this.creation = new RunCreation(deps, {
+      outbox: this.outbox,
+      workspaces: this.workspaces,
+      hosts: this.hosts,
+      inflight: this.inflight,
+      join: this.join,
+      retention: this.retention,
+      waiters: this.waiters,
+      claimer: this.claimer,
     });
   }
 
@@ -179,7 +192,7 @@ export class RunEngine {
     this.deps.runs.foldFinal((rec) => this.agent.foldFinal(rec));
     this.deps.runs.resumeThrough((agentRunId) => this.agent.decided(agentRunId));
     this.deps.runs.cancelThrough((agentRunId) => this.agent.cancelled(agentRunId));
-    this.deps.runs.cancelRunning((agentRunId) => (this.closed ? Promise.resolve(false) : this.actions.cancelOfAgentRun(agentRunId)));
+    this.deps.runs.cancelRunning((agentRunId) => (this.closed ? Promise.resolve(false) : this.operator.cancelOfAgentRun(agentRunId)));
     this.workspaces.sweepTrash();
     if (!opts.claim) return;
     this.claimer.accepting = true;
@@ -213,35 +226,8 @@ export class RunEngine {
     }
   }
 
-  /** Stop claiming; runs in hand go on (a graceful shutdown lets them finish within its grace). */
-  stopClaiming(): void {
-    this.claimer.stop();
-  }
-
-  // ---------------------------------------------------------------- claiming and recovery (claimer.ts)
-
-  /** Asks for a claim pass soon (coalesced); with `atMs`, also at that instant (jitter, retry). */
-  kick(atMs?: number): void {
-    this.claimer.kick(atMs);
-  }
-
-  /** Claims queued runs, oldest first, while this process has free workers. */
-  claimPass(): Promise<void> {
-    return this.claimer.claimPass();
-  }
-
-  /** Claims one run (CLAIM then START, one row write); true when this process now runs it. */
-  claim(runId: string, known?: Versioned<BgRunRow>, gate: Handle['gate'] = null): Promise<boolean> {
-    return this.claimer.claim(runId, known, gate);
-  }
-
-  /** Recovers runs whose lease lapsed (or whose owners are dead) and requeues due retries. */
-  maintenance(opts: { ownersDead?: boolean } = {}): Promise<void> {
-    return this.claimer.maintenance(opts);
-  }
-
   async close(): Promise<void> {
-    this.stopClaiming();
+    this.claimer.stop();
     this.closed = true;
     this.deps.runs.foldFinal(null);
     this.deps.runs.resumeThrough(null);
@@ -264,105 +250,15 @@ export class RunEngine {
     return this.workspaces.mirrorBacklog;
   }
 
-  get heldCount(): number {
+  private get heldCount(): number {
     let n = this.claimer.claimingNow;
     for (const h of this.handles.values()) if (!h.dead && HELD.has(this.hosts.statusOf(h))) n++;
     return n;
   }
 
-  // ---------------------------------------------------------------- creating runs
-
-  /**
-   * Creates a run (queued, or skipped when `skip` is given). A scheduled one is written in the same
-   * atomic commit as its occurrence record: null means that occurrence was already dispatched.
-   * Resolves once the row is durable; its lifecycle events follow (see AppendState).
-   */
-  async createRun(input: CreateRunInput): Promise<BackgroundRun | null> {
-    const p = this.prepareRun(input);
-    this.track(p);
-    try {
-      const commit = this.commitCreating(input.extra_ops ? [...p.ops, ...input.extra_ops] : p.ops, [p]);
-      this.join.release();
-      await commit;
-    } catch (err) {
-      this.untrack(p);
-      if (isStoreError(err, 'conflict')) return null;
-      throw err;
-    }
-    this.created(p, this.eventsInCommits);
-    return p.ctx.run;
-  }
-
-  /**
-   * Builds a run, its creation events and its write ops, without writing anything: the scheduler
-   * puts the ops of every occurrence of a tick, with the schedule row, into one commit per task.
-   */
-  prepareRun(input: CreateRunInput, nowMs = this.deps.clock.now()): PreparedRun {
-    return prepareRun(input, nowMs, {
-      workspaceFor: (task, runId) => this.workspaces.workspaceFor(task, runId),
-      lifecycleOf: (ctx, e, sequence, at) => this.outbox.lifecycleOf(ctx, e, sequence, at),
-      traceValue: (ctx, status) => this.hosts.traceValue(ctx, status),
-      repos: repos(this.deps.store),
-      prefetch: this.deps.store.prefetch?.bind(this.deps.store),
-      eventsInCommits: this.eventsInCommits,
-    });
-  }
-
   /** The absolute folder of a run's workspace (throws when a stored path would leave the root). */
   dirOf(run: BackgroundRun): string {
     return this.workspaces.dirOf(run);
-  }
-
-  /**
-   * A prepared run whose commit is under way: it counts as in flight for its task from now on, so
-   * the next overlap decision sees it before the write is acknowledged. untrack() if it failed.
-   */
-  track(p: PreparedRun): void {
-    this.noteRun(p.ctx.run.task_id, p.ctx.run.run_id, p.ctx.run.status);
-  }
-
-  untrack(p: PreparedRun): void {
-    this.noteRun(p.ctx.run.task_id, p.ctx.run.run_id, null);
-  }
-
-  /**
-   * Commits `ops` (which create these prepared runs) with the runs' creation events: stored only
-   * with the rows, in the same store round (Store.commitWithEvents), where the store writes them
-   * atomically. Then call created(p, this.eventsInCommits).
-   */
-  commitCreating(ops: WriteOp[], prepared: PreparedRun[]): Promise<Array<Versioned<unknown> | null>> {
-    if (!this.eventsInCommits) return this.deps.store.commit(ops);
-    const events = prepared.flatMap((p) => this.outbox.eventsOf(p.ctx, p.lifecycle));
-    return this.deps.telemetry.commitWithEvents(ops, events);
-  }
-
-  /** Row writes carry their lifecycle events (a store whose commitWithEvents is atomic); else they are appended behind them. */
-  get eventsInCommits(): boolean {
-    return this.deps.store.capabilities.atomicCommitEvents === true;
-  }
-
-  /** After the commit of a prepared run: its events go out (`eventsStored`: they went with it), and a queued run is offered to the workers. */
-  created(p: PreparedRun, eventsStored = false): void {
-    const { ctx } = p;
-    // Again on the acknowledgement: a first read of the task's in-flight runs that began after
-    // track() but before this write was visible would otherwise miss it.
-    this.track(p);
-    const terminal = TERMINAL.has(ctx.run.status);
-    // A run created skipped never ran: no workspace folder for it (1,000 one-second tasks would
-    // otherwise make 1,000 folders a second holding only these two bookkeeping events).
-    const flushed = this.outbox.queueEmit(ctx, p.lifecycle, { runJson: true, mirror: !terminal, stored: eventsStored });
-    if (terminal) {
-      this.deps.metrics.backgroundRuns.inc({ status: ctx.run.status });
-      this.retention.runEnded(ctx.run.task_id);
-      if (this.waiters.has(ctx.run.run_id)) void flushed.then(() => this.waiters.resolve(ctx.run));
-    } else {
-      this.claimer.kick(ctx.internal.not_before ? Date.parse(ctx.internal.not_before) : undefined);
-    }
-  }
-
-  /** Resolves once every lifecycle event this process has queued for the run is stored. */
-  async appended(runId: string): Promise<void> {
-    await this.outbox.appended(runId);
   }
 
   // ---------------------------------------------------------------- reads
@@ -377,25 +273,7 @@ export class RunEngine {
     return row.value.run;
   }
 
-  /** In-flight runs of a task for the overlap decision, oldest first (see InFlightCache). */
-  inFlight(taskId: string): Promise<TaskRunsInFlight> {
-    return this.inflight.inFlight(taskId);
-  }
-
-  /** The task's in-flight runs when its entry is loaded (no I/O), else null. */
-  inFlightNow(taskId: string): TaskRunsInFlight | null {
-    return this.inflight.inFlightNow(taskId);
-  }
-
-  private noteRun(taskId: string, runId: string, status: BackgroundRunStatus | null): void {
-    this.inflight.noteRun(taskId, runId, status);
-  }
-
-  private forgetTask(taskId: string): void {
-    this.inflight.forgetTask(taskId);
-  }
-
-  async countActive(taskId?: string): Promise<number> {
+  private async countActive(taskId?: string): Promise<number> {
     const bgRuns = repos(this.deps.store).bgRuns;
     const counts = await Promise.all(
       ACTIVE.map((s) => bgRuns.count(taskId ? { name: 'task_status', value: taskStatusKey(taskId, s) } : { name: 'status', value: s })),
@@ -413,7 +291,7 @@ export class RunEngine {
   }
 
   /** Lifecycle events of a run as stored in telemetry, oldest first. */
-  storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>> {
+  private storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>> {
     return this.outbox.storedLifecycle(runId);
   }
 
@@ -424,7 +302,7 @@ export class RunEngine {
    * `accepted` is false when the run's state does not take the event (e.g. cancel of an ended run).
    * With `durable`, resolves only after the effects of the event were written.
    */
-  send(runId: string, event: BackgroundRunEvent, opts: { durable?: boolean; known?: Versioned<BgRunRow> } = {}): Promise<SendResult> {
+  private send(runId: string, event: BackgroundRunEvent, opts: { durable?: boolean; known?: Versioned<BgRunRow> } = {}): Promise<SendResult> {
     return this.hosts.send(runId, event, opts);
   }
 
@@ -442,55 +320,6 @@ export class RunEngine {
     // Back in the queue at its old place (the claimer's buffer of queued runs may hold rows after it).
     if (status === 'queued' && prevStatus !== 'queued') this.claimer.requeued();
     if (!HELD.has(status) || status === 'queued') this.claimer.kick();
-  }
-
-  // ---------------------------------------------------------------- operator actions (operator-actions.ts)
-
-  /** POST /background/runs/{id}/cancel. */
-  cancel(runId: string, reason: string | null = null): Promise<{ status: 'cancel_requested' }> {
-    return this.actions.cancel(runId, reason);
-  }
-
-  /** Set by the cluster link on a shared store: asks the instance holding a run to cancel it. */
-  remoteCancel: ((runId: string, reason: string | null) => Promise<void>) | null = null;
-
-  /** A cancel another instance relayed here: only a run this process holds is touched. */
-  cancelIfHeld(runId: string, reason: string | null): void {
-    this.actions.cancelIfHeld(runId, reason);
-  }
-
-  /** POST /background/runs/{id}/resume: a run paused for a person continues once its decision is in. */
-  resume(runId: string): Promise<{ status: 'resumed' }> {
-    return this.actions.resume(runId);
-  }
-
-  /** Resolves with the run once it ends or waits for a person, or with null after `ms`. */
-  waitSettled(runId: string, ms: number): Promise<BackgroundRun | null> {
-    return this.waiters.waitSettled(runId, ms);
-  }
-
-  /**
-   * Deletes a task's runs (DELETE /background/tasks/{id}?delete_runs=true), cancelling live ones
-   * first, then its workspace folders (retention.ts).
-   */
-  deleteRunsOfTask(taskId: string, agentId: string | null, first?: { ops: WriteOp[]; then: () => void }): Promise<number> {
-    return this.retention.deleteRunsOfTask(taskId, agentId, first);
-  }
-
-  /** background.run_retention: deletes old ended runs and those beyond a task's limit (retention.ts). */
-  sweepRetention(opts: {
-    maxAgeMs: number;
-    maxPerTask: number;
-    isTask: (taskId: string) => boolean;
-    occurrenceDone: (run: BackgroundRun) => boolean;
-    budget?: number;
-  }): Promise<number> {
-    return this.retention.sweepRetention(opts);
-  }
-
-  /** The next retention sweep counts these tasks' ended runs (on top of those with a run ended since the last one). */
-  countAtNextSweep(taskIds: Iterable<string>): void {
-    this.retention.countAtNextSweep(taskIds);
   }
 
   private clearRunTimers(runId: string): void {

@@ -7,16 +7,8 @@ import { BACKGROUND_RUN_MACHINE_VERSION, backgroundRunMachine } from '../../mach
 import { TASK_MACHINE_VERSION, taskMachine } from '../../machines/task.machine.js';
 import { domainError, notFound } from '../errors.js';
 import { swallow } from '../telemetry/swallowed.js';
-import type {
-  BackgroundRun,
-  BackgroundScheduleState,
-  BackgroundTaskCreateRequest,
-  BackgroundTaskBulkRunItem,
-  BackgroundTaskPatchRequest,
-  BackgroundTaskRunRequest,
-} from '../schemas/background.js';
+import type { BackgroundRun, BackgroundTaskBulkRunItem, BackgroundTaskRunRequest } from '../schemas/background.js';
 import type { BackgroundTaskBulkRunResponse } from '../schemas/background-answers.js';
-import type { Versioned, WriteOp } from '../store/store.js';
 import { RunEngine } from './engine.js';
 import { queueBulk } from './bulk-trigger.js';
 import type { BackgroundDeps } from './host-types.js';
@@ -24,23 +16,19 @@ import { TaskScheduler } from './scheduler.js';
 import { BackgroundAgents } from './agents.js';
 import { BackgroundRunQueries, publicRun, runWaitTimeout } from './run-queries.js';
 import { isSharedStore } from '../store/changes.js';
-import { ACTIVE, ALL_STATUSES, TERMINAL, taskStatusKey, type BgRunRow, type ScheduleRow, type TaskRow } from './types.js';
-import { checkNamespaceTemplate } from './workspace.js';
-import { RequestValidationError } from '../errors.js';
-import type { core } from 'zod';
+import { ACTIVE, ALL_STATUSES, TERMINAL, taskStatusKey } from './types.js';
 import { repos } from '../store/repos/index.js';
-import { newScheduleRow, resumedScheduleRow } from './schedule-rows.js';
 import { QueuedRunBound } from './queue-bound.js';
 import { TriggerDebouncer } from './debounce.js';
-import { bgIdOf, bgKey, bgTenantOf, taskRowIndexes } from './tenancy.js';
+import { bgIdOf, bgTenantOf } from './tenancy.js';
+import { BackgroundTasks } from './tasks.js';
+import type { OperatorActions } from './operator-actions.js';
 import { GLOBAL_SCOPE, type TenantScope } from '../runtime/tenancy.js';
 
 export type { BackgroundDeps } from './host-types.js';
 
 registerMachine(backgroundRunMachine as unknown as AnyStateMachine, BACKGROUND_RUN_MACHINE_VERSION);
 registerMachine(taskMachine as unknown as AnyStateMachine, TASK_MACHINE_VERSION);
-
-const iso = (ms: number) => new Date(ms).toISOString();
 
 /** How often an instance of a shared store compares every task with the store (lost notifications). */
 const TASK_RESYNC_MS = 15_000;
@@ -54,6 +42,10 @@ export class BackgroundManager {
   readonly agents: BackgroundAgents;
   /** The read side of runs (run-queries.ts): routes call it directly. */
   readonly runs: BackgroundRunQueries;
+  /** Task edits and reads (tasks.ts): routes call it directly. */
+  readonly tasks: BackgroundTasks;
+  /** Cancel and resume of a run (operator-actions.ts, the engine's): routes call it directly. */
+  readonly operator: OperatorActions;
   private ticker: NodeJS.Timeout | null = null;
   private retentionTimer: NodeJS.Timeout | null = null;
   /** When the retention sweep last counted every task's ended runs (FULL_COUNT_EVERY_MS). */
@@ -79,6 +71,8 @@ export class BackgroundManager {
     this.scheduler = new TaskScheduler(deps, this.engine);
     this.agents = new BackgroundAgents(deps, this.engine);
     this.runs = new BackgroundRunQueries(deps, this.engine);
+    this.tasks = new BackgroundTasks(deps, this.scheduler, this.agents, this.engine, (taskId) => this.onTaskEdited?.(taskId));
+    this.operator = this.engine.operator;
     // A window's end is a `not_before`, which the claimer judges on the lease clock (the store's on
     // PostgreSQL: src/lease-clock.ts), so the window is measured on it too.
     this.debouncer = new TriggerDebouncer(deps.store, deps.leases, this.scheduler, () => this.queueBound.admit());
@@ -110,19 +104,19 @@ export class BackgroundManager {
     this.initialized = true;
     if (!claim) return;
     // Runs that ended before this start (a crash before their sweep): the first sweep counts every task loaded.
-    this.engine.countAtNextSweep(this.scheduler.tasks.keys());
+    this.engine.retention.countAtNextSweep(this.scheduler.tasks.keys());
     this.lastFullCount = this.now();
     this.running = true;
-    this.scheduler.startTicking();
+    this.scheduler.due.start();
     const poll = this.cfg.poll_interval_ms;
     // Lease checks need not run every tick: every lease/4 (at least 1 s) finds a lapsed lease in time.
     const maintainEvery = Math.max(1, Math.round(Math.max(1000, (this.cfg.lease_seconds * 1000) / 4) / poll));
     this.ticker = setInterval(() => {
-      this.scheduler.dispatchDue();
-      void this.engine.claimPass();
+      this.scheduler.due.dispatchDue();
+      void this.engine.claimer.claimPass();
       if (++this.tickCount % maintainEvery === 0 && !this.maintaining) {
         this.maintaining = true;
-        void this.engine
+        void this.engine.claimer
           .maintenance()
           .catch(swallow('background.maintenance'))
           .finally(() => (this.maintaining = false));
@@ -152,10 +146,10 @@ export class BackgroundManager {
     // A sweep counts the runs of the tasks whose runs ended since the last one; once an hour every
     // task, in case an end was not seen here (one written by another instance that then died).
     if (this.now() - this.lastFullCount >= FULL_COUNT_EVERY_MS) {
-      this.engine.countAtNextSweep(scheduler.tasks.keys());
+      this.engine.retention.countAtNextSweep(scheduler.tasks.keys());
       this.lastFullCount = this.now();
     }
-    this.sweeping = this.engine
+    this.sweeping = this.engine.retention
       .sweepRetention({
         maxAgeMs: r.max_age_days * 86_400_000,
         maxPerTask: r.max_runs_per_task,
@@ -194,7 +188,7 @@ export class BackgroundManager {
     if (this.resyncTimer) clearInterval(this.resyncTimer);
     this.resyncTimer = null;
     this.scheduler.stop();
-    this.engine.stopClaiming();
+    this.engine.claimer.stop();
   }
 
   async close(): Promise<void> {
@@ -214,198 +208,10 @@ export class BackgroundManager {
     }
   }
 
-  // ---------------------------------------------------------------- tasks
-
-  /**
-   * `tenant`: the tenant of the key (null: none); the task lives in its namespace (tenancy.ts) and
-   * runs the tenant's own agent of that id, else the shared one.
-   */
-  async createTask(body: BackgroundTaskCreateRequest, tenant: string | null = null): Promise<TaskRow> {
-    const agentId = await this.agents.resolveKey(body.agent_id ?? this.cfg.agent_id, tenant);
-    const taskId = bgKey(tenant, body.task_id);
-    const { replace, agent_id: _a, ...fields } = body;
-    this.checkWorkspacePolicy(body.workspace_policy.namespace_template, agentId, taskId, body);
-    return this.scheduler.taskJob(taskId, async () => {
-      const { store } = this.deps;
-      const existing = await repos(store).bgTasks.get<TaskRow>(taskId);
-      if (existing && !replace) throw domainError('AGT_ERR_BACKGROUND_TASK_EXISTS', [body.task_id], { detail: 'pass replace: true to replace it' });
-      const now = this.now();
-      const task: TaskRow = { ...fields, task_id: taskId, agent_id: agentId, created_at: existing?.value.created_at ?? iso(now), updated_at: iso(now) };
-      const prevSched = await repos(store).bgSchedule.get<ScheduleRow>(taskId);
-      // A new revision for every create/replace: occurrence ids of the old schedule can never collide.
-      const sched = newScheduleRow(task, (prevSched?.value.schedule_revision ?? 0) + 1, now, prevSched?.value ?? null);
-      const { bgTasks, bgSchedule } = repos(store);
-      const written = await store.commit([bgTasks.putOp(task.task_id, task, existing, taskRowIndexes(task)), bgSchedule.putOp(task.task_id, sched, prevSched)]);
-      this.scheduler.applyTask(task, written[1] as Versioned<ScheduleRow>);
-      this.onTaskEdited?.(task.task_id);
-      return task;
-    });
-  }
-
-  /**
-   * A task's workspaces stay in its own namespace (background/<agent_id>/<task_id>/) unless the
-   * config allows shared namespaces: 422 with `loc` at the template otherwise. The schema already
-   * refused malformed templates; this checks where the rendered path lands.
-   */
-  private checkWorkspacePolicy(template: string, agentId: string, taskId: string, body: unknown): void {
-    const problem = checkNamespaceTemplate(template, { agent_id: agentId, task_id: taskId }, this.cfg.workspace.allow_shared_namespaces);
-    if (!problem) return;
-    throw new RequestValidationError(
-      'body',
-      [
-        {
-          code: 'custom',
-          path: ['workspace_policy', 'namespace_template'],
-          message: `namespace_template ${problem}`,
-          input: template,
-        } as core.$ZodIssue,
-      ],
-      body,
-    );
-  }
-
-  /** Tasks visible in `scope` (a tenant walks its own indexes, so pages and totals are its own). */
-  async listTasks(
-    q: { agent_id?: string; order?: 'asc' | 'desc'; limit: number; cursor?: string },
-    scope: TenantScope = GLOBAL_SCOPE,
-  ): Promise<{ tasks: TaskRow[]; total: number; next_cursor: string | null }> {
-    const agentKey = q.agent_id === undefined || scope.all ? q.agent_id : await this.agents.resolveKey(q.agent_id, scope.tenant).catch(() => q.agent_id);
-    const index = scope.all
-      ? agentKey
-        ? { name: 'agent_id', value: agentKey }
-        : undefined
-      : agentKey
-        ? { name: 'tenant_agent', value: `${scope.tenant}|${agentKey}` }
-        : { name: 'tenant', value: scope.tenant ?? '' };
-    const page = await repos(this.deps.store).bgTasks.list<TaskRow>({ index, cursor: q.cursor ?? null, limit: q.limit, reverse: q.order === 'desc' });
-    const total = await repos(this.deps.store).bgTasks.count(index);
-    return { tasks: page.items.map((i) => i.value), total, next_cursor: page.next_cursor };
-  }
-
-  async getTask(taskId: string): Promise<TaskRow> {
-    const rec = await repos(this.deps.store).bgTasks.get<TaskRow>(taskId);
-    if (!rec) throw notFound('background task', bgIdOf(taskId));
-    return rec.value;
-  }
-
-  async patchTask(taskId: string, patch: BackgroundTaskPatchRequest): Promise<TaskRow> {
-    return this.scheduler.taskJob(taskId, async () => {
-      const { store } = this.deps;
-      const rec = await repos(store).bgTasks.get<TaskRow>(taskId);
-      if (!rec) throw notFound('background task', bgIdOf(taskId));
-      const schedRec = await repos(store).bgSchedule.get<ScheduleRow>(taskId);
-      const now = this.now();
-      const prev = rec.value;
-      if (patch.workspace_policy) this.checkWorkspacePolicy(patch.workspace_policy.namespace_template, prev.agent_id, taskId, patch);
-      const next: TaskRow = { ...prev, updated_at: iso(now) };
-      for (const [k, v] of Object.entries(patch)) {
-        if (v !== undefined && v !== null) (next as Record<string, unknown>)[k] = v;
-      }
-      let sched = schedRec?.value ?? null;
-      if (patch.schedule && JSON.stringify(patch.schedule) !== JSON.stringify(prev.schedule)) {
-        sched = newScheduleRow(next, (sched?.schedule_revision ?? 0) + 1, now, sched);
-      } else if (sched && next.enabled && !prev.enabled && !sched.paused) {
-        sched = resumedScheduleRow(next, sched, now);
-      }
-      const { bgTasks, bgSchedule } = repos(store);
-      const written = await store.commit([
-        bgTasks.updateOp(taskId, next, rec.version, taskRowIndexes(next)),
-        ...(sched && sched !== schedRec?.value ? [bgSchedule.putOp(taskId, sched, schedRec)] : []),
-      ]);
-      this.scheduler.applyTask(next, (written[1] as Versioned<ScheduleRow> | undefined) ?? schedRec);
-      this.onTaskEdited?.(taskId);
-      return next;
-    });
-  }
-
-  /** Removes the task; its schedule row stays as a tombstone so a re-created task gets a new revision. */
-  async deleteTask(taskId: string, deleteRuns: boolean): Promise<{ status: 'deleted' }> {
-    await this.scheduler.taskJob(taskId, async () => {
-      const { store } = this.deps;
-      const [rec, schedRec] = await Promise.all([repos(store).bgTasks.get<TaskRow>(taskId), repos(store).bgSchedule.get<ScheduleRow>(taskId)]);
-      if (!rec) throw notFound('background task', bgIdOf(taskId));
-      const { bgTasks, bgSchedule } = repos(store);
-      const ops: WriteOp[] = [
-        bgTasks.deleteOp(taskId),
-        ...(schedRec
-          ? [bgSchedule.updateOp(taskId, { ...schedRec.value, deleted: true, next_due_at: null, updated_at: iso(this.now()) }, schedRec.version)]
-          : []),
-      ];
-      if (!deleteRuns) {
-        await store.commit(ops);
-        this.scheduler.removeTask(taskId);
-        return;
-      }
-      // Inside the task's job nothing creates a run of it (dispatch and manual runs go through
-      // this job too), and the task's own delete rides in the commit of its first page of runs:
-      // one store round for a task with up to 500 runs.
-      await this.engine.deleteRunsOfTask(taskId, rec.value.agent_id, { ops, then: () => this.scheduler.removeTask(taskId) });
-    });
-    this.onTaskEdited?.(taskId);
-    return { status: 'deleted' };
-  }
-
-  async pauseTask(taskId: string): Promise<{ status: 'paused' }> {
-    await this.editSchedule(taskId, (task, s, now) => ({ ...s, paused: true, paused_reason: 'paused through the API', updated_at: iso(now) }));
-    return { status: 'paused' };
-  }
-
-  async resumeTask(taskId: string): Promise<{ status: 'resumed' }> {
-    await this.editSchedule(taskId, (task, s, now) => (s.paused ? resumedScheduleRow(task, s, now) : s));
-    return { status: 'resumed' };
-  }
-
-  private async editSchedule(taskId: string, edit: (task: TaskRow, s: ScheduleRow, now: number) => ScheduleRow): Promise<void> {
-    await this.scheduler.taskJob(taskId, async () => {
-      const { store } = this.deps;
-      const rec = await repos(store).bgTasks.get<TaskRow>(taskId);
-      if (!rec) throw notFound('background task', bgIdOf(taskId));
-      const now = this.now();
-      const schedRec = await repos(store).bgSchedule.get<ScheduleRow>(taskId);
-      const current = schedRec?.value ?? newScheduleRow(rec.value, 1, now, null);
-      const next = edit(rec.value, current, now);
-      let written: Versioned<ScheduleRow>;
-      if (schedRec) {
-        written = next !== current ? await repos(store).bgSchedule.update<ScheduleRow>(taskId, next, schedRec.version) : schedRec;
-      } else {
-        written = await repos(store).bgSchedule.create<ScheduleRow>(taskId, next);
-      }
-      this.scheduler.applyTask(rec.value, written);
-    });
-    this.onTaskEdited?.(taskId);
-  }
-
-  async taskStatus(taskId: string) {
-    const task = await this.getTask(taskId);
-    const { store } = this.deps;
-    const sched = await repos(store).bgSchedule.get<ScheduleRow>(taskId);
-    const status_counts: Record<string, number> = {};
-    const counts = await Promise.all(ALL_STATUSES.map((s) => repos(store).bgRuns.count({ name: 'task_status', value: taskStatusKey(taskId, s) })));
-    ALL_STATUSES.forEach((s, i) => (status_counts[s] = counts[i]));
-    const latest = await repos(store).bgRuns.list<BgRunRow>({ index: { name: 'task_id', value: taskId }, limit: 1, reverse: true });
-    return {
-      task_id: bgIdOf(task.task_id),
-      agent_id: bgIdOf(task.agent_id),
-      enabled: task.enabled,
-      schedule: task.schedule,
-      schedule_state: sched ? publicSchedule(sched.value) : null,
-      runs: await repos(store).bgRuns.count({ name: 'task_id', value: taskId }),
-      active_runs: ACTIVE.reduce((n, s) => n + status_counts[s], 0),
-      status_counts,
-      latest_run: latest.items[0] ? publicRun(this.cfg.workspace_root, latest.items[0].value.run) : null,
-    };
-  }
-
-  async schedulePreview(taskId: string, count: number) {
-    const task = await this.getTask(taskId);
-    const sched = await repos(this.deps.store).bgSchedule.get<ScheduleRow>(taskId);
-    return { task_id: bgIdOf(taskId), timezone: task.schedule.timezone ?? 'UTC', upcoming: this.scheduler.preview(task, sched?.value ?? null, count) };
-  }
-
   /** POST /background/tasks/{id}/runs: one manual run per item (bulk-trigger.ts). */
   async runTaskBulk(taskId: string, items: BackgroundTaskBulkRunItem[]): Promise<BackgroundTaskBulkRunResponse> {
     this.requireRunning();
-    const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
+    const task = this.scheduler.tasks.get(taskId) ?? (await this.tasks.getTask(taskId));
     if (!task.enabled) throw notFound('enabled background task', bgIdOf(taskId));
     const { store } = this.deps;
     return queueBulk(
@@ -428,7 +234,7 @@ export class BackgroundManager {
     opts: { run_id?: string; onQueued?: (run: BackgroundRun) => Promise<void> } = {},
   ): Promise<BackgroundRun> {
     this.requireRunning();
-    const task = this.scheduler.tasks.get(taskId) ?? (await this.getTask(taskId));
+    const task = this.scheduler.tasks.get(taskId) ?? (await this.tasks.getTask(taskId));
     if (!task.enabled) throw notFound('enabled background task', bgIdOf(taskId));
     const window = body.debounce_seconds ? body.debounce_seconds * 1000 : null;
     if (window === null) await this.queueBound.admit(); // a debounced trigger admits only a new window's run
@@ -442,24 +248,14 @@ export class BackgroundManager {
     const run = await dispatched.done;
     if (!run) throw notFound('enabled background task', bgIdOf(taskId));
     // Answer once the run's creation events are stored too, as before the append was pipelined.
-    await this.engine.appended(run.run_id);
+    await this.engine.creation.appended(run.run_id);
     await opts.onQueued?.(publicRun(this.cfg.workspace_root, run));
     if (!body.wait || TERMINAL.has(run.status)) return publicRun(this.cfg.workspace_root, run);
     const budget = this.deps.config.server.request_timeout_seconds;
-    const settled = await this.engine.waitSettled(run.run_id, budget * 1000);
+    const settled = await this.engine.waiters.waitSettled(run.run_id, budget * 1000);
     if (settled) return publicRun(this.cfg.workspace_root, settled);
     const current = await this.engine.get(run.run_id).catch(() => run);
     throw runWaitTimeout(current, bgIdOf(taskId), budget);
-  }
-
-  // ---------------------------------------------------------------- runs
-
-  cancelRun(runId: string) {
-    return this.engine.cancel(runId);
-  }
-
-  resumeRun(runId: string) {
-    return this.engine.resume(runId);
   }
 
   // ---------------------------------------------------------------- status
@@ -487,13 +283,4 @@ export class BackgroundManager {
       skipped_occurrences: this.scheduler.skippedOccurrences(tenant === null ? undefined : (taskId) => bgTenantOf(taskId) === tenant),
     };
   }
-}
-
-/** The stored schedule row without its internal fields. */
-export function publicSchedule(s: ScheduleRow): BackgroundScheduleState {
-  const { anchor_at: _a, deleted: _d, ...pub } = s;
-  // A paused schedule is due at no time: the stored next_due_at (kept for the ticker, and in the
-  // past after a while) is recomputed on resume (resumedScheduleRow), so it is not shown.
-  const next_due_at = s.paused ? null : s.next_due_at;
-  return { ...pub, next_due_at, skipped_occurrences: s.skipped_occurrences ?? 0, last_skipped: s.last_skipped ?? null };
 }

@@ -15,23 +15,25 @@ export interface OperatorHost {
   handleOf(runId: string): Handle | undefined;
   getRow(runId: string): Promise<Versioned<BgRunRow> | null>;
   send(runId: string, event: BackgroundRunEvent, opts: { durable: true }): Promise<SendResult>;
-  /** The cluster link's relay to the owning instance (shared store), when there is one. */
-  remoteCancel(): ((runId: string, reason: string | null) => Promise<void>) | null;
 }
 
 export class OperatorActions {
+  /** Set by the cluster link on a shared store: asks the instance holding a run to cancel it (src/composition-root.ts). */
+  remoteCancel: ((runId: string, reason: string | null) => Promise<void>) | null = null;
+
   constructor(
     private readonly deps: BackgroundDeps,
     private readonly host: OperatorHost,
   ) {}
 
-  async cancel(runId: string, reason: string | null): Promise<{ status: 'cancel_requested' }> {
+  /** POST /background/runs/{id}/cancel. */
+  async cancel(runId: string, reason: string | null = null): Promise<{ status: 'cancel_requested' }> {
     const row = await this.host.getRow(runId);
     if (!row) throw notFound('background run', runId);
     if (TERMINAL.has(row.value.run.status)) throw domainError('AGT_ERR_BACKGROUND_RUN_ENDED', [runId, row.value.run.status]);
     const run = row.value.run;
     const h = this.host.handleOf(runId);
-    const remoteCancel = this.host.remoteCancel();
+    const remoteCancel = this.remoteCancel;
     // Held by another live instance of a shared store: its owner cancels it (through its own
     // chain of writes). Writing the row from here would only fence the owner off, and its agent
     // run would go on until its lease lapsed.
@@ -69,6 +71,7 @@ export class OperatorActions {
     void this.cancel(runId, reason).catch((err) => this.deps.logger.warn({ bg_run_id: runId, err: String(err) }, 'relayed cancel failed'));
   }
 
+  /** POST /background/runs/{id}/resume: a run paused for a person continues once its decision is in. */
   async resume(runId: string): Promise<{ status: 'resumed' }> {
     const row = await this.host.getRow(runId);
     if (!row) throw notFound('background run', runId);

@@ -9,7 +9,7 @@
 // pure row maths: the advanced row, skips, the next due time).
 import type { DispatchParams, TaskOccurrence } from '../../machines/task.machine.js';
 import type { TaskRunsInFlight } from '../../machines/policies/overlap.js';
-import { dueOccurrences, upcoming, type ScheduleSpec as SchedSpec } from '../calendar/schedule.js';
+import { dueOccurrences, type ScheduleSpec as SchedSpec } from '../calendar/schedule.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import type { RunEngine } from './engine.js';
 import type { BackgroundDeps, CreateRunInput, PreparedRun } from './host-types.js';
@@ -35,8 +35,8 @@ export class TaskScheduler {
   private readonly schedules = new Map<string, Versioned<ScheduleRow>>();
   /** The task machines: one actor per enabled task (task-actors.ts). */
   private readonly machines: TaskActors;
-  /** Next due times and the timer that fires them (due-ticker.ts). */
-  private readonly due: DueTicker;
+  /** Next due times and the timer that fires them (due-ticker.ts): the manager's ticker calls `due.start()`, `due.dispatchDue()`. */
+  readonly due: DueTicker;
   private readonly chains = new Map<string, Promise<void>>();
 
   constructor(
@@ -67,10 +67,6 @@ export class TaskScheduler {
     } while (cursor);
   }
 
-  startTicking(): void {
-    this.due.start();
-  }
-
   stop(): void {
     this.due.stop();
   }
@@ -79,11 +75,6 @@ export class TaskScheduler {
     this.stop();
     await Promise.all([...this.chains.values()]);
     for (const id of this.tasks.keys()) this.machines.stop(id);
-  }
-
-  /** Pops every due task and fires it (in parallel across tasks, serially per task). */
-  dispatchDue(): void {
-    this.due.dispatchDue();
   }
 
   private fireInJob(taskId: string): void {
@@ -134,21 +125,21 @@ export class TaskScheduler {
     // cancel_previous must cancel before it queues: the occurrence-at-a-time path.
     if (task.overlap_policy === 'cancel_previous') return this.fireOneByOne(task, rec);
     const tracked = task.overlap_policy !== 'allow_parallel';
-    if (tracked && !this.engine.inFlightNow(taskId)) await this.engine.inFlight(taskId);
+    if (tracked && !this.engine.inflight.inFlightNow(taskId)) await this.engine.inflight.inFlight(taskId);
     const s = rec.value;
     const now = this.deps.clock.now();
     const res = this.occurrences(task, s, now);
     const prepared: PreparedRun[] = [];
     const skips: SkippedOccurrence[] = [];
     for (const occ of res.dispatch) {
-      const inFlight = tracked ? (this.engine.inFlightNow(taskId) ?? NOTHING_IN_FLIGHT) : NOTHING_IN_FLIGHT;
+      const inFlight = tracked ? (this.engine.inflight.inFlightNow(taskId) ?? NOTHING_IN_FLIGHT) : NOTHING_IN_FLIGHT;
       for (const d of this.machines.decide(taskId, { type: 'DUE', occurrence: occ as TaskOccurrence, inFlight })) {
         if (d.decision.action === 'skip') {
           skips.push(skipOf(task, occ as TaskOccurrence, now));
           continue;
         }
-        const p = this.engine.prepareRun({ task, trigger_type: occ.trigger_type, occurrence: occ as TaskOccurrence, query: null, skip: null }, now);
-        this.engine.track(p); // the next occurrence's decision sees this run
+        const p = this.engine.creation.prepareRun({ task, trigger_type: occ.trigger_type, occurrence: occ as TaskOccurrence, query: null, skip: null }, now);
+        this.engine.creation.track(p); // the next occurrence's decision sees this run
         prepared.push(p);
       }
     }
@@ -159,9 +150,9 @@ export class TaskScheduler {
     let written: Array<Versioned<unknown> | null>;
     try {
       // The new runs' creation events ride in the same commit (stored only with it).
-      written = await this.engine.commitCreating(ops, prepared);
+      written = await this.engine.creation.commitCreating(ops, prepared);
     } catch (err) {
-      for (const p of prepared) this.engine.untrack(p);
+      for (const p of prepared) this.engine.creation.untrack(p);
       if (!isStoreError(err, 'conflict') && !isStoreError(err, 'stale_version')) throw err;
       // An occurrence was already dispatched, or another writer moved the schedule: start over from the stored row.
       this.schedules.delete(taskId);
@@ -171,7 +162,7 @@ export class TaskScheduler {
       return;
     }
     this.schedules.set(taskId, written[written.length - 1] as Versioned<ScheduleRow>);
-    for (const p of prepared) this.engine.created(p, this.engine.eventsInCommits);
+    for (const p of prepared) this.engine.creation.created(p, this.engine.creation.eventsInCommits);
     if (skips.length > 0) this.deps.metrics.backgroundRuns.inc({ status: 'skipped' }, skips.length);
     this.setDue(task, next);
   }
@@ -231,7 +222,7 @@ export class TaskScheduler {
     if (!this.machines.has(task.task_id)) return null;
     // A replayed occurrence must not cancel anything (cancel_previous) before finding out it already ran.
     if (await repos(this.deps.store).bgOccurrences.get(occurrenceRecordId(task.task_id, occurrence.occurrence_id))) return null;
-    const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
+    const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inflight.inFlight(task.task_id);
     let out: BackgroundRun | SkippedOccurrence | null = null;
     for (const p of this.machines.decide(task.task_id, { type: 'DUE', occurrence, inFlight })) {
       out = p.decision.action === 'skip' ? skipOf(task, occurrence, now) : await (await this.execute(task, p)).done;
@@ -252,7 +243,7 @@ export class TaskScheduler {
     extra?: Pick<CreateRunInput, 'not_before' | 'extra_ops' | 'trigger_extra'>,
   ): Promise<Dispatched> {
     if (!this.machines.has(task.task_id)) return { done: Promise.resolve(null) };
-    const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inFlight(task.task_id);
+    const inFlight = task.overlap_policy === 'allow_parallel' ? NOTHING_IN_FLIGHT : await this.engine.inflight.inFlight(task.task_id);
     let out: Dispatched = { done: Promise.resolve(null) };
     for (const p of this.machines.decide(task.task_id, { type: 'MANUAL', query, inFlight })) out = await this.execute(task, p, runId, extra);
     return out;
@@ -275,17 +266,17 @@ export class TaskScheduler {
     };
     switch (p.decision.action) {
       case 'skip':
-        return { done: this.engine.createRun({ ...base, skip: skipReason(task) }) };
+        return { done: this.engine.creation.createRun({ ...base, skip: skipReason(task) }) };
       case 'cancel_then_queue':
         for (const id of p.decision.cancel) {
-          await this.engine
+          await this.engine.operator
             .cancel(id, 'superseded by a newer run (overlap policy cancel_previous)')
             .catch(swallow('scheduler.cancel_previous', { run_id: id, task_id: task.task_id }, isRefusal));
         }
-        return { done: this.engine.createRun({ ...base, skip: null }) };
+        return { done: this.engine.creation.createRun({ ...base, skip: null }) };
       case 'start':
       case 'queue':
-        return { done: this.engine.createRun({ ...base, skip: null }) };
+        return { done: this.engine.creation.createRun({ ...base, skip: null }) };
     }
   }
 
@@ -368,12 +359,5 @@ export class TaskScheduler {
 
   private setDue(task: TaskRow, sched: ScheduleRow | null): void {
     this.due.set(task.task_id, dueTimeOf(task, sched, this.deps.clock.now(), this.deps.config.background.poll_interval_ms));
-  }
-
-  preview(task: TaskRow, sched: ScheduleRow | null, count: number) {
-    const spec = task.schedule as SchedSpec;
-    const anchorMs = sched ? Date.parse(sched.anchor_at) : Date.parse(task.created_at);
-    const now = this.deps.clock.now();
-    return upcoming(spec, now, count, { anchorMs });
   }
 }

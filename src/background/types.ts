@@ -2,6 +2,7 @@
 import type { BackgroundLifecycleEventType, BackgroundRunContext } from '../../machines/background-run.machine.js';
 import type { BackgroundRunStatus, BackgroundScheduleState, BackgroundTaskSpec } from '../schemas/background.js';
 import type { RecordIndexes } from '../store/store.js';
+import { QUEUE_ORDER_INDEX, queueRank } from '../store/repos/bg-runs.js';
 import type { AgentRow } from '../agent/agent-row.js';
 import { bgTenantOf } from '../runtime/tenancy.js';
 
@@ -91,6 +92,7 @@ export const ALL_STATUSES: readonly BackgroundRunStatus[] = [
 
 /**
  * Indexes of a run row: by task, by status, by both (task status counts without scans),
+ * `queue_order` (the claim order while queued: queueRank),
  * `inflight_task` (the task id while the run is not terminal) to seed the overlap decision, and
  * `agent_active` (the agent while in flight) for agent deletion. Every index costs a key and a
  * counter per row write, 1,000 a second with one-second tasks: none is kept that nothing reads.
@@ -109,6 +111,7 @@ export function runRowIndexes(row: BgRunRow): RecordIndexes {
     agent_active: IN_FLIGHT.has(status) ? agent_id : null,
     tenant,
     tenant_status: tenant ? taskStatusKey(tenant, status) : null,
+    [QUEUE_ORDER_INDEX]: status === 'queued' ? queueRank(row.run.priority) : null,
   };
 }
 

@@ -1682,7 +1682,7 @@ export interface components {
             };
             /** @default skip_if_running */
             overlap_policy: components["schemas"]["OverlapPolicy"];
-            /** @description Priority of the task's runs (−100..100, default 0) for the run slots and the model tokens they wait for. */
+            /** @description Priority of the task's runs (−100..100, default 0): queued runs are claimed by a free worker highest priority first (oldest first among equal ones), and it orders them for the key slots and the model tokens they wait for. */
             priority?: number | null;
             /** @description Instruction executed for each run. */
             query: string;
@@ -1710,7 +1710,7 @@ export interface components {
                 [key: string]: unknown;
             } | null;
             overlap_policy?: components["schemas"]["OverlapPolicy"] | null;
-            /** @description Priority of the task's runs (−100..100, default 0) for the run slots and the model tokens they wait for. */
+            /** @description Priority of the task's runs (−100..100, default 0): queued runs are claimed by a free worker highest priority first (oldest first among equal ones), and it orders them for the key slots and the model tokens they wait for. */
             priority?: number | null;
             query?: string | null;
             retry_policy?: components["schemas"]["RetryPolicyInput"] | null;
@@ -1745,7 +1745,7 @@ export interface components {
             };
             /** @default skip_if_running */
             overlap_policy: components["schemas"]["OverlapPolicy"];
-            /** @description Priority of the task's runs (−100..100, default 0) for the run slots and the model tokens they wait for. */
+            /** @description Priority of the task's runs (−100..100, default 0): queued runs are claimed by a free worker highest priority first (oldest first among equal ones), and it orders them for the key slots and the model tokens they wait for. */
             priority?: number | null;
             query: string;
             retry_policy: components["schemas"]["RetryPolicy"];

@@ -134,7 +134,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => publicTask(await bg.createTask(request.body, tenantOf(request))),
+    async (request) => publicTask(await bg.tasks.createTask(request.body, tenantOf(request))),
   );
 
   app.get(
@@ -149,7 +149,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
       },
     },
     async (request) => {
-      const page = await bg.listTasks(request.query, request.tenantScope);
+      const page = await bg.tasks.listTasks(request.query, request.tenantScope);
       return { ...page, tasks: page.tasks.map(publicTask) };
     },
   );
@@ -165,7 +165,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => publicTask(await bg.getTask(taskKeyOf(request))),
+    async (request) => publicTask(await bg.tasks.getTask(taskKeyOf(request))),
   );
 
   app.patch(
@@ -180,7 +180,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundTaskSpec, ...errors },
       },
     },
-    async (request) => publicTask(await bg.patchTask(taskKeyOf(request), request.body)),
+    async (request) => publicTask(await bg.tasks.patchTask(taskKeyOf(request), request.body)),
   );
 
   app.delete(
@@ -195,7 +195,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.deleteTask(taskKeyOf(request), request.query.delete_runs),
+    async (request) => bg.tasks.deleteTask(taskKeyOf(request), request.query.delete_runs),
   );
 
   app.get(
@@ -209,7 +209,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundTaskStatusResponse, ...errors },
       },
     },
-    async (request) => bg.taskStatus(taskKeyOf(request)),
+    async (request) => bg.tasks.taskStatus(taskKeyOf(request)),
   );
 
   app.get(
@@ -224,7 +224,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: SchedulePreviewResponse, ...errors },
       },
     },
-    async (request) => bg.schedulePreview(taskKeyOf(request), request.query.count),
+    async (request) => bg.tasks.schedulePreview(taskKeyOf(request), request.query.count),
   );
 
   app.post(
@@ -288,7 +288,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.pauseTask(taskKeyOf(request)),
+    async (request) => bg.tasks.pauseTask(taskKeyOf(request)),
   );
 
   app.post(
@@ -302,7 +302,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.resumeTask(taskKeyOf(request)),
+    async (request) => bg.tasks.resumeTask(taskKeyOf(request)),
   );
 
   // ---------------------------------------------------------------- runs
@@ -413,7 +413,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => once(deps, request, 'cancelBackgroundRun', () => bg.cancelRun(request.params.run_id)),
+    async (request) => once(deps, request, 'cancelBackgroundRun', () => bg.operator.cancel(request.params.run_id)),
   );
 
   app.post(
@@ -427,7 +427,7 @@ export function backgroundRoutes(app: ZodApp, deps: AppDeps): void {
         response: { 200: BackgroundStatusResponse, ...errors },
       },
     },
-    async (request) => bg.resumeRun(request.params.run_id),
+    async (request) => bg.operator.resume(request.params.run_id),
   );
 
   app.get(

@@ -59,8 +59,13 @@ export class RunHost {
    * for a resumed run, which did not queue in its session: it appends with a fresh read instead.
    */
   session: Versioned<SessionValue> | null | undefined = undefined;
-  /** StartOptions.session_is_private (or no session named): a new session is created in the final commit. */
-  sessionPrivate = false;
+  /**
+   * A session this run found absent is created in its final commit, as nobody can create it while
+   * this run holds its turn: one nobody else names (StartOptions.session_is_private, or none named),
+   * or any on a store only this process writes, where every writer of a session's turns holds its
+   * turn first (SessionGate: RunStarter.start; a resumed run in finish()). The gate is per process.
+   */
+  sessionCreateInCommit = false;
   /** The history write issued with the final record: true once written, false if it must be redone. */
   private historyWrite: Promise<boolean> | null = null;
   deltaSeq = 0;
@@ -207,12 +212,12 @@ export class RunHost {
     const origin = this.origin;
     if (phase.ending) this.ending = true;
     // The conversation grows in the same round as the completed run's record. A session nobody
-    // else writes that does not exist yet is created in the record's own commit (it cannot
-    // conflict); otherwise it is written right before it (see RecordWriter.update's beforeCommit),
-    // as its own job, so a session changed meanwhile (its CAS misses) only makes finish() append
-    // the slow way.
+    // can create meanwhile (sessionCreateInCommit) is created in the record's own commit; otherwise
+    // it is written right before it (RecordWriter.update's beforeCommit) as its own job, so a
+    // session changed meanwhile (its CAS misses) only makes finish() append the slow way. An
+    // existing session always goes that way: DELETE /sessions/{id} takes no turn.
     const session = this.session;
-    const historyInCommit = status === 'completed' && session === null && this.sessionPrivate;
+    const historyInCommit = status === 'completed' && session === null && this.sessionCreateInCommit;
     let fold: CarriedWrite | null = null;
     const extra = (r: RunRecord): WriteOp[] => {
       const ops: WriteOp[] = [
@@ -288,11 +293,7 @@ export class RunHost {
       () => (fold as CarriedWrite | null)?.carry ?? null,
     );
     (fold as CarriedWrite | null)?.settle(write);
-    if (historyInCommit)
-      this.historyWrite = write.then(
-        () => true,
-        () => false,
-      );
+    if (historyInCommit) this.historyWrite = write.then(() => true).catch(() => false);
     // An end, a pause or a stop must be durable at once (a delayed creation goes now), but a
     // completion that carries its background run's may wait a few ms, still unwritten, for the
     // next run's claim to share its round (CarriedWrite.hold).
@@ -375,7 +376,14 @@ export class RunHost {
   private async finish(record: RunRecord): Promise<void> {
     if (!this.endedEarly) this.kernel.notifyEnded(record, this.keyReleaseInWrite);
     await this.events.done;
-    if (record.status === 'completed' && !(this.historyWrite && (await this.historyWrite))) await this.kernel.history.append(record, this.prelude);
+    if (record.status === 'completed' && !(this.historyWrite && (await this.historyWrite))) {
+      // A resumed run let go of its session when it parked (docs/runs.md) and went on without
+      // queueing in it (a decision does not wait for a newer run of the session). It appends once
+      // it holds the turn again: the holder may be creating the session in its final commit, which
+      // a create from here landing first would fail (test/http/session-turns.test.ts).
+      if (this.session === undefined) await this.kernel.sessions.acquire(this.session_key, this.run_id);
+      await this.kernel.history.append(record, this.prelude);
+    }
     if (TERMINAL_RUN_STATUSES.has(record.status)) this.kernel.inbox.forget(record.run_id);
     this.deps.metrics.runFinished(record.status, (this.deps.clock.now() - this.startedAtMs) / 1000);
     this.retire();

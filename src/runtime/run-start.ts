@@ -177,7 +177,7 @@ export class RunStarter {
       // A fork's or replay's new session starts with the conversation before its turn (user and assistant text).
       if (opts.conversation) live.prelude = seedPrelude(opts.conversation, (t) => this.deps.telemetry.redactText(t));
       if (!history && opts.history) live.callerInput = opts.history.filter((m) => m.role !== 'assistant').map((m) => m.content);
-      live.sessionPrivate = newSession || opts.session_is_private === true;
+      live.sessionCreateInCommit = newSession || opts.session_is_private === true || !isSharedStore(this.deps.store);
       const system = opts.system_instruction !== undefined ? opts.system_instruction : profile.system_instruction;
       const messages: ChatMessage[] = opts.conversation
         ? [...(system ? [{ role: 'system' as const, content: system }] : []), ...opts.conversation]

@@ -131,7 +131,9 @@ export type TaskConcurrency = z.infer<typeof TaskConcurrency>;
 const taskConcurrency = TaskConcurrency.nullish().describe(
   "Admission of the task's runs: a queued run is claimed only while its key is under its limit (docs/flow-control.md).",
 );
-const taskPriority = RunPriority.nullish().describe("Priority of the task's runs (−100..100, default 0) for the run slots and the model tokens they wait for.");
+const taskPriority = RunPriority.nullish().describe(
+  "Priority of the task's runs (−100..100, default 0): queued runs are claimed by a free worker highest priority first (oldest first among equal ones), and it orders them for the key slots and the model tokens they wait for.",
+);
 
 export const BackgroundTaskSpec = z
   .strictObject({

@@ -1,6 +1,7 @@
 // The LevelDB write queue's caches (src/store/level-writer.ts): stored rows and counters as the
 // disk holds them, and reads issued ahead of a coming write (prefetches), with the rule that says
 // when a read may be kept (the cache epoch: rounds written so far).
+import { AbsentKeys } from './level-absent.js';
 import { RECORD_KEY_START, cleanIndexes, indexCountKey, kindCountKey, parse, recordKey, type BatchOp, type Db } from './level-keys.js';
 import { isStoreError, type OnSwallowed, type RecordIndexes, type RecordKind } from './store.js';
 
@@ -44,6 +45,11 @@ export class LevelCache {
    */
   private readonly prefetched = new Map<string, Prefetch>();
   readonly counters = new Map<string, number>();
+  /**
+   * What a run naming a session reads before it starts (its row, the counters of the session's
+   * runs and traces: src/runtime/run-start.ts prefetch), known absent without a read when new.
+   */
+  readonly absent = new AbsentKeys({ rows: ['sessions'], counters: [indexCountKey('runs', 'session_id', ''), indexCountKey('traces', 'session_id', '')] });
 
   constructor(
     private readonly rowCacheSize: number,
@@ -96,21 +102,19 @@ export class LevelCache {
     };
     for (const r of records) {
       const rk = recordKey(r.kind, r.id);
-      if (r.fresh) {
-        // A just-generated id: known absent, and so are the postings of its own index values.
-        // Both caches then hold exactly what the disk holds, as when filled from a read.
-        if (!this.rows.has(rk) && !this.prefetched.has(rk)) this.cacheRow(rk, null);
-        const ix = cleanIndexes(r.indexes);
-        for (const name of r.fresh) {
-          if (ix[name] === undefined) continue;
-          const ik = indexCountKey(r.kind, name, ix[name]);
-          if (!this.counters.has(ik) && !this.prefetched.has(ik)) this.counters.set(ik, 0);
-        }
+      const ix = cleanIndexes(r.indexes);
+      // A just-generated id (`fresh`) is known absent, and so are the postings of its own index
+      // values; so is a key the absence filter never saw (a new session's). Both caches then hold
+      // exactly what the disk holds, as when filled from a read.
+      if (!this.rows.has(rk) && !this.prefetched.has(rk) && (r.fresh || this.absent.absent(rk))) this.cacheRow(rk, null);
+      for (const [name, v] of Object.entries(ix)) {
+        const ik = indexCountKey(r.kind, name, v);
+        if (!this.counters.has(ik) && !this.prefetched.has(ik) && (r.fresh?.includes(name) || this.absent.absent(ik))) this.counters.set(ik, 0);
       }
       if (!this.rows.has(rk)) want(rk);
       const ck = kindCountKey(r.kind);
       if (!this.counters.has(ck)) want(ck);
-      for (const [name, v] of Object.entries(cleanIndexes(r.indexes))) {
+      for (const [name, v] of Object.entries(ix)) {
         const ik = indexCountKey(r.kind, name, v);
         if (!this.counters.has(ik)) want(ik);
       }

@@ -26,7 +26,16 @@
 // seq16 / cursor16 are fixed-width decimals (encodeCursor), so key order == numeric order.
 //
 import type { Level } from 'level';
-import { EVENT_INDEX_FIELDS, type RecordIndexes, type Versioned } from './store.js';
+import {
+  EVENT_INDEX_FIELDS,
+  decodeCursor,
+  decodeSortedCursor,
+  encodeCursor,
+  sortedCursor,
+  type ListQuery,
+  type RecordIndexes,
+  type Versioned,
+} from './store.js';
 
 export interface Row {
   value: unknown;
@@ -73,6 +82,10 @@ export const end = (prefix: string): string => prefix.slice(0, -1) + '\u0001';
 // \x01 -> \x01\x02 first, then \x00 -> \x01\x01: injective, and the result contains no \x00.
 export const esc = (s: string): string => (/[\u0000\u0001]/.test(s) ? s.replace(/\u0001/g, '\u0001\u0002').replace(/\u0000/g, '\u0001\u0001') : s);
 
+/** esc() undone. */
+export const unesc = (s: string): string =>
+  s.includes('\u0001') ? s.replace(/\u0001([\u0001\u0002])/g, (_m, c: string) => (c === '\u0001' ? '\u0000' : '\u0001')) : s;
+
 export const recordKey = (kind: string, id: string) => `r${SEP}${esc(kind)}${SEP}${esc(id)}`;
 export const seqPrefix = (kind: string) => `s${SEP}${esc(kind)}${SEP}`;
 export const indexPrefix = (kind: string, name: string, value: string) => `i${SEP}${esc(kind)}${SEP}${esc(name)}${SEP}${esc(value)}${SEP}`;
@@ -100,3 +113,38 @@ export const cleanIndexes = (ix: RecordIndexes | undefined): Record<string, stri
   if (ix) for (const [k, v] of Object.entries(ix)) if (typeof v === 'string') out[k] = v;
   return out;
 };
+
+/**
+ * The keys of a listRecords page: the range to walk, whether a row still is what its entry says
+ * (same seq, same index value: a row whose index value changed since is skipped), and the page's
+ * next cursor from its last entry. A `sortedBy` list walks every value of one index name: an
+ * entry's key holds its value (escaped) between the name's prefix and `\0<seq16>`.
+ */
+export function listKeys(
+  kind: string,
+  query: ListQuery,
+): { range: { gt?: string; gte?: string; lt: string }; matches(row: Row, key: string): boolean; cursorOf(key: string): string } {
+  const sorted = query.sortedBy;
+  let prefix: string;
+  let after: string | null = null;
+  if (sorted !== undefined) {
+    prefix = `i${SEP}${esc(kind)}${SEP}${esc(sorted)}${SEP}`;
+    const c = query.cursor ? decodeSortedCursor(query.cursor) : null;
+    if (c) after = `${esc(c.value)}${SEP}${encodeCursor(c.seq)}`;
+  } else {
+    prefix = query.index ? indexPrefix(kind, query.index.name, query.index.value) : seqPrefix(kind);
+    if (query.cursor) after = encodeCursor(decodeCursor(query.cursor));
+  }
+  const range = query.reverse ? { gte: prefix, lt: after ? prefix + after : end(prefix) } : { gt: after ? prefix + after : prefix, lt: end(prefix) };
+  const valueOf = (key: string) => key.slice(prefix.length, -17);
+  const ix = query.index;
+  return {
+    range,
+    matches: (row, key) => {
+      if (encodeCursor(row.seq) !== tailNumber(key)) return false;
+      if (sorted !== undefined) return row.ix[sorted] !== undefined && esc(row.ix[sorted]) === valueOf(key);
+      return !ix || row.ix[ix.name] === ix.value;
+    },
+    cursorOf: (key) => (sorted !== undefined ? sortedCursor(unesc(valueOf(key)), Number(tailNumber(key))) : tailNumber(key)),
+  };
+}

@@ -453,6 +453,8 @@ export class LevelWriter {
       for (const op of batch) {
         if (op.key.startsWith(RECORD_KEY_START)) this.cache.cacheRow(op.key, op.type === 'put' ? op.value : null);
         else if (op.key.startsWith(COUNT_KEY_START)) this.cache.counters.set(op.key, op.type === 'put' ? Number(op.value) : 0);
+        else continue;
+        if (op.type === 'put') this.cache.absent.learn(op.key); // (src/store/level-absent.ts)
       }
       if (this.cache.counters.size > 200_000) this.cache.counters.clear();
     } catch (e) {

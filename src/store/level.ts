@@ -20,11 +20,10 @@ import {
   end,
   eventIndexPrefix,
   indexCountKey,
-  indexPrefix,
   kindCountKey,
+  listKeys,
   parse,
   recordKey,
-  seqPrefix,
   tailNumber,
   toVersioned,
   writeBatch,
@@ -168,6 +167,9 @@ export class LevelStore extends RecordWrites implements Store {
     this.db = db;
     this.retainedFrom = null;
     this.state = 'open';
+    // In the background: until it is built, the filter knows nothing absent (every key is read).
+    const writer = this.writer;
+    void writer.cache.absent.build(db).catch((err: unknown) => this.writer === writer && this.onSwallowed?.('store.level.absent_scan', err));
   }
 
   /** Refuses new operations, waits for the ones under way (writes included), then closes. */
@@ -289,9 +291,7 @@ export class LevelStore extends RecordWrites implements Store {
   listRecords<T>(kind: RecordKind, query: ListQuery = {}): Promise<Page<T>> {
     return this.run(async (db) => {
       const limit = clampLimit(query.limit, 100);
-      const prefix = query.index ? indexPrefix(kind, query.index.name, query.index.value) : seqPrefix(kind);
-      const after = query.cursor ? encodeCursor(decodeCursor(query.cursor)) : null;
-      const range = query.reverse ? { gte: prefix, lt: after ? prefix + after : end(prefix) } : { gt: after ? prefix + after : prefix, lt: end(prefix) };
+      const { range, matches, cursorOf } = listKeys(kind, query);
       // One snapshot for the index walk and the body fetch, so a concurrent update cannot make
       // the page disagree with itself.
       const snapshot = db.snapshot();
@@ -307,7 +307,7 @@ export class LevelStore extends RecordWrites implements Store {
         page.forEach(([key, id], i) => {
           const text = this.writer?.cache.cachedRow(recordKey(kind, id));
           const row = text ? (JSON.parse(text) as Row) : undefined;
-          if (row && encodeCursor(row.seq) === tailNumber(key) && (!query.index || row.ix[query.index.name] === query.index.value)) rows[i] = row;
+          if (row && matches(row, key)) rows[i] = row;
           else missing.push(i);
         });
         if (missing.length) {
@@ -321,7 +321,7 @@ export class LevelStore extends RecordWrites implements Store {
         rows.forEach((row, i) => {
           if (row) items.push({ id: page[i][1], version: row.version, seq: row.seq, value: row.value as T });
         });
-        return { items, next_cursor: entries.length > limit ? tailNumber(page[page.length - 1][0]) : null };
+        return { items, next_cursor: entries.length > limit ? cursorOf(page[page.length - 1][0]) : null };
       } finally {
         await snapshot.close();
       }

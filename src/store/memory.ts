@@ -8,6 +8,8 @@ import {
   StoreError,
   assertOpApplies,
   decodeCursor,
+  decodeSortedCursor,
+  sortedCursor,
   encodeCursor,
   type CommitEvents,
   type CommitOps,
@@ -186,6 +188,7 @@ export class MemoryStore extends RecordWrites implements Store {
   async listRecords<T>(kind: RecordKind, query: ListQuery = {}): Promise<Page<T>> {
     this.check();
     const limit = clampLimit(query.limit, 100);
+    if (query.sortedBy !== undefined) return this.listSorted<T>(kind, query.sortedBy, query, limit);
     const after = query.cursor ? decodeCursor(query.cursor) : null;
     let rows = this.matching(kind, query.index);
     if (query.reverse) rows.reverse();
@@ -195,6 +198,22 @@ export class MemoryStore extends RecordWrites implements Store {
       items: page.map((r) => this.view<T>(r)),
       next_cursor: rows.length > limit ? encodeCursor(page[page.length - 1].seq) : null,
     };
+  }
+
+  /** ListQuery.sortedBy: by the index value, then seq. */
+  private listSorted<T>(kind: RecordKind, name: string, query: ListQuery, limit: number): Page<T> {
+    const key = (r: Row): [string, number] => [r.ix[name], r.seq];
+    const before = (a: [string, number], b: [string, number]) => a[0] < b[0] || (a[0] === b[0] && a[1] < b[1]);
+    let rows = [...(this.records.get(kind)?.values() ?? [])].filter((r) => r.ix[name] !== undefined);
+    rows.sort((a, b) => (before(key(a), key(b)) ? -1 : 1));
+    if (query.reverse) rows.reverse();
+    if (query.cursor) {
+      const c = decodeSortedCursor(query.cursor);
+      rows = rows.filter((r) => (query.reverse ? before(key(r), [c.value, c.seq]) : before([c.value, c.seq], key(r))));
+    }
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
+    return { items: page.map((r) => this.view<T>(r)), next_cursor: rows.length > limit ? sortedCursor(last.ix[name], last.seq) : null };
   }
 
   async countRecords(kind: RecordKind, index?: { name: string; value: string }): Promise<number> {

@@ -29,7 +29,7 @@ export const withCursor = (body: string, cursor: string): string =>
 
 export const cursorText = (c: string | number): string => String(c).padStart(16, '0');
 
-/** What the adapter's modules run their statements through (PostgresStore.query: retries, health). */
+/** What the adapter's modules run their statements through (PgQueries in pg-query.ts: retries, health). */
 export interface Queryable {
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(q: pg.QueryConfig<unknown[]>, idempotent: boolean): Promise<pg.QueryResult<R>>;
 }

@@ -37,7 +37,7 @@
 //
 // Failures: transient PostgreSQL errors (connection loss class 08, serialization_failure 40001,
 // deadlock 40P01, admin/crash shutdown 57P01-57P03, too_many_connections 53300, a failover's
-// refused connections) are retried with backoff for up to RETRY_WINDOW_MS: reads always; writes
+// refused connections) are retried with backoff (pg-query.ts) for a few seconds: reads always; writes
 // only when the transaction certainly did not commit (the connection could not be taken, or the
 // statement failed with a serialization failure or deadlock). A write whose connection broke or
 // whose backend was terminated while it was in flight is not retried (it may have committed just
@@ -49,18 +49,16 @@ import { migrate } from './pg-migrate.js';
 import { PgChanges } from './changes.js';
 import type { StoreChanges } from './change-feed.js';
 import { PgQueueClaims } from './pg-claim.js';
-import { describe, isConnectionError, isTransientCode, unavailable } from './pg-errors.js';
+import { describe, isConnectionError } from './pg-errors.js';
+import { PgQueries } from './pg-query.js';
 import { PgEventReader } from './pg-events.js';
 import { PgHealth } from './pg-health.js';
 import { PgRecordReader } from './pg-reads.js';
-import { MAX_BIGINT, clampLimit, escText, recordView, unescText } from './pg-text.js';
 import { describeStoreUrl } from './pg-url.js';
 import { PgWriter } from './pg-writer.js';
 import {
   StoreError,
-  decodeCursor,
   dropTo,
-  encodeCursor,
   type CommitEvents,
   type CommitOps,
   type EventInput,
@@ -78,8 +76,6 @@ import {
   type Versioned,
 } from './store.js';
 import { RecordWrites } from './record-writes.js';
-
-type QueryConfig = pg.QueryConfig<unknown[]>;
 
 export interface PostgresStoreOptions {
   /** Connection string (postgres://user:password@host:port/db). Never logged. */
@@ -104,8 +100,6 @@ export interface PostgresStoreOptions {
   onSwallowed?: OnSwallowed;
 }
 
-/** Transient errors are retried with backoff (50 ms doubling to 1 s) for at most this long. */
-const RETRY_WINDOW_MS = 5000;
 /** open() waits at most this long for a database that refuses connections (starting, failing over). */
 const OPEN_WAIT_MS = 30_000;
 /** The background health probe runs this often (timer unref'd). */
@@ -117,12 +111,14 @@ export class PostgresStore extends RecordWrites implements Store {
   private state: 'new' | 'opening' | 'open' | 'closing' | 'closed' = 'new';
   private poolRef: pg.Pool | null = null;
   private readonly inflight = new Set<Promise<unknown>>();
-  private readonly writer = new PgWriter(this);
-  private readonly events = new PgEventReader(this);
-  private readonly reads = new PgRecordReader(this);
-  /** Shared by instances; claims of queued runs skip rows another claimer holds (pg-claim.ts). */
-  readonly capabilities: StoreCapabilities = { sharedByInstances: true, queueClaims: new PgQueueClaims(this) };
   private readonly health: PgHealth;
+  /** Every statement goes through it: pooled connection, health report, retries (pg-query.ts). */
+  readonly queries: PgQueries;
+  private readonly writer: PgWriter;
+  private readonly events: PgEventReader;
+  private readonly reads: PgRecordReader;
+  /** Shared by instances; claims of queued runs skip rows another claimer holds (pg-claim.ts). */
+  readonly capabilities: StoreCapabilities;
   private probeTimer: NodeJS.Timeout | null = null;
   private opening: Promise<void> | null = null;
   /** The change feed several instances share (LISTEN/NOTIFY, src/store/changes.ts); set by open(). */
@@ -131,6 +127,16 @@ export class PostgresStore extends RecordWrites implements Store {
   constructor(private readonly opts: PostgresStoreOptions) {
     super();
     this.health = new PgHealth(opts.log);
+    this.queries = new PgQueries({
+      pool: () => this.poolRef,
+      isOpen: () => this.state === 'open',
+      isClosed: () => this.state === 'closed',
+      health: this.health,
+    });
+    this.writer = new PgWriter(this.queries);
+    this.events = new PgEventReader(this.queries);
+    this.reads = new PgRecordReader(this.queries);
+    this.capabilities = { sharedByInstances: true, queueClaims: new PgQueueClaims(this.queries) };
   }
 
   /** The pool (for LISTEN/NOTIFY and the like); throws 'closed' when the store is not open. */
@@ -300,62 +306,6 @@ export class PostgresStore extends RecordWrites implements Store {
     return p;
   }
 
-  /**
-   * One statement on a pooled connection, retried on transient errors within RETRY_WINDOW_MS.
-   * `idempotent`: also retried when the connection broke while the statement was in flight
-   * (reads, idempotent deletes); otherwise only when it certainly did not take effect.
-   */
-  async query<R extends pg.QueryResultRow = pg.QueryResultRow>(q: QueryConfig, idempotent: boolean): Promise<pg.QueryResult<R>> {
-    const started = Date.now();
-    for (let attempt = 0; ; attempt++) {
-      const pool = this.poolRef;
-      if (!pool) throw new StoreError('closed', 'store is not open');
-      let client: pg.PoolClient;
-      try {
-        client = await pool.connect();
-      } catch (e) {
-        this.health.failure(e);
-        if (isConnectionError(e) && (await this.backoff(started, attempt))) continue;
-        throw unavailable(e, false);
-      }
-      // A connection that breaks while we hold it emits 'error'; unheard, that would crash us.
-      const onError = (e: Error) => this.health.failure(e);
-      client.on('error', onError);
-      try {
-        const r = await client.query<R>(q);
-        client.off('error', onError);
-        client.release();
-        this.health.success(this.state === 'open');
-        return r;
-      } catch (e) {
-        client.off('error', onError);
-        const code = e instanceof pg.DatabaseError ? e.code : undefined;
-        const broken = !code || isTransientCode(code) || code.startsWith('57');
-        client.release(broken ? (e as Error) : undefined);
-        if (isConnectionError(e)) this.health.failure(e);
-        // A write is sent again only when it certainly rolled back: a serialization failure or a
-        // deadlock aborts the statement before its commit. A terminated backend (57P01) or a
-        // broken connection may strike after the commit, before the answer arrives: not retried.
-        const certainlyRolledBack = code === '40001' || code === '40P01';
-        const retry = idempotent ? isConnectionError(e) : certainlyRolledBack;
-        if (retry && (await this.backoff(started, attempt))) continue;
-        throw unavailable(e, !idempotent && !certainlyRolledBack);
-      }
-    }
-  }
-
-  private isUsable(): boolean {
-    return (this.state as string) !== 'closed' && !!this.poolRef;
-  }
-
-  /** Waits before the next attempt; false when the retry window is spent or the store closed. */
-  private async backoff(started: number, attempt: number): Promise<boolean> {
-    const delay = Math.min(1000, 50 * 2 ** attempt) * (0.75 + Math.random() * 0.5);
-    if (Date.now() + delay - started > RETRY_WINDOW_MS || this.state === 'closed' || !this.poolRef) return false;
-    await sleep(delay);
-    return this.isUsable();
-  }
-
   // ---------------------------------------------------------------------------------------------
   // Records
 
@@ -369,51 +319,11 @@ export class PostgresStore extends RecordWrites implements Store {
   }
 
   listRecords<T>(kind: RecordKind, query: ListQuery = {}): Promise<Page<T>> {
-    return this.run(async () => {
-      const limit = clampLimit(query.limit, 100);
-      const after = query.cursor ? String(decodeCursor(query.cursor)) : query.reverse ? MAX_BIGINT : '0';
-      const rev = !!query.reverse;
-      const cmp = rev ? '<' : '>';
-      const order = rev ? 'DESC' : 'ASC';
-      let q: QueryConfig;
-      if (query.index) {
-        q = {
-          name: `agentd_list_ix_${rev ? 'r' : 'f'}`,
-          text:
-            `SELECT r.id, r.version, r.seq, r.value FROM agentd.record_ix x JOIN agentd.records r ON r.kind = x.kind AND r.id = x.id ` +
-            `WHERE x.kind = $1 AND x.name = $2 AND x.value = $3 AND x.seq ${cmp} $4 ORDER BY x.seq ${order} LIMIT $5`,
-          values: [kind, escText(query.index.name), escText(query.index.value), after, limit + 1],
-        };
-      } else {
-        q = {
-          name: `agentd_list_${rev ? 'r' : 'f'}`,
-          text: `SELECT id, version, seq, value FROM agentd.records WHERE kind = $1 AND seq ${cmp} $2 ORDER BY seq ${order} LIMIT $3`,
-          values: [kind, after, limit + 1],
-        };
-      }
-      const r = await this.query<{ id: string; version: number; seq: string; value: string }>(q, true);
-      const rows = r.rows.slice(0, limit);
-      return {
-        items: rows.map((row) => recordView<T>(unescText(row.id), row.version, row.seq, row.value)),
-        next_cursor: r.rows.length > limit ? encodeCursor(Number(rows[rows.length - 1].seq)) : null,
-      };
-    });
+    return this.run(() => this.reads.listRecords<T>(kind, query));
   }
 
   countRecords(kind: RecordKind, index?: { name: string; value: string }): Promise<number> {
-    return this.run(async () => {
-      const r = await this.query<{ n: number }>(
-        index
-          ? {
-              name: 'agentd_count_ix',
-              text: 'SELECT count(*)::int AS n FROM agentd.record_ix WHERE kind = $1 AND name = $2 AND value = $3',
-              values: [kind, escText(index.name), escText(index.value)],
-            }
-          : { name: 'agentd_count', text: 'SELECT count(*)::int AS n FROM agentd.records WHERE kind = $1', values: [kind] },
-        true,
-      );
-      return r.rows[0].n;
-    });
+    return this.run(() => this.reads.countRecords(kind, index));
   }
 
   commit(input: CommitOps): Promise<Array<Versioned<unknown> | null>> {

@@ -58,6 +58,13 @@ export interface ListQuery {
   limit?: number;
   /** Newest first instead of oldest first. */
   reverse?: boolean;
+  /**
+   * Instead of `index`: every record that has a value for index `sortedBy`, ordered by that value,
+   * then by creation order (a queue by rank: the background runs' `queue_order`). Portable order
+   * only for values of one length made of ASCII digits and letters (PostgreSQL compares text in
+   * its collation). Cursors are sortedCursor()'s, in every adapter.
+   */
+  sortedBy?: string;
 }
 
 export interface Page<T> {
@@ -228,7 +235,7 @@ export interface StoreCapabilities {
   readonly sharedByInstances: boolean;
   /**
    * Claims queued background runs in one statement, skipping rows another claimer holds
-   * (PostgreSQL: FOR UPDATE SKIP LOCKED). Absent: BgRunRepo scans the `status` index, which is
+   * (PostgreSQL: FOR UPDATE SKIP LOCKED). Absent: BgRunRepo scans the `queue_order` index, which is
    * enough for a store one process owns.
    */
   readonly queueClaims?: QueueClaims;
@@ -254,7 +261,8 @@ export interface QueueClaimQuery {
 
 export interface QueueClaims {
   /**
-   * Due queued `bg_runs` rows, oldest first, not held by another pass (or whose hold lapsed),
+   * Due queued `bg_runs` rows in queue order (index `queue_order`: higher priority first, then
+   * oldest first), not held by another pass (or whose hold lapsed),
    * held for this one: two concurrent calls never return the same row. `nextDueAt`: the earliest
    * `not_before` of a queued row not due yet, when fewer than `limit` rows were due.
    */
@@ -359,6 +367,9 @@ export const encodeCursor = (n: number): string => {
   const s = String(n);
   return s.length < 16 ? ZEROS[16 - s.length] + s : s;
 };
+/** The cursor of a `sortedBy` list: the seq of the entry (16 digits), then its index value. */
+export const sortedCursor = (value: string, seq: number): string => encodeCursor(seq) + value;
+export const decodeSortedCursor = (c: string): { value: string; seq: number } => ({ seq: decodeCursor(c.slice(0, 16)), value: c.slice(16) });
 export const decodeCursor = (c: string): number => {
   const n = Number(c);
   if (!/^\d{1,16}$/.test(c) || !Number.isSafeInteger(n)) throw new StoreError('not_found', `bad cursor '${c}'`);

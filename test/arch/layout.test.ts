@@ -1,7 +1,8 @@
 // Guard rails for the layout (docs/architecture.md "Guard rails"): the dependency rules as ESLint
-// `no-restricted-imports` (eslint.config.js), no import circle (scripts/check-cycles.mjs), and no
-// unused file, export or dependency (knip.jsonc). Each also runs alone: `npx eslint src machines`,
-// `node scripts/check-cycles.mjs`, `npx knip`; and every file formatted by Prettier (.prettierrc.json).
+// `no-restricted-imports` (eslint.config.js), no import circle (scripts/check-cycles.mjs), no class
+// of 25 members or more (scripts/class-sizes.mjs), and no unused file, export or dependency
+// (knip.jsonc). Each also runs alone: `npx eslint src machines`, `node scripts/check-cycles.mjs`,
+// `node scripts/class-sizes.mjs`, `npx knip`; and every file formatted by Prettier (.prettierrc.json).
 import { execFile } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,6 +11,8 @@ import { ESLint } from 'eslint';
 import { describe, expect, it } from 'vitest';
 // @ts-expect-error: a plain .mjs script without type declarations
 import { circleProblems, findCycles, importGraph, moduleImports } from '../../scripts/check-cycles.mjs';
+// @ts-expect-error: a plain .mjs script without type declarations
+import { MAX, allClassSizes, classSizes } from '../../scripts/class-sizes.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
 const run = promisify(execFile);
@@ -150,6 +153,33 @@ describe('import circles', () => {
     // Type-only: store.ts names the change feed's interface, subagents.ts the tool source's.
     expect(graph['src/store/store.ts']).toContain('src/store/change-feed.ts');
     expect(circleProblems(findCycles(graph))).toEqual({ unexpected: [], stale: [] });
+  });
+});
+
+describe('class sizes', () => {
+  it('counts methods, accessors, the constructor and its parameter properties, not fields', () => {
+    const text = [
+      'export class A {',
+      '  private x = 1;',
+      '  readonly y: number;',
+      '  constructor(private readonly deps: D, other: number, public z = 2) { this.y = other; }',
+      '  get n() { return 1; }',
+      '  f() {}',
+      '  private async g() {}',
+      '  static h() {}',
+      '}',
+      'const B = class { m() {} };',
+    ].join('\n');
+    expect(classSizes(text)).toEqual([
+      { name: 'A', members: 7, line: 1 },
+      { name: '(anonymous)', members: 1, line: 10 },
+    ]);
+  });
+
+  it(`no class in src/ or machines/ has ${MAX} members or more (callers talk to the part that owns the decision)`, () => {
+    const sizes = allClassSizes() as Array<{ name: string; members: number; file: string }>;
+    expect(sizes.length).toBeGreaterThan(50);
+    expect(sizes.filter((c) => c.members >= MAX).map((c) => `${c.name} ${c.file}: ${c.members}`)).toEqual([]);
   });
 });
 

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { repos } from '../../src/store/repos/index.js';
+import { QUEUE_ORDER_INDEX } from '../../src/store/repos/bg-runs.js';
 import type { ListQuery } from '../../src/store/store.js';
 import { recordKey } from '../../src/store/level-keys.js';
 import { attemptRecordId } from '../../src/background/types.js';
@@ -14,7 +15,7 @@ import { TOOLS, api, directModel, waitRun, type Api } from './helpers.js';
 let model: ScriptedOpenAI;
 let server: TestServer;
 let a: Api;
-/** Listings of the queue (bg_runs on status = queued) since the test began. */
+/** Listings of the queue (bg_runs in claim order: queue_order) since the test began. */
 let listings = 0;
 
 beforeAll(async () => {
@@ -33,7 +34,7 @@ beforeAll(async () => {
   const kind = repos(store).bgRuns.kind;
   const listRecords = store.listRecords.bind(store);
   store.listRecords = ((k: string, q?: ListQuery) => {
-    if (k === kind && q?.index?.name === 'status' && q.index.value === 'queued') listings++;
+    if (k === kind && q?.sortedBy === QUEUE_ORDER_INDEX) listings++;
     return listRecords(k as never, q);
   }) as typeof store.listRecords;
 });

@@ -121,6 +121,7 @@ describe('MirrorQueue', () => {
     };
     const d = join(dir, 'slow');
     const queued = q.write(d, [{ n: 1 }], { status: 'queued' }, true, false, false);
+    // Part of the scenario: past the short delay (30 ms), nothing is written.
     await new Promise((r) => setTimeout(r, 100));
     expect(existsSync(d)).toBe(false); // the long delay (60 s here), not the short one
     const claimed = q.write(d, [{ n: 2 }], { status: 'running' }, false, false);
@@ -157,6 +158,7 @@ describe('MirrorQueue', () => {
     let dropped = false;
     const drop = q.drop(root).then(() => (dropped = true));
     expect(await waiting).toBe(false);
+    // Part of the scenario: a while in which drop() must not resolve.
     await new Promise((r) => setTimeout(r, 50));
     expect(dropped).toBe(false); // r1's write is still under way: removing the folder now would let it make it again
     release();

@@ -9,10 +9,12 @@ import { existsSync, mkdirSync, readdirSync, realpathSync, writeFileSync } from 
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MIRROR_BACKLOG_MAX } from '../../src/background/run-workspace.js';
+import { QUEUED_COUNT_MAX_AGE_MS } from '../../src/background/queue-bound.js';
 import type { MirrorQueue } from '../../src/background/workspace-mirror.js';
 import { HTTPValidationError } from '../../src/schemas/index.js';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, startTestServer, type TestServer } from '../helpers/server.js';
+import { waitFor } from '../helpers/wait.js';
 import { api, directModel, TOOLS, waitRun, type Api } from './helpers.js';
 
 const base = {
@@ -254,6 +256,7 @@ describe('skipped occurrences, retention and deletion', () => {
       await eventually(async () => (await a.get(`/background/runs/${done.run_id}`)).status === 404, 6_000, 'retention by age');
       // The folder goes right after the row's commit.
       await eventually(() => !existsSync(join(wsRoot(s), done.workspace_path)), 2_000, 'its folder removed');
+      // Part of the scenario: several more sweeps (every 0.2 s) pass, and the parked run stays.
       await new Promise((r) => setTimeout(r, 1500));
       expect((await waitRun(a, parked.run_id, (r) => r.status === 'awaiting_approval')).run_id).toBe(parked.run_id);
     });
@@ -368,13 +371,18 @@ describe('the workspace mirror under a sustained drain', () => {
           const batch = await Promise.all(Array.from({ length: Math.min(32, runs - i) }, () => a.post('/background/tasks/burst/run', {})));
           expect(batch.every((r) => r.status === 200)).toBe(true);
         }
-        // The runs claimed before the bound end; then nothing more is claimed while writes are held.
-        let last = -1;
-        for (let n = await ended(); n !== last; n = await ended()) {
-          last = n;
-          await new Promise((r) => setTimeout(r, 300));
-        }
-        expect(last).toBeLessThanOrEqual(MIRROR_BACKLOG_MAX + concurrency);
+        // The runs claimed before the bound end; then nothing more is claimed while writes are held:
+        // a moment comes when no run is held and some are still queued (a claimer that ignored the
+        // bound would hold runs until none is left queued).
+        const counts = await waitFor(
+          async () => {
+            const c = (await a.get('/background/tasks/burst/status')).body.status_counts as Record<string, number>;
+            return (c.claimed ?? 0) + (c.running ?? 0) === 0 && (c.completed ?? 0) > 0 ? c : null;
+          },
+          { timeoutMs: 30_000, what: 'the claimed runs ended and no more claimed' },
+        );
+        expect(counts.queued).toBeGreaterThan(0);
+        expect(counts.completed).toBeLessThanOrEqual(MIRROR_BACKLOG_MAX + concurrency);
         // Operators see why: the backlog gauge stands at the bound.
         expect(await backlogGauge(s)).toBeGreaterThanOrEqual(MIRROR_BACKLOG_MAX);
       } finally {
@@ -403,7 +411,9 @@ describe('the bound on queued runs', () => {
         // The first run is claimed and hangs in its model call: every later one waits in the queue.
         const first = (await a.post('/background/tasks/flood/run', {})).body.run_id as string;
         await waitRun(a, first, (r) => r.status === 'running');
-        await new Promise((r) => setTimeout(r, 600)); // the queued count is read at most every 500 ms
+        // Part of the scenario: the bound's queued count is at most QUEUED_COUNT_MAX_AGE_MS old (by
+        // design, nothing to await); once it is that old, the next request counts afresh.
+        await new Promise((r) => setTimeout(r, QUEUED_COUNT_MAX_AGE_MS + 100));
         const answers = await Promise.all(Array.from({ length: max + 3 }, () => a.post('/background/tasks/flood/run', {})));
         expect(answers.filter((r) => r.status === 200)).toHaveLength(max);
         const refused = answers.filter((r) => r.status !== 200);
@@ -418,8 +428,8 @@ describe('the bound on queued runs', () => {
         hold = false;
         await a.post(`/background/runs/${first}/cancel`, {});
         await eventually(async () => ((await a.get('/background/tasks/flood/status')).body.status_counts.queued ?? 0) === 0, 15_000, 'the queue drained');
-        await new Promise((r) => setTimeout(r, 600));
-        expect((await a.post('/background/tasks/flood/run', {})).status).toBe(200);
+        // Accepted once the bound's count is read again (503 until then, nothing queued).
+        await waitFor(async () => (await a.post('/background/tasks/flood/run', {})).status === 200, { timeoutMs: 15_000, what: 'a run queued again' });
       } finally {
         directModel(model);
       }

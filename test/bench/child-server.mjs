@@ -386,6 +386,9 @@ async function startBare() {
 // - a conversation with a tool result in it: the final answer after the tool;
 // - the last user message mentions "add tool": one `add` tool call {a: 2, b: 3};
 // - otherwise a short text answer.
+// - a last user message saying "in <n> words": a text answer of n one-word chunks (n <= 10000),
+//   otherwise as the short answer (the protocols benchmark's per-frame rows: two workloads that
+//   differ only in how many text deltas the run streams);
 // Model name `slow-<chunks>-<ms>`: that many text chunks, <ms> apart (the streams benchmark).
 // Streams like the scripted test server (role chunk, one chunk per word, tool call split in two,
 // finish chunk, usage chunk when asked, [DONE]); everything but slow replies in one write.
@@ -395,6 +398,8 @@ async function startFakeOpenAI() {
   const ANSWER = 'Hello from the benchmark model.';
   const AFTER_TOOL = 'The sum is 5.';
   const words = (t) => t.match(/\s*\S+\s*/g) ?? [];
+  // n words of the same size ("w0001 w0002 ..."), so each is one chunk of the stream.
+  const manyWords = (n) => Array.from({ length: n }, (_, i) => `w${String(i + 1).padStart(4, '0')} `).join('');
   const usage = { prompt_tokens: 20, completion_tokens: 8, total_tokens: 28 };
   let stats = { requests: 0 };
   function streamBody(model, text, call, withUsage) {
@@ -463,8 +468,10 @@ async function startFakeOpenAI() {
       const afterTool = msgs.some((m) => m.role === 'tool');
       let lastUser = '';
       for (const m of msgs) if (m.role === 'user') lastUser = typeof m.content === 'string' ? m.content : JSON.stringify(m.content);
-      const kind = afterTool ? 'after' : lastUser.includes('add tool') ? 'call' : 'answer';
-      const text = kind === 'after' ? AFTER_TOOL : kind === 'answer' ? ANSWER : '';
+      const asked = /\bin (\d{1,5}) words\b/.exec(lastUser);
+      const n = asked ? Math.min(10_000, Number(asked[1])) : 0;
+      const kind = afterTool ? 'after' : lastUser.includes('add tool') ? 'call' : n > 0 ? `words-${n}` : 'answer';
+      const text = kind === 'after' ? AFTER_TOOL : kind === 'answer' ? ANSWER : kind === 'call' ? '' : manyWords(n);
       const call = kind === 'call' ? { name: 'add', arguments: { a: 2, b: 3 } } : null;
       const slow = /^slow-(\d+)-(\d+)$/.exec(model);
       if (body.stream && slow && kind !== 'call') {

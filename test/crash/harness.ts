@@ -8,6 +8,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { ChatCompletionRequestBody, ScriptedOpenAI, ScriptedReply } from '../fixtures/scripted-openai.js';
+import { waitFor } from '../helpers/wait.js';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
 export const CRASH_TOOLS = join(import.meta.dirname, 'fixtures/crash-tools.mjs');
@@ -519,6 +520,8 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
       for (const j of plans.keys()) if (!submitted(j) && (j < next || fresh.length < perCycle)) fresh.push(j);
       next = Math.max(next, ...fresh.map((j) => j + 1));
       submit(fresh);
+      // The child lives until `deadline`, a random instant to kill it at: this pause is the
+      // scenario (not a wait for something to happen); meanwhile a person's decisions keep coming.
       while (Date.now() < deadline) {
         await decide(child.url);
         await new Promise((r) => setTimeout(r, Math.min(100, Math.max(0, deadline - Date.now()))));
@@ -556,37 +559,37 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
   const url = child.url;
   const isRest = (r: { status: string }) => ['completed', 'failed', 'blocked', 'cancelled', 'timeout'].includes(r.status);
   try {
-    const until = Date.now() + (opts.settleTimeoutMs ?? 60_000);
-    for (;;) {
-      await confirm(url);
-      const missing = [...plans.keys()].filter((j) => !submitted(j));
-      submit(missing);
-      await decide(url);
-      const views = await Promise.all([...runOf.values()].map((id) => getRun(url, id)));
-      if (runOf.size === opts.runs && views.every(isRest)) break;
-      if (Date.now() > until) {
-        const stuck = views
-          .filter((v) => !isRest(v))
-          .map((v) => ({
-            run_id: v.run_id,
-            status: v.status,
-            step: v.step,
-            attempt: v.attempt,
-            error: v.error,
-            approvals: v.approvals.map(
-              (a: { approval_id: string; status: string }) => `${a.approval_id}:${a.status}${decided.has(a.approval_id) ? ' (decided here)' : ''}`,
-            ),
-            budget_requests: v.budget_requests.map(
-              (b: { request_id: string; status: string; key: string; meter: string; shortfall: number }) =>
-                `${b.request_id}:${b.status} ${b.key}/${b.meter} -${b.shortfall}${decided.has(b.request_id) ? ' (decided here)' : ''}`,
-            ),
-          }));
-        violations.push(
-          `not at rest after ${opts.settleTimeoutMs ?? 60_000} ms (${opts.runs - runOf.size} jobs without a run): ${JSON.stringify(stuck, null, 1)}`,
-        );
-        break;
-      }
-      await new Promise((r) => setTimeout(r, 100));
+    const settleMs = opts.settleTimeoutMs ?? 60_000;
+    let views: Json[] = [];
+    const atRest = await waitFor(
+      async () => {
+        await confirm(url);
+        const missing = [...plans.keys()].filter((j) => !submitted(j));
+        submit(missing);
+        await decide(url);
+        views = await Promise.all([...runOf.values()].map((id) => getRun(url, id)));
+        return runOf.size === opts.runs && views.every(isRest);
+      },
+      { timeoutMs: settleMs, intervalMs: 100, what: 'every run at rest' },
+    ).catch((err: unknown) => String(err));
+    if (atRest !== true) {
+      const stuck = views
+        .filter((v) => !isRest(v))
+        .map((v) => ({
+          run_id: v.run_id,
+          status: v.status,
+          step: v.step,
+          attempt: v.attempt,
+          error: v.error,
+          approvals: v.approvals.map(
+            (a: { approval_id: string; status: string }) => `${a.approval_id}:${a.status}${decided.has(a.approval_id) ? ' (decided here)' : ''}`,
+          ),
+          budget_requests: v.budget_requests.map(
+            (b: { request_id: string; status: string; key: string; meter: string; shortfall: number }) =>
+              `${b.request_id}:${b.status} ${b.key}/${b.meter} -${b.shortfall}${decided.has(b.request_id) ? ' (decided here)' : ''}`,
+          ),
+        }));
+      violations.push(`${atRest} (${opts.runs - runOf.size} jobs without a run): ${JSON.stringify(stuck, null, 1)}`);
     }
     const report = await check();
     if (opts.tasks) report.background = await checkTasks(url);
@@ -610,18 +613,20 @@ export async function runCrashHarness(model: ScriptedOpenAI, opts: CrashOptions)
     for (const id of taskIds) await postJson(`${url}/background/tasks/${id}/pause`, {});
     const TERMINAL_BG = new Set(['completed', 'failed', 'cancelled', 'timeout', 'skipped']);
     const all: Array<{ task_id: string; occurrence_id: string | null; status: string }> = [];
-    const until = Date.now() + (opts.settleTimeoutMs ?? 60_000);
-    for (;;) {
-      all.length = 0;
-      let cursor: string | null = null;
-      do {
-        const page: JsonReply = await getJson(`${url}/background/runs?limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
-        all.push(...(page.body?.runs ?? []));
-        cursor = page.body?.next_cursor ?? null;
-      } while (cursor);
-      if (all.every((r) => TERMINAL_BG.has(r.status)) || Date.now() > until) break;
-      await new Promise((r) => setTimeout(r, 250));
-    }
+    // Until every run is at rest; after settleTimeoutMs, the runs still moving are reported below.
+    await waitFor(
+      async () => {
+        all.length = 0;
+        let cursor: string | null = null;
+        do {
+          const page: JsonReply = await getJson(`${url}/background/runs?limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+          all.push(...(page.body?.runs ?? []));
+          cursor = page.body?.next_cursor ?? null;
+        } while (cursor);
+        return all.every((r) => TERMINAL_BG.has(r.status));
+      },
+      { timeoutMs: opts.settleTimeoutMs ?? 60_000, intervalMs: 250, what: 'every background run at rest' },
+    ).catch(() => undefined);
     const seen = new Map<string, number>();
     for (const r of all) if (r.occurrence_id) seen.set(`${r.task_id}|${r.occurrence_id}`, (seen.get(`${r.task_id}|${r.occurrence_id}`) ?? 0) + 1);
     const doubles = [...seen].filter(([, n]) => n > 1);

@@ -6,6 +6,7 @@
 import { writeFileSync } from 'node:fs';
 import { reportMarkdown, runFuzz, type Failure } from './openapi-fuzz.js';
 import { fetchDoc, startTarget } from './target.js';
+import { waitFor } from '../helpers/wait.js';
 
 function arg(name: string, fallback: number): number {
   const i = process.argv.indexOf(`--${name}`);
@@ -50,8 +51,12 @@ const logged: Failure[] = targets.flatMap((t) =>
   })),
 );
 // A closed stream releases its bus subscription once its run or replay notices: give that 10 s.
-// Nothing may stay.
-for (let i = 0; i < 100 && targets.some((t) => t.server.runtime.bus.size > 0); i++) await new Promise((r) => setTimeout(r, 100));
+// Nothing may stay (what is left after that is reported below).
+await waitFor(() => targets.every((t) => t.server.runtime.bus.size === 0), {
+  timeoutMs: 10_000,
+  intervalMs: 100,
+  what: 'every stream subscription released',
+}).catch(() => undefined);
 const streamsLeft = targets.map((t) => t.server.runtime.bus.size);
 for (const t of targets) await t.stop();
 

@@ -352,28 +352,29 @@ describe('LevelStore write-queue cache', () => {
       await store.createRecord('runs', 'p2', { n: 2 });
       await expect(store.createRecord('runs', 'p2', { n: 3 })).rejects.toMatchObject({ code: 'conflict' });
       // A row read while its prefetch is in flight waits for that read (no second disk read), and
-      // the write after it reads nothing either: a named session read before its run, then created.
+      // the write after it reads nothing either: a row read before its write (a kind the absence
+      // filter does not watch: sessions are, test/store/level-absent.test.ts).
       const ahead = recordReads();
-      store.prefetch([{ kind: 'sessions', id: 'named' }]);
-      expect(await store.getRecord('sessions', 'named')).toBeNull();
-      await store.createRecord('sessions', 'named', { n: 1 });
+      store.prefetch([{ kind: 'outcomes', id: 'named' }]);
+      expect(await store.getRecord('outcomes', 'named')).toBeNull();
+      await store.createRecord('outcomes', 'named', { n: 1 });
       expect(recordReads()).toBe(ahead + 1);
-      expect((await store.getRecord('sessions', 'named'))?.value).toEqual({ n: 1 });
+      expect((await store.getRecord('outcomes', 'named'))?.value).toEqual({ n: 1 });
       // A write landing on the key meanwhile: the concurrent read sees it or not, every later one does.
-      store.prefetch([{ kind: 'sessions', id: 'moved' }]);
-      const read = store.getRecord<{ n: number }>('sessions', 'moved');
-      await store.createRecord('sessions', 'moved', { n: 2 });
+      store.prefetch([{ kind: 'outcomes', id: 'moved' }]);
+      const read = store.getRecord<{ n: number }>('outcomes', 'moved');
+      await store.createRecord('outcomes', 'moved', { n: 2 });
       expect([null, 2]).toContain((await read)?.value.n ?? null);
-      expect((await store.getRecord<{ n: number }>('sessions', 'moved'))?.value).toEqual({ n: 2 });
-      await expect(store.createRecord('sessions', 'moved', { n: 3 })).rejects.toMatchObject({ code: 'conflict' });
+      expect((await store.getRecord<{ n: number }>('outcomes', 'moved'))?.value).toEqual({ n: 2 });
+      await expect(store.createRecord('outcomes', 'moved', { n: 3 })).rejects.toMatchObject({ code: 'conflict' });
       // Prefetches made in one turn while one is being read go to the disk as one read: one
       // thread-pool trip and one LevelDB snapshot for many starting runs, not one each.
       let calls = 0;
       db.getMany = (ks, o) => (calls++, reads.push(...ks), getMany(ks, o));
-      store.prefetch([{ kind: 'sessions', id: 'c0' }]); // nothing in flight: read at once
-      for (let i = 1; i <= 5; i++) store.prefetch([{ kind: 'sessions', id: `c${i}` }]);
-      await store.createRecord('sessions', 'c3', { n: 3 });
-      const got = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => store.getRecord<{ n: number }>('sessions', `c${i}`)));
+      store.prefetch([{ kind: 'outcomes', id: 'c0' }]); // nothing in flight: read at once
+      for (let i = 1; i <= 5; i++) store.prefetch([{ kind: 'outcomes', id: `c${i}` }]);
+      await store.createRecord('outcomes', 'c3', { n: 3 });
+      const got = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => store.getRecord<{ n: number }>('outcomes', `c${i}`)));
       expect(got.map((r) => r?.value.n ?? null)).toEqual([null, null, null, 3, null, null]);
       expect(calls).toBe(2);
     } finally {

@@ -135,7 +135,7 @@ describe('PostgreSQL event cursors across processes', () => {
         const page = await reader.readEvents({ after, limit: 50 });
         seen.push(...page.events);
         if (page.events.length) after = page.events[page.events.length - 1].cursor;
-        else await new Promise((r) => setTimeout(r, 2));
+        else await new Promise((r) => setTimeout(r, 2)); // part of the scenario: a reader tailing the log while they write
       }
     })();
     await Promise.all([write(w1, 'a'), write(w2, 'b')]);
@@ -213,12 +213,12 @@ describe('PostgreSQL failures', () => {
     const db = await freshDb();
     const s = store(db.url, { statementTimeoutMs: 200 });
     await s.open();
-    const settings = await s.query<{ st: string; it: string }>(
+    const settings = await s.queries.query<{ st: string; it: string }>(
       { text: "SELECT current_setting('statement_timeout') AS st, current_setting('idle_in_transaction_session_timeout') AS it" },
       true,
     );
     expect(settings.rows[0]).toEqual({ st: '200ms', it: '1min' });
-    await expect(s.query({ text: 'SELECT pg_sleep(2)' }, true)).rejects.toMatchObject({ code: '57014' });
+    await expect(s.queries.query({ text: 'SELECT pg_sleep(2)' }, true)).rejects.toMatchObject({ code: '57014' });
     expect((await s.ping()).ok).toBe(true);
   });
 
@@ -237,10 +237,10 @@ describe('PostgreSQL failures', () => {
           ).rows[0].n > 0,
         { what: 'the statement in flight (to terminate its backend)', intervalMs: 20 },
       );
-    const read = s.query<{ ok: number }>({ text: 'SELECT 1 AS ok, pg_sleep(0.5)' }, true);
+    const read = s.queries.query<{ ok: number }>({ text: 'SELECT 1 AS ok, pg_sleep(0.5)' }, true);
     await killSoon();
     expect((await read).rows[0].ok).toBe(1); // sent again on a new connection
-    const write = s.query({ text: "SELECT pg_sleep(0.5), 'write'" }, false);
+    const write = s.queries.query({ text: "SELECT pg_sleep(0.5), 'write'" }, false);
     const [, err] = await Promise.all([
       killSoon(),
       write.then(

@@ -22,7 +22,7 @@ afterAll(async () => {
 runStoreContract('postgres', async () => {
   const store = new PostgresStore({ url: db.url, poolSize: 4 });
   await store.open();
-  await store.query({ text: 'TRUNCATE agentd.records, agentd.record_ix, agentd.events; UPDATE agentd.counters SET value = 0' }, false);
+  await store.queries.query({ text: 'TRUNCATE agentd.records, agentd.record_ix, agentd.events; UPDATE agentd.counters SET value = 0' }, false);
   return { store, cleanup: () => store.close() };
 });
 
@@ -50,7 +50,7 @@ describe('PostgreSQL queue claims (FOR UPDATE SKIP LOCKED)', () => {
   it('two claimers on two connections pools never get the same row, and together get every due row', async () => {
     const [a, b] = [await open(), await open()];
     try {
-      await a.query({ text: 'TRUNCATE agentd.records, agentd.record_ix' }, false);
+      await a.queries.query({ text: 'TRUNCATE agentd.records, agentd.record_ix' }, false);
       for (let i = 0; i < 120; i++) await queueRun(a, `run_${String(i).padStart(3, '0')}`);
       const drain = async (s: PostgresStore) => {
         const pass = repos(s).bgRuns.claimPass(T0, 10_000);
@@ -75,7 +75,7 @@ describe('PostgreSQL queue claims (FOR UPDATE SKIP LOCKED)', () => {
   it('hands a held row out again once its hold lapsed (a claimer that died mid-pass)', async () => {
     const s = await open();
     try {
-      await s.query({ text: 'TRUNCATE agentd.records, agentd.record_ix' }, false);
+      await s.queries.query({ text: 'TRUNCATE agentd.records, agentd.record_ix' }, false);
       await queueRun(s, 'lonely');
       expect((await repos(s).bgRuns.claimPass(T0, 1_000).claimQueued(5)).map((r) => r.id)).toEqual(['lonely']);
       expect(
@@ -130,17 +130,17 @@ describe('PostgreSQL round trips per run (pg-scale)', () => {
   const open = async () => {
     const s = new PostgresStore({ url: db.url, poolSize: 4, changes: false });
     await s.open();
-    await s.query({ text: 'TRUNCATE agentd.records, agentd.record_ix, agentd.events; UPDATE agentd.counters SET value = 0' }, false);
+    await s.queries.query({ text: 'TRUNCATE agentd.records, agentd.record_ix, agentd.events; UPDATE agentd.counters SET value = 0' }, false);
     return s;
   };
-  /** Counts the statements the store sends (PostgresStore.query is the one way to the database). */
+  /** Counts the statements the store sends (PgQueries.query, store.queries, is the one way to the database). */
   const counting = (s: PostgresStore) => {
     const names: string[] = [];
-    const orig = s.query.bind(s);
-    s.query = ((q: { name?: string; text: string }, idem: boolean) => {
+    const orig = s.queries.query.bind(s.queries);
+    s.queries.query = ((q: { name?: string; text: string }, idem: boolean) => {
       names.push(q.name ?? q.text.slice(0, 30));
       return orig(q as never, idem);
-    }) as typeof s.query;
+    }) as typeof s.queries.query;
     return names;
   };
 
@@ -179,7 +179,7 @@ describe('PostgreSQL round trips per run (pg-scale)', () => {
   it('a failed batch of point reads fails every read in it', async () => {
     const s = await open();
     try {
-      s.query = (() => Promise.reject(new Error('boom'))) as typeof s.query;
+      s.queries.query = (() => Promise.reject(new Error('boom'))) as typeof s.queries.query;
       const rs = await Promise.allSettled([s.getRecord('sessions', 'a'), s.getRecord('sessions', 'b')]);
       expect(rs.map((r) => r.status)).toEqual(['rejected', 'rejected']);
     } finally {
@@ -233,7 +233,10 @@ describe('PostgreSQL round trips per run (pg-scale)', () => {
   it('leaves half of each page of agentd.records free, so the updates that follow a create stay on its page (HOT)', async () => {
     const s = await open();
     try {
-      const r = await s.query<{ opts: string[] | null }>({ text: "SELECT reloptions AS opts FROM pg_class WHERE oid = 'agentd.records'::regclass" }, true);
+      const r = await s.queries.query<{ opts: string[] | null }>(
+        { text: "SELECT reloptions AS opts FROM pg_class WHERE oid = 'agentd.records'::regclass" },
+        true,
+      );
       expect(r.rows[0].opts).toContain('fillfactor=50');
     } finally {
       await s.close();

@@ -1,19 +1,20 @@
 // The claim of queued background runs (BgRunRepo.claimPass), part of the store contract: every
-// adapter hands out due queued rows oldest first, skips those not due, reports the earliest
+// adapter hands out due queued rows by priority, then oldest first, skips those not due, reports the earliest
 // not-due time, and a released pass leaves the rows it did not claim in the queue. A store that
 // declares `capabilities.queueClaims` (PostgreSQL) also never hands one row to two passes at once
 // (test/store/postgres.test.ts checks that with two processes' stores on one database).
 import { expect, it } from 'vitest';
 import { repos } from '../../src/store/repos/index.js';
+import { QUEUE_ORDER_INDEX, queueRank } from '../../src/store/repos/bg-runs.js';
 import type { Store } from '../../src/store/store.js';
 
 const T0 = Date.parse('2030-01-01T00:00:00.000Z');
 const iso = (ms: number) => new Date(ms).toISOString();
 
-/** A queued row as the claimer reads it: run id/status, internal.not_before. */
-export async function queueRun(store: Store, id: string, notBefore: number | null = null): Promise<void> {
-  const value = { run: { run_id: id, task_id: 'task_1', status: 'queued' }, internal: { not_before: notBefore === null ? null : iso(notBefore) } };
-  await store.createRecord('bg_runs', id, value, { status: 'queued' });
+/** A queued row as the claimer reads it: run id/status/priority, internal.not_before; indexed as src/background/types.ts runRowIndexes does. */
+export async function queueRun(store: Store, id: string, notBefore: number | null = null, priority?: number): Promise<void> {
+  const value = { run: { run_id: id, task_id: 'task_1', status: 'queued', priority }, internal: { not_before: notBefore === null ? null : iso(notBefore) } };
+  await store.createRecord('bg_runs', id, value, { status: 'queued', [QUEUE_ORDER_INDEX]: queueRank(priority) });
 }
 
 /** Every row the pass hands out, page by page, until it is done. */
@@ -59,6 +60,31 @@ export function queueClaimCases(getStore: () => Store): void {
     await store.updateRecord('bg_runs', 'a', { ...(first!.value as object), run: { run_id: 'a', status: 'claimed' } }, first!.version, { status: 'claimed' });
     await pass.release();
     expect((await drain(store, T0, 10)).ids).toEqual(['b', 'c']);
+  });
+
+  it('hands out higher priorities first and equal priorities oldest first, across pages', async () => {
+    const store = getStore();
+    const queued: Array<[string, number | undefined]> = [
+      ['low1', -5],
+      ['none1', undefined], // stored without a priority: 0
+      ['high1', 50],
+      ['zero1', 0],
+      ['top', 100],
+      ['high2', 50],
+      ['low2', -5],
+      ['bottom', -100],
+    ];
+    for (const [id, p] of queued) await queueRun(store, id, null, p);
+    await queueRun(store, 'later', T0 + 1_000, 100); // not due: not handed out, whatever its priority
+    const { ids, nextDueAt } = await drain(store, T0, 3);
+    expect(ids).toEqual(['top', 'high1', 'high2', 'none1', 'zero1', 'low1', 'low2', 'bottom']);
+    expect(nextDueAt).toBe(T0 + 1_000);
+    // A run that left the queue and came back (a retry) keeps its place among its priority.
+    const row = await store.getRecord('bg_runs', 'high1');
+    await store.updateRecord('bg_runs', 'high1', row!.value, row!.version, { status: 'retrying' });
+    expect((await drain(store, T0, 10)).ids.slice(0, 2)).toEqual(['top', 'high2']);
+    await store.updateRecord('bg_runs', 'high1', row!.value, row!.version + 1, { status: 'queued', [QUEUE_ORDER_INDEX]: queueRank(50) });
+    expect((await drain(store, T0, 10)).ids.slice(0, 3)).toEqual(['top', 'high1', 'high2']);
   });
 
   it('hands out a row once per pass, and the pass ends when the queue does', async () => {

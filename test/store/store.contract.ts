@@ -267,6 +267,42 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
         expect(await store.countRecords('runs', { name: 'nope', value: 'even' })).toBe(0);
       });
 
+      it('lists sorted by an index value, then creation order, with pages and reverse; records without the index are left out', async () => {
+        // A rank per record (what the background queue_order index holds: 000 = priority 100).
+        const ranks = ['100', '050', '100', '150', '050', '100'];
+        for (let i = 0; i < ranks.length; i++) await store.createRecord('bg_runs', `q${i}`, i, { queue_order: ranks[i], status: 'queued' });
+        await store.createRecord('bg_runs', 'none', 99, { status: 'running' });
+        const walk = async (reverse: boolean) => {
+          const seen: number[] = [];
+          let cursor: string | null = null;
+          do {
+            const page: Awaited<ReturnType<typeof store.listRecords<number>>> = await store.listRecords<number>('bg_runs', {
+              sortedBy: 'queue_order',
+              limit: 2,
+              cursor,
+              reverse,
+            });
+            seen.push(...page.items.map((r) => r.value));
+            cursor = page.next_cursor;
+          } while (cursor);
+          return seen;
+        };
+        expect(await walk(false)).toEqual([1, 4, 0, 2, 5, 3]);
+        expect(await walk(true)).toEqual([3, 5, 2, 0, 4, 1]);
+        // A value that moves puts the record at its new place (its creation order kept); one removed leaves it out.
+        await store.updateRecord('bg_runs', 'q5', 5, 1, { queue_order: '000', status: 'queued' });
+        await store.updateRecord('bg_runs', 'q1', 1, 1, { queue_order: null, status: 'running' });
+        expect(await walk(false)).toEqual([5, 4, 0, 2, 3]);
+        // A cursor taken before a record joined ahead of it: the walk goes on after the cursor's place.
+        const first = await store.listRecords<number>('bg_runs', { sortedBy: 'queue_order', limit: 2 });
+        expect(first.items.map((r) => r.value)).toEqual([5, 4]);
+        await store.createRecord('bg_runs', 'q6', 6, { queue_order: '000', status: 'queued' });
+        expect((await store.listRecords<number>('bg_runs', { sortedBy: 'queue_order', cursor: first.next_cursor })).items.map((r) => r.value)).toEqual([
+          0, 2, 3,
+        ]);
+        expect((await store.listRecords<number>('bg_runs', { sortedBy: 'nope' })).items).toEqual([]);
+      });
+
       it('defaults the page size to 100 and caps it at 1000', async () => {
         await store.commit(Array.from({ length: 1005 }, (_, i) => ({ op: 'create' as const, kind: 'traces' as const, id: `t${i}`, value: i })));
         const dflt = await store.listRecords('traces');

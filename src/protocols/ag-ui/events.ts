@@ -10,6 +10,8 @@ import { EventType, type BaseEvent, type Interrupt } from '@ag-ui/core';
 import type { RunRecord } from '../../runtime/run-record.js';
 import type { StoredEvent } from '../../store/store.js';
 import type { RunItem } from '../run-events.js';
+import type { SseFrame } from '../../http/sse.js';
+import { TextDeltaFrames } from '../text-delta-frame.js';
 
 type ApprovalState = RunRecord['approvals'][number];
 type BudgetRequest = NonNullable<RunRecord['budget_request']>;
@@ -67,6 +69,7 @@ export class AgUiEvents {
   private streamed = false;
   private step: string | null = null;
   private readonly announced = new Set<string>();
+  private readonly contentFrames = new TextDeltaFrames((messageId) => ({ type: EventType.TEXT_MESSAGE_CONTENT, messageId }), 'delta');
 
   /** `threadId`/`runId`: the client's (echoed); `ids`: what this stream's message ids start with. */
   constructor(
@@ -81,6 +84,17 @@ export class AgUiEvents {
       { type: EventType.RUN_STARTED, threadId: this.threadId, runId: this.runId } as BaseEvent,
       { type: EventType.CUSTOM, name: 'agentd.run', value: { run_id: run.run_id, trace_id: run.trace_id } } as BaseEvent,
     ];
+  }
+
+  /**
+   * A text delta inside an open text message (every model chunk after a message's first) as its
+   * frame, ready to write (src/protocols/text-delta-frame.ts); null when it takes more than that
+   * (it opens a message, or is empty): write item()'s events then.
+   */
+  deltaFrame(text: string): SseFrame | null {
+    if (!this.messageId || !text) return null;
+    this.streamed = true;
+    return this.contentFrames.frame(this.messageId, text);
   }
 
   item(item: RunItem): BaseEvent[] {

@@ -120,6 +120,8 @@ export function agUiRoutes(app: ZodApp, deps: AppDeps): void {
       const ag = new AgUiEvents(input.threadId, input.runId, newId('msg'));
       for (const e of ag.start(started)) ch.push(frame(e));
       started.open((item) => {
+        const delta = item.kind === 'delta' ? ag.deltaFrame(item.text) : null;
+        if (delta) return void ch.push(delta);
         for (const e of ag.item(item)) {
           ch.push(frame(e));
           if (isTerminal(e)) ch.close();

@@ -123,6 +123,8 @@ export function aiSdkRoutes(app: ZodApp, deps: AppDeps): void {
       const ui = new UiMessageChunks({ run_id: started.run_id, session_id: started.session_id, trace_id: started.trace_id }, newId('msg'));
       ch.push(frame(ui.start(started.run_id)));
       started.open((item) => {
+        const delta = item.kind === 'delta' ? ui.deltaFrame(item.text) : null;
+        if (delta) return void ch.push(delta);
         for (const c of ui.item(item)) ch.push(frame(c));
         if (item.kind === 'settled' || item.kind === 'failed') {
           ch.push(DONE);

@@ -8,6 +8,8 @@
 import type { RunRecord } from '../../runtime/run-record.js';
 import type { StoredEvent } from '../../store/store.js';
 import type { RunItem } from '../run-events.js';
+import type { SseFrame } from '../../http/sse.js';
+import { TextDeltaFrames } from '../text-delta-frame.js';
 
 /** A UI message stream chunk (the `ai` package's UIMessageChunk; only the members agentd sends). */
 export type UiChunk =
@@ -47,6 +49,7 @@ export class UiMessageChunks {
   private streamed = false;
   private stepOpen = false;
   private readonly announced = new Set<string>();
+  private readonly deltaFrames = new TextDeltaFrames((id) => ({ type: 'text-delta', id }), 'delta');
 
   /** `partIds`: what this stream's text part ids start with (unique per stream: a continuation appends to the same message). */
   constructor(
@@ -57,6 +60,17 @@ export class UiMessageChunks {
   /** The first chunk: the assistant message (`messageId`: the one a continuation appends to). */
   start(messageId: string): UiChunk {
     return { type: 'start', messageId, messageMetadata: this.meta };
+  }
+
+  /**
+   * A text delta inside an open text part (every model chunk after a part's first) as its frame,
+   * ready to write (src/protocols/text-delta-frame.ts); null when it takes more than that (it
+   * opens a part): write item()'s chunks then.
+   */
+  deltaFrame(text: string): SseFrame | null {
+    if (!this.textId) return null;
+    this.streamed = true;
+    return this.deltaFrames.frame(this.textId, text);
   }
 
   /** The chunks of one item, in order. */

@@ -1,15 +1,20 @@
 // Background run rows (kind `bg_runs`) and the claim of queued ones. The claimer asks for due
-// queued rows a page at a time; a store several instances share takes them with one statement
-// that skips rows another claimer holds (StoreCapabilities.queueClaims: PostgreSQL), a store one
-// process owns is scanned on its `status` index (the claimer is the only one), and what a scan
-// listed is kept for the next passes (QueuedRunBuffer), so claiming one run does not list the
-// queue again.
+// queued rows a page at a time, in queue order: the `queue_order` index (a queued run's priority
+// rank, src/background/types.ts queueRank), then creation order, so higher priority first and
+// equal priorities first come, first served. A store several instances share takes them with one
+// statement that skips rows another claimer holds (StoreCapabilities.queueClaims: PostgreSQL), a
+// store one process owns is walked on that index (ListQuery.sortedBy; the claimer is the only
+// one), and what a walk listed is kept for the next passes (QueuedRunBuffer), so claiming one run
+// does not list the queue again.
 import { randomUUID } from 'node:crypto';
-import { encodeCursor, type QueueClaims, type Store, type Versioned } from '../store.js';
+import { decodeSortedCursor, sortedCursor, type QueueClaims, type Store, type Versioned } from '../store.js';
 import { KindRepo } from './kind-repo.js';
 import type { ValueOf } from './values.js';
 
 type Row = Versioned<ValueOf<'bg_runs'>>;
+
+/** The index of queued runs in claim order (written by src/background/types.ts runRowIndexes; pg-claim.ts walks it too). */
+export const QUEUE_ORDER_INDEX = 'queue_order';
 
 /** At most this many rows are read by one pass (a queue of runs blocked by their task's policy is not walked whole). */
 const MAX_SCANNED = 2000;
@@ -25,6 +30,20 @@ const notBefore = (value: unknown): number | null => {
   const at = (value as { internal?: { not_before?: string | null } }).internal?.not_before;
   return at ? Date.parse(at) : null;
 };
+
+/**
+ * The `queue_order` index value of a queued run: its place by priority (higher first), as three
+ * digits (priority 100 -> `000`, 0 -> `100`, -100 -> `200`); the store lists it sorted by this
+ * value, then by creation order (ListQuery.sortedBy), so equal priorities are first come, first
+ * served. A run stored without a priority counts as 0.
+ */
+export function queueRank(priority: number | null | undefined): string {
+  const p = Math.max(-100, Math.min(100, Math.trunc(priority ?? 0)));
+  return String(100 - p).padStart(3, '0');
+}
+
+/** A listed queued row's `queue_order` value (the store listed it under it), for the buffer's cursor. */
+const rankOf = (value: ValueOf<'bg_runs'>): string => queueRank(value.run.priority);
 
 export class BgRunRepo extends KindRepo<'bg_runs'> {
   constructor(store: Store) {
@@ -54,7 +73,9 @@ export class BgRunRepo extends KindRepo<'bg_runs'> {
  * by id (the row cache answers for rows this process wrote: no disk read) and drops those no
  * longer queued; the claim itself is still the row's CAS write, so a row cancelled, deleted or
  * claimed meanwhile is never run. Rows created later sort after `cursor` (a new row's seq is
- * larger than every seq already written) and are listed when a pass walks past the buffer. A row
+ * larger than every seq already written) and are listed when a pass walks past the buffer, unless
+ * their priority is higher than the last listed row's: the claimer reports every new queued run
+ * (arrived()), and such a one drops the buffer. A row
  * that comes BACK to the queue keeps its old place, maybe inside the prefix: the engine calls
  * drop() then (RunEngine.afterWrite), and so does the claimer on any doubt (a claim that did not
  * happen, a failed pass), and the claimer drops it once it is a second old, so a way back to
@@ -75,6 +96,15 @@ export class QueuedRunBuffer {
     this.cursor = null;
     this.since = null;
     this.generation++;
+  }
+
+  /**
+   * A run was queued with this `queue_order` rank: one of higher priority than the buffer's last
+   * listed row sorts inside the buffer, so the next pass lists the queue from its head. Equal or
+   * lower priority sorts after it (its seq is larger), where a pass lists anyway.
+   */
+  arrived(rank: string): void {
+    if (this.cursor !== null && rank < decodeSortedCursor(this.cursor).value) this.drop();
   }
 }
 
@@ -130,7 +160,7 @@ export class QueueClaimPass {
       this.done = items.length < limit || this.scanned >= MAX_SCANNED;
       return items;
     }
-    const page = await this.repo.list({ index: { name: 'status', value: 'queued' }, cursor: this.cursor, limit });
+    const page = await this.repo.list({ sortedBy: QUEUE_ORDER_INDEX, cursor: this.cursor, limit });
     this.scanned += page.items.length;
     this.cursor = page.next_cursor;
     this.done = !this.cursor || this.scanned >= MAX_SCANNED;
@@ -172,7 +202,7 @@ export class QueueClaimPass {
     }
     const cursor = this.listCursor === undefined ? buf.cursor : this.listCursor;
     if (cursor === null && buf.since === null) buf.since = this.now;
-    const page = await this.repo.list({ index: { name: 'status', value: 'queued' }, cursor, limit: Math.min(100, Math.max(limit, LIST_BATCH)) });
+    const page = await this.repo.list({ sortedBy: QUEUE_ORDER_INDEX, cursor, limit: Math.min(100, Math.max(limit, LIST_BATCH)) });
     if (dropped()) return [];
     this.scanned += page.items.length;
     this.listCursor = page.next_cursor;
@@ -181,7 +211,7 @@ export class QueueClaimPass {
       // Once one listed row does not fit, none after it joins: the buffer stays a prefix of the queue.
       if (this.extending && buf.ids.length < BUFFER_MAX) {
         buf.ids.push(item.id);
-        buf.cursor = encodeCursor(item.seq);
+        buf.cursor = sortedCursor(rankOf(item.value), item.seq);
         this.pos = buf.ids.length;
       } else this.extending = false;
       this.keepIfDue(item, due);
