@@ -105,7 +105,7 @@ describe('PostgreSQL holders op across processes', () => {
     };
     const [a, b] = [await open(), await open()];
     try {
-      await a.query({ text: 'TRUNCATE agentd.records, agentd.record_ix' }, false);
+      await a.queries.query({ text: 'TRUNCATE agentd.records, agentd.record_ix' }, false);
       for (let round = 0; round < 5; round++) {
         const id = `flow_key:race${round}`;
         const add = (s: PostgresStore, i: number) =>
