@@ -7,6 +7,7 @@ import type { AnyActorRef, Snapshot } from 'xstate';
 import { RUN_MACHINE_VERSION, type RunContext, type RunEvent, type RunStateValue } from '../../machines/run.machine.js';
 import type { ChatMessage } from '../agent/model/types.js';
 import { newId } from '../ids.js';
+import { keyReleaseOp } from '../flow/key-slots.js';
 import { isSharedStore } from '../store/changes.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import type { EventRecordInput } from '../telemetry/record.js';
@@ -81,6 +82,7 @@ export class RunHost {
   ending = false;
   /** kernel.notifyEnded was told already, when the end was queued (an embedded store: onSnapshot). */
   private endedEarly = false;
+  private keyReleaseInWrite = false; // the end or park write carries the key slot's release (a shared store)
   readonly kind: 'sync' | 'background';
   /** −100..100: its model calls' place among calls waiting for the provider's rate limit. */
   readonly priority: number;
@@ -251,6 +253,11 @@ export class RunHost {
         });
       }
       if (historyInCommit) ops.push(this.kernel.history.firstTurnOp(r, this.prelude));
+      // A shared store: the run's key slot goes back in this commit (src/store/holders-op.ts), not a round of its own.
+      if ((terminal || waiting) && r.concurrency && isSharedStore(this.deps.store)) {
+        ops.push(keyReleaseOp(r.concurrency.key, this.run_id));
+        this.keyReleaseInWrite = true;
+      }
       // A background agent run's end or park carries its background run's step (row, attempt,
       // trace, lifecycle event) in this same commit: both are written or neither is.
       if ((terminal || waiting) && this.kind === 'background' && this.kernel.finalFold) {
@@ -341,7 +348,7 @@ export class RunHost {
 
   /** A run waiting for a person: saved, actor stopped, slot released: it costs storage, not memory. */
   private async park(record: RunRecord): Promise<void> {
-    if (!this.endedEarly) this.kernel.notifyEnded(record);
+    if (!this.endedEarly) this.kernel.notifyEnded(record, this.keyReleaseInWrite);
     await this.events.done;
     this.retire();
     this.resolveSettled(record);
@@ -371,7 +378,7 @@ export class RunHost {
   }
 
   private async finish(record: RunRecord): Promise<void> {
-    if (!this.endedEarly) this.kernel.notifyEnded(record);
+    if (!this.endedEarly) this.kernel.notifyEnded(record, this.keyReleaseInWrite);
     await this.events.done;
     if (record.status === 'completed' && !(this.historyWrite && (await this.historyWrite))) {
       // A resumed run let go of its session when it parked (docs/runs.md) and went on without
