@@ -21,13 +21,13 @@ const idOf = (key: string): string => `flow_key:${key}`;
  * The op that gives `runId`'s slot of `key` back inside another commit (a run's end or park on a
  * shared store: src/runtime/run-host.ts), instead of a compare-and-set round of its own.
  */
-export function keyReleaseOp(key: string, runId: string): WriteOp {
-  return { op: 'holders', kind: 'meta', id: idOf(key), remove: [runId] };
+export function keyReleaseOp(store: Store, key: string, runId: string): WriteOp {
+  return repos(store).meta.holdersOp(idOf(key), { remove: [runId] });
 }
 
 /** The op that takes a slot of `key` for `runId` inside a commit: the store refuses the commit ('full') at the limit. */
-export function keyTakeOp(key: string, runId: string, limit: number, now: number): WriteOp {
-  return { op: 'holders', kind: 'meta', id: idOf(key), add: { run_id: runId, since: now, limit }, fields: { key } };
+export function keyTakeOp(store: Store, key: string, runId: string, limit: number, now: number): WriteOp {
+  return repos(store).meta.holdersOp(idOf(key), { add: { run_id: runId, since: now, limit }, fields: { key } });
 }
 
 // CAS losses on a hot key are expected (every admission and release of the key writes it): a
@@ -115,7 +115,7 @@ export class KeySlots implements KeyHolders {
    */
   async take(key: string, limit: number, runId: string, now: number): Promise<boolean> {
     try {
-      await this.store.commit([keyTakeOp(key, runId, limit, now)]);
+      await this.store.commit([keyTakeOp(this.store, key, runId, limit, now)]);
       return true;
     } catch (err) {
       if (err instanceof StoreError && err.code === 'full') return false;

@@ -223,39 +223,25 @@ export class RunHost {
     const historyInCommit = status === 'completed' && session === null && this.sessionCreateInCommit;
     let fold: CarriedWrite | null = null;
     const extra = (r: RunRecord): WriteOp[] => {
-      const ops: WriteOp[] = [
-        {
-          op: 'update',
-          kind: repos(this.deps.store).snapshots.kind,
-          id: this.run_id,
-          expectedVersion: null,
-          value: {
-            machine: 'run',
-            machine_version: RUN_MACHINE_VERSION,
-            snapshot: persisted,
-            workspace_path: this.workspace_path,
-            checkpoints,
-            ...(origin ? { origin } : {}),
-          } satisfies SnapshotValue,
-        },
-      ];
+      const snapshot: SnapshotValue = {
+        machine: 'run',
+        machine_version: RUN_MACHINE_VERSION,
+        snapshot: persisted,
+        workspace_path: this.workspace_path,
+        checkpoints,
+      };
+      const ops: WriteOp[] = [repos(this.deps.store).snapshots.updateOp(this.run_id, origin ? { ...snapshot, origin } : snapshot, null)];
       // The trace's status changes in the same commit as the run's, so nobody sees an ended or
       // parked run whose trace still reads `running`.
       if (phase.ending) {
         this.trace = { ...this.trace, status: terminal ? traceStatusOf(status) : 'suspended', ended_at: now };
-        ops.push({
-          op: 'update',
-          kind: repos(this.deps.store).traces.kind,
-          id: this.trace.trace_id,
-          value: this.trace,
-          expectedVersion: null,
-          indexes: { run_id: this.run_id, session_id: this.session_key, task_id: this.task_id },
-        });
+        const indexes = { run_id: this.run_id, session_id: this.session_key, task_id: this.task_id };
+        ops.push({ op: 'update', kind: repos(this.deps.store).traces.kind, id: this.trace.trace_id, value: this.trace, expectedVersion: null, indexes });
       }
       if (historyInCommit) ops.push(this.kernel.history.firstTurnOp(r, this.prelude));
       // A shared store: the run's key slot goes back in this commit (src/store/holders-op.ts), not a round of its own.
       if ((terminal || waiting) && r.concurrency && isSharedStore(this.deps.store)) {
-        ops.push(keyReleaseOp(r.concurrency.key, this.run_id));
+        ops.push(keyReleaseOp(this.deps.store, r.concurrency.key, this.run_id));
         this.keyReleaseInWrite = true;
       }
       // A background agent run's end or park carries its background run's step (row, attempt,

@@ -117,7 +117,7 @@ export class RunStarter {
       const take = opts.takeSlotInCreate;
       live = this.kernel.host({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, agent, { ...opts, workspace_path }, trace, [
         { op: 'create', kind: repos(this.deps.store).traces.kind, id: trace_id, value: trace, indexes: traceIndexes },
-        ...(take ? [keyTakeOp(take.key, run_id, take.limit, clock.now())] : []),
+        ...(take ? [keyTakeOp(this.deps.store, take.key, run_id, take.limit, clock.now())] : []),
       ]);
       // A key's slot taken in the creating commit: no event and no model call before the store
       // took it (refused, 'full': RunFlow.startKeyed queues the run, and nothing of this try remains).
