@@ -136,7 +136,7 @@ const RunsConfig = obj({
   lease_seconds: posNumber()
     .default(60)
     .describe(
-      "A live run renews its lease; one not renewed for this long is taken over by the sweep. An evaluation's driving instance holds its lease on the evaluation as long.",
+      "A live run renews its lease; one not renewed for this long is taken over by the sweep. A background run's agent run holds none: its background run's lease (background.lease_seconds) owns it. An evaluation's driving instance holds its lease on the evaluation as long.",
     ),
   orphan_sweep: OrphanSweepConfig.prefault({}).describe('Recovery of runs a stopped process left behind.'),
   checkpoints: bool()

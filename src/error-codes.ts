@@ -132,7 +132,7 @@ export const DOMAIN_ERRORS = {
   },
   AGT_ERR_STEER_LIMIT: { error: 'Conflict', status: 409, message: 'run %s already has %s steer messages, the most one run accepts' },
   AGT_ERR_RUN_NOT_INTERRUPTIBLE: { error: 'Conflict', status: 409, message: 'run %s cannot be interrupted while %s; only running runs can' },
-  AGT_ERR_RUN_IS_BACKGROUND: { error: 'Conflict', status: 409, message: 'run %s is a background run; stop it with POST /background/runs/{run_id}/cancel' },
+  AGT_ERR_RUN_IS_BACKGROUND: { error: 'Conflict', status: 409, message: "run %s is a background run's agent run; use POST /background/runs/{run_id}/%s" },
   AGT_ERR_DENY_WITH_ARGUMENTS: { error: 'Conflict', status: 409, message: 'arguments can only be given with an approval' },
   AGT_ERR_APPROVAL_EXPIRED: { error: 'Conflict', status: 409, message: 'approval %s expired at %s' },
   AGT_ERR_APPROVAL_ALREADY_DECIDED: { error: 'Conflict', status: 409, message: 'approval %s was already decided (%s)' },

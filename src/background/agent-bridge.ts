@@ -197,9 +197,9 @@ export class AgentBridge {
       how = { cause: 'interrupted', trigger: 'orphan_sweep' };
     } else {
       // status running, no live actor here. This process holds the background run's lease (its
-      // claim or recovery was a CAS on the row), and that lease owns the agent run: the agent
-      // run's own lease is not waited out.
-      how = { cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep', ownerDead: true };
+      // claim or recovery was a CAS on the row), and that lease is the only one that owns the
+      // agent run (it has none of its own; RunRecovery.resumeRead asks no other).
+      how = { cause: 'recovered_after_lapsed_lease', trigger: 'orphan_sweep' };
     }
     const failed = (err: unknown, r?: RunRecord) =>
       this.doneEvent(id, 'failed', `the agent run could not be continued: ${String((err as Error)?.message ?? err)}`, r ? sideEffectsOf(r) : []);

@@ -134,6 +134,12 @@ export class ConcurrencyQueue {
     if (this.store.changes) void this.store.changes.notify(CHANGE_CHANNELS.flow, JSON.stringify({ k: key }));
   }
 
+  /** `key` has a slot free: its holder let go in a commit of its own (a run's end or park, RunHost). */
+  released(key: string): void {
+    if (this.waiting.has(key)) this.pump(key);
+    if (this.store.changes) void this.store.changes.notify(CHANGE_CHANNELS.flow, JSON.stringify({ k: key }));
+  }
+
   /**
    * A slot freed while this process has a waiter on the key: the waiter gets it in the same write
    * that lets go of it (one compare-and-set of the key's record on a shared store), without a

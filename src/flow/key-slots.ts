@@ -1,12 +1,14 @@
 // The store part of concurrency keys (docs/flow-control.md): one small record per key in use
-// (kind meta, id `flow_key:<key>`) listing the runs admitted under it. Taking and letting go of a
-// slot are compare-and-set writes on that record, so on a store several instances share the
-// limit holds across all of them (docs/contract.md §3.4); the record is deleted when its last
-// holder lets go, so idle keys cost nothing.
+// (kind meta, id `flow_key:<key>`) listing the runs admitted under it. A take is the store's
+// atomic holders op (src/store/holders-op.ts: refused at the limit; a new run's rides in its
+// creating commit, keyTakeOp), a run's release rides in its end commit (keyReleaseOp), other
+// releases and hand-overs are compare-and-set writes; so on a
+// store several instances share the limit holds across all of them (docs/contract.md §3.4). The
+// record is deleted when its last holder lets go, so idle keys cost nothing.
 import { takeKeySlot, type KeyHolder } from '../../machines/policies/flow.js';
 import { casUpdate } from '../store/cas.js';
 import { repos } from '../store/repos/index.js';
-import { isStoreError, type Store } from '../store/store.js';
+import { StoreError, isStoreError, type Store, type WriteOp } from '../store/store.js';
 
 export interface KeySlotsValue {
   key: string;
@@ -14,6 +16,19 @@ export interface KeySlotsValue {
 }
 
 const idOf = (key: string): string => `flow_key:${key}`;
+
+/**
+ * The op that gives `runId`'s slot of `key` back inside another commit (a run's end or park on a
+ * shared store: src/runtime/run-host.ts), instead of a compare-and-set round of its own.
+ */
+export function keyReleaseOp(store: Store, key: string, runId: string): WriteOp {
+  return repos(store).meta.holdersOp(idOf(key), { remove: [runId] });
+}
+
+/** The op that takes a slot of `key` for `runId` inside a commit: the store refuses the commit ('full') at the limit. */
+export function keyTakeOp(store: Store, key: string, runId: string, limit: number, now: number): WriteOp {
+  return repos(store).meta.holdersOp(idOf(key), { add: { run_id: runId, since: now, limit }, fields: { key } });
+}
 
 // CAS losses on a hot key are expected (every admission and release of the key writes it): a
 // longer loop than the default, with short pauses.
@@ -93,19 +108,19 @@ export class KeySlots implements KeyHolders {
     return rec?.value.holders ?? [];
   }
 
-  /** Takes a slot of `key` for `runId` if fewer than `limit` runs hold it (true), else nothing (false). */
-  take(key: string, limit: number, runId: string, now: number): Promise<boolean> {
-    const meta = repos(this.store).meta;
-    return casUpdate(async () => {
-      const cur = await meta.get<KeySlotsValue>(idOf(key));
-      const decision = takeKeySlot(cur?.value.holders ?? [], limit, runId, now);
-      if (!decision.take) return false;
-      if (cur && decision.holders.length === cur.value.holders.length) return true; // held already
-      const value: KeySlotsValue = { key, holders: decision.holders };
-      if (cur) await meta.update(idOf(key), value, cur.version);
-      else await meta.create(idOf(key), value);
+  /**
+   * Takes a slot of `key` for `runId` if fewer than `limit` runs hold it (true), else nothing
+   * (false): one commit of a holders op (src/store/holders-op.ts), no read-modify-write loop; the
+   * store refuses it ('full') when the key is at its limit, whoever wrote last.
+   */
+  async take(key: string, limit: number, runId: string, now: number): Promise<boolean> {
+    try {
+      await this.store.commit([keyTakeOp(this.store, key, runId, limit, now)]);
       return true;
-    }, CAS);
+    } catch (err) {
+      if (err instanceof StoreError && err.code === 'full') return false;
+      throw err;
+    }
   }
 
   /** Lets go of `runId`'s slot of `key` (nothing when it holds none). Returns whether it held one. */

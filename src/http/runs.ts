@@ -187,6 +187,9 @@ export function runRoutes(app: ZodApp, deps: AppDeps): void {
       // (or another instance) resumes it.
       if (runs.shuttingDown) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
       const rec = await runs.get(run_id, request.tenantScope);
+      // A background run's agent run goes on only under its background run's lease, through that
+      // run's own resume (docs/background.md "Approvals"; docs/architecture.md "Which instance owns a run").
+      if (rec.kind === 'background') throw domainError('AGT_ERR_RUN_IS_BACKGROUND', [run_id, 'resume'], { detail: 'background' });
       const cause =
         rec.status === 'interrupted' ? 'interrupted' : rec.status === 'running' ? 'recovered_after_lapsed_lease' : ((rec.decision ?? 'approval') as 'approval');
       const started = await runs.resume(run_id, { cause, trigger: 'explicit' });

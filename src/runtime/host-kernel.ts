@@ -19,6 +19,7 @@ export interface HostKernel {
   /** The hosts live in this process: a host takes itself out when it retires. */
   readonly live: { delete(runId: string): boolean };
   readonly finalFold: ((record: RunRecord) => CarriedWrite | null) | null;
-  notifyEnded(record: RunRecord): void;
+  /** `keyReleased`: the run's concurrency slot went back in the end's own commit (a shared store). */
+  notifyEnded(record: RunRecord, keyReleased?: boolean): void;
   notifySettled(record: RunRecord): void;
 }

@@ -33,6 +33,20 @@ interface Waiter<T> {
 export interface CarriedEvents {
   events: EventInput[];
   stored(events: StoredEvent[]): void;
+  /** The carrying write was not written (its events were not stored either). */
+  failed?(): void;
+}
+
+/**
+ * A source of events that ride in whatever write of a RecordWriter the store takes next (a run's
+ * telemetry, src/runtime/run-events.ts): asked when the store takes each write, so an event pushed
+ * while a write waits for the store is stored in that write instead of an append of its own.
+ */
+export interface EventRider {
+  /** The events to carry in the write the store is taking now, or null. */
+  take(): CarriedEvents | null;
+  /** A write failed before it could ask take(): whatever waits to ride goes on its own. */
+  failed(): void;
 }
 
 /**
@@ -96,6 +110,8 @@ export class RecordWriter<T> {
   private fenced = false;
   /** A creating write not handed to the store yet (create.delayMs). */
   private deferredWrite: { timer: NodeJS.Timeout; issue: () => void } | null = null;
+  /** Events that ride in this writer's writes (only on a store with capabilities.atomicCommitEvents). */
+  rider: EventRider | null = null;
 
   constructor(
     private readonly store: Store,
@@ -181,6 +197,11 @@ export class RecordWriter<T> {
     return done;
   }
 
+  /** A write is open: made (perhaps handed to the store) but not taken by the store yet, so updates still fold into it. */
+  get hasOpenWrite(): boolean {
+    return this.open !== null;
+  }
+
   /** A delayed creating write (see the constructor) has not been handed to the store yet. */
   get deferred(): boolean {
     return this.deferredWrite !== null;
@@ -247,19 +268,25 @@ export class RecordWriter<T> {
       ];
     };
     // On a store that writes events atomically with a commit, every write may carry some (an
-    // update folded in later may add them): they are read when the store takes the write.
+    // update folded in later may add them, and the rider's go first, having been pushed before):
+    // they are read when the store takes the write.
+    let rode = false;
+    const events = () => {
+      rode = true;
+      const riding = this.rider?.take();
+      if (riding) open.carried.unshift(riding);
+      return open.carried.flatMap((c) => c.events);
+    };
     const written: Promise<Array<Versioned<unknown> | null>> =
       this.store.capabilities.atomicCommitEvents === true
-        ? this.store
-            .commitWithEvents(ops, () => open.carried.flatMap((c) => c.events))
-            .then((r) => {
-              let i = 0;
-              for (const c of open.carried) {
-                c.stored(r.events.slice(i, i + c.events.length));
-                i += c.events.length;
-              }
-              return r.records;
-            })
+        ? this.store.commitWithEvents(ops, events).then((r) => {
+            let i = 0;
+            for (const c of open.carried) {
+              c.stored(r.events.slice(i, i + c.events.length));
+              i += c.events.length;
+            }
+            return r.records;
+          })
         : this.store.commit(ops);
     const settled = written.then(
       ([rec]) => {
@@ -268,6 +295,8 @@ export class RecordWriter<T> {
         for (const p of open.waiters) p.resolve(w);
       },
       (err) => {
+        for (const c of open.carried) c.failed?.();
+        if (!rode) this.rider?.failed();
         if (err instanceof FencedError || isStoreError(err, 'stale_version')) {
           const fencedErr = err instanceof FencedError ? err : new FencedError(this.kind, this.id);
           const first = !this.fenced;

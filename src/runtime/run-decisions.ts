@@ -415,7 +415,7 @@ export class RunDecisions {
   ): Promise<{ status: 'interrupt_requested' | 'interrupted'; run_id: string; interrupt_id: string | null }> {
     const r = await this.kernel.get(runId);
     if (r.status === 'interrupted' && r.machine_state === 'interrupted') return { status: 'interrupted', run_id: runId, interrupt_id: null };
-    if (r.kind === 'background') throw domainError('AGT_ERR_RUN_IS_BACKGROUND', [runId], { detail: 'background' });
+    if (r.kind === 'background') throw domainError('AGT_ERR_RUN_IS_BACKGROUND', [runId, 'cancel'], { detail: 'background' });
     // A run a graceful shutdown interrupted is resumed at the next start: the request makes it
     // stop again at its first boundary there, and stay stopped.
     if (r.status !== 'running' && r.status !== 'interrupted') throw domainError('AGT_ERR_RUN_NOT_INTERRUPTIBLE', [runId, r.status], { detail: r.status });

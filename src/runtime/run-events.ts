@@ -2,21 +2,41 @@
 // durability). Events of one run are stored in order, then published; effects do not wait for
 // them (telemetry must not add a durable write to every step's latency), and the run reads as
 // ended, and settles, only once its chain drained (RunHost awaits `done`).
+//
+// On a store that writes events atomically with a commit (memory, LevelDB), an event pushed while
+// the run's record writer has a write the store has not taken yet rides in that write (EventRider,
+// src/runtime/persistence.ts) instead of an append of its own: a new run's first events in its
+// creating write, its last ones (final_answer, runtime_error, run_interrupted) in its final write.
+// Order holds: no append is handed to the store while a write is open, so every event appended
+// before that write was handed to the store before it, and every later one after it.
+import type { StoredEvent } from '../store/store.js';
 import type { EventRecordInput } from '../telemetry/record.js';
 import type { TelemetryEmitter } from './emitter.js';
+import type { CarriedEvents, EventRider } from './persistence.js';
 
-export class RunEventChain {
+type Telemetry = Pick<TelemetryEmitter, 'emitManySafe' | 'recordsOf' | 'published'>;
+
+export class RunEventChain implements EventRider {
   /** Resolves when every event pushed so far is stored and published. */
   done: Promise<unknown> = Promise.resolve();
   /** Event order within this trace segment, 1..n (the last one given out). */
   seq = 0;
   /** Events held back with a new run's delayed creating write, in order; null once it went. */
   private held: { events: EventRecordInput[]; release: () => void } | null = null;
+  /** Events waiting to ride in the record writer's next write the store takes (see take()). */
+  private riding: { events: EventRecordInput[]; landed: () => void } | null = null;
+  /** Inside rideNext(): events ride in the write that follows even if none is open yet. */
+  private forceRide = false;
 
-  /** `hold`: a new run whose creating write waits (RunHost's CREATE_FOLD_MS): its first events wait with it. */
+  /**
+   * `hold`: a new run whose creating write waits (RunHost's CREATE_FOLD_MS): its first events wait
+   * with it, appended right before it. `writeOpen`: on a store that carries events in a commit,
+   * whether the run's record writer has a write the store has not taken (events then ride in it).
+   */
   constructor(
-    private readonly telemetry: Pick<TelemetryEmitter, 'emitManySafe'>,
+    private readonly telemetry: Telemetry,
     hold: boolean,
+    private readonly writeOpen: (() => boolean) | null = null,
   ) {
     if (!hold) return;
     let release!: () => void;
@@ -31,11 +51,72 @@ export class RunEventChain {
       this.held.events.push(event);
       return this.done;
     }
+    if (this.writeOpen && (this.forceRide || this.riding || this.writeOpen())) {
+      if (!this.riding) {
+        let landed!: () => void;
+        this.done = Promise.all([this.done, new Promise<void>((r) => (landed = r))]);
+        this.riding = { events: [], landed };
+      }
+      this.riding.events.push(event);
+      return this.done;
+    }
     // Handed to the store now, not after the previous event landed: the store's write queue is
     // first in, first out and group-commits, so the events of a step share one durable write and
     // keep their order (sequence numbers and cursors alike) without waiting on each other.
     this.done = Promise.all([this.done, this.telemetry.emitManySafe([event])]);
     return this.done;
+  }
+
+  /**
+   * Runs `emit` so that the events it pushes ride in the record write that follows it (the run's
+   * end or stop: its last events in its final commit). The caller makes that write, then calls
+   * `wrote`.
+   */
+  rideNext(emit: () => void): void {
+    if (!this.writeOpen) return emit();
+    this.forceRide = true;
+    try {
+      emit();
+    } finally {
+      this.forceRide = false;
+    }
+  }
+
+  /** After the write rideNext promised: if no write will take the riding events (it was refused at once), they go on their own. */
+  wrote(): void {
+    if (this.riding && this.writeOpen && !this.writeOpen()) this.failed();
+  }
+
+  /** EventRider: the store is taking one of the run's record writes; the riding events go in it. */
+  take(): CarriedEvents | null {
+    const r = this.riding;
+    if (!r) return null;
+    this.riding = null;
+    let events;
+    try {
+      events = this.telemetry.recordsOf(r.events);
+    } catch {
+      // Never fail the run's write over its telemetry: the append reports what is wrong with them.
+      void this.telemetry.emitManySafe(r.events).then(r.landed);
+      return null;
+    }
+    return {
+      events,
+      stored: (stored: StoredEvent[]) => {
+        this.telemetry.published(stored);
+        r.landed();
+      },
+      // Not written: the events are appended on their own (telemetry is not lost with a failed write).
+      failed: () => void this.telemetry.emitManySafe(r.events).then(r.landed),
+    };
+  }
+
+  /** EventRider: a write failed before it took the riding events: they are appended on their own. */
+  failed(): void {
+    const r = this.riding;
+    if (!r) return;
+    this.riding = null;
+    void this.telemetry.emitManySafe(r.events).then(r.landed);
   }
 
   /** The delayed creating write goes to the store now: the events held with it go first. */

@@ -11,7 +11,7 @@ import { ConcurrencyQueue } from '../flow/concurrency.js';
 import { newId } from '../ids.js';
 import { isSharedStore } from '../store/changes.js';
 import { repos } from '../store/repos/index.js';
-import type { Versioned } from '../store/store.js';
+import { isStoreError, type Versioned } from '../store/store.js';
 import { reportSwallowed } from '../telemetry/swallowed.js';
 import type { RunKernel } from './run-kernel.js';
 import { TERMINAL_RUN_STATUSES, newRunRecord, runIndexes, type RunRecord } from './run-record.js';
@@ -42,10 +42,12 @@ export class RunFlow {
     // run too): its record names the key.
     // The slot goes on as soon as the end is stored (onEnded), not after the run's last events and
     // history writes (onSettled, the fallback for ends that do not pass through a run host).
-    kernel.onEnded((record) => {
+    kernel.onEnded((record, keyReleased) => {
       if (!record.concurrency) return;
       this.releasedAtEnd.add(record.run_id);
-      void this.release(record.concurrency.key, record.run_id);
+      // Gone with the end's commit (a shared store): only the waiters are to be told.
+      if (keyReleased) this.queue.released(record.concurrency.key);
+      else void this.release(record.concurrency.key, record.run_id);
     });
     kernel.onSettled((record) => {
       if (this.releasedAtEnd.delete(record.run_id)) return;
@@ -73,7 +75,20 @@ export class RunFlow {
     const priority = opts.priority ?? 0;
     const run_id = opts.run_id ?? newId('run');
     const keyed: StartOptions & { run_id: string } = { ...opts, run_id, concurrency, priority };
-    if (await this.queue.tryTake(concurrency.key, concurrency.limit, run_id)) {
+    if (isSharedStore(this.deps.store)) {
+      // A shared store: the take rides in the run's creating commit (a holders op), refused at the
+      // limit; no commit of its own (docs/flow-control.md). Nobody waiting here goes first.
+      if (this.queue.waitingOn(concurrency.key) === 0) {
+        try {
+          return await this.start(query, sessionId, { ...keyed, takeSlotInCreate: concurrency });
+        } catch (err) {
+          if (!isStoreError(err, 'full')) {
+            await this.release(concurrency.key, run_id);
+            throw err;
+          }
+        }
+      }
+    } else if (await this.queue.tryTake(concurrency.key, concurrency.limit, run_id)) {
       try {
         return await this.start(query, sessionId, keyed);
       } catch (err) {
@@ -149,8 +164,14 @@ export class RunFlow {
     const run_id = queued.run_id;
     const outcome = await this.queue.wait({ run_id, key: q.key, limit: q.limit, priority: q.priority, enqueued_at: q.enqueued_at });
     if (outcome === 'dropped') return this.kernel.get(run_id);
+    const admitted_at = this.deps.clock.now();
     // Runs of one key admitted back to back (two slots freed at once) start in the order they were
-    // admitted, each once the one before it has started: the key's FIFO holds up to the model.
+    // admitted: the key's FIFO holds up to the model. On an embedded store each waits until the one
+    // before it has spawned its actor (StartOptions.onSpawned), whose way to the model has no store
+    // round; not until start() returns, which waits for that run's first commit: a run that ended
+    // before it (a fast model) held the next one a whole fsync round (the flow bench's p99). On a
+    // shared store the way to the model has store rounds, and the next run could overtake it
+    // (test/flow/concurrency FIFO on PostgreSQL): it waits for start() to return, as before.
     const before = this.starting.get(q.key);
     let started!: () => void;
     const mine = new Promise<void>((r) => (started = r));
@@ -158,6 +179,7 @@ export class RunFlow {
     let slot: (() => void) | null = null;
     try {
       if (before) await before;
+      const shared = isSharedStore(this.deps.store);
       slot = await this.kernel.slots.acquire({ priority: q.priority, deadline: false });
       const rec = await repos(this.deps.store).runs.get<RunRecord>(run_id);
       if (!rec || rec.value.status !== 'queued') {
@@ -166,7 +188,14 @@ export class RunFlow {
         await this.release(q.key, run_id);
         return rec?.value ?? queued;
       }
-      const run = await this.start(rec.value.query, rec.value.session_id, { ...opts, run_id, queued: rec, slot });
+      const run = await this.start(rec.value.query, rec.value.session_id, {
+        ...opts,
+        run_id,
+        queued: rec,
+        slot,
+        onSpawned: shared ? undefined : started,
+        admitted_at,
+      });
       started();
       return await run.settled;
     } catch (err) {
@@ -324,6 +353,9 @@ export class RunFlow {
    */
   startBeating(): void {
     if (!isSharedStore(this.deps.store) || this.beatTimer) return;
+    // A first look at once (start-up): the queued runs of an instance that stopped (markStopped)
+    // or died long ago are taken over now, not a lease later.
+    void this.recoverQueued().catch((err) => reportSwallowed('flow.takeover', err));
     const everyMs = Math.max(100, Math.floor((this.deps.settings.lease_seconds * 1000) / 3));
     this.beatTimer = setInterval(() => {
       if (this.kernel.closing) return;
@@ -337,6 +369,19 @@ export class RunFlow {
   stopBeating(): void {
     if (this.beatTimer) clearInterval(this.beatTimer);
     this.beatTimer = null;
+  }
+
+  /**
+   * Graceful shutdown on a shared store with runs queued here: this instance says it stopped (its
+   * beat at 0), so another instance, or this one restarted, takes those runs over at once instead
+   * of after two leases without a beat (deadOwners); a crash still takes the two leases.
+   */
+  async markStopped(): Promise<void> {
+    if (!isSharedStore(this.deps.store) || this.queue.size === 0) return;
+    const meta = repos(this.deps.store).meta;
+    await this.deps.store
+      .commit([meta.updateOp(`flow_instance:${this.deps.workerId}`, { beat_at: 0, stopped: true }, null)])
+      .catch((err) => reportSwallowed('flow.mark_stopped', err));
   }
 
   private beatTimer: NodeJS.Timeout | null = null;

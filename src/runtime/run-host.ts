@@ -1,12 +1,13 @@
-// One object per run live in this process: its serial record writer, its actor, its heartbeat
-// and timeout timers, and its telemetry chain. After every transition it persists the record and
-// snapshot (the record as recordFromSnapshot projects it), and it lets go of the run when it
-// ends, parks for a person, stops at a boundary, fails outside its machine or is fenced off.
+// One object per run live in this process: its serial record writer, its actor, its timeout timer
+// and heartbeat (none for a background run's agent run), and its telemetry chain. After every
+// transition it persists the record and snapshot (as recordFromSnapshot projects it); it lets go
+// of the run when it ends, parks, stops at a boundary, fails outside its machine or is fenced off.
 import { bgIdOf, sessionKeyOf } from './tenancy.js';
 import type { AnyActorRef, Snapshot } from 'xstate';
 import { RUN_MACHINE_VERSION, type RunContext, type RunEvent, type RunStateValue } from '../../machines/run.machine.js';
 import type { ChatMessage } from '../agent/model/types.js';
 import { newId } from '../ids.js';
+import { keyReleaseOp } from '../flow/key-slots.js';
 import { isSharedStore } from '../store/changes.js';
 import type { Versioned, WriteOp } from '../store/store.js';
 import type { EventRecordInput } from '../telemetry/record.js';
@@ -81,6 +82,7 @@ export class RunHost {
   ending = false;
   /** kernel.notifyEnded was told already, when the end was queued (an embedded store: onSnapshot). */
   private endedEarly = false;
+  private keyReleaseInWrite = false; // the end or park write carries the key slot's release (a shared store)
   readonly kind: 'sync' | 'background';
   /** −100..100: its model calls' place among calls waiting for the provider's rate limit. */
   readonly priority: number;
@@ -120,7 +122,9 @@ export class RunHost {
     // A new run's first round waits to fold with what follows (CREATE_FOLD_MS), unless other
     // processes share the store (they must be able to read the run as soon as its id is out).
     const fold = create !== undefined && !isSharedStore(deps.store);
-    this.events = new RunEventChain(deps.telemetry, fold);
+    // On a store that writes events in a commit, the run's events ride in its record writes (run-events.ts).
+    const ride = deps.store.capabilities.atomicCommitEvents === true;
+    this.events = new RunEventChain(deps.telemetry, fold && !ride, ride ? () => this.writer.hasOpenWrite : null);
     this.writer = new RecordWriter<RunRecord>(
       deps.store,
       'runs',
@@ -134,6 +138,7 @@ export class RunHost {
           : { extra: create, replaces: opts.queued?.version }
         : undefined,
     );
+    if (ride) this.writer.rider = this.events;
     this.onDelta = opts.onDelta;
     this.startedAtMs = deps.clock.now();
     this.workspace_path = opts.workspace_path ?? null;
@@ -146,9 +151,9 @@ export class RunHost {
     this.trace = trace;
     this.checkpoints = opts.checkpoints ?? [];
     this.origin = opts.origin ?? null;
-    const leaseMs = deps.settings.lease_seconds * 1000;
-    this.heartbeat = setInterval(() => this.beat(), Math.max(50, Math.floor(leaseMs / 3)));
-    this.heartbeat.unref();
+    // A background run's agent run renews no lease: its background run's owns it (docs/architecture.md "Which instance owns a run").
+    if (this.kind !== 'background') this.heartbeat = setInterval(() => this.beat(), Math.max(50, Math.floor((deps.settings.lease_seconds * 1000) / 3)));
+    this.heartbeat?.unref();
     const timeoutSeconds = opts.timeout_seconds ?? (this.kind === 'sync' ? deps.settings.request_timeout_seconds : null);
     if (timeoutSeconds && timeoutSeconds > 0) {
       this.timeout = setTimeout(() => this.ref?.send({ type: 'TIMEOUT' }), timeoutSeconds * 1000);
@@ -218,36 +223,27 @@ export class RunHost {
     const historyInCommit = status === 'completed' && session === null && this.sessionCreateInCommit;
     let fold: CarriedWrite | null = null;
     const extra = (r: RunRecord): WriteOp[] => {
-      const ops: WriteOp[] = [
-        {
-          op: 'update',
-          kind: repos(this.deps.store).snapshots.kind,
-          id: this.run_id,
-          expectedVersion: null,
-          value: {
-            machine: 'run',
-            machine_version: RUN_MACHINE_VERSION,
-            snapshot: persisted,
-            workspace_path: this.workspace_path,
-            checkpoints,
-            ...(origin ? { origin } : {}),
-          } satisfies SnapshotValue,
-        },
-      ];
+      const snapshot: SnapshotValue = {
+        machine: 'run',
+        machine_version: RUN_MACHINE_VERSION,
+        snapshot: persisted,
+        workspace_path: this.workspace_path,
+        checkpoints,
+      };
+      const ops: WriteOp[] = [repos(this.deps.store).snapshots.updateOp(this.run_id, origin ? { ...snapshot, origin } : snapshot, null)];
       // The trace's status changes in the same commit as the run's, so nobody sees an ended or
       // parked run whose trace still reads `running`.
       if (phase.ending) {
         this.trace = { ...this.trace, status: terminal ? traceStatusOf(status) : 'suspended', ended_at: now };
-        ops.push({
-          op: 'update',
-          kind: repos(this.deps.store).traces.kind,
-          id: this.trace.trace_id,
-          value: this.trace,
-          expectedVersion: null,
-          indexes: { run_id: this.run_id, session_id: this.session_key, task_id: this.task_id },
-        });
+        const indexes = { run_id: this.run_id, session_id: this.session_key, task_id: this.task_id };
+        ops.push({ op: 'update', kind: repos(this.deps.store).traces.kind, id: this.trace.trace_id, value: this.trace, expectedVersion: null, indexes });
       }
       if (historyInCommit) ops.push(this.kernel.history.firstTurnOp(r, this.prelude));
+      // A shared store: the run's key slot goes back in this commit (src/store/holders-op.ts), not a round of its own.
+      if ((terminal || waiting) && r.concurrency && isSharedStore(this.deps.store)) {
+        ops.push(keyReleaseOp(this.deps.store, r.concurrency.key, this.run_id));
+        this.keyReleaseInWrite = true;
+      }
       // A background agent run's end or park carries its background run's step (row, attempt,
       // trace, lifecycle event) in this same commit: both are written or neither is.
       if ((terminal || waiting) && this.kind === 'background' && this.kernel.finalFold) {
@@ -261,20 +257,20 @@ export class RunHost {
       }
       return ops;
     };
-    // A run's events are stored before it reads as ended or waiting, so a client that sees that
-    // status also finds final_answer / runtime_error / policy_decision_ask: every event was handed
-    // to the store before this record update, and the store's write queue is first in, first out
-    // (same atomic batch or an earlier one). No waiting for the events here, so the run's end
-    // costs one store round, not two.
-    if (terminal) void this.emitFinal(status, ctx);
-    if (stopped) {
-      void this.emit({
-        event_type: 'run_interrupted',
-        actor: { type: 'system', id: this.deps.workerId },
-        span_id: this.rootSpan,
-        metadata: { interrupt_id: ctx.interrupt_handled ?? null, step: ctx.step, steered: (ctx.steered ?? []).length },
-      });
-    }
+    // A run's events are stored before it reads as ended or waiting, so a client that sees that status also finds
+    // final_answer / runtime_error / policy_decision_ask: the last ones ride in this very update on a store that writes
+    // events in a commit (run-events.ts), and every earlier one was handed to the store before it (first in, first out).
+    // No waiting for the events here, so the run's end costs one store round, not two.
+    this.events.rideNext(() => {
+      if (terminal) void this.emitFinal(status, ctx);
+      if (stopped)
+        void this.emit({
+          event_type: 'run_interrupted',
+          actor: { type: 'system', id: this.deps.workerId },
+          span_id: this.rootSpan,
+          metadata: { interrupt_id: ctx.interrupt_handled ?? null, step: ctx.step, steered: (ctx.steered ?? []).length },
+        });
+    });
     const beforeCommit =
       status === 'completed' && session !== undefined && !historyInCommit
         ? (r: RunRecord) => (this.historyWrite = this.kernel.history.write(session, r, this.prelude))
@@ -286,6 +282,7 @@ export class RunHost {
       () => (fold as CarriedWrite | null)?.carry ?? null,
     );
     (fold as CarriedWrite | null)?.settle(write);
+    this.events.wrote();
     if (historyInCommit) this.historyWrite = write.then(() => true).catch(() => false);
     // An end, a pause or a stop must be durable at once (a delayed creation goes now), but a
     // completion that carries its background run's may wait a few ms, still unwritten, for the
@@ -337,7 +334,7 @@ export class RunHost {
 
   /** A run waiting for a person: saved, actor stopped, slot released: it costs storage, not memory. */
   private async park(record: RunRecord): Promise<void> {
-    if (!this.endedEarly) this.kernel.notifyEnded(record);
+    if (!this.endedEarly) this.kernel.notifyEnded(record, this.keyReleaseInWrite);
     await this.events.done;
     this.retire();
     this.resolveSettled(record);
@@ -367,7 +364,7 @@ export class RunHost {
   }
 
   private async finish(record: RunRecord): Promise<void> {
-    if (!this.endedEarly) this.kernel.notifyEnded(record);
+    if (!this.endedEarly) this.kernel.notifyEnded(record, this.keyReleaseInWrite);
     await this.events.done;
     if (record.status === 'completed' && !(this.historyWrite && (await this.historyWrite))) {
       // A resumed run let go of its session when it parked (docs/runs.md) and went on without
@@ -391,8 +388,6 @@ export class RunHost {
   private retire(): void {
     if (this.heartbeat) clearInterval(this.heartbeat);
     if (this.timeout) clearTimeout(this.timeout);
-    this.heartbeat = null;
-    this.timeout = null;
     this.deps.system.stop(`run:${this.run_id}`);
     this.kernel.live.delete(this.run_id);
     this.kernel.sessions.release(this.session_key, this.run_id);

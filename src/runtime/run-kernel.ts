@@ -42,7 +42,7 @@ export class RunKernel {
    */
   readonly deltaTaps = new Map<string, Set<DeltaListener>>();
   private readonly settledListeners = new Set<(record: RunRecord) => void>();
-  private readonly endedListeners = new Set<(record: RunRecord) => void>();
+  private readonly endedListeners = new Set<(record: RunRecord, keyReleased: boolean) => void>();
 
   constructor(readonly deps: RunServiceDeps) {
     const st = deps.settings;
@@ -154,14 +154,15 @@ export class RunKernel {
   /**
    * Told as soon as a run's end or park is stored (on a store only this process writes: queued,
    * see RunHost.onSnapshot), before its last events and history are (which onSettled waits for):
-   * what the run held for others (a concurrency key's slot) goes on at once.
+   * what the run held for others (a concurrency key's slot) goes on at once. `keyReleased`: that
+   * slot went back in the end's own commit already (a shared store: RunHost.onSnapshot).
    */
-  onEnded(listener: (record: RunRecord) => void): void {
+  onEnded(listener: (record: RunRecord, keyReleased: boolean) => void): void {
     this.endedListeners.add(listener);
   }
 
-  notifyEnded(record: RunRecord): void {
-    for (const l of this.endedListeners) l(record);
+  notifyEnded(record: RunRecord, keyReleased = false): void {
+    for (const l of this.endedListeners) l(record, keyReleased);
   }
 
   onSettled(listener: (record: RunRecord) => void): () => void {

@@ -32,7 +32,7 @@ export class RunLifecycle {
   }
 
   /** Graceful shutdown: live runs get `graceMs` to end, the rest are saved `interrupted` (RunRecovery.shutdown). */
-  shutdown(graceMs: number): Promise<void> {
-    return this.recovery.shutdown(graceMs);
+  async shutdown(graceMs: number): Promise<void> {
+    await Promise.all([this.flow.markStopped(), this.recovery.shutdown(graceMs)]);
   }
 }

@@ -86,8 +86,11 @@ export interface RunRecord {
   concurrency?: { key: string; limit: number } | null;
   /** −100..100, default 0: among waiting runs, higher goes first. */
   priority?: number;
-  /** Set when the run waited for its key's slot: what it waited on and since when (ms). Kept after admission. */
-  queue?: { key: string; limit: number; priority: number; enqueued_at: number } | null;
+  /**
+   * Set when the run waited for its key's slot: what it waited on, since when and (once it started)
+   * when its key admitted it (ms). Kept after admission.
+   */
+  queue?: { key: string; limit: number; priority: number; enqueued_at: number; admitted_at?: number } | null;
   /** While a model call waits for its provider's rate limit: until when (ISO). */
   throttled_until?: string | null;
 }

@@ -33,9 +33,8 @@ export interface ResumeHow {
   extra?: Record<string, unknown>;
   /**
    * The previous owner is known to be gone, whatever the run's own lease says: the start-up sweep
-   * on the single-process embedded store, or a background run's agent run continued by the holder
-   * of the background run's lease (that lease, taken by a CAS on the background run's row, is what
-   * owns the agent run: src/background/agent-bridge.ts).
+   * on the single-process embedded store. (A background run's agent run has no lease of its own:
+   * the holder of its background run's lease continues it; see resumeRead.)
    */
   ownerDead?: boolean;
   /** A slot the caller already holds (the recovery lane): the run keeps it; released if the resume fails. */
@@ -128,8 +127,10 @@ export class RunRecovery {
     // `ownerDead` (start-up sweep on the single-process embedded store): the owner's lease may not
     // have lapsed yet, but its process is gone. Without it, a SIGKILLed run waited out its whole
     // lease (60 s) and was then left `running` until the next periodic sweep (found by
-    // test/http/recovery.test.ts, scenario a).
-    if (r.status === 'running' && !how.ownerDead && this.deps.leases.heldElsewhere(r.owner, r.lease_expires_at, this.deps.workerId))
+    // test/http/recovery.test.ts, scenario a). A background run's agent run has no lease to ask
+    // (an older record's is ignored): whoever holds its background run's lease continues it
+    // (src/background/agent-bridge.ts), and POST /runs/{id}/resume refuses it (src/http/runs.ts).
+    if (r.status === 'running' && r.kind !== 'background' && !how.ownerDead && this.deps.leases.heldElsewhere(r.owner, r.lease_expires_at, this.deps.workerId))
       throw domainError('AGT_ERR_RUN_ALREADY_LIVE', [runId, String(r.owner)]);
     if (!snapRec) throw domainError('AGT_ERR_RUN_NO_SNAPSHOT', [runId]);
     // A snapshot from a newer run machine (a rolling upgrade's other half, or a downgrade) is left
@@ -176,7 +177,8 @@ export class RunRecovery {
         trace_id,
         trace_ids: [...r.trace_ids, trace_id],
         heartbeat_at: iso(now),
-        lease_expires_at: this.deps.leases.expiresAt(this.deps.settings.lease_seconds * 1000),
+        // None for a background run's agent run: its background run's lease owns it.
+        lease_expires_at: r.kind === 'background' ? null : this.deps.leases.expiresAt(this.deps.settings.lease_seconds * 1000),
         recoveries: recovering ? r.recoveries + 1 : r.recoveries,
         updated_at: iso(now),
       };
@@ -302,7 +304,8 @@ export class RunRecovery {
       do {
         const page: { items: Versioned<RunRecord>[]; next_cursor: string | null } = await repos(store).runs.list<RunRecord>({ index, cursor, limit: 500 });
         for (const { value: r } of page.items) {
-          // Background runs are recovered by the background manager, which owns their attempts.
+          // A background run's agent run has no lease of its own: only its background run's RECOVER
+          // (src/background/claimer.ts, machines/background-run.machine.ts) decides it is orphaned.
           if (r.kind === 'background') continue;
           if (this.kernel.live.has(r.run_id)) continue;
           let cause: RecoveryCause | null = null;

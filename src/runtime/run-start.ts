@@ -14,8 +14,9 @@ import { originView } from './debug/origin.js';
 import type { RunDecisions } from './run-decisions.js';
 import type { RunHost } from './run-host.js';
 import type { RunKernel } from './run-kernel.js';
-import { newRunRecord, runIndexes } from './run-record.js';
+import { newRunRecord, runIndexes, type RunRecord } from './run-record.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
+import { keyTakeOp } from '../flow/key-slots.js';
 import { bgKey, bgTenantOf, tenantKey } from './tenancy.js';
 
 export class RunStarter {
@@ -70,7 +71,9 @@ export class RunStarter {
         trace_id,
         now,
         lease_seconds: settings.lease_seconds,
-        lease_expires_at: this.deps.leases.expiresAt(settings.lease_seconds * 1000),
+        // A background run's agent run holds no lease of its own: its background run's does
+        // (docs/architecture.md "Which instance owns a run").
+        lease_expires_at: opts.kind === 'background' ? null : this.deps.leases.expiresAt(settings.lease_seconds * 1000),
         owner: this.deps.workerId,
       });
       // A run with a concurrency key carries it (its end lets go of the slot); one that waited
@@ -80,7 +83,9 @@ export class RunStarter {
             ...created,
             concurrency: opts.concurrency,
             priority: opts.priority ?? 0,
-            ...(queued ? { created_at: queued.created_at, queue: queued.queue ?? null } : {}),
+            ...(queued
+              ? { created_at: queued.created_at, queue: queued.queue ? { ...queued.queue, admitted_at: opts.admitted_at ?? clock.now() } : null }
+              : {}),
           }
         : created;
       // The run's writer creates the run and its first trace segment in one commit, handed to the
@@ -109,16 +114,22 @@ export class RunStarter {
       ]);
       const workspace_path = opts.workspace_path ?? this.kernel.sessionWorkspace(session_key, profile.session_workspace_root);
       this.deps.metrics.liveRuns.inc();
+      const take = opts.takeSlotInCreate;
       live = this.kernel.host({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, agent, { ...opts, workspace_path }, trace, [
         { op: 'create', kind: repos(this.deps.store).traces.kind, id: trace_id, value: trace, indexes: traceIndexes },
+        ...(take ? [keyTakeOp(this.deps.store, take.key, run_id, take.limit, clock.now())] : []),
       ]);
+      // A key's slot taken in the creating commit: no event and no model call before the store
+      // took it (refused, 'full': RunFlow.startKeyed queues the run, and nothing of this try remains).
+      if (take) await live.writer.created;
       void live.emit({
         event_type: 'user_message',
         actor: { type: 'user', id: session_id },
         input: opts.context ? { query, context: opts.context } : { query },
         span_id: live.rootSpan,
         // the trace's gen_ai.agent.name; a fork's or replay's origin (src/runtime/debug/origin.ts)
-        metadata: { agent_name: record.agent_name, ...originView(opts.origin) },
+        // A run that waited for its key: when it was queued and when the key admitted it (docs/flow-control.md).
+        metadata: { agent_name: record.agent_name, ...originView(opts.origin), ...queueView(record.queue) },
       });
       // On a store other processes share, another instance may be asked for the run: the id goes
       // out only once the run is stored, as a client could read it anywhere. Its create is issued
@@ -184,6 +195,7 @@ export class RunStarter {
       live.spawn({
         input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query, history_length },
       });
+      opts.onSpawned?.();
       await live.writer.created; // (on a shared store, onAccepted was called just before this resumes)
       this.deps.metrics.runStarted();
       return { run_id, session_id, trace_id, settled: live.settled };
@@ -216,6 +228,11 @@ export class RunStarter {
     const own = bgKey(tenant, agentId);
     return (await repos(this.deps.store).bgAgents.get(own)) ? own : agentId;
   }
+}
+
+/** user_message metadata of a run that waited `queued` for its concurrency key. */
+function queueView(q: RunRecord['queue']): { queue?: { enqueued_at: string; admitted_at: string } } {
+  return q?.admitted_at !== undefined ? { queue: { enqueued_at: iso(q.enqueued_at), admitted_at: iso(q.admitted_at) } } : {};
 }
 
 /** The user and assistant text of `conversation` before its last user message: what a seeded session holds. */

@@ -149,6 +149,20 @@ export interface StartOptions {
   /** Internal: a run slot already held (a queued run waited for it without a deadline). */
   slot?: () => void;
   /**
+   * Internal (src/runtime/run-flow.ts): called once the run's actor is spawned (its user_message
+   * emitted, its first model call on its way), before its first commit is durable: the next run
+   * its key admitted may start then (the key's FIFO holds up to the model without waiting a commit round).
+   */
+  onSpawned?: () => void;
+  /**
+   * Internal (src/runtime/run-flow.ts, a shared store): the run takes its key's slot in its
+   * creating commit (a holders op) and nothing of it goes out before that commit is stored; start()
+   * rejects with StoreError 'full' when the key is at its limit (the caller queues the run).
+   */
+  takeSlotInCreate?: { key: string; limit: number };
+  /** Internal (src/runtime/run-flow.ts): when the queued run's key admitted it (ms; its user_message says so). */
+  admitted_at?: number;
+  /**
    * The conversation the run starts from (after the system instruction), instead of one built
    * from the session and `query` (a fork or replay: src/runtime/debug/). `query` is then only what
    * the run record shows.

@@ -1,6 +1,7 @@
 // One round's record writes staged against what the disk holds (src/store/level-writer.ts): each
 // op checked (CAS on version), its row, index postings and counters as batch operations.
 import { cleanIndexes, indexCountKey, indexPrefix, kindCountKey, recordKey, seqPrefix, type BatchOp, type Row } from './level-keys.js';
+import { holdersAsWrite } from './holders-op.js';
 import { assertOpApplies, encodeCursor, type Versioned, type WriteOp } from './store.js';
 
 /**
@@ -25,9 +26,15 @@ export function stageRecordOps(
     sCounters.set(key, base + d);
   };
 
-  for (const op of ops) {
-    const key = recordKey(op.kind, op.id);
+  for (const given of ops) {
+    const key = recordKey(given.kind, given.id);
     const cur = sRows.has(key) ? sRows.get(key)! : (rows.get(key) ?? null);
+    // A holders op is the plain write it amounts to on the record as staged (src/store/holders-op.ts).
+    const op = given.op === 'holders' ? holdersAsWrite(given, cur?.value ?? null, cur !== null) : given;
+    if (op === null) {
+      results.push(null);
+      continue;
+    }
     assertOpApplies(op, cur);
     let next: Row | null;
     if (op.op === 'create') {
@@ -65,7 +72,7 @@ export function stageRecordOps(
       bump(kindCountKey(op.kind), -1);
     }
     sRows.set(key, next);
-    results.push(next ? { id: op.id, version: next.version, seq: next.seq, value: next.value } : null);
+    results.push(next && given.op !== 'holders' ? { id: op.id, version: next.version, seq: next.seq, value: next.value } : null);
   }
   return { batch, rows: sRows, counters: sCounters, results, seq };
 }

@@ -325,7 +325,8 @@ export class LevelWriter {
               ckeys.add(kindCountKey(op.kind));
               const row = rows.get(recordKey(op.kind, op.id));
               if (row) for (const [name, v] of Object.entries(row.ix)) ckeys.add(indexCountKey(op.kind, name, v));
-              if (op.op !== 'delete') for (const [name, v] of Object.entries(cleanIndexes(op.indexes))) ckeys.add(indexCountKey(op.kind, name, v));
+              if (op.op === 'create' || op.op === 'update')
+                for (const [name, v] of Object.entries(cleanIndexes(op.indexes))) ckeys.add(indexCountKey(op.kind, name, v));
             }
           }
           return ckeys;

@@ -3,7 +3,12 @@
 import pg from 'pg';
 import { StoreError } from './store.js';
 
-export const ERROR_CODES: Record<string, 'conflict' | 'stale_version' | 'not_found'> = { AG409: 'conflict', AG412: 'stale_version', AG404: 'not_found' };
+export const ERROR_CODES: Record<string, 'conflict' | 'stale_version' | 'not_found' | 'full'> = {
+  AG409: 'conflict',
+  AG412: 'stale_version',
+  AG404: 'not_found',
+  AG429: 'full',
+};
 
 /** SQLSTATEs after which the same statement may succeed when sent again. */
 export const isTransientCode = (code: string | undefined): boolean =>

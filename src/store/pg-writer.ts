@@ -194,6 +194,15 @@ export class PgWriter {
   private encodeOps(ops: WriteOp[]): EncodedOp[] {
     return ops.map((op) => {
       if (op.op === 'delete') return { op, id: escText(op.id), json: null, expected: op.expectedVersion ?? null, ix: null };
+      // agentd.commit_batch applies it in SQL (src/store/migrations/004_holders_op.sql): the edit goes as the value.
+      if (op.op === 'holders')
+        return {
+          op,
+          id: escText(op.id),
+          json: JSON.stringify({ remove: op.remove ?? [], add: op.add ?? null, fields: op.fields ?? null }),
+          expected: null,
+          ix: null,
+        };
       const json = JSON.stringify(op.value ?? null); // throws on a BigInt: fails this commit only
       return { op, id: escText(op.id), json, expected: op.op === 'update' ? op.expectedVersion : null, ix: indexJson(op.indexes) };
     });
@@ -350,7 +359,9 @@ export class PgWriter {
         continue;
       }
       // The value is parsed from the text just written only if the caller reads it (most use the version).
-      t.p.resolve(t.ops.map((e, i) => (e.op.op === 'delete' ? null : lazyRecordView(e.op.id, rows[i].r_version!, rows[i].r_seq!, e.json!))));
+      t.p.resolve(
+        t.ops.map((e, i) => (e.op.op === 'delete' || e.op.op === 'holders' ? null : lazyRecordView(e.op.id, rows[i].r_version!, rows[i].r_seq!, e.json!))),
+      );
     }
   }
 }

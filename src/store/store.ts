@@ -88,7 +88,32 @@ export type WriteOp =
   | { op: 'create'; kind: RecordKind; id: string; value: unknown; indexes?: RecordIndexes }
   /** expectedVersion null = create-or-replace without a check (used only for caches, never for fenced state). */
   | { op: 'update'; kind: RecordKind; id: string; value: unknown; expectedVersion: number | null; indexes?: RecordIndexes }
-  | { op: 'delete'; kind: RecordKind; id: string; expectedVersion?: number };
+  | { op: 'delete'; kind: RecordKind; id: string; expectedVersion?: number }
+  | HoldersOp;
+
+/** One holder: who, since when (ms), under which limit. */
+export interface HolderEntry {
+  run_id: string;
+  since: number;
+  limit?: number;
+}
+
+/**
+ * An atomic edit of a record listing the holders of a few slots (src/store/holders-op.ts): no
+ * version check; the commit fails with 'full' only when `add` would exceed the limit. Created with
+ * its first holder, deleted with its last; unindexed. Its result in the commit's answer is null.
+ */
+export interface HoldersOp {
+  op: 'holders';
+  kind: RecordKind;
+  id: string;
+  /** Holders to let go (absent ones are ignored). Applied before `add`. */
+  remove?: string[];
+  /** A holder to add unless present: fails the commit ('full') when the record is at its limit. */
+  add?: HolderEntry & { limit: number };
+  /** Other fields of the record's value (kept from the stored one when absent). */
+  fields?: Record<string, unknown>;
+}
 
 /**
  * Throws the StoreError a commit fails with when `op` does not fit the record as it stands (`cur`,
@@ -96,6 +121,8 @@ export type WriteOp =
  * does not, a version other than the expected one. The in-process stores check every op with this.
  */
 export function assertOpApplies(op: WriteOp, cur: { version: number } | null): void {
+  // A holders op checks its limit instead (src/store/holders-op.ts holdersAsWrite).
+  if (op.op === 'holders') return;
   if (op.op === 'create') {
     if (cur) throw new StoreError('conflict', `${op.kind} '${op.id}' already exists`);
     return;
@@ -156,7 +183,8 @@ export type StoreErrorCode =
   | 'stale_version' // CAS failed: somebody wrote since you read
   | 'closed'
   | 'locked' // another process holds the data dir
-  | 'unavailable'; // the database does not answer (PostgreSQL: connection lost, database gone); transient
+  | 'unavailable' // the database does not answer (PostgreSQL: connection lost, database gone); transient
+  | 'full'; // a `holders` op's add would exceed its limit (src/store/holders-op.ts)
 
 export interface StoreHealth {
   ok: boolean;

@@ -181,7 +181,8 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
           )}
         </p>
         {access.canOperate && live && <CancelButton runId={runId} onError={setError} />}
-        {access.canOperate && run.status === 'running' && (
+        {/* A background run's agent run is interrupted and resumed through its background run (POST /runs/{id}/interrupt and /resume answer 409 AGT_ERR_RUN_IS_BACKGROUND). */}
+        {access.canOperate && run.status === 'running' && !run.task_id && (
           <button
             id="interrupt-run"
             onClick={() =>
@@ -194,7 +195,7 @@ export function RunPage({ runId, access }: { runId: string; access: Access }) {
             Interrupt at next step
           </button>
         )}
-        {access.canOperate && run.status === 'interrupted' && (
+        {access.canOperate && run.status === 'interrupted' && !run.task_id && (
           <button
             id="resume-run"
             onClick={() =>

@@ -105,6 +105,13 @@ describe('dependency rules (ESLint)', () => {
     expect(await lint('src/store/x.ts', "export const f = () => { throw new Error('x'); };")).toEqual([]);
   });
 
+  it('no file of src/ or machines/ is over 500 lines', async () => {
+    const lines = (n: number) => Array.from({ length: n }, (_, i) => `export const v${i} = ${i};`).join('\n');
+    expect(await lint('src/runtime/x.ts', lines(500))).toEqual([]);
+    expect(await lint('src/runtime/x.ts', lines(501))).toEqual([expect.stringMatching(/^max-lines: /)]);
+    expect(await lint('machines/x.ts', lines(501))).toEqual([expect.stringMatching(/^max-lines: /)]);
+  });
+
   it('src/client and src/ui stay on the public API', async () => {
     expect(await lint('src/client/x.ts', "import { x } from '../runtime/runs.js';")).toHaveLength(1);
     expect(await lint('src/ui/x.tsx', "import { readSseFrames } from '../client/sse.js';\nimport { h } from 'preact';")).toEqual([]);

@@ -16,6 +16,9 @@ import {
   RunWaitTimeoutResponse,
 } from '../../src/schemas/index.js';
 import { api, directModel, eventNames, TOOLS, waitRun, type Api } from './helpers.js';
+import { repos } from '../../src/store/repos/index.js';
+import type { RunRecord } from '../../src/runtime/run-record.js';
+import { waitFor } from '../helpers/wait.js';
 
 let model: ScriptedOpenAI;
 let server: TestServer;
@@ -34,6 +37,9 @@ beforeAll(async () => {
       agent: { tools: { local: TOOLS, builtin: ['workspace'] } },
       governance: { rules: [{ tools: ['bg_ask'], effect: 'ask' }] },
       background: { poll_interval_ms: 50, lease_seconds: 2, concurrency: 4 },
+      // Shorter than the background lease, so an agent run that renewed a lease of its own would
+      // do so between two of its background run's heartbeats ('one lease' below).
+      runs: { lease_seconds: 1 },
       server: { request_timeout_seconds: 2 },
     },
     { modelUrl: model.url },
@@ -246,6 +252,46 @@ describe('a manual run, end to end', () => {
       [3, 'background_run_started'],
       [4, 'background_run_completed'],
     ]);
+  });
+
+  it('carries its agent run\u2019s events in the agent run\u2019s record writes: its first in the creating write, its last in the final one', async () => {
+    const store = server.store;
+    if (!store.capabilities.atomicCommitEvents) return; // PostgreSQL appends them behind the commit instead
+    const appended: string[] = [];
+    const carried: string[][] = [];
+    const { appendEvents, commitWithEvents } = store;
+    store.appendEvents = (events) => (appended.push(...events.map((e) => e.event_type)), appendEvents.call(store, events));
+    store.commitWithEvents = (ops, events) =>
+      commitWithEvents.call(store, ops, () => {
+        const list = typeof events === 'function' ? events() : events;
+        carried.push(list.map((e) => e.event_type));
+        return list;
+      });
+    let r: { run_id: string; status: string };
+    try {
+      r = await run(await task({ query: 'just answer' }), { wait: true });
+    } finally {
+      store.appendEvents = appendEvents;
+      store.commitWithEvents = commitWithEvents;
+    }
+    expect(r!.status).toBe('completed');
+    // Whatever took a write of its own in between (a model call slower than the creating write's
+    // fold window), the run's first event and its last rode in its record's writes.
+    expect(appended).not.toContain('user_message');
+    expect(appended).not.toContain('final_answer');
+    expect(carried.some((c) => c.includes('user_message'))).toBe(true);
+    // Its last word in the commit that ends it, with its background run's completion.
+    expect(carried.some((c) => c.includes('final_answer') && c.includes('background_run_completed'))).toBe(true);
+    // Served as before: the trace reads both.
+    const trace = await a.get(`/telemetry/traces/${(await a.get(`/runs/${r!.run_id}`)).body.trace_id}`);
+    expect(trace.status).toBe(200);
+    expect(JSON.stringify(trace.body)).toContain('user_message');
+    expect(JSON.stringify(trace.body)).toContain('final_answer');
+    // In cursor order, the run's events keep their sequence order (none that rode overtook one appended).
+    const listed = (await a.get(`/telemetry/events?run_id=${r!.run_id}&limit=100`)).body.events as Array<{ sequence: number; trace_id: string }>;
+    const ours = listed.filter((e) => e.trace_id === trace.body.trace.trace_id).map((e) => e.sequence);
+    expect(ours.length).toBeGreaterThan(2);
+    expect(ours).toEqual([...ours].sort((x, y) => x - y));
   });
 
   it('writes run.json and events.jsonl, lists the workspace and downloads files, refusing traversal', async () => {
@@ -490,6 +536,32 @@ describe('retries and timeouts', () => {
   });
 });
 
+describe('one lease', () => {
+  it('a running agent run holds no lease and writes no heartbeat of its own: its background run\u2019s lease is the only one', async () => {
+    const r = await run(await task({ query: 'CALL bg_slow {"ms": 20000}' }));
+    const runs = repos(server.store).runs;
+    // Inside its tool call: nothing of the run's own moves its record until the call ends.
+    const before = await waitFor(
+      async () => {
+        const rec = await runs.get<RunRecord>(r.run_id);
+        return rec?.value.machine_state === 'executing' ? rec : null;
+      },
+      { what: 'the agent run inside its tool call' },
+    );
+    expect(before.value).toMatchObject({ kind: 'background', status: 'running', lease_expires_at: null });
+    const beats = async () => eventNames(await events(r.run_id)).filter((n) => n === 'background_run_heartbeat').length;
+    const seen = await beats();
+    // Two heartbeats of the background run (one every 0.5 s): more than the 1 s an agent run's
+    // own lease would last, so it would have renewed it (every 1/3 s) in between.
+    await waitFor(async () => (await beats()) >= seen + 2, { what: 'two background heartbeats' });
+    const after = await runs.get<RunRecord>(r.run_id);
+    expect(after?.version).toBe(before.version);
+    expect(after?.value).toMatchObject({ status: 'running', lease_expires_at: null, heartbeat_at: before.value.heartbeat_at });
+    expect((await a.post(`/background/runs/${r.run_id}/cancel`)).status).toBe(200);
+    expect((await waitRun(a, r.run_id, undefined, 5000)).status).toBe('cancelled');
+  });
+});
+
 describe('cancellation and waiting', () => {
   it('cancels a queued run and a running run', async () => {
     const t = await task({ query: 'CALL bg_slow {"ms": 20000}', overlap_policy: 'queue_next' });
@@ -529,6 +601,8 @@ describe('cancellation and waiting', () => {
     const approval = agentRun.approvals.find((x: any) => x.status === 'pending');
     const decided = await a.post(`/runs/${r.run_id}/approvals/${approval.approval_id}`, { decision: 'approve', approver: 'ops' });
     expect(decided.status).toBe(200);
+    // Decided, its agent run still goes on only under its background run's lease: never through /runs.
+    expect((await a.post(`/runs/${r.run_id}/resume`)).body).toMatchObject({ code: 'AGT_ERR_RUN_IS_BACKGROUND', detail: 'background' });
     const done = await waitRun(a, r.run_id);
     expect(done).toMatchObject({ status: 'completed', attempt: 1 });
     expect(done.result_preview).toContain('approved_and_ran');
@@ -567,6 +641,28 @@ describe('cancellation and waiting', () => {
     const at = await attempts(r.run_id);
     expect(at).toEqual([expect.objectContaining({ attempt_number: 1, status: 'cancelled' })]);
     expect(eventNames(await events(r.run_id)).at(-1)).toBe('background_run_cancelled');
+  });
+
+  it('refuses POST /runs/{id}/resume and /interrupt of a background run\u2019s agent run, waiting or running: its background run owns it', async () => {
+    const waiting = await run(await task({ query: 'CALL bg_ask {}' }), { wait: true });
+    expect(waiting.status).toBe('awaiting_approval');
+    const refused = await a.post(`/runs/${waiting.run_id}/resume`);
+    expect(refused.status).toBe(409);
+    expect(refused.body).toMatchObject({ code: 'AGT_ERR_RUN_IS_BACKGROUND', detail: 'background' });
+    expect((await a.get(`/runs/${waiting.run_id}`)).body.status).toBe('awaiting_approval');
+    expect((await a.get(`/background/runs/${waiting.run_id}`)).body.status).toBe('awaiting_approval');
+
+    const running = await run(await task({ query: 'CALL bg_slow {"ms": 20000}' }));
+    await eventually(async () => ((await a.get(`/runs/${running.run_id}`)).body.status === 'running' ? true : null));
+    for (const verb of ['resume', 'interrupt']) {
+      const r = await a.post(`/runs/${running.run_id}/${verb}`);
+      expect(r.status, verb).toBe(409);
+      expect(r.body, verb).toMatchObject({ code: 'AGT_ERR_RUN_IS_BACKGROUND' });
+    }
+    expect((await a.get(`/background/runs/${running.run_id}`)).body.status).toBe('running');
+    await a.post(`/background/runs/${running.run_id}/cancel`);
+    await a.post(`/background/runs/${waiting.run_id}/cancel`);
+    expect((await waitRun(a, running.run_id, undefined, 5000)).status).toBe('cancelled');
   });
 
   it('cancelling a running background agent run through POST /runs/{id}/cancel goes through its background run', async () => {

@@ -96,3 +96,40 @@ it("the next queued run of a key reaches the model before the previous run's end
   expect((await first).body.status).toBe('success');
   expect((await second).body.status).toBe('success');
 });
+
+it('a run admitted from the queue starts without waiting for the commit of the run admitted before it', async () => {
+  // A holds the key; B and C queue. With every commit held from A's answer on, B starts (its
+  // create commit held), ends at once, and hands the slot to C: C must reach the model while B's
+  // first commit is still held (it used to wait for B's start() to return, a commit round).
+  let answerA!: () => void;
+  const aAnswered = new Promise<void>((r) => (answerA = r));
+  model.setDefault((req) => {
+    const q = queryOf(req);
+    if (q !== 'A') return { text: `${q} done` };
+    return { text: 'A done', holdUntil: aAnswered.then(() => void (store.gate = new Promise<void>((r) => (openGate = r)))) };
+  });
+  const seen = model.requests.length;
+  const key = { key: 'chained', limit: 1 };
+  const a = postJson(`${url}/run/sync`, { query: 'A', concurrency: key });
+  await model.waitForRequests(seen + 1);
+  const b = postJson(`${url}/run/sync`, { query: 'B', concurrency: key });
+  await eventually(async () => (await getJson(`${url}/runs?status=queued`)).body.runs.length === 1);
+  const c = postJson(`${url}/run/sync`, { query: 'C', concurrency: key });
+  await eventually(async () => (await getJson(`${url}/runs?status=queued`)).body.runs.length === 2);
+  answerA();
+  await model.waitForRequests(seen + 3);
+  expect(store.gate).not.toBeNull();
+  expect(model.requests.slice(seen).map(queryOf)).toEqual(['A', 'B', 'C']);
+  openGate();
+  store.gate = null;
+  const [, , cDone] = await Promise.all([a, b, c]);
+  for (const r of [await a, await b, cDone]) expect(r.body.status).toBe('success');
+  // C's user_message says when its key admitted it (after it was queued).
+  const events = (await getJson(`${url}/telemetry/events?session_id=${cDone.body.session_id}&limit=50`)).body.events as Array<{
+    event_type: string;
+    metadata?: { queue?: { enqueued_at: string; admitted_at: string } };
+  }>;
+  const queue = events.find((e) => e.event_type === 'user_message')?.metadata?.queue;
+  expect(queue).toBeDefined();
+  expect(Date.parse(queue!.admitted_at)).toBeGreaterThanOrEqual(Date.parse(queue!.enqueued_at));
+});

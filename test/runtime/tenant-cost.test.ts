@@ -40,7 +40,7 @@ beforeAll(async () => {
   const note = (list: WriteOp[]): WriteOp[] => {
     current?.commits.push(
       list.map((o) => {
-        const ix = o.op === 'delete' ? {} : (o.indexes ?? {});
+        const ix = o.op === 'create' || o.op === 'update' ? (o.indexes ?? {}) : {};
         return {
           op: o.op,
           kind: o.kind,

@@ -96,6 +96,36 @@ describe('PostgreSQL queue claims (FOR UPDATE SKIP LOCKED)', () => {
   });
 });
 
+describe('PostgreSQL holders op across processes', () => {
+  it("two stores (two processes' pools) adding holders of one new key at once: exactly the limit gets in, the rest are refused 'full'", async () => {
+    const open = async () => {
+      const s = new PostgresStore({ url: db.url, poolSize: 4, changes: false });
+      await s.open();
+      return s;
+    };
+    const [a, b] = [await open(), await open()];
+    try {
+      await a.queries.query({ text: 'TRUNCATE agentd.records, agentd.record_ix' }, false);
+      for (let round = 0; round < 5; round++) {
+        const id = `flow_key:race${round}`;
+        const add = (s: PostgresStore, i: number) =>
+          s.commit([{ op: 'holders', kind: 'meta', id, add: { run_id: `run_${i}`, since: 1, limit: 3 } }]).then(
+            () => 'ok',
+            (e: { code?: string }) => e.code,
+          );
+        // Each store sends its adds in one turn: each a round of its own, both creating the record.
+        const got = await Promise.all(Array.from({ length: 10 }, (_, i) => add(i % 2 ? a : b, i)));
+        expect(got.filter((g) => g === 'ok')).toHaveLength(3);
+        expect(got.filter((g) => g !== 'ok').every((g) => g === 'full')).toBe(true);
+        expect((await a.getRecord<{ holders: unknown[] }>('meta', id))?.value.holders).toHaveLength(3);
+      }
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+});
+
 describe('PostgreSQL round trips per run (pg-scale)', () => {
   const open = async () => {
     const s = new PostgresStore({ url: db.url, poolSize: 4, changes: false });

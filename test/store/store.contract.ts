@@ -1,6 +1,7 @@
 // One contract for every Store adapter (architecture habit 7): same behaviour, same error codes.
 // Run it from <adapter>.test.ts with a factory that returns an OPEN, empty store.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { holdersOpCases } from './holders-op.contract.js';
 import { queueClaimCases } from './queue-claims.contract.js';
 import { StoreError, type EventInput, type EventQuery, type Store, type StoreErrorCode, type StoredEvent } from '../../src/store/store.js';
 
@@ -693,6 +694,7 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
     });
 
     describe('queue claims (BgRunRepo.claimPass)', () => queueClaimCases(() => store));
+    describe("holders op (a key's slots in the commits that carry them)", () => holdersOpCases(() => store));
 
     describe('lifecycle', () => {
       it('waits for pending writes on close and refuses everything afterwards', async () => {

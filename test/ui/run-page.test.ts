@@ -157,6 +157,39 @@ describe.skipIf(!CHROMIUM)('the run page in headless Chromium', () => {
     await shot('run-cancelled');
   });
 
+  it("offers Interrupt on a running run, not on a running background run's agent run (its background run owns it)", async () => {
+    // A background run's first agent run has the background run's id (docs/background.md).
+    const running = (runId?: string) =>
+      eventually(
+        async () => {
+          const runs = (await getJson(`${s.url}/runs?status=running`)).body.runs as Array<{ run_id: string }>;
+          return runs.find((r) => runId === undefined || r.run_id === runId) ?? null;
+        },
+        15_000,
+        `a running run ${runId ?? ''}`,
+      );
+    let releaseBg!: () => void;
+    model.enqueue({ text: 'bg held', holdUntil: new Promise<void>((r) => (releaseBg = r)) });
+    expect((await postJson(`${s.url}/background/tasks`, { task_id: 'held', query: 'hold the background', schedule: { type: 'manual' } })).status).toBe(200);
+    const bg = (await postJson(`${s.url}/background/tasks/held/run`, {})).body;
+    const agentRun = await running(bg.run_id);
+    await page.goto(`${s.url}/ui/runs/${agentRun.run_id}`);
+    await page.locator('a.task-link').waitFor();
+    expect(await page.locator('#interrupt-run').count()).toBe(0);
+    expect((await postJson(`${s.url}/runs/${agentRun.run_id}/interrupt`, {})).body.code).toBe('AGT_ERR_RUN_IS_BACKGROUND');
+    releaseBg();
+    await eventually(async () => (await getJson(`${s.url}/background/runs/${bg.run_id}`)).body.status === 'completed', 15_000, 'the background run completed');
+
+    let release!: () => void;
+    model.enqueue({ text: 'plain held', holdUntil: new Promise<void>((r) => (release = r)) });
+    const answered = postJson(`${s.url}/run/sync`, { query: 'hold the plain run' });
+    const plain = await running();
+    await page.goto(`${s.url}/ui/runs/${plain.run_id}`);
+    await page.locator('#interrupt-run').waitFor();
+    release();
+    expect((await answered).body.status).toBe('success');
+  });
+
   it('links a background run to its run page and trace, and gives a task its own runs view', async () => {
     expect((await postJson(`${s.url}/background/tasks`, { task_id: 'nightly', query: 'summarise', schedule: { type: 'manual' } })).status).toBe(200);
     const bg = (await postJson(`${s.url}/background/tasks/nightly/run`, { wait: true })).body;

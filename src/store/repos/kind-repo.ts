@@ -2,7 +2,7 @@
 // value typed (values.ts). Thin by design: no cache, no retries, every call is one Store call, so
 // the CAS and error semantics are the Store's own (StoreError 'stale_version', 'conflict', ...).
 // The string kinds live here and in the adapters only (test/arch/layout.test.ts checks it).
-import type { ListQuery, Page, RecordIndexes, RecordKind, Store, Versioned, WriteOp } from '../store.js';
+import type { HoldersOp, ListQuery, Page, RecordIndexes, RecordKind, Store, Versioned, WriteOp } from '../store.js';
 import type { ValueOf } from './values.js';
 
 type IndexQuery = { name: string; value: string };
@@ -57,6 +57,11 @@ export class KindRepo<K extends RecordKind> {
   /** The create when `current` is null, else the CAS update of its version. */
   putOp(id: string, value: ValueOf<K>, current: { version: number } | null, indexes?: RecordIndexes): WriteOp {
     return current ? this.updateOp(id, value, current.version, indexes) : this.createOp(id, value, indexes);
+  }
+
+  /** Adds and/or removes holders of a limited record (HoldersOp in src/store/store.ts); the commit fails 'full' at the limit. */
+  holdersOp(id: string, change: Omit<HoldersOp, 'op' | 'kind' | 'id'>): WriteOp {
+    return { op: 'holders', kind: this.kind, id, ...change };
   }
 
   deleteOp(id: string, expectedVersion?: number): WriteOp {

@@ -1,0 +1,80 @@
+// What a concurrency key that has room costs a run's store writes (docs/flow-control.md "What a
+// key costs"): on an embedded store nothing (the holders live in memory); on a shared store one
+// commit before the run (the take, a holders op: no read of the key's record), and the release
+// rides in the run's end commit. A change that added a round per keyed run fails here.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
+import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import type { CommitEvents, CommitOps, RecordKind, WriteOp } from '../../src/store/store.js';
+import { isSharedStore } from '../../src/store/changes.js';
+
+let model: ScriptedOpenAI;
+let s: TestServer;
+let counting = false;
+const seen = { keyOps: [] as string[], keyReads: 0 };
+
+beforeAll(async () => {
+  model = await startScriptedOpenAI();
+  model.setDefault(() => ({ text: 'ok' }));
+  s = await startTestServer({ agent: { tools: { builtin: [] } }, background: { enabled: false } }, { modelUrl: model.url });
+  const store = s.store;
+  const note = (ops: WriteOp[]): WriteOp[] => {
+    if (counting) {
+      for (const o of ops) if (o.id.startsWith('flow_key:')) seen.keyOps.push(`${o.op}${ops.length > 1 ? ' (in a run commit)' : ''}`);
+    }
+    return ops;
+  };
+  const take = (ops: CommitOps): CommitOps => (typeof ops === 'function' ? () => note(ops()) : note(ops));
+  const commit = store.commit.bind(store);
+  store.commit = (ops: CommitOps) => commit(take(ops));
+  const withEvents = store.commitWithEvents.bind(store);
+  store.commitWithEvents = (ops: CommitOps, events: CommitEvents) => withEvents(take(ops), events);
+  const get = store.getRecord.bind(store);
+  store.getRecord = <T>(kind: RecordKind, id: string) => {
+    if (counting && id.startsWith('flow_key:')) seen.keyReads++;
+    return get<T>(kind, id);
+  };
+});
+
+afterAll(async () => {
+  await s?.stop();
+  s?.cleanup();
+  await model?.close();
+});
+
+async function measure(body: Record<string, unknown>): Promise<typeof seen> {
+  Object.assign(seen, { keyOps: [], keyReads: 0 });
+  counting = true;
+  const r = await postJson(`${s.url}/run/sync`, { query: 'hello', ...body });
+  counting = false;
+  expect(r.body.status).toBe('success');
+  return { ...seen, keyOps: [...seen.keyOps] };
+}
+
+it('a key with room costs no store write on an embedded store; on a shared one its take is one commit (no read) and its release rides in the end commit', async () => {
+  // (How many commits the run itself takes depends on timing: its steps may fold or not.)
+  await measure({}); // warm
+  const keyed = await measure({ concurrency: { key: 'cost', limit: 5 } });
+  expect(keyed.keyReads).toBe(0);
+  // Shared: the take inside the run's creating commit, the release inside its end commit. Embedded: nothing.
+  expect(keyed.keyOps).toEqual(isSharedStore(s.store) ? ['holders (in a run commit)', 'holders (in a run commit)'] : []);
+});
+
+it('a run its key refuses (at the limit) queues and leaves nothing of the refused try: one user_message, one trace', async () => {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  model.setDefault(() => ({ text: 'ok', holdUntil: gate }));
+  const key = { key: 'refused', limit: 1 };
+  const first = postJson(`${s.url}/run/sync`, { query: 'first', concurrency: key });
+  await model.waitForRequests(model.requests.length + 1);
+  const second = postJson(`${s.url}/run/sync`, { query: 'second', concurrency: key });
+  await eventually(async () => (await getJson(`${s.url}/runs?status=queued`)).body.total === 1);
+  release();
+  const [a, b] = await Promise.all([first, second]);
+  expect([a.body.status, b.body.status]).toEqual(['success', 'success']);
+  const view = (await getJson(`${s.url}/runs/${b.body.run_id}`)).body as { trace_ids: string[]; session_id: string };
+  expect(view.trace_ids).toHaveLength(1);
+  const events = (await getJson(`${s.url}/telemetry/events?run_id=${b.body.run_id}&limit=100`)).body.events as Array<{ event_type: string }>;
+  expect(events.filter((e) => e.event_type === 'user_message')).toHaveLength(1);
+  model.setDefault(() => ({ text: 'ok' }));
+});
