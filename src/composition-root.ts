@@ -44,6 +44,8 @@ export interface RuntimeOptions {
   inspect?: SystemHooks['inspect'];
   /** The process's logger (src/main.ts builds it); default silent. */
   logger?: AppLogger;
+  /** A new run's creating-write fold window (RunServiceDeps.createFoldMs): tests that count commits hold it open. */
+  createFoldMs?: number;
 }
 
 export interface Readiness {
@@ -191,6 +193,7 @@ export class Runtime {
       workerId: this.workerId,
       logger,
       rateLimiter: this.rateLimiter,
+      ...(opts.createFoldMs !== undefined ? { createFoldMs: opts.createFoldMs } : {}),
     });
     this.debug = new RunsDebug(store, this.runs, config.runs.checkpoints);
     this.evals = new EvalService({

@@ -134,7 +134,7 @@ export class RunHost {
       (err) => this.onFenced(err),
       create
         ? fold
-          ? { extra: create, delayMs: CREATE_FOLD_MS, beforeIssue: () => this.events.release(), replaces: opts.queued?.version }
+          ? { extra: create, delayMs: deps.createFoldMs ?? CREATE_FOLD_MS, beforeIssue: () => this.events.release(), replaces: opts.queued?.version }
           : { extra: create, replaces: opts.queued?.version }
         : undefined,
     );

@@ -78,6 +78,8 @@ export interface RunServiceDeps {
   logger: AppLogger;
   /** Model-provider rate limits and 429 pauses (src/flow/rate-limiter.ts); absent: calls are never held. */
   rateLimiter?: RateLimiter;
+  /** How long a new run's creating write waits to fold with what follows (RunHost; default 10 ms). Tests that count commits hold it open. */
+  createFoldMs?: number;
 }
 
 export interface StartOptions {

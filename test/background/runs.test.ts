@@ -32,18 +32,7 @@ beforeAll(async () => {
   writeFileSync(ledger, '');
   process.env.BG_LEDGER = ledger;
   delete process.env.BG_SLOW_MS;
-  server = await startTestServer(
-    {
-      agent: { tools: { local: TOOLS, builtin: ['workspace'] } },
-      governance: { rules: [{ tools: ['bg_ask'], effect: 'ask' }] },
-      background: { poll_interval_ms: 50, lease_seconds: 2, concurrency: 4 },
-      // Shorter than the background lease, so an agent run that renewed a lease of its own would
-      // do so between two of its background run's heartbeats ('one lease' below).
-      runs: { lease_seconds: 1 },
-      server: { request_timeout_seconds: 2 },
-    },
-    { modelUrl: model.url },
-  );
+  server = await startTestServer(serverConfig, { modelUrl: model.url });
   a = api(server.url);
 });
 
@@ -55,6 +44,15 @@ afterAll(async () => {
 });
 
 let seq = 0;
+const serverConfig = {
+  agent: { tools: { local: TOOLS, builtin: ['workspace'] } },
+  governance: { rules: [{ tools: ['bg_ask'], effect: 'ask' }] },
+  background: { poll_interval_ms: 50, lease_seconds: 2, concurrency: 4 },
+  // Shorter than the background lease, so an agent run that renewed a lease of its own would
+  // do so between two of its background run's heartbeats ('one lease' below).
+  runs: { lease_seconds: 1 },
+  server: { request_timeout_seconds: 2 },
+};
 async function task(body: Record<string, unknown>): Promise<string> {
   const task_id = `t${++seq}`;
   const r = await a.post('/background/tasks', { task_id, schedule: { type: 'manual' }, ...body });
@@ -205,8 +203,14 @@ describe('a manual run, end to end', () => {
   });
 
   it('writes a completed run\u2019s end in its agent run\u2019s final commit: three commits per run, the completion with the agent run\u2019s record', async () => {
-    const store = server.store;
-    if (!store.capabilities.atomicCommitEvents) return; // PostgreSQL keeps the completion a write of its own
+    if (!server.store.capabilities.atomicCommitEvents) return; // PostgreSQL keeps the completion a write of its own
+    // The agent run's creating write folds with its end only while the fold window (10 ms by
+    // default, src/runtime/run-host.ts) is open: a server of its own holds it open, so a loaded
+    // machine cannot split the creation into a commit of its own.
+    const held = await startTestServer(serverConfig, { modelUrl: model.url, createFoldMs: 60_000 });
+    const shared = a;
+    a = api(held.url);
+    const store = held.store;
     // Every commit the run's writes make, each with its ops and the events it carries.
     const writes: Array<{ ops: string[]; events: string[] }> = [];
     const { commit, commitWithEvents } = store;
@@ -227,31 +231,37 @@ describe('a manual run, end to end', () => {
     };
     let r: { run_id: string; status: string };
     try {
-      r = await run(await task({ query: 'just answer', session_policy: { mode: 'run' } }), { wait: true });
+      try {
+        r = await run(await task({ query: 'just answer', session_policy: { mode: 'run' } }), { wait: true });
+      } finally {
+        store.commit = commit;
+        store.commitWithEvents = commitWithEvents;
+      }
+      expect(r!.status).toBe('completed');
+      const mine = writes.filter((w) => w.ops.some((o) => o.endsWith(':bg_runs') || o.endsWith(':runs')));
+      // enqueue, claim + start, and the agent run's final commit carrying the completion
+      expect(mine.map((w) => w.events.filter((e) => e.startsWith('background_')))).toEqual([
+        ['background_run_queued'],
+        ['background_run_claimed', 'background_run_started'],
+        ['background_run_completed'],
+      ]);
+      const final = mine[2];
+      expect(final.ops).toEqual(expect.arrayContaining(['update:bg_runs', 'update:bg_attempts', 'create:sessions']));
+      expect(final.ops.some((o) => o === 'create:runs' || o === 'update:runs')).toBe(true);
+      // Nothing reads as changed: the run, its events 1..4, its task's counts.
+      const got = await a.get(`/background/runs/${r!.run_id}`);
+      expect(got.body).toMatchObject({ status: 'completed', attempt: 1 });
+      expect((await events(r!.run_id)).map((e) => [e.sequence, e.event])).toEqual([
+        [1, 'background_run_queued'],
+        [2, 'background_run_claimed'],
+        [3, 'background_run_started'],
+        [4, 'background_run_completed'],
+      ]);
     } finally {
-      store.commit = commit;
-      store.commitWithEvents = commitWithEvents;
+      a = shared;
+      await held.stop();
+      held.cleanup();
     }
-    expect(r!.status).toBe('completed');
-    const mine = writes.filter((w) => w.ops.some((o) => o.endsWith(':bg_runs') || o.endsWith(':runs')));
-    // enqueue, claim + start, and the agent run's final commit carrying the completion
-    expect(mine.map((w) => w.events.filter((e) => e.startsWith('background_')))).toEqual([
-      ['background_run_queued'],
-      ['background_run_claimed', 'background_run_started'],
-      ['background_run_completed'],
-    ]);
-    const final = mine[2];
-    expect(final.ops).toEqual(expect.arrayContaining(['update:bg_runs', 'update:bg_attempts', 'create:sessions']));
-    expect(final.ops.some((o) => o === 'create:runs' || o === 'update:runs')).toBe(true);
-    // Nothing reads as changed: the run, its events 1..4, its task's counts.
-    const got = await a.get(`/background/runs/${r!.run_id}`);
-    expect(got.body).toMatchObject({ status: 'completed', attempt: 1 });
-    expect((await events(r!.run_id)).map((e) => [e.sequence, e.event])).toEqual([
-      [1, 'background_run_queued'],
-      [2, 'background_run_claimed'],
-      [3, 'background_run_started'],
-      [4, 'background_run_completed'],
-    ]);
   });
 
   it('carries its agent run\u2019s events in the agent run\u2019s record writes: its first in the creating write, its last in the final one', async () => {

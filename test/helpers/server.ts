@@ -42,7 +42,7 @@ export function tempDir(prefix = 'agentd-test-'): string {
  */
 export async function startTestServer(
   config: Record<string, unknown> = {},
-  opts: { dataDir?: string; model?: ModelProvider; modelUrl?: string; env?: NodeJS.ProcessEnv; clock?: Clock } = {},
+  opts: { dataDir?: string; model?: ModelProvider; modelUrl?: string; env?: NodeJS.ProcessEnv; clock?: Clock; createFoldMs?: number } = {},
 ): Promise<TestServer> {
   const dataDir = opts.dataDir ?? tempDir();
   const cfg = structuredClone(config) as Record<string, any>;
@@ -61,7 +61,7 @@ export async function startTestServer(
   const config2 = configFromObject(cfg, { dataDir, env: opts.env ?? {} });
   // Quiet unless asked (AGENTD_LOG_LEVEL=info): warnings and every 5xx line still reach stderr.
   const logger = createLogger({ level: (process.env.AGENTD_LOG_LEVEL as LogLevel | undefined) ?? 'warn' });
-  const server = await startServer(config2, { model: opts.model, logger, clock: opts.clock });
+  const server = await startServer(config2, { model: opts.model, logger, clock: opts.clock, createFoldMs: opts.createFoldMs });
   return {
     ...server,
     dataDir,
