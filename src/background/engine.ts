@@ -76,7 +76,13 @@ export class RunEngine {
     this.waiters = new SettleWaiters({
       getRow: (runId) => this.getRow(runId),
       flushed: (runId) => this.outbox.flushed(runId),
-      ...(isSharedStore(deps.store) ? { sharedPollMs: deps.config.background.poll_interval_ms } : {}),
+      ...(isSharedStore(deps.store)
+        ? {
+            sharedPollMs: deps.config.background.poll_interval_ms,
+            mirrored: (row) => this.workspaces.shows(row),
+            hurry: (row) => this.workspaces.hurryRun(row.run),
+          }
+        : {}),
     });
     this.inflight = new InFlightCache({ store: deps.store, clock: deps.clock, pollIntervalMs: deps.config.background.poll_interval_ms });
     this.outbox = new EventOutbox({
@@ -98,6 +104,7 @@ export class RunEngine {
       logger: deps.logger,
       storedLifecycle: (runId) => this.storedLifecycle(runId),
       onMirrorRoom: () => this.claimer.kick(),
+      ...(isSharedStore(deps.store) ? { shared: { row: async (runId: string) => (await this.getRow(runId))?.value ?? null, workerId: deps.workerId } } : {}),
     });
     this.agent = new AgentBridge(deps, {
       handleOf: (runId) => this.handles.get(runId),

@@ -38,6 +38,11 @@ export interface RunWorkspacesDeps {
   storedLifecycle(runId: string): Promise<Array<{ sequence: number; event: Record<string, unknown> }>>;
   /** The mirror's backlog, full before (mirrorFull), is down to three quarters: claiming may resume. */
   onMirrorRoom?: () => void;
+  /**
+   * Set on a shared store (several instances, one workspace root): reads a run's row, so a queued
+   * run's late step is dropped once another instance moved the run on (`mirror`).
+   */
+  shared?: { row(runId: string): Promise<BgRunRow | null>; workerId: string };
 }
 
 export class RunWorkspaces {
@@ -106,6 +111,15 @@ export class RunWorkspaces {
     this.mirrors.hurry();
   }
 
+  /** The run's waiting mirror steps are written now (a waiter heard it settled, maybe on another instance). */
+  hurryRun(run: BackgroundRun): void {
+    try {
+      this.mirrors.hurryDir(this.dirOf(run));
+    } catch {
+      // outside the root: never written
+    }
+  }
+
   /** Engine close: waits for the mirror's last writes (then stops its writer thread) and the background removals. */
   async drain(): Promise<void> {
     await this.mirrors.close();
@@ -168,7 +182,41 @@ export class RunWorkspaces {
     // A queued run's first lines do not count toward MIRROR_BACKLOG_MAX: holding back the claimer
     // would not stop them (POST /background/tasks/{id}/run makes them), only the runs that would
     // drain the queue.
-    await this.mirrors.write(dir, lines, run, makeDir, TERMINAL.has(status) || WAITING.has(status), status !== 'queued');
+    const seq = lifecycle.at(-1)?.sequence;
+    const stillDue = status === 'queued' && this.deps.shared && seq !== undefined ? () => this.queuedStepDue(ctx.run.run_id, seq) : undefined;
+    await this.mirrors.write(dir, lines, run, makeDir, TERMINAL.has(status) || WAITING.has(status), status !== 'queued', stillDue);
+  }
+
+  /**
+   * A queued run's step waits QUEUED_MIRROR_DELAY_MS. On a shared store another instance may
+   * claim the run meanwhile (its first load writes the lines it finds missing, repairWorkspace),
+   * run it and write its end: the late step, written then, moved run.json back to `queued` and
+   * repeated the queued line. So it is written only while the row is where the step left it, or
+   * this process holds the run (it claimed it while the step waited).
+   */
+  private async queuedStepDue(runId: string, seq: number): Promise<boolean> {
+    const shared = this.deps.shared!;
+    const row = await shared.row(runId);
+    if (!row || this.deletedRuns.has(runId)) return false;
+    return row.event_seq === seq || row.run.lease_owner === shared.workerId;
+  }
+
+  /**
+   * True when the run's workspace files show the row: events.jsonl holds its every line and
+   * run.json its status, attempt and lease generation (or the run writes neither). A waiter on a
+   * shared store asks this before it answers for a run another instance ended (waiters.ts).
+   */
+  async shows(row: BgRunRow): Promise<boolean> {
+    const { run, internal } = row;
+    if (run.status === 'skipped' || (!internal.write_events_jsonl && !internal.write_run_json)) return true;
+    let dir: string;
+    try {
+      dir = this.dirOf(run);
+    } catch {
+      return true; // never written (mirror)
+    }
+    if (internal.write_events_jsonl && (await lastMirroredSequence(dir)) < row.event_seq) return false;
+    return !internal.write_run_json || mirroredRunMatches(dir, run);
   }
 
   /**

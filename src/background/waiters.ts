@@ -2,10 +2,18 @@
 // `wait` (POST /background/tasks/{id}/run). They hear of it only once its events and files are
 // written. On a shared store another instance may claim and finish the run, and nothing tells this
 // one (the cluster link relays only cancels, src/runtime/cluster.ts), so a waiter there also reads
-// the run's row every `sharedPollMs` until it settles.
+// the run's row every `sharedPollMs` until it settles, and then until the run's workspace files
+// show it (the instance that ran it writes them after its commit; `mirrored`).
 import type { BackgroundRun } from '../schemas/background.js';
 import type { Versioned } from '../store/store.js';
 import { TERMINAL, WAITING, type BgRunRow } from './types.js';
+
+/**
+ * How many polls a waiter on a shared store waits, once the row has settled, for the workspace
+ * files to show it: a mirror that cannot write (a full disk) or an instance that died before
+ * writing must not turn the wait into a 504. The files are a mirror; the row is the truth.
+ */
+export const MIRROR_WAIT_POLLS = 40;
 
 export class SettleWaiters {
   private readonly waiting = new Map<string, Set<(run: BackgroundRun) => void>>();
@@ -17,6 +25,10 @@ export class SettleWaiters {
       flushed(runId: string): Promise<void> | undefined;
       /** Set on a shared store: how often a waiter reads the row of a run another instance may run. */
       sharedPollMs?: number;
+      /** Set on a shared store: the run's workspace files show the settled row (RunWorkspaces.shows). */
+      mirrored?(row: BgRunRow): Promise<boolean>;
+      /** Set on a shared store: this process's own mirror steps of the run are written now (its queued step waits seconds). */
+      hurry?(row: BgRunRow): void;
     },
   ) {}
 
@@ -43,12 +55,16 @@ export class SettleWaiters {
       this.waiting.set(runId, set);
       set.add(onRun);
       const timer = setTimeout(() => finish(null), ms);
+      let unshown = 0;
       const check = () =>
         this.deps.getRow(runId).then(
           async (row) => {
             const s = row?.value.run.status;
             if (done || !row || !s || !(TERMINAL.has(s) || WAITING.has(s))) return;
+            this.deps.hurry?.(row.value);
             await this.deps.flushed(runId); // its events and files are written before the caller hears of the end
+            // Ended by another instance: its files are written after its commit (the poll may see the row first).
+            if (this.deps.mirrored && !(await this.deps.mirrored(row.value)) && ++unshown < MIRROR_WAIT_POLLS) return;
             finish(row.value.run);
           },
           () => {}, // a failed read is tried again at the next poll, or the wait times out

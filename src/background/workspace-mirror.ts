@@ -86,6 +86,11 @@ interface MirrorJob {
   ready: boolean;
   /** Counted in the backlog (a step of a run past its queueing: see `write`). */
   counted: boolean;
+  /**
+   * Asked just before an uncounted job is written: false drops it (another instance moved the run
+   * on and writes its files; see `write`). Cleared when a counted step joins.
+   */
+  stillDue: (() => Promise<boolean>) | null;
 }
 
 /** A FIFO of folder paths without Array.shift's O(n). */
@@ -212,21 +217,41 @@ export class MirrorQueue {
     while (writing()) await new Promise<void>((resolve) => this.writeWaiters.push(resolve));
   }
 
+  /** The steps waiting for `dir` are written now (a waiter heard the run settled elsewhere). */
+  hurryDir(dir: string): void {
+    const job = this.pending.get(dir);
+    if (!job) return;
+    this.makeReady(dir, job);
+    this.pump();
+  }
+
   /** True when nothing is pending or being written for `dir`. */
   idle(dir: string): boolean {
     return !this.pending.has(dir) && !this.busy.has(dir);
   }
 
   /**
-   * Resolves true once written, false when the write failed (reported through onError). `counts`
-   * false: the folder counts in the backlog only once a counted step joins it (a queued run's
-   * first lines: the claimer, which the backlog holds back, does not make those).
+   * Resolves true once written (or dropped by `stillDue`), false when the write failed (reported
+   * through onError). `counts` false: the folder counts in the backlog only once a counted step
+   * joins it (a queued run's first lines: the claimer, which the backlog holds back, does not make
+   * those). `stillDue` (uncounted steps only): asked before the folder is written, while no
+   * counted step has joined; false drops the steps. A queued run's step waits `uncountedDelayMs`,
+   * long enough on a shared store for another instance to claim the run, run it and write its
+   * files: written then, the late step would move run.json back to `queued` and repeat a line.
    */
-  write(dir: string, lines: object[], run: object | null, makeDir: boolean, urgent: boolean, counts = true): Promise<boolean> {
+  write(
+    dir: string,
+    lines: object[],
+    run: object | null,
+    makeDir: boolean,
+    urgent: boolean,
+    counts = true,
+    stillDue?: () => Promise<boolean>,
+  ): Promise<boolean> {
     if (this.hurried) urgent = true;
     let job = this.pending.get(dir);
     if (!job) {
-      job = { lines: [], run: null, makeDir: false, done: [], ready: false, counted: false };
+      job = { lines: [], run: null, makeDir: false, done: [], ready: false, counted: false, stillDue: null };
       this.pending.set(dir, job);
       if (!urgent) {
         if (counts) this.delayed.push({ dir, at: Date.now() + this.delayMs });
@@ -245,6 +270,8 @@ export class MirrorQueue {
       job.counted = true;
       this.countedJobs++;
     }
+    // A counted step is this process's own (it holds the run): the folder is written as is.
+    job.stillDue = job.counted ? null : (stillDue ?? job.stillDue);
     const done = new Promise<boolean>((resolve) => job.done.push(resolve));
     if (urgent) this.makeReady(dir, job);
     this.pump();
@@ -298,7 +325,18 @@ export class MirrorQueue {
       if (job.counted) this.countedJobs--;
       this.busy.add(dir);
       this.active++;
-      this.writeFolder(dir, job.lines, job.run, job.makeDir)
+      const check = job.stillDue;
+      const write = check
+        ? check().then(
+            // A counted step that came meanwhile is this process's own (it claimed or cancelled
+            // the run during the check): the steps before it are written too, or its lines would
+            // leave a gap.
+            (due) => (due || this.pending.get(dir)?.counted ? this.writeFolder(dir, job.lines, job.run, job.makeDir) : undefined),
+            // The check could not tell (a store read failed): written, as before the check existed.
+            () => this.writeFolder(dir, job.lines, job.run, job.makeDir),
+          )
+        : this.writeFolder(dir, job.lines, job.run, job.makeDir);
+      write
         .then(
           () => job.done.forEach((d) => d(true)),
           (err: unknown) => {
