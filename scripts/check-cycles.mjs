@@ -16,7 +16,8 @@ import ts from 'typescript';
 const ROOT = join(fileURLToPath(import.meta.url), '../..');
 const DIRS = ['src', 'machines'];
 
-function sourceFiles(dir, out = []) {
+/** The TypeScript sources under `dir` (no declarations, no node_modules or dot folders); also scripts/class-sizes.mjs's. */
+export function sourceFiles(dir, out = []) {
   if (!existsSync(dir)) return out;
   for (const name of readdirSync(dir)) {
     if (name === 'node_modules' || name.startsWith('.')) continue;

@@ -7,25 +7,15 @@
 // (`constructor(private readonly x: X)`), read with the TypeScript parser.
 // `node scripts/class-sizes.mjs` prints the largest classes (`--all`: every class) and exits 1 when
 // one has MAX or more; `npm run lint` runs it, test/arch/layout.test.ts runs the same functions.
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
+import { sourceFiles } from './check-cycles.mjs';
 
 const ROOT = join(fileURLToPath(import.meta.url), '../..');
 const DIRS = ['src', 'machines'];
 export const MAX = 25;
-
-function sourceFiles(dir, out = []) {
-  if (!existsSync(dir)) return out;
-  for (const name of readdirSync(dir)) {
-    if (name === 'node_modules' || name.startsWith('.')) continue;
-    const p = join(dir, name);
-    if (statSync(p).isDirectory()) sourceFiles(p, out);
-    else if (/\.tsx?$/.test(name) && !name.endsWith('.d.ts')) out.push(p);
-  }
-  return out;
-}
 
 /** The classes of one file with their member counts: `[{ name, members, line }]`. */
 export function classSizes(text, fileName = 'x.ts') {
