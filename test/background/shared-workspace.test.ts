@@ -30,7 +30,17 @@ afterEach(async () => {
 function rowAt(seq: number, owner: string | null): BgRunRow {
   const status = STATUS[seq - 1];
   return {
-    run: { run_id: RUN, task_id: 't', agent_id: 'default', session_id: 's', status, attempt: seq > 1 ? 1 : 0, lease_owner: owner, lease_generation: seq > 1 ? 1 : 0, workspace_path: WS },
+    run: {
+      run_id: RUN,
+      task_id: 't',
+      agent_id: 'default',
+      session_id: 's',
+      status,
+      attempt: seq > 1 ? 1 : 0,
+      lease_owner: owner,
+      lease_generation: seq > 1 ? 1 : 0,
+      workspace_path: WS,
+    },
     internal: { write_events_jsonl: true, write_run_json: true, trace_id: 'tr', span_id: 'sp' },
     event_seq: seq,
     outbox: [],

@@ -185,7 +185,12 @@ describe('two instances, one database', () => {
     // Each lifecycle line once, in order, whichever instance ran the run (a late queued step of
     // the instance that queued it repeated the first, test/background/shared-workspace.test.ts).
     const lines = await (await fetch(`${B()}/background/runs/${done.body.run_id}/workspace/files/events.jsonl`)).text();
-    expect(lines.trim().split('\n').map((l) => (JSON.parse(l) as { sequence: number }).sequence)).toEqual([1, 2, 3, 4]);
+    expect(
+      lines
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { sequence: number }).sequence),
+    ).toEqual([1, 2, 3, 4]);
 
     expect((await postJson(`${A()}/background/tasks`, { task_id: 'bg-slow', query: '[bgslow] go', schedule: { type: 'manual' } })).status).toBe(200);
     const started = await postJson(`${A()}/background/tasks/bg-slow/run`, {});
@@ -202,7 +207,11 @@ describe('two instances, one database', () => {
     await eventually(async () => (await getJson(`${A()}/background/runs/${bgId}`)).body.status === 'cancelled', 10_000, 'bg run cancelled');
     // Stopped, not run out: the cancel reached the 30 s tool while it ran (aborted, it never logs
     // `done`), and the model was never asked for the turn after it.
-    expect(readLedger(cluster.ledger).filter((l) => l.tool === 'counted_echo' && l.entry === 'bg').map((l) => l.phase)).toEqual(['started']);
+    expect(
+      readLedger(cluster.ledger)
+        .filter((l) => l.tool === 'counted_echo' && l.entry === 'bg')
+        .map((l) => l.phase),
+    ).toEqual(['started']);
     expect(model.requests.filter((r) => r.messages.some((m) => m.content === '[bgslow] go')).length).toBe(1);
   });
 
