@@ -1,6 +1,7 @@
 // The run workspace files of background runs (run.json, events.jsonl): the low-priority mirror
 // of each run's lifecycle, its repair after a crash, and the removal of deleted runs' folders.
 // The workspace is a mirror: the store is the truth, and a failure here never stops a run.
+import { access } from 'node:fs/promises';
 import { sep } from 'node:path';
 import type { BackgroundRunContext } from '../../machines/background-run.machine.js';
 import type { Config } from '../config.js';
@@ -204,7 +205,11 @@ export class RunWorkspaces {
   /**
    * True when the run's workspace files show the row: events.jsonl holds its every line and
    * run.json its status, attempt and lease generation (or the run writes neither). A waiter on a
-   * shared store asks this before it answers for a run another instance ended (waiters.ts).
+   * shared store asks this before it answers for a run another instance ended (waiters.ts). Also
+   * true when the run has no folder here at all: the instance that claimed it writes its folder
+   * when it first loads it (repairWorkspace), before the claim, so on a shared workspace root the
+   * folder exists by the time the run ends; none means this root is not the one it is written to
+   * (a per-instance workspace_root, docs/operations.md), and there is nothing to wait for.
    */
   async shows(row: BgRunRow): Promise<boolean> {
     const { run, internal } = row;
@@ -215,8 +220,16 @@ export class RunWorkspaces {
     } catch {
       return true; // never written (mirror)
     }
-    if (internal.write_events_jsonl && (await lastMirroredSequence(dir)) < row.event_seq) return false;
-    return !internal.write_run_json || mirroredRunMatches(dir, run);
+    const shown =
+      (!internal.write_events_jsonl || (await lastMirroredSequence(dir)) >= row.event_seq) &&
+      (!internal.write_run_json || (await mirroredRunMatches(dir, run)));
+    return (
+      shown ||
+      !(await access(dir).then(
+        () => true,
+        () => false,
+      ))
+    );
   }
 
   /**

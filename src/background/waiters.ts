@@ -13,7 +13,7 @@ import { TERMINAL, WAITING, type BgRunRow } from './types.js';
  * files to show it: a mirror that cannot write (a full disk) or an instance that died before
  * writing must not turn the wait into a 504. The files are a mirror; the row is the truth.
  */
-export const MIRROR_WAIT_POLLS = 40;
+export const MIRROR_WAIT_POLLS = 8;
 
 export class SettleWaiters {
   private readonly waiting = new Map<string, Set<(run: BackgroundRun) => void>>();

@@ -134,33 +134,58 @@ describe('a shared workspace root', () => {
 
   it('a waiter on a shared store answers for a run another instance ended only once its files show the end', async () => {
     root = mkdtempSync(join(tmpdir(), 'agentd-shared-ws-'));
-    const store: { row: BgRunRow | null } = { row: rowAt(4, null) };
+    const store: { row: BgRunRow | null } = { row: rowAt(1, null) };
     const a = instance('wA', store);
     const b = instance('wB', store);
+    // B's first load of the run writes its folder (the queued line), then B claims, runs and
+    // commits its end; its end's files are not written yet.
+    await b.repairWorkspace(store.row!);
+    store.row = rowAt(4, null);
     let polls = 0;
-    let pollsAfterEnd = -1;
+    let answeredAt = -1;
     const ready = { resolve: () => undefined as void };
     const polled = new Promise<void>((r) => (ready.resolve = r));
-    const w = new SettleWaiters({
-      getRow: async () => {
-        if (++polls === 3) ready.resolve();
-        return { id: RUN, seq: 1, version: 1, value: store.row! };
-      },
-      flushed: () => undefined,
-      sharedPollMs: 5,
-      mirrored: (row) => a.shows(row),
-      hurry: (row) => a.hurryRun(row.run),
+    const w = waiter(store, a, () => {
+      if (++polls === 3) ready.resolve();
     });
     const answer = w.waitSettled(RUN, 60_000).then((run) => {
-      pollsAfterEnd = polls;
+      answeredAt = polls;
       return run;
     });
-    // The row says completed from the start, but B has written nothing yet: no answer.
-    await polled;
-    expect(pollsAfterEnd).toBe(-1);
-    const ended = store.row!;
-    await b.repairWorkspace(ended);
+    // The row says completed, but the files show `queued`: no answer yet.
+    await Promise.race([polled, answer]);
+    expect(answeredAt).toBe(-1);
+    const ended = store.row;
+    await b.mirror(
+      ctxOf(ended),
+      [2, 3, 4].map((n) => line(ended, n)),
+      true,
+      true,
+    );
     expect((await answer)?.status).toBe('completed');
     expect(files()).toEqual({ run: expect.objectContaining({ status: 'completed' }), sequences: [1, 2, 3, 4] });
   });
+
+  it('a waiter does not wait for files when its workspace root holds no folder of the run (a root not shared)', async () => {
+    root = mkdtempSync(join(tmpdir(), 'agentd-shared-ws-'));
+    const store: { row: BgRunRow | null } = { row: rowAt(4, null) };
+    const a = instance('wA', store);
+    // Polls an hour apart: only the first read can answer within the test.
+    const run = await waiter(store, a, () => undefined, 3_600_000).waitSettled(RUN, 60_000);
+    expect(run?.status).toBe('completed');
+  });
 });
+
+/** A waiter as the engine wires it on a shared store, reading `store.row` (`onRead` at each read). */
+function waiter(store: { row: BgRunRow | null }, ws: RunWorkspaces, onRead: () => void, pollMs = 5): SettleWaiters {
+  return new SettleWaiters({
+    getRow: async () => {
+      onRead();
+      return { id: RUN, seq: 1, version: 1, value: store.row! };
+    },
+    flushed: () => undefined,
+    sharedPollMs: pollMs,
+    mirrored: (row) => ws.shows(row),
+    hurry: (row) => ws.hurryRun(row.run),
+  });
+}
