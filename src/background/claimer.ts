@@ -235,7 +235,10 @@ export class Claimer {
               return false;
             })
             .then((ok) => {
-              if (!ok) this.host.releaseKey(run);
+              if (!ok) {
+                this.host.releaseKey(run);
+                pass.untaken(run.run_id);
+              }
               return ok;
             }),
         );

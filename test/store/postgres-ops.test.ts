@@ -49,12 +49,14 @@ describe('PostgreSQL migrations', () => {
     expect(logs.filter((l) => l.includes('applied PostgreSQL migration 2'))).toHaveLength(1);
     expect(logs.filter((l) => l.includes('applied PostgreSQL migration 3'))).toHaveLength(1);
     expect(logs.filter((l) => l.includes('applied PostgreSQL migration 4'))).toHaveLength(1);
+    expect(logs.filter((l) => l.includes('applied PostgreSQL migration 5'))).toHaveLength(1);
     const rows = (await sql(db.url, 'SELECT version, name FROM agentd.schema_migrations ORDER BY version')).rows;
     expect(rows).toEqual([
       { version: 1, name: 'init' },
       { version: 2, name: 'queue_claims' },
       { version: 3, name: 'records_fillfactor' },
       { version: 4, name: 'holders_op' },
+      { version: 5, name: 'commit_events' },
     ]);
     expect(rows).toHaveLength(latestSchemaVersion());
     await a.createRecord('runs', 'r1', { from: 'a' });
@@ -62,7 +64,7 @@ describe('PostgreSQL migrations', () => {
     // A third open finds nothing to do.
     const c = store(db.url, { log });
     await c.open();
-    expect(logs.filter((l) => l.includes('applied'))).toHaveLength(4);
+    expect(logs.filter((l) => l.includes('applied'))).toHaveLength(5);
   });
 
   it('refuses a database whose schema is newer than this code, and leaves it untouched', async () => {
@@ -72,10 +74,10 @@ describe('PostgreSQL migrations', () => {
     await first.close();
     await sql(db.url, "INSERT INTO agentd.schema_migrations (version, name) VALUES (99, 'from_the_future')");
     const s = store(db.url);
-    await expect(s.open()).rejects.toThrow(/schema version 99, newer than this agentd knows \(4\)/);
+    await expect(s.open()).rejects.toThrow(/schema version 99, newer than this agentd knows \(5\)/);
     expect(s.isOpen()).toBe(false);
     const rows = (await sql(db.url, 'SELECT version FROM agentd.schema_migrations ORDER BY version')).rows.map((r) => r.version);
-    expect(rows).toEqual([1, 2, 3, 4, 99]);
+    expect(rows).toEqual([1, 2, 3, 4, 5, 99]);
   });
 
   it('a lock release that fails is reported to onSwallowed, and its session is dropped, not reused', async () => {
