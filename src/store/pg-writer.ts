@@ -8,7 +8,7 @@
 // statement: no transaction, round trip or WAL flush of their own (see `notify`).
 import pg from 'pg';
 import { ERROR_CODES, isTransientCode } from './pg-errors.js';
-import { CHANGE_CHANNELS } from './change-feed.js';
+import { CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD, type AppendAnnouncer } from './change-feed.js';
 import { storedEventText } from './event-text.js';
 import { escText, indexJson, lazyRecordView, withCursor, type Queryable } from './pg-text.js';
 import {
@@ -76,7 +76,7 @@ const joinJson = (texts: Array<string | null>): string => texts.map((t) => t ?? 
 const WRITE_ROUND_SQL =
   "SELECT r_version, r_seq, r_err, r_msg FROM agentd.write_round($1::int[], $2::text[], $3::text[], $4::text[], string_to_array($5::text, E'\\x1e', ''), " +
   "$6::int[], string_to_array($7::text, E'\\x1e', '')::jsonb[], $8::float8[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], " +
-  "string_to_array($14::text, E'\\x1e', ''), $15::int[])";
+  "string_to_array($14::text, E'\\x1e', ''), $15::int[], $16::text, $17::text, $18::text)";
 
 /**
  * What `append` gives back for one event: a copy of the caller's object with its cursor, and (as
@@ -124,7 +124,7 @@ const MAX_QUEUED_NOTIFIES = 1000;
  */
 const WRITE_ROUND_NOTIFY_SQL =
   `SELECT r_version, r_seq, r_err, r_msg FROM (${WRITE_ROUND_SQL}) w ` +
-  'UNION ALL SELECT NULL::int, count(pg_notify(n.c, n.p))::bigint, NULL::text, NULL::text FROM unnest($16::text[], $17::text[]) AS n(c, p)';
+  'UNION ALL SELECT NULL::int, count(pg_notify(n.c, n.p))::bigint, NULL::text, NULL::text FROM unnest($19::text[], $20::text[]) AS n(c, p)';
 /** A round of notifications alone. */
 const NOTIFY_SQL = 'SELECT count(pg_notify(n.c, n.p))::bigint AS n FROM unnest($1::text[], $2::text[]) AS n(c, p)';
 
@@ -157,6 +157,11 @@ export class PgWriter {
   private queuedNotifies = 0;
   /** The round loop while one runs (close() waits for it). */
   writing: Promise<void> | null = null;
+  /**
+   * Announces each round's stored events on the change feed, inside the round (StoreChanges.announceAppends):
+   * what the cluster link would otherwise send as a notification, and often a transaction, of its own.
+   */
+  announcer: AppendAnnouncer | null = null;
 
   constructor(private readonly db: Queryable) {}
 
@@ -324,6 +329,24 @@ export class PgWriter {
     }
   }
 
+  /** The announcement of a round's events (the announcer's), or null: none asked, or too long for a notification. */
+  private announcement(taken: Taken[]): { head: string; tail: string } | null {
+    if (!this.announcer) return null;
+    const given: EventInput[] = [];
+    for (const t of taken) {
+      if (t.kind === 'append') given.push(...t.p.given);
+      else if (t.kind === 'commit' && t.events) given.push(...t.events.given);
+    }
+    let ann: { head: string; tail: string } | null;
+    try {
+      ann = this.announcer(given);
+    } catch {
+      return null; // a hint: the round's writes go on without it
+    }
+    // The range adds two cursors (under 50 bytes); a payload over PostgreSQL's limit would fail the round.
+    return ann && Buffer.byteLength(ann.head) + Buffer.byteLength(ann.tail) + 50 <= MAX_CHANGE_PAYLOAD ? ann : null;
+  }
+
   private async write(taken: Taken[]): Promise<void> {
     const commitNo: number[] = [];
     const opName: string[] = [];
@@ -370,6 +393,7 @@ export class PgWriter {
     }
     const notifying = channels.length > 0;
     const col = (i: number) => events.map((e) => e.fields[i]);
+    const ann = events.length > 0 ? this.announcement(taken) : null;
     const r = await this.db.query<{ r_version: number | null; r_seq: string | null; r_err: string | null; r_msg: string | null }>(
       {
         name: notifying ? 'agentd_write_round_notify' : 'agentd_write_round',
@@ -390,6 +414,9 @@ export class PgWriter {
           col(4),
           joinJson(events.map((e) => e.body)),
           evCommit,
+          CHANGE_CHANNELS.events,
+          ann?.head ?? null,
+          ann?.tail ?? null,
           ...(notifying ? [channels, payloads] : []),
         ],
       },

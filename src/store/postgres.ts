@@ -210,6 +210,8 @@ export class PostgresStore extends RecordWrites implements Store {
           onSwallowed: this.opts.onSwallowed,
           // Notifications ride in the group commit's next round (no transaction of their own).
           send: (channel, payload) => (this.poolRef ? this.writer.notify(channel, payload) : Promise.resolve()),
+          // Event appends are announced by the rounds that store them (pg-writer.ts).
+          announce: (announce) => (this.writer.announcer = announce),
         });
         await feed.start();
         this.changes = feed;

@@ -96,7 +96,13 @@ describe('PostgreSQL queue claims (FOR UPDATE SKIP LOCKED)', () => {
       await pass.release();
       expect(sent.map((q) => [q.name, q.values?.[1]])).toEqual([['agentd_claim_release', ['c']]]);
       // No hold is left: another pass gets all three at once, not after the 10 s hold.
-      expect((await repos(s).bgRuns.claimPass(T0 + 1, 10_000).claimQueued(5)).map((r) => r.id)).toEqual(['a', 'b', 'c']);
+      expect(
+        (
+          await repos(s)
+            .bgRuns.claimPass(T0 + 1, 10_000)
+            .claimQueued(5)
+        ).map((r) => r.id),
+      ).toEqual(['a', 'b', 'c']);
     } finally {
       await s.close();
     }
@@ -188,7 +194,8 @@ describe('PostgreSQL round trips per run (pg-scale)', () => {
       await locker.query("SELECT value FROM agentd.counters WHERE name = 'event_cursor' FOR UPDATE");
       const write = s.commitWithEvents([{ op: 'update', kind: 'bg_runs', id: 'r1', value: { n: 2 }, expectedVersion: 1 }], [ev('e1', 'r1'), ev('e2', 'r1')]);
       await waitFor(
-        async () => (await locker.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).rows[0].n > 0,
+        async () =>
+          (await locker.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).rows[0].n > 0,
         { what: 'the write waiting on the counter lock' },
       );
       // Were the events a round of their own behind the commit, the record would be visible now.
@@ -200,7 +207,9 @@ describe('PostgreSQL round trips per run (pg-scale)', () => {
       expect(r.events.map((e) => e.event_id)).toEqual(['e1', 'e2']);
       // One statement: the commit and its events.
       expect(names).toEqual(['agentd_write_round']);
-      expect((await s.readEvents({ filters: { run_id: 'r1' } })).events.map((e) => [e.event_id, e.cursor])).toEqual(r.events.map((e) => [e.event_id, e.cursor]));
+      expect((await s.readEvents({ filters: { run_id: 'r1' } })).events.map((e) => [e.event_id, e.cursor])).toEqual(
+        r.events.map((e) => [e.event_id, e.cursor]),
+      );
     } finally {
       await locker.query('ROLLBACK').catch(() => undefined);
       await locker.end();

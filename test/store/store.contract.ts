@@ -483,7 +483,10 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
         // Issued in one turn: they share a group-commit round where the adapter has one.
         const [a, refused, b, c, d] = await Promise.allSettled([
           store.appendEvents([ev({ event_id: 'a1' }), ev({ event_id: 'a2' })]),
-          store.commitWithEvents([{ op: 'update', kind: 'bg_runs', id: 'r1', value: { n: 9 }, expectedVersion: 5 }], [ev({ event_id: 'x1' }), ev({ event_id: 'x2' })]),
+          store.commitWithEvents(
+            [{ op: 'update', kind: 'bg_runs', id: 'r1', value: { n: 9 }, expectedVersion: 5 }],
+            [ev({ event_id: 'x1' }), ev({ event_id: 'x2' })],
+          ),
           store.commitWithEvents([{ op: 'update', kind: 'bg_runs', id: 'r1', value: { n: 2 }, expectedVersion: 1 }], () => [ev({ event_id: 'b1' })]),
           store.appendEvents([ev({ event_id: 'c1' })]),
           store.commitWithEvents([{ op: 'create', kind: 'bg_runs', id: 'r2', value: { n: 1 } }], [ev({ event_id: 'd1' }), ev({ event_id: 'd2' })]),

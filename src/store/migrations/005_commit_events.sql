@@ -8,6 +8,11 @@
 -- commit leaves no gap. The first result rows are commit_batch's; when events were given, one more
 -- row whose r_seq is the cursor before the first stored event (NULL when none was stored).
 --
+-- When p_ann_head is given, the round also announces its stored events on the change feed
+-- (src/store/changes.ts): pg_notify(p_ann_chan, p_ann_head || '["first","last"]' || p_ann_tail)
+-- with the cursors they got, delivered when the round commits: a follower on another instance
+-- hears of them without a transaction of their own (src/runtime/cluster.ts).
+--
 -- It also ends the claim hold (migration 002) of every background run row a commit of the round
 -- wrote: the claim of a queued run is its row's CAS write, so the claimer's pass needs no
 -- statement of its own to release the rows it claimed (src/store/repos/bg-runs.ts), only those it
@@ -17,6 +22,10 @@
 -- arguments) stays, unchanged, for instances of the previous version during a rolling upgrade. Both
 -- take their cursors from the same locked counter row, so appends of old and new instances still
 -- become visible in cursor order.
+-- An event cursor as the adapter writes it (src/store/store.ts encodeCursor): 16 digits, zero-padded.
+CREATE FUNCTION agentd.cursor_text(c bigint) RETURNS text LANGUAGE sql IMMUTABLE AS
+$fn$ SELECT CASE WHEN length(c::text) >= 16 THEN c::text ELSE lpad(c::text, 16, '0') END $fn$;
+
 CREATE OR REPLACE FUNCTION agentd.write_round(
   p_commit    integer[],
   p_op        text[],
@@ -32,7 +41,10 @@ CREATE OR REPLACE FUNCTION agentd.write_round(
   p_task      text[],
   p_type      text[],
   p_body      text[],
-  p_ev_commit integer[]
+  p_ev_commit integer[],
+  p_ann_chan  text,
+  p_ann_head  text,
+  p_ann_tail  text
 ) RETURNS TABLE (r_version integer, r_seq bigint, r_err text, r_msg text)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -67,6 +79,9 @@ BEGIN
         SELECT base + row_number() OVER (ORDER BY x.ord), x.ts, x.f1, x.f2, x.f3, x.f4, x.f5, x.body
           FROM unnest(p_ts, p_trace, p_run, p_session, p_task, p_type, p_body, p_ev_commit) WITH ORDINALITY AS x(ts, f1, f2, f3, f4, f5, body, c, ord)
           WHERE x.c IS NULL OR NOT (x.c = ANY(refused));
+      IF p_ann_head IS NOT NULL THEN
+        PERFORM pg_notify(p_ann_chan, p_ann_head || json_build_array(agentd.cursor_text(base + 1), agentd.cursor_text(base + n_kept))::text || p_ann_tail);
+      END IF;
     END IF;
     RETURN QUERY SELECT NULL::integer, base, NULL::text, NULL::text;
   END IF;
