@@ -8,6 +8,7 @@ import { idOfTenantKey, keyInTenant } from './tenancy.js';
 import { admissionOrder, resolveConcurrency, type ConcurrencyRequest } from '../../machines/policies/flow.js';
 import { domainError } from '../errors.js';
 import { ConcurrencyQueue } from '../flow/concurrency.js';
+import { keyReleaseOp } from '../flow/key-slots.js';
 import { newId } from '../ids.js';
 import { isSharedStore } from '../store/changes.js';
 import { repos } from '../store/repos/index.js';
@@ -152,7 +153,15 @@ export class RunFlow {
       priority,
       queue: { key: concurrency.key, limit: concurrency.limit, priority, enqueued_at: nowMs },
     };
-    return repos(this.deps.store).runs.create(opts.run_id, record, runIndexes(record));
+    const runs = repos(this.deps.store).runs;
+    if (!this.deps.store.capabilities.ordersKeyWaiters) return runs.create(opts.run_id, record, runIndexes(record));
+    // A store that hands freed slots to the key's waiters itself: the key's record is locked by
+    // this commit (a holders op that changes nothing), so a release committing meanwhile either
+    // comes first (and this run's pump then finds the slot free) or comes after and sees this run
+    // waiting; without it, a release that looked for waiters just before this commit would hand
+    // the slot to nobody while the pump read the key still full, leaving the run to the poll.
+    const [created] = await this.deps.store.commit([runs.createOp(opts.run_id, record, runIndexes(record)), keyReleaseOp(this.deps.store, concurrency.key, opts.run_id)]);
+    return created as Versioned<RunRecord>;
   }
 
   /**
