@@ -17,7 +17,12 @@ const queryOf = (body: { messages: Array<{ role: string; content?: unknown }> })
   String(body.messages.filter((m) => m.role === 'user').at(-1)?.content ?? '');
 
 /** Posts a keyed /run/sync on `url` and waits until its run is stored `queued` (its arrival is then fixed). */
-async function queue(url: string, query: string, key: { key: string; limit: number }, priority: number): Promise<{ answer: Promise<{ body: Record<string, unknown> }> }> {
+async function queue(
+  url: string,
+  query: string,
+  key: { key: string; limit: number },
+  priority: number,
+): Promise<{ answer: Promise<{ body: Record<string, unknown> }> }> {
   const answer = postJson(`${url}/run/sync`, { query, session_id: `s-${query.replace(/\W/g, '-')}`, concurrency: key, priority }, 60_000);
   await eventually(
     async () => (await getJson(`${url}/runs?session_id=s-${query.replace(/\W/g, '-')}`)).body?.runs?.[0]?.status === 'queued',
@@ -67,6 +72,9 @@ describe('two instances on PostgreSQL: one admission order for a key', () => {
     ];
     const answers: Array<Promise<{ body: Record<string, unknown> }>> = [];
     for (const [server, query, priority] of plan) answers.push((await queue(server.url, query, key, priority)).answer);
+    // A position counts the waiters of both instances in that order, whichever instance is asked.
+    const lastHigh = (await getJson(`${b.url}/runs?session_id=s-b-high-2`)).body.runs[0].run_id as string;
+    expect((await getJson(`${a.url}/runs/${lastHigh}`)).body.queue).toEqual({ key: 'global:order', position: 3 });
     release();
     const done = await Promise.all([head, ...answers]);
     expect(done.map((d) => d.body.status)).toEqual(done.map(() => 'success'));

@@ -31,13 +31,21 @@ afterAll(async () => {
 /** A run stored `queued` on `key`, as RunFlow.enqueue writes it. */
 async function queued(runId: string, key: string, priority: number, limit = 1): Promise<void> {
   const q = { key, limit, priority, enqueued_at: 0 };
-  await repos(store).runs.create(runId, { run_id: runId, status: 'queued', queue: q } as never, { status: 'queued', flow_key: key, flow_wait: flowWaitIndex(q) });
+  await repos(store).runs.create(runId, { run_id: runId, status: 'queued', queue: q } as never, {
+    status: 'queued',
+    flow_key: key,
+    flow_wait: flowWaitIndex(q),
+  });
 }
 
 /** The run leaves the queue (it started): its indexes go, as its first write does. */
 async function started(runId: string): Promise<void> {
   const cur = (await repos(store).runs.get(runId))!;
-  await repos(store).runs.update(runId, { ...(cur.value as object), status: 'running' } as never, cur.version, { status: 'running', flow_key: null, flow_wait: null });
+  await repos(store).runs.update(runId, { ...(cur.value as object), status: 'running' } as never, cur.version, {
+    status: 'running',
+    flow_key: null,
+    flow_wait: null,
+  });
 }
 
 const holders = async (key: string): Promise<string[]> => (await new KeySlots(store).holders(key)).map((h) => h.run_id);
