@@ -4,6 +4,7 @@
 // takeover. The order is read where runs start: the scripted model's requests.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ScriptedOpenAI } from '../fixtures/scripted-openai.js';
+import type { CommitEvents, CommitOps, WriteOp } from '../../src/store/store.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { useScriptedOpenAI } from '../helpers/scripted-model.js';
 import { eventually, getJson, startTestServer, type TestServer } from '../helpers/server.js';
@@ -43,7 +44,24 @@ describe('two instances on PostgreSQL: one admission order for a key', () => {
     const cfg = { store: { kind: 'postgres', url: db.url }, flow: { poll_ms: 5000 } };
     a = await startTestServer(cfg, { modelUrl: model.url });
     b = await startTestServer(cfg, { modelUrl: model.url });
+    for (const server of [a, b]) countKeyWrites(server);
   });
+
+  /** Per instance, the commits that write a key's holders record and nothing else (a round of the key's own). */
+  const ownKeyCommits = new Map<TestServer, number>();
+  function countKeyWrites(server: TestServer): void {
+    const store = server.store;
+    ownKeyCommits.set(server, 0);
+    const note = (ops: WriteOp[]): WriteOp[] => {
+      if (ops.length > 0 && ops.every((o) => o.id.startsWith('flow_key:'))) ownKeyCommits.set(server, ownKeyCommits.get(server)! + 1);
+      return ops;
+    };
+    const take = (ops: CommitOps): CommitOps => (typeof ops === 'function' ? () => note(ops()) : note(ops));
+    const commit = store.commit.bind(store);
+    store.commit = (ops: CommitOps) => commit(take(ops));
+    const withEvents = store.commitWithEvents.bind(store);
+    store.commitWithEvents = (ops: CommitOps, events: CommitEvents) => withEvents(take(ops), events);
+  }
   afterAll(async () => {
     await Promise.all([a?.stop(), b?.stop()]);
     a?.cleanup();
@@ -81,6 +99,9 @@ describe('two instances on PostgreSQL: one admission order for a key', () => {
     // A, which freed the slot, and its own waiters do not go first: one order over both instances.
     expect(model.requests.map(queryOf)).toEqual(['head', 'b high 1', 'a high 2', 'b high 2', 'a mid', 'b mid', 'a low 1', 'b low 1', 'a low 2']);
     expect(model.maxInFlight()).toBe(1);
+    // Each slot went on inside the commit that freed it (the run's end): no instance wrote the
+    // key's record in a round of its own, to queue, take or hand over.
+    expect([ownKeyCommits.get(a), ownKeyCommits.get(b)]).toEqual([0, 0]);
   }, 60_000);
 
   it('a new run does not take a slot its key freed while runs of the key wait on another instance', async () => {
