@@ -231,7 +231,7 @@ describe("FolderWriter (the mirror's worker thread)", () => {
   });
 
   // Its CPU is told apart from the other threads' (Node names them all `node`): ps -L, top -H and
-  // the drain benchmark's CPU by thread (test/bench/lib.ts threadCpuMs).
+  // the drain benchmark's CPU by thread (test/bench/threads.ts).
   it.runIf(process.platform === 'linux')('names its thread in /proc', async () => {
     // Writers of other tests in this process (MirrorQueues never closed) may be alive: the new thread is the one to check.
     const named = () =>
