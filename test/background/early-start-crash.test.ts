@@ -46,49 +46,55 @@ const marks = () =>
     .split('\n')
     .filter((l) => l.startsWith('mark:'));
 
-it('a crash while the next run started before its claim was stored repeats no tool call and loses no run', async () => {
-  const file = join(import.meta.dirname, 'fixtures/child-server.ts');
-  child = spawn(process.execPath, ['--import', 'tsx', file, dataDir, JSON.stringify(config())], {
-    env: { ...process.env, BG_LEDGER: ledger, BG_HOLD_FROM_CLAIM: '2' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (d) => (out += String(d)));
-  child.stderr!.on('data', (d) => (err += String(d)));
-  const url = await waitFor(() => /URL (\S+)/.exec(out)?.[1], { what: `the child's URL (stderr: ${err})`, timeoutMs: 30_000 });
-  const a = api(url);
-  const t = await a.post('/background/tasks', {
-    task_id: 'marks',
-    schedule: { type: 'manual' },
-    query: 'CALL bg_mark {"tag": "k"}',
-    overlap_policy: 'allow_parallel',
-    session_policy: { mode: 'run' },
-  });
-  expect(t.status).toBe(200);
-  const r = await a.post('/background/tasks/marks/runs', { runs: [{}, {}, {}] });
-  expect(r.status, JSON.stringify(r.body)).toBe(200);
-  const ids: string[] = r.body.runs.map((x: { run: { run_id: string } }) => x.run.run_id);
-  // The second run's agent run asked the model, which called bg_mark: its `started` save is held
-  // behind the unstored claim, so the tool has not run.
-  await waitFor(() => out.includes('mark-started'), { what: "the second run's tool call saved started (held)", timeoutMs: 30_000 });
-  expect(marks()).toEqual([`mark:k:${ids[0]}`]);
-  const exited = new Promise((res) => child!.once('exit', res));
-  child.kill('SIGKILL');
-  await exited;
-  child = null;
+// Only a store this process alone writes starts a run before its claim is stored (on PostgreSQL the
+// claim lands first): the child's held writes are LevelDB's.
+it.skipIf(process.env.AGENTD_TEST_STORE === 'postgres')(
+  'a crash while the next run started before its claim was stored repeats no tool call and loses no run',
+  async () => {
+    const file = join(import.meta.dirname, 'fixtures/child-server.ts');
+    child = spawn(process.execPath, ['--import', 'tsx', file, dataDir, JSON.stringify(config())], {
+      env: { ...process.env, BG_LEDGER: ledger, BG_HOLD_FROM_CLAIM: '2' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout!.on('data', (d) => (out += String(d)));
+    child.stderr!.on('data', (d) => (err += String(d)));
+    const url = await waitFor(() => /URL (\S+)/.exec(out)?.[1], { what: `the child's URL (stderr: ${err})`, timeoutMs: 30_000 });
+    const a = api(url);
+    const t = await a.post('/background/tasks', {
+      task_id: 'marks',
+      schedule: { type: 'manual' },
+      query: 'CALL bg_mark {"tag": "k"}',
+      overlap_policy: 'allow_parallel',
+      session_policy: { mode: 'run' },
+    });
+    expect(t.status).toBe(200);
+    const r = await a.post('/background/tasks/marks/runs', { runs: [{}, {}, {}] });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const ids: string[] = r.body.runs.map((x: { run: { run_id: string } }) => x.run.run_id);
+    // The second run's agent run asked the model, which called bg_mark: its `started` save is held
+    // behind the unstored claim, so the tool has not run.
+    await waitFor(() => out.includes('mark-started'), { what: "the second run's tool call saved started (held)", timeoutMs: 30_000 });
+    expect(marks()).toEqual([`mark:k:${ids[0]}`]);
+    const exited = new Promise((res) => child!.once('exit', res));
+    child.kill('SIGKILL');
+    await exited;
+    child = null;
 
-  process.env.BG_LEDGER = ledger;
-  second = await startTestServer(config(), { dataDir });
-  const b = api(second.url);
-  for (const id of ids) expect((await waitRun(b, id, undefined, 30_000)).status).toBe('completed');
-  // Each run's non-idempotent call ran once, ever.
-  expect(marks().sort()).toEqual(ids.map((id) => `mark:k:${id}`).sort());
-  for (const id of ids) {
-    const names = eventNames((await b.get(`/background/runs/${id}/events`)).body.events).filter((n) => n !== 'background_run_heartbeat');
-    expect(names.filter((n) => n === 'background_run_completed')).toHaveLength(1);
-  }
-  // The second run's claim never reached the store: it was still queued, and ran as a first attempt.
-  const attempts = (await b.get(`/background/runs/${ids[1]}/attempts`)).body.attempts;
-  expect(attempts).toEqual([expect.objectContaining({ attempt_number: 1, status: 'completed', reason: 'initial' })]);
-}, 90_000);
+    process.env.BG_LEDGER = ledger;
+    second = await startTestServer(config(), { dataDir });
+    const b = api(second.url);
+    for (const id of ids) expect((await waitRun(b, id, undefined, 30_000)).status).toBe('completed');
+    // Each run's non-idempotent call ran once, ever.
+    expect(marks().sort()).toEqual(ids.map((id) => `mark:k:${id}`).sort());
+    for (const id of ids) {
+      const names = eventNames((await b.get(`/background/runs/${id}/events`)).body.events).filter((n) => n !== 'background_run_heartbeat');
+      expect(names.filter((n) => n === 'background_run_completed')).toHaveLength(1);
+    }
+    // The second run's claim never reached the store: it was still queued, and ran as a first attempt.
+    const attempts = (await b.get(`/background/runs/${ids[1]}/attempts`)).body.attempts;
+    expect(attempts).toEqual([expect.objectContaining({ attempt_number: 1, status: 'completed', reason: 'initial' })]);
+  },
+  90_000,
+);
