@@ -312,9 +312,9 @@ export class LevelWriter {
         // cache after filling it: caching the misses may evict this very round's hits.
         const missing: string[] = [];
         for (const k of recKeys) {
-          const text = this.cache.rows.get(k);
-          if (text === undefined) missing.push(k);
-          else rows.set(k, text === null ? null : (JSON.parse(text) as Row));
+          const row = this.cache.stagedRow(k);
+          if (row === undefined) missing.push(k);
+          else rows.set(k, row);
         }
         // The old index values of the rows known so far (a row not loaded yet adds none).
         const counterKeys = (): Set<string> => {
@@ -451,7 +451,7 @@ export class LevelWriter {
       this.cache.dropStalePrefetches(batch);
       // On disk now: the caches may learn it.
       for (const op of batch) {
-        if (op.key.startsWith(RECORD_KEY_START)) this.cache.cacheRow(op.key, op.type === 'put' ? op.value : null);
+        if (op.key.startsWith(RECORD_KEY_START)) this.cache.cacheRow(op.key, op.type === 'put' ? op.value : null, op.type === 'put' ? op.head : undefined);
         else if (op.key.startsWith(COUNT_KEY_START)) this.cache.counters.set(op.key, op.type === 'put' ? Number(op.value) : 0);
         else continue;
         if (op.type === 'put') this.cache.absent.learn(op.key); // (src/store/level-absent.ts)
