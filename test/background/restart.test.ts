@@ -6,7 +6,7 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
-import { eventually, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { eventually, startTestServer, tempDir, testStoreOf, type TestServer } from '../helpers/server.js';
 import { api, directModel, eventNames, TOOLS, waitRun } from './helpers.js';
 
 let model: ScriptedOpenAI;
@@ -62,7 +62,8 @@ const ledgerLines = () => readFileSync(ledger, 'utf8').split('\n').filter(Boolea
 
 describe('restart in the middle of a running background run', () => {
   it('recovers the run in a new process and finishes it without repeating a completed tool call', async () => {
-    const config = configFor(model.url);
+    // The child and the server after it open the same store (under AGENTD_TEST_STORE=postgres, the data dir's database).
+    const config = { ...configFor(model.url), store: await testStoreOf(dataDir) };
     const url = await startChild(config);
     const a = api(url);
     const created = await a.post('/background/tasks', {

@@ -32,6 +32,18 @@ if (process.env.AGENTD_TEST_STORE === 'postgres' && process.env.VITEST) {
   });
 }
 
+/**
+ * The store a test server on `dataDir` opens when its config names none: LevelDB in the data dir,
+ * or with AGENTD_TEST_STORE=postgres the data dir's own database (created on first use, so a
+ * restart, or a fixture loaded before the server starts, finds the same data).
+ */
+export async function testStoreOf(dataDir: string): Promise<{ kind: 'level'; path: string } | { kind: 'postgres'; url: string }> {
+  if (process.env.AGENTD_TEST_STORE !== 'postgres') return { kind: 'level', path: dataDir };
+  let db = pgByDataDir.get(dataDir);
+  if (!db) pgByDataDir.set(dataDir, (db = await createTestDatabase()));
+  return { kind: 'postgres', url: db.url };
+}
+
 export function tempDir(prefix = 'agentd-test-'): string {
   return mkdtempSync(join(tmpdir(), prefix));
 }
@@ -53,11 +65,7 @@ export async function startTestServer(
   cfg.runs = { ...(cfg.runs ?? {}), orphan_sweep: { interval_seconds: 3600, ...(cfg.runs?.orphan_sweep ?? {}) } };
   // AGENTD_TEST_STORE=postgres: a test that names no store runs on PostgreSQL, one database per
   // data dir (a restart on the same data dir finds its data again), dropped by cleanup().
-  if (process.env.AGENTD_TEST_STORE === 'postgres' && cfg.store === undefined) {
-    let db = pgByDataDir.get(dataDir);
-    if (!db) pgByDataDir.set(dataDir, (db = await createTestDatabase()));
-    cfg.store = { kind: 'postgres', url: db.url };
-  }
+  if (process.env.AGENTD_TEST_STORE === 'postgres' && cfg.store === undefined) cfg.store = await testStoreOf(dataDir);
   const config2 = configFromObject(cfg, { dataDir, env: opts.env ?? {} });
   // Quiet unless asked (AGENTD_LOG_LEVEL=info): warnings and every 5xx line still reach stderr.
   const logger = createLogger({ level: (process.env.AGENTD_LOG_LEVEL as LogLevel | undefined) ?? 'warn' });

@@ -1,6 +1,6 @@
 // Shared plumbing of the snapshot-fixture tests (test/runtime/ and test/background/
 // snapshot-fixtures.test.ts): a fixture is every record of some kinds a run left in the store at
-// one moment, saved as JSON in test/fixtures/snapshots/ and loaded into a fresh LevelDB data dir.
+// one moment, saved as JSON in test/fixtures/snapshots/ and loaded into a fresh store (testStoreOf).
 // What each test keeps for itself: which kinds it dumps and the index values each kind is written
 // with, so that a change in the runtime's indexes fails there instead of matching here.
 import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -9,7 +9,7 @@ import { expect } from 'vitest';
 import type { Clock } from '../../src/clock.js';
 import { openStore } from '../../src/store/open.js';
 import type { RecordIndexes, RecordKind, Store } from '../../src/store/store.js';
-import { startTestServer, tempDir, type TestServer } from './server.js';
+import { startTestServer, tempDir, testStoreOf, type TestServer } from './server.js';
 
 export const SNAPSHOT_FIXTURES_DIR = join(import.meta.dirname, '../fixtures/snapshots');
 /** Set to write new fixture files instead of testing the old ones. */
@@ -46,10 +46,10 @@ export async function dumpFixture<S extends string>(
   return { scenario: meta.scenario, written_by: new Date().toISOString().slice(0, 10), machine_version: meta.machine_version, run_id: meta.run_id, records };
 }
 
-/** A new LevelDB data dir holding the fixture's records; the caller removes it. */
+/** A new data dir whose store (LevelDB, or its PostgreSQL database under AGENTD_TEST_STORE=postgres) holds the fixture's records; the caller removes it. */
 export async function loadFixture(fixture: SnapshotFixture, indexesOf: (r: FixtureRecord) => RecordIndexes | undefined, dirPrefix: string): Promise<string> {
   const dataDir = tempDir(dirPrefix);
-  const store = await openStore({ kind: 'level', path: dataDir });
+  const store = await openStore(await testStoreOf(dataDir));
   try {
     for (const r of fixture.records) await store.createRecord(r.kind, r.id, r.value, indexesOf(r));
   } finally {
