@@ -1,6 +1,8 @@
 // A row this process wrote keeps its head (version, seq, index values) next to its text in the
 // write queue's cache: the next write over it is staged without parsing that text again (a run's
 // row, record and snapshot are rewritten on every step), and a holders op still sees its value.
+// A write over a known row loads only the counters it moves: its kind's and those of the index
+// values it changes.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -101,5 +103,49 @@ describe('LevelStore staging over rows it wrote', () => {
     );
     expect(next).toBe(0);
     expect(await again.store.countRecords('runs', { name: 'status', value: 'queued' })).toBe(1);
+  });
+
+  it('a write over a known row looks up only the counters it moves: its kind and the index values it changes', async () => {
+    const { store } = await open();
+    const indexes = { task_id: 't1', status: 'queued', agent: 'a1', tenant: 'x' };
+    await store.commit([{ op: 'create', kind: 'runs', id: 'r3', value: { n: 0 }, indexes }]);
+    const counters = (store as unknown as { writer: { cache: { counters: Map<string, number> } } }).writer.cache.counters;
+    const looked: string[] = [];
+    const get = counters.get.bind(counters);
+    vi.spyOn(counters, 'get').mockImplementation((k: string) => (looked.push(k), get(k)));
+    await store.commit([{ op: 'update', kind: 'runs', id: 'r3', value: { n: 1 }, expectedVersion: 1, indexes: { ...indexes, status: 'running' } }]);
+    expect(new Set(looked.map((k) => k.split('\u0000').slice(1).join('/')))).toEqual(new Set(['runs', 'runs/status/queued', 'runs/status/running']));
+    // An update naming no indexes moves none.
+    looked.length = 0;
+    await store.commit([{ op: 'update', kind: 'runs', id: 'r3', value: { n: 2 }, expectedVersion: 2 }]);
+    expect(looked.map((k) => k.split('\u0000').slice(1).join('/'))).toEqual(['runs']);
+    // A delete moves all of them; the counts stay exact throughout.
+    await store.commit([{ op: 'create', kind: 'runs', id: 'r4', value: { n: 0 }, indexes }]);
+    expect(await store.countRecords('runs', { name: 'status', value: 'running' })).toBe(1);
+    expect(await store.countRecords('runs', { name: 'status', value: 'queued' })).toBe(1);
+    expect(await store.countRecords('runs', { name: 'task_id', value: 't1' })).toBe(2);
+    await store.commit([{ op: 'delete', kind: 'runs', id: 'r3' }]);
+    expect(await store.countRecords('runs', { name: 'status', value: 'running' })).toBe(0);
+    expect(await store.countRecords('runs', { name: 'task_id', value: 't1' })).toBe(1);
+    expect(await store.countRecords('runs')).toBe(1);
+  });
+
+  it('several writes over one row in one round keep every count exact', async () => {
+    const { store } = await open();
+    await store.commit([{ op: 'create', kind: 'runs', id: 'r5', value: { n: 0 }, indexes: { status: 'a' } }]);
+    // Issued in one turn: one round stages A -> B -> A -> C, then C -> C.
+    await Promise.all([
+      store.commit([{ op: 'update', kind: 'runs', id: 'r5', value: { n: 1 }, expectedVersion: 1, indexes: { status: 'b' } }]),
+      store.commit([{ op: 'update', kind: 'runs', id: 'r5', value: { n: 2 }, expectedVersion: 2, indexes: { status: 'a' } }]),
+      store.commit([{ op: 'update', kind: 'runs', id: 'r5', value: { n: 3 }, expectedVersion: 3, indexes: { status: 'c' } }]),
+      store.commit([{ op: 'update', kind: 'runs', id: 'r5', value: { n: 4 }, expectedVersion: 4 }]),
+    ]);
+    for (const [v, n] of [
+      ['a', 0],
+      ['b', 0],
+      ['c', 1],
+    ] as const)
+      expect(await store.countRecords('runs', { name: 'status', value: v })).toBe(n);
+    expect((await store.listRecords('runs', { index: { name: 'status', value: 'c' } })).items.map((i) => i.value)).toEqual([{ n: 4 }]);
   });
 });
