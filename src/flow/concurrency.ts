@@ -8,7 +8,13 @@
 // of a shared store (its release notifies the change feed's `flow` channel; a poll every
 // `pollMs` covers a lost notification). Keys are pumped independently: one key's backlog never
 // delays another key's run (docs/contract.md §3.4).
-import { insertInOrder, type WaitingEntry } from '../../machines/policies/flow.js';
+//
+// On a store that orders a key's waiters itself (StoreCapabilities.ordersKeyWaiters: PostgreSQL),
+// this process does not choose who gets a freed slot: the write that frees it gives it to the
+// key's first waiter across every instance and names it on the change feed (`{k, a: [run ids]}`);
+// the pump here only reads the key's holders, admits its own waiters found there, and, when the
+// key has room nobody took, makes the store fill it (a take, which the store turns into its order).
+import { insertInOrder, takeKeySlot, type WaitingEntry } from '../../machines/policies/flow.js';
 import type { Clock } from '../clock.js';
 import { CHANGE_CHANNELS, type StoreChanges } from '../store/change-feed.js';
 import type { Store } from '../store/store.js';
@@ -44,6 +50,8 @@ export class ConcurrencyQueue {
   private readonly pollMs: number;
   private unsubscribe: (() => void) | null = null;
   private closed = false;
+  /** The store hands freed slots to the key's waiters in its own, global order (see the top). */
+  private readonly ordered: boolean;
 
   constructor(
     private readonly store: Store,
@@ -52,12 +60,16 @@ export class ConcurrencyQueue {
   ) {
     this.slots = isSharedStore(store) ? new KeySlots(store) : new MemoryKeySlots();
     this.pollMs = opts.pollMs ?? 250;
+    this.ordered = store.capabilities.ordersKeyWaiters === true;
     const changes: StoreChanges | undefined = store.changes;
     if (changes) {
       this.unsubscribe = changes.subscribe(CHANGE_CHANNELS.flow, (payload) => {
         try {
-          const key = (JSON.parse(payload) as { k?: unknown }).k;
-          if (typeof key === 'string' && this.waiting.has(key)) this.pump(key);
+          const { k: key, a: got } = JSON.parse(payload) as { k?: unknown; a?: unknown };
+          if (typeof key !== 'string' || !this.waiting.has(key)) return;
+          // The store gave these runs a slot: the ones waiting here start, without a read.
+          if (this.ordered && Array.isArray(got)) this.admitHeld(key, got);
+          else this.pump(key);
         } catch {
           // a malformed hint is no hint: the poll covers it
         }
@@ -121,11 +133,18 @@ export class ConcurrencyQueue {
     if (!w) return false;
     this.remove(w);
     w.resolve('dropped');
+    // The store may have handed it a slot already (its notice still on its way): it goes back.
+    if (this.ordered) void this.release(w.key, runId).catch((err) => this.opts.onError?.('flow.release', err));
     return true;
   }
 
   /** Lets go of `runId`'s slot of `key` and hands it on (here at once; other instances through the feed). */
   async release(key: string, runId: string): Promise<void> {
+    // The store's write that lets go of the slot gives it to the key's first waiter and says so.
+    if (this.ordered) {
+      await this.slots.release(key, runId);
+      return;
+    }
     const head = this.pumping.has(key) ? undefined : this.waiting.get(key)?.[0];
     if (head) return this.handOver(key, runId, head);
     const held = await this.slots.release(key, runId);
@@ -136,6 +155,8 @@ export class ConcurrencyQueue {
 
   /** `key` has a slot free: its holder let go in a commit of its own (a run's end or park, RunHost). */
   released(key: string): void {
+    // The end's commit handed the slot on already, and its notice names who got it.
+    if (this.ordered) return;
     if (this.waiting.has(key)) this.pump(key);
     if (this.store.changes) void this.store.changes.notify(CHANGE_CHANNELS.flow, JSON.stringify({ k: key }));
   }
@@ -199,7 +220,7 @@ export class ConcurrencyQueue {
       return;
     }
     this.pumping.add(key);
-    void this.pumpKey(key)
+    void (this.ordered ? this.pumpOrdered(key) : this.pumpKey(key))
       .catch((err) => this.opts.onError?.('flow.pump', err))
       .finally(() => {
         this.pumping.delete(key);
@@ -231,6 +252,47 @@ export class ConcurrencyQueue {
       }
       this.remove(head);
       head.resolve('admitted');
+    }
+  }
+
+  /** Waiters of `key` here that the store gave a slot (`runIds`, from its notice): admitted. */
+  private admitHeld(key: string, runIds: unknown[]): void {
+    for (const id of runIds) {
+      const w = typeof id === 'string' ? this.byRun.get(id) : undefined;
+      if (!w || w.key !== key) continue;
+      this.remove(w);
+      w.resolve('admitted');
+    }
+  }
+
+  /**
+   * The pump on a store that orders the waiters (see the top): admits the waiters here that hold
+   * a slot; when the key has room, one take makes the store fill it in its order (whoever it picks
+   * is told, this process included), and the holders are read once more.
+   */
+  private async pumpOrdered(key: string): Promise<void> {
+    let poked = false;
+    let pruned = false;
+    for (;;) {
+      if (!this.waiting.get(key)?.length) return;
+      const holders = await this.slots.holders(key);
+      this.admitHeld(
+        key,
+        holders.map((h) => h.run_id),
+      );
+      const head = this.waiting.get(key)?.[0];
+      if (!head || poked) return;
+      if (takeKeySlot(holders, head.limit, head.run_id, this.clock.now()).take) {
+        poked = true;
+        await this.slots.take(key, head.limit, head.run_id, this.clock.now());
+        continue;
+      }
+      // Full: a holder may be a run that ended without letting go (as in pumpKey); the write that
+      // drops it fills the key.
+      if (pruned || !this.opts.deadHolders) return;
+      pruned = true;
+      const dead = this.opts.deadHolders;
+      if ((await this.slots.prune(key, (hs) => dead(hs.map((h) => h.run_id)))) === 0) return;
     }
   }
 

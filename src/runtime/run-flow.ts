@@ -8,6 +8,7 @@ import { idOfTenantKey, keyInTenant } from './tenancy.js';
 import { admissionOrder, resolveConcurrency, type ConcurrencyRequest } from '../../machines/policies/flow.js';
 import { domainError } from '../errors.js';
 import { ConcurrencyQueue } from '../flow/concurrency.js';
+import { keyReleaseOp } from '../flow/key-slots.js';
 import { newId } from '../ids.js';
 import { isSharedStore } from '../store/changes.js';
 import { repos } from '../store/repos/index.js';
@@ -152,7 +153,18 @@ export class RunFlow {
       priority,
       queue: { key: concurrency.key, limit: concurrency.limit, priority, enqueued_at: nowMs },
     };
-    return repos(this.deps.store).runs.create(opts.run_id, record, runIndexes(record));
+    const runs = repos(this.deps.store).runs;
+    if (!this.deps.store.capabilities.ordersKeyWaiters) return runs.create(opts.run_id, record, runIndexes(record));
+    // A store that hands freed slots to the key's waiters itself: the key's record is locked by
+    // this commit (a holders op that changes nothing), so a release committing meanwhile either
+    // comes first (and this run's pump then finds the slot free) or comes after and sees this run
+    // waiting; without it, a release that looked for waiters just before this commit would hand
+    // the slot to nobody while the pump read the key still full, leaving the run to the poll.
+    const [created] = await this.deps.store.commit([
+      runs.createOp(opts.run_id, record, runIndexes(record)),
+      keyReleaseOp(this.deps.store, concurrency.key, opts.run_id),
+    ]);
+    return created as Versioned<RunRecord>;
   }
 
   /**
@@ -250,11 +262,15 @@ export class RunFlow {
 
   /**
    * The 1-based place of a queued run among every queued run of its key, in admission order
-   * (priority, then arrival), across instances: read from the store's `flow_key` index.
+   * (priority, then arrival), across instances: read from the store's `flow_key` index. A run the
+   * store handed a slot that has not started yet still counts (it reads `queued` until it starts).
    */
   async position(r: RunRecord): Promise<number | null> {
     if (r.status !== 'queued' || !r.queue) return null;
-    const me = { run_id: r.run_id, priority: r.queue.priority, enqueued_at: r.queue.enqueued_at, seq: 0 };
+    // A store that orders the waiters itself goes by priority, then creation (the seq), not by
+    // the enqueue times of instances' clocks: positions say the same.
+    const byClock = !this.deps.store.capabilities.ordersKeyWaiters;
+    const me = { run_id: r.run_id, priority: r.queue.priority, enqueued_at: byClock ? r.queue.enqueued_at : 0, seq: 0 };
     let ahead = 0;
     let cursor: string | null = null;
     let mySeq = Number.POSITIVE_INFINITY;
@@ -268,7 +284,7 @@ export class RunFlow {
       for (const { seq, value } of page.items) {
         if (value.status !== 'queued' || !value.queue) continue;
         if (value.run_id === r.run_id) mySeq = seq;
-        else others.push({ run_id: value.run_id, priority: value.queue.priority, enqueued_at: value.queue.enqueued_at, seq });
+        else others.push({ run_id: value.run_id, priority: value.queue.priority, enqueued_at: byClock ? value.queue.enqueued_at : 0, seq });
       }
       cursor = page.next_cursor;
     } while (cursor);

@@ -144,6 +144,16 @@ export function newRunRecord(f: NewRunFields): RunRecord {
   };
 }
 
+/**
+ * A queued run's place in its key's admission order, as an index value: `<100 - priority, 3
+ * digits>:<key>`, so a key's waiters listed by value, then by creation (the index's seq), come in
+ * admission order (machines/policies/flow.ts). The PostgreSQL store hands a key's freed slots out
+ * in that order, across instances (src/store/migrations/006_flow_key_order.sql).
+ */
+export function flowWaitIndex(q: { key: string; priority: number }): string {
+  return `${String(100 - q.priority).padStart(3, '0')}:${q.key}`;
+}
+
 export function runIndexes(r: RunRecord): Record<string, string | null> {
   return {
     status: r.status,
@@ -158,7 +168,7 @@ export function runIndexes(r: RunRecord): Record<string, string | null> {
     resumable: WAITING_RUN_STATUSES.has(r.status) && r.decided_at ? 'decided' : null,
     // Runs that waited for a concurrency key: indexed by key while queued (positions, the queue's
     // recovery); others carry no such index at all.
-    ...(r.queue ? { flow_key: r.status === 'queued' ? r.queue.key : null } : {}),
+    ...(r.queue ? { flow_key: r.status === 'queued' ? r.queue.key : null, flow_wait: r.status === 'queued' ? flowWaitIndex(r.queue) : null } : {}),
   };
 }
 

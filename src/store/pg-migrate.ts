@@ -62,14 +62,17 @@ export function loadMigrations(): Migration[] {
     if (!m) continue;
     out.push({ version: Number(m[1]), name: m[2], sql: readFileSync(`${dir}${file}`, 'utf8') });
   }
+  // Ascending and unique; a number may be missing (a migration written on a branch next to
+  // another one's: both apply, each once, see migrate()).
   out.forEach((mig, i) => {
-    if (mig.version !== i + 1) throw new Error(`PostgreSQL migrations must be numbered 1, 2, 3, ...: found ${mig.version} at position ${i + 1}`);
+    if (mig.version < 1 || (i > 0 && mig.version <= out[i - 1]!.version))
+      throw new Error(`PostgreSQL migrations must be numbered 1, 2, 3, ... ascending: found ${mig.version} at position ${i + 1}`);
   });
   return (cached = out);
 }
 
 /** The newest schema version this code knows. */
-export const latestSchemaVersion = (): number => loadMigrations().length;
+export const latestSchemaVersion = (): number => loadMigrations().at(-1)?.version ?? 0;
 
 /** The schema version of the database (0: never migrated), without taking the lock. */
 export async function schemaVersion(client: pg.ClientBase): Promise<number> {
@@ -107,9 +110,13 @@ export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => 
         'CREATE TABLE IF NOT EXISTS agentd.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())',
       );
       const current = await schemaVersion(client);
-      if (current > migrations.length) throw new SchemaTooNewError(current, migrations.length);
+      const latest = latestSchemaVersion();
+      if (current > latest) throw new SchemaTooNewError(current, latest);
+      // Every shipped migration the database lacks, in ascending order (not only those above its
+      // newest: one numbered below it may have shipped later).
+      const done = new Set((await client.query<{ version: number }>('SELECT version FROM agentd.schema_migrations')).rows.map((r) => r.version));
       const applied: number[] = [];
-      for (const m of migrations.slice(current)) {
+      for (const m of migrations.filter((mig) => !done.has(mig.version))) {
         await client.query('BEGIN');
         try {
           await client.query(m.sql);
@@ -122,7 +129,7 @@ export async function migrate(pool: pg.Pool, log: (msg: string) => void = () => 
         applied.push(m.version);
         log(`agentd: applied PostgreSQL migration ${m.version} (${m.name})`);
       }
-      return { applied, version: Math.max(current, migrations.length) };
+      return { applied, version: Math.max(current, latest) };
     } finally {
       await client.query('RESET statement_timeout').catch(dropTo(onSwallowed, 'store.pg_migrate.reset_timeout'));
       await client.query('SELECT pg_advisory_unlock($1::bigint)', [MIGRATION_LOCK_KEY]).catch((err: unknown) => {

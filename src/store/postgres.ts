@@ -136,7 +136,7 @@ export class PostgresStore extends RecordWrites implements Store {
     this.writer = new PgWriter(this.queries);
     this.events = new PgEventReader(this.queries);
     this.reads = new PgRecordReader(this.queries);
-    this.capabilities = { sharedByInstances: true, queueClaims: new PgQueueClaims(this.queries) };
+    this.capabilities = { sharedByInstances: true, queueClaims: new PgQueueClaims(this.queries), ordersKeyWaiters: true };
   }
 
   /** The pool (for LISTEN/NOTIFY and the like); throws 'closed' when the store is not open. */

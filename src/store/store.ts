@@ -245,6 +245,13 @@ export interface StoreCapabilities {
    * hot path may rather commit and append the events behind it itself.
    */
   readonly atomicCommitEvents?: boolean;
+  /**
+   * The store itself hands a concurrency key's free slots to the key's queued runs, in admission
+   * order across every instance, within the write that frees them, and tells their instances on
+   * the change feed (PostgreSQL: src/store/migrations/006_flow_key_order.sql). Absent: the
+   * instances' own queues take the slots (src/flow/concurrency.ts).
+   */
+  readonly ordersKeyWaiters?: boolean;
 }
 
 /** One claim pass of one claimer over the queued background runs (src/store/repos/bg-runs.ts). */

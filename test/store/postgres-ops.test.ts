@@ -6,7 +6,7 @@ import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { PostgresStore } from '../../src/store/postgres.js';
-import { latestSchemaVersion, migrate } from '../../src/store/pg-migrate.js';
+import { latestSchemaVersion, loadMigrations, migrate } from '../../src/store/pg-migrate.js';
 import { StoreError, type StoredEvent } from '../../src/store/store.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { storeErrorCode } from './store.contract.js';
@@ -55,14 +55,32 @@ describe('PostgreSQL migrations', () => {
       { version: 2, name: 'queue_claims' },
       { version: 3, name: 'records_fillfactor' },
       { version: 4, name: 'holders_op' },
+      { version: 6, name: 'flow_key_order' },
     ]);
-    expect(rows).toHaveLength(latestSchemaVersion());
+    expect(rows).toHaveLength(loadMigrations().length);
+    expect(rows.at(-1)!.version).toBe(latestSchemaVersion());
     await a.createRecord('runs', 'r1', { from: 'a' });
     expect((await b.getRecord('runs', 'r1'))?.value).toEqual({ from: 'a' });
     // A third open finds nothing to do.
     const c = store(db.url, { log });
     await c.open();
-    expect(logs.filter((l) => l.includes('applied'))).toHaveLength(4);
+    expect(logs.filter((l) => l.includes('applied'))).toHaveLength(loadMigrations().length);
+  });
+
+  it('applies a shipped migration the database lacks even when it is numbered below the newest one applied', async () => {
+    const db = await freshDb();
+    const first = store(db.url);
+    await first.open();
+    await first.close();
+    // As a database migrated by a build that shipped 6 but not yet 4 would look (004 is idempotent: CREATE OR REPLACE).
+    await sql(db.url, 'DELETE FROM agentd.schema_migrations WHERE version = 4');
+    const logs: string[] = [];
+    const again = store(db.url, { log: (_level: string, msg: string) => logs.push(msg) });
+    await again.open();
+    expect(logs.filter((l) => l.includes('applied'))).toEqual(['agentd: applied PostgreSQL migration 4 (holders_op)']);
+    const rows = (await sql(db.url, 'SELECT version FROM agentd.schema_migrations ORDER BY version')).rows.map((r) => r.version);
+    expect(rows).toEqual(loadMigrations().map((m) => m.version));
+    await again.close();
   });
 
   it('refuses a database whose schema is newer than this code, and leaves it untouched', async () => {
@@ -72,10 +90,10 @@ describe('PostgreSQL migrations', () => {
     await first.close();
     await sql(db.url, "INSERT INTO agentd.schema_migrations (version, name) VALUES (99, 'from_the_future')");
     const s = store(db.url);
-    await expect(s.open()).rejects.toThrow(/schema version 99, newer than this agentd knows \(4\)/);
+    await expect(s.open()).rejects.toThrow(new RegExp(`schema version 99, newer than this agentd knows \\(${latestSchemaVersion()}\\)`));
     expect(s.isOpen()).toBe(false);
     const rows = (await sql(db.url, 'SELECT version FROM agentd.schema_migrations ORDER BY version')).rows.map((r) => r.version);
-    expect(rows).toEqual([1, 2, 3, 4, 99]);
+    expect(rows).toEqual([...loadMigrations().map((m) => m.version), 99]);
   });
 
   it('a lock release that fails is reported to onSwallowed, and its session is dropped, not reused', async () => {

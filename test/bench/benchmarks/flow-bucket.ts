@@ -8,12 +8,12 @@ import pg from 'pg';
 import { QUICK, closedLoop, log, realPathConfig, removeDir, request, round, startChild, tempDir, type Child, type Row } from '../lib.js';
 import { WORKLOADS } from './run-real.js';
 
-const ADMIN_URL = process.env.AGENTD_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+export const ADMIN_URL = process.env.AGENTD_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const RATE_PER_MINUTE = 600;
 const PER_INSTANCE = 8;
 const WINDOW_S = Number(process.env.BENCH_FLOW_BUCKET_SECONDS ?? (QUICK ? 10 : 60));
 
-async function admin(sql: string): Promise<void> {
+export async function admin(sql: string): Promise<void> {
   const c = new pg.Client({ connectionString: ADMIN_URL });
   await c.connect();
   try {

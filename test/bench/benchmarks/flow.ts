@@ -24,17 +24,38 @@ import {
 } from '../lib.js';
 import { WORKLOADS } from './run-real.js';
 import { bucketAccuracy } from './flow-bucket.js';
+import { SHARED_QUEUED_RUNS, admissionGaps, sharedKeyAdmission } from './flow-order.js';
 
-const ROUND_MS = QUICK ? 1000 : 3000;
-const ROUNDS = QUICK ? 2 : 6;
+// Many short alternating rounds, each pair (plain, keyed back to back, the order swapped every
+// round) giving one ratio, and the median of those ratios: a CPU burst of another process, or the
+// server's own GC or compaction, lands in one pair and moves one ratio, not the result. A run costs
+// ~1 ms of CPU here, so the 3 % margin is 30 us per run: a few slow seconds in 36 used to move the
+// merged ratio past it.
+const ROUND_MS = QUICK ? 1000 : 2000;
+const ROUNDS = QUICK ? 2 : 14;
+const WARMUP_MS = QUICK ? 500 : 2000;
 const QUEUED_RUNS = QUICK ? 50 : 300;
 
 type Route = 'plain' | 'keyed';
 
-/** The agentd child's CPU (ms, every thread) per route, summed over the measured rounds, and the runs it served. */
-const cpuSpent: Record<Route, { ms: number; runs: number }> = { plain: { ms: 0, runs: 0 }, keyed: { ms: 0, runs: 0 } };
+/** One measured round: the loop, and the child's CPU (ms, every thread) over it. */
+type Measured = LoopResult & { cpuMs: number };
 
-async function measure(child: Child, route: Route, concurrency: number, durationMs: number): Promise<LoopResult> {
+/** The median of `values` (NaN when empty). */
+function median(values: number[]): number {
+  if (values.length === 0) return NaN;
+  const s = [...values].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+/** The median over the rounds' pairs of `of(keyed) / of(plain)` (`inverse`: plain / keyed). */
+function pairRatio(pairs: Array<Record<Route, Measured>>, of: (m: Measured) => number, inverse = false): number | null {
+  const ratios = pairs.map((p) => (inverse ? ratio(of(p.plain), of(p.keyed)) : ratio(of(p.keyed), of(p.plain)))).filter((r): r is number => r !== null);
+  return ratios.length ? median(ratios) : null;
+}
+
+async function measure(child: Child, route: Route, concurrency: number, durationMs: number): Promise<Measured> {
   const query = WORKLOADS.trivial.query;
   const body = route === 'plain' ? JSON.stringify({ query }) : JSON.stringify({ query, concurrency: { key: 'bench:unlimited', limit: 10_000 } });
   const before = threadCpuMs(child.pid);
@@ -45,53 +66,8 @@ async function measure(child: Child, route: Route, concurrency: number, duration
     ok: (r) => r.status === 200 && r.body.includes('event: complete') && r.body.includes('"status":"success"'),
   });
   const after = threadCpuMs(child.pid);
-  cpuSpent[route].ms += after.main + after.others - before.main - before.others;
-  cpuSpent[route].runs += r.count;
-  return r;
-}
-
-/**
- * On a key of limit 1, per run after the first: from the previous run's end (the later of its last
- * event and its record's updated_at) to when the key admitted this one (`admitted`: its
- * user_message's `metadata.queue.admitted_at`, the moment the freed slot became its own) and to
- * its user_message (`started`: its run record exists and its actor is on its way to the model).
- * All from the server's own stored timestamps (ms resolution), none from client timing.
- */
-async function admissionGaps(child: Child): Promise<{ admitted: number[]; started: number[] }> {
-  const key = { key: 'bench:saturated', limit: 1 };
-  const sessions: string[] = [];
-  const all = [];
-  for (let i = 0; i < QUEUED_RUNS; i++) {
-    const session_id = `flow-bench-${process.pid}-${i}`;
-    sessions.push(session_id);
-    all.push(request(`${child.url}/run/sync`, { method: 'POST', body: JSON.stringify({ query: WORKLOADS.trivial.query, session_id, concurrency: key }) }));
-  }
-  await Promise.all(all);
-  const spans: Array<{ admitted: number | null; start: number; end: number }> = [];
-  for (const s of sessions) {
-    const runs = JSON.parse((await request(`${child.url}/runs?session_id=${s}`)).body).runs as Array<{ run_id: string; updated_at: string }>;
-    const ev = JSON.parse((await request(`${child.url}/telemetry/events?session_id=${s}&limit=100`)).body).events as Array<{
-      event_type: string;
-      timestamp: string;
-      metadata?: { queue?: { admitted_at?: string } } | null;
-    }>;
-    const first = ev.find((e) => e.event_type === 'user_message')!;
-    const admittedAt = first.metadata?.queue?.admitted_at;
-    const start = Date.parse(first.timestamp);
-    const end = Math.max(...ev.map((e) => Date.parse(e.timestamp)), Date.parse(runs[0]!.updated_at));
-    spans.push({ admitted: admittedAt ? Date.parse(admittedAt) : null, start, end });
-  }
-  spans.sort((a, b) => a.start - b.start);
-  const admitted: number[] = [];
-  const started: number[] = [];
-  for (let i = 1; i < spans.length; i++) {
-    const prev = spans[i - 1]!;
-    const cur = spans[i]!;
-    started.push(Math.max(0, cur.start - prev.end));
-    // A run that found the key free (the first, or one arriving after a gap) was never queued.
-    if (cur.admitted !== null) admitted.push(Math.max(0, cur.admitted - prev.end));
-  }
-  return { admitted, started };
+  const cpuMs = after.main + after.others - before.main - before.others;
+  return { ...r, cpuMs };
 }
 
 export async function flowBench(): Promise<BenchOutput> {
@@ -104,19 +80,23 @@ export async function flowBench(): Promise<BenchOutput> {
     for (const route of ['plain', 'keyed'] as const) await measure(agentd, route, 32, QUICK ? 1000 : 5000);
     const rows: Row[] = [];
     let errors = 0;
-    cpuSpent.plain = { ms: 0, runs: 0 };
-    cpuSpent.keyed = { ms: 0, runs: 0 };
+    const allPairs: Array<Record<Route, Measured>> = [];
     for (const c of [1, 32]) {
+      // This concurrency's own warm-up (connections, the server's pools at this load), not measured.
+      for (const route of ['plain', 'keyed'] as const) await measure(agentd, route, c, WARMUP_MS);
       log(`measuring c=${c}: ${ROUNDS} rounds of ${ROUND_MS} ms per route, alternating`);
-      const loops: Record<Route, LoopResult[]> = { plain: [], keyed: [] };
+      const pairs: Array<Record<Route, Measured>> = [];
       for (let i = 0; i < ROUNDS; i++) {
         const order: Route[] = i % 2 === 0 ? ['plain', 'keyed'] : ['keyed', 'plain'];
-        for (const route of order) loops[route].push(await measure(agentd, route, c, ROUND_MS));
+        const pair = {} as Record<Route, Measured>;
+        for (const route of order) pair[route] = await measure(agentd, route, c, ROUND_MS);
+        pairs.push(pair);
       }
-      const plain = mergeLoops(loops.plain);
-      const keyed = mergeLoops(loops.keyed);
+      allPairs.push(...pairs);
+      const plain = mergeLoops(pairs.map((p) => p.plain));
+      const keyed = mergeLoops(pairs.map((p) => p.keyed));
       errors += plain.errors + keyed.errors;
-      const r = ratio(keyed.perSecond, plain.perSecond);
+      const r = pairRatio(pairs, (m) => m.perSecond);
       rows.push({
         metric: `Runs/s, POST /run with a concurrency key that never queues (limit 10000), trivial workload, concurrency ${c}`,
         value: round(keyed.perSecond, 1),
@@ -128,9 +108,15 @@ export async function flowBench(): Promise<BenchOutput> {
         pass: r !== null && r >= 0.97,
       });
     }
-    // CPU per run is what a busy machine distorts least (runs/s at concurrency 1 is latency-bound).
-    const cpuPerRun = (r: Route) => cpuSpent[r].ms / Math.max(1, cpuSpent[r].runs);
-    const cpuRatio = ratio(cpuPerRun('plain'), cpuPerRun('keyed'));
+    // CPU per run is what a busy machine distorts least (runs/s at concurrency 1 is latency-bound):
+    // the values over every measured round, the ratio the median of the pairs' (c=1 and c=32).
+    const cpuPerRun = (r: Route) =>
+      allPairs.reduce((s, p) => s + p[r].cpuMs, 0) /
+      Math.max(
+        1,
+        allPairs.reduce((s, p) => s + p[r].count, 0),
+      );
+    const cpuRatio = pairRatio(allPairs, (m) => m.cpuMs / Math.max(1, m.count), true);
     rows.push({
       metric: 'agentd CPU per run (all threads), POST /run with a never-queuing key, over every overhead round (c=1 and c=32)',
       value: round(cpuPerRun('keyed'), 3),
@@ -142,7 +128,7 @@ export async function flowBench(): Promise<BenchOutput> {
       pass: cpuRatio !== null && cpuRatio >= 0.97,
     });
     log(`admission latency: ${QUEUED_RUNS} runs on a key of limit 1`);
-    const gaps = await admissionGaps(agentd);
+    const gaps = await admissionGaps([agentd], QUEUED_RUNS);
     const p99 = percentile(gaps.admitted, 99);
     rows.push({
       metric: "Saturated key (limit 1): from a run's end to the key admitting the next queued run (its slot freed and taken), p99 (p50 in the baseline column)",
@@ -165,13 +151,15 @@ export async function flowBench(): Promise<BenchOutput> {
     });
     rows.push({ metric: 'Failed runs (overhead rounds)', value: errors, unit: '', target: '0', pass: errors === 0 });
     rows.push(...(await bucketAccuracy(fake.url)));
+    rows.push(...(await sharedKeyAdmission(fake.url)));
     return {
       title: 'Flow control: the cost of a concurrency key, and how soon a saturated key admits the next run',
       method: [
         'One agentd child as in the run benchmark (`openai-compatible` against the fake OpenAI server over HTTP, LevelDB with fsync), the trivial workload.',
-        `Overhead: POST /run with \`concurrency: {key: "bench:unlimited", limit: 10000}\` (one key for every run; on LevelDB its holders are kept in memory, so the key costs no store write; on PostgreSQL the take rides in the run's creating commit and the release in its end commit, both the store's holders op) against POST /run without a key, ${ROUNDS} alternating rounds of ${ROUND_MS / 1000} s each at concurrency 1 and 32; also the child's CPU (every thread, /proc) per run served, per route, over all those rounds.`,
+        `Overhead: POST /run with \`concurrency: {key: "bench:unlimited", limit: 10000}\` (one key for every run; on LevelDB its holders are kept in memory, so the key costs no store write; on PostgreSQL the take rides in the run's creating commit and the release in its end commit, both the store's holders op) against POST /run without a key, at concurrency 1 and 32: per concurrency a warm-up of ${WARMUP_MS / 1000} s per route, then ${ROUNDS} rounds of ${ROUND_MS / 1000} s per route, plain and keyed back to back (the order swapped every round); the runs/s shown are over all rounds, the ratio is the median of the ${ROUNDS} per-pair ratios (a burst of another process moves one pair, not the result). Also the child's CPU (every thread, /proc) per run served, per route, over all those rounds, its ratio the median over the ${2 * ROUNDS} pairs of both concurrencies.`,
         'Bucket accuracy: two agentd instances on one PostgreSQL database, the model limited to 600 requests per minute, each driven by a closed loop of 8 POST /run/sync (trivial, one model call per run) for the window (BENCH_FLOW_BUCKET_SECONDS, default 60 s, 10 s with --quick) after a 3 s warm-up; the runs completed by both over the window, per minute, against 600.',
         `Admission: ${QUEUED_RUNS} POST /run/sync at once on a key of limit 1; for each run its end (the later of its last event and its record's updated_at), when its key admitted it (its user_message's \`metadata.queue.admitted_at\`: the freed slot became its own) and its start (its user_message event: its record made, its first model call on its way); the gaps from the previous run's end to the next run's admission (the target row) and to its start, ms clock resolution of the stored timestamps.`,
+        `Admission across instances (diagnostic): the same on two agentd instances on one PostgreSQL database, ${SHARED_QUEUED_RUNS} runs posted to them in turn; a freed slot is handed to the key's first waiter, whichever instance queued it, inside the commit that frees it (docs/flow-control.md).`,
       ],
       rows,
       notes: [],
