@@ -44,6 +44,10 @@ export interface BridgeHost {
   maybeRelease(h: Handle): void;
   contextOf(h: Handle): BackgroundRunContext;
   enqueue(h: Handle, job: () => Promise<void>, onError: (err: unknown) => void): void;
+  /** Calls `fn` once the run's queued row write is handed to the store (RunHosts.whenIssued); false when none is queued. */
+  whenIssued(h: Handle, fn: (landed: Promise<unknown>) => void): boolean;
+  /** This process is the store's only writer and the store takes commits first in, first out (not a shared store). */
+  ownsStore(): boolean;
   send(runId: string, event: BackgroundRunEvent, opts?: { durable?: boolean; known?: Versioned<BgRunRow> }): Promise<SendResult>;
   foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void, opts?: { anyStore?: boolean }): CarriedWrite | null;
   dirOf(run: BackgroundRun): string;
@@ -51,6 +55,9 @@ export interface BridgeHost {
 }
 
 export class AgentBridge {
+  /** Agent runs being cancelled from their background run's chain (cancelAgent): not carried through it. */
+  private readonly ownCancels = new Set<string>();
+
   constructor(
     private readonly deps: BackgroundDeps,
     private readonly host: BridgeHost,
@@ -70,11 +77,22 @@ export class AgentBridge {
       };
       const h = this.host.handleOf(backgroundRunIdOf(input.agent_run_id));
       if (h) {
-        this.host.enqueue(
-          h,
-          () => this.startAgent(h, input, done),
-          (err) => this.deps.logger.error({ bg_run_id: h.id, err: String(err) }, 'could not start the agent run'),
-        );
+        const failed = (err: unknown) => this.deps.logger.error({ bg_run_id: h.id, err: String(err) }, 'could not start the agent run');
+        // A fresh attempt on a store only this process writes starts as its claim is handed to the
+        // store, not once it is durable: the next run's model request does not wait for the fsync
+        // of the round that carries its claim and the previous run's end (docs/background.md
+        // "Starting before the claim lands" argues why a crash meanwhile repeats nothing).
+        const early =
+          input.mode === 'fresh' &&
+          this.host.ownsStore() &&
+          this.host.whenIssued(h, (landed) => {
+            if (h.dead) return;
+            this.startAgent(h, input, done).catch(failed);
+            // The claim was refused (the row moved or went, the store failed): this process does
+            // not hold the run, so the agent run it started stops.
+            landed.catch(() => this.abandon(input.agent_run_id));
+          });
+        if (!early) this.host.enqueue(h, () => this.startAgent(h, input, done), failed);
         receive((e) => {
           if (e.type === 'TIMEOUT') void this.timeoutAgent(h, input.agent_run_id, done);
           else
@@ -110,6 +128,21 @@ export class AgentBridge {
     } catch {
       done({ ...this.doneEvent(agentRunId, 'timeout', `timed out after ${ctx.internal.timeout_seconds} s`) });
     }
+  }
+
+  /** The agent run of a claim that did not land: cancelled (it may still be starting, so a few tries). */
+  private abandon(agentRunId: string): void {
+    void (async () => {
+      for (let i = 0; i < 20; i++) {
+        try {
+          await this.deps.runs.cancel(agentRunId, { direct: true });
+          return;
+        } catch (err) {
+          if (!(err instanceof AppError) || err.code !== 'NotFound') return; // already ended
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
   }
 
   /** Its end or park, sent back once the agent run settles. */
@@ -238,11 +271,18 @@ export class AgentBridge {
     const { runs } = this.deps;
     // The agent run may be a moment from existing (start() is not awaited): give it a short while.
     for (let i = 0; i < 20; i++) {
+      // This job runs on the background run's chain: an agent run that parked before its
+      // background run heard of it (its park not written yet) is cancelled on its own, not through
+      // the background run (carryInto would wait for this very chain); its end reaches the run
+      // as AGENT_DONE, like any other end.
+      this.ownCancels.add(agentRunId);
       try {
         await runs.cancel(agentRunId, { direct: true });
         return;
       } catch (err) {
         if (!(err instanceof AppError) || err.code !== 'NotFound') break; // already ended: its settle came or comes
+      } finally {
+        this.ownCancels.delete(agentRunId);
       }
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -363,6 +403,7 @@ export class AgentBridge {
   private async carryInto(agentRunId: string, event: BackgroundRunEvent): Promise<CarriedWrite | null> {
     // Never around it: nothing else would move the background run on once its agent run moved.
     if (this.host.closed()) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
+    if (this.ownCancels.has(agentRunId)) return null;
     const bgId = backgroundRunIdOf(agentRunId);
     const loaded = await this.host.handle(bgId);
     if (loaded === null || !('actor' in loaded)) return null;

@@ -44,6 +44,10 @@ export interface ClaimerHost {
   /** Its task's concurrency key (task-keys.ts): a slot taken (true), or the key is full (false). */
   takeKey(run: BgRunRow['run']): Promise<boolean>;
   releaseKey(run: BgRunRow['run']): void;
+  /** This process is the store's only writer, which takes commits first in, first out (not a shared store). */
+  ownsStore(): boolean;
+  /** Calls `fn` with the commit once the run's queued row write is handed to the store (RunHosts.whenIssued); false when none is queued. */
+  whenIssued(h: Handle, fn: (landed: Promise<unknown>) => void): boolean;
   /** A run recovered running holds its key's slot again (an embedded store's holders died with the process). */
   retakeKey(run: BgRunRow['run']): Promise<void>;
 }
@@ -68,6 +72,16 @@ export class Claimer {
    * reads them again by id instead of listing the queue per claimed run. Dropped on any doubt.
    */
   private readonly queued = new QueuedRunBuffer();
+  /**
+   * Runs whose claim this process handed to the store and that are not yet known landed to every
+   * pass (claim() answers once issued on a store it owns): the queued version each claim CASes
+   * on. A pass whose read began before a claim landed may see that run still queued at that
+   * version, perhaps after its handle was already released (its end landed too): it must not
+   * claim it again (a doomed CAS, and an agent run started for nothing). An id leaves at the start
+   * of the first pass after its claim landed or failed, so this holds at most the claims in flight.
+   */
+  private readonly issuedFrom = new Map<string, { version: number; taskId: string }>();
+  private settledClaims: string[] = [];
 
   constructor(
     private readonly deps: BackgroundDeps,
@@ -164,6 +178,9 @@ export class Claimer {
   }
 
   private async claimOnce(): Promise<void> {
+    // Passes run one at a time: every read of this one begins after those claims settled.
+    for (const id of this.settledClaims) this.issuedFrom.delete(id);
+    this.settledClaims = [];
     const concurrency = this.deps.config.background.concurrency;
     if (this.host.heldCount() >= concurrency || this.host.mirrorFull()) return;
     // Which queued rows are due (`not_before`) and until when this pass holds the rows it is handed
@@ -197,10 +214,18 @@ export class Claimer {
       for (const item of await pass.claimQueued(limit)) {
         const { run, internal } = item.value;
         if (this.host.handles.has(run.run_id)) continue;
+        const from = this.issuedFrom.get(run.run_id);
+        if (from !== undefined && item.version <= from.version) continue;
         const policy = internal.overlap_policy;
         let gate: Handle['gate'] = null;
         if (policy === 'queue_next' || policy === 'cancel_previous') {
           if (blockedTasks.has(run.task_id)) continue;
+          // A claim of the task this process issued may not have landed yet: the store's counts
+          // below would not show it. The task is busy.
+          if ([...this.issuedFrom.values()].some((c) => c.taskId === run.task_id)) {
+            blockedTasks.add(run.task_id);
+            continue;
+          }
           // Shared store: the gate is read BEFORE the count, and the claim CASes it; a claim that
           // committed after this read moves the gate (and this claim fails), one that committed
           // before it is in the count.
@@ -228,14 +253,22 @@ export class Claimer {
           continue;
         }
         pass.taken(run.run_id);
+        // A claim that answered once issued and then did not land (claim()): the same doubt.
+        const lost = () => {
+          this.queued.drop();
+          this.host.releaseKey(run);
+        };
         claims.push(
-          this.claim(run.run_id, item, gate)
+          this.claim(run.run_id, item, gate, lost)
             .catch((err: unknown) => {
               this.deps.logger.warn({ bg_run_id: run.run_id, err: String(err) }, 'could not claim a background run');
               return false;
             })
             .then((ok) => {
-              if (!ok) this.host.releaseKey(run);
+              if (!ok) {
+                this.host.releaseKey(run);
+                pass.untaken(run.run_id);
+              }
               return ok;
             }),
         );
@@ -250,10 +283,14 @@ export class Claimer {
 
   /**
    * CLAIM then START, written as ONE row write: a CAS on the queued version, so of two workers
-   * exactly one wins, and the agent run starts only after the write (startAgent is queued behind
-   * it). `known` is the row the claim pass just read (saves a read; a stale one loses the CAS).
+   * exactly one wins. `known` is the row the claim pass just read (saves a read; a stale one loses
+   * the CAS). On a shared store the claim answers once the write landed, and the agent run starts
+   * only then; on a store this process alone writes, first in, first out, both happen once the
+   * write is handed to the store (AgentBridge.logic), so the next pass (the next run's claim, which
+   * the previous run's end waits to share a round with: write-join.ts) does not wait for this
+   * round's fsync; a write refused after that calls `lost` (the run was not claimed after all).
    */
-  async claim(runId: string, known?: Versioned<BgRunRow>, gate: Handle['gate'] = null): Promise<boolean> {
+  async claim(runId: string, known?: Versioned<BgRunRow>, gate: Handle['gate'] = null, lost: () => void = () => undefined): Promise<boolean> {
     this.claimingNow++;
     try {
       const loaded = await this.host.handle(runId, known);
@@ -274,6 +311,13 @@ export class Claimer {
         if (!this.accepting || actor.getSnapshot().status !== 'active' || !actor.getSnapshot().can(claimEv)) return false;
         actor.send(claimEv);
         actor.send({ type: 'START', at: iso(now), attempt_id: newId('attempt') });
+        const issued = this.host.ownsStore() ? await this.issued(h) : null;
+        if (issued) {
+          this.issuedFrom.set(runId, { version: h.row.version, taskId: h.row.value.run.task_id });
+          const settled = () => this.settledClaims.push(runId);
+          issued.landed.then(settled, () => (settled(), lost()));
+          return !h.dead;
+        }
         await h.chain;
         return !h.dead && this.host.statusOf(h) === 'running';
       } finally {
@@ -283,6 +327,14 @@ export class Claimer {
     } finally {
       this.claimingNow--;
     }
+  }
+
+  /** The run's queued row write (the claim's) once it is handed to the store, with its landing; null if it never was (the copy was dropped first). */
+  private issued(h: Handle): Promise<{ landed: Promise<unknown> } | null> {
+    return new Promise((resolve) => {
+      if (!this.host.whenIssued(h, (landed) => resolve({ landed }))) return resolve(null);
+      void h.chain.then(() => resolve(null));
+    });
   }
 
   // ---------------------------------------------------------------- recovery and due retries

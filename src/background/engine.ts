@@ -112,6 +112,8 @@ export class RunEngine {
       maybeRelease: (h) => this.hosts.maybeRelease(h),
       contextOf: (h) => this.hosts.contextOf(h),
       enqueue: (h, job, onError) => this.hosts.enqueue(h, job, onError),
+      whenIssued: (h, fn) => this.hosts.whenIssued(h, fn),
+      ownsStore: () => !isSharedStore(deps.store),
       send: (runId, event, opts) => this.send(runId, event, opts),
       foldInto: (runId, event, published, opts) => this.hosts.foldInto(runId, event, published, opts),
       dirOf: (run) => this.dirOf(run),
@@ -145,6 +147,8 @@ export class RunEngine {
       leaseMs: () => this.leaseMs,
       takeKey: (run) => this.keys.take(run),
       releaseKey: (run) => this.keys.release(run),
+      ownsStore: () => !isSharedStore(deps.store),
+      whenIssued: (h, fn) => this.hosts.whenIssued(h, fn),
       retakeKey: (run) => this.keys.retake(run),
     });
     this.hosts = new RunHosts(deps, {

@@ -87,6 +87,12 @@ export interface Handle {
   /** The chain's last job when it is a row write that has not started: later transitions join it. */
   tailWrite: WriteJob | null;
   /**
+   * The row as the write handed to the store and not yet landed will leave it (its CAS is on the
+   * version before): a commit issued after it, on a store that takes commits first in, first out,
+   * may CAS on this (RunHosts.foldInto). Null while no row write is in flight.
+   */
+  ahead: Versioned<BgRunRow> | null;
+  /**
    * Shared store only: the task's gate record as read before the claim's active-run count. The
    * claim's write CASes it, so two instances cannot both claim a run of a one-at-a-time task.
    */
@@ -98,6 +104,8 @@ export interface Handle {
 /** Transitions waiting to be written as one row write (e.g. CLAIM then START: one commit). */
 export interface WriteJob {
   steps: Array<{ ctx: BackgroundRunContext; params: RecordParams }>;
+  /** Called with the commit (its landing) right after the write is handed to the store (RunHosts.whenIssued). */
+  issued?: Array<(landed: Promise<unknown>) => void>;
 }
 
 /** An opaque timer id from a Timers. */

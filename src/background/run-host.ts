@@ -49,6 +49,7 @@ export function newHandle(id: string, row: Versioned<BgRunRow>): Handle {
     timeoutAttempt: 0,
     timedOut: null,
     tailWrite: null,
+    ahead: null,
     gate: null,
     log: null,
   };
@@ -270,7 +271,7 @@ export class RunHosts {
       h,
       () => {
         if (h.tailWrite === job) h.tailWrite = null;
-        return this.writeRecord(h, job.steps);
+        return this.writeRecord(h, job.steps, job.issued);
       },
       (err) => this.writeFailed(h, err),
     );
@@ -287,7 +288,17 @@ export class RunHosts {
     this.hooks.kick();
   }
 
-  private async writeRecord(h: Handle, steps: WriteJob['steps']): Promise<void> {
+  /**
+   * Calls `fn` with the commit once the run's queued row write (a claim's) is handed to the store,
+   * before it lands; false when no row write is queued and not started (nothing to call back on).
+   */
+  whenIssued(h: Handle, fn: (landed: Promise<unknown>) => void): boolean {
+    if (!h.tailWrite) return false;
+    (h.tailWrite.issued ??= []).push(fn);
+    return true;
+  }
+
+  private async writeRecord(h: Handle, steps: WriteJob['steps'], issued?: WriteJob['issued']): Promise<void> {
     // A held run's end with nobody waiting on it: its worker is free now (the actor no longer
     // counts as held), and its commit waits for the next row write, the next run's claim, to
     // share that store round (see write-join.ts for why a crash meanwhile is safe).
@@ -307,7 +318,13 @@ export class RunHosts {
       const commit = stored ? this.deps.telemetry.commitWithEvents(ops, this.hooks.outbox.eventsOf(ctx, lifecycle)) : this.deps.store.commit(ops);
       // Completions waiting for a write go into this one's store round.
       this.hooks.join.release();
-      [written] = await commit;
+      h.ahead = { ...h.row, version: h.row.version + 1, value: w.next };
+      for (const fn of issued ?? []) fn(commit);
+      try {
+        [written] = await commit;
+      } finally {
+        h.ahead = null;
+      }
     } catch (err) {
       // Another instance claimed a run of this one-at-a-time task first (the gate moved): this
       // claim is refused like a fenced write, and the run stays queued for a later pass.
@@ -318,8 +335,8 @@ export class RunHosts {
   }
 
   /** One row write of these transitions: the row, its attempts, gate and trace ops, its lifecycle records. Writes nothing. */
-  private rowWrite(h: Handle, steps: WriteJob['steps']) {
-    const prev = h.row.value;
+  private rowWrite(h: Handle, steps: WriteJob['steps'], base: Versioned<BgRunRow> = h.row) {
+    const prev = base.value;
     const at = iso(this.deps.clock.now());
     const lifecycle: LifecycleRecord[] = [];
     const attempts = new Map<number, RecordParams['attempts'][number]>();
@@ -345,7 +362,7 @@ export class RunHosts {
     };
     const r = repos(this.deps.store);
     const ops: WriteOp[] = [
-      r.bgRuns.updateOp(h.id, next, h.row.version, runRowIndexes(next)),
+      r.bgRuns.updateOp(h.id, next, base.version, runRowIndexes(next)),
       // Attempts ride in the same atomic write: the run row's CAS fences them too.
       ...[...attempts.values()].map((a) => r.bgAttempts.updateOp(attemptRecordId(h.id, a.attempt_number), a, null, { run_id: h.id })),
     ];
@@ -387,14 +404,20 @@ export class RunHosts {
    *   would fence the agent run); elsewhere the event comes the usual way (AgentBridge.onAgentSettled);
    * - a person's decision (RESUME; AgentBridge.decided): the decision's commit carries it, on any
    *   store (`anyStore`): a refused CAS fails the decision, which is read and tried again.
-   * Null when the run is not live here, has a write of its own under way or queued (its row
-   * version is not settled), or does not take the event.
+   * Null when the run is not live here, has a write of its own queued or under way (its row
+   * version is not settled), or does not take the event. One exception: the first case may fold
+   * while the run's claim is still in flight (its agent run started as the claim was issued,
+   * AgentBridge.logic): the store takes commits first in, first out and this process is its only
+   * writer, so the carrying commit, issued later, lands after the claim and CASes on the version
+   * the claim leaves (`h.ahead`); a refused claim makes it refused too (the agent run is fenced).
    */
   foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void, opts: { anyStore?: boolean } = {}): CarriedWrite | null {
     const atomic = this.deps.store.capabilities.atomicCommitEvents === true;
     if (this.hooks.closed() || (!opts.anyStore && (!atomic || isSharedStore(this.deps.store)))) return null;
     const h = this.handles.get(runId);
-    if (!h || h.dead || !h.actor || h.pending > 0 || h.tailWrite) return null;
+    if (!h || h.dead || !h.actor || h.tailWrite) return null;
+    const base = h.pending === 0 ? h.row : !opts.anyStore && h.pending === 1 && h.ahead ? h.ahead : null;
+    if (!base) return null;
     const snap = h.actor.getSnapshot();
     if (snap.status !== 'active' || !snap.can(event)) return null;
     const job: WriteJob = { steps: [] };
@@ -405,7 +428,7 @@ export class RunHosts {
       this.folding = null;
     }
     if (job.steps.length === 0) return null; // nothing to write (the event changed nothing durable)
-    const w = this.rowWrite(h, job.steps);
+    const w = this.rowWrite(h, job.steps, base);
     let settle!: (written: Promise<unknown>) => void;
     const landed = new Promise<unknown>((resolve) => (settle = resolve));
     // The run's chain waits for the carrying commit: nothing else writes its row meanwhile.

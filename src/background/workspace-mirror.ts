@@ -122,9 +122,11 @@ class DirQueue<T> {
 }
 
 /**
- * The workspace mirror as a low-priority lane. Creating a file is the expensive part (about
- * 0.7 ms of kernel CPU per file on the benchmark VM's ext4, against ~10 µs for an append), and
- * every run.json rewrite creates one (write a temporary file, then rename). So:
+ * The workspace mirror as a low-priority lane. Creating a file is the expensive part (an inode:
+ * on the benchmark VM's ext4, which has no journal and skips recently freed inodes, from ~20 µs
+ * of kernel CPU to ~0.4 ms right after many files were removed nearby, against ~10 µs for an
+ * append; docs/background.md), and every run.json rewrite creates one (write a temporary file,
+ * then rename). So:
  * - at most `limit` folders are written at a time, by the writer's thread (FolderWriter: the file
  *   calls stay off the main thread and out of the libuv pool the store's reads and writes use);
  * - one write per folder at a time, so lines stay in order and an older run.json never lands

@@ -1,11 +1,13 @@
 // Several agentd instances on one store. Everything here is a hint layered on
 // the store's change feed (src/store/changes.ts); the guarantees rest on CAS writes:
 //  - live streams: the emitter stores events first, then this process notifies the cursor range it
-//    appended; other instances with live subscribers read that range from the store and publish it
-//    on their own bus (each event once: a bounded set of cursors already published here);
+//    appended (on PostgreSQL the store announces it in the very transaction that stores the events:
+//    StoreChanges.announceAppends); other instances with live subscribers read that range from the
+//    store and publish it on their own bus (each event once: a bounded set of cursors already
+//    published here);
 //  - control: a cancel posted to an instance that does not hold the run is sent to its owner;
 //  - tasks: a task edited on one instance is re-read by the others' schedulers.
-import type { Store, StoredEvent } from '../store/store.js';
+import type { EventInput, Store, StoredEvent } from '../store/store.js';
 import { CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD, type StoreChanges } from '../store/change-feed.js';
 import { eventField, FILTER_FIELDS, type EventBus, type FilterField } from '../telemetry/bus.js';
 import { silentLogger, type AppLogger } from '../telemetry/logger.js';
@@ -48,6 +50,8 @@ export class ClusterLink {
    * every instance hears every notification, its own included, so they are told apart before parsing.
    */
   private readonly ownPrefix: string;
+  /** The store announces this process's appends itself (StoreChanges.announceAppends): `appended` sends nothing. */
+  private readonly announced: boolean;
 
   constructor(
     private readonly store: Store,
@@ -57,6 +61,7 @@ export class ClusterLink {
     private readonly log: AppLogger = silentLogger,
   ) {
     this.ownPrefix = `{"o":${JSON.stringify(instanceId)},`;
+    this.announced = changes.announceAppends?.((events) => this.announcement(events as EventInput[])) === true;
     this.unsubs.push(
       changes.subscribe(CHANGE_CHANNELS.events, (p) => this.onEvents(p)),
       changes.subscribe(CHANGE_CHANNELS.control, (p) => this.onControl(p)),
@@ -76,9 +81,34 @@ export class ClusterLink {
     for (const e of events) this.remember(e.event_id);
   }
 
+  /**
+   * The announcement of a round of this process's appends, made by the store inside the round:
+   * the notification `flush` would send, the round's range between `head` and `tail`.
+   */
+  private announcement(events: EventInput[]): { head: string; tail: string } | null {
+    if (this.closed || events.length === 0) return null;
+    const ids = new Map<FilterField, Set<string>>();
+    let n = 0;
+    scan: for (const e of events) {
+      for (const f of FILTER_FIELDS) {
+        const v = eventField(e, f);
+        if (v === null) continue;
+        let set = ids.get(f);
+        if (!set) ids.set(f, (set = new Set()));
+        if (!set.has(v)) {
+          set.add(v);
+          if (++n > MAX_IDS) break scan;
+        }
+      }
+    }
+    const head = `${this.ownPrefix}"r":[`;
+    const k = n > MAX_IDS ? '' : `,"k":${JSON.stringify(Object.fromEntries([...ids].map(([f, set]) => [f, [...set]])))}`;
+    return { head, tail: Buffer.byteLength(k) > MAX_CHANGE_PAYLOAD - 200 ? ']}' : `]${k}}` };
+  }
+
   /** The emitter stored these events and published them here: tell the other instances. */
   appended(events: StoredEvent[]): void {
-    if (this.closed || events.length === 0) return;
+    if (this.closed || this.announced || events.length === 0) return;
     const first = events[0].cursor;
     const last = events[events.length - 1].cursor;
     if (this.outgoingIds) {
@@ -231,6 +261,7 @@ export class ClusterLink {
 
   close(): void {
     this.closed = true;
+    if (this.announced) this.changes.announceAppends?.(null);
     if (this.notifyTimer) clearTimeout(this.notifyTimer);
     this.flush();
     for (const u of this.unsubs) u();

@@ -29,6 +29,12 @@ export interface FeedState {
   sinceMs: number;
 }
 
+/**
+ * What announces a round of event appends (StoreChanges.announceAppends): given the events of the
+ * round, the notification's text before and after the round's cursor range, or null for none.
+ */
+export type AppendAnnouncer = (events: Array<Record<string, unknown>>) => { head: string; tail: string } | null;
+
 export interface StoreChanges {
   /** Calls `fn` with the payload of every notification on `channel` (this process's own included). Returns the unsubscribe. */
   subscribe(channel: ChangeChannel, fn: (payload: string) => void): () => void;
@@ -36,6 +42,14 @@ export interface StoreChanges {
   notify(channel: ChangeChannel, payload: string): Promise<void>;
   /** Called with `true` each time the feed (re)connects: notifications sent while it was down are lost, so listeners catch up. */
   onReconnect(fn: () => void): () => void;
+  /**
+   * Optional: the store announces this process's event appends itself, on CHANGE_CHANNELS.events, in
+   * the transaction that stores them (PostgreSQL: the group commit's round, src/store/pg-writer.ts),
+   * so an announcement costs no transaction of its own: its payload is `head`, the round's cursor
+   * range as `["first","last"]`, then `tail` (`announce`'s answer for the round's events). True when
+   * the store does (the caller then sends no event notifications of its own); null stops it.
+   */
+  announceAppends?(announce: AppendAnnouncer | null): boolean;
   /** Null while the feed is not listening (connecting, reconnecting, closed): notifications may be missed. */
   listening(): FeedState | null;
   close(): Promise<void>;

@@ -8,7 +8,7 @@
 // guarantee (fenced leases, one run per occurrence, budgets) rests on the store's CAS writes; the
 // periodic sweeps still find whatever a lost notification did not wake.
 import { dropTo, type OnSwallowed, type Store } from './store.js';
-import { CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD, type ChangeChannel, type FeedState, type StoreChanges } from './change-feed.js';
+import { CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD, type AppendAnnouncer, type ChangeChannel, type FeedState, type StoreChanges } from './change-feed.js';
 
 /** A notification waiting to be sent. */
 interface QueuedNotification {
@@ -101,6 +101,11 @@ export interface PgChangesOptions {
    * LISTEN connection, batched, one statement per batch.
    */
   send?: (channel: ChangeChannel, payload: string) => Promise<void>;
+  /**
+   * The store announces event appends itself, in the rounds that store them (StoreChanges.announceAppends):
+   * the PostgreSQL store's group commit. Without it, announceAppends answers false.
+   */
+  announce?: (announce: AppendAnnouncer | null) => void;
   /** Test seam: builds the client (default: `new pg.Client({ connectionString: url })`). */
   client?: () => Promise<PgClientLike>;
 }
@@ -158,6 +163,12 @@ export class PgChanges implements StoreChanges {
 
   listening(): FeedState | null {
     return this.client && !this.closed ? { generation: this.generation, sinceMs: this.sinceMs } : null;
+  }
+
+  announceAppends(announce: AppendAnnouncer | null): boolean {
+    if (!this.opts.announce) return false;
+    this.opts.announce(announce);
+    return true;
   }
 
   notify(channel: ChangeChannel, payload: string): Promise<void> {

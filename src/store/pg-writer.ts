@@ -1,15 +1,27 @@
 // The PostgreSQL adapter's writes: a group commit like LevelStore's (see the header of
 // postgres.ts). `commit` and `append` calls queue in call order; a round (one at a time per
 // process, started on a setImmediate) takes every queued job (bounded), calls the commits'
-// function forms, and sends them all in ONE statement, agentd.write_round(...). Change-feed
+// function forms, and sends them all in ONE statement, agentd.write_round(...). The events of a
+// commitWithEvents ride in its commit: write_round stores them only if that commit applied
+// (migration 005). Change-feed
 // notifications (NOTIFY, src/store/changes.ts) queue here too and ride in the next round's
 // statement: no transaction, round trip or WAL flush of their own (see `notify`).
 import pg from 'pg';
 import { ERROR_CODES, isTransientCode } from './pg-errors.js';
-import { CHANGE_CHANNELS } from './change-feed.js';
+import { CHANGE_CHANNELS, MAX_CHANGE_PAYLOAD, type AppendAnnouncer } from './change-feed.js';
 import { storedEventText } from './event-text.js';
 import { escText, indexJson, lazyRecordView, withCursor, type Queryable } from './pg-text.js';
-import { EVENT_INDEX_FIELDS, StoreError, encodeCursor, type CommitOps, type EventInput, type StoredEvent, type Versioned, type WriteOp } from './store.js';
+import {
+  EVENT_INDEX_FIELDS,
+  StoreError,
+  encodeCursor,
+  type CommitEvents,
+  type CommitOps,
+  type EventInput,
+  type StoredEvent,
+  type Versioned,
+  type WriteOp,
+} from './store.js';
 
 /**
  * A round of the group commit takes at most this many commits / ops (bounds one statement). Each
@@ -32,7 +44,10 @@ interface EncodedOp {
 
 interface PendingCommit {
   input: CommitOps;
-  resolve: (r: Array<Versioned<unknown> | null>) => void;
+  /** Events that ride in the commit (commitWithEvents): stored only if it applies. */
+  events?: CommitEvents;
+  /** `stored`: the carried events with their cursors (empty without events). */
+  resolve: (r: Array<Versioned<unknown> | null>, stored: StoredEvent[]) => void;
   reject: (e: unknown) => void;
 }
 
@@ -43,8 +58,9 @@ interface EncodedEvent {
 }
 
 interface PendingAppend {
+  given: EventInput[];
   events: EncodedEvent[];
-  resolve: (cursors: number) => void; // base: cursors are base+1..base+n
+  resolve: (stored: StoredEvent[]) => void;
   reject: (e: unknown) => void;
 }
 
@@ -60,7 +76,7 @@ const joinJson = (texts: Array<string | null>): string => texts.map((t) => t ?? 
 const WRITE_ROUND_SQL =
   "SELECT r_version, r_seq, r_err, r_msg FROM agentd.write_round($1::int[], $2::text[], $3::text[], $4::text[], string_to_array($5::text, E'\\x1e', ''), " +
   "$6::int[], string_to_array($7::text, E'\\x1e', '')::jsonb[], $8::float8[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], " +
-  "string_to_array($14::text, E'\\x1e', ''))";
+  "string_to_array($14::text, E'\\x1e', ''), $15::int[], $16::text, $17::text, $18::text)";
 
 /**
  * What `append` gives back for one event: a copy of the caller's object with its cursor, and (as
@@ -108,12 +124,32 @@ const MAX_QUEUED_NOTIFIES = 1000;
  */
 const WRITE_ROUND_NOTIFY_SQL =
   `SELECT r_version, r_seq, r_err, r_msg FROM (${WRITE_ROUND_SQL}) w ` +
-  'UNION ALL SELECT NULL::int, count(pg_notify(n.c, n.p))::bigint, NULL::text, NULL::text FROM unnest($15::text[], $16::text[]) AS n(c, p)';
+  'UNION ALL SELECT NULL::int, count(pg_notify(n.c, n.p))::bigint, NULL::text, NULL::text FROM unnest($19::text[], $20::text[]) AS n(c, p)';
 /** A round of notifications alone. */
 const NOTIFY_SQL = 'SELECT count(pg_notify(n.c, n.p))::bigint AS n FROM unnest($1::text[], $2::text[]) AS n(c, p)';
 
 type Job = { kind: 'commit'; p: PendingCommit } | { kind: 'append'; p: PendingAppend } | { kind: 'notify'; p: PendingNotify };
-type Taken = { kind: 'commit'; p: PendingCommit; ops: EncodedOp[] } | { kind: 'append'; p: PendingAppend } | { kind: 'notify'; p: PendingNotify };
+/** A commit taken into a round: its ops and, when events ride in it, those (as given and encoded). */
+interface TakenCommit {
+  kind: 'commit';
+  p: PendingCommit;
+  ops: EncodedOp[];
+  events: { given: EventInput[]; encoded: EncodedEvent[] } | null;
+}
+type Taken = TakenCommit | { kind: 'append'; p: PendingAppend } | { kind: 'notify'; p: PendingNotify };
+
+/** Events as write_round stores them; throws on one JSON cannot encode (a BigInt). */
+function encodeEvents(events: EventInput[]): EncodedEvent[] {
+  return events.map((e) => {
+    const body = JSON.stringify(e);
+    const t = typeof e.timestamp === 'string' ? Date.parse(e.timestamp) : NaN;
+    return {
+      tsMs: Number.isNaN(t) ? null : t,
+      fields: EVENT_INDEX_FIELDS.map((f) => (typeof e[f] === 'string' ? escText(e[f] as string) : null)),
+      body,
+    };
+  });
+}
 
 export class PgWriter {
   private readonly jobs: Job[] = [];
@@ -121,6 +157,11 @@ export class PgWriter {
   private queuedNotifies = 0;
   /** The round loop while one runs (close() waits for it). */
   writing: Promise<void> | null = null;
+  /**
+   * Announces each round's stored events on the change feed, inside the round (StoreChanges.announceAppends):
+   * what the cluster link would otherwise send as a notification, and often a transaction, of its own.
+   */
+  announcer: AppendAnnouncer | null = null;
 
   constructor(private readonly db: Queryable) {}
 
@@ -130,22 +171,32 @@ export class PgWriter {
     });
   }
 
+  /**
+   * A commit whose events ride in it: in the same statement and transaction, stored only if every
+   * op applies (write_round, migration 005), with cursors as an append in its place would get.
+   * `events`, a function, is called right after the ops, when the round takes the commit; an event
+   * JSON cannot encode fails the commit (nothing is written).
+   */
+  commitWithEvents(input: CommitOps, events: CommitEvents): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
+    return new Promise((resolve, reject) => {
+      this.enqueue({ kind: 'commit', p: { input, events, resolve: (records, stored) => resolve({ records, events: stored }), reject } });
+    });
+  }
+
   /** Appends in call order; see the header for why cursors come from a locked counter row. */
-  async append(events: EventInput[]): Promise<StoredEvent[]> {
-    if (events.length === 0) return [];
-    const encoded: EncodedEvent[] = events.map((e) => {
-      const body = JSON.stringify(e); // throws on a BigInt: fails this append only
-      const t = typeof e.timestamp === 'string' ? Date.parse(e.timestamp) : NaN;
-      return {
-        tsMs: Number.isNaN(t) ? null : t,
-        fields: EVENT_INDEX_FIELDS.map((f) => (typeof e[f] === 'string' ? escText(e[f] as string) : null)),
-        body,
-      };
+  append(events: EventInput[]): Promise<StoredEvent[]> {
+    if (events.length === 0) return Promise.resolve([]);
+    let encoded: EncodedEvent[];
+    try {
+      encoded = encodeEvents(events); // throws on a BigInt: fails this append only
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    // Resolved by the round with the stored events, as a commit's carried ones: the callers of one
+    // round hear of their events in cursor order (they publish them in that order).
+    return new Promise<StoredEvent[]>((resolve, reject) => {
+      this.enqueue({ kind: 'append', p: { given: events, events: encoded, resolve, reject } });
     });
-    const base = await new Promise<number>((resolve, reject) => {
-      this.enqueue({ kind: 'append', p: { events: encoded, resolve, reject } });
-    });
-    return events.map((e, i) => storedView(e, encoded[i].body, encodeCursor(base + i + 1)));
   }
 
   /**
@@ -234,20 +285,25 @@ export class PgWriter {
       }
       this.jobs.shift();
       let ops: EncodedOp[];
+      let events: TakenCommit['events'] = null;
       try {
-        // The function form is called now, when the store takes the write (Store.commit).
+        // The function forms are called now, when the store takes the write (Store.commit), the
+        // events right after the ops.
         ops = this.encodeOps(typeof job.p.input === 'function' ? job.p.input() : job.p.input);
+        const given = typeof job.p.events === 'function' ? job.p.events() : job.p.events;
+        if (given && given.length > 0) events = { given, encoded: encodeEvents(given) };
       } catch (e) {
         job.p.reject(e);
         continue;
       }
-      if (ops.length === 0) {
-        job.p.resolve([]);
+      if (ops.length === 0 && !events) {
+        job.p.resolve([], []);
         continue;
       }
-      taken.push({ kind: 'commit', p: job.p, ops });
+      taken.push({ kind: 'commit', p: job.p, ops, events });
       nCommits++;
       nOps += ops.length;
+      nEvents += events?.encoded.length ?? 0;
     }
     if (taken.length === 0) return;
     try {
@@ -273,6 +329,24 @@ export class PgWriter {
     }
   }
 
+  /** The announcement of a round's events (the announcer's), or null: none asked, or too long for a notification. */
+  private announcement(taken: Taken[]): { head: string; tail: string } | null {
+    if (!this.announcer) return null;
+    const given: EventInput[] = [];
+    for (const t of taken) {
+      if (t.kind === 'append') given.push(...t.p.given);
+      else if (t.kind === 'commit' && t.events) given.push(...t.events.given);
+    }
+    let ann: { head: string; tail: string } | null;
+    try {
+      ann = this.announcer(given);
+    } catch {
+      return null; // a hint: the round's writes go on without it
+    }
+    // The range adds two cursors (under 50 bytes); a payload over PostgreSQL's limit would fail the round.
+    return ann && Buffer.byteLength(ann.head) + Buffer.byteLength(ann.tail) + 50 <= MAX_CHANGE_PAYLOAD ? ann : null;
+  }
+
   private async write(taken: Taken[]): Promise<void> {
     const commitNo: number[] = [];
     const opName: string[] = [];
@@ -282,6 +356,8 @@ export class PgWriter {
     const expected: Array<number | null> = [];
     const ix: Array<string | null> = [];
     const events: EncodedEvent[] = [];
+    /** Per event: the commit carrying it (write_round stores it only if that commit applied), or null. */
+    const evCommit: Array<number | null> = [];
     const channels: string[] = [];
     const payloads: string[] = [];
     taken.forEach((t, c) => {
@@ -292,7 +368,12 @@ export class PgWriter {
       }
       if (t.kind === 'append') {
         events.push(...t.p.events);
+        for (let i = 0; i < t.p.events.length; i++) evCommit.push(null);
         return;
+      }
+      if (t.events) {
+        events.push(...t.events.encoded);
+        for (let i = 0; i < t.events.encoded.length; i++) evCommit.push(c);
       }
       for (const e of t.ops) {
         commitNo.push(c);
@@ -312,6 +393,7 @@ export class PgWriter {
     }
     const notifying = channels.length > 0;
     const col = (i: number) => events.map((e) => e.fields[i]);
+    const ann = events.length > 0 ? this.announcement(taken) : null;
     const r = await this.db.query<{ r_version: number | null; r_seq: string | null; r_err: string | null; r_msg: string | null }>(
       {
         name: notifying ? 'agentd_write_round_notify' : 'agentd_write_round',
@@ -331,6 +413,10 @@ export class PgWriter {
           col(3),
           col(4),
           joinJson(events.map((e) => e.body)),
+          evCommit,
+          CHANGE_CHANNELS.events,
+          ann?.head ?? null,
+          ann?.tail ?? null,
           ...(notifying ? [channels, payloads] : []),
         ],
       },
@@ -338,7 +424,9 @@ export class PgWriter {
     );
     // The notifications' row comes last: not one of write_round's.
     if (notifying) r.rows.pop();
-    // Rows: one per op in order, then (when events were appended) one whose r_seq is the base.
+    // Rows: one per op in order, then (when events were given) one whose r_seq is the cursor
+    // before the first stored event; the stored ones (appends, and the events of the commits that
+    // applied) took the next cursors in order.
     let base = events.length > 0 ? Number(r.rows[r.rows.length - 1].r_seq) : 0;
     let k = 0;
     for (const t of taken) {
@@ -347,8 +435,10 @@ export class PgWriter {
         continue;
       }
       if (t.kind === 'append') {
-        t.p.resolve(base);
-        base += t.p.events.length;
+        const b = base;
+        const { given, events: encoded } = t.p;
+        t.p.resolve(given.map((e, i) => storedView(e, encoded[i].body, encodeCursor(b + i + 1))));
+        base += given.length;
         continue;
       }
       const rows = r.rows.slice(k, k + t.ops.length);
@@ -358,9 +448,17 @@ export class PgWriter {
         t.p.reject(new StoreError(ERROR_CODES[failed.r_err!] ?? 'conflict', failed.r_msg ?? failed.r_err!));
         continue;
       }
+      let stored: StoredEvent[] = [];
+      if (t.events) {
+        const b = base;
+        const { given, encoded } = t.events;
+        stored = given.map((e, i) => storedView(e, encoded[i].body, encodeCursor(b + i + 1)));
+        base += given.length;
+      }
       // The value is parsed from the text just written only if the caller reads it (most use the version).
       t.p.resolve(
         t.ops.map((e, i) => (e.op.op === 'delete' || e.op.op === 'holders' ? null : lazyRecordView(e.op.id, rows[i].r_version!, rows[i].r_seq!, e.json!))),
+        stored,
       );
     }
   }

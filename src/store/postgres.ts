@@ -11,7 +11,8 @@
 // a round (one at a time per process, started on a setImmediate) takes every queued job (bounded),
 // calls the commits' function forms, and sends them all in ONE statement, agentd.write_round(...):
 // one round trip, one transaction, one WAL flush for everything a turn of the event loop wrote
-// (a run's commit and its events typically share one). Inside, agentd.commit_batch runs each
+// (a run's commit and its events typically share one; a commitWithEvents' events ride in its commit
+// and are stored only if it applies). Inside, agentd.commit_batch runs each
 // commit in its own subtransaction: a failed check (conflict, stale_version, not_found) undoes
 // that commit alone. CAS is `SELECT ... FOR UPDATE` then a version compare inside that statement,
 // so a concurrent writer in another process waits on the row lock and then sees the new version
@@ -136,7 +137,7 @@ export class PostgresStore extends RecordWrites implements Store {
     this.writer = new PgWriter(this.queries);
     this.events = new PgEventReader(this.queries);
     this.reads = new PgRecordReader(this.queries);
-    this.capabilities = { sharedByInstances: true, queueClaims: new PgQueueClaims(this.queries), ordersKeyWaiters: true };
+    this.capabilities = { sharedByInstances: true, queueClaims: new PgQueueClaims(this.queries), atomicCommitEvents: true, ordersKeyWaiters: true };
   }
 
   /** The pool (for LISTEN/NOTIFY and the like); throws 'closed' when the store is not open. */
@@ -209,6 +210,8 @@ export class PostgresStore extends RecordWrites implements Store {
           onSwallowed: this.opts.onSwallowed,
           // Notifications ride in the group commit's next round (no transaction of their own).
           send: (channel, payload) => (this.poolRef ? this.writer.notify(channel, payload) : Promise.resolve()),
+          // Event appends are announced by the rounds that store them (pg-writer.ts).
+          announce: (announce) => (this.writer.announcer = announce),
         });
         await feed.start();
         this.changes = feed;
@@ -331,18 +334,11 @@ export class PostgresStore extends RecordWrites implements Store {
   }
 
   /**
-   * The commit, then (only if it applied) the events, in the next round: write_round appends a
-   * round's events whatever its commits do, so one round could store the events of a refused
-   * commit. Not atomic: see Store.commitWithEvents.
+   * The commit and its events in one statement and transaction: write_round stores the events
+   * only if every op applied (migration 005), so a crash leaves both or neither.
    */
   commitWithEvents(ops: CommitOps, events: CommitEvents): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }> {
-    return this.run(async () => {
-      // An event JSON cannot encode fails the whole call before the commit is written (a
-      // function's events only once the commit is in: they are made when its ops are taken).
-      if (Array.isArray(events)) for (const e of events) JSON.stringify(e);
-      const records = await this.writer.commit(ops);
-      return { records, events: await this.writer.append(typeof events === 'function' ? events() : events) };
-    });
+    return this.run(() => this.writer.commitWithEvents(ops, events));
   }
 
   // ---------------------------------------------------------------------------------------------

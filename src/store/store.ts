@@ -240,9 +240,10 @@ export interface StoreCapabilities {
    */
   readonly queueClaims?: QueueClaims;
   /**
-   * commitWithEvents writes the commit and its events in one atomic write, in one round (the
-   * embedded stores). Absent: the events follow in a later round (PostgreSQL), so a caller on a
-   * hot path may rather commit and append the events behind it itself.
+   * commitWithEvents writes the commit and its events in one atomic write, in one round (every
+   * adapter today). Absent: the events would follow in a later round, so a caller on a hot path
+   * would rather commit and append the events behind it itself (the background run row's outbox
+   * keeps them for a crash in between).
    */
   readonly atomicCommitEvents?: boolean;
   /**
@@ -319,13 +320,10 @@ export interface Store {
   commit(ops: CommitOps): Promise<Array<Versioned<unknown> | null>>;
   /**
    * A commit that also appends `events` (in order, cursors as appendEvents gives them): the events
-   * are stored only if every op applies, never without the records. The in-process stores write
-   * both in the same atomic write (one group-commit round): a crash leaves both or neither.
-   * PostgreSQL appends them in the round after the commit's (its write_round appends events
-   * whatever the commits do), so a crash in between may leave the records without the events:
-   * a caller keeps what it needs to append them again (the background run row's outbox does).
-   * Rejects when the commit fails (nothing written) or, there, when that append fails (the
-   * records are written). Durable when the promise resolves. `events` may be a function
+   * are stored only if every op applies, never without the records. Every adapter writes both in
+   * the same atomic write (one group-commit round; PostgreSQL: one statement and transaction,
+   * src/store/migrations/005_commit_events.sql): a crash leaves both or neither. Rejects when the
+   * commit fails (nothing written). Durable when the promise resolves. `events` may be a function
    * (CommitEvents): called once, right after the ops are taken.
    */
   commitWithEvents(ops: CommitOps, events: CommitEvents): Promise<{ records: Array<Versioned<unknown> | null>; events: StoredEvent[] }>;

@@ -2,7 +2,7 @@
 // gave them a cursor, so a subscriber can always fall back to the store from the last cursor it
 // saw. Publishing is on the run's hot path: it never throws, never awaits, and touches only the
 // subscribers indexed under the event's own run/trace/task/session ids.
-import type { StoredEvent } from '../store/store.js';
+import type { EventInput, StoredEvent } from '../store/store.js';
 import { reportSwallowed } from './swallowed.js';
 
 export interface EventFilter {
@@ -55,7 +55,7 @@ interface Subscriber {
 }
 
 /** Reads an id from the event's top level, falling back to metadata for records made elsewhere. */
-export function eventField(event: StoredEvent, field: FilterField): string | null {
+export function eventField(event: EventInput, field: FilterField): string | null {
   const top = event[field];
   if (typeof top === 'string' && top.length > 0) return top;
   const meta = event.metadata;

@@ -1,13 +1,13 @@
 // The cheap dispatch path (docs/background.md "Dispatch cost"): pure machine steps, the workspace
 // mirror lane, claim + start as one write, and the in-memory in-flight view seeded from the store
 // after a restart.
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { createActor, fromCallback, transition } from 'xstate';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backgroundRunMachine, persistedSnapshotOf } from '../../machines/background-run.machine.js';
 import type { Worker } from 'node:worker_threads';
-import { FolderWriter } from '../../src/background/folder-writer.js';
+import { FOLDER_WRITER_THREAD, FolderWriter } from '../../src/background/folder-writer.js';
 import { MirrorQueue } from '../../src/background/workspace-mirror.js';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { startTestServer, tempDir, type TestServer } from '../helpers/server.js';
@@ -228,6 +228,21 @@ describe("FolderWriter (the mirror's worker thread)", () => {
     expect((w as unknown as { worker: Worker }).worker).not.toBe(worker);
     expect(readFileSync(join(d, 'events.jsonl'), 'utf8')).toMatch(/^\{"n":1\}\n(\{"n":2\}\n)?\{"n":3\}\n$/);
     await w.close();
+  });
+
+  // Its CPU is told apart from the other threads' (Node names them all `node`): ps -L, top -H and
+  // the drain benchmark's CPU by thread (test/bench/threads.ts).
+  it.runIf(process.platform === 'linux')('names its thread in /proc', async () => {
+    // Writers of other tests in this process (MirrorQueues never closed) may be alive: the new thread is the one to check.
+    const named = () =>
+      new Set(readdirSync('/proc/self/task').filter((t) => readFileSync(`/proc/self/task/${t}/comm`, 'utf8').trim() === FOLDER_WRITER_THREAD));
+    const before = named();
+    const w = new FolderWriter();
+    await w.write(join(dir, 'named'), '{"n":1}\n', null, true);
+    const mine = [...named()].filter((t) => !before.has(t));
+    expect(mine).toHaveLength(1);
+    await w.close();
+    expect(named().has(mine[0])).toBe(false);
   });
 });
 

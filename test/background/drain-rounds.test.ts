@@ -7,6 +7,7 @@ import { startTestServer, type TestServer } from '../helpers/server.js';
 import type { CommitOps, WriteOp } from '../../src/store/store.js';
 import { QueueClaimPass } from '../../src/store/repos/bg-runs.js';
 import { api, directModel, waitRun, type Api } from './helpers.js';
+import { waitFor } from '../helpers/wait.js';
 
 let model: ScriptedOpenAI;
 let server: TestServer;
@@ -156,6 +157,57 @@ describe('draining at concurrency 1', () => {
     }
     // At concurrency 1 each pass is handed the one run it claims (before: a page of 4 each, 14 in all).
     expect(handed).toBe(5);
+  });
+});
+
+describe('starting before the claim lands', () => {
+  it("sends the next run's model request while its claim's round is still being written, one model call at a time", async () => {
+    const store = server.store;
+    if (store.capabilities.sharedByInstances) return; // a shared store's claim must land first (docs/background.md)
+    // A slow fsync: from `hold` on, every commit waits, in the order it was issued, until `go`.
+    let go!: () => void;
+    const gate = new Promise<void>((r) => (go = r));
+    let holding = false;
+    const { commit, commitWithEvents } = store;
+    store.commit = (ops) => (holding ? gate.then(() => commit.call(store, ops)) : commit.call(store, ops));
+    store.commitWithEvents = (ops, events) =>
+      holding ? gate.then(() => commitWithEvents.call(store, ops, events)) : commitWithEvents.call(store, ops, events);
+    let releaseFirst!: () => void;
+    const firstAnswer = new Promise<void>((r) => (releaseFirst = r));
+    try {
+      const t = await a.post('/background/tasks', {
+        task_id: 'early',
+        schedule: { type: 'manual' },
+        query: 'just answer',
+        overlap_policy: 'allow_parallel',
+        session_policy: { mode: 'run' },
+      });
+      expect(t.status).toBe(200);
+      model.resetPeak();
+      const before = model.requests.length;
+      model.enqueue({ text: 'first', holdUntil: firstAnswer });
+      const r = await a.post('/background/tasks/early/runs', { runs: [{}, {}] });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      const [first, second] = r.body.runs.map((x: { run: { run_id: string } }) => x.run.run_id as string);
+      // The first run's model call is under way (its answer held); the second waits for a worker.
+      await waitFor(() => model.requests.length > before, { what: "the first run's model request" });
+      holding = true;
+      releaseFirst();
+      // The first run's end and the second's claim are issued and held: the second's agent run
+      // has started anyway, and its model request arrives while nothing of that round is stored.
+      await waitFor(() => model.requests.length > before + 1, { what: "the second run's model request while its claim is not stored" });
+      // What a reader sees is what is stored: the second run is still queued.
+      expect((await a.get(`/background/runs/${second}`)).body.status).toBe('queued');
+      go();
+      expect((await waitRun(a, first)).status).toBe('completed');
+      expect((await waitRun(a, second)).status).toBe('completed');
+      // Concurrency 1: never two model calls at once.
+      expect(model.maxInFlight()).toBe(1);
+    } finally {
+      go();
+      store.commit = commit;
+      store.commitWithEvents = commitWithEvents;
+    }
   });
 });
 

@@ -148,10 +148,12 @@ export const agentdNodeFlags = (): string[] => (process.env.BENCH_NODE_FLAGS ?? 
 export async function startChild(spec: ChildSpec, timeoutMs = 60_000): Promise<Child> {
   const flags = spec.mode === 'agentd' ? agentdNodeFlags() : [];
   // Read at each start, so one process can run two builds side by side (an interleaved A/B).
+  // BENCH_CHILD_STDOUT=1: the child's stdout is the benchmark's, for V8's traces (e.g.
+  // BENCH_NODE_FLAGS="--trace-opt --trace-deopt": what it still compiles during a measurement).
   const proc = spawn(process.execPath, [...flags, process.env.BENCH_CHILD_SCRIPT ?? CHILD_SCRIPT], {
     cwd: ROOT,
     env: { ...process.env, BENCH_CHILD: JSON.stringify(spec) },
-    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    stdio: ['ignore', process.env.BENCH_CHILD_STDOUT ? 'inherit' : 'ignore', 'pipe', 'ipc'],
   });
   let err = '';
   proc.stderr!.on('data', (d: Buffer) => {

@@ -212,6 +212,8 @@ function perRunBy(a: Record<string, number> | undefined, b: Record<string, numbe
  * (self time per drained run), then a counting drain gives, per run: store commits, group-commit
  * rounds (one fsync each), ops and their JSON bytes, events appended and their bytes, reads, model
  * HTTP requests, and files/directories left under workspaces/background/.
+ * BENCH_PROFILE_STORE=postgres: on a PostgreSQL database of its own (created and dropped per
+ * concurrency) instead of LevelDB; BENCH_DRAIN_CONCURRENCY=1 (or 32): only that concurrency.
  */
 export async function profileBackgroundDrain(label: string, order: string[], save: (p: ProfileResult, order: string[]) => void): Promise<void> {
   const { agentdDrain, DRAIN_RETENTION } = await import('./benchmarks/drain-agentd.js');
@@ -227,8 +229,12 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
     // not a git checkout
   }
   try {
-    for (const concurrency of [1, 32]) {
+    const onPostgres = process.env.BENCH_PROFILE_STORE === 'postgres';
+    const { admin, dbUrl } = await import('./benchmarks/postgres.js');
+    for (const concurrency of process.env.BENCH_DRAIN_CONCURRENCY ? process.env.BENCH_DRAIN_CONCURRENCY.split(',').map(Number) : [1, 32]) {
       const dir = tempDir('profile-bg');
+      const db = onPostgres ? `agentd_bench_profile_${Date.now().toString(36)}` : null;
+      if (db) await admin(`CREATE DATABASE ${db}`);
       const profDir = tempDir('cpuprof');
       process.env.BENCH_NODE_FLAGS = `${prev ?? ''} --cpu-prof --cpu-prof-dir=${profDir}`;
       let cpuMs = 0;
@@ -243,7 +249,10 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
         const child = await startChild({
           mode: 'agentd',
           dataDir: dir,
-          config: realPathConfig(fake.url, 'bench', { background: { enabled: true, concurrency, run_retention: DRAIN_RETENTION } }),
+          config: realPathConfig(fake.url, 'bench', {
+            background: { enabled: true, concurrency, run_retention: DRAIN_RETENTION },
+            ...(db ? { store: { kind: 'postgres', url: dbUrl(db) } } : {}),
+          }),
           model: { kind: 'config' },
         });
         process.env.BENCH_NODE_FLAGS = prev ?? '';
@@ -298,14 +307,14 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
         }
         const profile = JSON.parse(readFileSync(join(profDir, file), 'utf8')) as CpuProfile;
         const summary = summarise(profile, runs, fromMs, toMs);
-        const name = `background-c${concurrency}-${label}`;
+        const name = `background-c${concurrency}${db ? '-postgres' : ''}-${label}`;
         save(
           {
             label: name,
             ran_at: new Date().toISOString(),
             commit,
             command: `npm run bench -- profile-background ${label}`,
-            description: `Background drain of manual agent runs (POST /background/tasks/{id}/run, 32 requests in flight) at background.concurrency ${concurrency}, agentd child under \`node --cpu-prof\` on the real path (openai-compatible over HTTP to the fake server, LevelDB with fsync); after a ${WARMUP}-run warm-up drain, ${runs} runs profiled; self time divided by the runs drained. CPU per drained run by thread over the profiled drain: main thread ${threads.main.toFixed(2)} ms (JavaScript, under the profiler), other threads ${threads.others.toFixed(2)} ms (libuv's pool: file calls, LevelDB writes, reads and fsyncs; V8's GC workers; LevelDB compaction). Per drained run (a further ${COUNTED}-run drain): ${JSON.stringify(counts)}.`,
+            description: `Background drain of manual agent runs (POST /background/tasks/{id}/run, 32 requests in flight) at background.concurrency ${concurrency}, agentd child under \`node --cpu-prof\` on the real path (openai-compatible over HTTP to the fake server, ${db ? 'PostgreSQL' : 'LevelDB with fsync'}); after a ${WARMUP}-run warm-up drain, ${runs} runs profiled; self time divided by the runs drained. CPU per drained run by thread over the profiled drain: main thread ${threads.main.toFixed(2)} ms (JavaScript, under the profiler), other threads ${threads.others.toFixed(2)} ms (libuv's pool: file calls, LevelDB writes, reads and fsyncs; V8's GC workers; LevelDB compaction). Per drained run (a further ${COUNTED}-run drain): ${JSON.stringify(counts)}.`,
             runs,
             cpu_per_run_ms: cpuMs / runs,
             ...summary,
@@ -320,6 +329,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
       } finally {
         removeDir(dir);
         removeDir(profDir);
+        if (db) await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
       }
     }
   } finally {

@@ -23,21 +23,21 @@ describe('agentd migrate', () => {
     const url = withPassword(db.url);
     expect(await migrateCommand(parsed({ 'store-url': url }), undefined, (s) => out.push(s))).toBe(0);
     expect(out.join('')).toMatch(
-      /applied PostgreSQL migration 1 \(init\)[\s\S]*applied PostgreSQL migration 2 \(queue_claims\)[\s\S]*applied PostgreSQL migration 3 \(records_fillfactor\)[\s\S]*applied PostgreSQL migration 4 \(holders_op\)[\s\S]*is at schema version 4 \(applied 1, 2, 3, 4\)/,
+      /applied PostgreSQL migration 1 \(init\)[\s\S]*applied PostgreSQL migration 2 \(queue_claims\)[\s\S]*applied PostgreSQL migration 3 \(records_fillfactor\)[\s\S]*applied PostgreSQL migration 4 \(holders_op\)[\s\S]*applied PostgreSQL migration 5 \(commit_events\)[\s\S]*applied PostgreSQL migration 6 \(flow_key_order\)[\s\S]*is at schema version 6 \(applied 1, 2, 3, 4, 5, 6\)/,
     );
     out.length = 0;
     expect(await migrateCommand(parsed({ 'store-url': url }), undefined, (s) => out.push(s))).toBe(0);
-    expect(out.join('')).toMatch(/already at schema version 4/);
+    expect(out.join('')).toMatch(/already at schema version 6/);
     expect(out.join('')).not.toContain('not-checked-pw-123');
     const c = new pg.Client({ connectionString: db.url });
     await c.connect();
     try {
-      expect((await c.query('SELECT count(*)::int AS n FROM agentd.schema_migrations')).rows[0].n).toBe(4);
-      await c.query("INSERT INTO agentd.schema_migrations (version, name) VALUES (5, 'newer')");
+      expect((await c.query('SELECT count(*)::int AS n FROM agentd.schema_migrations')).rows[0].n).toBe(6);
+      await c.query("INSERT INTO agentd.schema_migrations (version, name) VALUES (7, 'newer')");
     } finally {
       await c.end();
     }
-    await expect(migrateCommand(parsed({ 'store-url': url }), undefined, () => {})).rejects.toThrow(/schema version 5, newer than this agentd knows \(4\)/);
+    await expect(migrateCommand(parsed({ 'store-url': url }), undefined, () => {})).rejects.toThrow(/schema version 7, newer than this agentd knows \(6\)/);
   });
 
   it('needs a postgres:// URL', async () => {

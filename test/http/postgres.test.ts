@@ -9,6 +9,7 @@ import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-o
 import { createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { readSse, type Frame } from '../helpers/sse.js';
+import { CHANGE_CHANNELS } from '../../src/store/change-feed.js';
 
 let model: ScriptedOpenAI;
 let db: TestDatabase;
@@ -71,12 +72,13 @@ describe('agentd on PostgreSQL', () => {
     const a = await start();
     const b = await start();
     // The statements of every agentd connection in this process, by application_name (LISTEN aside).
-    const sent: Array<{ app: string; text: string }> = [];
+    const sent: Array<{ app: string; text: string; values: unknown[] }> = [];
     const query = pg.Client.prototype.query;
     pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
       const app = (this as unknown as { connectionParameters: { application_name?: string } }).connectionParameters.application_name ?? '';
       const text = typeof config === 'string' ? config : ((config as { text?: string })?.text ?? '');
-      if (app.startsWith('agentd') && !text.startsWith('LISTEN')) sent.push({ app, text });
+      const values = typeof config === 'string' ? [] : ((config as { values?: unknown[] })?.values ?? []);
+      if (app.startsWith('agentd') && !text.startsWith('LISTEN')) sent.push({ app, text, values });
       return (query as (...a: unknown[]) => unknown).call(this, config, ...rest);
     } as typeof pg.Client.prototype.query;
     const controller = new AbortController();
@@ -102,7 +104,13 @@ describe('agentd on PostgreSQL', () => {
       expect(frames.filter((f) => f.id).map((f) => f.id)).toEqual(stored.body.events.map((e: { cursor: string }) => e.cursor));
       // Every notification went out inside a statement of the pool (a write round, or one alone).
       expect(sent.filter((s) => s.app !== 'agentd')).toEqual([]);
-      expect(sent.some((s) => s.text.includes('pg_notify'))).toBe(true);
+      // The announcements of A's appends went out in the rounds that stored them: not one is a
+      // statement of its own (a notification alone, or one riding in a round of other writes).
+      const alone = sent.filter((s) => !s.text.includes('write_round') && s.text.includes('pg_notify'));
+      expect(alone.filter((s) => JSON.stringify(s.values).includes(CHANGE_CHANNELS.events))).toEqual([]);
+      expect(sent.filter((s) => s.text.includes('write_round') && JSON.stringify(s.values.slice(-2)).includes(CHANGE_CHANNELS.events))).toEqual([]);
+      // A's appends were announced by the rounds that stored them (write_round's announcement: its 17th argument).
+      expect(sent.some((s) => s.text.includes('write_round') && typeof s.values[16] === 'string' && String(s.values[16]).startsWith('{"o":'))).toBe(true);
     } finally {
       controller.abort();
       pg.Client.prototype.query = query;

@@ -168,7 +168,7 @@ describe('PgWriter notifications after a failed round', () => {
     const db = {
       query: async (q: { name?: string; values?: unknown[] }) => {
         if (q.name === 'agentd_notify') sent.push(...(q.values![0] as string[]));
-        if (q.name === 'agentd_write_round_notify') sent.push(...(q.values![14] as string[]));
+        if (q.name === 'agentd_write_round_notify') sent.push(...(q.values![18] as string[]));
         await held;
         const op = { r_version: 1, r_seq: null, r_err: null, r_msg: null };
         const notified = { r_version: null, r_seq: '1', r_err: null, r_msg: null };

@@ -49,12 +49,14 @@ describe('PostgreSQL migrations', () => {
     expect(logs.filter((l) => l.includes('applied PostgreSQL migration 2'))).toHaveLength(1);
     expect(logs.filter((l) => l.includes('applied PostgreSQL migration 3'))).toHaveLength(1);
     expect(logs.filter((l) => l.includes('applied PostgreSQL migration 4'))).toHaveLength(1);
+    expect(logs.filter((l) => l.includes('applied PostgreSQL migration 5'))).toHaveLength(1);
     const rows = (await sql(db.url, 'SELECT version, name FROM agentd.schema_migrations ORDER BY version')).rows;
     expect(rows).toEqual([
       { version: 1, name: 'init' },
       { version: 2, name: 'queue_claims' },
       { version: 3, name: 'records_fillfactor' },
       { version: 4, name: 'holders_op' },
+      { version: 5, name: 'commit_events' },
       { version: 6, name: 'flow_key_order' },
     ]);
     expect(rows).toHaveLength(loadMigrations().length);

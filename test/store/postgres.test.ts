@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresStore } from '../../src/store/postgres.js';
 import { escText, unescText } from '../../src/store/pg-text.js';
@@ -5,6 +6,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/postgres.js';
 import { queueRun } from './queue-claims.contract.js';
 import { runStoreContract } from './store.contract.js';
 import { repos } from '../../src/store/repos/index.js';
+import { waitFor } from '../helpers/wait.js';
 
 // One database for the file; each test gets an empty schema by truncating (a new database per
 // test would cost ~100 ms each).
@@ -72,6 +74,40 @@ describe('PostgreSQL queue claims (FOR UPDATE SKIP LOCKED)', () => {
     }
   });
 
+  it("ends a claimed row's hold in the claim's own write: the pass releases only the rows it did not claim", async () => {
+    const s = await open();
+    try {
+      await s.queries.query({ text: 'TRUNCATE agentd.records, agentd.record_ix' }, false);
+      for (const id of ['a', 'b', 'c']) await queueRun(s, id);
+      const pass = repos(s).bgRuns.claimPass(T0, 10_000);
+      const handed = await pass.claimQueued(3);
+      expect(handed.map((r) => r.id)).toEqual(['a', 'b', 'c']);
+      // 'a' and 'b' are claimed: each one's CAS write (here: back to queued, so a pass could see it).
+      for (const row of handed.slice(0, 2)) {
+        pass.taken(row.id);
+        await s.updateRecord('bg_runs', row.id, { ...(row.value as object), claimed: true }, row.version);
+      }
+      // 'c' was taken too, but its claim did not happen.
+      pass.taken('c');
+      pass.untaken('c');
+      const sent: Array<{ name?: string; values?: unknown[] }> = [];
+      const query = s.queries.query.bind(s.queries);
+      s.queries.query = ((q: { name?: string; values?: unknown[] }, idem: boolean) => (sent.push(q), query(q as never, idem))) as typeof s.queries.query;
+      await pass.release();
+      expect(sent.map((q) => [q.name, q.values?.[1]])).toEqual([['agentd_claim_release', ['c']]]);
+      // No hold is left: another pass gets all three at once, not after the 10 s hold.
+      expect(
+        (
+          await repos(s)
+            .bgRuns.claimPass(T0 + 1, 10_000)
+            .claimQueued(5)
+        ).map((r) => r.id),
+      ).toEqual(['a', 'b', 'c']);
+    } finally {
+      await s.close();
+    }
+  });
+
   it('hands a held row out again once its hold lapsed (a claimer that died mid-pass)', async () => {
     const s = await open();
     try {
@@ -126,6 +162,8 @@ describe('PostgreSQL holders op across processes', () => {
   });
 });
 
+const ev = (event_id: string, run_id: string) => ({ event_id, event_type: 'run.step', timestamp: '2030-01-01T00:00:00.000Z', run_id });
+
 describe('PostgreSQL round trips per run (pg-scale)', () => {
   const open = async () => {
     const s = new PostgresStore({ url: db.url, poolSize: 4, changes: false });
@@ -143,6 +181,41 @@ describe('PostgreSQL round trips per run (pg-scale)', () => {
     }) as typeof s.queries.query;
     return names;
   };
+
+  it("stores a commit's events in the commit's own transaction: while the event counter is locked, neither is visible", async () => {
+    const s = await open();
+    const locker = new pg.Client({ connectionString: db.url });
+    await locker.connect();
+    try {
+      await repos(s).bgRuns.create('r1', { n: 1 });
+      const names = counting(s);
+      // Another transaction holds the event counter's row: the statement that appends events waits for it.
+      await locker.query('BEGIN');
+      await locker.query("SELECT value FROM agentd.counters WHERE name = 'event_cursor' FOR UPDATE");
+      const write = s.commitWithEvents([{ op: 'update', kind: 'bg_runs', id: 'r1', value: { n: 2 }, expectedVersion: 1 }], [ev('e1', 'r1'), ev('e2', 'r1')]);
+      await waitFor(
+        async () =>
+          (await locker.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).rows[0].n > 0,
+        { what: 'the write waiting on the counter lock' },
+      );
+      // Were the events a round of their own behind the commit, the record would be visible now.
+      const seen = await locker.query("SELECT value FROM agentd.records WHERE kind = 'bg_runs' AND id = 'r1'");
+      expect(JSON.parse(seen.rows[0].value)).toEqual({ n: 1 });
+      await locker.query('COMMIT');
+      const r = await write;
+      expect(r.records[0]?.version).toBe(2);
+      expect(r.events.map((e) => e.event_id)).toEqual(['e1', 'e2']);
+      // One statement: the commit and its events.
+      expect(names).toEqual(['agentd_write_round']);
+      expect((await s.readEvents({ filters: { run_id: 'r1' } })).events.map((e) => [e.event_id, e.cursor])).toEqual(
+        r.events.map((e) => [e.event_id, e.cursor]),
+      );
+    } finally {
+      await locker.query('ROLLBACK').catch(() => undefined);
+      await locker.end();
+      await s.close();
+    }
+  });
 
   it('point reads asked in one turn go as one statement per kind, each answered with its own row (or null)', async () => {
     const s = await open();

@@ -478,6 +478,33 @@ export function runStoreContract(name: string, makeStore: () => Promise<StoreFix
         expect((await store.getRecord('bg_runs', 'r1'))?.value).toEqual({ n: 4 });
       });
 
+      it('gives cursors only to the events stored: refused commits, applied ones and plain appends in one round', async () => {
+        await store.createRecord('bg_runs', 'r1', { n: 1 });
+        // Issued in one turn: they share a group-commit round where the adapter has one.
+        const [a, refused, b, c, d] = await Promise.allSettled([
+          store.appendEvents([ev({ event_id: 'a1' }), ev({ event_id: 'a2' })]),
+          store.commitWithEvents(
+            [{ op: 'update', kind: 'bg_runs', id: 'r1', value: { n: 9 }, expectedVersion: 5 }],
+            [ev({ event_id: 'x1' }), ev({ event_id: 'x2' })],
+          ),
+          store.commitWithEvents([{ op: 'update', kind: 'bg_runs', id: 'r1', value: { n: 2 }, expectedVersion: 1 }], () => [ev({ event_id: 'b1' })]),
+          store.appendEvents([ev({ event_id: 'c1' })]),
+          store.commitWithEvents([{ op: 'create', kind: 'bg_runs', id: 'r2', value: { n: 1 } }], [ev({ event_id: 'd1' }), ev({ event_id: 'd2' })]),
+        ]);
+        expect(refused.status).toBe('rejected');
+        const got = [
+          ...(a as PromiseFulfilledResult<StoredEvent[]>).value,
+          ...(b as PromiseFulfilledResult<{ events: StoredEvent[] }>).value.events,
+          ...(c as PromiseFulfilledResult<StoredEvent[]>).value,
+          ...(d as PromiseFulfilledResult<{ events: StoredEvent[] }>).value.events,
+        ];
+        expect(ids(got)).toEqual(['a1', 'a2', 'b1', 'c1', 'd1', 'd2']);
+        // What each call was told is what the log holds, cursor for cursor, in that order.
+        const page = await store.readEvents();
+        expect(page.events.map((e) => [e.event_id, e.cursor])).toEqual(got.map((e) => [e.event_id, e.cursor]));
+        expect((await store.getRecord('bg_runs', 'r1'))?.value).toEqual({ n: 2 });
+      });
+
       it('writes neither the records nor the events when an event JSON cannot encode', async () => {
         const r = store.commitWithEvents([{ op: 'create', kind: 'bg_runs', id: 'r1', value: 1 }], [ev({ event_id: 'fine' }), ev({ big: 1n })]);
         await expect(r).rejects.toThrow();

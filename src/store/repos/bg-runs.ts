@@ -147,9 +147,18 @@ export class QueueClaimPass {
     return this.buffer !== null;
   }
 
-  /** The caller claims this row: it leaves the buffer (the caller drops the buffer if the claim does not happen). */
+  /**
+   * The caller claims this row: it leaves the buffer (the caller drops the buffer if the claim does
+   * not happen). On a store that holds rows, the claim's own row write ends its hold (PostgreSQL's
+   * write_round, migration 005), so release() leaves it out.
+   */
   taken(id: string): void {
     this.gone.add(id);
+  }
+
+  /** The claim of a row `taken` did not happen (refused, or not tried): release() ends its hold. */
+  untaken(id: string): void {
+    this.gone.delete(id);
   }
 
   /** Up to `limit` due queued rows not handed out before in this pass (fewer when a page held rows not due). */
@@ -230,10 +239,15 @@ export class QueueClaimPass {
     else due.push(row);
   }
 
-  /** Ends the holds of this pass (rows it claimed have left the queue; the others are free again). */
+  /**
+   * Ends the holds of this pass: rows it claimed left the queue, and their claims' writes ended
+   * their holds; the rows handed out and not claimed are free again. A pass that claimed every
+   * row it was handed (the usual one: it asks for one row per free worker) sends nothing.
+   */
   async release(): Promise<void> {
     this.done = true;
-    if (this.claims && this.held.length > 0) await this.claims.release(this.token, this.held.splice(0));
+    const unclaimed = this.held.splice(0).filter((id) => !this.gone.has(id));
+    if (this.claims && unclaimed.length > 0) await this.claims.release(this.token, unclaimed);
     const buf = this.buffer;
     if (buf && buf.generation === this.generation && this.gone.size > 0) buf.ids = buf.ids.filter((id) => !this.gone.has(id));
   }

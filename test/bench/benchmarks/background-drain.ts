@@ -27,6 +27,11 @@ import {
 import { DRAIN_QUERY, DRAIN_RETENTION, POST_BUDGET_MS, agentdDrain, type DrainResult } from './drain-agentd.js';
 import { PGBOSS_BATCH, bullmqDrain, pgBossDrain, startRedis, type BaselineDrain, type RedisServer } from './drain-baselines.js';
 import { admin, backendsOf, cpuOf, dbUrl, xactCommits } from './postgres.js';
+import { ROLE_LABELS, THREAD_ROLES } from '../threads.js';
+import { FOLDER_WRITER_THREAD } from '../../../src/background/folder-writer.js';
+
+/** The roles of the threads other than the main one (test/bench/threads.ts), in the by-role row. */
+const OTHER_ROLES = THREAD_ROLES.filter((r) => r !== 'main');
 
 /** Runs drained per concurrency (each side); the full counts are the issue's (1,500 / 5,000). */
 const RUNS: Record<number, number> = QUICK ? { 1: 150, 32: 400 } : { 1: scaled(1500, 100), 32: scaled(5000, 200) };
@@ -34,8 +39,16 @@ const RUNS: Record<number, number> = QUICK ? { 1: 150, 32: 400 } : { 1: scaled(1
 const CONCURRENCY = process.env.BENCH_DRAIN_CONCURRENCY ? process.env.BENCH_DRAIN_CONCURRENCY.split(',').map(Number) : [1, 32];
 /** BENCH_DRAIN_STORES=postgres (or leveldb): only that store's sides (agentd and its baseline), for a narrow run. */
 const STORES = (process.env.BENCH_DRAIN_STORES ?? 'leveldb,postgres').split(',');
-/** Each side drains this many first on its fresh server / queue (the AI SDK and V8 need a few hundred calls to be warm). */
-const warmup = (runs: number) => Math.min(runs, QUICK ? 100 : 500);
+/**
+ * Each side drains this many first on its fresh server / queue. V8 keeps compiling for thousands of
+ * runs: over consecutive 1,000-run drains of one agentd server (concurrency 1), its platform
+ * workers' CPU per run (test/bench/threads.ts, concurrent JIT most of it) went 2.8, 1.4, 0.7, 0.5,
+ * 0.4 ms and the main thread's 5.9, 4.6, 4.2, 3.8, 3.8 ms (a loaded machine), while the
+ * POST /run/sync baseline is measured on the server after all its drains. After 500 runs the
+ * drain's CPU still held about 1 ms per run of compilation that the baseline no longer pays.
+ */
+const WARMUP = QUICK ? 100 : 4000;
+const warmup = (runs: number) => (QUICK ? Math.min(runs, WARMUP) : WARMUP);
 /** POST /run/sync runs measured on the same server after its drains, after a warm-up of SYNC_WARMUP. */
 const SYNC_RUNS: Record<number, number> = QUICK ? { 1: 150, 32: 400 } : { 1: scaled(1000, 100), 32: scaled(3000, 200) };
 const SYNC_WARMUP = QUICK ? 100 : 300;
@@ -75,6 +88,17 @@ interface AgentdSide {
   xacts: number | null;
   sync: SyncResult | null;
 }
+
+/**
+ * The sides' data dirs, removed when the benchmark ends. Removed after each side, the next side
+ * paid for it: on a file system that skips recently freed inodes when it makes a file (ext4 without
+ * a journal, as on the benchmark VM, skips those freed in the last 1 to 6 minutes, and looks at
+ * each), every file the next side's workspace writer made scanned past the thousands the removal
+ * had just freed. Measured with the writer's file calls in a loop (mkdir, append, write, rename;
+ * 3,000 folders): 100 µs of CPU per folder in a fresh directory, 400 to 475 µs right after 6,000
+ * folders were removed next to it.
+ */
+const keptDirs: string[] = [];
 
 /** A fresh server (LevelDB with fsync, or its own PostgreSQL database), a warm-up drain, the measured drain, then POST /run/sync when `sync`. */
 async function agentdSide(modelUrl: string, store: StoreKind, concurrency: number, runs: number, enqueue: Enqueue, sync: boolean): Promise<AgentdSide> {
@@ -116,7 +140,8 @@ async function agentdSide(modelUrl: string, store: StoreKind, concurrency: numbe
       await child.stop();
     }
   } finally {
-    removeDir(dir);
+    // Removed once the benchmark ends (backgroundDrainBench), not now: see `keptDirs`.
+    keptDirs.push(dir);
     if (db) await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
   }
 }
@@ -203,6 +228,11 @@ function drainRows(store: StoreKind, concurrency: number, enqueue: Enqueue, a: A
       value: `${per(d.threads.main, n)} / ${per(d.threads.others, n)}`,
       unit: 'ms',
     },
+    {
+      metric: `agentd CPU per drained run of the other threads, ${what}: ${OTHER_ROLES.map((r) => ROLE_LABELS[r]).join(' / ')}`,
+      value: OTHER_ROLES.map((r) => per(d.threads.roles[r], n)).join(' / '),
+      unit: 'ms',
+    },
     { metric: `Time to queue them, ${what}`, value: round(d.postS, 2), unit: 's' },
     { metric: `Runs not completed, ${what}`, value: n - d.completed, unit: '', baseline: b.failed, target: '0', pass: d.completed === n },
   ];
@@ -269,6 +299,7 @@ export async function backgroundDrainBench(): Promise<BenchOutput> {
   } finally {
     await redis.stop();
     await fake.stop();
+    for (const dir of keptDirs.splice(0)) removeDir(dir);
   }
   return {
     title: 'Background drain on the real model path: LevelDB against BullMQ (appendfsync always), PostgreSQL against pg-boss, CPU against POST /run/sync',
@@ -284,11 +315,12 @@ export function backgroundDrainMethod(): string[] {
     .map(([c, n]) => `${n.toLocaleString('en-US')} runs at concurrency ${c}`)
     .join(', ');
   return [
-    `The drained work: one manual task (query "${DRAIN_QUERY}", overlap allow_parallel, session mode run, default workspace policy), each run one agent run with one model call on the real path (agent.model.provider "openai-compatible" over HTTP to the fake OpenAI-compatible server, its own process; local \`add\` tool declared); ${counts} (\`--quick\`: fewer), each side warmed up first with a drain of up to ${warmup(Infinity)} runs on its fresh server or queue. agentd runs as a child process, one fresh server per drain, background.concurrency 1 or 32, retention off for the task (background.run_retention.max_runs_per_task 1,000,000,000).`,
+    `The drained work: one manual task (query "${DRAIN_QUERY}", overlap allow_parallel, session mode run, default workspace policy), each run one agent run with one model call on the real path (agent.model.provider "openai-compatible" over HTTP to the fake OpenAI-compatible server, its own process; local \`add\` tool declared); ${counts} (\`--quick\`: fewer), each side warmed up first with a drain of ${WARMUP.toLocaleString('en-US')} runs on its fresh server or queue (V8 is still compiling after a few hundred; the POST /run/sync baseline is measured on the server after its drains). agentd runs as a child process, one fresh server per drain, background.concurrency 1 or 32, retention off for the task (background.run_retention.max_runs_per_task 1,000,000,000).`,
     `agentd queues with POST /background/tasks/{id}/runs in lists of 1,000 (one list after the other), and on LevelDB at concurrency 32 also with one POST /background/tasks/{id}/run per run (32 requests in flight; a separate fresh server); requests stop after ${POST_BUDGET_MS / 1000} s. A run is drained when the task status counts it terminal and its workspace folder holds events.jsonl and a run.json with the final status; rate = runs / (first request to the last run drained).`,
     'Stores: LevelDB with fsync on (store.sync true, the default), and PostgreSQL 127.0.0.1:5432 (store.kind postgres) in a database of its own created and dropped by the benchmark.',
     `Baselines, in the benchmark process, worker of the same concurrency whose handler calls the AI SDK's \`generateText\` per job (same server, same \`add\` tool, \`stopWhen: stepCountIs(5)\`), jobs added 1,000 per call, first add to the last completion, after the same warm-up: BullMQ (Queue.addBulk, Worker concurrency) on a redis-server the benchmark starts for itself (free port, temporary dir, \`--appendonly yes --appendfsync always --save ""\`, checked with CONFIG GET, stopped and removed at the end); pg-boss 10 (insert(), \`work()\` called once per unit of concurrency with batchSize ${PGBOSS_BATCH}, each handler running its batch's jobs one after the other, a worker woken with notifyWorker() after the first insert and after a full batch instead of waiting out its 0.5 s polling interval) in its own database on the same PostgreSQL, drained when every job's row is in state completed.`,
     `CPU: /proc/<pid>/stat utime+stime of the agentd server process (all threads) over the drain, per run queued; its baseline in the target row is the CPU per POST /run/sync run of the same agent (task query) on the same server right after its drains, at the same concurrency (the one-request-per-run drain is set against the list drain's server's figure) (${SYNC_RUNS[1].toLocaleString('en-US')} runs at 1, ${SYNC_RUNS[32].toLocaleString('en-US')} at 32, after ${SYNC_WARMUP}). The baselines' CPU is the benchmark process's (worker, AI SDK calls and adds) and their queue server's: redis-server's process, or the PostgreSQL backends connected to the queue's database (/proc cmdline), over the same span; on PostgreSQL agentd's database's backends are added likewise in the "with the queue's server" row.`,
+    `CPU by thread: /proc/<pid>/task/<tid>/stat of each agentd thread over the drain, by role (test/bench/threads.ts): the main thread; the workspace writer (the mirror's worker thread, which names itself ${FOLDER_WRITER_THREAD}); V8's platform workers (GC helpers, concurrent JIT), libuv's pool (LevelDB's writes, reads and fsyncs) and LevelDB's compaction thread, told apart by the condition variable each waits on when idle (Node names them all node). Every side's data dir is kept until the benchmark ends: on a file system that skips recently freed inodes when it makes a file (ext4 without a journal, as on the benchmark VM), a removal just before a side made every workspace file of that side cost several times more.`,
     "A narrower run (not for the published figures): BENCH_DRAIN_STORES=postgres (or leveldb) runs only that store's sides, BENCH_DRAIN_CONCURRENCY=1 (or 32) only that concurrency.",
     "Store writes per drained run: the child's store counters (test/bench/child-server.mjs storeStats: store commits, event appends, LevelDB's fsync'd group-commit rounds) over the drain; on PostgreSQL the transactions committed in agentd's database (pg_stat_database.xact_commit, reads included: every statement outside a transaction counts; read 1.5 s before and after the drain since backends flush it at most once a second), and likewise per pg-boss job in its database.",
   ];

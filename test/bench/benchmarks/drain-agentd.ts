@@ -5,7 +5,8 @@
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
-import { QUICK, log, nowMs, request, scaled, sleep, threadCpuMs, type Child } from '../lib.js';
+import { QUICK, log, nowMs, request, scaled, sleep, type Child } from '../lib.js';
+import { cpuByRole, threadSnapshot, type ThreadRole } from '../threads.js';
 
 /** Runs per POST /background/tasks/{id}/runs in the bulk drain (the most one call takes; the baselines add 1,000 per call too). */
 export const BULK_LIST = 1000;
@@ -59,8 +60,8 @@ export interface DrainResult {
   completed: number;
   other: Record<string, number>;
   cpuMs: number;
-  /** CPU (ms) of the child's main thread and of its other threads over the drain. */
-  threads: { main: number; others: number };
+  /** CPU (ms) of the child's main thread and of its other threads over the drain, and by role (test/bench/threads.ts). */
+  threads: { main: number; others: number; roles: Record<ThreadRole, number> };
   /** Store counters over the drain (first request to last run drained): commits, event appends, fsync'd group-commit rounds. */
   store: StoreCounters;
 }
@@ -93,7 +94,7 @@ export async function agentdDrain(
   });
   const s0 = await storeCounters(child);
   const cpu0 = await child.call<{ user: number; system: number }>({ cmd: 'cpu' });
-  const th0 = threadCpuMs(child.pid);
+  const th0 = threadSnapshot(child.pid);
   const t0 = nowMs();
   let requested = 0;
   if (enqueue === 'bulk') {
@@ -123,10 +124,12 @@ export async function agentdDrain(
       if (workspaceFiles) await workspacesWritten(join(dataDir, 'workspaces', 'background', 'default', taskId), terminal - (counts.skipped ?? 0));
       const seconds = (nowMs() - t0) / 1000;
       const cpu1 = await child.call<{ user: number; system: number }>({ cmd: 'cpu' });
-      const th1 = threadCpuMs(child.pid);
+      const th1 = threadSnapshot(child.pid);
       const s1 = await storeCounters(child);
       const { completed = 0, ...other } = counts;
-      const threads = { main: th1.main - th0.main, others: th1.others - th0.others };
+      const roles = cpuByRole(th0, th1);
+      const all = Object.values(roles).reduce((a, b) => a + b, 0);
+      const threads = { main: roles.main, others: all - roles.main, roles };
       const store = { commits: s1.commits - s0.commits, appends: s1.appends - s0.appends, rounds: s1.rounds - s0.rounds };
       return { seconds, postS, requested, completed, other, cpuMs: (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / 1000, threads, store };
     }
