@@ -2,7 +2,7 @@
 // disk holds them, and reads issued ahead of a coming write (prefetches), with the rule that says
 // when a read may be kept (the cache epoch: rounds written so far).
 import { AbsentKeys } from './level-absent.js';
-import { RECORD_KEY_START, cleanIndexes, indexCountKey, kindCountKey, parse, recordKey, type BatchOp, type Db } from './level-keys.js';
+import { RECORD_KEY_START, cleanIndexes, indexCountKey, kindCountKey, parse, recordKey, type BatchOp, type Db, type Row, type RowHead } from './level-keys.js';
 import { isStoreError, type OnSwallowed, type RecordIndexes, type RecordKind } from './store.js';
 
 /** A prefetch not used within this many written rounds is dropped (its write never came). */
@@ -35,6 +35,13 @@ export class LevelCache {
    * A writer lives from open to close: another process may write the directory in between.
    */
   readonly rows = new Map<string, string | null>();
+  /**
+   * The heads of cached rows this process wrote (level-record-ops.ts hands them over with the
+   * text): a write over such a row is staged from its head, its text parsed only if its value is
+   * asked for (a holders op). Kept with the text it describes, and used only while the cache still
+   * holds that very text.
+   */
+  private readonly heads = new Map<string, { text: string; head: RowHead }>();
   /** Rounds whose batch was written (the cache epoch: see learnRow / learnCounter). */
   writesDone = 0;
   /**
@@ -236,9 +243,36 @@ export class LevelCache {
     }
   }
 
-  cacheRow(key: string, text: string | null): void {
+  /** `head`: the row's head when this process staged `text` (level-record-ops.ts); else it is parsed when staged over. */
+  cacheRow(key: string, text: string | null, head?: RowHead): void {
     this.rows.delete(key); // re-insert as newest
     this.rows.set(key, text);
-    if (this.rows.size > this.rowCacheSize) this.rows.delete(this.rows.keys().next().value!);
+    if (text !== null && head !== undefined) this.heads.set(key, { text, head });
+    else this.heads.delete(key);
+    if (this.rows.size > this.rowCacheSize) {
+      const oldest = this.rows.keys().next().value!;
+      this.rows.delete(oldest);
+      this.heads.delete(oldest);
+    }
+  }
+
+  /**
+   * The cached row as a round stages a write over it (null: known absent; undefined: not cached).
+   * From its head when the cache has one for this text: the value is then parsed only if read.
+   */
+  stagedRow(key: string): Row | null | undefined {
+    const text = this.rows.get(key);
+    if (text === undefined || text === null) return text;
+    const h = this.heads.get(key);
+    if (h === undefined || h.text !== text) return JSON.parse(text) as Row;
+    const { version, seq, ix } = h.head;
+    return {
+      version,
+      seq,
+      ix,
+      get value(): unknown {
+        return (JSON.parse(text) as Row).value;
+      },
+    };
   }
 }

@@ -44,11 +44,16 @@ export interface Row {
   ix: Record<string, string>;
 }
 
+/** A row without its value: what staging a write over it needs (its CAS version, creation seq and index values). */
+export type RowHead = Pick<Row, 'version' | 'seq' | 'ix'>;
+
 // Values are JSON text we encode ourselves (utf8 value encoding) rather than `valueEncoding:
 // 'json'`: each job serialises its own values while it is validated, so a value JSON cannot
 // encode fails that job alone instead of the whole group-commit round.
 export type Db = Level<string, string>;
-export type BatchOp = { type: 'put'; key: string; value: string } | { type: 'del'; key: string };
+// A record's put may carry its row's head (level-record-ops.ts): the write queue's cache keeps it
+// with the text, so the next write over the row is staged without parsing that text again.
+export type BatchOp = { type: 'put'; key: string; value: string; head?: RowHead } | { type: 'del'; key: string };
 
 export const parse = <T>(text: string | undefined): T | undefined => (text === undefined ? undefined : (JSON.parse(text) as T));
 export const toVersioned = <T>(id: string, text: string | null | undefined): Versioned<T> | null => {

@@ -62,7 +62,7 @@ export function stageRecordOps(
       bump(indexCountKey(op.kind, name, v), +1);
     }
     if (next) {
-      batch.push({ type: 'put', key, value: JSON.stringify(next) });
+      batch.push({ type: 'put', key, value: JSON.stringify(next), head: { version: next.version, seq: next.seq, ix: next.ix } });
       if (!cur) {
         batch.push({ type: 'put', key: seqPrefix(op.kind) + s, value: op.id });
         bump(kindCountKey(op.kind), +1);

@@ -312,21 +312,31 @@ export class LevelWriter {
         // cache after filling it: caching the misses may evict this very round's hits.
         const missing: string[] = [];
         for (const k of recKeys) {
-          const text = this.cache.rows.get(k);
-          if (text === undefined) missing.push(k);
-          else rows.set(k, text === null ? null : (JSON.parse(text) as Row));
+          const row = this.cache.stagedRow(k);
+          if (row === undefined) missing.push(k);
+          else rows.set(k, row);
         }
-        // The old index values of the rows known so far (a row not loaded yet adds none).
+        // The counters the round's ops can move: each op's kind's, and those of the index values
+        // it changes against the rows known so far (stageRecordOps moves no other: a value an op
+        // keeps keeps its count, so a run's row rewritten with five of its eight values unchanged
+        // loads three pairs, not eight). A row not loaded yet counts all the op's new values; once
+        // it is (the second call), the old ones that change. Several ops on one record in a round:
+        // a value one of them moves differs from the loaded row's, or is the loaded row's own and
+        // then differs from some op's new value, so it is counted either way.
         const counterKeys = (): Set<string> => {
           const ckeys = new Set<string>();
           for (const j of jobs) {
             if (j.type !== 'records') continue;
             for (const op of opsOf.get(j)!) {
               ckeys.add(kindCountKey(op.kind));
-              const row = rows.get(recordKey(op.kind, op.id));
-              if (row) for (const [name, v] of Object.entries(row.ix)) ckeys.add(indexCountKey(op.kind, name, v));
-              if (op.op === 'create' || op.op === 'update')
-                for (const [name, v] of Object.entries(cleanIndexes(op.indexes))) ckeys.add(indexCountKey(op.kind, name, v));
+              const key = recordKey(op.kind, op.id);
+              const known = rows.has(key);
+              const oldIx = rows.get(key)?.ix ?? {};
+              // An update naming no indexes keeps the row's (it moves none); a holders op may delete the row (all of its old values).
+              const newIx = op.op === 'create' || (op.op === 'update' && op.indexes) ? cleanIndexes(op.indexes) : op.op === 'update' ? null : {};
+              if (newIx === null) continue;
+              for (const [name, v] of Object.entries(oldIx)) if (newIx[name] !== v) ckeys.add(indexCountKey(op.kind, name, v));
+              for (const [name, v] of Object.entries(newIx)) if (!known || oldIx[name] !== v) ckeys.add(indexCountKey(op.kind, name, v));
             }
           }
           return ckeys;
@@ -451,7 +461,7 @@ export class LevelWriter {
       this.cache.dropStalePrefetches(batch);
       // On disk now: the caches may learn it.
       for (const op of batch) {
-        if (op.key.startsWith(RECORD_KEY_START)) this.cache.cacheRow(op.key, op.type === 'put' ? op.value : null);
+        if (op.key.startsWith(RECORD_KEY_START)) this.cache.cacheRow(op.key, op.type === 'put' ? op.value : null, op.type === 'put' ? op.head : undefined);
         else if (op.key.startsWith(COUNT_KEY_START)) this.cache.counters.set(op.key, op.type === 'put' ? Number(op.value) : 0);
         else continue;
         if (op.type === 'put') this.cache.absent.learn(op.key); // (src/store/level-absent.ts)

@@ -3,7 +3,7 @@
 // summarised by self time per run and saved under `profiles` in results.json (one per label), which
 // docs/benchmarks.md shows.
 import { execSync } from 'node:child_process';
-import { copyFileSync, readFileSync, readdirSync } from 'node:fs';
+import { copyFileSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { QUICK, ROOT, closedLoop, log, nowMs, realPathConfig, removeDir, request, startChild, tempDir, threadCpuMs, type ProfileResult } from './lib.js';
 import { WORKLOADS } from './benchmarks/run-real.js';
@@ -300,7 +300,11 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
         }
         const file = mainThreadProfile(profDir);
         if (!file) throw new Error(`no .cpuprofile written in ${profDir}`);
-        if (process.env.BENCH_KEEP_PROFILE) copyFileSync(join(profDir, file), `${process.env.BENCH_KEEP_PROFILE}.c${concurrency}`);
+        if (process.env.BENCH_KEEP_PROFILE) {
+          copyFileSync(join(profDir, file), `${process.env.BENCH_KEEP_PROFILE}.c${concurrency}`);
+          // The profiled drain's window on the profile's clock (µs), for summaries of that window alone.
+          writeFileSync(`${process.env.BENCH_KEEP_PROFILE}.c${concurrency}.window`, JSON.stringify({ fromUs: fromMs * 1000, toUs: toMs * 1000, runs }));
+        }
         const profile = JSON.parse(readFileSync(join(profDir, file), 'utf8')) as CpuProfile;
         const summary = summarise(profile, runs, fromMs, toMs);
         const name = `background-c${concurrency}${db ? '-postgres' : ''}-${label}`;
