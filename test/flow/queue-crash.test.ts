@@ -100,7 +100,9 @@ it('on LevelDB, a keyed background run recovered after SIGKILL retakes its slot:
   expect(created.status, JSON.stringify(created.body)).toBe(200);
   const runA = (await postJson(`${first.url}/background/tasks/keyed/run`, { query: 'bg-first' })).body.run_id as string;
   await model.waitForRequests(1);
-  expect((await getJson(`${first.url}/background/runs/${runA}`)).body.status).toBe('running');
+  // On LevelDB the model request may go out a moment before the claim is stored (docs/background.md
+  // "Starting before the claim lands"): the kill comes once the run reads running, its slot held.
+  await eventually(async () => (await getJson(`${first.url}/background/runs/${runA}`)).body.status === 'running', 10_000, `${runA} running`);
   await first.kill('SIGKILL');
   killed = true;
   model.reset();
