@@ -5,14 +5,14 @@
 // reached a non-idempotent tool call, whose `started` save waits behind the claim. SIGKILL there,
 // then a new server on the same data dir: every run completes once, no tool call ran twice, and
 // the second run, whose claim was never stored, starts from its queue (attempt 1, reason initial).
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { startTestServer, tempDir, type TestServer } from '../helpers/server.js';
 import { waitFor } from '../helpers/wait.js';
-import { api, directModel, eventNames, TOOLS, waitRun } from './helpers.js';
+import { api, directModel, eventNames, startChildServer, TOOLS, waitRun } from './helpers.js';
 
 let model: ScriptedOpenAI;
 let child: ChildProcess | null = null;
@@ -51,17 +51,10 @@ const marks = () =>
 it.skipIf(process.env.AGENTD_TEST_STORE === 'postgres')(
   'a crash while the next run started before its claim was stored repeats no tool call and loses no run',
   async () => {
-    const file = join(import.meta.dirname, 'fixtures/child-server.ts');
-    child = spawn(process.execPath, ['--import', 'tsx', file, dataDir, JSON.stringify(config())], {
-      env: { ...process.env, BG_LEDGER: ledger, BG_HOLD_FROM_CLAIM: '2' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout!.on('data', (d) => (out += String(d)));
-    child.stderr!.on('data', (d) => (err += String(d)));
-    const url = await waitFor(() => /URL (\S+)/.exec(out)?.[1], { what: `the child's URL (stderr: ${err})`, timeoutMs: 30_000 });
-    const a = api(url);
+    const started = await startChildServer(dataDir, config(), { BG_LEDGER: ledger, BG_HOLD_FROM_CLAIM: '2' });
+    child = started.child;
+    const out = started.output;
+    const a = api(started.url);
     const t = await a.post('/background/tasks', {
       task_id: 'marks',
       schedule: { type: 'manual' },
@@ -75,7 +68,7 @@ it.skipIf(process.env.AGENTD_TEST_STORE === 'postgres')(
     const ids: string[] = r.body.runs.map((x: { run: { run_id: string } }) => x.run.run_id);
     // The second run's agent run asked the model, which called bg_mark: its `started` save is held
     // behind the unstored claim, so the tool has not run.
-    await waitFor(() => out.includes('mark-started'), { what: "the second run's tool call saved started (held)", timeoutMs: 30_000 });
+    await waitFor(() => out().includes('mark-started'), { what: "the second run's tool call saved started (held)", timeoutMs: 30_000 });
     expect(marks()).toEqual([`mark:k:${ids[0]}`]);
     const exited = new Promise((res) => child!.once('exit', res));
     child.kill('SIGKILL');

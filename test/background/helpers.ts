@@ -1,10 +1,43 @@
 // Shared helpers of the background HTTP tests: a small JSON client, a scripted model driven by
 // directives written in the task query, and waiting for a run to reach a status.
+import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import type { ChatCompletionRequestBody, ScriptedOpenAI, ScriptedReply } from '../fixtures/scripted-openai.js';
 import { eventually } from '../helpers/server.js';
+import { waitFor } from '../helpers/wait.js';
 
 export const TOOLS = join(import.meta.dirname, 'fixtures/tools.mjs');
+
+/**
+ * A server in a child process on `dataDir` (fixtures/child-server.ts), so a test can SIGKILL it
+ * mid-run; `env` is added to this process's. Answers once it printed its URL; `output()` is its
+ * stdout so far (the tools' fixture lines). Fails with its stderr if it exits before.
+ */
+export async function startChildServer(
+  dataDir: string,
+  config: object,
+  env: NodeJS.ProcessEnv,
+): Promise<{ child: ChildProcess; url: string; output: () => string }> {
+  const file = join(import.meta.dirname, 'fixtures/child-server.ts');
+  const child = spawn(process.execPath, ['--import', 'tsx', file, dataDir, JSON.stringify(config)], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  let exited: number | null | undefined;
+  child.stdout!.on('data', (d) => (out += String(d)));
+  child.stderr!.on('data', (d) => (err += String(d)));
+  child.once('exit', (code) => (exited = code));
+  const url = await waitFor(
+    () => {
+      if (exited !== undefined) throw new Error(`child exited ${exited}: ${err}`);
+      return /URL (\S+)/.exec(out)?.[1];
+    },
+    { what: `the child's URL (stderr: ${err})`, timeoutMs: 30_000 },
+  );
+  return { child, url, output: () => out };
+}
 
 export interface Api {
   get(path: string): Promise<{ status: number; body: any; text: string; headers: Headers }>;

@@ -1,13 +1,13 @@
 // A restart in the middle of a running background run: the server runs in a child process that
 // is killed with SIGKILL while a slow tool runs; a new server on the same data dir recovers the
 // run (attempt reason `recovery`) and finishes it without repeating the tool call that completed.
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, startTestServer, tempDir, testStoreOf, type TestServer } from '../helpers/server.js';
-import { api, directModel, eventNames, TOOLS, waitRun } from './helpers.js';
+import { api, directModel, eventNames, startChildServer, TOOLS, waitRun } from './helpers.js';
 
 let model: ScriptedOpenAI;
 let child: ChildProcess | null = null;
@@ -39,32 +39,14 @@ function configFor(modelUrl: string) {
   };
 }
 
-async function startChild(config: object): Promise<string> {
-  const file = join(import.meta.dirname, 'fixtures/child-server.ts');
-  child = spawn(process.execPath, ['--import', 'tsx', file, dataDir, JSON.stringify(config)], {
-    env: { ...process.env, BG_LEDGER: ledger, BG_SLOW_MS: '30000' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let err = '';
-  child.stderr!.on('data', (d) => (err += String(d)));
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child!.stdout!.on('data', (d) => {
-      out += String(d);
-      const m = /URL (\S+)/.exec(out);
-      if (m) resolve(m[1]);
-    });
-    child!.on('exit', (code) => reject(new Error(`child exited ${code}: ${err}`)));
-  });
-}
-
 const ledgerLines = () => readFileSync(ledger, 'utf8').split('\n').filter(Boolean);
 
 describe('restart in the middle of a running background run', () => {
   it('recovers the run in a new process and finishes it without repeating a completed tool call', async () => {
     // The child and the server after it open the same store (under AGENTD_TEST_STORE=postgres, the data dir's database).
     const config = { ...configFor(model.url), store: await testStoreOf(dataDir) };
-    const url = await startChild(config);
+    let url: string;
+    ({ child, url } = await startChildServer(dataDir, config, { BG_LEDGER: ledger, BG_SLOW_MS: '30000' }));
     const a = api(url);
     const created = await a.post('/background/tasks', {
       task_id: 'crashy',
