@@ -49,7 +49,7 @@ export interface BridgeHost {
   /** This process is the store's only writer and the store takes commits first in, first out (not a shared store). */
   ownsStore(): boolean;
   send(runId: string, event: BackgroundRunEvent, opts?: { durable?: boolean; known?: Versioned<BgRunRow> }): Promise<SendResult>;
-  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void, opts?: { anyStore?: boolean }): CarriedWrite | null;
+  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void, opts?: { decision?: boolean }): CarriedWrite | null;
   dirOf(run: BackgroundRun): string;
   closed(): boolean;
 }
@@ -422,7 +422,7 @@ export class AgentBridge {
       if (!owns()) return null;
       const status = this.host.contextOf(h).run.status;
       if (!WAITING.has(status)) throw new StoreError('stale_version', `background run ${bgId} is ${status}, not parked yet`);
-      const folded = this.host.foldInto(bgId, event, (stored) => this.deps.telemetry.published(stored), { anyStore: true });
+      const folded = this.host.foldInto(bgId, event, (stored) => this.deps.telemetry.published(stored), { decision: true });
       if (!folded) throw new StoreError('stale_version', `background run ${bgId}: a write of its own is under way`);
       return folded;
     } finally {

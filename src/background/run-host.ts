@@ -398,25 +398,28 @@ export class RunHosts {
    * whose commit carries it; the transition is the machine's own (the actor takes the event; its
    * `record` effect lands here). Two callers:
    * - an agent run's end or park (AGENT_DONE; RunService.foldFinal): the agent run's final commit
-   *   carries it, so both are one atomic write and a crash leaves both or neither. Only on a
-   *   store this process owns and that writes events atomically (`anyStore` false): no other
-   *   instance can move the row meanwhile, so its CAS cannot refuse the final commit (a refusal
-   *   would fence the agent run); elsewhere the event comes the usual way (AgentBridge.onAgentSettled);
+   *   carries it, so both are one atomic write and a crash leaves both or neither. On a store
+   *   other instances share (PostgreSQL) the row's CAS may be refused there (another instance
+   *   took the run over: its lease lapsed, say): the carried write is then `optional`, and the
+   *   agent run's end is written alone right after (RecordWriter.retryWithout), as it was before
+   *   the fold, when it went first: the instance that holds the run now settles it from that end
+   *   (AgentBridge.agentSettledOf, continueAgent), and this copy is dropped (writeFailed);
    * - a person's decision (RESUME; AgentBridge.decided): the decision's commit carries it, on any
-   *   store (`anyStore`): a refused CAS fails the decision, which is read and tried again.
+   *   store (`decision`): a refused CAS fails the decision, which is read and tried again.
    * Null when the run is not live here, has a write of its own queued or under way (its row
-   * version is not settled), or does not take the event. One exception: the first case may fold
-   * while the run's claim is still in flight (its agent run started as the claim was issued,
-   * AgentBridge.logic): the store takes commits first in, first out and this process is its only
-   * writer, so the carrying commit, issued later, lands after the claim and CASes on the version
-   * the claim leaves (`h.ahead`); a refused claim makes it refused too (the agent run is fenced).
+   * version is not settled), or does not take the event. One exception: on a store this process
+   * alone writes, the first case may fold while the run's claim is still in flight (its agent run
+   * started as the claim was issued, AgentBridge.logic): the store takes commits first in, first
+   * out, so the carrying commit, issued later, lands after the claim and CASes on the version the
+   * claim leaves (`h.ahead`); a refused claim makes it refused too (the agent run is fenced).
    */
-  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void, opts: { anyStore?: boolean } = {}): CarriedWrite | null {
+  foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void, opts: { decision?: boolean } = {}): CarriedWrite | null {
     const atomic = this.deps.store.capabilities.atomicCommitEvents === true;
-    if (this.hooks.closed() || (!opts.anyStore && (!atomic || isSharedStore(this.deps.store)))) return null;
+    if (this.hooks.closed() || !atomic) return null;
+    const shared = isSharedStore(this.deps.store);
     const h = this.handles.get(runId);
     if (!h || h.dead || !h.actor || h.tailWrite) return null;
-    const base = h.pending === 0 ? h.row : !opts.anyStore && h.pending === 1 && h.ahead ? h.ahead : null;
+    const base = h.pending === 0 ? h.row : !opts.decision && !shared && h.pending === 1 && h.ahead ? h.ahead : null;
     if (!base) return null;
     const snap = h.actor.getSnapshot();
     if (snap.status !== 'active' || !snap.can(event)) return null;
@@ -429,30 +432,35 @@ export class RunHosts {
     }
     if (job.steps.length === 0) return null; // nothing to write (the event changed nothing durable)
     const w = this.rowWrite(h, job.steps, base);
-    let settle!: (written: Promise<unknown>) => void;
-    const landed = new Promise<unknown>((resolve) => (settle = resolve));
+    let settle!: { resolve: () => void; reject: (err: unknown) => void };
+    const landed = new Promise<void>((resolve, reject) => (settle = { resolve, reject }));
+    landed.catch(() => undefined); // heard by the chain job below (or nobody, once this copy is dropped)
     // The run's chain waits for the carrying commit: nothing else writes its row meanwhile.
     this.enqueue(
       h,
       async () => {
         await landed;
-        // The row's CAS held (the commit applied): its version is the next one. Where the commit
-        // could not carry the events, they are in the row's outbox and appended behind it.
-        this.afterRowWrite(h, w, { ...h.row, version: h.row.version + 1, value: w.next }, atomic);
+        // The row's CAS held (the commit applied): its version is the next one.
+        this.afterRowWrite(h, w, { ...h.row, version: h.row.version + 1, value: w.next }, true);
       },
       (err) => this.writeFailed(h, err),
     );
     // Its worker is free now (the actor no longer counts as held): the next claim may share the
     // carrying commit's store round.
     this.hooks.kick();
-    const records = atomic ? this.deps.telemetry.recordsOf(this.hooks.outbox.eventsOf(w.ctx, w.lifecycle)) : [];
+    const records = this.deps.telemetry.recordsOf(this.hooks.outbox.eventsOf(w.ctx, w.lifecycle));
     // Nobody waits for this run: as writeRecord does, its commit (here, the agent run's final
     // one, not handed to the store yet) waits for the next row write to share its round.
     const mayWait = HELD.has(w.prevStatus) && !this.hooks.hasWaiter(h.id) && !this.hooks.closed();
     return {
       ops: w.ops,
-      carry: { events: records, stored: published },
-      settle: (written) => settle(written),
+      events: records,
+      optional: shared && !opts.decision,
+      stored: (stored) => {
+        published(stored);
+        settle.resolve();
+      },
+      failed: (err) => settle.reject(err ?? new StoreError('stale_version', `background run ${runId}: the commit carrying its write was not written`)),
       hold: () => (mayWait ? this.hooks.join.next() : null),
     };
   }

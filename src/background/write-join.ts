@@ -11,11 +11,12 @@
 // start settles it from the agent run (its RECOVER carries the agent run's end, read by
 // AgentBridge.agentSettledOf) without running anything again.
 //
-// An end or park folded into its agent run's final commit (RunHosts.foldInto) waits here only while
-// that commit is the agent run's creating write, still held back (CREATE_FOLD_MS bounds it, as
-// before): nothing of either run is durable meanwhile, so a crash is a crash before the agent
-// run's end (its idempotent work may run again; a non-idempotent tool never waits this way,
-// it hands the creating write over at once).
+// An end or park folded into its agent run's final commit (RunHosts.foldInto) waits here while
+// that commit has not gone to the store (CarriedEvents.hold: a new write of the agent run, or its
+// creating write still held back, which CREATE_FOLD_MS bounds as before): nothing of either run's
+// end is durable meanwhile, so a crash is a crash before the agent run's end (its idempotent work
+// may run again; a non-idempotent tool never waits this way: it hands the creating write over at
+// once, and its result's write goes before the final one, which only a new write may hold).
 
 /** Longest a completion waits for another row write to share its store round, while no claim pass is under way. */
 const JOIN_NEXT_WRITE_MS = 5;

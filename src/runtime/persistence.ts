@@ -26,15 +26,35 @@ interface Waiter<T> {
 }
 
 /**
- * Events a write carries (Store.commitWithEvents, on a store that writes them atomically): stored
- * only if the write's ops apply, in the same atomic write. `stored` hears them with their cursors
- * before the write's callers do.
+ * What a write carries besides its own record (Store.commitWithEvents, on a store that writes them
+ * atomically): events, and perhaps another writer's ops, stored only if every op of the write
+ * applies, in the same atomic write. `stored` hears of the events with their cursors before the
+ * write's callers do (and is called, with none, when only ops were carried).
  */
 export interface CarriedEvents {
   events: EventInput[];
+  /**
+   * Another writer's ops that ride in this write, all or nothing with it: a background run's end
+   * or park in its agent run's final commit (`CarriedWrite`).
+   */
+  ops?: WriteOp[];
+  /**
+   * The carrying write may go without this (with `ops`, on a store other instances share): when it
+   * is refused (a CAS or a create missed), the refusal may be these ops', not the carrying
+   * record's, so the write is tried once more without them (`failed` hears of it); a second
+   * refusal is the record's own (fenced, as any). Without it a refusal fails both.
+   */
+  optional?: boolean;
   stored(events: StoredEvent[]): void;
-  /** The carrying write was not written (its events were not stored either). */
-  failed?(): void;
+  /** The carrying write was not written with this (its events and ops were not stored). */
+  failed?(err?: unknown): void;
+  /**
+   * Asked when a write that takes this is made: a promise to hand that write to the store only
+   * once it resolves, so it can share a store round with another write (the next background
+   * run's claim, src/background/write-join.ts), or null to send it now. A delayed creating write
+   * (the constructor's `delayMs`) still goes at its time at the latest.
+   */
+  hold?(): Promise<void> | null;
 }
 
 /**
@@ -52,21 +72,14 @@ export interface EventRider {
 /**
  * A write one writer hands to another writer's commit to carry: a background run's end or park in
  * its agent run's final commit (src/background/run-host.ts `RunHosts.foldInto`, asked through
- * `RunService.foldFinal`), so both are one atomic write. `ops` and `carry` join the commit;
- * `settle` is told how it went.
+ * `RunService.foldFinal`), or its RESUME / CANCEL in a decision's commit (run-decisions.ts), so
+ * both are one atomic write. Its ops and events join the commit, which tells it how it went:
+ * `stored` once it is durable with them, `failed` when it was not written with them.
  */
-export interface CarriedWrite {
-  ops: WriteOp[];
-  carry: CarriedEvents;
-  /** The carrying commit: resolves once it is durable, rejects when it was not written. */
-  settle(written: Promise<unknown>): void;
-  /**
-   * Asked only when the carrying commit has not gone to the store yet (a new run's delayed
-   * creating write): when it may go, so it can share a store round with another write (the next
-   * background run's claim, src/background/write-join.ts), or null to send it now.
-   */
-  hold(): Promise<void> | null;
-}
+export type CarriedWrite = CarriedEvents & { ops: WriteOp[] };
+
+/** Store refusals of a commit's ops (nothing was written): a CAS or a create missed, or the record went. */
+const isOpsRefusal = (err: unknown): boolean => isStoreError(err, 'stale_version') || isStoreError(err, 'conflict') || isStoreError(err, 'not_found');
 
 /** A write handed to the store and not yet taken by it: later updates fold into it. */
 interface OpenWrite<T> {
@@ -108,8 +121,10 @@ export class RecordWriter<T> {
   /** Writes handed to the store and not settled (drain waits for them). */
   private inflight: Array<Promise<unknown>> = [];
   private fenced = false;
-  /** A creating write not handed to the store yet (create.delayMs). */
-  private deferredWrite: { timer: NodeJS.Timeout; issue: () => void } | null = null;
+  /** A write not handed to the store yet: a creating write (create.delayMs), or one a carried write holds (CarriedEvents.hold). */
+  private deferredWrite: { timer: NodeJS.Timeout | null; issue: () => void } | null = null;
+  /** A carried write holds the open write back (CarriedEvents.hold): flush() must not send it early. */
+  private held = false;
   /** Events that ride in this writer's writes (only on a store with capabilities.atomicCommitEvents). */
   rider: EventRider | null = null;
 
@@ -192,9 +207,36 @@ export class RecordWriter<T> {
     for (const op of ops) open.extra.set(`${op.kind}/${op.id}`, op);
     if (carried) open.carried.push(carried);
     const done = new Promise<Versioned<T>>((resolve, reject) => open.waiters.push({ resolve, reject }));
+    // A write not handed to the store yet (this new one, or a delayed creating one) may wait as
+    // long as what it carries asks, to share another write's store round.
+    const holding = (fresh || this.deferredWrite !== null) && !this.held ? (carried?.hold?.() ?? null) : null;
+    if (holding) {
+      this.held = true;
+      const go = () => {
+        this.held = false;
+        this.flush();
+      };
+      void holding.then(go, go);
+      // This new write held back: what beforeCommit issues waits with it, to share its round.
+      if (fresh)
+        this.deferredWrite = {
+          timer: null,
+          issue: () => {
+            this.issue(open);
+            beforeCommit?.(value);
+          },
+        };
+      else beforeCommit?.(value);
+      return done;
+    }
     if (fresh) this.issue(open);
     beforeCommit?.(value);
     return done;
+  }
+
+  /** The open write waits for what it carries (CarriedEvents.hold): it is not to be flushed now. */
+  get holding(): boolean {
+    return this.held;
   }
 
   /** A write is open: made (perhaps handed to the store) but not taken by the store yet, so updates still fold into it. */
@@ -212,7 +254,7 @@ export class RecordWriter<T> {
     const d = this.deferredWrite;
     if (!d) return;
     this.deferredWrite = null;
-    clearTimeout(d.timer);
+    if (d.timer) clearTimeout(d.timer);
     d.issue();
   }
 
@@ -241,7 +283,9 @@ export class RecordWriter<T> {
   }
 
   private issue(open: OpenWrite<T>): void {
-    const expected = { version: 0, create: false };
+    const expected: { version: number; create: boolean; creating?: RecordWriter<T>['creating'] } = { version: 0, create: false };
+    // Another writer's ops this write carries (CarriedEvents.ops) go last.
+    const carriedOps = () => open.carried.flatMap((c) => c.ops ?? []);
     const ops = (): WriteOp[] => {
       // The store takes this write now: later updates start a new one.
       if (this.open === open) this.open = null;
@@ -252,19 +296,21 @@ export class RecordWriter<T> {
         // A created record has version 1 (Store contract); later writes build on that.
         this.creating = null;
         expected.create = true;
+        expected.creating = creating;
         const replaces = creating.replaces;
         this.takenVersion = (replaces ?? 0) + 1;
         const first: WriteOp =
           replaces === undefined
             ? { op: 'create', kind: this.kind, id: this.id, value: open.value, indexes: this.indexesOf(open.value) }
             : { op: 'update', kind: this.kind, id: this.id, value: open.value, expectedVersion: replaces, indexes: this.indexesOf(open.value) };
-        return [first, ...creating.extra, ...open.extra.values()];
+        return [first, ...creating.extra, ...open.extra.values(), ...carriedOps()];
       }
       expected.version = this.takenVersion;
       this.takenVersion++;
       return [
         { op: 'update', kind: this.kind, id: this.id, value: open.value, expectedVersion: expected.version, indexes: this.indexesOf(open.value) },
         ...open.extra.values(),
+        ...carriedOps(),
       ];
     };
     // On a store that writes events atomically with a commit, every write may carry some (an
@@ -295,7 +341,8 @@ export class RecordWriter<T> {
         for (const p of open.waiters) p.resolve(w);
       },
       (err) => {
-        for (const c of open.carried) c.failed?.();
+        if (this.retryWithout(open, expected, err)) return;
+        for (const c of open.carried) c.failed?.(err);
         if (!rode) this.rider?.failed();
         if (err instanceof FencedError || isStoreError(err, 'stale_version')) {
           const fencedErr = err instanceof FencedError ? err : new FencedError(this.kind, this.id);
@@ -318,5 +365,28 @@ export class RecordWriter<T> {
     void settled.then(() => {
       this.inflight.splice(this.inflight.indexOf(settled), 1);
     });
+  }
+
+  /**
+   * A refused write that carried optional ops of another writer (CarriedEvents.optional): they
+   * are left out (told so) and the same write goes again, naming the same version, so a refusal
+   * that was theirs does not fence this record; a refusal of its own comes back and fences it as
+   * any. Only while no later write of this record was made (the final write of an ending run):
+   * false otherwise, and the refusal fails both.
+   */
+  private retryWithout(open: OpenWrite<T>, expected: { version: number; create: boolean; creating?: RecordWriter<T>['creating'] }, err: unknown): boolean {
+    const optional = open.carried.filter((c) => c.optional);
+    if (optional.length === 0 || !isOpsRefusal(err) || this.fenced || this.open !== null) return false;
+    if (expected.create) {
+      if (!expected.creating || this.creating !== null || this.takenVersion !== (expected.creating.replaces ?? 0) + 1) return false;
+      this.creating = expected.creating;
+    } else {
+      if (this.takenVersion !== expected.version + 1) return false;
+      this.takenVersion = expected.version;
+    }
+    open.carried = open.carried.filter((c) => !c.optional);
+    for (const c of optional) c.failed?.(err);
+    this.issue(open);
+    return true;
   }
 }

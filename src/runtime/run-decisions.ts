@@ -10,7 +10,7 @@ import { checkInput } from '../agent/guardrails.js';
 import { type AppError, domainError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { casUpdate, CasExhaustedError } from '../store/cas.js';
-import type { Versioned, WriteOp } from '../store/store.js';
+import type { StoredEvent, Versioned, WriteOp } from '../store/store.js';
 import type { CarriedWrite } from './persistence.js';
 import type { InboxValue } from './run-inbox.js';
 import type { RunKernel } from './run-kernel.js';
@@ -131,17 +131,15 @@ export class RunDecisions {
   /** A decision's write and the background run's write it carries (RunService.resumeThrough): one commit. */
   private async commitCarrying(ops: WriteOp[], through: CarriedWrite): Promise<void> {
     const { store } = this.deps;
-    const { carry } = through;
     const all = [...ops, ...through.ops];
-    const written =
-      carry.events.length > 0
-        ? store.commitWithEvents(all, carry.events).then((r) => {
-            carry.stored(r.events);
-            return r.records;
-          })
-        : store.commit(all);
-    through.settle(written);
-    await written;
+    let stored: StoredEvent[];
+    try {
+      stored = through.events.length > 0 ? (await store.commitWithEvents(all, through.events)).events : (await store.commit(all), []);
+    } catch (err) {
+      through.failed?.(err);
+      throw err;
+    }
+    through.stored(stored);
   }
 
   async budgetView(runId: string) {

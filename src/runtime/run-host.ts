@@ -245,7 +245,8 @@ export class RunHost {
         this.keyReleaseInWrite = true;
       }
       // A background agent run's end or park carries its background run's step (row, attempt,
-      // trace, lifecycle event) in this same commit: both are written or neither is.
+      // trace, lifecycle event) in this same commit: both are written or neither is. Its ops and
+      // events go with the write's carried events (the `carry` below, CarriedEvents.ops).
       if ((terminal || waiting) && this.kind === 'background' && this.kernel.finalFold) {
         try {
           fold = this.kernel.finalFold(r);
@@ -253,7 +254,6 @@ export class RunHost {
           fold = null; // nothing folded: the end goes the usual way (onSettled)
           this.log.error({ err: String(err) }, "could not fold the background run's step into the agent run's final commit");
         }
-        if (fold) ops.push(...fold.ops);
       }
       return ops;
     };
@@ -279,21 +279,15 @@ export class RunHost {
       (r) => recordFromSnapshot(r, state, ctx, phase, now, this.deps.telemetry),
       extra,
       beforeCommit,
-      () => (fold as CarriedWrite | null)?.carry ?? null,
+      () => fold,
     );
-    (fold as CarriedWrite | null)?.settle(write);
     this.events.wrote();
     if (historyInCommit) this.historyWrite = write.then(() => true).catch(() => false);
-    // An end, a pause or a stop must be durable at once (a delayed creation goes now), but a
-    // completion that carries its background run's may wait a few ms, still unwritten, for the
-    // next run's claim to share its round (CarriedWrite.hold).
-    const hold = phase.ending && this.writer.deferred ? ((fold as CarriedWrite | null)?.hold() ?? null) : null;
-    if (hold)
-      void hold.then(
-        () => this.writer.flush(),
-        () => this.writer.flush(),
-      );
-    else if (phase.ending) this.writer.flush();
+    // An end, a pause or a stop must be durable at once (a delayed creation goes now), but an
+    // end that carries its background run's may wait a few ms, still unwritten, for the next
+    // run's claim to share its round (CarriedEvents.hold; the writer sends it then).
+    const hold = this.writer.holding;
+    if (phase.ending && !hold) this.writer.flush();
     // On a store only this process writes, what the run held for others (its concurrency key's
     // slot) goes on once its end or park is queued, not a commit round later: the store takes
     // writes first in, first out, so nothing the next holder writes is durable before this end

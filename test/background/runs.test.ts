@@ -203,8 +203,9 @@ describe('a manual run, end to end', () => {
   });
 
   it('writes a completed run\u2019s end in its agent run\u2019s final commit: three commits per run, the completion with the agent run\u2019s record', async () => {
-    // A store several instances share (PostgreSQL) keeps the completion a write of its own
-    // (RunHosts.foldInto: another instance's write of the row would fence the agent run's end).
+    // On a store several instances share (PostgreSQL) the agent run's creating write is not held
+    // back (other instances read it at once): four commits; the completion is folded into the
+    // final one all the same (test/background/final-fold.test.ts).
     if (!server.store.capabilities.atomicCommitEvents || server.store.capabilities.sharedByInstances) return;
     // The agent run's creating write folds with its end only while the fold window (10 ms by
     // default, src/runtime/run-host.ts) is open: a server of its own holds it open, so a loaded

@@ -247,6 +247,47 @@ describe('RecordWriter', () => {
     await expect(writer.update((v) => ({ n: v.n + 1 }), undefined, undefined, carry)).rejects.toThrow(/atomically/);
     expect((await store.getRecord<{ n: number }>('runs', 'p'))!.value.n).toBe(0);
   });
+
+  it("writes itself alone when another writer's optional ops it carries are refused, and is fenced when they are not optional", async () => {
+    const store = new MemoryStore();
+    await store.open();
+    const other = await store.createRecord('bg_runs', 'b', { owner: 'me' });
+    // Another owner moved the carried record meanwhile: its CAS (on version 1) is refused.
+    await store.updateRecord('bg_runs', 'b', { owner: 'someone else' }, other.version);
+    const carried = (optional: boolean, heard: string[]) => () => ({
+      ops: [{ op: 'update' as const, kind: 'bg_runs' as const, id: 'b', value: { owner: 'me', done: true }, expectedVersion: other.version }],
+      events: [{ event_id: `e-${optional}`, event_type: 'carried', timestamp: new Date(0).toISOString() }],
+      optional,
+      stored: () => heard.push('stored'),
+      failed: (err?: unknown) => heard.push(`failed:${(err as { code?: string })?.code}`),
+    });
+    const created = await store.createRecord('runs', 'p', { n: 0 });
+    const writer = new RecordWriter<{ n: number }>(store, 'runs', 'p', created, () => ({}));
+    const heard: string[] = [];
+    const written = await writer.update((v) => ({ n: v.n + 1 }), undefined, undefined, carried(true, heard));
+    // The writer's own record is written, at the next version; nothing of the carried write is.
+    expect(written.version).toBe(2);
+    expect((await store.getRecord<{ n: number }>('runs', 'p'))!.value.n).toBe(1);
+    expect((await store.getRecord<{ owner: string }>('bg_runs', 'b'))!.value.owner).toBe('someone else');
+    expect(heard).toEqual(['failed:stale_version']);
+    expect((await store.readEvents({})).events.map((e) => e.event_id)).toEqual([]);
+    expect(writer.isFenced).toBe(false);
+    // Not optional: the refusal fails both, and fences the writer as any refusal.
+    const fenced: unknown[] = [];
+    const strict = new RecordWriter<{ n: number }>(
+      store,
+      'runs',
+      'p',
+      written,
+      () => ({}),
+      (e) => fenced.push(e),
+    );
+    const heard2: string[] = [];
+    await expect(strict.update((v) => ({ n: v.n + 1 }), undefined, undefined, carried(false, heard2))).rejects.toBeInstanceOf(FencedError);
+    expect(heard2).toEqual(['failed:stale_version']);
+    expect(fenced).toHaveLength(1);
+    expect((await store.getRecord<{ n: number }>('runs', 'p'))!.value.n).toBe(1);
+  });
 });
 
 describe('ActorSystem.stop', () => {
