@@ -461,7 +461,10 @@ export class RunHosts {
         settle.resolve();
       },
       failed: (err) => settle.reject(err ?? new StoreError('stale_version', `background run ${runId}: the commit carrying its write was not written`)),
-      hold: () => (mayWait ? this.hooks.join.next() : null),
+      // A new final write is held on a shared store only: on one this process alone writes, the
+      // next claim's agent run starts as the claim is issued (AgentBridge.logic), and a final write
+      // that is not the creating one goes at once, as it did before the fold reached PostgreSQL.
+      hold: (write) => (mayWait && (shared || write === 'creating') ? this.hooks.join.next() : null),
     };
   }
 

@@ -49,12 +49,13 @@ export interface CarriedEvents {
   /** The carrying write was not written with this (its events and ops were not stored). */
   failed?(err?: unknown): void;
   /**
-   * Asked when a write that takes this is made: a promise to hand that write to the store only
-   * once it resolves, so it can share a store round with another write (the next background
-   * run's claim, src/background/write-join.ts), or null to send it now. A delayed creating write
-   * (the constructor's `delayMs`) still goes at its time at the latest.
+   * Asked when a write that takes this is made and has not gone to the store (`write`: a new
+   * write, or the delayed creating one, the constructor's `delayMs`): a promise to hand it to the
+   * store only once it resolves, so it can share a store round with another write (the next
+   * background run's claim, src/background/write-join.ts), or null to send it now. A delayed
+   * creating write still goes at its time at the latest.
    */
-  hold?(): Promise<void> | null;
+  hold?(write: 'new' | 'creating'): Promise<void> | null;
 }
 
 /**
@@ -209,7 +210,7 @@ export class RecordWriter<T> {
     const done = new Promise<Versioned<T>>((resolve, reject) => open.waiters.push({ resolve, reject }));
     // A write not handed to the store yet (this new one, or a delayed creating one) may wait as
     // long as what it carries asks, to share another write's store round.
-    const holding = (fresh || this.deferredWrite !== null) && !this.held ? (carried?.hold?.() ?? null) : null;
+    const holding = (fresh || this.deferredWrite !== null) && !this.held ? (carried?.hold?.(fresh ? 'new' : 'creating') ?? null) : null;
     if (holding) {
       this.held = true;
       const go = () => {
