@@ -75,21 +75,29 @@ function blockOf(phases: Phase[]): Block {
 }
 
 /**
- * `blocks` ABBA blocks of phases against the server at `url` (pid `pid`), `concurrency` workers;
- * each phase measured for `measureMs` once its guard is over.
+ * Up to `blocks` ABBA blocks of phases against the server at `url` (pid `pid`), `concurrency`
+ * workers, within `budgetMs` (whole blocks; at least `minBlocks`); each phase measured once its
+ * guard is over. A busy host stretches a run at concurrency 32 from tens to hundreds of ms: with
+ * a span of a few runs' latency the count is mostly where the span happens to cut the runs in
+ * flight, so a block's guard and span grow with the median latency of the runs so far.
  */
 export async function interleaved(opts: {
   url: string;
   pid: number;
   concurrency: number;
   blocks: number;
-  /** The least guard after a switch, and the span measured after it. */
+  minBlocks?: number;
+  budgetMs?: number;
+  /** The least guard after a switch, and the least span measured after it. */
   guardMs: number;
   measureMs: number;
   body: Record<Route, string>;
   ok: (status: number, body: string) => boolean;
 }): Promise<Interleaved> {
   const schedule = Array.from({ length: opts.blocks }, (_, b) => ABBA[b % 2]!).flat();
+  const budgetEnd = nowMs() + (opts.budgetMs ?? Infinity);
+  // The latest runs' latencies (ms), for the next block's guard and span.
+  const recent: number[] = [];
   const agent = new http.Agent({ keepAlive: true, maxSockets: opts.concurrency });
   const phases: Phase[] = [];
   let current = 0;
@@ -106,6 +114,8 @@ export async function interleaved(opts: {
       inFlight[route]++;
       try {
         const r = await request(`${opts.url}/run`, { method: 'POST', body: opts.body[route], agent, headers: { 'x-bench-route': route } });
+        recent.push(r.ms);
+        if (recent.length > 200) recent.shift();
         if (!opts.ok(r.status, r.body)) {
           errors++;
           firstError ??= `HTTP ${r.status}: ${r.body.slice(0, 300)}`;
@@ -120,18 +130,26 @@ export async function interleaved(opts: {
   };
   const workers = Array.from({ length: opts.concurrency }, send);
   try {
+    let guardMs = opts.guardMs;
+    let measureMs = opts.measureMs;
     for (let i = 0; i < schedule.length; i++) {
+      if (i % 4 === 0) {
+        // A new block: stop when the budget cannot take it; its four phases alike (ABBA's symmetry).
+        const latency = median(recent) || 0;
+        guardMs = Math.max(opts.guardMs, 2 * latency);
+        measureMs = Math.max(opts.measureMs, 10 * latency);
+        if (i / 4 >= (opts.minBlocks ?? 1) && nowMs() + 4 * (guardMs + measureMs) > budgetEnd) break;
+      }
       current = i;
-      // The guard: at least guardMs, and until the previous route's last run has answered (a
-      // loaded host stretches a run at concurrency 32 to hundreds of ms).
-      await sleep(opts.guardMs);
+      // The guard: at least guardMs, and until the previous route's last run has answered.
+      await sleep(guardMs);
       const other: Route = schedule[i] === 'plain' ? 'keyed' : 'plain';
       while (inFlight[other] > 0) await sleep(2);
       const phase: Phase = { route: schedule[i]!, count: 0, seconds: 0, cpuMs: 0, waitMs: 0 };
       const t0 = nowMs();
       const cpu0 = cpuMsOf(opts.pid);
       measuring = phase;
-      await sleep(opts.measureMs);
+      await sleep(measureMs);
       measuring = null;
       const cpu1 = cpuMsOf(opts.pid);
       phase.cpuMs = cpu1.cpu - cpu0.cpu;
@@ -144,7 +162,7 @@ export async function interleaved(opts: {
     await Promise.all(workers);
     agent.destroy();
   }
-  const blocks = Array.from({ length: opts.blocks }, (_, b) => blockOf(phases.slice(4 * b, 4 * b + 4)));
+  const blocks = Array.from({ length: phases.length / 4 }, (_, b) => blockOf(phases.slice(4 * b, 4 * b + 4)));
   return { phases, blocks, errors, firstError };
 }
 
