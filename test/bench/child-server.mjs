@@ -98,28 +98,8 @@ async function startAgentd() {
   const { startServer } = await import('./dist/src/main.js');
   const server = await startServer(config, { model });
 
-  // BENCH_FLOW_BURN_US (the flow benchmark's check of its own method, test/bench/benchmarks/flow.ts):
-  // a fixed amount of work, about that many us of CPU, on each request marked `x-bench-route: keyed`,
-  // before agentd sees it. Fixed work rather than a wall-clock spin: a host busy elsewhere
-  // deschedules a spin and it burns less CPU than it says.
-  const burnUs = Number(process.env.BENCH_FLOW_BURN_US ?? 0);
-  if (burnUs > 0) {
-    let sink = 0;
-    const spin = (n) => {
-      let x = sink;
-      for (let i = 0; i < n; i++) x = (x * 1103515245 + 12345) % 2147483648;
-      sink = x;
-    };
-    spin(1e6); // compiled before calibrating
-    const cpu0 = process.cpuUsage();
-    spin(2e7);
-    const d = process.cpuUsage(cpu0);
-    const perUs = 2e7 / (d.user + d.system);
-    const iterations = Math.round(perUs * burnUs);
-    server.app.server.prependListener('request', (req) => {
-      if (req.headers['x-bench-route'] === 'keyed') spin(iterations);
-    });
-  }
+  // BENCH_FLOW_BURN_US: the flow benchmark's check of its own method (test/bench/burn-keyed.mjs).
+  (await import('./burn-keyed.mjs')).burnOnKeyed(server.app.server, Number(process.env.BENCH_FLOW_BURN_US ?? 0));
 
   // Diagnostics: store calls and group-commit rounds (one LevelDB batch, one fsync each).
   const stats = { commits: 0, appends: 0, rounds: 0, reads: 0, ops: 0, opBytes: 0, events: 0, eventBytes: 0, shapes: {}, byKind: {}, readsBy: {} };

@@ -107,7 +107,7 @@ export async function interleaved(opts: {
   let firstError: string | null = null;
   const inFlight: Record<Route, number> = { plain: 0, keyed: 0 };
   // The route rides in a header too, so the child can tell them apart without parsing the body
-  // (BENCH_FLOW_BURN_US in child-server.mjs); plain and keyed carry it alike.
+  // (BENCH_FLOW_BURN_US, test/bench/burn-keyed.mjs); plain and keyed carry it alike.
   const send = async () => {
     while (!done) {
       const route = schedule[current]!;

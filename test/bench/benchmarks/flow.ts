@@ -22,7 +22,7 @@ const QUEUED_RUNS = QUICK ? 50 : 300;
 // Checks of the method itself (bench only): BENCH_FLOW_AA=1 sends the plain body on both routes
 // (an A/A run: the ratio must come out ~1.00, its interval well inside +-3 %);
 // BENCH_FLOW_BURN_US=<us> makes the child burn that much CPU on every keyed request
-// (child-server.mjs), a known overhead the method must detect. BENCH_FLOW_ONLY=overhead skips the
+// (test/bench/burn-keyed.mjs), a known overhead the method must detect. BENCH_FLOW_ONLY=overhead skips the
 // other parts.
 const AA = process.env.BENCH_FLOW_AA === '1';
 const BURN_US = Number(process.env.BENCH_FLOW_BURN_US ?? 0);
