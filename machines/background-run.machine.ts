@@ -462,12 +462,26 @@ export function stateOfStatus(status: BackgroundRunStatus): string {
   return status === 'awaiting_approval' || status === 'awaiting_budget' ? 'awaiting' : status;
 }
 
+/** Per state: the persisted snapshot xstate builds for it, less its context (see persistedSnapshotOf). */
+const persistedByState = new Map<string, Snapshot<unknown>>();
+
 /**
  * A persisted snapshot for a stored row, so an actor can be restored from the row alone (the row's
  * status is the state). Built by xstate itself (`resolveState`, then `getPersistedSnapshot`), not
  * by hand, so its shape is whatever the installed xstate restores. Restoring runs no entry action
- * (architecture fact 1).
+ * (architecture fact 1). Only the context differs between rows in one state, and a row's context
+ * is plain JSON, which `getPersistedSnapshot` keeps as it is: so the state's snapshot is built once
+ * and each row's context put in it (every claim restores an actor; building it each time walked
+ * the state nodes and the whole row twice). test/background/machines.test.ts checks it against
+ * xstate's own for every status.
  */
 export function persistedSnapshotOf(context: BackgroundRunContext): Snapshot<unknown> {
-  return backgroundRunMachine.getPersistedSnapshot(backgroundRunMachine.resolveState({ value: stateOfStatus(context.run.status), context }));
+  const value = stateOfStatus(context.run.status);
+  let shape = persistedByState.get(value);
+  if (!shape) {
+    shape = backgroundRunMachine.getPersistedSnapshot(backgroundRunMachine.resolveState({ value, context: {} as BackgroundRunContext }));
+    persistedByState.set(value, shape);
+  }
+  // A copy: restoring reads the snapshot and builds its own (children, history), never writes it.
+  return { ...shape, context } as unknown as Snapshot<unknown>;
 }

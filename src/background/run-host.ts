@@ -421,8 +421,7 @@ export class RunHosts {
     if (!h || h.dead || !h.actor || h.tailWrite) return null;
     const base = h.pending === 0 ? h.row : !opts.decision && !shared && h.pending === 1 && h.ahead ? h.ahead : null;
     if (!base) return null;
-    const snap = h.actor.getSnapshot();
-    if (snap.status !== 'active' || !snap.can(event)) return null;
+    if (h.actor.getSnapshot().status !== 'active') return null;
     const job: WriteJob = { steps: [] };
     this.folding = { h, job };
     try {
@@ -430,7 +429,10 @@ export class RunHosts {
     } finally {
       this.folding = null;
     }
-    if (job.steps.length === 0) return null; // nothing to write (the event changed nothing durable)
+    // Nothing to write: the state does not take the event (no `can()` asked first: that would
+    // work out the transition, guards and all, twice), or took it without a durable change (every
+    // transition that changes the row records).
+    if (job.steps.length === 0) return null;
     const w = this.rowWrite(h, job.steps, base);
     let settle!: { resolve: () => void; reject: (err: unknown) => void };
     const landed = new Promise<void>((resolve, reject) => (settle = { resolve, reject }));

@@ -31,12 +31,26 @@ export class Supervisor {
     return supervisorMachine.provide({
       actions: {
         childFailed: (_a, p) => {
-          const systemId = owner().systemIdOf.get(p.id);
+          const systemId = owner().ended(p.id);
           if (systemId) safe(() => hooks.onChildFailed?.(systemId, p.error));
         },
-        childDone: () => {},
+        childDone: (_a, p) => void owner().ended(p.id),
       },
     });
+  }
+
+  /**
+   * The child in `slot` ended (done or errored): the supervisor machine drops it in this same
+   * step (machines/supervisor.machine.ts), so its slot is free now and a later stop() of its
+   * systemId has nothing to send. Returns its systemId.
+   */
+  private ended(slot: string): string | undefined {
+    const systemId = this.systemIdOf.get(slot);
+    if (systemId === undefined) return undefined;
+    this.systemIdOf.delete(slot);
+    this.slotOf.delete(systemId);
+    this.freeSlots.push(slot);
+    return systemId;
   }
 
   /**
@@ -47,7 +61,8 @@ export class Supervisor {
   spawn<TLogic extends AnyActorLogic>(systemId: string, logic: TLogic, opts: { input?: unknown; snapshot?: Snapshot<unknown> } = {}): AnyActorRef {
     // eslint-disable-next-line no-restricted-syntax -- an invariant: a run is spawned once its lease is taken (RUN_ALREADY_LIVE/RUN_TAKEN refuse a second)
     if (this.get(systemId)) throw new Error(`actor ${systemId} already exists`);
-    // A finished child that nobody stopped yet still holds its slot: free it first.
+    // A child whose end is still queued for this supervisor (reported from inside one of its own
+    // steps) holds its slot until then: free it first.
     if (this.slotOf.has(systemId)) this.stop(systemId);
     const slot = this.freeSlots.pop() ?? `c${this.nextSlot++}`;
     this.slotOf.set(systemId, slot);
@@ -65,9 +80,8 @@ export class Supervisor {
   }
 
   /**
-   * Stops and forgets a child, finished or not (a finished child is no longer in the system
-   * registry but still sits among the supervisor's children), and frees its slot id. Stopping an
-   * unknown systemId is a no-op.
+   * Stops and forgets a running child and frees its slot id. A child that ended was dropped by the
+   * step that reported its end (see ended()), so stopping it, or an unknown systemId, is a no-op.
    */
   stop(systemId: string): void {
     const slot = this.slotOf.get(systemId);

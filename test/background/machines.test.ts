@@ -6,6 +6,7 @@ import {
   backgroundRunIdOf,
   agentRunIdFor,
   persistedSnapshotOf,
+  stateOfStatus,
   type BackgroundRunContext,
   type BackgroundRunEvent,
   type RecordParams,
@@ -400,6 +401,32 @@ describe('background-run machine', () => {
     expect(r.run().status).toBe('completed');
     const parked = { ...saved, run: { ...saved.run, status: 'awaiting_approval' as const } };
     expect(harness(parked, true).actor.getSnapshot().value).toBe('awaiting');
+  });
+
+  it("restores from the same persisted snapshot xstate builds, for every status (the state's part built once)", () => {
+    const statuses = [
+      'queued',
+      'claimed',
+      'running',
+      'retrying',
+      'awaiting_approval',
+      'awaiting_budget',
+      'completed',
+      'failed',
+      'timeout',
+      'cancelled',
+      'skipped',
+    ] as const;
+    for (const status of statuses) {
+      const c = { ...ctx(), run: { ...ctx().run, status } };
+      const built = backgroundRunMachine.getPersistedSnapshot(backgroundRunMachine.resolveState({ value: stateOfStatus(status), context: c }));
+      // Twice: the second comes from the state's cached part, with this row's context in it.
+      for (let i = 0; i < 2; i++) {
+        const snap = persistedSnapshotOf(c) as unknown as { context: unknown };
+        expect(snap, status).toEqual(built);
+        expect(snap.context).toBe(c);
+      }
+    }
   });
 
   it('maps agent run ids to background run ids', () => {

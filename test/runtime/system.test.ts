@@ -4,7 +4,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { assign, fromPromise, setup, waitFor, type AnyActorRef } from 'xstate';
+import { assign, fromPromise, setup, waitFor, type AnyActorRef, type InspectionEvent } from 'xstate';
 import { ActorSystem } from '../../src/runtime/system.js';
 import { FencedError, RecordWriter } from '../../src/runtime/persistence.js';
 import { LevelStore } from '../../src/store/level.js';
@@ -84,7 +84,8 @@ describe('ActorSystem', () => {
     expect(failures).toEqual(['task:9']);
     tasks.stop('task:3');
     expect(system.get('task:3')).toBeUndefined();
-    expect(tasks.size()).toBe(49);
+    // task:3 stopped, task:9 failed: a child that errored is no longer among its supervisor's children.
+    expect(tasks.size()).toBe(48);
     system.shutdown();
   });
 
@@ -300,6 +301,38 @@ describe('ActorSystem.stop', () => {
       system.stop(`run:${i}`);
     }
     expect(system.size()).toBe(0);
+    system.shutdown();
+  });
+});
+
+describe('a child that ends', () => {
+  it("leaves its supervisor in the step that reports its end: the owner's stop() sends nothing", () => {
+    const done = setup({}).createMachine({ initial: 'a', states: { a: { on: { GO: 'b' } }, b: { type: 'final' } } });
+    const system = new ActorSystem();
+    const group = system.group('plain');
+    // Every event a supervisor of this system takes, by type (slot ids cut off).
+    const taken: string[] = [];
+    const sub = system.root.system.inspect((ev: InspectionEvent) => {
+      if (ev.type === '@xstate.event' && ev.actorRef === group.ref) taken.push(ev.event.type.replace(/\.c\d+$/, ''));
+    });
+    const ref = group.spawn('task:one', done);
+    const sibling = group.spawn('task:two', done);
+    ref.send({ type: 'GO' });
+    // Ended: out of the system registry (xstate) and out of the supervisor's children (this step).
+    expect(group.get('task:one')).toBeUndefined();
+    expect(Object.values(group.ref.getSnapshot().children as Record<string, AnyActorRef>)).toEqual([sibling]);
+    expect(group.size()).toBe(1);
+    group.stop('task:one');
+    expect(taken).toEqual(['SPAWN', 'SPAWN', 'xstate.done.actor']);
+    // Its slot is free: the next child takes it, and the same systemId may be spawned again.
+    const again = group.spawn('task:one', done);
+    expect(again.id).toBe(ref.id);
+    expect(group.get('task:one')).toBe(again);
+    // A running child is stopped by a STOP as before.
+    group.stop('task:two');
+    expect(group.get('task:two')).toBeUndefined();
+    expect(taken.slice(3)).toEqual(['SPAWN', 'STOP']);
+    sub.unsubscribe();
     system.shutdown();
   });
 });
