@@ -8,8 +8,6 @@
 import { SEP, type BatchOp } from './level-keys.js';
 
 const ROW = `r${SEP}`;
-const INDEX = `i${SEP}`;
-const SEQ = `s${SEP}`;
 
 /**
  * `batch` without the operations a later one on the same key supersedes, in order. Only record
@@ -51,4 +49,10 @@ export function coalesceRound(batch: BatchOp[], records: number, distinct: numbe
   return out;
 }
 
-const tracked = (key: string): boolean => key.startsWith(ROW) || key.startsWith(INDEX) || key.startsWith(SEQ);
+const [R, I, S] = ['r', 'i', 's'].map((c) => c.charCodeAt(0));
+/** A row, index or creation-order key (`r\0`, `i\0`, `s\0`: level-keys.ts), told by two characters. */
+const tracked = (key: string): boolean => {
+  if (key.charCodeAt(1) !== 0) return false;
+  const c = key.charCodeAt(0);
+  return c === R || c === I || c === S;
+};
