@@ -10,7 +10,8 @@ import { SEP, type BatchOp } from './level-keys.js';
 const ROW = `r${SEP}`;
 
 /**
- * `batch` without the operations a later one on the same key supersedes, in order. Only record
+ * `batch` without the operations a later one on the same key supersedes, in order (the same
+ * array, compacted). Only record
  * rows (`r`), index entries (`i`) and creation-order entries (`s`) are looked at: counters are
  * staged once per round already, event and posting keys are new every time.
  *
@@ -36,7 +37,8 @@ export function coalesceRound(batch: BatchOp[], records: number, distinct: numbe
     last.set(k, i);
   }
   if (!repeats) return batch;
-  const out: BatchOp[] = [];
+  // Compacted in place (the round's own array): what is kept moves down over what is dropped.
+  let n = 0;
   for (let i = 0; i < batch.length; i++) {
     const op = batch[i];
     const k = op.key;
@@ -44,9 +46,10 @@ export function coalesceRound(batch: BatchOp[], records: number, distinct: numbe
       if (last.get(k) !== i) continue;
       if (op.type === 'del' && firstIsPut.get(k) === true && !k.startsWith(ROW)) continue;
     }
-    out.push(op);
+    batch[n++] = op;
   }
-  return out;
+  batch.length = n;
+  return batch;
 }
 
 const [R, I, S] = ['r', 'i', 's'].map((c) => c.charCodeAt(0));
