@@ -100,12 +100,25 @@ export function checkNamespaceTemplate(template: string, ids: { agent_id: string
  * Throws when the result would leave the root (a hand-edited row).
  */
 export function absoluteWorkspace(root: string, stored: string): string {
+  const key = `${root}\u0000${stored}`;
+  const known = resolvedWorkspaces.get(key);
+  if (known !== undefined) return known;
   const absRoot = path.resolve(root);
   const full = path.isAbsolute(stored) ? path.resolve(stored) : path.resolve(absRoot, stored);
   // eslint-disable-next-line no-restricted-syntax -- a path guard: only a hand-edited row reaches it, and no request names the path
   if (full === absRoot || !isInside(absRoot, full)) throw new Error('the run workspace is outside the workspace root');
+  if (resolvedWorkspaces.size >= RESOLVED_MAX) resolvedWorkspaces.clear();
+  resolvedWorkspaces.set(key, full);
   return full;
 }
+
+/**
+ * Folders absoluteWorkspace resolved (and found inside their root), by root and stored path: a
+ * background run asks for its folder at each lifecycle step its mirror writes, and resolving and
+ * checking it costs two path.resolve calls and a path.relative each time. Emptied when full.
+ */
+const resolvedWorkspaces = new Map<string, string>();
+const RESOLVED_MAX = 4096;
 
 /** A workspace path as answers show it: relative to the workspace root, "/"-separated. */
 export function relativeWorkspace(root: string, stored: string): string {

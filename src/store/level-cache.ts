@@ -2,7 +2,7 @@
 // disk holds them, and reads issued ahead of a coming write (prefetches), with the rule that says
 // when a read may be kept (the cache epoch: rounds written so far).
 import { AbsentKeys } from './level-absent.js';
-import { RECORD_KEY_START, cleanIndexes, indexCountKey, kindCountKey, parse, recordKey, type BatchOp, type Db, type Row, type RowHead } from './level-keys.js';
+import { RECORD_KEY_START, indexCountKey, kindCountKey, parse, recordKey, type BatchOp, type Db, type Row, type RowHead } from './level-keys.js';
 import { isStoreError, type OnSwallowed, type RecordIndexes, type RecordKind } from './store.js';
 
 /** A prefetch not used within this many written rounds is dropped (its write never came). */
@@ -109,22 +109,24 @@ export class LevelCache {
     };
     for (const r of records) {
       const rk = recordKey(r.kind, r.id);
-      const ix = cleanIndexes(r.indexes);
       // A just-generated id (`fresh`) is known absent, and so are the postings of its own index
       // values; so is a key the absence filter never saw (a new session's). Both caches then hold
       // exactly what the disk holds, as when filled from a read.
       if (!this.rows.has(rk) && !this.prefetched.has(rk) && (r.fresh || this.absent.absent(rk))) this.cacheRow(rk, null);
-      for (const [name, v] of Object.entries(ix)) {
-        const ik = indexCountKey(r.kind, name, v);
-        if (!this.counters.has(ik) && !this.prefetched.has(ik) && (r.fresh?.includes(name) || this.absent.absent(ik))) this.counters.set(ik, 0);
-      }
       if (!this.rows.has(rk)) want(rk);
       const ck = kindCountKey(r.kind);
       if (!this.counters.has(ck)) want(ck);
-      for (const [name, v] of Object.entries(ix)) {
-        const ik = indexCountKey(r.kind, name, v);
-        if (!this.counters.has(ik)) want(ik);
-      }
+      // Each index value's counter key built once (a loop with `in`: every run's start comes here).
+      const ix = r.indexes;
+      if (ix)
+        for (const name in ix) {
+          const v = ix[name];
+          if (typeof v !== 'string') continue;
+          const ik = indexCountKey(r.kind, name, v);
+          if (this.counters.has(ik)) continue;
+          if (!this.prefetched.has(ik) && (r.fresh?.includes(name) || this.absent.absent(ik))) this.counters.set(ik, 0);
+          else want(ik);
+        }
     }
     if (keys.length === 0) return;
     // Registered now (a batch writing a key that lands before the read goes out marks it stale

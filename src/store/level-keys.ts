@@ -94,7 +94,13 @@ export const unesc = (s: string): string =>
 export const recordKey = (kind: string, id: string) => `r${SEP}${esc(kind)}${SEP}${esc(id)}`;
 export const seqPrefix = (kind: string) => `s${SEP}${esc(kind)}${SEP}`;
 export const indexPrefix = (kind: string, name: string, value: string) => `i${SEP}${esc(kind)}${SEP}${esc(name)}${SEP}${esc(value)}${SEP}`;
-export const kindCountKey = (kind: string) => `n${SEP}${esc(kind)}`;
+const KIND_COUNT_KEYS = new Map<string, string>();
+/** (Kept per kind: every op of every round asks for its kind's.) */
+export const kindCountKey = (kind: string): string => {
+  let key = KIND_COUNT_KEYS.get(kind);
+  if (key === undefined) KIND_COUNT_KEYS.set(kind, (key = `n${SEP}${esc(kind)}`));
+  return key;
+};
 export const indexCountKey = (kind: string, name: string, value: string) => `n${SEP}${esc(kind)}${SEP}${esc(name)}${SEP}${esc(value)}`;
 export const EVENT_PREFIX = `e${SEP}`;
 export const RECORD_KEY_START = `r${SEP}`;
@@ -115,7 +121,11 @@ export const clampLimit = (limit: number | undefined, dflt: number): number =>
 
 export const cleanIndexes = (ix: RecordIndexes | undefined): Record<string, string> => {
   const out: Record<string, string> = {};
-  if (ix) for (const [k, v] of Object.entries(ix)) if (typeof v === 'string') out[k] = v;
+  if (ix)
+    for (const k in ix) {
+      const v = ix[k];
+      if (typeof v === 'string') out[k] = v;
+    }
   return out;
 };
 

@@ -51,12 +51,15 @@ export function stageRecordOps(
     const oldIx = cur?.ix ?? {};
     const newIx = next?.ix ?? {};
     const s = encodeCursor((next ?? cur)!.seq);
-    for (const [name, v] of Object.entries(oldIx)) {
+    // (`in` loops: no arrays of pairs for each op of each round.)
+    for (const name in oldIx) {
+      const v = oldIx[name];
       if (newIx[name] === v) continue;
       batch.push({ type: 'del', key: indexPrefix(op.kind, name, v) + s });
       bump(indexCountKey(op.kind, name, v), -1);
     }
-    for (const [name, v] of Object.entries(newIx)) {
+    for (const name in newIx) {
+      const v = newIx[name];
       if (oldIx[name] === v) continue;
       batch.push({ type: 'put', key: indexPrefix(op.kind, name, v) + s, value: op.id });
       bump(indexCountKey(op.kind, name, v), +1);

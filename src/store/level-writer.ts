@@ -7,7 +7,6 @@ import {
   META_CURSOR,
   META_SEQ,
   RECORD_KEY_START,
-  cleanIndexes,
   indexCountKey,
   kindCountKey,
   parse,
@@ -18,9 +17,10 @@ import {
   type Row,
 } from './level-keys.js';
 import { LevelCache } from './level-cache.js';
+import { coalesceRound } from './level-coalesce.js';
 import { stageRecordOps } from './level-record-ops.js';
 import { newRoundPostings, stageEvents, stagePostings, type RoundPostings } from './level-events.js';
-import type { CommitEvents, CommitOps, EventInput, OnSwallowed, StoredEvent, Versioned, WriteOp } from './store.js';
+import type { CommitEvents, CommitOps, EventInput, OnSwallowed, RecordIndexes, StoredEvent, Versioned, WriteOp } from './store.js';
 
 export interface RecordJob {
   type: 'records';
@@ -49,6 +49,8 @@ export interface BarrierJob {
   reject(e: unknown): void;
 }
 export type Job = RecordJob | EventJob | BarrierJob;
+
+const NO_INDEXES: Readonly<Record<string, string>> = Object.freeze({});
 
 /** Soft cap on batch operations per group-commit round (a single job is never split). */
 const ROUND_OPS = 20_000;
@@ -304,7 +306,16 @@ export class LevelWriter {
       //    values are known up front; only those of a loaded row's old index values need a
       //    second read, after the rows (an update that moves an index value not seen lately).
       const recKeys = new Set<string>();
-      for (const j of jobs) if (j.type === 'records') for (const op of opsOf.get(j)!) recKeys.add(recordKey(op.kind, op.id));
+      // Every record op of the round with its row's key, in order.
+      const recOps: Array<{ op: WriteOp; key: string }> = [];
+      for (const j of jobs) {
+        if (j.type !== 'records') continue;
+        for (const op of opsOf.get(j)!) {
+          const key = recordKey(op.kind, op.id);
+          recOps.push({ op, key });
+          recKeys.add(key);
+        }
+      }
       const rows = new Map<string, Row | null>();
       const counters = new Map<string, number>();
       if (recKeys.size) {
@@ -323,20 +334,20 @@ export class LevelWriter {
         // it is (the second call), the old ones that change. Several ops on one record in a round:
         // a value one of them moves differs from the loaded row's, or is the loaded row's own and
         // then differs from some op's new value, so it is counted either way.
+        // (Loops with `in` and no copies: this runs for every op of every round.)
         const counterKeys = (): Set<string> => {
           const ckeys = new Set<string>();
-          for (const j of jobs) {
-            if (j.type !== 'records') continue;
-            for (const op of opsOf.get(j)!) {
-              ckeys.add(kindCountKey(op.kind));
-              const key = recordKey(op.kind, op.id);
-              const known = rows.has(key);
-              const oldIx = rows.get(key)?.ix ?? {};
-              // An update naming no indexes keeps the row's (it moves none); a holders op may delete the row (all of its old values).
-              const newIx = op.op === 'create' || (op.op === 'update' && op.indexes) ? cleanIndexes(op.indexes) : op.op === 'update' ? null : {};
-              if (newIx === null) continue;
-              for (const [name, v] of Object.entries(oldIx)) if (newIx[name] !== v) ckeys.add(indexCountKey(op.kind, name, v));
-              for (const [name, v] of Object.entries(newIx)) if (!known || oldIx[name] !== v) ckeys.add(indexCountKey(op.kind, name, v));
+          for (const { op, key } of recOps) {
+            ckeys.add(kindCountKey(op.kind));
+            const known = rows.has(key);
+            const oldIx = rows.get(key)?.ix ?? NO_INDEXES;
+            // An update naming no indexes keeps the row's (it moves none); a holders op may delete the row (all of its old values).
+            if (op.op === 'update' && !op.indexes) continue;
+            const newIx: RecordIndexes = op.op === 'create' || op.op === 'update' ? (op.indexes ?? NO_INDEXES) : NO_INDEXES;
+            for (const name in oldIx) if (newIx[name] !== oldIx[name]) ckeys.add(indexCountKey(op.kind, name, oldIx[name]));
+            for (const name in newIx) {
+              const v = newIx[name];
+              if (typeof v === 'string' && (!known || oldIx[name] !== v)) ckeys.add(indexCountKey(op.kind, name, v));
             }
           }
           return ckeys;
@@ -376,7 +387,8 @@ export class LevelWriter {
       // 2. Apply the jobs in order. Each stages its changes; they join the round only if all of
       //    the job's checks pass.
       const batch: BatchOp[] = [];
-      const dirtyCounters = new Set<string>();
+      // The counters the round moves, with their values before it (one moved back is not written).
+      const dirtyCounters = new Map<string, number>();
       const seqBefore = this.lastSeq;
       const cursorBefore = this.lastCursor;
       const postings = newRoundPostings(); // one posting per indexed value per round
@@ -414,23 +426,24 @@ export class LevelWriter {
           for (const op of staged.batch) batch.push(op); // no spread: rounds can hold 20k ops
           for (const [k, v] of staged.rows) rows.set(k, v);
           for (const [k, v] of staged.counters) {
+            if (!dirtyCounters.has(k)) dirtyCounters.set(k, counters.get(k)!);
             counters.set(k, v);
-            dirtyCounters.add(k);
           }
           settle.push(() => job.resolve(staged.results));
         } catch (e) {
           settle.push(() => job.reject(e));
         }
       }
-      for (const k of dirtyCounters) {
+      for (const [k, was] of dirtyCounters) {
         const v = counters.get(k)!;
+        if (v === was) continue; // e.g. an index entry put and deleted in this round
         batch.push(v > 0 ? { type: 'put', key: k, value: String(v) } : { type: 'del', key: k });
       }
       if (this.lastSeq !== seqBefore) batch.push({ type: 'put', key: META_SEQ, value: String(this.lastSeq) });
       stagePostings(postings, batch);
       if (this.lastCursor !== cursorBefore) batch.push({ type: 'put', key: META_CURSOR, value: String(this.lastCursor) });
 
-      return { jobs, batch, settle };
+      return { jobs, batch: coalesceRound(batch, recOps.length, recKeys.size), settle };
     } catch (e) {
       // Nothing of this round was staged. Numbers handed out are simply skipped (never reused).
       for (const j of jobs) j.reject(e);

@@ -218,6 +218,31 @@ export function redact(value: unknown, redactor: Redactor = defaultRedactor): un
   return sanitize(value, 0, new Set(), redactor).value;
 }
 
+/**
+ * A string, finite number, boolean or null as sanitize gives it, through one shared record (the
+ * caller reads it before the next call); null for anything else. Most values an event carries are
+ * such leaves (metadata is a flat object of ids and names): they then cost no record of their own
+ * and no call through sanitize's cases.
+ */
+function leaf(value: unknown, redactor: Redactor): Sanitized | null {
+  if (typeof value === 'string') {
+    const text = redactor.text(value);
+    LEAF.value = text;
+    LEAF.bound = 2 + 6 * text.length;
+  } else if (typeof value === 'number' && Number.isFinite(value)) {
+    LEAF.value = value;
+    LEAF.bound = 24;
+  } else if (typeof value === 'boolean') {
+    LEAF.value = value;
+    LEAF.bound = 5;
+  } else if (value === null) {
+    LEAF.value = null;
+    LEAF.bound = 4;
+  } else return null;
+  return LEAF;
+}
+const LEAF: Sanitized = { value: null, bound: 0 };
+
 function sanitize(value: unknown, depth: number, ancestors: Set<object>, redactor: Redactor): Sanitized {
   switch (typeof value) {
     case 'string': {
@@ -267,7 +292,7 @@ function sanitize(value: unknown, depth: number, ancestors: Set<object>, redacto
       const out = new Array<unknown>(obj.length);
       let bound = 2;
       for (let i = 0; i < obj.length; i++) {
-        const s = sanitize(obj[i], depth + 1, ancestors, redactor);
+        const s = leaf(obj[i], redactor) ?? sanitize(obj[i], depth + 1, ancestors, redactor);
         // JSON turns undefined array items into null.
         out[i] = s.value === undefined ? null : s.value;
         bound += (s.value === undefined ? 4 : s.bound) + 1;
@@ -288,7 +313,7 @@ function sanitize(value: unknown, depth: number, ancestors: Set<object>, redacto
       } catch {
         raw = '[Unreadable]';
       }
-      const s = sanitize(raw, depth + 1, ancestors, redactor);
+      const s = leaf(raw, redactor) ?? sanitize(raw, depth + 1, ancestors, redactor);
       if (s.value === undefined) continue;
       // A key can be a secret too: a map keyed by token or API key. Keys are a small vocabulary,
       // so after the first event this is a memo hit.

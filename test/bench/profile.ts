@@ -193,6 +193,8 @@ type StoreStats = {
   shapes?: Record<string, number>;
   /** LevelDB's asynchronous reads (thread-pool trips) by binding call and key kind. */
   diskReads?: Record<string, number>;
+  /** Record ops and their value bytes by `op:kind` (while countBytes is on). */
+  byKind?: Record<string, { ops: number; bytes: number }>;
 };
 
 /** Per drained run, by key: what changed between two tallies (keys that did not move are left out). */
@@ -245,6 +247,8 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
       let readsBy: Record<string, number> = {};
       let diskReads: Record<string, number> = {};
       let shapes: Record<string, number> = {};
+      let opsByKind: Record<string, number> = {};
+      let bytesByKind: Record<string, number> = {};
       try {
         const child = await startChild({
           mode: 'agentd',
@@ -295,6 +299,9 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           readsBy = perRunBy(s0.readsBy, s1.readsBy, COUNTED);
           diskReads = perRunBy(s0.diskReads, s1.diskReads, COUNTED);
           shapes = perRunBy(s0.shapes, s1.shapes, COUNTED);
+          const pick = (s: StoreStats, f: 'ops' | 'bytes') => Object.fromEntries(Object.entries(s.byKind ?? {}).map(([k, v]) => [k, v[f]]));
+          opsByKind = perRunBy(pick(s0, 'ops'), pick(s1, 'ops'), COUNTED);
+          bytesByKind = perRunBy(pick(s0, 'bytes'), pick(s1, 'bytes'), COUNTED);
         } finally {
           await child.stop();
         }
@@ -322,7 +329,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           order,
         );
         process.stderr.write(
-          `profile ${name}: ${runs} runs, ${(cpuMs / runs).toFixed(2)} ms CPU per run (main thread ${threads.main.toFixed(2)}, other threads ${threads.others.toFixed(2)})\n  per run: ${JSON.stringify(counts)}\n  reads by call: ${JSON.stringify(readsBy)}\n  disk reads (LevelDB pool trips): ${JSON.stringify(diskReads)}\n  commits and appends by shape: ${JSON.stringify(shapes, null, 1)}\n`,
+          `profile ${name}: ${runs} runs, ${(cpuMs / runs).toFixed(2)} ms CPU per run (main thread ${threads.main.toFixed(2)}, other threads ${threads.others.toFixed(2)})\n  per run: ${JSON.stringify(counts)}\n  reads by call: ${JSON.stringify(readsBy)}\n  disk reads (LevelDB pool trips): ${JSON.stringify(diskReads)}\n  commits and appends by shape: ${JSON.stringify(shapes, null, 1)}\n  record ops by op:kind: ${JSON.stringify(opsByKind)}\n  their value bytes: ${JSON.stringify(bytesByKind)}\n`,
         );
         for (const g of summary.groups) process.stderr.write(`  ${g.name}: ${g.ms_per_run.toFixed(3)} ms/run (${(g.share * 100).toFixed(1)} %)\n`);
         for (const t of summary.top) process.stderr.write(`  ${t.fn} ${t.where}: ${t.ms_per_run.toFixed(3)} ms/run (${(t.share * 100).toFixed(1)} %)\n`);
