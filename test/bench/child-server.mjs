@@ -98,6 +98,9 @@ async function startAgentd() {
   const { startServer } = await import('./dist/src/main.js');
   const server = await startServer(config, { model });
 
+  // BENCH_FLOW_BURN_US: the flow benchmark's check of its own method (test/bench/burn-keyed.mjs).
+  (await import('./burn-keyed.mjs')).burnOnKeyed(server.app.server, Number(process.env.BENCH_FLOW_BURN_US ?? 0));
+
   // Diagnostics: store calls and group-commit rounds (one LevelDB batch, one fsync each).
   const stats = { commits: 0, appends: 0, rounds: 0, reads: 0, ops: 0, opBytes: 0, events: 0, eventBytes: 0, shapes: {}, byKind: {}, readsBy: {} };
   const store = server.store;
