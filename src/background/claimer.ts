@@ -9,7 +9,7 @@ import type { BackgroundRunStatus } from '../schemas/background.js';
 import type { Page, Versioned } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
 import { repos, type Repos } from '../store/repos/index.js';
-import { QueuedRunBuffer, queueRank, type BgRunRepo } from '../store/repos/bg-runs.js';
+import { HeldAhead, QueuedRunBuffer, queueRank, type BgRunRepo } from '../store/repos/bg-runs.js';
 import { taskStatusKey, type BgRunRow } from './types.js';
 import type { AttemptTimers } from './attempt-timers.js';
 import { indexQueuedRuns } from './queue-order.js';
@@ -25,6 +25,14 @@ const CLAIM_HOLD_MS = 10_000;
  * this often: a drain lists the queue a few times a second instead of once per claimed run.
  */
 const QUEUE_BUFFER_MAX_AGE_MS = 1_000;
+
+/**
+ * Queued rows a claim pass on a store that holds what it hands out (PostgreSQL) holds beyond its
+ * free workers (HeldAhead, src/store/repos/bg-runs.ts): one at concurrency 1, so the statement that
+ * finds the next run is never between two runs; a quarter of the workers, at most 10, above (a
+ * batch per statement, as pg-boss's batchSize).
+ */
+const claimAheadFor = (concurrency: number): number => Math.min(10, Math.max(1, Math.ceil(concurrency / 4)));
 
 /** What the claimer needs of the engine that hosts the runs. */
 export interface ClaimerHost {
@@ -72,6 +80,10 @@ export class Claimer {
    * reads them again by id instead of listing the queue per claimed run. Dropped on any doubt.
    */
   private readonly queued = new QueuedRunBuffer();
+  /** Rows held ahead of the free workers on a store that holds what it hands out (claim ahead). */
+  private readonly ahead = new HeldAhead();
+  /** The release of the rows held ahead when claiming stopped (close() waits for it). */
+  private releasing: Promise<void> = Promise.resolve();
   /**
    * Runs whose claim this process handed to the store and that are not yet known landed to every
    * pass (claim() answers once issued on a store it owns): the queued version each claim CASes
@@ -96,6 +108,12 @@ export class Claimer {
    */
   requeued(): void {
     this.queued.drop();
+    this.ahead.reordered();
+  }
+
+  /** A queued run left the queue by this process's write (its hold ended with it): it is no longer held ahead. */
+  left(runId: string): void {
+    this.ahead.forget(runId);
   }
 
   /** A claim pass is under way or about to start: a claim's row write may be on its way (write-join.ts waits for it). */
@@ -109,6 +127,7 @@ export class Claimer {
    */
   arrived(run: BgRunRow['run'], atMs?: number): void {
     this.queued.arrived(queueRank(run.priority));
+    this.ahead.reordered(queueRank(run.priority));
     this.kick(atMs);
   }
 
@@ -119,6 +138,21 @@ export class Claimer {
     if (this.wakeTimer) this.host.timers.clearTimer(this.wakeTimer);
     this.wakeTimer = null;
     this.wakeAt = Infinity;
+    this.releaseAhead();
+  }
+
+  /** Resolves once the rows held ahead went back to the queue (after stop()). */
+  released(): Promise<void> {
+    return this.releasing;
+  }
+
+  private releaseAhead(): void {
+    if (this.ahead.size === 0) return;
+    const next = this.runs.releaseAhead(this.ahead).catch((err: unknown) => {
+      // Their holds lapse by themselves (CLAIM_HOLD_MS): another instance takes them then.
+      this.deps.logger.warn({ err: String(err) }, 'could not release the queued runs held ahead');
+    });
+    this.releasing = Promise.all([this.releasing, next]).then(() => undefined);
   }
 
   /**
@@ -195,7 +229,8 @@ export class Claimer {
     // Due queued rows in queue order (priority, then oldest first); on a shared store each page is held for this pass, so another
     // instance's claimer takes other rows (BgRunRepo.claimPass). A pass that throws leaves its
     // holds to lapse (CLAIM_HOLD_MS).
-    const pass = this.runs.claimPass(now, CLAIM_HOLD_MS, this.queued);
+    this.ahead.max = claimAheadFor(concurrency);
+    const pass = this.runs.claimPass(now, CLAIM_HOLD_MS, this.queued, this.ahead);
     const blockedTasks = new Set<string>();
     const fullKeys = new Set<string>();
     // Claims of one pass are written concurrently (they share a store round), not one round each:
@@ -275,9 +310,14 @@ export class Claimer {
         if (this.host.heldCount() >= concurrency || !this.accepting || this.host.mirrorFull()) break scan;
       }
     } while (!pass.done);
+    // Claim ahead: the rows of the passes to come are held while this pass's claims are written.
+    const topUp = this.accepting ? pass.topUp().catch((err: unknown) => this.deps.logger.warn({ err: String(err) }, 'could not hold queued runs ahead')) : null;
     // A claim that did not happen leaves a row the buffer no longer lists, maybe still queued: doubt.
     if ((await Promise.all(claims)).includes(false)) this.queued.drop();
+    await topUp;
     await pass.release();
+    // Claiming stopped while this pass held rows ahead: they go back too.
+    if (!this.accepting) this.releaseAhead();
     if (pass.nextDueAt !== null) this.wakeAtLatest(pass.nextDueAt);
   }
 

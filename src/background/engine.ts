@@ -254,6 +254,8 @@ export class RunEngine {
     this.workspaces.hurryMirror();
     await this.outbox.flushAll();
     await this.workspaces.drain();
+    // Queued runs held ahead of the workers (Claimer, claim ahead) are free for other instances again.
+    await this.claimer.released();
   }
 
   /** Run folders waiting for the workspace mirror (the agentd_background_workspace_backlog gauge). */
@@ -330,6 +332,8 @@ export class RunEngine {
     if ((TERMINAL.has(status) || WAITING.has(status)) && this.waiters.has(runId)) void flushed.then(() => this.waiters.resolve(ctx.run));
     // Back in the queue at its old place (the claimer's buffer of queued runs may hold rows after it).
     if (status === 'queued' && prevStatus !== 'queued') this.claimer.requeued();
+    // Out of the queue by this process's write (a cancel): a row held ahead for a claim is not claimed.
+    if (prevStatus === 'queued' && status !== 'queued') this.claimer.left(runId);
     if (!HELD.has(status) || status === 'queued') this.claimer.kick();
   }
 

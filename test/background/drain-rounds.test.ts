@@ -143,7 +143,7 @@ describe('draining at concurrency 1', () => {
     expect(shared.length).toBeGreaterThan(0);
   });
 
-  it('holds, on a store whose claim passes hold rows (PostgreSQL), no more queued runs than it has free workers', async () => {
+  it("hands out, on a store whose claim passes hold rows (PostgreSQL), each queued run once: the free workers' rows and the one held ahead", async () => {
     const claims = server.store.capabilities.queueClaims;
     if (!claims) return; // the embedded stores hold nothing (one process owns the queue)
     // Rows each claim pass was handed (held from other instances until the pass ends).
@@ -163,7 +163,9 @@ describe('draining at concurrency 1', () => {
     } finally {
       claims.claimQueued = claimQueued;
     }
-    // At concurrency 1 each pass is handed the one run it claims (before: a page of 4 each, 14 in all).
+    // At concurrency 1 the first pass is handed the run it claims and the one it holds ahead
+    // (HeldAhead); each later pass claims the held one and is handed the next: every run once
+    // (a page of 4 per pass, 14 in all, before passes asked for one per free worker).
     expect(handed).toBe(5);
   });
 });

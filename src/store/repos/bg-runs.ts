@@ -54,12 +54,17 @@ export class BgRunRepo extends KindRepo<'bg_runs'> {
    * Starts a claim pass at `now` (the lease clock, src/lease-clock.ts). Rows a shared store hands out are held for
    * the pass until `now + holdMs`, or until `release()`.
    */
-  claimPass(now: number, holdMs: number, buffer?: QueuedRunBuffer): QueueClaimPass {
+  claimPass(now: number, holdMs: number, buffer?: QueuedRunBuffer, ahead?: HeldAhead): QueueClaimPass {
     const claims = this.store.capabilities.queueClaims ?? null;
     // Only where this process is the queue's one claimer: elsewhere another instance takes rows
     // between two passes, and a shared store's claim statement holds what it hands out.
     const own = claims === null && !this.store.capabilities.sharedByInstances;
-    return new QueueClaimPass(this, claims, now, holdMs, own ? (buffer ?? null) : null);
+    return new QueueClaimPass(this, claims, now, holdMs, own ? (buffer ?? null) : null, claims ? (ahead ?? null) : null);
+  }
+
+  /** Ends the holds of rows held ahead (the claimer stops: they go back to the queue at once). */
+  releaseAhead(ahead: HeldAhead): Promise<void> {
+    return ahead.release(this.store.capabilities.queueClaims ?? null);
   }
 }
 
@@ -117,7 +122,10 @@ export class QueueClaimPass {
   private cursor: string | null = null;
   private scanned = 0;
   private readonly token = `pass_${randomUUID()}`;
-  private readonly held: string[] = [];
+  /** Rows handed to this pass and not carried ahead, with the token of the pass that holds them (an earlier one's, for a row carried ahead). */
+  private readonly held = new Map<string, string>();
+  /** A statement of this pass found fewer due rows than it asked for: the queue has no more now (no top-up). */
+  private exhausted = false;
   /** Buffered scan: the buffer's generation at the start of the pass, the next id to read, ids that left the queue. */
   private readonly generation: number;
   private pos = 0;
@@ -133,6 +141,7 @@ export class QueueClaimPass {
     private readonly now: number,
     private readonly holdMs: number,
     private readonly buffer: QueuedRunBuffer | null = null,
+    private readonly ahead: HeldAhead | null = null,
   ) {
     this.generation = buffer?.generation ?? 0;
   }
@@ -166,13 +175,20 @@ export class QueueClaimPass {
     if (this.done) return [];
     if (this.buffer) return this.fromBuffer(limit);
     if (this.claims) {
-      const r = await this.claims.claimQueued({ limit, now: this.now, token: this.token, holdUntil: this.now + this.holdMs });
-      const items = r.items as Row[];
-      for (const item of items) this.held.push(item.id);
-      this.scanned += items.length;
-      this.seeDue(r.nextDueAt);
-      this.done = items.length < limit || this.scanned >= MAX_SCANNED;
-      return items;
+      // Rows an earlier pass held ahead go first: they are the head of the queue as that pass saw it.
+      // Those no longer are (or whose hold runs out soon) are released first, so this statement
+      // can hand them out again, in their place.
+      if (this.ahead) await this.ahead.prune(this.claims, this.now, this.holdMs);
+      const carried = this.ahead ? this.ahead.take(limit, this.held) : [];
+      if (carried.length > 0) return carried;
+      // One statement asks for the free workers' rows and for what the held-ahead rows lack.
+      const extra = this.ahead ? this.ahead.room() : 0;
+      const items = await this.hold(limit + extra);
+      this.done = items.length < limit + extra || this.scanned >= MAX_SCANNED;
+      const mine = items.slice(0, limit);
+      for (const item of mine) this.held.set(item.id, this.token);
+      this.ahead?.carry(items.slice(limit), this.token, this.now + this.holdMs);
+      return mine;
     }
     const page = await this.repo.list({ sortedBy: QUEUE_ORDER_INDEX, cursor: this.cursor, limit });
     this.scanned += page.items.length;
@@ -246,13 +262,128 @@ export class QueueClaimPass {
    */
   async release(): Promise<void> {
     this.done = true;
-    const unclaimed = this.held.splice(0).filter((id) => !this.gone.has(id));
-    if (this.claims && unclaimed.length > 0) await this.claims.release(this.token, unclaimed);
+    const unclaimed = [...this.held].filter(([id]) => !this.gone.has(id));
+    this.held.clear();
+    if (this.claims && unclaimed.length > 0) await releaseHeld(this.claims, unclaimed);
     const buf = this.buffer;
     if (buf && buf.generation === this.generation && this.gone.size > 0) buf.ids = buf.ids.filter((id) => !this.gone.has(id));
   }
 
+  /**
+   * Claim ahead: after the pass issued its claims (their writes are on their way), the held-ahead
+   * rows are topped up with one more statement, so the pass after the next run ends finds its row
+   * here, with no statement of its own between two runs. Only once half of them are used, so a
+   * busy process fetches them in batches; not after a statement found the queue empty.
+   */
+  async topUp(): Promise<void> {
+    const ahead = this.ahead;
+    if (!this.claims || !ahead || this.exhausted || this.scanned >= MAX_SCANNED) return;
+    await ahead.prune(this.claims, this.now, this.holdMs);
+    if (!ahead.wantsMore()) return;
+    const want = ahead.room();
+    ahead.carry(await this.hold(want), this.token, this.now + this.holdMs);
+  }
+
+  /** One claim statement: up to `limit` due queued rows, held for this pass's token. */
+  private async hold(limit: number): Promise<Row[]> {
+    const r = await this.claims!.claimQueued({ limit, now: this.now, token: this.token, holdUntil: this.now + this.holdMs });
+    const items = r.items as Row[];
+    this.scanned += items.length;
+    this.seeDue(r.nextDueAt);
+    if (items.length < limit) this.exhausted = true;
+    return items;
+  }
+
   private seeDue(at: number | null): void {
     if (at !== null && (this.nextDueAt === null || at < this.nextDueAt)) this.nextDueAt = at;
+  }
+}
+
+/** Ends holds, each under the token of the pass that took it. */
+async function releaseHeld(claims: QueueClaims, held: Iterable<[string, string]>): Promise<void> {
+  const byToken = new Map<string, string[]>();
+  for (const [id, token] of held) byToken.set(token, [...(byToken.get(token) ?? []), id]);
+  await Promise.all([...byToken].map(([token, ids]) => claims.release(token, ids)));
+}
+
+/**
+ * Claim ahead, on a store that holds what it hands out (PostgreSQL): queued rows a claim pass held
+ * beyond its free workers, kept (still queued, still held from other instances' claimers) for the
+ * next passes, which claim them first with no claim statement of their own, as pg-boss's worker
+ * fetches a batch of jobs and Graphile Worker a batch of its queue. So at concurrency 1 the
+ * statement that finds run N+1 runs while run N's claim is written, not between run N's end and
+ * run N+1's claim. The rows are not claimed: nothing of them is written, they count in no
+ * worker's share (background.concurrency bounds what runs, as before), a cancel meanwhile just
+ * writes the row (which ends the hold) and the claim's CAS then fails. A row is used only while
+ * half its hold is left (the hold is the lease-like bound: a process that dies holding rows frees
+ * them when it lapses), and every held row goes back at once when the queue's order may have
+ * changed under it (a run back in the queue, one of higher priority queued) and when the
+ * claimer stops (release()).
+ */
+export class HeldAhead {
+  /** In queue order: the row as the claim statement returned it, its hold's token and end (lease clock). */
+  private rows: Array<{ row: Row; token: string; until: number }> = [];
+  /** The queue's order may have changed: the next pass releases every held row instead of using it. */
+  private stale = false;
+
+  /** `max`: rows held ahead at most (0: none; set by the claimer from background.concurrency). */
+  constructor(public max = 0) {}
+
+  get size(): number {
+    return this.rows.length;
+  }
+
+  /** Rows the next claim statement may add. */
+  room(): number {
+    return Math.max(0, this.max - this.rows.length);
+  }
+
+  carry(rows: Row[], token: string, until: number): void {
+    for (const row of rows) this.rows.push({ row, token, until });
+  }
+
+  /** A run came back to the queue, or one of this rank was queued: held rows it sorts before are no longer the queue's head. */
+  reordered(rank?: string): void {
+    if (rank === undefined || this.rows.some((r) => rankOf(r.row.value) > rank)) this.stale = true;
+  }
+
+  /** The row left the queue (its write ended the hold). */
+  forget(id: string): void {
+    this.rows = this.rows.filter((r) => r.row.id !== id);
+  }
+
+  /** Up to `limit` held rows for a pass, which then holds them (`held`: the pass releases those it does not claim). */
+  take(limit: number, held: Map<string, string>): Row[] {
+    const out = this.rows.splice(0, limit);
+    for (const r of out) held.set(r.row.id, r.token);
+    return out.map((r) => r.row);
+  }
+
+  /** At most half are left: a top-up is due. */
+  wantsMore(): boolean {
+    return this.max > 0 && this.rows.length * 2 <= this.max && this.room() > 0;
+  }
+
+  /** Ends every hold (the claimer stopped). */
+  async release(claims: QueueClaims | null): Promise<void> {
+    const rows = this.rows.splice(0);
+    if (claims && rows.length > 0)
+      await releaseHeld(
+        claims,
+        rows.map((r) => [r.row.id, r.token] as [string, string]),
+      );
+  }
+
+  /** Releases the rows past half their hold, or every row when the queue's order changed under them. */
+  async prune(claims: QueueClaims, now: number, holdMs: number): Promise<void> {
+    const keep = this.rows.filter((r) => !this.stale && r.until - now > holdMs / 2);
+    const drop = this.rows.filter((r) => !keep.includes(r));
+    this.rows = keep;
+    this.stale = false;
+    if (drop.length > 0)
+      await releaseHeld(
+        claims,
+        drop.map((r) => [r.row.id, r.token] as [string, string]),
+      );
   }
 }
