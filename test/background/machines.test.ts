@@ -1,5 +1,6 @@
 // Pure tests of the two background machines: no store, no timers; effects are recorded.
 import { describe, expect, it } from 'vitest';
+import { BACKGROUND_RUN_STATUSES } from '../../machines/background-types.js';
 import { createActor, fromCallback } from 'xstate';
 import {
   backgroundRunMachine,
@@ -404,20 +405,8 @@ describe('background-run machine', () => {
   });
 
   it("restores from the same persisted snapshot xstate builds, for every status (the state's part built once)", () => {
-    const statuses = [
-      'queued',
-      'claimed',
-      'running',
-      'retrying',
-      'awaiting_approval',
-      'awaiting_budget',
-      'completed',
-      'failed',
-      'timeout',
-      'cancelled',
-      'skipped',
-    ] as const;
-    for (const status of statuses) {
+    // Every status the machine knows (machines/background-types.ts), so a new one is checked too.
+    for (const status of BACKGROUND_RUN_STATUSES) {
       const c = { ...ctx(), run: { ...ctx().run, status } };
       const built = backgroundRunMachine.getPersistedSnapshot(backgroundRunMachine.resolveState({ value: stateOfStatus(status), context: c }));
       // Twice: the second comes from the state's cached part, with this row's context in it.
