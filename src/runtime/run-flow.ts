@@ -130,6 +130,7 @@ export class RunFlow {
       run_id,
       session_id: record.value.session_id,
       trace_id: record.value.trace_id,
+      queued: true,
       // Its id is stored now (the queued record): not new to the store when it starts.
       settled: this.admit(record.value, { ...keyed, onAccepted: undefined, onQueued: undefined, run_id_is_new: false }),
     };
