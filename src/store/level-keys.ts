@@ -93,7 +93,7 @@ export const unesc = (s: string): string =>
 
 export const recordKey = (kind: string, id: string) => `r${SEP}${esc(kind)}${SEP}${esc(id)}`;
 export const seqPrefix = (kind: string) => `s${SEP}${esc(kind)}${SEP}`;
-export const indexPrefix = (kind: string, name: string, value: string) => `i${SEP}${esc(kind)}${SEP}${esc(name)}${SEP}${esc(value)}${SEP}`;
+export const indexPrefix = (kind: string, name: string, value: string): string => indexKeys(kind, name, value).prefix;
 const KIND_COUNT_KEYS = new Map<string, string>();
 /** (Kept per kind: every op of every round asks for its kind's.) */
 export const kindCountKey = (kind: string): string => {
@@ -101,7 +101,49 @@ export const kindCountKey = (kind: string): string => {
   if (key === undefined) KIND_COUNT_KEYS.set(kind, (key = `n${SEP}${esc(kind)}`));
   return key;
 };
-export const indexCountKey = (kind: string, name: string, value: string) => `n${SEP}${esc(kind)}${SEP}${esc(name)}${SEP}${esc(value)}`;
+export const indexCountKey = (kind: string, name: string, value: string): string => indexKeys(kind, name, value).count;
+
+/** An index value's entry prefix (`i\0…\0`) and count key (`n\0…`). */
+interface IndexKeys {
+  prefix: string;
+  count: string;
+}
+type IndexKeyMemo = Map<string, Map<string, Map<string, IndexKeys>>>;
+/**
+ * The keys of the index values met lately, by kind, name and value: every write round looks up
+ * the count keys of the values its ops touch (level-writer.ts counterKeys, twice when it reads
+ * rows) and stageRecordOps builds the entry and count keys of those that move, so a key built
+ * anew each time was a fifth of a round's staging allocation (four-part strings, most of them
+ * for the same few values: a status, a task, a session). Two generations bound it: when the young
+ * one holds IX_KEYS_GENERATION values it becomes the old one and the old one is dropped; a value
+ * met in the old one moves up. Nested maps, so a lookup builds nothing.
+ */
+let ixYoung: IndexKeyMemo = new Map();
+let ixOld: IndexKeyMemo = new Map();
+let ixYoungSize = 0;
+const IX_KEYS_GENERATION = 8192;
+const memoGet = (m: IndexKeyMemo, kind: string, name: string, value: string): IndexKeys | undefined => m.get(kind)?.get(name)?.get(value);
+function indexKeys(kind: string, name: string, value: string): IndexKeys {
+  const hit = memoGet(ixYoung, kind, name, value);
+  if (hit !== undefined) return hit;
+  let keys = memoGet(ixOld, kind, name, value);
+  if (keys === undefined) {
+    const tail = `${esc(kind)}${SEP}${esc(name)}${SEP}${esc(value)}`;
+    keys = { prefix: `i${SEP}${tail}${SEP}`, count: `n${SEP}${tail}` };
+  }
+  if (ixYoungSize >= IX_KEYS_GENERATION) {
+    ixOld = ixYoung;
+    ixYoung = new Map();
+    ixYoungSize = 0;
+  }
+  let byName = ixYoung.get(kind);
+  if (byName === undefined) ixYoung.set(kind, (byName = new Map()));
+  let byValue = byName.get(name);
+  if (byValue === undefined) byName.set(name, (byValue = new Map()));
+  byValue.set(value, keys);
+  ixYoungSize++;
+  return keys;
+}
 export const EVENT_PREFIX = `e${SEP}`;
 export const RECORD_KEY_START = `r${SEP}`;
 export const COUNT_KEY_START = `n${SEP}`;
