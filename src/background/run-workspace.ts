@@ -9,7 +9,7 @@ import { domainError } from '../errors.js';
 import type { BackgroundRun } from '../schemas/background.js';
 import { DEFAULT_NAMESPACE_TEMPLATE } from '../schemas/background.js';
 import { TERMINAL, WAITING, type BgRunRow, type LifecycleRecord, type TaskRow } from './types.js';
-import { bgIdOf, publicLifecycle, publicRunIds } from './tenancy.js';
+import { bgIdOf, publicLifecycleLine, publicRunIds } from './tenancy.js';
 import { absoluteWorkspace, relativeWorkspace, FolderRemover, workspaceOf } from './workspace.js';
 import { MirrorQueue, lastMirroredSequence, mirroredRunMatches, mirrorRun } from './workspace-mirror.js';
 import type { AppLogger } from '../telemetry/logger.js';
@@ -79,6 +79,8 @@ export class RunWorkspaces {
       }
     },
     QUEUED_MIRROR_DELAY_MS,
+    // run.json shows the client's task and agent ids, as answers do (tenancy.ts).
+    (run) => publicRunIds(run as BackgroundRun),
   );
 
   constructor(private readonly deps: RunWorkspacesDeps) {
@@ -173,8 +175,10 @@ export class RunWorkspaces {
       return;
     }
     // The files show the client's task and agent ids, as answers do (tenancy.ts).
-    const lines = ctx.internal.write_events_jsonl ? lifecycle.map(({ data: _d, ...line }) => publicLifecycle(line)) : [];
-    const run = ctx.internal.write_run_json && rewriteRunJson ? publicRunIds(ctx.run) : null;
+    const lines = ctx.internal.write_events_jsonl ? lifecycle.map(publicLifecycleLine) : [];
+    // The run as stored: the queue keeps a folder's newest only and shows it when it writes it
+    // (showRun below), so the steps merged into a later one make no copy of it.
+    const run = ctx.internal.write_run_json && rewriteRunJson ? ctx.run : null;
     if (lines.length === 0 && !run) return;
     const makeDir = !this.madeDirs.has(dir);
     if (last) this.madeDirs.delete(dir);

@@ -43,9 +43,19 @@ export function bgSessionKey(run: { task_id: string; session_id: string }): stri
   return tenantKey(bgTenantOf(run.task_id), run.session_id);
 }
 
-/** A lifecycle record (or its mirrored line) as answers, events and workspace files show it: the client's ids and the tenant. */
-export function publicLifecycle<T extends { task_id: string; agent_id: string }>(l: T): T & { tenant?: string } {
-  return { ...l, task_id: bgIdOf(l.task_id), agent_id: bgIdOf(l.agent_id), ...tenantField(l.task_id) };
+/**
+ * A lifecycle record as its workspace line: without `data`, its ids as answers show them and its
+ * tenant, the other fields in their order; one copy (the mirror makes one per lifecycle step of
+ * every run, src/background/run-workspace.ts).
+ */
+export function publicLifecycleLine<T extends { task_id: string; agent_id: string; data?: unknown }>(l: T): Omit<T, 'data'> & { tenant?: string } {
+  const { data: _d, ...line } = l;
+  const shown: Omit<T, 'data'> & { tenant?: string } = line;
+  shown.task_id = bgIdOf(l.task_id);
+  shown.agent_id = bgIdOf(l.agent_id);
+  const tenant = bgTenantOf(l.task_id);
+  if (tenant) shown.tenant = tenant;
+  return shown;
 }
 
 /**

@@ -175,6 +175,11 @@ export class MirrorQueue {
      * again (a new file renamed over the old one) when claimed.
      */
     private readonly uncountedDelayMs = delayMs,
+    /**
+     * run.json's object for a step's run, made when the folder is written: steps hand their run as
+     * they have it, and of the steps merged into one write only the newest is shown.
+     */
+    private readonly showRun: (run: object) => object = (run) => run,
   ) {}
 
   /** Every waiting step goes now, and every later one at once (a shutdown must not wait out the delays). */
@@ -328,16 +333,17 @@ export class MirrorQueue {
       this.busy.add(dir);
       this.active++;
       const check = job.stillDue;
+      const go = () => this.writeFolder(dir, job.lines, job.run && this.showRun(job.run), job.makeDir);
       const write = check
         ? check().then(
             // A counted step that came meanwhile is this process's own (it claimed or cancelled
             // the run during the check): the steps before it are written too, or its lines would
             // leave a gap.
-            (due) => (due || this.pending.get(dir)?.counted ? this.writeFolder(dir, job.lines, job.run, job.makeDir) : undefined),
+            (due) => (due || this.pending.get(dir)?.counted ? go() : undefined),
             // The check could not tell (a store read failed): written, as before the check existed.
-            () => this.writeFolder(dir, job.lines, job.run, job.makeDir),
+            go,
           )
-        : this.writeFolder(dir, job.lines, job.run, job.makeDir);
+        : go();
       write
         .then(
           () => job.done.forEach((d) => d(true)),

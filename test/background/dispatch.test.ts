@@ -85,6 +85,26 @@ describe('MirrorQueue', () => {
     expect(existsSync(join(d, 'run.json.tmp'))).toBe(false);
   });
 
+  it("shows run.json's run when the folder is written: once per write, the newest of the merged steps", async () => {
+    const shown: object[] = [];
+    const q = new MirrorQueue(
+      1,
+      60_000,
+      () => undefined,
+      undefined,
+      60_000,
+      (run) => (shown.push(run), { ...run, shown: true }),
+    );
+    const d = join(dir, 'shown');
+    const runs = [{ status: 'queued' }, { status: 'running' }, { status: 'completed' }];
+    const steps = runs.map((run, i) => q.write(d, [{ n: i + 1 }], run, i === 0, i === 2));
+    expect(await Promise.all(steps)).toEqual([true, true, true]);
+    expect(shown).toEqual([{ status: 'completed' }]);
+    expect(shown[0]).toBe(runs[2]);
+    expect(JSON.parse(readFileSync(join(d, 'run.json'), 'utf8'))).toEqual({ status: 'completed', shown: true });
+    expect(lines('shown')).toEqual([1, 2, 3]);
+  });
+
   it('writes a folder once at a time: steps that arrive during a write follow it, in order', async () => {
     const q = new MirrorQueue(2, 0, () => undefined);
     const d = join(dir, 'b');

@@ -161,6 +161,44 @@ describe('background tasks and runs per tenant', () => {
     expect((await getJson(`${s.url}/background/runs/${A.run}/workspace/files/run.json`, inAcme)).status).toBe(200);
   });
 
+  it("writes a tenant's run workspace files with the client's ids and the tenant (run.json, events.jsonl lines without data)", async () => {
+    const inAcme = as('global', 'reader', { 'x-agentd-tenant': 'acme' });
+    const files = `${s.url}/background/runs/${A.run}/workspace/files`;
+    // The terminal step's files: run.json completed, and its line.
+    const run = await eventually(async () => {
+      const r = await getJson(`${files}/run.json`, inAcme);
+      return r.status === 200 && r.body.status === 'completed' ? r.body : null;
+    });
+    expect(run).toMatchObject({ run_id: A.run, task_id: 'same', agent_id: 'default', tenant: 'acme' });
+    const lines = await eventually(async () => {
+      const r = await call('GET', `${files}/events.jsonl`, inAcme);
+      const parsed =
+        r.status === 200
+          ? r.text
+              .trim()
+              .split('\n')
+              .map((l) => JSON.parse(l) as Record<string, unknown>)
+          : [];
+      return parsed.at(-1)?.status === 'completed' ? parsed : null;
+    });
+    for (const l of lines) {
+      expect(l).toMatchObject({ run_id: A.run, task_id: 'same', agent_id: 'default', tenant: 'acme' });
+      expect(Object.keys(l)).toEqual([
+        'sequence',
+        'event',
+        'timestamp',
+        'run_id',
+        'task_id',
+        'agent_id',
+        'status',
+        'attempt',
+        'worker_id',
+        'lease_generation',
+        'tenant',
+      ]);
+    }
+  });
+
   it('lists every tenant to a global key, each record carrying its tenant', async () => {
     const tasks = await getJson(`${s.url}/background/tasks?limit=100`, as('global', 'reader'));
     const same = tasks.body.tasks.filter((t: { task_id: string }) => t.task_id === 'same').map((t: { tenant?: string }) => t.tenant);
