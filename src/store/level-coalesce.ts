@@ -26,15 +26,16 @@ const ROW = `r${SEP}`;
  */
 export function coalesceRound(batch: BatchOp[], records: number, distinct: number): BatchOp[] {
   if (records <= distinct) return batch;
-  const firstIsPut = new Map<string, boolean>();
+  // Per key: the index of its last operation, times two, plus 1 when its first one is a put (one
+  // map, not two: this runs for most rounds of a busy queue).
   const last = new Map<string, number>();
   let repeats = false;
   for (let i = 0; i < batch.length; i++) {
     const k = batch[i].key;
     if (!tracked(k)) continue;
-    if (last.has(k)) repeats = true;
-    else firstIsPut.set(k, batch[i].type === 'put');
-    last.set(k, i);
+    const seen = last.get(k);
+    if (seen !== undefined) repeats = true;
+    last.set(k, i * 2 + (seen === undefined ? (batch[i].type === 'put' ? 1 : 0) : seen & 1));
   }
   if (!repeats) return batch;
   // Compacted in place (the round's own array): what is kept moves down over what is dropped.
@@ -43,8 +44,9 @@ export function coalesceRound(batch: BatchOp[], records: number, distinct: numbe
     const op = batch[i];
     const k = op.key;
     if (tracked(k)) {
-      if (last.get(k) !== i) continue;
-      if (op.type === 'del' && firstIsPut.get(k) === true && !k.startsWith(ROW)) continue;
+      const e = last.get(k)!;
+      if (e >> 1 !== i) continue;
+      if (op.type === 'del' && (e & 1) === 1 && !k.startsWith(ROW)) continue;
     }
     batch[n++] = op;
   }

@@ -72,13 +72,14 @@ export function stageEvents(events: EventInput[], first: number, batch: BatchOp[
  * cursors; '' when that is the only one, else all of them concatenated.
  */
 export function stagePostings(postings: RoundPostings, batch: BatchOp[]): void {
-  for (const [field, byValue] of postings) {
+  // (forEach: no entry pair per indexed value of every round.)
+  postings.forEach((byValue, field) => {
     const head = eventIndexHead(field);
-    for (const [v, cs] of byValue) {
+    byValue.forEach((cs, v) => {
       if (typeof cs === 'string') batch.push({ type: 'put', key: head + esc(v) + SEP + cs, value: '' });
       else batch.push({ type: 'put', key: head + esc(v) + SEP + cs[cs.length - 1], value: cs.join('') });
-    }
-  }
+    });
+  });
 }
 
 // ---------------------------------------------------------------- reads

@@ -92,7 +92,13 @@ export const unesc = (s: string): string =>
   s.includes('\u0001') ? s.replace(/\u0001([\u0001\u0002])/g, (_m, c: string) => (c === '\u0001' ? '\u0000' : '\u0001')) : s;
 
 export const recordKey = (kind: string, id: string) => `r${SEP}${esc(kind)}${SEP}${esc(id)}`;
-export const seqPrefix = (kind: string) => `s${SEP}${esc(kind)}${SEP}`;
+const SEQ_PREFIXES = new Map<string, string>();
+/** (Kept per kind, as kindCountKey: every create and delete of every round asks for its kind's.) */
+export const seqPrefix = (kind: string): string => {
+  let prefix = SEQ_PREFIXES.get(kind);
+  if (prefix === undefined) SEQ_PREFIXES.set(kind, (prefix = `s${SEP}${esc(kind)}${SEP}`));
+  return prefix;
+};
 export const indexPrefix = (kind: string, name: string, value: string): string => indexKeys(kind, name, value).prefix;
 const KIND_COUNT_KEYS = new Map<string, string>();
 /** (Kept per kind: every op of every round asks for its kind's.) */

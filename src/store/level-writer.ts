@@ -424,21 +424,22 @@ export class LevelWriter {
           }
           this.lastSeq = staged.seq;
           for (const op of staged.batch) batch.push(op); // no spread: rounds can hold 20k ops
-          for (const [k, v] of staged.rows) rows.set(k, v);
-          for (const [k, v] of staged.counters) {
+          // (forEach: no entry pair per row and counter of every job.)
+          staged.rows.forEach((v, k) => rows.set(k, v));
+          staged.counters.forEach((v, k) => {
             if (!dirtyCounters.has(k)) dirtyCounters.set(k, counters.get(k)!);
             counters.set(k, v);
-          }
+          });
           settle.push(() => job.resolve(staged.results));
         } catch (e) {
           settle.push(() => job.reject(e));
         }
       }
-      for (const [k, was] of dirtyCounters) {
+      dirtyCounters.forEach((was, k) => {
         const v = counters.get(k)!;
-        if (v === was) continue; // e.g. an index entry put and deleted in this round
+        if (v === was) return; // e.g. an index entry put and deleted in this round
         batch.push(v > 0 ? { type: 'put', key: k, value: String(v) } : { type: 'del', key: k });
-      }
+      });
       if (this.lastSeq !== seqBefore) batch.push({ type: 'put', key: META_SEQ, value: String(this.lastSeq) });
       stagePostings(postings, batch);
       if (this.lastCursor !== cursorBefore) batch.push({ type: 'put', key: META_CURSOR, value: String(this.lastCursor) });

@@ -40,6 +40,13 @@ describe('coalesceRound', () => {
     expect(coalesceRound([del(running), put(queued, 'r1')], 2, 1)).toEqual([del(running), put(queued, 'r1')]);
   });
 
+  it("tells an entry's first operation from its last however often it repeats", () => {
+    // First a del (the entry may be on disk): its last del stays. First a put: put..del is nothing.
+    expect(coalesceRound([del(queued), put(queued, 'r1'), del(queued)], 3, 1)).toEqual([del(queued)]);
+    expect(coalesceRound([put(queued, 'r1'), del(queued), put(queued, 'r1'), del(queued)], 4, 1)).toEqual([]);
+    expect(coalesceRound([put(queued, 'r1'), del(queued), put(queued, 'r2')], 3, 1)).toEqual([put(queued, 'r2')]);
+  });
+
   it("keeps a row's del even when the row was put earlier in the round", () => {
     expect(coalesceRound([put(row), del(row)], 2, 1)).toEqual([del(row)]);
   });
