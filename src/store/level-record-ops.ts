@@ -1,15 +1,18 @@
 // One round's record writes staged against what the disk holds (src/store/level-writer.ts): each
 // op checked (CAS on version), its row, index postings and counters as batch operations.
-import { cleanIndexes, indexCountKey, indexPrefix, kindCountKey, recordKey, seqPrefix, type BatchOp, type Row } from './level-keys.js';
+import { cleanIndexes, indexCountKey, indexPrefix, kindCountKey, seqPrefix, type BatchOp, type Row } from './level-keys.js';
 import { holdersAsWrite } from './holders-op.js';
 import { assertOpApplies, encodeCursor, type Versioned, type WriteOp } from './store.js';
 
 /**
  * Validates `ops` against the round's view; returns the staged changes or throws StoreError.
- * `seq`: the last record seq handed out; the result's `seq` the last after these ops.
+ * `seq`: the last record seq handed out; the result's `seq` the last after these ops. `keys`, from
+ * `from` on: the ops' record keys (recordKey), in order, as the round built them.
  */
 export function stageRecordOps(
   ops: WriteOp[],
+  keys: readonly string[],
+  from: number,
   rows: Map<string, Row | null>,
   counters: Map<string, number>,
   lastSeq: number,
@@ -26,8 +29,9 @@ export function stageRecordOps(
     sCounters.set(key, base + d);
   };
 
-  for (const given of ops) {
-    const key = recordKey(given.kind, given.id);
+  for (let i = 0; i < ops.length; i++) {
+    const given = ops[i];
+    const key = keys[from + i];
     const cur = sRows.has(key) ? sRows.get(key)! : (rows.get(key) ?? null);
     // A holders op is the plain write it amounts to on the record as staged (src/store/holders-op.ts).
     const op = given.op === 'holders' ? holdersAsWrite(given, cur?.value ?? null, cur !== null) : given;

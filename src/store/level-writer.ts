@@ -306,13 +306,15 @@ export class LevelWriter {
       //    values are known up front; only those of a loaded row's old index values need a
       //    second read, after the rows (an update that moves an index value not seen lately).
       const recKeys = new Set<string>();
-      // Every record op of the round with its row's key, in order.
-      const recOps: Array<{ op: WriteOp; key: string }> = [];
+      // Every record op of the round and its row's key, in order (stageRecordOps reads them here).
+      const recOps: WriteOp[] = [];
+      const opKeys: string[] = [];
       for (const j of jobs) {
         if (j.type !== 'records') continue;
         for (const op of opsOf.get(j)!) {
           const key = recordKey(op.kind, op.id);
-          recOps.push({ op, key });
+          recOps.push(op);
+          opKeys.push(key);
           recKeys.add(key);
         }
       }
@@ -337,7 +339,9 @@ export class LevelWriter {
         // (Loops with `in` and no copies: this runs for every op of every round.)
         const counterKeys = (): Set<string> => {
           const ckeys = new Set<string>();
-          for (const { op, key } of recOps) {
+          for (let i = 0; i < recOps.length; i++) {
+            const op = recOps[i];
+            const key = opKeys[i];
             ckeys.add(kindCountKey(op.kind));
             const known = rows.has(key);
             const oldIx = rows.get(key)?.ix ?? NO_INDEXES;
@@ -392,6 +396,7 @@ export class LevelWriter {
       const seqBefore = this.lastSeq;
       const cursorBefore = this.lastCursor;
       const postings = newRoundPostings(); // one posting per indexed value per round
+      let keysAt = 0; // the first of the job's keys in opKeys
       for (const job of jobs) {
         if (job.type === 'barrier') {
           const last = this.lastCursor;
@@ -412,8 +417,11 @@ export class LevelWriter {
           settle.push(() => job.reject(failed.get(job)));
           continue;
         }
+        const jobWrites = opsOf.get(job)!;
+        const from = keysAt;
+        keysAt += jobWrites.length;
         try {
-          const staged = stageRecordOps(opsOf.get(job)!, rows, counters, this.lastSeq);
+          const staged = stageRecordOps(jobWrites, opKeys, from, rows, counters, this.lastSeq);
           // The job's events join the batch only now that every op applies; stageEvents throws
           // (a value JSON cannot encode) before it stages anything, so the job fails whole.
           const jobEvents = eventsOf.get(job);
