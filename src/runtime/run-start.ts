@@ -114,6 +114,8 @@ export class RunStarter {
       ]);
       const workspace_path = opts.workspace_path ?? this.kernel.sessionWorkspace(session_key, profile.session_workspace_root);
       this.deps.metrics.liveRuns.inc();
+      // A new record (not one that waited `queued`): nothing can have written its inbox yet.
+      if (!queued) this.kernel.inbox.born(run_id);
       const take = opts.takeSlotInCreate;
       live = this.kernel.host({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, agent, { ...opts, workspace_path }, trace, [
         { op: 'create', kind: repos(this.deps.store).traces.kind, id: trace_id, value: trace, indexes: traceIndexes },
@@ -205,6 +207,7 @@ export class RunStarter {
         // Never created (or its session could not be read): stop whatever started, let go of
         // the slot and the session.
         live.discard();
+        this.kernel.inbox.forget(live.run_id);
       } else {
         releaseSlot();
         agent?.release();
