@@ -359,7 +359,9 @@ export class Claimer {
           return !h.dead;
         }
         await h.chain;
-        return !h.dead && this.host.statusOf(h) === 'running';
+        // Claimed, whatever came after: an agent run started before its claim landed
+        // (AgentBridge.logic) may have ended already, its end folded into the actor (RunHosts.foldInto).
+        return !h.dead && this.host.statusOf(h) !== 'queued';
       } finally {
         h.sends--;
         this.host.maybeRelease(h);

@@ -121,7 +121,9 @@ export class RunHost {
     this.settled = new Promise<RunRecord>((r) => (this.resolveSettled = r));
     // A new run's first round waits to fold with what follows (CREATE_FOLD_MS), unless other
     // processes share the store (they must be able to read the run as soon as its id is out).
-    const fold = create !== undefined && !isSharedStore(deps.store);
+    // A background run's agent run folds there too: its claimed row named its id before it was made,
+    // and its recovery needs nothing of it stored (AgentBridge.continueAgent starts an absent one).
+    const fold = create !== undefined && (!isSharedStore(deps.store) || (rec.value.kind === 'background' && !opts.takeSlotInCreate));
     // On a store that writes events in a commit, the run's events ride in its record writes (run-events.ts).
     const ride = deps.store.capabilities.atomicCommitEvents === true;
     this.events = new RunEventChain(deps.telemetry, fold && !ride, ride ? () => this.writer.hasOpenWrite : null);
@@ -134,11 +136,19 @@ export class RunHost {
       (err) => this.onFenced(err),
       create
         ? fold
-          ? { extra: create, delayMs: deps.createFoldMs ?? CREATE_FOLD_MS, beforeIssue: () => this.events.release(), replaces: opts.queued?.version }
-          : { extra: create, replaces: opts.queued?.version }
+          ? {
+              extra: create,
+              delayMs: deps.createFoldMs ?? CREATE_FOLD_MS,
+              beforeIssue: () => this.events.release(),
+              replaces: opts.queued?.version,
+              after: opts.after,
+            }
+          : { extra: create, replaces: opts.queued?.version, after: opts.after }
         : undefined,
     );
     if (ride) this.writer.rider = this.events;
+    // Its background run's claim was refused (StartOptions.after): the creating write goes now and fails, fenced off.
+    opts.after?.catch(() => this.writer.flush());
     this.onDelta = opts.onDelta;
     this.startedAtMs = deps.clock.now();
     this.workspace_path = opts.workspace_path ?? null;
@@ -378,8 +388,11 @@ export class RunHost {
     await this.deps.ledger.releaseRun(record.run_id).catch(() => 0);
   }
 
+  private retired = false;
   /** Lets go of everything the run holds in this process: timers, actor, slot, session turn, agent. */
   private retire(): void {
+    if (this.retired) return; // once: a run fenced off as it started (StartOptions.after) is discarded too
+    this.retired = true;
     if (this.heartbeat) clearInterval(this.heartbeat);
     if (this.timeout) clearTimeout(this.timeout);
     this.deps.system.stop(`run:${this.run_id}`);

@@ -194,6 +194,8 @@ export class RunStarter {
           ];
       // A fork's or replay's conversation (StartOptions.conversation): its turn starts at its last user message.
       const history_length = opts.conversation ? Math.max(0, messages.map((m) => m.role).lastIndexOf('user')) : messages.length - 1;
+      // Its creating write failed already (fenced off: StartOptions.after refused): nothing of it may run.
+      if (live.ending) await live.writer.created;
       live.spawn({
         input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query, history_length },
       });

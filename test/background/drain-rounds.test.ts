@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
-import type { CommitOps, WriteOp } from '../../src/store/store.js';
+import { StoreError, type CommitOps, type WriteOp } from '../../src/store/store.js';
 import { QueueClaimPass } from '../../src/store/repos/bg-runs.js';
 import { api, directModel, waitRun, type Api } from './helpers.js';
 import { waitFor } from '../helpers/wait.js';
@@ -173,7 +173,7 @@ describe('draining at concurrency 1', () => {
 describe('starting before the claim lands', () => {
   it("sends the next run's model request while its claim's round is still being written, one model call at a time", async () => {
     const store = server.store;
-    if (store.capabilities.sharedByInstances) return; // a shared store's claim must land first (docs/background.md)
+    // On a shared store (PostgreSQL) too: the agent run then writes nothing before its claim lands (StartOptions.after).
     // A slow fsync: from `hold` on, every commit waits, in the order it was issued, until `go`.
     let go!: () => void;
     const gate = new Promise<void>((r) => (go = r));
@@ -206,8 +206,10 @@ describe('starting before the claim lands', () => {
       // The first run's end and the second's claim are issued and held: the second's agent run
       // has started anyway, and its model request arrives while nothing of that round is stored.
       await waitFor(() => model.requests.length > before + 1, { what: "the second run's model request while its claim is not stored" });
-      // What a reader sees is what is stored: the second run is still queued.
+      // What a reader sees is what is stored: the second run is still queued, and its agent run (which
+      // takes its id) is not stored yet.
       expect((await a.get(`/background/runs/${second}`)).body.status).toBe('queued');
+      expect(await store.getRecord('runs', second)).toBeNull();
       go();
       expect((await waitRun(a, first)).status).toBe('completed');
       expect((await waitRun(a, second)).status).toBe('completed');
@@ -218,6 +220,58 @@ describe('starting before the claim lands', () => {
       store.commit = commit;
       store.commitWithEvents = commitWithEvents;
     }
+  });
+});
+
+describe('a claim refused after its agent run started', () => {
+  it('leaves nothing of that agent run stored on a shared store, and the run is claimed again and runs once', async () => {
+    const store = server.store;
+    if (!store.capabilities.sharedByInstances) return; // the embedded stores cancel it instead (AgentBridge.abandon)
+    // Every `runs` op that reached the store, and the claims written (a row going running).
+    const runOps: Array<{ op: string; id: string }> = [];
+    const note = (list: WriteOp[]) => {
+      for (const o of list) if (o.kind === 'runs') runOps.push({ op: o.op, id: o.id });
+      return list;
+    };
+    let refuse = true;
+    const before = model.requests.length;
+    const { commitWithEvents } = store;
+    store.commitWithEvents = (ops, events) => {
+      const claim =
+        Array.isArray(ops) &&
+        ops.some((o) => {
+          const run = (o as { value?: { run?: { status?: string; task_id?: string } } }).value?.run;
+          return o.kind === 'bg_runs' && run?.status === 'running' && run.task_id === 'refused';
+        });
+      if (claim && refuse) {
+        refuse = false;
+        // Refused as if another instance's claim had won the row, once the agent run it started
+        // asked the model: nothing of the claim is written.
+        return waitFor(() => model.requests.length > before, { what: "the agent run's model request before its claim landed" }).then(() => {
+          throw new StoreError('stale_version', 'bg_runs: another instance claimed it first');
+        });
+      }
+      return commitWithEvents.call(store, typeof ops === 'function' ? () => note(ops()) : note(ops), events);
+    };
+    let id: string;
+    try {
+      const t = await a.post('/background/tasks', { task_id: 'refused', schedule: { type: 'manual' }, query: 'just answer', session_policy: { mode: 'run' } });
+      expect(t.status).toBe(200);
+      const r = await a.post('/background/tasks/refused/run', {});
+      expect(r.status).toBe(200);
+      id = r.body.run_id;
+      const run = await waitRun(a, id);
+      expect(run.status).toBe('completed');
+      expect(run.attempt).toBe(1);
+    } finally {
+      store.commitWithEvents = commitWithEvents;
+    }
+    // Two model calls (the refused claim's, and the run's), one agent run created: the one of the
+    // claim that landed, which completed.
+    expect(model.requests.length - before).toBe(2);
+    expect(runOps.filter((o) => o.id === id && o.op === 'create')).toHaveLength(1);
+    const rec = await store.getRecord<{ status: string }>('runs', id);
+    expect(rec?.value.status).toBe('completed');
   });
 });
 
