@@ -276,7 +276,7 @@ async function startAgentd() {
       return req;
     };
   }
-  // A read names its kind; a write round its commits, each by the kinds of its ops.
+  // A read names its kind; a write round (after a tab) its commits, each by the kinds of its ops.
   function spanLabel(cfg) {
     const name = cfg.name ?? String(cfg.text).slice(0, 40);
     const v = cfg.values ?? [];
@@ -285,7 +285,12 @@ async function startAgentd() {
     const commits = new Map();
     (v[0] ?? []).forEach((c, i) => (commits.get(c) ?? commits.set(c, new Set()).get(c)).add(`${v[1][i]}:${v[2][i]}`));
     const evs = (v[7] ?? []).length;
-    return `${name} [${[...commits.values()].map((k) => [...k].sort().join('+')).join(' | ')}]${evs ? ` +${evs} events` : ''}`;
+    const shapes = new Map();
+    for (const k of commits.values()) {
+      const shape = [...k].sort().join('+');
+      shapes.set(shape, (shapes.get(shape) ?? 0) + 1);
+    }
+    return `${name}\t[${[...shapes].map(([shape, n]) => (n > 1 ? `${n}x ${shape}` : shape)).join(' | ')}]${evs ? ` +${evs} events` : ''}`;
   }
   commands.set('pgTrace', ({ on }) => {
     trace.on = !!on;

@@ -231,12 +231,13 @@ function roundTripReport(spans: Span[]): string {
   const trips = merge(pg);
   const busy = (m: Array<[number, number]>) => m.reduce((t, [a, b]) => t + Math.min(b, to) - a, 0);
   const byLabel: Record<string, number> = {};
-  for (const s of pg) byLabel[s[2]] = (byLabel[s[2]] ?? 0) + 1;
+  // A write round's label names its commits after a tab: counted by statement name.
+  for (const s of pg) byLabel[s[2].split('\t')[0]] = (byLabel[s[2].split('\t')[0]] ?? 0) + 1;
   for (const k of Object.keys(byLabel)) byLabel[k] = Math.round((byLabel[k] / runs) * 100) / 100;
   const sample = inWindow
     .filter((s) => s[0] >= calls[i0 + 1][0] && s[0] < calls[i0 + 3][0])
     .sort((x, y) => x[0] - y[0])
-    .map((s) => `    +${(s[0] - calls[i0 + 1][0]).toFixed(2)} .. +${(s[1] - calls[i0 + 1][0]).toFixed(2)} ms ${s[2]}`)
+    .map((s) => `    +${(s[0] - calls[i0 + 1][0]).toFixed(2)} .. +${(s[1] - calls[i0 + 1][0]).toFixed(2)} ms ${s[2].replace('\t', ' ')}`)
     .join('\n');
   const per = (n: number) => (n / runs).toFixed(2);
   return (
