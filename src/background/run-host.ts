@@ -414,9 +414,7 @@ export class RunHosts {
    * alone writes, because it takes commits first in, first out (a refused claim makes the carrying
    * commit refused too: the agent run is fenced); on one other instances share, because an agent
    * run started before its claim landed writes nothing before it did (StartOptions.after: a
-   * refused claim fences the agent run off before its first write), and this process's commits
-   * go to PostgreSQL in call order too (src/store/pg-writer.ts), so one carried behind a heartbeat
-   * in flight applies after it or, refused with it, goes without it (`optional`).
+   * refused claim fences the agent run off before its first write); there only behind the claim.
    */
   foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void, opts: { decision?: boolean } = {}): CarriedWrite | null {
     const atomic = this.deps.store.capabilities.atomicCommitEvents === true;
@@ -424,7 +422,9 @@ export class RunHosts {
     const shared = isSharedStore(this.deps.store);
     const h = this.handles.get(runId);
     if (!h || h.dead || !h.actor || h.tailWrite) return null;
-    const base = h.pending === 0 ? h.row : !opts.decision && h.pending === 1 && h.ahead ? h.ahead : null;
+    // Behind a write in flight (`h.ahead`): on a shared store only the claim (the row as last written is still queued).
+    const behind = h.pending === 1 && h.ahead && !opts.decision && (!shared || h.row.value.run.status === 'queued');
+    const base = h.pending === 0 ? h.row : behind ? h.ahead : null;
     if (!base) return null;
     if (h.actor.getSnapshot().status !== 'active') return null;
     const job: WriteJob = { steps: [] };
