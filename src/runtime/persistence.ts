@@ -128,6 +128,8 @@ export class RecordWriter<T> {
   private deferredWrite: { timer: NodeJS.Timeout | null; issue: () => void } | null = null;
   /** A carried write holds the open write back (CarriedEvents.hold): flush() must not send it early. */
   private held = false;
+  /** The open write, waiting for the create's `after` before it goes to the store. */
+  private gated: OpenWrite<T> | null = null;
   /** Events that ride in this writer's writes (only on a store with capabilities.atomicCommitEvents). */
   rider: EventRider | null = null;
 
@@ -222,7 +224,8 @@ export class RecordWriter<T> {
     const done = new Promise<Versioned<T>>((resolve, reject) => open.waiters.push({ resolve, reject }));
     // A write not handed to the store yet (this new one, or a delayed creating one) may wait as
     // long as what it carries asks, to share another write's store round.
-    const holding = (fresh || this.deferredWrite !== null) && !this.held ? (carried?.hold?.(fresh ? 'new' : 'creating') ?? null) : null;
+    const waiting = this.deferredWrite !== null || this.gated === open;
+    const holding = (fresh || waiting) && !this.held ? (carried?.hold?.(fresh ? 'new' : 'creating') ?? null) : null;
     if (holding) {
       this.held = true;
       const go = () => {
@@ -285,7 +288,9 @@ export class RecordWriter<T> {
       // Updates fold into `open` meanwhile (it stays this.open until the store takes it).
       const before = this.creating?.beforeIssue;
       this.deferredWrite = {
-        timer: setTimeout(() => this.flush(), delayMs),
+        // Held by what it carries (CarriedEvents.hold: an end waiting for the next claim, which
+        // bounds that wait itself, write-join.ts): it goes when that lets go, not at this bound.
+        timer: setTimeout(() => this.held || this.flush(), delayMs),
         issue: () => {
           before?.();
           this.issue(open);
@@ -300,7 +305,13 @@ export class RecordWriter<T> {
     // meanwhile, as into any write the store has not taken.
     const gate = this.after?.pending;
     if (gate) {
-      const go = () => this.issue(open);
+      this.gated = open;
+      const go = () => {
+        if (this.gated === open) this.gated = null;
+        // Held meanwhile by what it carries (CarriedEvents.hold): it goes when that lets go (flush).
+        if (this.held) this.deferredWrite = { timer: null, issue: () => this.issue(open) };
+        else this.issue(open);
+      };
       // In `inflight` meanwhile, so drain() waits for it (issue() adds the write itself before this settles).
       const waiting = gate.then(go, go);
       this.inflight.push(waiting);

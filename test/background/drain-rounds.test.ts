@@ -223,6 +223,74 @@ describe('starting before the claim lands', () => {
   });
 });
 
+describe('an agent run that ends before its claim landed', () => {
+  it("waits for that claim and the next one: its end, in its agent run's final commit, shares the next claim's round", async () => {
+    const store = server.store;
+    if (!store.capabilities.sharedByInstances) return; // there the claim lands before the agent run could end (first in, first out)
+    // Every claim's commit is slow (30 ms, a loaded server), the model fast: each agent run ends
+    // while its claim is in flight. Before, its end waited 5 ms for a claim that could not come
+    // (the claim in flight counted as the worker's) and went to the store alone.
+    const claimOf = (ops: CommitOps) =>
+      Array.isArray(ops) && ops.some((o) => o.kind === 'bg_runs' && (o as { value?: { run?: { status?: string } } }).value?.run?.status === 'running');
+    // The round a commit was written in: the commits of one group-commit round resolve together, in
+    // one turn of the event loop, and a store writes one round at a time.
+    let round = 0;
+    let turnOpen = false;
+    const roundNow = () => {
+      if (!turnOpen) {
+        round++;
+        turnOpen = true;
+        setImmediate(() => (turnOpen = false));
+      }
+      return round;
+    };
+    const claims = new Map<string, number>();
+    const ends = new Map<string, number>();
+    const { commitWithEvents } = store;
+    store.commitWithEvents = (ops, events) => {
+      const marks: Array<() => void> = [];
+      const seen = (list: WriteOp[]) => {
+        for (const o of list) {
+          const status = (o as { value?: { run?: { status?: string } } }).value?.run?.status;
+          if (o.kind === 'bg_runs' && status === 'running') marks.push(() => claims.set(o.id, roundNow()));
+          if (o.kind === 'bg_runs' && status === 'completed' && list.some((x) => x.kind === 'runs')) marks.push(() => ends.set(o.id, roundNow()));
+        }
+        return list;
+      };
+      const landed = <T>(r: T) => (marks.forEach((m) => m()), r);
+      // A claim's answer comes 30 ms after its round (the store is not held: other rounds go meanwhile).
+      if (claimOf(ops))
+        return commitWithEvents
+          .call(store, seen(ops as WriteOp[]), events)
+          .then(landed)
+          .then((r) => new Promise<typeof r>((go) => setTimeout(() => go(r), 30)));
+      return commitWithEvents.call(store, typeof ops === 'function' ? () => seen(ops()) : seen(ops), events).then(landed);
+    };
+    let ids: string[];
+    try {
+      const t = await a.post('/background/tasks', {
+        task_id: 'slowclaim',
+        schedule: { type: 'manual' },
+        query: 'just answer',
+        overlap_policy: 'allow_parallel',
+        session_policy: { mode: 'run' },
+      });
+      expect(t.status).toBe(200);
+      const r = await a.post('/background/tasks/slowclaim/runs', { runs: Array.from({ length: 5 }, () => ({})) });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      ids = r.body.runs.map((x: { run: { run_id: string } }) => x.run.run_id);
+      for (const id of ids) expect((await waitRun(a, id)).status).toBe('completed');
+    } finally {
+      store.commitWithEvents = commitWithEvents;
+    }
+    // Every run's end is in its agent run's final commit; runs 1-4 end in a round with another run's
+    // claim (run 5's end has no next claim), but for timing (a model slower than the claim).
+    expect(ids.filter((id) => ends.has(id))).toEqual(ids);
+    const paired = ids.filter((id) => [...claims].some(([other, at]) => other !== id && at === ends.get(id)));
+    expect(paired.length).toBeGreaterThan(0);
+  });
+});
+
 describe('a claim refused after its agent run started', () => {
   it('leaves nothing of that agent run stored on a shared store, and the run is claimed again and runs once', async () => {
     const store = server.store;
