@@ -271,6 +271,8 @@ function perRunBy(a: Record<string, number> | undefined, b: Record<string, numbe
 export async function profileBackgroundDrain(label: string, order: string[], save: (p: ProfileResult, order: string[]) => void): Promise<void> {
   const { agentdDrain, DRAIN_RETENTION } = await import('./benchmarks/drain-agentd.js');
   const runs = QUICK ? 300 : 1000;
+  // BENCH_PROFILE_BULK=1: the runs are queued by POST .../runs, lists of 1,000 (all queued before the drain), as background-drain's bulk rows.
+  const enqueue = process.env.BENCH_PROFILE_BULK ? 'bulk' : 'single';
   const WARMUP = QUICK ? 300 : 1000;
   const COUNTED = 200;
   const fake = await startChild({ mode: 'fake-openai' });
@@ -313,11 +315,11 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
         process.env.BENCH_NODE_FLAGS = prev ?? '';
         try {
           log(`profile-background c=${concurrency}: warm-up drain of ${WARMUP} runs`);
-          await agentdDrain(child, WARMUP, dir);
+          await agentdDrain(child, WARMUP, dir, true, enqueue);
           fromMs = nowMs();
           log(`profile-background c=${concurrency}: profiled drain of ${runs} runs`);
           const th0 = threadCpuMs(child.pid);
-          const d = await agentdDrain(child, runs, dir).catch((err: unknown) => {
+          const d = await agentdDrain(child, runs, dir, true, enqueue).catch((err: unknown) => {
             throw new Error(`${String(err)}; child stderr: ${child.stderr().slice(-3000)}`);
           });
           const th1 = threadCpuMs(child.pid);
@@ -331,7 +333,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           const t0 = treeStats(join(dir, 'workspaces', 'background'));
           const tracing = db !== null && !!process.env.BENCH_PG_TRACE;
           if (tracing) await child.call({ cmd: 'pgTrace', on: true });
-          await agentdDrain(child, COUNTED, dir);
+          await agentdDrain(child, COUNTED, dir, true, enqueue);
           if (tracing) process.stderr.write(roundTripReport(await child.call<Span[]>({ cmd: 'pgTrace', on: false })));
           const s1 = await child.call<StoreStats>({ cmd: 'storeStats' });
           const f1 = await fake.call<{ requests?: number }>({ cmd: 'fakeStats' });
