@@ -80,4 +80,42 @@ describe('the supervisors, per drained background run', () => {
       all: steps.length,
     }).toEqual({ spawnBgrun: 0, spawnRun: 0, doneBgrun: runs, doneRun: runs, stops: 0, all: 2 * runs });
   });
+
+  it('per drained run, its actors and their effects take these events, and its two machines three steps each', async () => {
+    const system = server.runtime.system;
+    // Events taken, by actor: the background run and agent run by systemId, their invoked
+    // effects by the name the machine gives them (agentRun, checkInput, callModel).
+    const events: Record<string, number> = {};
+    const microsteps: Record<string, number> = {};
+    let ended = 0;
+    let allEnded!: () => void;
+    const drained = new Promise<void>((r) => (allEnded = r));
+    const runs = 5;
+    const kindOf = (ref: unknown) => {
+      const id = systemIdOf(ref);
+      if (id) return id.split(':')[0];
+      const src = (ref as { src?: unknown }).src;
+      return typeof src === 'string' ? src : undefined;
+    };
+    const sub = system.root.system.inspect((ev: InspectionEvent) => {
+      const kind = kindOf(ev.actorRef);
+      if (!kind || !['bgrun', 'run', 'agentRun', 'checkInput', 'callModel'].includes(kind)) return;
+      if (ev.type === '@xstate.event') events[kind] = (events[kind] ?? 0) + 1;
+      if (ev.type === '@xstate.microstep') microsteps[kind] = (microsteps[kind] ?? 0) + 1;
+      if (ev.type === '@xstate.snapshot' && kind === 'bgrun' && (ev.snapshot as { status: string }).status === 'done' && ++ended === runs) allEnded();
+    });
+    try {
+      const r = await a.post('/background/tasks/steps/runs', { runs: Array.from({ length: runs }, () => ({})) });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      await drained;
+    } finally {
+      sub.unsubscribe();
+    }
+    const per = (m: Record<string, number>) => Object.fromEntries(Object.entries(m).map(([k, v]) => [k, v / runs]));
+    // bgrun: init, CLAIM, START, AGENT_DONE. run: init and the end of each of its two effects.
+    // checkInput answers within the step that invokes it (src/runtime/sync-effect.ts): its init
+    // only, where a promise took a resolve event too, and the run left `checking` a turn later.
+    expect(per(events)).toEqual({ bgrun: 4, run: 3, agentRun: 1, checkInput: 1, callModel: 2 });
+    expect(per(microsteps)).toEqual({ bgrun: 3, run: 3 });
+  });
 });
