@@ -82,6 +82,10 @@ export class Supervisor {
     // A child whose end is still queued for this supervisor (reported from inside one of its own
     // steps) holds its slot until then: free it first.
     if (this.slotOf.has(systemId)) this.stop(systemId);
+    // A stopped supervisor (the system shut down) takes no child: nothing would hear its end or
+    // stop it. (A SPAWN it never took was refused the same way, below.)
+    // eslint-disable-next-line no-restricted-syntax -- an invariant: nothing is started after shutdown
+    if (!supervised && this.ref.getSnapshot().status !== 'active') throw new Error(`actor ${systemId} did not start: its supervisor is stopped`);
     const slot = this.freeSlots.pop() ?? `c${this.nextSlot++}`;
     this.slotOf.set(systemId, slot);
     this.systemIdOf.set(slot, systemId);

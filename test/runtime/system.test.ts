@@ -328,6 +328,10 @@ describe('ActorSystem.shutdown', () => {
     system.shutdown();
     expect([run.getSnapshot().status, bg.getSnapshot().status]).toEqual(['stopped', 'stopped']);
     expect(system.get('run:x')).toBeUndefined();
+    // Nothing starts after shutdown (here in the shard run:x was in): no supervisor would hear it.
+    expect(() => system.spawn('run:x', counter)).toThrow(/did not start/);
+    expect(() => system.group('plain').spawn('bgrun:y', counter)).toThrow(/did not start/);
+    expect(system.get('run:x')).toBeUndefined();
   });
 });
 
