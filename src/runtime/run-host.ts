@@ -32,6 +32,14 @@ import type { AppLogger } from '../telemetry/logger.js';
  * tool) hands it over at once.
  */
 const CREATE_FOLD_MS = 10;
+/**
+ * A background run's agent run (kind `background`) waits longer: its durable claim already records
+ * the attempt, and a crash before the creating write takes it up again with nothing of the agent
+ * run stored, as in the first 10 ms (docs/reliability.md). A drain's claim pass starts its agent
+ * runs in bursts whose answers often miss 10 ms; each miss cost a commit, a second record and
+ * snapshot write and an append of its own (docs/background.md "What one run costs").
+ */
+const BACKGROUND_CREATE_FOLD_MS = 200;
 
 /** A telemetry event as a run's parts emit it (the host adds trace id, sequence and run metadata). */
 export type RunEventInput = Omit<EventRecordInput, 'trace_id' | 'metadata'> & { metadata?: Record<string, unknown> };
@@ -134,7 +142,12 @@ export class RunHost {
       (err) => this.onFenced(err),
       create
         ? fold
-          ? { extra: create, delayMs: deps.createFoldMs ?? CREATE_FOLD_MS, beforeIssue: () => this.events.release(), replaces: opts.queued?.version }
+          ? {
+              extra: create,
+              delayMs: deps.createFoldMs ?? (rec.value.kind === 'background' ? BACKGROUND_CREATE_FOLD_MS : CREATE_FOLD_MS),
+              beforeIssue: () => this.events.release(),
+              replaces: opts.queued?.version,
+            }
           : { extra: create, replaces: opts.queued?.version }
         : undefined,
     );
