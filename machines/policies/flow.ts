@@ -18,12 +18,15 @@ export interface ConcurrencyRule {
  * The limit a key runs under (docs/contract.md §3.4): the longest matching config rule wins over
  * the request's limit; without one, the request's. A key already held with a lower limit keeps the
  * lower one (`held`: the limit stored with the key), so between requests the lowest limit wins.
+ * Nothing changing it: `request` itself (a keyed run's options are then not copied per run:
+ * src/runtime/run-flow.ts startKeyed).
  */
 export function resolveConcurrency(request: ConcurrencyRequest, rules: readonly ConcurrencyRule[], held: number | null = null): ConcurrencyRequest {
   let rule: ConcurrencyRule | null = null;
   for (const r of rules) if (request.key.startsWith(r.key_prefix) && (!rule || r.key_prefix.length > rule.key_prefix.length)) rule = r;
   if (rule) return { key: request.key, limit: rule.limit };
-  return { key: request.key, limit: held === null ? request.limit : Math.min(held, request.limit) };
+  if (held === null || held >= request.limit) return request;
+  return { key: request.key, limit: held };
 }
 
 /** A waiting run as the admission order sees it. */
@@ -68,15 +71,33 @@ export interface KeyHolder {
 export type SlotDecision = { take: true; holders: KeyHolder[] } | { take: false };
 
 /**
+ * Whether a key that `held` runs hold, the lowest limit they were admitted under being
+ * `lowestHeld` (null: none, or none recorded one), has room for a newcomer asking for `limit`.
+ * Between requests naming different limits for one key, the lowest wins: the key is full once it
+ * holds as many runs as the lowest limit among the newcomer's and its holders'. Constant time:
+ * src/flow/key-slots.ts MemoryKeySlots keeps the count and the limits per key, not a list to scan.
+ */
+export function keyHasRoom(held: number, limit: number, lowestHeld: number | null): boolean {
+  return held < (lowestHeld !== null && lowestHeld < limit ? lowestHeld : limit);
+}
+
+/** keyHasRoom for a key's stored holders list (a shared store's record): `runId` already holding is let in. */
+export function holdersHaveRoom(holders: readonly KeyHolder[], limit: number, runId: string): boolean {
+  let lowest: number | null = null;
+  for (const h of holders) {
+    if (h.run_id === runId) return true;
+    if (h.limit !== undefined && (lowest === null || h.limit < lowest)) lowest = h.limit;
+  }
+  return keyHasRoom(holders.length, limit, lowest);
+}
+
+/**
  * Whether `runId` may take a slot of a key held by `holders` under `limit` (already holding: yes,
- * unchanged). Between requests naming different limits for one key, the lowest wins: the key is
- * full once it holds as many runs as the lowest limit among the newcomer's and its holders'.
+ * unchanged), and the holders list then (a new list: the caller writes it back).
  */
 export function takeKeySlot(holders: readonly KeyHolder[], limit: number, runId: string, now: number): SlotDecision {
+  if (!holdersHaveRoom(holders, limit, runId)) return { take: false };
   if (holders.some((h) => h.run_id === runId)) return { take: true, holders: [...holders] };
-  let lowest = limit;
-  for (const h of holders) if (h.limit !== undefined && h.limit < lowest) lowest = h.limit;
-  if (holders.length >= lowest) return { take: false };
   return { take: true, holders: [...holders, { run_id: runId, since: now, limit }] };
 }
 

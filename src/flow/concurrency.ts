@@ -14,7 +14,7 @@
 // key's first waiter across every instance and names it on the change feed (`{k, a: [run ids]}`);
 // the pump here only reads the key's holders, admits its own waiters found there, and, when the
 // key has room nobody took, makes the store fill it (a take, which the store turns into its order).
-import { insertInOrder, takeKeySlot, type WaitingEntry } from '../../machines/policies/flow.js';
+import { holdersHaveRoom, insertInOrder, type WaitingEntry } from '../../machines/policies/flow.js';
 import type { Clock } from '../clock.js';
 import { CHANGE_CHANNELS, type StoreChanges } from '../store/change-feed.js';
 import type { Store } from '../store/store.js';
@@ -40,6 +40,8 @@ export interface ConcurrencyQueueOptions {
 
 export class ConcurrencyQueue {
   readonly slots: KeyHolders;
+  /** The holders when they live in this process's memory (an embedded store): takes and releases that need no promise. */
+  private readonly memory: MemoryKeySlots | null;
   private readonly waiting = new Map<string, Waiter[]>();
   private readonly byRun = new Map<string, Waiter>();
   /** Keys being pumped now (one pump per key at a time) and keys to pump again once it ends. */
@@ -58,7 +60,8 @@ export class ConcurrencyQueue {
     private readonly clock: Clock,
     private readonly opts: ConcurrencyQueueOptions = {},
   ) {
-    this.slots = isSharedStore(store) ? new KeySlots(store) : new MemoryKeySlots();
+    this.memory = isSharedStore(store) ? null : new MemoryKeySlots();
+    this.slots = this.memory ?? new KeySlots(store);
     this.pollMs = opts.pollMs ?? 250;
     this.ordered = store.capabilities.ordersKeyWaiters === true;
     const changes: StoreChanges | undefined = store.changes;
@@ -100,6 +103,27 @@ export class ConcurrencyQueue {
       if (err instanceof CasExhaustedError) return false;
       throw err;
     }
+  }
+
+  /**
+   * tryTake in the caller's turn, where the holders live in memory (an embedded store): true when
+   * nobody here waits on `key` and it had room (the slot is the run's now), false when the run must
+   * be queued. Null on a shared store: its take is a store write (tryTake, or a holders op in the
+   * run's creating commit).
+   */
+  tryTakeNow(key: string, limit: number, runId: string): boolean | null {
+    if (!this.memory) return null;
+    return this.waitingOn(key) === 0 && this.memory.takeNow(key, limit, runId, this.clock.now());
+  }
+
+  /**
+   * release in the caller's turn when nothing is to be handed on (an embedded store, nobody
+   * waiting here on `key`): true when done. False: call release (a waiter gets the slot).
+   */
+  releaseNow(key: string, runId: string): boolean {
+    if (!this.memory || this.waiting.has(key)) return false;
+    if (this.memory.releaseNow(key, runId) && this.store.changes) void this.store.changes.notify(CHANGE_CHANNELS.flow, JSON.stringify({ k: key }));
+    return true;
   }
 
   /** Resolves 'admitted' once the run holds a slot of its key, 'dropped' when `drop` took it out (a cancel). */
@@ -282,7 +306,7 @@ export class ConcurrencyQueue {
       );
       const head = this.waiting.get(key)?.[0];
       if (!head || poked) return;
-      if (takeKeySlot(holders, head.limit, head.run_id, this.clock.now()).take) {
+      if (holdersHaveRoom(holders, head.limit, head.run_id)) {
         poked = true;
         await this.slots.take(key, head.limit, head.run_id, this.clock.now());
         continue;

@@ -5,7 +5,7 @@
 // releases and hand-overs are compare-and-set writes; so on a
 // store several instances share the limit holds across all of them (docs/contract.md §3.4). The
 // record is deleted when its last holder lets go, so idle keys cost nothing.
-import { takeKeySlot, type KeyHolder } from '../../machines/policies/flow.js';
+import { keyHasRoom, takeKeySlot, type KeyHolder } from '../../machines/policies/flow.js';
 import { casUpdate } from '../store/cas.js';
 import { repos } from '../store/repos/index.js';
 import { StoreError, isStoreError, type Store, type WriteOp } from '../store/store.js';
@@ -51,50 +51,90 @@ export interface HandOver {
 }
 
 /**
+ * One key's holders in memory: by run id, in the order they took their slots, and how many of
+ * them hold each limit (the lowest wins: machines/policies/flow.ts keyHasRoom). A take, a release
+ * and a look for room cost the same however many runs hold the key (no list copied or scanned:
+ * at concurrency 32 on one key that was a copy of 32 holders per admission).
+ */
+class HeldKey {
+  readonly runs = new Map<string, KeyHolder>();
+  /** limit -> holders admitted under it (a key sees one or a few distinct limits). */
+  private readonly limits = new Map<number, number>();
+
+  lowest(): number | null {
+    let low: number | null = null;
+    for (const l of this.limits.keys()) if (low === null || l < low) low = l;
+    return low;
+  }
+
+  add(h: KeyHolder & { limit: number }): void {
+    this.runs.set(h.run_id, h);
+    this.limits.set(h.limit, (this.limits.get(h.limit) ?? 0) + 1);
+  }
+
+  remove(runId: string): boolean {
+    const h = this.runs.get(runId);
+    if (!h) return false;
+    this.runs.delete(runId);
+    const n = (this.limits.get(h.limit!) ?? 1) - 1;
+    if (n === 0) this.limits.delete(h.limit!);
+    else this.limits.set(h.limit!, n);
+    return true;
+  }
+}
+
+/**
  * An embedded store has one process: the holders are kept in memory, with no store round per
  * admission (a compare-and-set per run on one hot key's record cost a LevelDB round each, and 32
  * runs of one key raced for it). After a restart, the runs still `running` with a key take their
- * slots again before anything queued is admitted (RunFlow.recoverQueued).
+ * slots again before anything queued is admitted (RunFlow.recoverQueued). takeNow and releaseNow
+ * answer in the caller's turn: a key with room costs a run no promise (RunFlow.startKeyed).
  */
 export class MemoryKeySlots implements KeyHolders {
-  private readonly byKey = new Map<string, KeyHolder[]>();
+  private readonly byKey = new Map<string, HeldKey>();
 
   holders(key: string): Promise<KeyHolder[]> {
-    return Promise.resolve([...(this.byKey.get(key) ?? [])]);
+    const held = this.byKey.get(key);
+    return Promise.resolve(held ? [...held.runs.values()] : []);
+  }
+
+  /** take, in this turn. */
+  takeNow(key: string, limit: number, runId: string, now: number): boolean {
+    let held = this.byKey.get(key);
+    if (held?.runs.has(runId)) return true;
+    if (!keyHasRoom(held?.runs.size ?? 0, limit, held ? held.lowest() : null)) return false;
+    if (!held) this.byKey.set(key, (held = new HeldKey()));
+    held.add({ run_id: runId, since: now, limit });
+    return true;
   }
 
   take(key: string, limit: number, runId: string, now: number): Promise<boolean> {
-    const decision = takeKeySlot(this.byKey.get(key) ?? [], limit, runId, now);
-    if (decision.take) this.byKey.set(key, decision.holders);
-    return Promise.resolve(decision.take);
+    return Promise.resolve(this.takeNow(key, limit, runId, now));
+  }
+
+  /** release, in this turn. */
+  releaseNow(key: string, runId: string): boolean {
+    const held = this.byKey.get(key);
+    if (!held?.remove(runId)) return false;
+    if (held.runs.size === 0) this.byKey.delete(key);
+    return true;
   }
 
   release(key: string, runId: string): Promise<boolean> {
-    const list = this.byKey.get(key);
-    const i = list ? list.findIndex((h) => h.run_id === runId) : -1;
-    if (!list || i < 0) return Promise.resolve(false);
-    list.splice(i, 1);
-    if (list.length === 0) this.byKey.delete(key);
-    return Promise.resolve(true);
+    return Promise.resolve(this.releaseNow(key, runId));
   }
 
   handOver(key: string, from: string, to: { run_id: string; limit: number }, now: number): Promise<HandOver> {
-    const list = this.byKey.get(key);
-    const i = list ? list.findIndex((h) => h.run_id === from) : -1;
-    if (!list || i < 0) return Promise.resolve({ held: false, took: false });
-    list.splice(i, 1);
-    const decision = takeKeySlot(list, to.limit, to.run_id, now);
-    if (decision.take) this.byKey.set(key, decision.holders);
-    else if (list.length === 0) this.byKey.delete(key);
-    return Promise.resolve({ held: true, took: decision.take });
+    if (!this.releaseNow(key, from)) return Promise.resolve({ held: false, took: false });
+    return Promise.resolve({ held: true, took: this.takeNow(key, to.limit, to.run_id, now) });
   }
 
   async prune(key: string, dead: (holders: KeyHolder[]) => Promise<Set<string>>): Promise<number> {
-    const list = this.byKey.get(key);
-    if (!list?.length) return 0;
-    const gone = await dead([...list]);
+    const held = this.byKey.get(key);
+    if (!held?.runs.size) return 0;
+    const gone = await dead([...held.runs.values()]);
     let n = 0;
-    for (const id of gone) if (await this.release(key, id)) n++;
+    for (const id of gone) if (this.releaseNow(key, id)) n++;
     return n;
   }
 }

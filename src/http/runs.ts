@@ -2,6 +2,7 @@ import { deciderOf } from './auth.js';
 import { tenantOf } from './tenancy.js';
 import { newId } from '../ids.js';
 import { approvalForAnswer, publicRunView, runResponseOf, type RunRecord } from '../runtime/run-record.js';
+import type { StartedRun } from '../runtime/run-types.js';
 import { redactorForConfig } from '../telemetry/secrets.js';
 import { domainError } from '../errors.js';
 import { mayDecide, type Decider } from '../runtime/run-decisions.js';
@@ -47,8 +48,10 @@ export function runRoutes(app: ZodApp, deps: AppDeps): void {
   /**
    * A run's settled record, or (docs/contract.md §3.4) AGT_ERR_RUN_TIMEOUT when it still waits
    * `queued` for its concurrency key at the request timeout: the run stays queued. A started run
-   * has its own timeout (it ends `timeout`), so only a queued one needs this.
+   * has its own timeout (it ends `timeout`), so only a queued one needs this: a keyed run that
+   * started at once waits for its settled alone (no timer, no race per run).
    */
+  const settledOrTimeout = (started: StartedRun): Promise<RunRecord> => (started.queued ? settledOrQueueTimeout(started) : started.settled);
   const settledOrQueueTimeout = async (started: { run_id: string; settled: Promise<RunRecord> }): Promise<RunRecord> => {
     let timer: NodeJS.Timeout | null = null;
     const late = new Promise<null>((resolve) => {
@@ -110,8 +113,6 @@ export function runRoutes(app: ZodApp, deps: AppDeps): void {
         });
       };
       const idem = idempotencyRequestOf(request, 'runSync');
-      // Only a run with a concurrency key can wait `queued` past the request timeout.
-      const settledOrTimeout = body.concurrency ? settledOrQueueTimeout : (started: { settled: Promise<RunRecord> }) => started.settled;
       if (!idem) return runResponseOf(await settledOrTimeout(await begin(newId('run'))), redactor);
       const once = await deps.runtime.idempotency.startOnce(
         idem,

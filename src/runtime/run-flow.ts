@@ -48,7 +48,7 @@ export class RunFlow {
       this.releasedAtEnd.add(record.run_id);
       // Gone with the end's commit (a shared store): only the waiters are to be told.
       if (keyReleased) this.queue.released(record.concurrency.key);
-      else void this.release(record.concurrency.key, record.run_id);
+      else if (!this.queue.releaseNow(record.concurrency.key, record.run_id)) void this.release(record.concurrency.key, record.run_id);
     });
     kernel.onSettled((record) => {
       if (this.releasedAtEnd.delete(record.run_id)) return;
@@ -69,14 +69,38 @@ export class RunFlow {
     return this.queue.release(key, runId).catch((err) => reportSwallowed('flow.release', err, { run_id: runId }));
   }
 
-  /** start() of a run with a concurrency key: at once when the key has room, else stored `queued`. */
-  async startKeyed(query: string, sessionId: string | null | undefined, opts: StartOptions & { concurrency: ConcurrencyRequest }): Promise<StartedRun> {
+  /**
+   * start() of a run with a concurrency key (`request`, as named): at once when the key has room,
+   * else stored `queued`. On an embedded store a key with room costs the run nothing more than its
+   * record's `concurrency`: its slot is taken in this turn (no promise, no copy of its options
+   * when neither a config rule nor a tenant changes the key), and given back the same way at its
+   * end (the onEnded above).
+   */
+  startKeyed(query: string, sessionId: string | null | undefined, opts: StartOptions, request: ConcurrencyRequest): Promise<StartedRun> {
     // Config rules match the key the client named; the slots are its tenant's (keyInTenant).
-    const concurrency = keyInTenant(this.resolve(opts.concurrency), opts.tenant);
-    const priority = opts.priority ?? 0;
+    const concurrency = keyInTenant(this.resolve(request), opts.tenant);
     const run_id = opts.run_id ?? newId('run');
-    const keyed: StartOptions & { run_id: string } = { ...opts, run_id, concurrency, priority };
-    if (isSharedStore(this.deps.store)) {
+    const now = this.queue.tryTakeNow(concurrency.key, concurrency.limit, run_id);
+    if (now) {
+      const keyed = opts.run_id === run_id && opts.concurrency === concurrency ? opts : { ...opts, run_id, concurrency };
+      return this.start(query, sessionId, keyed).catch(async (err: unknown) => {
+        await this.release(concurrency.key, run_id);
+        throw err;
+      });
+    }
+    return this.startOrQueue(query, sessionId, { ...opts, run_id, concurrency, priority: opts.priority ?? 0 }, concurrency, now === null);
+  }
+
+  /** startKeyed past its embedded store's fast path: a shared store's take (`shared`), else the run is queued. */
+  private async startOrQueue(
+    query: string,
+    sessionId: string | null | undefined,
+    keyed: StartOptions & { run_id: string; priority: number },
+    concurrency: ConcurrencyRequest,
+    shared: boolean,
+  ): Promise<StartedRun> {
+    const { run_id, priority } = keyed;
+    if (shared) {
       // A shared store: the take rides in the run's creating commit (a holders op), refused at the
       // limit; no commit of its own (docs/flow-control.md). Nobody waiting here goes first.
       if (this.queue.waitingOn(concurrency.key) === 0) {
@@ -89,30 +113,24 @@ export class RunFlow {
           }
         }
       }
-    } else if (await this.queue.tryTake(concurrency.key, concurrency.limit, run_id)) {
-      try {
-        return await this.start(query, sessionId, keyed);
-      } catch (err) {
-        await this.release(concurrency.key, run_id);
-        throw err;
-      }
     }
     // An agent that does not exist is a 404 now, as for a run that starts at once, not a run
     // stored queued that fails when its turn comes.
-    if (opts.agent_id !== undefined) (await this.kernel.acquireAgent(opts.agent_id)).release();
+    if (keyed.agent_id !== undefined) (await this.kernel.acquireAgent(keyed.agent_id)).release();
     const max = this.deps.settings.flow?.max_queued ?? DEFAULT_MAX_QUEUED;
     const waiting = await repos(this.deps.store).runs.count({ name: 'status', value: 'queued' });
     if (waiting >= max) throw domainError('AGT_ERR_RUN_QUEUE_FULL', [waiting], { headers: { 'retry-after': '5' } });
     const record = await this.enqueue(query, sessionId ?? newId('session'), keyed, concurrency, priority);
-    opts.onAccepted?.({ run_id, session_id: record.value.session_id });
-    if (opts.onQueued) {
+    keyed.onAccepted?.({ run_id, session_id: record.value.session_id });
+    if (keyed.onQueued) {
       const position = (await this.position(record.value).catch(() => null)) ?? this.queue.localPosition(run_id) ?? 1;
-      opts.onQueued({ run_id, key: idOfTenantKey(concurrency.key), position });
+      keyed.onQueued({ run_id, key: idOfTenantKey(concurrency.key), position });
     }
     return {
       run_id,
       session_id: record.value.session_id,
       trace_id: record.value.trace_id,
+      queued: true,
       // Its id is stored now (the queued record): not new to the store when it starts.
       settled: this.admit(record.value, { ...keyed, onAccepted: undefined, onQueued: undefined, run_id_is_new: false }),
     };

@@ -22,16 +22,8 @@ import { TERMINAL_RUN_STATUSES, runIndexes, type RunRecord, type RunRecordStatus
 import { iso, traceStatusOf, type SessionValue, type SnapshotValue, type StartOptions, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
 import { swallow } from '../telemetry/swallowed.js';
+import { createFoldMs } from './create-fold.js';
 import type { AppLogger } from '../telemetry/logger.js';
-
-/**
- * A new run's creating write (and its first events) wait this long for the run to go on before
- * they are handed to the store: a run that ends or parks meanwhile (a short answer, a tool and an
- * answer) is created already ended, in one store round instead of two. Bounded, so a long run is
- * durable after this long; anything that must be durable sooner (an end, a pause, a non-idempotent
- * tool) hands it over at once.
- */
-const CREATE_FOLD_MS = 10;
 
 /** A telemetry event as a run's parts emit it (the host adds trace id, sequence and run metadata). */
 export type RunEventInput = Omit<EventRecordInput, 'trace_id' | 'metadata'> & { metadata?: Record<string, unknown> };
@@ -119,11 +111,9 @@ export class RunHost {
     this.tenant = rec.value.tenant ?? null;
     this.metadata = rec.value.metadata ?? {};
     this.settled = new Promise<RunRecord>((r) => (this.resolveSettled = r));
-    // A new run's first round waits to fold with what follows (CREATE_FOLD_MS), unless other
-    // processes share the store (they must be able to read the run as soon as its id is out).
-    // A background run's agent run folds there too: its claimed row named its id before it was made,
-    // and its recovery needs nothing of it stored (AgentBridge.continueAgent starts an absent one).
-    const fold = create !== undefined && (!isSharedStore(deps.store) || (rec.value.kind === 'background' && !opts.takeSlotInCreate));
+    // A new run's first round waits to fold with what follows, or not (src/runtime/create-fold.ts).
+    const foldMs = create === undefined ? null : createFoldMs(deps.store, rec.value.kind, opts, deps.createFoldMs);
+    const fold = foldMs !== null;
     // On a store that writes events in a commit, the run's events ride in its record writes (run-events.ts).
     const ride = deps.store.capabilities.atomicCommitEvents === true;
     this.events = new RunEventChain(deps.telemetry, fold && !ride, ride ? () => this.writer.hasOpenWrite : null);
@@ -138,7 +128,7 @@ export class RunHost {
         ? fold
           ? {
               extra: create,
-              delayMs: deps.createFoldMs ?? CREATE_FOLD_MS,
+              delayMs: foldMs,
               beforeIssue: () => this.events.release(),
               replaces: opts.queued?.version,
               after: opts.after,

@@ -127,9 +127,15 @@ export class RunKernel {
     return live;
   }
 
-  /** The stored run. A run this process just accepted may not be durable yet (StartOptions.onAccepted): its first round is awaited. */
+  /**
+   * The stored run. A run this process just accepted may not be durable yet (StartOptions.onAccepted):
+   * its creating write, held back to fold with what follows (src/runtime/run-host.ts, up to 200 ms
+   * for a background run's agent run), goes to the store now and is awaited.
+   */
   async get(runId: string): Promise<RunRecord> {
-    const creating = this.live.get(runId)?.writer.created;
+    const live = this.live.get(runId);
+    live?.writer.flush();
+    const creating = live?.writer.created;
     if (creating) await creating.catch(() => undefined);
     const rec = await repos(this.deps.store).runs.get<RunRecord>(runId);
     if (!rec) throw notFound('run', runId);

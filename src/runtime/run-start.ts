@@ -77,17 +77,17 @@ export class RunStarter {
         owner: this.deps.workerId,
       });
       // A run with a concurrency key carries it (its end lets go of the slot); one that waited
-      // `queued` keeps when it was made and what it waited on.
-      const record = opts.concurrency
-        ? {
-            ...created,
-            concurrency: opts.concurrency,
-            priority: opts.priority ?? 0,
-            ...(queued
-              ? { created_at: queued.created_at, queue: queued.queue ? { ...queued.queue, admitted_at: opts.admitted_at ?? clock.now() } : null }
-              : {}),
-          }
-        : created;
+      // `queued` keeps when it was made and what it waited on. Set on the new record, not a copy of
+      // it; its priority only when not the default 0 (the views read `priority ?? 0`).
+      const record = created;
+      if (opts.concurrency) {
+        record.concurrency = opts.concurrency;
+        if (opts.priority) record.priority = opts.priority;
+        if (queued) {
+          record.created_at = queued.created_at;
+          record.queue = queued.queue ? { ...queued.queue, admitted_at: opts.admitted_at ?? clock.now() } : null;
+        }
+      }
       // The run's writer creates the run and its first trace segment in one commit, handed to the
       // store now. The actor starts without waiting for it: whatever the run does before the store
       // takes that commit is folded into it (a zero-latency model's whole run can be one batch),

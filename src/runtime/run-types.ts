@@ -191,6 +191,12 @@ export interface StartedRun {
   trace_id: string;
   /** Resolves when the run ends or waits for a person. Never rejects. */
   settled: Promise<RunRecord>;
+  /**
+   * The run waits `queued` for its concurrency key (src/runtime/run-flow.ts): its settled may be
+   * far off (POST /run/sync answers the run-wait timeout at the request timeout). A run that
+   * started has a timeout of its own.
+   */
+  queued?: true;
 }
 
 /** Kind `snapshots`: the run actor's persisted snapshot. */

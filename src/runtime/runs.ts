@@ -159,7 +159,7 @@ export class RunService {
     if (this.kernel.closing) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
     // A concurrency key: its slot first, or a durable wait for one (src/runtime/run-flow.ts). A
     // run without one pays nothing for flow control.
-    if (opts.concurrency && !opts.queued) return this.flow.startKeyed(query, sessionId, { ...opts, concurrency: opts.concurrency });
+    if (opts.concurrency && !opts.queued) return this.flow.startKeyed(query, sessionId, opts, opts.concurrency);
     return this.starter.start(query, sessionId, opts);
   }
 

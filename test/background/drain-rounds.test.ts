@@ -344,6 +344,42 @@ describe('a claim refused after its agent run started', () => {
 });
 
 describe("an agent run's end carries its background run's", () => {
+  it("creates an agent run whose model answers after 10 ms already ended, with its background run's completion, in one commit", async () => {
+    const store = server.store;
+    // A store other instances share creates every run at once (they must be able to read it).
+    if (store.capabilities.sharedByInstances) return;
+    // Each commit's record ops (op:kind:status).
+    const commits: string[][] = [];
+    const { commitWithEvents } = store;
+    store.commitWithEvents = (ops, events) => {
+      const seen: string[] = [];
+      commits.push(seen);
+      const note = (list: WriteOp[]) => {
+        for (const o of list) {
+          const v = (o as { value?: { status?: string; run?: { status?: string } } }).value;
+          seen.push(`${o.op}:${o.kind}:${v?.status ?? v?.run?.status ?? ''}`);
+        }
+        return list;
+      };
+      return commitWithEvents.call(store, typeof ops === 'function' ? () => note(ops()) : note(ops), events);
+    };
+    try {
+      // The model's answer comes 40 ms after its request: past a POST /run's 10 ms creating-write
+      // window (CREATE_FOLD_MS), within a background agent run's (src/runtime/create-fold.ts).
+      model.enqueue(() => ({ text: 'slow ok', holdUntil: new Promise((r) => setTimeout(r, 40)) }));
+      expect((await a.post('/background/tasks', { task_id: 'slow-model', schedule: { type: 'manual' }, query: 'just answer' })).status).toBe(200);
+      const run = await a.post('/background/tasks/slow-model/run', {});
+      expect(run.status).toBe(200);
+      expect((await waitRun(a, run.body.run_id)).status).toBe('completed');
+    } finally {
+      store.commitWithEvents = commitWithEvents;
+    }
+    const creating = commits.filter((c) => c.some((o) => o.startsWith('create:runs:')));
+    expect(creating).toHaveLength(1);
+    expect(creating[0]).toContain('create:runs:completed');
+    expect(creating[0]).toContain('update:bg_runs:completed');
+  });
+
   it("writes a failed agent run and its background run's failure in one commit", async () => {
     const store = server.store;
     // Each commit's record statuses (kind:status) and the lifecycle events it appended.

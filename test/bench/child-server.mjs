@@ -41,6 +41,46 @@ commands.set('gc', () => {
   globalThis.gc?.();
   return process.memoryUsage();
 });
+// Counts for `npm run bench -- profile-key` (test/bench/profile-key.ts): async resources made
+// (promises, ticks, timers) by type while counting is on, and the bytes JavaScript allocated by
+// function (V8's sampling heap profiler, the objects GC collected since included).
+const asyncMade = {};
+let asyncHook = null;
+commands.set('asyncCount', async ({ on }) => {
+  if (!asyncHook) {
+    const { createHook } = await import('node:async_hooks');
+    asyncHook = createHook({ init: (_id, type) => void (asyncMade[type] = (asyncMade[type] ?? 0) + 1) });
+  }
+  if (on) asyncHook.enable();
+  else asyncHook.disable();
+  return { ...asyncMade };
+});
+let heapSession = null;
+commands.set('heapSampleStart', async ({ interval }) => {
+  const { Session } = await import('node:inspector/promises');
+  heapSession = new Session();
+  heapSession.connect();
+  await heapSession.post('HeapProfiler.enable');
+  await heapSession.post('HeapProfiler.startSampling', {
+    samplingInterval: interval ?? 512,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
+  return true;
+});
+commands.set('heapSampleStop', async () => {
+  const { profile } = await heapSession.post('HeapProfiler.stopSampling');
+  heapSession.disconnect();
+  const bytes = {};
+  const walk = (n) => {
+    const f = n.callFrame;
+    const key = `${f.functionName || '(anonymous)'} ${f.url.replace(/^.*\/(node_modules\/|test\/bench\/dist\/)/, '')}:${f.lineNumber + 1}`;
+    bytes[key] = (bytes[key] ?? 0) + n.selfSize;
+    for (const c of n.children) walk(c);
+  };
+  walk(profile.head);
+  return bytes;
+});
 
 // ---------------------------------------------------------------- models
 

@@ -6,6 +6,7 @@ import { cpSync, existsSync, readFileSync, readdirSync, statSync, writeFileSync 
 import { join } from 'node:path';
 import { BUILD_DIR, CLI, ROOT, SCALE, loadAverage, machine, nowMs, saveProfile, saveResult, type Benchmark } from './lib.js';
 import { profileBackgroundDrain, profileRealPath } from './profile.js';
+import { profileKeyCost } from './profile-key.js';
 import { healthBench } from './benchmarks/health.js';
 import { startupBench } from './benchmarks/startup.js';
 import { runBench } from './benchmarks/run-real.js';
@@ -91,6 +92,12 @@ async function main(): Promise<void> {
     // `npm run bench -- profile <label> [--quick]`: see test/bench/profile.ts.
     ensureBuild();
     await profileRealPath(args[1] ?? 'after', ORDER, saveProfile);
+    return;
+  }
+  if (args[0] === 'profile-key') {
+    // `npm run bench -- profile-key [--quick]`: see test/bench/profile-key.ts.
+    ensureBuild();
+    await profileKeyCost();
     return;
   }
   if (args[0] === 'profile-background') {

@@ -2,6 +2,7 @@
 // key costs"): on an embedded store nothing (the holders live in memory); on a shared store one
 // commit before the run (the take, a holders op: no read of the key's record), and the release
 // rides in the run's end commit. A change that added a round per keyed run fails here.
+import { createHook } from 'node:async_hooks';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { eventually, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
@@ -58,6 +59,40 @@ it('a key with room costs no store write on an embedded store; on a shared one i
   expect(keyed.keyReads).toBe(0);
   // Shared: the take inside the run's creating commit, the release inside its end commit. Embedded: nothing.
   expect(keyed.keyOps).toEqual(isSharedStore(s.store) ? ['holders (in a run commit)', 'holders (in a run commit)'] : []);
+});
+
+it('on an embedded store, a key with room costs a run no promise more than one (the slot is taken and given back in the turn), and no stored field but the key', async () => {
+  if (isSharedStore(s.store)) return; // a shared store's take and release are store ops (the test above)
+  // Promises made while each run is served, plain and keyed alternately; the least per route (a
+  // timer's or the previous run's tail lands in some). The take, the release and the options
+  // once cost a keyed run ~10 promises more (an async take, awaits, a release chain).
+  const made = { plain: [] as number[], keyed: [] as number[] };
+  let n = 0;
+  const hook = createHook({
+    init(_id, type) {
+      if (type === 'PROMISE') n++;
+    },
+  });
+  let keyedRun = '';
+  for (let i = 0; i < 8; i++) {
+    for (const route of i % 2 ? (['keyed', 'plain'] as const) : (['plain', 'keyed'] as const)) {
+      n = 0;
+      hook.enable();
+      const r = await postJson(`${s.url}/run/sync`, { query: 'hello', ...(route === 'keyed' ? { concurrency: { key: 'promises', limit: 5 } } : {}) });
+      hook.disable();
+      expect(r.body.status).toBe('success');
+      if (route === 'keyed') keyedRun = r.body.run_id as string;
+      if (i > 1) made[route].push(n); // the first runs compile the keyed path
+    }
+  }
+  expect(Math.min(...made.keyed) - Math.min(...made.plain)).toBeLessThanOrEqual(1);
+  // The record holds the key (the view's `concurrency`, the end's release, a restart's retake);
+  // priority 0 is the default the view fills in, not stored.
+  const stored = (await s.store.getRecord<Record<string, unknown>>('runs', keyedRun))!.value;
+  expect(stored.concurrency).toEqual({ key: 'promises', limit: 5 });
+  expect('priority' in stored).toBe(false);
+  const view = (await getJson(`${s.url}/runs/${keyedRun}`)).body as { concurrency: unknown; priority: number };
+  expect(view).toMatchObject({ concurrency: { key: 'promises', limit: 5 }, priority: 0 });
 });
 
 it('a run its key refuses (at the limit) queues and leaves nothing of the refused try: one user_message, one trace', async () => {

@@ -1,7 +1,7 @@
 // The pure flow-control decisions (machines/policies/flow.ts) that the HTTP tests of test/flow
 // reach only through timing: which limit a key holds under, and a task's rendered key.
 import { describe, expect, it } from 'vitest';
-import { renderTaskKey, takeKeySlot } from '../../machines/policies/flow.js';
+import { holdersHaveRoom, keyHasRoom, renderTaskKey, resolveConcurrency, takeKeySlot } from '../../machines/policies/flow.js';
 
 describe('takeKeySlot', () => {
   it('between requests naming different limits for one key, the lowest wins', () => {
@@ -15,6 +15,34 @@ describe('takeKeySlot', () => {
   it('a holder already holding keeps its slot; records without limits count by the newcomer', () => {
     expect(takeKeySlot([{ run_id: 'a', since: 0, limit: 1 }], 1, 'a', 1).take).toBe(true);
     expect(takeKeySlot([{ run_id: 'a', since: 0 }], 2, 'b', 1).take).toBe(true);
+  });
+});
+
+describe('keyHasRoom', () => {
+  it('counts against the lowest of the newcomer limit and the lowest limit held', () => {
+    expect(keyHasRoom(0, 1, null)).toBe(true);
+    expect(keyHasRoom(1, 1, null)).toBe(false);
+    expect(keyHasRoom(1, 5, 1)).toBe(false);
+    expect(keyHasRoom(1, 2, 5)).toBe(true);
+    expect(keyHasRoom(2, 2, 5)).toBe(false);
+  });
+
+  it('agrees with takeKeySlot on a stored holders list, a holder taking again included', () => {
+    const held = [
+      { run_id: 'a', since: 0, limit: 3 },
+      { run_id: 'b', since: 0 },
+    ];
+    for (const limit of [1, 2, 3, 4]) for (const id of ['a', 'c']) expect(holdersHaveRoom(held, limit, id)).toBe(takeKeySlot(held, limit, id, 1).take);
+  });
+});
+
+describe('resolveConcurrency', () => {
+  it('answers the request itself when neither a rule nor a lower held limit changes it (no copy per run)', () => {
+    const request = { key: 'customer:1', limit: 3 };
+    expect(resolveConcurrency(request, [])).toBe(request);
+    expect(resolveConcurrency(request, [{ key_prefix: 'other:', limit: 1 }], 5)).toBe(request);
+    expect(resolveConcurrency(request, [{ key_prefix: 'customer:', limit: 1 }])).toEqual({ key: 'customer:1', limit: 1 });
+    expect(resolveConcurrency(request, [], 2)).toEqual({ key: 'customer:1', limit: 2 });
   });
 });
 
