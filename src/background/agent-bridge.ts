@@ -57,6 +57,12 @@ export interface BridgeHost {
 export class AgentBridge {
   /** Agent runs being cancelled from their background run's chain (cancelAgent): not carried through it. */
   private readonly ownCancels = new Set<string>();
+  /**
+   * Starts before the claim landed on a shared store (`after`), by agent run id, until they
+   * settle: a claim refused makes its agent run stop by itself, and a later claim of the same run
+   * here starts the same id only once that one let go of it (one host per run id in a process).
+   */
+  private readonly starting = new Map<string, Promise<unknown>>();
 
   constructor(
     private readonly deps: BackgroundDeps,
@@ -78,19 +84,23 @@ export class AgentBridge {
       const h = this.host.handleOf(backgroundRunIdOf(input.agent_run_id));
       if (h) {
         const failed = (err: unknown) => this.deps.logger.error({ bg_run_id: h.id, err: String(err) }, 'could not start the agent run');
-        // A fresh attempt on a store only this process writes starts as its claim is handed to the
-        // store, not once it is durable: the next run's model request does not wait for the fsync
-        // of the round that carries its claim and the previous run's end (docs/background.md
-        // "Starting before the claim lands" argues why a crash meanwhile repeats nothing).
+        // A fresh attempt starts as its claim is handed to the store, not once it is durable: the
+        // next run's model request does not wait for the round that carries its claim and the
+        // previous run's end (docs/background.md "Starting before the claim lands" argues why a
+        // crash meanwhile repeats nothing). On a store only this process writes, first in, first
+        // out, the agent run's writes land after the claim; on one other instances share, the
+        // agent run writes nothing before the claim is stored (StartOptions.after), so a claim
+        // another instance won leaves nothing of it stored.
+        const owns = this.host.ownsStore();
         const early =
           input.mode === 'fresh' &&
-          this.host.ownsStore() &&
           this.host.whenIssued(h, (landed) => {
             if (h.dead) return;
-            this.startAgent(h, input, done).catch(failed);
+            this.startAgent(h, input, done, owns ? undefined : landed).catch(failed);
             // The claim was refused (the row moved or went, the store failed): this process does
-            // not hold the run, so the agent run it started stops.
-            landed.catch(() => this.abandon(input.agent_run_id));
+            // not hold the run, so the agent run it started stops (on a shared store it stops by
+            // itself, fenced off before its first write).
+            if (owns) landed.catch(() => this.abandon(input.agent_run_id));
           });
         if (!early) this.host.enqueue(h, () => this.startAgent(h, input, done), failed);
         receive((e) => {
@@ -153,7 +163,10 @@ export class AgentBridge {
     });
   }
 
-  private async startAgent(h: Handle, params: StartAgentParams, done: SendDone): Promise<void> {
+  /** `after`: the claim's commit, not landed yet (a shared store): the agent run writes nothing before it (StartOptions.after). */
+  private async startAgent(h: Handle, params: StartAgentParams, done: SendDone, after?: Promise<unknown>): Promise<void> {
+    const prior = params.mode === 'fresh' ? this.starting.get(params.agent_run_id) : undefined;
+    if (prior && (await prior, h.dead)) return;
     const ctx = this.host.contextOf(h);
     if (ctx.run.status !== 'running' || ctx.internal.agent_run_id !== params.agent_run_id) return;
     const id = params.agent_run_id;
@@ -163,38 +176,48 @@ export class AgentBridge {
     }
     if (params.mode === 'fresh') {
       // Not awaited: start() waits for the session's earlier runs, and this chain must stay free for heartbeats.
-      void this.deps.runs
-        .start(ctx.run.query_snapshot, ctx.run.session_id, {
-          kind: 'background',
-          run_id: id,
-          task_id: ctx.run.task_id,
-          agent_id: ctx.run.agent_id,
-          workspace_path: this.host.dirOf(ctx.run),
-          // A tenant's task (its key's prefix, tenancy.ts): the agent run and its session are the tenant's.
-          tenant: bgTenantOf(ctx.run.task_id),
-          // The task's metadata: what the governance conditions see as `metadata`.
-          metadata: ctx.run.metadata,
-          admitted: true,
-          ...(ctx.run.priority ? { priority: ctx.run.priority } : {}), // its place among calls waiting for model tokens
-          // session_policy `run`: no other run writes this session (its attempts run one at a time).
-          session_is_private: ctx.run.session_id === ownSessionId(ctx.run.agent_id, ctx.run.task_id, ctx.run.run_id),
-        })
-        .then(
-          (started: StartedRun) => this.follow(h, started.settled, done),
-          (err: unknown) => {
-            // Its agent's spec no longer builds (an env var unset since registration): nothing ran.
-            if (err instanceof AgentUnavailableError) return done(this.doneEvent(id, 'failed', err.message));
-            if (err instanceof AppError && err.code === 'Conflict') return this.continueAgent(h, id, done);
-            // The process is shutting down (a claim whose write was under way when it began): nothing
-            // ran, and failing the run would be wrong. It stays running; the next start recovers it.
-            if (err instanceof AppError && err.code === 'ServerBusy') {
-              this.deps.logger.info({ bg_run_id: h.id }, 'background run left for recovery: the service is shutting down');
-              return undefined;
-            }
-            if (isStoreError(err, 'conflict')) return this.continueAgent(h, id, done);
-            return done(this.doneEvent(id, 'failed', `the agent run could not start: ${String((err as Error)?.message ?? err)}`));
-          },
+      const started = this.deps.runs.start(ctx.run.query_snapshot, ctx.run.session_id, {
+        kind: 'background',
+        run_id: id,
+        task_id: ctx.run.task_id,
+        agent_id: ctx.run.agent_id,
+        workspace_path: this.host.dirOf(ctx.run),
+        // A tenant's task (its key's prefix, tenancy.ts): the agent run and its session are the tenant's.
+        tenant: bgTenantOf(ctx.run.task_id),
+        // The task's metadata: what the governance conditions see as `metadata`.
+        metadata: ctx.run.metadata,
+        admitted: true,
+        ...(ctx.run.priority ? { priority: ctx.run.priority } : {}), // its place among calls waiting for model tokens
+        // session_policy `run`: no other run writes this session (its attempts run one at a time).
+        session_is_private: ctx.run.session_id === ownSessionId(ctx.run.agent_id, ctx.run.task_id, ctx.run.run_id),
+        ...(after ? { after } : {}),
+      });
+      if (after) {
+        const settled = started.then(
+          () => undefined,
+          () => undefined,
         );
+        this.starting.set(id, settled);
+        void settled.then(() => this.starting.get(id) === settled && this.starting.delete(id));
+      }
+      void started.then(
+        (started: StartedRun) => this.follow(h, started.settled, done),
+        (err: unknown) => {
+          // Its claim was refused (`after`): this process does not hold the run; nothing of the agent run was written.
+          if (h.dead) return undefined;
+          // Its agent's spec no longer builds (an env var unset since registration): nothing ran.
+          if (err instanceof AgentUnavailableError) return done(this.doneEvent(id, 'failed', err.message));
+          if (err instanceof AppError && err.code === 'Conflict') return this.continueAgent(h, id, done);
+          // The process is shutting down (a claim whose write was under way when it began): nothing
+          // ran, and failing the run would be wrong. It stays running; the next start recovers it.
+          if (err instanceof AppError && err.code === 'ServerBusy') {
+            this.deps.logger.info({ bg_run_id: h.id }, 'background run left for recovery: the service is shutting down');
+            return undefined;
+          }
+          if (isStoreError(err, 'conflict')) return this.continueAgent(h, id, done);
+          return done(this.doneEvent(id, 'failed', `the agent run could not start: ${String((err as Error)?.message ?? err)}`));
+        },
+      );
       return;
     }
     await this.continueAgent(h, id, done);

@@ -10,7 +10,7 @@ import type { Page, Versioned } from '../store/store.js';
 import { isSharedStore } from '../store/changes.js';
 import { repos, type Repos } from '../store/repos/index.js';
 import { HeldAhead, QueuedRunBuffer, queueRank, type BgRunRepo } from '../store/repos/bg-runs.js';
-import { taskStatusKey, type BgRunRow } from './types.js';
+import { HELD, taskStatusKey, type BgRunRow } from './types.js';
 import type { AttemptTimers } from './attempt-timers.js';
 import { indexQueuedRuns } from './queue-order.js';
 import type { BackgroundDeps, Handle, SendResult, TimerRef } from './host-types.js';
@@ -116,7 +116,11 @@ export class Claimer {
     this.ahead.forget(runId);
   }
 
-  /** A claim pass is under way or about to start: a claim's row write may be on its way (write-join.ts waits for it). */
+  /**
+   * A claim pass is under way or about to start, or a claim waits for its row write to land (a
+   * shared store: the pass after it goes then, Claimer.claim): a claim's row write may be on its
+   * way (write-join.ts waits for it).
+   */
   get passing(): boolean {
     return this.claimPassRunning || this.kickPending;
   }
@@ -359,7 +363,13 @@ export class Claimer {
           return !h.dead;
         }
         await h.chain;
-        return !h.dead && this.host.statusOf(h) === 'running';
+        // Claimed, whatever came after: an agent run started before its claim landed
+        // (AgentBridge.logic) may have ended already, its end folded into the actor (RunHosts.foldInto).
+        const status = this.host.statusOf(h);
+        // That end freed no worker while this claim was counted (claimingNow): the next pass goes
+        // now, so the end's commit (held for the next claim, write-join.ts) shares that claim's round.
+        if (!HELD.has(status)) this.kick();
+        return !h.dead && status !== 'queued';
       } finally {
         h.sends--;
         this.host.maybeRelease(h);

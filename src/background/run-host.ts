@@ -407,11 +407,14 @@ export class RunHosts {
    * - a person's decision (RESUME; AgentBridge.decided): the decision's commit carries it, on any
    *   store (`decision`): a refused CAS fails the decision, which is read and tried again.
    * Null when the run is not live here, has a write of its own queued or under way (its row
-   * version is not settled), or does not take the event. One exception: on a store this process
-   * alone writes, the first case may fold while the run's claim is still in flight (its agent run
-   * started as the claim was issued, AgentBridge.logic): the store takes commits first in, first
-   * out, so the carrying commit, issued later, lands after the claim and CASes on the version the
-   * claim leaves (`h.ahead`); a refused claim makes it refused too (the agent run is fenced).
+   * version is not settled), or does not take the event. One exception: the first case may fold
+   * while the run's claim (or another row write) is still in flight, its commit handed to the
+   * store (its agent run started as the claim was issued, AgentBridge.logic): the carrying commit
+   * CASes on the version that write leaves (`h.ahead`) and lands after it. On a store this process
+   * alone writes, because it takes commits first in, first out (a refused claim makes the carrying
+   * commit refused too: the agent run is fenced); on one other instances share, because an agent
+   * run started before its claim landed writes nothing before it did (StartOptions.after: a
+   * refused claim fences the agent run off before its first write); there only behind the claim.
    */
   foldInto(runId: string, event: BackgroundRunEvent, published: (stored: StoredEvent[]) => void, opts: { decision?: boolean } = {}): CarriedWrite | null {
     const atomic = this.deps.store.capabilities.atomicCommitEvents === true;
@@ -419,7 +422,9 @@ export class RunHosts {
     const shared = isSharedStore(this.deps.store);
     const h = this.handles.get(runId);
     if (!h || h.dead || !h.actor || h.tailWrite) return null;
-    const base = h.pending === 0 ? h.row : !opts.decision && !shared && h.pending === 1 && h.ahead ? h.ahead : null;
+    // Behind a write in flight (`h.ahead`): on a shared store only the claim (the row as last written is still queued).
+    const behind = h.pending === 1 && h.ahead && !opts.decision && (!shared || h.row.value.run.status === 'queued');
+    const base = h.pending === 0 ? h.row : behind ? h.ahead : null;
     if (!base) return null;
     if (h.actor.getSnapshot().status !== 'active') return null;
     const job: WriteJob = { steps: [] };

@@ -13,7 +13,7 @@
 //
 // An end or park folded into its agent run's final commit (RunHosts.foldInto) waits here while
 // that commit has not gone to the store (CarriedEvents.hold: its creating write still held back,
-// which CREATE_FOLD_MS bounds as before, or on a shared store a new write): nothing of either run's
+// past CREATE_FOLD_MS too while this waits, or on a shared store a new write): nothing of either run's
 // end is durable meanwhile, so a crash is a crash before the agent run's end (its idempotent work
 // may run again; a non-idempotent tool never waits this way: it hands the creating write over at
 // once, and its result's write goes before the final one, which only a new write may hold).

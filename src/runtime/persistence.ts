@@ -114,6 +114,8 @@ export class RecordWriter<T> {
    */
   readonly created: Promise<Versioned<T>> | null = null;
   private creating: { extra: WriteOp[]; beforeIssue?: () => void; replaces?: number } | null = null;
+  /** The create's `after`: settled (null once it resolved), or the refusal that fences this writer off. */
+  private after: { pending: Promise<unknown> | null; refused: boolean } | null = null;
   private head: T;
   /** The version the record has once every write the store has taken is in. */
   private takenVersion: number;
@@ -126,6 +128,8 @@ export class RecordWriter<T> {
   private deferredWrite: { timer: NodeJS.Timeout | null; issue: () => void } | null = null;
   /** A carried write holds the open write back (CarriedEvents.hold): flush() must not send it early. */
   private held = false;
+  /** The open write, waiting for the create's `after` before it goes to the store. */
+  private gated: OpenWrite<T> | null = null;
   /** Events that ride in this writer's writes (only on a store with capabilities.atomicCommitEvents). */
   rider: EventRider | null = null;
 
@@ -143,11 +147,21 @@ export class RecordWriter<T> {
      * round instead of two. Until then nothing of it is durable. `replaces`: the record exists
      * already at this version (a run that waited `queued`, docs/contract.md §3.4) and the first
      * write is its compare-and-set update instead of a create (a cancel meanwhile fences it off).
+     * `after`: the creating write goes to the store only once this resolves (updates fold into it
+     * meanwhile); when it rejects, nothing is written and the writer is fenced off (StartOptions.after).
      */
-    create?: { extra: WriteOp[]; delayMs?: number; beforeIssue?: () => void; replaces?: number },
+    create?: { extra: WriteOp[]; delayMs?: number; beforeIssue?: () => void; replaces?: number; after?: Promise<unknown> },
   ) {
     this.head = current.value;
     this.takenVersion = current.version;
+    if (create?.after) {
+      const after = { pending: create.after as Promise<unknown> | null, refused: false };
+      this.after = after;
+      create.after.then(
+        () => (after.pending = null),
+        () => ((after.pending = null), (after.refused = true)),
+      );
+    }
     if (create) {
       this.creating = create;
       const open = this.openWrite(create.delayMs ?? 0);
@@ -210,7 +224,8 @@ export class RecordWriter<T> {
     const done = new Promise<Versioned<T>>((resolve, reject) => open.waiters.push({ resolve, reject }));
     // A write not handed to the store yet (this new one, or a delayed creating one) may wait as
     // long as what it carries asks, to share another write's store round.
-    const holding = (fresh || this.deferredWrite !== null) && !this.held ? (carried?.hold?.(fresh ? 'new' : 'creating') ?? null) : null;
+    const waiting = this.deferredWrite !== null || this.gated === open;
+    const holding = (fresh || waiting) && !this.held ? (carried?.hold?.(fresh ? 'new' : 'creating') ?? null) : null;
     if (holding) {
       this.held = true;
       const go = () => {
@@ -273,7 +288,9 @@ export class RecordWriter<T> {
       // Updates fold into `open` meanwhile (it stays this.open until the store takes it).
       const before = this.creating?.beforeIssue;
       this.deferredWrite = {
-        timer: setTimeout(() => this.flush(), delayMs),
+        // Held by what it carries (CarriedEvents.hold: an end waiting for the next claim, which
+        // bounds that wait itself, write-join.ts): it goes when that lets go, not at this bound.
+        timer: setTimeout(() => this.held || this.flush(), delayMs),
         issue: () => {
           before?.();
           this.issue(open);
@@ -284,6 +301,23 @@ export class RecordWriter<T> {
   }
 
   private issue(open: OpenWrite<T>): void {
+    // The creating write waits for its `after` (the constructor's create): updates fold into it
+    // meanwhile, as into any write the store has not taken.
+    const gate = this.after?.pending;
+    if (gate) {
+      this.gated = open;
+      const go = () => {
+        if (this.gated === open) this.gated = null;
+        // Held meanwhile by what it carries (CarriedEvents.hold): it goes when that lets go (flush).
+        if (this.held) this.deferredWrite = { timer: null, issue: () => this.issue(open) };
+        else this.issue(open);
+      };
+      // In `inflight` meanwhile, so drain() waits for it (issue() adds the write itself before this settles).
+      const waiting = gate.then(go, go);
+      this.inflight.push(waiting);
+      void waiting.then(() => this.inflight.splice(this.inflight.indexOf(waiting), 1));
+      return;
+    }
     const expected: { version: number; create: boolean; creating?: RecordWriter<T>['creating'] } = { version: 0, create: false };
     // Another writer's ops this write carries (CarriedEvents.ops) go last.
     const carriedOps = () => open.carried.flatMap((c) => c.ops ?? []);
@@ -291,6 +325,8 @@ export class RecordWriter<T> {
       // The store takes this write now: later updates start a new one.
       if (this.open === open) this.open = null;
       if (this.fenced) throw new FencedError(this.kind, this.id);
+      // What the run waited for was refused (its background run's claim): it writes nothing, ever.
+      if (this.after?.refused) throw new FencedError(this.kind, this.id);
       if (this.createFailed) throw this.createFailed;
       const creating = this.creating;
       if (creating) {

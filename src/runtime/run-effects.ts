@@ -21,6 +21,7 @@ import type { MeterAmounts } from '../../machines/policies/budget.js';
 import { withRetries } from '../agent/model/retry.js';
 import { ModelCallError, type ToolCallRequest, type ToolDeclaration } from '../agent/model/types.js';
 import { modelCallReservation, modelCallUsage } from '../agent/pricing.js';
+import { fromSync } from './sync-effect.js';
 import { checkInput } from '../agent/guardrails.js';
 import { newId } from '../ids.js';
 import { settleHold } from '../agent/budget-settle.js';
@@ -73,7 +74,8 @@ export class RunEffects {
     const ctxOf = (input: Parameters<typeof effectRunId>[0]): RunContext => this.kernel.mustLive(effectRunId(input)).context();
     return runMachine.provide({
       actors: {
-        checkInput: fromPromise(async ({ input }) => this.checkInput(input.query, input.run_id)),
+        // The input guardrails need no I/O: answered within the step that invokes them (sync-effect.ts).
+        checkInput: fromSync((input: { query: string; run_id: string }) => this.checkInput(input.query, input.run_id)),
         reserveBudget: fromPromise(async ({ input }) => this.reserve(ctxOf(input), input.phase)),
         callModel: fromPromise(async ({ input, signal }) => this.callModel(ctxOf(input), signal)),
         governTools: fromPromise(async ({ input }) => this.govern(ctxOf(input))),
@@ -98,7 +100,7 @@ export class RunEffects {
     });
   }
 
-  private async checkInput(query: string, runId: string): Promise<RunContext['guardrail_result']> {
+  private checkInput(query: string, runId: string): RunContext['guardrail_result'] {
     const live = this.kernel.live.get(runId);
     // A conversation the caller sent along (StartOptions.history) reaches the model as the query
     // does, so it passes the same checks; the first text refused is the verdict.

@@ -29,7 +29,7 @@ export class RunEventChain implements EventRider {
   private forceRide = false;
 
   /**
-   * `hold`: a new run whose creating write waits (RunHost's CREATE_FOLD_MS): its first events wait
+   * `hold`: a new run whose creating write waits (CREATE_FOLD_MS, src/runtime/create-fold.ts): its first events wait
    * with it, appended right before it. `writeOpen`: on a store that carries events in a commit,
    * whether the run's record writer has a write the store has not taken (events then ride in it).
    */

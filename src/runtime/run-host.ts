@@ -22,24 +22,8 @@ import { TERMINAL_RUN_STATUSES, runIndexes, type RunRecord, type RunRecordStatus
 import { iso, traceStatusOf, type SessionValue, type SnapshotValue, type StartOptions, type TraceValue } from './run-types.js';
 import { repos } from '../store/repos/index.js';
 import { swallow } from '../telemetry/swallowed.js';
+import { createFoldMs } from './create-fold.js';
 import type { AppLogger } from '../telemetry/logger.js';
-
-/**
- * A new run's creating write (and its first events) wait this long for the run to go on before
- * they are handed to the store: a run that ends or parks meanwhile (a short answer, a tool and an
- * answer) is created already ended, in one store round instead of two. Bounded, so a long run is
- * durable after this long; anything that must be durable sooner (an end, a pause, a non-idempotent
- * tool) hands it over at once.
- */
-const CREATE_FOLD_MS = 10;
-/**
- * A background run's agent run (kind `background`) waits longer: its durable claim already records
- * the attempt, and a crash before the creating write takes it up again with nothing of the agent
- * run stored, as in the first 10 ms (docs/reliability.md). A drain's claim pass starts its agent
- * runs in bursts whose answers often miss 10 ms; each miss cost a commit, a second record and
- * snapshot write and an append of its own (docs/background.md "What one run costs").
- */
-const BACKGROUND_CREATE_FOLD_MS = 200;
 
 /** A telemetry event as a run's parts emit it (the host adds trace id, sequence and run metadata). */
 export type RunEventInput = Omit<EventRecordInput, 'trace_id' | 'metadata'> & { metadata?: Record<string, unknown> };
@@ -127,9 +111,9 @@ export class RunHost {
     this.tenant = rec.value.tenant ?? null;
     this.metadata = rec.value.metadata ?? {};
     this.settled = new Promise<RunRecord>((r) => (this.resolveSettled = r));
-    // A new run's first round waits to fold with what follows (CREATE_FOLD_MS), unless other
-    // processes share the store (they must be able to read the run as soon as its id is out).
-    const fold = create !== undefined && !isSharedStore(deps.store);
+    // A new run's first round waits to fold with what follows, or not (src/runtime/create-fold.ts).
+    const foldMs = create === undefined ? null : createFoldMs(deps.store, rec.value.kind, opts, deps.createFoldMs);
+    const fold = foldMs !== null;
     // On a store that writes events in a commit, the run's events ride in its record writes (run-events.ts).
     const ride = deps.store.capabilities.atomicCommitEvents === true;
     this.events = new RunEventChain(deps.telemetry, fold && !ride, ride ? () => this.writer.hasOpenWrite : null);
@@ -144,14 +128,17 @@ export class RunHost {
         ? fold
           ? {
               extra: create,
-              delayMs: deps.createFoldMs ?? (rec.value.kind === 'background' ? BACKGROUND_CREATE_FOLD_MS : CREATE_FOLD_MS),
+              delayMs: foldMs,
               beforeIssue: () => this.events.release(),
               replaces: opts.queued?.version,
+              after: opts.after,
             }
-          : { extra: create, replaces: opts.queued?.version }
+          : { extra: create, replaces: opts.queued?.version, after: opts.after }
         : undefined,
     );
     if (ride) this.writer.rider = this.events;
+    // Its background run's claim was refused (StartOptions.after): the creating write goes now and fails, fenced off.
+    opts.after?.catch(() => this.writer.flush());
     this.onDelta = opts.onDelta;
     this.startedAtMs = deps.clock.now();
     this.workspace_path = opts.workspace_path ?? null;
@@ -391,8 +378,11 @@ export class RunHost {
     await this.deps.ledger.releaseRun(record.run_id).catch(() => 0);
   }
 
+  private retired = false;
   /** Lets go of everything the run holds in this process: timers, actor, slot, session turn, agent. */
   private retire(): void {
+    if (this.retired) return; // once: a run fenced off as it started (StartOptions.after) is discarded too
+    this.retired = true;
     if (this.heartbeat) clearInterval(this.heartbeat);
     if (this.timeout) clearTimeout(this.timeout);
     this.deps.system.stop(`run:${this.run_id}`);

@@ -108,6 +108,20 @@ export class RunInbox {
     this.maybe.add(runId);
   }
 
+  /**
+   * A run this process is about to create (RunStarter.start, before its creating write is issued).
+   * On a shared store whose feed listens now, the run is seen now, in the feed's current
+   * generation, without the settling margin (FEED_SETTLE_MS): every write to its inbox comes after
+   * a read that found the run stored (RunDecisions.steer, interrupt), so after this moment, and a
+   * notification committed while the feed listens reaches it. A reconnect since is a new
+   * generation, and the run reads from then on as any (mayHold).
+   */
+  born(runId: string): void {
+    if (!this.shared || this.seen.has(runId)) return;
+    const state = this.changes()?.listening() ?? null;
+    if (state) this.seen.set(runId, state.generation);
+  }
+
   /** A run that ended: forget the hint (its record stays, for the record). */
   forget(runId: string): void {
     this.maybe.delete(runId);

@@ -114,6 +114,8 @@ export class RunStarter {
       ]);
       const workspace_path = opts.workspace_path ?? this.kernel.sessionWorkspace(session_key, profile.session_workspace_root);
       this.deps.metrics.liveRuns.inc();
+      // A new record (not one that waited `queued`): nothing can have written its inbox yet.
+      if (!queued) this.kernel.inbox.born(run_id);
       const take = opts.takeSlotInCreate;
       live = this.kernel.host({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, agent, { ...opts, workspace_path }, trace, [
         { op: 'create', kind: repos(this.deps.store).traces.kind, id: trace_id, value: trace, indexes: traceIndexes },
@@ -192,6 +194,8 @@ export class RunStarter {
           ];
       // A fork's or replay's conversation (StartOptions.conversation): its turn starts at its last user message.
       const history_length = opts.conversation ? Math.max(0, messages.map((m) => m.role).lastIndexOf('user')) : messages.length - 1;
+      // Its creating write failed already (fenced off: StartOptions.after refused): nothing of it may run.
+      if (live.ending) await live.writer.created;
       live.spawn({
         input: { run_id, session_id, agent_name: profile.agent_name, max_steps: profile.max_steps, messages, query, history_length },
       });
@@ -205,6 +209,7 @@ export class RunStarter {
         // Never created (or its session could not be read): stop whatever started, let go of
         // the slot and the session.
         live.discard();
+        this.kernel.inbox.forget(live.run_id);
       } else {
         releaseSlot();
         agent?.release();

@@ -109,6 +109,13 @@ export interface StartOptions {
    * final commit instead of a commit of its own. A run whose caller named no session is so too.
    */
   session_is_private?: boolean;
+  /**
+   * Internal (src/background/agent-bridge.ts, a store other instances share): the run starts
+   * before its background run's claim is stored, and nothing of it goes to the store before that
+   * claim is (this promise resolves); a claim refused (it rejects) leaves nothing of the run
+   * stored, and the run stops as fenced off (RecordWriter's create `after`).
+   */
+  after?: Promise<unknown>;
   /** Skip admission control (background workers have their own concurrency). */
   admitted?: boolean;
   /**

@@ -19,6 +19,8 @@ export class Supervisor {
   private readonly systemIdOf = new Map<string, string>();
   private readonly freeSlots: string[] = [];
   private nextSlot = 0;
+  /** Children created directly under this supervisor (see spawn), by slot: not in its machine's `children`. */
+  private readonly direct = new Map<string, AnyActorRef>();
 
   /** `ref` is a running supervisor machine made with `supervisorLogic(this)`. */
   protected constructor(
@@ -49,24 +51,52 @@ export class Supervisor {
     if (systemId === undefined) return undefined;
     this.systemIdOf.delete(slot);
     this.slotOf.delete(systemId);
+    this.direct.delete(slot);
     this.freeSlots.push(slot);
     return systemId;
   }
 
   /**
-   * Spawns `logic` under `systemId`. With `snapshot`, the child resumes from it (see
-   * startingFrom). Invoked promise actors that were active in the snapshot run again (effects are
-   * idempotent for that).
+   * Spawns `logic` under `systemId`. With `snapshot`, the child resumes from it (as createActor's
+   * `snapshot` option does). Invoked promise actors that were active in the snapshot run again
+   * (effects are idempotent for that).
+   *
+   * The child is created as this supervisor's child (`parent`: it joins the supervisor's system,
+   * registered under `systemId`, and its end reaches the supervisor as `xstate.done.actor.<slot>`
+   * / `xstate.error.actor.<slot>`, as an invoked or spawned child's does), not through a SPAWN step
+   * of the supervisor machine: that step cost a whole macrostep and a copy of the supervisor's
+   * children map per spawn (and another copy when the child left it), two of them per drained
+   * background run (its actor and its agent run's; test/background/supervisor-steps.test.ts).
+   * Such a child is not in the supervisor's `children` map, so stop() names it by its ref and
+   * shutdown stops it first (stopChildren). Supervisors themselves (groups and their shards:
+   * `supervised`) still spawn through SPAWN, so stopping the root stops them.
    */
-  spawn<TLogic extends AnyActorLogic>(systemId: string, logic: TLogic, opts: { input?: unknown; snapshot?: Snapshot<unknown> } = {}): AnyActorRef {
+  spawn<TLogic extends AnyActorLogic>(
+    systemId: string,
+    logic: TLogic,
+    opts: { input?: unknown; snapshot?: Snapshot<unknown> } = {},
+    supervised = false,
+  ): AnyActorRef {
     // eslint-disable-next-line no-restricted-syntax -- an invariant: a run is spawned once its lease is taken (RUN_ALREADY_LIVE/RUN_TAKEN refuse a second)
     if (this.get(systemId)) throw new Error(`actor ${systemId} already exists`);
     // A child whose end is still queued for this supervisor (reported from inside one of its own
     // steps) holds its slot until then: free it first.
     if (this.slotOf.has(systemId)) this.stop(systemId);
+    // A stopped supervisor (the system shut down) takes no child: nothing would hear its end or
+    // stop it. (A SPAWN it never took was refused the same way, below.)
+    // eslint-disable-next-line no-restricted-syntax -- an invariant: nothing is started after shutdown
+    if (!supervised && this.ref.getSnapshot().status !== 'active') throw new Error(`actor ${systemId} did not start: its supervisor is stopped`);
     const slot = this.freeSlots.pop() ?? `c${this.nextSlot++}`;
     this.slotOf.set(systemId, slot);
     this.systemIdOf.set(slot, systemId);
+    if (!supervised) {
+      const child = createActor(logic, { id: slot, systemId, parent: this.ref, input: opts.input, snapshot: opts.snapshot } as never) as AnyActorRef;
+      this.direct.set(slot, child);
+      // A child that ends within start() (its first steps end it) reports it to this supervisor
+      // (ended()) before start() returns: its slot is free again, and the ref is still the answer.
+      child.start();
+      return child;
+    }
     const toSpawn: AnyActorLogic = opts.snapshot ? startingFrom(logic, opts.snapshot) : logic;
     this.ref.send({ type: 'SPAWN', id: slot, systemId, logic: toSpawn, input: opts.input });
     const ref = this.get(systemId);
@@ -86,15 +116,25 @@ export class Supervisor {
   stop(systemId: string): void {
     const slot = this.slotOf.get(systemId);
     if (!slot) return;
-    this.ref.send({ type: 'STOP', id: slot });
+    const ref = this.direct.get(slot);
+    this.ref.send(ref ? { type: 'STOP', id: slot, ref } : { type: 'STOP', id: slot });
     this.slotOf.delete(systemId);
     this.systemIdOf.delete(slot);
+    this.direct.delete(slot);
     this.freeSlots.push(slot);
+  }
+
+  /** Stops every child created directly under this supervisor (stopping it would not: see spawn). */
+  stopChildren(): void {
+    for (const slot of [...this.direct.keys()]) {
+      const systemId = this.systemIdOf.get(slot);
+      if (systemId !== undefined) this.stop(systemId);
+    }
   }
 
   /** Number of live children: paused runs are stopped, so they do not count. */
   size(): number {
-    return Object.keys(this.ref.getSnapshot().children).length;
+    return this.slotOf.size;
   }
 }
 
@@ -129,6 +169,8 @@ export class SupervisorGroup extends Supervisor {
     const ref = parent.spawn(
       `group:${name}`,
       Supervisor.supervisorLogic(() => group, hooks),
+      {},
+      true,
     );
     group = new SupervisorGroup(ref, hooks, name, opts.shards ?? 1);
     return group;
@@ -136,6 +178,11 @@ export class SupervisorGroup extends Supervisor {
 
   override spawn<TLogic extends AnyActorLogic>(systemId: string, logic: TLogic, opts: { input?: unknown; snapshot?: Snapshot<unknown> } = {}): AnyActorRef {
     return this.shards.length === 0 ? super.spawn(systemId, logic, opts) : this.shardOf(systemId).spawn(systemId, logic, opts);
+  }
+
+  override stopChildren(): void {
+    super.stopChildren();
+    for (const shard of this.shards) shard?.stopChildren();
   }
 
   override stop(systemId: string): void {
@@ -158,6 +205,8 @@ export class SupervisorGroup extends Supervisor {
       const ref = super.spawn(
         `group:${this.name}#${k}`,
         Supervisor.supervisorLogic(() => made, this.hooks),
+        {},
+        true,
       );
       made = new ShardSupervisor(ref, this.hooks);
       this.shards[k] = shard = made;
@@ -214,7 +263,7 @@ export class ActorSystem extends Supervisor {
    * spawn-and-stop at 1,000 live children, 1.2 ms at 2,000, against 0.03-0.05 ms in shards.
    */
   override spawn<TLogic extends AnyActorLogic>(systemId: string, logic: TLogic, opts: { input?: unknown; snapshot?: Snapshot<unknown> } = {}): AnyActorRef {
-    return systemId.startsWith('group:') ? super.spawn(systemId, logic, opts) : this.live().spawn(systemId, logic, opts);
+    return systemId.startsWith('group:') ? super.spawn(systemId, logic, opts, true) : this.live().spawn(systemId, logic, opts);
   }
 
   override stop(systemId: string): void {
@@ -242,6 +291,8 @@ export class ActorSystem extends Supervisor {
   }
 
   shutdown(): void {
+    // The groups' direct children first: stopping the root reaches only the supervisors (see spawn).
+    for (const g of this.groups.values()) g.stopChildren();
     this.ref.stop();
   }
 }

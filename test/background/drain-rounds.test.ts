@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startScriptedOpenAI, type ScriptedOpenAI } from '../fixtures/scripted-openai.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
-import type { CommitOps, WriteOp } from '../../src/store/store.js';
+import { StoreError, type CommitOps, type WriteOp } from '../../src/store/store.js';
 import { QueueClaimPass } from '../../src/store/repos/bg-runs.js';
 import { api, directModel, waitRun, type Api } from './helpers.js';
 import { waitFor } from '../helpers/wait.js';
@@ -173,7 +173,7 @@ describe('draining at concurrency 1', () => {
 describe('starting before the claim lands', () => {
   it("sends the next run's model request while its claim's round is still being written, one model call at a time", async () => {
     const store = server.store;
-    if (store.capabilities.sharedByInstances) return; // a shared store's claim must land first (docs/background.md)
+    // On a shared store (PostgreSQL) too: the agent run then writes nothing before its claim lands (StartOptions.after).
     // A slow fsync: from `hold` on, every commit waits, in the order it was issued, until `go`.
     let go!: () => void;
     const gate = new Promise<void>((r) => (go = r));
@@ -206,8 +206,10 @@ describe('starting before the claim lands', () => {
       // The first run's end and the second's claim are issued and held: the second's agent run
       // has started anyway, and its model request arrives while nothing of that round is stored.
       await waitFor(() => model.requests.length > before + 1, { what: "the second run's model request while its claim is not stored" });
-      // What a reader sees is what is stored: the second run is still queued.
+      // What a reader sees is what is stored: the second run is still queued, and its agent run (which
+      // takes its id) is not stored yet.
       expect((await a.get(`/background/runs/${second}`)).body.status).toBe('queued');
+      expect(await store.getRecord('runs', second)).toBeNull();
       go();
       expect((await waitRun(a, first)).status).toBe('completed');
       expect((await waitRun(a, second)).status).toBe('completed');
@@ -218,6 +220,126 @@ describe('starting before the claim lands', () => {
       store.commit = commit;
       store.commitWithEvents = commitWithEvents;
     }
+  });
+});
+
+describe('an agent run that ends before its claim landed', () => {
+  it("waits for that claim and the next one: its end, in its agent run's final commit, shares the next claim's round", async () => {
+    const store = server.store;
+    if (!store.capabilities.sharedByInstances) return; // there the claim lands before the agent run could end (first in, first out)
+    // Every claim's commit is slow (30 ms, a loaded server), the model fast: each agent run ends
+    // while its claim is in flight. Before, its end waited 5 ms for a claim that could not come
+    // (the claim in flight counted as the worker's) and went to the store alone.
+    const claimOf = (ops: CommitOps) =>
+      Array.isArray(ops) && ops.some((o) => o.kind === 'bg_runs' && (o as { value?: { run?: { status?: string } } }).value?.run?.status === 'running');
+    // The round a commit was written in: the commits of one group-commit round resolve together, in
+    // one turn of the event loop, and a store writes one round at a time.
+    let round = 0;
+    let turnOpen = false;
+    const roundNow = () => {
+      if (!turnOpen) {
+        round++;
+        turnOpen = true;
+        setImmediate(() => (turnOpen = false));
+      }
+      return round;
+    };
+    const claims = new Map<string, number>();
+    const ends = new Map<string, number>();
+    const { commitWithEvents } = store;
+    store.commitWithEvents = (ops, events) => {
+      const marks: Array<() => void> = [];
+      const seen = (list: WriteOp[]) => {
+        for (const o of list) {
+          const status = (o as { value?: { run?: { status?: string } } }).value?.run?.status;
+          if (o.kind === 'bg_runs' && status === 'running') marks.push(() => claims.set(o.id, roundNow()));
+          if (o.kind === 'bg_runs' && status === 'completed' && list.some((x) => x.kind === 'runs')) marks.push(() => ends.set(o.id, roundNow()));
+        }
+        return list;
+      };
+      const landed = <T>(r: T) => (marks.forEach((m) => m()), r);
+      // A claim's answer comes 30 ms after its round (the store is not held: other rounds go meanwhile).
+      if (claimOf(ops))
+        return commitWithEvents
+          .call(store, seen(ops as WriteOp[]), events)
+          .then(landed)
+          .then((r) => new Promise<typeof r>((go) => setTimeout(() => go(r), 30)));
+      return commitWithEvents.call(store, typeof ops === 'function' ? () => seen(ops()) : seen(ops), events).then(landed);
+    };
+    let ids: string[];
+    try {
+      const t = await a.post('/background/tasks', {
+        task_id: 'slowclaim',
+        schedule: { type: 'manual' },
+        query: 'just answer',
+        overlap_policy: 'allow_parallel',
+        session_policy: { mode: 'run' },
+      });
+      expect(t.status).toBe(200);
+      const r = await a.post('/background/tasks/slowclaim/runs', { runs: Array.from({ length: 5 }, () => ({})) });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      ids = r.body.runs.map((x: { run: { run_id: string } }) => x.run.run_id);
+      for (const id of ids) expect((await waitRun(a, id)).status).toBe('completed');
+    } finally {
+      store.commitWithEvents = commitWithEvents;
+    }
+    // Every run's end is in its agent run's final commit; runs 1-4 end in a round with another run's
+    // claim (run 5's end has no next claim), but for timing (a model slower than the claim).
+    expect(ids.filter((id) => ends.has(id))).toEqual(ids);
+    const paired = ids.filter((id) => [...claims].some(([other, at]) => other !== id && at === ends.get(id)));
+    expect(paired.length).toBeGreaterThan(0);
+  });
+});
+
+describe('a claim refused after its agent run started', () => {
+  it('leaves nothing of that agent run stored on a shared store, and the run is claimed again and runs once', async () => {
+    const store = server.store;
+    if (!store.capabilities.sharedByInstances) return; // the embedded stores cancel it instead (AgentBridge.abandon)
+    // Every `runs` op that reached the store, and the claims written (a row going running).
+    const runOps: Array<{ op: string; id: string }> = [];
+    const note = (list: WriteOp[]) => {
+      for (const o of list) if (o.kind === 'runs') runOps.push({ op: o.op, id: o.id });
+      return list;
+    };
+    let refuse = true;
+    const before = model.requests.length;
+    const { commitWithEvents } = store;
+    store.commitWithEvents = (ops, events) => {
+      const claim =
+        Array.isArray(ops) &&
+        ops.some((o) => {
+          const run = (o as { value?: { run?: { status?: string; task_id?: string } } }).value?.run;
+          return o.kind === 'bg_runs' && run?.status === 'running' && run.task_id === 'refused';
+        });
+      if (claim && refuse) {
+        refuse = false;
+        // Refused as if another instance's claim had won the row, once the agent run it started
+        // asked the model: nothing of the claim is written.
+        return waitFor(() => model.requests.length > before, { what: "the agent run's model request before its claim landed" }).then(() => {
+          throw new StoreError('stale_version', 'bg_runs: another instance claimed it first');
+        });
+      }
+      return commitWithEvents.call(store, typeof ops === 'function' ? () => note(ops()) : note(ops), events);
+    };
+    let id: string;
+    try {
+      const t = await a.post('/background/tasks', { task_id: 'refused', schedule: { type: 'manual' }, query: 'just answer', session_policy: { mode: 'run' } });
+      expect(t.status).toBe(200);
+      const r = await a.post('/background/tasks/refused/run', {});
+      expect(r.status).toBe(200);
+      id = r.body.run_id;
+      const run = await waitRun(a, id);
+      expect(run.status).toBe('completed');
+      expect(run.attempt).toBe(1);
+    } finally {
+      store.commitWithEvents = commitWithEvents;
+    }
+    // Two model calls (the refused claim's, and the run's), one agent run created: the one of the
+    // claim that landed, which completed.
+    expect(model.requests.length - before).toBe(2);
+    expect(runOps.filter((o) => o.id === id && o.op === 'create')).toHaveLength(1);
+    const rec = await store.getRecord<{ status: string }>('runs', id);
+    expect(rec?.value.status).toBe('completed');
   });
 });
 
@@ -243,7 +365,7 @@ describe("an agent run's end carries its background run's", () => {
     };
     try {
       // The model's answer comes 40 ms after its request: past a POST /run's 10 ms creating-write
-      // window (CREATE_FOLD_MS), within a background agent run's (src/runtime/run-host.ts).
+      // window (CREATE_FOLD_MS), within a background agent run's (src/runtime/create-fold.ts).
       model.enqueue(() => ({ text: 'slow ok', holdUntil: new Promise((r) => setTimeout(r, 40)) }));
       expect((await a.post('/background/tasks', { task_id: 'slow-model', schedule: { type: 'manual' }, query: 'just answer' })).status).toBe(200);
       const run = await a.post('/background/tasks/slow-model/run', {});

@@ -289,6 +289,54 @@ async function startAgentd() {
     for await (const [k, v] of store.db.iterator()) bytes += Buffer.byteLength(k) + Buffer.byteLength(v);
     return bytes;
   });
+  // pgTrace: every PostgreSQL statement (PgQueries.query: write rounds, reads, claims) and every
+  // outgoing HTTP request (the model calls) as [start ms, end ms, label] while on, so a profile can
+  // count the serial round trips on a run's path (test/bench/profile.ts, BENCH_PG_TRACE).
+  const trace = { on: false, spans: [] };
+  const queries = store.queries;
+  if (queries?.query) {
+    const orig = queries.query.bind(queries);
+    queries.query = async (cfg, idempotent) => {
+      if (!trace.on) return orig(cfg, idempotent);
+      const t0 = nowMs();
+      try {
+        return await orig(cfg, idempotent);
+      } finally {
+        trace.spans.push([t0, nowMs(), spanLabel(cfg)]);
+      }
+    };
+    const http = (await import('node:http')).default;
+    const request = http.request.bind(http);
+    http.request = (...args) => {
+      const req = request(...args);
+      if (trace.on) {
+        const t0 = nowMs();
+        req.once('response', (res) => res.once('end', () => trace.spans.push([t0, nowMs(), 'http'])));
+      }
+      return req;
+    };
+  }
+  // A read names its kind; a write round (after a tab) its commits, each by the kinds of its ops.
+  function spanLabel(cfg) {
+    const name = cfg.name ?? String(cfg.text).slice(0, 40);
+    const v = cfg.values ?? [];
+    if (name.startsWith('agentd_get') || name.startsWith('agentd_list') || name.startsWith('agentd_count')) return `${name}:${v[0]}`;
+    if (!name.startsWith('agentd_write_round')) return name;
+    const commits = new Map();
+    (v[0] ?? []).forEach((c, i) => (commits.get(c) ?? commits.set(c, new Set()).get(c)).add(`${v[1][i]}:${v[2][i]}`));
+    const evs = (v[7] ?? []).length;
+    const shapes = new Map();
+    for (const k of commits.values()) {
+      const shape = [...k].sort().join('+');
+      shapes.set(shape, (shapes.get(shape) ?? 0) + 1);
+    }
+    return `${name}\t[${[...shapes].map(([shape, n]) => (n > 1 ? `${n}x ${shape}` : shape)).join(' | ')}]${evs ? ` +${evs} events` : ''}`;
+  }
+  commands.set('pgTrace', ({ on }) => {
+    trace.on = !!on;
+    if (on) trace.spans = [];
+    return on ? null : trace.spans;
+  });
   commands.set('storeStats', () => ({
     ...stats,
     rounds: store.stats?.groupCommitRounds ?? 0,

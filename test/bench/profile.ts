@@ -197,6 +197,57 @@ type StoreStats = {
   byKind?: Record<string, { ops: number; bytes: number }>;
 };
 
+/** A PostgreSQL statement or an outgoing HTTP request (a model call) of the child: start and end (ms), label. */
+type Span = [number, number, string];
+
+/**
+ * BENCH_PG_TRACE: the serial round trips of the counting drain. PostgreSQL statements that overlap
+ * count as one trip (they wait together): at concurrency 1 the trips per run are the store waits on
+ * one run's path. Also statements per run by label, the time per run with a statement in flight, a
+ * model call in flight, or neither (the process's own work), and the timeline of one run mid-drain.
+ */
+function roundTripReport(spans: Span[]): string {
+  const merge = (list: Span[]) => {
+    const out: Array<[number, number]> = [];
+    for (const [a, b] of [...list].sort((x, y) => x[0] - y[0])) {
+      const last = out[out.length - 1];
+      if (last && a <= last[1]) last[1] = Math.max(last[1], b);
+      else out.push([a, b]);
+    }
+    return out;
+  };
+  // The window: from the model call of the run 30 % into the drain to that of the run 90 % in,
+  // after the runs were all queued (their POSTs' statements are not a drained run's).
+  const calls = spans.filter((s) => s[2] === 'http').sort((x, y) => x[0] - y[0]);
+  const i0 = Math.floor(calls.length * 0.3);
+  const i1 = Math.floor(calls.length * 0.9);
+  if (i1 <= i0 + 2) return '  (too few model calls traced)\n';
+  const runs = i1 - i0;
+  const from = calls[i0][0];
+  const to = calls[i1][0];
+  const inWindow = spans.filter((s) => s[0] >= from && s[0] < to);
+  const pg = inWindow.filter((s) => s[2] !== 'http');
+  const http = inWindow.filter((s) => s[2] === 'http');
+  const trips = merge(pg);
+  const busy = (m: Array<[number, number]>) => m.reduce((t, [a, b]) => t + Math.min(b, to) - a, 0);
+  const byLabel: Record<string, number> = {};
+  // A write round's label names its commits after a tab: counted by statement name.
+  for (const s of pg) byLabel[s[2].split('\t')[0]] = (byLabel[s[2].split('\t')[0]] ?? 0) + 1;
+  for (const k of Object.keys(byLabel)) byLabel[k] = Math.round((byLabel[k] / runs) * 100) / 100;
+  const sample = inWindow
+    .filter((s) => s[0] >= calls[i0 + 1][0] && s[0] < calls[i0 + 3][0])
+    .sort((x, y) => x[0] - y[0])
+    .map((s) => `    +${(s[0] - calls[i0 + 1][0]).toFixed(2)} .. +${(s[1] - calls[i0 + 1][0]).toFixed(2)} ms ${s[2].replace('\t', ' ')}`)
+    .join('\n');
+  const per = (n: number) => (n / runs).toFixed(2);
+  return (
+    `  ${runs} runs mid-drain: serial PostgreSQL round trips per run ${per(trips.length)} (statements ${per(pg.length)}; model calls ${per(http.length)})\n` +
+    `  statements per run by name: ${JSON.stringify(byLabel)}\n` +
+    `  ms per run: wall ${per(to - from)}, a statement in flight ${per(busy(trips))}, a model call ${per(busy(merge(http)))}, neither ${per(to - from - busy(merge(inWindow)))}\n` +
+    `  two runs (from a model call's start):\n${sample}\n`
+  );
+}
+
 /** Per drained run, by key: what changed between two tallies (keys that did not move are left out). */
 function perRunBy(a: Record<string, number> | undefined, b: Record<string, number> | undefined, runs: number): Record<string, number> {
   const out: Record<string, number> = {};
@@ -220,6 +271,8 @@ function perRunBy(a: Record<string, number> | undefined, b: Record<string, numbe
 export async function profileBackgroundDrain(label: string, order: string[], save: (p: ProfileResult, order: string[]) => void): Promise<void> {
   const { agentdDrain, DRAIN_RETENTION } = await import('./benchmarks/drain-agentd.js');
   const runs = QUICK ? 300 : 1000;
+  // BENCH_PROFILE_BULK=1: the runs are queued by POST .../runs, lists of 1,000 (all queued before the drain), as background-drain's bulk rows.
+  const enqueue = process.env.BENCH_PROFILE_BULK ? 'bulk' : 'single';
   const WARMUP = QUICK ? 300 : 1000;
   const COUNTED = 200;
   const fake = await startChild({ mode: 'fake-openai' });
@@ -262,11 +315,11 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
         process.env.BENCH_NODE_FLAGS = prev ?? '';
         try {
           log(`profile-background c=${concurrency}: warm-up drain of ${WARMUP} runs`);
-          await agentdDrain(child, WARMUP, dir);
+          await agentdDrain(child, WARMUP, dir, true, enqueue);
           fromMs = nowMs();
           log(`profile-background c=${concurrency}: profiled drain of ${runs} runs`);
           const th0 = threadCpuMs(child.pid);
-          const d = await agentdDrain(child, runs, dir).catch((err: unknown) => {
+          const d = await agentdDrain(child, runs, dir, true, enqueue).catch((err: unknown) => {
             throw new Error(`${String(err)}; child stderr: ${child.stderr().slice(-3000)}`);
           });
           const th1 = threadCpuMs(child.pid);
@@ -278,7 +331,10 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           const s0 = await child.call<StoreStats>({ cmd: 'storeStats' });
           const f0 = await fake.call<{ requests?: number }>({ cmd: 'fakeStats' });
           const t0 = treeStats(join(dir, 'workspaces', 'background'));
-          await agentdDrain(child, COUNTED, dir);
+          const tracing = db !== null && !!process.env.BENCH_PG_TRACE;
+          if (tracing) await child.call({ cmd: 'pgTrace', on: true });
+          await agentdDrain(child, COUNTED, dir, true, enqueue);
+          if (tracing) process.stderr.write(roundTripReport(await child.call<Span[]>({ cmd: 'pgTrace', on: false })));
           const s1 = await child.call<StoreStats>({ cmd: 'storeStats' });
           const f1 = await fake.call<{ requests?: number }>({ cmd: 'fakeStats' });
           const t1 = treeStats(join(dir, 'workspaces', 'background'));

@@ -136,6 +136,28 @@ describe('RunInbox on a store several instances share', () => {
     expect(a.mayHold('early')).toBe(false);
   });
 
+  it('a run this instance creates while the feed listens is not read, even just after a (re)connect; a steer still is, and a reconnect makes it read', async () => {
+    const { a, b, feed, reads } = await sharedPair();
+    feed.state = { generation: 4, sinceMs: performance.now() };
+    a.born('new');
+    expect(a.mayHold('new')).toBe(false);
+    // Not created here (resumed, or another instance's): within the margin it reads.
+    expect(a.mayHold('other')).toBe(true);
+    const sent = await b.queueSteer('new', 'alice', 'use metric');
+    await delivered();
+    reads.n = 0;
+    expect((await a.read('new', [], null)).messages.map((m) => m.message_id)).toEqual([sent.message_id]);
+    expect(reads.n).toBe(1);
+    a.born('later');
+    feed.state = { generation: 5, sinceMs: performance.now() };
+    expect(a.mayHold('later')).toBe(true);
+    // Born while the feed was down: nothing vouches for it.
+    feed.state = null;
+    a.born('blind');
+    feed.state = { generation: 6, sinceMs: performance.now() };
+    expect(a.mayHold('blind')).toBe(true);
+  });
+
   it('remembers a bounded number of writes to runs it has not seen (most live on other instances and never end here)', async () => {
     const { a, feed } = await sharedPair();
     const n = MAX_EARLY_HINTS + 500;

@@ -27,6 +27,14 @@ const counter = setup({
   },
 });
 
+/**
+ * How many of `ids` are children of each of `supervisors`: a run, session or task actor is created
+ * directly under its supervisor (`parent`), not among its machine's `children` (system.ts spawn).
+ */
+function childCounts(system: ActorSystem, supervisors: AnyActorRef[], ids: string[]): number[] {
+  return supervisors.map((s) => ids.filter((id) => system.get(id)?._parent === s).length);
+}
+
 describe('ActorSystem', () => {
   it('spawns under a systemId, and restores a child from a persisted snapshot', () => {
     const system = new ActorSystem();
@@ -99,7 +107,11 @@ describe('ActorSystem', () => {
     expect(tasks.size()).toBe(2000);
     const supervisors = Object.values(tasks.ref.getSnapshot().children as Record<string, AnyActorRef>);
     expect(supervisors).toHaveLength(16);
-    const perShard = supervisors.map((s) => Object.keys(s.getSnapshot().children).length);
+    const perShard = childCounts(
+      system,
+      supervisors,
+      Array.from({ length: 2000 }, (_, i) => `task:${i}`),
+    );
     expect(perShard.reduce((a, b) => a + b, 0)).toBe(2000);
     expect(Math.max(...perShard)).toBeLessThan(250); // ~125 each
     // Children are reached by systemId, stopped through the group, and their failures reported by name.
@@ -129,7 +141,9 @@ describe('ActorSystem', () => {
     expect(rootChildren.map((c) => c.id)).toHaveLength(1); // group:live
     const shards = Object.values(rootChildren[0].getSnapshot().children as Record<string, AnyActorRef>);
     expect(shards.length).toBeGreaterThan(32);
-    expect(Math.max(...shards.map((s) => Object.keys(s.getSnapshot().children).length))).toBeLessThan(100);
+    const perShard = childCounts(system, shards, Array.from({ length: 1000 }, (_, i) => [`run:${i}`, `session:${i}`]).flat());
+    expect(perShard.reduce((a, b) => a + b, 0)).toBe(2000);
+    expect(Math.max(...perShard)).toBeLessThan(100);
     system.get('run:500')!.send({ type: 'INC' });
     expect(system.get('run:500')!.getSnapshot().context.n).toBe(1);
     for (let i = 0; i < 1000; i++) system.stop(`run:${i}`);
@@ -305,6 +319,22 @@ describe('ActorSystem.stop', () => {
   });
 });
 
+describe('ActorSystem.shutdown', () => {
+  it('stops the children created directly under the groups and their shards, not only the supervisors', () => {
+    const system = new ActorSystem();
+    const run = system.spawn('run:x', counter); // group:live, sharded
+    const bg = system.group('plain').spawn('bgrun:x', counter);
+    expect([run.getSnapshot().status, bg.getSnapshot().status]).toEqual(['active', 'active']);
+    system.shutdown();
+    expect([run.getSnapshot().status, bg.getSnapshot().status]).toEqual(['stopped', 'stopped']);
+    expect(system.get('run:x')).toBeUndefined();
+    // Nothing starts after shutdown (here in the shard run:x was in): no supervisor would hear it.
+    expect(() => system.spawn('run:x', counter)).toThrow(/did not start/);
+    expect(() => system.group('plain').spawn('bgrun:y', counter)).toThrow(/did not start/);
+    expect(system.get('run:x')).toBeUndefined();
+  });
+});
+
 describe('a child that ends', () => {
   it("leaves its supervisor in the step that reports its end: the owner's stop() sends nothing", () => {
     const done = setup({}).createMachine({ initial: 'a', states: { a: { on: { GO: 'b' } }, b: { type: 'final' } } });
@@ -318,12 +348,13 @@ describe('a child that ends', () => {
     const ref = group.spawn('task:one', done);
     const sibling = group.spawn('task:two', done);
     ref.send({ type: 'GO' });
-    // Ended: out of the system registry (xstate) and out of the supervisor's children (this step).
+    // Ended: out of the system registry (xstate) and out of the supervisor's slots (this step).
+    // The children were created under the supervisor directly: no SPAWN step each (system.ts spawn).
     expect(group.get('task:one')).toBeUndefined();
-    expect(Object.values(group.ref.getSnapshot().children as Record<string, AnyActorRef>)).toEqual([sibling]);
+    expect(sibling._parent).toBe(group.ref);
     expect(group.size()).toBe(1);
     group.stop('task:one');
-    expect(taken).toEqual(['SPAWN', 'SPAWN', 'xstate.done.actor']);
+    expect(taken).toEqual(['xstate.done.actor']);
     // Its slot is free: the next child takes it, and the same systemId may be spawned again.
     const again = group.spawn('task:one', done);
     expect(again.id).toBe(ref.id);
@@ -331,7 +362,8 @@ describe('a child that ends', () => {
     // A running child is stopped by a STOP as before.
     group.stop('task:two');
     expect(group.get('task:two')).toBeUndefined();
-    expect(taken.slice(3)).toEqual(['SPAWN', 'STOP']);
+    expect(taken.slice(1)).toEqual(['STOP']);
+    expect(sibling.getSnapshot().status).toBe('stopped');
     sub.unsubscribe();
     system.shutdown();
   });
