@@ -102,6 +102,13 @@ export interface ReserveRequest {
   amounts: MeterAmounts;
   /** Defaults to the ledger's clock. */
   nowMs?: number;
+  /**
+   * Awaited before a reservation is written (not when nothing is budgeted, so nothing is written):
+   * a run whose own record may not be written yet waits there until it may (a background run's
+   * agent run, until its claim is stored: src/runtime/persistence.ts RecordWriter.mayWrite). When
+   * it rejects, nothing is held.
+   */
+  beforeWrite?: () => Promise<void>;
 }
 
 /** A `warn_at` crossing; the caller emits `budget_warning` with it. */
@@ -279,6 +286,7 @@ export class BudgetLedger {
     // Nothing budgeted for these meters: nothing to hold, nothing to settle, no write at all.
     if (covering.length === 0) return { ok: true, reservation: base, warnings: [], replayed: false };
 
+    await req.beforeWrite?.();
     const ids = covering.map((c) => c.id);
     return this.locks.run([resId, ...ids], () =>
       this.withRetries<ReserveResult>('reserve', async () => {

@@ -300,6 +300,20 @@ export class RecordWriter<T> {
     return open;
   }
 
+  /**
+   * Resolves once this writer may write (at once unless its creating write waits for its `after`);
+   * rejects with FencedError when what it waited for was refused. Writes a run makes outside its own
+   * record (a budget reservation: src/runtime/run-effects.ts reserve) wait here, so a run fenced off
+   * before its first write leaves nothing behind (a hold it made would never be settled: no end of
+   * it is ever written).
+   */
+  async mayWrite(): Promise<void> {
+    const after = this.after;
+    if (!after) return;
+    if (after.pending) await after.pending.catch(() => undefined);
+    if (after.refused) throw new FencedError(this.kind, this.id);
+  }
+
   private issue(open: OpenWrite<T>): void {
     // The creating write waits for its `after` (the constructor's create): updates fold into it
     // meanwhile, as into any write the store has not taken.

@@ -146,6 +146,9 @@ export class RunEffects {
       // An evaluation's replay spends from the evaluation's budgets too (budgets.eval).
       eval_id: live.origin?.eval_id ?? null,
       amounts,
+      // A background run's agent run started before its claim is stored holds nothing until it is
+      // (refused: fenced off, and nothing of it was written).
+      beforeWrite: () => live.writer.mayWrite(),
     });
     if (res.ok) {
       for (const w of res.warnings) {
