@@ -232,10 +232,13 @@ The runtime uses xstate through its public API alone: actors (\`createActor(logi
 task and background-run machines is named in \`setup({ actions })\` (test/machines/named-actions.test.ts),
 so the inspector shows \`applyClaim\`, not \`xstate.assign\`.
 
-- **Restoring a child from a snapshot** (\`Supervisor.spawn\`, src/runtime/system.ts): a machine's
-  \`spawn\` has no snapshot option, so the child's logic is wrapped by \`startingFrom(logic, snapshot)\`,
-  actor logic whose methods delegate to the machine and whose \`getInitialSnapshot\` restores the
-  snapshot with \`logic.restoreSnapshot\` (what \`createActor\` does with its \`snapshot\` option).
+- **Creating a child, restored or new** (\`Supervisor.spawn\`, src/runtime/system.ts): a run, session,
+  task or background run is \`createActor(logic, { parent: supervisor, id: slot, systemId, input |
+  snapshot })\`, started at once, not a \`SPAWN\` step of the supervisor (\`parent\` and \`snapshot\` are
+  \`ActorOptions\` fields; docs/architecture.md "Deliberate departures"). Groups and shards are still
+  spawned by \`SPAWN\`; a machine's \`spawn\` has no snapshot option, so there a snapshot is given as
+  \`startingFrom(logic, snapshot)\`, actor logic whose methods delegate to the machine and whose
+  \`getInitialSnapshot\` restores the snapshot with \`logic.restoreSnapshot\`.
 - **Background runs** restore from their row: \`persistedSnapshotOf\` asks the machine for the state of
   the row's status (\`resolveState\`) and for its persisted form (\`getPersistedSnapshot\`); no snapshot
   format is written by hand. A row saved by a newer background-run machine (\`machine_version\` above
