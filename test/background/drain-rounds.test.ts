@@ -26,6 +26,23 @@ afterAll(async () => {
   await model.close();
 });
 
+/**
+ * The round a commit was written in, counted where it resolves: the commits of one group-commit
+ * round resolve together, in one turn of the event loop, and a store writes one round at a time.
+ */
+function roundCounter(): () => number {
+  let round = 0;
+  let turnOpen = false;
+  return () => {
+    if (!turnOpen) {
+      round++;
+      turnOpen = true;
+      setImmediate(() => (turnOpen = false));
+    }
+    return round;
+  };
+}
+
 describe('draining at concurrency 1', () => {
   it("writes a run's end in the same store round as the next run's claim", async () => {
     const store = server.store as typeof server.store & { stats?: { groupCommitRounds: number } };
@@ -72,18 +89,7 @@ describe('draining at concurrency 1', () => {
       await new Promise((r) => setTimeout(r, 25));
       return claimQueued.call(this, limit);
     };
-    // The round a commit was written in: commits of one group-commit round resolve together, in
-    // one turn of the event loop, and a store writes one round at a time.
-    let round = 0;
-    let turnOpen = false;
-    const roundNow = () => {
-      if (!turnOpen) {
-        round++;
-        turnOpen = true;
-        setImmediate(() => (turnOpen = false));
-      }
-      return round;
-    };
+    const roundNow = roundCounter();
     // Per round: the background runs written running (a claim) and completed.
     const byRound = new Map<number, { running: Set<string>; completed: Set<string> }>();
     // The runs whose completion was written in the commit of their agent run's record.
@@ -232,18 +238,7 @@ describe('an agent run that ends before its claim landed', () => {
     // (the claim in flight counted as the worker's) and went to the store alone.
     const claimOf = (ops: CommitOps) =>
       Array.isArray(ops) && ops.some((o) => o.kind === 'bg_runs' && (o as { value?: { run?: { status?: string } } }).value?.run?.status === 'running');
-    // The round a commit was written in: the commits of one group-commit round resolve together, in
-    // one turn of the event loop, and a store writes one round at a time.
-    let round = 0;
-    let turnOpen = false;
-    const roundNow = () => {
-      if (!turnOpen) {
-        round++;
-        turnOpen = true;
-        setImmediate(() => (turnOpen = false));
-      }
-      return round;
-    };
+    const roundNow = roundCounter();
     const claims = new Map<string, number>();
     const ends = new Map<string, number>();
     const { commitWithEvents } = store;
