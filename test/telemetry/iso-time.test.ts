@@ -64,7 +64,7 @@ describe('canonicalIso', () => {
     const n = formats(() => {
       for (let i = 0; i < 10; i++) {
         const record = createEventRecord(
-          { event_type: 'model_call', trace_id: 't', span_id: 's', timestamp: isoAt(clock.now()), actor: { type: 'model', id: 'm' } },
+          { event_type: 'model_call', trace_id: 't', span_id: 's', timestamp: isoAt(clock.now()), actor: { type: 'model', id: 'm' }, metadata: {} },
           settings,
           clock,
         );
