@@ -57,6 +57,28 @@ describe('PostgreSQL index rows on update', () => {
     expect(Object.keys(await ixRows('bg_runs', 'run_b'))).toEqual(['status']);
   });
 
+  it('create-or-replace with indexes racing on two connections: every write applies, and the index rows mirror the last one', async () => {
+    const other = new PostgresStore({ url: db.url, poolSize: 2, changes: false });
+    await other.open();
+    try {
+      for (let i = 0; i < 10; i++) {
+        const id = `race_${i}`;
+        const write = (st: PostgresStore, who: string, n: number) =>
+          st.commit([{ op: 'update', kind: 'bg_runs', id, value: { who, n }, expectedVersion: null, indexes: { status: `${who}${n}`, owner: who } }]);
+        await Promise.all([write(s, 'a', 1), write(other, 'b', 1), write(s, 'a', 2), write(other, 'b', 2)]);
+        const rec = await s.queries.query<{ version: number; ix: Record<string, string> }>(
+          { text: "SELECT version, ix FROM agentd.records WHERE kind = 'bg_runs' AND id = $1", values: [id] },
+          true,
+        );
+        expect(rec.rows[0].version).toBe(4);
+        const rows = await ixRows('bg_runs', id);
+        expect(Object.fromEntries(Object.entries(rows).map(([k, v]) => [k, v[0]]))).toEqual(rec.rows[0].ix);
+      }
+    } finally {
+      await other.close();
+    }
+  });
+
   it('a round mixing a refused commit and an applied one: the refused one changes no record or index row, the other applies whole', async () => {
     await s.commit([
       { op: 'create', kind: 'bg_runs', id: 'run_x', value: { n: 1 }, indexes: { status: 'queued', task_id: 't2' } },

@@ -7,15 +7,13 @@
 -- then DELETE every agentd.record_ix row of the record and INSERT them all again, whether one
 -- value changed or none (measured on a background drain: ~5 such updates per run, 2 of them
 -- rewriting 4-5 index rows to move 1). Now:
--- - a CAS update (expected version given) is ONE UPDATE, which also returns the indexes the row
---   had, so when they are unchanged nothing else runs (a failed CAS is found as before: AG404 /
---   AG412);
--- - a create-or-replace with indexes is one upsert (INSERT ... ON CONFLICT DO UPDATE), like the
---   one without; a concurrent create of the same record is then replaced, as the contract's
---   create-or-replace says, where the general path refused it with AG409;
--- - then only the index rows whose value changed are deleted, and the new values inserted with ON
---   CONFLICT DO NOTHING (an unchanged one meets its own key in agentd.record_ix and writes
---   nothing). The rows still mirror records.ix exactly.
+-- - the update is ONE UPDATE, which also returns the indexes the row had, so when they are
+--   unchanged nothing else runs (a failed CAS is found as before: AG404 / AG412); a
+--   create-or-replace of a record that is not there is an upsert (INSERT ... ON CONFLICT DO
+--   UPDATE), like the one without indexes: a concurrent create of the same record is then
+--   replaced, as the contract's create-or-replace says, where the general path refused it (AG409);
+-- - when they changed, only the index rows whose value changed are deleted, and the new values
+--   inserted. The rows still mirror records.ix exactly.
 -- Deletes, creates and holders edits are as before.
 --
 -- CREATE OR REPLACE keeps the signature (and grants): both write_round functions (versions 1 and
@@ -101,43 +99,46 @@ BEGIN
           seqs[j] := c_seq;
           CONTINUE;
         END IF;
-        -- An update with indexes, without a SELECT first. A CAS update that leaves the index
-        -- values as they are is one statement. Otherwise, once the row is written, of its
-        -- agentd.record_ix rows only those whose value changed go, and the new values come (an
-        -- unchanged one meets its own key: nothing is written for it). Not for a key's holders
-        -- record created or replaced: its BEFORE INSERT trigger (migration 006) would fill it as
-        -- a new record before the upsert turned into an update; it takes the general path.
+        -- An update with indexes, without a SELECT first: one UPDATE that also returns the
+        -- indexes the row had (`o`, the row as this statement first saw it; when a concurrent
+        -- write committed in between, the version tells, and they count as unknown). When they
+        -- are unchanged, that is all. Otherwise, of the record's agentd.record_ix rows only those
+        -- whose value changed go, and the new values come (ON CONFLICT DO NOTHING: when the old
+        -- ones are unknown, an unchanged one meets its own key and nothing is written for it).
+        -- Not for a key's holders record created or replaced: its BEFORE INSERT trigger
+        -- (migration 006) would fill it as a new record before the upsert turned into an
+        -- update; it takes the general path.
         IF p_op[j] = 'update' AND (p_expected[j] IS NOT NULL OR NOT (p_kind[j] = 'meta' AND left(p_id[j], 9) = 'flow_key:')) THEN
-          IF p_expected[j] IS NULL THEN
-            INSERT INTO agentd.records AS r (kind, id, version, seq, value, ix)
-              VALUES (p_kind[j], p_id[j], 1, nextval('agentd.record_seq'), p_value[j], p_ix[j])
-              ON CONFLICT (kind, id) DO UPDATE SET value = EXCLUDED.value, version = r.version + 1, ix = EXCLUDED.ix
-              RETURNING r.version, r.seq INTO c_ver, c_seq;
-          ELSE
-            -- `o` is the row before this write: its ix says whether the index rows need a visit.
-            -- Read without a lock, it can be older than the row the UPDATE waited for only when
-            -- a concurrent write committed first, which moved the version: the CAS then fails.
-            UPDATE agentd.records r SET value = p_value[j], version = r.version + 1, ix = p_ix[j]
-              FROM agentd.records o
-              WHERE r.kind = p_kind[j] AND r.id = p_id[j] AND r.version = p_expected[j] AND o.kind = p_kind[j] AND o.id = p_id[j]
-              RETURNING r.version, r.seq, o.ix INTO c_ver, c_seq, c_ix;
-            IF FOUND AND c_ix = p_ix[j] THEN
-              vers[j] := c_ver;
-              seqs[j] := c_seq;
-              CONTINUE;
-            END IF;
-            IF NOT FOUND THEN
+          UPDATE agentd.records r SET value = p_value[j], version = r.version + 1, ix = p_ix[j]
+            FROM agentd.records o
+            WHERE r.kind = p_kind[j] AND r.id = p_id[j] AND (p_expected[j] IS NULL OR r.version = p_expected[j])
+              AND o.kind = p_kind[j] AND o.id = p_id[j]
+            RETURNING r.version, r.seq, CASE WHEN r.version = o.version + 1 THEN o.ix END INTO c_ver, c_seq, c_ix;
+          IF NOT FOUND THEN
+            IF p_expected[j] IS NOT NULL THEN
               SELECT r.version INTO c_ver FROM agentd.records r WHERE r.kind = p_kind[j] AND r.id = p_id[j];
               IF NOT FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'AG404', MESSAGE = format('%s ''%s'' was not found', p_kind[j], p_id[j]);
               END IF;
               RAISE EXCEPTION USING ERRCODE = 'AG412', MESSAGE = format('%s ''%s'' is at version %s, expected %s', p_kind[j], p_id[j], c_ver, p_expected[j]);
             END IF;
+            -- Not there: created (version 1, no index rows yet), or replaced when a concurrent
+            -- transaction created it since our look (its indexes unknown).
+            INSERT INTO agentd.records AS r (kind, id, version, seq, value, ix)
+              VALUES (p_kind[j], p_id[j], 1, nextval('agentd.record_seq'), p_value[j], p_ix[j])
+              ON CONFLICT (kind, id) DO UPDATE SET value = EXCLUDED.value, version = r.version + 1, ix = EXCLUDED.ix
+              RETURNING r.version, r.seq INTO c_ver, c_seq;
+            c_ix := CASE WHEN c_ver = 1 THEN '{}'::jsonb END;
           END IF;
-          DELETE FROM agentd.record_ix x WHERE x.kind = p_kind[j] AND x.id = p_id[j] AND (p_ix[j] ->> x.name) IS DISTINCT FROM x.value;
-          INSERT INTO agentd.record_ix (kind, name, value, seq, id)
-            SELECT p_kind[j], nx.key, nx.value, c_seq, p_id[j] FROM jsonb_each_text(p_ix[j]) AS nx
-            ON CONFLICT DO NOTHING;
+          IF c_ix IS NULL OR c_ix <> p_ix[j] THEN
+            IF c_ix IS NULL OR c_ix <> '{}'::jsonb THEN
+              DELETE FROM agentd.record_ix x WHERE x.kind = p_kind[j] AND x.id = p_id[j] AND (p_ix[j] ->> x.name) IS DISTINCT FROM x.value;
+            END IF;
+            INSERT INTO agentd.record_ix (kind, name, value, seq, id)
+              SELECT p_kind[j], nx.key, nx.value, c_seq, p_id[j] FROM jsonb_each_text(p_ix[j]) AS nx
+                WHERE c_ix IS NULL OR (c_ix ->> nx.key) IS DISTINCT FROM nx.value
+              ON CONFLICT DO NOTHING;
+          END IF;
           vers[j] := c_ver;
           seqs[j] := c_seq;
           CONTINUE;
