@@ -179,7 +179,12 @@ export class EventOutbox {
    * issued at once. Its state lives until the files are written: a caller told "ended" waits for
    * them (flushed), and a later step queues behind an append on its way.
    */
-  private mirrorNow(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], opts: { runJson: boolean; mirror: boolean }, st: AppendState | undefined): Promise<unknown> {
+  private mirrorNow(
+    ctx: BackgroundRunContext,
+    lifecycle: LifecycleRecord[],
+    opts: { runJson: boolean; mirror: boolean },
+    st: AppendState | undefined,
+  ): Promise<unknown> {
     const runId = ctx.run.run_id;
     const terminal = TERMINAL.has(ctx.run.status);
     this.noteEmitted(runId, lifecycle, terminal);

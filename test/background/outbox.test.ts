@@ -75,7 +75,7 @@ describe('EventOutbox', () => {
 });
 
 describe('EventOutbox, events stored with the row (LevelDB: every row write of a drained run)', () => {
-  it('hands the mirror step to the workspace lane at once, one promise besides the lane\'s, and answers with the lane\'s promise', async () => {
+  it("hands the mirror step to the workspace lane at once, one promise besides the lane's, and answers with the lane's promise", async () => {
     const issued: string[] = [];
     let written!: () => void;
     const lane = new Promise<void>((r) => (written = r));
