@@ -53,8 +53,10 @@ export class EventOutbox {
   constructor(private readonly deps: EventOutboxDeps) {}
 
   /** Resolves once every lifecycle event this process has queued for the run is stored. */
-  async appended(runId: string): Promise<void> {
-    await this.appends.get(runId)?.chain;
+  appended(runId: string): Promise<void> {
+    // Not async: the chain itself, or one settled promise when nothing is on its way (every
+    // manual run's POST asks, once its row is written).
+    return this.appends.get(runId)?.chain ?? RESOLVED;
   }
 
   /** The run's appends under way, if any (a load waits for these, or it would re-emit them). */
