@@ -287,7 +287,13 @@ async function startAgentd() {
     const { Worker } = await import('node:worker_threads');
     const post = Worker.prototype.postMessage;
     const strBytes = (v) =>
-      typeof v === 'string' ? v.length : Array.isArray(v) ? v.reduce((n, x) => n + strBytes(x), 0) : v && typeof v === 'object' ? Object.values(v).reduce((n, x) => n + strBytes(x), 0) : 0;
+      typeof v === 'string'
+        ? v.length
+        : Array.isArray(v)
+          ? v.reduce((n, x) => n + strBytes(x), 0)
+          : v && typeof v === 'object'
+            ? Object.values(v).reduce((n, x) => n + strBytes(x), 0)
+            : 0;
     const setCount = commands.get('countBytes');
     commands.set('countBytes', (msg) => {
       Worker.prototype.postMessage = msg.on
