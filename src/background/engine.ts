@@ -319,7 +319,7 @@ export class RunEngine {
     return this.hosts.send(runId, event, opts);
   }
 
-  private afterWrite(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus, flushed: Promise<void>): void {
+  private afterWrite(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus, flushed: Promise<unknown>): void {
     const status = ctx.run.status;
     const runId = h.id;
     this.timers.afterWrite(h, ctx, HELD.has(status));

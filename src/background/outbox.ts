@@ -24,9 +24,12 @@ interface AppendState {
   /** The appends (a load waits for these, or it would re-emit them). */
   chain: Promise<void>;
   /** The appends and the workspace files (a caller told "ended" waits for these). */
-  flushed: Promise<void>;
+  flushed: Promise<unknown>;
   unacked: LifecycleRecord[];
+  /** Steps not yet flushed (the state is dropped at 0). */
   pending: number;
+  /** Steps on `chain` whose mirror step is not issued yet: while there are some, a step queues behind them. */
+  chained: number;
 }
 
 export interface EventOutboxDeps {
@@ -39,6 +42,8 @@ export interface EventOutboxDeps {
   onAppendFailed(ctx: BackgroundRunContext): void;
 }
 
+const RESOLVED: Promise<void> = Promise.resolve();
+
 export class EventOutbox {
   /** Runs whose lifecycle events are on their way to the log: a load waits, or it would re-emit them. */
   private readonly appends = new Map<string, AppendState>();
@@ -48,8 +53,10 @@ export class EventOutbox {
   constructor(private readonly deps: EventOutboxDeps) {}
 
   /** Resolves once every lifecycle event this process has queued for the run is stored. */
-  async appended(runId: string): Promise<void> {
-    await this.appends.get(runId)?.chain;
+  appended(runId: string): Promise<void> {
+    // Not async: the chain itself, or one settled promise when nothing is on its way (every
+    // manual run's POST asks, once its row is written).
+    return this.appends.get(runId)?.chain ?? RESOLVED;
   }
 
   /** The run's appends under way, if any (a load waits for these, or it would re-emit them). */
@@ -58,7 +65,7 @@ export class EventOutbox {
   }
 
   /** The run's appends and workspace files under way, if any (a caller told "ended" waits for these). */
-  flushed(runId: string): Promise<void> | undefined {
+  flushed(runId: string): Promise<unknown> | undefined {
     return this.appends.get(runId)?.flushed;
   }
 
@@ -103,11 +110,17 @@ export class EventOutbox {
    * rejects). A failed append drops this process's copy of the run: the row's outbox still holds
    * the events, and the next load re-appends them.
    */
-  queueEmit(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], opts: { runJson: boolean; mirror: boolean; stored?: boolean }): Promise<void> {
+  queueEmit(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], opts: { runJson: boolean; mirror: boolean; stored?: boolean }): Promise<unknown> {
     const runId = ctx.run.run_id;
     let st = this.appends.get(runId);
+    // The events are stored with the row and no step of the run is on the chain (no append is on
+    // its way): there is nothing to order this step behind, so its mirror step goes to the
+    // workspace lane now, which keeps each folder's steps in the order they come. Every row write
+    // of a run on a store that takes events in its commits (LevelDB) goes this way, without the
+    // chain's promises (test/background/outbox.test.ts).
+    if (opts.stored && (!st || st.chained === 0)) return this.mirrorNow(ctx, lifecycle, opts, st);
     if (!st) {
-      st = { chain: Promise.resolve(), flushed: Promise.resolve(), unacked: [], pending: 0 };
+      st = { chain: RESOLVED, flushed: RESOLVED, unacked: [], pending: 0, chained: 0 };
       this.appends.set(runId, st);
     }
     const state = st;
@@ -115,40 +128,77 @@ export class EventOutbox {
     // their workspace mirror is left, behind the run's earlier steps.
     if (!opts.stored) for (const l of lifecycle) state.unacked.push(l);
     state.pending++;
+    state.chained++;
     const terminal = TERMINAL.has(ctx.run.status);
-    let mirrored: Promise<void> | null = null;
+    let mirrored: Promise<unknown> | null = null;
     const step = state.chain.then(async () => {
-      if (lifecycle.length > 0 && opts.stored) {
-        const last = lifecycle[lifecycle.length - 1].sequence;
-        if (terminal) this.emitted.delete(runId);
-        else this.emitted.set(runId, last);
-      } else if (lifecycle.length > 0) {
-        try {
-          await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
-        } catch (err) {
-          this.deps.logger.warn(
-            { bg_run_id: runId, err: String(err) },
-            'could not append the lifecycle events of a background run; its next load re-appends them',
-          );
-          this.emitted.delete(runId);
-          this.deps.onAppendFailed(ctx);
-          return;
+      try {
+        if (lifecycle.length > 0 && opts.stored) this.noteEmitted(runId, lifecycle, terminal);
+        else if (lifecycle.length > 0) {
+          try {
+            await this.deps.telemetry.emitMany(lifecycle.map((l) => this.telemetryOf(ctx, l)));
+          } catch (err) {
+            this.deps.logger.warn(
+              { bg_run_id: runId, err: String(err) },
+              'could not append the lifecycle events of a background run; its next load re-appends them',
+            );
+            this.emitted.delete(runId);
+            this.deps.onAppendFailed(ctx);
+            return;
+          }
+          const last = lifecycle[lifecycle.length - 1].sequence;
+          state.unacked = state.unacked.filter((l) => l.sequence > last);
+          this.noteEmitted(runId, lifecycle, terminal);
         }
-        const last = lifecycle[lifecycle.length - 1].sequence;
-        state.unacked = state.unacked.filter((l) => l.sequence > last);
-        if (terminal) this.emitted.delete(runId);
-        else this.emitted.set(runId, last);
+        // Issued in append order; the mirror lane keeps each folder's writes in that order.
+        if (opts.mirror) mirrored = this.deps.workspaces().mirror(ctx, lifecycle, opts.runJson, terminal);
+      } finally {
+        state.chained--;
       }
-      // Issued in append order; the mirror lane keeps each folder's writes in that order.
-      if (opts.mirror) mirrored = this.deps.workspaces().mirror(ctx, lifecycle, opts.runJson, terminal);
     });
     // The chain only orders the next step; `step` rejects to this step's own caller.
     state.chain = step.catch(() => undefined);
     const flushed = state.chain.then(() => mirrored ?? undefined);
     state.flushed = flushed;
-    void flushed.finally(() => {
-      if (--state.pending === 0 && this.appends.get(runId) === state) this.appends.delete(runId);
-    });
+    void flushed.finally(() => this.stepFlushed(runId, state));
+    return flushed;
+  }
+
+  /** The highest sequence this process appended for a run that goes on (a load with a match skips the outbox check). */
+  private noteEmitted(runId: string, lifecycle: LifecycleRecord[], terminal: boolean): void {
+    if (lifecycle.length === 0) return;
+    if (terminal) this.emitted.delete(runId);
+    else this.emitted.set(runId, lifecycle[lifecycle.length - 1].sequence);
+  }
+
+  /** A step is flushed: the run's state goes once none is left. */
+  private stepFlushed(runId: string, state: AppendState): void {
+    if (--state.pending === 0 && this.appends.get(runId) === state) this.appends.delete(runId);
+  }
+
+  /**
+   * queueEmit of a stored step with no step of its run on the chain: noted, and its mirror step
+   * issued at once. Its state lives until the files are written: a caller told "ended" waits for
+   * them (flushed), and a later step queues behind an append on its way.
+   */
+  private mirrorNow(
+    ctx: BackgroundRunContext,
+    lifecycle: LifecycleRecord[],
+    opts: { runJson: boolean; mirror: boolean },
+    st: AppendState | undefined,
+  ): Promise<unknown> {
+    const runId = ctx.run.run_id;
+    const terminal = TERMINAL.has(ctx.run.status);
+    this.noteEmitted(runId, lifecycle, terminal);
+    if (!opts.mirror) return RESOLVED;
+    // The lane writes a folder's steps in order: this step's files written, the earlier ones are too.
+    const flushed = this.deps.workspaces().mirror(ctx, lifecycle, opts.runJson, terminal);
+    const state = st ?? { chain: RESOLVED, flushed, unacked: [], pending: 0, chained: 0 };
+    if (!st) this.appends.set(runId, state);
+    state.pending++;
+    state.flushed = flushed;
+    const done = () => this.stepFlushed(runId, state);
+    flushed.then(done, done);
     return flushed;
   }
 

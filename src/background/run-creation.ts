@@ -120,7 +120,7 @@ export class RunCreation {
   }
 
   /** Resolves once every lifecycle event this process has queued for the run is stored. */
-  async appended(runId: string): Promise<void> {
-    await this.parts.outbox.appended(runId);
+  appended(runId: string): Promise<void> {
+    return this.parts.outbox.appended(runId);
   }
 }

@@ -76,7 +76,7 @@ export interface RunHostHooks {
   /** Asks for a claim pass. */
   kick(): void;
   /** After a row write and the queueing of its events: timers, watches, metrics, waiters, claims. */
-  afterWrite(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus, flushed: Promise<void>): void;
+  afterWrite(h: Handle, ctx: BackgroundRunContext, prevStatus: BackgroundRunStatus, flushed: Promise<unknown>): void;
   /** Somebody waits for the run to settle (their answer must not wait for another write). */
   hasWaiter(runId: string): boolean;
   /** A released run's heartbeat and attempt timeout stop. */
@@ -229,22 +229,25 @@ export class RunHosts {
   enqueue(h: Handle, job: () => Promise<void>, onError: (err: unknown) => void): void {
     h.tailWrite = null; // a later transition must not be written before this job runs
     h.pending++;
-    h.chain = h.chain
-      .then(async () => {
-        if (!h.dead) await job();
-      })
-      .catch((err) => {
-        try {
-          onError(err);
-        } catch (handlerErr) {
-          // never let a handler break the chain
-          reportSwallowed('background.chain_handler', handlerErr, { run_id: h.id });
-        }
-      })
-      .finally(() => {
-        h.pending--;
-        this.maybeRelease(h);
-      });
+    h.chain = this.afterChain(h, h.chain, job, onError);
+  }
+
+  /** A job of a run's chain, after those before it (`prev` never rejects): one async function, not then/catch/finally (fewer promises per job). */
+  private async afterChain(h: Handle, prev: Promise<void>, job: () => Promise<void>, onError: (err: unknown) => void): Promise<void> {
+    try {
+      await prev;
+      if (!h.dead) await job();
+    } catch (err) {
+      try {
+        onError(err);
+      } catch (handlerErr) {
+        // never let a handler break the chain
+        reportSwallowed('background.chain_handler', handlerErr, { run_id: h.id });
+      }
+    } finally {
+      h.pending--;
+      this.maybeRelease(h);
+    }
   }
 
   // ---------------------------------------------------------------- the `record` effect

@@ -32,6 +32,9 @@ const QUEUED_MIRROR_DELAY_MS = 5000;
  */
 export const MIRROR_BACKLOG_MAX = 256;
 
+/** mirror()'s answer for a step with nothing to write. */
+const NOTHING: Promise<unknown> = Promise.resolve();
+
 export interface RunWorkspacesDeps {
   config: Config;
   logger: AppLogger;
@@ -165,21 +168,26 @@ export class RunWorkspaces {
     return absoluteWorkspace(this.deps.config.background.workspace_root, run.workspace_path);
   }
 
-  async mirror(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson: boolean, last: boolean): Promise<void> {
-    if (this.deletedRuns.has(ctx.run.run_id)) return;
+  /**
+   * Hands a step's lines and run.json to the mirror lane. Resolves once they are written (or will
+   * not be); never rejects. Not an async function: the lane's own promise is the answer, shared by
+   * the steps merged into one folder write (no wrapper promise per step).
+   */
+  mirror(ctx: BackgroundRunContext, lifecycle: LifecycleRecord[], rewriteRunJson: boolean, last: boolean): Promise<unknown> {
+    if (this.deletedRuns.has(ctx.run.run_id)) return NOTHING;
     let dir: string;
     try {
       dir = this.dirOf(ctx.run);
     } catch (err) {
       this.deps.logger.warn({ bg_run_id: ctx.run.run_id, err: String(err) }, 'the run workspace is outside the workspace root; not written');
-      return;
+      return NOTHING;
     }
     // The files show the client's task and agent ids, as answers do (tenancy.ts).
     const lines = ctx.internal.write_events_jsonl ? lifecycle.map(publicLifecycleLine) : [];
     // The run as stored: the queue keeps a folder's newest only and shows it when it writes it
     // (showRun below), so the steps merged into a later one make no copy of it.
     const run = ctx.internal.write_run_json && rewriteRunJson ? ctx.run : null;
-    if (lines.length === 0 && !run) return;
+    if (lines.length === 0 && !run) return NOTHING;
     const makeDir = !this.madeDirs.has(dir);
     if (last) this.madeDirs.delete(dir);
     else this.madeDirs.add(dir);
@@ -189,7 +197,7 @@ export class RunWorkspaces {
     // drain the queue.
     const seq = lifecycle.at(-1)?.sequence;
     const stillDue = status === 'queued' && this.deps.shared && seq !== undefined ? () => this.queuedStepDue(ctx.run.run_id, seq) : undefined;
-    await this.mirrors.write(dir, lines, run, makeDir, TERMINAL.has(status) || WAITING.has(status), status !== 'queued', stillDue);
+    return this.mirrors.write(dir, lines, run, makeDir, TERMINAL.has(status) || WAITING.has(status), status !== 'queued', stillDue);
   }
 
   /**

@@ -22,7 +22,7 @@ export class SettleWaiters {
     private readonly deps: {
       getRow(runId: string): Promise<Versioned<BgRunRow> | null>;
       /** The run's events and workspace files still on their way, if any. */
-      flushed(runId: string): Promise<void> | undefined;
+      flushed(runId: string): Promise<unknown> | undefined;
       /** Set on a shared store: how often a waiter reads the row of a run another instance may run. */
       sharedPollMs?: number;
       /** Set on a shared store: the run's workspace files show the settled row (RunWorkspaces.shows). */

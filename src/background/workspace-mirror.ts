@@ -81,7 +81,9 @@ interface MirrorJob {
   lines: object[];
   run: object | null;
   makeDir: boolean;
-  done: Array<(ok: boolean) => void>;
+  /** What write() answers for every step merged into this job (one promise per folder write, not per step). */
+  done: Promise<boolean>;
+  settle: (ok: boolean) => void;
   /** In the ready queue (urgent, or its delay is over). */
   ready: boolean;
   /** Counted in the backlog (a step of a run past its queueing: see `write`). */
@@ -217,7 +219,7 @@ export class MirrorQueue {
       if (d !== dir && !d.startsWith(prefix)) continue;
       this.pending.delete(d);
       if (job.counted) this.countedJobs--;
-      job.done.forEach((done) => done(false));
+      job.settle(false);
     }
     this.onShrunk();
     const writing = () => [...this.busy].some((d) => d === dir || d.startsWith(prefix));
@@ -258,7 +260,9 @@ export class MirrorQueue {
     if (this.hurried) urgent = true;
     let job = this.pending.get(dir);
     if (!job) {
-      job = { lines: [], run: null, makeDir: false, done: [], ready: false, counted: false, stillDue: null };
+      let settle!: (ok: boolean) => void;
+      const done = new Promise<boolean>((resolve) => (settle = resolve));
+      job = { lines: [], run: null, makeDir: false, done, settle, ready: false, counted: false, stillDue: null };
       this.pending.set(dir, job);
       if (!urgent) {
         if (counts) this.delayed.push({ dir, at: Date.now() + this.delayMs });
@@ -279,10 +283,9 @@ export class MirrorQueue {
     }
     // A counted step is this process's own (it holds the run): the folder is written as is.
     job.stillDue = job.counted ? null : (stillDue ?? job.stillDue);
-    const done = new Promise<boolean>((resolve) => job.done.push(resolve));
     if (urgent) this.makeReady(dir, job);
     this.pump();
-    return done;
+    return job.done;
   }
 
   private makeReady(dir: string, job: MirrorJob): void {
@@ -346,10 +349,10 @@ export class MirrorQueue {
         : go();
       write
         .then(
-          () => job.done.forEach((d) => d(true)),
+          () => job.settle(true),
           (err: unknown) => {
             this.onError(dir, err);
-            job.done.forEach((d) => d(false));
+            job.settle(false);
           },
         )
         .finally(() => {

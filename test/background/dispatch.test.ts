@@ -79,6 +79,9 @@ describe('MirrorQueue', () => {
     const second = q.write(d, [{ n: 2 }, { n: 3 }], { status: 'running' }, false, false);
     expect(existsSync(d)).toBe(false); // not urgent: it waits for more steps
     const third = q.write(d, [{ n: 4 }], { status: 'completed' }, false, true); // urgent: written now, with the rest
+    // One folder write, one promise: the steps merged into it share its answer.
+    expect(second).toBe(first);
+    expect(third).toBe(first);
     expect(await Promise.all([first, second, third])).toEqual([true, true, true]);
     expect(lines('a')).toEqual([1, 2, 3, 4]);
     expect(JSON.parse(readFileSync(join(d, 'run.json'), 'utf8'))).toEqual({ status: 'completed' });

@@ -1,6 +1,7 @@
 // Unit test of the event outbox: events a row write did not store are appended behind it (and
 // stay unacked until then); events it stored itself are only mirrored, in order. And the
 // workspace repair the outbox's load runs (one per run at a time, retried after a failure).
+import { createHook } from 'node:async_hooks';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -70,6 +71,69 @@ describe('EventOutbox', () => {
     expect(mirrored).toEqual([['background_run_queued'], ['background_run_completed']]);
     await settle();
     expect(box.has('bgrun_a')).toBe(false);
+  });
+});
+
+describe('EventOutbox, events stored with the row (LevelDB: every row write of a drained run)', () => {
+  it("hands the mirror step to the workspace lane at once, one promise besides the lane's, and answers with the lane's promise", async () => {
+    const issued: string[] = [];
+    let written!: () => void;
+    const lane = new Promise<void>((r) => (written = r));
+    const box = new EventOutbox({
+      store: {} as Store,
+      telemetry: {} as TelemetryEmitter,
+      workerId: 'w1',
+      workspaces: () => ({ mirror: (_c: unknown, l: Array<{ event: string }>) => (issued.push(...l.map((x) => x.event)), lane) }) as unknown as RunWorkspaces,
+      logger: silentLogger,
+      onAppendFailed: () => undefined,
+    });
+    const r = ctx('bgrun_c', 'running');
+    const line = box.lifecycleOf(r, { type: 'background_run_started' }, 2, '2030-01-01T00:00:00.000Z');
+    let promises = 0;
+    const hook = createHook({ init: (_id, type) => void (type === 'PROMISE' && promises++) });
+    hook.enable();
+    let flushed: Promise<unknown>;
+    try {
+      flushed = box.queueEmit(r, [line], { runJson: true, mirror: true, stored: true });
+    } finally {
+      hook.disable();
+    }
+    // Issued before any microtask ran (nothing of the run was on its way to order it behind).
+    expect(issued).toEqual(['background_run_started']);
+    expect(flushed).toBe(lane);
+    // The chain took six (then, its async step, catch, then, finally and its own): one now, to drop the run's state once written.
+    expect(promises).toBe(1);
+    expect(box.flushed('bgrun_c')).toBe(lane);
+    written();
+    await settle();
+    expect(box.has('bgrun_c')).toBe(false);
+  });
+
+  it('a stored step behind an append on its way waits for it: lines reach the lane in order', async () => {
+    const mirrored: string[][] = [];
+    let appendDone!: () => void;
+    const appending = new Promise<void>((r) => (appendDone = r));
+    const box = new EventOutbox({
+      store: {} as Store,
+      telemetry: { emitMany: () => appending.then(() => []) } as unknown as TelemetryEmitter,
+      workerId: 'w1',
+      workspaces: () => ({ mirror: async (_c: unknown, l: Array<{ event: string }>) => void mirrored.push(l.map((x) => x.event)) }) as unknown as RunWorkspaces,
+      logger: silentLogger,
+      onAppendFailed: () => undefined,
+    });
+    const r = ctx('bgrun_d', 'running');
+    void box.queueEmit(r, [box.lifecycleOf(r, { type: 'background_run_queued' }, 1, '2030-01-01T00:00:00.000Z')], { runJson: true, mirror: true });
+    const c = ctx('bgrun_d', 'completed');
+    const flushed = box.queueEmit(c, [box.lifecycleOf(c, { type: 'background_run_completed' }, 2, '2030-01-01T00:00:00.000Z')], {
+      runJson: true,
+      mirror: true,
+      stored: true,
+    });
+    await settle();
+    expect(mirrored).toEqual([]);
+    appendDone();
+    await flushed;
+    expect(mirrored).toEqual([['background_run_queued'], ['background_run_completed']]);
   });
 });
 

@@ -296,6 +296,33 @@ async function startAgentd() {
       return setCountBytes(msg);
     });
   }
+  // Worker messages (the workspace mirror's hand-offs to its writer thread, src/background/folder-writer.ts):
+  // posts and the bytes of the strings they carry, counted while a counting pass asks for it.
+  stats.workerPosts = 0;
+  stats.workerPostBytes = 0;
+  {
+    const { Worker } = await import('node:worker_threads');
+    const post = Worker.prototype.postMessage;
+    const strBytes = (v) =>
+      typeof v === 'string'
+        ? v.length
+        : Array.isArray(v)
+          ? v.reduce((n, x) => n + strBytes(x), 0)
+          : v && typeof v === 'object'
+            ? Object.values(v).reduce((n, x) => n + strBytes(x), 0)
+            : 0;
+    const setCount = commands.get('countBytes');
+    commands.set('countBytes', (msg) => {
+      Worker.prototype.postMessage = msg.on
+        ? function (value, ...rest) {
+            stats.workerPosts++;
+            stats.workerPostBytes += strBytes(value);
+            return post.call(this, value, ...rest);
+          }
+        : post;
+      return setCount(msg);
+    });
+  }
   // Group-commit rounds (one fsync each) are counted by the LevelDB store itself (LevelStore.stats).
   // LevelDB's own compaction statistics (per level: tables, size, time, MB read and written), LevelStore only.
   commands.set('levelStats', () => store.db?.getProperty?.('leveldb.stats') ?? null);

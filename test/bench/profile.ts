@@ -195,6 +195,9 @@ type StoreStats = {
   diskReads?: Record<string, number>;
   /** Record ops and their value bytes by `op:kind` (while countBytes is on). */
   byKind?: Record<string, { ops: number; bytes: number }>;
+  /** Worker.postMessage calls (the workspace mirror's hand-offs to its writer thread) and the string bytes they carried. */
+  workerPosts?: number;
+  workerPostBytes?: number;
 };
 
 /** A PostgreSQL statement or an outgoing HTTP request (a model call) of the child: start and end (ms), label. */
@@ -258,6 +261,16 @@ function perRunBy(a: Record<string, number> | undefined, b: Record<string, numbe
   return out;
 }
 
+/** JavaScript allocated per run (BENCH_PROFILE_ALLOC=1): the total, by origin, and the top functions of src/ and machines/. */
+function allocReport(allocBy: Record<string, number>): string {
+  const rows = Object.entries(allocBy);
+  if (rows.length === 0) return '';
+  const total = rows.reduce((n, [, v]) => n + v, 0);
+  const ours = rows.filter(([k]) => /^\S+ (src|machines)\//.test(k) || / (src|machines)\//.test(k)).sort((a, b) => b[1] - a[1]);
+  const top = ours.slice(0, 25).map(([k, v]) => `    ${k}: ${v.toFixed(0)} B`);
+  return `  JavaScript allocated per run (sampled every 512 B): ${total.toFixed(0)} B, of which src/ and machines/ ${ours.reduce((n, [, v]) => n + v, 0).toFixed(0)} B\n${top.join('\n')}\n`;
+}
+
 /**
  * `npm run bench -- profile-background <label>`: the background drain (manual agent runs of one
  * task, POST /background/tasks/{id}/run, on the real model path) under `node --cpu-prof`, at
@@ -302,6 +315,10 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
       let shapes: Record<string, number> = {};
       let opsByKind: Record<string, number> = {};
       let bytesByKind: Record<string, number> = {};
+      let asyncBy: Record<string, number> = {};
+      let allocBy: Record<string, number> = {};
+      let syncAsyncBy: Record<string, number> = {};
+      let syncAllocBy: Record<string, number> = {};
       try {
         const child = await startChild({
           mode: 'agentd',
@@ -333,8 +350,16 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           const t0 = treeStats(join(dir, 'workspaces', 'background'));
           const tracing = db !== null && !!process.env.BENCH_PG_TRACE;
           if (tracing) await child.call({ cmd: 'pgTrace', on: true });
+          // Async resources made per run (promises, ticks, timers) and, with BENCH_PROFILE_ALLOC=1, the
+          // bytes JavaScript allocated per run by function (V8's sampling heap profiler, collected
+          // objects included): child-server.mjs's asyncCount / heapSample commands.
+          const a0 = await child.call<Record<string, number>>({ cmd: 'asyncCount', on: true });
+          const sampling = !!process.env.BENCH_PROFILE_ALLOC;
+          if (sampling) await child.call({ cmd: 'heapSampleStart', interval: 512 });
           await agentdDrain(child, COUNTED, dir, true, enqueue);
           if (tracing) process.stderr.write(roundTripReport(await child.call<Span[]>({ cmd: 'pgTrace', on: false })));
+          if (sampling) allocBy = perRunBy({}, await child.call<Record<string, number>>({ cmd: 'heapSampleStop' }), COUNTED);
+          asyncBy = perRunBy(a0, await child.call<Record<string, number>>({ cmd: 'asyncCount', on: false }), COUNTED);
           const s1 = await child.call<StoreStats>({ cmd: 'storeStats' });
           const f1 = await fake.call<{ requests?: number }>({ cmd: 'fakeStats' });
           const t1 = treeStats(join(dir, 'workspaces', 'background'));
@@ -351,7 +376,29 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
             model_requests: per(f0.requests ?? 0, f1.requests ?? 0),
             workspace_files: per(t0.files, t1.files),
             workspace_dirs: per(t0.dirs, t1.dirs),
+            mirror_posts: per(s0.workerPosts ?? 0, s1.workerPosts ?? 0),
+            mirror_post_bytes: per(s0.workerPostBytes ?? 0, s1.workerPostBytes ?? 0),
           };
+          // The same counts for POST /run/sync of the task's query (the same agent) at the same
+          // concurrency, on this server after its drains: what a drained run makes on top of it.
+          {
+            const { DRAIN_QUERY } = await import('./benchmarks/drain-agentd.js');
+            const body = JSON.stringify({ query: DRAIN_QUERY });
+            const loop = (n: number) =>
+              closedLoop({
+                concurrency,
+                durationMs: 60_000,
+                maxCount: n,
+                send: (agent) => request(`${child.url}/run/sync`, { method: 'POST', body, agent }),
+                ok: (r) => r.status === 200,
+              });
+            await loop(WARMUP);
+            const sa0 = await child.call<Record<string, number>>({ cmd: 'asyncCount', on: true });
+            if (sampling) await child.call({ cmd: 'heapSampleStart', interval: 512 });
+            const r = await loop(COUNTED);
+            if (sampling) syncAllocBy = perRunBy({}, await child.call<Record<string, number>>({ cmd: 'heapSampleStop' }), r.count);
+            syncAsyncBy = perRunBy(sa0, await child.call<Record<string, number>>({ cmd: 'asyncCount', on: false }), r.count);
+          }
           readsBy = perRunBy(s0.readsBy, s1.readsBy, COUNTED);
           diskReads = perRunBy(s0.diskReads, s1.diskReads, COUNTED);
           shapes = perRunBy(s0.shapes, s1.shapes, COUNTED);
@@ -385,7 +432,7 @@ export async function profileBackgroundDrain(label: string, order: string[], sav
           order,
         );
         process.stderr.write(
-          `profile ${name}: ${runs} runs, ${(cpuMs / runs).toFixed(2)} ms CPU per run (main thread ${threads.main.toFixed(2)}, other threads ${threads.others.toFixed(2)})\n  per run: ${JSON.stringify(counts)}\n  reads by call: ${JSON.stringify(readsBy)}\n  disk reads (LevelDB pool trips): ${JSON.stringify(diskReads)}\n  commits and appends by shape: ${JSON.stringify(shapes, null, 1)}\n  record ops by op:kind: ${JSON.stringify(opsByKind)}\n  their value bytes: ${JSON.stringify(bytesByKind)}\n`,
+          `profile ${name}: ${runs} runs, ${(cpuMs / runs).toFixed(2)} ms CPU per run (main thread ${threads.main.toFixed(2)}, other threads ${threads.others.toFixed(2)})\n  per run: ${JSON.stringify(counts)}\n  reads by call: ${JSON.stringify(readsBy)}\n  disk reads (LevelDB pool trips): ${JSON.stringify(diskReads)}\n  commits and appends by shape: ${JSON.stringify(shapes, null, 1)}\n  record ops by op:kind: ${JSON.stringify(opsByKind)}\n  their value bytes: ${JSON.stringify(bytesByKind)}\n  async resources made: ${JSON.stringify(asyncBy)}\n${allocReport(allocBy)}  POST /run/sync of the same agent at the same concurrency, async resources made per run: ${JSON.stringify(syncAsyncBy)}\n${allocReport(syncAllocBy)}`,
         );
         for (const g of summary.groups) process.stderr.write(`  ${g.name}: ${g.ms_per_run.toFixed(3)} ms/run (${(g.share * 100).toFixed(1)} %)\n`);
         for (const t of summary.top) process.stderr.write(`  ${t.fn} ${t.where}: ${t.ms_per_run.toFixed(3)} ms/run (${(t.share * 100).toFixed(1)} %)\n`);
