@@ -114,8 +114,12 @@ export class RunStarter {
       ]);
       const workspace_path = opts.workspace_path ?? this.kernel.sessionWorkspace(session_key, profile.session_workspace_root);
       this.deps.metrics.liveRuns.inc();
-      // A new record (not one that waited `queued`): nothing can have written its inbox yet.
-      if (!queued) this.kernel.inbox.born(run_id);
+      // Nothing can have written its inbox yet: a new record's, and a queued one's too (steer and
+      // interrupt refuse a `queued` run, src/runtime/run-decisions.ts, and RunFlow.admit read it
+      // still queued just now). So its first boundary reads nothing: on a shared store an admitted
+      // run's way to the model has no store round, and runs of a key admitted back to back reach
+      // the model in their order (RunFlow.admit; test/flow/concurrency.test.ts, FIFO).
+      this.kernel.inbox.born(run_id);
       const take = opts.takeSlotInCreate;
       live = this.kernel.host({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, agent, { ...opts, workspace_path }, trace, [
         { op: 'create', kind: repos(this.deps.store).traces.kind, id: trace_id, value: trace, indexes: traceIndexes },
