@@ -29,22 +29,27 @@ export class RunStarter {
     return this.kernel.deps;
   }
 
-  /** RunService.start once the run may go: its concurrency key's slot (if it has a key) is held. */
-  async start(query: string, sessionId: string | null | undefined, opts: StartOptions): Promise<StartedRun> {
-    if (this.kernel.closing) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
-    // A session with a run in flight in this process: the session policy decides (docs/runs.md,
-    // "Busy sessions"). `enqueue` waits in the session's queue, as every run did before.
-    const policy = opts.session_policy ?? this.deps.settings.session_policy ?? 'enqueue';
-    const tenant = opts.tenant ?? null;
-    const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(tenantKey(tenant, sessionId)) : null;
-    const plan = busySessionPlan(policy, busyWith);
-    if (plan.refuse) throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), String(busyWith)], { detail: 'session_busy' });
-    const releaseSlot = opts.slot ?? (opts.admitted ? () => {} : await this.kernel.slots.acquire({ priority: opts.priority }));
+  /**
+   * RunService.start once the run may go: its concurrency key's slot (if it has a key) is held.
+   * `heldKey`: a key slot RunFlow.startKeyed took in memory for `opts.run_id`, given back here if
+   * the start fails (so a keyed start needs no promise of its own to do it).
+   */
+  async start(query: string, sessionId: string | null | undefined, opts: StartOptions, heldKey?: string): Promise<StartedRun> {
+    let releaseSlot: (() => void) | undefined;
     let live: RunHost | null = null;
     let agent: AgentLease | null = null;
     /** Set when start() fails: a shared store's late onAccepted must not open a stream for it. */
     let failed = false;
     try {
+      if (this.kernel.closing) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
+      // A session with a run in flight in this process: the session policy decides (docs/runs.md,
+      // "Busy sessions"). `enqueue` waits in the session's queue, as every run did before.
+      const policy = opts.session_policy ?? this.deps.settings.session_policy ?? 'enqueue';
+      const tenant = opts.tenant ?? null;
+      const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(tenantKey(tenant, sessionId)) : null;
+      const plan = busySessionPlan(policy, busyWith);
+      if (plan.refuse) throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), String(busyWith)], { detail: 'session_busy' });
+      releaseSlot = opts.slot ?? (opts.admitted ? () => {} : await this.kernel.slots.acquire({ priority: opts.priority }));
       // A tenant's run names its own registered agent of that id first, else the shared one
       // (src/background/tenancy.ts); a run without a tenant or an agent reads nothing more.
       const agentId = opts.agent_id ? await this.agentKeyIn(tenant, opts.agent_id) : opts.agent_id;
@@ -215,9 +220,10 @@ export class RunStarter {
         live.discard();
         this.kernel.inbox.forget(live.run_id);
       } else {
-        releaseSlot();
+        releaseSlot?.();
         agent?.release();
       }
+      if (heldKey !== undefined && opts.run_id !== undefined) this.kernel.waitingRuns?.releaseHeld(heldKey, opts.run_id);
       throw err;
     }
   }
