@@ -17,6 +17,7 @@ import type { RunKernel } from './run-kernel.js';
 import { newRunRecord, runIndexes, type RunRecord } from './run-record.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
 import { keyTakeOp } from '../flow/key-slots.js';
+import { takeFoldMs } from './create-fold.js';
 import { bgKey, bgTenantOf, tenantKey } from './tenancy.js';
 
 export class RunStarter {
@@ -132,7 +133,11 @@ export class RunStarter {
       ]);
       // A key's slot taken in the creating commit: no event and no model call before the store
       // took it (refused, 'full': RunFlow.startKeyed queues the run, and nothing of this try remains).
-      if (take) await live.writer.created;
+      if (take) {
+        await live.writer.created;
+        // A background run's agent run's writes may wait for its claim's round instead (write-join.ts).
+        if (opts.kind !== 'background') live.writer.foldNext(takeFoldMs(this.deps.createFoldMs));
+      }
       void live.emit({
         event_type: 'user_message',
         actor: { type: 'user', id: session_id },

@@ -148,3 +148,32 @@ it("a keyed run whose start fails (an agent that does not exist) gives its key's
   expect((await getJson(`${s.url}/runs?status=queued`)).body.total).toBe(0);
   expect((await next).body.status).toBe('success');
 });
+
+it("on a shared store a keyed run's writes after its take fold into one commit with its end: two commits of its record, as a run without a key", async () => {
+  if (!isSharedStore(s.store)) return; // embedded: the take is in memory and the creating write folds as any run's
+  // Its own server with a fold window no run outlasts: the end hands the write over at once, so the
+  // count does not depend on how fast the model answers. Before, the run's first write after its
+  // take went alone (the run sends nothing before the take is stored, so nothing folds there): 3.
+  const held = await startTestServer({ agent: { tools: { builtin: [] } }, background: { enabled: false } }, { modelUrl: model.url, createFoldMs: 60_000 });
+  try {
+    const commits = new Map<string, number>();
+    const note = (ops: WriteOp[]): WriteOp[] => {
+      for (const id of new Set(ops.filter((o) => o.kind === 'runs').map((o) => o.id))) commits.set(id, (commits.get(id) ?? 0) + 1);
+      return ops;
+    };
+    const take = (ops: CommitOps): CommitOps => (typeof ops === 'function' ? () => note(ops()) : note(ops));
+    const store = held.store;
+    const commit = store.commit.bind(store);
+    store.commit = (ops: CommitOps) => commit(take(ops));
+    const withEvents = store.commitWithEvents.bind(store);
+    store.commitWithEvents = (ops: CommitOps, events: CommitEvents) => withEvents(take(ops), events);
+    const r = await postJson(`${held.url}/run/sync`, { query: 'fold', concurrency: { key: 'fold', limit: 5 } });
+    expect(r.body.status).toBe('success');
+    expect(commits.get(r.body.run_id as string)).toBe(2);
+    const events = (await getJson(`${held.url}/telemetry/events?run_id=${r.body.run_id}&limit=100`)).body.events as Array<{ event_type: string }>;
+    expect(events.map((e) => e.event_type)).toContain('user_message');
+  } finally {
+    await held.stop();
+    held.cleanup();
+  }
+});
