@@ -20,3 +20,29 @@ export class ManualClock implements Clock {
     this.ms += ms;
   }
 }
+
+/**
+ * `new Date(ms).toISOString()`, remembering the last answer: a run stamps its record, snapshot,
+ * checkpoints and every event with "now", mostly within one millisecond (src/runtime/run-host.ts),
+ * and formatting a date costs more than comparing a number.
+ */
+let lastMs = Number.NaN;
+let lastIso = '';
+export function isoAt(ms: number): string {
+  if (ms !== lastMs) {
+    lastIso = new Date(ms).toISOString(); // throws on an invalid time, as before (NaN never equals lastMs)
+    lastMs = ms;
+  }
+  return lastIso;
+}
+
+/**
+ * A timestamp as `new Date(s).toISOString()` gives it, or null when `s` is not a date: the one
+ * isoAt formatted last is returned as it is (an event stamped by its emitter just now), any other
+ * is parsed once.
+ */
+export function canonicalIso(s: string): string | null {
+  if (s === lastIso && s !== '') return s;
+  const ms = Date.parse(s);
+  return Number.isNaN(ms) ? null : isoAt(ms);
+}

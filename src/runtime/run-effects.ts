@@ -20,6 +20,8 @@ import { decide as decidePolicy, type PolicyInput } from '../../machines/policie
 import type { MeterAmounts } from '../../machines/policies/budget.js';
 import { withRetries } from '../agent/model/retry.js';
 import { ModelCallError, type ToolCallRequest, type ToolDeclaration } from '../agent/model/types.js';
+import type { AgentProfile } from '../agent/agent-profile.js';
+import type { RegisteredTool } from '../agent/tools/types.js';
 import { modelCallReservation, modelCallUsage } from '../agent/pricing.js';
 import { fromSync } from './sync-effect.js';
 import { checkInput } from '../agent/guardrails.js';
@@ -43,6 +45,9 @@ const PROMPT_EVENT_BYTES = 24 * 1024;
 
 /** The newest messages that fit PROMPT_EVENT_BYTES, oldest first, and how many earlier ones were left out. */
 function promptOf(messages: readonly unknown[]): { prompt: unknown[]; prompt_omitted: number } {
+  // Most conversations are far under the bound: an upper bound of their size says so without
+  // serialising each message (twice per model call before: here, and as the stored event).
+  if (fitsByBound(messages)) return { prompt: messages.slice(0), prompt_omitted: 0 };
   let bytes = 0;
   let from = messages.length;
   while (from > 0) {
@@ -52,6 +57,29 @@ function promptOf(messages: readonly unknown[]): { prompt: unknown[]; prompt_omi
     from--;
   }
   return { prompt: messages.slice(from), prompt_omitted: from };
+}
+
+/**
+ * Whether every message surely fits PROMPT_EVENT_BYTES: the sum of an upper bound of each one's
+ * JSON size in UTF-8 (a string of n UTF-16 units takes at most 2 + 6n bytes: `\u00XX` escapes).
+ * Only plain flat objects of strings are bounded; anything else says no, and promptOf measures exactly.
+ */
+function fitsByBound(messages: readonly unknown[]): boolean {
+  let bound = 0;
+  for (const m of messages) {
+    // Plain objects only: a class's toJSON (not enumerable) could serialise to anything.
+    if (typeof m !== 'object' || m === null || Object.getPrototypeOf(m) !== Object.prototype) return false;
+    bound += 2;
+    for (const k in m) {
+      const v = (m as Record<string, unknown>)[k];
+      if (v === undefined) continue;
+      if (typeof v !== 'string') return false;
+      bound += 2 + 6 * k.length + 1 + 2 + 6 * v.length + 1;
+    }
+    bound += 1;
+    if (bound > PROMPT_EVENT_BYTES) return false;
+  }
+  return true;
 }
 
 export class RunEffects {
@@ -397,10 +425,34 @@ function willExecute(ctx: RunContext, call: ToolCallRequest): boolean {
   return !(a && a.status !== 'approved');
 }
 
+/**
+ * The declarations the model sees, per agent: the same array (and objects) run after run while the
+ * agent's tools stay the same, so what is derived from them is derived once, not per call: the
+ * request's `tools` JSON (src/agent/model/chat-completions-body.ts toolsJson, keyed by the array)
+ * and the schemas' share of the token estimate (src/agent/model/tokens.ts, keyed by declaration).
+ * A tool list that changed (an MCP server's tools) makes a new one. Nobody changes them in place.
+ */
+const declared = new WeakMap<AgentProfile, { own: number; subagents: AgentProfile['subagents']; decls: ToolDeclaration[] }>();
+
 function toolDeclarations(live: RunHost): ToolDeclaration[] {
   const { tools, subagents } = live.agent;
-  const own = tools.list().map((t) => ({ name: t.name, description: t.description, input_schema: t.input_schema }));
-  return subagents ? [...own, ...subagents.declarations()] : own;
+  const list = tools.list();
+  const known = declared.get(live.agent);
+  if (known && known.subagents === subagents && known.own === list.length && sameDeclarations(known.decls, list)) return known.decls;
+  const own = list.map((t) => ({ name: t.name, description: t.description, input_schema: t.input_schema }));
+  const decls = subagents ? [...own, ...subagents.declarations()] : own;
+  declared.set(live.agent, { own: own.length, subagents, decls });
+  return decls;
+}
+
+/** Whether the first declarations still say what the tools do: the same name, description and schema object. */
+function sameDeclarations(decls: ToolDeclaration[], tools: RegisteredTool[]): boolean {
+  for (let i = 0; i < tools.length; i++) {
+    const d = decls[i];
+    const t = tools[i];
+    if (d.name !== t.name || d.description !== t.description || d.input_schema !== t.input_schema) return false;
+  }
+  return true;
 }
 
 function modelErrorEvent(

@@ -16,9 +16,16 @@ import type { CarriedEvents, EventRider } from './persistence.js';
 
 type Telemetry = Pick<TelemetryEmitter, 'emitManySafe' | 'recordsOf' | 'published'>;
 
+const DRAINED: Promise<unknown> = Promise.resolve();
+
 export class RunEventChain implements EventRider {
-  /** Resolves when every event pushed so far is stored and published. */
-  done: Promise<unknown> = Promise.resolve();
+  /**
+   * Events (or batches) handed on and not yet stored and published, plus one while a new run's
+   * events are held. A count, not a chain of Promise.all (four promises per event before): `done`
+   * is made only when someone waits while some are out.
+   */
+  private out = 0;
+  private drained: { promise: Promise<void>; resolve: () => void } | null = null;
   /** Event order within this trace segment, 1..n (the last one given out). */
   seq = 0;
   /** Events held back with a new run's delayed creating write, in order; null once it went. */
@@ -39,9 +46,33 @@ export class RunEventChain implements EventRider {
     private readonly writeOpen: (() => boolean) | null = null,
   ) {
     if (!hold) return;
-    let release!: () => void;
-    this.done = new Promise<void>((r) => (release = r));
-    this.held = { events: [], release };
+    this.out++;
+    this.held = { events: [], release: () => this.landed() };
+  }
+
+  /** Resolves when every event pushed so far is stored and published (and any pushed meanwhile). */
+  get done(): Promise<unknown> {
+    if (this.out === 0) return DRAINED;
+    if (!this.drained) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      this.drained = { promise, resolve };
+    }
+    return this.drained.promise;
+  }
+
+  /** One of those handed on was stored and published (or dropped: telemetry never fails the run). */
+  private landed(): void {
+    if (--this.out > 0) return;
+    const d = this.drained;
+    this.drained = null;
+    d?.resolve();
+  }
+
+  /** Hands events to the store on their own; they count as out until it took them. */
+  private append(events: EventRecordInput[]): void {
+    this.out++;
+    void this.telemetry.emitManySafe(events).then(() => this.landed());
   }
 
   push(event: EventRecordInput): Promise<unknown> {
@@ -53,9 +84,8 @@ export class RunEventChain implements EventRider {
     }
     if (this.writeOpen && (this.forceRide || this.riding || this.writeOpen())) {
       if (!this.riding) {
-        let landed!: () => void;
-        this.done = Promise.all([this.done, new Promise<void>((r) => (landed = r))]);
-        this.riding = { events: [], landed };
+        this.out++;
+        this.riding = { events: [], landed: () => this.landed() };
       }
       this.riding.events.push(event);
       return this.done;
@@ -63,7 +93,7 @@ export class RunEventChain implements EventRider {
     // Handed to the store now, not after the previous event landed: the store's write queue is
     // first in, first out and group-commits, so the events of a step share one durable write and
     // keep their order (sequence numbers and cursors alike) without waiting on each other.
-    this.done = Promise.all([this.done, this.telemetry.emitManySafe([event])]);
+    this.append([event]);
     return this.done;
   }
 
@@ -124,8 +154,7 @@ export class RunEventChain implements EventRider {
     const held = this.held;
     if (!held) return;
     this.held = null;
-    const stored = held.events.length ? this.telemetry.emitManySafe(held.events) : Promise.resolve();
-    this.done = Promise.all([this.done, stored]);
+    if (held.events.length) this.append(held.events);
     held.release();
   }
 }

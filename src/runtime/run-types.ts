@@ -10,7 +10,7 @@ import type { ConcurrencyRequest, ConcurrencyRule } from '../../machines/policie
 import type { BudgetLedger } from '../agent/budget-ledger.js';
 import type { Pricing } from '../agent/pricing.js';
 import type { CompiledGuardrails } from '../agent/guardrails.js';
-import type { Clock } from '../clock.js';
+import { isoAt, type Clock } from '../clock.js';
 import type { LeaseClock } from '../lease-clock.js';
 import type { Store, Versioned } from '../store/store.js';
 import type { AgentSource } from '../agent/agent-profile.js';
@@ -239,7 +239,8 @@ export interface TraceValue {
 
 export type RecoveryCause = 'approval' | 'budget_grant' | 'budget_denied' | 'interrupted' | 'recovered_after_lapsed_lease';
 
-export const iso = (ms: number): string => new Date(ms).toISOString();
+/** An ISO-8601 UTC timestamp of `ms` (src/clock.ts isoAt: the last one is remembered). */
+export const iso = isoAt;
 
 export function traceValueOf(r: RunRecord, parent: string | null, status: string, nowMs: number): TraceValue {
   return {

@@ -56,6 +56,7 @@ import {
   type Versioned,
 } from './store.js';
 import { RecordWrites } from './record-writes.js';
+import { LEVEL_OPTIONS } from './level-tuning.js';
 
 export interface LevelStoreOptions {
   /** Data directory (created when missing). Only one process can hold it open. */
@@ -71,18 +72,6 @@ export interface LevelStoreOptions {
   /** Errors caught and dropped (a close after a failed open, a failed prefetch): see OnSwallowed. */
   onSwallowed?: OnSwallowed;
 }
-
-/**
- * LevelDB's memtable size (its default is 4 MB). Record keys hold random ids, so every table
- * flushed from the memtable overlaps every table of the next level, and each compaction rewrites
- * that whole level: the smaller the memtable, the more often. Measured with LevelDB's own
- * compaction statistics over a drain of 5,500 background runs (c=32, ~28 MB of live data): 4 MB
- * rewrote 418 MB at level 2 (26 s of the compaction thread), 8 MB 204 MB, 16 MB 112 MB, 32 MB
- * 57 MB (3 s). The cost: up to two memtables in memory (the full one is flushed while the next
- * fills), and a restart replays up to this much write-ahead log before the store opens (a few
- * hundred ms at most).
- */
-const WRITE_BUFFER_BYTES = 32 * 1024 * 1024;
 
 const isLockError = (e: unknown): boolean => {
   for (let cur: unknown = e, depth = 0; cur && depth < 5; depth++) {
@@ -138,7 +127,7 @@ export class LevelStore extends RecordWrites implements Store {
   }
 
   private async doOpen(): Promise<void> {
-    const db: Db = new Level<string, string>(this.path, { keyEncoding: 'utf8', valueEncoding: 'utf8', writeBufferSize: WRITE_BUFFER_BYTES });
+    const db: Db = new Level<string, string>(this.path, LEVEL_OPTIONS);
     try {
       await db.open();
     } catch (e) {

@@ -1,6 +1,6 @@
 // Telemetry event records (docs/contract.md §8.1): one function turns what an emitter knows into the
 // stored record, applying the capture setting and redaction from redact.ts.
-import type { Clock } from '../clock.js';
+import { canonicalIso, isoAt, type Clock } from '../clock.js';
 import { newId } from '../ids.js';
 import type { EventInput } from '../store/store.js';
 import { capturePayload, defaultRedactor, redact, type CaptureMode, type Redactor } from './redact.js';
@@ -137,7 +137,7 @@ export interface EventRecord extends EventInput {
 }
 
 const str = (v: unknown): string | null => (typeof v === 'string' && v.length > 0 ? v : null);
-const validTimestamp = (v: unknown): string | null => (typeof v === 'string' && !Number.isNaN(Date.parse(v)) ? new Date(v).toISOString() : null);
+const validTimestamp = (v: unknown): string | null => (typeof v === 'string' ? canonicalIso(v) : null);
 const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 
 /** Builds a full §8.1 record. Pure apart from the id and the clock reading. */
@@ -161,7 +161,7 @@ export function createEventRecord(input: EventRecordInput, settings: CaptureSett
     span_id: input.span_id,
     parent_span_id: input.parent_span_id ?? null,
     sequence: num(input.sequence),
-    timestamp: validTimestamp(input.timestamp) ?? new Date(clock.now()).toISOString(),
+    timestamp: validTimestamp(input.timestamp) ?? isoAt(clock.now()),
     actor: { type: input.actor.type, id: input.actor.id, name: input.actor.name ?? null },
     input: capturePayload(input.input, settings.capture, redactor),
     output: capturePayload(input.output, settings.capture, redactor),

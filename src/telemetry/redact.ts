@@ -215,7 +215,7 @@ interface Sanitized {
  * of throwing: an event must never fail the run that emits it.
  */
 export function redact(value: unknown, redactor: Redactor = defaultRedactor): unknown {
-  return sanitize(value, 0, new Set(), redactor).value;
+  return sanitize(value, 0, PATH.length, redactor).value;
 }
 
 /**
@@ -243,7 +243,15 @@ function leaf(value: unknown, redactor: Redactor): Sanitized | null {
 }
 const LEAF: Sanitized = { value: null, bound: 0 };
 
-function sanitize(value: unknown, depth: number, ancestors: Set<object>, redactor: Redactor): Sanitized {
+/**
+ * The objects sanitize is inside of, outermost first: a value met again among its own ancestors is
+ * a cycle. One array for every call instead of a Set per payload (a run's events made several
+ * each); a call works on the part from its `from` index, which a redact() called again from within
+ * (a toJSON) starts past, and leaves it as it found it.
+ */
+const PATH: object[] = [];
+
+function sanitize(value: unknown, depth: number, from: number, redactor: Redactor): Sanitized {
   switch (typeof value) {
     case 'string': {
       const text = redactor.text(value);
@@ -265,7 +273,7 @@ function sanitize(value: unknown, depth: number, ancestors: Set<object>, redacto
   if (value === null) return { value: null, bound: 4 };
   const obj = value as object;
   if (depth >= MAX_DEPTH) return { value: '[MaxDepth]', bound: 12 };
-  if (ancestors.has(obj)) return { value: '[Circular]', bound: 12 };
+  if (PATH.indexOf(obj, from) !== -1) return { value: '[Circular]', bound: 12 };
   if (obj instanceof Date) {
     const t = obj.getTime();
     return Number.isNaN(t) ? { value: null, bound: 4 } : { value: obj.toISOString(), bound: 26 };
@@ -284,15 +292,15 @@ function sanitize(value: unknown, depth: number, ancestors: Set<object>, redacto
     } catch {
       return { value: '[Unserializable]', bound: 18 };
     }
-    if (converted !== obj) return sanitize(converted, depth + 1, ancestors, redactor);
+    if (converted !== obj) return sanitize(converted, depth + 1, from, redactor);
   }
-  ancestors.add(obj);
+  PATH.push(obj);
   try {
     if (Array.isArray(obj)) {
       const out = new Array<unknown>(obj.length);
       let bound = 2;
       for (let i = 0; i < obj.length; i++) {
-        const s = leaf(obj[i], redactor) ?? sanitize(obj[i], depth + 1, ancestors, redactor);
+        const s = leaf(obj[i], redactor) ?? sanitize(obj[i], depth + 1, from, redactor);
         // JSON turns undefined array items into null.
         out[i] = s.value === undefined ? null : s.value;
         bound += (s.value === undefined ? 4 : s.bound) + 1;
@@ -313,7 +321,7 @@ function sanitize(value: unknown, depth: number, ancestors: Set<object>, redacto
       } catch {
         raw = '[Unreadable]';
       }
-      const s = leaf(raw, redactor) ?? sanitize(raw, depth + 1, ancestors, redactor);
+      const s = leaf(raw, redactor) ?? sanitize(raw, depth + 1, from, redactor);
       if (s.value === undefined) continue;
       // A key can be a secret too: a map keyed by token or API key. Keys are a small vocabulary,
       // so after the first event this is a memo hit.
@@ -323,7 +331,7 @@ function sanitize(value: unknown, depth: number, ancestors: Set<object>, redacto
     }
     return { value: out, bound };
   } finally {
-    ancestors.delete(obj);
+    PATH.pop();
   }
 }
 
@@ -356,12 +364,12 @@ export function capturePayload(value: unknown, capture: CaptureMode, redactor: R
       bytes = jsonBytes(value);
     } catch {
       // Cycles or BigInts: measure the sanitized copy instead.
-      bytes = jsonBytes(sanitize(value, 0, new Set(), redactor).value);
+      bytes = jsonBytes(sanitize(value, 0, PATH.length, redactor).value);
     }
     const omitted: OmittedPayload = { omitted: true, type: payloadType(value), bytes };
     return omitted;
   }
-  const s = sanitize(value, 0, new Set(), redactor);
+  const s = sanitize(value, 0, PATH.length, redactor);
   if (s.value === undefined) return null;
   if (s.bound <= MAX_PAYLOAD_BYTES) return s.value;
   const json = JSON.stringify(s.value);

@@ -77,6 +77,23 @@ commands.set('pgCount', async ({ on }) => {
   pgCounting = !!on;
   return { ...pgMade };
 });
+// Counts for `npm run bench -- profile-run` (test/bench/profile-run.ts): JSON.stringify and
+// JSON.parse calls made while counting is on (the wrappers are installed only then).
+const jsonCalls = { stringify: 0, parse: 0 };
+const jsonOrig = { stringify: JSON.stringify, parse: JSON.parse };
+commands.set('jsonCount', ({ on }) => {
+  if (on) {
+    JSON.stringify = function (...a) {
+      jsonCalls.stringify++;
+      return jsonOrig.stringify.apply(JSON, a);
+    };
+    JSON.parse = function (...a) {
+      jsonCalls.parse++;
+      return jsonOrig.parse.apply(JSON, a);
+    };
+  } else Object.assign(JSON, jsonOrig);
+  return { ...jsonCalls };
+});
 let heapSession = null;
 commands.set('heapSampleStart', async ({ interval }) => {
   const { Session } = await import('node:inspector/promises');

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { BUILD_DIR, CLI, ROOT, SCALE, loadAverage, machine, nowMs, saveProfile, saveResult, type Benchmark } from './lib.js';
 import { profileBackgroundDrain, profileRealPath } from './profile.js';
 import { profileKeyCost } from './profile-key.js';
+import { profileRunCost } from './profile-run.js';
 import { healthBench } from './benchmarks/health.js';
 import { startupBench } from './benchmarks/startup.js';
 import { runBench } from './benchmarks/run-real.js';
@@ -98,6 +99,12 @@ async function main(): Promise<void> {
     // `npm run bench -- profile-key [--quick]`: see test/bench/profile-key.ts.
     ensureBuild();
     await profileKeyCost();
+    return;
+  }
+  if (args[0] === 'profile-run') {
+    // `npm run bench -- profile-run [--quick]`: see test/bench/profile-run.ts.
+    ensureBuild();
+    await profileRunCost();
     return;
   }
   if (args[0] === 'profile-background') {

@@ -58,6 +58,7 @@ describe('PostgreSQL migrations', () => {
       { version: 4, name: 'holders_op' },
       { version: 5, name: 'commit_events' },
       { version: 6, name: 'flow_key_order' },
+      { version: 7, name: 'indexed_updates' },
     ]);
     expect(rows).toHaveLength(loadMigrations().length);
     expect(rows.at(-1)!.version).toBe(latestSchemaVersion());

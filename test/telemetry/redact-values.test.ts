@@ -177,3 +177,69 @@ describe('configured secrets (Redactor built from the config)', () => {
     expect(odd.text('x aXbbbcdde y')).toBe('x aXbbbcdde y');
   });
 });
+
+// sanitize keeps the path it is inside of in one array for every call (src/telemetry/redact.ts
+// PATH), not a Set per payload: cycles are still found at any depth, a redact() called again from
+// within a value's toJSON finds its own cycles and none of the outer call's, and the path is left
+// empty after a throw.
+describe('redact: the path of ancestors', () => {
+  it('finds a cycle deep down, keeps siblings that share an object, and makes no Set', () => {
+    const Real = globalThis.Set;
+    let made = 0;
+    globalThis.Set = class extends Real<unknown> {
+      constructor(it?: Iterable<unknown> | null) {
+        super(it);
+        made++;
+      }
+    } as SetConstructor;
+    try {
+      const root: Record<string, unknown> = { name: 'root' };
+      const leafObj = { v: 1 };
+      root.child = { a: leafObj, b: leafObj, deeper: { back: root, list: [leafObj, root] } };
+      expect(redact(root)).toEqual({
+        name: 'root',
+        child: { a: { v: 1 }, b: { v: 1 }, deeper: { back: '[Circular]', list: [{ v: 1 }, '[Circular]'] } },
+      });
+      expect(capturePayload({ x: [1, 2, { y: 'z' }] }, 'full')).toEqual({ x: [1, 2, { y: 'z' }] });
+    } finally {
+      globalThis.Set = Real;
+    }
+    expect(made).toBe(0);
+  });
+
+  it('a redact() from within a toJSON sees its own ancestors only', () => {
+    const child: Record<string, unknown> = {};
+    const selfRef: Record<string, unknown> = { v: 1 };
+    selfRef.me = selfRef;
+    let inside = false;
+    child.inner = {
+      toJSON: () => {
+        if (inside) return 'again';
+        inside = true;
+        try {
+          // `child` is an ancestor of the outer call here, not of this one.
+          return redact({ c: child, cyc: selfRef, text: 'password=hunter2-horse' });
+        } finally {
+          inside = false;
+        }
+      },
+    };
+    expect(redact({ child })).toEqual({
+      child: { inner: { c: { inner: 'again' }, cyc: { v: 1, me: '[Circular]' }, text: `password=${REDACTED}` } },
+    });
+  });
+
+  it('a toJSON that throws leaves nothing behind: the next payload is not called circular', () => {
+    const shared = { v: 2 };
+    const bad = {
+      s: shared,
+      x: {
+        toJSON: () => {
+          throw new Error('no');
+        },
+      },
+    };
+    expect(redact(bad)).toEqual({ s: { v: 2 }, x: '[Unserializable]' });
+    expect(redact({ again: shared })).toEqual({ again: { v: 2 } });
+  });
+});

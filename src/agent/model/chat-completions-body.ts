@@ -67,10 +67,24 @@ export function toolsJson(tools: ToolDeclaration[]): string {
   return json;
 }
 
+/** A number as JSON writes it (String() is the same text for a finite one). */
+const jsonNumber = (n: number): string => (Number.isFinite(n) ? String(n) : 'null');
+
+/** The model's name as a JSON string: the same name call after call, serialised once. */
+let modelName = '';
+let modelJson = '""';
+function modelNameJson(model: string): string {
+  if (model !== modelName) {
+    modelJson = JSON.stringify(model);
+    modelName = model;
+  }
+  return modelJson;
+}
+
 export function chatCompletionsBody(o: ChatBodyOptions): string {
-  let body = `{"model":${JSON.stringify(o.model)}`;
-  if (o.maxOutputTokens !== undefined) body += `,"max_tokens":${JSON.stringify(o.maxOutputTokens)}`;
-  if (o.temperature !== undefined) body += `,"temperature":${JSON.stringify(o.temperature)}`;
+  let body = `{"model":${modelNameJson(o.model)}`;
+  if (o.maxOutputTokens !== undefined) body += `,"max_tokens":${jsonNumber(o.maxOutputTokens)}`;
+  if (o.temperature !== undefined) body += `,"temperature":${jsonNumber(o.temperature)}`;
   body += `,"messages":${JSON.stringify(toWireMessages(o.messages, o.inlineSystemMessages))}`;
   if (o.tools.length > 0) body += `,"tools":${toolsJson(o.tools)},"tool_choice":"auto"`;
   body += ',"stream":true';

@@ -25,9 +25,23 @@ export function estimateInputTokens(messages: ChatMessage[], tools: ToolDeclarat
     if (m.role === 'tool') chars += m.tool_name.length + m.tool_call_id.length;
     tokens += Math.ceil(chars / CHARS_PER_TOKEN) + PER_MESSAGE_OVERHEAD;
   }
-  for (const t of tools) {
-    tokens += tokensForText(t.name + t.description + JSON.stringify(t.input_schema));
-  }
+  for (const t of tools) tokens += declarationTokens(t);
+  return tokens;
+}
+
+/**
+ * A declaration's share of the estimate, worked out once per declaration object: a run's tools are
+ * the same objects call after call (src/runtime/run-effects.ts toolDeclarations), and their schemas
+ * were serialised twice per model call (its budget reservation and its rate-limit admission).
+ * The name, description and schema it was worked out for are checked, so a declaration changed
+ * in place is measured again.
+ */
+const declared = new WeakMap<ToolDeclaration, { name: string; description: string; schema: unknown; tokens: number }>();
+function declarationTokens(t: ToolDeclaration): number {
+  const known = declared.get(t);
+  if (known && known.name === t.name && known.description === t.description && known.schema === t.input_schema) return known.tokens;
+  const tokens = tokensForText(t.name + t.description + JSON.stringify(t.input_schema));
+  declared.set(t, { name: t.name, description: t.description, schema: t.input_schema, tokens });
   return tokens;
 }
 
