@@ -31,3 +31,13 @@ export function createFoldMs(store: Store, kind: 'sync' | 'background', opts: Pi
   if (isSharedStore(store) && (kind !== 'background' || opts.takeSlotInCreate)) return null;
   return configured ?? (kind === 'background' ? BACKGROUND_CREATE_FOLD_MS : CREATE_FOLD_MS);
 }
+
+/**
+ * The fold window of the first write after a creating commit that took a concurrency key's slot on
+ * a shared store (StartOptions.takeSlotInCreate): the run sends nothing before that commit is
+ * stored, so nothing of it folds there, and a short run would cost a commit for its start and one
+ * for its end; its next write waits as a new run's creating write does on an embedded store.
+ */
+export function takeFoldMs(configured?: number): number {
+  return configured ?? CREATE_FOLD_MS;
+}

@@ -274,6 +274,16 @@ export class RecordWriter<T> {
     d.issue();
   }
 
+  /**
+   * Opens the next write now, handed to the store after `ms` (or at flush(), or drain()): the
+   * updates and events that follow fold into it, as into a delayed creating write. A keyed run whose
+   * creating commit had to be stored before it ran (src/runtime/run-start.ts) so writes the rest of
+   * a short run in one commit, not two, and its first events ride in it rather than alone.
+   */
+  foldNext(ms: number): void {
+    if (ms > 0 && !this.fenced && this.open === null && this.deferredWrite === null) this.openWrite(ms);
+  }
+
   /** Resolves when everything queued so far is durable (or failed). */
   async drain(): Promise<void> {
     this.flush();

@@ -18,7 +18,8 @@ import type { RunKernel } from './run-kernel.js';
 import { TERMINAL_RUN_STATUSES, newRunRecord, runIndexes, type RunRecord } from './run-record.js';
 import { iso, type StartOptions, type StartedRun } from './run-types.js';
 
-type Start = (query: string, sessionId: string | null | undefined, opts: StartOptions) => Promise<StartedRun>;
+/** RunStarter.start; `heldKey`: a key slot taken in memory for `opts.run_id`, which a failed start gives back (releaseHeld). */
+type Start = (query: string, sessionId: string | null | undefined, opts: StartOptions, heldKey?: string) => Promise<StartedRun>;
 
 const DEFAULT_MAX_QUEUED = 10_000;
 
@@ -69,12 +70,18 @@ export class RunFlow {
     return this.queue.release(key, runId).catch((err) => reportSwallowed('flow.release', err, { run_id: runId }));
   }
 
+  /** Gives back a slot startKeyed took in memory for a run whose start then failed: in this turn when nobody here waits on the key. */
+  releaseHeld(key: string, runId: string): void {
+    if (!this.queue.releaseNow(key, runId)) void this.release(key, runId);
+  }
+
   /**
    * start() of a run with a concurrency key (`request`, as named): at once when the key has room,
    * else stored `queued`. On an embedded store a key with room costs the run nothing more than its
    * record's `concurrency`: its slot is taken in this turn (no promise, no copy of its options
    * when neither a config rule nor a tenant changes the key), and given back the same way at its
-   * end (the onEnded above).
+   * end (the onEnded above) or by a start that fails (RunStarter.start's `heldKey`: no promise
+   * here to catch it).
    */
   startKeyed(query: string, sessionId: string | null | undefined, opts: StartOptions, request: ConcurrencyRequest): Promise<StartedRun> {
     // Config rules match the key the client named; the slots are its tenant's (keyInTenant).
@@ -83,10 +90,7 @@ export class RunFlow {
     const now = this.queue.tryTakeNow(concurrency.key, concurrency.limit, run_id);
     if (now) {
       const keyed = opts.run_id === run_id && opts.concurrency === concurrency ? opts : { ...opts, run_id, concurrency };
-      return this.start(query, sessionId, keyed).catch(async (err: unknown) => {
-        await this.release(concurrency.key, run_id);
-        throw err;
-      });
+      return this.start(query, sessionId, keyed, concurrency.key);
     }
     return this.startOrQueue(query, sessionId, { ...opts, run_id, concurrency, priority: opts.priority ?? 0 }, concurrency, now === null);
   }

@@ -146,7 +146,7 @@ export class RunKernel {
   finalFold: ((record: RunRecord) => CarriedWrite | null) | null = null;
 
   /** The runs waiting `queued` in this process for a concurrency key (src/runtime/run-flow.ts); set by RunService. */
-  waitingRuns: { isWaiting(runId: string): boolean; dropped(runId: string): void } | null = null;
+  waitingRuns: { isWaiting(runId: string): boolean; dropped(runId: string): void; releaseHeld(key: string, runId: string): void } | null = null;
 
   /** RunService.resumeThrough: the background run a decided background agent run goes on through. */
   resumeThrough: ((agentRunId: string) => Promise<CarriedWrite | null>) | null = null;

@@ -17,6 +17,7 @@ import type { RunKernel } from './run-kernel.js';
 import { newRunRecord, runIndexes, type RunRecord } from './run-record.js';
 import { iso, traceValueOf, type RunServiceDeps, type SessionValue, type StartOptions, type StartedRun } from './run-types.js';
 import { keyTakeOp } from '../flow/key-slots.js';
+import { takeFoldMs } from './create-fold.js';
 import { bgKey, bgTenantOf, tenantKey } from './tenancy.js';
 
 export class RunStarter {
@@ -29,22 +30,27 @@ export class RunStarter {
     return this.kernel.deps;
   }
 
-  /** RunService.start once the run may go: its concurrency key's slot (if it has a key) is held. */
-  async start(query: string, sessionId: string | null | undefined, opts: StartOptions): Promise<StartedRun> {
-    if (this.kernel.closing) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
-    // A session with a run in flight in this process: the session policy decides (docs/runs.md,
-    // "Busy sessions"). `enqueue` waits in the session's queue, as every run did before.
-    const policy = opts.session_policy ?? this.deps.settings.session_policy ?? 'enqueue';
-    const tenant = opts.tenant ?? null;
-    const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(tenantKey(tenant, sessionId)) : null;
-    const plan = busySessionPlan(policy, busyWith);
-    if (plan.refuse) throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), String(busyWith)], { detail: 'session_busy' });
-    const releaseSlot = opts.slot ?? (opts.admitted ? () => {} : await this.kernel.slots.acquire({ priority: opts.priority }));
+  /**
+   * RunService.start once the run may go: its concurrency key's slot (if it has a key) is held.
+   * `heldKey`: a key slot RunFlow.startKeyed took in memory for `opts.run_id`, given back here if
+   * the start fails (so a keyed start needs no promise of its own to do it).
+   */
+  async start(query: string, sessionId: string | null | undefined, opts: StartOptions, heldKey?: string): Promise<StartedRun> {
+    let releaseSlot: (() => void) | undefined;
     let live: RunHost | null = null;
     let agent: AgentLease | null = null;
     /** Set when start() fails: a shared store's late onAccepted must not open a stream for it. */
     let failed = false;
     try {
+      if (this.kernel.closing) throw domainError('AGT_ERR_SHUTTING_DOWN', [], { headers: { 'retry-after': '5' } });
+      // A session with a run in flight in this process: the session policy decides (docs/runs.md,
+      // "Busy sessions"). `enqueue` waits in the session's queue, as every run did before.
+      const policy = opts.session_policy ?? this.deps.settings.session_policy ?? 'enqueue';
+      const tenant = opts.tenant ?? null;
+      const busyWith = sessionId && policy !== 'enqueue' ? this.kernel.sessions.holder(tenantKey(tenant, sessionId)) : null;
+      const plan = busySessionPlan(policy, busyWith);
+      if (plan.refuse) throw domainError('AGT_ERR_SESSION_BUSY', [String(sessionId), String(busyWith)], { detail: 'session_busy' });
+      releaseSlot = opts.slot ?? (opts.admitted ? () => {} : await this.kernel.slots.acquire({ priority: opts.priority }));
       // A tenant's run names its own registered agent of that id first, else the shared one
       // (src/background/tenancy.ts); a run without a tenant or an agent reads nothing more.
       const agentId = opts.agent_id ? await this.agentKeyIn(tenant, opts.agent_id) : opts.agent_id;
@@ -114,8 +120,12 @@ export class RunStarter {
       ]);
       const workspace_path = opts.workspace_path ?? this.kernel.sessionWorkspace(session_key, profile.session_workspace_root);
       this.deps.metrics.liveRuns.inc();
-      // A new record (not one that waited `queued`): nothing can have written its inbox yet.
-      if (!queued) this.kernel.inbox.born(run_id);
+      // Nothing can have written its inbox yet: a new record's, and a queued one's too (steer and
+      // interrupt refuse a `queued` run, src/runtime/run-decisions.ts, and RunFlow.admit read it
+      // still queued just now). So its first boundary reads nothing: on a shared store an admitted
+      // run's way to the model has no store round, and runs of a key admitted back to back reach
+      // the model in their order (RunFlow.admit; test/flow/concurrency.test.ts, FIFO).
+      this.kernel.inbox.born(run_id);
       const take = opts.takeSlotInCreate;
       live = this.kernel.host({ id: run_id, version: 0, seq: 0, value: record }, releaseSlot, agent, { ...opts, workspace_path }, trace, [
         { op: 'create', kind: repos(this.deps.store).traces.kind, id: trace_id, value: trace, indexes: traceIndexes },
@@ -123,7 +133,11 @@ export class RunStarter {
       ]);
       // A key's slot taken in the creating commit: no event and no model call before the store
       // took it (refused, 'full': RunFlow.startKeyed queues the run, and nothing of this try remains).
-      if (take) await live.writer.created;
+      if (take) {
+        await live.writer.created;
+        // A background run's agent run's writes may wait for its claim's round instead (write-join.ts).
+        if (opts.kind !== 'background') live.writer.foldNext(takeFoldMs(this.deps.createFoldMs));
+      }
       void live.emit({
         event_type: 'user_message',
         actor: { type: 'user', id: session_id },
@@ -211,9 +225,10 @@ export class RunStarter {
         live.discard();
         this.kernel.inbox.forget(live.run_id);
       } else {
-        releaseSlot();
+        releaseSlot?.();
         agent?.release();
       }
+      if (heldKey !== undefined && opts.run_id !== undefined) this.kernel.waitingRuns?.releaseHeld(heldKey, opts.run_id);
       throw err;
     }
   }

@@ -57,7 +57,7 @@ export class RunService {
     this.recovery = new RunRecovery(this.kernel);
     this.decisions = new RunDecisions(this.kernel, this.recovery);
     this.starter = new RunStarter(this.kernel, this.decisions);
-    this.flow = new RunFlow(this.kernel, (query, sessionId, opts) => this.starter.start(query, sessionId, opts));
+    this.flow = new RunFlow(this.kernel, (query, sessionId, opts, heldKey) => this.starter.start(query, sessionId, opts, heldKey));
     this.kernel.waitingRuns = this.flow;
     this.lifecycle = new RunLifecycle(this.kernel, this.recovery, this.flow);
   }

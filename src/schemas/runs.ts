@@ -19,19 +19,27 @@ import { ApprovalView, BudgetRequestView, OutcomeResponse } from './decisions.js
 import { WebhookUrl } from './webhooks.js';
 import { RunSessionPolicy } from './steer.js';
 
+/**
+ * The bounds of ConcurrencySpec, shared with its hand-written check on the hot path
+ * (src/http/run-request-fast.ts). No control characters in a key: records hold a tenant's key as
+ * `<tenant>` U+001F `<key>` (src/runtime/tenancy.ts keyInTenant), so no key a client names can
+ * spell another tenant's.
+ */
+// eslint-disable-next-line no-control-regex
+export const CONCURRENCY_KEY_CHARS = /^[^\u0000-\u001f\u007f]*$/;
+export const CONCURRENCY_KEY_MAX = 256;
+export const CONCURRENCY_LIMIT_MAX = 10_000;
+
 /** A run's concurrency key (docs/contract.md §3.4): at most `limit` runs of one key run at once; more wait `queued`. */
 export const ConcurrencySpec = z
   .strictObject({
-    // No control characters: records hold a tenant's key as `<tenant>` U+001F `<key>`
-    // (src/runtime/tenancy.ts keyInTenant), so no key a client names can spell another tenant's.
     key: z
       .string()
       .min(1)
-      .max(256)
-      // eslint-disable-next-line no-control-regex
-      .regex(/^[^\u0000-\u001f\u007f]*$/, { error: 'must not contain control characters' })
+      .max(CONCURRENCY_KEY_MAX)
+      .regex(CONCURRENCY_KEY_CHARS, { error: 'must not contain control characters' })
       .describe('Runs sharing this key share its limit, e.g. `customer:42`. A matching `flow.concurrency` rule of the config wins over `limit`.'),
-    limit: z.number().int().min(1).max(10_000).describe('Runs of this key running at once, at most.'),
+    limit: z.number().int().min(1).max(CONCURRENCY_LIMIT_MAX).describe('Runs of this key running at once, at most.'),
   })
   .meta({ id: 'ConcurrencySpec' });
 export type ConcurrencySpec = z.infer<typeof ConcurrencySpec>;

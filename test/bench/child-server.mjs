@@ -55,6 +55,28 @@ commands.set('asyncCount', async ({ on }) => {
   else asyncHook.disable();
   return { ...asyncMade };
 });
+// PostgreSQL statements sent while counting is on, by their text's start (every query of every
+// pooled client and of the change feed's connection: pg.Client's query, the one way to send one).
+const pgMade = {};
+let pgCounting = false;
+let pgPatched = false;
+commands.set('pgCount', async ({ on }) => {
+  if (!pgPatched) {
+    const pg = (await import('pg')).default;
+    const query = pg.Client.prototype.query;
+    pg.Client.prototype.query = function (config, ...rest) {
+      if (pgCounting) {
+        const text = typeof config === 'string' ? config : (config?.text ?? '');
+        const k = text.replace(/\s+/g, ' ').trim().slice(0, 60);
+        pgMade[k] = (pgMade[k] ?? 0) + 1;
+      }
+      return query.call(this, config, ...rest);
+    };
+    pgPatched = true;
+  }
+  pgCounting = !!on;
+  return { ...pgMade };
+});
 // Counts for `npm run bench -- profile-run` (test/bench/profile-run.ts): JSON.stringify and
 // JSON.parse calls made while counting is on (the wrappers are installed only then).
 const jsonCalls = { stringify: 0, parse: 0 };

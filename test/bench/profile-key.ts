@@ -6,8 +6,15 @@
 // JavaScript allocated by function (V8's sampling heap profiler, collected objects included).
 // Prints the keyed-minus-plain differences; writes no results. BENCH_CHILD_SCRIPT measures another
 // build (an A/B against a copy of child-server.mjs next to that build's dist/).
+// BENCH_PROFILE_STORE=postgres: the same on PostgreSQL (127.0.0.1:5432, AGENTD_TEST_PG_URL; a
+// database of its own per route, created and dropped here), with the statements agentd sent per
+// run too (`pg …`, by the start of their text; `pg statements`: all of them).
+import { randomBytes } from 'node:crypto';
 import { QUICK, closedLoop, log, realPathConfig, removeDir, request, startChild, tempDir } from './lib.js';
 import { WORKLOADS } from './benchmarks/run-real.js';
+import { admin, dbUrl } from './benchmarks/postgres.js';
+
+const POSTGRES = process.env.BENCH_PROFILE_STORE === 'postgres';
 
 type Route = 'plain' | 'keyed';
 type Tally = Record<string, number>;
@@ -38,7 +45,10 @@ async function countRoute(fakeUrl: string, route: Route): Promise<RouteCounts> {
   const dir = tempDir('profile-key');
   const query = WORKLOADS.trivial.query;
   const body = JSON.stringify(route === 'keyed' ? { query, concurrency: { key: 'bench:unlimited', limit: 10_000 } } : { query });
-  const agentd = await startChild({ mode: 'agentd', dataDir: dir, config: realPathConfig(fakeUrl), model: { kind: 'config' } });
+  const db = POSTGRES ? `agentd_bench_profile_key_${randomBytes(4).toString('hex')}` : null;
+  if (db) await admin(`CREATE DATABASE ${db}`);
+  const extra = db ? { store: { kind: 'postgres', url: dbUrl(db) } } : {};
+  const agentd = await startChild({ mode: 'agentd', dataDir: dir, config: realPathConfig(fakeUrl, 'bench', extra), model: { kind: 'config' } });
   try {
     const loop = (c: number, n: number) =>
       closedLoop({
@@ -54,9 +64,11 @@ async function countRoute(fakeUrl: string, route: Route): Promise<RouteCounts> {
     for (const c of [1, 32]) {
       await agentd.call({ cmd: 'countBytes', on: true });
       const s0 = await agentd.call<StoreStats>({ cmd: 'storeStats' });
+      const q0 = db ? await agentd.call<Tally>({ cmd: 'pgCount', on: true }) : {};
       const a0 = await agentd.call<Tally>({ cmd: 'asyncCount', on: true });
       const r = await loop(c, COUNTED);
       const a1 = await agentd.call<Tally>({ cmd: 'asyncCount', on: false });
+      const q1 = db ? await agentd.call<Tally>({ cmd: 'pgCount', on: false }) : {};
       const s1 = await agentd.call<StoreStats>({ cmd: 'storeStats' });
       await agentd.call({ cmd: 'countBytes', on: false });
       const n = r.count + r.errors;
@@ -66,7 +78,13 @@ async function countRoute(fakeUrl: string, route: Route): Promise<RouteCounts> {
         for (const [k, v] of Object.entries(s.byKind)) Object.assign(t, { [`${k} ops`]: v.ops, [`${k} bytes`]: v.bytes });
         return t;
       };
-      perRun[`c=${c}`] = { ...minus(pick(s1), pick(s0), n), ...Object.fromEntries(Object.entries(minus(a1, a0, n)).map(([k, v]) => [`async ${k}`, v])) };
+      const statements = minus(q1, q0, n);
+      perRun[`c=${c}`] = {
+        ...minus(pick(s1), pick(s0), n),
+        ...Object.fromEntries(Object.entries(minus(a1, a0, n)).map(([k, v]) => [`async ${k}`, v])),
+        ...Object.fromEntries(Object.entries(statements).map(([k, v]) => [`pg ${k}`, v])),
+        ...(db ? { 'pg statements': Object.values(statements).reduce((a, b) => a + b, 0) } : {}),
+      };
     }
     log(`${route}: allocations over ${ALLOC_RUNS} runs at concurrency 32`);
     await agentd.call({ cmd: 'heapSampleStart', interval: 512 });
@@ -77,6 +95,7 @@ async function countRoute(fakeUrl: string, route: Route): Promise<RouteCounts> {
   } finally {
     await agentd.stop();
     removeDir(dir);
+    if (db) await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
   }
 }
 
