@@ -1,6 +1,7 @@
 // `agentd migrate` (the handler, in process): applies the migrations once, says so without the
 // password, is a no-op the second time, refuses a database migrated by a newer agentd, and needs
 // a PostgreSQL URL.
+import { readdirSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { migrateCommand } from '../../src/cli/migrate.js';
@@ -12,6 +13,14 @@ afterEach(async () => {
   for (const d of dbs.splice(0)) await d.drop();
 });
 
+// The migrations this agentd ships (src/store/migrations/NNN_name.sql): each must be applied, in order.
+const MIGRATIONS = readdirSync(new URL('../../src/store/migrations/', import.meta.url))
+  .map((f) => /^(\d+)_(\w+)\.sql$/.exec(f))
+  .filter((m): m is RegExpExecArray => m !== null)
+  .map((m) => ({ version: Number(m[1]), name: m[2]! }))
+  .sort((a, b) => a.version - b.version);
+const LATEST = MIGRATIONS.at(-1)!.version;
+
 const parsed = (values: Record<string, string>): Parsed => ({ values, positionals: [], help: false });
 const withPassword = (url: string) => url.replace('postgres://postgres@', 'postgres://postgres:not-checked-pw-123@');
 
@@ -22,22 +31,25 @@ describe('agentd migrate', () => {
     const out: string[] = [];
     const url = withPassword(db.url);
     expect(await migrateCommand(parsed({ 'store-url': url }), undefined, (s) => out.push(s))).toBe(0);
-    expect(out.join('')).toMatch(
-      /applied PostgreSQL migration 1 \(init\)[\s\S]*applied PostgreSQL migration 2 \(queue_claims\)[\s\S]*applied PostgreSQL migration 3 \(records_fillfactor\)[\s\S]*applied PostgreSQL migration 4 \(holders_op\)[\s\S]*applied PostgreSQL migration 5 \(commit_events\)[\s\S]*applied PostgreSQL migration 6 \(flow_key_order\)[\s\S]*is at schema version 6 \(applied 1, 2, 3, 4, 5, 6\)/,
-    );
+    expect(MIGRATIONS.map((m) => m.version)).toEqual(MIGRATIONS.map((_, i) => i + 1));
+    const applied = MIGRATIONS.map((m) => `applied PostgreSQL migration ${m.version} \\(${m.name}\\)`).join('[\\s\\S]*');
+    const all = MIGRATIONS.map((m) => m.version).join(', ');
+    expect(out.join('')).toMatch(new RegExp(`${applied}[\\s\\S]*is at schema version ${LATEST} \\(applied ${all}\\)`));
     out.length = 0;
     expect(await migrateCommand(parsed({ 'store-url': url }), undefined, (s) => out.push(s))).toBe(0);
-    expect(out.join('')).toMatch(/already at schema version 6/);
+    expect(out.join('')).toMatch(new RegExp(`already at schema version ${LATEST}\\b`));
     expect(out.join('')).not.toContain('not-checked-pw-123');
     const c = new pg.Client({ connectionString: db.url });
     await c.connect();
     try {
-      expect((await c.query('SELECT count(*)::int AS n FROM agentd.schema_migrations')).rows[0].n).toBe(6);
-      await c.query("INSERT INTO agentd.schema_migrations (version, name) VALUES (7, 'newer')");
+      expect((await c.query('SELECT count(*)::int AS n FROM agentd.schema_migrations')).rows[0].n).toBe(LATEST);
+      await c.query("INSERT INTO agentd.schema_migrations (version, name) VALUES ($1, 'newer')", [LATEST + 1]);
     } finally {
       await c.end();
     }
-    await expect(migrateCommand(parsed({ 'store-url': url }), undefined, () => {})).rejects.toThrow(/schema version 7, newer than this agentd knows \(6\)/);
+    await expect(migrateCommand(parsed({ 'store-url': url }), undefined, () => {})).rejects.toThrow(
+      new RegExp(`schema version ${LATEST + 1}, newer than this agentd knows \\(${LATEST}\\)`),
+    );
   });
 
   it('needs a postgres:// URL', async () => {
