@@ -13,7 +13,8 @@ afterEach(async () => {
   for (const d of dbs.splice(0)) await d.drop();
 });
 
-// The migrations this agentd ships (src/store/migrations/NNN_name.sql): each must be applied, in order.
+// The migrations this agentd ships (src/store/migrations/NNN_name.sql): each must be applied, in
+// version order (versions need not be consecutive: docs/operations.md).
 const MIGRATIONS = readdirSync(new URL('../../src/store/migrations/', import.meta.url))
   .map((f) => /^(\d+)_(\w+)\.sql$/.exec(f))
   .filter((m): m is RegExpExecArray => m !== null)
@@ -31,7 +32,6 @@ describe('agentd migrate', () => {
     const out: string[] = [];
     const url = withPassword(db.url);
     expect(await migrateCommand(parsed({ 'store-url': url }), undefined, (s) => out.push(s))).toBe(0);
-    expect(MIGRATIONS.map((m) => m.version)).toEqual(MIGRATIONS.map((_, i) => i + 1));
     const applied = MIGRATIONS.map((m) => `applied PostgreSQL migration ${m.version} \\(${m.name}\\)`).join('[\\s\\S]*');
     const all = MIGRATIONS.map((m) => m.version).join(', ');
     expect(out.join('')).toMatch(new RegExp(`${applied}[\\s\\S]*is at schema version ${LATEST} \\(applied ${all}\\)`));
